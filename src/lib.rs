@@ -1,0 +1,38 @@
+//! ramsplat: a 3D Gaussian Splatting trainer whose data pipeline is memory-bounded and
+//! out-of-core, so large scenes train on modest machines.
+//!
+//! # Map
+//!
+//! Layers depend downward only: `budget`, `shard` and `import` know nothing of Gaussians;
+//! `render` knows nothing of datasets; `train` joins them; binaries in `src/bin/` are thin.
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`scene::camera`] | the camera conventions (OpenCV axes, pixel centres at +0.5) |
+//! | [`import`] | COLMAP, NeRF `transforms.json` and PLY importers; image decode + undistortion |
+//! | [`shard`] | the pack format (its module doc is the spec): writer seals, reader maps read-only |
+//! | [`pack`] | the `gs-pack convert` pipeline: importer → bounded parallel encode → shards |
+//! | [`synth`] | procedural datasets (images + COLMAP/NeRF metadata) for tests, benches, the demo |
+//! | [`budget`] | RAM budget parsing and the reservation ledger |
+//! | [`data`] | sampler, byte-budgeted cache, prefetch ring feeding the trainer |
+//! | [`scene`] | cameras, Gaussians (stored pre-activation), spherical harmonics |
+//! | [`render`] | the `Rasterizer` trait and its CPU reference backend |
+//! | [`metrics`] | PSNR and SSIM |
+//! | [`export`] | standard 3DGS PLY read/write |
+//! | [`cli`] | shared command-line plumbing (progress, sizes, error printing) |
+//! | [`rng`] | the project's pinned random number generator |
+
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod budget;
+pub mod cli;
+pub mod data;
+pub mod export;
+pub mod import;
+pub mod metrics;
+pub mod pack;
+pub mod render;
+pub mod rng;
+pub mod scene;
+pub mod shard;
+pub mod synth;

@@ -1,0 +1,359 @@
+//! Pinhole cameras: the one place that fixes ramsplat's camera conventions.
+//!
+//! # Conventions (every importer converts INTO these, every backend reads them)
+//! - Axes are OpenCV's: camera x points right, y down, z forward (into the scene).
+//! - `world_to_camera` maps a world point `p` to camera coordinates `R·p + t`.
+//!   The camera centre in world coordinates is `−Rᵀ·t`.
+//! - Pixel `(i, j)` (column `i`, row `j`) covers `[i, i+1) × [j, j+1)`; its centre is
+//!   `(i + 0.5, j + 0.5)`. A camera-space point `(x, y, z)` projects to
+//!   `(fx·x/z + cx, fy·y/z + cy)` in these continuous pixel coordinates, so the principal point of
+//!   an ideal centred camera is `(W/2, H/2)`. COLMAP uses the same convention.
+//! - Poses are kept in `f64`: they are composed and inverted at import time and scene coordinates
+//!   can be large (geo-referenced reconstructions); renderers convert to `f32` once per view.
+//!
+//! Invariants established by [`Camera::validate`]: positive finite size and focal lengths,
+//! finite principal point, a rotation that is orthonormal with determinant +1 (within
+//! [`ROTATION_TOLERANCE`]) and a finite translation.
+
+use serde::{Deserialize, Serialize};
+
+/// How far `RᵀR` may stray from identity (max abs entry) and `det R` from 1 before a pose is
+/// refused as "not a rotation". COLMAP and NeRF poses are written with 6–17 significant digits;
+/// a rotation printed with 6 digits has entries off by up to ~5e-7, so orthogonality holds to
+/// ~1e-6. 1e-3 accepts every honest file and still rejects scaled or sheared matrices (a
+/// transforms.json with a global scale folded into the rotation has errors ≥ 1e-2).
+pub const ROTATION_TOLERANCE: f64 = 1e-3;
+
+/// Focal lengths and principal point, in pixels (see the module doc for the pixel convention).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Intrinsics {
+    pub fx: f64,
+    pub fy: f64,
+    pub cx: f64,
+    pub cy: f64,
+}
+
+/// A rigid world-to-camera transform: `x_cam = rotation · x_world + translation`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pose {
+    /// Row-major 3×3 rotation.
+    pub rotation: [[f64; 3]; 3],
+    pub translation: [f64; 3],
+}
+
+/// A pinhole camera with an image size. Distortion never reaches this type: importers undistort
+/// at pack time, so everything downstream is an ideal pinhole.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Camera {
+    pub width: u32,
+    pub height: u32,
+    pub intrinsics: Intrinsics,
+    pub world_to_camera: Pose,
+}
+
+/// Why a camera was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CameraError {
+    #[error("image size {width}x{height} is empty")]
+    EmptyImage { width: u32, height: u32 },
+    #[error("focal lengths fx={fx}, fy={fy} must be finite and positive")]
+    BadFocal { fx: f64, fy: f64 },
+    #[error("principal point cx={cx}, cy={cy} is not finite")]
+    BadPrincipalPoint { cx: f64, cy: f64 },
+    #[error("pose contains NaN or infinite values")]
+    NonFinitePose,
+    #[error(
+        "rotation is not a proper rotation (max |RᵀR − I| = {orthogonality_error:.2e}, det = {det:.6}); \
+         the pose may include a scale or shear, or be corrupt"
+    )]
+    NotRotation { orthogonality_error: f64, det: f64 },
+    #[error("quaternion (w={w}, x={x}, y={y}, z={z}) has zero or non-finite length")]
+    DegenerateQuaternion { w: f64, x: f64, y: f64, z: f64 },
+}
+
+impl Pose {
+    pub const IDENTITY: Pose = Pose {
+        rotation: [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+        translation: [0.0; 3],
+    };
+
+    /// Builds a pose from a (w, x, y, z) quaternion, normalised here, and a translation.
+    /// COLMAP's `images.bin/txt` store exactly this (world-to-camera, Hamilton convention).
+    pub fn from_quaternion_wxyz(q: [f64; 4], translation: [f64; 3]) -> Result<Pose, CameraError> {
+        let [w, x, y, z] = q;
+        let n = (w * w + x * x + y * y + z * z).sqrt();
+        if !n.is_finite() || n == 0.0 {
+            return Err(CameraError::DegenerateQuaternion { w, x, y, z });
+        }
+        let (w, x, y, z) = (w / n, x / n, y / n, z / n);
+        let rotation = [
+            [
+                1.0 - 2.0 * (y * y + z * z),
+                2.0 * (x * y - w * z),
+                2.0 * (x * z + w * y),
+            ],
+            [
+                2.0 * (x * y + w * z),
+                1.0 - 2.0 * (x * x + z * z),
+                2.0 * (y * z - w * x),
+            ],
+            [
+                2.0 * (x * z - w * y),
+                2.0 * (y * z + w * x),
+                1.0 - 2.0 * (x * x + y * y),
+            ],
+        ];
+        Ok(Pose {
+            rotation,
+            translation,
+        })
+    }
+
+    /// Inverse of a camera-to-world rigid transform given as rotation + camera centre.
+    pub fn from_camera_to_world(rotation_c2w: [[f64; 3]; 3], centre: [f64; 3]) -> Pose {
+        let r = transpose(rotation_c2w);
+        let t = mat_vec(&r, centre);
+        Pose {
+            rotation: r,
+            translation: [-t[0], -t[1], -t[2]],
+        }
+    }
+
+    /// Camera centre in world coordinates, `−Rᵀ·t`.
+    pub fn centre(&self) -> [f64; 3] {
+        let c = mat_vec(&transpose(self.rotation), self.translation);
+        [-c[0], -c[1], -c[2]]
+    }
+
+    /// Applies the transform to a world point.
+    pub fn transform(&self, p: [f64; 3]) -> [f64; 3] {
+        let r = mat_vec(&self.rotation, p);
+        [
+            r[0] + self.translation[0],
+            r[1] + self.translation[1],
+            r[2] + self.translation[2],
+        ]
+    }
+
+    /// Row-major 4×4 homogeneous matrix (the camera JSON form of `gs-render`).
+    pub fn to_matrix4(&self) -> [[f64; 4]; 4] {
+        let r = &self.rotation;
+        let t = &self.translation;
+        [
+            [r[0][0], r[0][1], r[0][2], t[0]],
+            [r[1][0], r[1][1], r[1][2], t[1]],
+            [r[2][0], r[2][1], r[2][2], t[2]],
+            [0.0, 0.0, 0.0, 1.0],
+        ]
+    }
+
+    /// Reads a row-major 4×4 world-to-camera matrix; the bottom row must be (0, 0, 0, 1).
+    pub fn from_matrix4(m: [[f64; 4]; 4]) -> Result<Pose, CameraError> {
+        if m.iter().flatten().any(|v| !v.is_finite()) {
+            return Err(CameraError::NonFinitePose);
+        }
+        let bottom_ok = m[3][0].abs() < 1e-9
+            && m[3][1].abs() < 1e-9
+            && m[3][2].abs() < 1e-9
+            && (m[3][3] - 1.0).abs() < 1e-9;
+        let pose = Pose {
+            rotation: [
+                [m[0][0], m[0][1], m[0][2]],
+                [m[1][0], m[1][1], m[1][2]],
+                [m[2][0], m[2][1], m[2][2]],
+            ],
+            translation: [m[0][3], m[1][3], m[2][3]],
+        };
+        if !bottom_ok {
+            return Err(CameraError::NotRotation {
+                orthogonality_error: f64::NAN,
+                det: f64::NAN,
+            });
+        }
+        pose.validate()?;
+        Ok(pose)
+    }
+
+    /// Checks finiteness and that `rotation` is a proper rotation (see [`ROTATION_TOLERANCE`]).
+    pub fn validate(&self) -> Result<(), CameraError> {
+        let finite = self.rotation.iter().flatten().all(|v| v.is_finite())
+            && self.translation.iter().all(|v| v.is_finite());
+        if !finite {
+            return Err(CameraError::NonFinitePose);
+        }
+        let r = &self.rotation;
+        let mut err: f64 = 0.0;
+        for i in 0..3 {
+            for j in 0..3 {
+                let dot: f64 = (0..3).map(|k| r[k][i] * r[k][j]).sum();
+                let want = if i == j { 1.0 } else { 0.0 };
+                err = err.max((dot - want).abs());
+            }
+        }
+        let det = det3(r);
+        if err > ROTATION_TOLERANCE || (det - 1.0).abs() > ROTATION_TOLERANCE {
+            return Err(CameraError::NotRotation {
+                orthogonality_error: err,
+                det,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Camera {
+    /// Checks every invariant listed in the module doc.
+    pub fn validate(&self) -> Result<(), CameraError> {
+        if self.width == 0 || self.height == 0 {
+            return Err(CameraError::EmptyImage {
+                width: self.width,
+                height: self.height,
+            });
+        }
+        let Intrinsics { fx, fy, cx, cy } = self.intrinsics;
+        if !(fx.is_finite() && fy.is_finite() && fx > 0.0 && fy > 0.0) {
+            return Err(CameraError::BadFocal { fx, fy });
+        }
+        if !(cx.is_finite() && cy.is_finite()) {
+            return Err(CameraError::BadPrincipalPoint { cx, cy });
+        }
+        self.world_to_camera.validate()
+    }
+
+    /// The same camera for an image resized to `width × height`. With the pixel-centre-at-0.5
+    /// convention the image corners stay at 0 and W, so intrinsics scale by exactly the size
+    /// ratio (no half-pixel shift), separately per axis when rounding changes the aspect.
+    pub fn resized(&self, width: u32, height: u32) -> Camera {
+        let sx = width as f64 / self.width as f64;
+        let sy = height as f64 / self.height as f64;
+        let k = self.intrinsics;
+        Camera {
+            width,
+            height,
+            intrinsics: Intrinsics {
+                fx: k.fx * sx,
+                fy: k.fy * sy,
+                cx: k.cx * sx,
+                cy: k.cy * sy,
+            },
+            world_to_camera: self.world_to_camera,
+        }
+    }
+
+    /// Camera centre in world coordinates.
+    pub fn centre(&self) -> [f64; 3] {
+        self.world_to_camera.centre()
+    }
+
+    /// Projects a world point; `None` when it is at or behind the camera plane.
+    pub fn project(&self, p: [f64; 3]) -> Option<[f64; 2]> {
+        let [x, y, z] = self.world_to_camera.transform(p);
+        if z <= 0.0 {
+            return None;
+        }
+        let k = self.intrinsics;
+        Some([k.fx * x / z + k.cx, k.fy * y / z + k.cy])
+    }
+
+    /// Horizontal and vertical field of view in radians.
+    pub fn fov(&self) -> (f64, f64) {
+        let k = self.intrinsics;
+        (
+            2.0 * (self.width as f64 / (2.0 * k.fx)).atan(),
+            2.0 * (self.height as f64 / (2.0 * k.fy)).atan(),
+        )
+    }
+}
+
+pub(crate) fn transpose(m: [[f64; 3]; 3]) -> [[f64; 3]; 3] {
+    [
+        [m[0][0], m[1][0], m[2][0]],
+        [m[0][1], m[1][1], m[2][1]],
+        [m[0][2], m[1][2], m[2][2]],
+    ]
+}
+
+pub(crate) fn mat_vec(m: &[[f64; 3]; 3], v: [f64; 3]) -> [f64; 3] {
+    [
+        m[0][0] * v[0] + m[0][1] * v[1] + m[0][2] * v[2],
+        m[1][0] * v[0] + m[1][1] * v[1] + m[1][2] * v[2],
+        m[2][0] * v[0] + m[2][1] * v[1] + m[2][2] * v[2],
+    ]
+}
+
+fn det3(m: &[[f64; 3]; 3]) -> f64 {
+    m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+        + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approx(a: [f64; 3], b: [f64; 3]) -> bool {
+        a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-12)
+    }
+
+    #[test]
+    fn quaternion_identity_and_quarter_turn() {
+        let p = Pose::from_quaternion_wxyz([1.0, 0.0, 0.0, 0.0], [0.0; 3]).unwrap();
+        assert_eq!(p.rotation, Pose::IDENTITY.rotation);
+        // 90° about z maps x to y.
+        let h = std::f64::consts::FRAC_1_SQRT_2;
+        let p = Pose::from_quaternion_wxyz([h, 0.0, 0.0, h], [0.0; 3]).unwrap();
+        assert!(approx(p.transform([1.0, 0.0, 0.0]), [0.0, 1.0, 0.0]));
+        // Unnormalised input is normalised.
+        let p2 = Pose::from_quaternion_wxyz([2.0, 0.0, 0.0, 2.0], [0.0; 3]).unwrap();
+        assert!(approx(p2.transform([1.0, 0.0, 0.0]), [0.0, 1.0, 0.0]));
+    }
+
+    #[test]
+    fn zero_quaternion_is_refused() {
+        assert!(matches!(
+            Pose::from_quaternion_wxyz([0.0; 4], [0.0; 3]),
+            Err(CameraError::DegenerateQuaternion { .. })
+        ));
+    }
+
+    #[test]
+    fn centre_round_trips_through_camera_to_world() {
+        let h = std::f64::consts::FRAC_1_SQRT_2;
+        let p = Pose::from_quaternion_wxyz([h, h, 0.0, 0.0], [1.0, 2.0, 3.0]).unwrap();
+        let c = p.centre();
+        assert!(approx(p.transform(c), [0.0; 3]));
+        let q = Pose::from_camera_to_world(transpose(p.rotation), c);
+        assert!(approx(q.translation, p.translation));
+    }
+
+    #[test]
+    fn scaled_rotation_is_refused() {
+        let mut p = Pose::IDENTITY;
+        p.rotation[0][0] = 2.0;
+        assert!(matches!(p.validate(), Err(CameraError::NotRotation { .. })));
+        p.rotation[0][0] = -1.0; // reflection: orthogonal but det −1
+        assert!(matches!(p.validate(), Err(CameraError::NotRotation { .. })));
+        p.rotation[0][0] = f64::NAN;
+        assert_eq!(p.validate(), Err(CameraError::NonFinitePose));
+    }
+
+    #[test]
+    fn projection_uses_pixel_centre_convention() {
+        let cam = Camera {
+            width: 4,
+            height: 2,
+            intrinsics: Intrinsics {
+                fx: 2.0,
+                fy: 2.0,
+                cx: 2.0,
+                cy: 1.0,
+            },
+            world_to_camera: Pose::IDENTITY,
+        };
+        // The optical axis hits the image centre, the shared corner of the 4 middle pixels.
+        assert_eq!(cam.project([0.0, 0.0, 1.0]), Some([2.0, 1.0]));
+        assert_eq!(cam.project([0.0, 0.0, -1.0]), None);
+        let half = cam.resized(2, 1);
+        assert_eq!(half.intrinsics.cx, 1.0);
+        assert_eq!(half.project([0.0, 0.0, 1.0]), Some([1.0, 0.5]));
+    }
+}

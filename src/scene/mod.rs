@@ -1,0 +1,3 @@
+//! Scene types shared by importers, renderers and the trainer.
+
+pub mod camera;

@@ -1,0 +1,507 @@
+//! The pack format: immutable, checksummed, memory-mappable shards plus a JSON manifest.
+//!
+//! A *pack* is a directory:
+//!
+//! ```text
+//! PACK/
+//!   manifest.json        written last; its presence marks a complete pack
+//!   shard-00000.gss      sealed shard files, each at most --shard-size (one record may exceed it)
+//!   shard-00001.gss
+//! ```
+//!
+//! # Shard file layout (format version 1, all integers little-endian)
+//!
+//! ```text
+//! offset 0        shard header, one page (PAGE = 4096 bytes)
+//!                   0  magic         [u8; 8] = b"RSPLSHRD"
+//!                   8  version       u32     = FORMAT_VERSION
+//!                  12  page_size     u32     = 4096
+//!                  16  shard_index   u32
+//!                  20  reserved      u32     = 0
+//!                  24  pack_id       u64     same in every shard and the manifest of one pack
+//!                  32  header_xxh3   u64     xxh3-64 of bytes 0..32
+//!                  40  zero padding to 4096
+//! offset k·PAGE   record: 64-byte record header, then the payload, then zero padding to the
+//!                 next page boundary, so one record can be read, and its pages released,
+//!                 without touching any other record
+//!                   0  magic         [u8; 4] = b"RREC"
+//!                   4  kind          u8      1 = view, 2 = point chunk
+//!                   5  codec         u8      0 = raw, 1 = zstd, 2 = png (views only)
+//!                   6  flags         u16     point chunks: bit 0 labels, bit 1 normals
+//!                   8  item          u32     view index, or chunk index within its cloud
+//!                  12  group         u32     views: 0; point chunks: cloud index
+//!                  16  a             u32     views: width;  point chunks: number of points
+//!                  20  b             u32     views: height; point chunks: 0
+//!                  24  stored_len    u64     payload bytes in the file
+//!                  32  decoded_len   u64     bytes after decoding
+//!                  40  payload_xxh3  u64     xxh3-64 of the stored payload
+//!                  48  reserved      u64     = 0
+//!                  56  header_xxh3   u64     xxh3-64 of record-header bytes 0..56
+//! after the last  record table: record_count × u64 record offsets
+//! record          footer, 32 bytes, at the very end of the file:
+//!                   0  magic         [u8; 8] = b"RSPLEND\0"
+//!                   8  table_offset  u64
+//!                  16  record_count  u64
+//!                  24  shard_xxh3    u64     xxh3-64 of every byte before the footer
+//! ```
+//!
+//! Decoded payloads:
+//! - **view**: RGB8 pixels, row-major, `width × height × 3` bytes, top row first.
+//! - **point chunk** of `n` points: `xyz` as `n × 3` f32, then `rgb` as `n × 3` u8, zero
+//!   padding to a multiple of 4, then (flag bit 0) `n` i32 labels, then (flag bit 1) `n × 3` f32
+//!   normals. [`PointChunkLayout`] computes the offsets; [`PointChunkRef`] reads them.
+//!
+//! # Invariants
+//! - A shard is written under a temporary name, fsynced and renamed: a file named
+//!   `shard-*.gss` is always complete. The pack directory itself is built under a temporary
+//!   name and renamed into place after `manifest.json` is fsynced, so a killed `gs-pack`
+//!   leaves no directory that looks like a pack.
+//! - Shards are never modified after sealing; readers map them read-only ([`reader`] is the
+//!   only module that uses memmap2) and hand out owned decoded copies, never a handle into
+//!   the dataset.
+//! - Every record is checked against its `payload_xxh3` before it is decoded; `verify` also
+//!   checks header checksums, the record table, the shard checksum and that the manifest
+//!   agrees with the shards.
+//! - A reader refuses a `version` newer than [`FORMAT_VERSION`] with a message that says to
+//!   upgrade ramsplat, and an older one with a message that says to re-pack.
+
+pub mod reader;
+pub mod writer;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::scene::camera::Camera;
+
+/// Current on-disk format version (shards and manifest).
+pub const FORMAT_VERSION: u32 = 1;
+/// Record alignment. 4 KiB is the base page size on x86-64 and most aarch64 kernels; on a
+/// 16/64 KiB-page kernel releasing a record's pages rounds inward, which stays correct.
+pub const PAGE: u64 = 4096;
+pub const SHARD_MAGIC: [u8; 8] = *b"RSPLSHRD";
+pub const RECORD_MAGIC: [u8; 4] = *b"RREC";
+pub const FOOTER_MAGIC: [u8; 8] = *b"RSPLEND\0";
+pub const RECORD_HEADER_LEN: u64 = 64;
+pub const FOOTER_LEN: u64 = 32;
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// Points per chunk record: 65,536 points decode to at most 1.8 MiB (with labels and normals),
+/// small next to one image, so streaming a 4M-point cloud holds a few MiB at a time.
+pub const POINTS_PER_CHUNK: usize = 65_536;
+
+/// Name of shard `index` inside a pack.
+pub fn shard_file_name(index: u32) -> String {
+    format!("shard-{index:05}.gss")
+}
+
+/// Train/test assignment of a view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    Train,
+    Test,
+}
+
+/// How view pixels are stored. Point chunks are always zstd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Codec {
+    Raw,
+    Zstd,
+    Png,
+}
+
+impl Codec {
+    pub fn id(self) -> u8 {
+        match self {
+            Codec::Raw => 0,
+            Codec::Zstd => 1,
+            Codec::Png => 2,
+        }
+    }
+
+    pub fn from_id(id: u8) -> Option<Codec> {
+        match id {
+            0 => Some(Codec::Raw),
+            1 => Some(Codec::Zstd),
+            2 => Some(Codec::Png),
+            _ => None,
+        }
+    }
+}
+
+/// Record kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordKind {
+    View,
+    Points,
+}
+
+impl RecordKind {
+    pub fn id(self) -> u8 {
+        match self {
+            RecordKind::View => 1,
+            RecordKind::Points => 2,
+        }
+    }
+
+    pub fn from_id(id: u8) -> Option<RecordKind> {
+        match id {
+            1 => Some(RecordKind::View),
+            2 => Some(RecordKind::Points),
+            _ => None,
+        }
+    }
+}
+
+/// A 64-bit xxh3 checksum, written as 16 hex digits in JSON.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Checksum(pub u64);
+
+impl fmt::Debug for Checksum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl fmt::Display for Checksum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl Serialize for Checksum {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{:016x}", self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Checksum {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        u64::from_str_radix(&s, 16)
+            .map(Checksum)
+            .map_err(|_| serde::de::Error::custom(format!("checksum {s:?} is not 16 hex digits")))
+    }
+}
+
+/// Where a record lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordRef {
+    pub shard: u32,
+    /// Offset of the record header (a multiple of [`PAGE`]).
+    pub offset: u64,
+    pub stored_len: u64,
+    pub decoded_len: u64,
+    pub checksum: Checksum,
+}
+
+/// One view in the manifest: everything needed to schedule and render it without touching
+/// the shards.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ViewEntry {
+    pub name: String,
+    /// Pinhole camera of the stored (undistorted, possibly downscaled) pixels.
+    pub camera: Camera,
+    pub split: Split,
+    pub codec: Codec,
+    pub record: RecordRef,
+}
+
+impl ViewEntry {
+    pub fn width(&self) -> u32 {
+        self.camera.width
+    }
+
+    pub fn height(&self) -> u32 {
+        self.camera.height
+    }
+
+    /// Bytes of the decoded RGB8 image.
+    pub fn decoded_len(&self) -> usize {
+        self.record.decoded_len as usize
+    }
+}
+
+/// One chunk of a point cloud.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChunkEntry {
+    pub points: u32,
+    pub record: RecordRef,
+}
+
+/// A point cloud: SfM points ("sfm") or one scan of a point-cloud dataset.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CloudEntry {
+    pub name: String,
+    pub points: u64,
+    pub has_labels: bool,
+    pub has_normals: bool,
+    /// Axis-aligned bounds of the points (min, max); zeros for an empty cloud.
+    pub bounds: [[f32; 3]; 2],
+    pub chunks: Vec<ChunkEntry>,
+}
+
+/// A sealed shard file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardEntry {
+    pub file: String,
+    pub bytes: u64,
+    pub records: u64,
+    pub checksum: Checksum,
+}
+
+/// Scene-level numbers derived at pack time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SceneInfo {
+    /// Mean of the view camera centres.
+    pub camera_centroid: [f64; 3],
+    /// 1.1 × the largest distance of a camera centre from the centroid (the original 3DGS
+    /// "cameras_extent"); used to scale learning rates and densification thresholds.
+    pub extent: f64,
+    /// Whether the dataset had no SfM points at all (training starts from random points).
+    pub no_sfm_points: bool,
+}
+
+/// Where the pack came from (informational; never used to locate data).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourceInfo {
+    pub path: String,
+    pub format: crate::import::Format,
+    /// Frames listed by the dataset whose images were missing and skipped.
+    pub missing_images: Vec<String>,
+    /// The `--max-width` / `--downscale` / `--test-every` settings used.
+    pub max_width: Option<u32>,
+    pub downscale: Option<u32>,
+    pub test_every: Option<u32>,
+}
+
+/// The pack's table of contents, `manifest.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always "ramsplat-pack".
+    pub format: String,
+    pub version: u32,
+    /// Random id shared with every shard header of this pack (detects mixed-up shards).
+    pub pack_id: Checksum,
+    pub created_by: String,
+    pub source: SourceInfo,
+    pub scene: SceneInfo,
+    pub shards: Vec<ShardEntry>,
+    pub views: Vec<ViewEntry>,
+    pub clouds: Vec<CloudEntry>,
+}
+
+impl Manifest {
+    pub const FORMAT: &'static str = "ramsplat-pack";
+
+    /// Indices of views in `split`, in pack order.
+    pub fn split_indices(&self, split: Split) -> Vec<usize> {
+        self.views
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.split == split)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Sum of decoded bytes of every view and point chunk.
+    pub fn decoded_bytes(&self) -> u64 {
+        let views: u64 = self.views.iter().map(|v| v.record.decoded_len).sum();
+        let points: u64 = self
+            .clouds
+            .iter()
+            .flat_map(|c| &c.chunks)
+            .map(|c| c.record.decoded_len)
+            .sum();
+        views + points
+    }
+
+    /// Bytes of all shard files.
+    pub fn bytes_on_disk(&self) -> u64 {
+        self.shards.iter().map(|s| s.bytes).sum()
+    }
+
+    /// Largest decoded view in bytes (sizes the prefetch ring's slots).
+    pub fn max_view_bytes(&self) -> usize {
+        self.views.iter().map(|v| v.decoded_len()).max().unwrap_or(0)
+    }
+
+    /// Largest decoded point chunk in bytes.
+    pub fn max_chunk_bytes(&self) -> usize {
+        self.clouds
+            .iter()
+            .flat_map(|c| &c.chunks)
+            .map(|c| c.record.decoded_len as usize)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Byte offsets of the parts of a decoded point chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PointChunkLayout {
+    pub points: usize,
+    pub rgb_offset: usize,
+    pub labels_offset: Option<usize>,
+    pub normals_offset: Option<usize>,
+    pub total: usize,
+}
+
+impl PointChunkLayout {
+    pub fn new(points: usize, has_labels: bool, has_normals: bool) -> PointChunkLayout {
+        let rgb_offset = points * 12;
+        let mut end = (rgb_offset + points * 3).next_multiple_of(4);
+        let labels_offset = has_labels.then(|| {
+            let o = end;
+            end += points * 4;
+            o
+        });
+        let normals_offset = has_normals.then(|| {
+            let o = end;
+            end += points * 12;
+            o
+        });
+        PointChunkLayout {
+            points,
+            rgb_offset,
+            labels_offset,
+            normals_offset,
+            total: end,
+        }
+    }
+}
+
+/// Read-only typed access to a decoded point chunk.
+#[derive(Clone, Copy, Debug)]
+pub struct PointChunkRef<'a> {
+    pub layout: PointChunkLayout,
+    pub bytes: &'a [u8],
+}
+
+fn f32_at(b: &[u8], o: usize) -> f32 {
+    f32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+impl<'a> PointChunkRef<'a> {
+    /// `bytes` must be at least `layout.total` long.
+    pub fn new(layout: PointChunkLayout, bytes: &'a [u8]) -> Option<PointChunkRef<'a>> {
+        (bytes.len() >= layout.total).then_some(PointChunkRef { layout, bytes })
+    }
+
+    pub fn len(&self) -> usize {
+        self.layout.points
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.layout.points == 0
+    }
+
+    pub fn xyz(&self, i: usize) -> [f32; 3] {
+        let o = i * 12;
+        [f32_at(self.bytes, o), f32_at(self.bytes, o + 4), f32_at(self.bytes, o + 8)]
+    }
+
+    pub fn rgb(&self, i: usize) -> [u8; 3] {
+        let o = self.layout.rgb_offset + i * 3;
+        [self.bytes[o], self.bytes[o + 1], self.bytes[o + 2]]
+    }
+
+    pub fn label(&self, i: usize) -> Option<i32> {
+        self.layout.labels_offset.map(|base| {
+            let o = base + i * 4;
+            i32::from_le_bytes([self.bytes[o], self.bytes[o + 1], self.bytes[o + 2], self.bytes[o + 3]])
+        })
+    }
+
+    pub fn normal(&self, i: usize) -> Option<[f32; 3]> {
+        self.layout.normals_offset.map(|base| {
+            let o = base + i * 12;
+            [f32_at(self.bytes, o), f32_at(self.bytes, o + 4), f32_at(self.bytes, o + 8)]
+        })
+    }
+
+    /// Copies the chunk into owned vectors.
+    pub fn to_chunk(&self) -> crate::import::PointChunk {
+        let n = self.len();
+        crate::import::PointChunk {
+            xyz: (0..n).map(|i| self.xyz(i)).collect(),
+            rgb: (0..n).map(|i| self.rgb(i)).collect(),
+            labels: self.layout.labels_offset.map(|_| (0..n).map(|i| self.label(i).unwrap_or(0)).collect()),
+            normals: self
+                .layout
+                .normals_offset
+                .map(|_| (0..n).map(|i| self.normal(i).unwrap_or([0.0; 3])).collect()),
+        }
+    }
+}
+
+/// Shard and manifest errors. Each names the pack file and, where known, the record.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not a ramsplat pack (no {MANIFEST_FILE}); create one with `gs-pack convert`", path.display())]
+    NotAPack { path: PathBuf },
+    #[error("{}: invalid manifest: {msg}", path.display())]
+    BadManifest { path: PathBuf, msg: String },
+    #[error(
+        "{}: pack format version {found} is newer than this ramsplat supports ({FORMAT_VERSION}); upgrade ramsplat",
+        path.display()
+    )]
+    TooNew { path: PathBuf, found: u32 },
+    #[error(
+        "{}: pack format version {found} is older than this ramsplat reads ({FORMAT_VERSION}); re-pack the dataset with `gs-pack convert --force`",
+        path.display()
+    )]
+    TooOld { path: PathBuf, found: u32 },
+    #[error("{}: {what}: {msg}; the pack is damaged, re-create it with `gs-pack convert --force`", path.display())]
+    Corrupt {
+        path: PathBuf,
+        /// "header", "record 12 at byte 49152 (view 'IMG_3.jpg')", "footer", ...
+        what: String,
+        msg: String,
+    },
+    #[error("{}: record at byte {offset} (view {view:?}): decoding failed: {msg}", path.display())]
+    Decode {
+        path: PathBuf,
+        offset: u64,
+        view: String,
+        msg: String,
+    },
+    #[error("output buffer of {got} bytes cannot hold the {want} decoded bytes of {what}")]
+    BufferSize { what: String, want: usize, got: usize },
+    #[error("{what} index {index} is out of range (pack has {len})")]
+    OutOfRange { what: &'static str, index: usize, len: usize },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn point_layout_offsets() {
+        let l = PointChunkLayout::new(3, true, true);
+        assert_eq!(l.rgb_offset, 36);
+        assert_eq!(l.labels_offset, Some(48)); // 36 + 9 = 45, padded to 48
+        assert_eq!(l.normals_offset, Some(60));
+        assert_eq!(l.total, 96);
+        let plain = PointChunkLayout::new(4, false, false);
+        assert_eq!((plain.labels_offset, plain.normals_offset, plain.total), (None, None, 60));
+    }
+
+    #[test]
+    fn checksum_serialises_as_hex() {
+        let s = serde_json::to_string(&Checksum(0xdead_beef)).unwrap();
+        assert_eq!(s, "\"00000000deadbeef\"");
+        let back: Checksum = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, Checksum(0xdead_beef));
+        assert!(serde_json::from_str::<Checksum>("\"xyz\"").is_err());
+    }
+}
