@@ -1,3 +1,4 @@
 //! Scene types shared by importers, renderers and the trainer.
 
 pub mod camera;
+pub mod gaussians;
