@@ -6,9 +6,9 @@
 //! 1. [`load_rgb8`] decodes JPEG or PNG (format sniffed from the bytes, the extension is only a
 //!    fallback) and converts every colour type to RGB8. Grey is replicated to three channels,
 //!    16-bit samples are rounded to 8 bits, and **alpha is dropped, not composited**: NeRF
-//!    synthetic (Blender) RGBA renders come out with whatever colour the renderer left under
-//!    transparent pixels (black for the Blender scenes). The trainer's background colour is a
-//!    training choice, so it is not baked into the pack here.
+//!    synthetic (Blender) RGBA renders come out with whatever colour the renderer stored under
+//!    transparent pixels. Compositing onto a background colour is a training choice (the
+//!    original 3DGS picks black or white per run), so it is not baked into the pack here.
 //! 2. The decoded size must equal the metadata's camera size; a mismatch is an error (images
 //!    resized after SfM, or the wrong images folder), never a silent rescale.
 //! 3. [`undistort`] resamples to an ideal pinhole with the *same* size and intrinsics.
@@ -251,7 +251,9 @@ pub fn target_size(width: u32, height: u32, resize: Resize) -> (u32, u32) {
 /// `((u − cx)/fx, (v − cy)/fy)` is distorted with [`Distortion::distort`], mapped back to source
 /// pixel coordinates and sampled bilinearly (source pixel centres at `+0.5`; within the image's
 /// outer half-pixel the edge pixel is replicated). Rays that land outside the source image
-/// `[0, W] × [0, H]` are black.
+/// `[0, W] × [0, H]` are black, and so are rays beyond the lens model's fold-over radius (see
+/// [`valid_radius`]), where a polynomial model maps several rays onto one photo pixel and the
+/// content would be a mirrored copy.
 pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortion) -> RgbImage {
     let mut out = RgbImage::new(src.width, src.height);
     if distortion.is_none() {
@@ -260,6 +262,13 @@ pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortio
     }
     let Intrinsics { fx, fy, cx, cy } = *intrinsics;
     let (w, h) = (src.width as f64, src.height as f64);
+    // Largest normalised radius any output pixel centre has (a corner of the image).
+    let r_corner = [(0.0, 0.0), (w, 0.0), (0.0, h), (w, h)]
+        .iter()
+        .map(|&(u, v)| ((u - cx) / fx).hypot((v - cy) / fy))
+        .fold(0.0, f64::max);
+    let r_valid = valid_radius(distortion, r_corner);
+    let r2_valid = r_valid * r_valid;
     let stride = out.stride();
     out.pixels
         .par_chunks_mut(stride)
@@ -268,6 +277,9 @@ pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortio
             let y = (j as f64 + 0.5 - cy) / fy;
             for (i, px) in row.chunks_exact_mut(3).enumerate() {
                 let x = (i as f64 + 0.5 - cx) / fx;
+                if x * x + y * y > r2_valid {
+                    continue; // beyond the fold-over radius: black
+                }
                 let (xd, yd) = distortion.distort(x, y);
                 let u = fx * xd + cx;
                 let v = fy * yd + cy;
@@ -279,6 +291,33 @@ pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortio
             }
         });
     out
+}
+
+/// The radius (in normalised image coordinates, searched up to `r_max`) up to which the lens's
+/// radial mapping `r ↦ r·radial(r²)` keeps increasing. Past its first maximum a polynomial
+/// model folds back (strong barrel `k1 < 0`: at `r = 1/√(−3·k1)` for k1 alone), so rays beyond
+/// it have no meaningful source pixel. Sampled in 4096 steps: each step is at most
+/// `r_max/4096` (a quarter of a pixel for an image with `r_max·f` ≈ 1000 px), finer than the
+/// pixel grid that uses it. Returns `f64::INFINITY` when the mapping is monotonic up to `r_max`.
+pub fn valid_radius(distortion: &Distortion, r_max: f64) -> f64 {
+    // The radial part alone: tangential terms are tiny next to it and not radially symmetric.
+    let radial_only = Distortion {
+        k: distortion.k,
+        p: [0.0, 0.0],
+    };
+    const STEPS: u32 = 4096;
+    let step = r_max / STEPS as f64;
+    let mut prev = 0.0;
+    for n in 1..=STEPS {
+        let r = n as f64 * step;
+        let rd = radial_only.distort(r, 0.0).0;
+        // `!(rd > prev)` also stops at a NaN (the rational model's denominator reaching 0).
+        if !(rd > prev) {
+            return (n - 1) as f64 * step;
+        }
+        prev = rd;
+    }
+    f64::INFINITY
 }
 
 /// Bilinear sample at continuous pixel coordinates `(u, v)` (centres at +0.5), clamping the
@@ -714,6 +753,40 @@ mod tests {
         assert_eq!(out.get(0, 0), [0, 0, 0]);
         assert_eq!(out.get(30, 16), [0, 0, 0]);
         assert_eq!(out.get(15, 8), [255, 255, 255]);
+    }
+
+    #[test]
+    fn fold_over_beyond_the_valid_radius_is_black() {
+        // k1 = −0.6 alone: r·(1 − 0.6 r²) peaks at r = 1/√1.8 ≈ 0.7454.
+        let d = Distortion {
+            k: [-0.6, 0.0, 0.0, 0.0, 0.0, 0.0],
+            p: [0.0, 0.0],
+        };
+        let r = valid_radius(&d, 1.2);
+        assert!((r - 1.8f64.sqrt().recip()).abs() < 1.2 / 4096.0, "{r}");
+        assert_eq!(valid_radius(&Distortion::NONE, 1.2), f64::INFINITY);
+        // The fox lens is monotonic over its whole image (corner radius ≈ 0.81).
+        let fox_lens = Distortion {
+            k: [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0],
+            p: [-0.000980296, 0.00015575],
+        };
+        assert_eq!(valid_radius(&fox_lens, 0.81), f64::INFINITY);
+        // 100x100, f = 50: corners at r ≈ 1.41. Without the limit the corner rays would land
+        // back inside the photo (r_d(1.41) ≈ −0.27) and pick up mirrored content.
+        let white = pattern(100, 100, |_, _| [255, 255, 255]);
+        let k = Intrinsics {
+            fx: 50.0,
+            fy: 50.0,
+            cx: 50.0,
+            cy: 50.0,
+        };
+        let out = undistort(&white, &k, &d);
+        assert_eq!(out.get(0, 0), [0, 0, 0]);
+        assert_eq!(out.get(99, 99), [0, 0, 0]);
+        // r = 0.7 (35 px from the centre) is inside the valid radius.
+        assert_eq!(out.get(84, 49), [255, 255, 255]);
+        // r = 0.8 (40 px) is beyond it.
+        assert_eq!(out.get(89, 49), [0, 0, 0]);
     }
 
     #[test]
