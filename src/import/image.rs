@@ -311,8 +311,8 @@ pub fn valid_radius(distortion: &Distortion, r_max: f64) -> f64 {
     for n in 1..=STEPS {
         let r = n as f64 * step;
         let rd = radial_only.distort(r, 0.0).0;
-        // `!(rd > prev)` also stops at a NaN (the rational model's denominator reaching 0).
-        if !(rd > prev) {
+        // Stops at a NaN too (the rational model's denominator reaching 0): not `Greater`.
+        if rd.partial_cmp(&prev) != Some(std::cmp::Ordering::Greater) {
             return (n - 1) as f64 * step;
         }
         prev = rd;
