@@ -535,3 +535,161 @@ fn decode(ty: ScalarType, b: &[u8], big: bool) -> f64 {
         ScalarType::F64 => dec!(f64, 8),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(bytes: &[u8]) -> PlyReader<&[u8]> {
+        PlyReader::from_reader(bytes, "t.ply").unwrap()
+    }
+
+    fn rows<R: BufRead>(r: &mut PlyReader<R>) -> Result<Vec<Vec<f64>>, ImportError> {
+        let mut out = Vec::new();
+        let mut row = vec![0.0; r.element().map_or(0, |e| e.scalar_count())];
+        while r.read_row(&mut row)? {
+            out.push(row.clone());
+        }
+        Ok(out)
+    }
+
+    const ALL_TYPES: &str = "property char a\nproperty uchar b\nproperty short c\nproperty ushort d\nproperty int e\nproperty uint f\nproperty float g\nproperty double h\n";
+
+    /// Extreme values of every type; the float is a subnormal and the double has all 53 bits.
+    fn extremes() -> Vec<f64> {
+        vec![
+            -128.0,
+            255.0,
+            -32768.0,
+            65535.0,
+            i32::MIN as f64,
+            u32::MAX as f64,
+            f32::from_bits(1) as f64,
+            0.1f64 + 0.2,
+        ]
+    }
+
+    fn binary_row(big: bool) -> Vec<u8> {
+        let v = extremes();
+        let mut out = Vec::new();
+        macro_rules! p {
+            ($t:ty, $x:expr) => {
+                out.extend_from_slice(&if big { ($x as $t).to_be_bytes() } else { ($x as $t).to_le_bytes() })
+            };
+        }
+        p!(i8, v[0]);
+        p!(u8, v[1]);
+        p!(i16, v[2]);
+        p!(u16, v[3]);
+        p!(i32, v[4]);
+        p!(u32, v[5]);
+        p!(f32, v[6]);
+        p!(f64, v[7]);
+        out
+    }
+
+    #[test]
+    fn every_type_decodes_exactly_in_every_format() {
+        for (fmt, big) in [("binary_little_endian", false), ("binary_big_endian", true)] {
+            let mut f = format!("ply\nformat {fmt} 1.0\nelement vertex 2\n{ALL_TYPES}end_header\n").into_bytes();
+            f.extend(binary_row(big));
+            f.extend(binary_row(big));
+            let got = rows(&mut reader(&f)).unwrap();
+            assert_eq!(got, vec![extremes(), extremes()], "{fmt}");
+            assert_eq!((got[0][6] as f32).to_bits(), 1);
+        }
+        let v = extremes();
+        let line = format!("{} {} {} {} {} {} {:e} {}", v[0], v[1], v[2], v[3], v[4], v[5], v[6] as f32, v[7]);
+        let f = format!("ply\r\nformat ascii 1.0\r\nelement vertex 2\r\n{}end_header\r\n{line}\r\n\r\n  {line}  \r\n", ALL_TYPES.replace('\n', "\r\n"));
+        let got = rows(&mut reader(f.as_bytes())).unwrap();
+        assert_eq!(got, vec![extremes(), extremes()]);
+    }
+
+    #[test]
+    fn ascii_range_and_type_errors() {
+        for (ty, tok, want) in [("uchar", "256", "out of range"), ("char", "-129", "out of range"), ("int", "1.5", "not an integer"), ("float", "1,5", "not a number")] {
+            let f = format!("ply\nformat ascii 1.0\nelement vertex 1\nproperty {ty} v\nend_header\n{tok}\n");
+            let e = rows(&mut reader(f.as_bytes())).unwrap_err();
+            assert!(matches!(e, ImportError::Parse { at: Location::Line(6), .. }), "{e}");
+            assert!(e.to_string().contains(want) && e.to_string().contains("`v`"), "{e}");
+        }
+    }
+
+    #[test]
+    fn skips_elements_before_and_selects_after() {
+        // `pad` (no properties, absurd count) and `tri` (lists) come before `vertex`, `face` after.
+        for fmt in ["ascii", "binary_little_endian"] {
+            let ascii = fmt == "ascii";
+            let pad = if ascii { 0 } else { 1_000_000_000_000_000u64 };
+            let mut f = format!(
+                "ply\nformat {fmt} 1.0\nelement pad {pad}\nelement tri 2\nproperty list uchar int idx\nproperty uchar flag\n\
+element vertex 2\nproperty float x\nproperty list int uchar l\nproperty float y\nelement face 1\nproperty short k\nend_header\n"
+            )
+            .into_bytes();
+            if ascii {
+                f.extend(b"3 1 2 3 9\n0 8\n1.5 2 7 7 -2\n2.5 0 -3\n12\n");
+            } else {
+                f.extend([3, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 9, 0, 8]);
+                f.extend(1.5f32.to_le_bytes());
+                f.extend(2i32.to_le_bytes());
+                f.extend([7, 7]);
+                f.extend((-2f32).to_le_bytes());
+                f.extend(2.5f32.to_le_bytes());
+                f.extend(0i32.to_le_bytes());
+                f.extend((-3f32).to_le_bytes());
+                f.extend(12i16.to_le_bytes());
+            }
+            let mut r = reader(&f);
+            assert_eq!(r.element().unwrap().name, "vertex");
+            assert_eq!(rows(&mut r).unwrap(), vec![vec![1.5, -2.0], vec![2.5, -3.0]], "{fmt}");
+            assert_eq!(r.rows_read(), 2);
+            assert!(r.select("tri").is_err(), "forward-only");
+            assert_eq!(r.select("face").unwrap().count, 1);
+            assert_eq!(rows(&mut r).unwrap(), vec![vec![12.0]], "{fmt}");
+            assert!(r.warnings().is_empty(), "{:?}", r.warnings());
+
+            let mut r = reader(&f);
+            r.select("tri").unwrap();
+            assert_eq!(rows(&mut r).unwrap(), vec![vec![9.0], vec![8.0]], "{fmt}");
+            assert!(r.select("nope").unwrap_err().to_string().contains("no element `nope`"));
+        }
+    }
+
+    #[test]
+    fn misuse_and_poisoning() {
+        let f = b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nend_header\nq\n1\n";
+        let mut r = reader(f);
+        assert!(r.read_row(&mut [0.0; 2]).unwrap_err().to_string().contains("row buffer"));
+        let mut r = reader(f);
+        assert!(r.read_row(&mut [0.0]).is_err());
+        assert!(r.read_row(&mut [0.0]).unwrap_err().to_string().contains("earlier error"));
+        // No elements at all: nothing to read, no error.
+        let mut r = reader(b"ply\nformat ascii 1.0\nend_header\n");
+        assert!(r.element().is_none() && !r.read_row(&mut []).unwrap());
+    }
+
+    #[test]
+    fn negative_binary_list_length_is_an_error() {
+        let mut f = b"ply\nformat binary_little_endian 1.0\nelement vertex 1\nproperty list char int l\nend_header\n".to_vec();
+        f.push(0xff);
+        let e = rows(&mut reader(&f)).unwrap_err();
+        assert!(e.to_string().contains("negative length"), "{e}");
+    }
+
+    #[test]
+    fn trailing_data_is_a_warning() {
+        let mut f = b"ply\nformat binary_big_endian 1.0\nelement vertex 1\nproperty uchar v\nend_header\n".to_vec();
+        f.extend([5, 6]);
+        let mut r = reader(&f);
+        assert_eq!(rows(&mut r).unwrap(), vec![vec![5.0]]);
+        assert!(r.warnings()[0].contains("byte 79"), "{:?}", r.warnings());
+        let f = b"ply\nformat ascii 1.0\nelement vertex 1\nproperty uchar v\nend_header\n5\n\n  \n6\n";
+        let mut r = reader(f);
+        assert_eq!(rows(&mut r).unwrap(), vec![vec![5.0]]);
+        assert!(r.warnings()[0].contains("line 9"), "{:?}", r.warnings());
+        let f = b"ply\nformat ascii 1.0\nelement vertex 1\nproperty uchar v\nend_header\n5\n\n";
+        let mut r = reader(f);
+        rows(&mut r).unwrap();
+        assert!(r.warnings().is_empty());
+    }
+}
