@@ -125,7 +125,10 @@ impl ScalarType {
 pub enum PropertyKind {
     Scalar(ScalarType),
     /// `property list COUNT ITEM NAME`: a per-row count followed by that many items.
-    List { count: ScalarType, item: ScalarType },
+    List {
+        count: ScalarType,
+        item: ScalarType,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,7 +207,10 @@ pub struct PlyHeader {
 impl PlyHeader {
     /// Index and description of the element `name`.
     pub fn element(&self, name: &str) -> Option<(usize, &PlyElement)> {
-        self.elements.iter().enumerate().find(|(_, e)| e.name == name)
+        self.elements
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e.name == name)
     }
 
     /// Exact size in bytes of a binary file that holds exactly the declared data, when every
@@ -225,9 +231,9 @@ impl PlyHeader {
 }
 
 /// Result of reading one bounded line.
-pub(crate) enum Line {
+pub(crate) enum LineRead {
     /// A line; the buffer holds it without its `\n` / `\r\n`.
-    Line,
+    Complete,
     /// End of input; the buffer holds the unterminated remainder (possibly empty).
     Eof,
     /// The line exceeded the limit; nothing more of it is held.
@@ -240,7 +246,7 @@ pub(crate) fn read_line_bounded<R: BufRead>(
     src: &mut R,
     buf: &mut Vec<u8>,
     limit: usize,
-) -> std::io::Result<(Line, u64)> {
+) -> std::io::Result<(LineRead, u64)> {
     buf.clear();
     let mut consumed = 0u64;
     loop {
@@ -251,7 +257,7 @@ pub(crate) fn read_line_bounded<R: BufRead>(
         };
         if avail.is_empty() {
             strip_cr(buf);
-            return Ok((Line::Eof, consumed));
+            return Ok((LineRead::Eof, consumed));
         }
         let (take, done) = match avail.iter().position(|&b| b == b'\n') {
             Some(i) => (i + 1, true),
@@ -259,14 +265,14 @@ pub(crate) fn read_line_bounded<R: BufRead>(
         };
         let content = if done { take - 1 } else { take };
         if buf.len() + content > limit {
-            return Ok((Line::TooLong, consumed));
+            return Ok((LineRead::TooLong, consumed));
         }
         buf.extend_from_slice(&avail[..content]);
         src.consume(take);
         consumed += take as u64;
         if done {
             strip_cr(buf);
-            return Ok((Line::Line, consumed));
+            return Ok((LineRead::Complete, consumed));
         }
     }
 }
@@ -291,7 +297,8 @@ pub fn parse_header<R: BufRead>(src: &mut R, path: &Path) -> Result<PlyHeader, I
 
     loop {
         line_no += 1;
-        let (kind, n) = read_line_bounded(src, &mut buf, MAX_HEADER_LINE).map_err(|e| ImportError::io(path, e))?;
+        let (kind, n) = read_line_bounded(src, &mut buf, MAX_HEADER_LINE)
+            .map_err(|e| ImportError::io(path, e))?;
         len_bytes += n;
         if len_bytes > MAX_HEADER_BYTES {
             return Err(err(
@@ -300,16 +307,20 @@ pub fn parse_header<R: BufRead>(src: &mut R, path: &Path) -> Result<PlyHeader, I
             ));
         }
         match kind {
-            Line::TooLong => {
+            LineRead::TooLong => {
                 return Err(err(
                     line_no,
                     format!(
                         "header line longer than {MAX_HEADER_LINE} bytes{}",
-                        if line_no == 1 { "; this is not a PLY file" } else { "; is end_header missing?" }
+                        if line_no == 1 {
+                            "; this is not a PLY file"
+                        } else {
+                            "; is end_header missing?"
+                        }
                     ),
                 ))
             }
-            Line::Eof if buf.is_empty() => {
+            LineRead::Eof if buf.is_empty() => {
                 return Err(err(
                     line_no,
                     if line_no == 1 {
@@ -319,22 +330,28 @@ pub fn parse_header<R: BufRead>(src: &mut R, path: &Path) -> Result<PlyHeader, I
                     },
                 ))
             }
-            Line::Eof => {
+            LineRead::Eof => {
                 // The last header line has no newline; `end_header` must be followed by one.
                 if trimmed(&buf) == b"end_header" {
-                    return Err(err(line_no, "end_header is not followed by a newline; the file is truncated".into()));
+                    return Err(err(
+                        line_no,
+                        "end_header is not followed by a newline; the file is truncated".into(),
+                    ));
                 }
             }
-            Line::Line => {}
+            LineRead::Complete => {}
         }
         let text = String::from_utf8_lossy(&buf);
         if line_no == 1 {
             if text.trim_end() != "ply" {
-                return Err(err(1, "first line is not `ply`; this is not a PLY file".into()));
+                return Err(err(
+                    1,
+                    "first line is not `ply`; this is not a PLY file".into(),
+                ));
             }
             continue;
         }
-        if matches!(kind, Line::Eof) {
+        if matches!(kind, LineRead::Eof) {
             return Err(err(
                 line_no,
                 "file ends inside the PLY header: no end_header line; the file is truncated or not a PLY".into(),
@@ -359,7 +376,10 @@ pub fn parse_header<R: BufRead>(src: &mut R, path: &Path) -> Result<PlyHeader, I
                     return Err(err(line_no, "second `format` line".into()));
                 }
                 let [name, version] = rest[..] else {
-                    return Err(err(line_no, "expected `format ascii|binary_little_endian|binary_big_endian 1.0`".into()));
+                    return Err(err(
+                        line_no,
+                        "expected `format ascii|binary_little_endian|binary_big_endian 1.0`".into(),
+                    ));
                 };
                 let f = match name {
                     "ascii" => PlyFormat::Ascii,
@@ -373,7 +393,10 @@ pub fn parse_header<R: BufRead>(src: &mut R, path: &Path) -> Result<PlyHeader, I
                     }
                 };
                 if version != "1.0" && version != "1" {
-                    return Err(err(line_no, format!("unsupported PLY version `{version}`; only 1.0 exists")));
+                    return Err(err(
+                        line_no,
+                        format!("unsupported PLY version `{version}`; only 1.0 exists"),
+                    ));
                 }
                 format = Some(f);
             }
@@ -381,9 +404,12 @@ pub fn parse_header<R: BufRead>(src: &mut R, path: &Path) -> Result<PlyHeader, I
                 let [name, count] = rest[..] else {
                     return Err(err(line_no, "expected `element NAME COUNT`".into()));
                 };
-                let count: u64 = count
-                    .parse()
-                    .map_err(|_| err(line_no, format!("element `{name}` count `{count}` is not a non-negative integer")))?;
+                let count: u64 = count.parse().map_err(|_| {
+                    err(
+                        line_no,
+                        format!("element `{name}` count `{count}` is not a non-negative integer"),
+                    )
+                })?;
                 if elements.iter().any(|e| e.name == name) {
                     return Err(err(line_no, format!("element `{name}` is declared twice")));
                 }
@@ -409,18 +435,38 @@ pub fn parse_header<R: BufRead>(src: &mut R, path: &Path) -> Result<PlyHeader, I
                     ["list", count, item, name] => {
                         let count = ty(count)?;
                         if count.is_float() {
-                            return Err(err(line_no, format!("list `{name}` has a {} count; list counts must be integers", count.name())));
+                            return Err(err(
+                                line_no,
+                                format!(
+                                    "list `{name}` has a {} count; list counts must be integers",
+                                    count.name()
+                                ),
+                            ));
                         }
-                        (PropertyKind::List { count, item: ty(item)? }, name)
+                        (
+                            PropertyKind::List {
+                                count,
+                                item: ty(item)?,
+                            },
+                            name,
+                        )
                     }
-                    ["list", ..] => return Err(err(line_no, "expected `property list COUNT_TYPE ITEM_TYPE NAME`".into())),
+                    ["list", ..] => {
+                        return Err(err(
+                            line_no,
+                            "expected `property list COUNT_TYPE ITEM_TYPE NAME`".into(),
+                        ))
+                    }
                     [t, name] => (PropertyKind::Scalar(ty(t)?), name),
                     _ => return Err(err(line_no, "expected `property TYPE NAME`".into())),
                 };
                 if element.properties.iter().any(|p| p.name == name) {
                     return Err(err(
                         line_no,
-                        format!("property `{name}` appears twice in element `{}`", element.name),
+                        format!(
+                            "property `{name}` appears twice in element `{}`",
+                            element.name
+                        ),
                     ));
                 }
                 element.properties.push(PlyProperty {
@@ -456,8 +502,14 @@ pub fn parse_header<R: BufRead>(src: &mut R, path: &Path) -> Result<PlyHeader, I
 }
 
 fn trimmed(b: &[u8]) -> &[u8] {
-    let s = b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
-    let e = b.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(s, |i| i + 1);
+    let s = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let e = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(s, |i| i + 1);
     &b[s..e]
 }
 
@@ -522,8 +574,13 @@ property list uint8 int vertex_indices\r\nelement face 0\r\nend_header\r\nDATA";
     fn expected_len_for_fixed_rows() {
         let text = b"ply\nformat binary_little_endian 1.0\nelement vertex 1000000000000000\nproperty float x\nproperty uchar r\nend_header\n";
         let (h, _) = parse(text).unwrap();
-        assert_eq!(h.expected_binary_len(), Some(text.len() as u128 + 5 * 1_000_000_000_000_000));
-        let (h, _) = parse(b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nend_header\n").unwrap();
+        assert_eq!(
+            h.expected_binary_len(),
+            Some(text.len() as u128 + 5 * 1_000_000_000_000_000)
+        );
+        let (h, _) =
+            parse(b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nend_header\n")
+                .unwrap();
         assert_eq!(h.expected_binary_len(), None);
     }
 
@@ -549,7 +606,10 @@ property list uint8 int vertex_indices\r\nelement face 0\r\nend_header\r\nDATA";
         for (text, want_line, want_msg) in cases {
             let (line, msg) = line_of(parse(text).unwrap_err());
             assert_eq!(line, *want_line, "{msg}");
-            assert!(msg.contains(want_msg), "{msg:?} should contain {want_msg:?}");
+            assert!(
+                msg.contains(want_msg),
+                "{msg:?} should contain {want_msg:?}"
+            );
             assert!(msg.starts_with("t.ply: line "), "{msg}");
         }
     }

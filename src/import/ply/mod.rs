@@ -39,7 +39,9 @@ pub mod reader;
 
 use std::path::{Path, PathBuf};
 
-pub use header::{parse_header, PlyElement, PlyFormat, PlyHeader, PlyProperty, PropertyKind, ScalarType};
+pub use header::{
+    parse_header, PlyElement, PlyFormat, PlyHeader, PlyProperty, PropertyKind, ScalarType,
+};
 pub use reader::PlyReader;
 
 use super::{Format, ImportError, ImportOptions, ImportedScene, Location, PointChunk, PointSource};
@@ -82,7 +84,11 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         let mut files = Vec::new();
         for entry in std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))? {
             let p = entry.map_err(|e| ImportError::io(path, e))?.path();
-            if p.is_file() && p.extension().and_then(|x| x.to_str()).is_some_and(|x| x.eq_ignore_ascii_case("ply")) {
+            if p.is_file()
+                && p.extension()
+                    .and_then(|x| x.to_str())
+                    .is_some_and(|x| x.eq_ignore_ascii_case("ply"))
+            {
                 files.push(p);
             }
         }
@@ -99,11 +105,17 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     let mut names: Vec<String> = Vec::with_capacity(files.len());
     let mut warnings = Vec::new();
     for file in &files {
-        let name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if let Some(i) = names.iter().position(|n| *n == name) {
             return Err(ImportError::invalid(
                 file,
-                format!("cloud name `{name}` (the file stem) is also used by {}; rename one of them", files[i].display()),
+                format!(
+                    "cloud name `{name}` (the file stem) is also used by {}; rename one of them",
+                    files[i].display()
+                ),
             ));
         }
         let cloud = PlyCloud::open(file, name.clone(), options, &mut warnings)?;
@@ -141,7 +153,11 @@ struct Columns {
 }
 
 /// Finds the columns of `vertex`; warnings go to `warnings`.
-fn columns(path: &Path, v: &PlyElement, warnings: &mut Vec<String>) -> Result<Columns, ImportError> {
+fn columns(
+    path: &Path,
+    v: &PlyElement,
+    warnings: &mut Vec<String>,
+) -> Result<Columns, ImportError> {
     let describe = |name: &str| match v.property(name).map(|p| p.kind) {
         Some(PropertyKind::List { .. }) => format!("`{name}` is a list"),
         _ => format!("`{name}` is missing"),
@@ -172,7 +188,10 @@ fn columns(path: &Path, v: &PlyElement, warnings: &mut Vec<String>) -> Result<Co
         if let Some(k) = found.iter().position(Option::is_none) {
             return Err(ImportError::invalid(
                 path,
-                format!("vertex has colour properties {names:?} but {}; give all three or none", describe(names[k])),
+                format!(
+                    "vertex has colour properties {names:?} but {}; give all three or none",
+                    describe(names[k])
+                ),
             ));
         }
         let cols: Vec<(usize, ScalarType)> = found.into_iter().flatten().collect();
@@ -181,7 +200,10 @@ fn columns(path: &Path, v: &PlyElement, warnings: &mut Vec<String>) -> Result<Co
         } else if cols.iter().all(|c| !c.1.is_float()) {
             ColourScale::Byte
         } else {
-            return Err(ImportError::invalid(path, format!("colour properties {names:?} mix integer and float types")));
+            return Err(ImportError::invalid(
+                path,
+                format!("colour properties {names:?} mix integer and float types"),
+            ));
         };
         colour = Some(([cols[0].0, cols[1].0, cols[2].0], *names, scale));
         break;
@@ -194,8 +216,14 @@ fn columns(path: &Path, v: &PlyElement, warnings: &mut Vec<String>) -> Result<Co
         ));
     }
 
-    let present: Vec<&'static str> = LABEL_NAMES.iter().copied().filter(|n| v.scalar_index(n).is_some()).collect();
-    let label = present.first().map(|&n| (v.scalar_index(n).map_or(0, |(i, _)| i), n));
+    let present: Vec<&'static str> = LABEL_NAMES
+        .iter()
+        .copied()
+        .filter(|n| v.scalar_index(n).is_some())
+        .collect();
+    let label = present
+        .first()
+        .map(|&n| (v.scalar_index(n).map_or(0, |(i, _)| i), n));
     if present.len() > 1 {
         warnings.push(format!(
             "{}: several label properties {present:?}; using `{}` and ignoring the others",
@@ -204,14 +232,24 @@ fn columns(path: &Path, v: &PlyElement, warnings: &mut Vec<String>) -> Result<Co
         ));
     }
 
-    let normal_idx: Vec<_> = ["nx", "ny", "nz"].iter().map(|n| v.scalar_index(n)).collect();
+    let normal_idx: Vec<_> = ["nx", "ny", "nz"]
+        .iter()
+        .map(|n| v.scalar_index(n))
+        .collect();
     let normals = if normal_idx.iter().all(Option::is_some) {
         let n: Vec<usize> = normal_idx.into_iter().flatten().map(|c| c.0).collect();
         Some([n[0], n[1], n[2]])
-    } else if let Some(k) = normal_idx.iter().position(Option::is_none).filter(|_| normal_idx.iter().any(Option::is_some)) {
+    } else if let Some(k) = normal_idx
+        .iter()
+        .position(Option::is_none)
+        .filter(|_| normal_idx.iter().any(Option::is_some))
+    {
         return Err(ImportError::invalid(
             path,
-            format!("vertex has some of the normal properties nx ny nz but {}; give all three or none", describe(["nx", "ny", "nz"][k])),
+            format!(
+                "vertex has some of the normal properties nx ny nz but {}; give all three or none",
+                describe(["nx", "ny", "nz"][k])
+            ),
         ));
     } else {
         None
@@ -240,18 +278,28 @@ struct PlyCloud {
 }
 
 impl PlyCloud {
-    fn open(path: &Path, name: String, options: &ImportOptions, warnings: &mut Vec<String>) -> Result<PlyCloud, ImportError> {
+    fn open(
+        path: &Path,
+        name: String,
+        options: &ImportOptions,
+        warnings: &mut Vec<String>,
+    ) -> Result<PlyCloud, ImportError> {
         let reader = PlyReader::open(path)?;
         let header = reader.header().clone();
         drop(reader);
         let Some((_, vertex)) = header.element("vertex") else {
             let names: Vec<&str> = header.elements.iter().map(|e| e.name.as_str()).collect();
-            return Err(ImportError::invalid(path, format!("no `vertex` element (elements: {names:?}); this PLY holds no point cloud")));
+            return Err(ImportError::invalid(
+                path,
+                format!("no `vertex` element (elements: {names:?}); this PLY holds no point cloud"),
+            ));
         };
         let columns = columns(path, vertex, warnings)?;
         let count = vertex.count;
         if let Some(expected) = header.expected_binary_len() {
-            let actual = std::fs::metadata(path).map_err(|e| ImportError::io(path, e))?.len() as u128;
+            let actual = std::fs::metadata(path)
+                .map_err(|e| ImportError::io(path, e))?
+                .len() as u128;
             check_binary_len(path, &header, expected, actual, options, warnings)?;
         }
         Ok(PlyCloud {
@@ -267,19 +315,33 @@ impl PlyCloud {
     }
 
     fn record_err(&self, record: u64, msg: String) -> ImportError {
-        ImportError::parse(&self.path, Location::Record(record), format!("vertex {record}: {msg}"))
+        ImportError::parse(
+            &self.path,
+            Location::Record(record),
+            format!("vertex {record}: {msg}"),
+        )
     }
 }
 
 /// Compares a fixed-row binary file's size with what its header declares.
-fn check_binary_len(path: &Path, header: &PlyHeader, expected: u128, actual: u128, options: &ImportOptions, warnings: &mut Vec<String>) -> Result<(), ImportError> {
+fn check_binary_len(
+    path: &Path,
+    header: &PlyHeader,
+    expected: u128,
+    actual: u128,
+    options: &ImportOptions,
+    warnings: &mut Vec<String>,
+) -> Result<(), ImportError> {
     if actual > expected {
         let msg = format!(
             "{} bytes follow the last declared element and would be ignored; the header may understate a count",
             actual - expected
         );
         if options.strict {
-            return Err(ImportError::invalid(path, format!("{msg} (refused under --strict)")));
+            return Err(ImportError::invalid(
+                path,
+                format!("{msg} (refused under --strict)"),
+            ));
         }
         warnings.push(format!("{}: {msg}", path.display()));
         return Ok(());
@@ -330,7 +392,10 @@ impl PointSource for PlyCloud {
             return Ok(None);
         }
         if max_points == 0 {
-            return Err(ImportError::invalid(&self.path, "next_chunk called with max_points = 0"));
+            return Err(ImportError::invalid(
+                &self.path,
+                "next_chunk called with max_points = 0",
+            ));
         }
         if self.reader.is_none() {
             let mut r = PlyReader::open(&self.path)?;
@@ -349,7 +414,9 @@ impl PointSource for PlyCloud {
             normals: c.normals.map(|_| Vec::with_capacity(cap)),
         };
         while chunk.len() < max_points {
-            let Some(reader) = self.reader.as_mut() else { break };
+            let Some(reader) = self.reader.as_mut() else {
+                break;
+            };
             let record = reader.rows_read();
             if !reader.read_row(&mut self.row)? {
                 self.done = true;
@@ -367,13 +434,18 @@ impl PointSource for PlyCloud {
             chunk.xyz.push(xyz);
             let rgb = match c.colour {
                 None => DEFAULT_GREY,
-                Some((idx, _, ColourScale::Unit)) => idx.map(|i| (row[i] * 255.0).round().clamp(0.0, 255.0) as u8),
+                Some((idx, _, ColourScale::Unit)) => {
+                    idx.map(|i| (row[i] * 255.0).round().clamp(0.0, 255.0) as u8)
+                }
                 Some((idx, names, ColourScale::Byte)) => {
                     let mut rgb = [0u8; 3];
                     for k in 0..3 {
                         let v = row[idx[k]];
                         if !(0.0..=255.0).contains(&v) {
-                            return Err(self.record_err(record, format!("colour `{}` = {v} is outside 0..255", names[k])));
+                            return Err(self.record_err(
+                                record,
+                                format!("colour `{}` = {v} is outside 0..255", names[k]),
+                            ));
                         }
                         rgb[k] = v as u8;
                     }
@@ -455,7 +527,11 @@ mod tests {
                     rng.next_f32() - 0.5,
                     (rng.uniform(-1e6, 1e6)) as f32,
                 ],
-                rgb: [rng.below(256) as u8, rng.below(256) as u8, (i * 37 % 256) as u8],
+                rgb: [
+                    rng.below(256) as u8,
+                    rng.below(256) as u8,
+                    (i * 37 % 256) as u8,
+                ],
                 label: rng.below(200) as i32 - 50,
                 n: [rng.next_f32(), -rng.next_f32(), 0.25],
             })
@@ -468,7 +544,11 @@ mod tests {
         macro_rules! b {
             ($t:ty) => {{
                 let x = v as $t;
-                out.extend_from_slice(&if big { x.to_be_bytes() } else { x.to_le_bytes() })
+                out.extend_from_slice(&if big {
+                    x.to_be_bytes()
+                } else {
+                    x.to_le_bytes()
+                })
             }};
         }
         match fmt {
@@ -500,8 +580,15 @@ mod tests {
     fn write_ply(points: &[Pt], o: Opts, declared: Option<u64>) -> Vec<u8> {
         use ScalarType::*;
         let xt = if o.xyz_double { F64 } else { F32 };
-        let mut h = format!("ply\nformat {} 1.0\ncomment generated by a test\nelement vertex {}\n", o.format.keyword(), declared.unwrap_or(points.len() as u64));
-        h += &format!("property {0} x\nproperty {0} y\nproperty {0} z\n", xt.name());
+        let mut h = format!(
+            "ply\nformat {} 1.0\ncomment generated by a test\nelement vertex {}\n",
+            o.format.keyword(),
+            declared.unwrap_or(points.len() as u64)
+        );
+        h += &format!(
+            "property {0} x\nproperty {0} y\nproperty {0} z\n",
+            xt.name()
+        );
         if o.extra {
             h += "property ushort intensity\nproperty list uchar float weights\n";
         }
@@ -537,8 +624,14 @@ mod tests {
             }
             match o.colour {
                 Colour::None => {}
-                Colour::Uchar => p.rgb.iter().for_each(|&c| put(&mut out, f, U8, c as f64, s)),
-                Colour::Float => p.rgb.iter().for_each(|&c| put(&mut out, f, F32, (c as f32 / 255.0) as f64, s)),
+                Colour::Uchar => p
+                    .rgb
+                    .iter()
+                    .for_each(|&c| put(&mut out, f, U8, c as f64, s)),
+                Colour::Float => p
+                    .rgb
+                    .iter()
+                    .for_each(|&c| put(&mut out, f, F32, (c as f32 / 255.0) as f64, s)),
             }
             if o.normals {
                 p.n.iter().for_each(|&c| put(&mut out, f, F32, c as f64, s));
@@ -554,7 +647,8 @@ mod tests {
             for face in [[0, 1, 2], [2, 3, 0]] {
                 let s = &mut false;
                 put(&mut out, f, U8, 3.0, s);
-                face.iter().for_each(|&v| put(&mut out, f, I32, v as f64, s));
+                face.iter()
+                    .for_each(|&v| put(&mut out, f, I32, v as f64, s));
                 if f == PlyFormat::Ascii {
                     out.push(b'\n');
                 }
@@ -607,7 +701,11 @@ mod tests {
         let pts = cloud(23);
         let dir = tempfile::tempdir().unwrap();
         let mut n = 0;
-        for format in [PlyFormat::Ascii, PlyFormat::BinaryLittleEndian, PlyFormat::BinaryBigEndian] {
+        for format in [
+            PlyFormat::Ascii,
+            PlyFormat::BinaryLittleEndian,
+            PlyFormat::BinaryBigEndian,
+        ] {
             for bits in 0..64u32 {
                 let o = Opts {
                     format,
@@ -627,8 +725,16 @@ mod tests {
                 assert_eq!(got.len(), pts.len(), "{o:?}");
                 for (i, p) in pts.iter().enumerate() {
                     // Bit-exact: f32 positions survive every encoding and width.
-                    assert_eq!(got.xyz[i].map(f32::to_bits), p.xyz.map(f32::to_bits), "{o:?} point {i}");
-                    let want_rgb = if o.colour == Colour::None { DEFAULT_GREY } else { p.rgb };
+                    assert_eq!(
+                        got.xyz[i].map(f32::to_bits),
+                        p.xyz.map(f32::to_bits),
+                        "{o:?} point {i}"
+                    );
+                    let want_rgb = if o.colour == Colour::None {
+                        DEFAULT_GREY
+                    } else {
+                        p.rgb
+                    };
                     assert_eq!(got.rgb[i], want_rgb, "{o:?} point {i}");
                     if o.normals {
                         assert_eq!(got.normals.as_ref().unwrap()[i], p.n);
@@ -640,7 +746,12 @@ mod tests {
                 assert_eq!(got.labels.is_some(), o.labels);
                 assert_eq!(got.normals.is_some(), o.normals);
                 let warned = scene.warnings.iter().any(|w| w.contains("no colour"));
-                assert_eq!(warned, o.colour == Colour::None, "{o:?}: {:?}", scene.warnings);
+                assert_eq!(
+                    warned,
+                    o.colour == Colour::None,
+                    "{o:?}: {:?}",
+                    scene.warnings
+                );
             }
         }
     }
@@ -663,20 +774,51 @@ mod tests {
         assert!(msg(&e).contains("cloud name `a`"), "{e}");
 
         let empty = tempfile::tempdir().unwrap();
-        assert!(msg(&import(empty.path(), &ImportOptions::default()).unwrap_err()).contains("no .ply"));
+        assert!(
+            msg(&import(empty.path(), &ImportOptions::default()).unwrap_err()).contains("no .ply")
+        );
     }
 
     #[test]
     fn lying_header_names_the_record() {
         let dir = tempfile::tempdir().unwrap();
         let pts = cloud(20);
-        for o in [BASE, Opts { extra: true, ..BASE }, Opts { format: PlyFormat::Ascii, ..BASE }, Opts { format: PlyFormat::BinaryBigEndian, extra: true, ..BASE }] {
+        for o in [
+            BASE,
+            Opts {
+                extra: true,
+                ..BASE
+            },
+            Opts {
+                format: PlyFormat::Ascii,
+                ..BASE
+            },
+            Opts {
+                format: PlyFormat::BinaryBigEndian,
+                extra: true,
+                ..BASE
+            },
+        ] {
             for declared in [21, 1_000_000_000_000_000] {
                 let path = write_file(dir.path(), "lie.ply", &write_ply(&pts, o, Some(declared)));
                 let e = import_one(&path).map(|_| ()).unwrap_err();
                 let s = msg(&e);
-                assert!(matches!(e, ImportError::Parse { at: Location::Record(20), .. }), "{o:?}: {s}");
-                assert!(s.contains("lie.ply") && s.contains("`vertex`") && s.contains(&declared.to_string()), "{s}");
+                assert!(
+                    matches!(
+                        e,
+                        ImportError::Parse {
+                            at: Location::Record(20),
+                            ..
+                        }
+                    ),
+                    "{o:?}: {s}"
+                );
+                assert!(
+                    s.contains("lie.ply")
+                        && s.contains("`vertex`")
+                        && s.contains(&declared.to_string()),
+                    "{s}"
+                );
             }
         }
     }
@@ -685,11 +827,27 @@ mod tests {
     fn truncated_binary_fails_at_every_cut() {
         let dir = tempfile::tempdir().unwrap();
         let pts = cloud(6);
-        for o in [BASE, Opts { extra: true, normals: true, ..BASE }, Opts { format: PlyFormat::BinaryBigEndian, xyz_double: true, ..BASE }] {
+        for o in [
+            BASE,
+            Opts {
+                extra: true,
+                normals: true,
+                ..BASE
+            },
+            Opts {
+                format: PlyFormat::BinaryBigEndian,
+                xyz_double: true,
+                ..BASE
+            },
+        ] {
             let bytes = write_ply(&pts, o, None);
             for cut in 0..bytes.len() {
                 let path = write_file(dir.path(), "cut.ply", &bytes[..cut]);
-                assert!(import_one(&path).is_err(), "{o:?}: cut at {cut} of {} was accepted", bytes.len());
+                assert!(
+                    import_one(&path).is_err(),
+                    "{o:?}: cut at {cut} of {} was accepted",
+                    bytes.len()
+                );
                 // The reader alone (no file-size check) must fail too.
                 let r = PlyReader::from_reader(&bytes[..cut], "mem.ply");
                 if let Ok(mut r) = r {
@@ -716,7 +874,15 @@ mod tests {
     fn bad_ascii_token_names_line_and_property() {
         let dir = tempfile::tempdir().unwrap();
         let pts = cloud(3);
-        let text = String::from_utf8(write_ply(&pts, Opts { format: PlyFormat::Ascii, ..BASE }, None)).unwrap();
+        let text = String::from_utf8(write_ply(
+            &pts,
+            Opts {
+                format: PlyFormat::Ascii,
+                ..BASE
+            },
+            None,
+        ))
+        .unwrap();
         let header_lines = text.lines().position(|l| l == "end_header").unwrap() + 1;
         // Row 1 (line header_lines + 2): its green value becomes "zz".
         let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
@@ -726,8 +892,14 @@ mod tests {
         let path = write_file(dir.path(), "bad.ply", (lines.join("\n") + "\n").as_bytes());
         let e = import_one(&path).map(|_| ()).unwrap_err();
         let want = (header_lines + 2) as u64;
-        assert!(matches!(e, ImportError::Parse { at: Location::Line(l), .. } if l == want), "{e}");
-        assert!(msg(&e).contains("`green`") && msg(&e).contains("`zz`"), "{e}");
+        assert!(
+            matches!(e, ImportError::Parse { at: Location::Line(l), .. } if l == want),
+            "{e}"
+        );
+        assert!(
+            msg(&e).contains("`green`") && msg(&e).contains("`zz`"),
+            "{e}"
+        );
 
         // A missing value and an extra value.
         for (edit, want_msg) in [(" 1 2", "more than"), ("", "only")] {
@@ -739,10 +911,17 @@ mod tests {
             } else {
                 l.push_str(edit);
             }
-            let path = write_file(dir.path(), "bad2.ply", (lines2.join("\n") + "\n").as_bytes());
+            let path = write_file(
+                dir.path(),
+                "bad2.ply",
+                (lines2.join("\n") + "\n").as_bytes(),
+            );
             let e = import_one(&path).map(|_| ()).unwrap_err();
             let want = (header_lines + 1) as u64;
-            assert!(matches!(e, ImportError::Parse { at: Location::Line(l), .. } if l == want), "{e}");
+            assert!(
+                matches!(e, ImportError::Parse { at: Location::Line(l), .. } if l == want),
+                "{e}"
+            );
             assert!(msg(&e).contains(want_msg), "{e}");
         }
     }
@@ -761,8 +940,13 @@ mod tests {
         ];
         for (text, want) in cases {
             let path = write_file(dir.path(), "h.ply", text.as_bytes());
-            let e = import(&path, &ImportOptions::default()).map(|_| ()).unwrap_err();
-            assert!(msg(&e).contains(want) && msg(&e).contains("h.ply"), "{e} should contain {want:?}");
+            let e = import(&path, &ImportOptions::default())
+                .map(|_| ())
+                .unwrap_err();
+            assert!(
+                msg(&e).contains(want) && msg(&e).contains("h.ply"),
+                "{e} should contain {want:?}"
+            );
         }
     }
 
@@ -774,8 +958,20 @@ mod tests {
         let text = format!("{head}property uint segment\nend_header\n0 0 0 5\n0 0 0 4294967295\n");
         let path = write_file(dir.path(), "l.ply", text.as_bytes());
         let e = import_one(&path).map(|_| ()).unwrap_err();
-        assert!(matches!(e, ImportError::Parse { at: Location::Record(1), .. }), "{e}");
-        assert!(msg(&e).contains("`segment`") && msg(&e).contains("i32"), "{e}");
+        assert!(
+            matches!(
+                e,
+                ImportError::Parse {
+                    at: Location::Record(1),
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            msg(&e).contains("`segment`") && msg(&e).contains("i32"),
+            "{e}"
+        );
 
         // Precedence: `label` wins over `class`, with a warning; float colours clamp and round.
         let text = format!("{head}property int class\nproperty float r\nproperty float g\nproperty float b\nproperty short label\nend_header\n0 0 0 9 1.5 -0.2 0.5 -3\n1 1 1 9 0.002 0.998 nan 7\n");
@@ -783,19 +979,44 @@ mod tests {
         let (scene, got) = import_one(&path).unwrap();
         assert_eq!(got.labels, Some(vec![-3, 7]));
         assert_eq!(got.rgb, vec![[255, 0, 128], [1, 254, 0]]);
-        assert!(scene.warnings.iter().any(|w| w.contains("\"label\", \"class\"")), "{:?}", scene.warnings);
+        assert!(
+            scene
+                .warnings
+                .iter()
+                .any(|w| w.contains("\"label\", \"class\"")),
+            "{:?}",
+            scene.warnings
+        );
 
         // Integer colours above 255 are refused.
         let text = format!("{head}property ushort red\nproperty ushort green\nproperty ushort blue\nend_header\n0 0 0 1 2 3\n0 0 0 1 256 3\n");
         let path = write_file(dir.path(), "c.ply", text.as_bytes());
         let e = import_one(&path).map(|_| ()).unwrap_err();
-        assert!(matches!(e, ImportError::Parse { at: Location::Record(1), .. }) && msg(&e).contains("`green`"), "{e}");
+        assert!(
+            matches!(
+                e,
+                ImportError::Parse {
+                    at: Location::Record(1),
+                    ..
+                }
+            ) && msg(&e).contains("`green`"),
+            "{e}"
+        );
 
         // Non-finite position.
         let text = format!("{head}end_header\n0 0 0\n0 nan 0\n");
         let path = write_file(dir.path(), "n.ply", text.as_bytes());
         let e = import_one(&path).map(|_| ()).unwrap_err();
-        assert!(matches!(e, ImportError::Parse { at: Location::Record(1), .. }) && msg(&e).contains("not finite"), "{e}");
+        assert!(
+            matches!(
+                e,
+                ImportError::Parse {
+                    at: Location::Record(1),
+                    ..
+                }
+            ) && msg(&e).contains("not finite"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -806,8 +1027,15 @@ mod tests {
         let path = write_file(dir.path(), "t.ply", &bytes);
         let (scene, got) = import_one(&path).unwrap();
         assert_eq!(got.len(), 3);
-        assert!(scene.warnings.iter().any(|w| w.contains("4 bytes follow")), "{:?}", scene.warnings);
-        let strict = ImportOptions { strict: true, ..Default::default() };
+        assert!(
+            scene.warnings.iter().any(|w| w.contains("4 bytes follow")),
+            "{:?}",
+            scene.warnings
+        );
+        let strict = ImportOptions {
+            strict: true,
+            ..Default::default()
+        };
         assert!(msg(&import(&path, &strict).unwrap_err()).contains("--strict"));
     }
 
@@ -819,7 +1047,10 @@ mod tests {
         assert!(got.is_empty());
     }
 
-    const MOSD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/mosd_kinect_labeled/ply");
+    const MOSD: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/mosd_kinect_labeled/ply"
+    );
 
     #[test]
     fn mosd_kinect_clouds() {
@@ -841,13 +1072,26 @@ mod tests {
             labels.dedup();
             assert_eq!(labels.len(), n_labels, "{}: {labels:?}", cloud.name());
             // Inside the bounding box SOURCE.md gives (metres, Kinect frame, z forward).
-            assert!(big.xyz.iter().all(|p| p[2] > 0.5 && p[2] < 1.7 && p[0].abs() < 0.6 && p[1].abs() < 0.42));
+            assert!(big
+                .xyz
+                .iter()
+                .all(|p| p[2] > 0.5 && p[2] < 1.7 && p[0].abs() < 0.6 && p[1].abs() < 0.42));
             if cloud.name() == "test63" {
                 assert!(labels.contains(&101), "{labels:?}");
-                assert_eq!(labels, [1, 2, 3, 4, 5, 6, 20, 30, 40, 50, 60, 70, 80, 90, 100, 101, 102, 110, 120, 130, 131, 140, 150, 151, 160]);
+                assert_eq!(
+                    labels,
+                    [
+                        1, 2, 3, 4, 5, 6, 20, 30, 40, 50, 60, 70, 80, 90, 100, 101, 102, 110, 120,
+                        130, 131, 140, 150, 151, 160
+                    ]
+                );
             }
             // A fresh source streamed in small chunks gives the same points.
-            let mut again = import(&dir.join(format!("{}.ply", cloud.name())), &ImportOptions::default()).unwrap();
+            let mut again = import(
+                &dir.join(format!("{}.ply", cloud.name())),
+                &ImportOptions::default(),
+            )
+            .unwrap();
             let small = drain(again.clouds[0].as_mut(), 1000).unwrap();
             assert!(small == big, "{}: chunked read differs", cloud.name());
         }

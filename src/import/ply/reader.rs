@@ -30,7 +30,10 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use super::header::{parse_header, read_line_bounded, Line, PlyElement, PlyFormat, PlyHeader, PropertyKind, ScalarType};
+use super::header::{
+    parse_header, read_line_bounded, LineRead, PlyElement, PlyFormat, PlyHeader, PropertyKind,
+    ScalarType,
+};
 use crate::import::{ImportError, Location};
 
 /// Longest ASCII data line accepted: 1 MiB holds more than 40,000 printed f64 values (at most
@@ -45,8 +48,14 @@ const FILE_BUFFER: usize = 64 * 1024;
 #[derive(Clone, Copy, Debug)]
 enum Slot {
     /// A scalar at byte `offset` of a fixed-size binary row (offset unused otherwise).
-    Scalar { ty: ScalarType, offset: usize },
-    List { count: ScalarType, item: ScalarType },
+    Scalar {
+        ty: ScalarType,
+        offset: usize,
+    },
+    List {
+        count: ScalarType,
+        item: ScalarType,
+    },
 }
 
 /// A forward-only reader of one element's rows. See the module documentation.
@@ -87,7 +96,14 @@ impl<R: BufRead> PlyReader<R> {
     pub fn from_reader(mut src: R, path: impl Into<PathBuf>) -> Result<Self, ImportError> {
         let path = path.into();
         let header = parse_header(&mut src, &path)?;
-        let target = header.element("vertex").map(|(i, _)| i).or(if header.elements.is_empty() { None } else { Some(0) });
+        let target = header
+            .element("vertex")
+            .map(|(i, _)| i)
+            .or(if header.elements.is_empty() {
+                None
+            } else {
+                Some(0)
+            });
         let mut r = PlyReader {
             src,
             path,
@@ -142,8 +158,16 @@ impl<R: BufRead> PlyReader<R> {
     /// forward-only: the element must not have been passed, nor any of its rows read.
     pub fn select(&mut self, name: &str) -> Result<&PlyElement, ImportError> {
         let Some((i, _)) = self.header.element(name) else {
-            let names: Vec<&str> = self.header.elements.iter().map(|e| e.name.as_str()).collect();
-            return Err(ImportError::invalid(&self.path, format!("no element `{name}` in the PLY header (elements: {names:?})")));
+            let names: Vec<&str> = self
+                .header
+                .elements
+                .iter()
+                .map(|e| e.name.as_str())
+                .collect();
+            return Err(ImportError::invalid(
+                &self.path,
+                format!("no element `{name}` in the PLY header (elements: {names:?})"),
+            ));
         };
         if i < self.pos_elem || (i == self.pos_elem && self.pos_row > 0) {
             return Err(ImportError::invalid(
@@ -181,7 +205,10 @@ impl<R: BufRead> PlyReader<R> {
     /// the element's declared rows are exhausted (and on every later call).
     pub fn read_row(&mut self, out: &mut [f64]) -> Result<bool, ImportError> {
         if self.failed {
-            return Err(ImportError::invalid(&self.path, "an earlier error stopped this PLY reader"));
+            return Err(ImportError::invalid(
+                &self.path,
+                "an earlier error stopped this PLY reader",
+            ));
         }
         let r = self.read_row_inner(out);
         if r.is_err() {
@@ -198,7 +225,11 @@ impl<R: BufRead> PlyReader<R> {
         if out.len() != want {
             return Err(ImportError::invalid(
                 &self.path,
-                format!("row buffer holds {} values but element `{}` has {want} scalar properties", out.len(), self.header.elements[target].name),
+                format!(
+                    "row buffer holds {} values but element `{}` has {want} scalar properties",
+                    out.len(),
+                    self.header.elements[target].name
+                ),
             ));
         }
         while self.pos_elem < target {
@@ -251,7 +282,9 @@ impl<R: BufRead> PlyReader<R> {
                     for &k in &props {
                         match k {
                             PropertyKind::Scalar(t) => self.skip_exact(t.size() as u64)?,
-                            PropertyKind::List { count, item } => self.skip_list(count, item, "")?,
+                            PropertyKind::List { count, item } => {
+                                self.skip_list(count, item, "")?
+                            }
                         }
                     }
                     self.pos_row += 1;
@@ -316,11 +349,20 @@ impl<R: BufRead> PlyReader<R> {
         let n = ty.size();
         self.src.read_exact(&mut b[..n]).map_err(|e| self.io(e))?;
         self.byte += n as u64;
-        Ok(decode(ty, &b[..n], self.header.format == PlyFormat::BinaryBigEndian))
+        Ok(decode(
+            ty,
+            &b[..n],
+            self.header.format == PlyFormat::BinaryBigEndian,
+        ))
     }
 
     /// Reads a binary list count and skips its items.
-    fn skip_list(&mut self, count: ScalarType, item: ScalarType, name: &str) -> Result<(), ImportError> {
+    fn skip_list(
+        &mut self,
+        count: ScalarType,
+        item: ScalarType,
+        name: &str,
+    ) -> Result<(), ImportError> {
         let at = self.byte;
         let n = self.read_scalar(count)?;
         if n < 0.0 {
@@ -378,18 +420,19 @@ impl<R: BufRead> PlyReader<R> {
     /// properties (a blank line cannot be one of its rows). End of input is [`Self::truncated`].
     fn next_data_line(&mut self, skip_blank: bool) -> Result<(), ImportError> {
         loop {
-            let (kind, n) = read_line_bounded(&mut self.src, &mut self.line_buf, MAX_ASCII_LINE).map_err(|e| ImportError::io(&self.path, e))?;
+            let (kind, n) = read_line_bounded(&mut self.src, &mut self.line_buf, MAX_ASCII_LINE)
+                .map_err(|e| ImportError::io(&self.path, e))?;
             self.byte += n;
             match kind {
-                Line::TooLong => {
+                LineRead::TooLong => {
                     return Err(ImportError::parse(
                         &self.path,
                         Location::Line(self.line + 1),
                         format!("line longer than {MAX_ASCII_LINE} bytes in element `{}`; the file is corrupt", self.header.elements[self.pos_elem].name),
                     ))
                 }
-                Line::Eof if self.line_buf.iter().all(u8::is_ascii_whitespace) => return Err(self.truncated()),
-                Line::Eof | Line::Line => {}
+                LineRead::Eof if self.line_buf.iter().all(u8::is_ascii_whitespace) => return Err(self.truncated()),
+                LineRead::Eof | LineRead::Complete => {}
             }
             self.line += 1;
             if !(skip_blank && self.line_buf.iter().all(u8::is_ascii_whitespace)) {
@@ -404,8 +447,15 @@ impl<R: BufRead> PlyReader<R> {
         self.next_data_line(has_props)?;
         let line = self.line;
         let e = &self.header.elements[self.pos_elem];
-        let err = |msg: String| ImportError::parse(&self.path, Location::Line(line), format!("element `{}` row {}: {msg}", e.name, self.pos_row));
-        let text = std::str::from_utf8(&self.line_buf).map_err(|_| err("the line is not text (is the format line wrong?)".into()))?;
+        let err = |msg: String| {
+            ImportError::parse(
+                &self.path,
+                Location::Line(line),
+                format!("element `{}` row {}: {msg}", e.name, self.pos_row),
+            )
+        };
+        let text = std::str::from_utf8(&self.line_buf)
+            .map_err(|_| err("the line is not text (is the format line wrong?)".into()))?;
         let n_tokens = || text.split_ascii_whitespace().count();
         let mut tokens = text.split_ascii_whitespace();
         let mut out = out;
@@ -414,9 +464,20 @@ impl<R: BufRead> PlyReader<R> {
             match p.kind {
                 PropertyKind::Scalar(ty) => {
                     let Some(tok) = tokens.next() else {
-                        return Err(err(format!("expected a value for property `{}` but the line has only {} value(s)", p.name, n_tokens())));
+                        return Err(err(format!(
+                            "expected a value for property `{}` but the line has only {} value(s)",
+                            p.name,
+                            n_tokens()
+                        )));
                     };
-                    let v = parse_token(tok, ty).map_err(|why| err(format!("property `{}` ({}): `{}` {why}", p.name, ty.name(), shorten(tok))))?;
+                    let v = parse_token(tok, ty).map_err(|why| {
+                        err(format!(
+                            "property `{}` ({}): `{}` {why}",
+                            p.name,
+                            ty.name(),
+                            shorten(tok)
+                        ))
+                    })?;
                     if let Some(out) = out.as_deref_mut() {
                         out[k] = v;
                     }
@@ -424,17 +485,37 @@ impl<R: BufRead> PlyReader<R> {
                 }
                 PropertyKind::List { count, item } => {
                     let Some(tok) = tokens.next() else {
-                        return Err(err(format!("expected the length of list `{}` but the line has only {} value(s)", p.name, n_tokens())));
+                        return Err(err(format!(
+                            "expected the length of list `{}` but the line has only {} value(s)",
+                            p.name,
+                            n_tokens()
+                        )));
                     };
-                    let n = parse_token(tok, count).map_err(|why| err(format!("list `{}` length: `{}` {why}", p.name, shorten(tok))))?;
+                    let n = parse_token(tok, count).map_err(|why| {
+                        err(format!(
+                            "list `{}` length: `{}` {why}",
+                            p.name,
+                            shorten(tok)
+                        ))
+                    })?;
                     if n < 0.0 {
                         return Err(err(format!("list `{}` has negative length {n}", p.name)));
                     }
                     for j in 0..n as u64 {
                         let Some(tok) = tokens.next() else {
-                            return Err(err(format!("list `{}` declares {n} items but the line ends after {j}", p.name)));
+                            return Err(err(format!(
+                                "list `{}` declares {n} items but the line ends after {j}",
+                                p.name
+                            )));
                         };
-                        parse_token(tok, item).map_err(|why| err(format!("list `{}` item {j} ({}): `{}` {why}", p.name, item.name(), shorten(tok))))?;
+                        parse_token(tok, item).map_err(|why| {
+                            err(format!(
+                                "list `{}` item {j} ({}): `{}` {why}",
+                                p.name,
+                                item.name(),
+                                shorten(tok)
+                            ))
+                        })?;
                     }
                 }
             }
@@ -454,10 +535,12 @@ impl<R: BufRead> PlyReader<R> {
         let name = &self.header.elements[self.pos_elem].name;
         match self.header.format {
             PlyFormat::Ascii => loop {
-                let (kind, _) = read_line_bounded(&mut self.src, &mut self.line_buf, MAX_ASCII_LINE).map_err(|e| ImportError::io(&self.path, e))?;
+                let (kind, _) =
+                    read_line_bounded(&mut self.src, &mut self.line_buf, MAX_ASCII_LINE)
+                        .map_err(|e| ImportError::io(&self.path, e))?;
                 self.line += 1;
                 let blank = self.line_buf.iter().all(u8::is_ascii_whitespace);
-                if matches!(kind, Line::TooLong) || !blank {
+                if matches!(kind, LineRead::TooLong) || !blank {
                     self.warnings.push(format!(
                         "{}: line {}: text after the last row of the last element `{name}` was ignored; the header may understate its count",
                         self.path.display(),
@@ -465,12 +548,16 @@ impl<R: BufRead> PlyReader<R> {
                     ));
                     return Ok(());
                 }
-                if matches!(kind, Line::Eof) {
+                if matches!(kind, LineRead::Eof) {
                     return Ok(());
                 }
             },
             _ => {
-                let extra = self.src.fill_buf().map_err(|e| ImportError::io(&self.path, e))?.len();
+                let extra = self
+                    .src
+                    .fill_buf()
+                    .map_err(|e| ImportError::io(&self.path, e))?
+                    .len();
                 if extra > 0 {
                     self.warnings.push(format!(
                         "{}: byte {}: data continues after the last row of the last element `{name}` and was ignored; the header may understate its count",
@@ -497,7 +584,10 @@ fn shorten(tok: &str) -> String {
 /// rounded to f32 exactly as a binary writer would have stored it), integers must be in range.
 fn parse_token(tok: &str, ty: ScalarType) -> Result<f64, &'static str> {
     match ty {
-        ScalarType::F32 => tok.parse::<f32>().map(f64::from).map_err(|_| "is not a number"),
+        ScalarType::F32 => tok
+            .parse::<f32>()
+            .map(f64::from)
+            .map_err(|_| "is not a number"),
         ScalarType::F64 => tok.parse::<f64>().map_err(|_| "is not a number"),
         _ => {
             let v: i64 = tok.parse().map_err(|_| "is not an integer")?;
@@ -521,7 +611,11 @@ fn decode(ty: ScalarType, b: &[u8], big: bool) -> f64 {
     macro_rules! dec {
         ($t:ty, $n:literal) => {{
             let a = bytes::<$n>(b);
-            f64::from(if big { <$t>::from_be_bytes(a) } else { <$t>::from_le_bytes(a) })
+            f64::from(if big {
+                <$t>::from_be_bytes(a)
+            } else {
+                <$t>::from_le_bytes(a)
+            })
         }};
     }
     match ty {
@@ -574,7 +668,11 @@ mod tests {
         let mut out = Vec::new();
         macro_rules! p {
             ($t:ty, $x:expr) => {
-                out.extend_from_slice(&if big { ($x as $t).to_be_bytes() } else { ($x as $t).to_le_bytes() })
+                out.extend_from_slice(&if big {
+                    ($x as $t).to_be_bytes()
+                } else {
+                    ($x as $t).to_le_bytes()
+                })
             };
         }
         p!(i8, v[0]);
@@ -591,7 +689,8 @@ mod tests {
     #[test]
     fn every_type_decodes_exactly_in_every_format() {
         for (fmt, big) in [("binary_little_endian", false), ("binary_big_endian", true)] {
-            let mut f = format!("ply\nformat {fmt} 1.0\nelement vertex 2\n{ALL_TYPES}end_header\n").into_bytes();
+            let mut f = format!("ply\nformat {fmt} 1.0\nelement vertex 2\n{ALL_TYPES}end_header\n")
+                .into_bytes();
             f.extend(binary_row(big));
             f.extend(binary_row(big));
             let got = rows(&mut reader(&f)).unwrap();
@@ -599,7 +698,10 @@ mod tests {
             assert_eq!((got[0][6] as f32).to_bits(), 1);
         }
         let v = extremes();
-        let line = format!("{} {} {} {} {} {} {:e} {}", v[0], v[1], v[2], v[3], v[4], v[5], v[6] as f32, v[7]);
+        let line = format!(
+            "{} {} {} {} {} {} {:e} {}",
+            v[0], v[1], v[2], v[3], v[4], v[5], v[6] as f32, v[7]
+        );
         let f = format!("ply\r\nformat ascii 1.0\r\nelement vertex 2\r\n{}end_header\r\n{line}\r\n\r\n  {line}  \r\n", ALL_TYPES.replace('\n', "\r\n"));
         let got = rows(&mut reader(f.as_bytes())).unwrap();
         assert_eq!(got, vec![extremes(), extremes()]);
@@ -607,11 +709,30 @@ mod tests {
 
     #[test]
     fn ascii_range_and_type_errors() {
-        for (ty, tok, want) in [("uchar", "256", "out of range"), ("char", "-129", "out of range"), ("int", "1.5", "not an integer"), ("float", "1,5", "not a number")] {
-            let f = format!("ply\nformat ascii 1.0\nelement vertex 1\nproperty {ty} v\nend_header\n{tok}\n");
+        for (ty, tok, want) in [
+            ("uchar", "256", "out of range"),
+            ("char", "-129", "out of range"),
+            ("int", "1.5", "not an integer"),
+            ("float", "1,5", "not a number"),
+        ] {
+            let f = format!(
+                "ply\nformat ascii 1.0\nelement vertex 1\nproperty {ty} v\nend_header\n{tok}\n"
+            );
             let e = rows(&mut reader(f.as_bytes())).unwrap_err();
-            assert!(matches!(e, ImportError::Parse { at: Location::Line(6), .. }), "{e}");
-            assert!(e.to_string().contains(want) && e.to_string().contains("`v`"), "{e}");
+            assert!(
+                matches!(
+                    e,
+                    ImportError::Parse {
+                        at: Location::Line(6),
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+            assert!(
+                e.to_string().contains(want) && e.to_string().contains("`v`"),
+                "{e}"
+            );
         }
     }
 
@@ -641,7 +762,11 @@ element vertex 2\nproperty float x\nproperty list int uchar l\nproperty float y\
             }
             let mut r = reader(&f);
             assert_eq!(r.element().unwrap().name, "vertex");
-            assert_eq!(rows(&mut r).unwrap(), vec![vec![1.5, -2.0], vec![2.5, -3.0]], "{fmt}");
+            assert_eq!(
+                rows(&mut r).unwrap(),
+                vec![vec![1.5, -2.0], vec![2.5, -3.0]],
+                "{fmt}"
+            );
             assert_eq!(r.rows_read(), 2);
             assert!(r.select("tri").is_err(), "forward-only");
             assert_eq!(r.select("face").unwrap().count, 1);
@@ -651,7 +776,11 @@ element vertex 2\nproperty float x\nproperty list int uchar l\nproperty float y\
             let mut r = reader(&f);
             r.select("tri").unwrap();
             assert_eq!(rows(&mut r).unwrap(), vec![vec![9.0], vec![8.0]], "{fmt}");
-            assert!(r.select("nope").unwrap_err().to_string().contains("no element `nope`"));
+            assert!(r
+                .select("nope")
+                .unwrap_err()
+                .to_string()
+                .contains("no element `nope`"));
         }
     }
 
@@ -659,10 +788,18 @@ element vertex 2\nproperty float x\nproperty list int uchar l\nproperty float y\
     fn misuse_and_poisoning() {
         let f = b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nend_header\nq\n1\n";
         let mut r = reader(f);
-        assert!(r.read_row(&mut [0.0; 2]).unwrap_err().to_string().contains("row buffer"));
+        assert!(r
+            .read_row(&mut [0.0; 2])
+            .unwrap_err()
+            .to_string()
+            .contains("row buffer"));
         let mut r = reader(f);
         assert!(r.read_row(&mut [0.0]).is_err());
-        assert!(r.read_row(&mut [0.0]).unwrap_err().to_string().contains("earlier error"));
+        assert!(r
+            .read_row(&mut [0.0])
+            .unwrap_err()
+            .to_string()
+            .contains("earlier error"));
         // No elements at all: nothing to read, no error.
         let mut r = reader(b"ply\nformat ascii 1.0\nend_header\n");
         assert!(r.element().is_none() && !r.read_row(&mut []).unwrap());
@@ -678,12 +815,15 @@ element vertex 2\nproperty float x\nproperty list int uchar l\nproperty float y\
 
     #[test]
     fn trailing_data_is_a_warning() {
-        let mut f = b"ply\nformat binary_big_endian 1.0\nelement vertex 1\nproperty uchar v\nend_header\n".to_vec();
+        let mut f =
+            b"ply\nformat binary_big_endian 1.0\nelement vertex 1\nproperty uchar v\nend_header\n"
+                .to_vec();
         f.extend([5, 6]);
         let mut r = reader(&f);
         assert_eq!(rows(&mut r).unwrap(), vec![vec![5.0]]);
         assert!(r.warnings()[0].contains("byte 79"), "{:?}", r.warnings());
-        let f = b"ply\nformat ascii 1.0\nelement vertex 1\nproperty uchar v\nend_header\n5\n\n  \n6\n";
+        let f =
+            b"ply\nformat ascii 1.0\nelement vertex 1\nproperty uchar v\nend_header\n5\n\n  \n6\n";
         let mut r = reader(f);
         assert_eq!(rows(&mut r).unwrap(), vec![vec![5.0]]);
         assert!(r.warnings()[0].contains("line 9"), "{:?}", r.warnings());
