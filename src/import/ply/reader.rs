@@ -18,6 +18,10 @@
 //!   0-based record where it ran out ([`Location::Record`]). ASCII token errors name the 1-based
 //!   line of the file ([`Location::Line`]) and the property.
 //! - After an error the reader is poisoned: every later call returns an error.
+//! - ASCII rows are one line each (`\n` or `\r\n`); whitespace-only lines are ignored for
+//!   elements that have properties, since such a line cannot be one of their rows. Float tokens
+//!   are parsed at the declared width, so an ASCII `float` equals the binary `float` a writer
+//!   would have stored for the same text.
 //!
 //! # Trailing data
 //! Bytes after the last element of a file (non-blank lines in ASCII) are a **warning**, recorded
