@@ -244,7 +244,9 @@ fn prepare_output(dir: &Path, force: bool) -> Result<(), SynthError> {
         Ok(mut entries) => {
             if entries.next().is_some() {
                 if !force {
-                    return Err(SynthError::OutputNotEmpty { path: dir.to_owned() });
+                    return Err(SynthError::OutputNotEmpty {
+                        path: dir.to_owned(),
+                    });
                 }
                 remove_previous_outputs(dir)?;
             }
@@ -263,7 +265,12 @@ fn remove_if_exists(path: &Path) -> Result<(), SynthError> {
 }
 
 fn remove_previous_outputs(dir: &Path) -> Result<(), SynthError> {
-    for f in ["transforms.json", "points3d.ply", ".transforms.json.tmp", ".points3d.ply.tmp"] {
+    for f in [
+        "transforms.json",
+        "points3d.ply",
+        ".transforms.json.tmp",
+        ".points3d.ply.tmp",
+    ] {
         remove_if_exists(&dir.join(f))?;
     }
     let sparse = dir.join("sparse").join("0");
@@ -292,12 +299,22 @@ fn remove_previous_outputs(dir: &Path) -> Result<(), SynthError> {
 
 /// Temporary sibling name for `path`: hidden, same directory, so the rename is atomic.
 fn temp_path(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     path.with_file_name(format!(".{name}.tmp"))
 }
 
 /// Encodes `rgb` to `path` (via its temporary name); returns the file size.
-fn write_image(path: &Path, view: usize, rgb: &[u8], width: u32, height: u32, format: ImageFormat) -> Result<u64, SynthError> {
+fn write_image(
+    path: &Path,
+    view: usize,
+    rgb: &[u8],
+    width: u32,
+    height: u32,
+    format: ImageFormat,
+) -> Result<u64, SynthError> {
     let tmp = temp_path(path);
     let file = fs::File::create(&tmp).map_err(io_err(&tmp))?;
     // 1 MiB buffer: encoders emit many small writes; this turns them into few syscalls.
@@ -309,12 +326,11 @@ fn write_image(path: &Path, view: usize, rgb: &[u8], width: u32, height: u32, fo
             image::codecs::png::FilterType::Adaptive,
         )
         .write_image(rgb, width, height, image::ExtendedColorType::Rgb8),
-        ImageFormat::Jpg => image::codecs::jpeg::JpegEncoder::new_with_quality(&mut w, JPEG_QUALITY).write_image(
-            rgb,
-            width,
-            height,
-            image::ExtendedColorType::Rgb8,
-        ),
+        ImageFormat::Jpg => image::codecs::jpeg::JpegEncoder::new_with_quality(
+            &mut w,
+            JPEG_QUALITY,
+        )
+        .write_image(rgb, width, height, image::ExtendedColorType::Rgb8),
     };
     encoded.map_err(|source| SynthError::Encode {
         path: path.to_owned(),
@@ -408,7 +424,12 @@ fn file_len(path: &Path) -> Result<u64, SynthError> {
     Ok(fs::metadata(path).map_err(io_err(path))?.len())
 }
 
-fn write_colmap(dir: &Path, scene: &SynthScene, cameras: &[Camera], args: &SynthArgs) -> Result<Vec<PathBuf>, SynthError> {
+fn write_colmap(
+    dir: &Path,
+    scene: &SynthScene,
+    cameras: &[Camera],
+    args: &SynthArgs,
+) -> Result<Vec<PathBuf>, SynthError> {
     let k = cameras[0].intrinsics;
     let camera = ColmapCamera {
         id: 1,
@@ -430,18 +451,21 @@ fn write_colmap(dir: &Path, scene: &SynthScene, cameras: &[Camera], args: &Synth
             name: image_name(i, args.image_format),
         })
         .collect();
-    let mut points = point_stream(scene, args.points).enumerate().map(|(j, s)| ColmapPoint {
-        id: j as u64 + 1,
-        xyz: s.position,
-        rgb: s.rgb,
-        error: 0.0,
-    });
+    let mut points = point_stream(scene, args.points)
+        .enumerate()
+        .map(|(j, s)| ColmapPoint {
+            id: j as u64 + 1,
+            xyz: s.position,
+            rgb: s.rgb,
+            error: 0.0,
+        });
     let sparse = dir.join("sparse");
     let staging = sparse.join(".0.tmp");
     let final_dir = sparse.join("0");
     fs::create_dir_all(&staging).map_err(io_err(&staging))?;
     fs::create_dir_all(&final_dir).map_err(io_err(&final_dir))?;
-    colmap::write_model(&staging, Encoding::Text, &[camera], &images, &mut points).map_err(SynthError::Colmap)?;
+    colmap::write_model(&staging, Encoding::Text, &[camera], &images, &mut points)
+        .map_err(SynthError::Colmap)?;
     let mut written = Vec::new();
     let mut entries: Vec<_> = fs::read_dir(&staging)
         .map_err(io_err(&staging))?
@@ -520,7 +544,12 @@ fn write_ply(path: &Path, scene: &SynthScene, n: u64) -> Result<(), SynthError> 
     fs::rename(&tmp, path).map_err(io_err(path))
 }
 
-fn write_nerf(dir: &Path, scene: &SynthScene, cameras: &[Camera], args: &SynthArgs) -> Result<Vec<PathBuf>, SynthError> {
+fn write_nerf(
+    dir: &Path,
+    scene: &SynthScene,
+    cameras: &[Camera],
+    args: &SynthArgs,
+) -> Result<Vec<PathBuf>, SynthError> {
     let mut written = Vec::new();
     let ply_name = "points3d.ply";
     if args.points > 0 {
@@ -555,7 +584,9 @@ fn write_nerf(dir: &Path, scene: &SynthScene, cameras: &[Camera], args: &SynthAr
         path: tmp.clone(),
         source,
     })?;
-    w.write_all(b"\n").and_then(|_| w.flush()).map_err(io_err(&tmp))?;
+    w.write_all(b"\n")
+        .and_then(|_| w.flush())
+        .map_err(io_err(&tmp))?;
     drop(w);
     fs::rename(&tmp, &path).map_err(io_err(&path))?;
     written.push(path);
@@ -569,7 +600,8 @@ pub fn run(args: &SynthArgs, progress: &dyn Fn(u64, u64)) -> Result<SynthReport,
     let scene = SynthScene::new(args.seed);
     let cameras = scene.cameras(args.views, args.width, args.height);
     for (view, c) in cameras.iter().enumerate() {
-        c.validate().map_err(|source| SynthError::Camera { view, source })?;
+        c.validate()
+            .map_err(|source| SynthError::Camera { view, source })?;
     }
     let images_dir = args.output.join("images");
     let image_bytes = write_images(&scene, &cameras, &images_dir, args.image_format, progress)?;
@@ -594,4 +626,362 @@ pub fn run(args: &SynthArgs, progress: &dyn Fn(u64, u64)) -> Result<SynthReport,
         bytes_written,
         metadata_files,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn tiny(dir: &Path, format: SynthFormat) -> SynthArgs {
+        SynthArgs {
+            views: 6,
+            width: 40,
+            height: 30,
+            points: 200,
+            format,
+            ..SynthArgs::new(dir)
+        }
+    }
+
+    /// Every file under `dir` (relative path → bytes), sorted.
+    fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_owned()];
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    out.push((
+                        p.strip_prefix(dir).unwrap().to_owned(),
+                        fs::read(&p).unwrap(),
+                    ));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn nerf_dataset_is_complete_parseable_and_consistent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("ds");
+        let args = tiny(&out, SynthFormat::Nerf);
+        let calls = Cell::new(Vec::new());
+        let report = run(&args, &|d, t| {
+            let mut v = calls.take();
+            v.push((d, t));
+            calls.set(v);
+        })
+        .unwrap();
+        assert_eq!(calls.take(), (1..=6).map(|d| (d, 6)).collect::<Vec<_>>());
+        assert_eq!(report.views, 6);
+
+        // Images decode at the right size and are what the scene renders.
+        let scene = SynthScene::new(args.seed);
+        let mut image_bytes = 0;
+        for i in 0..6 {
+            let path = out.join("images").join(image_name(i, ImageFormat::Png));
+            image_bytes += fs::metadata(&path).unwrap().len();
+            let img = image::open(&path).unwrap().to_rgb8();
+            assert_eq!(img.dimensions(), (40, 30));
+            assert_eq!(img.as_raw(), &scene.render(&scene.camera(i, 6, 40, 30)));
+        }
+        assert_eq!(report.image_bytes, image_bytes);
+
+        // transforms.json has every field, and its matrices are the cameras in OpenGL axes.
+        let json: serde_json::Value =
+            serde_json::from_slice(&fs::read(out.join("transforms.json")).unwrap()).unwrap();
+        for key in ["fl_x", "fl_y", "cx", "cy", "camera_angle_x"] {
+            assert!(json[key].as_f64().unwrap() > 0.0, "{key}");
+        }
+        assert_eq!(
+            (json["w"].as_u64(), json["h"].as_u64()),
+            (Some(40), Some(30))
+        );
+        assert_eq!(json["cx"].as_f64(), Some(20.0));
+        assert_eq!(json["ply_file_path"].as_str(), Some("points3d.ply"));
+        let fx = json["fl_x"].as_f64().unwrap();
+        let angle = json["camera_angle_x"].as_f64().unwrap();
+        assert!((2.0 * (20.0 / fx).atan() - angle).abs() < 1e-12);
+        let frames = json["frames"].as_array().unwrap();
+        assert_eq!(frames.len(), 6);
+        for (i, f) in frames.iter().enumerate() {
+            assert_eq!(
+                f["file_path"].as_str().unwrap(),
+                format!("images/{i:05}.png")
+            );
+            let m: [[f64; 4]; 4] = serde_json::from_value(f["transform_matrix"].clone()).unwrap();
+            // Undo the OpenGL flip and compare with the camera.
+            let c2w = [
+                [m[0][0], -m[0][1], -m[0][2]],
+                [m[1][0], -m[1][1], -m[1][2]],
+                [m[2][0], -m[2][1], -m[2][2]],
+            ];
+            let pose =
+                crate::scene::camera::Pose::from_camera_to_world(c2w, [m[0][3], m[1][3], m[2][3]]);
+            let cam = scene.camera(i, 6, 40, 30);
+            for a in 0..3 {
+                assert!((pose.translation[a] - cam.world_to_camera.translation[a]).abs() < 1e-9);
+                for b in 0..3 {
+                    assert!(
+                        (pose.rotation[a][b] - cam.world_to_camera.rotation[a][b]).abs() < 1e-12
+                    );
+                }
+            }
+            // OpenGL camera looks down −z: the world bounds centre is in front.
+            let (centre, _) = scene.bounds();
+            let to = [
+                centre[0] - m[0][3],
+                centre[1] - m[1][3],
+                centre[2] - m[2][3],
+            ];
+            assert!(to[0] * m[0][2] + to[1] * m[1][2] + to[2] * m[2][2] < 0.0);
+        }
+
+        // The PLY holds exactly the sampled points.
+        let ply = fs::read(out.join("points3d.ply")).unwrap();
+        let end = b"end_header\n";
+        let at = ply.windows(end.len()).position(|w| w == end).unwrap() + end.len();
+        let header = std::str::from_utf8(&ply[..at]).unwrap();
+        assert!(
+            header.contains("format binary_little_endian 1.0\n")
+                && header.contains("element vertex 200\n")
+        );
+        assert_eq!(ply.len() - at, 200 * 15, "3 floats + 3 bytes per point");
+        let first: Vec<f32> = (0..3)
+            .map(|k| f32::from_le_bytes(ply[at + 4 * k..at + 4 * k + 4].try_into().unwrap()))
+            .collect();
+        let want = point_stream(&scene, 1).next().unwrap();
+        assert_eq!(first, want.position.map(|v| v as f32).to_vec());
+        assert_eq!(&ply[at + 12..at + 15], &want.rgb);
+
+        let total: u64 = snapshot(&out).iter().map(|(_, b)| b.len() as u64).sum();
+        assert_eq!(report.bytes_written, total);
+        assert!(!snapshot(&out)
+            .iter()
+            .any(|(p, _)| p.to_string_lossy().contains(".tmp")));
+    }
+
+    #[test]
+    fn same_seed_gives_identical_files_and_other_seeds_differ() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut args = tiny(&tmp.path().join("a"), SynthFormat::Nerf);
+        args.image_format = ImageFormat::Jpg;
+        run(&args, &|_, _| {}).unwrap();
+        let a = snapshot(&args.output);
+        args.output = tmp.path().join("b");
+        run(&args, &|_, _| {}).unwrap();
+        assert_eq!(a, snapshot(&args.output));
+        args.output = tmp.path().join("c");
+        args.seed = 1;
+        run(&args, &|_, _| {}).unwrap();
+        let c = snapshot(&args.output);
+        assert_eq!(a.len(), c.len());
+        assert!(a
+            .iter()
+            .zip(&c)
+            .all(|((pa, ba), (pc, bc))| pa == pc && ba != bc));
+        let img = image::open(args.output.join("images/00005.jpg")).unwrap();
+        assert_eq!((img.width(), img.height()), (40, 30));
+    }
+
+    #[test]
+    fn non_empty_output_is_refused_without_force_and_cleaned_with_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().to_owned();
+        fs::write(out.join("notes.txt"), "keep me").unwrap();
+        let mut args = tiny(&out, SynthFormat::Nerf);
+        let err = run(&args, &|_, _| {}).unwrap_err();
+        assert!(matches!(err, SynthError::OutputNotEmpty { .. }));
+        assert!(
+            err.to_string().contains("--force")
+                && err.to_string().contains(&out.display().to_string())
+        );
+        // Stale files of an earlier (bigger, COLMAP) run.
+        fs::create_dir_all(out.join("sparse/0")).unwrap();
+        fs::write(out.join("sparse/0/cameras.txt"), "stale").unwrap();
+        fs::create_dir_all(out.join("images")).unwrap();
+        fs::write(out.join("images/00099.png"), "stale").unwrap();
+        fs::write(out.join("images/mine.png"), "user file").unwrap();
+        args.force = true;
+        run(&args, &|_, _| {}).unwrap();
+        assert!(!out.join("sparse/0/cameras.txt").exists());
+        assert!(!out.join("images/00099.png").exists());
+        assert!(out.join("images/mine.png").exists() && out.join("notes.txt").exists());
+        assert_eq!(
+            crate::import::detect(&out).unwrap(),
+            crate::import::Format::Nerf
+        );
+    }
+
+    #[test]
+    fn bad_arguments_and_paths_give_typed_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        for f in [
+            |a: &mut SynthArgs| a.views = 0,
+            |a: &mut SynthArgs| a.width = 0,
+            |a: &mut SynthArgs| a.height = MAX_SIDE + 1,
+        ] {
+            let mut args = tiny(&tmp.path().join("x"), SynthFormat::Nerf);
+            f(&mut args);
+            assert!(matches!(
+                run(&args, &|_, _| {}),
+                Err(SynthError::InvalidArgs { .. })
+            ));
+        }
+        // Output path below a regular file.
+        let file = tmp.path().join("file");
+        fs::write(&file, "x").unwrap();
+        let err = run(&tiny(&file.join("sub"), SynthFormat::Nerf), &|_, _| {}).unwrap_err();
+        assert!(matches!(err, SynthError::Io { .. }), "{err}");
+        assert!(err.to_string().contains("file"), "{err}");
+    }
+
+    #[test]
+    fn view_count_one_and_zero_points_work() {
+        let tmp = tempfile::tempdir().unwrap();
+        let args = SynthArgs {
+            views: 1,
+            points: 0,
+            ..tiny(&tmp.path().join("one"), SynthFormat::Nerf)
+        };
+        let report = run(&args, &|_, _| {}).unwrap();
+        assert_eq!(
+            report.metadata_files,
+            vec![args.output.join("transforms.json")]
+        );
+        assert!(!args.output.join("points3d.ply").exists());
+    }
+
+    #[test]
+    fn cli_flags_parse_with_documented_defaults() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            synth: SynthArgs,
+        }
+        let cli = Cli::try_parse_from(["synth", "-o", "d"]).unwrap();
+        let d = SynthArgs::new("d");
+        let s = cli.synth;
+        assert_eq!(
+            (
+                s.views,
+                s.width,
+                s.height,
+                s.points,
+                s.format,
+                s.seed,
+                s.image_format,
+                s.force
+            ),
+            (
+                d.views,
+                d.width,
+                d.height,
+                d.points,
+                d.format,
+                d.seed,
+                d.image_format,
+                d.force
+            )
+        );
+        let cli = Cli::try_parse_from([
+            "synth",
+            "--output",
+            "d",
+            "--views",
+            "3",
+            "--width",
+            "7",
+            "--height",
+            "5",
+            "--points",
+            "0",
+            "--format",
+            "nerf",
+            "--seed",
+            "9",
+            "--image-format",
+            "jpeg",
+            "--force",
+        ])
+        .unwrap();
+        let s = cli.synth;
+        assert_eq!(
+            (s.views, s.width, s.height, s.points, s.seed),
+            (3, 7, 5, 0, 9)
+        );
+        assert_eq!(
+            (s.format, s.image_format, s.force),
+            (SynthFormat::Nerf, ImageFormat::Jpg, true)
+        );
+    }
+}
+
+/// Throughput measurement, not a correctness test: run with
+/// `cargo test --release --lib synth::bench -- --ignored --nocapture`.
+/// `SYNTH_BENCH_SIZES` ("320x240:64,1920x1080:8", size:views pairs), `SYNTH_BENCH_RUNS` (3),
+/// `SYNTH_BENCH_SS` (supersampling, default 2) and `SYNTH_BENCH_KEEP` (a directory to keep the
+/// last dataset in, for looking at the images) tune it. Prints views/s per run and the median.
+#[cfg(test)]
+mod bench {
+    use super::*;
+
+    #[test]
+    #[ignore = "measurement; run explicitly in release mode"]
+    fn synth_throughput() {
+        let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
+        let sizes = env("SYNTH_BENCH_SIZES", "320x240:64,1920x1080:8");
+        let runs: usize = env("SYNTH_BENCH_RUNS", "3").parse().unwrap();
+        let ss: u32 = env("SYNTH_BENCH_SS", "2").parse().unwrap();
+        let fmt = if env("SYNTH_BENCH_JPG", "0") == "1" {
+            ImageFormat::Jpg
+        } else {
+            ImageFormat::Png
+        };
+        let keep = std::env::var("SYNTH_BENCH_KEEP").ok();
+        for spec in sizes.split(',') {
+            let (size, views) = spec.split_once(':').unwrap();
+            let (w, h) = size.split_once('x').unwrap();
+            let (w, h, views): (u32, u32, usize) = (
+                w.parse().unwrap(),
+                h.parse().unwrap(),
+                views.parse().unwrap(),
+            );
+            let scene = SynthScene::new(0).with_supersampling(ss);
+            let cameras = scene.cameras(views, w, h);
+            let mut rates = Vec::new();
+            let mut render_only = Vec::new();
+            for _ in 0..runs {
+                let tmp = tempfile::tempdir().unwrap();
+                let dir = keep
+                    .as_ref()
+                    .map_or_else(|| tmp.path().to_owned(), PathBuf::from);
+                fs::create_dir_all(&dir).unwrap();
+                let t = std::time::Instant::now();
+                write_images(&scene, &cameras, &dir, fmt, &|_, _| {}).unwrap();
+                rates.push(views as f64 / t.elapsed().as_secs_f64());
+                let t = std::time::Instant::now();
+                for c in &cameras {
+                    std::hint::black_box(scene.render(c));
+                }
+                render_only.push(views as f64 / t.elapsed().as_secs_f64());
+            }
+            rates.sort_by(f64::total_cmp);
+            render_only.sort_by(f64::total_cmp);
+            println!(
+                "synth {w}x{h} ss={ss} {:?} views={views} threads={}: render+encode+write views/s {:?} median {:.2}; render only median {:.2}",
+                fmt,
+                rayon::current_num_threads(),
+                rates.iter().map(|r| (r * 100.0).round() / 100.0).collect::<Vec<_>>(),
+                rates[rates.len() / 2],
+                render_only[render_only.len() / 2]
+            );
+        }
+    }
 }

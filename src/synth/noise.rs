@@ -89,7 +89,11 @@ mod tests {
         let n = ValueNoise::new(&mut Rng::new(5));
         let mut r = Rng::new(9);
         for _ in 0..2000 {
-            let p = [r.uniform(-50.0, 50.0), r.uniform(-50.0, 50.0), r.uniform(-50.0, 50.0)];
+            let p = [
+                r.uniform(-50.0, 50.0),
+                r.uniform(-50.0, 50.0),
+                r.uniform(-50.0, 50.0),
+            ];
             let v = n.fbm(p, 3);
             assert!((0.0..=1.0).contains(&v), "{v}");
             // Lipschitz-style continuity: a 1e-4 step changes the value by far less than the
