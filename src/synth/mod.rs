@@ -767,6 +767,71 @@ mod tests {
     }
 
     #[test]
+    fn colmap_dataset_round_trips_through_the_importer() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("ds");
+        let args = tiny(&out, SynthFormat::Colmap);
+        let report = run(&args, &|_, _| {}).unwrap();
+        let names: Vec<String> = ["cameras.txt", "images.txt", "points3D.txt"]
+            .map(String::from)
+            .to_vec();
+        let got: Vec<String> = report
+            .metadata_files
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(got, names);
+        assert!(!out.join("sparse/.0.tmp").exists());
+        assert_eq!(
+            crate::import::detect(&out).unwrap(),
+            crate::import::Format::Colmap
+        );
+
+        let mut imported = colmap::import(&out, &crate::import::ImportOptions::default()).unwrap();
+        assert!(imported.missing_images.is_empty());
+        let scene = SynthScene::new(args.seed);
+        assert_eq!(imported.views.len(), 6);
+        for (i, v) in imported.views.iter().enumerate() {
+            let want = scene.camera(i, 6, 40, 30);
+            assert_eq!(v.name, image_name(i, ImageFormat::Png));
+            assert!(v.image_path.is_file());
+            assert!(v.distortion.is_none());
+            let got = v.camera;
+            assert_eq!((got.width, got.height), (40, 30));
+            assert_eq!(got.intrinsics, want.intrinsics);
+            for a in 0..3 {
+                assert!(
+                    (got.world_to_camera.translation[a] - want.world_to_camera.translation[a])
+                        .abs()
+                        < 1e-9
+                );
+                for b in 0..3 {
+                    let (g, w) = (
+                        got.world_to_camera.rotation[a][b],
+                        want.world_to_camera.rotation[a][b],
+                    );
+                    assert!((g - w).abs() < 1e-9, "view {i}");
+                }
+            }
+        }
+        // The SfM cloud streams back exactly the sampled points.
+        assert_eq!(imported.clouds.len(), 1);
+        let cloud = &mut imported.clouds[0];
+        let mut xyz = Vec::new();
+        let mut rgb = Vec::new();
+        while let Some(chunk) = cloud.next_chunk(64).unwrap() {
+            xyz.extend(chunk.xyz);
+            rgb.extend(chunk.rgb);
+        }
+        let want: Vec<SurfaceSample> = point_stream(&scene, 200).collect();
+        assert_eq!(xyz.len(), 200);
+        for (k, s) in want.iter().enumerate() {
+            assert_eq!(rgb[k], s.rgb);
+            assert!((0..3).all(|a| (xyz[k][a] - s.position[a] as f32).abs() < 1e-6));
+        }
+    }
+
+    #[test]
     fn same_seed_gives_identical_files_and_other_seeds_differ() {
         let tmp = tempfile::tempdir().unwrap();
         let mut args = tiny(&tmp.path().join("a"), SynthFormat::Nerf);

@@ -490,7 +490,15 @@ fn write_text_points(
     points: &mut dyn Iterator<Item = ColmapPoint>,
 ) -> Result<(), ImportError> {
     let body_err = |e| ImportError::io(body_path, e);
-    let mut body = BufWriter::new(File::create(body_path).map_err(body_err)?);
+    // Read back below: `File::create` would open it write-only (EBADF on the copy).
+    let spool = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(body_path)
+        .map_err(body_err)?;
+    let mut body = BufWriter::new(spool);
     let mut n = 0u64;
     for p in points {
         text::write_point(&mut body, &p).map_err(body_err)?;
