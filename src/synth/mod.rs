@@ -57,9 +57,10 @@ pub const DEFAULT_POINTS: u64 = 20_000;
 /// Largest accepted image side: 16384 is 4× a 4K width; one RGB8 frame of 16384² is 805 MB,
 /// and JPEG cannot exceed 65,535 anyway.
 pub const MAX_SIDE: u32 = 16_384;
-/// Cap on the bytes of RGB8 frames rendered/encoded at once across all workers: 256 MiB holds
-/// ten 4K frames (24.9 MB each) or eighty-five 1080p frames, more than enough workers to keep
-/// every core busy, while a 16K frame still gets its one worker.
+/// Cap on the bytes of frames and render scratch (8 B/px in all) in flight across all workers:
+/// 256 MiB admits four 4K workers (66 MB each) or sixteen 1080p workers (16.6 MB each), enough to
+/// keep cores busy while one encodes and others render, while a 16K frame still gets its one
+/// worker.
 pub const IN_FLIGHT_BYTES: u64 = 256 << 20;
 /// JPEG quality for `--image-format jpg`: 95 is visually lossless for these smooth images while
 /// still ~5–10× smaller than PNG, i.e. realistic for benchmark datasets.
@@ -355,7 +356,9 @@ fn write_images(
     let n = cameras.len();
     let (w, h) = (cameras[0].width, cameras[0].height);
     let frame_bytes = w as u64 * h as u64 * 3;
-    let workers = (IN_FLIGHT_BYTES / frame_bytes)
+    // Per worker: its frame plus the renderer's scratch (see `SynthScene::render_into`).
+    let worker_bytes = frame_bytes + w as u64 * h as u64 * scene::RENDER_SCRATCH_BYTES_PER_PIXEL;
+    let workers = (IN_FLIGHT_BYTES / worker_bytes)
         .clamp(1, rayon::current_num_threads() as u64)
         .min(n as u64) as usize;
     let next = AtomicUsize::new(0);
