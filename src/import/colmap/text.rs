@@ -1,0 +1,428 @@
+//! COLMAP's text sparse-model encoding (`cameras.txt`, `images.txt`, `points3D.txt`).
+//!
+//! Format, as COLMAP's `Write*Text` functions write it: lines starting with `#` are comments
+//! and blank lines are ignored, except that every image takes **two** lines: the data line
+//! `IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME` and, right after it, a line of 2D
+//! observations (possibly empty) that is skipped here without being stored. Cameras are
+//! `CAMERA_ID MODEL_NAME WIDTH HEIGHT PARAMS...`, points `POINT3D_ID X Y Z R G B ERROR TRACK...`.
+//! The header comments `# Number of cameras: N` (`images`, `points`) are optional; when
+//! present the record count must match, which catches files truncated at a line boundary.
+//!
+//! Invariants: at most [`MAX_LINE_BYTES`] of any line are kept in memory (longer observation
+//! and track tails are streamed past), every error names the file and the 1-based line, and
+//! the writer prints floats in Rust's shortest round-trip form so text round trips are exact.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{self, BufRead, Write};
+use std::path::Path;
+
+use super::binary::duplicate_image;
+use super::{
+    camera_model_by_id, camera_model_by_name, check_camera, check_image, check_point, ColmapCamera,
+    ColmapImage, ColmapPoint, CAMERA_MODELS,
+};
+use crate::import::{ImportError, Location};
+
+/// Longest line prefix kept in memory. The longest line whose content is parsed is an image
+/// line: nine numbers (at most ~330 characters each even for 1e±300 written without an
+/// exponent) plus a name, which is a relative path of at most PATH_MAX = 4096 bytes on Linux,
+/// so under 8 KiB; 64 KiB leaves a wide margin and still bounds memory per line.
+pub(super) const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// One line as read: the kept prefix (trailing newline removed) and how it ended.
+pub(super) struct Line {
+    pub(super) text: String,
+    /// The line was longer than [`MAX_LINE_BYTES`]; `text` is a prefix.
+    pub(super) clipped: bool,
+    /// The line ended with `\n` (false only for the last line of a file).
+    pub(super) newline: bool,
+}
+
+/// A line reader that counts lines and never holds more than [`MAX_LINE_BYTES`] of one.
+pub(super) struct Lines<R> {
+    r: R,
+    /// Lines read so far, i.e. the 1-based number of the last line returned.
+    line: u64,
+    buf: Vec<u8>,
+}
+
+impl<R: BufRead> Lines<R> {
+    pub(super) fn new(r: R) -> Lines<R> {
+        Lines {
+            r,
+            line: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// 1-based number of the last line returned (0 before the first).
+    pub(super) fn line_no(&self) -> u64 {
+        self.line
+    }
+
+    /// Reads one line, keeping at most `keep` bytes of it (0 skips it without storing).
+    /// `None` at the end of the file.
+    fn read(&mut self, keep: usize) -> io::Result<Option<(bool, bool)>> {
+        self.buf.clear();
+        let mut any = false;
+        let mut clipped = false;
+        loop {
+            let avail = match self.r.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if avail.is_empty() {
+                if !any {
+                    return Ok(None);
+                }
+                self.line += 1;
+                return Ok(Some((clipped, false)));
+            }
+            any = true;
+            let (len, done) = match avail.iter().position(|&c| c == b'\n') {
+                Some(i) => (i, true),
+                None => (avail.len(), false),
+            };
+            let room = keep.saturating_sub(self.buf.len());
+            if len > room {
+                clipped = true;
+            }
+            self.buf.extend_from_slice(&avail[..len.min(room)]);
+            self.r.consume(len + usize::from(done));
+            if done {
+                self.line += 1;
+                return Ok(Some((clipped, true)));
+            }
+        }
+    }
+
+    /// The next line, its kept prefix decoded as UTF-8 (a clipped line loses a partial
+    /// character at the cut; an unclipped line must be valid UTF-8).
+    pub(super) fn next_line(&mut self, path: &Path) -> Result<Option<Line>, ImportError> {
+        let Some((clipped, newline)) = self.read(MAX_LINE_BYTES).map_err(|e| ImportError::io(path, e))? else {
+            return Ok(None);
+        };
+        let text = match std::str::from_utf8(&self.buf) {
+            Ok(s) => s.to_owned(),
+            Err(e) if clipped && e.error_len().is_none() => {
+                String::from_utf8_lossy(&self.buf[..e.valid_up_to()]).into_owned()
+            }
+            Err(e) => {
+                return Err(ImportError::parse(
+                    path,
+                    Location::Line(self.line),
+                    format!(
+                        "line is not valid UTF-8 (bad byte at column {}); COLMAP text files are \
+                         UTF-8: re-export the model",
+                        e.valid_up_to() + 1
+                    ),
+                ))
+            }
+        };
+        Ok(Some(Line {
+            text,
+            clipped,
+            newline,
+        }))
+    }
+
+    /// Skips one line without storing it; false at the end of the file.
+    pub(super) fn skip_line(&mut self, path: &Path) -> Result<bool, ImportError> {
+        Ok(self.read(0).map_err(|e| ImportError::io(path, e))?.is_some())
+    }
+}
+
+/// What a comment line says about the record count, if it is a `# Number of <what>: N` line.
+pub(super) fn declared_count(comment: &str, what: &str) -> Option<u64> {
+    let key = format!("Number of {what}:");
+    let rest = &comment[comment.find(&key)? + key.len()..];
+    let digits: String = rest.trim_start().chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Splits off the first `n` whitespace-separated fields; returns them and the trimmed rest.
+fn fields(line: &str, n: usize) -> (Vec<&str>, &str) {
+    let mut out = Vec::with_capacity(n);
+    let mut rest = line.trim_start();
+    while out.len() < n && !rest.is_empty() {
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        out.push(&rest[..end]);
+        rest = rest[end..].trim_start();
+    }
+    (out, rest.trim_end())
+}
+
+fn num<T: std::str::FromStr>(tok: &str, field: &str) -> Result<T, String> {
+    tok.parse()
+        .map_err(|_| format!("{field} {tok:?} is not a valid {}", std::any::type_name::<T>()))
+}
+
+fn parse_camera(line: &str) -> Result<ColmapCamera, String> {
+    let (f, rest) = fields(line, 4);
+    if f.len() < 4 {
+        return Err(format!(
+            "expected CAMERA_ID MODEL WIDTH HEIGHT PARAMS..., found {} field(s)",
+            f.len()
+        ));
+    }
+    let id: u32 = num(f[0], "CAMERA_ID")?;
+    let Some(model) = camera_model_by_name(f[1]) else {
+        let known: Vec<&str> = CAMERA_MODELS.iter().map(|m| m.name).collect();
+        return Err(format!(
+            "camera {id} has unknown camera model {:?} (COLMAP's models are {}); undistort \
+             with `colmap image_undistorter` and pack its output",
+            f[1],
+            known.join(", ")
+        ));
+    };
+    let width: u64 = num(f[2], "WIDTH")?;
+    let height: u64 = num(f[3], "HEIGHT")?;
+    let params = rest
+        .split_whitespace()
+        .map(|t| num::<f64>(t, "parameter"))
+        .collect::<Result<Vec<_>, _>>()?;
+    if params.len() != model.num_params {
+        return Err(format!(
+            "camera {id} ({}) has {} parameters, but that model takes {}; fix the line or \
+             re-export the model with COLMAP",
+            model.name,
+            params.len(),
+            model.num_params
+        ));
+    }
+    let cam = ColmapCamera {
+        id,
+        model_id: model.id,
+        width,
+        height,
+        params,
+    };
+    check_camera(&cam)?;
+    Ok(cam)
+}
+
+/// Reads the data lines of a text file, handing each (with its line number) to `record`;
+/// `after` is called after each data line (images skip their observation line there).
+/// Checks the `# Number of <what>: N` header when there is one.
+fn for_each_record<R: BufRead>(
+    lines: &mut Lines<R>,
+    path: &Path,
+    what: &str,
+    mut record: impl FnMut(&mut Lines<R>, Line, u64) -> Result<(), ImportError>,
+) -> Result<u64, ImportError> {
+    let mut declared = None;
+    let mut count = 0u64;
+    while let Some(line) = lines.next_line(path)? {
+        let t = line.text.trim();
+        if t.is_empty() {
+            continue;
+        }
+        if t.starts_with('#') {
+            if count == 0 && declared.is_none() {
+                declared = declared_count(t, what);
+            }
+            continue;
+        }
+        if let Some(n) = declared {
+            if count >= n {
+                return Err(ImportError::parse(
+                    path,
+                    Location::Line(lines.line_no()),
+                    format!(
+                        "more {what} than the {n} the header comment declares; fix or delete the \
+                         `# Number of {what}` line, or re-export the model"
+                    ),
+                ));
+            }
+        }
+        record(lines, line, count)?;
+        count += 1;
+    }
+    if let Some(n) = declared {
+        if count != n {
+            return Err(ImportError::parse(
+                path,
+                Location::Line(lines.line_no()),
+                format!(
+                    "file ends after {count} {what}, but the header comment declares {n}: the file \
+                     is truncated; re-export the model (or fix the `# Number of {what}` line)"
+                ),
+            ));
+        }
+    }
+    Ok(count)
+}
+
+fn clipped_error(path: &Path, line: u64) -> ImportError {
+    ImportError::parse(
+        path,
+        Location::Line(line),
+        format!(
+            "line is longer than {MAX_LINE_BYTES} bytes, more than any valid record needs; the \
+             file is corrupt"
+        ),
+    )
+}
+
+/// Parses a whole `cameras.txt`.
+pub(super) fn read_cameras<R: BufRead>(r: R, path: &Path) -> Result<Vec<ColmapCamera>, ImportError> {
+    let mut lines = Lines::new(r);
+    let mut out: Vec<ColmapCamera> = Vec::new();
+    let mut seen = HashSet::new();
+    for_each_record(&mut lines, path, "cameras", |lines, line, _| {
+        let at = Location::Line(lines.line_no());
+        if line.clipped {
+            return Err(clipped_error(path, lines.line_no()));
+        }
+        let cam = parse_camera(&line.text).map_err(|m| ImportError::parse(path, at, m))?;
+        if !seen.insert(cam.id) {
+            return Err(ImportError::parse(
+                path,
+                at,
+                format!(
+                    "camera id {} appears twice; ids must be unique (remove the duplicate line)",
+                    cam.id
+                ),
+            ));
+        }
+        out.push(cam);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+fn parse_image(line: &str) -> Result<ColmapImage, String> {
+    let (f, name) = fields(line, 9);
+    if f.len() < 9 || name.is_empty() {
+        return Err(format!(
+            "expected IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME, found {} field(s)",
+            f.len() + usize::from(!name.is_empty())
+        ));
+    }
+    let id: u32 = num(f[0], "IMAGE_ID")?;
+    let mut qvec = [0.0; 4];
+    for (q, (tok, field)) in qvec.iter_mut().zip(f[1..5].iter().zip(["QW", "QX", "QY", "QZ"])) {
+        *q = num(tok, field)?;
+    }
+    let mut tvec = [0.0; 3];
+    for (t, (tok, field)) in tvec.iter_mut().zip(f[5..8].iter().zip(["TX", "TY", "TZ"])) {
+        *t = num(tok, field)?;
+    }
+    let camera_id: u32 = num(f[8], "CAMERA_ID")?;
+    let img = ColmapImage {
+        id,
+        qvec,
+        tvec,
+        camera_id,
+        name: name.to_owned(),
+    };
+    check_image(&img)?;
+    Ok(img)
+}
+
+/// Parses a whole `images.txt`, skipping the 2D-observation line after each image.
+pub(super) fn read_images<R: BufRead>(r: R, path: &Path) -> Result<Vec<ColmapImage>, ImportError> {
+    let mut lines = Lines::new(r);
+    let mut out: Vec<ColmapImage> = Vec::new();
+    let mut ids = HashSet::new();
+    let mut names: HashMap<String, u32> = HashMap::new();
+    for_each_record(&mut lines, path, "images", |lines, line, _| {
+        let at = Location::Line(lines.line_no());
+        if line.clipped {
+            return Err(clipped_error(path, lines.line_no()));
+        }
+        let img = parse_image(&line.text).map_err(|m| ImportError::parse(path, at, m))?;
+        if !line.newline {
+            // COLMAP always writes a (possibly empty) observation line after an image line;
+            // an image line without its newline is a file cut mid-line (the name may be cut).
+            return Err(ImportError::parse(
+                path,
+                at,
+                "file ends inside this image line (no newline, no 2D-observation line after it): \
+                 the file is truncated; re-export the model",
+            ));
+        }
+        if let Some(msg) = duplicate_image(&img, &mut ids, &mut names) {
+            return Err(ImportError::parse(path, at, msg));
+        }
+        out.push(img);
+        // The observation line; its absence at the very end of the file is tolerated, as
+        // COLMAP's own reader does.
+        lines.skip_line(path)?;
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Parses the first eight fields of a point line (the track after them is ignored). A clipped
+/// line is fine as long as the eight fields end before the cut.
+pub(super) fn parse_point(line: &Line) -> Result<ColmapPoint, String> {
+    let (f, rest) = fields(&line.text, 8);
+    // With a clipped line the 8th field is only known complete if something follows it.
+    if f.len() < 8 || (line.clipped && rest.is_empty()) {
+        return Err(if line.clipped {
+            format!("line is longer than {MAX_LINE_BYTES} bytes before its 8th field; the file is corrupt")
+        } else {
+            format!(
+                "expected POINT3D_ID X Y Z R G B ERROR TRACK..., found {} field(s)",
+                f.len()
+            )
+        });
+    }
+    let p = ColmapPoint {
+        id: num(f[0], "POINT3D_ID")?,
+        xyz: [num(f[1], "X")?, num(f[2], "Y")?, num(f[3], "Z")?],
+        rgb: [num(f[4], "R")?, num(f[5], "G")?, num(f[6], "B")?],
+        error: num(f[7], "ERROR")?,
+    };
+    check_point(&p)?;
+    Ok(p)
+}
+
+pub(super) fn write_cameras(w: &mut impl Write, cameras: &[ColmapCamera]) -> io::Result<()> {
+    writeln!(w, "# Camera list with one line of data per camera:")?;
+    writeln!(w, "#   CAMERA_ID, MODEL, WIDTH, HEIGHT, PARAMS[]")?;
+    writeln!(w, "# Number of cameras: {}", cameras.len())?;
+    for c in cameras {
+        // The caller validated the model id.
+        let name = camera_model_by_id(c.model_id).map_or("UNKNOWN", |m| m.name);
+        write!(w, "{} {name} {} {}", c.id, c.width, c.height)?;
+        for p in &c.params {
+            write!(w, " {p:?}")?;
+        }
+        writeln!(w)?;
+    }
+    Ok(())
+}
+
+pub(super) fn write_images(w: &mut impl Write, images: &[ColmapImage]) -> io::Result<()> {
+    writeln!(w, "# Image list with two lines of data per image:")?;
+    writeln!(w, "#   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, CAMERA_ID, NAME")?;
+    writeln!(w, "#   POINTS2D[] as (X, Y, POINT3D_ID)")?;
+    writeln!(w, "# Number of images: {}, mean observations per image: 0", images.len())?;
+    for i in images {
+        let [qw, qx, qy, qz] = i.qvec;
+        let [tx, ty, tz] = i.tvec;
+        writeln!(
+            w,
+            "{} {qw:?} {qx:?} {qy:?} {qz:?} {tx:?} {ty:?} {tz:?} {} {}",
+            i.id, i.camera_id, i.name
+        )?;
+        // The (empty) 2D observation line.
+        writeln!(w)?;
+    }
+    Ok(())
+}
+
+pub(super) fn write_points_header(w: &mut impl Write, count: u64) -> io::Result<()> {
+    writeln!(w, "# 3D point list with one line of data per point:")?;
+    writeln!(w, "#   POINT3D_ID, X, Y, Z, R, G, B, ERROR, TRACK[] as (IMAGE_ID, POINT2D_IDX)")?;
+    writeln!(w, "# Number of points: {count}, mean track length: 0")
+}
+
+pub(super) fn write_point(w: &mut impl Write, p: &ColmapPoint) -> io::Result<()> {
+    let [x, y, z] = p.xyz;
+    let [r, g, b] = p.rgb;
+    writeln!(w, "{} {x:?} {y:?} {z:?} {r} {g} {b} {:?}", p.id, p.error)
+}
