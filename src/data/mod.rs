@@ -1,1 +1,3 @@
 //! (in progress)
+pub mod cache;
+pub mod sampler;

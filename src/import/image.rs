@@ -1,1 +1,890 @@
-//! (in progress)
+//! Image files → the RGB8 pixels that get packed: decoding, undistortion and downscaling.
+//!
+//! This module owns the whole path from an image file named by a [`ViewSource`] to the pixels
+//! and camera stored in a pack ([`prepare_view`]):
+//!
+//! 1. [`load_rgb8`] decodes JPEG or PNG (format sniffed from the bytes, the extension is only a
+//!    fallback) and converts every colour type to RGB8. Grey is replicated to three channels,
+//!    16-bit samples are rounded to 8 bits, and **alpha is dropped, not composited**: NeRF
+//!    synthetic (Blender) RGBA renders come out with whatever colour the renderer left under
+//!    transparent pixels (black for the Blender scenes). The trainer's background colour is a
+//!    training choice, so it is not baked into the pack here.
+//! 2. The decoded size must equal the metadata's camera size; a mismatch is an error (images
+//!    resized after SfM, or the wrong images folder), never a silent rescale.
+//! 3. [`undistort`] resamples to an ideal pinhole with the *same* size and intrinsics.
+//! 4. [`resize_area`] downscales with an exact area (box) filter to [`target_size`].
+//!
+//! Invariants:
+//! - [`RgbImage::pixels`] always holds exactly `width × height × 3` bytes, row-major, top row
+//!   first, and both sides are ≥ 1.
+//! - Pixel `(i, j)` has its centre at `(i + 0.5, j + 0.5)` (see [`crate::scene::camera`]); both
+//!   resampling steps use that convention, so an identity undistortion or a factor-1 resize
+//!   reproduces the input exactly.
+//! - Nothing is allocated from an untrusted header alone: decoding runs under the `image`
+//!   crate's default limits (at most 512 MiB per decode), and every later buffer is sized by an
+//!   image that was actually decoded.
+//! - [`prepare_view`] holds at most two full-size images at once (decoded + undistorted); each
+//!   intermediate is dropped as soon as the next one exists.
+//!
+//! EXIF orientation is not applied: pixels are used in stored order, as the SfM tools that
+//! produced the poses saw them (a rotated portrait photo then fails the size check instead of
+//! being silently trained on with the wrong pose).
+
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use super::{Distortion, ImportError, ViewSource};
+use crate::scene::camera::{Camera, Intrinsics};
+
+/// An RGB8 image: `pixels.len() == width × height × 3`, row-major, top row first.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RgbImage {
+    pub width: u32,
+    pub height: u32,
+    pub pixels: Vec<u8>,
+}
+
+impl std::fmt::Debug for RgbImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Pixels are megabytes: never dump them into a test failure or a log line.
+        f.debug_struct("RgbImage")
+            .field("width", &self.width)
+            .field("height", &self.height)
+            .field("bytes", &self.pixels.len())
+            .finish()
+    }
+}
+
+impl RgbImage {
+    /// A black image. Panics if a side is zero (callers size images from decoded files).
+    pub fn new(width: u32, height: u32) -> RgbImage {
+        assert!(width > 0 && height > 0, "empty image {width}x{height}");
+        RgbImage {
+            width,
+            height,
+            pixels: vec![0; width as usize * height as usize * 3],
+        }
+    }
+
+    /// The RGB triple of pixel `(x, y)`.
+    pub fn get(&self, x: u32, y: u32) -> [u8; 3] {
+        let o = (y as usize * self.width as usize + x as usize) * 3;
+        [self.pixels[o], self.pixels[o + 1], self.pixels[o + 2]]
+    }
+
+    /// Bytes per row.
+    fn stride(&self) -> usize {
+        self.width as usize * 3
+    }
+}
+
+/// How view images are resized at pack time (`--max-width PX` / `--downscale N`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Resize {
+    /// Keep the native resolution.
+    #[default]
+    None,
+    /// Scale images wider than this down to exactly this width, keeping the aspect (the
+    /// original 3DGS does this with 1600). Narrower images are kept as they are.
+    MaxWidth(u32),
+    /// Divide both sides by this factor, rounding to nearest (at least 1 pixel). 0 and 1 mean
+    /// no resize.
+    Downscale(u32),
+}
+
+/// Maps a decode/open failure of `path` to an [`ImportError`] that says what to do.
+fn image_error(path: &Path, e: image::ImageError) -> ImportError {
+    match e {
+        image::ImageError::IoError(io) => ImportError::io(path, io),
+        image::ImageError::Limits(l) => ImportError::invalid(
+            path,
+            format!(
+                "image is too large to decode ({l}); the decoder refuses more than 512 MiB per image. \
+                 Downscale the source images, or check the file is not corrupt"
+            ),
+        ),
+        image::ImageError::Unsupported(u) => ImportError::invalid(
+            path,
+            format!("unsupported image ({u}); only JPEG and PNG are supported, convert the file to one of them"),
+        ),
+        other => ImportError::invalid(
+            path,
+            format!(
+                "cannot decode image ({other}); the file is truncated, corrupt or not a JPEG/PNG. \
+                 Re-export it, or delete it so the frame is skipped"
+            ),
+        ),
+    }
+}
+
+fn open_reader(
+    path: &Path,
+) -> Result<image::ImageReader<std::io::BufReader<std::fs::File>>, ImportError> {
+    // `open` picks the format from the extension; sniffing the magic bytes first lets a PNG
+    // named .jpg (common in scraped datasets) decode, and falls back to the extension.
+    image::ImageReader::open(path)
+        .and_then(|r| r.with_guessed_format())
+        .map_err(|e| ImportError::io(path, e))
+}
+
+/// Largest image file [`load_rgb8`] reads into memory. The decoder refuses more than 512 MiB of
+/// decoded pixels anyway, and no JPEG/PNG is larger compressed than decoded by more than its
+/// headers, so a bigger file is not an image we could use.
+const MAX_FILE_BYTES: u64 = 512 << 20;
+
+/// Whether `bytes` (a JPEG) stops before its end-of-image marker. The JPEG decoder fills a
+/// truncated scan with grey and reports success, which would pack a half-grey photo. Entropy-coded
+/// data stuffs every 0xFF as `FF 00`, so `FF D9` after the first start-of-scan can only be the
+/// EOI marker (data some cameras append after EOI, e.g. motion-photo videos, comes later still).
+fn jpeg_is_truncated(bytes: &[u8]) -> bool {
+    // Walk the marker segments before the first scan: FF xx, then a big-endian length that
+    // counts itself. Thumbnails inside APP1 carry their own EOI, so they must be skipped whole.
+    let mut i = 2; // after SOI (FF D8)
+    loop {
+        while i < bytes.len() && bytes[i] == 0xFF && bytes.get(i + 1) == Some(&0xFF) {
+            i += 1; // fill bytes
+        }
+        if i + 4 > bytes.len() || bytes[i] != 0xFF {
+            return true; // ended (or lost sync) before any scan
+        }
+        let marker = bytes[i + 1];
+        let len = u16::from_be_bytes([bytes[i + 2], bytes[i + 3]]) as usize;
+        i += 2 + len;
+        if marker == 0xDA {
+            break;
+        }
+    }
+    !bytes
+        .get(i..)
+        .is_some_and(|rest| rest.windows(2).any(|w| w == [0xFF, 0xD9]))
+}
+
+/// Decodes a JPEG or PNG file into RGB8 (see the module doc for colour conversions; alpha is
+/// dropped). Truncated files are refused.
+pub fn load_rgb8(path: &Path) -> Result<RgbImage, ImportError> {
+    let len = std::fs::metadata(path)
+        .map_err(|e| ImportError::io(path, e))?
+        .len();
+    if len > MAX_FILE_BYTES {
+        return Err(ImportError::invalid(
+            path,
+            format!("file is {len} bytes, more than the {MAX_FILE_BYTES}-byte limit for one image; is it really a JPEG/PNG?"),
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| ImportError::io(path, e))?;
+    // Sniff the format from the magic bytes (a PNG named .jpg is common in scraped datasets);
+    // fall back to the extension.
+    let guessed = image::guess_format(&bytes)
+        .ok()
+        .or_else(|| image::ImageFormat::from_path(path).ok());
+    let Some(format) = guessed else {
+        return Err(ImportError::invalid(
+            path,
+            "not a JPEG or PNG file (unrecognised content and extension); convert it or delete it",
+        ));
+    };
+    if format == image::ImageFormat::Jpeg
+        && bytes.starts_with(&[0xFF, 0xD8])
+        && jpeg_is_truncated(&bytes)
+    {
+        return Err(ImportError::invalid(
+            path,
+            "JPEG is truncated (no end-of-image marker after its scan data); the copy or download \
+             was probably interrupted. Copy the file again, or delete it so the frame is skipped",
+        ));
+    }
+    let mut reader = image::ImageReader::new(std::io::Cursor::new(bytes));
+    reader.set_format(format);
+    let decoded = reader.decode().map_err(|e| image_error(path, e))?;
+    // `into_rgb8` moves the buffer when the file already is RGB8 (every JPEG the fox and
+    // COLMAP datasets hold), and converts otherwise.
+    let rgb = decoded.into_rgb8();
+    let (width, height) = rgb.dimensions();
+    if width == 0 || height == 0 {
+        return Err(ImportError::invalid(
+            path,
+            format!("image is empty ({width}x{height}); re-export it or delete it"),
+        ));
+    }
+    Ok(RgbImage {
+        width,
+        height,
+        pixels: rgb.into_raw(),
+    })
+}
+
+/// Width and height of an image file, reading only its header.
+pub fn image_dimensions(path: &Path) -> Result<(u32, u32), ImportError> {
+    open_reader(path)?
+        .into_dimensions()
+        .map_err(|e| image_error(path, e))
+}
+
+/// The size [`Resize`] gives an image of `width × height`. Never larger than the input and never
+/// smaller than 1×1.
+pub fn target_size(width: u32, height: u32, resize: Resize) -> (u32, u32) {
+    // Round-half-up integer division; u64 so `w + n/2` cannot overflow.
+    let div_round = |v: u32, n: u64| (((v as u64) + n / 2) / n).max(1) as u32;
+    match resize {
+        Resize::None => (width, height),
+        Resize::Downscale(n) if n <= 1 => (width, height),
+        Resize::Downscale(n) => (div_round(width, n as u64), div_round(height, n as u64)),
+        Resize::MaxWidth(px) => {
+            let px = px.max(1);
+            if width <= px {
+                (width, height)
+            } else {
+                // h · px / w, rounded to nearest, in integers (exact for any u32 inputs).
+                let h =
+                    ((height as u64 * px as u64 * 2 + width as u64) / (2 * width as u64)).max(1);
+                (px, h.min(height as u64) as u32)
+            }
+        }
+    }
+}
+
+/// Resamples `src` (a photo through a lens with `distortion`) to the ideal pinhole image with
+/// the same size and the same `intrinsics`.
+///
+/// For each output pixel centre `(i + 0.5, j + 0.5)` the normalised ray
+/// `((u − cx)/fx, (v − cy)/fy)` is distorted with [`Distortion::distort`], mapped back to source
+/// pixel coordinates and sampled bilinearly (source pixel centres at `+0.5`; within the image's
+/// outer half-pixel the edge pixel is replicated). Rays that land outside the source image
+/// `[0, W] × [0, H]` are black.
+pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortion) -> RgbImage {
+    let mut out = RgbImage::new(src.width, src.height);
+    if distortion.is_none() {
+        out.pixels.copy_from_slice(&src.pixels);
+        return out;
+    }
+    let Intrinsics { fx, fy, cx, cy } = *intrinsics;
+    let (w, h) = (src.width as f64, src.height as f64);
+    let stride = out.stride();
+    out.pixels
+        .par_chunks_mut(stride)
+        .enumerate()
+        .for_each(|(j, row)| {
+            let y = (j as f64 + 0.5 - cy) / fy;
+            for (i, px) in row.chunks_exact_mut(3).enumerate() {
+                let x = (i as f64 + 0.5 - cx) / fx;
+                let (xd, yd) = distortion.distort(x, y);
+                let u = fx * xd + cx;
+                let v = fy * yd + cy;
+                // `!(a <= b)` also rejects NaN (a ray where the rational model's denominator is 0).
+                if !(u >= 0.0 && u <= w && v >= 0.0 && v <= h) {
+                    continue; // already black
+                }
+                px.copy_from_slice(&sample_bilinear(src, u, v));
+            }
+        });
+    out
+}
+
+/// Bilinear sample at continuous pixel coordinates `(u, v)` (centres at +0.5), clamping the
+/// neighbour indices to the image.
+fn sample_bilinear(src: &RgbImage, u: f64, v: f64) -> [u8; 3] {
+    let sx = u - 0.5;
+    let sy = v - 0.5;
+    let x0f = sx.floor();
+    let y0f = sy.floor();
+    let tx = (sx - x0f) as f32;
+    let ty = (sy - y0f) as f32;
+    let max_x = src.width as i64 - 1;
+    let max_y = src.height as i64 - 1;
+    let x0 = (x0f as i64).clamp(0, max_x) as usize;
+    let x1 = (x0f as i64 + 1).clamp(0, max_x) as usize;
+    let y0 = (y0f as i64).clamp(0, max_y) as usize;
+    let y1 = (y0f as i64 + 1).clamp(0, max_y) as usize;
+    let stride = src.stride();
+    let p = &src.pixels;
+    let mut rgb = [0u8; 3];
+    for (c, out) in rgb.iter_mut().enumerate() {
+        let a = p[y0 * stride + x0 * 3 + c] as f32;
+        let b = p[y0 * stride + x1 * 3 + c] as f32;
+        let d = p[y1 * stride + x0 * 3 + c] as f32;
+        let e = p[y1 * stride + x1 * 3 + c] as f32;
+        let top = a + (b - a) * tx;
+        let bottom = d + (e - d) * tx;
+        *out = (top + (bottom - top) * ty).round().clamp(0.0, 255.0) as u8;
+    }
+    rgb
+}
+
+/// Area-filter taps of one axis: for each output index, the first source index and the overlap
+/// length of each source pixel with the output pixel's footprint (in source pixels).
+struct AxisTaps {
+    start: Vec<usize>,
+    /// `weights[offset[o]..offset[o + 1]]` are output `o`'s taps.
+    offset: Vec<usize>,
+    weights: Vec<f32>,
+    /// Sum of output `o`'s weights (its footprint width, `src/dst` up to rounding).
+    total: Vec<f32>,
+}
+
+impl AxisTaps {
+    fn new(src: u32, dst: u32) -> AxisTaps {
+        let scale = src as f64 / dst as f64;
+        let mut t = AxisTaps {
+            start: Vec::with_capacity(dst as usize),
+            offset: Vec::with_capacity(dst as usize + 1),
+            weights: Vec::new(),
+            total: Vec::with_capacity(dst as usize),
+        };
+        t.offset.push(0);
+        for o in 0..dst as usize {
+            // Output pixel o covers [o·scale, (o+1)·scale) of the source axis. For an integer
+            // factor these bounds and every overlap are small exact integers, so the filter is
+            // an exact box mean.
+            let a = o as f64 * scale;
+            let b = ((o + 1) as f64 * scale).min(src as f64);
+            let first = (a.floor() as usize).min(src as usize - 1);
+            let last = (b.ceil() as usize).clamp(first + 1, src as usize);
+            let mut sum = 0.0f64;
+            let mut n = 0;
+            for s in first..last {
+                let wgt = (b.min(s as f64 + 1.0) - a.max(s as f64)).max(0.0);
+                if wgt > 0.0 || n == 0 {
+                    t.weights.push(wgt as f32);
+                    sum += wgt;
+                    n += 1;
+                }
+            }
+            if sum <= 0.0 {
+                // Only reachable through rounding at a degenerate footprint; fall back to
+                // nearest so the output is never 0/0.
+                t.weights[t.offset[o]] = 1.0;
+                sum = 1.0;
+            }
+            t.start.push(first);
+            t.offset.push(t.weights.len());
+            t.total.push(sum as f32);
+        }
+        t
+    }
+
+    fn taps(&self, o: usize) -> (usize, &[f32]) {
+        (
+            self.start[o],
+            &self.weights[self.offset[o]..self.offset[o + 1]],
+        )
+    }
+}
+
+/// Antialiased downscale of `src` to `width × height` with an area (box) filter: every output
+/// pixel is the mean of the source area it covers, each source pixel weighted by its overlap.
+/// For integer factors this is the exact mean of each `N×N` block (rounded to nearest, ties
+/// up). Upscaling is never needed, so each requested side is clamped to `[1, source side]`.
+///
+/// Runs over output rows in parallel; besides the output it only holds one row accumulator
+/// per worker thread.
+pub fn resize_area(src: &RgbImage, width: u32, height: u32) -> RgbImage {
+    let width = width.clamp(1, src.width);
+    let height = height.clamp(1, src.height);
+    if (width, height) == (src.width, src.height) {
+        return src.clone();
+    }
+    let xs = AxisTaps::new(src.width, width);
+    let ys = AxisTaps::new(src.height, height);
+    let mut out = RgbImage::new(width, height);
+    let out_stride = out.stride();
+    let src_stride = src.stride();
+    out.pixels
+        .par_chunks_mut(out_stride)
+        .enumerate()
+        .for_each_init(
+            || vec![0f32; out_stride],
+            |acc, (oy, row)| {
+                acc.fill(0.0);
+                let (sy0, wy) = ys.taps(oy);
+                for (k, &wyk) in wy.iter().enumerate() {
+                    let srow = &src.pixels[(sy0 + k) * src_stride..(sy0 + k + 1) * src_stride];
+                    for ox in 0..width as usize {
+                        let (sx0, wx) = xs.taps(ox);
+                        let mut sum = [0f32; 3];
+                        for (m, &wxm) in wx.iter().enumerate() {
+                            let p = &srow[(sx0 + m) * 3..(sx0 + m) * 3 + 3];
+                            sum[0] += wxm * p[0] as f32;
+                            sum[1] += wxm * p[1] as f32;
+                            sum[2] += wxm * p[2] as f32;
+                        }
+                        for c in 0..3 {
+                            acc[ox * 3 + c] += wyk * sum[c];
+                        }
+                    }
+                }
+                let ty = ys.total[oy];
+                for ox in 0..width as usize {
+                    let area = xs.total[ox] * ty;
+                    for c in 0..3 {
+                        row[ox * 3 + c] = (acc[ox * 3 + c] / area).round().clamp(0.0, 255.0) as u8;
+                    }
+                }
+            },
+        );
+    out
+}
+
+/// Loads the image of `view`, checks it against the view's camera, undistorts it if the view
+/// has distortion, resizes it, and returns the camera of the returned pixels.
+pub fn prepare_view(view: &ViewSource, resize: Resize) -> Result<(Camera, RgbImage), ImportError> {
+    let path = &view.image_path;
+    let decoded = load_rgb8(path)?;
+    let cam = view.camera;
+    if (decoded.width, decoded.height) != (cam.width, cam.height) {
+        return Err(ImportError::invalid(
+            path,
+            format!(
+                "view '{}': the image is {}x{} but its camera says {}x{}; the images were probably \
+                 resized after SfM/pose estimation, or this is the wrong images folder (e.g. a \
+                 downscaled images_N copy). Point the dataset at the original images",
+                view.name, decoded.width, decoded.height, cam.width, cam.height
+            ),
+        ));
+    }
+    let pinhole = if view.distortion.is_none() {
+        decoded
+    } else {
+        let u = undistort(&decoded, &cam.intrinsics, &view.distortion);
+        drop(decoded);
+        u
+    };
+    let (w, h) = target_size(cam.width, cam.height, resize);
+    if (w, h) == (cam.width, cam.height) {
+        return Ok((cam, pinhole));
+    }
+    let small = resize_area(&pinhole, w, h);
+    drop(pinhole);
+    Ok((cam.resized(small.width, small.height), small))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scene::camera::Pose;
+    use std::path::PathBuf;
+
+    fn fox(rel: &str) -> PathBuf {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/fox/")).join(rel)
+    }
+
+    fn pattern(width: u32, height: u32, f: impl Fn(u32, u32) -> [u8; 3]) -> RgbImage {
+        let mut img = RgbImage::new(width, height);
+        for y in 0..height {
+            for x in 0..width {
+                let o = (y as usize * width as usize + x as usize) * 3;
+                img.pixels[o..o + 3].copy_from_slice(&f(x, y));
+            }
+        }
+        img
+    }
+
+    fn camera(width: u32, height: u32, k: Intrinsics) -> Camera {
+        Camera {
+            width,
+            height,
+            intrinsics: k,
+            world_to_camera: Pose::IDENTITY,
+        }
+    }
+
+    #[test]
+    fn target_sizes() {
+        assert_eq!(target_size(1080, 1920, Resize::None), (1080, 1920));
+        assert_eq!(target_size(1080, 1920, Resize::Downscale(8)), (135, 240));
+        assert_eq!(target_size(1080, 1920, Resize::Downscale(1)), (1080, 1920));
+        assert_eq!(target_size(1080, 1920, Resize::Downscale(0)), (1080, 1920));
+        // 1080/7 = 154.29 → 154; 1920/7 = 274.29 → 274; 10/4 = 2.5 → 3 (ties up).
+        assert_eq!(target_size(1080, 1920, Resize::Downscale(7)), (154, 274));
+        assert_eq!(target_size(10, 10, Resize::Downscale(4)), (3, 3));
+        assert_eq!(target_size(3, 3, Resize::Downscale(100)), (1, 1));
+        // 4946x3286 (a 16 MP photo) → 1600 wide, 3286·1600/4946 = 1063.0 → 1063.
+        assert_eq!(
+            target_size(4946, 3286, Resize::MaxWidth(1600)),
+            (1600, 1063)
+        );
+        assert_eq!(
+            target_size(1080, 1920, Resize::MaxWidth(1600)),
+            (1080, 1920)
+        );
+        assert_eq!(target_size(1600, 900, Resize::MaxWidth(1600)), (1600, 900));
+        assert_eq!(target_size(2000, 1, Resize::MaxWidth(100)), (100, 1));
+    }
+
+    #[test]
+    fn resize_integer_factor_is_exact_block_mean() {
+        let src = pattern(12, 8, |x, y| {
+            [
+                (x * 20 + y) as u8,
+                (y * 31) as u8,
+                ((x * 7 + y * 13) % 256) as u8,
+            ]
+        });
+        let out = resize_area(&src, 6, 4);
+        assert_eq!((out.width, out.height), (6, 4));
+        for oy in 0..4 {
+            for ox in 0..6 {
+                for c in 0..3 {
+                    let sum: u32 = (0..2)
+                        .flat_map(|dy| (0..2).map(move |dx| (dx, dy)))
+                        .map(|(dx, dy)| src.get(ox * 2 + dx, oy * 2 + dy)[c] as u32)
+                        .sum();
+                    let want = ((sum + 2) / 4) as u8; // round half up
+                    assert_eq!(out.get(ox, oy)[c], want, "pixel ({ox},{oy}) channel {c}");
+                }
+            }
+        }
+        // Factor 3, with a 256-level range so exact ties (x.5) are exercised too.
+        let src = pattern(9, 3, |x, y| {
+            [(x * 29 + y) as u8, 255 - (x * 3) as u8, (x % 2) as u8 * 255]
+        });
+        let out = resize_area(&src, 3, 1);
+        for ox in 0..3 {
+            for c in 0..3 {
+                let sum: u32 = (0..3)
+                    .flat_map(|dy| (0..3).map(move |dx| (dx, dy)))
+                    .map(|(dx, dy)| src.get(ox * 3 + dx, dy)[c] as u32)
+                    .sum();
+                assert_eq!(
+                    out.get(ox, 0)[c] as u32,
+                    (sum * 2 + 9) / 18,
+                    "pixel {ox} channel {c}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn resize_non_integer_factor_matches_supersampled_area_mean() {
+        // 10x6 → 4x4: factors 2.5 and 1.5. Replicating every source pixel 2x2 makes them the
+        // integer factors 5 and 3, whose block means are the exact area-weighted reference.
+        let src = pattern(10, 6, |x, y| {
+            [
+                (x * 25 + y * 3) as u8,
+                (y * 40 + x) as u8,
+                ((x * 57 + y * 91) % 256) as u8,
+            ]
+        });
+        let out = resize_area(&src, 4, 4);
+        for oy in 0..4u32 {
+            for ox in 0..4u32 {
+                for c in 0..3 {
+                    let mut sum = 0.0;
+                    for sy in oy * 3..oy * 3 + 3 {
+                        for sx in ox * 5..ox * 5 + 5 {
+                            sum += src.get(sx / 2, sy / 2)[c] as f64;
+                        }
+                    }
+                    let want = sum / 15.0;
+                    let got = out.get(ox, oy)[c] as f64;
+                    // f32 accumulation of fractional weights: within rounding of the exact mean.
+                    assert!(
+                        (got - want).abs() <= 0.5 + 1e-3,
+                        "({ox},{oy}) c{c}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+        // A constant image stays exactly constant, and requests to upscale are clamped.
+        let flat = pattern(7, 5, |_, _| [200, 13, 77]);
+        let small = resize_area(&flat, 3, 2);
+        assert!(small.pixels.chunks(3).all(|p| p == [200, 13, 77]));
+        let same = resize_area(&flat, 50, 50);
+        assert_eq!(same, flat);
+    }
+
+    /// Inverts `Distortion::distort` by fixed-point iteration (test reference only).
+    fn undistort_point(d: &Distortion, xd: f64, yd: f64) -> (f64, f64) {
+        let (mut x, mut y) = (xd, yd);
+        for _ in 0..100 {
+            let (ex, ey) = d.distort(x, y);
+            x -= ex - xd;
+            y -= ey - yd;
+        }
+        let (ex, ey) = d.distort(x, y);
+        assert!(
+            (ex - xd).abs() < 1e-12 && (ey - yd).abs() < 1e-12,
+            "no convergence"
+        );
+        (x, y)
+    }
+
+    #[test]
+    fn undistort_restores_an_analytically_distorted_pattern() {
+        let (w, h) = (160u32, 120u32);
+        let k = Intrinsics {
+            fx: 110.0,
+            fy: 105.0,
+            cx: 81.3,
+            cy: 58.7,
+        };
+        // A smooth pattern over *ideal* (undistorted) normalised coordinates; its wavelength in
+        // pixels is 2π·fx/ω ≈ 40 px.
+        let g = |x: f64, y: f64| -> [f64; 3] {
+            [
+                127.5 + 100.0 * (17.0 * x + 0.3).sin() * (16.0 * y).cos(),
+                127.5 + 100.0 * (15.0 * x - 12.0 * y).cos(),
+                127.5 + 100.0 * (16.0 * y + 1.0).sin(),
+            ]
+        };
+        let lenses = [
+            // The fox dataset's lens.
+            Distortion {
+                k: [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0],
+                p: [-0.000980296, 0.00015575],
+            },
+            // Strong barrel with tangential terms.
+            Distortion {
+                k: [-0.25, 0.05, 0.01, 0.0, 0.0, 0.0],
+                p: [0.004, -0.003],
+            },
+        ];
+        for d in lenses {
+            // The photo: source pixel (i, j) sees the ideal ray that distorts onto its centre.
+            let distorted = pattern(w, h, |i, j| {
+                let xd = (i as f64 + 0.5 - k.cx) / k.fx;
+                let yd = (j as f64 + 0.5 - k.cy) / k.fy;
+                let (x, y) = undistort_point(&d, xd, yd);
+                g(x, y).map(|v| v.round() as u8)
+            });
+            let out = undistort(&distorted, &k, &d);
+            // Tolerance: bilinear interpolation error ≤ h²/8·max|f''| per axis = ω²/fx²·100/8
+            // ≈ (0.155)²·12.5 ≈ 0.3 per axis (0.6 for both), plus 0.5 source quantisation and
+            // 0.5 output rounding: 1.6, so 2 levels.
+            let mut worst = 0.0f64;
+            let mut checked = 0;
+            for j in 0..h {
+                for i in 0..w {
+                    let x = (i as f64 + 0.5 - k.cx) / k.fx;
+                    let y = (j as f64 + 0.5 - k.cy) / k.fy;
+                    let (xd, yd) = d.distort(x, y);
+                    let (u, v) = (k.fx * xd + k.cx, k.fy * yd + k.cy);
+                    // Away from the border: the sample and its bilinear footprint lie 2 px
+                    // inside the source.
+                    if !(u >= 2.0 && u <= w as f64 - 2.0 && v >= 2.0 && v <= h as f64 - 2.0) {
+                        continue;
+                    }
+                    let want = g(x, y);
+                    let got = out.get(i, j);
+                    for c in 0..3 {
+                        worst = worst.max((got[c] as f64 - want[c]).abs());
+                    }
+                    checked += 1;
+                }
+            }
+            assert!(
+                checked > (w * h) as usize / 2,
+                "only {checked} pixels checked"
+            );
+            assert!(worst <= 2.0, "worst error {worst} levels for {d:?}");
+        }
+    }
+
+    #[test]
+    fn undistort_identity_is_exact_and_outside_is_black() {
+        let src = pattern(31, 17, |x, y| {
+            [(x * 8) as u8, (y * 15) as u8, ((x + y) * 5) as u8]
+        });
+        let k = Intrinsics {
+            fx: 30.0,
+            fy: 30.0,
+            cx: 15.5,
+            cy: 8.5,
+        };
+        assert_eq!(undistort(&src, &k, &Distortion::NONE), src);
+        // A tiny distortion still samples at (almost exactly) the source pixel centres, which
+        // checks the +0.5 convention on both sides: a half-pixel slip would blur every edge.
+        let tiny = Distortion {
+            k: [1e-9, 0.0, 0.0, 0.0, 0.0, 0.0],
+            p: [0.0, 0.0],
+        };
+        assert_eq!(undistort(&src, &k, &tiny), src);
+        // Strong pincushion: the corners' rays land outside the photo and come out black; the
+        // centre pixel's ray is the optical axis and is unchanged.
+        let pin = Distortion {
+            k: [0.8, 0.0, 0.0, 0.0, 0.0, 0.0],
+            p: [0.0, 0.0],
+        };
+        let white = pattern(31, 17, |_, _| [255, 255, 255]);
+        let out = undistort(&white, &k, &pin);
+        assert_eq!(out.get(0, 0), [0, 0, 0]);
+        assert_eq!(out.get(30, 16), [0, 0, 0]);
+        assert_eq!(out.get(15, 8), [255, 255, 255]);
+    }
+
+    #[test]
+    fn load_converts_grey_rgba_and_16_bit() {
+        let dir = tempfile::tempdir().unwrap();
+        let grey = dir.path().join("grey.png");
+        image::GrayImage::from_fn(3, 2, |x, y| image::Luma([(x * 50 + y) as u8]))
+            .save(&grey)
+            .unwrap();
+        let img = load_rgb8(&grey).unwrap();
+        assert_eq!((img.width, img.height), (3, 2));
+        assert_eq!(img.get(2, 1), [101, 101, 101]);
+
+        let rgba = dir.path().join("rgba.png");
+        image::RgbaImage::from_fn(2, 2, |x, _| {
+            image::Rgba([10, 20, 30, if x == 0 { 0 } else { 255 }])
+        })
+        .save(&rgba)
+        .unwrap();
+        let img = load_rgb8(&rgba).unwrap();
+        // Alpha is dropped, not composited: a fully transparent pixel keeps its colour.
+        assert_eq!(img.get(0, 0), [10, 20, 30]);
+        assert_eq!(img.get(1, 1), [10, 20, 30]);
+
+        let deep = dir.path().join("deep.png");
+        image::ImageBuffer::<image::Rgb<u16>, Vec<u16>>::from_fn(1, 1, |_, _| {
+            image::Rgb([65535, 0, 32896])
+        })
+        .save(&deep)
+        .unwrap();
+        // 32896 = 128·257 is exactly 8-bit 128.
+        assert_eq!(load_rgb8(&deep).unwrap().get(0, 0), [255, 0, 128]);
+
+        // A PNG named .jpg still decodes (format sniffed from the bytes).
+        let misnamed = dir.path().join("really_png.jpg");
+        std::fs::copy(&grey, &misnamed).unwrap();
+        assert_eq!(load_rgb8(&misnamed).unwrap().get(2, 1), [101, 101, 101]);
+        assert_eq!(image_dimensions(&misnamed).unwrap(), (3, 2));
+    }
+
+    #[test]
+    fn corrupt_and_missing_images_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("bad.jpg");
+        std::fs::write(&bad, b"this is not a jpeg at all, just garbage bytes").unwrap();
+        let view = ViewSource {
+            name: "bad.jpg".into(),
+            image_path: bad.clone(),
+            camera: camera(
+                4,
+                4,
+                Intrinsics {
+                    fx: 4.0,
+                    fy: 4.0,
+                    cx: 2.0,
+                    cy: 2.0,
+                },
+            ),
+            distortion: Distortion::NONE,
+            split: None,
+        };
+        let err = prepare_view(&view, Resize::None).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, ImportError::Invalid { .. }), "{msg}");
+        assert!(
+            msg.contains("bad.jpg") && msg.contains("cannot decode"),
+            "{msg}"
+        );
+        // A truncated real JPEG is also refused, not decoded into half an image.
+        let bytes = std::fs::read(fox("images/0001.jpg")).unwrap();
+        let cut = dir.path().join("cut.jpg");
+        std::fs::write(&cut, &bytes[..bytes.len() / 3]).unwrap();
+        let msg = load_rgb8(&cut).unwrap_err().to_string();
+        assert!(
+            msg.contains("cut.jpg") && msg.contains("truncated"),
+            "{msg}"
+        );
+        // Cut inside the headers (before the scan) too.
+        std::fs::write(&cut, &bytes[..300]).unwrap();
+        assert!(load_rgb8(&cut).is_err());
+        // A truncated PNG is refused by the PNG decoder itself.
+        let png = dir.path().join("cut.png");
+        image::RgbImage::from_fn(64, 64, |x, y| {
+            image::Rgb([(x * 3) as u8, (y * 5 % 256) as u8, (x ^ y) as u8])
+        })
+        .save(&png)
+        .unwrap();
+        let full = std::fs::read(&png).unwrap();
+        std::fs::write(&png, &full[..full.len() / 2]).unwrap();
+        let msg = load_rgb8(&png).unwrap_err().to_string();
+        assert!(msg.contains("cut.png"), "{msg}");
+        // Every real fox JPEG passes the truncation check (no false positives).
+        for e in std::fs::read_dir(fox("images")).unwrap() {
+            let p = e.unwrap().path();
+            assert!(
+                !jpeg_is_truncated(&std::fs::read(&p).unwrap()),
+                "{}",
+                p.display()
+            );
+        }
+        let missing = load_rgb8(&dir.path().join("nope.png")).unwrap_err();
+        assert!(matches!(missing, ImportError::Io { .. }));
+        assert!(missing.to_string().contains("nope.png"));
+    }
+
+    #[test]
+    fn size_mismatch_names_both_sizes_and_the_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("small.png");
+        image::RgbImage::new(8, 6).save(&p).unwrap();
+        let view = ViewSource {
+            name: "small.png".into(),
+            image_path: p,
+            camera: camera(
+                16,
+                12,
+                Intrinsics {
+                    fx: 16.0,
+                    fy: 16.0,
+                    cx: 8.0,
+                    cy: 6.0,
+                },
+            ),
+            distortion: Distortion::NONE,
+            split: None,
+        };
+        let msg = prepare_view(&view, Resize::None).unwrap_err().to_string();
+        assert!(
+            msg.contains("small.png") && msg.contains("8x6") && msg.contains("16x12"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("resized after SfM") && msg.contains("wrong images folder"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn prepare_real_fox_view_undistorted_and_downscaled() {
+        let k = Intrinsics {
+            fx: 1375.52,
+            fy: 1374.49,
+            cx: 554.558,
+            cy: 965.268,
+        };
+        let view = ViewSource {
+            name: "images/0001.jpg".into(),
+            image_path: fox("images/0001.jpg"),
+            camera: camera(1080, 1920, k),
+            distortion: Distortion {
+                k: [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0],
+                p: [-0.000980296, 0.00015575],
+            },
+            split: None,
+        };
+        let (cam, img) = prepare_view(&view, Resize::Downscale(8)).unwrap();
+        assert_eq!((img.width, img.height), (135, 240));
+        assert_eq!(img.pixels.len(), 135 * 240 * 3);
+        assert_eq!((cam.width, cam.height), (135, 240));
+        let eps = 1e-9;
+        assert!((cam.intrinsics.fx - k.fx / 8.0).abs() < eps);
+        assert!((cam.intrinsics.fy - k.fy / 8.0).abs() < eps);
+        assert!((cam.intrinsics.cx - k.cx / 8.0).abs() < eps);
+        assert!((cam.intrinsics.cy - k.cy / 8.0).abs() < eps);
+        assert_eq!(cam.world_to_camera, Pose::IDENTITY);
+
+        // Same pipeline by hand: undistort at full size, then an 8x8 box mean.
+        let full = load_rgb8(&view.image_path).unwrap();
+        let und = undistort(&full, &k, &view.distortion);
+        assert_ne!(und, full, "the fox lens distortion must change the pixels");
+        let by_hand = resize_area(&und, 135, 240);
+        assert_eq!(by_hand, img);
+        // The fox lens is mild: at most a few pixels of displacement at the edges, so the
+        // undistorted photo is never black inside (its rays all land inside the source).
+        let black = img.pixels.chunks(3).filter(|p| *p == [0, 0, 0]).count();
+        assert!(black < img.pixels.len() / 3 / 100, "{black} black pixels");
+    }
+}

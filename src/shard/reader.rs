@@ -1,1 +1,654 @@
-//! (in progress)
+//! Reads packs: the only module that maps files (memmap2), always read-only.
+//!
+//! [`Pack::open`] parses and cross-checks `manifest.json`, maps every shard and checks each
+//! shard's header and footer; it touches no record payload. [`Pack::read_view_into`] and
+//! [`Pack::read_chunk_into`] check one record's header and payload checksum, decode it into a
+//! caller-owned buffer and then drop the record's pages from this process's mapping
+//! (`madvise(MADV_DONTNEED)`), so reading a dataset many times larger than RAM leaves the
+//! resident set where it was: file pages count in RSS while mapped and touched, and without
+//! the release they would accumulate up to the whole dataset (the page cache itself is the
+//! kernel's and is not charged to the process).
+//!
+//! Why mmap + release rather than `pread` into an owned buffer: the compressed bytes are used
+//! once, straight from the mapping, so no per-worker staging buffer of the largest record's
+//! size is needed; both keep RSS bounded by the records being decoded at that moment. A
+//! consumer only ever receives decoded *copies*, never a handle into the mapping.
+//!
+//! Invariant relied upon by every `unsafe` here: shards are immutable once sealed (written to a
+//! temporary name, fsynced, renamed) and ramsplat never opens them for writing. Another program
+//! truncating or rewriting a shard while it is mapped is outside that contract (as for any
+//! mmap reader, e.g. ripgrep); `verify` detects a file changed between runs.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::{Mmap, UncheckedAdvice};
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::{
+    Checksum, Codec, Manifest, PointChunkLayout, RecordKind, RecordRef, ShardError, FOOTER_LEN,
+    FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, RECORD_HEADER_LEN, RECORD_MAGIC,
+    SHARD_MAGIC,
+};
+
+/// Largest manifest accepted (a pack of 100k views has a manifest of ~60 MB).
+const MAX_MANIFEST_BYTES: u64 = 1 << 30;
+
+struct Shard {
+    path: PathBuf,
+    map: Mmap,
+}
+
+/// An open, read-only pack. `Send + Sync`: share it as `Arc<Pack>` between loader workers.
+pub struct Pack {
+    dir: PathBuf,
+    manifest: Manifest,
+    shards: Vec<Shard>,
+}
+
+/// A record header as read back from a shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordHeaderInfo {
+    pub kind: RecordKind,
+    pub codec: u8,
+    pub flags: u16,
+    pub item: u32,
+    pub group: u32,
+    pub a: u32,
+    pub b: u32,
+    pub stored_len: u64,
+    pub decoded_len: u64,
+    pub checksum: u64,
+}
+
+/// What `verify` checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct VerifyReport {
+    pub shards: usize,
+    pub records: u64,
+    pub bytes: u64,
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+thread_local! {
+    /// One zstd decompression context per thread, reused: creating one per record would churn
+    /// ~100 KiB allocations that glibc may keep resident.
+    static DCTX: RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
+}
+
+fn zstd_decode(src: &[u8], dst: &mut [u8]) -> Result<usize, String> {
+    DCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let ctx = slot.get_or_insert_with(zstd::zstd_safe::DCtx::create);
+        ctx.decompress(dst, src)
+            .map_err(|code| zstd::zstd_safe::get_error_name(code).to_owned())
+    })
+}
+
+impl Pack {
+    /// Opens the pack at `dir`: reads the manifest, maps and checks every shard's header/footer.
+    pub fn open(dir: &Path) -> Result<Pack, ShardError> {
+        let mpath = dir.join(MANIFEST_FILE);
+        if !mpath.is_file() {
+            return Err(ShardError::NotAPack {
+                path: dir.to_owned(),
+            });
+        }
+        let io = |p: &Path, e: std::io::Error| ShardError::Io {
+            path: p.to_owned(),
+            source: e,
+        };
+        let len = std::fs::metadata(&mpath).map_err(|e| io(&mpath, e))?.len();
+        if len > MAX_MANIFEST_BYTES {
+            return Err(ShardError::BadManifest {
+                path: mpath,
+                msg: format!("{len} bytes is larger than any manifest ramsplat writes"),
+            });
+        }
+        let bytes = std::fs::read(&mpath).map_err(|e| io(&mpath, e))?;
+        // Check the version before the schema, so a newer pack gets the "upgrade" message
+        // rather than a schema error.
+        let value: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| ShardError::BadManifest {
+                path: mpath.clone(),
+                msg: e.to_string(),
+            })?;
+        if value.get("format").and_then(|f| f.as_str()) != Some(Manifest::FORMAT) {
+            return Err(ShardError::BadManifest {
+                path: mpath,
+                msg: format!("\"format\" is not {:?}", Manifest::FORMAT),
+            });
+        }
+        match value.get("version").and_then(|v| v.as_u64()) {
+            Some(v) if v > FORMAT_VERSION as u64 => {
+                return Err(ShardError::TooNew {
+                    path: mpath,
+                    found: v.min(u32::MAX as u64) as u32,
+                })
+            }
+            Some(v) if v < FORMAT_VERSION as u64 => {
+                return Err(ShardError::TooOld {
+                    path: mpath,
+                    found: v as u32,
+                })
+            }
+            Some(_) => {}
+            None => {
+                return Err(ShardError::BadManifest {
+                    path: mpath,
+                    msg: "missing \"version\"".into(),
+                })
+            }
+        }
+        let manifest: Manifest =
+            serde_json::from_value(value).map_err(|e| ShardError::BadManifest {
+                path: mpath.clone(),
+                msg: e.to_string(),
+            })?;
+        let mut shards = Vec::with_capacity(manifest.shards.len());
+        for (i, entry) in manifest.shards.iter().enumerate() {
+            let path = dir.join(&entry.file);
+            let file = File::open(&path).map_err(|e| io(&path, e))?;
+            let flen = file.metadata().map_err(|e| io(&path, e))?.len();
+            if flen != entry.bytes {
+                return Err(ShardError::Corrupt {
+                    path,
+                    what: "file".into(),
+                    msg: format!(
+                        "{flen} bytes, the manifest says {} (truncated or replaced?)",
+                        entry.bytes
+                    ),
+                });
+            }
+            // SAFETY: the file is opened read-only and shards are immutable once sealed (module
+            // doc); we never create a mutable view of the mapping.
+            let map = unsafe { Mmap::map(&file) }.map_err(|e| io(&path, e))?;
+            let shard = Shard { path, map };
+            check_shard_frame(&shard, i as u32, manifest.pack_id.0, entry.records)?;
+            shards.push(shard);
+        }
+        let pack = Pack {
+            dir: dir.to_owned(),
+            manifest,
+            shards,
+        };
+        pack.check_manifest_refs()?;
+        Ok(pack)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Bounds and camera checks of every record the manifest names (no payload access).
+    fn check_manifest_refs(&self) -> Result<(), ShardError> {
+        let mpath = self.dir.join(MANIFEST_FILE);
+        let bad = |msg: String| ShardError::BadManifest {
+            path: mpath.clone(),
+            msg,
+        };
+        let refs = self
+            .manifest
+            .views
+            .iter()
+            .map(|v| (format!("view {:?}", v.name), &v.record))
+            .chain(self.manifest.clouds.iter().flat_map(|c| {
+                c.chunks
+                    .iter()
+                    .enumerate()
+                    .map(move |(k, ch)| (format!("cloud {:?} chunk {k}", c.name), &ch.record))
+            }));
+        for (what, r) in refs {
+            let shard = self.shards.get(r.shard as usize).ok_or_else(|| {
+                bad(format!(
+                    "{what} names shard {} of {}",
+                    r.shard,
+                    self.shards.len()
+                ))
+            })?;
+            let end = r.offset.checked_add(RECORD_HEADER_LEN + r.stored_len);
+            let limit = shard.map.len() as u64 - FOOTER_LEN;
+            if !r.offset.is_multiple_of(PAGE) || r.offset < PAGE || end.is_none_or(|e| e > limit) {
+                return Err(bad(format!(
+                    "{what} has an out-of-range record at byte {}",
+                    r.offset
+                )));
+            }
+        }
+        for (i, v) in self.manifest.views.iter().enumerate() {
+            v.camera
+                .validate()
+                .map_err(|e| bad(format!("view {i} ({:?}): invalid camera: {e}", v.name)))?;
+            let want = v.camera.width as u64 * v.camera.height as u64 * 3;
+            if v.record.decoded_len != want {
+                return Err(bad(format!(
+                    "view {i} ({:?}): decoded length {} does not match {}x{} RGB8",
+                    v.name, v.record.decoded_len, v.camera.width, v.camera.height
+                )));
+            }
+        }
+        for c in &self.manifest.clouds {
+            for ch in &c.chunks {
+                let want = PointChunkLayout::new(ch.points as usize, c.has_labels, c.has_normals)
+                    .total as u64;
+                if ch.record.decoded_len != want {
+                    return Err(bad(format!(
+                        "cloud {:?}: chunk decoded length disagrees with its point count",
+                        c.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn corrupt(&self, r: &RecordRef, what: &str, msg: impl Into<String>) -> ShardError {
+        ShardError::Corrupt {
+            path: self.shards[r.shard as usize].path.clone(),
+            what: format!("record at byte {} ({what})", r.offset),
+            msg: msg.into(),
+        }
+    }
+
+    /// Checks the header and payload checksum of a record and returns its payload.
+    fn checked_payload(
+        &self,
+        r: &RecordRef,
+        what: &str,
+    ) -> Result<(RecordHeaderInfo, &[u8]), ShardError> {
+        let map = &self.shards[r.shard as usize].map;
+        let start = r.offset as usize;
+        let hdr = &map[start..start + RECORD_HEADER_LEN as usize];
+        let info = parse_record_header(hdr).map_err(|m| self.corrupt(r, what, m))?;
+        if info.stored_len != r.stored_len
+            || info.decoded_len != r.decoded_len
+            || info.checksum != r.checksum.0
+        {
+            return Err(self.corrupt(r, what, "record header disagrees with the manifest"));
+        }
+        let payload = &map[start + RECORD_HEADER_LEN as usize
+            ..start + (RECORD_HEADER_LEN + r.stored_len) as usize];
+        let sum = xxh3_64(payload);
+        if sum != r.checksum.0 {
+            return Err(self.corrupt(
+                r,
+                what,
+                format!(
+                    "payload checksum {} does not match the stored {}",
+                    Checksum(sum),
+                    r.checksum
+                ),
+            ));
+        }
+        Ok((info, payload))
+    }
+
+    /// Drops the pages of a record from this process's resident set.
+    fn release(&self, r: &RecordRef) {
+        let map = &self.shards[r.shard as usize].map;
+        let start = r.offset as usize;
+        let len = ((RECORD_HEADER_LEN + r.stored_len).next_multiple_of(PAGE) as usize)
+            .min(map.len() - start);
+        // SAFETY: the mapping is a read-only MAP_SHARED map of an immutable file (module doc), so
+        // MADV_DONTNEED cannot change what any reader observes: a later access re-reads the same
+        // bytes from the file. The range lies inside the map and is page-aligned at its start
+        // (records start at multiples of PAGE); no `&[u8]` into it outlives this call's caller.
+        // Failure only means the pages stay resident a little longer.
+        let _ = unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, start, len) };
+    }
+
+    /// Checks, decodes view `index` (RGB8, `decoded_len` bytes) into `out` and releases the
+    /// record's pages. `out.len()` must equal the view's decoded length.
+    pub fn read_view_into(&self, index: usize, out: &mut [u8]) -> Result<(), ShardError> {
+        let v = self
+            .manifest
+            .views
+            .get(index)
+            .ok_or(ShardError::OutOfRange {
+                what: "view",
+                index,
+                len: self.manifest.views.len(),
+            })?;
+        let r = &v.record;
+        if out.len() != r.decoded_len as usize {
+            return Err(ShardError::BufferSize {
+                what: format!("view {index} ({:?})", v.name),
+                want: r.decoded_len as usize,
+                got: out.len(),
+            });
+        }
+        let what = format!("view {index} {:?}", v.name);
+        let result = (|| {
+            let (info, payload) = self.checked_payload(r, &what)?;
+            if info.kind != RecordKind::View
+                || info.item != index as u32
+                || Codec::from_id(info.codec) != Some(v.codec)
+            {
+                return Err(self.corrupt(r, &what, "record is not this view"));
+            }
+            let decode_err = |msg: String| ShardError::Decode {
+                path: self.shards[r.shard as usize].path.clone(),
+                offset: r.offset,
+                view: v.name.clone(),
+                msg,
+            };
+            match v.codec {
+                Codec::Raw => out.copy_from_slice(payload),
+                Codec::Zstd => {
+                    let n = zstd_decode(payload, out).map_err(decode_err)?;
+                    if n != out.len() {
+                        return Err(decode_err(format!(
+                            "{n} bytes decoded, {} expected",
+                            out.len()
+                        )));
+                    }
+                }
+                Codec::Png => {
+                    let dec = image::codecs::png::PngDecoder::new(std::io::Cursor::new(payload))
+                        .map_err(|e| decode_err(e.to_string()))?;
+                    let (w, h) = image::ImageDecoder::dimensions(&dec);
+                    if (w, h) != (v.camera.width, v.camera.height)
+                        || image::ImageDecoder::color_type(&dec) != image::ColorType::Rgb8
+                    {
+                        return Err(decode_err("PNG does not hold the view's RGB8 size".into()));
+                    }
+                    image::ImageDecoder::read_image(dec, out)
+                        .map_err(|e| decode_err(e.to_string()))?;
+                }
+            }
+            Ok(())
+        })();
+        self.release(r);
+        result
+    }
+
+    /// Checks and decodes chunk `chunk` of cloud `cloud` into `out` (exactly its decoded
+    /// length), releases its pages and returns the layout of the decoded bytes.
+    pub fn read_chunk_into(
+        &self,
+        cloud: usize,
+        chunk: usize,
+        out: &mut [u8],
+    ) -> Result<PointChunkLayout, ShardError> {
+        let c = self
+            .manifest
+            .clouds
+            .get(cloud)
+            .ok_or(ShardError::OutOfRange {
+                what: "cloud",
+                index: cloud,
+                len: self.manifest.clouds.len(),
+            })?;
+        let ch = c.chunks.get(chunk).ok_or(ShardError::OutOfRange {
+            what: "chunk",
+            index: chunk,
+            len: c.chunks.len(),
+        })?;
+        let r = &ch.record;
+        let layout = PointChunkLayout::new(ch.points as usize, c.has_labels, c.has_normals);
+        if out.len() != layout.total {
+            return Err(ShardError::BufferSize {
+                what: format!("cloud {:?} chunk {chunk}", c.name),
+                want: layout.total,
+                got: out.len(),
+            });
+        }
+        let what = format!("cloud {:?} chunk {chunk}", c.name);
+        let result = (|| {
+            let (info, payload) = self.checked_payload(r, &what)?;
+            if info.kind != RecordKind::Points
+                || info.item != chunk as u32
+                || info.group != cloud as u32
+            {
+                return Err(self.corrupt(r, &what, "record is not this point chunk"));
+            }
+            let n = zstd_decode(payload, out).map_err(|m| self.corrupt(r, &what, m))?;
+            if n != out.len() {
+                return Err(self.corrupt(
+                    r,
+                    &what,
+                    format!("{n} bytes decoded, {} expected", out.len()),
+                ));
+            }
+            Ok(layout)
+        })();
+        self.release(r);
+        result
+    }
+
+    /// Checks every checksum of every shard (headers, record headers and payloads, record
+    /// tables, whole-shard checksums) and that the manifest agrees with the shards.
+    /// `progress(done_bytes, total_bytes)` is called after each record.
+    pub fn verify(&self, progress: &dyn Fn(u64, u64)) -> Result<VerifyReport, ShardError> {
+        let total: u64 = self.shards.iter().map(|s| s.map.len() as u64).sum();
+        let mut done = 0u64;
+        let mut report = VerifyReport::default();
+        let mut by_offset = std::collections::HashMap::new();
+        for (i, v) in self.manifest.views.iter().enumerate() {
+            by_offset.insert(
+                (v.record.shard, v.record.offset),
+                (RecordKind::View, 0u32, i as u32),
+            );
+        }
+        for (ci, c) in self.manifest.clouds.iter().enumerate() {
+            for (k, ch) in c.chunks.iter().enumerate() {
+                by_offset.insert(
+                    (ch.record.shard, ch.record.offset),
+                    (RecordKind::Points, ci as u32, k as u32),
+                );
+            }
+        }
+        for (si, (shard, entry)) in self.shards.iter().zip(&self.manifest.shards).enumerate() {
+            let map = &shard.map[..];
+            let corrupt = |what: String, msg: String| ShardError::Corrupt {
+                path: shard.path.clone(),
+                what,
+                msg,
+            };
+            let footer = &map[map.len() - FOOTER_LEN as usize..];
+            let body = &map[..map.len() - FOOTER_LEN as usize];
+            let want = u64_at(footer, 24);
+            // Record by record first, so a damaged record is named precisely; the whole-shard
+            // checksum below then catches damage in padding or the table.
+            let table_offset = u64_at(footer, 8) as usize;
+            let count = u64_at(footer, 16) as usize;
+            let table = &map[table_offset..table_offset + count * 8];
+            for k in 0..count {
+                let offset = u64_at(table, k * 8);
+                let what = format!("record {k} at byte {offset}");
+                if !offset.is_multiple_of(PAGE)
+                    || offset < PAGE
+                    || offset + RECORD_HEADER_LEN > table_offset as u64
+                {
+                    return Err(corrupt(what, "record table entry is out of range".into()));
+                }
+                let hdr = &map[offset as usize..(offset + RECORD_HEADER_LEN) as usize];
+                let info = parse_record_header(hdr).map_err(|m| corrupt(what.clone(), m))?;
+                let end = offset + RECORD_HEADER_LEN + info.stored_len;
+                if end > table_offset as u64 {
+                    return Err(corrupt(what, "payload runs past the record table".into()));
+                }
+                let payload = &map[(offset + RECORD_HEADER_LEN) as usize..end as usize];
+                let sum = xxh3_64(payload);
+                if sum != info.checksum {
+                    return Err(corrupt(
+                        what,
+                        format!(
+                            "payload checksum {} does not match the stored {}",
+                            Checksum(sum),
+                            Checksum(info.checksum)
+                        ),
+                    ));
+                }
+                let expected = by_offset.remove(&(si as u32, offset));
+                let agrees = match expected {
+                    Some((RecordKind::View, _, i)) => {
+                        let v = &self.manifest.views[i as usize];
+                        info.kind == RecordKind::View
+                            && info.item == i
+                            && info.checksum == v.record.checksum.0
+                            && info.stored_len == v.record.stored_len
+                    }
+                    Some((RecordKind::Points, c, k)) => {
+                        let ch = &self.manifest.clouds[c as usize].chunks[k as usize];
+                        info.kind == RecordKind::Points
+                            && info.group == c
+                            && info.item == k
+                            && info.checksum == ch.record.checksum.0
+                    }
+                    None => false,
+                };
+                if !agrees {
+                    return Err(corrupt(
+                        what,
+                        "record is not the one the manifest lists at this offset".into(),
+                    ));
+                }
+                report.records += 1;
+                done += end.next_multiple_of(PAGE) - offset;
+                progress(done, total);
+                let r = RecordRef {
+                    shard: si as u32,
+                    offset,
+                    stored_len: info.stored_len,
+                    decoded_len: info.decoded_len,
+                    checksum: Checksum(info.checksum),
+                };
+                self.release(&r);
+            }
+            let sum = xxh3_64(body);
+            if sum != want || Checksum(sum) != entry.checksum {
+                return Err(corrupt(
+                    "shard".into(),
+                    format!(
+                        "shard checksum {} does not match the stored {} (damage outside the records)",
+                        Checksum(sum),
+                        Checksum(want)
+                    ),
+                ));
+            }
+            report.shards += 1;
+            report.bytes += map.len() as u64;
+            done = done.max(report.bytes);
+            progress(done, total);
+        }
+        if let Some(((s, o), _)) = by_offset.into_iter().next() {
+            return Err(ShardError::BadManifest {
+                path: self.dir.join(MANIFEST_FILE),
+                msg: format!(
+                    "lists a record at shard {s} byte {o} that the shard's table does not have"
+                ),
+            });
+        }
+        Ok(report)
+    }
+}
+
+fn parse_record_header(h: &[u8]) -> Result<RecordHeaderInfo, String> {
+    if h[0..4] != RECORD_MAGIC {
+        return Err("bad record magic".into());
+    }
+    let hc = xxh3_64(&h[0..56]);
+    if hc != u64_at(h, 56) {
+        return Err("record header checksum mismatch".into());
+    }
+    let kind = RecordKind::from_id(h[4]).ok_or_else(|| format!("unknown record kind {}", h[4]))?;
+    Ok(RecordHeaderInfo {
+        kind,
+        codec: h[5],
+        flags: u16::from_le_bytes([h[6], h[7]]),
+        item: u32_at(h, 8),
+        group: u32_at(h, 12),
+        a: u32_at(h, 16),
+        b: u32_at(h, 20),
+        stored_len: u64_at(h, 24),
+        decoded_len: u64_at(h, 32),
+        checksum: u64_at(h, 40),
+    })
+}
+
+/// Checks a shard's header page and footer (not its records).
+fn check_shard_frame(
+    shard: &Shard,
+    index: u32,
+    pack_id: u64,
+    records: u64,
+) -> Result<(), ShardError> {
+    let map = &shard.map[..];
+    let corrupt = |what: &str, msg: String| ShardError::Corrupt {
+        path: shard.path.clone(),
+        what: what.into(),
+        msg,
+    };
+    if (map.len() as u64) < PAGE + FOOTER_LEN {
+        return Err(corrupt(
+            "file",
+            format!("{} bytes is too short for a shard", map.len()),
+        ));
+    }
+    if map[0..8] != SHARD_MAGIC {
+        return Err(corrupt("header", "not a ramsplat shard (bad magic)".into()));
+    }
+    let version = u32_at(map, 8);
+    if version > FORMAT_VERSION {
+        return Err(ShardError::TooNew {
+            path: shard.path.clone(),
+            found: version,
+        });
+    }
+    if version < FORMAT_VERSION {
+        return Err(ShardError::TooOld {
+            path: shard.path.clone(),
+            found: version,
+        });
+    }
+    if xxh3_64(&map[0..32]) != u64_at(map, 32) {
+        return Err(corrupt("header", "header checksum mismatch".into()));
+    }
+    if u32_at(map, 12) as u64 != PAGE || u32_at(map, 16) != index {
+        return Err(corrupt(
+            "header",
+            format!("page size or shard index differ from shard {index}"),
+        ));
+    }
+    if u64_at(map, 24) != pack_id {
+        return Err(corrupt(
+            "header",
+            "belongs to a different pack (pack id differs from the manifest)".into(),
+        ));
+    }
+    let footer = &map[map.len() - FOOTER_LEN as usize..];
+    if footer[0..8] != FOOTER_MAGIC {
+        return Err(corrupt(
+            "footer",
+            "bad footer magic (truncated file?)".into(),
+        ));
+    }
+    let table_offset = u64_at(footer, 8);
+    let count = u64_at(footer, 16);
+    let table_end = count
+        .checked_mul(8)
+        .and_then(|b| b.checked_add(table_offset));
+    if count != records || table_offset < PAGE || table_end != Some(map.len() as u64 - FOOTER_LEN) {
+        return Err(corrupt(
+            "footer",
+            "record table is inconsistent with the file size or the manifest".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

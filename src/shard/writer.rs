@@ -1,1 +1,615 @@
-//! (in progress)
+//! Writes packs: encodes records, appends them page-aligned to shards, seals shards and the
+//! manifest with write-to-temp + fsync + rename.
+//!
+//! A [`PackWriter`] builds the whole pack inside a hidden temporary directory next to the
+//! destination (`.NAME.partial-PID`), so nothing at the destination path changes until
+//! [`PackWriter::finish`] has fsynced every shard and the manifest and renamed the directory into
+//! place. Dropping a writer without finishing removes the temporary directory; a killed process
+//! leaves only the hidden `.partial` directory, which never looks like a pack (it has no
+//! manifest until the very end, and it is not at the destination path).
+//!
+//! Encoding is split from writing ([`encode_view`] is a pure function), so the pack pipeline can
+//! encode views on several threads and append them in order on one.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+use super::{
+    shard_file_name, Checksum, ChunkEntry, CloudEntry, Codec, Manifest, PointChunkLayout,
+    RecordKind, RecordRef, SceneInfo, ShardEntry, ShardError, SourceInfo, Split, ViewEntry,
+    FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, POINTS_PER_CHUNK, RECORD_HEADER_LEN,
+    RECORD_MAGIC, SHARD_MAGIC,
+};
+use crate::import::{ImportError, PointChunk, PointSource};
+use crate::scene::camera::Camera;
+
+/// Default zstd level: level 3 (zstd's own default) compresses RGB8 photos within a few percent
+/// of level 9 at several times the speed; decode speed barely depends on the level.
+pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
+
+/// Default shard size (`--shard-size`): large enough that a pack of thousands of views has
+/// tens of files, small enough that a damaged shard loses little.
+pub const DEFAULT_SHARD_SIZE: u64 = 512 << 20;
+
+#[derive(Clone, Debug)]
+pub struct WriterOptions {
+    /// A new shard is started when the current one would grow past this many bytes.
+    pub shard_size: u64,
+    pub codec: Codec,
+    pub zstd_level: i32,
+    /// Replace an existing pack at the destination.
+    pub force: bool,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            shard_size: DEFAULT_SHARD_SIZE,
+            codec: Codec::Zstd,
+            zstd_level: DEFAULT_ZSTD_LEVEL,
+            force: false,
+        }
+    }
+}
+
+/// Errors of the pack writer beyond shard I/O.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    #[error("{}: already exists; pass --force to replace it", path.display())]
+    Exists { path: PathBuf },
+    #[error("view {name:?}: {msg}")]
+    BadView { name: String, msg: String },
+    #[error("the dataset is empty: no views and no points to pack")]
+    Empty,
+}
+
+/// A view encoded and checksummed, ready to append.
+#[derive(Clone, Debug)]
+pub struct EncodedView {
+    pub name: String,
+    pub camera: Camera,
+    pub split: Split,
+    pub codec: Codec,
+    pub payload: Vec<u8>,
+    pub decoded_len: u64,
+    pub checksum: Checksum,
+}
+
+/// Encodes RGB8 pixels of `camera.width × camera.height` with `codec`. Pure and thread-safe.
+pub fn encode_view(
+    name: &str,
+    camera: &Camera,
+    split: Split,
+    rgb8: &[u8],
+    codec: Codec,
+    zstd_level: i32,
+) -> Result<EncodedView, WriteError> {
+    let bad = |msg: String| WriteError::BadView {
+        name: name.to_owned(),
+        msg,
+    };
+    camera
+        .validate()
+        .map_err(|e| bad(format!("invalid camera: {e}")))?;
+    let want = camera.width as usize * camera.height as usize * 3;
+    if rgb8.len() != want {
+        return Err(bad(format!(
+            "{} pixel bytes given, {}x{} RGB8 needs {want}",
+            rgb8.len(),
+            camera.width,
+            camera.height
+        )));
+    }
+    let payload = match codec {
+        Codec::Raw => rgb8.to_vec(),
+        Codec::Zstd => {
+            zstd::bulk::compress(rgb8, zstd_level).map_err(|e| bad(format!("zstd: {e}")))?
+        }
+        Codec::Png => {
+            let mut out = Vec::new();
+            let enc = image::codecs::png::PngEncoder::new(&mut out);
+            image::ImageEncoder::write_image(
+                enc,
+                rgb8,
+                camera.width,
+                camera.height,
+                image::ExtendedColorType::Rgb8,
+            )
+            .map_err(|e| bad(format!("png: {e}")))?;
+            out
+        }
+    };
+    let checksum = Checksum(xxh3_64(&payload));
+    Ok(EncodedView {
+        name: name.to_owned(),
+        camera: *camera,
+        split,
+        codec,
+        payload,
+        decoded_len: want as u64,
+        checksum,
+    })
+}
+
+/// Serialises a point chunk into the decoded layout of the format spec.
+pub fn point_chunk_bytes(chunk: &PointChunk) -> (PointChunkLayout, Vec<u8>) {
+    let n = chunk.len();
+    let layout = PointChunkLayout::new(n, chunk.labels.is_some(), chunk.normals.is_some());
+    let mut out = vec![0u8; layout.total];
+    for (i, p) in chunk.xyz.iter().enumerate() {
+        for (k, v) in p.iter().enumerate() {
+            out[i * 12 + k * 4..i * 12 + k * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    for (i, c) in chunk.rgb.iter().enumerate() {
+        out[layout.rgb_offset + i * 3..layout.rgb_offset + i * 3 + 3].copy_from_slice(c);
+    }
+    if let (Some(base), Some(labels)) = (layout.labels_offset, &chunk.labels) {
+        for (i, l) in labels.iter().enumerate() {
+            out[base + i * 4..base + i * 4 + 4].copy_from_slice(&l.to_le_bytes());
+        }
+    }
+    if let (Some(base), Some(normals)) = (layout.normals_offset, &chunk.normals) {
+        for (i, p) in normals.iter().enumerate() {
+            for (k, v) in p.iter().enumerate() {
+                out[base + i * 12 + k * 4..base + i * 12 + k * 4 + 4]
+                    .copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+    (layout, out)
+}
+
+/// Fields of a record header that vary (see the format spec in the module above).
+struct RecordHeader {
+    kind: RecordKind,
+    codec: u8,
+    flags: u16,
+    item: u32,
+    group: u32,
+    a: u32,
+    b: u32,
+    stored_len: u64,
+    decoded_len: u64,
+    checksum: u64,
+}
+
+impl RecordHeader {
+    fn encode(&self) -> [u8; RECORD_HEADER_LEN as usize] {
+        let mut h = [0u8; RECORD_HEADER_LEN as usize];
+        h[0..4].copy_from_slice(&RECORD_MAGIC);
+        h[4] = self.kind.id();
+        h[5] = self.codec;
+        h[6..8].copy_from_slice(&self.flags.to_le_bytes());
+        h[8..12].copy_from_slice(&self.item.to_le_bytes());
+        h[12..16].copy_from_slice(&self.group.to_le_bytes());
+        h[16..20].copy_from_slice(&self.a.to_le_bytes());
+        h[20..24].copy_from_slice(&self.b.to_le_bytes());
+        h[24..32].copy_from_slice(&self.stored_len.to_le_bytes());
+        h[32..40].copy_from_slice(&self.decoded_len.to_le_bytes());
+        h[40..48].copy_from_slice(&self.checksum.to_le_bytes());
+        let hc = xxh3_64(&h[0..56]);
+        h[56..64].copy_from_slice(&hc.to_le_bytes());
+        h
+    }
+}
+
+/// The shard being written.
+struct OpenShard {
+    index: u32,
+    partial: PathBuf,
+    file: BufWriter<File>,
+    hasher: Xxh3,
+    pos: u64,
+    offsets: Vec<u64>,
+}
+
+impl OpenShard {
+    fn create(dir: &Path, index: u32, pack_id: u64) -> Result<OpenShard, ShardError> {
+        let partial = dir.join(format!("{}.partial", shard_file_name(index)));
+        let file = File::create(&partial).map_err(|e| io_err(&partial, e))?;
+        let mut shard = OpenShard {
+            index,
+            partial,
+            file: BufWriter::with_capacity(1 << 20, file),
+            hasher: Xxh3::new(),
+            pos: 0,
+            offsets: Vec::new(),
+        };
+        let mut header = vec![0u8; PAGE as usize];
+        header[0..8].copy_from_slice(&SHARD_MAGIC);
+        header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        header[12..16].copy_from_slice(&(PAGE as u32).to_le_bytes());
+        header[16..20].copy_from_slice(&index.to_le_bytes());
+        header[24..32].copy_from_slice(&pack_id.to_le_bytes());
+        let hc = xxh3_64(&header[0..32]);
+        header[32..40].copy_from_slice(&hc.to_le_bytes());
+        shard.write(&header)?;
+        Ok(shard)
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), ShardError> {
+        self.file
+            .write_all(bytes)
+            .map_err(|e| io_err(&self.partial, e))?;
+        self.hasher.update(bytes);
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn pad_to_page(&mut self) -> Result<(), ShardError> {
+        const ZEROS: [u8; PAGE as usize] = [0; PAGE as usize];
+        let pad = self.pos.next_multiple_of(PAGE) - self.pos;
+        self.write(&ZEROS[..pad as usize])
+    }
+
+    /// Appends one record; returns its offset.
+    fn append(&mut self, header: &RecordHeader, payload: &[u8]) -> Result<u64, ShardError> {
+        debug_assert!(self.pos.is_multiple_of(PAGE));
+        let offset = self.pos;
+        self.write(&header.encode())?;
+        self.write(payload)?;
+        self.pad_to_page()?;
+        self.offsets.push(offset);
+        Ok(offset)
+    }
+
+    /// Writes the table and footer, fsyncs and renames the file to its final name.
+    fn seal(mut self, dir: &Path) -> Result<ShardEntry, ShardError> {
+        let table_offset = self.pos;
+        let mut table = Vec::with_capacity(self.offsets.len() * 8);
+        for o in &self.offsets {
+            table.extend_from_slice(&o.to_le_bytes());
+        }
+        self.write(&table)?;
+        let checksum = self.hasher.digest();
+        let mut footer = [0u8; 32];
+        footer[0..8].copy_from_slice(&FOOTER_MAGIC);
+        footer[8..16].copy_from_slice(&table_offset.to_le_bytes());
+        footer[16..24].copy_from_slice(&(self.offsets.len() as u64).to_le_bytes());
+        footer[24..32].copy_from_slice(&checksum.to_le_bytes());
+        self.file
+            .write_all(&footer)
+            .map_err(|e| io_err(&self.partial, e))?;
+        let bytes = self.pos + footer.len() as u64;
+        let file = self
+            .file
+            .into_inner()
+            .map_err(|e| io_err(&self.partial, e.into_error()))?;
+        file.sync_all().map_err(|e| io_err(&self.partial, e))?;
+        drop(file);
+        let name = shard_file_name(self.index);
+        let fin = dir.join(&name);
+        fs::rename(&self.partial, &fin).map_err(|e| io_err(&fin, e))?;
+        Ok(ShardEntry {
+            file: name,
+            bytes,
+            records: self.offsets.len() as u64,
+            checksum: Checksum(checksum),
+        })
+    }
+}
+
+fn io_err(path: &Path, source: std::io::Error) -> ShardError {
+    ShardError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Builds a pack. See the module doc for the crash-safety contract.
+pub struct PackWriter {
+    dest: PathBuf,
+    tmp: PathBuf,
+    options: WriterOptions,
+    pack_id: u64,
+    shard: Option<OpenShard>,
+    shards: Vec<ShardEntry>,
+    views: Vec<ViewEntry>,
+    names: std::collections::HashSet<String>,
+    clouds: Vec<CloudEntry>,
+    finished: bool,
+}
+
+impl PackWriter {
+    /// Starts a pack at `dest`. Fails if `dest` exists and `options.force` is not set.
+    pub fn create(dest: &Path, options: &WriterOptions) -> Result<PackWriter, WriteError> {
+        if dest.exists() && !options.force {
+            return Err(WriteError::Exists {
+                path: dest.to_owned(),
+            });
+        }
+        let parent = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        fs::create_dir_all(&parent).map_err(|e| io_err(&parent, e))?;
+        let file_name = dest
+            .file_name()
+            .ok_or_else(|| io_err(dest, std::io::Error::other("destination has no file name")))?;
+        let tmp = parent.join(format!(
+            ".{}.partial-{}",
+            file_name.to_string_lossy(),
+            std::process::id()
+        ));
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp).map_err(|e| io_err(&tmp, e))?;
+        }
+        fs::create_dir(&tmp).map_err(|e| io_err(&tmp, e))?;
+        // The pack id only has to differ between packs; time, pid and the destination path make
+        // collisions between two packs a reader could confuse practically impossible.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let pack_id =
+            xxh3_64(format!("{now}-{}-{}", std::process::id(), dest.display()).as_bytes());
+        Ok(PackWriter {
+            dest: dest.to_owned(),
+            tmp,
+            options: options.clone(),
+            pack_id,
+            shard: None,
+            shards: Vec::new(),
+            views: Vec::new(),
+            names: Default::default(),
+            clouds: Vec::new(),
+            finished: false,
+        })
+    }
+
+    pub fn options(&self) -> &WriterOptions {
+        &self.options
+    }
+
+    /// Number of views appended so far.
+    pub fn view_count(&self) -> usize {
+        self.views.len()
+    }
+
+    /// Encodes and appends one view (RGB8, `camera.width × camera.height`).
+    pub fn add_view(
+        &mut self,
+        name: &str,
+        camera: &Camera,
+        split: Split,
+        rgb8: &[u8],
+    ) -> Result<(), WriteError> {
+        let v = encode_view(
+            name,
+            camera,
+            split,
+            rgb8,
+            self.options.codec,
+            self.options.zstd_level,
+        )?;
+        self.add_encoded_view(v)
+    }
+
+    /// Appends a view encoded by [`encode_view`].
+    pub fn add_encoded_view(&mut self, v: EncodedView) -> Result<(), WriteError> {
+        if !self.names.insert(v.name.clone()) {
+            return Err(WriteError::BadView {
+                name: v.name,
+                msg: "a view with this name was already packed (names must be unique)".into(),
+            });
+        }
+        let index = self.views.len() as u32;
+        let header = RecordHeader {
+            kind: RecordKind::View,
+            codec: v.codec.id(),
+            flags: 0,
+            item: index,
+            group: 0,
+            a: v.camera.width,
+            b: v.camera.height,
+            stored_len: v.payload.len() as u64,
+            decoded_len: v.decoded_len,
+            checksum: v.checksum.0,
+        };
+        let record = self.append(&header, &v.payload)?;
+        self.views.push(ViewEntry {
+            name: v.name,
+            camera: v.camera,
+            split: v.split,
+            codec: v.codec,
+            record,
+        });
+        Ok(())
+    }
+
+    /// Streams a point cloud into chunk records of [`POINTS_PER_CHUNK`] points.
+    pub fn add_cloud(&mut self, source: &mut dyn PointSource) -> Result<&CloudEntry, WriteError> {
+        let cloud_index = self.clouds.len() as u32;
+        let mut entry = CloudEntry {
+            name: source.name().to_owned(),
+            points: 0,
+            has_labels: source.has_labels(),
+            has_normals: source.has_normals(),
+            bounds: [[f32::INFINITY; 3], [f32::NEG_INFINITY; 3]],
+            chunks: Vec::new(),
+        };
+        while let Some(chunk) = source.next_chunk(POINTS_PER_CHUNK)? {
+            if chunk.is_empty() {
+                continue;
+            }
+            let consistent = chunk.rgb.len() == chunk.len()
+                && chunk.labels.as_ref().is_none_or(|l| l.len() == chunk.len())
+                && chunk
+                    .normals
+                    .as_ref()
+                    .is_none_or(|n| n.len() == chunk.len())
+                && chunk.labels.is_some() == entry.has_labels
+                && chunk.normals.is_some() == entry.has_normals;
+            if !consistent {
+                return Err(ImportError::Invalid {
+                    path: PathBuf::from(&entry.name),
+                    msg: "point source produced a chunk with mismatched attribute arrays".into(),
+                }
+                .into());
+            }
+            for p in &chunk.xyz {
+                for (k, &v) in p.iter().enumerate() {
+                    entry.bounds[0][k] = entry.bounds[0][k].min(v);
+                    entry.bounds[1][k] = entry.bounds[1][k].max(v);
+                }
+            }
+            let (layout, bytes) = point_chunk_bytes(&chunk);
+            // Level 3: points are a small fraction of a pack; speed matters more than ratio.
+            let payload = zstd::bulk::compress(&bytes, DEFAULT_ZSTD_LEVEL)
+                .map_err(|e| io_err(Path::new(&entry.name), e))?;
+            let header = RecordHeader {
+                kind: RecordKind::Points,
+                codec: Codec::Zstd.id(),
+                flags: u16::from(entry.has_labels) | (u16::from(entry.has_normals) << 1),
+                item: entry.chunks.len() as u32,
+                group: cloud_index,
+                a: layout.points as u32,
+                b: 0,
+                stored_len: payload.len() as u64,
+                decoded_len: layout.total as u64,
+                checksum: xxh3_64(&payload),
+            };
+            let record = self.append(&header, &payload)?;
+            entry.points += chunk.len() as u64;
+            entry.chunks.push(ChunkEntry {
+                points: chunk.len() as u32,
+                record,
+            });
+        }
+        if entry.points == 0 {
+            entry.bounds = [[0.0; 3]; 2];
+        }
+        self.clouds.push(entry);
+        Ok(self.clouds.last().expect("just pushed"))
+    }
+
+    fn append(&mut self, header: &RecordHeader, payload: &[u8]) -> Result<RecordRef, WriteError> {
+        let record_bytes = (RECORD_HEADER_LEN + payload.len() as u64).next_multiple_of(PAGE);
+        let roll = self.shard.as_ref().is_some_and(|s| {
+            !s.offsets.is_empty() && s.pos + record_bytes > self.options.shard_size
+        });
+        if roll {
+            let s = self.shard.take().expect("checked above");
+            self.shards.push(s.seal(&self.tmp)?);
+        }
+        if self.shard.is_none() {
+            self.shard = Some(OpenShard::create(
+                &self.tmp,
+                self.shards.len() as u32,
+                self.pack_id,
+            )?);
+        }
+        let shard = self.shard.as_mut().expect("created above");
+        let offset = shard.append(header, payload)?;
+        Ok(RecordRef {
+            shard: shard.index,
+            offset,
+            stored_len: header.stored_len,
+            decoded_len: header.decoded_len,
+            checksum: Checksum(header.checksum),
+        })
+    }
+
+    /// Seals the last shard, writes the manifest and moves the pack into place.
+    pub fn finish(mut self, source: SourceInfo) -> Result<Manifest, WriteError> {
+        if self.views.is_empty() && self.clouds.iter().all(|c| c.points == 0) {
+            return Err(WriteError::Empty);
+        }
+        if let Some(s) = self.shard.take() {
+            self.shards.push(s.seal(&self.tmp)?);
+        }
+        let no_sfm_points = self.clouds.is_empty() || self.clouds.iter().all(|c| c.points == 0);
+        let manifest = Manifest {
+            format: Manifest::FORMAT.to_owned(),
+            version: FORMAT_VERSION,
+            pack_id: Checksum(self.pack_id),
+            created_by: format!("ramsplat {}", env!("CARGO_PKG_VERSION")),
+            source,
+            scene: scene_info(&self.views, no_sfm_points),
+            shards: std::mem::take(&mut self.shards),
+            views: std::mem::take(&mut self.views),
+            clouds: std::mem::take(&mut self.clouds),
+        };
+        let path = self.tmp.join(MANIFEST_FILE);
+        let json = serde_json::to_vec_pretty(&manifest).map_err(|e| io_err(&path, e.into()))?;
+        write_synced(&path, &json)?;
+        sync_dir(&self.tmp)?;
+        if self.dest.exists() {
+            // --force: move the old pack aside first so that a crash between the two renames
+            // leaves either the old or the new pack at `dest`, plus a hidden directory.
+            let trash = self.tmp.with_extension("old");
+            fs::rename(&self.dest, &trash).map_err(|e| io_err(&self.dest, e))?;
+            fs::rename(&self.tmp, &self.dest).map_err(|e| io_err(&self.dest, e))?;
+            fs::remove_dir_all(&trash).map_err(|e| io_err(&trash, e))?;
+        } else {
+            fs::rename(&self.tmp, &self.dest).map_err(|e| io_err(&self.dest, e))?;
+        }
+        if let Some(parent) = self.dest.parent() {
+            // Make the rename durable; failure here is not worth losing a complete pack over.
+            let _ = sync_dir(if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            });
+        }
+        self.finished = true;
+        Ok(manifest)
+    }
+}
+
+impl Drop for PackWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            // An abandoned pack leaves nothing behind; errors here have no one to report to.
+            let _ = fs::remove_dir_all(&self.tmp);
+        }
+    }
+}
+
+/// Camera centroid and the original 3DGS extent (1.1 × max distance from the centroid).
+fn scene_info(views: &[ViewEntry], no_sfm_points: bool) -> SceneInfo {
+    let n = views.len().max(1) as f64;
+    let mut c = [0.0; 3];
+    for v in views {
+        let p = v.camera.centre();
+        for k in 0..3 {
+            c[k] += p[k] / n;
+        }
+    }
+    let max_d = views
+        .iter()
+        .map(|v| {
+            let p = v.camera.centre();
+            ((p[0] - c[0]).powi(2) + (p[1] - c[1]).powi(2) + (p[2] - c[2]).powi(2)).sqrt()
+        })
+        .fold(0.0, f64::max);
+    SceneInfo {
+        camera_centroid: c,
+        extent: 1.1 * max_d,
+        no_sfm_points,
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary name, fsyncs and renames.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), ShardError> {
+    let tmp = path.with_extension("partial");
+    let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+    f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
+    f.sync_all().map_err(|e| io_err(&tmp, e))?;
+    drop(f);
+    fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), ShardError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err(dir, e))
+}

@@ -1,0 +1,399 @@
+use std::path::Path;
+
+use super::*;
+use crate::import::{ImportError, PointChunk, PointSource};
+use crate::rng::Rng;
+use crate::scene::camera::{Camera, Intrinsics, Pose};
+use crate::shard::writer::{PackWriter, WriteError, WriterOptions};
+use crate::shard::{PointChunkRef, SourceInfo, Split};
+
+pub(crate) fn camera(w: u32, h: u32, tx: f64) -> Camera {
+    Camera {
+        width: w,
+        height: h,
+        intrinsics: Intrinsics {
+            fx: w as f64,
+            fy: w as f64,
+            cx: w as f64 / 2.0,
+            cy: h as f64 / 2.0,
+        },
+        world_to_camera: Pose {
+            translation: [tx, 0.0, 4.0],
+            ..Pose::IDENTITY
+        },
+    }
+}
+
+fn source_info() -> SourceInfo {
+    SourceInfo {
+        path: "test".into(),
+        format: crate::import::Format::Colmap,
+        missing_images: vec![],
+        max_width: None,
+        downscale: None,
+        test_every: None,
+    }
+}
+
+/// Smooth pattern plus noise, so zstd and png have something realistic to chew on.
+fn pixels(w: u32, h: u32, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::with_capacity((w * h * 3) as usize);
+    for y in 0..h {
+        for x in 0..w {
+            for c in 0..3 {
+                let base = (x * (c + 1) + y * 2) as u64 % 200;
+                out.push((base + rng.below(40)) as u8);
+            }
+        }
+    }
+    out
+}
+
+struct VecSource {
+    name: String,
+    chunks: Vec<PointChunk>,
+    labels: bool,
+    normals: bool,
+}
+
+impl PointSource for VecSource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn declared_len(&self) -> Option<u64> {
+        Some(self.chunks.iter().map(|c| c.len() as u64).sum())
+    }
+    fn has_labels(&self) -> bool {
+        self.labels
+    }
+    fn has_normals(&self) -> bool {
+        self.normals
+    }
+    fn next_chunk(&mut self, _max: usize) -> Result<Option<PointChunk>, ImportError> {
+        Ok(if self.chunks.is_empty() {
+            None
+        } else {
+            Some(self.chunks.remove(0))
+        })
+    }
+}
+
+fn cloud(n: usize, labels: bool, normals: bool, seed: u64) -> PointChunk {
+    let mut rng = Rng::new(seed);
+    PointChunk {
+        xyz: (0..n)
+            .map(|_| {
+                [
+                    rng.normal() as f32,
+                    rng.normal() as f32,
+                    rng.normal() as f32,
+                ]
+            })
+            .collect(),
+        rgb: (0..n).map(|i| [i as u8, (i * 7) as u8, 255]).collect(),
+        labels: labels.then(|| (0..n).map(|i| i as i32 - 5).collect()),
+        normals: normals.then(|| (0..n).map(|i| [0.0, i as f32, 1.0]).collect()),
+    }
+}
+
+/// Writes a pack of `views` views plus one cloud; returns the pixels written.
+fn write_pack(dir: &Path, codec: Codec, views: usize, shard_size: u64) -> Vec<Vec<u8>> {
+    let opts = WriterOptions {
+        codec,
+        shard_size,
+        ..Default::default()
+    };
+    let mut w = PackWriter::create(dir, &opts).unwrap();
+    let mut all = vec![];
+    for i in 0..views {
+        let (wd, ht) = (40 + i as u32, 24);
+        let px = pixels(wd, ht, i as u64);
+        let split = if i % 4 == 3 {
+            Split::Test
+        } else {
+            Split::Train
+        };
+        w.add_view(
+            &format!("v{i:03}.png"),
+            &camera(wd, ht, i as f64),
+            split,
+            &px,
+        )
+        .unwrap();
+        all.push(px);
+    }
+    let mut src = VecSource {
+        name: "sfm".into(),
+        chunks: vec![cloud(1000, true, true, 1), cloud(37, true, true, 2)],
+        labels: true,
+        normals: true,
+    };
+    w.add_cloud(&mut src).unwrap();
+    w.finish(source_info()).unwrap();
+    all
+}
+
+#[test]
+fn round_trip_every_codec() {
+    for codec in [Codec::Raw, Codec::Zstd, Codec::Png] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("p.pack");
+        let px = write_pack(&dir, codec, 6, 1 << 30);
+        let pack = Pack::open(&dir).unwrap();
+        let m = pack.manifest();
+        assert_eq!(m.views.len(), 6);
+        assert_eq!(m.split_indices(Split::Test), vec![3]);
+        for (i, want) in px.iter().enumerate() {
+            let mut out = vec![0u8; m.views[i].decoded_len()];
+            pack.read_view_into(i, &mut out).unwrap();
+            assert_eq!(&out, want, "{codec:?} view {i}");
+            assert_eq!(m.views[i].camera, camera(40 + i as u32, 24, i as f64));
+        }
+        let c = &m.clouds[0];
+        assert_eq!((c.points, c.chunks.len()), (1037, 2));
+        let mut got = vec![];
+        for k in 0..c.chunks.len() {
+            let mut buf = vec![0u8; c.chunks[k].record.decoded_len as usize];
+            let layout = pack.read_chunk_into(0, k, &mut buf).unwrap();
+            got.push(PointChunkRef::new(layout, &buf).unwrap().to_chunk());
+        }
+        assert_eq!(
+            got,
+            vec![cloud(1000, true, true, 1), cloud(37, true, true, 2)]
+        );
+        assert_eq!(pack.verify(&|_, _| {}).unwrap().records, 8);
+    }
+}
+
+#[test]
+fn shards_roll_at_the_size_limit_and_records_are_page_aligned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    // Raw 40x24 views are 2880 bytes: one page + header each, so ~3 records per 16 KiB shard.
+    let px = write_pack(&dir, Codec::Raw, 10, 16 << 10);
+    let pack = Pack::open(&dir).unwrap();
+    assert!(
+        pack.manifest().shards.len() >= 3,
+        "{:?}",
+        pack.manifest().shards
+    );
+    for (i, v) in pack.manifest().views.iter().enumerate() {
+        assert_eq!(v.record.offset % PAGE, 0);
+        let mut out = vec![0u8; v.decoded_len()];
+        pack.read_view_into(i, &mut out).unwrap();
+        assert_eq!(out, px[i]);
+    }
+    pack.verify(&|_, _| {}).unwrap();
+}
+
+fn shard_path(dir: &Path, i: u32) -> std::path::PathBuf {
+    dir.join(crate::shard::shard_file_name(i))
+}
+
+#[test]
+fn every_flipped_byte_is_caught_and_names_the_shard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    write_pack(&dir, Codec::Zstd, 3, 1 << 30);
+    let path = shard_path(&dir, 0);
+    let orig = std::fs::read(&path).unwrap();
+    // Header, first record header, payload, padding, table, footer: every region.
+    let len = orig.len();
+    let positions = [
+        0,
+        40,
+        100,
+        4096,
+        4096 + 10,
+        4096 + 70,
+        4096 + 2000,
+        len - 40,
+        len - 20,
+        len - 1,
+    ];
+    for &pos in &positions {
+        let mut bad = orig.clone();
+        bad[pos] ^= 0x10;
+        std::fs::write(&path, &bad).unwrap();
+        let err = Pack::open(&dir).and_then(|p| p.verify(&|_, _| {}).map(|_| p));
+        let msg = match err {
+            Ok(_) => panic!("flip at byte {pos} not detected"),
+            Err(e) => e.to_string(),
+        };
+        assert!(msg.contains("shard-00000.gss"), "byte {pos}: {msg}");
+    }
+    std::fs::write(&path, &orig).unwrap();
+    Pack::open(&dir).unwrap().verify(&|_, _| {}).unwrap();
+}
+
+#[test]
+fn flipped_payload_fails_the_read_of_that_view_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    let px = write_pack(&dir, Codec::Zstd, 3, 1 << 30);
+    let pack = Pack::open(&dir).unwrap();
+    let r = pack.manifest().views[1].record;
+    drop(pack);
+    let path = shard_path(&dir, 0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(r.offset + RECORD_HEADER_LEN + 5) as usize] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let pack = Pack::open(&dir).unwrap();
+    let mut out = vec![0u8; px[1].len()];
+    let err = pack.read_view_into(1, &mut out).unwrap_err().to_string();
+    assert!(err.contains("view 1") && err.contains("checksum"), "{err}");
+    let mut out0 = vec![0u8; px[0].len()];
+    pack.read_view_into(0, &mut out0).unwrap();
+    assert_eq!(out0, px[0]);
+    let verr = pack.verify(&|_, _| {}).unwrap_err().to_string();
+    assert!(verr.contains(&format!("byte {}", r.offset)), "{verr}");
+}
+
+#[test]
+fn truncated_shard_is_refused_at_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    write_pack(&dir, Codec::Zstd, 2, 1 << 30);
+    let path = shard_path(&dir, 0);
+    let bytes = std::fs::read(&path).unwrap();
+    for cut in [0, 10, 4096, bytes.len() - 1] {
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let err = Pack::open(&dir)
+            .err()
+            .expect("truncated shard opened")
+            .to_string();
+        assert!(err.contains("shard-00000.gss"), "{err}");
+    }
+}
+
+#[test]
+fn newer_and_older_versions_get_their_own_messages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    write_pack(&dir, Codec::Raw, 1, 1 << 30);
+    let mpath = dir.join(MANIFEST_FILE);
+    let text = std::fs::read_to_string(&mpath).unwrap();
+    std::fs::write(&mpath, text.replace("\"version\": 1", "\"version\": 9")).unwrap();
+    let err = Pack::open(&dir).err().unwrap();
+    assert!(matches!(err, ShardError::TooNew { found: 9, .. }), "{err}");
+    assert!(err.to_string().contains("upgrade ramsplat"));
+    std::fs::write(&mpath, text.replace("\"version\": 1", "\"version\": 0")).unwrap();
+    assert!(matches!(
+        Pack::open(&dir).err().unwrap(),
+        ShardError::TooOld { .. }
+    ));
+    std::fs::write(&mpath, "{not json").unwrap();
+    assert!(matches!(
+        Pack::open(&dir).err().unwrap(),
+        ShardError::BadManifest { .. }
+    ));
+    std::fs::remove_file(&mpath).unwrap();
+    assert!(matches!(
+        Pack::open(&dir).err().unwrap(),
+        ShardError::NotAPack { .. }
+    ));
+}
+
+#[test]
+fn existing_output_needs_force_and_abandoned_writers_leave_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    write_pack(&dir, Codec::Raw, 1, 1 << 30);
+    let err = PackWriter::create(&dir, &WriterOptions::default())
+        .err()
+        .unwrap();
+    assert!(matches!(err, WriteError::Exists { .. }), "{err}");
+    // An abandoned writer (e.g. an error mid-pack) removes its temporary directory and leaves
+    // the old pack untouched.
+    {
+        let opts = WriterOptions {
+            force: true,
+            ..Default::default()
+        };
+        let mut w = PackWriter::create(&dir, &opts).unwrap();
+        w.add_view("a", &camera(8, 8, 0.0), Split::Train, &pixels(8, 8, 0))
+            .unwrap();
+    }
+    let names: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("p.pack")]);
+    assert_eq!(Pack::open(&dir).unwrap().manifest().views.len(), 1);
+    // --force replaces it.
+    let opts = WriterOptions {
+        force: true,
+        ..Default::default()
+    };
+    let mut w = PackWriter::create(&dir, &opts).unwrap();
+    for i in 0..2 {
+        w.add_view(
+            &format!("b{i}"),
+            &camera(8, 8, i as f64),
+            Split::Train,
+            &pixels(8, 8, i),
+        )
+        .unwrap();
+    }
+    w.finish(source_info()).unwrap();
+    assert_eq!(Pack::open(&dir).unwrap().manifest().views.len(), 2);
+}
+
+#[test]
+fn bad_views_and_empty_packs_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    let mut w = PackWriter::create(&dir, &WriterOptions::default()).unwrap();
+    let err = w
+        .add_view("a", &camera(8, 8, 0.0), Split::Train, &[0u8; 10])
+        .unwrap_err();
+    assert!(err.to_string().contains("192"), "{err}");
+    let mut cam = camera(8, 8, 0.0);
+    cam.world_to_camera.rotation[0][0] = f64::NAN;
+    assert!(w
+        .add_view("a", &cam, Split::Train, &pixels(8, 8, 0))
+        .is_err());
+    w.add_view("a", &camera(8, 8, 0.0), Split::Train, &pixels(8, 8, 0))
+        .unwrap();
+    let dup = w
+        .add_view("a", &camera(8, 8, 0.0), Split::Train, &pixels(8, 8, 0))
+        .unwrap_err();
+    assert!(dup.to_string().contains("unique"), "{dup}");
+    drop(w);
+    let w = PackWriter::create(&dir, &WriterOptions::default()).unwrap();
+    assert!(matches!(w.finish(source_info()), Err(WriteError::Empty)));
+    assert!(!dir.exists());
+}
+
+#[test]
+fn wrong_buffer_size_and_out_of_range_are_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    write_pack(&dir, Codec::Zstd, 1, 1 << 30);
+    let pack = Pack::open(&dir).unwrap();
+    assert!(matches!(
+        pack.read_view_into(0, &mut [0u8; 3]),
+        Err(ShardError::BufferSize { .. })
+    ));
+    assert!(matches!(
+        pack.read_view_into(5, &mut [0u8; 3]),
+        Err(ShardError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        pack.read_chunk_into(0, 9, &mut [0u8; 3]),
+        Err(ShardError::OutOfRange { .. })
+    ));
+}
+
+#[test]
+fn scene_extent_follows_the_3dgs_rule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    write_pack(&dir, Codec::Raw, 3, 1 << 30);
+    let m = Pack::open(&dir).unwrap().manifest().clone();
+    // Camera centres are (−i, 0, −4) for i = 0, 1, 2: centroid x = −1, max distance 1.
+    assert!((m.scene.camera_centroid[0] + 1.0).abs() < 1e-12);
+    assert!((m.scene.extent - 1.1).abs() < 1e-12);
+    assert!(!m.scene.no_sfm_points);
+}
