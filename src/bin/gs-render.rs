@@ -96,7 +96,9 @@ struct Args {
 fn parse_bg(s: &str) -> Result<[f32; 3], String> {
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
     if parts.len() != 3 {
-        return Err(format!("expected r,g,b (three numbers in [0, 1]), got {s:?}"));
+        return Err(format!(
+            "expected r,g,b (three numbers in [0, 1]), got {s:?}"
+        ));
     }
     let mut bg = [0.0f32; 3];
     for (o, p) in bg.iter_mut().zip(&parts) {
@@ -370,8 +372,8 @@ fn render_pack(args: &Args, pack_path: &Path) -> Result<()> {
             .render(&model, &v.camera)
             .with_context(|| format!("view {i} ({:?})", v.name))?;
         to_rgb8(image, &mut rgb);
-        let psnr = metrics::psnr_u8(&rgb, &gt)
-            .with_context(|| format!("view {i} ({:?})", v.name))?;
+        let psnr =
+            metrics::psnr_u8(&rgb, &gt).with_context(|| format!("view {i} ({:?})", v.name))?;
         let gt_f: Vec<f32> = gt.iter().map(|&b| b as f32 / 255.0).collect();
         let rgb_f: Vec<f32> = rgb.iter().map(|&b| b as f32 / 255.0).collect();
         let ssim = ssim_scratch

@@ -129,10 +129,12 @@ pub enum GaussianPlyError {
 /// Property names in the order we write them, for an SH degree.
 pub fn property_names(sh_degree: u32) -> Vec<String> {
     let rest = 3 * (sh_coeffs(sh_degree) - 1);
-    let mut names: Vec<String> = ["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut names: Vec<String> = [
+        "x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     names.extend((0..rest).map(|i| format!("f_rest_{i}")));
     names.push("opacity".into());
     names.extend((0..3).map(|i| format!("scale_{i}")));
@@ -310,13 +312,12 @@ fn resolve_columns(
     element: &crate::import::ply::PlyElement,
 ) -> Result<Columns, GaussianPlyError> {
     let col = |name: &str| -> Result<usize, GaussianPlyError> {
-        element
-            .scalar_index(name)
-            .map(|(i, _)| i)
-            .ok_or_else(|| GaussianPlyError::MissingProperty {
+        element.scalar_index(name).map(|(i, _)| i).ok_or_else(|| {
+            GaussianPlyError::MissingProperty {
                 path: path.to_owned(),
                 name: name.to_owned(),
-            })
+            }
+        })
     };
     let rest_count = element
         .properties
@@ -341,7 +342,10 @@ fn resolve_columns(
             GaussianPlyError::BadShCount {
                 path: path.to_owned(),
                 count: rest_count,
-                detail: format!(", but `{name}` is missing: they must be numbered f_rest_0..f_rest_{}", rest_count - 1),
+                detail: format!(
+                    ", but `{name}` is missing: they must be numbered f_rest_0..f_rest_{}",
+                    rest_count - 1
+                ),
             }
         })?);
     }
@@ -375,36 +379,38 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Gaussians, GaussianPly
     };
     let mut row = vec![0.0f64; element.scalar_count()];
     let mut vertex: u64 = 0;
+    // Every column we use, in file order, so a bad value is reported at its first property.
+    let mut used: Vec<usize> = cols
+        .mean
+        .iter()
+        .chain(&cols.dc)
+        .chain(&cols.rest)
+        .chain(std::iter::once(&cols.opacity))
+        .chain(&cols.scale)
+        .chain(&cols.rot)
+        .copied()
+        .collect();
+    used.sort_unstable();
     while reader.read_row(&mut row)? {
-        let get = |j: usize| -> Result<f32, GaussianPlyError> {
-            let v = row[j];
-            let f = v as f32;
-            if f.is_finite() {
-                Ok(f)
-            } else {
-                Err(GaussianPlyError::NonFinite {
+        for &j in &used {
+            // A double beyond f32's range becomes infinite here and is refused too.
+            if !(row[j] as f32).is_finite() {
+                return Err(GaussianPlyError::NonFinite {
                     path: path.to_owned(),
                     vertex,
                     property: names[j].to_owned(),
-                    value: v,
-                })
+                    value: row[j],
+                });
             }
-        };
-        let m = cols.mean.map(get);
-        g.means.push([m[0]?, m[1]?, m[2]?]);
-        let s = cols.scale.map(get);
-        g.log_scales.push([s[0]?, s[1]?, s[2]?]);
-        let r = cols.rot.map(get);
-        g.rotations.push([r[0]?, r[1]?, r[2]?, r[3]?]);
-        g.logit_opacities.push(get(cols.opacity)?);
-        let dc = cols.dc.map(get);
-        g.sh.push([dc[0]?, dc[1]?, dc[2]?]);
+        }
+        let v = |j: usize| row[j] as f32;
+        g.means.push(cols.mean.map(v));
+        g.log_scales.push(cols.scale.map(v));
+        g.rotations.push(cols.rot.map(v));
+        g.logit_opacities.push(v(cols.opacity));
+        g.sh.push(cols.dc.map(v));
         for coef in 1..k {
-            let mut rgb = [0.0; 3];
-            for (c, v) in rgb.iter_mut().enumerate() {
-                *v = get(cols.rest[c * (k - 1) + (coef - 1)])?;
-            }
-            g.sh.push(rgb);
+            g.sh.push([0, 1, 2].map(|c| v(cols.rest[c * (k - 1) + (coef - 1)])));
         }
         vertex += 1;
     }
@@ -485,14 +491,24 @@ mod tests {
         };
         for _ in 0..n {
             g.means.push([u(-5.0, 5.0), u(-5.0, 5.0), u(-5.0, 5.0)]);
-            g.log_scales.push([u(-7.0, 0.0), u(-7.0, 0.0), u(-7.0, 0.0)]);
-            g.rotations.push([u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)]);
+            g.log_scales
+                .push([u(-7.0, 0.0), u(-7.0, 0.0), u(-7.0, 0.0)]);
+            g.rotations
+                .push([u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)]);
             g.logit_opacities.push(u(-6.0, 6.0));
             for _ in 0..k {
                 g.sh.push([u(-2.0, 2.0), u(-2.0, 2.0), u(-2.0, 2.0)]);
             }
         }
-        let awkward = [-0.0f32, 1e-40, f32::MIN_POSITIVE, 3.4e38, -1.17549e-38, 0.1, 1.0 / 3.0];
+        let awkward = [
+            -0.0f32,
+            1e-40,
+            f32::MIN_POSITIVE,
+            3.4e38,
+            -1.17549e-38,
+            0.1,
+            1.0 / 3.0,
+        ];
         for (i, v) in awkward.into_iter().enumerate() {
             if i < n {
                 g.means[i][0] = v;
@@ -540,8 +556,23 @@ mod tests {
     fn row0(i: usize) -> Vec<f32> {
         let f = i as f32;
         vec![
-            f, f + 0.5, -f, 0.0, 0.0, 0.0, 0.1, 0.2, 0.3, -2.0 - f, -3.0, -3.5, -4.0, 1.0, 0.0,
-            0.0, 0.0,
+            f,
+            f + 0.5,
+            -f,
+            0.0,
+            0.0,
+            0.0,
+            0.1,
+            0.2,
+            0.3,
+            -2.0 - f,
+            -3.0,
+            -3.5,
+            -4.0,
+            1.0,
+            0.0,
+            0.0,
+            0.0,
         ]
     }
 
@@ -558,7 +589,13 @@ mod tests {
                 // No temporary file is left behind.
                 let leftovers = std::fs::read_dir(dir.path())
                     .unwrap()
-                    .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".tmp-"))
+                    .filter(|e| {
+                        e.as_ref()
+                            .unwrap()
+                            .file_name()
+                            .to_string_lossy()
+                            .contains(".tmp-")
+                    })
                     .count();
                 assert_eq!(leftovers, 0);
             }
@@ -579,10 +616,16 @@ mod tests {
             .filter_map(|l| l.strip_prefix("property float "))
             .collect();
         assert_eq!(props.len(), 62);
-        assert_eq!(&props[..9], &["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"]);
+        assert_eq!(
+            &props[..9],
+            &["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"]
+        );
         assert_eq!(props[9], "f_rest_0");
         assert_eq!(props[53], "f_rest_44");
-        assert_eq!(&props[54..], &["opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"]);
+        assert_eq!(
+            &props[54..],
+            &["opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"]
+        );
         assert_eq!(bytes.len() - header_end, 3 * 62 * 4);
         // Channel-major f_rest: f_rest_0 is coefficient 1 of R, f_rest_15 coefficient 1 of G.
         let at = |row: usize, col: usize| {
@@ -630,7 +673,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let names = property_names(0);
         let names: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
-        for (bad, col) in [(f32::NAN, 11usize), (f32::INFINITY, 0), (f32::NEG_INFINITY, 16)] {
+        for (bad, col) in [
+            (f32::NAN, 11usize),
+            (f32::INFINITY, 0),
+            (f32::NEG_INFINITY, 16),
+        ] {
             let path = dir.path().join("nan.ply");
             let mut rows: Vec<Vec<f32>> = (0..4).map(row0).collect();
             rows[2][col] = bad;
@@ -655,7 +702,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("missing.ply");
         let names = property_names(0);
-        let short: Vec<&str> = names[..names.len() - 1].iter().map(|s| s.as_str()).collect();
+        let short: Vec<&str> = names[..names.len() - 1]
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
         let rows: Vec<Vec<f32>> = (0..2).map(|i| row0(i)[..16].to_vec()).collect();
         write_custom(&path, &short, &rows);
         let err = load(&path, &LoadOptions::default()).unwrap_err();
@@ -681,7 +731,10 @@ mod tests {
             .collect();
         write_custom(&path, &name_refs, &rows);
         let err = load(&path, &LoadOptions::default()).unwrap_err();
-        assert!(matches!(err, GaussianPlyError::BadShCount { count: 10, .. }), "{err:?}");
+        assert!(
+            matches!(err, GaussianPlyError::BadShCount { count: 10, .. }),
+            "{err:?}"
+        );
 
         // 9 f_rest with a gap in the numbering (f_rest_3 renamed f_rest_9).
         let path = dir.path().join("gap.ply");
@@ -703,7 +756,10 @@ mod tests {
         let path = dir.path().join("cloud.ply");
         write_custom(&path, &["x", "y", "z"], &[vec![0.0, 1.0, 2.0]]);
         let err = load(&path, &LoadOptions::default()).unwrap_err();
-        assert!(matches!(err, GaussianPlyError::MissingProperty { .. }), "{err:?}");
+        assert!(
+            matches!(err, GaussianPlyError::MissingProperty { .. }),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -727,7 +783,10 @@ mod tests {
         let err = load(&path, &LoadOptions::default()).unwrap_err();
         assert!(matches!(err, GaussianPlyError::Activated { .. }), "{err:?}");
         let msg = err.to_string();
-        assert!(msg.contains("ACTIVATED") && msg.contains("allow_activated"), "{msg}");
+        assert!(
+            msg.contains("ACTIVATED") && msg.contains("allow_activated"),
+            "{msg}"
+        );
         let forced = load(
             &path,
             &LoadOptions {
@@ -759,11 +818,17 @@ mod tests {
         let mut g = random_model(2, 4, 1);
         g.sh.pop();
         let err = save(&path, &g, PlyEncoding::Ascii).unwrap_err();
-        assert!(matches!(err, GaussianPlyError::InvalidModel { .. }), "{err:?}");
+        assert!(
+            matches!(err, GaussianPlyError::InvalidModel { .. }),
+            "{err:?}"
+        );
         let mut g = random_model(2, 4, 1);
         g.rotations[3][2] = f32::NAN;
         let err = save(&path, &g, PlyEncoding::Ascii).unwrap_err();
-        assert!(err.to_string().contains("Gaussian 3") && err.to_string().contains("rot_2"), "{err}");
+        assert!(
+            err.to_string().contains("Gaussian 3") && err.to_string().contains("rot_2"),
+            "{err}"
+        );
         assert!(!path.exists());
         // An empty model is a valid (empty) file.
         let empty = Gaussians::default();
@@ -782,7 +847,11 @@ mod tests {
             }
             s.clear();
             ascii_f32(v, &mut s);
-            assert_eq!((s.parse::<f64>().unwrap() as f32).to_bits(), v.to_bits(), "{s}");
+            assert_eq!(
+                (s.parse::<f64>().unwrap() as f32).to_bits(),
+                v.to_bits(),
+                "{s}"
+            );
             assert_eq!(s.parse::<f32>().unwrap().to_bits(), v.to_bits(), "{s}");
         }
     }
