@@ -271,7 +271,8 @@ def make_scene(out, seed, n, width, height):
     means *= (rng.uniform(size=(n, 1)) ** (1 / 3)) / np.linalg.norm(means, axis=1, keepdims=True)
     log_scales = rng.uniform(math.log(0.01), math.log(0.15), size=(n, 3))
     quats = rng.normal(size=(n, 4))
-    logit_opacity = rng.uniform(-3.0, 4.0, size=n)
+    # Up to logit 8 (opacity 0.99966): the alpha clamp at 0.999 is reached at Gaussian centres.
+    logit_opacity = rng.uniform(-3.0, 8.0, size=n)
     sh = rng.normal(scale=0.25, size=(n, 16, 3))
     sh[:, 0] = rng.normal(scale=0.9, size=(n, 3))
     os.makedirs(out, exist_ok=True)
