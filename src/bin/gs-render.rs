@@ -360,6 +360,7 @@ fn render_pack(args: &Args, pack_path: &Path) -> Result<()> {
     let mut gt = Vec::new();
     let mut rgb = Vec::new();
     let mut side = Vec::new();
+    let (mut gt_f, mut rgb_f) = (Vec::new(), Vec::new());
     let mut ssim_scratch = metrics::SsimScratch::new();
     let mut views = Vec::with_capacity(indices.len());
     for (n, &i) in indices.iter().enumerate() {
@@ -374,8 +375,10 @@ fn render_pack(args: &Args, pack_path: &Path) -> Result<()> {
         to_rgb8(image, &mut rgb);
         let psnr =
             metrics::psnr_u8(&rgb, &gt).with_context(|| format!("view {i} ({:?})", v.name))?;
-        let gt_f: Vec<f32> = gt.iter().map(|&b| b as f32 / 255.0).collect();
-        let rgb_f: Vec<f32> = rgb.iter().map(|&b| b as f32 / 255.0).collect();
+        gt_f.clear();
+        gt_f.extend(gt.iter().map(|&b| b as f32 / 255.0));
+        rgb_f.clear();
+        rgb_f.extend(rgb.iter().map(|&b| b as f32 / 255.0));
         let ssim = ssim_scratch
             .ssim(&rgb_f, &gt_f, w, h)
             .with_context(|| format!("view {i} ({:?})", v.name))?;
