@@ -18,6 +18,10 @@
 //!   0-based record where it ran out ([`Location::Record`]). ASCII token errors name the 1-based
 //!   line of the file ([`Location::Line`]) and the property.
 //! - After an error the reader is poisoned: every later call returns an error.
+//! - ASCII rows are one line each (`\n` or `\r\n`); whitespace-only lines are ignored for
+//!   elements that have properties, since such a line cannot be one of their rows. Float tokens
+//!   are parsed at the declared width, so an ASCII `float` equals the binary `float` a writer
+//!   would have stored for the same text.
 //!
 //! # Trailing data
 //! Bytes after the last element of a file (non-blank lines in ASCII) are a **warning**, recorded
@@ -73,6 +77,10 @@ pub struct PlyReader<R = BufReader<File>> {
     /// Bytes consumed from the start of the file.
     byte: u64,
     slots: Vec<Slot>,
+    /// Scalar properties of the selected element (the row length).
+    n_scalars: usize,
+    /// Declared rows of the selected element.
+    target_count: u64,
     fixed_row: Option<usize>,
     row_buf: Vec<u8>,
     line_buf: Vec<u8>,
@@ -114,6 +122,8 @@ impl<R: BufRead> PlyReader<R> {
             pos_elem: 0,
             pos_row: 0,
             slots: Vec::new(),
+            n_scalars: 0,
+            target_count: 0,
             fixed_row: None,
             row_buf: Vec::new(),
             line_buf: Vec::new(),
@@ -195,6 +205,8 @@ impl<R: BufRead> PlyReader<R> {
             })
             .collect();
         self.fixed_row = e.fixed_row_size().map(|n| n as usize);
+        self.n_scalars = e.scalar_count();
+        self.target_count = e.count;
         self.row_buf = vec![0; self.fixed_row.unwrap_or(0)];
         self.target = Some(t);
         self.end_checked = false;
@@ -221,7 +233,7 @@ impl<R: BufRead> PlyReader<R> {
         let Some(target) = self.target else {
             return Ok(false);
         };
-        let want = self.header.elements[target].scalar_count();
+        let want = self.n_scalars;
         if out.len() != want {
             return Err(ImportError::invalid(
                 &self.path,
@@ -238,7 +250,7 @@ impl<R: BufRead> PlyReader<R> {
         if self.pos_elem > target {
             return Ok(false);
         }
-        if self.pos_row >= self.header.elements[target].count {
+        if self.pos_row >= self.target_count {
             if !self.end_checked {
                 self.end_checked = true;
                 if target + 1 == self.header.elements.len() {
@@ -279,12 +291,10 @@ impl<R: BufRead> PlyReader<R> {
             (_, None) => {
                 let props: Vec<PropertyKind> = e.properties.iter().map(|p| p.kind).collect();
                 for _ in 0..remaining {
-                    for &k in &props {
+                    for (j, &k) in props.iter().enumerate() {
                         match k {
                             PropertyKind::Scalar(t) => self.skip_exact(t.size() as u64)?,
-                            PropertyKind::List { count, item } => {
-                                self.skip_list(count, item, "")?
-                            }
+                            PropertyKind::List { count, item } => self.skip_list(count, item, j)?,
                         }
                     }
                     self.pos_row += 1;
@@ -303,8 +313,16 @@ impl<R: BufRead> PlyReader<R> {
             &self.path,
             Location::Record(self.pos_row),
             format!(
-                "element `{}` declares {} rows but the data ends inside row {} (byte {}); the file is truncated or its header overstates the count: re-export it or fix the `element {}` line",
-                e.name, e.count, self.pos_row, self.byte, e.name
+                "element `{}` declares {} rows but the data ends inside row {} ({}); the file is truncated or its header overstates the count: re-export it or fix the `element {}` line",
+                e.name,
+                e.count,
+                self.pos_row,
+                if self.header.format == PlyFormat::Ascii {
+                    format!("after line {}", self.line)
+                } else {
+                    format!("byte {}", self.byte)
+                },
+                e.name
             ),
         )
     }
@@ -361,15 +379,17 @@ impl<R: BufRead> PlyReader<R> {
         &mut self,
         count: ScalarType,
         item: ScalarType,
-        name: &str,
+        property: usize,
     ) -> Result<(), ImportError> {
         let at = self.byte;
         let n = self.read_scalar(count)?;
         if n < 0.0 {
+            let e = &self.header.elements[self.pos_elem];
+            let name = &e.properties[property].name;
             return Err(ImportError::parse(
                 &self.path,
                 Location::Record(self.pos_row),
-                format!("list `{name}` of element `{}` has a negative length {n} (byte {at}); the file is corrupt", self.header.elements[self.pos_elem].name),
+                format!("list `{name}` of element `{}` has a negative length {n} (byte {at}); the file is corrupt", e.name),
             ));
         }
         // n ≤ u32::MAX (integer count types only), item size ≤ 8: the product fits in u64.
@@ -407,9 +427,7 @@ impl<R: BufRead> PlyReader<R> {
                     k += 1;
                 }
                 Slot::List { count, item } => {
-                    let t = self.target.unwrap_or(0);
-                    let name = self.header.elements[t].properties[i].name.clone();
-                    self.skip_list(count, item, &name)?;
+                    self.skip_list(count, item, i)?;
                 }
             }
         }
