@@ -1,1 +1,681 @@
-//! (in progress)
+//! Image-quality metrics: PSNR and SSIM, plus the analytic SSIM gradient the training loss
+//! `0.8·L1 + 0.2·(1 − SSIM)` needs.
+//!
+//! # Image layout
+//! Every function takes interleaved RGB, row-major, top row first: the value of channel `c` at
+//! column `i`, row `j` is at `(j·width + i)·3 + c` (the layout of the pack's RGB8 views and of
+//! the rasterizer's output). Float images are expected in [0, 1]; nothing is clamped here.
+//!
+//! # PSNR
+//! `10·log10(max² / MSE)` with the MSE over every channel of every pixel (as the original 3DGS
+//! `psnr()` does per image). Identical images have MSE 0 and PSNR `+∞`; that is returned as
+//! `f64::INFINITY`, never as NaN or a panic. Callers that serialise it must decide how
+//! (`serde_json` writes non-finite floats as `null`).
+//!
+//! # SSIM, and exactly which convention
+//! Wang et al. 2004 with the parameters of the original 3DGS `ssim()` (utils/loss_utils.py):
+//! an 11×11 Gaussian window with σ = 1.5, built as the outer product of the 1-D window
+//! `g(t) = exp(−t²/(2σ²)) / Σ`, `t = −5..=5`; C1 = 0.01², C2 = 0.03² (K1 = 0.01, K2 = 0.03 for a
+//! data range of 1). Local statistics are computed per channel with a **zero-padded "same"
+//! convolution**: `conv2d(..., padding = window_size // 2, groups = channels)`, so the output
+//! has the input's size and pixels near the border average over a window whose out-of-image
+//! part counts as black. The SSIM map is then averaged over every pixel and every channel (the
+//! mean of the three per-channel means, since every channel has the same pixel count).
+//!
+//! Why this convention and not pytorch-msssim's ("valid" convolution, no padding, so the map is
+//! 10 pixels smaller in each direction): published 3DGS numbers and the 3DGS training loss use
+//! the zero-padded one, and the training loss needs a gradient for *every* pixel including the
+//! border ones, which "valid" SSIM would leave with weaker (only through fewer windows)
+//! supervision. Expect our SSIM to be slightly lower than pytorch-msssim's on the same pair:
+//! zero padding lowers the border means and raises the border variances.
+//!
+//! # Implementation
+//! The 2-D window is separable, so every local statistic is a horizontal 11-tap pass followed by
+//! a vertical one (22 multiply-adds per pixel instead of 121); rows are processed in parallel
+//! with rayon. Channels are processed one after another so that the scratch memory is that of
+//! a single channel (eight `width × height` planes of f32); [`SsimScratch`] keeps those
+//! planes between calls so a training loop does not reallocate them every iteration.
+//!
+//! The math is generic over f32/f64 ([`Real`]): the public API computes in f32 (like the
+//! reference implementation), the tests run the identical code in f64 to check the analytic
+//! gradient by finite differences without f32 round-off drowning the differences.
+//!
+//! # Gradient
+//! With per-pixel window statistics `μx = W∗x`, `μy = W∗y`, `Pxx = W∗x²`, `Pyy = W∗y²`,
+//! `Pxy = W∗(x·y)` and `σxx = Pxx − μx²`, `σyy = Pyy − μy²`, `σxy = Pxy − μx·μy`:
+//!
+//! `S = A1·A2 / (B1·B2)`, `A1 = 2μxμy + C1`, `A2 = 2σxy + C2`, `B1 = μx² + μy² + C1`,
+//! `B2 = σxx + σyy + C2`. Treating (μx, Pxx, Pxy) as the independent inputs (D = B1·B2):
+//! - `∂S/∂μx  = (2μy(A2 − A1) − 2μx·S·(B2 − B1)) / D`
+//! - `∂S/∂Pxx = −S / B2`
+//! - `∂S/∂Pxy = 2·A1 / D`
+//!
+//! and with `N = 3·width·height`, by the chain rule through the convolutions,
+//! `∂SSIM/∂x(q) = (1/N)·[(Wᵀ∗Gμ)(q) + 2x(q)·(Wᵀ∗Gxx)(q) + y(q)·(Wᵀ∗Gxy)(q)]`. The window is
+//! symmetric and zero padding makes the convolution's adjoint the same zero-padded convolution,
+//! so `Wᵀ∗ = W∗`. No division by A1 or A2 appears, so the gradient stays finite where S = 0.
+
+use std::ops::{Add, AddAssign, Div, Mul, Sub};
+
+use rayon::prelude::*;
+
+/// Side of the SSIM window in pixels (3DGS `window_size`).
+pub const SSIM_WINDOW: usize = 11;
+/// Standard deviation of the SSIM window in pixels.
+pub const SSIM_SIGMA: f64 = 1.5;
+/// SSIM luminance constant `(K1·L)²` with K1 = 0.01 and data range L = 1.
+pub const SSIM_C1: f64 = 0.01 * 0.01;
+/// SSIM contrast constant `(K2·L)²` with K2 = 0.03 and data range L = 1.
+pub const SSIM_C2: f64 = 0.03 * 0.03;
+/// Half the window: taps run over `−RADIUS..=RADIUS`.
+const RADIUS: usize = SSIM_WINDOW / 2;
+
+/// Why a metric could not be computed. These are caller mistakes (wrong buffer sizes), reported
+/// as errors rather than panics because image sizes can come from files.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetricsError {
+    #[error(
+        "the two images have different sizes ({a} vs {b} values); render at the ground truth's resolution"
+    )]
+    LengthMismatch { a: usize, b: usize },
+    #[error("an RGB image of {width}x{height} needs {expected} values but the buffer holds {len}")]
+    BadShape {
+        width: usize,
+        height: usize,
+        expected: usize,
+        len: usize,
+    },
+    #[error("cannot compute a metric over an empty image ({width}x{height})")]
+    Empty { width: usize, height: usize },
+}
+
+/// PSNR in dB between two float images whose values span `[0, max]` (use `max = 1.0` for
+/// images in [0, 1]). `+∞` for identical images.
+pub fn psnr(a: &[f32], b: &[f32], max: f32) -> Result<f64, MetricsError> {
+    check_same_len(a.len(), b.len())?;
+    let sum: f64 = a
+        .par_iter()
+        .zip(b.par_iter())
+        .map(|(&x, &y)| {
+            let d = x as f64 - y as f64;
+            d * d
+        })
+        .sum();
+    Ok(psnr_from_mse(sum / a.len() as f64, max as f64))
+}
+
+/// PSNR in dB between two 8-bit images (max 255). Equals [`psnr`] of the images divided by 255
+/// with `max = 1`.
+pub fn psnr_u8(a: &[u8], b: &[u8]) -> Result<f64, MetricsError> {
+    check_same_len(a.len(), b.len())?;
+    let sum: u64 = a
+        .par_iter()
+        .zip(b.par_iter())
+        .map(|(&x, &y)| {
+            let d = x.abs_diff(y) as u64;
+            d * d
+        })
+        .sum();
+    Ok(psnr_from_mse(sum as f64 / a.len() as f64, 255.0))
+}
+
+fn psnr_from_mse(mse: f64, max: f64) -> f64 {
+    if mse == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (max * max / mse).log10()
+    }
+}
+
+fn check_same_len(a: usize, b: usize) -> Result<(), MetricsError> {
+    if a != b {
+        return Err(MetricsError::LengthMismatch { a, b });
+    }
+    if a == 0 {
+        return Err(MetricsError::Empty {
+            width: 0,
+            height: 0,
+        });
+    }
+    Ok(())
+}
+
+fn check_shape(len: usize, width: usize, height: usize) -> Result<(), MetricsError> {
+    if width == 0 || height == 0 {
+        return Err(MetricsError::Empty { width, height });
+    }
+    let expected = width
+        .checked_mul(height)
+        .and_then(|p| p.checked_mul(3))
+        .unwrap_or(usize::MAX);
+    if len != expected {
+        return Err(MetricsError::BadShape {
+            width,
+            height,
+            expected,
+            len,
+        });
+    }
+    Ok(())
+}
+
+/// Mean SSIM of two RGB f32 images (see the module doc for the exact convention).
+pub fn ssim(a: &[f32], b: &[f32], width: usize, height: usize) -> Result<f64, MetricsError> {
+    SsimScratch::new().ssim(a, b, width, height)
+}
+
+/// Mean SSIM of `img` against `target` and its gradient with respect to `img` (same layout).
+pub fn ssim_and_grad(
+    img: &[f32],
+    target: &[f32],
+    width: usize,
+    height: usize,
+) -> Result<(f64, Vec<f32>), MetricsError> {
+    let mut grad = vec![0.0; img.len()];
+    let s = SsimScratch::new().ssim_and_grad_into(img, target, width, height, &mut grad)?;
+    Ok((s, grad))
+}
+
+/// Mean SSIM of two RGB8 images (converted to [0, 1] by dividing by 255).
+pub fn ssim_u8(a: &[u8], b: &[u8], width: usize, height: usize) -> Result<f64, MetricsError> {
+    check_same_len(a.len(), b.len())?;
+    let fa: Vec<f32> = a.iter().map(|&v| v as f32 / 255.0).collect();
+    let fb: Vec<f32> = b.iter().map(|&v| v as f32 / 255.0).collect();
+    ssim(&fa, &fb, width, height)
+}
+
+/// Reusable scratch planes for SSIM. Holds eight `width × height` f32 planes after the
+/// first call (one channel's worth); grows only when a larger image arrives.
+#[derive(Debug, Default)]
+pub struct SsimScratch {
+    inner: Workspace<f32>,
+}
+
+impl SsimScratch {
+    pub fn new() -> SsimScratch {
+        SsimScratch::default()
+    }
+
+    /// Mean SSIM of `a` against `b`.
+    pub fn ssim(
+        &mut self,
+        a: &[f32],
+        b: &[f32],
+        width: usize,
+        height: usize,
+    ) -> Result<f64, MetricsError> {
+        self.inner.run(a, b, width, height, None)
+    }
+
+    /// Mean SSIM of `img` against `target`; writes `∂SSIM/∂img` into `grad` (same length).
+    pub fn ssim_and_grad_into(
+        &mut self,
+        img: &[f32],
+        target: &[f32],
+        width: usize,
+        height: usize,
+        grad: &mut [f32],
+    ) -> Result<f64, MetricsError> {
+        check_same_len(img.len(), grad.len())?;
+        self.inner.run(img, target, width, height, Some(grad))
+    }
+}
+
+/// The float types the SSIM core runs in.
+pub(crate) trait Real:
+    Copy
+    + Send
+    + Sync
+    + Default
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + AddAssign
+{
+    fn of(v: f64) -> Self;
+    fn f64(self) -> f64;
+}
+
+impl Real for f32 {
+    fn of(v: f64) -> f32 {
+        v as f32
+    }
+    fn f64(self) -> f64 {
+        self as f64
+    }
+}
+
+impl Real for f64 {
+    fn of(v: f64) -> f64 {
+        v
+    }
+    fn f64(self) -> f64 {
+        self
+    }
+}
+
+/// The normalised 1-D SSIM window, `g(t) ∝ exp(−t²/(2σ²))` for `t = −5..=5`, computed in f64
+/// (as 3DGS does with Python floats) and rounded once to `T`.
+pub(crate) fn window_1d<T: Real>() -> [T; SSIM_WINDOW] {
+    let mut w = [0.0f64; SSIM_WINDOW];
+    for (k, v) in w.iter_mut().enumerate() {
+        let t = k as f64 - RADIUS as f64;
+        *v = (-t * t / (2.0 * SSIM_SIGMA * SSIM_SIGMA)).exp();
+    }
+    let sum: f64 = w.iter().sum();
+    w.map(|v| T::of(v / sum))
+}
+
+/// Scratch planes of one channel. Planes: x, y, μx, μy, Pxx, Pyy, Pxy, tmp (+ the gradient
+/// maps reuse μx/Pxx/Pxy once those are consumed).
+#[derive(Debug, Default)]
+pub(crate) struct Workspace<T> {
+    planes: Vec<Vec<T>>,
+}
+
+const PLANES: usize = 8;
+
+impl<T: Real> Workspace<T> {
+    /// Computes mean SSIM and, when `grad` is given, its gradient w.r.t. `a`.
+    pub(crate) fn run(
+        &mut self,
+        a: &[T],
+        b: &[T],
+        width: usize,
+        height: usize,
+        mut grad: Option<&mut [T]>,
+    ) -> Result<f64, MetricsError> {
+        check_shape(a.len(), width, height)?;
+        check_shape(b.len(), width, height)?;
+        let n = width * height;
+        self.planes.resize_with(PLANES, Vec::new);
+        for p in &mut self.planes {
+            p.resize(n, T::default());
+        }
+        let win = window_1d::<T>();
+        let c1 = T::of(SSIM_C1);
+        let c2 = T::of(SSIM_C2);
+        let two = T::of(2.0);
+        // Gradient scale 1/N: the SSIM is a mean over N = 3·w·h values.
+        let inv_n = T::of(1.0 / (3 * n) as f64);
+        let mut total = 0.0f64;
+        for c in 0..3 {
+            let [x, y, mx, my, pxx, pyy, pxy, tmp] = &mut self.planes[..] else {
+                unreachable!("PLANES planes were resized above")
+            };
+            x.par_iter_mut()
+                .zip(y.par_iter_mut())
+                .enumerate()
+                .for_each(|(p, (xv, yv))| {
+                    *xv = a[p * 3 + c];
+                    *yv = b[p * 3 + c];
+                });
+            blur(x, mx, tmp, width, height, &win, |v| v);
+            blur(y, my, tmp, width, height, &win, |v| v);
+            blur(x, pxx, tmp, width, height, &win, |v| v * v);
+            blur(y, pyy, tmp, width, height, &win, |v| v * v);
+            // W∗(x·y): the product plane is built in `tmp`'s partner, `pxy`, first.
+            pxy.par_iter_mut()
+                .zip(x.par_iter().zip(y.par_iter()))
+                .for_each(|(o, (&xv, &yv))| *o = xv * yv);
+            blur_in_place(pxy, tmp, width, height, &win);
+
+            // Per-pixel SSIM, and (for the gradient) ∂S/∂μx, ∂S/∂Pxx, ∂S/∂Pxy written over
+            // μx, Pxx, Pxy, which are no longer needed afterwards.
+            let want_grad = grad.is_some();
+            let channel_sum: f64 = mx
+                .par_iter_mut()
+                .zip(my.par_iter())
+                .zip(pxx.par_iter_mut().zip(pyy.par_iter()))
+                .zip(pxy.par_iter_mut())
+                .map(|(((mxv, &myv), (pxxv, &pyyv)), pxyv)| {
+                    let (m_x, m_y) = (*mxv, myv);
+                    let sxx = *pxxv - m_x * m_x;
+                    let syy = pyyv - m_y * m_y;
+                    let sxy = *pxyv - m_x * m_y;
+                    let a1 = two * m_x * m_y + c1;
+                    let a2 = two * sxy + c2;
+                    let b1 = m_x * m_x + m_y * m_y + c1;
+                    let b2 = sxx + syy + c2;
+                    let d = b1 * b2;
+                    let s = a1 * a2 / d;
+                    if want_grad {
+                        *mxv = (two * m_y * (a2 - a1) - two * m_x * s * (b2 - b1)) / d;
+                        *pxxv = T::default() - s / b2;
+                        *pxyv = two * a1 / d;
+                    }
+                    s.f64()
+                })
+                .sum();
+            total += channel_sum;
+
+            if let Some(g) = grad.as_deref_mut() {
+                blur_in_place(mx, tmp, width, height, &win);
+                blur_in_place(pxx, tmp, width, height, &win);
+                blur_in_place(pxy, tmp, width, height, &win);
+                g.par_chunks_mut(3).enumerate().for_each(|(p, gp)| {
+                    gp[c] = inv_n * (mx[p] + two * x[p] * pxx[p] + y[p] * pxy[p]);
+                });
+            }
+        }
+        Ok(total / (3 * n) as f64)
+    }
+}
+
+/// `out = W ∗ f(src)` with zero padding, via a horizontal pass into `tmp` and a vertical pass.
+fn blur<T: Real>(
+    src: &[T],
+    out: &mut [T],
+    tmp: &mut [T],
+    width: usize,
+    height: usize,
+    win: &[T; SSIM_WINDOW],
+    f: impl Fn(T) -> T + Sync,
+) {
+    horizontal(src, tmp, width, win, f);
+    vertical(tmp, out, width, height, win);
+}
+
+/// `plane = W ∗ plane` (the horizontal pass goes to `tmp`, the vertical one back).
+fn blur_in_place<T: Real>(
+    plane: &mut [T],
+    tmp: &mut [T],
+    width: usize,
+    height: usize,
+    win: &[T; SSIM_WINDOW],
+) {
+    horizontal(plane, tmp, width, win, |v| v);
+    vertical(tmp, plane, width, height, win);
+}
+
+fn horizontal<T: Real>(
+    src: &[T],
+    out: &mut [T],
+    width: usize,
+    win: &[T; SSIM_WINDOW],
+    f: impl Fn(T) -> T + Sync,
+) {
+    out.par_chunks_mut(width)
+        .zip(src.par_chunks(width))
+        .for_each(|(orow, srow)| {
+            for (i, o) in orow.iter_mut().enumerate() {
+                *o = if i >= RADIUS && i + RADIUS < width {
+                    // Interior: a fixed-size window the compiler unrolls, no bounds logic.
+                    let taps: &[T; SSIM_WINDOW] = srow[i - RADIUS..=i + RADIUS]
+                        .try_into()
+                        .expect("slice of SSIM_WINDOW values");
+                    let mut acc = T::default();
+                    for (&w, &v) in win.iter().zip(taps) {
+                        acc += w * f(v);
+                    }
+                    acc
+                } else {
+                    // Border: taps outside the row read zero padding, so they are skipped.
+                    let lo = i.saturating_sub(RADIUS);
+                    let hi = (i + RADIUS).min(width - 1);
+                    let mut acc = T::default();
+                    for (q, &s) in srow.iter().enumerate().take(hi + 1).skip(lo) {
+                        acc += win[q + RADIUS - i] * f(s);
+                    }
+                    acc
+                };
+            }
+        });
+}
+
+fn vertical<T: Real>(
+    src: &[T],
+    out: &mut [T],
+    width: usize,
+    height: usize,
+    win: &[T; SSIM_WINDOW],
+) {
+    out.par_chunks_mut(width).enumerate().for_each(|(j, orow)| {
+        orow.iter_mut().for_each(|o| *o = T::default());
+        let lo = j.saturating_sub(RADIUS);
+        let hi = (j + RADIUS).min(height - 1);
+        for q in lo..=hi {
+            let w = win[q + RADIUS - j];
+            let srow = &src[q * width..(q + 1) * width];
+            for (o, &s) in orow.iter_mut().zip(srow) {
+                *o += w * s;
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    fn random_image(rng: &mut Rng, w: usize, h: usize) -> Vec<f64> {
+        (0..w * h * 3).map(|_| rng.next_f64()).collect()
+    }
+
+    /// SSIM by the definition: a direct 2-D 11×11 window sum with explicit zero padding.
+    fn naive_ssim(a: &[f64], b: &[f64], w: usize, h: usize) -> f64 {
+        let g = window_1d::<f64>();
+        let px = |img: &[f64], i: isize, j: isize, c: usize| -> f64 {
+            if i < 0 || j < 0 || i >= w as isize || j >= h as isize {
+                0.0
+            } else {
+                img[(j as usize * w + i as usize) * 3 + c]
+            }
+        };
+        let mut total = 0.0;
+        for c in 0..3 {
+            for j in 0..h as isize {
+                for i in 0..w as isize {
+                    let (mut mx, mut my, mut xx, mut yy, mut xy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+                    for dj in -5..=5isize {
+                        for di in -5..=5isize {
+                            let wt = g[(di + 5) as usize] * g[(dj + 5) as usize];
+                            let x = px(a, i + di, j + dj, c);
+                            let y = px(b, i + di, j + dj, c);
+                            mx += wt * x;
+                            my += wt * y;
+                            xx += wt * x * x;
+                            yy += wt * y * y;
+                            xy += wt * x * y;
+                        }
+                    }
+                    let (sxx, syy, sxy) = (xx - mx * mx, yy - my * my, xy - mx * my);
+                    total += (2.0 * mx * my + SSIM_C1) * (2.0 * sxy + SSIM_C2)
+                        / ((mx * mx + my * my + SSIM_C1) * (sxx + syy + SSIM_C2));
+                }
+            }
+        }
+        total / (3 * w * h) as f64
+    }
+
+    fn ssim64(a: &[f64], b: &[f64], w: usize, h: usize) -> f64 {
+        Workspace::<f64>::default().run(a, b, w, h, None).unwrap()
+    }
+
+    #[test]
+    fn window_is_normalised_and_symmetric() {
+        let g = window_1d::<f64>();
+        assert!((g.iter().sum::<f64>() - 1.0).abs() < 1e-15);
+        for t in 0..SSIM_WINDOW {
+            assert_eq!(g[t], g[SSIM_WINDOW - 1 - t]);
+        }
+        // Ratio of neighbouring taps at the centre is exp(−1/(2σ²)) = exp(−1/4.5).
+        assert!((g[6] / g[5] - (-1.0f64 / 4.5).exp()).abs() < 1e-15);
+    }
+
+    #[test]
+    fn identical_images_give_ssim_one_and_infinite_psnr() {
+        let mut rng = Rng::new(1);
+        let a: Vec<f32> = (0..20 * 14 * 3).map(|_| rng.next_f32()).collect();
+        let s = ssim(&a, &a, 20, 14).unwrap();
+        assert!((s - 1.0).abs() < 1e-6, "{s}");
+        assert_eq!(psnr(&a, &a, 1.0).unwrap(), f64::INFINITY);
+        let u: Vec<u8> = a.iter().map(|v| (v * 255.0) as u8).collect();
+        assert_eq!(psnr_u8(&u, &u).unwrap(), f64::INFINITY);
+        assert!((ssim_u8(&u, &u, 20, 14).unwrap() - 1.0).abs() < 1e-6);
+        // Identical images have zero gradient: SSIM is at its maximum.
+        let (_, g) = ssim_and_grad(&a, &a, 20, 14).unwrap();
+        assert!(g.iter().all(|v| v.abs() < 1e-6));
+    }
+
+    #[test]
+    fn psnr_hand_computed() {
+        // Every value off by 0.1: MSE = 0.01, PSNR = 10·log10(1/0.01) = 20 dB.
+        let a = vec![0.5f32; 12];
+        let b = vec![0.6f32; 12];
+        assert!((psnr(&a, &b, 1.0).unwrap() - 20.0).abs() < 1e-5);
+        // One of four values off by 255: MSE = 255²/4, PSNR = 10·log10(4) ≈ 6.0206 dB.
+        let u = [0u8, 0, 0, 0];
+        let v = [255u8, 0, 0, 0];
+        assert!((psnr_u8(&u, &v).unwrap() - 10.0 * 4f64.log10()).abs() < 1e-12);
+        // The u8 and float forms agree.
+        let uf: Vec<f32> = u.iter().map(|&x| x as f32 / 255.0).collect();
+        let vf: Vec<f32> = v.iter().map(|&x| x as f32 / 255.0).collect();
+        assert!((psnr(&uf, &vf, 1.0).unwrap() - psnr_u8(&u, &v).unwrap()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        let a = vec![0.0f32; 12];
+        let b = vec![0.0f32; 9];
+        assert_eq!(
+            psnr(&a, &b, 1.0),
+            Err(MetricsError::LengthMismatch { a: 12, b: 9 })
+        );
+        assert!(matches!(
+            ssim(&a, &a, 3, 2),
+            Err(MetricsError::BadShape { .. })
+        ));
+        assert!(matches!(
+            ssim(&[], &[], 0, 0),
+            Err(MetricsError::Empty { .. })
+        ));
+        assert!(matches!(
+            psnr(&[], &[], 1.0),
+            Err(MetricsError::Empty { .. })
+        ));
+        let mut g = vec![0.0f32; 3];
+        assert!(SsimScratch::new()
+            .ssim_and_grad_into(&a, &a, 2, 2, &mut g)
+            .is_err());
+    }
+
+    /// Two constant images a and b. With zero padding the local statistics at a pixel whose
+    /// window keeps weight k inside the image are μx = a·k, Pxx = a²·k (so σxx = a²k(1−k)),
+    /// μy = b·k, σyy = b²k(1−k), σxy = ab·k(1−k), where k = kx(i)·ky(j) is the product of
+    /// the 1-D window mass inside the image. Away from the border k = 1 and
+    /// S = (2ab + C1)/(a² + b² + C1), the textbook luminance term.
+    #[test]
+    fn constant_images_closed_form() {
+        let (w, h) = (30usize, 24usize);
+        let (a, b) = (0.6f64, 0.4f64);
+        let g = window_1d::<f64>();
+        let inside = |i: usize, n: usize| -> f64 {
+            (0..SSIM_WINDOW)
+                .filter(|&t| {
+                    let q = i as isize + t as isize - RADIUS as isize;
+                    q >= 0 && q < n as isize
+                })
+                .map(|t| g[t])
+                .sum()
+        };
+        let mut want = 0.0;
+        for j in 0..h {
+            for i in 0..w {
+                let k = inside(i, w) * inside(j, h);
+                let v = k * (1.0 - k);
+                want += (2.0 * a * b * k * k + SSIM_C1) * (2.0 * a * b * v + SSIM_C2)
+                    / (((a * a + b * b) * k * k + SSIM_C1) * ((a * a + b * b) * v + SSIM_C2));
+            }
+        }
+        want /= (w * h) as f64;
+        let ia = vec![a; w * h * 3];
+        let ib = vec![b; w * h * 3];
+        assert!((ssim64(&ia, &ib, w, h) - want).abs() < 1e-12);
+        // The f32 public path agrees to f32 precision: σ = P − μ² cancels to ~0.36·6e-8 in
+        // f32 and is divided by C2 = 9e-4, so ~3e-5 per pixel (measured 3.8e-5 here): 1e-4.
+        let fa = vec![a as f32; w * h * 3];
+        let fb = vec![b as f32; w * h * 3];
+        let got = ssim(&fa, &fb, w, h).unwrap();
+        assert!((got - want).abs() < 1e-4, "{got} vs {want}");
+    }
+
+    #[test]
+    fn separable_matches_naive_double_loop() {
+        let mut rng = Rng::new(5);
+        // Odd, non-square, smaller than the window in one direction: every border case.
+        for (w, h) in [(13usize, 9usize), (7, 16), (1, 1), (24, 20)] {
+            let a = random_image(&mut rng, w, h);
+            let b = random_image(&mut rng, w, h);
+            let fast = ssim64(&a, &b, w, h);
+            let slow = naive_ssim(&a, &b, w, h);
+            assert!((fast - slow).abs() < 1e-12, "{w}x{h}: {fast} vs {slow}");
+            let fa: Vec<f32> = a.iter().map(|&v| v as f32).collect();
+            let fb: Vec<f32> = b.iter().map(|&v| v as f32).collect();
+            // f32 sums of ~121 products of values ≤ 1 lose ~1e-6 relative; the variance
+            // differences are scaled by 1/C2 ≈ 1.1e3, so 1e-4 is a safe bound.
+            let f = ssim(&fa, &fb, w, h).unwrap();
+            assert!((f - slow).abs() < 1e-4, "{w}x{h}: f32 {f} vs {slow}");
+        }
+    }
+
+    #[test]
+    fn gradient_matches_central_differences() {
+        let mut rng = Rng::new(9);
+        let (w, h) = (14usize, 12usize);
+        let x = random_image(&mut rng, w, h);
+        // A target correlated with x so every SSIM term is exercised (not just noise).
+        let y: Vec<f64> = x.iter().map(|&v| 0.7 * v + 0.3 * rng.next_f64()).collect();
+        let mut grad = vec![0.0f64; x.len()];
+        let s = Workspace::<f64>::default()
+            .run(&x, &y, w, h, Some(&mut grad))
+            .unwrap();
+        assert!((s - naive_ssim(&x, &y, w, h)).abs() < 1e-12);
+        // Step 1e-5: SSIM is a smooth rational function, the central-difference truncation
+        // error is O(h²·|S'''|) ≈ 1e-10·(1/N) and round-off ≈ 1e-16/1e-5 = 1e-11; gradients
+        // here are ~1e-4..1e-2, so 1e-8 absolute plus 1e-5 relative is tight but safe.
+        let step = 1e-5;
+        let mut xp = x.clone();
+        let mut max_err: f64 = 0.0;
+        for k in 0..x.len() {
+            xp[k] = x[k] + step;
+            let sp = ssim64(&xp, &y, w, h);
+            xp[k] = x[k] - step;
+            let sm = ssim64(&xp, &y, w, h);
+            xp[k] = x[k];
+            let fd = (sp - sm) / (2.0 * step);
+            let err = (fd - grad[k]).abs();
+            assert!(
+                err < 1e-8 + 1e-5 * fd.abs(),
+                "value {k}: analytic {} vs fd {fd}",
+                grad[k]
+            );
+            max_err = max_err.max(err);
+        }
+        // The f32 public path gives the same gradient to f32 precision.
+        let fx: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let fy: Vec<f32> = y.iter().map(|&v| v as f32).collect();
+        let (fs, fg) = ssim_and_grad(&fx, &fy, w, h).unwrap();
+        assert!((fs - s).abs() < 1e-4);
+        let gmax = grad.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for (a, b) in fg.iter().zip(&grad) {
+            // Same 1/C2 amplification argument as the forward check: 1e-3 of the largest
+            // gradient entry.
+            assert!((*a as f64 - b).abs() < 1e-3 * gmax, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn scratch_is_reusable_across_sizes() {
+        let mut rng = Rng::new(2);
+        let mut scratch = SsimScratch::new();
+        for (w, h) in [(20usize, 10usize), (5, 5), (32, 17)] {
+            let a: Vec<f32> = (0..w * h * 3).map(|_| rng.next_f32()).collect();
+            let b: Vec<f32> = (0..w * h * 3).map(|_| rng.next_f32()).collect();
+            let fresh = ssim(&a, &b, w, h).unwrap();
+            assert_eq!(scratch.ssim(&a, &b, w, h).unwrap(), fresh);
+        }
+    }
+}

@@ -1,0 +1,463 @@
+//! `gs-render`: render a trained 3DGS model (standard PLY) from a camera, or every view of a
+//! pack with PSNR/SSIM against the ground truth.
+//!
+//! ```text
+//! gs-render --ply MODEL.ply --camera CAM.json -o OUT.png [--backend auto|cpu|cuda] [--bg r,g,b]
+//!           [--sh-degree D] [--allow-activated]
+//! gs-render --ply MODEL.ply --pack PACK [--split test|train|all] -o DIR [same options]
+//! ```
+//!
+//! Camera JSON: `{"width","height","fx","fy","cx","cy","world_to_camera": 4×4 row-major}`,
+//! OpenCV axes (x right, y down, z forward), world-to-camera `R·p + t`, pixel centres at +0.5
+//! (see `ramsplat::scene::camera`).
+//!
+//! Pack mode writes, into DIR, one side-by-side PNG per view (ground truth left, render right)
+//! named `NNNNN_<view name>.png`, and `metrics.json` with per-view and mean PSNR and SSIM.
+//! Metrics compare the 8-bit render (exactly what the PNG holds; float colour ×255, rounded,
+//! clamped) against the 8-bit ground truth, as the original 3DGS evaluation does with the PNGs
+//! it writes. A view identical to its ground truth has infinite PSNR: it is written as `null`
+//! and left out of `mean_psnr` (counted in `identical_views`).
+//!
+//! Every output file is written under a temporary name in its directory and renamed into
+//! place, so an interrupted run never leaves a truncated PNG or JSON.
+//!
+//! Exit codes: 0 success; 1 any failure (unreadable or invalid model, camera, pack, render or
+//! write error; the message names the file and what to do); 2 invalid command line; 3 the
+//! requested backend is not available in this build.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{ArgGroup, Parser, ValueEnum};
+use serde::Deserialize;
+
+use ramsplat::export::ply::{self as gply, LoadOptions};
+use ramsplat::metrics;
+use ramsplat::render::{CpuRasterizer, Rasterizer, RenderOptions, RenderOutput};
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::gaussians::Gaussians;
+use ramsplat::shard::reader::Pack;
+use ramsplat::shard::Split;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// The best available backend (today: cpu).
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum SplitArg {
+    Test,
+    Train,
+    All,
+}
+
+/// Render a 3D Gaussian Splatting model (standard 3DGS PLY).
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    group(ArgGroup::new("source").required(true).args(["camera", "pack"])),
+    after_help = "Exit codes: 0 success, 1 failure, 2 invalid command line, 3 backend not available."
+)]
+struct Args {
+    /// The model: a 3DGS PLY holding stored (pre-activation) values.
+    #[arg(long, value_name = "MODEL.ply")]
+    ply: PathBuf,
+    /// Render one view from this camera JSON ({"width","height","fx","fy","cx","cy",
+    /// "world_to_camera": 4x4 row-major}, OpenCV axes); -o is then the PNG to write.
+    #[arg(long, value_name = "CAM.json")]
+    camera: Option<PathBuf>,
+    /// Render every view of this pack's split and score it; -o is then a directory.
+    #[arg(long, value_name = "PACK")]
+    pack: Option<PathBuf>,
+    /// Which views of the pack to render.
+    #[arg(long, value_enum, default_value = "test", requires = "pack")]
+    split: SplitArg,
+    /// Output PNG (with --camera) or directory (with --pack).
+    #[arg(short, long, value_name = "OUT")]
+    output: PathBuf,
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: Backend,
+    /// Background colour as r,g,b in [0, 1].
+    #[arg(long, value_name = "r,g,b", default_value = "0,0,0", value_parser = parse_bg)]
+    bg: [f32; 3],
+    /// SH degree to render with (default: the model's stored degree).
+    #[arg(long, value_name = "D")]
+    sh_degree: Option<u32>,
+    /// Load a model even though its values look activated (sigmoid opacities, exp scales).
+    #[arg(long)]
+    allow_activated: bool,
+}
+
+fn parse_bg(s: &str) -> Result<[f32; 3], String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    if parts.len() != 3 {
+        return Err(format!(
+            "expected r,g,b (three numbers in [0, 1]), got {s:?}"
+        ));
+    }
+    let mut bg = [0.0f32; 3];
+    for (o, p) in bg.iter_mut().zip(&parts) {
+        let v: f32 = p
+            .parse()
+            .map_err(|_| format!("{p:?} is not a number (expected r,g,b in [0, 1])"))?;
+        if !(0.0..=1.0).contains(&v) {
+            return Err(format!("{v} is outside [0, 1] (expected r,g,b in [0, 1])"));
+        }
+        *o = v;
+    }
+    Ok(bg)
+}
+
+/// The requested backend does not exist in this build (exit code 3).
+#[derive(Debug, thiserror::Error)]
+#[error("the {0} backend is not available in this build of gs-render; use --backend cpu (or auto)")]
+struct BackendUnavailable(&'static str);
+
+/// Camera JSON as documented in the module doc.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CameraJson {
+    width: u32,
+    height: u32,
+    fx: f64,
+    fy: f64,
+    cx: f64,
+    cy: f64,
+    world_to_camera: [[f64; 4]; 4],
+}
+
+fn read_camera(path: &Path) -> Result<Camera> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let j: CameraJson = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not a camera JSON (expected {{\"width\",\"height\",\"fx\",\"fy\",\"cx\",\"cy\",\
+             \"world_to_camera\": 4x4 row-major}})",
+            path.display()
+        )
+    })?;
+    let pose = Pose::from_matrix4(j.world_to_camera).with_context(|| {
+        format!(
+            "{}: world_to_camera must be a rigid 4x4 transform with bottom row 0 0 0 1",
+            path.display()
+        )
+    })?;
+    let camera = Camera {
+        width: j.width,
+        height: j.height,
+        intrinsics: Intrinsics {
+            fx: j.fx,
+            fy: j.fy,
+            cx: j.cx,
+            cy: j.cy,
+        },
+        world_to_camera: pose,
+    };
+    camera
+        .validate()
+        .with_context(|| format!("{}: invalid camera", path.display()))?;
+    Ok(camera)
+}
+
+fn make_rasterizer(backend: Backend) -> Result<Box<dyn Rasterizer>> {
+    match backend {
+        Backend::Auto | Backend::Cpu => Ok(Box::new(CpuRasterizer::new())),
+        Backend::Cuda => Err(BackendUnavailable("CUDA").into()),
+    }
+}
+
+/// Float colour to 8 bits: ×255, rounded half up, clamped (what 3DGS's image saving does).
+fn to_rgb8(image: &[f32], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend(
+        image
+            .iter()
+            .map(|&v| (v * 255.0 + 0.5).clamp(0.0, 255.0) as u8),
+    );
+}
+
+/// Writes an RGB8 PNG atomically (temporary name in the same directory, then rename).
+fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<()> {
+    let tmp = tmp_name(path);
+    let result = image::save_buffer_with_format(
+        &tmp,
+        rgb,
+        width,
+        height,
+        image::ExtendedColorType::Rgb8,
+        image::ImageFormat::Png,
+    )
+    .with_context(|| format!("cannot write {}", path.display()))
+    .and_then(|()| {
+        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn write_text(path: &Path, text: &str) -> Result<()> {
+    let tmp = tmp_name(path);
+    let result = std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .with_context(|| format!("cannot write {}", path.display()));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn tmp_name(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+struct Renderer {
+    raster: Box<dyn Rasterizer>,
+    options: RenderOptions,
+    out: RenderOutput,
+}
+
+impl Renderer {
+    fn new(args: &Args, model: &Gaussians) -> Result<Renderer> {
+        let raster = make_rasterizer(args.backend)?;
+        let sh_degree = args.sh_degree.unwrap_or(model.sh_degree);
+        if sh_degree > model.sh_degree {
+            bail!(
+                "--sh-degree {sh_degree} is above the model's stored SH degree {}; pass \
+                 --sh-degree {} or less",
+                model.sh_degree,
+                model.sh_degree
+            );
+        }
+        Ok(Renderer {
+            raster,
+            options: RenderOptions {
+                sh_degree,
+                background: args.bg,
+                ..RenderOptions::default()
+            },
+            out: RenderOutput::default(),
+        })
+    }
+
+    fn render(&mut self, model: &Gaussians, camera: &Camera) -> Result<&[f32]> {
+        self.raster
+            .forward(model, camera, &self.options, &mut self.out)
+            .context("render failed")?;
+        Ok(&self.out.image)
+    }
+}
+
+fn load_model(args: &Args) -> Result<Gaussians> {
+    gply::load(
+        &args.ply,
+        &LoadOptions {
+            allow_activated: args.allow_activated,
+        },
+    )
+    .context("cannot load the model")
+}
+
+fn render_camera(args: &Args, camera_path: &Path) -> Result<()> {
+    let camera = read_camera(camera_path)?;
+    let model = load_model(args)?;
+    let mut r = Renderer::new(args, &model)?;
+    let image = r.render(&model, &camera)?;
+    let mut rgb = Vec::new();
+    to_rgb8(image, &mut rgb);
+    write_png(&args.output, &rgb, camera.width, camera.height)?;
+    eprintln!(
+        "wrote {} ({}x{}, {} Gaussians, SH degree {}, {} backend)",
+        args.output.display(),
+        camera.width,
+        camera.height,
+        model.len(),
+        r.options.sh_degree,
+        r.raster.name()
+    );
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct ViewMetrics {
+    index: usize,
+    name: String,
+    file: String,
+    /// `null` when the render equals the ground truth (infinite PSNR).
+    psnr: Option<f64>,
+    ssim: f64,
+}
+
+#[derive(serde::Serialize)]
+struct MetricsReport {
+    model: String,
+    pack: String,
+    split: String,
+    backend: String,
+    sh_degree: u32,
+    background: [f32; 3],
+    count: usize,
+    /// Mean PSNR over views with finite PSNR; `null` when there are none.
+    mean_psnr: Option<f64>,
+    mean_ssim: f64,
+    identical_views: usize,
+    views: Vec<ViewMetrics>,
+}
+
+/// File-name-safe form of a view name ("images/IMG_01.jpg" → "images_IMG_01.jpg").
+fn safe_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn render_pack(args: &Args, pack_path: &Path) -> Result<()> {
+    let pack = Pack::open(pack_path).context("cannot open the pack")?;
+    let manifest = pack.manifest();
+    let indices: Vec<usize> = match args.split {
+        SplitArg::All => (0..manifest.views.len()).collect(),
+        SplitArg::Test => manifest.split_indices(Split::Test),
+        SplitArg::Train => manifest.split_indices(Split::Train),
+    };
+    let split_name = format!("{:?}", args.split).to_lowercase();
+    if indices.is_empty() {
+        bail!(
+            "{}: the pack has no {split_name} views ({} views in all); pass --split all or \
+             --split train, or re-pack with --test-every",
+            pack_path.display(),
+            manifest.views.len()
+        );
+    }
+    let model = load_model(args)?;
+    let mut r = Renderer::new(args, &model)?;
+    std::fs::create_dir_all(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+
+    let progress = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(indices.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} views {msg} [{eta}]")
+                .expect("static template"),
+        );
+        bar
+    });
+    let mut gt = Vec::new();
+    let mut rgb = Vec::new();
+    let mut side = Vec::new();
+    let (mut gt_f, mut rgb_f) = (Vec::new(), Vec::new());
+    let mut ssim_scratch = metrics::SsimScratch::new();
+    let mut views = Vec::with_capacity(indices.len());
+    for (n, &i) in indices.iter().enumerate() {
+        let v = &manifest.views[i];
+        let (w, h) = (v.width() as usize, v.height() as usize);
+        gt.resize(v.decoded_len(), 0);
+        pack.read_view_into(i, &mut gt)
+            .with_context(|| format!("cannot read view {i} ({:?})", v.name))?;
+        let image = r
+            .render(&model, &v.camera)
+            .with_context(|| format!("view {i} ({:?})", v.name))?;
+        to_rgb8(image, &mut rgb);
+        let psnr =
+            metrics::psnr_u8(&rgb, &gt).with_context(|| format!("view {i} ({:?})", v.name))?;
+        gt_f.clear();
+        gt_f.extend(gt.iter().map(|&b| b as f32 / 255.0));
+        rgb_f.clear();
+        rgb_f.extend(rgb.iter().map(|&b| b as f32 / 255.0));
+        let ssim = ssim_scratch
+            .ssim(&rgb_f, &gt_f, w, h)
+            .with_context(|| format!("view {i} ({:?})", v.name))?;
+        // Side by side: ground truth on the left, render on the right.
+        side.clear();
+        for j in 0..h {
+            side.extend_from_slice(&gt[j * w * 3..(j + 1) * w * 3]);
+            side.extend_from_slice(&rgb[j * w * 3..(j + 1) * w * 3]);
+        }
+        let file = format!("{i:05}_{}.png", safe_name(&v.name));
+        write_png(&args.output.join(&file), &side, 2 * w as u32, h as u32)?;
+        let line = format!("view {i} {}: PSNR {psnr:.2} dB, SSIM {ssim:.4}", v.name);
+        match &progress {
+            Some(bar) => {
+                bar.set_message(line);
+                bar.inc(1);
+            }
+            None => eprintln!("[{}/{}] {line}", n + 1, indices.len()),
+        }
+        views.push(ViewMetrics {
+            index: i,
+            name: v.name.clone(),
+            file,
+            psnr: psnr.is_finite().then_some(psnr),
+            ssim,
+        });
+    }
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    let finite: Vec<f64> = views.iter().filter_map(|v| v.psnr).collect();
+    let report = MetricsReport {
+        model: args.ply.display().to_string(),
+        pack: pack_path.display().to_string(),
+        split: split_name,
+        backend: r.raster.name().to_owned(),
+        sh_degree: r.options.sh_degree,
+        background: args.bg,
+        count: views.len(),
+        mean_psnr: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),
+        mean_ssim: views.iter().map(|v| v.ssim).sum::<f64>() / views.len() as f64,
+        identical_views: views.len() - finite.len(),
+        views,
+    };
+    let json = serde_json::to_string_pretty(&report).context("cannot encode metrics")?;
+    write_text(&args.output.join("metrics.json"), &(json + "\n"))?;
+    eprintln!(
+        "{} views: mean PSNR {} dB, mean SSIM {:.4}; wrote {}",
+        report.count,
+        report
+            .mean_psnr
+            .map_or("inf".to_owned(), |p| format!("{p:.2}")),
+        report.mean_ssim,
+        args.output.join("metrics.json").display()
+    );
+    Ok(())
+}
+
+fn run(args: &Args) -> Result<()> {
+    // Fail on an unavailable backend before doing any work.
+    make_rasterizer(args.backend)?;
+    match (&args.camera, &args.pack) {
+        (Some(cam), None) => render_camera(args, cam),
+        (None, Some(pack)) => render_pack(args, pack),
+        _ => unreachable!("clap's `source` group requires exactly one of --camera / --pack"),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gs-render: error: {e:#}");
+            if e.downcast_ref::<BackendUnavailable>().is_some() {
+                ExitCode::from(3)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! End-to-end rendering checks: the CPU rasterizer against the independent numpy reference
+//! (`tools/reference_render.py`), and the `gs-render` binary in both modes.
+//!
+//! The reference test needs `python3` with numpy. Without it the test prints a skip line and
+//! passes, unless `GS_REQUIRE_REFERENCE=1` is set (CI sets it after installing numpy), in which
+//! case it fails: a silently skipped oracle is not a check.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ramsplat::export::ply::{self as gply, LoadOptions, PlyEncoding};
+use ramsplat::render::{CpuRasterizer, Rasterizer, RenderOptions, RenderOutput};
+use ramsplat::rng::Rng;
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
+use ramsplat::shard::writer::{PackWriter, WriterOptions};
+use ramsplat::shard::{SourceInfo, Split};
+
+fn tool() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/reference_render.py")
+}
+
+fn gs_render() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gs-render"))
+}
+
+/// Whether `python3 -c "import numpy"` works; panics under GS_REQUIRE_REFERENCE=1 if not.
+fn numpy_available(test: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import numpy"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        let required = std::env::var("GS_REQUIRE_REFERENCE").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "{test}: GS_REQUIRE_REFERENCE=1 but `python3 -c \"import numpy\"` fails; install \
+             numpy (python3 -m pip install numpy)"
+        );
+        eprintln!("SKIPPED {test}: python3 with numpy is not available (set GS_REQUIRE_REFERENCE=1 to make this a failure)");
+    }
+    ok
+}
+
+fn run_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Reads a little-endian float64 C-order .npy (what `np.save` writes for the reference image).
+fn read_npy_f64(path: &Path) -> (Vec<usize>, Vec<f64>) {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..6], b"\x93NUMPY", "{}: not a .npy", path.display());
+    let (hlen, start) = match b[6] {
+        1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
+        _ => (
+            u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize,
+            12,
+        ),
+    };
+    let header = std::str::from_utf8(&b[start..start + hlen]).unwrap();
+    assert!(header.contains("'descr': '<f8'"), "{header}");
+    assert!(header.contains("'fortran_order': False"), "{header}");
+    let shape_txt = header
+        .split("'shape': (")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap();
+    let shape: Vec<usize> = shape_txt
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse().unwrap())
+        .collect();
+    let data: Vec<f64> = b[start + hlen..]
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(data.len(), shape.iter().product::<usize>());
+    (shape, data)
+}
+
+fn read_camera_json(path: &Path) -> Camera {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut m = [[0.0f64; 4]; 4];
+    for (r, row) in m.iter_mut().enumerate() {
+        for (c, x) in row.iter_mut().enumerate() {
+            *x = v["world_to_camera"][r][c].as_f64().unwrap();
+        }
+    }
+    let camera = Camera {
+        width: v["width"].as_u64().unwrap() as u32,
+        height: v["height"].as_u64().unwrap() as u32,
+        intrinsics: Intrinsics {
+            fx: v["fx"].as_f64().unwrap(),
+            fy: v["fy"].as_f64().unwrap(),
+            cx: v["cx"].as_f64().unwrap(),
+            cy: v["cy"].as_f64().unwrap(),
+        },
+        world_to_camera: Pose::from_matrix4(m).unwrap(),
+    };
+    camera.validate().unwrap();
+    camera
+}
+
+fn render_cpu(g: &Gaussians, camera: &Camera, sh_degree: u32, background: [f32; 3]) -> Vec<f32> {
+    let mut raster = CpuRasterizer::new();
+    let mut out = RenderOutput::default();
+    let options = RenderOptions {
+        sh_degree,
+        background,
+        ..RenderOptions::default()
+    };
+    raster.forward(g, camera, &options, &mut out).unwrap();
+    out.image
+}
+
+/// The acceptance criterion: a pixel matches when every channel is within one 8-bit step
+/// (1/255) of the reference, i.e. the two renders quantise to the same or adjacent 8-bit
+/// values; at least 99.9% of pixels must match. f32 vs f64 arithmetic moves values by ~1e-6,
+/// far inside a step; the allowance is for the thresholded decisions (α ≥ 1/255, the T < 1e-4
+/// stop), where rounding can flip a contribution of at most α·T ≈ 1/255.
+const PIXEL_TOLERANCE: f64 = 1.0 / 255.0;
+const MIN_MATCHING_FRACTION: f64 = 0.999;
+/// No pixel may be further off than this: one flipped threshold decision changes a pixel by
+/// about α·T·(colour − what lies behind) with α ≈ 1/255 and colours ≤ ~1.5 here, so ≤ ~2/255;
+/// 4/255 leaves a factor 2. A genuine convention mismatch (e.g. an α clamp at 0.99 instead of
+/// 0.999) exceeds it on the pixels it touches even when they are fewer than 0.1%.
+const MAX_PIXEL_ERROR: f64 = 4.0 / 255.0;
+
+#[test]
+fn cpu_render_matches_numpy_reference() {
+    if !numpy_available("cpu_render_matches_numpy_reference") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(Command::new("python3").arg(tool()).args([
+        "make-scene",
+        "--out",
+        d.to_str().unwrap(),
+        "--seed",
+        "20261121",
+        "--n",
+        "2000",
+        "--width",
+        "128",
+        "--height",
+        "96",
+    ]));
+    // The model was written by the Python tool (with an extra leading property): our loader
+    // reads it by name.
+    let model = gply::load(&d.join("model.ply"), &LoadOptions::default()).unwrap();
+    assert_eq!(model.len(), 2000);
+    assert_eq!(model.sh_degree, 3);
+    let cases: &[(&str, u32, [f32; 3])] = &[
+        ("outside", 3, [0.0, 0.0, 0.0]),
+        ("inside", 3, [0.0, 0.0, 0.0]),
+        ("oblique", 3, [0.2, 0.5, 0.9]),
+        ("wide", 1, [1.0, 1.0, 1.0]),
+        ("outside", 0, [0.0, 0.0, 0.0]),
+    ];
+    for &(name, degree, bg) in cases {
+        let cam_path = d.join(format!("cam_{name}.json"));
+        let npy = d.join(format!("{name}-{degree}.npy"));
+        run_ok(Command::new("python3").arg(tool()).args([
+            "render",
+            "--ply",
+            d.join("model.ply").to_str().unwrap(),
+            "--camera",
+            cam_path.to_str().unwrap(),
+            "--out",
+            npy.to_str().unwrap(),
+            "--sh-degree",
+            &degree.to_string(),
+            "--bg",
+            &format!("{},{},{}", bg[0], bg[1], bg[2]),
+        ]));
+        let (shape, reference) = read_npy_f64(&npy);
+        let camera = read_camera_json(&cam_path);
+        assert_eq!(shape, [camera.height as usize, camera.width as usize, 3]);
+        let ours = render_cpu(&model, &camera, degree, bg);
+        assert_eq!(ours.len(), reference.len());
+        let pixels = reference.len() / 3;
+        let mut matching = 0;
+        let mut max_err: f64 = 0.0;
+        let mut sum_err = 0.0;
+        for p in 0..pixels {
+            let err = (0..3)
+                .map(|c| (ours[p * 3 + c] as f64 - reference[p * 3 + c]).abs())
+                .fold(0.0, f64::max);
+            max_err = max_err.max(err);
+            sum_err += err;
+            if err <= PIXEL_TOLERANCE {
+                matching += 1;
+            }
+        }
+        // The render must not be trivially empty (a camera that sees nothing checks nothing).
+        let lit = (0..pixels)
+            .filter(|&p| (0..3).any(|c| (reference[p * 3 + c] - bg[c] as f64).abs() > 0.05))
+            .count();
+        let fraction = matching as f64 / pixels as f64;
+        eprintln!(
+            "{name} (SH {degree}): {matching}/{pixels} pixels within 1/255 ({:.4}%), max error \
+             {max_err:.2e}, mean {:.2e}, {lit} pixels differ from the background",
+            fraction * 100.0,
+            sum_err / pixels as f64
+        );
+        assert!(lit > pixels / 10, "{name}: camera sees almost nothing");
+        assert!(
+            max_err <= MAX_PIXEL_ERROR,
+            "{name} (SH {degree}): a pixel is {max_err} off the reference"
+        );
+        assert!(
+            fraction >= MIN_MATCHING_FRACTION,
+            "{name} (SH {degree}): only {matching}/{pixels} pixels match the reference within \
+             1/255 (max error {max_err})"
+        );
+    }
+}
+
+/// A small random model written by our own code (no numpy needed for the CLI tests).
+fn small_model(seed: u64, n: usize) -> Gaussians {
+    let mut rng = Rng::new(seed);
+    let mut g = Gaussians {
+        sh_degree: 1,
+        ..Gaussians::default()
+    };
+    for _ in 0..n {
+        let mut u = |lo: f64, hi: f64| rng.uniform(lo, hi) as f32;
+        g.means.push([u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)]);
+        g.log_scales
+            .push([u(-4.0, -2.0), u(-4.0, -2.0), u(-4.0, -2.0)]);
+        g.rotations
+            .push([u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0), u(0.1, 1.0)]);
+        g.logit_opacities.push(u(-2.0, 3.0));
+        for _ in 0..sh_coeffs(1) {
+            g.sh.push([u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)]);
+        }
+    }
+    g
+}
+
+fn test_camera(width: u32, height: u32, z: f64) -> Camera {
+    Camera {
+        width,
+        height,
+        intrinsics: Intrinsics {
+            fx: 60.0,
+            fy: 60.0,
+            cx: width as f64 / 2.0,
+            cy: height as f64 / 2.0,
+        },
+        world_to_camera: Pose {
+            rotation: Pose::IDENTITY.rotation,
+            translation: [0.0, 0.0, z],
+        },
+    }
+}
+
+fn quantise(image: &[f32]) -> Vec<u8> {
+    image
+        .iter()
+        .map(|&v| (v * 255.0 + 0.5).clamp(0.0, 255.0) as u8)
+        .collect()
+}
+
+#[test]
+fn gs_render_camera_mode_writes_the_library_render() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = small_model(3, 300);
+    let ply = d.join("m.ply");
+    gply::save(&ply, &model, PlyEncoding::BinaryLittleEndian).unwrap();
+    let camera = test_camera(40, 30, 3.0);
+    let cam_json = serde_json::json!({
+        "width": camera.width, "height": camera.height,
+        "fx": camera.intrinsics.fx, "fy": camera.intrinsics.fy,
+        "cx": camera.intrinsics.cx, "cy": camera.intrinsics.cy,
+        "world_to_camera": camera.world_to_camera.to_matrix4(),
+    });
+    let cam_path = d.join("cam.json");
+    std::fs::write(&cam_path, cam_json.to_string()).unwrap();
+    let png = d.join("out.png");
+    run_ok(gs_render().args([
+        "--ply",
+        ply.to_str().unwrap(),
+        "--camera",
+        cam_path.to_str().unwrap(),
+        "-o",
+        png.to_str().unwrap(),
+        "--bg",
+        "0.25,0.5,1",
+    ]));
+    let img = image::open(&png).unwrap().to_rgb8();
+    assert_eq!(img.dimensions(), (40, 30));
+    let want = quantise(&render_cpu(&model, &camera, 1, [0.25, 0.5, 1.0]));
+    assert_eq!(img.as_raw(), &want);
+
+    // --sh-degree 0 differs from the default (stored degree 1) render.
+    let png0 = d.join("out0.png");
+    run_ok(gs_render().args([
+        "--ply",
+        ply.to_str().unwrap(),
+        "--camera",
+        cam_path.to_str().unwrap(),
+        "-o",
+        png0.to_str().unwrap(),
+        "--sh-degree",
+        "0",
+    ]));
+    let img0 = image::open(&png0).unwrap().to_rgb8();
+    assert_eq!(
+        img0.as_raw(),
+        &quantise(&render_cpu(&model, &camera, 0, [0.0; 3]))
+    );
+
+    // The CUDA backend is refused with exit code 3 and a hint; nothing is written.
+    let png_cuda = d.join("cuda.png");
+    let out = gs_render()
+        .args([
+            "--ply",
+            ply.to_str().unwrap(),
+            "--camera",
+            cam_path.to_str().unwrap(),
+        ])
+        .args(["-o", png_cuda.to_str().unwrap(), "--backend", "cuda"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not available in this build") && err.contains("--backend cpu"),
+        "{err}"
+    );
+    assert!(!png_cuda.exists());
+
+    // Bad inputs: exit 1 with the file named; bad usage: exit 2.
+    let bad = d.join("bad.json");
+    std::fs::write(&bad, r#"{"width": 4}"#).unwrap();
+    let out = gs_render()
+        .args([
+            "--ply",
+            ply.to_str().unwrap(),
+            "--camera",
+            bad.to_str().unwrap(),
+            "-o",
+        ])
+        .arg(d.join("x.png"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.json"));
+    let out = gs_render()
+        .args(["--ply", ply.to_str().unwrap(), "-o", "x.png"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = gs_render()
+        .args([
+            "--ply",
+            ply.to_str().unwrap(),
+            "--camera",
+            cam_path.to_str().unwrap(),
+        ])
+        .args(["-o", "x.png", "--sh-degree", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stored SH degree 1"));
+}
+
+#[test]
+fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = small_model(5, 300);
+    let ply = d.join("m.ply");
+    gply::save(&ply, &model, PlyEncoding::BinaryLittleEndian).unwrap();
+    // Three views: two test views with known ground truth, one train view.
+    let (w, h) = (36u32, 28u32);
+    let cams = [
+        test_camera(w, h, 3.0),
+        test_camera(w, h, 2.5),
+        test_camera(w, h, 4.0),
+    ];
+    let splits = [Split::Test, Split::Train, Split::Test];
+    let mut rng = Rng::new(11);
+    let gts: Vec<Vec<u8>> = (0..3)
+        .map(|_| (0..w * h * 3).map(|_| rng.below(256) as u8).collect())
+        .collect();
+    // View 2's ground truth is our own render: PSNR must come out infinite (null).
+    let mut gts = gts;
+    gts[2] = quantise(&render_cpu(&model, &cams[2], 1, [0.0; 3]));
+    let pack = d.join("pack");
+    let mut writer = PackWriter::create(&pack, &WriterOptions::default()).unwrap();
+    for i in 0..3 {
+        writer
+            .add_view(&format!("img/view{i}.png"), &cams[i], splits[i], &gts[i])
+            .unwrap();
+    }
+    writer
+        .finish(SourceInfo {
+            path: "test".into(),
+            format: ramsplat::import::Format::Colmap,
+            missing_images: vec![],
+            max_width: None,
+            downscale: None,
+            test_every: None,
+        })
+        .unwrap();
+    let out_dir = d.join("eval");
+    run_ok(gs_render().args([
+        "--ply",
+        ply.to_str().unwrap(),
+        "--pack",
+        pack.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+    ]));
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("metrics.json")).unwrap())
+            .unwrap();
+    assert_eq!(metrics["count"], 2);
+    assert_eq!(metrics["split"], "test");
+    assert_eq!(metrics["identical_views"], 1);
+    let views = metrics["views"].as_array().unwrap();
+    assert_eq!(views.len(), 2);
+    assert_eq!(views[0]["index"], 0);
+    assert_eq!(views[1]["index"], 2);
+    assert!(views[1]["psnr"].is_null());
+    assert!((views[1]["ssim"].as_f64().unwrap() - 1.0).abs() < 1e-6);
+    for (v, i) in views.iter().zip([0usize, 2]) {
+        let file = out_dir.join(v["file"].as_str().unwrap());
+        let img = image::open(&file).unwrap().to_rgb8();
+        assert_eq!(img.dimensions(), (2 * w, h));
+        let (mut left, mut right) = (Vec::new(), Vec::new());
+        for row in img.as_raw().chunks_exact((6 * w) as usize) {
+            left.extend_from_slice(&row[..(3 * w) as usize]);
+            right.extend_from_slice(&row[(3 * w) as usize..]);
+        }
+        assert_eq!(left, gts[i], "view {i}: left half is the ground truth");
+        let render = quantise(&render_cpu(&model, &cams[i], 1, [0.0; 3]));
+        assert_eq!(right, render, "view {i}: right half is the render");
+        let psnr = ramsplat::metrics::psnr_u8(&right, &left).unwrap();
+        let ssim = ramsplat::metrics::ssim_u8(&right, &left, w as usize, h as usize).unwrap();
+        if psnr.is_finite() {
+            assert!((v["psnr"].as_f64().unwrap() - psnr).abs() < 1e-9);
+        }
+        assert!((v["ssim"].as_f64().unwrap() - ssim).abs() < 1e-9);
+    }
+    // Only one finite PSNR: the mean is that view's.
+    assert_eq!(metrics["mean_psnr"], views[0]["psnr"]);
+
+    // --split all renders every view.
+    let all_dir = d.join("all");
+    run_ok(
+        gs_render()
+            .args([
+                "--ply",
+                ply.to_str().unwrap(),
+                "--pack",
+                pack.to_str().unwrap(),
+            ])
+            .args(["-o", all_dir.to_str().unwrap(), "--split", "all"]),
+    );
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(all_dir.join("metrics.json")).unwrap())
+            .unwrap();
+    assert_eq!(m["count"], 3);
+}
