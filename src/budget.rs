@@ -136,6 +136,13 @@ pub fn peak_rss_bytes() -> Option<u64> {
     status_field_kib("VmHWM")
 }
 
+/// Resets this process's `VmHWM` to its current RSS (writes `5` to `/proc/self/clear_refs`,
+/// Linux ≥ 4.0), so one process can measure the peaks of successive phases (benchmarks).
+/// Returns whether the kernel accepted it.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 /// Current resident set of this process (`VmRSS`), in bytes.
 pub fn current_rss_bytes() -> Option<u64> {
     status_field_kib("VmRSS")
@@ -543,6 +550,15 @@ mod tests {
         let cur = current_rss_bytes().expect("VmRSS on Linux");
         let peak = peak_rss_bytes().expect("VmHWM on Linux");
         assert!(cur > 0 && peak >= cur);
+        {
+            // Raise the peak by touching 32 MiB, free it, then reset the peak to the current RSS.
+            let big = vec![1u8; 32 << 20];
+            assert!(peak_rss_bytes().unwrap() >= big.len() as u64);
+        }
+        if reset_peak_rss() {
+            let after = peak_rss_bytes().unwrap();
+            assert!(after < cur + (16 << 20), "reset peak {after} vs rss {cur}");
+        }
         let text = "Name:\tx\nVmHWM:\t    1652 kB\nVmRSS:\t  12 kB\n";
         assert_eq!(parse_status_field(text, "VmHWM"), Some(1652 * 1024));
         assert_eq!(parse_status_field(text, "VmRSS"), Some(12 * 1024));

@@ -215,6 +215,8 @@ pub struct BenchReport {
     pub dataset_views: usize,
     pub dataset_decoded_bytes: u64,
     pub bytes: u64,
+    /// Process `VmRSS` after each completed epoch (a leak shows as a rising sequence).
+    pub rss_after_epoch: Vec<u64>,
     pub workers: usize,
     pub prefetch: usize,
     pub seed: u64,
@@ -283,6 +285,7 @@ pub fn run_bench_source(
     let (mut content, mut sequence) = (0u64, 0u64);
     let mut done = 0u64;
     let mut first_epoch_end: Option<(Instant, u64)> = None;
+    let mut rss_after_epoch = Vec::new();
     while let Some(d) = loader.next() {
         let d = d?;
         let h = xxh3_64(&d);
@@ -298,6 +301,9 @@ pub fn run_bench_source(
             && d.position().epoch == opts.start.epoch
         {
             first_epoch_end = Some((Instant::now(), done));
+        }
+        if d.position().index + 1 == n {
+            rss_after_epoch.push(current_rss_bytes().unwrap_or(0));
         }
         drop(d);
         progress(done, todo);
@@ -334,6 +340,7 @@ pub fn run_bench_source(
         dataset_views: n as usize,
         dataset_decoded_bytes,
         bytes: stats.bytes,
+        rss_after_epoch,
         workers: opts.workers,
         prefetch: opts.prefetch,
         seed: opts.seed,
