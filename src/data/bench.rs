@@ -275,6 +275,16 @@ pub fn run_bench_source(
     };
     let baseline = current_rss_bytes().unwrap_or(0);
     let plan = plan_memory(opts.ram_budget, &*source, &config, baseline, vec![])?;
+    // VmHWM only rises: a process that already peaked above the budget (e.g. it built the pack
+    // first) cannot prove the cap, so say so instead of reporting a misleading peak.
+    if let Some(peak) = peak_rss_bytes().filter(|&p| p > opts.ram_budget) {
+        return Err(LoadError::Config(format!(
+            "this process already peaked at {} before the loader started, above --ram-budget {}; \
+             run the bench in a fresh process",
+            crate::budget::format_size(peak),
+            crate::budget::format_size(opts.ram_budget)
+        )));
+    }
     let floor_bytes = plan.floor.total();
     let cache_bytes = plan.cache.bytes();
     let dataset_decoded_bytes: u64 = (0..n as u32).map(|r| source.decoded_len(r) as u64).sum();
