@@ -1,1 +1,283 @@
-//! (in progress)
+//! The `gs-pack convert` pipeline: importer → bounded parallel decode/undistort/resize/encode →
+//! ordered append to shards → sealed pack.
+//!
+//! Memory is bounded by the number of workers, never by the dataset: each worker holds one view
+//! while preparing it (decoded source image, undistorted and resized copies, encoded payload),
+//! and at most `window` encoded views wait for their turn to be appended, because a worker may
+//! only start view `i` once view `i − window` has been written. Point clouds stream through in
+//! chunks of [`crate::shard::POINTS_PER_CHUNK`].
+//!
+//! Views are appended in importer order (sorted by name), whatever order the workers finish in,
+//! so a pack's bytes depend only on its input and options (apart from the random pack id).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Instant;
+
+use crate::import::image::{prepare_view, Resize};
+use crate::import::{self, Format, ImportError, ImportOptions};
+use crate::shard::writer::{encode_view, EncodedView, PackWriter, WriteError, WriterOptions};
+use crate::shard::{Codec, Manifest, SourceInfo, Split};
+
+/// The original 3DGS trainer scales any image wider than 1600 px down to 1600 px.
+pub const DEFAULT_MAX_WIDTH: u32 = 1600;
+
+/// Options of `gs-pack convert`.
+#[derive(Clone, Debug)]
+pub struct ConvertOptions {
+    pub format: Format,
+    /// `None` means the 3DGS default, `MaxWidth(DEFAULT_MAX_WIDTH)`, reported when it applies.
+    pub resize: Option<Resize>,
+    pub codec: Codec,
+    pub shard_size: u64,
+    /// Every `n`-th view (indices 0, n, 2n, … in name order, the 3DGS `llffhold` rule) becomes a
+    /// test view, unless the dataset assigns splits itself. 0 disables.
+    pub test_every: u32,
+    pub force: bool,
+    pub strict: bool,
+    /// Decode/encode threads.
+    pub workers: usize,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        ConvertOptions {
+            format: Format::Auto,
+            resize: None,
+            codec: Codec::Zstd,
+            shard_size: crate::shard::writer::DEFAULT_SHARD_SIZE,
+            test_every: 8,
+            force: false,
+            strict: false,
+            workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+}
+
+/// Progress events for a front end.
+#[derive(Clone, Debug)]
+pub enum Event<'a> {
+    /// The importer finished reading metadata.
+    Imported {
+        views: usize,
+        clouds: usize,
+        missing: usize,
+    },
+    /// A warning to show the user once.
+    Warning(&'a str),
+    /// `done` of `total` views have been written.
+    Views { done: usize, total: usize },
+    /// A point cloud finished streaming.
+    Cloud { name: &'a str, points: u64 },
+}
+
+/// What `convert` did.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ConvertReport {
+    pub views: usize,
+    pub train_views: usize,
+    pub test_views: usize,
+    pub points: u64,
+    pub missing_images: usize,
+    pub bytes_on_disk: u64,
+    pub decoded_bytes: u64,
+    pub wall_s: f64,
+    pub views_per_s: f64,
+    /// Decoded megabytes (10^6) of views written per second.
+    pub decoded_mb_per_s: f64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error("{}: {count} of the listed images are missing (first: {first}); --strict refuses such datasets", path.display())]
+    MissingImages {
+        path: std::path::PathBuf,
+        count: usize,
+        first: String,
+    },
+    #[error("a worker thread panicked while preparing view {index}; this is a bug in ramsplat, please report it")]
+    WorkerPanic { index: usize },
+}
+
+/// Converts the dataset at `input` into a pack at `output`.
+pub fn convert(
+    input: &Path,
+    output: &Path,
+    opts: &ConvertOptions,
+    on_event: &(dyn Fn(Event<'_>) + Sync),
+) -> Result<ConvertReport, PackError> {
+    let started = Instant::now();
+    let import_opts = ImportOptions {
+        strict: opts.strict,
+        metadata_only: false,
+    };
+    let mut scene = import::open(input, opts.format, &import_opts)?;
+    on_event(Event::Imported {
+        views: scene.views.len(),
+        clouds: scene.clouds.len(),
+        missing: scene.missing_images.len(),
+    });
+    for w in &scene.warnings {
+        on_event(Event::Warning(w));
+    }
+    if opts.strict && !scene.missing_images.is_empty() {
+        return Err(PackError::MissingImages {
+            path: input.to_owned(),
+            count: scene.missing_images.len(),
+            first: scene.missing_images[0].clone(),
+        });
+    }
+    let resize = opts.resize.unwrap_or(Resize::MaxWidth(DEFAULT_MAX_WIDTH));
+    if opts.resize.is_none() {
+        let wide = scene
+            .views
+            .iter()
+            .filter(|v| v.camera.width > DEFAULT_MAX_WIDTH)
+            .count();
+        if wide > 0 {
+            let msg = format!(
+                "{wide} views are wider than {DEFAULT_MAX_WIDTH} px and are scaled down to {DEFAULT_MAX_WIDTH} px \
+                 wide (the 3DGS default); pass --max-width or --downscale to choose"
+            );
+            on_event(Event::Warning(&msg));
+        }
+    }
+    let splits: Vec<Split> = scene
+        .views
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.split.unwrap_or(if opts.test_every > 0 && i % opts.test_every as usize == 0 {
+                Split::Test
+            } else {
+                Split::Train
+            })
+        })
+        .collect();
+
+    let writer_opts = WriterOptions {
+        shard_size: opts.shard_size,
+        codec: opts.codec,
+        force: opts.force,
+        ..Default::default()
+    };
+    let mut writer = PackWriter::create(output, &writer_opts)?;
+    let total = scene.views.len();
+    let views = &scene.views;
+    let workers = opts.workers.clamp(1, 64).min(total.max(1));
+    // Two encoded views per worker may wait for their turn: enough to keep every worker busy
+    // when view costs vary, small enough that memory stays a few images per worker.
+    let window = 2 * workers;
+    let next = AtomicUsize::new(0);
+    let abort = AtomicBool::new(false);
+    let written = Mutex::new(0usize);
+    let turn = Condvar::new();
+    let (tx, rx) = crossbeam_channel::bounded::<(usize, Result<EncodedView, PackError>)>(window);
+    let mut decoded_view_bytes = 0u64;
+
+    std::thread::scope(|s| -> Result<(), PackError> {
+        for _ in 0..workers {
+            let tx = tx.clone();
+            let (next, abort, written, turn) = (&next, &abort, &written, &turn);
+            let splits = &splits;
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= total || abort.load(Ordering::SeqCst) {
+                    break;
+                }
+                {
+                    let mut w = written.lock().unwrap_or_else(|e| e.into_inner());
+                    while i >= *w + window && !abort.load(Ordering::SeqCst) {
+                        w = turn.wait(w).unwrap_or_else(|e| e.into_inner());
+                    }
+                }
+                if abort.load(Ordering::SeqCst) {
+                    break;
+                }
+                let v = &views[i];
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let (camera, img) = prepare_view(v, resize)?;
+                    let encoded = encode_view(&v.name, &camera, splits[i], &img.pixels, writer_opts.codec, writer_opts.zstd_level)?;
+                    Ok::<_, PackError>(encoded)
+                }))
+                .unwrap_or(Err(PackError::WorkerPanic { index: i }));
+                if tx.send((i, result)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        let mut pending = BTreeMap::new();
+        let mut done = 0usize;
+        let mut outcome = Ok(());
+        for (i, r) in rx.iter() {
+            if outcome.is_err() {
+                continue; // drain so workers blocked on send can exit
+            }
+            pending.insert(i, r);
+            while let Some(r) = pending.remove(&done) {
+                match r.and_then(|v| {
+                    decoded_view_bytes += v.decoded_len;
+                    writer.add_encoded_view(v).map_err(PackError::from)
+                }) {
+                    Ok(()) => {
+                        done += 1;
+                        *written.lock().unwrap_or_else(|e| e.into_inner()) = done;
+                        turn.notify_all();
+                        on_event(Event::Views { done, total });
+                    }
+                    Err(e) => {
+                        abort.store(true, Ordering::SeqCst);
+                        turn.notify_all();
+                        outcome = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        outcome
+    })?;
+
+    let mut points = 0u64;
+    for cloud in scene.clouds.iter_mut() {
+        let entry = writer.add_cloud(cloud.as_mut())?;
+        points += entry.points;
+        on_event(Event::Cloud {
+            name: &entry.name,
+            points: entry.points,
+        });
+    }
+    let (max_width, downscale) = match resize {
+        Resize::None => (None, None),
+        Resize::MaxWidth(w) => (Some(w), None),
+        Resize::Downscale(n) => (None, Some(n)),
+    };
+    let manifest: Manifest = writer.finish(SourceInfo {
+        path: input.display().to_string(),
+        format: scene.format,
+        missing_images: std::mem::take(&mut scene.missing_images),
+        max_width,
+        downscale,
+        test_every: Some(opts.test_every),
+    })?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let test_views = manifest.split_indices(Split::Test).len();
+    Ok(ConvertReport {
+        views: manifest.views.len(),
+        train_views: manifest.views.len() - test_views,
+        test_views,
+        points,
+        missing_images: manifest.source.missing_images.len(),
+        bytes_on_disk: manifest.bytes_on_disk(),
+        decoded_bytes: manifest.decoded_bytes(),
+        wall_s,
+        views_per_s: manifest.views.len() as f64 / wall_s.max(1e-9),
+        decoded_mb_per_s: decoded_view_bytes as f64 / 1e6 / wall_s.max(1e-9),
+    })
+}

@@ -1,1 +1,273 @@
-fn main() {}
+//! `gs-pack`: convert datasets into ramsplat packs, verify and describe them, synthesize test
+//! datasets, and benchmark the loader. Thin: all work happens in the library.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use ramsplat::budget::parse_size;
+use ramsplat::cli::{human_bytes, report_error, Progress, EXIT_CORRUPT, EXIT_FAILURE};
+use ramsplat::import::image::Resize;
+use ramsplat::import::Format;
+use ramsplat::pack::{convert, ConvertOptions, Event};
+use ramsplat::shard::reader::Pack;
+use ramsplat::shard::{Codec, ShardError, Split};
+
+const SIZE_HELP: &str = "Sizes: 4G = 4GiB = 4·2^30 bytes; 4GB = 4·10^9 bytes; plain numbers are bytes.";
+
+#[derive(Parser)]
+#[command(name = "gs-pack", version, about = "Pack 3DGS datasets into immutable, checksummed, memory-mapped shards")]
+#[command(after_help = "Exit codes: 0 success, 1 failure, 2 bad command line, 3 verify found damage.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Convert a COLMAP workspace, NeRF transforms.json dataset or PLY point cloud(s) into a pack.
+    #[command(after_help = SIZE_HELP)]
+    Convert {
+        /// Dataset folder (or a transforms*.json / .ply file).
+        input: PathBuf,
+        /// Output pack directory.
+        #[arg(short, long)]
+        output: PathBuf,
+        #[arg(long, value_enum, default_value = "auto")]
+        format: Format,
+        /// Scale views wider than PX down to PX (default: 1600, as the original 3DGS).
+        #[arg(long, value_name = "PX", conflicts_with = "downscale")]
+        max_width: Option<u32>,
+        /// Divide both image sides by N (overrides the default --max-width).
+        #[arg(long, value_name = "N")]
+        downscale: Option<u32>,
+        #[arg(long, value_enum, default_value = "zstd")]
+        codec: Codec,
+        /// Start a new shard file past this size.
+        #[arg(long, default_value = "512M", value_parser = parse_size_arg)]
+        shard_size: u64,
+        /// Mark every N-th view (0, N, 2N, … in name order) as a test view; 0 = none.
+        #[arg(long, default_value_t = 8)]
+        test_every: u32,
+        /// Replace an existing pack at the output path.
+        #[arg(long)]
+        force: bool,
+        /// Refuse datasets whose metadata lists images that do not exist.
+        #[arg(long)]
+        strict: bool,
+        /// Decode/encode threads (default: all cores).
+        #[arg(long)]
+        workers: Option<usize>,
+    },
+    /// Check every checksum of a pack; exit 0, or 3 naming the damaged shard and record.
+    Verify { pack: PathBuf },
+    /// Describe a pack: views, resolutions, points, bytes on disk, decoded bytes.
+    Info {
+        pack: PathBuf,
+        /// Print one JSON object instead of a human summary.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Convert {
+            input,
+            output,
+            format,
+            max_width,
+            downscale,
+            codec,
+            shard_size,
+            test_every,
+            force,
+            strict,
+            workers,
+        } => {
+            let resize = match (max_width, downscale) {
+                (_, Some(n)) => Some(Resize::Downscale(n)),
+                (Some(0), None) => Some(Resize::None),
+                (Some(w), None) => Some(Resize::MaxWidth(w)),
+                (None, None) => None,
+            };
+            let mut opts = ConvertOptions {
+                format,
+                resize,
+                codec,
+                shard_size,
+                test_every,
+                force,
+                strict,
+                ..Default::default()
+            };
+            if let Some(w) = workers {
+                opts.workers = w;
+            }
+            run_convert(&input, &output, &opts)
+        }
+        Command::Verify { pack } => return run_verify(&pack),
+        Command::Info { pack, json } => run_info(&pack, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report_error(&e, EXIT_FAILURE),
+    }
+}
+
+fn run_convert(input: &Path, output: &Path, opts: &ConvertOptions) -> anyhow::Result<()> {
+    let progress: std::sync::OnceLock<Progress> = std::sync::OnceLock::new();
+    let on_event = |e: Event<'_>| match e {
+        Event::Imported { views, clouds, missing } => {
+            eprintln!(
+                "found {views} views and {clouds} point clouds in {}{}",
+                input.display(),
+                if missing > 0 {
+                    format!("; {missing} listed images are missing and were skipped")
+                } else {
+                    String::new()
+                }
+            );
+            let _ = progress.set(Progress::new("packing", views as u64));
+        }
+        Event::Warning(w) => match progress.get() {
+            Some(p) => p.println(&format!("warning: {w}")),
+            None => eprintln!("warning: {w}"),
+        },
+        Event::Views { done, .. } => {
+            if let Some(p) = progress.get() {
+                p.set(done as u64);
+            }
+        }
+        Event::Cloud { name, points } => match progress.get() {
+            Some(p) => p.println(&format!("packed point cloud {name:?}: {points} points")),
+            None => eprintln!("packed point cloud {name:?}: {points} points"),
+        },
+    };
+    let report = convert(input, output, opts, &on_event)
+        .with_context(|| format!("converting {} into {}", input.display(), output.display()))?;
+    if let Some(p) = progress.get() {
+        p.finish();
+    }
+    eprintln!(
+        "wrote {}: {} views ({} train, {} test), {} points, {} on disk ({} decoded) in {:.1} s ({:.1} views/s, {:.0} MB/s decoded){}",
+        output.display(),
+        report.views,
+        report.train_views,
+        report.test_views,
+        report.points,
+        human_bytes(report.bytes_on_disk),
+        human_bytes(report.decoded_bytes),
+        report.wall_s,
+        report.views_per_s,
+        report.decoded_mb_per_s,
+        if report.missing_images > 0 {
+            format!("; {} missing images skipped", report.missing_images)
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
+fn run_verify(path: &Path) -> ExitCode {
+    let pack = match Pack::open(path) {
+        Ok(p) => p,
+        Err(e) => {
+            let code = if is_damage(&e) { EXIT_CORRUPT } else { EXIT_FAILURE };
+            return report_error(&anyhow::Error::new(e).context(format!("verifying {}", path.display())), code);
+        }
+    };
+    let total = pack.manifest().bytes_on_disk();
+    let progress = Progress::new("verifying", total);
+    let result = pack.verify(&|done, _| progress.set(done));
+    progress.finish();
+    match result {
+        Ok(r) => {
+            println!(
+                "ok: {} shards, {} records, {} verified",
+                r.shards,
+                r.records,
+                human_bytes(r.bytes)
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let code = if is_damage(&e) { EXIT_CORRUPT } else { EXIT_FAILURE };
+            report_error(&anyhow::Error::new(e).context(format!("verifying {}", path.display())), code)
+        }
+    }
+}
+
+fn is_damage(e: &ShardError) -> bool {
+    matches!(e, ShardError::Corrupt { .. } | ShardError::BadManifest { .. })
+}
+
+fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
+    let pack = Pack::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let m = pack.manifest();
+    let mut sizes = std::collections::BTreeMap::<(u32, u32), usize>::new();
+    for v in &m.views {
+        *sizes.entry((v.width(), v.height())).or_default() += 1;
+    }
+    let test_views = m.split_indices(Split::Test).len();
+    let points: u64 = m.clouds.iter().map(|c| c.points).sum();
+    let codecs: std::collections::BTreeSet<_> = m.views.iter().map(|v| format!("{:?}", v.codec).to_lowercase()).collect();
+    if json {
+        let v = serde_json::json!({
+            "pack": path.display().to_string(),
+            "version": m.version,
+            "views": m.views.len(),
+            "train_views": m.views.len() - test_views,
+            "test_views": test_views,
+            "resolutions": sizes.iter().map(|((w, h), n)| serde_json::json!({"width": w, "height": h, "views": n})).collect::<Vec<_>>(),
+            "points": points,
+            "clouds": m.clouds.iter().map(|c| serde_json::json!({
+                "name": c.name, "points": c.points, "has_labels": c.has_labels, "has_normals": c.has_normals,
+                "bounds": c.bounds, "chunks": c.chunks.len()})).collect::<Vec<_>>(),
+            "no_sfm_points": m.scene.no_sfm_points,
+            "scene_extent": m.scene.extent,
+            "codecs": codecs,
+            "shards": m.shards.len(),
+            "bytes_on_disk": m.bytes_on_disk(),
+            "decoded_bytes": m.decoded_bytes(),
+            "max_view_bytes": m.max_view_bytes(),
+            "source": m.source,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!("pack        {}", path.display());
+    println!("source      {} ({:?})", m.source.path, m.source.format);
+    println!("views       {} ({} train, {} test)", m.views.len(), m.views.len() - test_views, test_views);
+    for ((w, h), n) in &sizes {
+        println!("            {n} × {w}x{h}");
+    }
+    if m.clouds.is_empty() || m.scene.no_sfm_points {
+        println!("points      none (training starts from random points)");
+    }
+    for c in &m.clouds {
+        let extra = match (c.has_labels, c.has_normals) {
+            (true, true) => ", labels, normals",
+            (true, false) => ", labels",
+            (false, true) => ", normals",
+            (false, false) => "",
+        };
+        println!("points      {:?}: {}{extra}", c.name, c.points);
+    }
+    println!("extent      {:.4} (1.1 × max camera distance from the centroid)", m.scene.extent);
+    println!("codec       {}", codecs.into_iter().collect::<Vec<_>>().join(", "));
+    println!("on disk     {} in {} shards", human_bytes(m.bytes_on_disk()), m.shards.len());
+    println!("decoded     {} (largest view {})", human_bytes(m.decoded_bytes()), human_bytes(m.max_view_bytes() as u64));
+    if !m.source.missing_images.is_empty() {
+        println!("missing     {} images listed by the dataset were not found", m.source.missing_images.len());
+    }
+    Ok(())
+}
+

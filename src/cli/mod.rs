@@ -1,1 +1,115 @@
-//! (in progress)
+//! Shared command-line plumbing for the thin binaries in `src/bin/`: progress reporting that
+//! is a bar on a terminal and plain lines otherwise, human-readable sizes, and error printing
+//! with the whole cause chain and documented exit codes.
+//!
+//! Exit codes used by every ramsplat binary:
+//! - 0: success;
+//! - 1: the command failed (bad input, I/O error, refused configuration); the message says why;
+//! - 2: bad command line (clap's own code);
+//! - 3: `gs-pack verify` found damaged or inconsistent data.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Exit code for a failed command.
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit code when verification finds damage.
+pub const EXIT_CORRUPT: u8 = 3;
+
+/// Prints `error: ` and the whole cause chain (`{:#}`) and returns the exit code.
+pub fn report_error(err: &anyhow::Error, code: u8) -> ExitCode {
+    eprintln!("error: {err:#}");
+    ExitCode::from(code)
+}
+
+/// Progress for long work: an indicatif bar when stderr is a terminal, otherwise a plain line
+/// at most every few seconds (CI logs and pipes stay readable).
+pub struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    label: String,
+    total: u64,
+    last_line: Mutex<Option<Instant>>,
+}
+
+/// Interval between plain progress lines when stderr is not a terminal.
+const PLAIN_INTERVAL: Duration = Duration::from_secs(5);
+
+impl Progress {
+    pub fn new(label: &str, total: u64) -> Progress {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg:>10} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})",
+                )
+                .expect("static template")
+                .progress_chars("=> "),
+            );
+            bar.set_message(label.to_owned());
+            bar
+        });
+        Progress {
+            bar,
+            label: label.to_owned(),
+            total,
+            last_line: Mutex::new(None),
+        }
+    }
+
+    pub fn set(&self, done: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(done);
+            return;
+        }
+        let mut last = self.last_line.lock().unwrap_or_else(|e| e.into_inner());
+        let due = last.is_none_or(|t| t.elapsed() >= PLAIN_INTERVAL);
+        if due || done == self.total {
+            eprintln!("{}: {done}/{}", self.label, self.total);
+            *last = Some(Instant::now());
+        }
+    }
+
+    /// Prints a line without tearing the bar.
+    pub fn println(&self, msg: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(msg),
+            None => eprintln!("{msg}"),
+        }
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// `1536` → "1.5 KiB"; binary units, as `--ram-budget` sizes are usually given.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_bytes_uses_binary_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(4 << 30), "4.0 GiB");
+    }
+}

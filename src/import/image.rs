@@ -6,9 +6,9 @@
 //! 1. [`load_rgb8`] decodes JPEG or PNG (format sniffed from the bytes, the extension is only a
 //!    fallback) and converts every colour type to RGB8. Grey is replicated to three channels,
 //!    16-bit samples are rounded to 8 bits, and **alpha is dropped, not composited**: NeRF
-//!    synthetic (Blender) RGBA renders come out with whatever colour the renderer left under
-//!    transparent pixels (black for the Blender scenes). The trainer's background colour is a
-//!    training choice, so it is not baked into the pack here.
+//!    synthetic (Blender) RGBA renders come out with whatever colour the renderer stored under
+//!    transparent pixels. Compositing onto a background colour is a training choice (the
+//!    original 3DGS picks black or white per run), so it is not baked into the pack here.
 //! 2. The decoded size must equal the metadata's camera size; a mismatch is an error (images
 //!    resized after SfM, or the wrong images folder), never a silent rescale.
 //! 3. [`undistort`] resamples to an ideal pinhole with the *same* size and intrinsics.
@@ -251,7 +251,9 @@ pub fn target_size(width: u32, height: u32, resize: Resize) -> (u32, u32) {
 /// `((u − cx)/fx, (v − cy)/fy)` is distorted with [`Distortion::distort`], mapped back to source
 /// pixel coordinates and sampled bilinearly (source pixel centres at `+0.5`; within the image's
 /// outer half-pixel the edge pixel is replicated). Rays that land outside the source image
-/// `[0, W] × [0, H]` are black.
+/// `[0, W] × [0, H]` are black, and so are rays beyond the lens model's fold-over radius (see
+/// [`valid_radius`]), where a polynomial model maps several rays onto one photo pixel and the
+/// content would be a mirrored copy.
 pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortion) -> RgbImage {
     let mut out = RgbImage::new(src.width, src.height);
     if distortion.is_none() {
@@ -260,6 +262,13 @@ pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortio
     }
     let Intrinsics { fx, fy, cx, cy } = *intrinsics;
     let (w, h) = (src.width as f64, src.height as f64);
+    // Largest normalised radius any output pixel centre has (a corner of the image).
+    let r_corner = [(0.0, 0.0), (w, 0.0), (0.0, h), (w, h)]
+        .iter()
+        .map(|&(u, v)| ((u - cx) / fx).hypot((v - cy) / fy))
+        .fold(0.0, f64::max);
+    let r_valid = valid_radius(distortion, r_corner);
+    let r2_valid = r_valid * r_valid;
     let stride = out.stride();
     out.pixels
         .par_chunks_mut(stride)
@@ -268,6 +277,9 @@ pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortio
             let y = (j as f64 + 0.5 - cy) / fy;
             for (i, px) in row.chunks_exact_mut(3).enumerate() {
                 let x = (i as f64 + 0.5 - cx) / fx;
+                if x * x + y * y > r2_valid {
+                    continue; // beyond the fold-over radius: black
+                }
                 let (xd, yd) = distortion.distort(x, y);
                 let u = fx * xd + cx;
                 let v = fy * yd + cy;
@@ -281,32 +293,62 @@ pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortio
     out
 }
 
+/// The radius (in normalised image coordinates, searched up to `r_max`) up to which the lens's
+/// radial mapping `r ↦ r·radial(r²)` keeps increasing. Past its first maximum a polynomial
+/// model folds back (strong barrel `k1 < 0`: at `r = 1/√(−3·k1)` for k1 alone), so rays beyond
+/// it have no meaningful source pixel. Sampled in 4096 steps: each step is at most
+/// `r_max/4096` (a quarter of a pixel for an image with `r_max·f` ≈ 1000 px), finer than the
+/// pixel grid that uses it. Returns `f64::INFINITY` when the mapping is monotonic up to `r_max`.
+pub fn valid_radius(distortion: &Distortion, r_max: f64) -> f64 {
+    // The radial part alone: tangential terms are tiny next to it and not radially symmetric.
+    let radial_only = Distortion {
+        k: distortion.k,
+        p: [0.0, 0.0],
+    };
+    const STEPS: u32 = 4096;
+    let step = r_max / STEPS as f64;
+    let mut prev = 0.0;
+    for n in 1..=STEPS {
+        let r = n as f64 * step;
+        let rd = radial_only.distort(r, 0.0).0;
+        // Stops at a NaN too (the rational model's denominator reaching 0): not `Greater`.
+        if rd.partial_cmp(&prev) != Some(std::cmp::Ordering::Greater) {
+            return (n - 1) as f64 * step;
+        }
+        prev = rd;
+    }
+    f64::INFINITY
+}
+
 /// Bilinear sample at continuous pixel coordinates `(u, v)` (centres at +0.5), clamping the
-/// neighbour indices to the image.
+/// neighbour indices to the image. The caller guarantees `0 ≤ u ≤ W` and `0 ≤ v ≤ H`.
+#[inline]
 fn sample_bilinear(src: &RgbImage, u: f64, v: f64) -> [u8; 3] {
+    // sx ≥ −0.5, so `(sx + 1) as i64 − 1` is floor(sx) without a libm call (truncation of a
+    // positive number is its floor).
     let sx = u - 0.5;
     let sy = v - 0.5;
-    let x0f = sx.floor();
-    let y0f = sy.floor();
-    let tx = (sx - x0f) as f32;
-    let ty = (sy - y0f) as f32;
+    let x0i = (sx + 1.0) as i64 - 1;
+    let y0i = (sy + 1.0) as i64 - 1;
+    let tx = (sx - x0i as f64) as f32;
+    let ty = (sy - y0i as f64) as f32;
     let max_x = src.width as i64 - 1;
     let max_y = src.height as i64 - 1;
-    let x0 = (x0f as i64).clamp(0, max_x) as usize;
-    let x1 = (x0f as i64 + 1).clamp(0, max_x) as usize;
-    let y0 = (y0f as i64).clamp(0, max_y) as usize;
-    let y1 = (y0f as i64 + 1).clamp(0, max_y) as usize;
+    let x0 = x0i.clamp(0, max_x) as usize * 3;
+    let x1 = (x0i + 1).clamp(0, max_x) as usize * 3;
     let stride = src.stride();
+    let r0 = y0i.clamp(0, max_y) as usize * stride;
+    let r1 = (y0i + 1).clamp(0, max_y) as usize * stride;
     let p = &src.pixels;
+    let (a, b) = (&p[r0 + x0..r0 + x0 + 3], &p[r0 + x1..r0 + x1 + 3]);
+    let (d, e) = (&p[r1 + x0..r1 + x0 + 3], &p[r1 + x1..r1 + x1 + 3]);
     let mut rgb = [0u8; 3];
-    for (c, out) in rgb.iter_mut().enumerate() {
-        let a = p[y0 * stride + x0 * 3 + c] as f32;
-        let b = p[y0 * stride + x1 * 3 + c] as f32;
-        let d = p[y1 * stride + x0 * 3 + c] as f32;
-        let e = p[y1 * stride + x1 * 3 + c] as f32;
-        let top = a + (b - a) * tx;
-        let bottom = d + (e - d) * tx;
-        *out = (top + (bottom - top) * ty).round().clamp(0.0, 255.0) as u8;
+    for c in 0..3 {
+        let top = a[c] as f32 + (b[c] as f32 - a[c] as f32) * tx;
+        let bottom = d[c] as f32 + (e[c] as f32 - d[c] as f32) * tx;
+        // A convex combination of bytes is in [0, 255]; +0.5 then truncation rounds to
+        // nearest (`as` saturates, so rounding noise past 255 cannot wrap).
+        rgb[c] = (top + (bottom - top) * ty + 0.5) as u8;
     }
     rgb
 }
@@ -417,7 +459,8 @@ pub fn resize_area(src: &RgbImage, width: u32, height: u32) -> RgbImage {
                 for ox in 0..width as usize {
                     let area = xs.total[ox] * ty;
                     for c in 0..3 {
-                        row[ox * 3 + c] = (acc[ox * 3 + c] / area).round().clamp(0.0, 255.0) as u8;
+                        // Mean of bytes: in [0, 255]; +0.5 and a saturating cast round to nearest.
+                        row[ox * 3 + c] = (acc[ox * 3 + c] / area + 0.5) as u8;
                     }
                 }
             },
@@ -713,6 +756,40 @@ mod tests {
     }
 
     #[test]
+    fn fold_over_beyond_the_valid_radius_is_black() {
+        // k1 = −0.6 alone: r·(1 − 0.6 r²) peaks at r = 1/√1.8 ≈ 0.7454.
+        let d = Distortion {
+            k: [-0.6, 0.0, 0.0, 0.0, 0.0, 0.0],
+            p: [0.0, 0.0],
+        };
+        let r = valid_radius(&d, 1.2);
+        assert!((r - 1.8f64.sqrt().recip()).abs() < 1.2 / 4096.0, "{r}");
+        assert_eq!(valid_radius(&Distortion::NONE, 1.2), f64::INFINITY);
+        // The fox lens is monotonic over its whole image (corner radius ≈ 0.81).
+        let fox_lens = Distortion {
+            k: [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0],
+            p: [-0.000980296, 0.00015575],
+        };
+        assert_eq!(valid_radius(&fox_lens, 0.81), f64::INFINITY);
+        // 100x100, f = 50: corners at r ≈ 1.41. Without the limit the corner rays would land
+        // back inside the photo (r_d(1.41) ≈ −0.27) and pick up mirrored content.
+        let white = pattern(100, 100, |_, _| [255, 255, 255]);
+        let k = Intrinsics {
+            fx: 50.0,
+            fy: 50.0,
+            cx: 50.0,
+            cy: 50.0,
+        };
+        let out = undistort(&white, &k, &d);
+        assert_eq!(out.get(0, 0), [0, 0, 0]);
+        assert_eq!(out.get(99, 99), [0, 0, 0]);
+        // r = 0.7 (35 px from the centre) is inside the valid radius.
+        assert_eq!(out.get(84, 49), [255, 255, 255]);
+        // r = 0.8 (40 px) is beyond it.
+        assert_eq!(out.get(89, 49), [0, 0, 0]);
+    }
+
+    #[test]
     fn load_converts_grey_rgba_and_16_bit() {
         let dir = tempfile::tempdir().unwrap();
         let grey = dir.path().join("grey.png");
@@ -886,5 +963,62 @@ mod tests {
         // undistorted photo is never black inside (its rays all land inside the source).
         let black = img.pixels.chunks(3).filter(|p| *p == [0, 0, 0]).count();
         assert!(black < img.pixels.len() / 3 / 100, "{black} black pixels");
+    }
+
+    /// Measurement, not a pass/fail check (tests never assert wall-clock time): per-stage
+    /// timings of the pack-time image path on the 50 fox photos, and the process's peak RSS.
+    /// `cargo test --lib measure_prepare_view -- --ignored --nocapture --test-threads 1`
+    #[test]
+    #[ignore]
+    fn measure_prepare_view() {
+        use std::time::Instant;
+        let k = Intrinsics {
+            fx: 1375.52,
+            fy: 1374.49,
+            cx: 554.558,
+            cy: 965.268,
+        };
+        let d = Distortion {
+            k: [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0],
+            p: [-0.000980296, 0.00015575],
+        };
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(fox("images"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        paths.sort();
+        let (mut t_load, mut t_und, mut t_r2, mut t_r8) = (0.0, 0.0, 0.0, 0.0);
+        for p in &paths {
+            let t = Instant::now();
+            let img = load_rgb8(p).unwrap();
+            t_load += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let und = undistort(&img, &k, &d);
+            t_und += t.elapsed().as_secs_f64();
+            drop(img);
+            let t = Instant::now();
+            let half = resize_area(&und, 540, 960);
+            t_r2 += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let eighth = resize_area(&und, 135, 240);
+            t_r8 += t.elapsed().as_secs_f64();
+            assert_eq!((half.width, eighth.width), (540, 135));
+        }
+        let n = paths.len() as f64;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let hwm = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM"))
+            .unwrap_or("VmHWM: ?");
+        eprintln!(
+            "{} images 1080x1920, {} rayon threads; per image: decode {:.1} ms, undistort {:.1} ms, \
+             area /2 {:.1} ms, area /8 {:.1} ms; {hwm}",
+            paths.len(),
+            rayon::current_num_threads(),
+            1e3 * t_load / n,
+            1e3 * t_und / n,
+            1e3 * t_r2 / n,
+            1e3 * t_r8 / n
+        );
     }
 }

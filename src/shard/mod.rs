@@ -68,6 +68,78 @@
 pub mod reader;
 pub mod writer;
 
+/// Support for the fuzz targets in `fuzz/`; not a stable API.
+#[doc(hidden)]
+pub mod fuzz_support {
+    use std::path::Path;
+
+    use super::writer::{PackWriter, WriteError, WriterOptions};
+    use super::{SourceInfo, Split};
+    use crate::scene::camera::{Camera, Intrinsics, Pose};
+
+    /// Writes a tiny valid pack (two zstd views and a 100-point labelled cloud) to `dir`.
+    pub fn write_seed_pack(dir: &Path) -> Result<(), WriteError> {
+        let mut w = PackWriter::create(dir, &WriterOptions::default())?;
+        for i in 0..2u32 {
+            let camera = Camera {
+                width: 8,
+                height: 6,
+                intrinsics: Intrinsics {
+                    fx: 8.0,
+                    fy: 8.0,
+                    cx: 4.0,
+                    cy: 3.0,
+                },
+                world_to_camera: Pose {
+                    translation: [i as f64, 0.0, 3.0],
+                    ..Pose::IDENTITY
+                },
+            };
+            let px: Vec<u8> = (0..8 * 6 * 3).map(|k| (k * (i + 3)) as u8).collect();
+            w.add_view(&format!("v{i}"), &camera, Split::Train, &px)?;
+        }
+        struct Cloud(bool);
+        impl crate::import::PointSource for Cloud {
+            fn name(&self) -> &str {
+                "sfm"
+            }
+            fn declared_len(&self) -> Option<u64> {
+                Some(100)
+            }
+            fn has_labels(&self) -> bool {
+                true
+            }
+            fn has_normals(&self) -> bool {
+                false
+            }
+            fn next_chunk(
+                &mut self,
+                _max: usize,
+            ) -> Result<Option<crate::import::PointChunk>, crate::import::ImportError> {
+                if std::mem::replace(&mut self.0, true) {
+                    return Ok(None);
+                }
+                Ok(Some(crate::import::PointChunk {
+                    xyz: (0..100).map(|i| [i as f32, 0.5, -1.0]).collect(),
+                    rgb: (0..100).map(|i| [i as u8; 3]).collect(),
+                    labels: Some((0..100).collect()),
+                    normals: None,
+                }))
+            }
+        }
+        w.add_cloud(&mut Cloud(false))?;
+        w.finish(SourceInfo {
+            path: "fuzz seed".into(),
+            format: crate::import::Format::Colmap,
+            missing_images: vec![],
+            max_width: None,
+            downscale: None,
+            test_every: None,
+        })?;
+        Ok(())
+    }
+}
+
 use std::fmt;
 use std::path::PathBuf;
 
@@ -326,11 +398,7 @@ impl Manifest {
 
     /// Largest decoded view in bytes (sizes the prefetch ring's slots).
     pub fn max_view_bytes(&self) -> usize {
-        self.views
-            .iter()
-            .map(|v| v.decoded_len())
-            .max()
-            .unwrap_or(0)
+        self.views.iter().map(|v| v.decoded_len()).max().unwrap_or(0)
     }
 
     /// Largest decoded point chunk in bytes.
@@ -405,11 +473,7 @@ impl<'a> PointChunkRef<'a> {
 
     pub fn xyz(&self, i: usize) -> [f32; 3] {
         let o = i * 12;
-        [
-            f32_at(self.bytes, o),
-            f32_at(self.bytes, o + 4),
-            f32_at(self.bytes, o + 8),
-        ]
+        [f32_at(self.bytes, o), f32_at(self.bytes, o + 4), f32_at(self.bytes, o + 8)]
     }
 
     pub fn rgb(&self, i: usize) -> [u8; 3] {
@@ -420,23 +484,14 @@ impl<'a> PointChunkRef<'a> {
     pub fn label(&self, i: usize) -> Option<i32> {
         self.layout.labels_offset.map(|base| {
             let o = base + i * 4;
-            i32::from_le_bytes([
-                self.bytes[o],
-                self.bytes[o + 1],
-                self.bytes[o + 2],
-                self.bytes[o + 3],
-            ])
+            i32::from_le_bytes([self.bytes[o], self.bytes[o + 1], self.bytes[o + 2], self.bytes[o + 3]])
         })
     }
 
     pub fn normal(&self, i: usize) -> Option<[f32; 3]> {
         self.layout.normals_offset.map(|base| {
             let o = base + i * 12;
-            [
-                f32_at(self.bytes, o),
-                f32_at(self.bytes, o + 4),
-                f32_at(self.bytes, o + 8),
-            ]
+            [f32_at(self.bytes, o), f32_at(self.bytes, o + 4), f32_at(self.bytes, o + 8)]
         })
     }
 
@@ -446,10 +501,7 @@ impl<'a> PointChunkRef<'a> {
         crate::import::PointChunk {
             xyz: (0..n).map(|i| self.xyz(i)).collect(),
             rgb: (0..n).map(|i| self.rgb(i)).collect(),
-            labels: self
-                .layout
-                .labels_offset
-                .map(|_| (0..n).map(|i| self.label(i).unwrap_or(0)).collect()),
+            labels: self.layout.labels_offset.map(|_| (0..n).map(|i| self.label(i).unwrap_or(0)).collect()),
             normals: self
                 .layout
                 .normals_offset
@@ -496,17 +548,9 @@ pub enum ShardError {
         msg: String,
     },
     #[error("output buffer of {got} bytes cannot hold the {want} decoded bytes of {what}")]
-    BufferSize {
-        what: String,
-        want: usize,
-        got: usize,
-    },
+    BufferSize { what: String, want: usize, got: usize },
     #[error("{what} index {index} is out of range (pack has {len})")]
-    OutOfRange {
-        what: &'static str,
-        index: usize,
-        len: usize,
-    },
+    OutOfRange { what: &'static str, index: usize, len: usize },
 }
 
 #[cfg(test)]
@@ -521,10 +565,7 @@ mod tests {
         assert_eq!(l.normals_offset, Some(60));
         assert_eq!(l.total, 96);
         let plain = PointChunkLayout::new(4, false, false);
-        assert_eq!(
-            (plain.labels_offset, plain.normals_offset, plain.total),
-            (None, None, 60)
-        );
+        assert_eq!((plain.labels_offset, plain.normals_offset, plain.total), (None, None, 60));
     }
 
     #[test]
