@@ -32,7 +32,9 @@
 //!   vs 120 from RAM at 1080p on the loaded 2-core machine before the change).
 //! - Shutdown never deadlocks: dropping the [`Loader`] closes a shutdown channel the dispatcher
 //!   selects on, the dispatcher's exit closes the job channel, workers finish their current
-//!   record and exit, and `Drop` joins them. Delivered slots may outlive the loader.
+//!   record and exit, and `Drop` joins them. Delivered slots may outlive the loader. Ctrl-C
+//!   with the default SIGINT disposition ends the process (nothing to join); a binary that
+//!   catches it should stop its consumer loop and drop the `Loader`, which is this same path.
 //! - A worker error or panic (caught with `catch_unwind`) reaches the consumer as an `Err`,
 //!   after which the loader is stopped; a dead dispatcher or workers surface as an error too.
 //!   The consumer can never wait on a slot that no thread will fill.
