@@ -2,7 +2,8 @@
 //!
 //! Holds decoded records (views, point chunks) in owned, pageable buffers so a repeat visit
 //! skips reading and decoding. It is driven by the loader's dispatcher strictly in sampler order:
-//! [`Cache::serve`] on every step (hit: copy into the ring slot), then on a miss
+//! [`Cache::serve`] on every step (hit: a worker copies the shared bytes into a ring slot),
+//! then on a miss
 //! [`Cache::admit`] decides *before* anything is inserted whether the record earns a place, and
 //! hands out a buffer to fill; the worker fills it and [`Cache::complete`] makes it servable.
 //!
@@ -25,6 +26,7 @@
 //! - Cached bytes are only ever copied out; nobody outside holds a reference into the cache.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::budget::Reservation;
 use crate::shard::PAGE;
@@ -51,8 +53,10 @@ pub fn entry_cost(capacity: usize) -> u64 {
 
 #[derive(Debug)]
 struct Entry {
-    /// `None` while pending (handed out by `admit`, not yet completed).
-    buf: Option<Vec<u8>>,
+    /// `None` while pending (handed out by `admit`, not yet completed). Shared with a worker
+    /// while it copies a hit into a ring slot; such a *busy* entry (strong count > 1) is never
+    /// evicted, so its bytes are never freed late and the cache never exceeds its capacity.
+    buf: Option<Arc<Vec<u8>>>,
     cost: u64,
     next_use: u64,
 }
@@ -153,25 +157,21 @@ impl Cache {
         self.entries.get(&record).is_some_and(|e| e.buf.is_some())
     }
 
-    /// If `record` is cached and complete, copies it into `out` (resized to the record's
-    /// length if it is longer) and returns its length; the entry's next use becomes
-    /// `next_use`. Counts a hit or a miss.
-    pub fn serve(&mut self, record: u32, next_use: u64, out: &mut [u8]) -> Option<usize> {
+    /// If `record` is cached and complete, returns a shared handle to its bytes (the caller
+    /// copies them into a ring slot and drops the handle; the entry cannot be evicted meanwhile)
+    /// and sets the entry's next use to `next_use`. Counts a hit or a miss.
+    pub fn serve(&mut self, record: u32, next_use: u64) -> Option<Arc<Vec<u8>>> {
         let Some(entry) = self.entries.get_mut(&record) else {
             self.stats.misses += 1;
             return None;
         };
         let Some(buf) = entry.buf.as_ref() else {
-            // Still being written by a worker (the record recurs within the prefetch window).
+            // Still being written by a worker (the record recurs within the prefetch window):
+            // decoding it again costs less than making the dispatcher wait.
             self.stats.misses += 1;
             return None;
         };
-        if buf.len() > out.len() {
-            self.stats.misses += 1;
-            return None;
-        }
-        out[..buf.len()].copy_from_slice(buf);
-        let len = buf.len();
+        let handle = Arc::clone(buf);
         match &mut self.order {
             Order::Belady(set) => {
                 set.remove(&(entry.next_use, record));
@@ -183,7 +183,22 @@ impl Cache {
         }
         entry.next_use = next_use;
         self.stats.hits += 1;
-        Some(len)
+        Some(handle)
+    }
+
+    /// [`Cache::serve`] and copy into the front of `out`; returns the record's length.
+    pub fn serve_into(&mut self, record: u32, next_use: u64, out: &mut [u8]) -> Option<usize> {
+        let buf = self.serve(record, next_use)?;
+        out[..buf.len()].copy_from_slice(&buf);
+        Some(buf.len())
+    }
+
+    /// Whether a worker is still copying out of this entry.
+    fn busy(&self, record: u32) -> bool {
+        self.entries[&record]
+            .buf
+            .as_ref()
+            .is_some_and(|b| Arc::strong_count(b) > 1)
     }
 
     fn evict(&mut self, record: u32) -> Option<Vec<u8>> {
@@ -198,7 +213,8 @@ impl Cache {
         }
         self.used -= e.cost;
         self.stats.evicted += 1;
-        e.buf
+        // Victims are never busy, so the cache holds the only handle.
+        e.buf.and_then(|b| Arc::try_unwrap(b).ok())
     }
 
     /// Decides whether `record` (decoded length `len`, next needed at global position
@@ -213,6 +229,7 @@ impl Cache {
         // Choose victims without mutating, so a bypass leaves the cache untouched.
         let mut victims = Vec::new();
         let mut free = self.capacity - self.used;
+        let busy = |victim: u32| self.busy(victim);
         let mut fits = |victim: u32, entries: &HashMap<u32, Entry>, free: &mut u64| -> bool {
             *free += entries[&victim].cost;
             victims.push(victim);
@@ -227,6 +244,9 @@ impl Cache {
                             // Every remaining entry is needed sooner than the newcomer.
                             break;
                         }
+                        if busy(victim) {
+                            continue;
+                        }
                         if fits(victim, &self.entries, &mut free) {
                             enough = true;
                             break;
@@ -235,6 +255,9 @@ impl Cache {
                 }
                 Order::Lru(lru) => {
                     for (&victim, _) in lru.iter().rev() {
+                        if busy(victim) {
+                            continue;
+                        }
                         if fits(victim, &self.entries, &mut free) {
                             enough = true;
                             break;
@@ -251,7 +274,10 @@ impl Cache {
         for v in victims {
             if let Some(buf) = self.evict(v) {
                 // Reuse only a buffer that occupies the same pages, so the cost is exact.
-                if recycled.is_none() && buf.len() >= len && entry_cost(buf.capacity()) == entry_cost(len) {
+                if recycled.is_none()
+                    && buf.len() >= len
+                    && entry_cost(buf.capacity()) == entry_cost(len)
+                {
                     recycled = Some(buf);
                 }
             }
@@ -288,7 +314,7 @@ impl Cache {
             return;
         }
         let next_use = entry.next_use;
-        entry.buf = Some(buf);
+        entry.buf = Some(Arc::new(buf));
         match &mut self.order {
             Order::Belady(set) => {
                 set.insert((next_use, record));
@@ -308,13 +334,13 @@ impl Cache {
     }
 
     /// Shrinks the capacity (and the ledger reservation) to at most `bytes`, evicting ready
-    /// entries furthest-in-future (Belady) or least-recent (LRU) first. Pending entries cannot
-    /// be evicted, so the new capacity is `max(bytes, pending bytes)`; returns it.
+    /// entries furthest-in-future (Belady) or least-recent (LRU) first. Pending and busy entries
+    /// cannot be evicted, so the new capacity is `max(bytes, their bytes)`; returns it.
     pub fn shrink_to(&mut self, bytes: u64) -> u64 {
         while self.used > bytes {
             let victim = match &self.order {
-                Order::Belady(set) => set.iter().next_back().map(|&(_, r)| r),
-                Order::Lru(lru) => lru.peek_lru().map(|(&r, _)| r),
+                Order::Belady(set) => set.iter().rev().map(|&(_, r)| r).find(|&r| !self.busy(r)),
+                Order::Lru(lru) => lru.iter().rev().map(|(&r, _)| r).find(|&r| !self.busy(r)),
             };
             match victim {
                 Some(v) => {
@@ -325,7 +351,8 @@ impl Cache {
         }
         self.capacity = bytes.max(self.used).min(self.capacity);
         if let Some(r) = &mut self.reservation {
-            r.resize(self.capacity).expect("shrinking a reservation cannot fail");
+            r.resize(self.capacity)
+                .expect("shrinking a reservation cannot fail");
         }
         self.capacity
     }
@@ -348,7 +375,13 @@ pub struct SimResult {
 
 /// Runs the real [`Cache`] against the real [`crate::data::sampler::Sampler`] with `records`
 /// equal-sized records and room for `cache_records` of them, for `epochs` epochs.
-pub fn simulate(policy: CachePolicy, records: usize, cache_records: usize, epochs: u64, seed: u64) -> SimResult {
+pub fn simulate(
+    policy: CachePolicy,
+    records: usize,
+    cache_records: usize,
+    epochs: u64,
+    seed: u64,
+) -> SimResult {
     use crate::data::sampler::Sampler;
     const LEN: usize = 1;
     let mut sampler = Sampler::singletons(seed, records).expect("records > 0");
@@ -358,7 +391,7 @@ pub fn simulate(policy: CachePolicy, records: usize, cache_records: usize, epoch
     for t in 0..epochs * records as u64 {
         let step = sampler.next();
         let nu = sampler.next_use(step.record, t);
-        if cache.serve(step.record, nu, &mut out).is_none() {
+        if cache.serve_into(step.record, nu, &mut out).is_none() {
             if let Some(buf) = cache.admit(step.record, LEN, nu) {
                 cache.complete(step.record, buf);
             }
@@ -404,9 +437,9 @@ mod tests {
     fn serves_exact_bytes_and_counts() {
         let mut c = Cache::with_capacity(CachePolicy::Belady, 4 * entry_cost(100));
         let mut out = vec![0u8; 100];
-        assert_eq!(c.serve(1, 5, &mut out), None);
+        assert_eq!(c.serve_into(1, 5, &mut out), None);
         assert!(filled(&mut c, 1, 100, 5, 7));
-        assert_eq!(c.serve(1, 9, &mut out), Some(100));
+        assert_eq!(c.serve_into(1, 9, &mut out), Some(100));
         assert!(out.iter().all(|&b| b == 7));
         assert_eq!((c.stats().hits, c.stats().misses), (1, 1));
         assert!(c.admit(1, 100, 3).is_none(), "already cached");
@@ -434,13 +467,37 @@ mod tests {
         let mut c = Cache::with_capacity(CachePolicy::Belady, cost);
         let pending = c.admit(1, 10, 1000).unwrap();
         assert_eq!(c.used(), cost);
-        assert!(c.admit(2, 10, 1).is_none(), "the pending entry cannot be evicted");
+        assert!(
+            c.admit(2, 10, 1).is_none(),
+            "the pending entry cannot be evicted"
+        );
         let mut out = [0u8; 10];
-        assert!(c.serve(1, 5, &mut out).is_none(), "pending entries are not served");
+        assert!(
+            c.serve_into(1, 5, &mut out).is_none(),
+            "pending entries are not served"
+        );
         c.abort(1);
         assert_eq!(c.used(), 0);
         drop(pending);
         assert!(c.admit(2, 10, 1).is_some());
+    }
+
+    #[test]
+    fn busy_entries_are_not_evicted_until_released() {
+        let cost = entry_cost(10);
+        let mut c = Cache::with_capacity(CachePolicy::Belady, cost);
+        assert!(filled(&mut c, 1, 10, 1000, 1));
+        let handle = c.serve(1, 2000).unwrap();
+        assert!(
+            c.admit(2, 10, 5).is_none(),
+            "a worker still copies record 1"
+        );
+        assert!(c.contains_ready(1));
+        drop(handle);
+        assert!(filled(&mut c, 2, 10, 5, 2));
+        assert!(!c.contains_ready(1));
+        assert_eq!(c.stats().recycled, 1, "the released buffer was reused");
+        assert_eq!(c.shrink_to(0), 0);
     }
 
     #[test]
@@ -450,7 +507,7 @@ mod tests {
         let mut out = [0u8; 10];
         assert!(filled(&mut c, 1, 10, 0, 1));
         assert!(filled(&mut c, 2, 10, 0, 2));
-        c.serve(1, 0, &mut out).unwrap();
+        c.serve_into(1, 0, &mut out).unwrap();
         assert!(filled(&mut c, 3, 10, 0, 3));
         assert!(c.contains_ready(1) && !c.contains_ready(2) && c.contains_ready(3));
     }
@@ -458,14 +515,20 @@ mod tests {
     #[test]
     fn never_exceeds_capacity_and_shrinks() {
         let ledger = crate::budget::Ledger::new(10 * entry_cost(64));
-        let mut c = Cache::new(CachePolicy::Belady, ledger.reserve("cache", 5 * entry_cost(64)).unwrap());
+        let mut c = Cache::new(
+            CachePolicy::Belady,
+            ledger.reserve("cache", 5 * entry_cost(64)).unwrap(),
+        );
         let mut s = crate::data::sampler::Sampler::singletons(1, 20).unwrap();
         let mut out = [0u8; 64];
         for t in 0..200 {
             let st = s.next();
             let nu = s.next_use(st.record, t);
-            if c.serve(st.record, nu, &mut out).is_some() {
-                assert!(out.iter().all(|&b| b == st.record as u8), "served the right record");
+            if c.serve_into(st.record, nu, &mut out).is_some() {
+                assert!(
+                    out.iter().all(|&b| b == st.record as u8),
+                    "served the right record"
+                );
             } else {
                 filled(&mut c, st.record, 64, nu, st.record as u8);
             }
@@ -474,7 +537,11 @@ mod tests {
         assert!(c.len() == 5);
         assert_eq!(c.shrink_to(2 * entry_cost(64)), 2 * entry_cost(64));
         assert_eq!(c.len(), 2);
-        assert_eq!(ledger.reserved(), 2 * entry_cost(64), "the reservation shrank with it");
+        assert_eq!(
+            ledger.reserved(),
+            2 * entry_cost(64),
+            "the reservation shrank with it"
+        );
     }
 
     #[test]
