@@ -1,1 +1,204 @@
-//! (in progress)
+//! Rendering: the [`Rasterizer`] trait every backend implements, its options, outputs,
+//! gradients and errors, and the CPU reference backend ([`cpu`]).
+//!
+//! # Contract between `forward` and `backward`
+//! A trainer renders a view with [`Rasterizer::forward`], computes `∂L/∂image`, then calls
+//! [`Rasterizer::backward`] for the *same* view. Between the two calls the caller must not
+//! change the Gaussians (values or count), the camera or the options: the backend keeps the
+//! projection, the depth-sorted tile lists and the per-pixel final transmittance / last
+//! contributor from `forward` and differentiates exactly that render. Backends check what is
+//! cheap to check (count, SH degree, camera, options) and answer
+//! [`RenderError::StaleForward`]; changing parameter *values* in between is a caller bug they
+//! cannot detect.
+//!
+//! # Buffers
+//! `RenderOutput` and `GaussianGrads` are owned by the caller and reused across iterations;
+//! backends resize their `Vec`s in place (capacity only grows), as do the backend's internal
+//! buffers, so a training loop does not churn the allocator. Before allocating anything sized
+//! by the number of tile intersections a backend counts them and refuses, with
+//! [`RenderError::TooManyIntersections`], to exceed [`RenderOptions::max_intersection_bytes`].
+//!
+//! # Layouts
+//! Images are row-major, interleaved RGB (`3·W·H` floats, pixel `(i, j)` at `3·(j·W + i)`),
+//! linear colour, nominally in [0, 1] but not clamped. Per-Gaussian outputs are indexed like
+//! [`Gaussians`].
+
+pub mod cpu;
+
+use crate::scene::camera::{Camera, CameraError};
+use crate::scene::gaussians::Gaussians;
+use crate::scene::real::Real;
+
+pub use cpu::CpuRasterizer;
+
+/// Default cap on per-intersection memory: 1 GiB. At 40 B per intersection (f32 backend) that
+/// is ~27 M intersections, about 90 per pixel at 640×480 — 10× what a converged 3DGS scene
+/// needs — while staying far below a desktop's RAM. The trainer lowers it from the RAM budget.
+pub const DEFAULT_MAX_INTERSECTION_BYTES: u64 = 1 << 30;
+
+/// Per-render settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RenderOptions {
+    /// Active SH degree (0..=3); must not exceed the Gaussians' stored degree. Training raises
+    /// it every 1000 iterations; coefficients above it neither render nor receive gradients.
+    pub sh_degree: u32,
+    /// Colour composited behind the Gaussians, `out = C + T·background`.
+    pub background: [f32; 3],
+    /// Refuse a render whose per-intersection buffers would exceed this many bytes.
+    pub max_intersection_bytes: u64,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions {
+            sh_degree: 3,
+            background: [0.0; 3],
+            max_intersection_bytes: DEFAULT_MAX_INTERSECTION_BYTES,
+        }
+    }
+}
+
+/// What a forward pass produces. `F` is `f32` for the trait; the CPU backend also runs in `f64`
+/// for gradient checks.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RenderOutput<F = f32> {
+    pub width: u32,
+    pub height: u32,
+    /// `3·W·H` interleaved RGB, background included.
+    pub image: Vec<F>,
+    /// `W·H` accumulated opacity, `1 − final_transmittance`.
+    pub alpha: Vec<F>,
+    /// `W·H` transmittance left after the last Gaussian that contributed.
+    pub final_transmittance: Vec<F>,
+    /// `W·H`: number of entries of the pixel's tile list processed up to and including the
+    /// last one that contributed (0 = nothing contributed). Backward starts there.
+    pub last_contributor: Vec<u32>,
+    /// Per Gaussian: screen-space radius in pixels, `ceil(3·√λ_max)`; 0 = culled / off-screen.
+    pub radii: Vec<u32>,
+    /// Per Gaussian: projected mean in pixels (pixel centres at +0.5). Meaningful where
+    /// `radii > 0`.
+    pub means2d: Vec<[F; 2]>,
+    /// Per Gaussian: camera-space z. Meaningful where `radii > 0`.
+    pub depths: Vec<F>,
+    /// Total (Gaussian, tile) pairs of this render.
+    pub num_intersections: u64,
+}
+
+/// Gradients of the loss w.r.t. the stored (pre-activation) parameters, laid out like
+/// [`Gaussians`], plus the screen-space mean gradient that densification accumulates.
+/// Overwritten (not accumulated) by each backward call.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GaussianGrads<F = f32> {
+    pub means: Vec<[F; 3]>,
+    pub log_scales: Vec<[F; 3]>,
+    pub rotations: Vec<[F; 4]>,
+    pub logit_opacities: Vec<F>,
+    /// Same layout as `Gaussians::sh` (stored degree); coefficients above the active degree
+    /// get zero.
+    pub sh: Vec<[F; 3]>,
+    /// `∂L/∂mean2d` in pixel units (multiply by (W/2, H/2) for 3DGS's NDC-unit threshold).
+    pub means2d: Vec<[F; 2]>,
+}
+
+impl<F: Real> GaussianGrads<F> {
+    /// Resizes every array for `n` Gaussians with `coeffs` SH coefficients each and zeroes it.
+    pub fn reset(&mut self, n: usize, coeffs: usize) {
+        fn fill<T: Copy>(v: &mut Vec<T>, n: usize, z: T) {
+            v.clear();
+            v.resize(n, z);
+        }
+        let z = F::ZERO;
+        fill(&mut self.means, n, [z; 3]);
+        fill(&mut self.log_scales, n, [z; 3]);
+        fill(&mut self.rotations, n, [z; 4]);
+        fill(&mut self.logit_opacities, n, z);
+        fill(&mut self.sh, n * coeffs, [z; 3]);
+        fill(&mut self.means2d, n, [z; 2]);
+    }
+}
+
+/// A Gaussian reported by [`RenderError::TooManyIntersections`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LargeGaussian {
+    pub index: u32,
+    pub radius_px: u32,
+}
+
+fn fmt_large(g: &[LargeGaussian]) -> String {
+    g.iter()
+        .map(|g| format!("#{} (radius {} px)", g.index, g.radius_px))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Why a render was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RenderError {
+    #[error("invalid camera: {0}")]
+    Camera(#[from] CameraError),
+    #[error(
+        "Gaussians are inconsistent: `{field}` has {got} entries, expected {expected} \
+         (stored SH degree {sh_degree}); the model was built or loaded incorrectly"
+    )]
+    InconsistentGaussians {
+        field: &'static str,
+        got: usize,
+        expected: usize,
+        sh_degree: u32,
+    },
+    #[error(
+        "active SH degree {requested} exceeds the stored degree {stored} (max 3); \
+         lower RenderOptions::sh_degree"
+    )]
+    ShDegree { requested: u32, stored: u32 },
+    #[error(
+        "render needs {bytes} bytes for {count} tile intersections, above the limit of {limit} \
+         bytes; largest Gaussians on screen: {}. Lower the resolution, prune oversized \
+         Gaussians (the model may hold activated scales), or raise the RAM budget",
+        fmt_large(.largest)
+    )]
+    TooManyIntersections {
+        bytes: u64,
+        count: u64,
+        limit: u64,
+        largest: Vec<LargeGaussian>,
+    },
+    #[error("`{what}` has {got} values, expected {expected}")]
+    BadShape {
+        what: &'static str,
+        got: usize,
+        expected: usize,
+    },
+    #[error(
+        "backward called without a matching forward (the Gaussian count, camera or options \
+         changed since the last forward, or forward failed); call forward for this view first"
+    )]
+    StaleForward,
+}
+
+/// A rendering backend. See the module doc for the forward/backward contract.
+pub trait Rasterizer {
+    /// Short backend name for logs ("cpu", "cuda").
+    fn name(&self) -> &'static str;
+
+    /// Renders `gaussians` from `camera` into `out` (resized in place).
+    fn forward(
+        &mut self,
+        gaussians: &Gaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        out: &mut RenderOutput,
+    ) -> Result<(), RenderError>;
+
+    /// Back-propagates `d_image` (`∂L/∂image`, same layout as `RenderOutput::image`) through
+    /// the last `forward`, which must have used the same `gaussians`, `camera` and `options`.
+    /// Overwrites `grads` (resized in place).
+    fn backward(
+        &mut self,
+        gaussians: &Gaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        d_image: &[f32],
+        grads: &mut GaussianGrads,
+    ) -> Result<(), RenderError>;
+}

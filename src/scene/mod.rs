@@ -2,3 +2,5 @@
 
 pub mod camera;
 pub mod gaussians;
+pub mod real;
+pub mod sh;

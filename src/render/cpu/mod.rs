@@ -1,0 +1,400 @@
+//! The CPU reference rasterizer: the oracle the CUDA backend is checked against, stage by
+//! stage. Stages are plain functions named like the CUDA kernels:
+//! [`project_fwd`] → [`tile_binning`] → [`rasterize_fwd`], and backward
+//! [`rasterize_bwd`] → [`project_bwd`].
+//!
+//! All math is generic over [`Real`], so the same code runs in `f32` (training, the
+//! [`Rasterizer`] impl) and in `f64` (finite-difference gradient checks, see `gradcheck`).
+//! [`CpuRasterizer`] owns every intermediate buffer and reuses it across renders (resize in
+//! place, capacity only grows). Results are deterministic for any thread count.
+
+pub mod binning;
+pub mod project;
+pub mod rasterize;
+
+#[cfg(test)]
+mod gradcheck;
+#[cfg(test)]
+mod tests;
+
+pub use binning::{tile_binning, TileBins};
+pub use project::{project_bwd, project_fwd, tile_rect};
+pub use rasterize::{rasterize_bwd, rasterize_fwd};
+
+use crate::render::{GaussianGrads, Rasterizer, RenderError, RenderOptions, RenderOutput};
+use crate::scene::camera::Camera;
+use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
+use crate::scene::real::Real;
+
+/// One projected Gaussian (output of [`project_fwd`]). `radius == 0` means culled.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Splat<F> {
+    /// Pixel coordinates, centres at +0.5.
+    pub mean2d: [F; 2],
+    /// Inverse of the dilated 2D covariance as (a, b, c): `[[a, b], [b, c]]`.
+    pub conic: [F; 3],
+    /// Activated opacity in (0, 1).
+    pub opacity: F,
+    /// `max(SH + 0.5, 0)`.
+    pub color: [F; 3],
+    /// Camera-space z.
+    pub depth: F,
+    pub radius: u32,
+}
+
+/// Gradient w.r.t. one splat's screen-space quantities (the `rasterize_bwd` → `project_bwd`
+/// interface). `conic` is w.r.t. (a, b, c) of `σ = ½a·dx² + b·dx·dy + ½c·dy²` (`b` counted
+/// once, not per matrix entry).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SplatGrad<F> {
+    pub mean2d: [F; 2],
+    pub conic: [F; 3],
+    pub color: [F; 3],
+    pub opacity: F,
+}
+
+impl<F: Real> SplatGrad<F> {
+    #[inline]
+    fn add(&mut self, o: &SplatGrad<F>) {
+        for k in 0..2 {
+            self.mean2d[k] += o.mean2d[k];
+        }
+        for k in 0..3 {
+            self.conic[k] += o.conic[k];
+            self.color[k] += o.color[k];
+        }
+        self.opacity += o.opacity;
+    }
+}
+
+/// Borrowed stored (pre-activation) Gaussian parameters in precision `F`; same layout as
+/// [`Gaussians`].
+#[derive(Clone, Copy, Debug)]
+pub struct GaussianParams<'a, F> {
+    pub means: &'a [[F; 3]],
+    pub log_scales: &'a [[F; 3]],
+    pub rotations: &'a [[F; 4]],
+    pub logit_opacities: &'a [F],
+    pub sh_degree: u32,
+    pub sh: &'a [[F; 3]],
+}
+
+impl<'a> GaussianParams<'a, f32> {
+    pub fn from_gaussians(g: &'a Gaussians) -> Self {
+        GaussianParams {
+            means: &g.means,
+            log_scales: &g.log_scales,
+            rotations: &g.rotations,
+            logit_opacities: &g.logit_opacities,
+            sh_degree: g.sh_degree,
+            sh: &g.sh,
+        }
+    }
+}
+
+impl<F> GaussianParams<'_, F> {
+    pub fn len(&self) -> usize {
+        self.means.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.means.is_empty()
+    }
+
+    /// SH coefficients per Gaussian at the stored degree.
+    pub fn coeffs(&self) -> usize {
+        sh_coeffs(self.sh_degree)
+    }
+
+    /// Checks the array lengths agree and the active degree is available.
+    pub fn validate(&self, active_degree: u32) -> Result<(), RenderError> {
+        let n = self.len();
+        if self.sh_degree > MAX_SH_DEGREE || active_degree > self.sh_degree {
+            return Err(RenderError::ShDegree {
+                requested: active_degree,
+                stored: self.sh_degree,
+            });
+        }
+        let checks = [
+            ("log_scales", self.log_scales.len(), n),
+            ("rotations", self.rotations.len(), n),
+            ("logit_opacities", self.logit_opacities.len(), n),
+            ("sh", self.sh.len(), n * self.coeffs()),
+        ];
+        for (field, got, expected) in checks {
+            if got != expected {
+                return Err(RenderError::InconsistentGaussians {
+                    field,
+                    got,
+                    expected,
+                    sh_degree: self.sh_degree,
+                });
+            }
+        }
+        if n > u32::MAX as usize {
+            return Err(RenderError::BadShape {
+                what: "Gaussian count (indices are u32)",
+                got: n,
+                expected: u32::MAX as usize,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A camera converted once per view to the renderer's precision, with derived limits.
+#[derive(Clone, Copy, Debug)]
+pub struct CameraF<F> {
+    pub width: u32,
+    pub height: u32,
+    pub tiles_x: u32,
+    pub tiles_y: u32,
+    pub fx: F,
+    pub fy: F,
+    pub cx: F,
+    pub cy: F,
+    /// World-to-camera rotation `W` (row-major) and translation.
+    pub rot: [[F; 3]; 3],
+    pub trans: [F; 3],
+    /// Camera centre in world coordinates.
+    pub centre: [F; 3],
+    /// Jacobian clamp limits on x/z: `[−lim_x_neg, lim_x_pos]`, likewise y.
+    pub lim_x_neg: F,
+    pub lim_x_pos: F,
+    pub lim_y_neg: F,
+    pub lim_y_pos: F,
+}
+
+impl<F: Real> CameraF<F> {
+    /// Validates `cam` and converts it (limits computed in f64, then rounded once).
+    pub fn new(cam: &Camera) -> Result<Self, RenderError> {
+        cam.validate()?;
+        let k = cam.intrinsics;
+        let (w, h) = (cam.width as f64, cam.height as f64);
+        let m = project::JACOBIAN_CLAMP_MARGIN;
+        let tan_x = w / (2.0 * k.fx);
+        let tan_y = h / (2.0 * k.fy);
+        let f = F::from_f64;
+        let p = &cam.world_to_camera;
+        Ok(CameraF {
+            width: cam.width,
+            height: cam.height,
+            tiles_x: binning::tiles_for(cam.width),
+            tiles_y: binning::tiles_for(cam.height),
+            fx: f(k.fx),
+            fy: f(k.fy),
+            cx: f(k.cx),
+            cy: f(k.cy),
+            rot: p.rotation.map(|r| r.map(f)),
+            trans: p.translation.map(f),
+            centre: cam.centre().map(f),
+            lim_x_neg: f(k.cx / k.fx + m * tan_x),
+            lim_x_pos: f((w - k.cx) / k.fx + m * tan_x),
+            lim_y_neg: f(k.cy / k.fy + m * tan_y),
+            lim_y_pos: f((h - k.cy) / k.fy + m * tan_y),
+        })
+    }
+}
+
+/// What the last successful forward rendered, checked by backward.
+#[derive(Clone, Debug, PartialEq)]
+struct Fingerprint {
+    n: usize,
+    stored_degree: u32,
+    camera: Camera,
+    options: RenderOptions,
+}
+
+/// The CPU reference backend. `CpuRasterizer<f32>` implements [`Rasterizer`];
+/// `CpuRasterizer<f64>` runs the same code for verification via [`CpuRasterizer::render`] and
+/// [`CpuRasterizer::render_backward`].
+#[derive(Debug, Default)]
+pub struct CpuRasterizer<F: Real = f32> {
+    splats: Vec<Splat<F>>,
+    bins: TileBins,
+    final_t: Vec<F>,
+    last: Vec<u32>,
+    isect_grads: Vec<SplatGrad<F>>,
+    splat_grads: Vec<SplatGrad<F>>,
+    fingerprint: Option<Fingerprint>,
+}
+
+impl<F: Real> CpuRasterizer<F> {
+    pub fn new() -> Self {
+        CpuRasterizer {
+            splats: Vec::new(),
+            bins: TileBins::default(),
+            final_t: Vec::new(),
+            last: Vec::new(),
+            isect_grads: Vec::new(),
+            splat_grads: Vec::new(),
+            fingerprint: None,
+        }
+    }
+
+    /// Bytes this backend allocates per tile intersection: the u32 id plus the backward's
+    /// per-intersection gradient slot.
+    pub const BYTES_PER_INTERSECTION: u64 =
+        (std::mem::size_of::<u32>() + std::mem::size_of::<SplatGrad<F>>()) as u64;
+
+    /// The projected splats of the last forward.
+    pub fn splats(&self) -> &[Splat<F>] {
+        &self.splats
+    }
+
+    /// The tile lists of the last forward.
+    pub fn bins(&self) -> &TileBins {
+        &self.bins
+    }
+
+    /// Forward pass in precision `F` (see [`Rasterizer::forward`]).
+    pub fn render(
+        &mut self,
+        params: &GaussianParams<'_, F>,
+        camera: &Camera,
+        options: &RenderOptions,
+        out: &mut RenderOutput<F>,
+    ) -> Result<(), RenderError> {
+        self.fingerprint = None;
+        params.validate(options.sh_degree)?;
+        let cam = CameraF::<F>::new(camera)?;
+        project_fwd(params, &cam, options.sh_degree, &mut self.splats);
+        let count = tile_binning(
+            &self.splats,
+            cam.tiles_x,
+            cam.tiles_y,
+            Self::BYTES_PER_INTERSECTION,
+            options.max_intersection_bytes,
+            &mut self.bins,
+        )?;
+        let npix = camera.width as usize * camera.height as usize;
+        out.width = camera.width;
+        out.height = camera.height;
+        out.image.clear();
+        out.image.resize(3 * npix, F::ZERO);
+        self.final_t.clear();
+        self.final_t.resize(npix, F::ZERO);
+        self.last.clear();
+        self.last.resize(npix, 0);
+        let bg = options.background.map(F::from_f32);
+        rasterize_fwd(
+            &self.splats,
+            &self.bins,
+            camera.width,
+            camera.height,
+            bg,
+            &mut out.image,
+            &mut self.final_t,
+            &mut self.last,
+        );
+        out.final_transmittance.clear();
+        out.final_transmittance.extend_from_slice(&self.final_t);
+        out.alpha.clear();
+        out.alpha.extend(self.final_t.iter().map(|&t| F::ONE - t));
+        out.last_contributor.clear();
+        out.last_contributor.extend_from_slice(&self.last);
+        out.radii.clear();
+        out.radii.extend(self.splats.iter().map(|s| s.radius));
+        out.means2d.clear();
+        out.means2d.extend(self.splats.iter().map(|s| s.mean2d));
+        out.depths.clear();
+        out.depths.extend(self.splats.iter().map(|s| s.depth));
+        out.num_intersections = count;
+        self.fingerprint = Some(Fingerprint {
+            n: params.len(),
+            stored_degree: params.sh_degree,
+            camera: *camera,
+            options: *options,
+        });
+        Ok(())
+    }
+
+    /// Backward pass in precision `F` (see [`Rasterizer::backward`]).
+    pub fn render_backward(
+        &mut self,
+        params: &GaussianParams<'_, F>,
+        camera: &Camera,
+        options: &RenderOptions,
+        d_image: &[F],
+        grads: &mut GaussianGrads<F>,
+    ) -> Result<(), RenderError> {
+        let expect = Fingerprint {
+            n: params.len(),
+            stored_degree: params.sh_degree,
+            camera: *camera,
+            options: *options,
+        };
+        if self.fingerprint.as_ref() != Some(&expect) {
+            return Err(RenderError::StaleForward);
+        }
+        params.validate(options.sh_degree)?;
+        let npix = camera.width as usize * camera.height as usize;
+        if d_image.len() != 3 * npix {
+            return Err(RenderError::BadShape {
+                what: "d_image",
+                got: d_image.len(),
+                expected: 3 * npix,
+            });
+        }
+        let cam = CameraF::<F>::new(camera)?;
+        rasterize_bwd(
+            &self.splats,
+            &self.bins,
+            camera.width,
+            camera.height,
+            options.background.map(F::from_f32),
+            &self.final_t,
+            &self.last,
+            d_image,
+            &mut self.isect_grads,
+            &mut self.splat_grads,
+        );
+        project_bwd(
+            params,
+            &cam,
+            options.sh_degree,
+            &self.splats,
+            &self.splat_grads,
+            grads,
+        );
+        Ok(())
+    }
+}
+
+impl Rasterizer for CpuRasterizer<f32> {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn forward(
+        &mut self,
+        gaussians: &Gaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        out: &mut RenderOutput,
+    ) -> Result<(), RenderError> {
+        self.render(
+            &GaussianParams::from_gaussians(gaussians),
+            camera,
+            options,
+            out,
+        )
+    }
+
+    fn backward(
+        &mut self,
+        gaussians: &Gaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        d_image: &[f32],
+        grads: &mut GaussianGrads,
+    ) -> Result<(), RenderError> {
+        self.render_backward(
+            &GaussianParams::from_gaussians(gaussians),
+            camera,
+            options,
+            d_image,
+            grads,
+        )
+    }
+}

@@ -1,0 +1,532 @@
+//! Per-Gaussian projection (`project_fwd`) and its adjoint (`project_bwd`), named like the CUDA
+//! kernels they are the reference for.
+//!
+//! Forward, per Gaussian (DESIGN.md §4, matching 3DGS / gsplat):
+//! camera-space mean `t = W·μ + w`; culled when `z ≤ 0.01` (or not finite); `Σ = R S Sᵀ Rᵀ`
+//! from the normalised quaternion and `exp(log_scale)`; `Σ2d = J W Σ Wᵀ Jᵀ + 0.3·I` with the
+//! clamped EWA Jacobian; culled when `det ≤ 0`; `conic = Σ2d⁻¹`;
+//! `radius = ceil(3·√λ_max)` with `λ_max = mid + √max(0.1, mid² − det)` as 3DGS computes it;
+//! culled when its bounding box touches no tile; colour from SH along `normalize(μ − centre)`.
+//!
+//! Invariant: a culled Gaussian has `radius == 0` and every other field finite-but-meaningless;
+//! a kept one has finite mean, conic, colour and opacity, so no NaN can reach an image. Zero or
+//! non-finite quaternions, non-finite means / scales / opacities / SH coefficients are culled
+//! (skipped), never an error: one bad Gaussian must not stop training.
+//!
+//! Backward recomputes the forward intermediates from the parameters (cheaper than storing
+//! them) and chains `∂L/∂(mean2d, conic, colour, opacity)` to the stored parameters.
+//! The Jacobian clamp is differentiated exactly, as gsplat does: when `x/z` is clamped,
+//! `tx = lim·z`, so `J02 = −fx·lim/z` still depends on `z` (the original 3DGS drops that term
+//! and differs from finite differences there; we keep the exact derivative).
+
+// Small fixed-size matrix products read best with explicit indices.
+#![allow(clippy::needless_range_loop)]
+
+use rayon::prelude::*;
+
+use super::{CameraF, GaussianParams, Splat, SplatGrad};
+use crate::render::GaussianGrads;
+use crate::scene::real::Real;
+use crate::scene::sh::{self, MAX_BASIS};
+
+/// Camera-space depth below which a Gaussian is culled (gsplat's default near plane).
+pub const NEAR_PLANE: f64 = 0.01;
+/// Low-pass dilation added to both diagonal entries of Σ2d (pixels²): keeps every splat at
+/// least ~1 pixel wide, as in 3DGS.
+pub const DILATION: f64 = 0.3;
+/// How far outside the field of view (as a fraction of tan(fov/2)) the Jacobian is evaluated
+/// before being clamped: 3DGS's `1.3·tan_fov` limit.
+pub const JACOBIAN_CLAMP_MARGIN: f64 = 0.3;
+/// Side of a screen tile in pixels.
+pub const TILE_SIZE: u32 = 16;
+
+type M3<F> = [[F; 3]; 3];
+
+#[inline]
+fn quat_to_rot<F: Real>(q: [F; 4]) -> M3<F> {
+    let [w, x, y, z] = q;
+    let one = F::ONE;
+    let two = F::from_f64(2.0);
+    [
+        [
+            one - two * (y * y + z * z),
+            two * (x * y - w * z),
+            two * (x * z + w * y),
+        ],
+        [
+            two * (x * y + w * z),
+            one - two * (x * x + z * z),
+            two * (y * z - w * x),
+        ],
+        [
+            two * (x * z - w * y),
+            two * (y * z + w * x),
+            one - two * (x * x + y * y),
+        ],
+    ]
+}
+
+/// Adjoint of [`quat_to_rot`]: `∂L/∂q̂` from `∂L/∂R` at the normalised `q`.
+#[inline]
+fn quat_to_rot_bwd<F: Real>(q: [F; 4], dr: &M3<F>) -> [F; 4] {
+    let [w, x, y, z] = q;
+    let two = F::from_f64(2.0);
+    let four = F::from_f64(4.0);
+    let dw = two
+        * (-z * dr[0][1] + y * dr[0][2] + z * dr[1][0] - x * dr[1][2] - y * dr[2][0]
+            + x * dr[2][1]);
+    let dx = -four * x * (dr[1][1] + dr[2][2])
+        + two
+            * (y * dr[0][1] + z * dr[0][2] + y * dr[1][0] - w * dr[1][2]
+                + z * dr[2][0]
+                + w * dr[2][1]);
+    let dy = -four * y * (dr[0][0] + dr[2][2])
+        + two
+            * (x * dr[0][1] + w * dr[0][2] + x * dr[1][0] + z * dr[1][2] - w * dr[2][0]
+                + z * dr[2][1]);
+    let dz = -four * z * (dr[0][0] + dr[1][1])
+        + two
+            * (-w * dr[0][1]
+                + x * dr[0][2]
+                + w * dr[1][0]
+                + y * dr[1][2]
+                + x * dr[2][0]
+                + y * dr[2][1]);
+    [dw, dx, dy, dz]
+}
+
+#[inline]
+fn mat_vec<F: Real>(m: &M3<F>, v: [F; 3]) -> [F; 3] {
+    [
+        m[0][0] * v[0] + m[0][1] * v[1] + m[0][2] * v[2],
+        m[1][0] * v[0] + m[1][1] * v[1] + m[1][2] * v[2],
+        m[2][0] * v[0] + m[2][1] * v[1] + m[2][2] * v[2],
+    ]
+}
+
+#[inline]
+fn mat_t_vec<F: Real>(m: &M3<F>, v: [F; 3]) -> [F; 3] {
+    [
+        m[0][0] * v[0] + m[1][0] * v[1] + m[2][0] * v[2],
+        m[0][1] * v[0] + m[1][1] * v[1] + m[2][1] * v[2],
+        m[0][2] * v[0] + m[1][2] * v[1] + m[2][2] * v[2],
+    ]
+}
+
+/// Everything forward computes for one Gaussian that backward needs again.
+struct Geometry<F> {
+    t: [F; 3],
+    /// Whether x/z, y/z were clamped by the Jacobian limits.
+    clamped: [bool; 2],
+    /// Normalised quaternion and its pre-normalisation length.
+    qn: [F; 4],
+    qlen: F,
+    rot: M3<F>,
+    scale: [F; 3],
+    cov3: M3<F>,
+    /// `T = J·W` (2×3).
+    tmat: [[F; 3]; 2],
+    /// Dilated Σ2d as (a, b, c).
+    cov2: [F; 3],
+    j: [[F; 3]; 2],
+}
+
+#[inline]
+fn geometry<F: Real>(
+    mean: [F; 3],
+    log_scale: [F; 3],
+    quat: [F; 4],
+    cam: &CameraF<F>,
+) -> Option<Geometry<F>> {
+    let t = {
+        let r = mat_vec(&cam.rot, mean);
+        [
+            r[0] + cam.trans[0],
+            r[1] + cam.trans[1],
+            r[2] + cam.trans[2],
+        ]
+    };
+    // `!(z > near)` also rejects NaN.
+    let in_front = t[2] > F::from_f64(NEAR_PLANE) && t[0].is_finite() && t[1].is_finite();
+    if !in_front {
+        return None;
+    }
+    let qlen2 = quat[0] * quat[0] + quat[1] * quat[1] + quat[2] * quat[2] + quat[3] * quat[3];
+    let usable = qlen2 > F::ZERO && qlen2.is_finite();
+    if !usable {
+        return None;
+    }
+    let qlen = qlen2.sqrt();
+    let qn = quat.map(|v| v / qlen);
+    let rot = quat_to_rot(qn);
+    let scale = log_scale.map(|v| v.exp());
+    // Σ = M Mᵀ with M = R·diag(s).
+    let mut m = rot;
+    for row in m.iter_mut() {
+        for (v, s) in row.iter_mut().zip(scale) {
+            *v *= s;
+        }
+    }
+    let mut cov3 = [[F::ZERO; 3]; 3];
+    for i in 0..3 {
+        for k in 0..3 {
+            cov3[i][k] = m[i][0] * m[k][0] + m[i][1] * m[k][1] + m[i][2] * m[k][2];
+        }
+    }
+    let (x, y, z) = (t[0], t[1], t[2]);
+    let txtz = x / z;
+    let tytz = y / z;
+    let cx_ = txtz.max(-cam.lim_x_neg).min(cam.lim_x_pos);
+    let cy_ = tytz.max(-cam.lim_y_neg).min(cam.lim_y_pos);
+    let clamped = [cx_ != txtz, cy_ != tytz];
+    let (tx, ty) = (cx_ * z, cy_ * z);
+    let rz = F::ONE / z;
+    let rz2 = rz * rz;
+    let j = [
+        [cam.fx * rz, F::ZERO, -cam.fx * tx * rz2],
+        [F::ZERO, cam.fy * rz, -cam.fy * ty * rz2],
+    ];
+    // T = J·W.
+    let mut tmat = [[F::ZERO; 3]; 2];
+    for r in 0..2 {
+        for c in 0..3 {
+            tmat[r][c] =
+                j[r][0] * cam.rot[0][c] + j[r][1] * cam.rot[1][c] + j[r][2] * cam.rot[2][c];
+        }
+    }
+    // Σ2d = T Σ Tᵀ.
+    let mut ts = [[F::ZERO; 3]; 2];
+    for r in 0..2 {
+        for c in 0..3 {
+            ts[r][c] = tmat[r][0] * cov3[0][c] + tmat[r][1] * cov3[1][c] + tmat[r][2] * cov3[2][c];
+        }
+    }
+    let dot = |a: &[F; 3], b: &[F; 3]| a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
+    let dil = F::from_f64(DILATION);
+    let cov2 = [
+        dot(&ts[0], &tmat[0]) + dil,
+        dot(&ts[0], &tmat[1]),
+        dot(&ts[1], &tmat[1]) + dil,
+    ];
+    Some(Geometry {
+        t,
+        clamped,
+        qn,
+        qlen,
+        rot,
+        scale,
+        cov3,
+        tmat,
+        cov2,
+        j,
+    })
+}
+
+#[inline]
+fn view_dir<F: Real>(mean: [F; 3], cam: &CameraF<F>) -> ([F; 3], F) {
+    let v = [
+        mean[0] - cam.centre[0],
+        mean[1] - cam.centre[1],
+        mean[2] - cam.centre[2],
+    ];
+    let n = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+    (v.map(|c| c / n), n)
+}
+
+/// Half-open tile range `[x0, x1) × [y0, y1)` touched by the box `mean ± radius`: tile `tx`
+/// covers pixels `[16·tx, 16·tx + 16)`, and is touched when that interval meets the closed
+/// interval `[mx − r, mx + r]`. Clamped to the grid, so huge or infinite radii are safe.
+#[inline]
+pub fn tile_rect<F: Real>(mean2d: [F; 2], radius: F, tiles_x: u32, tiles_y: u32) -> [u32; 4] {
+    let ts = F::from_f64(TILE_SIZE as f64);
+    let clampi = |v: F, hi: u32| -> u32 {
+        // max/min before the cast: `as` saturates, but keep the intent explicit.
+        v.max(F::ZERO).min(F::from_f64(hi as f64)).to_f64() as u32
+    };
+    let x0 = clampi(((mean2d[0] - radius) / ts).floor(), tiles_x);
+    let x1 = clampi(((mean2d[0] + radius) / ts).floor() + F::ONE, tiles_x);
+    let y0 = clampi(((mean2d[1] - radius) / ts).floor(), tiles_y);
+    let y1 = clampi(((mean2d[1] + radius) / ts).floor() + F::ONE, tiles_y);
+    [x0, x1, y0, y1]
+}
+
+/// Projects one Gaussian; `None` when culled.
+#[inline]
+fn project_one<F: Real>(
+    p: &GaussianParams<'_, F>,
+    i: usize,
+    cam: &CameraF<F>,
+    degree: u32,
+) -> Option<Splat<F>> {
+    let g = geometry(p.means[i], p.log_scales[i], p.rotations[i], cam)?;
+    let [a, b, c] = g.cov2;
+    let det = a * c - b * b;
+    let invertible = det > F::ZERO && det.is_finite();
+    if !invertible {
+        return None;
+    }
+    let conic = [c / det, -b / det, a / det];
+    let half = F::from_f64(0.5);
+    let mid = half * (a + c);
+    let lambda = mid + (mid * mid - det).max(F::from_f64(0.1)).sqrt();
+    let radius = (F::from_f64(3.0) * lambda.sqrt()).ceil();
+    let (x, y, z) = (g.t[0], g.t[1], g.t[2]);
+    let mean2d = [cam.fx * x / z + cam.cx, cam.fy * y / z + cam.cy];
+    if !(radius.is_finite() && mean2d[0].is_finite() && mean2d[1].is_finite())
+        || conic.iter().any(|v| !v.is_finite())
+    {
+        return None;
+    }
+    let [x0, x1, y0, y1] = tile_rect(mean2d, radius, cam.tiles_x, cam.tiles_y);
+    if x0 >= x1 || y0 >= y1 {
+        return None;
+    }
+    let opacity = F::ONE / (F::ONE + (-p.logit_opacities[i]).exp());
+    if !opacity.is_finite() {
+        return None;
+    }
+    let (dir, _) = view_dir(p.means[i], cam);
+    let nc = p.coeffs();
+    let raw = sh::eval(dir, degree, &p.sh[i * nc..(i + 1) * nc]);
+    if raw.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let color = raw.map(|v| (v + half).max(F::ZERO));
+    Some(Splat {
+        mean2d,
+        conic,
+        opacity,
+        color,
+        depth: z,
+        radius: radius.min(F::from_f64(u32::MAX as f64)).to_f64() as u32,
+    })
+}
+
+/// `project_fwd`: projects every Gaussian into `out` (resized in place; culled ones get
+/// `radius == 0`). `degree` is the active SH degree, already checked ≤ the stored one.
+pub fn project_fwd<F: Real>(
+    params: &GaussianParams<'_, F>,
+    cam: &CameraF<F>,
+    degree: u32,
+    out: &mut Vec<Splat<F>>,
+) {
+    out.clear();
+    out.resize(params.len(), Splat::default());
+    out.par_iter_mut()
+        .enumerate()
+        .with_min_len(1024)
+        .for_each(|(i, s)| *s = project_one(params, i, cam, degree).unwrap_or_default());
+}
+
+/// `project_bwd`: chains the per-splat gradients (`∂L/∂mean2d` in pixels, `∂L/∂conic` as
+/// (a, b, c) of `σ = ½a·dx² + b·dx·dy + ½c·dy²`, `∂L/∂colour`, `∂L/∂opacity`) back to the
+/// stored parameters, overwriting `grads` (resized here). Culled Gaussians get zeros.
+pub fn project_bwd<F: Real>(
+    params: &GaussianParams<'_, F>,
+    cam: &CameraF<F>,
+    degree: u32,
+    splats: &[Splat<F>],
+    splat_grads: &[SplatGrad<F>],
+    grads: &mut GaussianGrads<F>,
+) {
+    let nc = params.coeffs();
+    grads.reset(params.len(), nc);
+    let GaussianGrads {
+        means,
+        log_scales,
+        rotations,
+        logit_opacities,
+        sh,
+        means2d,
+    } = grads;
+    means
+        .par_iter_mut()
+        .zip(log_scales.par_iter_mut())
+        .zip(rotations.par_iter_mut())
+        .zip(logit_opacities.par_iter_mut())
+        .zip(sh.par_chunks_mut(nc))
+        .zip(means2d.par_iter_mut())
+        .enumerate()
+        .with_min_len(1024)
+        .for_each(|(i, (((((dm, dls), dq), dlo), dsh), dm2))| {
+            if splats[i].radius == 0 {
+                return;
+            }
+            project_bwd_one(
+                params,
+                i,
+                cam,
+                degree,
+                &splats[i],
+                &splat_grads[i],
+                dm,
+                dls,
+                dq,
+                dlo,
+                dsh,
+                dm2,
+            );
+        });
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn project_bwd_one<F: Real>(
+    p: &GaussianParams<'_, F>,
+    i: usize,
+    cam: &CameraF<F>,
+    degree: u32,
+    splat: &Splat<F>,
+    sg: &SplatGrad<F>,
+    d_mean: &mut [F; 3],
+    d_log_scale: &mut [F; 3],
+    d_quat: &mut [F; 4],
+    d_logit: &mut F,
+    d_sh: &mut [[F; 3]],
+    d_mean2d: &mut [F; 2],
+) {
+    let Some(g) = geometry(p.means[i], p.log_scales[i], p.rotations[i], cam) else {
+        return;
+    };
+    let zero = F::ZERO;
+    let half = F::from_f64(0.5);
+    let two = F::from_f64(2.0);
+    *d_mean2d = sg.mean2d;
+
+    // Opacity through the sigmoid.
+    let o = splat.opacity;
+    *d_logit = sg.opacity * o * (F::ONE - o);
+
+    // Colour: SH coefficients and the view direction (clamped channels pass no gradient).
+    let (dir, vlen) = view_dir(p.means[i], cam);
+    let nc = p.coeffs();
+    let coeffs = &p.sh[i * nc..(i + 1) * nc];
+    let raw = sh::eval(dir, degree, coeffs);
+    let mut d_raw = sg.color;
+    for ch in 0..3 {
+        if raw[ch] + half < zero {
+            d_raw[ch] = zero;
+        }
+    }
+    let mut basis = [zero; MAX_BASIS];
+    let mut basis_grad = [[zero; 3]; MAX_BASIS];
+    sh::basis(dir, degree, &mut basis);
+    sh::basis_grad(dir, degree, &mut basis_grad);
+    let active = ((degree + 1) * (degree + 1)) as usize;
+    let mut d_dir = [zero; 3];
+    for k in 0..active {
+        d_sh[k] = d_raw.map(|d| d * basis[k]);
+        let w = coeffs[k][0] * d_raw[0] + coeffs[k][1] * d_raw[1] + coeffs[k][2] * d_raw[2];
+        for a in 0..3 {
+            d_dir[a] += basis_grad[k][a] * w;
+        }
+    }
+    // dir = v/|v|: ∂L/∂v = (∂L/∂dir − dir·(dir·∂L/∂dir)) / |v|.
+    let dd = dir[0] * d_dir[0] + dir[1] * d_dir[1] + dir[2] * d_dir[2];
+    for a in 0..3 {
+        d_mean[a] = (d_dir[a] - dir[a] * dd) / vlen;
+    }
+
+    // Conic (a', b', c') → dilated Σ2d: dΣ2 = −K·Gc·K with Gc the symmetric-matrix gradient.
+    let [ka, kb, kc] = splat.conic;
+    let gc = [sg.conic[0], half * sg.conic[1], sg.conic[2]];
+    // K·Gc
+    let kg = [
+        [ka * gc[0] + kb * gc[1], ka * gc[1] + kb * gc[2]],
+        [kb * gc[0] + kc * gc[1], kb * gc[1] + kc * gc[2]],
+    ];
+    let d2 = [
+        [
+            -(kg[0][0] * ka + kg[0][1] * kb),
+            -(kg[0][0] * kb + kg[0][1] * kc),
+        ],
+        [
+            -(kg[1][0] * ka + kg[1][1] * kb),
+            -(kg[1][0] * kb + kg[1][1] * kc),
+        ],
+    ];
+    // Σ2d = T Σ Tᵀ: dΣ = Tᵀ·dΣ2·T, dT = 2·dΣ2·T·Σ (both dΣ2 and Σ symmetric).
+    let tm = &g.tmat;
+    let mut d2t = [[zero; 3]; 2];
+    for r in 0..2 {
+        for c in 0..3 {
+            d2t[r][c] = d2[r][0] * tm[0][c] + d2[r][1] * tm[1][c];
+        }
+    }
+    let mut d_cov3 = [[zero; 3]; 3];
+    for r in 0..3 {
+        for c in 0..3 {
+            d_cov3[r][c] = tm[0][r] * d2t[0][c] + tm[1][r] * d2t[1][c];
+        }
+    }
+    let mut d_t = [[zero; 3]; 2];
+    for r in 0..2 {
+        for c in 0..3 {
+            d_t[r][c] = two
+                * (d2t[r][0] * g.cov3[0][c] + d2t[r][1] * g.cov3[1][c] + d2t[r][2] * g.cov3[2][c]);
+        }
+    }
+    // T = J·W: dJ = dT·Wᵀ.
+    let w = &cam.rot;
+    let mut d_j = [[zero; 3]; 2];
+    for r in 0..2 {
+        for c in 0..3 {
+            d_j[r][c] = d_t[r][0] * w[c][0] + d_t[r][1] * w[c][1] + d_t[r][2] * w[c][2];
+        }
+    }
+    // J → camera-space point, exact through the clamp (see module doc).
+    let (x, y, z) = (g.t[0], g.t[1], g.t[2]);
+    let rz = F::ONE / z;
+    let rz2 = rz * rz;
+    let rz3 = rz2 * rz;
+    let (fx, fy) = (cam.fx, cam.fy);
+    let tx = -g.j[0][2] / (fx * rz2);
+    let ty = -g.j[1][2] / (fy * rz2);
+    let mut dt = [zero; 3];
+    dt[2] += -fx * rz2 * d_j[0][0] - fy * rz2 * d_j[1][1];
+    if g.clamped[0] {
+        dt[2] += fx * tx * rz3 * d_j[0][2];
+    } else {
+        dt[0] += -fx * rz2 * d_j[0][2];
+        dt[2] += two * fx * tx * rz3 * d_j[0][2];
+    }
+    if g.clamped[1] {
+        dt[2] += fy * ty * rz3 * d_j[1][2];
+    } else {
+        dt[1] += -fy * rz2 * d_j[1][2];
+        dt[2] += two * fy * ty * rz3 * d_j[1][2];
+    }
+    // mean2d = (fx·x/z + cx, fy·y/z + cy).
+    let [gmx, gmy] = sg.mean2d;
+    dt[0] += fx * rz * gmx;
+    dt[1] += fy * rz * gmy;
+    dt[2] += -(fx * x * gmx + fy * y * gmy) * rz2;
+    let dw = mat_t_vec(w, dt);
+    for a in 0..3 {
+        d_mean[a] += dw[a];
+    }
+
+    // Σ = M Mᵀ, M = R·diag(s): dM = 2·dΣ·M.
+    let mut d_rot = [[zero; 3]; 3];
+    let mut d_s = [zero; 3];
+    for r in 0..3 {
+        for c in 0..3 {
+            // M[k][c] = R[k][c]·s[c]
+            let dm = two
+                * (d_cov3[r][0] * g.rot[0][c] * g.scale[c]
+                    + d_cov3[r][1] * g.rot[1][c] * g.scale[c]
+                    + d_cov3[r][2] * g.rot[2][c] * g.scale[c]);
+            d_rot[r][c] = dm * g.scale[c];
+            d_s[c] += dm * g.rot[r][c];
+        }
+    }
+    for c in 0..3 {
+        d_log_scale[c] = d_s[c] * g.scale[c];
+    }
+    // Quaternion through R(q̂) and q̂ = q/|q|.
+    let dqn = quat_to_rot_bwd(g.qn, &d_rot);
+    let proj = dqn[0] * g.qn[0] + dqn[1] * g.qn[1] + dqn[2] * g.qn[2] + dqn[3] * g.qn[3];
+    for a in 0..4 {
+        d_quat[a] = (dqn[a] - g.qn[a] * proj) / g.qlen;
+    }
+}
