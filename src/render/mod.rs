@@ -24,6 +24,7 @@
 //! [`Gaussians`].
 
 pub mod cpu;
+pub mod cuda;
 
 use crate::scene::camera::{Camera, CameraError};
 use crate::scene::gaussians::Gaussians;
