@@ -255,7 +255,12 @@ impl Reservation {
     }
 
     pub fn component(&self) -> String {
-        self.ledger.lock().live.get(&self.id).map(|(n, _)| n.clone()).unwrap_or_default()
+        self.ledger
+            .lock()
+            .live
+            .get(&self.id)
+            .map(|(n, _)| n.clone())
+            .unwrap_or_default()
     }
 
     /// Grows or shrinks to `bytes`. Shrinking always succeeds; growing fails (leaving the
@@ -265,7 +270,11 @@ impl Reservation {
         if bytes > self.bytes {
             let extra = bytes - self.bytes;
             if extra > self.ledger.inner.budget - st.reserved {
-                let name = st.live.get(&self.id).map(|(n, _)| n.clone()).unwrap_or_default();
+                let name = st
+                    .live
+                    .get(&self.id)
+                    .map(|(n, _)| n.clone())
+                    .unwrap_or_default();
                 return Err(self.ledger.over(&st, &name, extra));
             }
             st.reserved += extra;
@@ -358,16 +367,24 @@ impl Floor {
             (
                 "runtime margin".to_string(),
                 margin::ALLOCATOR + threads * (margin::ARENA_PER_THREAD + margin::THREAD_STACK),
-                format!("allocator retention, {} thread stacks and arenas", f.threads),
+                format!(
+                    "allocator retention, {} thread stacks and arenas",
+                    f.threads
+                ),
             ),
             (
                 "prefetch ring".to_string(),
                 f.ring_slots as u64 * f.slot_bytes,
-                format!("{} slots × {} (largest record)", f.ring_slots, format_size(f.slot_bytes)),
+                format!(
+                    "{} slots × {} (largest record)",
+                    f.ring_slots,
+                    format_size(f.slot_bytes)
+                ),
             ),
             (
                 "decode scratch".to_string(),
-                workers * (f.max_stored_bytes + margin::ZSTD_DCTX + margin::FAULT_AROUND_PER_WORKER),
+                workers
+                    * (f.max_stored_bytes + margin::ZSTD_DCTX + margin::FAULT_AROUND_PER_WORKER),
                 format!(
                     "{} workers × (mapped record {} + zstd context + fault-around)",
                     f.workers,
@@ -459,10 +476,23 @@ mod tests {
 
     #[test]
     fn junk_sizes_are_errors() {
-        for junk in ["", "G", "abc", "4X", "1.5", "-1G", "1.2.3G", "99999999999999999999", "20000000000T"] {
+        for junk in [
+            "",
+            "G",
+            "abc",
+            "4X",
+            "1.5",
+            "-1G",
+            "1.2.3G",
+            "99999999999999999999",
+            "20000000000T",
+        ] {
             let e = parse_size(junk).unwrap_err();
             assert!(matches!(e, BudgetError::BadSize { .. }), "{junk}: {e}");
-            assert!(e.to_string().contains("4G"), "message shows an example: {e}");
+            assert!(
+                e.to_string().contains("4G"),
+                "message shows an example: {e}"
+            );
         }
     }
 
@@ -480,9 +510,16 @@ mod tests {
         assert_eq!(ledger.reserved(), 90);
         let err = ledger.reserve("model", 20).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("model") && msg.contains("ring 60 B") && msg.contains("cache 30 B"), "{msg}");
+        assert!(
+            msg.contains("model") && msg.contains("ring 60 B") && msg.contains("cache 30 B"),
+            "{msg}"
+        );
         assert!(b.resize(41).is_err());
-        assert_eq!(b.bytes(), 30, "a failed grow leaves the reservation unchanged");
+        assert_eq!(
+            b.bytes(),
+            30,
+            "a failed grow leaves the reservation unchanged"
+        );
         b.resize(40).unwrap();
         assert_eq!(ledger.available(), 0);
         b.resize(10).unwrap();
@@ -490,7 +527,10 @@ mod tests {
         assert_eq!(ledger.reserved(), 100);
         drop(a);
         assert_eq!(ledger.reserved(), 40);
-        assert_eq!(ledger.items(), vec![("cache".to_string(), 10), ("model".to_string(), 30)]);
+        assert_eq!(
+            ledger.items(),
+            vec![("cache".to_string(), 10), ("model".to_string(), 30)]
+        );
         drop((b, c));
         assert_eq!(ledger.reserved(), 0);
         let rest = ledger.reserve_rest("cache");
@@ -534,7 +574,14 @@ mod tests {
         assert_eq!(f.total(), expected);
         let err = f.check().unwrap_err();
         let msg = err.to_string();
-        for needle in ["prefetch ring", "6 slots", "decode scratch", "--prefetch", "--workers 1", "--max-width"] {
+        for needle in [
+            "prefetch ring",
+            "6 slots",
+            "decode scratch",
+            "--prefetch",
+            "--workers 1",
+            "--max-width",
+        ] {
             assert!(msg.contains(needle), "missing {needle:?} in:\n{msg}");
         }
         let ok = Floor::compute(expected + 5, &inputs());

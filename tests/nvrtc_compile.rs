@@ -29,7 +29,11 @@ fn every_kernel_compiles_for_ci_arches() {
                 Ok(ptx) => {
                     // The PTX targets the requested arch and exports every entry point.
                     let target = format!(".target sm_{}", arch.trim_start_matches("compute_"));
-                    assert!(ptx.contains(&target), "{} PTX lacks `{target}`", k.file_name());
+                    assert!(
+                        ptx.contains(&target),
+                        "{} PTX lacks `{target}`",
+                        k.file_name()
+                    );
                     for e in k.entry_points() {
                         assert!(
                             ptx.contains(&format!(".entry {e}(")),

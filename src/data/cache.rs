@@ -251,7 +251,10 @@ impl Cache {
         for v in victims {
             if let Some(buf) = self.evict(v) {
                 // Reuse only a buffer that occupies the same pages, so the cost is exact.
-                if recycled.is_none() && buf.len() >= len && entry_cost(buf.capacity()) == entry_cost(len) {
+                if recycled.is_none()
+                    && buf.len() >= len
+                    && entry_cost(buf.capacity()) == entry_cost(len)
+                {
                     recycled = Some(buf);
                 }
             }
@@ -325,7 +328,8 @@ impl Cache {
         }
         self.capacity = bytes.max(self.used).min(self.capacity);
         if let Some(r) = &mut self.reservation {
-            r.resize(self.capacity).expect("shrinking a reservation cannot fail");
+            r.resize(self.capacity)
+                .expect("shrinking a reservation cannot fail");
         }
         self.capacity
     }
@@ -348,7 +352,13 @@ pub struct SimResult {
 
 /// Runs the real [`Cache`] against the real [`crate::data::sampler::Sampler`] with `records`
 /// equal-sized records and room for `cache_records` of them, for `epochs` epochs.
-pub fn simulate(policy: CachePolicy, records: usize, cache_records: usize, epochs: u64, seed: u64) -> SimResult {
+pub fn simulate(
+    policy: CachePolicy,
+    records: usize,
+    cache_records: usize,
+    epochs: u64,
+    seed: u64,
+) -> SimResult {
     use crate::data::sampler::Sampler;
     const LEN: usize = 1;
     let mut sampler = Sampler::singletons(seed, records).expect("records > 0");
@@ -434,9 +444,15 @@ mod tests {
         let mut c = Cache::with_capacity(CachePolicy::Belady, cost);
         let pending = c.admit(1, 10, 1000).unwrap();
         assert_eq!(c.used(), cost);
-        assert!(c.admit(2, 10, 1).is_none(), "the pending entry cannot be evicted");
+        assert!(
+            c.admit(2, 10, 1).is_none(),
+            "the pending entry cannot be evicted"
+        );
         let mut out = [0u8; 10];
-        assert!(c.serve(1, 5, &mut out).is_none(), "pending entries are not served");
+        assert!(
+            c.serve(1, 5, &mut out).is_none(),
+            "pending entries are not served"
+        );
         c.abort(1);
         assert_eq!(c.used(), 0);
         drop(pending);
@@ -458,14 +474,20 @@ mod tests {
     #[test]
     fn never_exceeds_capacity_and_shrinks() {
         let ledger = crate::budget::Ledger::new(10 * entry_cost(64));
-        let mut c = Cache::new(CachePolicy::Belady, ledger.reserve("cache", 5 * entry_cost(64)).unwrap());
+        let mut c = Cache::new(
+            CachePolicy::Belady,
+            ledger.reserve("cache", 5 * entry_cost(64)).unwrap(),
+        );
         let mut s = crate::data::sampler::Sampler::singletons(1, 20).unwrap();
         let mut out = [0u8; 64];
         for t in 0..200 {
             let st = s.next();
             let nu = s.next_use(st.record, t);
             if c.serve(st.record, nu, &mut out).is_some() {
-                assert!(out.iter().all(|&b| b == st.record as u8), "served the right record");
+                assert!(
+                    out.iter().all(|&b| b == st.record as u8),
+                    "served the right record"
+                );
             } else {
                 filled(&mut c, st.record, 64, nu, st.record as u8);
             }
@@ -474,7 +496,11 @@ mod tests {
         assert!(c.len() == 5);
         assert_eq!(c.shrink_to(2 * entry_cost(64)), 2 * entry_cost(64));
         assert_eq!(c.len(), 2);
-        assert_eq!(ledger.reserved(), 2 * entry_cost(64), "the reservation shrank with it");
+        assert_eq!(
+            ledger.reserved(),
+            2 * entry_cost(64),
+            "the reservation shrank with it"
+        );
     }
 
     #[test]

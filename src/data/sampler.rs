@@ -16,7 +16,9 @@
 use crate::rng::Rng;
 
 /// Where the sequence stands: the `index`-th record of epoch `epoch`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Position {
     pub epoch: u64,
     pub index: u64,
@@ -112,7 +114,11 @@ impl Sampler {
                 order.push((r, g, part as u32, part + 1 == members.len()));
             }
         }
-        EpochTable { epoch, order, index_of }
+        EpochTable {
+            epoch,
+            order,
+            index_of,
+        }
     }
 
     pub fn seed(&self) -> u64 {
@@ -281,7 +287,12 @@ mod tests {
             assert_eq!([head, tail].concat(), full, "stop at {stop}");
         }
         let mut s = Sampler::singletons(3, 17).unwrap();
-        assert!(s.seek(Position { epoch: 0, index: 17 }).is_err());
+        assert!(s
+            .seek(Position {
+                epoch: 0,
+                index: 17
+            })
+            .is_err());
     }
 
     #[test]
@@ -318,7 +329,10 @@ mod tests {
             while seen.len() < 6 {
                 let st = s.next();
                 assert_eq!(st.record, groups[st.group as usize][st.part as usize]);
-                assert_eq!(st.last_part, st.part as usize + 1 == groups[st.group as usize].len());
+                assert_eq!(
+                    st.last_part,
+                    st.part as usize + 1 == groups[st.group as usize].len()
+                );
                 seen.push(st);
             }
             // Parts of a group are consecutive and in order.
@@ -328,7 +342,16 @@ mod tests {
                 }
             }
         }
-        assert_eq!(Sampler::grouped(1, vec![vec![0], vec![0]]).unwrap_err(), SamplerError::NotAPartition { record: 0, records: 2 });
-        assert_eq!(Sampler::grouped(1, vec![]).unwrap_err(), SamplerError::Empty);
+        assert_eq!(
+            Sampler::grouped(1, vec![vec![0], vec![0]]).unwrap_err(),
+            SamplerError::NotAPartition {
+                record: 0,
+                records: 2
+            }
+        );
+        assert_eq!(
+            Sampler::grouped(1, vec![]).unwrap_err(),
+            SamplerError::Empty
+        );
     }
 }

@@ -171,6 +171,23 @@ pub enum RenderError {
         expected: usize,
     },
     #[error(
+        "render needs {bytes} bytes of GPU memory for {count} tile intersections but only \
+         {free} bytes are free; largest Gaussians on screen: {}. Lower the resolution, prune \
+         oversized Gaussians, free GPU memory, or use --backend cpu",
+        fmt_large(.largest)
+    )]
+    DeviceMemory {
+        bytes: u64,
+        count: u64,
+        free: u64,
+        largest: Vec<LargeGaussian>,
+    },
+    #[error("{backend} backend: {message}")]
+    Backend {
+        backend: &'static str,
+        message: String,
+    },
+    #[error(
         "backward called without a matching forward (the Gaussian count, camera or options \
          changed since the last forward, or forward failed); call forward for this view first"
     )]

@@ -15,6 +15,12 @@ pub enum CudaError {
     NoDevice,
     #[error("CUDA driver call `{op}` failed: {message}")]
     Driver { op: &'static str, message: String },
+    #[error("device buffer `{what}` holds {got} elements, the launch needs {need}")]
+    Shape {
+        what: &'static str,
+        got: usize,
+        need: usize,
+    },
     #[error("kernel source {file}, line {line}: {message}")]
     Source {
         file: String,

@@ -41,7 +41,10 @@ pub const CI_ARCHES: [&str; 2] = ["compute_80", "compute_90"];
 pub const HEADERS: [(&str, &str); 4] = [
     ("common.cuh", include_str!("../../../kernels/common.cuh")),
     ("sh.cuh", include_str!("../../../kernels/sh.cuh")),
-    ("projection.cuh", include_str!("../../../kernels/projection.cuh")),
+    (
+        "projection.cuh",
+        include_str!("../../../kernels/projection.cuh"),
+    ),
     ("raster.cuh", include_str!("../../../kernels/raster.cuh")),
 ];
 
@@ -295,8 +298,16 @@ mod tests {
     fn every_kernel_splices_without_leftover_includes() {
         for k in Kernel::ALL {
             let s = k.source().unwrap();
-            assert!(!s.contains("#include"), "{} kept an #include", k.file_name());
-            assert!(s.contains("GS_COMMON_CUH"), "{} lacks common.cuh", k.file_name());
+            assert!(
+                !s.contains("#include"),
+                "{} kept an #include",
+                k.file_name()
+            );
+            assert!(
+                s.contains("GS_COMMON_CUH"),
+                "{} lacks common.cuh",
+                k.file_name()
+            );
             for e in k.entry_points() {
                 assert!(
                     s.contains(&format!("__global__ void {e}(")),
