@@ -38,13 +38,21 @@ fn main() {
     let json = std::env::var_os("RAMSPLAT_BENCH_JSON").is_some();
     let tmp = tempfile::tempdir().expect("temp dir");
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    println!("# gs-pack benchmarks on {} ({workers} threads), median of {RUNS} runs\n", fox.display());
+    println!(
+        "# gs-pack benchmarks on {} ({workers} threads), median of {RUNS} runs\n",
+        fox.display()
+    );
     println!("| step | codec | resolution | views/s | decoded MB/s | on disk MB | ratio |");
     println!("|---|---|---|---|---|---|---|");
     let mut packs = vec![];
-    for (label, resize) in [("full 1080x1920", Resize::None), ("downscale 2", Resize::Downscale(2))] {
+    for (label, resize) in [
+        ("full 1080x1920", Resize::None),
+        ("downscale 2", Resize::Downscale(2)),
+    ] {
         for codec in [Codec::Raw, Codec::Zstd, Codec::Png] {
-            let out = tmp.path().join(format!("{label}-{codec:?}").replace(' ', "_"));
+            let out = tmp
+                .path()
+                .join(format!("{label}-{codec:?}").replace(' ', "_"));
             let mut vps = vec![];
             let mut mbps = vec![];
             let mut report = None;
@@ -86,7 +94,12 @@ fn main() {
         let n = pack.manifest().views.len();
         let mut buf = vec![0u8; pack.manifest().max_view_bytes()];
         let mut src = vec![1u8; buf.len()];
-        let bytes: u64 = pack.manifest().views.iter().map(|v| v.record.decoded_len).sum();
+        let bytes: u64 = pack
+            .manifest()
+            .views
+            .iter()
+            .map(|v| v.record.decoded_len)
+            .sum();
         let mut read = vec![];
         let mut copy = vec![];
         for _ in 0..RUNS {

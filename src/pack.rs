@@ -153,11 +153,13 @@ pub fn convert(
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            v.split.unwrap_or(if opts.test_every > 0 && i % opts.test_every as usize == 0 {
-                Split::Test
-            } else {
-                Split::Train
-            })
+            v.split.unwrap_or(
+                if opts.test_every > 0 && i % opts.test_every as usize == 0 {
+                    Split::Test
+                } else {
+                    Split::Train
+                },
+            )
         })
         .collect();
 
@@ -203,7 +205,14 @@ pub fn convert(
                 let v = &views[i];
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     let (camera, img) = prepare_view(v, resize)?;
-                    let encoded = encode_view(&v.name, &camera, splits[i], &img.pixels, writer_opts.codec, writer_opts.zstd_level)?;
+                    let encoded = encode_view(
+                        &v.name,
+                        &camera,
+                        splits[i],
+                        &img.pixels,
+                        writer_opts.codec,
+                        writer_opts.zstd_level,
+                    )?;
                     Ok::<_, PackError>(encoded)
                 }))
                 .unwrap_or(Err(PackError::WorkerPanic { index: i }));

@@ -14,11 +14,18 @@ use ramsplat::pack::{convert, ConvertOptions, Event};
 use ramsplat::shard::reader::Pack;
 use ramsplat::shard::{Codec, ShardError, Split};
 
-const SIZE_HELP: &str = "Sizes: 4G = 4GiB = 4·2^30 bytes; 4GB = 4·10^9 bytes; plain numbers are bytes.";
+const SIZE_HELP: &str =
+    "Sizes: 4G = 4GiB = 4·2^30 bytes; 4GB = 4·10^9 bytes; plain numbers are bytes.";
 
 #[derive(Parser)]
-#[command(name = "gs-pack", version, about = "Pack 3DGS datasets into immutable, checksummed, memory-mapped shards")]
-#[command(after_help = "Exit codes: 0 success, 1 failure, 2 bad command line, 3 verify found damage.")]
+#[command(
+    name = "gs-pack",
+    version,
+    about = "Pack 3DGS datasets into immutable, checksummed, memory-mapped shards"
+)]
+#[command(
+    after_help = "Exit codes: 0 success, 1 failure, 2 bad command line, 3 verify found damage."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -124,7 +131,11 @@ fn main() -> ExitCode {
 fn run_convert(input: &Path, output: &Path, opts: &ConvertOptions) -> anyhow::Result<()> {
     let progress: std::sync::OnceLock<Progress> = std::sync::OnceLock::new();
     let on_event = |e: Event<'_>| match e {
-        Event::Imported { views, clouds, missing } => {
+        Event::Imported {
+            views,
+            clouds,
+            missing,
+        } => {
             eprintln!(
                 "found {views} views and {clouds} point clouds in {}{}",
                 input.display(),
@@ -180,8 +191,15 @@ fn run_verify(path: &Path) -> ExitCode {
     let pack = match Pack::open(path) {
         Ok(p) => p,
         Err(e) => {
-            let code = if is_damage(&e) { EXIT_CORRUPT } else { EXIT_FAILURE };
-            return report_error(&anyhow::Error::new(e).context(format!("verifying {}", path.display())), code);
+            let code = if is_damage(&e) {
+                EXIT_CORRUPT
+            } else {
+                EXIT_FAILURE
+            };
+            return report_error(
+                &anyhow::Error::new(e).context(format!("verifying {}", path.display())),
+                code,
+            );
         }
     };
     let total = pack.manifest().bytes_on_disk();
@@ -199,14 +217,24 @@ fn run_verify(path: &Path) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            let code = if is_damage(&e) { EXIT_CORRUPT } else { EXIT_FAILURE };
-            report_error(&anyhow::Error::new(e).context(format!("verifying {}", path.display())), code)
+            let code = if is_damage(&e) {
+                EXIT_CORRUPT
+            } else {
+                EXIT_FAILURE
+            };
+            report_error(
+                &anyhow::Error::new(e).context(format!("verifying {}", path.display())),
+                code,
+            )
         }
     }
 }
 
 fn is_damage(e: &ShardError) -> bool {
-    matches!(e, ShardError::Corrupt { .. } | ShardError::BadManifest { .. })
+    matches!(
+        e,
+        ShardError::Corrupt { .. } | ShardError::BadManifest { .. }
+    )
 }
 
 fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
@@ -218,7 +246,11 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     }
     let test_views = m.split_indices(Split::Test).len();
     let points: u64 = m.clouds.iter().map(|c| c.points).sum();
-    let codecs: std::collections::BTreeSet<_> = m.views.iter().map(|v| format!("{:?}", v.codec).to_lowercase()).collect();
+    let codecs: std::collections::BTreeSet<_> = m
+        .views
+        .iter()
+        .map(|v| format!("{:?}", v.codec).to_lowercase())
+        .collect();
     if json {
         let v = serde_json::json!({
             "pack": path.display().to_string(),
@@ -245,7 +277,12 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     }
     println!("pack        {}", path.display());
     println!("source      {} ({:?})", m.source.path, m.source.format);
-    println!("views       {} ({} train, {} test)", m.views.len(), m.views.len() - test_views, test_views);
+    println!(
+        "views       {} ({} train, {} test)",
+        m.views.len(),
+        m.views.len() - test_views,
+        test_views
+    );
     for ((w, h), n) in &sizes {
         println!("            {n} × {w}x{h}");
     }
@@ -261,13 +298,29 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
         };
         println!("points      {:?}: {}{extra}", c.name, c.points);
     }
-    println!("extent      {:.4} (1.1 × max camera distance from the centroid)", m.scene.extent);
-    println!("codec       {}", codecs.into_iter().collect::<Vec<_>>().join(", "));
-    println!("on disk     {} in {} shards", human_bytes(m.bytes_on_disk()), m.shards.len());
-    println!("decoded     {} (largest view {})", human_bytes(m.decoded_bytes()), human_bytes(m.max_view_bytes() as u64));
+    println!(
+        "extent      {:.4} (1.1 × max camera distance from the centroid)",
+        m.scene.extent
+    );
+    println!(
+        "codec       {}",
+        codecs.into_iter().collect::<Vec<_>>().join(", ")
+    );
+    println!(
+        "on disk     {} in {} shards",
+        human_bytes(m.bytes_on_disk()),
+        m.shards.len()
+    );
+    println!(
+        "decoded     {} (largest view {})",
+        human_bytes(m.decoded_bytes()),
+        human_bytes(m.max_view_bytes() as u64)
+    );
     if !m.source.missing_images.is_empty() {
-        println!("missing     {} images listed by the dataset were not found", m.source.missing_images.len());
+        println!(
+            "missing     {} images listed by the dataset were not found",
+            m.source.missing_images.len()
+        );
     }
     Ok(())
 }
-

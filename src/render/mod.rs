@@ -24,6 +24,7 @@
 //! [`Gaussians`].
 
 pub mod cpu;
+pub mod cuda;
 
 use crate::scene::camera::{Camera, CameraError};
 use crate::scene::gaussians::Gaussians;
@@ -168,6 +169,23 @@ pub enum RenderError {
         what: &'static str,
         got: usize,
         expected: usize,
+    },
+    #[error(
+        "render needs {bytes} bytes of GPU memory for {count} tile intersections but only \
+         {free} bytes are free; largest Gaussians on screen: {}. Lower the resolution, prune \
+         oversized Gaussians, free GPU memory, or use --backend cpu",
+        fmt_large(.largest)
+    )]
+    DeviceMemory {
+        bytes: u64,
+        count: u64,
+        free: u64,
+        largest: Vec<LargeGaussian>,
+    },
+    #[error("{backend} backend: {message}")]
+    Backend {
+        backend: &'static str,
+        message: String,
     },
     #[error(
         "backward called without a matching forward (the Gaussian count, camera or options \

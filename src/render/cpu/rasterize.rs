@@ -37,7 +37,7 @@ pub const T_MIN: f64 = 1e-4;
 /// Slack added to the σ cut-off `ln(255·o)` of the cheap pre-test that avoids `exp` for pixels
 /// far from a splat. The exact `α < 1/255` test still decides; the slack (≫ the few-ulp error
 /// of `exp`/`ln`) only guarantees the shortcut never skips a splat the exact test would keep.
-const SIGMA_CUT_SLACK: f64 = 1e-3;
+pub const SIGMA_CUT_SLACK: f64 = 1e-3;
 
 #[derive(Clone, Copy, Default)]
 struct Packed<F> {

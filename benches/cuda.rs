@@ -1,0 +1,96 @@
+//! Forward and forward+backward time of the CUDA and CPU backends for 100k and 1M Gaussians
+//! at 1920×1080, with the CPU/CUDA ratio. Run: `cargo bench --bench cuda`.
+//! Exits with a clear message (status 0) when no GPU is usable, so it never fakes a figure.
+
+use std::time::Instant;
+
+use ramsplat::render::cuda::CudaRasterizer;
+use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
+use ramsplat::rng::Rng;
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
+
+fn scene(n: usize) -> Gaussians {
+    let mut r = Rng::new(42);
+    let mut g = Gaussians {
+        sh_degree: 3,
+        ..Gaussians::default()
+    };
+    for _ in 0..n {
+        let z = r.uniform(2.0, 10.0);
+        g.means.push([
+            (r.uniform(-1.0, 1.0) * z) as f32,
+            (r.uniform(-0.6, 0.6) * z) as f32,
+            z as f32,
+        ]);
+        g.log_scales
+            .push([0; 3].map(|_| r.uniform(-5.0, -3.0) as f32));
+        g.rotations
+            .push([0; 4].map(|_| r.uniform(-1.0, 1.0) as f32));
+        g.logit_opacities.push(r.uniform(-1.0, 3.0) as f32);
+        for _ in 0..sh_coeffs(3) {
+            g.sh.push([0; 3].map(|_| r.uniform(-0.3, 0.3) as f32));
+        }
+    }
+    g
+}
+
+/// Median seconds of `reps` runs of forward (and backward when `bwd`).
+fn time(r: &mut dyn Rasterizer, g: &Gaussians, cam: &Camera, bwd: bool, reps: usize) -> f64 {
+    let opts = RenderOptions {
+        max_intersection_bytes: 16 << 30,
+        ..RenderOptions::default()
+    };
+    let mut out = RenderOutput::default();
+    let mut grads = GaussianGrads::default();
+    let d = vec![1e-3f32; 3 * cam.width as usize * cam.height as usize];
+    let mut t = Vec::new();
+    for _ in 0..reps + 1 {
+        let s = Instant::now();
+        r.forward(g, cam, &opts, &mut out).expect("forward");
+        if bwd {
+            r.backward(g, cam, &opts, &d, &mut grads).expect("backward");
+        }
+        t.push(s.elapsed().as_secs_f64());
+    }
+    t.remove(0); // warm-up (kernel load, buffer growth)
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn main() {
+    let mut gpu = match CudaRasterizer::new() {
+        Ok(r) => r,
+        Err(e) => {
+            println!("cuda bench: no usable GPU ({e}); nothing measured");
+            return;
+        }
+    };
+    println!("device: {} ({})", gpu.device().name, gpu.device().arch());
+    let cam = Camera {
+        width: 1920,
+        height: 1080,
+        intrinsics: Intrinsics {
+            fx: 1600.0,
+            fy: 1600.0,
+            cx: 960.0,
+            cy: 540.0,
+        },
+        world_to_camera: Pose::IDENTITY,
+    };
+    let mut cpu = CpuRasterizer::<f32>::new();
+    for n in [100_000usize, 1_000_000] {
+        let g = scene(n);
+        for bwd in [false, true] {
+            let what = if bwd { "fwd+bwd" } else { "fwd" };
+            let tg = time(&mut gpu, &g, &cam, bwd, 5);
+            let tc = time(&mut cpu, &g, &cam, bwd, 2);
+            println!(
+                "{n} Gaussians 1920x1080 {what}: cuda {:.2} ms, cpu {:.1} ms, cpu/cuda {:.1}x",
+                tg * 1e3,
+                tc * 1e3,
+                tc / tg
+            );
+        }
+    }
+}

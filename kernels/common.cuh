@@ -1,0 +1,80 @@
+// common.cuh: constants, camera layout and small math shared by every ramsplat kernel.
+//
+// Host constants arrive as -D flags built by src/render/cuda/kernels.rs from the same Rust
+// constants the CPU reference uses (src/render/cpu/{project,rasterize}.rs), so the two
+// backends cannot drift apart; a missing flag is a compile error, never a silent default.
+// NVRTC has no include path for these embedded headers: the Rust side splices them into each
+// .cu in place of its `#include "..."` line, so every header carries an include guard.
+#ifndef GS_COMMON_CUH
+#define GS_COMMON_CUH
+
+#if !defined(GS_TILE_SIZE) || !defined(GS_NEAR_PLANE) || !defined(GS_DILATION) ||            \
+    !defined(GS_ALPHA_MAX) || !defined(GS_ALPHA_MIN) || !defined(GS_T_MIN) ||                \
+    !defined(GS_SIGMA_CUT_SLACK) || !defined(GS_SCAN_BLOCK) || !defined(GS_SCAN_ITEMS) ||     \
+    !defined(GS_SORT_BLOCK) || !defined(GS_RADIX_BITS) || !defined(GS_CAM_LEN)
+#error "ramsplat kernels need the -D constants built by src/render/cuda/kernels.rs"
+#endif
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// One tile is one thread block in the rasterizer: GS_TILE_SIZE² threads.
+#define GS_BLOCK_PIXELS (GS_TILE_SIZE * GS_TILE_SIZE)
+
+// Camera buffer layout (GS_CAM_LEN floats), written by src/render/cuda/mod.rs::camera_buffer
+// from the CPU reference's CameraF<f32> so limits are rounded identically.
+#define CAM_ROT 0        // [3, 3] row-major world-to-camera rotation W
+#define CAM_TRANS 9      // [3] translation
+#define CAM_CENTRE 12    // [3] camera centre in world coordinates
+#define CAM_FX 15
+#define CAM_FY 16
+#define CAM_CX 17
+#define CAM_CY 18
+#define CAM_LIM_X_NEG 19
+#define CAM_LIM_X_POS 20
+#define CAM_LIM_Y_NEG 21
+#define CAM_LIM_Y_POS 22
+
+struct Cam {
+    float rot[3][3];
+    float trans[3];
+    float centre[3];
+    float fx, fy, cx, cy;
+    float lim_x_neg, lim_x_pos, lim_y_neg, lim_y_pos;
+};
+
+__device__ __forceinline__ Cam load_cam(const float* __restrict__ c /* [GS_CAM_LEN] */) {
+    Cam k;
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int q = 0; q < 3; ++q) k.rot[r][q] = c[CAM_ROT + 3 * r + q];
+#pragma unroll
+    for (int a = 0; a < 3; ++a) {
+        k.trans[a] = c[CAM_TRANS + a];
+        k.centre[a] = c[CAM_CENTRE + a];
+    }
+    k.fx = c[CAM_FX];
+    k.fy = c[CAM_FY];
+    k.cx = c[CAM_CX];
+    k.cy = c[CAM_CY];
+    k.lim_x_neg = c[CAM_LIM_X_NEG];
+    k.lim_x_pos = c[CAM_LIM_X_POS];
+    k.lim_y_neg = c[CAM_LIM_Y_NEG];
+    k.lim_y_pos = c[CAM_LIM_Y_POS];
+    return k;
+}
+
+// Half-open tile range [x0, x1) × [y0, y1) touched by the box mean ± radius; identical to
+// cpu::project::tile_rect (floor((m − r)/T), floor((m + r)/T) + 1, clamped to the grid).
+__device__ __forceinline__ void tile_rect(float mx, float my, float radius, u32 tiles_x,
+                                          u32 tiles_y, u32& x0, u32& x1, u32& y0, u32& y1) {
+    const float ts = (float)GS_TILE_SIZE;
+    const float fx = (float)tiles_x, fy = (float)tiles_y;
+    x0 = (u32)fminf(fmaxf(floorf((mx - radius) / ts), 0.0f), fx);
+    x1 = (u32)fminf(fmaxf(floorf((mx + radius) / ts) + 1.0f, 0.0f), fx);
+    y0 = (u32)fminf(fmaxf(floorf((my - radius) / ts), 0.0f), fy);
+    y1 = (u32)fminf(fmaxf(floorf((my + radius) / ts) + 1.0f, 0.0f), fy);
+}
+
+#endif // GS_COMMON_CUH

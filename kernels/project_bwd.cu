@@ -1,0 +1,188 @@
+// project_bwd.cu: one thread per Gaussian; chains ∂L/∂(mean2d, conic, colour, opacity) back to
+// the stored parameters. Twin of cpu::project::project_bwd (same derivation, same exact
+// derivative through the Jacobian clamp). Every output element is written (culled → zeros).
+#include "common.cuh"
+#include "sh.cuh"
+#include "projection.cuh"
+
+extern "C" __global__ void project_bwd(
+    u32 n,
+    const float* __restrict__ means,            // [N, 3]
+    const float* __restrict__ log_scales,       // [N, 3]
+    const float* __restrict__ rotations,        // [N, 4]
+    const float* __restrict__ sh,               // [N, K, 3]
+    u32 coeffs,                                 // K
+    u32 degree,                                 // active SH degree
+    const float* __restrict__ cam_buf,          // [GS_CAM_LEN]
+    const u32* __restrict__ radii,              // [N] from project_fwd
+    const float* __restrict__ conics,           // [N, 3] from project_fwd
+    const float* __restrict__ opacities,        // [N] from project_fwd
+    const float* __restrict__ v_means2d,        // [N, 2] from rasterize_bwd
+    const float* __restrict__ v_conics,         // [N, 3] from rasterize_bwd
+    const float* __restrict__ v_colors,         // [N, 3] from rasterize_bwd
+    const float* __restrict__ v_opacities,      // [N] from rasterize_bwd
+    float* __restrict__ g_means,                // [N, 3] out
+    float* __restrict__ g_log_scales,           // [N, 3] out
+    float* __restrict__ g_rotations,            // [N, 4] out
+    float* __restrict__ g_logit_opacities,      // [N] out
+    float* __restrict__ g_sh,                   // [N, K, 3] out
+    float* __restrict__ g_means2d)              // [N, 2] out
+{
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float* gsh = g_sh + (size_t)i * coeffs * 3;
+    for (u32 k = 0; k < 3 * coeffs; ++k) gsh[k] = 0.0f;
+#pragma unroll
+    for (int a = 0; a < 3; ++a) { g_means[3 * i + a] = 0.0f; g_log_scales[3 * i + a] = 0.0f; }
+#pragma unroll
+    for (int a = 0; a < 4; ++a) g_rotations[4 * i + a] = 0.0f;
+    g_logit_opacities[i] = 0.0f;
+    g_means2d[2 * i] = 0.0f;
+    g_means2d[2 * i + 1] = 0.0f;
+    if (radii[i] == 0) return;
+
+    const Cam cam = load_cam(cam_buf);
+    const float mean[3] = {means[3 * i], means[3 * i + 1], means[3 * i + 2]};
+    const float ls[3] = {log_scales[3 * i], log_scales[3 * i + 1], log_scales[3 * i + 2]};
+    const float q[4] = {rotations[4 * i], rotations[4 * i + 1], rotations[4 * i + 2],
+                        rotations[4 * i + 3]};
+    Geometry g;
+    if (!geometry(mean, ls, q, cam, g)) return;
+
+    const float gm2[2] = {v_means2d[2 * i], v_means2d[2 * i + 1]};
+    g_means2d[2 * i] = gm2[0];
+    g_means2d[2 * i + 1] = gm2[1];
+
+    // Opacity through the sigmoid.
+    const float o = opacities[i];
+    g_logit_opacities[i] = v_opacities[i] * o * (1.0f - o);
+
+    // Colour: SH coefficients and view direction; clamped channels pass no gradient.
+    float dir[3];
+    const float vlen = view_dir(mean, cam, dir);
+    const float* co = sh + (size_t)i * coeffs * 3;
+    float basis[SH_MAX_BASIS];
+    float bgrad[SH_MAX_BASIS][3];
+    sh_basis(dir[0], dir[1], dir[2], degree, basis);
+    sh_basis_grad(dir[0], dir[1], dir[2], degree, bgrad);
+    const u32 active = (degree + 1) * (degree + 1);
+    float raw[3] = {0.0f, 0.0f, 0.0f};
+    for (u32 k = 0; k < active; ++k)
+#pragma unroll
+        for (int ch = 0; ch < 3; ++ch) raw[ch] += basis[k] * co[3 * k + ch];
+    float d_raw[3];
+#pragma unroll
+    for (int ch = 0; ch < 3; ++ch)
+        d_raw[ch] = (raw[ch] + 0.5f < 0.0f) ? 0.0f : v_colors[3 * i + ch];
+    float d_dir[3] = {0.0f, 0.0f, 0.0f};
+    for (u32 k = 0; k < active; ++k) {
+#pragma unroll
+        for (int ch = 0; ch < 3; ++ch) gsh[3 * k + ch] = d_raw[ch] * basis[k];
+        const float w = co[3 * k] * d_raw[0] + co[3 * k + 1] * d_raw[1] + co[3 * k + 2] * d_raw[2];
+#pragma unroll
+        for (int a = 0; a < 3; ++a) d_dir[a] += bgrad[k][a] * w;
+    }
+    const float dd = dir[0] * d_dir[0] + dir[1] * d_dir[1] + dir[2] * d_dir[2];
+    float d_mean[3];
+#pragma unroll
+    for (int a = 0; a < 3; ++a) d_mean[a] = (d_dir[a] - dir[a] * dd) / vlen;
+
+    // Conic (a', b', c') → dilated Σ2d: dΣ2 = −K·Gc·K, Gc the symmetric-matrix gradient
+    // (b' appears once in σ, so its matrix entries get half each).
+    const float ka = conics[3 * i], kb = conics[3 * i + 1], kc = conics[3 * i + 2];
+    const float gc0 = v_conics[3 * i], gc1 = 0.5f * v_conics[3 * i + 1], gc2 = v_conics[3 * i + 2];
+    const float kg00 = ka * gc0 + kb * gc1, kg01 = ka * gc1 + kb * gc2;
+    const float kg10 = kb * gc0 + kc * gc1, kg11 = kb * gc1 + kc * gc2;
+    const float d2[2][2] = {{-(kg00 * ka + kg01 * kb), -(kg00 * kb + kg01 * kc)},
+                            {-(kg10 * ka + kg11 * kb), -(kg10 * kb + kg11 * kc)}};
+    // Σ2d = T Σ Tᵀ: dΣ = Tᵀ·dΣ2·T, dT = 2·dΣ2·T·Σ.
+    float d2t[2][3];
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c) d2t[r][c] = d2[r][0] * g.tmat[0][c] + d2[r][1] * g.tmat[1][c];
+    float d_cov3[3][3];
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c) d_cov3[r][c] = g.tmat[0][r] * d2t[0][c] + g.tmat[1][r] * d2t[1][c];
+    float d_t[2][3];
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c)
+            d_t[r][c] = 2.0f * (d2t[r][0] * g.cov3[0][c] + d2t[r][1] * g.cov3[1][c] +
+                                d2t[r][2] * g.cov3[2][c]);
+    // T = J·W: dJ = dT·Wᵀ.
+    float d_j[2][3];
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c)
+            d_j[r][c] = d_t[r][0] * cam.rot[c][0] + d_t[r][1] * cam.rot[c][1] +
+                        d_t[r][2] * cam.rot[c][2];
+    // J → camera-space point, exact through the clamp.
+    const float x = g.t[0], y = g.t[1], z = g.t[2];
+    const float rz = 1.0f / z, rz2 = rz * rz, rz3 = rz2 * rz;
+    const float fx = cam.fx, fy = cam.fy;
+    const float tx = -g.j[0][2] / (fx * rz2);
+    const float ty = -g.j[1][2] / (fy * rz2);
+    float dt[3] = {0.0f, 0.0f, 0.0f};
+    dt[2] += -fx * rz2 * d_j[0][0] - fy * rz2 * d_j[1][1];
+    if (g.clamped[0]) {
+        dt[2] += fx * tx * rz3 * d_j[0][2];
+    } else {
+        dt[0] += -fx * rz2 * d_j[0][2];
+        dt[2] += 2.0f * fx * tx * rz3 * d_j[0][2];
+    }
+    if (g.clamped[1]) {
+        dt[2] += fy * ty * rz3 * d_j[1][2];
+    } else {
+        dt[1] += -fy * rz2 * d_j[1][2];
+        dt[2] += 2.0f * fy * ty * rz3 * d_j[1][2];
+    }
+    // mean2d = (fx·x/z + cx, fy·y/z + cy).
+    dt[0] += fx * rz * gm2[0];
+    dt[1] += fy * rz * gm2[1];
+    dt[2] += -(fx * x * gm2[0] + fy * y * gm2[1]) * rz2;
+    // t = W·μ + w: dμ += Wᵀ·dt.
+#pragma unroll
+    for (int a = 0; a < 3; ++a)
+        d_mean[a] += cam.rot[0][a] * dt[0] + cam.rot[1][a] * dt[1] + cam.rot[2][a] * dt[2];
+#pragma unroll
+    for (int a = 0; a < 3; ++a) g_means[3 * i + a] = d_mean[a];
+
+    // Σ = M Mᵀ, M = R·diag(s): dM = 2·dΣ·M.
+    float d_rot[3][3];
+    float d_s[3] = {0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c) {
+            const float dm = 2.0f * (d_cov3[r][0] * g.rot[0][c] * g.scale[c] +
+                                     d_cov3[r][1] * g.rot[1][c] * g.scale[c] +
+                                     d_cov3[r][2] * g.rot[2][c] * g.scale[c]);
+            d_rot[r][c] = dm * g.scale[c];
+            d_s[c] += dm * g.rot[r][c];
+        }
+#pragma unroll
+    for (int c = 0; c < 3; ++c) g_log_scales[3 * i + c] = d_s[c] * g.scale[c];
+
+    // Quaternion through R(q̂) and q̂ = q/|q|.
+    const float w = g.qn[0], qx = g.qn[1], qy = g.qn[2], qz = g.qn[3];
+    float dq[4];
+    dq[0] = 2.0f * (-qz * d_rot[0][1] + qy * d_rot[0][2] + qz * d_rot[1][0] - qx * d_rot[1][2] -
+                    qy * d_rot[2][0] + qx * d_rot[2][1]);
+    dq[1] = -4.0f * qx * (d_rot[1][1] + d_rot[2][2]) +
+            2.0f * (qy * d_rot[0][1] + qz * d_rot[0][2] + qy * d_rot[1][0] - w * d_rot[1][2] +
+                    qz * d_rot[2][0] + w * d_rot[2][1]);
+    dq[2] = -4.0f * qy * (d_rot[0][0] + d_rot[2][2]) +
+            2.0f * (qx * d_rot[0][1] + w * d_rot[0][2] + qx * d_rot[1][0] + qz * d_rot[1][2] -
+                    w * d_rot[2][0] + qz * d_rot[2][1]);
+    dq[3] = -4.0f * qz * (d_rot[0][0] + d_rot[1][1]) +
+            2.0f * (-w * d_rot[0][1] + qx * d_rot[0][2] + w * d_rot[1][0] + qy * d_rot[1][2] +
+                    qx * d_rot[2][0] + qy * d_rot[2][1]);
+    const float proj = dq[0] * g.qn[0] + dq[1] * g.qn[1] + dq[2] * g.qn[2] + dq[3] * g.qn[3];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) g_rotations[4 * i + a] = (dq[a] - g.qn[a] * proj) / g.qlen;
+}

@@ -1,0 +1,94 @@
+// project_fwd.cu: one thread per Gaussian; camera projection, EWA 2D covariance, conic,
+// screen radius, tile count and SH colour. Twin of cpu::project::project_fwd.
+//
+// Every output element is written for every Gaussian (culled ones get zeros and radius 0), so
+// a poisoned output buffer never leaks through.
+#include "common.cuh"
+#include "sh.cuh"
+#include "projection.cuh"
+
+extern "C" __global__ void project_fwd(
+    u32 n,
+    const float* __restrict__ means,            // [N, 3]
+    const float* __restrict__ log_scales,       // [N, 3]
+    const float* __restrict__ rotations,        // [N, 4] (w, x, y, z), unnormalised
+    const float* __restrict__ logit_opacities,  // [N]
+    const float* __restrict__ sh,               // [N, K, 3], K = (stored degree + 1)²
+    u32 coeffs,                                 // K
+    u32 degree,                                 // active SH degree, ≤ stored
+    const float* __restrict__ cam_buf,          // [GS_CAM_LEN]
+    u32 tiles_x, u32 tiles_y,
+    float* __restrict__ means2d,                // [N, 2] out
+    float* __restrict__ conics,                 // [N, 3] out
+    float* __restrict__ opacities,              // [N] out
+    float* __restrict__ colors,                 // [N, 3] out
+    float* __restrict__ depths,                 // [N] out
+    u32* __restrict__ radii,                    // [N] out
+    u64* __restrict__ tiles_touched)            // [N + 1] out (entry N is zeroed by thread 0)
+{
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == 0) tiles_touched[n] = 0;  // the scan turns entry N into the total
+    if (i >= n) return;
+    const Cam cam = load_cam(cam_buf);
+
+    // Defaults for a culled Gaussian.
+    means2d[2 * i] = 0.0f; means2d[2 * i + 1] = 0.0f;
+    conics[3 * i] = 0.0f; conics[3 * i + 1] = 0.0f; conics[3 * i + 2] = 0.0f;
+    opacities[i] = 0.0f;
+    colors[3 * i] = 0.0f; colors[3 * i + 1] = 0.0f; colors[3 * i + 2] = 0.0f;
+    depths[i] = 0.0f;
+    radii[i] = 0;
+    tiles_touched[i] = 0;
+
+    const float mean[3] = {means[3 * i], means[3 * i + 1], means[3 * i + 2]};
+    const float ls[3] = {log_scales[3 * i], log_scales[3 * i + 1], log_scales[3 * i + 2]};
+    const float q[4] = {rotations[4 * i], rotations[4 * i + 1], rotations[4 * i + 2],
+                        rotations[4 * i + 3]};
+    Geometry g;
+    if (!geometry(mean, ls, q, cam, g)) return;
+    const float a = g.cov2[0], b = g.cov2[1], c = g.cov2[2];
+    const float det = a * c - b * b;
+    if (!(det > 0.0f && isfinite(det))) return;
+    const float conic[3] = {c / det, -b / det, a / det};
+    const float mid = 0.5f * (a + c);
+    // 0.1 floor on the discriminant: 3DGS's, kept identical to the CPU reference.
+    const float lambda = mid + sqrtf(fmaxf(mid * mid - det, 0.1f));
+    const float radius = ceilf(3.0f * sqrtf(lambda));
+    const float x = g.t[0], y = g.t[1], z = g.t[2];
+    const float m2x = cam.fx * x / z + cam.cx;
+    const float m2y = cam.fy * y / z + cam.cy;
+    if (!(isfinite(radius) && isfinite(m2x) && isfinite(m2y)) || !isfinite(conic[0]) ||
+        !isfinite(conic[1]) || !isfinite(conic[2]))
+        return;
+    u32 x0, x1, y0, y1;
+    tile_rect(m2x, m2y, radius, tiles_x, tiles_y, x0, x1, y0, y1);
+    if (x0 >= x1 || y0 >= y1) return;
+    const float opacity = 1.0f / (1.0f + expf(-logit_opacities[i]));
+    if (!isfinite(opacity)) return;
+    float dir[3];
+    view_dir(mean, cam, dir);
+    float basis[SH_MAX_BASIS];
+    sh_basis(dir[0], dir[1], dir[2], degree, basis);
+    const u32 active = (degree + 1) * (degree + 1);
+    const float* co = sh + (size_t)i * coeffs * 3;
+    float raw[3] = {0.0f, 0.0f, 0.0f};
+    for (u32 k = 0; k < active; ++k) {
+#pragma unroll
+        for (int ch = 0; ch < 3; ++ch) raw[ch] += basis[k] * co[3 * k + ch];
+    }
+    if (!isfinite(raw[0]) || !isfinite(raw[1]) || !isfinite(raw[2])) return;
+
+    means2d[2 * i] = m2x;
+    means2d[2 * i + 1] = m2y;
+    conics[3 * i] = conic[0];
+    conics[3 * i + 1] = conic[1];
+    conics[3 * i + 2] = conic[2];
+    opacities[i] = opacity;
+#pragma unroll
+    for (int ch = 0; ch < 3; ++ch) colors[3 * i + ch] = fmaxf(raw[ch] + 0.5f, 0.0f);
+    depths[i] = z;
+    // A radius above u32::MAX cannot survive tile_rect's clamp with x0 < x1 on a real image,
+    // but saturate like the CPU's `min(u32::MAX)` anyway.
+    radii[i] = (u32)fminf(radius, 4294967295.0f);
+    tiles_touched[i] = (u64)(x1 - x0) * (u64)(y1 - y0);
+}

@@ -1,0 +1,105 @@
+// projection.cuh: per-Gaussian geometry shared by project_fwd.cu and project_bwd.cu, the twin
+// of `geometry` / `view_dir` in src/render/cpu/project.rs (same operations in the same order,
+// so f32 results differ from the CPU only by FMA contraction and libm ulps).
+#ifndef GS_PROJECTION_CUH
+#define GS_PROJECTION_CUH
+
+struct Geometry {
+    float t[3];        // camera-space mean
+    bool clamped[2];   // x/z, y/z clamped by the Jacobian limits
+    float qn[4];       // normalised quaternion (w, x, y, z)
+    float qlen;        // its length before normalisation
+    float rot[3][3];   // R(qn)
+    float scale[3];    // exp(log_scale)
+    float cov3[3][3];  // Σ = R S Sᵀ Rᵀ
+    float tmat[2][3];  // T = J·W
+    float cov2[3];     // dilated Σ2d as (a, b, c)
+    float j[2][3];     // EWA Jacobian
+};
+
+__device__ __forceinline__ void quat_to_rot(const float q[4], float r[3][3]) {
+    const float w = q[0], x = q[1], y = q[2], z = q[3];
+    r[0][0] = 1.0f - 2.0f * (y * y + z * z);
+    r[0][1] = 2.0f * (x * y - w * z);
+    r[0][2] = 2.0f * (x * z + w * y);
+    r[1][0] = 2.0f * (x * y + w * z);
+    r[1][1] = 1.0f - 2.0f * (x * x + z * z);
+    r[1][2] = 2.0f * (y * z - w * x);
+    r[2][0] = 2.0f * (x * z - w * y);
+    r[2][1] = 2.0f * (y * z + w * x);
+    r[2][2] = 1.0f - 2.0f * (x * x + y * y);
+}
+
+// Returns false when the Gaussian is culled (behind the near plane, non-finite position, zero
+// or non-finite quaternion), exactly as the CPU `geometry` returns None.
+__device__ __forceinline__ bool geometry(const float mean[3], const float log_scale[3],
+                                         const float quat[4], const Cam& cam, Geometry& g) {
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+        g.t[r] = cam.rot[r][0] * mean[0] + cam.rot[r][1] * mean[1] + cam.rot[r][2] * mean[2] +
+                 cam.trans[r];
+    // `!(z > near)` also rejects NaN.
+    const bool in_front = g.t[2] > (float)GS_NEAR_PLANE && isfinite(g.t[0]) && isfinite(g.t[1]);
+    if (!in_front) return false;
+    const float qlen2 =
+        quat[0] * quat[0] + quat[1] * quat[1] + quat[2] * quat[2] + quat[3] * quat[3];
+    if (!(qlen2 > 0.0f && isfinite(qlen2))) return false;
+    g.qlen = sqrtf(qlen2);
+#pragma unroll
+    for (int a = 0; a < 4; ++a) g.qn[a] = quat[a] / g.qlen;
+    quat_to_rot(g.qn, g.rot);
+#pragma unroll
+    for (int a = 0; a < 3; ++a) g.scale[a] = expf(log_scale[a]);
+    float m[3][3];
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c) m[r][c] = g.rot[r][c] * g.scale[c];
+#pragma unroll
+    for (int i = 0; i < 3; ++i)
+#pragma unroll
+        for (int k = 0; k < 3; ++k)
+            g.cov3[i][k] = m[i][0] * m[k][0] + m[i][1] * m[k][1] + m[i][2] * m[k][2];
+    const float x = g.t[0], y = g.t[1], z = g.t[2];
+    const float txtz = x / z, tytz = y / z;
+    const float cxz = fminf(fmaxf(txtz, -cam.lim_x_neg), cam.lim_x_pos);
+    const float cyz = fminf(fmaxf(tytz, -cam.lim_y_neg), cam.lim_y_pos);
+    g.clamped[0] = cxz != txtz;
+    g.clamped[1] = cyz != tytz;
+    const float tx = cxz * z, ty = cyz * z;
+    const float rz = 1.0f / z;
+    const float rz2 = rz * rz;
+    g.j[0][0] = cam.fx * rz; g.j[0][1] = 0.0f; g.j[0][2] = -cam.fx * tx * rz2;
+    g.j[1][0] = 0.0f; g.j[1][1] = cam.fy * rz; g.j[1][2] = -cam.fy * ty * rz2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c)
+            g.tmat[r][c] = g.j[r][0] * cam.rot[0][c] + g.j[r][1] * cam.rot[1][c] +
+                           g.j[r][2] * cam.rot[2][c];
+    float ts[2][3];
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c)
+            ts[r][c] = g.tmat[r][0] * g.cov3[0][c] + g.tmat[r][1] * g.cov3[1][c] +
+                       g.tmat[r][2] * g.cov3[2][c];
+    const float dil = (float)GS_DILATION;
+    g.cov2[0] = ts[0][0] * g.tmat[0][0] + ts[0][1] * g.tmat[0][1] + ts[0][2] * g.tmat[0][2] + dil;
+    g.cov2[1] = ts[0][0] * g.tmat[1][0] + ts[0][1] * g.tmat[1][1] + ts[0][2] * g.tmat[1][2];
+    g.cov2[2] = ts[1][0] * g.tmat[1][0] + ts[1][1] * g.tmat[1][1] + ts[1][2] * g.tmat[1][2] + dil;
+    return true;
+}
+
+// Unit view direction from the camera centre to the mean; returns |mean − centre|.
+__device__ __forceinline__ float view_dir(const float mean[3], const Cam& cam, float dir[3]) {
+    const float v0 = mean[0] - cam.centre[0], v1 = mean[1] - cam.centre[1],
+                v2 = mean[2] - cam.centre[2];
+    const float n = sqrtf(v0 * v0 + v1 * v1 + v2 * v2);
+    dir[0] = v0 / n;
+    dir[1] = v1 / n;
+    dir[2] = v2 / n;
+    return n;
+}
+
+#endif // GS_PROJECTION_CUH

@@ -1,0 +1,353 @@
+//! The kernel table: embedded CUDA sources (`kernels/*.cu` + `*.cuh`), header splicing, the
+//! `-D` constants shared with the CPU reference, and NVRTC compilation to PTX.
+//!
+//! Owns: which `.cu` holds which entry points, the exact source text NVRTC sees and the exact
+//! option list. Both the runtime ([`super::CudaRasterizer`]) and `tests/nvrtc_compile.rs` go
+//! through [`Kernel::source`] and [`compile_options`], so the compile test checks precisely
+//! what runs.
+//!
+//! Invariants: every header a `.cu` includes is in [`HEADERS`] and is spliced in place of its
+//! `#include "…"` line (cudarc has no in-memory header API for NVRTC; each header has an
+//! include guard, so splicing one twice is harmless); every numeric constant a kernel shares
+//! with Rust comes from the Rust constant itself through [`defines`], never retyped in CUDA.
+//! Nothing here touches the CUDA driver, so it works on machines without a GPU; NVRTC itself is
+//! probed with [`nvrtc_available`] before any cudarc NVRTC call (cudarc panics when the
+//! library is missing).
+
+use crate::render::cpu::project::{DILATION, NEAR_PLANE, TILE_SIZE};
+use crate::render::cpu::rasterize::{ALPHA_MAX, ALPHA_MIN, SIGMA_CUT_SLACK, T_MIN};
+use crate::scene::sh::{SH_C0, SH_C1, SH_C2, SH_C3};
+
+use super::CudaError;
+
+/// Threads per block of the scan kernels, and elements each thread scans: one block covers
+/// 1024 elements, so three levels cover 2³⁰ — more than any intersection count we accept.
+pub const SCAN_BLOCK: u32 = 256;
+pub const SCAN_ITEMS: u32 = 4;
+/// Elements (one per thread) per block of the radix sort.
+pub const SORT_BLOCK: u32 = 256;
+/// Bits per radix-sort digit: 256 buckets fit the 256-thread block's one-bucket-per-thread
+/// prefix step and make the 45-bit keys of a 1080p render a 6-pass sort.
+pub const RADIX_BITS: u32 = 8;
+/// Threads per block of the one-thread-per-element kernels (projection, key emission).
+pub const ELEMENT_BLOCK: u32 = 256;
+/// Floats in the camera buffer (layout in `kernels/common.cuh`).
+pub const CAM_LEN: usize = 23;
+
+/// Architectures the CI compile test covers (Ampere and Hopper, the project's GPU machines).
+pub const CI_ARCHES: [&str; 2] = ["compute_80", "compute_90"];
+
+/// Embedded headers, by the name `.cu` files include them with.
+pub const HEADERS: [(&str, &str); 4] = [
+    ("common.cuh", include_str!("../../../kernels/common.cuh")),
+    ("sh.cuh", include_str!("../../../kernels/sh.cuh")),
+    (
+        "projection.cuh",
+        include_str!("../../../kernels/projection.cuh"),
+    ),
+    ("raster.cuh", include_str!("../../../kernels/raster.cuh")),
+];
+
+/// One compiled module per pipeline stage (one `.cu` file each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    ProjectFwd,
+    ProjectBwd,
+    TileBinning,
+    Scan,
+    Sort,
+    RasterizeFwd,
+    RasterizeBwd,
+}
+
+impl Kernel {
+    pub const ALL: [Kernel; 7] = [
+        Kernel::ProjectFwd,
+        Kernel::ProjectBwd,
+        Kernel::TileBinning,
+        Kernel::Scan,
+        Kernel::Sort,
+        Kernel::RasterizeFwd,
+        Kernel::RasterizeBwd,
+    ];
+
+    /// The `.cu` file under `kernels/`.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Kernel::ProjectFwd => "project_fwd.cu",
+            Kernel::ProjectBwd => "project_bwd.cu",
+            Kernel::TileBinning => "tile_binning.cu",
+            Kernel::Scan => "scan.cu",
+            Kernel::Sort => "sort.cu",
+            Kernel::RasterizeFwd => "rasterize_fwd.cu",
+            Kernel::RasterizeBwd => "rasterize_bwd.cu",
+        }
+    }
+
+    /// The `extern "C" __global__` functions the module must export.
+    pub fn entry_points(self) -> &'static [&'static str] {
+        match self {
+            Kernel::ProjectFwd => &["project_fwd"],
+            Kernel::ProjectBwd => &["project_bwd"],
+            Kernel::TileBinning => &["emit_keys", "tile_ranges"],
+            Kernel::Scan => &[
+                "scan_block_u64",
+                "scan_add_u64",
+                "scan_block_u32",
+                "scan_add_u32",
+            ],
+            Kernel::Sort => &["radix_histogram", "radix_scatter"],
+            Kernel::RasterizeFwd => &["rasterize_fwd"],
+            Kernel::RasterizeBwd => &["rasterize_bwd"],
+        }
+    }
+
+    fn raw_source(self) -> &'static str {
+        match self {
+            Kernel::ProjectFwd => include_str!("../../../kernels/project_fwd.cu"),
+            Kernel::ProjectBwd => include_str!("../../../kernels/project_bwd.cu"),
+            Kernel::TileBinning => include_str!("../../../kernels/tile_binning.cu"),
+            Kernel::Scan => include_str!("../../../kernels/scan.cu"),
+            Kernel::Sort => include_str!("../../../kernels/sort.cu"),
+            Kernel::RasterizeFwd => include_str!("../../../kernels/rasterize_fwd.cu"),
+            Kernel::RasterizeBwd => include_str!("../../../kernels/rasterize_bwd.cu"),
+        }
+    }
+
+    /// The source NVRTC compiles: the `.cu` with every `#include "x.cuh"` line replaced by the
+    /// embedded header (recursively). An include of anything not in [`HEADERS`] is an error,
+    /// so a new header cannot be forgotten silently.
+    pub fn source(self) -> Result<String, CudaError> {
+        let mut out = String::new();
+        splice(self.file_name(), self.raw_source(), &mut out, 0)?;
+        Ok(out)
+    }
+}
+
+fn splice(file: &str, text: &str, out: &mut String, depth: u32) -> Result<(), CudaError> {
+    // Headers include at most one level deep today; 8 leaves room while catching cycles.
+    const MAX_DEPTH: u32 = 8;
+    for (lineno, line) in text.lines().enumerate() {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix("#include") {
+            let name = rest.trim().trim_matches('"');
+            let quoted = rest.trim().starts_with('"');
+            if !quoted {
+                return Err(CudaError::Source {
+                    file: file.to_string(),
+                    line: lineno + 1,
+                    message: format!(
+                        "system include {:?}: kernels must not depend on headers NVRTC \
+                         would have to find on disk",
+                        rest.trim()
+                    ),
+                });
+            }
+            let Some((_, body)) = HEADERS.iter().find(|(n, _)| *n == name) else {
+                return Err(CudaError::Source {
+                    file: file.to_string(),
+                    line: lineno + 1,
+                    message: format!("unknown header {name:?}; add it to kernels::HEADERS"),
+                });
+            };
+            if depth >= MAX_DEPTH {
+                return Err(CudaError::Source {
+                    file: file.to_string(),
+                    line: lineno + 1,
+                    message: format!("include nesting deeper than {MAX_DEPTH} (a cycle?)"),
+                });
+            }
+            out.push_str(&format!("// ---- begin {name} (spliced) ----\n"));
+            splice(name, body, out, depth + 1)?;
+            out.push_str(&format!("// ---- end {name} ----\n"));
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    Ok(())
+}
+
+/// Formats an f64 so that C parses back the identical double (Rust's `{:?}` is shortest
+/// round-trip; force a decimal point or exponent so it is a floating literal).
+fn c_double(v: f64) -> String {
+    let s = format!("{v:?}");
+    if s.contains('.') || s.contains('e') || s.contains("inf") || s.contains("NaN") {
+        s
+    } else {
+        format!("{s}.0")
+    }
+}
+
+/// The `-D` constants every kernel is compiled with, as (name, value).
+pub fn defines() -> Vec<(&'static str, String)> {
+    let mut d = vec![
+        ("GS_TILE_SIZE", TILE_SIZE.to_string()),
+        ("GS_NEAR_PLANE", c_double(NEAR_PLANE)),
+        ("GS_DILATION", c_double(DILATION)),
+        ("GS_ALPHA_MAX", c_double(ALPHA_MAX)),
+        ("GS_ALPHA_MIN", c_double(ALPHA_MIN)),
+        ("GS_T_MIN", c_double(T_MIN)),
+        ("GS_SIGMA_CUT_SLACK", c_double(SIGMA_CUT_SLACK)),
+        ("GS_SCAN_BLOCK", SCAN_BLOCK.to_string()),
+        ("GS_SCAN_ITEMS", SCAN_ITEMS.to_string()),
+        ("GS_SORT_BLOCK", SORT_BLOCK.to_string()),
+        ("GS_RADIX_BITS", RADIX_BITS.to_string()),
+        ("GS_CAM_LEN", CAM_LEN.to_string()),
+        ("GS_SH_C0", c_double(SH_C0)),
+        ("GS_SH_C1", c_double(SH_C1)),
+    ];
+    const C2: [&str; 5] = [
+        "GS_SH_C2_0",
+        "GS_SH_C2_1",
+        "GS_SH_C2_2",
+        "GS_SH_C2_3",
+        "GS_SH_C2_4",
+    ];
+    const C3: [&str; 7] = [
+        "GS_SH_C3_0",
+        "GS_SH_C3_1",
+        "GS_SH_C3_2",
+        "GS_SH_C3_3",
+        "GS_SH_C3_4",
+        "GS_SH_C3_5",
+        "GS_SH_C3_6",
+    ];
+    for (n, v) in C2.iter().zip(SH_C2) {
+        d.push((n, c_double(v)));
+    }
+    for (n, v) in C3.iter().zip(SH_C3) {
+        d.push((n, c_double(v)));
+    }
+    d
+}
+
+/// The full NVRTC option list for `arch` (e.g. `"compute_80"`). The architecture is always
+/// explicit: NVRTC's default changes between releases. `-default-device` spares writing
+/// `__device__` on the helpers; FMA contraction stays on (the default) for speed, which is
+/// why parity tolerances are a few ulps rather than zero.
+pub fn compile_options(arch: &str) -> Vec<String> {
+    let mut o = vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        "-default-device".to_string(),
+    ];
+    for (n, v) in defines() {
+        o.push(format!("-D{n}={v}"));
+    }
+    o
+}
+
+/// Whether the NVRTC shared library can be loaded. Must be checked before any cudarc NVRTC
+/// call: cudarc panics (instead of returning an error) when the library is missing.
+pub fn nvrtc_available() -> Result<(), CudaError> {
+    // SAFETY: `is_culib_present` only tries `dlopen` on candidate library names and drops the
+    // handles; it calls no function from the library and has no precondition.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(CudaError::NoNvrtc)
+    }
+}
+
+/// Compiles `kernel` for `arch` to PTX text. On failure the error carries NVRTC's log
+/// verbatim. Checks [`nvrtc_available`] first, so it never panics for a missing library.
+pub fn compile(kernel: Kernel, arch: &str) -> Result<String, CudaError> {
+    nvrtc_available()?;
+    let src = kernel.source()?;
+    let opts = cudarc::nvrtc::CompileOptions {
+        options: compile_options(arch),
+        name: Some(kernel.file_name().to_string()),
+        ..Default::default()
+    };
+    match cudarc::nvrtc::compile_ptx_with_opts(&src, opts) {
+        Ok(ptx) => Ok(ptx.to_src()),
+        Err(cudarc::nvrtc::CompileError::CompileError { nvrtc, log, .. }) => {
+            Err(CudaError::Compile {
+                kernel: kernel.file_name(),
+                arch: arch.to_string(),
+                status: format!("{nvrtc:?}"),
+                log: log.to_string_lossy().into_owned(),
+            })
+        }
+        Err(e) => Err(CudaError::Compile {
+            kernel: kernel.file_name(),
+            arch: arch.to_string(),
+            status: format!("{e:?}"),
+            log: String::new(),
+        }),
+    }
+}
+
+/// Hash of everything that determines a module's PTX: spliced source, options, and the
+/// NVRTC version string the caller passes (part of the on-disk cache key).
+pub fn source_hash(kernel: Kernel, arch: &str) -> Result<u64, CudaError> {
+    let mut h = kernel.source()?;
+    for o in compile_options(arch) {
+        h.push('\0');
+        h.push_str(&o);
+    }
+    Ok(xxhash_rust::xxh3::xxh3_64(h.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_splices_without_leftover_includes() {
+        for k in Kernel::ALL {
+            let s = k.source().unwrap();
+            assert!(
+                !s.lines().any(|l| l.trim_start().starts_with("#include")),
+                "{} kept an #include",
+                k.file_name()
+            );
+            assert!(
+                s.contains("GS_COMMON_CUH"),
+                "{} lacks common.cuh",
+                k.file_name()
+            );
+            for e in k.entry_points() {
+                assert!(
+                    s.contains(&format!("__global__ void {e}(")),
+                    "{} lacks entry point {e}",
+                    k.file_name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_header_is_a_typed_error() {
+        let mut out = String::new();
+        let err = splice("x.cu", "int a;\n#include \"nope.cuh\"\n", &mut out, 0).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("x.cu") && msg.contains("line 2") && msg.contains("nope.cuh"));
+        let err = splice("y.cu", "#include <cuda.h>\n", &mut out, 0).unwrap_err();
+        assert!(err.to_string().contains("system include"));
+    }
+
+    #[test]
+    fn defines_round_trip_the_rust_constants() {
+        let d = defines();
+        let get = |n: &str| d.iter().find(|(k, _)| *k == n).unwrap().1.clone();
+        assert_eq!(get("GS_TILE_SIZE"), "16");
+        assert_eq!(get("GS_ALPHA_MIN").parse::<f64>().unwrap(), ALPHA_MIN);
+        assert_eq!(get("GS_SH_C3_6").parse::<f64>().unwrap(), SH_C3[6]);
+        assert_eq!(c_double(1.0), "1.0");
+        assert_eq!(c_double(1e-4), "0.0001");
+        // Every define a kernel tests for is provided.
+        let all: String = Kernel::ALL.iter().map(|k| k.source().unwrap()).collect();
+        for (n, _) in &d {
+            assert!(all.contains(n), "define {n} is not used by any kernel");
+        }
+    }
+
+    #[test]
+    fn hash_depends_on_arch() {
+        let a = source_hash(Kernel::Sort, "compute_80").unwrap();
+        let b = source_hash(Kernel::Sort, "compute_90").unwrap();
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,735 @@
+//! The CUDA backend: [`CudaRasterizer`] implements [`Rasterizer`] with the same math as the
+//! CPU reference ([`crate::render::cpu`], the oracle), stage for stage:
+//! `project_fwd` → intersection count (exclusive scan) → device-memory preflight →
+//! `emit_keys` → stable radix sort of (tile | depth) keys → `tile_ranges` → `rasterize_fwd`,
+//! and backward `rasterize_bwd` → `project_bwd`.
+//!
+//! Modules: [`kernels`] (embedded sources, `-D` constants, NVRTC), [`device`] (non-panicking
+//! probe, PTX disk cache), [`launch`] (one typed launch per entry point, the only `unsafe`
+//! launches), [`sort`] (radix sort driver).
+//!
+//! Invariants: device buffers live in the rasterizer and only grow (a training loop allocates
+//! nothing after its first few iterations); nothing sized by the intersection count is
+//! allocated before the preflight has checked it against both
+//! [`RenderOptions::max_intersection_bytes`] and the device's free memory; every output the
+//! host reads is fully written by a kernel (no reliance on zeroed memory), gradient
+//! accumulators are explicitly zeroed before the backward.
+
+pub mod device;
+pub mod error;
+pub mod kernels;
+pub mod launch;
+pub mod sort;
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+
+pub use device::{probe, CudaDevice};
+pub use error::CudaError;
+
+use crate::render::cpu::binning::{TileBins, REPORTED_LARGEST};
+use crate::render::cpu::{CameraF, GaussianParams, Splat, SplatGrad};
+use crate::render::{
+    GaussianGrads, LargeGaussian, Rasterizer, RenderError, RenderOptions, RenderOutput,
+};
+use crate::scene::camera::Camera;
+use crate::scene::gaussians::Gaussians;
+use launch::{Kernels, ParamBufs, ParamGradBufs, SplatBufs, SplatGradBufs};
+
+/// Device bytes per tile intersection: two u64 key buffers and two u32 id buffers (the sort
+/// ping-pongs), plus the sort histogram's share (RADIX u32 counters per SORT_BLOCK keys).
+pub const BYTES_PER_INTERSECTION: u64 =
+    2 * 8 + 2 * 4 + 4 * sort::RADIX as u64 / kernels::SORT_BLOCK as u64;
+
+/// Device memory left untouched by the preflight: the driver needs room for launches, and
+/// allocations round up to 2 MiB pages; 256 MiB is ~0.3 % of an 80 GB GPU and still leaves
+/// ~90 % of an 8 GB desktop card for the render.
+pub const DEVICE_HEADROOM_BYTES: u64 = 256 << 20;
+
+impl From<CudaError> for RenderError {
+    fn from(e: CudaError) -> RenderError {
+        RenderError::Backend {
+            backend: "cuda",
+            message: e.to_string(),
+        }
+    }
+}
+
+fn grow<T: DeviceRepr + ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    buf: &mut CudaSlice<T>,
+    len: usize,
+) -> Result<(), CudaError> {
+    if buf.len() < len {
+        // Zeroed only because cudarc's safe allocator zeroes; kernels never rely on it.
+        *buf = stream
+            .alloc_zeros::<T>(len.max(1))
+            .map_err(|e| CudaError::driver("cuMemAlloc", e))?;
+    }
+    Ok(())
+}
+
+fn upload<T: DeviceRepr + ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    host: &[T],
+    buf: &mut CudaSlice<T>,
+) -> Result<(), CudaError> {
+    grow(stream, buf, host.len())?;
+    if host.is_empty() {
+        return Ok(());
+    }
+    stream
+        .memcpy_htod(host, &mut buf.slice_mut(..host.len()))
+        .map_err(|e| CudaError::driver("cuMemcpyHtoD", e))
+}
+
+fn download<T: DeviceRepr + Default + Clone>(
+    stream: &Arc<CudaStream>,
+    buf: &CudaSlice<T>,
+    len: usize,
+    host: &mut Vec<T>,
+) -> Result<(), CudaError> {
+    host.clear();
+    host.resize(len, T::default());
+    if len == 0 {
+        return Ok(());
+    }
+    stream
+        .memcpy_dtoh(&buf.slice(..len), host.as_mut_slice())
+        .map_err(|e| CudaError::driver("cuMemcpyDtoH", e))?;
+    stream
+        .synchronize()
+        .map_err(|e| CudaError::driver("cuStreamSynchronize", e))
+}
+
+/// The camera buffer of `kernels/common.cuh`, from the CPU reference's conversion so limits
+/// round identically.
+pub fn camera_buffer(c: &CameraF<f32>) -> [f32; kernels::CAM_LEN] {
+    let mut b = [0.0f32; kernels::CAM_LEN];
+    for r in 0..3 {
+        b[3 * r..3 * r + 3].copy_from_slice(&c.rot[r]);
+    }
+    b[9..12].copy_from_slice(&c.trans);
+    b[12..15].copy_from_slice(&c.centre);
+    b[15] = c.fx;
+    b[16] = c.fy;
+    b[17] = c.cx;
+    b[18] = c.cy;
+    b[19] = c.lim_x_neg;
+    b[20] = c.lim_x_pos;
+    b[21] = c.lim_y_neg;
+    b[22] = c.lim_y_pos;
+    b
+}
+
+struct Bufs {
+    means: CudaSlice<f32>,
+    log_scales: CudaSlice<f32>,
+    rotations: CudaSlice<f32>,
+    logit_opacities: CudaSlice<f32>,
+    sh: CudaSlice<f32>,
+    cam: CudaSlice<f32>,
+    means2d: CudaSlice<f32>,
+    conics: CudaSlice<f32>,
+    opacities: CudaSlice<f32>,
+    colors: CudaSlice<f32>,
+    depths: CudaSlice<f32>,
+    radii: CudaSlice<u32>,
+    offsets: CudaSlice<u64>,
+    scan64: Vec<CudaSlice<u64>>,
+    scan32: Vec<CudaSlice<u32>>,
+    keys: [CudaSlice<u64>; 2],
+    ids: [CudaSlice<u32>; 2],
+    hist: CudaSlice<u32>,
+    ranges: CudaSlice<u32>,
+    image: CudaSlice<f32>,
+    final_t: CudaSlice<f32>,
+    last: CudaSlice<u32>,
+    d_image: CudaSlice<f32>,
+    v: SplatGradBufs,
+    g: ParamGradBufs,
+}
+
+impl Bufs {
+    fn new(s: &Arc<CudaStream>) -> Result<Bufs, CudaError> {
+        let f = || {
+            s.alloc_zeros::<f32>(1)
+                .map_err(|e| CudaError::driver("cuMemAlloc", e))
+        };
+        let u = || {
+            s.alloc_zeros::<u32>(1)
+                .map_err(|e| CudaError::driver("cuMemAlloc", e))
+        };
+        let w = || {
+            s.alloc_zeros::<u64>(1)
+                .map_err(|e| CudaError::driver("cuMemAlloc", e))
+        };
+        Ok(Bufs {
+            means: f()?,
+            log_scales: f()?,
+            rotations: f()?,
+            logit_opacities: f()?,
+            sh: f()?,
+            cam: f()?,
+            means2d: f()?,
+            conics: f()?,
+            opacities: f()?,
+            colors: f()?,
+            depths: f()?,
+            radii: u()?,
+            offsets: w()?,
+            scan64: Vec::new(),
+            scan32: Vec::new(),
+            keys: [w()?, w()?],
+            ids: [u()?, u()?],
+            hist: u()?,
+            ranges: u()?,
+            image: f()?,
+            final_t: f()?,
+            last: u()?,
+            d_image: f()?,
+            v: SplatGradBufs {
+                means2d: f()?,
+                conics: f()?,
+                colors: f()?,
+                opacities: f()?,
+            },
+            g: ParamGradBufs {
+                means: f()?,
+                log_scales: f()?,
+                rotations: f()?,
+                logit_opacities: f()?,
+                sh: f()?,
+                means2d: f()?,
+            },
+        })
+    }
+
+    /// Bytes currently held by the intersection-sized buffers (reusable by the next render).
+    fn intersection_bytes(&self) -> u64 {
+        (self.keys[0].num_bytes()
+            + self.keys[1].num_bytes()
+            + self.ids[0].num_bytes()
+            + self.ids[1].num_bytes()
+            + self.hist.num_bytes()) as u64
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Fingerprint {
+    n: usize,
+    stored_degree: u32,
+    camera: Camera,
+    options: RenderOptions,
+}
+
+/// The CUDA backend (see the module doc).
+pub struct CudaRasterizer {
+    dev: CudaDevice,
+    k: Kernels,
+    b: Bufs,
+    /// Intersections of the last forward, and which sort buffer holds the sorted ids.
+    m: u64,
+    sorted: usize,
+    fingerprint: Option<Fingerprint>,
+}
+
+impl CudaRasterizer {
+    /// Probes the GPU and compiles (or loads cached) kernels. Errors, never panics, without a
+    /// usable GPU.
+    pub fn new() -> Result<CudaRasterizer, CudaError> {
+        let dev = probe()?;
+        let k = Kernels::load(&dev)?;
+        let b = Bufs::new(&dev.stream)?;
+        Ok(CudaRasterizer {
+            dev,
+            k,
+            b,
+            m: 0,
+            sorted: 0,
+            fingerprint: None,
+        })
+    }
+
+    pub fn device(&self) -> &CudaDevice {
+        &self.dev
+    }
+
+    /// Largest on-screen Gaussians by radius (for the preflight error).
+    fn largest(&self, n: usize) -> Result<Vec<LargeGaussian>, CudaError> {
+        let mut radii = Vec::new();
+        download(&self.dev.stream, &self.b.radii, n, &mut radii)?;
+        let mut l: Vec<LargeGaussian> = radii
+            .iter()
+            .enumerate()
+            .filter(|(_, &r)| r > 0)
+            .map(|(i, &r)| LargeGaussian {
+                index: i as u32,
+                radius_px: r,
+            })
+            .collect();
+        l.sort_by(|a, b| b.radius_px.cmp(&a.radius_px).then(a.index.cmp(&b.index)));
+        l.truncate(REPORTED_LARGEST);
+        Ok(l)
+    }
+
+    fn forward_impl(
+        &mut self,
+        gaussians: &Gaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        out: &mut RenderOutput,
+    ) -> Result<(), RenderError> {
+        self.fingerprint = None;
+        let params = GaussianParams::from_gaussians(gaussians);
+        params.validate(options.sh_degree)?;
+        let cam = CameraF::<f32>::new(camera)?;
+        let n = gaussians.len();
+        let s = self.dev.stream.clone();
+        let coeffs = params.coeffs() as u32;
+        let b = &mut self.b;
+        upload(&s, gaussians.means.as_flattened(), &mut b.means)?;
+        upload(&s, gaussians.log_scales.as_flattened(), &mut b.log_scales)?;
+        upload(&s, gaussians.rotations.as_flattened(), &mut b.rotations)?;
+        upload(&s, &gaussians.logit_opacities, &mut b.logit_opacities)?;
+        upload(&s, gaussians.sh.as_flattened(), &mut b.sh)?;
+        upload(&s, &camera_buffer(&cam), &mut b.cam)?;
+        grow(&s, &mut b.means2d, 2 * n)?;
+        grow(&s, &mut b.conics, 3 * n)?;
+        grow(&s, &mut b.opacities, n)?;
+        grow(&s, &mut b.colors, 3 * n)?;
+        grow(&s, &mut b.depths, n)?;
+        grow(&s, &mut b.radii, n)?;
+        grow(&s, &mut b.offsets, n + 1)?;
+        {
+            let Bufs {
+                means,
+                log_scales,
+                rotations,
+                logit_opacities,
+                sh,
+                cam: cam_buf,
+                means2d,
+                conics,
+                opacities,
+                colors,
+                depths,
+                radii,
+                offsets,
+                ..
+            } = b;
+            let p = ParamBufs {
+                means,
+                log_scales,
+                rotations,
+                logit_opacities,
+                sh,
+                coeffs,
+                degree: options.sh_degree,
+            };
+            self.k.project_fwd(
+                n as u32,
+                &p,
+                cam_buf,
+                cam.tiles_x,
+                cam.tiles_y,
+                means2d,
+                conics,
+                opacities,
+                colors,
+                depths,
+                radii,
+                offsets,
+            )?;
+        }
+        // Exclusive scan over N+1 entries: entry N (zeroed by project_fwd) becomes the total.
+        let m = if n == 0 {
+            0
+        } else {
+            self.k
+                .scan_u64(&mut b.offsets, n as u64 + 1, &mut b.scan64)?;
+            let mut total = Vec::new();
+            let view = b.offsets.slice(n..n + 1);
+            total.resize(1, 0u64);
+            s.memcpy_dtoh(&view, total.as_mut_slice())
+                .map_err(|e| CudaError::driver("cuMemcpyDtoH", e))?;
+            s.synchronize()
+                .map_err(|e| CudaError::driver("cuStreamSynchronize", e))?;
+            total[0]
+        };
+
+        // Preflight: the configured cap and the device's free memory (plus what our own
+        // intersection buffers already hold, which the render would reuse).
+        let bytes = m.saturating_mul(BYTES_PER_INTERSECTION);
+        let over_cap = bytes > options.max_intersection_bytes || m > u32::MAX as u64;
+        if over_cap {
+            return Err(RenderError::TooManyIntersections {
+                bytes,
+                count: m,
+                limit: options.max_intersection_bytes,
+                largest: self.largest(n)?,
+            });
+        }
+        let (free, _) = self.dev.memory()?;
+        let usable =
+            (free as u64 + self.b.intersection_bytes()).saturating_sub(DEVICE_HEADROOM_BYTES);
+        if bytes > usable {
+            return Err(RenderError::DeviceMemory {
+                bytes,
+                count: m,
+                free: free as u64,
+                largest: self.largest(n)?,
+            });
+        }
+
+        let b = &mut self.b;
+        let mu = m as usize;
+        let ntiles = (cam.tiles_x * cam.tiles_y) as usize;
+        for i in 0..2 {
+            grow(&s, &mut b.keys[i], mu)?;
+            grow(&s, &mut b.ids[i], mu)?;
+        }
+        grow(&s, &mut b.hist, sort::hist_len(m))?;
+        grow(&s, &mut b.ranges, 2 * ntiles)?;
+        let (k0, _) = b.keys.split_at_mut(1);
+        let (i0, _) = b.ids.split_at_mut(1);
+        self.k.emit_keys(
+            n as u32,
+            &b.means2d,
+            &b.radii,
+            &b.depths,
+            &b.offsets,
+            cam.tiles_x,
+            cam.tiles_y,
+            m,
+            &mut k0[0],
+            &mut i0[0],
+        )?;
+        let sorted = sort::sort_pairs(
+            &self.k,
+            m,
+            sort::key_bits(ntiles),
+            &mut b.keys,
+            &mut b.ids,
+            &mut b.hist,
+            &mut b.scan32,
+        )?;
+        s.memset_zeros(&mut b.ranges.slice_mut(..2 * ntiles))
+            .map_err(|e| CudaError::driver("cuMemsetD8", e))?;
+        self.k
+            .tile_ranges(m, &b.keys[sorted], ntiles, &mut b.ranges)?;
+
+        let npix = camera.width as usize * camera.height as usize;
+        grow(&s, &mut b.image, 3 * npix)?;
+        grow(&s, &mut b.final_t, npix)?;
+        grow(&s, &mut b.last, npix)?;
+        let splats = SplatBufs {
+            means2d: &b.means2d,
+            conics: &b.conics,
+            opacities: &b.opacities,
+            colors: &b.colors,
+        };
+        self.k.rasterize_fwd(
+            n,
+            mu,
+            &b.ranges,
+            &b.ids[sorted],
+            &splats,
+            camera.width,
+            camera.height,
+            options.background,
+            &mut b.image,
+            &mut b.final_t,
+            &mut b.last,
+        )?;
+
+        out.width = camera.width;
+        out.height = camera.height;
+        download(&s, &b.image, 3 * npix, &mut out.image)?;
+        download(&s, &b.final_t, npix, &mut out.final_transmittance)?;
+        download(&s, &b.last, npix, &mut out.last_contributor)?;
+        out.alpha.clear();
+        out.alpha
+            .extend(out.final_transmittance.iter().map(|&t| 1.0 - t));
+        download(&s, &b.radii, n, &mut out.radii)?;
+        let mut flat = Vec::new();
+        download(&s, &b.means2d, 2 * n, &mut flat)?;
+        out.means2d.clear();
+        out.means2d
+            .extend(flat.chunks_exact(2).map(|c| [c[0], c[1]]));
+        download(&s, &b.depths, n, &mut out.depths)?;
+        out.num_intersections = m;
+        self.m = m;
+        self.sorted = sorted;
+        self.fingerprint = Some(Fingerprint {
+            n,
+            stored_degree: gaussians.sh_degree,
+            camera: *camera,
+            options: *options,
+        });
+        Ok(())
+    }
+
+    fn backward_impl(
+        &mut self,
+        gaussians: &Gaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        d_image: &[f32],
+        grads: &mut GaussianGrads,
+    ) -> Result<(), RenderError> {
+        let expect = Fingerprint {
+            n: gaussians.len(),
+            stored_degree: gaussians.sh_degree,
+            camera: *camera,
+            options: *options,
+        };
+        if self.fingerprint.as_ref() != Some(&expect) {
+            return Err(RenderError::StaleForward);
+        }
+        let params = GaussianParams::from_gaussians(gaussians);
+        params.validate(options.sh_degree)?;
+        let npix = camera.width as usize * camera.height as usize;
+        if d_image.len() != 3 * npix {
+            return Err(RenderError::BadShape {
+                what: "d_image",
+                got: d_image.len(),
+                expected: 3 * npix,
+            });
+        }
+        let n = gaussians.len();
+        let coeffs = params.coeffs();
+        let s = self.dev.stream.clone();
+        let b = &mut self.b;
+        upload(&s, d_image, &mut b.d_image)?;
+        for (buf, len) in [
+            (&mut b.v.means2d, 2 * n),
+            (&mut b.v.conics, 3 * n),
+            (&mut b.v.colors, 3 * n),
+            (&mut b.v.opacities, n),
+        ] {
+            grow(&s, buf, len)?;
+            if len > 0 {
+                s.memset_zeros(&mut buf.slice_mut(..len))
+                    .map_err(|e| CudaError::driver("cuMemsetD8", e))?;
+            }
+        }
+        grow(&s, &mut b.g.means, 3 * n)?;
+        grow(&s, &mut b.g.log_scales, 3 * n)?;
+        grow(&s, &mut b.g.rotations, 4 * n)?;
+        grow(&s, &mut b.g.logit_opacities, n)?;
+        grow(&s, &mut b.g.sh, 3 * n * coeffs)?;
+        grow(&s, &mut b.g.means2d, 2 * n)?;
+        let splats = SplatBufs {
+            means2d: &b.means2d,
+            conics: &b.conics,
+            opacities: &b.opacities,
+            colors: &b.colors,
+        };
+        self.k.rasterize_bwd(
+            n,
+            self.m as usize,
+            &b.ranges,
+            &b.ids[self.sorted],
+            &splats,
+            camera.width,
+            camera.height,
+            options.background,
+            &b.final_t,
+            &b.last,
+            &b.d_image,
+            &mut b.v,
+        )?;
+        let p = ParamBufs {
+            means: &b.means,
+            log_scales: &b.log_scales,
+            rotations: &b.rotations,
+            logit_opacities: &b.logit_opacities,
+            sh: &b.sh,
+            coeffs: coeffs as u32,
+            degree: options.sh_degree,
+        };
+        self.k.project_bwd(
+            n as u32,
+            &p,
+            &b.cam,
+            &b.radii,
+            &b.conics,
+            &b.opacities,
+            &b.v,
+            &mut b.g,
+        )?;
+        let mut flat = Vec::new();
+        download(&s, &b.g.means, 3 * n, &mut flat)?;
+        grads.means = flat.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
+        download(&s, &b.g.log_scales, 3 * n, &mut flat)?;
+        grads.log_scales = flat.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
+        download(&s, &b.g.rotations, 4 * n, &mut flat)?;
+        grads.rotations = flat
+            .chunks_exact(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect();
+        download(&s, &b.g.logit_opacities, n, &mut grads.logit_opacities)?;
+        download(&s, &b.g.sh, 3 * n * coeffs, &mut flat)?;
+        grads.sh = flat.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
+        download(&s, &b.g.means2d, 2 * n, &mut flat)?;
+        grads.means2d = flat.chunks_exact(2).map(|c| [c[0], c[1]]).collect();
+        Ok(())
+    }
+
+    /// The projected splats of the last forward (for stage-by-stage parity checks).
+    pub fn splats(&self) -> Result<Vec<Splat<f32>>, CudaError> {
+        let n = self.fingerprint.as_ref().map_or(0, |f| f.n);
+        let s = &self.dev.stream;
+        let (mut m2, mut co, mut op, mut cl, mut de, mut ra) = (
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        );
+        download(s, &self.b.means2d, 2 * n, &mut m2)?;
+        download(s, &self.b.conics, 3 * n, &mut co)?;
+        download(s, &self.b.opacities, n, &mut op)?;
+        download(s, &self.b.colors, 3 * n, &mut cl)?;
+        download(s, &self.b.depths, n, &mut de)?;
+        download(s, &self.b.radii, n, &mut ra)?;
+        Ok((0..n)
+            .map(|i| Splat {
+                mean2d: [m2[2 * i], m2[2 * i + 1]],
+                conic: [co[3 * i], co[3 * i + 1], co[3 * i + 2]],
+                opacity: op[i],
+                color: [cl[3 * i], cl[3 * i + 1], cl[3 * i + 2]],
+                depth: de[i],
+                radius: ra[i],
+            })
+            .collect())
+    }
+
+    /// The sorted tile lists of the last forward, in the CPU's [`TileBins`] layout.
+    pub fn bins(&self) -> Result<TileBins, CudaError> {
+        let Some(f) = &self.fingerprint else {
+            return Ok(TileBins::default());
+        };
+        let tx = f
+            .camera
+            .width
+            .div_ceil(crate::render::cpu::project::TILE_SIZE);
+        let ty = f
+            .camera
+            .height
+            .div_ceil(crate::render::cpu::project::TILE_SIZE);
+        let nt = (tx * ty) as usize;
+        let s = &self.dev.stream;
+        let mut ranges = Vec::new();
+        download(s, &self.b.ranges, 2 * nt, &mut ranges)?;
+        let mut bins = TileBins::default();
+        bins.tiles_x = tx;
+        bins.tiles_y = ty;
+        download(
+            s,
+            &self.b.ids[self.sorted],
+            self.m as usize,
+            &mut bins.isect_ids,
+        )?;
+        // Empty tiles have [0, 0); offsets are the end of the previous non-empty tile.
+        bins.tile_offsets.push(0);
+        let mut end = 0usize;
+        for t in 0..nt {
+            if ranges[2 * t + 1] > ranges[2 * t] {
+                end = ranges[2 * t + 1] as usize;
+            }
+            bins.tile_offsets.push(end);
+        }
+        Ok(bins)
+    }
+
+    /// The per-splat gradients of the last backward (rasterize_bwd's output).
+    pub fn splat_grads(&self) -> Result<Vec<SplatGrad<f32>>, CudaError> {
+        let n = self.fingerprint.as_ref().map_or(0, |f| f.n);
+        let s = &self.dev.stream;
+        let (mut m2, mut co, mut cl, mut op) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        download(s, &self.b.v.means2d, 2 * n, &mut m2)?;
+        download(s, &self.b.v.conics, 3 * n, &mut co)?;
+        download(s, &self.b.v.colors, 3 * n, &mut cl)?;
+        download(s, &self.b.v.opacities, n, &mut op)?;
+        Ok((0..n)
+            .map(|i| SplatGrad {
+                mean2d: [m2[2 * i], m2[2 * i + 1]],
+                conic: [co[3 * i], co[3 * i + 1], co[3 * i + 2]],
+                color: [cl[3 * i], cl[3 * i + 1], cl[3 * i + 2]],
+                opacity: op[i],
+            })
+            .collect())
+    }
+
+    /// Sorts key/value pairs on the device with the renderer's radix sort (low `bits` bits),
+    /// for checking the sort against a CPU stable sort.
+    pub fn sort_pairs(
+        &mut self,
+        keys: &[u64],
+        vals: &[u32],
+        bits: u32,
+    ) -> Result<(Vec<u64>, Vec<u32>), CudaError> {
+        assert_eq!(
+            keys.len(),
+            vals.len(),
+            "sort_pairs: keys and values differ in length"
+        );
+        let s = self.dev.stream.clone();
+        let m = keys.len();
+        let b = &mut self.b;
+        upload(&s, keys, &mut b.keys[0])?;
+        upload(&s, vals, &mut b.ids[0])?;
+        grow(&s, &mut b.keys[1], m)?;
+        grow(&s, &mut b.ids[1], m)?;
+        grow(&s, &mut b.hist, sort::hist_len(m as u64))?;
+        let r = sort::sort_pairs(
+            &self.k,
+            m as u64,
+            bits,
+            &mut b.keys,
+            &mut b.ids,
+            &mut b.hist,
+            &mut b.scan32,
+        )?;
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        download(&s, &b.keys[r], m, &mut k)?;
+        download(&s, &b.ids[r], m, &mut v)?;
+        self.fingerprint = None; // the render buffers were overwritten
+        Ok((k, v))
+    }
+}
+
+impl Rasterizer for CudaRasterizer {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn forward(
+        &mut self,
+        gaussians: &Gaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        out: &mut RenderOutput,
+    ) -> Result<(), RenderError> {
+        let r = self.forward_impl(gaussians, camera, options, out);
+        if r.is_err() {
+            self.fingerprint = None;
+        }
+        r
+    }
+
+    fn backward(
+        &mut self,
+        gaussians: &Gaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        d_image: &[f32],
+        grads: &mut GaussianGrads,
+    ) -> Result<(), RenderError> {
+        self.backward_impl(gaussians, camera, options, d_image, grads)
+    }
+}

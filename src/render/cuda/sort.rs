@@ -1,0 +1,71 @@
+//! Host side of the GPU radix sort (`kernels/sort.cu`): a stable LSD sort of u64 keys with u32
+//! values, running only the digit passes that cover the key's significant bits.
+
+use cudarc::driver::CudaSlice;
+
+use super::kernels::{RADIX_BITS, SORT_BLOCK};
+use super::launch::Kernels;
+use super::CudaError;
+
+/// Buckets per digit.
+pub const RADIX: usize = 1 << RADIX_BITS;
+
+/// Histogram counters per sorted element: RADIX per block of SORT_BLOCK elements.
+pub fn hist_len(m: u64) -> usize {
+    m.div_ceil(SORT_BLOCK as u64) as usize * RADIX
+}
+
+/// Significant key bits for a render with `num_tiles` tiles: 32 depth bits plus enough bits
+/// for the largest tile id (`num_tiles − 1`).
+pub fn key_bits(num_tiles: usize) -> u32 {
+    let max_tile = num_tiles.saturating_sub(1) as u64;
+    32 + (64 - max_tile.leading_zeros())
+}
+
+/// Sorts `keys[0][..m]` / `vals[0][..m]` by the low `bits` bits of the key, stably.
+/// Returns which of the two buffers holds the result (0 or 1).
+pub fn sort_pairs(
+    k: &Kernels,
+    m: u64,
+    bits: u32,
+    keys: &mut [CudaSlice<u64>; 2],
+    vals: &mut [CudaSlice<u32>; 2],
+    hist: &mut CudaSlice<u32>,
+    scan_tmp: &mut Vec<CudaSlice<u32>>,
+) -> Result<usize, CudaError> {
+    let mut cur = 0usize;
+    if m <= 1 {
+        return Ok(cur);
+    }
+    let passes = bits.div_ceil(RADIX_BITS);
+    for pass in 0..passes {
+        let shift = pass * RADIX_BITS;
+        let (k0, k1) = keys.split_at_mut(1);
+        let (v0, v1) = vals.split_at_mut(1);
+        let (kin, kout, vin, vout) = if cur == 0 {
+            (&k0[0], &mut k1[0], &v0[0], &mut v1[0])
+        } else {
+            (&k1[0], &mut k0[0], &v1[0], &mut v0[0])
+        };
+        k.radix_histogram(m, kin, shift, hist)?;
+        k.scan_u32(hist, hist_len(m) as u64, scan_tmp)?;
+        k.radix_scatter(m, kin, vin, shift, hist, kout, vout)?;
+        cur = 1 - cur;
+    }
+    Ok(cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_bits_cover_the_largest_tile() {
+        assert_eq!(key_bits(1), 32);
+        assert_eq!(key_bits(2), 33);
+        // 1080p with 16-pixel tiles: 120 × 68 = 8160 tiles → 13 bits.
+        assert_eq!(key_bits(120 * 68), 45);
+        assert_eq!(hist_len(1), RADIX);
+        assert_eq!(hist_len(SORT_BLOCK as u64 + 1), 2 * RADIX);
+    }
+}
