@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -76,6 +77,32 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Generate a procedural dataset (images + COLMAP or transforms.json metadata + points).
+    Synth(ramsplat::synth::SynthArgs),
+    /// Run the loader alone under a RAM budget and print one JSON line of throughput figures.
+    #[command(after_help = SIZE_HELP)]
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Pack to read.
+    pack: PathBuf,
+    /// Hard cap on the process's peak resident set (VmHWM), e.g. 512M or 4G.
+    #[arg(long, value_parser = parse_size_arg)]
+    ram_budget: u64,
+    /// Passes over the train views.
+    #[arg(long, default_value_t = 3)]
+    epochs: u64,
+    /// Decoder threads.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Views decoded ahead of the consumer (the ring holds prefetch + 2 slots).
+    #[arg(long, default_value_t = 4)]
+    prefetch: usize,
+    /// Seed of the per-epoch view permutations.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -121,6 +148,8 @@ fn main() -> ExitCode {
         }
         Command::Verify { pack } => return run_verify(&pack),
         Command::Info { pack, json } => run_info(&pack, json),
+        Command::Synth(args) => run_synth(&args),
+        Command::Bench(args) => run_bench(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -322,5 +351,44 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             m.source.missing_images.len()
         );
     }
+    Ok(())
+}
+
+fn run_synth(args: &ramsplat::synth::SynthArgs) -> anyhow::Result<()> {
+    let progress = Progress::new("rendering", args.views as u64);
+    let report = ramsplat::synth::run(args, &|done, _| progress.set(done))
+        .context("generating a synthetic dataset")?;
+    progress.finish();
+    eprintln!(
+        "wrote {}: {} views of {}x{} ({:?}), {} points, {} in total",
+        report.output.display(),
+        report.views,
+        report.width,
+        report.height,
+        report.format,
+        report.points,
+        human_bytes(report.bytes_written)
+    );
+    Ok(())
+}
+
+fn run_bench(args: &BenchArgs) -> anyhow::Result<()> {
+    let pack = Arc::new(
+        Pack::open(&args.pack).with_context(|| format!("reading {}", args.pack.display()))?,
+    );
+    let views = pack.manifest().split_indices(Split::Train).len() as u64;
+    let opts = ramsplat::data::bench::BenchOptions {
+        ram_budget: args.ram_budget,
+        epochs: args.epochs,
+        workers: args.workers,
+        prefetch: args.prefetch,
+        seed: args.seed,
+        ..Default::default()
+    };
+    let progress = Progress::new("loading", views * args.epochs);
+    let report = ramsplat::data::bench::run_bench(pack, &opts, &mut |done, _| progress.set(done))
+        .with_context(|| format!("benchmarking the loader on {}", args.pack.display()))?;
+    progress.finish();
+    println!("{}", report.to_json_line());
     Ok(())
 }

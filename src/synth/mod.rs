@@ -416,7 +416,7 @@ fn write_images(
                 }
                 // Report the lowest failing view, so the message does not depend on timing.
                 Err(e) => {
-                    if first_err.as_ref().map_or(true, |(j, _)| i < *j) {
+                    if first_err.as_ref().is_none_or(|(j, _)| i < *j) {
                         first_err = Some((i, e));
                     }
                 }

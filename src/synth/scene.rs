@@ -301,7 +301,7 @@ impl Shape {
                 let lo = sub(o, base);
                 let mut best: Option<(f64, V3)> = None;
                 let mut consider = |t: f64, n: V3| {
-                    if t > T_MIN && t < t_max && best.map_or(true, |(bt, _)| t < bt) {
+                    if t > T_MIN && t < t_max && best.is_none_or(|(bt, _)| t < bt) {
                         best = Some((t, n));
                     }
                 };
