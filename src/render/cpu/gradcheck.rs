@@ -109,7 +109,12 @@ fn loss(scene: &Scene, cam: &Camera, opts: &RenderOptions, w: &[f64]) -> f64 {
 }
 
 /// Asserts the smoothness assumptions listed in the module doc on the rendered scene.
-fn assert_smooth(r: &CpuRasterizer<f64>, out: &RenderOutput<f64>, scene: &Scene, cam: &CameraF<f64>) {
+fn assert_smooth(
+    r: &CpuRasterizer<f64>,
+    out: &RenderOutput<f64>,
+    scene: &Scene,
+    cam: &CameraF<f64>,
+) {
     let splats = r.splats();
     let mut min_alpha = f64::INFINITY;
     let mut max_alpha: f64 = 0.0;
@@ -120,8 +125,8 @@ fn assert_smooth(r: &CpuRasterizer<f64>, out: &RenderOutput<f64>, scene: &Scene,
             for y in ty * 16..((ty + 1) * 16).min(cam.height) {
                 for x in tx * 16..((tx + 1) * 16).min(cam.width) {
                     let (dx, dy) = (s.mean2d[0] - x as f64 - 0.5, s.mean2d[1] - y as f64 - 0.5);
-                    let sigma = 0.5 * (s.conic[0] * dx * dx + s.conic[2] * dy * dy)
-                        + s.conic[1] * dx * dy;
+                    let sigma =
+                        0.5 * (s.conic[0] * dx * dx + s.conic[2] * dy * dy) + s.conic[1] * dx * dy;
                     let a = s.opacity * (-sigma).exp();
                     min_alpha = min_alpha.min(a);
                     max_alpha = max_alpha.max(a);
@@ -129,8 +134,14 @@ fn assert_smooth(r: &CpuRasterizer<f64>, out: &RenderOutput<f64>, scene: &Scene,
             }
         }
     }
-    assert!(min_alpha > 2.0 / 255.0, "α {min_alpha} too close to the 1/255 cut");
-    assert!(max_alpha < 0.99, "α {max_alpha} too close to the 0.999 clamp");
+    assert!(
+        min_alpha > 2.0 / 255.0,
+        "α {min_alpha} too close to the 1/255 cut"
+    );
+    assert!(
+        max_alpha < 0.99,
+        "α {max_alpha} too close to the 0.999 clamp"
+    );
     let min_t = out.final_transmittance.iter().copied().fold(1.0, f64::min);
     assert!(min_t > 1e-2, "T {min_t} too close to early termination");
     // Colours well above the clamp: raw SH + 0.5 > 0.05 for every visible Gaussian.
@@ -248,7 +259,10 @@ fn gradients_with_lower_active_sh_degree() {
     r.render_backward(&scene.params(), &cam, &opts, &w, &mut g)
         .unwrap();
     for i in 0..3 {
-        assert!(g.sh[i * 16 + 4..(i + 1) * 16].iter().flatten().all(|&v| v == 0.0));
+        assert!(g.sh[i * 16 + 4..(i + 1) * 16]
+            .iter()
+            .flatten()
+            .all(|&v| v == 0.0));
         assert!(g.sh[i * 16..i * 16 + 4].iter().flatten().any(|&v| v != 0.0));
     }
 }
