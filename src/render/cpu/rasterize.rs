@@ -67,6 +67,9 @@ struct Packed<F> {
     o: F,
     sigma_cut: F,
     color: [F; 3],
+    /// `2·a·s'` and `det(conic)` for the per-row span of the support ellipse (see [`span`]).
+    two_a_s: F,
+    det: F,
     /// Tile-local pixel ranges `[x0, x1) × [y0, y1)` of the α-support box.
     x0: u8,
     x1: u8,
@@ -108,6 +111,35 @@ pub(super) fn support<F: Real>(conic: [F; 3], sigma_cut: F) -> Option<(F, F)> {
     ))
 }
 
+/// Tile-local pixel columns `[lo, hi)` (clipped to the splat's box) of a row at vertical
+/// offset `dy = my − py` whose centres can satisfy `σ ≤ sigma_cut`: solving
+/// `a·dx² + 2b·dy·dx + c·dy² ≤ 2s` for `dx` gives `dx = (−b·dy ± √D)/a`,
+/// `D = 2a·s − det·dy²`. `s` is inflated by [`SUPPORT_PAD_REL`] (in `two_a_s`) and the ends by
+/// [`SUPPORT_PAD_PX`], so rounding can only widen the span; the exact test still decides.
+#[inline]
+fn span<F: Real>(s: &Packed<F>, dy: F, x_lo: usize) -> (usize, usize) {
+    let d = s.two_a_s - s.det * dy * dy;
+    if d < F::ZERO {
+        return (0, 0);
+    }
+    let sq = d.sqrt();
+    let mid = -s.b * dy;
+    let pad = F::from_f64(SUPPORT_PAD_PX);
+    let half = F::from_f64(0.5);
+    // Pixel centre x + 0.5 = mx − dx.
+    let first = s.mx - (mid + sq) / s.a - pad - half - F::from_f64(x_lo as f64);
+    let last = s.mx - (mid - sq) / s.a + pad - half - F::from_f64(x_lo as f64);
+    let lo = first
+        .ceil()
+        .max(F::from_f64(s.x0 as f64))
+        .min(F::from_f64(s.x1 as f64));
+    let hi = (last.floor() + F::ONE)
+        .max(F::from_f64(s.x0 as f64))
+        .min(F::from_f64(s.x1 as f64));
+    let (lo, hi) = (lo.to_f64() as usize, hi.to_f64() as usize);
+    (lo, hi.max(lo))
+}
+
 /// Gathers tile `(tx, ty)`'s splats with their support boxes clipped to the tile.
 fn gather<F: Real>(
     splats: &[Splat<F>],
@@ -127,7 +159,10 @@ fn gather<F: Real>(
             ),
             None => ((0, 0), (0, 0)),
         };
+        let [a, b, c] = s.conic;
         Packed {
+            two_a_s: F::from_f64(2.0 * (1.0 + SUPPORT_PAD_REL)) * a * sigma_cut,
+            det: a * c - b * b,
             mx: s.mean2d[0],
             my: s.mean2d[1],
             a: s.conic[0],
@@ -199,7 +234,8 @@ pub fn rasterize_fwd<F: Real>(
                     for ly in s.y0 as usize..s.y1 as usize {
                         let py = F::from_f64((ty * TS + ly) as f64) + half;
                         let dy = s.my - py;
-                        for lx in s.x0 as usize..s.x1 as usize {
+                        let (sx0, sx1) = span(s, dy, x_lo);
+                        for lx in sx0..sx1 {
                             let p = ly * TS + lx;
                             if done[p] {
                                 continue;
@@ -343,7 +379,8 @@ pub fn rasterize_bwd<F: Real>(
                     for ly in s.y0 as usize..s.y1 as usize {
                         let py = F::from_f64((y_lo + ly) as f64) + half;
                         let dy = s.my - py;
-                        for lx in s.x0 as usize..s.x1 as usize {
+                        let (sx0, sx1) = span(s, dy, x_lo);
+                        for lx in sx0..sx1 {
                             let st = &mut px[ly * TS + lx];
                             if k >= st.n_last as usize {
                                 continue;
