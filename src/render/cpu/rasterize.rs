@@ -129,14 +129,22 @@ fn span<F: Real>(s: &Packed<F>, dy: F, x_lo: usize) -> (usize, usize) {
     // Pixel centre x + 0.5 = mx − dx.
     let first = s.mx - (mid + sq) / s.a - pad - half - F::from_f64(x_lo as f64);
     let last = s.mx - (mid - sq) / s.a + pad - half - F::from_f64(x_lo as f64);
-    let lo = first
-        .ceil()
-        .max(F::from_f64(s.x0 as f64))
-        .min(F::from_f64(s.x1 as f64));
-    let hi = (last.floor() + F::ONE)
-        .max(F::from_f64(s.x0 as f64))
-        .min(F::from_f64(s.x1 as f64));
-    let (lo, hi) = (lo.to_f64() as usize, hi.to_f64() as usize);
+    // Clamp to [x0 − 1, x1 + 1] first, then floor/ceil by truncating a value shifted to be
+    // non-negative (an inline conversion; `floorf`/`ceilf` are library calls on baseline
+    // x86-64 and took 6% of the profile).
+    let (bx0, bx1) = (s.x0 as i32, s.x1 as i32);
+    let shift = F::from_f64(2.0);
+    let shifted = |v: F| {
+        v.max(F::from_f64((bx0 - 1) as f64))
+            .min(F::from_f64((bx1 + 1) as f64))
+            + shift
+    };
+    let c = shifted(first);
+    let tc = c.to_f64() as i32;
+    let ceil_first = tc + i32::from(F::from_f64(tc as f64) < c) - 2;
+    let floor_last = shifted(last).to_f64() as i32 - 2;
+    let lo = ceil_first.clamp(bx0, bx1) as usize;
+    let hi = (floor_last + 1).clamp(bx0, bx1) as usize;
     (lo, hi.max(lo))
 }
 
