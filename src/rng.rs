@@ -133,10 +133,7 @@ mod tests {
             counts[r.below(6) as usize] += 1;
         }
         // Each bucket expects 10,000 with sd ≈ 91; 600 is > 6 sd.
-        assert!(
-            counts.iter().all(|&c| (9_400..10_600).contains(&c)),
-            "{counts:?}"
-        );
+        assert!(counts.iter().all(|&c| (9_400..10_600).contains(&c)), "{counts:?}");
     }
 
     #[test]

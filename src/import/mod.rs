@@ -26,9 +26,7 @@ use crate::scene::camera::{Camera, CameraError};
 use crate::shard::Split;
 
 /// Which importer to use.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     Auto,
@@ -75,8 +73,7 @@ impl Distortion {
         let [k1, k2, k3, k4, k5, k6] = self.k;
         let [p1, p2] = self.p;
         let r2 = x * x + y * y;
-        let radial =
-            (1.0 + r2 * (k1 + r2 * (k2 + r2 * k3))) / (1.0 + r2 * (k4 + r2 * (k5 + r2 * k6)));
+        let radial = (1.0 + r2 * (k1 + r2 * (k2 + r2 * k3))) / (1.0 + r2 * (k4 + r2 * (k5 + r2 * k6)));
         (
             x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x),
             y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y,
@@ -157,14 +154,7 @@ impl fmt::Debug for ImportedScene {
             .field("format", &self.format)
             .field("root", &self.root)
             .field("views", &self.views.len())
-            .field(
-                "clouds",
-                &self
-                    .clouds
-                    .iter()
-                    .map(|c| c.name().to_owned())
-                    .collect::<Vec<_>>(),
-            )
+            .field("clouds", &self.clouds.iter().map(|c| c.name().to_owned()).collect::<Vec<_>>())
             .field("no_sfm_points", &self.no_sfm_points)
             .field("missing_images", &self.missing_images.len())
             .finish()
@@ -286,10 +276,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     let mut plys = 0;
     for e in entries.flatten() {
         let p = e.path();
-        if p.extension()
-            .and_then(|x| x.to_str())
-            .is_some_and(|x| x.eq_ignore_ascii_case("ply"))
-        {
+        if p.extension().and_then(|x| x.to_str()).is_some_and(|x| x.eq_ignore_ascii_case("ply")) {
             plys += 1;
         }
     }
@@ -303,11 +290,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
 }
 
 /// Opens a dataset with the given (or detected) importer.
-pub fn open(
-    path: &Path,
-    format: Format,
-    options: &ImportOptions,
-) -> Result<ImportedScene, ImportError> {
+pub fn open(path: &Path, format: Format, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
     let format = match format {
         Format::Auto => detect(path)?,
         f => f,

@@ -326,11 +326,7 @@ impl Manifest {
 
     /// Largest decoded view in bytes (sizes the prefetch ring's slots).
     pub fn max_view_bytes(&self) -> usize {
-        self.views
-            .iter()
-            .map(|v| v.decoded_len())
-            .max()
-            .unwrap_or(0)
+        self.views.iter().map(|v| v.decoded_len()).max().unwrap_or(0)
     }
 
     /// Largest decoded point chunk in bytes.
@@ -405,11 +401,7 @@ impl<'a> PointChunkRef<'a> {
 
     pub fn xyz(&self, i: usize) -> [f32; 3] {
         let o = i * 12;
-        [
-            f32_at(self.bytes, o),
-            f32_at(self.bytes, o + 4),
-            f32_at(self.bytes, o + 8),
-        ]
+        [f32_at(self.bytes, o), f32_at(self.bytes, o + 4), f32_at(self.bytes, o + 8)]
     }
 
     pub fn rgb(&self, i: usize) -> [u8; 3] {
@@ -420,23 +412,14 @@ impl<'a> PointChunkRef<'a> {
     pub fn label(&self, i: usize) -> Option<i32> {
         self.layout.labels_offset.map(|base| {
             let o = base + i * 4;
-            i32::from_le_bytes([
-                self.bytes[o],
-                self.bytes[o + 1],
-                self.bytes[o + 2],
-                self.bytes[o + 3],
-            ])
+            i32::from_le_bytes([self.bytes[o], self.bytes[o + 1], self.bytes[o + 2], self.bytes[o + 3]])
         })
     }
 
     pub fn normal(&self, i: usize) -> Option<[f32; 3]> {
         self.layout.normals_offset.map(|base| {
             let o = base + i * 12;
-            [
-                f32_at(self.bytes, o),
-                f32_at(self.bytes, o + 4),
-                f32_at(self.bytes, o + 8),
-            ]
+            [f32_at(self.bytes, o), f32_at(self.bytes, o + 4), f32_at(self.bytes, o + 8)]
         })
     }
 
@@ -446,10 +429,7 @@ impl<'a> PointChunkRef<'a> {
         crate::import::PointChunk {
             xyz: (0..n).map(|i| self.xyz(i)).collect(),
             rgb: (0..n).map(|i| self.rgb(i)).collect(),
-            labels: self
-                .layout
-                .labels_offset
-                .map(|_| (0..n).map(|i| self.label(i).unwrap_or(0)).collect()),
+            labels: self.layout.labels_offset.map(|_| (0..n).map(|i| self.label(i).unwrap_or(0)).collect()),
             normals: self
                 .layout
                 .normals_offset
@@ -496,17 +476,9 @@ pub enum ShardError {
         msg: String,
     },
     #[error("output buffer of {got} bytes cannot hold the {want} decoded bytes of {what}")]
-    BufferSize {
-        what: String,
-        want: usize,
-        got: usize,
-    },
+    BufferSize { what: String, want: usize, got: usize },
     #[error("{what} index {index} is out of range (pack has {len})")]
-    OutOfRange {
-        what: &'static str,
-        index: usize,
-        len: usize,
-    },
+    OutOfRange { what: &'static str, index: usize, len: usize },
 }
 
 #[cfg(test)]
@@ -521,10 +493,7 @@ mod tests {
         assert_eq!(l.normals_offset, Some(60));
         assert_eq!(l.total, 96);
         let plain = PointChunkLayout::new(4, false, false);
-        assert_eq!(
-            (plain.labels_offset, plain.normals_offset, plain.total),
-            (None, None, 60)
-        );
+        assert_eq!((plain.labels_offset, plain.normals_offset, plain.total), (None, None, 60));
     }
 
     #[test]
