@@ -168,7 +168,7 @@ fn check(scene: &mut Scene, cam: &Camera, opts: &RenderOptions, seed: u64) -> us
     let n = scene.n_params();
     assert_eq!(analytic.len(), n);
     let mut nonzero = 0;
-    for k in 0..n {
+    for (k, &an) in analytic.iter().enumerate() {
         let (group, idx, v) = scene.get(k);
         scene.set(k, v + H);
         let lp = loss(scene, cam, opts, &w);
@@ -176,7 +176,6 @@ fn check(scene: &mut Scene, cam: &Camera, opts: &RenderOptions, seed: u64) -> us
         let lm = loss(scene, cam, opts, &w);
         scene.set(k, v);
         let fd = (lp - lm) / (2.0 * H);
-        let an = analytic[k];
         assert!(
             (fd - an).abs() <= ABS_TOL + REL_TOL * an.abs(),
             "{group}[{idx}]: finite difference {fd} vs analytic {an}"
@@ -293,8 +292,7 @@ fn with_pose(scene: &mut Scene, cam: &Camera) -> Camera {
     let ang: f64 = 0.2;
     let axis = {
         let a = [0.3, 1.0, 0.2];
-        let n = (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]) as f64;
-        let n = n.sqrt();
+        let n = (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]).sqrt();
         [a[0] / n, a[1] / n, a[2] / n]
     };
     let (s, c) = ((ang / 2.0).sin(), (ang / 2.0).cos());
@@ -352,7 +350,8 @@ fn rasterize_bwd_matches_finite_differences_per_splat() {
     rasterize_bwd(&splats, &bins, 40, 28, bg, &t, &l, &w, &mut ig, &mut sg);
     let lossf = |s: &[Splat<f64>]| fwd(s).0.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>();
     for i in 0..splats.len() {
-        let fields: [(&str, f64, fn(&mut Splat<f64>) -> &mut f64); 9] = [
+        type Field = (&'static str, f64, fn(&mut Splat<f64>) -> &mut f64);
+        let fields: [Field; 9] = [
             ("mean2d.x", sg[i].mean2d[0], |s| &mut s.mean2d[0]),
             ("mean2d.y", sg[i].mean2d[1], |s| &mut s.mean2d[1]),
             ("conic.a", sg[i].conic[0], |s| &mut s.conic[0]),

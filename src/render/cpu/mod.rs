@@ -15,6 +15,8 @@ pub mod rasterize;
 #[cfg(test)]
 mod gradcheck;
 #[cfg(test)]
+mod reference;
+#[cfg(test)]
 mod tests;
 
 pub use binning::{tile_binning, TileBins};
