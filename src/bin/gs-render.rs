@@ -35,19 +35,11 @@ use serde::Deserialize;
 
 use ramsplat::export::ply::{self as gply, LoadOptions};
 use ramsplat::metrics;
-use ramsplat::render::{CpuRasterizer, Rasterizer, RenderOptions, RenderOutput};
+use ramsplat::render::{make_rasterizer, Backend, Rasterizer, RenderError, RenderOptions, RenderOutput};
 use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
 use ramsplat::shard::Split;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Backend {
-    /// The best available backend (today: cpu).
-    Auto,
-    Cpu,
-    Cuda,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum SplitArg {
@@ -113,10 +105,6 @@ fn parse_bg(s: &str) -> Result<[f32; 3], String> {
     Ok(bg)
 }
 
-/// The requested backend does not exist in this build (exit code 3).
-#[derive(Debug, thiserror::Error)]
-#[error("the {0} backend is not available in this build of gs-render; use --backend cpu (or auto)")]
-struct BackendUnavailable(&'static str);
 
 /// Camera JSON as documented in the module doc.
 #[derive(Debug, Deserialize)]
@@ -162,13 +150,6 @@ fn read_camera(path: &Path) -> Result<Camera> {
         .validate()
         .with_context(|| format!("{}: invalid camera", path.display()))?;
     Ok(camera)
-}
-
-fn make_rasterizer(backend: Backend) -> Result<Box<dyn Rasterizer>> {
-    match backend {
-        Backend::Auto | Backend::Cpu => Ok(Box::new(CpuRasterizer::new())),
-        Backend::Cuda => Err(BackendUnavailable("CUDA").into()),
-    }
 }
 
 /// Float colour to 8 bits: ×255, rounded half up, clamped (what 3DGS's image saving does).
@@ -228,8 +209,7 @@ struct Renderer {
 }
 
 impl Renderer {
-    fn new(args: &Args, model: &Gaussians) -> Result<Renderer> {
-        let raster = make_rasterizer(args.backend)?;
+    fn new(raster: Box<dyn Rasterizer>, args: &Args, model: &Gaussians) -> Result<Renderer> {
         let sh_degree = args.sh_degree.unwrap_or(model.sh_degree);
         if sh_degree > model.sh_degree {
             bail!(
@@ -268,10 +248,10 @@ fn load_model(args: &Args) -> Result<Gaussians> {
     .context("cannot load the model")
 }
 
-fn render_camera(args: &Args, camera_path: &Path) -> Result<()> {
+fn render_camera(raster: Box<dyn Rasterizer>, args: &Args, camera_path: &Path) -> Result<()> {
     let camera = read_camera(camera_path)?;
     let model = load_model(args)?;
-    let mut r = Renderer::new(args, &model)?;
+    let mut r = Renderer::new(raster, args, &model)?;
     let image = r.render(&model, &camera)?;
     let mut rgb = Vec::new();
     to_rgb8(image, &mut rgb);
@@ -327,7 +307,7 @@ fn safe_name(name: &str) -> String {
         .collect()
 }
 
-fn render_pack(args: &Args, pack_path: &Path) -> Result<()> {
+fn render_pack(raster: Box<dyn Rasterizer>, args: &Args, pack_path: &Path) -> Result<()> {
     let pack = Pack::open(pack_path).context("cannot open the pack")?;
     let manifest = pack.manifest();
     let indices: Vec<usize> = match args.split {
@@ -345,7 +325,7 @@ fn render_pack(args: &Args, pack_path: &Path) -> Result<()> {
         );
     }
     let model = load_model(args)?;
-    let mut r = Renderer::new(args, &model)?;
+    let mut r = Renderer::new(raster, args, &model)?;
     std::fs::create_dir_all(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
 
@@ -439,10 +419,10 @@ fn render_pack(args: &Args, pack_path: &Path) -> Result<()> {
 
 fn run(args: &Args) -> Result<()> {
     // Fail on an unavailable backend before doing any work.
-    make_rasterizer(args.backend)?;
+    let raster = make_rasterizer(args.backend, &|note| eprintln!("gs-render: {note}"))?;
     match (&args.camera, &args.pack) {
-        (Some(cam), None) => render_camera(args, cam),
-        (None, Some(pack)) => render_pack(args, pack),
+        (Some(cam), None) => render_camera(raster, args, cam),
+        (None, Some(pack)) => render_pack(raster, args, pack),
         _ => unreachable!("clap's `source` group requires exactly one of --camera / --pack"),
     }
 }
@@ -453,7 +433,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gs-render: error: {e:#}");
-            if e.downcast_ref::<BackendUnavailable>().is_some() {
+            if matches!(e.downcast_ref::<RenderError>(), Some(RenderError::Backend { .. })) {
                 ExitCode::from(3)
             } else {
                 ExitCode::from(1)

@@ -220,3 +220,35 @@ pub trait Rasterizer {
         grads: &mut GaussianGrads,
     ) -> Result<(), RenderError>;
 }
+
+/// Which rasterizer backend a binary should use (`--backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// CUDA when a usable GPU is found, otherwise the CPU (saying why in one line).
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+/// Creates the rasterizer for `backend`. `Auto` probes CUDA without panicking (no driver, no
+/// device, no NVRTC → the CPU backend) and reports the reason through `note`; `Cuda` returns
+/// the probe's error instead.
+pub fn make_rasterizer(backend: Backend, note: &dyn Fn(&str)) -> Result<Box<dyn Rasterizer>, RenderError> {
+    match backend {
+        Backend::Cpu => Ok(Box::new(cpu::CpuRasterizer::new())),
+        Backend::Cuda => cuda::CudaRasterizer::new()
+            .map(|r| Box::new(r) as Box<dyn Rasterizer>)
+            .map_err(|e| RenderError::Backend {
+                backend: "cuda",
+                message: format!("{e}; use --backend cpu (or auto)"),
+            }),
+        Backend::Auto => match cuda::CudaRasterizer::new() {
+            Ok(r) => Ok(Box::new(r)),
+            Err(e) => {
+                note(&format!("CUDA backend unavailable ({e}); using the CPU backend"));
+                Ok(Box::new(cpu::CpuRasterizer::new()))
+            }
+        },
+    }
+}
