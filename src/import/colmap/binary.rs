@@ -183,7 +183,11 @@ impl<R: BufRead> Bin<R> {
 }
 
 /// Reads the leading record count.
-pub(super) fn read_count<R: BufRead>(b: &mut Bin<R>, path: &Path, what: &str) -> Result<u64, ImportError> {
+pub(super) fn read_count<R: BufRead>(
+    b: &mut Bin<R>,
+    path: &Path,
+    what: &str,
+) -> Result<u64, ImportError> {
     b.u64().map_err(|f| match f {
         Fail::Io(e) => ImportError::io(path, e),
         _ => ImportError::parse(
@@ -227,7 +231,12 @@ pub(super) fn record_error(
 }
 
 /// Checks that the file ends right after the last declared record.
-pub(super) fn expect_end<R: BufRead>(b: &mut Bin<R>, path: &Path, what: &str, declared: u64) -> Result<(), ImportError> {
+pub(super) fn expect_end<R: BufRead>(
+    b: &mut Bin<R>,
+    path: &Path,
+    what: &str,
+    declared: u64,
+) -> Result<(), ImportError> {
     if b.at_eof().map_err(|e| ImportError::io(path, e))? {
         return Ok(());
     }
@@ -269,14 +278,18 @@ fn read_camera<R: BufRead>(b: &mut Bin<R>) -> Result<ColmapCamera, Fail> {
 }
 
 /// Parses a whole `cameras.bin`.
-pub(super) fn read_cameras<R: BufRead>(r: R, path: &Path) -> Result<Vec<ColmapCamera>, ImportError> {
+pub(super) fn read_cameras<R: BufRead>(
+    r: R,
+    path: &Path,
+) -> Result<Vec<ColmapCamera>, ImportError> {
     let mut b = Bin::new(r);
     let n = read_count(&mut b, path, "camera")?;
     let mut out: Vec<ColmapCamera> = Vec::new();
     let mut seen = HashSet::new();
     for k in 0..n {
         let start = b.pos();
-        let cam = read_camera(&mut b).map_err(|f| record_error(path, f, b.pos(), start, "camera", k, n))?;
+        let cam = read_camera(&mut b)
+            .map_err(|f| record_error(path, f, b.pos(), start, "camera", k, n))?;
         if !seen.insert(cam.id) {
             return Err(ImportError::parse(
                 path,
@@ -328,9 +341,14 @@ pub(super) fn read_images<R: BufRead>(r: R, path: &Path) -> Result<Vec<ColmapIma
     let mut names: HashMap<String, u32> = HashMap::new();
     for k in 0..n {
         let start = b.pos();
-        let img = read_image(&mut b).map_err(|f| record_error(path, f, b.pos(), start, "image", k, n))?;
+        let img =
+            read_image(&mut b).map_err(|f| record_error(path, f, b.pos(), start, "image", k, n))?;
         if let Some(msg) = duplicate_image(&img, &mut ids, &mut names) {
-            return Err(ImportError::parse(path, Location::Byte(start), format!("image record {k}: {msg}")));
+            return Err(ImportError::parse(
+                path,
+                Location::Byte(start),
+                format!("image record {k}: {msg}"),
+            ));
         }
         out.push(img);
     }
@@ -368,7 +386,12 @@ pub(super) fn read_point<R: BufRead>(b: &mut Bin<R>) -> Result<ColmapPoint, Fail
     let error = b.f64()?;
     let track_len = b.u64()?;
     b.skip_items(track_len, TRACK_ELEMENT_BYTES, "track")?;
-    let p = ColmapPoint { id, xyz, rgb, error };
+    let p = ColmapPoint {
+        id,
+        xyz,
+        rgb,
+        error,
+    };
     check_point(&p).map_err(Fail::Bad)?;
     Ok(p)
 }

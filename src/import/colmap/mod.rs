@@ -29,7 +29,10 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Cursor, Seek, SeekFrom, Write};
 use std::path::{Component, Path, PathBuf};
 
-use super::{Distortion, Format, ImportError, ImportOptions, ImportedScene, Location, PointSource, ViewSource};
+use super::{
+    Distortion, Format, ImportError, ImportOptions, ImportedScene, Location, PointSource,
+    ViewSource,
+};
 use crate::scene::camera::{Camera, Intrinsics, Pose};
 
 /// A COLMAP camera as stored (`cameras.bin/txt`).
@@ -143,7 +146,10 @@ pub const MAX_NAME_BYTES: usize = 64 * 1024;
 /// Checks a camera record on its own (model, parameter count, size, finite parameters).
 fn check_camera(c: &ColmapCamera) -> Result<(), String> {
     let Some(m) = camera_model_by_id(c.model_id) else {
-        return Err(format!("camera {} has unknown camera model id {}", c.id, c.model_id));
+        return Err(format!(
+            "camera {} has unknown camera model id {}",
+            c.id, c.model_id
+        ));
     };
     if c.params.len() != m.num_params {
         return Err(format!(
@@ -301,7 +307,10 @@ pub fn read_images(path: &Path, encoding: Encoding) -> Result<Vec<ColmapImage>, 
 }
 
 /// Parses `cameras.bin/txt` bytes held in memory (fuzzing, tests); errors name `<memory>`.
-pub fn parse_cameras_bytes(data: &[u8], encoding: Encoding) -> Result<Vec<ColmapCamera>, ImportError> {
+pub fn parse_cameras_bytes(
+    data: &[u8],
+    encoding: Encoding,
+) -> Result<Vec<ColmapCamera>, ImportError> {
     let path = Path::new("<memory>/cameras");
     match encoding {
         Encoding::Binary => binary::read_cameras(data, path),
@@ -310,7 +319,10 @@ pub fn parse_cameras_bytes(data: &[u8], encoding: Encoding) -> Result<Vec<Colmap
 }
 
 /// Parses `images.bin/txt` bytes held in memory (fuzzing, tests).
-pub fn parse_images_bytes(data: &[u8], encoding: Encoding) -> Result<Vec<ColmapImage>, ImportError> {
+pub fn parse_images_bytes(
+    data: &[u8],
+    encoding: Encoding,
+) -> Result<Vec<ColmapImage>, ImportError> {
     let path = Path::new("<memory>/images");
     match encoding {
         Encoding::Binary => binary::read_images(data, path),
@@ -319,8 +331,12 @@ pub fn parse_images_bytes(data: &[u8], encoding: Encoding) -> Result<Vec<ColmapI
 }
 
 /// Parses `points3D.bin/txt` bytes held in memory through [`PointsReader`] (fuzzing, tests).
-pub fn parse_points_bytes(data: &[u8], encoding: Encoding) -> Result<Vec<ColmapPoint>, ImportError> {
-    let mut r = PointsReader::from_reader(Cursor::new(data.to_vec()), "<memory>/points3D", encoding)?;
+pub fn parse_points_bytes(
+    data: &[u8],
+    encoding: Encoding,
+) -> Result<Vec<ColmapPoint>, ImportError> {
+    let mut r =
+        PointsReader::from_reader(Cursor::new(data.to_vec()), "<memory>/points3D", encoding)?;
     let mut out = Vec::new();
     while let Some(p) = r.next_point()? {
         out.push(p);
@@ -329,7 +345,11 @@ pub fn parse_points_bytes(data: &[u8], encoding: Encoding) -> Result<Vec<ColmapP
 }
 
 /// Checks that every image's camera exists; `images_path` labels the error.
-fn check_camera_refs(images_path: &Path, cameras: &[ColmapCamera], images: &[ColmapImage]) -> Result<(), ImportError> {
+fn check_camera_refs(
+    images_path: &Path,
+    cameras: &[ColmapCamera],
+    images: &[ColmapImage],
+) -> Result<(), ImportError> {
     for (k, img) in images.iter().enumerate() {
         if !cameras.iter().any(|c| c.id == img.camera_id) {
             let ids: Vec<String> = cameras.iter().map(|c| c.id.to_string()).collect();
@@ -343,7 +363,11 @@ fn check_camera_refs(images_path: &Path, cameras: &[ColmapCamera], images: &[Col
                     img.id,
                     img.name,
                     img.camera_id,
-                    if ids.is_empty() { "none".to_owned() } else { ids.join(", ") }
+                    if ids.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        ids.join(", ")
+                    }
                 ),
             ));
         }
@@ -368,21 +392,36 @@ pub fn read_model(dir: &Path, encoding: Encoding) -> Result<ColmapModel, ImportE
             return Err(ImportError::parse(
                 &points_path,
                 Location::Record(points.len() as u64),
-                format!("point id {} appears twice; point ids must be unique (re-export the model)", p.id),
+                format!(
+                    "point id {} appears twice; point ids must be unique (re-export the model)",
+                    p.id
+                ),
             ));
         }
         points.push(p);
     }
-    Ok(ColmapModel { cameras, images, points })
+    Ok(ColmapModel {
+        cameras,
+        images,
+        points,
+    })
 }
 
 /// Checks what the writer needs so that the files it writes read back as they were given.
-fn check_writable(dir: &Path, encoding: Encoding, cameras: &[ColmapCamera], images: &[ColmapImage]) -> Result<(), ImportError> {
+fn check_writable(
+    dir: &Path,
+    encoding: Encoding,
+    cameras: &[ColmapCamera],
+    images: &[ColmapImage],
+) -> Result<(), ImportError> {
     for c in cameras {
         let Some(m) = c.model() else {
             return Err(ImportError::invalid(
                 dir,
-                format!("cannot write camera {}: unknown COLMAP camera model id {}", c.id, c.model_id),
+                format!(
+                    "cannot write camera {}: unknown COLMAP camera model id {}",
+                    c.id, c.model_id
+                ),
             ));
         };
         if c.params.len() != m.num_params {
@@ -438,7 +477,8 @@ pub fn write_model(
         Ok((path, BufWriter::new(f)))
     };
     let finish = |path: &Path, w: BufWriter<File>| -> Result<File, ImportError> {
-        w.into_inner().map_err(|e| ImportError::io(path, e.into_error()))
+        w.into_inner()
+            .map_err(|e| ImportError::io(path, e.into_error()))
     };
 
     let (path, mut w) = create("cameras")?;
@@ -490,7 +530,14 @@ fn write_text_points(
     points: &mut dyn Iterator<Item = ColmapPoint>,
 ) -> Result<(), ImportError> {
     let body_err = |e| ImportError::io(body_path, e);
-    let mut body = BufWriter::new(File::create(body_path).map_err(body_err)?);
+    let spool = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(body_path)
+        .map_err(body_err)?;
+    let mut body = BufWriter::new(spool);
     let mut n = 0u64;
     for p in points {
         text::write_point(&mut body, &p).map_err(body_err)?;
@@ -514,13 +561,20 @@ struct Layout {
 }
 
 fn has_model_files(dir: &Path) -> bool {
-    ["cameras.bin", "cameras.txt"].iter().any(|f| dir.join(f).is_file())
+    ["cameras.bin", "cameras.txt"]
+        .iter()
+        .any(|f| dir.join(f).is_file())
 }
 
 /// Finds the model and the images folder; see [`import`] for the rules.
 fn locate(path: &Path) -> Result<Layout, ImportError> {
     let path = std::fs::canonicalize(path).map_err(|e| ImportError::io(path, e))?;
-    let candidates = [path.join("sparse").join("0"), path.join("sparse"), path.join("0"), path.clone()];
+    let candidates = [
+        path.join("sparse").join("0"),
+        path.join("sparse"),
+        path.join("0"),
+        path.clone(),
+    ];
     let Some(model_dir) = candidates.iter().find(|d| has_model_files(d)).cloned() else {
         return Err(ImportError::invalid(
             &path,
@@ -530,7 +584,8 @@ fn locate(path: &Path) -> Result<Layout, ImportError> {
         ));
     };
     let both = |ext: &str| {
-        model_dir.join(format!("cameras.{ext}")).is_file() && model_dir.join(format!("images.{ext}")).is_file()
+        model_dir.join(format!("cameras.{ext}")).is_file()
+            && model_dir.join(format!("images.{ext}")).is_file()
     };
     let encoding = if both("bin") {
         Encoding::Binary
@@ -549,7 +604,9 @@ fn locate(path: &Path) -> Result<Layout, ImportError> {
         // Found under the folder we were given: that folder is the workspace root.
         path.clone()
     } else if name_is(&model_dir, "sparse") {
-        model_dir.parent().map_or(model_dir.clone(), Path::to_path_buf)
+        model_dir
+            .parent()
+            .map_or(model_dir.clone(), Path::to_path_buf)
     } else if model_dir.parent().is_some_and(|p| name_is(p, "sparse")) {
         model_dir
             .parent()
@@ -608,10 +665,16 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         ));
     }
     let mut warnings = Vec::new();
-    if layout.model_dir.file_name().is_some_and(|n| n == "0") && layout.model_dir.with_file_name("1").is_dir() {
+    if layout.model_dir.file_name().is_some_and(|n| n == "0")
+        && layout.model_dir.with_file_name("1").is_dir()
+    {
         warnings.push(format!(
             "{} holds several models; importing {} only (pass another model folder to use it)",
-            layout.model_dir.parent().unwrap_or(&layout.model_dir).display(),
+            layout
+                .model_dir
+                .parent()
+                .unwrap_or(&layout.model_dir)
+                .display(),
             layout.model_dir.display()
         ));
     }
@@ -645,10 +708,12 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
                 ),
             ));
         };
-        let pose = Pose::from_quaternion_wxyz(img.qvec, img.tvec).map_err(|source| ImportError::Camera {
-            path: images_path.clone(),
-            what: what.clone(),
-            source,
+        let pose = Pose::from_quaternion_wxyz(img.qvec, img.tvec).map_err(|source| {
+            ImportError::Camera {
+                path: images_path.clone(),
+                what: what.clone(),
+                source,
+            }
         })?;
         let camera = Camera {
             width,
@@ -709,7 +774,12 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     };
     let points = [layout.encoding, other]
         .into_iter()
-        .map(|e| (layout.model_dir.join(format!("points3D.{}", e.extension())), e))
+        .map(|e| {
+            (
+                layout.model_dir.join(format!("points3D.{}", e.extension())),
+                e,
+            )
+        })
         .find(|(p, _)| p.is_file());
     match points {
         Some((p, e)) => {

@@ -49,7 +49,11 @@ impl PointsReader {
     /// Opens `path` (a `points3D.bin` or `.txt`, as `encoding` says).
     pub fn open(path: &Path, encoding: super::Encoding) -> Result<PointsReader, ImportError> {
         let f = File::open(path).map_err(|e| ImportError::io(path, e))?;
-        PointsReader::from_reader(BufReader::with_capacity(READ_BUFFER_BYTES, f), path, encoding)
+        PointsReader::from_reader(
+            BufReader::with_capacity(READ_BUFFER_BYTES, f),
+            path,
+            encoding,
+        )
     }
 
     /// Reads from any buffered reader; `path` only labels errors. Reads the header (the binary
@@ -118,7 +122,9 @@ impl PointsReader {
                     None
                 } else {
                     let start = b.pos();
-                    let p = binary::read_point(b).map_err(|f| binary::record_error(path, f, b.pos(), start, "point", k, n))?;
+                    let p = binary::read_point(b).map_err(|f| {
+                        binary::record_error(path, f, b.pos(), start, "point", k, n)
+                    })?;
                     Some(p)
                 }
             }
@@ -165,7 +171,8 @@ impl PointsReader {
                                 ),
                             ));
                         }
-                        let p = text::parse_point(&line).map_err(|m| ImportError::parse(path, at, format!("point {k}: {m}")))?;
+                        let p = text::parse_point(&line)
+                            .map_err(|m| ImportError::parse(path, at, format!("point {k}: {m}")))?;
                         Some(p)
                     }
                 }

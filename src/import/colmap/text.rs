@@ -100,7 +100,10 @@ impl<R: BufRead> Lines<R> {
     /// The next line, its kept prefix decoded as UTF-8 (a clipped line loses a partial
     /// character at the cut; an unclipped line must be valid UTF-8).
     pub(super) fn next_line(&mut self, path: &Path) -> Result<Option<Line>, ImportError> {
-        let Some((clipped, newline)) = self.read(MAX_LINE_BYTES).map_err(|e| ImportError::io(path, e))? else {
+        let Some((clipped, newline)) = self
+            .read(MAX_LINE_BYTES)
+            .map_err(|e| ImportError::io(path, e))?
+        else {
             return Ok(None);
         };
         let text = match std::str::from_utf8(&self.buf) {
@@ -129,7 +132,10 @@ impl<R: BufRead> Lines<R> {
 
     /// Skips one line without storing it; false at the end of the file.
     pub(super) fn skip_line(&mut self, path: &Path) -> Result<bool, ImportError> {
-        Ok(self.read(0).map_err(|e| ImportError::io(path, e))?.is_some())
+        Ok(self
+            .read(0)
+            .map_err(|e| ImportError::io(path, e))?
+            .is_some())
     }
 }
 
@@ -137,7 +143,11 @@ impl<R: BufRead> Lines<R> {
 pub(super) fn declared_count(comment: &str, what: &str) -> Option<u64> {
     let key = format!("Number of {what}:");
     let rest = &comment[comment.find(&key)? + key.len()..];
-    let digits: String = rest.trim_start().chars().take_while(char::is_ascii_digit).collect();
+    let digits: String = rest
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
     digits.parse().ok()
 }
 
@@ -154,8 +164,12 @@ fn fields(line: &str, n: usize) -> (Vec<&str>, &str) {
 }
 
 fn num<T: std::str::FromStr>(tok: &str, field: &str) -> Result<T, String> {
-    tok.parse()
-        .map_err(|_| format!("{field} {tok:?} is not a valid {}", std::any::type_name::<T>()))
+    tok.parse().map_err(|_| {
+        format!(
+            "{field} {tok:?} is not a valid {}",
+            std::any::type_name::<T>()
+        )
+    })
 }
 
 fn parse_camera(line: &str) -> Result<ColmapCamera, String> {
@@ -266,7 +280,10 @@ fn clipped_error(path: &Path, line: u64) -> ImportError {
 }
 
 /// Parses a whole `cameras.txt`.
-pub(super) fn read_cameras<R: BufRead>(r: R, path: &Path) -> Result<Vec<ColmapCamera>, ImportError> {
+pub(super) fn read_cameras<R: BufRead>(
+    r: R,
+    path: &Path,
+) -> Result<Vec<ColmapCamera>, ImportError> {
     let mut lines = Lines::new(r);
     let mut out: Vec<ColmapCamera> = Vec::new();
     let mut seen = HashSet::new();
@@ -302,7 +319,10 @@ fn parse_image(line: &str) -> Result<ColmapImage, String> {
     }
     let id: u32 = num(f[0], "IMAGE_ID")?;
     let mut qvec = [0.0; 4];
-    for (q, (tok, field)) in qvec.iter_mut().zip(f[1..5].iter().zip(["QW", "QX", "QY", "QZ"])) {
+    for (q, (tok, field)) in qvec
+        .iter_mut()
+        .zip(f[1..5].iter().zip(["QW", "QX", "QY", "QZ"]))
+    {
         *q = num(tok, field)?;
     }
     let mut tvec = [0.0; 3];
@@ -398,9 +418,16 @@ pub(super) fn write_cameras(w: &mut impl Write, cameras: &[ColmapCamera]) -> io:
 
 pub(super) fn write_images(w: &mut impl Write, images: &[ColmapImage]) -> io::Result<()> {
     writeln!(w, "# Image list with two lines of data per image:")?;
-    writeln!(w, "#   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, CAMERA_ID, NAME")?;
+    writeln!(
+        w,
+        "#   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, CAMERA_ID, NAME"
+    )?;
     writeln!(w, "#   POINTS2D[] as (X, Y, POINT3D_ID)")?;
-    writeln!(w, "# Number of images: {}, mean observations per image: 0", images.len())?;
+    writeln!(
+        w,
+        "# Number of images: {}, mean observations per image: 0",
+        images.len()
+    )?;
     for i in images {
         let [qw, qx, qy, qz] = i.qvec;
         let [tx, ty, tz] = i.tvec;
@@ -417,7 +444,10 @@ pub(super) fn write_images(w: &mut impl Write, images: &[ColmapImage]) -> io::Re
 
 pub(super) fn write_points_header(w: &mut impl Write, count: u64) -> io::Result<()> {
     writeln!(w, "# 3D point list with one line of data per point:")?;
-    writeln!(w, "#   POINT3D_ID, X, Y, Z, R, G, B, ERROR, TRACK[] as (IMAGE_ID, POINT2D_IDX)")?;
+    writeln!(
+        w,
+        "#   POINT3D_ID, X, Y, Z, R, G, B, ERROR, TRACK[] as (IMAGE_ID, POINT2D_IDX)"
+    )?;
     writeln!(w, "# Number of points: {count}, mean track length: 0")
 }
 
