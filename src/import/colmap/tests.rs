@@ -723,11 +723,14 @@ fn trailing_bytes_are_an_error() {
     assert!(msg.contains("after the last of the 2 cameras"), "{msg}");
 }
 
+/// A change that corrupts a model.
+type Edit = fn(&mut ColmapModel);
+
 #[test]
 fn non_finite_values_and_zero_quaternions() {
     let mut rng = Rng::new(5);
     let good = small_model();
-    let cases: [(&str, fn(&mut ColmapModel), &str); 3] = [
+    let cases: [(&str, Edit, &str); 3] = [
         (
             "NaN qvec",
             |m: &mut ColmapModel| m.images[1].qvec[2] = f64::NAN,
