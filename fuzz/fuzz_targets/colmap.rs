@@ -5,7 +5,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ramsplat::import::colmap::{parse_cameras_bytes, parse_images_bytes, parse_points_bytes, Encoding};
+use ramsplat::import::colmap::{
+    parse_cameras_bytes, parse_images_bytes, parse_points_bytes, Encoding,
+};
 
 fuzz_target!(|data: &[u8]| {
     for encoding in [Encoding::Binary, Encoding::Text] {
