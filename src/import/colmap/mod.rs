@@ -350,9 +350,12 @@ fn check_camera_refs(
     cameras: &[ColmapCamera],
     images: &[ColmapImage],
 ) -> Result<(), ImportError> {
+    let ids: std::collections::HashSet<u32> = cameras.iter().map(|c| c.id).collect();
     for (k, img) in images.iter().enumerate() {
-        if !cameras.iter().any(|c| c.id == img.camera_id) {
-            let ids: Vec<String> = cameras.iter().map(|c| c.id.to_string()).collect();
+        if !ids.contains(&img.camera_id) {
+            let mut ids: Vec<u32> = ids.into_iter().collect();
+            ids.sort_unstable();
+            let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
             return Err(ImportError::parse(
                 images_path,
                 Location::Record(k as u64),
@@ -694,8 +697,16 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
                 ),
             ));
         }
-        // check_camera_refs guarantees the camera exists.
-        let cam = by_id[&img.camera_id];
+        // check_camera_refs already refused missing cameras; this keeps the code panic-free.
+        let Some(cam) = by_id.get(&img.camera_id) else {
+            return Err(ImportError::invalid(
+                &images_path,
+                format!(
+                    "{what} refers to camera {}, which does not exist",
+                    img.camera_id
+                ),
+            ));
+        };
         let (intrinsics, distortion) = cam
             .pinhole()
             .map_err(|m| ImportError::invalid(&cameras_path, format!("{m} (used by {what})")))?;
