@@ -640,6 +640,7 @@ fn is_plain_relative(name: &str) -> bool {
 /// `path` may be:
 /// - a workspace root holding `sparse/0/` (COLMAP's layout) or `sparse/` (the original 3DGS
 ///   layout) — the first that holds a model wins — with the images in `<root>/images/`;
+/// - a `sparse/` folder holding `0/` (treated as `sparse/0` passed directly);
 /// - a model folder itself (holding `cameras.{bin,txt}`). Its workspace root is then found by
 ///   name: `X/sparse/N` → `X`, `X/sparse` → `X`, anything else → the folder itself; the images
 ///   are in `<root>/images/`.
