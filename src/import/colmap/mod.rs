@@ -603,18 +603,21 @@ fn locate(path: &Path) -> Result<Layout, ImportError> {
         ));
     };
     let name_is = |p: &Path, n: &str| p.file_name().is_some_and(|f| f == n);
-    let root = if model_dir != path {
-        // Found under the folder we were given: that folder is the workspace root.
+    let parent_or_self = |p: &Path| p.parent().map_or(p.to_path_buf(), Path::to_path_buf);
+    let root = if model_dir == candidates[0] || model_dir == candidates[1] {
+        // `<path>/sparse/0` or `<path>/sparse`: the folder we were given is the workspace root.
         path.clone()
+    } else if model_dir == candidates[2] {
+        // `<path>/0`: `<path>` is normally `X/sparse`, whose workspace root is `X`.
+        if name_is(&path, "sparse") {
+            parent_or_self(&path)
+        } else {
+            path.clone()
+        }
     } else if name_is(&model_dir, "sparse") {
-        model_dir
-            .parent()
-            .map_or(model_dir.clone(), Path::to_path_buf)
+        parent_or_self(&model_dir)
     } else if model_dir.parent().is_some_and(|p| name_is(p, "sparse")) {
-        model_dir
-            .parent()
-            .and_then(Path::parent)
-            .map_or(model_dir.clone(), Path::to_path_buf)
+        parent_or_self(&parent_or_self(&model_dir))
     } else {
         model_dir.clone()
     };

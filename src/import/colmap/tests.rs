@@ -1032,11 +1032,15 @@ fn colmap_layout_and_encoding_preference() {
         "{:?}",
         scene.warnings
     );
-    let views = import(&model_dir, &META).unwrap().views;
-    assert_eq!(
-        views[0].image_path,
-        scene.root.join("images").join(&views[0].name)
-    );
+    // The model folder itself, and the `sparse/` folder holding it, find the same root.
+    for p in [model_dir.clone(), dir.path().join("sparse")] {
+        let views = import(&p, &META).unwrap().views;
+        assert_eq!(views.len(), 2);
+        assert_eq!(
+            views[0].image_path,
+            scene.root.join("images").join(&views[0].name)
+        );
+    }
 
     // Without points3D: no_sfm_points and a warning.
     for enc in [Encoding::Binary, Encoding::Text] {
