@@ -229,9 +229,11 @@ fn synth_round_trip(format: &str) {
     assert_eq!(m.split_indices(ramsplat::shard::Split::Test), vec![0, 8]);
     let synth = ramsplat::synth::SynthScene::new(5);
     for (i, v) in m.views.iter().enumerate() {
-        let file = ramsplat::import::image::load_rgb8(&scene.join("images").join(
-            std::path::Path::new(&v.name).file_name().unwrap(),
-        ))
+        let file = ramsplat::import::image::load_rgb8(
+            &scene
+                .join("images")
+                .join(std::path::Path::new(&v.name).file_name().unwrap()),
+        )
         .unwrap();
         let mut got = vec![0u8; v.decoded_len()];
         p.read_view_into(i, &mut got).unwrap();
@@ -247,7 +249,10 @@ fn synth_round_trip(format: &str) {
             (c.centre()[0], want.centre()[0]),
             (c.centre()[2], want.centre()[2]),
         ] {
-            assert!((a - b).abs() < 1e-6 * (1.0 + b.abs()), "view {i}: {a} vs {b}");
+            assert!(
+                (a - b).abs() < 1e-6 * (1.0 + b.abs()),
+                "view {i}: {a} vs {b}"
+            );
         }
     }
     if format == "colmap" {

@@ -341,10 +341,17 @@ fn gs_render_camera_mode_writes_the_library_render() {
     if ramsplat::render::cuda::CudaRasterizer::new().is_err() {
         assert_eq!(out.status.code(), Some(3));
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("cuda backend") && err.contains("--backend cpu"), "{err}");
+        assert!(
+            err.contains("cuda backend") && err.contains("--backend cpu"),
+            "{err}"
+        );
         assert!(!png_cuda.exists());
     } else {
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     // Bad inputs: exit 1 with the file named; bad usage: exit 2.

@@ -35,7 +35,9 @@ use serde::Deserialize;
 
 use ramsplat::export::ply::{self as gply, LoadOptions};
 use ramsplat::metrics;
-use ramsplat::render::{make_rasterizer, Backend, Rasterizer, RenderError, RenderOptions, RenderOutput};
+use ramsplat::render::{
+    make_rasterizer, Backend, Rasterizer, RenderError, RenderOptions, RenderOutput,
+};
 use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
@@ -104,7 +106,6 @@ fn parse_bg(s: &str) -> Result<[f32; 3], String> {
     }
     Ok(bg)
 }
-
 
 /// Camera JSON as documented in the module doc.
 #[derive(Debug, Deserialize)]
@@ -433,7 +434,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gs-render: error: {e:#}");
-            if matches!(e.downcast_ref::<RenderError>(), Some(RenderError::Backend { .. })) {
+            if matches!(
+                e.downcast_ref::<RenderError>(),
+                Some(RenderError::Backend { .. })
+            ) {
                 ExitCode::from(3)
             } else {
                 ExitCode::from(1)

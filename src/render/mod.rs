@@ -222,7 +222,9 @@ pub trait Rasterizer {
 }
 
 /// Which rasterizer backend a binary should use (`--backend`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// CUDA when a usable GPU is found, otherwise the CPU (saying why in one line).
@@ -234,7 +236,10 @@ pub enum Backend {
 /// Creates the rasterizer for `backend`. `Auto` probes CUDA without panicking (no driver, no
 /// device, no NVRTC → the CPU backend) and reports the reason through `note`; `Cuda` returns
 /// the probe's error instead.
-pub fn make_rasterizer(backend: Backend, note: &dyn Fn(&str)) -> Result<Box<dyn Rasterizer>, RenderError> {
+pub fn make_rasterizer(
+    backend: Backend,
+    note: &dyn Fn(&str),
+) -> Result<Box<dyn Rasterizer>, RenderError> {
     match backend {
         Backend::Cpu => Ok(Box::new(cpu::CpuRasterizer::new())),
         Backend::Cuda => cuda::CudaRasterizer::new()
@@ -246,7 +251,9 @@ pub fn make_rasterizer(backend: Backend, note: &dyn Fn(&str)) -> Result<Box<dyn 
         Backend::Auto => match cuda::CudaRasterizer::new() {
             Ok(r) => Ok(Box::new(r)),
             Err(e) => {
-                note(&format!("CUDA backend unavailable ({e}); using the CPU backend"));
+                note(&format!(
+                    "CUDA backend unavailable ({e}); using the CPU backend"
+                ));
                 Ok(Box::new(cpu::CpuRasterizer::new()))
             }
         },

@@ -350,9 +350,12 @@ fn check_camera_refs(
     cameras: &[ColmapCamera],
     images: &[ColmapImage],
 ) -> Result<(), ImportError> {
+    let ids: std::collections::HashSet<u32> = cameras.iter().map(|c| c.id).collect();
     for (k, img) in images.iter().enumerate() {
-        if !cameras.iter().any(|c| c.id == img.camera_id) {
-            let ids: Vec<String> = cameras.iter().map(|c| c.id.to_string()).collect();
+        if !ids.contains(&img.camera_id) {
+            let mut ids: Vec<u32> = ids.into_iter().collect();
+            ids.sort_unstable();
+            let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
             return Err(ImportError::parse(
                 images_path,
                 Location::Record(k as u64),
@@ -530,8 +533,7 @@ fn write_text_points(
     points: &mut dyn Iterator<Item = ColmapPoint>,
 ) -> Result<(), ImportError> {
     let body_err = |e| ImportError::io(body_path, e);
-    // Read back below: `File::create` would open it write-only (EBADF on the copy).
-    let spool = std::fs::OpenOptions::new()
+    let spool = File::options()
         .read(true)
         .write(true)
         .create(true)
@@ -601,18 +603,21 @@ fn locate(path: &Path) -> Result<Layout, ImportError> {
         ));
     };
     let name_is = |p: &Path, n: &str| p.file_name().is_some_and(|f| f == n);
-    let root = if model_dir != path {
-        // Found under the folder we were given: that folder is the workspace root.
+    let parent_or_self = |p: &Path| p.parent().map_or(p.to_path_buf(), Path::to_path_buf);
+    let root = if model_dir == candidates[0] || model_dir == candidates[1] {
+        // `<path>/sparse/0` or `<path>/sparse`: the folder we were given is the workspace root.
         path.clone()
+    } else if model_dir == candidates[2] {
+        // `<path>/0`: `<path>` is normally `X/sparse`, whose workspace root is `X`.
+        if name_is(&path, "sparse") {
+            parent_or_self(&path)
+        } else {
+            path.clone()
+        }
     } else if name_is(&model_dir, "sparse") {
-        model_dir
-            .parent()
-            .map_or(model_dir.clone(), Path::to_path_buf)
+        parent_or_self(&model_dir)
     } else if model_dir.parent().is_some_and(|p| name_is(p, "sparse")) {
-        model_dir
-            .parent()
-            .and_then(Path::parent)
-            .map_or(model_dir.clone(), Path::to_path_buf)
+        parent_or_self(&parent_or_self(&model_dir))
     } else {
         model_dir.clone()
     };
@@ -638,6 +643,7 @@ fn is_plain_relative(name: &str) -> bool {
 /// `path` may be:
 /// - a workspace root holding `sparse/0/` (COLMAP's layout) or `sparse/` (the original 3DGS
 ///   layout) — the first that holds a model wins — with the images in `<root>/images/`;
+/// - a `sparse/` folder holding `0/` (treated as `sparse/0` passed directly);
 /// - a model folder itself (holding `cameras.{bin,txt}`). Its workspace root is then found by
 ///   name: `X/sparse/N` → `X`, `X/sparse` → `X`, anything else → the folder itself; the images
 ///   are in `<root>/images/`.
@@ -695,8 +701,16 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
                 ),
             ));
         }
-        // check_camera_refs guarantees the camera exists.
-        let cam = by_id[&img.camera_id];
+        // check_camera_refs already refused missing cameras; this keeps the code panic-free.
+        let Some(cam) = by_id.get(&img.camera_id) else {
+            return Err(ImportError::invalid(
+                &images_path,
+                format!(
+                    "{what} refers to camera {}, which does not exist",
+                    img.camera_id
+                ),
+            ));
+        };
         let (intrinsics, distortion) = cam
             .pinhole()
             .map_err(|m| ImportError::invalid(&cameras_path, format!("{m} (used by {what})")))?;

@@ -191,6 +191,8 @@ impl PointSource for PointsReader {
         "sfm"
     }
 
+    /// The file's own count: untrusted until the reader has reached it (a corrupt file may
+    /// declare 2^60 points), so callers must not allocate from it.
     fn declared_len(&self) -> Option<u64> {
         self.declared
     }
