@@ -706,7 +706,7 @@ fn a_binary_name_without_nul_is_capped() {
     b.extend_from_slice(&1u32.to_le_bytes());
     b.extend_from_slice(&[0u8; 56]);
     b.extend_from_slice(&1u32.to_le_bytes());
-    b.extend(std::iter::repeat(b'x').take(MAX_NAME_BYTES + 10));
+    b.extend(std::iter::repeat_n(b'x', MAX_NAME_BYTES + 10));
     let (_, msg) = parse_err(parse_images_bytes(&b, Encoding::Binary));
     assert!(msg.contains("no NUL terminator"), "{msg}");
 }
@@ -869,20 +869,12 @@ fn text_field_errors_name_the_line() {
     assert!(msg.contains("truncated"), "{msg}");
     // A long observation line is skipped, not stored, and does not count as an image.
     let mut long = b"# Number of images: 1\n1 1 0 0 0 0 0 0 1 a.png\n".to_vec();
-    long.extend(
-        std::iter::repeat(b"1.5 2.5 -1 ".as_slice())
-            .take(20_000)
-            .flatten(),
-    );
+    long.extend(std::iter::repeat_n(b"1.5 2.5 -1 ".as_slice(), 20_000).flatten());
     long.push(b'\n');
     assert_eq!(parse_images_bytes(&long, Encoding::Text).unwrap().len(), 1);
     // So is a long track, even past the kept-line limit.
     let mut long = b"1 0.5 1 2 3 4 5 0.25".to_vec();
-    long.extend(
-        std::iter::repeat(b" 12 345".as_slice())
-            .take(20_000)
-            .flatten(),
-    );
+    long.extend(std::iter::repeat_n(b" 12 345".as_slice(), 20_000).flatten());
     long.push(b'\n');
     let p = parse_points_bytes(&long, Encoding::Text).unwrap();
     assert_eq!(p[0].xyz, [0.5, 1.0, 2.0]);
