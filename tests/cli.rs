@@ -25,6 +25,18 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// `gs-pack convert INPUT -o PACK EXTRA...`
+fn convert(input: &Path, pack: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "convert",
+        input.to_str().unwrap(),
+        "-o",
+        pack.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    gs_pack(&args)
+}
+
 fn info_json(pack: &Path) -> serde_json::Value {
     let o = gs_pack(&["info", pack.to_str().unwrap(), "--json"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -35,14 +47,7 @@ fn info_json(pack: &Path) -> serde_json::Value {
 fn fox_packs_50_views_reports_17_missing_and_verifies() {
     let tmp = tempfile::tempdir().unwrap();
     let pack = tmp.path().join("fox.pack");
-    let o = gs_pack(&[
-        "convert",
-        shared("fox").to_str().unwrap(),
-        "-o",
-        pack.to_str().unwrap(),
-        "--downscale",
-        "4",
-    ]);
+    let o = convert(&shared("fox"), &pack, &["--downscale", "4"]);
     assert!(o.status.success(), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -67,12 +72,7 @@ fn fox_packs_50_views_reports_17_missing_and_verifies() {
     assert!(o.status.success(), "{}", text(&o));
 
     // Without --force the existing pack is left alone.
-    let o = gs_pack(&[
-        "convert",
-        shared("fox").to_str().unwrap(),
-        "-o",
-        pack.to_str().unwrap(),
-    ]);
+    let o = convert(&shared("fox"), &pack, &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("--force"),
@@ -99,13 +99,7 @@ fn fox_packs_50_views_reports_17_missing_and_verifies() {
 fn fox_strict_refuses_missing_images_and_leaves_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let pack = tmp.path().join("fox.pack");
-    let o = gs_pack(&[
-        "convert",
-        shared("fox").to_str().unwrap(),
-        "-o",
-        pack.to_str().unwrap(),
-        "--strict",
-    ]);
+    let o = convert(&shared("fox"), &pack, &["--strict"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("17"),
@@ -123,12 +117,7 @@ fn fox_strict_refuses_missing_images_and_leaves_nothing() {
 fn labelled_kinect_scans_pack_as_three_labelled_clouds() {
     let tmp = tempfile::tempdir().unwrap();
     let pack = tmp.path().join("mosd.pack");
-    let o = gs_pack(&[
-        "convert",
-        shared("mosd_kinect_labeled/ply").to_str().unwrap(),
-        "-o",
-        pack.to_str().unwrap(),
-    ]);
+    let o = convert(&shared("mosd_kinect_labeled/ply"), &pack, &[]);
     assert!(o.status.success(), "{}", text(&o));
     let info = info_json(&pack);
     assert_eq!(info["views"], 0);
@@ -148,12 +137,7 @@ fn labelled_kinect_scans_pack_as_three_labelled_clouds() {
 fn statue_model_without_images_is_refused_clearly() {
     let tmp = tempfile::tempdir().unwrap();
     let pack = tmp.path().join("statue.pack");
-    let o = gs_pack(&[
-        "convert",
-        shared("colmap_statue_of_liberty").to_str().unwrap(),
-        "-o",
-        pack.to_str().unwrap(),
-    ]);
+    let o = convert(&shared("colmap_statue_of_liberty"), &pack, &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(!pack.exists());
 }
@@ -161,12 +145,7 @@ fn statue_model_without_images_is_refused_clearly() {
 #[test]
 fn unknown_dataset_and_missing_pack_are_clear_errors() {
     let tmp = tempfile::tempdir().unwrap();
-    let o = gs_pack(&[
-        "convert",
-        tmp.path().to_str().unwrap(),
-        "-o",
-        tmp.path().join("x").to_str().unwrap(),
-    ]);
+    let o = convert(tmp.path(), &tmp.path().join("x"), &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("--format"),
@@ -212,16 +191,7 @@ fn synth_round_trip(format: &str) {
         "5",
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    let o = gs_pack(&[
-        "convert",
-        scene.to_str().unwrap(),
-        "-o",
-        pack.to_str().unwrap(),
-        "--max-width",
-        "0",
-        "--codec",
-        "zstd",
-    ]);
+    let o = convert(&scene, &pack, &["--max-width", "0", "--codec", "zstd"]);
     assert!(o.status.success(), "{}", text(&o));
     let p = Pack::open(&pack).unwrap();
     let m = p.manifest();
@@ -285,4 +255,64 @@ fn synth_colmap_round_trips_pixels_cameras_and_points() {
 #[test]
 fn synth_nerf_round_trips_pixels_and_cameras() {
     synth_round_trip("nerf");
+}
+
+#[test]
+fn a_killed_convert_leaves_nothing_that_looks_like_a_pack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pack = tmp.path().join("fox.pack");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gs-pack"))
+        .args([
+            "convert",
+            shared("fox").to_str().unwrap(),
+            "-o",
+            pack.to_str().unwrap(),
+            "--max-width",
+            "0",
+            "--workers",
+            "1",
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the first shard is being written (its `.partial` file exists), then kill.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let partial_shard = loop {
+        let found = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .find_map(|e| {
+                let dir = e.path();
+                let shard = dir.join("shard-00000.gss.partial");
+                shard.exists().then_some(dir)
+            });
+        if let Some(dir) = found {
+            break dir;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "convert finished before it could be killed"
+        );
+        assert!(std::time::Instant::now() < deadline, "no shard appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !pack.exists(),
+        "the destination must not exist after a killed convert"
+    );
+    let name = partial_shard
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(name.starts_with(".fox.pack.partial-"), "{name}");
+    assert!(!partial_shard.join("manifest.json").exists());
+    assert!(ramsplat::shard::reader::Pack::open(&partial_shard).is_err());
+    // A new convert to the same destination works; the stale hidden directory of the killed
+    // process (another pid) does not disturb it.
+    let o = convert(&shared("fox"), &pack, &["--downscale", "8"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(ramsplat::shard::reader::Pack::open(&pack).is_ok());
 }
