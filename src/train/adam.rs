@@ -413,9 +413,9 @@ mod tests {
             st.step(&cfg, &lrs(), GroupMask::ALL, &mut p, &gr)
         }
         .unwrap();
-        let m = 0.9 * 0.05 + 0.1 * -1.0;
-        let v = 0.999 * 0.00025 + 0.001 * 1.0;
-        let denom = (v as f64).sqrt() / (1.0 - 0.999f64.powi(2)).sqrt() + 1e-8;
+        let m = 0.9 * 0.05 - 0.1;
+        let v: f64 = 0.999 * 0.00025 + 0.001 * 1.0;
+        let denom = v.sqrt() / (1.0 - 0.999f64.powi(2)).sqrt() + 1e-8;
         let want = before - 5e-3 / (1.0 - 0.81) * m / denom;
         assert!(
             (p.log_scales[0][0] as f64 - want).abs() < 1e-6,

@@ -597,13 +597,14 @@ impl DensifyStrategy for DefaultStrategy {
         }
         Self::accumulate(model, view);
         let mut skip = GroupMask::NONE;
-        if s > cfg.from_iter && cfg.interval > 0 && s % cfg.interval == 0 {
+        if s > cfg.from_iter && cfg.interval > 0 && s.is_multiple_of(cfg.interval) {
             let prune_large = s > cfg.opacity_reset_interval;
             self.densify_and_prune(model, ctx, prune_large, &mut out);
             // Every tensor was replaced: no group has a gradient this iteration.
             skip = GroupMask::ALL;
         }
-        let reset_due = cfg.opacity_reset_interval > 0 && s % cfg.opacity_reset_interval == 0;
+        let reset_due =
+            cfg.opacity_reset_interval > 0 && s.is_multiple_of(cfg.opacity_reset_interval);
         if reset_due || (ctx.white_background && s == cfg.from_iter) {
             model.reset_opacity(cfg.reset_opacity);
             out.opacity_reset = true;
@@ -1003,9 +1004,10 @@ mod tests {
 
     #[test]
     fn max_gaussians_keeps_the_largest_gradients() {
-        let mut cfg = DensifyConfig::default();
-        cfg.max_gaussians = 6;
-        let mut s = DefaultStrategy::new(cfg);
+        let mut s = DefaultStrategy::new(DensifyConfig {
+            max_gaussians: 6,
+            ..DensifyConfig::default()
+        });
         let mut m = tagged(4);
         m.gaussians.logit_opacities = vec![0.0; 4];
         m.stats.grad_accum = vec![1e-3, 4e-3, 3e-3, 2e-3];

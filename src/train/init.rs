@@ -360,7 +360,7 @@ mod tests {
                 ]
             })
             .collect();
-        pts.extend_from_slice(&pts[..20].to_vec());
+        pts.extend_from_within(..20);
         let fast = knn_mean_sq_dist(&pts);
         let slow = brute(&pts);
         for (i, (a, b)) in fast.iter().zip(&slow).enumerate() {
