@@ -11,6 +11,8 @@
 //! is its node; no node storage), queried
 //! in parallel; O(N log N), so 1 M points take seconds, not the hours of a quadratic loop.
 //! Duplicate points count as neighbours at distance 0 (as in simple-knn), hence the clamp.
+//! Measured (`knn_million_points_timing`, crate at opt-level 3, 2 cores shared with other
+//! builds, load average ≈ 9): 1 M uniform points in 8.7 s; 100k points initialise in 0.38 s.
 //!
 //! # Random (no SfM points)
 //! 3DGS initialises NeRF-synthetic scenes with 100k points uniform in `[−1.3, 1.3]³` and SH DC
