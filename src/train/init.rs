@@ -419,6 +419,35 @@ mod tests {
     }
 
     #[test]
+    fn from_pack_streams_sfm_points_or_falls_back_to_random() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = dir.path().join("with");
+        crate::shard::fuzz_support::write_seed_pack(&with).unwrap();
+        let pack = Pack::open(&with).unwrap();
+        let g = from_pack(&pack, 1, 50, &mut Rng::new(0)).unwrap();
+        // The seed cloud: 100 points (i, 0.5, −1) with colour (i, i, i); neighbours 1 apart.
+        assert_eq!(g.len(), 100);
+        assert_eq!(g.means[7], [7.0, 0.5, -1.0]);
+        let c0 = SH_C0 as f32;
+        assert!((g.sh[7 * 4][0] - (7.0 / 255.0 - 0.5) / c0).abs() < 1e-6);
+        // Interior point: neighbours at distances 1, 1, 2 → mean d² = 2.
+        assert!((g.log_scales[50][0] - 2.0f32.sqrt().ln()).abs() < 1e-6);
+
+        let without = dir.path().join("without");
+        crate::data::bench::write_noise_pack(&without, 3, 8, 6, crate::shard::Codec::Raw, 1)
+            .unwrap();
+        let pack = Pack::open(&without).unwrap();
+        assert!(pack.manifest().scene.no_sfm_points);
+        let g = from_pack(&pack, 0, 300, &mut Rng::new(0)).unwrap();
+        assert_eq!(g.len(), 300);
+        let (centre, half) = random_box(&pack);
+        assert!(g
+            .means
+            .iter()
+            .all(|m| (0..3).all(|a| (m[a] as f64 - centre[a]).abs() <= half + 1e-6)));
+    }
+
+    #[test]
     #[ignore = "timing: cargo test --release --lib train::init -- --ignored --nocapture"]
     fn knn_million_points_timing() {
         let mut rng = Rng::new(2);
