@@ -1,0 +1,1 @@
+//! Checkpoints of a training run (owned by the `train-app` branch).

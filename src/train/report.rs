@@ -1,0 +1,1 @@
+//! Training outputs and `report.json` (owned by the `train-app` branch).
