@@ -316,3 +316,42 @@ fn a_killed_convert_leaves_nothing_that_looks_like_a_pack() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(ramsplat::shard::reader::Pack::open(&pack).is_ok());
 }
+
+#[test]
+fn a_corrupt_image_fails_the_convert_naming_the_file_and_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    let pack = tmp.path().join("scene.pack");
+    let o = gs_pack(&[
+        "synth",
+        "-o",
+        scene.to_str().unwrap(),
+        "--views",
+        "6",
+        "--width",
+        "32",
+        "--height",
+        "24",
+        "--points",
+        "50",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::write(scene.join("images/00003.png"), b"definitely not a png").unwrap();
+    let o = convert(&scene, &pack, &["--workers", "2"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("00003.png"),
+        "{}",
+        text(&o)
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("scene")],
+        "nothing but the input remains"
+    );
+}
