@@ -19,6 +19,7 @@
 //! | [`render`] | the `Rasterizer` trait and its CPU reference backend |
 //! | [`metrics`] | PSNR and SSIM |
 //! | [`export`] | standard 3DGS PLY read/write |
+//! | [`train`] | the 3DGS training step, densification, Adam, loss, schedule and loop |
 //! | [`cli`] | shared command-line plumbing (progress, sizes, error printing) |
 //! | [`rng`] | the project's pinned random number generator |
 
@@ -36,3 +37,4 @@ pub mod rng;
 pub mod scene;
 pub mod shard;
 pub mod synth;
+pub mod train;

@@ -1,0 +1,1 @@
+//! `gs-train --demo` (owned by the `train-app` branch).

@@ -1,0 +1,625 @@
+//! Adaptive density control: the original 3DGS strategy behind the [`DensifyStrategy`] trait,
+//! the [`Model`] it edits (parameters + Adam moments + statistics) and the single place that
+//! gathers/scatters every per-Gaussian array ([`Model::retain`], [`Model::append`],
+//! [`Model::reset_opacity`]), like gsplat's `strategy/ops.py`.
+//!
+//! # The default strategy (3DGS `train.py` / `GaussianModel`, 2024 defaults)
+//! At 1-based iteration `s`, after backward and before the optimizer step, while
+//! `s < until_iter` (15,000):
+//! - statistics, for Gaussians rendered with radius > 0: `max_radii = max(max_radii, radius)`,
+//!   `grad_accum += ‖∂L/∂mean2d · (W/2, H/2)‖` (the NDC-unit gradient of 3DGS's
+//!   `viewspace_point_tensor.grad`; our rasterizer reports pixel units), `denom += 1`;
+//! - if `s > from_iter` (500) and `s % interval == 0` (100): with `ḡ = grad_accum / denom`
+//!   (0 where `denom = 0`): **clone** where `ḡ ≥ 2e-4` and `max scale ≤ 0.01·extent` (an exact
+//!   copy); **split** where `ḡ ≥ 2e-4` and `max scale > 0.01·extent` (2 children with means
+//!   `mean + R·(s ⊙ z)`, `z ~ N(0, I)`, scale `s / 1.6` = `s / (0.8·2)`, other parameters
+//!   copied; the parent is removed); then **prune** opacity < 0.005 and, once
+//!   `s > opacity_reset_interval` (3000), max screen radius > 20 px or max world scale
+//!   > 0.1·extent. The statistics are then zeroed. 3DGS compares with `≥`, so do we.
+//! - if `s % opacity_reset_interval == 0` (or `s == from_iter` on a white background):
+//!   opacity ← min(opacity, 0.01) (in logit space) with the opacity moments zeroed.
+//!
+//! 3DGS replaces the parameter tensors when it densifies, so their `.grad` is `None` and
+//! that iteration's `optimizer.step()` skips them (all groups after a densify, only the
+//! opacity after a reset); [`DensifyOutcome::skip_optimizer`] reproduces this.
+//!
+//! One deliberate difference: 3DGS zeroes `max_radii2D` in `densification_postfix`, *before*
+//! pruning, which makes its screen-size test a no-op (gsplat documents the same and disables
+//! it by default). We prune with the radii accumulated since the last densification (new
+//! Gaussians count 0), i.e. what the 3DGS paper and code intend; set
+//! [`DensifyConfig::prune_screen_radius`] to `None` to reproduce the effective 3DGS behaviour.
+//!
+//! # Order of the arrays after a densification
+//! Kept originals in their order, then clones, then split children (all first children,
+//! then all second children), exactly 3DGS's order; then pruning compacts in place.
+//!
+//! # Memory
+//! The model's host bytes ([`model_bytes`]) are a [`ModelMemory`] reservation in the run's
+//! [`crate::budget::Ledger`]. Before growing, the strategy resizes it to the new peak; if the
+//! ledger refuses, it asks the caller to free room (`make_room`, e.g. shrink the loader cache)
+//! and retries; if that fails too, growth stops for the rest of the run and the outcome says so
+//! once ([`DensifyOutcome::growth_stopped`]); pruning and opacity resets continue. The
+//! `max_gaussians` cap keeps the candidates with the largest gradients.
+
+use serde::{Deserialize, Serialize};
+
+use super::adam::{zeros_like, AdamState, Group, GroupMask};
+use crate::budget::Reservation;
+use crate::rng::Rng;
+use crate::scene::gaussians::{sh_coeffs, Gaussians};
+
+/// Densification statistics, one entry per Gaussian.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DensifyStats {
+    /// Sum of NDC-unit 2D-mean gradient norms over the views where the Gaussian was visible.
+    pub grad_accum: Vec<f32>,
+    /// Number of such views.
+    pub denom: Vec<u32>,
+    /// Largest screen radius (px) since the last densification.
+    pub max_radii: Vec<u32>,
+}
+
+impl DensifyStats {
+    pub fn zeros(n: usize) -> DensifyStats {
+        DensifyStats {
+            grad_accum: vec![0.0; n],
+            denom: vec![0; n],
+            max_radii: vec![0; n],
+        }
+    }
+
+    fn clear(&mut self) {
+        self.grad_accum.iter_mut().for_each(|v| *v = 0.0);
+        self.denom.iter_mut().for_each(|v| *v = 0);
+        self.max_radii.iter_mut().for_each(|v| *v = 0);
+    }
+}
+
+/// Everything with one entry per Gaussian: parameters, Adam moments, densify statistics.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    #[serde(with = "super::GaussiansDef")]
+    pub gaussians: Gaussians,
+    pub adam: AdamState,
+    pub stats: DensifyStats,
+}
+
+/// Arrays of a [`Model`] disagree in length (a bug; reported rather than a panic).
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("model arrays disagree: `{what}` has {got} entries, expected {expected}")]
+pub struct ModelShapeError {
+    pub what: &'static str,
+    pub got: usize,
+    pub expected: usize,
+}
+
+/// Removes entries where `keep` is false from `v`, whose items come `stride` per Gaussian.
+fn compact<T: Copy>(v: &mut Vec<T>, keep: &[bool], stride: usize) {
+    let mut w = 0;
+    for (i, &k) in keep.iter().enumerate() {
+        if k {
+            if w != i {
+                v.copy_within(i * stride..(i + 1) * stride, w * stride);
+            }
+            w += 1;
+        }
+    }
+    v.truncate(w * stride);
+}
+
+fn retain_gaussians(g: &mut Gaussians, keep: &[bool]) {
+    let k = sh_coeffs(g.sh_degree);
+    compact(&mut g.means, keep, 1);
+    compact(&mut g.log_scales, keep, 1);
+    compact(&mut g.rotations, keep, 1);
+    compact(&mut g.logit_opacities, keep, 1);
+    compact(&mut g.sh, keep, k);
+}
+
+/// Appends `src` to `dst` growing capacity exactly (no doubling: the model's bytes are budgeted).
+fn extend_exact<T: Copy>(dst: &mut Vec<T>, src: &[T]) {
+    dst.reserve_exact(src.len());
+    dst.extend_from_slice(src);
+}
+
+fn append_gaussians(g: &mut Gaussians, new: &Gaussians) {
+    extend_exact(&mut g.means, &new.means);
+    extend_exact(&mut g.log_scales, &new.log_scales);
+    extend_exact(&mut g.rotations, &new.rotations);
+    extend_exact(&mut g.logit_opacities, &new.logit_opacities);
+    extend_exact(&mut g.sh, &new.sh);
+}
+
+fn logit(p: f32) -> f32 {
+    (p / (1.0 - p)).ln()
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+impl Model {
+    /// A fresh model: zero moments, zero statistics.
+    pub fn new(gaussians: Gaussians) -> Model {
+        let n = gaussians.len();
+        Model {
+            adam: AdamState::new(&gaussians),
+            stats: DensifyStats::zeros(n),
+            gaussians,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.gaussians.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.gaussians.is_empty()
+    }
+
+    /// Checks that every per-Gaussian array has the model's length.
+    pub fn check_shapes(&self) -> Result<(), ModelShapeError> {
+        let g = &self.gaussians;
+        let n = g.len();
+        let nsh = n * sh_coeffs(g.sh_degree);
+        let mut checks = vec![
+            ("log_scales", g.log_scales.len(), n),
+            ("rotations", g.rotations.len(), n),
+            ("logit_opacities", g.logit_opacities.len(), n),
+            ("sh", g.sh.len(), nsh),
+            ("stats.grad_accum", self.stats.grad_accum.len(), n),
+            ("stats.denom", self.stats.denom.len(), n),
+            ("stats.max_radii", self.stats.max_radii.len(), n),
+        ];
+        for m in [&self.adam.exp_avg, &self.adam.exp_avg_sq] {
+            checks.extend([
+                ("moment.means", m.means.len(), n),
+                ("moment.log_scales", m.log_scales.len(), n),
+                ("moment.rotations", m.rotations.len(), n),
+                ("moment.logit_opacities", m.logit_opacities.len(), n),
+                ("moment.sh", m.sh.len(), nsh),
+            ]);
+        }
+        for (what, got, expected) in checks {
+            if got != expected {
+                return Err(ModelShapeError {
+                    what,
+                    got,
+                    expected,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the Gaussians where `keep[i]` (parameters, both moments and statistics together).
+    pub fn retain(&mut self, keep: &[bool]) {
+        assert_eq!(keep.len(), self.len(), "retain mask length");
+        retain_gaussians(&mut self.gaussians, keep);
+        retain_gaussians(&mut self.adam.exp_avg, keep);
+        retain_gaussians(&mut self.adam.exp_avg_sq, keep);
+        compact(&mut self.stats.grad_accum, keep, 1);
+        compact(&mut self.stats.denom, keep, 1);
+        compact(&mut self.stats.max_radii, keep, 1);
+    }
+
+    /// Appends `new` (same SH degree) with zero moments and zero statistics.
+    pub fn append(&mut self, new: &Gaussians) {
+        assert_eq!(new.sh_degree, self.gaussians.sh_degree, "append SH degree");
+        let zeros = zeros_like(new);
+        append_gaussians(&mut self.gaussians, new);
+        append_gaussians(&mut self.adam.exp_avg, &zeros);
+        append_gaussians(&mut self.adam.exp_avg_sq, &zeros);
+        let n = new.len();
+        extend_exact(&mut self.stats.grad_accum, &vec![0.0; n]);
+        extend_exact(&mut self.stats.denom, &vec![0; n]);
+        extend_exact(&mut self.stats.max_radii, &vec![0; n]);
+    }
+
+    /// Opacity ← min(opacity, `max_opacity`) in logit space; opacity moments zeroed.
+    pub fn reset_opacity(&mut self, max_opacity: f32) {
+        let cap = logit(max_opacity);
+        for o in &mut self.gaussians.logit_opacities {
+            // min in activated space equals min in logit space (the sigmoid is monotone);
+            // 3DGS computes inverse_sigmoid(min(sigmoid(o), 0.01)), identical up to rounding.
+            if sigmoid(*o) > max_opacity {
+                *o = cap;
+            }
+        }
+        self.adam
+            .exp_avg
+            .logit_opacities
+            .iter_mut()
+            .for_each(|v| *v = 0.0);
+        self.adam
+            .exp_avg_sq
+            .logit_opacities
+            .iter_mut()
+            .for_each(|v| *v = 0.0);
+    }
+
+    /// Copies Gaussian `i`'s parameters into `out` (appending).
+    fn push_copy(&self, i: usize, out: &mut Gaussians) {
+        let g = &self.gaussians;
+        let k = sh_coeffs(g.sh_degree);
+        out.means.push(g.means[i]);
+        out.log_scales.push(g.log_scales[i]);
+        out.rotations.push(g.rotations[i]);
+        out.logit_opacities.push(g.logit_opacities[i]);
+        out.sh.extend_from_slice(&g.sh[i * k..(i + 1) * k]);
+    }
+}
+
+/// Host bytes a model of `n` Gaussians at SH degree `sh_degree` needs while training:
+/// parameters (P floats per Gaussian, P = 11 + 3·coeffs), gradients (P + 2 for the 2D mean),
+/// two Adam moments (2P), densify statistics (12 bytes) and the rasterizer's per-Gaussian
+/// buffers ([`RENDER_BYTES_PER_GAUSSIAN`]).
+pub fn model_bytes(n: usize, sh_degree: u32) -> u64 {
+    let p = 11 + 3 * sh_coeffs(sh_degree) as u64;
+    let floats = 4 * p + 2;
+    n as u64 * (floats * 4 + 12 + RENDER_BYTES_PER_GAUSSIAN)
+}
+
+/// The CPU rasterizer's per-Gaussian buffers: a projected splat (44 B), its gradient (36 B),
+/// the render output's radius/mean2d/depth (16 B), plus binning bookkeeping; 128 B rounds the
+/// 96 B counted up to cover the rest.
+pub const RENDER_BYTES_PER_GAUSSIAN: u64 = 128;
+
+/// The model's share of the RAM budget, when the run has one.
+#[derive(Debug, Default)]
+pub struct ModelMemory {
+    pub reservation: Option<Reservation>,
+}
+
+impl ModelMemory {
+    /// Grows the reservation to `bytes`; on refusal calls `make_room(extra)` once (which should
+    /// release at least `extra` bytes to the ledger) and retries. `Err` carries the reason.
+    pub fn grow_to(
+        &mut self,
+        bytes: u64,
+        make_room: &mut dyn FnMut(u64) -> u64,
+    ) -> Result<(), String> {
+        let Some(r) = &mut self.reservation else {
+            return Ok(());
+        };
+        if bytes <= r.bytes() {
+            return Ok(());
+        }
+        if r.resize(bytes).is_ok() {
+            return Ok(());
+        }
+        make_room(bytes - r.bytes());
+        r.resize(bytes).map_err(|e| format!("{e}"))
+    }
+
+    /// Shrinks the reservation to `bytes` (never fails).
+    pub fn shrink_to(&mut self, bytes: u64) {
+        if let Some(r) = &mut self.reservation {
+            if bytes < r.bytes() {
+                r.resize(bytes)
+                    .expect("shrinking a reservation cannot fail");
+            }
+        }
+    }
+}
+
+/// Hyper-parameters of the default strategy (3DGS defaults).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DensifyConfig {
+    pub from_iter: u64,
+    pub until_iter: u64,
+    pub interval: u64,
+    /// Threshold on the average NDC-unit 2D-mean gradient norm.
+    pub grad_threshold: f32,
+    /// Clone/split boundary as a fraction of the scene extent (`percent_dense`).
+    pub percent_dense: f32,
+    pub min_opacity: f32,
+    pub opacity_reset_interval: u64,
+    /// Opacity cap of a reset.
+    pub reset_opacity: f32,
+    /// Prune screen radius above this many px after the first reset (`None`: never; see the
+    /// module doc for how 3DGS behaves).
+    pub prune_screen_radius: Option<u32>,
+    /// Prune world max scale above this fraction of the extent after the first reset.
+    pub prune_world_scale: f32,
+    /// Never grow past this many Gaussians.
+    pub max_gaussians: usize,
+}
+
+impl Default for DensifyConfig {
+    fn default() -> Self {
+        DensifyConfig {
+            from_iter: 500,
+            until_iter: 15_000,
+            interval: 100,
+            grad_threshold: 2e-4,
+            percent_dense: 0.01,
+            min_opacity: 0.005,
+            opacity_reset_interval: 3000,
+            reset_opacity: 0.01,
+            prune_screen_radius: Some(20),
+            prune_world_scale: 0.1,
+            // 10 M Gaussians at SH degree 3 is ~11 GiB by `model_bytes`; the RAM budget is the
+            // real limit, this is a backstop.
+            max_gaussians: 10_000_000,
+        }
+    }
+}
+
+/// What one step of a strategy saw: the render's radii and the 2D-mean gradient (px units).
+#[derive(Clone, Copy, Debug)]
+pub struct ViewStats<'a> {
+    pub width: u32,
+    pub height: u32,
+    pub radii: &'a [u32],
+    pub means2d_grad: &'a [[f32; 2]],
+}
+
+/// Run-level inputs of a densification step.
+pub struct RefineContext<'a> {
+    /// 1-based iteration (3DGS's `iteration`).
+    pub iteration: u64,
+    pub extent: f64,
+    pub white_background: bool,
+    pub rng: &'a mut Rng,
+    pub memory: &'a mut ModelMemory,
+    /// Asked to free this many bytes of the ledger (e.g. by shrinking the loader cache).
+    pub make_room: &'a mut dyn FnMut(u64) -> u64,
+}
+
+/// What a strategy did this step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DensifyOutcome {
+    pub cloned: usize,
+    pub split: usize,
+    pub pruned: usize,
+    pub opacity_reset: bool,
+    /// Groups the optimizer must not step this iteration (see the module doc).
+    pub skip_optimizer: Option<GroupMask>,
+    /// Set once, the first time growth is refused (budget or cap): why.
+    pub growth_stopped: Option<String>,
+}
+
+/// A densification strategy: called every iteration after backward, before the optimizer.
+pub trait DensifyStrategy: Send {
+    fn name(&self) -> &'static str;
+    /// Updates statistics and refines `model` when the schedule says so.
+    fn step(
+        &mut self,
+        model: &mut Model,
+        view: &ViewStats<'_>,
+        ctx: &mut RefineContext<'_>,
+    ) -> DensifyOutcome;
+    /// Whether growth was stopped (persisted in checkpoints).
+    fn growth_stopped(&self) -> bool;
+    fn set_growth_stopped(&mut self, stopped: bool);
+}
+
+/// The original 3DGS strategy (see the module doc).
+#[derive(Clone, Debug)]
+pub struct DefaultStrategy {
+    pub config: DensifyConfig,
+    growth_stopped: bool,
+}
+
+impl DefaultStrategy {
+    pub fn new(config: DensifyConfig) -> DefaultStrategy {
+        DefaultStrategy {
+            config,
+            growth_stopped: false,
+        }
+    }
+
+    /// Adds one view's statistics.
+    pub fn accumulate(model: &mut Model, view: &ViewStats<'_>) {
+        let (hw, hh) = (view.width as f32 * 0.5, view.height as f32 * 0.5);
+        let s = &mut model.stats;
+        for (i, &r) in view.radii.iter().enumerate() {
+            if r > 0 {
+                let [gx, gy] = view.means2d_grad[i];
+                let (x, y) = (gx * hw, gy * hh);
+                s.grad_accum[i] += (x * x + y * y).sqrt();
+                s.denom[i] += 1;
+                s.max_radii[i] = s.max_radii[i].max(r);
+            }
+        }
+    }
+
+    /// Clone, split and prune (3DGS `densify_and_prune`).
+    pub fn densify_and_prune(
+        &mut self,
+        model: &mut Model,
+        ctx: &mut RefineContext<'_>,
+        prune_large: bool,
+        out: &mut DensifyOutcome,
+    ) {
+        let cfg = &self.config;
+        let n0 = model.len();
+        let ext = ctx.extent as f32;
+        let dense = cfg.percent_dense * ext;
+        let max_scale = |i: usize| {
+            let s = model.gaussians.log_scales[i];
+            s[0].max(s[1]).max(s[2]).exp()
+        };
+        // Candidates: (average gradient, index, is_split).
+        let mut cand: Vec<(f32, usize, bool)> = Vec::new();
+        if !self.growth_stopped {
+            for i in 0..n0 {
+                let d = model.stats.denom[i];
+                let g = if d == 0 {
+                    0.0
+                } else {
+                    model.stats.grad_accum[i] / d as f32
+                };
+                if g >= cfg.grad_threshold {
+                    cand.push((g, i, max_scale(i) > dense));
+                }
+            }
+        }
+        // Each candidate adds one Gaussian net (a split adds 2 and removes its parent).
+        let room = cfg.max_gaussians.saturating_sub(n0);
+        if cand.len() > room {
+            cand.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            cand.truncate(room);
+            cand.sort_by_key(|c| c.1);
+            if !self.growth_stopped {
+                out.growth_stopped = Some(format!(
+                    "reached max_gaussians = {}; densification no longer grows the model",
+                    cfg.max_gaussians
+                ));
+                self.growth_stopped = true;
+            }
+        }
+        if !cand.is_empty() {
+            let peak = n0 + cand.len();
+            let bytes = model_bytes(peak, model.gaussians.sh_degree);
+            if let Err(e) = ctx.memory.grow_to(bytes, ctx.make_room) {
+                out.growth_stopped = Some(format!(
+                    "the RAM budget has no room for {peak} Gaussians ({bytes} bytes): {e}; \
+                     densification no longer grows the model (pruning continues)"
+                ));
+                self.growth_stopped = true;
+                cand.clear();
+            }
+        }
+        let k = sh_coeffs(model.gaussians.sh_degree);
+        let mut new = Gaussians {
+            sh_degree: model.gaussians.sh_degree,
+            ..Gaussians::default()
+        };
+        let split_parents: Vec<usize> = cand.iter().filter(|c| c.2).map(|c| c.1).collect();
+        for c in cand.iter().filter(|c| !c.2) {
+            model.push_copy(c.1, &mut new);
+        }
+        out.cloned = new.len();
+        out.split = split_parents.len();
+        // Split children: all first children, then all second ones (3DGS `repeat(N, 1)`).
+        const SPLIT_N: usize = 2;
+        let shrink = (0.8 * SPLIT_N as f32).ln();
+        for _ in 0..SPLIT_N {
+            for &i in &split_parents {
+                let g = &model.gaussians;
+                let s = g.log_scales[i].map(f32::exp);
+                let z: [f32; 3] = std::array::from_fn(|a| ctx.rng.normal() as f32 * s[a]);
+                let r = rotation_matrix(g.rotations[i]);
+                let m = g.means[i];
+                new.means.push(std::array::from_fn(|row| {
+                    m[row] + r[row][0] * z[0] + r[row][1] * z[1] + r[row][2] * z[2]
+                }));
+                new.log_scales.push(g.log_scales[i].map(|v| v - shrink));
+                new.rotations.push(g.rotations[i]);
+                new.logit_opacities.push(g.logit_opacities[i]);
+                new.sh.extend_from_slice(&g.sh[i * k..(i + 1) * k]);
+            }
+        }
+        if !split_parents.is_empty() {
+            let mut keep = vec![true; n0];
+            for &i in &split_parents {
+                keep[i] = false;
+            }
+            model.retain(&keep);
+        }
+        let before_new = model.len();
+        model.append(&new);
+        // Prune.
+        let g = &model.gaussians;
+        let min_logit = logit(cfg.min_opacity);
+        let big_world = cfg.prune_world_scale * ext;
+        let keep: Vec<bool> = (0..g.len())
+            .map(|i| {
+                let transparent = g.logit_opacities[i] < min_logit;
+                let large = prune_large
+                    && (cfg
+                        .prune_screen_radius
+                        .is_some_and(|r| i < before_new && model.stats.max_radii[i] > r)
+                        || max_scale_of(g, i) > big_world);
+                !(transparent || large)
+            })
+            .collect();
+        out.pruned = keep.iter().filter(|k| !**k).count();
+        if out.pruned > 0 {
+            model.retain(&keep);
+        }
+        model.stats.clear();
+        ctx.memory
+            .shrink_to(model_bytes(model.len(), model.gaussians.sh_degree));
+    }
+}
+
+fn max_scale_of(g: &Gaussians, i: usize) -> f32 {
+    let s = g.log_scales[i];
+    s[0].max(s[1]).max(s[2]).exp()
+}
+
+/// Row-major rotation matrix of a (w, x, y, z) quaternion, normalised here (3DGS
+/// `build_rotation`); the identity for a zero quaternion.
+pub fn rotation_matrix(q: [f32; 4]) -> [[f32; 3]; 3] {
+    let n = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]).sqrt();
+    if n == 0.0 || !n.is_finite() {
+        return [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+    }
+    let [w, x, y, z] = q.map(|v| v / n);
+    [
+        [
+            1.0 - 2.0 * (y * y + z * z),
+            2.0 * (x * y - w * z),
+            2.0 * (x * z + w * y),
+        ],
+        [
+            2.0 * (x * y + w * z),
+            1.0 - 2.0 * (x * x + z * z),
+            2.0 * (y * z - w * x),
+        ],
+        [
+            2.0 * (x * z - w * y),
+            2.0 * (y * z + w * x),
+            1.0 - 2.0 * (x * x + y * y),
+        ],
+    ]
+}
+
+impl DensifyStrategy for DefaultStrategy {
+    fn name(&self) -> &'static str {
+        "3dgs-default"
+    }
+
+    fn step(
+        &mut self,
+        model: &mut Model,
+        view: &ViewStats<'_>,
+        ctx: &mut RefineContext<'_>,
+    ) -> DensifyOutcome {
+        let mut out = DensifyOutcome::default();
+        let s = ctx.iteration;
+        let cfg = self.config.clone();
+        if s >= cfg.until_iter {
+            return out;
+        }
+        Self::accumulate(model, view);
+        let mut skip = GroupMask::NONE;
+        if s > cfg.from_iter && cfg.interval > 0 && s % cfg.interval == 0 {
+            let prune_large = s > cfg.opacity_reset_interval;
+            self.densify_and_prune(model, ctx, prune_large, &mut out);
+            // Every tensor was replaced: no group has a gradient this iteration.
+            skip = GroupMask::ALL;
+        }
+        let reset_due = cfg.opacity_reset_interval > 0 && s % cfg.opacity_reset_interval == 0;
+        if reset_due || (ctx.white_background && s == cfg.from_iter) {
+            model.reset_opacity(cfg.reset_opacity);
+            out.opacity_reset = true;
+            skip = skip.with(Group::Opacity, true);
+        }
+        if skip != GroupMask::NONE {
+            out.skip_optimizer = Some(skip);
+        }
+        out
+    }
+
+    fn growth_stopped(&self) -> bool {
+        self.growth_stopped
+    }
+
+    fn set_growth_stopped(&mut self, stopped: bool) {
+        self.growth_stopped = stopped;
+    }
+}

@@ -1,0 +1,1 @@
+//! Initial Gaussians (placeholder, filled below).

@@ -1,0 +1,49 @@
+//! Training: the 3DGS optimisation step and the loop that feeds it from the loader.
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`init`] | initial Gaussians from the pack's SfM points (k-d tree kNN scales) or random points |
+//! | [`adam`] | Adam with per-group learning rates, moments shaped like the model |
+//! | [`schedule`] | the exponential position learning-rate schedule |
+//! | [`loss`] | `0.8·L1 + 0.2·(1 − SSIM)` and its image gradient |
+//! | [`densify`] | the 3DGS densification strategy and the one place that edits all per-Gaussian arrays |
+//! | [`trainer`] | [`TrainConfig`], [`Trainer`] (one step), [`TrainState`] (resume), [`train_loop`] |
+//! | [`checkpoint`], [`report`], [`demo`] | the `gs-train` application layer (branch `train-app`) |
+//!
+//! Invariants: everything is deterministic for a seed (the RNG is [`crate::rng::Rng`], every
+//! reduction is order-fixed), so a run resumed from a [`TrainState`] reaches bit-identical
+//! parameters; the model's per-Gaussian arrays (parameters, moments, statistics) always have
+//! equal lengths ([`densify::Model::check_shapes`]).
+
+pub mod adam;
+pub mod densify;
+pub mod init;
+pub mod loss;
+pub mod schedule;
+pub mod trainer;
+
+pub mod checkpoint;
+pub mod demo;
+pub mod report;
+
+pub use trainer::{
+    train_loop, LoopControl, LoopInfo, LoopSummary, StepStats, StepTimings, TrainConfig,
+    TrainError, TrainState, Trainer,
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::scene::gaussians::Gaussians;
+
+/// serde mirror of [`Gaussians`] (which lives in `scene` and carries no serde derive), used as
+/// `#[serde(with = "GaussiansDef")]`.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Gaussians")]
+pub struct GaussiansDef {
+    pub means: Vec<[f32; 3]>,
+    pub log_scales: Vec<[f32; 3]>,
+    pub rotations: Vec<[f32; 4]>,
+    pub logit_opacities: Vec<f32>,
+    pub sh_degree: u32,
+    pub sh: Vec<[f32; 3]>,
+}

@@ -1,0 +1,715 @@
+//! One 3DGS optimisation step ([`Trainer::step`]), its configuration ([`TrainConfig`], the
+//! original 3DGS 2024 defaults), its resumable state ([`TrainState`]) and the loop that feeds
+//! it from the loader ([`train_loop`]).
+//!
+//! # A step, at 1-based iteration `s` (3DGS `train.py` order)
+//! 1. position lr ← schedule(s); active SH degree = min(max, ⌊s / 1000⌋) (3DGS raises it at
+//!    the start of every 1000th iteration);
+//! 2. background: the configured colour, or with `random_background` three uniform draws
+//!    from the trainer's RNG;
+//! 3. RGB8 → f32 in [0, 1] into a reused buffer; forward render; loss
+//!    `0.8·L1 + 0.2·(1 − SSIM)` and `∂L/∂image`; backward;
+//! 4. densification bookkeeping and refinement ([`super::densify`]);
+//! 5. Adam on every group the densifier did not replace (see `DensifyOutcome::skip_optimizer`).
+//!
+//! One difference from `train.py`: 3DGS does not call `optimizer.step()` at its very last
+//! iteration (`if iteration < opt.iterations`); we do, so every step trains.
+//!
+//! # Determinism and resume
+//! All randomness (random background, split samples) comes from the trainer's [`Rng`]; the
+//! rasterizer's and SSIM's reductions are order-fixed and the loss's L1 sum is reduced per
+//! fixed-size chunk in chunk order. [`TrainState`] holds everything that evolves (model,
+//! moments, step counts, statistics, RNG state, step, data position, growth flag), so
+//! `Trainer::from_state(t.state())` continues bit-identically.
+//!
+//! # Buffers
+//! The target image, render output, gradients, `∂L/∂image` and loss scratch live in the
+//! trainer and are resized in place, so steady-state steps do not allocate image-sized or
+//! model-sized memory.
+
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::adam::{AdamConfig, GroupMask, LearningRates, ShapeError};
+use super::densify::{
+    model_bytes, DefaultStrategy, DensifyConfig, DensifyOutcome, DensifyStrategy, Model,
+    ModelMemory, ModelShapeError, RefineContext, ViewStats,
+};
+use super::loss::LossScratch;
+use super::schedule::ExponentialLr;
+use crate::budget::Reservation;
+use crate::data::cache::CacheStats;
+use crate::data::{LoadError, Loader, LoaderStats, Position};
+use crate::metrics::{psnr, MetricsError, SsimScratch};
+use crate::render::{GaussianGrads, Rasterizer, RenderError, RenderOptions, RenderOutput};
+use crate::rng::Rng;
+use crate::scene::camera::Camera;
+use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
+
+/// Background behind the Gaussians during training.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Background {
+    Black,
+    White,
+    /// A fresh uniform random colour every iteration (3DGS `--random_background`); evaluation
+    /// uses black.
+    Random,
+}
+
+/// Every hyper-parameter of a run; `Default` is the original 3DGS (2024).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    pub iterations: u64,
+    pub seed: u64,
+    /// Maximum (and stored) SH degree.
+    pub sh_degree: u32,
+    /// The active SH degree rises by one every this many iterations.
+    pub sh_increase_interval: u64,
+    /// Position lr at the start and the end of the schedule, multiplied by the scene extent.
+    pub position_lr_init: f64,
+    pub position_lr_final: f64,
+    /// Length of the position schedule; `None` = `iterations` (3DGS: 30,000, the default run).
+    pub position_lr_max_steps: Option<u64>,
+    pub feature_lr: f64,
+    /// f_rest lr = feature_lr / this (3DGS: 20).
+    pub feature_rest_divisor: f64,
+    pub opacity_lr: f64,
+    pub scaling_lr: f64,
+    pub rotation_lr: f64,
+    pub lambda_dssim: f32,
+    pub adam: AdamConfig,
+    pub densify: DensifyConfig,
+    pub background: Background,
+    /// Per-render cap on tile-intersection buffers (see [`RenderOptions`]).
+    pub max_intersection_bytes: u64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            iterations: 30_000,
+            seed: 0,
+            sh_degree: 3,
+            sh_increase_interval: 1000,
+            position_lr_init: 1.6e-4,
+            position_lr_final: 1.6e-6,
+            position_lr_max_steps: None,
+            feature_lr: 2.5e-3,
+            feature_rest_divisor: 20.0,
+            opacity_lr: 2.5e-2,
+            scaling_lr: 5e-3,
+            rotation_lr: 1e-3,
+            lambda_dssim: super::loss::DEFAULT_LAMBDA_DSSIM,
+            adam: AdamConfig::default(),
+            densify: DensifyConfig::default(),
+            background: Background::Black,
+            max_intersection_bytes: crate::render::DEFAULT_MAX_INTERSECTION_BYTES,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// The position schedule for a scene of `extent`.
+    pub fn position_schedule(&self, extent: f64) -> ExponentialLr {
+        ExponentialLr::new(
+            self.position_lr_init * extent,
+            self.position_lr_final * extent,
+            self.position_lr_max_steps.unwrap_or(self.iterations),
+        )
+    }
+
+    /// Learning rates at 1-based iteration `s`.
+    pub fn learning_rates(&self, extent: f64, s: u64) -> LearningRates {
+        LearningRates {
+            means: self.position_schedule(extent).at(s),
+            f_dc: self.feature_lr,
+            f_rest: self.feature_lr / self.feature_rest_divisor,
+            opacity: self.opacity_lr,
+            scaling: self.scaling_lr,
+            rotation: self.rotation_lr,
+        }
+    }
+
+    /// Active SH degree at 1-based iteration `s`.
+    pub fn active_sh_degree(&self, s: u64) -> u32 {
+        let raised = s.checked_div(self.sh_increase_interval).unwrap_or(u64::MAX);
+        raised.min(self.sh_degree as u64) as u32
+    }
+}
+
+/// Why training failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("render failed at iteration {iteration}: {source}")]
+    Render {
+        iteration: u64,
+        #[source]
+        source: RenderError,
+    },
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error(
+        "view {what}: image has {got} bytes but its camera is {width}x{height} (expects {expected}); \
+         the pack's manifest and records disagree, re-pack the dataset"
+    )]
+    ImageSize {
+        what: String,
+        width: u32,
+        height: u32,
+        expected: usize,
+        got: usize,
+    },
+    #[error(
+        "loss became {loss} at iteration {iteration}; training diverged (lower the learning \
+         rates or check the input images)"
+    )]
+    NonFinite { iteration: u64, loss: f64 },
+    #[error(transparent)]
+    Adam(#[from] ShapeError),
+    #[error(transparent)]
+    Model(#[from] ModelShapeError),
+    #[error("the model does not fit the RAM budget: {0}")]
+    Budget(String),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("the loader delivered record {record} but only {views} train cameras were given")]
+    UnknownRecord { record: u32, views: usize },
+    #[error("invalid training state: {0}")]
+    BadState(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// Seconds spent in each part of a step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct StepTimings {
+    pub convert: f64,
+    pub forward: f64,
+    pub loss: f64,
+    pub backward: f64,
+    pub densify: f64,
+    pub optimizer: f64,
+    pub total: f64,
+}
+
+/// What one step measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StepStats {
+    /// 1-based iteration this step was.
+    pub iteration: u64,
+    pub loss: f64,
+    pub l1: f64,
+    pub ssim: f64,
+    /// PSNR of this training view's render (with the training background).
+    pub psnr: f64,
+    /// Gaussians after the step.
+    pub num_gaussians: usize,
+    pub sh_degree: u32,
+    pub position_lr: f64,
+    pub cloned: usize,
+    pub split: usize,
+    pub pruned: usize,
+    pub opacity_reset: bool,
+    /// Set once, when densification stops growing the model (budget or cap): why.
+    pub growth_stopped: Option<String>,
+    pub timings: StepTimings,
+}
+
+/// A render of a held-out (or any) view and its metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evaluation {
+    pub psnr: f64,
+    pub ssim: f64,
+    /// RGB8, `3·W·H`.
+    pub image: Vec<u8>,
+}
+
+/// Everything a resumed run needs to continue bit-identically.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    pub config: TrainConfig,
+    pub extent: f64,
+    /// Completed iterations.
+    pub step: u64,
+    pub model: Model,
+    pub growth_stopped: bool,
+    pub rng: [u64; 4],
+    /// Loader position of the next view to train on.
+    pub position: Position,
+}
+
+/// The training step; see the module doc.
+pub struct Trainer {
+    config: TrainConfig,
+    extent: f64,
+    model: Model,
+    strategy: Box<dyn DensifyStrategy>,
+    rasterizer: Box<dyn Rasterizer>,
+    memory: ModelMemory,
+    rng: Rng,
+    step: u64,
+    position: Position,
+    target: Vec<f32>,
+    render: RenderOutput,
+    grads: GaussianGrads,
+    d_image: Vec<f32>,
+    loss: LossScratch,
+    eval_ssim: SsimScratch,
+}
+
+/// RGB8 → f32 in [0, 1], into `out` (resized in place).
+fn to_f32(rgb8: &[u8], out: &mut Vec<f32>) {
+    out.resize(rgb8.len(), 0.0);
+    out.par_chunks_mut(1 << 16)
+        .zip(rgb8.par_chunks(1 << 16))
+        .for_each(|(o, i)| {
+            for (o, &v) in o.iter_mut().zip(i) {
+                *o = v as f32 * (1.0 / 255.0);
+            }
+        });
+}
+
+fn check_image(what: &str, camera: &Camera, rgb8: &[u8]) -> Result<(), TrainError> {
+    let expected = camera.width as usize * camera.height as usize * 3;
+    if rgb8.len() != expected {
+        return Err(TrainError::ImageSize {
+            what: what.to_string(),
+            width: camera.width,
+            height: camera.height,
+            expected,
+            got: rgb8.len(),
+        });
+    }
+    Ok(())
+}
+
+impl Trainer {
+    /// A trainer for `gaussians` (stored at `config.sh_degree`) in a scene of `extent`
+    /// (the pack's `scene.extent`), rendering with `rasterizer`.
+    pub fn new(
+        config: TrainConfig,
+        gaussians: Gaussians,
+        extent: f64,
+        rasterizer: Box<dyn Rasterizer>,
+    ) -> Result<Trainer, TrainError> {
+        validate_config(&config, extent)?;
+        if gaussians.sh_degree != config.sh_degree {
+            return Err(TrainError::Config(format!(
+                "the initial Gaussians store SH degree {} but the run uses {}; initialise them \
+                 with the run's degree",
+                gaussians.sh_degree, config.sh_degree
+            )));
+        }
+        let model = Model::new(gaussians);
+        model.check_shapes()?;
+        let strategy = Box::new(DefaultStrategy::new(config.densify.clone()));
+        Ok(Trainer {
+            rng: Rng::new(config.seed),
+            config,
+            extent,
+            model,
+            strategy,
+            rasterizer,
+            memory: ModelMemory::default(),
+            step: 0,
+            position: Position { epoch: 0, index: 0 },
+            target: Vec::new(),
+            render: RenderOutput::default(),
+            grads: GaussianGrads::default(),
+            d_image: Vec::new(),
+            loss: LossScratch::new(),
+            eval_ssim: SsimScratch::new(),
+        })
+    }
+
+    /// Rebuilds a trainer from [`Trainer::state`]; continues bit-identically.
+    pub fn from_state(
+        state: TrainState,
+        rasterizer: Box<dyn Rasterizer>,
+    ) -> Result<Trainer, TrainError> {
+        validate_config(&state.config, state.extent)?;
+        state.model.check_shapes()?;
+        if state.model.gaussians.sh_degree != state.config.sh_degree {
+            return Err(TrainError::BadState(format!(
+                "model stores SH degree {} but the config says {}",
+                state.model.gaussians.sh_degree, state.config.sh_degree
+            )));
+        }
+        let rng = Rng::from_state(state.rng)
+            .ok_or_else(|| TrainError::BadState("RNG state is all zero".into()))?;
+        let mut strategy = Box::new(DefaultStrategy::new(state.config.densify.clone()));
+        strategy.set_growth_stopped(state.growth_stopped);
+        Ok(Trainer {
+            rng,
+            config: state.config,
+            extent: state.extent,
+            model: state.model,
+            strategy,
+            rasterizer,
+            memory: ModelMemory::default(),
+            step: state.step,
+            position: state.position,
+            target: Vec::new(),
+            render: RenderOutput::default(),
+            grads: GaussianGrads::default(),
+            d_image: Vec::new(),
+            loss: LossScratch::new(),
+            eval_ssim: SsimScratch::new(),
+        })
+    }
+
+    /// A snapshot of everything that evolves (a deep copy of the model).
+    pub fn state(&self) -> TrainState {
+        TrainState {
+            config: self.config.clone(),
+            extent: self.extent,
+            step: self.step,
+            model: self.model.clone(),
+            growth_stopped: self.strategy.growth_stopped(),
+            rng: self.rng.state(),
+            position: self.position,
+        }
+    }
+
+    /// Replaces the densification strategy (default: [`DefaultStrategy`]).
+    pub fn set_strategy(&mut self, strategy: Box<dyn DensifyStrategy>) {
+        self.strategy = strategy;
+    }
+
+    /// Makes `reservation` the model's share of the RAM budget, resized now to the current
+    /// [`model_bytes`]; densification grows it (see [`super::densify`]).
+    pub fn set_model_reservation(
+        &mut self,
+        mut reservation: Reservation,
+    ) -> Result<(), TrainError> {
+        let bytes = model_bytes(self.model.len(), self.config.sh_degree);
+        reservation.resize(bytes).map_err(|e| {
+            TrainError::Budget(format!(
+                "{} Gaussians need {bytes} bytes: {e}",
+                self.model.len()
+            ))
+        })?;
+        self.memory.reservation = Some(reservation);
+        Ok(())
+    }
+
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    pub fn extent(&self) -> f64 {
+        self.extent
+    }
+
+    /// Completed iterations.
+    pub fn step_count(&self) -> u64 {
+        self.step
+    }
+
+    pub fn gaussians(&self) -> &Gaussians {
+        &self.model.gaussians
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Loader position of the next view (kept by [`train_loop`]).
+    pub fn position(&self) -> Position {
+        self.position
+    }
+
+    pub fn set_position(&mut self, position: Position) {
+        self.position = position;
+    }
+
+    /// Active SH degree of the next step.
+    pub fn active_sh_degree(&self) -> u32 {
+        self.config.active_sh_degree(self.step + 1)
+    }
+
+    /// One training step on a view (see the module doc).
+    pub fn step(&mut self, camera: &Camera, rgb8: &[u8]) -> Result<StepStats, TrainError> {
+        self.step_with_room(camera, rgb8, &mut |_| 0)
+    }
+
+    /// [`Trainer::step`], where `make_room(bytes)` is asked to release `bytes` of the RAM
+    /// budget (e.g. by shrinking the loader cache) when densification needs them.
+    pub fn step_with_room(
+        &mut self,
+        camera: &Camera,
+        rgb8: &[u8],
+        make_room: &mut dyn FnMut(u64) -> u64,
+    ) -> Result<StepStats, TrainError> {
+        let t_start = Instant::now();
+        let s = self.step + 1;
+        check_image(&format!("at iteration {s}"), camera, rgb8)?;
+        let mut tm = StepTimings::default();
+        let lr = self.config.learning_rates(self.extent, s);
+        let sh_degree = self.config.active_sh_degree(s);
+        let background = match self.config.background {
+            Background::Black => [0.0; 3],
+            Background::White => [1.0; 3],
+            Background::Random => std::array::from_fn(|_| self.rng.next_f32()),
+        };
+        let options = RenderOptions {
+            sh_degree,
+            background,
+            max_intersection_bytes: self.config.max_intersection_bytes,
+        };
+        let t = Instant::now();
+        to_f32(rgb8, &mut self.target);
+        tm.convert = t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        let render_err = |source| TrainError::Render {
+            iteration: s,
+            source,
+        };
+        self.rasterizer
+            .forward(&self.model.gaussians, camera, &options, &mut self.render)
+            .map_err(render_err)?;
+        tm.forward = t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        let (w, h) = (camera.width as usize, camera.height as usize);
+        let value = self.loss.loss_and_grad(
+            &self.render.image,
+            &self.target,
+            w,
+            h,
+            self.config.lambda_dssim,
+            &mut self.d_image,
+        )?;
+        if !value.loss.is_finite() {
+            return Err(TrainError::NonFinite {
+                iteration: s,
+                loss: value.loss,
+            });
+        }
+        let view_psnr = psnr(&self.render.image, &self.target, 1.0)?;
+        tm.loss = t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        self.rasterizer
+            .backward(
+                &self.model.gaussians,
+                camera,
+                &options,
+                &self.d_image,
+                &mut self.grads,
+            )
+            .map_err(render_err)?;
+        tm.backward = t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        let view = ViewStats {
+            width: camera.width,
+            height: camera.height,
+            radii: &self.render.radii,
+            means2d_grad: &self.grads.means2d,
+        };
+        let mut ctx = RefineContext {
+            iteration: s,
+            extent: self.extent,
+            white_background: self.config.background == Background::White,
+            rng: &mut self.rng,
+            memory: &mut self.memory,
+            make_room,
+        };
+        let outcome: DensifyOutcome = self.strategy.step(&mut self.model, &view, &mut ctx);
+        tm.densify = t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        let skip = outcome.skip_optimizer.unwrap_or(GroupMask::NONE);
+        if skip != GroupMask::ALL {
+            let mask = GroupMask(std::array::from_fn(|i| !skip.0[i]));
+            self.model.adam.step(
+                &self.config.adam,
+                &lr,
+                mask,
+                &mut self.model.gaussians,
+                &self.grads,
+            )?;
+        }
+        tm.optimizer = t.elapsed().as_secs_f64();
+        self.step = s;
+        tm.total = t_start.elapsed().as_secs_f64();
+        Ok(StepStats {
+            iteration: s,
+            loss: value.loss,
+            l1: value.l1,
+            ssim: value.ssim,
+            psnr: view_psnr,
+            num_gaussians: self.model.len(),
+            sh_degree,
+            position_lr: lr.means,
+            cloned: outcome.cloned,
+            split: outcome.split,
+            pruned: outcome.pruned,
+            opacity_reset: outcome.opacity_reset,
+            growth_stopped: outcome.growth_stopped,
+            timings: tm,
+        })
+    }
+
+    /// Renders `camera` with the current model (active SH degree of the next step; black
+    /// background unless the run trains on white) and compares it with `rgb8`.
+    pub fn evaluate(&mut self, camera: &Camera, rgb8: &[u8]) -> Result<Evaluation, TrainError> {
+        check_image("under evaluation", camera, rgb8)?;
+        let background = match self.config.background {
+            Background::White => [1.0; 3],
+            _ => [0.0; 3],
+        };
+        let options = RenderOptions {
+            sh_degree: self.active_sh_degree(),
+            background,
+            max_intersection_bytes: self.config.max_intersection_bytes,
+        };
+        self.rasterizer
+            .forward(&self.model.gaussians, camera, &options, &mut self.render)
+            .map_err(|source| TrainError::Render {
+                iteration: self.step,
+                source,
+            })?;
+        to_f32(rgb8, &mut self.target);
+        // 3DGS evaluates the render clamped to [0, 1].
+        for v in self.render.image.iter_mut() {
+            *v = v.clamp(0.0, 1.0);
+        }
+        let p = psnr(&self.render.image, &self.target, 1.0)?;
+        let s = self.eval_ssim.ssim(
+            &self.render.image,
+            &self.target,
+            camera.width as usize,
+            camera.height as usize,
+        )?;
+        let image = self
+            .render
+            .image
+            .iter()
+            .map(|&v| (v * 255.0).round() as u8)
+            .collect();
+        Ok(Evaluation {
+            psnr: p,
+            ssim: s,
+            image,
+        })
+    }
+}
+
+fn validate_config(c: &TrainConfig, extent: f64) -> Result<(), TrainError> {
+    if c.sh_degree > MAX_SH_DEGREE {
+        return Err(TrainError::Config(format!(
+            "SH degree {} is above the maximum {MAX_SH_DEGREE}",
+            c.sh_degree
+        )));
+    }
+    if !(extent.is_finite() && extent > 0.0) {
+        return Err(TrainError::Config(format!(
+            "scene extent {extent} must be finite and positive (the pack's scene.extent)"
+        )));
+    }
+    let _ = sh_coeffs(c.sh_degree);
+    Ok(())
+}
+
+/// What [`train_loop`]'s callback decides after each step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoopControl {
+    Continue,
+    Stop,
+}
+
+/// Data-side facts about one step, for the callback.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoopInfo {
+    /// Record (train-view number) just trained on.
+    pub record: u32,
+    /// Position of the next view (what a checkpoint stores; also `trainer.position()`).
+    pub next_position: Position,
+    pub from_cache: bool,
+    /// Cumulative seconds the loop waited for data, and since the loop started.
+    pub stall_seconds: f64,
+    pub elapsed_seconds: f64,
+}
+
+/// How a [`train_loop`] ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoopSummary {
+    /// Steps run by this call.
+    pub steps: u64,
+    /// The trainer's completed iterations at the end.
+    pub final_step: u64,
+    pub position: Position,
+    /// True when the callback asked to stop before `until_step`.
+    pub stopped: bool,
+    pub loader: LoaderStats,
+    pub cache: CacheStats,
+}
+
+/// Trains on the views `loader` delivers until the trainer has completed `until_step`
+/// iterations, the loader ends, or `on_step` returns [`LoopControl::Stop`]. `cameras[r]` is
+/// the camera of record `r` (the loader's source's numbering). When densification needs
+/// budget, the loader's cache is shrunk to make room. The trainer's position is updated after
+/// every step so [`Trainer::state`] in the callback is a consistent checkpoint.
+pub fn train_loop(
+    trainer: &mut Trainer,
+    loader: &mut Loader,
+    cameras: &[Camera],
+    until_step: u64,
+    on_step: &mut dyn FnMut(&mut Trainer, &StepStats, &LoopInfo) -> LoopControl,
+) -> Result<LoopSummary, TrainError> {
+    let started = Instant::now();
+    let mut steps = 0;
+    let mut stopped = false;
+    let records = cameras.len();
+    if records == 0 {
+        return Err(TrainError::Config("no train cameras".into()));
+    }
+    while trainer.step_count() < until_step {
+        let delivered = match loader.next() {
+            None => break,
+            Some(d) => d?,
+        };
+        let record = delivered.record();
+        let camera = cameras
+            .get(record as usize)
+            .ok_or(TrainError::UnknownRecord {
+                record,
+                views: records,
+            })?;
+        let loader_ref: &Loader = loader;
+        let stats = trainer.step_with_room(camera, &delivered, &mut |need| {
+            let capacity = loader_ref.shrink_cache(u64::MAX);
+            let now = loader_ref.shrink_cache(capacity.saturating_sub(need));
+            capacity - now
+        })?;
+        let from_cache = delivered.from_cache();
+        drop(delivered);
+        steps += 1;
+        let next_position = loader.position(records);
+        trainer.set_position(next_position);
+        let info = LoopInfo {
+            record,
+            next_position,
+            from_cache,
+            stall_seconds: loader.stats().stall_seconds,
+            elapsed_seconds: started.elapsed().as_secs_f64(),
+        };
+        if on_step(trainer, &stats, &info) == LoopControl::Stop {
+            stopped = true;
+            break;
+        }
+    }
+    Ok(LoopSummary {
+        steps,
+        final_step: trainer.step_count(),
+        position: loader.position(records),
+        stopped,
+        loader: loader.stats(),
+        cache: loader.cache_stats(),
+    })
+}
