@@ -38,6 +38,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
+use super::adam::AdamState;
+use super::densify::{DensifyStats, Model};
+use super::{TrainConfig, TrainState};
+use crate::data::Position;
+use crate::export::ply::activation_evidence;
+use crate::rng::Rng;
+use crate::scene::gaussians::{sh_coeffs, Gaussians};
+
 /// First 8 bytes of every checkpoint.
 pub const MAGIC: [u8; 8] = *b"RSPLCKPT";
 /// Container version this build writes and reads.
@@ -666,6 +674,322 @@ pub fn latest(dir: &Path) -> Result<PathBuf, CheckpointError> {
     Ok(path)
 }
 
+// ---------------------------------------------------------------------------------------------
+// The training state on top of the container.
+// ---------------------------------------------------------------------------------------------
+
+/// Header `meta` of a training checkpoint: everything of [`TrainState`] that is not an array,
+/// plus what identifies the run it belongs to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateMeta {
+    /// "gs-train <version>".
+    pub created_by: String,
+    /// The pack the run trains on (its manifest's random `pack_id`, hex).
+    pub pack_id: String,
+    /// Completed iterations.
+    pub step: u64,
+    pub extent: f64,
+    pub config: TrainConfig,
+    pub growth_stopped: bool,
+    /// RNG state (xoshiro256**), verbatim.
+    pub rng: [u64; 4],
+    /// Loader position of the next view.
+    pub position: Position,
+    /// Adam steps per group.
+    pub adam_steps: [u64; 6],
+    pub num_gaussians: u64,
+    pub sh_degree: u32,
+}
+
+/// A borrowed view of the state to save (so saving needs no copy of the model).
+#[derive(Clone, Copy, Debug)]
+pub struct StateRef<'a> {
+    pub config: &'a TrainConfig,
+    pub extent: f64,
+    pub step: u64,
+    pub model: &'a Model,
+    pub growth_stopped: bool,
+    pub rng: [u64; 4],
+    pub position: Position,
+}
+
+impl<'a> From<&'a TrainState> for StateRef<'a> {
+    fn from(s: &'a TrainState) -> StateRef<'a> {
+        StateRef {
+            config: &s.config,
+            extent: s.extent,
+            step: s.step,
+            model: &s.model,
+            growth_stopped: s.growth_stopped,
+            rng: s.rng,
+            position: s.position,
+        }
+    }
+}
+
+/// What a loaded checkpoint must match: the run's pack and configuration.
+#[derive(Clone, Debug)]
+pub struct Expected<'a> {
+    pub pack_id: &'a str,
+    pub config: &'a TrainConfig,
+}
+
+/// The Gaussians groups stored per checkpoint: parameters and both Adam moments.
+const GROUPS: [&str; 3] = ["params", "adam.exp_avg", "adam.exp_avg_sq"];
+
+fn gaussian_arrays<'a>(prefix: &str, g: &'a Gaussians, out: &mut Vec<ArrayRef<'a>>) {
+    let n = g.len() as u64;
+    let k = sh_coeffs(g.sh_degree) as u64;
+    out.push(ArrayRef::new(
+        &format!("{prefix}.means"),
+        &[n, 3],
+        ArrayData::F32(g.means.as_flattened()),
+    ));
+    out.push(ArrayRef::new(
+        &format!("{prefix}.log_scales"),
+        &[n, 3],
+        ArrayData::F32(g.log_scales.as_flattened()),
+    ));
+    out.push(ArrayRef::new(
+        &format!("{prefix}.rotations"),
+        &[n, 4],
+        ArrayData::F32(g.rotations.as_flattened()),
+    ));
+    out.push(ArrayRef::new(
+        &format!("{prefix}.logit_opacities"),
+        &[n],
+        ArrayData::F32(&g.logit_opacities),
+    ));
+    out.push(ArrayRef::new(
+        &format!("{prefix}.sh"),
+        &[n * k, 3],
+        ArrayData::F32(g.sh.as_flattened()),
+    ));
+}
+
+/// Writes the state as `dir/ckpt-STEP.bin` (atomically), then points `dir/latest` at it.
+/// Returns the checkpoint's path.
+pub fn save_state(
+    dir: &Path,
+    state: StateRef<'_>,
+    pack_id: &str,
+) -> Result<PathBuf, CheckpointError> {
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let name = checkpoint_file_name(state.step);
+    let path = dir.join(&name);
+    let m = state.model;
+    m.check_shapes().map_err(|e| CheckpointError::Mismatch {
+        path: path.clone(),
+        what: format!("refusing to save an inconsistent model: {e}"),
+    })?;
+    let meta = StateMeta {
+        created_by: format!("gs-train {}", env!("CARGO_PKG_VERSION")),
+        pack_id: pack_id.to_owned(),
+        step: state.step,
+        extent: state.extent,
+        config: state.config.clone(),
+        growth_stopped: state.growth_stopped,
+        rng: state.rng,
+        position: state.position,
+        adam_steps: m.adam.steps,
+        num_gaussians: m.len() as u64,
+        sh_degree: m.gaussians.sh_degree,
+    };
+    let meta = serde_json::to_value(&meta).map_err(|e| CheckpointError::Mismatch {
+        path: path.clone(),
+        what: format!("cannot encode the state: {e}"),
+    })?;
+    let n = m.len() as u64;
+    let mut arrays = Vec::new();
+    gaussian_arrays(GROUPS[0], &m.gaussians, &mut arrays);
+    gaussian_arrays(GROUPS[1], &m.adam.exp_avg, &mut arrays);
+    gaussian_arrays(GROUPS[2], &m.adam.exp_avg_sq, &mut arrays);
+    arrays.push(ArrayRef::new(
+        "stats.grad_accum",
+        &[n],
+        ArrayData::F32(&m.stats.grad_accum),
+    ));
+    arrays.push(ArrayRef::new(
+        "stats.denom",
+        &[n],
+        ArrayData::U32(&m.stats.denom),
+    ));
+    arrays.push(ArrayRef::new(
+        "stats.max_radii",
+        &[n],
+        ArrayData::U32(&m.stats.max_radii),
+    ));
+    write_container(&path, &meta, &arrays)?;
+    write_latest(dir, &name)?;
+    Ok(path)
+}
+
+fn read_gaussians(
+    c: &mut Container,
+    prefix: &str,
+    n: u64,
+    sh_degree: u32,
+) -> Result<Gaussians, CheckpointError> {
+    let k = sh_coeffs(sh_degree) as u64;
+    Ok(Gaussians {
+        means: c.read_rows::<3>(&format!("{prefix}.means"), n)?,
+        log_scales: c.read_rows::<3>(&format!("{prefix}.log_scales"), n)?,
+        rotations: c.read_rows::<4>(&format!("{prefix}.rotations"), n)?,
+        logit_opacities: c.read_f32(&format!("{prefix}.logit_opacities"), &[n])?,
+        sh_degree,
+        sh: c.read_rows::<3>(&format!("{prefix}.sh"), n * k)?,
+    })
+}
+
+/// First non-finite value of a group, as "array `name`, Gaussian i".
+fn first_non_finite(prefix: &str, g: &Gaussians) -> Option<String> {
+    let k = sh_coeffs(g.sh_degree);
+    let find = |name: &str, flat: &[f32], per: usize| {
+        flat.iter()
+            .position(|v| !v.is_finite())
+            .map(|i| format!("`{prefix}.{name}` of Gaussian {} is {}", i / per, flat[i]))
+    };
+    find("means", g.means.as_flattened(), 3)
+        .or_else(|| find("log_scales", g.log_scales.as_flattened(), 3))
+        .or_else(|| find("rotations", g.rotations.as_flattened(), 4))
+        .or_else(|| find("logit_opacities", &g.logit_opacities, 1))
+        .or_else(|| find("sh", g.sh.as_flattened(), 3 * k))
+}
+
+/// Names the top-level fields where two configurations differ.
+fn config_differences(saved: &TrainConfig, run: &TrainConfig) -> Vec<String> {
+    let (a, b) = (
+        serde_json::to_value(saved).unwrap_or_default(),
+        serde_json::to_value(run).unwrap_or_default(),
+    );
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return vec!["(unreadable configuration)".into()];
+    };
+    a.iter()
+        .filter(|(k, v)| b.get(*k) != Some(v))
+        .map(|(k, v)| {
+            format!(
+                "{k}: checkpoint {v}, this run {}",
+                b.get(k).cloned().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// Loads and validates a checkpoint written by [`save_state`]: checksums, shapes, finite
+/// values, pre-activation parameters, and that it belongs to `expected`'s pack and config.
+pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, CheckpointError> {
+    let mut c = Container::open(path)?;
+    let corrupt = |what: String| CheckpointError::Corrupt {
+        path: path.to_owned(),
+        what,
+    };
+    let mismatch = |what: String| CheckpointError::Mismatch {
+        path: path.to_owned(),
+        what,
+    };
+    let meta: StateMeta = serde_json::from_value(c.meta().clone())
+        .map_err(|e| corrupt(format!("its state header is unreadable: {e}")))?;
+    if meta.pack_id != expected.pack_id {
+        return Err(mismatch(format!(
+            "it was made from pack {} but this run trains on pack {}; resume with the pack it \
+             was made from, or train into a new -o directory",
+            meta.pack_id, expected.pack_id
+        )));
+    }
+    let diffs = config_differences(&meta.config, expected.config);
+    if !diffs.is_empty() {
+        return Err(mismatch(format!(
+            "it was made with different training settings ({}); resume with the same options \
+             as the original run (a resumed run must reach the uninterrupted run's result), or \
+             train into a new -o directory",
+            diffs.join("; ")
+        )));
+    }
+    if meta.sh_degree != meta.config.sh_degree {
+        return Err(corrupt(format!(
+            "the model's SH degree {} differs from the configured {}",
+            meta.sh_degree, meta.config.sh_degree
+        )));
+    }
+    if !(meta.extent.is_finite() && meta.extent > 0.0) {
+        return Err(corrupt(format!("scene extent {} is invalid", meta.extent)));
+    }
+    let n = meta.num_gaussians;
+    let gaussians = read_gaussians(&mut c, GROUPS[0], n, meta.sh_degree)?;
+    if let Some(what) = first_non_finite(GROUPS[0], &gaussians) {
+        return Err(corrupt(format!(
+            "{what}: the run had diverged when this checkpoint was written; resume from an \
+             older checkpoint"
+        )));
+    }
+    // Refuse activated values before reading anything else (never reinterpret them).
+    if let Some(evidence) = activation_evidence(&gaussians) {
+        return Err(CheckpointError::Activated {
+            path: path.to_owned(),
+            evidence,
+        });
+    }
+    let exp_avg = read_gaussians(&mut c, GROUPS[1], n, meta.sh_degree)?;
+    let exp_avg_sq = read_gaussians(&mut c, GROUPS[2], n, meta.sh_degree)?;
+    for (prefix, g) in [(GROUPS[1], &exp_avg), (GROUPS[2], &exp_avg_sq)] {
+        if let Some(what) = first_non_finite(prefix, g) {
+            return Err(corrupt(what));
+        }
+    }
+    let negative = exp_avg_sq
+        .means
+        .as_flattened()
+        .iter()
+        .chain(exp_avg_sq.log_scales.as_flattened())
+        .chain(exp_avg_sq.rotations.as_flattened())
+        .chain(&exp_avg_sq.logit_opacities)
+        .chain(exp_avg_sq.sh.as_flattened())
+        .any(|&v| v < 0.0);
+    if negative {
+        return Err(corrupt(
+            "a second Adam moment is negative (it is a mean of squares)".into(),
+        ));
+    }
+    let grad_accum = c.read_f32("stats.grad_accum", &[n])?;
+    if let Some(i) = grad_accum.iter().position(|v| !v.is_finite() || *v < 0.0) {
+        return Err(corrupt(format!(
+            "`stats.grad_accum` of Gaussian {i} is {} (a sum of norms is finite and ≥ 0)",
+            grad_accum[i]
+        )));
+    }
+    let stats = DensifyStats {
+        grad_accum,
+        denom: c.read_u32("stats.denom", &[n])?,
+        max_radii: c.read_u32("stats.max_radii", &[n])?,
+    };
+    let model = Model {
+        gaussians,
+        adam: AdamState {
+            exp_avg,
+            exp_avg_sq,
+            steps: meta.adam_steps,
+        },
+        stats,
+    };
+    model
+        .check_shapes()
+        .map_err(|e| corrupt(format!("inconsistent model: {e}")))?;
+    if Rng::from_state(meta.rng).is_none() {
+        return Err(corrupt("the RNG state is all zero".into()));
+    }
+    Ok(TrainState {
+        config: meta.config,
+        extent: meta.extent,
+        step: meta.step,
+        model,
+        growth_stopped: meta.growth_stopped,
+        rng: meta.rng,
+        position: meta.position,
+    })
+}
+
 #[cfg(test)]
 mod container_tests {
     use super::*;
@@ -778,5 +1102,153 @@ mod container_tests {
             latest(dir.path()),
             Err(CheckpointError::Corrupt { .. })
         ));
+    }
+}
+
+#[cfg(test)]
+mod state_tests {
+    use super::*;
+
+    /// A model with distinct, honest (pre-activation) values everywhere.
+    fn state(n: usize) -> TrainState {
+        let mut rng = Rng::new(5);
+        let mut r = |lo: f64, hi: f64| rng.uniform(lo, hi) as f32;
+        let sh_degree = 1;
+        let k = sh_coeffs(sh_degree);
+        let g = Gaussians {
+            means: (0..n).map(|_| [r(-2., 2.), r(-2., 2.), r(-2., 2.)]).collect(),
+            log_scales: (0..n).map(|_| [r(-5., -2.), r(-5., -2.), r(-5., -2.)]).collect(),
+            rotations: (0..n).map(|_| [r(0.5, 1.), r(-1., 1.), r(-1., 1.), r(-1., 1.)]).collect(),
+            logit_opacities: (0..n).map(|_| r(-4., 3.)).collect(),
+            sh_degree,
+            sh: (0..n * k).map(|_| [r(-1., 1.), r(-1., 1.), r(-1., 1.)]).collect(),
+        };
+        let mut model = Model::new(g.clone());
+        model.adam.exp_avg = Gaussians {
+            means: g.log_scales.clone(),
+            ..g.clone()
+        };
+        let mut sq = g.clone();
+        sq.means.iter_mut().flatten().for_each(|v| *v = v.abs());
+        sq.log_scales.iter_mut().flatten().for_each(|v| *v = v.abs());
+        sq.rotations.iter_mut().flatten().for_each(|v| *v = v.abs());
+        sq.logit_opacities.iter_mut().for_each(|v| *v = v.abs());
+        sq.sh.iter_mut().flatten().for_each(|v| *v = v.abs());
+        model.adam.exp_avg_sq = sq;
+        model.adam.steps = [7, 7, 7, 6, 7, 5];
+        model.stats.grad_accum = (0..n).map(|i| i as f32 * 0.5).collect();
+        model.stats.denom = (0..n as u32).collect();
+        model.stats.max_radii = (0..n as u32).map(|i| 3 * i).collect();
+        TrainState {
+            config: TrainConfig {
+                iterations: 100,
+                sh_degree,
+                ..TrainConfig::default()
+            },
+            extent: 3.5,
+            step: 42,
+            model,
+            growth_stopped: true,
+            rng: Rng::new(9).state(),
+            position: Position { epoch: 3, index: 2 },
+        }
+    }
+
+    #[test]
+    fn state_round_trip_is_exact_and_latest_points_at_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = state(37);
+        let path = save_state(dir.path(), (&s).into(), "abc").unwrap();
+        assert_eq!(path, dir.path().join("ckpt-00000042.bin"));
+        assert_eq!(latest(dir.path()).unwrap(), path);
+        let expected = Expected {
+            pack_id: "abc",
+            config: &s.config,
+        };
+        let back = load_state(&path, &expected).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn refusals_name_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = state(20);
+        let path = save_state(dir.path(), (&s).into(), "abc").unwrap();
+        // Another pack.
+        let e = load_state(
+            &path,
+            &Expected {
+                pack_id: "def",
+                config: &s.config,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("pack abc") && e.contains("pack def"), "{e}");
+        // Other settings.
+        let other = TrainConfig {
+            iterations: 200,
+            ..s.config.clone()
+        };
+        let e = load_state(
+            &path,
+            &Expected {
+                pack_id: "abc",
+                config: &other,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("iterations: checkpoint 100, this run 200"),
+            "{e}"
+        );
+        // Activated values (sigmoid opacities, exp scales) are refused, not converted.
+        let mut act = s.clone();
+        let g = &mut act.model.gaussians;
+        g.logit_opacities
+            .iter_mut()
+            .for_each(|o| *o = 1.0 / (1.0 + (-*o).exp()));
+        g.log_scales.iter_mut().flatten().for_each(|v| *v = v.exp() + 1.0);
+        let p2 = save_state(&dir.path().join("act"), (&act).into(), "abc").unwrap();
+        let e = load_state(
+            &p2,
+            &Expected {
+                pack_id: "abc",
+                config: &s.config,
+            },
+        )
+        .unwrap_err();
+        assert!(matches!(e, CheckpointError::Activated { .. }), "{e}");
+        assert!(e.to_string().contains("ACTIVATED"), "{e}");
+        // A NaN parameter.
+        let mut nan = s.clone();
+        nan.model.gaussians.means[4][1] = f32::NAN;
+        let p3 = save_state(&dir.path().join("nan"), (&nan).into(), "abc").unwrap();
+        let e = load_state(
+            &p3,
+            &Expected {
+                pack_id: "abc",
+                config: &s.config,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("params.means") && e.contains("Gaussian 4"), "{e}");
+        // A flipped bit in the data.
+        let mut bytes = fs::read(&path).unwrap();
+        let at = bytes.len() - 10;
+        bytes[at] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        let e = load_state(
+            &path,
+            &Expected {
+                pack_id: "abc",
+                config: &s.config,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("corrupt") && e.contains("checksum"), "{e}");
     }
 }
