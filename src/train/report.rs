@@ -235,6 +235,66 @@ pub fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<(),
     })
 }
 
+/// Writes `OUT/training_curves.png`: training loss (top) and PSNR (bottom) against iteration.
+pub fn write_curves(out_dir: &Path, rows: &[MetricsRow]) -> Result<PathBuf, ReportError> {
+    let path = out_dir.join(CURVES_FILE);
+    let (w, h) = (CURVES_WIDTH, CURVES_HEIGHT);
+    let mut img = vec![255u8; (w * h * 3) as usize];
+    let panel = h / 2;
+    let series: [(&dyn Fn(&MetricsRow) -> f64, [u8; 3]); 2] =
+        [(&|r| r.loss, [200, 40, 40]), (&|r| r.psnr, [40, 80, 200])];
+    let xmax = rows.iter().map(|r| r.iteration).max().unwrap_or(1).max(1) as f64;
+    for (p, (value, colour)) in series.iter().enumerate() {
+        let top = p as u32 * panel;
+        // Frame.
+        for x in 0..w {
+            put(&mut img, w, x, top, [0; 3]);
+            put(&mut img, w, x, top + panel - 1, [0; 3]);
+        }
+        for y in top..top + panel {
+            put(&mut img, w, 0, y, [0; 3]);
+            put(&mut img, w, w - 1, y, [0; 3]);
+        }
+        let vals: Vec<(f64, f64)> = rows
+            .iter()
+            .map(|r| (r.iteration as f64, value(r)))
+            .filter(|v| v.1.is_finite())
+            .collect();
+        let (lo, hi) = vals
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v.1), b.max(v.1)));
+        let span = if hi > lo { hi - lo } else { 1.0 };
+        let to_px = |(x, v): (f64, f64)| {
+            let px = 4.0 + (x / xmax) * (w as f64 - 9.0);
+            let py = top as f64 + panel as f64 - 5.0 - (v - lo) / span * (panel as f64 - 10.0);
+            (px, py)
+        };
+        for pair in vals.windows(2) {
+            let (a, b) = (to_px(pair[0]), to_px(pair[1]));
+            let steps = ((b.0 - a.0).abs().max((b.1 - a.1).abs()).ceil() as usize).max(1);
+            for s in 0..=steps {
+                let t = s as f64 / steps as f64;
+                let (x, y) = (a.0 + (b.0 - a.0) * t, a.1 + (b.1 - a.1) * t);
+                put(&mut img, w, x.round() as u32, y.round() as u32, *colour);
+                put(&mut img, w, x.round() as u32, y.round() as u32 + 1, *colour);
+            }
+        }
+    }
+    write_png(&path, &img, w, h)?;
+    Ok(path)
+}
+
+/// Size of the curves image.
+const CURVES_WIDTH: u32 = 800;
+const CURVES_HEIGHT: u32 = 600;
+
+fn put(img: &mut [u8], w: u32, x: u32, y: u32, c: [u8; 3]) {
+    let i = 3 * (y as usize * w as usize + x as usize);
+    if x < w && i + 3 <= img.len() {
+        img[i..i + 3].copy_from_slice(&c);
+    }
+}
+
 /// Ground truth (left) and render (right), both RGB8 `w × h`, as one `2w × h` image.
 pub fn side_by_side(gt: &[u8], render: &[u8], w: usize, h: usize) -> Vec<u8> {
     let mut side = Vec::with_capacity(2 * gt.len());
