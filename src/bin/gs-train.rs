@@ -201,9 +201,16 @@ fn run_training(o: &RunOptions) -> Result<bool> {
     Ok(outcome.interrupted)
 }
 
-fn print_summary(r: &ramsplat::train::report::Report, out: &std::path::Path, report: &std::path::Path) {
+fn print_summary(
+    r: &ramsplat::train::report::Report,
+    out: &std::path::Path,
+    report: &std::path::Path,
+) {
     let test = match (r.test_psnr, r.test_ssim) {
-        (Some(p), Some(s)) => format!("test PSNR {p:.2} dB, SSIM {s:.4} ({} views); ", r.test_views),
+        (Some(p), Some(s)) => format!(
+            "test PSNR {p:.2} dB, SSIM {s:.4} ({} views); ",
+            r.test_views
+        ),
         _ => String::new(),
     };
     eprintln!(
@@ -218,29 +225,39 @@ fn print_summary(r: &ramsplat::train::report::Report, out: &std::path::Path, rep
         format_size(r.peak_rss_bytes),
         format_size(r.ram_budget_bytes)
     );
-    eprintln!("outputs in {} (report: {})", out.display(), report.display());
+    eprintln!(
+        "outputs in {} (report: {})",
+        out.display(),
+        report.display()
+    );
 }
 
 fn run_demo(args: &Args, out: PathBuf, stop: Arc<AtomicBool>) -> Result<bool> {
     let progress = std::cell::RefCell::new(None::<Progress>);
     let iterations = args.iterations.unwrap_or(demo::DEMO_ITERATIONS);
-    let outcome = demo::run_demo(&out, args.ram_budget, iterations, stop, &mut |ev| match ev {
-        demo::DemoEvent::Stage(s) => {
-            if let Some(p) = progress.borrow_mut().take() {
-                p.finish();
+    let outcome = demo::run_demo(
+        &out,
+        args.ram_budget,
+        iterations,
+        stop,
+        &mut |ev| match ev {
+            demo::DemoEvent::Stage(s) => {
+                if let Some(p) = progress.borrow_mut().take() {
+                    p.finish();
+                }
+                eprintln!("{s}");
             }
-            eprintln!("{s}");
-        }
-        demo::DemoEvent::Run(Event::Line(l)) => match &*progress.borrow() {
-            Some(p) => p.println(&l),
-            None => eprintln!("{l}"),
+            demo::DemoEvent::Run(Event::Line(l)) => match &*progress.borrow() {
+                Some(p) => p.println(&l),
+                None => eprintln!("{l}"),
+            },
+            demo::DemoEvent::Run(Event::Progress { done, total }) => {
+                let mut p = progress.borrow_mut();
+                p.get_or_insert_with(|| Progress::new("training", total))
+                    .set(done);
+            }
         },
-        demo::DemoEvent::Run(Event::Progress { done, total }) => {
-            let mut p = progress.borrow_mut();
-            p.get_or_insert_with(|| Progress::new("training", total))
-                .set(done);
-        }
-    });
+    );
     if let Some(p) = progress.borrow_mut().take() {
         p.finish();
     }

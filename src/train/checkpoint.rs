@@ -553,9 +553,7 @@ impl Container {
         let mut done = 0usize;
         while left > 0 {
             let n = left.min(buf.len());
-            self.file
-                .read_exact(&mut buf[..n])
-                .map_err(io_err(&path))?;
+            self.file.read_exact(&mut buf[..n]).map_err(io_err(&path))?;
             h.update(&buf[..n]);
             decode(&buf[..n], done / size);
             done += n;
@@ -867,6 +865,9 @@ fn config_differences(saved: &TrainConfig, run: &TrainConfig) -> Vec<String> {
         return vec!["(unreadable configuration)".into()];
     };
     a.iter()
+        // The intersection cap follows --ram-budget and only bounds an allocation (a render
+        // over it fails loudly), so a resume may change the budget.
+        .filter(|(k, _)| k.as_str() != "max_intersection_bytes")
         .filter(|(k, v)| b.get(*k) != Some(v))
         .map(|(k, v)| {
             format!(
@@ -1116,12 +1117,20 @@ mod state_tests {
         let sh_degree = 1;
         let k = sh_coeffs(sh_degree);
         let g = Gaussians {
-            means: (0..n).map(|_| [r(-2., 2.), r(-2., 2.), r(-2., 2.)]).collect(),
-            log_scales: (0..n).map(|_| [r(-5., -2.), r(-5., -2.), r(-5., -2.)]).collect(),
-            rotations: (0..n).map(|_| [r(0.5, 1.), r(-1., 1.), r(-1., 1.), r(-1., 1.)]).collect(),
+            means: (0..n)
+                .map(|_| [r(-2., 2.), r(-2., 2.), r(-2., 2.)])
+                .collect(),
+            log_scales: (0..n)
+                .map(|_| [r(-5., -2.), r(-5., -2.), r(-5., -2.)])
+                .collect(),
+            rotations: (0..n)
+                .map(|_| [r(0.5, 1.), r(-1., 1.), r(-1., 1.), r(-1., 1.)])
+                .collect(),
             logit_opacities: (0..n).map(|_| r(-4., 3.)).collect(),
             sh_degree,
-            sh: (0..n * k).map(|_| [r(-1., 1.), r(-1., 1.), r(-1., 1.)]).collect(),
+            sh: (0..n * k)
+                .map(|_| [r(-1., 1.), r(-1., 1.), r(-1., 1.)])
+                .collect(),
         };
         let mut model = Model::new(g.clone());
         model.adam.exp_avg = Gaussians {
@@ -1130,7 +1139,10 @@ mod state_tests {
         };
         let mut sq = g.clone();
         sq.means.iter_mut().flatten().for_each(|v| *v = v.abs());
-        sq.log_scales.iter_mut().flatten().for_each(|v| *v = v.abs());
+        sq.log_scales
+            .iter_mut()
+            .flatten()
+            .for_each(|v| *v = v.abs());
         sq.rotations.iter_mut().flatten().for_each(|v| *v = v.abs());
         sq.logit_opacities.iter_mut().for_each(|v| *v = v.abs());
         sq.sh.iter_mut().flatten().for_each(|v| *v = v.abs());
@@ -1209,7 +1221,10 @@ mod state_tests {
         g.logit_opacities
             .iter_mut()
             .for_each(|o| *o = 1.0 / (1.0 + (-*o).exp()));
-        g.log_scales.iter_mut().flatten().for_each(|v| *v = v.exp() + 1.0);
+        g.log_scales
+            .iter_mut()
+            .flatten()
+            .for_each(|v| *v = v.exp() + 1.0);
         let p2 = save_state(&dir.path().join("act"), (&act).into(), "abc").unwrap();
         let e = load_state(
             &p2,
@@ -1234,7 +1249,10 @@ mod state_tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("params.means") && e.contains("Gaussian 4"), "{e}");
+        assert!(
+            e.contains("params.means") && e.contains("Gaussian 4"),
+            "{e}"
+        );
         // A flipped bit in the data.
         let mut bytes = fs::read(&path).unwrap();
         let at = bytes.len() - 10;

@@ -39,13 +39,13 @@ use crate::synth::SynthScene;
 /// Scene seed of the demo.
 pub const SEED: u64 = 7;
 /// Views in all; every [`TEST_EVERY`]-th is held out.
-pub const VIEWS: usize = 48;
+pub const VIEWS: usize = 64;
 pub const TEST_EVERY: usize = 8;
-/// Image size: 160×120 keeps a CPU step in the tens of milliseconds.
-pub const WIDTH: u32 = 160;
-pub const HEIGHT: u32 = 120;
+/// Image size: 240×180 keeps a CPU step well under 100 ms.
+pub const WIDTH: u32 = 240;
+pub const HEIGHT: u32 = 180;
 /// Gaussians of the ground truth.
-pub const TRUTH_GAUSSIANS: usize = 4000;
+pub const TRUTH_GAUSSIANS: usize = 16_000;
 /// Points of the initial "SfM" cloud.
 pub const SFM_POINTS: usize = 2000;
 /// Training iterations of the demo.

@@ -262,7 +262,9 @@ pub fn write_curves(out_dir: &Path, rows: &[MetricsRow]) -> Result<PathBuf, Repo
             .collect();
         let (lo, hi) = vals
             .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v.1), b.max(v.1)));
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+                (a.min(v.1), b.max(v.1))
+            });
         let span = if hi > lo { hi - lo } else { 1.0 };
         let to_px = |(x, v): (f64, f64)| {
             let px = 4.0 + (x / xmax) * (w as f64 - 9.0);
@@ -393,7 +395,10 @@ mod tests {
             .unwrap()
             .append(&row(6))
             .unwrap();
-        assert_eq!(read_metrics(&d2.path().join(METRICS_FILE)).unwrap().len(), 1);
+        assert_eq!(
+            read_metrics(&d2.path().join(METRICS_FILE)).unwrap().len(),
+            1
+        );
     }
 
     #[test]
@@ -402,10 +407,16 @@ mod tests {
         let path = dir.path().join(METRICS_FILE);
         fs::write(
             &path,
-            format!("{}\n{{\"iteration\": 3\n", serde_json::to_string(&row(1)).unwrap()),
+            format!(
+                "{}\n{{\"iteration\": 3\n",
+                serde_json::to_string(&row(1)).unwrap()
+            ),
         )
         .unwrap();
-        let e = MetricsLog::open(dir.path(), Some(2)).err().unwrap().to_string();
+        let e = MetricsLog::open(dir.path(), Some(2))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("line 2"), "{e}");
     }
 

@@ -229,7 +229,8 @@ fn evaluate_views(
         // Metrics on the 8-bit images (what the PNG holds), as gs-render does.
         let psnr = crate::metrics::psnr_u8(&e.image, gt).map_err(TrainError::from)?;
         let file = if n < max_images {
-            let name = format!("{i:05}_{}.png", report::safe_name(&v.name));
+            let stem = v.name.rsplit_once('.').map_or(v.name.as_str(), |(s, _)| s);
+            let name = format!("{i:05}_{}.png", report::safe_name(stem));
             let side = report::side_by_side(gt, &e.image, v.width() as usize, v.height() as usize);
             report::write_png(&dir.join(&name), &side, 2 * v.width(), v.height())?;
             Some(format!("{}/{label}/{name}", report::TEST_DIR))
@@ -315,10 +316,7 @@ pub fn initial_gaussians(
     // logit(0.1) = ln(0.1 / 0.9).
     let logit = (0.1f32 / 0.9).ln();
     Ok(Gaussians {
-        log_scales: scales
-            .iter()
-            .map(|&d| [d.max(1e-7).ln(); 3])
-            .collect(),
+        log_scales: scales.iter().map(|&d| [d.max(1e-7).ln(); 3]).collect(),
         rotations: vec![[1.0, 0.0, 0.0, 0.0]; n],
         logit_opacities: vec![logit; n],
         sh_degree,
@@ -358,7 +356,12 @@ fn knn3_mean_distance(p: &[[f32; 3]]) -> Vec<f32> {
     for (i, q) in p.iter().enumerate() {
         grid.entry(key(q)).or_default().push(i as u32);
     }
-    let max_ring = ((hi.iter().zip(&lo).map(|(h, l)| h - l).fold(0.0f32, f32::max) / cell)
+    let max_ring = ((hi
+        .iter()
+        .zip(&lo)
+        .map(|(h, l)| h - l)
+        .fold(0.0f32, f32::max)
+        / cell)
         .ceil() as i64)
         .clamp(1, MAX_RING);
     p.iter()
@@ -378,7 +381,8 @@ fn knn3_mean_distance(p: &[[f32; 3]]) -> Vec<f32> {
                                 if j as usize == i {
                                     continue;
                                 }
-                                let d2: f32 = (0..3).map(|a| (p[j as usize][a] - q[a]).powi(2)).sum();
+                                let d2: f32 =
+                                    (0..3).map(|a| (p[j as usize][a] - q[a]).powi(2)).sum();
                                 if d2 < best[2] {
                                     best[2] = d2;
                                     best.sort_by(f32::total_cmp);
@@ -395,7 +399,11 @@ fn knn3_mean_distance(p: &[[f32; 3]]) -> Vec<f32> {
                 }
                 ring += 1;
             };
-            let found: Vec<f32> = best.iter().filter(|d| d.is_finite()).map(|d| d.sqrt()).collect();
+            let found: Vec<f32> = best
+                .iter()
+                .filter(|d| d.is_finite())
+                .map(|d| d.sqrt())
+                .collect();
             if found.is_empty() {
                 cell
             } else {
@@ -496,7 +504,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let max_pixels = max_view / 3;
     let model_now = super::densify::model_bytes(trainer.model().len(), config.sh_degree);
     let extra = vec![
-        ("trainer images".to_string(), TRAINER_BYTES_PER_PIXEL * max_pixels),
+        (
+            "trainer images".to_string(),
+            TRAINER_BYTES_PER_PIXEL * max_pixels,
+        ),
         ("render intersections".to_string(), intersection_bytes),
         // Evaluation reads one ground-truth view and writes one side-by-side image (2 views).
         ("evaluation".to_string(), 3 * max_view),
@@ -612,10 +623,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 }
                 Ok(LoopControl::Continue)
             })();
-            on_event(Event::Progress {
-                done: it,
-                total,
-            });
+            on_event(Event::Progress { done: it, total });
             match result {
                 Ok(c) => c,
                 Err(e) => {
