@@ -241,8 +241,8 @@ pub fn write_curves(out_dir: &Path, rows: &[MetricsRow]) -> Result<PathBuf, Repo
     let (w, h) = (CURVES_WIDTH, CURVES_HEIGHT);
     let mut img = vec![255u8; (w * h * 3) as usize];
     let panel = h / 2;
-    let series: [(&dyn Fn(&MetricsRow) -> f64, [u8; 3]); 2] =
-        [(&|r| r.loss, [200, 40, 40]), (&|r| r.psnr, [40, 80, 200])];
+    type Series<'a> = (&'a dyn Fn(&MetricsRow) -> f64, [u8; 3]);
+    let series: [Series; 2] = [(&|r| r.loss, [200, 40, 40]), (&|r| r.psnr, [40, 80, 200])];
     let xmax = rows.iter().map(|r| r.iteration).max().unwrap_or(1).max(1) as f64;
     for (p, (value, colour)) in series.iter().enumerate() {
         let top = p as u32 * panel;

@@ -8,8 +8,8 @@
 //!    one line);
 //! 2. model: the latest checkpoint under `--resume` (validated against the pack and the
 //!    configuration, see [`super::checkpoint`]), else the initial Gaussians;
-//! 3. memory plan before any data work: floor = baseline RSS + loader parts + trainer images
-//!    + render intersections + evaluation + model share ([`crate::data::plan_memory`]); below
+//! 3. memory plan before any data work: floor = baseline RSS, loader parts, trainer images,
+//!    render intersections, evaluation and model share ([`crate::data::plan_memory`]); below
 //!    the budget it fails itemised; the cache gets the rest and shrinks when the model grows;
 //! 4. the loop ([`super::train_loop`]); after each step: metrics row, save / checkpoint /
 //!    test iterations, Ctrl-C (checkpoint, then stop);
@@ -562,7 +562,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 on_event(Event::Line(format!("iteration {it}: {why}")));
             }
             let result = (|| -> Result<LoopControl, RunError> {
-                if it % opts.metrics_every == 0 || it == total {
+                if it.is_multiple_of(opts.metrics_every) || it == total {
                     let secs = last_row.elapsed().as_secs_f64();
                     let row = MetricsRow {
                         iteration: it,
