@@ -597,13 +597,14 @@ impl DensifyStrategy for DefaultStrategy {
         }
         Self::accumulate(model, view);
         let mut skip = GroupMask::NONE;
-        if s > cfg.from_iter && cfg.interval > 0 && s % cfg.interval == 0 {
+        if s > cfg.from_iter && cfg.interval > 0 && s.is_multiple_of(cfg.interval) {
             let prune_large = s > cfg.opacity_reset_interval;
             self.densify_and_prune(model, ctx, prune_large, &mut out);
             // Every tensor was replaced: no group has a gradient this iteration.
             skip = GroupMask::ALL;
         }
-        let reset_due = cfg.opacity_reset_interval > 0 && s % cfg.opacity_reset_interval == 0;
+        let reset_due =
+            cfg.opacity_reset_interval > 0 && s.is_multiple_of(cfg.opacity_reset_interval);
         if reset_due || (ctx.white_background && s == cfg.from_iter) {
             model.reset_opacity(cfg.reset_opacity);
             out.opacity_reset = true;
@@ -621,5 +622,403 @@ impl DensifyStrategy for DefaultStrategy {
 
     fn set_growth_stopped(&mut self, stopped: bool) {
         self.growth_stopped = stopped;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::Ledger;
+
+    /// `n` Gaussians whose every field encodes its index, at SH degree 1.
+    fn tagged(n: usize) -> Model {
+        let k = sh_coeffs(1);
+        let mut g = Gaussians {
+            sh_degree: 1,
+            ..Gaussians::default()
+        };
+        for i in 0..n {
+            let f = i as f32;
+            g.means.push([f, 0.0, 0.0]);
+            g.log_scales.push([(0.001f32).ln(); 3]);
+            g.rotations.push([1.0, 0.0, 0.0, 0.0]);
+            g.logit_opacities.push(f * 0.01);
+            for c in 0..k {
+                g.sh.push([f, c as f32, 0.0]);
+            }
+        }
+        let mut m = Model::new(g);
+        for i in 0..n {
+            m.adam.exp_avg.means[i] = [i as f32 + 0.5; 3];
+            m.adam.exp_avg_sq.logit_opacities[i] = i as f32 + 0.25;
+            m.stats.denom[i] = i as u32;
+        }
+        m
+    }
+
+    fn view<'a>(radii: &'a [u32], grads: &'a [[f32; 2]]) -> ViewStats<'a> {
+        ViewStats {
+            width: 200,
+            height: 100,
+            radii,
+            means2d_grad: grads,
+        }
+    }
+
+    struct Ctx {
+        rng: Rng,
+        memory: ModelMemory,
+    }
+
+    impl Ctx {
+        fn new() -> Ctx {
+            Ctx {
+                rng: Rng::new(9),
+                memory: ModelMemory::default(),
+            }
+        }
+        fn run(
+            &mut self,
+            s: &mut DefaultStrategy,
+            model: &mut Model,
+            v: &ViewStats<'_>,
+            iteration: u64,
+            make_room: &mut dyn FnMut(u64) -> u64,
+        ) -> DensifyOutcome {
+            let mut ctx = RefineContext {
+                iteration,
+                extent: 1.0,
+                white_background: false,
+                rng: &mut self.rng,
+                memory: &mut self.memory,
+                make_room,
+            };
+            s.step(model, v, &mut ctx)
+        }
+    }
+
+    #[test]
+    fn retain_and_append_move_every_array_together() {
+        let mut m = tagged(6);
+        m.retain(&[true, false, true, true, false, true]);
+        m.check_shapes().unwrap();
+        let kept: Vec<f32> = m.gaussians.means.iter().map(|p| p[0]).collect();
+        assert_eq!(kept, [0.0, 2.0, 3.0, 5.0]);
+        assert_eq!(m.gaussians.sh[2 * 4 + 3], [3.0, 3.0, 0.0]);
+        assert_eq!(m.adam.exp_avg.means[3], [5.5; 3]);
+        assert_eq!(m.adam.exp_avg_sq.logit_opacities[1], 2.25);
+        assert_eq!(m.stats.denom, [0, 2, 3, 5]);
+        let new = tagged(2).gaussians;
+        m.append(&new);
+        m.check_shapes().unwrap();
+        assert_eq!(m.len(), 6);
+        assert_eq!(m.gaussians.means[5], [1.0, 0.0, 0.0]);
+        assert_eq!(
+            m.adam.exp_avg.means[5], [0.0; 3],
+            "new Gaussians get zero moments"
+        );
+        assert_eq!(m.adam.exp_avg_sq.sh[5 * 4 + 1], [0.0; 3]);
+        assert_eq!(m.stats.denom[4..], [0, 0]);
+    }
+
+    #[test]
+    fn reset_caps_opacity_and_zeroes_its_moments_only() {
+        let mut m = tagged(3);
+        m.gaussians.logit_opacities = vec![-10.0, 0.0, 5.0];
+        m.adam.exp_avg.logit_opacities = vec![1.0; 3];
+        m.reset_opacity(0.01);
+        let cap = logit(0.01);
+        assert_eq!(m.gaussians.logit_opacities, [-10.0, cap, cap]);
+        assert_eq!(m.adam.exp_avg.logit_opacities, [0.0; 3]);
+        assert_eq!(m.adam.exp_avg_sq.logit_opacities, [0.0; 3]);
+        assert_eq!(m.adam.exp_avg.means[2], [2.5; 3], "other moments untouched");
+    }
+
+    #[test]
+    fn accumulates_ndc_gradient_norms_for_visible_gaussians() {
+        let mut m = tagged(3);
+        m.stats = DensifyStats::zeros(3);
+        // (3, 4)·(W/2, H/2)/... : pixel grad (0.03, 0.08) × (100, 50) = (3, 4) → norm 5.
+        let grads = [[0.03, 0.08], [1.0, 1.0], [0.0, 0.0]];
+        DefaultStrategy::accumulate(&mut m, &view(&[7, 0, 2], &grads));
+        DefaultStrategy::accumulate(&mut m, &view(&[3, 0, 9], &grads));
+        assert!((m.stats.grad_accum[0] - 10.0).abs() < 1e-5);
+        assert_eq!(m.stats.grad_accum[1], 0.0, "radius 0: not counted");
+        assert_eq!(m.stats.denom, [2, 0, 2]);
+        assert_eq!(m.stats.max_radii, [7, 0, 9]);
+    }
+
+    /// 4 Gaussians: 0 small + high grad (clone), 1 large + high grad (split), 2 low grad,
+    /// 3 transparent (pruned).
+    fn scenario() -> Model {
+        let mut m = tagged(4);
+        m.gaussians.log_scales[1] = [(0.05f32).ln(), (0.02f32).ln(), (0.03f32).ln()];
+        m.gaussians.rotations[1] = [0.0, 0.0, 0.0, 2.0]; // 180° about z, unnormalised
+        m.gaussians.logit_opacities = vec![0.0, 1.0, 2.0, logit(0.004)];
+        m.stats = DensifyStats {
+            grad_accum: vec![3e-4 * 2.0, 5e-4, 1e-4, 0.0],
+            denom: vec![2, 1, 1, 0],
+            max_radii: vec![1, 1, 30, 0],
+        };
+        m
+    }
+
+    #[test]
+    fn clone_split_prune_in_3dgs_order() {
+        let mut m = scenario();
+        let parent = m.gaussians.clone();
+        let mut s = DefaultStrategy::new(DensifyConfig::default());
+        let mut c = Ctx::new();
+        let none: [[f32; 2]; 4] = [[0.0; 2]; 4];
+        // Iteration 600: densify (not 3000+, so no size pruning), statistics as set above
+        // (this view adds nothing: all radii 0).
+        let out = c.run(&mut s, &mut m, &view(&[0; 4], &none), 600, &mut |_| 0);
+        m.check_shapes().unwrap();
+        assert_eq!((out.cloned, out.split, out.pruned), (1, 1, 1));
+        assert_eq!(out.skip_optimizer, Some(GroupMask::ALL));
+        // Kept originals 0, 2 (1 split away, 3 pruned), then the clone of 0, then 2 children.
+        assert_eq!(m.len(), 5);
+        assert_eq!(m.gaussians.means[0], parent.means[0]);
+        assert_eq!(m.gaussians.means[1], parent.means[2]);
+        assert_eq!(
+            m.gaussians.means[2], parent.means[0],
+            "clone is an exact copy"
+        );
+        assert_eq!(m.gaussians.sh[2 * 4..3 * 4], parent.sh[0..4]);
+        for child in 3..5 {
+            let shrink = (1.6f32).ln();
+            for a in 0..3 {
+                assert!(
+                    (m.gaussians.log_scales[child][a] - (parent.log_scales[1][a] - shrink)).abs()
+                        < 1e-6
+                );
+            }
+            assert_eq!(m.gaussians.logit_opacities[child], 1.0);
+            assert_eq!(m.gaussians.sh[child * 4..child * 4 + 4], parent.sh[4..8]);
+            assert_eq!(m.adam.exp_avg.means[child], [0.0; 3]);
+        }
+        // Moments followed their Gaussians.
+        assert_eq!(m.adam.exp_avg.means[1], [2.5; 3]);
+        assert_eq!(m.adam.exp_avg.means[2], [0.0; 3]);
+        assert_eq!(
+            m.stats,
+            DensifyStats::zeros(5),
+            "statistics restart after densifying"
+        );
+    }
+
+    #[test]
+    fn split_samples_lie_near_the_parent_with_its_covariance() {
+        // Many splits of one anisotropic rotated parent: the children's offsets, rotated back
+        // into the parent's frame, have per-axis standard deviations equal to its scales.
+        let mut rng = Rng::new(3);
+        let scales = [0.5f32, 0.1, 0.02];
+        let q = [0.9f32, 0.1, -0.3, 0.2];
+        let r = rotation_matrix(q);
+        let mut sum2 = [0.0f64; 3];
+        let n = 4000;
+        for _ in 0..n {
+            let mut m = tagged(1);
+            m.gaussians.log_scales[0] = scales.map(f32::ln);
+            m.gaussians.rotations[0] = q;
+            m.stats.grad_accum[0] = 1.0;
+            m.stats.denom[0] = 1;
+            let mut memory = ModelMemory::default();
+            let mut ctx = RefineContext {
+                iteration: 600,
+                extent: 1.0,
+                white_background: false,
+                rng: &mut rng,
+                memory: &mut memory,
+                make_room: &mut |_| 0,
+            };
+            let mut s = DefaultStrategy::new(DensifyConfig::default());
+            let mut out = DensifyOutcome::default();
+            s.densify_and_prune(&mut m, &mut ctx, false, &mut out);
+            assert_eq!((out.split, m.len()), (1, 2));
+            for c in 0..2 {
+                let d: [f32; 3] =
+                    std::array::from_fn(|a| m.gaussians.means[c][a] - [0.0, 0.0, 0.0][a]);
+                // Local = Rᵀ·d.
+                for a in 0..3 {
+                    let local = r[0][a] * d[0] + r[1][a] * d[1] + r[2][a] * d[2];
+                    sum2[a] += (local as f64).powi(2);
+                    assert!(local.abs() < 6.0 * scales[a], "child beyond 6σ on axis {a}");
+                }
+            }
+        }
+        for a in 0..3 {
+            let sd = (sum2[a] / (2 * n) as f64).sqrt();
+            // 8000 samples: the sd estimate is within ~1.6% (1/√(2·8000)); 5% is > 3σ.
+            assert!(
+                (sd / scales[a] as f64 - 1.0).abs() < 0.05,
+                "axis {a}: sd {sd}"
+            );
+        }
+    }
+
+    #[test]
+    fn size_pruning_only_after_the_first_reset() {
+        let cfg = DensifyConfig::default();
+        let none = [[0.0f32; 2]; 4];
+        for (iteration, expect_large_pruned) in [(3000, false), (3100, true)] {
+            let mut m = tagged(4);
+            m.gaussians.logit_opacities = vec![0.0; 4];
+            m.stats.max_radii = vec![0, 21, 0, 5];
+            m.stats.denom = vec![0; 4];
+            m.gaussians.log_scales[2] = [(0.2f32).ln(); 3]; // > 0.1·extent
+            let mut s = DefaultStrategy::new(cfg.clone());
+            let mut c = Ctx::new();
+            let out = c.run(&mut s, &mut m, &view(&[0; 4], &none), iteration, &mut |_| 0);
+            m.check_shapes().unwrap();
+            let kept: Vec<f32> = m.gaussians.means.iter().map(|p| p[0]).collect();
+            if expect_large_pruned {
+                assert_eq!(kept, [0.0, 3.0]);
+                assert_eq!(out.pruned, 2);
+            } else {
+                assert_eq!(kept, [0.0, 1.0, 2.0, 3.0]);
+                // 3000 is also a reset iteration.
+                assert!(out.opacity_reset);
+                assert_eq!(out.skip_optimizer, Some(GroupMask::ALL));
+            }
+        }
+    }
+
+    #[test]
+    fn schedule_windows() {
+        let none = [[0.0f32; 2]; 2];
+        let mut s = DefaultStrategy::new(DensifyConfig::default());
+        let mut c = Ctx::new();
+        for (it, refine, reset) in [
+            (500, false, false),
+            (550, false, false),
+            (14_900, true, false),
+            (6000, true, true),
+            (15_000, false, false),
+        ] {
+            let mut m = tagged(2);
+            m.gaussians.logit_opacities = vec![3.0; 2];
+            let out = c.run(&mut s, &mut m, &view(&[1, 1], &none), it, &mut |_| 0);
+            assert_eq!(
+                out.skip_optimizer == Some(GroupMask::ALL),
+                refine,
+                "iteration {it}"
+            );
+            assert_eq!(out.opacity_reset, reset, "iteration {it}");
+            if it >= 15_000 {
+                assert_eq!(m.stats.denom, [0, 1], "no statistics after until_iter");
+            }
+        }
+    }
+
+    #[test]
+    fn budget_refusal_stops_growth_once_and_pruning_continues() {
+        let n = 10;
+        let base = model_bytes(n, 1);
+        let ledger = Ledger::new(base + 1000);
+        let mut cache = Some(ledger.reserve("cache", 1000).unwrap());
+        let mut c = Ctx::new();
+        c.memory.reservation = Some(ledger.reserve("model", base).unwrap());
+        let mut s = DefaultStrategy::new(DensifyConfig::default());
+        let none = [[0.0f32; 2]; 64];
+        let hot = |m: &mut Model| {
+            for i in 0..m.len() {
+                m.stats.grad_accum[i] = 1.0;
+                m.stats.denom[i] = 1;
+            }
+        };
+        // Round 1: the cache can give back its 1000 bytes, but 10 clones need far more.
+        let mut m = tagged(n);
+        m.gaussians.logit_opacities = vec![0.0; n];
+        hot(&mut m);
+        let mut asked = 0;
+        let out = c.run(
+            &mut s,
+            &mut m,
+            &view(&[0; 10], &none[..10]),
+            600,
+            &mut |need| {
+                asked += 1;
+                assert!(need > 1000);
+                let freed = cache.as_ref().map_or(0, |r| r.bytes());
+                cache = None;
+                freed
+            },
+        );
+        assert_eq!(asked, 1);
+        assert!(
+            out.growth_stopped
+                .as_deref()
+                .unwrap()
+                .contains("RAM budget"),
+            "{out:?}"
+        );
+        assert_eq!((out.cloned, m.len()), (0, n));
+        assert!(s.growth_stopped());
+        // Round 2: no growth, no second message, but pruning still happens.
+        hot(&mut m);
+        m.gaussians.logit_opacities[4] = -10.0;
+        let out = c.run(
+            &mut s,
+            &mut m,
+            &view(&[0; 10], &none[..10]),
+            700,
+            &mut |_| panic!("not asked again"),
+        );
+        assert_eq!(out.growth_stopped, None);
+        assert_eq!((out.cloned, out.pruned, m.len()), (0, 1, n - 1));
+        m.check_shapes().unwrap();
+        // The reservation followed the model down.
+        assert_eq!(
+            c.memory.reservation.as_ref().unwrap().bytes(),
+            model_bytes(n - 1, 1)
+        );
+    }
+
+    #[test]
+    fn make_room_lets_growth_proceed() {
+        let n = 4;
+        let ledger = Ledger::new(model_bytes(2 * n, 1));
+        let mut cache = Some(ledger.reserve("cache", model_bytes(n, 1)).unwrap());
+        let mut c = Ctx::new();
+        c.memory.reservation = Some(ledger.reserve("model", model_bytes(n, 1)).unwrap());
+        let mut s = DefaultStrategy::new(DensifyConfig::default());
+        let mut m = tagged(n);
+        m.gaussians.logit_opacities = vec![0.0; n];
+        for i in 0..n {
+            m.stats.grad_accum[i] = 1.0;
+            m.stats.denom[i] = 1;
+        }
+        let none = [[0.0f32; 2]; 4];
+        let out = c.run(&mut s, &mut m, &view(&[0; 4], &none), 600, &mut |_| {
+            let b = cache.as_ref().unwrap().bytes();
+            cache = None;
+            b
+        });
+        assert_eq!((out.cloned, m.len(), out.growth_stopped), (4, 8, None));
+        assert_eq!(
+            c.memory.reservation.as_ref().unwrap().bytes(),
+            model_bytes(8, 1)
+        );
+    }
+
+    #[test]
+    fn max_gaussians_keeps_the_largest_gradients() {
+        let mut s = DefaultStrategy::new(DensifyConfig {
+            max_gaussians: 6,
+            ..DensifyConfig::default()
+        });
+        let mut m = tagged(4);
+        m.gaussians.logit_opacities = vec![0.0; 4];
+        m.stats.grad_accum = vec![1e-3, 4e-3, 3e-3, 2e-3];
+        m.stats.denom = vec![1; 4];
+        let mut c = Ctx::new();
+        let none = [[0.0f32; 2]; 4];
+        let out = c.run(&mut s, &mut m, &view(&[0; 4], &none), 600, &mut |_| 0);
+        assert_eq!((out.cloned, m.len()), (2, 6));
+        assert!(out.growth_stopped.unwrap().contains("max_gaussians"));
+        // Clones of 1 and 2 (largest gradients), in index order.
+        assert_eq!(m.gaussians.means[4][0], 1.0);
+        assert_eq!(m.gaussians.means[5][0], 2.0);
     }
 }

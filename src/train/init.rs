@@ -1,1 +1,462 @@
-//! Initial Gaussians (placeholder, filled below).
+//! Initial Gaussians: from the pack's SfM points, or random points when it has none.
+//!
+//! # From points (3DGS `create_from_pcd`)
+//! - mean = the point; SH DC = `(c/255 − 0.5) / C0` per channel, higher coefficients 0;
+//! - log-scale (all three axes) = `ln √max(d², 1e-7)`, `d²` the mean squared distance to the
+//!   3 nearest other points (3DGS's `distCUDA2` from simple-knn, which clamps at 1e-7);
+//! - rotation = identity (1, 0, 0, 0); opacity = logit(0.1).
+//!
+//! The neighbours come from a k-d tree ([`knn_mean_sq_dist`]): an implicit, balanced tree
+//! built by median splits on cycling axes over an index permutation (the median of each range
+//! is its node; no node storage), queried
+//! in parallel; O(N log N), so 1 M points take seconds, not the hours of a quadratic loop.
+//! Duplicate points count as neighbours at distance 0 (as in simple-knn), hence the clamp.
+//! Measured (`knn_million_points_timing`, crate at opt-level 3, 2 cores shared with other
+//! builds, load average ≈ 9): 1 M uniform points in 8.7 s; 100k points initialise in 0.38 s.
+//!
+//! # Random (no SfM points)
+//! 3DGS initialises NeRF-synthetic scenes with 100k points uniform in `[−1.3, 1.3]³` and SH DC
+//! uniform in `[0, 1/255)` (`shs = random / 255`, so colours are ≈ 0.5 grey: the colour is
+//! learned). Cameras there sit 4.03 from the object, so the box half-side is ≈ 1/3 of the
+//! largest camera distance from the centroid; we use exactly that in general: the box is
+//! centred on the camera centroid with half-side `extent / 3.3` (`extent` = 1.1 × the largest
+//! camera distance), which reproduces 1.3 on those scenes and scales with any other.
+//!
+//! # Memory
+//! Points are streamed from the pack chunk by chunk into the output arrays (grown as chunks
+//! arrive, never pre-sized from the manifest's count).
+
+use rayon::prelude::*;
+
+use crate::rng::Rng;
+use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
+use crate::scene::sh::SH_C0;
+use crate::shard::reader::Pack;
+use crate::shard::ShardError;
+
+/// Points in 3DGS's random initialisation.
+pub const DEFAULT_RANDOM_POINTS: usize = 100_000;
+
+/// 3DGS clamps the mean squared neighbour distance below at this value.
+pub const MIN_DIST2: f32 = 1e-7;
+
+/// Opacity of every initial Gaussian.
+pub const INITIAL_OPACITY: f32 = 0.1;
+
+/// Neighbours averaged for the initial scale.
+const K: usize = 3;
+
+/// Points per k-d tree leaf: small enough that a leaf scan is cheap, large enough that the
+/// recursion stays shallow (log2(1M / 8) ≈ 17 levels).
+const LEAF: usize = 8;
+
+/// Why initialisation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error("reading the point cloud of {pack}: {source}")]
+    Read {
+        pack: String,
+        #[source]
+        source: ShardError,
+    },
+    #[error(
+        "cloud {cloud:?} chunk {chunk} of {pack} holds a non-finite point ({point:?}); \
+         re-pack the dataset or remove that point"
+    )]
+    NonFinite {
+        pack: String,
+        cloud: String,
+        chunk: usize,
+        point: [f32; 3],
+    },
+    #[error("SH degree {0} is above the maximum {MAX_SH_DEGREE}")]
+    ShDegree(u32),
+    #[error("cannot initialise from zero points")]
+    NoPoints,
+}
+
+/// For each point, the mean squared distance to its `K` = 3 nearest other points (fewer when
+/// the cloud is that small; 0 for a single point). Deterministic for any thread count.
+pub fn knn_mean_sq_dist(points: &[[f32; 3]]) -> Vec<f32> {
+    let mut idx: Vec<u32> = (0..points.len() as u32).collect();
+    build(points, &mut idx, 0);
+    let tree = Tree { points, idx: &idx };
+    (0..points.len())
+        .into_par_iter()
+        .map(|i| {
+            let mut best = Best::new();
+            tree.search(0, points.len(), 0, i as u32, points[i], &mut best);
+            best.mean()
+        })
+        .collect()
+}
+
+fn build(points: &[[f32; 3]], idx: &mut [u32], depth: usize) {
+    if idx.len() <= LEAF {
+        return;
+    }
+    let axis = depth % 3;
+    let mid = idx.len() / 2;
+    idx.select_nth_unstable_by(mid, |&a, &b| {
+        points[a as usize][axis].total_cmp(&points[b as usize][axis])
+    });
+    // The median stays at `mid` (the node's own point); only the halves beside it recurse,
+    // so the split value read back by `search` is this level's median.
+    let (lo, hi) = idx.split_at_mut(mid);
+    build(points, lo, depth + 1);
+    build(points, &mut hi[1..], depth + 1);
+}
+
+struct Tree<'a> {
+    points: &'a [[f32; 3]],
+    idx: &'a [u32],
+}
+
+/// The K smallest squared distances so far, ascending.
+struct Best {
+    d: [f32; K],
+    n: usize,
+}
+
+impl Best {
+    fn new() -> Best {
+        Best {
+            d: [f32::INFINITY; K],
+            n: 0,
+        }
+    }
+
+    fn worst(&self) -> f32 {
+        if self.n < K {
+            f32::INFINITY
+        } else {
+            self.d[K - 1]
+        }
+    }
+
+    fn push(&mut self, d: f32) {
+        if d >= self.worst() {
+            return;
+        }
+        let mut j = self.n.min(K - 1);
+        self.d[j] = d;
+        while j > 0 && self.d[j - 1] > self.d[j] {
+            self.d.swap(j - 1, j);
+            j -= 1;
+        }
+        self.n = (self.n + 1).min(K);
+    }
+
+    fn mean(&self) -> f32 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.d[..self.n].iter().sum::<f32>() / self.n as f32
+        }
+    }
+}
+
+fn dist2(a: [f32; 3], b: [f32; 3]) -> f32 {
+    let (x, y, z) = (a[0] - b[0], a[1] - b[1], a[2] - b[2]);
+    x * x + y * y + z * z
+}
+
+impl Tree<'_> {
+    /// Searches `idx[start..end]`, built at `depth`, for neighbours of `q` (point `me`).
+    fn search(
+        &self,
+        start: usize,
+        end: usize,
+        depth: usize,
+        me: u32,
+        q: [f32; 3],
+        best: &mut Best,
+    ) {
+        if end - start <= LEAF {
+            for &j in &self.idx[start..end] {
+                if j != me {
+                    best.push(dist2(q, self.points[j as usize]));
+                }
+            }
+            return;
+        }
+        let axis = depth % 3;
+        let mid = start + (end - start) / 2;
+        let node = self.idx[mid];
+        let split = self.points[node as usize][axis];
+        if node != me {
+            best.push(dist2(q, self.points[node as usize]));
+        }
+        let diff = q[axis] - split;
+        // [start, mid) holds coordinates ≤ split, (mid, end) ≥ split.
+        let (near, far) = if diff < 0.0 {
+            ((start, mid), (mid + 1, end))
+        } else {
+            ((mid + 1, end), (start, mid))
+        };
+        self.search(near.0, near.1, depth + 1, me, q, best);
+        if diff * diff < best.worst() {
+            self.search(far.0, far.1, depth + 1, me, q, best);
+        }
+    }
+}
+
+fn logit(p: f32) -> f32 {
+    (p / (1.0 - p)).ln()
+}
+
+/// Gaussians at `xyz` with colours `rgb` (see the module doc), storing SH degree `sh_degree`.
+pub fn from_points(
+    xyz: &[[f32; 3]],
+    rgb: &[[u8; 3]],
+    sh_degree: u32,
+) -> Result<Gaussians, InitError> {
+    if sh_degree > MAX_SH_DEGREE {
+        return Err(InitError::ShDegree(sh_degree));
+    }
+    if xyz.is_empty() {
+        return Err(InitError::NoPoints);
+    }
+    assert_eq!(xyz.len(), rgb.len(), "one colour per point");
+    let d2 = knn_mean_sq_dist(xyz);
+    let k = sh_coeffs(sh_degree);
+    let c0 = SH_C0 as f32;
+    let mut sh = vec![[0.0f32; 3]; xyz.len() * k];
+    for (i, c) in rgb.iter().enumerate() {
+        sh[i * k] = c.map(|v| (v as f32 / 255.0 - 0.5) / c0);
+    }
+    Ok(Gaussians {
+        means: xyz.to_vec(),
+        log_scales: d2
+            .iter()
+            .map(|&d| [d.max(MIN_DIST2).sqrt().ln(); 3])
+            .collect(),
+        rotations: vec![[1.0, 0.0, 0.0, 0.0]; xyz.len()],
+        logit_opacities: vec![logit(INITIAL_OPACITY); xyz.len()],
+        sh_degree,
+        sh,
+    })
+}
+
+/// `n` random Gaussians in the box `centre ± half_side` (see the module doc), kNN scales.
+pub fn random_in_box(
+    n: usize,
+    centre: [f64; 3],
+    half_side: f64,
+    sh_degree: u32,
+    rng: &mut Rng,
+) -> Result<Gaussians, InitError> {
+    let xyz: Vec<[f32; 3]> = (0..n)
+        .map(|_| {
+            std::array::from_fn(|a| {
+                rng.uniform(centre[a] - half_side, centre[a] + half_side) as f32
+            })
+        })
+        .collect();
+    let mut g = from_points(&xyz, &vec![[0; 3]; n], sh_degree)?;
+    let k = sh_coeffs(sh_degree);
+    for i in 0..n {
+        g.sh[i * k] = std::array::from_fn(|_| rng.next_f32() / 255.0);
+    }
+    Ok(g)
+}
+
+/// The random box of a scene: (camera centroid, extent / 3.3).
+pub fn random_box(pack: &Pack) -> ([f64; 3], f64) {
+    let s = &pack.manifest().scene;
+    (s.camera_centroid, s.extent / 3.3)
+}
+
+/// Initial Gaussians for `pack`: its SfM points (the cloud named "sfm", or every cloud when
+/// none has that name), or `random_points` random ones when it has none.
+pub fn from_pack(
+    pack: &Pack,
+    sh_degree: u32,
+    random_points: usize,
+    rng: &mut Rng,
+) -> Result<Gaussians, InitError> {
+    let m = pack.manifest();
+    let has_sfm = m.clouds.iter().any(|c| c.name == "sfm");
+    let clouds: Vec<usize> = (0..m.clouds.len())
+        .filter(|&c| !has_sfm || m.clouds[c].name == "sfm")
+        .collect();
+    let total: u64 = clouds.iter().map(|&c| m.clouds[c].points).sum();
+    if m.scene.no_sfm_points || total == 0 {
+        let (centre, half) = random_box(pack);
+        return random_in_box(random_points, centre, half, sh_degree, rng);
+    }
+    let name = pack.dir().display().to_string();
+    let mut xyz = Vec::new();
+    let mut rgb = Vec::new();
+    let mut buf = Vec::new();
+    for c in clouds {
+        let cloud = &m.clouds[c];
+        for k in 0..cloud.chunks.len() {
+            let layout = crate::shard::PointChunkLayout::new(
+                cloud.chunks[k].points as usize,
+                cloud.has_labels,
+                cloud.has_normals,
+            );
+            buf.resize(layout.total, 0u8);
+            pack.read_chunk_into(c, k, &mut buf)
+                .map_err(|source| InitError::Read {
+                    pack: name.clone(),
+                    source,
+                })?;
+            let chunk = crate::shard::PointChunkRef::new(layout, &buf).expect("sized above");
+            for i in 0..chunk.len() {
+                let p = chunk.xyz(i);
+                if !p.iter().all(|v| v.is_finite()) {
+                    return Err(InitError::NonFinite {
+                        pack: name,
+                        cloud: cloud.name.clone(),
+                        chunk: k,
+                        point: p,
+                    });
+                }
+                xyz.push(p);
+                rgb.push(chunk.rgb(i));
+            }
+        }
+    }
+    from_points(&xyz, &rgb, sh_degree)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn brute(points: &[[f32; 3]]) -> Vec<f32> {
+        points
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| {
+                let mut d: Vec<f32> = points
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, &q)| dist2(p, q))
+                    .collect();
+                d.sort_by(f32::total_cmp);
+                let k = d.len().min(K);
+                if k == 0 {
+                    0.0
+                } else {
+                    d[..k].iter().sum::<f32>() / k as f32
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn kdtree_matches_brute_force() {
+        let mut rng = Rng::new(5);
+        // Clustered + duplicated points stress the pruning and ties.
+        let mut pts: Vec<[f32; 3]> = (0..700)
+            .map(|i| {
+                let c = (i % 4) as f32 * 3.0;
+                [
+                    c + rng.next_f32(),
+                    rng.next_f32() * 0.1,
+                    rng.next_f32() * 5.0,
+                ]
+            })
+            .collect();
+        pts.extend_from_within(..20);
+        let fast = knn_mean_sq_dist(&pts);
+        let slow = brute(&pts);
+        for (i, (a, b)) in fast.iter().zip(&slow).enumerate() {
+            assert!((a - b).abs() <= 1e-6 * b.max(1e-6), "point {i}: {a} vs {b}");
+        }
+        for n in 1..5 {
+            assert_eq!(knn_mean_sq_dist(&pts[..n]), brute(&pts[..n]));
+        }
+    }
+
+    #[test]
+    fn point_init_follows_3dgs() {
+        // Unit grid spacing: the 3 nearest neighbours are at distance 1.
+        let mut xyz = vec![];
+        for x in 0..4 {
+            for y in 0..4 {
+                for z in 0..4 {
+                    xyz.push([x as f32, y as f32, z as f32]);
+                }
+            }
+        }
+        let rgb = vec![[255, 0, 128]; xyz.len()];
+        let g = from_points(&xyz, &rgb, 2).unwrap();
+        assert_eq!(g.sh.len(), 64 * 9);
+        assert_eq!(g.log_scales[21], [0.0; 3], "ln √1 = 0");
+        let c0 = SH_C0 as f32;
+        assert!((g.sh[0][0] - 0.5 / c0).abs() < 1e-6);
+        assert!((g.sh[0][1] + 0.5 / c0).abs() < 1e-6);
+        assert_eq!(g.sh[1], [0.0; 3]);
+        assert!((1.0 / (1.0 + (-g.logit_opacities[0]).exp()) - 0.1).abs() < 1e-6);
+        assert_eq!(g.rotations[5], [1.0, 0.0, 0.0, 0.0]);
+        // Duplicates clamp at 1e-7.
+        let g = from_points(&[[1.0; 3]; 4], &[[0; 3]; 4], 0).unwrap();
+        assert!((g.log_scales[0][0] - MIN_DIST2.sqrt().ln()).abs() < 1e-6);
+        assert!(matches!(from_points(&[], &[], 0), Err(InitError::NoPoints)));
+    }
+
+    #[test]
+    fn random_init_stays_in_the_box() {
+        let mut rng = Rng::new(1);
+        let g = random_in_box(2000, [1.0, 2.0, 3.0], 0.5, 1, &mut rng).unwrap();
+        assert_eq!(g.len(), 2000);
+        for m in &g.means {
+            for a in 0..3 {
+                let c = [1.0, 2.0, 3.0][a];
+                assert!((c - 0.5..c + 0.5).contains(&m[a]));
+            }
+        }
+        let k = sh_coeffs(1);
+        assert!(g
+            .sh
+            .chunks(k)
+            .all(|c| c[0].iter().all(|v| (0.0..1.0 / 255.0).contains(v))));
+    }
+
+    #[test]
+    fn from_pack_streams_sfm_points_or_falls_back_to_random() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = dir.path().join("with");
+        crate::shard::fuzz_support::write_seed_pack(&with).unwrap();
+        let pack = Pack::open(&with).unwrap();
+        let g = from_pack(&pack, 1, 50, &mut Rng::new(0)).unwrap();
+        // The seed cloud: 100 points (i, 0.5, −1) with colour (i, i, i); neighbours 1 apart.
+        assert_eq!(g.len(), 100);
+        assert_eq!(g.means[7], [7.0, 0.5, -1.0]);
+        let c0 = SH_C0 as f32;
+        assert!((g.sh[7 * 4][0] - (7.0 / 255.0 - 0.5) / c0).abs() < 1e-6);
+        // Interior point: neighbours at distances 1, 1, 2 → mean d² = 2.
+        assert!((g.log_scales[50][0] - 2.0f32.sqrt().ln()).abs() < 1e-6);
+
+        let without = dir.path().join("without");
+        crate::data::bench::write_noise_pack(&without, 3, 8, 6, crate::shard::Codec::Raw, 1)
+            .unwrap();
+        let pack = Pack::open(&without).unwrap();
+        assert!(pack.manifest().scene.no_sfm_points);
+        let g = from_pack(&pack, 0, 300, &mut Rng::new(0)).unwrap();
+        assert_eq!(g.len(), 300);
+        let (centre, half) = random_box(&pack);
+        assert!(g
+            .means
+            .iter()
+            .all(|m| (0..3).all(|a| (m[a] as f64 - centre[a]).abs() <= half + 1e-6)));
+    }
+
+    #[test]
+    #[ignore = "timing: cargo test --release --lib train::init -- --ignored --nocapture"]
+    fn knn_million_points_timing() {
+        let mut rng = Rng::new(2);
+        let pts: Vec<[f32; 3]> = (0..1_000_000)
+            .map(|_| std::array::from_fn(|_| rng.next_f32()))
+            .collect();
+        let t = std::time::Instant::now();
+        let d = knn_mean_sq_dist(&pts);
+        eprintln!("kNN of 1M points: {:.2} s", t.elapsed().as_secs_f64());
+        assert_eq!(d.len(), pts.len());
+    }
+}

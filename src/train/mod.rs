@@ -28,8 +28,8 @@ pub mod report;
 pub mod run;
 
 pub use trainer::{
-    train_loop, LoopControl, LoopInfo, LoopSummary, StepStats, StepTimings, TrainConfig,
-    TrainError, TrainState, Trainer,
+    train_loop, Background, Evaluation, LoopControl, LoopInfo, LoopSummary, StepStats, StepTimings,
+    TrainConfig, TrainError, TrainState, TrainStateRef, Trainer,
 };
 
 use serde::{Deserialize, Serialize};

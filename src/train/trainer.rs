@@ -22,6 +22,12 @@
 //! moments, step counts, statistics, RNG state, step, data position, growth flag), so
 //! `Trainer::from_state(t.state())` continues bit-identically.
 //!
+//! # Measured cost
+//! `step_cost_100k_at_640x480` (ignored test; crate at opt-level 3, 2 cores shared with other
+//! builds, load average ≈ 9): 100k Gaussians, SH degree 3, 640×480, per step: forward
+//! 1.41–1.61 s, backward 1.88–2.08 s, loss + SSIM + PSNR 0.04–0.10 s, Adam 0.03–0.06 s,
+//! densify bookkeeping 0.2 ms, u8→f32 < 0.03 s: everything but the render is ≈ 3–5 % of a step.
+//!
 //! # Buffers
 //! The target image, render output, gradients, `∂L/∂image` and loss scratch live in the
 //! trainer and are resized in place, so steady-state steps do not allocate image-sized or
@@ -240,6 +246,19 @@ pub struct TrainState {
     pub position: Position,
 }
 
+/// A borrowed [`TrainState`]: serialises to the same fields, so a checkpoint can be written
+/// without the deep copy [`Trainer::state`] makes, and read back as a `TrainState`.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct TrainStateRef<'a> {
+    pub config: &'a TrainConfig,
+    pub extent: f64,
+    pub step: u64,
+    pub model: &'a Model,
+    pub growth_stopped: bool,
+    pub rng: [u64; 4],
+    pub position: Position,
+}
+
 /// The training step; see the module doc.
 pub struct Trainer {
     config: TrainConfig,
@@ -367,6 +386,19 @@ impl Trainer {
             extent: self.extent,
             step: self.step,
             model: self.model.clone(),
+            growth_stopped: self.strategy.growth_stopped(),
+            rng: self.rng.state(),
+            position: self.position,
+        }
+    }
+
+    /// [`Trainer::state`] without copying the model (for writing checkpoints).
+    pub fn state_ref(&self) -> TrainStateRef<'_> {
+        TrainStateRef {
+            config: &self.config,
+            extent: self.extent,
+            step: self.step,
+            model: &self.model,
             growth_stopped: self.strategy.growth_stopped(),
             rng: self.rng.state(),
             position: self.position,
@@ -712,4 +744,358 @@ pub fn train_loop(
         loader: loader.stats(),
         cache: loader.cache_stats(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::CpuRasterizer;
+    use crate::scene::camera::{Intrinsics, Pose};
+    use crate::scene::sh::SH_C0;
+
+    const W: u32 = 64;
+    const H: u32 = 48;
+
+    /// A camera at `c` looking at the origin (OpenCV axes, world y down).
+    fn look_at(c: [f64; 3]) -> Camera {
+        let norm = |v: [f64; 3]| {
+            let n = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+            v.map(|x| x / n)
+        };
+        let cross = |a: [f64; 3], b: [f64; 3]| {
+            [
+                a[1] * b[2] - a[2] * b[1],
+                a[2] * b[0] - a[0] * b[2],
+                a[0] * b[1] - a[1] * b[0],
+            ]
+        };
+        let f = norm(c.map(|v| -v));
+        let r = norm(cross([0.0, 1.0, 0.0], f));
+        let d = cross(f, r);
+        let rot = [r, d, f];
+        let t = crate::scene::camera::mat_vec(&rot, c).map(|v| -v);
+        Camera {
+            width: W,
+            height: H,
+            intrinsics: Intrinsics {
+                fx: 60.0,
+                fy: 60.0,
+                cx: W as f64 / 2.0,
+                cy: H as f64 / 2.0,
+            },
+            world_to_camera: Pose {
+                rotation: rot,
+                translation: t,
+            },
+        }
+    }
+
+    /// 8 cameras on a ring of radius 4 slightly above the scene; extent as the packer computes.
+    fn cameras() -> (Vec<Camera>, f64) {
+        let cams: Vec<Camera> = (0..8)
+            .map(|i| {
+                let a = i as f64 * std::f64::consts::TAU / 8.0;
+                look_at([4.0 * a.cos(), -1.0, 4.0 * a.sin()])
+            })
+            .collect();
+        let centroid = [0.0, -1.0, 0.0];
+        let far = cams
+            .iter()
+            .map(|c| {
+                let p = c.centre();
+                ((p[0] - centroid[0]).powi(2)
+                    + (p[1] - centroid[1]).powi(2)
+                    + (p[2] - centroid[2]).powi(2))
+                .sqrt()
+            })
+            .fold(0.0, f64::max);
+        (cams, 1.1 * far)
+    }
+
+    /// Ground truth: 200 coloured Gaussians in [−1, 1]³, rendered by our rasterizer.
+    fn ground_truth() -> (Gaussians, Vec<Vec<u8>>) {
+        let mut rng = Rng::new(42);
+        let mut g = Gaussians::default();
+        for _ in 0..200 {
+            g.means
+                .push(std::array::from_fn(|_| rng.uniform(-1.0, 1.0) as f32));
+            g.log_scales
+                .push(std::array::from_fn(|_| rng.uniform(0.08, 0.2).ln() as f32));
+            g.rotations
+                .push(std::array::from_fn(|_| rng.uniform(-1.0, 1.0) as f32));
+            g.logit_opacities.push(2.0);
+            g.sh.push(std::array::from_fn(|_| {
+                ((rng.next_f64() - 0.5) / SH_C0) as f32
+            }));
+        }
+        let (cams, _) = cameras();
+        let mut r = CpuRasterizer::<f32>::new();
+        let mut out = RenderOutput::default();
+        let opts = RenderOptions {
+            sh_degree: 0,
+            ..RenderOptions::default()
+        };
+        let images = cams
+            .iter()
+            .map(|c| {
+                r.forward(&g, c, &opts, &mut out).unwrap();
+                out.image
+                    .iter()
+                    .map(|v| (v.clamp(0.0, 1.0) * 255.0).round() as u8)
+                    .collect()
+            })
+            .collect();
+        (g, images)
+    }
+
+    /// Training starts from the ground-truth means jittered by 0.05 with grey colours, like an
+    /// SfM initialisation.
+    fn initial(gt: &Gaussians, sh_degree: u32) -> Gaussians {
+        let mut rng = Rng::new(7);
+        let xyz: Vec<[f32; 3]> = gt
+            .means
+            .iter()
+            .map(|m| m.map(|v| v + 0.05 * rng.normal() as f32))
+            .collect();
+        super::super::init::from_points(&xyz, &vec![[128, 128, 128]; xyz.len()], sh_degree).unwrap()
+    }
+
+    fn config(iterations: u64) -> TrainConfig {
+        TrainConfig {
+            iterations,
+            sh_degree: 1,
+            sh_increase_interval: 100,
+            ..TrainConfig::default()
+        }
+    }
+
+    fn trainer(cfg: TrainConfig) -> (Trainer, Vec<Camera>, Vec<Vec<u8>>) {
+        let (gt, images) = ground_truth();
+        let (cams, extent) = cameras();
+        let g = initial(&gt, cfg.sh_degree);
+        let t = Trainer::new(cfg, g, extent, Box::new(CpuRasterizer::<f32>::new())).unwrap();
+        (t, cams, images)
+    }
+
+    #[test]
+    fn tiny_scene_converges() {
+        let iterations = 500;
+        let mut cfg = config(iterations);
+        // Optimisation alone (densification has its own tests below).
+        cfg.densify.from_iter = iterations;
+        let (mut t, cams, images) = trainer(cfg);
+        let before = t.evaluate(&cams[3], &images[3]).unwrap();
+        let mut first_losses = 0.0;
+        let mut last_losses = 0.0;
+        for i in 0..iterations {
+            let v = (i % 8) as usize;
+            let s = t.step(&cams[v], &images[v]).unwrap();
+            assert_eq!(s.iteration, i + 1);
+            if i < 8 {
+                first_losses += s.loss;
+            }
+            if i >= iterations - 8 {
+                last_losses += s.loss;
+            }
+        }
+        let after = t.evaluate(&cams[3], &images[3]).unwrap();
+        eprintln!(
+            "loss {:.4} → {:.4}; view 3 PSNR {:.2} → {:.2} dB, SSIM {:.3} → {:.3}",
+            first_losses / 8.0,
+            last_losses / 8.0,
+            before.psnr,
+            after.psnr,
+            before.ssim,
+            after.ssim
+        );
+        assert!(last_losses < 0.5 * first_losses);
+        // Measured (seed 42/7, this machine): 17.5 → 25.4 dB at 500 iterations (30.4 dB at
+        // 1500). 23 dB leaves margin for float differences across machines while failing any
+        // broken gradient path (a wrong sign or a missing group stalls below 20 dB).
+        assert!(after.psnr > 23.0, "PSNR {}", after.psnr);
+        assert!(after.psnr > before.psnr + 5.0);
+        assert_eq!(t.active_sh_degree(), 1);
+        t.model().check_shapes().unwrap();
+    }
+
+    /// A config that densifies, resets opacity and draws random backgrounds within 60 steps.
+    fn busy_config() -> TrainConfig {
+        let mut c = config(60);
+        c.background = Background::Random;
+        c.densify.from_iter = 10;
+        c.densify.interval = 10;
+        c.densify.until_iter = 50;
+        c.densify.opacity_reset_interval = 30;
+        c.densify.grad_threshold = 1e-5;
+        c
+    }
+
+    #[test]
+    fn resume_from_state_is_bit_exact() {
+        let (mut a, cams, images) = trainer(busy_config());
+        let feed = |t: &mut Trainer, from: u64, to: u64| {
+            for i in from..to {
+                let v = ((i * 5) % 8) as usize;
+                t.step(&cams[v], &images[v]).unwrap();
+            }
+        };
+        feed(&mut a, 0, 25);
+        // Through JSON, as a checkpoint would store it (the borrowed view writes the same).
+        let json = serde_json::to_string(&a.state()).unwrap();
+        assert_eq!(json, serde_json::to_string(&a.state_ref()).unwrap());
+        let state: TrainState = serde_json::from_str(&json).unwrap();
+        assert_eq!(state, a.state());
+        let mut b = Trainer::from_state(state, Box::new(CpuRasterizer::<f32>::new())).unwrap();
+        feed(&mut a, 25, 60);
+        feed(&mut b, 25, 60);
+        let (sa, sb) = (a.state(), b.state());
+        assert!(sa.model.len() != 200, "densification ran");
+        let bits = |g: &Gaussians| -> Vec<u32> {
+            g.means
+                .iter()
+                .flatten()
+                .chain(g.log_scales.iter().flatten())
+                .chain(g.rotations.iter().flatten())
+                .chain(g.logit_opacities.iter())
+                .chain(g.sh.iter().flatten())
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(&sa.model.gaussians), bits(&sb.model.gaussians));
+        assert_eq!(
+            bits(&sa.model.adam.exp_avg_sq),
+            bits(&sb.model.adam.exp_avg_sq)
+        );
+        assert_eq!(sa, sb);
+    }
+
+    #[test]
+    fn densification_in_the_trainer_keeps_shapes_and_skips_the_optimizer() {
+        let (mut t, cams, images) = trainer(busy_config());
+        let mut saw_growth = false;
+        for i in 0..40u64 {
+            let v = (i % 8) as usize;
+            let before = t.gaussians().clone();
+            let s = t.step(&cams[v], &images[v]).unwrap();
+            t.model().check_shapes().unwrap();
+            saw_growth |= s.cloned + s.split > 0;
+            if s.iteration == 20 {
+                // Densify iteration: kept Gaussians were not stepped by Adam (3DGS behaviour).
+                assert!(s.cloned + s.split + s.pruned > 0, "{s:?}");
+            }
+            if s.iteration == 30 {
+                assert!(s.opacity_reset);
+                assert!(t
+                    .gaussians()
+                    .logit_opacities
+                    .iter()
+                    .all(|&o| o <= (0.01f32 / 0.99).ln() + 1e-6));
+            }
+            if s.iteration == 5 {
+                assert_ne!(
+                    before.means,
+                    t.gaussians().means,
+                    "regular steps move means"
+                );
+            }
+        }
+        assert!(saw_growth);
+    }
+
+    #[test]
+    fn bad_image_size_is_a_typed_error() {
+        let (mut t, cams, _) = trainer(config(10));
+        let e = t.step(&cams[0], &[0u8; 10]).unwrap_err();
+        assert!(matches!(e, TrainError::ImageSize { got: 10, .. }), "{e}");
+        assert_eq!(t.step_count(), 0);
+    }
+
+    #[test]
+    fn train_loop_drives_a_loader_and_tracks_the_position() {
+        use crate::data::{Cache, CachePolicy, HeapSlots, LoaderConfig, MemSource, Sampler};
+        let (mut t, cams, images) = trainer(config(20));
+        let source = std::sync::Arc::new(MemSource::new(images));
+        let sampler = Sampler::singletons(3, 8).unwrap();
+        let cfg = LoaderConfig {
+            workers: 1,
+            prefetch: 2,
+            start: Position { epoch: 0, index: 0 },
+            limit: None,
+        };
+        let mut loader = Loader::start(
+            source,
+            sampler,
+            Cache::with_capacity(CachePolicy::Belady, 1 << 20),
+            &HeapSlots,
+            &cfg,
+        )
+        .unwrap();
+        let mut seen = 0;
+        let summary = train_loop(&mut t, &mut loader, &cams, 20, &mut |tr, s, info| {
+            seen += 1;
+            assert_eq!(tr.position(), info.next_position);
+            assert_eq!(s.iteration, seen);
+            if seen == 12 {
+                LoopControl::Stop
+            } else {
+                LoopControl::Continue
+            }
+        })
+        .unwrap();
+        assert!(summary.stopped);
+        assert_eq!((summary.steps, summary.final_step), (12, 12));
+        assert_eq!(summary.position, Position { epoch: 1, index: 4 });
+        assert_eq!(t.position(), summary.position);
+        let summary = train_loop(&mut t, &mut loader, &cams, 20, &mut |_, _, _| {
+            LoopControl::Continue
+        })
+        .unwrap();
+        assert_eq!(
+            (summary.steps, summary.final_step, summary.stopped),
+            (8, 20, false)
+        );
+    }
+
+    /// Where a step's time goes at the scale the brief names (100k Gaussians, 640×480).
+    /// `CARGO_PROFILE_DEV_OPT_LEVEL=3 cargo test --lib train::trainer::tests::step_cost -- --ignored --nocapture`
+    #[test]
+    #[ignore = "timing; run by hand (see the doc comment)"]
+    fn step_cost_100k_at_640x480() {
+        let mut rng = Rng::new(1);
+        let n = 100_000;
+        let xyz: Vec<[f32; 3]> = (0..n)
+            .map(|_| std::array::from_fn(|_| rng.uniform(-1.0, 1.0) as f32))
+            .collect();
+        let rgb: Vec<[u8; 3]> = (0..n)
+            .map(|_| std::array::from_fn(|_| rng.below(256) as u8))
+            .collect();
+        let t0 = Instant::now();
+        let g = super::super::init::from_points(&xyz, &rgb, 3).unwrap();
+        eprintln!("init 100k points: {:.3} s", t0.elapsed().as_secs_f64());
+        let mut cam = look_at([0.0, -1.0, -4.0]);
+        cam = Camera {
+            width: 640,
+            height: 480,
+            intrinsics: Intrinsics {
+                fx: 600.0,
+                fy: 600.0,
+                cx: 320.0,
+                cy: 240.0,
+            },
+            ..cam
+        };
+        let img: Vec<u8> = (0..640 * 480 * 3).map(|_| rng.below(256) as u8).collect();
+        let cfg = TrainConfig {
+            sh_degree: 3,
+            ..TrainConfig::default()
+        };
+        let mut t = Trainer::new(cfg, g, 4.0, Box::new(CpuRasterizer::<f32>::new())).unwrap();
+        let mut rows = vec![];
+        for _ in 0..4 {
+            rows.push(t.step(&cam, &img).unwrap().timings);
+        }
+        for r in &rows[1..] {
+            eprintln!("{r:?}");
+        }
+    }
 }
