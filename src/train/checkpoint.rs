@@ -726,6 +726,20 @@ impl<'a> From<&'a TrainState> for StateRef<'a> {
     }
 }
 
+impl<'a> From<super::TrainStateRef<'a>> for StateRef<'a> {
+    fn from(s: super::TrainStateRef<'a>) -> StateRef<'a> {
+        StateRef {
+            config: s.config,
+            extent: s.extent,
+            step: s.step,
+            model: s.model,
+            growth_stopped: s.growth_stopped,
+            rng: s.rng,
+            position: s.position,
+        }
+    }
+}
+
 /// What a loaded checkpoint must match: the run's pack and configuration.
 #[derive(Clone, Debug)]
 pub struct Expected<'a> {

@@ -252,165 +252,21 @@ fn evaluate_views(
     Ok(scores)
 }
 
-/// Initial Gaussians (3DGS): one per SfM point (colour → SH DC, isotropic scale from the
-/// mean distance to the 3 nearest neighbours, identity rotation, opacity 0.1), or
-/// [`RANDOM_POINTS`] uniform points in the cameras' bounding box when the pack has none.
-///
-/// Stop-gap of the application layer until `train::init` (branch `train-core`) lands; the
-/// neighbour search is a uniform grid (cells of ~2 points on average), exact for the 3 NN
-/// within the searched shell and widened until 3 neighbours are found.
+/// Points drawn when a pack has no SfM points (3DGS: 100k).
+pub const RANDOM_POINTS: usize = 100_000;
+/// The RNG stream (see [`crate::rng::Rng::derived`]) of the initial random points, apart from
+/// the trainer's own stream.
+const INIT_STREAM: u64 = 0x1A17;
+
+/// Initial Gaussians of a fresh run ([`super::init::from_pack`]).
 pub fn initial_gaussians(
-    pack: &Arc<Pack>,
+    pack: &Pack,
     sh_degree: u32,
     seed: u64,
 ) -> Result<crate::scene::gaussians::Gaussians, RunError> {
-    use crate::data::bench::PackChunks;
-    use crate::scene::gaussians::{sh_coeffs, Gaussians};
-    /// SH band-0 constant: colour = C0·dc + 0.5.
-    const C0: f32 = 0.282_094_8;
-    let chunks = PackChunks::new(pack.clone(), &|_| true);
-    let mut xyz: Vec<[f32; 3]> = Vec::new();
-    let mut rgb: Vec<[f32; 3]> = Vec::new();
-    let mut buf = Vec::new();
-    for r in 0..chunks.len() as u32 {
-        buf.resize(chunks.decoded_len(r), 0);
-        chunks.read_into(r, &mut buf)?;
-        let (_, _, layout) = chunks.chunk(r);
-        let c = crate::shard::PointChunkRef::new(layout, &buf).ok_or_else(|| {
-            RunError::Config(format!("{}: malformed point chunk", chunks.describe(r)))
-        })?;
-        for i in 0..c.len() {
-            xyz.push(c.xyz(i));
-            let [r8, g8, b8] = c.rgb(i);
-            rgb.push([r8 as f32 / 255.0, g8 as f32 / 255.0, b8 as f32 / 255.0]);
-        }
-    }
-    if xyz.is_empty() {
-        let mut rng = crate::rng::Rng::derived(seed, 0x1A17);
-        let centres: Vec<[f64; 3]> = pack
-            .manifest()
-            .views
-            .iter()
-            .map(|v| v.camera.world_to_camera.centre())
-            .collect();
-        let mut lo = [f64::INFINITY; 3];
-        let mut hi = [f64::NEG_INFINITY; 3];
-        for c in &centres {
-            for a in 0..3 {
-                lo[a] = lo[a].min(c[a]);
-                hi[a] = hi[a].max(c[a]);
-            }
-        }
-        for _ in 0..RANDOM_POINTS {
-            xyz.push(std::array::from_fn(|a| rng.uniform(lo[a], hi[a]) as f32));
-            rgb.push(std::array::from_fn(|_| rng.next_f32()));
-        }
-    }
-    let scales = knn3_mean_distance(&xyz);
-    let k = sh_coeffs(sh_degree);
-    let n = xyz.len();
-    let mut sh = vec![[0.0f32; 3]; n * k];
-    for (i, c) in rgb.iter().enumerate() {
-        sh[i * k] = std::array::from_fn(|ch| (c[ch] - 0.5) / C0);
-    }
-    // logit(0.1) = ln(0.1 / 0.9).
-    let logit = (0.1f32 / 0.9).ln();
-    Ok(Gaussians {
-        log_scales: scales.iter().map(|&d| [d.max(1e-7).ln(); 3]).collect(),
-        rotations: vec![[1.0, 0.0, 0.0, 0.0]; n],
-        logit_opacities: vec![logit; n],
-        sh_degree,
-        sh,
-        means: xyz,
-    })
-}
-
-/// Points drawn when a pack has no SfM points (3DGS: 100k).
-pub const RANDOM_POINTS: usize = 100_000;
-
-/// Widest shell searched (cells): beyond it, an isolated outlier gets what was found (or the
-/// cell size), which keeps the search O(n) whatever the outliers.
-const MAX_RING: i64 = 4;
-
-/// Mean distance of each point to its 3 nearest other points (uniform grid search).
-fn knn3_mean_distance(p: &[[f32; 3]]) -> Vec<f32> {
-    use std::collections::HashMap;
-    let n = p.len();
-    if n < 2 {
-        return vec![0.01; n];
-    }
-    let mut lo = [f32::INFINITY; 3];
-    let mut hi = [f32::NEG_INFINITY; 3];
-    for q in p {
-        for a in 0..3 {
-            lo[a] = lo[a].min(q[a]);
-            hi[a] = hi[a].max(q[a]);
-        }
-    }
-    let vol: f64 = (0..3).map(|a| ((hi[a] - lo[a]) as f64).max(1e-6)).product();
-    let cell = ((2.0 * vol / n as f64).cbrt()).max(1e-6) as f32;
-    let key = |q: &[f32; 3]| -> [i64; 3] {
-        std::array::from_fn(|a| ((q[a] - lo[a]) / cell).floor() as i64)
-    };
-    let mut grid: HashMap<[i64; 3], Vec<u32>> = HashMap::new();
-    for (i, q) in p.iter().enumerate() {
-        grid.entry(key(q)).or_default().push(i as u32);
-    }
-    let max_ring = ((hi
-        .iter()
-        .zip(&lo)
-        .map(|(h, l)| h - l)
-        .fold(0.0f32, f32::max)
-        / cell)
-        .ceil() as i64)
-        .clamp(1, MAX_RING);
-    p.iter()
-        .enumerate()
-        .map(|(i, q)| {
-            let c = key(q);
-            let mut ring = 1i64;
-            let best = loop {
-                let mut best = [f32::INFINITY; 3];
-                for dx in -ring..=ring {
-                    for dy in -ring..=ring {
-                        for dz in -ring..=ring {
-                            let Some(v) = grid.get(&[c[0] + dx, c[1] + dy, c[2] + dz]) else {
-                                continue;
-                            };
-                            for &j in v {
-                                if j as usize == i {
-                                    continue;
-                                }
-                                let d2: f32 =
-                                    (0..3).map(|a| (p[j as usize][a] - q[a]).powi(2)).sum();
-                                if d2 < best[2] {
-                                    best[2] = d2;
-                                    best.sort_by(f32::total_cmp);
-                                }
-                            }
-                        }
-                    }
-                }
-                // Points within `ring - 1` cells' distance are all found: exact when the 3rd
-                // best is no farther than that.
-                let safe = ((ring - 1) as f32 * cell).powi(2);
-                if (best[2] <= safe && best[2].is_finite()) || ring >= max_ring {
-                    break best;
-                }
-                ring += 1;
-            };
-            let found: Vec<f32> = best
-                .iter()
-                .filter(|d| d.is_finite())
-                .map(|d| d.sqrt())
-                .collect();
-            if found.is_empty() {
-                cell
-            } else {
-                found.iter().sum::<f32>() / found.len() as f32
-            }
-        })
-        .collect()
+    let mut rng = crate::rng::Rng::derived(seed, INIT_STREAM);
+    super::init::from_pack(pack, sh_degree, RANDOM_POINTS, &mut rng)
+        .map_err(|e| RunError::Config(format!("cannot initialise the model: {e}")))
 }
 
 /// Runs training as described in the module doc.
@@ -511,8 +367,6 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         ("render intersections".to_string(), intersection_bytes),
         // Evaluation reads one ground-truth view and writes one side-by-side image (2 views).
         ("evaluation".to_string(), 3 * max_view),
-        // A checkpoint snapshot is a copy of the model's parameters, moments and statistics.
-        ("checkpoint snapshot".to_string(), model_now),
         ("model".to_string(), model_now),
     ];
     let baseline = current_rss_bytes().unwrap_or(0);
@@ -590,8 +444,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                     point_clouds.push(save_ply(&opts.out, t, it)?);
                 }
                 if opts.checkpoint_iterations.contains(&it) && it != total {
-                    let state = t.state();
-                    checkpoint::save_state(&ckpt_dir, (&state).into(), &pack_id)?;
+                    checkpoint::save_state(&ckpt_dir, t.state_ref().into(), &pack_id)?;
                 }
                 if opts.eval && opts.test_iterations.contains(&it) && it != total {
                     let scores = evaluate_views(
@@ -612,8 +465,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                     )));
                 }
                 if opts.stop.load(Ordering::SeqCst) && it != total {
-                    let state = t.state();
-                    let path = checkpoint::save_state(&ckpt_dir, (&state).into(), &pack_id)?;
+                    let path = checkpoint::save_state(&ckpt_dir, t.state_ref().into(), &pack_id)?;
                     on_event(Event::Line(format!(
                         "interrupted at iteration {it}: checkpoint {}; continue with --resume",
                         path.display()
@@ -653,9 +505,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         let mut train_scores = (0.0, 0.0);
         if !interrupted {
             point_clouds.push(save_ply(&opts.out, &trainer, it)?);
-            let state = trainer.state();
-            checkpoint::save_state(&ckpt_dir, (&state).into(), &pack_id)?;
-            drop(state);
+            checkpoint::save_state(&ckpt_dir, trainer.state_ref().into(), &pack_id)?;
             if opts.eval && !test_views.is_empty() {
                 let scores = evaluate_views(
                     &pack,
