@@ -19,6 +19,13 @@
 //! every 3000 iterations and needs ~1000 to recover, longer than this run); position lr decays
 //! over the run, as 3DGS's does over its 30,000.
 //!
+//! # Measured
+//! `target/debug/gs-train --demo` (dev profile: our crate at opt-level 1), 2 shared cores at
+//! load average ≈ 6 with other builds and tests running: 3000 iterations in 708 s (4.3 it/s),
+//! test PSNR 44.76 dB / SSIM 0.9945 on the 8 held-out views, train PSNR 48.6 dB, 26,272
+//! Gaussians, peak RSS 35 MiB. The training-view PSNR (metrics.jsonl) was 36.2 dB at
+//! iteration 500 and 44.1 dB at 1000, so a shorter schedule would still clear 28 dB.
+//!
 //! Invariant: the demo is deterministic (fixed seeds; the trainer is deterministic).
 
 use std::path::{Path, PathBuf};
