@@ -1,1 +1,1286 @@
-//! Checkpoints of a training run (owned by the `train-app` branch).
+//! Training checkpoints: a small self-describing container of named arrays, written atomically
+//! into `OUT/checkpoints/`, and the mapping of the full training state onto it.
+//!
+//! # Container format (version 1, all integers little-endian)
+//! ```text
+//! offset  size  field
+//!      0     8  magic "RSPLCKPT"
+//!      8     4  format version (u32) = 1
+//!     12     4  reserved, 0
+//!     16     8  header length H in bytes (u64), at most MAX_HEADER_BYTES
+//!     24     8  xxh3-64 of the H header bytes
+//!     32     H  header: UTF-8 JSON (below)
+//!   32+H   pad  zero bytes up to the next multiple of 8 = start of the data section D
+//!      D     …  the arrays' raw little-endian bytes, each at D + its `offset` (8-aligned)
+//! ```
+//! Header JSON: `{"format":"ramsplat-checkpoint","meta":{…},"arrays":[{"name","dtype",
+//! "shape","offset","bytes","xxh3"}…]}`. `dtype` is one of `f32 f64 u32 u64 u8`; `bytes` must
+//! equal the product of `shape` × the dtype's size; arrays must not overlap and must lie inside
+//! the file; `xxh3` is the xxh3-64 of the array's bytes (hex). `meta` is free JSON owned by the
+//! caller (the training state puts pack id, config, step, RNG and sampler position there).
+//!
+//! # Invariants
+//! - Written under a hidden temporary name in the same directory, fsynced, renamed into place,
+//!   and the directory fsynced: a checkpoint file is complete or absent, never torn. The
+//!   `latest` pointer (a one-line text file naming the newest checkpoint) is written the same
+//!   way and only after the checkpoint it names is durable.
+//! - Reading never allocates from an untrusted count: every array's byte length is checked
+//!   against the real file length before its buffer is allocated, and the header is capped at
+//!   [`MAX_HEADER_BYTES`]. Every array is checksummed as it is read.
+//! - The Gaussians are stored PRE-activation (log-scales, logit opacities, raw quaternions),
+//!   exactly like [`Gaussians`]; loading refuses anything that looks activated (see
+//!   [`crate::export::ply::activation_evidence`]) and never "de-activates" values silently.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+use super::adam::AdamState;
+use super::densify::{DensifyStats, Model};
+use super::{TrainConfig, TrainState};
+use crate::data::Position;
+use crate::export::ply::activation_evidence;
+use crate::rng::Rng;
+use crate::scene::gaussians::{sh_coeffs, Gaussians};
+
+/// First 8 bytes of every checkpoint.
+pub const MAGIC: [u8; 8] = *b"RSPLCKPT";
+/// Container version this build writes and reads.
+pub const VERSION: u32 = 1;
+/// `format` field of the header JSON.
+pub const FORMAT: &str = "ramsplat-checkpoint";
+/// Fixed bytes before the header: magic, version, reserved, header length, header checksum.
+pub const PREAMBLE_LEN: u64 = 32;
+/// Cap on the header JSON: a header lists a few dozen arrays and a config (a few KiB); 16 MiB
+/// leaves room for any foreseeable metadata while bounding what a corrupt length can allocate.
+pub const MAX_HEADER_BYTES: u64 = 16 << 20;
+/// Name of the pointer file naming the newest checkpoint in a checkpoint directory.
+pub const LATEST: &str = "latest";
+/// I/O chunk for streaming arrays through the checksum (64 KiB: large enough for syscall
+/// overhead to vanish, small enough to never matter against the RAM budget).
+const CHUNK: usize = 64 << 10;
+
+/// Why a checkpoint could not be written, read or used. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "{}: not a ramsplat checkpoint (bad magic bytes); checkpoints are the ckpt-*.bin files \
+         gs-train writes under OUT/checkpoints/",
+        path.display()
+    )]
+    BadMagic { path: PathBuf },
+    #[error(
+        "{}: checkpoint format version {found} is not supported by this build (it reads version \
+         {VERSION}); resume with the gs-train that wrote it, or start a fresh run",
+        path.display()
+    )]
+    Version { path: PathBuf, found: u32 },
+    #[error(
+        "{}: the checkpoint is corrupt ({what}); it was damaged after it was written (a \
+         checkpoint is written atomically, so a crash cannot cause this). Delete it and resume \
+         from an older one (point {LATEST} at it), or start a fresh run",
+        path.display()
+    )]
+    Corrupt { path: PathBuf, what: String },
+    #[error(
+        "{}: the checkpoint does not fit this run: {what}",
+        path.display()
+    )]
+    Mismatch { path: PathBuf, what: String },
+    #[error(
+        "{}: {evidence}. A checkpoint must hold the stored (pre-activation) parameters; \
+         refusing to resume from it",
+        path.display()
+    )]
+    Activated { path: PathBuf, evidence: String },
+    #[error("{}: no checkpoint to resume from ({why}); run without --resume to start fresh", dir.display())]
+    NoCheckpoint { dir: PathBuf, why: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Element type of an array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    F32,
+    F64,
+    U32,
+    U64,
+    U8,
+}
+
+impl DType {
+    pub fn size(self) -> u64 {
+        match self {
+            DType::U8 => 1,
+            DType::F32 | DType::U32 => 4,
+            DType::F64 | DType::U64 => 8,
+        }
+    }
+}
+
+/// Borrowed data of one array to write.
+#[derive(Clone, Copy, Debug)]
+pub enum ArrayData<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    U32(&'a [u32]),
+    U64(&'a [u64]),
+    U8(&'a [u8]),
+}
+
+impl ArrayData<'_> {
+    fn dtype(&self) -> DType {
+        match self {
+            ArrayData::F32(_) => DType::F32,
+            ArrayData::F64(_) => DType::F64,
+            ArrayData::U32(_) => DType::U32,
+            ArrayData::U64(_) => DType::U64,
+            ArrayData::U8(_) => DType::U8,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            ArrayData::F32(v) => v.len(),
+            ArrayData::F64(v) => v.len(),
+            ArrayData::U32(v) => v.len(),
+            ArrayData::U64(v) => v.len(),
+            ArrayData::U8(v) => v.len(),
+        }
+    }
+
+    /// Calls `sink` with the little-endian bytes in chunks of at most [`CHUNK`] bytes.
+    fn for_each_chunk(&self, sink: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+        fn go<T: Copy, const N: usize>(
+            v: &[T],
+            to_le: fn(T) -> [u8; N],
+            buf: &mut Vec<u8>,
+            sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+        ) -> io::Result<()> {
+            for part in v.chunks(CHUNK / N) {
+                buf.clear();
+                for &x in part {
+                    buf.extend_from_slice(&to_le(x));
+                }
+                sink(buf)?;
+            }
+            Ok(())
+        }
+        let mut buf = Vec::with_capacity(CHUNK);
+        match *self {
+            ArrayData::F32(v) => go(v, f32::to_le_bytes, &mut buf, sink),
+            ArrayData::F64(v) => go(v, f64::to_le_bytes, &mut buf, sink),
+            ArrayData::U32(v) => go(v, u32::to_le_bytes, &mut buf, sink),
+            ArrayData::U64(v) => go(v, u64::to_le_bytes, &mut buf, sink),
+            ArrayData::U8(v) => {
+                for part in v.chunks(CHUNK) {
+                    sink(part)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// One named array to write: `data.len()` must equal the product of `shape`.
+#[derive(Clone, Debug)]
+pub struct ArrayRef<'a> {
+    pub name: String,
+    pub shape: Vec<u64>,
+    pub data: ArrayData<'a>,
+}
+
+impl<'a> ArrayRef<'a> {
+    pub fn new(name: &str, shape: &[u64], data: ArrayData<'a>) -> ArrayRef<'a> {
+        ArrayRef {
+            name: name.to_owned(),
+            shape: shape.to_vec(),
+            data,
+        }
+    }
+}
+
+/// An array's entry in the header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArrayEntry {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    /// From the start of the data section.
+    pub offset: u64,
+    pub bytes: u64,
+    /// xxh3-64 of the bytes, 16 hex digits.
+    pub xxh3: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    format: String,
+    meta: serde_json::Value,
+    arrays: Vec<ArrayEntry>,
+}
+
+fn pad8(n: u64) -> u64 {
+    n.div_ceil(8) * 8
+}
+
+/// Hidden temporary name next to `path` (same directory, so the rename is atomic).
+fn tmp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// Fsyncs a directory so a rename inside it is durable.
+fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))
+}
+
+/// Writes `bytes` to `path` atomically (temporary file, fsync, rename, directory fsync).
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    write_atomic_with(path, &mut |w| w.write_all(bytes))
+}
+
+fn write_atomic_with(
+    path: &Path,
+    body: &mut dyn FnMut(&mut BufWriter<File>) -> io::Result<()>,
+) -> Result<(), CheckpointError> {
+    let tmp = tmp_path(path);
+    let result = (|| {
+        let file = File::create(&tmp)?;
+        let mut w = BufWriter::with_capacity(CHUNK, file);
+        body(&mut w)?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(io_err(path)(e));
+    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    sync_dir(dir)
+}
+
+/// Writes a container atomically. `meta` is stored verbatim in the header.
+pub fn write_container(
+    path: &Path,
+    meta: &serde_json::Value,
+    arrays: &[ArrayRef<'_>],
+) -> Result<(), CheckpointError> {
+    let invalid = |what: String| CheckpointError::Mismatch {
+        path: path.to_owned(),
+        what,
+    };
+    // Pass 1: checksums and offsets (the header precedes the data).
+    let mut entries = Vec::with_capacity(arrays.len());
+    let mut offset = 0u64;
+    for a in arrays {
+        let want: u64 = a.shape.iter().product();
+        if want != a.data.len() as u64 {
+            return Err(invalid(format!(
+                "array `{}` has {} elements but shape {:?} (a bug in the caller)",
+                a.name,
+                a.data.len(),
+                a.shape
+            )));
+        }
+        if entries.iter().any(|e: &ArrayEntry| e.name == a.name) {
+            return Err(invalid(format!("array `{}` is listed twice", a.name)));
+        }
+        let mut h = Xxh3::new();
+        a.data
+            .for_each_chunk(&mut |b| {
+                h.update(b);
+                Ok(())
+            })
+            .map_err(io_err(path))?;
+        let bytes = a.data.len() as u64 * a.data.dtype().size();
+        entries.push(ArrayEntry {
+            name: a.name.clone(),
+            dtype: a.data.dtype(),
+            shape: a.shape.clone(),
+            offset,
+            bytes,
+            xxh3: format!("{:016x}", h.digest()),
+        });
+        offset = pad8(offset + bytes);
+    }
+    let header = Header {
+        format: FORMAT.to_owned(),
+        meta: meta.clone(),
+        arrays: entries,
+    };
+    let json = serde_json::to_vec(&header).map_err(|e| invalid(e.to_string()))?;
+    if json.len() as u64 > MAX_HEADER_BYTES {
+        return Err(invalid(format!(
+            "header of {} bytes exceeds {MAX_HEADER_BYTES}",
+            json.len()
+        )));
+    }
+    let data_start = pad8(PREAMBLE_LEN + json.len() as u64);
+    write_atomic_with(path, &mut |w| {
+        w.write_all(&MAGIC)?;
+        w.write_all(&VERSION.to_le_bytes())?;
+        w.write_all(&0u32.to_le_bytes())?;
+        w.write_all(&(json.len() as u64).to_le_bytes())?;
+        w.write_all(&xxh3_64(&json).to_le_bytes())?;
+        w.write_all(&json)?;
+        let zeros = [0u8; 8];
+        w.write_all(&zeros[..(data_start - PREAMBLE_LEN - json.len() as u64) as usize])?;
+        for (a, e) in arrays.iter().zip(&header.arrays) {
+            a.data.for_each_chunk(&mut |b| w.write_all(b))?;
+            w.write_all(&zeros[..(pad8(e.bytes) - e.bytes) as usize])?;
+        }
+        Ok(())
+    })
+}
+
+/// An opened, header-validated container; arrays are read (and checksummed) on demand.
+pub struct Container {
+    path: PathBuf,
+    file: BufReader<File>,
+    data_start: u64,
+    meta: serde_json::Value,
+    arrays: Vec<ArrayEntry>,
+}
+
+impl std::fmt::Debug for Container {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Container")
+            .field("path", &self.path)
+            .field("arrays", &self.arrays)
+            .finish()
+    }
+}
+
+impl Container {
+    /// Opens `path` and validates the preamble, the header checksum and every array's extent.
+    pub fn open(path: &Path) -> Result<Container, CheckpointError> {
+        let corrupt = |what: String| CheckpointError::Corrupt {
+            path: path.to_owned(),
+            what,
+        };
+        let file = File::open(path).map_err(io_err(path))?;
+        let file_len = file.metadata().map_err(io_err(path))?.len();
+        let mut file = BufReader::with_capacity(CHUNK, file);
+        let mut pre = [0u8; PREAMBLE_LEN as usize];
+        if file_len < PREAMBLE_LEN {
+            if file_len >= 8 {
+                file.read_exact(&mut pre[..8]).map_err(io_err(path))?;
+                if pre[..8] != MAGIC {
+                    return Err(CheckpointError::BadMagic {
+                        path: path.to_owned(),
+                    });
+                }
+            }
+            return Err(corrupt(format!(
+                "{file_len} bytes, shorter than the {PREAMBLE_LEN}-byte preamble"
+            )));
+        }
+        file.read_exact(&mut pre).map_err(io_err(path))?;
+        if pre[..8] != MAGIC {
+            return Err(CheckpointError::BadMagic {
+                path: path.to_owned(),
+            });
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(pre[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(pre[o..o + 8].try_into().expect("8 bytes"));
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(CheckpointError::Version {
+                path: path.to_owned(),
+                found: version,
+            });
+        }
+        if u32_at(12) != 0 {
+            return Err(corrupt("reserved preamble field is not zero".into()));
+        }
+        let header_len = u64_at(16);
+        if header_len > MAX_HEADER_BYTES || PREAMBLE_LEN + header_len > file_len {
+            return Err(corrupt(format!(
+                "header length {header_len} is impossible for a file of {file_len} bytes"
+            )));
+        }
+        let mut json = vec![0u8; header_len as usize];
+        file.read_exact(&mut json).map_err(io_err(path))?;
+        if xxh3_64(&json) != u64_at(24) {
+            return Err(corrupt("header checksum mismatch".into()));
+        }
+        let header: Header = serde_json::from_slice(&json)
+            .map_err(|e| corrupt(format!("header is not valid JSON: {e}")))?;
+        if header.format != FORMAT {
+            return Err(corrupt(format!(
+                "header format {:?}, expected {FORMAT:?}",
+                header.format
+            )));
+        }
+        let data_start = pad8(PREAMBLE_LEN + header_len);
+        let mut pad = [0u8; 8];
+        let pad = &mut pad[..(data_start - PREAMBLE_LEN - header_len) as usize];
+        file.read_exact(pad)
+            .map_err(|_| corrupt("truncated after the header".into()))?;
+        if pad.iter().any(|&b| b != 0) {
+            return Err(corrupt("padding after the header is not zero".into()));
+        }
+        let mut extents: Vec<(u64, u64, &str)> = Vec::with_capacity(header.arrays.len());
+        for a in &header.arrays {
+            let elems = a
+                .shape
+                .iter()
+                .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+                .and_then(|n| n.checked_mul(a.dtype.size()));
+            if elems != Some(a.bytes) {
+                return Err(corrupt(format!(
+                    "array `{}`: {} bytes do not match shape {:?} of {:?}",
+                    a.name, a.bytes, a.shape, a.dtype
+                )));
+            }
+            let end = data_start
+                .checked_add(a.offset)
+                .and_then(|s| s.checked_add(a.bytes));
+            if a.offset % 8 != 0 || end.is_none_or(|e| e > file_len) {
+                return Err(corrupt(format!(
+                    "array `{}` (offset {}, {} bytes) lies outside the {file_len}-byte file \
+                     (truncated?)",
+                    a.name, a.offset, a.bytes
+                )));
+            }
+            if header.arrays.iter().filter(|b| b.name == a.name).count() > 1 {
+                return Err(corrupt(format!("array `{}` is listed twice", a.name)));
+            }
+            extents.push((a.offset, a.offset + a.bytes, &a.name));
+        }
+        extents.sort_unstable();
+        for w in extents.windows(2) {
+            if w[1].0 < w[0].1 {
+                return Err(corrupt(format!(
+                    "arrays `{}` and `{}` overlap",
+                    w[0].2, w[1].2
+                )));
+            }
+        }
+        Ok(Container {
+            path: path.to_owned(),
+            file,
+            data_start,
+            meta: header.meta,
+            arrays: header.arrays,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn meta(&self) -> &serde_json::Value {
+        &self.meta
+    }
+
+    pub fn arrays(&self) -> &[ArrayEntry] {
+        &self.arrays
+    }
+
+    pub fn entry(&self, name: &str) -> Option<&ArrayEntry> {
+        self.arrays.iter().find(|a| a.name == name)
+    }
+
+    fn corrupt(&self, what: String) -> CheckpointError {
+        CheckpointError::Corrupt {
+            path: self.path.clone(),
+            what,
+        }
+    }
+
+    /// The entry of `name`, checked to have `dtype` and `shape`.
+    fn expect(
+        &self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+    ) -> Result<ArrayEntry, CheckpointError> {
+        let e = self
+            .entry(name)
+            .ok_or_else(|| self.corrupt(format!("array `{name}` is missing")))?;
+        if e.dtype != dtype || e.shape != shape {
+            return Err(self.corrupt(format!(
+                "array `{name}` is {:?} {:?}, expected {dtype:?} {shape:?}",
+                e.dtype, e.shape
+            )));
+        }
+        Ok(e.clone())
+    }
+
+    /// Streams array `e`'s bytes through its checksum into `decode(chunk, element offset)`.
+    fn stream(
+        &mut self,
+        e: &ArrayEntry,
+        decode: &mut dyn FnMut(&[u8], usize),
+    ) -> Result<(), CheckpointError> {
+        let path = self.path.clone();
+        self.file
+            .seek(SeekFrom::Start(self.data_start + e.offset))
+            .map_err(io_err(&path))?;
+        let size = e.dtype.size() as usize;
+        let mut h = Xxh3::new();
+        let mut buf = vec![0u8; CHUNK - CHUNK % size];
+        let mut left = e.bytes as usize;
+        let mut done = 0usize;
+        while left > 0 {
+            let n = left.min(buf.len());
+            self.file.read_exact(&mut buf[..n]).map_err(io_err(&path))?;
+            h.update(&buf[..n]);
+            decode(&buf[..n], done / size);
+            done += n;
+            left -= n;
+        }
+        if format!("{:016x}", h.digest()) != e.xxh3 {
+            return Err(self.corrupt(format!(
+                "array `{}` fails its checksum (bit rot or a partial overwrite)",
+                e.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads an f32 array of exactly `shape` (allocation bounded by the validated file size).
+    pub fn read_f32(&mut self, name: &str, shape: &[u64]) -> Result<Vec<f32>, CheckpointError> {
+        let e = self.expect(name, DType::F32, shape)?;
+        let mut out = vec![0f32; (e.bytes / 4) as usize];
+        self.stream(&e, &mut |b, at| {
+            for (o, c) in out[at..].iter_mut().zip(b.chunks_exact(4)) {
+                *o = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// Reads an f32 array of shape `[n, K]` as `n` rows.
+    pub fn read_rows<const K: usize>(
+        &mut self,
+        name: &str,
+        n: u64,
+    ) -> Result<Vec<[f32; K]>, CheckpointError> {
+        let e = self.expect(name, DType::F32, &[n, K as u64])?;
+        let mut out = vec![[0f32; K]; n as usize];
+        let flat = out.as_flattened_mut();
+        self.stream(&e, &mut |b, at| {
+            for (o, c) in flat[at..].iter_mut().zip(b.chunks_exact(4)) {
+                *o = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+            }
+        })?;
+        Ok(out)
+    }
+
+    pub fn read_u64(&mut self, name: &str, shape: &[u64]) -> Result<Vec<u64>, CheckpointError> {
+        let e = self.expect(name, DType::U64, shape)?;
+        let mut out = vec![0u64; (e.bytes / 8) as usize];
+        self.stream(&e, &mut |b, at| {
+            for (o, c) in out[at..].iter_mut().zip(b.chunks_exact(8)) {
+                *o = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            }
+        })?;
+        Ok(out)
+    }
+
+    pub fn read_u32(&mut self, name: &str, shape: &[u64]) -> Result<Vec<u32>, CheckpointError> {
+        let e = self.expect(name, DType::U32, shape)?;
+        let mut out = vec![0u32; (e.bytes / 4) as usize];
+        self.stream(&e, &mut |b, at| {
+            for (o, c) in out[at..].iter_mut().zip(b.chunks_exact(4)) {
+                *o = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+            }
+        })?;
+        Ok(out)
+    }
+
+    pub fn read_f64(&mut self, name: &str, shape: &[u64]) -> Result<Vec<f64>, CheckpointError> {
+        let e = self.expect(name, DType::F64, shape)?;
+        let mut out = vec![0f64; (e.bytes / 8) as usize];
+        self.stream(&e, &mut |b, at| {
+            for (o, c) in out[at..].iter_mut().zip(b.chunks_exact(8)) {
+                *o = f64::from_le_bytes(c.try_into().expect("8 bytes"));
+            }
+        })?;
+        Ok(out)
+    }
+}
+
+/// File name of the checkpoint of `iteration` (zero-padded so names sort by iteration).
+pub fn checkpoint_file_name(iteration: u64) -> String {
+    format!("ckpt-{iteration:08}.bin")
+}
+
+/// Points `dir/latest` at `file_name` (atomically; call after the checkpoint is durable).
+pub fn write_latest(dir: &Path, file_name: &str) -> Result<(), CheckpointError> {
+    write_file_atomic(&dir.join(LATEST), format!("{file_name}\n").as_bytes())
+}
+
+/// The checkpoint `dir/latest` names.
+pub fn latest(dir: &Path) -> Result<PathBuf, CheckpointError> {
+    let pointer = dir.join(LATEST);
+    let text = match fs::read_to_string(&pointer) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(CheckpointError::NoCheckpoint {
+                dir: dir.to_owned(),
+                why: format!("{} does not exist", pointer.display()),
+            })
+        }
+        Err(e) => return Err(io_err(&pointer)(e)),
+    };
+    let name = text.trim();
+    // The pointer names a file in the same directory, nothing else.
+    if name.is_empty() || name.contains('/') || name.contains('\\') || name.starts_with('.') {
+        return Err(CheckpointError::Corrupt {
+            path: pointer,
+            what: format!("it should hold a checkpoint file name, not {name:?}"),
+        });
+    }
+    let path = dir.join(name);
+    if !path.is_file() {
+        return Err(CheckpointError::NoCheckpoint {
+            dir: dir.to_owned(),
+            why: format!("{} names {name}, which does not exist", pointer.display()),
+        });
+    }
+    Ok(path)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The training state on top of the container.
+// ---------------------------------------------------------------------------------------------
+
+/// Header `meta` of a training checkpoint: everything of [`TrainState`] that is not an array,
+/// plus what identifies the run it belongs to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateMeta {
+    /// "gs-train <version>".
+    pub created_by: String,
+    /// The pack the run trains on (its manifest's random `pack_id`, hex).
+    pub pack_id: String,
+    /// Completed iterations.
+    pub step: u64,
+    pub extent: f64,
+    pub config: TrainConfig,
+    pub growth_stopped: bool,
+    /// RNG state (xoshiro256**), verbatim.
+    pub rng: [u64; 4],
+    /// Loader position of the next view.
+    pub position: Position,
+    /// Adam steps per group.
+    pub adam_steps: [u64; 6],
+    pub num_gaussians: u64,
+    pub sh_degree: u32,
+}
+
+/// A borrowed view of the state to save (so saving needs no copy of the model).
+#[derive(Clone, Copy, Debug)]
+pub struct StateRef<'a> {
+    pub config: &'a TrainConfig,
+    pub extent: f64,
+    pub step: u64,
+    pub model: &'a Model,
+    pub growth_stopped: bool,
+    pub rng: [u64; 4],
+    pub position: Position,
+}
+
+impl<'a> From<&'a TrainState> for StateRef<'a> {
+    fn from(s: &'a TrainState) -> StateRef<'a> {
+        StateRef {
+            config: &s.config,
+            extent: s.extent,
+            step: s.step,
+            model: &s.model,
+            growth_stopped: s.growth_stopped,
+            rng: s.rng,
+            position: s.position,
+        }
+    }
+}
+
+impl<'a> From<super::TrainStateRef<'a>> for StateRef<'a> {
+    fn from(s: super::TrainStateRef<'a>) -> StateRef<'a> {
+        StateRef {
+            config: s.config,
+            extent: s.extent,
+            step: s.step,
+            model: s.model,
+            growth_stopped: s.growth_stopped,
+            rng: s.rng,
+            position: s.position,
+        }
+    }
+}
+
+/// What a loaded checkpoint must match: the run's pack and configuration.
+#[derive(Clone, Debug)]
+pub struct Expected<'a> {
+    pub pack_id: &'a str,
+    pub config: &'a TrainConfig,
+}
+
+/// The Gaussians groups stored per checkpoint: parameters and both Adam moments.
+const GROUPS: [&str; 3] = ["params", "adam.exp_avg", "adam.exp_avg_sq"];
+
+fn gaussian_arrays<'a>(prefix: &str, g: &'a Gaussians, out: &mut Vec<ArrayRef<'a>>) {
+    let n = g.len() as u64;
+    let k = sh_coeffs(g.sh_degree) as u64;
+    out.push(ArrayRef::new(
+        &format!("{prefix}.means"),
+        &[n, 3],
+        ArrayData::F32(g.means.as_flattened()),
+    ));
+    out.push(ArrayRef::new(
+        &format!("{prefix}.log_scales"),
+        &[n, 3],
+        ArrayData::F32(g.log_scales.as_flattened()),
+    ));
+    out.push(ArrayRef::new(
+        &format!("{prefix}.rotations"),
+        &[n, 4],
+        ArrayData::F32(g.rotations.as_flattened()),
+    ));
+    out.push(ArrayRef::new(
+        &format!("{prefix}.logit_opacities"),
+        &[n],
+        ArrayData::F32(&g.logit_opacities),
+    ));
+    out.push(ArrayRef::new(
+        &format!("{prefix}.sh"),
+        &[n * k, 3],
+        ArrayData::F32(g.sh.as_flattened()),
+    ));
+}
+
+/// Writes the state as `dir/ckpt-STEP.bin` (atomically), then points `dir/latest` at it.
+/// Returns the checkpoint's path.
+pub fn save_state(
+    dir: &Path,
+    state: StateRef<'_>,
+    pack_id: &str,
+) -> Result<PathBuf, CheckpointError> {
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let name = checkpoint_file_name(state.step);
+    let path = dir.join(&name);
+    let m = state.model;
+    m.check_shapes().map_err(|e| CheckpointError::Mismatch {
+        path: path.clone(),
+        what: format!("refusing to save an inconsistent model: {e}"),
+    })?;
+    let meta = StateMeta {
+        created_by: format!("gs-train {}", env!("CARGO_PKG_VERSION")),
+        pack_id: pack_id.to_owned(),
+        step: state.step,
+        extent: state.extent,
+        config: state.config.clone(),
+        growth_stopped: state.growth_stopped,
+        rng: state.rng,
+        position: state.position,
+        adam_steps: m.adam.steps,
+        num_gaussians: m.len() as u64,
+        sh_degree: m.gaussians.sh_degree,
+    };
+    let meta = serde_json::to_value(&meta).map_err(|e| CheckpointError::Mismatch {
+        path: path.clone(),
+        what: format!("cannot encode the state: {e}"),
+    })?;
+    let n = m.len() as u64;
+    let mut arrays = Vec::new();
+    gaussian_arrays(GROUPS[0], &m.gaussians, &mut arrays);
+    gaussian_arrays(GROUPS[1], &m.adam.exp_avg, &mut arrays);
+    gaussian_arrays(GROUPS[2], &m.adam.exp_avg_sq, &mut arrays);
+    arrays.push(ArrayRef::new(
+        "stats.grad_accum",
+        &[n],
+        ArrayData::F32(&m.stats.grad_accum),
+    ));
+    arrays.push(ArrayRef::new(
+        "stats.denom",
+        &[n],
+        ArrayData::U32(&m.stats.denom),
+    ));
+    arrays.push(ArrayRef::new(
+        "stats.max_radii",
+        &[n],
+        ArrayData::U32(&m.stats.max_radii),
+    ));
+    write_container(&path, &meta, &arrays)?;
+    write_latest(dir, &name)?;
+    Ok(path)
+}
+
+fn read_gaussians(
+    c: &mut Container,
+    prefix: &str,
+    n: u64,
+    sh_degree: u32,
+) -> Result<Gaussians, CheckpointError> {
+    let k = sh_coeffs(sh_degree) as u64;
+    Ok(Gaussians {
+        means: c.read_rows::<3>(&format!("{prefix}.means"), n)?,
+        log_scales: c.read_rows::<3>(&format!("{prefix}.log_scales"), n)?,
+        rotations: c.read_rows::<4>(&format!("{prefix}.rotations"), n)?,
+        logit_opacities: c.read_f32(&format!("{prefix}.logit_opacities"), &[n])?,
+        sh_degree,
+        sh: c.read_rows::<3>(&format!("{prefix}.sh"), n * k)?,
+    })
+}
+
+/// First non-finite value of a group, as "array `name`, Gaussian i".
+fn first_non_finite(prefix: &str, g: &Gaussians) -> Option<String> {
+    let k = sh_coeffs(g.sh_degree);
+    let find = |name: &str, flat: &[f32], per: usize| {
+        flat.iter()
+            .position(|v| !v.is_finite())
+            .map(|i| format!("`{prefix}.{name}` of Gaussian {} is {}", i / per, flat[i]))
+    };
+    find("means", g.means.as_flattened(), 3)
+        .or_else(|| find("log_scales", g.log_scales.as_flattened(), 3))
+        .or_else(|| find("rotations", g.rotations.as_flattened(), 4))
+        .or_else(|| find("logit_opacities", &g.logit_opacities, 1))
+        .or_else(|| find("sh", g.sh.as_flattened(), 3 * k))
+}
+
+/// Names the top-level fields where two configurations differ.
+fn config_differences(saved: &TrainConfig, run: &TrainConfig) -> Vec<String> {
+    let (a, b) = (
+        serde_json::to_value(saved).unwrap_or_default(),
+        serde_json::to_value(run).unwrap_or_default(),
+    );
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return vec!["(unreadable configuration)".into()];
+    };
+    a.iter()
+        // The intersection cap follows --ram-budget and only bounds an allocation (a render
+        // over it fails loudly), so a resume may change the budget.
+        .filter(|(k, _)| k.as_str() != "max_intersection_bytes")
+        .filter(|(k, v)| b.get(*k) != Some(v))
+        .map(|(k, v)| {
+            format!(
+                "{k}: checkpoint {v}, this run {}",
+                b.get(k).cloned().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// Loads and validates a checkpoint written by [`save_state`]: checksums, shapes, finite
+/// values, pre-activation parameters, and that it belongs to `expected`'s pack and config.
+pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, CheckpointError> {
+    let mut c = Container::open(path)?;
+    let corrupt = |what: String| CheckpointError::Corrupt {
+        path: path.to_owned(),
+        what,
+    };
+    let mismatch = |what: String| CheckpointError::Mismatch {
+        path: path.to_owned(),
+        what,
+    };
+    let meta: StateMeta = serde_json::from_value(c.meta().clone())
+        .map_err(|e| corrupt(format!("its state header is unreadable: {e}")))?;
+    if meta.pack_id != expected.pack_id {
+        return Err(mismatch(format!(
+            "it was made from pack {} but this run trains on pack {}; resume with the pack it \
+             was made from, or train into a new -o directory",
+            meta.pack_id, expected.pack_id
+        )));
+    }
+    let diffs = config_differences(&meta.config, expected.config);
+    if !diffs.is_empty() {
+        return Err(mismatch(format!(
+            "it was made with different training settings ({}); resume with the same options \
+             as the original run (a resumed run must reach the uninterrupted run's result), or \
+             train into a new -o directory",
+            diffs.join("; ")
+        )));
+    }
+    if meta.sh_degree != meta.config.sh_degree {
+        return Err(corrupt(format!(
+            "the model's SH degree {} differs from the configured {}",
+            meta.sh_degree, meta.config.sh_degree
+        )));
+    }
+    if !(meta.extent.is_finite() && meta.extent > 0.0) {
+        return Err(corrupt(format!("scene extent {} is invalid", meta.extent)));
+    }
+    let n = meta.num_gaussians;
+    let gaussians = read_gaussians(&mut c, GROUPS[0], n, meta.sh_degree)?;
+    if let Some(what) = first_non_finite(GROUPS[0], &gaussians) {
+        return Err(corrupt(format!(
+            "{what}: the run had diverged when this checkpoint was written; resume from an \
+             older checkpoint"
+        )));
+    }
+    // Refuse activated values before reading anything else (never reinterpret them).
+    if let Some(evidence) = activation_evidence(&gaussians) {
+        return Err(CheckpointError::Activated {
+            path: path.to_owned(),
+            evidence,
+        });
+    }
+    let exp_avg = read_gaussians(&mut c, GROUPS[1], n, meta.sh_degree)?;
+    let exp_avg_sq = read_gaussians(&mut c, GROUPS[2], n, meta.sh_degree)?;
+    for (prefix, g) in [(GROUPS[1], &exp_avg), (GROUPS[2], &exp_avg_sq)] {
+        if let Some(what) = first_non_finite(prefix, g) {
+            return Err(corrupt(what));
+        }
+    }
+    let negative = exp_avg_sq
+        .means
+        .as_flattened()
+        .iter()
+        .chain(exp_avg_sq.log_scales.as_flattened())
+        .chain(exp_avg_sq.rotations.as_flattened())
+        .chain(&exp_avg_sq.logit_opacities)
+        .chain(exp_avg_sq.sh.as_flattened())
+        .any(|&v| v < 0.0);
+    if negative {
+        return Err(corrupt(
+            "a second Adam moment is negative (it is a mean of squares)".into(),
+        ));
+    }
+    let grad_accum = c.read_f32("stats.grad_accum", &[n])?;
+    if let Some(i) = grad_accum.iter().position(|v| !v.is_finite() || *v < 0.0) {
+        return Err(corrupt(format!(
+            "`stats.grad_accum` of Gaussian {i} is {} (a sum of norms is finite and ≥ 0)",
+            grad_accum[i]
+        )));
+    }
+    let stats = DensifyStats {
+        grad_accum,
+        denom: c.read_u32("stats.denom", &[n])?,
+        max_radii: c.read_u32("stats.max_radii", &[n])?,
+    };
+    let model = Model {
+        gaussians,
+        adam: AdamState {
+            exp_avg,
+            exp_avg_sq,
+            steps: meta.adam_steps,
+        },
+        stats,
+    };
+    model
+        .check_shapes()
+        .map_err(|e| corrupt(format!("inconsistent model: {e}")))?;
+    if Rng::from_state(meta.rng).is_none() {
+        return Err(corrupt("the RNG state is all zero".into()));
+    }
+    Ok(TrainState {
+        config: meta.config,
+        extent: meta.extent,
+        step: meta.step,
+        model,
+        growth_stopped: meta.growth_stopped,
+        rng: meta.rng,
+        position: meta.position,
+    })
+}
+
+#[cfg(test)]
+mod container_tests {
+    use super::*;
+
+    fn sample(dir: &Path) -> PathBuf {
+        let path = dir.join("c.bin");
+        let a = [1.5f32, -2.0, 3.25, f32::MIN_POSITIVE, 7.0, 8.0];
+        let b = [u64::MAX, 3];
+        let c = [0.1f64];
+        write_container(
+            &path,
+            &serde_json::json!({"step": 7}),
+            &[
+                ArrayRef::new("a", &[2, 3], ArrayData::F32(&a)),
+                ArrayRef::new("b", &[2], ArrayData::U64(&b)),
+                ArrayRef::new("c", &[1], ArrayData::F64(&c)),
+                ArrayRef::new("empty", &[0, 3], ArrayData::F32(&[])),
+            ],
+        )
+        .unwrap();
+        path
+    }
+
+    #[test]
+    fn round_trip_is_bit_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = sample(dir.path());
+        let mut c = Container::open(&path).unwrap();
+        assert_eq!(c.meta()["step"], 7);
+        assert_eq!(
+            c.read_rows::<3>("a", 2).unwrap(),
+            vec![[1.5, -2.0, 3.25], [f32::MIN_POSITIVE, 7.0, 8.0]]
+        );
+        assert_eq!(c.read_u64("b", &[2]).unwrap(), vec![u64::MAX, 3]);
+        assert_eq!(c.read_f64("c", &[1]).unwrap(), vec![0.1]);
+        assert!(c.read_rows::<3>("empty", 0).unwrap().is_empty());
+        // Wrong shape or dtype is refused by name.
+        let e = c.read_rows::<3>("a", 3).unwrap_err().to_string();
+        assert!(e.contains("array `a`") && e.contains("expected"), "{e}");
+        let e = c.read_f32("missing", &[1]).unwrap_err().to_string();
+        assert!(e.contains("`missing` is missing"), "{e}");
+        // No temporary file is left behind.
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn every_flipped_byte_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = sample(dir.path());
+        let good = fs::read(&path).unwrap();
+        let data_start = Container::open(&path).unwrap().data_start as usize;
+        for i in 0..good.len() {
+            let mut bad = good.clone();
+            bad[i] ^= 0x10;
+            let p = dir.path().join("bad.bin");
+            fs::write(&p, &bad).unwrap();
+            let result = Container::open(&p).and_then(|mut c| {
+                c.read_rows::<3>("a", 2)?;
+                c.read_u64("b", &[2])?;
+                c.read_f64("c", &[1])?;
+                Ok(())
+            });
+            assert!(result.is_err(), "flip at byte {i} went unnoticed");
+        }
+        // The sample's arrays (24 + 16 + 8 bytes) need no padding between them, so every byte
+        // of the file was covered above.
+        assert_eq!(good.len(), data_start + 48);
+    }
+
+    #[test]
+    fn truncation_and_bad_lengths_are_refused_without_huge_allocations() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = sample(dir.path());
+        let good = fs::read(&path).unwrap();
+        for cut in [0, 5, 20, 40, good.len() - 1] {
+            let p = dir.path().join("cut.bin");
+            fs::write(&p, &good[..cut]).unwrap();
+            let e = Container::open(&p).and_then(|mut c| c.read_f64("c", &[1]).map(|_| ()));
+            assert!(e.is_err(), "truncated at {cut}");
+        }
+        // A header length of 2^60 must be refused before any allocation.
+        let mut bad = good.clone();
+        bad[16..24].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        let p = dir.path().join("len.bin");
+        fs::write(&p, &bad).unwrap();
+        let e = Container::open(&p).unwrap_err().to_string();
+        assert!(e.contains("header length"), "{e}");
+        fs::write(&p, b"PLY\nnot a checkpoint at all, just text....").unwrap();
+        assert!(matches!(
+            Container::open(&p),
+            Err(CheckpointError::BadMagic { .. })
+        ));
+    }
+
+    #[test]
+    fn latest_pointer() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            latest(dir.path()),
+            Err(CheckpointError::NoCheckpoint { .. })
+        ));
+        let name = checkpoint_file_name(1200);
+        assert_eq!(name, "ckpt-00001200.bin");
+        fs::write(dir.path().join(&name), b"x").unwrap();
+        write_latest(dir.path(), &name).unwrap();
+        assert_eq!(latest(dir.path()).unwrap(), dir.path().join(&name));
+        write_file_atomic(&dir.path().join(LATEST), b"../etc/passwd\n").unwrap();
+        assert!(matches!(
+            latest(dir.path()),
+            Err(CheckpointError::Corrupt { .. })
+        ));
+    }
+}
+
+#[cfg(test)]
+mod state_tests {
+    use super::*;
+
+    /// A model with distinct, honest (pre-activation) values everywhere.
+    fn state(n: usize) -> TrainState {
+        let mut rng = Rng::new(5);
+        let mut r = |lo: f64, hi: f64| rng.uniform(lo, hi) as f32;
+        let sh_degree = 1;
+        let k = sh_coeffs(sh_degree);
+        let g = Gaussians {
+            means: (0..n)
+                .map(|_| [r(-2., 2.), r(-2., 2.), r(-2., 2.)])
+                .collect(),
+            log_scales: (0..n)
+                .map(|_| [r(-5., -2.), r(-5., -2.), r(-5., -2.)])
+                .collect(),
+            rotations: (0..n)
+                .map(|_| [r(0.5, 1.), r(-1., 1.), r(-1., 1.), r(-1., 1.)])
+                .collect(),
+            logit_opacities: (0..n).map(|_| r(-4., 3.)).collect(),
+            sh_degree,
+            sh: (0..n * k)
+                .map(|_| [r(-1., 1.), r(-1., 1.), r(-1., 1.)])
+                .collect(),
+        };
+        let mut model = Model::new(g.clone());
+        model.adam.exp_avg = Gaussians {
+            means: g.log_scales.clone(),
+            ..g.clone()
+        };
+        let mut sq = g.clone();
+        sq.means.iter_mut().flatten().for_each(|v| *v = v.abs());
+        sq.log_scales
+            .iter_mut()
+            .flatten()
+            .for_each(|v| *v = v.abs());
+        sq.rotations.iter_mut().flatten().for_each(|v| *v = v.abs());
+        sq.logit_opacities.iter_mut().for_each(|v| *v = v.abs());
+        sq.sh.iter_mut().flatten().for_each(|v| *v = v.abs());
+        model.adam.exp_avg_sq = sq;
+        model.adam.steps = [7, 7, 7, 6, 7, 5];
+        model.stats.grad_accum = (0..n).map(|i| i as f32 * 0.5).collect();
+        model.stats.denom = (0..n as u32).collect();
+        model.stats.max_radii = (0..n as u32).map(|i| 3 * i).collect();
+        TrainState {
+            config: TrainConfig {
+                iterations: 100,
+                sh_degree,
+                ..TrainConfig::default()
+            },
+            extent: 3.5,
+            step: 42,
+            model,
+            growth_stopped: true,
+            rng: Rng::new(9).state(),
+            position: Position { epoch: 3, index: 2 },
+        }
+    }
+
+    #[test]
+    fn state_round_trip_is_exact_and_latest_points_at_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = state(37);
+        let path = save_state(dir.path(), (&s).into(), "abc").unwrap();
+        assert_eq!(path, dir.path().join("ckpt-00000042.bin"));
+        assert_eq!(latest(dir.path()).unwrap(), path);
+        let expected = Expected {
+            pack_id: "abc",
+            config: &s.config,
+        };
+        let back = load_state(&path, &expected).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn refusals_name_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = state(20);
+        let path = save_state(dir.path(), (&s).into(), "abc").unwrap();
+        // Another pack.
+        let e = load_state(
+            &path,
+            &Expected {
+                pack_id: "def",
+                config: &s.config,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("pack abc") && e.contains("pack def"), "{e}");
+        // Other settings.
+        let other = TrainConfig {
+            iterations: 200,
+            ..s.config.clone()
+        };
+        let e = load_state(
+            &path,
+            &Expected {
+                pack_id: "abc",
+                config: &other,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("iterations: checkpoint 100, this run 200"),
+            "{e}"
+        );
+        // Activated values (sigmoid opacities, exp scales) are refused, not converted.
+        let mut act = s.clone();
+        let g = &mut act.model.gaussians;
+        g.logit_opacities
+            .iter_mut()
+            .for_each(|o| *o = 1.0 / (1.0 + (-*o).exp()));
+        g.log_scales
+            .iter_mut()
+            .flatten()
+            .for_each(|v| *v = v.exp() + 1.0);
+        let p2 = save_state(&dir.path().join("act"), (&act).into(), "abc").unwrap();
+        let e = load_state(
+            &p2,
+            &Expected {
+                pack_id: "abc",
+                config: &s.config,
+            },
+        )
+        .unwrap_err();
+        assert!(matches!(e, CheckpointError::Activated { .. }), "{e}");
+        assert!(e.to_string().contains("ACTIVATED"), "{e}");
+        // A NaN parameter.
+        let mut nan = s.clone();
+        nan.model.gaussians.means[4][1] = f32::NAN;
+        let p3 = save_state(&dir.path().join("nan"), (&nan).into(), "abc").unwrap();
+        let e = load_state(
+            &p3,
+            &Expected {
+                pack_id: "abc",
+                config: &s.config,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("params.means") && e.contains("Gaussian 4"),
+            "{e}"
+        );
+        // A flipped bit in the data.
+        let mut bytes = fs::read(&path).unwrap();
+        let at = bytes.len() - 10;
+        bytes[at] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        let e = load_state(
+            &path,
+            &Expected {
+                pack_id: "abc",
+                config: &s.config,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("corrupt") && e.contains("checksum"), "{e}");
+    }
+}

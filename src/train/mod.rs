@@ -25,6 +25,7 @@ pub mod trainer;
 pub mod checkpoint;
 pub mod demo;
 pub mod report;
+pub mod run;
 
 pub use trainer::{
     train_loop, Background, Evaluation, LoopControl, LoopInfo, LoopSummary, StepStats, StepTimings,

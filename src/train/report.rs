@@ -1,1 +1,459 @@
-//! Training outputs and `report.json` (owned by the `train-app` branch).
+//! What a training run leaves in `OUT/` besides models and checkpoints: `metrics.jsonl` (one
+//! JSON row every N iterations), `report.json` (the run's summary), `training_curves.png`
+//! (loss and PSNR against iteration) and side-by-side test renders under `OUT/test/`.
+//!
+//! # Invariants
+//! - `metrics.jsonl` only ever holds rows of one consistent history: on `--resume` from
+//!   iteration k, rows with `iteration > k` (written by the interrupted run after its last
+//!   checkpoint, and about to be recomputed) are dropped first, so a resumed run's file equals
+//!   an uninterrupted run's, apart from timing columns.
+//! - Rows are appended and flushed one by one (a crash loses at most the row being written);
+//!   every other file is written to a temporary name and renamed into place, so readers never
+//!   see a torn `report.json` or PNG.
+//! - Images on disk are 8-bit: float colour × 255, rounded, clamped (what 3DGS saves), and test
+//!   metrics are computed on exactly those 8-bit values, as `gs-render --pack` does.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::write_file_atomic;
+
+/// File names inside `OUT/`.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+pub const REPORT_FILE: &str = "report.json";
+pub const CURVES_FILE: &str = "training_curves.png";
+pub const TEST_DIR: &str = "test";
+
+/// Why an output could not be written or read back. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "{}: line {line}: not a metrics row ({msg}); the file was edited or damaged; move it \
+         away to resume",
+        path.display()
+    )]
+    BadRow {
+        path: PathBuf,
+        line: usize,
+        msg: String,
+    },
+    #[error("{}: {msg}", path.display())]
+    Write { path: PathBuf, msg: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ReportError + '_ {
+    move |source| ReportError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// One row of `metrics.jsonl`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MetricsRow {
+    /// Iterations completed (1-based: the row after the first step says 1).
+    pub iteration: u64,
+    /// Training loss (0.8·L1 + 0.2·(1 − SSIM)), mean over the iterations since the last row.
+    pub loss: f64,
+    /// Training-view PSNR in dB, mean over the iterations since the last row.
+    pub psnr: f64,
+    pub num_gaussians: u64,
+    /// Process VmHWM so far (kernel figure).
+    pub peak_rss_bytes: u64,
+    /// Fraction of wall time the trainer waited for data, since the run (or resume) started.
+    pub stall_fraction: f64,
+    /// Iterations per second since the last row.
+    pub iterations_per_s: f64,
+    /// Seconds since this process started training.
+    pub elapsed_s: f64,
+}
+
+/// Appends rows to `metrics.jsonl`.
+pub struct MetricsLog {
+    path: PathBuf,
+    file: File,
+}
+
+impl MetricsLog {
+    /// Creates (truncates) the log for a fresh run, or, with `resume_at = Some(k)`, keeps the
+    /// rows of iterations ≤ k and drops the rest (see the module doc).
+    pub fn open(out_dir: &Path, resume_at: Option<u64>) -> Result<MetricsLog, ReportError> {
+        let path = out_dir.join(METRICS_FILE);
+        match resume_at {
+            None => {
+                File::create(&path).map_err(io_err(&path))?;
+            }
+            Some(k) => {
+                let kept: Vec<MetricsRow> = match read_metrics(&path) {
+                    Ok(rows) => rows.into_iter().filter(|r| r.iteration <= k).collect(),
+                    Err(ReportError::Io { source, .. })
+                        if source.kind() == io::ErrorKind::NotFound =>
+                    {
+                        Vec::new()
+                    }
+                    Err(e) => return Err(e),
+                };
+                let mut text = String::new();
+                for r in &kept {
+                    text.push_str(&serde_json::to_string(r).expect("row serialises"));
+                    text.push('\n');
+                }
+                write_file_atomic(&path, text.as_bytes()).map_err(|e| ReportError::Write {
+                    path: path.clone(),
+                    msg: e.to_string(),
+                })?;
+            }
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        Ok(MetricsLog { path, file })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one row (one `write` call of the whole line, then flush).
+    pub fn append(&mut self, row: &MetricsRow) -> Result<(), ReportError> {
+        let mut line = serde_json::to_string(row).expect("row serialises");
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|()| self.file.flush())
+            .map_err(io_err(&self.path))
+    }
+}
+
+/// Reads every row of a `metrics.jsonl` (blank lines skipped).
+pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>, ReportError> {
+    let file = File::open(path).map_err(io_err(path))?;
+    let mut rows = Vec::new();
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(io_err(path))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        rows.push(
+            serde_json::from_str(&line).map_err(|e| ReportError::BadRow {
+                path: path.to_owned(),
+                line: i + 1,
+                msg: e.to_string(),
+            })?,
+        );
+    }
+    Ok(rows)
+}
+
+/// `report.json`: the run's summary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Mean PSNR (dB) of the 8-bit test renders; `null` without `--eval` or test views.
+    pub test_psnr: Option<f64>,
+    pub test_ssim: Option<f64>,
+    /// Number of test views evaluated.
+    pub test_views: usize,
+    /// Mean PSNR (dB) of the 8-bit renders of the training views at the end.
+    pub train_psnr: f64,
+    pub train_ssim: f64,
+    /// Iterations completed (including those before a resume).
+    pub iterations: u64,
+    /// Iterations of this process divided by its training wall time.
+    pub iterations_per_s: f64,
+    pub num_gaussians: u64,
+    /// Process VmHWM (kernel figure) at the end.
+    pub peak_rss_bytes: u64,
+    pub ram_budget_bytes: u64,
+    pub within_budget: bool,
+    /// Fraction of training wall time spent waiting for data.
+    pub stall_fraction: f64,
+    pub cache_hit_rate: f64,
+    /// The memory floor computed at start (itemised in the log).
+    pub floor_bytes: u64,
+    pub cache_bytes: u64,
+    pub backend: String,
+    /// Wall time of this process, from start to the report.
+    pub wall_s: f64,
+    /// Seconds of that spent in the training loop (excluding evaluation and saving).
+    pub train_s: f64,
+    pub seed: u64,
+    /// Iteration this process resumed from (`null` for a fresh run).
+    pub resumed_from: Option<u64>,
+    /// Whether the run stopped early on Ctrl-C (after writing a checkpoint).
+    pub interrupted: bool,
+    pub pack: String,
+    pub pack_id: String,
+    /// Models written, relative to OUT.
+    pub point_clouds: Vec<String>,
+}
+
+/// Writes `report.json` atomically.
+pub fn write_report(out_dir: &Path, report: &Report) -> Result<PathBuf, ReportError> {
+    let path = out_dir.join(REPORT_FILE);
+    let json = serde_json::to_string_pretty(report).expect("report serialises");
+    write_file_atomic(&path, (json + "\n").as_bytes()).map_err(|e| ReportError::Write {
+        path: path.clone(),
+        msg: e.to_string(),
+    })?;
+    Ok(path)
+}
+
+/// Float colour to 8 bits: ×255, rounded half up, clamped (what 3DGS's image saving does; the
+/// same rule as `gs-render`).
+pub fn to_rgb8(image: &[f32], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend(
+        image
+            .iter()
+            .map(|&v| (v * 255.0 + 0.5).clamp(0.0, 255.0) as u8),
+    );
+}
+
+/// Writes an RGB8 PNG atomically.
+pub fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<(), ReportError> {
+    use image::ImageEncoder;
+    let mut bytes = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut bytes)
+        .write_image(rgb, width, height, image::ExtendedColorType::Rgb8)
+        .map_err(|e| ReportError::Write {
+            path: path.to_owned(),
+            msg: format!("PNG encoding failed: {e}"),
+        })?;
+    write_file_atomic(path, &bytes).map_err(|e| ReportError::Write {
+        path: path.to_owned(),
+        msg: e.to_string(),
+    })
+}
+
+/// Writes `OUT/training_curves.png`: training loss (top) and PSNR (bottom) against iteration.
+pub fn write_curves(out_dir: &Path, rows: &[MetricsRow]) -> Result<PathBuf, ReportError> {
+    let path = out_dir.join(CURVES_FILE);
+    let (w, h) = (CURVES_WIDTH, CURVES_HEIGHT);
+    let mut img = vec![255u8; (w * h * 3) as usize];
+    let panel = h / 2;
+    type Series<'a> = (&'a dyn Fn(&MetricsRow) -> f64, [u8; 3]);
+    let series: [Series; 2] = [(&|r| r.loss, [200, 40, 40]), (&|r| r.psnr, [40, 80, 200])];
+    let xmax = rows.iter().map(|r| r.iteration).max().unwrap_or(1).max(1) as f64;
+    for (p, (value, colour)) in series.iter().enumerate() {
+        let top = p as u32 * panel;
+        // Frame.
+        for x in 0..w {
+            put(&mut img, w, x, top, [0; 3]);
+            put(&mut img, w, x, top + panel - 1, [0; 3]);
+        }
+        for y in top..top + panel {
+            put(&mut img, w, 0, y, [0; 3]);
+            put(&mut img, w, w - 1, y, [0; 3]);
+        }
+        let vals: Vec<(f64, f64)> = rows
+            .iter()
+            .map(|r| (r.iteration as f64, value(r)))
+            .filter(|v| v.1.is_finite())
+            .collect();
+        let (lo, hi) = vals
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+                (a.min(v.1), b.max(v.1))
+            });
+        let span = if hi > lo { hi - lo } else { 1.0 };
+        let to_px = |(x, v): (f64, f64)| {
+            let px = 4.0 + (x / xmax) * (w as f64 - 9.0);
+            let py = top as f64 + panel as f64 - 5.0 - (v - lo) / span * (panel as f64 - 10.0);
+            (px, py)
+        };
+        for pair in vals.windows(2) {
+            let (a, b) = (to_px(pair[0]), to_px(pair[1]));
+            let steps = ((b.0 - a.0).abs().max((b.1 - a.1).abs()).ceil() as usize).max(1);
+            for s in 0..=steps {
+                let t = s as f64 / steps as f64;
+                let (x, y) = (a.0 + (b.0 - a.0) * t, a.1 + (b.1 - a.1) * t);
+                put(&mut img, w, x.round() as u32, y.round() as u32, *colour);
+                put(&mut img, w, x.round() as u32, y.round() as u32 + 1, *colour);
+            }
+        }
+    }
+    write_png(&path, &img, w, h)?;
+    Ok(path)
+}
+
+/// Size of the curves image.
+const CURVES_WIDTH: u32 = 800;
+const CURVES_HEIGHT: u32 = 600;
+
+fn put(img: &mut [u8], w: u32, x: u32, y: u32, c: [u8; 3]) {
+    let i = 3 * (y as usize * w as usize + x as usize);
+    if x < w && i + 3 <= img.len() {
+        img[i..i + 3].copy_from_slice(&c);
+    }
+}
+
+/// Ground truth (left) and render (right), both RGB8 `w × h`, as one `2w × h` image.
+pub fn side_by_side(gt: &[u8], render: &[u8], w: usize, h: usize) -> Vec<u8> {
+    let mut side = Vec::with_capacity(2 * gt.len());
+    for j in 0..h {
+        side.extend_from_slice(&gt[j * w * 3..(j + 1) * w * 3]);
+        side.extend_from_slice(&render[j * w * 3..(j + 1) * w * 3]);
+    }
+    side
+}
+
+/// File-name-safe form of a view name ("images/IMG_01.jpg" → "images_IMG_01.jpg").
+pub fn safe_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Per-view metrics of an evaluation, written as `OUT/test/metrics_ITER.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ViewScore {
+    pub view: usize,
+    pub name: String,
+    /// `null` when the 8-bit render equals the ground truth.
+    pub psnr: Option<f64>,
+    pub ssim: f64,
+    /// Side-by-side PNG relative to OUT (when written).
+    pub file: Option<String>,
+}
+
+/// Mean of an evaluation's views: (mean finite PSNR, mean SSIM); PSNR `None` when no view has
+/// a finite one (all identical) or there are no views.
+pub fn mean_scores(views: &[ViewScore]) -> (Option<f64>, Option<f64>) {
+    if views.is_empty() {
+        return (None, None);
+    }
+    let finite: Vec<f64> = views.iter().filter_map(|v| v.psnr).collect();
+    let psnr = (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64);
+    let ssim = views.iter().map(|v| v.ssim).sum::<f64>() / views.len() as f64;
+    (psnr, Some(ssim))
+}
+
+/// Creates `OUT/test/` if needed.
+pub fn test_dir(out_dir: &Path) -> Result<PathBuf, ReportError> {
+    let dir = out_dir.join(TEST_DIR);
+    fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(i: u64) -> MetricsRow {
+        MetricsRow {
+            iteration: i,
+            loss: 1.0 / i as f64,
+            psnr: 10.0 + i as f64,
+            num_gaussians: 100 + i,
+            peak_rss_bytes: 1 << 20,
+            stall_fraction: 0.1,
+            iterations_per_s: 3.0,
+            elapsed_s: i as f64,
+        }
+    }
+
+    #[test]
+    fn resume_drops_rows_past_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = MetricsLog::open(dir.path(), None).unwrap();
+        for i in [10, 20, 30, 40] {
+            log.append(&row(i)).unwrap();
+        }
+        drop(log);
+        let mut log = MetricsLog::open(dir.path(), Some(20)).unwrap();
+        log.append(&row(30)).unwrap();
+        let rows = read_metrics(&dir.path().join(METRICS_FILE)).unwrap();
+        assert_eq!(
+            rows.iter().map(|r| r.iteration).collect::<Vec<_>>(),
+            [10, 20, 30]
+        );
+        assert_eq!(rows[2], row(30));
+        // A fresh run truncates.
+        drop(MetricsLog::open(dir.path(), None).unwrap());
+        assert!(read_metrics(&dir.path().join(METRICS_FILE))
+            .unwrap()
+            .is_empty());
+        // Resuming without a log starts one.
+        let d2 = tempfile::tempdir().unwrap();
+        MetricsLog::open(d2.path(), Some(5))
+            .unwrap()
+            .append(&row(6))
+            .unwrap();
+        assert_eq!(
+            read_metrics(&d2.path().join(METRICS_FILE)).unwrap().len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_damaged_row_is_named_by_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(METRICS_FILE);
+        fs::write(
+            &path,
+            format!(
+                "{}\n{{\"iteration\": 3\n",
+                serde_json::to_string(&row(1)).unwrap()
+            ),
+        )
+        .unwrap();
+        let e = MetricsLog::open(dir.path(), Some(2))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn png_and_side_by_side_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, h) = (3usize, 2usize);
+        let gt: Vec<u8> = (0..w * h * 3).map(|i| i as u8).collect();
+        let mut render = Vec::new();
+        to_rgb8(&vec![1.5f32; w * h * 3], &mut render);
+        assert!(render.iter().all(|&v| v == 255));
+        to_rgb8(&[-0.1, 0.5, 0.499 / 255.0], &mut render);
+        assert_eq!(render, [0, 128, 0]);
+        let render = vec![200u8; w * h * 3];
+        let side = side_by_side(&gt, &render, w, h);
+        let path = dir.path().join("s.png");
+        write_png(&path, &side, 2 * w as u32, h as u32).unwrap();
+        let back = image::open(&path).unwrap().to_rgb8();
+        assert_eq!(back.dimensions(), (6, 2));
+        assert_eq!(&back.as_raw()[..9], &gt[..9]);
+        assert_eq!(&back.as_raw()[9..18], &render[..9]);
+        assert_eq!(safe_name("images/IMG 01.jpg"), "images_IMG_01.jpg");
+    }
+
+    #[test]
+    fn means_skip_infinite_psnr() {
+        let v = |psnr, ssim| ViewScore {
+            view: 0,
+            name: String::new(),
+            psnr,
+            ssim,
+            file: None,
+        };
+        assert_eq!(mean_scores(&[]), (None, None));
+        assert_eq!(
+            mean_scores(&[v(Some(30.0), 0.9), v(None, 1.0), v(Some(20.0), 0.8)]),
+            (Some(25.0), Some(0.9))
+        );
+    }
+}

@@ -1,0 +1,267 @@
+//! `gs-train`: train a 3D Gaussian Splatting model from a pack under a RAM budget, or run the
+//! embedded demo. Thin: the run lives in `ramsplat::train::run`, the demo in
+//! `ramsplat::train::demo`.
+//!
+//! ```text
+//! gs-train PACK -o OUT [--ram-budget 4G] [--iterations 30000] [--backend auto|cpu|cuda]
+//!          [--eval] [--resume] [--seed S] [--sh-degree 3] [--test-iterations N...]
+//!          [--save-iterations N...] [--checkpoint-iterations N...] [--max-gaussians N]
+//!          [--random-background] [--workers N] [--prefetch N]
+//! gs-train --demo [-o OUT]
+//! ```
+//!
+//! Exit codes: 0 success; 1 failure (the message says why and what to change); 2 invalid
+//! command line; 3 the requested backend is not available; 130 interrupted by Ctrl-C after
+//! writing a checkpoint (continue with `--resume`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+
+use ramsplat::budget::{format_size, parse_size};
+use ramsplat::cli::{report_error, Progress, EXIT_FAILURE};
+use ramsplat::train::demo;
+use ramsplat::train::run::{self, Backend, Event, RunError, RunOptions};
+use ramsplat::train::trainer::Background;
+use ramsplat::train::TrainConfig;
+
+/// Exit code when the requested backend does not exist here.
+const EXIT_BACKEND: u8 = 3;
+/// Exit code after Ctrl-C (128 + SIGINT, the shell convention), once the checkpoint is written.
+const EXIT_INTERRUPTED: u8 = 130;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    /// CUDA when a usable GPU is present, else CPU.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+/// Train a 3D Gaussian Splatting model from a ramsplat pack, within a RAM budget.
+#[derive(Parser, Debug)]
+#[command(
+    name = "gs-train",
+    version,
+    after_help = "Sizes: 4G = 4GiB = 4·2^30 bytes; 4GB = 4·10^9 bytes; plain numbers are bytes.\n\
+                  Exit codes: 0 success, 1 failure, 2 invalid command line, 3 backend not \
+                  available, 130 interrupted by Ctrl-C (a checkpoint was written; continue with \
+                  --resume)."
+)]
+struct Args {
+    /// The pack to train on (from `gs-pack convert`).
+    #[arg(required_unless_present = "demo", conflicts_with = "demo")]
+    pack: Option<PathBuf>,
+    /// Output directory (models, checkpoints, metrics, report). Default with --demo:
+    /// ./gs-train-demo.
+    #[arg(short, long, required_unless_present = "demo")]
+    output: Option<PathBuf>,
+    /// Synthesize a small scene, pack it to a temporary directory, train and evaluate it.
+    #[arg(long)]
+    demo: bool,
+    /// Cap on the process's peak resident memory.
+    #[arg(long, default_value = "4G", value_parser = parse_size_arg)]
+    ram_budget: u64,
+    /// Training iterations (default 30000; with --demo, the demo's own short schedule).
+    #[arg(long)]
+    iterations: Option<u64>,
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendArg,
+    /// Hold out the pack's test views; evaluate them at --test-iterations and at the end.
+    #[arg(long)]
+    eval: bool,
+    /// Continue from OUT/checkpoints/latest (same pack and options as the original run).
+    #[arg(long)]
+    resume: bool,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=3))]
+    sh_degree: u32,
+    /// Evaluate the test views at these iterations (with --eval).
+    #[arg(long, num_args = 1.., value_name = "N", default_values_t = [7_000u64, 30_000])]
+    test_iterations: Vec<u64>,
+    /// Save point_cloud/iteration_N/point_cloud.ply at these iterations (the last always).
+    #[arg(long, num_args = 1.., value_name = "N", default_values_t = [7_000u64, 30_000])]
+    save_iterations: Vec<u64>,
+    /// Write a checkpoint at these iterations (the last, and Ctrl-C, always).
+    #[arg(long, num_args = 1.., value_name = "N")]
+    checkpoint_iterations: Vec<u64>,
+    /// Never densify past this many Gaussians.
+    #[arg(long, value_name = "N")]
+    max_gaussians: Option<usize>,
+    /// Train on a random background colour each iteration.
+    #[arg(long)]
+    random_background: bool,
+    /// Decoding threads.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Views decoded ahead of the trainer.
+    #[arg(long, default_value_t = 4)]
+    prefetch: usize,
+    /// Append a metrics.jsonl row every N iterations.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    metrics_every: u64,
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+fn options(args: &Args) -> Result<RunOptions> {
+    let (Some(pack), Some(out)) = (&args.pack, &args.output) else {
+        bail!("PACK and -o OUT are required (or use --demo)");
+    };
+    if args.metrics_every == 0 {
+        bail!("--metrics-every must be at least 1");
+    }
+    let mut config = TrainConfig {
+        iterations: args.iterations.unwrap_or(30_000),
+        seed: args.seed,
+        sh_degree: args.sh_degree,
+        ..TrainConfig::default()
+    };
+    if let Some(n) = args.max_gaussians {
+        config.densify.max_gaussians = n;
+    }
+    if args.random_background {
+        config.background = Background::Random;
+    }
+    let mut o = RunOptions::new(pack, out);
+    o.ram_budget = args.ram_budget;
+    o.config = config;
+    o.backend = match args.backend {
+        BackendArg::Auto => Backend::Auto,
+        BackendArg::Cpu => Backend::Cpu,
+        BackendArg::Cuda => Backend::Cuda,
+    };
+    o.eval = args.eval;
+    o.resume = args.resume;
+    o.test_iterations = args.test_iterations.clone();
+    o.save_iterations = args.save_iterations.clone();
+    o.checkpoint_iterations = args.checkpoint_iterations.clone();
+    o.workers = args.workers;
+    o.prefetch = args.prefetch;
+    o.metrics_every = args.metrics_every;
+    Ok(o)
+}
+
+/// Ctrl-C sets the flag; the run checkpoints after the current step and stops. A second
+/// Ctrl-C while that happens is left to the default handler's successor: it sets the flag again.
+fn install_ctrlc(stop: &Arc<AtomicBool>) -> Result<()> {
+    let flag = stop.clone();
+    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
+        .context("cannot install the Ctrl-C handler")
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let stop = Arc::new(AtomicBool::new(false));
+    if let Err(e) = install_ctrlc(&stop) {
+        return report_error(&e, EXIT_FAILURE);
+    }
+    let result = if args.demo {
+        let out = args
+            .output
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("gs-train-demo"));
+        run_demo(&args, out, stop)
+    } else {
+        options(&args).and_then(|mut o| {
+            o.stop = stop;
+            run_training(&o)
+        })
+    };
+    match result {
+        Ok(interrupted) if interrupted => ExitCode::from(EXIT_INTERRUPTED),
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = match e.downcast_ref::<RunError>() {
+                Some(RunError::BackendUnavailable(_)) => EXIT_BACKEND,
+                _ => EXIT_FAILURE,
+            };
+            report_error(&e, code)
+        }
+    }
+}
+
+/// Runs with a progress bar (terminal) or plain lines; returns whether it was interrupted.
+fn run_training(o: &RunOptions) -> Result<bool> {
+    let progress = Progress::new("training", o.config.iterations);
+    let outcome = run::run(o, &mut |ev| match ev {
+        Event::Line(l) => progress.println(&l),
+        Event::Progress { done, .. } => progress.set(done),
+    });
+    progress.finish();
+    let outcome = outcome.with_context(|| format!("training {} failed", o.pack.display()))?;
+    print_summary(&outcome.report, &o.out, &outcome.report_path);
+    Ok(outcome.interrupted)
+}
+
+fn print_summary(
+    r: &ramsplat::train::report::Report,
+    out: &std::path::Path,
+    report: &std::path::Path,
+) {
+    let test = match (r.test_psnr, r.test_ssim) {
+        (Some(p), Some(s)) => format!(
+            "test PSNR {p:.2} dB, SSIM {s:.4} ({} views); ",
+            r.test_views
+        ),
+        _ => String::new(),
+    };
+    eprintln!(
+        "{} iterations in {:.0} s ({:.2} it/s, stall {:.1}%), {} Gaussians; {test}train PSNR \
+         {:.2} dB; peak RSS {} of budget {}",
+        r.iterations,
+        r.wall_s,
+        r.iterations_per_s,
+        100.0 * r.stall_fraction,
+        r.num_gaussians,
+        r.train_psnr,
+        format_size(r.peak_rss_bytes),
+        format_size(r.ram_budget_bytes)
+    );
+    eprintln!(
+        "outputs in {} (report: {})",
+        out.display(),
+        report.display()
+    );
+}
+
+fn run_demo(args: &Args, out: PathBuf, stop: Arc<AtomicBool>) -> Result<bool> {
+    let progress = std::cell::RefCell::new(None::<Progress>);
+    let iterations = args.iterations.unwrap_or(demo::DEMO_ITERATIONS);
+    let outcome = demo::run_demo(
+        &out,
+        args.ram_budget,
+        iterations,
+        stop,
+        &mut |ev| match ev {
+            demo::DemoEvent::Stage(s) => {
+                if let Some(p) = progress.borrow_mut().take() {
+                    p.finish();
+                }
+                eprintln!("{s}");
+            }
+            demo::DemoEvent::Run(Event::Line(l)) => match &*progress.borrow() {
+                Some(p) => p.println(&l),
+                None => eprintln!("{l}"),
+            },
+            demo::DemoEvent::Run(Event::Progress { done, total }) => {
+                let mut p = progress.borrow_mut();
+                p.get_or_insert_with(|| Progress::new("training", total))
+                    .set(done);
+            }
+        },
+    );
+    if let Some(p) = progress.borrow_mut().take() {
+        p.finish();
+    }
+    let outcome = outcome.context("the demo failed")?;
+    print_summary(&outcome.report, &out, &outcome.report_path);
+    Ok(outcome.interrupted)
+}

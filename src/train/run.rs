@@ -1,0 +1,582 @@
+//! The `gs-train` application: one training run of a pack into an output directory, with
+//! the memory plan, resume, checkpoints, periodic evaluation, outputs and interruption. The
+//! binary (`src/bin/gs-train.rs`) only parses arguments and prints; the demo
+//! ([`super::demo`]) calls [`run`] too.
+//!
+//! # Order of work
+//! 1. open the pack; choose the backend (`cuda` must exist; `auto` falls back to CPU with
+//!    one line);
+//! 2. model: the latest checkpoint under `--resume` (validated against the pack and the
+//!    configuration, see [`super::checkpoint`]), else the initial Gaussians;
+//! 3. memory plan before any data work: floor = baseline RSS, loader parts, trainer images,
+//!    render intersections, evaluation and model share ([`crate::data::plan_memory`]); below
+//!    the budget it fails itemised; the cache gets the rest and shrinks when the model grows;
+//! 4. the loop ([`super::train_loop`]); after each step: metrics row, save / checkpoint /
+//!    test iterations, Ctrl-C (checkpoint, then stop);
+//! 5. at the end: final model, checkpoint, evaluation of test (`--eval`) and train views,
+//!    `report.json`, the curves plot.
+//!
+//! # Outputs (`OUT/`)
+//! `point_cloud/iteration_N/point_cloud.ply`, `checkpoints/ckpt-N.bin` + `checkpoints/latest`,
+//! `metrics.jsonl`, `report.json`, `training_curves.png`, `test/iteration_N/*.png` (ground
+//! truth | render) and `test/iteration_N/metrics.json`.
+//!
+//! # Resume
+//! A checkpoint holds the whole [`TrainState`] including the loader position, and the trainer
+//! is deterministic, so resuming reaches bit-identical parameters (tested in
+//! `tests/train_cli.rs`). Evaluation only reads the model, so it does not perturb the run.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::checkpoint::{self, CheckpointError, Expected};
+use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
+use super::{train_loop, LoopControl, TrainConfig, TrainError, Trainer};
+use crate::budget::{current_rss_bytes, format_size, peak_rss_bytes};
+use crate::data::bench::PackViews;
+use crate::data::{
+    plan_memory, Cache, CachePolicy, HeapSlots, LoadError, Loader, LoaderConfig, RecordSource,
+    Sampler,
+};
+use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
+use crate::render::{CpuRasterizer, Rasterizer};
+use crate::scene::camera::Camera;
+use crate::shard::reader::Pack;
+use crate::shard::{ShardError, Split};
+
+/// Which rasterizer trains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// CUDA when a usable GPU is present, else the CPU (said in one line).
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+/// Everything a run needs.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub pack: PathBuf,
+    pub out: PathBuf,
+    pub ram_budget: u64,
+    pub config: TrainConfig,
+    pub backend: Backend,
+    /// Hold out the pack's test views; evaluate them at the end and at `test_iterations`.
+    pub eval: bool,
+    pub resume: bool,
+    pub test_iterations: Vec<u64>,
+    /// Write the PLY at these iterations (the last iteration is always written).
+    pub save_iterations: Vec<u64>,
+    pub checkpoint_iterations: Vec<u64>,
+    pub workers: usize,
+    pub prefetch: usize,
+    /// A metrics row every this many iterations.
+    pub metrics_every: u64,
+    /// Write side-by-side PNGs of evaluated views (at most this many per evaluation).
+    pub max_test_images: usize,
+    /// Set by a Ctrl-C handler: the run checkpoints and stops after the current step.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl RunOptions {
+    /// 3DGS defaults for `pack` → `out`.
+    pub fn new(pack: &Path, out: &Path) -> RunOptions {
+        RunOptions {
+            pack: pack.to_owned(),
+            out: out.to_owned(),
+            ram_budget: 4 << 30,
+            config: TrainConfig::default(),
+            backend: Backend::Auto,
+            eval: false,
+            resume: false,
+            test_iterations: vec![7_000, 30_000],
+            save_iterations: vec![7_000, 30_000],
+            checkpoint_iterations: vec![],
+            workers: 2,
+            prefetch: 4,
+            metrics_every: 100,
+            max_test_images: usize::MAX,
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// Why a run failed. Messages name the file / view and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot open the pack: {0}")]
+    Pack(#[from] ShardError),
+    #[error(transparent)]
+    Train(#[from] TrainError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    #[error("cannot save the model: {0}")]
+    Ply(#[from] GaussianPlyError),
+    #[error("{0}")]
+    BackendUnavailable(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What a run reports back while it works.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A line for the user.
+    Line(String),
+    /// `done` of `total` iterations completed.
+    Progress { done: u64, total: u64 },
+}
+
+/// How a run ended.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub report: Report,
+    pub report_path: PathBuf,
+    /// Stopped by [`RunOptions::stop`] (after writing a checkpoint).
+    pub interrupted: bool,
+}
+
+/// Bytes per pixel of the trainer's image-sized buffers: target, render and ∂L/∂image (3×f32
+/// each, 36 B), alpha / transmittance / last contributor (12 B), and the loss's SSIM scratch
+/// (about ten f32 planes per channel for means, variances, covariance and their gradients,
+/// ≈ 120 B); rounded up to 192 B for allocator slack.
+pub const TRAINER_BYTES_PER_PIXEL: u64 = 192;
+/// Share of the budget the render's per-intersection buffers may use, as a divisor: 1/8
+/// leaves most of the budget to the model and cache, yet 1 GiB of budget already allows
+/// ~3.3 M intersections at 40 B, ~30 per pixel of a 1600×1066 view.
+pub const INTERSECTION_BUDGET_DIVISOR: u64 = 8;
+
+fn make_rasterizer(
+    backend: Backend,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<Box<dyn Rasterizer>, RunError> {
+    match backend {
+        Backend::Cpu => Ok(Box::new(CpuRasterizer::new())),
+        Backend::Cuda => match crate::render::cuda::CudaRasterizer::new() {
+            Ok(r) => Ok(Box::new(r)),
+            Err(e) => Err(RunError::BackendUnavailable(format!(
+                "--backend cuda: no usable CUDA device ({e}); use --backend cpu (or auto)"
+            ))),
+        },
+        Backend::Auto => match crate::render::cuda::CudaRasterizer::new() {
+            Ok(r) => Ok(Box::new(r)),
+            Err(e) => {
+                on_event(Event::Line(format!("backend: CPU (CUDA unavailable: {e})")));
+                Ok(Box::new(CpuRasterizer::new()))
+            }
+        },
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
+    move |source| RunError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Path of the PLY of `iteration`, relative to OUT.
+pub fn ply_rel_path(iteration: u64) -> String {
+    format!("point_cloud/iteration_{iteration}/point_cloud.ply")
+}
+
+fn save_ply(out: &Path, trainer: &Trainer, iteration: u64) -> Result<String, RunError> {
+    let rel = ply_rel_path(iteration);
+    let path = out.join(&rel);
+    let dir = path.parent().expect("has a parent");
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    gply::save(&path, trainer.gaussians(), PlyEncoding::BinaryLittleEndian)?;
+    Ok(rel)
+}
+
+/// Evaluates `views` (pack view indices), writing side-by-side PNGs into
+/// `OUT/test/<label>/` for the first `max_images`, plus `metrics.json` there.
+fn evaluate_views(
+    pack: &Pack,
+    trainer: &mut Trainer,
+    views: &[usize],
+    out: &Path,
+    label: &str,
+    max_images: usize,
+    gt: &mut Vec<u8>,
+) -> Result<Vec<ViewScore>, RunError> {
+    let dir = report::test_dir(out)?.join(label);
+    if max_images > 0 {
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    }
+    let manifest = pack.manifest();
+    let mut scores = Vec::with_capacity(views.len());
+    for (n, &i) in views.iter().enumerate() {
+        let v = &manifest.views[i];
+        gt.resize(v.decoded_len(), 0);
+        pack.read_view_into(i, gt)?;
+        let e = trainer.evaluate(&v.camera, gt)?;
+        // Metrics on the 8-bit images (what the PNG holds), as gs-render does.
+        let psnr = crate::metrics::psnr_u8(&e.image, gt).map_err(TrainError::from)?;
+        let file = if n < max_images {
+            let stem = v.name.rsplit_once('.').map_or(v.name.as_str(), |(s, _)| s);
+            let name = format!("{i:05}_{}.png", report::safe_name(stem));
+            let side = report::side_by_side(gt, &e.image, v.width() as usize, v.height() as usize);
+            report::write_png(&dir.join(&name), &side, 2 * v.width(), v.height())?;
+            Some(format!("{}/{label}/{name}", report::TEST_DIR))
+        } else {
+            None
+        };
+        scores.push(ViewScore {
+            view: i,
+            name: v.name.clone(),
+            psnr: psnr.is_finite().then_some(psnr),
+            ssim: e.ssim,
+            file,
+        });
+    }
+    if max_images > 0 {
+        let json = serde_json::to_string_pretty(&scores).expect("scores serialise");
+        checkpoint::write_file_atomic(&dir.join("metrics.json"), json.as_bytes())?;
+    }
+    Ok(scores)
+}
+
+/// Points drawn when a pack has no SfM points (3DGS: 100k).
+pub const RANDOM_POINTS: usize = 100_000;
+/// The RNG stream (see [`crate::rng::Rng::derived`]) of the initial random points, apart from
+/// the trainer's own stream.
+const INIT_STREAM: u64 = 0x1A17;
+
+/// Initial Gaussians of a fresh run ([`super::init::from_pack`]).
+pub fn initial_gaussians(
+    pack: &Pack,
+    sh_degree: u32,
+    seed: u64,
+) -> Result<crate::scene::gaussians::Gaussians, RunError> {
+    let mut rng = crate::rng::Rng::derived(seed, INIT_STREAM);
+    super::init::from_pack(pack, sh_degree, RANDOM_POINTS, &mut rng)
+        .map_err(|e| RunError::Config(format!("cannot initialise the model: {e}")))
+}
+
+/// Runs training as described in the module doc.
+pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutcome, RunError> {
+    let started = Instant::now();
+    let mut config = opts.config.clone();
+    if config.iterations == 0 {
+        return Err(RunError::Config("--iterations must be at least 1".into()));
+    }
+    if opts.workers == 0 || opts.prefetch == 0 {
+        return Err(RunError::Config(
+            "--workers and --prefetch must be at least 1".into(),
+        ));
+    }
+    let pack = Arc::new(Pack::open(&opts.pack)?);
+    let manifest = pack.manifest().clone();
+    let pack_id = manifest.pack_id.to_string();
+    let (train_split, test_views) = if opts.eval {
+        (Some(Split::Train), manifest.split_indices(Split::Test))
+    } else {
+        (None, Vec::new())
+    };
+    let source = Arc::new(PackViews::new(pack.clone(), train_split));
+    if source.is_empty() {
+        return Err(RunError::Config(format!(
+            "{}: the pack has no {}views to train on",
+            opts.pack.display(),
+            if opts.eval { "train " } else { "" }
+        )));
+    }
+    if opts.eval && test_views.is_empty() {
+        on_event(Event::Line(
+            "--eval: the pack has no test views (re-pack with --test-every N to hold some out); \
+             only training views will be scored"
+                .into(),
+        ));
+    }
+    let cameras: Vec<Camera> = (0..source.len() as u32)
+        .map(|r| manifest.views[source.view_index(r)].camera)
+        .collect();
+    std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
+    let ckpt_dir = opts.out.join("checkpoints");
+
+    // The render's intersection buffers get a fixed share of the budget (a floor item).
+    let intersection_bytes = (opts.ram_budget / INTERSECTION_BUDGET_DIVISOR)
+        .min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES);
+    config.max_intersection_bytes = intersection_bytes;
+
+    let rasterizer = make_rasterizer(opts.backend, on_event)?;
+    let backend_name = rasterizer.name().to_owned();
+    let (mut trainer, resumed_from) = if opts.resume {
+        let path = checkpoint::latest(&ckpt_dir)?;
+        let state = checkpoint::load_state(
+            &path,
+            &Expected {
+                pack_id: &pack_id,
+                config: &config,
+            },
+        )?;
+        let step = state.step;
+        on_event(Event::Line(format!(
+            "resuming from {} (iteration {step}, {} Gaussians)",
+            path.display(),
+            state.model.len()
+        )));
+        (Trainer::from_state(state, rasterizer)?, Some(step))
+    } else {
+        let g = initial_gaussians(&pack, config.sh_degree, config.seed)?;
+        on_event(Event::Line(format!("initial model: {} Gaussians", g.len())));
+        (
+            Trainer::new(config.clone(), g, manifest.scene.extent, rasterizer)?,
+            None,
+        )
+    };
+    if trainer.step_count() >= config.iterations {
+        return Err(RunError::Config(format!(
+            "the checkpoint is already at iteration {} of --iterations {}; nothing to resume",
+            trainer.step_count(),
+            config.iterations
+        )));
+    }
+
+    // Memory plan, before any data work.
+    let loader_config = LoaderConfig {
+        workers: opts.workers,
+        prefetch: opts.prefetch,
+        start: trainer.position(),
+        limit: Some(config.iterations - trainer.step_count()),
+    };
+    let max_view = manifest.max_view_bytes() as u64;
+    let max_pixels = max_view / 3;
+    let model_now = super::densify::model_bytes(trainer.model().len(), config.sh_degree);
+    let extra = vec![
+        (
+            "trainer images".to_string(),
+            TRAINER_BYTES_PER_PIXEL * max_pixels,
+        ),
+        ("render intersections".to_string(), intersection_bytes),
+        // Evaluation reads one ground-truth view and writes one side-by-side image (2 views).
+        ("evaluation".to_string(), 3 * max_view),
+        ("model".to_string(), model_now),
+    ];
+    let baseline = current_rss_bytes().unwrap_or(0);
+    let mut plan = plan_memory(opts.ram_budget, &*source, &loader_config, baseline, extra)?;
+    let model_reservation = plan
+        .fixed
+        .iter()
+        .position(|r| r.component() == "model")
+        .map(|i| plan.fixed.remove(i))
+        .expect("the plan reserves the model");
+    trainer.set_model_reservation(model_reservation)?;
+    let floor_bytes = plan.floor.total();
+    let cache_bytes = plan.cache.bytes();
+    on_event(Event::Line(format!(
+        "memory: budget {}, floor {} ({}), cache {}",
+        format_size(opts.ram_budget),
+        format_size(floor_bytes),
+        plan.floor
+            .items
+            .iter()
+            .map(|(n, b, _)| format!("{n} {}", format_size(*b)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        format_size(cache_bytes)
+    )));
+    let cache = Cache::new(CachePolicy::Belady, plan.cache);
+    let sampler = Sampler::grouped(config.seed, source.groups()).map_err(LoadError::from)?;
+    let mut loader = Loader::start(source.clone(), sampler, cache, &HeapSlots, &loader_config)?;
+
+    let mut metrics = MetricsLog::open(&opts.out, resumed_from)?;
+    let mut point_clouds: Vec<String> = Vec::new();
+    let mut window = (0.0f64, 0.0f64, 0u64); // loss sum, psnr sum, steps
+    let mut last_row = Instant::now();
+    let mut interrupted = false;
+    let mut gt = Vec::new();
+    let mut failure: Option<RunError> = None;
+    let train_started = Instant::now();
+    let total = config.iterations;
+    let start_step = trainer.step_count();
+    {
+        let mut on_step = |t: &mut Trainer, s: &super::StepStats, info: &super::LoopInfo| {
+            let it = s.iteration;
+            window.0 += s.loss;
+            window.1 += s.psnr;
+            window.2 += 1;
+            if let Some(why) = &s.growth_stopped {
+                on_event(Event::Line(format!("iteration {it}: {why}")));
+            }
+            let result = (|| -> Result<LoopControl, RunError> {
+                if it.is_multiple_of(opts.metrics_every) || it == total {
+                    let secs = last_row.elapsed().as_secs_f64();
+                    let row = MetricsRow {
+                        iteration: it,
+                        loss: window.0 / window.2 as f64,
+                        psnr: window.1 / window.2 as f64,
+                        num_gaussians: s.num_gaussians as u64,
+                        peak_rss_bytes: peak_rss_bytes().unwrap_or(0),
+                        stall_fraction: if info.elapsed_seconds > 0.0 {
+                            (info.stall_seconds / info.elapsed_seconds).min(1.0)
+                        } else {
+                            0.0
+                        },
+                        iterations_per_s: if secs > 0.0 {
+                            window.2 as f64 / secs
+                        } else {
+                            0.0
+                        },
+                        elapsed_s: train_started.elapsed().as_secs_f64(),
+                    };
+                    metrics.append(&row)?;
+                    window = (0.0, 0.0, 0);
+                    last_row = Instant::now();
+                }
+                if opts.save_iterations.contains(&it) && it != total {
+                    point_clouds.push(save_ply(&opts.out, t, it)?);
+                }
+                if opts.checkpoint_iterations.contains(&it) && it != total {
+                    checkpoint::save_state(&ckpt_dir, t.state_ref().into(), &pack_id)?;
+                }
+                if opts.eval && opts.test_iterations.contains(&it) && it != total {
+                    let scores = evaluate_views(
+                        &pack,
+                        t,
+                        &test_views,
+                        &opts.out,
+                        &format!("iteration_{it}"),
+                        opts.max_test_images,
+                        &mut gt,
+                    )?;
+                    let (p, ss) = report::mean_scores(&scores);
+                    on_event(Event::Line(format!(
+                        "iteration {it}: test PSNR {} dB, SSIM {:.4} ({} views)",
+                        p.map_or("inf".into(), |p| format!("{p:.2}")),
+                        ss.unwrap_or(0.0),
+                        scores.len()
+                    )));
+                }
+                if opts.stop.load(Ordering::SeqCst) && it != total {
+                    let path = checkpoint::save_state(&ckpt_dir, t.state_ref().into(), &pack_id)?;
+                    on_event(Event::Line(format!(
+                        "interrupted at iteration {it}: checkpoint {}; continue with --resume",
+                        path.display()
+                    )));
+                    interrupted = true;
+                    return Ok(LoopControl::Stop);
+                }
+                Ok(LoopControl::Continue)
+            })();
+            on_event(Event::Progress { done: it, total });
+            match result {
+                Ok(c) => c,
+                Err(e) => {
+                    failure = Some(e);
+                    LoopControl::Stop
+                }
+            }
+        };
+        let summary = train_loop(&mut trainer, &mut loader, &cameras, total, &mut on_step);
+        if let Some(e) = failure.take() {
+            return Err(e);
+        }
+        let summary = summary?;
+        let train_s = train_started.elapsed().as_secs_f64();
+        let steps = summary.steps;
+        let loader_stats = summary.loader;
+        let cache_hit_rate = summary.cache.hit_rate();
+        drop(loader);
+        if !interrupted && trainer.step_count() < total {
+            return Err(RunError::Config(format!(
+                "the loader ended at iteration {} before --iterations {total}",
+                trainer.step_count()
+            )));
+        }
+        let it = trainer.step_count();
+        let mut test = (None, None, 0usize);
+        let mut train_scores = (0.0, 0.0);
+        if !interrupted {
+            point_clouds.push(save_ply(&opts.out, &trainer, it)?);
+            checkpoint::save_state(&ckpt_dir, trainer.state_ref().into(), &pack_id)?;
+            if opts.eval && !test_views.is_empty() {
+                let scores = evaluate_views(
+                    &pack,
+                    &mut trainer,
+                    &test_views,
+                    &opts.out,
+                    &format!("iteration_{it}"),
+                    opts.max_test_images,
+                    &mut gt,
+                )?;
+                let (p, s) = report::mean_scores(&scores);
+                test = (p, s, scores.len());
+            }
+            let train_views: Vec<usize> = (0..source.len() as u32)
+                .map(|r| source.view_index(r))
+                .collect();
+            let scores = evaluate_views(
+                &pack,
+                &mut trainer,
+                &train_views,
+                &opts.out,
+                "train",
+                0,
+                &mut gt,
+            )?;
+            let (p, s) = report::mean_scores(&scores);
+            train_scores = (p.unwrap_or(f64::INFINITY), s.unwrap_or(0.0));
+        }
+        let peak = peak_rss_bytes().unwrap_or(0);
+        let report = Report {
+            test_psnr: test.0,
+            test_ssim: test.1,
+            test_views: test.2,
+            train_psnr: train_scores.0,
+            train_ssim: train_scores.1,
+            iterations: it,
+            iterations_per_s: if train_s > 0.0 {
+                steps as f64 / train_s
+            } else {
+                0.0
+            },
+            num_gaussians: trainer.model().len() as u64,
+            peak_rss_bytes: peak,
+            ram_budget_bytes: opts.ram_budget,
+            within_budget: peak <= opts.ram_budget,
+            stall_fraction: if train_s > 0.0 {
+                (loader_stats.stall_seconds / train_s).min(1.0)
+            } else {
+                0.0
+            },
+            cache_hit_rate,
+            floor_bytes,
+            cache_bytes,
+            backend: backend_name,
+            wall_s: started.elapsed().as_secs_f64(),
+            train_s,
+            seed: config.seed,
+            resumed_from,
+            interrupted,
+            pack: opts.pack.display().to_string(),
+            pack_id,
+            point_clouds,
+        };
+        let rows = report::read_metrics(metrics.path())?;
+        super::report::write_curves(&opts.out, &rows)?;
+        let report_path = report::write_report(&opts.out, &report)?;
+        let _ = start_step;
+        Ok(RunOutcome {
+            report,
+            report_path,
+            interrupted,
+        })
+    }
+}
