@@ -551,7 +551,14 @@ impl Trainer {
             memory: &mut self.memory,
             make_room,
         };
-        let outcome: DensifyOutcome = self.strategy.step(&mut self.model, &view, &mut ctx);
+        // No densification or opacity reset on the final iteration: its result is the model
+        // that is saved and evaluated, and nothing after it could recover from a reset (3DGS
+        // saves and evaluates iteration N before densifying at N, to the same effect).
+        let outcome: DensifyOutcome = if s >= self.config.iterations {
+            DensifyOutcome::default()
+        } else {
+            self.strategy.step(&mut self.model, &view, &mut ctx)
+        };
         tm.densify = t.elapsed().as_secs_f64();
 
         let t = Instant::now();
@@ -967,6 +974,32 @@ mod tests {
             bits(&sb.model.adam.exp_avg_sq)
         );
         assert_eq!(sa, sb);
+    }
+
+    #[test]
+    fn the_final_iteration_never_densifies_or_resets_opacity() {
+        // A run whose last iteration is a densify and opacity-reset iteration: the saved and
+        // evaluated model must be the trained one, not one with every opacity reset to 0.01
+        // (which renders as near-background: a fox run at 3000 iterations evaluated at 6.7 dB
+        // before this rule).
+        let mut c = busy_config();
+        c.iterations = 30;
+        let (mut t, cams, images) = trainer(c);
+        let mut last = None;
+        for i in 0..30u64 {
+            let v = (i % 8) as usize;
+            last = Some(t.step(&cams[v], &images[v]).unwrap());
+        }
+        let last = last.unwrap();
+        assert_eq!(last.iteration, 30);
+        assert!(!last.opacity_reset);
+        assert_eq!(last.cloned + last.split + last.pruned, 0);
+        let reset_logit = (0.01f32 / 0.99).ln() + 1e-6;
+        assert!(t
+            .gaussians()
+            .logit_opacities
+            .iter()
+            .any(|&o| o > reset_logit));
     }
 
     #[test]
