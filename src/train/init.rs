@@ -17,16 +17,23 @@
 //! # Random (no SfM points)
 //! 3DGS initialises NeRF-synthetic scenes with 100k points uniform in `[−1.3, 1.3]³` and SH DC
 //! uniform in `[0, 1/255)` (`shs = random / 255`, so colours are ≈ 0.5 grey: the colour is
-//! learned). Cameras there sit 4.03 from the object, so the box half-side is ≈ 1/3 of the
-//! largest camera distance from the centroid; we use exactly that in general: the box is
-//! centred on the camera centroid with half-side `extent / 3.3` (`extent` = 1.1 × the largest
-//! camera distance), which reproduces 1.3 on those scenes and scales with any other.
+//! learned). Its cameras sit 4.03 from the object they look at, so the box half-side is
+//! 4.03 / 3.1 ≈ 1.3. We generalise both parts: the box is centred on the point the cameras
+//! look at (the least-squares nearest point to every optical axis) with half-side = the mean
+//! camera distance to that point / 3.1. Centring on the camera centroid instead fails for
+//! captures that do not surround the object: the instant-ngp fox cameras span an arc whose
+//! centroid lies 4.2 units from the fox, so such a box held no part of the scene. When the
+//! optical axes are (nearly) parallel, as in forward-facing captures, the look-at point is
+//! undefined and the box is centred one extent in front of the centroid along the mean
+//! viewing direction.
 //!
 //! # Memory
 //! Points are streamed from the pack chunk by chunk into the output arrays (grown as chunks
 //! arrive, never pre-sized from the manifest's count).
 
 use rayon::prelude::*;
+
+use crate::scene::camera::Camera;
 
 use crate::rng::Rng;
 use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
@@ -261,10 +268,76 @@ pub fn random_in_box(
     Ok(g)
 }
 
-/// The random box of a scene: (camera centroid, extent / 3.3).
+/// Ratio of camera distance to box half-side on NeRF-synthetic scenes (4.03 / 1.3).
+const CAMERA_DISTANCE_PER_HALF_SIDE: f64 = 3.1;
+
+/// The random box of a scene (see the module doc): (centre, half-side).
 pub fn random_box(pack: &Pack) -> ([f64; 3], f64) {
+    let cams: Vec<Camera> = pack.manifest().views.iter().map(|v| v.camera).collect();
     let s = &pack.manifest().scene;
-    (s.camera_centroid, s.extent / 3.3)
+    random_box_for(&cams, s.camera_centroid, s.extent)
+}
+
+/// [`random_box`] from cameras, their centroid and the scene extent.
+pub fn random_box_for(cams: &[Camera], centroid: [f64; 3], extent: f64) -> ([f64; 3], f64) {
+    if cams.is_empty() {
+        return (centroid, extent / 3.3);
+    }
+    // Σ (I − d dᵀ) x = Σ (I − d dᵀ) c: the point nearest (least squares) to every optical axis.
+    let mut a = [[0.0f64; 3]; 3];
+    let mut b = [0.0f64; 3];
+    let mut mean_dir = [0.0f64; 3];
+    let n = cams.len() as f64;
+    for cam in cams {
+        let c = cam.centre();
+        // Camera z (forward, OpenCV) in world coordinates is the third row of R.
+        let d = cam.world_to_camera.rotation[2];
+        for i in 0..3 {
+            mean_dir[i] += d[i] / n;
+            for j in 0..3 {
+                let p = f64::from(u8::from(i == j)) - d[i] * d[j];
+                a[i][j] += p / n;
+                b[i] += p * c[j] / n;
+            }
+        }
+    }
+    let det = a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+        - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+        + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]);
+    // The eigenvalues of the averaged projector lie in [0, 1] and sum to 2; det < 1e-4 means
+    // one of them is tiny: the axes are nearly parallel and the intersection is undefined.
+    let centre = if det > 1e-4 {
+        let inv_det = 1.0 / det;
+        let cof = |r0: usize, r1: usize, c0: usize, c1: usize| {
+            a[r0][c0] * a[r1][c1] - a[r0][c1] * a[r1][c0]
+        };
+        let inv = [
+            [cof(1, 2, 1, 2), -cof(0, 2, 1, 2), cof(0, 1, 1, 2)],
+            [-cof(1, 2, 0, 2), cof(0, 2, 0, 2), -cof(0, 1, 0, 2)],
+            [cof(1, 2, 0, 1), -cof(0, 2, 0, 1), cof(0, 1, 0, 1)],
+        ];
+        std::array::from_fn(|i| inv_det * (inv[i][0] * b[0] + inv[i][1] * b[1] + inv[i][2] * b[2]))
+    } else {
+        let len = (mean_dir[0].powi(2) + mean_dir[1].powi(2) + mean_dir[2].powi(2))
+            .sqrt()
+            .max(1e-12);
+        std::array::from_fn(|i| centroid[i] + extent / 1.1 * mean_dir[i] / len)
+    };
+    let mean_dist = cams
+        .iter()
+        .map(|cam| {
+            let c = cam.centre();
+            ((c[0] - centre[0]).powi(2) + (c[1] - centre[1]).powi(2) + (c[2] - centre[2]).powi(2))
+                .sqrt()
+        })
+        .sum::<f64>()
+        / n;
+    let half = mean_dist / CAMERA_DISTANCE_PER_HALF_SIDE;
+    if centre.iter().all(|v| v.is_finite()) && half.is_finite() && half > 0.0 {
+        (centre, half)
+    } else {
+        (centroid, extent / 3.3)
+    }
 }
 
 /// Initial Gaussians for `pack`: its SfM points (the cloud named "sfm", or every cloud when
@@ -445,6 +518,82 @@ mod tests {
             .means
             .iter()
             .all(|m| (0..3).all(|a| (m[a] as f64 - centre[a]).abs() <= half + 1e-6)));
+    }
+
+    #[test]
+    fn random_box_is_centred_where_the_cameras_look() {
+        use crate::scene::camera::{Intrinsics, Pose};
+        let k = Intrinsics {
+            fx: 100.0,
+            fy: 100.0,
+            cx: 50.0,
+            cy: 50.0,
+        };
+        let target = [1.0, -2.0, 0.5];
+        // Cameras on a 90° arc of radius 4.03 around `target`, all looking at it: the
+        // centroid of such an arc is far from the target, the box must not be.
+        let cams: Vec<Camera> = (0..7)
+            .map(|i| {
+                let a = i as f64 / 6.0 * std::f64::consts::FRAC_PI_2;
+                let c = [
+                    target[0] + 4.03 * a.cos(),
+                    target[1] + 4.03 * a.sin(),
+                    target[2],
+                ];
+                let f = [target[0] - c[0], target[1] - c[1], target[2] - c[2]].map(|v| v / 4.03);
+                let up = [0.0, 0.0, 1.0];
+                // x = f × up (right), y = f × x (down): a right-handed OpenCV frame.
+                let x = [
+                    f[1] * up[2] - f[2] * up[1],
+                    f[2] * up[0] - f[0] * up[2],
+                    f[0] * up[1] - f[1] * up[0],
+                ];
+                let y = [
+                    f[1] * x[2] - f[2] * x[1],
+                    f[2] * x[0] - f[0] * x[2],
+                    f[0] * x[1] - f[1] * x[0],
+                ];
+                let r = [x, y, f];
+                let t =
+                    std::array::from_fn(|i| -(r[i][0] * c[0] + r[i][1] * c[1] + r[i][2] * c[2]));
+                let cam = Camera {
+                    width: 100,
+                    height: 100,
+                    intrinsics: k,
+                    world_to_camera: Pose {
+                        rotation: r,
+                        translation: t,
+                    },
+                };
+                cam.validate().unwrap();
+                cam
+            })
+            .collect();
+        let n = cams.len() as f64;
+        let centroid: [f64; 3] =
+            std::array::from_fn(|a| cams.iter().map(|c| c.centre()[a]).sum::<f64>() / n);
+        let (centre, half) = random_box_for(&cams, centroid, 4.0);
+        for a in 0..3 {
+            assert!((centre[a] - target[a]).abs() < 1e-9, "{centre:?}");
+        }
+        assert!((half - 1.3).abs() < 1e-9, "{half}");
+        // Parallel axes (forward-facing): in front of the centroid, not at it.
+        let fwd: Vec<Camera> = (0..3)
+            .map(|i| Camera {
+                width: 100,
+                height: 100,
+                intrinsics: k,
+                world_to_camera: Pose {
+                    translation: [i as f64, 0.0, 0.0],
+                    ..Pose::IDENTITY
+                },
+            })
+            .collect();
+        let (c2, _) = random_box_for(&fwd, [-1.0, 0.0, 0.0], 1.1);
+        assert!(
+            (c2[2] - 1.0).abs() < 1e-9 && (c2[0] + 1.0).abs() < 1e-9,
+            "{c2:?}"
+        );
     }
 
     #[test]
