@@ -18,6 +18,7 @@
 //! | [`scene`] | cameras, Gaussians (stored pre-activation), spherical harmonics |
 //! | [`render`] | the `Rasterizer` trait and its CPU reference backend |
 //! | [`metrics`] | PSNR and SSIM |
+//! | [`plot`] | PNG line charts (training curves, the loader's speed/RAM curve) |
 //! | [`export`] | standard 3DGS PLY read/write |
 //! | [`train`] | the 3DGS training step, densification, Adam, loss, schedule and loop |
 //! | [`cli`] | shared command-line plumbing (progress, sizes, error printing) |
@@ -32,6 +33,7 @@ pub mod export;
 pub mod import;
 pub mod metrics;
 pub mod pack;
+pub mod plot;
 pub mod render;
 pub mod rng;
 pub mod scene;

@@ -25,6 +25,8 @@ use super::checkpoint::write_file_atomic;
 pub const METRICS_FILE: &str = "metrics.jsonl";
 pub const REPORT_FILE: &str = "report.json";
 pub const CURVES_FILE: &str = "training_curves.png";
+/// The loss chart written beside [`CURVES_FILE`].
+pub const LOSS_FILE: &str = "training_loss.png";
 pub const TEST_DIR: &str = "test";
 
 /// Why an output could not be written or read back. Every variant names the file.
@@ -235,66 +237,54 @@ pub fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<(),
     })
 }
 
-/// Writes `OUT/training_curves.png`: training loss (top) and PSNR (bottom) against iteration.
+/// Writes the training curves: PSNR per iteration to `training_curves.png` and the loss
+/// (log scale) to `training_loss.png`, with axes, labels and a legend ([`crate::plot`]).
+/// Returns the PSNR chart's path. Rows with non-finite values are skipped.
 pub fn write_curves(out_dir: &Path, rows: &[MetricsRow]) -> Result<PathBuf, ReportError> {
+    use crate::plot::{line_chart, ChartOptions, Series};
+    let points = |f: &dyn Fn(&MetricsRow) -> f64| -> Vec<(f64, f64)> {
+        rows.iter()
+            .map(|r| (r.iteration as f64, f(r)))
+            .filter(|p| p.1.is_finite())
+            .collect()
+    };
+    let psnr = points(&|r| r.psnr);
+    let loss: Vec<(f64, f64)> = points(&|r| r.loss).into_iter().filter(|p| p.1 > 0.0).collect();
     let path = out_dir.join(CURVES_FILE);
-    let (w, h) = (CURVES_WIDTH, CURVES_HEIGHT);
-    let mut img = vec![255u8; (w * h * 3) as usize];
-    let panel = h / 2;
-    type Series<'a> = (&'a dyn Fn(&MetricsRow) -> f64, [u8; 3]);
-    let series: [Series; 2] = [(&|r| r.loss, [200, 40, 40]), (&|r| r.psnr, [40, 80, 200])];
-    let xmax = rows.iter().map(|r| r.iteration).max().unwrap_or(1).max(1) as f64;
-    for (p, (value, colour)) in series.iter().enumerate() {
-        let top = p as u32 * panel;
-        // Frame.
-        for x in 0..w {
-            put(&mut img, w, x, top, [0; 3]);
-            put(&mut img, w, x, top + panel - 1, [0; 3]);
+    let err = |path: &Path| {
+        let path = path.to_owned();
+        move |e: crate::plot::PlotError| ReportError::Write {
+            path: path.clone(),
+            msg: e.to_string(),
         }
-        for y in top..top + panel {
-            put(&mut img, w, 0, y, [0; 3]);
-            put(&mut img, w, w - 1, y, [0; 3]);
-        }
-        let vals: Vec<(f64, f64)> = rows
-            .iter()
-            .map(|r| (r.iteration as f64, value(r)))
-            .filter(|v| v.1.is_finite())
-            .collect();
-        let (lo, hi) = vals
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-                (a.min(v.1), b.max(v.1))
-            });
-        let span = if hi > lo { hi - lo } else { 1.0 };
-        let to_px = |(x, v): (f64, f64)| {
-            let px = 4.0 + (x / xmax) * (w as f64 - 9.0);
-            let py = top as f64 + panel as f64 - 5.0 - (v - lo) / span * (panel as f64 - 10.0);
-            (px, py)
-        };
-        for pair in vals.windows(2) {
-            let (a, b) = (to_px(pair[0]), to_px(pair[1]));
-            let steps = ((b.0 - a.0).abs().max((b.1 - a.1).abs()).ceil() as usize).max(1);
-            for s in 0..=steps {
-                let t = s as f64 / steps as f64;
-                let (x, y) = (a.0 + (b.0 - a.0) * t, a.1 + (b.1 - a.1) * t);
-                put(&mut img, w, x.round() as u32, y.round() as u32, *colour);
-                put(&mut img, w, x.round() as u32, y.round() as u32 + 1, *colour);
-            }
-        }
+    };
+    if !psnr.is_empty() {
+        line_chart(
+            &path,
+            "Training PSNR (view of each logged iteration)",
+            "iteration",
+            "PSNR (dB)",
+            &[Series::new("train view PSNR", psnr)],
+            &ChartOptions::default(),
+        )
+        .map_err(err(&path))?;
     }
-    write_png(&path, &img, w, h)?;
+    if !loss.is_empty() {
+        let loss_path = out_dir.join(LOSS_FILE);
+        line_chart(
+            &loss_path,
+            "Training loss 0.8·L1 + 0.2·(1 − SSIM)",
+            "iteration",
+            "loss",
+            &[Series::new("loss", loss)],
+            &ChartOptions {
+                log_y: true,
+                ..ChartOptions::default()
+            },
+        )
+        .map_err(err(&loss_path))?;
+    }
     Ok(path)
-}
-
-/// Size of the curves image.
-const CURVES_WIDTH: u32 = 800;
-const CURVES_HEIGHT: u32 = 600;
-
-fn put(img: &mut [u8], w: u32, x: u32, y: u32, c: [u8; 3]) {
-    let i = 3 * (y as usize * w as usize + x as usize);
-    if x < w && i + 3 <= img.len() {
-        img[i..i + 3].copy_from_slice(&c);
-    }
 }
 
 /// Ground truth (left) and render (right), both RGB8 `w × h`, as one `2w × h` image.
