@@ -252,6 +252,8 @@ fn main() {
     points.push(("everything in RAM (baseline)".into(), "ram".into()));
     per_view_costs(&pack_dir);
     println!();
+    let mut curve: Vec<(f64, f64)> = Vec::new();
+    let mut in_ram = None;
     println!("| run | budget | floor | peak RSS | peak ≤ budget | views/s | views/s after epoch 1 | hit rate | stall |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for (name, mode) in points {
@@ -264,6 +266,11 @@ fn main() {
             )
         };
         let budget = runs[0]["ram_budget_bytes"].as_u64().unwrap();
+        if mode == "ram" {
+            in_ram = Some(f("views_per_s_after_first_epoch"));
+        } else {
+            curve.push((budget as f64 / MIB, f("views_per_s_after_first_epoch")));
+        }
         let peak = f("peak_rss_bytes") as u64;
         let ok = runs
             .iter()
@@ -289,5 +296,44 @@ fn main() {
             f("hit_rate"),
             f("stall_fraction"),
         );
+    }
+    draw_curve(&curve, in_ram, decoded as f64 / MIB, views, codec);
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// Draws the speed/RAM trade-off to docs/loader-budget-curve.png (the README shows it).
+fn draw_curve(curve: &[(f64, f64)], in_ram: Option<f64>, decoded_mib: f64, views: usize, codec: Codec) {
+    use ramsplat::plot::{line_chart, ChartOptions, Series};
+    let Some(&(x_lo, _)) = curve.first() else { return };
+    let x_hi = curve.last().map_or(x_lo, |p| p.0);
+    let mut series = vec![Series {
+        markers: true,
+        ..Series::new("ramsplat loader under --ram-budget", curve.to_vec())
+    }];
+    if let Some(v) = in_ram {
+        series.push(Series {
+            dashed: true,
+            ..Series::new("everything decoded in RAM (baseline)", vec![(x_lo, v), (x_hi, v)])
+        });
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/loader-budget-curve.png");
+    let _ = std::fs::create_dir_all(path.parent().expect("docs dir"));
+    let title = format!(
+        "Loader throughput vs RAM budget ({views} views {W}x{H} {codec:?}, {decoded_mib:.0} MiB decoded)"
+    );
+    match line_chart(
+        &path,
+        &title,
+        "--ram-budget (MiB)",
+        "views/s after the first epoch",
+        &series,
+        &ChartOptions {
+            y_from_zero: true,
+            ..ChartOptions::default()
+        },
+    ) {
+        Ok(()) => println!("\nchart: {}", path.display()),
+        Err(e) => eprintln!("chart not written: {e}"),
     }
 }
