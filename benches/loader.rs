@@ -303,9 +303,17 @@ fn main() {
 const MIB: f64 = (1u64 << 20) as f64;
 
 /// Draws the speed/RAM trade-off to docs/loader-budget-curve.png (the README shows it).
-fn draw_curve(curve: &[(f64, f64)], in_ram: Option<f64>, decoded_mib: f64, views: usize, codec: Codec) {
+fn draw_curve(
+    curve: &[(f64, f64)],
+    in_ram: Option<f64>,
+    decoded_mib: f64,
+    views: usize,
+    codec: Codec,
+) {
     use ramsplat::plot::{line_chart, ChartOptions, Series};
-    let Some(&(x_lo, _)) = curve.first() else { return };
+    let Some(&(x_lo, _)) = curve.first() else {
+        return;
+    };
     let x_hi = curve.last().map_or(x_lo, |p| p.0);
     let mut series = vec![Series {
         markers: true,
@@ -314,7 +322,10 @@ fn draw_curve(curve: &[(f64, f64)], in_ram: Option<f64>, decoded_mib: f64, views
     if let Some(v) = in_ram {
         series.push(Series {
             dashed: true,
-            ..Series::new("everything decoded in RAM (baseline)", vec![(x_lo, v), (x_hi, v)])
+            ..Series::new(
+                "everything decoded in RAM (baseline)",
+                vec![(x_lo, v), (x_hi, v)],
+            )
         });
     }
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/loader-budget-curve.png");

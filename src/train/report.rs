@@ -249,7 +249,10 @@ pub fn write_curves(out_dir: &Path, rows: &[MetricsRow]) -> Result<PathBuf, Repo
             .collect()
     };
     let psnr = points(&|r| r.psnr);
-    let loss: Vec<(f64, f64)> = points(&|r| r.loss).into_iter().filter(|p| p.1 > 0.0).collect();
+    let loss: Vec<(f64, f64)> = points(&|r| r.loss)
+        .into_iter()
+        .filter(|p| p.1 > 0.0)
+        .collect();
     let path = out_dir.join(CURVES_FILE);
     let err = |path: &Path| {
         let path = path.to_owned();
