@@ -259,3 +259,38 @@ pub fn make_rasterizer(
         },
     }
 }
+
+/// What a backend's last successful `forward` rendered; `backward` checks it (the contract in
+/// the module doc). Shared by every backend so the contract is enforced the same way.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ForwardFingerprint {
+    n: usize,
+    stored_degree: u32,
+    camera: Camera,
+    options: RenderOptions,
+}
+
+impl ForwardFingerprint {
+    pub(crate) fn new(
+        n: usize,
+        stored_degree: u32,
+        camera: &Camera,
+        options: &RenderOptions,
+    ) -> Self {
+        ForwardFingerprint {
+            n,
+            stored_degree,
+            camera: *camera,
+            options: *options,
+        }
+    }
+
+    /// `Ok` when `last` (the fingerprint of the last forward) equals `self`.
+    pub(crate) fn check(&self, last: Option<&ForwardFingerprint>) -> Result<(), RenderError> {
+        if last == Some(self) {
+            Ok(())
+        } else {
+            Err(RenderError::StaleForward)
+        }
+    }
+}

@@ -198,15 +198,6 @@ impl<F: Real> CameraF<F> {
     }
 }
 
-/// What the last successful forward rendered, checked by backward.
-#[derive(Clone, Debug, PartialEq)]
-struct Fingerprint {
-    n: usize,
-    stored_degree: u32,
-    camera: Camera,
-    options: RenderOptions,
-}
-
 /// The CPU reference backend. `CpuRasterizer<f32>` implements [`Rasterizer`];
 /// `CpuRasterizer<f64>` runs the same code for verification via [`CpuRasterizer::render`] and
 /// [`CpuRasterizer::render_backward`].
@@ -218,7 +209,7 @@ pub struct CpuRasterizer<F: Real = f32> {
     last: Vec<u32>,
     isect_grads: Vec<SplatGrad<F>>,
     splat_grads: Vec<SplatGrad<F>>,
-    fingerprint: Option<Fingerprint>,
+    fingerprint: Option<super::ForwardFingerprint>,
 }
 
 impl<F: Real> CpuRasterizer<F> {
@@ -302,12 +293,12 @@ impl<F: Real> CpuRasterizer<F> {
         out.depths.clear();
         out.depths.extend(self.splats.iter().map(|s| s.depth));
         out.num_intersections = count;
-        self.fingerprint = Some(Fingerprint {
-            n: params.len(),
-            stored_degree: params.sh_degree,
-            camera: *camera,
-            options: *options,
-        });
+        self.fingerprint = Some(super::ForwardFingerprint::new(
+            params.len(),
+            params.sh_degree,
+            camera,
+            options,
+        ));
         Ok(())
     }
 
@@ -320,15 +311,8 @@ impl<F: Real> CpuRasterizer<F> {
         d_image: &[F],
         grads: &mut GaussianGrads<F>,
     ) -> Result<(), RenderError> {
-        let expect = Fingerprint {
-            n: params.len(),
-            stored_degree: params.sh_degree,
-            camera: *camera,
-            options: *options,
-        };
-        if self.fingerprint.as_ref() != Some(&expect) {
-            return Err(RenderError::StaleForward);
-        }
+        super::ForwardFingerprint::new(params.len(), params.sh_degree, camera, options)
+            .check(self.fingerprint.as_ref())?;
         params.validate(options.sh_degree)?;
         let npix = camera.width as usize * camera.height as usize;
         if d_image.len() != 3 * npix {

@@ -216,14 +216,6 @@ impl Bufs {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
-struct Fingerprint {
-    n: usize,
-    stored_degree: u32,
-    camera: Camera,
-    options: RenderOptions,
-}
-
 /// The CUDA backend (see the module doc).
 pub struct CudaRasterizer {
     dev: CudaDevice,
@@ -232,7 +224,7 @@ pub struct CudaRasterizer {
     /// Intersections of the last forward, and which sort buffer holds the sorted ids.
     m: u64,
     sorted: usize,
-    fingerprint: Option<Fingerprint>,
+    fingerprint: Option<super::ForwardFingerprint>,
 }
 
 impl CudaRasterizer {
@@ -462,12 +454,12 @@ impl CudaRasterizer {
         out.num_intersections = m;
         self.m = m;
         self.sorted = sorted;
-        self.fingerprint = Some(Fingerprint {
+        self.fingerprint = Some(super::ForwardFingerprint::new(
             n,
-            stored_degree: gaussians.sh_degree,
-            camera: *camera,
-            options: *options,
-        });
+            gaussians.sh_degree,
+            camera,
+            options,
+        ));
         Ok(())
     }
 
@@ -479,15 +471,8 @@ impl CudaRasterizer {
         d_image: &[f32],
         grads: &mut GaussianGrads,
     ) -> Result<(), RenderError> {
-        let expect = Fingerprint {
-            n: gaussians.len(),
-            stored_degree: gaussians.sh_degree,
-            camera: *camera,
-            options: *options,
-        };
-        if self.fingerprint.as_ref() != Some(&expect) {
-            return Err(RenderError::StaleForward);
-        }
+        super::ForwardFingerprint::new(gaussians.len(), gaussians.sh_degree, camera, options)
+            .check(self.fingerprint.as_ref())?;
         let params = GaussianParams::from_gaussians(gaussians);
         params.validate(options.sh_degree)?;
         let npix = camera.width as usize * camera.height as usize;
