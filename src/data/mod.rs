@@ -169,7 +169,8 @@ pub fn plan_memory(
     let max_stored = (0..n).map(|r| source.stored_len(r)).max().unwrap_or(0);
     let inputs = FloorInputs {
         baseline_rss,
-        threads: config.workers + 1,
+        // The workers; scheduling runs on the consumer thread (already in the baseline).
+        threads: config.workers,
         workers: config.workers,
         ring_slots: config.slots(),
         slot_bytes,
@@ -404,6 +405,87 @@ mod tests {
         // `Cache::serve`): it is decoded again rather than waited for.
         assert!(stats.hits >= 40 - 4 && stats.hits <= 40, "{stats:?}");
         assert!(got[14..].iter().all(|g| g.3));
+    }
+
+    /// Slots that claim to be pinned (the CUDA trainer's kind): hits must be copied into them.
+    struct PinnedHeap;
+    impl SlotAllocator for PinnedHeap {
+        fn allocate(&self, len: usize) -> Result<Box<dyn HostBuffer>, LoadError> {
+            HeapSlots.allocate(len)
+        }
+        fn pinned(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn hits_are_lent_from_pageable_slots_and_copied_into_pinned_ones() {
+        let recs = records(6, 4096);
+        let src = Arc::new(MemSource::new(recs.clone()));
+        for pinned in [false, true] {
+            let cache = Cache::with_capacity(CachePolicy::Belady, 6 * cache::entry_cost(4096));
+            let sampler = Sampler::singletons(3, 6).unwrap();
+            let alloc: &dyn SlotAllocator = if pinned { &PinnedHeap } else { &HeapSlots };
+            let mut loader =
+                Loader::start(src.clone(), sampler, cache, alloc, &config(2, 2, 6 * 4)).unwrap();
+            // Address of each delivery's bytes, by record; and every slot's address (a miss is
+            // always decoded into its slot).
+            let mut at: std::collections::HashMap<u32, Vec<(usize, bool)>> = Default::default();
+            let mut slot_addrs = std::collections::HashSet::new();
+            while let Some(d) = loader.next() {
+                let d = d.unwrap();
+                assert_eq!(&d[..], &recs[d.record() as usize][..]);
+                if !d.from_cache() {
+                    slot_addrs.insert(d.as_ptr() as usize);
+                }
+                at.entry(d.record())
+                    .or_default()
+                    .push((d.as_ptr() as usize, d.from_cache()));
+            }
+            // All hits after epoch 0, but for records recurring across the epoch boundary while
+            // their first decode is in flight (at most the ring's 4 slots; see `Cache::serve`).
+            let hits = loader.stats().hits;
+            assert!((6 * 3 - 4..=6 * 3).contains(&hits), "{hits} hits");
+            for (record, uses) in &at {
+                let hits: Vec<usize> = uses.iter().filter(|u| u.1).map(|u| u.0).collect();
+                if pinned {
+                    // Copied into ring slots: every hit lies in one of the slots.
+                    assert!(
+                        hits.iter().all(|a| slot_addrs.contains(a)),
+                        "record {record}: a hit outside the pinned ring"
+                    );
+                } else {
+                    // Lent: every hit is the same cache buffer, never a slot.
+                    assert!(hits.windows(2).all(|w| w[0] == w[1]), "record {record}");
+                    assert!(!slot_addrs.contains(&hits[0]), "record {record}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_lent_entry_held_by_the_consumer_is_never_evicted_or_altered() {
+        // Room for 2 of 5 records: every epoch evicts, but never the entry the consumer holds.
+        let recs = records(5, 8192);
+        let src = Arc::new(MemSource::new(recs.clone()));
+        let cap = 2 * cache::entry_cost(8192);
+        let cache = Cache::with_capacity(CachePolicy::Lru, cap);
+        let sampler = Sampler::singletons(8, 5).unwrap();
+        let mut loader =
+            Loader::start(src, sampler, cache, &HeapSlots, &config(2, 2, 5 * 40)).unwrap();
+        let mut held = None;
+        while let Some(d) = loader.next() {
+            let d = d.unwrap();
+            if held.is_none() && d.from_cache() {
+                held = Some(d);
+                continue;
+            }
+            let (used, capacity) = loader.cache_usage();
+            assert!(used <= capacity && capacity == cap, "{used} > {capacity}");
+        }
+        let held = held.expect("a 2-of-5 LRU cache hits sometimes in 40 epochs");
+        assert_eq!(&held[..], &recs[held.record() as usize][..]);
+        assert!(loader.cache_stats().evicted > 0);
     }
 
     #[test]

@@ -2,42 +2,61 @@
 //! host buffers that the consumer borrows read-only.
 //!
 //! ```text
-//!  dispatcher thread ── walks the Sampler; per step: take a free slot, then
-//!      │                  cache hit  → job "copy these cached bytes" → workers
-//!      │                  cache miss → Cache::admit decides, job "decode" → workers
-//!      ▼
-//!  N worker threads ── hit: copy cache → slot; miss: RecordSource::read_into(slot)
-//!                      (+ copy into the admitted cache buffer)
-//!      ▼ done channel (any order)
+//!  scheduler (no thread of its own: runs under a mutex wherever a slot becomes free — at
+//!      │       start, and in Delivered::drop on the consumer's side) — per free slot:
+//!      │       cache hit, pageable slots → lend the cached bytes ───────────────────┐
+//!      │       cache hit, pinned slots   → job "copy these cached bytes"            │
+//!      │       cache miss → Cache::admit decides, job "decode"                      │
+//!      ▼                                                                            │
+//!  N worker threads ── hit: copy cache → slot; miss: RecordSource::read_into(slot)  │
+//!                      (+ copy into the admitted cache buffer)                      │
+//!      ▼ done channel (any order) ◄─────────────────────────────────────────────────┘
 //!  consumer (Loader::next) ── reorders by global position, hands out Delivered (Deref<[u8]>);
-//!                             dropping a Delivered returns its slot to the dispatcher
+//!                             dropping a Delivered frees its slot and schedules the next step
 //! ```
 //!
 //! Invariants:
 //! - The ring is `prefetch + 2` slots of exactly the largest record's size, allocated and
 //!   touched once at start (so they are resident and counted from the first moment, and the
-//!   loop never page-faults or allocates them again). `prefetch` slots can be in flight while
-//!   the consumer holds one and one is on its way back.
+//!   loop never page-faults or allocates them again). Every scheduled step owns one slot until
+//!   its [`Delivered`] drops, so at most `slots` steps are in flight or held.
 //! - Delivery order equals the sampler order exactly, whatever the number of workers: the
 //!   consumer holds completed slots in a reorder map keyed by global position (bounded by the
 //!   ring size) until their turn.
-//! - Cache hits are served by a worker copying the cached bytes into a slot (one memcpy of the
-//!   view, e.g. 6.2 MB at 1080p) rather than by lending the cache's buffer to the consumer:
-//!   the consumer then only ever sees ring slots (the memory a CUDA trainer pins for async
-//!   uploads; pinning the pageable cache would be expensive), and a cache entry is pinned
-//!   ("busy") only for the duration of that copy, never for as long as a trainer holds a view,
-//!   so eviction is never blocked for long and the cache never exceeds its bytes. Copies run on
-//!   the workers, in parallel, not on the dispatcher: with a warm cache the copy is the whole
-//!   cost of a step, and a single-threaded copy capped the throughput (measured: 100 views/s
-//!   vs 120 from RAM at 1080p on the loaded 2-core machine before the change).
-//! - Shutdown never deadlocks: dropping the [`Loader`] closes a shutdown channel the dispatcher
-//!   selects on, the dispatcher's exit closes the job channel, workers finish their current
-//!   record and exit, and `Drop` joins them. Delivered slots may outlive the loader. Ctrl-C
-//!   with the default SIGINT disposition ends the process (nothing to join); a binary that
-//!   catches it should stop its consumer loop and drop the `Loader`, which is this same path.
+//! - Scheduling needs no thread: a step is scheduled exactly when a slot is free, and slots
+//!   become free only when a [`Delivered`] drops (or at start), so the scheduler runs right
+//!   there, under its mutex, in microseconds (sampler step, cache lookup, a channel send). An
+//!   earlier design had a dispatcher thread wake up for every freed slot; on this VM each
+//!   cross-thread wake-up costs tens of µs (measured: one channel ping-pong per view slowed an
+//!   in-RAM consumer from 3314 to 3007 views/s, medians of 5), which with a warm cache was
+//!   most of the loader's overhead.
+//! - Cache hits depend on what the slots are ([`SlotAllocator::pinned`]):
+//!   - pageable slots (the CPU trainer, the bench): the scheduler *lends* the cache's immutable
+//!     buffer (`Arc<Vec<u8>>`) straight to the consumer, through the done channel and reorder
+//!     map, with no copy and no other thread involved, so with a warm cache a step costs
+//!     about what indexing a decoded in-RAM dataset costs. The step still holds its ring slot
+//!     (unused): the ring bounds in-flight work and the held-slot accounting exactly as for a
+//!     decode. A lent entry is "busy" while the consumer holds it: eviction skips it (so the
+//!     cache never exceeds its bytes; it just cannot drop that entry for a step or two), and it
+//!     is immutable, so no consumer can alter the dataset through it.
+//!   - pinned slots (the CUDA trainer): a worker copies the cached bytes into the slot (one
+//!     memcpy of the view, 6.2 MB at 1080p) so the upload is an async DMA from pinned memory;
+//!     copies run on the workers in parallel, and the entry is busy only for the copy.
+//!
+//!   Measured on the fox photos (48 × 5.9 MiB, budget = floor + 110 % of the data, 30–50
+//!   epochs, medians of 7–11 interleaved runs on the 2-core VM): copying every hit on the
+//!   workers ran at 1502 views/s after epoch 1; lending at 2899; lending without the dispatcher
+//!   thread: see `benches/loader.rs` and the README for the current figures against the
+//!   in-RAM baseline.
+//! - Shutdown never deadlocks: dropping the [`Loader`] stops the scheduler and closes the job
+//!   channel; workers finish their current record and exit, and `Drop` joins them. Delivered
+//!   slots may outlive the loader (dropping one then just frees it). Ctrl-C with the default
+//!   SIGINT disposition ends the process (nothing to join); a binary that catches it should
+//!   stop its consumer loop and drop the `Loader`, which is this same path.
 //! - A worker error or panic (caught with `catch_unwind`) reaches the consumer as an `Err`,
-//!   after which the loader is stopped; a dead dispatcher or workers surface as an error too.
-//!   The consumer can never wait on a slot that no thread will fill.
+//!   after which the loader is stopped. The consumer never waits on a step that no thread
+//!   will complete: every scheduled step is either already in the done channel (lent) or
+//!   queued to live workers, which always answer (a result or the caught panic).
 
 use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
@@ -47,7 +66,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::cache::{Cache, CacheStats};
 use super::sampler::{Position, Sampler, Step};
@@ -62,6 +81,11 @@ pub trait HostBuffer: Send + Deref<Target = [u8]> + DerefMut {}
 /// Makes ring slots. Called once per slot at loader start.
 pub trait SlotAllocator: Send + Sync {
     fn allocate(&self, len: usize) -> Result<Box<dyn HostBuffer>, LoadError>;
+    /// Whether the slots are special memory (page-locked for DMA) that the consumer needs its
+    /// bytes in. Then cache hits are copied into a slot; otherwise they are lent zero-copy.
+    fn pinned(&self) -> bool {
+        false
+    }
 }
 
 /// Page-aligned heap buffers for the CPU path.
@@ -167,7 +191,7 @@ struct Slot {
 }
 
 enum Work {
-    /// Copy these cached bytes into the slot.
+    /// Copy these cached bytes into the slot (pinned slots only; pageable ones are lent).
     Hit(Arc<Vec<u8>>),
     /// Decode the record; fill the admitted cache buffer too, if any.
     Decode { admit: Option<Vec<u8>> },
@@ -180,19 +204,109 @@ struct Job {
     work: Work,
 }
 
+/// Where a completed step's bytes are.
+enum Bytes {
+    /// The first `len` bytes of the step's slot (a decode, or a hit copied into pinned memory).
+    InSlot { len: usize, from_cache: bool },
+    /// A cache entry lent as is; the step's slot is held but unused.
+    Lent(Arc<Vec<u8>>),
+}
+
 struct Done {
     step: Step,
-    result: Result<(Slot, usize, bool), LoadError>,
+    result: Result<(Slot, Bytes), LoadError>,
+}
+
+/// Turns free slots into scheduled steps (see the module doc). Shared by the [`Loader`] and
+/// every [`Delivered`], behind a mutex; it never blocks while holding it (unbounded channels).
+struct Scheduler {
+    sampler: Sampler,
+    source: Arc<dyn RecordSource>,
+    cache: Arc<Mutex<Cache>>,
+    /// Global position at which scheduling stops (`limit`), if any.
+    end_global: Option<u64>,
+    /// Slots not owned by any step.
+    free: Vec<Slot>,
+    /// `None` once the loader stopped (dropped or failed): freed slots are then just kept.
+    jobs: Option<Sender<Job>>,
+    /// Set when hits are lent (pageable slots): where lent steps go.
+    lent: Option<Sender<Done>>,
+}
+
+impl Scheduler {
+    /// Returns `slot` to the ring and schedules steps while slots are free.
+    fn release(&mut self, slot: Slot) {
+        self.free.push(slot);
+        self.pump();
+    }
+
+    fn pump(&mut self) {
+        while !self.free.is_empty() {
+            let Some(jobs) = &self.jobs else { return };
+            let at = self.sampler.position();
+            let global = at.epoch * self.sampler.records() as u64 + at.index;
+            if self.end_global.is_some_and(|e| global >= e) {
+                return;
+            }
+            let slot = self.free.pop().expect("checked non-empty");
+            let step = self.sampler.next();
+            let len = self.source.decoded_len(step.record);
+            let next_use = self.sampler.next_use(step.record, step.global);
+            let work = {
+                let mut c = lock(&self.cache);
+                match c.serve(step.record, next_use) {
+                    Some(bytes) => Work::Hit(bytes),
+                    None => Work::Decode {
+                        admit: c.admit(step.record, len, next_use),
+                    },
+                }
+            };
+            let sent = match (work, &self.lent) {
+                (Work::Hit(bytes), Some(lent)) => lent
+                    .send(Done {
+                        step,
+                        result: Ok((slot, Bytes::Lent(bytes))),
+                    })
+                    .is_ok(),
+                (work, _) => jobs
+                    .send(Job {
+                        step,
+                        slot,
+                        len,
+                        work,
+                    })
+                    .is_ok(),
+            };
+            if !sent {
+                // The other end is gone: the loader is shutting down.
+                self.stop();
+                return;
+            }
+        }
+    }
+
+    /// Schedules nothing more and closes the job channel (workers drain it and exit).
+    fn stop(&mut self) {
+        self.jobs = None;
+        self.lent = None;
+    }
+}
+
+fn lock_scheduler(s: &Mutex<Scheduler>) -> MutexGuard<'_, Scheduler> {
+    // The scheduler's methods leave it consistent between statements that can panic.
+    s.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A filled ring slot lent to the consumer: read-only bytes plus where they sit in the
-/// sequence. Dropping it returns the slot to the ring.
+/// sequence. Dropping it returns the slot to the ring (and schedules the next step).
 pub struct Delivered {
     slot: Option<Slot>,
+    /// Set when the bytes are a lent cache entry instead of the slot's contents.
+    lent: Option<Arc<Vec<u8>>>,
     len: usize,
     step: Step,
     from_cache: bool,
-    free_tx: Sender<Slot>,
+    scheduler: Arc<Mutex<Scheduler>>,
     held: Arc<AtomicUsize>,
 }
 
@@ -218,6 +332,9 @@ impl Delivered {
 impl Deref for Delivered {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
+        if let Some(lent) = &self.lent {
+            return lent;
+        }
         let slot = self.slot.as_ref().expect("slot present until drop");
         &slot.buf[..self.len]
     }
@@ -225,10 +342,12 @@ impl Deref for Delivered {
 
 impl Drop for Delivered {
     fn drop(&mut self) {
+        // Release a lent cache entry before the slot: the step the slot schedules next may
+        // need that entry to be evictable.
+        self.lent.take();
         self.held.fetch_sub(1, Ordering::AcqRel);
         if let Some(slot) = self.slot.take() {
-            // The loader may be gone; then the slot is simply freed.
-            let _ = self.free_tx.send(slot);
+            lock_scheduler(&self.scheduler).release(slot);
         }
     }
 }
@@ -252,8 +371,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// The running loader; see the module doc. Not `Clone`; one consumer.
 pub struct Loader {
     done_rx: Receiver<Done>,
-    free_tx: Sender<Slot>,
-    shutdown_tx: Option<Sender<()>>,
+    scheduler: Arc<Mutex<Scheduler>>,
     threads: Vec<JoinHandle<()>>,
     reorder: BTreeMap<u64, Done>,
     next_global: u64,
@@ -268,8 +386,8 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// Allocates the ring (`config.slots()` × the largest record) and starts the threads.
-    /// `sampler` is moved to `config.start`.
+    /// Allocates the ring (`config.slots()` × the largest record), starts the workers and
+    /// schedules the first `slots` steps. `sampler` is moved to `config.start`.
     pub fn start(
         source: Arc<dyn RecordSource>,
         mut sampler: Sampler,
@@ -294,20 +412,18 @@ impl Loader {
             .map(|r| source.decoded_len(r))
             .max()
             .unwrap_or(0);
-        let (free_tx, free_rx) = unbounded::<Slot>();
-        for _ in 0..config.slots() {
-            free_tx
-                .send(Slot {
+        let free = (0..config.slots())
+            .map(|_| {
+                Ok(Slot {
                     buf: allocator.allocate(slot_len)?,
                 })
-                .expect("receiver alive");
-        }
+            })
+            .collect::<Result<Vec<_>, LoadError>>()?;
         let start_global = config.start.epoch * sampler.records() as u64 + config.start.index;
         let end_global = config.limit.map(|l| start_global + l);
         let cache = Arc::new(Mutex::new(cache));
         let (done_tx, done_rx) = unbounded::<Done>();
         let (job_tx, job_rx) = unbounded::<Job>();
-        let (shutdown_tx, shutdown_rx) = crossbeam_channel::bounded::<()>(0);
         let mut threads = Vec::new();
         for w in 0..config.workers {
             let (job_rx, done_tx, cache, source) = (
@@ -316,56 +432,37 @@ impl Loader {
                 cache.clone(),
                 source.clone(),
             );
-            let handle = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("ramsplat-load-{w}"))
                 .stack_size(THREAD_STACK as usize)
-                .spawn(move || worker(w, &*source, &cache, job_rx, done_tx))
-                .map_err(|e| LoadError::Config(format!("cannot start loader thread: {e}")))?;
-            threads.push(handle);
-        }
-        drop(job_rx);
-        let dispatcher = {
-            let (cache, source) = (cache.clone(), source.clone());
-            std::thread::Builder::new()
-                .name("ramsplat-dispatch".into())
-                .stack_size(THREAD_STACK as usize)
-                .spawn(move || {
-                    let run = catch_unwind(AssertUnwindSafe(|| {
-                        dispatcher(
-                            &mut sampler,
-                            &*source,
-                            &cache,
-                            end_global,
-                            free_rx,
-                            shutdown_rx,
-                            job_tx,
-                        )
-                    }));
-                    if let Err(p) = run {
-                        let _ = done_tx.send(Done {
-                            step: Step {
-                                position: Position { epoch: 0, index: 0 },
-                                global: u64::MAX,
-                                record: 0,
-                                group: 0,
-                                part: 0,
-                                last_part: true,
-                            },
-                            result: Err(LoadError::Panic {
-                                thread: "dispatcher".into(),
-                                record: "-".into(),
-                                msg: panic_message(&*p),
-                            }),
-                        });
+                .spawn(move || worker(w, &*source, &cache, job_rx, done_tx));
+            match spawned {
+                Ok(handle) => threads.push(handle),
+                Err(e) => {
+                    // Dropping job_tx below ends the workers already started; join them.
+                    drop(job_tx);
+                    for t in threads {
+                        let _ = t.join();
                     }
-                })
-                .map_err(|e| LoadError::Config(format!("cannot start loader thread: {e}")))?
-        };
-        threads.push(dispatcher);
+                    return Err(LoadError::Config(format!(
+                        "cannot start loader thread: {e}"
+                    )));
+                }
+            }
+        }
+        let scheduler = Arc::new(Mutex::new(Scheduler {
+            sampler,
+            source,
+            cache: cache.clone(),
+            end_global,
+            free,
+            jobs: Some(job_tx),
+            lent: (!allocator.pinned()).then_some(done_tx),
+        }));
+        lock_scheduler(&scheduler).pump();
         Ok(Loader {
             done_rx,
-            free_tx,
-            shutdown_tx: Some(shutdown_tx),
+            scheduler,
             threads,
             reorder: BTreeMap::new(),
             next_global: start_global,
@@ -406,13 +503,15 @@ impl Loader {
             match got {
                 Ok(done) => {
                     if let Err(e) = done.result {
-                        self.failed = true;
+                        self.fail();
                         return Some(Err(e));
                     }
                     self.reorder.insert(done.step.global, done);
                 }
                 Err(_) => {
-                    self.failed = true;
+                    // Unreachable while the scheduler holds a sender; kept as an error, not
+                    // a hang, should that ever change.
+                    self.fail();
                     return Some(Err(LoadError::Panic {
                         thread: "loader".into(),
                         record: format!("position {}", self.next_global),
@@ -423,8 +522,17 @@ impl Loader {
         }
     }
 
+    fn fail(&mut self) {
+        self.failed = true;
+        lock_scheduler(&self.scheduler).stop();
+    }
+
     fn deliver(&mut self, done: Done) -> Result<Delivered, LoadError> {
-        let (slot, len, from_cache) = done.result?;
+        let (slot, bytes) = done.result?;
+        let (len, from_cache, lent) = match bytes {
+            Bytes::InSlot { len, from_cache } => (len, from_cache, None),
+            Bytes::Lent(b) => (b.len(), true, Some(b)),
+        };
         self.next_global += 1;
         self.stats.delivered += 1;
         self.stats.bytes += len as u64;
@@ -436,10 +544,11 @@ impl Loader {
         self.held.fetch_add(1, Ordering::AcqRel);
         Ok(Delivered {
             slot: Some(slot),
+            lent,
             len,
             step: done.step,
             from_cache,
-            free_tx: self.free_tx.clone(),
+            scheduler: self.scheduler.clone(),
             held: self.held.clone(),
         })
     }
@@ -465,6 +574,12 @@ impl Loader {
         lock(&self.cache).stats()
     }
 
+    /// (bytes held, capacity) of the cache now.
+    pub fn cache_usage(&self) -> (u64, u64) {
+        let c = lock(&self.cache);
+        (c.used(), c.capacity())
+    }
+
     /// Shrinks the cache (e.g. the host-side model grew); returns its new capacity.
     pub fn shrink_cache(&self, bytes: u64) -> u64 {
         lock(&self.cache).shrink_to(bytes)
@@ -473,56 +588,11 @@ impl Loader {
 
 impl Drop for Loader {
     fn drop(&mut self) {
-        // Closing the shutdown channel wakes the dispatcher wherever it waits for a slot.
-        self.shutdown_tx.take();
+        // Closing the job channel ends the workers after their current record. Delivered
+        // records still held keep the scheduler alive, but it schedules nothing more.
+        lock_scheduler(&self.scheduler).stop();
         for t in self.threads.drain(..) {
             let _ = t.join();
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn dispatcher(
-    sampler: &mut Sampler,
-    source: &dyn RecordSource,
-    cache: &Mutex<Cache>,
-    end_global: Option<u64>,
-    free_rx: Receiver<Slot>,
-    shutdown_rx: Receiver<()>,
-    job_tx: Sender<Job>,
-) {
-    loop {
-        if end_global.is_some_and(|e| {
-            sampler.position().epoch * sampler.records() as u64 + sampler.position().index >= e
-        }) {
-            return;
-        }
-        let slot = select! {
-            recv(free_rx) -> s => match s { Ok(s) => s, Err(_) => return },
-            recv(shutdown_rx) -> _ => return,
-        };
-        let step = sampler.next();
-        let len = source.decoded_len(step.record);
-        let next_use = sampler.next_use(step.record, step.global);
-        let work = {
-            let mut c = lock(cache);
-            match c.serve(step.record, next_use) {
-                Some(bytes) => Work::Hit(bytes),
-                None => Work::Decode {
-                    admit: c.admit(step.record, len, next_use),
-                },
-            }
-        };
-        if job_tx
-            .send(Job {
-                step,
-                slot,
-                len,
-                work,
-            })
-            .is_err()
-        {
-            return;
         }
     }
 }
@@ -565,7 +635,7 @@ fn worker(
                 if let Some(b) = filled {
                     lock(cache).complete(step.record, b);
                 }
-                Ok((slot, len, from_cache))
+                Ok((slot, Bytes::InSlot { len, from_cache }))
             }
             Ok(Err(e)) => {
                 lock(cache).abort(step.record);
