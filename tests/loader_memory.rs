@@ -5,10 +5,8 @@
 //! and across a stop/resume; bytes delivered equal bytes packed; a budget below the floor is
 //! the itemised error with a non-zero exit.
 //!
-//! The child is the real `gs-pack bench` when that subcommand exists; otherwise (and for the
-//! resume options the CLI does not expose) this test binary re-executes itself into
-//! [`child_entry`], which runs the same library function `gs-pack bench` wraps
-//! (`ramsplat::data::bench::run_bench`) in a fresh process.
+//! Every child is the real `gs-pack bench` binary, seeds and stop/resume (`--start`, `--limit`)
+//! included.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -17,9 +15,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use ramsplat::budget::{parse_size, parse_status_field};
-use ramsplat::data::bench::{run_bench, write_noise_pack, BenchOptions};
+use ramsplat::data::bench::write_noise_pack;
 use ramsplat::data::Position;
-use ramsplat::shard::reader::Pack;
 use ramsplat::shard::Codec;
 use serde_json::Value;
 
@@ -65,53 +62,27 @@ struct ChildRun {
     /// Largest VmHWM seen while polling the running child.
     polled_peak: u64,
     report: Option<Value>,
-    via_cli: bool,
-}
-
-fn cli_has_bench() -> bool {
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| {
-        Command::new(env!("CARGO_BIN_EXE_gs-pack"))
-            .args(["bench", "--help"])
-            .output()
-            .map(|o| {
-                o.status.success() && String::from_utf8_lossy(&o.stdout).contains("--ram-budget")
-            })
-            .unwrap_or(false)
-    })
 }
 
 fn run_child(pack: &Path, budget: &str, epochs: u64, extra: &Extra) -> ChildRun {
-    let needs_library = extra.seed.is_some() || extra.start.is_some() || extra.limit.is_some();
-    let via_cli = !needs_library && cli_has_bench();
-    let mut cmd = if via_cli {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_gs-pack"));
-        c.arg("bench").arg(pack).args([
-            "--ram-budget",
-            budget,
-            "--epochs",
-            &epochs.to_string(),
-            "--workers",
-            "2",
-        ]);
-        c
-    } else {
-        let mut c = Command::new(std::env::current_exe().unwrap());
-        c.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
-            .env("RAMSPLAT_CHILD_PACK", pack)
-            .env("RAMSPLAT_CHILD_BUDGET", budget)
-            .env("RAMSPLAT_CHILD_EPOCHS", epochs.to_string());
-        if let Some(s) = extra.seed {
-            c.env("RAMSPLAT_CHILD_SEED", s.to_string());
-        }
-        if let Some(p) = extra.start {
-            c.env("RAMSPLAT_CHILD_START", format!("{},{}", p.epoch, p.index));
-        }
-        if let Some(l) = extra.limit {
-            c.env("RAMSPLAT_CHILD_LIMIT", l.to_string());
-        }
-        c
-    };
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gs-pack"));
+    cmd.arg("bench").arg(pack).args([
+        "--ram-budget",
+        budget,
+        "--epochs",
+        &epochs.to_string(),
+        "--workers",
+        "2",
+    ]);
+    if let Some(seed) = extra.seed {
+        cmd.args(["--seed", &seed.to_string()]);
+    }
+    if let Some(p) = extra.start {
+        cmd.args(["--start", &format!("{},{}", p.epoch, p.index)]);
+    }
+    if let Some(l) = extra.limit {
+        cmd.args(["--limit", &l.to_string()]);
+    }
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -148,16 +119,13 @@ fn run_child(pack: &Path, budget: &str, epochs: u64, extra: &Extra) -> ChildRun 
     let report = stdout
         .lines()
         .rev()
-        // The libtest child prints "test child_entry ... " before the line; the CLI prints it
-        // alone. Either way the report is the JSON object that ends the line.
-        .find_map(|l| l.find('{').and_then(|i| serde_json::from_str(&l[i..]).ok()));
+        .find_map(|l| serde_json::from_str(l).ok());
     ChildRun {
         success: status.success(),
         stdout,
         stderr,
         polled_peak,
         report,
-        via_cli,
     }
 }
 
@@ -167,8 +135,8 @@ impl ChildRun {
         match self.report {
             Some(r) => r,
             None => panic!(
-                "{what}: no JSON line from the child (cli: {}, success: {}):\nstdout:\n{}\nstderr:\n{}",
-                self.via_cli, self.success, self.stdout, self.stderr
+                "{what}: no JSON line from gs-pack bench (success: {}):\nstdout:\n{}\nstderr:\n{}",
+                self.success, self.stdout, self.stderr
             ),
         }
     }
@@ -188,42 +156,6 @@ fn hex(r: &Value, key: &str) -> u64 {
         16,
     )
     .unwrap()
-}
-
-/// Not a test of its own: the body of the re-executed child (does nothing in a normal run).
-#[test]
-fn child_entry() {
-    let Ok(pack_path) = std::env::var("RAMSPLAT_CHILD_PACK") else {
-        return;
-    };
-    let env = |k: &str| std::env::var(k).ok();
-    let mut opts = BenchOptions {
-        ram_budget: parse_size(&env("RAMSPLAT_CHILD_BUDGET").unwrap()).unwrap(),
-        epochs: env("RAMSPLAT_CHILD_EPOCHS").unwrap().parse().unwrap(),
-        workers: 2,
-        ..Default::default()
-    };
-    if let Some(s) = env("RAMSPLAT_CHILD_SEED") {
-        opts.seed = s.parse().unwrap();
-    }
-    if let Some(s) = env("RAMSPLAT_CHILD_START") {
-        let (e, i) = s.split_once(',').unwrap();
-        opts.start = Position {
-            epoch: e.parse().unwrap(),
-            index: i.parse().unwrap(),
-        };
-    }
-    if let Some(l) = env("RAMSPLAT_CHILD_LIMIT") {
-        opts.limit = Some(l.parse().unwrap());
-    }
-    let pack = std::sync::Arc::new(Pack::open(Path::new(&pack_path)).unwrap());
-    match run_bench(pack, &opts, &mut |_, _| {}) {
-        Ok(report) => println!("{}", report.to_json_line()),
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::exit(2);
-        }
-    }
 }
 
 #[test]
@@ -339,12 +271,10 @@ fn same_seed_same_sequence_and_stop_resume_continues_it() {
         hex(&a, "sequence_sum"),
         "stop + resume delivers the uninterrupted sequence"
     );
-    // The CLI's default seed is deterministic too.
-    if cli_has_bench() {
-        let x = run_child(&p.path, BUDGET, 1, &Extra::default()).report("cli x");
-        let y = run_child(&p.path, BUDGET, 1, &Extra::default()).report("cli y");
-        assert_eq!(x["sequence_sum"], y["sequence_sum"]);
-    }
+    // The default seed is deterministic too.
+    let x = run_child(&p.path, BUDGET, 1, &Extra::default()).report("default x");
+    let y = run_child(&p.path, BUDGET, 1, &Extra::default()).report("default y");
+    assert_eq!(x["sequence_sum"], y["sequence_sum"]);
 }
 
 #[test]
@@ -366,4 +296,52 @@ fn budget_below_the_floor_is_an_itemised_error() {
             run.stderr
         );
     }
+}
+
+/// The cache policy end to end, through the real binary: with per-epoch permutations the
+/// known-future policy hits about as often as the cache's share of the data allows (goal:
+/// ≥ 0.95 × cache/dataset after the cold first epoch), far above LRU.
+#[test]
+fn belady_hits_its_share_of_the_data_and_lru_does_not() {
+    let p = pack();
+    let epochs = 6;
+    let run = |policy: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gs-pack"))
+            .arg("bench")
+            .arg(&p.path)
+            .args(["--ram-budget", "60M", "--epochs", &epochs.to_string()])
+            .args(["--policy", policy])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.lines()
+            .rev()
+            .find_map(|l| serde_json::from_str::<Value>(l).ok())
+            .unwrap_or_else(|| panic!("no report: {text}"))
+    };
+    let (belady, lru) = (run("belady"), run("lru"));
+    let share = num(&belady, "cache_bytes") as f64 / num(&belady, "dataset_decoded_bytes") as f64;
+    assert!((0.2..0.8).contains(&share), "cache share {share}");
+    // Hits happen only after the first (cold) epoch.
+    let warm = |r: &Value| r["hit_rate"].as_f64().unwrap() * epochs as f64 / (epochs - 1) as f64;
+    assert!(
+        warm(&belady) >= 0.95 * share,
+        "belady warm hit rate {} < 0.95 × {share}",
+        warm(&belady)
+    );
+    assert!(
+        warm(&lru) < 0.8 * warm(&belady),
+        "lru {} vs belady {}",
+        warm(&lru),
+        warm(&belady)
+    );
+    assert_eq!(
+        belady["content_sum"], lru["content_sum"],
+        "same bytes either way"
+    );
 }

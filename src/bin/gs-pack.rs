@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use ramsplat::budget::parse_size;
 use ramsplat::cli::{human_bytes, report_error, Progress, EXIT_CORRUPT, EXIT_FAILURE};
+use ramsplat::data::{CachePolicy, Position};
 use ramsplat::import::image::Resize;
 use ramsplat::import::Format;
 use ramsplat::pack::{convert, ConvertOptions, Event};
@@ -103,6 +104,34 @@ struct BenchArgs {
     /// Seed of the per-epoch view permutations.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Resume from this position of the sequence, EPOCH,INDEX (as printed in `end` of an
+    /// earlier run's report).
+    #[arg(long, value_parser = parse_position, value_name = "EPOCH,INDEX")]
+    start: Option<Position>,
+    /// Stop after this many views (before the end of --epochs).
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Cache policy: belady (evict the view needed furthest ahead; the sampler knows the
+    /// order) or lru (for comparison).
+    #[arg(long, value_parser = parse_policy, default_value = "belady")]
+    policy: CachePolicy,
+}
+
+fn parse_position(s: &str) -> Result<Position, String> {
+    let bad = || format!("expected EPOCH,INDEX (two non-negative integers), got {s:?}");
+    let (e, i) = s.split_once(',').ok_or_else(bad)?;
+    Ok(Position {
+        epoch: e.trim().parse().map_err(|_| bad())?,
+        index: i.trim().parse().map_err(|_| bad())?,
+    })
+}
+
+fn parse_policy(s: &str) -> Result<CachePolicy, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "belady" => Ok(CachePolicy::Belady),
+        "lru" => Ok(CachePolicy::Lru),
+        _ => Err(format!("unknown cache policy {s:?}: use belady or lru")),
+    }
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -383,9 +412,16 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<()> {
         workers: args.workers,
         prefetch: args.prefetch,
         seed: args.seed,
-        ..Default::default()
+        policy: args.policy,
+        start: args.start.unwrap_or(Position { epoch: 0, index: 0 }),
+        limit: args.limit,
     };
-    let progress = Progress::new("loading", views * args.epochs);
+    let start = opts.start.epoch * views + opts.start.index;
+    let mut todo = (views * args.epochs).saturating_sub(start);
+    if let Some(l) = args.limit {
+        todo = todo.min(l);
+    }
+    let progress = Progress::new("loading", todo);
     let report = ramsplat::data::bench::run_bench(pack, &opts, &mut |done, _| progress.set(done))
         .with_context(|| format!("benchmarking the loader on {}", args.pack.display()))?;
     progress.finish();
