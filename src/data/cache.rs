@@ -31,6 +31,17 @@ use std::sync::Arc;
 use crate::budget::Reservation;
 use crate::shard::PAGE;
 
+/// What [`Cache::lookup`] found.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Cached and complete: a handle to the bytes.
+    Ready(Arc<Vec<u8>>),
+    /// Admitted, and a worker is writing it now.
+    Pending,
+    /// Not cached.
+    Absent,
+}
+
 /// Which records to keep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -158,18 +169,35 @@ impl Cache {
     }
 
     /// If `record` is cached and complete, returns a shared handle to its bytes (the caller
-    /// copies them into a ring slot and drops the handle; the entry cannot be evicted meanwhile)
-    /// and sets the entry's next use to `next_use`. Counts a hit or a miss.
+    /// copies them into a ring slot or lends them, then drops the handle; the entry cannot be
+    /// evicted meanwhile) and sets the entry's next use to `next_use`. Counts a hit or a miss;
+    /// an entry still being written counts as a miss here (see [`Cache::lookup`]).
     pub fn serve(&mut self, record: u32, next_use: u64) -> Option<Arc<Vec<u8>>> {
+        match self.lookup(record, next_use) {
+            Lookup::Ready(b) => Some(b),
+            Lookup::Pending => {
+                self.stats.hits -= 1;
+                self.stats.misses += 1;
+                None
+            }
+            Lookup::Absent => None,
+        }
+    }
+
+    /// Like [`Cache::serve`], but an entry a worker is still writing (the record recurs within
+    /// the prefetch window, e.g. across the first epoch boundary) is [`Lookup::Pending`]: the
+    /// caller waits for [`Cache::complete`] instead of decoding the record a second time. Ready
+    /// and pending entries count as hits, absent ones as misses.
+    pub fn lookup(&mut self, record: u32, next_use: u64) -> Lookup {
         let Some(entry) = self.entries.get_mut(&record) else {
             self.stats.misses += 1;
-            return None;
+            return Lookup::Absent;
         };
         let Some(buf) = entry.buf.as_ref() else {
-            // Still being written by a worker (the record recurs within the prefetch window):
-            // decoding it again costs less than making the dispatcher wait.
-            self.stats.misses += 1;
-            return None;
+            // Not in the eviction order yet; `complete` inserts it with this next use.
+            entry.next_use = next_use;
+            self.stats.hits += 1;
+            return Lookup::Pending;
         };
         let handle = Arc::clone(buf);
         match &mut self.order {
@@ -183,7 +211,7 @@ impl Cache {
         }
         entry.next_use = next_use;
         self.stats.hits += 1;
-        Some(handle)
+        Lookup::Ready(handle)
     }
 
     /// [`Cache::serve`] and copy into the front of `out`; returns the record's length.
@@ -305,16 +333,18 @@ impl Cache {
         Some(buf)
     }
 
-    /// Makes a pending entry servable with the filled buffer.
-    pub fn complete(&mut self, record: u32, buf: Vec<u8>) {
+    /// Makes a pending entry servable with the filled buffer; returns a handle to it (for the
+    /// steps that found it [`Lookup::Pending`]).
+    pub fn complete(&mut self, record: u32, buf: Vec<u8>) -> Option<Arc<Vec<u8>>> {
         let Some(entry) = self.entries.get_mut(&record) else {
-            return; // not pending (cannot happen in the loader); dropping frees nothing counted
+            return None; // not pending (cannot happen in the loader); dropping frees nothing counted
         };
         if entry.buf.is_some() {
-            return;
+            return None;
         }
         let next_use = entry.next_use;
-        entry.buf = Some(Arc::new(buf));
+        let handle = Arc::new(buf);
+        entry.buf = Some(Arc::clone(&handle));
         match &mut self.order {
             Order::Belady(set) => {
                 set.insert((next_use, record));
@@ -323,6 +353,7 @@ impl Cache {
                 lru.put(record, ());
             }
         }
+        Some(handle)
     }
 
     /// Forgets a pending entry whose decode failed, returning its bytes.

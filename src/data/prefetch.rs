@@ -58,7 +58,7 @@
 //!   will complete: every scheduled step is either already in the done channel (lent) or
 //!   queued to live workers, which always answer (a result or the caught panic).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::{Deref, DerefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
-use super::cache::{Cache, CacheStats};
+use super::cache::{Cache, CacheStats, Lookup};
 use super::sampler::{Position, Sampler, Step};
 use super::{LoadError, RecordSource};
 use crate::budget::margin::THREAD_STACK;
@@ -76,7 +76,16 @@ use crate::shard::PAGE;
 
 /// A host buffer a ring slot owns. On CPU: page-aligned heap memory ([`HeapSlots`]); a CUDA
 /// trainer supplies pinned memory so it can upload slots asynchronously.
-pub trait HostBuffer: Send + Deref<Target = [u8]> + DerefMut {}
+pub trait HostBuffer: Send + Deref<Target = [u8]> + DerefMut {
+    /// Called by a worker before it writes the buffer: waits until the memory may be
+    /// overwritten (a pinned slot whose upload to the device is still in flight).
+    fn prepare(&mut self) -> Result<(), LoadError> {
+        Ok(())
+    }
+    /// For consumers that know the concrete type (a CUDA trainer reaching the pinned
+    /// allocation to queue an upload).
+    fn as_any(&self) -> &dyn std::any::Any;
+}
 
 /// Makes ring slots. Called once per slot at loader start.
 pub trait SlotAllocator: Send + Sync {
@@ -126,7 +135,11 @@ impl DerefMut for AlignedBuf {
     }
 }
 
-impl HostBuffer for AlignedBuf {}
+impl HostBuffer for AlignedBuf {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
 
 impl SlotAllocator for HeapSlots {
     fn allocate(&self, len: usize) -> Result<Box<dyn HostBuffer>, LoadError> {
@@ -217,6 +230,12 @@ struct Done {
     result: Result<(Slot, Bytes), LoadError>,
 }
 
+/// Steps waiting for a record a worker is decoding into the cache right now (found
+/// [`Lookup::Pending`]), with their slots. Lock order: scheduler → cache → followers; a step is
+/// registered while the cache lock shows the entry pending, and the worker takes the list
+/// while the cache lock makes it ready, so no follower is ever left behind.
+type Followers = Mutex<HashMap<u32, Vec<(Step, Slot)>>>;
+
 /// Turns free slots into scheduled steps (see the module doc). Shared by the [`Loader`] and
 /// every [`Delivered`], behind a mutex; it never blocks while holding it (unbounded channels).
 struct Scheduler {
@@ -231,6 +250,7 @@ struct Scheduler {
     jobs: Option<Sender<Job>>,
     /// Set when hits are lent (pageable slots): where lent steps go.
     lent: Option<Sender<Done>>,
+    followers: Arc<Followers>,
 }
 
 impl Scheduler {
@@ -254,9 +274,17 @@ impl Scheduler {
             let next_use = self.sampler.next_use(step.record, step.global);
             let work = {
                 let mut c = lock(&self.cache);
-                match c.serve(step.record, next_use) {
-                    Some(bytes) => Work::Hit(bytes),
-                    None => Work::Decode {
+                match c.lookup(step.record, next_use) {
+                    Lookup::Ready(bytes) => Work::Hit(bytes),
+                    Lookup::Pending => {
+                        // Served by the worker that completes the record (see `worker`).
+                        lock_followers(&self.followers)
+                            .entry(step.record)
+                            .or_default()
+                            .push((step, slot));
+                        continue;
+                    }
+                    Lookup::Absent => Work::Decode {
                         admit: c.admit(step.record, len, next_use),
                     },
                 }
@@ -290,6 +318,10 @@ impl Scheduler {
         self.jobs = None;
         self.lent = None;
     }
+}
+
+fn lock_followers(f: &Followers) -> MutexGuard<'_, HashMap<u32, Vec<(Step, Slot)>>> {
+    f.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn lock_scheduler(s: &Mutex<Scheduler>) -> MutexGuard<'_, Scheduler> {
@@ -326,6 +358,15 @@ impl Delivered {
 
     pub fn from_cache(&self) -> bool {
         self.from_cache
+    }
+
+    /// The ring slot holding the bytes, or `None` when they are a lent cache entry (pageable
+    /// slots only; with pinned slots every delivery is in its slot).
+    pub fn host_buffer(&self) -> Option<&dyn HostBuffer> {
+        match (&self.lent, &self.slot) {
+            (None, Some(slot)) => Some(&*slot.buf),
+            _ => None,
+        }
     }
 }
 
@@ -425,17 +466,20 @@ impl Loader {
         let (done_tx, done_rx) = unbounded::<Done>();
         let (job_tx, job_rx) = unbounded::<Job>();
         let mut threads = Vec::new();
+        let lend = !allocator.pinned();
+        let followers = Arc::new(Followers::default());
         for w in 0..config.workers {
-            let (job_rx, done_tx, cache, source) = (
-                job_rx.clone(),
-                done_tx.clone(),
-                cache.clone(),
-                source.clone(),
-            );
+            let shared = WorkerShared {
+                source: source.clone(),
+                cache: cache.clone(),
+                followers: followers.clone(),
+                lend,
+            };
+            let (job_rx, done_tx) = (job_rx.clone(), done_tx.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("ramsplat-load-{w}"))
                 .stack_size(THREAD_STACK as usize)
-                .spawn(move || worker(w, &*source, &cache, job_rx, done_tx));
+                .spawn(move || worker(w, &shared, job_rx, done_tx));
             match spawned {
                 Ok(handle) => threads.push(handle),
                 Err(e) => {
@@ -457,7 +501,8 @@ impl Loader {
             end_global,
             free,
             jobs: Some(job_tx),
-            lent: (!allocator.pinned()).then_some(done_tx),
+            lent: lend.then_some(done_tx),
+            followers,
         }));
         lock_scheduler(&scheduler).pump();
         Ok(Loader {
@@ -597,13 +642,22 @@ impl Drop for Loader {
     }
 }
 
-fn worker(
-    id: usize,
-    source: &dyn RecordSource,
-    cache: &Mutex<Cache>,
-    jobs: Receiver<Job>,
-    done: Sender<Done>,
-) {
+/// What every worker shares.
+struct WorkerShared {
+    source: Arc<dyn RecordSource>,
+    cache: Arc<Mutex<Cache>>,
+    followers: Arc<Followers>,
+    /// Hits are lent (pageable slots) rather than copied into the slot.
+    lend: bool,
+}
+
+fn worker(id: usize, shared: &WorkerShared, jobs: Receiver<Job>, done: Sender<Done>) {
+    let WorkerShared {
+        source,
+        cache,
+        followers,
+        lend,
+    } = shared;
     while let Ok(job) = jobs.recv() {
         let Job {
             step,
@@ -612,37 +666,57 @@ fn worker(
             work,
         } = job;
         let from_cache = matches!(work, Work::Hit(_));
+        // Workers only ever *write* slots (never read one back): an admitted record is decoded
+        // into its cache buffer and then copied out, so slots may be memory that is slow or
+        // unsafe to read from the host (pinned, in flight to the device).
         let run = catch_unwind(AssertUnwindSafe(
             || -> Result<Option<Vec<u8>>, LoadError> {
+                slot.buf.prepare()?;
                 let out = &mut slot.buf[..len];
                 match work {
                     Work::Hit(bytes) => {
                         out.copy_from_slice(&bytes);
                         Ok(None)
                     }
-                    Work::Decode { admit } => {
+                    Work::Decode { admit: Some(mut b) } => {
+                        source.read_into(step.record, &mut b)?;
+                        out.copy_from_slice(&b);
+                        Ok(Some(b))
+                    }
+                    Work::Decode { admit: None } => {
                         source.read_into(step.record, out)?;
-                        Ok(admit.map(|mut b| {
-                            b.copy_from_slice(out);
-                            b
-                        }))
+                        Ok(None)
                     }
                 }
             },
         ));
+        let mut waiting = Vec::new();
         let result = match run {
             Ok(Ok(filled)) => {
                 if let Some(b) = filled {
-                    lock(cache).complete(step.record, b);
+                    let mut c = lock(cache);
+                    if let Some(ready) = c.complete(step.record, b) {
+                        let list = lock_followers(followers).remove(&step.record);
+                        waiting = list
+                            .into_iter()
+                            .flatten()
+                            .map(|f| (f, ready.clone()))
+                            .collect();
+                    }
                 }
                 Ok((slot, Bytes::InSlot { len, from_cache }))
             }
             Ok(Err(e)) => {
-                lock(cache).abort(step.record);
+                let mut c = lock(cache);
+                c.abort(step.record);
+                // The loader stops at this error; the followers' slots are simply freed.
+                lock_followers(followers).remove(&step.record);
                 Err(e)
             }
             Err(p) => {
-                lock(cache).abort(step.record);
+                let mut c = lock(cache);
+                c.abort(step.record);
+                lock_followers(followers).remove(&step.record);
                 Err(LoadError::Panic {
                     thread: format!("worker {id}"),
                     record: source.describe(step.record),
@@ -652,6 +726,27 @@ fn worker(
         };
         if done.send(Done { step, result }).is_err() {
             return;
+        }
+        // Steps that asked for this record while it was being decoded: served from the entry
+        // just completed (the handle keeps it from eviction until they are done with it).
+        for ((step, mut slot), ready) in waiting {
+            let result = if *lend {
+                Ok((slot, Bytes::Lent(ready)))
+            } else {
+                slot.buf.prepare().map(|()| {
+                    slot.buf[..ready.len()].copy_from_slice(&ready);
+                    (
+                        slot,
+                        Bytes::InSlot {
+                            len: ready.len(),
+                            from_cache: true,
+                        },
+                    )
+                })
+            };
+            if done.send(Done { step, result }).is_err() {
+                return;
+            }
         }
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Modules: [`kernels`] (embedded sources, `-D` constants, NVRTC), [`device`] (non-panicking
 //! probe, PTX disk cache), [`launch`] (one typed launch per entry point, the only `unsafe`
-//! launches), [`sort`] (radix sort driver).
+//! launches), [`sort`] (radix sort driver), [`pinned`] (page-locked loader ring slots).
 //!
 //! Invariants: device buffers live in the rasterizer and only grow (a training loop allocates
 //! nothing after its first few iterations); nothing sized by the intersection count is
@@ -19,6 +19,7 @@ pub mod device;
 pub mod error;
 pub mod kernels;
 pub mod launch;
+pub mod pinned;
 pub mod sort;
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 
 pub use device::{probe, CudaDevice};
 pub use error::CudaError;
+pub use pinned::{PinnedBuf, PinnedSlots};
 
 use crate::render::cpu::binning::{TileBins, REPORTED_LARGEST};
 use crate::render::cpu::{CameraF, GaussianParams, Splat, SplatGrad};
