@@ -6,7 +6,7 @@
 //!
 //! Run: `cargo bench --bench loader` (or `--profile dev` to reuse the dev build: dependencies,
 //! zstd and xxh3 are optimised there too). Environment knobs: `RAMSPLAT_BENCH_VIEWS` (48),
-//! `RAMSPLAT_BENCH_CODEC` (zstd | raw | png), `RAMSPLAT_BENCH_EPOCHS` (20: the "after epoch 1"
+//! `RAMSPLAT_BENCH_CODEC` (zstd | raw | png), `RAMSPLAT_BENCH_EPOCHS` (40: the "after epoch 1"
 //! rate needs many warm epochs, a warm epoch of 48 views takes ~15 ms), `RAMSPLAT_BENCH_REPS`
 //! (5; medians, repetitions interleaved across points), `RAMSPLAT_BENCH_WORKERS` (2),
 //! `RAMSPLAT_BENCH_ONLY` (e.g. `ram,budget:0,110`: a subset of points), `RAMSPLAT_BENCH_PACK`
@@ -138,7 +138,7 @@ fn write_synthetic(w: &mut PackWriter, views: usize) {
 fn options(budget: u64) -> BenchOptions {
     BenchOptions {
         ram_budget: budget,
-        epochs: env_or("RAMSPLAT_BENCH_EPOCHS", 20),
+        epochs: env_or("RAMSPLAT_BENCH_EPOCHS", 40),
         workers: env_or("RAMSPLAT_BENCH_WORKERS", 2),
         start: Position { epoch: 0, index: 0 },
         ..Default::default()

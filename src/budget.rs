@@ -343,7 +343,7 @@ pub struct Floor {
 pub struct FloorInputs {
     /// Process RSS measured at startup after opening the dataset (manifest parsed).
     pub baseline_rss: u64,
-    /// Threads the loader starts (workers + its dispatcher).
+    /// Threads the loader starts (its workers; scheduling runs on the consumer thread).
     pub threads: usize,
     pub workers: usize,
     pub ring_slots: usize,

@@ -1,9 +1,9 @@
 //! The byte-budgeted record cache.
 //!
 //! Holds decoded records (views, point chunks) in owned, pageable buffers so a repeat visit
-//! skips reading and decoding. It is driven by the loader's dispatcher strictly in sampler order:
-//! [`Cache::serve`] on every step (hit: a worker copies the shared bytes into a ring slot),
-//! then on a miss
+//! skips reading and decoding. It is driven by the loader's scheduler strictly in sampler order:
+//! [`Cache::lookup`] on every step (ready: the shared bytes are lent to the consumer or copied
+//! into a pinned slot; pending: the step waits for the decode in flight), then on a miss
 //! [`Cache::admit`] decides *before* anything is inserted whether the record earns a place, and
 //! hands out a buffer to fill; the worker fills it and [`Cache::complete`] makes it servable.
 //!
