@@ -103,15 +103,7 @@ fn write_pack(dir: &Path, views: usize, codec: Codec) -> &'static str {
         write_synthetic(&mut w, views);
         "synthetic gradients"
     };
-    w.finish(SourceInfo {
-        path: "bench".into(),
-        format: ramsplat::import::Format::Auto,
-        missing_images: vec![],
-        max_width: None,
-        downscale: None,
-        test_every: None,
-    })
-    .unwrap();
+    w.finish(SourceInfo::generated("bench")).unwrap();
     content
 }
 

@@ -412,14 +412,7 @@ fn peak_rss_stays_under_the_budget_on_a_pack_larger_than_it() {
     }
     writer.add_cloud(&mut Points(100)).unwrap();
     writer
-        .finish(ramsplat::shard::SourceInfo {
-            path: "noise".into(),
-            format: ramsplat::import::Format::Auto,
-            missing_images: vec![],
-            max_width: None,
-            downscale: None,
-            test_every: None,
-        })
+        .finish(ramsplat::shard::SourceInfo::generated("noise"))
         .unwrap();
     let decoded = Pack::open(&path).unwrap().manifest().decoded_bytes();
     let budget: u64 = 96 << 20;

@@ -405,14 +405,7 @@ pub fn write_noise_pack(
         };
         w.add_view(&format!("noise_{i:05}.png"), &camera, Split::Train, &pixels)?;
     }
-    w.finish(crate::shard::SourceInfo {
-        path: "synthetic noise".into(),
-        format: crate::import::Format::Auto,
-        missing_images: vec![],
-        max_width: None,
-        downscale: None,
-        test_every: None,
-    })?;
+    w.finish(crate::shard::SourceInfo::generated("synthetic noise"))?;
     Ok(sum)
 }
 

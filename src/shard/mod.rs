@@ -350,6 +350,21 @@ pub struct SourceInfo {
     pub test_every: Option<u32>,
 }
 
+impl SourceInfo {
+    /// A pack written by a program rather than converted from a dataset (benchmarks, tests,
+    /// the demo): `path` says which; no conversion settings, nothing missing.
+    pub fn generated(path: &str) -> SourceInfo {
+        SourceInfo {
+            path: path.into(),
+            format: crate::import::Format::Auto,
+            missing_images: vec![],
+            max_width: None,
+            downscale: None,
+            test_every: None,
+        }
+    }
+}
+
 /// The pack's table of contents, `manifest.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
