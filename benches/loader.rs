@@ -185,6 +185,23 @@ fn in_ram_direct(views: &dyn RecordSource) {
     println!("{report}");
 }
 
+/// The loader's memory floor for `source` in this process now (the budget of a run with no
+/// cache is this plus slack).
+fn floor_bytes(source: &dyn RecordSource) -> u64 {
+    let o = options(u64::MAX / 2);
+    let cfg = LoaderConfig {
+        workers: o.workers,
+        prefetch: o.prefetch,
+        start: o.start,
+        limit: None,
+    };
+    let baseline = current_rss_bytes().unwrap_or(0);
+    plan_memory(u64::MAX / 2, source, &cfg, baseline, vec![])
+        .unwrap()
+        .floor
+        .total()
+}
+
 /// Child: one run. `RAMSPLAT_BENCH_MODE` is `budget:<extra bytes above the floor>`, `ram` (the
 /// strict in-RAM baseline) or `ram-loader` (the loader over an in-RAM source).
 fn child(pack_dir: &Path, mode: &str) {
@@ -192,23 +209,7 @@ fn child(pack_dir: &Path, mode: &str) {
     let views: Arc<dyn RecordSource> = Arc::new(PackViews::new(pack, Some(Split::Train)));
     let report = if let Some(extra) = mode.strip_prefix("budget:") {
         let extra: u64 = extra.parse().unwrap();
-        let o = options(u64::MAX / 2);
-        let cfg = LoaderConfig {
-            workers: o.workers,
-            prefetch: o.prefetch,
-            start: o.start,
-            limit: None,
-        };
-        let floor = plan_memory(
-            u64::MAX / 2,
-            &*views,
-            &cfg,
-            current_rss_bytes().unwrap_or(0),
-            vec![],
-        )
-        .unwrap()
-        .floor
-        .total();
+        let floor = floor_bytes(&*views);
         // 1 MiB of slack: run_bench measures the baseline again, a few pages later.
         run_bench_source(views, &options(floor + (1 << 20) + extra), &mut |_, _| {}).unwrap()
     } else if mode == "ram-loader" {
@@ -216,23 +217,7 @@ fn child(pack_dir: &Path, mode: &str) {
         // into a ring slot (what the pinned/CUDA path does with a warm cache).
         let mem: Arc<dyn RecordSource> = Arc::new(MemSource::new(preload(&*views)));
         // No cache (budget at its floor): the source itself is the in-RAM dataset.
-        let o = options(u64::MAX / 2);
-        let cfg = LoaderConfig {
-            workers: o.workers,
-            prefetch: o.prefetch,
-            start: o.start,
-            limit: None,
-        };
-        let floor = plan_memory(
-            u64::MAX / 2,
-            &*mem,
-            &cfg,
-            current_rss_bytes().unwrap_or(0),
-            vec![],
-        )
-        .unwrap()
-        .floor
-        .total();
+        let floor = floor_bytes(&*mem);
         run_bench_source(mem, &options(floor + (1 << 20)), &mut |_, _| {}).unwrap()
     } else {
         assert_eq!(mode, "ram", "unknown RAMSPLAT_BENCH_MODE");
