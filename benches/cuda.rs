@@ -63,6 +63,9 @@ fn main() {
         Ok(r) => r,
         Err(e) => {
             println!("cuda bench: no usable GPU ({e}); nothing measured");
+            if std::env::var("GS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                std::process::exit(1);
+            }
             return;
         }
     };

@@ -28,4 +28,19 @@ __device__ __forceinline__ Packed load_packed(u32 g, const float* __restrict__ m
     return p;
 }
 
+// The one contribution rule both rasterizers use (twin of the CPU's): σ of the splat at the
+// pixel centre (fx, fy); skipped when σ < 0 or σ exceeds the cheap cut; α = min(o·e^−σ,
+// GS_ALPHA_MAX), skipped below GS_ALPHA_MIN. Returns whether the splat contributes, and its
+// offset, Gaussian value and α. Forward and backward must decide identically, hence one copy.
+__device__ __forceinline__ bool splat_alpha(const Packed& s, float fx, float fy, float& dx,
+                                            float& dy, float& gauss, float& alpha) {
+    dx = s.mx - fx;
+    dy = s.my - fy;
+    const float sigma = 0.5f * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy;
+    if (sigma < 0.0f || sigma > s.sigma_cut) return false;
+    gauss = expf(-sigma);
+    alpha = fminf(s.o * gauss, (float)GS_ALPHA_MAX);
+    return alpha >= (float)GS_ALPHA_MIN;
+}
+
 #endif // GS_RASTER_CUH

@@ -77,38 +77,31 @@ extern "C" __global__ void rasterize_bwd(
             float g_col[3] = {0.0f, 0.0f, 0.0f};
             float g_o = 0.0f;
             bool contributes = false;
-            if (k < n_last) {
-                const float dx = s.mx - fx, dy = s.my - fy;
-                const float sigma = 0.5f * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy;
-                if (!(sigma < 0.0f || sigma > s.sigma_cut)) {
-                    const float gauss = expf(-sigma);
-                    const float alpha = fminf(s.o * gauss, (float)GS_ALPHA_MAX);
-                    if (alpha >= (float)GS_ALPHA_MIN) {
-                        contributes = true;
-                        const float one_minus = 1.0f - alpha;
-                        t /= one_minus;
-                        const float w = alpha * t;
-                        float d_alpha = 0.0f;
+            float dx, dy, gauss, alpha;
+            if (k < n_last && splat_alpha(s, fx, fy, dx, dy, gauss, alpha)) {
+                contributes = true;
+                const float one_minus = 1.0f - alpha;
+                t /= one_minus;
+                const float w = alpha * t;
+                float d_alpha = 0.0f;
 #pragma unroll
-                        for (int ch = 0; ch < 3; ++ch) {
-                            acc[ch] = last_alpha * last_color[ch] + (1.0f - last_alpha) * acc[ch];
-                            d_alpha += (s.color[ch] - acc[ch]) * dpix[ch];
-                            g_col[ch] = w * dpix[ch];
-                        }
-#pragma unroll
-                        for (int ch = 0; ch < 3; ++ch) last_color[ch] = s.color[ch];
-                        last_alpha = alpha;
-                        d_alpha *= t;
-                        d_alpha += -(t_final / one_minus) * d_bg;
-                        const float d_sigma = -s.o * gauss * d_alpha;
-                        g_m0 = d_sigma * (s.a * dx + s.b * dy);
-                        g_m1 = d_sigma * (s.c * dy + s.b * dx);
-                        g_c0 = d_sigma * 0.5f * dx * dx;
-                        g_c1 = d_sigma * dx * dy;
-                        g_c2 = d_sigma * 0.5f * dy * dy;
-                        g_o = gauss * d_alpha;
-                    }
+                for (int ch = 0; ch < 3; ++ch) {
+                    acc[ch] = last_alpha * last_color[ch] + (1.0f - last_alpha) * acc[ch];
+                    d_alpha += (s.color[ch] - acc[ch]) * dpix[ch];
+                    g_col[ch] = w * dpix[ch];
                 }
+#pragma unroll
+                for (int ch = 0; ch < 3; ++ch) last_color[ch] = s.color[ch];
+                last_alpha = alpha;
+                d_alpha *= t;
+                d_alpha += -(t_final / one_minus) * d_bg;
+                const float d_sigma = -s.o * gauss * d_alpha;
+                g_m0 = d_sigma * (s.a * dx + s.b * dy);
+                g_m1 = d_sigma * (s.c * dy + s.b * dx);
+                g_c0 = d_sigma * 0.5f * dx * dx;
+                g_c1 = d_sigma * dx * dy;
+                g_c2 = d_sigma * 0.5f * dy * dy;
+                g_o = gauss * d_alpha;
             }
             // All 32 lanes reach this point for every k (the loop bounds are block-uniform).
             if (__any_sync(0xffffffffu, contributes)) {

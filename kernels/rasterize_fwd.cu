@@ -40,11 +40,8 @@ extern "C" __global__ void rasterize_fwd(
         const u32 cnt = min((u32)GS_BLOCK_PIXELS, end - b0);
         for (u32 j = 0; j < cnt && !done; ++j) {
             const Packed& s = batch[j];
-            const float dx = s.mx - fx, dy = s.my - fy;
-            const float sigma = 0.5f * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy;
-            if (sigma < 0.0f || sigma > s.sigma_cut) continue;
-            const float alpha = fminf(s.o * expf(-sigma), (float)GS_ALPHA_MAX);
-            if (alpha < (float)GS_ALPHA_MIN) continue;
+            float dx, dy, gauss, alpha;
+            if (!splat_alpha(s, fx, fy, dx, dy, gauss, alpha)) continue;
             const float next_t = t * (1.0f - alpha);
             if (next_t < (float)GS_T_MIN) { done = true; break; }
             const float w = alpha * t;

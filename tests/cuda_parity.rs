@@ -27,13 +27,22 @@ use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
 const SPLAT_RTOL: f32 = 1e-4;
 /// Absolute floor for quantities near zero.
 const SPLAT_ATOL: f32 = 1e-5;
-/// Image, alpha and transmittance, absolute (values in [0, 1]).
+/// Image and transmittance, absolute (values in [0, 1]), for pixels that no decision flip
+/// touches.
 const IMAGE_ATOL: f32 = 1e-4;
+/// Fraction of pixels allowed past `IMAGE_ATOL`: one α < 1/255 or T < 1e-4 decision that
+/// flips on the last ulp moves a pixel by up to ~1e-2.
+const IMAGE_FLIP_FRACTION: f64 = 2e-3;
 /// Gradients, relative to the largest magnitude of that array (atomics reorder sums).
 const GRAD_RTOL: f32 = 1e-3;
+/// Fraction of gradient elements allowed past `GRAD_RTOL` (Gaussians whose pixels include a
+/// flipped decision).
+const GRAD_FLIP_FRACTION: f64 = 2e-3;
 /// Fraction of Gaussians whose radius may differ by one pixel (ceil of a value within an ulp
 /// of an integer) or whose culling decision may flip at a boundary.
 const RADIUS_FLIP_FRACTION: f64 = 1e-3;
+/// Fraction of pixels whose last contributor may differ (decision flips, as above).
+const LAST_FLIP_FRACTION: f64 = 2e-3;
 
 fn gpu() -> Option<CudaRasterizer> {
     match CudaRasterizer::new() {
@@ -48,6 +57,10 @@ fn gpu() -> Option<CudaRasterizer> {
             None
         }
     }
+}
+
+fn small_only() -> bool {
+    std::env::var("GS_PARITY_SCENES").is_ok_and(|v| v == "small")
 }
 
 fn camera(w: u32, h: u32) -> Camera {
@@ -135,22 +148,80 @@ fn max_abs(v: &[f32]) -> f32 {
     v.iter().fold(0.0f32, |m, x| m.max(x.abs()))
 }
 
-fn assert_grads(what: &str, gpu: &[f32], cpu: &[f32]) {
-    assert_eq!(gpu.len(), cpu.len(), "{what}: length");
-    let scale = max_abs(cpu).max(1e-12);
-    for (i, (a, b)) in gpu.iter().zip(cpu).enumerate() {
-        assert!(
-            a.is_finite() && (a - b).abs() <= GRAD_RTOL * scale,
-            "{what}[{i}]: cuda {a} vs cpu {b} (scale {scale})"
-        );
+/// Counts and maxima of one comparison, printed so a GPU run records the measured error.
+#[derive(Default)]
+struct Tally {
+    max: f64,
+    over: usize,
+    total: usize,
+}
+
+impl Tally {
+    fn add(&mut self, err: f64, tol: f64) {
+        self.max = self.max.max(err);
+        self.total += 1;
+        if !(err <= tol) {
+            self.over += 1;
+        }
+    }
+    fn fraction_over(&self) -> f64 {
+        self.over as f64 / self.total.max(1) as f64
     }
 }
 
-fn check_scene(gpu_r: &mut CudaRasterizer, n: usize, seed: u64, w: u32, h: u32) {
-    let g = scene(n, seed);
+/// Compares one gradient array, skipping the elements of Gaussians whose projection differs
+/// between the backends (`skip[g]`), with `per` elements per Gaussian.
+fn grads_tally(gpu: &[f32], cpu: &[f32], per: usize, skip: &[bool]) -> Tally {
+    assert_eq!(gpu.len(), cpu.len(), "gradient length");
+    let scale = max_abs(cpu).max(1e-12) as f64;
+    let mut t = Tally::default();
+    for (i, (a, b)) in gpu.iter().zip(cpu).enumerate() {
+        assert!(!a.is_nan(), "gradient element {i} is NaN on the GPU");
+        if skip[i / per] {
+            continue;
+        }
+        t.add(((a - b).abs() as f64) / scale, GRAD_RTOL as f64);
+    }
+    t
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Log-scales in [-4.5, -1.5]: a few to tens of pixels.
+    Mixed,
+    /// Log-scales in [-9, -7]: well below a pixel (the dilation dominates).
+    SubPixel,
+    /// Log-scales in [-0.5, 1]: each covers much of the image, so every tile list is long.
+    Huge,
+}
+
+fn scene_of(kind: Kind, n: usize, seed: u64) -> Gaussians {
+    let mut g = scene(n, seed);
+    let mut r = Rng::new(seed ^ 0x5eed);
+    let (lo, hi) = match kind {
+        Kind::Mixed => return g,
+        Kind::SubPixel => (-9.0, -7.0),
+        Kind::Huge => (-0.5, 1.0),
+    };
+    for s in &mut g.log_scales {
+        *s = [0; 3].map(|_| r.uniform(lo, hi) as f32);
+    }
+    g
+}
+
+fn check_scene(
+    gpu_r: &mut CudaRasterizer,
+    kind: Kind,
+    n: usize,
+    seed: u64,
+    w: u32,
+    h: u32,
+    degree: u32,
+) {
+    let g = scene_of(kind, n, seed);
     let cam = camera(w, h);
     let opts = RenderOptions {
-        sh_degree: 3,
+        sh_degree: degree,
         background: [0.1, 0.2, 0.3],
         ..RenderOptions::default()
     };
@@ -159,18 +230,22 @@ fn check_scene(gpu_r: &mut CudaRasterizer, n: usize, seed: u64, w: u32, h: u32) 
     cpu_r.forward(&g, &cam, &opts, &mut cpu_out).unwrap();
     let mut gpu_out = poisoned_output();
     gpu_r.forward(&g, &cam, &opts, &mut gpu_out).unwrap();
+    let label = format!("n={n} seed={seed} {w}x{h} degree {degree}");
 
-    // Stage 1: projection.
+    // Stage 1: projection. Gaussians whose radius differs are excluded from every later
+    // comparison of their own values (never the checks themselves).
     let cs = cpu_r.splats();
     let gs = gpu_r.splats().unwrap();
     assert_eq!(cs.len(), gs.len());
-    let mut flips = 0usize;
+    let flipped: Vec<bool> = cs
+        .iter()
+        .zip(&gs)
+        .map(|(c, d)| c.radius != d.radius)
+        .collect();
+    let flips = flipped.iter().filter(|&&f| f).count();
+    let mut splat = Tally::default();
     for (i, (c, d)) in cs.iter().zip(&gs).enumerate() {
-        if c.radius != d.radius {
-            flips += 1;
-            continue;
-        }
-        if c.radius == 0 {
+        if flipped[i] || c.radius == 0 {
             continue;
         }
         let pairs = [
@@ -188,39 +263,96 @@ fn check_scene(gpu_r: &mut CudaRasterizer, n: usize, seed: u64, w: u32, h: u32) 
         for (k, (a, b)) in pairs.iter().enumerate() {
             assert!(
                 close(*a, *b, SPLAT_RTOL, SPLAT_ATOL),
-                "splat {i} field {k}: cpu {a} cuda {b}"
+                "{label}: splat {i} field {k}: cpu {a} cuda {b}"
             );
+            let rel = ((a - b).abs() / (SPLAT_ATOL + a.abs().max(b.abs()))) as f64;
+            splat.add(rel, 1.0);
         }
     }
     assert!(
         flips as f64 <= RADIUS_FLIP_FRACTION * n as f64 + 1.0,
-        "{flips} of {n} radii differ"
+        "{label}: {flips} of {n} radii differ"
     );
     // Culled Gaussians exist in these scenes (behind the camera / off-screen) on both sides.
     assert!(cs.iter().any(|s| s.radius == 0) || n < 10);
 
-    // Stage 2: tile lists — identical when the projections agree exactly on radii.
+    // Stage 2: tile lists, with the flipped Gaussians removed from both sides.
+    let cb = cpu_r.bins();
+    let gb = gpu_r.bins().unwrap();
+    assert_eq!(
+        cb.tile_offsets.len(),
+        gb.tile_offsets.len(),
+        "{label}: tile count"
+    );
+    let mut bad_tiles = 0usize;
+    // Tiles whose list holds a flipped Gaussian on either side: their pixels may differ.
+    let mut tainted = vec![false; cb.tile_offsets.len() - 1];
+    for t in 0..cb.tile_offsets.len() - 1 {
+        let c_all = &cb.isect_ids[cb.tile_offsets[t]..cb.tile_offsets[t + 1]];
+        let d_all = &gb.isect_ids[gb.tile_offsets[t]..gb.tile_offsets[t + 1]];
+        tainted[t] = c_all.iter().chain(d_all).any(|&i| flipped[i as usize]);
+        let keep = |ids: &[u32]| -> Vec<u32> {
+            ids.iter()
+                .copied()
+                .filter(|&i| !flipped[i as usize])
+                .collect()
+        };
+        if keep(c_all) != keep(d_all) {
+            bad_tiles += 1;
+        }
+    }
+    assert_eq!(
+        bad_tiles, 0,
+        "{label}: {bad_tiles} tile lists differ beyond flipped Gaussians"
+    );
     if flips == 0 {
-        let cb = cpu_r.bins();
-        let gb = gpu_r.bins().unwrap();
-        assert_eq!(cb.tile_offsets, gb.tile_offsets, "tile offsets");
-        assert_eq!(cb.isect_ids, gb.isect_ids, "sorted tile lists");
-        assert_eq!(cpu_out.num_intersections, gpu_out.num_intersections);
-        assert_eq!(cpu_out.last_contributor, gpu_out.last_contributor);
+        assert_eq!(
+            cpu_out.num_intersections, gpu_out.num_intersections,
+            "{label}"
+        );
     }
+    let npix = (w * h) as usize;
+    let tiles_x = w.div_ceil(16) as usize;
+    let last_diff = (0..npix)
+        .filter(|&p| {
+            let tile = (p / w as usize / 16) * tiles_x + (p % w as usize) / 16;
+            !tainted[tile] && cpu_out.last_contributor[p] != gpu_out.last_contributor[p]
+        })
+        .count();
+    assert!(
+        last_diff as f64 <= LAST_FLIP_FRACTION * npix as f64,
+        "{label}: last contributor differs in {last_diff} of {npix} pixels"
+    );
 
-    // Stage 3: image.
+    // Stage 3: image and final transmittance.
     assert_eq!(gpu_out.image.len(), cpu_out.image.len());
-    for (i, (a, b)) in cpu_out.image.iter().zip(&gpu_out.image).enumerate() {
-        assert!((a - b).abs() <= IMAGE_ATOL, "image[{i}]: cpu {a} cuda {b}");
+    let mut image = Tally::default();
+    for (a, b) in cpu_out.image.iter().zip(&gpu_out.image) {
+        assert!(!b.is_nan(), "{label}: NaN pixel from the GPU");
+        image.add((a - b).abs() as f64, IMAGE_ATOL as f64);
     }
+    let mut trans = Tally::default();
     for (a, b) in cpu_out
         .final_transmittance
         .iter()
         .zip(&gpu_out.final_transmittance)
     {
-        assert!((a - b).abs() <= IMAGE_ATOL, "final T: cpu {a} cuda {b}");
+        trans.add((a - b).abs() as f64, IMAGE_ATOL as f64);
     }
+    assert!(
+        image.fraction_over() <= IMAGE_FLIP_FRACTION && image.max <= 0.05,
+        "{label}: image: {} of {} channels over {IMAGE_ATOL} (max {})",
+        image.over,
+        image.total,
+        image.max
+    );
+    assert!(
+        trans.fraction_over() <= IMAGE_FLIP_FRACTION && trans.max <= 0.05,
+        "{label}: final T: {} of {} over {IMAGE_ATOL} (max {})",
+        trans.over,
+        trans.total,
+        trans.max
+    );
 
     // Stage 4/5: gradients of L = Σ w·image with fixed random weights.
     let mut r = Rng::new(seed ^ 0xabc);
@@ -234,24 +366,76 @@ fn check_scene(gpu_r: &mut CudaRasterizer, n: usize, seed: u64, w: u32, h: u32) 
         ..GaussianGrads::default()
     };
     gpu_r.backward(&g, &cam, &opts, &d_image, &mut gg).unwrap();
-    if flips == 0 {
-        assert_grads("means", gg.means.as_flattened(), cg.means.as_flattened());
-        assert_grads(
+    let k = sh_coeffs(g.sh_degree);
+    let grads = [
+        (
+            "means",
+            grads_tally(
+                gg.means.as_flattened(),
+                cg.means.as_flattened(),
+                3,
+                &flipped,
+            ),
+        ),
+        (
             "log_scales",
-            gg.log_scales.as_flattened(),
-            cg.log_scales.as_flattened(),
-        );
-        assert_grads(
+            grads_tally(
+                gg.log_scales.as_flattened(),
+                cg.log_scales.as_flattened(),
+                3,
+                &flipped,
+            ),
+        ),
+        (
             "rotations",
-            gg.rotations.as_flattened(),
-            cg.rotations.as_flattened(),
-        );
-        assert_grads("logit_opacities", &gg.logit_opacities, &cg.logit_opacities);
-        assert_grads("sh", gg.sh.as_flattened(), cg.sh.as_flattened());
-        assert_grads(
+            grads_tally(
+                gg.rotations.as_flattened(),
+                cg.rotations.as_flattened(),
+                4,
+                &flipped,
+            ),
+        ),
+        (
+            "logit_opacities",
+            grads_tally(&gg.logit_opacities, &cg.logit_opacities, 1, &flipped),
+        ),
+        (
+            "sh",
+            grads_tally(gg.sh.as_flattened(), cg.sh.as_flattened(), 3 * k, &flipped),
+        ),
+        (
             "means2d",
-            gg.means2d.as_flattened(),
-            cg.means2d.as_flattened(),
+            grads_tally(
+                gg.means2d.as_flattened(),
+                cg.means2d.as_flattened(),
+                2,
+                &flipped,
+            ),
+        ),
+    ];
+    let mut line = format!(
+        "MEASURED {label} kind={}: radius flips {flips}, splat max rel {:.2e}, tiles differing {bad_tiles}, \
+         last-contributor diffs {last_diff}, image max {:.2e} ({} over), final T max {:.2e}",
+        match kind { Kind::Mixed => "mixed", Kind::SubPixel => "subpixel", Kind::Huge => "huge" },
+        splat.max,
+        image.max,
+        image.over,
+        trans.max
+    );
+    for (name, t) in &grads {
+        line.push_str(&format!(
+            ", grad {name} max rel {:.2e} ({} over)",
+            t.max, t.over
+        ));
+    }
+    eprintln!("{line}");
+    for (name, t) in &grads {
+        assert!(
+            t.fraction_over() <= GRAD_FLIP_FRACTION && t.max <= 0.05,
+            "{label}: gradient {name}: {} of {} elements over {GRAD_RTOL} of the array's scale (max {:.3e})",
+            t.over,
+            t.total,
+            t.max
         );
     }
 }
@@ -260,14 +444,24 @@ fn check_scene(gpu_r: &mut CudaRasterizer, n: usize, seed: u64, w: u32, h: u32) 
 fn stages_match_cpu_on_random_scenes() {
     let Some(mut r) = gpu() else { return };
     // Larger scene first so later, smaller renders run on dirty (poisoned) device buffers.
-    for (n, seed, w, h) in [
-        (20_000, 7, 320, 240),
-        (1, 1, 16, 16),
-        (37, 2, 33, 17),
-        (1000, 3, 128, 96),
-        (5000, 4, 200, 150),
+    // Sizes: one tile, non-multiples of 16 in both directions, many tiles, and (20k, huge)
+    // hundreds of list entries per tile, i.e. many shared-memory batches.
+    for (kind, n, seed, w, h, degree) in [
+        (Kind::Mixed, 20_000, 7, 320, 240, 3),
+        (Kind::Mixed, 1, 1, 16, 16, 3),
+        (Kind::Mixed, 37, 2, 33, 17, 3),
+        (Kind::Mixed, 1000, 3, 128, 96, 1),
+        (Kind::Mixed, 5000, 4, 200, 150, 3),
+        (Kind::SubPixel, 3000, 5, 97, 61, 2),
+        (Kind::Huge, 2000, 6, 130, 70, 3),
+        (Kind::Mixed, 4000, 8, 47, 300, 0),
     ] {
-        check_scene(&mut r, n, seed, w, h);
+        // Under compute-sanitizer (10-100x slower kernels) the verification script asks for
+        // the small scenes only; every kernel still runs on several shapes.
+        if small_only() && n > 4000 {
+            continue;
+        }
+        check_scene(&mut r, kind, n, seed, w, h, degree);
     }
 }
 
@@ -277,6 +471,7 @@ fn empty_scene_renders_background() {
     let g = Gaussians::default();
     let cam = camera(20, 10);
     let opts = RenderOptions {
+        sh_degree: 0,
         background: [0.25, 0.5, 0.75],
         ..RenderOptions::default()
     };

@@ -5,8 +5,8 @@
 //! library), then that the driver sees a GPU, and returns a one-line [`CudaError`] otherwise,
 //! which `--backend auto` prints before falling back to the CPU.
 //!
-//! Compiled PTX is cached on disk keyed by kernel, source+options hash, architecture and
-//! driver version (`$GS_KERNEL_CACHE`, else `$XDG_CACHE_HOME/ramsplat/ptx`, else
+//! Compiled PTX is cached on disk keyed by kernel, source+options hash, architecture, NVRTC
+//! version and driver version (`$GS_KERNEL_CACHE`, else `$XDG_CACHE_HOME/ramsplat/ptx`, else
 //! `~/.cache/ramsplat/ptx`); files are written to a temp name and renamed, so a crash never
 //! leaves a truncated entry under a valid name. The cache is only an accelerator: an
 //! unreadable or unwritable cache directory falls back to compiling.
@@ -14,7 +14,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaModule, CudaStream};
+use cudarc::nvrtc::Ptx;
 
 use super::kernels::{self, Kernel};
 use super::CudaError;
@@ -82,29 +83,41 @@ impl CudaDevice {
             .map_err(|e| CudaError::driver("cuMemGetInfo", e))
     }
 
-    /// PTX for `kernel` on this device: from the disk cache, else compiled and cached.
-    pub fn ptx(&self, kernel: Kernel) -> Result<String, CudaError> {
+    /// The loaded module of `kernel` on this device, from the disk cache when an entry exists
+    /// and loads, else compiled, loaded and cached. A cached entry that the driver refuses
+    /// (truncated by a full disk, written by another driver, hand-edited) is recompiled and
+    /// replaced, never trusted twice.
+    pub fn load_module(&self, kernel: Kernel) -> Result<Arc<CudaModule>, CudaError> {
         let arch = self.arch();
-        let hash = kernels::source_hash(kernel, &arch)?;
+        let nvrtc = kernels::nvrtc_version()?;
+        let hash = kernels::source_hash(kernel, &arch, nvrtc)?;
         let file = format!(
-            "{}-{arch}-drv{}-{hash:016x}.ptx",
+            "{}-{arch}-nvrtc{}.{}-drv{}-{hash:016x}.ptx",
             kernel.file_name().trim_end_matches(".cu"),
+            nvrtc.0,
+            nvrtc.1,
             self.driver_version
         );
         let dir = cache_dir();
         if let Some(dir) = &dir {
             if let Ok(ptx) = std::fs::read_to_string(dir.join(&file)) {
                 if ptx.contains(".entry") {
-                    return Ok(ptx);
+                    if let Ok(m) = self.ctx.load_module(Ptx::from_src(ptx)) {
+                        return Ok(m);
+                    }
                 }
             }
         }
         let ptx = kernels::compile(kernel, &arch)?;
+        let module = self
+            .ctx
+            .load_module(Ptx::from_src(ptx.clone()))
+            .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
         if let Some(dir) = dir {
             // Best effort: a read-only home must not stop rendering.
             let _ = write_atomically(&dir, &file, &ptx);
         }
-        Ok(ptx)
+        Ok(module)
     }
 }
 
@@ -119,8 +132,12 @@ fn cache_dir() -> Option<PathBuf> {
 }
 
 fn write_atomically(dir: &std::path::Path, file: &str, text: &str) -> std::io::Result<()> {
+    // Unique per process *and* per call: parity tests compile the same kernels from several
+    // threads of one process at once, and two writers must never share a temp file.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{file}.{}.tmp", std::process::id()));
+    let tmp = dir.join(format!(".{file}.{}-{seq}.tmp", std::process::id()));
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, dir.join(file))
 }
@@ -135,7 +152,13 @@ mod tests {
         // GPU machine it is a device. Either way, no panic.
         match probe() {
             Ok(d) => assert!(d.arch().starts_with("compute_")),
-            Err(e) => assert!(!e.to_string().contains('\n'), "{e}"),
+            Err(e) => {
+                assert!(!e.to_string().contains('\n'), "{e}");
+                assert!(
+                    !std::env::var("GS_REQUIRE_GPU").is_ok_and(|v| v == "1"),
+                    "GS_REQUIRE_GPU=1 but no usable GPU: {e}"
+                );
+            }
         }
     }
 

@@ -21,6 +21,8 @@ pub enum CudaError {
         got: usize,
         need: usize,
     },
+    #[error("no per-splat gradients: run a backward after the forward first")]
+    NoBackward,
     #[error("kernel source {file}, line {line}: {message}")]
     Source {
         file: String,

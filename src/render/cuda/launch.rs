@@ -68,11 +68,7 @@ impl Kernels {
     pub fn load(dev: &CudaDevice) -> Result<Kernels, CudaError> {
         let mut funcs = HashMap::new();
         for k in Kernel::ALL {
-            let ptx = dev.ptx(k)?;
-            let module = dev
-                .ctx
-                .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
-                .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
+            let module = dev.load_module(k)?;
             for &e in k.entry_points() {
                 let f = module
                     .load_function(e)

@@ -227,6 +227,9 @@ pub struct CudaRasterizer {
     m: u64,
     sorted: usize,
     fingerprint: Option<super::ForwardFingerprint>,
+    /// Gaussians covered by the per-splat gradient buffers: set by a backward, cleared by
+    /// every forward (a later forward may hold more Gaussians than the buffers).
+    grads_n: Option<usize>,
 }
 
 impl CudaRasterizer {
@@ -243,6 +246,7 @@ impl CudaRasterizer {
             m: 0,
             sorted: 0,
             fingerprint: None,
+            grads_n: None,
         })
     }
 
@@ -276,6 +280,7 @@ impl CudaRasterizer {
         out: &mut RenderOutput,
     ) -> Result<(), RenderError> {
         self.fingerprint = None;
+        self.grads_n = None;
         let params = GaussianParams::from_gaussians(gaussians);
         params.validate(options.sh_degree)?;
         let cam = CameraF::<f32>::new(camera)?;
@@ -562,6 +567,7 @@ impl CudaRasterizer {
         grads.sh = flat.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
         download(&s, &b.g.means2d, 2 * n, &mut flat)?;
         grads.means2d = flat.chunks_exact(2).map(|c| [c[0], c[1]]).collect();
+        self.grads_n = Some(n);
         Ok(())
     }
 
@@ -633,9 +639,10 @@ impl CudaRasterizer {
         Ok(bins)
     }
 
-    /// The per-splat gradients of the last backward (rasterize_bwd's output).
+    /// The per-splat gradients of the last backward (rasterize_bwd's output); an error when
+    /// no backward ran since the last forward.
     pub fn splat_grads(&self) -> Result<Vec<SplatGrad<f32>>, CudaError> {
-        let n = self.fingerprint.as_ref().map_or(0, |f| f.n);
+        let n = self.grads_n.ok_or(CudaError::NoBackward)?;
         let s = &self.dev.stream;
         let (mut m2, mut co, mut cl, mut op) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         download(s, &self.b.v.means2d, 2 * n, &mut m2)?;
@@ -686,6 +693,7 @@ impl CudaRasterizer {
         download(&s, &b.keys[r], m, &mut k)?;
         download(&s, &b.ids[r], m, &mut v)?;
         self.fingerprint = None; // the render buffers were overwritten
+        self.grads_n = None;
         Ok((k, v))
     }
 }

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# gpu-bundle.sh DIR: builds, on a machine WITH a Rust toolchain, everything the GPU
+# verification (tools/gpu-verify.sh) runs on a machine with an NVIDIA GPU and NO Rust:
+#
+#   DIR/bin/      gs-pack, gs-render, gs-train (release, stripped)
+#   DIR/tests/    cuda_parity and the library's unit tests (release test executables)
+#   DIR/benches/  cuda (benches/cuda.rs, release)
+#   DIR/data/fox  the fox photos (../shared/data/fox), if present, for the real-pack checks
+#   DIR/BUILD     the commit and toolchain the bundle was built from
+#
+# Usage (from the repository root):
+#   tools/gpu-bundle.sh .gpu            # then copy .gpu and tools/ to the GPU machine
+#   tools/gpu-verify.sh .gpu OUTDIR     # there
+#
+# The executables are x86-64 Linux, dynamically linked against glibc only (CUDA is loaded at
+# run time by cudarc), so they run on any x86-64 machine with the same or a newer glibc.
+set -euo pipefail
+
+if [ $# -ne 1 ]; then
+    echo "usage: $0 DIR" >&2
+    exit 2
+fi
+dir=$1
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+rm -rf "$dir"
+mkdir -p "$dir/bin" "$dir/tests" "$dir/benches" "$dir/data"
+
+echo "gpu-bundle: building release binaries, test and bench executables"
+cargo build --release --bins
+msgs=$(mktemp)
+cargo test --release --no-run --lib --test cuda_parity --message-format=json >"$msgs"
+cargo bench --no-run --bench cuda --message-format=json >>"$msgs"
+
+python3 - "$msgs" "$dir" <<'PY'
+import json, shutil, sys
+msgs, out = sys.argv[1], sys.argv[2]
+want = {("lib", "ramsplat"): "tests/ramsplat_lib", ("test", "cuda_parity"): "tests/cuda_parity",
+        ("bench", "cuda"): "benches/cuda"}
+found = {}
+for line in open(msgs):
+    try:
+        m = json.loads(line)
+    except json.JSONDecodeError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    t = m["target"]
+    key = (t["kind"][0], t["name"])
+    if key in want:
+        found[key] = m["executable"]
+missing = [k for k in want if k not in found]
+if missing:
+    sys.exit(f"gpu-bundle: no executable built for {missing}")
+for k, exe in found.items():
+    shutil.copy2(exe, f"{out}/{want[k]}")
+PY
+rm -f "$msgs"
+for b in gs-pack gs-render gs-train; do
+    cp "target/release/$b" "$dir/bin/$b"
+done
+strip "$dir"/bin/* "$dir"/tests/* "$dir"/benches/* 2>/dev/null || true
+
+if [ -d ../shared/data/fox ]; then
+    cp -r ../shared/data/fox "$dir/data/fox"
+fi
+{
+    echo "commit $(git rev-parse HEAD)$(git diff --quiet || echo ' (with uncommitted changes)')"
+    rustc --version
+    date -u +%Y-%m-%dT%H:%M:%SZ
+} >"$dir/BUILD"
+du -sh "$dir"
+echo "gpu-bundle: ready in $dir"

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# gpu-verify.sh BUNDLE OUTDIR: the one-command check of ramsplat's CUDA path on a machine with
+# an NVIDIA GPU, CUDA 13 and no Rust toolchain. Runs, in order of importance, each step under
+# its own time limit, and keeps going when one fails:
+#
+#   env        nvidia-smi, driver, nvcc, compute-sanitizer, where NVRTC was found
+#   lib        the library's CUDA unit tests (probe, PTX cache) with GS_REQUIRE_GPU=1
+#   parity     tests/cuda_parity.rs with GS_REQUIRE_GPU=1: every kernel against the CPU oracle,
+#              stage by stage; prints the MEASURED error maxima per scene
+#   bench      benches/cuda.rs: forward and forward+backward at 1080p, 100k and 1M Gaussians,
+#              CUDA against the CPU backend
+#   render     gs-render --backend cuda against --backend cpu on real packs (the fox photos at
+#              full resolution, a model trained briefly on the CPU), image by image
+#   memcheck, racecheck, synccheck
+#              compute-sanitizer over the parity tests (GS_PARITY_SCENES=small: the sanitizers
+#              slow kernels down 10-100x)
+#
+# Prepare on a machine with Rust, from the repository root:   tools/gpu-bundle.sh .gpu
+# Run on the GPU machine, from the repository root:           tools/gpu-verify.sh .gpu OUT
+# Every step's full log is OUT/<step>.log; OUT/summary.txt has one line per step (PASS, FAIL
+# with the exit code, or TIMEOUT) and is printed last. Finishes within 10 minutes on an H100.
+# Exit status: 0 when every step passed, 1 otherwise.
+set -uo pipefail
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 BUNDLE OUTDIR" >&2
+    exit 2
+fi
+bundle=$(cd "$1" && pwd)
+mkdir -p "$2"
+out=$(cd "$2" && pwd)
+summary="$out/summary.txt"
+: >"$summary"
+work=$(mktemp -d /tmp/gs-verify.XXXXXX)
+export GS_KERNEL_CACHE="$work/ptx"
+export GS_REQUIRE_GPU=1
+export RUST_BACKTRACE=1
+
+# NVRTC: the toolkit's, else the pip wheel's (PyTorch images carry nvidia-cuda-nvrtc).
+for d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13/lib") for p in nvidia.__path__))' 2>/dev/null); do
+    if [ -e "$d/libnvrtc.so.13" ]; then
+        export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        nvrtc_dir=$d
+        break
+    fi
+done
+[ -d /usr/local/nvidia/lib64 ] && export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}"
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+
+# The whole run stays inside one 10-minute device call: each step gets at most what is left.
+deadline=$((SECONDS + ${GS_VERIFY_SECONDS:-570}))
+
+# step NAME LIMIT_S CMD...: runs CMD with its output in OUT/NAME.log, records the verdict.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((deadline - SECONDS))
+    if [ "$left" -lt 15 ]; then
+        printf '%-10s %-14s\n' "$name" "SKIPPED (out of time)" | tee -a "$summary"
+        return 0
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    local t0=$SECONDS
+    echo "== $name (limit ${limit}s): $*" | tee "$out/$name.log"
+    # bash -c so that shell functions (exported below) run under timeout too.
+    timeout --kill-after=10 "$limit" bash -c '"$@"' _ "$@" >>"$out/$name.log" 2>&1
+    local rc=$?
+    local verdict=PASS
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        verdict=TIMEOUT
+    elif [ $rc -ne 0 ]; then
+        verdict="FAIL (exit $rc)"
+    fi
+    printf '%-10s %-14s %4ds\n' "$name" "$verdict" $((SECONDS - t0)) | tee -a "$summary"
+    tail -n 5 "$out/$name.log"
+    return 0
+}
+
+env_report() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+    nvcc --version | tail -n 2
+    echo "NVRTC: ${nvrtc_dir:-not found}"
+    echo "compute-sanitizer: ${sanitizer:-not found}"
+    uname -a
+    ldd --version | head -n 1
+    cat "$bundle/BUILD"
+}
+
+render_parity() {
+    set -e
+    local b=$bundle/bin
+    # A real pack at full resolution, and the same photos at 1/8 for a quick CPU model.
+    "$b/gs-pack" convert "$bundle/data/fox" -o "$work/fox.pack"
+    "$b/gs-pack" convert "$bundle/data/fox" -o "$work/fox8.pack" --downscale 8
+    "$b/gs-train" "$work/fox8.pack" -o "$work/fox-model" --iterations 500 --backend cpu --seed 1
+    local ply
+    ply=$(ls "$work"/fox-model/point_cloud/iteration_*/point_cloud.ply | tail -n 1)
+    for backend in cpu cuda; do
+        local t0=$SECONDS
+        "$b/gs-render" --ply "$ply" --pack "$work/fox.pack" --split test \
+            -o "$work/render-$backend" --backend "$backend" | tail -n 3
+        echo "gs-render --backend $backend: $((SECONDS - t0)) s wall"
+    done
+    python3 - "$work/render-cpu" "$work/render-cuda" <<'PY'
+import json, pathlib, sys
+import numpy as np
+from PIL import Image
+a, b = map(pathlib.Path, sys.argv[1:3])
+ma, mb = (json.load(open(d / "metrics.json")) for d in (a, b))
+print(f"mean PSNR cpu {ma['mean_psnr']:.4f} dB, cuda {mb['mean_psnr']:.4f} dB; "
+      f"mean SSIM cpu {ma['mean_ssim']:.5f}, cuda {mb['mean_ssim']:.5f}")
+worst, over1, total = 0, 0, 0
+for pa in sorted(a.glob("*.png")):
+    x = np.asarray(Image.open(pa), dtype=np.int16)
+    y = np.asarray(Image.open(b / pa.name), dtype=np.int16)
+    d = np.abs(x - y)
+    worst = max(worst, int(d.max()))
+    over1 += int((d > 1).sum())
+    total += d.size
+print(f"8-bit side-by-side PNGs: max |cpu - cuda| = {worst} levels, "
+      f"{over1} of {total} channel values differ by more than 1 level")
+ok = abs(ma["mean_psnr"] - mb["mean_psnr"]) < 0.05 and over1 <= 1e-3 * total
+sys.exit(0 if ok else 1)
+PY
+}
+
+sanitize() {
+    local tool=$1
+    shift
+    [ -n "$sanitizer" ] || { echo "compute-sanitizer not found"; return 1; }
+    GS_PARITY_SCENES=small "$sanitizer" --tool "$tool" --error-exitcode 1 --print-limit 20 \
+        "$bundle/tests/cuda_parity" --test-threads=1 "$@"
+}
+
+export bundle work out nvrtc_dir sanitizer
+export -f env_report render_parity sanitize
+step env 30 env_report
+step lib 60 "$bundle/tests/ramsplat_lib" render::cuda --test-threads=1
+step parity 120 "$bundle/tests/cuda_parity" --test-threads=1 --nocapture
+step bench 150 "$bundle/benches/cuda"
+if [ -d "$bundle/data/fox" ]; then
+    step render 150 render_parity
+else
+    printf '%-10s %-14s\n' render "SKIPPED (no data/fox in the bundle)" | tee -a "$summary"
+fi
+step memcheck 120 sanitize memcheck
+step racecheck 120 sanitize racecheck
+step synccheck 60 sanitize synccheck
+rm -rf "$work"
+
+echo "== summary"
+cat "$summary"
+grep -q -v -E '^[a-z]+ +(PASS|SKIPPED)' "$summary" && exit 1
+exit 0
