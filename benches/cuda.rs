@@ -69,7 +69,7 @@ fn main() {
             return;
         }
     };
-    println!("device: {} ({})", gpu.device().name, gpu.device().arch());
+    println!("device: {} ({})", gpu.device().name(), gpu.device().arch());
     let cam = Camera {
         width: 1920,
         height: 1080,

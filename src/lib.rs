@@ -4,7 +4,7 @@
 //! # Map
 //!
 //! Layers depend downward only: `budget`, `shard` and `import` know nothing of Gaussians;
-//! `render` knows nothing of datasets; `train` joins them; binaries in `src/bin/` are thin.
+//! `device` knows nothing of Gaussians or datasets; `render` knows nothing of datasets; `train` joins them; binaries in `src/bin/` are thin.
 //!
 //! | module | owns |
 //! | --- | --- |
@@ -16,7 +16,8 @@
 //! | [`budget`] | RAM budget parsing and the reservation ledger |
 //! | [`data`] | sampler, byte-budgeted cache, prefetch ring feeding the trainer |
 //! | [`scene`] | cameras, Gaussians (stored pre-activation), spherical harmonics |
-//! | [`render`] | the `Rasterizer` trait and its CPU reference backend |
+//! | [`device`] | device memory, copies and kernel launches: CUDA on a GPU, or the host emulation that runs the same kernels in CI |
+//! | [`render`] | the `Rasterizer` trait, its CPU reference backend and the CUDA backend (on [`device`]) |
 //! | [`metrics`] | PSNR and SSIM |
 //! | [`plot`] | PNG line charts (training curves, the loader's speed/RAM curve) |
 //! | [`export`] | standard 3DGS PLY read/write |
@@ -29,6 +30,7 @@
 pub mod budget;
 pub mod cli;
 pub mod data;
+pub mod device;
 pub mod export;
 pub mod import;
 pub mod metrics;

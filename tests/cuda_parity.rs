@@ -3,8 +3,10 @@
 //! and every parameter gradient, on random scenes of several sizes that include Gaussians
 //! behind the camera and off-screen; plus the radix sort against a CPU stable sort.
 //!
-//! Without a usable GPU every test prints a SKIP line and passes; with `GS_REQUIRE_GPU=1` a
-//! missing GPU fails instead (the GPU machine runs them that way).
+//! Every test runs on the host emulation driver (the same kernel source compiled by the C++
+//! compiler, `kernels/host/emulation.h`), so `cargo test` executes every kernel on any
+//! machine; and on a real GPU when one is usable. Without a GPU the CUDA half prints a SKIP
+//! line; with `GS_REQUIRE_GPU=1` a missing GPU fails instead (the GPU machine runs them so).
 //!
 //! Tolerances: NOT YET MEASURED ON A GPU — no GPU was lent to the session that wrote these
 //! tests. They are set from the expected error sources: NVRTC contracts a·b+c into FMAs and
@@ -17,6 +19,7 @@
 //! rendered after a different, larger scene on the same rasterizer, so a device element the
 //! kernels failed to write would carry a stale value (or NaN) and fail the comparison.
 
+use ramsplat::device::Device;
 use ramsplat::render::cuda::CudaRasterizer;
 use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::rng::Rng;
@@ -44,19 +47,22 @@ const RADIUS_FLIP_FRACTION: f64 = 1e-3;
 /// Fraction of pixels whose last contributor may differ (decision flips, as above).
 const LAST_FLIP_FRACTION: f64 = 2e-3;
 
-fn gpu() -> Option<CudaRasterizer> {
-    match CudaRasterizer::new() {
-        Ok(r) => Some(r),
+/// The rasterizers under test: the host emulation always, the GPU when usable.
+fn rasterizers() -> Vec<CudaRasterizer> {
+    let emu = Device::emulated().expect("the host emulation needs a C++20 compiler (g++/clang++)");
+    let mut v = vec![CudaRasterizer::on(emu).expect("kernels build on the host emulation")];
+    match CudaRasterizer::gpu() {
+        Ok(r) => v.push(r),
         Err(e) => {
             let required = std::env::var("GS_REQUIRE_GPU").is_ok_and(|v| v == "1");
             assert!(
                 !required,
                 "GS_REQUIRE_GPU=1 but the CUDA backend is unusable: {e}"
             );
-            eprintln!("SKIP cuda_parity: {e}");
-            None
+            eprintln!("SKIP cuda_parity on a GPU: {e}");
         }
     }
+    v
 }
 
 fn small_only() -> bool {
@@ -160,7 +166,7 @@ impl Tally {
     fn add(&mut self, err: f64, tol: f64) {
         self.max = self.max.max(err);
         self.total += 1;
-        if !(err <= tol) {
+        if err.is_nan() || err > tol {
             self.over += 1;
         }
     }
@@ -287,10 +293,10 @@ fn check_scene(
     let mut bad_tiles = 0usize;
     // Tiles whose list holds a flipped Gaussian on either side: their pixels may differ.
     let mut tainted = vec![false; cb.tile_offsets.len() - 1];
-    for t in 0..cb.tile_offsets.len() - 1 {
+    for (t, taint) in tainted.iter_mut().enumerate() {
         let c_all = &cb.isect_ids[cb.tile_offsets[t]..cb.tile_offsets[t + 1]];
         let d_all = &gb.isect_ids[gb.tile_offsets[t]..gb.tile_offsets[t + 1]];
-        tainted[t] = c_all.iter().chain(d_all).any(|&i| flipped[i as usize]);
+        *taint = c_all.iter().chain(d_all).any(|&i| flipped[i as usize]);
         let keep = |ids: &[u32]| -> Vec<u32> {
             ids.iter()
                 .copied()
@@ -442,7 +448,13 @@ fn check_scene(
 
 #[test]
 fn stages_match_cpu_on_random_scenes() {
-    let Some(mut r) = gpu() else { return };
+    for mut r in rasterizers() {
+        eprintln!("device: {}", r.device().name());
+        stages_match_cpu(&mut r);
+    }
+}
+
+fn stages_match_cpu(r: &mut CudaRasterizer) {
     // Larger scene first so later, smaller renders run on dirty (poisoned) device buffers.
     // Sizes: one tile, non-multiples of 16 in both directions, many tiles, and (20k, huge)
     // hundreds of list entries per tile, i.e. many shared-memory batches.
@@ -461,13 +473,18 @@ fn stages_match_cpu_on_random_scenes() {
         if small_only() && n > 4000 {
             continue;
         }
-        check_scene(&mut r, kind, n, seed, w, h, degree);
+        check_scene(r, kind, n, seed, w, h, degree);
     }
 }
 
 #[test]
 fn empty_scene_renders_background() {
-    let Some(mut r) = gpu() else { return };
+    for mut r in rasterizers() {
+        empty_scene(&mut r);
+    }
+}
+
+fn empty_scene(r: &mut CudaRasterizer) {
     let g = Gaussians::default();
     let cam = camera(20, 10);
     let opts = RenderOptions {
@@ -485,7 +502,12 @@ fn empty_scene_renders_background() {
 
 #[test]
 fn radix_sort_is_a_stable_sort() {
-    let Some(mut r) = gpu() else { return };
+    for mut r in rasterizers() {
+        stable_sort(&mut r);
+    }
+}
+
+fn stable_sort(r: &mut CudaRasterizer) {
     let mut rng = Rng::new(99);
     for m in [0usize, 1, 255, 256, 257, 10_000, 300_001] {
         // Few distinct keys so stability is exercised.
@@ -495,13 +517,18 @@ fn radix_sort_is_a_stable_sort() {
         let mut want: Vec<(u64, u32)> = keys.iter().copied().zip(vals.iter().copied()).collect();
         want.sort_by_key(|p| p.0); // stable
         let got: Vec<(u64, u32)> = k.into_iter().zip(v).collect();
-        assert_eq!(got, want, "m = {m}");
+        assert_eq!(got, want, "{}: m = {m}", r.device().name());
     }
 }
 
 #[test]
 fn preflight_refuses_before_allocating() {
-    let Some(mut r) = gpu() else { return };
+    for mut r in rasterizers() {
+        preflight(&mut r);
+    }
+}
+
+fn preflight(r: &mut CudaRasterizer) {
     let g = scene(2000, 5);
     let cam = camera(128, 96);
     let opts = RenderOptions {
@@ -520,4 +547,24 @@ fn preflight_refuses_before_allocating() {
     assert!(r
         .backward(&g, &cam, &opts, &vec![0.0; 3 * 128 * 96], &mut gr)
         .is_err());
+}
+
+#[test]
+fn splat_grads_need_a_backward_since_the_last_forward() {
+    for mut r in rasterizers() {
+        let g = scene(50, 11);
+        let cam = camera(40, 30);
+        let opts = RenderOptions::default();
+        let mut out = RenderOutput::default();
+        assert!(r.splat_grads().is_err(), "before any render");
+        r.forward(&g, &cam, &opts, &mut out).unwrap();
+        assert!(r.splat_grads().is_err(), "after a forward only");
+        let mut gr = GaussianGrads::default();
+        r.backward(&g, &cam, &opts, &vec![0.5; 3 * 40 * 30], &mut gr)
+            .unwrap();
+        assert_eq!(r.splat_grads().unwrap().len(), 50);
+        // A larger forward invalidates them (the buffers cover 50 Gaussians only).
+        r.forward(&scene(80, 12), &cam, &opts, &mut out).unwrap();
+        assert!(r.splat_grads().is_err(), "after a larger forward");
+    }
 }

@@ -1,12 +1,13 @@
 //! Compiles every CUDA kernel with NVRTC for the CI architectures (compute_80, compute_90),
-//! through exactly the code path the runtime uses (`kernels::compile`: same header splicing,
-//! same `-D` constants, same options). Needs no GPU, only libnvrtc (13.0.x, see
+//! through exactly the code path the runtime uses (`Kernel::module_source` and
+//! `device::cuda::compile_ptx`: same header splicing, same `-D` constants, same options). Needs no GPU, only libnvrtc (13.0.x, see
 //! `tools/nvrtc-setup.sh`). Without the library the test prints a skip line and passes, unless
 //! `GS_REQUIRE_NVRTC=1` is set (CI sets it after running the setup script), which makes a
 //! missing library a failure.
 
-use ramsplat::render::cuda::kernels::{self, Kernel, CI_ARCHES};
-use ramsplat::render::cuda::CudaError;
+use ramsplat::device::cuda::{compile_ptx, nvrtc_available, CI_ARCHES};
+use ramsplat::device::{DeviceError, ModuleSource};
+use ramsplat::render::cuda::kernels::Kernel;
 
 fn required() -> bool {
     std::env::var("GS_REQUIRE_NVRTC").is_ok_and(|v| v == "1")
@@ -14,7 +15,7 @@ fn required() -> bool {
 
 #[test]
 fn every_kernel_compiles_for_ci_arches() {
-    if let Err(e) = kernels::nvrtc_available() {
+    if let Err(e) = nvrtc_available() {
         assert!(
             !required(),
             "GS_REQUIRE_NVRTC=1 but NVRTC cannot be loaded: {e}"
@@ -25,7 +26,7 @@ fn every_kernel_compiles_for_ci_arches() {
     let mut failures = Vec::new();
     for arch in CI_ARCHES {
         for k in Kernel::ALL {
-            match kernels::compile(k, arch) {
+            match compile_ptx(&k.module_source().unwrap(), arch) {
                 Ok(ptx) => {
                     // The PTX targets the requested arch and exports every entry point.
                     let target = format!(".target sm_{}", arch.trim_start_matches("compute_"));
@@ -53,32 +54,24 @@ fn every_kernel_compiles_for_ci_arches() {
 
 #[test]
 fn compile_errors_carry_the_nvrtc_log() {
-    if kernels::nvrtc_available().is_err() {
+    if nvrtc_available().is_err() {
         assert!(!required(), "GS_REQUIRE_NVRTC=1 but NVRTC cannot be loaded");
         eprintln!("SKIP compile_errors_carry_the_nvrtc_log: NVRTC not found");
         return;
     }
-    // A deliberately broken program through cudarc, mapped the way kernels::compile maps it:
-    // the log must name the offending identifier.
-    let opts = cudarc::nvrtc::CompileOptions {
-        options: vec!["--gpu-architecture=compute_80".into()],
-        ..Default::default()
+    // A deliberately broken module through the same path the runtime uses: the error must
+    // carry NVRTC's log, which names the offending identifier and the module.
+    let src = ModuleSource {
+        name: "broken.cu".into(),
+        source: "extern \"C\" __global__ void k(float* p) { p[0] = undefined_name; }".into(),
+        entry_points: vec!["k"],
+        defines: vec![],
     };
-    let err = cudarc::nvrtc::compile_ptx_with_opts(
-        "extern \"C\" __global__ void k(float* p) { p[0] = undefined_name; }",
-        opts,
-    )
-    .unwrap_err();
-    let cudarc::nvrtc::CompileError::CompileError { log, .. } = err else {
-        panic!("expected a compile error, got {err:?}");
-    };
-    let log = log.to_string_lossy();
-    assert!(log.contains("undefined_name"), "log: {log}");
-    let e = CudaError::Compile {
-        kernel: "k.cu",
-        arch: "compute_80".into(),
-        status: "NVRTC_ERROR_COMPILATION".into(),
-        log: log.to_string(),
-    };
-    assert!(e.to_string().contains(&*log));
+    let err = compile_ptx(&src, "compute_80").unwrap_err();
+    assert!(matches!(err, DeviceError::Compile { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("undefined_name") && msg.contains("broken.cu"),
+        "{msg}"
+    );
 }

@@ -233,9 +233,10 @@ pub enum Backend {
     Cuda,
 }
 
-/// Creates the rasterizer for `backend`. `Auto` probes CUDA without panicking (no driver, no
-/// device, no NVRTC → the CPU backend) and reports the reason through `note`; `Cuda` returns
-/// the probe's error instead.
+/// Creates the rasterizer for `backend`. `Auto` probes a real GPU without panicking (no driver,
+/// no device, no NVRTC → the CPU backend; never the host emulation) and reports the reason
+/// through `note`; `Cuda` takes the device [`crate::device::Device::from_env`] picks (the host
+/// emulation under `GS_CUDA_EMULATE=1`) and returns the probe's error instead.
 pub fn make_rasterizer(
     backend: Backend,
     note: &dyn Fn(&str),
@@ -248,7 +249,7 @@ pub fn make_rasterizer(
                 backend: "cuda",
                 message: format!("{e}; use --backend cpu (or auto)"),
             }),
-        Backend::Auto => match cuda::CudaRasterizer::new() {
+        Backend::Auto => match cuda::CudaRasterizer::gpu() {
             Ok(r) => Ok(Box::new(r)),
             Err(e) => {
                 note(&format!(

@@ -173,7 +173,7 @@ fn make_rasterizer(
                 "--backend cuda: no usable CUDA device ({e}); use --backend cpu (or auto)"
             ))),
         },
-        Backend::Auto => match crate::render::cuda::CudaRasterizer::new() {
+        Backend::Auto => match crate::render::cuda::CudaRasterizer::gpu() {
             Ok(r) => Ok(Box::new(r)),
             Err(e) => {
                 on_event(Event::Line(format!("backend: CPU (CUDA unavailable: {e})")));

@@ -1,24 +1,24 @@
-//! The kernel table: embedded CUDA sources (`kernels/*.cu` + `*.cuh`), header splicing, the
-//! `-D` constants shared with the CPU reference, and NVRTC compilation to PTX.
+//! The rasterizer's kernel table: embedded CUDA sources (`kernels/*.cu` + `*.cuh`), header
+//! splicing and the `-D` constants shared with the CPU reference, packaged as
+//! [`ModuleSource`]s for the device layer ([`crate::device`]), whose two drivers (NVRTC on a
+//! GPU, the C++ compiler for the host emulation) compile exactly that text.
 //!
-//! Owns: which `.cu` holds which entry points, the exact source text NVRTC sees and the exact
-//! option list. Both the runtime ([`super::CudaRasterizer`]) and `tests/nvrtc_compile.rs` go
-//! through [`Kernel::source`] and [`compile_options`], so the compile test checks precisely
-//! what runs.
+//! Owns: which `.cu` holds which entry points and the exact source text both drivers see.
+//! The runtime ([`super::CudaRasterizer`]) and `tests/nvrtc_compile.rs` both go through
+//! [`Kernel::module_source`], so the compile test checks precisely what runs.
 //!
 //! Invariants: every header a `.cu` includes is in [`HEADERS`] and is spliced in place of its
 //! `#include "…"` line (cudarc has no in-memory header API for NVRTC; each header has an
 //! include guard, so splicing one twice is harmless); every numeric constant a kernel shares
 //! with Rust comes from the Rust constant itself through [`defines`], never retyped in CUDA.
-//! Nothing here touches the CUDA driver, so it works on machines without a GPU; NVRTC itself is
-//! probed with [`nvrtc_available`] before any cudarc NVRTC call (cudarc panics when the
-//! library is missing).
+//! Nothing here touches a driver, so it works on machines without a GPU.
 
 use crate::render::cpu::project::{DILATION, NEAR_PLANE, TILE_SIZE};
 use crate::render::cpu::rasterize::{ALPHA_MAX, ALPHA_MIN, SIGMA_CUT_SLACK, T_MIN};
 use crate::scene::sh::{SH_C0, SH_C1, SH_C2, SH_C3};
 
 use super::CudaError;
+use crate::device::ModuleSource;
 
 /// Threads per block of the scan kernels, and elements each thread scans: one block covers
 /// 1024 elements, so three levels cover 2³⁰ — more than any intersection count we accept.
@@ -33,9 +33,6 @@ pub const RADIX_BITS: u32 = 8;
 pub const ELEMENT_BLOCK: u32 = 256;
 /// Floats in the camera buffer (layout in `kernels/common.cuh`).
 pub const CAM_LEN: usize = 23;
-
-/// Architectures the CI compile test covers (Ampere and Hopper, the project's GPU machines).
-pub const CI_ARCHES: [&str; 2] = ["compute_80", "compute_90"];
 
 /// Embedded headers, by the name `.cu` files include them with.
 pub const HEADERS: [(&str, &str); 4] = [
@@ -121,6 +118,16 @@ impl Kernel {
         let mut out = String::new();
         splice(self.file_name(), self.raw_source(), &mut out, 0)?;
         Ok(out)
+    }
+
+    /// What the device layer compiles: the spliced source, the entry points, the constants.
+    pub fn module_source(self) -> Result<ModuleSource, CudaError> {
+        Ok(ModuleSource {
+            name: self.file_name().to_string(),
+            source: self.source()?,
+            entry_points: self.entry_points().to_vec(),
+            defines: defines(),
+        })
     }
 }
 
@@ -222,96 +229,6 @@ pub fn defines() -> Vec<(&'static str, String)> {
     d
 }
 
-/// The full NVRTC option list for `arch` (e.g. `"compute_80"`). The architecture is always
-/// explicit: NVRTC's default changes between releases. `-default-device` spares writing
-/// `__device__` on the helpers. `--fmad=false`: NVRTC would otherwise contract `a·b + c` into
-/// fused multiply-adds, which Rust never does, so depths, screen positions, radii and σ would
-/// round differently from the CPU oracle and flip the discrete decisions (radius ceil, α ≥
-/// 1/255, T ≥ 1e-4) that the parity tests compare exactly. The speed cost is measured in the
-/// CUDA bench; a training build may turn contraction back on once parity has a tolerance for
-/// it.
-pub fn compile_options(arch: &str) -> Vec<String> {
-    let mut o = vec![
-        format!("--gpu-architecture={arch}"),
-        "--std=c++17".to_string(),
-        "-default-device".to_string(),
-        "--fmad=false".to_string(),
-    ];
-    for (n, v) in defines() {
-        o.push(format!("-D{n}={v}"));
-    }
-    o
-}
-
-/// Whether the NVRTC shared library can be loaded. Must be checked before any cudarc NVRTC
-/// call: cudarc panics (instead of returning an error) when the library is missing.
-pub fn nvrtc_available() -> Result<(), CudaError> {
-    // SAFETY: `is_culib_present` only tries `dlopen` on candidate library names and drops the
-    // handles; it calls no function from the library and has no precondition.
-    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(CudaError::NoNvrtc)
-    }
-}
-
-/// Compiles `kernel` for `arch` to PTX text. On failure the error carries NVRTC's log
-/// verbatim. Checks [`nvrtc_available`] first, so it never panics for a missing library.
-pub fn compile(kernel: Kernel, arch: &str) -> Result<String, CudaError> {
-    nvrtc_available()?;
-    let src = kernel.source()?;
-    let opts = cudarc::nvrtc::CompileOptions {
-        options: compile_options(arch),
-        name: Some(kernel.file_name().to_string()),
-        ..Default::default()
-    };
-    match cudarc::nvrtc::compile_ptx_with_opts(&src, opts) {
-        Ok(ptx) => Ok(ptx.to_src()),
-        Err(cudarc::nvrtc::CompileError::CompileError { nvrtc, log, .. }) => {
-            Err(CudaError::Compile {
-                kernel: kernel.file_name(),
-                arch: arch.to_string(),
-                status: format!("{nvrtc:?}"),
-                log: log.to_string_lossy().into_owned(),
-            })
-        }
-        Err(e) => Err(CudaError::Compile {
-            kernel: kernel.file_name(),
-            arch: arch.to_string(),
-            status: format!("{e:?}"),
-            log: String::new(),
-        }),
-    }
-}
-
-/// NVRTC's (major, minor) version. Checks [`nvrtc_available`] first.
-pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
-    nvrtc_available()?;
-    let (mut major, mut minor): (std::ffi::c_int, std::ffi::c_int) = (0, 0);
-    // SAFETY: the library is loaded (checked above); both pointers are valid, writable c_ints
-    // for the duration of the call.
-    let rc = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
-    rc.result().map_err(|e| CudaError::Compile {
-        kernel: "(nvrtcVersion)",
-        arch: String::new(),
-        status: format!("{e:?}"),
-        log: String::new(),
-    })?;
-    Ok((major, minor))
-}
-
-/// Hash of everything that determines a module's PTX: spliced source, options, and the
-/// NVRTC version (the compiler that produced it is part of the on-disk cache key).
-pub fn source_hash(kernel: Kernel, arch: &str, nvrtc: (i32, i32)) -> Result<u64, CudaError> {
-    let mut h = format!("nvrtc {}.{}\0", nvrtc.0, nvrtc.1);
-    h.push_str(&kernel.source()?);
-    for o in compile_options(arch) {
-        h.push('\0');
-        h.push_str(&o);
-    }
-    Ok(xxhash_rust::xxh3::xxh3_64(h.as_bytes()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,10 +284,12 @@ mod tests {
     }
 
     #[test]
-    fn hash_depends_on_arch() {
-        let a = source_hash(Kernel::Sort, "compute_80", (13, 0)).unwrap();
-        let b = source_hash(Kernel::Sort, "compute_90", (13, 0)).unwrap();
-        let c = source_hash(Kernel::Sort, "compute_90", (13, 1)).unwrap();
+    fn ptx_cache_key_covers_arch_and_nvrtc_version() {
+        use crate::device::cuda::source_hash;
+        let src = Kernel::Sort.module_source().unwrap();
+        let a = source_hash(&src, "compute_80", (13, 0));
+        let b = source_hash(&src, "compute_90", (13, 0));
+        let c = source_hash(&src, "compute_90", (13, 1));
         assert_ne!(a, b);
         assert_ne!(b, c, "the NVRTC version is part of the cache key");
     }

@@ -1,22 +1,22 @@
-//! Typed launches: one function per kernel entry point. Each checks the shapes of its device
-//! buffers against the element counts it is given (buffers are reused across renders, so their
-//! capacity may exceed the count, never fall short), skips empty launches, and holds the only
-//! `unsafe` — the launch itself — with the invariant that makes it sound.
+//! Typed launches: one function per kernel entry point, written once for both device drivers
+//! (CUDA and the host emulation). Each checks the shapes of its device buffers against the
+//! element counts it is given (buffers are reused across renders, so their capacity may exceed
+//! the count, never fall short), skips empty launches, and holds the only `unsafe` — the launch
+//! itself — with the invariant that makes it sound.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-
-use super::device::CudaDevice;
 use super::kernels::{Kernel, CAM_LEN, ELEMENT_BLOCK, SCAN_BLOCK, SCAN_ITEMS, SORT_BLOCK};
 use super::CudaError;
+use crate::device::{Device, DeviceBuffer, Element, Function, KernelArg, LaunchConfig};
 use crate::render::cpu::project::TILE_SIZE;
+
+use KernelArg::{F32, U32, U64};
 
 /// Every entry point, loaded from the compiled modules.
 pub struct Kernels {
-    stream: Arc<CudaStream>,
-    funcs: HashMap<&'static str, CudaFunction>,
+    dev: Device,
+    funcs: HashMap<&'static str, Function>,
 }
 
 fn check(what: &'static str, got: usize, need: usize) -> Result<(), CudaError> {
@@ -38,54 +38,63 @@ fn grid_1d(n: u64, block: u32) -> Result<LaunchConfig, CudaError> {
             need: i32::MAX as usize,
         })?;
     Ok(LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (block, 1, 1),
-        shared_mem_bytes: 0,
+        grid: (blocks, 1, 1),
+        block: (block, 1, 1),
     })
 }
 
 /// Gaussian parameters on the device ([N, …] like `Gaussians`).
 pub struct ParamBufs<'a> {
-    pub means: &'a CudaSlice<f32>,
-    pub log_scales: &'a CudaSlice<f32>,
-    pub rotations: &'a CudaSlice<f32>,
-    pub logit_opacities: &'a CudaSlice<f32>,
-    pub sh: &'a CudaSlice<f32>,
+    pub means: &'a DeviceBuffer<f32>,
+    pub log_scales: &'a DeviceBuffer<f32>,
+    pub rotations: &'a DeviceBuffer<f32>,
+    pub logit_opacities: &'a DeviceBuffer<f32>,
+    pub sh: &'a DeviceBuffer<f32>,
     pub coeffs: u32,
     pub degree: u32,
 }
 
 /// Projected splats on the device.
 pub struct SplatBufs<'a> {
-    pub means2d: &'a CudaSlice<f32>,
-    pub conics: &'a CudaSlice<f32>,
-    pub opacities: &'a CudaSlice<f32>,
-    pub colors: &'a CudaSlice<f32>,
+    pub means2d: &'a DeviceBuffer<f32>,
+    pub conics: &'a DeviceBuffer<f32>,
+    pub opacities: &'a DeviceBuffer<f32>,
+    pub colors: &'a DeviceBuffer<f32>,
 }
 
 impl Kernels {
     /// Compiles (or loads from the cache) and loads every module.
-    pub fn load(dev: &CudaDevice) -> Result<Kernels, CudaError> {
+    pub fn load(dev: &Device) -> Result<Kernels, CudaError> {
         let mut funcs = HashMap::new();
         for k in Kernel::ALL {
-            let module = dev.load_module(k)?;
+            let module = dev.load_module(&k.module_source()?)?;
             for &e in k.entry_points() {
-                let f = module
-                    .load_function(e)
-                    .map_err(|err| CudaError::driver("cuModuleGetFunction", err))?;
-                funcs.insert(e, f);
+                funcs.insert(e, module.function(e)?.clone());
             }
         }
         Ok(Kernels {
-            stream: dev.stream.clone(),
+            dev: dev.clone(),
             funcs,
         })
     }
 
-    fn f(&self, name: &'static str) -> &CudaFunction {
-        // Every entry point of Kernel::ALL is inserted by `load`; the names below are the
-        // same literals as in `Kernel::entry_points`, checked by the unit test there.
-        &self.funcs[name]
+    /// Launches entry point `name`.
+    ///
+    /// # Safety
+    /// As [`Device::launch`]: `args` match the kernel's parameters and every buffer holds what
+    /// the kernel indexes (each typed launch below checks its shapes first).
+    unsafe fn go(
+        &self,
+        name: &'static str,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<(), CudaError> {
+        // Every entry point of Kernel::ALL is inserted by `load`; the names used below are
+        // the same literals as in `Kernel::entry_points`, checked by the unit test there.
+        let f = &self.funcs[name];
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.dev.launch(f, cfg, args) }?;
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -93,16 +102,16 @@ impl Kernels {
         &self,
         n: u32,
         p: &ParamBufs<'_>,
-        cam: &CudaSlice<f32>,
+        cam: &DeviceBuffer<f32>,
         tiles_x: u32,
         tiles_y: u32,
-        means2d: &mut CudaSlice<f32>,
-        conics: &mut CudaSlice<f32>,
-        opacities: &mut CudaSlice<f32>,
-        colors: &mut CudaSlice<f32>,
-        depths: &mut CudaSlice<f32>,
-        radii: &mut CudaSlice<u32>,
-        tiles_touched: &mut CudaSlice<u64>,
+        means2d: &mut DeviceBuffer<f32>,
+        conics: &mut DeviceBuffer<f32>,
+        opacities: &mut DeviceBuffer<f32>,
+        colors: &mut DeviceBuffer<f32>,
+        depths: &mut DeviceBuffer<f32>,
+        radii: &mut DeviceBuffer<u32>,
+        tiles_touched: &mut DeviceBuffer<u64>,
     ) -> Result<(), CudaError> {
         if n == 0 {
             return Ok(());
@@ -122,38 +131,39 @@ impl Kernels {
         check("radii [N]", radii.len(), nu)?;
         check("tiles_touched [N+1]", tiles_touched.len(), nu + 1)?;
         let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
-        let mut b = self.stream.launch_builder(self.f("project_fwd"));
-        b.arg(&n)
-            .arg(p.means)
-            .arg(p.log_scales)
-            .arg(p.rotations)
-            .arg(p.logit_opacities)
-            .arg(p.sh)
-            .arg(&p.coeffs)
-            .arg(&p.degree)
-            .arg(cam)
-            .arg(&tiles_x)
-            .arg(&tiles_y)
-            .arg(means2d)
-            .arg(conics)
-            .arg(opacities)
-            .arg(colors)
-            .arg(depths)
-            .arg(radii)
-            .arg(tiles_touched);
+        let args = [
+            U32(n),
+            p.means.arg(),
+            p.log_scales.arg(),
+            p.rotations.arg(),
+            p.logit_opacities.arg(),
+            p.sh.arg(),
+            U32(p.coeffs),
+            U32(p.degree),
+            cam.arg(),
+            U32(tiles_x),
+            U32(tiles_y),
+            means2d.arg(),
+            conics.arg(),
+            opacities.arg(),
+            colors.arg(),
+            depths.arg(),
+            radii.arg(),
+            tiles_touched.arg(),
+        ];
         // SAFETY: the argument list matches `project_fwd` in kernels/project_fwd.cu in order
         // and type; every buffer holds at least the elements the kernel indexes for `n`
-        // (checked above), and cudarc orders the launch after prior writes on this stream.
-        unsafe { b.launch(cfg) }.map_err(|e| CudaError::driver("launch project_fwd", e))?;
+        // (checked above), and the device orders the launch after prior work.
+        unsafe { self.go("project_fwd", cfg, &args) }?;
         Ok(())
     }
 
     /// In-place exclusive scan of `n` u64s, using `tmp` (one buffer per level) as scratch.
     pub fn scan_u64(
         &self,
-        data: &mut CudaSlice<u64>,
+        data: &mut DeviceBuffer<u64>,
         n: u64,
-        tmp: &mut Vec<CudaSlice<u64>>,
+        tmp: &mut Vec<DeviceBuffer<u64>>,
     ) -> Result<(), CudaError> {
         self.scan(data, n, tmp, "scan_block_u64", "scan_add_u64")
     }
@@ -161,24 +171,21 @@ impl Kernels {
     /// In-place exclusive scan of `n` u32s.
     pub fn scan_u32(
         &self,
-        data: &mut CudaSlice<u32>,
+        data: &mut DeviceBuffer<u32>,
         n: u64,
-        tmp: &mut Vec<CudaSlice<u32>>,
+        tmp: &mut Vec<DeviceBuffer<u32>>,
     ) -> Result<(), CudaError> {
         self.scan(data, n, tmp, "scan_block_u32", "scan_add_u32")
     }
 
-    fn scan<T>(
+    fn scan<T: Element>(
         &self,
-        data: &mut CudaSlice<T>,
+        data: &mut DeviceBuffer<T>,
         n: u64,
-        tmp: &mut Vec<CudaSlice<T>>,
+        tmp: &mut Vec<DeviceBuffer<T>>,
         block_fn: &'static str,
         add_fn: &'static str,
-    ) -> Result<(), CudaError>
-    where
-        T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
-    {
+    ) -> Result<(), CudaError> {
         if n == 0 {
             return Ok(());
         }
@@ -191,55 +198,39 @@ impl Kernels {
             sizes.push(s);
         }
         // tmp[k] receives the block sums of level k.
-        while tmp.len() < sizes.len() {
-            tmp.push(
-                self.stream
-                    .alloc_zeros::<T>(1)
-                    .map_err(|e| CudaError::driver("cuMemAlloc", e))?,
-            );
-        }
         for (k, &s) in sizes.iter().enumerate() {
             let need = s.div_ceil(tile) as usize;
-            if tmp[k].len() < need {
-                tmp[k] = self
-                    .stream
-                    .alloc_zeros::<T>(need)
-                    .map_err(|e| CudaError::driver("cuMemAlloc", e))?;
+            if tmp.len() <= k {
+                tmp.push(self.dev.alloc::<T>(need)?);
+            } else if tmp[k].len() < need {
+                tmp[k] = self.dev.alloc::<T>(need)?;
             }
         }
+        // Level k scans `data` (k = 0) or the block sums of level k − 1.
+        let level = |k: usize, tmp: &[DeviceBuffer<T>]| {
+            if k == 0 {
+                data.arg()
+            } else {
+                tmp[k - 1].arg()
+            }
+        };
         for (k, &s) in sizes.iter().enumerate() {
             let cfg = LaunchConfig {
-                block_dim: (SCAN_BLOCK, 1, 1),
+                block: (SCAN_BLOCK, 1, 1),
                 ..grid_1d(s, SCAN_BLOCK * SCAN_ITEMS)?
             };
-            let (lo, hi) = tmp.split_at_mut(k);
-            let sums = &mut hi[0];
-            let mut b = self.stream.launch_builder(self.f(block_fn));
-            if k == 0 {
-                b.arg(&mut *data);
-            } else {
-                b.arg(&mut lo[k - 1]);
-            }
-            b.arg(sums).arg(&s);
+            let args = [level(k, tmp), tmp[k].arg(), U64(s)];
             // SAFETY: (data, block_sums, n) matches scan_block_* in kernels/scan.cu; the data
             // buffer holds ≥ s elements and block_sums ≥ ceil(s / tile) (ensured above).
-            unsafe { b.launch(cfg) }.map_err(|e| CudaError::driver("launch scan_block", e))?;
+            unsafe { self.go(block_fn, cfg, &args) }?;
         }
         for k in (0..sizes.len().saturating_sub(1)).rev() {
             let s = sizes[k];
             let cfg = grid_1d(s, ELEMENT_BLOCK)?;
-            let (lo, hi) = tmp.split_at_mut(k);
-            let offs = &hi[0];
-            let mut b = self.stream.launch_builder(self.f(add_fn));
-            if k == 0 {
-                b.arg(&mut *data);
-            } else {
-                b.arg(&mut lo[k - 1]);
-            }
-            b.arg(offs).arg(&s);
+            let args = [level(k, tmp), tmp[k].arg(), U64(s)];
             // SAFETY: (data, block_offsets, n) matches scan_add_* in kernels/scan.cu; the
             // offsets buffer holds ceil(s / tile) scanned sums (the level above, done first).
-            unsafe { b.launch(cfg) }.map_err(|e| CudaError::driver("launch scan_add", e))?;
+            unsafe { self.go(add_fn, cfg, &args) }?;
         }
         Ok(())
     }
@@ -248,15 +239,15 @@ impl Kernels {
     pub fn emit_keys(
         &self,
         n: u32,
-        means2d: &CudaSlice<f32>,
-        radii: &CudaSlice<u32>,
-        depths: &CudaSlice<f32>,
-        offsets: &CudaSlice<u64>,
+        means2d: &DeviceBuffer<f32>,
+        radii: &DeviceBuffer<u32>,
+        depths: &DeviceBuffer<f32>,
+        offsets: &DeviceBuffer<u64>,
         tiles_x: u32,
         tiles_y: u32,
         m: u64,
-        keys: &mut CudaSlice<u64>,
-        ids: &mut CudaSlice<u32>,
+        keys: &mut DeviceBuffer<u64>,
+        ids: &mut DeviceBuffer<u32>,
     ) -> Result<(), CudaError> {
         if n == 0 || m == 0 {
             return Ok(());
@@ -269,28 +260,29 @@ impl Kernels {
         check("keys [M]", keys.len(), m as usize)?;
         check("ids [M]", ids.len(), m as usize)?;
         let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
-        let mut b = self.stream.launch_builder(self.f("emit_keys"));
-        b.arg(&n)
-            .arg(means2d)
-            .arg(radii)
-            .arg(depths)
-            .arg(offsets)
-            .arg(&tiles_x)
-            .arg(&tiles_y)
-            .arg(keys)
-            .arg(ids);
+        let args = [
+            U32(n),
+            means2d.arg(),
+            radii.arg(),
+            depths.arg(),
+            offsets.arg(),
+            U32(tiles_x),
+            U32(tiles_y),
+            keys.arg(),
+            ids.arg(),
+        ];
         // SAFETY: matches emit_keys in kernels/tile_binning.cu; offsets is the exclusive scan
         // of the tile counts project_fwd wrote, whose total m the key buffers hold (checked).
-        unsafe { b.launch(cfg) }.map_err(|e| CudaError::driver("launch emit_keys", e))?;
+        unsafe { self.go("emit_keys", cfg, &args) }?;
         Ok(())
     }
 
     pub fn tile_ranges(
         &self,
         m: u64,
-        keys: &CudaSlice<u64>,
+        keys: &DeviceBuffer<u64>,
         num_tiles: usize,
-        ranges: &mut CudaSlice<u32>,
+        ranges: &mut DeviceBuffer<u32>,
     ) -> Result<(), CudaError> {
         if m == 0 {
             return Ok(());
@@ -298,20 +290,19 @@ impl Kernels {
         check("keys [M]", keys.len(), m as usize)?;
         check("ranges [T,2]", ranges.len(), 2 * num_tiles)?;
         let cfg = grid_1d(m, ELEMENT_BLOCK)?;
-        let mut b = self.stream.launch_builder(self.f("tile_ranges"));
-        b.arg(&m).arg(keys).arg(ranges);
+        let args = [U64(m), keys.arg(), ranges.arg()];
         // SAFETY: matches tile_ranges in kernels/tile_binning.cu; every key's tile id is
         // < num_tiles (emit_keys clamps rects to the grid), so ranges[2·tile+1] is in bounds.
-        unsafe { b.launch(cfg) }.map_err(|e| CudaError::driver("launch tile_ranges", e))?;
+        unsafe { self.go("tile_ranges", cfg, &args) }?;
         Ok(())
     }
 
     pub fn radix_histogram(
         &self,
         m: u64,
-        keys: &CudaSlice<u64>,
+        keys: &DeviceBuffer<u64>,
         shift: u32,
-        hist: &mut CudaSlice<u32>,
+        hist: &mut DeviceBuffer<u32>,
     ) -> Result<(), CudaError> {
         if m == 0 {
             return Ok(());
@@ -321,13 +312,12 @@ impl Kernels {
         check(
             "hist [RADIX, blocks]",
             hist.len(),
-            cfg.grid_dim.0 as usize * super::sort::RADIX,
+            cfg.grid.0 as usize * super::sort::RADIX,
         )?;
-        let mut b = self.stream.launch_builder(self.f("radix_histogram"));
-        b.arg(&m).arg(keys).arg(&shift).arg(hist);
+        let args = [U64(m), keys.arg(), U32(shift), hist.arg()];
         // SAFETY: matches radix_histogram in kernels/sort.cu; hist holds RADIX·gridDim.x
         // counters (checked) and the grid covers exactly ceil(m / SORT_BLOCK) blocks.
-        unsafe { b.launch(cfg) }.map_err(|e| CudaError::driver("launch radix_histogram", e))?;
+        unsafe { self.go("radix_histogram", cfg, &args) }?;
         Ok(())
     }
 
@@ -335,12 +325,12 @@ impl Kernels {
     pub fn radix_scatter(
         &self,
         m: u64,
-        keys_in: &CudaSlice<u64>,
-        vals_in: &CudaSlice<u32>,
+        keys_in: &DeviceBuffer<u64>,
+        vals_in: &DeviceBuffer<u32>,
         shift: u32,
-        hist: &CudaSlice<u32>,
-        keys_out: &mut CudaSlice<u64>,
-        vals_out: &mut CudaSlice<u32>,
+        hist: &DeviceBuffer<u32>,
+        keys_out: &mut DeviceBuffer<u64>,
+        vals_out: &mut DeviceBuffer<u32>,
     ) -> Result<(), CudaError> {
         if m == 0 {
             return Ok(());
@@ -354,27 +344,27 @@ impl Kernels {
         check(
             "hist [RADIX, blocks]",
             hist.len(),
-            cfg.grid_dim.0 as usize * super::sort::RADIX,
+            cfg.grid.0 as usize * super::sort::RADIX,
         )?;
-        let mut b = self.stream.launch_builder(self.f("radix_scatter"));
-        b.arg(&m)
-            .arg(keys_in)
-            .arg(vals_in)
-            .arg(&shift)
-            .arg(hist)
-            .arg(keys_out)
-            .arg(vals_out);
+        let args = [
+            U64(m),
+            keys_in.arg(),
+            vals_in.arg(),
+            U32(shift),
+            hist.arg(),
+            keys_out.arg(),
+            vals_out.arg(),
+        ];
         // SAFETY: matches radix_scatter in kernels/sort.cu; hist is the exclusive scan of this
         // pass's histogram over the same keys and grid, so every output position is < m.
-        unsafe { b.launch(cfg) }.map_err(|e| CudaError::driver("launch radix_scatter", e))?;
+        unsafe { self.go("radix_scatter", cfg, &args) }?;
         Ok(())
     }
 
     fn tile_grid(width: u32, height: u32) -> LaunchConfig {
         LaunchConfig {
-            grid_dim: (width.div_ceil(TILE_SIZE), height.div_ceil(TILE_SIZE), 1),
-            block_dim: (TILE_SIZE, TILE_SIZE, 1),
-            shared_mem_bytes: 0,
+            grid: (width.div_ceil(TILE_SIZE), height.div_ceil(TILE_SIZE), 1),
+            block: (TILE_SIZE, TILE_SIZE, 1),
         }
     }
 
@@ -383,15 +373,15 @@ impl Kernels {
         &self,
         n: usize,
         m: usize,
-        ranges: &CudaSlice<u32>,
-        ids: &CudaSlice<u32>,
+        ranges: &DeviceBuffer<u32>,
+        ids: &DeviceBuffer<u32>,
         s: &SplatBufs<'_>,
         width: u32,
         height: u32,
         bg: [f32; 3],
-        image: &mut CudaSlice<f32>,
-        final_t: &mut CudaSlice<f32>,
-        last: &mut CudaSlice<u32>,
+        image: &mut DeviceBuffer<f32>,
+        final_t: &mut DeviceBuffer<f32>,
+        last: &mut DeviceBuffer<u32>,
     ) -> Result<(), CudaError> {
         let npix = width as usize * height as usize;
         if npix == 0 {
@@ -408,27 +398,27 @@ impl Kernels {
         check("final_t [H,W]", final_t.len(), npix)?;
         check("last [H,W]", last.len(), npix)?;
         let tiles_x = width.div_ceil(TILE_SIZE);
-        let mut b = self.stream.launch_builder(self.f("rasterize_fwd"));
-        b.arg(ranges)
-            .arg(ids)
-            .arg(s.means2d)
-            .arg(s.conics)
-            .arg(s.opacities)
-            .arg(s.colors)
-            .arg(&width)
-            .arg(&height)
-            .arg(&tiles_x)
-            .arg(&bg[0])
-            .arg(&bg[1])
-            .arg(&bg[2])
-            .arg(image)
-            .arg(final_t)
-            .arg(last);
+        let args = [
+            ranges.arg(),
+            ids.arg(),
+            s.means2d.arg(),
+            s.conics.arg(),
+            s.opacities.arg(),
+            s.colors.arg(),
+            U32(width),
+            U32(height),
+            U32(tiles_x),
+            F32(bg[0]),
+            F32(bg[1]),
+            F32(bg[2]),
+            image.arg(),
+            final_t.arg(),
+            last.arg(),
+        ];
         // SAFETY: matches rasterize_fwd in kernels/rasterize_fwd.cu; the grid is one block per
         // tile of a W×H image (ranges holds every tile), ranges index into ids (< m) and ids
         // are Gaussian indices < n; outputs hold W·H pixels (all checked above).
-        unsafe { b.launch(Self::tile_grid(width, height)) }
-            .map_err(|e| CudaError::driver("launch rasterize_fwd", e))?;
+        unsafe { self.go("rasterize_fwd", Self::tile_grid(width, height), &args) }?;
         Ok(())
     }
 
@@ -437,15 +427,15 @@ impl Kernels {
         &self,
         n: usize,
         m: usize,
-        ranges: &CudaSlice<u32>,
-        ids: &CudaSlice<u32>,
+        ranges: &DeviceBuffer<u32>,
+        ids: &DeviceBuffer<u32>,
         s: &SplatBufs<'_>,
         width: u32,
         height: u32,
         bg: [f32; 3],
-        final_t: &CudaSlice<f32>,
-        last: &CudaSlice<u32>,
-        d_image: &CudaSlice<f32>,
+        final_t: &DeviceBuffer<f32>,
+        last: &DeviceBuffer<u32>,
+        d_image: &DeviceBuffer<f32>,
         v: &mut SplatGradBufs,
     ) -> Result<(), CudaError> {
         let npix = width as usize * height as usize;
@@ -467,30 +457,30 @@ impl Kernels {
         check("v_colors [N,3]", v.colors.len(), 3 * n)?;
         check("v_opacities [N]", v.opacities.len(), n)?;
         let tiles_x = width.div_ceil(TILE_SIZE);
-        let mut b = self.stream.launch_builder(self.f("rasterize_bwd"));
-        b.arg(ranges)
-            .arg(ids)
-            .arg(s.means2d)
-            .arg(s.conics)
-            .arg(s.opacities)
-            .arg(s.colors)
-            .arg(&width)
-            .arg(&height)
-            .arg(&tiles_x)
-            .arg(&bg[0])
-            .arg(&bg[1])
-            .arg(&bg[2])
-            .arg(final_t)
-            .arg(last)
-            .arg(d_image)
-            .arg(&mut v.means2d)
-            .arg(&mut v.conics)
-            .arg(&mut v.colors)
-            .arg(&mut v.opacities);
+        let args = [
+            ranges.arg(),
+            ids.arg(),
+            s.means2d.arg(),
+            s.conics.arg(),
+            s.opacities.arg(),
+            s.colors.arg(),
+            U32(width),
+            U32(height),
+            U32(tiles_x),
+            F32(bg[0]),
+            F32(bg[1]),
+            F32(bg[2]),
+            final_t.arg(),
+            last.arg(),
+            d_image.arg(),
+            v.means2d.arg(),
+            v.conics.arg(),
+            v.colors.arg(),
+            v.opacities.arg(),
+        ];
         // SAFETY: matches rasterize_bwd in kernels/rasterize_bwd.cu; same grid and index
         // bounds as rasterize_fwd, gradient accumulators hold N entries (checked).
-        unsafe { b.launch(Self::tile_grid(width, height)) }
-            .map_err(|e| CudaError::driver("launch rasterize_bwd", e))?;
+        unsafe { self.go("rasterize_bwd", Self::tile_grid(width, height), &args) }?;
         Ok(())
     }
 
@@ -499,10 +489,10 @@ impl Kernels {
         &self,
         n: u32,
         p: &ParamBufs<'_>,
-        cam: &CudaSlice<f32>,
-        radii: &CudaSlice<u32>,
-        conics: &CudaSlice<f32>,
-        opacities: &CudaSlice<f32>,
+        cam: &DeviceBuffer<f32>,
+        radii: &DeviceBuffer<u32>,
+        conics: &DeviceBuffer<f32>,
+        opacities: &DeviceBuffer<f32>,
         v: &SplatGradBufs,
         g: &mut ParamGradBufs,
     ) -> Result<(), CudaError> {
@@ -530,49 +520,50 @@ impl Kernels {
         check("g_sh [N,K,3]", g.sh.len(), 3 * nu * k)?;
         check("g_means2d [N,2]", g.means2d.len(), 2 * nu)?;
         let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
-        let mut b = self.stream.launch_builder(self.f("project_bwd"));
-        b.arg(&n)
-            .arg(p.means)
-            .arg(p.log_scales)
-            .arg(p.rotations)
-            .arg(p.sh)
-            .arg(&p.coeffs)
-            .arg(&p.degree)
-            .arg(cam)
-            .arg(radii)
-            .arg(conics)
-            .arg(opacities)
-            .arg(&v.means2d)
-            .arg(&v.conics)
-            .arg(&v.colors)
-            .arg(&v.opacities)
-            .arg(&mut g.means)
-            .arg(&mut g.log_scales)
-            .arg(&mut g.rotations)
-            .arg(&mut g.logit_opacities)
-            .arg(&mut g.sh)
-            .arg(&mut g.means2d);
+        let args = [
+            U32(n),
+            p.means.arg(),
+            p.log_scales.arg(),
+            p.rotations.arg(),
+            p.sh.arg(),
+            U32(p.coeffs),
+            U32(p.degree),
+            cam.arg(),
+            radii.arg(),
+            conics.arg(),
+            opacities.arg(),
+            v.means2d.arg(),
+            v.conics.arg(),
+            v.colors.arg(),
+            v.opacities.arg(),
+            g.means.arg(),
+            g.log_scales.arg(),
+            g.rotations.arg(),
+            g.logit_opacities.arg(),
+            g.sh.arg(),
+            g.means2d.arg(),
+        ];
         // SAFETY: matches project_bwd in kernels/project_bwd.cu; every buffer holds the N (and
         // N·K) elements the kernel indexes (checked above).
-        unsafe { b.launch(cfg) }.map_err(|e| CudaError::driver("launch project_bwd", e))?;
+        unsafe { self.go("project_bwd", cfg, &args) }?;
         Ok(())
     }
 }
 
 /// Per-splat gradient accumulators (rasterize_bwd → project_bwd).
 pub struct SplatGradBufs {
-    pub means2d: CudaSlice<f32>,
-    pub conics: CudaSlice<f32>,
-    pub colors: CudaSlice<f32>,
-    pub opacities: CudaSlice<f32>,
+    pub means2d: DeviceBuffer<f32>,
+    pub conics: DeviceBuffer<f32>,
+    pub colors: DeviceBuffer<f32>,
+    pub opacities: DeviceBuffer<f32>,
 }
 
 /// Gradients w.r.t. the stored parameters (project_bwd outputs).
 pub struct ParamGradBufs {
-    pub means: CudaSlice<f32>,
-    pub log_scales: CudaSlice<f32>,
-    pub rotations: CudaSlice<f32>,
-    pub logit_opacities: CudaSlice<f32>,
-    pub sh: CudaSlice<f32>,
-    pub means2d: CudaSlice<f32>,
+    pub means: DeviceBuffer<f32>,
+    pub log_scales: DeviceBuffer<f32>,
+    pub rotations: DeviceBuffer<f32>,
+    pub logit_opacities: DeviceBuffer<f32>,
+    pub sh: DeviceBuffer<f32>,
+    pub means2d: DeviceBuffer<f32>,
 }

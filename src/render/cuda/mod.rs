@@ -4,9 +4,12 @@
 //! `emit_keys` → stable radix sort of (tile | depth) keys → `tile_ranges` → `rasterize_fwd`,
 //! and backward `rasterize_bwd` → `project_bwd`.
 //!
-//! Modules: [`kernels`] (embedded sources, `-D` constants, NVRTC), [`device`] (non-panicking
-//! probe, PTX disk cache), [`launch`] (one typed launch per entry point, the only `unsafe`
-//! launches), [`sort`] (radix sort driver), [`pinned`] (page-locked loader ring slots).
+//! It runs on the device layer ([`crate::device`]), so the same code drives a real GPU (CUDA)
+//! and the host emulation (`GS_CUDA_EMULATE=1`), which executes these kernels in `cargo test`.
+//!
+//! Modules: [`kernels`] (embedded sources, `-D` constants), [`launch`] (one typed launch per
+//! entry point, the only `unsafe` launches), [`sort`] (radix sort driver), [`pinned`]
+//! (page-locked loader ring slots).
 //!
 //! Invariants: device buffers live in the rasterizer and only grow (a training loop allocates
 //! nothing after its first few iterations); nothing sized by the intersection count is
@@ -15,21 +18,16 @@
 //! host reads is fully written by a kernel (no reliance on zeroed memory), gradient
 //! accumulators are explicitly zeroed before the backward.
 
-pub mod device;
 pub mod error;
 pub mod kernels;
 pub mod launch;
 pub mod pinned;
 pub mod sort;
 
-use std::sync::Arc;
-
-use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
-
-pub use device::{probe, CudaDevice};
 pub use error::CudaError;
 pub use pinned::{PinnedBuf, PinnedSlots};
 
+use crate::device::{Device, DeviceBuffer, Element};
 use crate::render::cpu::binning::{TileBins, REPORTED_LARGEST};
 use crate::render::cpu::{CameraF, GaussianParams, Splat, SplatGrad};
 use crate::render::{
@@ -58,51 +56,40 @@ impl From<CudaError> for RenderError {
     }
 }
 
-fn grow<T: DeviceRepr + ValidAsZeroBits>(
-    stream: &Arc<CudaStream>,
-    buf: &mut CudaSlice<T>,
-    len: usize,
-) -> Result<(), CudaError> {
+impl From<crate::device::DeviceError> for RenderError {
+    fn from(e: crate::device::DeviceError) -> RenderError {
+        CudaError::from(e).into()
+    }
+}
+
+/// Makes `buf` hold at least `len` elements (reallocating, contents lost, when it is smaller).
+fn grow<T: Element>(dev: &Device, buf: &mut DeviceBuffer<T>, len: usize) -> Result<(), CudaError> {
     if buf.len() < len {
-        // Zeroed only because cudarc's safe allocator zeroes; kernels never rely on it.
-        *buf = stream
-            .alloc_zeros::<T>(len.max(1))
-            .map_err(|e| CudaError::driver("cuMemAlloc", e))?;
+        *buf = dev.alloc::<T>(len.max(1))?;
     }
     Ok(())
 }
 
-fn upload<T: DeviceRepr + ValidAsZeroBits>(
-    stream: &Arc<CudaStream>,
+fn upload<T: Element>(
+    dev: &Device,
     host: &[T],
-    buf: &mut CudaSlice<T>,
+    buf: &mut DeviceBuffer<T>,
 ) -> Result<(), CudaError> {
-    grow(stream, buf, host.len())?;
-    if host.is_empty() {
-        return Ok(());
-    }
-    stream
-        .memcpy_htod(host, &mut buf.slice_mut(..host.len()))
-        .map_err(|e| CudaError::driver("cuMemcpyHtoD", e))
+    grow(dev, buf, host.len())?;
+    dev.upload(host, buf)?;
+    Ok(())
 }
 
-fn download<T: DeviceRepr + Default + Clone>(
-    stream: &Arc<CudaStream>,
-    buf: &CudaSlice<T>,
+fn download<T: Element>(
+    dev: &Device,
+    buf: &DeviceBuffer<T>,
     len: usize,
     host: &mut Vec<T>,
 ) -> Result<(), CudaError> {
     host.clear();
     host.resize(len, T::default());
-    if len == 0 {
-        return Ok(());
-    }
-    stream
-        .memcpy_dtoh(&buf.slice(..len), host.as_mut_slice())
-        .map_err(|e| CudaError::driver("cuMemcpyDtoH", e))?;
-    stream
-        .synchronize()
-        .map_err(|e| CudaError::driver("cuStreamSynchronize", e))
+    dev.download(buf, host)?;
+    Ok(())
 }
 
 /// The camera buffer of `kernels/common.cuh`, from the CPU reference's conversion so limits
@@ -126,47 +113,38 @@ pub fn camera_buffer(c: &CameraF<f32>) -> [f32; kernels::CAM_LEN] {
 }
 
 struct Bufs {
-    means: CudaSlice<f32>,
-    log_scales: CudaSlice<f32>,
-    rotations: CudaSlice<f32>,
-    logit_opacities: CudaSlice<f32>,
-    sh: CudaSlice<f32>,
-    cam: CudaSlice<f32>,
-    means2d: CudaSlice<f32>,
-    conics: CudaSlice<f32>,
-    opacities: CudaSlice<f32>,
-    colors: CudaSlice<f32>,
-    depths: CudaSlice<f32>,
-    radii: CudaSlice<u32>,
-    offsets: CudaSlice<u64>,
-    scan64: Vec<CudaSlice<u64>>,
-    scan32: Vec<CudaSlice<u32>>,
-    keys: [CudaSlice<u64>; 2],
-    ids: [CudaSlice<u32>; 2],
-    hist: CudaSlice<u32>,
-    ranges: CudaSlice<u32>,
-    image: CudaSlice<f32>,
-    final_t: CudaSlice<f32>,
-    last: CudaSlice<u32>,
-    d_image: CudaSlice<f32>,
+    means: DeviceBuffer<f32>,
+    log_scales: DeviceBuffer<f32>,
+    rotations: DeviceBuffer<f32>,
+    logit_opacities: DeviceBuffer<f32>,
+    sh: DeviceBuffer<f32>,
+    cam: DeviceBuffer<f32>,
+    means2d: DeviceBuffer<f32>,
+    conics: DeviceBuffer<f32>,
+    opacities: DeviceBuffer<f32>,
+    colors: DeviceBuffer<f32>,
+    depths: DeviceBuffer<f32>,
+    radii: DeviceBuffer<u32>,
+    offsets: DeviceBuffer<u64>,
+    scan64: Vec<DeviceBuffer<u64>>,
+    scan32: Vec<DeviceBuffer<u32>>,
+    keys: [DeviceBuffer<u64>; 2],
+    ids: [DeviceBuffer<u32>; 2],
+    hist: DeviceBuffer<u32>,
+    ranges: DeviceBuffer<u32>,
+    image: DeviceBuffer<f32>,
+    final_t: DeviceBuffer<f32>,
+    last: DeviceBuffer<u32>,
+    d_image: DeviceBuffer<f32>,
     v: SplatGradBufs,
     g: ParamGradBufs,
 }
 
 impl Bufs {
-    fn new(s: &Arc<CudaStream>) -> Result<Bufs, CudaError> {
-        let f = || {
-            s.alloc_zeros::<f32>(1)
-                .map_err(|e| CudaError::driver("cuMemAlloc", e))
-        };
-        let u = || {
-            s.alloc_zeros::<u32>(1)
-                .map_err(|e| CudaError::driver("cuMemAlloc", e))
-        };
-        let w = || {
-            s.alloc_zeros::<u64>(1)
-                .map_err(|e| CudaError::driver("cuMemAlloc", e))
-        };
+    fn new(dev: &Device) -> Result<Bufs, CudaError> {
+        let f = || dev.alloc::<f32>(1);
+        let u = || dev.alloc::<u32>(1);
+        let w = || dev.alloc::<u64>(1);
         Ok(Bufs {
             means: f()?,
             log_scales: f()?,
@@ -220,7 +198,7 @@ impl Bufs {
 
 /// The CUDA backend (see the module doc).
 pub struct CudaRasterizer {
-    dev: CudaDevice,
+    dev: Device,
     k: Kernels,
     b: Bufs,
     /// Intersections of the last forward, and which sort buffer holds the sorted ids.
@@ -233,12 +211,21 @@ pub struct CudaRasterizer {
 }
 
 impl CudaRasterizer {
-    /// Probes the GPU and compiles (or loads cached) kernels. Errors, never panics, without a
-    /// usable GPU.
+    /// On the device [`Device::from_env`] picks: the host emulation under
+    /// `GS_CUDA_EMULATE=1`, else GPU 0. Errors, never panics, without a usable device.
     pub fn new() -> Result<CudaRasterizer, CudaError> {
-        let dev = probe()?;
+        CudaRasterizer::on(Device::from_env()?)
+    }
+
+    /// On GPU 0 only, never the emulation (what `--backend auto` probes).
+    pub fn gpu() -> Result<CudaRasterizer, CudaError> {
+        CudaRasterizer::on(Device::cuda()?)
+    }
+
+    /// On `dev`: compiles (or loads cached) kernels.
+    pub fn on(dev: Device) -> Result<CudaRasterizer, CudaError> {
         let k = Kernels::load(&dev)?;
-        let b = Bufs::new(&dev.stream)?;
+        let b = Bufs::new(&dev)?;
         Ok(CudaRasterizer {
             dev,
             k,
@@ -250,14 +237,14 @@ impl CudaRasterizer {
         })
     }
 
-    pub fn device(&self) -> &CudaDevice {
+    pub fn device(&self) -> &Device {
         &self.dev
     }
 
     /// Largest on-screen Gaussians by radius (for the preflight error).
     fn largest(&self, n: usize) -> Result<Vec<LargeGaussian>, CudaError> {
         let mut radii = Vec::new();
-        download(&self.dev.stream, &self.b.radii, n, &mut radii)?;
+        download(&self.dev, &self.b.radii, n, &mut radii)?;
         let mut l: Vec<LargeGaussian> = radii
             .iter()
             .enumerate()
@@ -285,7 +272,7 @@ impl CudaRasterizer {
         params.validate(options.sh_degree)?;
         let cam = CameraF::<f32>::new(camera)?;
         let n = gaussians.len();
-        let s = self.dev.stream.clone();
+        let s = self.dev.clone();
         let coeffs = params.coeffs() as u32;
         let b = &mut self.b;
         upload(&s, gaussians.means.as_flattened(), &mut b.means)?;
@@ -348,13 +335,8 @@ impl CudaRasterizer {
         } else {
             self.k
                 .scan_u64(&mut b.offsets, n as u64 + 1, &mut b.scan64)?;
-            let mut total = Vec::new();
-            let view = b.offsets.slice(n..n + 1);
-            total.resize(1, 0u64);
-            s.memcpy_dtoh(&view, total.as_mut_slice())
-                .map_err(|e| CudaError::driver("cuMemcpyDtoH", e))?;
-            s.synchronize()
-                .map_err(|e| CudaError::driver("cuStreamSynchronize", e))?;
+            let mut total = [0u64];
+            s.download_from(&b.offsets, n, &mut total)?;
             total[0]
         };
 
@@ -371,13 +353,12 @@ impl CudaRasterizer {
             });
         }
         let (free, _) = self.dev.memory()?;
-        let usable =
-            (free as u64 + self.b.intersection_bytes()).saturating_sub(DEVICE_HEADROOM_BYTES);
+        let usable = (free + self.b.intersection_bytes()).saturating_sub(DEVICE_HEADROOM_BYTES);
         if bytes > usable {
             return Err(RenderError::DeviceMemory {
                 bytes,
                 count: m,
-                free: free as u64,
+                free,
                 largest: self.largest(n)?,
             });
         }
@@ -414,8 +395,7 @@ impl CudaRasterizer {
             &mut b.hist,
             &mut b.scan32,
         )?;
-        s.memset_zeros(&mut b.ranges.slice_mut(..2 * ntiles))
-            .map_err(|e| CudaError::driver("cuMemsetD8", e))?;
+        s.memset_zero(&mut b.ranges, 2 * ntiles)?;
         self.k
             .tile_ranges(m, &b.keys[sorted], ntiles, &mut b.ranges)?;
 
@@ -492,7 +472,7 @@ impl CudaRasterizer {
         }
         let n = gaussians.len();
         let coeffs = params.coeffs();
-        let s = self.dev.stream.clone();
+        let s = self.dev.clone();
         let b = &mut self.b;
         upload(&s, d_image, &mut b.d_image)?;
         for (buf, len) in [
@@ -502,10 +482,7 @@ impl CudaRasterizer {
             (&mut b.v.opacities, n),
         ] {
             grow(&s, buf, len)?;
-            if len > 0 {
-                s.memset_zeros(&mut buf.slice_mut(..len))
-                    .map_err(|e| CudaError::driver("cuMemsetD8", e))?;
-            }
+            s.memset_zero(buf, len)?;
         }
         grow(&s, &mut b.g.means, 3 * n)?;
         grow(&s, &mut b.g.log_scales, 3 * n)?;
@@ -574,7 +551,7 @@ impl CudaRasterizer {
     /// The projected splats of the last forward (for stage-by-stage parity checks).
     pub fn splats(&self) -> Result<Vec<Splat<f32>>, CudaError> {
         let n = self.fingerprint.as_ref().map_or(0, |f| f.n);
-        let s = &self.dev.stream;
+        let s = &self.dev;
         let (mut m2, mut co, mut op, mut cl, mut de, mut ra) = (
             Vec::new(),
             Vec::new(),
@@ -615,7 +592,7 @@ impl CudaRasterizer {
             .height
             .div_ceil(crate::render::cpu::project::TILE_SIZE);
         let nt = (tx * ty) as usize;
-        let s = &self.dev.stream;
+        let s = &self.dev;
         let mut ranges = Vec::new();
         download(s, &self.b.ranges, 2 * nt, &mut ranges)?;
         let mut bins = TileBins::default();
@@ -643,7 +620,7 @@ impl CudaRasterizer {
     /// no backward ran since the last forward.
     pub fn splat_grads(&self) -> Result<Vec<SplatGrad<f32>>, CudaError> {
         let n = self.grads_n.ok_or(CudaError::NoBackward)?;
-        let s = &self.dev.stream;
+        let s = &self.dev;
         let (mut m2, mut co, mut cl, mut op) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         download(s, &self.b.v.means2d, 2 * n, &mut m2)?;
         download(s, &self.b.v.conics, 3 * n, &mut co)?;
@@ -672,7 +649,7 @@ impl CudaRasterizer {
             vals.len(),
             "sort_pairs: keys and values differ in length"
         );
-        let s = self.dev.stream.clone();
+        let s = self.dev.clone();
         let m = keys.len();
         let b = &mut self.b;
         upload(&s, keys, &mut b.keys[0])?;

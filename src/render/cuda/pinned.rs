@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, PinnedHostSlice};
 
-use super::CudaError;
 use crate::data::{HostBuffer, LoadError, SlotAllocator};
+use crate::device::DeviceError;
 
 /// Allocates ring slots as page-locked host memory of one CUDA context.
 #[derive(Clone, Debug)]
@@ -78,7 +78,7 @@ impl HostBuffer for PinnedBuf {
             .map(|_| ())
             .map_err(|e| LoadError::Read {
                 record: "a pinned ring slot".into(),
-                source: Box::new(CudaError::driver("cuEventSynchronize", e)),
+                source: Box::new(DeviceError::driver("cuEventSynchronize", e)),
             })
     }
 
@@ -97,10 +97,10 @@ impl SlotAllocator for PinnedSlots {
         // SAFETY: u8 has no invalid bit patterns; the bytes are zero-filled below before any
         // read.
         let mut mem = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(len.max(1), 0) }
-            .map_err(|e| fail(CudaError::driver("cuMemHostAlloc", e)))?;
+            .map_err(|e| fail(DeviceError::driver("cuMemHostAlloc", e)))?;
         let ptr = mem
             .as_mut_ptr()
-            .map_err(|e| fail(CudaError::driver("cuEventSynchronize", e)))?;
+            .map_err(|e| fail(DeviceError::driver("cuEventSynchronize", e)))?;
         // SAFETY: `ptr` is the base of a fresh allocation of at least `len` bytes.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
         Ok(Box::new(PinnedBuf { mem, ptr, len }))

@@ -1,7 +1,7 @@
 //! Host side of the GPU radix sort (`kernels/sort.cu`): a stable LSD sort of u64 keys with u32
 //! values, running only the digit passes that cover the key's significant bits.
 
-use cudarc::driver::CudaSlice;
+use crate::device::DeviceBuffer;
 
 use super::kernels::{RADIX_BITS, SORT_BLOCK};
 use super::launch::Kernels;
@@ -28,10 +28,10 @@ pub fn sort_pairs(
     k: &Kernels,
     m: u64,
     bits: u32,
-    keys: &mut [CudaSlice<u64>; 2],
-    vals: &mut [CudaSlice<u32>; 2],
-    hist: &mut CudaSlice<u32>,
-    scan_tmp: &mut Vec<CudaSlice<u32>>,
+    keys: &mut [DeviceBuffer<u64>; 2],
+    vals: &mut [DeviceBuffer<u32>; 2],
+    hist: &mut DeviceBuffer<u32>,
+    scan_tmp: &mut Vec<DeviceBuffer<u32>>,
 ) -> Result<usize, CudaError> {
     let mut cur = 0usize;
     if m <= 1 {

@@ -1,0 +1,727 @@
+// emulation.h: runs the CUDA kernels of kernels/*.cu on the host, unchanged, for the host
+// emulation driver of src/device (GS_CUDA_EMULATE=1). The driver compiles each spliced kernel
+// module with the system C++ compiler (C++20) with this header in front, the same -D constants
+// as NVRTC, and a generated `gs_emu_launch_<entry>` wrapper per entry point.
+//
+// Execution model (what a kernel can observe):
+// - A launch runs its blocks one after another, in an order shuffled by the launch's seed, on
+//   the calling host thread. Launches of one module are serialised (a mutex), so `__shared__`
+//   variables (function-local statics here) are block-shared storage, exactly as on a GPU.
+// - Every thread of a block is a fiber with its own stack. A fiber runs until it reaches a
+//   barrier or a warp collective (or returns); only then does another fiber run, in an order
+//   shuffled per round. So a thread always runs "as far ahead as it can": a missing
+//   __syncthreads between a shared-memory write and another thread's read, or between a read
+//   and the next overwrite, gives a wrong result every time instead of once in a while.
+// - __syncthreads*(): released when every thread of the block that has not returned is
+//   waiting at the same barrier (same source line); threads that returned count as arrived, as
+//   on Volta and later. Threads waiting at different barriers, or some at a barrier while the
+//   others wait at a warp collective, is divergence: the launch fails with a message naming
+//   the kernel, block, lines and thread counts (a GPU would hang or corrupt silently).
+// - Warp collectives (__shfl*_sync, __any/__all/__ballot_sync, __match_any_sync, __syncwarp):
+//   released when every live lane of the warp waits at the same collective (same line, same
+//   mask); the mask must name exactly the warp's live lanes, otherwise the launch fails (on a
+//   GPU, a mask naming a lane that exited or diverged is undefined behaviour).
+// - Atomics are plain read-modify-writes (one host thread runs everything), with CUDA's return
+//   values. Math uses the host libm: expf/logf/sqrtf may differ from the GPU's by an ulp or
+//   two, which the parity tolerances allow. FMA contraction is off in both drivers.
+//
+// What it does not model: timing, occupancy and resource limits (registers, shared-memory
+// size), memory coalescing and bank conflicts, warp-divergence cost, the relaxed ordering of
+// global memory between blocks (blocks never overlap here), and the initial contents of shared
+// memory (statics start zeroed once, then keep the previous block's values, which a GPU does
+// not promise either). Out-of-bounds accesses are found by building with AddressSanitizer
+// (GS_EMU_SANITIZE=address), not by this header.
+#ifndef GS_HOST_EMULATION_H
+#define GS_HOST_EMULATION_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstddef>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define GS_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GS_EMU_ASAN 1
+#endif
+#endif
+#ifdef GS_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if !defined(__x86_64__) || defined(GS_EMU_UCONTEXT)
+#include <ucontext.h>
+#define GS_EMU_USE_UCONTEXT 1
+#endif
+
+// ---- CUDA keywords and built-in variables ----------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __shared__ static
+#define __launch_bounds__(...)
+// __restrict__ is a GCC/Clang keyword already.
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+typedef dim3 uint3;
+
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+
+namespace gs_emu {
+
+enum class State : unsigned char { Ready, AtBlock, AtWarp, Done };
+
+enum Op : int {
+    OpSync,
+    OpShflIdx,
+    OpShflUp,
+    OpShflDown,
+    OpShflXor,
+    OpAny,
+    OpAll,
+    OpBallot,
+    OpMatchAny,
+    OpSyncWarp,
+};
+
+struct Lane {
+    void* sp = nullptr;  // saved stack pointer (x86-64 switch) while not running
+#ifdef GS_EMU_USE_UCONTEXT
+    ucontext_t uc;
+#endif
+    dim3 tid;
+    unsigned linear = 0;
+    State state = State::Ready;
+    // The pending barrier or collective.
+    int op = 0;
+    int line = 0;
+    unsigned mask = 0;
+    int arg = 0;
+    int width = 32;
+    uint64_t val = 0;
+    uint64_t result = 0;
+};
+
+struct Run {
+    const char* kernel = "";
+    dim3 block_idx, block_dim, grid_dim;
+    Lane* lanes = nullptr;
+    unsigned nlanes = 0;
+    void (*body)(void*) = nullptr;
+    void* body_ctx = nullptr;
+    void* sched_sp = nullptr;
+#ifdef GS_EMU_USE_UCONTEXT
+    ucontext_t sched_uc;
+#endif
+    unsigned char* stacks = nullptr;
+    size_t stack_size = 0;
+    bool failed = false;
+    char* err = nullptr;
+    size_t errlen = 0;
+#ifdef GS_EMU_ASAN
+    void* asan_fake = nullptr;
+    const void* sched_stack_bottom = nullptr;
+    size_t sched_stack_size = 0;
+#endif
+};
+
+inline Run* g_run = nullptr;
+inline Lane* g_cur = nullptr;
+
+}  // namespace gs_emu
+
+#define threadIdx (::gs_emu::g_cur->tid)
+#define blockIdx (::gs_emu::g_run->block_idx)
+#define blockDim (::gs_emu::g_run->block_dim)
+#define gridDim (::gs_emu::g_run->grid_dim)
+#define warpSize 32
+
+namespace gs_emu {
+
+// ---- fibers ----------------------------------------------------------------------------------
+#ifndef GS_EMU_USE_UCONTEXT
+// Saves the callee-saved registers, MXCSR and the x87 control word on the current stack,
+// stores the stack pointer in *save and resumes the fiber whose stack pointer is `to`.
+extern "C" void gs_emu_switch(void** save, void* to);
+asm(R"(
+    .text
+    .globl gs_emu_switch
+    .hidden gs_emu_switch
+    .type gs_emu_switch,@function
+gs_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size gs_emu_switch,.-gs_emu_switch
+)");
+#endif
+
+inline void lane_entry() {
+    Run* r = g_run;
+#ifdef GS_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &r->sched_stack_bottom, &r->sched_stack_size);
+#endif
+    r->body(r->body_ctx);
+    Lane* l = g_cur;
+    l->state = State::Done;
+#ifdef GS_EMU_ASAN
+    // nullptr: this fiber's stack is finished with.
+    __sanitizer_start_switch_fiber(nullptr, r->sched_stack_bottom, r->sched_stack_size);
+#endif
+#ifdef GS_EMU_USE_UCONTEXT
+    setcontext(&r->sched_uc);
+#else
+    void* dead;
+    gs_emu_switch(&dead, r->sched_sp);
+#endif
+    __builtin_unreachable();
+}
+
+#ifdef GS_EMU_USE_UCONTEXT
+inline void lane_entry_uc() { lane_entry(); }
+#endif
+
+inline unsigned char* lane_stack(Run* r, unsigned i) { return r->stacks + (size_t)i * r->stack_size; }
+
+// Prepares lane i to start the kernel body at its next resume.
+inline void lane_init(Run* r, unsigned i) {
+    Lane& l = r->lanes[i];
+    // The lowest page of each stack is a guard page (PROT_NONE).
+    unsigned char* base = lane_stack(r, i);
+#ifdef GS_EMU_ASAN
+    // The previous block's frames on this stack ended without unwinding: clear their redzones.
+    __asan_unpoison_memory_region(base + 4096, r->stack_size - 4096);
+#endif
+#ifdef GS_EMU_USE_UCONTEXT
+    getcontext(&l.uc);
+    l.uc.uc_stack.ss_sp = base + 4096;
+    l.uc.uc_stack.ss_size = r->stack_size - 4096;
+    l.uc.uc_link = nullptr;
+    makecontext(&l.uc, lane_entry_uc, 0);
+#else
+    uintptr_t top = ((uintptr_t)(base + r->stack_size)) & ~(uintptr_t)15;
+    // Layout popped by gs_emu_switch: [mxcsr|fpucw][r15][r14][r13][r12][rbx][rbp][ret].
+    // sp ≡ 8 (mod 16) so that lane_entry starts with the alignment of a called function.
+    uint64_t* sp = (uint64_t*)(top - 72);
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(fpucw));
+    sp[0] = (uint64_t)mxcsr | ((uint64_t)fpucw << 32);
+    for (int k = 1; k <= 6; ++k) sp[k] = 0;
+    sp[7] = (uint64_t)(uintptr_t)&lane_entry;
+    l.sp = sp;
+#endif
+}
+
+// Scheduler → lane.
+inline void resume(Run* r, Lane* l) {
+    g_cur = l;
+#ifdef GS_EMU_ASAN
+    unsigned char* base = lane_stack(r, l->linear) + 4096;
+    __sanitizer_start_switch_fiber(&r->asan_fake, base, r->stack_size - 4096);
+#endif
+#ifdef GS_EMU_USE_UCONTEXT
+    swapcontext(&r->sched_uc, &l->uc);
+#else
+    gs_emu_switch(&r->sched_sp, l->sp);
+#endif
+#ifdef GS_EMU_ASAN
+    __sanitizer_finish_switch_fiber(r->asan_fake, nullptr, nullptr);
+#endif
+}
+
+// Lane → scheduler; returns when the scheduler resumes this lane.
+inline void yield() {
+    Run* r = g_run;
+    Lane* l = g_cur;
+#ifdef GS_EMU_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, r->sched_stack_bottom, r->sched_stack_size);
+#endif
+#ifdef GS_EMU_USE_UCONTEXT
+    swapcontext(&l->uc, &r->sched_uc);
+#else
+    gs_emu_switch(&l->sp, r->sched_sp);
+#endif
+#ifdef GS_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, &r->sched_stack_bottom, &r->sched_stack_size);
+#endif
+    (void)l;
+}
+
+inline uint64_t wait_at(State s, int op, int line, unsigned mask, uint64_t val, int arg,
+                        int width) {
+    Lane* l = g_cur;
+    l->state = s;
+    l->op = op;
+    l->line = line;
+    l->mask = mask;
+    l->val = val;
+    l->arg = arg;
+    l->width = width;
+    yield();
+    return l->result;
+}
+
+template <typename T>
+inline uint64_t to_bits(T v) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "warp value type");
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof(T));
+    return b;
+}
+template <typename T>
+inline T from_bits(uint64_t b) {
+    T v;
+    memcpy(&v, &b, sizeof(T));
+    return v;
+}
+
+inline void fail(Run* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+inline void fail(Run* r, const char* fmt, ...) {
+    if (r->failed) return;
+    r->failed = true;
+    int n = snprintf(r->err, r->errlen, "%s, block (%u,%u,%u): ", r->kernel, r->block_idx.x,
+                     r->block_idx.y, r->block_idx.z);
+    if (n < 0 || (size_t)n >= r->errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err + n, r->errlen - n, fmt, ap);
+    va_end(ap);
+}
+
+struct Rng {
+    uint64_t s;
+    uint64_t next() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        return s;
+    }
+    unsigned below(unsigned n) { return (unsigned)(next() % n); }
+};
+
+template <typename T>
+inline void shuffle(T* a, unsigned n, Rng& g) {
+    for (unsigned i = n; i > 1; --i) std::swap(a[i - 1], a[g.below(i)]);
+}
+
+// Resolves warp w's collective if every live lane waits at it. Returns true if released.
+inline bool resolve_warp(Run* r, unsigned w) {
+    const unsigned lo = w * 32, hi = lo + 32 < r->nlanes ? lo + 32 : r->nlanes;
+    unsigned live = 0, waiting = 0;
+    Lane* first = nullptr;
+    for (unsigned i = lo; i < hi; ++i) {
+        Lane& l = r->lanes[i];
+        if (l.state == State::Done) continue;
+        live |= 1u << (i - lo);
+        if (l.state == State::AtWarp) {
+            waiting |= 1u << (i - lo);
+            if (!first) first = &l;
+        }
+    }
+    if (!live || waiting != live) return false;
+    for (unsigned i = lo; i < hi; ++i) {
+        Lane& l = r->lanes[i];
+        if (l.state != State::AtWarp) continue;
+        if (l.op != first->op || l.line != first->line || l.mask != first->mask) {
+            fail(r, "warp %u diverged: lane %u waits at a collective on line %d, lane %u on "
+                    "line %d",
+                 w, first->linear - lo, first->line, i - lo, l.line);
+            return false;
+        }
+    }
+    if (first->mask != live) {
+        fail(r, "warp %u: collective on line %d has mask 0x%08x but the live lanes are 0x%08x "
+                "(a lane named in the mask has exited or does not exist)",
+             w, first->line, first->mask, live);
+        return false;
+    }
+    const int op = first->op;
+    unsigned pred_bits = 0;
+    for (unsigned i = lo; i < hi; ++i)
+        if ((live >> (i - lo)) & 1u && r->lanes[i].val) pred_bits |= 1u << (i - lo);
+    for (unsigned i = lo; i < hi; ++i) {
+        Lane& l = r->lanes[i];
+        if (l.state != State::AtWarp) continue;
+        const unsigned lane = i - lo;
+        const int width = l.width;
+        const unsigned seg = lane & ~(unsigned)(width - 1);  // first lane of this segment
+        int src = -1;
+        switch (op) {
+            case OpShflIdx: src = (int)seg + (l.arg & (width - 1)); break;
+            case OpShflUp: src = (int)lane - l.arg < (int)seg ? (int)lane : (int)lane - l.arg; break;
+            case OpShflDown:
+                src = (int)(lane - seg) + l.arg >= width ? (int)lane : (int)lane + l.arg;
+                break;
+            case OpShflXor: {
+                const int s = (int)lane ^ l.arg;
+                src = s >= (int)seg + width || s < (int)seg ? (int)lane : s;
+                break;
+            }
+            default: break;
+        }
+        if (src >= 0) {
+            if (!((live >> src) & 1u)) {
+                fail(r, "warp %u: shuffle on line %d reads lane %d, which is not live", w,
+                     l.line, src);
+                return false;
+            }
+            l.result = r->lanes[lo + src].val;
+        } else if (op == OpAny) {
+            l.result = pred_bits != 0;
+        } else if (op == OpAll) {
+            l.result = pred_bits == live;
+        } else if (op == OpBallot) {
+            l.result = pred_bits;
+        } else if (op == OpMatchAny) {
+            unsigned m = 0;
+            for (unsigned j = lo; j < hi; ++j)
+                if ((live >> (j - lo)) & 1u && r->lanes[j].val == l.val) m |= 1u << (j - lo);
+            l.result = m;
+        } else {
+            l.result = 0;
+        }
+    }
+    for (unsigned i = lo; i < hi; ++i)
+        if (r->lanes[i].state == State::AtWarp) r->lanes[i].state = State::Ready;
+    return true;
+}
+
+// Runs one block to completion (or failure).
+inline void run_block(Run* r, Rng& g, unsigned* order, unsigned* worder) {
+    const unsigned n = r->nlanes, nwarps = (n + 31) / 32;
+    for (unsigned i = 0; i < n; ++i) {
+        Lane& l = r->lanes[i];
+        l.linear = i;
+        l.tid.x = i % r->block_dim.x;
+        l.tid.y = (i / r->block_dim.x) % r->block_dim.y;
+        l.tid.z = i / (r->block_dim.x * r->block_dim.y);
+        l.state = State::Ready;
+        l.result = 0;
+        lane_init(r, i);
+    }
+    for (unsigned w = 0; w < nwarps; ++w) worder[w] = w;
+    for (;;) {
+        shuffle(worder, nwarps, g);
+        for (unsigned wi = 0; wi < nwarps && !r->failed; ++wi) {
+            const unsigned w = worder[wi];
+            const unsigned lo = w * 32, cnt = (lo + 32 < n ? lo + 32 : n) - lo;
+            for (;;) {
+                for (unsigned k = 0; k < cnt; ++k) order[k] = lo + k;
+                shuffle(order, cnt, g);
+                for (unsigned k = 0; k < cnt; ++k) {
+                    Lane* l = &r->lanes[order[k]];
+                    if (l->state == State::Ready) resume(r, l);
+                }
+                if (r->failed || !resolve_warp(r, w)) break;
+            }
+        }
+        if (r->failed) return;
+        // Every lane now waits at a block barrier or a collective, or has returned.
+        unsigned live = 0, at_block = 0, count = 0;
+        Lane* first = nullptr;
+        for (unsigned i = 0; i < n; ++i) {
+            Lane& l = r->lanes[i];
+            if (l.state == State::Done) continue;
+            ++live;
+            if (l.state == State::AtBlock) {
+                ++at_block;
+                if (!first) first = &l;
+                if (l.val) ++count;
+            }
+        }
+        if (live == 0) return;
+        if (at_block != live) {
+            fail(r, "deadlock: %u of %u live threads wait at __syncthreads (line %d), the "
+                    "others at a warp collective their warp cannot complete",
+                 at_block, live, first ? first->line : -1);
+            return;
+        }
+        for (unsigned i = 0; i < n; ++i) {
+            Lane& l = r->lanes[i];
+            if (l.state != State::AtBlock) continue;
+            if (l.line != first->line) {
+                fail(r, "barrier divergence: threads wait at __syncthreads on line %d and on "
+                        "line %d",
+                     first->line, l.line);
+                return;
+            }
+        }
+        for (unsigned i = 0; i < n; ++i) {
+            Lane& l = r->lanes[i];
+            if (l.state != State::AtBlock) continue;
+            switch (l.op) {
+                case 1: l.result = count; break;             // __syncthreads_count
+                case 2: l.result = count == live; break;     // __syncthreads_and
+                case 3: l.result = count != 0; break;        // __syncthreads_or
+                default: l.result = 0; break;
+            }
+            l.state = State::Ready;
+        }
+    }
+}
+
+struct LaunchConfig {
+    unsigned grid[3];
+    unsigned block[3];
+    uint64_t seed;
+};
+
+// The stack arena is kept between launches (launches of a module are serialised).
+inline unsigned char* g_arena = nullptr;
+inline size_t g_arena_lanes = 0, g_arena_stack = 0;
+inline Lane* g_lanes = nullptr;
+inline std::mutex g_launch_mutex;
+
+inline size_t stack_bytes() {
+#ifdef GS_EMU_ASAN
+    return (size_t)1 << 20;
+#else
+    return (size_t)128 << 10;
+#endif
+}
+
+inline bool ensure_arena(unsigned lanes, char* err, size_t errlen) {
+    const size_t ss = stack_bytes();
+    if (g_arena && g_arena_lanes >= lanes && g_arena_stack == ss) return true;
+    if (g_arena) munmap(g_arena, g_arena_lanes * g_arena_stack);
+    delete[] g_lanes;
+    g_arena = nullptr;
+    g_lanes = nullptr;
+    void* p = mmap(nullptr, lanes * ss, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map %zu bytes of fiber stacks", lanes * ss);
+        return false;
+    }
+    g_arena = (unsigned char*)p;
+    for (unsigned i = 0; i < lanes; ++i) mprotect(g_arena + i * ss, 4096, PROT_NONE);
+    g_arena_lanes = lanes;
+    g_arena_stack = ss;
+    g_lanes = new Lane[lanes];
+    return true;
+}
+
+// Runs a whole grid. Returns 0, or 1 with a message in err.
+inline int run_grid(const char* kernel, const LaunchConfig* c, void (*body)(void*), void* ctx,
+                    char* err, size_t errlen) {
+    std::lock_guard<std::mutex> guard(g_launch_mutex);
+    const unsigned lanes = c->block[0] * c->block[1] * c->block[2];
+    if (lanes == 0 || lanes > 1024 || c->grid[0] == 0 || c->grid[1] == 0 || c->grid[2] == 0) {
+        snprintf(err, errlen, "%s: invalid launch: grid (%u,%u,%u), block (%u,%u,%u)", kernel,
+                 c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2]);
+        return 1;
+    }
+    if (!ensure_arena(lanes, err, errlen)) return 1;
+    Run r;
+    r.kernel = kernel;
+    r.block_dim = dim3{c->block[0], c->block[1], c->block[2]};
+    r.grid_dim = dim3{c->grid[0], c->grid[1], c->grid[2]};
+    r.lanes = g_lanes;
+    r.nlanes = lanes;
+    r.body = body;
+    r.body_ctx = ctx;
+    r.stacks = g_arena;
+    r.stack_size = g_arena_stack;
+    r.err = err;
+    r.errlen = errlen;
+    Rng g{c->seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull};
+    unsigned order[32];
+    unsigned worder[32];
+    const uint64_t blocks = (uint64_t)c->grid[0] * c->grid[1] * c->grid[2];
+    // Blocks in a shuffled order: a kernel must not depend on which block runs first.
+    // (A full permutation of ~10⁶ blocks costs more than it finds; a random rotation and
+    // direction per launch exercise the order cheaply.)
+    const uint64_t start = blocks > 1 ? g.next() % blocks : 0;
+    const bool backwards = (g.next() & 1) != 0;
+    Run* saved_run = g_run;
+    Lane* saved_cur = g_cur;
+    g_run = &r;
+    for (uint64_t k = 0; k < blocks && !r.failed; ++k) {
+        const uint64_t b = backwards ? (start + blocks - k) % blocks : (start + k) % blocks;
+        r.block_idx.x = (unsigned)(b % c->grid[0]);
+        r.block_idx.y = (unsigned)((b / c->grid[0]) % c->grid[1]);
+        r.block_idx.z = (unsigned)(b / ((uint64_t)c->grid[0] * c->grid[1]));
+        run_block(&r, g, order, worder);
+    }
+    g_run = saved_run;
+    g_cur = saved_cur;
+    return r.failed ? 1 : 0;
+}
+
+template <typename... A, size_t... I>
+inline void invoke(void (*k)(A...), void** args, std::index_sequence<I...>) {
+    k(*static_cast<std::remove_cv_t<std::remove_reference_t<A>>*>(args[I])...);
+}
+
+template <typename... A>
+struct Call {
+    void (*k)(A...);
+    void** args;
+    static void run(void* self) {
+        Call* c = static_cast<Call*>(self);
+        invoke(c->k, c->args, std::index_sequence_for<A...>{});
+    }
+};
+
+// The generated `gs_emu_launch_<entry>` wrappers call this with the kernel function itself,
+// so the argument types come from the kernel's own signature.
+template <typename... A>
+inline int launch(const char* name, void (*k)(A...), const LaunchConfig* c, void** args,
+                  char* err, size_t errlen) {
+    Call<A...> call{k, args};
+    return run_grid(name, c, &Call<A...>::run, &call, err, errlen);
+}
+
+}  // namespace gs_emu
+
+// ---- barriers and warp collectives -------------------------------------------------------------
+inline void __syncthreads(int line = __builtin_LINE()) {
+    gs_emu::wait_at(gs_emu::State::AtBlock, 0, line, 0, 0, 0, 32);
+}
+inline int __syncthreads_count(int pred, int line = __builtin_LINE()) {
+    return (int)gs_emu::wait_at(gs_emu::State::AtBlock, 1, line, 0, pred != 0, 0, 32);
+}
+inline int __syncthreads_and(int pred, int line = __builtin_LINE()) {
+    return (int)gs_emu::wait_at(gs_emu::State::AtBlock, 2, line, 0, pred != 0, 0, 32);
+}
+inline int __syncthreads_or(int pred, int line = __builtin_LINE()) {
+    return (int)gs_emu::wait_at(gs_emu::State::AtBlock, 3, line, 0, pred != 0, 0, 32);
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu, int line = __builtin_LINE()) {
+    gs_emu::wait_at(gs_emu::State::AtWarp, gs_emu::OpSyncWarp, line, mask, 0, 0, 32);
+}
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src, int width = 32, int line = __builtin_LINE()) {
+    return gs_emu::from_bits<T>(gs_emu::wait_at(gs_emu::State::AtWarp, gs_emu::OpShflIdx, line,
+                                                mask, gs_emu::to_bits(v), src, width));
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32,
+                        int line = __builtin_LINE()) {
+    return gs_emu::from_bits<T>(gs_emu::wait_at(gs_emu::State::AtWarp, gs_emu::OpShflUp, line,
+                                                mask, gs_emu::to_bits(v), (int)d, width));
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32,
+                          int line = __builtin_LINE()) {
+    return gs_emu::from_bits<T>(gs_emu::wait_at(gs_emu::State::AtWarp, gs_emu::OpShflDown, line,
+                                                mask, gs_emu::to_bits(v), (int)d, width));
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int m, int width = 32, int line = __builtin_LINE()) {
+    return gs_emu::from_bits<T>(gs_emu::wait_at(gs_emu::State::AtWarp, gs_emu::OpShflXor, line,
+                                                mask, gs_emu::to_bits(v), m, width));
+}
+inline int __any_sync(unsigned mask, int pred, int line = __builtin_LINE()) {
+    return (int)gs_emu::wait_at(gs_emu::State::AtWarp, gs_emu::OpAny, line, mask, pred != 0, 0,
+                                32);
+}
+inline int __all_sync(unsigned mask, int pred, int line = __builtin_LINE()) {
+    return (int)gs_emu::wait_at(gs_emu::State::AtWarp, gs_emu::OpAll, line, mask, pred != 0, 0,
+                                32);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred, int line = __builtin_LINE()) {
+    return (unsigned)gs_emu::wait_at(gs_emu::State::AtWarp, gs_emu::OpBallot, line, mask,
+                                     pred != 0, 0, 32);
+}
+template <typename T>
+inline unsigned __match_any_sync(unsigned mask, T v, int line = __builtin_LINE()) {
+    return (unsigned)gs_emu::wait_at(gs_emu::State::AtWarp, gs_emu::OpMatchAny, line, mask,
+                                     gs_emu::to_bits(v), 0, 32);
+}
+
+// ---- atomics (one host thread runs every block: plain read-modify-write) ------------------------
+template <typename T>
+inline T atomicAdd(T* p, T v) {
+    const T old = *p;
+    *p = old + v;
+    return old;
+}
+template <typename T>
+inline T atomicSub(T* p, T v) {
+    const T old = *p;
+    *p = old - v;
+    return old;
+}
+template <typename T>
+inline T atomicMax(T* p, T v) {
+    const T old = *p;
+    if (v > old) *p = v;
+    return old;
+}
+template <typename T>
+inline T atomicMin(T* p, T v) {
+    const T old = *p;
+    if (v < old) *p = v;
+    return old;
+}
+template <typename T>
+inline T atomicExch(T* p, T v) {
+    const T old = *p;
+    *p = v;
+    return old;
+}
+template <typename T>
+inline T atomicCAS(T* p, T compare, T v) {
+    const T old = *p;
+    if (old == compare) *p = v;
+    return old;
+}
+
+// ---- integer and bit intrinsics ----------------------------------------------------------------
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
+inline int __clzll(unsigned long long x) { return x ? __builtin_clzll(x) : 64; }
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline unsigned __float_as_uint(float f) { return gs_emu::from_bits<unsigned>(gs_emu::to_bits(f)); }
+inline float __uint_as_float(unsigned u) { return gs_emu::from_bits<float>(gs_emu::to_bits(u)); }
+inline int __float_as_int(float f) { return gs_emu::from_bits<int>(gs_emu::to_bits(f)); }
+inline float __int_as_float(int i) { return gs_emu::from_bits<float>(gs_emu::to_bits(i)); }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+inline float min(float a, float b) { return fminf(a, b); }
+inline float max(float a, float b) { return fmaxf(a, b); }
+
+#endif  // GS_HOST_EMULATION_H

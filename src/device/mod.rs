@@ -1,0 +1,536 @@
+//! The device layer: device memory, host↔device copies and kernel launches behind one
+//! interface, with two drivers that run the very same kernel source (`kernels/*.cu`):
+//!
+//! - **CUDA** ([`cuda`]): a real NVIDIA GPU through the driver API (cudarc), kernels compiled at
+//!   run time by NVRTC and cached on disk as PTX.
+//! - **Host emulation** ([`emulation`]): the kernel source compiled by the system C++ compiler
+//!   against `kernels/host/emulation.h` (CUDA's built-ins, barriers, warp collectives and
+//!   atomics on the host; its header says exactly what it models and what not), loaded as a
+//!   shared library. Selected with `GS_CUDA_EMULATE=1`; slow, for tests and debugging, never
+//!   chosen automatically. It makes every kernel execute in `cargo test` on machines with no
+//!   GPU, so a GPU only has to confirm what CI already checks.
+//!
+//! # Contract
+//! - A [`Device`] is cheap to clone (shared handle). All work on it is ordered: one in-order
+//!   queue per device (the CUDA legacy stream; the emulation runs each call to completion).
+//!   [`Device::upload`] may return before the copy reaches the device, but after the host slice
+//!   may be reused; [`Device::download`] returns when the bytes are on the host, so it also
+//!   waits for every earlier launch.
+//! - [`DeviceBuffer<T>`] owns `len` elements of device memory and frees it on drop. Fresh
+//!   memory holds unspecified bytes on CUDA and `0xFF` bytes (NaN, `u32::MAX`) on the
+//!   emulation, so a kernel that reads what nothing wrote is caught there. Only [`Element`]
+//!   types (plain numbers, every bit pattern valid) can live in device memory.
+//! - A [`Module`] is compiled from a [`ModuleSource`]: the complete source text (headers
+//!   already spliced in), its entry points and its `-D` constants. Both drivers compile exactly
+//!   that text with the same constants and with floating-point contraction off (NVRTC
+//!   `--fmad=false`, C++ `-ffp-contract=off`), so the emulation and the GPU round alike.
+//! - [`Device::launch`] is `unsafe`: the argument list must match the kernel's parameters in
+//!   order and type, and every buffer must hold what the kernel indexes. The typed launch
+//!   functions of each kernel user (e.g. `render::cuda::launch`) check shapes and hold the
+//!   `unsafe`.
+//! - The emulated device has a byte capacity (`GS_EMU_DEVICE_MEMORY`, default 8 GiB) and
+//!   [`Device::memory`] reports free bytes against it, so memory preflights and budgets behave
+//!   as on a GPU.
+//!
+//! Environment: `GS_CUDA_EMULATE=1` makes [`Device::from_env`] pick the emulation;
+//! `GS_EMU_SEED` varies the emulation's thread interleavings; `GS_EMU_SANITIZE=address`
+//! builds emulated kernels with AddressSanitizer (the process must preload the ASan runtime);
+//! `GS_KERNEL_CACHE` moves the compiled-kernel cache (PTX and emulation libraries).
+
+pub mod cuda;
+pub mod emulation;
+mod error;
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use error::DeviceError;
+
+/// Plain numeric types that may live in device memory: `Copy`, no padding, every bit pattern
+/// a valid value (so fresh or poisoned device memory can be read back safely).
+pub trait Element: Copy + Default + Send + Sync + 'static + private::Sealed {}
+impl Element for f32 {}
+impl Element for u32 {}
+impl Element for u64 {}
+impl Element for i32 {}
+impl Element for u8 {}
+mod private {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for u32 {}
+    impl Sealed for u64 {}
+    impl Sealed for i32 {}
+    impl Sealed for u8 {}
+}
+
+/// One kernel parameter, by value. Device pointers come from [`DeviceBuffer::arg`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KernelArg {
+    Ptr(u64),
+    U32(u32),
+    U64(u64),
+    F32(f32),
+}
+
+/// Grid and block shape of a launch (x, y, z).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+}
+
+/// What a driver compiles: the full source text, its entry points and `-D` constants.
+#[derive(Clone, Debug)]
+pub struct ModuleSource {
+    /// File-like name for logs and caches, e.g. `rasterize_fwd.cu`.
+    pub name: String,
+    /// The complete source (no `#include` of anything but what the driver provides).
+    pub source: String,
+    pub entry_points: Vec<&'static str>,
+    pub defines: Vec<(&'static str, String)>,
+}
+
+/// A device: a GPU through CUDA, or the host emulation. Cheap to clone.
+#[derive(Clone)]
+pub struct Device(Arc<Driver>);
+
+enum Driver {
+    Cuda(cuda::CudaDriver),
+    Emulated(emulation::EmuDriver),
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({})", self.name())
+    }
+}
+
+/// Whether `GS_CUDA_EMULATE=1` is set.
+pub fn emulation_requested() -> bool {
+    std::env::var("GS_CUDA_EMULATE").is_ok_and(|v| v == "1")
+}
+
+impl Device {
+    /// The host emulation when `GS_CUDA_EMULATE=1`, otherwise GPU 0 through CUDA.
+    pub fn from_env() -> Result<Device, DeviceError> {
+        if emulation_requested() {
+            Device::emulated()
+        } else {
+            Device::cuda()
+        }
+    }
+
+    /// GPU 0 through CUDA; a one-line error (never a panic) without a usable GPU.
+    pub fn cuda() -> Result<Device, DeviceError> {
+        Ok(Device(Arc::new(Driver::Cuda(cuda::CudaDriver::probe()?))))
+    }
+
+    /// The host emulation (needs a C++20 compiler).
+    pub fn emulated() -> Result<Device, DeviceError> {
+        Ok(Device(Arc::new(Driver::Emulated(
+            emulation::EmuDriver::new()?,
+        ))))
+    }
+
+    pub fn is_emulated(&self) -> bool {
+        matches!(*self.0, Driver::Emulated(_))
+    }
+
+    /// The GPU's name, or "host emulation (compiler)".
+    pub fn name(&self) -> String {
+        match &*self.0 {
+            Driver::Cuda(d) => d.name.clone(),
+            Driver::Emulated(d) => format!("host emulation ({})", d.compiler_name()),
+        }
+    }
+
+    /// The compile target: `compute_XY` on CUDA, `host` on the emulation.
+    pub fn arch(&self) -> String {
+        match &*self.0 {
+            Driver::Cuda(d) => d.arch(),
+            Driver::Emulated(_) => "host".to_string(),
+        }
+    }
+
+    /// The CUDA context, for what the layer does not wrap yet (page-locked host memory).
+    pub fn cuda_context(&self) -> Option<Arc<cudarc::driver::CudaContext>> {
+        match &*self.0 {
+            Driver::Cuda(d) => Some(d.ctx.clone()),
+            Driver::Emulated(_) => None,
+        }
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(u64, u64), DeviceError> {
+        match &*self.0 {
+            Driver::Cuda(d) => d.memory(),
+            Driver::Emulated(d) => Ok(d.memory()),
+        }
+    }
+
+    /// `len` elements of device memory (at least one element is allocated, so every buffer has
+    /// a valid address). The contents are unspecified (see the module doc).
+    pub fn alloc<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>, DeviceError> {
+        let bytes = byte_len::<T>(len.max(1))?;
+        let addr = match &*self.0 {
+            Driver::Cuda(d) => d.alloc(bytes)?,
+            Driver::Emulated(d) => d.alloc(bytes)?,
+        };
+        Ok(DeviceBuffer {
+            dev: self.clone(),
+            addr,
+            len,
+            bytes,
+            _t: PhantomData,
+        })
+    }
+
+    /// Copies `src` into the first `src.len()` elements of `dst`.
+    pub fn upload<T: Element>(
+        &self,
+        src: &[T],
+        dst: &mut DeviceBuffer<T>,
+    ) -> Result<(), DeviceError> {
+        self.check_owner(dst.dev())?;
+        if src.len() > dst.len {
+            return Err(DeviceError::Copy {
+                message: format!(
+                    "upload of {} elements into a buffer of {}",
+                    src.len(),
+                    dst.len
+                ),
+            });
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        let bytes = std::mem::size_of_val(src);
+        // SAFETY: `dst` holds at least `bytes` bytes (checked above) and belongs to this
+        // device; `src` is a live slice of `bytes` bytes.
+        unsafe {
+            match &*self.0 {
+                Driver::Cuda(d) => d.htod(dst.addr, src.as_ptr().cast(), bytes),
+                Driver::Emulated(_) => {
+                    std::ptr::copy_nonoverlapping(
+                        src.as_ptr().cast::<u8>(),
+                        dst.addr as *mut u8,
+                        bytes,
+                    );
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// Copies the first `dst.len()` elements of `src` to the host; returns when they are there
+    /// (after every earlier launch on this device).
+    pub fn download<T: Element>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dst: &mut [T],
+    ) -> Result<(), DeviceError> {
+        self.download_from(src, 0, dst)
+    }
+
+    /// Copies elements `offset..offset + dst.len()` of `src` to the host, as [`Self::download`].
+    pub fn download_from<T: Element>(
+        &self,
+        src: &DeviceBuffer<T>,
+        offset: usize,
+        dst: &mut [T],
+    ) -> Result<(), DeviceError> {
+        self.check_owner(src.dev())?;
+        if offset
+            .checked_add(dst.len())
+            .is_none_or(|end| end > src.len)
+        {
+            return Err(DeviceError::Copy {
+                message: format!(
+                    "download of elements {offset}..{} from a buffer of {}",
+                    offset.saturating_add(dst.len()),
+                    src.len
+                ),
+            });
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let bytes = std::mem::size_of_val(dst);
+        let addr = src.addr + (offset * std::mem::size_of::<T>()) as u64;
+        // SAFETY: `src` holds at least `offset + dst.len()` elements (checked above); `dst` is
+        // a live, writable slice of `bytes` bytes of an `Element` type, for which any bytes
+        // are a valid value.
+        unsafe {
+            match &*self.0 {
+                Driver::Cuda(d) => d.dtoh(dst.as_mut_ptr().cast(), addr, bytes),
+                Driver::Emulated(_) => {
+                    std::ptr::copy_nonoverlapping(
+                        addr as *const u8,
+                        dst.as_mut_ptr().cast::<u8>(),
+                        bytes,
+                    );
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// Convenience: downloads `len` elements into a fresh vector.
+    pub fn download_vec<T: Element>(
+        &self,
+        src: &DeviceBuffer<T>,
+        len: usize,
+    ) -> Result<Vec<T>, DeviceError> {
+        let mut v = vec![T::default(); len];
+        self.download(src, &mut v)?;
+        Ok(v)
+    }
+
+    /// Sets the first `len` elements of `buf` to zero bytes.
+    pub fn memset_zero<T: Element>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+        len: usize,
+    ) -> Result<(), DeviceError> {
+        self.check_owner(buf.dev())?;
+        if len > buf.len {
+            return Err(DeviceError::Copy {
+                message: format!("memset of {len} elements in a buffer of {}", buf.len),
+            });
+        }
+        let bytes = len * std::mem::size_of::<T>();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: `buf` holds at least `bytes` bytes (checked above).
+        unsafe {
+            match &*self.0 {
+                Driver::Cuda(d) => d.memset_zero(buf.addr, bytes),
+                Driver::Emulated(_) => {
+                    std::ptr::write_bytes(buf.addr as *mut u8, 0, bytes);
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// Compiles (or loads from the cache) `src` and resolves every entry point.
+    pub fn load_module(&self, src: &ModuleSource) -> Result<Module, DeviceError> {
+        let funcs = match &*self.0 {
+            Driver::Cuda(d) => d
+                .load_module(src)?
+                .into_iter()
+                .map(|(k, f)| (k, Function(FunctionImpl::Cuda(f), k)))
+                .collect(),
+            Driver::Emulated(d) => d
+                .load_module(src)?
+                .into_iter()
+                .map(|(k, f)| (k, Function(FunctionImpl::Emulated(f), k)))
+                .collect(),
+        };
+        Ok(Module {
+            name: src.name.clone(),
+            funcs,
+        })
+    }
+
+    /// Launches `f` on this device.
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameter list in order and type (pointers as
+    /// [`KernelArg::Ptr`] of buffers of this device), and every buffer must hold every element
+    /// the kernel indexes for this launch shape. `f` must come from a module of this device.
+    pub unsafe fn launch(
+        &self,
+        f: &Function,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<(), DeviceError> {
+        let (g, b) = (cfg.grid, cfg.block);
+        if g.0 == 0 || g.1 == 0 || g.2 == 0 || b.0 == 0 || b.1 == 0 || b.2 == 0 {
+            return Err(DeviceError::Launch {
+                kernel: f.1.to_string(),
+                message: format!("empty grid {g:?} or block {b:?}"),
+            });
+        }
+        // Every argument is stored in its own 8-byte slot; the kernel reads sizeof(param)
+        // bytes from the slot's start (little-endian), as cuLaunchKernel does.
+        let mut slots: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                KernelArg::Ptr(p) => p,
+                KernelArg::U64(v) => v,
+                KernelArg::U32(v) => v as u64,
+                KernelArg::F32(v) => v.to_bits() as u64,
+            })
+            .collect();
+        let mut ptrs: Vec<*mut std::ffi::c_void> =
+            slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
+        match (&*self.0, &f.0) {
+            // SAFETY: forwarded from this function's contract; `ptrs` point into `slots`, which
+            // live until the call returns.
+            (Driver::Cuda(d), FunctionImpl::Cuda(func)) => unsafe {
+                d.launch(func, f.1, cfg, &mut ptrs)
+            },
+            // SAFETY: as above.
+            (Driver::Emulated(d), FunctionImpl::Emulated(func)) => unsafe {
+                d.launch(func, f.1, cfg, &mut ptrs)
+            },
+            _ => Err(DeviceError::Launch {
+                kernel: f.1.to_string(),
+                message: "the function belongs to a module of another driver".into(),
+            }),
+        }
+    }
+
+    /// Waits for every queued operation.
+    pub fn synchronize(&self) -> Result<(), DeviceError> {
+        match &*self.0 {
+            Driver::Cuda(d) => d.synchronize(),
+            Driver::Emulated(_) => Ok(()),
+        }
+    }
+
+    fn check_owner(&self, other: &Device) -> Result<(), DeviceError> {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            Ok(())
+        } else {
+            Err(DeviceError::Copy {
+                message: "the buffer belongs to another device".into(),
+            })
+        }
+    }
+
+    fn free(&self, addr: u64, bytes: usize) {
+        match &*self.0 {
+            Driver::Cuda(d) => d.free(addr),
+            Driver::Emulated(d) => d.free(addr, bytes),
+        }
+    }
+}
+
+fn byte_len<T>(len: usize) -> Result<usize, DeviceError> {
+    len.checked_mul(std::mem::size_of::<T>())
+        .ok_or(DeviceError::OutOfMemory {
+            requested: u64::MAX,
+            free: 0,
+            total: 0,
+        })
+}
+
+/// `len` elements of device memory; freed on drop.
+pub struct DeviceBuffer<T: Element> {
+    dev: Device,
+    addr: u64,
+    len: usize,
+    bytes: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element> DeviceBuffer<T> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Bytes allocated (at least one element's worth).
+    pub fn num_bytes(&self) -> usize {
+        self.bytes
+    }
+    /// The buffer's device address as a kernel argument.
+    pub fn arg(&self) -> KernelArg {
+        KernelArg::Ptr(self.addr)
+    }
+    /// The same address offset by `offset` elements (for a kernel that works on a suffix).
+    pub fn arg_at(&self, offset: usize) -> KernelArg {
+        debug_assert!(offset <= self.len);
+        KernelArg::Ptr(self.addr + (offset * std::mem::size_of::<T>()) as u64)
+    }
+    pub fn dev(&self) -> &Device {
+        &self.dev
+    }
+}
+
+impl<T: Element> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        self.dev.free(self.addr, self.bytes);
+    }
+}
+
+impl<T: Element> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceBuffer<{}>[{}]",
+            std::any::type_name::<T>(),
+            self.len
+        )
+    }
+}
+
+/// A kernel entry point of a loaded module (keeps its module loaded).
+#[derive(Clone)]
+pub struct Function(FunctionImpl, &'static str);
+
+#[derive(Clone)]
+enum FunctionImpl {
+    Cuda(cudarc::driver::CudaFunction),
+    Emulated(emulation::EmuFunction),
+}
+
+impl Function {
+    pub fn name(&self) -> &'static str {
+        self.1
+    }
+}
+
+/// A compiled module's entry points by name.
+pub struct Module {
+    name: String,
+    funcs: HashMap<&'static str, Function>,
+}
+
+impl Module {
+    pub fn function(&self, entry: &str) -> Result<&Function, DeviceError> {
+        self.funcs
+            .get(entry)
+            .ok_or_else(|| DeviceError::NoEntryPoint {
+                module: self.name.clone(),
+                entry: entry.to_string(),
+            })
+    }
+}
+
+/// Where compiled kernels are cached: `$GS_KERNEL_CACHE`, else `$XDG_CACHE_HOME/ramsplat`,
+/// else `~/.cache/ramsplat`; `None` when none is known (then nothing is cached).
+pub(crate) fn cache_root() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("GS_KERNEL_CACHE") {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("ramsplat"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/ramsplat"))
+}
+
+/// Writes `bytes` to `dir/file` through a unique temporary name and a rename, so a reader
+/// never sees a partial file under the final name (several threads or processes may write the
+/// same entry at once: each writes its own temporary, the last rename wins, all are equal).
+pub(crate) fn write_cache_file(
+    dir: &std::path::Path,
+    file: &str,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{file}.{}-{seq}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, dir.join(file))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,217 @@
+//! The device layer's own checks, on the host emulation always and on CUDA when a GPU is
+//! usable (`GS_REQUIRE_GPU=1` makes a missing GPU a failure): copies, the warp collectives,
+//! barrier results and atomics of a small test kernel, and the emulation's refusals
+//! (divergent barriers, masks naming exited lanes, allocations past the device's capacity).
+
+use super::*;
+
+const TEST_KERNELS: &str = r#"
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// Per thread t of a 64-thread block: out[8t..8t+8) = shfl_down(t,1), shfl_xor(t,3),
+// shfl_up(t,2), shfl(t, 5), ballot(t odd), any(t==7), all(t<64), match_any(t/4).
+extern "C" __global__ void collectives(u32* out) {
+    const u32 t = threadIdx.x;
+    u32* o = out + 8 * (blockIdx.x * blockDim.x + t);
+    o[0] = __shfl_down_sync(0xffffffffu, t, 1);
+    o[1] = __shfl_xor_sync(0xffffffffu, t, 3);
+    o[2] = __shfl_up_sync(0xffffffffu, t, 2);
+    o[3] = __shfl_sync(0xffffffffu, t, 5);
+    o[4] = __ballot_sync(0xffffffffu, t & 1);
+    o[5] = __any_sync(0xffffffffu, t == 7);
+    o[6] = __all_sync(0xffffffffu, t < 64);
+    o[7] = __match_any_sync(0xffffffffu, t / 4);
+}
+
+// Shared-memory reversal (needs the barrier), __syncthreads_count/and/or, and atomics.
+extern "C" __global__ void barriers(const float* in, float* out, u32* counts, float* sum, u32* mx) {
+    __shared__ float s[128];
+    const u32 t = threadIdx.x;
+    s[t] = in[blockIdx.x * 128 + t];
+    __syncthreads();
+    out[blockIdx.x * 128 + t] = s[127 - t];
+    const int c = __syncthreads_count(t % 3 == 0);
+    const int a = __syncthreads_and(t < 1000);
+    const int o = __syncthreads_or(t == 5);
+    if (t == 0) { counts[3 * blockIdx.x] = c; counts[3 * blockIdx.x + 1] = a; counts[3 * blockIdx.x + 2] = o; }
+    atomicAdd(sum, 1.0f);
+    atomicMax(mx, blockIdx.x * 1000 + t);
+}
+
+// A barrier only some threads reach: divergence (undefined on a GPU, an error here).
+extern "C" __global__ void divergent(u32* out) {
+    if (threadIdx.x < 16) { __syncthreads(); }
+    else { __syncthreads(); }
+    out[threadIdx.x] = 1;
+}
+
+// A shuffle whose mask names lanes that returned.
+extern "C" __global__ void exited_lane(u32* out) {
+    if (threadIdx.x >= 16) return;
+    out[threadIdx.x] = __shfl_down_sync(0xffffffffu, threadIdx.x, 1);
+}
+"#;
+
+fn source() -> ModuleSource {
+    ModuleSource {
+        name: "device_tests.cu".into(),
+        source: TEST_KERNELS.into(),
+        entry_points: vec!["collectives", "barriers", "divergent", "exited_lane"],
+        defines: vec![],
+    }
+}
+
+fn devices() -> Vec<Device> {
+    let mut v = vec![Device::emulated().expect("the host emulation needs a C++ compiler")];
+    match Device::cuda() {
+        Ok(d) => v.push(d),
+        Err(e) => assert!(
+            !std::env::var("GS_REQUIRE_GPU").is_ok_and(|v| v == "1"),
+            "GS_REQUIRE_GPU=1 but no usable GPU: {e}"
+        ),
+    }
+    v
+}
+
+fn cfg(grid: u32, block: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid: (grid, 1, 1),
+        block: (block, 1, 1),
+    }
+}
+
+#[test]
+fn warp_collectives_match_cuda_semantics() {
+    for dev in devices() {
+        let m = dev.load_module(&source()).unwrap();
+        let out = dev.alloc::<u32>(2 * 64 * 8).unwrap();
+        // SAFETY: `collectives(u32*)` writes 8 values per thread of 2 × 64 threads.
+        unsafe { dev.launch(m.function("collectives").unwrap(), cfg(2, 64), &[out.arg()]) }
+            .unwrap();
+        let o = dev.download_vec(&out, 2 * 64 * 8).unwrap();
+        for g in 0..128usize {
+            let t = (g % 64) as u32;
+            let lane = t % 32;
+            let base = t - lane;
+            let r = &o[8 * g..8 * g + 8];
+            let down = if lane + 1 < 32 { t + 1 } else { t };
+            let up = if lane >= 2 { t - 2 } else { t };
+            let ballot = 0xAAAA_AAAAu32;
+            let group = (lane / 4) * 4;
+            let matched = 0xFu32 << group;
+            assert_eq!(
+                r,
+                [
+                    down,
+                    t ^ 3,
+                    up,
+                    base + 5,
+                    ballot,
+                    (base == 0) as u32,
+                    1,
+                    matched
+                ],
+                "{} thread {g}",
+                dev.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn barriers_shared_memory_and_atomics() {
+    for dev in devices() {
+        let m = dev.load_module(&source()).unwrap();
+        let n = 3 * 128;
+        let input: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+        let mut din = dev.alloc::<f32>(n).unwrap();
+        dev.upload(&input, &mut din).unwrap();
+        let out = dev.alloc::<f32>(n).unwrap();
+        let counts = dev.alloc::<u32>(9).unwrap();
+        let mut sum = dev.alloc::<f32>(1).unwrap();
+        let mut mx = dev.alloc::<u32>(1).unwrap();
+        dev.memset_zero(&mut sum, 1).unwrap();
+        dev.memset_zero(&mut mx, 1).unwrap();
+        let args = [din.arg(), out.arg(), counts.arg(), sum.arg(), mx.arg()];
+        // SAFETY: `barriers` indexes 128 floats per block of 3 blocks, 3 counts per block and
+        // one float and one u32 of accumulators.
+        unsafe { dev.launch(m.function("barriers").unwrap(), cfg(3, 128), &args) }.unwrap();
+        let o = dev.download_vec(&out, n).unwrap();
+        for b in 0..3 {
+            for t in 0..128 {
+                assert_eq!(o[b * 128 + t], input[b * 128 + 127 - t], "{}", dev.name());
+            }
+        }
+        assert_eq!(
+            dev.download_vec(&counts, 9).unwrap(),
+            [43, 1, 1, 43, 1, 1, 43, 1, 1],
+            "{}",
+            dev.name()
+        );
+        assert_eq!(
+            dev.download_vec(&sum, 1).unwrap(),
+            [384.0],
+            "{}",
+            dev.name()
+        );
+        assert_eq!(dev.download_vec(&mx, 1).unwrap(), [2127], "{}", dev.name());
+    }
+}
+
+#[test]
+fn emulation_reports_divergence_instead_of_hanging() {
+    let dev = Device::emulated().unwrap();
+    let m = dev.load_module(&source()).unwrap();
+    let out = dev.alloc::<u32>(32).unwrap();
+    // SAFETY: both kernels write at most 32 u32s.
+    let e = unsafe { dev.launch(m.function("divergent").unwrap(), cfg(1, 32), &[out.arg()]) }
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("divergent") && e.contains("barrier divergence"),
+        "{e}"
+    );
+    // SAFETY: as above.
+    let e = unsafe { dev.launch(m.function("exited_lane").unwrap(), cfg(1, 32), &[out.arg()]) }
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("exited_lane") && e.contains("mask"), "{e}");
+}
+
+#[test]
+fn emulated_memory_is_poisoned_counted_and_capped() {
+    let dev = Device::emulated().unwrap();
+    let (free0, total) = dev.memory().unwrap();
+    let b = dev.alloc::<f32>(1000).unwrap();
+    assert!(dev
+        .download_vec(&b, 1000)
+        .unwrap()
+        .iter()
+        .all(|v| v.is_nan()));
+    let (free1, _) = dev.memory().unwrap();
+    assert_eq!(free0 - free1, 4000);
+    let e = dev.alloc::<u8>(total as usize + 1).unwrap_err().to_string();
+    assert!(
+        e.contains("refused") && e.contains("GS_EMU_DEVICE_MEMORY"),
+        "{e}"
+    );
+    drop(b);
+    assert_eq!(dev.memory().unwrap().0, free0);
+}
+
+#[test]
+fn copies_are_bounds_checked() {
+    let dev = Device::emulated().unwrap();
+    let mut b = dev.alloc::<u32>(4).unwrap();
+    assert!(dev.upload(&[1, 2, 3, 4, 5], &mut b).is_err());
+    let mut five = [0u32; 5];
+    assert!(dev.download(&b, &mut five).is_err());
+    dev.upload(&[7, 8], &mut b).unwrap();
+    assert_eq!(dev.download_vec(&b, 2).unwrap(), [7, 8]);
+    let other = Device::emulated().unwrap();
+    assert!(
+        other.upload(&[1], &mut b).is_err(),
+        "a buffer of another device"
+    );
+}
