@@ -1,6 +1,8 @@
 //! Forward and forward+backward time of the CUDA and CPU backends for 100k and 1M Gaussians
 //! at 1920×1080, with the CPU/CUDA ratio. Run: `cargo bench --bench cuda`.
-//! Exits with a clear message (status 0) when no GPU is usable, so it never fakes a figure.
+//! Exits with a clear message (status 0; 1 under `GS_REQUIRE_GPU=1`) when no GPU is usable,
+//! so it never fakes a figure. `GS_CUDA_EMULATE=1` runs it on the host emulation (slow; for
+//! checking the bench itself, not for timing).
 
 use std::time::Instant;
 
@@ -94,6 +96,18 @@ fn main() {
                 tc * 1e3,
                 tc / tg
             );
+            if bwd {
+                // Where the time goes: one more run with the device synchronised per stage.
+                gpu.set_profiling(true);
+                time(&mut gpu, &g, &cam, true, 1);
+                let stages: Vec<String> = gpu
+                    .stage_times()
+                    .iter()
+                    .map(|(name, t)| format!("{name} {:.2}", t * 1e3))
+                    .collect();
+                println!("  cuda stages (ms): {}", stages.join(", "));
+                gpu.set_profiling(false);
+            }
         }
     }
 }

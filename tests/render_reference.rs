@@ -325,20 +325,52 @@ fn gs_render_camera_mode_writes_the_library_render() {
         &quantise(&render_cpu(&model, &camera, 0, [0.0; 3]))
     );
 
-    // Without a usable GPU the CUDA backend is refused with exit code 3 and a hint; nothing is
-    // written. (On a GPU machine this part checks that the CUDA render equals the CPU one.)
-    let png_cuda = d.join("cuda.png");
-    let out = gs_render()
-        .args([
+    // --backend cuda: on the host emulation (GS_CUDA_EMULATE=1) on every machine, and on the
+    // GPU when there is one, the render equals the CPU one within one 8-bit level. Without a
+    // GPU and without the variable it is refused with exit code 3 and a hint, nothing written.
+    let want_cuda = quantise(&render_cpu(&model, &camera, 1, [0.0; 3]));
+    let cuda_render = |png: &Path, emulate: bool| {
+        let mut cmd = gs_render();
+        cmd.args([
             "--ply",
             ply.to_str().unwrap(),
             "--camera",
             cam_path.to_str().unwrap(),
         ])
-        .args(["-o", png_cuda.to_str().unwrap(), "--backend", "cuda"])
-        .output()
-        .unwrap();
-    if ramsplat::render::cuda::CudaRasterizer::new().is_err() {
+        .args(["-o", png.to_str().unwrap(), "--backend", "cuda"]);
+        if emulate {
+            cmd.env("GS_CUDA_EMULATE", "1");
+        } else {
+            cmd.env_remove("GS_CUDA_EMULATE");
+        }
+        cmd.output().unwrap()
+    };
+    let same_within_one_level = |png: &Path| {
+        let img = image::open(png).unwrap().to_rgb8();
+        let worst = img
+            .as_raw()
+            .iter()
+            .zip(&want_cuda)
+            .map(|(&a, &b)| a.abs_diff(b))
+            .max()
+            .unwrap();
+        assert!(
+            worst <= 1,
+            "{}: differs from the CPU render by {worst} levels",
+            png.display()
+        );
+    };
+    let png_emu = d.join("cuda-emulated.png");
+    let out = cuda_render(&png_emu, true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    same_within_one_level(&png_emu);
+    let png_cuda = d.join("cuda.png");
+    let out = cuda_render(&png_cuda, false);
+    if ramsplat::render::cuda::CudaRasterizer::gpu().is_err() {
         assert_eq!(out.status.code(), Some(3));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -352,6 +384,7 @@ fn gs_render_camera_mode_writes_the_library_render() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        same_within_one_level(&png_cuda);
     }
 
     // Bad inputs: exit 1 with the file named; bad usage: exit 2.

@@ -11,6 +11,8 @@
 #              CUDA against the CPU backend
 #   render     gs-render --backend cuda against --backend cpu on real packs (the fox photos at
 #              full resolution, a model trained briefly on the CPU), image by image
+#   train      gs-train on the fox photos at full resolution, --backend cuda (the CUDA
+#              rasterizer under the CPU trainer) and --backend cpu: iterations/s of each
 #   memcheck, racecheck, synccheck
 #              compute-sanitizer over the parity tests (GS_PARITY_SCENES=small: the sanitizers
 #              slow kernels down 10-100x)
@@ -125,6 +127,15 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+train_speed() {
+    set -e
+    local b=$bundle/bin
+    [ -d "$work/fox.pack" ] || "$b/gs-pack" convert "$bundle/data/fox" -o "$work/fox.pack"
+    "$b/gs-train" "$work/fox.pack" -o "$work/train-cuda" --backend cuda --iterations 300 --seed 1
+    "$b/gs-train" "$work/fox.pack" -o "$work/train-cpu" --backend cpu --iterations 30 --seed 1
+    grep -h -E "iterations in|memory:" "$work"/train-*/train.log 2>/dev/null || true
+}
+
 sanitize() {
     local tool=$1
     shift
@@ -134,9 +145,9 @@ sanitize() {
 }
 
 export bundle work out nvrtc_dir sanitizer
-export -f env_report render_parity sanitize
+export -f env_report render_parity train_speed sanitize
 step env 30 env_report
-step lib 60 "$bundle/tests/ramsplat_lib" render::cuda --test-threads=1
+step lib 60 "$bundle/tests/ramsplat_lib" render::cuda device:: --test-threads=1
 step parity 120 "$bundle/tests/cuda_parity" --test-threads=1 --nocapture
 step bench 150 "$bundle/benches/cuda"
 if [ -d "$bundle/data/fox" ]; then
@@ -144,6 +155,7 @@ if [ -d "$bundle/data/fox" ]; then
 else
     printf '%-10s %-14s\n' render "SKIPPED (no data/fox in the bundle)" | tee -a "$summary"
 fi
+step train 150 train_speed
 step memcheck 120 sanitize memcheck
 step racecheck 120 sanitize racecheck
 step synccheck 60 sanitize synccheck

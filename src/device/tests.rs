@@ -215,3 +215,74 @@ fn copies_are_bounds_checked() {
         "a buffer of another device"
     );
 }
+
+const OOB_KERNEL: &str = r#"
+extern "C" __global__ void oob(unsigned* out) { out[threadIdx.x] = threadIdx.x; }
+"#;
+
+/// The AddressSanitizer runtime of the C++ compiler the emulation uses, if it has one.
+fn asan_runtime() -> Option<String> {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = std::process::Command::new(cxx)
+        .arg("-print-file-name=libasan.so")
+        .output()
+        .ok()?;
+    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    std::path::Path::new(&p).is_absolute().then_some(p)
+}
+
+/// Run as a child process by the test below: writes one element past a 32-element buffer.
+#[test]
+fn asan_child_writes_out_of_bounds() {
+    if std::env::var("GS_EMU_ASAN_CHILD").is_err() {
+        return; // only meaningful inside the sanitized child process
+    }
+    let dev = Device::emulated().unwrap();
+    let src = ModuleSource {
+        name: "oob.cu".into(),
+        source: OOB_KERNEL.into(),
+        entry_points: vec!["oob"],
+        defines: vec![],
+    };
+    let m = dev.load_module(&src).unwrap();
+    let out = dev.alloc::<u32>(32).unwrap();
+    // SAFETY: deliberately violated (33 threads, 32 elements): the point of the test is that
+    // the AddressSanitizer build aborts the process before the write lands.
+    unsafe { dev.launch(m.function("oob").unwrap(), cfg(1, 33), &[out.arg()]) }.unwrap();
+}
+
+/// `GS_EMU_SANITIZE=address` builds kernels with AddressSanitizer: an out-of-bounds kernel
+/// write into an emulated device buffer aborts with a heap-buffer-overflow report. Runs this
+/// test binary again as a child with the ASan runtime preloaded (skipped when the compiler
+/// ships no ASan runtime).
+#[test]
+fn asan_build_catches_out_of_bounds_kernel_writes() {
+    if std::env::var("GS_EMU_ASAN_CHILD").is_ok() {
+        return;
+    }
+    let Some(asan) = asan_runtime() else {
+        eprintln!("SKIP: the C++ compiler has no AddressSanitizer runtime");
+        return;
+    };
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "device::tests::asan_child_writes_out_of_bounds",
+            "--exact",
+            "--nocapture",
+        ])
+        .env("GS_EMU_ASAN_CHILD", "1")
+        .env("GS_EMU_SANITIZE", "address")
+        .env("LD_PRELOAD", &asan)
+        .env("ASAN_OPTIONS", "detect_leaks=0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the out-of-bounds write went unnoticed:\n{err}"
+    );
+    assert!(
+        err.contains("AddressSanitizer: heap-buffer-overflow") && err.contains("oob"),
+        "{err}"
+    );
+}

@@ -63,6 +63,20 @@ impl From<crate::device::DeviceError> for RenderError {
 }
 
 /// Makes `buf` hold at least `len` elements (reallocating, contents lost, when it is smaller).
+/// Ends the current stage (profiling only): waits for the device, records the time since the
+/// previous mark under `name`.
+fn mark(dev: &Device, profile: &mut Option<Profile>, name: &'static str) -> Result<(), CudaError> {
+    if let Some(p) = profile {
+        dev.synchronize()?;
+        let now = std::time::Instant::now();
+        if let Some(t) = p.last {
+            p.stages.push((name, (now - t).as_secs_f64()));
+        }
+        p.last = Some(now);
+    }
+    Ok(())
+}
+
 fn grow<T: Element>(dev: &Device, buf: &mut DeviceBuffer<T>, len: usize) -> Result<(), CudaError> {
     if buf.len() < len {
         *buf = dev.alloc::<T>(len.max(1))?;
@@ -208,6 +222,17 @@ pub struct CudaRasterizer {
     /// Gaussians covered by the per-splat gradient buffers: set by a backward, cleared by
     /// every forward (a later forward may hold more Gaussians than the buffers).
     grads_n: Option<usize>,
+    /// Per-stage wall times of the last forward + backward, when profiling is on.
+    profile: Option<Profile>,
+}
+
+/// Stage timing for benchmarks: the device is synchronised at every mark, so each stage's
+/// host-measured time includes exactly its own device work. Off by default (the
+/// synchronisations cost overlap).
+#[derive(Debug, Default)]
+struct Profile {
+    last: Option<std::time::Instant>,
+    stages: Vec<(&'static str, f64)>,
 }
 
 impl CudaRasterizer {
@@ -234,7 +259,19 @@ impl CudaRasterizer {
             sorted: 0,
             fingerprint: None,
             grads_n: None,
+            profile: None,
         })
+    }
+
+    /// Turns per-stage timing on or off (see [`Self::stage_times`]).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(Profile::default);
+    }
+
+    /// Seconds per stage of the last forward and backward (empty unless profiling is on),
+    /// in the order the stages ran.
+    pub fn stage_times(&self) -> &[(&'static str, f64)] {
+        self.profile.as_ref().map_or(&[], |p| p.stages.as_slice())
     }
 
     pub fn device(&self) -> &Device {
@@ -268,6 +305,10 @@ impl CudaRasterizer {
     ) -> Result<(), RenderError> {
         self.fingerprint = None;
         self.grads_n = None;
+        if let Some(p) = &mut self.profile {
+            p.stages.clear();
+            p.last = Some(std::time::Instant::now());
+        }
         let params = GaussianParams::from_gaussians(gaussians);
         params.validate(options.sh_degree)?;
         let cam = CameraF::<f32>::new(camera)?;
@@ -281,6 +322,7 @@ impl CudaRasterizer {
         upload(&s, &gaussians.logit_opacities, &mut b.logit_opacities)?;
         upload(&s, gaussians.sh.as_flattened(), &mut b.sh)?;
         upload(&s, &camera_buffer(&cam), &mut b.cam)?;
+        mark(&s, &mut self.profile, "fwd upload")?;
         grow(&s, &mut b.means2d, 2 * n)?;
         grow(&s, &mut b.conics, 3 * n)?;
         grow(&s, &mut b.opacities, n)?;
@@ -329,6 +371,7 @@ impl CudaRasterizer {
                 offsets,
             )?;
         }
+        mark(&s, &mut self.profile, "project")?;
         // Exclusive scan over N+1 entries: entry N (zeroed by project_fwd) becomes the total.
         let m = if n == 0 {
             0
@@ -339,6 +382,7 @@ impl CudaRasterizer {
             s.download_from(&b.offsets, n, &mut total)?;
             total[0]
         };
+        mark(&s, &mut self.profile, "scan")?;
 
         // Preflight: the configured cap and the device's free memory (plus what our own
         // intersection buffers already hold, which the render would reuse).
@@ -386,6 +430,7 @@ impl CudaRasterizer {
             &mut k0[0],
             &mut i0[0],
         )?;
+        mark(&s, &mut self.profile, "emit keys")?;
         let sorted = sort::sort_pairs(
             &self.k,
             m,
@@ -398,6 +443,7 @@ impl CudaRasterizer {
         s.memset_zero(&mut b.ranges, 2 * ntiles)?;
         self.k
             .tile_ranges(m, &b.keys[sorted], ntiles, &mut b.ranges)?;
+        mark(&s, &mut self.profile, "sort + ranges")?;
 
         let npix = camera.width as usize * camera.height as usize;
         grow(&s, &mut b.image, 3 * npix)?;
@@ -422,6 +468,7 @@ impl CudaRasterizer {
             &mut b.final_t,
             &mut b.last,
         )?;
+        mark(&s, &mut self.profile, "rasterize fwd")?;
 
         out.width = camera.width;
         out.height = camera.height;
@@ -439,6 +486,7 @@ impl CudaRasterizer {
             .extend(flat.chunks_exact(2).map(|c| [c[0], c[1]]));
         download(&s, &b.depths, n, &mut out.depths)?;
         out.num_intersections = m;
+        mark(&s, &mut self.profile, "fwd download")?;
         self.m = m;
         self.sorted = sorted;
         self.fingerprint = Some(super::ForwardFingerprint::new(
@@ -473,8 +521,12 @@ impl CudaRasterizer {
         let n = gaussians.len();
         let coeffs = params.coeffs();
         let s = self.dev.clone();
+        if let Some(p) = &mut self.profile {
+            p.last = Some(std::time::Instant::now());
+        }
         let b = &mut self.b;
         upload(&s, d_image, &mut b.d_image)?;
+        mark(&s, &mut self.profile, "bwd upload")?;
         for (buf, len) in [
             (&mut b.v.means2d, 2 * n),
             (&mut b.v.conics, 3 * n),
@@ -510,6 +562,7 @@ impl CudaRasterizer {
             &b.d_image,
             &mut b.v,
         )?;
+        mark(&s, &mut self.profile, "rasterize bwd")?;
         let p = ParamBufs {
             means: &b.means,
             log_scales: &b.log_scales,
@@ -529,6 +582,7 @@ impl CudaRasterizer {
             &b.v,
             &mut b.g,
         )?;
+        mark(&s, &mut self.profile, "project bwd")?;
         let mut flat = Vec::new();
         download(&s, &b.g.means, 3 * n, &mut flat)?;
         grads.means = flat.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
@@ -545,6 +599,7 @@ impl CudaRasterizer {
         download(&s, &b.g.means2d, 2 * n, &mut flat)?;
         grads.means2d = flat.chunks_exact(2).map(|c| [c[0], c[1]]).collect();
         self.grads_n = Some(n);
+        mark(&s, &mut self.profile, "bwd download")?;
         Ok(())
     }
 
