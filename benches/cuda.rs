@@ -60,6 +60,34 @@ fn time(r: &mut dyn Rasterizer, g: &Gaussians, cam: &Camera, bwd: bool, reps: us
     t[t.len() / 2]
 }
 
+fn write_f32(path: &std::path::Path, v: &[f32]) {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+fn dump_scene(
+    dir: &std::path::Path,
+    n: usize,
+    g: &Gaussians,
+    r: &mut CudaRasterizer,
+    cam: &Camera,
+) {
+    std::fs::create_dir_all(dir).expect("GS_BENCH_DUMP directory");
+    let f = |name: &str| dir.join(format!("{n}_{name}.f32"));
+    write_f32(&f("means"), g.means.as_flattened());
+    write_f32(&f("log_scales"), g.log_scales.as_flattened());
+    write_f32(&f("rotations"), g.rotations.as_flattened());
+    write_f32(&f("logit_opacities"), &g.logit_opacities);
+    write_f32(&f("sh"), g.sh.as_flattened());
+    let mut out = RenderOutput::default();
+    let opts = RenderOptions {
+        max_intersection_bytes: 16 << 30,
+        ..RenderOptions::default()
+    };
+    r.forward(g, cam, &opts, &mut out).expect("forward");
+    write_f32(&f("image"), &out.image);
+}
+
 fn main() {
     let mut gpu = match CudaRasterizer::new() {
         Ok(r) => r,
@@ -84,8 +112,14 @@ fn main() {
         world_to_camera: Pose::IDENTITY,
     };
     let mut cpu = CpuRasterizer::<f32>::new();
+    // GS_BENCH_DUMP=DIR: write each scene and our CUDA render as raw little-endian f32 files,
+    // so tools/gsplat_raster_bench.py can time gsplat on the identical scene and compare images.
+    let dump = std::env::var_os("GS_BENCH_DUMP").map(std::path::PathBuf::from);
     for n in [100_000usize, 1_000_000] {
         let g = scene(n);
+        if let Some(dir) = &dump {
+            dump_scene(dir, n, &g, &mut gpu, &cam);
+        }
         for bwd in [false, true] {
             let what = if bwd { "fwd+bwd" } else { "fwd" };
             let tg = time(&mut gpu, &g, &cam, bwd, 5);

@@ -63,6 +63,19 @@ impl From<crate::device::DeviceError> for RenderError {
 }
 
 /// Makes `buf` hold at least `len` elements (reallocating, contents lost, when it is smaller).
+/// Downloads `rows` rows of `C` floats straight into `host` (resized; its allocation is
+/// reused across calls, so a training loop neither allocates nor copies twice).
+fn download_rows<const C: usize>(
+    dev: &Device,
+    buf: &DeviceBuffer<f32>,
+    rows: usize,
+    host: &mut Vec<[f32; C]>,
+) -> Result<(), CudaError> {
+    host.resize(rows, [0.0; C]);
+    dev.download(buf, host.as_flattened_mut())?;
+    Ok(())
+}
+
 /// Ends the current stage (profiling only): waits for the device, records the time since the
 /// previous mark under `name`.
 fn mark(dev: &Device, profile: &mut Option<Profile>, name: &'static str) -> Result<(), CudaError> {
@@ -479,11 +492,7 @@ impl CudaRasterizer {
         out.alpha
             .extend(out.final_transmittance.iter().map(|&t| 1.0 - t));
         download(&s, &b.radii, n, &mut out.radii)?;
-        let mut flat = Vec::new();
-        download(&s, &b.means2d, 2 * n, &mut flat)?;
-        out.means2d.clear();
-        out.means2d
-            .extend(flat.chunks_exact(2).map(|c| [c[0], c[1]]));
+        download_rows(&s, &b.means2d, n, &mut out.means2d)?;
         download(&s, &b.depths, n, &mut out.depths)?;
         out.num_intersections = m;
         mark(&s, &mut self.profile, "fwd download")?;
@@ -583,21 +592,12 @@ impl CudaRasterizer {
             &mut b.g,
         )?;
         mark(&s, &mut self.profile, "project bwd")?;
-        let mut flat = Vec::new();
-        download(&s, &b.g.means, 3 * n, &mut flat)?;
-        grads.means = flat.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
-        download(&s, &b.g.log_scales, 3 * n, &mut flat)?;
-        grads.log_scales = flat.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
-        download(&s, &b.g.rotations, 4 * n, &mut flat)?;
-        grads.rotations = flat
-            .chunks_exact(4)
-            .map(|c| [c[0], c[1], c[2], c[3]])
-            .collect();
+        download_rows(&s, &b.g.means, n, &mut grads.means)?;
+        download_rows(&s, &b.g.log_scales, n, &mut grads.log_scales)?;
+        download_rows(&s, &b.g.rotations, n, &mut grads.rotations)?;
         download(&s, &b.g.logit_opacities, n, &mut grads.logit_opacities)?;
-        download(&s, &b.g.sh, 3 * n * coeffs, &mut flat)?;
-        grads.sh = flat.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
-        download(&s, &b.g.means2d, 2 * n, &mut flat)?;
-        grads.means2d = flat.chunks_exact(2).map(|c| [c[0], c[1]]).collect();
+        download_rows(&s, &b.g.sh, n * coeffs, &mut grads.sh)?;
+        download_rows(&s, &b.g.means2d, n, &mut grads.means2d)?;
         self.grads_n = Some(n);
         mark(&s, &mut self.profile, "bwd download")?;
         Ok(())
