@@ -63,6 +63,8 @@ pub struct EmuDriver {
     sanitize: Option<String>,
     seed: u64,
     launches: AtomicU64,
+    /// Launches per entry point, for coverage checks ("every kernel ran").
+    per_entry: std::sync::Mutex<HashMap<String, u64>>,
     allocated: AtomicU64,
     capacity: u64,
 }
@@ -105,9 +107,14 @@ impl EmuDriver {
             sanitize,
             seed,
             launches: AtomicU64::new(0),
+            per_entry: std::sync::Mutex::new(HashMap::new()),
             allocated: AtomicU64::new(0),
             capacity,
         })
+    }
+
+    pub(super) fn launch_counts(&self) -> HashMap<String, u64> {
+        self.per_entry.lock().map(|m| m.clone()).unwrap_or_default()
     }
 
     pub(super) fn compiler_name(&self) -> &str {
@@ -329,6 +336,9 @@ impl EmuDriver {
         params: &mut [*mut c_void],
     ) -> Result<(), DeviceError> {
         let n = self.launches.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut m) = self.per_entry.lock() {
+            *m.entry(name.to_string()).or_default() += 1;
+        }
         let c = EmuLaunchConfig {
             grid: [cfg.grid.0, cfg.grid.1, cfg.grid.2],
             block: [cfg.block.0, cfg.block.1, cfg.block.2],

@@ -385,6 +385,15 @@ impl Device {
         }
     }
 
+    /// On the emulation: how many times each entry point has been launched on this device
+    /// (for tests that must execute every kernel); `None` on CUDA.
+    pub fn launch_counts(&self) -> Option<HashMap<String, u64>> {
+        match &*self.0 {
+            Driver::Cuda(_) => None,
+            Driver::Emulated(d) => Some(d.launch_counts()),
+        }
+    }
+
     /// Waits for every queued operation.
     pub fn synchronize(&self) -> Result<(), DeviceError> {
         match &*self.0 {

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# kernel-mutations.sh: plants one-character bugs in the CUDA kernels, one at a time, and checks
+# that the parity tests catch each on the host emulation driver (no GPU needed). A mutation
+# that survives means a kernel path the tests do not really check.
+#
+#   tools/kernel-mutations.sh            # ~1 min per mutation on 2 cores (one rebuild each)
+#
+# Works in a throw-away git worktree of HEAD (its own target dir), so the checkout is never
+# modified. Prints one line per mutation, "caught" or "SURVIVED", and exits 1 if any survived.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+wt=$(mktemp -d /tmp/gs-mutations.XXXXXX)
+git -C "$root" worktree add -q --detach "$wt" HEAD
+trap 'git -C "$root" worktree remove --force "$wt"' EXIT
+cd "$wt"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target/mutations}
+
+# file|original|mutant: arithmetic, indexing and a removed barrier, across every kernel file.
+muts=(
+ 'kernels/project_fwd.cu|conics[3 * i + 1] = conic[1];|conics[3 * i + 1] = conic[2];'
+ 'kernels/project_bwd.cu|v_opacities[i] * o * (1.0f - o);|v_opacities[i] * o * (1.0f + o);'
+ 'kernels/tile_binning.cu|(u64)(ty * tiles_x + tx) << 32)|(u64)(ty * tiles_x + tx) << 31)'
+ 'kernels/tile_binning.cu|ranges[2 * tile + 1] = (u32)(i + 1);|ranges[2 * tile + 1] = (u32)(i);'
+ 'kernels/scan.cu|(tid > 0) ? s[tid - 1] : (T)0;|(tid > 0) ? s[tid] : (T)0;'
+ 'kernels/sort.cu|peers & ((1u << lane) - 1u)|peers & ((1u << lane) + 1u)'
+ 'kernels/rasterize_fwd.cu|last_k = b0 - start + j + 1;|last_k = b0 - start + j;'
+ 'kernels/rasterize_bwd.cu|g_c1 = d_sigma * dx * dy;|g_c1 = d_sigma * dx * dx;'
+ 'kernels/raster.cuh|dy = s.my - fy;|dy = s.my - fx;'
+ 'kernels/rasterize_bwd.cu|        __syncthreads();  // the previous batch is no longer read|        // (barrier removed)'
+)
+survived=0
+for m in "${muts[@]}"; do
+    IFS='|' read -r file from to <<<"$m"
+    git checkout -q -- kernels
+    python3 - "$file" "$from" "$to" <<'PY'
+import sys
+f, a, b = sys.argv[1:4]
+s = open(f).read()
+if a not in s:
+    sys.exit(f"{f}: the text to mutate is gone; update tools/kernel-mutations.sh: {a!r}")
+open(f, "w").write(s.replace(a, b, 1))
+PY
+    out=$(cargo test -q --test cuda_parity 2>&1)
+    if echo "$out" | grep -q "test result: ok"; then
+        verdict=SURVIVED
+        survived=1
+    else
+        verdict=caught
+    fi
+    echo "$verdict | $file: '$from' -> '$to'"
+done
+exit $survived
