@@ -14,7 +14,7 @@
 //! | [`pack`] | the `gs-pack convert` pipeline: importer → bounded parallel encode → shards |
 //! | [`synth`] | procedural datasets (images + COLMAP/NeRF metadata) for tests, benches, the demo |
 //! | [`budget`] | RAM budget parsing and the reservation ledger |
-//! | [`data`] | sampler, byte-budgeted cache, prefetch ring feeding the trainer |
+//! | [`data`] | sampler, byte-budgeted cache, prefetch ring (pageable or page-locked slots) feeding the trainer |
 //! | [`scene`] | cameras, Gaussians (stored pre-activation), spherical harmonics |
 //! | [`device`] | device memory, copies and kernel launches: CUDA on a GPU, or the host emulation that runs the same kernels in CI |
 //! | [`render`] | the `Rasterizer` trait, its CPU reference backend and the CUDA backend (on [`device`]) |

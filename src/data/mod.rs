@@ -23,6 +23,7 @@
 
 pub mod bench;
 pub mod cache;
+pub mod pinned;
 pub mod prefetch;
 pub mod sampler;
 
@@ -407,25 +408,16 @@ mod tests {
         assert!(got[10..].iter().all(|g| g.3));
     }
 
-    /// Slots that claim to be pinned (the CUDA trainer's kind): hits must be copied into them.
-    struct PinnedHeap;
-    impl SlotAllocator for PinnedHeap {
-        fn allocate(&self, len: usize) -> Result<Box<dyn HostBuffer>, LoadError> {
-            HeapSlots.allocate(len)
-        }
-        fn pinned(&self) -> bool {
-            true
-        }
-    }
-
     #[test]
     fn hits_are_lent_from_pageable_slots_and_copied_into_pinned_ones() {
         let recs = records(6, 4096);
         let src = Arc::new(MemSource::new(recs.clone()));
+        // The CUDA trainer's slots, page-locked memory of a device (here the host emulation's).
+        let pinned_slots = pinned::PinnedSlots::new(crate::device::Device::emulated().unwrap());
         for pinned in [false, true] {
             let cache = Cache::with_capacity(CachePolicy::Belady, 6 * cache::entry_cost(4096));
             let sampler = Sampler::singletons(3, 6).unwrap();
-            let alloc: &dyn SlotAllocator = if pinned { &PinnedHeap } else { &HeapSlots };
+            let alloc: &dyn SlotAllocator = if pinned { &pinned_slots } else { &HeapSlots };
             let mut loader =
                 Loader::start(src.clone(), sampler, cache, alloc, &config(2, 2, 6 * 4)).unwrap();
             // Address of each delivery's bytes, by record; and every slot's address (a miss is
@@ -469,13 +461,14 @@ mod tests {
         // records are still being decoded (slow, scrambled reads), so most of epoch 1 arrives
         // through the followers path.
         let recs = records(3, 2048);
+        let pinned_slots = pinned::PinnedSlots::new(crate::device::Device::emulated().unwrap());
         for pinned in [false, true] {
             let mut src = MemSource::new(recs.clone());
             src.delay = Duration::from_millis(3);
             let src = Arc::new(src);
             let cache = Cache::with_capacity(CachePolicy::Belady, 3 * cache::entry_cost(2048));
             let sampler = Sampler::singletons(4, 3).unwrap();
-            let alloc: &dyn SlotAllocator = if pinned { &PinnedHeap } else { &HeapSlots };
+            let alloc: &dyn SlotAllocator = if pinned { &pinned_slots } else { &HeapSlots };
             let mut loader =
                 Loader::start(src.clone(), sampler, cache, alloc, &config(2, 4, 3 * 5)).unwrap();
             let mut order = Vec::new();

@@ -187,6 +187,110 @@ impl CudaDriver {
             })
     }
 
+    /// Page-locked host memory (`cuMemHostAlloc`, flags 0: cached, not write-combined, since
+    /// the loader's decoders read back what they write).
+    pub(super) fn alloc_pinned(&self, bytes: usize) -> Result<*mut u8, DeviceError> {
+        self.bind()?;
+        // SAFETY: the context is current; the pointer is owned by the caller's PinnedHost,
+        // which frees it exactly once with `free_pinned`.
+        unsafe { result::malloc_host(bytes, 0) }
+            .map(|p| p.cast::<u8>())
+            .map_err(|e| DeviceError::driver("cuMemHostAlloc", e))
+    }
+
+    pub(super) fn free_pinned(&self, p: *mut u8) {
+        if self.bind().is_ok() {
+            // SAFETY: `p` came from `alloc_pinned` on this context and is freed once; the
+            // caller waited for the last copy from it.
+            let _ = unsafe { result::free_host(p.cast()) };
+        }
+    }
+
+    /// A stream that does not synchronise implicitly with the legacy default stream (the main
+    /// queue), so copies on it overlap kernels; ordering is by events only.
+    pub(super) fn create_stream(&self) -> Result<sys::CUstream, DeviceError> {
+        self.bind()?;
+        result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(|e| DeviceError::driver("cuStreamCreate", e))
+    }
+
+    pub(super) fn destroy_stream(&self, s: sys::CUstream) {
+        if self.bind().is_ok() {
+            // SAFETY: `s` came from `create_stream` and is destroyed once (CopyStream's drop);
+            // work still queued on it completes first (cuStreamDestroy semantics).
+            let _ = unsafe { result::stream::destroy(s) };
+        }
+    }
+
+    /// Records a fresh event on `stream` (null: the main queue).
+    pub(super) fn record(&self, stream: sys::CUstream) -> Result<sys::CUevent, DeviceError> {
+        self.bind()?;
+        let ev = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(|e| DeviceError::driver("cuEventCreate", e))?;
+        let main = self.stream.cu_stream();
+        let target = if stream.is_null() { main } else { stream };
+        // SAFETY: `ev` was just created on this context; `target` is a live stream of it.
+        if let Err(e) = unsafe { result::event::record(ev, target) } {
+            self.destroy_event(ev);
+            return Err(DeviceError::driver("cuEventRecord", e));
+        }
+        Ok(ev)
+    }
+
+    /// Makes `stream` (null: the main queue) wait for `ev` on the device.
+    pub(super) fn stream_wait(
+        &self,
+        stream: sys::CUstream,
+        ev: sys::CUevent,
+    ) -> Result<(), DeviceError> {
+        self.bind()?;
+        let target = if stream.is_null() {
+            self.stream.cu_stream()
+        } else {
+            stream
+        };
+        // SAFETY: both handles are live objects of this context.
+        unsafe {
+            result::stream::wait_event(target, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        }
+        .map_err(|e| DeviceError::driver("cuStreamWaitEvent", e))
+    }
+
+    pub(super) fn event_synchronize(&self, ev: sys::CUevent) -> Result<(), DeviceError> {
+        self.bind()?;
+        // SAFETY: `ev` is a live event of this context.
+        unsafe { result::event::synchronize(ev) }
+            .map_err(|e| DeviceError::driver("cuEventSynchronize", e))
+    }
+
+    pub(super) fn destroy_event(&self, ev: sys::CUevent) {
+        if self.bind().is_ok() {
+            // SAFETY: `ev` is destroyed once; a stream still waiting on it keeps what it
+            // needs (cuEventDestroy releases the resources when the wait completes).
+            let _ = unsafe { result::event::destroy(ev) };
+        }
+    }
+
+    /// # Safety
+    /// `dst` must hold `bytes` bytes of this context's memory; `src` must be page-locked
+    /// memory of this context, readable for `bytes` bytes and not written until the copy has
+    /// completed (an event recorded after it).
+    pub(super) unsafe fn htod_on(
+        &self,
+        stream: sys::CUstream,
+        dst: u64,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<(), DeviceError> {
+        self.bind()?;
+        // SAFETY: `src` is readable for `bytes` bytes (the caller's contract).
+        let host = unsafe { std::slice::from_raw_parts(src, bytes) };
+        // SAFETY: the caller's contract: `dst` holds `bytes` bytes, `src` stays untouched
+        // until the copy completes.
+        unsafe { result::memcpy_htod_async(dst, host, stream) }
+            .map_err(|e| DeviceError::driver("cuMemcpyHtoDAsync", e))
+    }
+
     /// The module's entry points, from the disk cache when an entry exists and loads, else
     /// compiled, loaded and cached.
     pub(super) fn load_module(

@@ -28,6 +28,9 @@
 //!   order and type, and every buffer must hold what the kernel indexes. The typed launch
 //!   functions of each kernel user (e.g. `render::cuda::launch`) check shapes and hold the
 //!   `unsafe`.
+//! - Uploads that overlap computation go from page-locked host memory ([`PinnedHost`]) on a
+//!   [`CopyStream`], ordered by events (the rules are in the `transfer` module's doc:
+//!   [`Device::upload_async`], [`Device::wait_copies`], [`PinnedHost::wait`]).
 //! - The emulated device has a byte capacity (`GS_EMU_DEVICE_MEMORY`, default 8 GiB) and
 //!   [`Device::memory`] reports free bytes against it, so memory preflights and budgets behave
 //!   as on a GPU.
@@ -40,6 +43,7 @@
 pub mod cuda;
 pub mod emulation;
 mod error;
+mod transfer;
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -47,6 +51,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use error::DeviceError;
+pub use transfer::{CopyStream, PinnedHost};
 
 /// Plain numeric types that may live in device memory: `Copy`, no padding, every bit pattern
 /// a valid value (so fresh or poisoned device memory can be read back safely).

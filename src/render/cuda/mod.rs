@@ -8,8 +8,7 @@
 //! and the host emulation (`GS_CUDA_EMULATE=1`), which executes these kernels in `cargo test`.
 //!
 //! Modules: [`kernels`] (embedded sources, `-D` constants), [`launch`] (one typed launch per
-//! entry point, the only `unsafe` launches), [`sort`] (radix sort driver), [`pinned`]
-//! (page-locked loader ring slots).
+//! entry point, the only `unsafe` launches), [`sort`] (radix sort driver).
 //!
 //! Invariants: device buffers live in the rasterizer and only grow (a training loop allocates
 //! nothing after its first few iterations); nothing sized by the intersection count is
@@ -21,11 +20,9 @@
 pub mod error;
 pub mod kernels;
 pub mod launch;
-pub mod pinned;
 pub mod sort;
 
 pub use error::CudaError;
-pub use pinned::{PinnedBuf, PinnedSlots};
 
 use crate::device::{Device, DeviceBuffer, Element};
 use crate::render::cpu::binning::{TileBins, REPORTED_LARGEST};
