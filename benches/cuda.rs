@@ -1,12 +1,14 @@
 //! Forward and forward+backward time of the CUDA and CPU backends for 100k and 1M Gaussians
-//! at 1920×1080, with the CPU/CUDA ratio. Run: `cargo bench --bench cuda`.
+//! at 1920×1080: CUDA device-resident (parameters and gradients stay on the device, a device
+//! trainer's cost), CUDA through the host-memory `Rasterizer` API (uploads and downloads
+//! included), and the CPU backend. Run: `cargo bench --bench cuda`.
 //! Exits with a clear message (status 0; 1 under `GS_REQUIRE_GPU=1`) when no GPU is usable,
 //! so it never fakes a figure. `GS_CUDA_EMULATE=1` runs it on the host emulation (slow; for
 //! checking the bench itself, not for timing).
 
 use std::time::Instant;
 
-use ramsplat::render::cuda::CudaRasterizer;
+use ramsplat::render::cuda::{CudaRasterizer, DeviceGaussians};
 use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::rng::Rng;
 use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
@@ -56,6 +58,41 @@ fn time(r: &mut dyn Rasterizer, g: &Gaussians, cam: &Camera, bwd: bool, reps: us
         t.push(s.elapsed().as_secs_f64());
     }
     t.remove(0); // warm-up (kernel load, buffer growth)
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+/// Median seconds of the device-resident path (parameters and ∂L/∂image already on the
+/// device, outputs left there): what a device trainer pays per step for the rasterizer.
+fn time_resident(
+    r: &mut CudaRasterizer,
+    g: &Gaussians,
+    cam: &Camera,
+    bwd: bool,
+    reps: usize,
+) -> f64 {
+    let dev = r.device().clone();
+    let opts = RenderOptions {
+        max_intersection_bytes: 16 << 30,
+        ..RenderOptions::default()
+    };
+    let mut dg = DeviceGaussians::new(&dev).expect("device model");
+    dg.upload(&dev, g).expect("upload");
+    let npix = 3 * cam.width as usize * cam.height as usize;
+    let mut d = dev.alloc::<f32>(npix).expect("d_image");
+    dev.upload(&vec![1e-3f32; npix], &mut d).expect("upload");
+    let mut t = Vec::new();
+    for _ in 0..reps + 1 {
+        dev.synchronize().expect("sync");
+        let s = Instant::now();
+        r.forward_resident(&dg, cam, &opts).expect("forward");
+        if bwd {
+            r.backward_resident(&dg, cam, &opts, &d).expect("backward");
+        }
+        dev.synchronize().expect("sync");
+        t.push(s.elapsed().as_secs_f64());
+    }
+    t.remove(0);
     t.sort_by(f64::total_cmp);
     t[t.len() / 2]
 }
@@ -123,9 +160,12 @@ fn main() {
         for bwd in [false, true] {
             let what = if bwd { "fwd+bwd" } else { "fwd" };
             let tg = time(&mut gpu, &g, &cam, bwd, 5);
+            let tr = time_resident(&mut gpu, &g, &cam, bwd, 20);
             let tc = time(&mut cpu, &g, &cam, bwd, 2);
             println!(
-                "{n} Gaussians 1920x1080 {what}: cuda {:.2} ms, cpu {:.1} ms, cpu/cuda {:.1}x",
+                "{n} Gaussians 1920x1080 {what}: cuda resident {:.2} ms, cuda through host \
+                 memory {:.2} ms, cpu {:.1} ms, cpu/cuda {:.1}x",
+                tr * 1e3,
                 tg * 1e3,
                 tc * 1e3,
                 tc / tg

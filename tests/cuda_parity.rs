@@ -589,3 +589,56 @@ fn splat_grads_need_a_backward_since_the_last_forward() {
         assert!(r.splat_grads().is_err(), "after a larger forward");
     }
 }
+
+/// The trainer's path: parameters and ∂L/∂image resident on the device give the same image
+/// and gradients as the host API (which uploads, calls the same code, downloads).
+#[test]
+fn resident_path_equals_host_path() {
+    use ramsplat::render::cuda::DeviceGaussians;
+    for mut r in rasterizers() {
+        let dev = r.device().clone();
+        let g = scene(3000, 21);
+        let cam = camera(150, 90);
+        let opts = RenderOptions {
+            sh_degree: 2,
+            background: [0.2, 0.1, 0.0],
+            ..RenderOptions::default()
+        };
+        let mut out = poisoned_output();
+        r.forward(&g, &cam, &opts, &mut out).unwrap();
+        let mut rng = Rng::new(5);
+        let d_image: Vec<f32> = (0..out.image.len())
+            .map(|_| rng.uniform(-1.0, 1.0) as f32)
+            .collect();
+        let mut host_grads = GaussianGrads::default();
+        r.backward(&g, &cam, &opts, &d_image, &mut host_grads)
+            .unwrap();
+
+        let mut dg = DeviceGaussians::new(&dev).unwrap();
+        dg.upload(&dev, &g).unwrap();
+        assert_eq!(dg.download(&dev).unwrap(), g, "upload/download round trip");
+        let m = r.forward_resident(&dg, &cam, &opts).unwrap();
+        assert_eq!(m, out.num_intersections);
+        let img = dev.download_vec(r.image(), out.image.len()).unwrap();
+        assert_eq!(img, out.image, "{}", dev.name());
+        let mut dd = dev.alloc::<f32>(d_image.len()).unwrap();
+        dev.upload(&d_image, &mut dd).unwrap();
+        let grads = r.backward_resident(&dg, &cam, &opts, &dd).unwrap();
+        let means = dev.download_vec(&grads.means, 3 * g.len()).unwrap();
+        let sh = dev.download_vec(&grads.sh, 3 * g.sh.len()).unwrap();
+        // Float atomics may sum in another order between two runs on a GPU.
+        let close = |a: &[f32], b: &[f32]| {
+            let scale = max_abs(b).max(1e-12);
+            a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5 * scale)
+        };
+        assert!(
+            close(&means, host_grads.means.as_flattened()),
+            "{}",
+            dev.name()
+        );
+        assert!(close(&sh, host_grads.sh.as_flattened()), "{}", dev.name());
+        // A backward for other parameters than the last forward's is refused.
+        let other = DeviceGaussians::new(&dev).unwrap();
+        assert!(r.backward_resident(&other, &cam, &opts, &dd).is_err());
+    }
+}

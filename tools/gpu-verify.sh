@@ -16,6 +16,7 @@
 #   memcheck, racecheck, synccheck
 #              compute-sanitizer over the parity tests (GS_PARITY_SCENES=small: the sanitizers
 #              slow kernels down 10-100x)
+#   memcheck-lib  compute-sanitizer memcheck over the device layer's own tests
 #
 # Prepare on a machine with Rust, from the repository root:   tools/gpu-bundle.sh .gpu
 # Run on the GPU machine, from the repository root:           tools/gpu-verify.sh .gpu OUT
@@ -74,7 +75,7 @@ step() {
     elif [ $rc -ne 0 ]; then
         verdict="FAIL (exit $rc)"
     fi
-    printf '%-10s %-14s %4ds\n' "$name" "$verdict" $((SECONDS - t0)) | tee -a "$summary"
+    printf '%-13s %-14s %4ds\n' "$name" "$verdict" $((SECONDS - t0)) | tee -a "$summary"
     tail -n 5 "$out/$name.log"
     return 0
 }
@@ -144,8 +145,15 @@ sanitize() {
         "$bundle/tests/cuda_parity" --test-threads=1 "$@"
 }
 
+# The device layer's own tests (copies, collectives, async uploads) under memcheck.
+sanitize_lib() {
+    [ -n "$sanitizer" ] || { echo "compute-sanitizer not found"; return 1; }
+    "$sanitizer" --tool memcheck --error-exitcode 1 --print-limit 20 \
+        "$bundle/tests/ramsplat_lib" device:: render::cuda --test-threads=1
+}
+
 export bundle work out nvrtc_dir sanitizer
-export -f env_report render_parity train_speed sanitize
+export -f env_report render_parity train_speed sanitize sanitize_lib
 step env 30 env_report
 step lib 60 "$bundle/tests/ramsplat_lib" render::cuda device:: --test-threads=1
 step parity 120 "$bundle/tests/cuda_parity" --test-threads=1 --nocapture
@@ -159,9 +167,10 @@ step train 150 train_speed
 step memcheck 120 sanitize memcheck
 step racecheck 120 sanitize racecheck
 step synccheck 60 sanitize synccheck
+step memcheck-lib 60 sanitize_lib
 rm -rf "$work"
 
 echo "== summary"
 cat "$summary"
-grep -q -v -E '^[a-z]+ +(PASS|SKIPPED)' "$summary" && exit 1
+grep -q -v -E '^[a-z-]+ +(PASS|SKIPPED)' "$summary" && exit 1
 exit 0

@@ -20,6 +20,7 @@
 pub mod error;
 pub mod kernels;
 pub mod launch;
+mod resident;
 pub mod sort;
 
 pub use error::CudaError;
@@ -33,6 +34,7 @@ use crate::render::{
 use crate::scene::camera::Camera;
 use crate::scene::gaussians::Gaussians;
 use launch::{Kernels, ParamBufs, ParamGradBufs, SplatBufs, SplatGradBufs};
+pub use resident::DeviceGaussians;
 
 /// Device bytes per tile intersection: two u64 key buffers and two u32 id buffers (the sort
 /// ping-pongs), plus the sort histogram's share (RADIX u32 counters per SORT_BLOCK keys).
@@ -137,11 +139,6 @@ pub fn camera_buffer(c: &CameraF<f32>) -> [f32; kernels::CAM_LEN] {
 }
 
 struct Bufs {
-    means: DeviceBuffer<f32>,
-    log_scales: DeviceBuffer<f32>,
-    rotations: DeviceBuffer<f32>,
-    logit_opacities: DeviceBuffer<f32>,
-    sh: DeviceBuffer<f32>,
     cam: DeviceBuffer<f32>,
     means2d: DeviceBuffer<f32>,
     conics: DeviceBuffer<f32>,
@@ -170,11 +167,6 @@ impl Bufs {
         let u = || dev.alloc::<u32>(1);
         let w = || dev.alloc::<u64>(1);
         Ok(Bufs {
-            means: f()?,
-            log_scales: f()?,
-            rotations: f()?,
-            logit_opacities: f()?,
-            sh: f()?,
             cam: f()?,
             means2d: f()?,
             conics: f()?,
@@ -225,6 +217,8 @@ pub struct CudaRasterizer {
     dev: Device,
     k: Kernels,
     b: Bufs,
+    /// The parameters of the host API's last forward (uploaded there, reused by its backward).
+    host_params: Option<DeviceGaussians>,
     /// Intersections of the last forward, and which sort buffer holds the sorted ids.
     m: u64,
     sorted: usize,
@@ -265,6 +259,7 @@ impl CudaRasterizer {
             dev,
             k,
             b,
+            host_params: None,
             m: 0,
             sorted: 0,
             fingerprint: None,
@@ -306,33 +301,41 @@ impl CudaRasterizer {
         Ok(l)
     }
 
-    fn forward_impl(
+    /// Forward from device-resident parameters; the outputs stay on the device
+    /// ([`Self::image`]). Returns the number of tile intersections. The trainer's path: no
+    /// host round trip.
+    pub fn forward_resident(
         &mut self,
-        gaussians: &Gaussians,
+        g: &DeviceGaussians,
         camera: &Camera,
         options: &RenderOptions,
-        out: &mut RenderOutput,
-    ) -> Result<(), RenderError> {
+    ) -> Result<u64, RenderError> {
+        self.begin_forward();
+        g.validate(options.sh_degree)?;
+        self.forward_core(g, camera, options)
+    }
+
+    fn begin_forward(&mut self) {
         self.fingerprint = None;
         self.grads_n = None;
         if let Some(p) = &mut self.profile {
             p.stages.clear();
             p.last = Some(std::time::Instant::now());
         }
-        let params = GaussianParams::from_gaussians(gaussians);
-        params.validate(options.sh_degree)?;
+    }
+
+    fn forward_core(
+        &mut self,
+        g: &DeviceGaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+    ) -> Result<u64, RenderError> {
         let cam = CameraF::<f32>::new(camera)?;
-        let n = gaussians.len();
+        let n = g.n;
         let s = self.dev.clone();
-        let coeffs = params.coeffs() as u32;
+        let coeffs = g.coeffs() as u32;
         let b = &mut self.b;
-        upload(&s, gaussians.means.as_flattened(), &mut b.means)?;
-        upload(&s, gaussians.log_scales.as_flattened(), &mut b.log_scales)?;
-        upload(&s, gaussians.rotations.as_flattened(), &mut b.rotations)?;
-        upload(&s, &gaussians.logit_opacities, &mut b.logit_opacities)?;
-        upload(&s, gaussians.sh.as_flattened(), &mut b.sh)?;
         upload(&s, &camera_buffer(&cam), &mut b.cam)?;
-        mark(&s, &mut self.profile, "fwd upload")?;
         grow(&s, &mut b.means2d, 2 * n)?;
         grow(&s, &mut b.conics, 3 * n)?;
         grow(&s, &mut b.opacities, n)?;
@@ -342,11 +345,6 @@ impl CudaRasterizer {
         grow(&s, &mut b.offsets, n + 1)?;
         {
             let Bufs {
-                means,
-                log_scales,
-                rotations,
-                logit_opacities,
-                sh,
                 cam: cam_buf,
                 means2d,
                 conics,
@@ -358,11 +356,11 @@ impl CudaRasterizer {
                 ..
             } = b;
             let p = ParamBufs {
-                means,
-                log_scales,
-                rotations,
-                logit_opacities,
-                sh,
+                means: &g.means,
+                log_scales: &g.log_scales,
+                rotations: &g.rotations,
+                logit_opacities: &g.logit_opacities,
+                sh: &g.sh,
                 coeffs,
                 degree: options.sh_degree,
             };
@@ -479,7 +477,43 @@ impl CudaRasterizer {
             &mut b.last,
         )?;
         mark(&s, &mut self.profile, "rasterize fwd")?;
+        self.m = m;
+        self.sorted = sorted;
+        self.fingerprint = Some(super::ForwardFingerprint::new(
+            n,
+            g.sh_degree,
+            camera,
+            options,
+        ));
+        Ok(m)
+    }
 
+    fn forward_impl(
+        &mut self,
+        gaussians: &Gaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        out: &mut RenderOutput,
+    ) -> Result<(), RenderError> {
+        self.begin_forward();
+        GaussianParams::from_gaussians(gaussians).validate(options.sh_degree)?;
+        let mut params = match self.host_params.take() {
+            Some(p) => p,
+            None => DeviceGaussians::new(&self.dev)?,
+        };
+        let r = params.upload(&self.dev, gaussians).and_then(|()| {
+            mark(&self.dev, &mut self.profile, "fwd upload")?;
+            Ok(())
+        });
+        let r = r
+            .map_err(RenderError::from)
+            .and_then(|()| self.forward_core(&params, camera, options));
+        self.host_params = Some(params);
+        let m = r?;
+        let s = self.dev.clone();
+        let b = &self.b;
+        let n = gaussians.len();
+        let npix = camera.width as usize * camera.height as usize;
         out.width = camera.width;
         out.height = camera.height;
         download(&s, &b.image, 3 * npix, &mut out.image)?;
@@ -493,46 +527,49 @@ impl CudaRasterizer {
         download(&s, &b.depths, n, &mut out.depths)?;
         out.num_intersections = m;
         mark(&s, &mut self.profile, "fwd download")?;
-        self.m = m;
-        self.sorted = sorted;
-        self.fingerprint = Some(super::ForwardFingerprint::new(
-            n,
-            gaussians.sh_degree,
-            camera,
-            options,
-        ));
         Ok(())
     }
 
-    fn backward_impl(
+    /// Backward of the last [`Self::forward_resident`] from a device-resident `∂L/∂image`
+    /// ([H, W, 3]); the parameter gradients stay on the device ([`Self::grads`]).
+    pub fn backward_resident(
         &mut self,
-        gaussians: &Gaussians,
+        g: &DeviceGaussians,
         camera: &Camera,
         options: &RenderOptions,
-        d_image: &[f32],
-        grads: &mut GaussianGrads,
-    ) -> Result<(), RenderError> {
-        super::ForwardFingerprint::new(gaussians.len(), gaussians.sh_degree, camera, options)
+        d_image: &DeviceBuffer<f32>,
+    ) -> Result<&ParamGradBufs, RenderError> {
+        super::ForwardFingerprint::new(g.n, g.sh_degree, camera, options)
             .check(self.fingerprint.as_ref())?;
-        let params = GaussianParams::from_gaussians(gaussians);
-        params.validate(options.sh_degree)?;
+        g.validate(options.sh_degree)?;
+        if let Some(p) = &mut self.profile {
+            p.last = Some(std::time::Instant::now());
+        }
+        self.backward_core(g, camera, options, Some(d_image))?;
+        Ok(&self.b.g)
+    }
+
+    /// `d_image`: `None` = the rasterizer's own `d_image` buffer (the host path uploads there).
+    fn backward_core(
+        &mut self,
+        g: &DeviceGaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        d_image: Option<&DeviceBuffer<f32>>,
+    ) -> Result<(), RenderError> {
         let npix = camera.width as usize * camera.height as usize;
-        if d_image.len() != 3 * npix {
+        let n = g.n;
+        let coeffs = g.coeffs();
+        let s = self.dev.clone();
+        let b = &mut self.b;
+        let d_image = d_image.unwrap_or(&b.d_image);
+        if d_image.len() < 3 * npix {
             return Err(RenderError::BadShape {
                 what: "d_image",
                 got: d_image.len(),
                 expected: 3 * npix,
             });
         }
-        let n = gaussians.len();
-        let coeffs = params.coeffs();
-        let s = self.dev.clone();
-        if let Some(p) = &mut self.profile {
-            p.last = Some(std::time::Instant::now());
-        }
-        let b = &mut self.b;
-        upload(&s, d_image, &mut b.d_image)?;
-        mark(&s, &mut self.profile, "bwd upload")?;
         for (buf, len) in [
             (&mut b.v.means2d, 2 * n),
             (&mut b.v.conics, 3 * n),
@@ -565,16 +602,16 @@ impl CudaRasterizer {
             options.background,
             &b.final_t,
             &b.last,
-            &b.d_image,
+            d_image,
             &mut b.v,
         )?;
         mark(&s, &mut self.profile, "rasterize bwd")?;
         let p = ParamBufs {
-            means: &b.means,
-            log_scales: &b.log_scales,
-            rotations: &b.rotations,
-            logit_opacities: &b.logit_opacities,
-            sh: &b.sh,
+            means: &g.means,
+            log_scales: &g.log_scales,
+            rotations: &g.rotations,
+            logit_opacities: &g.logit_opacities,
+            sh: &g.sh,
             coeffs: coeffs as u32,
             degree: options.sh_degree,
         };
@@ -589,15 +626,61 @@ impl CudaRasterizer {
             &mut b.g,
         )?;
         mark(&s, &mut self.profile, "project bwd")?;
+        self.grads_n = Some(n);
+        Ok(())
+    }
+
+    fn backward_impl(
+        &mut self,
+        gaussians: &Gaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        d_image: &[f32],
+        grads: &mut GaussianGrads,
+    ) -> Result<(), RenderError> {
+        super::ForwardFingerprint::new(gaussians.len(), gaussians.sh_degree, camera, options)
+            .check(self.fingerprint.as_ref())?;
+        GaussianParams::from_gaussians(gaussians).validate(options.sh_degree)?;
+        let npix = camera.width as usize * camera.height as usize;
+        if d_image.len() != 3 * npix {
+            return Err(RenderError::BadShape {
+                what: "d_image",
+                got: d_image.len(),
+                expected: 3 * npix,
+            });
+        }
+        let s = self.dev.clone();
+        if let Some(p) = &mut self.profile {
+            p.last = Some(std::time::Instant::now());
+        }
+        upload(&s, d_image, &mut self.b.d_image)?;
+        mark(&s, &mut self.profile, "bwd upload")?;
+        // The forward uploaded these parameters (the fingerprint check above ties them).
+        let params = self.host_params.take().ok_or(RenderError::StaleForward)?;
+        let r = self.backward_core(&params, camera, options, None);
+        self.host_params = Some(params);
+        r?;
+        let n = gaussians.len();
+        let coeffs = gaussians.sh.len() / n.max(1);
+        let b = &self.b;
         download_rows(&s, &b.g.means, n, &mut grads.means)?;
         download_rows(&s, &b.g.log_scales, n, &mut grads.log_scales)?;
         download_rows(&s, &b.g.rotations, n, &mut grads.rotations)?;
         download(&s, &b.g.logit_opacities, n, &mut grads.logit_opacities)?;
         download_rows(&s, &b.g.sh, n * coeffs, &mut grads.sh)?;
         download_rows(&s, &b.g.means2d, n, &mut grads.means2d)?;
-        self.grads_n = Some(n);
         mark(&s, &mut self.profile, "bwd download")?;
         Ok(())
+    }
+
+    /// The rendered image of the last forward, [H, W, 3], on the device.
+    pub fn image(&self) -> &DeviceBuffer<f32> {
+        &self.b.image
+    }
+
+    /// The parameter gradients of the last backward, on the device.
+    pub fn grads(&self) -> &ParamGradBufs {
+        &self.b.g
     }
 
     /// The projected splats of the last forward (for stage-by-stage parity checks).

@@ -1,0 +1,121 @@
+//! [`DeviceGaussians`]: Gaussian parameters resident on a device, in the layout of
+//! [`Gaussians`] (row-major `[N, 3]` means and log-scales, `[N, 4]` quaternions, `[N]` logit
+//! opacities, `[N, K, 3]` SH coefficients with K = (stored degree + 1)²). The rasterizer's
+//! `forward_resident`/`backward_resident` read them in place, so a device trainer keeps its
+//! model on the device for the whole run.
+//!
+//! Invariant: every buffer holds at least the elements `n` and `sh_degree` imply (buffers may
+//! be larger: they only grow, so a model that shrinks after pruning reuses them).
+
+use crate::device::{Device, DeviceBuffer};
+use crate::render::RenderError;
+use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
+
+use super::CudaError;
+
+/// Gaussian parameters on a device (see the module doc).
+pub struct DeviceGaussians {
+    /// Number of Gaussians.
+    pub n: usize,
+    /// Stored SH degree.
+    pub sh_degree: u32,
+    pub means: DeviceBuffer<f32>,
+    pub log_scales: DeviceBuffer<f32>,
+    pub rotations: DeviceBuffer<f32>,
+    pub logit_opacities: DeviceBuffer<f32>,
+    pub sh: DeviceBuffer<f32>,
+}
+
+impl DeviceGaussians {
+    /// An empty model (no Gaussians, degree 0) on `dev`.
+    pub fn new(dev: &Device) -> Result<DeviceGaussians, CudaError> {
+        Ok(DeviceGaussians {
+            n: 0,
+            sh_degree: 0,
+            means: dev.alloc(1)?,
+            log_scales: dev.alloc(1)?,
+            rotations: dev.alloc(1)?,
+            logit_opacities: dev.alloc(1)?,
+            sh: dev.alloc(1)?,
+        })
+    }
+
+    /// SH coefficients per Gaussian, (stored degree + 1)².
+    pub fn coeffs(&self) -> usize {
+        sh_coeffs(self.sh_degree)
+    }
+
+    /// Copies `g` to the device, growing the buffers when needed.
+    pub fn upload(&mut self, dev: &Device, g: &Gaussians) -> Result<(), CudaError> {
+        let put = |host: &[f32], buf: &mut DeviceBuffer<f32>| -> Result<(), CudaError> {
+            if buf.len() < host.len() {
+                *buf = dev.alloc(host.len().max(1))?;
+            }
+            dev.upload(host, buf)?;
+            Ok(())
+        };
+        put(g.means.as_flattened(), &mut self.means)?;
+        put(g.log_scales.as_flattened(), &mut self.log_scales)?;
+        put(g.rotations.as_flattened(), &mut self.rotations)?;
+        put(&g.logit_opacities, &mut self.logit_opacities)?;
+        put(g.sh.as_flattened(), &mut self.sh)?;
+        self.n = g.len();
+        self.sh_degree = g.sh_degree;
+        Ok(())
+    }
+
+    /// The parameters back on the host.
+    pub fn download(&self, dev: &Device) -> Result<Gaussians, CudaError> {
+        let n = self.n;
+        let mut g = Gaussians {
+            sh_degree: self.sh_degree,
+            means: vec![[0.0; 3]; n],
+            log_scales: vec![[0.0; 3]; n],
+            rotations: vec![[0.0; 4]; n],
+            logit_opacities: vec![0.0; n],
+            sh: vec![[0.0; 3]; n * self.coeffs()],
+        };
+        dev.download(&self.means, g.means.as_flattened_mut())?;
+        dev.download(&self.log_scales, g.log_scales.as_flattened_mut())?;
+        dev.download(&self.rotations, g.rotations.as_flattened_mut())?;
+        dev.download(&self.logit_opacities, &mut g.logit_opacities)?;
+        dev.download(&self.sh, g.sh.as_flattened_mut())?;
+        Ok(g)
+    }
+
+    /// The render-time checks of `GaussianParams::validate` that apply on the device: the
+    /// active degree within the stored one, every buffer large enough, indices fit in u32.
+    pub(super) fn validate(&self, active_degree: u32) -> Result<(), RenderError> {
+        if self.sh_degree > MAX_SH_DEGREE || active_degree > self.sh_degree {
+            return Err(RenderError::ShDegree {
+                requested: active_degree,
+                stored: self.sh_degree,
+            });
+        }
+        let n = self.n;
+        let checks = [
+            ("means", self.means.len(), 3 * n),
+            ("log_scales", self.log_scales.len(), 3 * n),
+            ("rotations", self.rotations.len(), 4 * n),
+            ("logit_opacities", self.logit_opacities.len(), n),
+            ("sh", self.sh.len(), 3 * n * self.coeffs()),
+        ];
+        for (what, got, expected) in checks {
+            if got < expected {
+                return Err(RenderError::BadShape {
+                    what,
+                    got,
+                    expected,
+                });
+            }
+        }
+        if n > u32::MAX as usize {
+            return Err(RenderError::BadShape {
+                what: "Gaussian count (indices are u32)",
+                got: n,
+                expected: u32::MAX as usize,
+            });
+        }
+        Ok(())
+    }
+}
