@@ -1,30 +1,69 @@
-// tile_binning.cu: emits one (tile id | depth) key per (Gaussian, touched tile) pair, and,
-// after the sort, finds each tile's range in the sorted list. Twin of cpu::binning.
+// tile_binning.cu: orders the (Gaussian, touched tile) pairs by (tile, depth, index), then finds
+// each tile's range in the sorted list. Twin of cpu::binning.
+//
+// Two sorts instead of one 64-bit sort over every pair: the Gaussians are first sorted by
+// depth (depth_keys → 32-bit radix sort over N), their pairs are emitted in that order
+// (gather_counts → exclusive scan → emit_keys), and the pairs are then sorted stably by tile
+// id alone (ceil(log2 tiles) bits over M pairs). Stability keeps depth order inside a tile, and
+// the depth sort is stable over indices, so ties keep index order: exactly the CPU's
+// (tile, depth, index) rule, with 4 radix passes over N and 2 over M (1080p) instead of 6
+// over M.
 //
 // Key layout (u64): bits 63..32 tile id (row-major ty·tiles_x + tx), bits 31..0 the IEEE bits
 // of the camera depth. Kept depths are > GS_NEAR_PLANE > 0 and finite, and positive finite
-// floats order like their bit patterns, so sorting keys sorts by (tile, depth). Keys are
-// emitted in Gaussian-index order (offsets come from an exclusive scan over indices) and the
-// radix sort is stable, so equal depths stay in index order: the CPU's (depth, index) rule.
+// floats order like their bit patterns.
 #include "common.cuh"
 
+// One key per Gaussian for the depth sort: its depth bits (0 for a culled Gaussian, which
+// touches no tile), and its index as the value.
+extern "C" __global__ void depth_keys(
+    u32 n,
+    const float* __restrict__ depths,  // [N]
+    const u32* __restrict__ radii,     // [N]
+    u64* __restrict__ keys,            // [N] out
+    u32* __restrict__ ids)             // [N] out
+{
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    keys[i] = radii[i] ? (u64)__float_as_uint(depths[i]) : 0ull;
+    ids[i] = i;
+}
+
+// counts[k] = tiles touched by the k-th Gaussian in depth order; counts[n] = 0 (the exclusive
+// scan turns it into the total).
+extern "C" __global__ void gather_counts(
+    u32 n,
+    const u32* __restrict__ order,          // [N] Gaussian indices in depth order
+    const u64* __restrict__ tiles_touched,  // [N] by Gaussian index
+    u64* __restrict__ counts)               // [N + 1] out
+{
+    const u32 k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k == 0) counts[n] = 0;
+    if (k >= n) return;
+    counts[k] = tiles_touched[order[k]];
+}
+
+// Thread k emits the pairs of the k-th Gaussian in depth order, at offsets[k].
 extern "C" __global__ void emit_keys(
     u32 n,
+    const u32* __restrict__ order,      // [N] Gaussian indices in depth order
     const float* __restrict__ means2d,  // [N, 2]
     const u32* __restrict__ radii,      // [N]
     const float* __restrict__ depths,   // [N]
-    const u64* __restrict__ offsets,    // [N + 1] exclusive scan of tiles touched
+    const u64* __restrict__ offsets,    // [N + 1] exclusive scan of counts (depth order)
     u32 tiles_x, u32 tiles_y,
     u64* __restrict__ keys,             // [M] out, M = offsets[N]
     u32* __restrict__ ids)              // [M] out
 {
-    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n || radii[i] == 0) return;
+    const u32 k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n) return;
+    const u32 i = order[k];
+    if (radii[i] == 0) return;
     u32 x0, x1, y0, y1;
     tile_rect(means2d[2 * i], means2d[2 * i + 1], (float)radii[i], tiles_x, tiles_y, x0, x1, y0,
               y1);
     const u64 depth_bits = (u64)__float_as_uint(depths[i]);
-    u64 off = offsets[i];
+    u64 off = offsets[k];
     for (u32 ty = y0; ty < y1; ++ty)
         for (u32 tx = x0; tx < x1; ++tx) {
             keys[off] = ((u64)(ty * tiles_x + tx) << 32) | depth_bits;

@@ -21,6 +21,8 @@ muts=(
  'kernels/project_bwd.cu|v_opacities[i] * o * (1.0f - o);|v_opacities[i] * o * (1.0f + o);'
  'kernels/tile_binning.cu|(u64)(ty * tiles_x + tx) << 32)|(u64)(ty * tiles_x + tx) << 31)'
  'kernels/tile_binning.cu|ranges[2 * tile + 1] = (u32)(i + 1);|ranges[2 * tile + 1] = (u32)(i);'
+ 'kernels/tile_binning.cu|counts[k] = tiles_touched[order[k]];|counts[k] = tiles_touched[k];'
+ 'kernels/tile_binning.cu|    u64 off = offsets[k];|    u64 off = offsets[i];'
  'kernels/scan.cu|(tid > 0) ? s[tid - 1] : (T)0;|(tid > 0) ? s[tid] : (T)0;'
  'kernels/sort.cu|peers & ((1u << lane) - 1u)|peers & ((1u << lane) + 1u)'
  'kernels/rasterize_fwd.cu|last_k = b0 - start + j + 1;|last_k = b0 - start + j;'

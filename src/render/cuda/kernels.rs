@@ -86,7 +86,7 @@ impl Kernel {
         match self {
             Kernel::ProjectFwd => &["project_fwd"],
             Kernel::ProjectBwd => &["project_bwd"],
-            Kernel::TileBinning => &["emit_keys", "tile_ranges"],
+            Kernel::TileBinning => &["depth_keys", "gather_counts", "emit_keys", "tile_ranges"],
             Kernel::Scan => &[
                 "scan_block_u64",
                 "scan_add_u64",

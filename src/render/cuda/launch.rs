@@ -235,10 +235,57 @@ impl Kernels {
         Ok(())
     }
 
+    pub fn depth_keys(
+        &self,
+        n: u32,
+        depths: &DeviceBuffer<f32>,
+        radii: &DeviceBuffer<u32>,
+        keys: &mut DeviceBuffer<u64>,
+        ids: &mut DeviceBuffer<u32>,
+    ) -> Result<(), CudaError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let nu = n as usize;
+        check("depths [N]", depths.len(), nu)?;
+        check("radii [N]", radii.len(), nu)?;
+        check("depth keys [N]", keys.len(), nu)?;
+        check("depth ids [N]", ids.len(), nu)?;
+        let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
+        let args = [U32(n), depths.arg(), radii.arg(), keys.arg(), ids.arg()];
+        // SAFETY: matches depth_keys in kernels/tile_binning.cu; every buffer holds N
+        // elements (checked above).
+        unsafe { self.go("depth_keys", cfg, &args) }?;
+        Ok(())
+    }
+
+    pub fn gather_counts(
+        &self,
+        n: u32,
+        order: &DeviceBuffer<u32>,
+        tiles_touched: &DeviceBuffer<u64>,
+        counts: &mut DeviceBuffer<u64>,
+    ) -> Result<(), CudaError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let nu = n as usize;
+        check("order [N]", order.len(), nu)?;
+        check("tiles_touched [N]", tiles_touched.len(), nu)?;
+        check("counts [N+1]", counts.len(), nu + 1)?;
+        let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
+        let args = [U32(n), order.arg(), tiles_touched.arg(), counts.arg()];
+        // SAFETY: matches gather_counts in kernels/tile_binning.cu; `order` is a permutation of
+        // 0..N (the depth sort of depth_keys' indices), so every read is in bounds.
+        unsafe { self.go("gather_counts", cfg, &args) }?;
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn emit_keys(
         &self,
         n: u32,
+        order: &DeviceBuffer<u32>,
         means2d: &DeviceBuffer<f32>,
         radii: &DeviceBuffer<u32>,
         depths: &DeviceBuffer<f32>,
@@ -253,6 +300,7 @@ impl Kernels {
             return Ok(());
         }
         let nu = n as usize;
+        check("order [N]", order.len(), nu)?;
         check("means2d [N,2]", means2d.len(), 2 * nu)?;
         check("radii [N]", radii.len(), nu)?;
         check("depths [N]", depths.len(), nu)?;
@@ -262,6 +310,7 @@ impl Kernels {
         let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
         let args = [
             U32(n),
+            order.arg(),
             means2d.arg(),
             radii.arg(),
             depths.arg(),
@@ -271,8 +320,9 @@ impl Kernels {
             keys.arg(),
             ids.arg(),
         ];
-        // SAFETY: matches emit_keys in kernels/tile_binning.cu; offsets is the exclusive scan
-        // of the tile counts project_fwd wrote, whose total m the key buffers hold (checked).
+        // SAFETY: matches emit_keys in kernels/tile_binning.cu; `order` is a permutation of
+        // 0..N and offsets the exclusive scan of the tile counts in that order, whose total m
+        // the key buffers hold (checked).
         unsafe { self.go("emit_keys", cfg, &args) }?;
         Ok(())
     }

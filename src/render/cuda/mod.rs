@@ -146,7 +146,12 @@ struct Bufs {
     colors: DeviceBuffer<f32>,
     depths: DeviceBuffer<f32>,
     radii: DeviceBuffer<u32>,
+    /// Tiles touched per Gaussian (by index), from project_fwd.
     offsets: DeviceBuffer<u64>,
+    /// The per-Gaussian depth sort (ping-pong) and the tile counts in depth order (scanned).
+    dkeys: [DeviceBuffer<u64>; 2],
+    dids: [DeviceBuffer<u32>; 2],
+    counts: DeviceBuffer<u64>,
     scan64: Vec<DeviceBuffer<u64>>,
     scan32: Vec<DeviceBuffer<u32>>,
     keys: [DeviceBuffer<u64>; 2],
@@ -175,6 +180,9 @@ impl Bufs {
             depths: f()?,
             radii: u()?,
             offsets: w()?,
+            dkeys: [w()?, w()?],
+            dids: [u()?, u()?],
+            counts: w()?,
             scan64: Vec::new(),
             scan32: Vec::new(),
             keys: [w()?, w()?],
@@ -380,17 +388,40 @@ impl CudaRasterizer {
             )?;
         }
         mark(&s, &mut self.profile, "project")?;
-        // Exclusive scan over N+1 entries: entry N (zeroed by project_fwd) becomes the total.
+        // Depth order of the Gaussians (see kernels/tile_binning.cu), then the exclusive scan
+        // of their tile counts in that order: entry N becomes the total.
+        for i in 0..2 {
+            grow(&s, &mut b.dkeys[i], n)?;
+            grow(&s, &mut b.dids[i], n)?;
+        }
+        grow(&s, &mut b.counts, n + 1)?;
+        grow(&s, &mut b.hist, sort::hist_len(n as u64))?;
+        let (dk0, _) = b.dkeys.split_at_mut(1);
+        let (di0, _) = b.dids.split_at_mut(1);
+        self.k
+            .depth_keys(n as u32, &b.depths, &b.radii, &mut dk0[0], &mut di0[0])?;
+        let dsorted = sort::sort_pairs(
+            &self.k,
+            n as u64,
+            0,
+            32,
+            &mut b.dkeys,
+            &mut b.dids,
+            &mut b.hist,
+            &mut b.scan32,
+        )?;
+        self.k
+            .gather_counts(n as u32, &b.dids[dsorted], &b.offsets, &mut b.counts)?;
         let m = if n == 0 {
             0
         } else {
             self.k
-                .scan_u64(&mut b.offsets, n as u64 + 1, &mut b.scan64)?;
+                .scan_u64(&mut b.counts, n as u64 + 1, &mut b.scan64)?;
             let mut total = [0u64];
-            s.download_from(&b.offsets, n, &mut total)?;
+            s.download_from(&b.counts, n, &mut total)?;
             total[0]
         };
-        mark(&s, &mut self.profile, "scan")?;
+        mark(&s, &mut self.profile, "depth sort + scan")?;
 
         // Preflight: the configured cap and the device's free memory (plus what our own
         // intersection buffers already hold, which the render would reuse).
@@ -428,10 +459,11 @@ impl CudaRasterizer {
         let (i0, _) = b.ids.split_at_mut(1);
         self.k.emit_keys(
             n as u32,
+            &b.dids[dsorted],
             &b.means2d,
             &b.radii,
             &b.depths,
-            &b.offsets,
+            &b.counts,
             cam.tiles_x,
             cam.tiles_y,
             m,
@@ -439,9 +471,11 @@ impl CudaRasterizer {
             &mut i0[0],
         )?;
         mark(&s, &mut self.profile, "emit keys")?;
+        // Pairs are emitted in depth order: a stable sort by tile id alone finishes the order.
         let sorted = sort::sort_pairs(
             &self.k,
             m,
+            32,
             sort::key_bits(ntiles),
             &mut b.keys,
             &mut b.ids,
@@ -795,6 +829,7 @@ impl CudaRasterizer {
         let r = sort::sort_pairs(
             &self.k,
             m as u64,
+            0,
             bits,
             &mut b.keys,
             &mut b.ids,

@@ -15,19 +15,22 @@ pub fn hist_len(m: u64) -> usize {
     m.div_ceil(SORT_BLOCK as u64) as usize * RADIX
 }
 
-/// Significant key bits for a render with `num_tiles` tiles: 32 depth bits plus enough bits
-/// for the largest tile id (`num_tiles − 1`).
+/// End of the significant key bits for a render with `num_tiles` tiles: 32 depth bits plus
+/// enough bits for the largest tile id (`num_tiles − 1`).
 pub fn key_bits(num_tiles: usize) -> u32 {
     let max_tile = num_tiles.saturating_sub(1) as u64;
     32 + (64 - max_tile.leading_zeros())
 }
 
-/// Sorts `keys[0][..m]` / `vals[0][..m]` by the low `bits` bits of the key, stably.
-/// Returns which of the two buffers holds the result (0 or 1).
+/// Sorts `keys[0][..m]` / `vals[0][..m]` stably by key bits `begin_bit..end_bit` (the other
+/// bits must not matter to the order the caller wants). Returns which of the two buffers holds
+/// the result (0 or 1).
+#[allow(clippy::too_many_arguments)]
 pub fn sort_pairs(
     k: &Kernels,
     m: u64,
-    bits: u32,
+    begin_bit: u32,
+    end_bit: u32,
     keys: &mut [DeviceBuffer<u64>; 2],
     vals: &mut [DeviceBuffer<u32>; 2],
     hist: &mut DeviceBuffer<u32>,
@@ -37,9 +40,9 @@ pub fn sort_pairs(
     if m <= 1 {
         return Ok(cur);
     }
-    let passes = bits.div_ceil(RADIX_BITS);
+    let passes = end_bit.saturating_sub(begin_bit).div_ceil(RADIX_BITS);
     for pass in 0..passes {
-        let shift = pass * RADIX_BITS;
+        let shift = begin_bit + pass * RADIX_BITS;
         let (k0, k1) = keys.split_at_mut(1);
         let (v0, v1) = vals.split_at_mut(1);
         let (kin, kout, vin, vout) = if cur == 0 {
