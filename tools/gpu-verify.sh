@@ -55,12 +55,17 @@ sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanit
 deadline=$((SECONDS + ${GS_VERIFY_SECONDS:-570}))
 
 # step NAME LIMIT_S CMD...: runs CMD with its output in OUT/NAME.log, records the verdict.
+# GS_VERIFY_SKIP="train render" skips the named steps (to save device time on a re-run).
 step() {
     local name=$1 limit=$2
     shift 2
+    if [[ " ${GS_VERIFY_SKIP:-} " == *" $name "* ]]; then
+        printf '%-13s %-14s\n' "$name" "SKIPPED (GS_VERIFY_SKIP)" | tee -a "$summary"
+        return 0
+    fi
     local left=$((deadline - SECONDS))
     if [ "$left" -lt 15 ]; then
-        printf '%-10s %-14s\n' "$name" "SKIPPED (out of time)" | tee -a "$summary"
+        printf '%-13s %-14s\n' "$name" "SKIPPED (out of time)" | tee -a "$summary"
         return 0
     fi
     [ "$limit" -gt "$left" ] && limit=$left
@@ -161,7 +166,7 @@ step bench 150 "$bundle/benches/cuda"
 if [ -d "$bundle/data/fox" ]; then
     step render 150 render_parity
 else
-    printf '%-10s %-14s\n' render "SKIPPED (no data/fox in the bundle)" | tee -a "$summary"
+    printf '%-13s %-14s\n' render "SKIPPED (no data/fox in the bundle)" | tee -a "$summary"
 fi
 step train 150 train_speed
 step memcheck 120 sanitize memcheck
