@@ -114,21 +114,17 @@ impl CudaDriver {
 
     /// # Safety
     /// `dst` must hold `bytes` bytes of this context's memory; `src` must be readable for
-    /// `bytes` bytes.
+    /// `bytes` bytes. From pageable memory the call returns once the source has been staged,
+    /// so the host slice may be reused right after.
     pub(super) unsafe fn htod(
         &self,
         dst: u64,
         src: *const u8,
         bytes: usize,
     ) -> Result<(), DeviceError> {
-        self.bind()?;
-        // SAFETY: `src` is readable for `bytes` bytes (the caller's contract).
-        let host = unsafe { std::slice::from_raw_parts(src, bytes) };
-        // SAFETY: `dst` holds `bytes` bytes of this context (the caller's contract). From
-        // pageable memory the call returns once the source has been staged, so the host slice
-        // may be reused right after.
-        unsafe { result::memcpy_htod_async(dst, host, self.stream.cu_stream()) }
-            .map_err(|e| DeviceError::driver("cuMemcpyHtoDAsync", e))
+        // SAFETY: forwarded from the caller; on the main queue, whose order every later
+        // operation follows.
+        unsafe { self.htod_on(self.stream.cu_stream(), dst, src, bytes) }
     }
 
     /// # Safety
@@ -272,9 +268,9 @@ impl CudaDriver {
     }
 
     /// # Safety
-    /// `dst` must hold `bytes` bytes of this context's memory; `src` must be page-locked
-    /// memory of this context, readable for `bytes` bytes and not written until the copy has
-    /// completed (an event recorded after it).
+    /// `dst` must hold `bytes` bytes of this context's memory; `src` must be readable for
+    /// `bytes` bytes and, when it is page-locked (the copy is then truly asynchronous), not
+    /// written until the copy has completed (an event recorded after it).
     pub(super) unsafe fn htod_on(
         &self,
         stream: sys::CUstream,
