@@ -441,3 +441,39 @@ fn peak_rss_stays_under_the_budget_on_a_pack_larger_than_it() {
         report.peak_rss_bytes
     );
 }
+
+/// `--backend cuda` on the host emulation (`GS_CUDA_EMULATE=1`): the CPU trainer drives the
+/// CUDA rasterizer's kernels end to end on any machine, and lands where `--backend cpu` does
+/// (the emulated forward is bit-identical to the CPU one; gradients differ in the last bits
+/// because float atomics add in another order, so the two runs drift only slightly).
+#[test]
+fn cuda_backend_trains_on_the_host_emulation_like_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let run = |backend: &str| {
+        let out = dir.path().join(backend);
+        let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "40", "--eval"];
+        args.extend_from_slice(COMMON);
+        args.extend_from_slice(&["--backend", backend]);
+        let o = Command::new(BIN)
+            .args(&args)
+            .env("GS_CUDA_EMULATE", "1")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "--backend {backend}: {}", stderr(&o));
+        let r: Report =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
+                .unwrap();
+        r
+    };
+    let cpu = run("cpu");
+    let cuda = run("cuda");
+    assert_eq!(cuda.backend, "cuda");
+    assert_eq!(cuda.iterations, 40);
+    let (a, b) = (cpu.test_psnr.unwrap(), cuda.test_psnr.unwrap());
+    eprintln!("test PSNR after 40 iterations: cpu {a:.4} dB, cuda on the emulation {b:.4} dB");
+    assert!(
+        (a - b).abs() < 0.1,
+        "test PSNR: cpu {a} dB, cuda (emulated) {b} dB"
+    );
+}

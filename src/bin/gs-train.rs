@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 
 use ramsplat::budget::{format_size, parse_size};
 use ramsplat::cli::{report_error, Progress, EXIT_FAILURE};
@@ -33,14 +33,6 @@ use ramsplat::train::TrainConfig;
 const EXIT_BACKEND: u8 = 3;
 /// Exit code after Ctrl-C (128 + SIGINT, the shell convention), once the checkpoint is written.
 const EXIT_INTERRUPTED: u8 = 130;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum BackendArg {
-    /// CUDA when a usable GPU is present, else CPU.
-    Auto,
-    Cpu,
-    Cuda,
-}
 
 /// Train a 3D Gaussian Splatting model from a ramsplat pack, within a RAM budget.
 #[derive(Parser, Debug)]
@@ -70,7 +62,7 @@ struct Args {
     #[arg(long)]
     iterations: Option<u64>,
     #[arg(long, value_enum, default_value = "auto")]
-    backend: BackendArg,
+    backend: Backend,
     /// Hold out the pack's test views; evaluate them at --test-iterations and at the end.
     #[arg(long)]
     eval: bool,
@@ -133,11 +125,7 @@ fn options(args: &Args) -> Result<RunOptions> {
     let mut o = RunOptions::new(pack, out);
     o.ram_budget = args.ram_budget;
     o.config = config;
-    o.backend = match args.backend {
-        BackendArg::Auto => Backend::Auto,
-        BackendArg::Cpu => Backend::Cpu,
-        BackendArg::Cuda => Backend::Cuda,
-    };
+    o.backend = args.backend;
     o.eval = args.eval;
     o.resume = args.resume;
     o.test_iterations = args.test_iterations.clone();

@@ -31,8 +31,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::Serialize;
-
 use super::checkpoint::{self, CheckpointError, Expected};
 use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
 use super::{train_loop, LoopControl, TrainConfig, TrainError, Trainer};
@@ -43,20 +41,13 @@ use crate::data::{
     Sampler,
 };
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
-use crate::render::{CpuRasterizer, Rasterizer};
+use crate::render::Rasterizer;
 use crate::scene::camera::Camera;
 use crate::shard::reader::Pack;
 use crate::shard::{ShardError, Split};
 
-/// Which rasterizer trains.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// CUDA when a usable GPU is present, else the CPU (said in one line).
-    Auto,
-    Cpu,
-    Cuda,
-}
+/// Which rasterizer trains: the one backend choice of every command.
+pub use crate::render::Backend;
 
 /// Everything a run needs.
 #[derive(Clone, Debug)]
@@ -161,26 +152,22 @@ pub const TRAINER_BYTES_PER_PIXEL: u64 = 192;
 /// ~3.3 M intersections at 40 B, ~30 per pixel of a 1600×1066 view.
 pub const INTERSECTION_BUDGET_DIVISOR: u64 = 8;
 
+/// The rasterizer for `backend`, through the one factory `gs-render` uses too
+/// ([`crate::render::make_rasterizer`]: `auto` never picks the host emulation, `cuda` honours
+/// `GS_CUDA_EMULATE=1`); its fallback note becomes a log line.
 fn make_rasterizer(
     backend: Backend,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<Box<dyn Rasterizer>, RunError> {
-    match backend {
-        Backend::Cpu => Ok(Box::new(CpuRasterizer::new())),
-        Backend::Cuda => match crate::render::cuda::CudaRasterizer::new() {
-            Ok(r) => Ok(Box::new(r)),
-            Err(e) => Err(RunError::BackendUnavailable(format!(
-                "--backend cuda: no usable CUDA device ({e}); use --backend cpu (or auto)"
-            ))),
-        },
-        Backend::Auto => match crate::render::cuda::CudaRasterizer::gpu() {
-            Ok(r) => Ok(Box::new(r)),
-            Err(e) => {
-                on_event(Event::Line(format!("backend: CPU (CUDA unavailable: {e})")));
-                Ok(Box::new(CpuRasterizer::new()))
-            }
-        },
+    let note = std::cell::RefCell::new(None::<String>);
+    let r = crate::render::make_rasterizer(backend, &|n| {
+        *note.borrow_mut() = Some(n.to_string());
+    })
+    .map_err(|e| RunError::BackendUnavailable(format!("--backend cuda: {e}")))?;
+    if let Some(n) = note.into_inner() {
+        on_event(Event::Line(format!("backend: {n}")));
     }
+    Ok(r)
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
