@@ -23,26 +23,28 @@ fn every_kernel_compiles_for_ci_arches() {
         eprintln!("SKIP nvrtc_compile: {e}");
         return;
     }
+    // Every module of the project: the rasterizer's table and the training loss.
+    let mut modules: Vec<ModuleSource> = Kernel::ALL
+        .iter()
+        .map(|k| k.module_source().unwrap())
+        .collect();
+    modules.push(ramsplat::train::device_loss::module_source());
     let mut failures = Vec::new();
     for arch in CI_ARCHES {
-        for k in Kernel::ALL {
-            match compile_ptx(&k.module_source().unwrap(), arch) {
+        for m in &modules {
+            match compile_ptx(m, arch) {
                 Ok(ptx) => {
                     // The PTX targets the requested arch and exports every entry point.
                     let target = format!(".target sm_{}", arch.trim_start_matches("compute_"));
-                    assert!(
-                        ptx.contains(&target),
-                        "{} PTX lacks `{target}`",
-                        k.file_name()
-                    );
-                    for e in k.entry_points() {
+                    assert!(ptx.contains(&target), "{} PTX lacks `{target}`", m.name);
+                    for e in &m.entry_points {
                         assert!(
                             ptx.contains(&format!(".entry {e}(")),
                             "{} for {arch}: PTX lacks entry point {e}",
-                            k.file_name()
+                            m.name
                         );
                     }
-                    eprintln!("ok {} {arch} ({} bytes of PTX)", k.file_name(), ptx.len());
+                    eprintln!("ok {} {arch} ({} bytes of PTX)", m.name, ptx.len());
                 }
                 // Printed verbatim (the Display of Compile includes the full NVRTC log).
                 Err(e) => failures.push(format!("{e}")),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kernel-mutations.sh: plants one-character bugs in the CUDA kernels, one at a time, and checks
-# that the parity tests catch each on the host emulation driver (no GPU needed). A mutation
+# that the parity tests (tests/cuda_parity.rs, train::device_loss) catch each on the host
+# emulation driver (no GPU needed). A mutation
 # that survives means a kernel path the tests do not really check.
 #
 #   tools/kernel-mutations.sh            # ~1 min per mutation on 2 cores (one rebuild each)
@@ -29,6 +30,9 @@ muts=(
  'kernels/rasterize_bwd.cu|g_c1 = d_sigma * dx * dy;|g_c1 = d_sigma * dx * dx;'
  'kernels/raster.cuh|dy = s.my - fy;|dy = s.my - fx;'
  'kernels/rasterize_bwd.cu|        __syncthreads();  // the previous batch is no longer read|        // (barrier removed)'
+ 'kernels/loss.cu|s[4] += w * (x * y);|s[4] += w * (x * x);'
+ 'kernels/loss.cu|inv_n * (g[0] + two * x * g[1] + y * g[2])|inv_n * (g[0] + two * x * g[1] + x * g[2])'
+ 'kernels/loss.cu|for (u32 off = GS_LOSS_BLOCK / 2; off > 0; off >>= 1)|for (u32 off = GS_LOSS_BLOCK / 4; off > 0; off >>= 1)'
 )
 survived=0
 for m in "${muts[@]}"; do
@@ -42,8 +46,8 @@ if a not in s:
     sys.exit(f"{f}: the text to mutate is gone; update tools/kernel-mutations.sh: {a!r}")
 open(f, "w").write(s.replace(a, b, 1))
 PY
-    out=$(cargo test -q --test cuda_parity 2>&1)
-    if echo "$out" | grep -q "test result: ok"; then
+    if cargo test -q --test cuda_parity >/dev/null 2>&1 &&
+        cargo test -q --lib train::device_loss >/dev/null 2>&1; then
         verdict=SURVIVED
         survived=1
     else

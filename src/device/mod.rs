@@ -57,6 +57,7 @@ pub use transfer::{CopyStream, PinnedHost};
 /// a valid value (so fresh or poisoned device memory can be read back safely).
 pub trait Element: Copy + Default + Send + Sync + 'static + private::Sealed {}
 impl Element for f32 {}
+impl Element for f64 {}
 impl Element for u32 {}
 impl Element for u64 {}
 impl Element for i32 {}
@@ -64,6 +65,7 @@ impl Element for u8 {}
 mod private {
     pub trait Sealed {}
     impl Sealed for f32 {}
+    impl Sealed for f64 {}
     impl Sealed for u32 {}
     impl Sealed for u64 {}
     impl Sealed for i32 {}
@@ -77,6 +79,7 @@ pub enum KernelArg {
     U32(u32),
     U64(u64),
     F32(f32),
+    F64(f64),
 }
 
 /// Grid and block shape of a launch (x, y, z).
@@ -369,6 +372,7 @@ impl Device {
                 KernelArg::U64(v) => v,
                 KernelArg::U32(v) => v as u64,
                 KernelArg::F32(v) => v.to_bits() as u64,
+                KernelArg::F64(v) => v.to_bits(),
             })
             .collect();
         let mut ptrs: Vec<*mut std::ffi::c_void> =

@@ -1,0 +1,216 @@
+// loss.cu: the training loss on the device, twin of src/train/loss.rs and the SSIM of
+// src/metrics.rs (same window, same zero padding, same operation order, so the emulation is
+// bit-identical to the CPU and a GPU differs only in the order of the final double sums).
+//
+//   loss = (1 − λ)·L1 + λ·(1 − SSIM),  ∂loss/∂x = (1 − λ)/N·sign(x − y) − λ·∂SSIM/∂x
+//
+// with N = 3·W·H values. SSIM uses the 11-tap Gaussian window (σ = 1.5) applied separably:
+//   ssim_h5   horizontal pass of the five statistics x, y, x², y², xy (3 channels → 15 planes)
+//   ssim_v5   vertical pass fused with the per-pixel SSIM and its coefficient maps
+//             ∂S/∂μx, ∂S/∂Pxx, ∂S/∂Pxy (9 planes), and per-block sums of S
+//   ssim_h3   horizontal pass of the 9 coefficient planes
+//   loss_grad vertical pass fused with ∂loss/∂x and per-block sums of |x − y|
+//   loss_finish  one block: the double sums of the partials → [loss, L1, SSIM]
+// Images are interleaved RGB f32 [H, W, 3]; planes are [P, H·W] (plane p = channel·k + stat).
+// Reductions are in double, over fixed block sizes in a fixed tree: deterministic.
+
+#if !defined(GS_SSIM_W0) || !defined(GS_SSIM_W10) || !defined(GS_SSIM_C1) || \
+    !defined(GS_SSIM_C2) || !defined(GS_LOSS_BLOCK)
+#error "loss.cu needs the -D constants built by src/train/cuda.rs"
+#endif
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned char u8;
+
+#define SSIM_RADIUS 5
+
+__device__ __forceinline__ float ssim_w(int k) {
+    switch (k) {
+        case 0: return GS_SSIM_W0;
+        case 1: return GS_SSIM_W1;
+        case 2: return GS_SSIM_W2;
+        case 3: return GS_SSIM_W3;
+        case 4: return GS_SSIM_W4;
+        case 5: return GS_SSIM_W5;
+        case 6: return GS_SSIM_W6;
+        case 7: return GS_SSIM_W7;
+        case 8: return GS_SSIM_W8;
+        case 9: return GS_SSIM_W9;
+        default: return GS_SSIM_W10;
+    }
+}
+
+// Block-wide double sum of `v` (GS_LOSS_BLOCK threads, a power of two); thread 0 gets it.
+__device__ __forceinline__ double block_sum(double v) {
+    __shared__ double part[GS_LOSS_BLOCK];
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (u32 off = GS_LOSS_BLOCK / 2; off > 0; off >>= 1) {
+        if (threadIdx.x < off) part[threadIdx.x] += part[threadIdx.x + off];
+        __syncthreads();
+    }
+    return part[0];
+}
+
+// out[i] = in[i] / 255 as the CPU trainer converts a view (v · (1/255) in f32).
+extern "C" __global__ void rgb8_to_f32(
+    u64 n,
+    const u8* __restrict__ in,   // [n]
+    float* __restrict__ out)     // [n] out
+{
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = (float)in[i] * (1.0f / 255.0f);
+}
+
+extern "C" __global__ void ssim_h5(
+    u32 width, u32 height,
+    const float* __restrict__ img,     // [H, W, 3]
+    const float* __restrict__ target,  // [H, W, 3]
+    float* __restrict__ tmp)           // [15, H·W] out
+{
+    const u32 npix = width * height;
+    const u32 p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= npix) return;
+    const int i = (int)(p % width), row = (int)(p / width);
+    for (int c = 0; c < 3; ++c) {
+        float s[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k = 0; k < 2 * SSIM_RADIUS + 1; ++k) {
+            const int q = i + k - SSIM_RADIUS;
+            if (q < 0 || q >= (int)width) continue;  // zero padding
+            const u32 at = ((u32)row * width + (u32)q) * 3 + c;
+            const float x = img[at], y = target[at], w = ssim_w(k);
+            s[0] += w * x;
+            s[1] += w * y;
+            s[2] += w * (x * x);
+            s[3] += w * (y * y);
+            s[4] += w * (x * y);
+        }
+        for (int k = 0; k < 5; ++k) tmp[(u64)(c * 5 + k) * npix + p] = s[k];
+    }
+}
+
+extern "C" __global__ void ssim_v5(
+    u32 width, u32 height,
+    const float* __restrict__ tmp,  // [15, H·W] from ssim_h5
+    float* __restrict__ coef,       // [9, H·W] out: per channel ∂S/∂μx, ∂S/∂Pxx, ∂S/∂Pxy
+    double* __restrict__ s_part)    // [blocks] out: Σ S over the block's pixels and channels
+{
+    const u32 npix = width * height;
+    const u32 p = blockIdx.x * blockDim.x + threadIdx.x;
+    double sum = 0.0;
+    if (p < npix) {
+        const int i = (int)(p % width), row = (int)(p / width);
+        const float c1 = GS_SSIM_C1, c2 = GS_SSIM_C2, two = 2.0f;
+        for (int c = 0; c < 3; ++c) {
+            float st[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int k = 0; k < 2 * SSIM_RADIUS + 1; ++k) {
+                const int q = row + k - SSIM_RADIUS;
+                if (q < 0 || q >= (int)height) continue;
+                const float w = ssim_w(k);
+                const u32 at = (u32)q * width + (u32)i;
+                for (int s = 0; s < 5; ++s) st[s] += w * tmp[(u64)(c * 5 + s) * npix + at];
+            }
+            const float m_x = st[0], m_y = st[1];
+            const float sxx = st[2] - m_x * m_x;
+            const float syy = st[3] - m_y * m_y;
+            const float sxy = st[4] - m_x * m_y;
+            const float a1 = two * m_x * m_y + c1;
+            const float a2 = two * sxy + c2;
+            const float b1 = m_x * m_x + m_y * m_y + c1;
+            const float b2 = sxx + syy + c2;
+            const float d = b1 * b2;
+            const float sv = a1 * a2 / d;
+            coef[(u64)(c * 3 + 0) * npix + p] = (two * m_y * (a2 - a1) - two * m_x * sv * (b2 - b1)) / d;
+            coef[(u64)(c * 3 + 1) * npix + p] = 0.0f - sv / b2;
+            coef[(u64)(c * 3 + 2) * npix + p] = two * a1 / d;
+            sum += (double)sv;
+        }
+    }
+    const double total = block_sum(sum);
+    if (threadIdx.x == 0) s_part[blockIdx.x] = total;
+}
+
+extern "C" __global__ void ssim_h3(
+    u32 width, u32 height,
+    const float* __restrict__ coef,  // [9, H·W] from ssim_v5
+    float* __restrict__ tmp)         // [9, H·W] out
+{
+    const u32 npix = width * height;
+    const u32 p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= npix) return;
+    const int i = (int)(p % width), row = (int)(p / width);
+    for (int m = 0; m < 9; ++m) {
+        float acc = 0.0f;
+        for (int k = 0; k < 2 * SSIM_RADIUS + 1; ++k) {
+            const int q = i + k - SSIM_RADIUS;
+            if (q < 0 || q >= (int)width) continue;
+            acc += ssim_w(k) * coef[(u64)m * npix + (u32)row * width + (u32)q];
+        }
+        tmp[(u64)m * npix + p] = acc;
+    }
+}
+
+extern "C" __global__ void loss_grad(
+    u32 width, u32 height,
+    const float* __restrict__ tmp,     // [9, H·W] from ssim_h3
+    const float* __restrict__ img,     // [H, W, 3]
+    const float* __restrict__ target,  // [H, W, 3]
+    float w1,                          // (1 − λ) / N
+    float ws,                          // λ
+    float inv_n,                       // 1 / N
+    float* __restrict__ d_image,       // [H, W, 3] out
+    double* __restrict__ l1_part)      // [blocks] out: Σ |x − y| over the block's values
+{
+    const u32 npix = width * height;
+    const u32 p = blockIdx.x * blockDim.x + threadIdx.x;
+    double sum = 0.0;
+    if (p < npix) {
+        const int i = (int)(p % width), row = (int)(p / width);
+        const float two = 2.0f;
+        for (int c = 0; c < 3; ++c) {
+            float g[3] = {0.0f, 0.0f, 0.0f};
+            for (int k = 0; k < 2 * SSIM_RADIUS + 1; ++k) {
+                const int q = row + k - SSIM_RADIUS;
+                if (q < 0 || q >= (int)height) continue;
+                const float w = ssim_w(k);
+                const u32 at = (u32)q * width + (u32)i;
+                for (int m = 0; m < 3; ++m) g[m] += w * tmp[(u64)(c * 3 + m) * npix + at];
+            }
+            const float x = img[3 * p + c], y = target[3 * p + c];
+            const float gs = inv_n * (g[0] + two * x * g[1] + y * g[2]);
+            const float diff = x - y;
+            const float sign = diff > 0.0f ? 1.0f : (diff < 0.0f ? -1.0f : 0.0f);
+            d_image[3 * p + c] = w1 * sign - ws * gs;
+            sum += (double)fabsf(diff);
+        }
+    }
+    const double total = block_sum(sum);
+    if (threadIdx.x == 0) l1_part[blockIdx.x] = total;
+}
+
+// One block of GS_LOSS_BLOCK threads: out = [loss, L1, SSIM] in double.
+extern "C" __global__ void loss_finish(
+    u32 blocks,
+    const double* __restrict__ s_part,   // [blocks]
+    const double* __restrict__ l1_part,  // [blocks]
+    u64 n_values,                        // N = 3·W·H
+    double lambda,
+    double* __restrict__ out)            // [3] out
+{
+    double s = 0.0, l = 0.0;
+    for (u32 b = threadIdx.x; b < blocks; b += blockDim.x) {
+        s += s_part[b];
+        l += l1_part[b];
+    }
+    const double ssim_sum = block_sum(s);
+    __syncthreads();  // block_sum's shared buffer is reused by the second sum
+    const double l1_sum = block_sum(l);
+    if (threadIdx.x == 0) {
+        const double l1 = l1_sum / (double)n_values;
+        const double ssim = ssim_sum / (double)n_values;
+        out[0] = (1.0 - lambda) * l1 + lambda * (1.0 - ssim);
+        out[1] = l1;
+        out[2] = ssim;
+    }
+}

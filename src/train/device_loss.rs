@@ -1,0 +1,356 @@
+//! The training loss on a device ([`DeviceLoss`]): `kernels/loss.cu`, the twin of
+//! [`super::loss::LossScratch::loss_and_grad`] (0.8·L1 + 0.2·(1 − SSIM) and `∂L/∂image`) and of
+//! the trainer's RGB8 → f32 conversion, on either device driver. Everything stays on the device:
+//! the gradient goes straight to the rasterizer's resident backward and the three loss scalars
+//! land in a small device buffer the caller reads when it logs (batched, not every step).
+//!
+//! Parity: the kernels repeat the CPU's operations in the CPU's order (same window values, same
+//! zero padding, no contraction), so on the host emulation `∂L/∂image` is bit-identical to the
+//! CPU and the scalars differ only by the order of their double sums; on a GPU the same holds
+//! (no transcendental functions are involved). Checked by this module's tests on both drivers.
+//!
+//! Invariant: the scratch planes (24 floats per pixel) only grow, so a training loop allocates
+//! nothing after its first step.
+
+use std::collections::HashMap;
+
+use crate::device::{
+    Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
+};
+use crate::metrics::{window_1d, SSIM_C1, SSIM_C2, SSIM_WINDOW};
+
+use KernelArg::{F32, F64, U32, U64};
+
+/// Threads per block of the loss kernels (a power of two: the block reductions halve it).
+pub const LOSS_BLOCK: u32 = 256;
+
+const ENTRY_POINTS: [&str; 6] = [
+    "rgb8_to_f32",
+    "ssim_h5",
+    "ssim_v5",
+    "ssim_h3",
+    "loss_grad",
+    "loss_finish",
+];
+
+/// A C float literal that parses back to exactly `v` (shortest round-trip digits + `f`).
+fn c_float(v: f32) -> String {
+    let s = format!("{v:?}");
+    if s.contains('.') || s.contains('e') {
+        format!("{s}f")
+    } else {
+        format!("{s}.0f")
+    }
+}
+
+/// `kernels/loss.cu` with its constants: the SSIM window exactly as the CPU rounds it to f32,
+/// C1 and C2, the block size.
+pub fn module_source() -> ModuleSource {
+    const NAMES: [&str; SSIM_WINDOW] = [
+        "GS_SSIM_W0",
+        "GS_SSIM_W1",
+        "GS_SSIM_W2",
+        "GS_SSIM_W3",
+        "GS_SSIM_W4",
+        "GS_SSIM_W5",
+        "GS_SSIM_W6",
+        "GS_SSIM_W7",
+        "GS_SSIM_W8",
+        "GS_SSIM_W9",
+        "GS_SSIM_W10",
+    ];
+    let w = window_1d::<f32>();
+    let mut defines: Vec<(&'static str, String)> =
+        NAMES.iter().zip(w).map(|(n, v)| (*n, c_float(v))).collect();
+    defines.push(("GS_SSIM_C1", c_float(SSIM_C1 as f32)));
+    defines.push(("GS_SSIM_C2", c_float(SSIM_C2 as f32)));
+    defines.push(("GS_LOSS_BLOCK", LOSS_BLOCK.to_string()));
+    ModuleSource {
+        name: "loss.cu".into(),
+        source: include_str!("../../kernels/loss.cu").into(),
+        entry_points: ENTRY_POINTS.to_vec(),
+        defines,
+    }
+}
+
+/// Why a device loss evaluation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceLossError {
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("device loss: `{what}` holds {got} values, the {width}x{height} image needs {need}")]
+    Shape {
+        what: &'static str,
+        got: usize,
+        need: usize,
+        width: u32,
+        height: u32,
+    },
+}
+
+/// The loss kernels and their scratch planes on one device.
+pub struct DeviceLoss {
+    dev: Device,
+    funcs: HashMap<&'static str, Function>,
+    /// 15 planes (the horizontal pass), reused for the 9 blurred coefficient planes.
+    tmp: DeviceBuffer<f32>,
+    /// 9 coefficient planes.
+    coef: DeviceBuffer<f32>,
+    s_part: DeviceBuffer<f64>,
+    l1_part: DeviceBuffer<f64>,
+}
+
+fn grow<T: crate::device::Element>(
+    dev: &Device,
+    buf: &mut DeviceBuffer<T>,
+    len: usize,
+) -> Result<(), DeviceError> {
+    if buf.len() < len {
+        *buf = dev.alloc(len.max(1))?;
+    }
+    Ok(())
+}
+
+fn grid(n: u64) -> LaunchConfig {
+    LaunchConfig {
+        grid: (n.div_ceil(LOSS_BLOCK as u64).max(1) as u32, 1, 1),
+        block: (LOSS_BLOCK, 1, 1),
+    }
+}
+
+impl DeviceLoss {
+    /// Compiles (or loads cached) `kernels/loss.cu` on `dev`.
+    pub fn new(dev: &Device) -> Result<DeviceLoss, DeviceError> {
+        let m = dev.load_module(&module_source())?;
+        let mut funcs = HashMap::new();
+        for e in ENTRY_POINTS {
+            funcs.insert(e, m.function(e)?.clone());
+        }
+        Ok(DeviceLoss {
+            dev: dev.clone(),
+            funcs,
+            tmp: dev.alloc(1)?,
+            coef: dev.alloc(1)?,
+            s_part: dev.alloc(1)?,
+            l1_part: dev.alloc(1)?,
+        })
+    }
+
+    /// # Safety
+    /// As [`Device::launch`]: `args` match the entry point and the buffers hold what it
+    /// indexes (the public methods check shapes first).
+    unsafe fn go(
+        &self,
+        name: &'static str,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<(), DeviceError> {
+        // SAFETY: forwarded from this function's contract; every name is in ENTRY_POINTS.
+        unsafe { self.dev.launch(&self.funcs[name], cfg, args) }
+    }
+
+    /// `dst[..n] = src[..n] / 255` (the uploaded RGB8 view as the trainer's f32 target).
+    pub fn rgb8_to_f32(
+        &self,
+        src: &DeviceBuffer<u8>,
+        n: usize,
+        dst: &mut DeviceBuffer<f32>,
+    ) -> Result<(), DeviceLossError> {
+        if src.len() < n || dst.len() < n {
+            return Err(DeviceLossError::Shape {
+                what: "rgb8 source or f32 destination",
+                got: src.len().min(dst.len()),
+                need: n,
+                width: 0,
+                height: 0,
+            });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let args = [U64(n as u64), src.arg(), dst.arg()];
+        // SAFETY: matches rgb8_to_f32 in kernels/loss.cu; both buffers hold n values (checked).
+        unsafe { self.go("rgb8_to_f32", grid(n as u64), &args) }?;
+        Ok(())
+    }
+
+    /// Loss of `img` against `target` (both `[H, W, 3]`), writing `∂loss/∂img` into `d_image`
+    /// and `[loss, L1, SSIM]` into `out` (3 doubles), all on the device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn loss_and_grad(
+        &mut self,
+        img: &DeviceBuffer<f32>,
+        target: &DeviceBuffer<f32>,
+        width: u32,
+        height: u32,
+        lambda_dssim: f32,
+        d_image: &mut DeviceBuffer<f32>,
+        out: &mut DeviceBuffer<f64>,
+    ) -> Result<(), DeviceLossError> {
+        let npix = width as usize * height as usize;
+        let n = 3 * npix;
+        for (what, got, need) in [
+            ("img", img.len(), n),
+            ("target", target.len(), n),
+            ("d_image", d_image.len(), n),
+            ("out", out.len(), 3),
+        ] {
+            if got < need || npix == 0 || npix > u32::MAX as usize / 3 {
+                return Err(DeviceLossError::Shape {
+                    what,
+                    got,
+                    need,
+                    width,
+                    height,
+                });
+            }
+        }
+        let dev = self.dev.clone();
+        let cfg = grid(npix as u64);
+        let blocks = cfg.grid.0 as usize;
+        grow(&dev, &mut self.tmp, 15 * npix)?;
+        grow(&dev, &mut self.coef, 9 * npix)?;
+        grow(&dev, &mut self.s_part, blocks)?;
+        grow(&dev, &mut self.l1_part, blocks)?;
+        // The CPU's scalars, rounded the CPU's way (see LossScratch::loss_and_grad and the SSIM
+        // gradient scale in metrics.rs).
+        let w1 = (1.0 - lambda_dssim) / n as f32;
+        let inv_n = (1.0 / n as f64) as f32;
+        let (w, h) = (U32(width), U32(height));
+        let (tmp, coef) = (self.tmp.arg(), self.coef.arg());
+        // SAFETY: (all five launches) the argument lists match kernels/loss.cu; img, target and
+        // d_image hold 3·W·H values, tmp 15 planes and coef 9 planes of W·H, the partials one
+        // value per block of `cfg` (all checked or grown above); loss_finish runs one block.
+        unsafe {
+            self.go("ssim_h5", cfg, &[w, h, img.arg(), target.arg(), tmp])?;
+            self.go("ssim_v5", cfg, &[w, h, tmp, coef, self.s_part.arg()])?;
+            self.go("ssim_h3", cfg, &[w, h, coef, tmp])?;
+            let args = [
+                w,
+                h,
+                tmp,
+                img.arg(),
+                target.arg(),
+                F32(w1),
+                F32(lambda_dssim),
+                F32(inv_n),
+                d_image.arg(),
+                self.l1_part.arg(),
+            ];
+            self.go("loss_grad", cfg, &args)?;
+            let args = [
+                U32(blocks as u32),
+                self.s_part.arg(),
+                self.l1_part.arg(),
+                U64(n as u64),
+                F64(lambda_dssim as f64),
+                out.arg(),
+            ];
+            self.go("loss_finish", grid(1), &args)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+    use crate::train::loss::LossScratch;
+
+    fn devices() -> Vec<Device> {
+        let mut v = vec![Device::emulated().expect("the host emulation needs a C++ compiler")];
+        match Device::cuda() {
+            Ok(d) => v.push(d),
+            Err(e) => assert!(
+                !std::env::var("GS_REQUIRE_GPU").is_ok_and(|v| v == "1"),
+                "GS_REQUIRE_GPU=1 but no usable GPU: {e}"
+            ),
+        }
+        v
+    }
+
+    #[test]
+    fn loss_and_gradient_match_the_cpu() {
+        for dev in devices() {
+            let mut dl = DeviceLoss::new(&dev).unwrap();
+            let mut rng = Rng::new(17);
+            // One pixel, narrower than the window both ways, not multiples of anything, and
+            // more pixels than one block; identical images (L1 0, SSIM 1) once.
+            for (w, h, same) in [
+                (1, 1, false),
+                (7, 3, false),
+                (37, 29, false),
+                (120, 45, true),
+                (200, 90, false),
+            ] {
+                let n = 3 * w * h;
+                let x: Vec<f32> = (0..n).map(|_| rng.next_f32()).collect();
+                let y: Vec<f32> = if same {
+                    x.clone()
+                } else {
+                    (0..n).map(|_| rng.next_f32()).collect()
+                };
+                let mut want_d = Vec::new();
+                let want = LossScratch::new()
+                    .loss_and_grad(&x, &y, w, h, 0.2, &mut want_d)
+                    .unwrap();
+                let (mut dx, mut dy) = (dev.alloc::<f32>(n).unwrap(), dev.alloc::<f32>(n).unwrap());
+                dev.upload(&x, &mut dx).unwrap();
+                dev.upload(&y, &mut dy).unwrap();
+                let mut dd = dev.alloc::<f32>(n).unwrap();
+                let mut out = dev.alloc::<f64>(3).unwrap();
+                dl.loss_and_grad(&dx, &dy, w as u32, h as u32, 0.2, &mut dd, &mut out)
+                    .unwrap();
+                let got_d = dev.download_vec(&dd, n).unwrap();
+                let got = dev.download_vec(&out, 3).unwrap();
+                let label = format!("{} {w}x{h}", dev.name());
+                // Same operations in the same order: bit-identical gradients.
+                let worst = got_d
+                    .iter()
+                    .zip(&want_d)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                assert_eq!(worst, 0.0, "{label}: ∂L/∂image differs by up to {worst}");
+                for (k, (a, b)) in got.iter().zip([want.loss, want.l1, want.ssim]).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+                        "{label}: scalar {k}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rgb8_conversion_matches_the_trainer() {
+        for dev in devices() {
+            let dl = DeviceLoss::new(&dev).unwrap();
+            let bytes: Vec<u8> = (0..=255u8).chain(0..=255u8).collect();
+            let mut src = dev.alloc::<u8>(bytes.len()).unwrap();
+            dev.upload(&bytes, &mut src).unwrap();
+            let mut dst = dev.alloc::<f32>(bytes.len()).unwrap();
+            dl.rgb8_to_f32(&src, bytes.len(), &mut dst).unwrap();
+            let got = dev.download_vec(&dst, bytes.len()).unwrap();
+            let want: Vec<f32> = bytes.iter().map(|&v| v as f32 * (1.0 / 255.0)).collect();
+            assert_eq!(got, want, "{}", dev.name());
+        }
+    }
+
+    #[test]
+    fn wrong_shapes_are_errors() {
+        let dev = Device::emulated().unwrap();
+        let mut dl = DeviceLoss::new(&dev).unwrap();
+        let small = dev.alloc::<f32>(10).unwrap();
+        let mut d = dev.alloc::<f32>(10).unwrap();
+        let mut out = dev.alloc::<f64>(3).unwrap();
+        let e = dl
+            .loss_and_grad(&small, &small, 4, 4, 0.2, &mut d, &mut out)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("img") && e.contains("4x4") && e.contains("48"),
+            "{e}"
+        );
+    }
+}
