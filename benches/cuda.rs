@@ -148,6 +148,50 @@ fn main() {
         },
         world_to_camera: Pose::IDENTITY,
     };
+    // The training loss on the device (L1 + D-SSIM, ∂L/∂image) at 1080p, against the CPU's.
+    {
+        use ramsplat::train::device_loss::DeviceLoss;
+        use ramsplat::train::loss::LossScratch;
+        let dev = gpu.device().clone();
+        let n = 3 * 1920 * 1080;
+        let mut rng = Rng::new(7);
+        let x: Vec<f32> = (0..n).map(|_| rng.next_f32()).collect();
+        let y: Vec<f32> = (0..n).map(|_| rng.next_f32()).collect();
+        let mut dl = DeviceLoss::new(&dev).expect("loss kernels");
+        let (mut dx, mut dy) = (dev.alloc::<f32>(n).unwrap(), dev.alloc::<f32>(n).unwrap());
+        dev.upload(&x, &mut dx).unwrap();
+        dev.upload(&y, &mut dy).unwrap();
+        let mut dd = dev.alloc::<f32>(n).unwrap();
+        let mut out = dev.alloc::<f64>(3).unwrap();
+        let mut t = Vec::new();
+        for _ in 0..21 {
+            dev.synchronize().unwrap();
+            let s = Instant::now();
+            dl.loss_and_grad(&dx, &dy, 1920, 1080, 0.2, &mut dd, &mut out)
+                .expect("device loss");
+            dev.synchronize().unwrap();
+            t.push(s.elapsed().as_secs_f64());
+        }
+        t.remove(0);
+        t.sort_by(f64::total_cmp);
+        let mut scratch = LossScratch::new();
+        let mut d = Vec::new();
+        let mut tc = Vec::new();
+        for _ in 0..4 {
+            let s = Instant::now();
+            scratch
+                .loss_and_grad(&x, &y, 1920, 1080, 0.2, &mut d)
+                .unwrap();
+            tc.push(s.elapsed().as_secs_f64());
+        }
+        tc.remove(0);
+        tc.sort_by(f64::total_cmp);
+        println!(
+            "loss + dL/dimage 1920x1080: cuda resident {:.2} ms, cpu {:.1} ms",
+            t[t.len() / 2] * 1e3,
+            tc[tc.len() / 2] * 1e3
+        );
+    }
     let mut cpu = CpuRasterizer::<f32>::new();
     // GS_BENCH_DUMP=DIR: write each scene and our CUDA render as raw little-endian f32 files,
     // so tools/gsplat_raster_bench.py can time gsplat on the identical scene and compare images.
