@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # kernel-mutations.sh: plants one-character bugs in the CUDA kernels, one at a time, and checks
-# that the parity tests (tests/cuda_parity.rs, train::device_loss) catch each on the host
-# emulation driver (no GPU needed). A mutation
-# that survives means a kernel path the tests do not really check.
+# that the parity tests (tests/cuda_parity.rs, train::device_loss, train::device_adam) catch
+# each on the host emulation driver (no GPU needed). A mutation that survives means a kernel
+# path the tests do not really check.
 #
 #   tools/kernel-mutations.sh            # ~1 min per mutation on 2 cores (one rebuild each)
 #
@@ -33,6 +33,8 @@ muts=(
  'kernels/loss.cu|s[4] += w * (x * y);|s[4] += w * (x * x);'
  'kernels/loss.cu|inv_n * (g[0] + two * x * g[1] + y * g[2])|inv_n * (g[0] + two * x * g[1] + x * g[2])'
  'kernels/loss.cu|for (u32 off = GS_LOSS_BLOCK / 2; off > 0; off >>= 1)|for (u32 off = GS_LOSS_BLOCK / 4; off > 0; off >>= 1)'
+ 'kernels/adam.cu|v = b2 * v + (1.0f - b2) * g * g;|v = b2 * v + (1.0f - b2) * g;'
+ 'kernels/adam.cu|const bool dc = (i / 3) % k == 0;|const bool dc = i % k == 0;'
 )
 survived=0
 for m in "${muts[@]}"; do
@@ -47,7 +49,7 @@ if a not in s:
 open(f, "w").write(s.replace(a, b, 1))
 PY
     if cargo test -q --test cuda_parity >/dev/null 2>&1 &&
-        cargo test -q --lib train::device_loss >/dev/null 2>&1; then
+        cargo test -q --lib train::device_loss train::device_adam >/dev/null 2>&1; then
         verdict=SURVIVED
         survived=1
     else

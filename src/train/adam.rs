@@ -66,7 +66,7 @@ impl Group {
         Group::Rotation,
     ];
 
-    fn index(self) -> usize {
+    pub fn index(self) -> usize {
         self as usize
     }
 }
@@ -137,20 +137,21 @@ pub fn zeros_like(g: &Gaussians) -> Gaussians {
     }
 }
 
-/// Per-step scalars of one group, precomputed once.
-#[derive(Clone, Copy)]
-struct Coef {
-    b1: f32,
-    b2: f32,
+/// Per-step scalars of one group, precomputed once (the device Adam takes the same values).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Coef {
+    pub b1: f32,
+    pub b2: f32,
     /// lr / (1 − β1ᵗ)
-    step_size: f32,
+    pub step_size: f32,
     /// √(1 − β2ᵗ)
-    bias2_sqrt: f32,
-    eps: f32,
+    pub bias2_sqrt: f32,
+    pub eps: f32,
 }
 
 impl Coef {
-    fn new(cfg: &AdamConfig, lr: f64, t: u64) -> Coef {
+    /// The scalars of step `t` (1-based) at learning rate `lr`.
+    pub fn new(cfg: &AdamConfig, lr: f64, t: u64) -> Coef {
         let t = t.min(i32::MAX as u64) as i32;
         Coef {
             b1: cfg.beta1 as f32,

@@ -6,6 +6,7 @@
 //! | [`adam`] | Adam with per-group learning rates, moments shaped like the model |
 //! | [`schedule`] | the exponential position learning-rate schedule |
 //! | [`loss`] | `0.8·L1 + 0.2·(1 − SSIM)` and its image gradient |
+//! | [`device_adam`] | the same Adam step on device-resident parameters and moments (`kernels/adam.cu`) |
 //! | [`device_loss`] | the same loss and the RGB8 → f32 target conversion on a device (`kernels/loss.cu`), for the device trainer |
 //! | [`densify`] | the 3DGS densification strategy and the one place that edits all per-Gaussian arrays |
 //! | [`trainer`] | [`TrainConfig`], [`Trainer`] (one step), [`TrainState`] (resume), [`train_loop`] |
@@ -18,6 +19,7 @@
 
 pub mod adam;
 pub mod densify;
+pub mod device_adam;
 pub mod device_loss;
 pub mod init;
 pub mod loss;

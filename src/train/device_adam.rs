@@ -1,0 +1,336 @@
+//! Adam on a device ([`DeviceAdam`]): `kernels/adam.cu`, the twin of
+//! [`super::adam::AdamState::step`] for device-resident parameters, moments and gradients (the
+//! layout of [`DeviceGaussians`] and the rasterizer's [`ParamGradBufs`]). The per-group
+//! scalars come from [`Coef::new`], the CPU's own code, and the kernel repeats the CPU's
+//! operations in order, so a step is bit-identical on both drivers (checked by the tests here).
+//!
+//! Invariants: the moments have the model's shapes (checked before every step, as the CPU
+//! does); step counts are per group and advance only for the groups in the mask.
+
+use std::collections::HashMap;
+
+use super::adam::{AdamConfig, Coef, Group, GroupMask, LearningRates};
+use crate::device::{
+    Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
+};
+use crate::render::cuda::launch::ParamGradBufs;
+use crate::render::cuda::DeviceGaussians;
+
+use KernelArg::{F32, U32, U64};
+
+/// Threads per block of the Adam kernels.
+const BLOCK: u32 = 256;
+
+/// `kernels/adam.cu` (it needs no constants).
+pub fn module_source() -> ModuleSource {
+    ModuleSource {
+        name: "adam.cu".into(),
+        source: include_str!("../../kernels/adam.cu").into(),
+        entry_points: vec!["adam_step", "adam_step_sh"],
+        defines: vec![],
+    }
+}
+
+/// Why a device Adam step was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceAdamError {
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("device Adam: `{what}` holds {got} values, the model of {n} Gaussians needs {need}")]
+    Shape {
+        what: &'static str,
+        got: usize,
+        need: usize,
+        n: usize,
+    },
+}
+
+/// The Adam kernels on one device.
+pub struct DeviceAdam {
+    dev: Device,
+    funcs: HashMap<&'static str, Function>,
+}
+
+/// One plain group's parameters, moments, gradients and value count.
+type GroupBufs<'a> = (
+    Group,
+    &'a DeviceBuffer<f32>,
+    &'a DeviceBuffer<f32>,
+    &'a DeviceBuffer<f32>,
+    &'a DeviceBuffer<f32>,
+    usize,
+);
+
+fn coef_args(c: &Coef) -> [KernelArg; 5] {
+    [
+        F32(c.b1),
+        F32(c.b2),
+        F32(c.step_size),
+        F32(c.bias2_sqrt),
+        F32(c.eps),
+    ]
+}
+
+fn grid(n: u64) -> LaunchConfig {
+    LaunchConfig {
+        grid: (n.div_ceil(BLOCK as u64).max(1) as u32, 1, 1),
+        block: (BLOCK, 1, 1),
+    }
+}
+
+impl DeviceAdam {
+    pub fn new(dev: &Device) -> Result<DeviceAdam, DeviceError> {
+        let m = dev.load_module(&module_source())?;
+        let mut funcs = HashMap::new();
+        for e in ["adam_step", "adam_step_sh"] {
+            funcs.insert(e, m.function(e)?.clone());
+        }
+        Ok(DeviceAdam {
+            dev: dev.clone(),
+            funcs,
+        })
+    }
+
+    /// One step of the groups in `mask` (advancing `steps`, one count per [`Group`]), updating
+    /// `params` and the moments `m`, `v` in place from `grads`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &self,
+        cfg: &AdamConfig,
+        lr: &LearningRates,
+        mask: GroupMask,
+        steps: &mut [u64; 6],
+        params: &mut DeviceGaussians,
+        m: &mut DeviceGaussians,
+        v: &mut DeviceGaussians,
+        grads: &ParamGradBufs,
+    ) -> Result<(), DeviceAdamError> {
+        let n = params.n;
+        let nsh = 3 * n * params.coeffs();
+        let need = |what, got: usize, need: usize| {
+            if got < need {
+                Err(DeviceAdamError::Shape { what, got, need, n })
+            } else {
+                Ok(())
+            }
+        };
+        for (name, mo) in [("exp_avg", &*m), ("exp_avg_sq", &*v)] {
+            if mo.n != n || mo.sh_degree != params.sh_degree {
+                return Err(DeviceAdamError::Shape {
+                    what: name,
+                    got: mo.n,
+                    need: n,
+                    n,
+                });
+            }
+        }
+        need("grads.means", grads.means.len(), 3 * n)?;
+        need("grads.log_scales", grads.log_scales.len(), 3 * n)?;
+        need("grads.rotations", grads.rotations.len(), 4 * n)?;
+        need("grads.logit_opacities", grads.logit_opacities.len(), n)?;
+        need("grads.sh", grads.sh.len(), nsh)?;
+        let mut coef = [None; 6];
+        for g in Group::ALL {
+            if mask.has(g) {
+                steps[g.index()] += 1;
+                coef[g.index()] = Some(Coef::new(cfg, lr.get(g), steps[g.index()]));
+            }
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        // The moments are DeviceGaussians of the model's shape (checked above), so every
+        // buffer below holds the values its launch indexes.
+        let plain: [GroupBufs<'_>; 4] = [
+            (
+                Group::Means,
+                &params.means,
+                &m.means,
+                &v.means,
+                &grads.means,
+                3 * n,
+            ),
+            (
+                Group::Scaling,
+                &params.log_scales,
+                &m.log_scales,
+                &v.log_scales,
+                &grads.log_scales,
+                3 * n,
+            ),
+            (
+                Group::Rotation,
+                &params.rotations,
+                &m.rotations,
+                &v.rotations,
+                &grads.rotations,
+                4 * n,
+            ),
+            (
+                Group::Opacity,
+                &params.logit_opacities,
+                &m.logit_opacities,
+                &v.logit_opacities,
+                &grads.logit_opacities,
+                n,
+            ),
+        ];
+        for (group, p, mm, vv, g, len) in plain {
+            let Some(c) = coef[group.index()] else {
+                continue;
+            };
+            let mut args = vec![U64(len as u64), p.arg(), mm.arg(), vv.arg(), g.arg()];
+            args.extend(coef_args(&c));
+            // SAFETY: matches adam_step in kernels/adam.cu; parameters, moments (the model's
+            // shape, checked) and gradients (checked) hold `len` values each.
+            unsafe {
+                self.dev
+                    .launch(&self.funcs["adam_step"], grid(len as u64), &args)
+            }?;
+        }
+        let (dc, rest) = (
+            coef[Group::FeaturesDc.index()],
+            coef[Group::FeaturesRest.index()],
+        );
+        if dc.is_some() || rest.is_some() {
+            let off = Coef {
+                b1: 0.0,
+                b2: 0.0,
+                step_size: 0.0,
+                bias2_sqrt: 1.0,
+                eps: 0.0,
+            };
+            let mut args = vec![
+                U64(nsh as u64),
+                U32(params.coeffs() as u32),
+                params.sh.arg(),
+                m.sh.arg(),
+                v.sh.arg(),
+                grads.sh.arg(),
+                U32(dc.is_some() as u32),
+            ];
+            args.extend(coef_args(&dc.unwrap_or(off)));
+            args.push(U32(rest.is_some() as u32));
+            args.extend(coef_args(&rest.unwrap_or(off)));
+            // SAFETY: matches adam_step_sh in kernels/adam.cu; the SH parameters, moments and
+            // gradients hold N·K·3 values (checked above).
+            unsafe {
+                self.dev
+                    .launch(&self.funcs["adam_step_sh"], grid(nsh as u64), &args)
+            }?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::GaussianGrads;
+    use crate::rng::Rng;
+    use crate::scene::gaussians::{sh_coeffs, Gaussians};
+    use crate::train::adam::AdamState;
+
+    fn random(n: usize, degree: u32, r: &mut Rng, s: f64) -> Gaussians {
+        let k = sh_coeffs(degree);
+        let mut f = || r.uniform(-s, s) as f32;
+        Gaussians {
+            means: (0..n).map(|_| [f(), f(), f()]).collect(),
+            log_scales: (0..n).map(|_| [f(), f(), f()]).collect(),
+            rotations: (0..n).map(|_| [f(), f(), f(), f()]).collect(),
+            logit_opacities: (0..n).map(|_| f()).collect(),
+            sh_degree: degree,
+            sh: (0..n * k).map(|_| [f(), f(), f()]).collect(),
+        }
+    }
+
+    fn devices() -> Vec<Device> {
+        let mut v = vec![Device::emulated().expect("the host emulation needs a C++ compiler")];
+        match Device::cuda() {
+            Ok(d) => v.push(d),
+            Err(e) => assert!(
+                !std::env::var("GS_REQUIRE_GPU").is_ok_and(|v| v == "1"),
+                "GS_REQUIRE_GPU=1 but no usable GPU: {e}"
+            ),
+        }
+        v
+    }
+
+    /// Three steps with changing learning rates and masks (f_rest skipped once, everything
+    /// but means once): parameters, moments and step counts equal the CPU's bit for bit.
+    #[test]
+    fn steps_equal_the_cpu_adam() {
+        for dev in devices() {
+            let adam = DeviceAdam::new(&dev).unwrap();
+            let mut r = Rng::new(4);
+            let n = 1000;
+            let mut host = random(n, 2, &mut r, 1.0);
+            let mut cpu = AdamState::new(&host);
+            let mut dp = DeviceGaussians::new(&dev).unwrap();
+            dp.upload(&dev, &host).unwrap();
+            let mut dm = DeviceGaussians::new(&dev).unwrap();
+            dm.upload(&dev, &cpu.exp_avg).unwrap();
+            let mut dv = DeviceGaussians::new(&dev).unwrap();
+            dv.upload(&dev, &cpu.exp_avg_sq).unwrap();
+            let mut steps = [0u64; 6];
+            let cfg = AdamConfig::default();
+            let masks = [
+                GroupMask::ALL,
+                GroupMask::ALL.with(Group::FeaturesRest, false),
+                GroupMask::NONE.with(Group::Means, true),
+            ];
+            for (s, mask) in masks.into_iter().enumerate() {
+                let gr = random(n, 2, &mut r, 1e-3);
+                let grads = GaussianGrads {
+                    means: gr.means.clone(),
+                    log_scales: gr.log_scales.clone(),
+                    rotations: gr.rotations.clone(),
+                    logit_opacities: gr.logit_opacities.clone(),
+                    sh: gr.sh.clone(),
+                    means2d: vec![[0.0; 2]; n],
+                };
+                let lr = LearningRates {
+                    means: 1.6e-4 / (s + 1) as f64,
+                    f_dc: 2.5e-3,
+                    f_rest: 2.5e-3 / 20.0,
+                    opacity: 0.025,
+                    scaling: 5e-3,
+                    rotation: 1e-3,
+                };
+                cpu.step(&cfg, &lr, mask, &mut host, &grads).unwrap();
+                // The gradients on the device, in the rasterizer's buffers' layout.
+                let mut dg = DeviceGaussians::new(&dev).unwrap();
+                dg.upload(&dev, &gr).unwrap();
+                let pg = ParamGradBufs {
+                    means: dg.means,
+                    log_scales: dg.log_scales,
+                    rotations: dg.rotations,
+                    logit_opacities: dg.logit_opacities,
+                    sh: dg.sh,
+                    means2d: dev.alloc(2 * n).unwrap(),
+                };
+                adam.step(&cfg, &lr, mask, &mut steps, &mut dp, &mut dm, &mut dv, &pg)
+                    .unwrap();
+            }
+            assert_eq!(steps, cpu.steps);
+            assert_eq!(
+                dp.download(&dev).unwrap(),
+                host,
+                "{}: parameters",
+                dev.name()
+            );
+            assert_eq!(
+                dm.download(&dev).unwrap(),
+                cpu.exp_avg,
+                "{}: exp_avg",
+                dev.name()
+            );
+            assert_eq!(
+                dv.download(&dev).unwrap(),
+                cpu.exp_avg_sq,
+                "{}: exp_avg_sq",
+                dev.name()
+            );
+        }
+    }
+}
