@@ -89,6 +89,41 @@ pub struct LaunchConfig {
     pub block: (u32, u32, u32),
 }
 
+impl LaunchConfig {
+    /// One thread per element: `ceil(n / block)` blocks of `block` threads (at least one
+    /// block, so a kernel that also writes a fixed entry, like a scan's total, still runs).
+    /// Refuses more blocks than CUDA's grid.x limit (2³¹ − 1).
+    pub fn linear(n: u64, block: u32) -> Result<LaunchConfig, DeviceError> {
+        let blocks = n.div_ceil(block.max(1) as u64).max(1);
+        let blocks = u32::try_from(blocks)
+            .ok()
+            .filter(|&b| b <= i32::MAX as u32)
+            .ok_or(DeviceError::Launch {
+                kernel: "(grid)".into(),
+                message: format!("{blocks} blocks of {block} threads exceed CUDA's grid limit"),
+            })?;
+        Ok(LaunchConfig {
+            grid: (blocks, 1, 1),
+            block: (block, 1, 1),
+        })
+    }
+}
+
+/// The lib's unit tests run every device check on the host emulation and, when one is usable,
+/// on a GPU (`GS_REQUIRE_GPU=1` makes a missing GPU a failure).
+#[cfg(test)]
+pub(crate) fn test_devices() -> Vec<Device> {
+    let mut v = vec![Device::emulated().expect("the host emulation needs a C++ compiler")];
+    match Device::cuda() {
+        Ok(d) => v.push(d),
+        Err(e) => assert!(
+            !std::env::var("GS_REQUIRE_GPU").is_ok_and(|v| v == "1"),
+            "GS_REQUIRE_GPU=1 but no usable GPU: {e}"
+        ),
+    }
+    v
+}
+
 /// What a driver compiles: the full source text, its entry points and `-D` constants.
 #[derive(Clone, Debug)]
 pub struct ModuleSource {

@@ -62,18 +62,6 @@ fn source() -> ModuleSource {
     }
 }
 
-fn devices() -> Vec<Device> {
-    let mut v = vec![Device::emulated().expect("the host emulation needs a C++ compiler")];
-    match Device::cuda() {
-        Ok(d) => v.push(d),
-        Err(e) => assert!(
-            !std::env::var("GS_REQUIRE_GPU").is_ok_and(|v| v == "1"),
-            "GS_REQUIRE_GPU=1 but no usable GPU: {e}"
-        ),
-    }
-    v
-}
-
 fn cfg(grid: u32, block: u32) -> LaunchConfig {
     LaunchConfig {
         grid: (grid, 1, 1),
@@ -83,7 +71,7 @@ fn cfg(grid: u32, block: u32) -> LaunchConfig {
 
 #[test]
 fn warp_collectives_match_cuda_semantics() {
-    for dev in devices() {
+    for dev in test_devices() {
         let m = dev.load_module(&source()).unwrap();
         let out = dev.alloc::<u32>(2 * 64 * 8).unwrap();
         // SAFETY: `collectives(u32*)` writes 8 values per thread of 2 × 64 threads.
@@ -121,7 +109,7 @@ fn warp_collectives_match_cuda_semantics() {
 
 #[test]
 fn barriers_shared_memory_and_atomics() {
-    for dev in devices() {
+    for dev in test_devices() {
         let m = dev.load_module(&source()).unwrap();
         let n = 3 * 128;
         let input: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
@@ -309,7 +297,7 @@ extern "C" __global__ void sum_bytes(const unsigned char* in, unsigned n, unsign
 /// an in-flight copy, would mix rounds).
 #[test]
 fn async_uploads_from_pinned_memory_are_ordered() {
-    for dev in devices() {
+    for dev in test_devices() {
         let src = ModuleSource {
             name: "sum_bytes.cu".into(),
             source: SUM_KERNEL.into(),

@@ -71,13 +71,6 @@ fn coef_args(c: &Coef) -> [KernelArg; 5] {
     ]
 }
 
-fn grid(n: u64) -> LaunchConfig {
-    LaunchConfig {
-        grid: (n.div_ceil(BLOCK as u64).max(1) as u32, 1, 1),
-        block: (BLOCK, 1, 1),
-    }
-}
-
 impl DeviceAdam {
     pub fn new(dev: &Device) -> Result<DeviceAdam, DeviceError> {
         let m = dev.load_module(&module_source())?;
@@ -184,8 +177,11 @@ impl DeviceAdam {
             // SAFETY: matches adam_step in kernels/adam.cu; parameters, moments (the model's
             // shape, checked) and gradients (checked) hold `len` values each.
             unsafe {
-                self.dev
-                    .launch(&self.funcs["adam_step"], grid(len as u64), &args)
+                self.dev.launch(
+                    &self.funcs["adam_step"],
+                    LaunchConfig::linear(len as u64, BLOCK)?,
+                    &args,
+                )
             }?;
         }
         let (dc, rest) = (
@@ -215,8 +211,11 @@ impl DeviceAdam {
             // SAFETY: matches adam_step_sh in kernels/adam.cu; the SH parameters, moments and
             // gradients hold N·K·3 values (checked above).
             unsafe {
-                self.dev
-                    .launch(&self.funcs["adam_step_sh"], grid(nsh as u64), &args)
+                self.dev.launch(
+                    &self.funcs["adam_step_sh"],
+                    LaunchConfig::linear(nsh as u64, BLOCK)?,
+                    &args,
+                )
             }?;
         }
         Ok(())
@@ -244,23 +243,11 @@ mod tests {
         }
     }
 
-    fn devices() -> Vec<Device> {
-        let mut v = vec![Device::emulated().expect("the host emulation needs a C++ compiler")];
-        match Device::cuda() {
-            Ok(d) => v.push(d),
-            Err(e) => assert!(
-                !std::env::var("GS_REQUIRE_GPU").is_ok_and(|v| v == "1"),
-                "GS_REQUIRE_GPU=1 but no usable GPU: {e}"
-            ),
-        }
-        v
-    }
-
     /// Three steps with changing learning rates and masks (f_rest skipped once, everything
     /// but means once): parameters, moments and step counts equal the CPU's bit for bit.
     #[test]
     fn steps_equal_the_cpu_adam() {
-        for dev in devices() {
+        for dev in crate::device::test_devices() {
             let adam = DeviceAdam::new(&dev).unwrap();
             let mut r = Rng::new(4);
             let n = 1000;

@@ -111,13 +111,6 @@ fn grow<T: crate::device::Element>(
     Ok(())
 }
 
-fn grid(n: u64) -> LaunchConfig {
-    LaunchConfig {
-        grid: (n.div_ceil(LOSS_BLOCK as u64).max(1) as u32, 1, 1),
-        block: (LOSS_BLOCK, 1, 1),
-    }
-}
-
 impl DeviceLoss {
     /// Compiles (or loads cached) `kernels/loss.cu` on `dev`.
     pub fn new(dev: &Device) -> Result<DeviceLoss, DeviceError> {
@@ -170,7 +163,13 @@ impl DeviceLoss {
         }
         let args = [U64(n as u64), src.arg(), dst.arg()];
         // SAFETY: matches rgb8_to_f32 in kernels/loss.cu; both buffers hold n values (checked).
-        unsafe { self.go("rgb8_to_f32", grid(n as u64), &args) }?;
+        unsafe {
+            self.go(
+                "rgb8_to_f32",
+                LaunchConfig::linear(n as u64, LOSS_BLOCK)?,
+                &args,
+            )
+        }?;
         Ok(())
     }
 
@@ -206,7 +205,7 @@ impl DeviceLoss {
             }
         }
         let dev = self.dev.clone();
-        let cfg = grid(npix as u64);
+        let cfg = LaunchConfig::linear(npix as u64, LOSS_BLOCK)?;
         let blocks = cfg.grid.0 as usize;
         grow(&dev, &mut self.tmp, 15 * npix)?;
         grow(&dev, &mut self.coef, 9 * npix)?;
@@ -246,7 +245,7 @@ impl DeviceLoss {
                 F64(lambda_dssim as f64),
                 out.arg(),
             ];
-            self.go("loss_finish", grid(1), &args)?;
+            self.go("loss_finish", LaunchConfig::linear(1, LOSS_BLOCK)?, &args)?;
         }
         Ok(())
     }
@@ -258,21 +257,9 @@ mod tests {
     use crate::rng::Rng;
     use crate::train::loss::LossScratch;
 
-    fn devices() -> Vec<Device> {
-        let mut v = vec![Device::emulated().expect("the host emulation needs a C++ compiler")];
-        match Device::cuda() {
-            Ok(d) => v.push(d),
-            Err(e) => assert!(
-                !std::env::var("GS_REQUIRE_GPU").is_ok_and(|v| v == "1"),
-                "GS_REQUIRE_GPU=1 but no usable GPU: {e}"
-            ),
-        }
-        v
-    }
-
     #[test]
     fn loss_and_gradient_match_the_cpu() {
-        for dev in devices() {
+        for dev in crate::device::test_devices() {
             let mut dl = DeviceLoss::new(&dev).unwrap();
             let mut rng = Rng::new(17);
             // One pixel, narrower than the window both ways, not multiples of anything, and
@@ -324,7 +311,7 @@ mod tests {
 
     #[test]
     fn rgb8_conversion_matches_the_trainer() {
-        for dev in devices() {
+        for dev in crate::device::test_devices() {
             let dl = DeviceLoss::new(&dev).unwrap();
             let bytes: Vec<u8> = (0..=255u8).chain(0..=255u8).collect();
             let mut src = dev.alloc::<u8>(bytes.len()).unwrap();

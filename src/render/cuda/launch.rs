@@ -27,20 +27,7 @@ fn check(what: &'static str, got: usize, need: usize) -> Result<(), CudaError> {
 }
 
 fn grid_1d(n: u64, block: u32) -> Result<LaunchConfig, CudaError> {
-    let blocks = n.div_ceil(block as u64);
-    // 2³¹−1 is CUDA's grid.x limit.
-    let blocks = u32::try_from(blocks)
-        .ok()
-        .filter(|&b| b <= i32::MAX as u32)
-        .ok_or(CudaError::Shape {
-            what: "grid (too many blocks)",
-            got: blocks as usize,
-            need: i32::MAX as usize,
-        })?;
-    Ok(LaunchConfig {
-        grid: (blocks, 1, 1),
-        block: (block, 1, 1),
-    })
+    Ok(LaunchConfig::linear(n, block)?)
 }
 
 /// Gaussian parameters on the device ([N, …] like `Gaussians`).
