@@ -5,11 +5,15 @@
 //! gs-render --ply MODEL.ply --camera CAM.json -o OUT.png [--backend auto|cpu|cuda] [--bg r,g,b]
 //!           [--sh-degree D] [--allow-activated]
 //! gs-render --ply MODEL.ply --pack PACK [--split test|train|all] -o DIR [same options]
+//! gs-render --ply MODEL.ply --cameras cameras.json -o DIR [same options]
 //! ```
 //!
 //! Camera JSON: `{"width","height","fx","fy","cx","cy","world_to_camera": 4×4 row-major}`,
 //! OpenCV axes (x right, y down, z forward), world-to-camera `R·p + t`, pixel centres at +0.5
-//! (see `ramsplat::scene::camera`).
+//! (see `ramsplat::scene::camera`). Unknown fields are ignored.
+//!
+//! `--cameras` takes the `cameras.json` the original 3DGS trainer (and `gs-train`) writes
+//! (see `ramsplat::export::cameras_json`) and writes one PNG per entry, `DIR/<img_name>.png`.
 //!
 //! Pack mode writes, into DIR, one side-by-side PNG per view (ground truth left, render right)
 //! named `NNNNN_<view name>.png`, and `metrics.json` with per-view and mean PSNR and SSIM.
@@ -33,6 +37,7 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Parser, ValueEnum};
 use serde::Deserialize;
 
+use ramsplat::export::cameras_json;
 use ramsplat::export::ply::{self as gply, LoadOptions};
 use ramsplat::metrics;
 use ramsplat::render::{
@@ -54,7 +59,7 @@ enum SplitArg {
 #[derive(Parser, Debug)]
 #[command(
     version,
-    group(ArgGroup::new("source").required(true).args(["camera", "pack"])),
+    group(ArgGroup::new("source").required(true).args(["camera", "pack", "cameras"])),
     after_help = "Exit codes: 0 success, 1 failure, 2 invalid command line, 3 backend not available."
 )]
 struct Args {
@@ -68,6 +73,10 @@ struct Args {
     /// Render every view of this pack's split and score it; -o is then a directory.
     #[arg(long, value_name = "PACK")]
     pack: Option<PathBuf>,
+    /// Render every entry of a 3DGS cameras.json (list of {id, img_name, width, height,
+    /// position, rotation (camera-to-world), fx, fy}) into DIR/<img_name>.png; -o is DIR.
+    #[arg(long, value_name = "cameras.json")]
+    cameras: Option<PathBuf>,
     /// Which views of the pack to render.
     #[arg(long, value_enum, default_value = "test", requires = "pack")]
     split: SplitArg,
@@ -107,9 +116,8 @@ fn parse_bg(s: &str) -> Result<[f32; 3], String> {
     Ok(bg)
 }
 
-/// Camera JSON as documented in the module doc.
+/// Camera JSON as documented in the module doc (unknown fields, such as a "name", ignored).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct CameraJson {
     width: u32,
     height: u32,
@@ -269,6 +277,49 @@ fn render_camera(raster: Box<dyn Rasterizer>, args: &Args, camera_path: &Path) -
     Ok(())
 }
 
+fn render_camera_list(raster: Box<dyn Rasterizer>, args: &Args, list: &Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(list).with_context(|| format!("cannot read {}", list.display()))?;
+    let cameras = cameras_json::parse(&text).with_context(|| format!("{}", list.display()))?;
+    let mut names = std::collections::HashSet::new();
+    for (e, _) in &cameras {
+        if !names.insert(safe_name(&e.img_name)) {
+            bail!(
+                "{}: two entries would both write {}.png (img_name {:?}); give each entry its \
+                 own img_name",
+                list.display(),
+                safe_name(&e.img_name),
+                e.img_name
+            );
+        }
+    }
+    let model = load_model(args)?;
+    let mut r = Renderer::new(raster, args, &model)?;
+    std::fs::create_dir_all(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let mut rgb = Vec::new();
+    for (n, (entry, camera)) in cameras.iter().enumerate() {
+        let image = r
+            .render(&model, camera)
+            .with_context(|| format!("camera {} ({:?})", entry.id, entry.img_name))?;
+        to_rgb8(image, &mut rgb);
+        let path = args
+            .output
+            .join(format!("{}.png", safe_name(&entry.img_name)));
+        write_png(&path, &rgb, camera.width, camera.height)?;
+        eprintln!("[{}/{}] wrote {}", n + 1, cameras.len(), path.display());
+    }
+    eprintln!(
+        "{} views ({} Gaussians, SH degree {}, {} backend) into {}",
+        cameras.len(),
+        model.len(),
+        r.options.sh_degree,
+        r.raster.name(),
+        args.output.display()
+    );
+    Ok(())
+}
+
 #[derive(serde::Serialize)]
 struct ViewMetrics {
     index: usize,
@@ -421,10 +472,13 @@ fn render_pack(raster: Box<dyn Rasterizer>, args: &Args, pack_path: &Path) -> Re
 fn run(args: &Args) -> Result<()> {
     // Fail on an unavailable backend before doing any work.
     let raster = make_rasterizer(args.backend, &|note| eprintln!("gs-render: {note}"))?;
-    match (&args.camera, &args.pack) {
-        (Some(cam), None) => render_camera(raster, args, cam),
-        (None, Some(pack)) => render_pack(raster, args, pack),
-        _ => unreachable!("clap's `source` group requires exactly one of --camera / --pack"),
+    match (&args.camera, &args.pack, &args.cameras) {
+        (Some(cam), None, None) => render_camera(raster, args, cam),
+        (None, Some(pack), None) => render_pack(raster, args, pack),
+        (None, None, Some(list)) => render_camera_list(raster, args, list),
+        _ => unreachable!(
+            "clap's `source` group requires exactly one of --camera / --pack / --cameras"
+        ),
     }
 }
 

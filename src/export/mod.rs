@@ -1,6 +1,6 @@
 //! Export formats for trained models.
 //!
-//! Owns [`ply`], the standard 3D Gaussian Splatting PLY layout (the format every 3DGS viewer and
+//! Owns [`cameras_json`], the 3DGS `cameras.json` camera list, and [`ply`], the standard 3D Gaussian Splatting PLY layout (the format every 3DGS viewer and
 //! the original implementation read and write), in both directions: saving a
 //! [`crate::scene::gaussians::Gaussians`] and loading one back for `gs-render`, evaluation and
 //! resuming.
@@ -12,4 +12,5 @@
 //!
 //! [`Gaussians`]: crate::scene::gaussians::Gaussians
 
+pub mod cameras_json;
 pub mod ply;

@@ -17,7 +17,8 @@
 //!    `report.json`, the curves plot.
 //!
 //! # Outputs (`OUT/`)
-//! `point_cloud/iteration_N/point_cloud.ply`, `checkpoints/ckpt-N.bin` + `checkpoints/latest`,
+//! `point_cloud/iteration_N/point_cloud.ply`, `cameras.json` (3DGS's camera list),
+//! `checkpoints/ckpt-N.bin` + `checkpoints/latest`,
 //! `metrics.jsonl`, `report.json`, `training_curves.png`, `test/iteration_N/*.png` (ground
 //! truth | render) and `test/iteration_N/metrics.json`.
 //!
@@ -191,6 +192,39 @@ fn save_ply(out: &Path, trainer: &Trainer, iteration: u64) -> Result<String, Run
     Ok(rel)
 }
 
+/// Writes `OUT/cameras.json` (every view of the pack, `id` = pack view index), where 3DGS
+/// writes it and its viewers look for it ([`crate::export::cameras_json`]).
+fn write_cameras_json(
+    out: &Path,
+    views: &[crate::shard::ViewEntry],
+    on_event: &mut dyn FnMut(Event),
+) -> Result<(), RunError> {
+    use crate::export::cameras_json::{self, CameraEntry};
+    let entries: Vec<CameraEntry> = views
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            CameraEntry::from_camera(i as u64, &cameras_json::img_name(&v.name), &v.camera)
+        })
+        .collect();
+    let off = views
+        .iter()
+        .map(|v| CameraEntry::principal_point_offset(&v.camera))
+        .fold(0.0f64, f64::max);
+    if off > 0.5 {
+        on_event(Event::Line(format!(
+            "cameras.json: the format assumes a centred principal point; the pack's is up to \
+             {off:.1} px off-centre, so renders from cameras.json shift by that much"
+        )));
+    }
+    let path = out.join(CAMERAS_JSON);
+    checkpoint::write_file_atomic(&path, cameras_json::to_string(&entries).as_bytes())?;
+    Ok(())
+}
+
+/// File name of the camera list in OUT (3DGS's name and place).
+pub const CAMERAS_JSON: &str = "cameras.json";
+
 /// Evaluates `views` (pack view indices), writing side-by-side PNGs into
 /// `OUT/test/<label>/` for the first `max_images`, plus `metrics.json` there.
 fn evaluate_views(
@@ -295,6 +329,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         .map(|r| manifest.views[source.view_index(r)].camera)
         .collect();
     std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
+    write_cameras_json(&opts.out, &manifest.views, on_event)?;
     let ckpt_dir = opts.out.join("checkpoints");
 
     // The render's intersection buffers get a fixed share of the budget (a floor item).
