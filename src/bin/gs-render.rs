@@ -278,7 +278,7 @@ fn render_camera(
     let image = r.render(&model, &camera)?;
     let mut rgb = Vec::new();
     to_rgb8(image, &mut rgb);
-    write_png(&output, &rgb, camera.width, camera.height)?;
+    write_png(output, &rgb, camera.width, camera.height)?;
     eprintln!(
         "wrote {} ({}x{}, {} Gaussians, SH degree {}, {} backend)",
         output.display(),
@@ -314,7 +314,7 @@ fn render_camera_list(
     }
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
-    std::fs::create_dir_all(&output)
+    std::fs::create_dir_all(output)
         .with_context(|| format!("cannot create {}", output.display()))?;
     let mut rgb = Vec::new();
     for (n, (entry, camera)) in cameras.iter().enumerate() {
@@ -400,7 +400,7 @@ fn render_pack(
     }
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
-    std::fs::create_dir_all(&output)
+    std::fs::create_dir_all(output)
         .with_context(|| format!("cannot create {}", output.display()))?;
 
     let progress = std::io::stderr().is_terminal().then(|| {

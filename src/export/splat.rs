@@ -75,7 +75,7 @@ pub fn encode(g: &Gaussians) -> Vec<u8> {
 
 /// Decodes a `.splat` file's bytes (`path` only names it in errors).
 pub fn decode(bytes: &[u8], path: &Path) -> Result<Gaussians, SplatError> {
-    if bytes.is_empty() || bytes.len() % RECORD_LEN != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(RECORD_LEN) {
         return Err(SplatError::BadLength {
             path: path.to_owned(),
             len: bytes.len(),
