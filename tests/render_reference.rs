@@ -288,6 +288,8 @@ fn gs_render_camera_mode_writes_the_library_render() {
         "fx": camera.intrinsics.fx, "fy": camera.intrinsics.fy,
         "cx": camera.intrinsics.cx, "cy": camera.intrinsics.cy,
         "world_to_camera": camera.world_to_camera.to_matrix4(),
+        // Fields other tools add are ignored.
+        "name": "cam_00", "camera_model": {"model": "PINHOLE"},
     });
     let cam_path = d.join("cam.json");
     std::fs::write(&cam_path, cam_json.to_string()).unwrap();

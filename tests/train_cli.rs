@@ -477,3 +477,113 @@ fn cuda_backend_trains_on_the_host_emulation_like_the_cpu() {
         "test PSNR: cpu {a} dB, cuda (emulated) {b} dB"
     );
 }
+
+/// gs-train writes 3DGS's `cameras.json` (every view of the pack); `gs-render --cameras`
+/// renders it into `DIR/<img_name>.png`, and those renders equal the pack-mode renders of the
+/// same views (the pack's own cameras) and the camera-JSON render of the same camera.
+#[test]
+fn cameras_json_round_trips_through_gs_render() {
+    use ramsplat::export::cameras_json;
+    let dir = tempfile::tempdir().unwrap();
+    let pack_path = tiny_pack(dir.path());
+    let out = dir.path().join("out");
+    let mut args = vec![s(&pack_path), "-o", s(&out), "--iterations", "20"];
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let text = std::fs::read_to_string(out.join("cameras.json")).unwrap();
+    let cams = cameras_json::parse(&text).unwrap();
+    let pack = Pack::open(&pack_path).unwrap();
+    let views = &pack.manifest().views;
+    assert_eq!(cams.len(), views.len());
+    // The raw JSON has 3DGS's field names.
+    let raw: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for key in [
+        "id", "img_name", "width", "height", "position", "rotation", "fx", "fy",
+    ] {
+        assert!(raw[0].get(key).is_some(), "cameras.json lacks {key}");
+    }
+
+    let render = env!("CARGO_BIN_EXE_gs-render");
+    let ply = out.join("point_cloud/iteration_20/point_cloud.ply");
+    let list_dir = dir.path().join("list");
+    let r = Command::new(render)
+        .args(["--ply", s(&ply), "--cameras"])
+        .arg(out.join("cameras.json"))
+        .args(["-o", s(&list_dir), "--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    let pack_dir = dir.path().join("packmode");
+    let r = Command::new(render)
+        .args(["--ply", s(&ply), "--pack", s(&pack_path), "--split", "all"])
+        .args(["-o", s(&pack_dir), "--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(pack_dir.join("metrics.json")).unwrap())
+            .unwrap();
+    let mvs = metrics["views"].as_array().unwrap();
+    assert_eq!(mvs.len(), views.len());
+    for ((entry, camera), (i, v)) in cams.iter().zip(views.iter().enumerate()) {
+        assert_eq!(entry.id, i as u64);
+        assert_eq!(entry.img_name, cameras_json::img_name(&v.name));
+        assert_eq!((camera.width, camera.height), (v.width(), v.height()));
+        let mine = image::open(list_dir.join(format!("{}.png", entry.img_name)))
+            .unwrap()
+            .to_rgb8();
+        let side = image::open(pack_dir.join(mvs[i]["file"].as_str().unwrap()))
+            .unwrap()
+            .to_rgb8();
+        let w = v.width() as usize;
+        let right: Vec<u8> = side
+            .as_raw()
+            .chunks_exact(6 * w)
+            .flat_map(|row| row[3 * w..].iter().copied())
+            .collect();
+        let worst = mine
+            .as_raw()
+            .iter()
+            .zip(&right)
+            .map(|(a, b)| a.abs_diff(*b))
+            .max()
+            .unwrap();
+        assert!(
+            worst <= 1,
+            "view {i}: {worst} levels from the pack-mode render"
+        );
+    }
+
+    // The camera-JSON form of view 3 (with an extra field) renders the same image.
+    let c = views[3].camera;
+    let cam_json = serde_json::json!({
+        "name": "cam_03",
+        "width": c.width, "height": c.height,
+        "fx": c.intrinsics.fx, "fy": c.intrinsics.fy,
+        "cx": c.intrinsics.cx, "cy": c.intrinsics.cy,
+        "world_to_camera": c.world_to_camera.to_matrix4(),
+    });
+    let cam_path = dir.path().join("cam3.json");
+    std::fs::write(&cam_path, cam_json.to_string()).unwrap();
+    let one = dir.path().join("one.png");
+    let r = Command::new(render)
+        .args(["--ply", s(&ply), "--camera", s(&cam_path), "-o", s(&one)])
+        .args(["--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    let one = image::open(&one).unwrap().to_rgb8();
+    let listed = image::open(list_dir.join(format!("{}.png", cams[3].0.img_name)))
+        .unwrap()
+        .to_rgb8();
+    let worst = one
+        .as_raw()
+        .iter()
+        .zip(listed.as_raw())
+        .map(|(a, b)| a.abs_diff(*b))
+        .max()
+        .unwrap();
+    assert!(worst <= 1, "camera JSON vs cameras.json: {worst} levels");
+}

@@ -5,11 +5,20 @@
 //! gs-render --ply MODEL.ply --camera CAM.json -o OUT.png [--backend auto|cpu|cuda] [--bg r,g,b]
 //!           [--sh-degree D] [--allow-activated]
 //! gs-render --ply MODEL.ply --pack PACK [--split test|train|all] -o DIR [same options]
+//! gs-render --ply MODEL.ply --cameras cameras.json -o DIR [same options]
+//! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply
 //! ```
+//!
+//! The model may be a 3DGS PLY, an SPZ or a `.splat` file (chosen by extension).
+//! `--convert` writes it in the format OUT's extension names (`ramsplat::export::spz`,
+//! `ramsplat::export::splat`: SPZ keeps every SH degree, quantised; `.splat` keeps degree 0).
 //!
 //! Camera JSON: `{"width","height","fx","fy","cx","cy","world_to_camera": 4×4 row-major}`,
 //! OpenCV axes (x right, y down, z forward), world-to-camera `R·p + t`, pixel centres at +0.5
-//! (see `ramsplat::scene::camera`).
+//! (see `ramsplat::scene::camera`). Unknown fields are ignored.
+//!
+//! `--cameras` takes the `cameras.json` the original 3DGS trainer (and `gs-train`) writes
+//! (see `ramsplat::export::cameras_json`) and writes one PNG per entry, `DIR/<img_name>.png`.
 //!
 //! Pack mode writes, into DIR, one side-by-side PNG per view (ground truth left, render right)
 //! named `NNNNN_<view name>.png`, and `metrics.json` with per-view and mean PSNR and SSIM.
@@ -33,7 +42,9 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Parser, ValueEnum};
 use serde::Deserialize;
 
-use ramsplat::export::ply::{self as gply, LoadOptions};
+use ramsplat::export::cameras_json;
+use ramsplat::export::ply::LoadOptions;
+use ramsplat::export::{save_model, ModelFormat};
 use ramsplat::metrics;
 use ramsplat::render::{
     make_rasterizer, Backend, Rasterizer, RenderError, RenderOptions, RenderOutput,
@@ -54,11 +65,11 @@ enum SplitArg {
 #[derive(Parser, Debug)]
 #[command(
     version,
-    group(ArgGroup::new("source").required(true).args(["camera", "pack"])),
+    group(ArgGroup::new("source").required(true).args(["camera", "pack", "cameras", "convert"])),
     after_help = "Exit codes: 0 success, 1 failure, 2 invalid command line, 3 backend not available."
 )]
 struct Args {
-    /// The model: a 3DGS PLY holding stored (pre-activation) values.
+    /// The model: a 3DGS PLY holding stored (pre-activation) values, or an .spz / .splat.
     #[arg(long, value_name = "MODEL.ply")]
     ply: PathBuf,
     /// Render one view from this camera JSON ({"width","height","fx","fy","cx","cy",
@@ -68,12 +79,19 @@ struct Args {
     /// Render every view of this pack's split and score it; -o is then a directory.
     #[arg(long, value_name = "PACK")]
     pack: Option<PathBuf>,
+    /// Render every entry of a 3DGS cameras.json (list of {id, img_name, width, height,
+    /// position, rotation (camera-to-world), fx, fy}) into DIR/<img_name>.png; -o is DIR.
+    #[arg(long, value_name = "cameras.json")]
+    cameras: Option<PathBuf>,
+    /// Convert the model to OUT.spz, OUT.splat or OUT.ply (by extension) and render nothing.
+    #[arg(long, value_name = "OUT.spz")]
+    convert: Option<PathBuf>,
     /// Which views of the pack to render.
     #[arg(long, value_enum, default_value = "test", requires = "pack")]
     split: SplitArg,
-    /// Output PNG (with --camera) or directory (with --pack).
-    #[arg(short, long, value_name = "OUT")]
-    output: PathBuf,
+    /// Output PNG (with --camera) or directory (with --pack, --cameras).
+    #[arg(short, long, value_name = "OUT", required_unless_present = "convert")]
+    output: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "auto")]
     backend: Backend,
     /// Background colour as r,g,b in [0, 1].
@@ -107,9 +125,8 @@ fn parse_bg(s: &str) -> Result<[f32; 3], String> {
     Ok(bg)
 }
 
-/// Camera JSON as documented in the module doc.
+/// Camera JSON as documented in the module doc (unknown fields, such as a "name", ignored).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct CameraJson {
     width: u32,
     height: u32,
@@ -240,7 +257,7 @@ impl Renderer {
 }
 
 fn load_model(args: &Args) -> Result<Gaussians> {
-    gply::load(
+    ramsplat::export::load_model(
         &args.ply,
         &LoadOptions {
             allow_activated: args.allow_activated,
@@ -249,22 +266,73 @@ fn load_model(args: &Args) -> Result<Gaussians> {
     .context("cannot load the model")
 }
 
-fn render_camera(raster: Box<dyn Rasterizer>, args: &Args, camera_path: &Path) -> Result<()> {
+fn render_camera(
+    raster: Box<dyn Rasterizer>,
+    args: &Args,
+    camera_path: &Path,
+    output: &Path,
+) -> Result<()> {
     let camera = read_camera(camera_path)?;
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
     let image = r.render(&model, &camera)?;
     let mut rgb = Vec::new();
     to_rgb8(image, &mut rgb);
-    write_png(&args.output, &rgb, camera.width, camera.height)?;
+    write_png(output, &rgb, camera.width, camera.height)?;
     eprintln!(
         "wrote {} ({}x{}, {} Gaussians, SH degree {}, {} backend)",
-        args.output.display(),
+        output.display(),
         camera.width,
         camera.height,
         model.len(),
         r.options.sh_degree,
         r.raster.name()
+    );
+    Ok(())
+}
+
+fn render_camera_list(
+    raster: Box<dyn Rasterizer>,
+    args: &Args,
+    list: &Path,
+    output: &Path,
+) -> Result<()> {
+    let text =
+        std::fs::read_to_string(list).with_context(|| format!("cannot read {}", list.display()))?;
+    let cameras = cameras_json::parse(&text).with_context(|| format!("{}", list.display()))?;
+    let mut names = std::collections::HashSet::new();
+    for (e, _) in &cameras {
+        if !names.insert(safe_name(&e.img_name)) {
+            bail!(
+                "{}: two entries would both write {}.png (img_name {:?}); give each entry its \
+                 own img_name",
+                list.display(),
+                safe_name(&e.img_name),
+                e.img_name
+            );
+        }
+    }
+    let model = load_model(args)?;
+    let mut r = Renderer::new(raster, args, &model)?;
+    std::fs::create_dir_all(output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
+    let mut rgb = Vec::new();
+    for (n, (entry, camera)) in cameras.iter().enumerate() {
+        let image = r
+            .render(&model, camera)
+            .with_context(|| format!("camera {} ({:?})", entry.id, entry.img_name))?;
+        to_rgb8(image, &mut rgb);
+        let path = output.join(format!("{}.png", safe_name(&entry.img_name)));
+        write_png(&path, &rgb, camera.width, camera.height)?;
+        eprintln!("[{}/{}] wrote {}", n + 1, cameras.len(), path.display());
+    }
+    eprintln!(
+        "{} views ({} Gaussians, SH degree {}, {} backend) into {}",
+        cameras.len(),
+        model.len(),
+        r.options.sh_degree,
+        r.raster.name(),
+        output.display()
     );
     Ok(())
 }
@@ -308,7 +376,12 @@ fn safe_name(name: &str) -> String {
         .collect()
 }
 
-fn render_pack(raster: Box<dyn Rasterizer>, args: &Args, pack_path: &Path) -> Result<()> {
+fn render_pack(
+    raster: Box<dyn Rasterizer>,
+    args: &Args,
+    pack_path: &Path,
+    output: &Path,
+) -> Result<()> {
     let pack = Pack::open(pack_path).context("cannot open the pack")?;
     let manifest = pack.manifest();
     let indices: Vec<usize> = match args.split {
@@ -327,8 +400,8 @@ fn render_pack(raster: Box<dyn Rasterizer>, args: &Args, pack_path: &Path) -> Re
     }
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
-    std::fs::create_dir_all(&args.output)
-        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    std::fs::create_dir_all(output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
 
     let progress = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(indices.len() as u64);
@@ -370,7 +443,7 @@ fn render_pack(raster: Box<dyn Rasterizer>, args: &Args, pack_path: &Path) -> Re
             side.extend_from_slice(&rgb[j * w * 3..(j + 1) * w * 3]);
         }
         let file = format!("{i:05}_{}.png", safe_name(&v.name));
-        write_png(&args.output.join(&file), &side, 2 * w as u32, h as u32)?;
+        write_png(&output.join(&file), &side, 2 * w as u32, h as u32)?;
         let line = format!("view {i} {}: PSNR {psnr:.2} dB, SSIM {ssim:.4}", v.name);
         match &progress {
             Some(bar) => {
@@ -405,7 +478,7 @@ fn render_pack(raster: Box<dyn Rasterizer>, args: &Args, pack_path: &Path) -> Re
         views,
     };
     let json = serde_json::to_string_pretty(&report).context("cannot encode metrics")?;
-    write_text(&args.output.join("metrics.json"), &(json + "\n"))?;
+    write_text(&output.join("metrics.json"), &(json + "\n"))?;
     eprintln!(
         "{} views: mean PSNR {} dB, mean SSIM {:.4}; wrote {}",
         report.count,
@@ -413,18 +486,55 @@ fn render_pack(raster: Box<dyn Rasterizer>, args: &Args, pack_path: &Path) -> Re
             .mean_psnr
             .map_or("inf".to_owned(), |p| format!("{p:.2}")),
         report.mean_ssim,
-        args.output.join("metrics.json").display()
+        output.join("metrics.json").display()
+    );
+    Ok(())
+}
+
+fn convert(args: &Args, out: &Path) -> Result<()> {
+    let Some(format) = ModelFormat::from_path(out) else {
+        bail!(
+            "{}: --convert needs an output ending in .spz, .splat or .ply",
+            out.display()
+        );
+    };
+    let model = load_model(args)?;
+    save_model(out, &model, format).context("cannot write the converted model")?;
+    eprintln!(
+        "wrote {} ({} Gaussians, SH degree {}{})",
+        out.display(),
+        model.len(),
+        if format == ModelFormat::Splat {
+            0
+        } else {
+            model.sh_degree
+        },
+        if format == ModelFormat::Splat && model.sh_degree > 0 {
+            " (.splat keeps the DC colour only)"
+        } else {
+            ""
+        }
     );
     Ok(())
 }
 
 fn run(args: &Args) -> Result<()> {
+    if let Some(out) = &args.convert {
+        return convert(args, out);
+    }
     // Fail on an unavailable backend before doing any work.
     let raster = make_rasterizer(args.backend, &|note| eprintln!("gs-render: {note}"))?;
-    match (&args.camera, &args.pack) {
-        (Some(cam), None) => render_camera(raster, args, cam),
-        (None, Some(pack)) => render_pack(raster, args, pack),
-        _ => unreachable!("clap's `source` group requires exactly one of --camera / --pack"),
+    let output = args
+        .output
+        .as_deref()
+        .expect("clap requires -o without --convert");
+    match (&args.camera, &args.pack, &args.cameras) {
+        (Some(cam), None, None) => render_camera(raster, args, cam, output),
+        (None, Some(pack), None) => render_pack(raster, args, pack, output),
+        (None, None, Some(list)) => render_camera_list(raster, args, list, output),
+        _ => unreachable!(
+            "clap's `source` group requires exactly one of --camera / --pack / --cameras"
+        ),
     }
 }
 

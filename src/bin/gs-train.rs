@@ -6,7 +6,7 @@
 //! gs-train PACK -o OUT [--ram-budget 4G] [--iterations 30000] [--backend auto|cpu|cuda]
 //!          [--eval] [--resume] [--seed S] [--sh-degree 3] [--test-iterations N...]
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--max-gaussians N]
-//!          [--random-background] [--workers N] [--prefetch N]
+//!          [--random-background] [--workers N] [--prefetch N] [--export spz,splat]
 //! gs-train --demo [-o OUT]
 //! ```
 //!
@@ -24,6 +24,7 @@ use clap::Parser;
 
 use ramsplat::budget::{format_size, parse_size};
 use ramsplat::cli::{report_error, Progress, EXIT_FAILURE};
+use ramsplat::export::ModelFormat;
 use ramsplat::train::demo;
 use ramsplat::train::run::{self, Backend, Event, RunError, RunOptions};
 use ramsplat::train::trainer::Background;
@@ -79,6 +80,10 @@ struct Args {
     /// Save point_cloud/iteration_N/point_cloud.ply at these iterations (the last always).
     #[arg(long, num_args = 1.., value_name = "N", default_values_t = [7_000u64, 30_000])]
     save_iterations: Vec<u64>,
+    /// Also write the model as SPZ and/or .splat beside each saved PLY
+    /// (point_cloud/iteration_N/point_cloud.spz, .splat; .splat keeps SH degree 0 only).
+    #[arg(long, value_delimiter = ',', value_name = "spz,splat", value_parser = parse_format)]
+    export: Vec<ModelFormat>,
     /// Write a checkpoint at these iterations (the last, and Ctrl-C, always).
     #[arg(long, num_args = 1.., value_name = "N")]
     checkpoint_iterations: Vec<u64>,
@@ -97,6 +102,11 @@ struct Args {
     /// Append a metrics.jsonl row every N iterations.
     #[arg(long, default_value_t = 100, value_name = "N")]
     metrics_every: u64,
+}
+
+fn parse_format(s: &str) -> Result<ModelFormat, String> {
+    ModelFormat::from_name(s)
+        .ok_or_else(|| format!("{s:?} is not a model format (spz, splat, ply)"))
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -130,6 +140,7 @@ fn options(args: &Args) -> Result<RunOptions> {
     o.resume = args.resume;
     o.test_iterations = args.test_iterations.clone();
     o.save_iterations = args.save_iterations.clone();
+    o.export = args.export.clone();
     o.checkpoint_iterations = args.checkpoint_iterations.clone();
     o.workers = args.workers;
     o.prefetch = args.prefetch;

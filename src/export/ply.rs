@@ -143,7 +143,7 @@ pub fn property_names(sh_degree: u32) -> Vec<String> {
 }
 
 /// Checks the structure-of-arrays invariant of [`Gaussians`] and that every value is finite.
-fn validate_for_save(g: &Gaussians) -> Result<(), String> {
+pub(crate) fn validate_for_save(g: &Gaussians) -> Result<(), String> {
     if g.sh_degree > MAX_SH_DEGREE {
         return Err(format!(
             "SH degree {} is above the maximum {MAX_SH_DEGREE}",

@@ -26,13 +26,19 @@
 //! - [`prepare_view`] holds at most two full-size images at once (decoded + undistorted); each
 //!   intermediate is dropped as soon as the next one exists.
 //!
-//! EXIF orientation is not applied: pixels are used in stored order, as the SfM tools that
-//! produced the poses saw them (a rotated portrait photo then fails the size check instead of
-//! being silently trained on with the wrong pose).
+//! EXIF orientation (JPEG and PNG `Orientation` tags, read by the `image` crate's decoder) is
+//! applied at decode, so a portrait phone photo comes out upright, and the camera is checked
+//! against the oriented size. One exception keeps datasets whose pose tool ignored the tag
+//! working (COLMAP reads pixels in stored order): when the orientation swaps width and height,
+//! the oriented size does not match the camera but the stored size does, the stored order is
+//! kept ([`prepare_view`]); a size-preserving orientation (180°, mirror) is always applied.
 
 use std::path::Path;
 
 use rayon::prelude::*;
+
+use image::metadata::Orientation;
+use image::ImageDecoder;
 
 use super::{Distortion, ImportError, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics};
@@ -160,9 +166,9 @@ fn jpeg_is_truncated(bytes: &[u8]) -> bool {
         .is_some_and(|rest| rest.windows(2).any(|w| w == [0xFF, 0xD9]))
 }
 
-/// Decodes a JPEG or PNG file into RGB8 (see the module doc for colour conversions; alpha is
-/// dropped). Truncated files are refused.
-pub fn load_rgb8(path: &Path) -> Result<RgbImage, ImportError> {
+/// Decodes a JPEG or PNG file into RGB8 in stored pixel order, with the EXIF orientation that
+/// [`orient`] would apply. Truncated files are refused.
+pub fn load_rgb8_stored(path: &Path) -> Result<(RgbImage, Orientation), ImportError> {
     let len = std::fs::metadata(path)
         .map_err(|e| ImportError::io(path, e))?
         .len();
@@ -196,7 +202,10 @@ pub fn load_rgb8(path: &Path) -> Result<RgbImage, ImportError> {
     }
     let mut reader = image::ImageReader::new(std::io::Cursor::new(bytes));
     reader.set_format(format);
-    let decoded = reader.decode().map_err(|e| image_error(path, e))?;
+    let mut decoder = reader.into_decoder().map_err(|e| image_error(path, e))?;
+    // A missing or unreadable EXIF block is "no transform", as every viewer treats it.
+    let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
+    let decoded = image::DynamicImage::from_decoder(decoder).map_err(|e| image_error(path, e))?;
     // `into_rgb8` moves the buffer when the file already is RGB8 (every JPEG the fox and
     // COLMAP datasets hold), and converts otherwise.
     let rgb = decoded.into_rgb8();
@@ -207,18 +216,61 @@ pub fn load_rgb8(path: &Path) -> Result<RgbImage, ImportError> {
             format!("image is empty ({width}x{height}); re-export it or delete it"),
         ));
     }
-    Ok(RgbImage {
+    Ok((
+        RgbImage {
+            width,
+            height,
+            pixels: rgb.into_raw(),
+        },
+        orientation,
+    ))
+}
+
+/// Decodes a JPEG or PNG file into RGB8 with its EXIF orientation applied (see the module doc
+/// for colour conversions; alpha is dropped). Truncated files are refused.
+pub fn load_rgb8(path: &Path) -> Result<RgbImage, ImportError> {
+    let (img, orientation) = load_rgb8_stored(path)?;
+    Ok(orient(img, orientation))
+}
+
+/// Whether `o` exchanges width and height.
+fn swaps_sides(o: Orientation) -> bool {
+    matches!(
+        o,
+        Orientation::Rotate90
+            | Orientation::Rotate270
+            | Orientation::Rotate90FlipH
+            | Orientation::Rotate270FlipH
+    )
+}
+
+/// Applies an EXIF orientation to the pixels.
+pub fn orient(img: RgbImage, o: Orientation) -> RgbImage {
+    if o == Orientation::NoTransforms {
+        return img;
+    }
+    let buf = image::RgbImage::from_raw(img.width, img.height, img.pixels)
+        .expect("RgbImage holds width x height x 3 bytes");
+    let mut d = image::DynamicImage::ImageRgb8(buf);
+    d.apply_orientation(o);
+    let rgb = d.into_rgb8();
+    let (width, height) = rgb.dimensions();
+    RgbImage {
         width,
         height,
         pixels: rgb.into_raw(),
-    })
+    }
 }
 
-/// Width and height of an image file, reading only its header.
+/// Width and height of an image file as [`load_rgb8`] returns it (EXIF orientation applied),
+/// reading only its header.
 pub fn image_dimensions(path: &Path) -> Result<(u32, u32), ImportError> {
-    open_reader(path)?
-        .into_dimensions()
-        .map_err(|e| image_error(path, e))
+    let mut decoder = open_reader(path)?
+        .into_decoder()
+        .map_err(|e| image_error(path, e))?;
+    let o = decoder.orientation().unwrap_or(Orientation::NoTransforms);
+    let (w, h) = decoder.dimensions();
+    Ok(if swaps_sides(o) { (h, w) } else { (w, h) })
 }
 
 /// The size [`Resize`] gives an image of `width × height`. Never larger than the input and never
@@ -472,8 +524,15 @@ pub fn resize_area(src: &RgbImage, width: u32, height: u32) -> RgbImage {
 /// has distortion, resizes it, and returns the camera of the returned pixels.
 pub fn prepare_view(view: &ViewSource, resize: Resize) -> Result<(Camera, RgbImage), ImportError> {
     let path = &view.image_path;
-    let decoded = load_rgb8(path)?;
+    let (stored, orientation) = load_rgb8_stored(path)?;
     let cam = view.camera;
+    let keep_stored =
+        swaps_sides(orientation) && (stored.width, stored.height) == (cam.width, cam.height);
+    let decoded = if keep_stored {
+        stored
+    } else {
+        orient(stored, orientation)
+    };
     if (decoded.width, decoded.height) != (cam.width, cam.height) {
         return Err(ImportError::invalid(
             path,
@@ -922,6 +981,70 @@ mod tests {
             msg.contains("resized after SfM") && msg.contains("wrong images folder"),
             "{msg}"
         );
+    }
+
+    /// A 3×2 PNG (pixel (x, y) = [10x + y, 0, 0]) carrying an EXIF orientation tag.
+    fn png_with_orientation(path: &Path, exif_orientation: u8) {
+        use image::ImageEncoder;
+        let img = image::RgbImage::from_fn(3, 2, |x, y| image::Rgb([(10 * x + y) as u8, 0, 0]));
+        // TIFF header (little-endian), one IFD entry: tag 0x0112 Orientation, SHORT, count 1.
+        let mut exif = vec![
+            b'I', b'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0,
+        ];
+        exif.extend_from_slice(&[exif_orientation, 0, 0, 0, 0, 0, 0, 0]);
+        let mut enc = image::codecs::png::PngEncoder::new(std::fs::File::create(path).unwrap());
+        enc.set_exif_metadata(exif).unwrap();
+        enc.write_image(img.as_raw(), 3, 2, image::ExtendedColorType::Rgb8)
+            .unwrap();
+    }
+
+    fn view_of(path: &Path, width: u32, height: u32) -> ViewSource {
+        ViewSource {
+            name: "o.png".into(),
+            image_path: path.to_owned(),
+            camera: camera(
+                width,
+                height,
+                Intrinsics {
+                    fx: 4.0,
+                    fy: 4.0,
+                    cx: width as f64 / 2.0,
+                    cy: height as f64 / 2.0,
+                },
+            ),
+            distortion: Distortion::NONE,
+            split: None,
+        }
+    }
+
+    #[test]
+    fn exif_orientation_is_applied_and_checked_against_the_camera() {
+        let dir = tempfile::tempdir().unwrap();
+        // 6 = rotate 90° clockwise: stored 3×2 displays as 2×3, stored column 0 becomes the top
+        // row read right to left.
+        let p = dir.path().join("o.png");
+        png_with_orientation(&p, 6);
+        assert_eq!(image_dimensions(&p).unwrap(), (2, 3));
+        let img = load_rgb8(&p).unwrap();
+        assert_eq!((img.width, img.height), (2, 3));
+        assert_eq!(img.get(0, 0)[0], 1); // stored (0, 1)
+        assert_eq!(img.get(1, 0)[0], 0); // stored (0, 0)
+        assert_eq!(img.get(1, 2)[0], 20); // stored (2, 0)
+                                          // A camera of the oriented size gets the upright pixels.
+        let (cam, got) = prepare_view(&view_of(&p, 2, 3), Resize::None).unwrap();
+        assert_eq!((cam.width, cam.height), (2, 3));
+        assert_eq!(got, img);
+        // A camera of the stored size (a pose tool that ignored the tag, as COLMAP does) keeps
+        // the stored order.
+        let (_, got) = prepare_view(&view_of(&p, 3, 2), Resize::None).unwrap();
+        assert_eq!((got.width, got.height), (3, 2));
+        assert_eq!(got.get(2, 1)[0], 21);
+        // 3 = rotate 180°: same size, always applied.
+        let q = dir.path().join("r.png");
+        png_with_orientation(&q, 3);
+        let (_, got) = prepare_view(&view_of(&q, 3, 2), Resize::None).unwrap();
+        assert_eq!(got.get(0, 0)[0], 21);
+        assert_eq!(got.get(2, 1)[0], 0);
     }
 
     #[test]

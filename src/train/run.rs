@@ -17,7 +17,8 @@
 //!    `report.json`, the curves plot.
 //!
 //! # Outputs (`OUT/`)
-//! `point_cloud/iteration_N/point_cloud.ply`, `checkpoints/ckpt-N.bin` + `checkpoints/latest`,
+//! `point_cloud/iteration_N/point_cloud.ply` (and `.spz` / `.splat` with `export`), `cameras.json` (3DGS's camera list),
+//! `checkpoints/ckpt-N.bin` + `checkpoints/latest`,
 //! `metrics.jsonl`, `report.json`, `training_curves.png`, `test/iteration_N/*.png` (ground
 //! truth | render) and `test/iteration_N/metrics.json`.
 //!
@@ -41,6 +42,7 @@ use crate::data::{
     Sampler,
 };
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
+use crate::export::{save_model, ModelFormat, ModelIoError};
 use crate::render::Rasterizer;
 use crate::scene::camera::Camera;
 use crate::shard::reader::Pack;
@@ -63,6 +65,9 @@ pub struct RunOptions {
     pub test_iterations: Vec<u64>,
     /// Write the PLY at these iterations (the last iteration is always written).
     pub save_iterations: Vec<u64>,
+    /// Also write the model in these formats beside each saved PLY
+    /// (`point_cloud/iteration_N/point_cloud.spz`, `.splat`).
+    pub export: Vec<ModelFormat>,
     pub checkpoint_iterations: Vec<u64>,
     pub workers: usize,
     pub prefetch: usize,
@@ -87,6 +92,7 @@ impl RunOptions {
             resume: false,
             test_iterations: vec![7_000, 30_000],
             save_iterations: vec![7_000, 30_000],
+            export: vec![],
             checkpoint_iterations: vec![],
             workers: 2,
             prefetch: 4,
@@ -112,6 +118,8 @@ pub enum RunError {
     Report(#[from] ReportError),
     #[error("cannot save the model: {0}")]
     Ply(#[from] GaussianPlyError),
+    #[error("cannot export the model: {0}")]
+    Export(#[from] ModelIoError),
     #[error("{0}")]
     BackendUnavailable(String),
     #[error("{0}")]
@@ -182,14 +190,55 @@ pub fn ply_rel_path(iteration: u64) -> String {
     format!("point_cloud/iteration_{iteration}/point_cloud.ply")
 }
 
-fn save_ply(out: &Path, trainer: &Trainer, iteration: u64) -> Result<String, RunError> {
+fn save_ply(
+    out: &Path,
+    trainer: &Trainer,
+    iteration: u64,
+    export: &[ModelFormat],
+) -> Result<String, RunError> {
     let rel = ply_rel_path(iteration);
     let path = out.join(&rel);
     let dir = path.parent().expect("has a parent");
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     gply::save(&path, trainer.gaussians(), PlyEncoding::BinaryLittleEndian)?;
+    for &f in export.iter().filter(|&&f| f != ModelFormat::Ply) {
+        save_model(&path.with_extension(f.extension()), trainer.gaussians(), f)?;
+    }
     Ok(rel)
 }
+
+/// Writes `OUT/cameras.json` (every view of the pack, `id` = pack view index), where 3DGS
+/// writes it and its viewers look for it ([`crate::export::cameras_json`]).
+fn write_cameras_json(
+    out: &Path,
+    views: &[crate::shard::ViewEntry],
+    on_event: &mut dyn FnMut(Event),
+) -> Result<(), RunError> {
+    use crate::export::cameras_json::{self, CameraEntry};
+    let entries: Vec<CameraEntry> = views
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            CameraEntry::from_camera(i as u64, &cameras_json::img_name(&v.name), &v.camera)
+        })
+        .collect();
+    let off = views
+        .iter()
+        .map(|v| CameraEntry::principal_point_offset(&v.camera))
+        .fold(0.0f64, f64::max);
+    if off > 0.5 {
+        on_event(Event::Line(format!(
+            "cameras.json: the format assumes a centred principal point; the pack's is up to \
+             {off:.1} px off-centre, so renders from cameras.json shift by that much"
+        )));
+    }
+    let path = out.join(CAMERAS_JSON);
+    checkpoint::write_file_atomic(&path, cameras_json::to_string(&entries).as_bytes())?;
+    Ok(())
+}
+
+/// File name of the camera list in OUT (3DGS's name and place).
+pub const CAMERAS_JSON: &str = "cameras.json";
 
 /// Evaluates `views` (pack view indices), writing side-by-side PNGs into
 /// `OUT/test/<label>/` for the first `max_images`, plus `metrics.json` there.
@@ -295,6 +344,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         .map(|r| manifest.views[source.view_index(r)].camera)
         .collect();
     std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
+    write_cameras_json(&opts.out, &manifest.views, on_event)?;
     let ckpt_dir = opts.out.join("checkpoints");
 
     // The render's intersection buffers get a fixed share of the budget (a floor item).
@@ -428,7 +478,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                     last_row = Instant::now();
                 }
                 if opts.save_iterations.contains(&it) && it != total {
-                    point_clouds.push(save_ply(&opts.out, t, it)?);
+                    point_clouds.push(save_ply(&opts.out, t, it, &opts.export)?);
                 }
                 if opts.checkpoint_iterations.contains(&it) && it != total {
                     checkpoint::save_state(&ckpt_dir, t.state_ref().into(), &pack_id)?;
@@ -491,7 +541,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         let mut test = (None, None, 0usize);
         let mut train_scores = (0.0, 0.0);
         if !interrupted {
-            point_clouds.push(save_ply(&opts.out, &trainer, it)?);
+            point_clouds.push(save_ply(&opts.out, &trainer, it, &opts.export)?);
             checkpoint::save_state(&ckpt_dir, trainer.state_ref().into(), &pack_id)?;
             if opts.eval && !test_views.is_empty() {
                 let scores = evaluate_views(
