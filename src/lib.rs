@@ -23,6 +23,7 @@
 //! | [`export`] | standard 3DGS PLY read/write |
 //! | [`train`] | the 3DGS training step, densification, Adam, loss, schedule and loop |
 //! | [`cli`] | shared command-line plumbing (progress, sizes, error printing) |
+//! | [`fsutil`] | crash-safe writes: atomic file replacement, no-clobber directory install |
 //! | [`rng`] | the project's pinned random number generator |
 
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -32,6 +33,7 @@ pub mod cli;
 pub mod data;
 pub mod device;
 pub mod export;
+pub mod fsutil;
 pub mod import;
 pub mod metrics;
 pub mod pack;

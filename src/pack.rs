@@ -101,8 +101,63 @@ pub enum PackError {
         count: usize,
         first: String,
     },
+    #[error(
+        "-o {} {relation} the input dataset {}; a pack must not be written over or inside its \
+         source: choose an -o outside the dataset",
+        output.display(),
+        input.display()
+    )]
+    Overlap {
+        input: std::path::PathBuf,
+        output: std::path::PathBuf,
+        relation: &'static str,
+    },
     #[error("a worker thread panicked while preparing view {index}; this is a bug in ramsplat, please report it")]
     WorkerPanic { index: usize },
+}
+
+/// `path` made absolute and resolved through symlinks as far as it exists (a missing tail is
+/// appended as written), so two spellings of one location compare equal.
+fn resolve(path: &Path) -> std::path::PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let mut existing = abs.as_path();
+    let mut tail = Vec::new();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(existing) {
+            let mut out = c;
+            for t in tail.iter().rev() {
+                out.push(t);
+            }
+            return out;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(p), Some(n)) => {
+                tail.push(n.to_owned());
+                existing = p;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// Refuses an output that is the input, lies inside it, or contains it: `--force` must never be
+/// able to replace the source dataset, and a pack inside its own source would be re-imported.
+fn check_no_overlap(input: &Path, output: &Path) -> Result<(), PackError> {
+    let (i, o) = (resolve(input), resolve(output));
+    let relation = if o == i {
+        "is"
+    } else if o.starts_with(&i) {
+        "lies inside"
+    } else if i.starts_with(&o) {
+        "contains"
+    } else {
+        return Ok(());
+    };
+    Err(PackError::Overlap {
+        input: input.to_owned(),
+        output: output.to_owned(),
+        relation,
+    })
 }
 
 /// Converts the dataset at `input` into a pack at `output`.
@@ -113,6 +168,7 @@ pub fn convert(
     on_event: &(dyn Fn(Event<'_>) + Sync),
 ) -> Result<ConvertReport, PackError> {
     let started = Instant::now();
+    check_no_overlap(input, output)?;
     let import_opts = ImportOptions {
         strict: opts.strict,
         metadata_only: false,

@@ -315,6 +315,8 @@ fn a_killed_convert_leaves_nothing_that_looks_like_a_pack() {
     let o = convert(&shared("fox"), &pack, &["--downscale", "8"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(ramsplat::shard::reader::Pack::open(&pack).is_ok());
+    // ... and removes it, since its process is gone.
+    assert!(!partial_shard.exists(), "stale {name} was not cleaned up");
 }
 
 #[test]
@@ -354,4 +356,204 @@ fn a_corrupt_image_fails_the_convert_naming_the_file_and_leaves_nothing() {
         vec![std::ffi::OsString::from("scene")],
         "nothing but the input remains"
     );
+}
+
+/// A small synthetic COLMAP dataset at `dir`.
+fn small_scene(dir: &Path) {
+    let o = gs_pack(&[
+        "synth",
+        "-o",
+        dir.to_str().unwrap(),
+        "--views",
+        "6",
+        "--width",
+        "32",
+        "--height",
+        "24",
+        "--points",
+        "100",
+        "--seed",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// Sorted names in `dir`.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn force_never_replaces_a_folder_that_is_not_a_pack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    small_scene(&scene);
+    let user = tmp.path().join("work");
+    std::fs::create_dir_all(user.join("sub")).unwrap();
+    std::fs::write(user.join("thesis.txt"), b"years of work").unwrap();
+    let o = convert(&scene, &user, &["--force"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not a ramsplat pack"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read(user.join("thesis.txt")).unwrap(),
+        b"years of work"
+    );
+    assert!(user.join("sub").is_dir());
+    // An empty folder is not a pack either.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = convert(&scene, &empty, &["--force"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // A pack with a user's file dropped into it is not replaced either.
+    let pack = tmp.path().join("scene.pack");
+    assert!(convert(&scene, &pack, &[]).status.success());
+    std::fs::write(pack.join("notes.txt"), b"mine").unwrap();
+    let o = convert(&scene, &pack, &["--force"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("notes.txt"));
+    assert_eq!(std::fs::read(pack.join("notes.txt")).unwrap(), b"mine");
+    assert_eq!(names(tmp.path()), ["empty", "scene", "scene.pack", "work"]);
+}
+
+#[test]
+fn force_never_replaces_a_regular_file_and_hides_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    small_scene(&scene);
+    let file = tmp.path().join("afile.txt");
+    std::fs::write(&file, b"keep me").unwrap();
+    let o = convert(&scene, &file, &["--force"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a regular file"));
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+    // No hidden `.afile.txt.old` or partial directory left behind.
+    assert_eq!(names(tmp.path()), ["afile.txt", "scene"]);
+}
+
+#[test]
+fn force_never_touches_the_source_dataset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    small_scene(&scene);
+    let before = names(&scene);
+    let inside = scene.join("pack");
+    let dotted = format!("{}/.", scene.display());
+    for (out, relation) in [
+        (scene.clone(), "is the input"),
+        (PathBuf::from(&dotted), "is the input"),
+        (tmp.path().to_owned(), "contains the input"),
+        (inside.clone(), "lies inside the input"),
+    ] {
+        let o = convert(&scene, &out, &["--force"]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(relation),
+            "{relation}: {}",
+            text(&o)
+        );
+        assert_eq!(names(&scene), before);
+    }
+    assert!(!inside.exists());
+    // The dataset still converts.
+    let pack = tmp.path().join("scene.pack");
+    assert!(convert(&scene, &pack, &[]).status.success());
+}
+
+#[test]
+fn force_replaces_an_old_pack_atomically_and_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    small_scene(&scene);
+    let pack = tmp.path().join("scene.pack");
+    assert!(convert(&scene, &pack, &["--codec", "raw"]).status.success());
+    let o = convert(&scene, &pack, &["--force", "--codec", "zstd"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = gs_pack(&["verify", pack.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = ramsplat::shard::reader::Pack::open(&pack).unwrap();
+    assert_eq!(m.manifest().views[0].codec, ramsplat::shard::Codec::Zstd);
+    assert_eq!(names(tmp.path()), ["scene", "scene.pack"]);
+}
+
+#[test]
+fn a_destination_created_during_the_convert_survives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pack = tmp.path().join("fox.pack");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gs-pack"))
+        .args([
+            "convert",
+            shared("fox").to_str().unwrap(),
+            "-o",
+            pack.to_str().unwrap(),
+            "--max-width",
+            "0",
+            "--workers",
+            "1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !names(tmp.path())
+        .iter()
+        .any(|n| n.starts_with(".fox.pack.partial-"))
+    {
+        assert!(child.try_wait().unwrap().is_none(), "finished too early");
+        assert!(std::time::Instant::now() < deadline, "no partial appeared");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::fs::create_dir(&pack).unwrap();
+    std::fs::write(pack.join("report.txt"), b"someone else's").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("while this pack was being written"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(names(&pack), ["report.txt"]);
+    assert_eq!(names(tmp.path()), ["fox.pack"]);
+}
+
+#[test]
+fn two_concurrent_converts_into_one_destination_give_one_pack_and_one_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    small_scene(&scene);
+    let pack = tmp.path().join("scene.pack");
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_gs-pack"))
+            .args([
+                "convert",
+                scene.to_str().unwrap(),
+                "-o",
+                pack.to_str().unwrap(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let ok = [&a, &b].iter().filter(|o| o.status.success()).count();
+    assert_eq!(ok, 1, "{}\n{}", text(&a), text(&b));
+    let loser = if a.status.success() { &b } else { &a };
+    assert_eq!(loser.status.code(), Some(1), "{}", text(loser));
+    let err = String::from_utf8_lossy(&loser.stderr);
+    assert!(
+        err.contains("already exists") || err.contains("while this pack was being written"),
+        "{}",
+        text(loser)
+    );
+    let o = gs_pack(&["verify", pack.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(names(tmp.path()), ["scene", "scene.pack"]);
 }

@@ -6,7 +6,15 @@
 //! [`PackWriter::finish`] has fsynced every shard and the manifest and renamed the directory into
 //! place. Dropping a writer without finishing removes the temporary directory; a killed process
 //! leaves only the hidden `.partial` directory, which never looks like a pack (it has no
-//! manifest until the very end, and it is not at the destination path).
+//! manifest until the very end, and it is not at the destination path), and which the next
+//! convert into the same destination removes once its process is gone.
+//!
+//! Installation never destroys anything but an old pack: the final rename refuses an existing
+//! destination ([`crate::fsutil::rename_noreplace`]), so a folder or file that appears at the
+//! destination during the run survives and, of two concurrent converts into one new
+//! destination, exactly one succeeds. `--force` replaces only a directory that
+//! [`check_replaceable_pack`] recognises, by an atomic exchange; the old pack is deleted only
+//! after the new one is in place.
 //!
 //! Encoding is split from writing ([`encode_view`] is a pure function), so the pack pipeline can
 //! encode views on several threads and append them in order on one.
@@ -64,6 +72,21 @@ pub enum WriteError {
     Import(#[from] ImportError),
     #[error("{}: already exists; pass --force to replace it", path.display())]
     Exists { path: PathBuf },
+    /// `--force` only ever replaces a ramsplat pack.
+    #[error(
+        "{}: {what}, not a ramsplat pack; --force only replaces a pack (manifest.json and \
+         shard-*.gss files), so nothing was changed: choose another -o or move it away",
+        path.display()
+    )]
+    NotAPack { path: PathBuf, what: String },
+    /// Something appeared at the destination while the pack was being written.
+    #[error(
+        "{}: was created by someone else while this pack was being written; it was left \
+         untouched and this pack was discarded (run again with another -o, or --force if it \
+         is a pack to replace)",
+        path.display()
+    )]
+    Raced { path: PathBuf },
     #[error("view {name:?}: {msg}")]
     BadView { name: String, msg: String },
     #[error("the dataset is empty: no views and no points to pack")]
@@ -321,10 +344,15 @@ pub struct PackWriter {
 impl PackWriter {
     /// Starts a pack at `dest`. Fails if `dest` exists and `options.force` is not set.
     pub fn create(dest: &Path, options: &WriterOptions) -> Result<PackWriter, WriteError> {
-        if dest.exists() && !options.force {
-            return Err(WriteError::Exists {
-                path: dest.to_owned(),
-            });
+        match fs::symlink_metadata(dest) {
+            Ok(_) if !options.force => {
+                return Err(WriteError::Exists {
+                    path: dest.to_owned(),
+                })
+            }
+            Ok(_) => check_replaceable_pack(dest)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(dest, e).into()),
         }
         let parent = match dest.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
@@ -339,6 +367,7 @@ impl PackWriter {
             file_name.to_string_lossy(),
             std::process::id()
         ));
+        remove_stale_partials(&parent, &file_name.to_string_lossy());
         if tmp.exists() {
             fs::remove_dir_all(&tmp).map_err(|e| io_err(&tmp, e))?;
         }
@@ -542,16 +571,7 @@ impl PackWriter {
         let json = serde_json::to_vec_pretty(&manifest).map_err(|e| io_err(&path, e.into()))?;
         write_synced(&path, &json)?;
         sync_dir(&self.tmp)?;
-        if self.dest.exists() {
-            // --force: move the old pack aside first so that a crash between the two renames
-            // leaves either the old or the new pack at `dest`, plus a hidden directory.
-            let trash = self.tmp.with_extension("old");
-            fs::rename(&self.dest, &trash).map_err(|e| io_err(&self.dest, e))?;
-            fs::rename(&self.tmp, &self.dest).map_err(|e| io_err(&self.dest, e))?;
-            fs::remove_dir_all(&trash).map_err(|e| io_err(&trash, e))?;
-        } else {
-            fs::rename(&self.tmp, &self.dest).map_err(|e| io_err(&self.dest, e))?;
-        }
+        self.install()?;
         if let Some(parent) = self.dest.parent() {
             // Make the rename durable; failure here is not worth losing a complete pack over.
             let _ = sync_dir(if parent.as_os_str().is_empty() {
@@ -563,6 +583,143 @@ impl PackWriter {
         self.finished = true;
         Ok(manifest)
     }
+
+    /// Moves the finished temporary directory to `dest` without ever replacing something that
+    /// is not a pack (see the module doc).
+    fn install(&mut self) -> Result<(), WriteError> {
+        match crate::fsutil::rename_noreplace(&self.tmp, &self.dest) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {}
+            Err(e) => return Err(io_err(&self.dest, e).into()),
+        }
+        if !self.options.force {
+            // Free at `create`, taken now: someone else's; never touch it.
+            return Err(WriteError::Raced {
+                path: self.dest.clone(),
+            });
+        }
+        check_replaceable_pack(&self.dest)?;
+        match crate::fsutil::exchange(&self.tmp, &self.dest) {
+            Ok(()) => {
+                // `tmp` now holds what was at `dest`. It was a pack a moment ago; if it was
+                // swapped for something else in between, put it back.
+                if let Err(e) = check_replaceable_pack(&self.tmp) {
+                    let _ = crate::fsutil::exchange(&self.tmp, &self.dest);
+                    return Err(e);
+                }
+                fs::remove_dir_all(&self.tmp).map_err(|e| io_err(&self.tmp, e))?;
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                // No atomic exchange: move the old pack aside, install, then delete the old one;
+                // on failure the old pack goes back.
+                let trash = self.tmp.with_extension("old");
+                fs::rename(&self.dest, &trash).map_err(|e| io_err(&self.dest, e))?;
+                if let Err(e) = crate::fsutil::rename_noreplace(&self.tmp, &self.dest) {
+                    let _ = crate::fsutil::rename_noreplace(&trash, &self.dest);
+                    return Err(io_err(&self.dest, e).into());
+                }
+                fs::remove_dir_all(&trash).map_err(|e| io_err(&trash, e))?;
+                Ok(())
+            }
+            Err(e) => Err(io_err(&self.dest, e).into()),
+        }
+    }
+}
+
+/// Succeeds only if `path` is a directory holding nothing but a ramsplat pack: `manifest.json`
+/// (whose `format` is [`Manifest::FORMAT`]) and/or `shard-NNNNN.gss` files that start with the
+/// shard magic, and at least one of them. A damaged pack (bad checksums, unparsable manifest but
+/// intact shard magic) still counts, so that re-converting it with `--force` works; a directory
+/// holding any other file, a symlink or a regular file never does.
+pub fn check_replaceable_pack(path: &Path) -> Result<(), WriteError> {
+    let not = |what: String| {
+        Err(WriteError::NotAPack {
+            path: path.to_owned(),
+            what,
+        })
+    };
+    let meta = fs::symlink_metadata(path).map_err(|e| io_err(path, e))?;
+    if meta.file_type().is_symlink() {
+        return not("a symbolic link".into());
+    }
+    if !meta.is_dir() {
+        return not("a regular file".into());
+    }
+    let mut manifest_ok = false;
+    let mut shards = 0usize;
+    for entry in fs::read_dir(path).map_err(|e| io_err(path, e))? {
+        let entry = entry.map_err(|e| io_err(path, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ft = entry.file_type().map_err(|e| io_err(&entry.path(), e))?;
+        let is_shard_name = name.len() == "shard-00000.gss".len()
+            && name.starts_with("shard-")
+            && name.ends_with(".gss")
+            && name[6..11].bytes().all(|b| b.is_ascii_digit());
+        if ft.is_file() && name == MANIFEST_FILE {
+            let format = fs::read(entry.path())
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|v| v.get("format").and_then(|f| f.as_str()).map(str::to_owned));
+            manifest_ok = format.as_deref() == Some(Manifest::FORMAT);
+        } else if ft.is_file() && is_shard_name {
+            let mut magic = [0u8; 8];
+            let ok = File::open(entry.path())
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+                .is_ok()
+                && magic == SHARD_MAGIC;
+            if !ok {
+                return not(format!("a directory whose {name} is not a ramsplat shard"));
+            }
+            shards += 1;
+        } else {
+            return not(format!(
+                "a directory holding {name:?}, which no ramsplat pack contains"
+            ));
+        }
+    }
+    if !manifest_ok && shards == 0 {
+        return not("a directory without a ramsplat manifest.json or shard".into());
+    }
+    Ok(())
+}
+
+/// Removes `.NAME.partial-PID` directories (and `.old` siblings) next to the destination whose
+/// process no longer runs: leftovers of a killed convert into the same destination.
+fn remove_stale_partials(parent: &Path, file_name: &str) {
+    let prefix = format!(".{file_name}.partial-");
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let pid = rest.strip_suffix(".old").unwrap_or(rest);
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if pid != std::process::id() && !process_alive(pid) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(unix)]
+fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 sends nothing; it only checks whether `pid` exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+#[cfg(not(unix))]
+fn process_alive(_pid: u32) -> bool {
+    true
 }
 
 impl Drop for PackWriter {
@@ -598,14 +755,9 @@ fn scene_info(views: &[ViewEntry], no_sfm_points: bool) -> SceneInfo {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary name, fsyncs and renames.
+/// Writes `bytes` to `path` atomically ([`crate::fsutil::write_atomic`]).
 pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), ShardError> {
-    let tmp = path.with_extension("partial");
-    let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
-    f.sync_all().map_err(|e| io_err(&tmp, e))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+    crate::fsutil::write_atomic(path, bytes).map_err(|e| io_err(path, e))
 }
 
 fn sync_dir(dir: &Path) -> Result<(), ShardError> {

@@ -1,0 +1,199 @@
+//! Crash-safe file system primitives shared by every writer that must never leave a torn file or
+//! destroy what a user had: atomic file replacement and no-clobber directory installation.
+//!
+//! # Invariants
+//! - [`write_atomic`] writes to a hidden temporary name in the destination's own directory
+//!   (`.NAME.tmp-PID`), fsyncs the file, renames it over the destination and fsyncs the
+//!   directory. A reader sees the old file or the complete new one, never a torn one; on any
+//!   error the temporary file is removed, so no hidden leftover survives a failed write.
+//! - [`rename_noreplace`] moves a file or directory to a path that must not exist *at the moment
+//!   of the rename* (`renameat2(RENAME_NOREPLACE)` on Linux; elsewhere, or on a file system that
+//!   lacks the flag, an exclusive `mkdir` of the destination followed by a rename over that empty
+//!   directory, which POSIX only allows while it is still empty). Something that appears at the
+//!   destination in the meantime is never replaced: the call fails with
+//!   [`io::ErrorKind::AlreadyExists`] and the source is left where it was.
+//! - [`exchange`] swaps two existing paths atomically (`renameat2(RENAME_EXCHANGE)`), so a
+//!   replacement never has a moment where neither the old nor the new content is in place.
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// The directory holding `path` (`.` for a bare file name).
+pub fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Fsyncs a directory so that renames and creations inside it are durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Hidden temporary name next to `path` (same directory, so the final rename is atomic).
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// Writes `bytes` to `path` atomically: temporary file, fsync, rename, directory fsync.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(path, &mut |w| w.write_all(bytes))
+}
+
+/// Like [`write_atomic`], with the content produced by `body` through a buffered writer.
+pub fn write_atomic_with(
+    path: &Path,
+    body: &mut dyn FnMut(&mut BufWriter<File>) -> io::Result<()>,
+) -> io::Result<()> {
+    let tmp = tmp_path(path);
+    let result = (|| {
+        let file = File::create(&tmp)?;
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        body(&mut w)?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sync_dir(parent_dir(path))
+}
+
+#[cfg(target_os = "linux")]
+fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+    };
+    let (f, t) = (c(from)?, c(to)?);
+    // SAFETY: both pointers come from live, NUL-terminated CStrings that outlive the call;
+    // AT_FDCWD makes relative paths resolve against the working directory, like `rename`.
+    // The raw syscall is used so that a libc without the `renameat2` wrapper still works.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            flags,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// True for the errors meaning "this kernel or file system does not support the flag".
+#[cfg(target_os = "linux")]
+fn unsupported(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS))
+}
+
+/// Renames `from` to `to`, failing with `AlreadyExists` if anything is at `to` (see the module
+/// doc). Never replaces or removes what is at `to`.
+pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        match renameat2(from, to, libc::RENAME_NOREPLACE) {
+            Ok(()) => return Ok(()),
+            Err(e) if unsupported(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    // Fallback for directories: claim `to` with an exclusive mkdir, then rename over the empty
+    // directory we own (fails with ENOTEMPTY/EEXIST if anyone put something into it).
+    if fs::symlink_metadata(from)?.is_dir() {
+        fs::create_dir(to)?;
+        return fs::rename(from, to).inspect_err(|_| {
+            let _ = fs::remove_dir(to);
+        });
+    }
+    // Files: a hard link cannot replace an existing path.
+    fs::hard_link(from, to)?;
+    fs::remove_file(from)
+}
+
+/// Swaps two existing paths atomically. `Unsupported` where the platform cannot.
+pub fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        match renameat2(a, b, libc::RENAME_EXCHANGE) {
+            Err(e) if unsupported(&e) => {}
+            other => return other,
+        }
+    }
+    let _ = (a, b);
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "atomic exchange is not supported on this file system",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_atomic_replaces_and_leaves_nothing_behind() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("a.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
+        // A failing body removes its temporary file and keeps the old content.
+        let err = write_atomic_with(&p, &mut |_| Err(io::Error::other("disk full"))).unwrap_err();
+        assert_eq!(err.to_string(), "disk full");
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn rename_noreplace_never_clobbers() {
+        let d = tempfile::tempdir().unwrap();
+        let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+        fs::create_dir(&src).unwrap();
+        fs::write(src.join("x"), b"new").unwrap();
+        fs::create_dir(&dst).unwrap(); // even an empty directory is not replaced
+        let e = rename_noreplace(&src, &dst).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert!(src.join("x").exists());
+        fs::remove_dir(&dst).unwrap();
+        fs::write(&dst, b"user file").unwrap();
+        assert!(rename_noreplace(&src, &dst).is_err());
+        assert_eq!(fs::read(&dst).unwrap(), b"user file");
+        fs::remove_file(&dst).unwrap();
+        rename_noreplace(&src, &dst).unwrap();
+        assert_eq!(fs::read(dst.join("x")).unwrap(), b"new");
+        assert!(!src.exists());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn exchange_swaps() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        fs::write(&a, b"A").unwrap();
+        fs::create_dir(&b).unwrap();
+        match exchange(&a, &b) {
+            Ok(()) => {
+                assert!(a.is_dir());
+                assert_eq!(fs::read(&b).unwrap(), b"A");
+            }
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::Unsupported),
+        }
+    }
+}
