@@ -168,12 +168,12 @@ pub fn convert(
     on_event: &(dyn Fn(Event<'_>) + Sync),
 ) -> Result<ConvertReport, PackError> {
     let started = Instant::now();
-    check_no_overlap(input, output)?;
     let import_opts = ImportOptions {
         strict: opts.strict,
         metadata_only: false,
     };
     let mut scene = import::open(input, opts.format, &import_opts)?;
+    check_no_overlap(input, output)?;
     on_event(Event::Imported {
         views: scene.views.len(),
         clouds: scene.clouds.len(),

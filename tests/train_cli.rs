@@ -263,6 +263,7 @@ fn refusals_say_why() {
         &at20,
         &Expected {
             pack_id: &pack_id,
+            pack_content: None,
             config: &config,
         },
     )

@@ -5,14 +5,15 @@
 //! ```text
 //! gs-train PACK -o OUT [--ram-budget 4G] [--iterations 30000] [--backend auto|cpu|cuda]
 //!          [--eval] [--resume] [--seed S] [--sh-degree 3] [--test-iterations N...]
-//!          [--save-iterations N...] [--checkpoint-iterations N...] [--max-gaussians N]
-//!          [--random-background] [--workers N] [--prefetch N] [--export spz,splat]
+//!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
+//!          [--overwrite] [--max-gaussians N] [--random-background] [--workers N] [--prefetch N]
+//!          [--export spz,splat]
 //! gs-train --demo [-o OUT]
 //! ```
 //!
 //! Exit codes: 0 success; 1 failure (the message says why and what to change); 2 invalid
-//! command line; 3 the requested backend is not available; 130 interrupted by Ctrl-C after
-//! writing a checkpoint (continue with `--resume`).
+//! command line; 3 the requested backend is not available; 130 interrupted by Ctrl-C, SIGTERM
+//! or SIGHUP after writing a checkpoint (continue with `--resume`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,7 +43,7 @@ const EXIT_INTERRUPTED: u8 = 130;
     version,
     after_help = "Sizes: 4G = 4GiB = 4·2^30 bytes; 4GB = 4·10^9 bytes; plain numbers are bytes.\n\
                   Exit codes: 0 success, 1 failure, 2 invalid command line, 3 backend not \
-                  available, 130 interrupted by Ctrl-C (a checkpoint was written; continue with \
+                  available, 130 interrupted by Ctrl-C, SIGTERM or SIGHUP (a checkpoint was written; continue with \
                   --resume)."
 )]
 struct Args {
@@ -87,6 +88,13 @@ struct Args {
     /// Write a checkpoint at these iterations (the last, and Ctrl-C, always).
     #[arg(long, num_args = 1.., value_name = "N")]
     checkpoint_iterations: Vec<u64>,
+    /// Also write a checkpoint every N iterations, keeping the newest 3 of these (0: off).
+    #[arg(long, value_name = "N", default_value_t = run::DEFAULT_CHECKPOINT_EVERY)]
+    checkpoint_every: u64,
+    /// Start afresh in an -o holding another run: deletes that run's outputs (checkpoints,
+    /// point clouds, metrics, report, charts, test images) and nothing else.
+    #[arg(long, conflicts_with = "resume")]
+    overwrite: bool,
     /// Never densify past this many Gaussians.
     #[arg(long, value_name = "N")]
     max_gaussians: Option<usize>,
@@ -142,6 +150,8 @@ fn options(args: &Args) -> Result<RunOptions> {
     o.save_iterations = args.save_iterations.clone();
     o.export = args.export.clone();
     o.checkpoint_iterations = args.checkpoint_iterations.clone();
+    o.checkpoint_every = args.checkpoint_every;
+    o.overwrite = args.overwrite;
     o.workers = args.workers;
     o.prefetch = args.prefetch;
     o.metrics_every = args.metrics_every;
@@ -152,8 +162,10 @@ fn options(args: &Args) -> Result<RunOptions> {
 /// Ctrl-C while that happens is left to the default handler's successor: it sets the flag again.
 fn install_ctrlc(stop: &Arc<AtomicBool>) -> Result<()> {
     let flag = stop.clone();
+    // The `termination` feature routes SIGTERM and SIGHUP here too: a `kill`, a logout or a
+    // batch scheduler's stop checkpoints like Ctrl-C does.
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
-        .context("cannot install the Ctrl-C handler")
+        .context("cannot install the Ctrl-C / SIGTERM handler")
 }
 
 fn main() -> ExitCode {
@@ -239,6 +251,7 @@ fn run_demo(args: &Args, out: PathBuf, stop: Arc<AtomicBool>) -> Result<bool> {
         args.ram_budget,
         iterations,
         stop,
+        args.overwrite,
         &mut |ev| match ev {
             demo::DemoEvent::Stage(s) => {
                 if let Some(p) = progress.borrow_mut().take() {

@@ -384,6 +384,43 @@ pub struct Manifest {
 impl Manifest {
     pub const FORMAT: &'static str = "ramsplat-pack";
 
+    /// A fingerprint (xxh3-64, hex) of everything training reads from the pack: every view's
+    /// name, camera, split and stored-record checksum and length, every point chunk's checksum,
+    /// and the scene numbers; not the random `pack_id`, the shard layout, the creation tool or
+    /// the source path. Conversion is deterministic, so re-converting the same source with the
+    /// same options gives the same fingerprint, and a checkpoint made on the old pack can be
+    /// resumed on the new one (see `train::checkpoint::StateMeta::pack_content`).
+    pub fn content_fingerprint(&self) -> String {
+        let views: Vec<_> = self
+            .views
+            .iter()
+            .map(|v| {
+                (
+                    &v.name,
+                    &v.camera,
+                    v.split,
+                    v.record.checksum.0,
+                    v.record.decoded_len,
+                )
+            })
+            .collect();
+        let clouds: Vec<_> = self
+            .clouds
+            .iter()
+            .map(|c| {
+                let chunks: Vec<_> = c
+                    .chunks
+                    .iter()
+                    .map(|k| (k.points, k.record.checksum.0))
+                    .collect();
+                (&c.name, c.points, c.has_labels, c.has_normals, chunks)
+            })
+            .collect();
+        let json = serde_json::to_vec(&(views, clouds, &self.scene))
+            .expect("manifest content serialises");
+        format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&json))
+    }
+
     /// Indices of views in `split`, in pack order.
     pub fn split_indices(&self, split: Split) -> Vec<usize> {
         self.views

@@ -685,6 +685,11 @@ pub struct StateMeta {
     pub created_by: String,
     /// The pack the run trains on (its manifest's random `pack_id`, hex).
     pub pack_id: String,
+    /// [`crate::shard::Manifest::content_fingerprint`] of that pack: a re-convert of the same
+    /// source with the same options has a new `pack_id` but the same fingerprint, and its
+    /// checkpoints stay valid. Absent in checkpoints of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack_content: Option<String>,
     /// Completed iterations.
     pub step: u64,
     pub extent: f64,
@@ -744,6 +749,9 @@ impl<'a> From<super::TrainStateRef<'a>> for StateRef<'a> {
 #[derive(Clone, Debug)]
 pub struct Expected<'a> {
     pub pack_id: &'a str,
+    /// The pack's content fingerprint; a checkpoint whose fingerprint matches is accepted even
+    /// when the pack id differs (the pack was re-converted from the same source).
+    pub pack_content: Option<&'a str>,
     pub config: &'a TrainConfig,
 }
 
@@ -787,6 +795,16 @@ pub fn save_state(
     state: StateRef<'_>,
     pack_id: &str,
 ) -> Result<PathBuf, CheckpointError> {
+    save_state_of(dir, state, pack_id, None)
+}
+
+/// [`save_state`], recording the pack's content fingerprint as well (see [`StateMeta`]).
+pub fn save_state_of(
+    dir: &Path,
+    state: StateRef<'_>,
+    pack_id: &str,
+    pack_content: Option<&str>,
+) -> Result<PathBuf, CheckpointError> {
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let name = checkpoint_file_name(state.step);
     let path = dir.join(&name);
@@ -798,6 +816,7 @@ pub fn save_state(
     let meta = StateMeta {
         created_by: format!("gs-train {}", env!("CARGO_PKG_VERSION")),
         pack_id: pack_id.to_owned(),
+        pack_content: pack_content.map(str::to_owned),
         step: state.step,
         extent: state.extent,
         config: state.config.clone(),
@@ -906,10 +925,15 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
     };
     let meta: StateMeta = serde_json::from_value(c.meta().clone())
         .map_err(|e| corrupt(format!("its state header is unreadable: {e}")))?;
-    if meta.pack_id != expected.pack_id {
+    let same_content = matches!(
+        (meta.pack_content.as_deref(), expected.pack_content),
+        (Some(a), Some(b)) if a == b
+    );
+    if meta.pack_id != expected.pack_id && !same_content {
         return Err(mismatch(format!(
             "it was made from pack {} but this run trains on pack {}; resume with the pack it \
-             was made from, or train into a new -o directory",
+             was made from (or one re-converted from the same source with the same options), \
+             or train into a new -o directory",
             meta.pack_id, expected.pack_id
         )));
     }
@@ -1189,6 +1213,7 @@ mod state_tests {
         assert_eq!(latest(dir.path()).unwrap(), path);
         let expected = Expected {
             pack_id: "abc",
+            pack_content: None,
             config: &s.config,
         };
         let back = load_state(&path, &expected).unwrap();
@@ -1205,6 +1230,7 @@ mod state_tests {
             &path,
             &Expected {
                 pack_id: "def",
+                pack_content: None,
                 config: &s.config,
             },
         )
@@ -1220,6 +1246,7 @@ mod state_tests {
             &path,
             &Expected {
                 pack_id: "abc",
+                pack_content: None,
                 config: &other,
             },
         )
@@ -1244,6 +1271,7 @@ mod state_tests {
             &p2,
             &Expected {
                 pack_id: "abc",
+                pack_content: None,
                 config: &s.config,
             },
         )
@@ -1258,6 +1286,7 @@ mod state_tests {
             &p3,
             &Expected {
                 pack_id: "abc",
+                pack_content: None,
                 config: &s.config,
             },
         )
@@ -1276,6 +1305,7 @@ mod state_tests {
             &path,
             &Expected {
                 pack_id: "abc",
+                pack_content: None,
                 config: &s.config,
             },
         )

@@ -241,6 +241,7 @@ pub fn run_demo(
     ram_budget: u64,
     iterations: u64,
     stop: Arc<AtomicBool>,
+    overwrite: bool,
     on_event: &mut dyn FnMut(DemoEvent),
 ) -> Result<RunOutcome, DemoError> {
     let tmp = std::env::temp_dir().join(format!("gs-train-demo-{}", std::process::id()));
@@ -266,6 +267,7 @@ pub fn run_demo(
         )));
         let mut o = demo_options(&pack, out, ram_budget, iterations);
         o.stop = stop;
+        o.overwrite = overwrite;
         Ok(run::run(&o, &mut |e| on_event(DemoEvent::Run(e)))?)
     })();
     let _ = std::fs::remove_dir_all(&tmp);

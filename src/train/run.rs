@@ -69,6 +69,12 @@ pub struct RunOptions {
     /// (`point_cloud/iteration_N/point_cloud.spz`, `.splat`).
     pub export: Vec<ModelFormat>,
     pub checkpoint_iterations: Vec<u64>,
+    /// A checkpoint every this many iterations (0: none), keeping the newest
+    /// [`KEEP_PERIODIC_CHECKPOINTS`] of them; bounds the work a crash or `kill -9` can lose.
+    pub checkpoint_every: u64,
+    /// Start afresh in an `out` that holds another run's outputs, removing only those outputs
+    /// ([`RUN_OUTPUTS`]); without it (and without `resume`) such an `out` is refused.
+    pub overwrite: bool,
     pub workers: usize,
     pub prefetch: usize,
     /// A metrics row every this many iterations.
@@ -94,6 +100,8 @@ impl RunOptions {
             save_iterations: vec![7_000, 30_000],
             export: vec![],
             checkpoint_iterations: vec![],
+            checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
+            overwrite: false,
             workers: 2,
             prefetch: 4,
             metrics_every: 100,
@@ -102,6 +110,24 @@ impl RunOptions {
         }
     }
 }
+
+/// Default of [`RunOptions::checkpoint_every`]: a checkpoint costs well under a second at
+/// typical model sizes, a thousand iterations take minutes, so this bounds the loss of a crash
+/// to minutes at a cost of well under 1 % of the run.
+pub const DEFAULT_CHECKPOINT_EVERY: u64 = 1000;
+/// Periodic checkpoints kept (older periodic ones are deleted; `--checkpoint-iterations` ones
+/// and the final one never are).
+pub const KEEP_PERIODIC_CHECKPOINTS: u64 = 3;
+/// Everything a run writes into its output directory; `--overwrite` removes exactly these.
+pub const RUN_OUTPUTS: [&str; 7] = [
+    "checkpoints",
+    "point_cloud",
+    report::METRICS_FILE,
+    report::REPORT_FILE,
+    report::CURVES_FILE,
+    report::LOSS_FILE,
+    report::TEST_DIR,
+];
 
 /// Why a run failed. Messages name the file / view and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +150,26 @@ pub enum RunError {
     BackendUnavailable(String),
     #[error("{0}")]
     Config(String),
+    /// `out` holds another run and neither `--resume` nor `--overwrite` was given.
+    #[error(
+        "{}: already holds a training run ({found}); continue it with --resume, train into a \
+         new -o directory, or pass --overwrite to delete that run's outputs (other files are \
+         kept)",
+        out.display()
+    )]
+    ExistingRun { out: PathBuf, found: String },
+    /// The run failed after training some iterations; the last good state is on disk.
+    #[error(
+        "stopped at iteration {step}; the last good state is kept in {} (fix the cause below, \
+         then continue with --resume)",
+        checkpoint.display()
+    )]
+    Stopped {
+        step: u64,
+        checkpoint: PathBuf,
+        #[source]
+        source: Box<RunError>,
+    },
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -288,6 +334,47 @@ fn evaluate_views(
     Ok(scores)
 }
 
+/// Refuses an `out` holding another run's outputs (see [`RUN_OUTPUTS`]), or, with `overwrite`,
+/// removes exactly those outputs and nothing else.
+fn claim_output(out: &Path, overwrite: bool) -> Result<(), RunError> {
+    let found: Vec<&str> = RUN_OUTPUTS
+        .iter()
+        .copied()
+        .filter(|n| std::fs::symlink_metadata(out.join(n)).is_ok())
+        .collect();
+    if found.is_empty() {
+        return Ok(());
+    }
+    if !overwrite {
+        return Err(RunError::ExistingRun {
+            out: out.to_owned(),
+            found: found.join(", "),
+        });
+    }
+    for n in found {
+        let p = out.join(n);
+        let meta = std::fs::symlink_metadata(&p).map_err(io_err(&p))?;
+        if meta.is_dir() {
+            std::fs::remove_dir_all(&p).map_err(io_err(&p))?;
+        } else {
+            std::fs::remove_file(&p).map_err(io_err(&p))?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the periodic checkpoint that fell out of the newest [`KEEP_PERIODIC_CHECKPOINTS`]
+/// after the one at iteration `it` was written (unless it was also requested explicitly).
+fn prune_periodic(dir: &Path, it: u64, opts: &RunOptions) {
+    let Some(old) = it.checked_sub(KEEP_PERIODIC_CHECKPOINTS * opts.checkpoint_every) else {
+        return;
+    };
+    if old > 0 && !opts.checkpoint_iterations.contains(&old) {
+        // Best effort: a leftover checkpoint costs disk space, never correctness.
+        let _ = std::fs::remove_file(dir.join(checkpoint::checkpoint_file_name(old)));
+    }
+}
+
 /// Points drawn when a pack has no SfM points (3DGS: 100k).
 pub const RANDOM_POINTS: usize = 100_000;
 /// The RNG stream (see [`crate::rng::Rng::derived`]) of the initial random points, apart from
@@ -320,6 +407,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let pack = Arc::new(Pack::open(&opts.pack)?);
     let manifest = pack.manifest().clone();
     let pack_id = manifest.pack_id.to_string();
+    let pack_content = manifest.content_fingerprint();
     let (train_split, test_views) = if opts.eval {
         (Some(Split::Train), manifest.split_indices(Split::Test))
     } else {
@@ -343,9 +431,20 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let cameras: Vec<Camera> = (0..source.len() as u32)
         .map(|r| manifest.views[source.view_index(r)].camera)
         .collect();
+    if !opts.resume {
+        claim_output(&opts.out, opts.overwrite)?;
+    }
     std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
     write_cameras_json(&opts.out, &manifest.views, on_event)?;
     let ckpt_dir = opts.out.join("checkpoints");
+    let save = |t: &Trainer| {
+        checkpoint::save_state_of(
+            &ckpt_dir,
+            t.state_ref().into(),
+            &pack_id,
+            Some(&pack_content),
+        )
+    };
 
     // The render's intersection buffers get a fixed share of the budget (a floor item).
     let intersection_bytes = (opts.ram_budget / INTERSECTION_BUDGET_DIVISOR)
@@ -360,6 +459,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             &path,
             &Expected {
                 pack_id: &pack_id,
+                pack_content: Some(&pack_content),
                 config: &config,
             },
         )?;
@@ -480,8 +580,12 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 if opts.save_iterations.contains(&it) && it != total {
                     point_clouds.push(save_ply(&opts.out, t, it, &opts.export)?);
                 }
-                if opts.checkpoint_iterations.contains(&it) && it != total {
-                    checkpoint::save_state(&ckpt_dir, t.state_ref().into(), &pack_id)?;
+                let periodic = opts.checkpoint_every > 0 && it.is_multiple_of(opts.checkpoint_every);
+                if (periodic || opts.checkpoint_iterations.contains(&it)) && it != total {
+                    save(t)?;
+                    if periodic {
+                        prune_periodic(&ckpt_dir, it, opts);
+                    }
                 }
                 if opts.eval && opts.test_iterations.contains(&it) && it != total {
                     let scores = evaluate_views(
@@ -502,7 +606,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                     )));
                 }
                 if opts.stop.load(Ordering::SeqCst) && it != total {
-                    let path = checkpoint::save_state(&ckpt_dir, t.state_ref().into(), &pack_id)?;
+                    let path = save(t)?;
                     on_event(Event::Line(format!(
                         "interrupted at iteration {it}: checkpoint {}; continue with --resume",
                         path.display()
@@ -522,10 +626,35 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             }
         };
         let summary = train_loop(&mut trainer, &mut loader, &cameras, total, &mut on_step);
+        // A failure after some progress keeps the last good state: a data error (the loader
+        // failed before the next step) or a failed output (after a complete step) leaves the
+        // trainer consistent, so it is checkpointed; otherwise the newest checkpoint is named.
+        let keep = |e: RunError, trainer: &Trainer, consistent: bool| -> RunError {
+            let step = trainer.step_count();
+            let saved = if consistent && step > start_step {
+                save(trainer).ok()
+            } else {
+                None
+            };
+            match saved.or_else(|| checkpoint::latest(&ckpt_dir).ok()) {
+                Some(checkpoint) => RunError::Stopped {
+                    step,
+                    checkpoint,
+                    source: Box::new(e),
+                },
+                None => e,
+            }
+        };
         if let Some(e) = failure.take() {
-            return Err(e);
+            return Err(keep(e, &trainer, true));
         }
-        let summary = summary?;
+        let summary = match summary {
+            Ok(s) => s,
+            Err(e) => {
+                let consistent = matches!(e, TrainError::Load(_));
+                return Err(keep(e.into(), &trainer, consistent));
+            }
+        };
         let train_s = train_started.elapsed().as_secs_f64();
         let steps = summary.steps;
         let loader_stats = summary.loader;
@@ -541,8 +670,13 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         let mut test = (None, None, 0usize);
         let mut train_scores = (0.0, 0.0);
         if !interrupted {
-            point_clouds.push(save_ply(&opts.out, &trainer, it, &opts.export)?);
-            checkpoint::save_state(&ckpt_dir, trainer.state_ref().into(), &pack_id)?;
+            // The final checkpoint first: it is what a re-run needs, and on a full disk the
+            // error names the newest checkpoint that did make it.
+            save(&trainer).map_err(|e| keep(e.into(), &trainer, false))?;
+            point_clouds.push(
+                save_ply(&opts.out, &trainer, it, &opts.export)
+                    .map_err(|e| keep(e, &trainer, false))?,
+            );
             if opts.eval && !test_views.is_empty() {
                 let scores = evaluate_views(
                     &pack,
