@@ -112,6 +112,11 @@ pub enum PackError {
         output: std::path::PathBuf,
         relation: &'static str,
     },
+    #[error(
+        "with --test-every {test_every} all {views} views are test views, leaving none to \
+         train on: pass --test-every 0 (no test views) or a larger N"
+    )]
+    NoTrainViews { views: usize, test_every: u32 },
     #[error("a worker thread panicked while preparing view {index}; this is a bug in ramsplat, please report it")]
     WorkerPanic { index: usize },
 }
@@ -218,6 +223,12 @@ pub fn convert(
             )
         })
         .collect();
+    if !splits.is_empty() && splits.iter().all(|&s| s == Split::Test) {
+        return Err(PackError::NoTrainViews {
+            views: splits.len(),
+            test_every: opts.test_every,
+        });
+    }
 
     let writer_opts = WriterOptions {
         shard_size: opts.shard_size,

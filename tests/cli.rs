@@ -557,3 +557,22 @@ fn two_concurrent_converts_into_one_destination_give_one_pack_and_one_error() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(names(tmp.path()), ["scene", "scene.pack"]);
 }
+
+#[test]
+fn meaningless_option_values_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    small_scene(&scene);
+    let pack = tmp.path().join("p");
+    let o = convert(&scene, &pack, &["--downscale", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = convert(&scene, &pack, &["--test-every", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("leaving none to train on"),
+        "{}",
+        text(&o)
+    );
+    assert!(!pack.exists());
+    assert_eq!(names(tmp.path()), ["scene"]);
+}

@@ -523,3 +523,35 @@ fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
             .unwrap();
     assert_eq!(m["count"], 3);
 }
+
+#[test]
+fn gs_render_refuses_an_impossible_image_size_without_a_backtrace() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ply = d.join("m.ply");
+    gply::save(&ply, &small_model(3, 10), PlyEncoding::BinaryLittleEndian).unwrap();
+    let camera = test_camera(40, 30, 3.0);
+    let cam_json = serde_json::json!({
+        "width": 100000, "height": 100000,
+        "fx": 50000.0, "fy": 50000.0, "cx": 50000.0, "cy": 50000.0,
+        "world_to_camera": camera.world_to_camera.to_matrix4(),
+    });
+    let cam_path = d.join("cam.json");
+    std::fs::write(&cam_path, cam_json.to_string()).unwrap();
+    let png = d.join("out.png");
+    let o = gs_render()
+        .args([
+            "--ply",
+            ply.to_str().unwrap(),
+            "--camera",
+            cam_path.to_str().unwrap(),
+            "-o",
+            png.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("100000x100000") && err.contains("lower width/height"), "{err}");
+    assert!(!err.contains("backtrace") && !png.exists(), "{err}");
+}

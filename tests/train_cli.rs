@@ -295,7 +295,8 @@ fn refusals_say_why() {
         !o.status.success() && msg.contains("corrupt") && msg.contains("checksum"),
         "{msg}"
     );
-    // A checkpoint of another pack.
+    // A checkpoint of another pack (other content: a re-convert of the same content would be
+    // accepted, see `a_reconverted_pack_keeps_its_checkpoints`).
     let other_pack = dir.path().join("other.pack");
     write_demo_pack(
         &other_pack,
@@ -304,7 +305,7 @@ fn refusals_say_why() {
             width: 48,
             height: 36,
             truth_gaussians: 800,
-            sfm_points: 300,
+            sfm_points: 299,
         },
     )
     .unwrap();
@@ -587,4 +588,166 @@ fn cameras_json_round_trips_through_gs_render() {
         .max()
         .unwrap();
     assert!(worst <= 1, "camera JSON vs cameras.json: {worst} levels");
+
+/// `gs-train PACK -o OUT --iterations N COMMON... EXTRA...`
+fn train_args<'a>(pack: &'a Path, out: &'a Path, iterations: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![s(pack), "-o", s(out), "--iterations", iterations];
+    args.extend_from_slice(COMMON);
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn an_existing_run_is_refused_and_overwrite_clears_only_its_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("run");
+    let o = gs_train(&train_args(&pack, &out, "20", &["--save-iterations", "10"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(out.join("notes.txt"), b"mine").unwrap();
+    let metrics = std::fs::read(out.join("metrics.jsonl")).unwrap();
+    let o = gs_train(&train_args(&pack, &out, "30", &[]));
+    let msg = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{msg}");
+    assert!(
+        msg.contains("already holds a training run")
+            && msg.contains("checkpoints")
+            && msg.contains("--resume")
+            && msg.contains("--overwrite"),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read(out.join("metrics.jsonl")).unwrap(), metrics);
+    let o = gs_train(&train_args(&pack, &out, "30", &["--overwrite"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"mine");
+    // Nothing of the first run is mixed into the second.
+    assert!(!out.join("point_cloud/iteration_10").exists());
+    assert!(!out.join("point_cloud/iteration_20").exists());
+    assert!(out.join("point_cloud/iteration_30").exists());
+    assert!(!out
+        .join("checkpoints")
+        .join(checkpoint::checkpoint_file_name(20))
+        .exists());
+}
+
+/// Spawns a run, waits until `checkpoints/latest` exists, sends `signal`, returns its output.
+fn signal_after_first_checkpoint(args: &[&str], out: &Path, signal: &str) -> Output {
+    let child = Command::new(BIN)
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !out.join("checkpoints").join(checkpoint::LATEST).exists() {
+        assert!(started.elapsed() < Duration::from_secs(120), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let kill = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_killed_run_resumes_from_a_periodic_checkpoint_and_sigterm_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    // kill -9: the periodic checkpoints (written by default; here every 10) survive.
+    let out = dir.path().join("killed");
+    let args = train_args(&pack, &out, "3000", &["--checkpoint-every", "10"]);
+    let o = signal_after_first_checkpoint(&args, &out, "-KILL");
+    assert!(!o.status.success());
+    let ckpts: Vec<_> = std::fs::read_dir(out.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ckpt-"))
+        .collect();
+    assert!(
+        (1..=3).contains(&ckpts.len()),
+        "at most 3 periodic checkpoints are kept: {}",
+        ckpts.len()
+    );
+    let latest = checkpoint::latest(&out.join("checkpoints")).unwrap();
+    assert!(checkpoint::Container::open(&latest).is_ok());
+    // SIGTERM is handled like Ctrl-C: checkpoint, exit 130.
+    let out = dir.path().join("term");
+    let args = train_args(&pack, &out, "3000", &["--checkpoint-every", "10"]);
+    let o = signal_after_first_checkpoint(&args, &out, "-TERM");
+    let msg = stderr(&o);
+    assert_eq!(o.status.code(), Some(130), "{msg}");
+    assert!(msg.contains("interrupted at iteration"), "{msg}");
+}
+
+#[test]
+fn a_reconverted_pack_keeps_its_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("run");
+    let o = gs_train(&train_args(&pack, &out, "20", &["--checkpoint-every", "10"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let old_id = Pack::open(&pack).unwrap().manifest().pack_id;
+    std::fs::remove_dir_all(&pack).unwrap();
+    let again = tiny_pack(dir.path());
+    assert_eq!(again, pack);
+    let m = Pack::open(&pack).unwrap().manifest().clone();
+    assert_ne!(m.pack_id, old_id, "a new pack gets a new id");
+    let ckdir = out.join("checkpoints");
+    checkpoint::write_latest(&ckdir, &checkpoint::checkpoint_file_name(10)).unwrap();
+    let o = gs_train(&train_args(&pack, &out, "20", &["--resume"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("resuming from"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_failed_final_output_still_keeps_and_names_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("run");
+    let o = gs_train(&train_args(&pack, &out, "20", &["--checkpoint-every", "10"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    checkpoint::write_latest(&out.join("checkpoints"), &checkpoint::checkpoint_file_name(10))
+        .unwrap();
+    // The final PLY cannot be written (its folder is a file, like a full or broken disk).
+    let ply_dir = out.join("point_cloud/iteration_20");
+    std::fs::remove_dir_all(&ply_dir).unwrap();
+    std::fs::write(&ply_dir, b"in the way").unwrap();
+    let o = gs_train(&train_args(&pack, &out, "20", &["--resume"]));
+    let msg = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{msg}");
+    let ckpt = out
+        .join("checkpoints")
+        .join(checkpoint::checkpoint_file_name(20));
+    assert!(
+        msg.contains("stopped at iteration 20") && msg.contains(&ckpt.display().to_string()),
+        "{msg}"
+    );
+    assert!(checkpoint::Container::open(&ckpt).is_ok());
+}
+
+#[test]
+fn a_data_error_mid_run_writes_a_checkpoint_of_the_last_good_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    // Damage the payload of one train view: the loader fails when it first reaches it.
+    let m = Pack::open(&pack).unwrap().manifest().clone();
+    let (i, v) = m
+        .views
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, v)| v.split == ramsplat::shard::Split::Train)
+        .unwrap();
+    let shard = pack.join(&m.shards[v.record.shard as usize].file);
+    let mut bytes = std::fs::read(&shard).unwrap();
+    bytes[(v.record.offset + ramsplat::shard::RECORD_HEADER_LEN + 7) as usize] ^= 0x55;
+    std::fs::write(&shard, bytes).unwrap();
+    let out = dir.path().join("run");
+    let o = gs_train(&train_args(&pack, &out, "400", &["--checkpoint-every", "0"]));
+    let msg = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "view {i}: {msg}");
+    assert!(msg.contains("stopped at iteration") && msg.contains("--resume"), "{msg}");
+    let latest = checkpoint::latest(&out.join("checkpoints")).unwrap();
+    assert!(checkpoint::Container::open(&latest).is_ok(), "{msg}");
 }

@@ -45,11 +45,12 @@ enum Command {
         output: PathBuf,
         #[arg(long, value_enum, default_value = "auto")]
         format: Format,
-        /// Scale views wider than PX down to PX (default: 1600, as the original 3DGS).
+        /// Scale views wider than PX down to PX (default: 1600, as the original 3DGS); 0 keeps
+        /// every view at full size.
         #[arg(long, value_name = "PX", conflicts_with = "downscale")]
         max_width: Option<u32>,
-        /// Divide both image sides by N (overrides the default --max-width).
-        #[arg(long, value_name = "N")]
+        /// Divide both image sides by N, N >= 1 (overrides the default --max-width).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         downscale: Option<u32>,
         #[arg(long, value_enum, default_value = "zstd")]
         codec: Codec,

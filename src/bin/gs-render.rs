@@ -137,6 +137,12 @@ struct CameraJson {
     world_to_camera: [[f64; 4]; 4],
 }
 
+/// Largest image `gs-render` attempts (checked before any buffer is allocated).
+const MAX_PIXELS: u64 = 1 << 28;
+/// Lower bound of the bytes one pixel costs while rendering (colour, depth and alpha planes in
+/// f32, the RGB8 copy), for the refusal message.
+const BYTES_PER_PIXEL: u64 = 24;
+
 fn read_camera(path: &Path) -> Result<Camera> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -167,6 +173,18 @@ fn read_camera(path: &Path) -> Result<Camera> {
     camera
         .validate()
         .with_context(|| format!("{}: invalid camera", path.display()))?;
+    let pixels = u64::from(camera.width) * u64::from(camera.height);
+    if pixels > MAX_PIXELS {
+        bail!(
+            "{}: a {}x{} image ({pixels} pixels) is beyond what gs-render renders (at most \
+             {MAX_PIXELS} pixels, e.g. 16384x16384: its float buffers alone would take over \
+             {} GiB); lower width/height and scale fx, fy, cx, cy by the same factor",
+            path.display(),
+            camera.width,
+            camera.height,
+            MAX_PIXELS * BYTES_PER_PIXEL >> 30
+        );
+    }
     Ok(camera)
 }
 

@@ -120,6 +120,13 @@ pub enum GaussianPlyError {
         property: String,
         value: f64,
     },
+    #[error(
+        "{}: vertex {vertex}: rotation `rot_0..rot_3` is all zeros, which is no rotation (it \
+         cannot be normalised, so the Gaussian would vanish silently); the model is corrupt: \
+         re-export it from a healthy checkpoint",
+        path.display()
+    )]
+    ZeroRotation { path: PathBuf, vertex: u64 },
     #[error("{}: {evidence}", path.display())]
     Activated { path: PathBuf, evidence: String },
     #[error("{}: cannot save: {msg}", path.display())]
@@ -404,6 +411,12 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Gaussians, GaussianPly
             }
         }
         let v = |j: usize| row[j] as f32;
+        if cols.rot.iter().all(|&j| v(j) == 0.0) {
+            return Err(GaussianPlyError::ZeroRotation {
+                path: path.to_owned(),
+                vertex,
+            });
+        }
         g.means.push(cols.mean.map(v));
         g.log_scales.push(cols.scale.map(v));
         g.rotations.push(cols.rot.map(v));
@@ -834,6 +847,23 @@ mod tests {
         let empty = Gaussians::default();
         save(&path, &empty, PlyEncoding::BinaryLittleEndian).unwrap();
         assert_bit_equal(&empty, &load(&path, &LoadOptions::default()).unwrap());
+    }
+
+    #[test]
+    fn a_zero_quaternion_is_refused_naming_the_vertex() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.ply");
+        let mut g = Gaussians::default();
+        for i in 0..3 {
+            g.means.push([i as f32, 0.0, 0.0]);
+            g.log_scales.push([-3.0; 3]);
+            g.rotations.push(if i == 1 { [0.0; 4] } else { [1.0, 0.0, 0.0, 0.0] });
+            g.logit_opacities.push(0.0);
+            g.sh.push([0.1; 3]);
+        }
+        save(&path, &g, PlyEncoding::Ascii).unwrap();
+        let e = load(&path, &LoadOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("vertex 1") && e.contains("all zeros"), "{e}");
     }
 
     #[test]

@@ -1116,3 +1116,25 @@ fn measure_points_stream() {
         assert!(growth_kib < 16 * 1024, "peak RSS grew {growth_kib} KiB");
     }
 }
+
+#[test]
+fn a_missing_observation_line_is_an_error_not_a_lost_image() {
+    // Image 1's (empty) observation line was deleted: image 2's line sits where it belongs.
+    let text = "1 1 0 0 0 0 0 0 1 a.jpg\n2 1 0 0 0 0 0 1 1 b.jpg\n\n3 1 0 0 0 0 0 2 1 c.jpg\n\n";
+    let (at, msg) = parse_err(parse_images_bytes(text.as_bytes(), Encoding::Text));
+    assert_eq!(at, Location::Line(2));
+    assert!(
+        msg.contains("2D-observation line of image 1") && msg.contains("insert an empty line"),
+        "{msg}"
+    );
+    // Observation lines that are triples of numbers (or empty, or absent at the end) pass.
+    let ok = "1 1 0 0 0 0 0 0 1 a.jpg\n10.5 20 -1 3 4 7\n2 1 0 0 0 0 0 1 1 b.jpg\n\n\
+              3 1 0 0 0 0 0 2 1 c.jpg\n";
+    let images = parse_images_bytes(ok.as_bytes(), Encoding::Text).unwrap();
+    assert_eq!(images.len(), 3);
+    // A broken triple is named too.
+    let bad = "1 1 0 0 0 0 0 0 1 a.jpg\n10.5 20\n";
+    let (at, msg) = parse_err(parse_images_bytes(bad.as_bytes(), Encoding::Text));
+    assert_eq!(at, Location::Line(2));
+    assert!(msg.contains("2 numbers, not a multiple of 3"), "{msg}");
+}

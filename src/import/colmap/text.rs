@@ -129,14 +129,6 @@ impl<R: BufRead> Lines<R> {
             newline,
         }))
     }
-
-    /// Skips one line without storing it; false at the end of the file.
-    pub(super) fn skip_line(&mut self, path: &Path) -> Result<bool, ImportError> {
-        Ok(self
-            .read(0)
-            .map_err(|e| ImportError::io(path, e))?
-            .is_some())
-    }
 }
 
 /// What a comment line says about the record count, if it is a `# Number of <what>: N` line.
@@ -366,13 +358,59 @@ pub(super) fn read_images<R: BufRead>(r: R, path: &Path) -> Result<Vec<ColmapIma
         if let Some(msg) = duplicate_image(&img, &mut ids, &mut names) {
             return Err(ImportError::parse(path, at, msg));
         }
-        out.push(img);
         // The observation line; its absence at the very end of the file is tolerated, as
-        // COLMAP's own reader does.
-        lines.skip_line(path)?;
+        // COLMAP's own reader does. Anything else must look like one (X Y POINT3D_ID triples,
+        // possibly none): a missing observation line would otherwise swallow the next image.
+        check_observation_line(lines, path, &img)?;
+        out.push(img);
         Ok(())
     })?;
     Ok(out)
+}
+
+/// Bytes of an observation line inspected (the rest of a long line is skipped unread).
+const OBSERVATION_PREFIX: usize = 4096;
+
+/// Reads the 2D-observation line after `img`'s line and checks it is one: only numbers, in
+/// triples. A line that is not (typically the next image's line, when the observation line was
+/// deleted) is an error naming the line and the remedy.
+fn check_observation_line<R: BufRead>(
+    lines: &mut Lines<R>,
+    path: &Path,
+    img: &ColmapImage,
+) -> Result<(), ImportError> {
+    let Some((clipped, _)) = lines
+        .read(OBSERVATION_PREFIX)
+        .map_err(|e| ImportError::io(path, e))?
+    else {
+        return Ok(());
+    };
+    let text = String::from_utf8_lossy(&lines.buf);
+    let mut tokens: Vec<&str> = text.split_whitespace().collect();
+    if clipped {
+        tokens.pop(); // possibly cut mid-number
+    }
+    let numeric = tokens.iter().all(|t| t.parse::<f64>().is_ok());
+    if numeric && (clipped || tokens.len().is_multiple_of(3)) {
+        return Ok(());
+    }
+    Err(ImportError::parse(
+        path,
+        Location::Line(lines.line_no()),
+        format!(
+            "expected the 2D-observation line of image {} ({:?}): X Y POINT3D_ID triples, or an \
+             empty line; found {}. Every image takes two lines; if the observation line of \
+             image {} was deleted, insert an empty line after it",
+            img.id,
+            img.name,
+            if numeric {
+                format!("{} numbers, not a multiple of 3", tokens.len())
+            } else {
+                format!("{:?}", text.chars().take(80).collect::<String>())
+            },
+            img.id
+        ),
+    ))
 }
 
 /// Parses the first eight fields of a point line (the track after them is ignored). A clipped
