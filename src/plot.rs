@@ -6,14 +6,12 @@
 //! Invariants:
 //! - No system font libraries: text is drawn by plotters' `ab_glyph` backend with the DejaVu Sans
 //!   TTF embedded in the binary by the `dejavu` crate (registered once per process).
-//! - The PNG appears atomically: it is written to a hidden temporary file in the destination
-//!   directory, fsynced, then renamed over `path`; on any error the temporary file is removed
+//! - The PNG appears atomically ([`crate::fsutil::write_atomic_with`]): it is written to a hidden
+//!   temporary file in the destination directory, fsynced, then renamed over `path`; on any error the temporary file is removed
 //!   and an existing file at `path` is left untouched.
 //! - Bad input is an error, never a panic: no series, a series without points, non-finite
 //!   coordinates, non-positive values on a log axis, or a canvas too small to draw on.
 
-use std::fs::{self, File};
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
@@ -320,41 +318,32 @@ where
 }
 
 fn write_png_atomic(path: &Path, rgb: &[u8], w: u32, h: u32) -> Result<(), PlotError> {
-    let io = |source| PlotError::Io {
+    if path.file_name().is_none() {
+        return Err(PlotError::BadInput {
+            path: path.to_owned(),
+            msg: "the output path has no file name".to_owned(),
+        });
+    }
+    let mut encode_error = None;
+    let result = crate::fsutil::write_atomic_with(path, &mut |out| {
+        image::codecs::png::PngEncoder::new(out)
+            .write_image(rgb, w, h, image::ExtendedColorType::Rgb8)
+            .map_err(|e| {
+                let as_io = std::io::Error::other(e.to_string());
+                encode_error = Some(e);
+                as_io
+            })
+    });
+    if let Some(source) = encode_error {
+        return Err(PlotError::Encode {
+            path: path.to_owned(),
+            source,
+        });
+    }
+    result.map_err(|source| PlotError::Io {
         path: path.to_owned(),
         source,
-    };
-    let name = path.file_name().ok_or_else(|| PlotError::BadInput {
-        path: path.to_owned(),
-        msg: "the output path has no file name".to_owned(),
-    })?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let file = File::create(&tmp).map_err(io)?;
-        let mut out = BufWriter::new(file);
-        image::codecs::png::PngEncoder::new(&mut out)
-            .write_image(rgb, w, h, image::ExtendedColorType::Rgb8)
-            .map_err(|source| PlotError::Encode {
-                path: path.to_owned(),
-                source,
-            })?;
-        out.flush().map_err(io)?;
-        let file = out.into_inner().map_err(|e| io(e.into_error()))?;
-        file.sync_all().map_err(io)?;
-        fs::rename(&tmp, path).map_err(io)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    })
 }
 
 #[cfg(test)]

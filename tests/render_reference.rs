@@ -552,6 +552,9 @@ fn gs_render_refuses_an_impossible_image_size_without_a_backtrace() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("100000x100000") && err.contains("lower width/height"), "{err}");
+    assert!(
+        err.contains("100000x100000") && err.contains("lower width/height"),
+        "{err}"
+    );
     assert!(!err.contains("backtrace") && !png.exists(), "{err}");
 }

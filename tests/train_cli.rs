@@ -590,7 +590,12 @@ fn cameras_json_round_trips_through_gs_render() {
     assert!(worst <= 1, "camera JSON vs cameras.json: {worst} levels");
 
 /// `gs-train PACK -o OUT --iterations N COMMON... EXTRA...`
-fn train_args<'a>(pack: &'a Path, out: &'a Path, iterations: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+fn train_args<'a>(
+    pack: &'a Path,
+    out: &'a Path,
+    iterations: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
     let mut args = vec![s(pack), "-o", s(out), "--iterations", iterations];
     args.extend_from_slice(COMMON);
     args.extend_from_slice(extra);
@@ -639,7 +644,10 @@ fn signal_after_first_checkpoint(args: &[&str], out: &Path, signal: &str) -> Out
         .unwrap();
     let started = Instant::now();
     while !out.join("checkpoints").join(checkpoint::LATEST).exists() {
-        assert!(started.elapsed() < Duration::from_secs(120), "no checkpoint");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no checkpoint"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let kill = Command::new("kill")
@@ -685,7 +693,12 @@ fn a_reconverted_pack_keeps_its_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let pack = tiny_pack(dir.path());
     let out = dir.path().join("run");
-    let o = gs_train(&train_args(&pack, &out, "20", &["--checkpoint-every", "10"]));
+    let o = gs_train(&train_args(
+        &pack,
+        &out,
+        "20",
+        &["--checkpoint-every", "10"],
+    ));
     assert!(o.status.success(), "{}", stderr(&o));
     let old_id = Pack::open(&pack).unwrap().manifest().pack_id;
     std::fs::remove_dir_all(&pack).unwrap();
@@ -705,10 +718,18 @@ fn a_failed_final_output_still_keeps_and_names_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let pack = tiny_pack(dir.path());
     let out = dir.path().join("run");
-    let o = gs_train(&train_args(&pack, &out, "20", &["--checkpoint-every", "10"]));
+    let o = gs_train(&train_args(
+        &pack,
+        &out,
+        "20",
+        &["--checkpoint-every", "10"],
+    ));
     assert!(o.status.success(), "{}", stderr(&o));
-    checkpoint::write_latest(&out.join("checkpoints"), &checkpoint::checkpoint_file_name(10))
-        .unwrap();
+    checkpoint::write_latest(
+        &out.join("checkpoints"),
+        &checkpoint::checkpoint_file_name(10),
+    )
+    .unwrap();
     // The final PLY cannot be written (its folder is a file, like a full or broken disk).
     let ply_dir = out.join("point_cloud/iteration_20");
     std::fs::remove_dir_all(&ply_dir).unwrap();
@@ -744,10 +765,18 @@ fn a_data_error_mid_run_writes_a_checkpoint_of_the_last_good_step() {
     bytes[(v.record.offset + ramsplat::shard::RECORD_HEADER_LEN + 7) as usize] ^= 0x55;
     std::fs::write(&shard, bytes).unwrap();
     let out = dir.path().join("run");
-    let o = gs_train(&train_args(&pack, &out, "400", &["--checkpoint-every", "0"]));
+    let o = gs_train(&train_args(
+        &pack,
+        &out,
+        "400",
+        &["--checkpoint-every", "0"],
+    ));
     let msg = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "view {i}: {msg}");
-    assert!(msg.contains("stopped at iteration") && msg.contains("--resume"), "{msg}");
+    assert!(
+        msg.contains("stopped at iteration") && msg.contains("--resume"),
+        "{msg}"
+    );
     let latest = checkpoint::latest(&out.join("checkpoints")).unwrap();
     assert!(checkpoint::Container::open(&latest).is_ok(), "{msg}");
 }

@@ -54,8 +54,7 @@
 //! passes) need a scene so large that the largest activated scale s still has
 //! `exp(s) < 0.1 × extent`; such a model renders wrong but bounded.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use crate::import::ImportError;
@@ -264,42 +263,21 @@ fn write_ply<W: Write>(w: &mut W, g: &Gaussians, encoding: PlyEncoding) -> io::R
     Ok(())
 }
 
-/// Saves `g` to `path` atomically: written to a temporary file in the same directory, flushed,
-/// fsynced, then renamed over `path`. Refuses inconsistent array lengths and non-finite values
+/// Saves `g` to `path` atomically ([`crate::fsutil::write_atomic_with`]: temporary file in the
+/// same directory, fsync, rename, directory fsync). Refuses inconsistent array lengths and non-finite values
 /// (the file could not be loaded back).
 pub fn save(path: &Path, g: &Gaussians, encoding: PlyEncoding) -> Result<(), GaussianPlyError> {
     validate_for_save(g).map_err(|msg| GaussianPlyError::InvalidModel {
         path: path.to_owned(),
         msg,
     })?;
-    let tmp = temp_path(path);
-    let io_err = |source| GaussianPlyError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let result = (|| -> io::Result<()> {
-        let file = File::create(&tmp)?;
-        // 1 MiB: thousands of rows per write syscall, small next to any model.
-        let mut w = BufWriter::with_capacity(1 << 20, file);
-        write_ply(&mut w, g, encoding)?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io_err(e));
-    }
-    Ok(())
-}
-
-/// `DIR/.NAME.tmp-PID`: same directory (so the rename is atomic), hidden, unique per process.
-pub(crate) fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
-    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+    // 1 MiB buffer: thousands of rows per write syscall, small next to any model.
+    crate::fsutil::write_atomic_with(path, &mut |w| write_ply(w, g, encoding)).map_err(|source| {
+        GaussianPlyError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    })
 }
 
 /// Column indices of the properties we read, resolved by name.
@@ -857,12 +835,18 @@ mod tests {
         for i in 0..3 {
             g.means.push([i as f32, 0.0, 0.0]);
             g.log_scales.push([-3.0; 3]);
-            g.rotations.push(if i == 1 { [0.0; 4] } else { [1.0, 0.0, 0.0, 0.0] });
+            g.rotations.push(if i == 1 {
+                [0.0; 4]
+            } else {
+                [1.0, 0.0, 0.0, 0.0]
+            });
             g.logit_opacities.push(0.0);
             g.sh.push([0.1; 3]);
         }
         save(&path, &g, PlyEncoding::Ascii).unwrap();
-        let e = load(&path, &LoadOptions::default()).unwrap_err().to_string();
+        let e = load(&path, &LoadOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("vertex 1") && e.contains("all zeros"), "{e}");
     }
 

@@ -416,8 +416,8 @@ impl Manifest {
                 (&c.name, c.points, c.has_labels, c.has_normals, chunks)
             })
             .collect();
-        let json = serde_json::to_vec(&(views, clouds, &self.scene))
-            .expect("manifest content serialises");
+        let json =
+            serde_json::to_vec(&(views, clouds, &self.scene)).expect("manifest content serialises");
         format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&json))
     }
 

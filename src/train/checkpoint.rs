@@ -242,22 +242,6 @@ fn pad8(n: u64) -> u64 {
     n.div_ceil(8) * 8
 }
 
-/// Hidden temporary name next to `path` (same directory, so the rename is atomic).
-fn tmp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
-}
-
-/// Fsyncs a directory so a rename inside it is durable.
-fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))
-}
-
 /// Writes `bytes` to `path` atomically (temporary file, fsync, rename, directory fsync).
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     write_atomic_with(path, &mut |w| w.write_all(bytes))
@@ -267,24 +251,7 @@ fn write_atomic_with(
     path: &Path,
     body: &mut dyn FnMut(&mut BufWriter<File>) -> io::Result<()>,
 ) -> Result<(), CheckpointError> {
-    let tmp = tmp_path(path);
-    let result = (|| {
-        let file = File::create(&tmp)?;
-        let mut w = BufWriter::with_capacity(CHUNK, file);
-        body(&mut w)?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(io_err(path)(e));
-    }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    sync_dir(dir)
+    crate::fsutil::write_atomic_with(path, body).map_err(io_err(path))
 }
 
 /// Writes a container atomically. `meta` is stored verbatim in the header.

@@ -119,8 +119,9 @@ pub const DEFAULT_CHECKPOINT_EVERY: u64 = 1000;
 /// and the final one never are).
 pub const KEEP_PERIODIC_CHECKPOINTS: u64 = 3;
 /// Everything a run writes into its output directory; `--overwrite` removes exactly these.
-pub const RUN_OUTPUTS: [&str; 7] = [
+pub const RUN_OUTPUTS: [&str; 8] = [
     "checkpoints",
+    "cameras.json",
     "point_cloud",
     report::METRICS_FILE,
     report::REPORT_FILE,
@@ -431,11 +432,6 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let cameras: Vec<Camera> = (0..source.len() as u32)
         .map(|r| manifest.views[source.view_index(r)].camera)
         .collect();
-    if !opts.resume {
-        claim_output(&opts.out, opts.overwrite)?;
-    }
-    std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
-    write_cameras_json(&opts.out, &manifest.views, on_event)?;
     let ckpt_dir = opts.out.join("checkpoints");
     let save = |t: &Trainer| {
         checkpoint::save_state_of(
@@ -453,6 +449,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
 
     let rasterizer = make_rasterizer(opts.backend, on_event)?;
     let backend_name = rasterizer.name().to_owned();
+    // After the backend check (so a missing backend is reported first), before any work.
+    if !opts.resume {
+        claim_output(&opts.out, opts.overwrite)?;
+    }
     let (mut trainer, resumed_from) = if opts.resume {
         let path = checkpoint::latest(&ckpt_dir)?;
         let state = checkpoint::load_state(
@@ -533,6 +533,9 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let sampler = Sampler::grouped(config.seed, source.groups()).map_err(LoadError::from)?;
     let mut loader = Loader::start(source.clone(), sampler, cache, &HeapSlots, &loader_config)?;
 
+    // Created only now: a run refused above (budget, settings, checkpoint) leaves no empty -o.
+    std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
+    write_cameras_json(&opts.out, &manifest.views, on_event)?;
     let mut metrics = MetricsLog::open(&opts.out, resumed_from)?;
     let mut point_clouds: Vec<String> = Vec::new();
     let mut window = (0.0f64, 0.0f64, 0u64); // loss sum, psnr sum, steps
@@ -580,7 +583,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 if opts.save_iterations.contains(&it) && it != total {
                     point_clouds.push(save_ply(&opts.out, t, it, &opts.export)?);
                 }
-                let periodic = opts.checkpoint_every > 0 && it.is_multiple_of(opts.checkpoint_every);
+                let periodic =
+                    opts.checkpoint_every > 0 && it.is_multiple_of(opts.checkpoint_every);
                 if (periodic || opts.checkpoint_iterations.contains(&it)) && it != total {
                     save(t)?;
                     if periodic {
