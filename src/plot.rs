@@ -349,6 +349,7 @@ fn write_png_atomic(path: &Path, rgb: &[u8], w: u32, h: u32) -> Result<(), PlotE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn curve(n: usize, f: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
         (1..=n).map(|i| (i as f64, f(i as f64))).collect()

@@ -182,7 +182,7 @@ fn read_camera(path: &Path) -> Result<Camera> {
             path.display(),
             camera.width,
             camera.height,
-            MAX_PIXELS * BYTES_PER_PIXEL >> 30
+            (MAX_PIXELS * BYTES_PER_PIXEL) >> 30
         );
     }
     Ok(camera)
