@@ -614,7 +614,11 @@ impl PackWriter {
             Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
                 // No atomic exchange: move the old pack aside, install, then delete the old one;
                 // on failure the old pack goes back.
-                let trash = self.tmp.with_extension("old");
+                // `.NAME.partial-PID.old`: hidden, per process, removed below or, if this
+                // process dies first, by the next convert into the same destination.
+                let mut trash = self.tmp.clone().into_os_string();
+                trash.push(".old");
+                let trash = PathBuf::from(trash);
                 fs::rename(&self.dest, &trash).map_err(|e| io_err(&self.dest, e))?;
                 if let Err(e) = crate::fsutil::rename_noreplace(&self.tmp, &self.dest) {
                     let _ = crate::fsutil::rename_noreplace(&trash, &self.dest);
