@@ -588,6 +588,7 @@ fn cameras_json_round_trips_through_gs_render() {
         .max()
         .unwrap();
     assert!(worst <= 1, "camera JSON vs cameras.json: {worst} levels");
+}
 
 /// `gs-train PACK -o OUT --iterations N COMMON... EXTRA...`
 fn train_args<'a>(

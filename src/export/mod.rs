@@ -18,7 +18,6 @@ pub mod ply;
 pub mod splat;
 pub mod spz;
 
-use std::io::Write;
 use std::path::Path;
 
 use crate::scene::gaussians::Gaussians;
@@ -96,18 +95,8 @@ pub(crate) fn validate_model(g: &Gaussians) -> Result<(), String> {
     ply::validate_for_save(g)
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory, fsynced, then
-/// renamed, so a reader never sees a partial file.
+/// Writes `bytes` to `path` atomically ([`crate::fsutil::write_atomic`]), so a reader never
+/// sees a partial file.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = ply::temp_path(path);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    crate::fsutil::write_atomic(path, bytes)
 }
