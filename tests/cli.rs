@@ -16,6 +16,23 @@ fn gs_pack(args: &[&str]) -> Output {
         .expect("run gs-pack")
 }
 
+/// A full-resolution, one-worker convert of the fox photos into `pack`, slow enough (several
+/// seconds) for a test to act while it runs; the caller sets stdio and spawns it.
+fn slow_fox_convert(pack: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gs-pack"));
+    c.args([
+        "convert",
+        shared("fox").to_str().unwrap(),
+        "-o",
+        pack.to_str().unwrap(),
+        "--max-width",
+        "0",
+        "--workers",
+        "1",
+    ]);
+    c
+}
+
 fn text(o: &Output) -> String {
     format!(
         "status {:?}\nstdout:\n{}\nstderr:\n{}",
@@ -261,17 +278,7 @@ fn synth_nerf_round_trips_pixels_and_cameras() {
 fn a_killed_convert_leaves_nothing_that_looks_like_a_pack() {
     let tmp = tempfile::tempdir().unwrap();
     let pack = tmp.path().join("fox.pack");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gs-pack"))
-        .args([
-            "convert",
-            shared("fox").to_str().unwrap(),
-            "-o",
-            pack.to_str().unwrap(),
-            "--max-width",
-            "0",
-            "--workers",
-            "1",
-        ])
+    let mut child = slow_fox_convert(&pack)
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -485,17 +492,7 @@ fn force_replaces_an_old_pack_atomically_and_leaves_nothing_behind() {
 fn a_destination_created_during_the_convert_survives() {
     let tmp = tempfile::tempdir().unwrap();
     let pack = tmp.path().join("fox.pack");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gs-pack"))
-        .args([
-            "convert",
-            shared("fox").to_str().unwrap(),
-            "-o",
-            pack.to_str().unwrap(),
-            "--max-width",
-            "0",
-            "--workers",
-            "1",
-        ])
+    let mut child = slow_fox_convert(&pack)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

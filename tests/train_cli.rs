@@ -689,11 +689,10 @@ fn a_killed_run_resumes_from_a_periodic_checkpoint_and_sigterm_checkpoints() {
     assert!(msg.contains("interrupted at iteration"), "{msg}");
 }
 
-#[test]
-fn a_reconverted_pack_keeps_its_checkpoints() {
-    let dir = tempfile::tempdir().unwrap();
-    let pack = tiny_pack(dir.path());
-    let out = dir.path().join("run");
+/// A tiny pack and a finished 20-iteration run into `DIR/run`, checkpointed every 10.
+fn finished_run_with_checkpoints(dir: &Path) -> (PathBuf, PathBuf) {
+    let pack = tiny_pack(dir);
+    let out = dir.join("run");
     let o = gs_train(&train_args(
         &pack,
         &out,
@@ -701,6 +700,13 @@ fn a_reconverted_pack_keeps_its_checkpoints() {
         &["--checkpoint-every", "10"],
     ));
     assert!(o.status.success(), "{}", stderr(&o));
+    (pack, out)
+}
+
+#[test]
+fn a_reconverted_pack_keeps_its_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pack, out) = finished_run_with_checkpoints(dir.path());
     let old_id = Pack::open(&pack).unwrap().manifest().pack_id;
     std::fs::remove_dir_all(&pack).unwrap();
     let again = tiny_pack(dir.path());
@@ -717,15 +723,7 @@ fn a_reconverted_pack_keeps_its_checkpoints() {
 #[test]
 fn a_failed_final_output_still_keeps_and_names_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    let pack = tiny_pack(dir.path());
-    let out = dir.path().join("run");
-    let o = gs_train(&train_args(
-        &pack,
-        &out,
-        "20",
-        &["--checkpoint-every", "10"],
-    ));
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (pack, out) = finished_run_with_checkpoints(dir.path());
     checkpoint::write_latest(
         &out.join("checkpoints"),
         &checkpoint::checkpoint_file_name(10),

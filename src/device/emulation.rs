@@ -52,7 +52,8 @@ type LaunchFn = unsafe extern "C" fn(
 /// One entry point of a loaded emulation library (keeps the library loaded).
 #[derive(Clone)]
 pub struct EmuFunction {
-    lib: Arc<libloading::Library>,
+    /// Never read: holding it keeps the library (and so `launch`) loaded.
+    _lib: Arc<libloading::Library>,
     launch: LaunchFn,
 }
 
@@ -128,6 +129,14 @@ impl EmuDriver {
 
     pub(super) fn alloc(&self, bytes: usize) -> Result<u64, DeviceError> {
         let b = bytes as u64;
+        // The layout first: nothing is counted for an allocation that cannot be made.
+        let layout = std::alloc::Layout::from_size_align(bytes, ALIGN).map_err(|_| {
+            DeviceError::OutOfMemory {
+                requested: b,
+                free: 0,
+                total: self.capacity,
+            }
+        })?;
         let prev = self.allocated.fetch_add(b, Ordering::Relaxed);
         if prev.saturating_add(b) > self.capacity {
             self.allocated.fetch_sub(b, Ordering::Relaxed);
@@ -137,13 +146,6 @@ impl EmuDriver {
                 total: self.capacity,
             });
         }
-        let layout = std::alloc::Layout::from_size_align(bytes, ALIGN).map_err(|_| {
-            DeviceError::OutOfMemory {
-                requested: b,
-                free: 0,
-                total: self.capacity,
-            }
-        })?;
         // SAFETY: `layout` has a non-zero size (callers allocate at least one element).
         let p = unsafe { std::alloc::alloc(layout) };
         if p.is_null() {
@@ -268,7 +270,7 @@ impl EmuDriver {
             funcs.insert(
                 e,
                 EmuFunction {
-                    lib: lib.clone(),
+                    _lib: lib.clone(),
                     launch: f,
                 },
             );
@@ -345,9 +347,8 @@ impl EmuDriver {
             seed: self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15),
         };
         let mut err = vec![0u8; 2048];
-        let _keep = &f.lib;
         // SAFETY: `f.launch` is a `gs_emu_launch_*` wrapper of a loaded library (kept alive by
-        // `f.lib`); `params` matches the kernel's signature (the caller's contract); `err` is a
+        // `f._lib`); `params` matches the kernel's signature (the caller's contract); `err` is a
         // writable buffer of the stated length.
         let rc = unsafe { (f.launch)(&c, params.as_mut_ptr(), err.as_mut_ptr().cast(), err.len()) };
         if rc == 0 {

@@ -230,6 +230,20 @@ impl Device {
         })
     }
 
+    /// Makes `buf` hold at least `len` elements: reallocated (contents lost) when smaller,
+    /// untouched otherwise. Buffers that only grow are how a render or training loop stops
+    /// allocating after its first steps.
+    pub fn grow<T: Element>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+        len: usize,
+    ) -> Result<(), DeviceError> {
+        if buf.len < len {
+            *buf = self.alloc(len)?;
+        }
+        Ok(())
+    }
+
     /// Copies `src` into the first `src.len()` elements of `dst`.
     pub fn upload<T: Element>(
         &self,

@@ -100,17 +100,6 @@ pub struct DeviceLoss {
     l1_part: DeviceBuffer<f64>,
 }
 
-fn grow<T: crate::device::Element>(
-    dev: &Device,
-    buf: &mut DeviceBuffer<T>,
-    len: usize,
-) -> Result<(), DeviceError> {
-    if buf.len() < len {
-        *buf = dev.alloc(len.max(1))?;
-    }
-    Ok(())
-}
-
 impl DeviceLoss {
     /// Compiles (or loads cached) `kernels/loss.cu` on `dev`.
     pub fn new(dev: &Device) -> Result<DeviceLoss, DeviceError> {
@@ -207,10 +196,10 @@ impl DeviceLoss {
         let dev = self.dev.clone();
         let cfg = LaunchConfig::linear(npix as u64, LOSS_BLOCK)?;
         let blocks = cfg.grid.0 as usize;
-        grow(&dev, &mut self.tmp, 15 * npix)?;
-        grow(&dev, &mut self.coef, 9 * npix)?;
-        grow(&dev, &mut self.s_part, blocks)?;
-        grow(&dev, &mut self.l1_part, blocks)?;
+        dev.grow(&mut self.tmp, 15 * npix)?;
+        dev.grow(&mut self.coef, 9 * npix)?;
+        dev.grow(&mut self.s_part, blocks)?;
+        dev.grow(&mut self.l1_part, blocks)?;
         // The CPU's scalars, rounded the CPU's way (see LossScratch::loss_and_grad and the SSIM
         // gradient scale in metrics.rs).
         let w1 = (1.0 - lambda_dssim) / n as f32;

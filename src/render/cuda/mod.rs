@@ -32,7 +32,7 @@ use crate::render::{
     GaussianGrads, LargeGaussian, Rasterizer, RenderError, RenderOptions, RenderOutput,
 };
 use crate::scene::camera::Camera;
-use crate::scene::gaussians::Gaussians;
+use crate::scene::gaussians::{sh_coeffs, Gaussians};
 use launch::{Kernels, ParamBufs, ParamGradBufs, SplatBufs, SplatGradBufs};
 pub use resident::DeviceGaussians;
 
@@ -90,13 +90,11 @@ fn mark(dev: &Device, profile: &mut Option<Profile>, name: &'static str) -> Resu
 }
 
 fn grow<T: Element>(dev: &Device, buf: &mut DeviceBuffer<T>, len: usize) -> Result<(), CudaError> {
-    if buf.len() < len {
-        *buf = dev.alloc::<T>(len.max(1))?;
-    }
-    Ok(())
+    Ok(dev.grow(buf, len)?)
 }
 
-fn upload<T: Element>(
+/// Grows `buf` to `host` and copies it there.
+pub(crate) fn upload<T: Element>(
     dev: &Device,
     host: &[T],
     buf: &mut DeviceBuffer<T>,
@@ -147,7 +145,7 @@ struct Bufs {
     depths: DeviceBuffer<f32>,
     radii: DeviceBuffer<u32>,
     /// Tiles touched per Gaussian (by index), from project_fwd.
-    offsets: DeviceBuffer<u64>,
+    tiles_touched: DeviceBuffer<u64>,
     /// The per-Gaussian depth sort (ping-pong) and the tile counts in depth order (scanned).
     dkeys: [DeviceBuffer<u64>; 2],
     dids: [DeviceBuffer<u32>; 2],
@@ -179,7 +177,7 @@ impl Bufs {
             colors: f()?,
             depths: f()?,
             radii: u()?,
-            offsets: w()?,
+            tiles_touched: w()?,
             dkeys: [w()?, w()?],
             dids: [u()?, u()?],
             counts: w()?,
@@ -350,7 +348,7 @@ impl CudaRasterizer {
         grow(&s, &mut b.colors, 3 * n)?;
         grow(&s, &mut b.depths, n)?;
         grow(&s, &mut b.radii, n)?;
-        grow(&s, &mut b.offsets, n + 1)?;
+        grow(&s, &mut b.tiles_touched, n + 1)?;
         {
             let Bufs {
                 cam: cam_buf,
@@ -360,7 +358,7 @@ impl CudaRasterizer {
                 colors,
                 depths,
                 radii,
-                offsets,
+                tiles_touched,
                 ..
             } = b;
             let p = ParamBufs {
@@ -384,7 +382,7 @@ impl CudaRasterizer {
                 colors,
                 depths,
                 radii,
-                offsets,
+                tiles_touched,
             )?;
         }
         mark(&s, &mut self.profile, "project")?;
@@ -411,7 +409,7 @@ impl CudaRasterizer {
             &mut b.scan32,
         )?;
         self.k
-            .gather_counts(n as u32, &b.dids[dsorted], &b.offsets, &mut b.counts)?;
+            .gather_counts(n as u32, &b.dids[dsorted], &b.tiles_touched, &mut b.counts)?;
         let m = if n == 0 {
             0
         } else {
@@ -695,7 +693,7 @@ impl CudaRasterizer {
         self.host_params = Some(params);
         r?;
         let n = gaussians.len();
-        let coeffs = gaussians.sh.len() / n.max(1);
+        let coeffs = sh_coeffs(gaussians.sh_degree);
         let b = &self.b;
         download_rows(&s, &b.g.means, n, &mut grads.means)?;
         download_rows(&s, &b.g.log_scales, n, &mut grads.log_scales)?;

@@ -47,13 +47,7 @@ impl DeviceGaussians {
 
     /// Copies `g` to the device, growing the buffers when needed.
     pub fn upload(&mut self, dev: &Device, g: &Gaussians) -> Result<(), CudaError> {
-        let put = |host: &[f32], buf: &mut DeviceBuffer<f32>| -> Result<(), CudaError> {
-            if buf.len() < host.len() {
-                *buf = dev.alloc(host.len().max(1))?;
-            }
-            dev.upload(host, buf)?;
-            Ok(())
-        };
+        let put = |host: &[f32], buf: &mut DeviceBuffer<f32>| super::upload(dev, host, buf);
         put(g.means.as_flattened(), &mut self.means)?;
         put(g.log_scales.as_flattened(), &mut self.log_scales)?;
         put(g.rotations.as_flattened(), &mut self.rotations)?;
