@@ -160,11 +160,12 @@ extern "C" __global__ void loss_grad(
     float ws,                          // λ
     float inv_n,                       // 1 / N
     float* __restrict__ d_image,       // [H, W, 3] out
-    double* __restrict__ l1_part)      // [blocks] out: Σ |x − y| over the block's values
+    double* __restrict__ l1_part,      // [blocks] out: Σ |x − y| over the block's values
+    double* __restrict__ sq_part)      // [blocks] out: Σ (x − y)² in double (for the PSNR)
 {
     const u32 npix = width * height;
     const u32 p = blockIdx.x * blockDim.x + threadIdx.x;
-    double sum = 0.0;
+    double sum = 0.0, sq = 0.0;
     if (p < npix) {
         const int i = (int)(p % width), row = (int)(p / width);
         const float two = 2.0f;
@@ -183,34 +184,44 @@ extern "C" __global__ void loss_grad(
             const float sign = diff > 0.0f ? 1.0f : (diff < 0.0f ? -1.0f : 0.0f);
             d_image[3 * p + c] = w1 * sign - ws * gs;
             sum += (double)fabsf(diff);
+            const double dd = (double)x - (double)y;
+            sq += dd * dd;
         }
     }
     const double total = block_sum(sum);
     if (threadIdx.x == 0) l1_part[blockIdx.x] = total;
+    __syncthreads();  // block_sum's shared buffer is reused by the second sum
+    const double total_sq = block_sum(sq);
+    if (threadIdx.x == 0) sq_part[blockIdx.x] = total_sq;
 }
 
-// One block of GS_LOSS_BLOCK threads: out = [loss, L1, SSIM] in double.
+// One block of GS_LOSS_BLOCK threads: out = [loss, L1, SSIM, MSE] in double.
 extern "C" __global__ void loss_finish(
     u32 blocks,
     const double* __restrict__ s_part,   // [blocks]
     const double* __restrict__ l1_part,  // [blocks]
+    const double* __restrict__ sq_part,  // [blocks]
     u64 n_values,                        // N = 3·W·H
     double lambda,
-    double* __restrict__ out)            // [3] out
+    double* __restrict__ out)            // [4] out
 {
-    double s = 0.0, l = 0.0;
+    double s = 0.0, l = 0.0, q = 0.0;
     for (u32 b = threadIdx.x; b < blocks; b += blockDim.x) {
         s += s_part[b];
         l += l1_part[b];
+        q += sq_part[b];
     }
     const double ssim_sum = block_sum(s);
-    __syncthreads();  // block_sum's shared buffer is reused by the second sum
+    __syncthreads();  // block_sum's shared buffer is reused by the next sum
     const double l1_sum = block_sum(l);
+    __syncthreads();
+    const double sq_sum = block_sum(q);
     if (threadIdx.x == 0) {
         const double l1 = l1_sum / (double)n_values;
         const double ssim = ssim_sum / (double)n_values;
         out[0] = (1.0 - lambda) * l1 + lambda * (1.0 - ssim);
         out[1] = l1;
         out[2] = ssim;
+        out[3] = sq_sum / (double)n_values;
     }
 }

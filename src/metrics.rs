@@ -119,7 +119,8 @@ pub fn psnr_u8(a: &[u8], b: &[u8]) -> Result<f64, MetricsError> {
     Ok(psnr_from_mse(sum as f64 / a.len() as f64, 255.0))
 }
 
-fn psnr_from_mse(mse: f64, max: f64) -> f64 {
+/// PSNR in dB of a mean squared error `mse` for signals of peak `max` (∞ for 0).
+pub fn psnr_from_mse(mse: f64, max: f64) -> f64 {
     if mse == 0.0 {
         f64::INFINITY
     } else {

@@ -444,17 +444,33 @@ fn peak_rss_stays_under_the_budget_on_a_pack_larger_than_it() {
     );
 }
 
-/// `--backend cuda` on the host emulation (`GS_CUDA_EMULATE=1`): the CPU trainer drives the
-/// CUDA rasterizer's kernels end to end on any machine, and lands where `--backend cpu` does
-/// (the emulated forward is bit-identical to the CPU one; gradients differ in the last bits
-/// because float atomics add in another order, so the two runs drift only slightly).
+/// The device engine (`--backend cuda`) on the host emulation (`GS_CUDA_EMULATE=1`): the
+/// whole step runs in the CUDA kernels (model, moments, statistics and loss resident on the
+/// emulated device, views uploaded from pinned ring slots) on any machine. With the same seed
+/// it lands where the CPU engine does: 800 iterations with densification at 600 and 700, test
+/// PSNR within 0.3 dB and Gaussian count within 10 % (the runs are not bitwise equal: the
+/// rasterizer's backward adds gradients with float atomics in another order).
 #[test]
-fn cuda_backend_trains_on_the_host_emulation_like_the_cpu() {
+fn device_engine_trains_on_the_host_emulation_like_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
-    let pack = tiny_pack(dir.path());
+    // 64 views (8 held out): on this scene the CPU engine's test PSNR after 800 iterations
+    // spreads 31.09–31.44 dB over seeds 1–6 (16 views, 2 held out: 27.9–29.4 dB), so a
+    // 0.3 dB tolerance is above the scene's own noise.
+    let pack = dir.path().join("parity.pack");
+    write_demo_pack(
+        &pack,
+        &DemoScene {
+            views: 64,
+            width: 48,
+            height: 36,
+            truth_gaussians: 800,
+            sfm_points: 300,
+        },
+    )
+    .unwrap();
     let run = |backend: &str| {
         let out = dir.path().join(backend);
-        let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "40", "--eval"];
+        let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "800", "--eval"];
         args.extend_from_slice(COMMON);
         args.extend_from_slice(&["--backend", backend]);
         let o = Command::new(BIN)
@@ -466,18 +482,35 @@ fn cuda_backend_trains_on_the_host_emulation_like_the_cpu() {
         let r: Report =
             serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
                 .unwrap();
-        r
+        let rows = ramsplat::train::report::read_metrics(&out.join("metrics.jsonl")).unwrap();
+        (r, rows, stderr(&o))
     };
-    let cpu = run("cpu");
-    let cuda = run("cuda");
-    assert_eq!(cuda.backend, "cuda");
-    assert_eq!(cuda.iterations, 40);
-    let (a, b) = (cpu.test_psnr.unwrap(), cuda.test_psnr.unwrap());
-    eprintln!("test PSNR after 40 iterations: cpu {a:.4} dB, cuda on the emulation {b:.4} dB");
-    assert!(
-        (a - b).abs() < 0.1,
-        "test PSNR: cpu {a} dB, cuda (emulated) {b} dB"
+    let (cpu, cpu_rows, _) = run("cpu");
+    let (dev, dev_rows, log) = run("cuda");
+    assert!(dev.backend.starts_with("device ("), "{}", dev.backend);
+    assert!(log.contains("device memory: budget"), "{log}");
+    assert_eq!(dev.iterations, 800);
+    let (a, b) = (cpu.test_psnr.unwrap(), dev.test_psnr.unwrap());
+    let (na, nb) = (cpu.num_gaussians as f64, dev.num_gaussians as f64);
+    eprintln!(
+        "800 iterations: test PSNR cpu {a:.4} dB, device engine (emulated) {b:.4} dB; \
+         Gaussians {na} vs {nb}"
     );
+    assert!(na > 300.0 && nb > 300.0, "densification grew both models: {na}, {nb}");
+    assert!((a - b).abs() <= 0.3, "test PSNR: cpu {a} dB, device {b} dB");
+    assert!((na - nb).abs() <= 0.1 * na, "Gaussians: cpu {na}, device {nb}");
+    // The loss curves agree row by row (each row averages 10 iterations).
+    assert_eq!(cpu_rows.len(), dev_rows.len());
+    for (x, y) in cpu_rows.iter().zip(&dev_rows) {
+        assert_eq!(x.iteration, y.iteration);
+        assert!(
+            (x.loss - y.loss).abs() <= 0.05 * x.loss,
+            "iteration {}: loss cpu {} vs device {}",
+            x.iteration,
+            x.loss,
+            y.loss
+        );
+    }
 }
 
 /// gs-train writes 3DGS's `cameras.json` (every view of the pack); `gs-render --cameras`

@@ -63,8 +63,15 @@ struct Args {
     /// Training iterations (default 30000; with --demo, the demo's own short schedule).
     #[arg(long)]
     iterations: Option<u64>,
+    /// `cpu`: the CPU engine. `cuda`: the device engine (model, optimizer and loss on the GPU;
+    /// under GS_CUDA_EMULATE=1 the host emulation runs the same kernels). `auto`: cuda when a
+    /// usable GPU is found, else cpu.
     #[arg(long, value_enum, default_value = "auto")]
     backend: Backend,
+    /// Cap on the device memory the CUDA engine plans for (model, views, intersections);
+    /// densification stops growing at it. Default: the device's free memory minus a margin.
+    #[arg(long, value_parser = parse_size_arg)]
+    vram_budget: Option<u64>,
     /// Hold out the pack's test views; evaluate them at --test-iterations and at the end.
     #[arg(long)]
     eval: bool,
@@ -144,6 +151,7 @@ fn options(args: &Args) -> Result<RunOptions> {
     o.ram_budget = args.ram_budget;
     o.config = config;
     o.backend = args.backend;
+    o.vram_budget = args.vram_budget;
     o.eval = args.eval;
     o.resume = args.resume;
     o.test_iterations = args.test_iterations.clone();

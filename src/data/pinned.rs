@@ -35,6 +35,10 @@ impl HostBuffer for PinnedHost {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
 }
 
 impl SlotAllocator for PinnedSlots {

@@ -85,6 +85,8 @@ pub trait HostBuffer: Send + Deref<Target = [u8]> + DerefMut {
     /// For consumers that know the concrete type (a CUDA trainer reaching the pinned
     /// allocation to queue an upload).
     fn as_any(&self) -> &dyn std::any::Any;
+    /// [`HostBuffer::as_any`], mutable (queuing an upload marks a pinned buffer busy).
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
 }
 
 /// Makes ring slots. Called once per slot at loader start.
@@ -137,6 +139,10 @@ impl DerefMut for AlignedBuf {
 
 impl HostBuffer for AlignedBuf {
     fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
     }
 }
@@ -365,6 +371,16 @@ impl Delivered {
     pub fn host_buffer(&self) -> Option<&dyn HostBuffer> {
         match (&self.lent, &self.slot) {
             (None, Some(slot)) => Some(&*slot.buf),
+            _ => None,
+        }
+    }
+
+    /// The ring slot and the view's length in it, mutably, when the bytes are in the slot
+    /// (for a consumer that queues an asynchronous upload from page-locked memory: the slot's
+    /// next writer waits for that copy, see [`HostBuffer::prepare`]).
+    pub fn slot_mut(&mut self) -> Option<(&mut dyn HostBuffer, usize)> {
+        match (&self.lent, &mut self.slot) {
+            (None, Some(slot)) => Some((&mut *slot.buf, self.len)),
             _ => None,
         }
     }

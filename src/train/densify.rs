@@ -265,10 +265,21 @@ pub fn model_bytes(n: usize, sh_degree: u32) -> u64 {
 /// 96 B counted up to cover the rest.
 pub const RENDER_BYTES_PER_GAUSSIAN: u64 = 128;
 
-/// The model's share of the RAM budget, when the run has one.
+/// The model's share of the RAM budget, when the run has one, and the device's limit when
+/// the model lives on a device.
 #[derive(Debug, Default)]
 pub struct ModelMemory {
     pub reservation: Option<Reservation>,
+    pub device: Option<DeviceCap>,
+}
+
+/// How many Gaussians a device's memory budget holds (the device engine's plan computes it
+/// from `--vram-budget`); densification never grows the model past it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCap {
+    pub max_gaussians: usize,
+    /// The budget, in bytes (for the message).
+    pub budget_bytes: u64,
 }
 
 impl ModelMemory {
@@ -381,15 +392,42 @@ pub struct DensifyOutcome {
 }
 
 /// A densification strategy: called every iteration after backward, before the optimizer.
+///
+/// A step is split in two so that an engine keeping the model off the host (the device
+/// engine) can run the per-view part where the model lives and bring the model home only when
+/// the strategy edits it: [`DensifyStrategy::accumulate`] (every iteration where
+/// [`DensifyStrategy::collects`]; the device twin updates the same [`DensifyStats`] with the
+/// same operations) and [`DensifyStrategy::refine`] (only where
+/// [`DensifyStrategy::refines_at`]). [`DensifyStrategy::step`] is the two in order.
 pub trait DensifyStrategy: Send {
     fn name(&self) -> &'static str;
-    /// Updates statistics and refines `model` when the schedule says so.
+    /// Whether 1-based iteration `iteration` adds its view to the [`DensifyStats`].
+    fn collects(&self, iteration: u64) -> bool;
+    /// Adds one view to `model.stats` (the statistics' documented meaning is the contract the
+    /// device twin, `kernels/densify.cu`, implements too).
+    fn accumulate(&mut self, model: &mut Model, view: &ViewStats<'_>);
+    /// Whether [`DensifyStrategy::refine`] has work at `iteration` (densify, prune or reset).
+    fn refines_at(&self, iteration: u64, white_background: bool) -> bool;
+    /// Edits `model` (this iteration's statistics already added); only called where
+    /// [`DensifyStrategy::refines_at`].
+    fn refine(&mut self, model: &mut Model, ctx: &mut RefineContext<'_>) -> DensifyOutcome;
+    /// One iteration: [`DensifyStrategy::accumulate`] then [`DensifyStrategy::refine`], each
+    /// where the schedule says so.
     fn step(
         &mut self,
         model: &mut Model,
         view: &ViewStats<'_>,
         ctx: &mut RefineContext<'_>,
-    ) -> DensifyOutcome;
+    ) -> DensifyOutcome {
+        if self.collects(ctx.iteration) {
+            self.accumulate(model, view);
+        }
+        if self.refines_at(ctx.iteration, ctx.white_background) {
+            self.refine(model, ctx)
+        } else {
+            DensifyOutcome::default()
+        }
+    }
     /// Whether growth was stopped (persisted in checkpoints).
     fn growth_stopped(&self) -> bool;
     fn set_growth_stopped(&mut self, stopped: bool);
@@ -411,7 +449,7 @@ impl DefaultStrategy {
     }
 
     /// Adds one view's statistics.
-    pub fn accumulate(model: &mut Model, view: &ViewStats<'_>) {
+    pub fn add_view(model: &mut Model, view: &ViewStats<'_>) {
         let (hw, hh) = (view.width as f32 * 0.5, view.height as f32 * 0.5);
         let s = &mut model.stats;
         for (i, &r) in view.radii.iter().enumerate() {
@@ -456,16 +494,29 @@ impl DefaultStrategy {
                 }
             }
         }
-        // Each candidate adds one Gaussian net (a split adds 2 and removes its parent).
-        let room = cfg.max_gaussians.saturating_sub(n0);
+        // Each candidate adds one Gaussian net (a split adds 2 and removes its parent). The
+        // tighter of the configured cap and the device's memory decides the room.
+        let (limit, why) = match ctx.memory.device {
+            Some(d) if d.max_gaussians < cfg.max_gaussians => (
+                d.max_gaussians,
+                format!(
+                    "the VRAM budget ({} bytes) holds at most {} Gaussians",
+                    d.budget_bytes, d.max_gaussians
+                ),
+            ),
+            _ => (
+                cfg.max_gaussians,
+                format!("reached max_gaussians = {}", cfg.max_gaussians),
+            ),
+        };
+        let room = limit.saturating_sub(n0);
         if cand.len() > room {
             cand.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             cand.truncate(room);
             cand.sort_by_key(|c| c.1);
             if !self.growth_stopped {
                 out.growth_stopped = Some(format!(
-                    "reached max_gaussians = {}; densification no longer grows the model",
-                    cfg.max_gaussians
+                    "{why}; densification no longer grows the model (pruning continues)"
                 ));
                 self.growth_stopped = true;
             }
@@ -578,35 +629,52 @@ pub fn rotation_matrix(q: [f32; 4]) -> [[f32; 3]; 3] {
     ]
 }
 
+impl DefaultStrategy {
+    fn densify_due(&self, s: u64) -> bool {
+        let c = &self.config;
+        s > c.from_iter && c.interval > 0 && s.is_multiple_of(c.interval)
+    }
+
+    fn reset_due(&self, s: u64, white_background: bool) -> bool {
+        let c = &self.config;
+        (c.opacity_reset_interval > 0 && s.is_multiple_of(c.opacity_reset_interval))
+            || (white_background && s == c.from_iter)
+    }
+}
+
 impl DensifyStrategy for DefaultStrategy {
     fn name(&self) -> &'static str {
         "3dgs-default"
     }
 
-    fn step(
-        &mut self,
-        model: &mut Model,
-        view: &ViewStats<'_>,
-        ctx: &mut RefineContext<'_>,
-    ) -> DensifyOutcome {
+    fn collects(&self, iteration: u64) -> bool {
+        iteration < self.config.until_iter
+    }
+
+    fn accumulate(&mut self, model: &mut Model, view: &ViewStats<'_>) {
+        DefaultStrategy::add_view(model, view);
+    }
+
+    fn refines_at(&self, iteration: u64, white_background: bool) -> bool {
+        iteration < self.config.until_iter
+            && (self.densify_due(iteration) || self.reset_due(iteration, white_background))
+    }
+
+    fn refine(&mut self, model: &mut Model, ctx: &mut RefineContext<'_>) -> DensifyOutcome {
         let mut out = DensifyOutcome::default();
         let s = ctx.iteration;
-        let cfg = self.config.clone();
-        if s >= cfg.until_iter {
+        if s >= self.config.until_iter {
             return out;
         }
-        Self::accumulate(model, view);
         let mut skip = GroupMask::NONE;
-        if s > cfg.from_iter && cfg.interval > 0 && s.is_multiple_of(cfg.interval) {
-            let prune_large = s > cfg.opacity_reset_interval;
+        if self.densify_due(s) {
+            let prune_large = s > self.config.opacity_reset_interval;
             self.densify_and_prune(model, ctx, prune_large, &mut out);
             // Every tensor was replaced: no group has a gradient this iteration.
             skip = GroupMask::ALL;
         }
-        let reset_due =
-            cfg.opacity_reset_interval > 0 && s.is_multiple_of(cfg.opacity_reset_interval);
-        if reset_due || (ctx.white_background && s == cfg.from_iter) {
-            model.reset_opacity(cfg.reset_opacity);
+        if self.reset_due(s, ctx.white_background) {
+            model.reset_opacity(self.config.reset_opacity);
             out.opacity_reset = true;
             skip = skip.with(Group::Opacity, true);
         }
@@ -740,8 +808,8 @@ mod tests {
         m.stats = DensifyStats::zeros(3);
         // (3, 4)·(W/2, H/2)/... : pixel grad (0.03, 0.08) × (100, 50) = (3, 4) → norm 5.
         let grads = [[0.03, 0.08], [1.0, 1.0], [0.0, 0.0]];
-        DefaultStrategy::accumulate(&mut m, &view(&[7, 0, 2], &grads));
-        DefaultStrategy::accumulate(&mut m, &view(&[3, 0, 9], &grads));
+        DefaultStrategy::add_view(&mut m, &view(&[7, 0, 2], &grads));
+        DefaultStrategy::add_view(&mut m, &view(&[3, 0, 9], &grads));
         assert!((m.stats.grad_accum[0] - 10.0).abs() < 1e-5);
         assert_eq!(m.stats.grad_accum[1], 0.0, "radius 0: not counted");
         assert_eq!(m.stats.denom, [2, 0, 2]);

@@ -1,8 +1,8 @@
 //! The training loss on a device ([`DeviceLoss`]): `kernels/loss.cu`, the twin of
 //! [`super::loss::LossScratch::loss_and_grad`] (0.8·L1 + 0.2·(1 − SSIM) and `∂L/∂image`) and of
 //! the trainer's RGB8 → f32 conversion, on either device driver. Everything stays on the device:
-//! the gradient goes straight to the rasterizer's resident backward and the three loss scalars
-//! land in a small device buffer the caller reads when it logs (batched, not every step).
+//! the gradient goes straight to the rasterizer's resident backward and the loss scalars
+//! ([`LOSS_SCALARS`]: loss, L1, SSIM, MSE) land in a small device buffer the caller reads.
 //!
 //! Parity: the kernels repeat the CPU's operations in the CPU's order (same window values, same
 //! zero padding, no contraction), so on the host emulation `∂L/∂image` is bit-identical to the
@@ -20,6 +20,9 @@ use crate::device::{
 use crate::metrics::{window_1d, SSIM_C1, SSIM_C2, SSIM_WINDOW};
 
 use KernelArg::{F32, F64, U32, U64};
+
+/// Values `loss_and_grad` writes: loss, L1, SSIM and the mean squared error (for the PSNR).
+pub const LOSS_SCALARS: usize = 4;
 
 /// Threads per block of the loss kernels (a power of two: the block reductions halve it).
 pub const LOSS_BLOCK: u32 = 256;
@@ -98,6 +101,7 @@ pub struct DeviceLoss {
     coef: DeviceBuffer<f32>,
     s_part: DeviceBuffer<f64>,
     l1_part: DeviceBuffer<f64>,
+    sq_part: DeviceBuffer<f64>,
 }
 
 impl DeviceLoss {
@@ -115,6 +119,7 @@ impl DeviceLoss {
             coef: dev.alloc(1)?,
             s_part: dev.alloc(1)?,
             l1_part: dev.alloc(1)?,
+            sq_part: dev.alloc(1)?,
         })
     }
 
@@ -163,7 +168,7 @@ impl DeviceLoss {
     }
 
     /// Loss of `img` against `target` (both `[H, W, 3]`), writing `∂loss/∂img` into `d_image`
-    /// and `[loss, L1, SSIM]` into `out` (3 doubles), all on the device.
+    /// and `[loss, L1, SSIM, MSE]` into `out` ([`LOSS_SCALARS`] doubles), all on the device.
     #[allow(clippy::too_many_arguments)]
     pub fn loss_and_grad(
         &mut self,
@@ -181,7 +186,7 @@ impl DeviceLoss {
             ("img", img.len(), n),
             ("target", target.len(), n),
             ("d_image", d_image.len(), n),
-            ("out", out.len(), 3),
+            ("out", out.len(), LOSS_SCALARS),
         ] {
             if got < need || npix == 0 || npix > u32::MAX as usize / 3 {
                 return Err(DeviceLossError::Shape {
@@ -200,6 +205,7 @@ impl DeviceLoss {
         dev.grow(&mut self.coef, 9 * npix)?;
         dev.grow(&mut self.s_part, blocks)?;
         dev.grow(&mut self.l1_part, blocks)?;
+        dev.grow(&mut self.sq_part, blocks)?;
         // The CPU's scalars, rounded the CPU's way (see LossScratch::loss_and_grad and the SSIM
         // gradient scale in metrics.rs).
         let w1 = (1.0 - lambda_dssim) / n as f32;
@@ -224,12 +230,14 @@ impl DeviceLoss {
                 F32(inv_n),
                 d_image.arg(),
                 self.l1_part.arg(),
+                self.sq_part.arg(),
             ];
             self.go("loss_grad", cfg, &args)?;
             let args = [
                 U32(blocks as u32),
                 self.s_part.arg(),
                 self.l1_part.arg(),
+                self.sq_part.arg(),
                 U64(n as u64),
                 F64(lambda_dssim as f64),
                 out.arg(),
@@ -275,11 +283,17 @@ mod tests {
                 dev.upload(&x, &mut dx).unwrap();
                 dev.upload(&y, &mut dy).unwrap();
                 let mut dd = dev.alloc::<f32>(n).unwrap();
-                let mut out = dev.alloc::<f64>(3).unwrap();
+                let mut out = dev.alloc::<f64>(LOSS_SCALARS).unwrap();
                 dl.loss_and_grad(&dx, &dy, w as u32, h as u32, 0.2, &mut dd, &mut out)
                     .unwrap();
                 let got_d = dev.download_vec(&dd, n).unwrap();
-                let got = dev.download_vec(&out, 3).unwrap();
+                let got = dev.download_vec(&out, LOSS_SCALARS).unwrap();
+                let mse = x
+                    .iter()
+                    .zip(&y)
+                    .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+                    .sum::<f64>()
+                    / n as f64;
                 let label = format!("{} {w}x{h}", dev.name());
                 // Same operations in the same order: bit-identical gradients.
                 let worst = got_d
@@ -288,7 +302,8 @@ mod tests {
                     .map(|(a, b)| (a - b).abs())
                     .fold(0.0f32, f32::max);
                 assert_eq!(worst, 0.0, "{label}: ∂L/∂image differs by up to {worst}");
-                for (k, (a, b)) in got.iter().zip([want.loss, want.l1, want.ssim]).enumerate() {
+                let want = [want.loss, want.l1, want.ssim, mse];
+                for (k, (a, b)) in got.iter().zip(want).enumerate() {
                     assert!(
                         (a - b).abs() <= 1e-12 * b.abs().max(1.0),
                         "{label}: scalar {k}: {a} vs {b}"
@@ -319,7 +334,7 @@ mod tests {
         let mut dl = DeviceLoss::new(&dev).unwrap();
         let small = dev.alloc::<f32>(10).unwrap();
         let mut d = dev.alloc::<f32>(10).unwrap();
-        let mut out = dev.alloc::<f64>(3).unwrap();
+        let mut out = dev.alloc::<f64>(LOSS_SCALARS).unwrap();
         let e = dl
             .loss_and_grad(&small, &small, 4, 4, 0.2, &mut d, &mut out)
             .unwrap_err()

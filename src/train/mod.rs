@@ -8,6 +8,7 @@
 //! | [`loss`] | `0.8·L1 + 0.2·(1 − SSIM)` and its image gradient |
 //! | [`device_adam`] | the same Adam step on device-resident parameters and moments (`kernels/adam.cu`) |
 //! | [`device_loss`] | the same loss and the RGB8 → f32 target conversion on a device (`kernels/loss.cu`), for the device trainer |
+//! | [`device_engine`] | the step with the model resident on a device: parameters, moments, statistics, the uploaded view (`kernels/densify.cu` for the statistics) |
 //! | [`densify`] | the 3DGS densification strategy and the one place that edits all per-Gaussian arrays |
 //! | [`trainer`] | [`TrainConfig`], [`Trainer`] (one step), [`TrainState`] (resume), [`train_loop`] |
 //! | [`checkpoint`], [`report`], [`demo`] | the `gs-train` application layer (branch `train-app`) |
@@ -20,6 +21,7 @@
 pub mod adam;
 pub mod densify;
 pub mod device_adam;
+pub mod device_engine;
 pub mod device_loss;
 pub mod init;
 pub mod loss;
@@ -32,7 +34,7 @@ pub mod report;
 pub mod run;
 
 pub use trainer::{
-    train_loop, Background, Evaluation, LoopControl, LoopInfo, LoopSummary, StepStats, StepTimings,
+    train_loop, Background, Engine, Evaluation, LoopControl, LoopInfo, LoopSummary, StepStats, StepTimings,
     TrainConfig, TrainError, TrainState, TrainStateRef, Trainer,
 };
 

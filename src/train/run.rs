@@ -34,16 +34,20 @@ use std::time::Instant;
 
 use super::checkpoint::{self, CheckpointError, Expected};
 use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
-use super::{train_loop, LoopControl, TrainConfig, TrainError, Trainer};
+use super::densify::{model_bytes, DeviceCap};
+use super::device_engine::{device_bytes, DeviceEngine, DEVICE_BYTES_PER_PIXEL};
+use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, Trainer};
 use crate::budget::{current_rss_bytes, format_size, peak_rss_bytes};
 use crate::data::bench::PackViews;
+use crate::data::pinned::PinnedSlots;
 use crate::data::{
     plan_memory, Cache, CachePolicy, HeapSlots, LoadError, Loader, LoaderConfig, RecordSource,
-    Sampler,
+    Sampler, SlotAllocator,
 };
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
+use crate::device::Device;
 use crate::export::{save_model, ModelFormat, ModelIoError};
-use crate::render::Rasterizer;
+use crate::render::CpuRasterizer;
 use crate::scene::camera::Camera;
 use crate::shard::reader::Pack;
 use crate::shard::{ShardError, Split};
@@ -59,6 +63,9 @@ pub struct RunOptions {
     pub ram_budget: u64,
     pub config: TrainConfig,
     pub backend: Backend,
+    /// Device memory the device engine may use (`None`: the device's free memory minus
+    /// [`VRAM_MARGIN_DIVISOR`]-th of it, at least [`VRAM_MIN_MARGIN`]).
+    pub vram_budget: Option<u64>,
     /// Hold out the pack's test views; evaluate them at the end and at `test_iterations`.
     pub eval: bool,
     pub resume: bool,
@@ -94,6 +101,7 @@ impl RunOptions {
             ram_budget: 4 << 30,
             config: TrainConfig::default(),
             backend: Backend::Auto,
+            vram_budget: None,
             eval: false,
             resume: false,
             test_iterations: vec![7_000, 30_000],
@@ -149,6 +157,9 @@ pub enum RunError {
     Export(#[from] ModelIoError),
     #[error("{0}")]
     BackendUnavailable(String),
+    /// The device memory plan cannot hold the run (itemised).
+    #[error("{0}")]
+    VramBudget(String),
     #[error("{0}")]
     Config(String),
     /// `out` holds another run and neither `--resume` nor `--overwrite` was given.
@@ -207,22 +218,94 @@ pub const TRAINER_BYTES_PER_PIXEL: u64 = 192;
 /// ~3.3 M intersections at 40 B, ~30 per pixel of a 1600×1066 view.
 pub const INTERSECTION_BUDGET_DIVISOR: u64 = 8;
 
-/// The rasterizer for `backend`, through the one factory `gs-render` uses too
-/// ([`crate::render::make_rasterizer`]: `auto` never picks the host emulation, `cuda` honours
-/// `GS_CUDA_EMULATE=1`); its fallback note becomes a log line.
-fn make_rasterizer(
-    backend: Backend,
-    on_event: &mut dyn FnMut(Event),
-) -> Result<Box<dyn Rasterizer>, RunError> {
-    let note = std::cell::RefCell::new(None::<String>);
-    let r = crate::render::make_rasterizer(backend, &|n| {
-        *note.borrow_mut() = Some(n.to_string());
-    })
-    .map_err(|e| RunError::BackendUnavailable(format!("--backend cuda: {e}")))?;
-    if let Some(n) = note.into_inner() {
-        on_event(Event::Line(format!("backend: {n}")));
+/// The engine for `backend`: `cpu` → the host engine with the CPU rasterizer; `cuda` → the
+/// device engine on the device [`Device::from_env`] picks (the host emulation under
+/// `GS_CUDA_EMULATE=1`); `auto` → the device engine on a usable GPU (never the emulation),
+/// otherwise the CPU, saying why in one line.
+fn make_engine(backend: Backend, on_event: &mut dyn FnMut(Event)) -> Result<Engine, RunError> {
+    let device = |dev: Result<Device, crate::device::DeviceError>| -> Result<Engine, String> {
+        let dev = dev.map_err(|e| e.to_string())?;
+        let e = DeviceEngine::new(dev).map_err(|e| e.to_string())?;
+        Ok(Engine::Device(Box::new(e)))
+    };
+    match backend {
+        Backend::Cpu => Ok(Engine::host(CpuRasterizer::<f32>::new())),
+        Backend::Cuda => device(Device::from_env()).map_err(|e| {
+            RunError::BackendUnavailable(format!(
+                "--backend cuda: {e}; use --backend cpu (or auto)"
+            ))
+        }),
+        Backend::Auto => device(Device::cuda()).or_else(|e| {
+            on_event(Event::Line(format!(
+                "backend: CUDA backend unavailable ({e}); using the CPU backend"
+            )));
+            Ok(Engine::host(CpuRasterizer::<f32>::new()))
+        }),
     }
-    Ok(r)
+}
+
+/// Share of the device's free memory kept out of the default `--vram-budget`: what the CUDA
+/// context, the loaded modules and the allocator's granularity take beyond our own buffers
+/// (the plan's items), and room for other processes' small allocations.
+pub const VRAM_MARGIN_DIVISOR: u64 = 10;
+/// Smallest margin kept out of the default `--vram-budget`.
+pub const VRAM_MIN_MARGIN: u64 = 256 << 20;
+
+/// The device memory plan of a device-engine run: refuses a model or a frame that cannot fit
+/// (itemised), and returns the cap densification must respect.
+fn plan_device(
+    engine: &Engine,
+    vram_budget: Option<u64>,
+    n: usize,
+    config: &TrainConfig,
+    max_pixels: u64,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<Option<DeviceCap>, RunError> {
+    let Engine::Device(e) = engine else {
+        return Ok(None);
+    };
+    let (free, total) = e.device().memory().map_err(|err| {
+        RunError::BackendUnavailable(format!("cannot read the device's free memory: {err}"))
+    })?;
+    let margin = (free / VRAM_MARGIN_DIVISOR).max(VRAM_MIN_MARGIN);
+    let budget = vram_budget.unwrap_or(free.saturating_sub(margin));
+    let bytes = device_bytes(n, config.sh_degree, max_pixels, config.max_intersection_bytes);
+    let per_gaussian = model_bytes(1, config.sh_degree);
+    let items = format!(
+        "model {} ({n} Gaussians × {} B: parameters, gradients, two Adam moments, statistics,          render buffers), views {} ({max_pixels} px × {DEVICE_BYTES_PER_PIXEL} B),          intersections {} (the render's cap)",
+        format_size(bytes.model),
+        per_gaussian,
+        format_size(bytes.views),
+        format_size(bytes.intersections),
+    );
+    if bytes.total() > budget {
+        let fits = budget.saturating_sub(bytes.fixed()) / per_gaussian;
+        return Err(RunError::VramBudget(format!(
+            "the run needs {} of device memory but --vram-budget is {} (device: {} free of {}):              {items}; the budget holds {fits} Gaussians at SH degree {}: raise --vram-budget,              lower --sh-degree, or train smaller views (re-pack with --downscale)",
+            format_size(bytes.total()),
+            format_size(budget),
+            format_size(free),
+            format_size(total),
+            config.sh_degree,
+        )));
+    }
+    let cap = DeviceCap {
+        max_gaussians: ((budget - bytes.fixed()) / per_gaussian) as usize,
+        budget_bytes: budget,
+    };
+    on_event(Event::Line(format!(
+        "device memory: budget {} ({}; device: {} free of {}), {items}; room for up to {}          Gaussians",
+        format_size(budget),
+        if vram_budget.is_some() {
+            "--vram-budget"
+        } else {
+            "free memory minus a margin"
+        },
+        format_size(free),
+        format_size(total),
+        cap.max_gaussians
+    )));
+    Ok(Some(cap))
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
@@ -239,7 +322,7 @@ pub fn ply_rel_path(iteration: u64) -> String {
 
 fn save_ply(
     out: &Path,
-    trainer: &Trainer,
+    trainer: &mut Trainer,
     iteration: u64,
     export: &[ModelFormat],
 ) -> Result<String, RunError> {
@@ -247,9 +330,10 @@ fn save_ply(
     let path = out.join(&rel);
     let dir = path.parent().expect("has a parent");
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-    gply::save(&path, trainer.gaussians(), PlyEncoding::BinaryLittleEndian)?;
+    let g = trainer.gaussians()?;
+    gply::save(&path, g, PlyEncoding::BinaryLittleEndian)?;
     for &f in export.iter().filter(|&&f| f != ModelFormat::Ply) {
-        save_model(&path.with_extension(f.extension()), trainer.gaussians(), f)?;
+        save_model(&path.with_extension(f.extension()), g, f)?;
     }
     Ok(rel)
 }
@@ -433,13 +517,13 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         .map(|r| manifest.views[source.view_index(r)].camera)
         .collect();
     let ckpt_dir = opts.out.join("checkpoints");
-    let save = |t: &Trainer| {
-        checkpoint::save_state_of(
+    let save = |t: &mut Trainer| -> Result<PathBuf, RunError> {
+        Ok(checkpoint::save_state_of(
             &ckpt_dir,
-            t.state_ref().into(),
+            t.state_ref()?.into(),
             &pack_id,
             Some(&pack_content),
-        )
+        )?)
     };
 
     // The render's intersection buffers get a fixed share of the budget (a floor item).
@@ -447,13 +531,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         .min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES);
     config.max_intersection_bytes = intersection_bytes;
 
-    let rasterizer = make_rasterizer(opts.backend, on_event)?;
-    let backend_name = rasterizer.name().to_owned();
+    let engine = make_engine(opts.backend, on_event)?;
+    let backend_name = engine.name();
+    let max_pixels = manifest.max_view_bytes() as u64 / 3;
     // After the backend check (so a missing backend is reported first), before any work.
     if !opts.resume {
         claim_output(&opts.out, opts.overwrite)?;
     }
-    let (mut trainer, resumed_from) = if opts.resume {
+    let (mut trainer, resumed_from, device_cap) = if opts.resume {
         let path = checkpoint::latest(&ckpt_dir)?;
         let state = checkpoint::load_state(
             &path,
@@ -469,15 +554,35 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             path.display(),
             state.model.len()
         )));
-        (Trainer::from_state(state, rasterizer)?, Some(step))
+        let cap = plan_device(
+            &engine,
+            opts.vram_budget,
+            state.model.len(),
+            &config,
+            max_pixels,
+            on_event,
+        )?;
+        (Trainer::from_state(state, engine)?, Some(step), cap)
     } else {
         let g = initial_gaussians(&pack, config.sh_degree, config.seed)?;
         on_event(Event::Line(format!("initial model: {} Gaussians", g.len())));
+        let cap = plan_device(
+            &engine,
+            opts.vram_budget,
+            g.len(),
+            &config,
+            max_pixels,
+            on_event,
+        )?;
         (
-            Trainer::new(config.clone(), g, manifest.scene.extent, rasterizer)?,
+            Trainer::new(config.clone(), g, manifest.scene.extent, engine)?,
             None,
+            cap,
         )
     };
+    if let Some(cap) = device_cap {
+        trainer.set_device_cap(cap);
+    }
     if trainer.step_count() >= config.iterations {
         return Err(RunError::Config(format!(
             "the checkpoint is already at iteration {} of --iterations {}; nothing to resume",
@@ -494,8 +599,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         limit: Some(config.iterations - trainer.step_count()),
     };
     let max_view = manifest.max_view_bytes() as u64;
-    let max_pixels = max_view / 3;
-    let model_now = super::densify::model_bytes(trainer.model().len(), config.sh_degree);
+    let model_now = super::densify::model_bytes(trainer.num_gaussians(), config.sh_degree);
     let extra = vec![
         (
             "trainer images".to_string(),
@@ -531,7 +635,17 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     )));
     let cache = Cache::new(CachePolicy::Belady, plan.cache);
     let sampler = Sampler::grouped(config.seed, source.groups()).map_err(LoadError::from)?;
-    let mut loader = Loader::start(source.clone(), sampler, cache, &HeapSlots, &loader_config)?;
+    // The device engine uploads from page-locked slots (asynchronous copies); the host engine
+    // reads ordinary memory.
+    let pinned_slots = match trainer.device() {
+        Some(dev) => Some(PinnedSlots::new(dev)),
+        None => None,
+    };
+    let slots: &dyn SlotAllocator = match &pinned_slots {
+        Some(p) => p,
+        None => &HeapSlots,
+    };
+    let mut loader = Loader::start(source.clone(), sampler, cache, slots, &loader_config)?;
 
     // Created only now: a run refused above (budget, settings, checkpoint) leaves no empty -o.
     std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
@@ -633,7 +747,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         // A failure after some progress keeps the last good state: a data error (the loader
         // failed before the next step) or a failed output (after a complete step) leaves the
         // trainer consistent, so it is checkpointed; otherwise the newest checkpoint is named.
-        let keep = |e: RunError, trainer: &Trainer, consistent: bool| -> RunError {
+        let keep = |e: RunError, trainer: &mut Trainer, consistent: bool| -> RunError {
             let step = trainer.step_count();
             let saved = if consistent && step > start_step {
                 save(trainer).ok()
@@ -650,13 +764,13 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             }
         };
         if let Some(e) = failure.take() {
-            return Err(keep(e, &trainer, true));
+            return Err(keep(e, &mut trainer, true));
         }
         let summary = match summary {
             Ok(s) => s,
             Err(e) => {
                 let consistent = matches!(e, TrainError::Load(_));
-                return Err(keep(e.into(), &trainer, consistent));
+                return Err(keep(e.into(), &mut trainer, consistent));
             }
         };
         let train_s = train_started.elapsed().as_secs_f64();
@@ -676,11 +790,13 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         if !interrupted {
             // The final checkpoint first: it is what a re-run needs, and on a full disk the
             // error names the newest checkpoint that did make it.
-            save(&trainer).map_err(|e| keep(e.into(), &trainer, false))?;
-            point_clouds.push(
-                save_ply(&opts.out, &trainer, it, &opts.export)
-                    .map_err(|e| keep(e, &trainer, false))?,
-            );
+            if let Err(e) = save(&mut trainer) {
+                return Err(keep(e, &mut trainer, false));
+            }
+            match save_ply(&opts.out, &mut trainer, it, &opts.export) {
+                Ok(p) => point_clouds.push(p),
+                Err(e) => return Err(keep(e, &mut trainer, false)),
+            }
             if opts.eval && !test_views.is_empty() {
                 let scores = evaluate_views(
                     &pack,
@@ -722,7 +838,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             } else {
                 0.0
             },
-            num_gaussians: trainer.model().len() as u64,
+            num_gaussians: trainer.num_gaussians() as u64,
             peak_rss_bytes: peak,
             ram_budget_bytes: opts.ram_budget,
             within_budget: peak <= opts.ram_budget,

@@ -40,15 +40,17 @@ use serde::{Deserialize, Serialize};
 
 use super::adam::{AdamConfig, GroupMask, LearningRates, ShapeError};
 use super::densify::{
-    model_bytes, DefaultStrategy, DensifyConfig, DensifyOutcome, DensifyStrategy, Model,
-    ModelMemory, ModelShapeError, RefineContext, ViewStats,
+    model_bytes, DefaultStrategy, DensifyConfig, DensifyOutcome, DensifyStrategy, DeviceCap,
+    Model, ModelMemory, ModelShapeError, RefineContext, ViewStats,
 };
+use super::device_engine::{DeviceEngine, DeviceEngineError, Frame};
 use super::loss::LossScratch;
 use super::schedule::ExponentialLr;
 use crate::budget::Reservation;
 use crate::data::cache::CacheStats;
 use crate::data::{LoadError, Loader, LoaderStats, Position};
-use crate::metrics::{psnr, MetricsError, SsimScratch};
+use crate::device::{Device, PinnedHost};
+use crate::metrics::{psnr, psnr_from_mse, MetricsError, SsimScratch};
 use crate::render::{GaussianGrads, Rasterizer, RenderError, RenderOptions, RenderOutput};
 use crate::rng::Rng;
 use crate::scene::camera::Camera;
@@ -174,6 +176,8 @@ pub enum TrainError {
     NonFinite { iteration: u64, loss: f64 },
     #[error(transparent)]
     Adam(#[from] ShapeError),
+    #[error("device engine: {0}")]
+    Device(#[from] DeviceEngineError),
     #[error(transparent)]
     Model(#[from] ModelShapeError),
     #[error("the model does not fit the RAM budget: {0}")]
@@ -259,22 +263,59 @@ pub struct TrainStateRef<'a> {
     pub position: Position,
 }
 
-/// The training step; see the module doc.
-pub struct Trainer {
-    config: TrainConfig,
-    extent: f64,
-    model: Model,
-    strategy: Box<dyn DensifyStrategy>,
+/// Where a [`Trainer`]'s step runs: the model in host memory rendered by any [`Rasterizer`]
+/// (the CPU oracle, or the CUDA rasterizer with a host round trip per step), or the model
+/// resident on a device ([`DeviceEngine`]: the whole step there).
+pub enum Engine {
+    Host(Box<dyn Rasterizer>),
+    Device(Box<DeviceEngine>),
+}
+
+impl Engine {
+    /// The host engine with `rasterizer`.
+    pub fn host(rasterizer: impl Rasterizer + 'static) -> Engine {
+        Engine::Host(Box::new(rasterizer))
+    }
+
+    /// For reports: the rasterizer's name, or `device (<device name>)`.
+    pub fn name(&self) -> String {
+        match self {
+            Engine::Host(r) => r.name().to_owned(),
+            Engine::Device(e) => format!("device ({})", e.device().name()),
+        }
+    }
+}
+
+/// The host engine's reused buffers.
+struct HostRunner {
     rasterizer: Box<dyn Rasterizer>,
-    memory: ModelMemory,
-    rng: Rng,
-    step: u64,
-    position: Position,
     target: Vec<f32>,
     render: RenderOutput,
     grads: GaussianGrads,
     d_image: Vec<f32>,
     loss: LossScratch,
+}
+
+enum Runner {
+    Host(Box<HostRunner>),
+    Device(Box<DeviceEngine>),
+}
+
+/// The training step; see the module doc.
+pub struct Trainer {
+    config: TrainConfig,
+    extent: f64,
+    /// The model: authoritative for the host engine; for the device engine a host copy that
+    /// is current only while `!host_stale` (see [`Trainer::model`]).
+    model: Model,
+    host_stale: bool,
+    strategy: Box<dyn DensifyStrategy>,
+    runner: Runner,
+    memory: ModelMemory,
+    rng: Rng,
+    step: u64,
+    position: Position,
+    eval_target: Vec<f32>,
     eval_ssim: SsimScratch,
 }
 
@@ -306,14 +347,13 @@ fn check_image(what: &str, camera: &Camera, rgb8: &[u8]) -> Result<(), TrainErro
 
 impl Trainer {
     /// A trainer for `gaussians` (stored at `config.sh_degree`) in a scene of `extent`
-    /// (the pack's `scene.extent`), rendering with `rasterizer`.
+    /// (the pack's `scene.extent`), stepping on `engine`.
     pub fn new(
         config: TrainConfig,
         gaussians: Gaussians,
         extent: f64,
-        rasterizer: Box<dyn Rasterizer>,
+        engine: Engine,
     ) -> Result<Trainer, TrainError> {
-        validate_config(&config, extent)?;
         if gaussians.sh_degree != config.sh_degree {
             return Err(TrainError::Config(format!(
                 "the initial Gaussians store SH degree {} but the run uses {}; initialise them \
@@ -321,33 +361,21 @@ impl Trainer {
                 gaussians.sh_degree, config.sh_degree
             )));
         }
-        let model = Model::new(gaussians);
-        model.check_shapes()?;
-        let strategy = Box::new(DefaultStrategy::new(config.densify.clone()));
-        Ok(Trainer {
-            rng: Rng::new(config.seed),
+        let state = TrainState {
+            rng: Rng::new(config.seed).state(),
             config,
             extent,
-            model,
-            strategy,
-            rasterizer,
-            memory: ModelMemory::default(),
             step: 0,
+            model: Model::new(gaussians),
+            growth_stopped: false,
             position: Position { epoch: 0, index: 0 },
-            target: Vec::new(),
-            render: RenderOutput::default(),
-            grads: GaussianGrads::default(),
-            d_image: Vec::new(),
-            loss: LossScratch::new(),
-            eval_ssim: SsimScratch::new(),
-        })
+        };
+        Trainer::from_state(state, engine)
     }
 
-    /// Rebuilds a trainer from [`Trainer::state`]; continues bit-identically.
-    pub fn from_state(
-        state: TrainState,
-        rasterizer: Box<dyn Rasterizer>,
-    ) -> Result<Trainer, TrainError> {
+    /// Rebuilds a trainer from [`Trainer::state`] (of either engine); continues
+    /// bit-identically on the engine that wrote it.
+    pub fn from_state(state: TrainState, engine: Engine) -> Result<Trainer, TrainError> {
         validate_config(&state.config, state.extent)?;
         state.model.check_shapes()?;
         if state.model.gaussians.sh_degree != state.config.sh_degree {
@@ -360,28 +388,53 @@ impl Trainer {
             .ok_or_else(|| TrainError::BadState("RNG state is all zero".into()))?;
         let mut strategy = Box::new(DefaultStrategy::new(state.config.densify.clone()));
         strategy.set_growth_stopped(state.growth_stopped);
+        let runner = match engine {
+            Engine::Host(rasterizer) => Runner::Host(Box::new(HostRunner {
+                rasterizer,
+                target: Vec::new(),
+                render: RenderOutput::default(),
+                grads: GaussianGrads::default(),
+                d_image: Vec::new(),
+                loss: LossScratch::new(),
+            })),
+            Engine::Device(mut e) => {
+                e.upload_model(&state.model)?;
+                Runner::Device(e)
+            }
+        };
         Ok(Trainer {
             rng,
             config: state.config,
             extent: state.extent,
             model: state.model,
+            host_stale: false,
             strategy,
-            rasterizer,
+            runner,
             memory: ModelMemory::default(),
             step: state.step,
             position: state.position,
-            target: Vec::new(),
-            render: RenderOutput::default(),
-            grads: GaussianGrads::default(),
-            d_image: Vec::new(),
-            loss: LossScratch::new(),
+            eval_target: Vec::new(),
             eval_ssim: SsimScratch::new(),
         })
     }
 
-    /// A snapshot of everything that evolves (a deep copy of the model).
-    pub fn state(&self) -> TrainState {
-        TrainState {
+    /// Brings the host copy of the model up to date (the device engine's model lives on the
+    /// device; this is the one place it comes back outside a refinement).
+    fn sync(&mut self) -> Result<(), TrainError> {
+        if self.host_stale {
+            if let Runner::Device(e) = &self.runner {
+                self.model = e.download_model()?;
+            }
+            self.host_stale = false;
+        }
+        Ok(())
+    }
+
+    /// A snapshot of everything that evolves (a deep copy of the model), in the one
+    /// representation both engines read and write.
+    pub fn state(&mut self) -> Result<TrainState, TrainError> {
+        self.sync()?;
+        Ok(TrainState {
             config: self.config.clone(),
             extent: self.extent,
             step: self.step,
@@ -389,12 +442,13 @@ impl Trainer {
             growth_stopped: self.strategy.growth_stopped(),
             rng: self.rng.state(),
             position: self.position,
-        }
+        })
     }
 
     /// [`Trainer::state`] without copying the model (for writing checkpoints).
-    pub fn state_ref(&self) -> TrainStateRef<'_> {
-        TrainStateRef {
+    pub fn state_ref(&mut self) -> Result<TrainStateRef<'_>, TrainError> {
+        self.sync()?;
+        Ok(TrainStateRef {
             config: &self.config,
             extent: self.extent,
             step: self.step,
@@ -402,7 +456,7 @@ impl Trainer {
             growth_stopped: self.strategy.growth_stopped(),
             rng: self.rng.state(),
             position: self.position,
-        }
+        })
     }
 
     /// Replaces the densification strategy (default: [`DefaultStrategy`]).
@@ -416,15 +470,18 @@ impl Trainer {
         &mut self,
         mut reservation: Reservation,
     ) -> Result<(), TrainError> {
-        let bytes = model_bytes(self.model.len(), self.config.sh_degree);
-        reservation.resize(bytes).map_err(|e| {
-            TrainError::Budget(format!(
-                "{} Gaussians need {bytes} bytes: {e}",
-                self.model.len()
-            ))
-        })?;
+        let n = self.num_gaussians();
+        let bytes = model_bytes(n, self.config.sh_degree);
+        reservation
+            .resize(bytes)
+            .map_err(|e| TrainError::Budget(format!("{n} Gaussians need {bytes} bytes: {e}")))?;
         self.memory.reservation = Some(reservation);
         Ok(())
+    }
+
+    /// Caps the model at what the device's memory budget holds (the device engine's plan).
+    pub fn set_device_cap(&mut self, cap: DeviceCap) {
+        self.memory.device = Some(cap);
     }
 
     pub fn config(&self) -> &TrainConfig {
@@ -440,12 +497,37 @@ impl Trainer {
         self.step
     }
 
-    pub fn gaussians(&self) -> &Gaussians {
-        &self.model.gaussians
+    /// Gaussians in the model now (no transfer).
+    pub fn num_gaussians(&self) -> usize {
+        match &self.runner {
+            Runner::Host(_) => self.model.len(),
+            Runner::Device(e) => e.len(),
+        }
     }
 
-    pub fn model(&self) -> &Model {
-        &self.model
+    /// Whether the model lives on a device.
+    pub fn on_device(&self) -> bool {
+        matches!(self.runner, Runner::Device(_))
+    }
+
+    /// The device the model lives on (device engine only).
+    pub fn device(&self) -> Option<Device> {
+        match &self.runner {
+            Runner::Host(_) => None,
+            Runner::Device(e) => Some(e.device().clone()),
+        }
+    }
+
+    /// The current parameters (downloaded first on the device engine).
+    pub fn gaussians(&mut self) -> Result<&Gaussians, TrainError> {
+        self.sync()?;
+        Ok(&self.model.gaussians)
+    }
+
+    /// The current model (downloaded first on the device engine).
+    pub fn model(&mut self) -> Result<&Model, TrainError> {
+        self.sync()?;
+        Ok(&self.model)
     }
 
     /// Loader position of the next view (kept by [`train_loop`]).
@@ -464,21 +546,21 @@ impl Trainer {
 
     /// One training step on a view (see the module doc).
     pub fn step(&mut self, camera: &Camera, rgb8: &[u8]) -> Result<StepStats, TrainError> {
-        self.step_with_room(camera, rgb8, &mut |_| 0)
+        self.step_with_room(camera, Frame::Host(rgb8), &mut |_| 0)
     }
 
-    /// [`Trainer::step`], where `make_room(bytes)` is asked to release `bytes` of the RAM
-    /// budget (e.g. by shrinking the loader cache) when densification needs them.
+    /// [`Trainer::step`] on a view as the loader delivered it, where `make_room(bytes)` is
+    /// asked to release `bytes` of the RAM budget (e.g. by shrinking the loader cache) when
+    /// densification needs them.
     pub fn step_with_room(
         &mut self,
         camera: &Camera,
-        rgb8: &[u8],
+        frame: Frame<'_>,
         make_room: &mut dyn FnMut(u64) -> u64,
     ) -> Result<StepStats, TrainError> {
         let t_start = Instant::now();
         let s = self.step + 1;
-        check_image(&format!("at iteration {s}"), camera, rgb8)?;
-        let mut tm = StepTimings::default();
+        check_image(&format!("at iteration {s}"), camera, frame.bytes())?;
         let lr = self.config.learning_rates(self.extent, s);
         let sh_degree = self.config.active_sh_degree(s);
         let background = match self.config.background {
@@ -491,58 +573,78 @@ impl Trainer {
             background,
             max_intersection_bytes: self.config.max_intersection_bytes,
         };
-        let t = Instant::now();
-        to_f32(rgb8, &mut self.target);
-        tm.convert = t.elapsed().as_secs_f64();
-
-        let t = Instant::now();
         let render_err = |source| TrainError::Render {
             iteration: s,
             source,
         };
-        self.rasterizer
-            .forward(&self.model.gaussians, camera, &options, &mut self.render)
-            .map_err(render_err)?;
-        tm.forward = t.elapsed().as_secs_f64();
-
-        let t = Instant::now();
-        let (w, h) = (camera.width as usize, camera.height as usize);
-        let value = self.loss.loss_and_grad(
-            &self.render.image,
-            &self.target,
-            w,
-            h,
-            self.config.lambda_dssim,
-            &mut self.d_image,
-        )?;
-        if !value.loss.is_finite() {
-            return Err(TrainError::NonFinite {
-                iteration: s,
-                loss: value.loss,
-            });
-        }
-        let view_psnr = psnr(&self.render.image, &self.target, 1.0)?;
-        tm.loss = t.elapsed().as_secs_f64();
-
-        let t = Instant::now();
-        self.rasterizer
-            .backward(
-                &self.model.gaussians,
-                camera,
-                &options,
-                &self.d_image,
-                &mut self.grads,
-            )
-            .map_err(render_err)?;
-        tm.backward = t.elapsed().as_secs_f64();
-
-        let t = Instant::now();
-        let view = ViewStats {
-            width: camera.width,
-            height: camera.height,
-            radii: &self.render.radii,
-            means2d_grad: &self.grads.means2d,
+        let mut tm = StepTimings::default();
+        // Forward, loss and backward on the engine; the view statistics for densification.
+        let value = match &mut self.runner {
+            Runner::Host(h) => {
+                let t = Instant::now();
+                to_f32(frame.bytes(), &mut h.target);
+                tm.convert = t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                h.rasterizer
+                    .forward(&self.model.gaussians, camera, &options, &mut h.render)
+                    .map_err(render_err)?;
+                tm.forward = t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                let (w, h_px) = (camera.width as usize, camera.height as usize);
+                let v = h.loss.loss_and_grad(
+                    &h.render.image,
+                    &h.target,
+                    w,
+                    h_px,
+                    self.config.lambda_dssim,
+                    &mut h.d_image,
+                )?;
+                if !v.loss.is_finite() {
+                    return Err(TrainError::NonFinite {
+                        iteration: s,
+                        loss: v.loss,
+                    });
+                }
+                let view_psnr = psnr(&h.render.image, &h.target, 1.0)?;
+                tm.loss = t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                h.rasterizer
+                    .backward(
+                        &self.model.gaussians,
+                        camera,
+                        &options,
+                        &h.d_image,
+                        &mut h.grads,
+                    )
+                    .map_err(render_err)?;
+                tm.backward = t.elapsed().as_secs_f64();
+                (v.loss, v.l1, v.ssim, view_psnr)
+            }
+            Runner::Device(e) => {
+                let t = Instant::now();
+                e.stage_view(frame)?;
+                tm.convert = t.elapsed().as_secs_f64();
+                // One queue: the launches return at once and the scalar read waits for all
+                // of them, so forward, loss and backward are timed together (as `forward`).
+                let t = Instant::now();
+                let v = e
+                    .forward_backward(camera, &options, self.config.lambda_dssim)
+                    .map_err(|e| match e {
+                        DeviceEngineError::Render(source) => render_err(source),
+                        other => other.into(),
+                    })?;
+                tm.forward = t.elapsed().as_secs_f64();
+                if !v.loss.is_finite() {
+                    return Err(TrainError::NonFinite {
+                        iteration: s,
+                        loss: v.loss,
+                    });
+                }
+                (v.loss, v.l1, v.ssim, psnr_from_mse(v.mse, 1.0))
+            }
         };
+
+        let t = Instant::now();
         let mut ctx = RefineContext {
             iteration: s,
             extent: self.extent,
@@ -554,10 +656,36 @@ impl Trainer {
         // No densification or opacity reset on the final iteration: its result is the model
         // that is saved and evaluated, and nothing after it could recover from a reset (3DGS
         // saves and evaluates iteration N before densifying at N, to the same effect).
-        let outcome: DensifyOutcome = if s >= self.config.iterations {
-            DensifyOutcome::default()
-        } else {
-            self.strategy.step(&mut self.model, &view, &mut ctx)
+        let last = s >= self.config.iterations;
+        let outcome: DensifyOutcome = match &mut self.runner {
+            _ if last => DensifyOutcome::default(),
+            Runner::Host(h) => {
+                let view = ViewStats {
+                    width: camera.width,
+                    height: camera.height,
+                    radii: &h.render.radii,
+                    means2d_grad: &h.grads.means2d,
+                };
+                self.strategy.step(&mut self.model, &view, &mut ctx)
+            }
+            Runner::Device(e) => {
+                if self.strategy.collects(s) {
+                    e.accumulate_stats(camera.width, camera.height)?;
+                    self.host_stale = true;
+                }
+                if self.strategy.refines_at(s, ctx.white_background) {
+                    // The model comes home, the host strategy edits it, and it goes back.
+                    if self.host_stale {
+                        self.model = e.download_model()?;
+                        self.host_stale = false;
+                    }
+                    let out = self.strategy.refine(&mut self.model, &mut ctx);
+                    e.upload_model(&self.model)?;
+                    out
+                } else {
+                    DensifyOutcome::default()
+                }
+            }
         };
         tm.densify = t.elapsed().as_secs_f64();
 
@@ -565,24 +693,30 @@ impl Trainer {
         let skip = outcome.skip_optimizer.unwrap_or(GroupMask::NONE);
         if skip != GroupMask::ALL {
             let mask = GroupMask(std::array::from_fn(|i| !skip.0[i]));
-            self.model.adam.step(
-                &self.config.adam,
-                &lr,
-                mask,
-                &mut self.model.gaussians,
-                &self.grads,
-            )?;
+            match &mut self.runner {
+                Runner::Host(h) => self.model.adam.step(
+                    &self.config.adam,
+                    &lr,
+                    mask,
+                    &mut self.model.gaussians,
+                    &h.grads,
+                )?,
+                Runner::Device(e) => {
+                    e.adam_step(&self.config.adam, &lr, mask)?;
+                    self.host_stale = true;
+                }
+            }
         }
         tm.optimizer = t.elapsed().as_secs_f64();
         self.step = s;
         tm.total = t_start.elapsed().as_secs_f64();
         Ok(StepStats {
             iteration: s,
-            loss: value.loss,
-            l1: value.l1,
-            ssim: value.ssim,
-            psnr: view_psnr,
-            num_gaussians: self.model.len(),
+            loss: value.0,
+            l1: value.1,
+            ssim: value.2,
+            psnr: value.3,
+            num_gaussians: self.num_gaussians(),
             sh_degree,
             position_lr: lr.means,
             cloned: outcome.cloned,
@@ -607,30 +741,35 @@ impl Trainer {
             background,
             max_intersection_bytes: self.config.max_intersection_bytes,
         };
-        self.rasterizer
-            .forward(&self.model.gaussians, camera, &options, &mut self.render)
-            .map_err(|source| TrainError::Render {
-                iteration: self.step,
-                source,
-            })?;
-        to_f32(rgb8, &mut self.target);
+        let render_err = |source| TrainError::Render {
+            iteration: self.step,
+            source,
+        };
+        let image: &mut [f32] = match &mut self.runner {
+            Runner::Host(h) => {
+                h.rasterizer
+                    .forward(&self.model.gaussians, camera, &options, &mut h.render)
+                    .map_err(render_err)?;
+                &mut h.render.image
+            }
+            Runner::Device(e) => e.render(camera, &options).map_err(|e| match e {
+                DeviceEngineError::Render(source) => render_err(source),
+                other => other.into(),
+            })?,
+        };
+        to_f32(rgb8, &mut self.eval_target);
         // 3DGS evaluates the render clamped to [0, 1].
-        for v in self.render.image.iter_mut() {
+        for v in image.iter_mut() {
             *v = v.clamp(0.0, 1.0);
         }
-        let p = psnr(&self.render.image, &self.target, 1.0)?;
+        let p = psnr(image, &self.eval_target, 1.0)?;
         let s = self.eval_ssim.ssim(
-            &self.render.image,
-            &self.target,
+            image,
+            &self.eval_target,
             camera.width as usize,
             camera.height as usize,
         )?;
-        let image = self
-            .render
-            .image
-            .iter()
-            .map(|&v| (v * 255.0).round() as u8)
-            .collect();
+        let image = image.iter().map(|&v| (v * 255.0).round() as u8).collect();
         Ok(Evaluation {
             psnr: p,
             ssim: s,
@@ -709,7 +848,7 @@ pub fn train_loop(
         return Err(TrainError::Config("no train cameras".into()));
     }
     while trainer.step_count() < until_step {
-        let delivered = match loader.next() {
+        let mut delivered = match loader.next() {
             None => break,
             Some(d) => d?,
         };
@@ -720,13 +859,26 @@ pub fn train_loop(
                 record,
                 views: records,
             })?;
+        let from_cache = delivered.from_cache();
         let loader_ref: &Loader = loader;
-        let stats = trainer.step_with_room(camera, &delivered, &mut |need| {
+        let mut make_room = |need| {
             let capacity = loader_ref.shrink_cache(u64::MAX);
             let now = loader_ref.shrink_cache(capacity.saturating_sub(need));
             capacity - now
-        })?;
-        let from_cache = delivered.from_cache();
+        };
+        // A page-locked slot goes to the device engine as is (an asynchronous upload);
+        // anything else as bytes.
+        let pinned = trainer.on_device() && delivered.slot_mut().is_some_and(|(b, _)| b.as_any().is::<PinnedHost>());
+        let stats = if pinned {
+            let (buf, len) = delivered.slot_mut().expect("checked above");
+            let slot = buf
+                .as_any_mut()
+                .downcast_mut::<PinnedHost>()
+                .expect("checked above");
+            trainer.step_with_room(camera, Frame::Pinned(slot, len), &mut make_room)?
+        } else {
+            trainer.step_with_room(camera, Frame::Host(&delivered), &mut make_room)?
+        };
         drop(delivered);
         steps += 1;
         let next_position = loader.position(records);
@@ -880,7 +1032,7 @@ mod tests {
         let (gt, images) = ground_truth();
         let (cams, extent) = cameras();
         let g = initial(&gt, cfg.sh_degree);
-        let t = Trainer::new(cfg, g, extent, Box::new(CpuRasterizer::<f32>::new())).unwrap();
+        let t = Trainer::new(cfg, g, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
         (t, cams, images)
     }
 
@@ -922,7 +1074,7 @@ mod tests {
         assert!(after.psnr > 23.0, "PSNR {}", after.psnr);
         assert!(after.psnr > before.psnr + 5.0);
         assert_eq!(t.active_sh_degree(), 1);
-        t.model().check_shapes().unwrap();
+        t.model().unwrap().check_shapes().unwrap();
     }
 
     /// A config that densifies, resets opacity and draws random backgrounds within 60 steps.
@@ -948,14 +1100,14 @@ mod tests {
         };
         feed(&mut a, 0, 25);
         // Through JSON, as a checkpoint would store it (the borrowed view writes the same).
-        let json = serde_json::to_string(&a.state()).unwrap();
-        assert_eq!(json, serde_json::to_string(&a.state_ref()).unwrap());
+        let json = serde_json::to_string(&a.state().unwrap()).unwrap();
+        assert_eq!(json, serde_json::to_string(&a.state_ref().unwrap()).unwrap());
         let state: TrainState = serde_json::from_str(&json).unwrap();
-        assert_eq!(state, a.state());
-        let mut b = Trainer::from_state(state, Box::new(CpuRasterizer::<f32>::new())).unwrap();
+        assert_eq!(state, a.state().unwrap());
+        let mut b = Trainer::from_state(state, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
         feed(&mut a, 25, 60);
         feed(&mut b, 25, 60);
-        let (sa, sb) = (a.state(), b.state());
+        let (sa, sb) = (a.state().unwrap(), b.state().unwrap());
         assert!(sa.model.len() != 200, "densification ran");
         let bits = |g: &Gaussians| -> Vec<u32> {
             g.means
@@ -997,6 +1149,7 @@ mod tests {
         let reset_logit = (0.01f32 / 0.99).ln() + 1e-6;
         assert!(t
             .gaussians()
+            .unwrap()
             .logit_opacities
             .iter()
             .any(|&o| o > reset_logit));
@@ -1008,9 +1161,9 @@ mod tests {
         let mut saw_growth = false;
         for i in 0..40u64 {
             let v = (i % 8) as usize;
-            let before = t.gaussians().clone();
+            let before = t.gaussians().unwrap().clone();
             let s = t.step(&cams[v], &images[v]).unwrap();
-            t.model().check_shapes().unwrap();
+            t.model().unwrap().check_shapes().unwrap();
             saw_growth |= s.cloned + s.split > 0;
             if s.iteration == 20 {
                 // Densify iteration: kept Gaussians were not stepped by Adam (3DGS behaviour).
@@ -1020,6 +1173,7 @@ mod tests {
                 assert!(s.opacity_reset);
                 assert!(t
                     .gaussians()
+            .unwrap()
                     .logit_opacities
                     .iter()
                     .all(|&o| o <= (0.01f32 / 0.99).ln() + 1e-6));
@@ -1027,7 +1181,7 @@ mod tests {
             if s.iteration == 5 {
                 assert_ne!(
                     before.means,
-                    t.gaussians().means,
+                    t.gaussians().unwrap().means,
                     "regular steps move means"
                 );
             }
@@ -1089,6 +1243,82 @@ mod tests {
         );
     }
 
+    fn device_trainer(cfg: TrainConfig) -> Trainer {
+        let (gt, _) = ground_truth();
+        let (_, extent) = cameras();
+        let g = initial(&gt, cfg.sh_degree);
+        let dev = crate::device::Device::emulated().unwrap();
+        let engine = Engine::Device(Box::new(DeviceEngine::new(dev).unwrap()));
+        Trainer::new(cfg, g, extent, engine).unwrap()
+    }
+
+    /// The device engine (on the host emulation) takes the host engine's steps: the same loss
+    /// to within the gradients' float-atomic rounding at first, the same densification
+    /// decisions, opacity reset and random backgrounds (one host RNG).
+    #[test]
+    fn device_engine_steps_like_the_host_engine() {
+        let (mut host, cams, images) = trainer(busy_config());
+        let mut dev = device_trainer(busy_config());
+        assert!(dev.on_device());
+        assert_eq!(dev.state().unwrap(), host.state().unwrap());
+        for i in 0..60u64 {
+            let v = ((i * 3) % 8) as usize;
+            let a = host.step(&cams[v], &images[v]).unwrap();
+            let b = dev.step(&cams[v], &images[v]).unwrap();
+            let rel = (a.loss - b.loss).abs() / a.loss;
+            // Identical until the first Adam step; then within float-atomic noise that grows
+            // slowly with the steps.
+            let tol = if i == 0 { 1e-12 } else { 1e-3 };
+            assert!(rel <= tol, "step {}: loss {} vs {} ({rel:e})", i + 1, a.loss, b.loss);
+            assert!((a.psnr - b.psnr).abs() < 0.05, "step {}: psnr {} vs {}", i + 1, a.psnr, b.psnr);
+            assert_eq!(
+                (a.cloned, a.split, a.pruned, a.opacity_reset, a.num_gaussians),
+                (b.cloned, b.split, b.pruned, b.opacity_reset, b.num_gaussians),
+                "step {}",
+                i + 1
+            );
+        }
+        let (sa, sb) = (host.state().unwrap(), dev.state().unwrap());
+        assert_eq!(sa.rng, sb.rng, "both engines drew the same random numbers");
+        assert_eq!(sa.model.adam.steps, sb.model.adam.steps);
+        let ea = host.evaluate(&cams[3], &images[3]).unwrap();
+        let eb = dev.evaluate(&cams[3], &images[3]).unwrap();
+        assert!((ea.psnr - eb.psnr).abs() < 0.05, "{} vs {}", ea.psnr, eb.psnr);
+    }
+
+    /// One representation of the state: a checkpoint of either engine resumes on the other,
+    /// and a state round trip through the device engine is exact.
+    #[test]
+    fn checkpoints_move_between_engines() {
+        let (mut host, cams, images) = trainer(busy_config());
+        for i in 0..25u64 {
+            let v = (i % 8) as usize;
+            host.step(&cams[v], &images[v]).unwrap();
+        }
+        let state = host.state().unwrap();
+        let dev_engine = |()| {
+            let dev = crate::device::Device::emulated().unwrap();
+            Engine::Device(Box::new(DeviceEngine::new(dev).unwrap()))
+        };
+        let mut dev = Trainer::from_state(state.clone(), dev_engine(())).unwrap();
+        assert_eq!(dev.state().unwrap(), state, "exact round trip through the device");
+        for i in 25..40u64 {
+            let v = (i % 8) as usize;
+            dev.step(&cams[v], &images[v]).unwrap();
+        }
+        let mid = dev.state().unwrap();
+        assert_eq!(mid.step, 40);
+        let mut back = Trainer::from_state(mid.clone(), Engine::host(CpuRasterizer::<f32>::new()))
+            .unwrap();
+        assert_eq!(back.state().unwrap(), mid);
+        for i in 40..60u64 {
+            let v = (i % 8) as usize;
+            back.step(&cams[v], &images[v]).unwrap();
+        }
+        back.model().unwrap().check_shapes().unwrap();
+        assert_eq!(back.step_count(), 60);
+    }
+
     /// Where a step's time goes at the scale the brief names (100k Gaussians, 640×480).
     /// `CARGO_PROFILE_DEV_OPT_LEVEL=3 cargo test --lib train::trainer::tests::step_cost -- --ignored --nocapture`
     #[test]
@@ -1122,7 +1352,7 @@ mod tests {
             sh_degree: 3,
             ..TrainConfig::default()
         };
-        let mut t = Trainer::new(cfg, g, 4.0, Box::new(CpuRasterizer::<f32>::new())).unwrap();
+        let mut t = Trainer::new(cfg, g, 4.0, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
         let mut rows = vec![];
         for _ in 0..4 {
             rows.push(t.step(&cam, &img).unwrap().timings);

@@ -710,6 +710,11 @@ impl CudaRasterizer {
         &self.b.image
     }
 
+    /// The screen radii of the last forward (`[N]`, 0 = not drawn), on the device.
+    pub fn radii(&self) -> &DeviceBuffer<u32> {
+        &self.b.radii
+    }
+
     /// The parameter gradients of the last backward, on the device.
     pub fn grads(&self) -> &ParamGradBufs {
         &self.b.g

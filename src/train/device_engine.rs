@@ -1,0 +1,482 @@
+//! The device engine ([`DeviceEngine`]): the training step with the model on a device, on
+//! either driver of [`crate::device`] (a CUDA GPU, or the host emulation that runs the same
+//! kernels in CI). [`super::Trainer`] drives it through the same step as the host engine; this
+//! module owns what lives on the device and the order of the launches.
+//!
+//! # What stays on the device for the whole run
+//! Parameters, both Adam moments ([`DeviceGaussians`] each) and the per-group Adam step
+//! counts' device twins, the densification statistics (`grad_accum`, `denom`, `max_radii`),
+//! the uploaded view, its f32 target, `∂L/∂image` and the loss scalars. The rasterizer keeps
+//! its own per-Gaussian and intersection buffers. Nothing of the model crosses the bus in a
+//! regular step; the host reads the four loss scalars (32 bytes) once per step, which is also
+//! where divergence is detected.
+//!
+//! # A step (the host engine's order, see [`super::trainer`])
+//! 1. the view: from a page-locked ring slot by an asynchronous copy on the copy stream, the
+//!    compute queue waiting for it on the device (rules in [`crate::device::transfer`]), or from
+//!    pageable memory by a plain copy; then `rgb8_to_f32`;
+//! 2. `forward_resident`, the loss kernels (`∂L/∂image` + scalars), `backward_resident`;
+//! 3. `densify_accumulate` (`kernels/densify.cu`, the twin of the host statistics) while the
+//!    strategy collects;
+//! 4. at the strategy's refine iterations only (every 100 iterations by default): the model
+//!    comes to the host, the very same strategy code edits it, and it goes back (a round trip
+//!    of the model; the clone/split/prune kernels are future work, see the crate README);
+//! 5. Adam on the device with the host's per-group coefficients (bit-identical update rule).
+//!
+//! # Parity with the host engine
+//! Every kernel repeats the CPU's operations in order; the only differences are the
+//! rasterizer's atomically accumulated gradients (≤ 1e-5 relative) and the order of the loss
+//! sums. Training therefore follows the same trajectory statistically, not bitwise (tested:
+//! `tests/train_cli.rs`). All randomness (background, split samples) comes from the trainer's
+//! host RNG in the same order on both engines.
+//!
+//! # Memory
+//! [`device_bytes`] itemises what the engine allocates (model, per-view, intersections) with
+//! the formulas the `--vram-budget` plan prints; buffers only grow, so steady-state steps
+//! allocate nothing.
+
+use crate::device::{
+    CopyStream, Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig,
+    ModuleSource, PinnedHost,
+};
+use crate::render::cuda::{CudaError, CudaRasterizer, DeviceGaussians};
+use crate::render::{RenderError, RenderOptions};
+use crate::scene::camera::Camera;
+
+use super::adam::{AdamConfig, GroupMask, LearningRates};
+use super::densify::{model_bytes, DensifyStats, Model};
+use super::device_adam::{DeviceAdam, DeviceAdamError};
+use super::device_loss::{DeviceLoss, DeviceLossError, LOSS_SCALARS};
+
+/// Threads per block of the statistics kernel.
+const BLOCK: u32 = 256;
+
+/// `kernels/densify.cu`.
+pub fn module_source() -> ModuleSource {
+    ModuleSource {
+        name: "densify.cu".into(),
+        source: include_str!("../../kernels/densify.cu").into(),
+        entry_points: vec!["densify_accumulate"],
+        defines: vec![],
+    }
+}
+
+/// Why the device engine failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceEngineError {
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    #[error(transparent)]
+    Loss(#[from] DeviceLossError),
+    #[error(transparent)]
+    Adam(#[from] DeviceAdamError),
+}
+
+/// A view as the loader delivered it: pageable bytes, or the first `len` bytes of a
+/// page-locked ring slot (uploaded asynchronously; the slot stays busy until the copy ends).
+pub enum Frame<'a> {
+    Host(&'a [u8]),
+    Pinned(&'a mut PinnedHost, usize),
+}
+
+impl Frame<'_> {
+    /// The view's bytes on the host.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Frame::Host(b) => b,
+            Frame::Pinned(p, len) => &p[..*len],
+        }
+    }
+}
+
+/// The loss scalars of one step, read back from the device.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepScalars {
+    pub loss: f64,
+    pub l1: f64,
+    pub ssim: f64,
+    /// Mean squared error of the render (for the view's PSNR).
+    pub mse: f64,
+}
+
+/// Device bytes per pixel of the largest view: RGB8 upload (3), target, render and
+/// `∂L/∂image` (12 each), the loss scratch (24 planes of f32 = 96), final transmittance and
+/// last contributor (8), rounded up to 144 for the per-tile ranges and the loss partials.
+pub const DEVICE_BYTES_PER_PIXEL: u64 = 144;
+
+/// Device bytes per tile intersection: 64-bit keys and 32-bit ids, double-buffered by the sort.
+pub const DEVICE_BYTES_PER_INTERSECTION: u64 = 24;
+
+/// What the device engine allocates, itemised (the `--vram-budget` plan).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceBytes {
+    /// Parameters, gradients, both moments, statistics and the rasterizer's per-Gaussian
+    /// buffers: [`model_bytes`] (the same items as on the host).
+    pub model: u64,
+    /// [`DEVICE_BYTES_PER_PIXEL`] × the largest view's pixels.
+    pub views: u64,
+    /// The intersection buffers: the per-render cap the rasterizer's preflight enforces.
+    pub intersections: u64,
+}
+
+impl DeviceBytes {
+    pub fn fixed(&self) -> u64 {
+        self.views + self.intersections
+    }
+
+    pub fn total(&self) -> u64 {
+        self.model + self.fixed()
+    }
+}
+
+/// [`DeviceBytes`] for `n` Gaussians at `sh_degree`, views of at most `max_pixels` and an
+/// intersection cap of `max_intersection_bytes`.
+pub fn device_bytes(
+    n: usize,
+    sh_degree: u32,
+    max_pixels: u64,
+    max_intersection_bytes: u64,
+) -> DeviceBytes {
+    DeviceBytes {
+        model: model_bytes(n, sh_degree),
+        views: DEVICE_BYTES_PER_PIXEL * max_pixels,
+        intersections: max_intersection_bytes,
+    }
+}
+
+/// The device side of a training run (see the module doc).
+pub struct DeviceEngine {
+    dev: Device,
+    raster: CudaRasterizer,
+    loss: DeviceLoss,
+    adam: DeviceAdam,
+    accumulate: Function,
+    copies: CopyStream,
+    params: DeviceGaussians,
+    exp_avg: DeviceGaussians,
+    exp_avg_sq: DeviceGaussians,
+    /// Adam steps per group (the host's `AdamState::steps`, kept here while training).
+    adam_steps: [u64; 6],
+    grad_accum: DeviceBuffer<f32>,
+    denom: DeviceBuffer<u32>,
+    max_radii: DeviceBuffer<u32>,
+    rgb8: DeviceBuffer<u8>,
+    target: DeviceBuffer<f32>,
+    d_image: DeviceBuffer<f32>,
+    scalars: DeviceBuffer<f64>,
+    image: Vec<f32>,
+}
+
+impl DeviceEngine {
+    /// An engine on `dev` with an empty model ([`Self::upload_model`] gives it one).
+    pub fn new(dev: Device) -> Result<DeviceEngine, DeviceEngineError> {
+        let m = dev.load_module(&module_source())?;
+        let accumulate = m.function("densify_accumulate")?.clone();
+        Ok(DeviceEngine {
+            raster: CudaRasterizer::on(dev.clone())?,
+            loss: DeviceLoss::new(&dev)?,
+            adam: DeviceAdam::new(&dev)?,
+            accumulate,
+            copies: dev.copy_stream()?,
+            params: DeviceGaussians::new(&dev)?,
+            exp_avg: DeviceGaussians::new(&dev)?,
+            exp_avg_sq: DeviceGaussians::new(&dev)?,
+            adam_steps: [0; 6],
+            grad_accum: dev.alloc(1)?,
+            denom: dev.alloc(1)?,
+            max_radii: dev.alloc(1)?,
+            rgb8: dev.alloc(1)?,
+            target: dev.alloc(1)?,
+            d_image: dev.alloc(1)?,
+            scalars: dev.alloc(LOSS_SCALARS)?,
+            image: Vec::new(),
+            dev,
+        })
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// Gaussians on the device.
+    pub fn len(&self) -> usize {
+        self.params.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.params.n == 0
+    }
+
+    /// Replaces the device model with `model` (parameters, moments, step counts, statistics).
+    pub fn upload_model(&mut self, model: &Model) -> Result<(), DeviceEngineError> {
+        let dev = &self.dev;
+        self.params.upload(dev, &model.gaussians)?;
+        self.exp_avg.upload(dev, &model.adam.exp_avg)?;
+        self.exp_avg_sq.upload(dev, &model.adam.exp_avg_sq)?;
+        self.adam_steps = model.adam.steps;
+        let n = model.len().max(1);
+        dev.grow(&mut self.grad_accum, n)?;
+        dev.grow(&mut self.denom, n)?;
+        dev.grow(&mut self.max_radii, n)?;
+        dev.upload(&model.stats.grad_accum, &mut self.grad_accum)?;
+        dev.upload(&model.stats.denom, &mut self.denom)?;
+        dev.upload(&model.stats.max_radii, &mut self.max_radii)?;
+        Ok(())
+    }
+
+    /// The device model on the host, in the one representation both engines share.
+    pub fn download_model(&self) -> Result<Model, DeviceEngineError> {
+        let dev = &self.dev;
+        let n = self.params.n;
+        let mut stats = DensifyStats::zeros(n);
+        dev.download(&self.grad_accum, &mut stats.grad_accum)?;
+        dev.download(&self.denom, &mut stats.denom)?;
+        dev.download(&self.max_radii, &mut stats.max_radii)?;
+        let mut model = Model::new(self.params.download(dev)?);
+        model.adam.exp_avg = self.exp_avg.download(dev)?;
+        model.adam.exp_avg_sq = self.exp_avg_sq.download(dev)?;
+        model.adam.steps = self.adam_steps;
+        model.stats = stats;
+        Ok(model)
+    }
+
+    /// The Adam step counts (part of the state the host reports without a download).
+    pub fn adam_steps(&self) -> [u64; 6] {
+        self.adam_steps
+    }
+
+    /// Puts `frame` on the device as the f32 target of the next loss.
+    pub fn stage_view(&mut self, frame: Frame<'_>) -> Result<(), DeviceEngineError> {
+        let dev = self.dev.clone();
+        let len = frame.bytes().len();
+        dev.grow(&mut self.rgb8, len)?;
+        dev.grow(&mut self.target, len)?;
+        match frame {
+            Frame::Host(bytes) => dev.upload(bytes, &mut self.rgb8)?,
+            Frame::Pinned(slot, len) => {
+                // The copy waits for the launches already queued (one may still read the
+                // previous view); the compute queue waits for the copy before converting it.
+                dev.upload_async(&self.copies, slot, len, &mut self.rgb8)?;
+                dev.wait_copies(&self.copies)?;
+            }
+        }
+        self.loss.rgb8_to_f32(&self.rgb8, len, &mut self.target)?;
+        Ok(())
+    }
+
+    /// Forward, loss and backward of the staged view; returns the loss scalars (the one read
+    /// per step). The gradients stay on the device for [`Self::accumulate_stats`] and
+    /// [`Self::adam_step`].
+    pub fn forward_backward(
+        &mut self,
+        camera: &Camera,
+        options: &RenderOptions,
+        lambda_dssim: f32,
+    ) -> Result<StepScalars, DeviceEngineError> {
+        let n = 3 * camera.width as usize * camera.height as usize;
+        self.dev.grow(&mut self.d_image, n)?;
+        self.raster
+            .forward_resident(&self.params, camera, options)?;
+        self.loss.loss_and_grad(
+            self.raster.image(),
+            &self.target,
+            camera.width,
+            camera.height,
+            lambda_dssim,
+            &mut self.d_image,
+            &mut self.scalars,
+        )?;
+        self.raster
+            .backward_resident(&self.params, camera, options, &self.d_image)?;
+        let mut s = [0.0f64; LOSS_SCALARS];
+        self.dev.download(&self.scalars, &mut s)?;
+        Ok(StepScalars {
+            loss: s[0],
+            l1: s[1],
+            ssim: s[2],
+            mse: s[3],
+        })
+    }
+
+    /// Adds the last backward's view to the densification statistics (`kernels/densify.cu`).
+    pub fn accumulate_stats(&mut self, width: u32, height: u32) -> Result<(), DeviceEngineError> {
+        self.accumulate_from(
+            width,
+            height,
+            self.raster.radii(),
+            &self.raster.grads().means2d,
+        )
+    }
+
+    /// The statistics update from explicit radii (`[N]`) and 2D-mean gradients (`[N, 2]`).
+    fn accumulate_from(
+        &self,
+        width: u32,
+        height: u32,
+        radii: &DeviceBuffer<u32>,
+        means2d_grad: &DeviceBuffer<f32>,
+    ) -> Result<(), DeviceEngineError> {
+        let n = self.params.n;
+        if n == 0 {
+            return Ok(());
+        }
+        for (what, got, need) in [
+            ("radii", radii.len(), n),
+            ("means2d gradient", means2d_grad.len(), 2 * n),
+            ("grad_accum", self.grad_accum.len(), n),
+            ("denom", self.denom.len(), n),
+            ("max_radii", self.max_radii.len(), n),
+        ] {
+            if got < need {
+                return Err(CudaError::Shape { what, got, need }.into());
+            }
+        }
+        let args = [
+            KernelArg::U64(n as u64),
+            KernelArg::F32(width as f32 * 0.5),
+            KernelArg::F32(height as f32 * 0.5),
+            radii.arg(),
+            means2d_grad.arg(),
+            self.grad_accum.arg(),
+            self.denom.arg(),
+            self.max_radii.arg(),
+        ];
+        // SAFETY: the argument list matches densify_accumulate in kernels/densify.cu; every
+        // buffer holds the values the N threads index (checked above). The statistics buffers
+        // are this engine's own; the kernel writes nothing else.
+        unsafe {
+            self.dev.launch(
+                &self.accumulate,
+                LaunchConfig::linear(n as u64, BLOCK)?,
+                &args,
+            )
+        }?;
+        Ok(())
+    }
+
+    /// One Adam step of the groups in `mask` from the last backward's gradients.
+    pub fn adam_step(
+        &mut self,
+        cfg: &AdamConfig,
+        lr: &LearningRates,
+        mask: GroupMask,
+    ) -> Result<(), DeviceEngineError> {
+        self.adam.step(
+            cfg,
+            lr,
+            mask,
+            &mut self.adam_steps,
+            &mut self.params,
+            &mut self.exp_avg,
+            &mut self.exp_avg_sq,
+            self.raster.grads(),
+        )?;
+        Ok(())
+    }
+
+    /// Renders `camera` with the device model and returns the image (`[H, W, 3]`, host).
+    pub fn render(
+        &mut self,
+        camera: &Camera,
+        options: &RenderOptions,
+    ) -> Result<&mut [f32], DeviceEngineError> {
+        self.raster
+            .forward_resident(&self.params, camera, options)?;
+        let n = 3 * camera.width as usize * camera.height as usize;
+        self.image.resize(n, 0.0);
+        self.dev.download(self.raster.image(), &mut self.image)?;
+        Ok(&mut self.image)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+    use crate::scene::gaussians::Gaussians;
+    use crate::train::densify::{DefaultStrategy, ViewStats};
+
+    fn model(n: usize, rng: &mut Rng) -> Model {
+        let mut g = Gaussians {
+            sh_degree: 1,
+            ..Gaussians::default()
+        };
+        for _ in 0..n {
+            g.means.push(std::array::from_fn(|_| rng.next_f32()));
+            g.log_scales.push(std::array::from_fn(|_| rng.next_f32()));
+            g.rotations.push(std::array::from_fn(|_| rng.next_f32()));
+            g.logit_opacities.push(rng.next_f32());
+            for _ in 0..4 {
+                g.sh.push(std::array::from_fn(|_| rng.next_f32()));
+            }
+        }
+        let mut m = Model::new(g);
+        m.adam.steps = [1, 2, 3, 4, 5, 6];
+        for i in 0..n {
+            m.adam.exp_avg.means[i] = [i as f32; 3];
+            m.adam.exp_avg_sq.sh[4 * i + 3] = [0.5 + i as f32; 3];
+            m.stats.grad_accum[i] = i as f32 * 0.25;
+            m.stats.denom[i] = i as u32;
+            m.stats.max_radii[i] = 2 * i as u32;
+        }
+        m
+    }
+
+    #[test]
+    fn the_model_round_trips_through_the_device() {
+        for dev in crate::device::test_devices() {
+            let mut e = DeviceEngine::new(dev.clone()).unwrap();
+            let mut rng = Rng::new(3);
+            // Larger, then smaller (buffers only grow; the count is what matters).
+            for n in [37, 5, 0] {
+                let m = model(n, &mut rng);
+                e.upload_model(&m).unwrap();
+                assert_eq!(e.len(), n);
+                assert_eq!(e.download_model().unwrap(), m, "{} n={n}", dev.name());
+            }
+        }
+    }
+
+    #[test]
+    fn statistics_kernel_matches_the_host_strategy() {
+        for dev in crate::device::test_devices() {
+            let mut rng = Rng::new(5);
+            let n = 300;
+            let mut m = model(n, &mut rng);
+            let radii: Vec<u32> = (0..n as u32).map(|i| if i % 3 == 0 { 0 } else { i % 41 }).collect();
+            let grads: Vec<[f32; 2]> = (0..n)
+                .map(|_| [rng.normal() as f32 * 1e-3, rng.normal() as f32 * 1e-3])
+                .collect();
+            let mut e = DeviceEngine::new(dev.clone()).unwrap();
+            e.upload_model(&m).unwrap();
+            let mut d_radii = dev.alloc::<u32>(n).unwrap();
+            dev.upload(&radii, &mut d_radii).unwrap();
+            let mut d_grads = dev.alloc::<f32>(2 * n).unwrap();
+            dev.upload(grads.as_flattened(), &mut d_grads).unwrap();
+            e.accumulate_from(61, 47, &d_radii, &d_grads).unwrap();
+            e.accumulate_from(61, 47, &d_radii, &d_grads).unwrap();
+            let view = ViewStats {
+                width: 61,
+                height: 47,
+                radii: &radii,
+                means2d_grad: &grads,
+            };
+            DefaultStrategy::add_view(&mut m, &view);
+            DefaultStrategy::add_view(&mut m, &view);
+            let got = e.download_model().unwrap();
+            assert_eq!(got.stats, m.stats, "{}: bit-identical statistics", dev.name());
+        }
+    }
+
+    #[test]
+    fn device_bytes_itemise_the_plan() {
+        let b = device_bytes(1000, 3, 640 * 480, 1 << 20);
+        assert_eq!(b.model, model_bytes(1000, 3));
+        assert_eq!(b.views, 144 * 640 * 480);
+        assert_eq!(b.total(), b.model + b.views + (1 << 20));
+    }
+}
