@@ -424,3 +424,68 @@ fn meaningless_resize_values_are_refused_or_documented() {
     let m = manifest(&pack);
     assert_eq!(m["views"][0]["camera"]["width"], 48, "{m}");
 }
+
+#[test]
+fn a_colmap_image_missing_its_observation_line_is_named_not_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    synth(&scene, &[]);
+    let images = scene.join("sparse/0/images.txt");
+    let listed = std::fs::read_to_string(&images).unwrap();
+    // Drop the count comment and the (empty) observation line of image 2.
+    let mut out = Vec::new();
+    let mut skip_next = false;
+    for line in listed.lines() {
+        if line.starts_with("# Number of images") {
+            continue;
+        }
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        skip_next = line.starts_with("2 ");
+        out.push(line);
+    }
+    std::fs::write(&images, out.join("\n") + "\n").unwrap();
+    let pack = tmp.path().join("p");
+    let o = gs_pack(&["convert", s(&scene), "-o", s(&pack)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("images.txt") && err.contains("line ") && err.contains("insert an empty line"),
+        "{err}"
+    );
+    assert!(!pack.exists());
+}
+
+#[test]
+fn gs_render_refuses_a_zero_quaternion_naming_the_vertex() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ply = tmp.path().join("m.ply");
+    small_model(&ply);
+    // Zero the rotation of vertex 3 in the binary body (every property is a float; rot_0..3
+    // are consecutive).
+    let mut bytes = std::fs::read(&ply).unwrap();
+    let end = b"end_header\n";
+    let body = bytes.windows(end.len()).position(|w| w == end).unwrap() + end.len();
+    let header = String::from_utf8_lossy(&bytes[..body]).into_owned();
+    let props: Vec<&str> = header
+        .lines()
+        .filter_map(|l| l.strip_prefix("property float "))
+        .collect();
+    let rot0 = props.iter().position(|&p| p == "rot_0").unwrap();
+    let at = body + (3 * props.len() + rot0) * 4;
+    bytes[at..at + 16].fill(0);
+    std::fs::write(&ply, &bytes).unwrap();
+    let cam = tmp.path().join("cam.json");
+    std::fs::write(&cam, camera_json(16, 16).to_string()).unwrap();
+    let out = tmp.path().join("x.png");
+    let o = gs_render(&["--ply", s(&ply), "--camera", s(&cam), "-o", s(&out)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("m.ply") && err.contains("vertex 3") && err.contains("all zeros"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
