@@ -121,15 +121,17 @@ pub enum PackError {
         relation: &'static str,
     },
     #[error(
-        "with --test-every {test_every} all {views} views are test views, leaving none to \
-         train on: pass --test-every 0 (no test views) or a larger N"
+        "with --test-every {test_every} {} a test view, leaving none to train on: pass \
+         --test-every 0 (no test views) or a larger N",
+        if *views == 1 { "the dataset's only view is".to_owned() } else { format!("all {views} views are") }
     )]
     NoTrainViews { views: usize, test_every: u32 },
     #[error(
-        "{}: all {views} views were taken from one camera position (scene extent 0), so there is \
-         no parallax to reconstruct from; 3D Gaussian Splatting needs views from at least two \
-         positions: add views, or check the dataset's camera poses",
-        path.display()
+        "{}: {} taken from one camera position (scene extent 0), so there is no parallax to \
+         reconstruct from; 3D Gaussian Splatting needs views from at least two positions: add \
+         views, or check the dataset's camera poses",
+        path.display(),
+        if *views == 1 { "the dataset's only view was".to_owned() } else { format!("all {views} views were") }
     )]
     OneViewpoint {
         path: std::path::PathBuf,

@@ -1,10 +1,27 @@
 //! Hostile and careless inputs against the real binaries (issue 11's table): each case asserts
-//! the exit code and that the first error line names the file or record and the remedy, so no
-//! silent drop, misleading message or crash can come back.
+//! the exit code and that the error names the file or record and the remedy, so no silent
+//! drop, misleading message or crash can come back.
+//!
+//! | case | exit | first line (abridged) |
+//! |---|---|---|
+//! | shard header version byte flipped, `verify` | 3 | `…/shard-00000.gss: header: header checksum A does not match the stored B (its version field reads N …); the pack is damaged, re-create it with gs-pack convert --force` |
+//! | shard file deleted, `verify` (`info`: 1) | 3 | `…: shard 0: missing: the manifest lists "shard-00000.gss" (N bytes) but there is no such file; the pack is damaged, …` |
+//! | view / shard checksum edited in manifest.json | 3 | `… checksum A (as its … also says) does not match the B in manifest.json; …` |
+//! | payload byte flipped | 3 | `…: record at byte N (view …): payload checksum A does not match the stored B; …` |
+//! | `gs-render --ply MISSING` | 1 | `gs-render: error: cannot load the model: …/nope.ply: No such file or directory` (cause once) |
+//! | `gs-render` camera 100000×100000 (`--camera`, `--cameras`) | 1 | `…/huge.json: a 100000x100000 image (… pixels) is beyond what gs-render renders …; lower width/height and scale fx, fy, cx, cy …` |
+//! | `gs-render --pack` on a view named `00000.png` | 0 | writes `00000_00000.png`, not `.png.png` |
+//! | JPEG with corrupt scan data | 1 | `…/00002.jpg: JPEG scan data is corrupt ("Bad Huffman Code …"); … or pass --lenient to pack it as decoded` |
+//! | the same with `--lenient` | 0 | `warning: …/00002.jpg: JPEG scan data is corrupt (…); packed as decoded (damaged part grey) because of --lenient` |
+//! | 1-view dataset, default `--test-every 8` | 1 | `with --test-every 8 the dataset's only view is a test view, leaving none to train on: pass --test-every 0 …` |
+//! | 1-view dataset, `--test-every 0` | 1 | `…: the dataset's only view was taken from one camera position (scene extent 0) …` |
+//! | `--downscale 0` | 2 | clap: `invalid value '0' for '--downscale <N>'` (`--max-width 0` is documented as full size) |
+//! | COLMAP images.txt missing one POINTS2D line and the count comment | 1 | `…/images.txt: line N: expected the 2D-observation line of image 2 …; insert an empty line after it` |
+//! | PLY vertex with an all-zero quaternion, `gs-render` | 1 | `…/m.ply: vertex 3: rotation rot_0..rot_3 is all zeros …` |
 //!
 //! Cases covered elsewhere: `--force` safety, concurrent converts, a destination created
-//! mid-run, killed converts and `--downscale 0` / `--test-every 1` (tests/cli.rs); training
-//! resume and checkpoints (tests/train_cli.rs).
+//! mid-run, killed converts, a corrupt PNG and `--test-every 1` (tests/cli.rs); training
+//! resume, checkpoints and `-o` holding another run (tests/train_cli.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

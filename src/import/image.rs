@@ -172,10 +172,12 @@ fn jpeg_is_truncated(bytes: &[u8]) -> bool {
         .is_some_and(|rest| rest.windows(2).any(|w| w == [0xFF, 0xD9]))
 }
 
-/// Decodes a JPEG strictly: any damage in the entropy-coded scan data (a bad Huffman code, an
-/// unexpected marker, a premature end) is an error, where the `image` crate's lenient decoder
-/// would fill the rest of the image with grey and report success. Output colour space and
-/// limits are the ones `image` uses, so a clean file decodes to the same pixels.
+/// Decodes a JPEG strictly: damage in the entropy-coded scan data (a bad Huffman code, an
+/// unexpected marker, data running out of the file) is an error, where the `image` crate's
+/// lenient decoder would fill the rest of the image with grey and report success. Output colour
+/// space and limits are the ones `image` uses, so a clean file decodes to the same pixels.
+/// Known limit: scan data cut short and followed directly by a valid end-of-image marker is
+/// zero-filled by the decoder without any error, so it is not detected here.
 fn decode_jpeg_strict(bytes: &[u8]) -> Result<image::DynamicImage, String> {
     use zune_jpeg::zune_core::bytestream::ZCursor;
     use zune_jpeg::zune_core::colorspace::ColorSpace;
