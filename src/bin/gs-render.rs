@@ -417,6 +417,11 @@ fn render_pack(
             manifest.views.len()
         );
     }
+    for &i in &indices {
+        let v = &manifest.views[i];
+        check_size(&v.camera)
+            .with_context(|| format!("{}: view {i} ({:?})", pack_path.display(), v.name))?;
+    }
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
     std::fs::create_dir_all(output)
