@@ -9,6 +9,10 @@
 //!
 //! Views are appended in importer order (sorted by name), whatever order the workers finish in,
 //! so a pack's bytes depend only on its input and options (apart from the random pack id).
+//!
+//! A convert that would give a pack nothing to train on is refused before anything is written:
+//! every view a test view (`--test-every 1`, or a 1-view dataset under the default
+//! `--test-every 8`: pass `--test-every 0`), or every camera at one position (scene extent 0).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-use crate::import::image::{prepare_view, Resize};
+use crate::import::image::{prepare_view_opts, Resize};
 use crate::import::{self, Format, ImportError, ImportOptions};
 use crate::shard::writer::{encode_view, EncodedView, PackWriter, WriteError, WriterOptions};
 use crate::shard::{Codec, Manifest, SourceInfo, Split};
@@ -37,6 +41,9 @@ pub struct ConvertOptions {
     pub test_every: u32,
     pub force: bool,
     pub strict: bool,
+    /// Accept JPEGs with corrupt scan data (packed as the lenient decoder fills them, with a
+    /// warning naming each file) instead of failing on the first.
+    pub lenient: bool,
     /// Decode/encode threads.
     pub workers: usize,
 }
@@ -51,6 +58,7 @@ impl Default for ConvertOptions {
             test_every: 8,
             force: false,
             strict: false,
+            lenient: false,
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
         }
     }
@@ -113,10 +121,22 @@ pub enum PackError {
         relation: &'static str,
     },
     #[error(
-        "with --test-every {test_every} all {views} views are test views, leaving none to \
-         train on: pass --test-every 0 (no test views) or a larger N"
+        "with --test-every {test_every} {} a test view, leaving none to train on: pass \
+         --test-every 0 (no test views) or a larger N",
+        if *views == 1 { "the dataset's only view is".to_owned() } else { format!("all {views} views are") }
     )]
     NoTrainViews { views: usize, test_every: u32 },
+    #[error(
+        "{}: {} taken from one camera position (scene extent 0), so there is no parallax to \
+         reconstruct from; 3D Gaussian Splatting needs views from at least two positions: add \
+         views, or check the dataset's camera poses",
+        path.display(),
+        if *views == 1 { "the dataset's only view was".to_owned() } else { format!("all {views} views were") }
+    )]
+    OneViewpoint {
+        path: std::path::PathBuf,
+        views: usize,
+    },
     #[error("a worker thread panicked while preparing view {index}; this is a bug in ramsplat, please report it")]
     WorkerPanic { index: usize },
 }
@@ -230,6 +250,16 @@ pub fn convert(
         });
     }
 
+    if let Some(first) = scene.views.first() {
+        let c0 = first.camera.centre();
+        if scene.views.iter().all(|v| v.camera.centre() == c0) {
+            return Err(PackError::OneViewpoint {
+                path: input.to_owned(),
+                views: scene.views.len(),
+            });
+        }
+    }
+
     let writer_opts = WriterOptions {
         shard_size: opts.shard_size,
         codec: opts.codec,
@@ -247,7 +277,8 @@ pub fn convert(
     let abort = AtomicBool::new(false);
     let written = Mutex::new(0usize);
     let turn = Condvar::new();
-    let (tx, rx) = crossbeam_channel::bounded::<(usize, Result<EncodedView, PackError>)>(window);
+    type Prepared = (EncodedView, Option<String>);
+    let (tx, rx) = crossbeam_channel::bounded::<(usize, Result<Prepared, PackError>)>(window);
     let mut decoded_view_bytes = 0u64;
 
     std::thread::scope(|s| -> Result<(), PackError> {
@@ -271,7 +302,7 @@ pub fn convert(
                 }
                 let v = &views[i];
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let (camera, img) = prepare_view(v, resize)?;
+                    let (camera, img, warning) = prepare_view_opts(v, resize, opts.lenient)?;
                     let encoded = encode_view(
                         &v.name,
                         &camera,
@@ -280,7 +311,7 @@ pub fn convert(
                         writer_opts.codec,
                         writer_opts.zstd_level,
                     )?;
-                    Ok::<_, PackError>(encoded)
+                    Ok::<_, PackError>((encoded, warning))
                 }))
                 .unwrap_or(Err(PackError::WorkerPanic { index: i }));
                 if tx.send((i, result)).is_err() {
@@ -298,7 +329,10 @@ pub fn convert(
             }
             pending.insert(i, r);
             while let Some(r) = pending.remove(&done) {
-                match r.and_then(|v| {
+                match r.and_then(|(v, warning)| {
+                    if let Some(w) = warning {
+                        on_event(Event::Warning(&w));
+                    }
                     decoded_view_bytes += v.decoded_len;
                     writer.add_encoded_view(v).map_err(PackError::from)
                 }) {

@@ -66,6 +66,10 @@ enum Command {
         /// Refuse datasets whose metadata lists images that do not exist.
         #[arg(long)]
         strict: bool,
+        /// Pack JPEGs whose scan data is corrupt as decoded (damaged part grey), with a warning
+        /// naming each file, instead of failing.
+        #[arg(long)]
+        lenient: bool,
         /// Decode/encode threads (default: all cores).
         #[arg(long)]
         workers: Option<usize>,
@@ -153,6 +157,7 @@ fn main() -> ExitCode {
             test_every,
             force,
             strict,
+            lenient,
             workers,
         } => {
             let resize = match (max_width, downscale) {
@@ -169,6 +174,7 @@ fn main() -> ExitCode {
                 test_every,
                 force,
                 strict,
+                lenient,
                 ..Default::default()
             };
             if let Some(w) = workers {

@@ -18,17 +18,20 @@
 //! (see `ramsplat::scene::camera`). Unknown fields are ignored.
 //!
 //! `--cameras` takes the `cameras.json` the original 3DGS trainer (and `gs-train`) writes
-//! (see `ramsplat::export::cameras_json`) and writes one PNG per entry, `DIR/<img_name>.png`.
+//! (see `ramsplat::export::cameras_json`) and writes one PNG per entry, `DIR/<img_name>.png` (an
+//! img_name ending in .png/.jpg/.jpeg does not get a second extension).
 //!
 //! Pack mode writes, into DIR, one side-by-side PNG per view (ground truth left, render right)
-//! named `NNNNN_<view name>.png`, and `metrics.json` with per-view and mean PSNR and SSIM.
+//! named `NNNNN_<view name>.png` (the view name's own .png/.jpg extension dropped), and `metrics.json` with per-view and mean PSNR and SSIM.
 //! Metrics compare the 8-bit render (exactly what the PNG holds; float colour ×255, rounded,
 //! clamped) against the 8-bit ground truth, as the original 3DGS evaluation does with the PNGs
 //! it writes. A view identical to its ground truth has infinite PSNR: it is written as `null`
 //! and left out of `mean_psnr` (counted in `identical_views`).
 //!
-//! Every output file is written under a temporary name in its directory and renamed into
-//! place, so an interrupted run never leaves a truncated PNG or JSON.
+//! Every output file is written under a temporary name in its directory, fsynced and renamed
+//! into place (`ramsplat::fsutil`), so an interrupted run never leaves a truncated PNG or JSON.
+//! Image sizes are checked before any buffer is allocated: a camera beyond `MAX_PIXELS` is
+//! refused with a message naming the file and camera.
 //!
 //! Exit codes: 0 success; 1 any failure (unreadable or invalid model, camera, pack, render or
 //! write error; the message names the file and what to do); 2 invalid command line; 3 the
@@ -173,19 +176,24 @@ fn read_camera(path: &Path) -> Result<Camera> {
     camera
         .validate()
         .with_context(|| format!("{}: invalid camera", path.display()))?;
+    check_size(&camera).with_context(|| format!("{}", path.display()))?;
+    Ok(camera)
+}
+
+/// Refuses an image size gs-render cannot allocate, before any buffer is allocated.
+fn check_size(camera: &Camera) -> Result<()> {
     let pixels = u64::from(camera.width) * u64::from(camera.height);
     if pixels > MAX_PIXELS {
         bail!(
-            "{}: a {}x{} image ({pixels} pixels) is beyond what gs-render renders (at most \
+            "a {}x{} image ({pixels} pixels) is beyond what gs-render renders (at most \
              {MAX_PIXELS} pixels, e.g. 16384x16384: its float buffers alone would take over \
              {} GiB); lower width/height and scale fx, fy, cx, cy by the same factor",
-            path.display(),
             camera.width,
             camera.height,
             (MAX_PIXELS * BYTES_PER_PIXEL) >> 30
         );
     }
-    Ok(camera)
+    Ok(())
 }
 
 /// Float colour to 8 bits: ×255, rounded half up, clamped (what 3DGS's image saving does).
@@ -198,44 +206,21 @@ fn to_rgb8(image: &[f32], out: &mut Vec<u8>) {
     );
 }
 
-/// Writes an RGB8 PNG atomically (temporary name in the same directory, then rename).
+/// Writes an RGB8 PNG atomically (`ramsplat::fsutil::write_atomic_with`: temporary name in
+/// the same directory, fsync, rename).
 fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<()> {
-    let tmp = tmp_name(path);
-    let result = image::save_buffer_with_format(
-        &tmp,
-        rgb,
-        width,
-        height,
-        image::ExtendedColorType::Rgb8,
-        image::ImageFormat::Png,
-    )
+    use image::ImageEncoder;
+    ramsplat::fsutil::write_atomic_with(path, &mut |w| {
+        image::codecs::png::PngEncoder::new(w)
+            .write_image(rgb, width, height, image::ExtendedColorType::Rgb8)
+            .map_err(std::io::Error::other)
+    })
     .with_context(|| format!("cannot write {}", path.display()))
-    .and_then(|()| {
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
-    });
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 fn write_text(path: &Path, text: &str) -> Result<()> {
-    let tmp = tmp_name(path);
-    let result = std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .with_context(|| format!("cannot write {}", path.display()));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
-fn tmp_name(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+    ramsplat::fsutil::write_atomic(path, text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 struct Renderer {
@@ -330,6 +315,16 @@ fn render_camera_list(
             );
         }
     }
+    for (entry, camera) in &cameras {
+        check_size(camera).with_context(|| {
+            format!(
+                "{}: camera {} ({:?})",
+                list.display(),
+                entry.id,
+                entry.img_name
+            )
+        })?;
+    }
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
     std::fs::create_dir_all(output)
@@ -381,9 +376,15 @@ struct MetricsReport {
     views: Vec<ViewMetrics>,
 }
 
-/// File-name-safe form of a view name ("images/IMG_01.jpg" → "images_IMG_01.jpg").
+/// File-name-safe form of a view name without its image extension, ready for a `.png` suffix
+/// ("images/IMG_01.jpg" → "images_IMG_01", "00000.png" → "00000").
 fn safe_name(name: &str) -> String {
-    name.chars()
+    let lower = name.to_ascii_lowercase();
+    let stem = [".png", ".jpg", ".jpeg"]
+        .iter()
+        .find(|ext| lower.len() > ext.len() && lower.ends_with(*ext))
+        .map_or(name, |ext| &name[..name.len() - ext.len()]);
+    stem.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
                 c
@@ -415,6 +416,11 @@ fn render_pack(
             pack_path.display(),
             manifest.views.len()
         );
+    }
+    for &i in &indices {
+        let v = &manifest.views[i];
+        check_size(&v.camera)
+            .with_context(|| format!("{}: view {i} ({:?})", pack_path.display(), v.name))?;
     }
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
@@ -561,7 +567,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gs-render: error: {e:#}");
+            eprintln!("gs-render: error: {}", ramsplat::cli::chain_message(&e));
             if matches!(
                 e.downcast_ref::<RenderError>(),
                 Some(RenderError::Backend { .. })

@@ -18,10 +18,30 @@ pub const EXIT_FAILURE: u8 = 1;
 /// Exit code when verification finds damage.
 pub const EXIT_CORRUPT: u8 = 3;
 
-/// Prints `error: ` and the whole cause chain (`{:#}`) and returns the exit code.
+/// Prints `error: ` and the whole cause chain and returns the exit code.
 pub fn report_error(err: &anyhow::Error, code: u8) -> ExitCode {
-    eprintln!("error: {err:#}");
+    eprintln!("error: {}", chain_message(err));
     ExitCode::from(code)
+}
+
+/// The cause chain joined with ": ", each cause once: many library errors already show their
+/// source in their own message (`"{path}: {source}"`), so a cause whose text the previous
+/// message already holds is not repeated.
+pub fn chain_message(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut prev = String::new();
+    for cause in err.chain() {
+        let msg = cause.to_string();
+        if !prev.is_empty() && prev.contains(&msg) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&msg);
+        prev = msg;
+    }
+    out
 }
 
 /// Progress for long work: an indicatif bar when stderr is a terminal, otherwise a plain line
@@ -105,6 +125,30 @@ pub fn human_bytes(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{path}: {source}")]
+    struct WithSource {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        let e = anyhow::Error::new(WithSource {
+            path: "a/b.shard".into(),
+            source: io,
+        })
+        .context("verifying a");
+        assert_eq!(
+            chain_message(&e),
+            "verifying a: a/b.shard: No such file or directory"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(chain_message(&plain), "outer: inner");
+    }
 
     #[test]
     fn human_bytes_uses_binary_units() {

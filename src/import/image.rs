@@ -4,10 +4,12 @@
 //! and camera stored in a pack ([`prepare_view`]):
 //!
 //! 1. [`load_rgb8`] decodes JPEG or PNG (format sniffed from the bytes, the extension is only a
-//!    fallback) and converts every colour type to RGB8. Grey is replicated to three channels,
-//!    16-bit samples are rounded to 8 bits, and **alpha is dropped, not composited**: NeRF
-//!    synthetic (Blender) RGBA renders come out with whatever colour the renderer stored under
-//!    transparent pixels. Compositing onto a background colour is a training choice (the
+//!    fallback) and converts every colour type to RGB8. JPEGs are decoded in strict mode:
+//!    corrupt scan data, which a lenient decoder silently fills with grey, is an error naming
+//!    the file (accepted with a warning under `gs-pack convert --lenient`). Grey is replicated
+//!    to three channels, 16-bit samples are rounded to 8 bits, and **alpha is dropped, not
+//!    composited**: NeRF synthetic (Blender) RGBA renders come out with whatever colour the
+//!    renderer stored under transparent pixels. Compositing onto a background colour is a training choice (the
 //!    original 3DGS picks black or white per run), so it is not baked into the pack here.
 //! 2. The decoded size must equal the metadata's camera size; a mismatch is an error (images
 //!    resized after SfM, or the wrong images folder), never a silent rescale.
@@ -139,6 +141,10 @@ fn open_reader(
 /// headers, so a bigger file is not an image we could use.
 const MAX_FILE_BYTES: u64 = 512 << 20;
 
+/// The `image` crate's default decode limit; a JPEG decoding to more is left to `image`, which
+/// refuses it with its own message.
+const MAX_DECODED_BYTES: u64 = 512 << 20;
+
 /// Whether `bytes` (a JPEG) stops before its end-of-image marker. The JPEG decoder fills a
 /// truncated scan with grey and reports success, which would pack a half-grey photo. Entropy-coded
 /// data stuffs every 0xFF as `FF 00`, so `FF D9` after the first start-of-scan can only be the
@@ -166,9 +172,66 @@ fn jpeg_is_truncated(bytes: &[u8]) -> bool {
         .is_some_and(|rest| rest.windows(2).any(|w| w == [0xFF, 0xD9]))
 }
 
+/// Decodes a JPEG strictly: damage in the entropy-coded scan data (a bad Huffman code, an
+/// unexpected marker, data running out of the file) is an error, where the `image` crate's
+/// lenient decoder would fill the rest of the image with grey and report success. Output colour
+/// space and limits are the ones `image` uses, so a clean file decodes to the same pixels.
+/// Known limit: scan data cut short and followed directly by a valid end-of-image marker is
+/// zero-filled by the decoder without any error, so it is not detected here.
+fn decode_jpeg_strict(bytes: &[u8]) -> Result<image::DynamicImage, String> {
+    use zune_jpeg::zune_core::bytestream::ZCursor;
+    use zune_jpeg::zune_core::colorspace::ColorSpace;
+    use zune_jpeg::zune_core::options::DecoderOptions;
+    let options = DecoderOptions::default()
+        .set_strict_mode(true)
+        .set_max_width(usize::MAX)
+        .set_max_height(usize::MAX);
+    let mut headers = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), options);
+    headers.decode_headers().map_err(|e| e.to_string())?;
+    let out = match headers.input_colorspace() {
+        Some(c @ (ColorSpace::RGB | ColorSpace::RGBA | ColorSpace::Luma | ColorSpace::LumaA)) => c,
+        _ => ColorSpace::RGB,
+    };
+    let mut decoder = zune_jpeg::JpegDecoder::new_with_options(
+        ZCursor::new(bytes),
+        options.jpeg_set_out_colorspace(out),
+    );
+    let pixels = decoder.decode().map_err(|e| e.to_string())?;
+    let (w, h) = decoder
+        .dimensions()
+        .ok_or_else(|| "no dimensions after decoding".to_owned())?;
+    let (w, h) = (w as u32, h as u32);
+    let short = || format!("decoder returned a buffer of the wrong size for {w}x{h}");
+    Ok(match out {
+        ColorSpace::Luma => image::DynamicImage::ImageLuma8(
+            image::GrayImage::from_raw(w, h, pixels).ok_or_else(short)?,
+        ),
+        ColorSpace::LumaA => image::DynamicImage::ImageLumaA8(
+            image::GrayAlphaImage::from_raw(w, h, pixels).ok_or_else(short)?,
+        ),
+        ColorSpace::RGBA => image::DynamicImage::ImageRgba8(
+            image::RgbaImage::from_raw(w, h, pixels).ok_or_else(short)?,
+        ),
+        _ => image::DynamicImage::ImageRgb8(
+            image::RgbImage::from_raw(w, h, pixels).ok_or_else(short)?,
+        ),
+    })
+}
+
 /// Decodes a JPEG or PNG file into RGB8 in stored pixel order, with the EXIF orientation that
-/// [`orient`] would apply. Truncated files are refused.
+/// [`orient`] would apply. Truncated files and JPEGs with corrupt scan data are refused.
 pub fn load_rgb8_stored(path: &Path) -> Result<(RgbImage, Orientation), ImportError> {
+    let (img, orientation, _) = load_rgb8_stored_opts(path, false)?;
+    Ok((img, orientation))
+}
+
+/// [`load_rgb8_stored`], and with `lenient` a JPEG whose scan data is corrupt is accepted as
+/// the lenient decoder fills it (damaged blocks grey); the third value is then the warning to
+/// show, naming the file.
+pub fn load_rgb8_stored_opts(
+    path: &Path,
+    lenient: bool,
+) -> Result<(RgbImage, Orientation, Option<String>), ImportError> {
     let len = std::fs::metadata(path)
         .map_err(|e| ImportError::io(path, e))?
         .len();
@@ -200,12 +263,39 @@ pub fn load_rgb8_stored(path: &Path) -> Result<(RgbImage, Orientation), ImportEr
              was probably interrupted. Copy the file again, or delete it so the frame is skipped",
         ));
     }
-    let mut reader = image::ImageReader::new(std::io::Cursor::new(bytes));
+    let mut reader = image::ImageReader::new(std::io::Cursor::new(&bytes[..]));
     reader.set_format(format);
     let mut decoder = reader.into_decoder().map_err(|e| image_error(path, e))?;
     // A missing or unreadable EXIF block is "no transform", as every viewer treats it.
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
-    let decoded = image::DynamicImage::from_decoder(decoder).map_err(|e| image_error(path, e))?;
+    let mut warning = None;
+    let strict = (format == image::ImageFormat::Jpeg && decoder.total_bytes() <= MAX_DECODED_BYTES)
+        .then(|| decode_jpeg_strict(&bytes));
+    let decoded = match strict {
+        Some(Ok(img)) => img,
+        Some(Err(why)) => {
+            // The lenient decoder tells "damaged scan data it can fill" from "not decodable".
+            let filled =
+                image::DynamicImage::from_decoder(decoder).map_err(|e| image_error(path, e))?;
+            if !lenient {
+                return Err(ImportError::invalid(
+                    path,
+                    format!(
+                        "JPEG scan data is corrupt ({why}); the decoder would fill the damaged \
+                         part with grey. Copy or re-export the file, delete it so the frame is \
+                         skipped, or pass --lenient to pack it as decoded"
+                    ),
+                ));
+            }
+            warning = Some(format!(
+                "{}: JPEG scan data is corrupt ({why}); packed as decoded (damaged part grey) \
+                 because of --lenient",
+                path.display()
+            ));
+            filled
+        }
+        None => image::DynamicImage::from_decoder(decoder).map_err(|e| image_error(path, e))?,
+    };
     // `into_rgb8` moves the buffer when the file already is RGB8 (every JPEG the fox and
     // COLMAP datasets hold), and converts otherwise.
     let rgb = decoded.into_rgb8();
@@ -223,6 +313,7 @@ pub fn load_rgb8_stored(path: &Path) -> Result<(RgbImage, Orientation), ImportEr
             pixels: rgb.into_raw(),
         },
         orientation,
+        warning,
     ))
 }
 
@@ -523,8 +614,18 @@ pub fn resize_area(src: &RgbImage, width: u32, height: u32) -> RgbImage {
 /// Loads the image of `view`, checks it against the view's camera, undistorts it if the view
 /// has distortion, resizes it, and returns the camera of the returned pixels.
 pub fn prepare_view(view: &ViewSource, resize: Resize) -> Result<(Camera, RgbImage), ImportError> {
+    prepare_view_opts(view, resize, false).map(|(c, img, _)| (c, img))
+}
+
+/// [`prepare_view`]; with `lenient`, a JPEG with corrupt scan data is accepted and the third
+/// value is the warning to show (see [`load_rgb8_stored_opts`]).
+pub fn prepare_view_opts(
+    view: &ViewSource,
+    resize: Resize,
+    lenient: bool,
+) -> Result<(Camera, RgbImage, Option<String>), ImportError> {
     let path = &view.image_path;
-    let (stored, orientation) = load_rgb8_stored(path)?;
+    let (stored, orientation, warning) = load_rgb8_stored_opts(path, lenient)?;
     let cam = view.camera;
     let keep_stored =
         swaps_sides(orientation) && (stored.width, stored.height) == (cam.width, cam.height);
@@ -553,11 +654,11 @@ pub fn prepare_view(view: &ViewSource, resize: Resize) -> Result<(Camera, RgbIma
     };
     let (w, h) = target_size(cam.width, cam.height, resize);
     if (w, h) == (cam.width, cam.height) {
-        return Ok((cam, pinhole));
+        return Ok((cam, pinhole, warning));
     }
     let small = resize_area(&pinhole, w, h);
     drop(pinhole);
-    Ok((cam.resized(small.width, small.height), small))
+    Ok((cam.resized(small.width, small.height), small, warning))
 }
 
 #[cfg(test)]
@@ -949,6 +1050,50 @@ mod tests {
         let missing = load_rgb8(&dir.path().join("nope.png")).unwrap_err();
         assert!(matches!(missing, ImportError::Io { .. }));
         assert!(missing.to_string().contains("nope.png"));
+    }
+
+    #[test]
+    fn jpeg_scan_damage_is_an_error_unless_lenient_and_clean_files_decode_as_image_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let rgb = image::RgbImage::from_fn(96, 64, |x, y| {
+            image::Rgb([
+                (x * 7 % 256) as u8,
+                (y * 13 % 256) as u8,
+                ((x ^ y) * 3) as u8,
+            ])
+        });
+        let grey = image::GrayImage::from_fn(40, 30, |x, y| image::Luma([(x * y % 256) as u8]));
+        let (a, b) = (dir.path().join("rgb.jpg"), dir.path().join("grey.jpg"));
+        rgb.save(&a).unwrap();
+        grey.save(&b).unwrap();
+        // Clean files: the strict decoder gives exactly what the `image` crate gives.
+        for p in [&a, &b] {
+            let (got, _, warning) = load_rgb8_stored_opts(p, false).unwrap();
+            assert!(warning.is_none());
+            assert_eq!(got.pixels, image::open(p).unwrap().to_rgb8().into_raw());
+        }
+        // Scan bytes overwritten mid-file (all-one bits: no valid Huffman code), the end-of-image
+        // marker kept: not "truncated", but damaged.
+        let mut cut = std::fs::read(&a).unwrap();
+        let sos = cut.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
+        let mid = sos + (cut.len() - sos) / 2;
+        for k in 0..16 {
+            cut[mid + 2 * k..mid + 2 * k + 2].copy_from_slice(&[0xFF, 0x00]);
+        }
+        let bad = dir.path().join("bad.jpg");
+        std::fs::write(&bad, &cut).unwrap();
+        assert!(!jpeg_is_truncated(&cut));
+        let msg = load_rgb8(&bad).unwrap_err().to_string();
+        assert!(
+            msg.contains("bad.jpg")
+                && msg.contains("scan data is corrupt")
+                && msg.contains("--lenient"),
+            "{msg}"
+        );
+        let (img, _, warning) = load_rgb8_stored_opts(&bad, true).unwrap();
+        assert_eq!((img.width, img.height), (96, 64));
+        let warning = warning.expect("a warning under lenient");
+        assert!(warning.contains("bad.jpg"), "{warning}");
     }
 
     #[test]

@@ -156,7 +156,21 @@ impl Pack {
         let mut shards = Vec::with_capacity(manifest.shards.len());
         for (i, entry) in manifest.shards.iter().enumerate() {
             let path = dir.join(&entry.file);
-            let file = File::open(&path).map_err(|e| io(&path, e))?;
+            let file = File::open(&path).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    // A shard the manifest lists is gone: damage, not an I/O hiccup.
+                    ShardError::Corrupt {
+                        path: path.clone(),
+                        what: format!("shard {i}"),
+                        msg: format!(
+                            "missing: the manifest lists {:?} ({} bytes) but there is no such file",
+                            entry.file, entry.bytes
+                        ),
+                    }
+                } else {
+                    io(&path, e)
+                }
+            })?;
             let flen = file.metadata().map_err(|e| io(&path, e))?.len();
             if flen != entry.bytes {
                 return Err(ShardError::Corrupt {
@@ -272,11 +286,26 @@ impl Pack {
         let start = r.offset as usize;
         let hdr = &map[start..start + RECORD_HEADER_LEN as usize];
         let info = parse_record_header(hdr).map_err(|m| self.corrupt(r, what, m))?;
-        if info.stored_len != r.stored_len
-            || info.decoded_len != r.decoded_len
-            || info.checksum != r.checksum.0
-        {
-            return Err(self.corrupt(r, what, "record header disagrees with the manifest"));
+        if info.checksum != r.checksum.0 {
+            return Err(self.corrupt(
+                r,
+                what,
+                format!(
+                    "record header checksum {} does not match the {} in {MANIFEST_FILE}",
+                    Checksum(info.checksum),
+                    r.checksum
+                ),
+            ));
+        }
+        if info.stored_len != r.stored_len || info.decoded_len != r.decoded_len {
+            return Err(self.corrupt(
+                r,
+                what,
+                format!(
+                    "record header says {} stored / {} decoded bytes, {MANIFEST_FILE} says {} / {}",
+                    info.stored_len, info.decoded_len, r.stored_len, r.decoded_len
+                ),
+            ));
         }
         let payload = &map[start + RECORD_HEADER_LEN as usize
             ..start + (RECORD_HEADER_LEN + r.stored_len) as usize];
@@ -493,6 +522,26 @@ impl Pack {
                     ));
                 }
                 let expected = by_offset.remove(&(si as u32, offset));
+                let listed = match expected {
+                    Some((RecordKind::View, _, i)) => {
+                        Some(self.manifest.views[i as usize].record.checksum)
+                    }
+                    Some((RecordKind::Points, c, k)) => Some(
+                        self.manifest.clouds[c as usize].chunks[k as usize]
+                            .record
+                            .checksum,
+                    ),
+                    None => None,
+                };
+                if let Some(listed) = listed.filter(|l| l.0 != info.checksum) {
+                    return Err(corrupt(
+                        what,
+                        format!(
+                            "payload checksum {} (as its record header also says) does not match the {listed} in {MANIFEST_FILE}",
+                            Checksum(info.checksum)
+                        ),
+                    ));
+                }
                 let agrees = match expected {
                     Some((RecordKind::View, _, i)) => {
                         let v = &self.manifest.views[i as usize];
@@ -529,13 +578,23 @@ impl Pack {
                 self.release(&r);
             }
             let sum = xxh3_64(body);
-            if sum != want || Checksum(sum) != entry.checksum {
+            if sum != want {
                 return Err(corrupt(
                     "shard".into(),
                     format!(
-                        "shard checksum {} does not match the stored {} (damage outside the records)",
+                        "shard checksum {} does not match the {} stored in its footer (damage outside the records)",
                         Checksum(sum),
                         Checksum(want)
+                    ),
+                ));
+            }
+            if Checksum(sum) != entry.checksum {
+                return Err(corrupt(
+                    "shard".into(),
+                    format!(
+                        "shard checksum {} (as its footer also says) does not match the {} in {MANIFEST_FILE}",
+                        Checksum(sum),
+                        entry.checksum
                     ),
                 ));
             }
@@ -602,6 +661,25 @@ fn check_shard_frame(
         return Err(corrupt("header", "not a ramsplat shard (bad magic)".into()));
     }
     let version = u32_at(map, 8);
+    // Integrity before the version: a flipped bit in the version field must read as damage,
+    // not as "newer than this ramsplat supports".
+    let stored = u64_at(map, 32);
+    let computed = xxh3_64(&map[0..32]);
+    if computed != stored {
+        let hint = if version != FORMAT_VERSION {
+            format!(" (its version field reads {version}, this ramsplat writes {FORMAT_VERSION})")
+        } else {
+            String::new()
+        };
+        return Err(corrupt(
+            "header",
+            format!(
+                "header checksum {} does not match the stored {}{hint}",
+                Checksum(computed),
+                Checksum(stored)
+            ),
+        ));
+    }
     if version > FORMAT_VERSION {
         return Err(ShardError::TooNew {
             path: shard.path.clone(),
@@ -613,9 +691,6 @@ fn check_shard_frame(
             path: shard.path.clone(),
             found: version,
         });
-    }
-    if xxh3_64(&map[0..32]) != u64_at(map, 32) {
-        return Err(corrupt("header", "header checksum mismatch".into()));
     }
     if u32_at(map, 12) as u64 != PAGE || u32_at(map, 16) != index {
         return Err(corrupt(

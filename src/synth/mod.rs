@@ -24,9 +24,9 @@
 //! - Bounded memory: each worker holds one RGB8 frame at a time, and the number of workers is
 //!   capped so frames in flight stay under [`IN_FLIGHT_BYTES`]; points are streamed into the
 //!   metadata writers, never collected.
-//! - Every file appears complete or not at all: written under a hidden temporary name in the
-//!   same directory and renamed into place when complete (no fsync: protects against a crash
-//!   of this process, not against power loss; datasets are reproducible by seed anyway).
+//! - Every file appears complete or not at all: written through [`crate::fsutil`] (hidden
+//!   temporary name in the same directory, fsync, rename into place when complete); a failed
+//!   write (a full disk) removes its temporary file, so no `.tmp` image is left behind.
 //! - An existing non-empty `DIR` is refused unless `--force`; with `--force` the files a previous
 //!   synth run would have written (images named like ours, `sparse/0/*`, `transforms.json`,
 //!   `points3d.ply`) are removed first, so a COLMAP run followed by a NeRF run into the same
@@ -49,7 +49,7 @@ pub mod noise;
 pub mod scene;
 
 use std::fs;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -247,8 +247,13 @@ fn is_our_image_name(name: &str) -> bool {
     stem.len() >= 5 && stem.bytes().all(|b| b.is_ascii_digit()) && (ext == "png" || ext == "jpg")
 }
 
+/// `.NAME.tmp` (older runs) or `.NAME.tmp-PID` ([`crate::fsutil::tmp_path`]).
 fn is_our_temp_name(name: &str) -> bool {
-    name.starts_with('.') && name.ends_with(".tmp")
+    name.starts_with('.')
+        && (name.ends_with(".tmp")
+            || name
+                .rsplit_once(".tmp-")
+                .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())))
 }
 
 /// Creates `dir` or checks it is empty; under `force`, removes what an earlier run wrote.
@@ -278,13 +283,19 @@ fn remove_if_exists(path: &Path) -> Result<(), SynthError> {
 }
 
 fn remove_previous_outputs(dir: &Path) -> Result<(), SynthError> {
-    for f in [
-        "transforms.json",
-        "points3d.ply",
-        ".transforms.json.tmp",
-        ".points3d.ply.tmp",
-    ] {
+    for f in ["transforms.json", "points3d.ply"] {
         remove_if_exists(&dir.join(f))?;
+    }
+    // Leftover temporary files of an earlier, killed run.
+    for e in fs::read_dir(dir).map_err(io_err(dir))? {
+        let e = e.map_err(io_err(dir))?;
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if (name.starts_with(".transforms.json.tmp") || name.starts_with(".points3d.ply.tmp"))
+            && is_our_temp_name(&name)
+        {
+            remove_if_exists(&e.path())?;
+        }
     }
     let sparse = dir.join("sparse").join("0");
     for stem in ["cameras", "images", "points3D"] {
@@ -310,16 +321,9 @@ fn remove_previous_outputs(dir: &Path) -> Result<(), SynthError> {
     Ok(())
 }
 
-/// Temporary sibling name for `path`: hidden, same directory, so the rename is atomic.
-fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp"))
-}
-
-/// Encodes `rgb` to `path` (via its temporary name); returns the file size.
+/// Encodes `rgb` to `path` atomically ([`crate::fsutil::write_atomic_with`]: hidden temporary
+/// name, fsync, rename; the temporary file is removed on any error, a full disk included);
+/// returns the file size.
 fn write_image(
     path: &Path,
     view: usize,
@@ -328,33 +332,39 @@ fn write_image(
     height: u32,
     format: ImageFormat,
 ) -> Result<u64, SynthError> {
-    let tmp = temp_path(path);
-    let file = fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    // 1 MiB buffer: encoders emit many small writes; this turns them into few syscalls.
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    let encoded = match format {
-        ImageFormat::Png => image::codecs::png::PngEncoder::new_with_quality(
-            &mut w,
-            image::codecs::png::CompressionType::Fast,
-            image::codecs::png::FilterType::Adaptive,
-        )
-        .write_image(rgb, width, height, image::ExtendedColorType::Rgb8),
-        ImageFormat::Jpg => image::codecs::jpeg::JpegEncoder::new_with_quality(
-            &mut w,
-            JPEG_QUALITY,
-        )
-        .write_image(rgb, width, height, image::ExtendedColorType::Rgb8),
-    };
-    encoded.map_err(|source| SynthError::Encode {
-        path: path.to_owned(),
-        view,
-        source,
-    })?;
-    let file = w.into_inner().map_err(|e| io_err(&tmp)(e.into_error()))?;
-    let bytes = file.metadata().map_err(io_err(&tmp))?.len();
-    drop(file);
-    fs::rename(&tmp, path).map_err(io_err(path))?;
-    Ok(bytes)
+    let mut encode_err = None;
+    let written = crate::fsutil::write_atomic_with(path, &mut |w| {
+        let encoded = match format {
+            ImageFormat::Png => image::codecs::png::PngEncoder::new_with_quality(
+                &mut *w,
+                image::codecs::png::CompressionType::Fast,
+                image::codecs::png::FilterType::Adaptive,
+            )
+            .write_image(rgb, width, height, image::ExtendedColorType::Rgb8),
+            ImageFormat::Jpg => {
+                image::codecs::jpeg::JpegEncoder::new_with_quality(&mut *w, JPEG_QUALITY)
+                    .write_image(rgb, width, height, image::ExtendedColorType::Rgb8)
+            }
+        };
+        encoded.map_err(|e| {
+            let io = match &e {
+                image::ImageError::IoError(io) => std::io::Error::new(io.kind(), io.to_string()),
+                _ => std::io::Error::other("encoding failed"),
+            };
+            encode_err = Some(e);
+            io
+        })
+    });
+    match (written, encode_err) {
+        (Ok(()), _) => file_len(path),
+        // An I/O error inside the encoder (a full disk) is reported as I/O, naming the file.
+        (Err(e), Some(image::ImageError::IoError(_))) | (Err(e), None) => Err(io_err(path)(e)),
+        (Err(_), Some(source)) => Err(SynthError::Encode {
+            path: path.to_owned(),
+            view,
+            source,
+        }),
+    }
 }
 
 /// Renders and writes every view with a bounded set of workers; calls `progress` on this thread.
@@ -535,16 +545,13 @@ pub fn nerf_transform_matrix(camera: &Camera) -> [[f64; 4]; 4] {
 }
 
 fn write_ply(path: &Path, scene: &SynthScene, n: u64) -> Result<(), SynthError> {
-    let tmp = temp_path(path);
-    let file = fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
     let header = format!(
         "ply\nformat binary_little_endian 1.0\ncomment ramsplat synth seed {}\nelement vertex {n}\n\
          property float x\nproperty float y\nproperty float z\n\
          property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n",
         scene.seed()
     );
-    let mut write = || -> std::io::Result<()> {
+    crate::fsutil::write_atomic_with(path, &mut |w| {
         w.write_all(header.as_bytes())?;
         for s in point_stream(scene, n) {
             for v in s.position {
@@ -552,11 +559,9 @@ fn write_ply(path: &Path, scene: &SynthScene, n: u64) -> Result<(), SynthError> 
             }
             w.write_all(&s.rgb)?;
         }
-        w.flush()
-    };
-    write().map_err(io_err(&tmp))?;
-    drop(w);
-    fs::rename(&tmp, path).map_err(io_err(path))
+        Ok(())
+    })
+    .map_err(io_err(path))
 }
 
 fn write_nerf(
@@ -592,18 +597,12 @@ fn write_nerf(
             .collect(),
     };
     let path = dir.join("transforms.json");
-    let tmp = temp_path(&path);
-    let file = fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    let mut w = BufWriter::new(file);
-    serde_json::to_writer_pretty(&mut w, &transforms).map_err(|source| SynthError::Json {
-        path: tmp.clone(),
+    let mut json = serde_json::to_vec_pretty(&transforms).map_err(|source| SynthError::Json {
+        path: path.clone(),
         source,
     })?;
-    w.write_all(b"\n")
-        .and_then(|_| w.flush())
-        .map_err(io_err(&tmp))?;
-    drop(w);
-    fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    json.push(b'\n');
+    crate::fsutil::write_atomic(&path, &json).map_err(io_err(&path))?;
     written.push(path);
     Ok(written)
 }

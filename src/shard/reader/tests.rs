@@ -296,6 +296,30 @@ fn newer_and_older_versions_get_their_own_messages() {
 }
 
 #[test]
+fn a_shard_header_is_checked_for_damage_before_its_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    write_pack(&dir, Codec::Raw, 1, 1 << 30);
+    let path = shard_path(&dir, 0);
+    let bytes = std::fs::read(&path).unwrap();
+    // A flipped bit in the version field is damage, not a newer format.
+    let mut flipped = bytes.clone();
+    flipped[10] ^= 0x01;
+    std::fs::write(&path, &flipped).unwrap();
+    let err = Pack::open(&dir).err().unwrap();
+    assert!(matches!(err, ShardError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("header checksum"), "{err}");
+    // A real newer shard (version and header checksum both written by it) asks for an upgrade.
+    let mut newer = bytes.clone();
+    newer[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    let sum = xxhash_rust::xxh3::xxh3_64(&newer[0..32]);
+    newer[32..40].copy_from_slice(&sum.to_le_bytes());
+    std::fs::write(&path, &newer).unwrap();
+    let err = Pack::open(&dir).err().unwrap();
+    assert!(matches!(err, ShardError::TooNew { .. }), "{err}");
+}
+
+#[test]
 fn existing_output_needs_force_and_abandoned_writers_leave_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("p.pack");
