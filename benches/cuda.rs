@@ -162,7 +162,9 @@ fn main() {
         dev.upload(&x, &mut dx).unwrap();
         dev.upload(&y, &mut dy).unwrap();
         let mut dd = dev.alloc::<f32>(n).unwrap();
-        let mut out = dev.alloc::<f64>(ramsplat::train::device_loss::LOSS_SCALARS).unwrap();
+        let mut out = dev
+            .alloc::<f64>(ramsplat::train::device_loss::LOSS_SCALARS)
+            .unwrap();
         let mut t = Vec::new();
         for _ in 0..21 {
             dev.synchronize().unwrap();

@@ -364,15 +364,10 @@ impl PointSource for Points {
     }
 }
 
-/// Peak RSS of a training run stays under `--ram-budget` while its pack is larger than the
-/// budget. 120 noise views of 640×480 stored raw: 110.6 MB decoded, 1.15× the 96 MiB budget
-/// (the trainer's floor at this size is ~70 MiB, so the budget cannot be much smaller).
-#[test]
-fn peak_rss_stays_under_the_budget_on_a_pack_larger_than_it() {
+fn noise_pack(dir: &Path) -> (PathBuf, usize) {
     use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
     use ramsplat::shard::writer::{PackWriter, WriterOptions};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("big.pack");
+    let path = dir.join("big.pack");
     let (w, h, views) = (640u32, 480u32, 120usize);
     let mut writer = PackWriter::create(
         &path,
@@ -417,8 +412,18 @@ fn peak_rss_stays_under_the_budget_on_a_pack_larger_than_it() {
         .finish(ramsplat::shard::SourceInfo::generated("noise"))
         .unwrap();
     let decoded = Pack::open(&path).unwrap().manifest().decoded_bytes();
+    assert!(decoded > 96 << 20, "{decoded}");
+    (path, views)
+}
+
+/// Peak RSS of a training run stays under `--ram-budget` while its pack is larger than the
+/// budget. 120 noise views of 640×480 stored raw: 110.6 MB decoded, 1.15× the 96 MiB budget
+/// (the trainer's floor at this size is ~70 MiB, so the budget cannot be much smaller).
+#[test]
+fn peak_rss_stays_under_the_budget_on_a_pack_larger_than_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, views) = noise_pack(dir.path());
     let budget: u64 = 96 << 20;
-    assert!(decoded > budget, "{decoded}");
     let out = dir.path().join("out");
     let o = gs_train(&[
         s(&path),
@@ -437,6 +442,44 @@ fn peak_rss_stays_under_the_budget_on_a_pack_larger_than_it() {
     let report: Report =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     // The child read its own VmHWM (the kernel's figure) just before writing the report.
+    assert!(
+        report.peak_rss_bytes > 0 && report.peak_rss_bytes <= budget,
+        "peak {} > budget {budget}",
+        report.peak_rss_bytes
+    );
+}
+
+/// The same cap with the device engine on the host emulation: the loader's ring slots are
+/// page-locked host buffers there (ordinary memory on the emulation) and the emulated device's
+/// buffers are host memory too, so the whole process, device included, stays under the budget.
+/// 12 iterations (the emulated backward at 640×480 is slow); the pack still exceeds the budget.
+#[test]
+fn the_device_engine_with_pinned_slots_stays_under_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = noise_pack(dir.path());
+    let budget: u64 = 96 << 20;
+    let out = dir.path().join("out");
+    let o = Command::new(BIN)
+        .args([
+            s(&path),
+            "-o",
+            s(&out),
+            "--iterations",
+            "12",
+            "--ram-budget",
+            "96M",
+            "--sh-degree",
+            "0",
+            "--backend",
+            "cuda",
+        ])
+        .env("GS_CUDA_EMULATE", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert!(report.backend.starts_with("device ("), "{}", report.backend);
     assert!(
         report.peak_rss_bytes > 0 && report.peak_rss_bytes <= budget,
         "peak {} > budget {budget}",
@@ -496,9 +539,15 @@ fn device_engine_trains_on_the_host_emulation_like_the_cpu() {
         "800 iterations: test PSNR cpu {a:.4} dB, device engine (emulated) {b:.4} dB; \
          Gaussians {na} vs {nb}"
     );
-    assert!(na > 300.0 && nb > 300.0, "densification grew both models: {na}, {nb}");
+    assert!(
+        na > 300.0 && nb > 300.0,
+        "densification grew both models: {na}, {nb}"
+    );
     assert!((a - b).abs() <= 0.3, "test PSNR: cpu {a} dB, device {b} dB");
-    assert!((na - nb).abs() <= 0.1 * na, "Gaussians: cpu {na}, device {nb}");
+    assert!(
+        (na - nb).abs() <= 0.1 * na,
+        "Gaussians: cpu {na}, device {nb}"
+    );
     // The loss curves agree row by row (each row averages 10 iterations).
     assert_eq!(cpu_rows.len(), dev_rows.len());
     for (x, y) in cpu_rows.iter().zip(&dev_rows) {
@@ -511,6 +560,66 @@ fn device_engine_trains_on_the_host_emulation_like_the_cpu() {
             y.loss
         );
     }
+}
+
+/// The device engine's memory plan refuses a run its device cannot hold, before any
+/// training, itemised, saying how many Gaussians fit: with an explicit `--vram-budget`, and
+/// with the default budget on an emulated device whose capacity is small (the emulation
+/// counts device bytes like a GPU).
+#[test]
+fn the_vram_plan_refuses_what_the_device_cannot_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let run = |out: &str, extra: &[&str], env: &[(&str, &str)]| {
+        let out = dir.path().join(out);
+        let mut args = vec![
+            s(&pack),
+            "-o",
+            s(&out),
+            "--iterations",
+            "5",
+            "--backend",
+            "cuda",
+        ];
+        args.extend_from_slice(COMMON);
+        args.extend_from_slice(extra);
+        let mut c = Command::new(BIN);
+        c.args(&args).env("GS_CUDA_EMULATE", "1");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        (o, out)
+    };
+    let (o, out) = run("explicit", &["--vram-budget", "100K"], &[]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    for want in [
+        "--vram-budget is 100.00 KiB",
+        "model ",
+        "300 Gaussians",
+        "views ",
+        "intersections ",
+        "the budget holds 0 Gaussians",
+        "raise --vram-budget",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in: {e}");
+    }
+    assert!(!out.exists(), "a refused run leaves no output directory");
+    let (o, _) = run("small-device", &[], &[("GS_EMU_DEVICE_MEMORY", "2M")]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("free of 2.00 MiB"), "{e}");
+    // Enough room: the plan line names the budget and the room for growth.
+    let (o, out) = run("fits", &["--vram-budget", "64M"], &[]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("device memory: budget 64.00 MiB (--vram-budget")
+            && e.contains("room for up to"),
+        "{e}"
+    );
+    assert!(out.join("report.json").exists());
 }
 
 /// gs-train writes 3DGS's `cameras.json` (every view of the pack); `gs-render --cameras`

@@ -11,8 +11,13 @@
 #              CUDA against the CPU backend
 #   render     gs-render --backend cuda against --backend cpu on real packs (the fox photos at
 #              full resolution, a model trained briefly on the CPU), image by image
-#   train      gs-train on the fox photos at full resolution, --backend cuda (the CUDA
-#              rasterizer under the CPU trainer) and --backend cpu: iterations/s of each
+#   trainer    the device engine against the CPU engine: a synthetic pack (64 views at 96x72,
+#              8 held out), 800 iterations with --eval and densification, same seed: test
+#              PSNR within 0.3 dB, Gaussian count within 10 %
+#   train      gs-train --backend cuda (the device engine) on the fox photos at full
+#              resolution with --eval (GS_VERIFY_FOX_ITERATIONS, default 3000; 30000 for the
+#              full benchmark, in a call of its own), and 30 iterations of --backend cpu:
+#              iterations/s, test PSNR, Gaussians, peak RSS of each
 #   memcheck, racecheck, synccheck
 #              compute-sanitizer over the parity tests (GS_PARITY_SCENES=small: the sanitizers
 #              slow kernels down 10-100x)
@@ -133,13 +138,45 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+trainer_parity() {
+    set -e
+    local b=$bundle/bin
+    "$b/gs-pack" synth -o "$work/synth" --views 64 --width 96 --height 72 --points 400 --seed 7
+    "$b/gs-pack" convert "$work/synth" -o "$work/synth.pack" --test-every 8
+    for backend in cpu cuda; do
+        "$b/gs-train" "$work/synth.pack" -o "$work/parity-$backend" --backend "$backend" \
+            --iterations 800 --eval --sh-degree 1 --seed 3 --metrics-every 100 2>&1 | tail -n 4
+    done
+    python3 - "$work/parity-cpu/report.json" "$work/parity-cuda/report.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+print(f"test PSNR cpu {a['test_psnr']:.4f} dB, cuda {b['test_psnr']:.4f} dB; Gaussians "
+      f"{a['num_gaussians']} vs {b['num_gaussians']}; it/s {a['iterations_per_s']:.1f} vs "
+      f"{b['iterations_per_s']:.1f}; backend {b['backend']}")
+ok = (abs(a["test_psnr"] - b["test_psnr"]) <= 0.3
+      and abs(a["num_gaussians"] - b["num_gaussians"]) <= 0.1 * a["num_gaussians"]
+      and b["backend"].startswith("device"))
+sys.exit(0 if ok else 1)
+PY
+}
+
 train_speed() {
     set -e
     local b=$bundle/bin
+    local iters=${GS_VERIFY_FOX_ITERATIONS:-3000}
     [ -d "$work/fox.pack" ] || "$b/gs-pack" convert "$bundle/data/fox" -o "$work/fox.pack"
-    "$b/gs-train" "$work/fox.pack" -o "$work/train-cuda" --backend cuda --iterations 300 --seed 1
-    "$b/gs-train" "$work/fox.pack" -o "$work/train-cpu" --backend cpu --iterations 30 --seed 1
-    grep -h -E "iterations in|memory:" "$work"/train-*/train.log 2>/dev/null || true
+    "$b/gs-train" "$work/fox.pack" -o "$work/train-cuda" --backend cuda --iterations "$iters" \
+        --eval --test-iterations "$iters" --save-iterations "$iters" --seed 1 2>&1 | tail -n 6
+    "$b/gs-train" "$work/fox.pack" -o "$work/train-cpu" --backend cpu --iterations 30 --seed 1 \
+        2>&1 | tail -n 3
+    python3 - "$work"/train-cuda/report.json "$work"/train-cpu/report.json <<'PY'
+import json, sys
+for p in sys.argv[1:]:
+    r = json.load(open(p))
+    print(f"{r['backend']}: {r['iterations']} iterations, {r['iterations_per_s']:.2f} it/s, "
+          f"test PSNR {r['test_psnr']}, SSIM {r['test_ssim']}, {r['num_gaussians']} Gaussians, "
+          f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB of {r['ram_budget_bytes'] / 2**20:.0f}")
+PY
 }
 
 sanitize() {
@@ -158,9 +195,9 @@ sanitize_lib() {
 }
 
 export bundle work out nvrtc_dir sanitizer
-export -f env_report render_parity train_speed sanitize sanitize_lib
+export -f env_report render_parity trainer_parity train_speed sanitize sanitize_lib
 step env 30 env_report
-step lib 60 "$bundle/tests/ramsplat_lib" render::cuda device:: --test-threads=1
+step lib 90 "$bundle/tests/ramsplat_lib" render::cuda device:: train::device --test-threads=1
 step parity 120 "$bundle/tests/cuda_parity" --test-threads=1 --nocapture
 step bench 150 "$bundle/benches/cuda"
 if [ -d "$bundle/data/fox" ]; then
@@ -168,7 +205,8 @@ if [ -d "$bundle/data/fox" ]; then
 else
     printf '%-13s %-14s\n' render "SKIPPED (no data/fox in the bundle)" | tee -a "$summary"
 fi
-step train 150 train_speed
+step trainer 120 trainer_parity
+step train 240 train_speed
 step memcheck 120 sanitize memcheck
 step racecheck 120 sanitize racecheck
 step synccheck 60 sanitize synccheck

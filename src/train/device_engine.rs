@@ -36,8 +36,8 @@
 //! allocate nothing.
 
 use crate::device::{
-    CopyStream, Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig,
-    ModuleSource, PinnedHost,
+    CopyStream, Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
+    PinnedHost,
 };
 use crate::render::cuda::{CudaError, CudaRasterizer, DeviceGaussians};
 use crate::render::{RenderError, RenderOptions};
@@ -447,7 +447,9 @@ mod tests {
             let mut rng = Rng::new(5);
             let n = 300;
             let mut m = model(n, &mut rng);
-            let radii: Vec<u32> = (0..n as u32).map(|i| if i % 3 == 0 { 0 } else { i % 41 }).collect();
+            let radii: Vec<u32> = (0..n as u32)
+                .map(|i| if i % 3 == 0 { 0 } else { i % 41 })
+                .collect();
             let grads: Vec<[f32; 2]> = (0..n)
                 .map(|_| [rng.normal() as f32 * 1e-3, rng.normal() as f32 * 1e-3])
                 .collect();
@@ -468,7 +470,12 @@ mod tests {
             DefaultStrategy::add_view(&mut m, &view);
             DefaultStrategy::add_view(&mut m, &view);
             let got = e.download_model().unwrap();
-            assert_eq!(got.stats, m.stats, "{}: bit-identical statistics", dev.name());
+            assert_eq!(
+                got.stats,
+                m.stats,
+                "{}: bit-identical statistics",
+                dev.name()
+            );
         }
     }
 

@@ -34,8 +34,8 @@ pub mod report;
 pub mod run;
 
 pub use trainer::{
-    train_loop, Background, Engine, Evaluation, LoopControl, LoopInfo, LoopSummary, StepStats, StepTimings,
-    TrainConfig, TrainError, TrainState, TrainStateRef, Trainer,
+    train_loop, Background, Engine, Evaluation, LoopControl, LoopInfo, LoopSummary, StepStats,
+    StepTimings, TrainConfig, TrainError, TrainState, TrainStateRef, Trainer,
 };
 
 use serde::{Deserialize, Serialize};

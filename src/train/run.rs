@@ -33,9 +33,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::checkpoint::{self, CheckpointError, Expected};
-use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
 use super::densify::{model_bytes, DeviceCap};
 use super::device_engine::{device_bytes, DeviceEngine, DEVICE_BYTES_PER_PIXEL};
+use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, Trainer};
 use crate::budget::{current_rss_bytes, format_size, peak_rss_bytes};
 use crate::data::bench::PackViews;
@@ -44,8 +44,8 @@ use crate::data::{
     plan_memory, Cache, CachePolicy, HeapSlots, LoadError, Loader, LoaderConfig, RecordSource,
     Sampler, SlotAllocator,
 };
-use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
 use crate::device::Device;
+use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
 use crate::export::{save_model, ModelFormat, ModelIoError};
 use crate::render::CpuRasterizer;
 use crate::scene::camera::Camera;
@@ -251,16 +251,17 @@ pub const VRAM_MARGIN_DIVISOR: u64 = 10;
 /// Smallest margin kept out of the default `--vram-budget`.
 pub const VRAM_MIN_MARGIN: u64 = 256 << 20;
 
-/// The device memory plan of a device-engine run: refuses a model or a frame that cannot fit
-/// (itemised), and returns the cap densification must respect.
-fn plan_device(
-    engine: &Engine,
-    vram_budget: Option<u64>,
-    n: usize,
-    config: &TrainConfig,
-    max_pixels: u64,
-    on_event: &mut dyn FnMut(Event),
-) -> Result<Option<DeviceCap>, RunError> {
+/// The device memory a device-engine run may plan for.
+#[derive(Clone, Copy, Debug)]
+struct VramBudget {
+    bytes: u64,
+    explicit: bool,
+    free: u64,
+    total: u64,
+}
+
+/// `--vram-budget`, or the device's free memory minus the margin; `None` for the host engine.
+fn vram_budget(engine: &Engine, explicit: Option<u64>) -> Result<Option<VramBudget>, RunError> {
     let Engine::Device(e) = engine else {
         return Ok(None);
     };
@@ -268,44 +269,72 @@ fn plan_device(
         RunError::BackendUnavailable(format!("cannot read the device's free memory: {err}"))
     })?;
     let margin = (free / VRAM_MARGIN_DIVISOR).max(VRAM_MIN_MARGIN);
-    let budget = vram_budget.unwrap_or(free.saturating_sub(margin));
-    let bytes = device_bytes(n, config.sh_degree, max_pixels, config.max_intersection_bytes);
+    Ok(Some(VramBudget {
+        bytes: explicit.unwrap_or(free.saturating_sub(margin)),
+        explicit: explicit.is_some(),
+        free,
+        total,
+    }))
+}
+
+/// The device memory plan of a device-engine run: refuses a model or a frame that cannot fit
+/// (itemised, with the number of Gaussians that would), and returns the cap densification
+/// must respect.
+fn plan_device(
+    budget: VramBudget,
+    n: usize,
+    config: &TrainConfig,
+    max_pixels: u64,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<DeviceCap, RunError> {
+    let bytes = device_bytes(
+        n,
+        config.sh_degree,
+        max_pixels,
+        config.max_intersection_bytes,
+    );
     let per_gaussian = model_bytes(1, config.sh_degree);
     let items = format!(
-        "model {} ({n} Gaussians × {} B: parameters, gradients, two Adam moments, statistics,          render buffers), views {} ({max_pixels} px × {DEVICE_BYTES_PER_PIXEL} B),          intersections {} (the render's cap)",
+        "model {} ({n} Gaussians × {per_gaussian} B: parameters, gradients, two Adam \
+         moments, statistics, render buffers), views {} ({max_pixels} px × \
+         {DEVICE_BYTES_PER_PIXEL} B), intersections {} (1/{INTERSECTION_BUDGET_DIVISOR} of \
+         the budget, at most {})",
         format_size(bytes.model),
-        per_gaussian,
         format_size(bytes.views),
         format_size(bytes.intersections),
+        format_size(crate::render::DEFAULT_MAX_INTERSECTION_BYTES),
     );
-    if bytes.total() > budget {
-        let fits = budget.saturating_sub(bytes.fixed()) / per_gaussian;
+    let device = format!(
+        "device: {} free of {}",
+        format_size(budget.free),
+        format_size(budget.total)
+    );
+    if bytes.total() > budget.bytes {
+        let fits = budget.bytes.saturating_sub(bytes.fixed()) / per_gaussian;
         return Err(RunError::VramBudget(format!(
-            "the run needs {} of device memory but --vram-budget is {} (device: {} free of {}):              {items}; the budget holds {fits} Gaussians at SH degree {}: raise --vram-budget,              lower --sh-degree, or train smaller views (re-pack with --downscale)",
+            "the run needs {} of device memory but --vram-budget is {} ({device}): {items}; \
+             the budget holds {fits} Gaussians at SH degree {}: raise --vram-budget, lower \
+             --sh-degree, or train smaller views (re-pack with --downscale)",
             format_size(bytes.total()),
-            format_size(budget),
-            format_size(free),
-            format_size(total),
+            format_size(budget.bytes),
             config.sh_degree,
         )));
     }
     let cap = DeviceCap {
-        max_gaussians: ((budget - bytes.fixed()) / per_gaussian) as usize,
-        budget_bytes: budget,
+        max_gaussians: ((budget.bytes - bytes.fixed()) / per_gaussian) as usize,
+        budget_bytes: budget.bytes,
     };
     on_event(Event::Line(format!(
-        "device memory: budget {} ({}; device: {} free of {}), {items}; room for up to {}          Gaussians",
-        format_size(budget),
-        if vram_budget.is_some() {
+        "device memory: budget {} ({}; {device}), {items}; room for up to {} Gaussians",
+        format_size(budget.bytes),
+        if budget.explicit {
             "--vram-budget"
         } else {
             "free memory minus a margin"
         },
-        format_size(free),
-        format_size(total),
         cap.max_gaussians
     )));
-    Ok(Some(cap))
+    Ok(cap)
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
@@ -526,21 +555,27 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         )?)
     };
 
-    // The render's intersection buffers get a fixed share of the budget (a floor item).
-    let intersection_bytes = (opts.ram_budget / INTERSECTION_BUDGET_DIVISOR)
-        .min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES);
-    config.max_intersection_bytes = intersection_bytes;
-
     let engine = make_engine(opts.backend, on_event)?;
     let backend_name = engine.name();
     let max_pixels = manifest.max_view_bytes() as u64 / 3;
+    let vram = vram_budget(&engine, opts.vram_budget)?;
+    // The render's intersection buffers get a fixed share of the memory that holds them: the
+    // RAM budget on the host engine (a floor item), the VRAM budget on the device engine.
+    let intersection_bytes = (vram.map_or(opts.ram_budget, |v| v.bytes)
+        / INTERSECTION_BUDGET_DIVISOR)
+        .min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES);
+    config.max_intersection_bytes = intersection_bytes;
     // After the backend check (so a missing backend is reported first), before any work.
     if !opts.resume {
         claim_output(&opts.out, opts.overwrite)?;
     }
+    let plan = |n: usize, on_event: &mut dyn FnMut(Event)| -> Result<Option<DeviceCap>, RunError> {
+        vram.map(|v| plan_device(v, n, &config, max_pixels, on_event))
+            .transpose()
+    };
     let (mut trainer, resumed_from, device_cap) = if opts.resume {
         let path = checkpoint::latest(&ckpt_dir)?;
-        let state = checkpoint::load_state(
+        let mut state = checkpoint::load_state(
             &path,
             &Expected {
                 pack_id: &pack_id,
@@ -548,32 +583,20 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 config: &config,
             },
         )?;
+        // The cap follows this run's budget (it is not compared with the checkpoint's).
+        state.config.max_intersection_bytes = intersection_bytes;
         let step = state.step;
         on_event(Event::Line(format!(
             "resuming from {} (iteration {step}, {} Gaussians)",
             path.display(),
             state.model.len()
         )));
-        let cap = plan_device(
-            &engine,
-            opts.vram_budget,
-            state.model.len(),
-            &config,
-            max_pixels,
-            on_event,
-        )?;
+        let cap = plan(state.model.len(), on_event)?;
         (Trainer::from_state(state, engine)?, Some(step), cap)
     } else {
         let g = initial_gaussians(&pack, config.sh_degree, config.seed)?;
         on_event(Event::Line(format!("initial model: {} Gaussians", g.len())));
-        let cap = plan_device(
-            &engine,
-            opts.vram_budget,
-            g.len(),
-            &config,
-            max_pixels,
-            on_event,
-        )?;
+        let cap = plan(g.len(), on_event)?;
         (
             Trainer::new(config.clone(), g, manifest.scene.extent, engine)?,
             None,
@@ -600,16 +623,19 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     };
     let max_view = manifest.max_view_bytes() as u64;
     let model_now = super::densify::model_bytes(trainer.num_gaussians(), config.sh_degree);
-    let extra = vec![
+    let mut extra = vec![
         (
             "trainer images".to_string(),
             TRAINER_BYTES_PER_PIXEL * max_pixels,
         ),
-        ("render intersections".to_string(), intersection_bytes),
         // Evaluation reads one ground-truth view and writes one side-by-side image (2 views).
         ("evaluation".to_string(), 3 * max_view),
         ("model".to_string(), model_now),
     ];
+    // On the device engine the intersections live in device memory (its own plan).
+    if vram.is_none() {
+        extra.push(("render intersections".to_string(), intersection_bytes));
+    }
     let baseline = current_rss_bytes().unwrap_or(0);
     let mut plan = plan_memory(opts.ram_budget, &*source, &loader_config, baseline, extra)?;
     let model_reservation = plan

@@ -40,8 +40,8 @@ use serde::{Deserialize, Serialize};
 
 use super::adam::{AdamConfig, GroupMask, LearningRates, ShapeError};
 use super::densify::{
-    model_bytes, DefaultStrategy, DensifyConfig, DensifyOutcome, DensifyStrategy, DeviceCap,
-    Model, ModelMemory, ModelShapeError, RefineContext, ViewStats,
+    model_bytes, DefaultStrategy, DensifyConfig, DensifyOutcome, DensifyStrategy, DeviceCap, Model,
+    ModelMemory, ModelShapeError, RefineContext, ViewStats,
 };
 use super::device_engine::{DeviceEngine, DeviceEngineError, Frame};
 use super::loss::LossScratch;
@@ -868,7 +868,10 @@ pub fn train_loop(
         };
         // A page-locked slot goes to the device engine as is (an asynchronous upload);
         // anything else as bytes.
-        let pinned = trainer.on_device() && delivered.slot_mut().is_some_and(|(b, _)| b.as_any().is::<PinnedHost>());
+        let pinned = trainer.on_device()
+            && delivered
+                .slot_mut()
+                .is_some_and(|(b, _)| b.as_any().is::<PinnedHost>());
         let stats = if pinned {
             let (buf, len) = delivered.slot_mut().expect("checked above");
             let slot = buf
@@ -1101,7 +1104,10 @@ mod tests {
         feed(&mut a, 0, 25);
         // Through JSON, as a checkpoint would store it (the borrowed view writes the same).
         let json = serde_json::to_string(&a.state().unwrap()).unwrap();
-        assert_eq!(json, serde_json::to_string(&a.state_ref().unwrap()).unwrap());
+        assert_eq!(
+            json,
+            serde_json::to_string(&a.state_ref().unwrap()).unwrap()
+        );
         let state: TrainState = serde_json::from_str(&json).unwrap();
         assert_eq!(state, a.state().unwrap());
         let mut b = Trainer::from_state(state, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
@@ -1173,7 +1179,7 @@ mod tests {
                 assert!(s.opacity_reset);
                 assert!(t
                     .gaussians()
-            .unwrap()
+                    .unwrap()
                     .logit_opacities
                     .iter()
                     .all(|&o| o <= (0.01f32 / 0.99).ln() + 1e-6));
@@ -1269,11 +1275,35 @@ mod tests {
             // Identical until the first Adam step; then within float-atomic noise that grows
             // slowly with the steps.
             let tol = if i == 0 { 1e-12 } else { 1e-3 };
-            assert!(rel <= tol, "step {}: loss {} vs {} ({rel:e})", i + 1, a.loss, b.loss);
-            assert!((a.psnr - b.psnr).abs() < 0.05, "step {}: psnr {} vs {}", i + 1, a.psnr, b.psnr);
+            assert!(
+                rel <= tol,
+                "step {}: loss {} vs {} ({rel:e})",
+                i + 1,
+                a.loss,
+                b.loss
+            );
+            assert!(
+                (a.psnr - b.psnr).abs() < 0.05,
+                "step {}: psnr {} vs {}",
+                i + 1,
+                a.psnr,
+                b.psnr
+            );
             assert_eq!(
-                (a.cloned, a.split, a.pruned, a.opacity_reset, a.num_gaussians),
-                (b.cloned, b.split, b.pruned, b.opacity_reset, b.num_gaussians),
+                (
+                    a.cloned,
+                    a.split,
+                    a.pruned,
+                    a.opacity_reset,
+                    a.num_gaussians
+                ),
+                (
+                    b.cloned,
+                    b.split,
+                    b.pruned,
+                    b.opacity_reset,
+                    b.num_gaussians
+                ),
                 "step {}",
                 i + 1
             );
@@ -1283,7 +1313,12 @@ mod tests {
         assert_eq!(sa.model.adam.steps, sb.model.adam.steps);
         let ea = host.evaluate(&cams[3], &images[3]).unwrap();
         let eb = dev.evaluate(&cams[3], &images[3]).unwrap();
-        assert!((ea.psnr - eb.psnr).abs() < 0.05, "{} vs {}", ea.psnr, eb.psnr);
+        assert!(
+            (ea.psnr - eb.psnr).abs() < 0.05,
+            "{} vs {}",
+            ea.psnr,
+            eb.psnr
+        );
     }
 
     /// One representation of the state: a checkpoint of either engine resumes on the other,
@@ -1301,15 +1336,19 @@ mod tests {
             Engine::Device(Box::new(DeviceEngine::new(dev).unwrap()))
         };
         let mut dev = Trainer::from_state(state.clone(), dev_engine(())).unwrap();
-        assert_eq!(dev.state().unwrap(), state, "exact round trip through the device");
+        assert_eq!(
+            dev.state().unwrap(),
+            state,
+            "exact round trip through the device"
+        );
         for i in 25..40u64 {
             let v = (i % 8) as usize;
             dev.step(&cams[v], &images[v]).unwrap();
         }
         let mid = dev.state().unwrap();
         assert_eq!(mid.step, 40);
-        let mut back = Trainer::from_state(mid.clone(), Engine::host(CpuRasterizer::<f32>::new()))
-            .unwrap();
+        let mut back =
+            Trainer::from_state(mid.clone(), Engine::host(CpuRasterizer::<f32>::new())).unwrap();
         assert_eq!(back.state().unwrap(), mid);
         for i in 40..60u64 {
             let v = (i % 8) as usize;
@@ -1317,6 +1356,36 @@ mod tests {
         }
         back.model().unwrap().check_shapes().unwrap();
         assert_eq!(back.step_count(), 60);
+    }
+
+    /// A device cap (the `--vram-budget` plan's room) stops growth at its count, once, with a
+    /// message naming the budget; pruning and training go on.
+    #[test]
+    fn the_device_cap_stops_growth_at_its_count() {
+        let mut t = device_trainer(busy_config());
+        let (_, cams, images) = trainer(config(1));
+        t.set_device_cap(DeviceCap {
+            max_gaussians: 205,
+            budget_bytes: 12345,
+        });
+        let mut stopped = Vec::new();
+        for i in 0..60u64 {
+            let v = (i % 8) as usize;
+            let s = t.step(&cams[v], &images[v]).unwrap();
+            assert!(
+                s.num_gaussians <= 205,
+                "step {}: {}",
+                s.iteration,
+                s.num_gaussians
+            );
+            stopped.extend(s.growth_stopped);
+        }
+        assert_eq!(stopped.len(), 1, "{stopped:?}");
+        assert!(
+            stopped[0].contains("VRAM budget (12345 bytes) holds at most 205 Gaussians"),
+            "{}",
+            stopped[0]
+        );
     }
 
     /// Where a step's time goes at the scale the brief names (100k Gaussians, 640×480).
