@@ -21,7 +21,7 @@
 //! | [`metrics`] | PSNR and SSIM |
 //! | [`plot`] | PNG line charts (training curves, the loader's speed/RAM curve) |
 //! | [`export`] | standard 3DGS PLY read/write |
-//! | [`train`] | the 3DGS training step, densification, Adam, loss, schedule and loop |
+//! | [`train`] | the 3DGS training step on two engines (the CPU's, and the device engine with the model resident on [`device`]), densification, Adam, loss, schedule and loop |
 //! | [`cli`] | shared command-line plumbing (progress, sizes, error printing) |
 //! | [`fsutil`] | crash-safe writes: atomic file replacement, no-clobber directory install |
 //! | [`rng`] | the project's pinned random number generator |

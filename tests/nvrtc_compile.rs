@@ -23,13 +23,15 @@ fn every_kernel_compiles_for_ci_arches() {
         eprintln!("SKIP nvrtc_compile: {e}");
         return;
     }
-    // Every module of the project: the rasterizer's table, the training loss and Adam.
+    // Every module of the project: the rasterizer's table, the training loss, Adam and the
+    // densification statistics.
     let mut modules: Vec<ModuleSource> = Kernel::ALL
         .iter()
         .map(|k| k.module_source().unwrap())
         .collect();
     modules.push(ramsplat::train::device_loss::module_source());
     modules.push(ramsplat::train::device_adam::module_source());
+    modules.push(ramsplat::train::device_engine::module_source());
     let mut failures = Vec::new();
     for arch in CI_ARCHES {
         for m in &modules {

@@ -663,10 +663,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let sampler = Sampler::grouped(config.seed, source.groups()).map_err(LoadError::from)?;
     // The device engine uploads from page-locked slots (asynchronous copies); the host engine
     // reads ordinary memory.
-    let pinned_slots = match trainer.device() {
-        Some(dev) => Some(PinnedSlots::new(dev)),
-        None => None,
-    };
+    let pinned_slots = trainer.device().map(PinnedSlots::new);
     let slots: &dyn SlotAllocator = match &pinned_slots {
         Some(p) => p,
         None => &HeapSlots,

@@ -12,6 +12,16 @@
 //! 4. densification bookkeeping and refinement ([`super::densify`]);
 //! 5. Adam on every group the densifier did not replace (see `DensifyOutcome::skip_optimizer`).
 //!
+//! # Two engines, one state
+//! [`Engine::Host`] keeps the model in host memory and renders with any [`Rasterizer`];
+//! [`Engine::Device`] keeps parameters, moments and densification statistics on a device
+//! ([`super::device_engine`]) and runs the same five stages there, bringing the model to the
+//! host only when the strategy refines it and when the caller asks for it
+//! ([`Trainer::model`], [`Trainer::state`]: the host copy is refreshed lazily, so reading it
+//! needs `&mut self` and may fail with a device error). Both engines export and import the
+//! same [`TrainState`], so a checkpoint written by one resumes on the other; with the same
+//! seed they draw the same random numbers in the same order (tested step by step).
+//!
 //! One difference from `train.py`: 3DGS does not call `optimizer.step()` at its very last
 //! iteration (`if iteration < opt.iterations`); we do, so every step trains.
 //!
@@ -176,7 +186,7 @@ pub enum TrainError {
     NonFinite { iteration: u64, loss: f64 },
     #[error(transparent)]
     Adam(#[from] ShapeError),
-    #[error("device engine: {0}")]
+    #[error(transparent)]
     Device(#[from] DeviceEngineError),
     #[error(transparent)]
     Model(#[from] ModelShapeError),
