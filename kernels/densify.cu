@@ -26,3 +26,51 @@ extern "C" __global__ void densify_accumulate(
     denom[i] += 1u;
     if (r > max_radii[i]) max_radii[i] = r;
 }
+
+// Output row r of a densified model copies old row src[r] (`width` floats per row); rows with
+// fresh[r] != 0 are zero instead when zero_fresh (new Gaussians' Adam moments). Twin of
+// Model::apply_rows.
+extern "C" __global__ void gather_rows(
+    u64 rows,                              // output rows
+    u32 width,                             // floats per row
+    const u32* __restrict__ src,           // [rows] old row of each output row
+    const unsigned char* __restrict__ fresh,  // [rows] 1 = a new row
+    u32 zero_fresh,                        // 1: new rows are zero (moments), 0: copied
+    const float* __restrict__ in,          // [old rows, width]
+    float* __restrict__ out)               // [rows, width]
+{
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * width) return;
+    const u64 r = i / width, c = i % width;
+    out[i] = (zero_fresh != 0u && fresh[r] != 0) ? 0.0f : in[(u64)src[r] * width + c];
+}
+
+// out[rows[k], :] = values[k, :] (3 floats per row): the split children's means and scales.
+extern "C" __global__ void set_rows3(
+    u64 count,
+    const u32* __restrict__ rows,     // [count]
+    const float* __restrict__ values, // [count, 3]
+    float* __restrict__ out)          // [*, 3]
+{
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count * 3) return;
+    out[(u64)rows[i / 3] * 3 + i % 3] = values[i];
+}
+
+// Opacity ← min(opacity, max) in logit space with the opacity moments zeroed: twin of
+// Model::reset_opacity (the same sigmoid test, then the same capped logit from the host).
+extern "C" __global__ void reset_opacity(
+    u64 n,
+    float max_opacity,
+    float cap_logit,
+    float* __restrict__ o,   // [n] logit opacities
+    float* __restrict__ m,   // [n] first moments of the opacities
+    float* __restrict__ v)   // [n] second moments
+{
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float sig = 1.0f / (1.0f + expf(-o[i]));
+    if (sig > max_opacity) o[i] = cap_logit;
+    m[i] = 0.0f;
+    v[i] = 0.0f;
+}

@@ -67,12 +67,6 @@ impl DensifyStats {
             max_radii: vec![0; n],
         }
     }
-
-    fn clear(&mut self) {
-        self.grad_accum.iter_mut().for_each(|v| *v = 0.0);
-        self.denom.iter_mut().for_each(|v| *v = 0);
-        self.max_radii.iter_mut().for_each(|v| *v = 0);
-    }
 }
 
 /// Everything with one entry per Gaussian: parameters, Adam moments, densify statistics.
@@ -130,7 +124,8 @@ fn append_gaussians(g: &mut Gaussians, new: &Gaussians) {
     extend_exact(&mut g.sh, &new.sh);
 }
 
-fn logit(p: f32) -> f32 {
+/// `ln(p / (1 − p))`, the logit of an opacity.
+pub fn logit(p: f32) -> f32 {
     (p / (1.0 - p)).ln()
 }
 
@@ -216,6 +211,49 @@ impl Model {
         extend_exact(&mut self.stats.max_radii, &vec![0; n]);
     }
 
+    /// Applies a densification's [`RowPlan`] (parameters, both moments and statistics
+    /// together).
+    pub fn apply_rows(&mut self, plan: &RowPlan) {
+        let k = sh_coeffs(self.gaussians.sh_degree);
+        let gather = |g: &Gaussians, zero: Option<&[bool]>| -> Gaussians {
+            let pick = |r: usize| zero.is_none_or(|z| !z[r]);
+            let mut out = Gaussians {
+                sh_degree: g.sh_degree,
+                means: Vec::with_capacity(plan.src.len()),
+                log_scales: Vec::with_capacity(plan.src.len()),
+                rotations: Vec::with_capacity(plan.src.len()),
+                logit_opacities: Vec::with_capacity(plan.src.len()),
+                sh: Vec::with_capacity(plan.src.len() * k),
+            };
+            for (r, &i) in plan.src.iter().enumerate() {
+                let i = i as usize;
+                if pick(r) {
+                    out.means.push(g.means[i]);
+                    out.log_scales.push(g.log_scales[i]);
+                    out.rotations.push(g.rotations[i]);
+                    out.logit_opacities.push(g.logit_opacities[i]);
+                    out.sh.extend_from_slice(&g.sh[i * k..(i + 1) * k]);
+                } else {
+                    out.means.push([0.0; 3]);
+                    out.log_scales.push([0.0; 3]);
+                    out.rotations.push([0.0; 4]);
+                    out.logit_opacities.push(0.0);
+                    out.sh.extend(std::iter::repeat_n([0.0; 3], k));
+                }
+            }
+            out
+        };
+        let mut g = gather(&self.gaussians, None);
+        for v in &plan.replace {
+            g.means[v.row as usize] = v.mean;
+            g.log_scales[v.row as usize] = v.log_scale;
+        }
+        self.adam.exp_avg = gather(&self.adam.exp_avg, Some(&plan.fresh));
+        self.adam.exp_avg_sq = gather(&self.adam.exp_avg_sq, Some(&plan.fresh));
+        self.gaussians = g;
+        self.stats = DensifyStats::zeros(plan.src.len());
+    }
+
     /// Opacity ← min(opacity, `max_opacity`) in logit space; opacity moments zeroed.
     pub fn reset_opacity(&mut self, max_opacity: f32) {
         let cap = logit(max_opacity);
@@ -236,17 +274,6 @@ impl Model {
             .logit_opacities
             .iter_mut()
             .for_each(|v| *v = 0.0);
-    }
-
-    /// Copies Gaussian `i`'s parameters into `out` (appending).
-    fn push_copy(&self, i: usize, out: &mut Gaussians) {
-        let g = &self.gaussians;
-        let k = sh_coeffs(g.sh_degree);
-        out.means.push(g.means[i]);
-        out.log_scales.push(g.log_scales[i]);
-        out.rotations.push(g.rotations[i]);
-        out.logit_opacities.push(g.logit_opacities[i]);
-        out.sh.extend_from_slice(&g.sh[i * k..(i + 1) * k]);
     }
 }
 
@@ -428,9 +455,29 @@ pub trait DensifyStrategy: Send {
             DensifyOutcome::default()
         }
     }
+    /// [`DensifyStrategy::refine`] as an edit an engine applies where the model lives (the
+    /// device engine's kernels), decided from `inputs` alone; `None` when the strategy only
+    /// edits host models (the engine then brings the model home and calls `refine`).
+    fn refine_plan(
+        &mut self,
+        _inputs: &RefineInputs<'_>,
+        _ctx: &mut RefineContext<'_>,
+    ) -> Option<RefineEdit> {
+        None
+    }
     /// Whether growth was stopped (persisted in checkpoints).
     fn growth_stopped(&self) -> bool;
     fn set_growth_stopped(&mut self, stopped: bool);
+}
+
+/// A refinement as an edit: the rows first (if any), then the opacity reset (if any), which is
+/// what [`DensifyStrategy::refine`] does to a host model.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RefineEdit {
+    pub outcome: DensifyOutcome,
+    pub rows: Option<RowPlan>,
+    /// Reset opacities to at most this value (moments of the opacities zeroed).
+    pub reset_opacity: Option<f32>,
 }
 
 /// The original 3DGS strategy (see the module doc).
@@ -463,7 +510,8 @@ impl DefaultStrategy {
         }
     }
 
-    /// Clone, split and prune (3DGS `densify_and_prune`).
+    /// Clone, split and prune (3DGS `densify_and_prune`) on a host model: the decisions of
+    /// [`Self::plan_densify`] applied by [`Model::apply_rows`].
     pub fn densify_and_prune(
         &mut self,
         model: &mut Model,
@@ -471,26 +519,41 @@ impl DefaultStrategy {
         prune_large: bool,
         out: &mut DensifyOutcome,
     ) {
+        let inputs = RefineInputs::of(model);
+        let plan = self.plan_densify(&inputs, ctx, prune_large, out);
+        model.apply_rows(&plan);
+        ctx.memory
+            .shrink_to(model_bytes(model.len(), model.gaussians.sh_degree));
+    }
+
+    /// The decisions of a densification: which rows the model keeps, copies and splits, in
+    /// 3DGS's order (see the module doc), from the statistics and the few parameters they
+    /// depend on. Engines apply the plan where the model lives ([`Model::apply_rows`], or the
+    /// device engine's gather kernels), so both make the same edit.
+    pub fn plan_densify(
+        &mut self,
+        m: &RefineInputs<'_>,
+        ctx: &mut RefineContext<'_>,
+        prune_large: bool,
+        out: &mut DensifyOutcome,
+    ) -> RowPlan {
         let cfg = &self.config;
-        let n0 = model.len();
+        let n0 = m.len();
         let ext = ctx.extent as f32;
         let dense = cfg.percent_dense * ext;
-        let max_scale = |i: usize| {
-            let s = model.gaussians.log_scales[i];
-            s[0].max(s[1]).max(s[2]).exp()
-        };
+        let max_scale = |s: [f32; 3]| s[0].max(s[1]).max(s[2]).exp();
         // Candidates: (average gradient, index, is_split).
         let mut cand: Vec<(f32, usize, bool)> = Vec::new();
         if !self.growth_stopped {
             for i in 0..n0 {
-                let d = model.stats.denom[i];
+                let d = m.denom[i];
                 let g = if d == 0 {
                     0.0
                 } else {
-                    model.stats.grad_accum[i] / d as f32
+                    m.grad_accum[i] / d as f32
                 };
                 if g >= cfg.grad_threshold {
-                    cand.push((g, i, max_scale(i) > dense));
+                    cand.push((g, i, max_scale(m.log_scales[i]) > dense));
                 }
             }
         }
@@ -523,7 +586,7 @@ impl DefaultStrategy {
         }
         if !cand.is_empty() {
             let peak = n0 + cand.len();
-            let bytes = model_bytes(peak, model.gaussians.sh_degree);
+            let bytes = model_bytes(peak, m.sh_degree);
             if let Err(e) = ctx.memory.grow_to(bytes, ctx.make_room) {
                 out.growth_stopped = Some(format!(
                     "the RAM budget has no room for {peak} Gaussians ({bytes} bytes): {e}; \
@@ -533,73 +596,141 @@ impl DefaultStrategy {
                 cand.clear();
             }
         }
-        let k = sh_coeffs(model.gaussians.sh_degree);
-        let mut new = Gaussians {
-            sh_degree: model.gaussians.sh_degree,
-            ..Gaussians::default()
-        };
         let split_parents: Vec<usize> = cand.iter().filter(|c| c.2).map(|c| c.1).collect();
-        for c in cand.iter().filter(|c| !c.2) {
-            model.push_copy(c.1, &mut new);
+        let mut is_split = vec![false; n0];
+        for &i in &split_parents {
+            is_split[i] = true;
         }
-        out.cloned = new.len();
+        // Rows before pruning: kept originals, clones, all first then all second split
+        // children (3DGS `repeat(N, 1)`).
+        let mut rows: Vec<u32> = (0..n0)
+            .filter(|&i| !is_split[i])
+            .map(|i| i as u32)
+            .collect();
+        let kept = rows.len();
+        rows.extend(cand.iter().filter(|c| !c.2).map(|c| c.1 as u32));
+        out.cloned = rows.len() - kept;
         out.split = split_parents.len();
-        // Split children: all first children, then all second ones (3DGS `repeat(N, 1)`).
         const SPLIT_N: usize = 2;
         let shrink = (0.8 * SPLIT_N as f32).ln();
+        let mut replace = Vec::with_capacity(SPLIT_N * split_parents.len());
         for _ in 0..SPLIT_N {
             for &i in &split_parents {
-                let g = &model.gaussians;
-                let s = g.log_scales[i].map(f32::exp);
+                let s = m.log_scales[i].map(f32::exp);
                 let z: [f32; 3] = std::array::from_fn(|a| ctx.rng.normal() as f32 * s[a]);
-                let r = rotation_matrix(g.rotations[i]);
-                let m = g.means[i];
-                new.means.push(std::array::from_fn(|row| {
-                    m[row] + r[row][0] * z[0] + r[row][1] * z[1] + r[row][2] * z[2]
-                }));
-                new.log_scales.push(g.log_scales[i].map(|v| v - shrink));
-                new.rotations.push(g.rotations[i]);
-                new.logit_opacities.push(g.logit_opacities[i]);
-                new.sh.extend_from_slice(&g.sh[i * k..(i + 1) * k]);
+                let r = rotation_matrix(m.rotations[i]);
+                let mean = m.means[i];
+                let row = rows.len() as u32;
+                rows.push(i as u32);
+                replace.push(RowValues {
+                    row,
+                    mean: std::array::from_fn(|k| {
+                        mean[k] + r[k][0] * z[0] + r[k][1] * z[1] + r[k][2] * z[2]
+                    }),
+                    log_scale: m.log_scales[i].map(|v| v - shrink),
+                });
             }
         }
-        if !split_parents.is_empty() {
-            let mut keep = vec![true; n0];
-            for &i in &split_parents {
-                keep[i] = false;
-            }
-            model.retain(&keep);
-        }
-        let before_new = model.len();
-        model.append(&new);
-        // Prune.
-        let g = &model.gaussians;
+        // Prune, on the rows as they will be (split children with their new scales).
         let min_logit = logit(cfg.min_opacity);
         let big_world = cfg.prune_world_scale * ext;
-        let keep: Vec<bool> = (0..g.len())
-            .map(|i| {
-                let transparent = g.logit_opacities[i] < min_logit;
+        let mut log_scale_of: Vec<Option<[f32; 3]>> = vec![None; rows.len()];
+        for v in &replace {
+            log_scale_of[v.row as usize] = Some(v.log_scale);
+        }
+        let keep: Vec<bool> = rows
+            .iter()
+            .enumerate()
+            .map(|(r, &src)| {
+                let src = src as usize;
+                let transparent = m.logit_opacities[src] < min_logit;
+                let scale = log_scale_of[r].unwrap_or(m.log_scales[src]);
+                // Screen radii were accumulated by the originals only (new rows count 0).
                 let large = prune_large
                     && (cfg
                         .prune_screen_radius
-                        .is_some_and(|r| i < before_new && model.stats.max_radii[i] > r)
-                        || max_scale_of(g, i) > big_world);
+                        .is_some_and(|lim| r < kept && m.max_radii[src] > lim)
+                        || max_scale(scale) > big_world);
                 !(transparent || large)
             })
             .collect();
         out.pruned = keep.iter().filter(|k| !**k).count();
-        if out.pruned > 0 {
-            model.retain(&keep);
+        let mut plan = RowPlan {
+            src: Vec::with_capacity(rows.len() - out.pruned),
+            fresh: Vec::with_capacity(rows.len() - out.pruned),
+            replace: Vec::with_capacity(replace.len()),
+        };
+        let mut new_index = vec![u32::MAX; rows.len()];
+        for (r, &src) in rows.iter().enumerate() {
+            if keep[r] {
+                new_index[r] = plan.src.len() as u32;
+                plan.src.push(src);
+                plan.fresh.push(r >= kept);
+            }
         }
-        model.stats.clear();
-        ctx.memory
-            .shrink_to(model_bytes(model.len(), model.gaussians.sh_degree));
+        for v in replace {
+            let at = new_index[v.row as usize];
+            if at != u32::MAX {
+                plan.replace.push(RowValues { row: at, ..v });
+            }
+        }
+        plan
     }
 }
 
-fn max_scale_of(g: &Gaussians, i: usize) -> f32 {
-    let s = g.log_scales[i];
-    s[0].max(s[1]).max(s[2]).exp()
+/// What a densification decides from: the statistics and the parameters the rules read.
+#[derive(Clone, Copy, Debug)]
+pub struct RefineInputs<'a> {
+    pub sh_degree: u32,
+    pub grad_accum: &'a [f32],
+    pub denom: &'a [u32],
+    pub max_radii: &'a [u32],
+    pub means: &'a [[f32; 3]],
+    pub log_scales: &'a [[f32; 3]],
+    pub rotations: &'a [[f32; 4]],
+    pub logit_opacities: &'a [f32],
+}
+
+impl<'a> RefineInputs<'a> {
+    pub fn of(m: &'a Model) -> RefineInputs<'a> {
+        let g = &m.gaussians;
+        RefineInputs {
+            sh_degree: g.sh_degree,
+            grad_accum: &m.stats.grad_accum,
+            denom: &m.stats.denom,
+            max_radii: &m.stats.max_radii,
+            means: &g.means,
+            log_scales: &g.log_scales,
+            rotations: &g.rotations,
+            logit_opacities: &g.logit_opacities,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.means.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.means.is_empty()
+    }
+}
+
+/// New values of one output row (a split child: its sampled mean and shrunk log-scale).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowValues {
+    pub row: u32,
+    pub mean: [f32; 3],
+    pub log_scale: [f32; 3],
+}
+
+/// A densification as an edit of rows: output row `r` copies old row `src[r]` (parameters;
+/// moments too unless `fresh[r]`, then zero), then `replace` overwrites the means and
+/// log-scales of the split children. Statistics start at zero for every row.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RowPlan {
+    pub src: Vec<u32>,
+    pub fresh: Vec<bool>,
+    pub replace: Vec<RowValues>,
 }
 
 /// Row-major rotation matrix of a (w, x, y, z) quaternion, normalised here (3DGS
@@ -660,28 +791,48 @@ impl DensifyStrategy for DefaultStrategy {
             && (self.densify_due(iteration) || self.reset_due(iteration, white_background))
     }
 
-    fn refine(&mut self, model: &mut Model, ctx: &mut RefineContext<'_>) -> DensifyOutcome {
-        let mut out = DensifyOutcome::default();
+    fn refine_plan(
+        &mut self,
+        inputs: &RefineInputs<'_>,
+        ctx: &mut RefineContext<'_>,
+    ) -> Option<RefineEdit> {
+        let mut edit = RefineEdit::default();
         let s = ctx.iteration;
         if s >= self.config.until_iter {
-            return out;
+            return Some(edit);
         }
         let mut skip = GroupMask::NONE;
         if self.densify_due(s) {
             let prune_large = s > self.config.opacity_reset_interval;
-            self.densify_and_prune(model, ctx, prune_large, &mut out);
-            // Every tensor was replaced: no group has a gradient this iteration.
+            let plan = self.plan_densify(inputs, ctx, prune_large, &mut edit.outcome);
+            ctx.memory
+                .shrink_to(model_bytes(plan.src.len(), inputs.sh_degree));
+            edit.rows = Some(plan);
             skip = GroupMask::ALL;
         }
         if self.reset_due(s, ctx.white_background) {
-            model.reset_opacity(self.config.reset_opacity);
-            out.opacity_reset = true;
+            edit.reset_opacity = Some(self.config.reset_opacity);
+            edit.outcome.opacity_reset = true;
             skip = skip.with(Group::Opacity, true);
         }
         if skip != GroupMask::NONE {
-            out.skip_optimizer = Some(skip);
+            edit.outcome.skip_optimizer = Some(skip);
         }
-        out
+        Some(edit)
+    }
+
+    fn refine(&mut self, model: &mut Model, ctx: &mut RefineContext<'_>) -> DensifyOutcome {
+        // The same plan the device engine applies with its kernels, applied to the host model.
+        let edit = self
+            .refine_plan(&RefineInputs::of(model), ctx)
+            .expect("the default strategy plans every refinement");
+        if let Some(rows) = &edit.rows {
+            model.apply_rows(rows);
+        }
+        if let Some(cap) = edit.reset_opacity {
+            model.reset_opacity(cap);
+        }
+        edit.outcome
     }
 
     fn growth_stopped(&self) -> bool {

@@ -18,9 +18,14 @@
 //! 2. `forward_resident`, the loss kernels (`∂L/∂image` + scalars), `backward_resident`;
 //! 3. `densify_accumulate` (`kernels/densify.cu`, the twin of the host statistics) while the
 //!    strategy collects;
-//! 4. at the strategy's refine iterations only (every 100 iterations by default): the model
-//!    comes to the host, the very same strategy code edits it, and it goes back (a round trip
-//!    of the model; the clone/split/prune kernels are future work, see the crate README);
+//! 4. at the strategy's refine iterations only (every 100 iterations by default): the
+//!    statistics and the parameters the rules read come to the host (56 of the model's 708
+//!    bytes per Gaussian at SH degree 3), the strategy's own code decides
+//!    ([`super::densify::DefaultStrategy::plan_densify`]: a [`RowPlan`] of which rows to keep,
+//!    copy and split, and the split children's new means and scales, drawn from the host RNG),
+//!    and `gather_rows` / `set_rows3` / `reset_opacity` (`kernels/densify.cu`) apply it to
+//!    parameters, both moments and statistics together. A strategy without a plan gets the
+//!    whole model on the host instead;
 //! 5. Adam on the device with the host's per-group coefficients (bit-identical update rule).
 //!
 //! # Parity with the host engine
@@ -44,7 +49,7 @@ use crate::render::{RenderError, RenderOptions};
 use crate::scene::camera::Camera;
 
 use super::adam::{AdamConfig, GroupMask, LearningRates};
-use super::densify::{model_bytes, DensifyStats, Model};
+use super::densify::{logit, model_bytes, DensifyStats, Model, RefineInputs, RowPlan};
 use super::device_adam::{DeviceAdam, DeviceAdamError};
 use super::device_loss::{DeviceLoss, DeviceLossError, LOSS_SCALARS};
 
@@ -56,7 +61,12 @@ pub fn module_source() -> ModuleSource {
     ModuleSource {
         name: "densify.cu".into(),
         source: include_str!("../../kernels/densify.cu").into(),
-        entry_points: vec!["densify_accumulate"],
+        entry_points: vec![
+            "densify_accumulate",
+            "gather_rows",
+            "set_rows3",
+            "reset_opacity",
+        ],
         defines: vec![],
     }
 }
@@ -148,6 +158,31 @@ pub fn device_bytes(
     }
 }
 
+/// [`RefineInputs`] downloaded from the device (owned).
+pub struct RefineHost {
+    pub sh_degree: u32,
+    pub stats: DensifyStats,
+    pub means: Vec<[f32; 3]>,
+    pub log_scales: Vec<[f32; 3]>,
+    pub rotations: Vec<[f32; 4]>,
+    pub logit_opacities: Vec<f32>,
+}
+
+impl RefineHost {
+    pub fn inputs(&self) -> RefineInputs<'_> {
+        RefineInputs {
+            sh_degree: self.sh_degree,
+            grad_accum: &self.stats.grad_accum,
+            denom: &self.stats.denom,
+            max_radii: &self.stats.max_radii,
+            means: &self.means,
+            log_scales: &self.log_scales,
+            rotations: &self.rotations,
+            logit_opacities: &self.logit_opacities,
+        }
+    }
+}
+
 /// The device side of a training run (see the module doc).
 pub struct DeviceEngine {
     dev: Device,
@@ -155,6 +190,9 @@ pub struct DeviceEngine {
     loss: DeviceLoss,
     adam: DeviceAdam,
     accumulate: Function,
+    gather: Function,
+    set_rows: Function,
+    reset: Function,
     copies: CopyStream,
     params: DeviceGaussians,
     exp_avg: DeviceGaussians,
@@ -175,12 +213,21 @@ impl DeviceEngine {
     /// An engine on `dev` with an empty model ([`Self::upload_model`] gives it one).
     pub fn new(dev: Device) -> Result<DeviceEngine, DeviceEngineError> {
         let m = dev.load_module(&module_source())?;
-        let accumulate = m.function("densify_accumulate")?.clone();
+        let f = |name: &str| m.function(name).cloned();
+        let (accumulate, gather, set_rows, reset) = (
+            f("densify_accumulate")?,
+            f("gather_rows")?,
+            f("set_rows3")?,
+            f("reset_opacity")?,
+        );
         Ok(DeviceEngine {
             raster: CudaRasterizer::on(dev.clone())?,
             loss: DeviceLoss::new(&dev)?,
             adam: DeviceAdam::new(&dev)?,
             accumulate,
+            gather,
+            set_rows,
+            reset,
             copies: dev.copy_stream()?,
             params: DeviceGaussians::new(&dev)?,
             exp_avg: DeviceGaussians::new(&dev)?,
@@ -358,6 +405,171 @@ impl DeviceEngine {
         Ok(())
     }
 
+    /// What a densification decides from ([`RefineInputs`]): the statistics, means,
+    /// log-scales, rotations and opacities (56 bytes per Gaussian, against the whole model's
+    /// 708 at SH degree 3).
+    pub fn refine_inputs(&self) -> Result<RefineHost, DeviceEngineError> {
+        let dev = &self.dev;
+        let n = self.params.n;
+        let mut h = RefineHost {
+            sh_degree: self.params.sh_degree,
+            stats: DensifyStats::zeros(n),
+            means: vec![[0.0; 3]; n],
+            log_scales: vec![[0.0; 3]; n],
+            rotations: vec![[0.0; 4]; n],
+            logit_opacities: vec![0.0; n],
+        };
+        dev.download(&self.grad_accum, &mut h.stats.grad_accum)?;
+        dev.download(&self.denom, &mut h.stats.denom)?;
+        dev.download(&self.max_radii, &mut h.stats.max_radii)?;
+        dev.download(&self.params.means, h.means.as_flattened_mut())?;
+        dev.download(&self.params.log_scales, h.log_scales.as_flattened_mut())?;
+        dev.download(&self.params.rotations, h.rotations.as_flattened_mut())?;
+        dev.download(&self.params.logit_opacities, &mut h.logit_opacities)?;
+        Ok(h)
+    }
+
+    /// Applies a densification's [`RowPlan`] on the device (`gather_rows`, `set_rows3`): the
+    /// twin of [`Model::apply_rows`], bit-identical (copies only; the new values come from
+    /// the host).
+    pub fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError> {
+        let dev = self.dev.clone();
+        let rows = plan.src.len();
+        let k = self.params.coeffs();
+        if let Some(&bad) = plan.src.iter().find(|&&i| i as usize >= self.params.n) {
+            return Err(CudaError::Shape {
+                what: "row plan source",
+                got: self.params.n,
+                need: bad as usize + 1,
+            }
+            .into());
+        }
+        let fresh: Vec<u8> = plan.fresh.iter().map(|&f| f as u8).collect();
+        let mut src = dev.alloc::<u32>(rows)?;
+        dev.upload(&plan.src, &mut src)?;
+        let mut fresh_d = dev.alloc::<u8>(rows)?;
+        dev.upload(&fresh, &mut fresh_d)?;
+        let widths = [3usize, 3, 4, 1, 3 * k];
+        let gather_into = |from: &DeviceGaussians,
+                           zero_fresh: bool|
+         -> Result<DeviceGaussians, DeviceEngineError> {
+            let mut out = DeviceGaussians::new(&dev)?;
+            out.n = rows;
+            out.sh_degree = from.sh_degree;
+            let pairs: [(&DeviceBuffer<f32>, &mut DeviceBuffer<f32>); 5] = [
+                (&from.means, &mut out.means),
+                (&from.log_scales, &mut out.log_scales),
+                (&from.rotations, &mut out.rotations),
+                (&from.logit_opacities, &mut out.logit_opacities),
+                (&from.sh, &mut out.sh),
+            ];
+            for ((input, output), width) in pairs.into_iter().zip(widths) {
+                let total = rows * width;
+                dev.grow(output, total.max(1))?;
+                if total == 0 {
+                    continue;
+                }
+                let args = [
+                    KernelArg::U64(rows as u64),
+                    KernelArg::U32(width as u32),
+                    src.arg(),
+                    fresh_d.arg(),
+                    KernelArg::U32(zero_fresh as u32),
+                    input.arg(),
+                    output.arg(),
+                ];
+                // SAFETY: matches gather_rows in kernels/densify.cu; `src` and `fresh` hold
+                // `rows` values, every src entry is below the old row count (checked above), the
+                // input holds old rows × width and the output was grown to rows × width.
+                unsafe {
+                    dev.launch(
+                        &self.gather,
+                        LaunchConfig::linear(total as u64, BLOCK)?,
+                        &args,
+                    )
+                }?;
+            }
+            Ok(out)
+        };
+        let mut params = gather_into(&self.params, false)?;
+        let exp_avg = gather_into(&self.exp_avg, true)?;
+        let exp_avg_sq = gather_into(&self.exp_avg_sq, true)?;
+        if !plan.replace.is_empty() {
+            let count = plan.replace.len();
+            let at: Vec<u32> = plan.replace.iter().map(|v| v.row).collect();
+            if let Some(&bad) = at.iter().find(|&&r| r as usize >= rows) {
+                return Err(CudaError::Shape {
+                    what: "row plan replacement",
+                    got: rows,
+                    need: bad as usize + 1,
+                }
+                .into());
+            }
+            let mut at_d = dev.alloc::<u32>(count)?;
+            dev.upload(&at, &mut at_d)?;
+            let mut values = dev.alloc::<f32>(3 * count)?;
+            for (field, out) in [(0, &params.means), (1, &params.log_scales)] {
+                let host: Vec<f32> = plan
+                    .replace
+                    .iter()
+                    .flat_map(|v| if field == 0 { v.mean } else { v.log_scale })
+                    .collect();
+                dev.upload(&host, &mut values)?;
+                let args = [
+                    KernelArg::U64(count as u64),
+                    at_d.arg(),
+                    values.arg(),
+                    out.arg(),
+                ];
+                // SAFETY: matches set_rows3 in kernels/densify.cu; `at` and `values` hold
+                // `count` rows, each below `rows` (checked), and `out` holds rows × 3 floats.
+                unsafe {
+                    dev.launch(
+                        &self.set_rows,
+                        LaunchConfig::linear(3 * count as u64, BLOCK)?,
+                        &args,
+                    )
+                }?;
+            }
+        }
+        params.n = rows;
+        self.params = params;
+        self.exp_avg = exp_avg;
+        self.exp_avg_sq = exp_avg_sq;
+        let n = rows.max(1);
+        dev.grow(&mut self.grad_accum, n)?;
+        dev.grow(&mut self.denom, n)?;
+        dev.grow(&mut self.max_radii, n)?;
+        dev.memset_zero(&mut self.grad_accum, n)?;
+        dev.memset_zero(&mut self.denom, n)?;
+        dev.memset_zero(&mut self.max_radii, n)?;
+        Ok(())
+    }
+
+    /// Opacity ← min(opacity, `max_opacity`) with the opacity moments zeroed, on the device
+    /// (twin of [`Model::reset_opacity`]).
+    pub fn reset_opacity(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
+        let n = self.params.n;
+        if n == 0 {
+            return Ok(());
+        }
+        let args = [
+            KernelArg::U64(n as u64),
+            KernelArg::F32(max_opacity),
+            KernelArg::F32(logit(max_opacity)),
+            self.params.logit_opacities.arg(),
+            self.exp_avg.logit_opacities.arg(),
+            self.exp_avg_sq.logit_opacities.arg(),
+        ];
+        // SAFETY: matches reset_opacity in kernels/densify.cu; the opacities and both moments'
+        // opacities hold n values (DeviceGaussians of the model's shape).
+        unsafe {
+            self.dev
+                .launch(&self.reset, LaunchConfig::linear(n as u64, BLOCK)?, &args)
+        }?;
+        Ok(())
+    }
+
     /// One Adam step of the groups in `mask` from the last backward's gradients.
     pub fn adam_step(
         &mut self,
@@ -474,6 +686,74 @@ mod tests {
                 got.stats,
                 m.stats,
                 "{}: bit-identical statistics",
+                dev.name()
+            );
+        }
+    }
+
+    /// A refinement (clone, split, prune, then an opacity reset) planned once and applied by
+    /// the host ([`Model::apply_rows`], [`Model::reset_opacity`]) and by the device kernels:
+    /// the same model, bit for bit (parameters, both moments, statistics).
+    #[test]
+    fn refinement_kernels_match_the_host_edit() {
+        use crate::train::densify::{
+            DefaultStrategy, DensifyConfig, DensifyStrategy, ModelMemory, RefineContext,
+        };
+        for dev in crate::device::test_devices() {
+            let mut rng = Rng::new(11);
+            let n = 400;
+            let mut m = model(n, &mut rng);
+            for i in 0..n {
+                // Large and small Gaussians, some transparent, gradients around the threshold,
+                // screen radii around the prune limit.
+                let s = if i % 2 == 0 { -1.0 } else { -6.0 };
+                m.gaussians.log_scales[i] = [s, s + 0.1 * rng.next_f32(), s];
+                m.gaussians.logit_opacities[i] = rng.uniform(-7.0, 3.0) as f32;
+                m.stats.grad_accum[i] = rng.next_f32() * 8e-4;
+                m.stats.denom[i] = 1 + (i % 3) as u32;
+                m.stats.max_radii[i] = (i % 30) as u32;
+                m.adam.exp_avg_sq.logit_opacities[i] = 0.5;
+            }
+            let mut e = DeviceEngine::new(dev.clone()).unwrap();
+            e.upload_model(&m).unwrap();
+            let mut strategy = DefaultStrategy::new(DensifyConfig {
+                max_gaussians: 500,
+                ..DensifyConfig::default()
+            });
+            let mut memory = ModelMemory::default();
+            let mut draws = Rng::new(4);
+            let mut ctx = RefineContext {
+                // A densify and reset iteration past the first reset (prunes large ones).
+                iteration: 6000,
+                extent: 3.0,
+                white_background: false,
+                rng: &mut draws,
+                memory: &mut memory,
+                make_room: &mut |_| 0,
+            };
+            let host_inputs = e.refine_inputs().unwrap();
+            assert_eq!(host_inputs.stats, m.stats);
+            let edit = strategy
+                .refine_plan(&host_inputs.inputs(), &mut ctx)
+                .unwrap();
+            let rows = edit.rows.as_ref().unwrap();
+            let o = &edit.outcome;
+            assert!(o.cloned > 0 && o.split > 0 && o.pruned > 0, "{o:?}");
+            assert!(o.opacity_reset && o.growth_stopped.is_some(), "{o:?}");
+            assert_eq!(
+                rows.src.len(),
+                500 - o.pruned,
+                "capped at 500 before pruning"
+            );
+            m.apply_rows(rows);
+            m.reset_opacity(edit.reset_opacity.unwrap());
+            e.apply_rows(rows).unwrap();
+            e.reset_opacity(edit.reset_opacity.unwrap()).unwrap();
+            let got = e.download_model().unwrap();
+            assert_eq!(got.len(), m.len());
+            assert!(
+                got == m,
+                "{}: the device edit differs from the host's",
                 dev.name()
             );
         }

@@ -684,14 +684,32 @@ impl Trainer {
                     self.host_stale = true;
                 }
                 if self.strategy.refines_at(s, ctx.white_background) {
-                    // The model comes home, the host strategy edits it, and it goes back.
-                    if self.host_stale {
-                        self.model = e.download_model()?;
-                        self.host_stale = false;
+                    // The strategy decides from the statistics and a few parameters (a small
+                    // download); the edit runs where the model lives.
+                    let inputs = e.refine_inputs()?;
+                    match self.strategy.refine_plan(&inputs.inputs(), &mut ctx) {
+                        Some(edit) => {
+                            if let Some(rows) = &edit.rows {
+                                e.apply_rows(rows)?;
+                            }
+                            if let Some(cap) = edit.reset_opacity {
+                                e.reset_opacity(cap)?;
+                            }
+                            self.host_stale = true;
+                            edit.outcome
+                        }
+                        None => {
+                            // A strategy that edits host models only: the model comes home,
+                            // the strategy edits it, and it goes back.
+                            if self.host_stale {
+                                self.model = e.download_model()?;
+                                self.host_stale = false;
+                            }
+                            let out = self.strategy.refine(&mut self.model, &mut ctx);
+                            e.upload_model(&self.model)?;
+                            out
+                        }
                     }
-                    let out = self.strategy.refine(&mut self.model, &mut ctx);
-                    e.upload_model(&self.model)?;
-                    out
                 } else {
                     DensifyOutcome::default()
                 }
