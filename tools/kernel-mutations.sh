@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # kernel-mutations.sh: plants one-character bugs in the CUDA kernels, one at a time, and checks
-# that the parity tests (tests/cuda_parity.rs, train::device_loss, train::device_adam) catch
+# that the parity tests (tests/cuda_parity.rs, train::device_loss, train::device_adam,
+# train::device_engine) catch
 # each on the host emulation driver (no GPU needed). A mutation that survives means a kernel
 # path the tests do not really check.
 #
 #   tools/kernel-mutations.sh            # ~1 min per mutation on 2 cores (one rebuild each)
+#   tools/kernel-mutations.sh densify    # only the mutations of files matching 'densify'
 #
 # Works in a throw-away git worktree of HEAD (its own target dir), so the checkout is never
 # modified. Prints one line per mutation, "caught" or "SURVIVED", and exits 1 if any survived.
@@ -35,10 +37,16 @@ muts=(
  'kernels/loss.cu|for (u32 off = GS_LOSS_BLOCK / 2; off > 0; off >>= 1)|for (u32 off = GS_LOSS_BLOCK / 4; off > 0; off >>= 1)'
  'kernels/adam.cu|v = b2 * v + (1.0f - b2) * g * g;|v = b2 * v + (1.0f - b2) * g;'
  'kernels/adam.cu|const bool dc = (i / 3) % k == 0;|const bool dc = i % k == 0;'
+ 'kernels/densify.cu|grad_accum[i] += sqrtf(x * x + y * y);|grad_accum[i] += sqrtf(x * x + x * y);'
+ 'kernels/densify.cu|in[(u64)src[r] * width + c];|in[(u64)src[r] * width];'
+ 'kernels/densify.cu|out[(u64)rows[i / 3] * 3 + i % 3] = values[i];|out[(u64)rows[i / 3] * 3] = values[i];'
+ 'kernels/densify.cu|    m[i] = 0.0f;|    m[i] = m[i];'
 )
+only=${1:-}
 survived=0
 for m in "${muts[@]}"; do
     IFS='|' read -r file from to <<<"$m"
+    [[ -z "$only" || "$file" == *"$only"* ]] || continue
     git checkout -q -- kernels
     python3 - "$file" "$from" "$to" <<'PY'
 import sys
@@ -49,7 +57,7 @@ if a not in s:
 open(f, "w").write(s.replace(a, b, 1))
 PY
     if cargo test -q --test cuda_parity >/dev/null 2>&1 &&
-        cargo test -q --lib train::device_loss train::device_adam >/dev/null 2>&1; then
+        cargo test -q --lib train::device_ >/dev/null 2>&1; then
         verdict=SURVIVED
         survived=1
     else
