@@ -10,8 +10,12 @@
 //!   the budget fails with an error that itemises every current reservation; reservations can
 //!   grow (fallibly) and shrink (always), so the cache can give memory back when the model grows.
 //! - [`Floor`]: the memory a run needs before it caches anything, computed BEFORE any work so a
-//!   budget below it fails at start with an itemised message and what to change.
-//! - [`peak_rss_bytes`] / [`current_rss_bytes`]: the kernel's own figures.
+//!   budget below it fails at start with an itemised message and what to change; every item
+//!   carries its formula, and when the trainer's model ([`ModelShare`]) is what does not fit,
+//!   the first advice is the `--max-gaussians N` that does.
+//! - [`bound_allocator`]: pins glibc so freed large buffers leave the resident set.
+//! - [`peak_rss_bytes`] / [`current_rss_bytes`]: the kernel's own figures; [`within_budget`]
+//!   is unknown (`None`) when the peak could not be read, never `true`.
 //!
 //! Invariants: the sum of live reservations never exceeds the ledger's budget; every
 //! reservation is released exactly once (on drop).

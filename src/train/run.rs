@@ -6,14 +6,20 @@
 //! # Order of work
 //! 1. open the pack; choose the backend (`cuda` must exist; `auto` falls back to CPU with
 //!    one line);
-//! 2. model: the latest checkpoint under `--resume` (validated against the pack and the
-//!    configuration, see [`super::checkpoint`]), else the initial Gaussians;
-//! 3. memory plan before any data work: floor = baseline RSS, loader parts, trainer images,
-//!    render intersections, evaluation and model share ([`crate::data::plan_memory`]); below
-//!    the budget it fails itemised; the cache gets the rest and shrinks when the model grows;
-//! 4. the loop ([`super::train_loop`]); after each step: metrics row, save / checkpoint /
+//! 2. the baseline RSS, measured now: before the model or anything else that scales with the
+//!    data exists, so the model is counted once, as its own item;
+//! 3. model source: the latest checkpoint under `--resume` (validated against the pack and the
+//!    configuration, see [`super::checkpoint`]), else the initial model's plan
+//!    ([`super::init::plan`]: SfM or random points, capped by `--max-gaussians`);
+//! 4. memory plan before any data work and before the model is built: floor = baseline RSS,
+//!    loader parts, trainer images, render intersections, evaluation, the model (Gaussians ×
+//!    bytes each) and its initialisation's points ([`crate::data::plan_memory`]); below the
+//!    budget it fails itemised, naming a `--max-gaussians` that fits when the model is the
+//!    problem; the cache gets the rest (plus the initialisation's share once the model is
+//!    built) and shrinks when the model grows. [`dry_run`] stops here and reports the plan;
+//! 5. the loop ([`super::train_loop`]); after each step: metrics row, save / checkpoint /
 //!    test iterations, Ctrl-C (checkpoint, then stop);
-//! 5. at the end: final model, checkpoint, evaluation of test (`--eval`) and train views,
+//! 6. at the end: final model, checkpoint, evaluation of test (`--eval`) and train views,
 //!    `report.json`, the curves plot.
 //!
 //! # Outputs (`OUT/`)
