@@ -254,16 +254,19 @@ fn dry_run_plans_and_the_advised_cap_fits() {
         .to_string();
     let o = dry("120M", &["--max-gaussians", &n]);
     assert!(o.status.success(), "--max-gaussians {n}: {}", stderr(&o));
-    // The real refusal names it too, and the advised cap trains under the budget.
+    // The real refusal names a cap too (its own measured baseline may differ a little), and
+    // that cap trains under the budget.
     let mut args = base.to_vec();
     args.extend_from_slice(&["--ram-budget", "120M", "--iterations", "3"]);
     let o = gs_train(&args);
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains(&format!("--max-gaussians {n}")),
-        "{}",
-        stderr(&o)
-    );
+    let msg = stderr(&o);
+    let n: String = msg
+        .split("--max-gaussians ")
+        .nth(1)
+        .and_then(|t| t.split(':').next())
+        .unwrap_or_else(|| panic!("no --max-gaussians advice in:\n{msg}"))
+        .to_string();
     args.extend_from_slice(&["--max-gaussians", &n]);
     let o = gs_train(&args);
     assert!(o.status.success(), "{}", stderr(&o));
