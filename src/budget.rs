@@ -10,8 +10,12 @@
 //!   the budget fails with an error that itemises every current reservation; reservations can
 //!   grow (fallibly) and shrink (always), so the cache can give memory back when the model grows.
 //! - [`Floor`]: the memory a run needs before it caches anything, computed BEFORE any work so a
-//!   budget below it fails at start with an itemised message and what to change.
-//! - [`peak_rss_bytes`] / [`current_rss_bytes`]: the kernel's own figures.
+//!   budget below it fails at start with an itemised message and what to change; every item
+//!   carries its formula, and when the trainer's model ([`ModelShare`]) is what does not fit,
+//!   the first advice is the `--max-gaussians N` that does.
+//! - [`bound_allocator`]: pins glibc so freed large buffers leave the resident set.
+//! - [`peak_rss_bytes`] / [`current_rss_bytes`]: the kernel's own figures; [`within_budget`]
+//!   is unknown (`None`) when the peak could not be read, never `true`.
 //!
 //! Invariants: the sum of live reservations never exceeds the ledger's budget; every
 //! reservation is released exactly once (on drop).
@@ -308,23 +312,64 @@ impl Drop for Reservation {
 /// deliberate over-estimate of memory that the kernel counts but no Rust value owns.
 pub mod margin {
     use super::{KIB, MIB};
-    /// Allocator retention: glibc keeps freed heap below its trim threshold (128 KiB by
-    /// default) per arena and rounds chunks; the loader reuses its big buffers, so only small
-    /// churn (channels, strings, JSON) is retained. 4 MiB for the main arena.
+    /// Allocator retention: glibc keeps freed heap below its trim threshold per arena and
+    /// rounds chunks. [`super::bound_allocator`] makes every allocation of at least
+    /// [`super::MMAP_THRESHOLD`] a mapping of its own, returned to the kernel when freed, so only
+    /// small churn (channels, strings, JSON, Vec growth below the threshold) is retained.
+    /// 4 MiB for the main arena.
     pub const ALLOCATOR: u64 = 4 * MIB;
     /// Each extra thread may get its own glibc arena (up to 8 × cores): its first heap touches
-    /// at most a few pages for small allocations; 512 KiB per thread is generous.
-    pub const ARENA_PER_THREAD: u64 = 512 * KIB;
+    /// at most a few pages for small allocations, and chunks up to [`super::MMAP_THRESHOLD`]
+    /// freed there may be retained: 512 KiB + 2 × the threshold per thread.
+    pub const ARENA_PER_THREAD: u64 = 512 * KIB + 2 * super::MMAP_THRESHOLD;
     /// Loader threads are spawned with this stack size; counting all of it as resident is the
     /// worst case (the kernel maps stack pages only when touched).
     pub const THREAD_STACK: u64 = 512 * KIB;
     /// A zstd decompression context is ~160 KiB (ZSTD_estimateDCtxSize for 1.5.x is ~95 KiB
     /// plus the entropy tables); one per worker, rounded up.
     pub const ZSTD_DCTX: u64 = 256 * KIB;
-    /// File-mapping fault-around maps up to 64 KiB (the kernel's default `fault_around_bytes`)
-    /// of neighbouring, already-cached pages per fault, outside the record being released;
-    /// twice (both ends of a record) per worker.
-    pub const FAULT_AROUND_PER_WORKER: u64 = 128 * KIB;
+    /// A read fault on a file mapping also maps neighbouring cached pages: a fault-around
+    /// window or a whole large folio, at most [`crate::shard::reader::FAULT_AROUND`] (2 MiB);
+    /// the reader releases those windows with each record, so what stays mapped per worker is
+    /// the record in flight plus one window at each end.
+    pub const FAULT_AROUND_PER_WORKER: u64 = 2 * crate::shard::reader::FAULT_AROUND;
+}
+
+/// Allocations of at least this many bytes get a mapping of their own (see
+/// [`bound_allocator`]).
+pub const MMAP_THRESHOLD: u64 = 256 * KIB;
+
+/// Pins glibc's allocator so freed large buffers leave the resident set: every allocation of
+/// at least [`MMAP_THRESHOLD`] is served by its own `mmap` and unmapped on free. By default
+/// glibc raises that threshold to the size of the last freed mapped chunk (up to 32 MiB), after
+/// which view-sized buffers (MiBs) come from the heap, where a freed one is kept resident and
+/// fragments: memory no ledger item owns, growing with the number of differently sized records.
+/// Idempotent; process-wide; a no-op on other platforms. Returns whether it took effect.
+pub fn bound_allocator() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static DONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *DONE.get_or_init(|| {
+            // SAFETY: mallopt only changes glibc's allocation thresholds; it is thread-safe (it
+            // takes the arena locks) and any value is valid for these parameters. Setting the
+            // thresholds explicitly also disables their dynamic adjustment.
+            unsafe {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int) == 1
+                    && libc::mallopt(libc::M_TRIM_THRESHOLD, (2 * MMAP_THRESHOLD) as libc::c_int)
+                        == 1
+            }
+        })
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+/// `Some(peak ≤ budget)`, or `None` when the peak could not be measured: a report never
+/// claims the budget held without the kernel's figure.
+pub fn within_budget(peak: Option<u64>, budget: u64) -> Option<bool> {
+    peak.map(|p| p <= budget)
 }
 
 /// What a run needs before it caches anything, itemised. Compute it before any work with
@@ -332,18 +377,44 @@ pub mod margin {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Floor {
     pub budget: u64,
-    /// (item, bytes, explanation).
+    /// (item, bytes, formula): every item says how its bytes are made up.
     pub items: Vec<(String, u64, String)>,
     /// What the user can change, tailored to the biggest items.
     pub advice: Vec<String>,
+    /// The model's share, when the run trains one (sizes the `--max-gaussians` advice).
+    pub model: Option<ModelShare>,
 }
+
+/// The trainer's model in the floor: the item `--max-gaussians` controls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelShare {
+    /// Gaussians the model starts with (after any `--max-gaussians` cap).
+    pub gaussians: u64,
+    /// Gaussians before the cap (SfM points, random points or the checkpoint's model).
+    pub uncapped: u64,
+    /// Host bytes per Gaussian while training.
+    pub bytes_per_gaussian: u64,
+    /// How `bytes_per_gaussian` is made up, for the plan.
+    pub formula: String,
+    /// Points read to build the initial model (0 on resume): they are held, with their
+    /// sampling keys and kNN tables, while the model is built; the cache gets them afterwards.
+    pub init_points: u64,
+    pub init_bytes_per_point: u64,
+}
+
+/// Name of the floor item of the model (the trainer resizes its reservation as it grows).
+pub const MODEL_ITEM: &str = "model";
+/// Name of the floor item of the initialisation scratch (released to the cache once built).
+pub const INIT_ITEM: &str = "initialisation";
 
 /// The inputs of the floor.
 #[derive(Clone, Debug)]
 pub struct FloorInputs {
-    /// Process RSS measured at startup after opening the dataset (manifest parsed).
+    /// Process RSS measured at startup after opening the dataset (manifest parsed) and before
+    /// anything that scales with the data (model, cache, ring) is allocated.
     pub baseline_rss: u64,
-    /// Threads the loader starts (its workers; scheduling runs on the consumer thread).
+    /// Threads started after the baseline was measured: the loader's workers, plus the
+    /// trainer's compute pool (scheduling runs on the consumer thread, already in the baseline).
     pub threads: usize,
     pub workers: usize,
     pub ring_slots: usize,
@@ -353,30 +424,56 @@ pub struct FloorInputs {
     pub max_stored_bytes: u64,
     /// Records the sampler schedules (its per-epoch tables and the cache index scale with it).
     pub records: usize,
-    /// Extra fixed components (staging, host-side model share), (name, bytes).
-    pub extra: Vec<(String, u64)>,
+    /// Extra fixed components (name, bytes, formula).
+    pub extra: Vec<(String, u64, String)>,
+    /// The model, when a trainer runs.
+    pub model: Option<ModelShare>,
 }
 
-/// Bytes of sampler and cache bookkeeping per record: two epoch orders and two inverse tables
-/// of u32 (16 B) plus a cache index entry (hash slot + ordered-set node, ~64 B), rounded up.
-pub const BOOKKEEPING_PER_RECORD: u64 = 128;
+/// Bytes of sampler and cache bookkeeping per record, counted from the structures:
+/// the sampler's group list (a `Vec` header 24 B + its heap chunk ≥ 32 B, held twice while the
+/// sampler is built), two epoch tables (a 16 B step + a 4 B inverse entry each, 40 B), and a
+/// cache entry (hash-map slot ≈ 40 B, ordered-set node ≈ 32 B, the `Arc` of the buffer 48 B):
+/// 112 + 40 + 120 = 272, rounded up to 320.
+pub const BOOKKEEPING_PER_RECORD: u64 = 320;
+
+/// The `--max-gaussians` advice leaves `budget / ADVICE_SLACK_DIVISOR` unplanned, so that the
+/// advised count still fits a re-run whose measured baseline is slightly larger.
+pub const ADVICE_SLACK_DIVISOR: u64 = 32;
+
+/// Rounds `n` down to two significant digits (1,234,567 → 1,200,000), so an advised count
+/// is readable and leaves a little room.
+fn round_down_2sig(n: u64) -> u64 {
+    let mut scale = 1;
+    while n / scale >= 100 {
+        scale *= 10;
+    }
+    n / scale * scale
+}
 
 impl Floor {
     pub fn compute(budget: u64, f: &FloorInputs) -> Floor {
         let threads = f.threads as u64;
         let workers = f.workers as u64;
+        let per_thread = margin::ARENA_PER_THREAD + margin::THREAD_STACK;
+        let per_worker = f.max_stored_bytes + margin::ZSTD_DCTX + margin::FAULT_AROUND_PER_WORKER;
         let mut items = vec![
             (
                 "baseline".to_string(),
                 f.baseline_rss,
-                "process RSS measured at startup (code, libraries, manifest)".to_string(),
+                "process RSS measured before the model, ring and cache exist (code, libraries, \
+                 manifest)"
+                    .to_string(),
             ),
             (
                 "runtime margin".to_string(),
-                margin::ALLOCATOR + threads * (margin::ARENA_PER_THREAD + margin::THREAD_STACK),
+                margin::ALLOCATOR + threads * per_thread,
                 format!(
-                    "allocator retention, {} thread stacks and arenas",
-                    f.threads
+                    "allocator {} + {} threads × (arena {} + stack {})",
+                    format_size(margin::ALLOCATOR),
+                    f.threads,
+                    format_size(margin::ARENA_PER_THREAD),
+                    format_size(margin::THREAD_STACK)
                 ),
             ),
             (
@@ -390,24 +487,75 @@ impl Floor {
             ),
             (
                 "decode scratch".to_string(),
-                workers
-                    * (f.max_stored_bytes + margin::ZSTD_DCTX + margin::FAULT_AROUND_PER_WORKER),
+                workers * per_worker,
                 format!(
-                    "{} workers × (mapped record {} + zstd context + fault-around)",
+                    "{} workers × (mapped record {} + zstd context {} + fault-around {})",
                     f.workers,
-                    format_size(f.max_stored_bytes)
+                    format_size(f.max_stored_bytes),
+                    format_size(margin::ZSTD_DCTX),
+                    format_size(margin::FAULT_AROUND_PER_WORKER)
                 ),
             ),
             (
                 "bookkeeping".to_string(),
                 f.records as u64 * BOOKKEEPING_PER_RECORD,
-                format!("sampler and cache tables for {} records", f.records),
+                format!(
+                    "{} records × {BOOKKEEPING_PER_RECORD} B (sampler tables, cache index)",
+                    f.records
+                ),
             ),
         ];
-        for (name, bytes) in &f.extra {
-            items.push((name.clone(), *bytes, String::new()));
+        for (name, bytes, why) in &f.extra {
+            items.push((name.clone(), *bytes, why.clone()));
         }
+        if let Some(m) = &f.model {
+            items.push((
+                MODEL_ITEM.to_string(),
+                m.gaussians * m.bytes_per_gaussian,
+                format!(
+                    "{} Gaussians × {} B ({}); grows with densification, taking from the cache",
+                    m.gaussians, m.bytes_per_gaussian, m.formula
+                ),
+            ));
+            if m.init_points > 0 {
+                items.push((
+                    INIT_ITEM.to_string(),
+                    m.init_points * m.init_bytes_per_point,
+                    format!(
+                        "{} points read × {} B (position, colour, sampling key, kNN tables) \
+                         while the initial model is built; the cache gets it back afterwards",
+                        m.init_points, m.init_bytes_per_point
+                    ),
+                ));
+            }
+        }
+        let total: u64 = items.iter().map(|i| i.1).sum();
         let mut advice = Vec::new();
+        if let Some(m) = &f.model {
+            let model_bytes = m.gaussians * m.bytes_per_gaussian;
+            let others = total - model_bytes;
+            // Leave 1/32 of the budget over: the baseline is measured anew by each run and
+            // varies by a little, which must not make the advised count fail next time.
+            let slack = budget / ADVICE_SLACK_DIVISOR;
+            if total > budget && others + slack < budget && m.bytes_per_gaussian > 0 {
+                let fit = round_down_2sig((budget - others - slack) / m.bytes_per_gaussian);
+                if fit > 0 && fit < m.gaussians {
+                    let cache = budget - others - fit * m.bytes_per_gaussian;
+                    advice.push(format!(
+                        "--max-gaussians {fit}: the model ({} Gaussians, {}) is {:.0}% of \
+                         the floor; capped at {fit} it takes {} (the {} initial Gaussians are \
+                         subsampled to {fit}, spread over the scene, and densification never \
+                         grows past it, so fine detail may be lost) and the cache gets {}",
+                        m.gaussians,
+                        format_size(model_bytes),
+                        100.0 * model_bytes as f64 / total as f64,
+                        format_size(fit * m.bytes_per_gaussian),
+                        m.uncapped,
+                        format_size(cache)
+                    ));
+                }
+            }
+        }
         if f.ring_slots > 3 {
             advice.push(format!(
                 "fewer prefetch slots (--prefetch {} saves {})",
@@ -418,7 +566,7 @@ impl Floor {
         if f.workers > 1 {
             advice.push(format!(
                 "fewer workers (--workers 1 saves {})",
-                format_size((workers - 1) * (f.max_stored_bytes + margin::ZSTD_DCTX))
+                format_size((workers - 1) * (per_worker + per_thread))
             ));
         }
         advice.push(format!(
@@ -430,11 +578,17 @@ impl Floor {
             budget,
             items,
             advice,
+            model: f.model.clone(),
         }
     }
 
     pub fn total(&self) -> u64 {
         self.items.iter().map(|i| i.1).sum()
+    }
+
+    /// Bytes of the item `name` (0 if absent).
+    pub fn item(&self, name: &str) -> u64 {
+        self.items.iter().filter(|i| i.0 == name).map(|i| i.1).sum()
     }
 
     /// `Ok(bytes left for the cache)` or the itemised [`BudgetError::BelowFloor`].
@@ -446,6 +600,15 @@ impl Floor {
             Ok(self.budget - total)
         }
     }
+
+    /// One line per item: name, bytes, formula.
+    pub fn table(&self) -> String {
+        self.items
+            .iter()
+            .map(|(name, bytes, why)| format!("  {name:<21} {:>12}  {why}", format_size(*bytes)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 }
 
 impl fmt::Display for Floor {
@@ -456,11 +619,34 @@ impl fmt::Display for Floor {
             format_size(self.budget),
             format_size(self.total())
         )?;
-        for (name, bytes, why) in &self.items {
-            writeln!(f, "  {name:<16} {:>12}  {why}", format_size(*bytes))?;
-        }
+        writeln!(f, "{}", self.table())?;
         write!(f, "to fit, use {}", self.advice.join("; "))
     }
+}
+
+/// Test helper for checks that read or reset the process-wide peak RSS: in the test process it
+/// re-runs the test `name` alone in a child process (so no concurrently running test disturbs
+/// the figures) and checks that it passed; returns `true` only in that child, which then runs
+/// the body.
+#[cfg(test)]
+pub(crate) fn in_child_process(name: &str) -> bool {
+    const CHILD: &str = "RAMSPLAT_RSS_TEST_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(exe)
+        .args([name, "--exact", "--test-threads=1", "--include-ignored"])
+        .env(CHILD, "1")
+        .output()
+        .expect("the test binary runs again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{name} in a child process:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
 }
 
 #[cfg(test)]
@@ -547,13 +733,22 @@ mod tests {
 
     #[test]
     fn rss_is_read_from_proc() {
+        // VmHWM and its reset are process-wide: measure in a child running only this test.
+        if !in_child_process("budget::tests::rss_is_read_from_proc") {
+            return;
+        }
         let cur = current_rss_bytes().expect("VmRSS on Linux");
         let peak = peak_rss_bytes().expect("VmHWM on Linux");
         assert!(cur > 0 && peak >= cur);
         {
-            // Raise the peak by touching 32 MiB, free it, then reset the peak to the current RSS.
-            let big = vec![1u8; 32 << 20];
-            assert!(peak_rss_bytes().unwrap() >= big.len() as u64);
+            // Raise the peak by touching 32 MiB (through black_box, so no optimiser removes
+            // the writes), free it, then reset the peak to the current RSS.
+            let mut big = std::hint::black_box(vec![0u8; 32 << 20]);
+            for page in big.chunks_mut(4096) {
+                page[0] = 1;
+            }
+            std::hint::black_box(&big);
+            assert!(peak_rss_bytes().unwrap() >= cur + big.len() as u64 / 2);
         }
         if reset_peak_rss() {
             let after = peak_rss_bytes().unwrap();
@@ -563,6 +758,40 @@ mod tests {
         assert_eq!(parse_status_field(text, "VmHWM"), Some(1652 * 1024));
         assert_eq!(parse_status_field(text, "VmRSS"), Some(12 * 1024));
         assert_eq!(parse_status_field(text, "VmSwap"), None);
+    }
+
+    #[test]
+    fn an_unmeasured_peak_is_never_within_budget() {
+        assert_eq!(within_budget(None, u64::MAX), None);
+        assert_eq!(within_budget(Some(5), 5), Some(true));
+        assert_eq!(within_budget(Some(6), 5), Some(false));
+    }
+
+    #[test]
+    fn freed_large_buffers_leave_the_resident_set() {
+        if !in_child_process("budget::tests::freed_large_buffers_leave_the_resident_set") {
+            return;
+        }
+        if !bound_allocator() {
+            return; // not glibc: nothing to check
+        }
+        // Buffers of two sizes allocated and freed alternately: with glibc's default dynamic
+        // threshold the second round comes from the heap and stays resident after free.
+        let before = current_rss_bytes().unwrap();
+        for round in 0..4 {
+            // Decreasing sizes: each is below the default threshold raised by the one before.
+            let len = (4 << 20) - round * (512 << 10);
+            let mut v = std::hint::black_box(vec![0u8; len]);
+            for page in v.chunks_mut(4096) {
+                page[0] = 1;
+            }
+            std::hint::black_box(&v);
+        }
+        let after = current_rss_bytes().unwrap();
+        assert!(
+            after < before + (1 << 20),
+            "{after} B resident after freeing, {before} B before"
+        );
     }
 
     fn inputs() -> FloorInputs {
@@ -575,6 +804,7 @@ mod tests {
             max_stored_bytes: 6 * MIB,
             records: 1000,
             extra: vec![],
+            model: None,
         }
     }
 
@@ -602,5 +832,69 @@ mod tests {
         }
         let ok = Floor::compute(expected + 5, &inputs());
         assert_eq!(ok.check().unwrap(), 5);
+    }
+    #[test]
+    fn a_model_too_large_is_refused_naming_a_max_gaussians_that_fits() {
+        let mut f = inputs();
+        f.model = Some(ModelShare {
+            gaussians: 4_000_000,
+            uncapped: 4_000_000,
+            bytes_per_gaussian: 1092,
+            formula: "test".into(),
+            init_points: 4_000_000,
+            init_bytes_per_point: 48,
+        });
+        let budget = 2 << 30;
+        let floor = Floor::compute(budget, &f);
+        assert_eq!(floor.item(MODEL_ITEM), 4_000_000 * 1092);
+        assert_eq!(floor.item(INIT_ITEM), 4_000_000 * 48);
+        let msg = floor.check().unwrap_err().to_string();
+        let n: u64 = msg
+            .split("--max-gaussians ")
+            .nth(1)
+            .and_then(|t| t.split(':').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no --max-gaussians N in:\n{msg}"));
+        assert!(n > 0 && n < 4_000_000, "{n}");
+        assert!(
+            msg.find("--max-gaussians").unwrap() < msg.find("--prefetch").unwrap(),
+            "the model advice comes first:\n{msg}"
+        );
+        // The advised count fits with the slack to spare, and is not far below what fits.
+        let others = floor.total() - floor.item(MODEL_ITEM);
+        let exact = (budget - others) / 1092;
+        let mut g = f.clone();
+        g.model.as_mut().unwrap().gaussians = n;
+        let left = Floor::compute(budget, &g)
+            .check()
+            .expect("the advised count fits");
+        assert!(left >= budget / ADVICE_SLACK_DIVISOR, "{left}");
+        assert!(
+            n <= exact && n as f64 >= 0.85 * exact as f64,
+            "{n} of {exact}"
+        );
+        // Every item carries its formula.
+        assert!(floor.items.iter().all(|i| !i.2.is_empty()), "{floor:?}");
+        // When the model is small, no such advice.
+        let mut small = f.clone();
+        small.model.as_mut().unwrap().gaussians = 10;
+        small.model.as_mut().unwrap().init_points = 0;
+        let msg = Floor::compute(1 << 20, &small)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(!msg.contains("--max-gaussians"), "{msg}");
+    }
+
+    #[test]
+    fn bookkeeping_scales_with_the_records() {
+        let mut f = inputs();
+        let small = Floor::compute(u64::MAX, &f).total();
+        f.records = 1_000_000;
+        let large = Floor::compute(u64::MAX, &f).total();
+        assert_eq!(large - small, 999_000 * BOOKKEEPING_PER_RECORD);
+        assert_eq!(round_down_2sig(1_234_567), 1_200_000);
+        assert_eq!(round_down_2sig(99), 99);
+        assert_eq!(round_down_2sig(0), 0);
     }
 }

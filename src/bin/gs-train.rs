@@ -7,7 +7,7 @@
 //!          [--eval] [--resume] [--seed S] [--sh-degree 3] [--test-iterations N...]
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
 //!          [--overwrite] [--max-gaussians N] [--random-background] [--workers N] [--prefetch N]
-//!          [--export spz,splat]
+//!          [--export spz,splat] [--dry-run]
 //! gs-train --demo [-o OUT]
 //! ```
 //!
@@ -102,9 +102,15 @@ struct Args {
     /// point clouds, metrics, report, charts, test images) and nothing else.
     #[arg(long, conflicts_with = "resume")]
     overwrite: bool,
-    /// Never densify past this many Gaussians.
+    /// Cap on the model: more SfM points than N are subsampled to N (spread over the scene,
+    /// seeded), and densification never grows past N.
     #[arg(long, value_name = "N")]
     max_gaussians: Option<usize>,
+    /// Print the memory plan (every item with its formula, the cache's share and the expected
+    /// cache hit rate) and exit without training: 0 if the run would start, 1 if the budget
+    /// is below the floor. Writes nothing.
+    #[arg(long, conflicts_with = "demo")]
+    dry_run: bool,
     /// Train on a random background colour each iteration.
     #[arg(long)]
     random_background: bool,
@@ -191,7 +197,11 @@ fn main() -> ExitCode {
     } else {
         options(&args).and_then(|mut o| {
             o.stop = stop;
-            run_training(&o)
+            if args.dry_run {
+                print_plan(&o)
+            } else {
+                run_training(&o)
+            }
         })
     };
     match result {
@@ -205,6 +215,27 @@ fn main() -> ExitCode {
             report_error(&e, code)
         }
     }
+}
+
+/// `--dry-run`: prints the plan; fails (exit 1) when the run would be refused.
+fn print_plan(o: &RunOptions) -> Result<bool> {
+    let plan = run::dry_run(o, &mut |ev| {
+        if let Event::Line(l) = ev {
+            eprintln!("{l}");
+        }
+    })
+    .with_context(|| format!("planning a run of {} failed", o.pack.display()))?;
+    for line in plan.lines() {
+        println!("{line}");
+    }
+    if !plan.fits {
+        bail!(
+            "--ram-budget {} is below the floor of {} (see the plan above)",
+            format_size(plan.floor.budget),
+            format_size(plan.floor.total())
+        );
+    }
+    Ok(false)
 }
 
 /// Runs with a progress bar (terminal) or plain lines; returns whether it was interrupted.
@@ -241,7 +272,8 @@ fn print_summary(
         100.0 * r.stall_fraction,
         r.num_gaussians,
         r.train_psnr,
-        format_size(r.peak_rss_bytes),
+        r.peak_rss_bytes
+            .map_or("unknown (not measurable here)".to_string(), format_size),
         format_size(r.ram_budget_bytes)
     );
     eprintln!(

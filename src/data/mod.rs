@@ -19,7 +19,18 @@
 //! ring + per-worker scratch), fails with the itemised error if it exceeds the budget, reserves
 //! each part in a [`Ledger`] and gives the rest to the cache. Every loader allocation that
 //! scales with data is one of: ring slots (fixed), cache entries (bounded by its reservation),
-//! the sampler's two epoch tables (bookkeeping item of the floor).
+//! the sampler's group list and two epoch tables and the cache index (the bookkeeping item,
+//! per record). What the kernel counts without a Rust value owning it is bounded too: a
+//! worker's mapped file pages (the record it decodes plus one page-cache folio at each end; the
+//! reader releases them with the record, see [`crate::shard::reader`]) and freed buffers
+//! (the plan pins glibc to give every buffer of 256 KiB or more back on free,
+//! [`crate::budget::bound_allocator`]), so nothing grows with the number of records read.
+//! [`expected_hit_rate`] replays the real cache on the known order to say what a share buys.
+//!
+//! Measured at the seed scale (600 views of 1600×1066 + 4M points, 2.9 GiB decoded, written by
+//! [`bench::write_scale_pack`]; `gs-pack bench --epochs 2`, debug build): VmHWM 497 MiB at
+//! `--ram-budget 512M`, 1005 MiB at 1G, 2030 MiB at 2G, 15 to 19 MiB under each cap
+//! (`tests/loader_memory.rs`, `seed_scale_bench_stays_under_512m_1g_and_2g`).
 
 pub mod bench;
 pub mod cache;
@@ -29,7 +40,7 @@ pub mod sampler;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::budget::{BudgetError, Floor, FloorInputs, Ledger, Reservation};
+use crate::budget::{BudgetError, Floor, FloorInputs, Ledger, ModelShare, Reservation};
 
 pub use cache::{Cache, CachePolicy};
 pub use prefetch::{
@@ -154,33 +165,81 @@ pub struct MemoryPlan {
     pub cache: Reservation,
 }
 
-/// Computes the floor for `source` under `budget` (before any work), fails with the itemised
-/// [`BudgetError::BelowFloor`] if it does not fit, and reserves the parts. `baseline_rss` is
-/// the process RSS measured now (after the dataset is opened); `extra` are other fixed
-/// components (staging, model share).
-pub fn plan_memory(
+impl MemoryPlan {
+    /// Removes and returns the reservation of the floor item `name` (e.g. the model's, which
+    /// the trainer then resizes).
+    pub fn take(&mut self, name: &str) -> Option<Reservation> {
+        let i = self.fixed.iter().position(|r| r.component() == name)?;
+        Some(self.fixed.remove(i))
+    }
+
+    /// Releases the floor item `name` (memory that was needed only until now, e.g. the
+    /// initialisation scratch, already freed) and gives its bytes to the cache; returns them.
+    pub fn release_to_cache(&mut self, name: &str) -> u64 {
+        let Some(r) = self.take(name) else {
+            return 0;
+        };
+        let bytes = r.bytes();
+        drop(r);
+        self.cache
+            .resize(self.cache.bytes() + bytes)
+            .expect("the bytes just released are free");
+        bytes
+    }
+}
+
+/// What a plan holds besides the loader's own parts.
+#[derive(Clone, Debug, Default)]
+pub struct PlanExtras {
+    /// Fixed components: (name, bytes, formula).
+    pub items: Vec<(String, u64, String)>,
+    /// Threads started after the baseline besides the loader's workers (a compute pool).
+    pub threads: usize,
+    /// The trainer's model.
+    pub model: Option<ModelShare>,
+}
+
+/// The floor of loading `source` with `config` under `budget`, not yet checked.
+pub fn floor_of(
     budget: u64,
     source: &dyn RecordSource,
     config: &LoaderConfig,
     baseline_rss: u64,
-    extra: Vec<(String, u64)>,
-) -> Result<MemoryPlan, LoadError> {
+    extras: PlanExtras,
+) -> Floor {
     let n = source.len() as u32;
     let slot_bytes = (0..n).map(|r| source.decoded_len(r)).max().unwrap_or(0) as u64;
     let max_stored = (0..n).map(|r| source.stored_len(r)).max().unwrap_or(0);
     let inputs = FloorInputs {
         baseline_rss,
         // The workers; scheduling runs on the consumer thread (already in the baseline).
-        threads: config.workers,
+        threads: config.workers + extras.threads,
         workers: config.workers,
         ring_slots: config.slots(),
         slot_bytes,
         max_stored_bytes: max_stored,
         records: source.len(),
-        extra,
+        extra: extras.items,
+        model: extras.model,
     };
-    let floor = Floor::compute(budget, &inputs);
+    Floor::compute(budget, &inputs)
+}
+
+/// Computes the floor for `source` under `budget` (before any work), fails with the itemised
+/// [`BudgetError::BelowFloor`] if it does not fit, and reserves the parts. `baseline_rss` is
+/// the process RSS measured before anything that scales with the data exists (after the
+/// dataset is opened); `extras` are the other fixed components (staging, model). Also pins the
+/// allocator ([`crate::budget::bound_allocator`]) so freed buffers leave the resident set.
+pub fn plan_memory(
+    budget: u64,
+    source: &dyn RecordSource,
+    config: &LoaderConfig,
+    baseline_rss: u64,
+    extras: PlanExtras,
+) -> Result<MemoryPlan, LoadError> {
+    let floor = floor_of(budget, source, config, baseline_rss, extras);
     floor.check()?;
+    crate::budget::bound_allocator();
     let ledger = Ledger::new(budget);
     let fixed = floor
         .items
@@ -194,6 +253,38 @@ pub fn plan_memory(
         fixed,
         cache,
     })
+}
+
+/// The cache hit rate the loader will reach over `steps` deliveries from `start`: the real
+/// [`Cache`] and [`Sampler`] run on the known order with `capacity` bytes, every record
+/// counted at the cost of the largest one (exact for packs of one view size), nothing decoded.
+pub fn expected_hit_rate(
+    source: &dyn RecordSource,
+    policy: CachePolicy,
+    capacity: u64,
+    seed: u64,
+    start: Position,
+    steps: u64,
+) -> Result<f64, LoadError> {
+    let n = source.len() as u32;
+    let largest = (0..n).map(|r| source.decoded_len(r)).max().unwrap_or(0);
+    let per_record = cache::entry_cost(largest);
+    let fits = capacity.checked_div(per_record).unwrap_or(0);
+    let mut sampler = Sampler::grouped(seed, source.groups())?;
+    sampler.seek(start)?;
+    // One byte per record, room for `fits` of them: the same decisions as the real sizes.
+    let mut sim = Cache::with_capacity(policy, fits * cache::entry_cost(1));
+    let mut out = [0u8; 1];
+    for _ in 0..steps {
+        let step = sampler.next();
+        let nu = sampler.next_use(step.record, step.global);
+        if sim.serve_into(step.record, nu, &mut out).is_none() {
+            if let Some(buf) = sim.admit(step.record, 1, nu) {
+                sim.complete(step.record, buf);
+            }
+        }
+    }
+    Ok(sim.stats().hit_rate())
 }
 
 #[cfg(test)]
@@ -514,14 +605,59 @@ mod tests {
     fn plan_refuses_a_budget_below_the_floor_and_gives_the_rest_to_the_cache() {
         let src = MemSource::new(records(4, 1 << 20));
         let cfg = config(2, 2, 0);
-        let err = plan_memory(8 << 20, &src, &cfg, 4 << 20, vec![]).unwrap_err();
+        let err = plan_memory(8 << 20, &src, &cfg, 4 << 20, PlanExtras::default()).unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.contains("below the memory floor") && msg.contains("prefetch ring"),
             "{msg}"
         );
-        let plan = plan_memory(64 << 20, &src, &cfg, 4 << 20, vec![]).unwrap();
+        let plan = plan_memory(64 << 20, &src, &cfg, 4 << 20, PlanExtras::default()).unwrap();
         assert_eq!(plan.cache.bytes(), (64 << 20) - plan.floor.total());
+        assert_eq!(plan.ledger.available(), 0);
+    }
+    #[test]
+    fn expected_hit_rate_matches_the_loader() {
+        let src = Arc::new(MemSource::new(records(20, 1000)));
+        for cached in [0u64, 5, 8, 20] {
+            let capacity = cached * cache::entry_cost(1000);
+            let expected = expected_hit_rate(
+                &*src,
+                CachePolicy::Belady,
+                capacity,
+                6,
+                Position { epoch: 0, index: 0 },
+                100,
+            )
+            .unwrap();
+            let cache = Cache::with_capacity(CachePolicy::Belady, capacity);
+            let (_, stats) = run(src.clone(), cache, &config(2, 2, 100), 6);
+            assert!(
+                (expected - stats.hit_rate()).abs() <= 0.05,
+                "{cached} cached: expected {expected}, loader {}",
+                stats.hit_rate()
+            );
+            if cached == 0 {
+                assert_eq!(expected, 0.0);
+            }
+            if cached == 20 {
+                assert_eq!(expected, 0.8, "everything after the first epoch hits");
+            }
+        }
+    }
+
+    #[test]
+    fn released_items_go_to_the_cache() {
+        let src = MemSource::new(records(4, 1 << 20));
+        let cfg = config(1, 1, 0);
+        let extras = PlanExtras {
+            items: vec![("scratch".into(), 3 << 20, "test".into())],
+            ..PlanExtras::default()
+        };
+        let mut plan = plan_memory(64 << 20, &src, &cfg, 4 << 20, extras).unwrap();
+        let before = plan.cache.bytes();
+        assert_eq!(plan.release_to_cache("scratch"), 3 << 20);
+        assert_eq!(plan.cache.bytes(), before + (3 << 20));
+        assert_eq!(plan.release_to_cache("scratch"), 0, "released once");
         assert_eq!(plan.ledger.available(), 0);
     }
 }

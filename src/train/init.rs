@@ -27,9 +27,20 @@
 //! undefined and the box is centred one extent in front of the centroid along the mean
 //! viewing direction.
 //!
+//! # A cap on the initial model (`--max-gaussians`)
+//! With more SfM points than the cap, [`stratified_subsample`] keeps exactly `cap` of them,
+//! spread over the scene rather than the first `cap` in file order (which would cover only the
+//! part of the scene the reconstruction happened to list first): points are ordered along a
+//! Morton (Z-order) curve over their bounding box, the curve is cut into `cap` runs of equal
+//! point count, and one point is drawn from each run with the run's seeded random offset. Each
+//! run is a compact piece of space, so every region keeps points in proportion to its density;
+//! the draw depends only on the points and the seed. Random initialisations are capped too.
+//!
 //! # Memory
 //! Points are streamed from the pack chunk by chunk into the output arrays (grown as chunks
-//! arrive, never pre-sized from the manifest's count).
+//! arrive, never pre-sized from the manifest's count). Beyond the model itself, building it
+//! holds at most [`INIT_BYTES_PER_POINT`] per point read ([`plan`] says how many, before any
+//! work), all freed once the model exists.
 
 use rayon::prelude::*;
 
@@ -56,6 +67,120 @@ const K: usize = 3;
 /// Points per k-d tree leaf: small enough that a leaf scan is cheap, large enough that the
 /// recursion stays shallow (log2(1M / 8) ≈ 17 levels).
 const LEAF: usize = 8;
+
+/// Bytes held per point read while the initial model is built, beyond the model: position and
+/// colour as read (12 + 3 B), the sampling key when subsampling (Morton code 8 B + index 4 B,
+/// padded to 16 B) and the kNN index and distance (4 + 4 B): at most 39 B at any moment (see
+/// [`from_pack`]), rounded up to 48.
+pub const INIT_BYTES_PER_POINT: u64 = 48;
+
+/// What [`from_pack`] will build, known from the manifest before any work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InitPlan {
+    /// Points read: the SfM points, or the random points drawn.
+    pub points: u64,
+    /// Gaussians of the initial model (`points` capped at `max_gaussians`).
+    pub gaussians: u64,
+    /// Random points (the pack has no SfM points).
+    pub random: bool,
+}
+
+impl InitPlan {
+    /// Whether the SfM points are subsampled to the cap.
+    pub fn subsampled(&self) -> bool {
+        !self.random && self.gaussians < self.points
+    }
+}
+
+/// The clouds initialisation reads (the one named "sfm", or every cloud when none has that
+/// name) and their total point count.
+fn sfm_clouds(m: &crate::shard::Manifest) -> (Vec<usize>, u64) {
+    let has_sfm = m.clouds.iter().any(|c| c.name == "sfm");
+    let clouds: Vec<usize> = (0..m.clouds.len())
+        .filter(|&c| !has_sfm || m.clouds[c].name == "sfm")
+        .collect();
+    let total = clouds.iter().map(|&c| m.clouds[c].points).sum();
+    (clouds, total)
+}
+
+/// What [`from_pack`] with these arguments builds (see [`InitPlan`]).
+pub fn plan(pack: &Pack, random_points: usize, max_gaussians: usize) -> InitPlan {
+    let m = pack.manifest();
+    let (_, total) = sfm_clouds(m);
+    if m.scene.no_sfm_points || total == 0 {
+        let n = random_points.min(max_gaussians) as u64;
+        InitPlan {
+            points: n,
+            gaussians: n,
+            random: true,
+        }
+    } else {
+        InitPlan {
+            points: total,
+            gaussians: total.min(max_gaussians as u64),
+            random: false,
+        }
+    }
+}
+
+/// Spreads the low 21 bits of `v` to every third bit (Morton encoding).
+fn spread3(v: u64) -> u64 {
+    let mut x = v & 0x1f_ffff;
+    x = (x | x << 32) & 0x001f_0000_0000_ffff;
+    x = (x | x << 16) & 0x001f_0000_ff00_00ff;
+    x = (x | x << 8) & 0x100f_00f0_0f00_f00f;
+    x = (x | x << 4) & 0x10c3_0c30_c30c_30c3;
+    x = (x | x << 2) & 0x1249_2492_4924_9249;
+    x
+}
+
+/// Indices (ascending) of `n` of the points `xyz`, spread over space: see the module doc.
+/// All indices when `n ≥ xyz.len()`. Deterministic for the points and `rng`'s state.
+pub fn stratified_subsample(xyz: &[[f32; 3]], n: usize, rng: &mut Rng) -> Vec<u32> {
+    let total = xyz.len();
+    if n >= total {
+        return (0..total as u32).collect();
+    }
+    let mut lo = [f32::INFINITY; 3];
+    let mut hi = [f32::NEG_INFINITY; 3];
+    for p in xyz {
+        for a in 0..3 {
+            lo[a] = lo[a].min(p[a]);
+            hi[a] = hi[a].max(p[a]);
+        }
+    }
+    const CELLS: f64 = ((1u64 << 21) - 1) as f64;
+    let scale: [f64; 3] = std::array::from_fn(|a| {
+        let side = f64::from(hi[a]) - f64::from(lo[a]);
+        if side > 0.0 {
+            CELLS / side
+        } else {
+            0.0
+        }
+    });
+    let mut keys: Vec<(u64, u32)> = xyz
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let q = |a: usize| ((f64::from(p[a]) - f64::from(lo[a])) * scale[a]) as u64;
+            (
+                spread3(q(0)) | spread3(q(1)) << 1 | spread3(q(2)) << 2,
+                i as u32,
+            )
+        })
+        .collect();
+    keys.sort_unstable();
+    let mut picked: Vec<u32> = (0..n)
+        .map(|k| {
+            // Run k of the curve: [k·T/n, (k+1)·T/n), non-empty since T > n.
+            let a = k * total / n;
+            let b = (k + 1) * total / n;
+            keys[a + rng.below((b - a) as u64) as usize].1
+        })
+        .collect();
+    picked.sort_unstable();
+    picked
+}
 
 /// Why initialisation failed.
 #[derive(Debug, thiserror::Error)]
@@ -341,22 +466,27 @@ pub fn random_box_for(cams: &[Camera], centroid: [f64; 3], extent: f64) -> ([f64
 }
 
 /// Initial Gaussians for `pack`: its SfM points (the cloud named "sfm", or every cloud when
-/// none has that name), or `random_points` random ones when it has none.
+/// none has that name), or `random_points` random ones when it has none; at most
+/// `max_gaussians` of either (SfM points by [`stratified_subsample`]). [`plan`] says what this
+/// builds before any work.
 pub fn from_pack(
     pack: &Pack,
     sh_degree: u32,
     random_points: usize,
+    max_gaussians: usize,
     rng: &mut Rng,
 ) -> Result<Gaussians, InitError> {
     let m = pack.manifest();
-    let has_sfm = m.clouds.iter().any(|c| c.name == "sfm");
-    let clouds: Vec<usize> = (0..m.clouds.len())
-        .filter(|&c| !has_sfm || m.clouds[c].name == "sfm")
-        .collect();
-    let total: u64 = clouds.iter().map(|&c| m.clouds[c].points).sum();
+    let (clouds, total) = sfm_clouds(m);
     if m.scene.no_sfm_points || total == 0 {
         let (centre, half) = random_box(pack);
-        return random_in_box(random_points, centre, half, sh_degree, rng);
+        return random_in_box(
+            random_points.min(max_gaussians),
+            centre,
+            half,
+            sh_degree,
+            rng,
+        );
     }
     let name = pack.dir().display().to_string();
     let mut xyz = Vec::new();
@@ -391,6 +521,16 @@ pub fn from_pack(
                 rgb.push(chunk.rgb(i));
             }
         }
+    }
+    drop(buf);
+    if max_gaussians < xyz.len() {
+        // Held at once: the points (15 B each) and the keys (16 B), then the points and the
+        // kept ones; the full arrays are freed before the model is built.
+        let keep = stratified_subsample(&xyz, max_gaussians, rng);
+        let sub_xyz: Vec<[f32; 3]> = keep.iter().map(|&i| xyz[i as usize]).collect();
+        let sub_rgb: Vec<[u8; 3]> = keep.iter().map(|&i| rgb[i as usize]).collect();
+        drop((xyz, rgb, keep));
+        return from_points(&sub_xyz, &sub_rgb, sh_degree);
     }
     from_points(&xyz, &rgb, sh_degree)
 }
@@ -497,7 +637,7 @@ mod tests {
         let with = dir.path().join("with");
         crate::shard::fuzz_support::write_seed_pack(&with).unwrap();
         let pack = Pack::open(&with).unwrap();
-        let g = from_pack(&pack, 1, 50, &mut Rng::new(0)).unwrap();
+        let g = from_pack(&pack, 1, 50, usize::MAX, &mut Rng::new(0)).unwrap();
         // The seed cloud: 100 points (i, 0.5, −1) with colour (i, i, i); neighbours 1 apart.
         assert_eq!(g.len(), 100);
         assert_eq!(g.means[7], [7.0, 0.5, -1.0]);
@@ -511,7 +651,7 @@ mod tests {
             .unwrap();
         let pack = Pack::open(&without).unwrap();
         assert!(pack.manifest().scene.no_sfm_points);
-        let g = from_pack(&pack, 0, 300, &mut Rng::new(0)).unwrap();
+        let g = from_pack(&pack, 0, 300, usize::MAX, &mut Rng::new(0)).unwrap();
         assert_eq!(g.len(), 300);
         let (centre, half) = random_box(&pack);
         assert!(g
@@ -593,6 +733,94 @@ mod tests {
         assert!(
             (c2[2] - 1.0).abs() < 1e-9 && (c2[0] + 1.0).abs() < 1e-9,
             "{c2:?}"
+        );
+    }
+
+    #[test]
+    fn subsampling_is_seeded_exact_and_covers_the_scene() {
+        // A 20³ grid listed x-major: the first 800 points would all have x < 2.
+        let mut xyz = vec![];
+        for x in 0..20 {
+            for y in 0..20 {
+                for z in 0..20 {
+                    xyz.push([x as f32, y as f32, z as f32]);
+                }
+            }
+        }
+        let a = stratified_subsample(&xyz, 800, &mut Rng::new(3));
+        assert_eq!(a.len(), 800);
+        assert!(a.windows(2).all(|w| w[0] < w[1]), "ascending, no repeats");
+        assert_eq!(a, stratified_subsample(&xyz, 800, &mut Rng::new(3)));
+        assert_ne!(a, stratified_subsample(&xyz, 800, &mut Rng::new(4)));
+        // Every octant of the cube keeps its share (100 of 1000 points each), within a run.
+        let mut octants = [0usize; 8];
+        for &i in &a {
+            let p = xyz[i as usize];
+            let o = (p[0] >= 10.0) as usize
+                | ((p[1] >= 10.0) as usize) << 1
+                | ((p[2] >= 10.0) as usize) << 2;
+            octants[o] += 1;
+        }
+        assert!(
+            octants.iter().all(|&c| (99..=101).contains(&c)),
+            "{octants:?}"
+        );
+        // Every x slab of width 4 is represented in proportion (160 ± 20).
+        let mut slabs = [0usize; 5];
+        for &i in &a {
+            slabs[xyz[i as usize][0] as usize / 4] += 1;
+        }
+        assert!(slabs.iter().all(|&c| (140..=180).contains(&c)), "{slabs:?}");
+        assert_eq!(
+            stratified_subsample(&xyz[..5], 9, &mut Rng::new(0)),
+            vec![0, 1, 2, 3, 4]
+        );
+        // Degenerate extents (all points on a line or one spot) still give exactly n.
+        let line: Vec<[f32; 3]> = (0..50).map(|i| [i as f32, 0.0, 0.0]).collect();
+        assert_eq!(stratified_subsample(&line, 7, &mut Rng::new(1)).len(), 7);
+        let spot = vec![[1.0f32; 3]; 50];
+        assert_eq!(stratified_subsample(&spot, 7, &mut Rng::new(1)).len(), 7);
+    }
+
+    #[test]
+    fn max_gaussians_caps_the_initial_model_as_planned() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = dir.path().join("with");
+        crate::shard::fuzz_support::write_seed_pack(&with).unwrap();
+        let pack = Pack::open(&with).unwrap();
+        let p = plan(&pack, 50, 30);
+        assert_eq!(
+            p,
+            InitPlan {
+                points: 100,
+                gaussians: 30,
+                random: false
+            }
+        );
+        assert!(p.subsampled());
+        let g = from_pack(&pack, 0, 50, 30, &mut Rng::new(9)).unwrap();
+        assert_eq!(g.len(), 30);
+        // The seed cloud lies on a line x = 0..99: the kept points span it.
+        let xs: Vec<f32> = g.means.iter().map(|m| m[0]).collect();
+        assert!(
+            xs.iter().any(|&x| x < 10.0) && xs.iter().any(|&x| x >= 90.0),
+            "{xs:?}"
+        );
+        let again = from_pack(&pack, 0, 50, 30, &mut Rng::new(9)).unwrap();
+        assert_eq!(g.means, again.means);
+        assert!(!plan(&pack, 50, 1000).subsampled());
+
+        let without = dir.path().join("without");
+        crate::data::bench::write_noise_pack(&without, 3, 8, 6, crate::shard::Codec::Raw, 1)
+            .unwrap();
+        let pack = Pack::open(&without).unwrap();
+        let p = plan(&pack, 300, 120);
+        assert!(p.random && p.gaussians == 120 && !p.subsampled());
+        assert_eq!(
+            from_pack(&pack, 0, 300, 120, &mut Rng::new(0))
+                .unwrap()
+                .len(),
+            120
         );
     }
 

@@ -173,10 +173,11 @@ pub struct Report {
     /// Iterations of this process divided by its training wall time.
     pub iterations_per_s: f64,
     pub num_gaussians: u64,
-    /// Process VmHWM (kernel figure) at the end.
-    pub peak_rss_bytes: u64,
+    /// Process VmHWM (kernel figure) at the end; `null` where it cannot be read (not Linux).
+    pub peak_rss_bytes: Option<u64>,
     pub ram_budget_bytes: u64,
-    pub within_budget: bool,
+    /// `null` when the peak is unknown: the budget is never claimed without the kernel's figure.
+    pub within_budget: Option<bool>,
     /// Fraction of training wall time spent waiting for data.
     pub stall_fraction: f64,
     pub cache_hit_rate: f64,

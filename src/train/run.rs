@@ -6,14 +6,20 @@
 //! # Order of work
 //! 1. open the pack; choose the backend (`cuda` must exist; `auto` falls back to CPU with
 //!    one line);
-//! 2. model: the latest checkpoint under `--resume` (validated against the pack and the
-//!    configuration, see [`super::checkpoint`]), else the initial Gaussians;
-//! 3. memory plan before any data work: floor = baseline RSS, loader parts, trainer images,
-//!    render intersections, evaluation and model share ([`crate::data::plan_memory`]); below
-//!    the budget it fails itemised; the cache gets the rest and shrinks when the model grows;
-//! 4. the loop ([`super::train_loop`]); after each step: metrics row, save / checkpoint /
+//! 2. the baseline RSS, measured now: before the model or anything else that scales with the
+//!    data exists, so the model is counted once, as its own item;
+//! 3. model source: the latest checkpoint under `--resume` (validated against the pack and the
+//!    configuration, see [`super::checkpoint`]), else the initial model's plan
+//!    ([`super::init::plan`]: SfM or random points, capped by `--max-gaussians`);
+//! 4. memory plan before any data work and before the model is built: floor = baseline RSS,
+//!    loader parts, trainer images, render intersections, evaluation, the model (Gaussians ×
+//!    bytes each) and its initialisation's points ([`crate::data::plan_memory`]); below the
+//!    budget it fails itemised, naming a `--max-gaussians` that fits when the model is the
+//!    problem; the cache gets the rest (plus the initialisation's share once the model is
+//!    built) and shrinks when the model grows. [`dry_run`] stops here and reports the plan;
+//! 5. the loop ([`super::train_loop`]); after each step: metrics row, save / checkpoint /
 //!    test iterations, Ctrl-C (checkpoint, then stop);
-//! 5. at the end: final model, checkpoint, evaluation of test (`--eval`) and train views,
+//! 6. at the end: final model, checkpoint, evaluation of test (`--eval`) and train views,
 //!    `report.json`, the curves plot.
 //!
 //! # Outputs (`OUT/`)
@@ -35,14 +41,18 @@ use std::time::Instant;
 use super::checkpoint::{self, CheckpointError, Expected};
 use super::densify::{model_bytes, DeviceCap};
 use super::device_engine::{device_bytes, DeviceEngine, DEVICE_BYTES_PER_PIXEL};
+use super::init::InitPlan;
 use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, Trainer};
-use crate::budget::{current_rss_bytes, format_size, peak_rss_bytes};
+use crate::budget::{
+    current_rss_bytes, format_size, peak_rss_bytes, within_budget, Floor, ModelShare, INIT_ITEM,
+    MODEL_ITEM,
+};
 use crate::data::bench::PackViews;
 use crate::data::pinned::PinnedSlots;
 use crate::data::{
-    plan_memory, Cache, CachePolicy, HeapSlots, LoadError, Loader, LoaderConfig, RecordSource,
-    Sampler, SlotAllocator,
+    expected_hit_rate, floor_of, plan_memory, Cache, CachePolicy, HeapSlots, LoadError, Loader,
+    LoaderConfig, PlanExtras, Position, RecordSource, Sampler, SlotAllocator,
 };
 use crate::device::Device;
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
@@ -495,15 +505,322 @@ pub const RANDOM_POINTS: usize = 100_000;
 /// the trainer's own stream.
 const INIT_STREAM: u64 = 0x1A17;
 
-/// Initial Gaussians of a fresh run ([`super::init::from_pack`]).
+/// Initial Gaussians of a fresh run ([`super::init::from_pack`]), at most `max_gaussians`.
 pub fn initial_gaussians(
     pack: &Pack,
     sh_degree: u32,
+    max_gaussians: usize,
     seed: u64,
 ) -> Result<crate::scene::gaussians::Gaussians, RunError> {
     let mut rng = crate::rng::Rng::derived(seed, INIT_STREAM);
-    super::init::from_pack(pack, sh_degree, RANDOM_POINTS, &mut rng)
+    super::init::from_pack(pack, sh_degree, RANDOM_POINTS, max_gaussians, &mut rng)
         .map_err(|e| RunError::Config(format!("cannot initialise the model: {e}")))
+}
+
+/// Where the model comes from, known before it is built (so the plan precedes it).
+enum ModelStart {
+    /// The latest checkpoint's state (already read: its model is resident).
+    Resume(Box<super::TrainState>),
+    /// The initial Gaussians [`super::init::from_pack`] will build.
+    Fresh(InitPlan),
+}
+
+impl ModelStart {
+    /// Gaussians the model starts with.
+    fn gaussians(&self) -> usize {
+        match self {
+            ModelStart::Resume(state) => state.model.len(),
+            ModelStart::Fresh(init) => init.gaussians as usize,
+        }
+    }
+}
+
+/// Reads the latest checkpoint under `--resume`, else plans the initial model.
+fn model_start(
+    opts: &RunOptions,
+    config: &TrainConfig,
+    pack: &Pack,
+    ckpt_dir: &Path,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<ModelStart, RunError> {
+    if !opts.resume {
+        return Ok(ModelStart::Fresh(super::init::plan(
+            pack,
+            RANDOM_POINTS,
+            config.densify.max_gaussians,
+        )));
+    }
+    let manifest = pack.manifest();
+    let path = checkpoint::latest(ckpt_dir)?;
+    let state = checkpoint::load_state(
+        &path,
+        &Expected {
+            pack_id: &manifest.pack_id.to_string(),
+            pack_content: Some(&manifest.content_fingerprint()),
+            config,
+        },
+    )?;
+    on_event(Event::Line(format!(
+        "resuming from {} (iteration {}, {} Gaussians)",
+        path.display(),
+        state.step,
+        state.model.len()
+    )));
+    Ok(ModelStart::Resume(Box::new(state)))
+}
+
+/// The line that says, once, what the initial model is made of.
+fn init_line(init: &InitPlan, seed: u64) -> String {
+    if init.subsampled() {
+        format!(
+            "initial model: {} of the pack's {} SfM points (--max-gaussians {}: kept spread \
+             over the scene by stratified sampling along a space-filling curve, seed {seed})",
+            init.gaussians, init.points, init.gaussians
+        )
+    } else if init.random {
+        format!(
+            "initial model: {} random Gaussians (the pack has no SfM points)",
+            init.gaussians
+        )
+    } else {
+        format!("initial model: {} Gaussians", init.gaussians)
+    }
+}
+
+/// The loader configuration and the trainer's floor items of a run (see the module doc):
+/// trainer images, render intersections, evaluation, the model and its initialisation.
+fn plan_inputs(
+    opts: &RunOptions,
+    config: &TrainConfig,
+    manifest: &crate::shard::Manifest,
+    start: &ModelStart,
+    intersections_on_device: bool,
+) -> (LoaderConfig, PlanExtras) {
+    let (position, step, gaussians, uncapped, init_points) = match start {
+        ModelStart::Resume(state) => {
+            let n = state.model.len() as u64;
+            (state.position, state.step, n, n, 0)
+        }
+        ModelStart::Fresh(init) => (
+            Position { epoch: 0, index: 0 },
+            0,
+            init.gaussians,
+            init.points,
+            init.points,
+        ),
+    };
+    let loader_config = LoaderConfig {
+        workers: opts.workers,
+        prefetch: opts.prefetch,
+        start: position,
+        limit: Some(config.iterations.saturating_sub(step)),
+    };
+    let max_view = manifest.max_view_bytes() as u64;
+    let max_pixels = max_view / 3;
+    let coeffs = crate::scene::gaussians::sh_coeffs(config.sh_degree) as u64;
+    let params = 11 + 3 * coeffs;
+    let mut items = vec![
+        (
+            "trainer images".to_string(),
+            TRAINER_BYTES_PER_PIXEL * max_pixels,
+            format!(
+                "{max_pixels} pixels (largest view) × {TRAINER_BYTES_PER_PIXEL} B (target, \
+                 render, gradient, alpha, SSIM planes)"
+            ),
+        ),
+        // Evaluation reads one ground-truth view and writes one side-by-side image (2 views).
+        (
+            "evaluation".to_string(),
+            3 * max_view,
+            format!(
+                "3 × {} (ground truth + side-by-side image of the largest view)",
+                format_size(max_view)
+            ),
+        ),
+    ];
+    // On the device engine the intersections live in device memory (its own plan).
+    if !intersections_on_device {
+        items.push((
+            "render intersections".to_string(),
+            config.max_intersection_bytes,
+            format!(
+                "min(budget / {INTERSECTION_BUDGET_DIVISOR}, {})",
+                format_size(crate::render::DEFAULT_MAX_INTERSECTION_BYTES)
+            ),
+        ));
+    }
+    let model = ModelShare {
+        gaussians,
+        uncapped,
+        bytes_per_gaussian: super::densify::model_bytes(1, config.sh_degree),
+        formula: format!(
+            "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: parameters P, gradients \
+             P + 2, Adam moments 2P, 4 B each; densify statistics 12 B; render buffers {} B",
+            super::densify::RENDER_BYTES_PER_GAUSSIAN
+        ),
+        init_points,
+        init_bytes_per_point: super::init::INIT_BYTES_PER_POINT,
+    };
+    let extras = PlanExtras {
+        items,
+        // The CPU rasterizer's and the kNN's compute pool.
+        threads: rayon::current_num_threads(),
+        model: Some(model),
+    };
+    (loader_config, extras)
+}
+
+/// What `gs-train --dry-run` reports: the memory plan of a run, computed exactly as [`run`]
+/// computes it (the same baseline point, the same items), without building the model.
+#[derive(Clone, Debug)]
+pub struct PlanSummary {
+    pub floor: Floor,
+    /// Whether the run would start (the floor fits the budget).
+    pub fits: bool,
+    /// What the cache gets once the initial model is built: the budget less the floor, plus
+    /// the initialisation's points, released then (0 when it does not fit).
+    pub cache_bytes: u64,
+    /// Views of the largest size that fit the cache, of `views`.
+    pub cache_views: u64,
+    pub views: usize,
+    /// Iterations still to train.
+    pub iterations: u64,
+    /// The cache hit rate the known sampling order gives over those iterations
+    /// ([`crate::data::expected_hit_rate`]); `None` when the run would not start.
+    pub expected_hit_rate: Option<f64>,
+    /// The initial model of a fresh run (`None` on resume).
+    pub init: Option<InitPlan>,
+    pub seed: u64,
+}
+
+impl PlanSummary {
+    /// The plan for the user, one line each.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![format!(
+            "memory plan for --ram-budget {} (host RAM; peak resident set, kernel VmHWM):",
+            format_size(self.floor.budget)
+        )];
+        out.push(self.floor.table());
+        out.push(format!(
+            "  {:<21} {:>12}  the floor: what the run needs before caching anything",
+            "total",
+            format_size(self.floor.total())
+        ));
+        if let Some(init) = &self.init {
+            out.push(init_line(init, self.seed));
+        }
+        if !self.fits {
+            out.push(format!(
+                "--ram-budget {} is below this floor: the run would be refused. To fit, use {}",
+                format_size(self.floor.budget),
+                self.floor.advice.join("; ")
+            ));
+            return out;
+        }
+        out.push(format!(
+            "cache: {} (the budget less the floor, plus the initialisation once the model is \
+             built): {} of the {} training views at the largest view size; it shrinks as \
+             densification grows the model",
+            format_size(self.cache_bytes),
+            self.cache_views.min(self.views as u64),
+            self.views
+        ));
+        if let Some(h) = self.expected_hit_rate {
+            out.push(format!(
+                "expected cache hit rate: {:.1}% over the {} iterations to train (the real \
+                 cache replayed on the seed-{} sampling order at the planned size)",
+                100.0 * h,
+                self.iterations,
+                self.seed
+            ));
+        }
+        out
+    }
+}
+
+/// `gs-train --dry-run`: see [`PlanSummary`]. Opens the pack (and reads the checkpoint under
+/// `--resume`), writes nothing. A budget below the floor is not an error here: the summary
+/// says so (`fits == false`) with the refusal a run would give.
+pub fn dry_run(
+    opts: &RunOptions,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<PlanSummary, RunError> {
+    let mut config = opts.config.clone();
+    if config.iterations == 0 {
+        return Err(RunError::Config("--iterations must be at least 1".into()));
+    }
+    if opts.workers == 0 || opts.prefetch == 0 {
+        return Err(RunError::Config(
+            "--workers and --prefetch must be at least 1".into(),
+        ));
+    }
+    let pack = Arc::new(Pack::open(&opts.pack)?);
+    let manifest = pack.manifest().clone();
+    let source = PackViews::new(pack.clone(), opts.eval.then_some(Split::Train));
+    if source.is_empty() {
+        return Err(RunError::Config(format!(
+            "{}: the pack has no views to train on",
+            opts.pack.display()
+        )));
+    }
+    // As in `run`: the engine exists before the baseline is measured.
+    let engine = make_engine(opts.backend, on_event)?;
+    let vram = vram_budget(&engine, opts.vram_budget)?;
+    config.max_intersection_bytes = (vram.map_or(opts.ram_budget, |v| v.bytes)
+        / INTERSECTION_BUDGET_DIVISOR)
+        .min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES);
+    let baseline = current_rss_bytes().unwrap_or(0);
+    let start = model_start(
+        opts,
+        &config,
+        &pack,
+        &opts.out.join("checkpoints"),
+        on_event,
+    )?;
+    drop(engine);
+    if let Some(v) = vram {
+        // The device plan prints itself; a refusal is reported, not returned (as the RAM
+        // plan's is).
+        let max_pixels = manifest.max_view_bytes() as u64 / 3;
+        if let Err(e) = plan_device(v, start.gaussians(), &config, max_pixels, on_event) {
+            on_event(Event::Line(format!("device memory: {e}")));
+        }
+    }
+    let (loader_config, extras) = plan_inputs(opts, &config, &manifest, &start, vram.is_some());
+    let floor = floor_of(opts.ram_budget, &source, &loader_config, baseline, extras);
+    let fits = floor.check().is_ok();
+    let cache_bytes = if fits {
+        opts.ram_budget - floor.total() + floor.item(INIT_ITEM)
+    } else {
+        0
+    };
+    let largest = manifest.max_view_bytes();
+    let expected_hit_rate = if fits {
+        Some(expected_hit_rate(
+            &source,
+            CachePolicy::Belady,
+            cache_bytes,
+            config.seed,
+            loader_config.start,
+            loader_config.limit.unwrap_or(0),
+        )?)
+    } else {
+        None
+    };
+    Ok(PlanSummary {
+        fits,
+        cache_bytes,
+        cache_views: cache_bytes / crate::data::cache::entry_cost(largest).max(1),
+        views: source.len(),
+        iterations: loader_config.limit.unwrap_or(0),
+        expected_hit_rate,
+        init: match start {
+            ModelStart::Fresh(init) => Some(init),
+            ModelStart::Resume(_) => None,
+        },
+        seed: config.seed,
+        floor,
+    })
 }
 
 /// Runs training as described in the module doc.
@@ -569,81 +886,54 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     if !opts.resume {
         claim_output(&opts.out, opts.overwrite)?;
     }
-    let plan = |n: usize, on_event: &mut dyn FnMut(Event)| -> Result<Option<DeviceCap>, RunError> {
-        vram.map(|v| plan_device(v, n, &config, max_pixels, on_event))
-            .transpose()
-    };
-    let (mut trainer, resumed_from, device_cap) = if opts.resume {
-        let path = checkpoint::latest(&ckpt_dir)?;
-        let mut state = checkpoint::load_state(
-            &path,
-            &Expected {
-                pack_id: &pack_id,
-                pack_content: Some(&pack_content),
-                config: &config,
-            },
-        )?;
-        // The cap follows this run's budget (it is not compared with the checkpoint's).
-        state.config.max_intersection_bytes = intersection_bytes;
-        let step = state.step;
-        on_event(Event::Line(format!(
-            "resuming from {} (iteration {step}, {} Gaussians)",
-            path.display(),
-            state.model.len()
-        )));
-        let cap = plan(state.model.len(), on_event)?;
-        (Trainer::from_state(state, engine)?, Some(step), cap)
-    } else {
-        let g = initial_gaussians(&pack, config.sh_degree, config.seed)?;
-        on_event(Event::Line(format!("initial model: {} Gaussians", g.len())));
-        let cap = plan(g.len(), on_event)?;
-        (
-            Trainer::new(config.clone(), g, manifest.scene.extent, engine)?,
-            None,
-            cap,
-        )
+    // The baseline, before the model or anything else that scales with the data exists: the
+    // model is an item of its own, never also part of the baseline. (The engine, and with it a
+    // CUDA context, exists already: its resident memory is part of the baseline.)
+    let baseline = current_rss_bytes().unwrap_or(0);
+    let start = model_start(opts, &config, &pack, &ckpt_dir, on_event)?;
+    if let ModelStart::Resume(state) = &start {
+        if state.step >= config.iterations {
+            return Err(RunError::Config(format!(
+                "the checkpoint is already at iteration {} of --iterations {}; nothing to resume",
+                state.step, config.iterations
+            )));
+        }
+    }
+
+    // Memory plans (host RAM, and device memory on the device engine), before any data work
+    // and before the model is built.
+    let (loader_config, extras) = plan_inputs(opts, &config, &manifest, &start, vram.is_some());
+    let mut plan = plan_memory(opts.ram_budget, &*source, &loader_config, baseline, extras)?;
+    let device_cap = vram
+        .map(|v| plan_device(v, start.gaussians(), &config, max_pixels, on_event))
+        .transpose()?;
+    let (mut trainer, resumed_from) = match start {
+        ModelStart::Resume(mut state) => {
+            let step = state.step;
+            // The cap follows this run's budget (it is not compared with the checkpoint's).
+            state.config.max_intersection_bytes = intersection_bytes;
+            (Trainer::from_state(*state, engine)?, Some(step))
+        }
+        ModelStart::Fresh(init) => {
+            let g = initial_gaussians(
+                &pack,
+                config.sh_degree,
+                config.densify.max_gaussians,
+                config.seed,
+            )?;
+            on_event(Event::Line(init_line(&init, config.seed)));
+            (
+                Trainer::new(config.clone(), g, manifest.scene.extent, engine)?,
+                None,
+            )
+        }
     };
     if let Some(cap) = device_cap {
         trainer.set_device_cap(cap);
     }
-    if trainer.step_count() >= config.iterations {
-        return Err(RunError::Config(format!(
-            "the checkpoint is already at iteration {} of --iterations {}; nothing to resume",
-            trainer.step_count(),
-            config.iterations
-        )));
-    }
-
-    // Memory plan, before any data work.
-    let loader_config = LoaderConfig {
-        workers: opts.workers,
-        prefetch: opts.prefetch,
-        start: trainer.position(),
-        limit: Some(config.iterations - trainer.step_count()),
-    };
-    let max_view = manifest.max_view_bytes() as u64;
-    let model_now = super::densify::model_bytes(trainer.num_gaussians(), config.sh_degree);
-    let mut extra = vec![
-        (
-            "trainer images".to_string(),
-            TRAINER_BYTES_PER_PIXEL * max_pixels,
-        ),
-        // Evaluation reads one ground-truth view and writes one side-by-side image (2 views).
-        ("evaluation".to_string(), 3 * max_view),
-        ("model".to_string(), model_now),
-    ];
-    // On the device engine the intersections live in device memory (its own plan).
-    if vram.is_none() {
-        extra.push(("render intersections".to_string(), intersection_bytes));
-    }
-    let baseline = current_rss_bytes().unwrap_or(0);
-    let mut plan = plan_memory(opts.ram_budget, &*source, &loader_config, baseline, extra)?;
-    let model_reservation = plan
-        .fixed
-        .iter()
-        .position(|r| r.component() == "model")
-        .map(|i| plan.fixed.remove(i))
-        .expect("the plan reserves the model");
+    // The initialisation's points are freed: their share goes to the cache.
+    plan.release_to_cache(INIT_ITEM);
+    let model_reservation = plan.take(MODEL_ITEM).expect("the plan reserves the model");
     trainer.set_model_reservation(model_reservation)?;
     let floor_bytes = plan.floor.total();
     let cache_bytes = plan.cache.bytes();
@@ -848,7 +1138,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             let (p, s) = report::mean_scores(&scores);
             train_scores = (p.unwrap_or(f64::INFINITY), s.unwrap_or(0.0));
         }
-        let peak = peak_rss_bytes().unwrap_or(0);
+        let peak = peak_rss_bytes();
         let report = Report {
             test_psnr: test.0,
             test_ssim: test.1,
@@ -864,7 +1154,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             num_gaussians: trainer.num_gaussians() as u64,
             peak_rss_bytes: peak,
             ram_budget_bytes: opts.ram_budget,
-            within_budget: peak <= opts.ram_budget,
+            within_budget: within_budget(peak, opts.ram_budget),
             stall_fraction: if train_s > 0.0 {
                 (loader_stats.stall_seconds / train_s).min(1.0)
             } else {
