@@ -633,6 +633,54 @@ fn device_engine_trains_on_the_host_emulation_like_the_cpu() {
     }
 }
 
+/// A refusal names the floor the run needs, the same whichever budget below it was tried
+/// (the intersection buffers' share grows with the budget, so the floor at the budget tried
+/// never fits; the reported floor is the smallest budget that holds itself), and that floor
+/// does fit. The baseline is measured per run, so figures agree to within its noise (1 MiB),
+/// not to the byte; before this rule they differed by the budget's 1/8.
+#[test]
+fn the_refused_floor_is_the_same_at_every_budget_and_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("out");
+    let floor_mib = |budget: &str| -> f64 {
+        let o = gs_train(&[
+            s(&pack),
+            "-o",
+            s(&out),
+            "--backend",
+            "cpu",
+            "--ram-budget",
+            budget,
+        ]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        let tail = e
+            .split("is below the memory floor of ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no floor in: {e}"));
+        let (num, unit) = tail.split_once(' ').unwrap();
+        assert!(unit.starts_with("MiB"), "{e}");
+        num.parse().unwrap()
+    };
+    let floors: Vec<f64> = ["1M", "8M", "20M"].iter().map(|b| floor_mib(b)).collect();
+    for f in &floors {
+        assert!((f - floors[0]).abs() <= 1.0, "floors {floors:?}");
+    }
+    let enough = format!("{}", ((floors[0] + 2.0) * 1048576.0) as u64);
+    let o = gs_train(&[
+        s(&pack),
+        "-o",
+        s(&out),
+        "--backend",
+        "cpu",
+        "--ram-budget",
+        &enough,
+        "--dry-run",
+    ]);
+    assert!(o.status.success(), "floor {floors:?}: {}", stderr(&o));
+}
+
 /// The device engine's memory plan refuses a run its device cannot hold, before any
 /// training, itemised, saying how many Gaussians fit: with an explicit `--vram-budget`, and
 /// with the default budget on an emulated device whose capacity is small (the emulation

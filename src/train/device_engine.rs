@@ -712,6 +712,7 @@ mod tests {
                 m.stats.grad_accum[i] = rng.next_f32() * 8e-4;
                 m.stats.denom[i] = 1 + (i % 3) as u32;
                 m.stats.max_radii[i] = (i % 30) as u32;
+                m.adam.exp_avg.logit_opacities[i] = -0.25;
                 m.adam.exp_avg_sq.logit_opacities[i] = 0.5;
             }
             let mut e = DeviceEngine::new(dev.clone()).unwrap();

@@ -45,8 +45,8 @@ use super::init::InitPlan;
 use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, Trainer};
 use crate::budget::{
-    current_rss_bytes, format_size, peak_rss_bytes, within_budget, Floor, ModelShare, INIT_ITEM,
-    MODEL_ITEM,
+    current_rss_bytes, format_size, peak_rss_bytes, within_budget, BudgetError, Floor, ModelShare,
+    INIT_ITEM, MODEL_ITEM,
 };
 use crate::data::bench::PackViews;
 use crate::data::pinned::PinnedSlots;
@@ -670,6 +670,41 @@ fn plan_inputs(
     (loader_config, extras)
 }
 
+/// The floor a refusal reports. On the host engine the intersection buffers take a share of
+/// the budget (1/[`INTERSECTION_BUDGET_DIVISOR`], capped), so the floor grows with the budget
+/// tried: reporting the floor at that budget would name a different figure at every attempt,
+/// none of which fits. What the run needs is the smallest budget that holds its own floor, a
+/// fixed point reached in a few steps (the share grows 1/8 as fast as the budget); that floor
+/// is the same whichever budget below it was tried. `budget` stays the one the user gave.
+fn needed_floor(
+    opts: &RunOptions,
+    config: &TrainConfig,
+    manifest: &crate::shard::Manifest,
+    start: &ModelStart,
+    on_device: bool,
+    source: &dyn RecordSource,
+    baseline: u64,
+) -> Floor {
+    let floor_at = |budget: u64| {
+        let mut c = config.clone();
+        if !on_device {
+            c.max_intersection_bytes = (budget / INTERSECTION_BUDGET_DIVISOR)
+                .min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES);
+        }
+        let (loader_config, extras) = plan_inputs(opts, &c, manifest, start, on_device);
+        floor_of(budget, source, &loader_config, baseline, extras)
+    };
+    let mut f = floor_at(opts.ram_budget);
+    for _ in 0..64 {
+        if f.total() <= f.budget {
+            break;
+        }
+        f = floor_at(f.total());
+    }
+    f.budget = opts.ram_budget;
+    f
+}
+
 /// What `gs-train --dry-run` reports: the memory plan of a run, computed exactly as [`run`]
 /// computes it (the same baseline point, the same items), without building the model.
 #[derive(Clone, Debug)]
@@ -787,8 +822,19 @@ pub fn dry_run(
         }
     }
     let (loader_config, extras) = plan_inputs(opts, &config, &manifest, &start, vram.is_some());
-    let floor = floor_of(opts.ram_budget, &source, &loader_config, baseline, extras);
+    let mut floor = floor_of(opts.ram_budget, &source, &loader_config, baseline, extras);
     let fits = floor.check().is_ok();
+    if !fits {
+        floor = needed_floor(
+            opts,
+            &config,
+            &manifest,
+            &start,
+            vram.is_some(),
+            &source,
+            baseline,
+        );
+    }
     let cache_bytes = if fits {
         opts.ram_budget - floor.total() + floor.item(INIT_ITEM)
     } else {
@@ -903,6 +949,25 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     // Memory plans (host RAM, and device memory on the device engine), before any data work
     // and before the model is built.
     let (loader_config, extras) = plan_inputs(opts, &config, &manifest, &start, vram.is_some());
+    let floor = floor_of(
+        opts.ram_budget,
+        &*source,
+        &loader_config,
+        baseline,
+        extras.clone(),
+    );
+    if floor.check().is_err() {
+        let f = needed_floor(
+            opts,
+            &config,
+            &manifest,
+            &start,
+            vram.is_some(),
+            &*source,
+            baseline,
+        );
+        return Err(LoadError::from(BudgetError::BelowFloor(Box::new(f))).into());
+    }
     let mut plan = plan_memory(opts.ram_budget, &*source, &loader_config, baseline, extras)?;
     let device_cap = vram
         .map(|v| plan_device(v, start.gaussians(), &config, max_pixels, on_event))
