@@ -675,7 +675,8 @@ fn plan_inputs(
 /// tried: reporting the floor at that budget would name a different figure at every attempt,
 /// none of which fits. What the run needs is the smallest budget that holds its own floor, a
 /// fixed point reached in a few steps (the share grows 1/8 as fast as the budget); that floor
-/// is the same whichever budget below it was tried. `budget` stays the one the user gave.
+/// is the same whichever budget below it was tried. `budget` and the advice stay those of the
+/// budget the user gave.
 fn needed_floor(
     opts: &RunOptions,
     config: &TrainConfig,
@@ -694,14 +695,17 @@ fn needed_floor(
         let (loader_config, extras) = plan_inputs(opts, &c, manifest, start, on_device);
         floor_of(budget, source, &loader_config, baseline, extras)
     };
-    let mut f = floor_at(opts.ram_budget);
+    let first = floor_at(opts.ram_budget);
+    let mut f = first.clone();
     for _ in 0..64 {
         if f.total() <= f.budget {
             break;
         }
         f = floor_at(f.total());
     }
+    // The advice stays the one for the budget tried (e.g. the `--max-gaussians` that fits it).
     f.budget = opts.ram_budget;
+    f.advice = first.advice;
     f
 }
 
