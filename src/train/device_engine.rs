@@ -124,8 +124,8 @@ pub const DEVICE_BYTES_PER_INTERSECTION: u64 = 24;
 /// What the device engine allocates, itemised (the `--vram-budget` plan).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceBytes {
-    /// Parameters, gradients, both moments, statistics and the rasterizer's per-Gaussian
-    /// buffers: [`model_bytes`] (the same items as on the host).
+    /// Parameters, gradients, both moments, statistics, the rasterizer's per-Gaussian
+    /// buffers and the densification's second copy: [`device_bytes_per_gaussian`] each.
     pub model: u64,
     /// [`DEVICE_BYTES_PER_PIXEL`] × the largest view's pixels.
     pub views: u64,
@@ -143,6 +143,14 @@ impl DeviceBytes {
     }
 }
 
+/// Device bytes per Gaussian: the host model's items ([`model_bytes`]) plus the second copy of
+/// the parameters and both moments (3P floats) that [`DeviceEngine::apply_rows`] gathers into
+/// before it frees the first, so a densification at the planned count still fits.
+pub fn device_bytes_per_gaussian(sh_degree: u32) -> u64 {
+    let p = 11 + 3 * crate::scene::gaussians::sh_coeffs(sh_degree) as u64;
+    model_bytes(1, sh_degree) + 3 * 4 * p
+}
+
 /// [`DeviceBytes`] for `n` Gaussians at `sh_degree`, views of at most `max_pixels` and an
 /// intersection cap of `max_intersection_bytes`.
 pub fn device_bytes(
@@ -152,7 +160,7 @@ pub fn device_bytes(
     max_intersection_bytes: u64,
 ) -> DeviceBytes {
     DeviceBytes {
-        model: model_bytes(n, sh_degree),
+        model: n as u64 * device_bytes_per_gaussian(sh_degree),
         views: DEVICE_BYTES_PER_PIXEL * max_pixels,
         intersections: max_intersection_bytes,
     }
@@ -763,7 +771,8 @@ mod tests {
     #[test]
     fn device_bytes_itemise_the_plan() {
         let b = device_bytes(1000, 3, 640 * 480, 1 << 20);
-        assert_eq!(b.model, model_bytes(1000, 3));
+        // SH 3: P = 59 floats; the host items plus 3P floats of densification scratch.
+        assert_eq!(b.model, 1000 * (model_bytes(1, 3) + 3 * 4 * 59));
         assert_eq!(b.views, 144 * 640 * 480);
         assert_eq!(b.total(), b.model + b.views + (1 << 20));
     }

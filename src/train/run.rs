@@ -40,7 +40,9 @@ use std::time::Instant;
 
 use super::checkpoint::{self, CheckpointError, Expected};
 use super::densify::{model_bytes, DeviceCap};
-use super::device_engine::{device_bytes, DeviceEngine, DEVICE_BYTES_PER_PIXEL};
+use super::device_engine::{
+    device_bytes, device_bytes_per_gaussian, DeviceEngine, DEVICE_BYTES_PER_PIXEL,
+};
 use super::init::InitPlan;
 use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, Trainer};
@@ -303,10 +305,10 @@ fn plan_device(
         max_pixels,
         config.max_intersection_bytes,
     );
-    let per_gaussian = model_bytes(1, config.sh_degree);
+    let per_gaussian = device_bytes_per_gaussian(config.sh_degree);
     let items = format!(
         "model {} ({n} Gaussians × {per_gaussian} B: parameters, gradients, two Adam \
-         moments, statistics, render buffers), views {} ({max_pixels} px × \
+         moments, statistics, render buffers, densification copy), views {} ({max_pixels} px × \
          {DEVICE_BYTES_PER_PIXEL} B), intersections {} (1/{INTERSECTION_BUDGET_DIVISOR} of \
          the budget, at most {})",
         format_size(bytes.model),
@@ -652,7 +654,7 @@ fn plan_inputs(
     let model = ModelShare {
         gaussians,
         uncapped,
-        bytes_per_gaussian: super::densify::model_bytes(1, config.sh_degree),
+        bytes_per_gaussian: model_bytes(1, config.sh_degree),
         formula: format!(
             "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: parameters P, gradients \
              P + 2, Adam moments 2P, 4 B each; densify statistics 12 B; render buffers {} B",
@@ -668,6 +670,26 @@ fn plan_inputs(
         model: Some(model),
     };
     (loader_config, extras)
+}
+
+/// The per-render intersection cap for a budget of `budget` bytes (RAM on the host engine,
+/// device memory on the device engine): 1/[`INTERSECTION_BUDGET_DIVISOR`] of it, at most
+/// [`crate::render::DEFAULT_MAX_INTERSECTION_BYTES`].
+fn intersection_cap(budget: u64) -> u64 {
+    (budget / INTERSECTION_BUDGET_DIVISOR).min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES)
+}
+
+/// Settings `run` and `dry_run` refuse before opening anything.
+fn check_options(opts: &RunOptions) -> Result<(), RunError> {
+    if opts.config.iterations == 0 {
+        return Err(RunError::Config("--iterations must be at least 1".into()));
+    }
+    if opts.workers == 0 || opts.prefetch == 0 {
+        return Err(RunError::Config(
+            "--workers and --prefetch must be at least 1".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The floor a refusal reports. On the host engine the intersection buffers take a share of
@@ -689,8 +711,7 @@ fn needed_floor(
     let floor_at = |budget: u64| {
         let mut c = config.clone();
         if !on_device {
-            c.max_intersection_bytes = (budget / INTERSECTION_BUDGET_DIVISOR)
-                .min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES);
+            c.max_intersection_bytes = intersection_cap(budget);
         }
         let (loader_config, extras) = plan_inputs(opts, &c, manifest, start, on_device);
         floor_of(budget, source, &loader_config, baseline, extras)
@@ -784,15 +805,8 @@ pub fn dry_run(
     opts: &RunOptions,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<PlanSummary, RunError> {
+    check_options(opts)?;
     let mut config = opts.config.clone();
-    if config.iterations == 0 {
-        return Err(RunError::Config("--iterations must be at least 1".into()));
-    }
-    if opts.workers == 0 || opts.prefetch == 0 {
-        return Err(RunError::Config(
-            "--workers and --prefetch must be at least 1".into(),
-        ));
-    }
     let pack = Arc::new(Pack::open(&opts.pack)?);
     let manifest = pack.manifest().clone();
     let source = PackViews::new(pack.clone(), opts.eval.then_some(Split::Train));
@@ -805,9 +819,7 @@ pub fn dry_run(
     // As in `run`: the engine exists before the baseline is measured.
     let engine = make_engine(opts.backend, on_event)?;
     let vram = vram_budget(&engine, opts.vram_budget)?;
-    config.max_intersection_bytes = (vram.map_or(opts.ram_budget, |v| v.bytes)
-        / INTERSECTION_BUDGET_DIVISOR)
-        .min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES);
+    config.max_intersection_bytes = intersection_cap(vram.map_or(opts.ram_budget, |v| v.bytes));
     let baseline = current_rss_bytes().unwrap_or(0);
     let start = model_start(
         opts,
@@ -876,15 +888,8 @@ pub fn dry_run(
 /// Runs training as described in the module doc.
 pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutcome, RunError> {
     let started = Instant::now();
+    check_options(opts)?;
     let mut config = opts.config.clone();
-    if config.iterations == 0 {
-        return Err(RunError::Config("--iterations must be at least 1".into()));
-    }
-    if opts.workers == 0 || opts.prefetch == 0 {
-        return Err(RunError::Config(
-            "--workers and --prefetch must be at least 1".into(),
-        ));
-    }
     let pack = Arc::new(Pack::open(&opts.pack)?);
     let manifest = pack.manifest().clone();
     let pack_id = manifest.pack_id.to_string();
@@ -928,9 +933,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let vram = vram_budget(&engine, opts.vram_budget)?;
     // The render's intersection buffers get a fixed share of the memory that holds them: the
     // RAM budget on the host engine (a floor item), the VRAM budget on the device engine.
-    let intersection_bytes = (vram.map_or(opts.ram_budget, |v| v.bytes)
-        / INTERSECTION_BUDGET_DIVISOR)
-        .min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES);
+    let intersection_bytes = intersection_cap(vram.map_or(opts.ram_budget, |v| v.bytes));
     config.max_intersection_bytes = intersection_bytes;
     // After the backend check (so a missing backend is reported first), before any work.
     if !opts.resume {
