@@ -46,13 +46,23 @@ extern "C" __global__ void project_fwd(
                         rotations[4 * i + 3]};
     Geometry g;
     if (!geometry(mean, ls, q, cam, g)) return;
-    const float a = g.cov2[0], b = g.cov2[1], c = g.cov2[2];
+    // Σ2d inverted at an exact even power-of-two scale when its entries pass 2^40, so a huge
+    // splat (a·c beyond FLT_MAX) is drawn, not culled; bit-identical to the unscaled formulas
+    // wherever those are finite (the CPU reference's `cov2_scale`).
+    float down = 1.0f, up = 1.0f;
+    const float m = fmaxf(g.cov2[0], g.cov2[2]);
+    if (m > 1099511627776.0f && isfinite(m)) {
+        const int k = ilogbf(m) & ~1;
+        down = ldexpf(1.0f, -k);
+        up = ldexpf(1.0f, k);
+    }
+    const float a = g.cov2[0] * down, b = g.cov2[1] * down, c = g.cov2[2] * down;
     const float det = a * c - b * b;
     if (!(det > 0.0f && isfinite(det))) return;
-    const float conic[3] = {c / det, -b / det, a / det};
+    const float conic[3] = {c / det * down, -b / det * down, a / det * down};
     const float mid = 0.5f * (a + c);
     // 0.1 floor on the discriminant: 3DGS's, kept identical to the CPU reference.
-    const float lambda = mid + sqrtf(fmaxf(mid * mid - det, 0.1f));
+    const float lambda = (mid + sqrtf(fmaxf(mid * mid - det, 0.1f * down * down))) * up;
     const float radius = ceilf(3.0f * sqrtf(lambda));
     const float x = g.t[0], y = g.t[1], z = g.t[2];
     const float m2x = cam.fx * x / z + cam.cx;
@@ -87,8 +97,9 @@ extern "C" __global__ void project_fwd(
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) colors[3 * i + ch] = fmaxf(raw[ch] + 0.5f, 0.0f);
     depths[i] = z;
-    // A radius above u32::MAX cannot survive tile_rect's clamp with x0 < x1 on a real image,
-    // but saturate like the CPU's `min(u32::MAX)` anyway.
-    radii[i] = (u32)fminf(radius, 4294967295.0f);
+    // Saturate like the CPU's `min(u32::MAX)`: a huge splat (conic inverted at a scale) can
+    // have a radius past 2^32. 4294967295.0f rounds to 2^32, and converting 2^32 to u32 is
+    // undefined in C++ (x86 gives 0), so compare against the largest float below 2^32.
+    radii[i] = radius > 4294967040.0f ? 0xFFFFFFFFu : (u32)radius;
     tiles_touched[i] = (u64)(x1 - x0) * (u64)(y1 - y0);
 }

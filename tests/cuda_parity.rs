@@ -207,6 +207,10 @@ enum Kind {
     SubPixel,
     /// Log-scales in [-0.5, 1]: each covers much of the image, so every tile list is long.
     Huge,
+    /// Mixed, with every 25th Gaussian at log-scales in [15, 34] (σ up to ~6e14 units): their
+    /// `Σ2d` entries pass 1e20 px², so `a·c` overflows f32 and the conic is inverted at a
+    /// power-of-two scale on both backends (drawn over the whole image, not culled).
+    Absurd,
 }
 
 fn scene_of(kind: Kind, n: usize, seed: u64) -> Gaussians {
@@ -216,6 +220,12 @@ fn scene_of(kind: Kind, n: usize, seed: u64) -> Gaussians {
         Kind::Mixed => return g,
         Kind::SubPixel => (-9.0, -7.0),
         Kind::Huge => (-0.5, 1.0),
+        Kind::Absurd => {
+            for s in g.log_scales.iter_mut().step_by(25) {
+                *s = [0; 3].map(|_| r.uniform(15.0, 34.0) as f32);
+            }
+            return g;
+        }
     };
     for s in &mut g.log_scales {
         *s = [0; 3].map(|_| r.uniform(lo, hi) as f32);
@@ -257,6 +267,25 @@ fn check_scene(
         .map(|(c, d)| c.radius != d.radius)
         .collect();
     let flips = flipped.iter().filter(|&&f| f).count();
+    if let Kind::Absurd = kind {
+        // The absurd Gaussians in front of the camera are drawn by the device too, as huge
+        // splats, not culled (the f32 overflow of `a·c` this scene exists for).
+        let drawn = gs
+            .iter()
+            .step_by(25)
+            .filter(|s| s.radius > 1_000_000)
+            .count();
+        let cpu_drawn = cs
+            .iter()
+            .step_by(25)
+            .filter(|s| s.radius > 1_000_000)
+            .count();
+        assert!(
+            drawn == cpu_drawn && drawn * 4 >= n.div_ceil(25),
+            "{label}: {drawn} (device) vs {cpu_drawn} (CPU) of {} absurd Gaussians drawn",
+            n.div_ceil(25)
+        );
+    }
     let mut splat = Tally::default();
     for (i, (c, d)) in cs.iter().zip(&gs).enumerate() {
         if flipped[i] || c.radius == 0 {
@@ -431,7 +460,7 @@ fn check_scene(
     let mut line = format!(
         "MEASURED {label} kind={}: radius flips {flips}, splat error {:.2} of tolerance, tiles differing {bad_tiles}, \
          last-contributor diffs {last_diff}, image max {:.2e} ({} over), final T max {:.2e}",
-        match kind { Kind::Mixed => "mixed", Kind::SubPixel => "subpixel", Kind::Huge => "huge" },
+        match kind { Kind::Mixed => "mixed", Kind::SubPixel => "subpixel", Kind::Huge => "huge", Kind::Absurd => "absurd" },
         splat.max,
         image.max,
         image.over,
@@ -488,6 +517,7 @@ fn stages_match_cpu(r: &mut CudaRasterizer) {
         (Kind::Mixed, 5000, 4, 200, 150, 3),
         (Kind::SubPixel, 3000, 5, 97, 61, 2),
         (Kind::Huge, 2000, 6, 130, 70, 3),
+        (Kind::Absurd, 500, 9, 64, 48, 1),
         (Kind::Mixed, 4000, 8, 47, 300, 0),
     ] {
         // Under compute-sanitizer (10-100x slower kernels) the verification script asks for

@@ -18,6 +18,8 @@
 //! | `--downscale 0` | 2 | clap: `invalid value '0' for '--downscale <N>'` (`--max-width 0` is documented as full size) |
 //! | COLMAP images.txt missing one POINTS2D line and the count comment | 1 | `…/images.txt: line N: expected the 2D-observation line of image 2 …; insert an empty line after it` |
 //! | PLY vertex with an all-zero quaternion, `gs-render` | 1 | `…/m.ply: vertex 3: rotation rot_0..rot_3 is all zeros …` |
+//! | PLY vertex with log-scales 20 (σ ≈ 5e8), `gs-render` | 0 | drawn over the whole image as float64 draws it (no longer culled in f32) |
+//! | PLY vertex with log-scales 60, `gs-render` | 0 | `gs-render: warning: 1 Gaussian(s) of …/m.ply have a log-scale above 30 (… the first is vertex 2); a view where one's projected covariance overflows single precision skips it …` |
 //!
 //! Cases covered elsewhere: `--force` safety, concurrent converts, a destination created
 //! mid-run, killed converts, a corrupt PNG and `--test-every 1` (tests/cli.rs); training
@@ -505,4 +507,56 @@ fn gs_render_refuses_a_zero_quaternion_naming_the_vertex() {
         "{err}"
     );
     assert!(!out.exists());
+}
+
+/// Sets the log-scales of vertex `v` of a float-only binary 3DGS PLY.
+fn set_log_scales(ply: &Path, v: usize, value: f32) {
+    let mut bytes = std::fs::read(ply).unwrap();
+    let end = b"end_header\n";
+    let body = bytes.windows(end.len()).position(|w| w == end).unwrap() + end.len();
+    let header = String::from_utf8_lossy(&bytes[..body]).into_owned();
+    let props: Vec<&str> = header
+        .lines()
+        .filter_map(|l| l.strip_prefix("property float "))
+        .collect();
+    let scale0 = props.iter().position(|&p| p == "scale_0").unwrap();
+    for k in 0..3 {
+        let at = body + (v * props.len() + scale0 + k) * 4;
+        bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    }
+    std::fs::write(ply, &bytes).unwrap();
+}
+
+#[test]
+fn gs_render_draws_a_huge_gaussian_and_reports_one_beyond_single_precision() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cam = tmp.path().join("cam.json");
+    std::fs::write(&cam, camera_json(16, 16).to_string()).unwrap();
+    let render = |log_scale: Option<f32>| {
+        let ply = tmp.path().join("m.ply");
+        small_model(&ply);
+        if let Some(v) = log_scale {
+            set_log_scales(&ply, 2, v);
+        }
+        let out = tmp.path().join("x.png");
+        let o = gs_render(&["--ply", s(&ply), "--camera", s(&cam), "-o", s(&out)]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        (image::open(&out).unwrap().to_rgb8().into_raw(), stderr(&o))
+    };
+    let (plain, _) = render(None);
+    // Log-scales of 20 seen from 3 units through f = 60: Σ2d ≈ 1e20 px², a·c overflows f32.
+    // The splat covers every pixel with opacity sigmoid(1) (float64 draws it so).
+    let (huge, err) = render(Some(20.0));
+    assert!(!err.contains("warning"), "{err}");
+    let corners = [0usize, 15, 16 * 15, 16 * 16 - 1];
+    for p in corners {
+        assert_ne!(plain[p * 3..p * 3 + 3], huge[p * 3..p * 3 + 3], "pixel {p}");
+    }
+    // Log-scales of 60: Σ itself overflows f32; reported, not silently dropped.
+    let (beyond, err) = render(Some(60.0));
+    assert!(
+        err.contains("warning: 1 Gaussian(s)") && err.contains("vertex 2") && err.contains("m.ply"),
+        "{err}"
+    );
+    assert_eq!(beyond.len(), plain.len());
 }

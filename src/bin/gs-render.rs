@@ -260,13 +260,24 @@ impl Renderer {
 }
 
 fn load_model(args: &Args) -> Result<Gaussians> {
-    ramsplat::export::load_model(
+    let model = ramsplat::export::load_model(
         &args.ply,
         &LoadOptions {
             allow_activated: args.allow_activated,
         },
     )
-    .context("cannot load the model")
+    .context("cannot load the model")?;
+    if let Some((count, first)) = model.beyond_f32_range() {
+        eprintln!(
+            "gs-render: warning: {count} Gaussian(s) of {} have a log-scale above {} (σ > 1e13 \
+             scene units; the first is vertex {first}); a view where one's projected covariance \
+             overflows single precision skips it, where a float64 renderer would draw it over \
+             the whole image",
+            args.ply.display(),
+            ramsplat::scene::gaussians::LOG_SCALE_F32_LIMIT
+        );
+    }
+    Ok(model)
 }
 
 fn render_camera(

@@ -32,9 +32,30 @@ pub struct Gaussians {
     pub sh: Vec<[f32; 3]>,
 }
 
+/// Log-scale above which a splat may be skipped in single precision: σ = e^30 ≈ 1.1e13 scene
+/// units; seen through a focal length of 1000 px from 0.01 units (the near plane) its `Σ2d`
+/// reaches 1e42 px², past `f32::MAX`. Trained models stay far below (3DGS scales are a few
+/// scene units at most).
+pub const LOG_SCALE_F32_LIMIT: f32 = 30.0;
+
 impl Gaussians {
     pub fn len(&self) -> usize {
         self.means.len()
+    }
+
+    /// The Gaussians whose largest log-scale exceeds [`LOG_SCALE_F32_LIMIT`]: how many, and
+    /// the first one's index. Single-precision rasterizers (the CPU engine's f32 and the CUDA
+    /// kernels) draw huge splats exactly as float64 does while the projected covariance `Σ2d`
+    /// is finite in f32; past that (`σ·f/z` above ~1.8e19 px) the splat is skipped, where a
+    /// float64 renderer would draw it over the whole image. Renderers report these.
+    pub fn beyond_f32_range(&self) -> Option<(usize, usize)> {
+        let mut found = self
+            .log_scales
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.iter().any(|&v| v > LOG_SCALE_F32_LIMIT));
+        let (first, _) = found.next()?;
+        Some((1 + found.count(), first))
     }
 
     pub fn is_empty(&self) -> bool {

@@ -4,7 +4,8 @@
 //! Forward, per Gaussian (DESIGN.md §4, matching 3DGS / gsplat):
 //! camera-space mean `t = W·μ + w`; culled when `z ≤ 0.01` (or not finite); `Σ = R S Sᵀ Rᵀ`
 //! from the normalised quaternion and `exp(log_scale)`; `Σ2d = J W Σ Wᵀ Jᵀ + 0.3·I` with the
-//! clamped EWA Jacobian; culled when `det ≤ 0`; `conic = Σ2d⁻¹`;
+//! clamped EWA Jacobian; culled when `det ≤ 0`; `conic = Σ2d⁻¹` (inverted at an exact
+//! power-of-two scale, [`cov2_scale`], so huge splats stay finite);
 //! `radius = ceil(3·√λ_max)` with `λ_max = mid + √max(0.1, mid² − det)` as 3DGS computes it;
 //! culled when its bounding box touches no tile; colour from SH along `normalize(μ − centre)`.
 //!
@@ -250,6 +251,32 @@ pub fn tile_rect<F: Real>(mean2d: [F; 2], radius: F, tiles_x: u32, tiles_y: u32)
     [x0, x1, y0, y1]
 }
 
+/// Entries of `Σ2d` above which [`cov2_scale`] rescales: far below the `√f32::MAX ≈ 1.8e19`
+/// where `a·c` overflows in single precision.
+pub const COV2_RESCALE_ABOVE: f64 = (1u64 << 40) as f64;
+
+/// `(2⁻ᵏ, 2ᵏ)` with `k` even and `max(a, c)·2⁻ᵏ ∈ [1, 4)` when `max(a, c) > 2⁴⁰`, else `(1, 1)`.
+///
+/// A splat whose 2D standard deviation exceeds ~4·10⁹ px (log-scale ≈ 20 seen from a few units)
+/// has `a·c` and `mid²` beyond `f32::MAX`: the determinant would be infinite and the splat
+/// culled, although it covers the image with nearly its full opacity (the float64 reference
+/// draws it). Scaling `Σ2d` by an even power of two before inverting is exact in binary floating
+/// point (no rounding, no overflow, for every splat whose `Σ2d` is finite), so `det`, the
+/// conic and `λ_max` are bit-identical to the unscaled formulas wherever those are finite; the
+/// CUDA `project_fwd` applies the same rule. The backward pass needs nothing: it works from the
+/// conic (`dΣ2 = −K·Gc·K`), never from the determinant.
+#[inline]
+pub fn cov2_scale<F: Real>(cov2: [F; 3]) -> (F, F) {
+    let m = cov2[0].max(cov2[2]).to_f64();
+    if !(m > COV2_RESCALE_ABOVE && m.is_finite()) {
+        return (F::ONE, F::ONE);
+    }
+    // Unbiased binary exponent of a normal f64 (m > 2⁴⁰ is normal), rounded down to even.
+    let e = ((m.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    let k = e & !1;
+    (F::from_f64(2f64.powi(-k)), F::from_f64(2f64.powi(k)))
+}
+
 /// Projects one Gaussian; `None` when culled.
 #[inline]
 fn project_one<F: Real>(
@@ -259,16 +286,20 @@ fn project_one<F: Real>(
     degree: u32,
 ) -> Option<Splat<F>> {
     let g = geometry(p.means[i], p.log_scales[i], p.rotations[i], cam)?;
-    let [a, b, c] = g.cov2;
+    // Inverted at a power-of-two scale (see `cov2_scale`): exact, so identical to the unscaled
+    // formulas wherever those do not overflow, and finite for huge splats where `a·c` would.
+    let (down, up) = cov2_scale(g.cov2);
+    let [a, b, c] = g.cov2.map(|v| v * down);
     let det = a * c - b * b;
     let invertible = det > F::ZERO && det.is_finite();
     if !invertible {
         return None;
     }
-    let conic = [c / det, -b / det, a / det];
+    let conic = [c / det * down, -b / det * down, a / det * down];
     let half = F::from_f64(0.5);
     let mid = half * (a + c);
-    let lambda = mid + (mid * mid - det).max(F::from_f64(0.1)).sqrt();
+    let floor = F::from_f64(0.1) * down * down;
+    let lambda = (mid + (mid * mid - det).max(floor).sqrt()) * up;
     let radius = (F::from_f64(3.0) * lambda.sqrt()).ceil();
     let (x, y, z) = (g.t[0], g.t[1], g.t[2]);
     let mean2d = [cam.fx * x / z + cam.cx, cam.fy * y / z + cam.cy];

@@ -412,16 +412,19 @@ fn preflight_refuses_huge_intersection_counts() {
     );
     let msg = r.forward(&g, &cam, &o, &mut out).unwrap_err().to_string();
     assert!(msg.contains("#0 (radius"), "{msg}");
-    // A few absurd Gaussians (activated scales, e^10 ≈ 22 000 world units) within the default
-    // limit render fine; e^30 overflows Σ2d's determinant in f32 and is skipped, never NaN.
+    // A few absurd Gaussians (activated scales, e^10 ≈ 22 000 world units; e^30, whose Σ2d
+    // determinant overflows f32 unless inverted at a scale) within the default limit render
+    // fine; e^60, whose Σ overflows f32, is skipped, never NaN.
     let g = gaussians(&[
         ([0.0, 0.0, 5.0], [10.0; 3], ID, 0.5, [1.0; 3]),
         ([1.0, 0.0, 5.0], [10.0; 3], ID, 0.5, [1.0; 3]),
         ([1.0, 0.0, 5.0], [30.0; 3], ID, 0.5, [1.0; 3]),
+        ([1.0, 0.0, 5.0], [60.0; 3], ID, 0.5, [1.0; 3]),
     ]);
     let out = render(&g, &cam, &opts([0.0; 3]));
-    assert_eq!(out.num_intersections, 2 * 1200);
-    assert_eq!(out.radii[2], 0);
+    assert_eq!(out.num_intersections, 3 * 1200);
+    assert!(out.radii[2] > 1_000_000);
+    assert_eq!(out.radii[3], 0);
     assert!(out.radii[0] > 1_000_000);
     assert!(out.image.iter().all(|v| v.is_finite()));
 }
@@ -453,16 +456,10 @@ fn backward_requires_matching_forward() {
     assert_eq!(grads.means.len(), 1);
 }
 
-#[test]
-fn f32_and_f64_agree() {
-    let cam = camera(64, 48, 50.0, 32.0, 24.0);
-    let g = random_scene(&mut Rng::new(21), 200, 3, 2.0);
-    let o = RenderOptions {
-        sh_degree: 3,
-        background: [0.5; 3],
-        ..RenderOptions::default()
-    };
-    let out32 = render(&g, &cam, &o);
+/// Max |f32 − f64| over the image of `g` rendered by both precisions of the CPU rasterizer,
+/// and the f32 render.
+fn f32_vs_f64(g: &Gaussians, cam: &Camera, o: &RenderOptions) -> (f64, Vec<f32>) {
+    let out32 = render(g, cam, o);
     let (m, s, q, l, sh) = (
         g.means.iter().map(|v| v.map(f64::from)).collect::<Vec<_>>(),
         g.log_scales
@@ -484,20 +481,71 @@ fn f32_and_f64_agree() {
         log_scales: &s,
         rotations: &q,
         logit_opacities: &l,
-        sh_degree: 3,
+        sh_degree: g.sh_degree,
         sh: &sh,
     };
     let mut r = CpuRasterizer::<f64>::new();
     let mut out64 = RenderOutput::default();
-    r.render(&p, &cam, &o, &mut out64).unwrap();
-    // f32 rounding (~1e-7 relative) through ~tens of compositing steps stays far below 1e-4;
-    // a threshold decision (α vs 1/255, T vs 1e-4) flipping would change a pixel by ≥ 1/255
-    // only if it happened, which this seed does not trigger.
+    r.render(&p, cam, o, &mut out64).unwrap();
     let max = out32
         .image
         .iter()
         .zip(&out64.image)
         .map(|(a, b)| (*a as f64 - b).abs())
         .fold(0.0, f64::max);
+    (max, out32.image)
+}
+
+#[test]
+fn f32_and_f64_agree() {
+    let cam = camera(64, 48, 50.0, 32.0, 24.0);
+    let g = random_scene(&mut Rng::new(21), 200, 3, 2.0);
+    let o = RenderOptions {
+        sh_degree: 3,
+        background: [0.5; 3],
+        ..RenderOptions::default()
+    };
+    // f32 rounding (~1e-7 relative) through ~tens of compositing steps stays far below 1e-4;
+    // a threshold decision (α vs 1/255, T vs 1e-4) flipping would change a pixel by ≥ 1/255
+    // only if it happened, which this seed does not trigger.
+    let (max, _) = f32_vs_f64(&g, &cam, &o);
     assert!(max < 1e-4, "max |f32 − f64| = {max}");
+}
+
+/// A splat with log-scales of 20 (σ ≈ 4.9e8) seen from a few units has `Σ2d` entries near
+/// 1e22 px², so `a·c` overflows f32: it used to be culled in f32 while the f64 render draws it
+/// over the whole image with nearly its full opacity. Now both precisions draw it alike, with
+/// small splats in front of it and behind it, up to log-scales where `Σ2d` itself nears
+/// `f32::MAX` (here e^36: `Σ2d` ≈ e^72·(f/z)² ≈ 1e33 px²).
+#[test]
+fn a_huge_splat_is_drawn_as_the_f64_render_draws_it() {
+    let cam = camera(64, 48, 50.0, 32.0, 24.0);
+    let o = RenderOptions {
+        sh_degree: 0,
+        background: [0.0; 3],
+        ..RenderOptions::default()
+    };
+    for log_scale in [20.0f32, 30.0, 36.0] {
+        let mut g = random_scene(&mut Rng::new(5), 40, 0, 2.0);
+        let without = render(&g, &cam, &o).image;
+        // Behind most of the scene (the camera looks down +z from the origin), rotated.
+        g.means.push([0.3, -0.2, 6.0]);
+        g.log_scales
+            .push([log_scale, log_scale - 0.5, log_scale - 1.0]);
+        g.rotations.push([0.9, 0.1, -0.3, 0.2]);
+        g.logit_opacities.push(0.0);
+        g.sh.push([1.2, -0.4, 0.6]);
+        let (max, image) = f32_vs_f64(&g, &cam, &o);
+        assert!(max < 1e-4, "log-scale {log_scale}: max |f32 − f64| = {max}");
+        // The huge splat is drawn (opacity ½, red 0.5 + 0.28·1.2 over a black background):
+        // it shows wherever the small splats leave light through, i.e. nearly everywhere.
+        let pixels = image.len() / 3;
+        let changed = (0..pixels)
+            .filter(|&p| image[p * 3] - without[p * 3] > 0.05)
+            .count();
+        assert!(
+            changed * 10 > pixels * 9,
+            "log-scale {log_scale}: the huge splat shows on {changed} of {pixels} pixels"
+        );
+    }
 }
