@@ -27,10 +27,11 @@ use std::sync::Arc;
 use ramsplat::budget::{current_rss_bytes, format_size};
 use ramsplat::data::bench::{run_bench_source, BenchOptions, PackViews};
 use ramsplat::data::{plan_memory, LoaderConfig, MemSource, Position, RecordSource, Sampler};
+use ramsplat::dataset::Split;
 use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
 use ramsplat::shard::reader::Pack;
 use ramsplat::shard::writer::{PackWriter, WriterOptions};
-use ramsplat::shard::{Codec, SourceInfo, Split};
+use ramsplat::shard::{Codec, SourceInfo};
 
 const W: u32 = 1920;
 const H: u32 = 1080;

@@ -14,6 +14,12 @@
 //!   [`io::ErrorKind::AlreadyExists`] and the source is left where it was.
 //! - [`exchange`] swaps two existing paths atomically (`renameat2(RENAME_EXCHANGE)`), so a
 //!   replacement never has a moment where neither the old nor the new content is in place.
+//! - [`unique_tmp_path`] + [`install`] serve shared caches (compiled kernels) that several
+//!   threads or processes may fill at once: each writes its own temporary, every finished
+//!   entry is equal, the last rename wins. [`install`] is also how a writer moves a file it
+//!   finished (and fsynced) under a temporary name to its final name.
+//!
+//! This module is the crate's only caller of `rename`: every writer goes through it.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
@@ -40,6 +46,34 @@ pub fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
+/// A hidden temporary name in `dir` for `file`, unique per process *and* call (parallel threads
+/// of one process may write the same cache entry at once).
+pub fn unique_tmp_path(dir: &Path, file: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!(".{file}.{}-{seq}.tmp", std::process::id()))
+}
+
+/// Moves the finished temporary `from` to `to` (same file system), replacing a file there: the
+/// rename(2) every writer's last step is. Whatever must survive a crash was fsynced by the
+/// caller; [`write_atomic`] does both for a whole file.
+pub fn install(from: &Path, to: &Path) -> io::Result<()> {
+    fs::rename(from, to)
+}
+
+/// Writes a cache entry `dir/file` through [`unique_tmp_path`] and [`install`]: a reader never
+/// sees a partial entry under the final name; no fsync (a cache lost in a crash is rebuilt).
+pub fn write_cache_entry(dir: &Path, file: &str, bytes: &[u8]) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    let tmp = unique_tmp_path(dir, file);
+    let result = fs::write(&tmp, bytes).and_then(|()| install(&tmp, &dir.join(file)));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// Writes `bytes` to `path` atomically: temporary file, fsync, rename, directory fsync.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic_with(path, &mut |w| w.write_all(bytes))
@@ -58,7 +92,7 @@ pub fn write_atomic_with(
         let file = w.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         drop(file);
-        fs::rename(&tmp, path)
+        install(&tmp, path)
     })();
     if let Err(e) = result {
         let _ = fs::remove_file(&tmp);

@@ -31,6 +31,7 @@
 pub mod budget;
 pub mod cli;
 pub mod data;
+pub mod dataset;
 pub mod device;
 pub mod export;
 pub mod fsutil;

@@ -20,10 +20,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
+use crate::dataset::Format;
+use crate::dataset::Split;
 use crate::import::image::{prepare_view_opts, Resize};
-use crate::import::{self, Format, ImportError, ImportOptions};
-use crate::shard::writer::{encode_view, EncodedView, PackWriter, WriteError, WriterOptions};
-use crate::shard::{Codec, Manifest, SourceInfo, Split};
+use crate::import::{self, ImportError, ImportOptions};
+use crate::shard::writer::{
+    encode_view, CloudError, EncodedView, PackWriter, WriteError, WriterOptions,
+};
+use crate::shard::{Codec, Manifest, SourceInfo};
 
 /// The original 3DGS trainer scales any image wider than 1600 px down to 1600 px.
 pub const DEFAULT_MAX_WIDTH: u32 = 1600;
@@ -356,7 +360,10 @@ pub fn convert(
 
     let mut points = 0u64;
     for cloud in scene.clouds.iter_mut() {
-        let entry = writer.add_cloud(cloud.as_mut())?;
+        let entry = writer.add_cloud(cloud.as_mut()).map_err(|e| match e {
+            CloudError::Write(e) => PackError::Write(e),
+            CloudError::Source(e) => PackError::Import(e),
+        })?;
         points += entry.points;
         on_event(Event::Cloud {
             name: &entry.name,

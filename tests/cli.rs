@@ -213,7 +213,7 @@ fn synth_round_trip(format: &str) {
     let p = Pack::open(&pack).unwrap();
     let m = p.manifest();
     assert_eq!(m.views.len(), 9);
-    assert_eq!(m.split_indices(ramsplat::shard::Split::Test), vec![0, 8]);
+    assert_eq!(m.split_indices(ramsplat::dataset::Split::Test), vec![0, 8]);
     let synth = ramsplat::synth::SynthScene::new(5);
     for (i, v) in m.views.iter().enumerate() {
         let file = ramsplat::import::image::load_rgb8(

@@ -8,13 +8,14 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use ramsplat::dataset::Split;
 use ramsplat::export::ply::{self as gply, LoadOptions, PlyEncoding};
 use ramsplat::render::{CpuRasterizer, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::rng::Rng;
 use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
 use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
 use ramsplat::shard::writer::{PackWriter, WriterOptions};
-use ramsplat::shard::{SourceInfo, Split};
+use ramsplat::shard::SourceInfo;
 
 fn tool() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/reference_render.py")
@@ -456,7 +457,7 @@ fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
     writer
         .finish(SourceInfo {
             path: "test".into(),
-            format: ramsplat::import::Format::Colmap,
+            format: ramsplat::dataset::Format::Colmap,
             missing_images: vec![],
             max_width: None,
             downscale: None,

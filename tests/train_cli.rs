@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use ramsplat::dataset::{MemPoints, PointChunk};
 use ramsplat::export::ply::{self, LoadOptions};
-use ramsplat::import::{ImportError, PointChunk, PointSource};
 use ramsplat::shard::reader::Pack;
 use ramsplat::train::checkpoint::{self, Expected};
 use ramsplat::train::demo::{write_demo_pack, DemoScene};
@@ -397,42 +397,23 @@ fn refusals_say_why() {
     }
 }
 
-/// A few points so the model stays small next to the data.
-struct Points(usize);
-
-impl PointSource for Points {
-    fn name(&self) -> &str {
-        "sfm"
-    }
-    fn declared_len(&self) -> Option<u64> {
-        None
-    }
-    fn has_labels(&self) -> bool {
-        false
-    }
-    fn has_normals(&self) -> bool {
-        false
-    }
-    fn next_chunk(&mut self, _max: usize) -> Result<Option<PointChunk>, ImportError> {
-        if self.0 == 0 {
-            return Ok(None);
-        }
-        let n = std::mem::take(&mut self.0);
-        Ok(Some(PointChunk {
-            xyz: (0..n)
-                .map(|i| {
-                    [
-                        (i % 10) as f32 * 0.1 - 0.5,
-                        (i / 10) as f32 * 0.1 - 0.5,
-                        0.0,
-                    ]
-                })
-                .collect(),
-            rgb: vec![[128, 100, 50]; n],
-            labels: None,
-            normals: None,
-        }))
-    }
+/// A few points on a 10 × 10 grid, so the model stays small next to the data.
+fn grid_points(n: usize) -> MemPoints {
+    let chunk = PointChunk {
+        xyz: (0..n)
+            .map(|i| {
+                [
+                    (i % 10) as f32 * 0.1 - 0.5,
+                    (i / 10) as f32 * 0.1 - 0.5,
+                    0.0,
+                ]
+            })
+            .collect(),
+        rgb: vec![[128, 100, 50]; n],
+        labels: None,
+        normals: None,
+    };
+    MemPoints::new("sfm", vec![chunk])
 }
 
 fn noise_pack(dir: &Path) -> (PathBuf, usize) {
@@ -473,12 +454,12 @@ fn noise_pack(dir: &Path) -> (PathBuf, usize) {
             .add_view(
                 &format!("{i:04}.png"),
                 &cam,
-                ramsplat::shard::Split::Train,
+                ramsplat::dataset::Split::Train,
                 &pixels,
             )
             .unwrap();
     }
-    writer.add_cloud(&mut Points(100)).unwrap();
+    writer.add_cloud(&mut grid_points(100)).unwrap();
     writer
         .finish(ramsplat::shard::SourceInfo::generated("noise"))
         .unwrap();
@@ -1018,7 +999,7 @@ fn a_data_error_mid_run_writes_a_checkpoint_of_the_last_good_step() {
         .iter()
         .enumerate()
         .rev()
-        .find(|(_, v)| v.split == ramsplat::shard::Split::Train)
+        .find(|(_, v)| v.split == ramsplat::dataset::Split::Train)
         .unwrap();
     let shard = pack.join(&m.shards[v.record.shard as usize].file);
     let mut bytes = std::fs::read(&shard).unwrap();

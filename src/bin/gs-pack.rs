@@ -7,14 +7,15 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use ramsplat::budget::parse_size;
-use ramsplat::cli::{human_bytes, report_error, Progress, EXIT_CORRUPT, EXIT_FAILURE};
+use ramsplat::budget::{format_size, parse_size};
+use ramsplat::cli::{report_error, Progress, EXIT_CORRUPT, EXIT_FAILURE};
 use ramsplat::data::{CachePolicy, Position};
+use ramsplat::dataset::Format;
+use ramsplat::dataset::Split;
 use ramsplat::import::image::Resize;
-use ramsplat::import::Format;
 use ramsplat::pack::{convert, ConvertOptions, Event};
 use ramsplat::shard::reader::Pack;
-use ramsplat::shard::{Codec, ShardError, Split};
+use ramsplat::shard::{Codec, ShardError};
 
 const SIZE_HELP: &str =
     "Sizes: 4G = 4GiB = 4·2^30 bytes; 4GB = 4·10^9 bytes; plain numbers are bytes.";
@@ -238,8 +239,8 @@ fn run_convert(input: &Path, output: &Path, opts: &ConvertOptions) -> anyhow::Re
         report.train_views,
         report.test_views,
         report.points,
-        human_bytes(report.bytes_on_disk),
-        human_bytes(report.decoded_bytes),
+        format_size(report.bytes_on_disk),
+        format_size(report.decoded_bytes),
         report.wall_s,
         report.views_per_s,
         report.decoded_mb_per_s,
@@ -277,7 +278,7 @@ fn run_verify(path: &Path) -> ExitCode {
                 "ok: {} shards, {} records, {} verified",
                 r.shards,
                 r.records,
-                human_bytes(r.bytes)
+                format_size(r.bytes)
             );
             ExitCode::SUCCESS
         }
@@ -373,13 +374,13 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     );
     println!(
         "on disk     {} in {} shards",
-        human_bytes(m.bytes_on_disk()),
+        format_size(m.bytes_on_disk()),
         m.shards.len()
     );
     println!(
         "decoded     {} (largest view {})",
-        human_bytes(m.decoded_bytes()),
-        human_bytes(m.max_view_bytes() as u64)
+        format_size(m.decoded_bytes()),
+        format_size(m.max_view_bytes() as u64)
     );
     if !m.source.missing_images.is_empty() {
         println!(
@@ -403,7 +404,7 @@ fn run_synth(args: &ramsplat::synth::SynthArgs) -> anyhow::Result<()> {
         report.height,
         report.format,
         report.points,
-        human_bytes(report.bytes_written)
+        format_size(report.bytes_written)
     );
     Ok(())
 }

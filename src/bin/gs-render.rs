@@ -45,6 +45,7 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Parser, ValueEnum};
 use serde::Deserialize;
 
+use ramsplat::dataset::Split;
 use ramsplat::export::cameras_json;
 use ramsplat::export::ply::LoadOptions;
 use ramsplat::export::{save_model, ModelFormat};
@@ -55,7 +56,6 @@ use ramsplat::render::{
 use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
-use ramsplat::shard::Split;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum SplitArg {
@@ -558,7 +558,7 @@ fn run(args: &Args) -> Result<()> {
         return convert(args, out);
     }
     // Fail on an unavailable backend before doing any work.
-    let raster = make_rasterizer(args.backend, &|note| eprintln!("gs-render: {note}"))?;
+    let raster = make_rasterizer(args.backend, &mut |note| eprintln!("gs-render: {note}"))?;
     let output = args
         .output
         .as_deref()

@@ -106,22 +106,6 @@ impl Progress {
     }
 }
 
-/// `1536` → "1.5 KiB"; binary units, as `--ram-budget` sizes are usually given.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,10 +134,4 @@ mod tests {
         assert_eq!(chain_message(&plain), "outer: inner");
     }
 
-    #[test]
-    fn human_bytes_uses_binary_units() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(4 << 30), "4.0 GiB");
-    }
 }

@@ -25,8 +25,8 @@ use super::prefetch::{HeapSlots, Loader, LoaderConfig};
 use super::sampler::{Position, Sampler};
 use super::{plan_memory, CachePolicy, LoadError, PlanExtras, RecordSource};
 use crate::budget::{current_rss_bytes, peak_rss_bytes, within_budget};
+use crate::dataset::Split;
 use crate::shard::reader::Pack;
-use crate::shard::Split;
 
 /// The train views of a pack, numbered 0..n in pack order (record r = the r-th train view).
 pub struct PackViews {
@@ -431,13 +431,15 @@ pub fn write_scale_pack(
     points: u64,
     seed: u64,
 ) -> Result<(), crate::shard::writer::WriteError> {
-    use crate::import::{ImportError, PointChunk, PointSource};
+    use crate::dataset::{PointChunk, PointSource};
     use crate::scene::camera::{Camera, Intrinsics, Pose};
+    /// Generated while written: 4M points never sit in memory at once.
     struct Cloud {
         left: u64,
         rng: crate::rng::Rng,
     }
     impl PointSource for Cloud {
+        type Error = std::convert::Infallible;
         fn name(&self) -> &str {
             "sfm"
         }
@@ -450,7 +452,7 @@ pub fn write_scale_pack(
         fn has_normals(&self) -> bool {
             false
         }
-        fn next_chunk(&mut self, max: usize) -> Result<Option<PointChunk>, ImportError> {
+        fn next_chunk(&mut self, max: usize) -> Result<Option<PointChunk>, Self::Error> {
             let n = self.left.min(max as u64) as usize;
             if n == 0 {
                 return Ok(None);
@@ -618,44 +620,25 @@ mod tests {
 
     #[test]
     fn pack_chunks_group_by_cloud() {
-        use crate::import::{ImportError, PointChunk, PointSource};
-        struct Cloud(usize, String);
-        impl PointSource for Cloud {
-            fn name(&self) -> &str {
-                &self.1
-            }
-            fn declared_len(&self) -> Option<u64> {
-                None
-            }
-            fn has_labels(&self) -> bool {
-                true
-            }
-            fn has_normals(&self) -> bool {
-                false
-            }
-            fn next_chunk(&mut self, max: usize) -> Result<Option<PointChunk>, ImportError> {
-                if self.0 == 0 {
-                    return Ok(None);
-                }
-                let n = self.0.min(max);
-                self.0 -= n;
-                Ok(Some(PointChunk {
-                    xyz: vec![[1.0, 2.0, 3.0]; n],
-                    rgb: vec![[9, 8, 7]; n],
-                    labels: Some(vec![5; n]),
-                    normals: None,
-                }))
-            }
-        }
+        use crate::dataset::{MemPoints, PointChunk};
+        let cloud = |n: usize, name: &str| {
+            let chunk = PointChunk {
+                xyz: vec![[1.0, 2.0, 3.0]; n],
+                rgb: vec![[9, 8, 7]; n],
+                labels: Some(vec![5; n]),
+                normals: None,
+            };
+            MemPoints::new(name, vec![chunk])
+        };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pack");
         let mut w = crate::shard::writer::PackWriter::create(&path, &Default::default()).unwrap();
         let per = crate::shard::POINTS_PER_CHUNK;
-        w.add_cloud(&mut Cloud(per * 2 + 10, "a".into())).unwrap();
-        w.add_cloud(&mut Cloud(100, "b".into())).unwrap();
+        w.add_cloud(&mut cloud(per * 2 + 10, "a")).unwrap();
+        w.add_cloud(&mut cloud(100, "b")).unwrap();
         w.finish(crate::shard::SourceInfo {
             path: "t".into(),
-            format: crate::import::Format::Ply,
+            format: crate::dataset::Format::Ply,
             missing_images: vec![],
             max_width: None,
             downscale: None,

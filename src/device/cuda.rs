@@ -322,7 +322,7 @@ impl CudaDriver {
                     .map_err(|e| DeviceError::driver("cuModuleLoadData", e))?;
                 if let Some(dir) = dir {
                     // Best effort: a read-only home must not stop rendering.
-                    let _ = super::write_cache_file(&dir, &file, ptx.as_bytes());
+                    let _ = crate::fsutil::write_cache_entry(&dir, &file, ptx.as_bytes());
                 }
                 m
             }

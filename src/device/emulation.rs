@@ -292,14 +292,10 @@ impl EmuDriver {
         };
         std::fs::create_dir_all(dir).map_err(io)?;
         // Unique per process and call: parallel tests may build the same module at once.
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let tag = format!(
-            "{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        let cpp: PathBuf = dir.join(format!(".{stem}.{tag}.cpp"));
-        let tmp_lib: PathBuf = dir.join(format!(".{stem}.{tag}.so"));
+        // The compiler goes by the extension, so the temporaries keep theirs.
+        let tmp = crate::fsutil::unique_tmp_path(dir, &stem);
+        let cpp: PathBuf = tmp.with_extension("cpp");
+        let tmp_lib: PathBuf = tmp.with_extension("so");
         std::fs::write(&cpp, tu).map_err(io)?;
         let mut cmd = Command::new(&self.compiler);
         cmd.args(flags).arg("-o").arg(&tmp_lib).arg(&cpp);
@@ -325,7 +321,7 @@ impl EmuDriver {
                 log: String::from_utf8_lossy(&out.stderr).into_owned(),
             });
         }
-        std::fs::rename(&tmp_lib, dir.join(format!("{stem}.so"))).map_err(io)
+        crate::fsutil::install(&tmp_lib, &dir.join(format!("{stem}.so"))).map_err(io)
     }
 
     /// # Safety

@@ -583,21 +583,5 @@ pub(crate) fn cache_root() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/ramsplat"))
 }
 
-/// Writes `bytes` to `dir/file` through a unique temporary name and a rename, so a reader
-/// never sees a partial file under the final name (several threads or processes may write the
-/// same entry at once: each writes its own temporary, the last rename wins, all are equal).
-pub(crate) fn write_cache_file(
-    dir: &std::path::Path,
-    file: &str,
-    bytes: &[u8],
-) -> std::io::Result<()> {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{file}.{}-{seq}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, dir.join(file))
-}
-
 #[cfg(test)]
 mod tests;

@@ -17,6 +17,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::scene::gaussians::{sh_coeffs, Gaussians};
+use crate::scene::maths::{rgb_to_sh_dc, sh_dc_to_rgb};
+#[cfg(test)]
 use crate::scene::sh::SH_C0;
 
 /// Bytes per Gaussian.
@@ -53,7 +55,6 @@ fn to_u8(x: f32) -> u8 {
 /// Encodes `g` (any SH degree; only DC is kept).
 pub fn encode(g: &Gaussians) -> Vec<u8> {
     let coeffs = sh_coeffs(g.sh_degree);
-    let c0 = SH_C0 as f32;
     let mut out = Vec::with_capacity(g.len() * RECORD_LEN);
     for i in 0..g.len() {
         for v in g.means[i] {
@@ -63,7 +64,7 @@ pub fn encode(g: &Gaussians) -> Vec<u8> {
             out.extend_from_slice(&v.exp().to_le_bytes());
         }
         let dc = g.sh[i * coeffs];
-        out.extend(dc.iter().map(|&c| to_u8((0.5 + c0 * c) * 255.0)));
+        out.extend(dc.iter().map(|&c| to_u8(sh_dc_to_rgb(c) * 255.0)));
         let a = 1.0 / (1.0 + (-g.logit_opacities[i]).exp());
         out.push(to_u8(a * 255.0));
         let q = g.rotations[i];
@@ -81,7 +82,6 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Gaussians, SplatError> {
             len: bytes.len(),
         });
     }
-    let c0 = SH_C0 as f32;
     let n = bytes.len() / RECORD_LEN;
     let mut g = Gaussians {
         sh_degree: 0,
@@ -105,7 +105,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Gaussians, SplatError> {
         // A zero scale would be −∞ in log space: clamp to the smallest positive normal.
         g.log_scales
             .push(scale.map(|s| s.abs().max(f32::MIN_POSITIVE).ln()));
-        g.sh.push([24, 25, 26].map(|k| (r[k] as f32 / 255.0 - 0.5) / c0));
+        g.sh.push([24, 25, 26].map(|k| rgb_to_sh_dc(r[k] as f32 / 255.0)));
         g.logit_opacities.push(super::spz::alpha_logit(r[27]));
         let q = [28, 29, 30, 31].map(|k| (r[k] as f32 - 128.0) / 128.0);
         // An all-128 quaternion (zero) cannot be normalised: identity.

@@ -37,6 +37,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
+use crate::scene::maths::{logit, sigmoid};
 
 /// "NGSP" read as a little-endian `u32`.
 pub const MAGIC: u32 = 0x5053_474e;
@@ -124,14 +125,10 @@ fn quantize_sh(x: f32, bucket: i32) -> u8 {
     q.clamp(0, 255) as u8
 }
 
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
 
 /// Logit of an 8-bit alpha, clamped half a level inside (0, 1) so it stays finite.
 pub(crate) fn alpha_logit(a: u8) -> f32 {
-    let p = (a as f32 / 255.0).clamp(0.5 / 255.0, 254.5 / 255.0);
-    (p / (1.0 - p)).ln()
+    logit((a as f32 / 255.0).clamp(0.5 / 255.0, 254.5 / 255.0))
 }
 
 /// Coefficients (beyond DC) per channel for a degree, up to 4 (SPZ's maximum).

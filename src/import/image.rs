@@ -42,7 +42,8 @@ use rayon::prelude::*;
 use image::metadata::Orientation;
 use image::ImageDecoder;
 
-use super::{Distortion, ImportError, ViewSource};
+use super::ImportError;
+use crate::dataset::{Distortion, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics};
 
 /// An RGB8 image: `pixels.len() == width × height × 3`, row-major, top row first.

@@ -7,7 +7,7 @@
 //! a points3D.bin of millions of points never holds the whole cloud.
 //!
 //! Invariants of an [`ImportedScene`] returned by [`open`]:
-//! - every [`ViewSource::camera`] passed [`Camera::validate`] and describes the image file at its
+//! - every [`ViewSource::camera`] passed [`crate::scene::camera::Camera::validate`] and describes the image file at its
 //!   native resolution *before* undistortion;
 //! - [`ViewSource::distortion`] is in OpenCV's radial–tangential form (COLMAP SIMPLE_RADIAL,
 //!   RADIAL, OPENCV, FULL_OPENCV and NeRF `k1 k2 p1 p2` all map to it); fisheye and other models
@@ -22,20 +22,8 @@ pub mod ply;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::scene::camera::{Camera, CameraError};
-use crate::shard::Split;
-
-/// Which importer to use.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    Auto,
-    Colmap,
-    Nerf,
-    Ply,
-}
+use crate::dataset::{Format, PointSource, ViewSource};
+use crate::scene::camera::CameraError;
 
 /// Importer options shared by every format.
 #[derive(Clone, Debug, Default)]
@@ -47,100 +35,13 @@ pub struct ImportOptions {
     pub metadata_only: bool,
 }
 
-/// OpenCV radial–tangential distortion in normalised camera coordinates:
-/// with `r² = x² + y²`,
-/// `x_d = x·(1 + k1 r² + k2 r⁴ + k3 r⁶)/(1 + k4 r² + k5 r⁴ + k6 r⁶) + 2 p1 x y + p2 (r² + 2x²)`,
-/// `y_d = y·(same radial factor) + p1 (r² + 2y²) + 2 p2 x y`.
-/// All-zero coefficients mean an ideal pinhole.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Distortion {
-    /// k1..k6 (k4..k6 are the rational model's denominator; zero for all but FULL_OPENCV).
-    pub k: [f64; 6],
-    /// p1, p2.
-    pub p: [f64; 2],
-}
-
-impl Distortion {
-    pub const NONE: Distortion = Distortion {
-        k: [0.0; 6],
-        p: [0.0; 2],
-    };
-
-    pub fn is_none(&self) -> bool {
-        self.k.iter().chain(&self.p).all(|&c| c == 0.0)
-    }
-
-    /// Maps an undistorted normalised point to its distorted position.
-    pub fn distort(&self, x: f64, y: f64) -> (f64, f64) {
-        let [k1, k2, k3, k4, k5, k6] = self.k;
-        let [p1, p2] = self.p;
-        let r2 = x * x + y * y;
-        let radial =
-            (1.0 + r2 * (k1 + r2 * (k2 + r2 * k3))) / (1.0 + r2 * (k4 + r2 * (k5 + r2 * k6)));
-        (
-            x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x),
-            y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y,
-        )
-    }
-}
-
-/// One view of a dataset as found on disk.
-#[derive(Clone, Debug)]
-pub struct ViewSource {
-    /// Name as the dataset spells it (relative image path); unique within a scene.
-    pub name: String,
-    /// Where the image file is.
-    pub image_path: PathBuf,
-    /// The camera of the image file at its native resolution, before undistortion.
-    pub camera: Camera,
-    pub distortion: Distortion,
-    /// A split the dataset itself assigns (NeRF `transforms_test.json`); `None` leaves it to
-    /// `--test-every`.
-    pub split: Option<Split>,
-}
-
-/// A chunk of streamed points. All present vectors have the same length.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PointChunk {
-    pub xyz: Vec<[f32; 3]>,
-    pub rgb: Vec<[u8; 3]>,
-    /// Per-point integer labels (instance/semantic ids), when the source has them.
-    pub labels: Option<Vec<i32>>,
-    pub normals: Option<Vec<[f32; 3]>>,
-}
-
-impl PointChunk {
-    pub fn len(&self) -> usize {
-        self.xyz.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.xyz.is_empty()
-    }
-}
-
-/// A streamed point cloud. Implementations hold at most one chunk's worth of points plus a
-/// fixed-size read buffer.
-pub trait PointSource: Send {
-    /// Name of the cloud within the pack ("sfm" for SfM points, the file stem for PLY scans).
-    fn name(&self) -> &str;
-    /// Number of points the source declares (PLY header, points3D count), if known up front.
-    fn declared_len(&self) -> Option<u64>;
-    /// Whether chunks will carry labels / normals (constant for the whole source).
-    fn has_labels(&self) -> bool;
-    fn has_normals(&self) -> bool;
-    /// The next at most `max_points` points; `Ok(None)` at the end. A source that ends before
-    /// its declared length returns an error naming the file and the record.
-    fn next_chunk(&mut self, max_points: usize) -> Result<Option<PointChunk>, ImportError>;
-}
-
 /// What an importer found.
 pub struct ImportedScene {
     pub format: Format,
     pub root: PathBuf,
     pub views: Vec<ViewSource>,
     /// Point clouds, streamed when the pack pipeline reaches them.
-    pub clouds: Vec<Box<dyn PointSource>>,
+    pub clouds: Vec<Box<dyn PointSource<Error = ImportError>>>,
     /// True when the dataset has no SfM points at all (NeRF): training then starts from random
     /// points. Recorded in the manifest.
     pub no_sfm_points: bool,
@@ -317,31 +218,5 @@ pub fn open(
         Format::Nerf => nerf::import(path, options),
         Format::Ply => ply::import(path, options),
         Format::Auto => unreachable!("resolved above"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn distortion_zero_is_identity() {
-        assert!(Distortion::NONE.is_none());
-        assert_eq!(Distortion::NONE.distort(0.3, -0.2), (0.3, -0.2));
-    }
-
-    #[test]
-    fn distortion_matches_opencv_formula() {
-        let d = Distortion {
-            k: [0.1, 0.01, 0.0, 0.0, 0.0, 0.0],
-            p: [0.001, 0.002],
-        };
-        let (x, y) = (0.2, -0.1);
-        let r2: f64 = 0.05;
-        let radial = 1.0 + 0.1 * r2 + 0.01 * r2 * r2;
-        let want_x = x * radial + 2.0 * 0.001 * x * y + 0.002 * (r2 + 2.0 * x * x);
-        let want_y = y * radial + 0.001 * (r2 + 2.0 * y * y) + 2.0 * 0.002 * x * y;
-        let (gx, gy) = d.distort(x, y);
-        assert!((gx - want_x).abs() < 1e-15 && (gy - want_y).abs() < 1e-15);
     }
 }

@@ -49,9 +49,10 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::image::image_dimensions;
-use super::{Distortion, Format, ImportError, ImportOptions, ImportedScene, Location, ViewSource};
+use super::{ImportError, ImportOptions, ImportedScene, Location};
+use crate::dataset::Split;
+use crate::dataset::{Distortion, Format, ViewSource};
 use crate::scene::camera::{Camera, CameraError, Intrinsics, Pose};
-use crate::shard::Split;
 
 /// Extensions tried, in order, for a `file_path` that names no existing file (Blender's
 /// `./train/r_0`). Appended, not substituted: `frame.0001` must become `frame.0001.png`.

@@ -233,31 +233,58 @@ pub enum Backend {
     Cuda,
 }
 
-/// Creates the rasterizer for `backend`. `Auto` probes a real GPU without panicking (no driver,
-/// no device, no NVRTC → the CPU backend; never the host emulation) and reports the reason
-/// through `note`; `Cuda` takes the device [`crate::device::Device::from_env`] picks (the host
-/// emulation under `GS_CUDA_EMULATE=1`) and returns the probe's error instead.
+impl Backend {
+    /// The device this backend runs on, the one rule every factory (rasterizer here, training
+    /// engine in [`crate::train`]) follows: `Cpu` → `None`; `Cuda` → the device
+    /// [`crate::device::Device::from_env`] picks (the host emulation under
+    /// `GS_CUDA_EMULATE=1`), or its error with the advice to use the CPU; `Auto` → a real GPU
+    /// probed without panicking (never the emulation), else `None` with the reason told through
+    /// `note`. `prepare` builds what runs on the device (a probe that fails there counts as no
+    /// usable GPU for `Auto`).
+    pub fn select<T, E: std::fmt::Display>(
+        self,
+        prepare: impl Fn(crate::device::Device) -> Result<T, E>,
+        note: &mut dyn FnMut(&str),
+    ) -> Result<Option<T>, String> {
+        use crate::device::Device;
+        match self {
+            Backend::Cpu => Ok(None),
+            Backend::Cuda => Device::from_env()
+                .map_err(|e| e.to_string())
+                .and_then(|d| prepare(d).map_err(|e| e.to_string()))
+                .map(Some)
+                .map_err(|e| format!("{e}; use --backend cpu (or auto)")),
+            Backend::Auto => {
+                match Device::cuda()
+                    .map_err(|e| e.to_string())
+                    .and_then(|d| prepare(d).map_err(|e| e.to_string()))
+                {
+                    Ok(t) => Ok(Some(t)),
+                    Err(e) => {
+                        note(&format!(
+                            "CUDA backend unavailable ({e}); using the CPU backend"
+                        ));
+                        Ok(None)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Creates the rasterizer for `backend` ([`Backend::select`]: the CPU reference, or the CUDA
+/// rasterizer on the selected device).
 pub fn make_rasterizer(
     backend: Backend,
-    note: &dyn Fn(&str),
+    note: &mut dyn FnMut(&str),
 ) -> Result<Box<dyn Rasterizer>, RenderError> {
-    match backend {
-        Backend::Cpu => Ok(Box::new(cpu::CpuRasterizer::new())),
-        Backend::Cuda => cuda::CudaRasterizer::new()
-            .map(|r| Box::new(r) as Box<dyn Rasterizer>)
-            .map_err(|e| RenderError::Backend {
-                backend: "cuda",
-                message: format!("{e}; use --backend cpu (or auto)"),
-            }),
-        Backend::Auto => match cuda::CudaRasterizer::gpu() {
-            Ok(r) => Ok(Box::new(r)),
-            Err(e) => {
-                note(&format!(
-                    "CUDA backend unavailable ({e}); using the CPU backend"
-                ));
-                Ok(Box::new(cpu::CpuRasterizer::new()))
-            }
-        },
+    match backend.select(cuda::CudaRasterizer::on, note) {
+        Ok(Some(r)) => Ok(Box::new(r)),
+        Ok(None) => Ok(Box::new(cpu::CpuRasterizer::new())),
+        Err(message) => Err(RenderError::Backend {
+            backend: "cuda",
+            message,
+        }),
     }
 }
 

@@ -80,29 +80,11 @@ impl Pose {
     /// Builds a pose from a (w, x, y, z) quaternion, normalised here, and a translation.
     /// COLMAP's `images.bin/txt` store exactly this (world-to-camera, Hamilton convention).
     pub fn from_quaternion_wxyz(q: [f64; 4], translation: [f64; 3]) -> Result<Pose, CameraError> {
-        let [w, x, y, z] = q;
-        let n = (w * w + x * x + y * y + z * z).sqrt();
-        if !n.is_finite() || n == 0.0 {
+        let Some(unit) = super::maths::normalize_quat(q) else {
+            let [w, x, y, z] = q;
             return Err(CameraError::DegenerateQuaternion { w, x, y, z });
-        }
-        let (w, x, y, z) = (w / n, x / n, y / n, z / n);
-        let rotation = [
-            [
-                1.0 - 2.0 * (y * y + z * z),
-                2.0 * (x * y - w * z),
-                2.0 * (x * z + w * y),
-            ],
-            [
-                2.0 * (x * y + w * z),
-                1.0 - 2.0 * (x * x + z * z),
-                2.0 * (y * z - w * x),
-            ],
-            [
-                2.0 * (x * z - w * y),
-                2.0 * (y * z + w * x),
-                1.0 - 2.0 * (x * x + y * y),
-            ],
-        ];
+        };
+        let rotation = super::maths::quat_to_rot(unit);
         Ok(Pose {
             rotation,
             translation,

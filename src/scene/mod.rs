@@ -2,5 +2,6 @@
 
 pub mod camera;
 pub mod gaussians;
+pub mod maths;
 pub mod real;
 pub mod sh;

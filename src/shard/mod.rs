@@ -68,83 +68,12 @@
 pub mod reader;
 pub mod writer;
 
-/// Support for the fuzz targets in `fuzz/`; not a stable API.
-#[doc(hidden)]
-pub mod fuzz_support {
-    use std::path::Path;
-
-    use super::writer::{PackWriter, WriteError, WriterOptions};
-    use super::{SourceInfo, Split};
-    use crate::scene::camera::{Camera, Intrinsics, Pose};
-
-    /// Writes a tiny valid pack (two zstd views and a 100-point labelled cloud) to `dir`.
-    pub fn write_seed_pack(dir: &Path) -> Result<(), WriteError> {
-        let mut w = PackWriter::create(dir, &WriterOptions::default())?;
-        for i in 0..2u32 {
-            let camera = Camera {
-                width: 8,
-                height: 6,
-                intrinsics: Intrinsics {
-                    fx: 8.0,
-                    fy: 8.0,
-                    cx: 4.0,
-                    cy: 3.0,
-                },
-                world_to_camera: Pose {
-                    translation: [i as f64, 0.0, 3.0],
-                    ..Pose::IDENTITY
-                },
-            };
-            let px: Vec<u8> = (0..8 * 6 * 3).map(|k| (k * (i + 3)) as u8).collect();
-            w.add_view(&format!("v{i}"), &camera, Split::Train, &px)?;
-        }
-        struct Cloud(bool);
-        impl crate::import::PointSource for Cloud {
-            fn name(&self) -> &str {
-                "sfm"
-            }
-            fn declared_len(&self) -> Option<u64> {
-                Some(100)
-            }
-            fn has_labels(&self) -> bool {
-                true
-            }
-            fn has_normals(&self) -> bool {
-                false
-            }
-            fn next_chunk(
-                &mut self,
-                _max: usize,
-            ) -> Result<Option<crate::import::PointChunk>, crate::import::ImportError> {
-                if std::mem::replace(&mut self.0, true) {
-                    return Ok(None);
-                }
-                Ok(Some(crate::import::PointChunk {
-                    xyz: (0..100).map(|i| [i as f32, 0.5, -1.0]).collect(),
-                    rgb: (0..100).map(|i| [i as u8; 3]).collect(),
-                    labels: Some((0..100).collect()),
-                    normals: None,
-                }))
-            }
-        }
-        w.add_cloud(&mut Cloud(false))?;
-        w.finish(SourceInfo {
-            path: "fuzz seed".into(),
-            format: crate::import::Format::Colmap,
-            missing_images: vec![],
-            max_width: None,
-            downscale: None,
-            test_every: None,
-        })?;
-        Ok(())
-    }
-}
-
 use std::fmt;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::dataset::{Format, Split};
 use crate::scene::camera::Camera;
 
 /// Current on-disk format version (shards and manifest).
@@ -165,14 +94,6 @@ pub const POINTS_PER_CHUNK: usize = 65_536;
 /// Name of shard `index` inside a pack.
 pub fn shard_file_name(index: u32) -> String {
     format!("shard-{index:05}.gss")
-}
-
-/// Train/test assignment of a view.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Split {
-    Train,
-    Test,
 }
 
 /// How view pixels are stored. Point chunks are always zstd.
@@ -341,7 +262,7 @@ pub struct SceneInfo {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SourceInfo {
     pub path: String,
-    pub format: crate::import::Format,
+    pub format: Format,
     /// Frames listed by the dataset whose images were missing and skipped.
     pub missing_images: Vec<String>,
     /// The `--max-width` / `--downscale` / `--test-every` settings used.
@@ -356,7 +277,7 @@ impl SourceInfo {
     pub fn generated(path: &str) -> SourceInfo {
         SourceInfo {
             path: path.into(),
-            format: crate::import::Format::Auto,
+            format: Format::Auto,
             missing_images: vec![],
             max_width: None,
             downscale: None,
@@ -565,9 +486,9 @@ impl<'a> PointChunkRef<'a> {
     }
 
     /// Copies the chunk into owned vectors.
-    pub fn to_chunk(&self) -> crate::import::PointChunk {
+    pub fn to_chunk(&self) -> crate::dataset::PointChunk {
         let n = self.len();
-        crate::import::PointChunk {
+        crate::dataset::PointChunk {
             xyz: (0..n).map(|i| self.xyz(i)).collect(),
             rgb: (0..n).map(|i| self.rgb(i)).collect(),
             labels: self

@@ -31,7 +31,7 @@ use super::{
     FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, POINTS_PER_CHUNK, RECORD_HEADER_LEN,
     RECORD_MAGIC, SHARD_MAGIC,
 };
-use crate::import::{ImportError, PointChunk, PointSource};
+use crate::dataset::{PointChunk, PointSource};
 use crate::scene::camera::Camera;
 
 /// Default zstd level: level 3 (zstd's own default) compresses RGB8 photos within a few percent
@@ -68,8 +68,8 @@ impl Default for WriterOptions {
 pub enum WriteError {
     #[error(transparent)]
     Shard(#[from] ShardError),
-    #[error(transparent)]
-    Import(#[from] ImportError),
+    #[error("point cloud {name:?}: {msg}")]
+    BadCloud { name: String, msg: String },
     #[error("{}: already exists; pass --force to replace it", path.display())]
     Exists { path: PathBuf },
     /// `--force` only ever replaces a ramsplat pack.
@@ -91,6 +91,26 @@ pub enum WriteError {
     BadView { name: String, msg: String },
     #[error("the dataset is empty: no views and no points to pack")]
     Empty,
+}
+
+/// What [`PackWriter::add_cloud`] can fail with: the writer's own error, or the point source's
+/// error unchanged (the writer knows nothing of where points come from).
+#[derive(Debug, thiserror::Error)]
+pub enum CloudError<E> {
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error(transparent)]
+    Source(E),
+}
+
+/// A source that cannot fail has only the writer's errors.
+impl From<CloudError<std::convert::Infallible>> for WriteError {
+    fn from(e: CloudError<std::convert::Infallible>) -> WriteError {
+        match e {
+            CloudError::Write(w) => w,
+            CloudError::Source(never) => match never {},
+        }
+    }
 }
 
 /// A view encoded and checksummed, ready to append.
@@ -310,7 +330,7 @@ impl OpenShard {
         drop(file);
         let name = shard_file_name(self.index);
         let fin = dir.join(&name);
-        fs::rename(&self.partial, &fin).map_err(|e| io_err(&fin, e))?;
+        crate::fsutil::install(&self.partial, &fin).map_err(|e| io_err(&fin, e))?;
         Ok(ShardEntry {
             file: name,
             bytes,
@@ -455,7 +475,10 @@ impl PackWriter {
     }
 
     /// Streams a point cloud into chunk records of [`POINTS_PER_CHUNK`] points.
-    pub fn add_cloud(&mut self, source: &mut dyn PointSource) -> Result<&CloudEntry, WriteError> {
+    pub fn add_cloud<S: PointSource + ?Sized>(
+        &mut self,
+        source: &mut S,
+    ) -> Result<&CloudEntry, CloudError<S::Error>> {
         let cloud_index = self.clouds.len() as u32;
         let mut entry = CloudEntry {
             name: source.name().to_owned(),
@@ -465,22 +488,21 @@ impl PackWriter {
             bounds: [[f32::INFINITY; 3], [f32::NEG_INFINITY; 3]],
             chunks: Vec::new(),
         };
-        while let Some(chunk) = source.next_chunk(POINTS_PER_CHUNK)? {
+        while let Some(chunk) = source
+            .next_chunk(POINTS_PER_CHUNK)
+            .map_err(CloudError::Source)?
+        {
             if chunk.is_empty() {
                 continue;
             }
-            let consistent = chunk.rgb.len() == chunk.len()
-                && chunk.labels.as_ref().is_none_or(|l| l.len() == chunk.len())
-                && chunk
-                    .normals
-                    .as_ref()
-                    .is_none_or(|n| n.len() == chunk.len())
+            let consistent = chunk.is_consistent()
                 && chunk.labels.is_some() == entry.has_labels
                 && chunk.normals.is_some() == entry.has_normals;
             if !consistent {
-                return Err(ImportError::Invalid {
-                    path: PathBuf::from(&entry.name),
-                    msg: "point source produced a chunk with mismatched attribute arrays".into(),
+                return Err(WriteError::BadCloud {
+                    name: entry.name,
+                    msg: "the point source produced a chunk with mismatched attribute arrays"
+                        .into(),
                 }
                 .into());
             }
@@ -493,7 +515,7 @@ impl PackWriter {
             let (layout, bytes) = point_chunk_bytes(&chunk);
             // Level 3: points are a small fraction of a pack; speed matters more than ratio.
             let payload = zstd::bulk::compress(&bytes, DEFAULT_ZSTD_LEVEL)
-                .map_err(|e| io_err(Path::new(&entry.name), e))?;
+                .map_err(|e| WriteError::from(io_err(Path::new(&entry.name), e)))?;
             let header = RecordHeader {
                 kind: RecordKind::Points,
                 codec: Codec::Zstd.id(),
@@ -619,7 +641,7 @@ impl PackWriter {
                 let mut trash = self.tmp.clone().into_os_string();
                 trash.push(".old");
                 let trash = PathBuf::from(trash);
-                fs::rename(&self.dest, &trash).map_err(|e| io_err(&self.dest, e))?;
+                crate::fsutil::install(&self.dest, &trash).map_err(|e| io_err(&self.dest, e))?;
                 if let Err(e) = crate::fsutil::rename_noreplace(&self.tmp, &self.dest) {
                     let _ = crate::fsutil::rename_noreplace(&trash, &self.dest);
                     return Err(io_err(&self.dest, e).into());

@@ -235,6 +235,46 @@ fn validate(args: &SynthArgs) -> Result<(), SynthError> {
     Ok(())
 }
 
+/// Writes the smallest interesting pack to `dir`, straight through the pack writer (no
+/// dataset files): two 8×6 zstd views one unit apart and a labelled 100-point cloud (point `i`
+/// at `(i, 0.5, −1)` with colour `(i, i, i)`). The fuzz targets in `fuzz/` mutate it and tests
+/// of pack readers use it.
+pub fn write_tiny_pack(
+    dir: &Path,
+) -> Result<crate::shard::Manifest, crate::shard::writer::WriteError> {
+    use crate::dataset::{MemPoints, PointChunk, Split};
+    use crate::scene::camera::{Intrinsics, Pose};
+    use crate::shard::writer::{PackWriter, WriteError, WriterOptions};
+    let mut w = PackWriter::create(dir, &WriterOptions::default())?;
+    for i in 0..2u32 {
+        let camera = Camera {
+            width: 8,
+            height: 6,
+            intrinsics: Intrinsics {
+                fx: 8.0,
+                fy: 8.0,
+                cx: 4.0,
+                cy: 3.0,
+            },
+            world_to_camera: Pose {
+                translation: [i as f64, 0.0, 3.0],
+                ..Pose::IDENTITY
+            },
+        };
+        let px: Vec<u8> = (0..8 * 6 * 3).map(|k| (k * (i + 3)) as u8).collect();
+        w.add_view(&format!("v{i}"), &camera, Split::Train, &px)?;
+    }
+    let chunk = PointChunk {
+        xyz: (0..100).map(|i| [i as f32, 0.5, -1.0]).collect(),
+        rgb: (0..100).map(|i| [i as u8; 3]).collect(),
+        labels: Some((0..100).collect()),
+        normals: None,
+    };
+    w.add_cloud(&mut MemPoints::new("sfm", vec![chunk]))
+        .map_err(WriteError::from)?;
+    w.finish(crate::shard::SourceInfo::generated("ramsplat tiny pack"))
+}
+
 /// Name of view `i`'s image file (relative to `images/`).
 pub fn image_name(i: usize, format: ImageFormat) -> String {
     format!("{i:05}.{}", format.extension())
@@ -500,7 +540,7 @@ fn write_colmap(
     entries.sort();
     for from in entries {
         let to = final_dir.join(from.file_name().unwrap_or_default());
-        fs::rename(&from, &to).map_err(io_err(&to))?;
+        crate::fsutil::install(&from, &to).map_err(io_err(&to))?;
         written.push(to);
     }
     fs::remove_dir(&staging).map_err(io_err(&staging))?;
@@ -798,7 +838,7 @@ mod tests {
         assert!(!out.join("sparse/.0.tmp").exists());
         assert_eq!(
             crate::import::detect(&out).unwrap(),
-            crate::import::Format::Colmap
+            crate::dataset::Format::Colmap
         );
 
         let mut imported = colmap::import(&out, &crate::import::ImportOptions::default()).unwrap();
@@ -893,7 +933,7 @@ mod tests {
         assert!(out.join("images/mine.png").exists() && out.join("notes.txt").exists());
         assert_eq!(
             crate::import::detect(&out).unwrap(),
-            crate::import::Format::Nerf
+            crate::dataset::Format::Nerf
         );
     }
 

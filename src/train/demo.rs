@@ -34,13 +34,15 @@ use std::sync::Arc;
 
 use super::run::{self, Backend, Event, RunError, RunOptions, RunOutcome};
 use super::TrainConfig;
-use crate::import::{ImportError, PointChunk, PointSource};
+use crate::dataset::Split;
+use crate::dataset::{MemPoints, PointChunk};
 use crate::render::{CpuRasterizer, Rasterizer, RenderOptions, RenderOutput};
 use crate::rng::Rng;
 use crate::scene::camera::Camera;
 use crate::scene::gaussians::Gaussians;
-use crate::shard::writer::{PackWriter, WriterOptions};
-use crate::shard::{SourceInfo, Split};
+use crate::scene::maths::rgb_to_sh_dc;
+use crate::shard::writer::{PackWriter, WriteError, WriterOptions};
+use crate::shard::SourceInfo;
 use crate::synth::SynthScene;
 
 /// Scene seed of the demo.
@@ -83,8 +85,6 @@ pub enum DemoError {
     },
 }
 
-/// SH band-0 constant: colour = C0·dc + 0.5.
-const C0: f32 = 0.282_094_8;
 
 /// The ground-truth Gaussians: surface samples of `scene` with the scene's colour, isotropic,
 /// sized so neighbours overlap (√(area per Gaussian) × 0.6; the ground disc of radius 5 holds
@@ -104,39 +104,8 @@ pub fn truth_gaussians(scene: &SynthScene, n: usize) -> Gaussians {
         sh_degree: 0,
         sh: pts
             .iter()
-            .map(|p| std::array::from_fn(|c| (p.1[c] as f32 / 255.0 - 0.5) / C0))
+            .map(|p| p.1.map(|c| rgb_to_sh_dc(c as f32 / 255.0)))
             .collect(),
-    }
-}
-
-/// The initial point cloud handed to the pack (a different sample of the same surface).
-struct Cloud(Vec<([f32; 3], [u8; 3])>);
-
-impl PointSource for Cloud {
-    fn name(&self) -> &str {
-        "sfm"
-    }
-    fn declared_len(&self) -> Option<u64> {
-        Some(self.0.len() as u64)
-    }
-    fn has_labels(&self) -> bool {
-        false
-    }
-    fn has_normals(&self) -> bool {
-        false
-    }
-    fn next_chunk(&mut self, max: usize) -> Result<Option<PointChunk>, ImportError> {
-        if self.0.is_empty() {
-            return Ok(None);
-        }
-        let rest = self.0.split_off(self.0.len().min(max));
-        let part = std::mem::replace(&mut self.0, rest);
-        Ok(Some(PointChunk {
-            xyz: part.iter().map(|p| p.0).collect(),
-            rgb: part.iter().map(|p| p.1).collect(),
-            labels: None,
-            normals: None,
-        }))
     }
 }
 
@@ -195,10 +164,19 @@ pub fn write_demo_pack(dir: &Path, s: &DemoScene) -> Result<(), DemoError> {
         w.add_view(&format!("demo_{i:03}.png"), cam, split, &rgb)?;
     }
     let mut rng = Rng::derived(SEED, 2);
-    w.add_cloud(&mut Cloud(scene.sample_points(s.sfm_points, &mut rng)))?;
+    // The initial point cloud handed to the pack (a different sample of the same surface).
+    let points = scene.sample_points(s.sfm_points, &mut rng);
+    let chunk = PointChunk {
+        xyz: points.iter().map(|p| p.0).collect(),
+        rgb: points.iter().map(|p| p.1).collect(),
+        labels: None,
+        normals: None,
+    };
+    w.add_cloud(&mut MemPoints::new("sfm", vec![chunk]))
+        .map_err(WriteError::from)?;
     w.finish(SourceInfo {
         path: "gs-train --demo (built in)".into(),
-        format: crate::import::Format::Auto,
+        format: crate::dataset::Format::Auto,
         missing_images: vec![],
         max_width: None,
         downscale: None,

@@ -47,6 +47,7 @@ use super::adam::{zeros_like, AdamState, Group, GroupMask};
 use crate::budget::Reservation;
 use crate::rng::Rng;
 use crate::scene::gaussians::{sh_coeffs, Gaussians};
+use crate::scene::maths::{logit, normalize_quat, quat_to_rot, sigmoid};
 
 /// Densification statistics, one entry per Gaussian.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -124,14 +125,6 @@ fn append_gaussians(g: &mut Gaussians, new: &Gaussians) {
     extend_exact(&mut g.sh, &new.sh);
 }
 
-/// `ln(p / (1 − p))`, the logit of an opacity.
-pub fn logit(p: f32) -> f32 {
-    (p / (1.0 - p)).ln()
-}
-
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
 
 impl Model {
     /// A fresh model: zero moments, zero statistics.
@@ -735,29 +728,8 @@ pub struct RowPlan {
 
 /// Row-major rotation matrix of a (w, x, y, z) quaternion, normalised here (3DGS
 /// `build_rotation`); the identity for a zero quaternion.
-pub fn rotation_matrix(q: [f32; 4]) -> [[f32; 3]; 3] {
-    let n = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]).sqrt();
-    if n == 0.0 || !n.is_finite() {
-        return [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
-    }
-    let [w, x, y, z] = q.map(|v| v / n);
-    [
-        [
-            1.0 - 2.0 * (y * y + z * z),
-            2.0 * (x * y - w * z),
-            2.0 * (x * z + w * y),
-        ],
-        [
-            2.0 * (x * y + w * z),
-            1.0 - 2.0 * (x * x + z * z),
-            2.0 * (y * z - w * x),
-        ],
-        [
-            2.0 * (x * z - w * y),
-            2.0 * (y * z + w * x),
-            1.0 - 2.0 * (x * x + y * y),
-        ],
-    ]
+fn rotation_matrix(q: [f32; 4]) -> [[f32; 3]; 3] {
+    normalize_quat(q).map_or([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], quat_to_rot)
 }
 
 impl DefaultStrategy {

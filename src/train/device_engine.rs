@@ -47,9 +47,10 @@ use crate::device::{
 use crate::render::cuda::{CudaError, CudaRasterizer, DeviceGaussians};
 use crate::render::{RenderError, RenderOptions};
 use crate::scene::camera::Camera;
+use crate::scene::maths::logit;
 
 use super::adam::{AdamConfig, GroupMask, LearningRates};
-use super::densify::{logit, model_bytes, DensifyStats, Model, RefineInputs, RowPlan};
+use super::densify::{model_bytes, DensifyStats, Model, RefineInputs, RowPlan};
 use super::device_adam::{DeviceAdam, DeviceAdamError};
 use super::device_loss::{DeviceLoss, DeviceLossError, LOSS_SCALARS};
 

@@ -48,7 +48,7 @@ use crate::scene::camera::Camera;
 
 use crate::rng::Rng;
 use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
-use crate::scene::sh::SH_C0;
+use crate::scene::maths::{logit, rgb_to_sh_dc};
 use crate::shard::reader::Pack;
 use crate::shard::ShardError;
 
@@ -333,10 +333,6 @@ impl Tree<'_> {
     }
 }
 
-fn logit(p: f32) -> f32 {
-    (p / (1.0 - p)).ln()
-}
-
 /// Gaussians at `xyz` with colours `rgb` (see the module doc), storing SH degree `sh_degree`.
 pub fn from_points(
     xyz: &[[f32; 3]],
@@ -352,10 +348,9 @@ pub fn from_points(
     assert_eq!(xyz.len(), rgb.len(), "one colour per point");
     let d2 = knn_mean_sq_dist(xyz);
     let k = sh_coeffs(sh_degree);
-    let c0 = SH_C0 as f32;
     let mut sh = vec![[0.0f32; 3]; xyz.len() * k];
     for (i, c) in rgb.iter().enumerate() {
-        sh[i * k] = c.map(|v| (v as f32 / 255.0 - 0.5) / c0);
+        sh[i * k] = c.map(|v| rgb_to_sh_dc(v as f32 / 255.0));
     }
     Ok(Gaussians {
         means: xyz.to_vec(),
@@ -635,7 +630,7 @@ mod tests {
     fn from_pack_streams_sfm_points_or_falls_back_to_random() {
         let dir = tempfile::tempdir().unwrap();
         let with = dir.path().join("with");
-        crate::shard::fuzz_support::write_seed_pack(&with).unwrap();
+        crate::synth::write_tiny_pack(&with).unwrap();
         let pack = Pack::open(&with).unwrap();
         let g = from_pack(&pack, 1, 50, usize::MAX, &mut Rng::new(0)).unwrap();
         // The seed cloud: 100 points (i, 0.5, −1) with colour (i, i, i); neighbours 1 apart.
@@ -786,7 +781,7 @@ mod tests {
     fn max_gaussians_caps_the_initial_model_as_planned() {
         let dir = tempfile::tempdir().unwrap();
         let with = dir.path().join("with");
-        crate::shard::fuzz_support::write_seed_pack(&with).unwrap();
+        crate::synth::write_tiny_pack(&with).unwrap();
         let pack = Pack::open(&with).unwrap();
         let p = plan(&pack, 50, 30);
         assert_eq!(

@@ -56,13 +56,13 @@ use crate::data::{
     expected_hit_rate, floor_of, plan_memory, Cache, CachePolicy, HeapSlots, LoadError, Loader,
     LoaderConfig, PlanExtras, Position, RecordSource, Sampler, SlotAllocator,
 };
-use crate::device::Device;
+use crate::dataset::Split;
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
 use crate::export::{save_model, ModelFormat, ModelIoError};
 use crate::render::CpuRasterizer;
 use crate::scene::camera::Camera;
 use crate::shard::reader::Pack;
-use crate::shard::{ShardError, Split};
+use crate::shard::ShardError;
 
 /// Which rasterizer trains: the one backend choice of every command.
 pub use crate::render::Backend;
@@ -231,28 +231,15 @@ pub const TRAINER_BYTES_PER_PIXEL: u64 = 192;
 pub const INTERSECTION_BUDGET_DIVISOR: u64 = 8;
 
 /// The engine for `backend`: `cpu` → the host engine with the CPU rasterizer; `cuda` → the
-/// device engine on the device [`Device::from_env`] picks (the host emulation under
+/// device engine on the device [`crate::device::Device::from_env`] picks (the host emulation under
 /// `GS_CUDA_EMULATE=1`); `auto` → the device engine on a usable GPU (never the emulation),
 /// otherwise the CPU, saying why in one line.
 fn make_engine(backend: Backend, on_event: &mut dyn FnMut(Event)) -> Result<Engine, RunError> {
-    let device = |dev: Result<Device, crate::device::DeviceError>| -> Result<Engine, String> {
-        let dev = dev.map_err(|e| e.to_string())?;
-        let e = DeviceEngine::new(dev).map_err(|e| e.to_string())?;
-        Ok(Engine::Device(Box::new(e)))
-    };
-    match backend {
-        Backend::Cpu => Ok(Engine::host(CpuRasterizer::<f32>::new())),
-        Backend::Cuda => device(Device::from_env()).map_err(|e| {
-            RunError::BackendUnavailable(format!(
-                "--backend cuda: {e}; use --backend cpu (or auto)"
-            ))
-        }),
-        Backend::Auto => device(Device::cuda()).or_else(|e| {
-            on_event(Event::Line(format!(
-                "backend: CUDA backend unavailable ({e}); using the CPU backend"
-            )));
-            Ok(Engine::host(CpuRasterizer::<f32>::new()))
-        }),
+    let mut note = |line: &str| on_event(Event::Line(format!("backend: {line}")));
+    match backend.select(DeviceEngine::new, &mut note) {
+        Ok(Some(e)) => Ok(Engine::Device(Box::new(e))),
+        Ok(None) => Ok(Engine::host(CpuRasterizer::<f32>::new())),
+        Err(message) => Err(RunError::BackendUnavailable(format!("--backend cuda: {message}"))),
     }
 }
 

@@ -29,10 +29,8 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Cursor, Seek, SeekFrom, Write};
 use std::path::{Component, Path, PathBuf};
 
-use super::{
-    Distortion, Format, ImportError, ImportOptions, ImportedScene, Location, PointSource,
-    ViewSource,
-};
+use super::{ImportError, ImportOptions, ImportedScene, Location};
+use crate::dataset::{Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics, Pose};
 
 /// A COLMAP camera as stored (`cameras.bin/txt`).
@@ -782,7 +780,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         warnings.push(format!("{summary}; they were skipped"));
     }
 
-    let mut clouds: Vec<Box<dyn PointSource>> = Vec::new();
+    let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
     let other = match layout.encoding {
         Encoding::Binary => Encoding::Text,
         Encoding::Text => Encoding::Binary,

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use super::binary::{self, Bin};
 use super::text::{self, Lines};
 use super::{ColmapPoint, Encoding};
-use crate::import::{ImportError, Location, PointChunk, PointSource};
+use crate::dataset::{PointChunk, PointSource};
+use crate::import::{ImportError, Location};
 
 /// Read buffer of a file-backed reader. Records are 43+ bytes; 256 KiB amortises syscalls to
 /// well under one per 5,000 points while staying negligible next to any RAM budget.
@@ -187,6 +188,8 @@ impl PointsReader {
 }
 
 impl PointSource for PointsReader {
+    type Error = ImportError;
+
     fn name(&self) -> &str {
         "sfm"
     }

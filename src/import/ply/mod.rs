@@ -44,7 +44,8 @@ pub use header::{
 };
 pub use reader::PlyReader;
 
-use super::{Format, ImportError, ImportOptions, ImportedScene, Location, PointChunk, PointSource};
+use super::{ImportError, ImportOptions, ImportedScene, Location};
+use crate::dataset::{Format, PointChunk, PointSource};
 
 /// Colour given to every point of a cloud without colour properties: mid-grey (128 of 255), the
 /// neutral value the trainer's SH DC initialisation maps to ~zero.
@@ -101,7 +102,8 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         vec![path.to_owned()]
     };
 
-    let mut clouds: Vec<Box<dyn PointSource>> = Vec::with_capacity(files.len());
+    let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> =
+        Vec::with_capacity(files.len());
     let mut names: Vec<String> = Vec::with_capacity(files.len());
     let mut warnings = Vec::new();
     for file in &files {
@@ -371,6 +373,8 @@ fn check_binary_len(
 }
 
 impl PointSource for PlyCloud {
+    type Error = ImportError;
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -664,7 +668,10 @@ mod tests {
     }
 
     /// Streams a source to the end in chunks of `chunk` points and concatenates them.
-    fn drain(src: &mut dyn PointSource, chunk: usize) -> Result<PointChunk, ImportError> {
+    fn drain(
+        src: &mut dyn PointSource<Error = ImportError>,
+        chunk: usize,
+    ) -> Result<PointChunk, ImportError> {
         let mut all = PointChunk {
             labels: src.has_labels().then(Vec::new),
             normals: src.has_normals().then(Vec::new),

@@ -27,6 +27,7 @@ use rayon::prelude::*;
 
 use super::{CameraF, GaussianParams, Splat, SplatGrad};
 use crate::render::GaussianGrads;
+use crate::scene::maths::quat_to_rot;
 use crate::scene::real::Real;
 use crate::scene::sh::{self, MAX_BASIS};
 
@@ -42,30 +43,6 @@ pub const JACOBIAN_CLAMP_MARGIN: f64 = 0.3;
 pub const TILE_SIZE: u32 = 16;
 
 type M3<F> = [[F; 3]; 3];
-
-#[inline]
-fn quat_to_rot<F: Real>(q: [F; 4]) -> M3<F> {
-    let [w, x, y, z] = q;
-    let one = F::ONE;
-    let two = F::from_f64(2.0);
-    [
-        [
-            one - two * (y * y + z * z),
-            two * (x * y - w * z),
-            two * (x * z + w * y),
-        ],
-        [
-            two * (x * y + w * z),
-            one - two * (x * x + z * z),
-            two * (y * z - w * x),
-        ],
-        [
-            two * (x * z - w * y),
-            two * (y * z + w * x),
-            one - two * (x * x + y * y),
-        ],
-    ]
-}
 
 /// Adjoint of [`quat_to_rot`]: `∂L/∂q̂` from `∂L/∂R` at the normalised `q`.
 #[inline]

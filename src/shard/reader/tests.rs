@@ -1,11 +1,11 @@
 use std::path::Path;
 
 use super::*;
-use crate::import::{ImportError, PointChunk, PointSource};
+use crate::dataset::{MemPoints, PointChunk, Split};
 use crate::rng::Rng;
 use crate::scene::camera::{Camera, Intrinsics, Pose};
 use crate::shard::writer::{PackWriter, WriteError, WriterOptions};
-use crate::shard::{PointChunkRef, SourceInfo, Split};
+use crate::shard::{PointChunkRef, SourceInfo};
 
 pub(crate) fn camera(w: u32, h: u32, tx: f64) -> Camera {
     Camera {
@@ -27,7 +27,7 @@ pub(crate) fn camera(w: u32, h: u32, tx: f64) -> Camera {
 fn source_info() -> SourceInfo {
     SourceInfo {
         path: "test".into(),
-        format: crate::import::Format::Colmap,
+        format: crate::dataset::Format::Colmap,
         missing_images: vec![],
         max_width: None,
         downscale: None,
@@ -48,35 +48,6 @@ fn pixels(w: u32, h: u32, seed: u64) -> Vec<u8> {
         }
     }
     out
-}
-
-struct VecSource {
-    name: String,
-    chunks: Vec<PointChunk>,
-    labels: bool,
-    normals: bool,
-}
-
-impl PointSource for VecSource {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn declared_len(&self) -> Option<u64> {
-        Some(self.chunks.iter().map(|c| c.len() as u64).sum())
-    }
-    fn has_labels(&self) -> bool {
-        self.labels
-    }
-    fn has_normals(&self) -> bool {
-        self.normals
-    }
-    fn next_chunk(&mut self, _max: usize) -> Result<Option<PointChunk>, ImportError> {
-        Ok(if self.chunks.is_empty() {
-            None
-        } else {
-            Some(self.chunks.remove(0))
-        })
-    }
 }
 
 fn cloud(n: usize, labels: bool, normals: bool, seed: u64) -> PointChunk {
@@ -123,12 +94,10 @@ fn write_pack(dir: &Path, codec: Codec, views: usize, shard_size: u64) -> Vec<Ve
         .unwrap();
         all.push(px);
     }
-    let mut src = VecSource {
-        name: "sfm".into(),
-        chunks: vec![cloud(1000, true, true, 1), cloud(37, true, true, 2)],
-        labels: true,
-        normals: true,
-    };
+    let mut src = MemPoints::new(
+        "sfm",
+        vec![cloud(1000, true, true, 1), cloud(37, true, true, 2)],
+    );
     w.add_cloud(&mut src).unwrap();
     w.finish(source_info()).unwrap();
     all

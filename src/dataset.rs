@@ -1,0 +1,252 @@
+//! The neutral dataset vocabulary: what a dataset is made of, independent of where it came from
+//! ([`crate::import`] reads COLMAP, NeRF and PLY into these types) and of how it is stored
+//! ([`crate::shard`] writes and reads them; [`crate::pack`] joins the two).
+//!
+//! This is a bottom layer: it depends on nothing but [`crate::scene`] (cameras), so the pack
+//! format never needs the importers and the importers never need the pack format.
+//!
+//! Invariants:
+//! - [`Distortion`] is always OpenCV's radial–tangential model; every supported camera model
+//!   maps to it, the others are refused by the importer that meets them.
+//! - A [`PointSource`] streams: it holds at most one chunk's worth of points plus a fixed-size
+//!   read buffer, so a cloud of any size passes through bounded memory. Its error type is its
+//!   own ([`PointSource::Error`]): the shard writer reports it unchanged, without knowing it.
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::scene::camera::Camera;
+
+/// Train/test assignment of a view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    Train,
+    Test,
+}
+
+/// The dataset formats ramsplat reads (`Auto`: tell from the files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Auto,
+    Colmap,
+    Nerf,
+    Ply,
+}
+
+/// OpenCV radial–tangential distortion in normalised camera coordinates:
+/// with `r² = x² + y²`,
+/// `x_d = x·(1 + k1 r² + k2 r⁴ + k3 r⁶)/(1 + k4 r² + k5 r⁴ + k6 r⁶) + 2 p1 x y + p2 (r² + 2x²)`,
+/// `y_d = y·(same radial factor) + p1 (r² + 2y²) + 2 p2 x y`.
+/// All-zero coefficients mean an ideal pinhole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Distortion {
+    /// k1..k6 (k4..k6 are the rational model's denominator; zero for all but FULL_OPENCV).
+    pub k: [f64; 6],
+    /// p1, p2.
+    pub p: [f64; 2],
+}
+
+impl Distortion {
+    pub const NONE: Distortion = Distortion {
+        k: [0.0; 6],
+        p: [0.0; 2],
+    };
+
+    pub fn is_none(&self) -> bool {
+        self.k.iter().chain(&self.p).all(|&c| c == 0.0)
+    }
+
+    /// Maps an undistorted normalised point to its distorted position.
+    pub fn distort(&self, x: f64, y: f64) -> (f64, f64) {
+        let [k1, k2, k3, k4, k5, k6] = self.k;
+        let [p1, p2] = self.p;
+        let r2 = x * x + y * y;
+        let radial =
+            (1.0 + r2 * (k1 + r2 * (k2 + r2 * k3))) / (1.0 + r2 * (k4 + r2 * (k5 + r2 * k6)));
+        (
+            x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x),
+            y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y,
+        )
+    }
+}
+
+/// One view of a dataset as found on disk.
+#[derive(Clone, Debug)]
+pub struct ViewSource {
+    /// Name as the dataset spells it (relative image path); unique within a scene.
+    pub name: String,
+    /// Where the image file is.
+    pub image_path: PathBuf,
+    /// The camera of the image file at its native resolution, before undistortion.
+    pub camera: Camera,
+    pub distortion: Distortion,
+    /// A split the dataset itself assigns (NeRF `transforms_test.json`); `None` leaves it to
+    /// `--test-every`.
+    pub split: Option<Split>,
+}
+
+/// A chunk of streamed points. All present vectors have the same length.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PointChunk {
+    pub xyz: Vec<[f32; 3]>,
+    pub rgb: Vec<[u8; 3]>,
+    /// Per-point integer labels (instance/semantic ids), when the source has them.
+    pub labels: Option<Vec<i32>>,
+    pub normals: Option<Vec<[f32; 3]>>,
+}
+
+impl PointChunk {
+    pub fn len(&self) -> usize {
+        self.xyz.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.xyz.is_empty()
+    }
+
+    /// Whether every present attribute array has one entry per point.
+    pub fn is_consistent(&self) -> bool {
+        let n = self.len();
+        self.rgb.len() == n
+            && self.labels.as_ref().is_none_or(|l| l.len() == n)
+            && self.normals.as_ref().is_none_or(|v| v.len() == n)
+    }
+
+    /// Removes and returns the first `n` points (all of them if fewer).
+    fn split_front(&mut self, n: usize) -> PointChunk {
+        let n = n.min(self.len());
+        let rest_xyz = self.xyz.split_off(n);
+        let rest_rgb = self.rgb.split_off(n);
+        let rest_labels = self.labels.as_mut().map(|l| l.split_off(n));
+        let rest_normals = self.normals.as_mut().map(|v| v.split_off(n));
+        PointChunk {
+            xyz: std::mem::replace(&mut self.xyz, rest_xyz),
+            rgb: std::mem::replace(&mut self.rgb, rest_rgb),
+            labels: std::mem::replace(&mut self.labels, rest_labels),
+            normals: std::mem::replace(&mut self.normals, rest_normals),
+        }
+    }
+}
+
+/// A streamed point cloud. Implementations hold at most one chunk's worth of points plus a
+/// fixed-size read buffer.
+pub trait PointSource: Send {
+    /// What reading the source can fail with (an importer's parse error; nothing for points
+    /// already in memory).
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// Name of the cloud within the pack ("sfm" for SfM points, the file stem for PLY scans).
+    fn name(&self) -> &str;
+    /// Number of points the source declares (PLY header, points3D count), if known up front.
+    fn declared_len(&self) -> Option<u64>;
+    /// Whether chunks will carry labels / normals (constant for the whole source).
+    fn has_labels(&self) -> bool;
+    fn has_normals(&self) -> bool;
+    /// The next at most `max_points` points; `Ok(None)` at the end. A source that ends before
+    /// its declared length returns an error naming the file and the record.
+    fn next_chunk(&mut self, max_points: usize) -> Result<Option<PointChunk>, Self::Error>;
+}
+
+/// Points already in memory (generated scenes, the demo, tests), handed out in chunks of at
+/// most the requested size, never merged across the given chunks.
+#[derive(Clone, Debug)]
+pub struct MemPoints {
+    name: String,
+    chunks: std::collections::VecDeque<PointChunk>,
+    declared: u64,
+    labels: bool,
+    normals: bool,
+}
+
+impl MemPoints {
+    /// A source named `name` streaming `chunks` in order. Attribute presence comes from the
+    /// first chunk; a later chunk that differs is the writer's to refuse.
+    pub fn new(name: &str, chunks: Vec<PointChunk>) -> MemPoints {
+        let first = chunks.first();
+        MemPoints {
+            name: name.to_owned(),
+            declared: chunks.iter().map(|c| c.len() as u64).sum(),
+            labels: first.is_some_and(|c| c.labels.is_some()),
+            normals: first.is_some_and(|c| c.normals.is_some()),
+            chunks: chunks.into(),
+        }
+    }
+}
+
+impl PointSource for MemPoints {
+    type Error = Infallible;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn declared_len(&self) -> Option<u64> {
+        Some(self.declared)
+    }
+
+    fn has_labels(&self) -> bool {
+        self.labels
+    }
+
+    fn has_normals(&self) -> bool {
+        self.normals
+    }
+
+    fn next_chunk(&mut self, max_points: usize) -> Result<Option<PointChunk>, Infallible> {
+        let Some(front) = self.chunks.front_mut() else {
+            return Ok(None);
+        };
+        if front.len() <= max_points.max(1) {
+            return Ok(self.chunks.pop_front());
+        }
+        Ok(Some(front.split_front(max_points.max(1))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distortion_zero_is_identity() {
+        assert!(Distortion::NONE.is_none());
+        assert_eq!(Distortion::NONE.distort(0.3, -0.2), (0.3, -0.2));
+    }
+
+    #[test]
+    fn distortion_matches_opencv_formula() {
+        let d = Distortion {
+            k: [0.1, 0.01, 0.0, 0.0, 0.0, 0.0],
+            p: [0.001, 0.002],
+        };
+        let (x, y) = (0.2, -0.1);
+        let r2: f64 = 0.05;
+        let radial = 1.0 + 0.1 * r2 + 0.01 * r2 * r2;
+        let want_x = x * radial + 2.0 * 0.001 * x * y + 0.002 * (r2 + 2.0 * x * x);
+        let want_y = y * radial + 0.001 * (r2 + 2.0 * y * y) + 2.0 * 0.002 * x * y;
+        let (gx, gy) = d.distort(x, y);
+        assert!((gx - want_x).abs() < 1e-15 && (gy - want_y).abs() < 1e-15);
+    }
+
+    #[test]
+    fn mem_points_splits_chunks_at_the_requested_size_and_keeps_attributes_aligned() {
+        let chunk = |n: usize, base: i32| PointChunk {
+            xyz: (0..n).map(|i| [i as f32 + base as f32, 0.0, 0.0]).collect(),
+            rgb: vec![[1, 2, 3]; n],
+            labels: Some((0..n as i32).map(|i| i + base).collect()),
+            normals: None,
+        };
+        let mut s = MemPoints::new("sfm", vec![chunk(5, 0), chunk(2, 100)]);
+        assert_eq!(s.declared_len(), Some(7));
+        assert!(s.has_labels() && !s.has_normals());
+        let mut got = vec![];
+        while let Some(c) = s.next_chunk(3).unwrap() {
+            assert!(c.is_consistent());
+            got.push(c.labels.unwrap());
+        }
+        assert_eq!(got, vec![vec![0, 1, 2], vec![3, 4], vec![100, 101]]);
+    }
+}

@@ -1,0 +1,95 @@
+//! The small pieces of Gaussian maths that importers, renderers, exporters and the trainer all
+//! need, in one place so they cannot drift apart: the quaternion → rotation matrix of 3DGS, the
+//! opacity logit/sigmoid pair (Gaussians store opacities as logits), and the RGB ↔ SH-DC
+//! mapping of colours (Gaussians store colour as SH coefficients; see [`super::sh`]).
+//!
+//! Conventions: quaternions are (w, x, y, z), Hamilton, as COLMAP and 3DGS store them; the
+//! matrix is row-major and rotates column vectors (`R · v`).
+
+use super::real::Real;
+use super::sh::SH_C0;
+
+/// Row-major rotation matrix of a unit (w, x, y, z) quaternion (3DGS `build_rotation` after
+/// its normalisation). The caller normalises: the renderer differentiates through that step.
+#[inline]
+pub fn quat_to_rot<F: Real>(q: [F; 4]) -> [[F; 3]; 3] {
+    let [w, x, y, z] = q;
+    let one = F::ONE;
+    let two = F::from_f64(2.0);
+    [
+        [
+            one - two * (y * y + z * z),
+            two * (x * y - w * z),
+            two * (x * z + w * y),
+        ],
+        [
+            two * (x * y + w * z),
+            one - two * (x * x + z * z),
+            two * (y * z - w * x),
+        ],
+        [
+            two * (x * z - w * y),
+            two * (y * z + w * x),
+            one - two * (x * x + y * y),
+        ],
+    ]
+}
+
+/// `q / |q|`; `None` for a zero or non-finite quaternion (which has no rotation).
+#[inline]
+pub fn normalize_quat<F: Real>(q: [F; 4]) -> Option<[F; 4]> {
+    let n = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]).sqrt();
+    (n > F::ZERO && n.is_finite()).then(|| q.map(|v| v / n))
+}
+
+/// `ln(p / (1 − p))`: the stored (pre-activation) opacity of an opacity `p`.
+#[inline]
+pub fn logit(p: f32) -> f32 {
+    (p / (1.0 - p)).ln()
+}
+
+/// `1 / (1 + e^−x)`: the opacity of a stored logit.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// The SH DC coefficient whose colour (`0.5 + C0 · dc`, before the other bands) is `rgb`.
+#[inline]
+pub fn rgb_to_sh_dc(rgb: f32) -> f32 {
+    (rgb - 0.5) / SH_C0 as f32
+}
+
+/// The colour of an SH DC coefficient alone: `0.5 + C0 · dc` (unclamped).
+#[inline]
+pub fn sh_dc_to_rgb(dc: f32) -> f32 {
+    dc * SH_C0 as f32 + 0.5
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quarter_turn_about_z_maps_x_to_y() {
+        let h = std::f64::consts::FRAC_1_SQRT_2;
+        let r = quat_to_rot([h, 0.0, 0.0, h]);
+        let v = [1.0, 0.0, 0.0];
+        let rv: Vec<f64> = (0..3).map(|i| (0..3).map(|j| r[i][j] * v[j]).sum()).collect();
+        assert!((rv[0]).abs() < 1e-15 && (rv[1] - 1.0).abs() < 1e-15 && rv[2].abs() < 1e-15);
+        assert_eq!(normalize_quat([0.0f32; 4]), None);
+        assert_eq!(normalize_quat([2.0f32, 0.0, 0.0, 0.0]), Some([1.0, 0.0, 0.0, 0.0]));
+    }
+
+    #[test]
+    fn logit_inverts_sigmoid_and_dc_inverts_rgb() {
+        for p in [0.01f32, 0.1, 0.5, 0.9] {
+            assert!((sigmoid(logit(p)) - p).abs() < 1e-6);
+        }
+        for c in [0.0f32, 0.25, 1.0] {
+            assert!((sh_dc_to_rgb(rgb_to_sh_dc(c)) - c).abs() < 1e-6);
+        }
+        // The full-precision constant: a truncated C0 moves mid-grey's DC by ~1e-7 relative.
+        assert_eq!(rgb_to_sh_dc(1.0), (0.5 / 0.282_094_791_773_878_14f64) as f32);
+    }
+}
