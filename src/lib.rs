@@ -33,6 +33,7 @@ pub mod cli;
 pub mod data;
 pub mod dataset;
 pub mod device;
+pub mod eval;
 pub mod export;
 pub mod fsutil;
 pub mod import;

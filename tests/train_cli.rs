@@ -1021,3 +1021,71 @@ fn a_data_error_mid_run_writes_a_checkpoint_of_the_last_good_step() {
     let latest = checkpoint::latest(&out.join("checkpoints")).unwrap();
     assert!(checkpoint::Container::open(&latest).is_ok(), "{msg}");
 }
+
+/// gs-train's test metrics and gs-render's pack metrics follow one rule set (ramsplat::eval):
+/// the same model and view get the same PSNR and SSIM in both tools, to the last bit.
+#[test]
+fn gs_train_and_gs_render_score_the_same_view_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack_path = tiny_pack(dir.path());
+    let out = dir.path().join("out");
+    let mut args = vec![s(&pack_path), "-o", s(&out), "--iterations", "40", "--eval"];
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let trained: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("test/iteration_40/metrics.json")).unwrap(),
+    )
+    .unwrap();
+    let trained = trained.as_array().unwrap();
+    assert!(!trained.is_empty());
+
+    // The run ends at SH degree 0 active (one band per 1000 iterations); render with that.
+    let rendered_dir = dir.path().join("rendered");
+    let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args([
+            "--ply",
+            s(&out.join("point_cloud/iteration_40/point_cloud.ply")),
+        ])
+        .args([
+            "--pack",
+            s(&pack_path),
+            "--split",
+            "test",
+            "--sh-degree",
+            "0",
+        ])
+        .args(["-o", s(&rendered_dir), "--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    let rendered: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(rendered_dir.join("metrics.json")).unwrap())
+            .unwrap();
+    let rendered = rendered["views"].as_array().unwrap();
+    assert_eq!(rendered.len(), trained.len());
+    for (t, r) in trained.iter().zip(rendered) {
+        assert_eq!(t["view"], r["index"]);
+        let (tp, rp) = (t["psnr"].as_f64().unwrap(), r["psnr"].as_f64().unwrap());
+        let (ts, rs) = (t["ssim"].as_f64().unwrap(), r["ssim"].as_f64().unwrap());
+        assert!(
+            tp > 10.0 && ts > 0.0,
+            "view {}: {tp} dB, SSIM {ts}",
+            t["view"]
+        );
+        assert_eq!(
+            (tp, ts),
+            (rp, rs),
+            "view {}: gs-train vs gs-render",
+            t["view"]
+        );
+        // The same side-by-side file name, and the same pixels in it.
+        assert_eq!(
+            t["file"].as_str().unwrap(),
+            format!("test/iteration_40/{}", r["file"].as_str().unwrap())
+        );
+        let a = image::open(out.join(t["file"].as_str().unwrap())).unwrap();
+        let b = image::open(rendered_dir.join(r["file"].as_str().unwrap())).unwrap();
+        assert_eq!(a.to_rgb8().as_raw(), b.to_rgb8().as_raw());
+    }
+}

@@ -46,10 +46,10 @@ use clap::{ArgGroup, Parser, ValueEnum};
 use serde::Deserialize;
 
 use ramsplat::dataset::Split;
+use ramsplat::eval::{self, safe_stem, to_rgb8, write_png, Score, Scorer};
 use ramsplat::export::cameras_json;
 use ramsplat::export::ply::LoadOptions;
 use ramsplat::export::{save_model, ModelFormat};
-use ramsplat::metrics;
 use ramsplat::render::{
     make_rasterizer, Backend, Rasterizer, RenderError, RenderOptions, RenderOutput,
 };
@@ -196,28 +196,6 @@ fn check_size(camera: &Camera) -> Result<()> {
     Ok(())
 }
 
-/// Float colour to 8 bits: ×255, rounded half up, clamped (what 3DGS's image saving does).
-fn to_rgb8(image: &[f32], out: &mut Vec<u8>) {
-    out.clear();
-    out.extend(
-        image
-            .iter()
-            .map(|&v| (v * 255.0 + 0.5).clamp(0.0, 255.0) as u8),
-    );
-}
-
-/// Writes an RGB8 PNG atomically (`ramsplat::fsutil::write_atomic_with`: temporary name in
-/// the same directory, fsync, rename).
-fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<()> {
-    use image::ImageEncoder;
-    ramsplat::fsutil::write_atomic_with(path, &mut |w| {
-        image::codecs::png::PngEncoder::new(w)
-            .write_image(rgb, width, height, image::ExtendedColorType::Rgb8)
-            .map_err(std::io::Error::other)
-    })
-    .with_context(|| format!("cannot write {}", path.display()))
-}
-
 fn write_text(path: &Path, text: &str) -> Result<()> {
     ramsplat::fsutil::write_atomic(path, text.as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))
@@ -316,12 +294,12 @@ fn render_camera_list(
     let cameras = cameras_json::parse(&text).with_context(|| format!("{}", list.display()))?;
     let mut names = std::collections::HashSet::new();
     for (e, _) in &cameras {
-        if !names.insert(safe_name(&e.img_name)) {
+        if !names.insert(safe_stem(&e.img_name)) {
             bail!(
                 "{}: two entries would both write {}.png (img_name {:?}); give each entry its \
                  own img_name",
                 list.display(),
-                safe_name(&e.img_name),
+                safe_stem(&e.img_name),
                 e.img_name
             );
         }
@@ -346,7 +324,7 @@ fn render_camera_list(
             .render(&model, camera)
             .with_context(|| format!("camera {} ({:?})", entry.id, entry.img_name))?;
         to_rgb8(image, &mut rgb);
-        let path = output.join(format!("{}.png", safe_name(&entry.img_name)));
+        let path = output.join(format!("{}.png", safe_stem(&entry.img_name)));
         write_png(&path, &rgb, camera.width, camera.height)?;
         eprintln!("[{}/{}] wrote {}", n + 1, cameras.len(), path.display());
     }
@@ -385,25 +363,6 @@ struct MetricsReport {
     mean_ssim: f64,
     identical_views: usize,
     views: Vec<ViewMetrics>,
-}
-
-/// File-name-safe form of a view name without its image extension, ready for a `.png` suffix
-/// ("images/IMG_01.jpg" → "images_IMG_01", "00000.png" → "00000").
-fn safe_name(name: &str) -> String {
-    let lower = name.to_ascii_lowercase();
-    let stem = [".png", ".jpg", ".jpeg"]
-        .iter()
-        .find(|ext| lower.len() > ext.len() && lower.ends_with(*ext))
-        .map_or(name, |ext| &name[..name.len() - ext.len()]);
-    stem.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 fn render_pack(
@@ -447,10 +406,7 @@ fn render_pack(
         bar
     });
     let mut gt = Vec::new();
-    let mut rgb = Vec::new();
-    let mut side = Vec::new();
-    let (mut gt_f, mut rgb_f) = (Vec::new(), Vec::new());
-    let mut ssim_scratch = metrics::SsimScratch::new();
+    let mut scorer = Scorer::new();
     let mut views = Vec::with_capacity(indices.len());
     for (n, &i) in indices.iter().enumerate() {
         let v = &manifest.views[i];
@@ -461,24 +417,13 @@ fn render_pack(
         let image = r
             .render(&model, &v.camera)
             .with_context(|| format!("view {i} ({:?})", v.name))?;
-        to_rgb8(image, &mut rgb);
-        let psnr =
-            metrics::psnr_u8(&rgb, &gt).with_context(|| format!("view {i} ({:?})", v.name))?;
-        gt_f.clear();
-        gt_f.extend(gt.iter().map(|&b| b as f32 / 255.0));
-        rgb_f.clear();
-        rgb_f.extend(rgb.iter().map(|&b| b as f32 / 255.0));
-        let ssim = ssim_scratch
-            .ssim(&rgb_f, &gt_f, w, h)
+        // Scored by the rules of ramsplat::eval, the ones gs-train --eval uses.
+        let Score { psnr, ssim } = scorer
+            .score(image, &gt, w, h)
             .with_context(|| format!("view {i} ({:?})", v.name))?;
-        // Side by side: ground truth on the left, render on the right.
-        side.clear();
-        for j in 0..h {
-            side.extend_from_slice(&gt[j * w * 3..(j + 1) * w * 3]);
-            side.extend_from_slice(&rgb[j * w * 3..(j + 1) * w * 3]);
-        }
-        let file = format!("{i:05}_{}.png", safe_name(&v.name));
-        write_png(&output.join(&file), &side, 2 * w as u32, h as u32)?;
+        let file = eval::view_file_name(i, &v.name);
+        let side = eval::side_by_side(&gt, scorer.rgb8(), w, h);
+        eval::write_png(&output.join(&file), &side, 2 * w as u32, h as u32)?;
         let line = format!("view {i} {}: PSNR {psnr:.2} dB, SSIM {ssim:.4}", v.name);
         match &progress {
             Some(bar) => {

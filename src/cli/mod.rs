@@ -133,5 +133,4 @@ mod tests {
         let plain = anyhow::anyhow!("inner").context("outer");
         assert_eq!(chain_message(&plain), "outer: inner");
     }
-
 }

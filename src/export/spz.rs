@@ -125,7 +125,6 @@ fn quantize_sh(x: f32, bucket: i32) -> u8 {
     q.clamp(0, 255) as u8
 }
 
-
 /// Logit of an 8-bit alpha, clamped half a level inside (0, 1) so it stays finite.
 pub(crate) fn alpha_logit(a: u8) -> f32 {
     logit((a as f32 / 255.0).clamp(0.5 / 255.0, 254.5 / 255.0))

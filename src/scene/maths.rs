@@ -75,10 +75,15 @@ mod tests {
         let h = std::f64::consts::FRAC_1_SQRT_2;
         let r = quat_to_rot([h, 0.0, 0.0, h]);
         let v = [1.0, 0.0, 0.0];
-        let rv: Vec<f64> = (0..3).map(|i| (0..3).map(|j| r[i][j] * v[j]).sum()).collect();
+        let rv: Vec<f64> = (0..3)
+            .map(|i| (0..3).map(|j| r[i][j] * v[j]).sum())
+            .collect();
         assert!((rv[0]).abs() < 1e-15 && (rv[1] - 1.0).abs() < 1e-15 && rv[2].abs() < 1e-15);
         assert_eq!(normalize_quat([0.0f32; 4]), None);
-        assert_eq!(normalize_quat([2.0f32, 0.0, 0.0, 0.0]), Some([1.0, 0.0, 0.0, 0.0]));
+        assert_eq!(
+            normalize_quat([2.0f32, 0.0, 0.0, 0.0]),
+            Some([1.0, 0.0, 0.0, 0.0])
+        );
     }
 
     #[test]
@@ -90,6 +95,9 @@ mod tests {
             assert!((sh_dc_to_rgb(rgb_to_sh_dc(c)) - c).abs() < 1e-6);
         }
         // The full-precision constant: a truncated C0 moves mid-grey's DC by ~1e-7 relative.
-        assert_eq!(rgb_to_sh_dc(1.0), (0.5 / 0.282_094_791_773_878_14f64) as f32);
+        assert_eq!(
+            rgb_to_sh_dc(1.0),
+            (0.5 / 0.282_094_791_773_878_14f64) as f32
+        );
     }
 }

@@ -85,7 +85,6 @@ pub enum DemoError {
     },
 }
 
-
 /// The ground-truth Gaussians: surface samples of `scene` with the scene's colour, isotropic,
 /// sized so neighbours overlap (√(area per Gaussian) × 0.6; the ground disc of radius 5 holds
 /// half of them), nearly opaque (opacity 0.9).

@@ -125,7 +125,6 @@ fn append_gaussians(g: &mut Gaussians, new: &Gaussians) {
     extend_exact(&mut g.sh, &new.sh);
 }
 
-
 impl Model {
     /// A fresh model: zero moments, zero statistics.
     pub fn new(gaussians: Gaussians) -> Model {
@@ -729,7 +728,10 @@ pub struct RowPlan {
 /// Row-major rotation matrix of a (w, x, y, z) quaternion, normalised here (3DGS
 /// `build_rotation`); the identity for a zero quaternion.
 fn rotation_matrix(q: [f32; 4]) -> [[f32; 3]; 3] {
-    normalize_quat(q).map_or([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], quat_to_rot)
+    normalize_quat(q).map_or(
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+        quat_to_rot,
+    )
 }
 
 impl DefaultStrategy {

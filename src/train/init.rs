@@ -533,6 +533,7 @@ pub fn from_pack(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scene::sh::SH_C0;
 
     fn brute(points: &[[f32; 3]]) -> Vec<f32> {
         points

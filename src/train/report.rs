@@ -222,22 +222,6 @@ pub fn to_rgb8(image: &[f32], out: &mut Vec<u8>) {
     );
 }
 
-/// Writes an RGB8 PNG atomically.
-pub fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<(), ReportError> {
-    use image::ImageEncoder;
-    let mut bytes = Vec::new();
-    image::codecs::png::PngEncoder::new(&mut bytes)
-        .write_image(rgb, width, height, image::ExtendedColorType::Rgb8)
-        .map_err(|e| ReportError::Write {
-            path: path.to_owned(),
-            msg: format!("PNG encoding failed: {e}"),
-        })?;
-    write_file_atomic(path, &bytes).map_err(|e| ReportError::Write {
-        path: path.to_owned(),
-        msg: e.to_string(),
-    })
-}
-
 /// Writes the training curves: PSNR per iteration to `training_curves.png` and the loss
 /// (log scale) to `training_loss.png`, with axes, labels and a legend ([`crate::plot`]).
 /// Returns the PSNR chart's path. Rows with non-finite values are skipped.
@@ -289,29 +273,6 @@ pub fn write_curves(out_dir: &Path, rows: &[MetricsRow]) -> Result<PathBuf, Repo
         .map_err(err(&loss_path))?;
     }
     Ok(path)
-}
-
-/// Ground truth (left) and render (right), both RGB8 `w × h`, as one `2w × h` image.
-pub fn side_by_side(gt: &[u8], render: &[u8], w: usize, h: usize) -> Vec<u8> {
-    let mut side = Vec::with_capacity(2 * gt.len());
-    for j in 0..h {
-        side.extend_from_slice(&gt[j * w * 3..(j + 1) * w * 3]);
-        side.extend_from_slice(&render[j * w * 3..(j + 1) * w * 3]);
-    }
-    side
-}
-
-/// File-name-safe form of a view name ("images/IMG_01.jpg" → "images_IMG_01.jpg").
-pub fn safe_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// Per-view metrics of an evaluation, written as `OUT/test/metrics_ITER.json`.

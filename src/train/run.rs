@@ -163,6 +163,8 @@ pub enum RunError {
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Report(#[from] ReportError),
+    #[error(transparent)]
+    Png(#[from] crate::eval::PngError),
     #[error("cannot save the model: {0}")]
     Ply(#[from] GaussianPlyError),
     #[error("cannot export the model: {0}")]
@@ -239,7 +241,9 @@ fn make_engine(backend: Backend, on_event: &mut dyn FnMut(Event)) -> Result<Engi
     match backend.select(DeviceEngine::new, &mut note) {
         Ok(Some(e)) => Ok(Engine::Device(Box::new(e))),
         Ok(None) => Ok(Engine::host(CpuRasterizer::<f32>::new())),
-        Err(message) => Err(RunError::BackendUnavailable(format!("--backend cuda: {message}"))),
+        Err(message) => Err(RunError::BackendUnavailable(format!(
+            "--backend cuda: {message}"
+        ))),
     }
 }
 
@@ -420,14 +424,14 @@ fn evaluate_views(
         let v = &manifest.views[i];
         gt.resize(v.decoded_len(), 0);
         pack.read_view_into(i, gt)?;
+        // Scored by the rules of crate::eval, the ones gs-render uses.
         let e = trainer.evaluate(&v.camera, gt)?;
-        // Metrics on the 8-bit images (what the PNG holds), as gs-render does.
-        let psnr = crate::metrics::psnr_u8(&e.image, gt).map_err(TrainError::from)?;
+        let psnr = e.psnr;
         let file = if n < max_images {
-            let stem = v.name.rsplit_once('.').map_or(v.name.as_str(), |(s, _)| s);
-            let name = format!("{i:05}_{}.png", report::safe_name(stem));
-            let side = report::side_by_side(gt, &e.image, v.width() as usize, v.height() as usize);
-            report::write_png(&dir.join(&name), &side, 2 * v.width(), v.height())?;
+            let name = crate::eval::view_file_name(i, &v.name);
+            let side =
+                crate::eval::side_by_side(gt, &e.image, v.width() as usize, v.height() as usize);
+            crate::eval::write_png(&dir.join(&name), &side, 2 * v.width(), v.height())?;
             Some(format!("{}/{label}/{name}", report::TEST_DIR))
         } else {
             None

@@ -60,7 +60,8 @@ use crate::budget::Reservation;
 use crate::data::cache::CacheStats;
 use crate::data::{LoadError, Loader, LoaderStats, Position};
 use crate::device::{Device, PinnedHost};
-use crate::metrics::{psnr, psnr_from_mse, MetricsError, SsimScratch};
+use crate::eval::Scorer;
+use crate::metrics::{psnr, psnr_from_mse, MetricsError};
 use crate::render::{GaussianGrads, Rasterizer, RenderError, RenderOptions, RenderOutput};
 use crate::rng::Rng;
 use crate::scene::camera::Camera;
@@ -237,7 +238,7 @@ pub struct StepStats {
     pub timings: StepTimings,
 }
 
-/// A render of a held-out (or any) view and its metrics.
+/// A render of a held-out (or any) view and its metrics, by the rules of [`crate::eval`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Evaluation {
     pub psnr: f64,
@@ -325,8 +326,7 @@ pub struct Trainer {
     rng: Rng,
     step: u64,
     position: Position,
-    eval_target: Vec<f32>,
-    eval_ssim: SsimScratch,
+    eval: Scorer,
 }
 
 /// RGB8 → f32 in [0, 1], into `out` (resized in place).
@@ -423,8 +423,7 @@ impl Trainer {
             memory: ModelMemory::default(),
             step: state.step,
             position: state.position,
-            eval_target: Vec::new(),
-            eval_ssim: SsimScratch::new(),
+            eval: Scorer::new(),
         })
     }
 
@@ -757,7 +756,8 @@ impl Trainer {
     }
 
     /// Renders `camera` with the current model (active SH degree of the next step; black
-    /// background unless the run trains on white) and compares it with `rgb8`.
+    /// background unless the run trains on white) and scores it against `rgb8` by the rules of
+    /// [`crate::eval`] (the ones `gs-render` uses).
     pub fn evaluate(&mut self, camera: &Camera, rgb8: &[u8]) -> Result<Evaluation, TrainError> {
         check_image("under evaluation", camera, rgb8)?;
         let background = match self.config.background {
@@ -785,23 +785,12 @@ impl Trainer {
                 other => other.into(),
             })?,
         };
-        to_f32(rgb8, &mut self.eval_target);
-        // 3DGS evaluates the render clamped to [0, 1].
-        for v in image.iter_mut() {
-            *v = v.clamp(0.0, 1.0);
-        }
-        let p = psnr(image, &self.eval_target, 1.0)?;
-        let s = self.eval_ssim.ssim(
-            image,
-            &self.eval_target,
-            camera.width as usize,
-            camera.height as usize,
-        )?;
-        let image = image.iter().map(|&v| (v * 255.0).round() as u8).collect();
+        let w = camera.width as usize;
+        let score = self.eval.score(image, rgb8, w, camera.height as usize)?;
         Ok(Evaluation {
-            psnr: p,
-            ssim: s,
-            image,
+            psnr: score.psnr,
+            ssim: score.ssim,
+            image: self.eval.rgb8().to_vec(),
         })
     }
 }

@@ -1,0 +1,168 @@
+//! Scoring renders against ground truth: the one set of rules `gs-train --eval` and
+//! `gs-render --pack` share, so "test PSNR/SSIM" means the same number in both tools for the
+//! same model and view.
+//!
+//! The rules are those of the 3DGS evaluation (`render.py` saves 8-bit PNGs, `metrics.py`
+//! scores the saved PNGs):
+//! - the float render is quantised to 8 bits ([`to_rgb8`]: ×255, rounded half up, clamped);
+//! - PSNR is computed on the 8-bit images (peak 255), infinite when they are identical;
+//! - SSIM (3DGS's 11×11 Gaussian window, [`crate::metrics`]) on the 8-bit images scaled to
+//!   [0, 1], i.e. on exactly what the PNG holds;
+//! - a side-by-side image puts the ground truth on the left and the render on the right, and is
+//!   named `{view index:05}_{file-name-safe view name without its image extension}.png`.
+//!
+//! Invariant: [`Scorer::score`] is a pure function of the float render and the 8-bit ground
+//! truth (its buffers are scratch), so two callers holding the same render get the same score.
+
+use std::path::{Path, PathBuf};
+
+use crate::metrics::{psnr_u8, MetricsError, SsimScratch};
+
+/// PSNR and SSIM of one view (see the module doc for the rules).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Score {
+    /// dB; infinite when the 8-bit render equals the ground truth.
+    pub psnr: f64,
+    pub ssim: f64,
+}
+
+/// Scores renders, reusing its buffers across views.
+#[derive(Debug, Default)]
+pub struct Scorer {
+    ssim: SsimScratch,
+    rgb8: Vec<u8>,
+    render_f: Vec<f32>,
+    gt_f: Vec<f32>,
+}
+
+impl Scorer {
+    pub fn new() -> Scorer {
+        Scorer::default()
+    }
+
+    /// Scores the float RGB `render` (`3·W·H`) against the 8-bit `gt` of the same size.
+    pub fn score(
+        &mut self,
+        render: &[f32],
+        gt: &[u8],
+        width: usize,
+        height: usize,
+    ) -> Result<Score, MetricsError> {
+        to_rgb8(render, &mut self.rgb8);
+        let psnr = psnr_u8(&self.rgb8, gt)?;
+        unit(&self.rgb8, &mut self.render_f);
+        unit(gt, &mut self.gt_f);
+        let ssim = self.ssim.ssim(&self.render_f, &self.gt_f, width, height)?;
+        Ok(Score { psnr, ssim })
+    }
+
+    /// The 8-bit render the last [`Scorer::score`] scored (what a PNG of it holds).
+    pub fn rgb8(&self) -> &[u8] {
+        &self.rgb8
+    }
+}
+
+fn unit(rgb8: &[u8], out: &mut Vec<f32>) {
+    out.clear();
+    out.extend(rgb8.iter().map(|&b| b as f32 / 255.0));
+}
+
+/// Float colour to 8 bits: ×255, rounded half up, clamped (what 3DGS's image saving does).
+pub fn to_rgb8(image: &[f32], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend(
+        image
+            .iter()
+            .map(|&v| (v * 255.0 + 0.5).clamp(0.0, 255.0) as u8),
+    );
+}
+
+/// Ground truth (left) and render (right), both RGB8 `w × h`, as one `2w × h` image.
+pub fn side_by_side(gt: &[u8], render: &[u8], w: usize, h: usize) -> Vec<u8> {
+    let mut side = Vec::with_capacity(2 * gt.len());
+    for j in 0..h {
+        side.extend_from_slice(&gt[j * w * 3..(j + 1) * w * 3]);
+        side.extend_from_slice(&render[j * w * 3..(j + 1) * w * 3]);
+    }
+    side
+}
+
+/// File name of view `index`'s side-by-side image: "images/IMG_01.jpg" (view 3) →
+/// "00003_images_IMG_01.png"; "00000.png" → "00000_00000.png" (never `.png.png`).
+pub fn view_file_name(index: usize, name: &str) -> String {
+    format!("{index:05}_{}.png", safe_stem(name))
+}
+
+/// File-name-safe form of a view name without its image extension, ready for a `.png` suffix
+/// ("images/IMG_01.jpg" → "images_IMG_01", "00000.png" → "00000").
+pub fn safe_stem(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    let stem = [".png", ".jpg", ".jpeg"]
+        .iter()
+        .find(|ext| lower.len() > ext.len() && lower.ends_with(*ext))
+        .map_or(name, |ext| &name[..name.len() - ext.len()]);
+    stem.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A PNG that could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {}: {source}", path.display())]
+pub struct PngError {
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Writes an RGB8 PNG atomically ([`crate::fsutil::write_atomic_with`]).
+pub fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<(), PngError> {
+    use image::ImageEncoder;
+    crate::fsutil::write_atomic_with(path, &mut |w| {
+        image::codecs::png::PngEncoder::new(w)
+            .write_image(rgb, width, height, image::ExtendedColorType::Rgb8)
+            .map_err(std::io::Error::other)
+    })
+    .map_err(|source| PngError {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_what_the_png_holds() {
+        let (w, h) = (12, 9);
+        let gt: Vec<u8> = (0..w * h * 3).map(|i| (i * 7 % 256) as u8).collect();
+        // A render off by less than half a step everywhere quantises to the ground truth.
+        let near: Vec<f32> = gt.iter().map(|&b| (b as f32 + 0.3) / 255.0).collect();
+        let mut s = Scorer::new();
+        let score = s.score(&near, &gt, w, h).unwrap();
+        assert!(score.psnr.is_infinite() && (score.ssim - 1.0).abs() < 1e-12);
+        assert_eq!(s.rgb8(), &gt[..]);
+        // Out-of-range values clamp; half steps round up.
+        let mut out = vec![];
+        to_rgb8(&[-0.2, 1.7, 0.5 / 255.0, 0.49 / 255.0], &mut out);
+        assert_eq!(out, [0, 255, 1, 0]);
+    }
+
+    #[test]
+    fn file_names_are_safe_and_never_doubled() {
+        assert_eq!(
+            view_file_name(3, "images/IMG_01.jpg"),
+            "00003_images_IMG_01.png"
+        );
+        assert_eq!(view_file_name(0, "00000.png"), "00000_00000.png");
+        assert_eq!(view_file_name(12, "a b.JPEG"), "00012_a_b.png");
+        assert_eq!(view_file_name(1, "v.tiff"), "00001_v.tiff.png");
+    }
+}
