@@ -156,6 +156,21 @@ mod tests {
     }
 
     #[test]
+    fn side_by_side_png_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, h) = (3usize, 2usize);
+        let gt: Vec<u8> = (0..w * h * 3).map(|i| i as u8).collect();
+        let render = vec![200u8; w * h * 3];
+        let side = side_by_side(&gt, &render, w, h);
+        let path = dir.path().join("s.png");
+        write_png(&path, &side, 2 * w as u32, h as u32).unwrap();
+        let back = image::open(&path).unwrap().to_rgb8();
+        assert_eq!(back.dimensions(), (6, 2));
+        assert_eq!(&back.as_raw()[..9], &gt[..9]);
+        assert_eq!(&back.as_raw()[9..18], &render[..9]);
+    }
+
+    #[test]
     fn file_names_are_safe_and_never_doubled() {
         assert_eq!(
             view_file_name(3, "images/IMG_01.jpg"),

@@ -293,7 +293,7 @@ impl EmuDriver {
         std::fs::create_dir_all(dir).map_err(io)?;
         // Unique per process and call: parallel tests may build the same module at once.
         // The compiler goes by the extension, so the temporaries keep theirs.
-        let tmp = crate::fsutil::unique_tmp_path(dir, &stem);
+        let tmp = crate::fsutil::unique_tmp_path(dir, stem);
         let cpp: PathBuf = tmp.with_extension("cpp");
         let tmp_lib: PathBuf = tmp.with_extension("so");
         std::fs::write(&cpp, tu).map_err(io)?;

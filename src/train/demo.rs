@@ -154,7 +154,7 @@ pub fn write_demo_pack(dir: &Path, s: &DemoScene) -> Result<(), DemoError> {
         raster
             .forward(&truth, cam, &options, &mut out)
             .map_err(|e| DemoError::Scene(format!("view {i}: {e}")))?;
-        super::report::to_rgb8(&out.image, &mut rgb);
+        crate::eval::to_rgb8(&out.image, &mut rgb);
         let split = if i % TEST_EVERY == 0 {
             Split::Test
         } else {

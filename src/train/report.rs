@@ -211,17 +211,6 @@ pub fn write_report(out_dir: &Path, report: &Report) -> Result<PathBuf, ReportEr
     Ok(path)
 }
 
-/// Float colour to 8 bits: ×255, rounded half up, clamped (what 3DGS's image saving does; the
-/// same rule as `gs-render`).
-pub fn to_rgb8(image: &[f32], out: &mut Vec<u8>) {
-    out.clear();
-    out.extend(
-        image
-            .iter()
-            .map(|&v| (v * 255.0 + 0.5).clamp(0.0, 255.0) as u8),
-    );
-}
-
 /// Writes the training curves: PSNR per iteration to `training_curves.png` and the loss
 /// (log scale) to `training_loss.png`, with axes, labels and a legend ([`crate::plot`]).
 /// Returns the PSNR chart's path. Rows with non-finite values are skipped.
@@ -373,27 +362,6 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("line 2"), "{e}");
-    }
-
-    #[test]
-    fn png_and_side_by_side_round_trip() {
-        let dir = tempfile::tempdir().unwrap();
-        let (w, h) = (3usize, 2usize);
-        let gt: Vec<u8> = (0..w * h * 3).map(|i| i as u8).collect();
-        let mut render = Vec::new();
-        to_rgb8(&vec![1.5f32; w * h * 3], &mut render);
-        assert!(render.iter().all(|&v| v == 255));
-        to_rgb8(&[-0.1, 0.5, 0.499 / 255.0], &mut render);
-        assert_eq!(render, [0, 128, 0]);
-        let render = vec![200u8; w * h * 3];
-        let side = side_by_side(&gt, &render, w, h);
-        let path = dir.path().join("s.png");
-        write_png(&path, &side, 2 * w as u32, h as u32).unwrap();
-        let back = image::open(&path).unwrap().to_rgb8();
-        assert_eq!(back.dimensions(), (6, 2));
-        assert_eq!(&back.as_raw()[..9], &gt[..9]);
-        assert_eq!(&back.as_raw()[9..18], &render[..9]);
-        assert_eq!(safe_name("images/IMG 01.jpg"), "images_IMG_01.jpg");
     }
 
     #[test]
