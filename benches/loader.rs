@@ -25,7 +25,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use ramsplat::budget::{current_rss_bytes, format_size};
-use ramsplat::data::bench::{run_bench_source, BenchOptions, PackViews};
+use ramsplat::data::{
+    bench::{run_bench_source, BenchOptions},
+    sources::PackViews,
+};
 use ramsplat::data::{plan_memory, LoaderConfig, MemSource, Position, RecordSource, Sampler};
 use ramsplat::dataset::Split;
 use ramsplat::scene::camera::{Camera, Intrinsics, Pose};

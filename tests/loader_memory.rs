@@ -15,9 +15,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use ramsplat::budget::{parse_size, parse_status_field};
-use ramsplat::data::bench::write_noise_pack;
 use ramsplat::data::Position;
 use ramsplat::shard::Codec;
+use ramsplat::synth::packs::write_noise_pack;
 use serde_json::Value;
 
 /// 176 views of 512×512 RGB noise stored raw: 176 × 786,432 B = 138.4 MB decoded (and on
@@ -351,7 +351,7 @@ fn belady_hits_its_share_of_the_data_and_lru_does_not() {
 /// The seed scale (600 views of 1600×1066, 4M SfM points, 2.9 GiB decoded): the loader stays
 /// under 512M, 1G and 2G by the kernel's VmHWM, polled and read by the child itself. Writes
 /// the 3 GB pack unless `RAMSPLAT_SCALE_PACK` names one already written
-/// (`ramsplat::data::bench::write_scale_pack`); prints each run's figures.
+/// (`ramsplat::synth::packs::write_scale_pack`); prints each run's figures.
 /// `cargo test --release --test loader_memory -- --ignored --nocapture seed_scale`
 #[test]
 #[ignore = "writes and reads a 3 GB pack: run on demand (see the doc comment)"]
@@ -361,7 +361,7 @@ fn seed_scale_bench_stays_under_512m_1g_and_2g() {
         Some(p) => PathBuf::from(p),
         None => {
             let p = dir.path().join("scale.pack");
-            ramsplat::data::bench::write_scale_pack(&p, 600, 1600, 1066, 4_000_000, 0).unwrap();
+            ramsplat::synth::packs::write_scale_pack(&p, 600, 1600, 1066, 4_000_000, 0).unwrap();
             p
         }
     };

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use ramsplat::data::bench::PackChunks;
 use ramsplat::data::cache::{Cache, CachePolicy};
 use ramsplat::data::prefetch::{HeapSlots, Loader, LoaderConfig};
 use ramsplat::data::sampler::{Position, Sampler};
+use ramsplat::data::sources::PackChunks;
 use ramsplat::data::RecordSource;
 use ramsplat::shard::reader::Pack;
 use ramsplat::shard::PointChunkRef;

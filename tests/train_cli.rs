@@ -218,7 +218,7 @@ fn interrupt_then_resume_matches_an_uninterrupted_run() {
 fn dry_run_plans_and_the_advised_cap_fits() {
     let dir = tempfile::tempdir().unwrap();
     let pack = dir.path().join("scale.pack");
-    ramsplat::data::bench::write_scale_pack(&pack, 8, 64, 48, 120_000, 2).unwrap();
+    ramsplat::synth::packs::write_scale_pack(&pack, 8, 64, 48, 120_000, 2).unwrap();
     let out = dir.path().join("out");
     let base = [s(&pack), "-o", s(&out), "--sh-degree", "3", "--seed", "1"];
     let dry = |budget: &str, extra: &[&str]| {

@@ -24,7 +24,7 @@ fn fixture() -> &'static Fixture {
     F.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("ramsplat-fuzz-shard-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        ramsplat::synth::write_tiny_pack(&dir).expect("seed pack");
+        ramsplat::synth::packs::write_tiny_pack(&dir).expect("seed pack");
         if let Some(seed_dir) = std::env::var_os("RAMSPLAT_FUZZ_SEED_DIR") {
             let _ = std::fs::create_dir_all(&seed_dir);
             std::fs::copy(dir.join("shard-00000.gss"), PathBuf::from(seed_dir).join("seed-valid-shard"))

@@ -28,7 +28,7 @@
 //! [`expected_hit_rate`] replays the real cache on the known order to say what a share buys.
 //!
 //! Measured at the seed scale (600 views of 1600×1066 + 4M points, 2.9 GiB decoded, written by
-//! [`bench::write_scale_pack`]; `gs-pack bench --epochs 2`, debug build): VmHWM 497 MiB at
+//! [`crate::synth::packs::write_scale_pack`]; `gs-pack bench --epochs 2`, debug build): VmHWM 497 MiB at
 //! `--ram-budget 512M`, 1005 MiB at 1G, 2030 MiB at 2G, 15 to 19 MiB under each cap
 //! (`tests/loader_memory.rs`, `seed_scale_bench_stays_under_512m_1g_and_2g`).
 
@@ -37,6 +37,7 @@ pub mod cache;
 pub mod pinned;
 pub mod prefetch;
 pub mod sampler;
+pub mod sources;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -46,6 +46,7 @@
 //! These are lower bounds for an unloaded machine: a fair share of 2 cores was far from 2.
 
 pub mod noise;
+pub mod packs;
 pub mod scene;
 
 use std::fs;
@@ -233,46 +234,6 @@ fn validate(args: &SynthArgs) -> Result<(), SynthError> {
         }
     }
     Ok(())
-}
-
-/// Writes the smallest interesting pack to `dir`, straight through the pack writer (no
-/// dataset files): two 8×6 zstd views one unit apart and a labelled 100-point cloud (point `i`
-/// at `(i, 0.5, −1)` with colour `(i, i, i)`). The fuzz targets in `fuzz/` mutate it and tests
-/// of pack readers use it.
-pub fn write_tiny_pack(
-    dir: &Path,
-) -> Result<crate::shard::Manifest, crate::shard::writer::WriteError> {
-    use crate::dataset::{MemPoints, PointChunk, Split};
-    use crate::scene::camera::{Intrinsics, Pose};
-    use crate::shard::writer::{PackWriter, WriteError, WriterOptions};
-    let mut w = PackWriter::create(dir, &WriterOptions::default())?;
-    for i in 0..2u32 {
-        let camera = Camera {
-            width: 8,
-            height: 6,
-            intrinsics: Intrinsics {
-                fx: 8.0,
-                fy: 8.0,
-                cx: 4.0,
-                cy: 3.0,
-            },
-            world_to_camera: Pose {
-                translation: [i as f64, 0.0, 3.0],
-                ..Pose::IDENTITY
-            },
-        };
-        let px: Vec<u8> = (0..8 * 6 * 3).map(|k| (k * (i + 3)) as u8).collect();
-        w.add_view(&format!("v{i}"), &camera, Split::Train, &px)?;
-    }
-    let chunk = PointChunk {
-        xyz: (0..100).map(|i| [i as f32, 0.5, -1.0]).collect(),
-        rgb: (0..100).map(|i| [i as u8; 3]).collect(),
-        labels: Some((0..100).collect()),
-        normals: None,
-    };
-    w.add_cloud(&mut MemPoints::new("sfm", vec![chunk]))
-        .map_err(WriteError::from)?;
-    w.finish(crate::shard::SourceInfo::generated("ramsplat tiny pack"))
 }
 
 /// Name of view `i`'s image file (relative to `images/`).

@@ -631,7 +631,7 @@ mod tests {
     fn from_pack_streams_sfm_points_or_falls_back_to_random() {
         let dir = tempfile::tempdir().unwrap();
         let with = dir.path().join("with");
-        crate::synth::write_tiny_pack(&with).unwrap();
+        crate::synth::packs::write_tiny_pack(&with).unwrap();
         let pack = Pack::open(&with).unwrap();
         let g = from_pack(&pack, 1, 50, usize::MAX, &mut Rng::new(0)).unwrap();
         // The seed cloud: 100 points (i, 0.5, −1) with colour (i, i, i); neighbours 1 apart.
@@ -643,7 +643,7 @@ mod tests {
         assert!((g.log_scales[50][0] - 2.0f32.sqrt().ln()).abs() < 1e-6);
 
         let without = dir.path().join("without");
-        crate::data::bench::write_noise_pack(&without, 3, 8, 6, crate::shard::Codec::Raw, 1)
+        crate::synth::packs::write_noise_pack(&without, 3, 8, 6, crate::shard::Codec::Raw, 1)
             .unwrap();
         let pack = Pack::open(&without).unwrap();
         assert!(pack.manifest().scene.no_sfm_points);
@@ -782,7 +782,7 @@ mod tests {
     fn max_gaussians_caps_the_initial_model_as_planned() {
         let dir = tempfile::tempdir().unwrap();
         let with = dir.path().join("with");
-        crate::synth::write_tiny_pack(&with).unwrap();
+        crate::synth::packs::write_tiny_pack(&with).unwrap();
         let pack = Pack::open(&with).unwrap();
         let p = plan(&pack, 50, 30);
         assert_eq!(
@@ -807,7 +807,7 @@ mod tests {
         assert!(!plan(&pack, 50, 1000).subsampled());
 
         let without = dir.path().join("without");
-        crate::data::bench::write_noise_pack(&without, 3, 8, 6, crate::shard::Codec::Raw, 1)
+        crate::synth::packs::write_noise_pack(&without, 3, 8, 6, crate::shard::Codec::Raw, 1)
             .unwrap();
         let pack = Pack::open(&without).unwrap();
         let p = plan(&pack, 300, 120);

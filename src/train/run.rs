@@ -50,8 +50,8 @@ use crate::budget::{
     current_rss_bytes, format_size, peak_rss_bytes, within_budget, BudgetError, Floor, ModelShare,
     INIT_ITEM, MODEL_ITEM,
 };
-use crate::data::bench::PackViews;
 use crate::data::pinned::PinnedSlots;
+use crate::data::sources::PackViews;
 use crate::data::{
     expected_hit_rate, floor_of, plan_memory, Cache, CachePolicy, HeapSlots, LoadError, Loader,
     LoaderConfig, PlanExtras, Position, RecordSource, Sampler, SlotAllocator,
