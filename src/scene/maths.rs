@@ -94,10 +94,8 @@ mod tests {
         for c in [0.0f32, 0.25, 1.0] {
             assert!((sh_dc_to_rgb(rgb_to_sh_dc(c)) - c).abs() < 1e-6);
         }
-        // The full-precision constant: a truncated C0 moves mid-grey's DC by ~1e-7 relative.
-        assert_eq!(
-            rgb_to_sh_dc(1.0),
-            (0.5 / 0.282_094_791_773_878_14f64) as f32
-        );
+        // The full-precision constant (a copy once truncated it to 0.282_094_8).
+        assert_eq!(SH_C0, 0.282_094_791_773_878_14);
+        assert_eq!(rgb_to_sh_dc(1.0), 0.5 / SH_C0 as f32);
     }
 }
