@@ -1,5 +1,5 @@
 // rasterize_fwd.cu: one block per 16×16 tile, one thread per pixel, front to back. Twin of
-// cpu::rasterize::rasterize_fwd (DESIGN.md §4 rules: skip σ < 0 and α < 1/255, α ≤ 0.999, stop
+// cpu::rasterize::rasterize_fwd (its module doc has the rules: skip σ < 0 and α < 1/255, α ≤ 0.999, stop
 // before T would fall below 1e-4). The tile's depth-sorted list is staged through shared
 // memory in batches of GS_BLOCK_PIXELS splats, each thread loading one; the block stops early
 // once every pixel is done. Every pixel of the image is written exactly once.

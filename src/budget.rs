@@ -4,7 +4,7 @@
 //! (`VmHWM` in `/proc/self/status`). This module owns the bookkeeping that makes that cap hold:
 //!
 //! - [`parse_size`] / [`format_size`]: `4G` = `4GiB` = 4·2³⁰ bytes, `4GB` = 4·10⁹, plain
-//!   numbers are bytes (DESIGN.md §2).
+//!   numbers are bytes.
 //! - [`Ledger`]: hands out RAII [`Reservation`]s per named component (baseline process, prefetch
 //!   ring, decode scratch, cache, host-side model). A reservation that would push the sum above
 //!   the budget fails with an error that itemises every current reservation; reservations can

@@ -3,27 +3,40 @@
 //!
 //! # Map
 //!
-//! Layers depend downward only: `budget`, `shard` and `import` know nothing of Gaussians;
-//! `device` knows nothing of Gaussians or datasets; `render` knows nothing of datasets; `train` joins them; binaries in `src/bin/` are thin.
+//! Layers depend downward only (each row may use the rows below it, never those above):
+//!
+//! | layer | modules |
+//! | --- | --- |
+//! | binaries (thin: argument parsing, printing) | `src/bin/gs-pack.rs`, `gs-train.rs`, `gs-render.rs` |
+//! | training | [`train`] |
+//! | evaluation, conversion, generation | [`eval`], [`pack`], [`synth`], [`export`] |
+//! | data pipeline, rendering | [`data`], [`render`] (its `cuda` backend on [`device`]) |
+//! | formats and importers | [`shard`], [`import`] (they share [`dataset`], never each other) |
+//! | foundations | [`dataset`], [`scene`], [`device`], [`budget`], [`metrics`], [`plot`], [`fsutil`], [`cli`], [`rng`] |
+//!
+//! `budget`, `shard`, `import` and `data` know nothing of Gaussians; `device` knows nothing of
+//! Gaussians or datasets; `render` knows nothing of datasets.
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | [`scene::camera`] | the camera conventions (OpenCV axes, pixel centres at +0.5) |
+//! | [`dataset`] | the neutral dataset vocabulary: splits, formats, distortion, view descriptions, streamed point chunks and sources |
+//! | [`scene`] | cameras (OpenCV axes, pixel centres at +0.5), Gaussians (stored pre-activation), spherical harmonics, the shared maths (quaternions, logit, SH DC) |
 //! | [`import`] | COLMAP, NeRF `transforms.json` and PLY importers; image decode + undistortion |
 //! | [`shard`] | the pack format (its module doc is the spec): writer seals, reader maps read-only |
 //! | [`pack`] | the `gs-pack convert` pipeline: importer → bounded parallel encode → shards |
-//! | [`synth`] | procedural datasets (images + COLMAP/NeRF metadata) for tests, benches, the demo |
-//! | [`budget`] | RAM budget parsing and the reservation ledger |
-//! | [`data`] | sampler, byte-budgeted cache, prefetch ring (pageable or page-locked slots) feeding the trainer |
-//! | [`scene`] | cameras, Gaussians (stored pre-activation), spherical harmonics |
-//! | [`device`] | device memory, copies and kernel launches: CUDA on a GPU, or the host emulation that runs the same kernels in CI |
-//! | [`render`] | the `Rasterizer` trait, its CPU reference backend and the CUDA backend (on [`device`]) |
+//! | [`synth`] | procedural datasets (images + COLMAP/NeRF metadata) and program-written packs for tests, benches, the demo, fuzzing |
+//! | [`budget`] | RAM budget parsing and formatting, the reservation ledger, the memory floor |
+//! | [`data`] | pack-backed record sources, sampler, byte-budgeted cache, prefetch ring (pageable or page-locked slots) feeding the trainer; `gs-pack bench` |
+//! | [`device`] | device memory, copies and kernel launches: CUDA (driver API + NVRTC) on a GPU, or the host emulation that runs the same kernels in CI |
+//! | [`render`] | the `Rasterizer` trait and backend choice, the CPU reference backend (`render::cpu`, the oracle) and the CUDA backend (`render::cuda`, on [`device`]) |
+//! | `kernels/` | the CUDA C++ sources (`*.cu`, shared `*.cuh`) compiled at run time by NVRTC, or by the host C++ compiler with `kernels/host/emulation.h` for the emulation |
 //! | [`metrics`] | PSNR and SSIM |
+//! | [`eval`] | scoring renders against ground truth: the one rule set `gs-train --eval` and `gs-render` share |
 //! | [`plot`] | PNG line charts (training curves, the loader's speed/RAM curve) |
-//! | [`export`] | standard 3DGS PLY read/write |
-//! | [`train`] | the 3DGS training step on two engines (the CPU's, and the device engine with the model resident on [`device`]), densification, Adam, loss, schedule and loop |
-//! | [`cli`] | shared command-line plumbing (progress, sizes, error printing) |
-//! | [`fsutil`] | crash-safe writes: atomic file replacement, no-clobber directory install |
+//! | [`export`] | model files: 3DGS PLY, SPZ, `.splat`, 3DGS `cameras.json` |
+//! | [`train`] | the 3DGS training step on two engines (the CPU's, and the device engine with the model resident on [`device`]), densification, Adam, loss, schedule, checkpoints, the run |
+//! | [`cli`] | shared command-line plumbing (progress, error chains, exit codes) |
+//! | [`fsutil`] | crash-safe writes: atomic file replacement, no-clobber directory install (the crate's only `rename`) |
 //! | [`rng`] | the project's pinned random number generator |
 
 #![deny(clippy::undocumented_unsafe_blocks)]

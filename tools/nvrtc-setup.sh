@@ -12,7 +12,7 @@
 # DIR/wheels/*.whl (the download cache).
 #
 # Versions are pinned to 13.0.x on purpose: newer NVRTC emits PTX that the 580-series driver
-# on the GPU machines cannot load (DESIGN.md §5). Idempotent: wheels already in DIR/wheels are
+# on the GPU machines cannot load. Idempotent: wheels already in DIR/wheels are
 # not downloaded again and the unpacked files are simply overwritten.
 set -euo pipefail
 

@@ -2,8 +2,8 @@
 """Independent numpy reference renderer for 3D Gaussian Splatting models (standard 3DGS PLY).
 
 What it does
-    Implements the forward rendering math of DESIGN.md section 4 (the original 3DGS / gsplat
-    conventions) straight from the formulas, in float64, one Gaussian at a time over whole
+    Implements the forward rendering math that src/render/cpu/project.rs and rasterize.rs
+    document (the original 3DGS / gsplat conventions) straight from the formulas, in float64, one Gaussian at a time over whole
     pixel arrays. It shares no code with ramsplat's Rust rasterizer: tests/render_reference.rs
     uses it as an oracle for the CPU backend, on models and cameras generated here with numpy's
     own random generator (so no ramsplat code path chooses the inputs).
@@ -16,7 +16,7 @@ How to run (needs only python3 + numpy)
     python3 tools/reference_render.py render --ply DIR/model.ply --camera DIR/cam_inside.json \
         --out OUT.npy [--png OUT.png] [--bg r,g,b] [--sh-degree D]
 
-Conventions (DESIGN.md section 4)
+Conventions (as src/scene/camera.rs and src/render/cpu/{project,rasterize}.rs state them)
     Camera JSON {"width","height","fx","fy","cx","cy","world_to_camera": 4x4 row-major},
     OpenCV axes, world-to-camera p_cam = R p + t. Pixel (i, j) has its centre at (i+0.5, j+0.5);
     mean2d = (fx x/z + cx, fy y/z + cy). Sigma = R S S^T R^T (R from the normalised wxyz

@@ -1,5 +1,5 @@
 //! Real spherical harmonics up to degree 3, as the original 3D Gaussian Splatting evaluates
-//! them for view-dependent colour (DESIGN.md §4).
+//! them for view-dependent colour.
 //!
 //! Owns: the basis constants, the basis in the 3DGS order and sign convention, and its
 //! derivatives. Colour for a unit direction `d` is `max(Σ_k basis_k(d)·coeff_k + 0.5, 0)` per

@@ -11,7 +11,7 @@
 //! - The moments are stored as two [`Gaussians`] values (`exp_avg`, `exp_avg_sq`) with the
 //!   same SoA shapes as the model: every array has the model's length, `sh` has
 //!   `len · sh_coeffs(sh_degree)` entries. Densification edits model and moments together
-//!   (see [`super::densify::ops`]), so the shapes can never drift apart.
+//!   (see [`super::densify::Model`]), so the shapes can never drift apart.
 //! - One step count per group, as PyTorch keeps `state["step"]` per parameter tensor; 3DGS
 //!   replaces the moments of densified/pruned tensors but keeps their step count, so new
 //!   Gaussians start with zero moments and the group's current bias correction.

@@ -13,7 +13,7 @@
 //!
 //! # A step (the host engine's order, see [`super::trainer`])
 //! 1. the view: from a page-locked ring slot by an asynchronous copy on the copy stream, the
-//!    compute queue waiting for it on the device (rules in [`crate::device::transfer`]), or from
+//!    compute queue waiting for it on the device (rules in `src/device/transfer.rs`), or from
 //!    pageable memory by a plain copy; then `rgb8_to_f32`;
 //! 2. `forward_resident`, the loss kernels (`∂L/∂image` + scalars), `backward_resident`;
 //! 3. `densify_accumulate` (`kernels/densify.cu`, the twin of the host statistics) while the

@@ -29,7 +29,7 @@
 //! truth | render) and `test/iteration_N/metrics.json`.
 //!
 //! # Resume
-//! A checkpoint holds the whole [`TrainState`] including the loader position, and the trainer
+//! A checkpoint holds the whole [`super::TrainState`] including the loader position, and the trainer
 //! is deterministic, so resuming reaches bit-identical parameters (tested in
 //! `tests/train_cli.rs`). Evaluation only reads the model, so it does not perturb the run.
 

@@ -1,7 +1,8 @@
 //! Per-Gaussian projection (`project_fwd`) and its adjoint (`project_bwd`), named like the CUDA
 //! kernels they are the reference for.
 //!
-//! Forward, per Gaussian (DESIGN.md §4, matching 3DGS / gsplat):
+//! Forward, per Gaussian (the conventions of 3DGS / gsplat; camera axes and pixel centres as
+//! [`crate::scene::camera`] documents them):
 //! camera-space mean `t = W·μ + w`; culled when `z ≤ 0.01` (or not finite); `Σ = R S Sᵀ Rᵀ`
 //! from the normalised quaternion and `exp(log_scale)`; `Σ2d = J W Σ Wᵀ Jᵀ + 0.3·I` with the
 //! clamped EWA Jacobian; culled when `det ≤ 0`; `conic = Σ2d⁻¹` (inverted at an exact

@@ -1,5 +1,5 @@
 //! `rasterize_fwd` / `rasterize_bwd`: per-tile front-to-back alpha compositing and its
-//! back-to-front adjoint, exactly the per-pixel rules of 3DGS (DESIGN.md §4):
+//! back-to-front adjoint, exactly the per-pixel rules of 3DGS:
 //!
 //! `σ = ½(a·dx² + c·dy²) + b·dx·dy`, `d = mean2d − pixel centre`; skip `σ < 0`;
 //! `α = min(0.999, o·e^{−σ})`; skip `α < 1/255`; stop *before* the Gaussian that would make
