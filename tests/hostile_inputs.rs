@@ -482,20 +482,7 @@ fn gs_render_refuses_a_zero_quaternion_naming_the_vertex() {
     let tmp = tempfile::tempdir().unwrap();
     let ply = tmp.path().join("m.ply");
     small_model(&ply);
-    // Zero the rotation of vertex 3 in the binary body (every property is a float; rot_0..3
-    // are consecutive).
-    let mut bytes = std::fs::read(&ply).unwrap();
-    let end = b"end_header\n";
-    let body = bytes.windows(end.len()).position(|w| w == end).unwrap() + end.len();
-    let header = String::from_utf8_lossy(&bytes[..body]).into_owned();
-    let props: Vec<&str> = header
-        .lines()
-        .filter_map(|l| l.strip_prefix("property float "))
-        .collect();
-    let rot0 = props.iter().position(|&p| p == "rot_0").unwrap();
-    let at = body + (3 * props.len() + rot0) * 4;
-    bytes[at..at + 16].fill(0);
-    std::fs::write(&ply, &bytes).unwrap();
+    set_floats(&ply, 3, "rot_0", &[0.0; 4]);
     let cam = tmp.path().join("cam.json");
     std::fs::write(&cam, camera_json(16, 16).to_string()).unwrap();
     let out = tmp.path().join("x.png");
@@ -509,8 +496,9 @@ fn gs_render_refuses_a_zero_quaternion_naming_the_vertex() {
     assert!(!out.exists());
 }
 
-/// Sets the log-scales of vertex `v` of a float-only binary 3DGS PLY.
-fn set_log_scales(ply: &Path, v: usize, value: f32) {
+/// Overwrites consecutive float properties of vertex `v`, from `first` on, in a float-only
+/// binary 3DGS PLY (as `small_model` writes).
+fn set_floats(ply: &Path, v: usize, first: &str, values: &[f32]) {
     let mut bytes = std::fs::read(ply).unwrap();
     let end = b"end_header\n";
     let body = bytes.windows(end.len()).position(|w| w == end).unwrap() + end.len();
@@ -519,10 +507,10 @@ fn set_log_scales(ply: &Path, v: usize, value: f32) {
         .lines()
         .filter_map(|l| l.strip_prefix("property float "))
         .collect();
-    let scale0 = props.iter().position(|&p| p == "scale_0").unwrap();
-    for k in 0..3 {
-        let at = body + (v * props.len() + scale0 + k) * 4;
-        bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    let at = props.iter().position(|&p| p == first).unwrap();
+    for (k, value) in values.iter().enumerate() {
+        let o = body + (v * props.len() + at + k) * 4;
+        bytes[o..o + 4].copy_from_slice(&value.to_le_bytes());
     }
     std::fs::write(ply, &bytes).unwrap();
 }
@@ -536,7 +524,7 @@ fn gs_render_draws_a_huge_gaussian_and_reports_one_beyond_single_precision() {
         let ply = tmp.path().join("m.ply");
         small_model(&ply);
         if let Some(v) = log_scale {
-            set_log_scales(&ply, 2, v);
+            set_floats(&ply, 2, "scale_0", &[v; 3]);
         }
         let out = tmp.path().join("x.png");
         let o = gs_render(&["--ply", s(&ply), "--camera", s(&cam), "-o", s(&out)]);

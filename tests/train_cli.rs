@@ -175,7 +175,11 @@ fn interrupt_then_resume_matches_an_uninterrupted_run() {
     // The signal lands within a poll interval (20 ms) of the first metrics row, hundreds of
     // iterations before the end: a run that finished anyway means the signal was lost, and the
     // test fails rather than pass without resuming anything.
-    assert_eq!(o.status.code(), Some(130), "SIGINT did not interrupt the run: {msg}");
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "SIGINT did not interrupt the run: {msg}"
+    );
     let at: u64 = msg
         .split("interrupted at iteration ")
         .nth(1)

@@ -13,6 +13,22 @@ use crate::scene::camera::{Camera, Intrinsics, Pose};
 use crate::shard::writer::{PackWriter, WriteError, WriterOptions};
 use crate::shard::{Codec, Manifest, SourceInfo};
 
+/// A pinhole camera with `f = width` px (a ~53° horizontal field of view) and the principal
+/// point at the image centre.
+fn centred_camera(width: u32, height: u32, world_to_camera: Pose) -> Camera {
+    Camera {
+        width,
+        height,
+        intrinsics: Intrinsics {
+            fx: width as f64,
+            fy: width as f64,
+            cx: width as f64 / 2.0,
+            cy: height as f64 / 2.0,
+        },
+        world_to_camera,
+    }
+}
+
 /// Writes the smallest interesting pack to `dir`, straight through the pack writer (no
 /// dataset files): two 8×6 zstd views one unit apart and a labelled 100-point cloud (point `i`
 /// at `(i, 0.5, −1)` with colour `(i, i, i)`). The fuzz targets in `fuzz/` mutate it and tests
@@ -20,20 +36,14 @@ use crate::shard::{Codec, Manifest, SourceInfo};
 pub fn write_tiny_pack(dir: &Path) -> Result<Manifest, WriteError> {
     let mut w = PackWriter::create(dir, &WriterOptions::default())?;
     for i in 0..2u32 {
-        let camera = Camera {
-            width: 8,
-            height: 6,
-            intrinsics: Intrinsics {
-                fx: 8.0,
-                fy: 8.0,
-                cx: 4.0,
-                cy: 3.0,
-            },
-            world_to_camera: Pose {
+        let camera = centred_camera(
+            8,
+            6,
+            Pose {
                 translation: [i as f64, 0.0, 3.0],
                 ..Pose::IDENTITY
             },
-        };
+        );
         let px: Vec<u8> = (0..8 * 6 * 3).map(|k| (k * (i + 3)) as u8).collect();
         w.add_view(&format!("v{i}"), &camera, Split::Train, &px)?;
     }
@@ -74,20 +84,14 @@ pub fn write_noise_pack(
             chunk.copy_from_slice(&r[..chunk.len()]);
         }
         sum = sum.wrapping_add(xxh3_64(&pixels));
-        let camera = Camera {
+        let camera = centred_camera(
             width,
             height,
-            intrinsics: Intrinsics {
-                fx: width as f64,
-                fy: width as f64,
-                cx: width as f64 / 2.0,
-                cy: height as f64 / 2.0,
-            },
-            world_to_camera: Pose {
+            Pose {
                 translation: [i as f64 * 0.1, 0.0, 4.0],
                 ..Pose::IDENTITY
             },
-        };
+        );
         w.add_view(&format!("noise_{i:05}.png"), &camera, Split::Train, &pixels)?;
     }
     w.finish(SourceInfo::generated("synthetic noise"))?;
@@ -196,20 +200,14 @@ pub fn write_scale_pack(
         let translation = std::array::from_fn(|r| {
             -(rotation[r][0] * c[0] + rotation[r][1] * c[1] + rotation[r][2] * c[2])
         });
-        let camera = Camera {
+        let camera = centred_camera(
             width,
             height,
-            intrinsics: Intrinsics {
-                fx: width as f64,
-                fy: width as f64,
-                cx: width as f64 / 2.0,
-                cy: height as f64 / 2.0,
-            },
-            world_to_camera: Pose {
+            Pose {
                 rotation,
                 translation,
             },
-        };
+        );
         w.add_view(&format!("scale_{i:05}.png"), &camera, Split::Train, &pixels)?;
     }
     if points > 0 {
