@@ -43,17 +43,87 @@ pub enum BudgetError {
         format_size(*budget), format_size(*requested), format_size(*available), itemise(reserved)
     )]
     OverBudget {
-        component: String,
+        component: Component,
         requested: u64,
         available: u64,
         budget: u64,
-        reserved: Vec<(String, u64)>,
+        reserved: Vec<(Component, u64)>,
     },
     #[error("{0}")]
     BelowFloor(Box<Floor>),
 }
 
-fn itemise(items: &[(String, u64)]) -> String {
+/// What a reservation or a floor item is for. Typed, so the trainer finds the model's
+/// reservation by what it is, not by spelling its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Component {
+    /// The process before anything that scales with the data exists.
+    Baseline,
+    /// Allocator, thread stacks and per-thread arenas.
+    RuntimeMargin,
+    PrefetchRing,
+    DecodeScratch,
+    /// Sampler tables and the cache index.
+    Bookkeeping,
+    /// The trainer's per-view image buffers.
+    TrainerImages,
+    Evaluation,
+    RenderIntersections,
+    /// The trainer's model (parameters, gradients, moments, statistics, render buffers).
+    Model,
+    /// Points held while the initial model is built (released to the cache afterwards).
+    Initialisation,
+    /// What the floor leaves: the byte-budgeted cache.
+    Cache,
+    /// Scratch memory needed only until a known point (tests, tools).
+    Scratch,
+}
+
+impl Component {
+    /// How plans and errors name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Component::Baseline => "baseline",
+            Component::RuntimeMargin => "runtime margin",
+            Component::PrefetchRing => "prefetch ring",
+            Component::DecodeScratch => "decode scratch",
+            Component::Bookkeeping => "bookkeeping",
+            Component::TrainerImages => "trainer images",
+            Component::Evaluation => "evaluation",
+            Component::RenderIntersections => "render intersections",
+            Component::Model => "model",
+            Component::Initialisation => "initialisation",
+            Component::Cache => "cache",
+            Component::Scratch => "scratch",
+        }
+    }
+}
+
+impl fmt::Display for Component {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One item of a [`Floor`]: what it is, its bytes, and the formula they come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FloorItem {
+    pub component: Component,
+    pub bytes: u64,
+    pub formula: String,
+}
+
+impl FloorItem {
+    pub fn new(component: Component, bytes: u64, formula: impl Into<String>) -> FloorItem {
+        FloorItem {
+            component,
+            bytes,
+            formula: formula.into(),
+        }
+    }
+}
+
+fn itemise(items: &[(Component, u64)]) -> String {
     if items.is_empty() {
         return "none".to_string();
     }
@@ -156,7 +226,7 @@ pub fn current_rss_bytes() -> Option<u64> {
 struct LedgerState {
     next_id: u64,
     /// id → (component, bytes).
-    live: BTreeMap<u64, (String, u64)>,
+    live: BTreeMap<u64, (Component, u64)>,
     reserved: u64,
 }
 
@@ -205,13 +275,13 @@ impl Ledger {
     }
 
     /// Live reservations as (component, bytes), in reservation order.
-    pub fn items(&self) -> Vec<(String, u64)> {
+    pub fn items(&self) -> Vec<(Component, u64)> {
         self.lock().live.values().cloned().collect()
     }
 
-    fn over(&self, st: &LedgerState, component: &str, requested: u64) -> BudgetError {
+    fn over(&self, st: &LedgerState, component: Component, requested: u64) -> BudgetError {
         BudgetError::OverBudget {
-            component: component.to_string(),
+            component,
             requested,
             available: self.inner.budget - st.reserved,
             budget: self.inner.budget,
@@ -220,7 +290,7 @@ impl Ledger {
     }
 
     /// Reserves `bytes` for `component`, or fails itemising the current reservations.
-    pub fn reserve(&self, component: &str, bytes: u64) -> Result<Reservation, BudgetError> {
+    pub fn reserve(&self, component: Component, bytes: u64) -> Result<Reservation, BudgetError> {
         let mut st = self.lock();
         if bytes > self.inner.budget - st.reserved {
             return Err(self.over(&st, component, bytes));
@@ -228,7 +298,7 @@ impl Ledger {
         let id = st.next_id;
         st.next_id += 1;
         st.reserved += bytes;
-        st.live.insert(id, (component.to_string(), bytes));
+        st.live.insert(id, (component, bytes));
         Ok(Reservation {
             ledger: self.clone(),
             id,
@@ -237,13 +307,13 @@ impl Ledger {
     }
 
     /// Reserves whatever is free (possibly zero) for `component`.
-    pub fn reserve_rest(&self, component: &str) -> Reservation {
+    pub fn reserve_rest(&self, component: Component) -> Reservation {
         let mut st = self.lock();
         let bytes = self.inner.budget - st.reserved;
         let id = st.next_id;
         st.next_id += 1;
         st.reserved += bytes;
-        st.live.insert(id, (component.to_string(), bytes));
+        st.live.insert(id, (component, bytes));
         Reservation {
             ledger: self.clone(),
             id,
@@ -265,13 +335,13 @@ impl Reservation {
         self.bytes
     }
 
-    pub fn component(&self) -> String {
+    pub fn component(&self) -> Component {
         self.ledger
             .lock()
             .live
             .get(&self.id)
-            .map(|(n, _)| n.clone())
-            .unwrap_or_default()
+            .map(|(c, _)| *c)
+            .expect("a live reservation is in its ledger")
     }
 
     /// Grows or shrinks to `bytes`. Shrinking always succeeds; growing fails (leaving the
@@ -281,12 +351,12 @@ impl Reservation {
         if bytes > self.bytes {
             let extra = bytes - self.bytes;
             if extra > self.ledger.inner.budget - st.reserved {
-                let name = st
+                let component = st
                     .live
                     .get(&self.id)
-                    .map(|(n, _)| n.clone())
-                    .unwrap_or_default();
-                return Err(self.ledger.over(&st, &name, extra));
+                    .map(|(c, _)| *c)
+                    .expect("a live reservation is in its ledger");
+                return Err(self.ledger.over(&st, component, extra));
             }
             st.reserved += extra;
         } else {
@@ -377,8 +447,8 @@ pub fn within_budget(peak: Option<u64>, budget: u64) -> Option<bool> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Floor {
     pub budget: u64,
-    /// (item, bytes, formula): every item says how its bytes are made up.
-    pub items: Vec<(String, u64, String)>,
+    /// Every item says how its bytes are made up.
+    pub items: Vec<FloorItem>,
     /// What the user can change, tailored to the biggest items.
     pub advice: Vec<String>,
     /// The model's share, when the run trains one (sizes the `--max-gaussians` advice).
@@ -402,11 +472,6 @@ pub struct ModelShare {
     pub init_bytes_per_point: u64,
 }
 
-/// Name of the floor item of the model (the trainer resizes its reservation as it grows).
-pub const MODEL_ITEM: &str = "model";
-/// Name of the floor item of the initialisation scratch (released to the cache once built).
-pub const INIT_ITEM: &str = "initialisation";
-
 /// The inputs of the floor.
 #[derive(Clone, Debug)]
 pub struct FloorInputs {
@@ -424,8 +489,8 @@ pub struct FloorInputs {
     pub max_stored_bytes: u64,
     /// Records the sampler schedules (its per-epoch tables and the cache index scale with it).
     pub records: usize,
-    /// Extra fixed components (name, bytes, formula).
-    pub extra: Vec<(String, u64, String)>,
+    /// Extra fixed components.
+    pub extra: Vec<FloorItem>,
     /// The model, when a trainer runs.
     pub model: Option<ModelShare>,
 }
@@ -458,15 +523,15 @@ impl Floor {
         let per_thread = margin::ARENA_PER_THREAD + margin::THREAD_STACK;
         let per_worker = f.max_stored_bytes + margin::ZSTD_DCTX + margin::FAULT_AROUND_PER_WORKER;
         let mut items = vec![
-            (
-                "baseline".to_string(),
+            FloorItem::new(
+                Component::Baseline,
                 f.baseline_rss,
                 "process RSS measured before the model, ring and cache exist (code, libraries, \
                  manifest)"
                     .to_string(),
             ),
-            (
-                "runtime margin".to_string(),
+            FloorItem::new(
+                Component::RuntimeMargin,
                 margin::ALLOCATOR + threads * per_thread,
                 format!(
                     "allocator {} + {} threads × (arena {} + stack {})",
@@ -476,8 +541,8 @@ impl Floor {
                     format_size(margin::THREAD_STACK)
                 ),
             ),
-            (
-                "prefetch ring".to_string(),
+            FloorItem::new(
+                Component::PrefetchRing,
                 f.ring_slots as u64 * f.slot_bytes,
                 format!(
                     "{} slots × {} (largest record)",
@@ -485,8 +550,8 @@ impl Floor {
                     format_size(f.slot_bytes)
                 ),
             ),
-            (
-                "decode scratch".to_string(),
+            FloorItem::new(
+                Component::DecodeScratch,
                 workers * per_worker,
                 format!(
                     "{} workers × (mapped record {} + zstd context {} + fault-around {})",
@@ -496,8 +561,8 @@ impl Floor {
                     format_size(margin::FAULT_AROUND_PER_WORKER)
                 ),
             ),
-            (
-                "bookkeeping".to_string(),
+            FloorItem::new(
+                Component::Bookkeeping,
                 f.records as u64 * BOOKKEEPING_PER_RECORD,
                 format!(
                     "{} records × {BOOKKEEPING_PER_RECORD} B (sampler tables, cache index)",
@@ -505,12 +570,10 @@ impl Floor {
                 ),
             ),
         ];
-        for (name, bytes, why) in &f.extra {
-            items.push((name.clone(), *bytes, why.clone()));
-        }
+        items.extend(f.extra.iter().cloned());
         if let Some(m) = &f.model {
-            items.push((
-                MODEL_ITEM.to_string(),
+            items.push(FloorItem::new(
+                Component::Model,
                 m.gaussians * m.bytes_per_gaussian,
                 format!(
                     "{} Gaussians × {} B ({}); grows with densification, taking from the cache",
@@ -518,8 +581,8 @@ impl Floor {
                 ),
             ));
             if m.init_points > 0 {
-                items.push((
-                    INIT_ITEM.to_string(),
+                items.push(FloorItem::new(
+                    Component::Initialisation,
                     m.init_points * m.init_bytes_per_point,
                     format!(
                         "{} points read × {} B (position, colour, sampling key, kNN tables) \
@@ -529,7 +592,7 @@ impl Floor {
                 ));
             }
         }
-        let total: u64 = items.iter().map(|i| i.1).sum();
+        let total: u64 = items.iter().map(|i| i.bytes).sum();
         let mut advice = Vec::new();
         if let Some(m) = &f.model {
             let model_bytes = m.gaussians * m.bytes_per_gaussian;
@@ -583,12 +646,16 @@ impl Floor {
     }
 
     pub fn total(&self) -> u64 {
-        self.items.iter().map(|i| i.1).sum()
+        self.items.iter().map(|i| i.bytes).sum()
     }
 
-    /// Bytes of the item `name` (0 if absent).
-    pub fn item(&self, name: &str) -> u64 {
-        self.items.iter().filter(|i| i.0 == name).map(|i| i.1).sum()
+    /// Bytes of the item of `component` (0 if absent).
+    pub fn item(&self, component: Component) -> u64 {
+        self.items
+            .iter()
+            .filter(|i| i.component == component)
+            .map(|i| i.bytes)
+            .sum()
     }
 
     /// `Ok(bytes left for the cache)` or the itemised [`BudgetError::BelowFloor`].
@@ -605,7 +672,10 @@ impl Floor {
     pub fn table(&self) -> String {
         self.items
             .iter()
-            .map(|(name, bytes, why)| format!("  {name:<21} {:>12}  {why}", format_size(*bytes)))
+            .map(|i| {
+                let name = i.component.name();
+                format!("  {name:<21} {:>12}  {}", format_size(i.bytes), i.formula)
+            })
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -698,13 +768,15 @@ mod tests {
     #[test]
     fn ledger_never_exceeds_budget_and_itemises() {
         let ledger = Ledger::new(100);
-        let a = ledger.reserve("ring", 60).unwrap();
-        let mut b = ledger.reserve("cache", 30).unwrap();
+        let a = ledger.reserve(Component::PrefetchRing, 60).unwrap();
+        let mut b = ledger.reserve(Component::Cache, 30).unwrap();
         assert_eq!(ledger.reserved(), 90);
-        let err = ledger.reserve("model", 20).unwrap_err();
+        let err = ledger.reserve(Component::Model, 20).unwrap_err();
         let msg = err.to_string();
         assert!(
-            msg.contains("model") && msg.contains("ring 60 B") && msg.contains("cache 30 B"),
+            msg.contains("model")
+                && msg.contains("prefetch ring 60 B")
+                && msg.contains("cache 30 B"),
             "{msg}"
         );
         assert!(b.resize(41).is_err());
@@ -716,19 +788,19 @@ mod tests {
         b.resize(40).unwrap();
         assert_eq!(ledger.available(), 0);
         b.resize(10).unwrap();
-        let c = ledger.reserve("model", 30).unwrap();
+        let c = ledger.reserve(Component::Model, 30).unwrap();
         assert_eq!(ledger.reserved(), 100);
         drop(a);
         assert_eq!(ledger.reserved(), 40);
         assert_eq!(
             ledger.items(),
-            vec![("cache".to_string(), 10), ("model".to_string(), 30)]
+            vec![(Component::Cache, 10), (Component::Model, 30)]
         );
         drop((b, c));
         assert_eq!(ledger.reserved(), 0);
-        let rest = ledger.reserve_rest("cache");
+        let rest = ledger.reserve_rest(Component::Cache);
         assert_eq!(rest.bytes(), 100);
-        assert_eq!(rest.component(), "cache");
+        assert_eq!(rest.component(), Component::Cache);
     }
 
     #[test]
@@ -846,8 +918,8 @@ mod tests {
         });
         let budget = 2 << 30;
         let floor = Floor::compute(budget, &f);
-        assert_eq!(floor.item(MODEL_ITEM), 4_000_000 * 1092);
-        assert_eq!(floor.item(INIT_ITEM), 4_000_000 * 48);
+        assert_eq!(floor.item(Component::Model), 4_000_000 * 1092);
+        assert_eq!(floor.item(Component::Initialisation), 4_000_000 * 48);
         let msg = floor.check().unwrap_err().to_string();
         let n: u64 = msg
             .split("--max-gaussians ")
@@ -861,7 +933,7 @@ mod tests {
             "the model advice comes first:\n{msg}"
         );
         // The advised count fits with the slack to spare, and is not far below what fits.
-        let others = floor.total() - floor.item(MODEL_ITEM);
+        let others = floor.total() - floor.item(Component::Model);
         let exact = (budget - others) / 1092;
         let mut g = f.clone();
         g.model.as_mut().unwrap().gaussians = n;
@@ -874,7 +946,10 @@ mod tests {
             "{n} of {exact}"
         );
         // Every item carries its formula.
-        assert!(floor.items.iter().all(|i| !i.2.is_empty()), "{floor:?}");
+        assert!(
+            floor.items.iter().all(|i| !i.formula.is_empty()),
+            "{floor:?}"
+        );
         // When the model is small, no such advice.
         let mut small = f.clone();
         small.model.as_mut().unwrap().gaussians = 10;

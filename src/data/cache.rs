@@ -548,7 +548,9 @@ mod tests {
         let ledger = crate::budget::Ledger::new(10 * entry_cost(64));
         let mut c = Cache::new(
             CachePolicy::Belady,
-            ledger.reserve("cache", 5 * entry_cost(64)).unwrap(),
+            ledger
+                .reserve(crate::budget::Component::Cache, 5 * entry_cost(64))
+                .unwrap(),
         );
         let mut s = crate::data::sampler::Sampler::singletons(1, 20).unwrap();
         let mut out = [0u8; 64];

@@ -41,7 +41,9 @@ pub mod sources;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::budget::{BudgetError, Floor, FloorInputs, Ledger, ModelShare, Reservation};
+use crate::budget::{
+    BudgetError, Component, Floor, FloorInputs, FloorItem, Ledger, ModelShare, Reservation,
+};
 
 pub use cache::{Cache, CachePolicy};
 pub use prefetch::{
@@ -167,17 +169,18 @@ pub struct MemoryPlan {
 }
 
 impl MemoryPlan {
-    /// Removes and returns the reservation of the floor item `name` (e.g. the model's, which
-    /// the trainer then resizes).
-    pub fn take(&mut self, name: &str) -> Option<Reservation> {
-        let i = self.fixed.iter().position(|r| r.component() == name)?;
+    /// Removes and returns the reservation of the floor item of `component` (e.g. the model's,
+    /// which the trainer then resizes).
+    pub fn take(&mut self, component: Component) -> Option<Reservation> {
+        let i = self.fixed.iter().position(|r| r.component() == component)?;
         Some(self.fixed.remove(i))
     }
 
-    /// Releases the floor item `name` (memory that was needed only until now, e.g. the
-    /// initialisation scratch, already freed) and gives its bytes to the cache; returns them.
-    pub fn release_to_cache(&mut self, name: &str) -> u64 {
-        let Some(r) = self.take(name) else {
+    /// Releases the floor item of `component` (memory that was needed only until now, e.g.
+    /// the initialisation scratch, already freed) and gives its bytes to the cache; returns
+    /// them.
+    pub fn release_to_cache(&mut self, component: Component) -> u64 {
+        let Some(r) = self.take(component) else {
             return 0;
         };
         let bytes = r.bytes();
@@ -192,8 +195,8 @@ impl MemoryPlan {
 /// What a plan holds besides the loader's own parts.
 #[derive(Clone, Debug, Default)]
 pub struct PlanExtras {
-    /// Fixed components: (name, bytes, formula).
-    pub items: Vec<(String, u64, String)>,
+    /// Fixed components.
+    pub items: Vec<FloorItem>,
     /// Threads started after the baseline besides the loader's workers (a compute pool).
     pub threads: usize,
     /// The trainer's model.
@@ -245,9 +248,9 @@ pub fn plan_memory(
     let fixed = floor
         .items
         .iter()
-        .map(|(name, bytes, _)| ledger.reserve(name, *bytes))
+        .map(|i| ledger.reserve(i.component, i.bytes))
         .collect::<Result<Vec<_>, _>>()?;
-    let cache = ledger.reserve_rest("cache");
+    let cache = ledger.reserve_rest(Component::Cache);
     Ok(MemoryPlan {
         floor,
         ledger,
@@ -651,14 +654,18 @@ mod tests {
         let src = MemSource::new(records(4, 1 << 20));
         let cfg = config(1, 1, 0);
         let extras = PlanExtras {
-            items: vec![("scratch".into(), 3 << 20, "test".into())],
+            items: vec![FloorItem::new(Component::Scratch, 3 << 20, "test")],
             ..PlanExtras::default()
         };
         let mut plan = plan_memory(64 << 20, &src, &cfg, 4 << 20, extras).unwrap();
         let before = plan.cache.bytes();
-        assert_eq!(plan.release_to_cache("scratch"), 3 << 20);
+        assert_eq!(plan.release_to_cache(Component::Scratch), 3 << 20);
         assert_eq!(plan.cache.bytes(), before + (3 << 20));
-        assert_eq!(plan.release_to_cache("scratch"), 0, "released once");
+        assert_eq!(
+            plan.release_to_cache(Component::Scratch),
+            0,
+            "released once"
+        );
         assert_eq!(plan.ledger.available(), 0);
     }
 }

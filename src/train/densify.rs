@@ -1109,9 +1109,17 @@ mod tests {
         let n = 10;
         let base = model_bytes(n, 1);
         let ledger = Ledger::new(base + 1000);
-        let mut cache = Some(ledger.reserve("cache", 1000).unwrap());
+        let mut cache = Some(
+            ledger
+                .reserve(crate::budget::Component::Cache, 1000)
+                .unwrap(),
+        );
         let mut c = Ctx::new();
-        c.memory.reservation = Some(ledger.reserve("model", base).unwrap());
+        c.memory.reservation = Some(
+            ledger
+                .reserve(crate::budget::Component::Model, base)
+                .unwrap(),
+        );
         let mut s = DefaultStrategy::new(DensifyConfig::default());
         let none = [[0.0f32; 2]; 64];
         let hot = |m: &mut Model| {
@@ -1172,9 +1180,17 @@ mod tests {
     fn make_room_lets_growth_proceed() {
         let n = 4;
         let ledger = Ledger::new(model_bytes(2 * n, 1));
-        let mut cache = Some(ledger.reserve("cache", model_bytes(n, 1)).unwrap());
+        let mut cache = Some(
+            ledger
+                .reserve(crate::budget::Component::Cache, model_bytes(n, 1))
+                .unwrap(),
+        );
         let mut c = Ctx::new();
-        c.memory.reservation = Some(ledger.reserve("model", model_bytes(n, 1)).unwrap());
+        c.memory.reservation = Some(
+            ledger
+                .reserve(crate::budget::Component::Model, model_bytes(n, 1))
+                .unwrap(),
+        );
         let mut s = DefaultStrategy::new(DensifyConfig::default());
         let mut m = tagged(n);
         m.gaussians.logit_opacities = vec![0.0; n];

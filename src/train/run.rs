@@ -47,8 +47,8 @@ use super::init::InitPlan;
 use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, Trainer};
 use crate::budget::{
-    current_rss_bytes, format_size, peak_rss_bytes, within_budget, BudgetError, Floor, ModelShare,
-    INIT_ITEM, MODEL_ITEM,
+    current_rss_bytes, format_size, peak_rss_bytes, within_budget, BudgetError, Component, Floor,
+    FloorItem, ModelShare,
 };
 use crate::data::pinned::PinnedSlots;
 use crate::data::sources::PackViews;
@@ -613,8 +613,8 @@ fn plan_inputs(
     let coeffs = crate::scene::gaussians::sh_coeffs(config.sh_degree) as u64;
     let params = 11 + 3 * coeffs;
     let mut items = vec![
-        (
-            "trainer images".to_string(),
+        FloorItem::new(
+            Component::TrainerImages,
             TRAINER_BYTES_PER_PIXEL * max_pixels,
             format!(
                 "{max_pixels} pixels (largest view) × {TRAINER_BYTES_PER_PIXEL} B (target, \
@@ -622,8 +622,8 @@ fn plan_inputs(
             ),
         ),
         // Evaluation reads one ground-truth view and writes one side-by-side image (2 views).
-        (
-            "evaluation".to_string(),
+        FloorItem::new(
+            Component::Evaluation,
             3 * max_view,
             format!(
                 "3 × {} (ground truth + side-by-side image of the largest view)",
@@ -633,8 +633,8 @@ fn plan_inputs(
     ];
     // On the device engine the intersections live in device memory (its own plan).
     if !intersections_on_device {
-        items.push((
-            "render intersections".to_string(),
+        items.push(FloorItem::new(
+            Component::RenderIntersections,
             config.max_intersection_bytes,
             format!(
                 "min(budget / {INTERSECTION_BUDGET_DIVISOR}, {})",
@@ -843,7 +843,7 @@ pub fn dry_run(
         );
     }
     let cache_bytes = if fits {
-        opts.ram_budget - floor.total() + floor.item(INIT_ITEM)
+        opts.ram_budget - floor.total() + floor.item(Component::Initialisation)
     } else {
         0
     };
@@ -995,8 +995,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         trainer.set_device_cap(cap);
     }
     // The initialisation's points are freed: their share goes to the cache.
-    plan.release_to_cache(INIT_ITEM);
-    let model_reservation = plan.take(MODEL_ITEM).expect("the plan reserves the model");
+    plan.release_to_cache(Component::Initialisation);
+    let model_reservation = plan
+        .take(Component::Model)
+        .expect("the plan reserves the model");
     trainer.set_model_reservation(model_reservation)?;
     let floor_bytes = plan.floor.total();
     let cache_bytes = plan.cache.bytes();
@@ -1007,7 +1009,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         plan.floor
             .items
             .iter()
-            .map(|(n, b, _)| format!("{n} {}", format_size(*b)))
+            .map(|i| format!("{} {}", i.component, format_size(i.bytes)))
             .collect::<Vec<_>>()
             .join(", "),
         format_size(cache_bytes)
