@@ -165,6 +165,8 @@ pub enum RunError {
     Report(#[from] ReportError),
     #[error(transparent)]
     Png(#[from] crate::eval::PngError),
+    #[error("cannot initialise the model")]
+    Init(#[source] super::init::InitError),
     #[error("cannot save the model: {0}")]
     Ply(#[from] GaussianPlyError),
     #[error("cannot export the model: {0}")]
@@ -507,7 +509,7 @@ pub fn initial_gaussians(
 ) -> Result<crate::scene::gaussians::Gaussians, RunError> {
     let mut rng = crate::rng::Rng::derived(seed, INIT_STREAM);
     super::init::from_pack(pack, sh_degree, RANDOM_POINTS, max_gaussians, &mut rng)
-        .map_err(|e| RunError::Config(format!("cannot initialise the model: {e}")))
+        .map_err(RunError::Init)
 }
 
 /// Where the model comes from, known before it is built (so the plan precedes it).
