@@ -590,21 +590,4 @@ mod tests {
             assert!(b.hit_rate > l.hit_rate, "{b:?} vs {l:?}");
         }
     }
-
-    /// Prints the table for the report: `cargo test --lib hit_rate_table -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn hit_rate_table() {
-        println!("| cache/dataset | Belady overall | Belady steady | LRU overall | LRU steady |");
-        for pct in [10usize, 25, 50, 90] {
-            let n = 1000;
-            let k = n * pct / 100;
-            let b = simulate(CachePolicy::Belady, n, k, 20, 7);
-            let l = simulate(CachePolicy::Lru, n, k, 20, 7);
-            println!(
-                "| {pct}% | {:.3} | {:.3} | {:.3} | {:.3} |",
-                b.hit_rate, b.steady_hit_rate, l.hit_rate, l.steady_hit_rate
-            );
-        }
-    }
 }

@@ -35,8 +35,8 @@
 
 //!
 //! # Measured throughput
-//! `cargo test --lib synth::bench -- --ignored --nocapture` built with
-//! `CARGO_PROFILE_DEV_OPT_LEVEL=3` (all code at opt-level 3; a full release build was not made
+//! Measured by a former ignored test (its render-only part is now `cargo bench --bench stages
+//! -- synth`) built with `CARGO_PROFILE_DEV_OPT_LEVEL=3` (all code at opt-level 3; a full release build was not made
 //! on the shared machine), 2 cores shared with ~10 other busy processes (load average ≈ 11),
 //! seed 0, PNG, median of 3 runs, render + encode + write:
 //! - 320×240: 9.9 views/s (64 views); 1920×1080: 0.80 views/s (8 views); 1080p JPEG: 0.61.
@@ -1000,68 +1000,5 @@ mod tests {
             (s.format, s.image_format, s.force),
             (SynthFormat::Nerf, ImageFormat::Jpg, true)
         );
-    }
-}
-
-/// Throughput measurement, not a correctness test: run with
-/// `cargo test --release --lib synth::bench -- --ignored --nocapture`.
-/// `SYNTH_BENCH_SIZES` ("320x240:64,1920x1080:8", size:views pairs), `SYNTH_BENCH_RUNS` (3),
-/// `SYNTH_BENCH_SS` (supersampling, default 2) and `SYNTH_BENCH_KEEP` (a directory to keep the
-/// last dataset in, for looking at the images) tune it. Prints views/s per run and the median.
-#[cfg(test)]
-mod bench {
-    use super::*;
-
-    #[test]
-    #[ignore = "measurement; run explicitly in release mode"]
-    fn synth_throughput() {
-        let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
-        let sizes = env("SYNTH_BENCH_SIZES", "320x240:64,1920x1080:8");
-        let runs: usize = env("SYNTH_BENCH_RUNS", "3").parse().unwrap();
-        let ss: u32 = env("SYNTH_BENCH_SS", "2").parse().unwrap();
-        let fmt = if env("SYNTH_BENCH_JPG", "0") == "1" {
-            ImageFormat::Jpg
-        } else {
-            ImageFormat::Png
-        };
-        let keep = std::env::var("SYNTH_BENCH_KEEP").ok();
-        for spec in sizes.split(',') {
-            let (size, views) = spec.split_once(':').unwrap();
-            let (w, h) = size.split_once('x').unwrap();
-            let (w, h, views): (u32, u32, usize) = (
-                w.parse().unwrap(),
-                h.parse().unwrap(),
-                views.parse().unwrap(),
-            );
-            let scene = SynthScene::new(0).with_supersampling(ss);
-            let cameras = scene.cameras(views, w, h);
-            let mut rates = Vec::new();
-            let mut render_only = Vec::new();
-            for _ in 0..runs {
-                let tmp = tempfile::tempdir().unwrap();
-                let dir = keep
-                    .as_ref()
-                    .map_or_else(|| tmp.path().to_owned(), PathBuf::from);
-                fs::create_dir_all(&dir).unwrap();
-                let t = std::time::Instant::now();
-                write_images(&scene, &cameras, &dir, fmt, &|_, _| {}).unwrap();
-                rates.push(views as f64 / t.elapsed().as_secs_f64());
-                let t = std::time::Instant::now();
-                for c in &cameras {
-                    std::hint::black_box(scene.render(c));
-                }
-                render_only.push(views as f64 / t.elapsed().as_secs_f64());
-            }
-            rates.sort_by(f64::total_cmp);
-            render_only.sort_by(f64::total_cmp);
-            println!(
-                "synth {w}x{h} ss={ss} {:?} views={views} threads={}: render+encode+write views/s {:?} median {:.2}; render only median {:.2}",
-                fmt,
-                rayon::current_num_threads(),
-                rates.iter().map(|r| (r * 100.0).round() / 100.0).collect::<Vec<_>>(),
-                rates[rates.len() / 2],
-                render_only[render_only.len() / 2]
-            );
-        }
     }
 }

@@ -11,8 +11,8 @@
 //! is its node; no node storage), queried
 //! in parallel; O(N log N), so 1 M points take seconds, not the hours of a quadratic loop.
 //! Duplicate points count as neighbours at distance 0 (as in simple-knn), hence the clamp.
-//! Measured (`knn_million_points_timing`, crate at opt-level 3, 2 cores shared with other
-//! builds, load average ≈ 9): 1 M uniform points in 8.7 s; 100k points initialise in 0.38 s.
+//! Measured (by this code when it was an ignored test, now `cargo bench --bench stages -- knn`;
+//! crate at opt-level 3, 2 cores shared with other builds, load average ≈ 9): 1 M uniform points in 8.7 s; 100k points initialise in 0.38 s.
 //!
 //! # Random (no SfM points)
 //! 3DGS initialises NeRF-synthetic scenes with 100k points uniform in `[−1.3, 1.3]³` and SH DC
@@ -818,18 +818,5 @@ mod tests {
                 .len(),
             120
         );
-    }
-
-    #[test]
-    #[ignore = "timing: cargo test --release --lib train::init -- --ignored --nocapture"]
-    fn knn_million_points_timing() {
-        let mut rng = Rng::new(2);
-        let pts: Vec<[f32; 3]> = (0..1_000_000)
-            .map(|_| std::array::from_fn(|_| rng.next_f32()))
-            .collect();
-        let t = std::time::Instant::now();
-        let d = knn_mean_sq_dist(&pts);
-        eprintln!("kNN of 1M points: {:.2} s", t.elapsed().as_secs_f64());
-        assert_eq!(d.len(), pts.len());
     }
 }

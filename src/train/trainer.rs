@@ -33,8 +33,8 @@
 //! `Trainer::from_state(t.state())` continues bit-identically.
 //!
 //! # Measured cost
-//! `step_cost_100k_at_640x480` (ignored test; crate at opt-level 3, 2 cores shared with other
-//! builds, load average ≈ 9): 100k Gaussians, SH degree 3, 640×480, per step: forward
+//! `cargo bench --bench stages -- step` (measured when it was an ignored test; crate at
+//! opt-level 3, 2 cores shared with other builds, load average ≈ 9): 100k Gaussians, SH degree 3, 640×480, per step: forward
 //! 1.41–1.61 s, backward 1.88–2.08 s, loss + SSIM + PSNR 0.04–0.10 s, Adam 0.03–0.06 s,
 //! densify bookkeeping 0.2 ms, u8→f32 < 0.03 s: everything but the render is ≈ 3–5 % of a step.
 //!
@@ -1403,48 +1403,5 @@ mod tests {
             "{}",
             stopped[0]
         );
-    }
-
-    /// Where a step's time goes at the scale the brief names (100k Gaussians, 640×480).
-    /// `CARGO_PROFILE_DEV_OPT_LEVEL=3 cargo test --lib train::trainer::tests::step_cost -- --ignored --nocapture`
-    #[test]
-    #[ignore = "timing; run by hand (see the doc comment)"]
-    fn step_cost_100k_at_640x480() {
-        let mut rng = Rng::new(1);
-        let n = 100_000;
-        let xyz: Vec<[f32; 3]> = (0..n)
-            .map(|_| std::array::from_fn(|_| rng.uniform(-1.0, 1.0) as f32))
-            .collect();
-        let rgb: Vec<[u8; 3]> = (0..n)
-            .map(|_| std::array::from_fn(|_| rng.below(256) as u8))
-            .collect();
-        let t0 = Instant::now();
-        let g = super::super::init::from_points(&xyz, &rgb, 3).unwrap();
-        eprintln!("init 100k points: {:.3} s", t0.elapsed().as_secs_f64());
-        let mut cam = look_at([0.0, -1.0, -4.0]);
-        cam = Camera {
-            width: 640,
-            height: 480,
-            intrinsics: Intrinsics {
-                fx: 600.0,
-                fy: 600.0,
-                cx: 320.0,
-                cy: 240.0,
-            },
-            ..cam
-        };
-        let img: Vec<u8> = (0..640 * 480 * 3).map(|_| rng.below(256) as u8).collect();
-        let cfg = TrainConfig {
-            sh_degree: 3,
-            ..TrainConfig::default()
-        };
-        let mut t = Trainer::new(cfg, g, 4.0, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
-        let mut rows = vec![];
-        for _ in 0..4 {
-            rows.push(t.step(&cam, &img).unwrap().timings);
-        }
-        for r in &rows[1..] {
-            eprintln!("{r:?}");
-        }
     }
 }

@@ -1066,57 +1066,6 @@ fn empty_and_unsafe_models_are_refused() {
 
 // ---------------------------------------------------------------- measurement
 
-fn proc_status_kib(field: &str) -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = s.lines().find(|l| l.starts_with(field)).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
-/// Streams a 2,000,000-point `points3D.bin` (≈ 98 MiB: 51 bytes a point) and a `.txt` through
-/// [`PointsReader`], printing throughput and the growth of the kernel's peak RSS (VmHWM, reset
-/// through `/proc/self/clear_refs`), and asserting the growth stays far below the file size.
-/// Process-wide figures: run it alone,
-/// `cargo test --lib colmap::tests::measure_points_stream -- --ignored --nocapture --test-threads=1`.
-#[test]
-#[ignore = "measurement: writes ~200 MB of temporary files; run by hand"]
-fn measure_points_stream() {
-    const N: u64 = 2_000_000;
-    let dir = tempfile::tempdir().unwrap();
-    for enc in [Encoding::Binary, Encoding::Text] {
-        let mut rng = Rng::new(4);
-        let mut pts = (0..N).map(move |i| ColmapPoint {
-            id: i,
-            xyz: [rng.normal(), rng.normal(), rng.normal()],
-            rgb: [1, 2, 3],
-            error: 0.5,
-        });
-        write_model(dir.path(), enc, &[], &[], &mut pts).unwrap();
-        let path = dir.path().join(format!("points3D.{}", enc.extension()));
-        let bytes = std::fs::metadata(&path).unwrap().len();
-        // Writing "5" resets VmHWM to the current RSS (Linux ≥ 4.0).
-        std::fs::write("/proc/self/clear_refs", "5").unwrap();
-        let before = proc_status_kib("VmHWM:");
-        let t = std::time::Instant::now();
-        let mut r = PointsReader::open(&path, enc).unwrap();
-        let mut n = 0u64;
-        while let Some(c) = r.next_chunk(65_536).unwrap() {
-            n += c.len() as u64;
-        }
-        let secs = t.elapsed().as_secs_f64();
-        let growth_kib = proc_status_kib("VmHWM:") - before;
-        eprintln!(
-            "{enc:?}: {n} points, {:.1} MiB in {secs:.2} s = {:.2} M points/s, {:.0} MiB/s; peak RSS growth {growth_kib} KiB",
-            bytes as f64 / 1048576.0,
-            n as f64 / secs / 1e6,
-            bytes as f64 / 1048576.0 / secs
-        );
-        assert_eq!(n, N);
-        // One chunk (65,536 × 15 B ≈ 0.94 MiB) + the 256 KiB read buffer + one kept line:
-        // 16 MiB leaves room for allocator slack and is still a sixth of the binary file.
-        assert!(growth_kib < 16 * 1024, "peak RSS grew {growth_kib} KiB");
-    }
-}
-
 #[test]
 fn a_missing_observation_line_is_an_error_not_a_lost_image() {
     // Image 1's (empty) observation line was deleted: image 2's line sits where it belongs.

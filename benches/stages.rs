@@ -1,0 +1,245 @@
+//! Stage benchmarks (run on demand): where the time of single pipeline stages goes, on fixed
+//! inputs. Each prints its figures; none is a test (tests never assert wall-clock time).
+//!
+//! `cargo bench --bench stages [-- NAME ...]` with NAME among:
+//! - `knn`: the initial model's kNN scale estimate over 1M random points;
+//! - `step`: one CPU-engine training step at 100k Gaussians and 640×480, by stage;
+//! - `prepare`: the pack-time image path (decode, undistort, area downscales) on the fox photos
+//!   in `../shared/data/fox` (skipped when absent), with the process's peak RSS;
+//! - `points`: streaming a 2M-point COLMAP `points3D` (binary and text) through the bounded
+//!   reader: throughput and the growth of the peak RSS, which must stay far below the file;
+//! - `synth`: procedural views rendered per second (`SYNTH_BENCH_SIZES="320x240:64,…"`).
+//!
+//! Without a NAME every stage runs. Figures are medians of `RUNS` runs where a stage repeats.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use ramsplat::dataset::{Distortion, PointSource};
+use ramsplat::import::colmap::{write_model, ColmapPoint, Encoding, PointsReader};
+use ramsplat::import::image::{load_rgb8, resize_area, undistort};
+use ramsplat::render::CpuRasterizer;
+use ramsplat::rng::Rng;
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::synth::SynthScene;
+use ramsplat::train::init::{from_points, knn_mean_sq_dist};
+use ramsplat::train::{Engine, TrainConfig, Trainer};
+
+const RUNS: usize = 3;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn vm_hwm() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .unwrap_or("VmHWM: ?")
+        .to_owned()
+}
+
+fn knn() {
+    let mut rng = Rng::new(2);
+    let pts: Vec<[f32; 3]> = (0..1_000_000)
+        .map(|_| std::array::from_fn(|_| rng.next_f32()))
+        .collect();
+    let secs: Vec<f64> = (0..RUNS)
+        .map(|_| {
+            let t = Instant::now();
+            let d = knn_mean_sq_dist(&pts);
+            assert_eq!(d.len(), pts.len());
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    println!("knn: 1M points, median {:.2} s ({RUNS} runs)", median(secs));
+}
+
+fn step() {
+    let mut rng = Rng::new(1);
+    let n = 100_000;
+    let xyz: Vec<[f32; 3]> = (0..n)
+        .map(|_| std::array::from_fn(|_| rng.uniform(-1.0, 1.0) as f32))
+        .collect();
+    let rgb: Vec<[u8; 3]> = (0..n)
+        .map(|_| std::array::from_fn(|_| rng.below(256) as u8))
+        .collect();
+    let g = from_points(&xyz, &rgb, 3).unwrap();
+    let cam = Camera {
+        width: 640,
+        height: 480,
+        intrinsics: Intrinsics {
+            fx: 600.0,
+            fy: 600.0,
+            cx: 320.0,
+            cy: 240.0,
+        },
+        world_to_camera: Pose {
+            translation: [0.0, 0.0, 4.0],
+            ..Pose::IDENTITY
+        },
+    };
+    let img: Vec<u8> = (0..640 * 480 * 3).map(|_| rng.below(256) as u8).collect();
+    let cfg = TrainConfig {
+        sh_degree: 3,
+        ..TrainConfig::default()
+    };
+    let mut t = Trainer::new(cfg, g, 4.0, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
+    t.step(&cam, &img).unwrap(); // warm-up: buffers sized
+    for _ in 0..RUNS {
+        let s = t.step(&cam, &img).unwrap();
+        println!("step: 100k Gaussians, 640x480: {:?}", s.timings);
+    }
+}
+
+fn fox_images() -> Option<Vec<PathBuf>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/fox/images");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.sort();
+    Some(paths)
+}
+
+fn prepare() {
+    let Some(paths) = fox_images() else {
+        println!("prepare: skipped (../shared/data/fox is absent)");
+        return;
+    };
+    // The fox transforms.json camera (1080×1920 portrait, OpenCV distortion).
+    let k = Intrinsics {
+        fx: 1375.52,
+        fy: 1374.49,
+        cx: 554.558,
+        cy: 965.268,
+    };
+    let d = Distortion {
+        k: [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0],
+        p: [-0.000980296, 0.00015575],
+    };
+    let (mut t_load, mut t_und, mut t_r2, mut t_r8) = (0.0, 0.0, 0.0, 0.0);
+    for p in &paths {
+        let t = Instant::now();
+        let img = load_rgb8(p).unwrap();
+        t_load += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let und = undistort(&img, &k, &d);
+        t_und += t.elapsed().as_secs_f64();
+        drop(img);
+        let t = Instant::now();
+        let half = resize_area(&und, und.width / 2, und.height / 2);
+        t_r2 += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let eighth = resize_area(&und, und.width / 8, und.height / 8);
+        t_r8 += t.elapsed().as_secs_f64();
+        std::hint::black_box((half, eighth));
+    }
+    let n = paths.len() as f64;
+    println!(
+        "prepare: {} fox images, {} rayon threads; per image: decode {:.1} ms, undistort {:.1} ms, \
+         area /2 {:.1} ms, area /8 {:.1} ms; {}",
+        paths.len(),
+        rayon::current_num_threads(),
+        1e3 * t_load / n,
+        1e3 * t_und / n,
+        1e3 * t_r2 / n,
+        1e3 * t_r8 / n,
+        vm_hwm()
+    );
+}
+
+fn proc_status_kib(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = s.lines().find(|l| l.starts_with(field)).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn points() {
+    const N: u64 = 2_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    for enc in [Encoding::Binary, Encoding::Text] {
+        let mut rng = Rng::new(4);
+        let mut pts = (0..N).map(move |i| ColmapPoint {
+            id: i,
+            xyz: [rng.normal(), rng.normal(), rng.normal()],
+            rgb: [1, 2, 3],
+            error: 0.5,
+        });
+        write_model(dir.path(), enc, &[], &[], &mut pts).unwrap();
+        let path = dir.path().join(format!("points3D.{}", enc.extension()));
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        // Writing "5" resets VmHWM to the current RSS (Linux ≥ 4.0).
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        let before = proc_status_kib("VmHWM:");
+        let t = Instant::now();
+        let mut r = PointsReader::open(&path, enc).unwrap();
+        let mut n = 0u64;
+        while let Some(c) = r.next_chunk(65_536).unwrap() {
+            n += c.len() as u64;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let growth_kib = proc_status_kib("VmHWM:") - before;
+        println!(
+            "points: {enc:?} {n} points, {:.1} MiB in {secs:.2} s = {:.2} M points/s; peak RSS \
+             growth {growth_kib} KiB",
+            bytes as f64 / 1048576.0,
+            n as f64 / secs / 1e6,
+        );
+        assert_eq!(n, N);
+        // One chunk (65,536 × 15 B ≈ 0.94 MiB) + the 256 KiB read buffer + one kept line.
+        assert!(growth_kib < 16 * 1024, "peak RSS grew {growth_kib} KiB");
+    }
+}
+
+fn synth() {
+    let sizes =
+        std::env::var("SYNTH_BENCH_SIZES").unwrap_or_else(|_| "320x240:16,1920x1080:2".into());
+    for spec in sizes.split(',') {
+        let (size, views) = spec.split_once(':').expect("WxH:views");
+        let (w, h) = size.split_once('x').expect("WxH");
+        let (w, h, views): (u32, u32, usize) = (
+            w.parse().unwrap(),
+            h.parse().unwrap(),
+            views.parse().unwrap(),
+        );
+        let scene = SynthScene::new(0);
+        let cameras = scene.cameras(views, w, h);
+        let rates: Vec<f64> = (0..RUNS)
+            .map(|_| {
+                let t = Instant::now();
+                for c in &cameras {
+                    std::hint::black_box(scene.render(c));
+                }
+                views as f64 / t.elapsed().as_secs_f64()
+            })
+            .collect();
+        println!(
+            "synth: {w}x{h}, {} threads: render median {:.2} views/s",
+            rayon::current_num_threads(),
+            median(rates)
+        );
+    }
+}
+
+fn main() {
+    let stages: [(&str, fn()); 5] = [
+        ("knn", knn),
+        ("step", step),
+        ("prepare", prepare),
+        ("points", points),
+        ("synth", synth),
+    ];
+    // `cargo bench` passes `--bench`; anything else not starting with '-' picks stages.
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    for (name, run) in stages {
+        if wanted.is_empty() || wanted.iter().any(|w| w == name) {
+            run();
+        }
+    }
+}
