@@ -7,7 +7,7 @@
 //!          [--eval] [--resume] [--seed S] [--sh-degree 3] [--test-iterations N...]
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
 //!          [--overwrite] [--max-gaussians N] [--random-background] [--workers N] [--prefetch N]
-//!          [--export spz,splat] [--dry-run]
+//!          [--export spz,splat] [--dry-run] [--strategy default|mcmc]
 //! gs-train --demo [-o OUT]
 //! ```
 //!
@@ -27,6 +27,7 @@ use ramsplat::budget::{format_size, parse_size};
 use ramsplat::cli::{report_error, Progress, EXIT_FAILURE};
 use ramsplat::export::ModelFormat;
 use ramsplat::train::demo;
+use ramsplat::train::mcmc::McmcConfig;
 use ramsplat::train::run::{self, Backend, Event, RunError, RunOptions};
 use ramsplat::train::trainer::Background;
 use ramsplat::train::TrainConfig;
@@ -103,9 +104,15 @@ struct Args {
     #[arg(long, conflicts_with = "resume")]
     overwrite: bool,
     /// Cap on the model: more SfM points than N are subsampled to N (spread over the scene,
-    /// seeded), and densification never grows past N.
+    /// seeded), and densification never grows past N. Required by --strategy mcmc, where the
+    /// model is reserved at N from the start.
     #[arg(long, value_name = "N")]
     max_gaussians: Option<usize>,
+    /// Densification: `default` (3DGS clone/split/prune; the model grows as the scene asks)
+    /// or `mcmc` (3DGS-MCMC: relocation of dead Gaussians, growth toward --max-gaussians N
+    /// and never past it; CPU engine only).
+    #[arg(long, value_enum, default_value = "default")]
+    strategy: Strategy,
     /// Print the memory plan (every item with its formula, the cache's share and the expected
     /// cache hit rate) and exit without training: 0 if the run would start, 1 if the budget
     /// is below the floor. Writes nothing.
@@ -123,6 +130,13 @@ struct Args {
     /// Append a metrics.jsonl row every N iterations.
     #[arg(long, default_value_t = 100, value_name = "N")]
     metrics_every: u64,
+}
+
+/// The densification strategy of `--strategy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Strategy {
+    Default,
+    Mcmc,
 }
 
 fn parse_format(s: &str) -> Result<ModelFormat, String> {
@@ -149,6 +163,16 @@ fn options(args: &Args) -> Result<RunOptions> {
     };
     if let Some(n) = args.max_gaussians {
         config.densify.max_gaussians = n;
+    }
+    if args.strategy == Strategy::Mcmc {
+        let Some(n) = args.max_gaussians else {
+            bail!(
+                "--strategy mcmc keeps the model at a fixed size: give it with --max-gaussians N \
+                 (e.g. the Gaussian count a default run reaches, or what --dry-run says fits the \
+                 budget)"
+            );
+        };
+        config.mcmc = Some(McmcConfig::with_cap(n));
     }
     if args.random_background {
         config.background = Background::Random;

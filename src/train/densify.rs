@@ -45,6 +45,7 @@ use serde::{Deserialize, Serialize};
 
 use super::adam::{zeros_like, AdamState, Group, GroupMask};
 use crate::budget::Reservation;
+use crate::render::GaussianGrads;
 use crate::rng::Rng;
 use crate::scene::gaussians::{sh_coeffs, Gaussians};
 use crate::scene::maths::{logit, normalize_quat, quat_to_rot, sigmoid};
@@ -239,6 +240,9 @@ impl Model {
         for v in &plan.replace {
             g.means[v.row as usize] = v.mean;
             g.log_scales[v.row as usize] = v.log_scale;
+            if let Some(o) = v.logit_opacity {
+                g.logit_opacities[v.row as usize] = o;
+            }
         }
         self.adam.exp_avg = gather(&self.adam.exp_avg, Some(&plan.fresh));
         self.adam.exp_avg_sq = gather(&self.adam.exp_avg_sq, Some(&plan.fresh));
@@ -408,6 +412,10 @@ pub struct DensifyOutcome {
     pub skip_optimizer: Option<GroupMask>,
     /// Set once, the first time growth is refused (budget or cap): why.
     pub growth_stopped: Option<String>,
+    /// MCMC: dead Gaussians moved onto live ones.
+    pub relocated: usize,
+    /// MCMC: Gaussians added toward the cap.
+    pub added: usize,
 }
 
 /// A densification strategy: called every iteration after backward, before the optimizer.
@@ -460,6 +468,29 @@ pub trait DensifyStrategy: Send {
     /// Whether growth was stopped (persisted in checkpoints).
     fn growth_stopped(&self) -> bool;
     fn set_growth_stopped(&mut self, stopped: bool);
+    /// Adds the gradients of the strategy's own loss terms (regularisers) to `grads` before
+    /// the optimizer step and returns their value; the default strategy has none.
+    fn regularize(&self, _gaussians: &Gaussians, _grads: &mut GaussianGrads) -> f64 {
+        0.0
+    }
+    /// Edits a host model after the optimizer step of 1-based iteration `ctx.iteration`,
+    /// where `means_lr` is that step's position learning rate and `last` says it is the run's
+    /// final step; the default strategy does all its work in [`DensifyStrategy::refine`].
+    fn after_step(
+        &mut self,
+        _model: &mut Model,
+        _ctx: &mut RefineContext<'_>,
+        _means_lr: f64,
+        _last: bool,
+    ) -> DensifyOutcome {
+        DensifyOutcome::default()
+    }
+    /// The model's size for the whole run when the strategy fixes it in advance (MCMC: its
+    /// cap), so the memory plan reserves it before the first step; `None`: the model grows as
+    /// densification decides and its reservation follows.
+    fn fixed_capacity(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// A refinement as an edit: the rows first (if any), then the opacity reset (if any), which is
@@ -620,6 +651,7 @@ impl DefaultStrategy {
                         mean[k] + r[k][0] * z[0] + r[k][1] * z[1] + r[k][2] * z[2]
                     }),
                     log_scale: m.log_scales[i].map(|v| v - shrink),
+                    logit_opacity: None,
                 });
             }
         }
@@ -707,17 +739,21 @@ impl<'a> RefineInputs<'a> {
     }
 }
 
-/// New values of one output row (a split child: its sampled mean and shrunk log-scale).
+/// New values of one output row: a split child's sampled mean and shrunk log-scale, or an
+/// MCMC relocation's corrected log-scale and opacity (its mean is the source's).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RowValues {
     pub row: u32,
     pub mean: [f32; 3],
     pub log_scale: [f32; 3],
+    /// Replaces the row's logit opacity too (`None`: the copied source's stays).
+    pub logit_opacity: Option<f32>,
 }
 
 /// A densification as an edit of rows: output row `r` copies old row `src[r]` (parameters;
 /// moments too unless `fresh[r]`, then zero), then `replace` overwrites the means and
-/// log-scales of the split children. Statistics start at zero for every row.
+/// log-scales (and opacities, where given) of some rows. Statistics start at zero for every
+/// row.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RowPlan {
     pub src: Vec<u32>,
@@ -727,7 +763,7 @@ pub struct RowPlan {
 
 /// Row-major rotation matrix of a (w, x, y, z) quaternion, normalised here (3DGS
 /// `build_rotation`); the identity for a zero quaternion.
-fn rotation_matrix(q: [f32; 4]) -> [[f32; 3]; 3] {
+pub fn rotation_matrix(q: [f32; 4]) -> [[f32; 3]; 3] {
     normalize_quat(q).map_or(
         [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
         quat_to_rot,

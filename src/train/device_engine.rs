@@ -85,6 +85,10 @@ pub enum DeviceEngineError {
     Loss(#[from] DeviceLossError),
     #[error(transparent)]
     Adam(#[from] DeviceAdamError),
+    /// An edit the device kernels do not implement (a bug of the caller: such strategies are
+    /// refused before training).
+    #[error("the device engine cannot apply {0}; train with --backend cpu")]
+    Unsupported(&'static str),
 }
 
 /// A view as the loader delivered it: pageable bytes, or the first `len` bytes of a
@@ -452,6 +456,13 @@ impl DeviceEngine {
                 need: bad as usize + 1,
             }
             .into());
+        }
+        if plan.replace.iter().any(|v| v.logit_opacity.is_some()) {
+            // set_rows3 writes means and log-scales only; MCMC's opacity replacement has no
+            // kernel, so such a plan must never be half-applied.
+            return Err(DeviceEngineError::Unsupported(
+                "a row plan that replaces opacities (MCMC relocation)",
+            ));
         }
         let fresh: Vec<u8> = plan.fresh.iter().map(|&f| f as u8).collect();
         let mut src = dev.alloc::<u32>(rows)?;

@@ -25,6 +25,7 @@ pub mod device_engine;
 pub mod device_loss;
 pub mod init;
 pub mod loss;
+pub mod mcmc;
 pub mod schedule;
 pub mod trainer;
 

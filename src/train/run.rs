@@ -542,7 +542,7 @@ fn model_start(
         return Ok(ModelStart::Fresh(super::init::plan(
             pack,
             RANDOM_POINTS,
-            config.densify.max_gaussians,
+            config.initial_cap(),
         )));
     }
     let manifest = pack.manifest();
@@ -644,6 +644,12 @@ fn plan_inputs(
             ),
         ));
     }
+    // MCMC never grows past its cap: the model item is the cap's bytes from the start, so the
+    // cache gets the rest and never shrinks.
+    let gaussians = match &config.mcmc {
+        Some(m) => gaussians.max(m.cap_max as u64),
+        None => gaussians,
+    };
     let model = ModelShare {
         gaussians,
         uncapped,
@@ -672,10 +678,31 @@ fn intersection_cap(budget: u64) -> u64 {
     (budget / INTERSECTION_BUDGET_DIVISOR).min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES)
 }
 
+/// The MCMC strategy runs on the host engine only (its relocation, noise and regulariser have
+/// no device kernels yet): refused before any work rather than at the first step.
+fn check_engine(config: &TrainConfig, engine: &Engine) -> Result<(), RunError> {
+    if config.mcmc.is_some() && matches!(engine, Engine::Device(_)) {
+        return Err(RunError::Config(
+            "--strategy mcmc runs on the CPU engine only for now (the device engine has no \
+             kernels for its relocation, noise and regulariser); use --backend cpu"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Settings `run` and `dry_run` refuse before opening anything.
 fn check_options(opts: &RunOptions) -> Result<(), RunError> {
     if opts.config.iterations == 0 {
         return Err(RunError::Config("--iterations must be at least 1".into()));
+    }
+    if let Some(m) = &opts.config.mcmc {
+        if m.cap_max == 0 {
+            return Err(RunError::Config(
+                "--strategy mcmc needs a positive --max-gaussians N (the model's fixed size)"
+                    .into(),
+            ));
+        }
     }
     if opts.workers == 0 || opts.prefetch == 0 {
         return Err(RunError::Config(
@@ -743,6 +770,8 @@ pub struct PlanSummary {
     pub expected_hit_rate: Option<f64>,
     /// The initial model of a fresh run (`None` on resume).
     pub init: Option<InitPlan>,
+    /// MCMC's cap when the model is reserved at it from the start (`None`: the model grows).
+    pub fixed_model: Option<usize>,
     pub seed: u64,
 }
 
@@ -770,10 +799,16 @@ impl PlanSummary {
             ));
             return out;
         }
+        let growth = match self.fixed_model {
+            Some(cap) => format!(
+                "the model is reserved at its cap of {cap} Gaussians (--strategy mcmc), so the \
+                 cache never shrinks"
+            ),
+            None => "it shrinks as densification grows the model".to_string(),
+        };
         out.push(format!(
             "cache: {} (the budget less the floor, plus the initialisation once the model is \
-             built): {} of the {} training views at the largest view size; it shrinks as \
-             densification grows the model",
+             built): {} of the {} training views at the largest view size; {growth}",
             format_size(self.cache_bytes),
             self.cache_views.min(self.views as u64),
             self.views
@@ -811,6 +846,7 @@ pub fn dry_run(
     }
     // As in `run`: the engine exists before the baseline is measured.
     let engine = make_engine(opts.backend, on_event)?;
+    check_engine(&config, &engine)?;
     let vram = vram_budget(&engine, opts.vram_budget)?;
     config.max_intersection_bytes = intersection_cap(vram.map_or(opts.ram_budget, |v| v.bytes));
     let baseline = current_rss_bytes().unwrap_or(0);
@@ -873,6 +909,7 @@ pub fn dry_run(
             ModelStart::Fresh(init) => Some(init),
             ModelStart::Resume(_) => None,
         },
+        fixed_model: config.mcmc.as_ref().map(|m| m.cap_max),
         seed: config.seed,
         floor,
     })
@@ -921,6 +958,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     };
 
     let engine = make_engine(opts.backend, on_event)?;
+    check_engine(&config, &engine)?;
     let backend_name = engine.name();
     let max_pixels = manifest.max_view_bytes() as u64 / 3;
     let vram = vram_budget(&engine, opts.vram_budget)?;
@@ -980,12 +1018,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             (Trainer::from_state(*state, engine)?, Some(step))
         }
         ModelStart::Fresh(init) => {
-            let g = initial_gaussians(
-                &pack,
-                config.sh_degree,
-                config.densify.max_gaussians,
-                config.seed,
-            )?;
+            let g = initial_gaussians(&pack, config.sh_degree, config.initial_cap(), config.seed)?;
             on_event(Event::Line(init_line(&init, config.seed)));
             (
                 Trainer::new(config.clone(), g, manifest.scene.extent, engine)?,

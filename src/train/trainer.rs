@@ -55,6 +55,7 @@ use super::densify::{
 };
 use super::device_engine::{DeviceEngine, DeviceEngineError, Frame};
 use super::loss::LossScratch;
+use super::mcmc::{McmcConfig, McmcStrategy};
 use super::schedule::ExponentialLr;
 use crate::budget::Reservation;
 use crate::data::cache::CacheStats;
@@ -103,6 +104,11 @@ pub struct TrainConfig {
     pub background: Background,
     /// Per-render cap on tile-intersection buffers (see [`RenderOptions`]).
     pub max_intersection_bytes: u64,
+    /// `Some`: the 3DGS-MCMC strategy with a fixed cap ([`super::mcmc`]) replaces the default
+    /// densification (`densify` is then unused but for its `max_gaussians` initial cap).
+    /// Absent in checkpoints written before the strategy existed: the default strategy.
+    #[serde(default)]
+    pub mcmc: Option<McmcConfig>,
 }
 
 impl Default for TrainConfig {
@@ -125,6 +131,7 @@ impl Default for TrainConfig {
             densify: DensifyConfig::default(),
             background: Background::Black,
             max_intersection_bytes: crate::render::DEFAULT_MAX_INTERSECTION_BYTES,
+            mcmc: None,
         }
     }
 }
@@ -148,6 +155,23 @@ impl TrainConfig {
             opacity: self.opacity_lr,
             scaling: self.scaling_lr,
             rotation: self.rotation_lr,
+        }
+    }
+
+    /// The most Gaussians the initial model may have: `densify.max_gaussians`, and with MCMC
+    /// at most its cap.
+    pub fn initial_cap(&self) -> usize {
+        match &self.mcmc {
+            Some(m) => m.cap_max.min(self.densify.max_gaussians),
+            None => self.densify.max_gaussians,
+        }
+    }
+
+    /// The densification strategy this configuration names.
+    pub fn strategy(&self) -> Box<dyn DensifyStrategy> {
+        match &self.mcmc {
+            Some(m) => Box::new(McmcStrategy::new(m.clone())),
+            None => Box::new(DefaultStrategy::new(self.densify.clone())),
         }
     }
 
@@ -231,6 +255,10 @@ pub struct StepStats {
     pub position_lr: f64,
     pub cloned: usize,
     pub split: usize,
+    /// MCMC: dead Gaussians relocated this step.
+    pub relocated: usize,
+    /// MCMC: Gaussians added toward the cap this step.
+    pub added: usize,
     pub pruned: usize,
     pub opacity_reset: bool,
     /// Set once, when densification stops growing the model (budget or cap): why.
@@ -396,8 +424,24 @@ impl Trainer {
         }
         let rng = Rng::from_state(state.rng)
             .ok_or_else(|| TrainError::BadState("RNG state is all zero".into()))?;
-        let mut strategy = Box::new(DefaultStrategy::new(state.config.densify.clone()));
+        let mut strategy = state.config.strategy();
         strategy.set_growth_stopped(state.growth_stopped);
+        if let Some(cap) = strategy.fixed_capacity() {
+            if state.model.len() > cap {
+                return Err(TrainError::Config(format!(
+                    "the model has {} Gaussians, more than the {} strategy's cap of {cap};                      raise --max-gaussians to at least {}",
+                    state.model.len(),
+                    strategy.name(),
+                    state.model.len()
+                )));
+            }
+            if matches!(engine, Engine::Device(_)) {
+                return Err(TrainError::Config(format!(
+                    "the device engine does not implement the {} strategy yet (its relocation,                      noise and regulariser run on host models only); train it with --backend cpu",
+                    strategy.name()
+                )));
+            }
+        }
         let runner = match engine {
             Engine::Host(rasterizer) => Runner::Host(Box::new(HostRunner {
                 rasterizer,
@@ -479,7 +523,11 @@ impl Trainer {
         &mut self,
         mut reservation: Reservation,
     ) -> Result<(), TrainError> {
-        let n = self.num_gaussians();
+        // A strategy with a fixed capacity (MCMC) gets its whole model now: it never grows the
+        // reservation, so the cache never has to shrink.
+        let n = self
+            .num_gaussians()
+            .max(self.strategy.fixed_capacity().unwrap_or(0));
         let bytes = model_bytes(n, self.config.sh_degree);
         reservation
             .resize(bytes)
@@ -626,8 +674,13 @@ impl Trainer {
                         &mut h.grads,
                     )
                     .map_err(render_err)?;
+                // The strategy's own loss terms (MCMC's regularisers) join the gradients here,
+                // before the optimizer.
+                let reg = self
+                    .strategy
+                    .regularize(&self.model.gaussians, &mut h.grads);
                 tm.backward = t.elapsed().as_secs_f64();
-                (v.loss, v.l1, v.ssim, view_psnr)
+                (v.loss + reg, v.l1, v.ssim, view_psnr)
             }
             Runner::Device(e) => {
                 let t = Instant::now();
@@ -734,6 +787,23 @@ impl Trainer {
                 }
             }
         }
+        // Edits after the optimizer (MCMC's relocation, growth and noise; none for the default
+        // strategy). Only host models: the device engine refuses strategies that need them.
+        let after = match &mut self.runner {
+            Runner::Host(_) => {
+                let mut ctx = RefineContext {
+                    iteration: s,
+                    extent: self.extent,
+                    white_background: self.config.background == Background::White,
+                    rng: &mut self.rng,
+                    memory: &mut self.memory,
+                    make_room: &mut |_| 0,
+                };
+                self.strategy
+                    .after_step(&mut self.model, &mut ctx, lr.means, last)
+            }
+            Runner::Device(_) => DensifyOutcome::default(),
+        };
         tm.optimizer = t.elapsed().as_secs_f64();
         self.step = s;
         tm.total = t_start.elapsed().as_secs_f64();
@@ -751,6 +821,8 @@ impl Trainer {
             pruned: outcome.pruned,
             opacity_reset: outcome.opacity_reset,
             growth_stopped: outcome.growth_stopped,
+            relocated: after.relocated,
+            added: after.added,
             timings: tm,
         })
     }
