@@ -1223,6 +1223,128 @@ mod tests {
         assert_eq!(sa, sb);
     }
 
+    /// MCMC within 60 steps: refinements at 10, 20, …, 50 (cap 230 from 200 Gaussians: growth
+    /// 200 → 210 → 220 → 230 and then none), with every tenth Gaussian dead from the start so
+    /// the first refinement relocates.
+    fn mcmc_config(cap: usize) -> TrainConfig {
+        let mut c = busy_config();
+        let mut m = McmcConfig::with_cap(cap);
+        m.refine_start_iter = 5;
+        m.refine_every = 10;
+        m.refine_stop_iter = 55;
+        c.mcmc = Some(m);
+        c
+    }
+
+    fn mcmc_trainer(cap: usize) -> (Trainer, Vec<Camera>, Vec<Vec<u8>>) {
+        let cfg = mcmc_config(cap);
+        let (gt, images) = ground_truth();
+        let (cams, extent) = cameras();
+        let mut g = initial(&gt, cfg.sh_degree);
+        for o in g.logit_opacities.iter_mut().step_by(10) {
+            *o = crate::scene::maths::logit(0.001);
+        }
+        let t = Trainer::new(cfg, g, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
+        (t, cams, images)
+    }
+
+    #[test]
+    fn mcmc_never_exceeds_its_cap_relocates_and_grows_to_it() {
+        let cap = 230;
+        let (mut t, cams, images) = mcmc_trainer(cap);
+        let (mut relocated, mut added) = (0, 0);
+        for i in 0..60u64 {
+            let v = (i % 8) as usize;
+            let s = t.step(&cams[v], &images[v]).unwrap();
+            assert!(
+                s.num_gaussians <= cap,
+                "step {}: {}",
+                s.iteration,
+                s.num_gaussians
+            );
+            assert!(s.loss.is_finite());
+            if s.iteration % 10 != 0 {
+                assert_eq!((s.relocated, s.added), (0, 0), "step {}", s.iteration);
+            }
+            relocated += s.relocated;
+            added += s.added;
+        }
+        assert!(
+            relocated >= 20,
+            "the 20 dead Gaussians were relocated: {relocated}"
+        );
+        assert_eq!(added, 30);
+        assert_eq!(t.num_gaussians(), cap);
+        let m = t.model().unwrap();
+        m.check_shapes().unwrap();
+        let dead = m
+            .gaussians
+            .logit_opacities
+            .iter()
+            .filter(|&&o| crate::scene::maths::sigmoid(o) <= 0.001)
+            .count();
+        assert!(dead < 20, "relocation revived the dead: {dead} left");
+    }
+
+    #[test]
+    fn mcmc_reserves_its_cap_up_front() {
+        let (mut t, _, _) = mcmc_trainer(230);
+        let ledger = crate::budget::Ledger::new(model_bytes(230, 1));
+        t.set_model_reservation(ledger.reserve(crate::budget::Component::Model, 0).unwrap())
+            .unwrap();
+        assert_eq!(
+            t.memory.reservation.as_ref().unwrap().bytes(),
+            model_bytes(230, 1),
+            "the cap's bytes, not the 200 Gaussians' of the start"
+        );
+        // A budget below the cap's bytes is refused at once, not mid-run.
+        let (mut t, _, _) = mcmc_trainer(230);
+        let ledger = crate::budget::Ledger::new(model_bytes(229, 1));
+        assert!(t
+            .set_model_reservation(ledger.reserve(crate::budget::Component::Model, 0).unwrap())
+            .is_err());
+    }
+
+    #[test]
+    fn mcmc_resume_from_state_is_bit_exact() {
+        let (mut a, cams, images) = mcmc_trainer(230);
+        let feed = |t: &mut Trainer, from: u64, to: u64| {
+            for i in from..to {
+                let v = ((i * 5) % 8) as usize;
+                t.step(&cams[v], &images[v]).unwrap();
+            }
+        };
+        // Stop between the refinements at 20 and 30, so both halves relocate and grow.
+        feed(&mut a, 0, 25);
+        let json = serde_json::to_string(&a.state().unwrap()).unwrap();
+        let state: TrainState = serde_json::from_str(&json).unwrap();
+        assert!(
+            state.config.mcmc.is_some(),
+            "the strategy is part of the state"
+        );
+        let mut b = Trainer::from_state(state, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
+        feed(&mut a, 25, 60);
+        feed(&mut b, 25, 60);
+        let (sa, sb) = (a.state().unwrap(), b.state().unwrap());
+        assert_eq!(sa.model.len(), 230);
+        assert_eq!(sa, sb);
+    }
+
+    #[test]
+    fn the_device_engine_refuses_mcmc_before_training() {
+        let (gt, _) = ground_truth();
+        let (_, extent) = cameras();
+        let cfg = mcmc_config(230);
+        let g = initial(&gt, cfg.sh_degree);
+        let dev = crate::device::Device::emulated().unwrap();
+        let engine = Engine::Device(Box::new(DeviceEngine::new(dev).unwrap()));
+        match Trainer::new(cfg, g, extent, engine) {
+            Err(TrainError::Config(msg)) => assert!(msg.contains("--backend cpu"), "{msg}"),
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("the device engine accepted mcmc"),
+        }
+    }
+
     #[test]
     fn the_final_iteration_never_densifies_or_resets_opacity() {
         // A run whose last iteration is a densify and opacity-reset iteration: the saved and
