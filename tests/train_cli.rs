@@ -1098,3 +1098,59 @@ fn gs_train_and_gs_render_score_the_same_view_alike() {
         assert_eq!(a.to_rgb8().as_raw(), b.to_rgb8().as_raw());
     }
 }
+
+/// `--strategy mcmc`: refused without `--max-gaussians`; the dry run reserves the cap; a run
+/// relocates and grows to the cap at iteration 600 (gsplat's schedule) and no metrics row
+/// ever exceeds it.
+#[test]
+fn mcmc_never_exceeds_its_cap_and_the_plan_reserves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("out");
+    let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "700"];
+    args.extend_from_slice(COMMON);
+    args.extend_from_slice(&["--backend", "cpu", "--strategy", "mcmc"]);
+
+    let o = gs_train(&args);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--max-gaussians N"),
+        "the refusal says what to add: {}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+
+    args.extend_from_slice(&["--max-gaussians", "310"]);
+    let mut dry = args.clone();
+    dry.push("--dry-run");
+    let o = gs_train(&dry);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan = String::from_utf8_lossy(&o.stdout).into_owned();
+    for needle in ["310 Gaussians × ", "reserved at its cap of 310 Gaussians"] {
+        assert!(plan.contains(needle), "missing {needle:?} in:\n{plan}");
+    }
+
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = read_metrics(&out.join("metrics.jsonl")).unwrap();
+    assert_eq!(rows.len(), 70);
+    for r in &rows {
+        assert!(
+            r.num_gaussians <= 310,
+            "iteration {}: {}",
+            r.iteration,
+            r.num_gaussians
+        );
+    }
+    // 300 SfM points until the refinement at 600, then 5 % more, capped at 310.
+    assert_eq!(
+        rows[58].num_gaussians, 300,
+        "iteration {}",
+        rows[58].iteration
+    );
+    assert_eq!(rows.last().unwrap().num_gaussians, 310);
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report.num_gaussians, 310);
+    assert_eq!(report.within_budget, Some(true));
+}
