@@ -40,6 +40,11 @@
 //! and retries; if that fails too, growth stops for the rest of the run and the outcome says so
 //! once ([`DensifyOutcome::growth_stopped`]); pruning and opacity resets continue. The
 //! `max_gaussians` cap keeps the candidates with the largest gradients.
+//!
+//! The MCMC strategy ([`super::mcmc`]) has a fixed capacity instead
+//! ([`DensifyStrategy::fixed_capacity`]): its reservation is the cap's bytes from the start
+//! and never changes, and its relocation and growth are [`RowPlan`]s (with opacity
+//! replacements, [`RowValues::logit_opacity`]) applied by [`Model::apply_rows`].
 
 use serde::{Deserialize, Serialize};
 

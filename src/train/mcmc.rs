@@ -129,7 +129,7 @@ fn sample_weighted(weights: &[f32], n: usize, rng: &mut Rng) -> Vec<usize> {
         total += w.max(0.0) as f64;
         cdf.push(total);
     }
-    if !(total > 0.0) {
+    if total.is_nan() || total <= 0.0 {
         return Vec::new();
     }
     (0..n)

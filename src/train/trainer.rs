@@ -8,9 +8,17 @@
 //! 2. background: the configured colour, or with `random_background` three uniform draws
 //!    from the trainer's RNG;
 //! 3. RGB8 → f32 in [0, 1] into a reused buffer; forward render; loss
-//!    `0.8·L1 + 0.2·(1 − SSIM)` and `∂L/∂image`; backward;
+//!    `0.8·L1 + 0.2·(1 − SSIM)` and `∂L/∂image`; backward; the strategy's own loss terms and
+//!    their gradients ([`DensifyStrategy::regularize`]: MCMC's regularisers; none by default);
 //! 4. densification bookkeeping and refinement ([`super::densify`]);
-//! 5. Adam on every group the densifier did not replace (see `DensifyOutcome::skip_optimizer`).
+//! 5. Adam on every group the densifier did not replace (see `DensifyOutcome::skip_optimizer`);
+//! 6. the strategy's edits after the optimizer ([`DensifyStrategy::after_step`]: MCMC's
+//!    relocation, growth and noise, [`super::mcmc`]; none by default). The strategy is part of
+//!    the configuration ([`TrainConfig::mcmc`]), so a checkpoint resumes with it.
+//!
+//! MCMC runs on the host engine only: [`Trainer::from_state`] refuses it on the device engine
+//! (its ops have no kernels yet), and the device engine refuses a row plan that replaces
+//! opacities.
 //!
 //! # Two engines, one state
 //! [`Engine::Host`] keeps the model in host memory and renders with any [`Rasterizer`];
@@ -26,7 +34,7 @@
 //! iteration (`if iteration < opt.iterations`); we do, so every step trains.
 //!
 //! # Determinism and resume
-//! All randomness (random background, split samples) comes from the trainer's [`Rng`]; the
+//! All randomness (random background, split samples, MCMC draws and noise) comes from the trainer's [`Rng`]; the
 //! rasterizer's and SSIM's reductions are order-fixed and the loss's L1 sum is reduced per
 //! fixed-size chunk in chunk order. [`TrainState`] holds everything that evolves (model,
 //! moments, step counts, statistics, RNG state, step, data position, growth flag), so
