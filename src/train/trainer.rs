@@ -437,7 +437,8 @@ impl Trainer {
         if let Some(cap) = strategy.fixed_capacity() {
             if state.model.len() > cap {
                 return Err(TrainError::Config(format!(
-                    "the model has {} Gaussians, more than the {} strategy's cap of {cap};                      raise --max-gaussians to at least {}",
+                    "the model has {} Gaussians, more than the {} strategy's cap of {cap}; \
+                     raise --max-gaussians to at least {}",
                     state.model.len(),
                     strategy.name(),
                     state.model.len()
@@ -445,7 +446,8 @@ impl Trainer {
             }
             if matches!(engine, Engine::Device(_)) {
                 return Err(TrainError::Config(format!(
-                    "the device engine does not implement the {} strategy yet (its relocation,                      noise and regulariser run on host models only); train it with --backend cpu",
+                    "the device engine does not implement the {} strategy yet (its relocation, \
+                     noise and regulariser run on host models only); train it with --backend cpu",
                     strategy.name()
                 )));
             }
