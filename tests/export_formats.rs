@@ -262,18 +262,36 @@ fn init_from_a_saved_model_continues_it() {
     ply::save(&bad, &activated, ply::PlyEncoding::BinaryLittleEndian).unwrap();
     let out3 = dir.path().join("third");
     let o = Command::new(train)
-        .args([s(&pack_path), "-o", s(&out3), "--iterations", "5", "--init", s(&bad)])
+        .args([
+            s(&pack_path),
+            "-o",
+            s(&out3),
+            "--iterations",
+            "5",
+            "--init",
+            s(&bad),
+        ])
         .args(common)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("activated.ply") && err.contains("ACTIVATED"), "{err}");
+    assert!(
+        err.contains("activated.ply") && err.contains("ACTIVATED"),
+        "{err}"
+    );
     assert!(!out3.exists(), "a refused run writes nothing");
 
     // --init and --resume exclude each other (command line).
     let o = Command::new(train)
-        .args([s(&pack_path), "-o", s(&second), "--resume", "--init", s(&model_path)])
+        .args([
+            s(&pack_path),
+            "-o",
+            s(&second),
+            "--resume",
+            "--init",
+            s(&model_path),
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));

@@ -13,7 +13,10 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(list) = cameras_json::parse(text) {
         for (entry, camera) in &list {
-            assert!(camera.validate().is_ok(), "accepted an invalid camera: {entry:?}");
+            assert!(
+                camera.validate().is_ok(),
+                "accepted an invalid camera: {entry:?}"
+            );
             // Writing back what was read must not panic either.
             let _ = cameras_json::to_string(std::slice::from_ref(entry));
         }

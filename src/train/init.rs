@@ -620,7 +620,8 @@ pub fn from_model(
         out.rotations.push(g.rotations[i]);
         out.logit_opacities.push(g.logit_opacities[i]);
         let coeffs = &g.sh[i * k_in..(i + 1) * k_in];
-        out.sh.extend((0..k_out).map(|k| coeffs.get(k).copied().unwrap_or([0.0; 3])));
+        out.sh
+            .extend((0..k_out).map(|k| coeffs.get(k).copied().unwrap_or([0.0; 3])));
     }
     Ok((out, report))
 }
@@ -632,7 +633,9 @@ mod tests {
     fn model(n: usize, sh_degree: u32) -> Gaussians {
         let k = sh_coeffs(sh_degree);
         Gaussians {
-            means: (0..n).map(|i| [i as f32, (i * i % 7) as f32, 0.5]).collect(),
+            means: (0..n)
+                .map(|i| [i as f32, (i * i % 7) as f32, 0.5])
+                .collect(),
             log_scales: (0..n).map(|i| [-(i as f32), -1.0, -2.0]).collect(),
             rotations: (0..n).map(|i| [1.0, i as f32, 0.0, 0.0]).collect(),
             logit_opacities: (0..n).map(|i| i as f32 - 3.0).collect(),
@@ -654,7 +657,9 @@ mod tests {
         assert_eq!(up.sh.len(), 10 * 16);
         for i in 0..10 {
             assert_eq!(&up.sh[i * 16..i * 16 + 4], &g.sh[i * 4..i * 4 + 4]);
-            assert!(up.sh[i * 16 + 4..(i + 1) * 16].iter().all(|c| *c == [0.0; 3]));
+            assert!(up.sh[i * 16 + 4..(i + 1) * 16]
+                .iter()
+                .all(|c| *c == [0.0; 3]));
         }
         // Lowered: only the DC terms.
         let (down, _) = from_model(g.clone(), 0, 100, &mut Rng::new(1)).unwrap();
@@ -669,7 +674,9 @@ mod tests {
             assert_eq!(cap.logit_opacities[j], g.logit_opacities[i]);
             assert_eq!(&cap.sh[j * 4..j * 4 + 4], &g.sh[i * 4..i * 4 + 4]);
         }
-        assert!(r.line(std::path::Path::new("m.ply")).contains("--max-gaussians 4"));
+        assert!(r
+            .line(std::path::Path::new("m.ply"))
+            .contains("--max-gaussians 4"));
         assert!(matches!(
             from_model(Gaussians::default(), 0, 4, &mut Rng::new(7)),
             Err(InitError::NoPoints)

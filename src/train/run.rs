@@ -536,7 +536,10 @@ enum ModelStart {
     /// The initial Gaussians [`super::init::from_pack`] will build.
     Fresh(InitPlan),
     /// The `--init` model, read and adapted to the run ([`super::init::from_model`]).
-    Model(Box<crate::scene::gaussians::Gaussians>, super::init::ModelInit),
+    Model(
+        Box<crate::scene::gaussians::Gaussians>,
+        super::init::ModelInit,
+    ),
 }
 
 impl ModelStart {
@@ -559,20 +562,17 @@ fn model_start(
     on_event: &mut dyn FnMut(Event),
 ) -> Result<ModelStart, RunError> {
     if let Some(path) = &opts.init {
-        let g = crate::export::load_model(path, &gply::LoadOptions::default()).map_err(
-            |source| RunError::InitModel {
-                path: path.clone(),
-                source,
-            },
-        )?;
+        let g =
+            crate::export::load_model(path, &gply::LoadOptions::default()).map_err(|source| {
+                RunError::InitModel {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
         let mut rng = crate::rng::Rng::derived(config.seed, INIT_STREAM);
-        let (g, report) = super::init::from_model(
-            g,
-            config.sh_degree,
-            config.densify.max_gaussians,
-            &mut rng,
-        )
-        .map_err(|e| RunError::Config(format!("--init {}: {e}", path.display())))?;
+        let (g, report) =
+            super::init::from_model(g, config.sh_degree, config.densify.max_gaussians, &mut rng)
+                .map_err(|e| RunError::Config(format!("--init {}: {e}", path.display())))?;
         return Ok(ModelStart::Model(Box::new(g), report));
     }
     if !opts.resume {
