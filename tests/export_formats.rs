@@ -143,3 +143,156 @@ fn spz_and_splat_export_round_trip_within_their_quantisation() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("m.obj"));
 }
+
+/// `gs-train --init model.ply`: the model a short run saved, re-loaded, is what the new run's
+/// first step renders (its first-step loss is the saved model's loss on one of the pack's
+/// views, rendered at the model's full SH degree), and training continues from it; an
+/// activated PLY is refused with the activated-file explanation; `--init` excludes `--resume`.
+#[test]
+fn init_from_a_saved_model_continues_it() {
+    use ramsplat::render::CpuRasterizer;
+    use ramsplat::train::report::read_metrics;
+    use ramsplat::train::trainer::{Engine, Trainer};
+    use ramsplat::train::TrainConfig;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pack_path = dir.path().join("tiny.pack");
+    write_demo_pack(
+        &pack_path,
+        &DemoScene {
+            views: 6,
+            width: 48,
+            height: 36,
+            truth_gaussians: 400,
+            sfm_points: 200,
+        },
+    )
+    .unwrap();
+    let train = env!("CARGO_BIN_EXE_gs-train");
+    let common = [
+        "--backend",
+        "cpu",
+        "--ram-budget",
+        "512M",
+        "--sh-degree",
+        "3",
+        "--metrics-every",
+        "1",
+    ];
+    let first = dir.path().join("first");
+    let mut args = vec![s(&pack_path), "-o", s(&first), "--iterations", "200"];
+    args.extend(["--save-iterations", "200"]);
+    args.extend(common);
+    run(train, &args);
+    let model_path = first.join("point_cloud/iteration_200/point_cloud.ply");
+    let model = ply::load(&model_path, &LoadOptions::default()).unwrap();
+    let first_rows = read_metrics(&first.join("metrics.jsonl")).unwrap();
+
+    // The saved model's loss on every view, at SH degree 3 from the first step.
+    let pack = Pack::open(&pack_path).unwrap();
+    let config = TrainConfig {
+        iterations: 10,
+        sh_degree: 3,
+        initial_sh_degree: 3,
+        ..TrainConfig::default()
+    };
+    let mut view_losses = Vec::new();
+    for (i, v) in pack.manifest().views.iter().enumerate() {
+        let mut rgb = vec![0u8; v.decoded_len()];
+        pack.read_view_into(i, &mut rgb).unwrap();
+        let mut t = Trainer::new(
+            config.clone(),
+            model.clone(),
+            pack.manifest().scene.extent,
+            Engine::host(CpuRasterizer::new()),
+        )
+        .unwrap();
+        view_losses.push(t.step(&v.camera, &rgb).unwrap().loss);
+    }
+
+    let second = dir.path().join("second");
+    let mut args = vec![s(&pack_path), "-o", s(&second), "--iterations", "100"];
+    args.extend(["--init", s(&model_path), "--save-iterations", "100"]);
+    args.extend(common);
+    run(train, &args);
+    let rows = read_metrics(&second.join("metrics.jsonl")).unwrap();
+    let loss1 = rows[0].loss;
+    eprintln!(
+        "--init: first-step loss {loss1:.6}; the saved model's per-view losses {view_losses:.6?}; \
+         the fresh run's first-step loss {:.6}, its last {:.6}; the --init run's last {:.6}",
+        first_rows[0].loss,
+        first_rows.last().unwrap().loss,
+        rows.last().unwrap().loss
+    );
+    assert!(
+        view_losses
+            .iter()
+            .any(|&l| (l - loss1).abs() <= 1e-6 * l.abs().max(1e-3)),
+        "the first step does not render the saved model: {loss1} vs {view_losses:?}"
+    );
+    assert!(loss1 < 0.5 * first_rows[0].loss);
+    assert_eq!(rows[0].num_gaussians as usize, model.len());
+    let last = ply::load(
+        &second.join("point_cloud/iteration_100/point_cloud.ply"),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    assert_ne!(last, model, "training continued");
+    assert_eq!(last.sh_degree, 3);
+
+    // --max-gaussians caps the initial model (the plan and the first row say so).
+    let capped = dir.path().join("capped");
+    let cap = (model.len() / 2).to_string();
+    let mut args = vec![s(&pack_path), "-o", s(&capped), "--iterations", "2"];
+    args.extend(["--init", s(&model_path), "--max-gaussians", &cap]);
+    args.extend(common);
+    run(train, &args);
+    let rows = read_metrics(&capped.join("metrics.jsonl")).unwrap();
+    assert!(rows[0].num_gaussians as usize <= model.len() / 2);
+
+    // An activated PLY is refused, naming the file and the activated-file evidence.
+    let mut activated = model.clone();
+    for o in &mut activated.logit_opacities {
+        *o = 1.0 / (1.0 + (-*o).exp());
+    }
+    for s in activated.log_scales.iter_mut().flatten() {
+        *s = s.exp() * 100.0;
+    }
+    let bad = dir.path().join("activated.ply");
+    ply::save(&bad, &activated, ply::PlyEncoding::BinaryLittleEndian).unwrap();
+    let out3 = dir.path().join("third");
+    let o = Command::new(train)
+        .args([
+            s(&pack_path),
+            "-o",
+            s(&out3),
+            "--iterations",
+            "5",
+            "--init",
+            s(&bad),
+        ])
+        .args(common)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("activated.ply") && err.contains("ACTIVATED"),
+        "{err}"
+    );
+    assert!(!out3.exists(), "a refused run writes nothing");
+
+    // --init and --resume exclude each other (command line).
+    let o = Command::new(train)
+        .args([
+            s(&pack_path),
+            "-o",
+            s(&second),
+            "--resume",
+            "--init",
+            s(&model_path),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}

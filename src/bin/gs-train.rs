@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! gs-train PACK -o OUT [--ram-budget 4G] [--iterations 30000] [--backend auto|cpu|cuda]
-//!          [--eval] [--resume] [--seed S] [--sh-degree 3] [--test-iterations N...]
+//!          [--eval] [--resume | --init MODEL] [--seed S] [--sh-degree 3] [--test-iterations N...]
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
 //!          [--overwrite] [--max-gaussians N] [--random-background] [--workers N] [--prefetch N]
 //!          [--export spz,splat] [--dry-run] [--strategy default|mcmc]
@@ -79,6 +79,12 @@ struct Args {
     /// Continue from OUT/checkpoints/latest (same pack and options as the original run).
     #[arg(long)]
     resume: bool,
+    /// Start from this 3DGS model (.ply, .spz or .splat; stored pre-activation values, an
+    /// activated PLY is refused) instead of the pack's points: fine-tune or continue another
+    /// run. --max-gaussians subsamples it (stratified, seeded); --sh-degree converts it (extra
+    /// bands dropped, missing bands start at 0); the SH schedule starts at its degree.
+    #[arg(long, value_name = "MODEL", conflicts_with = "resume")]
+    init: Option<PathBuf>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=3))]
@@ -184,6 +190,7 @@ fn options(args: &Args) -> Result<RunOptions> {
     o.vram_budget = args.vram_budget;
     o.eval = args.eval;
     o.resume = args.resume;
+    o.init = args.init.clone();
     o.test_iterations = args.test_iterations.clone();
     o.save_iterations = args.save_iterations.clone();
     o.export = args.export.clone();

@@ -868,6 +868,8 @@ fn config_differences(saved: &TrainConfig, run: &TrainConfig) -> Vec<String> {
         // The intersection cap follows --ram-budget and only bounds an allocation (a render
         // over it fails loudly), so a resume may change the budget.
         .filter(|(k, _)| k.as_str() != "max_intersection_bytes")
+        // How the run started (`--init`): a resume takes it from the checkpoint.
+        .filter(|(k, _)| k.as_str() != "initial_sh_degree")
         .filter(|(k, v)| b.get(*k) != Some(v))
         .map(|(k, v)| {
             format!(

@@ -36,6 +36,18 @@
 //! run is a compact piece of space, so every region keeps points in proportion to its density;
 //! the draw depends only on the points and the seed. Random initialisations are capped too.
 //!
+//! # From an existing model (`gs-train --init model.ply|.spz|.splat`)
+//! [`from_model`] adapts a trained model (stored values, as [`crate::export::load_model`]
+//! reads them; activated PLYs are refused there) to the run, for fine-tuning or continuing
+//! someone else's run:
+//! - `--max-gaussians`: a model with more Gaussians than the cap is subsampled to exactly the
+//!   cap with [`stratified_subsample`] over its means (the same rule, and the same seeded
+//!   stream, as SfM points), so the cap means the same whatever the initial model is;
+//! - `--sh-degree`: coefficients the model has beyond the run's degree are dropped; bands the
+//!   model lacks are zero (as a fresh model's higher bands are), so they are learned;
+//! - the SH schedule starts at the model's degree (capped at the run's): the run's
+//!   [`super::TrainConfig::initial_sh_degree`], so iteration 1 renders what the model renders.
+//!
 //! # Memory
 //! Points are streamed from the pack chunk by chunk into the output arrays (grown as chunks
 //! arrive, never pre-sized from the manifest's count). Beyond the model itself, building it
@@ -530,9 +542,146 @@ pub fn from_pack(
     from_points(&xyz, &rgb, sh_degree)
 }
 
+/// What [`from_model`] did to a model read from a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelInit {
+    /// Gaussians in the file.
+    pub file_gaussians: u64,
+    /// Gaussians kept (`file_gaussians` capped at `max_gaussians`).
+    pub gaussians: u64,
+    /// SH degree stored in the file.
+    pub file_sh_degree: u32,
+    /// The run's SH degree (the model is converted to it).
+    pub sh_degree: u32,
+}
+
+impl ModelInit {
+    /// One line for the user: what the initial model is and what was changed.
+    pub fn line(&self, path: &std::path::Path) -> String {
+        let mut s = format!(
+            "initial model: {} Gaussians from {}",
+            self.gaussians,
+            path.display()
+        );
+        if self.gaussians < self.file_gaussians {
+            s += &format!(
+                " (of its {}: --max-gaussians {} keeps them spread over the scene by stratified \
+                 sampling)",
+                self.file_gaussians, self.gaussians
+            );
+        }
+        if self.file_sh_degree > self.sh_degree {
+            s += &format!(
+                "; its SH degree {} is cut to the run's {} (higher bands dropped)",
+                self.file_sh_degree, self.sh_degree
+            );
+        } else if self.file_sh_degree < self.sh_degree {
+            s += &format!(
+                "; its SH degree {} is raised to the run's {} (new bands start at 0)",
+                self.file_sh_degree, self.sh_degree
+            );
+        }
+        s
+    }
+}
+
+/// The model `g` adapted to a run of `sh_degree` capped at `max_gaussians` (see the module
+/// doc); `rng` draws the subsample.
+pub fn from_model(
+    g: Gaussians,
+    sh_degree: u32,
+    max_gaussians: usize,
+    rng: &mut Rng,
+) -> Result<(Gaussians, ModelInit), InitError> {
+    if sh_degree > MAX_SH_DEGREE {
+        return Err(InitError::ShDegree(sh_degree));
+    }
+    if g.is_empty() {
+        return Err(InitError::NoPoints);
+    }
+    let report = ModelInit {
+        file_gaussians: g.len() as u64,
+        gaussians: g.len().min(max_gaussians) as u64,
+        file_sh_degree: g.sh_degree,
+        sh_degree,
+    };
+    let keep: Vec<u32> = stratified_subsample(&g.means, max_gaussians, rng);
+    let (k_in, k_out) = (sh_coeffs(g.sh_degree), sh_coeffs(sh_degree));
+    let mut out = Gaussians {
+        sh_degree,
+        ..Gaussians::default()
+    };
+    out.means.reserve_exact(keep.len());
+    out.sh.reserve_exact(keep.len() * k_out);
+    for &i in &keep {
+        let i = i as usize;
+        out.means.push(g.means[i]);
+        out.log_scales.push(g.log_scales[i]);
+        out.rotations.push(g.rotations[i]);
+        out.logit_opacities.push(g.logit_opacities[i]);
+        let coeffs = &g.sh[i * k_in..(i + 1) * k_in];
+        out.sh
+            .extend((0..k_out).map(|k| coeffs.get(k).copied().unwrap_or([0.0; 3])));
+    }
+    Ok((out, report))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn model(n: usize, sh_degree: u32) -> Gaussians {
+        let k = sh_coeffs(sh_degree);
+        Gaussians {
+            means: (0..n)
+                .map(|i| [i as f32, (i * i % 7) as f32, 0.5])
+                .collect(),
+            log_scales: (0..n).map(|i| [-(i as f32), -1.0, -2.0]).collect(),
+            rotations: (0..n).map(|i| [1.0, i as f32, 0.0, 0.0]).collect(),
+            logit_opacities: (0..n).map(|i| i as f32 - 3.0).collect(),
+            sh_degree,
+            sh: (0..n * k).map(|j| [j as f32, -(j as f32), 0.25]).collect(),
+        }
+    }
+
+    #[test]
+    fn from_model_converts_sh_degree_and_caps() {
+        let g = model(10, 1);
+        // Same degree, no cap: unchanged.
+        let (same, r) = from_model(g.clone(), 1, 100, &mut Rng::new(1)).unwrap();
+        assert_eq!(same, g);
+        assert_eq!((r.file_gaussians, r.gaussians), (10, 10));
+        // Raised: the model's 4 coefficients, then zeros.
+        let (up, r) = from_model(g.clone(), 3, 100, &mut Rng::new(1)).unwrap();
+        assert_eq!((r.file_sh_degree, r.sh_degree), (1, 3));
+        assert_eq!(up.sh.len(), 10 * 16);
+        for i in 0..10 {
+            assert_eq!(&up.sh[i * 16..i * 16 + 4], &g.sh[i * 4..i * 4 + 4]);
+            assert!(up.sh[i * 16 + 4..(i + 1) * 16]
+                .iter()
+                .all(|c| *c == [0.0; 3]));
+        }
+        // Lowered: only the DC terms.
+        let (down, _) = from_model(g.clone(), 0, 100, &mut Rng::new(1)).unwrap();
+        assert_eq!(down.sh, (0..10).map(|i| g.sh[i * 4]).collect::<Vec<_>>());
+        // Capped: exactly the cap, each kept Gaussian whole, the draw the stratified one.
+        let (cap, r) = from_model(g.clone(), 1, 4, &mut Rng::new(7)).unwrap();
+        assert_eq!((r.file_gaussians, r.gaussians, cap.len()), (10, 4, 4));
+        let keep = stratified_subsample(&g.means, 4, &mut Rng::new(7));
+        for (j, &i) in keep.iter().enumerate() {
+            let i = i as usize;
+            assert_eq!(cap.means[j], g.means[i]);
+            assert_eq!(cap.logit_opacities[j], g.logit_opacities[i]);
+            assert_eq!(&cap.sh[j * 4..j * 4 + 4], &g.sh[i * 4..i * 4 + 4]);
+        }
+        assert!(r
+            .line(std::path::Path::new("m.ply"))
+            .contains("--max-gaussians 4"));
+        assert!(matches!(
+            from_model(Gaussians::default(), 0, 4, &mut Rng::new(7)),
+            Err(InitError::NoPoints)
+        ));
+    }
     use crate::scene::sh::SH_C0;
 
     fn brute(points: &[[f32; 3]]) -> Vec<f32> {

@@ -9,8 +9,11 @@
 //! 2. the baseline RSS, measured now: before the model or anything else that scales with the
 //!    data exists, so the model is counted once, as its own item;
 //! 3. model source: the latest checkpoint under `--resume` (validated against the pack and the
-//!    configuration, see [`super::checkpoint`]), else the initial model's plan
-//!    ([`super::init::plan`]: SfM or random points, capped by `--max-gaussians`);
+//!    configuration, see [`super::checkpoint`]), or the model file of `--init` (read now, so
+//!    the plan counts its Gaussians; adapted by [`super::init::from_model`]: capped by
+//!    `--max-gaussians`, converted to `--sh-degree`; `--init` and `--resume` exclude each
+//!    other), else the initial model's plan ([`super::init::plan`]: SfM or random points,
+//!    capped by `--max-gaussians`);
 //! 4. memory plan before any data work and before the model is built: floor = baseline RSS,
 //!    loader parts, trainer images, render intersections, evaluation, the model (Gaussians ×
 //!    bytes each) and its initialisation's points ([`crate::data::plan_memory`]); below the
@@ -81,6 +84,9 @@ pub struct RunOptions {
     /// Hold out the pack's test views; evaluate them at the end and at `test_iterations`.
     pub eval: bool,
     pub resume: bool,
+    /// Start from this model (`.ply`, `.spz` or `.splat`) instead of the pack's points
+    /// (`gs-train --init`; excludes `resume`).
+    pub init: Option<PathBuf>,
     pub test_iterations: Vec<u64>,
     /// Write the PLY at these iterations (the last iteration is always written).
     pub save_iterations: Vec<u64>,
@@ -116,6 +122,7 @@ impl RunOptions {
             vram_budget: None,
             eval: false,
             resume: false,
+            init: None,
             test_iterations: vec![7_000, 30_000],
             save_iterations: vec![7_000, 30_000],
             export: vec![],
@@ -171,6 +178,18 @@ pub enum RunError {
     Ply(#[from] GaussianPlyError),
     #[error("cannot export the model: {0}")]
     Export(#[from] ModelIoError),
+    /// The `--init` model cannot be read or used.
+    #[error(
+        "--init {}: {source} (gs-train starts only from a model holding stored \
+         pre-activation values; fix or convert the file, or train from the pack's points \
+         without --init)",
+        path.display()
+    )]
+    InitModel {
+        path: PathBuf,
+        #[source]
+        source: ModelIoError,
+    },
     #[error("{0}")]
     BackendUnavailable(String),
     /// The device memory plan cannot hold the run (itemised).
@@ -518,6 +537,11 @@ enum ModelStart {
     Resume(Box<super::TrainState>),
     /// The initial Gaussians [`super::init::from_pack`] will build.
     Fresh(InitPlan),
+    /// The `--init` model, read and adapted to the run ([`super::init::from_model`]).
+    Model(
+        Box<crate::scene::gaussians::Gaussians>,
+        super::init::ModelInit,
+    ),
 }
 
 impl ModelStart {
@@ -526,6 +550,7 @@ impl ModelStart {
         match self {
             ModelStart::Resume(state) => state.model.len(),
             ModelStart::Fresh(init) => init.gaussians as usize,
+            ModelStart::Model(g, _) => g.len(),
         }
     }
 }
@@ -538,6 +563,20 @@ fn model_start(
     ckpt_dir: &Path,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<ModelStart, RunError> {
+    if let Some(path) = &opts.init {
+        let g =
+            crate::export::load_model(path, &gply::LoadOptions::default()).map_err(|source| {
+                RunError::InitModel {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        let mut rng = crate::rng::Rng::derived(config.seed, INIT_STREAM);
+        let (g, report) =
+            super::init::from_model(g, config.sh_degree, config.densify.max_gaussians, &mut rng)
+                .map_err(|e| RunError::Config(format!("--init {}: {e}", path.display())))?;
+        return Ok(ModelStart::Model(Box::new(g), report));
+    }
     if !opts.resume {
         return Ok(ModelStart::Fresh(super::init::plan(
             pack,
@@ -602,6 +641,14 @@ fn plan_inputs(
             init.gaussians,
             init.points,
             init.points,
+        ),
+        // The model is resident already (read before the plan); nothing else is built.
+        ModelStart::Model(g, report) => (
+            Position { epoch: 0, index: 0 },
+            0,
+            g.len() as u64,
+            report.file_gaussians,
+            0,
         ),
     };
     let loader_config = LoaderConfig {
@@ -704,6 +751,14 @@ fn check_options(opts: &RunOptions) -> Result<(), RunError> {
             ));
         }
     }
+    if opts.init.is_some() && opts.resume {
+        return Err(RunError::Config(
+            "--init and --resume exclude each other: --resume continues this -o's own \
+             checkpoint, --init starts a new run from a model file (into a new -o, or with \
+             --overwrite)"
+                .into(),
+        ));
+    }
     if opts.workers == 0 || opts.prefetch == 0 {
         return Err(RunError::Config(
             "--workers and --prefetch must be at least 1".into(),
@@ -768,10 +823,12 @@ pub struct PlanSummary {
     /// The cache hit rate the known sampling order gives over those iterations
     /// ([`crate::data::expected_hit_rate`]); `None` when the run would not start.
     pub expected_hit_rate: Option<f64>,
-    /// The initial model of a fresh run (`None` on resume).
+    /// The initial model of a fresh run (`None` on resume and with `--init`).
     pub init: Option<InitPlan>,
     /// MCMC's cap when the model is reserved at it from the start (`None`: the model grows).
     pub fixed_model: Option<usize>,
+    /// With `--init`: what the model file gives ([`super::init::ModelInit::line`]).
+    pub init_model: Option<String>,
     pub seed: u64,
 }
 
@@ -790,6 +847,9 @@ impl PlanSummary {
         ));
         if let Some(init) = &self.init {
             out.push(init_line(init, self.seed));
+        }
+        if let Some(line) = &self.init_model {
+            out.push(line.clone());
         }
         if !self.fits {
             out.push(format!(
@@ -905,9 +965,13 @@ pub fn dry_run(
         views: source.len(),
         iterations: loader_config.limit.unwrap_or(0),
         expected_hit_rate,
+        init_model: match (&start, &opts.init) {
+            (ModelStart::Model(_, report), Some(path)) => Some(report.line(path)),
+            _ => None,
+        },
         init: match start {
             ModelStart::Fresh(init) => Some(init),
-            ModelStart::Resume(_) => None,
+            ModelStart::Resume(_) | ModelStart::Model(..) => None,
         },
         fixed_model: config.mcmc.as_ref().map(|m| m.cap_max),
         seed: config.seed,
@@ -1022,6 +1086,17 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             on_event(Event::Line(init_line(&init, config.seed)));
             (
                 Trainer::new(config.clone(), g, manifest.scene.extent, engine)?,
+                None,
+            )
+        }
+        ModelStart::Model(g, report) => {
+            if let Some(path) = &opts.init {
+                on_event(Event::Line(report.line(path)));
+            }
+            // The SH schedule starts at the model's degree: iteration 1 renders the model.
+            config.initial_sh_degree = report.file_sh_degree.min(config.sh_degree);
+            (
+                Trainer::new(config.clone(), *g, manifest.scene.extent, engine)?,
                 None,
             )
         }

@@ -95,6 +95,11 @@ pub struct TrainConfig {
     pub sh_degree: u32,
     /// The active SH degree rises by one every this many iterations.
     pub sh_increase_interval: u64,
+    /// Active SH degree at the first iteration (0 for a fresh run; the initial model's degree,
+    /// capped at `sh_degree`, for a run started from a model with `--init`, so its first render
+    /// is the model's own). Older checkpoints lack the field: 0.
+    #[serde(default)]
+    pub initial_sh_degree: u32,
     /// Position lr at the start and the end of the schedule, multiplied by the scene extent.
     pub position_lr_init: f64,
     pub position_lr_final: f64,
@@ -126,6 +131,7 @@ impl Default for TrainConfig {
             seed: 0,
             sh_degree: 3,
             sh_increase_interval: 1000,
+            initial_sh_degree: 0,
             position_lr_init: 1.6e-4,
             position_lr_final: 1.6e-6,
             position_lr_max_steps: None,
@@ -186,7 +192,9 @@ impl TrainConfig {
     /// Active SH degree at 1-based iteration `s`.
     pub fn active_sh_degree(&self, s: u64) -> u32 {
         let raised = s.checked_div(self.sh_increase_interval).unwrap_or(u64::MAX);
-        raised.min(self.sh_degree as u64) as u32
+        raised
+            .saturating_add(self.initial_sh_degree as u64)
+            .min(self.sh_degree as u64) as u32
     }
 }
 
