@@ -43,7 +43,6 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Parser, ValueEnum};
-use serde::Deserialize;
 
 use ramsplat::dataset::Split;
 use ramsplat::eval::{self, safe_stem, to_rgb8, write_png, Score, Scorer};
@@ -53,7 +52,7 @@ use ramsplat::export::{save_model, ModelFormat};
 use ramsplat::render::{
     make_rasterizer, Backend, Rasterizer, RenderError, RenderOptions, RenderOutput,
 };
-use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
 
@@ -128,18 +127,6 @@ fn parse_bg(s: &str) -> Result<[f32; 3], String> {
     Ok(bg)
 }
 
-/// Camera JSON as documented in the module doc (unknown fields, such as a "name", ignored).
-#[derive(Debug, Deserialize)]
-struct CameraJson {
-    width: u32,
-    height: u32,
-    fx: f64,
-    fy: f64,
-    cx: f64,
-    cy: f64,
-    world_to_camera: [[f64; 4]; 4],
-}
-
 /// Largest image `gs-render` attempts (checked before any buffer is allocated).
 const MAX_PIXELS: u64 = 1 << 28;
 /// Lower bound of the bytes one pixel costs while rendering (colour, depth and alpha planes in
@@ -149,33 +136,7 @@ const BYTES_PER_PIXEL: u64 = 24;
 fn read_camera(path: &Path) -> Result<Camera> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let j: CameraJson = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{}: not a camera JSON (expected {{\"width\",\"height\",\"fx\",\"fy\",\"cx\",\"cy\",\
-             \"world_to_camera\": 4x4 row-major}})",
-            path.display()
-        )
-    })?;
-    let pose = Pose::from_matrix4(j.world_to_camera).with_context(|| {
-        format!(
-            "{}: world_to_camera must be a rigid 4x4 transform with bottom row 0 0 0 1",
-            path.display()
-        )
-    })?;
-    let camera = Camera {
-        width: j.width,
-        height: j.height,
-        intrinsics: Intrinsics {
-            fx: j.fx,
-            fy: j.fy,
-            cx: j.cx,
-            cy: j.cy,
-        },
-        world_to_camera: pose,
-    };
-    camera
-        .validate()
-        .with_context(|| format!("{}: invalid camera", path.display()))?;
+    let camera = Camera::from_json(&text).with_context(|| format!("{}", path.display()))?;
     check_size(&camera).with_context(|| format!("{}", path.display()))?;
     Ok(camera)
 }

@@ -269,6 +269,55 @@ fn det3(m: &[[f64; 3]; 3]) -> f64 {
         + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
 }
 
+/// The single-camera JSON `gs-render --camera` reads (and `tools/reference_render.py`
+/// writes): `{"width", "height", "fx", "fy", "cx", "cy", "world_to_camera": 4×4 row-major}`;
+/// unknown fields (a "name", say) are ignored.
+#[derive(Debug, Deserialize)]
+struct CameraJson {
+    width: u32,
+    height: u32,
+    fx: f64,
+    fy: f64,
+    cx: f64,
+    cy: f64,
+    world_to_camera: [[f64; 4]; 4],
+}
+
+/// Why a camera JSON text was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CameraJsonError {
+    #[error(
+        "not a camera JSON (expected {{\"width\",\"height\",\"fx\",\"fy\",\"cx\",\"cy\",\
+         \"world_to_camera\": 4x4 row-major}})"
+    )]
+    Syntax(#[source] serde_json::Error),
+    #[error("world_to_camera must be a rigid 4x4 transform with bottom row 0 0 0 1")]
+    Pose(#[source] CameraError),
+    #[error("invalid camera")]
+    Invalid(#[source] CameraError),
+}
+
+impl Camera {
+    /// Parses and validates a camera JSON (see [`CameraJsonError`] for what is refused).
+    pub fn from_json(text: &str) -> Result<Camera, CameraJsonError> {
+        let j: CameraJson = serde_json::from_str(text).map_err(CameraJsonError::Syntax)?;
+        let camera = Camera {
+            width: j.width,
+            height: j.height,
+            intrinsics: Intrinsics {
+                fx: j.fx,
+                fy: j.fy,
+                cx: j.cx,
+                cy: j.cy,
+            },
+            world_to_camera: Pose::from_matrix4(j.world_to_camera)
+                .map_err(CameraJsonError::Pose)?,
+        };
+        camera.validate().map_err(CameraJsonError::Invalid)?;
+        Ok(camera)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
