@@ -405,10 +405,9 @@ fn check_scene(
         .collect();
     let mut cg = GaussianGrads::default();
     cpu_r.backward(&g, &cam, &opts, &d_image, &mut cg).unwrap();
-    let mut gg = GaussianGrads {
-        means: vec![[f32::NAN; 3]; 4],
-        ..GaussianGrads::default()
-    };
+    // Stale values of another shape: the backward must resize and overwrite them.
+    let mut gg = GaussianGrads::default();
+    gg.means = vec![[f32::NAN; 3]; 4];
     gpu_r.backward(&g, &cam, &opts, &d_image, &mut gg).unwrap();
     let k = sh_coeffs(g.sh_degree);
     let grads = [

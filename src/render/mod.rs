@@ -86,35 +86,37 @@ pub struct RenderOutput<F = f32> {
 }
 
 /// Gradients of the loss w.r.t. the stored (pre-activation) parameters, laid out like
-/// [`Gaussians`], plus the screen-space mean gradient that densification accumulates.
-/// Overwritten (not accumulated) by each backward call.
+/// [`Gaussians`] (the same field table, so the optimizer pairs each field with its gradient),
+/// plus the screen-space mean gradient that densification accumulates. Overwritten (not
+/// accumulated) by each backward call. Derefs to the parameter gradients: `grads.means`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GaussianGrads<F = f32> {
-    pub means: Vec<[F; 3]>,
-    pub log_scales: Vec<[F; 3]>,
-    pub rotations: Vec<[F; 4]>,
-    pub logit_opacities: Vec<F>,
-    /// Same layout as `Gaussians::sh` (stored degree); coefficients above the active degree
-    /// get zero.
-    pub sh: Vec<[F; 3]>,
+    /// `∂L/∂` each stored parameter, at the stored SH degree; coefficients above the active
+    /// degree get zero.
+    pub params: Gaussians<F>,
     /// `∂L/∂mean2d` in pixel units (multiply by (W/2, H/2) for 3DGS's NDC-unit threshold).
     pub means2d: Vec<[F; 2]>,
 }
 
 impl<F: Real> GaussianGrads<F> {
-    /// Resizes every array for `n` Gaussians with `coeffs` SH coefficients each and zeroes it.
-    pub fn reset(&mut self, n: usize, coeffs: usize) {
-        fn fill<T: Copy>(v: &mut Vec<T>, n: usize, z: T) {
-            v.clear();
-            v.resize(n, z);
-        }
-        let z = F::ZERO;
-        fill(&mut self.means, n, [z; 3]);
-        fill(&mut self.log_scales, n, [z; 3]);
-        fill(&mut self.rotations, n, [z; 4]);
-        fill(&mut self.logit_opacities, n, z);
-        fill(&mut self.sh, n * coeffs, [z; 3]);
-        fill(&mut self.means2d, n, [z; 2]);
+    /// Resizes every array for `n` Gaussians at stored SH degree `sh_degree` and zeroes it.
+    pub fn reset(&mut self, n: usize, sh_degree: u32) {
+        self.params.resize_zeroed(n, sh_degree);
+        self.means2d.clear();
+        self.means2d.resize(n, [F::ZERO; 2]);
+    }
+}
+
+impl<F> std::ops::Deref for GaussianGrads<F> {
+    type Target = Gaussians<F>;
+    fn deref(&self) -> &Gaussians<F> {
+        &self.params
+    }
+}
+
+impl<F> std::ops::DerefMut for GaussianGrads<F> {
+    fn deref_mut(&mut self) -> &mut Gaussians<F> {
+        &mut self.params
     }
 }
 

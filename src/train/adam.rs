@@ -16,14 +16,18 @@
 //!   replaces the moments of densified/pruned tensors but keeps their step count, so new
 //!   Gaussians start with zero moments and the group's current bias correction.
 //! - Every update is element-wise, so the result does not depend on the rayon thread count.
-//! - SH coefficient 0 (DC) is the `f_dc` group, coefficients 1.. are `f_rest`; they share the
+//! - The update walks the field table ([`Field::ALL`]): each field's rows name their group
+//!   ([`Field::group`]), so a new per-Gaussian attribute is optimised without code here. SH
+//!   coefficient 0 (DC) is the `f_dc` group, coefficients 1.. are `f_rest`; they share the
 //!   `sh` array but have separate learning rates and step counts.
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::render::GaussianGrads;
-use crate::scene::gaussians::{sh_coeffs, Gaussians};
+use crate::scene::gaussians::{Field, Gaussians};
+
+pub use crate::scene::gaussians::Group;
 
 /// Adam hyper-parameters shared by every group.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -42,32 +46,6 @@ impl Default for AdamConfig {
             beta2: 0.999,
             eps: 1e-15,
         }
-    }
-}
-
-/// The parameter groups, in 3DGS's order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Group {
-    Means,
-    FeaturesDc,
-    FeaturesRest,
-    Opacity,
-    Scaling,
-    Rotation,
-}
-
-impl Group {
-    pub const ALL: [Group; 6] = [
-        Group::Means,
-        Group::FeaturesDc,
-        Group::FeaturesRest,
-        Group::Opacity,
-        Group::Scaling,
-        Group::Rotation,
-    ];
-
-    pub fn index(self) -> usize {
-        self as usize
     }
 }
 
@@ -115,26 +93,12 @@ impl GroupMask {
 }
 
 /// Adam's state: first and second moments shaped like the model, and step counts.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct AdamState {
-    #[serde(with = "super::GaussiansDef")]
     pub exp_avg: Gaussians,
-    #[serde(with = "super::GaussiansDef")]
     pub exp_avg_sq: Gaussians,
     /// Steps taken per group ([`Group`] order).
     pub steps: [u64; 6],
-}
-
-/// Zeroed moments shaped like `g`.
-pub fn zeros_like(g: &Gaussians) -> Gaussians {
-    Gaussians {
-        means: vec![[0.0; 3]; g.len()],
-        log_scales: vec![[0.0; 3]; g.len()],
-        rotations: vec![[0.0; 4]; g.len()],
-        logit_opacities: vec![0.0; g.len()],
-        sh_degree: g.sh_degree,
-        sh: vec![[0.0; 3]; g.sh.len()],
-    }
 }
 
 /// Per-step scalars of one group, precomputed once (the device Adam takes the same values).
@@ -173,9 +137,12 @@ impl Coef {
 
 /// Why a step was refused (shapes disagree: a caller bug, reported instead of a panic).
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("Adam: `{what}` has {got} entries, the model has {expected}")]
+#[error("Adam: `{what}.{field}` has {got} values, the model needs {expected}")]
 pub struct ShapeError {
+    /// Which array set: `exp_avg`, `exp_avg_sq` or `grads`.
     pub what: &'static str,
+    /// The field ([`Field::name`]).
+    pub field: &'static str,
     pub got: usize,
     pub expected: usize,
 }
@@ -183,21 +150,32 @@ pub struct ShapeError {
 /// Items per rayon task: large enough that scheduling costs nothing next to the arithmetic.
 const CHUNK: usize = 4096;
 
-fn update_rows<const K: usize>(
-    coef: Coef,
-    p: &mut [[f32; K]],
-    m: &mut [[f32; K]],
-    v: &mut [[f32; K]],
-    g: &[[f32; K]],
+/// One field's Adam update: `p`, `m`, `v`, `g` hold whole Gaussians of `rows` rows of
+/// `row_width` values each, and row `r` of every Gaussian uses `coefs[r]` (`None`: the group
+/// is masked, the values stay).
+fn update_field(
+    coefs: &[Option<Coef>],
+    row_width: usize,
+    p: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
 ) {
-    p.par_chunks_mut(CHUNK)
-        .zip(m.par_chunks_mut(CHUNK))
-        .zip(v.par_chunks_mut(CHUNK))
-        .zip(g.par_chunks(CHUNK))
+    let per = coefs.len() * row_width;
+    // Whole Gaussians per task, so a value's row is its position within the Gaussian.
+    let chunk = per * (CHUNK / per).max(1);
+    p.par_chunks_mut(chunk)
+        .zip(m.par_chunks_mut(chunk))
+        .zip(v.par_chunks_mut(chunk))
+        .zip(g.par_chunks(chunk))
         .for_each(|(((p, m), v), g)| {
-            for i in 0..p.len() {
-                for k in 0..K {
-                    coef.update(&mut p[i][k], &mut m[i][k], &mut v[i][k], g[i][k]);
+            for base in (0..p.len()).step_by(per) {
+                for (r, c) in coefs.iter().enumerate() {
+                    let Some(c) = c else { continue };
+                    let at = base + r * row_width;
+                    for j in at..at + row_width {
+                        c.update(&mut p[j], &mut m[j], &mut v[j], g[j]);
+                    }
                 }
             }
         });
@@ -207,8 +185,8 @@ impl AdamState {
     /// Zero moments and step counts for `g`.
     pub fn new(g: &Gaussians) -> AdamState {
         AdamState {
-            exp_avg: zeros_like(g),
-            exp_avg_sq: zeros_like(g),
+            exp_avg: Gaussians::zeros_like(g),
+            exp_avg_sq: Gaussians::zeros_like(g),
             steps: [0; 6],
         }
     }
@@ -220,31 +198,25 @@ impl AdamState {
         grads: Option<&GaussianGrads>,
     ) -> Result<(), ShapeError> {
         let n = g.len();
-        let mut checks = vec![];
-        for (name, m) in [("exp_avg", &self.exp_avg), ("exp_avg_sq", &self.exp_avg_sq)] {
-            checks.extend([
-                (name, m.means.len(), n),
-                (name, m.log_scales.len(), n),
-                (name, m.rotations.len(), n),
-                (name, m.logit_opacities.len(), n),
-                (name, m.sh.len(), g.sh.len()),
-            ]);
-        }
-        if let Some(gr) = grads {
-            checks.extend([
-                ("grads.means", gr.means.len(), n),
-                ("grads.log_scales", gr.log_scales.len(), n),
-                ("grads.rotations", gr.rotations.len(), n),
-                ("grads.logit_opacities", gr.logit_opacities.len(), n),
-                ("grads.sh", gr.sh.len(), g.sh.len()),
-            ]);
-        }
-        for (what, got, expected) in checks {
-            if got != expected {
+        let arrays = [("exp_avg", &self.exp_avg), ("exp_avg_sq", &self.exp_avg_sq)]
+            .into_iter()
+            .chain(grads.map(|gr| ("grads", &gr.params)));
+        for (what, a) in arrays {
+            let wrong_degree = a.sh_degree != g.sh_degree;
+            if let Some(bad) = a.shape_mismatch(n).filter(|_| !wrong_degree) {
                 return Err(ShapeError {
                     what,
-                    got,
-                    expected,
+                    field: bad.field.name(),
+                    got: bad.got,
+                    expected: bad.expected,
+                });
+            }
+            if wrong_degree {
+                return Err(ShapeError {
+                    what,
+                    field: "sh",
+                    got: a.sh.len(),
+                    expected: g.sh.len(),
                 });
             }
         }
@@ -268,69 +240,22 @@ impl AdamState {
                 coef[g.index()] = Some(Coef::new(cfg, lr.get(g), self.steps[g.index()]));
             }
         }
-        let (m, v) = (&mut self.exp_avg, &mut self.exp_avg_sq);
-        if let Some(c) = coef[Group::Means.index()] {
-            update_rows(
-                c,
-                &mut params.means,
-                &mut m.means,
-                &mut v.means,
-                &grads.means,
+        let deg = params.sh_degree;
+        for f in Field::ALL {
+            let coefs: Vec<Option<Coef>> = (0..f.rows_per_gaussian(deg))
+                .map(|r| coef[f.group(r).index()])
+                .collect();
+            if coefs.iter().all(Option::is_none) || params.is_empty() {
+                continue;
+            }
+            update_field(
+                &coefs,
+                f.row_width(),
+                params.field_mut(f),
+                self.exp_avg.field_mut(f),
+                self.exp_avg_sq.field_mut(f),
+                grads.field(f),
             );
-        }
-        if let Some(c) = coef[Group::Scaling.index()] {
-            update_rows(
-                c,
-                &mut params.log_scales,
-                &mut m.log_scales,
-                &mut v.log_scales,
-                &grads.log_scales,
-            );
-        }
-        if let Some(c) = coef[Group::Rotation.index()] {
-            update_rows(
-                c,
-                &mut params.rotations,
-                &mut m.rotations,
-                &mut v.rotations,
-                &grads.rotations,
-            );
-        }
-        if let Some(c) = coef[Group::Opacity.index()] {
-            params
-                .logit_opacities
-                .par_chunks_mut(CHUNK)
-                .zip(m.logit_opacities.par_chunks_mut(CHUNK))
-                .zip(v.logit_opacities.par_chunks_mut(CHUNK))
-                .zip(grads.logit_opacities.par_chunks(CHUNK))
-                .for_each(|(((p, m), v), g)| {
-                    for i in 0..p.len() {
-                        c.update(&mut p[i], &mut m[i], &mut v[i], g[i]);
-                    }
-                });
-        }
-        let dc = coef[Group::FeaturesDc.index()];
-        let rest = coef[Group::FeaturesRest.index()];
-        if dc.is_some() || rest.is_some() {
-            let k = sh_coeffs(params.sh_degree);
-            // Whole Gaussians per task, so coefficient index = position within the chunk.
-            let chunk = k * (CHUNK / 16).max(1);
-            params
-                .sh
-                .par_chunks_mut(chunk)
-                .zip(m.sh.par_chunks_mut(chunk))
-                .zip(v.sh.par_chunks_mut(chunk))
-                .zip(grads.sh.par_chunks(chunk))
-                .for_each(|(((p, m), v), g)| {
-                    for i in 0..p.len() {
-                        let c = if i % k == 0 { dc } else { rest };
-                        if let Some(c) = c {
-                            for ch in 0..3 {
-                                c.update(&mut p[i][ch], &mut m[i][ch], &mut v[i][ch], g[i][ch]);
-                            }
-                        }
-                    }
-                });
         }
         Ok(())
     }
@@ -339,6 +264,7 @@ impl AdamState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scene::gaussians::sh_coeffs;
 
     fn one(sh_degree: u32) -> Gaussians {
         let k = sh_coeffs(sh_degree);
@@ -354,7 +280,7 @@ mod tests {
 
     fn grads_for(g: &Gaussians, v: f32) -> GaussianGrads {
         let mut gr = GaussianGrads::default();
-        gr.reset(g.len(), sh_coeffs(g.sh_degree));
+        gr.reset(g.len(), g.sh_degree);
         gr.means[0] = [v, -v, 0.0];
         gr.log_scales[0] = [v; 3];
         gr.rotations[0] = [v; 4];
@@ -454,6 +380,6 @@ mod tests {
         let e = st
             .step(&AdamConfig::default(), &lrs(), GroupMask::ALL, &mut p, &gr)
             .unwrap_err();
-        assert_eq!(e.what, "grads.means");
+        assert_eq!((e.what, e.field), ("grads", "means"));
     }
 }

@@ -40,11 +40,11 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::adam::AdamState;
 use super::densify::{DensifyStats, Model};
-use super::{TrainConfig, TrainState};
+use super::{TrainConfig, TrainState, TrainStateRef};
 use crate::data::Position;
 use crate::export::ply::activation_evidence;
 use crate::rng::Rng;
-use crate::scene::gaussians::{sh_coeffs, Gaussians};
+use crate::scene::gaussians::{Field, Gaussians};
 
 /// First 8 bytes of every checkpoint.
 pub const MAGIC: [u8; 8] = *b"RSPLCKPT";
@@ -535,15 +535,33 @@ impl Container {
         Ok(())
     }
 
-    /// Reads an f32 array of exactly `shape` (allocation bounded by the validated file size).
-    pub fn read_f32(&mut self, name: &str, shape: &[u64]) -> Result<Vec<f32>, CheckpointError> {
+    /// Reads an f32 array of `shape` into `out`, which must hold exactly its values.
+    pub fn read_f32_into(
+        &mut self,
+        name: &str,
+        shape: &[u64],
+        out: &mut [f32],
+    ) -> Result<(), CheckpointError> {
         let e = self.expect(name, DType::F32, shape)?;
-        let mut out = vec![0f32; (e.bytes / 4) as usize];
+        if e.bytes != 4 * out.len() as u64 {
+            return Err(self.corrupt(format!(
+                "array `{name}` holds {} bytes, {} values were expected",
+                e.bytes,
+                out.len()
+            )));
+        }
         self.stream(&e, &mut |b, at| {
             for (o, c) in out[at..].iter_mut().zip(b.chunks_exact(4)) {
                 *o = f32::from_le_bytes(c.try_into().expect("4 bytes"));
             }
-        })?;
+        })
+    }
+
+    /// Reads an f32 array of `shape`.
+    pub fn read_f32(&mut self, name: &str, shape: &[u64]) -> Result<Vec<f32>, CheckpointError> {
+        let len: u64 = shape.iter().product();
+        let mut out = vec![0f32; len as usize];
+        self.read_f32_into(name, shape, &mut out)?;
         Ok(out)
     }
 
@@ -553,14 +571,8 @@ impl Container {
         name: &str,
         n: u64,
     ) -> Result<Vec<[f32; K]>, CheckpointError> {
-        let e = self.expect(name, DType::F32, &[n, K as u64])?;
         let mut out = vec![[0f32; K]; n as usize];
-        let flat = out.as_flattened_mut();
-        self.stream(&e, &mut |b, at| {
-            for (o, c) in flat[at..].iter_mut().zip(b.chunks_exact(4)) {
-                *o = f32::from_le_bytes(c.try_into().expect("4 bytes"));
-            }
-        })?;
+        self.read_f32_into(name, &[n, K as u64], out.as_flattened_mut())?;
         Ok(out)
     }
 
@@ -672,46 +684,6 @@ pub struct StateMeta {
     pub sh_degree: u32,
 }
 
-/// A borrowed view of the state to save (so saving needs no copy of the model).
-#[derive(Clone, Copy, Debug)]
-pub struct StateRef<'a> {
-    pub config: &'a TrainConfig,
-    pub extent: f64,
-    pub step: u64,
-    pub model: &'a Model,
-    pub growth_stopped: bool,
-    pub rng: [u64; 4],
-    pub position: Position,
-}
-
-impl<'a> From<&'a TrainState> for StateRef<'a> {
-    fn from(s: &'a TrainState) -> StateRef<'a> {
-        StateRef {
-            config: &s.config,
-            extent: s.extent,
-            step: s.step,
-            model: &s.model,
-            growth_stopped: s.growth_stopped,
-            rng: s.rng,
-            position: s.position,
-        }
-    }
-}
-
-impl<'a> From<super::TrainStateRef<'a>> for StateRef<'a> {
-    fn from(s: super::TrainStateRef<'a>) -> StateRef<'a> {
-        StateRef {
-            config: s.config,
-            extent: s.extent,
-            step: s.step,
-            model: s.model,
-            growth_stopped: s.growth_stopped,
-            rng: s.rng,
-            position: s.position,
-        }
-    }
-}
-
 /// What a loaded checkpoint must match: the run's pack and configuration.
 #[derive(Clone, Debug)]
 pub struct Expected<'a> {
@@ -725,41 +697,22 @@ pub struct Expected<'a> {
 /// The Gaussians groups stored per checkpoint: parameters and both Adam moments.
 const GROUPS: [&str; 3] = ["params", "adam.exp_avg", "adam.exp_avg_sq"];
 
+/// One array per [`Field`], named `prefix.field`.
 fn gaussian_arrays<'a>(prefix: &str, g: &'a Gaussians, out: &mut Vec<ArrayRef<'a>>) {
-    let n = g.len() as u64;
-    let k = sh_coeffs(g.sh_degree) as u64;
-    out.push(ArrayRef::new(
-        &format!("{prefix}.means"),
-        &[n, 3],
-        ArrayData::F32(g.means.as_flattened()),
-    ));
-    out.push(ArrayRef::new(
-        &format!("{prefix}.log_scales"),
-        &[n, 3],
-        ArrayData::F32(g.log_scales.as_flattened()),
-    ));
-    out.push(ArrayRef::new(
-        &format!("{prefix}.rotations"),
-        &[n, 4],
-        ArrayData::F32(g.rotations.as_flattened()),
-    ));
-    out.push(ArrayRef::new(
-        &format!("{prefix}.logit_opacities"),
-        &[n],
-        ArrayData::F32(&g.logit_opacities),
-    ));
-    out.push(ArrayRef::new(
-        &format!("{prefix}.sh"),
-        &[n * k, 3],
-        ArrayData::F32(g.sh.as_flattened()),
-    ));
+    for f in Field::ALL {
+        out.push(ArrayRef::new(
+            &format!("{prefix}.{}", f.name()),
+            &f.shape(g.len(), g.sh_degree),
+            ArrayData::F32(g.field(f)),
+        ));
+    }
 }
 
 /// Writes the state as `dir/ckpt-STEP.bin` (atomically), then points `dir/latest` at it.
 /// Returns the checkpoint's path.
 pub fn save_state(
     dir: &Path,
-    state: StateRef<'_>,
+    state: TrainStateRef<'_>,
     pack_id: &str,
 ) -> Result<PathBuf, CheckpointError> {
     save_state_of(dir, state, pack_id, None)
@@ -768,7 +721,7 @@ pub fn save_state(
 /// [`save_state`], recording the pack's content fingerprint as well (see [`StateMeta`]).
 pub fn save_state_of(
     dir: &Path,
-    state: StateRef<'_>,
+    state: TrainStateRef<'_>,
     pack_id: &str,
     pack_content: Option<&str>,
 ) -> Result<PathBuf, CheckpointError> {
@@ -829,30 +782,27 @@ fn read_gaussians(
     n: u64,
     sh_degree: u32,
 ) -> Result<Gaussians, CheckpointError> {
-    let k = sh_coeffs(sh_degree) as u64;
-    Ok(Gaussians {
-        means: c.read_rows::<3>(&format!("{prefix}.means"), n)?,
-        log_scales: c.read_rows::<3>(&format!("{prefix}.log_scales"), n)?,
-        rotations: c.read_rows::<4>(&format!("{prefix}.rotations"), n)?,
-        logit_opacities: c.read_f32(&format!("{prefix}.logit_opacities"), &[n])?,
-        sh_degree,
-        sh: c.read_rows::<3>(&format!("{prefix}.sh"), n * k)?,
-    })
+    let mut g = Gaussians::zeros(n as usize, sh_degree);
+    for f in Field::ALL {
+        let name = format!("{prefix}.{}", f.name());
+        c.read_f32_into(&name, &f.shape(n as usize, sh_degree), g.field_mut(f))?;
+    }
+    Ok(g)
 }
 
 /// First non-finite value of a group, as "array `name`, Gaussian i".
 fn first_non_finite(prefix: &str, g: &Gaussians) -> Option<String> {
-    let k = sh_coeffs(g.sh_degree);
-    let find = |name: &str, flat: &[f32], per: usize| {
-        flat.iter()
-            .position(|v| !v.is_finite())
-            .map(|i| format!("`{prefix}.{name}` of Gaussian {} is {}", i / per, flat[i]))
-    };
-    find("means", g.means.as_flattened(), 3)
-        .or_else(|| find("log_scales", g.log_scales.as_flattened(), 3))
-        .or_else(|| find("rotations", g.rotations.as_flattened(), 4))
-        .or_else(|| find("logit_opacities", &g.logit_opacities, 1))
-        .or_else(|| find("sh", g.sh.as_flattened(), 3 * k))
+    Field::ALL.into_iter().find_map(|f| {
+        let (flat, per) = (g.field(f), f.width(g.sh_degree));
+        flat.iter().position(|v| !v.is_finite()).map(|i| {
+            format!(
+                "`{prefix}.{}` of Gaussian {} is {}",
+                f.name(),
+                i / per,
+                flat[i]
+            )
+        })
+    })
 }
 
 /// Names the top-level fields where two configurations differ.
@@ -946,15 +896,9 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
             return Err(corrupt(what));
         }
     }
-    let negative = exp_avg_sq
-        .means
-        .as_flattened()
-        .iter()
-        .chain(exp_avg_sq.log_scales.as_flattened())
-        .chain(exp_avg_sq.rotations.as_flattened())
-        .chain(&exp_avg_sq.logit_opacities)
-        .chain(exp_avg_sq.sh.as_flattened())
-        .any(|&v| v < 0.0);
+    let negative = Field::ALL
+        .into_iter()
+        .any(|f| exp_avg_sq.field(f).iter().any(|&v| v < 0.0));
     if negative {
         return Err(corrupt(
             "a second Adam moment is negative (it is a mean of squares)".into(),
@@ -1116,6 +1060,7 @@ mod container_tests {
 #[cfg(test)]
 mod state_tests {
     use super::*;
+    use crate::scene::gaussians::sh_coeffs;
 
     /// A model with distinct, honest (pre-activation) values everywhere.
     fn state(n: usize) -> TrainState {

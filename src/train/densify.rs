@@ -48,15 +48,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::adam::{zeros_like, AdamState, Group, GroupMask};
+use super::adam::{AdamState, Group, GroupMask};
 use crate::budget::Reservation;
 use crate::render::GaussianGrads;
 use crate::rng::Rng;
-use crate::scene::gaussians::{sh_coeffs, Gaussians};
+use crate::scene::gaussians::{floats_per_gaussian, Gaussians};
 use crate::scene::maths::{logit, normalize_quat, quat_to_rot, sigmoid};
 
 /// Densification statistics, one entry per Gaussian.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct DensifyStats {
     /// Sum of NDC-unit 2D-mean gradient norms over the views where the Gaussian was visible.
     pub grad_accum: Vec<f32>,
@@ -77,9 +77,8 @@ impl DensifyStats {
 }
 
 /// Everything with one entry per Gaussian: parameters, Adam moments, densify statistics.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Model {
-    #[serde(with = "super::GaussiansDef")]
     pub gaussians: Gaussians,
     pub adam: AdamState,
     pub stats: DensifyStats,
@@ -87,48 +86,30 @@ pub struct Model {
 
 /// Arrays of a [`Model`] disagree in length (a bug; reported rather than a panic).
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("model arrays disagree: `{what}` has {got} entries, expected {expected}")]
+#[error("model arrays disagree: `{what}` has {got} values, expected {expected}")]
 pub struct ModelShapeError {
-    pub what: &'static str,
+    /// The array: a [`crate::scene::gaussians::Field`] name, `moment.` + one, or `stats.…`.
+    pub what: String,
     pub got: usize,
     pub expected: usize,
 }
 
-/// Removes entries where `keep` is false from `v`, whose items come `stride` per Gaussian.
-fn compact<T: Copy>(v: &mut Vec<T>, keep: &[bool], stride: usize) {
+/// Removes entries where `keep` is false from `v` (one entry per Gaussian).
+fn compact<T: Copy>(v: &mut Vec<T>, keep: &[bool]) {
     let mut w = 0;
     for (i, &k) in keep.iter().enumerate() {
         if k {
-            if w != i {
-                v.copy_within(i * stride..(i + 1) * stride, w * stride);
-            }
+            v[w] = v[i];
             w += 1;
         }
     }
-    v.truncate(w * stride);
-}
-
-fn retain_gaussians(g: &mut Gaussians, keep: &[bool]) {
-    let k = sh_coeffs(g.sh_degree);
-    compact(&mut g.means, keep, 1);
-    compact(&mut g.log_scales, keep, 1);
-    compact(&mut g.rotations, keep, 1);
-    compact(&mut g.logit_opacities, keep, 1);
-    compact(&mut g.sh, keep, k);
+    v.truncate(w);
 }
 
 /// Appends `src` to `dst` growing capacity exactly (no doubling: the model's bytes are budgeted).
 fn extend_exact<T: Copy>(dst: &mut Vec<T>, src: &[T]) {
     dst.reserve_exact(src.len());
     dst.extend_from_slice(src);
-}
-
-fn append_gaussians(g: &mut Gaussians, new: &Gaussians) {
-    extend_exact(&mut g.means, &new.means);
-    extend_exact(&mut g.log_scales, &new.log_scales);
-    extend_exact(&mut g.rotations, &new.rotations);
-    extend_exact(&mut g.logit_opacities, &new.logit_opacities);
-    extend_exact(&mut g.sh, &new.sh);
 }
 
 impl Model {
@@ -154,31 +135,38 @@ impl Model {
     pub fn check_shapes(&self) -> Result<(), ModelShapeError> {
         let g = &self.gaussians;
         let n = g.len();
-        let nsh = n * sh_coeffs(g.sh_degree);
-        let mut checks = vec![
-            ("log_scales", g.log_scales.len(), n),
-            ("rotations", g.rotations.len(), n),
-            ("logit_opacities", g.logit_opacities.len(), n),
-            ("sh", g.sh.len(), nsh),
-            ("stats.grad_accum", self.stats.grad_accum.len(), n),
-            ("stats.denom", self.stats.denom.len(), n),
-            ("stats.max_radii", self.stats.max_radii.len(), n),
+        let sets = [
+            ("", g),
+            ("moment.", &self.adam.exp_avg),
+            ("moment.", &self.adam.exp_avg_sq),
         ];
-        for m in [&self.adam.exp_avg, &self.adam.exp_avg_sq] {
-            checks.extend([
-                ("moment.means", m.means.len(), n),
-                ("moment.log_scales", m.log_scales.len(), n),
-                ("moment.rotations", m.rotations.len(), n),
-                ("moment.logit_opacities", m.logit_opacities.len(), n),
-                ("moment.sh", m.sh.len(), nsh),
-            ]);
-        }
-        for (what, got, expected) in checks {
-            if got != expected {
+        for (prefix, set) in sets {
+            if let Some(bad) = set.shape_mismatch(n) {
                 return Err(ModelShapeError {
-                    what,
+                    what: format!("{prefix}{}", bad.field.name()),
+                    got: bad.got,
+                    expected: bad.expected,
+                });
+            }
+            if set.sh_degree != g.sh_degree {
+                return Err(ModelShapeError {
+                    what: format!("{prefix}sh (degree {})", set.sh_degree),
+                    got: set.sh.len(),
+                    expected: g.sh.len(),
+                });
+            }
+        }
+        let stats = [
+            ("stats.grad_accum", self.stats.grad_accum.len()),
+            ("stats.denom", self.stats.denom.len()),
+            ("stats.max_radii", self.stats.max_radii.len()),
+        ];
+        for (what, got) in stats {
+            if got != n {
+                return Err(ModelShapeError {
+                    what: what.to_owned(),
                     got,
-                    expected,
+                    expected: n,
                 });
             }
         }
@@ -188,21 +176,21 @@ impl Model {
     /// Keeps the Gaussians where `keep[i]` (parameters, both moments and statistics together).
     pub fn retain(&mut self, keep: &[bool]) {
         assert_eq!(keep.len(), self.len(), "retain mask length");
-        retain_gaussians(&mut self.gaussians, keep);
-        retain_gaussians(&mut self.adam.exp_avg, keep);
-        retain_gaussians(&mut self.adam.exp_avg_sq, keep);
-        compact(&mut self.stats.grad_accum, keep, 1);
-        compact(&mut self.stats.denom, keep, 1);
-        compact(&mut self.stats.max_radii, keep, 1);
+        self.gaussians.retain(keep);
+        self.adam.exp_avg.retain(keep);
+        self.adam.exp_avg_sq.retain(keep);
+        compact(&mut self.stats.grad_accum, keep);
+        compact(&mut self.stats.denom, keep);
+        compact(&mut self.stats.max_radii, keep);
     }
 
     /// Appends `new` (same SH degree) with zero moments and zero statistics.
     pub fn append(&mut self, new: &Gaussians) {
         assert_eq!(new.sh_degree, self.gaussians.sh_degree, "append SH degree");
-        let zeros = zeros_like(new);
-        append_gaussians(&mut self.gaussians, new);
-        append_gaussians(&mut self.adam.exp_avg, &zeros);
-        append_gaussians(&mut self.adam.exp_avg_sq, &zeros);
+        let zeros = Gaussians::zeros_like(new);
+        self.gaussians.append(new);
+        self.adam.exp_avg.append(&zeros);
+        self.adam.exp_avg_sq.append(&zeros);
         let n = new.len();
         extend_exact(&mut self.stats.grad_accum, &vec![0.0; n]);
         extend_exact(&mut self.stats.denom, &vec![0; n]);
@@ -212,36 +200,7 @@ impl Model {
     /// Applies a densification's [`RowPlan`] (parameters, both moments and statistics
     /// together).
     pub fn apply_rows(&mut self, plan: &RowPlan) {
-        let k = sh_coeffs(self.gaussians.sh_degree);
-        let gather = |g: &Gaussians, zero: Option<&[bool]>| -> Gaussians {
-            let pick = |r: usize| zero.is_none_or(|z| !z[r]);
-            let mut out = Gaussians {
-                sh_degree: g.sh_degree,
-                means: Vec::with_capacity(plan.src.len()),
-                log_scales: Vec::with_capacity(plan.src.len()),
-                rotations: Vec::with_capacity(plan.src.len()),
-                logit_opacities: Vec::with_capacity(plan.src.len()),
-                sh: Vec::with_capacity(plan.src.len() * k),
-            };
-            for (r, &i) in plan.src.iter().enumerate() {
-                let i = i as usize;
-                if pick(r) {
-                    out.means.push(g.means[i]);
-                    out.log_scales.push(g.log_scales[i]);
-                    out.rotations.push(g.rotations[i]);
-                    out.logit_opacities.push(g.logit_opacities[i]);
-                    out.sh.extend_from_slice(&g.sh[i * k..(i + 1) * k]);
-                } else {
-                    out.means.push([0.0; 3]);
-                    out.log_scales.push([0.0; 3]);
-                    out.rotations.push([0.0; 4]);
-                    out.logit_opacities.push(0.0);
-                    out.sh.extend(std::iter::repeat_n([0.0; 3], k));
-                }
-            }
-            out
-        };
-        let mut g = gather(&self.gaussians, None);
+        let mut g = self.gaussians.gather(&plan.src, None);
         for v in &plan.replace {
             g.means[v.row as usize] = v.mean;
             g.log_scales[v.row as usize] = v.log_scale;
@@ -249,8 +208,8 @@ impl Model {
                 g.logit_opacities[v.row as usize] = o;
             }
         }
-        self.adam.exp_avg = gather(&self.adam.exp_avg, Some(&plan.fresh));
-        self.adam.exp_avg_sq = gather(&self.adam.exp_avg_sq, Some(&plan.fresh));
+        self.adam.exp_avg = self.adam.exp_avg.gather(&plan.src, Some(&plan.fresh));
+        self.adam.exp_avg_sq = self.adam.exp_avg_sq.gather(&plan.src, Some(&plan.fresh));
         self.gaussians = g;
         self.stats = DensifyStats::zeros(plan.src.len());
     }
@@ -283,7 +242,7 @@ impl Model {
 /// two Adam moments (2P), densify statistics (12 bytes) and the rasterizer's per-Gaussian
 /// buffers ([`RENDER_BYTES_PER_GAUSSIAN`]).
 pub fn model_bytes(n: usize, sh_degree: u32) -> u64 {
-    let p = 11 + 3 * sh_coeffs(sh_degree) as u64;
+    let p = floats_per_gaussian(sh_degree) as u64;
     let floats = 4 * p + 2;
     n as u64 * (floats * 4 + 12 + RENDER_BYTES_PER_GAUSSIAN)
 }
@@ -863,6 +822,7 @@ impl DensifyStrategy for DefaultStrategy {
 mod tests {
     use super::*;
     use crate::budget::Ledger;
+    use crate::scene::gaussians::sh_coeffs;
 
     /// `n` Gaussians whose every field encodes its index, at SH degree 1.
     fn tagged(n: usize) -> Model {

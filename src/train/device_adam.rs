@@ -10,11 +10,10 @@
 use std::collections::HashMap;
 
 use super::adam::{AdamConfig, Coef, Group, GroupMask, LearningRates};
-use crate::device::{
-    Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
-};
+use crate::device::{Device, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource};
 use crate::render::cuda::launch::ParamGradBufs;
 use crate::render::cuda::DeviceGaussians;
+use crate::scene::gaussians::Field;
 
 use KernelArg::{F32, U32, U64};
 
@@ -38,7 +37,7 @@ pub enum DeviceAdamError {
     Device(#[from] DeviceError),
     #[error("device Adam: `{what}` holds {got} values, the model of {n} Gaussians needs {need}")]
     Shape {
-        what: &'static str,
+        what: String,
         got: usize,
         need: usize,
         n: usize,
@@ -50,16 +49,6 @@ pub struct DeviceAdam {
     dev: Device,
     funcs: HashMap<&'static str, Function>,
 }
-
-/// One plain group's parameters, moments, gradients and value count.
-type GroupBufs<'a> = (
-    Group,
-    &'a DeviceBuffer<f32>,
-    &'a DeviceBuffer<f32>,
-    &'a DeviceBuffer<f32>,
-    &'a DeviceBuffer<f32>,
-    usize,
-);
 
 fn coef_args(c: &Coef) -> [KernelArg; 5] {
     [
@@ -99,8 +88,7 @@ impl DeviceAdam {
         grads: &ParamGradBufs,
     ) -> Result<(), DeviceAdamError> {
         let n = params.n;
-        let nsh = 3 * n * params.coeffs();
-        let need = |what, got: usize, need: usize| {
+        let need = |what: String, got: usize, need: usize| {
             if got < need {
                 Err(DeviceAdamError::Shape { what, got, need, n })
             } else {
@@ -110,18 +98,21 @@ impl DeviceAdam {
         for (name, mo) in [("exp_avg", &*m), ("exp_avg_sq", &*v)] {
             if mo.n != n || mo.sh_degree != params.sh_degree {
                 return Err(DeviceAdamError::Shape {
-                    what: name,
+                    what: name.to_owned(),
                     got: mo.n,
                     need: n,
                     n,
                 });
             }
         }
-        need("grads.means", grads.means.len(), 3 * n)?;
-        need("grads.log_scales", grads.log_scales.len(), 3 * n)?;
-        need("grads.rotations", grads.rotations.len(), 4 * n)?;
-        need("grads.logit_opacities", grads.logit_opacities.len(), n)?;
-        need("grads.sh", grads.sh.len(), nsh)?;
+        for f in Field::ALL {
+            let buf = grads.buffer(f);
+            need(
+                format!("grads.{}", f.name()),
+                buf.len(),
+                n * f.width(params.sh_degree),
+            )?;
+        }
         let mut coef = [None; 6];
         for g in Group::ALL {
             if mask.has(g) {
@@ -134,86 +125,63 @@ impl DeviceAdam {
         }
         // The moments are DeviceGaussians of the model's shape (checked above), so every
         // buffer below holds the values its launch indexes.
-        let plain: [GroupBufs<'_>; 4] = [
-            (
-                Group::Means,
-                &params.means,
-                &m.means,
-                &v.means,
-                &grads.means,
-                3 * n,
-            ),
-            (
-                Group::Scaling,
-                &params.log_scales,
-                &m.log_scales,
-                &v.log_scales,
-                &grads.log_scales,
-                3 * n,
-            ),
-            (
-                Group::Rotation,
-                &params.rotations,
-                &m.rotations,
-                &v.rotations,
-                &grads.rotations,
-                4 * n,
-            ),
-            (
-                Group::Opacity,
-                &params.logit_opacities,
-                &m.logit_opacities,
-                &v.logit_opacities,
-                &grads.logit_opacities,
-                n,
-            ),
-        ];
-        for (group, p, mm, vv, g, len) in plain {
-            let Some(c) = coef[group.index()] else {
+        let off = Coef {
+            b1: 0.0,
+            b2: 0.0,
+            step_size: 0.0,
+            bias2_sqrt: 1.0,
+            eps: 0.0,
+        };
+        for f in Field::ALL {
+            let (p, mm, vv, g) = (params.buffer(f), m.buffer(f), v.buffer(f), grads.buffer(f));
+            let len = n * f.width(params.sh_degree);
+            let rows = f.rows_per_gaussian(params.sh_degree);
+            if rows == 1 {
+                let Some(c) = coef[f.group(0).index()] else {
+                    continue;
+                };
+                let mut args = vec![U64(len as u64), p.arg(), mm.arg(), vv.arg(), g.arg()];
+                args.extend(coef_args(&c));
+                // SAFETY: matches adam_step in kernels/adam.cu; parameters, moments (the
+                // model's shape, checked) and gradients (checked) hold `len` values each.
+                unsafe {
+                    self.dev.launch(
+                        &self.funcs["adam_step"],
+                        LaunchConfig::linear(len as u64, BLOCK)?,
+                        &args,
+                    )
+                }?;
                 continue;
-            };
-            let mut args = vec![U64(len as u64), p.arg(), mm.arg(), vv.arg(), g.arg()];
-            args.extend(coef_args(&c));
-            // SAFETY: matches adam_step in kernels/adam.cu; parameters, moments (the model's
-            // shape, checked) and gradients (checked) hold `len` values each.
-            unsafe {
-                self.dev.launch(
-                    &self.funcs["adam_step"],
-                    LaunchConfig::linear(len as u64, BLOCK)?,
-                    &args,
-                )
-            }?;
-        }
-        let (dc, rest) = (
-            coef[Group::FeaturesDc.index()],
-            coef[Group::FeaturesRest.index()],
-        );
-        if dc.is_some() || rest.is_some() {
-            let off = Coef {
-                b1: 0.0,
-                b2: 0.0,
-                step_size: 0.0,
-                bias2_sqrt: 1.0,
-                eps: 0.0,
-            };
+            }
+            // Several rows per Gaussian: the first row's group and the others' (SH: f_dc and
+            // f_rest), as adam_step_sh splits them.
+            assert_eq!(f.row_width(), 3, "adam_step_sh updates rows of 3 values");
+            assert!(
+                (2..rows).all(|r| f.group(r) == f.group(1)),
+                "adam_step_sh takes one group for rows 1.."
+            );
+            let (first, rest) = (coef[f.group(0).index()], coef[f.group(1).index()]);
+            if first.is_none() && rest.is_none() {
+                continue;
+            }
             let mut args = vec![
-                U64(nsh as u64),
-                U32(params.coeffs() as u32),
-                params.sh.arg(),
-                m.sh.arg(),
-                v.sh.arg(),
-                grads.sh.arg(),
-                U32(dc.is_some() as u32),
+                U64(len as u64),
+                U32(rows as u32),
+                p.arg(),
+                mm.arg(),
+                vv.arg(),
+                g.arg(),
+                U32(first.is_some() as u32),
             ];
-            args.extend(coef_args(&dc.unwrap_or(off)));
+            args.extend(coef_args(&first.unwrap_or(off)));
             args.push(U32(rest.is_some() as u32));
             args.extend(coef_args(&rest.unwrap_or(off)));
-            // SAFETY: matches adam_step_sh in kernels/adam.cu; the SH parameters, moments and
-            // gradients hold N·K·3 values (checked above).
+            // SAFETY: matches adam_step_sh in kernels/adam.cu; the parameters, moments and
+            // gradients hold N·rows·3 values (checked above).
             unsafe {
                 self.dev.launch(
                     &self.funcs["adam_step_sh"],
-                    LaunchConfig::linear(nsh as u64, BLOCK)?,
+                    LaunchConfig::linear(len as u64, BLOCK)?,
                     &args,
                 )
             }?;
@@ -269,11 +237,7 @@ mod tests {
             for (s, mask) in masks.into_iter().enumerate() {
                 let gr = random(n, 2, &mut r, 1e-3);
                 let grads = GaussianGrads {
-                    means: gr.means.clone(),
-                    log_scales: gr.log_scales.clone(),
-                    rotations: gr.rotations.clone(),
-                    logit_opacities: gr.logit_opacities.clone(),
-                    sh: gr.sh.clone(),
+                    params: gr.clone(),
                     means2d: vec![[0.0; 2]; n],
                 };
                 let lr = LearningRates {

@@ -47,6 +47,7 @@ use crate::device::{
 use crate::render::cuda::{CudaError, CudaRasterizer, DeviceGaussians};
 use crate::render::{RenderError, RenderOptions};
 use crate::scene::camera::Camera;
+use crate::scene::gaussians::Field;
 use crate::scene::maths::logit;
 
 use super::adam::{AdamConfig, GroupMask, LearningRates};
@@ -152,7 +153,7 @@ impl DeviceBytes {
 /// the parameters and both moments (3P floats) that [`DeviceEngine::apply_rows`] gathers into
 /// before it frees the first, so a densification at the planned count still fits.
 pub fn device_bytes_per_gaussian(sh_degree: u32) -> u64 {
-    let p = 11 + 3 * crate::scene::gaussians::sh_coeffs(sh_degree) as u64;
+    let p = crate::scene::gaussians::floats_per_gaussian(sh_degree) as u64;
     model_bytes(1, sh_degree) + 3 * 4 * p
 }
 
@@ -448,7 +449,6 @@ impl DeviceEngine {
     pub fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError> {
         let dev = self.dev.clone();
         let rows = plan.src.len();
-        let k = self.params.coeffs();
         if let Some(&bad) = plan.src.iter().find(|&&i| i as usize >= self.params.n) {
             return Err(CudaError::Shape {
                 what: "row plan source",
@@ -469,21 +469,15 @@ impl DeviceEngine {
         dev.upload(&plan.src, &mut src)?;
         let mut fresh_d = dev.alloc::<u8>(rows)?;
         dev.upload(&fresh, &mut fresh_d)?;
-        let widths = [3usize, 3, 4, 1, 3 * k];
         let gather_into = |from: &DeviceGaussians,
                            zero_fresh: bool|
          -> Result<DeviceGaussians, DeviceEngineError> {
             let mut out = DeviceGaussians::new(&dev)?;
             out.n = rows;
             out.sh_degree = from.sh_degree;
-            let pairs: [(&DeviceBuffer<f32>, &mut DeviceBuffer<f32>); 5] = [
-                (&from.means, &mut out.means),
-                (&from.log_scales, &mut out.log_scales),
-                (&from.rotations, &mut out.rotations),
-                (&from.logit_opacities, &mut out.logit_opacities),
-                (&from.sh, &mut out.sh),
-            ];
-            for ((input, output), width) in pairs.into_iter().zip(widths) {
+            for f in Field::ALL {
+                let (input, output) = (from.buffer(f), out.buffer_mut(f));
+                let width = f.width(from.sh_degree);
                 let total = rows * width;
                 dev.grow(output, total.max(1))?;
                 if total == 0 {

@@ -38,20 +38,3 @@ pub use trainer::{
     train_loop, Background, Engine, Evaluation, LoopControl, LoopInfo, LoopSummary, StepStats,
     StepTimings, TrainConfig, TrainError, TrainState, TrainStateRef, Trainer,
 };
-
-use serde::{Deserialize, Serialize};
-
-use crate::scene::gaussians::Gaussians;
-
-/// serde mirror of [`Gaussians`] (which lives in `scene` and carries no serde derive), used as
-/// `#[serde(with = "GaussiansDef")]`.
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "Gaussians")]
-pub struct GaussiansDef {
-    pub means: Vec<[f32; 3]>,
-    pub log_scales: Vec<[f32; 3]>,
-    pub rotations: Vec<[f32; 4]>,
-    pub logit_opacities: Vec<f32>,
-    pub sh_degree: u32,
-    pub sh: Vec<[f32; 3]>,
-}

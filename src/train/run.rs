@@ -660,7 +660,7 @@ fn plan_inputs(
     let max_view = manifest.max_view_bytes() as u64;
     let max_pixels = max_view / 3;
     let coeffs = crate::scene::gaussians::sh_coeffs(config.sh_degree) as u64;
-    let params = 11 + 3 * coeffs;
+    let params = crate::scene::gaussians::floats_per_gaussian(config.sh_degree) as u64;
     let mut items = vec![
         FloorItem::new(
             Component::TrainerImages,

@@ -291,8 +291,9 @@ pub struct Evaluation {
     pub image: Vec<u8>,
 }
 
-/// Everything a resumed run needs to continue bit-identically.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Everything a resumed run needs to continue bit-identically; a checkpoint stores it
+/// ([`super::checkpoint`]: the scalars as its JSON header, the model as arrays).
+#[derive(Clone, Debug, PartialEq)]
 pub struct TrainState {
     pub config: TrainConfig,
     pub extent: f64,
@@ -305,9 +306,9 @@ pub struct TrainState {
     pub position: Position,
 }
 
-/// A borrowed [`TrainState`]: serialises to the same fields, so a checkpoint can be written
-/// without the deep copy [`Trainer::state`] makes, and read back as a `TrainState`.
-#[derive(Clone, Copy, Debug, Serialize)]
+/// A borrowed [`TrainState`], so a checkpoint can be written without the deep copy
+/// [`Trainer::state`] makes (it is read back as a `TrainState`).
+#[derive(Clone, Copy, Debug)]
 pub struct TrainStateRef<'a> {
     pub config: &'a TrainConfig,
     pub extent: f64,
@@ -316,6 +317,20 @@ pub struct TrainStateRef<'a> {
     pub growth_stopped: bool,
     pub rng: [u64; 4],
     pub position: Position,
+}
+
+impl<'a> From<&'a TrainState> for TrainStateRef<'a> {
+    fn from(s: &'a TrainState) -> TrainStateRef<'a> {
+        TrainStateRef {
+            config: &s.config,
+            extent: s.extent,
+            step: s.step,
+            model: &s.model,
+            growth_stopped: s.growth_stopped,
+            rng: s.rng,
+            position: s.position,
+        }
+    }
 }
 
 /// Where a [`Trainer`]'s step runs: the model in host memory rendered by any [`Rasterizer`]
@@ -1020,7 +1035,9 @@ mod tests {
     use super::*;
     use crate::render::CpuRasterizer;
     use crate::scene::camera::{Intrinsics, Pose};
+    use crate::scene::gaussians::Field;
     use crate::scene::sh::SH_C0;
+    use crate::train::checkpoint;
 
     const W: u32 = 64;
     const H: u32 = 48;
@@ -1209,13 +1226,8 @@ mod tests {
             }
         };
         feed(&mut a, 0, 25);
-        // Through JSON, as a checkpoint would store it (the borrowed view writes the same).
-        let json = serde_json::to_string(&a.state().unwrap()).unwrap();
-        assert_eq!(
-            json,
-            serde_json::to_string(&a.state_ref().unwrap()).unwrap()
-        );
-        let state: TrainState = serde_json::from_str(&json).unwrap();
+        // Through a checkpoint file, as a resumed run reads it.
+        let state = through_checkpoint(&mut a);
         assert_eq!(state, a.state().unwrap());
         let mut b = Trainer::from_state(state, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
         feed(&mut a, 25, 60);
@@ -1223,13 +1235,9 @@ mod tests {
         let (sa, sb) = (a.state().unwrap(), b.state().unwrap());
         assert!(sa.model.len() != 200, "densification ran");
         let bits = |g: &Gaussians| -> Vec<u32> {
-            g.means
+            Field::ALL
                 .iter()
-                .flatten()
-                .chain(g.log_scales.iter().flatten())
-                .chain(g.rotations.iter().flatten())
-                .chain(g.logit_opacities.iter())
-                .chain(g.sh.iter().flatten())
+                .flat_map(|&f| g.field(f))
                 .map(|v| v.to_bits())
                 .collect()
         };
@@ -1239,6 +1247,19 @@ mod tests {
             bits(&sb.model.adam.exp_avg_sq)
         );
         assert_eq!(sa, sb);
+    }
+
+    /// `t`'s state written as a checkpoint and read back, as a resumed run does.
+    fn through_checkpoint(t: &mut Trainer) -> TrainState {
+        let dir = tempfile::tempdir().unwrap();
+        let state = t.state_ref().unwrap();
+        let path = checkpoint::save_state(dir.path(), state, "0123").unwrap();
+        let expected = checkpoint::Expected {
+            pack_id: "0123",
+            pack_content: None,
+            config: t.config(),
+        };
+        checkpoint::load_state(&path, &expected).unwrap()
     }
 
     /// MCMC within 60 steps: refinements at 10, 20, …, 50 (cap 230 from 200 Gaussians: growth
@@ -1334,8 +1355,7 @@ mod tests {
         };
         // Stop between the refinements at 20 and 30, so both halves relocate and grow.
         feed(&mut a, 0, 25);
-        let json = serde_json::to_string(&a.state().unwrap()).unwrap();
-        let state: TrainState = serde_json::from_str(&json).unwrap();
+        let state = through_checkpoint(&mut a);
         assert!(
             state.config.mcmc.is_some(),
             "the strategy is part of the state"

@@ -28,6 +28,7 @@ use rayon::prelude::*;
 
 use super::{CameraF, GaussianParams, Splat, SplatGrad};
 use crate::render::GaussianGrads;
+use crate::scene::gaussians::Gaussians;
 use crate::scene::maths::quat_to_rot;
 use crate::scene::real::Real;
 use crate::scene::sh::{self, MAX_BASIS};
@@ -339,13 +340,17 @@ pub fn project_bwd<F: Real>(
     grads: &mut GaussianGrads<F>,
 ) {
     let nc = params.coeffs();
-    grads.reset(params.len(), nc);
+    grads.reset(params.len(), params.sh_degree);
     let GaussianGrads {
-        means,
-        log_scales,
-        rotations,
-        logit_opacities,
-        sh,
+        params:
+            Gaussians {
+                means,
+                log_scales,
+                rotations,
+                logit_opacities,
+                sh,
+                ..
+            },
         means2d,
     } = grads;
     means

@@ -10,6 +10,7 @@ use super::kernels::{Kernel, CAM_LEN, ELEMENT_BLOCK, SCAN_BLOCK, SCAN_ITEMS, SOR
 use super::CudaError;
 use crate::device::{Device, DeviceBuffer, Element, Function, KernelArg, LaunchConfig};
 use crate::render::cpu::project::TILE_SIZE;
+use crate::scene::gaussians::Field;
 
 use KernelArg::{F32, U32, U64};
 
@@ -595,7 +596,8 @@ pub struct SplatGradBufs {
     pub opacities: DeviceBuffer<f32>,
 }
 
-/// Gradients w.r.t. the stored parameters (project_bwd outputs).
+/// Gradients w.r.t. the stored parameters (project_bwd outputs), in the layout of
+/// [`DeviceGaussians`](super::DeviceGaussians), plus the screen-space mean gradient.
 pub struct ParamGradBufs {
     pub means: DeviceBuffer<f32>,
     pub log_scales: DeviceBuffer<f32>,
@@ -603,4 +605,17 @@ pub struct ParamGradBufs {
     pub logit_opacities: DeviceBuffer<f32>,
     pub sh: DeviceBuffer<f32>,
     pub means2d: DeviceBuffer<f32>,
+}
+
+impl ParamGradBufs {
+    /// The gradient of `field` (the field table of [`crate::scene::gaussians`]).
+    pub fn buffer(&self, field: Field) -> &DeviceBuffer<f32> {
+        match field {
+            Field::Means => &self.means,
+            Field::LogScales => &self.log_scales,
+            Field::Rotations => &self.rotations,
+            Field::LogitOpacities => &self.logit_opacities,
+            Field::Sh => &self.sh,
+        }
+    }
 }

@@ -32,7 +32,7 @@ use crate::render::{
     GaussianGrads, LargeGaussian, Rasterizer, RenderError, RenderOptions, RenderOutput,
 };
 use crate::scene::camera::Camera;
-use crate::scene::gaussians::{sh_coeffs, Gaussians};
+use crate::scene::gaussians::{Field, Gaussians};
 use launch::{Kernels, ParamBufs, ParamGradBufs, SplatBufs, SplatGradBufs};
 pub use resident::DeviceGaussians;
 
@@ -693,13 +693,11 @@ impl CudaRasterizer {
         self.host_params = Some(params);
         r?;
         let n = gaussians.len();
-        let coeffs = sh_coeffs(gaussians.sh_degree);
         let b = &self.b;
-        download_rows(&s, &b.g.means, n, &mut grads.means)?;
-        download_rows(&s, &b.g.log_scales, n, &mut grads.log_scales)?;
-        download_rows(&s, &b.g.rotations, n, &mut grads.rotations)?;
-        download(&s, &b.g.logit_opacities, n, &mut grads.logit_opacities)?;
-        download_rows(&s, &b.g.sh, n * coeffs, &mut grads.sh)?;
+        grads.reset(n, gaussians.sh_degree);
+        for f in Field::ALL {
+            s.download(b.g.buffer(f), grads.field_mut(f))?;
+        }
         download_rows(&s, &b.g.means2d, n, &mut grads.means2d)?;
         mark(&s, &mut self.profile, "bwd download")?;
         Ok(())

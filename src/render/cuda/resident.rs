@@ -9,7 +9,7 @@
 
 use crate::device::{Device, DeviceBuffer};
 use crate::render::RenderError;
-use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
+use crate::scene::gaussians::{sh_coeffs, Field, Gaussians, MAX_SH_DEGREE};
 
 use super::CudaError;
 
@@ -45,14 +45,33 @@ impl DeviceGaussians {
         sh_coeffs(self.sh_degree)
     }
 
+    /// The buffer of `field` (the field table of [`crate::scene::gaussians`]).
+    pub fn buffer(&self, field: Field) -> &DeviceBuffer<f32> {
+        match field {
+            Field::Means => &self.means,
+            Field::LogScales => &self.log_scales,
+            Field::Rotations => &self.rotations,
+            Field::LogitOpacities => &self.logit_opacities,
+            Field::Sh => &self.sh,
+        }
+    }
+
+    /// The buffer of `field`, mutably.
+    pub fn buffer_mut(&mut self, field: Field) -> &mut DeviceBuffer<f32> {
+        match field {
+            Field::Means => &mut self.means,
+            Field::LogScales => &mut self.log_scales,
+            Field::Rotations => &mut self.rotations,
+            Field::LogitOpacities => &mut self.logit_opacities,
+            Field::Sh => &mut self.sh,
+        }
+    }
+
     /// Copies `g` to the device, growing the buffers when needed.
     pub fn upload(&mut self, dev: &Device, g: &Gaussians) -> Result<(), CudaError> {
-        let put = |host: &[f32], buf: &mut DeviceBuffer<f32>| super::upload(dev, host, buf);
-        put(g.means.as_flattened(), &mut self.means)?;
-        put(g.log_scales.as_flattened(), &mut self.log_scales)?;
-        put(g.rotations.as_flattened(), &mut self.rotations)?;
-        put(&g.logit_opacities, &mut self.logit_opacities)?;
-        put(g.sh.as_flattened(), &mut self.sh)?;
+        for f in Field::ALL {
+            super::upload(dev, g.field(f), self.buffer_mut(f))?;
+        }
         self.n = g.len();
         self.sh_degree = g.sh_degree;
         Ok(())
@@ -60,20 +79,10 @@ impl DeviceGaussians {
 
     /// The parameters back on the host.
     pub fn download(&self, dev: &Device) -> Result<Gaussians, CudaError> {
-        let n = self.n;
-        let mut g = Gaussians {
-            sh_degree: self.sh_degree,
-            means: vec![[0.0; 3]; n],
-            log_scales: vec![[0.0; 3]; n],
-            rotations: vec![[0.0; 4]; n],
-            logit_opacities: vec![0.0; n],
-            sh: vec![[0.0; 3]; n * self.coeffs()],
-        };
-        dev.download(&self.means, g.means.as_flattened_mut())?;
-        dev.download(&self.log_scales, g.log_scales.as_flattened_mut())?;
-        dev.download(&self.rotations, g.rotations.as_flattened_mut())?;
-        dev.download(&self.logit_opacities, &mut g.logit_opacities)?;
-        dev.download(&self.sh, g.sh.as_flattened_mut())?;
+        let mut g = Gaussians::zeros(self.n, self.sh_degree);
+        for f in Field::ALL {
+            dev.download(self.buffer(f), g.field_mut(f))?;
+        }
         Ok(g)
     }
 
