@@ -407,7 +407,7 @@ fn check_scene(
     cpu_r.backward(&g, &cam, &opts, &d_image, &mut cg).unwrap();
     // Stale values of another shape: the backward must resize and overwrite them.
     let mut gg = GaussianGrads::default();
-    gg.means = vec![[f32::NAN; 3]; 4];
+    gg.params.means = vec![[f32::NAN; 3]; 4];
     gpu_r.backward(&g, &cam, &opts, &d_image, &mut gg).unwrap();
     let k = sh_coeffs(g.sh_degree);
     let grads = [

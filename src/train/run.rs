@@ -1015,7 +1015,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let save = |t: &mut Trainer| -> Result<PathBuf, RunError> {
         Ok(checkpoint::save_state_of(
             &ckpt_dir,
-            t.state_ref()?.into(),
+            t.state_ref()?,
             &pack_id,
             Some(&pack_content),
         )?)
