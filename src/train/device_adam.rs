@@ -253,11 +253,7 @@ mod tests {
                 let mut dg = DeviceGaussians::new(&dev).unwrap();
                 dg.upload(&dev, &gr).unwrap();
                 let pg = ParamGradBufs {
-                    means: dg.means,
-                    log_scales: dg.log_scales,
-                    rotations: dg.rotations,
-                    logit_opacities: dg.logit_opacities,
-                    sh: dg.sh,
+                    params: dg,
                     means2d: dev.alloc(2 * n).unwrap(),
                 };
                 adam.step(&cfg, &lr, mask, &mut steps, &mut dp, &mut dm, &mut dv, &pg)

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 
 use super::kernels::{Kernel, CAM_LEN, ELEMENT_BLOCK, SCAN_BLOCK, SCAN_ITEMS, SORT_BLOCK};
 use super::CudaError;
+use super::DeviceGaussians;
 use crate::device::{Device, DeviceBuffer, Element, Function, KernelArg, LaunchConfig};
 use crate::render::cpu::project::TILE_SIZE;
-use crate::scene::gaussians::Field;
 
 use KernelArg::{F32, U32, U64};
 
@@ -596,26 +596,24 @@ pub struct SplatGradBufs {
     pub opacities: DeviceBuffer<f32>,
 }
 
-/// Gradients w.r.t. the stored parameters (project_bwd outputs), in the layout of
-/// [`DeviceGaussians`](super::DeviceGaussians), plus the screen-space mean gradient.
+/// Gradients w.r.t. the stored parameters (project_bwd outputs) in the layout of the
+/// parameters, [`DeviceGaussians`] (so the device optimizer pairs each field with its
+/// gradient through the field table), plus the screen-space mean gradient. Derefs to the
+/// parameter gradients: `grads.means`.
 pub struct ParamGradBufs {
-    pub means: DeviceBuffer<f32>,
-    pub log_scales: DeviceBuffer<f32>,
-    pub rotations: DeviceBuffer<f32>,
-    pub logit_opacities: DeviceBuffer<f32>,
-    pub sh: DeviceBuffer<f32>,
+    pub params: DeviceGaussians,
     pub means2d: DeviceBuffer<f32>,
 }
 
-impl ParamGradBufs {
-    /// The gradient of `field` (the field table of [`crate::scene::gaussians`]).
-    pub fn buffer(&self, field: Field) -> &DeviceBuffer<f32> {
-        match field {
-            Field::Means => &self.means,
-            Field::LogScales => &self.log_scales,
-            Field::Rotations => &self.rotations,
-            Field::LogitOpacities => &self.logit_opacities,
-            Field::Sh => &self.sh,
-        }
+impl std::ops::Deref for ParamGradBufs {
+    type Target = DeviceGaussians;
+    fn deref(&self) -> &DeviceGaussians {
+        &self.params
+    }
+}
+
+impl std::ops::DerefMut for ParamGradBufs {
+    fn deref_mut(&mut self) -> &mut DeviceGaussians {
+        &mut self.params
     }
 }

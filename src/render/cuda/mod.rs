@@ -198,11 +198,7 @@ impl Bufs {
                 opacities: f()?,
             },
             g: ParamGradBufs {
-                means: f()?,
-                log_scales: f()?,
-                rotations: f()?,
-                logit_opacities: f()?,
-                sh: f()?,
+                params: DeviceGaussians::new(dev)?,
                 means2d: f()?,
             },
         })
@@ -611,11 +607,7 @@ impl CudaRasterizer {
             grow(&s, buf, len)?;
             s.memset_zero(buf, len)?;
         }
-        grow(&s, &mut b.g.means, 3 * n)?;
-        grow(&s, &mut b.g.log_scales, 3 * n)?;
-        grow(&s, &mut b.g.rotations, 4 * n)?;
-        grow(&s, &mut b.g.logit_opacities, n)?;
-        grow(&s, &mut b.g.sh, 3 * n * coeffs)?;
+        b.g.params.grow_to(&s, n, g.sh_degree)?;
         grow(&s, &mut b.g.means2d, 2 * n)?;
         let splats = SplatBufs {
             means2d: &b.means2d,

@@ -67,6 +67,17 @@ impl DeviceGaussians {
         }
     }
 
+    /// Makes room for `n` Gaussians at `sh_degree` (every buffer grows to at least its
+    /// field's values; contents are unspecified) and records the shape.
+    pub fn grow_to(&mut self, dev: &Device, n: usize, sh_degree: u32) -> Result<(), CudaError> {
+        for f in Field::ALL {
+            dev.grow(self.buffer_mut(f), (n * f.width(sh_degree)).max(1))?;
+        }
+        self.n = n;
+        self.sh_degree = sh_degree;
+        Ok(())
+    }
+
     /// Copies `g` to the device, growing the buffers when needed.
     pub fn upload(&mut self, dev: &Device, g: &Gaussians) -> Result<(), CudaError> {
         for f in Field::ALL {
