@@ -31,7 +31,7 @@ use ramsplat::render::cuda::CudaRasterizer;
 use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::rng::Rng;
 use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
-use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
+use ramsplat::scene::gaussians::{sh_coeffs, Field, Gaussians};
 
 /// Per-splat screen quantities (mean2d px, conic, colour, opacity, depth), relative
 /// (with `SPLAT_ATOL`).
@@ -654,8 +654,12 @@ fn resident_path_equals_host_path() {
         let mut dd = dev.alloc::<f32>(d_image.len()).unwrap();
         dev.upload(&d_image, &mut dd).unwrap();
         let grads = r.backward_resident(&dg, &cam, &opts, &dd).unwrap();
-        let means = dev.download_vec(&grads.means, 3 * g.len()).unwrap();
-        let sh = dev.download_vec(&grads.sh, 3 * g.sh.len()).unwrap();
+        let means = dev
+            .download_vec(grads.buffer(Field::Means), 3 * g.len())
+            .unwrap();
+        let sh = dev
+            .download_vec(grads.buffer(Field::Sh), 3 * g.sh.len())
+            .unwrap();
         // Float atomics may sum in another order between two runs on a GPU.
         let close = |a: &[f32], b: &[f32]| {
             let scale = max_abs(b).max(1e-12);

@@ -69,6 +69,9 @@ pub enum Field {
 }
 
 impl Field {
+    /// Number of fields.
+    pub const COUNT: usize = Field::ALL.len();
+
     /// Every field, in storage (and checkpoint) order.
     pub const ALL: [Field; 5] = [
         Field::Means,
@@ -77,6 +80,11 @@ impl Field {
         Field::LogitOpacities,
         Field::Sh,
     ];
+
+    /// Position in [`Field::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
 
     /// The array's name: checkpoint array names and error messages use it.
     pub const fn name(self) -> &'static str {

@@ -264,18 +264,15 @@ impl AdamState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scene::gaussians::sh_coeffs;
 
     fn one(sh_degree: u32) -> Gaussians {
-        let k = sh_coeffs(sh_degree);
-        Gaussians {
-            means: vec![[1.0, 2.0, 3.0]],
-            log_scales: vec![[-1.0; 3]],
-            rotations: vec![[1.0, 0.0, 0.0, 0.0]],
-            logit_opacities: vec![0.5],
-            sh_degree,
-            sh: vec![[0.25; 3]; k],
-        }
+        let mut g = Gaussians::zeros(1, sh_degree);
+        g.means[0] = [1.0, 2.0, 3.0];
+        g.log_scales[0] = [-1.0; 3];
+        g.rotations[0] = [1.0, 0.0, 0.0, 0.0];
+        g.logit_opacities[0] = 0.5;
+        g.sh.fill([0.25; 3]);
+        g
     }
 
     fn grads_for(g: &Gaussians, v: f32) -> GaussianGrads {

@@ -1060,30 +1060,26 @@ mod container_tests {
 #[cfg(test)]
 mod state_tests {
     use super::*;
-    use crate::scene::gaussians::sh_coeffs;
 
     /// A model with distinct, honest (pre-activation) values everywhere.
     fn state(n: usize) -> TrainState {
         let mut rng = Rng::new(5);
         let mut r = |lo: f64, hi: f64| rng.uniform(lo, hi) as f32;
         let sh_degree = 1;
-        let k = sh_coeffs(sh_degree);
-        let g = Gaussians {
-            means: (0..n)
-                .map(|_| [r(-2., 2.), r(-2., 2.), r(-2., 2.)])
-                .collect(),
-            log_scales: (0..n)
-                .map(|_| [r(-5., -2.), r(-5., -2.), r(-5., -2.)])
-                .collect(),
-            rotations: (0..n)
-                .map(|_| [r(0.5, 1.), r(-1., 1.), r(-1., 1.), r(-1., 1.)])
-                .collect(),
-            logit_opacities: (0..n).map(|_| r(-4., 3.)).collect(),
-            sh_degree,
-            sh: (0..n * k)
-                .map(|_| [r(-1., 1.), r(-1., 1.), r(-1., 1.)])
-                .collect(),
-        };
+        let mut g = Gaussians::zeros(n, sh_degree);
+        for f in Field::ALL {
+            let (lo, hi) = match f {
+                Field::Means => (-2., 2.),
+                Field::LogScales => (-5., -2.),
+                Field::LogitOpacities => (-4., 3.),
+                _ => (-1., 1.),
+            };
+            g.field_mut(f).fill_with(|| r(lo, hi));
+        }
+        // Quaternions far from zero length.
+        g.rotations
+            .iter_mut()
+            .for_each(|q| q[0] = 0.5 + 0.5 * q[0].abs());
         let mut model = Model::new(g.clone());
         model.adam.exp_avg = Gaussians {
             means: g.log_scales.clone(),

@@ -827,18 +827,15 @@ mod tests {
     /// `n` Gaussians whose every field encodes its index, at SH degree 1.
     fn tagged(n: usize) -> Model {
         let k = sh_coeffs(1);
-        let mut g = Gaussians {
-            sh_degree: 1,
-            ..Gaussians::default()
-        };
+        let mut g = Gaussians::zeros(n, 1);
         for i in 0..n {
             let f = i as f32;
-            g.means.push([f, 0.0, 0.0]);
-            g.log_scales.push([(0.001f32).ln(); 3]);
-            g.rotations.push([1.0, 0.0, 0.0, 0.0]);
-            g.logit_opacities.push(f * 0.01);
+            g.means[i] = [f, 0.0, 0.0];
+            g.log_scales[i] = [(0.001f32).ln(); 3];
+            g.rotations[i] = [1.0, 0.0, 0.0, 0.0];
+            g.logit_opacities[i] = f * 0.01;
             for c in 0..k {
-                g.sh.push([f, c as f32, 0.0]);
+                g.sh[i * k + c] = [f, c as f32, 0.0];
             }
         }
         let mut m = Model::new(g);

@@ -195,20 +195,18 @@ mod tests {
     use super::*;
     use crate::render::GaussianGrads;
     use crate::rng::Rng;
-    use crate::scene::gaussians::{sh_coeffs, Gaussians};
+    use crate::scene::gaussians::Gaussians;
     use crate::train::adam::AdamState;
 
+    /// Every value of every field uniform in [−s, s].
     fn random(n: usize, degree: u32, r: &mut Rng, s: f64) -> Gaussians {
-        let k = sh_coeffs(degree);
-        let mut f = || r.uniform(-s, s) as f32;
-        Gaussians {
-            means: (0..n).map(|_| [f(), f(), f()]).collect(),
-            log_scales: (0..n).map(|_| [f(), f(), f()]).collect(),
-            rotations: (0..n).map(|_| [f(), f(), f(), f()]).collect(),
-            logit_opacities: (0..n).map(|_| f()).collect(),
-            sh_degree: degree,
-            sh: (0..n * k).map(|_| [f(), f(), f()]).collect(),
+        let mut g = Gaussians::zeros(n, degree);
+        for f in Field::ALL {
+            for v in g.field_mut(f) {
+                *v = r.uniform(-s, s) as f32;
+            }
         }
+        g
     }
 
     /// Three steps with changing learning rates and masks (f_rest skipped once, everything

@@ -436,10 +436,22 @@ impl DeviceEngine {
         dev.download(&self.grad_accum, &mut h.stats.grad_accum)?;
         dev.download(&self.denom, &mut h.stats.denom)?;
         dev.download(&self.max_radii, &mut h.stats.max_radii)?;
-        dev.download(&self.params.means, h.means.as_flattened_mut())?;
-        dev.download(&self.params.log_scales, h.log_scales.as_flattened_mut())?;
-        dev.download(&self.params.rotations, h.rotations.as_flattened_mut())?;
-        dev.download(&self.params.logit_opacities, &mut h.logit_opacities)?;
+        dev.download(
+            &self.params.buffer(Field::Means),
+            h.means.as_flattened_mut(),
+        )?;
+        dev.download(
+            &self.params.buffer(Field::LogScales),
+            h.log_scales.as_flattened_mut(),
+        )?;
+        dev.download(
+            &self.params.buffer(Field::Rotations),
+            h.rotations.as_flattened_mut(),
+        )?;
+        dev.download(
+            &self.params.buffer(Field::LogitOpacities),
+            &mut h.logit_opacities,
+        )?;
         Ok(h)
     }
 
@@ -522,7 +534,10 @@ impl DeviceEngine {
             let mut at_d = dev.alloc::<u32>(count)?;
             dev.upload(&at, &mut at_d)?;
             let mut values = dev.alloc::<f32>(3 * count)?;
-            for (field, out) in [(0, &params.means), (1, &params.log_scales)] {
+            for (field, out) in [
+                (0, params.buffer(Field::Means)),
+                (1, params.buffer(Field::LogScales)),
+            ] {
                 let host: Vec<f32> = plan
                     .replace
                     .iter()
@@ -571,9 +586,9 @@ impl DeviceEngine {
             KernelArg::U64(n as u64),
             KernelArg::F32(max_opacity),
             KernelArg::F32(logit(max_opacity)),
-            self.params.logit_opacities.arg(),
-            self.exp_avg.logit_opacities.arg(),
-            self.exp_avg_sq.logit_opacities.arg(),
+            self.params.buffer(Field::LogitOpacities).arg(),
+            self.exp_avg.buffer(Field::LogitOpacities).arg(),
+            self.exp_avg_sq.buffer(Field::LogitOpacities).arg(),
         ];
         // SAFETY: matches reset_opacity in kernels/densify.cu; the opacities and both moments'
         // opacities hold n values (DeviceGaussians of the model's shape).
@@ -627,18 +642,9 @@ mod tests {
     use crate::train::densify::{DefaultStrategy, ViewStats};
 
     fn model(n: usize, rng: &mut Rng) -> Model {
-        let mut g = Gaussians {
-            sh_degree: 1,
-            ..Gaussians::default()
-        };
-        for _ in 0..n {
-            g.means.push(std::array::from_fn(|_| rng.next_f32()));
-            g.log_scales.push(std::array::from_fn(|_| rng.next_f32()));
-            g.rotations.push(std::array::from_fn(|_| rng.next_f32()));
-            g.logit_opacities.push(rng.next_f32());
-            for _ in 0..4 {
-                g.sh.push(std::array::from_fn(|_| rng.next_f32()));
-            }
+        let mut g = Gaussians::zeros(n, 1);
+        for f in Field::ALL {
+            g.field_mut(f).fill_with(|| rng.next_f32());
         }
         let mut m = Model::new(g);
         m.adam.steps = [1, 2, 3, 4, 5, 6];

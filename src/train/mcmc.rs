@@ -355,20 +355,19 @@ impl DensifyStrategy for McmcStrategy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scene::gaussians::sh_coeffs;
 
     /// `n` Gaussians at SH degree 0 with the given opacities; row `i` has mean `(i, 0, 0)`,
     /// scales 0.1 and moments that encode `i + 1`.
     fn model(opacities: &[f32]) -> Model {
         let n = opacities.len();
-        let g = Gaussians {
-            sh_degree: 0,
-            means: (0..n).map(|i| [i as f32, 0.0, 0.0]).collect(),
-            log_scales: vec![[(0.1f32).ln(); 3]; n],
-            rotations: vec![[1.0, 0.0, 0.0, 0.0]; n],
-            logit_opacities: opacities.iter().map(|&o| logit(o)).collect(),
-            sh: (0..n * sh_coeffs(0)).map(|i| [i as f32; 3]).collect(),
-        };
+        let mut g = Gaussians::zeros(n, 0);
+        for i in 0..n {
+            g.means[i] = [i as f32, 0.0, 0.0];
+            g.log_scales[i] = [(0.1f32).ln(); 3];
+            g.rotations[i] = [1.0, 0.0, 0.0, 0.0];
+            g.logit_opacities[i] = logit(opacities[i]);
+            g.sh[i] = [i as f32; 3];
+        }
         let mut m = Model::new(g);
         for i in 0..n {
             let v = i as f32 + 1.0;

@@ -11,6 +11,7 @@ use super::CudaError;
 use super::DeviceGaussians;
 use crate::device::{Device, DeviceBuffer, Element, Function, KernelArg, LaunchConfig};
 use crate::render::cpu::project::TILE_SIZE;
+use crate::scene::gaussians::Field;
 
 use KernelArg::{F32, U32, U64};
 
@@ -551,11 +552,23 @@ impl Kernels {
         check("v_conics [N,3]", v.conics.len(), 3 * nu)?;
         check("v_colors [N,3]", v.colors.len(), 3 * nu)?;
         check("v_opacities [N]", v.opacities.len(), nu)?;
-        check("g_means [N,3]", g.means.len(), 3 * nu)?;
-        check("g_log_scales [N,3]", g.log_scales.len(), 3 * nu)?;
-        check("g_rotations [N,4]", g.rotations.len(), 4 * nu)?;
-        check("g_logit_opacities [N]", g.logit_opacities.len(), nu)?;
-        check("g_sh [N,K,3]", g.sh.len(), 3 * nu * k)?;
+        check("g_means [N,3]", g.buffer(Field::Means).len(), 3 * nu)?;
+        check(
+            "g_log_scales [N,3]",
+            g.buffer(Field::LogScales).len(),
+            3 * nu,
+        )?;
+        check(
+            "g_rotations [N,4]",
+            g.buffer(Field::Rotations).len(),
+            4 * nu,
+        )?;
+        check(
+            "g_logit_opacities [N]",
+            g.buffer(Field::LogitOpacities).len(),
+            nu,
+        )?;
+        check("g_sh [N,K,3]", g.buffer(Field::Sh).len(), 3 * nu * k)?;
         check("g_means2d [N,2]", g.means2d.len(), 2 * nu)?;
         let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
         let args = [
@@ -574,11 +587,11 @@ impl Kernels {
             v.conics.arg(),
             v.colors.arg(),
             v.opacities.arg(),
-            g.means.arg(),
-            g.log_scales.arg(),
-            g.rotations.arg(),
-            g.logit_opacities.arg(),
-            g.sh.arg(),
+            g.buffer(Field::Means).arg(),
+            g.buffer(Field::LogScales).arg(),
+            g.buffer(Field::Rotations).arg(),
+            g.buffer(Field::LogitOpacities).arg(),
+            g.buffer(Field::Sh).arg(),
             g.means2d.arg(),
         ];
         // SAFETY: matches project_bwd in kernels/project_bwd.cu; every buffer holds the N (and

@@ -358,11 +358,11 @@ impl CudaRasterizer {
                 ..
             } = b;
             let p = ParamBufs {
-                means: &g.means,
-                log_scales: &g.log_scales,
-                rotations: &g.rotations,
-                logit_opacities: &g.logit_opacities,
-                sh: &g.sh,
+                means: g.buffer(Field::Means),
+                log_scales: g.buffer(Field::LogScales),
+                rotations: g.buffer(Field::Rotations),
+                logit_opacities: g.buffer(Field::LogitOpacities),
+                sh: g.buffer(Field::Sh),
                 coeffs,
                 degree: options.sh_degree,
             };
@@ -631,11 +631,11 @@ impl CudaRasterizer {
         )?;
         mark(&s, &mut self.profile, "rasterize bwd")?;
         let p = ParamBufs {
-            means: &g.means,
-            log_scales: &g.log_scales,
-            rotations: &g.rotations,
-            logit_opacities: &g.logit_opacities,
-            sh: &g.sh,
+            means: g.buffer(Field::Means),
+            log_scales: g.buffer(Field::LogScales),
+            rotations: g.buffer(Field::Rotations),
+            logit_opacities: g.buffer(Field::LogitOpacities),
+            sh: g.buffer(Field::Sh),
             coeffs: coeffs as u32,
             degree: options.sh_degree,
         };

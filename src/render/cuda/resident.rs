@@ -19,24 +19,23 @@ pub struct DeviceGaussians {
     pub n: usize,
     /// Stored SH degree.
     pub sh_degree: u32,
-    pub means: DeviceBuffer<f32>,
-    pub log_scales: DeviceBuffer<f32>,
-    pub rotations: DeviceBuffer<f32>,
-    pub logit_opacities: DeviceBuffer<f32>,
-    pub sh: DeviceBuffer<f32>,
+    /// One buffer per [`Field`], in [`Field::ALL`] order ([`DeviceGaussians::buffer`]).
+    buffers: [DeviceBuffer<f32>; Field::COUNT],
 }
 
 impl DeviceGaussians {
     /// An empty model (no Gaussians, degree 0) on `dev`.
     pub fn new(dev: &Device) -> Result<DeviceGaussians, CudaError> {
+        let mut buffers = Vec::with_capacity(Field::COUNT);
+        for _ in Field::ALL {
+            buffers.push(dev.alloc(1)?);
+        }
         Ok(DeviceGaussians {
             n: 0,
             sh_degree: 0,
-            means: dev.alloc(1)?,
-            log_scales: dev.alloc(1)?,
-            rotations: dev.alloc(1)?,
-            logit_opacities: dev.alloc(1)?,
-            sh: dev.alloc(1)?,
+            buffers: buffers
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("one per field")),
         })
     }
 
@@ -47,24 +46,12 @@ impl DeviceGaussians {
 
     /// The buffer of `field` (the field table of [`crate::scene::gaussians`]).
     pub fn buffer(&self, field: Field) -> &DeviceBuffer<f32> {
-        match field {
-            Field::Means => &self.means,
-            Field::LogScales => &self.log_scales,
-            Field::Rotations => &self.rotations,
-            Field::LogitOpacities => &self.logit_opacities,
-            Field::Sh => &self.sh,
-        }
+        &self.buffers[field.index()]
     }
 
     /// The buffer of `field`, mutably.
     pub fn buffer_mut(&mut self, field: Field) -> &mut DeviceBuffer<f32> {
-        match field {
-            Field::Means => &mut self.means,
-            Field::LogScales => &mut self.log_scales,
-            Field::Rotations => &mut self.rotations,
-            Field::LogitOpacities => &mut self.logit_opacities,
-            Field::Sh => &mut self.sh,
-        }
+        &mut self.buffers[field.index()]
     }
 
     /// Makes room for `n` Gaussians at `sh_degree` (every buffer grows to at least its
@@ -107,17 +94,11 @@ impl DeviceGaussians {
             });
         }
         let n = self.n;
-        let checks = [
-            ("means", self.means.len(), 3 * n),
-            ("log_scales", self.log_scales.len(), 3 * n),
-            ("rotations", self.rotations.len(), 4 * n),
-            ("logit_opacities", self.logit_opacities.len(), n),
-            ("sh", self.sh.len(), 3 * n * self.coeffs()),
-        ];
-        for (what, got, expected) in checks {
+        for f in Field::ALL {
+            let (got, expected) = (self.buffer(f).len(), n * f.width(self.sh_degree));
             if got < expected {
                 return Err(RenderError::BadShape {
-                    what,
+                    what: f.name(),
                     got,
                     expected,
                 });
