@@ -437,19 +437,19 @@ impl DeviceEngine {
         dev.download(&self.denom, &mut h.stats.denom)?;
         dev.download(&self.max_radii, &mut h.stats.max_radii)?;
         dev.download(
-            &self.params.buffer(Field::Means),
+            self.params.buffer(Field::Means),
             h.means.as_flattened_mut(),
         )?;
         dev.download(
-            &self.params.buffer(Field::LogScales),
+            self.params.buffer(Field::LogScales),
             h.log_scales.as_flattened_mut(),
         )?;
         dev.download(
-            &self.params.buffer(Field::Rotations),
+            self.params.buffer(Field::Rotations),
             h.rotations.as_flattened_mut(),
         )?;
         dev.download(
-            &self.params.buffer(Field::LogitOpacities),
+            self.params.buffer(Field::LogitOpacities),
             &mut h.logit_opacities,
         )?;
         Ok(h)
