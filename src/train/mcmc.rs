@@ -361,11 +361,11 @@ mod tests {
     fn model(opacities: &[f32]) -> Model {
         let n = opacities.len();
         let mut g = Gaussians::zeros(n, 0);
-        for i in 0..n {
+        for (i, &o) in opacities.iter().enumerate() {
             g.means[i] = [i as f32, 0.0, 0.0];
             g.log_scales[i] = [(0.1f32).ln(); 3];
             g.rotations[i] = [1.0, 0.0, 0.0, 0.0];
-            g.logit_opacities[i] = logit(opacities[i]);
+            g.logit_opacities[i] = logit(o);
             g.sh[i] = [i as f32; 3];
         }
         let mut m = Model::new(g);
