@@ -158,19 +158,14 @@ pub(crate) fn validate_for_save(g: &Gaussians) -> Result<(), String> {
     }
     let n = g.len();
     let k = sh_coeffs(g.sh_degree);
-    let lens = [
-        ("log_scales", g.log_scales.len(), n),
-        ("rotations", g.rotations.len(), n),
-        ("logit_opacities", g.logit_opacities.len(), n),
-        ("sh", g.sh.len(), n * k),
-    ];
-    for (name, len, want) in lens {
-        if len != want {
-            return Err(format!(
-                "`{name}` holds {len} entries but {n} Gaussians of SH degree {} need {want}",
-                g.sh_degree
-            ));
-        }
+    if let Some(bad) = g.shape_mismatch(n) {
+        return Err(format!(
+            "`{}` holds {} values but {n} Gaussians of SH degree {} need {}",
+            bad.field.name(),
+            bad.got,
+            g.sh_degree,
+            bad.expected
+        ));
     }
     for i in 0..n {
         let mut row = Vec::with_capacity(62);

@@ -349,6 +349,19 @@ impl<F: Real> Gaussians<F> {
         }
     }
 
+    /// Changes the stored SH degree: higher coefficients are dropped, missing ones are zero.
+    pub fn set_sh_degree(&mut self, sh_degree: u32) {
+        let (k_in, k_out) = (sh_coeffs(self.sh_degree), sh_coeffs(sh_degree));
+        if k_in != k_out {
+            let mut sh = Vec::with_capacity(self.len() * k_out);
+            for coeffs in self.sh.chunks_exact(k_in) {
+                sh.extend((0..k_out).map(|k| coeffs.get(k).copied().unwrap_or([F::ZERO; 3])));
+            }
+            self.sh = sh;
+        }
+        self.sh_degree = sh_degree;
+    }
+
     /// Row `r` of the result is Gaussian `src[r]`, or zeros where `zero` says so (fresh
     /// Adam moments of relocated or new Gaussians).
     pub fn gather(&self, src: &[u32], zero: Option<&[bool]>) -> Gaussians<F> {

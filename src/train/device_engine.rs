@@ -436,10 +436,7 @@ impl DeviceEngine {
         dev.download(&self.grad_accum, &mut h.stats.grad_accum)?;
         dev.download(&self.denom, &mut h.stats.denom)?;
         dev.download(&self.max_radii, &mut h.stats.max_radii)?;
-        dev.download(
-            self.params.buffer(Field::Means),
-            h.means.as_flattened_mut(),
-        )?;
+        dev.download(self.params.buffer(Field::Means), h.means.as_flattened_mut())?;
         dev.download(
             self.params.buffer(Field::LogScales),
             h.log_scales.as_flattened_mut(),

@@ -606,23 +606,8 @@ pub fn from_model(
         sh_degree,
     };
     let keep: Vec<u32> = stratified_subsample(&g.means, max_gaussians, rng);
-    let (k_in, k_out) = (sh_coeffs(g.sh_degree), sh_coeffs(sh_degree));
-    let mut out = Gaussians {
-        sh_degree,
-        ..Gaussians::default()
-    };
-    out.means.reserve_exact(keep.len());
-    out.sh.reserve_exact(keep.len() * k_out);
-    for &i in &keep {
-        let i = i as usize;
-        out.means.push(g.means[i]);
-        out.log_scales.push(g.log_scales[i]);
-        out.rotations.push(g.rotations[i]);
-        out.logit_opacities.push(g.logit_opacities[i]);
-        let coeffs = &g.sh[i * k_in..(i + 1) * k_in];
-        out.sh
-            .extend((0..k_out).map(|k| coeffs.get(k).copied().unwrap_or([0.0; 3])));
-    }
+    let mut out = g.gather(&keep, None);
+    out.set_sh_degree(sh_degree);
     Ok((out, report))
 }
 
