@@ -353,9 +353,15 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Gaussians, GaussianPly
     let cols = resolve_columns(path, &element)?;
     let names: Vec<&str> = element.scalars().map(|(n, _)| n).collect();
     let k = sh_coeffs(cols.sh_degree);
+    // Every field named: the vertex count is not trusted for an up-front allocation, so the
+    // loop below pushes, and a new field must be read (or defaulted) there.
     let mut g = Gaussians {
         sh_degree: cols.sh_degree,
-        ..Gaussians::default()
+        means: Vec::new(),
+        log_scales: Vec::new(),
+        rotations: Vec::new(),
+        logit_opacities: Vec::new(),
+        sh: Vec::new(),
     };
     let mut row = vec![0.0f64; element.scalar_count()];
     let mut vertex: u64 = 0;

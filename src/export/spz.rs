@@ -307,10 +307,8 @@ pub fn decode(bytes: &[u8]) -> Result<Gaussians, SpzError> {
     let (rot, rest) = rest.split_at(n * rot_len);
     let sh = &rest[..n * dim * 3];
     let inv = 1.0 / (1u32 << bits) as f32;
-    let mut g = Gaussians {
-        sh_degree: out_degree,
-        ..Gaussians::default()
-    };
+    // `n` is backed by the data (the slices above); a field SPZ does not carry stays zero.
+    let mut g = Gaussians::zeros(n, out_degree);
     g.means = pos
         .chunks_exact(9)
         .map(|p| {
@@ -347,13 +345,13 @@ pub fn decode(bytes: &[u8]) -> Result<Gaussians, SpzError> {
             }
         })
         .collect();
-    g.sh = Vec::with_capacity(n * coeffs);
     for i in 0..n {
         let c = &color[i * 3..i * 3 + 3];
-        g.sh.push([0, 1, 2].map(|a| (c[a] as f32 / 255.0 - 0.5) / COLOR_SCALE));
+        g.sh[i * coeffs] = [0, 1, 2].map(|a| (c[a] as f32 / 255.0 - 0.5) / COLOR_SCALE);
         for k in 1..coeffs {
             let s = &sh[(i * dim + k - 1) * 3..(i * dim + k) * 3];
-            g.sh.push([0, 1, 2].map(|a| FLIP_SH[k - 1] * (s[a] as f32 - 128.0) / 128.0));
+            g.sh[i * coeffs + k] =
+                [0, 1, 2].map(|a| FLIP_SH[k - 1] * (s[a] as f32 - 128.0) / 128.0);
         }
     }
     Ok(g)

@@ -1086,14 +1086,9 @@ mod state_tests {
             ..g.clone()
         };
         let mut sq = g.clone();
-        sq.means.iter_mut().flatten().for_each(|v| *v = v.abs());
-        sq.log_scales
-            .iter_mut()
-            .flatten()
-            .for_each(|v| *v = v.abs());
-        sq.rotations.iter_mut().flatten().for_each(|v| *v = v.abs());
-        sq.logit_opacities.iter_mut().for_each(|v| *v = v.abs());
-        sq.sh.iter_mut().flatten().for_each(|v| *v = v.abs());
+        for f in Field::ALL {
+            sq.field_mut(f).iter_mut().for_each(|v| *v = v.abs());
+        }
         model.adam.exp_avg_sq = sq;
         model.adam.steps = [7, 7, 7, 6, 7, 5];
         model.stats.grad_accum = (0..n).map(|i| i as f32 * 0.5).collect();

@@ -607,7 +607,10 @@ impl CudaRasterizer {
             grow(&s, buf, len)?;
             s.memset_zero(buf, len)?;
         }
+        // Zeroed like the host's `GaussianGrads::reset`: project_bwd overwrites the fields it
+        // differentiates, and a field it does not know keeps a zero gradient (not stale memory).
         b.g.params.grow_to(&s, n, g.sh_degree)?;
+        b.g.params.zero(&s)?;
         grow(&s, &mut b.g.means2d, 2 * n)?;
         let splats = SplatBufs {
             means2d: &b.means2d,
