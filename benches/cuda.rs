@@ -16,24 +16,19 @@ use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
 
 fn scene(n: usize) -> Gaussians {
     let mut r = Rng::new(42);
-    let mut g = Gaussians {
-        sh_degree: 3,
-        ..Gaussians::default()
-    };
-    for _ in 0..n {
+    let mut g = Gaussians::zeros(n, 3);
+    for i in 0..n {
         let z = r.uniform(2.0, 10.0);
-        g.means.push([
+        g.means[i] = [
             (r.uniform(-1.0, 1.0) * z) as f32,
             (r.uniform(-0.6, 0.6) * z) as f32,
             z as f32,
-        ]);
-        g.log_scales
-            .push([0; 3].map(|_| r.uniform(-5.0, -3.0) as f32));
-        g.rotations
-            .push([0; 4].map(|_| r.uniform(-1.0, 1.0) as f32));
-        g.logit_opacities.push(r.uniform(-1.0, 3.0) as f32);
-        for _ in 0..sh_coeffs(3) {
-            g.sh.push([0; 3].map(|_| r.uniform(-0.3, 0.3) as f32));
+        ];
+        g.log_scales[i] = [0; 3].map(|_| r.uniform(-5.0, -3.0) as f32);
+        g.rotations[i] = [0; 4].map(|_| r.uniform(-1.0, 1.0) as f32);
+        g.logit_opacities[i] = r.uniform(-1.0, 3.0) as f32;
+        for c in 0..sh_coeffs(3) {
+            g.sh[i * sh_coeffs(3) + c] = [0; 3].map(|_| r.uniform(-0.3, 0.3) as f32);
         }
     }
     g

@@ -20,29 +20,25 @@ const F: f64 = 500.0;
 
 fn scene(n: usize, seed: u64) -> Gaussians {
     let mut rng = Rng::new(seed);
-    let mut g = Gaussians {
-        sh_degree: 3,
-        ..Gaussians::default()
-    };
     let nc = sh_coeffs(3);
-    for _ in 0..n {
+    let mut g = Gaussians::zeros(n, 3);
+    for i in 0..n {
         let z = rng.uniform(2.0, 8.0);
         // Uniform over the image (with a 5% margin) at that depth.
         let u = rng.uniform(-0.05, 1.05) * W as f64;
         let v = rng.uniform(-0.05, 1.05) * H as f64;
-        g.means.push([
+        g.means[i] = [
             ((u - W as f64 / 2.0) * z / F) as f32,
             ((v - H as f64 / 2.0) * z / F) as f32,
             z as f32,
-        ]);
+        ];
         // World σ in [0.003, 0.05]: 0.2–12 px at depths 2–8 before the 0.3 px² dilation.
-        g.log_scales
-            .push([0; 3].map(|_| rng.uniform(0.003f64.ln(), 0.05f64.ln()) as f32));
-        g.rotations.push([0; 4].map(|_| rng.normal() as f32));
-        g.logit_opacities.push(rng.uniform(-2.0, 3.0) as f32);
+        g.log_scales[i] = [0; 3].map(|_| rng.uniform(0.003f64.ln(), 0.05f64.ln()) as f32);
+        g.rotations[i] = [0; 4].map(|_| rng.normal() as f32);
+        g.logit_opacities[i] = rng.uniform(-2.0, 3.0) as f32;
         for k in 0..nc {
             let amp = if k == 0 { 0.8 } else { 0.1 };
-            g.sh.push([0; 3].map(|_| (rng.normal() * amp) as f32));
+            g.sh[i * nc + k] = [0; 3].map(|_| (rng.normal() * amp) as f32);
         }
     }
     g

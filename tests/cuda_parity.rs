@@ -99,10 +99,7 @@ fn scene(n: usize, seed: u64) -> Gaussians {
     let cam = camera(64, 48);
     let centre = cam.centre();
     let rt = cam.world_to_camera.rotation;
-    let mut g = Gaussians {
-        sh_degree: 3,
-        ..Gaussians::default()
-    };
+    let mut g = Gaussians::zeros(n, 3);
     for i in 0..n {
         let (x, y, z) = match i % 10 {
             0 => (
@@ -127,15 +124,13 @@ fn scene(n: usize, seed: u64) -> Gaussians {
             rt[0][1] * x + rt[1][1] * y + rt[2][1] * z + centre[1],
             rt[0][2] * x + rt[1][2] * y + rt[2][2] * z + centre[2],
         ];
-        g.means.push(w.map(|v| v as f32));
-        g.log_scales
-            .push([0; 3].map(|_| r.uniform(-4.5, -1.5) as f32));
-        g.rotations
-            .push([0; 4].map(|_| r.uniform(-1.0, 1.0) as f32));
-        g.logit_opacities.push(r.uniform(-2.0, 4.0) as f32);
+        g.means[i] = w.map(|v| v as f32);
+        g.log_scales[i] = [0; 3].map(|_| r.uniform(-4.5, -1.5) as f32);
+        g.rotations[i] = [0; 4].map(|_| r.uniform(-1.0, 1.0) as f32);
+        g.logit_opacities[i] = r.uniform(-2.0, 4.0) as f32;
         for k in 0..sh_coeffs(3) {
             let s = if k == 0 { 1.0 } else { 0.3 };
-            g.sh.push([0; 3].map(|_| r.uniform(-s, s) as f32));
+            g.sh[i * sh_coeffs(3) + k] = [0; 3].map(|_| r.uniform(-s, s) as f32);
         }
     }
     g

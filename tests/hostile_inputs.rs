@@ -239,18 +239,15 @@ fn camera_json(width: u64, height: u64) -> serde_json::Value {
 /// A 3DGS PLY with a few Gaussians in front of [`camera_json`]'s camera.
 fn small_model(path: &Path) {
     use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
-    let mut g = Gaussians {
-        sh_degree: 0,
-        ..Gaussians::default()
-    };
+    let mut g = Gaussians::zeros(5, 0);
     for i in 0..5 {
         let x = i as f32 * 0.2 - 0.4;
-        g.means.push([x, 0.0, 0.0]);
-        g.log_scales.push([-2.0; 3]);
-        g.rotations.push([0.0, 0.0, 0.0, 1.0]);
-        g.logit_opacities.push(1.0);
-        for _ in 0..sh_coeffs(0) {
-            g.sh.push([0.5, 0.2, -0.3]);
+        g.means[i] = [x, 0.0, 0.0];
+        g.log_scales[i] = [-2.0; 3];
+        g.rotations[i] = [0.0, 0.0, 0.0, 1.0];
+        g.logit_opacities[i] = 1.0;
+        for c in 0..sh_coeffs(0) {
+            g.sh[i * sh_coeffs(0) + c] = [0.5, 0.2, -0.3];
         }
     }
     ramsplat::export::ply::save(

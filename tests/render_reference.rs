@@ -233,20 +233,15 @@ fn cpu_render_matches_numpy_reference() {
 /// A small random model written by our own code (no numpy needed for the CLI tests).
 fn small_model(seed: u64, n: usize) -> Gaussians {
     let mut rng = Rng::new(seed);
-    let mut g = Gaussians {
-        sh_degree: 1,
-        ..Gaussians::default()
-    };
-    for _ in 0..n {
+    let mut g = Gaussians::zeros(n, 1);
+    for i in 0..n {
         let mut u = |lo: f64, hi: f64| rng.uniform(lo, hi) as f32;
-        g.means.push([u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)]);
-        g.log_scales
-            .push([u(-4.0, -2.0), u(-4.0, -2.0), u(-4.0, -2.0)]);
-        g.rotations
-            .push([u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0), u(0.1, 1.0)]);
-        g.logit_opacities.push(u(-2.0, 3.0));
-        for _ in 0..sh_coeffs(1) {
-            g.sh.push([u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)]);
+        g.means[i] = [u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)];
+        g.log_scales[i] = [u(-4.0, -2.0), u(-4.0, -2.0), u(-4.0, -2.0)];
+        g.rotations[i] = [u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0), u(0.1, 1.0)];
+        g.logit_opacities[i] = u(-2.0, 3.0);
+        for c in 0..sh_coeffs(1) {
+            g.sh[i * sh_coeffs(1) + c] = [u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)];
         }
     }
     g

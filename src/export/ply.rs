@@ -477,19 +477,14 @@ mod tests {
         let mut rng = Rng::new(seed);
         let mut u = |lo: f64, hi: f64| rng.uniform(lo, hi) as f32;
         let k = sh_coeffs(sh_degree);
-        let mut g = Gaussians {
-            sh_degree,
-            ..Gaussians::default()
-        };
-        for _ in 0..n {
-            g.means.push([u(-5.0, 5.0), u(-5.0, 5.0), u(-5.0, 5.0)]);
-            g.log_scales
-                .push([u(-7.0, 0.0), u(-7.0, 0.0), u(-7.0, 0.0)]);
-            g.rotations
-                .push([u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)]);
-            g.logit_opacities.push(u(-6.0, 6.0));
-            for _ in 0..k {
-                g.sh.push([u(-2.0, 2.0), u(-2.0, 2.0), u(-2.0, 2.0)]);
+        let mut g = Gaussians::zeros(n, sh_degree);
+        for i in 0..n {
+            g.means[i] = [u(-5.0, 5.0), u(-5.0, 5.0), u(-5.0, 5.0)];
+            g.log_scales[i] = [u(-7.0, 0.0), u(-7.0, 0.0), u(-7.0, 0.0)];
+            g.rotations[i] = [u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)];
+            g.logit_opacities[i] = u(-6.0, 6.0);
+            for c in 0..k {
+                g.sh[i * k + c] = [u(-2.0, 2.0), u(-2.0, 2.0), u(-2.0, 2.0)];
             }
         }
         let awkward = [
@@ -832,17 +827,17 @@ mod tests {
     fn a_zero_quaternion_is_refused_naming_the_vertex() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.ply");
-        let mut g = Gaussians::default();
+        let mut g = Gaussians::zeros(3, 0);
         for i in 0..3 {
-            g.means.push([i as f32, 0.0, 0.0]);
-            g.log_scales.push([-3.0; 3]);
-            g.rotations.push(if i == 1 {
+            g.means[i] = [i as f32, 0.0, 0.0];
+            g.log_scales[i] = [-3.0; 3];
+            g.rotations[i] = if i == 1 {
                 [0.0; 4]
             } else {
                 [1.0, 0.0, 0.0, 0.0]
-            });
-            g.logit_opacities.push(0.0);
-            g.sh.push([0.1; 3]);
+            };
+            g.logit_opacities[i] = 0.0;
+            g.sh[i] = [0.1; 3];
         }
         save(&path, &g, PlyEncoding::Ascii).unwrap();
         let e = load(&path, &LoadOptions::default())

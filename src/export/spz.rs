@@ -390,20 +390,15 @@ mod tests {
         let mut rng = Rng::new(seed);
         let mut u = |lo: f32, hi: f32| lo + (hi - lo) * rng.next_f32();
         let coeffs = sh_coeffs(degree);
-        let mut g = Gaussians {
-            sh_degree: degree,
-            ..Gaussians::default()
-        };
-        for _ in 0..n {
-            g.means.push([u(-5.0, 5.0), u(-5.0, 5.0), u(-5.0, 5.0)]);
-            g.log_scales
-                .push([u(-6.0, 0.0), u(-6.0, 0.0), u(-6.0, 0.0)]);
-            g.rotations
-                .push([u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)]);
-            g.logit_opacities.push(u(-4.0, 4.0));
-            g.sh.push([u(-1.5, 1.5), u(-1.5, 1.5), u(-1.5, 1.5)]);
-            for _ in 1..coeffs {
-                g.sh.push([u(-0.5, 0.5), u(-0.5, 0.5), u(-0.5, 0.5)]);
+        let mut g = Gaussians::zeros(n, degree);
+        for i in 0..n {
+            g.means[i] = [u(-5.0, 5.0), u(-5.0, 5.0), u(-5.0, 5.0)];
+            g.log_scales[i] = [u(-6.0, 0.0), u(-6.0, 0.0), u(-6.0, 0.0)];
+            g.rotations[i] = [u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0), u(-1.0, 1.0)];
+            g.logit_opacities[i] = u(-4.0, 4.0);
+            g.sh[i * coeffs] = [u(-1.5, 1.5), u(-1.5, 1.5), u(-1.5, 1.5)];
+            for c in 1..coeffs {
+                g.sh[i * coeffs + c] = [u(-0.5, 0.5), u(-0.5, 0.5), u(-0.5, 0.5)];
             }
         }
         g

@@ -157,6 +157,27 @@ pub const RUN_OUTPUTS: [&str; 8] = [
     report::TEST_DIR,
 ];
 
+/// Command-line options that contradict each other or the engine.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum OptionsError {
+    #[error("--iterations must be at least 1")]
+    ZeroIterations,
+    #[error("--strategy mcmc needs a positive --max-gaussians N (the model's fixed size)")]
+    McmcWithoutCap,
+    #[error(
+        "--init and --resume exclude each other: --resume continues this -o's own checkpoint, \
+         --init starts a new run from a model file (into a new -o, or with --overwrite)"
+    )]
+    InitWithResume,
+    #[error("--workers and --prefetch must be at least 1")]
+    NoWorkers,
+    #[error(
+        "--strategy mcmc runs on the CPU engine only for now (the device engine has no kernels \
+         for its relocation, noise and regulariser); use --backend cpu"
+    )]
+    McmcOnDevice,
+}
+
 /// Why a run failed. Messages name the file / view and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -195,8 +216,29 @@ pub enum RunError {
     /// The device memory plan cannot hold the run (itemised).
     #[error("{0}")]
     VramBudget(String),
-    #[error("{0}")]
-    Config(String),
+    /// `--init` names a model that cannot start this run.
+    #[error("--init {}: the model cannot start this run", path.display())]
+    InitFrom {
+        path: PathBuf,
+        #[source]
+        source: super::init::InitError,
+    },
+    #[error(transparent)]
+    Options(#[from] OptionsError),
+    #[error(
+        "{}: the pack has no {}views to train on",
+        pack.display(),
+        if *train_split { "train " } else { "" }
+    )]
+    NoViews { pack: PathBuf, train_split: bool },
+    #[error(
+        "the checkpoint is already at iteration {step} of --iterations {iterations}; nothing to \
+         resume"
+    )]
+    NothingToResume { step: u64, iterations: u64 },
+    /// The loader stopped early (a bug: its view count is unbounded).
+    #[error("the loader ended at iteration {at} before --iterations {iterations}")]
+    LoaderEnded { at: u64, iterations: u64 },
     /// `out` holds another run and neither `--resume` nor `--overwrite` was given.
     #[error(
         "{}: already holds a training run ({found}); continue it with --resume, train into a \
@@ -574,7 +616,10 @@ fn model_start(
         let mut rng = crate::rng::Rng::derived(config.seed, INIT_STREAM);
         let (g, report) =
             super::init::from_model(g, config.sh_degree, config.densify.max_gaussians, &mut rng)
-                .map_err(|e| RunError::Config(format!("--init {}: {e}", path.display())))?;
+                .map_err(|source| RunError::InitFrom {
+                    path: path.clone(),
+                    source,
+                })?;
         return Ok(ModelStart::Model(Box::new(g), report));
     }
     if !opts.resume {
@@ -729,11 +774,7 @@ fn intersection_cap(budget: u64) -> u64 {
 /// no device kernels yet): refused before any work rather than at the first step.
 fn check_engine(config: &TrainConfig, engine: &Engine) -> Result<(), RunError> {
     if config.mcmc.is_some() && matches!(engine, Engine::Device(_)) {
-        return Err(RunError::Config(
-            "--strategy mcmc runs on the CPU engine only for now (the device engine has no \
-             kernels for its relocation, noise and regulariser); use --backend cpu"
-                .into(),
-        ));
+        return Err(OptionsError::McmcOnDevice.into());
     }
     Ok(())
 }
@@ -741,28 +782,18 @@ fn check_engine(config: &TrainConfig, engine: &Engine) -> Result<(), RunError> {
 /// Settings `run` and `dry_run` refuse before opening anything.
 fn check_options(opts: &RunOptions) -> Result<(), RunError> {
     if opts.config.iterations == 0 {
-        return Err(RunError::Config("--iterations must be at least 1".into()));
+        return Err(OptionsError::ZeroIterations.into());
     }
     if let Some(m) = &opts.config.mcmc {
         if m.cap_max == 0 {
-            return Err(RunError::Config(
-                "--strategy mcmc needs a positive --max-gaussians N (the model's fixed size)"
-                    .into(),
-            ));
+            return Err(OptionsError::McmcWithoutCap.into());
         }
     }
     if opts.init.is_some() && opts.resume {
-        return Err(RunError::Config(
-            "--init and --resume exclude each other: --resume continues this -o's own \
-             checkpoint, --init starts a new run from a model file (into a new -o, or with \
-             --overwrite)"
-                .into(),
-        ));
+        return Err(OptionsError::InitWithResume.into());
     }
     if opts.workers == 0 || opts.prefetch == 0 {
-        return Err(RunError::Config(
-            "--workers and --prefetch must be at least 1".into(),
-        ));
+        return Err(OptionsError::NoWorkers.into());
     }
     Ok(())
 }
@@ -899,10 +930,10 @@ pub fn dry_run(
     let manifest = pack.manifest().clone();
     let source = PackViews::new(pack.clone(), opts.eval.then_some(Split::Train));
     if source.is_empty() {
-        return Err(RunError::Config(format!(
-            "{}: the pack has no views to train on",
-            opts.pack.display()
-        )));
+        return Err(RunError::NoViews {
+            pack: opts.pack.clone(),
+            train_split: opts.eval,
+        });
     }
     // As in `run`: the engine exists before the baseline is measured.
     let engine = make_engine(opts.backend, on_event)?;
@@ -995,11 +1026,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     };
     let source = Arc::new(PackViews::new(pack.clone(), train_split));
     if source.is_empty() {
-        return Err(RunError::Config(format!(
-            "{}: the pack has no {}views to train on",
-            opts.pack.display(),
-            if opts.eval { "train " } else { "" }
-        )));
+        return Err(RunError::NoViews {
+            pack: opts.pack.clone(),
+            train_split: opts.eval,
+        });
     }
     if opts.eval && test_views.is_empty() {
         on_event(Event::Line(
@@ -1041,10 +1071,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let start = model_start(opts, &config, &pack, &ckpt_dir, on_event)?;
     if let ModelStart::Resume(state) = &start {
         if state.step >= config.iterations {
-            return Err(RunError::Config(format!(
-                "the checkpoint is already at iteration {} of --iterations {}; nothing to resume",
-                state.step, config.iterations
-            )));
+            return Err(RunError::NothingToResume {
+                step: state.step,
+                iterations: config.iterations,
+            });
         }
     }
 
@@ -1267,10 +1297,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         let cache_hit_rate = summary.cache.hit_rate();
         drop(loader);
         if !interrupted && trainer.step_count() < total {
-            return Err(RunError::Config(format!(
-                "the loader ended at iteration {} before --iterations {total}",
-                trainer.step_count()
-            )));
+            return Err(RunError::LoaderEnded {
+                at: trainer.step_count(),
+                iterations: total,
+            });
         }
         let it = trainer.step_count();
         let mut test = (None, None, 0usize);

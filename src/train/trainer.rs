@@ -239,8 +239,31 @@ pub enum TrainError {
     UnknownRecord { record: u32, views: usize },
     #[error("invalid training state: {0}")]
     BadState(String),
-    #[error("invalid configuration: {0}")]
-    Config(String),
+    #[error(
+        "the initial Gaussians store SH degree {stored} but the run uses {configured}; \
+         initialise them with the run's degree"
+    )]
+    ShDegreeMismatch { stored: u32, configured: u32 },
+    #[error("SH degree {degree} is above the maximum {MAX_SH_DEGREE}")]
+    ShDegreeTooHigh { degree: u32 },
+    #[error(
+        "the model has {gaussians} Gaussians, more than the {strategy} strategy's cap of \
+         {cap}; raise --max-gaussians to at least {gaussians}"
+    )]
+    OverCap {
+        gaussians: usize,
+        strategy: &'static str,
+        cap: usize,
+    },
+    #[error(
+        "the device engine does not implement the {strategy} strategy yet (its relocation, \
+         noise and regulariser run on host models only); train it with --backend cpu"
+    )]
+    StrategyNotOnDevice { strategy: &'static str },
+    #[error("scene extent {extent} must be finite and positive (the pack's scene.extent)")]
+    BadExtent { extent: f64 },
+    #[error("no train cameras")]
+    NoTrainCameras,
 }
 
 /// Seconds spent in each part of a step.
@@ -424,11 +447,10 @@ impl Trainer {
         engine: Engine,
     ) -> Result<Trainer, TrainError> {
         if gaussians.sh_degree != config.sh_degree {
-            return Err(TrainError::Config(format!(
-                "the initial Gaussians store SH degree {} but the run uses {}; initialise them \
-                 with the run's degree",
-                gaussians.sh_degree, config.sh_degree
-            )));
+            return Err(TrainError::ShDegreeMismatch {
+                stored: gaussians.sh_degree,
+                configured: config.sh_degree,
+            });
         }
         let state = TrainState {
             rng: Rng::new(config.seed).state(),
@@ -459,20 +481,16 @@ impl Trainer {
         strategy.set_growth_stopped(state.growth_stopped);
         if let Some(cap) = strategy.fixed_capacity() {
             if state.model.len() > cap {
-                return Err(TrainError::Config(format!(
-                    "the model has {} Gaussians, more than the {} strategy's cap of {cap}; \
-                     raise --max-gaussians to at least {}",
-                    state.model.len(),
-                    strategy.name(),
-                    state.model.len()
-                )));
+                return Err(TrainError::OverCap {
+                    gaussians: state.model.len(),
+                    strategy: strategy.name(),
+                    cap,
+                });
             }
             if matches!(engine, Engine::Device(_)) {
-                return Err(TrainError::Config(format!(
-                    "the device engine does not implement the {} strategy yet (its relocation, \
-                     noise and regulariser run on host models only); train it with --backend cpu",
-                    strategy.name()
-                )));
+                return Err(TrainError::StrategyNotOnDevice {
+                    strategy: strategy.name(),
+                });
             }
         }
         let runner = match engine {
@@ -902,15 +920,12 @@ impl Trainer {
 
 fn validate_config(c: &TrainConfig, extent: f64) -> Result<(), TrainError> {
     if c.sh_degree > MAX_SH_DEGREE {
-        return Err(TrainError::Config(format!(
-            "SH degree {} is above the maximum {MAX_SH_DEGREE}",
-            c.sh_degree
-        )));
+        return Err(TrainError::ShDegreeTooHigh {
+            degree: c.sh_degree,
+        });
     }
     if !(extent.is_finite() && extent > 0.0) {
-        return Err(TrainError::Config(format!(
-            "scene extent {extent} must be finite and positive (the pack's scene.extent)"
-        )));
+        return Err(TrainError::BadExtent { extent });
     }
     let _ = sh_coeffs(c.sh_degree);
     Ok(())
@@ -967,7 +982,7 @@ pub fn train_loop(
     let mut stopped = false;
     let records = cameras.len();
     if records == 0 {
-        return Err(TrainError::Config("no train cameras".into()));
+        return Err(TrainError::NoTrainCameras);
     }
     while trainer.step_count() < until_step {
         let mut delivered = match loader.next() {
@@ -1377,7 +1392,9 @@ mod tests {
         let dev = crate::device::Device::emulated().unwrap();
         let engine = Engine::Device(Box::new(DeviceEngine::new(dev).unwrap()));
         match Trainer::new(cfg, g, extent, engine) {
-            Err(TrainError::Config(msg)) => assert!(msg.contains("--backend cpu"), "{msg}"),
+            Err(e @ TrainError::StrategyNotOnDevice { .. }) => {
+                assert!(e.to_string().contains("--backend cpu"), "{e}")
+            }
             Err(e) => panic!("wrong error: {e}"),
             Ok(_) => panic!("the device engine accepted mcmc"),
         }

@@ -267,24 +267,20 @@ fn empty_scene_is_background() {
 }
 
 pub(super) fn random_scene(rng: &mut Rng, n: usize, degree: u32, spread: f64) -> Gaussians {
-    let mut g = Gaussians {
-        sh_degree: degree,
-        ..Gaussians::default()
-    };
     let nc = sh_coeffs(degree);
-    for _ in 0..n {
-        g.means.push([
+    let mut g = Gaussians::zeros(n, degree);
+    for i in 0..n {
+        g.means[i] = [
             rng.uniform(-spread, spread) as f32,
             rng.uniform(-spread * 0.75, spread * 0.75) as f32,
             rng.uniform(2.0, 6.0) as f32,
-        ]);
-        g.log_scales
-            .push([0, 1, 2].map(|_| rng.uniform(-4.5, -1.5) as f32));
-        g.rotations.push([0, 1, 2, 3].map(|_| rng.normal() as f32));
-        g.logit_opacities.push(rng.uniform(-2.0, 3.0) as f32);
+        ];
+        g.log_scales[i] = [0, 1, 2].map(|_| rng.uniform(-4.5, -1.5) as f32);
+        g.rotations[i] = [0, 1, 2, 3].map(|_| rng.normal() as f32);
+        g.logit_opacities[i] = rng.uniform(-2.0, 3.0) as f32;
         for k in 0..nc {
             let amp = if k == 0 { 1.0 } else { 0.2 };
-            g.sh.push([0, 1, 2].map(|_| (rng.normal() * amp) as f32));
+            g.sh[i * nc + k] = [0, 1, 2].map(|_| (rng.normal() * amp) as f32);
         }
     }
     g
