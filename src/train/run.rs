@@ -221,7 +221,7 @@ pub enum RunError {
     InitFrom {
         path: PathBuf,
         #[source]
-        source: super::init::InitError,
+        source: Box<super::init::InitError>,
     },
     #[error(transparent)]
     Options(#[from] OptionsError),
@@ -618,7 +618,7 @@ fn model_start(
             super::init::from_model(g, config.sh_degree, config.densify.max_gaussians, &mut rng)
                 .map_err(|source| RunError::InitFrom {
                     path: path.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
         return Ok(ModelStart::Model(Box::new(g), report));
     }
