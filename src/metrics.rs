@@ -36,7 +36,7 @@
 //! a single channel (eight `width × height` planes of f32); [`SsimScratch`] keeps those
 //! planes between calls so a training loop does not reallocate them every iteration.
 //!
-//! The math is generic over f32/f64 ([`Real`]): the public API computes in f32 (like the
+//! The math is generic over f32/f64 ([`Real`](crate::scene::real::Real)): the public API computes in f32 (like the
 //! reference implementation), the tests run the identical code in f64 to check the analytic
 //! gradient by finite differences without f32 round-off drowning the differences.
 //!

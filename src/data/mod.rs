@@ -3,7 +3,7 @@
 //! - [`sampler`]: seeded per-epoch permutations with a known future (resume from a position).
 //! - [`cache`]: byte-budgeted cache of decoded records, Belady (known future) or LRU.
 //! - [`prefetch`]: the fixed ring of host buffers filled by worker threads in sampler order.
-//! - [`bench`]: `gs-pack bench`, the loader alone with a consumer as fast as a trainer could be.
+//! - [`bench`](mod@bench): `gs-pack bench`, the loader alone with a consumer as fast as a trainer could be.
 //!
 //! The loader is generic over the *record kind* through [`RecordSource`]: a record is anything
 //! with a known decoded length that can be decoded into a caller's buffer — a view's RGB8

@@ -5,7 +5,7 @@
 //! loaded (`is_culib_present`, before any other cudarc call, because cudarc panics on a missing
 //! library), then that the driver sees a GPU, and returns a one-line [`DeviceError`] otherwise.
 //!
-//! Compiled PTX is cached on disk (`<cache root>/ptx`, see [`super::cache_root`]) keyed by
+//! Compiled PTX is cached on disk (`<cache root>/ptx`, see `device::cache_root`) keyed by
 //! module, a hash of source + options, architecture, NVRTC version and driver version; entries
 //! are written under a unique temporary name and renamed, so a crash never leaves a truncated
 //! entry under a valid name, and an entry the driver refuses to load is recompiled and

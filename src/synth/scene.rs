@@ -915,7 +915,7 @@ impl SynthScene {
         )
     }
 
-    /// Background colour seen along unit direction `d` (see [`Sky`]).
+    /// Background colour seen along unit direction `d` (see `Sky`).
     pub fn sky_colour(&self, d: [f64; 3]) -> [f64; 3] {
         let up = smoothstep(0.0, 0.7, d[2]);
         let down = smoothstep(0.0, -0.5, d[2]);

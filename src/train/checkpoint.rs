@@ -660,7 +660,7 @@ pub fn latest(dir: &Path) -> Result<PathBuf, CheckpointError> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StateMeta {
-    /// "gs-train <version>".
+    /// `"gs-train <version>"`.
     pub created_by: String,
     /// The pack the run trains on (its manifest's random `pack_id`, hex).
     pub pack_id: String,

@@ -11,7 +11,17 @@
 //! | [`device_engine`] | the step with the model resident on a device: parameters, moments, statistics, the uploaded view (`kernels/densify.cu` for the statistics) |
 //! | [`densify`] | the 3DGS densification strategy and the one place that edits all per-Gaussian arrays |
 //! | [`trainer`] | [`TrainConfig`], [`Trainer`] (one step), [`TrainState`] (resume), [`train_loop`] |
-//! | [`checkpoint`], [`report`], [`demo`] | the `gs-train` application layer (branch `train-app`) |
+//! | [`checkpoint`], [`report`], [`demo`] | the `gs-train` application layer |
+//!
+//! # One training state
+//! [`TrainState`] is what a resumed run needs (its borrowed form [`TrainStateRef`] writes a
+//! checkpoint without copying the model); [`densify::Model`] is its per-Gaussian part:
+//! parameters and both Adam moments as [`Gaussians`](crate::scene::gaussians::Gaussians)
+//! (the same field table, [`crate::scene::gaussians::Field`]) and the densification
+//! statistics. Densification, the optimizer (host and device), gradients, checkpoints and
+//! device transfers iterate the field table, so a new per-Gaussian attribute is declared once
+//! in `scene::gaussians`. A checkpoint's header ([`checkpoint::StateMeta`]) is the file
+//! format's schema for the scalars of the state, not another in-memory representation.
 //!
 //! Invariants: everything is deterministic for a seed (the RNG is [`crate::rng::Rng`], every
 //! reduction is order-fixed), so a run resumed from a [`TrainState`] reaches bit-identical

@@ -2,13 +2,13 @@
 //! COLMAP workspace into an [`ImportedScene`].
 //!
 //! Owns: the COLMAP camera-model table ([`CAMERA_MODELS`]), the mapping of the pinhole and
-//! radial–tangential models to [`Camera`] + [`Distortion`], the binary ([`binary`]) and text
-//! ([`text`]) codecs, and the streaming [`PointsReader`].
+//! radial–tangential models to [`Camera`] + [`Distortion`], the binary (`binary`) and text
+//! (`text`) codecs, and the streaming [`PointsReader`].
 //!
 //! Invariants:
 //! - Parsers never panic and never allocate from a count found in a file: vectors grow as
 //!   records are read, observations and tracks are skipped without being buffered, names and
-//!   kept lines are capped ([`MAX_NAME_BYTES`], [`text::MAX_LINE_BYTES`]).
+//!   kept lines are capped ([`MAX_NAME_BYTES`], `text::MAX_LINE_BYTES`).
 //! - Every record a reader returns is checked: known model with the right parameter count,
 //!   non-empty size, finite numbers, non-zero quaternion, unique camera ids, unique image ids
 //!   and names. [`read_model`] and [`import`] also check that every image's camera exists.

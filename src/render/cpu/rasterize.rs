@@ -10,7 +10,7 @@
 //! keeps its 256 pixels' compositing state and walks the list splat by splat, visiting only the
 //! pixels inside that splat's *α-support box*: the bounding box of the ellipse
 //! `σ ≤ ln(255·o)`, outside of which `α < 1/255` is guaranteed (half-width
-//! `√(2·ln(255·o)·Σ2d_xx)`, padded, see [`support`]). Pixels outside it would skip the splat
+//! `√(2·ln(255·o)·Σ2d_xx)`, padded, see `support`). Pixels outside it would skip the splat
 //! anyway, so every pixel sees the same splats in the same order with the same arithmetic:
 //! images, transmittances, last contributors and gradients are bit-identical to the per-pixel
 //! loop (the test-only `reference` module keeps that loop and the tests compare the two).
