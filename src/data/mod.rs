@@ -39,6 +39,7 @@ pub mod prefetch;
 pub mod sampler;
 pub mod sources;
 
+#[cfg(test)]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::budget::{
@@ -97,25 +98,19 @@ pub trait RecordSource: Send + Sync {
     }
 }
 
-/// Records held in memory: unit tests, and the "everything in RAM" benchmark baseline.
-/// `fail_on` / `panic_on` make one record fail or panic (fault-injection tests); `reads`
-/// counts decodes.
+/// Records held in memory: the "everything in RAM" baseline of the loader benchmark, and unit
+/// tests. Record `i` decodes to `records[i]`; `groups` replaces the one-record groups.
 #[derive(Debug, Default)]
 pub struct MemSource {
     pub records: Vec<Vec<u8>>,
     pub groups: Option<Vec<Vec<u32>>>,
-    pub fail_on: Option<u32>,
-    pub panic_on: Option<u32>,
-    /// Sleep this long per read, scaled by (record % 3) (scrambles completion order).
-    pub delay: std::time::Duration,
-    pub reads: AtomicU64,
 }
 
 impl MemSource {
     pub fn new(records: Vec<Vec<u8>>) -> MemSource {
         MemSource {
             records,
-            ..MemSource::default()
+            groups: None,
         }
     }
 }
@@ -131,6 +126,54 @@ impl RecordSource for MemSource {
         self.records[record as usize].len() as u64
     }
     fn read_into(&self, record: u32, out: &mut [u8]) -> Result<(), LoadError> {
+        out.copy_from_slice(&self.records[record as usize]);
+        Ok(())
+    }
+    fn describe(&self, record: u32) -> String {
+        format!("in-memory record #{record}")
+    }
+    fn groups(&self) -> Vec<Vec<u32>> {
+        self.groups
+            .clone()
+            .unwrap_or_else(|| (0..self.len() as u32).map(|r| vec![r]).collect())
+    }
+}
+
+/// A [`MemSource`] with fault injection, for the loader's tests: `fail_on` / `panic_on` make
+/// one record fail or panic, `delay` scrambles completion order, `reads` counts decodes.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct FaultySource {
+    pub inner: MemSource,
+    pub fail_on: Option<u32>,
+    pub panic_on: Option<u32>,
+    /// Sleep this long per read, scaled by (record % 3).
+    pub delay: std::time::Duration,
+    pub reads: AtomicU64,
+}
+
+#[cfg(test)]
+impl FaultySource {
+    pub fn new(records: Vec<Vec<u8>>) -> FaultySource {
+        FaultySource {
+            inner: MemSource::new(records),
+            ..FaultySource::default()
+        }
+    }
+}
+
+#[cfg(test)]
+impl RecordSource for FaultySource {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn decoded_len(&self, record: u32) -> usize {
+        self.inner.decoded_len(record)
+    }
+    fn stored_len(&self, record: u32) -> u64 {
+        self.inner.stored_len(record)
+    }
+    fn read_into(&self, record: u32, out: &mut [u8]) -> Result<(), LoadError> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay * (record % 3));
@@ -144,16 +187,13 @@ impl RecordSource for MemSource {
         if self.panic_on == Some(record) {
             panic!("injected panic on record {record}");
         }
-        out.copy_from_slice(&self.records[record as usize]);
-        Ok(())
+        self.inner.read_into(record, out)
     }
     fn describe(&self, record: u32) -> String {
-        format!("in-memory record #{record}")
+        self.inner.describe(record)
     }
     fn groups(&self) -> Vec<Vec<u32>> {
-        self.groups
-            .clone()
-            .unwrap_or_else(|| (0..self.len() as u32).map(|r| vec![r]).collect())
+        self.inner.groups()
     }
 }
 
@@ -316,7 +356,7 @@ mod tests {
     type Got = (u32, Position, Vec<u8>, bool);
 
     fn run(
-        source: Arc<MemSource>,
+        source: Arc<FaultySource>,
         cache: Cache,
         cfg: &LoaderConfig,
         seed: u64,
@@ -334,7 +374,7 @@ mod tests {
     #[test]
     fn delivers_sampler_order_and_exact_bytes_with_many_workers() {
         let recs = records(23, 1000);
-        let mut src = MemSource::new(recs.clone());
+        let mut src = FaultySource::new(recs.clone());
         src.delay = Duration::from_micros(300);
         let src = Arc::new(src);
         let expect: Vec<u32> = {
@@ -364,7 +404,7 @@ mod tests {
 
     #[test]
     fn resume_continues_the_sequence() {
-        let src = Arc::new(MemSource::new(records(10, 64)));
+        let src = Arc::new(FaultySource::new(records(10, 64)));
         let cache = || Cache::with_capacity(CachePolicy::Belady, 0);
         let (full, _) = run(src.clone(), cache(), &config(2, 2, 40), 5);
         let (head, _) = run(src.clone(), cache(), &config(2, 2, 17), 5);
@@ -386,7 +426,7 @@ mod tests {
     #[test]
     fn worker_failure_and_panic_reach_the_consumer() {
         for panic in [false, true] {
-            let mut src = MemSource::new(records(8, 32));
+            let mut src = FaultySource::new(records(8, 32));
             if panic {
                 src.panic_on = Some(5);
             } else {
@@ -428,7 +468,7 @@ mod tests {
 
     #[test]
     fn drop_mid_run_and_outliving_slots_do_not_deadlock() {
-        let src = Arc::new(MemSource::new(records(16, 4096)));
+        let src = Arc::new(FaultySource::new(records(16, 4096)));
         let sampler = Sampler::singletons(2, 16).unwrap();
         let cfg = LoaderConfig {
             limit: None,
@@ -450,7 +490,7 @@ mod tests {
 
     #[test]
     fn holding_every_slot_is_an_error_not_a_hang() {
-        let src = Arc::new(MemSource::new(records(16, 16)));
+        let src = Arc::new(FaultySource::new(records(16, 16)));
         let sampler = Sampler::singletons(2, 16).unwrap();
         let cfg = config(1, 1, 100);
         let mut loader = Loader::start(
@@ -469,8 +509,8 @@ mod tests {
 
     #[test]
     fn grouped_point_samples_arrive_chunk_by_chunk() {
-        let mut src = MemSource::new(records(7, 100));
-        src.groups = Some(vec![vec![0, 1, 2], vec![3, 4], vec![5], vec![6]]);
+        let mut src = FaultySource::new(records(7, 100));
+        src.inner.groups = Some(vec![vec![0, 1, 2], vec![3, 4], vec![5], vec![6]]);
         let src = Arc::new(src);
         let (got, _) = run(
             src,
@@ -490,7 +530,7 @@ mod tests {
 
     #[test]
     fn cache_hits_skip_decoding() {
-        let src = Arc::new(MemSource::new(records(10, 256)));
+        let src = Arc::new(FaultySource::new(records(10, 256)));
         // Room for everything: after epoch 0 every record is a hit.
         let cache = Cache::with_capacity(CachePolicy::Belady, 10 * cache::entry_cost(256));
         let (got, stats) = run(src.clone(), cache, &config(2, 2, 50), 9);
@@ -506,7 +546,7 @@ mod tests {
     #[test]
     fn hits_are_lent_from_pageable_slots_and_copied_into_pinned_ones() {
         let recs = records(6, 4096);
-        let src = Arc::new(MemSource::new(recs.clone()));
+        let src = Arc::new(FaultySource::new(recs.clone()));
         // The CUDA trainer's slots, page-locked memory of a device (here the host emulation's).
         let pinned_slots = pinned::PinnedSlots::new(crate::device::Device::emulated().unwrap());
         for pinned in [false, true] {
@@ -558,7 +598,7 @@ mod tests {
         let recs = records(3, 2048);
         let pinned_slots = pinned::PinnedSlots::new(crate::device::Device::emulated().unwrap());
         for pinned in [false, true] {
-            let mut src = MemSource::new(recs.clone());
+            let mut src = FaultySource::new(recs.clone());
             src.delay = Duration::from_millis(3);
             let src = Arc::new(src);
             let cache = Cache::with_capacity(CachePolicy::Belady, 3 * cache::entry_cost(2048));
@@ -584,7 +624,7 @@ mod tests {
     fn a_lent_entry_held_by_the_consumer_is_never_evicted_or_altered() {
         // Room for 2 of 5 records: every epoch evicts, but never the entry the consumer holds.
         let recs = records(5, 8192);
-        let src = Arc::new(MemSource::new(recs.clone()));
+        let src = Arc::new(FaultySource::new(recs.clone()));
         let cap = 2 * cache::entry_cost(8192);
         let cache = Cache::with_capacity(CachePolicy::Lru, cap);
         let sampler = Sampler::singletons(8, 5).unwrap();
@@ -607,7 +647,7 @@ mod tests {
 
     #[test]
     fn plan_refuses_a_budget_below_the_floor_and_gives_the_rest_to_the_cache() {
-        let src = MemSource::new(records(4, 1 << 20));
+        let src = FaultySource::new(records(4, 1 << 20));
         let cfg = config(2, 2, 0);
         let err = plan_memory(8 << 20, &src, &cfg, 4 << 20, PlanExtras::default()).unwrap_err();
         let msg = err.to_string();
@@ -621,7 +661,7 @@ mod tests {
     }
     #[test]
     fn expected_hit_rate_matches_the_loader() {
-        let src = Arc::new(MemSource::new(records(20, 1000)));
+        let src = Arc::new(FaultySource::new(records(20, 1000)));
         for cached in [0u64, 5, 8, 20] {
             let capacity = cached * cache::entry_cost(1000);
             let expected = expected_hit_rate(
@@ -651,7 +691,7 @@ mod tests {
 
     #[test]
     fn released_items_go_to_the_cache() {
-        let src = MemSource::new(records(4, 1 << 20));
+        let src = FaultySource::new(records(4, 1 << 20));
         let cfg = config(1, 1, 0);
         let extras = PlanExtras {
             items: vec![FloorItem::new(Component::Scratch, 3 << 20, "test")],
