@@ -129,9 +129,7 @@ pub fn run_bench_source(
     };
     let n = source.len() as u64;
     if n == 0 {
-        return Err(LoadError::Config(
-            "the pack has no train views to load".into(),
-        ));
+        return Err(LoadError::NoViews);
     }
     let total_end = opts.epochs * n;
     let start_global = opts.start.epoch * n + opts.start.index;
@@ -154,12 +152,10 @@ pub fn run_bench_source(
     // VmHWM only rises: a process that already peaked above the budget (e.g. it built the pack
     // first) cannot prove the cap, so say so instead of reporting a misleading peak.
     if let Some(peak) = peak_rss_bytes().filter(|&p| p > opts.ram_budget) {
-        return Err(LoadError::Config(format!(
-            "this process already peaked at {} before the loader started, above --ram-budget {}; \
-             run the bench in a fresh process",
-            crate::budget::format_size(peak),
-            crate::budget::format_size(opts.ram_budget)
-        )));
+        return Err(LoadError::AlreadyOverBudget {
+            peak,
+            budget: opts.ram_budget,
+        });
     }
     let floor_bytes = plan.floor.total();
     let cache_bytes = plan.cache.bytes();

@@ -71,8 +71,31 @@ pub enum LoadError {
     Budget(#[from] BudgetError),
     #[error(transparent)]
     Sampler(#[from] sampler::SamplerError),
-    #[error("loader configuration: {0}")]
-    Config(String),
+    #[error("loader configuration: --workers and --prefetch must be at least 1")]
+    NoWorkers,
+    #[error("loader configuration: the sampler schedules {sampler} records but the source has {source_len}")]
+    SamplerMismatch { sampler: usize, source_len: usize },
+    #[error("cannot start loader thread")]
+    Spawn(#[source] std::io::Error),
+    #[error(
+        "the consumer holds all {held} ring slots; drop delivered records before asking for more"
+    )]
+    AllSlotsHeld { held: usize },
+    #[error("cannot allocate a {len}-byte pinned ring slot")]
+    PinnedSlot {
+        len: usize,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("the pack has no train views to load")]
+    NoViews,
+    #[error(
+        "this process already peaked at {} before the loader started, above --ram-budget {}; \
+         run the bench in a fresh process",
+        crate::budget::format_size(*peak),
+        crate::budget::format_size(*budget)
+    )]
+    AlreadyOverBudget { peak: u64, budget: u64 },
     #[error("the loader stopped after an earlier error")]
     Stopped,
 }
@@ -502,7 +525,10 @@ mod tests {
         )
         .unwrap();
         let held: Vec<_> = (0..3).map(|_| loader.next().unwrap().unwrap()).collect();
-        assert!(matches!(loader.next(), Some(Err(LoadError::Config(_)))));
+        assert!(matches!(
+            loader.next(),
+            Some(Err(LoadError::AllSlotsHeld { .. }))
+        ));
         drop(held);
         assert!(loader.next().unwrap().is_ok());
     }

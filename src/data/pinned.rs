@@ -43,11 +43,13 @@ impl HostBuffer for PinnedHost {
 
 impl SlotAllocator for PinnedSlots {
     fn allocate(&self, len: usize) -> Result<Box<dyn HostBuffer>, LoadError> {
-        let slot = self.dev.alloc_pinned(len).map_err(|e| {
-            LoadError::Config(format!(
-                "cannot allocate a {len}-byte pinned ring slot: {e}"
-            ))
-        })?;
+        let slot = self
+            .dev
+            .alloc_pinned(len)
+            .map_err(|e| LoadError::PinnedSlot {
+                len,
+                source: Box::new(e),
+            })?;
         Ok(Box::new(slot))
     }
 

@@ -453,16 +453,13 @@ impl Loader {
         config: &LoaderConfig,
     ) -> Result<Loader, LoadError> {
         if config.workers == 0 || config.prefetch == 0 {
-            return Err(LoadError::Config(
-                "--workers and --prefetch must be at least 1".into(),
-            ));
+            return Err(LoadError::NoWorkers);
         }
         if sampler.records() != source.len() {
-            return Err(LoadError::Config(format!(
-                "sampler schedules {} records but the source has {}",
-                sampler.records(),
-                source.len()
-            )));
+            return Err(LoadError::SamplerMismatch {
+                sampler: sampler.records(),
+                source_len: source.len(),
+            });
         }
         sampler.seek(config.start)?;
         let slot_len = (0..source.len() as u32)
@@ -504,9 +501,7 @@ impl Loader {
                     for t in threads {
                         let _ = t.join();
                     }
-                    return Err(LoadError::Config(format!(
-                        "cannot start loader thread: {e}"
-                    )));
+                    return Err(LoadError::Spawn(e));
                 }
             }
         }
@@ -550,9 +545,7 @@ impl Loader {
         }
         let held = self.held.load(Ordering::Acquire);
         if held >= self.slots {
-            return Some(Err(LoadError::Config(format!(
-                "the consumer holds all {held} ring slots; drop delivered records before asking for more"
-            ))));
+            return Some(Err(LoadError::AllSlotsHeld { held }));
         }
         loop {
             if let Some(done) = self.reorder.remove(&self.next_global) {
