@@ -535,15 +535,16 @@ impl Container {
         Ok(())
     }
 
-    /// Reads an f32 array of `shape` into `out`, which must hold exactly its values.
-    pub fn read_f32_into(
+    /// Reads an array of `shape` into `out`, which must hold exactly its values.
+    pub fn read_into<T: Scalar>(
         &mut self,
         name: &str,
         shape: &[u64],
-        out: &mut [f32],
+        out: &mut [T],
     ) -> Result<(), CheckpointError> {
-        let e = self.expect(name, DType::F32, shape)?;
-        if e.bytes != 4 * out.len() as u64 {
+        let e = self.expect(name, T::DTYPE, shape)?;
+        let size = T::DTYPE.size() as usize;
+        if e.bytes != (size * out.len()) as u64 {
             return Err(self.corrupt(format!(
                 "array `{name}` holds {} bytes, {} values were expected",
                 e.bytes,
@@ -551,17 +552,21 @@ impl Container {
             )));
         }
         self.stream(&e, &mut |b, at| {
-            for (o, c) in out[at..].iter_mut().zip(b.chunks_exact(4)) {
-                *o = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+            for (o, c) in out[at..].iter_mut().zip(b.chunks_exact(size)) {
+                *o = T::from_le(c);
             }
         })
     }
 
-    /// Reads an f32 array of `shape`.
-    pub fn read_f32(&mut self, name: &str, shape: &[u64]) -> Result<Vec<f32>, CheckpointError> {
+    /// Reads an array of `shape`.
+    pub fn read<T: Scalar>(
+        &mut self,
+        name: &str,
+        shape: &[u64],
+    ) -> Result<Vec<T>, CheckpointError> {
         let len: u64 = shape.iter().product();
-        let mut out = vec![0f32; len as usize];
-        self.read_f32_into(name, shape, &mut out)?;
+        let mut out = vec![T::default(); len as usize];
+        self.read_into(name, shape, &mut out)?;
         Ok(out)
     }
 
@@ -572,43 +577,33 @@ impl Container {
         n: u64,
     ) -> Result<Vec<[f32; K]>, CheckpointError> {
         let mut out = vec![[0f32; K]; n as usize];
-        self.read_f32_into(name, &[n, K as u64], out.as_flattened_mut())?;
-        Ok(out)
-    }
-
-    pub fn read_u64(&mut self, name: &str, shape: &[u64]) -> Result<Vec<u64>, CheckpointError> {
-        let e = self.expect(name, DType::U64, shape)?;
-        let mut out = vec![0u64; (e.bytes / 8) as usize];
-        self.stream(&e, &mut |b, at| {
-            for (o, c) in out[at..].iter_mut().zip(b.chunks_exact(8)) {
-                *o = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-            }
-        })?;
-        Ok(out)
-    }
-
-    pub fn read_u32(&mut self, name: &str, shape: &[u64]) -> Result<Vec<u32>, CheckpointError> {
-        let e = self.expect(name, DType::U32, shape)?;
-        let mut out = vec![0u32; (e.bytes / 4) as usize];
-        self.stream(&e, &mut |b, at| {
-            for (o, c) in out[at..].iter_mut().zip(b.chunks_exact(4)) {
-                *o = u32::from_le_bytes(c.try_into().expect("4 bytes"));
-            }
-        })?;
-        Ok(out)
-    }
-
-    pub fn read_f64(&mut self, name: &str, shape: &[u64]) -> Result<Vec<f64>, CheckpointError> {
-        let e = self.expect(name, DType::F64, shape)?;
-        let mut out = vec![0f64; (e.bytes / 8) as usize];
-        self.stream(&e, &mut |b, at| {
-            for (o, c) in out[at..].iter_mut().zip(b.chunks_exact(8)) {
-                *o = f64::from_le_bytes(c.try_into().expect("8 bytes"));
-            }
-        })?;
+        self.read_into(name, &[n, K as u64], out.as_flattened_mut())?;
         Ok(out)
     }
 }
+
+/// An element type of the container's arrays.
+pub trait Scalar: Copy + Default {
+    const DTYPE: DType;
+    /// The value of its little-endian bytes (`DTYPE.size()` of them).
+    fn from_le(bytes: &[u8]) -> Self;
+}
+
+macro_rules! scalar {
+    ($t:ty, $d:expr) => {
+        impl Scalar for $t {
+            const DTYPE: DType = $d;
+            fn from_le(bytes: &[u8]) -> Self {
+                <$t>::from_le_bytes(bytes.try_into().expect("one element"))
+            }
+        }
+    };
+}
+scalar!(f32, DType::F32);
+scalar!(f64, DType::F64);
+scalar!(u32, DType::U32);
+scalar!(u64, DType::U64);
+scalar!(u8, DType::U8);
 
 /// File name of the checkpoint of `iteration` (zero-padded so names sort by iteration).
 pub fn checkpoint_file_name(iteration: u64) -> String {
@@ -785,7 +780,7 @@ fn read_gaussians(
     let mut g = Gaussians::zeros(n as usize, sh_degree);
     for f in Field::ALL {
         let name = format!("{prefix}.{}", f.name());
-        c.read_f32_into(&name, &f.shape(n as usize, sh_degree), g.field_mut(f))?;
+        c.read_into(&name, &f.shape(n as usize, sh_degree), g.field_mut(f))?;
     }
     Ok(g)
 }
@@ -904,7 +899,7 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
             "a second Adam moment is negative (it is a mean of squares)".into(),
         ));
     }
-    let grad_accum = c.read_f32("stats.grad_accum", &[n])?;
+    let grad_accum = c.read::<f32>("stats.grad_accum", &[n])?;
     if let Some(i) = grad_accum.iter().position(|v| !v.is_finite() || *v < 0.0) {
         return Err(corrupt(format!(
             "`stats.grad_accum` of Gaussian {i} is {} (a sum of norms is finite and ≥ 0)",
@@ -913,8 +908,8 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
     }
     let stats = DensifyStats {
         grad_accum,
-        denom: c.read_u32("stats.denom", &[n])?,
-        max_radii: c.read_u32("stats.max_radii", &[n])?,
+        denom: c.read::<u32>("stats.denom", &[n])?,
+        max_radii: c.read::<u32>("stats.max_radii", &[n])?,
     };
     let model = Model {
         gaussians,
@@ -975,13 +970,13 @@ mod container_tests {
             c.read_rows::<3>("a", 2).unwrap(),
             vec![[1.5, -2.0, 3.25], [f32::MIN_POSITIVE, 7.0, 8.0]]
         );
-        assert_eq!(c.read_u64("b", &[2]).unwrap(), vec![u64::MAX, 3]);
-        assert_eq!(c.read_f64("c", &[1]).unwrap(), vec![0.1]);
+        assert_eq!(c.read::<u64>("b", &[2]).unwrap(), vec![u64::MAX, 3]);
+        assert_eq!(c.read::<f64>("c", &[1]).unwrap(), vec![0.1]);
         assert!(c.read_rows::<3>("empty", 0).unwrap().is_empty());
         // Wrong shape or dtype is refused by name.
         let e = c.read_rows::<3>("a", 3).unwrap_err().to_string();
         assert!(e.contains("array `a`") && e.contains("expected"), "{e}");
-        let e = c.read_f32("missing", &[1]).unwrap_err().to_string();
+        let e = c.read::<f32>("missing", &[1]).unwrap_err().to_string();
         assert!(e.contains("`missing` is missing"), "{e}");
         // No temporary file is left behind.
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
@@ -1001,8 +996,8 @@ mod container_tests {
             fs::write(&p, &bad).unwrap();
             let result = Container::open(&p).and_then(|mut c| {
                 c.read_rows::<3>("a", 2)?;
-                c.read_u64("b", &[2])?;
-                c.read_f64("c", &[1])?;
+                c.read::<u64>("b", &[2])?;
+                c.read::<f64>("c", &[1])?;
                 Ok(())
             });
             assert!(result.is_err(), "flip at byte {i} went unnoticed");
@@ -1020,7 +1015,7 @@ mod container_tests {
         for cut in [0, 5, 20, 40, good.len() - 1] {
             let p = dir.path().join("cut.bin");
             fs::write(&p, &good[..cut]).unwrap();
-            let e = Container::open(&p).and_then(|mut c| c.read_f64("c", &[1]).map(|_| ()));
+            let e = Container::open(&p).and_then(|mut c| c.read::<f64>("c", &[1]).map(|_| ()));
             assert!(e.is_err(), "truncated at {cut}");
         }
         // A header length of 2^60 must be refused before any allocation.
