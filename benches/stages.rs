@@ -8,7 +8,9 @@
 //!   in `../shared/data/fox` (skipped when absent), with the process's peak RSS;
 //! - `points`: streaming a 2M-point COLMAP `points3D` (binary and text) through the bounded
 //!   reader: throughput and the growth of the peak RSS, which must stay far below the file;
-//! - `synth`: procedural views rendered per second (`SYNTH_BENCH_SIZES="320x240:64,…"`).
+//! - `synth`: procedural views rendered per second (`SYNTH_BENCH_SIZES="320x240:64,…"`);
+//! - `adam`: one CPU Adam step over 1M Gaussians at SH degree 3 (every group), walking the
+//!   field table: milliseconds and the bytes moved per second.
 //!
 //! Without a NAME every stage runs. Figures are medians of `RUNS` runs where a stage repeats.
 
@@ -224,8 +226,55 @@ fn synth() {
     }
 }
 
+fn adam() {
+    use ramsplat::render::GaussianGrads;
+    use ramsplat::scene::gaussians::{floats_per_gaussian, Field, Gaussians};
+    use ramsplat::train::adam::{AdamConfig, AdamState, GroupMask, LearningRates};
+    let (n, degree) = (1_000_000, 3);
+    let mut rng = Rng::new(7);
+    let mut params = Gaussians::zeros(n, degree);
+    let mut grads = GaussianGrads::default();
+    grads.reset(n, degree);
+    for f in Field::ALL {
+        params
+            .field_mut(f)
+            .fill_with(|| rng.uniform(-1.0, 1.0) as f32);
+        grads
+            .field_mut(f)
+            .fill_with(|| rng.uniform(-1e-3, 1e-3) as f32);
+    }
+    let mut state = AdamState::new(&params);
+    let lr = LearningRates {
+        means: 1.6e-4,
+        f_dc: 2.5e-3,
+        f_rest: 1.25e-4,
+        opacity: 2.5e-2,
+        scaling: 5e-3,
+        rotation: 1e-3,
+    };
+    let cfg = AdamConfig::default();
+    let mut ms = Vec::new();
+    for _ in 0..(2 * RUNS + 1) {
+        let t = Instant::now();
+        state
+            .step(&cfg, &lr, GroupMask::ALL, &mut params, &grads)
+            .unwrap();
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    // Read p, m, v, g and write p, m, v: 7 values of 4 bytes per parameter.
+    let bytes = 7.0 * 4.0 * (n * floats_per_gaussian(degree)) as f64;
+    let med = median(ms);
+    println!(
+        "adam: {n} Gaussians, SH degree {degree}, {} threads: median {med:.1} ms/step \
+         ({:.1} GB/s)",
+        rayon::current_num_threads(),
+        bytes / (med * 1e-3) / 1e9
+    );
+}
+
 fn main() {
-    let stages: [(&str, fn()); 5] = [
+    let stages: [(&str, fn()); 6] = [
+        ("adam", adam),
         ("knn", knn),
         ("step", step),
         ("prepare", prepare),

@@ -150,7 +150,16 @@ pub struct ShapeError {
 /// Items per rayon task: large enough that scheduling costs nothing next to the arithmetic.
 const CHUNK: usize = 4096;
 
-/// One field's Adam update: `p`, `m`, `v`, `g` hold whole Gaussians of `rows` rows of
+/// `p ← Adam(p, m, v, g)` element-wise with one coefficient set (zipped iterators: no bounds
+/// checks, so the loop vectorises).
+#[inline]
+fn update_run(c: &Coef, p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
+    for (((p, m), v), g) in p.iter_mut().zip(m).zip(v).zip(g) {
+        c.update(p, m, v, *g);
+    }
+}
+
+/// One field's Adam update: `p`, `m`, `v`, `g` hold whole Gaussians of `coefs.len()` rows of
 /// `row_width` values each, and row `r` of every Gaussian uses `coefs[r]` (`None`: the group
 /// is masked, the values stay).
 fn update_field(
@@ -162,6 +171,14 @@ fn update_field(
     g: &[f32],
 ) {
     let per = coefs.len() * row_width;
+    // Consecutive rows sharing a coefficient form one run (SH: the DC row, then the rest).
+    let mut runs: Vec<(usize, usize, Option<Coef>)> = Vec::new();
+    for (r, c) in coefs.iter().enumerate() {
+        match runs.last_mut() {
+            Some(last) if last.2 == *c => last.1 += row_width,
+            _ => runs.push((r * row_width, row_width, *c)),
+        }
+    }
     // Whole Gaussians per task, so a value's row is its position within the Gaussian.
     let chunk = per * (CHUNK / per).max(1);
     p.par_chunks_mut(chunk)
@@ -169,13 +186,21 @@ fn update_field(
         .zip(v.par_chunks_mut(chunk))
         .zip(g.par_chunks(chunk))
         .for_each(|(((p, m), v), g)| {
+            if let [(_, _, Some(c))] = runs[..] {
+                // One coefficient for the whole field: one flat run over the chunk.
+                return update_run(&c, p, m, v, g);
+            }
             for base in (0..p.len()).step_by(per) {
-                for (r, c) in coefs.iter().enumerate() {
+                for &(at, len, c) in &runs {
                     let Some(c) = c else { continue };
-                    let at = base + r * row_width;
-                    for j in at..at + row_width {
-                        c.update(&mut p[j], &mut m[j], &mut v[j], g[j]);
-                    }
+                    let r = base + at..base + at + len;
+                    update_run(
+                        &c,
+                        &mut p[r.clone()],
+                        &mut m[r.clone()],
+                        &mut v[r.clone()],
+                        &g[r],
+                    );
                 }
             }
         });
