@@ -280,7 +280,34 @@ fn init_from_a_saved_model_continues_it() {
         err.contains("activated.ply") && err.contains("ACTIVATED"),
         "{err}"
     );
+    assert!(
+        !err.contains("allow-activated"),
+        "gs-train has no such flag, its advice must not name one: {err}"
+    );
     assert!(!out3.exists(), "a refused run writes nothing");
+    // gs-render refuses the same file naming its own flag, and reads it with the flag.
+    let render = env!("CARGO_BIN_EXE_gs-render");
+    let converted = dir.path().join("activated.spz");
+    let o = Command::new(render)
+        .args(["--ply", s(&bad), "--convert", s(&converted)])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("ACTIVATED") && err.contains("--allow-activated"),
+        "{err}"
+    );
+    let o = Command::new(render)
+        .args([
+            "--ply",
+            s(&bad),
+            "--convert",
+            s(&converted),
+            "--allow-activated",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     // --init and --resume exclude each other (command line).
     let o = Command::new(train)

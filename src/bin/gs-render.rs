@@ -47,8 +47,8 @@ use clap::{ArgGroup, Parser, ValueEnum};
 use ramsplat::dataset::Split;
 use ramsplat::eval::{self, safe_stem, to_rgb8, write_png, Score, Scorer};
 use ramsplat::export::cameras_json;
-use ramsplat::export::ply::LoadOptions;
-use ramsplat::export::{save_model, ModelFormat};
+use ramsplat::export::ply::{GaussianPlyError, LoadOptions};
+use ramsplat::export::{save_model, ModelFormat, ModelIoError};
 use ramsplat::render::{
     make_rasterizer, Backend, Rasterizer, RenderError, RenderOptions, RenderOutput,
 };
@@ -205,7 +205,19 @@ fn load_model(args: &Args) -> Result<Gaussians> {
             allow_activated: args.allow_activated,
         },
     )
-    .context("cannot load the model")?;
+    .map_err(|e| {
+        // Only gs-render may read such a file as it is; the library's message names no flag.
+        let activated = matches!(e, ModelIoError::Ply(GaussianPlyError::Activated { .. }));
+        let e = anyhow::Error::new(e);
+        if activated {
+            e.context(
+                "cannot load the model (if the file really holds logits and log-scales, pass \
+                 --allow-activated)",
+            )
+        } else {
+            e.context("cannot load the model")
+        }
+    })?;
     if let Some((count, first)) = model.beyond_f32_range() {
         eprintln!(
             "gs-render: warning: {count} Gaussian(s) of {} have a log-scale above {} (σ > 1e13 \

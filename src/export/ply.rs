@@ -459,9 +459,7 @@ pub fn activation_evidence(g: &Gaussians) -> Option<String> {
          opacities lie in [{omin}, {omax}] (stored logits are mostly negative), all scale_* \
          values are positive (min {smin}; stored log-scales are mostly negative), and read as \
          log-scales the largest Gaussian would be {largest:.3e} wide in a scene {extent:.3e} \
-         across. Re-export it with opacity = logit(o) and scale = ln(s); if the file really \
-         holds logits and log-scales, load it with allow_activated (gs-render \
-         --allow-activated)",
+         across. Re-export it with opacity = logit(o) and scale = ln(s)",
         n = g.len()
     ))
 }
