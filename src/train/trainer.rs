@@ -231,14 +231,24 @@ pub enum TrainError {
     Device(#[from] DeviceEngineError),
     #[error(transparent)]
     Model(#[from] ModelShapeError),
-    #[error("the model does not fit the RAM budget: {0}")]
-    Budget(String),
+    #[error("the model does not fit the RAM budget: {gaussians} Gaussians need {bytes} bytes")]
+    Budget {
+        gaussians: usize,
+        bytes: u64,
+        #[source]
+        source: crate::budget::BudgetError,
+    },
     #[error(transparent)]
     Load(#[from] LoadError),
     #[error("the loader delivered record {record} but only {views} train cameras were given")]
     UnknownRecord { record: u32, views: usize },
-    #[error("invalid training state: {0}")]
-    BadState(String),
+    #[error(
+        "invalid training state: the model stores SH degree {stored} but its configuration says \
+         {configured}"
+    )]
+    StateShDegree { stored: u32, configured: u32 },
+    #[error("invalid training state: the RNG state is all zero")]
+    ZeroRngState,
     #[error(
         "the initial Gaussians store SH degree {stored} but the run uses {configured}; \
          initialise them with the run's degree"
@@ -470,13 +480,12 @@ impl Trainer {
         validate_config(&state.config, state.extent)?;
         state.model.check_shapes()?;
         if state.model.gaussians.sh_degree != state.config.sh_degree {
-            return Err(TrainError::BadState(format!(
-                "model stores SH degree {} but the config says {}",
-                state.model.gaussians.sh_degree, state.config.sh_degree
-            )));
+            return Err(TrainError::StateShDegree {
+                stored: state.model.gaussians.sh_degree,
+                configured: state.config.sh_degree,
+            });
         }
-        let rng = Rng::from_state(state.rng)
-            .ok_or_else(|| TrainError::BadState("RNG state is all zero".into()))?;
+        let rng = Rng::from_state(state.rng).ok_or(TrainError::ZeroRngState)?;
         let mut strategy = state.config.strategy();
         strategy.set_growth_stopped(state.growth_stopped);
         if let Some(cap) = strategy.fixed_capacity() {
@@ -582,7 +591,11 @@ impl Trainer {
         let bytes = model_bytes(n, self.config.sh_degree);
         reservation
             .resize(bytes)
-            .map_err(|e| TrainError::Budget(format!("{n} Gaussians need {bytes} bytes: {e}")))?;
+            .map_err(|source| TrainError::Budget {
+                gaussians: n,
+                bytes,
+                source,
+            })?;
         self.memory.reservation = Some(reservation);
         Ok(())
     }
