@@ -6,7 +6,7 @@
 //! gs-train PACK -o OUT [--ram-budget 4G] [--iterations 30000] [--backend auto|cpu|cuda]
 //!          [--eval] [--resume | --init MODEL] [--seed S] [--sh-degree 3] [--test-iterations N...]
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
-//!          [--overwrite] [--max-gaussians N] [--random-background] [--workers N] [--prefetch N]
+//!          [--overwrite] [--max-gaussians N] [--random-background | --white-background] [--workers N] [--prefetch N]
 //!          [--export spz,splat] [--dry-run] [--strategy default|mcmc]
 //! gs-train --demo [-o OUT]
 //! ```
@@ -124,9 +124,13 @@ struct Args {
     /// is below the floor. Writes nothing.
     #[arg(long, conflicts_with = "demo")]
     dry_run: bool,
-    /// Train on a random background colour each iteration.
-    #[arg(long)]
+    /// Train on a random background colour each iteration (views packed with alpha are
+    /// composited over the same colour the render uses).
+    #[arg(long, conflicts_with = "white_background")]
     random_background: bool,
+    /// Train on a white background (views packed with alpha are composited over white).
+    #[arg(long)]
+    white_background: bool,
     /// Decoding threads.
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -182,6 +186,9 @@ fn options(args: &Args) -> Result<RunOptions> {
     }
     if args.random_background {
         config.background = Background::Random;
+    }
+    if args.white_background {
+        config.background = Background::White;
     }
     let mut o = RunOptions::new(pack, out);
     o.ram_budget = args.ram_budget;

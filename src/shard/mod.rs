@@ -27,7 +27,8 @@
 //!                   0  magic         [u8; 4] = b"RREC"
 //!                   4  kind          u8      1 = view, 2 = point chunk
 //!                   5  codec         u8      0 = raw, 1 = zstd, 2 = png (views only)
-//!                   6  flags         u16     point chunks: bit 0 labels, bit 1 normals
+//!                   6  flags         u16     views: bit 0 alpha (RGBA8 pixels);
+//!                                          point chunks: bit 0 labels, bit 1 normals
 //!                   8  item          u32     view index, or chunk index within its cloud
 //!                  12  group         u32     views: 0; point chunks: cloud index
 //!                  16  a             u32     views: width;  point chunks: number of points
@@ -46,7 +47,12 @@
 //! ```
 //!
 //! Decoded payloads:
-//! - **view**: RGB8 pixels, row-major, `width × height × 3` bytes, top row first.
+//! - **view**: RGB8 pixels, row-major, `width × height × 3` bytes, top row first; with view
+//!   flag bit 0 ([`VIEW_FLAG_ALPHA`]) RGBA8, `width × height × 4` bytes, straight (not
+//!   premultiplied) alpha. The flag was added without a version bump: a version-1 reader
+//!   that predates it never saw it set (no importer wrote alpha), RGB views are written
+//!   byte-for-byte as before (flag 0, no `alpha` key in the manifest), and a manifest
+//!   without the key reads as RGB.
 //! - **point chunk** of `n` points: `xyz` as `n × 3` f32, then `rgb` as `n × 3` u8, zero
 //!   padding to a multiple of 4, then (flag bit 0) `n` i32 labels, then (flag bit 1) `n × 3` f32
 //!   normals. [`PointChunkLayout`] computes the offsets; [`PointChunkRef`] reads them.
@@ -75,6 +81,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::dataset::{Format, Split};
 use crate::scene::camera::Camera;
+
+/// View record flag: the decoded payload is RGBA8 (4 bytes per pixel) instead of RGB8.
+pub const VIEW_FLAG_ALPHA: u16 = 1;
 
 /// Current on-disk format version (shards and manifest).
 pub const FORMAT_VERSION: u32 = 1;
@@ -201,9 +210,21 @@ pub struct ViewEntry {
     pub split: Split,
     pub codec: Codec,
     pub record: RecordRef,
+    /// The pixels are RGBA8 ([`VIEW_FLAG_ALPHA`]); absent (RGB8) in manifests of RGB views.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub alpha: bool,
 }
 
 impl ViewEntry {
+    /// Bytes per decoded pixel: 4 with alpha, else 3.
+    pub fn channels(&self) -> usize {
+        if self.alpha {
+            4
+        } else {
+            3
+        }
+    }
+
     pub fn width(&self) -> u32 {
         self.camera.width
     }
@@ -212,7 +233,7 @@ impl ViewEntry {
         self.camera.height
     }
 
-    /// Bytes of the decoded RGB8 image.
+    /// Bytes of the decoded image (RGB8, or RGBA8 with [`ViewEntry::alpha`]).
     pub fn decoded_len(&self) -> usize {
         self.record.decoded_len as usize
     }

@@ -30,7 +30,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use super::{
     Checksum, Codec, Manifest, PointChunkLayout, RecordKind, RecordRef, ShardError, FOOTER_LEN,
     FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, RECORD_HEADER_LEN, RECORD_MAGIC,
-    SHARD_MAGIC,
+    SHARD_MAGIC, VIEW_FLAG_ALPHA,
 };
 
 /// The widest aligned window a read fault on a file mapping can map at once: fault-around maps
@@ -253,11 +253,15 @@ impl Pack {
             v.camera
                 .validate()
                 .map_err(|e| bad(format!("view {i} ({:?}): invalid camera: {e}", v.name)))?;
-            let want = v.camera.width as u64 * v.camera.height as u64 * 3;
+            let want = v.camera.width as u64 * v.camera.height as u64 * v.channels() as u64;
             if v.record.decoded_len != want {
                 return Err(bad(format!(
-                    "view {i} ({:?}): decoded length {} does not match {}x{} RGB8",
-                    v.name, v.record.decoded_len, v.camera.width, v.camera.height
+                    "view {i} ({:?}): decoded length {} does not match {}x{} {}",
+                    v.name,
+                    v.record.decoded_len,
+                    v.camera.width,
+                    v.camera.height,
+                    if v.alpha { "RGBA8" } else { "RGB8" }
                 )));
             }
         }
@@ -383,6 +387,7 @@ impl Pack {
             if info.kind != RecordKind::View
                 || info.item != index as u32
                 || Codec::from_id(info.codec) != Some(v.codec)
+                || (info.flags & VIEW_FLAG_ALPHA != 0) != v.alpha
             {
                 return Err(self.corrupt(r, &what, "record is not this view"));
             }
@@ -407,10 +412,17 @@ impl Pack {
                     let dec = image::codecs::png::PngDecoder::new(std::io::Cursor::new(payload))
                         .map_err(|e| decode_err(e.to_string()))?;
                     let (w, h) = image::ImageDecoder::dimensions(&dec);
+                    let color = if v.alpha {
+                        image::ColorType::Rgba8
+                    } else {
+                        image::ColorType::Rgb8
+                    };
                     if (w, h) != (v.camera.width, v.camera.height)
-                        || image::ImageDecoder::color_type(&dec) != image::ColorType::Rgb8
+                        || image::ImageDecoder::color_type(&dec) != color
                     {
-                        return Err(decode_err("PNG does not hold the view's RGB8 size".into()));
+                        return Err(decode_err(format!(
+                            "PNG does not hold the view's {color:?} size"
+                        )));
                     }
                     image::ImageDecoder::read_image(dec, out)
                         .map_err(|e| decode_err(e.to_string()))?;

@@ -29,7 +29,7 @@ use super::{
     shard_file_name, Checksum, ChunkEntry, CloudEntry, Codec, Manifest, PointChunkLayout,
     RecordKind, RecordRef, SceneInfo, ShardEntry, ShardError, SourceInfo, Split, ViewEntry,
     FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, POINTS_PER_CHUNK, RECORD_HEADER_LEN,
-    RECORD_MAGIC, SHARD_MAGIC,
+    RECORD_MAGIC, SHARD_MAGIC, VIEW_FLAG_ALPHA,
 };
 use crate::dataset::{PointChunk, PointSource};
 use crate::scene::camera::Camera;
@@ -123,9 +123,12 @@ pub struct EncodedView {
     pub payload: Vec<u8>,
     pub decoded_len: u64,
     pub checksum: Checksum,
+    /// The pixels are RGBA8.
+    pub alpha: bool,
 }
 
 /// Encodes RGB8 pixels of `camera.width × camera.height` with `codec`. Pure and thread-safe.
+/// See [`encode_view_pixels`] for RGBA8.
 pub fn encode_view(
     name: &str,
     camera: &Camera,
@@ -134,6 +137,21 @@ pub fn encode_view(
     codec: Codec,
     zstd_level: i32,
 ) -> Result<EncodedView, WriteError> {
+    encode_view_pixels(name, camera, split, rgb8, false, codec, zstd_level)
+}
+
+/// Encodes RGB8 (`alpha` false) or straight-alpha RGBA8 (`alpha` true) pixels of
+/// `camera.width × camera.height` with `codec`. Pure and thread-safe.
+pub fn encode_view_pixels(
+    name: &str,
+    camera: &Camera,
+    split: Split,
+    rgb8: &[u8],
+    alpha: bool,
+    codec: Codec,
+    zstd_level: i32,
+) -> Result<EncodedView, WriteError> {
+    let channels = if alpha { 4 } else { 3 };
     let bad = |msg: String| WriteError::BadView {
         name: name.to_owned(),
         msg,
@@ -141,13 +159,14 @@ pub fn encode_view(
     camera
         .validate()
         .map_err(|e| bad(format!("invalid camera: {e}")))?;
-    let want = camera.width as usize * camera.height as usize * 3;
+    let want = camera.width as usize * camera.height as usize * channels;
     if rgb8.len() != want {
         return Err(bad(format!(
-            "{} pixel bytes given, {}x{} RGB8 needs {want}",
+            "{} pixel bytes given, {}x{} {} needs {want}",
             rgb8.len(),
             camera.width,
-            camera.height
+            camera.height,
+            if alpha { "RGBA8" } else { "RGB8" }
         )));
     }
     let payload = match codec {
@@ -163,7 +182,11 @@ pub fn encode_view(
                 rgb8,
                 camera.width,
                 camera.height,
-                image::ExtendedColorType::Rgb8,
+                if alpha {
+                    image::ExtendedColorType::Rgba8
+                } else {
+                    image::ExtendedColorType::Rgb8
+                },
             )
             .map_err(|e| bad(format!("png: {e}")))?;
             out
@@ -178,6 +201,7 @@ pub fn encode_view(
         payload,
         decoded_len: want as u64,
         checksum,
+        alpha,
     })
 }
 
@@ -454,7 +478,7 @@ impl PackWriter {
         let header = RecordHeader {
             kind: RecordKind::View,
             codec: v.codec.id(),
-            flags: 0,
+            flags: if v.alpha { VIEW_FLAG_ALPHA } else { 0 },
             item: index,
             group: 0,
             a: v.camera.width,
@@ -470,6 +494,7 @@ impl PackWriter {
             split: v.split,
             codec: v.codec,
             record,
+            alpha: v.alpha,
         });
         Ok(())
     }

@@ -29,6 +29,7 @@
 //! equal lengths ([`densify::Model::check_shapes`]).
 
 pub mod adam;
+pub mod alpha;
 pub mod densify;
 pub mod device_adam;
 pub mod device_engine;

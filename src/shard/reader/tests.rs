@@ -390,3 +390,68 @@ fn scene_extent_follows_the_3dgs_rule() {
     assert!((m.scene.extent - 1.1).abs() < 1e-12);
     assert!(!m.scene.no_sfm_points);
 }
+
+#[test]
+fn alpha_views_round_trip_every_codec_and_rgb_views_are_unchanged() {
+    for codec in [Codec::Raw, Codec::Zstd, Codec::Png] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("p.pack");
+        let opts = WriterOptions {
+            codec,
+            ..Default::default()
+        };
+        let mut w = PackWriter::create(&dir, &opts).unwrap();
+        let (wd, ht) = (20u32, 12u32);
+        let rgb = pixels(wd, ht, 1);
+        // RGBA: the RGB pattern plus an alpha ramp with fully transparent and opaque pixels.
+        let rgba: Vec<u8> = rgb
+            .chunks_exact(3)
+            .enumerate()
+            .flat_map(|(i, p)| [p[0], p[1], p[2], (i * 7 % 256) as u8])
+            .collect();
+        w.add_view("rgb.png", &camera(wd, ht, 0.0), Split::Train, &rgb)
+            .unwrap();
+        let v = crate::shard::writer::encode_view_pixels(
+            "rgba.png",
+            &camera(wd, ht, 1.0),
+            Split::Train,
+            &rgba,
+            true,
+            codec,
+            3,
+        )
+        .unwrap();
+        w.add_encoded_view(v).unwrap();
+        // RGBA bytes given as RGB are refused with both sizes.
+        let e = crate::shard::writer::encode_view_pixels(
+            "bad",
+            &camera(wd, ht, 0.0),
+            Split::Train,
+            &rgb,
+            true,
+            codec,
+            3,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("RGBA8 needs 960"), "{e}");
+        w.add_cloud(&mut MemPoints::new("sfm", vec![cloud(10, false, false, 1)]))
+            .unwrap();
+        w.finish(source_info()).unwrap();
+
+        let pack = Pack::open(&dir).unwrap();
+        let m = pack.manifest();
+        assert_eq!((m.views[0].alpha, m.views[1].alpha), (false, true));
+        assert_eq!(m.views[0].decoded_len(), 720);
+        assert_eq!(m.views[1].decoded_len(), 960);
+        for (i, want) in [&rgb, &rgba].into_iter().enumerate() {
+            let mut out = vec![0u8; m.views[i].decoded_len()];
+            pack.read_view_into(i, &mut out).unwrap();
+            assert_eq!(&out, want, "{codec:?} view {i}");
+        }
+        assert_eq!(pack.verify(&|_, _| {}).unwrap().records, 3);
+        // The manifest names alpha only where it is set: an RGB view's entry is as before.
+        let text = std::fs::read_to_string(dir.join(crate::shard::MANIFEST_FILE)).unwrap();
+        assert_eq!(text.matches("\"alpha\"").count(), 1, "{text}");
+    }
+}
