@@ -22,10 +22,10 @@ use std::time::Instant;
 
 use crate::dataset::Format;
 use crate::dataset::Split;
-use crate::import::image::{prepare_view_opts, Resize};
+use crate::import::image::{prepare_view_pixels, Resize};
 use crate::import::{self, ImportError, ImportOptions};
 use crate::shard::writer::{
-    encode_view, CloudError, EncodedView, PackWriter, WriteError, WriterOptions,
+    encode_view_pixels, CloudError, EncodedView, PackWriter, WriteError, WriterOptions,
 };
 use crate::shard::{Codec, Manifest, SourceInfo};
 
@@ -306,12 +306,14 @@ pub fn convert(
                 }
                 let v = &views[i];
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let (camera, img, warning) = prepare_view_opts(v, resize, opts.lenient)?;
-                    let encoded = encode_view(
+                    let p = prepare_view_pixels(v, resize, opts.lenient)?;
+                    let warning = p.warning;
+                    let encoded = encode_view_pixels(
                         &v.name,
-                        &camera,
+                        &p.camera,
                         splits[i],
-                        &img.pixels,
+                        &p.pixels,
+                        p.alpha,
                         writer_opts.codec,
                         writer_opts.zstd_level,
                     )?;

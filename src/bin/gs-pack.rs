@@ -311,6 +311,7 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
         *sizes.entry((v.width(), v.height())).or_default() += 1;
     }
     let test_views = m.split_indices(Split::Test).len();
+    let alpha_views = m.views.iter().filter(|v| v.alpha).count();
     let points: u64 = m.clouds.iter().map(|c| c.points).sum();
     let codecs: std::collections::BTreeSet<_> = m
         .views
@@ -324,6 +325,7 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             "views": m.views.len(),
             "train_views": m.views.len() - test_views,
             "test_views": test_views,
+            "alpha_views": alpha_views,
             "resolutions": sizes.iter().map(|((w, h), n)| serde_json::json!({"width": w, "height": h, "views": n})).collect::<Vec<_>>(),
             "points": points,
             "clouds": m.clouds.iter().map(|c| serde_json::json!({
@@ -349,6 +351,11 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
         m.views.len() - test_views,
         test_views
     );
+    if alpha_views > 0 {
+        println!(
+            "            {alpha_views} with alpha (RGBA, composited over the training background)"
+        );
+    }
     for ((w, h), n) in &sizes {
         println!("            {n} × {w}x{h}");
     }

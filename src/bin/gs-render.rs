@@ -96,7 +96,8 @@ struct Args {
     output: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "auto")]
     backend: Backend,
-    /// Background colour as r,g,b in [0, 1].
+    /// Background colour as r,g,b in [0, 1]; views packed with alpha are scored over it
+    /// (`1,1,1` is the NeRF-synthetic convention `gs-train --eval` uses).
     #[arg(long, value_name = "r,g,b", default_value = "0,0,0", value_parser = parse_bg)]
     bg: [f32; 3],
     /// SH degree to render with (default: the model's stored degree).
@@ -387,6 +388,12 @@ fn render_pack(
         gt.resize(v.decoded_len(), 0);
         pack.read_view_into(i, &mut gt)
             .with_context(|| format!("cannot read view {i} ({:?})", v.name))?;
+        // RGBA views are scored over the render's background (`--bg`; `--bg 1,1,1` is the
+        // NeRF-synthetic convention gs-train --eval uses for them).
+        if v.alpha {
+            let rgba = std::mem::take(&mut gt);
+            ramsplat::train::alpha::composite_rgba8(&rgba, args.bg, &mut gt);
+        }
         let image = r
             .render(&model, &v.camera)
             .with_context(|| format!("view {i} ({:?})", v.name))?;

@@ -7,10 +7,13 @@
 //!    fallback) and converts every colour type to RGB8. JPEGs are decoded in strict mode:
 //!    corrupt scan data, which a lenient decoder silently fills with grey, is an error naming
 //!    the file (accepted with a warning under `gs-pack convert --lenient`). Grey is replicated
-//!    to three channels, 16-bit samples are rounded to 8 bits, and **alpha is dropped, not
-//!    composited**: NeRF synthetic (Blender) RGBA renders come out with whatever colour the
-//!    renderer stored under transparent pixels. Compositing onto a background colour is a training choice (the
-//!    original 3DGS picks black or white per run), so it is not baked into the pack here.
+//!    to three channels and 16-bit samples are rounded to 8 bits. [`load_rgb8`] drops alpha;
+//!    [`prepare_view_pixels`] (what `gs-pack` packs) keeps it: an image with an alpha channel
+//!    that is not 255 everywhere (NeRF-synthetic/Blender renders, masked captures) becomes an
+//!    RGBA8 view (straight alpha, [`crate::shard::VIEW_FLAG_ALPHA`]); an alpha channel that is
+//!    opaque everywhere carries nothing and is dropped (the view costs RGB bytes). Compositing
+//!    onto a background colour is a training choice (fixed or random per step), so it is not
+//!    baked into the pack: the trainer composites (see `crate::train::alpha`).
 //! 2. The decoded size must equal the metadata's camera size; a mismatch is an error (images
 //!    resized after SfM, or the wrong images folder), never a silent rescale.
 //! 3. [`undistort`] resamples to an ideal pinhole with the *same* size and intrinsics.
@@ -26,7 +29,12 @@
 //!   crate's default limits (at most 512 MiB per decode), and every later buffer is sized by an
 //!   image that was actually decoded.
 //! - [`prepare_view`] holds at most two full-size images at once (decoded + undistorted); each
-//!   intermediate is dropped as soon as the next one exists.
+//!   intermediate is dropped as soon as the next one exists. [`prepare_view_pixels`] of an
+//!   image with alpha also holds its alpha plane (replicated to three channels, so the same
+//!   resampling code runs on it), at most four full-size planes.
+//! - Resampling (undistortion, downscaling) of an image with alpha runs on premultiplied
+//!   colour, so the colour a renderer left under transparent pixels does not bleed into edges;
+//!   the result is un-premultiplied. Without resampling the stored colours are kept exactly.
 //!
 //! EXIF orientation (JPEG and PNG `Orientation` tags, read by the `image` crate's decoder) is
 //! applied at decode, so a portrait phone photo comes out upright, and the camera is checked
@@ -233,6 +241,17 @@ pub fn load_rgb8_stored_opts(
     path: &Path,
     lenient: bool,
 ) -> Result<(RgbImage, Orientation, Option<String>), ImportError> {
+    let (rgb, _alpha, orientation, warning) = load_stored_opts(path, lenient)?;
+    Ok((rgb, orientation, warning))
+}
+
+/// [`load_rgb8_stored_opts`], and the alpha plane (replicated to three channels) when the file
+/// has an alpha channel that is not 255 everywhere.
+#[allow(clippy::type_complexity)]
+pub fn load_stored_opts(
+    path: &Path,
+    lenient: bool,
+) -> Result<(RgbImage, Option<RgbImage>, Orientation, Option<String>), ImportError> {
     let len = std::fs::metadata(path)
         .map_err(|e| ImportError::io(path, e))?
         .len();
@@ -299,6 +318,10 @@ pub fn load_rgb8_stored_opts(
     };
     // `into_rgb8` moves the buffer when the file already is RGB8 (every JPEG the fox and
     // COLMAP datasets hold), and converts otherwise.
+    let alpha = decoded.color().has_alpha().then(|| {
+        let a = decoded.to_luma_alpha8();
+        a.pixels().map(|p| p.0[1]).collect::<Vec<u8>>()
+    });
     let rgb = decoded.into_rgb8();
     let (width, height) = rgb.dimensions();
     if width == 0 || height == 0 {
@@ -307,12 +330,20 @@ pub fn load_rgb8_stored_opts(
             format!("image is empty ({width}x{height}); re-export it or delete it"),
         ));
     }
+    let alpha = alpha
+        .filter(|a| a.iter().any(|&v| v != 255))
+        .map(|a| RgbImage {
+            width,
+            height,
+            pixels: a.iter().flat_map(|&v| [v; 3]).collect(),
+        });
     Ok((
         RgbImage {
             width,
             height,
             pixels: rgb.into_raw(),
         },
+        alpha,
         orientation,
         warning,
     ))
@@ -625,8 +656,84 @@ pub fn prepare_view_opts(
     resize: Resize,
     lenient: bool,
 ) -> Result<(Camera, RgbImage, Option<String>), ImportError> {
+    let (stored, orientation, warning) = load_rgb8_stored_opts(&view.image_path, lenient)?;
+    let (cam, img) = place(view, stored, orientation, resize)?;
+    Ok((cam, img, warning))
+}
+
+/// A view's pixels as packed: RGB8, or RGBA8 (straight alpha) when `alpha`.
+#[derive(Debug)]
+pub struct PreparedView {
+    pub camera: Camera,
+    pub pixels: Vec<u8>,
+    pub alpha: bool,
+    /// See [`load_rgb8_stored_opts`].
+    pub warning: Option<String>,
+}
+
+/// [`prepare_view_opts`], keeping the image's alpha (see the module doc): what `gs-pack`
+/// packs.
+pub fn prepare_view_pixels(
+    view: &ViewSource,
+    resize: Resize,
+    lenient: bool,
+) -> Result<PreparedView, ImportError> {
+    let (stored, alpha, orientation, warning) = load_stored_opts(&view.image_path, lenient)?;
+    let Some(alpha) = alpha else {
+        let (camera, img) = place(view, stored, orientation, resize)?;
+        return Ok(PreparedView {
+            camera,
+            pixels: img.pixels,
+            alpha: false,
+            warning,
+        });
+    };
+    let resamples = !view.distortion.is_none()
+        || target_size(view.camera.width, view.camera.height, resize)
+            != (view.camera.width, view.camera.height);
+    let mut colour = stored;
+    if resamples {
+        for (c, a) in colour.pixels.iter_mut().zip(&alpha.pixels) {
+            *c = ((*c as u32 * *a as u32 + 127) / 255) as u8;
+        }
+    }
+    let (camera, colour) = place(view, colour, orientation, resize)?;
+    let (_, alpha) = place(view, alpha, orientation, resize)?;
+    let mut pixels = Vec::with_capacity(colour.pixels.len() / 3 * 4);
+    for (c, a) in colour
+        .pixels
+        .chunks_exact(3)
+        .zip(alpha.pixels.chunks_exact(3))
+    {
+        let a = a[0];
+        for &v in c {
+            pixels.push(if !resamples {
+                v
+            } else if a == 0 {
+                0
+            } else {
+                ((v as u32 * 255 + a as u32 / 2) / a as u32).min(255) as u8
+            });
+        }
+        pixels.push(a);
+    }
+    Ok(PreparedView {
+        camera,
+        pixels,
+        alpha: true,
+        warning,
+    })
+}
+
+/// Steps 2–4 of the module doc on decoded pixels: orientation, size check, undistortion,
+/// downscaling; returns the camera of the returned pixels.
+fn place(
+    view: &ViewSource,
+    stored: RgbImage,
+    orientation: Orientation,
+    resize: Resize,
+) -> Result<(Camera, RgbImage), ImportError> {
     let path = &view.image_path;
-    let (stored, orientation, warning) = load_rgb8_stored_opts(path, lenient)?;
     let cam = view.camera;
     let keep_stored =
         swaps_sides(orientation) && (stored.width, stored.height) == (cam.width, cam.height);
@@ -655,11 +762,11 @@ pub fn prepare_view_opts(
     };
     let (w, h) = target_size(cam.width, cam.height, resize);
     if (w, h) == (cam.width, cam.height) {
-        return Ok((cam, pinhole, warning));
+        return Ok((cam, pinhole));
     }
     let small = resize_area(&pinhole, w, h);
     drop(pinhole);
-    Ok((cam.resized(small.width, small.height), small, warning))
+    Ok((cam.resized(small.width, small.height), small))
 }
 
 #[cfg(test)]
@@ -1232,5 +1339,44 @@ mod tests {
         // undistorted photo is never black inside (its rays all land inside the source).
         let black = img.pixels.chunks(3).filter(|p| *p == [0, 0, 0]).count();
         assert!(black < img.pixels.len() / 3 / 100, "{black} black pixels");
+    }
+
+    #[test]
+    fn alpha_is_kept_exactly_and_resampled_premultiplied() {
+        let dir = tempfile::tempdir().unwrap();
+        // 4×2 RGBA: left 2×2 block opaque red and transparent magenta garbage side by side,
+        // right 2×2 block all transparent.
+        let px: Vec<u8> = [
+            [255, 0, 0, 255],
+            [255, 0, 255, 0],
+            [9, 9, 9, 0],
+            [9, 9, 9, 0],
+            [255, 0, 0, 255],
+            [255, 0, 255, 0],
+            [9, 9, 9, 0],
+            [9, 9, 9, 0],
+        ]
+        .concat();
+        let p = dir.path().join("a.png");
+        image::RgbaImage::from_raw(4, 2, px.clone())
+            .unwrap()
+            .save(&p)
+            .unwrap();
+        let full = prepare_view_pixels(&view_of(&p, 4, 2), Resize::None, false).unwrap();
+        assert!(full.alpha);
+        assert_eq!(full.pixels, px, "no resampling: stored bytes kept exactly");
+        // 2× down: the left pixel is half-covered red (no magenta bleeds in), the right one
+        // fully transparent.
+        let half = prepare_view_pixels(&view_of(&p, 4, 2), Resize::Downscale(2), false).unwrap();
+        assert_eq!((half.camera.width, half.camera.height), (2, 1));
+        assert_eq!(half.pixels, vec![255, 0, 0, 128, 0, 0, 0, 0]);
+        // Alpha that is 255 everywhere carries nothing: the view is RGB.
+        let q = dir.path().join("opaque.png");
+        image::RgbaImage::from_pixel(4, 2, image::Rgba([1, 2, 3, 255]))
+            .save(&q)
+            .unwrap();
+        let opaque = prepare_view_pixels(&view_of(&q, 4, 2), Resize::None, false).unwrap();
+        assert!(!opaque.alpha);
+        assert_eq!(opaque.pixels, [1, 2, 3].repeat(8));
     }
 }

@@ -25,6 +25,16 @@ pub fn composite_rgba8(rgba: &[u8], background: [f32; 3], out: &mut Vec<u8>) {
     }
 }
 
+/// The NeRF-synthetic evaluation rule: a view read with alpha (`alpha`, RGBA8 in `pixels`) is
+/// replaced in place by its RGB8 composite over white; an RGB8 view is left as it is.
+pub fn evaluation_rgb8(pixels: &mut Vec<u8>, alpha: bool) {
+    if alpha {
+        let mut rgb = Vec::new();
+        composite_rgba8(pixels, [1.0; 3], &mut rgb);
+        *pixels = rgb;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

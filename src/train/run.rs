@@ -487,6 +487,8 @@ fn evaluate_views(
         let v = &manifest.views[i];
         gt.resize(v.decoded_len(), 0);
         pack.read_view_into(i, gt)?;
+        // RGBA views are scored over white (the NeRF-synthetic convention).
+        super::alpha::evaluation_rgb8(gt, v.alpha);
         // Scored by the rules of crate::eval, the ones gs-render uses.
         let e = trainer.evaluate(&v.camera, gt)?;
         let psnr = e.psnr;
