@@ -1222,6 +1222,14 @@ fn rgba_images_pack_with_alpha_and_train() {
     assert_eq!(info["alpha_views"], 6);
     run(&["verify", s(&pack)]);
     let out = dir.path().join("run");
+    // The memory plan counts the composited copies.
+    let o = gs_train(&train_args(&pack, &out, "30", &["--dry-run"]));
+    let plan = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(o.status.success(), "{plan}");
+    assert!(
+        plan.contains("RGBA view composited over the background"),
+        "{plan}"
+    );
     let o = gs_train(&train_args(
         &pack,
         &out,

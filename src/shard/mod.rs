@@ -399,6 +399,21 @@ impl Manifest {
             .unwrap_or(0)
     }
 
+    /// Pixels of the largest view (whatever its channels).
+    pub fn max_view_pixels(&self) -> u64 {
+        self.views
+            .iter()
+            .map(|v| v.width() as u64 * v.height() as u64)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether any view was packed with alpha (the trainer then holds a composited RGB8
+    /// copy of the step's view).
+    pub fn has_alpha(&self) -> bool {
+        self.views.iter().any(|v| v.alpha)
+    }
+
     /// Largest decoded point chunk in bytes.
     pub fn max_chunk_bytes(&self) -> usize {
         self.clouds

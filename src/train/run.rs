@@ -705,7 +705,7 @@ fn plan_inputs(
         limit: Some(config.iterations.saturating_sub(step)),
     };
     let max_view = manifest.max_view_bytes() as u64;
-    let max_pixels = max_view / 3;
+    let max_pixels = manifest.max_view_pixels();
     let coeffs = crate::scene::gaussians::sh_coeffs(config.sh_degree) as u64;
     let params = crate::scene::gaussians::floats_per_gaussian(config.sh_degree) as u64;
     let mut items = vec![
@@ -727,6 +727,19 @@ fn plan_inputs(
             ),
         ),
     ];
+    if manifest.has_alpha() {
+        // RGBA views: the step's target composited over its background (RGB8).
+        items.push(FloorItem::new(
+            Component::TrainerImages,
+            3 * max_pixels,
+            format!("{max_pixels} pixels × 3 B (RGBA view composited over the background)"),
+        ));
+        items.push(FloorItem::new(
+            Component::Evaluation,
+            3 * max_pixels,
+            format!("{max_pixels} pixels × 3 B (RGBA ground truth composited over white)"),
+        ));
+    }
     // On the device engine the intersections live in device memory (its own plan).
     if !intersections_on_device {
         items.push(FloorItem::new(
@@ -954,7 +967,7 @@ pub fn dry_run(
     if let Some(v) = vram {
         // The device plan prints itself; a refusal is reported, not returned (as the RAM
         // plan's is).
-        let max_pixels = manifest.max_view_bytes() as u64 / 3;
+        let max_pixels = manifest.max_view_pixels();
         if let Err(e) = plan_device(v, start.gaussians(), &config, max_pixels, on_event) {
             on_event(Event::Line(format!("device memory: {e}")));
         }
@@ -1056,7 +1069,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let engine = make_engine(opts.backend, on_event)?;
     check_engine(&config, &engine)?;
     let backend_name = engine.name();
-    let max_pixels = manifest.max_view_bytes() as u64 / 3;
+    let max_pixels = manifest.max_view_pixels();
     let vram = vram_budget(&engine, opts.vram_budget)?;
     // The render's intersection buffers get a fixed share of the memory that holds them: the
     // RAM budget on the host engine (a floor item), the VRAM budget on the device engine.
