@@ -27,8 +27,11 @@ fn fixture() -> &'static Fixture {
         ramsplat::synth::packs::write_tiny_pack(&dir).expect("seed pack");
         if let Some(seed_dir) = std::env::var_os("RAMSPLAT_FUZZ_SEED_DIR") {
             let _ = std::fs::create_dir_all(&seed_dir);
-            std::fs::copy(dir.join("shard-00000.gss"), PathBuf::from(seed_dir).join("seed-valid-shard"))
-                .expect("copy seed");
+            std::fs::copy(
+                dir.join("shard-00000.gss"),
+                PathBuf::from(seed_dir).join("seed-valid-shard"),
+            )
+            .expect("copy seed");
         }
         let text = std::fs::read_to_string(dir.join("manifest.json")).expect("manifest");
         Fixture {
@@ -56,7 +59,8 @@ fuzz_target!(|data: &[u8]| {
         }
         for c in 0..pack.manifest().clouds.len() {
             for k in 0..pack.manifest().clouds[c].chunks.len() {
-                let mut buf = vec![0u8; pack.manifest().clouds[c].chunks[k].record.decoded_len as usize];
+                let mut buf =
+                    vec![0u8; pack.manifest().clouds[c].chunks[k].record.decoded_len as usize];
                 let _ = pack.read_chunk_into(c, k, &mut buf);
             }
         }
