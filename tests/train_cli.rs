@@ -1237,4 +1237,39 @@ fn rgba_images_pack_with_alpha_and_train() {
         &["--random-background", "--eval"],
     ));
     assert!(o.status.success(), "{}", stderr(&o));
+    // gs-render scores the RGBA test views by the same rule (over white) by default: the same
+    // numbers as gs-train's evaluation.
+    let trained: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("test/iteration_30/metrics.json")).unwrap(),
+    )
+    .unwrap();
+    let trained = trained.as_array().unwrap();
+    assert!(!trained.is_empty());
+    let rendered_dir = dir.path().join("rendered");
+    let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args([
+            "--ply",
+            s(&out.join("point_cloud/iteration_30/point_cloud.ply")),
+        ])
+        .args(["--pack", s(&pack), "--split", "test", "--sh-degree", "0"])
+        .args(["-o", s(&rendered_dir), "--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    let rendered: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(rendered_dir.join("metrics.json")).unwrap())
+            .unwrap();
+    assert!(rendered["background"].is_null(), "{rendered}");
+    let rendered = rendered["views"].as_array().unwrap();
+    assert_eq!(rendered.len(), trained.len());
+    for (t, r) in trained.iter().zip(rendered) {
+        assert_eq!(t["view"], r["index"]);
+        assert_eq!(r["background"], serde_json::json!([1.0, 1.0, 1.0]));
+        assert_eq!(
+            (t["psnr"].as_f64(), t["ssim"].as_f64()),
+            (r["psnr"].as_f64(), r["ssim"].as_f64()),
+            "view {}: gs-train vs gs-render",
+            t["view"]
+        );
+    }
 }

@@ -96,10 +96,10 @@ struct Args {
     output: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "auto")]
     backend: Backend,
-    /// Background colour as r,g,b in [0, 1]; views packed with alpha are scored over it
-    /// (`1,1,1` is the NeRF-synthetic convention `gs-train --eval` uses).
-    #[arg(long, value_name = "r,g,b", default_value = "0,0,0", value_parser = parse_bg)]
-    bg: [f32; 3],
+    /// Background colour as r,g,b in [0, 1] (default: black; with --pack, views packed with
+    /// alpha default to white, the NeRF-synthetic convention `gs-train --eval` scores them by).
+    #[arg(long, value_name = "r,g,b", value_parser = parse_bg)]
+    bg: Option<[f32; 3]>,
     /// SH degree to render with (default: the model's stored degree).
     #[arg(long, value_name = "D")]
     sh_degree: Option<u32>,
@@ -107,6 +107,9 @@ struct Args {
     #[arg(long)]
     allow_activated: bool,
 }
+
+const BLACK: [f32; 3] = [0.0; 3];
+const WHITE: [f32; 3] = [1.0; 3];
 
 fn parse_bg(s: &str) -> Result<[f32; 3], String> {
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
@@ -184,7 +187,7 @@ impl Renderer {
             raster,
             options: RenderOptions {
                 sh_degree,
-                background: args.bg,
+                background: args.bg.unwrap_or(BLACK),
                 ..RenderOptions::default()
             },
             out: RenderOutput::default(),
@@ -321,6 +324,8 @@ struct ViewMetrics {
     /// `null` when the render equals the ground truth (infinite PSNR).
     psnr: Option<f64>,
     ssim: f64,
+    /// The background the view was rendered and scored over.
+    background: [f32; 3],
 }
 
 #[derive(serde::Serialize)]
@@ -330,7 +335,8 @@ struct MetricsReport {
     split: String,
     backend: String,
     sh_degree: u32,
-    background: [f32; 3],
+    /// `--bg`; `null` when each view took its default (RGB black, RGBA white).
+    background: Option<[f32; 3]>,
     count: usize,
     /// Mean PSNR over views with finite PSNR; `null` when there are none.
     mean_psnr: Option<f64>,
@@ -388,11 +394,13 @@ fn render_pack(
         gt.resize(v.decoded_len(), 0);
         pack.read_view_into(i, &mut gt)
             .with_context(|| format!("cannot read view {i} ({:?})", v.name))?;
-        // RGBA views are scored over the render's background (`--bg`; `--bg 1,1,1` is the
-        // NeRF-synthetic convention gs-train --eval uses for them).
+        // RGBA views are rendered and scored over white unless --bg says otherwise (the
+        // NeRF-synthetic convention, the one gs-train --eval uses), RGB views over black.
+        let background = args.bg.unwrap_or(if v.alpha { WHITE } else { BLACK });
+        r.options.background = background;
         if v.alpha {
             let rgba = std::mem::take(&mut gt);
-            ramsplat::train::alpha::composite_rgba8(&rgba, args.bg, &mut gt);
+            ramsplat::train::alpha::composite_rgba8(&rgba, background, &mut gt);
         }
         let image = r
             .render(&model, &v.camera)
@@ -418,6 +426,7 @@ fn render_pack(
             file,
             psnr: psnr.is_finite().then_some(psnr),
             ssim,
+            background,
         });
     }
     if let Some(bar) = progress {

@@ -487,10 +487,13 @@ fn evaluate_views(
         let v = &manifest.views[i];
         gt.resize(v.decoded_len(), 0);
         pack.read_view_into(i, gt)?;
-        // RGBA views are scored over white (the NeRF-synthetic convention).
-        super::alpha::evaluation_rgb8(gt, v.alpha);
-        // Scored by the rules of crate::eval, the ones gs-render uses.
+        // Scored by the rules of crate::eval, the ones gs-render uses. An RGBA view goes in
+        // as it is: `evaluate` composites it over white and renders over white (the
+        // NeRF-synthetic convention); compositing it here first would hide the alpha and
+        // render over the training background instead.
         let e = trainer.evaluate(&v.camera, gt)?;
+        // The ground truth as scored, for the side-by-side image.
+        super::alpha::evaluation_rgb8(gt, v.alpha);
         let psnr = e.psnr;
         let file = if n < max_images {
             let name = crate::eval::view_file_name(i, &v.name);
