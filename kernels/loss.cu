@@ -195,6 +195,25 @@ extern "C" __global__ void loss_grad(
     if (threadIdx.x == 0) sq_part[blockIdx.x] = total_sq;
 }
 
+// The loss mask of a masked view (twin of `train::loss::apply_mask`): every pixel whose mask
+// byte is 0 gets zero in all three channels of `plane`, so it adds nothing to the loss (render
+// and target both zero) and passes no gradient (the same call on ∂L/∂image). The mask is the
+// staged view's bytes from `mask_offset` on: the colour bytes, then one byte per pixel.
+extern "C" __global__ void apply_mask(
+    u64 n_pixels,
+    const u8* __restrict__ frame,  // [mask_offset + n_pixels]
+    u64 mask_offset,
+    float* __restrict__ plane)     // [n_pixels, 3] in/out
+{
+    const u64 p = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n_pixels) return;
+    if (frame[mask_offset + p] == 0) {
+        plane[3 * p] = 0.0f;
+        plane[3 * p + 1] = 0.0f;
+        plane[3 * p + 2] = 0.0f;
+    }
+}
+
 // One block of GS_LOSS_BLOCK threads: out = [loss, L1, SSIM, MSE] in double.
 extern "C" __global__ void loss_finish(
     u32 blocks,

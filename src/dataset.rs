@@ -87,6 +87,9 @@ pub struct ViewSource {
     /// A split the dataset itself assigns (NeRF `transforms_test.json`); `None` leaves it to
     /// `--test-every`.
     pub split: Option<Split>,
+    /// The view's loss mask (0 = exclude the pixel from the training loss), when the dataset
+    /// has one (COLMAP `masks/`, NeRF `mask_path`); see `crate::import::image::prepare_mask`.
+    pub mask_path: Option<PathBuf>,
 }
 
 /// A chunk of streamed points. All present vectors have the same length.

@@ -11,12 +11,18 @@
 //! - a side-by-side image puts the ground truth on the left and the render on the right, and is
 //!   named `{view index:05}_{file-name-safe view name without its image extension}.png`.
 //!
+//! A view with a loss mask ([`Scorer::score_masked`]) is scored on its used pixels: excluded
+//! pixels are black in both 8-bit images (as the training loss sees them, and as the
+//! side-by-side image shows them), PSNR is the mean squared error over the used pixels only,
+//! and SSIM is the mean over the whole zeroed image (windows inside an excluded region score 1,
+//! so a large excluded region lifts SSIM toward 1; compare SSIM of masked views with care).
+//!
 //! Invariant: [`Scorer::score`] is a pure function of the float render and the 8-bit ground
 //! truth (its buffers are scratch), so two callers holding the same render get the same score.
 
 use std::path::{Path, PathBuf};
 
-use crate::metrics::{psnr_u8, MetricsError, SsimScratch};
+use crate::metrics::{psnr_from_mse, psnr_u8, MetricsError, SsimScratch};
 
 /// PSNR and SSIM of one view (see the module doc for the rules).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -33,6 +39,8 @@ pub struct Scorer {
     rgb8: Vec<u8>,
     render_f: Vec<f32>,
     gt_f: Vec<f32>,
+    /// The ground truth with a mask applied.
+    gt_masked: Vec<u8>,
 }
 
 impl Scorer {
@@ -56,6 +64,49 @@ impl Scorer {
         Ok(Score { psnr, ssim })
     }
 
+    /// [`Scorer::score`] of a view with an optional loss `mask` (one byte per pixel, 0 =
+    /// excluded; see the module doc).
+    pub fn score_masked(
+        &mut self,
+        render: &[f32],
+        gt: &[u8],
+        mask: Option<&[u8]>,
+        width: usize,
+        height: usize,
+    ) -> Result<Score, MetricsError> {
+        let Some(mask) = mask else {
+            return self.score(render, gt, width, height);
+        };
+        if mask.len() * 3 != gt.len() || render.len() != gt.len() {
+            return Err(MetricsError::LengthMismatch {
+                a: mask.len() * 3,
+                b: gt.len(),
+            });
+        }
+        to_rgb8(render, &mut self.rgb8);
+        self.gt_masked.clear();
+        self.gt_masked.extend_from_slice(gt);
+        mask_rgb8(&mut self.rgb8, mask);
+        mask_rgb8(&mut self.gt_masked, mask);
+        let used = mask.iter().filter(|&&m| m != 0).count();
+        let sum: u64 = self
+            .rgb8
+            .iter()
+            .zip(&self.gt_masked)
+            .map(|(&x, &y)| (x.abs_diff(y) as u64).pow(2))
+            .sum();
+        // No used pixel: nothing to score (NaN, reported as no PSNR).
+        let psnr = if used == 0 {
+            f64::NAN
+        } else {
+            psnr_from_mse(sum as f64 / (3 * used) as f64, 255.0)
+        };
+        unit(&self.rgb8, &mut self.render_f);
+        unit(&self.gt_masked, &mut self.gt_f);
+        let ssim = self.ssim.ssim(&self.render_f, &self.gt_f, width, height)?;
+        Ok(Score { psnr, ssim })
+    }
+
     /// The 8-bit render the last [`Scorer::score`] scored (what a PNG of it holds).
     pub fn rgb8(&self) -> &[u8] {
         &self.rgb8
@@ -65,6 +116,15 @@ impl Scorer {
 fn unit(rgb8: &[u8], out: &mut Vec<f32>) {
     out.clear();
     out.extend(rgb8.iter().map(|&b| b as f32 / 255.0));
+}
+
+/// Blackens every pixel of interleaved RGB8 `rgb` whose `mask` byte is 0.
+pub fn mask_rgb8(rgb: &mut [u8], mask: &[u8]) {
+    for (p, &m) in rgb.chunks_exact_mut(3).zip(mask) {
+        if m == 0 {
+            p.fill(0);
+        }
+    }
 }
 
 /// Float colour to 8 bits: ×255, rounded half up, clamped (what 3DGS's image saving does).

@@ -313,7 +313,7 @@ pub fn convert(
                         &p.camera,
                         splits[i],
                         &p.pixels,
-                        p.alpha,
+                        p.layout,
                         writer_opts.codec,
                         writer_opts.zstd_level,
                     )?;

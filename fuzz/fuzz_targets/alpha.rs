@@ -43,13 +43,13 @@ fuzz_target!(|data: &[u8]| {
         camera,
         distortion: Distortion::NONE,
         split: None,
+        mask_path: None,
     };
     for resize in [Resize::None, Resize::Downscale(2)] {
         if let Ok(p) = prepare_view_pixels(&view, resize, false) {
-            let channels = if p.alpha { 4 } else { 3 };
-            let want = p.camera.width as usize * p.camera.height as usize * channels;
+            let want = p.layout.len(p.camera.width, p.camera.height);
             assert_eq!(p.pixels.len(), want);
-            if p.alpha {
+            if p.layout.alpha {
                 let mut rgb = Vec::new();
                 ramsplat::train::alpha::composite_rgba8(&p.pixels, [0.25, 0.5, 1.0], &mut rgb);
                 assert_eq!(rgb.len(), want / 4 * 3);

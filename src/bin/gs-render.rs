@@ -398,6 +398,10 @@ fn render_pack(
         // NeRF-synthetic convention, the one gs-train --eval uses), RGB views over black.
         let background = args.bg.unwrap_or(if v.alpha { WHITE } else { BLACK });
         r.options.background = background;
+        // A masked view is scored on its used pixels (both images black elsewhere).
+        let mask = v
+            .mask
+            .then(|| gt.split_off(v.layout().pixel_bytes(v.width(), v.height())));
         if v.alpha {
             let rgba = std::mem::take(&mut gt);
             ramsplat::train::alpha::composite_rgba8(&rgba, background, &mut gt);
@@ -407,8 +411,11 @@ fn render_pack(
             .with_context(|| format!("view {i} ({:?})", v.name))?;
         // Scored by the rules of ramsplat::eval, the ones gs-train --eval uses.
         let Score { psnr, ssim } = scorer
-            .score(image, &gt, w, h)
+            .score_masked(image, &gt, mask.as_deref(), w, h)
             .with_context(|| format!("view {i} ({:?})", v.name))?;
+        if let Some(m) = &mask {
+            eval::mask_rgb8(&mut gt, m);
+        }
         let file = eval::view_file_name(i, &v.name);
         let side = eval::side_by_side(&gt, scorer.rgb8(), w, h);
         eval::write_png(&output.join(&file), &side, 2 * w as u32, h as u32)?;

@@ -42,6 +42,16 @@
 //! working (COLMAP reads pixels in stored order): when the orientation swaps width and height,
 //! the oriented size does not match the camera but the stored size does, the stored order is
 //! kept ([`prepare_view`]); a size-preserving orientation (180°, mirror) is always applied.
+//!
+//! # Loss masks
+//! A view whose [`ViewSource::mask_path`] is set gets a loss mask ([`prepare_mask`]): any
+//! image file whose pixels are 0 (black) where the image must not teach the model (people,
+//! sky, the capture rig: COLMAP's and nerfstudio's convention) and nonzero elsewhere. It must
+//! have its image's size, in stored pixel order (then it follows the image's EXIF
+//! orientation, as COLMAP's masks do) or upright. It goes through the same undistortion and
+//! downscaling as the image, as coverage; a packed pixel is used only when everything it
+//! covers was used. The packed mask is 0 or 255 per pixel, after the colour bytes
+//! ([`crate::shard::VIEW_FLAG_MASK`]); a mask that excludes nothing is dropped.
 
 use std::path::Path;
 
@@ -53,6 +63,7 @@ use image::ImageDecoder;
 use super::ImportError;
 use crate::dataset::{Distortion, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics};
+use crate::shard::PixelLayout;
 
 /// An RGB8 image: `pixels.len() == width × height × 3`, row-major, top row first.
 #[derive(Clone, PartialEq, Eq)]
@@ -661,36 +672,64 @@ pub fn prepare_view_opts(
     Ok((cam, img, warning))
 }
 
-/// A view's pixels as packed: RGB8, or RGBA8 (straight alpha) when `alpha`.
+/// A view's bytes as packed: RGB8 or RGBA8 (straight alpha), then the loss mask, as
+/// `layout` says.
 #[derive(Debug)]
 pub struct PreparedView {
     pub camera: Camera,
     pub pixels: Vec<u8>,
-    pub alpha: bool,
+    pub layout: PixelLayout,
     /// See [`load_rgb8_stored_opts`].
     pub warning: Option<String>,
 }
 
-/// [`prepare_view_opts`], keeping the image's alpha (see the module doc): what `gs-pack`
-/// packs.
+/// [`prepare_view_opts`], keeping the image's alpha and adding the view's loss mask (see the
+/// module doc): what `gs-pack` packs.
 pub fn prepare_view_pixels(
     view: &ViewSource,
     resize: Resize,
     lenient: bool,
 ) -> Result<PreparedView, ImportError> {
     let (stored, alpha, orientation, warning) = load_stored_opts(&view.image_path, lenient)?;
-    let Some(alpha) = alpha else {
-        let (camera, img) = place(view, stored, orientation, resize)?;
-        return Ok(PreparedView {
-            camera,
-            pixels: img.pixels,
-            alpha: false,
-            warning,
-        });
+    let stored_size = (stored.width, stored.height);
+    let (camera, mut pixels, has_alpha) = match alpha {
+        None => {
+            let (camera, img) = place(view, stored, orientation, resize)?;
+            (camera, img.pixels, false)
+        }
+        Some(alpha) => {
+            let (camera, pixels) = place_rgba(view, stored, alpha, orientation, resize)?;
+            (camera, pixels, true)
+        }
     };
-    let resamples = !view.distortion.is_none()
-        || target_size(view.camera.width, view.camera.height, resize)
-            != (view.camera.width, view.camera.height);
+    let mask = match &view.mask_path {
+        Some(path) => prepare_mask(view, path, stored_size, orientation, resize)?,
+        None => None,
+    };
+    if let Some(mask) = &mask {
+        pixels.extend_from_slice(mask);
+    }
+    Ok(PreparedView {
+        camera,
+        pixels,
+        layout: PixelLayout {
+            alpha: has_alpha,
+            mask: mask.is_some(),
+        },
+        warning,
+    })
+}
+
+/// Places colour and alpha planes of one image (see [`place`]) and interleaves them into
+/// straight-alpha RGBA8; resampling runs on premultiplied colour (see the module doc).
+fn place_rgba(
+    view: &ViewSource,
+    stored: RgbImage,
+    alpha: RgbImage,
+    orientation: Orientation,
+    resize: Resize,
+) -> Result<(Camera, Vec<u8>), ImportError> {
+    let resamples = resamples(view, resize);
     let mut colour = stored;
     if resamples {
         for (c, a) in colour.pixels.iter_mut().zip(&alpha.pixels) {
@@ -717,12 +756,79 @@ pub fn prepare_view_pixels(
         }
         pixels.push(a);
     }
-    Ok(PreparedView {
-        camera,
+    Ok((camera, pixels))
+}
+
+/// Whether packing `view` at `resize` resamples its pixels (undistortion or downscaling).
+fn resamples(view: &ViewSource, resize: Resize) -> bool {
+    !view.distortion.is_none()
+        || target_size(view.camera.width, view.camera.height, resize)
+            != (view.camera.width, view.camera.height)
+}
+
+/// The loss mask of `view` read from `path`, placed like its image (see the module doc):
+/// `width × height` bytes of the packed view, 0 (excluded) or 255 (used); `None` when the
+/// mask excludes nothing (it would cost bytes and change no gradient). `image_stored` is the
+/// image file's size in stored pixel order and `orientation` its EXIF orientation.
+pub fn prepare_mask(
+    view: &ViewSource,
+    path: &Path,
+    image_stored: (u32, u32),
+    orientation: Orientation,
+    resize: Resize,
+) -> Result<Option<Vec<u8>>, ImportError> {
+    let (decoded, _, _, _) = load_stored_opts(path, false)?;
+    let size = (decoded.width, decoded.height);
+    let cam = (view.camera.width, view.camera.height);
+    // A mask made from the stored pixels (COLMAP reads pixels in stored order) follows the
+    // image's orientation; one made from the upright image is already placed.
+    let orientation = if size == image_stored {
+        orientation
+    } else if size == cam {
+        Orientation::NoTransforms
+    } else {
+        return Err(ImportError::invalid(
+            path,
+            format!(
+                "the mask of view '{}' is {}x{} but its image {} is {}x{}; a mask must have its                  image's size (regenerate it from {}, or remove it to use every pixel)",
+                view.name,
+                size.0,
+                size.1,
+                view.image_path.display(),
+                cam.0,
+                cam.1,
+                view.image_path.display()
+            ),
+        ));
+    };
+    // Binary first (any nonzero channel = used), so resampling yields coverage.
+    let pixels = decoded
+        .pixels
+        .chunks_exact(3)
+        .flat_map(|p| [if p.iter().any(|&c| c != 0) { 255 } else { 0 }; 3])
+        .collect();
+    let binary = RgbImage {
+        width: size.0,
+        height: size.1,
         pixels,
-        alpha: true,
-        warning,
-    })
+    };
+    let resamples = resamples(view, resize);
+    let (_, placed) = place(view, binary, orientation, resize)?;
+    // A resampled pixel is used only when everything it covers was used (coverage ≥ 254/255
+    // absorbs the filters' rounding): excluded regions may grow by a pixel, never shrink.
+    let mask: Vec<u8> = placed
+        .pixels
+        .chunks_exact(3)
+        .map(|p| {
+            let used = if resamples { p[0] >= 254 } else { p[0] != 0 };
+            if used {
+                255
+            } else {
+                0
+            }
+        })
+        .collect();
+    Ok(mask.iter().any(|&m| m == 0).then_some(mask))
 }
 
 /// Steps 2–4 of the module doc on decoded pixels: orientation, size check, undistortion,
@@ -1115,6 +1221,7 @@ mod tests {
             ),
             distortion: Distortion::NONE,
             split: None,
+            mask_path: None,
         };
         let err = prepare_view(&view, Resize::None).unwrap_err();
         let msg = err.to_string();
@@ -1224,6 +1331,7 @@ mod tests {
             ),
             distortion: Distortion::NONE,
             split: None,
+            mask_path: None,
         };
         let msg = prepare_view(&view, Resize::None).unwrap_err().to_string();
         assert!(
@@ -1267,6 +1375,7 @@ mod tests {
             ),
             distortion: Distortion::NONE,
             split: None,
+            mask_path: None,
         }
     }
 
@@ -1317,6 +1426,7 @@ mod tests {
                 p: [-0.000980296, 0.00015575],
             },
             split: None,
+            mask_path: None,
         };
         let (cam, img) = prepare_view(&view, Resize::Downscale(8)).unwrap();
         assert_eq!((img.width, img.height), (135, 240));
@@ -1363,7 +1473,7 @@ mod tests {
             .save(&p)
             .unwrap();
         let full = prepare_view_pixels(&view_of(&p, 4, 2), Resize::None, false).unwrap();
-        assert!(full.alpha);
+        assert!(full.layout.alpha);
         assert_eq!(full.pixels, px, "no resampling: stored bytes kept exactly");
         // 2× down: the left pixel is half-covered red (no magenta bleeds in), the right one
         // fully transparent.
@@ -1376,7 +1486,7 @@ mod tests {
             .save(&q)
             .unwrap();
         let opaque = prepare_view_pixels(&view_of(&q, 4, 2), Resize::None, false).unwrap();
-        assert!(!opaque.alpha);
+        assert!(!opaque.layout.alpha);
         assert_eq!(opaque.pixels, [1, 2, 3].repeat(8));
     }
 }

@@ -521,6 +521,24 @@ fn read_transforms(
             missing.push(name);
             continue;
         }
+        // nerfstudio's per-frame loss mask, relative to this file like `file_path`. A named
+        // mask that is missing is an error: training without it would silently teach the
+        // pixels it was made to hide.
+        let mask_path = match frame.get("mask_path") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(m)) => {
+                let (path, exists) = resolve_image(base, m);
+                if !exists && !options.metadata_only {
+                    return Err(frame_err(format!(
+                        "its \"mask_path\" {} does not exist; restore the mask, or remove \
+                         \"mask_path\" from the frame to train on every pixel",
+                        path.display()
+                    )));
+                }
+                Some(path)
+            }
+            Some(_) => return Err(frame_err("\"mask_path\" is not a string".to_owned())),
+        };
 
         let (width, height) = match (l.num("w").map_err(frame_err)?, l.num("h").map_err(frame_err)?) {
             (Some(w), Some(h)) => (
@@ -583,6 +601,7 @@ fn read_transforms(
             camera,
             distortion,
             split,
+            mask_path,
         });
     }
     Ok(frames.len())

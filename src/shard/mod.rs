@@ -27,7 +27,7 @@
 //!                   0  magic         [u8; 4] = b"RREC"
 //!                   4  kind          u8      1 = view, 2 = point chunk
 //!                   5  codec         u8      0 = raw, 1 = zstd, 2 = png (views only)
-//!                   6  flags         u16     views: bit 0 alpha (RGBA8 pixels);
+//!                   6  flags         u16     views: bit 0 alpha (RGBA8 pixels), bit 1 mask;
 //!                                          point chunks: bit 0 labels, bit 1 normals
 //!                   8  item          u32     view index, or chunk index within its cloud
 //!                  12  group         u32     views: 0; point chunks: cloud index
@@ -53,6 +53,12 @@
 //!   that predates it never saw it set (no importer wrote alpha), RGB views are written
 //!   byte-for-byte as before (flag 0, no `alpha` key in the manifest), and a manifest
 //!   without the key reads as RGB.
+//!   With view flag bit 1 ([`VIEW_FLAG_MASK`]) a loss mask of `width × height` bytes follows
+//!   the pixels (0 = the pixel is excluded from the training loss, 255 = it is used; no other
+//!   value is written), and the manifest says `"mask": true`. Raw and zstd payloads encode the
+//!   concatenation; a PNG payload is `u32 n` (little-endian), the `n`-byte PNG of the pixels,
+//!   then a greyscale PNG of the mask. Added without a version bump for the reasons above.
+//!   [`PixelLayout`] computes the sizes.
 //! - **point chunk** of `n` points: `xyz` as `n × 3` f32, then `rgb` as `n × 3` u8, zero
 //!   padding to a multiple of 4, then (flag bit 0) `n` i32 labels, then (flag bit 1) `n × 3` f32
 //!   normals. [`PointChunkLayout`] computes the offsets; [`PointChunkRef`] reads them.
@@ -84,6 +90,78 @@ use crate::scene::camera::Camera;
 
 /// View record flag: the decoded payload is RGBA8 (4 bytes per pixel) instead of RGB8.
 pub const VIEW_FLAG_ALPHA: u16 = 1;
+/// View record flag: a loss mask plane (one byte per pixel) follows the pixels.
+pub const VIEW_FLAG_MASK: u16 = 2;
+
+/// How a view's decoded bytes are laid out: RGB8 or straight-alpha RGBA8 pixels, row-major,
+/// then, with `mask`, one byte per pixel (0 = excluded from the training loss, nonzero =
+/// used). Every consumer of decoded view bytes takes its sizes from here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PixelLayout {
+    pub alpha: bool,
+    pub mask: bool,
+}
+
+impl PixelLayout {
+    /// RGB8 pixels, no mask: the layout of every view before alpha and masks existed.
+    pub const RGB: PixelLayout = PixelLayout {
+        alpha: false,
+        mask: false,
+    };
+
+    /// Bytes per pixel of the colour part: 4 with alpha, else 3.
+    pub fn channels(self) -> usize {
+        if self.alpha {
+            4
+        } else {
+            3
+        }
+    }
+
+    /// Bytes of the colour part of a `width × height` view.
+    pub fn pixel_bytes(self, width: u32, height: u32) -> usize {
+        width as usize * height as usize * self.channels()
+    }
+
+    /// Bytes of a whole decoded `width × height` view (colour, then the mask if any).
+    pub fn len(self, width: u32, height: u32) -> usize {
+        let n = width as usize * height as usize;
+        n * self.channels() + if self.mask { n } else { 0 }
+    }
+
+    /// The record flags of this layout.
+    pub fn flags(self) -> u16 {
+        (if self.alpha { VIEW_FLAG_ALPHA } else { 0 }) | if self.mask { VIEW_FLAG_MASK } else { 0 }
+    }
+
+    /// The layout of record flags `flags`; `None` when an unknown bit is set.
+    pub fn from_flags(flags: u16) -> Option<PixelLayout> {
+        (flags & !(VIEW_FLAG_ALPHA | VIEW_FLAG_MASK) == 0).then_some(PixelLayout {
+            alpha: flags & VIEW_FLAG_ALPHA != 0,
+            mask: flags & VIEW_FLAG_MASK != 0,
+        })
+    }
+
+    /// Splits decoded view bytes into the colour part and the mask (if the layout has one).
+    /// `None` when `bytes` is not exactly [`PixelLayout::len`] long.
+    pub fn split(self, bytes: &[u8], width: u32, height: u32) -> Option<(&[u8], Option<&[u8]>)> {
+        if bytes.len() != self.len(width, height) {
+            return None;
+        }
+        let (pixels, mask) = bytes.split_at(self.pixel_bytes(width, height));
+        Some((pixels, self.mask.then_some(mask)))
+    }
+
+    /// "RGB8", "RGBA8", "RGB8 + mask" or "RGBA8 + mask", for messages.
+    pub fn describe(self) -> &'static str {
+        match (self.alpha, self.mask) {
+            (false, false) => "RGB8",
+            (true, false) => "RGBA8",
+            (false, true) => "RGB8 + mask",
+            (true, true) => "RGBA8 + mask",
+        }
+    }
+}
 
 /// Current on-disk format version (shards and manifest).
 pub const FORMAT_VERSION: u32 = 1;
@@ -213,16 +291,24 @@ pub struct ViewEntry {
     /// The pixels are RGBA8 ([`VIEW_FLAG_ALPHA`]); absent (RGB8) in manifests of RGB views.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub alpha: bool,
+    /// A loss mask follows the pixels ([`VIEW_FLAG_MASK`]); absent in manifests of views
+    /// without one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mask: bool,
 }
 
 impl ViewEntry {
-    /// Bytes per decoded pixel: 4 with alpha, else 3.
-    pub fn channels(&self) -> usize {
-        if self.alpha {
-            4
-        } else {
-            3
+    /// The layout of the view's decoded bytes.
+    pub fn layout(&self) -> PixelLayout {
+        PixelLayout {
+            alpha: self.alpha,
+            mask: self.mask,
         }
+    }
+
+    /// Bytes per pixel of the colour part: 4 with alpha, else 3.
+    pub fn channels(&self) -> usize {
+        self.layout().channels()
     }
 
     pub fn width(&self) -> u32 {
@@ -233,7 +319,7 @@ impl ViewEntry {
         self.camera.height
     }
 
-    /// Bytes of the decoded image (RGB8, or RGBA8 with [`ViewEntry::alpha`]).
+    /// Bytes of the decoded view ([`ViewEntry::layout`]: colour, then the mask if any).
     pub fn decoded_len(&self) -> usize {
         self.record.decoded_len as usize
     }
@@ -412,6 +498,11 @@ impl Manifest {
     /// copy of the step's view).
     pub fn has_alpha(&self) -> bool {
         self.views.iter().any(|v| v.alpha)
+    }
+
+    /// Whether any view carries a loss mask.
+    pub fn has_masks(&self) -> bool {
+        self.views.iter().any(|v| v.mask)
     }
 
     /// Largest decoded point chunk in bytes.

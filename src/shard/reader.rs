@@ -28,9 +28,9 @@ use memmap2::{Mmap, UncheckedAdvice};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{
-    Checksum, Codec, Manifest, PointChunkLayout, RecordKind, RecordRef, ShardError, FOOTER_LEN,
-    FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, RECORD_HEADER_LEN, RECORD_MAGIC,
-    SHARD_MAGIC, VIEW_FLAG_ALPHA,
+    Checksum, Codec, Manifest, PixelLayout, PointChunkLayout, RecordKind, RecordRef, ShardError,
+    FOOTER_LEN, FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, RECORD_HEADER_LEN, RECORD_MAGIC,
+    SHARD_MAGIC,
 };
 
 /// The widest aligned window a read fault on a file mapping can map at once: fault-around maps
@@ -253,7 +253,7 @@ impl Pack {
             v.camera
                 .validate()
                 .map_err(|e| bad(format!("view {i} ({:?}): invalid camera: {e}", v.name)))?;
-            let want = v.camera.width as u64 * v.camera.height as u64 * v.channels() as u64;
+            let want = v.layout().len(v.camera.width, v.camera.height) as u64;
             if v.record.decoded_len != want {
                 return Err(bad(format!(
                     "view {i} ({:?}): decoded length {} does not match {}x{} {}",
@@ -261,7 +261,7 @@ impl Pack {
                     v.record.decoded_len,
                     v.camera.width,
                     v.camera.height,
-                    if v.alpha { "RGBA8" } else { "RGB8" }
+                    v.layout().describe()
                 )));
             }
         }
@@ -387,7 +387,7 @@ impl Pack {
             if info.kind != RecordKind::View
                 || info.item != index as u32
                 || Codec::from_id(info.codec) != Some(v.codec)
-                || (info.flags & VIEW_FLAG_ALPHA != 0) != v.alpha
+                || PixelLayout::from_flags(info.flags) != Some(v.layout())
             {
                 return Err(self.corrupt(r, &what, "record is not this view"));
             }
@@ -409,23 +409,31 @@ impl Pack {
                     }
                 }
                 Codec::Png => {
-                    let dec = image::codecs::png::PngDecoder::new(std::io::Cursor::new(payload))
-                        .map_err(|e| decode_err(e.to_string()))?;
-                    let (w, h) = image::ImageDecoder::dimensions(&dec);
-                    let color = if v.alpha {
+                    let layout = v.layout();
+                    let (w, h) = (v.camera.width, v.camera.height);
+                    let (pixels_out, mask_out) = out.split_at_mut(layout.pixel_bytes(w, h));
+                    let (pixels_png, mask_png) = if layout.mask {
+                        let n = payload
+                            .get(..4)
+                            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                            .map(|b| u32::from_le_bytes(b) as usize)
+                            .filter(|&n| n <= payload.len() - 4)
+                            .ok_or_else(|| {
+                                decode_err("the colour PNG's length is out of range".into())
+                            })?;
+                        (&payload[4..4 + n], Some(&payload[4 + n..]))
+                    } else {
+                        (payload, None)
+                    };
+                    let colour = if layout.alpha {
                         image::ColorType::Rgba8
                     } else {
                         image::ColorType::Rgb8
                     };
-                    if (w, h) != (v.camera.width, v.camera.height)
-                        || image::ImageDecoder::color_type(&dec) != color
-                    {
-                        return Err(decode_err(format!(
-                            "PNG does not hold the view's {color:?} size"
-                        )));
+                    decode_png(pixels_png, w, h, colour, pixels_out).map_err(decode_err)?;
+                    if let Some(m) = mask_png {
+                        decode_png(m, w, h, image::ColorType::L8, mask_out).map_err(decode_err)?;
                     }
-                    image::ImageDecoder::read_image(dec, out)
-                        .map_err(|e| decode_err(e.to_string()))?;
                 }
             }
             Ok(())
@@ -644,6 +652,26 @@ impl Pack {
         }
         Ok(report)
     }
+}
+
+/// Decodes a PNG that must hold a `width × height` image of `colour` into `out`.
+fn decode_png(
+    png: &[u8],
+    width: u32,
+    height: u32,
+    colour: image::ColorType,
+    out: &mut [u8],
+) -> Result<(), String> {
+    let dec = image::codecs::png::PngDecoder::new(std::io::Cursor::new(png))
+        .map_err(|e| e.to_string())?;
+    if image::ImageDecoder::dimensions(&dec) != (width, height)
+        || image::ImageDecoder::color_type(&dec) != colour
+    {
+        return Err(format!(
+            "PNG does not hold the view's {width}x{height} {colour:?}"
+        ));
+    }
+    image::ImageDecoder::read_image(dec, out).map_err(|e| e.to_string())
 }
 
 fn parse_record_header(h: &[u8]) -> Result<RecordHeaderInfo, String> {

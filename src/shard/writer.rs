@@ -26,10 +26,10 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::{
-    shard_file_name, Checksum, ChunkEntry, CloudEntry, Codec, Manifest, PointChunkLayout,
-    RecordKind, RecordRef, SceneInfo, ShardEntry, ShardError, SourceInfo, Split, ViewEntry,
-    FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, POINTS_PER_CHUNK, RECORD_HEADER_LEN,
-    RECORD_MAGIC, SHARD_MAGIC, VIEW_FLAG_ALPHA,
+    shard_file_name, Checksum, ChunkEntry, CloudEntry, Codec, Manifest, PixelLayout,
+    PointChunkLayout, RecordKind, RecordRef, SceneInfo, ShardEntry, ShardError, SourceInfo, Split,
+    ViewEntry, FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, POINTS_PER_CHUNK,
+    RECORD_HEADER_LEN, RECORD_MAGIC, SHARD_MAGIC,
 };
 use crate::dataset::{PointChunk, PointSource};
 use crate::scene::camera::Camera;
@@ -123,12 +123,12 @@ pub struct EncodedView {
     pub payload: Vec<u8>,
     pub decoded_len: u64,
     pub checksum: Checksum,
-    /// The pixels are RGBA8.
-    pub alpha: bool,
+    /// How the decoded bytes are laid out.
+    pub layout: PixelLayout,
 }
 
 /// Encodes RGB8 pixels of `camera.width × camera.height` with `codec`. Pure and thread-safe.
-/// See [`encode_view_pixels`] for RGBA8.
+/// See [`encode_view_pixels`] for RGBA8 and masks.
 pub fn encode_view(
     name: &str,
     camera: &Camera,
@@ -137,21 +137,29 @@ pub fn encode_view(
     codec: Codec,
     zstd_level: i32,
 ) -> Result<EncodedView, WriteError> {
-    encode_view_pixels(name, camera, split, rgb8, false, codec, zstd_level)
+    encode_view_pixels(
+        name,
+        camera,
+        split,
+        rgb8,
+        PixelLayout::RGB,
+        codec,
+        zstd_level,
+    )
 }
 
-/// Encodes RGB8 (`alpha` false) or straight-alpha RGBA8 (`alpha` true) pixels of
-/// `camera.width × camera.height` with `codec`. Pure and thread-safe.
+/// Encodes the decoded bytes of a `camera.width × camera.height` view laid out as `layout`
+/// says (RGB8 or straight-alpha RGBA8, then the loss mask if any) with `codec`. Pure and
+/// thread-safe.
 pub fn encode_view_pixels(
     name: &str,
     camera: &Camera,
     split: Split,
-    rgb8: &[u8],
-    alpha: bool,
+    bytes: &[u8],
+    layout: PixelLayout,
     codec: Codec,
     zstd_level: i32,
 ) -> Result<EncodedView, WriteError> {
-    let channels = if alpha { 4 } else { 3 };
     let bad = |msg: String| WriteError::BadView {
         name: name.to_owned(),
         msg,
@@ -159,38 +167,48 @@ pub fn encode_view_pixels(
     camera
         .validate()
         .map_err(|e| bad(format!("invalid camera: {e}")))?;
-    let want = camera.width as usize * camera.height as usize * channels;
-    if rgb8.len() != want {
+    let Some((pixels, mask)) = layout.split(bytes, camera.width, camera.height) else {
         return Err(bad(format!(
-            "{} pixel bytes given, {}x{} {} needs {want}",
-            rgb8.len(),
+            "{} bytes given, {}x{} {} needs {}",
+            bytes.len(),
             camera.width,
             camera.height,
-            if alpha { "RGBA8" } else { "RGB8" }
+            layout.describe(),
+            layout.len(camera.width, camera.height)
         )));
-    }
+    };
+    let png = |data: &[u8], colour: image::ExtendedColorType, out: &mut Vec<u8>| {
+        let enc = image::codecs::png::PngEncoder::new(out);
+        image::ImageEncoder::write_image(enc, data, camera.width, camera.height, colour)
+            .map_err(|e| bad(format!("png: {e}")))
+    };
+    let colour = if layout.alpha {
+        image::ExtendedColorType::Rgba8
+    } else {
+        image::ExtendedColorType::Rgb8
+    };
     let payload = match codec {
-        Codec::Raw => rgb8.to_vec(),
+        Codec::Raw => bytes.to_vec(),
         Codec::Zstd => {
-            zstd::bulk::compress(rgb8, zstd_level).map_err(|e| bad(format!("zstd: {e}")))?
+            zstd::bulk::compress(bytes, zstd_level).map_err(|e| bad(format!("zstd: {e}")))?
         }
-        Codec::Png => {
-            let mut out = Vec::new();
-            let enc = image::codecs::png::PngEncoder::new(&mut out);
-            image::ImageEncoder::write_image(
-                enc,
-                rgb8,
-                camera.width,
-                camera.height,
-                if alpha {
-                    image::ExtendedColorType::Rgba8
-                } else {
-                    image::ExtendedColorType::Rgb8
-                },
-            )
-            .map_err(|e| bad(format!("png: {e}")))?;
-            out
-        }
+        Codec::Png => match mask {
+            None => {
+                let mut out = Vec::new();
+                png(pixels, colour, &mut out)?;
+                out
+            }
+            Some(mask) => {
+                // u32 length of the colour PNG, the colour PNG, the mask PNG.
+                let mut out = vec![0u8; 4];
+                png(pixels, colour, &mut out)?;
+                let n = u32::try_from(out.len() - 4)
+                    .map_err(|_| bad("the colour PNG exceeds 4 GiB".into()))?;
+                out[..4].copy_from_slice(&n.to_le_bytes());
+                png(mask, image::ExtendedColorType::L8, &mut out)?;
+                out
+            }
+        },
     };
     let checksum = Checksum(xxh3_64(&payload));
     Ok(EncodedView {
@@ -199,9 +217,9 @@ pub fn encode_view_pixels(
         split,
         codec,
         payload,
-        decoded_len: want as u64,
+        decoded_len: bytes.len() as u64,
         checksum,
-        alpha,
+        layout,
     })
 }
 
@@ -478,7 +496,7 @@ impl PackWriter {
         let header = RecordHeader {
             kind: RecordKind::View,
             codec: v.codec.id(),
-            flags: if v.alpha { VIEW_FLAG_ALPHA } else { 0 },
+            flags: v.layout.flags(),
             item: index,
             group: 0,
             a: v.camera.width,
@@ -494,7 +512,8 @@ impl PackWriter {
             split: v.split,
             codec: v.codec,
             record,
-            alpha: v.alpha,
+            alpha: v.layout.alpha,
+            mask: v.layout.mask,
         });
         Ok(())
     }

@@ -10,6 +10,8 @@
 //!
 //! Invariant: an opaque pixel (a = 255) is copied unchanged, whatever the background.
 
+use crate::shard::PixelLayout;
+
 /// Composites `rgba` (RGBA8, straight alpha) over `background` (linear [0, 1] per channel, the
 /// render's background) into `out` as RGB8 (`out` is resized to `rgba.len() / 4 × 3`).
 pub fn composite_rgba8(rgba: &[u8], background: [f32; 3], out: &mut Vec<u8>) {
@@ -25,13 +27,21 @@ pub fn composite_rgba8(rgba: &[u8], background: [f32; 3], out: &mut Vec<u8>) {
     }
 }
 
-/// The NeRF-synthetic evaluation rule: a view read with alpha (`alpha`, RGBA8 in `pixels`) is
-/// replaced in place by its RGB8 composite over white; an RGB8 view is left as it is.
-pub fn evaluation_rgb8(pixels: &mut Vec<u8>, alpha: bool) {
-    if alpha {
+/// The ground truth as scored: a view's decoded bytes (`layout`) are replaced in place by RGB8,
+/// an RGBA view composited over white (the NeRF-synthetic rule), a masked view's excluded
+/// pixels black (see [`crate::eval`]).
+pub fn evaluation_rgb8(bytes: &mut Vec<u8>, layout: PixelLayout) {
+    let npix = bytes.len() / (layout.channels() + usize::from(layout.mask));
+    let mask = layout
+        .mask
+        .then(|| bytes.split_off(npix * layout.channels()));
+    if layout.alpha {
         let mut rgb = Vec::new();
-        composite_rgba8(pixels, [1.0; 3], &mut rgb);
-        *pixels = rgb;
+        composite_rgba8(bytes, [1.0; 3], &mut rgb);
+        *bytes = rgb;
+    }
+    if let Some(mask) = mask {
+        crate::eval::mask_rgb8(bytes, &mask);
     }
 }
 

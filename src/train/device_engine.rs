@@ -90,6 +90,13 @@ pub enum DeviceEngineError {
     /// refused before training).
     #[error("the device engine cannot apply {0}; train with --backend cpu")]
     Unsupported(&'static str),
+    /// A staged frame whose length does not fit the view (a bug of the caller).
+    #[error("a staged frame holds {got} bytes, the view needs {want} (mask: {masked})")]
+    FrameSize {
+        got: usize,
+        want: usize,
+        masked: bool,
+    },
 }
 
 /// A view as the loader delivered it: pageable bytes, or the first `len` bytes of a
@@ -119,10 +126,11 @@ pub struct StepScalars {
     pub mse: f64,
 }
 
-/// Device bytes per pixel of the largest view: RGB8 upload (3), target, render and
-/// `∂L/∂image` (12 each), the loss scratch (24 planes of f32 = 96), final transmittance and
-/// last contributor (8), rounded up to 144 for the per-tile ranges and the loss partials.
-pub const DEVICE_BYTES_PER_PIXEL: u64 = 144;
+/// Device bytes per pixel of the largest view: RGB8 upload and its loss mask (4), target,
+/// render and `∂L/∂image` (12 each), the loss scratch (24 planes of f32 = 96), final
+/// transmittance and last contributor (8), rounded up to 145 for the per-tile ranges and the
+/// loss partials (about 0.15 bytes per pixel together).
+pub const DEVICE_BYTES_PER_PIXEL: u64 = 145;
 
 /// Device bytes per tile intersection: 64-bit keys and 32-bit ids, double-buffered by the sort.
 pub const DEVICE_BYTES_PER_INTERSECTION: u64 = 24;
@@ -217,6 +225,8 @@ pub struct DeviceEngine {
     denom: DeviceBuffer<u32>,
     max_radii: DeviceBuffer<u32>,
     rgb8: DeviceBuffer<u8>,
+    /// Where the staged view's loss mask starts in `rgb8`, when it has one.
+    mask: Option<usize>,
     target: DeviceBuffer<f32>,
     d_image: DeviceBuffer<f32>,
     scalars: DeviceBuffer<f64>,
@@ -251,6 +261,7 @@ impl DeviceEngine {
             denom: dev.alloc(1)?,
             max_radii: dev.alloc(1)?,
             rgb8: dev.alloc(1)?,
+            mask: None,
             target: dev.alloc(1)?,
             d_image: dev.alloc(1)?,
             scalars: dev.alloc(LOSS_SCALARS)?,
@@ -310,12 +321,28 @@ impl DeviceEngine {
         self.adam_steps
     }
 
-    /// Puts `frame` on the device as the f32 target of the next loss.
-    pub fn stage_view(&mut self, frame: Frame<'_>) -> Result<(), DeviceEngineError> {
+    /// Puts `frame` on the device as the f32 target of the next loss: its first `rgb_len`
+    /// bytes are RGB8; with `masked`, one mask byte per pixel follows (0 = excluded from the
+    /// loss, see [`super::loss`]), stays on the device for [`Self::forward_backward`], and
+    /// zeroes the target's excluded pixels here.
+    pub fn stage_view(
+        &mut self,
+        frame: Frame<'_>,
+        rgb_len: usize,
+        masked: bool,
+    ) -> Result<(), DeviceEngineError> {
         let dev = self.dev.clone();
         let len = frame.bytes().len();
+        let want = if masked { rgb_len / 3 * 4 } else { rgb_len };
+        if len != want || !rgb_len.is_multiple_of(3) {
+            return Err(DeviceEngineError::FrameSize {
+                got: len,
+                want,
+                masked,
+            });
+        }
         dev.grow(&mut self.rgb8, len)?;
-        dev.grow(&mut self.target, len)?;
+        dev.grow(&mut self.target, rgb_len)?;
         match frame {
             Frame::Host(bytes) => dev.upload(bytes, &mut self.rgb8)?,
             Frame::Pinned(slot, len) => {
@@ -325,23 +352,35 @@ impl DeviceEngine {
                 dev.wait_copies(&self.copies)?;
             }
         }
-        self.loss.rgb8_to_f32(&self.rgb8, len, &mut self.target)?;
+        self.loss
+            .rgb8_to_f32(&self.rgb8, rgb_len, &mut self.target)?;
+        self.mask = masked.then_some(rgb_len);
+        if masked {
+            self.loss
+                .apply_mask(&self.rgb8, rgb_len, rgb_len / 3, &mut self.target)?;
+        }
         Ok(())
     }
 
     /// Forward, loss and backward of the staged view; returns the loss scalars (the one read
     /// per step). The gradients stay on the device for [`Self::accumulate_stats`] and
-    /// [`Self::adam_step`].
+    /// [`Self::adam_step`]. A masked view's excluded pixels are zeroed in the render before
+    /// the loss and in `∂L/∂image` after it.
     pub fn forward_backward(
         &mut self,
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
     ) -> Result<StepScalars, DeviceEngineError> {
-        let n = 3 * camera.width as usize * camera.height as usize;
+        let npix = camera.width as usize * camera.height as usize;
+        let n = 3 * npix;
         self.dev.grow(&mut self.d_image, n)?;
         self.raster
             .forward_resident(&self.params, camera, options)?;
+        if let Some(offset) = self.mask {
+            self.loss
+                .apply_mask(&self.rgb8, offset, npix, self.raster.image_mut())?;
+        }
         self.loss.loss_and_grad(
             self.raster.image(),
             &self.target,
@@ -351,6 +390,10 @@ impl DeviceEngine {
             &mut self.d_image,
             &mut self.scalars,
         )?;
+        if let Some(offset) = self.mask {
+            self.loss
+                .apply_mask(&self.rgb8, offset, npix, &mut self.d_image)?;
+        }
         self.raster
             .backward_resident(&self.params, camera, options, &self.d_image)?;
         let mut s = [0.0f64; LOSS_SCALARS];
@@ -782,7 +825,7 @@ mod tests {
         let b = device_bytes(1000, 3, 640 * 480, 1 << 20);
         // SH 3: P = 59 floats; the host items plus 3P floats of densification scratch.
         assert_eq!(b.model, 1000 * (model_bytes(1, 3) + 3 * 4 * 59));
-        assert_eq!(b.views, 144 * 640 * 480);
+        assert_eq!(b.views, 145 * 640 * 480);
         assert_eq!(b.total(), b.model + b.views + (1 << 20));
     }
 }

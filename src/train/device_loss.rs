@@ -27,8 +27,9 @@ pub const LOSS_SCALARS: usize = 4;
 /// Threads per block of the loss kernels (a power of two: the block reductions halve it).
 pub const LOSS_BLOCK: u32 = 256;
 
-const ENTRY_POINTS: [&str; 6] = [
+const ENTRY_POINTS: [&str; 7] = [
     "rgb8_to_f32",
+    "apply_mask",
     "ssim_h5",
     "ssim_v5",
     "ssim_h3",
@@ -169,6 +170,45 @@ impl DeviceLoss {
 
     /// Loss of `img` against `target` (both `[H, W, 3]`), writing `∂loss/∂img` into `d_image`
     /// and `[loss, L1, SSIM, MSE]` into `out` ([`LOSS_SCALARS`] doubles), all on the device.
+    /// Zeroes the three channels of `plane` (`3 · n_pixels` floats) at every pixel whose byte
+    /// of `frame[mask_offset..]` is 0: the device twin of [`super::loss::apply_mask`].
+    pub fn apply_mask(
+        &self,
+        frame: &DeviceBuffer<u8>,
+        mask_offset: usize,
+        n_pixels: usize,
+        plane: &mut DeviceBuffer<f32>,
+    ) -> Result<(), DeviceLossError> {
+        if frame.len() < mask_offset + n_pixels || plane.len() < 3 * n_pixels {
+            return Err(DeviceLossError::Shape {
+                what: "mask frame or plane",
+                got: frame.len().min(plane.len()),
+                need: mask_offset + n_pixels,
+                width: 0,
+                height: 0,
+            });
+        }
+        if n_pixels == 0 {
+            return Ok(());
+        }
+        let args = [
+            U64(n_pixels as u64),
+            frame.arg(),
+            U64(mask_offset as u64),
+            plane.arg(),
+        ];
+        // SAFETY: the kernel reads `frame[mask_offset..mask_offset + n_pixels]` and writes
+        // `plane[..3 · n_pixels]`, both checked against the buffers' lengths above.
+        unsafe {
+            self.go(
+                "apply_mask",
+                LaunchConfig::linear(n_pixels as u64, LOSS_BLOCK)?,
+                &args,
+            )
+        }?;
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn loss_and_grad(
         &mut self,
@@ -253,6 +293,37 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
     use crate::train::loss::LossScratch;
+
+    /// `apply_mask` on the device is its CPU twin, bit for bit, with the mask at an offset
+    /// inside the staged frame as the trainer stages it (RGB8, then the mask).
+    #[test]
+    fn mask_kernel_matches_the_cpu() {
+        for dev in crate::device::test_devices() {
+            let dl = DeviceLoss::new(&dev).unwrap();
+            let mut rng = Rng::new(23);
+            for npix in [1usize, 255, 256, 1000] {
+                let rgb: Vec<u8> = (0..3 * npix)
+                    .map(|_| (rng.next_u64() % 256) as u8)
+                    .collect();
+                let mask: Vec<u8> = (0..npix)
+                    .map(|_| if rng.next_f32() < 0.4 { 0 } else { 255 })
+                    .collect();
+                let frame = [rgb.as_slice(), &mask].concat();
+                let plane: Vec<f32> = (0..3 * npix).map(|_| rng.next_f32()).collect();
+                let mut want = plane.clone();
+                crate::train::loss::apply_mask(&mut want, &mask);
+                let mut df = dev.alloc::<u8>(frame.len()).unwrap();
+                dev.upload(&frame, &mut df).unwrap();
+                let mut dp = dev.alloc::<f32>(3 * npix).unwrap();
+                dev.upload(&plane, &mut dp).unwrap();
+                dl.apply_mask(&df, 3 * npix, npix, &mut dp).unwrap();
+                let got = dev.download_vec(&dp, 3 * npix).unwrap();
+                assert_eq!(got, want, "{} {npix} pixels", dev.name());
+                // A frame too short for the mask is refused, not read past.
+                assert!(dl.apply_mask(&df, 3 * npix + 1, npix, &mut dp).is_err());
+            }
+        }
+    }
 
     #[test]
     fn loss_and_gradient_match_the_cpu() {

@@ -7,6 +7,13 @@
 //! [`SsimScratch::ssim_and_grad_into`]. [`LossScratch`] keeps the SSIM planes and gradient
 //! buffer between calls; the caller owns `d_image`, resized in place (capacity only grows),
 //! so a training loop allocates nothing per step.
+//!
+//! A view with a loss mask (see `crate::shard::VIEW_FLAG_MASK`) is trained by nerfstudio's
+//! rule: [`apply_mask`] zeroes the excluded pixels of both the render and the target before
+//! the loss, and of `∂L/∂image` after it (the chain rule through the mask), so an excluded
+//! pixel adds nothing to L1 or to the gradients and SSIM windows that straddle a mask edge see
+//! black on both sides. The means stay over all `3·W·H` values (Adam is indifferent to the
+//! scale), which keeps the loss kernels identical for masked and unmasked views.
 
 use rayon::prelude::*;
 
@@ -100,6 +107,21 @@ impl LossScratch {
     }
 }
 
+/// Zeroes the three channels of every pixel of `rgb` (interleaved RGB) whose `mask` byte is 0;
+/// see the module doc. `mask` holds one byte per pixel.
+pub fn apply_mask(rgb: &mut [f32], mask: &[u8]) {
+    debug_assert_eq!(rgb.len(), 3 * mask.len());
+    rgb.par_chunks_mut(3 * CHUNK)
+        .zip(mask.par_chunks(CHUNK))
+        .for_each(|(px, m)| {
+            for (p, &keep) in px.chunks_exact_mut(3).zip(m) {
+                if keep == 0 {
+                    p.fill(0.0);
+                }
+            }
+        });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +176,60 @@ mod tests {
                 "pixel {q}: fd {fd} analytic {an}"
             );
         }
+    }
+
+    /// The masked loss (module doc): excluded pixels of render or target change nothing, get
+    /// zero gradient, and the used pixels' gradients are those of the zeroed images.
+    #[test]
+    fn masked_pixels_add_nothing_and_get_no_gradient() {
+        let (w, h) = (23, 17);
+        let x = image(w, h, 4);
+        let y = image(w, h, 5);
+        let mask: Vec<u8> = (0..w * h)
+            .map(|i| if (i % w) < 9 && i / w > 4 { 0 } else { 255 })
+            .collect();
+        let masked_loss = |x: &[f32], y: &[f32], d: &mut Vec<f32>| {
+            let (mut x, mut y) = (x.to_vec(), y.to_vec());
+            apply_mask(&mut x, &mask);
+            apply_mask(&mut y, &mask);
+            let v = LossScratch::new()
+                .loss_and_grad(&x, &y, w, h, 0.2, d)
+                .unwrap();
+            apply_mask(d, &mask);
+            v
+        };
+        let mut d = Vec::new();
+        let base = masked_loss(&x, &y, &mut d);
+        // Excluded pixels: zero gradient; used ones: not all zero.
+        for (p, &m) in mask.iter().enumerate() {
+            let g = &d[3 * p..3 * p + 3];
+            if m == 0 {
+                assert!(g.iter().all(|&v| v == 0.0), "pixel {p}: {g:?}");
+            }
+        }
+        assert!(d.iter().any(|&v| v != 0.0));
+        // Anything under the mask, in render or target, leaves loss and gradient unchanged.
+        let (mut x2, mut y2) = (x.clone(), y.clone());
+        for (p, &m) in mask.iter().enumerate() {
+            if m == 0 {
+                x2[3 * p..3 * p + 3].fill(1.0);
+                y2[3 * p..3 * p + 3].copy_from_slice(&[1.0, 0.0, 1.0]);
+            }
+        }
+        let mut d2 = Vec::new();
+        let other = masked_loss(&x2, &y2, &mut d2);
+        assert_eq!(base, other);
+        assert_eq!(d, d2);
+        // An all-used mask is the plain loss.
+        let mut plain = Vec::new();
+        let v = LossScratch::new()
+            .loss_and_grad(&x, &y, w, h, 0.2, &mut plain)
+            .unwrap();
+        let mut all = (x.clone(), y.clone());
+        apply_mask(&mut all.0, &vec![255; w * h]);
+        apply_mask(&mut all.1, &vec![1; w * h]);
+        assert_eq!((all.0, all.1), (x, y));
+        assert!(v.l1 > base.l1);
     }
 
     #[test]

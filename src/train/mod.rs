@@ -47,5 +47,5 @@ pub mod run;
 
 pub use trainer::{
     train_loop, Background, Engine, Evaluation, LoopControl, LoopInfo, LoopSummary, StepStats,
-    StepTimings, TrainConfig, TrainError, TrainState, TrainStateRef, Trainer,
+    StepTimings, TrainConfig, TrainError, TrainState, TrainStateRef, TrainView, Trainer,
 };

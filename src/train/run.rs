@@ -48,7 +48,7 @@ use super::device_engine::{
 };
 use super::init::InitPlan;
 use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
-use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, Trainer};
+use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, TrainView, Trainer};
 use crate::budget::{
     current_rss_bytes, format_size, peak_rss_bytes, within_budget, BudgetError, Component, Floor,
     FloorItem, ModelShare,
@@ -63,7 +63,6 @@ use crate::dataset::Split;
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
 use crate::export::{save_model, ModelFormat, ModelIoError};
 use crate::render::CpuRasterizer;
-use crate::scene::camera::Camera;
 use crate::shard::reader::Pack;
 use crate::shard::ShardError;
 
@@ -488,12 +487,13 @@ fn evaluate_views(
         gt.resize(v.decoded_len(), 0);
         pack.read_view_into(i, gt)?;
         // Scored by the rules of crate::eval, the ones gs-render uses. An RGBA view goes in
-        // as it is: `evaluate` composites it over white and renders over white (the
+        // as it is: `evaluate_view` composites it over white and renders over white (the
         // NeRF-synthetic convention); compositing it here first would hide the alpha and
-        // render over the training background instead.
-        let e = trainer.evaluate(&v.camera, gt)?;
+        // render over the training background instead. A masked view is scored on its used
+        // pixels.
+        let e = trainer.evaluate_view(&v.camera, v.layout(), gt)?;
         // The ground truth as scored, for the side-by-side image.
-        super::alpha::evaluation_rgb8(gt, v.alpha);
+        super::alpha::evaluation_rgb8(gt, v.layout());
         let psnr = e.psnr;
         let file = if n < max_images {
             let name = crate::eval::view_file_name(i, &v.name);
@@ -1056,8 +1056,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 .into(),
         ));
     }
-    let cameras: Vec<Camera> = (0..source.len() as u32)
-        .map(|r| manifest.views[source.view_index(r)].camera)
+    let train_views: Vec<TrainView> = (0..source.len() as u32)
+        .map(|r| {
+            let v = &manifest.views[source.view_index(r)];
+            TrainView {
+                camera: v.camera,
+                layout: v.layout(),
+            }
+        })
         .collect();
     let ckpt_dir = opts.out.join("checkpoints");
     let save = |t: &mut Trainer| -> Result<PathBuf, RunError> {
@@ -1279,7 +1285,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 }
             }
         };
-        let summary = train_loop(&mut trainer, &mut loader, &cameras, total, &mut on_step);
+        let summary = train_loop(&mut trainer, &mut loader, &train_views, total, &mut on_step);
         // A failure after some progress keeps the last good state: a data error (the loader
         // failed before the next step) or a failed output (after a complete step) leaves the
         // trainer consistent, so it is checkpointed; otherwise the newest checkpoint is named.

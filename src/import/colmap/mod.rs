@@ -559,6 +559,8 @@ struct Layout {
     model_dir: PathBuf,
     encoding: Encoding,
     images_dir: PathBuf,
+    /// `masks/` beside `images/`, when it exists.
+    masks_dir: Option<PathBuf>,
 }
 
 fn has_model_files(dir: &Path) -> bool {
@@ -620,11 +622,13 @@ fn locate(path: &Path) -> Result<Layout, ImportError> {
         model_dir.clone()
     };
     let images_dir = root.join("images");
+    let masks_dir = Some(root.join("masks")).filter(|d| d.is_dir());
     Ok(Layout {
         root,
         model_dir,
         encoding,
         images_dir,
+        masks_dir,
     })
 }
 
@@ -634,6 +638,22 @@ fn is_plain_relative(name: &str) -> bool {
     Path::new(name)
         .components()
         .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+}
+
+/// Where the mask of image `name` may be, in order: COLMAP's convention (`name` + `.png`),
+/// the image's stem + `.png` (nerfstudio and most segmentation tools), the same file name.
+fn mask_candidates(masks_dir: &Path, name: &str) -> [PathBuf; 3] {
+    let same = masks_dir.join(name);
+    let mut colmap = same.clone().into_os_string();
+    colmap.push(".png");
+    [PathBuf::from(colmap), same.with_extension("png"), same]
+}
+
+/// The mask file of image `name` in `masks_dir` ([`mask_candidates`]), if any.
+fn find_mask(masks_dir: &Path, name: &str) -> Option<PathBuf> {
+    mask_candidates(masks_dir, name)
+        .into_iter()
+        .find(|p| p.is_file())
 }
 
 /// Imports a COLMAP workspace.
@@ -650,6 +670,10 @@ fn is_plain_relative(name: &str) -> bool {
 /// default, and it is exact where .txt may be rounded). `points3D` is read in the same encoding,
 /// or the other one when only that exists; without any, the scene has `no_sfm_points = true`
 /// and a warning says so.
+///
+/// A `masks/` folder beside `images/` holds a loss mask per image (found as
+/// [`mask_candidates`] lists; see `crate::import::image::prepare_mask` for what a mask means);
+/// when it exists every registered image must have one.
 ///
 /// Views are sorted by image name (a relative path, possibly with subfolders). Image files that
 /// do not exist are listed in `missing_images` and skipped with a warning, or refused under
@@ -744,12 +768,34 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             missing.push(img.name.clone());
             continue;
         }
+        let mask_path = match &layout.masks_dir {
+            None => None,
+            Some(dir) => match find_mask(dir, &img.name) {
+                Some(p) => Some(p),
+                None if options.metadata_only => None,
+                None => {
+                    let [a, b, c] = mask_candidates(dir, &img.name);
+                    return Err(ImportError::invalid(
+                        dir,
+                        format!(
+                            "{what} has no mask: looked for {}, {} and {}; when masks/ exists \
+                             every registered image needs one (add it, or move masks/ away to \
+                             train on every pixel)",
+                            a.display(),
+                            b.display(),
+                            c.display()
+                        ),
+                    ));
+                }
+            },
+        };
         views.push(ViewSource {
             name: img.name.clone(),
             image_path,
             camera,
             distortion,
             split: None,
+            mask_path,
         });
     }
     if !missing.is_empty() {

@@ -703,6 +703,12 @@ impl CudaRasterizer {
         &self.b.image
     }
 
+    /// [`Self::image`], writable: a trainer edits it before the loss (a loss mask). The
+    /// backward does not read it, so edits change nothing but what the loss sees.
+    pub fn image_mut(&mut self) -> &mut DeviceBuffer<f32> {
+        &mut self.b.image
+    }
+
     /// The screen radii of the last forward (`[N]`, 0 = not drawn), on the device.
     pub fn radii(&self) -> &DeviceBuffer<u32> {
         &self.b.radii

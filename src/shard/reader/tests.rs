@@ -392,7 +392,7 @@ fn scene_extent_follows_the_3dgs_rule() {
 }
 
 #[test]
-fn alpha_views_round_trip_every_codec_and_rgb_views_are_unchanged() {
+fn alpha_and_mask_views_round_trip_every_codec_and_rgb_views_are_unchanged() {
     for codec in [Codec::Raw, Codec::Zstd, Codec::Png] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("p.pack");
@@ -411,47 +411,81 @@ fn alpha_views_round_trip_every_codec_and_rgb_views_are_unchanged() {
             .collect();
         w.add_view("rgb.png", &camera(wd, ht, 0.0), Split::Train, &rgb)
             .unwrap();
-        let v = crate::shard::writer::encode_view_pixels(
-            "rgba.png",
-            &camera(wd, ht, 1.0),
-            Split::Train,
-            &rgba,
-            true,
-            codec,
-            3,
-        )
-        .unwrap();
-        w.add_encoded_view(v).unwrap();
-        // RGBA bytes given as RGB are refused with both sizes.
-        let e = crate::shard::writer::encode_view_pixels(
-            "bad",
-            &camera(wd, ht, 0.0),
-            Split::Train,
-            &rgb,
-            true,
-            codec,
-            3,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("RGBA8 needs 960"), "{e}");
+        // A mask of 0/255 with both values present.
+        let mask: Vec<u8> = (0..wd * ht)
+            .map(|i| if i % 5 < 2 { 0 } else { 255 })
+            .collect();
+        let rgb_mask = [rgb.as_slice(), &mask].concat();
+        let rgba_mask = [rgba.as_slice(), &mask].concat();
+        let layouts = [
+            PixelLayout::RGB,
+            PixelLayout {
+                alpha: true,
+                mask: false,
+            },
+            PixelLayout {
+                alpha: false,
+                mask: true,
+            },
+            PixelLayout {
+                alpha: true,
+                mask: true,
+            },
+        ];
+        let bytes = [&rgb, &rgba, &rgb_mask, &rgba_mask];
+        for (i, (layout, b)) in layouts.iter().zip(bytes).enumerate().skip(1) {
+            let v = crate::shard::writer::encode_view_pixels(
+                &format!("view{i}.png"),
+                &camera(wd, ht, i as f64),
+                Split::Train,
+                b,
+                *layout,
+                codec,
+                3,
+            )
+            .unwrap();
+            w.add_encoded_view(v).unwrap();
+        }
+        // RGBA bytes given as RGB are refused with both sizes; so are RGB bytes given as RGB
+        // with a mask.
+        for (layout, want) in [
+            (layouts[1], "RGBA8 needs 960"),
+            (layouts[2], "RGB8 + mask needs 960"),
+            (layouts[3], "RGBA8 + mask needs 1200"),
+        ] {
+            let e = crate::shard::writer::encode_view_pixels(
+                "bad",
+                &camera(wd, ht, 0.0),
+                Split::Train,
+                &rgb,
+                layout,
+                codec,
+                3,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(want), "{e}");
+        }
         w.add_cloud(&mut MemPoints::new("sfm", vec![cloud(10, false, false, 1)]))
             .unwrap();
         w.finish(source_info()).unwrap();
 
         let pack = Pack::open(&dir).unwrap();
         let m = pack.manifest();
-        assert_eq!((m.views[0].alpha, m.views[1].alpha), (false, true));
-        assert_eq!(m.views[0].decoded_len(), 720);
-        assert_eq!(m.views[1].decoded_len(), 960);
-        for (i, want) in [&rgb, &rgba].into_iter().enumerate() {
+        let got: Vec<PixelLayout> = m.views.iter().map(|v| v.layout()).collect();
+        assert_eq!(got, layouts);
+        let lens: Vec<usize> = m.views.iter().map(|v| v.decoded_len()).collect();
+        assert_eq!(lens, [720, 960, 960, 1200]);
+        for (i, want) in bytes.into_iter().enumerate() {
             let mut out = vec![0u8; m.views[i].decoded_len()];
             pack.read_view_into(i, &mut out).unwrap();
             assert_eq!(&out, want, "{codec:?} view {i}");
         }
-        assert_eq!(pack.verify(&|_, _| {}).unwrap().records, 3);
-        // The manifest names alpha only where it is set: an RGB view's entry is as before.
+        assert_eq!(pack.verify(&|_, _| {}).unwrap().records, 5);
+        // The manifest names alpha and mask only where they are set: an RGB view's entry is
+        // as before.
         let text = std::fs::read_to_string(dir.join(crate::shard::MANIFEST_FILE)).unwrap();
-        assert_eq!(text.matches("\"alpha\"").count(), 1, "{text}");
+        assert_eq!(text.matches("\"alpha\"").count(), 2, "{text}");
+        assert_eq!(text.matches("\"mask\"").count(), 2, "{text}");
     }
 }
