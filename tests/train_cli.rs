@@ -1273,3 +1273,138 @@ fn rgba_images_pack_with_alpha_and_train() {
         );
     }
 }
+
+/// A COLMAP workspace with `masks/` packs its masks (placed with each image), trains with
+/// them and evaluates on the used pixels; gs-render scores the masked test views alike.
+#[test]
+fn colmap_masks_pack_train_and_score_alike() {
+    let gs_pack = env!("CARGO_BIN_EXE_gs-pack");
+    let dir = tempfile::tempdir().unwrap();
+    let scene = dir.path().join("scene");
+    let run = |args: &[&str]| {
+        let o = Command::new(gs_pack).args(args).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        o
+    };
+    run(&[
+        "synth",
+        "-o",
+        s(&scene),
+        "--views",
+        "6",
+        "--width",
+        "32",
+        "--height",
+        "24",
+        "--points",
+        "200",
+        "--format",
+        "colmap",
+        "--seed",
+        "9",
+    ]);
+    // Every image gets a mask excluding its left quarter (COLMAP's `<name>.png` naming).
+    let images = scene.join("images");
+    let masks = scene.join("masks");
+    std::fs::create_dir_all(&masks).unwrap();
+    let mut names = vec![];
+    for e in std::fs::read_dir(&images).unwrap() {
+        let p = e.unwrap().path();
+        let (w, h) = image::image_dimensions(&p).unwrap();
+        let name = p.file_name().unwrap().to_str().unwrap().to_owned();
+        image::GrayImage::from_fn(w, h, |x, _| image::Luma([if x < w / 4 { 0 } else { 255 }]))
+            .save(masks.join(format!("{name}.png")))
+            .unwrap();
+        names.push(name);
+    }
+    let pack = dir.path().join("scene.pack");
+    run(&[
+        "convert",
+        s(&scene),
+        "-o",
+        s(&pack),
+        "--max-width",
+        "0",
+        "--test-every",
+        "3",
+    ]);
+    let p = Pack::open(&pack).unwrap();
+    let m = p.manifest();
+    assert_eq!(m.views.len(), 6);
+    for (i, v) in m.views.iter().enumerate() {
+        assert!(v.mask && !v.alpha, "view {i}");
+        let mut got = vec![0u8; v.decoded_len()];
+        p.read_view_into(i, &mut got).unwrap();
+        let (w, h) = (v.width() as usize, v.height() as usize);
+        let mask = &got[3 * w * h..];
+        for (k, &b) in mask.iter().enumerate() {
+            assert_eq!(b, if k % w < w / 4 { 0 } else { 255 }, "view {i} pixel {k}");
+        }
+    }
+    let info = run(&["info", s(&pack), "--json"]);
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(info["masked_views"], 6);
+    run(&["verify", s(&pack)]);
+    // A mask missing for one image is refused at pack time, naming it.
+    std::fs::remove_file(masks.join(format!("{}.png", names[0]))).unwrap();
+    let o = Command::new(gs_pack)
+        .args(["convert", s(&scene), "-o", s(&dir.path().join("bad.pack"))])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains(&names[0]) && stderr(&o).contains("has no mask"),
+        "{}",
+        stderr(&o)
+    );
+    let out = dir.path().join("run");
+    let o = gs_train(&train_args(&pack, &out, "30", &["--dry-run"]));
+    let plan = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(o.status.success(), "{plan}");
+    assert!(plan.contains("masked ground truth and its mask"), "{plan}");
+    let o = gs_train(&train_args(&pack, &out, "30", &["--eval"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let trained: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("test/iteration_30/metrics.json")).unwrap(),
+    )
+    .unwrap();
+    let trained = trained.as_array().unwrap();
+    assert_eq!(trained.len(), 2);
+    let rendered_dir = dir.path().join("rendered");
+    let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args([
+            "--ply",
+            s(&out.join("point_cloud/iteration_30/point_cloud.ply")),
+        ])
+        .args(["--pack", s(&pack), "--split", "test", "--sh-degree", "0"])
+        .args(["-o", s(&rendered_dir), "--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    let rendered: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(rendered_dir.join("metrics.json")).unwrap())
+            .unwrap();
+    let rendered = rendered["views"].as_array().unwrap();
+    for (t, r) in trained.iter().zip(rendered) {
+        assert_eq!(t["view"], r["index"]);
+        assert_eq!(
+            (t["psnr"].as_f64(), t["ssim"].as_f64()),
+            (r["psnr"].as_f64(), r["ssim"].as_f64()),
+            "view {}: gs-train vs gs-render",
+            t["view"]
+        );
+    }
+    // The side-by-side image shows the excluded quarter black on both sides.
+    let side = image::open(rendered_dir.join(r_file(&rendered[0])))
+        .unwrap()
+        .to_rgb8();
+    let (w, _) = side.dimensions();
+    for x in [0, w / 2] {
+        assert_eq!(side.get_pixel(x, 3).0, [0, 0, 0]);
+    }
+}
+
+/// The image file a gs-render metrics entry names.
+fn r_file(entry: &serde_json::Value) -> String {
+    entry["file"].as_str().unwrap().to_owned()
+}

@@ -312,6 +312,7 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     }
     let test_views = m.split_indices(Split::Test).len();
     let alpha_views = m.views.iter().filter(|v| v.alpha).count();
+    let masked_views = m.views.iter().filter(|v| v.mask).count();
     let points: u64 = m.clouds.iter().map(|c| c.points).sum();
     let codecs: std::collections::BTreeSet<_> = m
         .views
@@ -326,6 +327,7 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             "train_views": m.views.len() - test_views,
             "test_views": test_views,
             "alpha_views": alpha_views,
+            "masked_views": masked_views,
             "resolutions": sizes.iter().map(|((w, h), n)| serde_json::json!({"width": w, "height": h, "views": n})).collect::<Vec<_>>(),
             "points": points,
             "clouds": m.clouds.iter().map(|c| serde_json::json!({
@@ -355,6 +357,9 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
         println!(
             "            {alpha_views} with alpha (RGBA, composited over the training background)"
         );
+    }
+    if masked_views > 0 {
+        println!("            {masked_views} with a loss mask (excluded pixels teach nothing)");
     }
     for ((w, h), n) in &sizes {
         println!("            {n} × {w}x{h}");

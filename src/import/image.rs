@@ -790,7 +790,8 @@ pub fn prepare_mask(
         return Err(ImportError::invalid(
             path,
             format!(
-                "the mask of view '{}' is {}x{} but its image {} is {}x{}; a mask must have its                  image's size (regenerate it from {}, or remove it to use every pixel)",
+                "the mask of view '{}' is {}x{} but its image {} is {}x{}; a mask must have its \
+                 image's size (regenerate it from {}, or remove it to use every pixel)",
                 view.name,
                 size.0,
                 size.1,
@@ -828,7 +829,7 @@ pub fn prepare_mask(
             }
         })
         .collect();
-    Ok(mask.iter().any(|&m| m == 0).then_some(mask))
+    Ok(mask.contains(&0).then_some(mask))
 }
 
 /// Steps 2–4 of the module doc on decoded pixels: orientation, size check, undistortion,
@@ -1407,6 +1408,96 @@ mod tests {
         let (_, got) = prepare_view(&view_of(&q, 3, 2), Resize::None).unwrap();
         assert_eq!(got.get(0, 0)[0], 21);
         assert_eq!(got.get(2, 1)[0], 0);
+    }
+
+    fn grey_png(path: &Path, w: u32, h: u32, f: impl Fn(u32, u32) -> u8) {
+        image::GrayImage::from_fn(w, h, |x, y| image::Luma([f(x, y)]))
+            .save(path)
+            .unwrap();
+    }
+
+    /// The packed mask of a prepared view (its bytes after the colour).
+    fn packed_mask(p: &PreparedView) -> &[u8] {
+        assert!(p.layout.mask);
+        let n = p.layout.pixel_bytes(p.camera.width, p.camera.height);
+        &p.pixels[n..]
+    }
+
+    #[test]
+    fn masks_follow_their_image_orientation_and_size() {
+        let dir = tempfile::tempdir().unwrap();
+        // Stored 3×2 with orientation 6 (rotate 90° clockwise): displayed 2×3, stored pixel
+        // (0, 0) lands at upright (1, 0).
+        let img = dir.path().join("o.png");
+        png_with_orientation(&img, 6);
+        let mut view = view_of(&img, 2, 3);
+        let want: Vec<u8> = (0..6).map(|i| if i == 1 { 0 } else { 255 }).collect();
+        // A mask in stored order (3×2, as COLMAP makes them) follows the orientation...
+        let stored = dir.path().join("stored.png");
+        grey_png(&stored, 3, 2, |x, y| if (x, y) == (0, 0) { 0 } else { 7 });
+        view.mask_path = Some(stored);
+        let p = prepare_view_pixels(&view, Resize::None, false).unwrap();
+        assert_eq!(p.pixels.len(), 2 * 3 * 3 + 6);
+        assert_eq!(packed_mask(&p), want);
+        // ...and one made on the upright image (2×3) is already placed.
+        let upright = dir.path().join("upright.png");
+        grey_png(
+            &upright,
+            2,
+            3,
+            |x, y| if (x, y) == (1, 0) { 0 } else { 255 },
+        );
+        view.mask_path = Some(upright);
+        let p = prepare_view_pixels(&view, Resize::None, false).unwrap();
+        assert_eq!(packed_mask(&p), want);
+        // Any other size is an error naming the mask, the view and both sizes.
+        let wrong = dir.path().join("wrong.png");
+        grey_png(&wrong, 4, 4, |_, _| 0);
+        view.mask_path = Some(wrong.clone());
+        let e = prepare_view_pixels(&view, Resize::None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&wrong.display().to_string())
+                && e.contains("4x4")
+                && e.contains("2x3")
+                && e.contains("must have its image's size"),
+            "{e}"
+        );
+        // A mask that excludes nothing is dropped: the view packs as plain RGB.
+        let full = dir.path().join("full.png");
+        grey_png(&full, 3, 2, |_, _| 255);
+        view.mask_path = Some(full);
+        let p = prepare_view_pixels(&view, Resize::None, false).unwrap();
+        assert_eq!(p.layout, PixelLayout::RGB);
+        assert_eq!(p.pixels.len(), 2 * 3 * 3);
+    }
+
+    #[test]
+    fn downscaled_masks_exclude_every_pixel_that_covers_an_excluded_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("i.png");
+        image::RgbImage::from_fn(8, 6, |x, y| image::Rgb([x as u8, y as u8, 9]))
+            .save(&img)
+            .unwrap();
+        let mask = dir.path().join("m.png");
+        // One excluded pixel at (2, 2) and an excluded 2×2 block at (6..8, 4..6).
+        grey_png(&mask, 8, 6, |x, y| {
+            u8::from(!((x, y) == (2, 2) || (x >= 6 && y >= 4)))
+        });
+        let mut view = view_of(&img, 8, 6);
+        view.mask_path = Some(mask);
+        // Native size: nonzero (here 1) is used, 0 excluded, packed as 255 / 0.
+        let p = prepare_view_pixels(&view, Resize::None, false).unwrap();
+        let m = packed_mask(&p);
+        assert_eq!(m.iter().filter(|&&v| v == 0).count(), 5);
+        assert!(m.iter().all(|&v| v == 0 || v == 255));
+        // Halved: the 4×3 pixels covering (2, 2) and the block are excluded, the rest used.
+        let p = prepare_view_pixels(&view, Resize::Downscale(2), false).unwrap();
+        assert_eq!((p.camera.width, p.camera.height), (4, 3));
+        let m = packed_mask(&p);
+        let excluded: Vec<usize> = (0..12).filter(|&i| m[i] == 0).collect();
+        assert_eq!(excluded, [5, 11], "{m:?}");
     }
 
     #[test]

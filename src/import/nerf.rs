@@ -32,6 +32,10 @@
 //! - `file_path`: relative to the JSON file's folder (absolute paths are used as they are).
 //!   Blender writes it without an extension (`./train/r_0`); then `.png`, `.jpg`, `.jpeg`
 //!   are tried, in that order. The view's name is `file_path` exactly as written.
+//! - `mask_path` (nerfstudio, per frame; optional): the frame's loss mask, resolved like
+//!   `file_path` (0 = the pixel is excluded from the training loss; see
+//!   `crate::import::image::prepare_mask`). A frame that names a mask that does not exist is
+//!   an error, since training without it would teach what the mask hides.
 //!
 //! # Invariants of the result
 //! - views sorted by name, names unique (a duplicate is an error);
@@ -846,6 +850,53 @@ mod tests {
         // Centres come from the matrices.
         let cb = b.camera.centre();
         assert!((cb[2] - 4.0).abs() < 1e-12);
+    }
+
+    /// nerfstudio's per-frame `mask_path`, relative to the transforms file like `file_path`:
+    /// kept on the view; a missing or non-string one is an error naming the frame.
+    #[test]
+    fn mask_paths_are_read_per_frame() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in ["a", "b"] {
+            write_png(&dir.path().join(format!("images/{n}.png")), 8, 6);
+        }
+        std::fs::create_dir_all(dir.path().join("masks")).unwrap();
+        image::GrayImage::from_fn(8, 6, |x, _| image::Luma([if x < 2 { 0 } else { 255 }]))
+            .save(dir.path().join("masks/a.png"))
+            .unwrap();
+        let frames = |mask_b: Value| {
+            json!({
+                "fl_x": 10.0, "w": 8, "h": 6,
+                "frames": [
+                    {"file_path": "images/a.png", "mask_path": "masks/a.png",
+                     "transform_matrix": c2w(0.1, [0.0, 0.0, 4.0])},
+                    {"file_path": "images/b.png", "mask_path": mask_b,
+                     "transform_matrix": c2w(0.2, [0.0, 0.0, 4.0])}
+                ]
+            })
+        };
+        write_json(dir.path(), "transforms.json", &frames(Value::Null));
+        let scene = import_dir(dir.path()).unwrap();
+        assert_eq!(
+            scene.views[0].mask_path.as_deref(),
+            Some(dir.path().join("masks/a.png").as_path())
+        );
+        assert_eq!(scene.views[1].mask_path, None);
+        write_json(dir.path(), "transforms.json", &frames(json!("masks/b.png")));
+        let e = import_dir(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("images/b.png") && e.contains("masks/b.png") && e.contains("does not exist"),
+            "{e}"
+        );
+        write_json(dir.path(), "transforms.json", &frames(json!(3)));
+        let e = import_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("\"mask_path\" is not a string"), "{e}");
+        // Packed, frame a carries its mask: the two left columns excluded.
+        let p = crate::import::image::prepare_view_pixels(&scene.views[0], Resize::None, false)
+            .unwrap();
+        assert!(p.layout.mask);
+        let mask = &p.pixels[8 * 6 * 3..];
+        assert_eq!(mask.iter().filter(|&&m| m == 0).count(), 12);
     }
 
     #[test]

@@ -743,6 +743,20 @@ fn plan_inputs(
             format!("{max_pixels} pixels × 3 B (RGBA ground truth composited over white)"),
         ));
     }
+    if manifest.has_masks() {
+        // Masked views: the mask travels with a composited RGBA target, and evaluation holds
+        // a masked copy of the ground truth and the mask split off it.
+        items.push(FloorItem::new(
+            Component::TrainerImages,
+            max_pixels,
+            format!("{max_pixels} pixels × 1 B (loss mask beside a composited target)"),
+        ));
+        items.push(FloorItem::new(
+            Component::Evaluation,
+            4 * max_pixels,
+            format!("{max_pixels} pixels × 4 B (masked ground truth and its mask)"),
+        ));
+    }
     // On the device engine the intersections live in device memory (its own plan).
     if !intersections_on_device {
         items.push(FloorItem::new(

@@ -1087,3 +1087,64 @@ fn a_missing_observation_line_is_an_error_not_a_lost_image() {
     assert_eq!(at, Location::Line(2));
     assert!(msg.contains("2 numbers, not a multiple of 3"), "{msg}");
 }
+
+/// `masks/` beside `images/`: each image's mask is found by COLMAP's naming (`v0.png.png`)
+/// or by the image's own file name (for these PNG images the stem rule gives the same name;
+/// see `mask_candidates_cover_the_stem_convention`); without `masks/` no view has one; a
+/// missing mask is an error naming the image and the paths looked at.
+#[test]
+fn masks_beside_images_are_found_by_every_convention() {
+    let dir = tempfile::tempdir().unwrap();
+    gs_workspace(dir.path(), Encoding::Binary);
+    let scene = import(dir.path(), &ImportOptions::default()).unwrap();
+    assert!(scene.views.iter().all(|v| v.mask_path.is_none()));
+    let masks = dir.path().join("masks");
+    std::fs::create_dir_all(masks.join("sub")).unwrap();
+    // v0: COLMAP's `<name>.png`; v1: the same name; sub/v2: COLMAP's, in the subfolder.
+    for m in ["v0.png.png", "v1.png", "sub/v2.png.png"] {
+        std::fs::write(masks.join(m), b"not read at import").unwrap();
+    }
+    let msg = import_err(dir.path(), &ImportOptions::default());
+    assert!(
+        msg.contains("v3.png") && msg.contains("has no mask") && msg.contains("v3.png.png"),
+        "{msg}"
+    );
+    // Metadata-only imports do not need the masks.
+    let meta = ImportOptions {
+        strict: false,
+        metadata_only: true,
+    };
+    assert!(import(dir.path(), &meta).is_ok());
+    std::fs::write(masks.join("v3.png"), b"x").unwrap();
+    let scene = import(dir.path(), &ImportOptions::default()).unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap().join("masks");
+    let got: Vec<(String, PathBuf)> = scene
+        .views
+        .iter()
+        .map(|v| (v.name.clone(), v.mask_path.clone().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("sub/v2.png".to_owned(), root.join("sub/v2.png.png")),
+            ("v0.png".to_owned(), root.join("v0.png.png")),
+            ("v1.png".to_owned(), root.join("v1.png")),
+            ("v3.png".to_owned(), root.join("v3.png")),
+        ]
+    );
+    // COLMAP's name wins over the others when several exist.
+    std::fs::write(masks.join("v3.png.png"), b"x").unwrap();
+    let scene = import(dir.path(), &ImportOptions::default()).unwrap();
+    assert_eq!(
+        scene.views[3].mask_path.as_deref(),
+        Some(root.join("v3.png.png").as_path())
+    );
+}
+
+#[test]
+fn mask_candidates_cover_the_stem_convention() {
+    let [colmap, stem, same] = mask_candidates(Path::new("/m"), "a/b.jpg");
+    assert_eq!(colmap, PathBuf::from("/m/a/b.jpg.png"));
+    assert_eq!(stem, PathBuf::from("/m/a/b.png"));
+    assert_eq!(same, PathBuf::from("/m/a/b.jpg"));
+}
