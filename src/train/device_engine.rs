@@ -26,7 +26,16 @@
 //!    and `gather_rows` / `set_rows3` / `reset_opacity` (`kernels/densify.cu`) apply it to
 //!    parameters, both moments and statistics together. A strategy without a plan gets the
 //!    whole model on the host instead;
-//! 5. Adam on the device with the host's per-group coefficients (bit-identical update rule).
+//!    With MCMC ([`super::mcmc`]), after backward `mcmc_regularize` (`kernels/mcmc.cu`) adds
+//!    the regularisers' gradients and returns their loss term (per-block sums, 16 bytes per
+//!    256 Gaussians read back);
+//! 5. Adam on the device with the host's per-group coefficients (bit-identical update rule);
+//! 6. MCMC only: at its refine iterations the means, log-scales and opacities (28 bytes per
+//!    Gaussian) come to the host, the strategy plans relocation and growth there
+//!    ([`super::densify::DensifyStrategy::after_step_edit`]) and [`DeviceEngine::apply_rows`]
+//!    applies them (opacity replacements by `set_rows1`, new rows' moments zero, growth
+//!    enlarging the buffers); then every step `mcmc_noise` moves the means with the step's
+//!    seed.
 //!
 //! # Parity with the host engine
 //! Every kernel repeats the CPU's operations in order; the only differences are the
@@ -38,7 +47,9 @@
 //! # Memory
 //! [`device_bytes`] itemises what the engine allocates (model, per-view, intersections) with
 //! the formulas the `--vram-budget` plan prints; buffers only grow, so steady-state steps
-//! allocate nothing.
+//! allocate nothing. An MCMC run is planned at its cap from the start; its only extra device
+//! memory is the regulariser's block sums (16 bytes per 256 Gaussians, not itemised) and the
+//! kernels' module; relocation and growth gather like a densification (the plan's copy).
 
 use crate::device::{
     CopyStream, Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
