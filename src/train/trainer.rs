@@ -775,11 +775,13 @@ impl Trainer {
                     });
                 }
                 // The strategy's own loss terms join the device gradients before the
-                // optimizer, as on the host.
+                // optimizer, as on the host (timed with the backward, here in `forward`).
+                let t = Instant::now();
                 let reg = match self.strategy.regularizer() {
                     Some(r) => e.regularize(r)?,
                     None => 0.0,
                 };
+                tm.forward += t.elapsed().as_secs_f64();
                 (v.loss + reg, v.l1, v.ssim, psnr_from_mse(v.mse, 1.0))
             }
         };
