@@ -16,6 +16,9 @@
 //!    compute queue waiting for it on the device (rules in `src/device/transfer.rs`), or from
 //!    pageable memory by a plain copy; then `rgb8_to_f32`;
 //! 2. `forward_resident`, the loss kernels (`∂L/∂image` + scalars), `backward_resident`;
+//!    with MCMC ([`super::mcmc`]) then `mcmc_regularize` (`kernels/mcmc.cu`), which adds the
+//!    regularisers' gradients and returns their loss term (per-block sums, 16 bytes per 256
+//!    Gaussians read back);
 //! 3. `densify_accumulate` (`kernels/densify.cu`, the twin of the host statistics) while the
 //!    strategy collects;
 //! 4. at the strategy's refine iterations only (every 100 iterations by default): the
@@ -26,9 +29,6 @@
 //!    and `gather_rows` / `set_rows3` / `reset_opacity` (`kernels/densify.cu`) apply it to
 //!    parameters, both moments and statistics together. A strategy without a plan gets the
 //!    whole model on the host instead;
-//!    With MCMC ([`super::mcmc`]), after backward `mcmc_regularize` (`kernels/mcmc.cu`) adds
-//!    the regularisers' gradients and returns their loss term (per-block sums, 16 bytes per
-//!    256 Gaussians read back);
 //! 5. Adam on the device with the host's per-group coefficients (bit-identical update rule);
 //! 6. MCMC only: at its refine iterations the means, log-scales and opacities (28 bytes per
 //!    Gaussian) come to the host, the strategy plans relocation and growth there
@@ -41,8 +41,10 @@
 //! Every kernel repeats the CPU's operations in order; the only differences are the
 //! rasterizer's atomically accumulated gradients (≤ 1e-5 relative) and the order of the loss
 //! sums. Training therefore follows the same trajectory statistically, not bitwise (tested:
-//! `tests/train_cli.rs`). All randomness (background, split samples) comes from the trainer's
-//! host RNG in the same order on both engines.
+//! `tests/train_cli.rs`). All randomness (background, split samples, MCMC's relocation and
+//! growth draws and its per-step noise seed) comes from the trainer's host RNG in the same
+//! order on both engines; MCMC's noise normals are a function of that seed, the row and the
+//! axis ([`super::mcmc::counter_normal`]), the same on both.
 //!
 //! # Memory
 //! [`device_bytes`] itemises what the engine allocates (model, per-view, intersections) with
