@@ -258,8 +258,11 @@ mod tests {
             let got = k
                 .regularize(strategy.regularizer(), &params, &mut grads)
                 .unwrap();
+            // The emulation differs only in the order of the f64 sums (measured: equal here);
+            // a GPU's expf may also differ by an ulp or two per term.
+            let tol = if dev.is_emulated() { 1e-12 } else { 1e-6 };
             assert!(
-                (got - want).abs() <= 1e-12 * want.abs(),
+                (got - want).abs() <= tol * want.abs(),
                 "{}: loss {got} vs {want}",
                 dev.name()
             );
