@@ -74,3 +74,15 @@ extern "C" __global__ void reset_opacity(
     m[i] = 0.0f;
     v[i] = 0.0f;
 }
+
+// out[rows[k]] = values[k] (1 float per row): MCMC's corrected opacities.
+extern "C" __global__ void set_rows1(
+    u64 count,
+    const u32* __restrict__ rows,     // [count]
+    const float* __restrict__ values, // [count]
+    float* __restrict__ out)          // [*]
+{
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    out[rows[i]] = values[i];
+}

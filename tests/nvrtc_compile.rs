@@ -23,8 +23,8 @@ fn every_kernel_compiles_for_ci_arches() {
         eprintln!("SKIP nvrtc_compile: {e}");
         return;
     }
-    // Every module of the project: the rasterizer's table, the training loss, Adam and the
-    // densification statistics.
+    // Every module of the project: the rasterizer's table, the training loss, Adam, the
+    // densification statistics and row edits, and MCMC's regulariser and noise.
     let mut modules: Vec<ModuleSource> = Kernel::ALL
         .iter()
         .map(|k| k.module_source().unwrap())
@@ -32,6 +32,7 @@ fn every_kernel_compiles_for_ci_arches() {
     modules.push(ramsplat::train::device_loss::module_source());
     modules.push(ramsplat::train::device_adam::module_source());
     modules.push(ramsplat::train::device_engine::module_source());
+    modules.push(ramsplat::train::device_mcmc::module_source());
     let mut failures = Vec::new();
     for arch in CI_ARCHES {
         for m in &modules {

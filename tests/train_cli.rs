@@ -1099,9 +1099,9 @@ fn gs_train_and_gs_render_score_the_same_view_alike() {
     }
 }
 
-/// `--strategy mcmc`: refused without `--max-gaussians`; the dry run reserves the cap; a run
-/// relocates and grows to the cap at iteration 600 (gsplat's schedule) and no metrics row
-/// ever exceeds it.
+/// `--strategy mcmc`: refused without `--max-gaussians`; the dry run reserves the cap (in RAM,
+/// and in device memory on the device engine); a run relocates and grows to the cap at
+/// iteration 600 (gsplat's schedule) and no metrics row ever exceeds it.
 #[test]
 fn mcmc_never_exceeds_its_cap_and_the_plan_reserves_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -1129,6 +1129,21 @@ fn mcmc_never_exceeds_its_cap_and_the_plan_reserves_it() {
     for needle in ["310 Gaussians × ", "reserved at its cap of 310 Gaussians"] {
         assert!(plan.contains(needle), "missing {needle:?} in:\n{plan}");
     }
+    // The device engine (on the host emulation) takes MCMC too, its memory plan at the cap.
+    let mut device = dry.clone();
+    let at = device.iter().position(|&a| a == "cpu").unwrap();
+    device[at] = "cuda";
+    let o = Command::new(BIN)
+        .args(&device)
+        .env("GS_CUDA_EMULATE", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("(310 Gaussians × "),
+        "the device plan holds the cap: {}",
+        stderr(&o)
+    );
 
     let o = gs_train(&args);
     assert!(o.status.success(), "{}", stderr(&o));

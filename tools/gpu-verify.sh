@@ -14,6 +14,8 @@
 #   trainer    the device engine against the CPU engine: a synthetic pack (64 views at 96x72,
 #              8 held out), 800 iterations with --eval and densification, same seed: test
 #              PSNR within 0.3 dB, Gaussian count within 10 %
+#   trainer-mcmc  the same with --strategy mcmc --max-gaussians 600 (relocation and growth at
+#              600 and 700): the same Gaussian count, test PSNR within 0.3 dB
 #   train      gs-train --backend cuda (the device engine) on the fox photos at full
 #              resolution with --eval (GS_VERIFY_FOX_ITERATIONS, default 3000; 30000 for the
 #              full benchmark, in a call of its own), and 30 iterations of --backend cpu:
@@ -160,6 +162,34 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# MCMC on the device engine against the CPU engine, on the trainer step's synthetic pack (the
+# pack is made here when that step did not run).
+trainer_mcmc() {
+    set -e
+    local b=$bundle/bin
+    if [ ! -d "$work/synth.pack" ]; then
+        "$b/gs-pack" synth -o "$work/synth" --views 64 --width 96 --height 72 --points 400 \
+            --seed 7
+        "$b/gs-pack" convert "$work/synth" -o "$work/synth.pack" --test-every 8
+    fi
+    for backend in cpu cuda; do
+        "$b/gs-train" "$work/synth.pack" -o "$work/mcmc-$backend" --backend "$backend" \
+            --iterations 800 --eval --sh-degree 1 --seed 3 --metrics-every 100 \
+            --strategy mcmc --max-gaussians 600 2>&1 | tail -n 4
+    done
+    python3 - "$work/mcmc-cpu/report.json" "$work/mcmc-cuda/report.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+print(f"mcmc: test PSNR cpu {a['test_psnr']:.4f} dB, cuda {b['test_psnr']:.4f} dB; Gaussians "
+      f"{a['num_gaussians']} vs {b['num_gaussians']}; it/s {a['iterations_per_s']:.1f} vs "
+      f"{b['iterations_per_s']:.1f}; backend {b['backend']}")
+ok = (abs(a["test_psnr"] - b["test_psnr"]) <= 0.3
+      and a["num_gaussians"] == b["num_gaussians"]
+      and b["backend"].startswith("device"))
+sys.exit(0 if ok else 1)
+PY
+}
+
 train_speed() {
     set -e
     local b=$bundle/bin
@@ -195,7 +225,7 @@ sanitize_lib() {
 }
 
 export bundle work out nvrtc_dir sanitizer
-export -f env_report render_parity trainer_parity train_speed sanitize sanitize_lib
+export -f env_report render_parity trainer_parity trainer_mcmc train_speed sanitize sanitize_lib
 step env 30 env_report
 step lib 90 "$bundle/tests/ramsplat_lib" render::cuda device:: train::device --test-threads=1
 step parity 120 "$bundle/tests/cuda_parity" --test-threads=1 --nocapture
@@ -206,6 +236,7 @@ else
     printf '%-13s %-14s\n' render "SKIPPED (no data/fox in the bundle)" | tee -a "$summary"
 fi
 step trainer 120 trainer_parity
+step trainer-mcmc 120 trainer_mcmc
 step train 240 train_speed
 step memcheck 120 sanitize memcheck
 step racecheck 120 sanitize racecheck

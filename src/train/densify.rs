@@ -49,6 +49,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::adam::{AdamState, Group, GroupMask};
+use super::mcmc::{NoiseStep, Regularizer};
 use crate::budget::Reservation;
 use crate::render::GaussianGrads;
 use crate::rng::Rng;
@@ -449,12 +450,47 @@ pub trait DensifyStrategy: Send {
     ) -> DensifyOutcome {
         DensifyOutcome::default()
     }
+    /// The weights of the strategy's L1 regularisers, whose terms
+    /// [`DensifyStrategy::regularize`] adds on host models, for engines that compute them where
+    /// the model lives (the device engine); `None`: no loss terms of its own.
+    fn regularizer(&self) -> Option<Regularizer> {
+        None
+    }
+    /// Whether [`DensifyStrategy::after_step_edit`] at 1-based iteration `iteration` plans
+    /// rows, and so reads its `rows` argument (an engine that keeps the model elsewhere
+    /// downloads them only then).
+    fn plans_rows_after_step(&self, _iteration: u64, _last: bool) -> bool {
+        false
+    }
+    /// [`DensifyStrategy::after_step`] as edits an engine applies where the model lives: row
+    /// plans in order, each already applied to `rows` (a host model holding at least the
+    /// means, log-scales and opacities the plans read; its other fields may be placeholders),
+    /// then the noise. A strategy that overrides `after_step` must override this with the
+    /// same draws in the same order; the default strategy has no edits after the optimizer.
+    fn after_step_edit(
+        &mut self,
+        _rows: &mut Model,
+        _ctx: &mut RefineContext<'_>,
+        _means_lr: f64,
+        _last: bool,
+    ) -> AfterStepEdit {
+        AfterStepEdit::default()
+    }
     /// The model's size for the whole run when the strategy fixes it in advance (MCMC: its
     /// cap), so the memory plan reserves it before the first step; `None`: the model grows as
     /// densification decides and its reservation follows.
     fn fixed_capacity(&self) -> Option<usize> {
         None
     }
+}
+
+/// The edits of [`DensifyStrategy::after_step_edit`]: `rows` in order, then `noise` on the
+/// means.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AfterStepEdit {
+    pub outcome: DensifyOutcome,
+    pub rows: Vec<RowPlan>,
+    pub noise: Option<NoiseStep>,
 }
 
 /// A refinement as an edit: the rows first (if any), then the opacity reset (if any), which is

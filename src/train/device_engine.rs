@@ -16,6 +16,9 @@
 //!    compute queue waiting for it on the device (rules in `src/device/transfer.rs`), or from
 //!    pageable memory by a plain copy; then `rgb8_to_f32`;
 //! 2. `forward_resident`, the loss kernels (`∂L/∂image` + scalars), `backward_resident`;
+//!    with MCMC ([`super::mcmc`]) then `mcmc_regularize` (`kernels/mcmc.cu`), which adds the
+//!    regularisers' gradients and returns their loss term (per-block sums, 16 bytes per 256
+//!    Gaussians read back);
 //! 3. `densify_accumulate` (`kernels/densify.cu`, the twin of the host statistics) while the
 //!    strategy collects;
 //! 4. at the strategy's refine iterations only (every 100 iterations by default): the
@@ -26,19 +29,29 @@
 //!    and `gather_rows` / `set_rows3` / `reset_opacity` (`kernels/densify.cu`) apply it to
 //!    parameters, both moments and statistics together. A strategy without a plan gets the
 //!    whole model on the host instead;
-//! 5. Adam on the device with the host's per-group coefficients (bit-identical update rule).
+//! 5. Adam on the device with the host's per-group coefficients (bit-identical update rule);
+//! 6. MCMC only: at its refine iterations the means, log-scales and opacities (28 bytes per
+//!    Gaussian) come to the host, the strategy plans relocation and growth there
+//!    ([`super::densify::DensifyStrategy::after_step_edit`]) and [`DeviceEngine::apply_rows`]
+//!    applies them (opacity replacements by `set_rows1`, new rows' moments zero, growth
+//!    enlarging the buffers); then every step `mcmc_noise` moves the means with the step's
+//!    seed.
 //!
 //! # Parity with the host engine
 //! Every kernel repeats the CPU's operations in order; the only differences are the
 //! rasterizer's atomically accumulated gradients (≤ 1e-5 relative) and the order of the loss
 //! sums. Training therefore follows the same trajectory statistically, not bitwise (tested:
-//! `tests/train_cli.rs`). All randomness (background, split samples) comes from the trainer's
-//! host RNG in the same order on both engines.
+//! `tests/train_cli.rs`). All randomness (background, split samples, MCMC's relocation and
+//! growth draws and its per-step noise seed) comes from the trainer's host RNG in the same
+//! order on both engines; MCMC's noise normals are a function of that seed, the row and the
+//! axis ([`super::mcmc::counter_normal`]), the same on both.
 //!
 //! # Memory
 //! [`device_bytes`] itemises what the engine allocates (model, per-view, intersections) with
 //! the formulas the `--vram-budget` plan prints; buffers only grow, so steady-state steps
-//! allocate nothing.
+//! allocate nothing. An MCMC run is planned at its cap from the start; its only extra device
+//! memory is the regulariser's block sums (16 bytes per 256 Gaussians, not itemised) and the
+//! kernels' module; relocation and growth gather like a densification (the plan's copy).
 
 use crate::device::{
     CopyStream, Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
@@ -54,6 +67,9 @@ use super::adam::{AdamConfig, GroupMask, LearningRates};
 use super::densify::{model_bytes, DensifyStats, Model, RefineInputs, RowPlan};
 use super::device_adam::{DeviceAdam, DeviceAdamError};
 use super::device_loss::{DeviceLoss, DeviceLossError, LOSS_SCALARS};
+use super::device_mcmc::{DeviceMcmc, DeviceMcmcError};
+use super::mcmc::{NoiseStep, Regularizer};
+use crate::scene::gaussians::Gaussians;
 
 /// Threads per block of the statistics kernel.
 const BLOCK: u32 = 256;
@@ -67,6 +83,7 @@ pub fn module_source() -> ModuleSource {
             "densify_accumulate",
             "gather_rows",
             "set_rows3",
+            "set_rows1",
             "reset_opacity",
         ],
         defines: vec![],
@@ -86,10 +103,8 @@ pub enum DeviceEngineError {
     Loss(#[from] DeviceLossError),
     #[error(transparent)]
     Adam(#[from] DeviceAdamError),
-    /// An edit the device kernels do not implement (a bug of the caller: such strategies are
-    /// refused before training).
-    #[error("the device engine cannot apply {0}; train with --backend cpu")]
-    Unsupported(&'static str),
+    #[error(transparent)]
+    Mcmc(#[from] DeviceMcmcError),
     /// A staged frame whose length does not fit the view (a bug of the caller).
     #[error("a staged frame holds {got} bytes, the view needs {want} (mask: {masked})")]
     FrameSize {
@@ -214,7 +229,10 @@ pub struct DeviceEngine {
     accumulate: Function,
     gather: Function,
     set_rows: Function,
+    set_rows1: Function,
     reset: Function,
+    /// The MCMC kernels, loaded on first use (only MCMC runs need them).
+    mcmc: Option<DeviceMcmc>,
     copies: CopyStream,
     params: DeviceGaussians,
     exp_avg: DeviceGaussians,
@@ -238,10 +256,11 @@ impl DeviceEngine {
     pub fn new(dev: Device) -> Result<DeviceEngine, DeviceEngineError> {
         let m = dev.load_module(&module_source())?;
         let f = |name: &str| m.function(name).cloned();
-        let (accumulate, gather, set_rows, reset) = (
+        let (accumulate, gather, set_rows, set_rows1, reset) = (
             f("densify_accumulate")?,
             f("gather_rows")?,
             f("set_rows3")?,
+            f("set_rows1")?,
             f("reset_opacity")?,
         );
         Ok(DeviceEngine {
@@ -251,7 +270,9 @@ impl DeviceEngine {
             accumulate,
             gather,
             set_rows,
+            set_rows1,
             reset,
+            mcmc: None,
             copies: dev.copy_stream()?,
             params: DeviceGaussians::new(&dev)?,
             exp_avg: DeviceGaussians::new(&dev)?,
@@ -495,9 +516,10 @@ impl DeviceEngine {
         Ok(h)
     }
 
-    /// Applies a densification's [`RowPlan`] on the device (`gather_rows`, `set_rows3`): the
-    /// twin of [`Model::apply_rows`], bit-identical (copies only; the new values come from
-    /// the host).
+    /// Applies a densification's [`RowPlan`] on the device (`gather_rows`, `set_rows3`,
+    /// `set_rows1` for opacity replacements): the twin of [`Model::apply_rows`], bit-identical
+    /// (copies only; the new values come from the host). The buffers are gathered into new
+    /// ones of the plan's row count, so a plan that appends rows (MCMC growth) grows them.
     pub fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError> {
         let dev = self.dev.clone();
         let rows = plan.src.len();
@@ -508,13 +530,6 @@ impl DeviceEngine {
                 need: bad as usize + 1,
             }
             .into());
-        }
-        if plan.replace.iter().any(|v| v.logit_opacity.is_some()) {
-            // set_rows3 writes means and log-scales only; MCMC's opacity replacement has no
-            // kernel, so such a plan must never be half-applied.
-            return Err(DeviceEngineError::Unsupported(
-                "a row plan that replaces opacities (MCMC relocation)",
-            ));
         }
         let fresh: Vec<u8> = plan.fresh.iter().map(|&f| f as u8).collect();
         let mut src = dev.alloc::<u32>(rows)?;
@@ -600,6 +615,35 @@ impl DeviceEngine {
                     )
                 }?;
             }
+            // Opacity replacements (MCMC's corrected copies): only the rows that carry one.
+            let (at_o, values_o): (Vec<u32>, Vec<f32>) = plan
+                .replace
+                .iter()
+                .filter_map(|v| v.logit_opacity.map(|o| (v.row, o)))
+                .unzip();
+            if !at_o.is_empty() {
+                let count = at_o.len();
+                let mut at_d = dev.alloc::<u32>(count)?;
+                dev.upload(&at_o, &mut at_d)?;
+                let mut values = dev.alloc::<f32>(count)?;
+                dev.upload(&values_o, &mut values)?;
+                let args = [
+                    KernelArg::U64(count as u64),
+                    at_d.arg(),
+                    values.arg(),
+                    params.buffer(Field::LogitOpacities).arg(),
+                ];
+                // SAFETY: matches set_rows1 in kernels/densify.cu; `at` and `values` hold
+                // `count` entries, each row below `rows` (checked with the others above), and
+                // the opacities hold `rows` floats.
+                unsafe {
+                    dev.launch(
+                        &self.set_rows1,
+                        LaunchConfig::linear(count as u64, BLOCK)?,
+                        &args,
+                    )
+                }?;
+            }
         }
         params.n = rows;
         self.params = params;
@@ -613,6 +657,45 @@ impl DeviceEngine {
         dev.memset_zero(&mut self.denom, n)?;
         dev.memset_zero(&mut self.max_radii, n)?;
         Ok(())
+    }
+
+    /// What an MCMC relocation and growth plan from: a host model at SH degree 0 holding the
+    /// device model's means, log-scales and opacities (28 bytes per Gaussian); its rotations,
+    /// SH, moments and statistics are zero placeholders the plans never read.
+    pub fn row_values(&self) -> Result<Model, DeviceEngineError> {
+        let dev = &self.dev;
+        let n = self.params.n;
+        let mut g = Gaussians::zeros(n, 0);
+        dev.download(self.params.buffer(Field::Means), g.means.as_flattened_mut())?;
+        dev.download(
+            self.params.buffer(Field::LogScales),
+            g.log_scales.as_flattened_mut(),
+        )?;
+        dev.download(
+            self.params.buffer(Field::LogitOpacities),
+            &mut g.logit_opacities,
+        )?;
+        Ok(Model::new(g))
+    }
+
+    /// Adds the L1 regularisers' gradients to the last backward's and returns their loss term
+    /// (`kernels/mcmc.cu`, twin of [`super::densify::DensifyStrategy::regularize`]).
+    pub fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError> {
+        let mcmc = match &mut self.mcmc {
+            Some(m) => m,
+            None => self.mcmc.insert(DeviceMcmc::new(&self.dev)?),
+        };
+        Ok(mcmc.regularize(reg, &self.params, self.raster.grads_mut())?)
+    }
+
+    /// Adds a step's MCMC noise to the means (`kernels/mcmc.cu`, twin of
+    /// [`super::mcmc::McmcStrategy::add_noise`]).
+    pub fn add_noise(&mut self, noise: NoiseStep) -> Result<(), DeviceEngineError> {
+        let mcmc = match &mut self.mcmc {
+            Some(m) => m,
+            None => self.mcmc.insert(DeviceMcmc::new(&self.dev)?),
+        };
+        Ok(mcmc.add_noise(noise, &mut self.params)?)
     }
 
     /// Opacity ← min(opacity, `max_opacity`) with the opacity moments zeroed, on the device
@@ -812,6 +895,65 @@ mod tests {
             e.reset_opacity(edit.reset_opacity.unwrap()).unwrap();
             let got = e.download_model().unwrap();
             assert_eq!(got.len(), m.len());
+            assert!(
+                got == m,
+                "{}: the device edit differs from the host's",
+                dev.name()
+            );
+        }
+    }
+
+    /// MCMC's relocation and growth, planned on the host from [`DeviceEngine::row_values`] and
+    /// applied by the device's row kernels (opacity replacements by `set_rows1`, fresh rows'
+    /// moments zeroed, appended rows growing the buffers): the host edit, bit for bit.
+    #[test]
+    fn mcmc_row_plans_match_the_host_edit() {
+        use crate::train::densify::{DensifyStrategy, ModelMemory, RefineContext};
+        use crate::train::mcmc::{McmcConfig, McmcStrategy};
+        for dev in crate::device::test_devices() {
+            let mut rng = Rng::new(13);
+            let n = 300;
+            let mut m = model(n, &mut rng);
+            for i in 0..n {
+                // A third dead (≤ 0.005), the rest spread over (0.01, 0.95).
+                m.gaussians.logit_opacities[i] = if i % 3 == 0 {
+                    -7.0
+                } else {
+                    rng.uniform(-4.5, 3.0) as f32
+                };
+            }
+            let mut e = DeviceEngine::new(dev.clone()).unwrap();
+            e.upload_model(&m).unwrap();
+            let mut strategy = McmcStrategy::new(McmcConfig {
+                refine_start_iter: 5,
+                refine_every: 10,
+                ..McmcConfig::with_cap(330)
+            });
+            let mut rows = e.row_values().unwrap();
+            assert_eq!(rows.gaussians.means, m.gaussians.means);
+            assert_eq!(rows.gaussians.log_scales, m.gaussians.log_scales);
+            assert_eq!(rows.gaussians.logit_opacities, m.gaussians.logit_opacities);
+            let mut memory = ModelMemory::default();
+            let mut draws = Rng::new(4);
+            let mut ctx = RefineContext {
+                iteration: 10,
+                extent: 3.0,
+                white_background: false,
+                rng: &mut draws,
+                memory: &mut memory,
+                make_room: &mut |_| 0,
+            };
+            assert!(strategy.plans_rows_after_step(10, false));
+            let edit = strategy.after_step_edit(&mut rows, &mut ctx, 1e-4, false);
+            assert_eq!(edit.outcome.relocated, 100);
+            assert_eq!(edit.outcome.added, 15, "300 · 1.05 = 315");
+            assert_eq!(edit.rows.len(), 2);
+            for plan in &edit.rows {
+                m.apply_rows(plan);
+                e.apply_rows(plan).unwrap();
+            }
+            let got = e.download_model().unwrap();
+            assert_eq!(got.len(), 315);
             assert!(
                 got == m,
                 "{}: the device edit differs from the host's",

@@ -4,8 +4,8 @@
 //!
 //! # What it owns
 //! [`McmcStrategy`] implements [`DensifyStrategy`] with the per-step hooks the default
-//! strategy leaves empty; the trainer calls them for every engine that supports the strategy
-//! (the host engine; the device engine refuses it before training, see the trainer):
+//! strategy leaves empty; the trainer calls them on the host engine, and their device twins
+//! on the device engine (see "Two engines" below):
 //! - [`DensifyStrategy::regularize`], before the optimizer: the loss gains
 //!   `opacity_reg · mean(σ(logit_opacity)) + scale_reg · mean(exp(log_scale))` (means over
 //!   N opacities and 3N scale entries), and its gradients are added to the render's;
@@ -29,10 +29,22 @@
 //!   edits parameters, moments and statistics together.
 //!
 //! # Noise (every step)
-//! `mean += noise_lr · lr_means(s) · w(o) · Σ z`, `z ~ N(0, I₃)` from the trainer's RNG,
-//! `Σ = R·diag(s²)·Rᵀ` the Gaussian's covariance and `w(o) = σ(−k·(o − t))` with `k = 100`,
+//! `mean += noise_lr · lr_means(s) · w(o) · Σ z`, `z ~ N(0, I₃)` from [`counter_normal`]:
+//! one seed per step is drawn from the trainer's RNG ([`McmcStrategy::noise_step`]) and row
+//! `i`'s axis `a` gets the normal of `(seed, i, a)` (a splitmix64 hash, two 24-bit uniforms,
+//! Box–Muller in f32), so a kernel thread draws its row's noise without a sequential RNG and
+//! both engines add the same noise (up to a GPU libm's rounding of `ln` and `cos`).
+//! `Σ = R·diag(s²)·Rᵀ` is the Gaussian's covariance and `w(o) = σ(−k·(o − t))` with `k = 100`,
 //! `t = 0.005`: only nearly transparent Gaussians move noticeably (gsplat's
 //! `inject_noise_to_position`, whose `op_sigmoid(1 − o)` with `x0 = 0.995` is this `w`).
+//!
+//! # Two engines
+//! On the device engine ([`super::device_engine`]) the regulariser and the noise are kernels
+//! (`kernels/mcmc.cu`, [`super::device_mcmc`]) that repeat this module's operations in order;
+//! relocation and growth are planned here, by [`DensifyStrategy::after_step_edit`], from the
+//! means, log-scales and opacities the engine downloads at refine iterations (28 bytes per
+//! Gaussian), and applied by the device's row kernels. Both engines make the same RNG draws
+//! in the same order: relocation, growth, then the noise seed.
 //!
 //! # Schedule
 //! The iteration constants are gsplat's (start 500, every 100, stop 25,000), not scaled with
@@ -41,13 +53,14 @@
 //!
 //! # Invariants
 //! The model never has more than `cap_max` rows after a step; the random draws all come from
-//! the trainer's one RNG, so runs are reproducible and resume bit-exactly.
+//! the trainer's one RNG (the noise through its per-step seed), so runs are reproducible and
+//! resume bit-exactly on the host engine.
 
 use serde::{Deserialize, Serialize};
 
 use super::densify::{
-    rotation_matrix, DensifyOutcome, DensifyStrategy, Model, RefineContext, RowPlan, RowValues,
-    ViewStats,
+    rotation_matrix, AfterStepEdit, DensifyOutcome, DensifyStrategy, Model, RefineContext, RowPlan,
+    RowValues, ViewStats,
 };
 use crate::render::GaussianGrads;
 use crate::rng::Rng;
@@ -250,16 +263,23 @@ impl McmcStrategy {
         (plan, draws.len())
     }
 
-    /// Moves the means by the noise of the module doc, with the position learning rate
-    /// `means_lr`.
-    pub fn add_noise(&self, g: &mut Gaussians, means_lr: f64, rng: &mut Rng) {
-        const K: f32 = 100.0;
-        const T: f32 = 0.005;
-        let scaler = (self.config.noise_lr * means_lr) as f32;
+    /// This step's noise (see the module doc): one seed from the trainer's RNG and the scale
+    /// `noise_lr · means_lr`, so every engine adds the same noise from it.
+    pub fn noise_step(&self, means_lr: f64, rng: &mut Rng) -> NoiseStep {
+        NoiseStep {
+            seed: rng.next_u64(),
+            scale: (self.config.noise_lr * means_lr) as f32,
+        }
+    }
+
+    /// Moves the means by `noise` (see the module doc); the CPU twin of `mcmc_noise` in
+    /// `kernels/mcmc.cu`, operation for operation.
+    pub fn add_noise(&self, g: &mut Gaussians, noise: NoiseStep) {
         for i in 0..g.len() {
             let o = sigmoid(g.logit_opacities[i]);
-            let w = sigmoid(-K * (o - T));
-            let z: [f32; 3] = std::array::from_fn(|_| rng.normal() as f32);
+            let w = sigmoid(-NOISE_K * (o - NOISE_T));
+            let z: [f32; 3] =
+                std::array::from_fn(|a| counter_normal(noise.seed, i as u64, a as u32));
             let r = rotation_matrix(g.rotations[i]);
             let s2 = g.log_scales[i].map(|v| (2.0 * v).exp());
             // Σz = R·diag(s²)·Rᵀ·z.
@@ -267,10 +287,75 @@ impl McmcStrategy {
                 std::array::from_fn(|a| s2[a] * (r[0][a] * z[0] + r[1][a] * z[1] + r[2][a] * z[2]));
             for (k, m) in g.means[i].iter_mut().enumerate() {
                 let d = r[k][0] * local[0] + r[k][1] * local[1] + r[k][2] * local[2];
-                *m += scaler * w * d;
+                *m += noise.scale * w * d;
             }
         }
     }
+
+    /// The regulariser weights ([`DensifyStrategy::regularize`]).
+    pub fn regularizer(&self) -> Regularizer {
+        Regularizer {
+            opacity: self.config.opacity_reg,
+            scale: self.config.scale_reg,
+        }
+    }
+}
+
+/// Steepness `k` of the noise gate `w(o) = σ(−k·(o − t))`.
+pub const NOISE_K: f32 = 100.0;
+/// Threshold `t` of the noise gate.
+pub const NOISE_T: f32 = 0.005;
+
+/// One step's noise: everything an engine needs to add it ([`McmcStrategy::add_noise`], the
+/// device engine's `mcmc_noise`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NoiseStep {
+    /// Key of the step's counter-based normals ([`counter_normal`]).
+    pub seed: u64,
+    /// `noise_lr · lr_means(s)`.
+    pub scale: f32,
+}
+
+/// The L1 regularisers' weights: the loss gains `opacity · mean(σ(logit_opacity)) +
+/// scale · mean(exp(log_scale))`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Regularizer {
+    pub opacity: f32,
+    pub scale: f32,
+}
+
+impl Regularizer {
+    /// The per-value gradient factors for `n` Gaussians: `(opacity / n, scale / 3n)`.
+    pub fn factors(&self, n: usize) -> (f32, f32) {
+        (self.opacity / n as f32, self.scale / (3 * n) as f32)
+    }
+
+    /// The loss term from the sums of the `n` opacities and of the `3n` scales.
+    pub fn loss(&self, sum_opacity: f64, sum_scale: f64, n: usize) -> f64 {
+        self.opacity as f64 * sum_opacity / n as f64
+            + self.scale as f64 * sum_scale / (3 * n) as f64
+    }
+}
+
+/// splitmix64's finaliser: a bijective 64-bit mix (twin of `mcmc_mix64` in `kernels/mcmc.cu`).
+pub fn mix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// A standard normal that depends only on `(seed, row, axis)`, so a kernel thread can draw
+/// its row's without a sequential RNG: one 64-bit hash gives two 24-bit uniforms, `u1` in
+/// (0, 1] and `u2` in [0, 1), and Box–Muller in f32 turns them into
+/// `√(−2 ln u1) · cos(2π u2)`. Twin of `mcmc_normal` in `kernels/mcmc.cu` (equal up to the
+/// libm's rounding of `ln` and `cos`).
+pub fn counter_normal(seed: u64, row: u64, axis: u32) -> f32 {
+    let h = mix64(seed ^ mix64(row.wrapping_mul(3).wrapping_add(axis as u64)));
+    const INV24: f32 = 1.0 / 16_777_216.0;
+    let u1 = ((h >> 40) + 1) as f32 * INV24;
+    let u2 = (h & 0xFF_FFFF) as f32 * INV24;
+    (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
 }
 
 impl DensifyStrategy for McmcStrategy {
@@ -306,10 +391,9 @@ impl DensifyStrategy for McmcStrategy {
         if n == 0 {
             return 0.0;
         }
-        let (ro, rs) = (self.config.opacity_reg, self.config.scale_reg);
+        let reg = self.regularizer();
         let (mut sum_o, mut sum_s) = (0.0f64, 0.0f64);
-        let d_o = ro / n as f32;
-        let d_s = rs / (3 * n) as f32;
+        let (d_o, d_s) = reg.factors(n);
         for i in 0..n {
             let o = sigmoid(g.logit_opacities[i]);
             sum_o += o as f64;
@@ -320,7 +404,11 @@ impl DensifyStrategy for McmcStrategy {
                 grads.log_scales[i][a] += d_s * s;
             }
         }
-        ro as f64 * sum_o / n as f64 + rs as f64 * sum_s / (3 * n) as f64
+        reg.loss(sum_o, sum_s, n)
+    }
+
+    fn regularizer(&self) -> Option<Regularizer> {
+        Some(McmcStrategy::regularizer(self))
     }
 
     fn after_step(
@@ -330,21 +418,44 @@ impl DensifyStrategy for McmcStrategy {
         means_lr: f64,
         last: bool,
     ) -> DensifyOutcome {
-        let mut out = DensifyOutcome::default();
-        if !last && self.refine_due(ctx.iteration) {
-            let (plan, moved) = self.plan_relocation(&model.gaussians, ctx.rng);
-            if moved > 0 {
-                model.apply_rows(&plan);
-            }
-            out.relocated = moved;
-            let (plan, added) = self.plan_growth(&model.gaussians, ctx.rng);
-            if added > 0 {
-                model.apply_rows(&plan);
-            }
-            out.added = added;
+        let edit = self.after_step_edit(model, ctx, means_lr, last);
+        if let Some(noise) = edit.noise {
+            self.add_noise(&mut model.gaussians, noise);
         }
-        self.add_noise(&mut model.gaussians, means_lr, ctx.rng);
-        out
+        edit.outcome
+    }
+
+    fn plans_rows_after_step(&self, iteration: u64, last: bool) -> bool {
+        !last && self.refine_due(iteration)
+    }
+
+    /// Relocation then growth, each planned on `rows` and applied to it before the next is
+    /// planned (growth draws from the relocated model); then the step's noise seed. The RNG
+    /// draws are the same, in the same order, whichever engine applies the edit.
+    fn after_step_edit(
+        &mut self,
+        rows: &mut Model,
+        ctx: &mut RefineContext<'_>,
+        means_lr: f64,
+        last: bool,
+    ) -> AfterStepEdit {
+        let mut edit = AfterStepEdit::default();
+        if self.plans_rows_after_step(ctx.iteration, last) {
+            let (plan, moved) = self.plan_relocation(&rows.gaussians, ctx.rng);
+            if moved > 0 {
+                rows.apply_rows(&plan);
+                edit.rows.push(plan);
+            }
+            edit.outcome.relocated = moved;
+            let (plan, added) = self.plan_growth(&rows.gaussians, ctx.rng);
+            if added > 0 {
+                rows.apply_rows(&plan);
+                edit.rows.push(plan);
+            }
+            edit.outcome.added = added;
+        }
+        edit.noise = Some(self.noise_step(means_lr, ctx.rng));
+        edit
     }
 
     fn fixed_capacity(&self) -> Option<usize> {
@@ -548,6 +659,32 @@ mod tests {
         }
     }
 
+    /// The counter-based normals are standard normal (moments of 300,000 draws), depend on
+    /// seed, row and axis, and are reproducible.
+    #[test]
+    fn counter_normals_are_standard_and_keyed() {
+        let n = 100_000u64;
+        let (mut sum, mut sq, mut fourth) = (0.0f64, 0.0f64, 0.0f64);
+        for row in 0..n {
+            for axis in 0..3 {
+                let z = counter_normal(99, row, axis) as f64;
+                assert!(z.is_finite());
+                sum += z;
+                sq += z * z;
+                fourth += z * z * z * z;
+            }
+        }
+        let m = 3.0 * n as f64;
+        // Standard errors at 300,000 draws: mean 0.0018, variance 0.0026, 4th moment 0.018.
+        assert!((sum / m).abs() < 0.01, "mean {}", sum / m);
+        assert!((sq / m - 1.0).abs() < 0.015, "variance {}", sq / m);
+        assert!((fourth / m - 3.0).abs() < 0.1, "4th moment {}", fourth / m);
+        assert_eq!(counter_normal(5, 7, 1), counter_normal(5, 7, 1));
+        assert_ne!(counter_normal(5, 7, 1), counter_normal(6, 7, 1));
+        assert_ne!(counter_normal(5, 7, 1), counter_normal(5, 8, 1));
+        assert_ne!(counter_normal(5, 7, 1), counter_normal(5, 7, 2));
+    }
+
     #[test]
     fn noise_moves_transparent_gaussians_along_their_covariance_only() {
         // Row 0 opaque (w ≈ e^-99.5: no move), row 1 transparent (w ≈ 0.5 at o = 0.005).
@@ -557,7 +694,8 @@ mod tests {
         let s = McmcStrategy::new(McmcConfig::with_cap(2));
         let before = m.gaussians.means.clone();
         let mut rng = Rng::new(4);
-        s.add_noise(&mut m.gaussians, 1e-4, &mut rng);
+        let noise = s.noise_step(1e-4, &mut rng);
+        s.add_noise(&mut m.gaussians, noise);
         assert_eq!(m.gaussians.means[0], before[0]);
         let d: Vec<f32> = (0..3)
             .map(|a| m.gaussians.means[1][a] - before[1][a])

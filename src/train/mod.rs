@@ -34,6 +34,7 @@ pub mod densify;
 pub mod device_adam;
 pub mod device_engine;
 pub mod device_loss;
+pub mod device_mcmc;
 pub mod init;
 pub mod loss;
 pub mod mcmc;

@@ -170,11 +170,6 @@ pub enum OptionsError {
     InitWithResume,
     #[error("--workers and --prefetch must be at least 1")]
     NoWorkers,
-    #[error(
-        "--strategy mcmc runs on the CPU engine only for now (the device engine has no kernels \
-         for its relocation, noise and regulariser); use --backend cpu"
-    )]
-    McmcOnDevice,
 }
 
 /// Why a run failed. Messages name the file / view and what to do.
@@ -352,6 +347,12 @@ fn plan_device(
     max_pixels: u64,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<DeviceCap, RunError> {
+    // MCMC never grows past its cap: the device holds the cap's model from the start (as the
+    // RAM plan reserves it).
+    let n = match &config.mcmc {
+        Some(m) => n.max(m.cap_max),
+        None => n,
+    };
     let bytes = device_bytes(
         n,
         config.sh_degree,
@@ -802,15 +803,6 @@ fn intersection_cap(budget: u64) -> u64 {
     (budget / INTERSECTION_BUDGET_DIVISOR).min(crate::render::DEFAULT_MAX_INTERSECTION_BYTES)
 }
 
-/// The MCMC strategy runs on the host engine only (its relocation, noise and regulariser have
-/// no device kernels yet): refused before any work rather than at the first step.
-fn check_engine(config: &TrainConfig, engine: &Engine) -> Result<(), RunError> {
-    if config.mcmc.is_some() && matches!(engine, Engine::Device(_)) {
-        return Err(OptionsError::McmcOnDevice.into());
-    }
-    Ok(())
-}
-
 /// Settings `run` and `dry_run` refuse before opening anything.
 fn check_options(opts: &RunOptions) -> Result<(), RunError> {
     if opts.config.iterations == 0 {
@@ -969,7 +961,6 @@ pub fn dry_run(
     }
     // As in `run`: the engine exists before the baseline is measured.
     let engine = make_engine(opts.backend, on_event)?;
-    check_engine(&config, &engine)?;
     let vram = vram_budget(&engine, opts.vram_budget)?;
     config.max_intersection_bytes = intersection_cap(vram.map_or(opts.ram_budget, |v| v.bytes));
     let baseline = current_rss_bytes().unwrap_or(0);
@@ -1090,7 +1081,6 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     };
 
     let engine = make_engine(opts.backend, on_event)?;
-    check_engine(&config, &engine)?;
     let backend_name = engine.name();
     let max_pixels = manifest.max_view_pixels();
     let vram = vram_budget(&engine, opts.vram_budget)?;

@@ -719,6 +719,12 @@ impl CudaRasterizer {
         &self.b.g
     }
 
+    /// The parameter gradients of the last backward, for terms added before the optimizer
+    /// (the MCMC regularisers).
+    pub fn grads_mut(&mut self) -> &mut ParamGradBufs {
+        &mut self.b.g
+    }
+
     /// The projected splats of the last forward (for stage-by-stage parity checks).
     pub fn splats(&self) -> Result<Vec<Splat<f32>>, CudaError> {
         let n = self.fingerprint.as_ref().map_or(0, |f| f.n);
