@@ -1,8 +1,10 @@
 //! Fuzzes the shard reader: the input replaces the bytes of the only shard of an otherwise
-//! valid pack (the manifest is adjusted to the input's length so the reader gets past its size
-//! check, and the pack id is taken from the input's header so inputs derived from the seed get
-//! past the pack-id check), then the pack is opened, verified and every view read. Nothing may
-//! panic, hang or allocate without bound; errors are expected.
+//! valid pack (`synth::packs::write_layouts_pack`: a view of every pixel layout, alpha and
+//! loss mask, in every codec, and a point cloud). The manifest is adjusted to the input's
+//! length so the reader gets past its size check, and the pack id is taken from the input's
+//! header so inputs derived from the seed get past the pack-id check; then the pack is opened,
+//! verified and every view read. Nothing may panic, hang or allocate without bound; errors are
+//! expected.
 //!
 //! Seed corpus: `RAMSPLAT_FUZZ_SEED_DIR=DIR cargo fuzz run shard DIR -- -runs=0` copies the
 //! fixture's valid shard into DIR.
@@ -24,7 +26,7 @@ fn fixture() -> &'static Fixture {
     F.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("ramsplat-fuzz-shard-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        ramsplat::synth::packs::write_tiny_pack(&dir).expect("seed pack");
+        ramsplat::synth::packs::write_layouts_pack(&dir).expect("seed pack");
         if let Some(seed_dir) = std::env::var_os("RAMSPLAT_FUZZ_SEED_DIR") {
             let _ = std::fs::create_dir_all(&seed_dir);
             std::fs::copy(

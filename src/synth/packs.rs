@@ -58,6 +58,57 @@ pub fn write_tiny_pack(dir: &Path) -> Result<Manifest, WriteError> {
     w.finish(SourceInfo::generated("ramsplat tiny pack"))
 }
 
+/// Writes the tiny pack's cloud and one 5×3 view of every pixel layout (RGB, RGBA, RGB + loss
+/// mask, RGBA + loss mask) in every codec: twelve views, the fixture of the shard fuzz target
+/// (every decode path of the reader, the PNG mask framing included). Returns the manifest.
+pub fn write_layouts_pack(dir: &Path) -> Result<Manifest, WriteError> {
+    use crate::shard::writer::encode_view_pixels;
+    use crate::shard::PixelLayout;
+    let mut w = PackWriter::create(dir, &WriterOptions::default())?;
+    let (width, height) = (5u32, 3u32);
+    let mut i = 0u32;
+    for codec in [Codec::Raw, Codec::Zstd, Codec::Png] {
+        for (alpha, mask) in [(false, false), (true, false), (false, true), (true, true)] {
+            let layout = PixelLayout { alpha, mask };
+            let n = (width * height) as usize;
+            let mut bytes: Vec<u8> = (0..layout.pixel_bytes(width, height))
+                .map(|k| (k as u32 * (i + 3)) as u8)
+                .collect();
+            if mask {
+                bytes.extend((0..n).map(|k| if k % 3 == 0 { 0 } else { 255 }));
+            }
+            let camera = centred_camera(
+                width,
+                height,
+                Pose {
+                    translation: [i as f64, 0.0, 3.0],
+                    ..Pose::IDENTITY
+                },
+            );
+            let v = encode_view_pixels(
+                &format!("v{i}"),
+                &camera,
+                Split::Train,
+                &bytes,
+                layout,
+                codec,
+                3,
+            )?;
+            w.add_encoded_view(v)?;
+            i += 1;
+        }
+    }
+    let chunk = PointChunk {
+        xyz: (0..100).map(|i| [i as f32, 0.5, -1.0]).collect(),
+        rgb: (0..100).map(|i| [i as u8; 3]).collect(),
+        labels: Some((0..100).collect()),
+        normals: None,
+    };
+    w.add_cloud(&mut MemPoints::new("sfm", vec![chunk]))
+        .map_err(WriteError::from)?;
+    w.finish(SourceInfo::generated("ramsplat layouts pack"))
+}
+
 /// Writes a synthetic pack of `views` train views of `width × height` uniform-noise pixels
 /// (incompressible, so raw and zstd sizes are equal: the worst case for RAM). Returns the
 /// wrapping sum of xxh3 of each decoded view (what one epoch's `content_sum` must equal).
@@ -218,4 +269,31 @@ pub fn write_scale_pack(
     }
     w.finish(SourceInfo::generated("synthetic scale pack"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::reader::Pack;
+
+    #[test]
+    fn the_layouts_pack_reads_back_every_view() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.pack");
+        let m = write_layouts_pack(&path).unwrap();
+        assert_eq!(m.views.len(), 12);
+        let pack = Pack::open(&path).unwrap();
+        pack.verify(&|_, _| {}).unwrap();
+        for (i, v) in m.views.iter().enumerate() {
+            let layout = v.layout();
+            assert_eq!((layout.alpha, layout.mask), (i % 4 % 2 == 1, i % 4 >= 2));
+            let mut out = vec![0u8; v.decoded_len()];
+            pack.read_view_into(i, &mut out).unwrap();
+            let (_, mask) = layout.split(&out, v.width(), v.height()).unwrap();
+            if let Some(mask) = mask {
+                assert_eq!(mask[0], 0);
+                assert_eq!(mask[1], 255);
+            }
+        }
+    }
 }
