@@ -1176,31 +1176,9 @@ fn mcmc_never_exceeds_its_cap_and_the_plan_reserves_it() {
 /// background and evaluates over white.
 #[test]
 fn rgba_images_pack_with_alpha_and_train() {
-    let gs_pack = env!("CARGO_BIN_EXE_gs-pack");
     let dir = tempfile::tempdir().unwrap();
     let scene = dir.path().join("scene");
-    let run = |args: &[&str]| {
-        let o = Command::new(gs_pack).args(args).output().unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
-        o
-    };
-    run(&[
-        "synth",
-        "-o",
-        s(&scene),
-        "--views",
-        "6",
-        "--width",
-        "32",
-        "--height",
-        "24",
-        "--points",
-        "200",
-        "--format",
-        "nerf",
-        "--seed",
-        "5",
-    ]);
+    small_synth(&scene, "nerf", "5");
     let mut files = vec![];
     for e in std::fs::read_dir(scene.join("images")).unwrap() {
         let p = e.unwrap().path();
@@ -1217,7 +1195,7 @@ fn rgba_images_pack_with_alpha_and_train() {
         files.push((p.file_name().unwrap().to_owned(), rgba.into_raw()));
     }
     let pack = dir.path().join("scene.pack");
-    run(&["convert", s(&scene), "-o", s(&pack), "--max-width", "0"]);
+    gs_pack_ok(&["convert", s(&scene), "-o", s(&pack), "--max-width", "0"]);
     let p = Pack::open(&pack).unwrap();
     let m = p.manifest();
     assert_eq!(m.views.len(), 6);
@@ -1232,10 +1210,10 @@ fn rgba_images_pack_with_alpha_and_train() {
         p.read_view_into(i, &mut got).unwrap();
         assert_eq!(&got, want, "view {i}");
     }
-    let info = run(&["info", s(&pack), "--json"]);
+    let info = gs_pack_ok(&["info", s(&pack), "--json"]);
     let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
     assert_eq!(info["alpha_views"], 6);
-    run(&["verify", s(&pack)]);
+    gs_pack_ok(&["verify", s(&pack)]);
     let out = dir.path().join("run");
     // The memory plan counts the composited copies.
     let o = gs_train(&train_args(&pack, &out, "30", &["--dry-run"]));
@@ -1254,38 +1232,10 @@ fn rgba_images_pack_with_alpha_and_train() {
     assert!(o.status.success(), "{}", stderr(&o));
     // gs-render scores the RGBA test views by the same rule (over white) by default: the same
     // numbers as gs-train's evaluation.
-    let trained: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("test/iteration_30/metrics.json")).unwrap(),
-    )
-    .unwrap();
-    let trained = trained.as_array().unwrap();
-    assert!(!trained.is_empty());
-    let rendered_dir = dir.path().join("rendered");
-    let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
-        .args([
-            "--ply",
-            s(&out.join("point_cloud/iteration_30/point_cloud.ply")),
-        ])
-        .args(["--pack", s(&pack), "--split", "test", "--sh-degree", "0"])
-        .args(["-o", s(&rendered_dir), "--backend", "cpu"])
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", stderr(&r));
-    let rendered: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(rendered_dir.join("metrics.json")).unwrap())
-            .unwrap();
+    let rendered = gs_render_scores_like_gs_train(&out, &pack, &dir.path().join("rendered"));
     assert!(rendered["background"].is_null(), "{rendered}");
-    let rendered = rendered["views"].as_array().unwrap();
-    assert_eq!(rendered.len(), trained.len());
-    for (t, r) in trained.iter().zip(rendered) {
-        assert_eq!(t["view"], r["index"]);
+    for r in rendered["views"].as_array().unwrap() {
         assert_eq!(r["background"], serde_json::json!([1.0, 1.0, 1.0]));
-        assert_eq!(
-            (t["psnr"].as_f64(), t["ssim"].as_f64()),
-            (r["psnr"].as_f64(), r["ssim"].as_f64()),
-            "view {}: gs-train vs gs-render",
-            t["view"]
-        );
     }
 }
 
@@ -1293,31 +1243,9 @@ fn rgba_images_pack_with_alpha_and_train() {
 /// them and evaluates on the used pixels; gs-render scores the masked test views alike.
 #[test]
 fn colmap_masks_pack_train_and_score_alike() {
-    let gs_pack = env!("CARGO_BIN_EXE_gs-pack");
     let dir = tempfile::tempdir().unwrap();
     let scene = dir.path().join("scene");
-    let run = |args: &[&str]| {
-        let o = Command::new(gs_pack).args(args).output().unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
-        o
-    };
-    run(&[
-        "synth",
-        "-o",
-        s(&scene),
-        "--views",
-        "6",
-        "--width",
-        "32",
-        "--height",
-        "24",
-        "--points",
-        "200",
-        "--format",
-        "colmap",
-        "--seed",
-        "9",
-    ]);
+    small_synth(&scene, "colmap", "9");
     // Every image gets a mask excluding its left quarter (COLMAP's `<name>.png` naming).
     let images = scene.join("images");
     let masks = scene.join("masks");
@@ -1333,7 +1261,7 @@ fn colmap_masks_pack_train_and_score_alike() {
         names.push(name);
     }
     let pack = dir.path().join("scene.pack");
-    run(&[
+    gs_pack_ok(&[
         "convert",
         s(&scene),
         "-o",
@@ -1356,13 +1284,13 @@ fn colmap_masks_pack_train_and_score_alike() {
             assert_eq!(b, if k % w < w / 4 { 0 } else { 255 }, "view {i} pixel {k}");
         }
     }
-    let info = run(&["info", s(&pack), "--json"]);
+    let info = gs_pack_ok(&["info", s(&pack), "--json"]);
     let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
     assert_eq!(info["masked_views"], 6);
-    run(&["verify", s(&pack)]);
+    gs_pack_ok(&["verify", s(&pack)]);
     // A mask missing for one image is refused at pack time, naming it.
     std::fs::remove_file(masks.join(format!("{}.png", names[0]))).unwrap();
-    let o = Command::new(gs_pack)
+    let o = Command::new(env!("CARGO_BIN_EXE_gs-pack"))
         .args(["convert", s(&scene), "-o", s(&dir.path().join("bad.pack"))])
         .output()
         .unwrap();
@@ -1379,38 +1307,12 @@ fn colmap_masks_pack_train_and_score_alike() {
     assert!(plan.contains("masked ground truth and its mask"), "{plan}");
     let o = gs_train(&train_args(&pack, &out, "30", &["--eval"]));
     assert!(o.status.success(), "{}", stderr(&o));
-    let trained: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("test/iteration_30/metrics.json")).unwrap(),
-    )
-    .unwrap();
-    let trained = trained.as_array().unwrap();
-    assert_eq!(trained.len(), 2);
     let rendered_dir = dir.path().join("rendered");
-    let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
-        .args([
-            "--ply",
-            s(&out.join("point_cloud/iteration_30/point_cloud.ply")),
-        ])
-        .args(["--pack", s(&pack), "--split", "test", "--sh-degree", "0"])
-        .args(["-o", s(&rendered_dir), "--backend", "cpu"])
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", stderr(&r));
-    let rendered: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(rendered_dir.join("metrics.json")).unwrap())
-            .unwrap();
-    let rendered = rendered["views"].as_array().unwrap();
-    for (t, r) in trained.iter().zip(rendered) {
-        assert_eq!(t["view"], r["index"]);
-        assert_eq!(
-            (t["psnr"].as_f64(), t["ssim"].as_f64()),
-            (r["psnr"].as_f64(), r["ssim"].as_f64()),
-            "view {}: gs-train vs gs-render",
-            t["view"]
-        );
-    }
+    let rendered = gs_render_scores_like_gs_train(&out, &pack, &rendered_dir);
+    let views = rendered["views"].as_array().unwrap();
+    assert_eq!(views.len(), 2);
     // The side-by-side image shows the excluded quarter black on both sides.
-    let side = image::open(rendered_dir.join(r_file(&rendered[0])))
+    let side = image::open(rendered_dir.join(views[0]["file"].as_str().unwrap()))
         .unwrap()
         .to_rgb8();
     let (w, _) = side.dimensions();
@@ -1419,7 +1321,74 @@ fn colmap_masks_pack_train_and_score_alike() {
     }
 }
 
-/// The image file a gs-render metrics entry names.
-fn r_file(entry: &serde_json::Value) -> String {
-    entry["file"].as_str().unwrap().to_owned()
+/// Runs gs-pack with `args`, which must succeed.
+fn gs_pack_ok(args: &[&str]) -> Output {
+    let o = Command::new(env!("CARGO_BIN_EXE_gs-pack"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    o
+}
+
+/// A 6-view 32×24 `gs-pack synth` scene of 200 points in `format` at `seed`.
+fn small_synth(scene: &Path, format: &str, seed: &str) {
+    gs_pack_ok(&[
+        "synth",
+        "-o",
+        s(scene),
+        "--views",
+        "6",
+        "--width",
+        "32",
+        "--height",
+        "24",
+        "--points",
+        "200",
+        "--format",
+        format,
+        "--seed",
+        seed,
+    ]);
+}
+
+/// Renders the test split of `pack` with the 30-iteration model of the gs-train run in `out`
+/// (`--eval`) through `gs-render --pack` into `rendered_dir`, asserts that every view scores
+/// exactly as gs-train's evaluation scored it, and returns gs-render's `metrics.json`.
+fn gs_render_scores_like_gs_train(
+    out: &Path,
+    pack: &Path,
+    rendered_dir: &Path,
+) -> serde_json::Value {
+    let trained: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("test/iteration_30/metrics.json")).unwrap(),
+    )
+    .unwrap();
+    let trained = trained.as_array().unwrap();
+    assert!(!trained.is_empty());
+    let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args([
+            "--ply",
+            s(&out.join("point_cloud/iteration_30/point_cloud.ply")),
+        ])
+        .args(["--pack", s(pack), "--split", "test", "--sh-degree", "0"])
+        .args(["-o", s(rendered_dir), "--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    let rendered: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(rendered_dir.join("metrics.json")).unwrap())
+            .unwrap();
+    let views = rendered["views"].as_array().unwrap();
+    assert_eq!(views.len(), trained.len());
+    for (t, r) in trained.iter().zip(views) {
+        assert_eq!(t["view"], r["index"]);
+        assert_eq!(
+            (t["psnr"].as_f64(), t["ssim"].as_f64()),
+            (r["psnr"].as_f64(), r["ssim"].as_f64()),
+            "view {}: gs-train vs gs-render",
+            t["view"]
+        );
+    }
+    rendered
 }

@@ -10,7 +10,8 @@
 use libfuzzer_sys::fuzz_target;
 use ramsplat::dataset::{Distortion, ViewSource};
 use ramsplat::import::image::{image_dimensions, prepare_view_pixels, Resize};
-use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::camera::Pose;
+use ramsplat::synth::packs::centred_camera;
 
 fuzz_target!(|data: &[u8]| {
     let dir = std::env::temp_dir().join(format!("ramsplat-fuzz-alpha-{}", std::process::id()));
@@ -26,17 +27,7 @@ fuzz_target!(|data: &[u8]| {
     if w as u64 * h as u64 > 1 << 20 {
         return;
     }
-    let camera = Camera {
-        width: w,
-        height: h,
-        intrinsics: Intrinsics {
-            fx: w as f64,
-            fy: w as f64,
-            cx: w as f64 / 2.0,
-            cy: h as f64 / 2.0,
-        },
-        world_to_camera: Pose::IDENTITY,
-    };
+    let camera = centred_camera(w, h, Pose::IDENTITY);
     let view = ViewSource {
         name: "view.png".into(),
         image_path: path.clone(),

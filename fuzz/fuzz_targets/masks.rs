@@ -13,7 +13,8 @@ use image::metadata::Orientation;
 use libfuzzer_sys::fuzz_target;
 use ramsplat::dataset::{Distortion, ViewSource};
 use ramsplat::import::image::{prepare_mask, target_size, Resize};
-use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::camera::Pose;
+use ramsplat::synth::packs::centred_camera;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, file)) = data.split_first() else {
@@ -41,17 +42,7 @@ fuzz_target!(|data: &[u8]| {
         _ => ((stored.0 + 1, stored.1), Orientation::NoTransforms),
     };
     let (w, h) = size;
-    let camera = Camera {
-        width: w,
-        height: h,
-        intrinsics: Intrinsics {
-            fx: w as f64,
-            fy: w as f64,
-            cx: w as f64 / 2.0,
-            cy: h as f64 / 2.0,
-        },
-        world_to_camera: Pose::IDENTITY,
-    };
+    let camera = centred_camera(w, h, Pose::IDENTITY);
     let mut distortion = Distortion::NONE;
     if mode & 4 != 0 {
         distortion.k[0] = 0.05;

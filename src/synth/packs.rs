@@ -15,7 +15,7 @@ use crate::shard::{Codec, Manifest, SourceInfo};
 
 /// A pinhole camera with `f = width` px (a ~53° horizontal field of view) and the principal
 /// point at the image centre.
-fn centred_camera(width: u32, height: u32, world_to_camera: Pose) -> Camera {
+pub fn centred_camera(width: u32, height: u32, world_to_camera: Pose) -> Camera {
     Camera {
         width,
         height,
@@ -26,6 +26,16 @@ fn centred_camera(width: u32, height: u32, world_to_camera: Pose) -> Camera {
             cy: height as f64 / 2.0,
         },
         world_to_camera,
+    }
+}
+
+/// The tiny packs' labelled 100-point cloud: point `i` at `(i, 0.5, −1)`, grey `i`, label `i`.
+fn tiny_cloud() -> PointChunk {
+    PointChunk {
+        xyz: (0..100).map(|i| [i as f32, 0.5, -1.0]).collect(),
+        rgb: (0..100).map(|i| [i as u8; 3]).collect(),
+        labels: Some((0..100).collect()),
+        normals: None,
     }
 }
 
@@ -47,13 +57,7 @@ pub fn write_tiny_pack(dir: &Path) -> Result<Manifest, WriteError> {
         let px: Vec<u8> = (0..8 * 6 * 3).map(|k| (k * (i + 3)) as u8).collect();
         w.add_view(&format!("v{i}"), &camera, Split::Train, &px)?;
     }
-    let chunk = PointChunk {
-        xyz: (0..100).map(|i| [i as f32, 0.5, -1.0]).collect(),
-        rgb: (0..100).map(|i| [i as u8; 3]).collect(),
-        labels: Some((0..100).collect()),
-        normals: None,
-    };
-    w.add_cloud(&mut MemPoints::new("sfm", vec![chunk]))
+    w.add_cloud(&mut MemPoints::new("sfm", vec![tiny_cloud()]))
         .map_err(WriteError::from)?;
     w.finish(SourceInfo::generated("ramsplat tiny pack"))
 }
@@ -98,13 +102,7 @@ pub fn write_layouts_pack(dir: &Path) -> Result<Manifest, WriteError> {
             i += 1;
         }
     }
-    let chunk = PointChunk {
-        xyz: (0..100).map(|i| [i as f32, 0.5, -1.0]).collect(),
-        rgb: (0..100).map(|i| [i as u8; 3]).collect(),
-        labels: Some((0..100).collect()),
-        normals: None,
-    };
-    w.add_cloud(&mut MemPoints::new("sfm", vec![chunk]))
+    w.add_cloud(&mut MemPoints::new("sfm", vec![tiny_cloud()]))
         .map_err(WriteError::from)?;
     w.finish(SourceInfo::generated("ramsplat layouts pack"))
 }

@@ -681,20 +681,14 @@ impl DeviceEngine {
     /// Adds the L1 regularisers' gradients to the last backward's and returns their loss term
     /// (`kernels/mcmc.cu`, twin of [`super::densify::DensifyStrategy::regularize`]).
     pub fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError> {
-        let mcmc = match &mut self.mcmc {
-            Some(m) => m,
-            None => self.mcmc.insert(DeviceMcmc::new(&self.dev)?),
-        };
+        let mcmc = loaded(&mut self.mcmc, &self.dev)?;
         Ok(mcmc.regularize(reg, &self.params, self.raster.grads_mut())?)
     }
 
     /// Adds a step's MCMC noise to the means (`kernels/mcmc.cu`, twin of
     /// [`super::mcmc::McmcStrategy::add_noise`]).
     pub fn add_noise(&mut self, noise: NoiseStep) -> Result<(), DeviceEngineError> {
-        let mcmc = match &mut self.mcmc {
-            Some(m) => m,
-            None => self.mcmc.insert(DeviceMcmc::new(&self.dev)?),
-        };
+        let mcmc = loaded(&mut self.mcmc, &self.dev)?;
         Ok(mcmc.add_noise(noise, &mut self.params)?)
     }
 
@@ -755,6 +749,17 @@ impl DeviceEngine {
         self.dev.download(self.raster.image(), &mut self.image)?;
         Ok(&mut self.image)
     }
+}
+
+/// The MCMC kernels of `slot`, loaded on `dev` at first use (only MCMC runs need them).
+fn loaded<'a>(
+    slot: &'a mut Option<DeviceMcmc>,
+    dev: &Device,
+) -> Result<&'a mut DeviceMcmc, DeviceEngineError> {
+    Ok(match slot {
+        Some(m) => m,
+        None => slot.insert(DeviceMcmc::new(dev)?),
+    })
 }
 
 #[cfg(test)]

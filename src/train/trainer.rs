@@ -1526,9 +1526,7 @@ mod tests {
     fn mcmc_trains_alike_on_the_host_and_device_engines() {
         let (mut host, cams, images) = mcmc_trainer(230);
         let state = host.state().unwrap();
-        let dev = crate::device::Device::emulated().unwrap();
-        let engine = Engine::Device(Box::new(DeviceEngine::new(dev).unwrap()));
-        let mut dev = Trainer::from_state(state, engine).unwrap();
+        let mut dev = Trainer::from_state(state, emulated_engine()).unwrap();
         let (mut relocated, mut added) = (0, 0);
         for i in 0..35u64 {
             let v = ((i * 3) % 8) as usize;
@@ -1540,17 +1538,8 @@ mod tests {
                 "step {}",
                 i + 1
             );
-            // Identical until the first Adam step (the regulariser included); then within
-            // float-atomic noise.
-            let rel = (a.loss - b.loss).abs() / a.loss;
-            let tol = if i == 0 { 1e-12 } else { 1e-3 };
-            assert!(
-                rel <= tol,
-                "step {}: {} vs {} ({rel:e})",
-                i + 1,
-                a.loss,
-                b.loss
-            );
+            // The regulariser is part of the loss from the first step.
+            assert_losses_agree(i, &a, &b, "mcmc");
             relocated += a.relocated;
             added += a.added;
         }
@@ -1592,9 +1581,7 @@ mod tests {
         feed(&mut host, 0, 15);
         let state = host.state().unwrap();
         assert_eq!(state.model.len(), 210);
-        let dev = crate::device::Device::emulated().unwrap();
-        let engine = Engine::Device(Box::new(DeviceEngine::new(dev).unwrap()));
-        let mut dev = Trainer::from_state(state.clone(), engine).unwrap();
+        let mut dev = Trainer::from_state(state.clone(), emulated_engine()).unwrap();
         assert_eq!(dev.state().unwrap(), state, "exact round trip");
         feed(&mut dev, 15, 25);
         let mid = dev.state().unwrap();
@@ -1737,13 +1724,32 @@ mod tests {
         );
     }
 
+    /// The device engine on a fresh host emulation driver.
+    fn emulated_engine() -> Engine {
+        let dev = crate::device::Device::emulated().unwrap();
+        Engine::Device(Box::new(DeviceEngine::new(dev).unwrap()))
+    }
+
     fn device_trainer(cfg: TrainConfig) -> Trainer {
         let (gt, _) = ground_truth();
         let (_, extent) = cameras();
         let g = initial(&gt, cfg.sh_degree);
-        let dev = crate::device::Device::emulated().unwrap();
-        let engine = Engine::Device(Box::new(DeviceEngine::new(dev).unwrap()));
-        Trainer::new(cfg, g, extent, engine).unwrap()
+        Trainer::new(cfg, g, extent, emulated_engine()).unwrap()
+    }
+
+    /// Step `i` (0-based) of the host and the device engine on the same view: the losses are
+    /// identical until the first Adam step, then within the float-atomic noise of the
+    /// gradients (1e-3 relative), which the steps carry forward.
+    fn assert_losses_agree(i: u64, host: &StepStats, dev: &StepStats, what: &str) {
+        let rel = (host.loss - dev.loss).abs() / host.loss;
+        let tol = if i == 0 { 1e-12 } else { 1e-3 };
+        assert!(
+            rel <= tol,
+            "{what} step {}: loss {} vs {} ({rel:e})",
+            i + 1,
+            host.loss,
+            dev.loss
+        );
     }
 
     /// The device engine (on the host emulation) takes the host engine's steps: the same loss
@@ -1759,17 +1765,7 @@ mod tests {
             let v = ((i * 3) % 8) as usize;
             let a = host.step(&cams[v], &images[v]).unwrap();
             let b = dev.step(&cams[v], &images[v]).unwrap();
-            let rel = (a.loss - b.loss).abs() / a.loss;
-            // Identical until the first Adam step; then within float-atomic noise that grows
-            // slowly with the steps.
-            let tol = if i == 0 { 1e-12 } else { 1e-3 };
-            assert!(
-                rel <= tol,
-                "step {}: loss {} vs {} ({rel:e})",
-                i + 1,
-                a.loss,
-                b.loss
-            );
+            assert_losses_agree(i, &a, &b, "default");
             assert!(
                 (a.psnr - b.psnr).abs() < 0.05,
                 "step {}: psnr {} vs {}",
@@ -1819,11 +1815,7 @@ mod tests {
             host.step(&cams[v], &images[v]).unwrap();
         }
         let state = host.state().unwrap();
-        let dev_engine = |()| {
-            let dev = crate::device::Device::emulated().unwrap();
-            Engine::Device(Box::new(DeviceEngine::new(dev).unwrap()))
-        };
-        let mut dev = Trainer::from_state(state.clone(), dev_engine(())).unwrap();
+        let mut dev = Trainer::from_state(state.clone(), emulated_engine()).unwrap();
         assert_eq!(
             dev.state().unwrap(),
             state,
@@ -2007,9 +1999,7 @@ mod tests {
             let v = ((i * 3) % 8) as usize;
             let sa = host.step(&cams[v], &rgba[v]).unwrap();
             let sb = dev.step(&cams[v], &rgba[v]).unwrap();
-            let rel = (sa.loss - sb.loss).abs() / sa.loss;
-            let tol = if i == 0 { 1e-12 } else { 1e-3 };
-            assert!(rel <= tol, "step {}: {} vs {}", i + 1, sa.loss, sb.loss);
+            assert_losses_agree(i, &sa, &sb, "rgba");
         }
         assert_eq!(host.state().unwrap().rng, dev.state().unwrap().rng);
         let ea = host.evaluate(&cams[3], &rgba[3]).unwrap();
@@ -2188,15 +2178,7 @@ mod tests {
                 let sb = dev
                     .step_with_room(&cams[v], layout, Frame::Host(f), &mut |_| 0)
                     .unwrap();
-                let rel = (sa.loss - sb.loss).abs() / sa.loss;
-                let tol = if i == 0 { 1e-12 } else { 1e-3 };
-                assert!(
-                    rel <= tol,
-                    "alpha {alpha} step {}: {} vs {}",
-                    i + 1,
-                    sa.loss,
-                    sb.loss
-                );
+                assert_losses_agree(i, &sa, &sb, &format!("masked, alpha {alpha},"));
             }
             let ea = host.evaluate_view(&cams[3], layout, &frames[3]).unwrap();
             let eb = dev.evaluate_view(&cams[3], layout, &frames[3]).unwrap();
