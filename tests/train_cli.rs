@@ -593,6 +593,12 @@ fn device_engine_trains_on_the_host_emulation_like_the_cpu() {
     let (dev, dev_rows, log) = run("cuda");
     assert!(dev.backend.starts_with("device ("), "{}", dev.backend);
     assert!(log.contains("device memory: budget"), "{log}");
+    assert_eq!(cpu.peak_device_bytes, None);
+    assert!(
+        dev.peak_device_bytes.is_some_and(|b| b > 0) && log.contains("peak device memory"),
+        "{:?}: {log}",
+        dev.peak_device_bytes
+    );
     assert_eq!(dev.iterations, 800);
     let (a, b) = (cpu.test_psnr.unwrap(), dev.test_psnr.unwrap());
     let (na, nb) = (cpu.num_gaussians as f64, dev.num_gaussians as f64);

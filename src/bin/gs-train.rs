@@ -116,7 +116,7 @@ struct Args {
     max_gaussians: Option<usize>,
     /// Densification: `default` (3DGS clone/split/prune; the model grows as the scene asks)
     /// or `mcmc` (3DGS-MCMC: relocation of dead Gaussians, growth toward --max-gaussians N
-    /// and never past it; CPU engine only).
+    /// and never past it).
     #[arg(long, value_enum, default_value = "default")]
     strategy: Strategy,
     /// Print the memory plan (every item with its formula, the cache's share and the expected
@@ -303,7 +303,7 @@ fn print_summary(
     };
     eprintln!(
         "{} iterations in {:.0} s ({:.2} it/s, stall {:.1}%), {} Gaussians; {test}train PSNR \
-         {:.2} dB; peak RSS {} of budget {}",
+         {:.2} dB; peak RSS {} of budget {}{}",
         r.iterations,
         r.wall_s,
         r.iterations_per_s,
@@ -312,7 +312,11 @@ fn print_summary(
         r.train_psnr,
         r.peak_rss_bytes
             .map_or("unknown (not measurable here)".to_string(), format_size),
-        format_size(r.ram_budget_bytes)
+        format_size(r.ram_budget_bytes),
+        r.peak_device_bytes.map_or(String::new(), |b| format!(
+            "; peak device memory {}",
+            format_size(b)
+        ))
     );
     eprintln!(
         "outputs in {} (report: {})",

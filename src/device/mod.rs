@@ -137,7 +137,46 @@ pub struct ModuleSource {
 
 /// A device: a GPU through CUDA, or the host emulation. Cheap to clone.
 #[derive(Clone)]
-pub struct Device(Arc<Driver>);
+pub struct Device(Arc<Shared>);
+
+/// What every clone of a [`Device`] shares: the driver and the layer's own byte accounting.
+struct Shared {
+    driver: Driver,
+    usage: Usage,
+}
+
+/// Bytes of device memory held by live [`DeviceBuffer`]s of one device, and their peak.
+///
+/// This counts what the program allocated through the layer (the figure PyTorch reports as
+/// `max_memory_allocated`), not the driver's own reservations (context, module images, the
+/// allocator's rounding), which `nvidia-smi` adds on top.
+#[derive(Default)]
+struct Usage {
+    live: std::sync::atomic::AtomicU64,
+    peak: std::sync::atomic::AtomicU64,
+}
+
+impl Usage {
+    fn add(&self, bytes: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let live = self.live.fetch_add(bytes, Relaxed) + bytes;
+        self.peak.fetch_max(live, Relaxed);
+    }
+    fn sub(&self, bytes: u64) {
+        self.live
+            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Bytes of device memory the program holds through the layer (see [`Device::usage`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// Held by live buffers now.
+    pub live: u64,
+    /// The most ever held at once since the device was opened (or since
+    /// [`Device::reset_peak`]).
+    pub peak: u64,
+}
 
 enum Driver {
     Cuda(cuda::CudaDriver),
@@ -167,23 +206,51 @@ impl Device {
 
     /// GPU 0 through CUDA; a one-line error (never a panic) without a usable GPU.
     pub fn cuda() -> Result<Device, DeviceError> {
-        Ok(Device(Arc::new(Driver::Cuda(cuda::CudaDriver::probe()?))))
+        Ok(Device::wrap(Driver::Cuda(cuda::CudaDriver::probe()?)))
     }
 
     /// The host emulation (needs a C++20 compiler).
     pub fn emulated() -> Result<Device, DeviceError> {
-        Ok(Device(Arc::new(Driver::Emulated(
-            emulation::EmuDriver::new()?,
-        ))))
+        Ok(Device::wrap(Driver::Emulated(emulation::EmuDriver::new()?)))
+    }
+
+    fn wrap(driver: Driver) -> Device {
+        Device(Arc::new(Shared {
+            driver,
+            usage: Usage::default(),
+        }))
+    }
+
+    fn driver(&self) -> &Driver {
+        &self.0.driver
+    }
+
+    /// Device memory held through this layer: live buffers and their peak. Page-locked host
+    /// memory ([`PinnedHost`]) is host memory and not counted.
+    pub fn usage(&self) -> MemoryUsage {
+        use std::sync::atomic::Ordering::Relaxed;
+        MemoryUsage {
+            live: self.0.usage.live.load(Relaxed),
+            peak: self.0.usage.peak.load(Relaxed),
+        }
+    }
+
+    /// Starts a new peak from what is held now (e.g. to measure one phase of a run).
+    pub fn reset_peak(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.0
+            .usage
+            .peak
+            .store(self.0.usage.live.load(Relaxed), Relaxed);
     }
 
     pub fn is_emulated(&self) -> bool {
-        matches!(*self.0, Driver::Emulated(_))
+        matches!(self.driver(), Driver::Emulated(_))
     }
 
     /// The GPU's name, or "host emulation (compiler)".
     pub fn name(&self) -> String {
-        match &*self.0 {
+        match self.driver() {
             Driver::Cuda(d) => d.name.clone(),
             Driver::Emulated(d) => format!("host emulation ({})", d.compiler_name()),
         }
@@ -191,7 +258,7 @@ impl Device {
 
     /// The compile target: `compute_XY` on CUDA, `host` on the emulation.
     pub fn arch(&self) -> String {
-        match &*self.0 {
+        match self.driver() {
             Driver::Cuda(d) => d.arch(),
             Driver::Emulated(_) => "host".to_string(),
         }
@@ -199,7 +266,7 @@ impl Device {
 
     /// The CUDA context, for what the layer does not wrap yet (page-locked host memory).
     pub fn cuda_context(&self) -> Option<Arc<cudarc::driver::CudaContext>> {
-        match &*self.0 {
+        match self.driver() {
             Driver::Cuda(d) => Some(d.ctx.clone()),
             Driver::Emulated(_) => None,
         }
@@ -207,7 +274,7 @@ impl Device {
 
     /// (free, total) device memory in bytes.
     pub fn memory(&self) -> Result<(u64, u64), DeviceError> {
-        match &*self.0 {
+        match self.driver() {
             Driver::Cuda(d) => d.memory(),
             Driver::Emulated(d) => Ok(d.memory()),
         }
@@ -217,10 +284,11 @@ impl Device {
     /// a valid address). The contents are unspecified (see the module doc).
     pub fn alloc<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>, DeviceError> {
         let bytes = byte_len::<T>(len.max(1))?;
-        let addr = match &*self.0 {
+        let addr = match self.driver() {
             Driver::Cuda(d) => d.alloc(bytes)?,
             Driver::Emulated(d) => d.alloc(bytes)?,
         };
+        self.0.usage.add(bytes as u64);
         Ok(DeviceBuffer {
             dev: self.clone(),
             addr,
@@ -267,7 +335,7 @@ impl Device {
         // SAFETY: `dst` holds at least `bytes` bytes (checked above) and belongs to this
         // device; `src` is a live slice of `bytes` bytes.
         unsafe {
-            match &*self.0 {
+            match self.driver() {
                 Driver::Cuda(d) => d.htod(dst.addr, src.as_ptr().cast(), bytes),
                 Driver::Emulated(_) => {
                     std::ptr::copy_nonoverlapping(
@@ -320,7 +388,7 @@ impl Device {
         // a live, writable slice of `bytes` bytes of an `Element` type, for which any bytes
         // are a valid value.
         unsafe {
-            match &*self.0 {
+            match self.driver() {
                 Driver::Cuda(d) => d.dtoh(dst.as_mut_ptr().cast(), addr, bytes),
                 Driver::Emulated(_) => {
                     std::ptr::copy_nonoverlapping(
@@ -363,7 +431,7 @@ impl Device {
         }
         // SAFETY: `buf` holds at least `bytes` bytes (checked above).
         unsafe {
-            match &*self.0 {
+            match self.driver() {
                 Driver::Cuda(d) => d.memset_zero(buf.addr, bytes),
                 Driver::Emulated(_) => {
                     std::ptr::write_bytes(buf.addr as *mut u8, 0, bytes);
@@ -375,7 +443,7 @@ impl Device {
 
     /// Compiles (or loads from the cache) `src` and resolves every entry point.
     pub fn load_module(&self, src: &ModuleSource) -> Result<Module, DeviceError> {
-        let funcs = match &*self.0 {
+        let funcs = match self.driver() {
             Driver::Cuda(d) => d
                 .load_module(src)?
                 .into_iter()
@@ -426,7 +494,7 @@ impl Device {
             .collect();
         let mut ptrs: Vec<*mut std::ffi::c_void> =
             slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
-        match (&*self.0, &f.0) {
+        match (self.driver(), &f.0) {
             // SAFETY: forwarded from this function's contract; `ptrs` point into `slots`, which
             // live until the call returns.
             (Driver::Cuda(d), FunctionImpl::Cuda(func)) => unsafe {
@@ -446,7 +514,7 @@ impl Device {
     /// On the emulation: how many times each entry point has been launched on this device
     /// (for tests that must execute every kernel); `None` on CUDA.
     pub fn launch_counts(&self) -> Option<HashMap<String, u64>> {
-        match &*self.0 {
+        match self.driver() {
             Driver::Cuda(_) => None,
             Driver::Emulated(d) => Some(d.launch_counts()),
         }
@@ -454,7 +522,7 @@ impl Device {
 
     /// Waits for every queued operation.
     pub fn synchronize(&self) -> Result<(), DeviceError> {
-        match &*self.0 {
+        match self.driver() {
             Driver::Cuda(d) => d.synchronize(),
             Driver::Emulated(_) => Ok(()),
         }
@@ -471,10 +539,11 @@ impl Device {
     }
 
     fn free(&self, addr: u64, bytes: usize) {
-        match &*self.0 {
+        match self.driver() {
             Driver::Cuda(d) => d.free(addr),
             Driver::Emulated(d) => d.free(addr, bytes),
         }
+        self.0.usage.sub(bytes as u64);
     }
 }
 

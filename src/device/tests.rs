@@ -188,6 +188,59 @@ fn emulated_memory_is_poisoned_counted_and_capped() {
     assert_eq!(dev.memory().unwrap().0, free0);
 }
 
+/// The layer counts what live buffers hold and the peak, on every driver: a refused
+/// allocation counts nothing, a grown buffer held both sizes at once (the new one is allocated
+/// before the old is freed), pinned host memory is not device memory, and `reset_peak` starts
+/// over from what is live.
+#[test]
+fn usage_counts_live_buffers_and_their_peak() {
+    for dev in test_devices() {
+        let base = dev.usage();
+        assert_eq!(base.live, 0, "{dev:?}: a fresh device holds nothing");
+        let mut a = dev.alloc::<f32>(1000).unwrap();
+        let b = dev.alloc::<u8>(0).unwrap();
+        assert_eq!(
+            dev.usage().live,
+            4001,
+            "{dev:?}: an empty buffer holds one element"
+        );
+        let (_, total) = dev.memory().unwrap();
+        assert!(dev.alloc::<u8>(total as usize + 1).is_err());
+        assert_eq!(
+            dev.usage().live,
+            4001,
+            "{dev:?}: a refused allocation counts nothing"
+        );
+        let _pinned = dev.alloc_pinned(1 << 20).unwrap();
+        assert_eq!(
+            dev.usage().live,
+            4001,
+            "{dev:?}: pinned host memory is not counted"
+        );
+        dev.grow(&mut a, 3000).unwrap();
+        assert_eq!(dev.usage().live, 12001);
+        assert_eq!(
+            dev.usage().peak,
+            16001,
+            "{dev:?}: 4000 + 12000 + 1 during the grow"
+        );
+        drop(b);
+        dev.reset_peak();
+        assert_eq!(
+            dev.usage(),
+            MemoryUsage {
+                live: 12000,
+                peak: 12000
+            }
+        );
+        drop(a);
+        assert_eq!(dev.usage().live, 0);
+        let clone = dev.clone();
+        let _c = clone.alloc::<u64>(10).unwrap();
+        assert_eq!(dev.usage().live, 80, "{dev:?}: clones share one account");
+    }
+}
+
 #[test]
 fn copies_are_bounds_checked() {
     let dev = Device::emulated().unwrap();

@@ -38,7 +38,7 @@ impl PinnedHost {
     /// overwritten.
     pub fn wait(&mut self) -> Result<(), DeviceError> {
         if let Some(ev) = self.pending.take() {
-            if let Driver::Cuda(d) = &*self.dev.0 {
+            if let Driver::Cuda(d) = self.dev.driver() {
                 let r = d.event_synchronize(ev);
                 d.destroy_event(ev);
                 r?;
@@ -74,7 +74,7 @@ impl Drop for PinnedHost {
     fn drop(&mut self) {
         // The DMA may still read the memory: wait before freeing it.
         let _ = self.wait();
-        match &*self.dev.0 {
+        match self.dev.driver() {
             Driver::Cuda(d) => d.free_pinned(self.ptr),
             Driver::Emulated(_) => {
                 if let Ok(layout) = std::alloc::Layout::from_size_align(self.len.max(1), 4096) {
@@ -106,7 +106,7 @@ unsafe impl Sync for CopyStream {}
 
 impl Drop for CopyStream {
     fn drop(&mut self) {
-        if let Driver::Cuda(d) = &*self.dev.0 {
+        if let Driver::Cuda(d) = self.dev.driver() {
             d.destroy_stream(self.raw);
         }
     }
@@ -115,7 +115,7 @@ impl Drop for CopyStream {
 impl Device {
     /// `len` bytes of page-locked host memory, zero-filled.
     pub fn alloc_pinned(&self, len: usize) -> Result<PinnedHost, DeviceError> {
-        let ptr = match &*self.0 {
+        let ptr = match self.driver() {
             Driver::Cuda(d) => {
                 let p = d.alloc_pinned(len.max(1))?;
                 // SAFETY: `p` is a fresh allocation of at least `len` bytes.
@@ -153,7 +153,7 @@ impl Device {
 
     /// A queue for [`Device::upload_async`].
     pub fn copy_stream(&self) -> Result<CopyStream, DeviceError> {
-        let raw = match &*self.0 {
+        let raw = match self.driver() {
             Driver::Cuda(d) => d.create_stream()?,
             Driver::Emulated(_) => std::ptr::null_mut(),
         };
@@ -186,7 +186,7 @@ impl Device {
                 ),
             });
         }
-        match &*self.0 {
+        match self.driver() {
             Driver::Cuda(d) => {
                 // Rule 1: the copy stream waits for what the main queue holds now.
                 let before = d.record(std::ptr::null_mut())?;
@@ -216,7 +216,7 @@ impl Device {
     /// queued so far on `stream` (rule 2).
     pub fn wait_copies(&self, stream: &CopyStream) -> Result<(), DeviceError> {
         self.check_owner(&stream.dev)?;
-        if let Driver::Cuda(d) = &*self.0 {
+        if let Driver::Cuda(d) = self.driver() {
             let ev = d.record(stream.raw)?;
             let r = d.stream_wait(std::ptr::null_mut(), ev);
             d.destroy_event(ev);

@@ -1387,6 +1387,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             num_gaussians: trainer.num_gaussians() as u64,
             peak_rss_bytes: peak,
             ram_budget_bytes: opts.ram_budget,
+            peak_device_bytes: trainer.device().map(|d| d.usage().peak),
             within_budget: within_budget(peak, opts.ram_budget),
             stall_fraction: if train_s > 0.0 {
                 (loader_stats.stall_seconds / train_s).min(1.0)
@@ -1409,7 +1410,6 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         let rows = report::read_metrics(metrics.path())?;
         super::report::write_curves(&opts.out, &rows)?;
         let report_path = report::write_report(&opts.out, &report)?;
-        let _ = start_step;
         Ok(RunOutcome {
             report,
             report_path,

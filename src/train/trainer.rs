@@ -1839,10 +1839,14 @@ mod tests {
     }
 
     /// A device cap (the `--vram-budget` plan's room) stops growth at its count, once, with a
-    /// message naming the budget; pruning and training go on.
+    /// message naming the budget; pruning and training go on. The device memory the run
+    /// actually held stays within the plan's itemised bytes for that count (the plan is what
+    /// `--vram-budget` is checked against, so an allocation it misses would break the budget).
     #[test]
     fn the_device_cap_stops_growth_at_its_count() {
-        let mut t = device_trainer(busy_config());
+        let cfg = busy_config();
+        let (sh_degree, max_intersection_bytes) = (cfg.sh_degree, cfg.max_intersection_bytes);
+        let mut t = device_trainer(cfg);
         let (_, cams, images) = trainer(config(1));
         t.set_device_cap(DeviceCap {
             max_gaussians: 205,
@@ -1865,6 +1869,31 @@ mod tests {
             stopped[0].contains("VRAM budget (12345 bytes) holds at most 205 Gaussians"),
             "{}",
             stopped[0]
+        );
+        let largest = cams
+            .iter()
+            .max_by_key(|c| u64::from(c.width) * u64::from(c.height))
+            .unwrap();
+        let plan = super::super::device_engine::device_bytes(
+            205,
+            sh_degree,
+            u64::from(largest.width) * u64::from(largest.height),
+            max_intersection_bytes,
+        );
+        // The intersection buffers hold what the renders needed, at most every Gaussian in
+        // every tile, far below the cap the plan reserves for them.
+        let tiles = u64::from(largest.width.div_ceil(16)) * u64::from(largest.height.div_ceil(16));
+        let intersections =
+            205 * tiles * super::super::device_engine::DEVICE_BYTES_PER_INTERSECTION;
+        let used = t.device().unwrap().usage();
+        eprintln!(
+            "device memory: peak {} B, live {} B; plan at the cap: model {} B, views {} B, \
+             intersections at most {intersections} B here",
+            used.peak, used.live, plan.model, plan.views
+        );
+        assert!(
+            used.peak > plan.model && used.peak <= plan.model + plan.views + intersections,
+            "peak {used:?} vs plan {plan:?}"
         );
     }
 
