@@ -25,6 +25,9 @@
 //   values. Math uses the host libm: expf/logf/sqrtf may differ from the GPU's by an ulp or
 //   two, which the parity tolerances allow. FMA contraction is off in both drivers.
 //
+// - Launch arguments are checked against the kernel's signature (count, and pointer / 32- or
+//   64-bit integer / float / double for each), which cuLaunchKernel takes on trust.
+//
 // What it does not model: timing, occupancy and resource limits (registers, shared-memory
 // size), memory coalescing and bank conflicts, warp-divergence cost, the relaxed ordering of
 // global memory between blocks (blocks never overlap here), and the initial contents of shared
@@ -600,11 +603,64 @@ struct Call {
     }
 };
 
+// What each launch argument is, as the device layer passes it (the order of src/device's
+// `KernelArg` variants). cuLaunchKernel reads sizeof(parameter) bytes behind each pointer and
+// trusts the list blindly: a missing argument or a float where an integer belongs is
+// undefined behaviour on a GPU, so the emulation checks the list against the signature.
+enum ArgKind : int { ArgPtr = 0, ArgU32 = 1, ArgU64 = 2, ArgF32 = 3, ArgF64 = 4, ArgOther = -1 };
+
+template <typename T>
+constexpr int arg_kind() {
+    using U = std::remove_cv_t<std::remove_reference_t<T>>;
+    if constexpr (std::is_pointer_v<U>) {
+        return ArgPtr;
+    } else if constexpr (std::is_floating_point_v<U>) {
+        return sizeof(U) == 4 ? ArgF32 : sizeof(U) == 8 ? ArgF64 : ArgOther;
+    } else if constexpr (std::is_integral_v<U> || std::is_enum_v<U>) {
+        // Signed or not: the layer passes integers as 32- or 64-bit slots.
+        return sizeof(U) == 4 ? ArgU32 : sizeof(U) == 8 ? ArgU64 : ArgOther;
+    } else {
+        return ArgOther;
+    }
+}
+
+inline const char* arg_kind_name(int k) {
+    switch (k) {
+        case ArgPtr: return "a pointer";
+        case ArgU32: return "a 32-bit integer";
+        case ArgU64: return "a 64-bit integer";
+        case ArgF32: return "a float";
+        case ArgF64: return "a double";
+        default: return "a type the device layer cannot pass";
+    }
+}
+
+template <typename... A>
+inline bool check_args(const char* name, const unsigned char* kinds, size_t nargs, char* err,
+                       size_t errlen) {
+    constexpr size_t n = sizeof...(A);
+    constexpr int want[n + 1] = {arg_kind<A>()..., ArgOther};
+    if (nargs != n) {
+        snprintf(err, errlen, "%s takes %zu parameters but the launch passed %zu arguments",
+                 name, n, nargs);
+        return false;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        if (want[i] != (int)kinds[i]) {
+            snprintf(err, errlen, "%s: parameter %zu is %s but the launch passed %s", name, i,
+                     arg_kind_name(want[i]), arg_kind_name((int)kinds[i]));
+            return false;
+        }
+    }
+    return true;
+}
+
 // The generated `gs_emu_launch_<entry>` wrappers call this with the kernel function itself,
 // so the argument types come from the kernel's own signature.
 template <typename... A>
 inline int launch(const char* name, void (*k)(A...), const LaunchConfig* c, void** args,
-                  char* err, size_t errlen) {
+                  const unsigned char* kinds, size_t nargs, char* err, size_t errlen) {
+    if (!check_args<A...>(name, kinds, nargs, err, errlen)) return 1;
     Call<A...> call{k, args};
     return run_grid(name, c, &Call<A...>::run, &call, err, errlen);
 }

@@ -45,6 +45,8 @@ struct EmuLaunchConfig {
 type LaunchFn = unsafe extern "C" fn(
     cfg: *const EmuLaunchConfig,
     args: *mut *mut c_void,
+    kinds: *const u8,
+    nargs: usize,
     err: *mut c_char,
     errlen: usize,
 ) -> i32;
@@ -210,8 +212,9 @@ impl EmuDriver {
         for e in &src.entry_points {
             t.push_str(&format!(
                 "extern \"C\" __attribute__((visibility(\"default\"))) int gs_emu_launch_{e}(\
-                 const gs_emu::LaunchConfig* c, void** args, char* err, size_t errlen) {{\n\
-                 \x20   return gs_emu::launch(\"{e}\", {e}, c, args, err, errlen);\n}}\n"
+                 const gs_emu::LaunchConfig* c, void** args, const unsigned char* kinds, \
+                 size_t nargs, char* err, size_t errlen) {{\n\
+                 \x20   return gs_emu::launch(\"{e}\", {e}, c, args, kinds, nargs, err, errlen);\n}}\n"
             ));
         }
         t
@@ -332,7 +335,9 @@ impl EmuDriver {
         name: &str,
         cfg: LaunchConfig,
         params: &mut [*mut c_void],
+        kinds: &[u8],
     ) -> Result<(), DeviceError> {
+        debug_assert_eq!(params.len(), kinds.len());
         let n = self.launches.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut m) = self.per_entry.lock() {
             *m.entry(name.to_string()).or_default() += 1;
@@ -344,9 +349,19 @@ impl EmuDriver {
         };
         let mut err = vec![0u8; 2048];
         // SAFETY: `f.launch` is a `gs_emu_launch_*` wrapper of a loaded library (kept alive by
-        // `f._lib`); `params` matches the kernel's signature (the caller's contract); `err` is a
+        // `f._lib`); it reads `params` only after checking their number and kinds (`kinds`
+        // holds one entry per parameter pointer) against the kernel's signature; `err` is a
         // writable buffer of the stated length.
-        let rc = unsafe { (f.launch)(&c, params.as_mut_ptr(), err.as_mut_ptr().cast(), err.len()) };
+        let rc = unsafe {
+            (f.launch)(
+                &c,
+                params.as_mut_ptr(),
+                kinds.as_ptr(),
+                kinds.len(),
+                err.as_mut_ptr().cast(),
+                err.len(),
+            )
+        };
         if rc == 0 {
             return Ok(());
         }

@@ -82,6 +82,20 @@ pub enum KernelArg {
     F64(f64),
 }
 
+impl KernelArg {
+    /// The kind code the host emulation checks against the kernel's parameter types
+    /// (`ArgKind` in `kernels/host/emulation.h`, same order).
+    fn kind(&self) -> u8 {
+        match self {
+            KernelArg::Ptr(_) => 0,
+            KernelArg::U32(_) => 1,
+            KernelArg::U64(_) => 2,
+            KernelArg::F32(_) => 3,
+            KernelArg::F64(_) => 4,
+        }
+    }
+}
+
 /// Grid and block shape of a launch (x, y, z).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchConfig {
@@ -467,6 +481,9 @@ impl Device {
     /// `args` must match the kernel's parameter list in order and type (pointers as
     /// [`KernelArg::Ptr`] of buffers of this device), and every buffer must hold every element
     /// the kernel indexes for this launch shape. `f` must come from a module of this device.
+    /// The host emulation refuses a list whose length or kinds (pointer, 32/64-bit integer,
+    /// float, double) differ from the kernel's parameters, naming the first mismatch; a GPU
+    /// cannot tell, so the tests on the emulation are what enforce the first half of this.
     pub unsafe fn launch(
         &self,
         f: &Function,
@@ -500,9 +517,11 @@ impl Device {
             (Driver::Cuda(d), FunctionImpl::Cuda(func)) => unsafe {
                 d.launch(func, f.1, cfg, &mut ptrs)
             },
-            // SAFETY: as above.
+            // SAFETY: as above; the emulation also checks the argument list against the
+            // kernel's signature, so a wrong list fails there instead of corrupting silently.
             (Driver::Emulated(d), FunctionImpl::Emulated(func)) => unsafe {
-                d.launch(func, f.1, cfg, &mut ptrs)
+                let kinds: Vec<u8> = args.iter().map(KernelArg::kind).collect();
+                d.launch(func, f.1, cfg, &mut ptrs, &kinds)
             },
             _ => Err(DeviceError::Launch {
                 kernel: f.1.to_string(),

@@ -241,6 +241,40 @@ fn usage_counts_live_buffers_and_their_peak() {
     }
 }
 
+/// The emulation checks a launch's argument list against the kernel's signature (number and
+/// kind of each parameter), which a GPU takes on trust. Emulation only: on a GPU these
+/// launches would be undefined behaviour.
+#[test]
+fn emulation_refuses_argument_lists_that_do_not_match_the_signature() {
+    let dev = Device::emulated().unwrap();
+    let m = dev.load_module(&source()).unwrap();
+    let f = m.function("collectives").unwrap();
+    let out = dev.alloc::<u32>(8 * 32).unwrap();
+    let cfg = cfg(1, 32);
+    // SAFETY: the emulation checks the list before the kernel runs (what this test shows).
+    let none = unsafe { dev.launch(f, cfg, &[]) }.unwrap_err().to_string();
+    assert!(
+        none.contains("collectives takes 1 parameters but the launch passed 0 arguments"),
+        "{none}"
+    );
+    // SAFETY: as above.
+    let kind = unsafe { dev.launch(f, cfg, &[KernelArg::U64(0)]) }
+        .unwrap_err()
+        .to_string();
+    assert!(
+        kind.contains("parameter 0 is a pointer but the launch passed a 64-bit integer"),
+        "{kind}"
+    );
+    // SAFETY: as above.
+    let extra = unsafe { dev.launch(f, cfg, &[out.arg(), KernelArg::F32(1.0)]) }
+        .unwrap_err()
+        .to_string();
+    assert!(extra.contains("takes 1 parameters"), "{extra}");
+    // The right list runs.
+    // SAFETY: `out` holds 8 values per thread of the one 32-thread block.
+    unsafe { dev.launch(f, cfg, &[out.arg()]) }.unwrap();
+}
+
 #[test]
 fn copies_are_bounds_checked() {
     let dev = Device::emulated().unwrap();
