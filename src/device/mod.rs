@@ -315,12 +315,18 @@ impl Device {
     /// Makes `buf` hold at least `len` elements: reallocated (contents lost) when smaller,
     /// untouched otherwise. Buffers that only grow are how a render or training loop stops
     /// allocating after its first steps.
+    ///
+    /// The old memory is freed before the new is taken, so a growing buffer never holds both
+    /// sizes at once (the memory plans count each buffer once). On failure `buf` is left
+    /// empty: length 0, one element allocated, like every buffer.
     pub fn grow<T: Element>(
         &self,
         buf: &mut DeviceBuffer<T>,
         len: usize,
     ) -> Result<(), DeviceError> {
         if buf.len < len {
+            // The assignment drops the old buffer once the one-element stand-in exists.
+            *buf = self.alloc(0)?;
             *buf = self.alloc(len)?;
         }
         Ok(())

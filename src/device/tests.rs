@@ -189,9 +189,9 @@ fn emulated_memory_is_poisoned_counted_and_capped() {
 }
 
 /// The layer counts what live buffers hold and the peak, on every driver: a refused
-/// allocation counts nothing, a grown buffer held both sizes at once (the new one is allocated
-/// before the old is freed), pinned host memory is not device memory, and `reset_peak` starts
-/// over from what is live.
+/// allocation counts nothing, a grown buffer never holds its old and new sizes at once (only a
+/// one-element stand-in while it changes), pinned host memory is not device memory, and
+/// `reset_peak` starts over from what is live.
 #[test]
 fn usage_counts_live_buffers_and_their_peak() {
     for dev in test_devices() {
@@ -221,9 +221,15 @@ fn usage_counts_live_buffers_and_their_peak() {
         assert_eq!(dev.usage().live, 12001);
         assert_eq!(
             dev.usage().peak,
-            16001,
-            "{dev:?}: 4000 + 12000 + 1 during the grow"
+            12005,
+            "{dev:?}: 12000 + 1 + the 4-byte stand-in during the grow, not 4000 + 12000"
         );
+        // A grow the device refuses leaves an empty buffer, never a dangling one.
+        let (_, total) = dev.memory().unwrap();
+        let mut c = dev.alloc::<u8>(100).unwrap();
+        assert!(dev.grow(&mut c, total as usize + 1).is_err());
+        assert_eq!((c.len(), c.num_bytes()), (0, 1));
+        drop(c);
         drop(b);
         dev.reset_peak();
         assert_eq!(
