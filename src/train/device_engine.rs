@@ -751,6 +751,20 @@ impl DeviceEngine {
     }
 }
 
+impl DeviceEngine {
+    /// Loads the MCMC kernels now rather than at their first use. A run calls this before it
+    /// measures its baseline memory: compiling a module (NVRTC, on a GPU without a cached
+    /// entry) takes host memory for a moment, which mid-run would land on top of a full budget.
+    pub fn load_mcmc(&mut self) -> Result<(), DeviceEngineError> {
+        loaded(&mut self.mcmc, &self.dev).map(|_| ())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn mcmc_loaded(&self) -> bool {
+        self.mcmc.is_some()
+    }
+}
+
 /// The MCMC kernels of `slot`, loaded on `dev` at first use (only MCMC runs need them).
 fn loaded<'a>(
     slot: &'a mut Option<DeviceMcmc>,

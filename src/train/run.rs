@@ -959,8 +959,9 @@ pub fn dry_run(
             train_split: opts.eval,
         });
     }
-    // As in `run`: the engine exists before the baseline is measured.
-    let engine = make_engine(opts.backend, on_event)?;
+    // As in `run`: the engine, with every module it will load, exists before the baseline.
+    let mut engine = make_engine(opts.backend, on_event)?;
+    engine.prepare(&config)?;
     let vram = vram_budget(&engine, opts.vram_budget)?;
     config.max_intersection_bytes = intersection_cap(vram.map_or(opts.ram_budget, |v| v.bytes));
     let baseline = current_rss_bytes().unwrap_or(0);
@@ -1080,7 +1081,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         )?)
     };
 
-    let engine = make_engine(opts.backend, on_event)?;
+    let mut engine = make_engine(opts.backend, on_event)?;
+    engine.prepare(&config)?;
     let backend_name = engine.name();
     let max_pixels = manifest.max_view_pixels();
     let vram = vram_budget(&engine, opts.vram_budget)?;
@@ -1094,7 +1096,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     }
     // The baseline, before the model or anything else that scales with the data exists: the
     // model is an item of its own, never also part of the baseline. (The engine, and with it a
-    // CUDA context, exists already: its resident memory is part of the baseline.)
+    // CUDA context and every kernel module the run uses, exists already: its resident memory
+    // is part of the baseline.)
     let baseline = current_rss_bytes().unwrap_or(0);
     let start = model_start(opts, &config, &pack, &ckpt_dir, on_event)?;
     if let ModelStart::Resume(state) = &start {

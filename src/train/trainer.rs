@@ -385,6 +385,15 @@ impl Engine {
             Engine::Device(e) => format!("device ({})", e.device().name()),
         }
     }
+
+    /// Loads every kernel module `config` will use (the device engine's MCMC kernels; the
+    /// host engine has none), so none is compiled mid-run (see [`DeviceEngine::load_mcmc`]).
+    pub fn prepare(&mut self, config: &TrainConfig) -> Result<(), TrainError> {
+        match self {
+            Engine::Device(e) if config.mcmc.is_some() => Ok(e.load_mcmc()?),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The host engine's reused buffers.
@@ -1836,6 +1845,25 @@ mod tests {
         }
         back.model().unwrap().check_shapes().unwrap();
         assert_eq!(back.step_count(), 60);
+    }
+
+    /// `Engine::prepare` loads the MCMC kernels of an MCMC run up front (a run prepares its
+    /// engine before measuring its baseline memory) and nothing for other runs.
+    #[test]
+    fn prepare_loads_the_mcmc_kernels_only_for_mcmc_runs() {
+        let loaded = |e: &Engine| match e {
+            Engine::Device(d) => d.mcmc_loaded(),
+            Engine::Host(_) => unreachable!(),
+        };
+        let mut e = emulated_engine();
+        e.prepare(&config(1)).unwrap();
+        assert!(!loaded(&e));
+        let mut c = config(1);
+        c.mcmc = Some(McmcConfig::with_cap(300));
+        e.prepare(&c).unwrap();
+        assert!(loaded(&e));
+        let mut host = Engine::host(CpuRasterizer::<f32>::new());
+        host.prepare(&c).unwrap();
     }
 
     /// A device cap (the `--vram-budget` plan's room) stops growth at its count, once, with a
