@@ -45,7 +45,11 @@ backend, seed) plus peak_device_bytes (torch.cuda.max_memory_allocated). iterati
 counts the steps after --warmup steps, between two CUDA synchronisations; train_s is the whole
 training loop (synchronised). gsplat compiles its CUDA code on first use (cached under
 $TORCH_EXTENSIONS_DIR); that happens before any timing starts and is reported as
-jit_compile_s. `--compile-only` compiles and exits; `--check` loads DATA, builds the split,
+jit_compile_s. `--stop-after S` ends the training loop S seconds after the process started and
+saves everything a continuation needs to OUT/resume.pt (exit status 75); `--resume` continues
+from it (model, Adam moments, schedule, strategy state, sampling order and RNG restored; the
+report adds up the segments).
+`--compile-only` compiles and exits; `--check` loads DATA, builds the split,
 the initial model, the optimisers and the strategy on the CPU and exits (no GPU needed).
 """
 import argparse
@@ -351,6 +355,12 @@ def build_model(points_xyz, points_rgb, scene_scale, device, sh_degree=3, init_o
         "sh0": colours[:, :1, :],
         "shN": colours[:, 1:, :],
     }
+    return with_optimizers(params, scene_scale, device)
+
+
+def with_optimizers(params, scene_scale, device):
+    """The parameters as a ParameterDict on `device` and one Adam each (simple_trainer's)."""
+    import torch
     splats = torch.nn.ParameterDict(
         {k: torch.nn.Parameter(v) for k, v in params.items()}).to(device)
     lr = dict(LRS, means=LRS["means"] * scene_scale)
@@ -438,8 +448,8 @@ def compile_gsplat():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("data")
-    ap.add_argument("out")
+    ap.add_argument("data", nargs="?")
+    ap.add_argument("out", nargs="?")
     ap.add_argument("--iterations", type=int, default=30_000)
     ap.add_argument("--eval", action="store_true", help="score test_filenames at the end")
     ap.add_argument("--init", choices=["ply", "random"], default=None,
@@ -455,9 +465,16 @@ def main():
                     help="build data, split, init, optimisers and strategy on the CPU; exit")
     ap.add_argument("--compile-only", action="store_true",
                     help="build/load gsplat's CUDA extension and exit")
+    ap.add_argument("--stop-after", type=float, default=None, metavar="S",
+                    help="stop training S seconds after the process started (leave time for the "
+                    "save), writing OUT/resume.pt and exiting with 75")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from OUT/resume.pt (same DATA and options)")
     args = ap.parse_args()
+    if not args.compile_only and (args.data is None or args.out is None):
+        ap.error("DATA and OUT are required")
     t_start = time.time()
-    out = pathlib.Path(args.out)
+    out = pathlib.Path(args.out or ".")
 
     import torch
     import gsplat
@@ -468,6 +485,9 @@ def main():
     if fake:
         rasterization = fake_rasterization  # noqa: F811
     cuda = not (args.check or fake)
+    if args.compile_only and fake:
+        log("gsplat_train: GSPLAT_TRAIN_FAKE_RASTER=1, nothing to compile")
+        return
     if args.compile_only:
         log(f"gsplat {gsplat.__version__}: CUDA extension ready in {compile_gsplat():.1f} s")
         return
@@ -501,12 +521,29 @@ def main():
         rgb = torch.rand((n, 3)).double().numpy() * 255.0
     else:
         rgb = points[1]
-    splats, optimizers = build_model(pts, rgb, scene_scale, device, args.sh_degree)
+    resume_path = out / "resume.pt"
+    ck = None
+    if args.resume:
+        if not resume_path.exists():
+            raise SystemExit(f"--resume: no {resume_path}")
+        ck = torch.load(resume_path, map_location="cpu", weights_only=False)
+        if ck["iterations"] != args.iterations or ck["seed"] != args.seed:
+            raise SystemExit(f"--resume: {resume_path} was saved by a run of "
+                             f"{ck['iterations']} iterations, seed {ck['seed']}")
+        splats, optimizers = with_optimizers(ck["splats"], scene_scale, device)
+        for k, o in optimizers.items():
+            o.load_state_dict(ck["optimizers"][k])
+        log(f"resuming at iteration {ck['step']} with {len(splats['means'])} Gaussians")
+    else:
+        splats, optimizers = build_model(pts, rgb, scene_scale, device, args.sh_degree)
     strategy = DefaultStrategy()
     strategy.check_sanity(splats, optimizers)
     state = strategy.initialize_state(scene_scale=scene_scale)
     means_sched = torch.optim.lr_scheduler.ExponentialLR(
         optimizers["means"], gamma=0.01 ** (1.0 / max(args.iterations, 1)))
+    if ck is not None:
+        means_sched.load_state_dict(ck["scheduler"])
+        state = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in ck["state"].items()}
     ssim_fn, ssim_impl = ssim_loss_fn()
     sizes = sorted({(f["w"], f["h"]) for f in frames})
     log(f"data: {len(frames)} views ({len(train_idx)} train, {len(test_idx)} test), sizes "
@@ -553,7 +590,20 @@ def main():
         return colours, alphas, info
 
     out.mkdir(parents=True, exist_ok=True)
-    order, pos = [], 0
+    order, pos, first = [], 0, 0
+    # Accumulated over the segments of a run stopped by --stop-after and resumed.
+    acc = {"train_s": 0.0, "timed_s": 0.0, "timed_iters": 0, "wall_s": 0.0, "segments": 0,
+           "peak_rss_bytes": 0, "peak_device_bytes": 0, "peak_device_reserved_bytes": 0,
+           "jit_compile_s": jit_s}
+    if ck is not None:
+        first, order, pos, acc = ck["step"], ck["order"], ck["pos"], ck["acc"]
+        random.setstate(ck["rng"]["python"])
+        np.random.set_state(ck["rng"]["numpy"])
+        torch.set_rng_state(ck["rng"]["torch"])
+        if cuda and ck["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state(ck["rng"]["cuda"])
+        del ck
+    warm_at = first + args.warmup
     def sync():
         if cuda:
             torch.cuda.synchronize()
@@ -565,10 +615,14 @@ def main():
     t_warm = None
     t_log, it_log = t0, 0
     loss_acc = 0.0
-    for step in range(args.iterations):
-        if step == args.warmup:
+    stopped = None
+    for step in range(first, args.iterations):
+        if step == warm_at:
             sync()
             t_warm = time.time()
+        if args.stop_after is not None and time.time() - t_start > args.stop_after:
+            stopped = step
+            break
         if pos == len(order):
             order, pos = list(np.random.permutation(train_idx)), 0
         i = int(order[pos])
@@ -599,9 +653,38 @@ def main():
             t_log, it_log = now, step + 1
     sync()
     t1 = time.time()
-    train_s = t1 - t0
-    timed = args.iterations - args.warmup
-    its = timed / (t1 - t_warm) if t_warm is not None and timed > 0 else args.iterations / train_s
+    end = args.iterations if stopped is None else stopped
+    acc["train_s"] += t1 - t0
+    if t_warm is not None and end > warm_at:
+        acc["timed_s"] += t1 - t_warm
+        acc["timed_iters"] += end - warm_at
+    acc["segments"] += 1
+    acc["peak_rss_bytes"] = max(acc["peak_rss_bytes"], peak_rss_bytes() or 0)
+    if cuda:
+        acc["peak_device_bytes"] = max(acc["peak_device_bytes"],
+                                       int(torch.cuda.max_memory_allocated()))
+        acc["peak_device_reserved_bytes"] = max(acc["peak_device_reserved_bytes"],
+                                                int(torch.cuda.max_memory_reserved()))
+    if stopped is not None:
+        acc["wall_s"] += time.time() - t_start
+        ck = {"step": stopped, "iterations": args.iterations, "seed": args.seed,
+              "order": order, "pos": pos, "acc": acc,
+              "splats": {k: v.detach().cpu() for k, v in splats.items()},
+              "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
+              "scheduler": means_sched.state_dict(),
+              "state": {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in state.items()},
+              "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
+                      "torch": torch.get_rng_state(),
+                      "cuda": torch.cuda.get_rng_state() if cuda else None}}
+        torch.save(ck, out / "resume.pt.tmp")
+        (out / "resume.pt.tmp").replace(resume_path)
+        log(f"stopped after {args.stop_after} s at iteration {stopped}/{args.iterations} with "
+            f"{len(splats['means'])} Gaussians; state in {resume_path} "
+            f"({resume_path.stat().st_size / 2**20:.0f} MiB): rerun with --resume")
+        raise SystemExit(75)
+    train_s = acc["train_s"]
+    its = (acc["timed_iters"] / acc["timed_s"] if acc["timed_iters"] > 0
+           else args.iterations / train_s)
 
     views = []
     if args.eval:
@@ -628,13 +711,15 @@ def main():
         "iterations": args.iterations, "iterations_per_s": its,
         "iterations_per_s_total": args.iterations / train_s, "warmup_iterations": args.warmup,
         "num_gaussians": int(len(splats["means"])),
-        "peak_device_bytes": int(torch.cuda.max_memory_allocated()) if cuda else None,
-        "peak_device_reserved_bytes": int(torch.cuda.max_memory_reserved()) if cuda else None,
-        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_device_bytes": acc["peak_device_bytes"] if cuda else None,
+        "peak_device_reserved_bytes": acc["peak_device_reserved_bytes"] if cuda else None,
+        "peak_rss_bytes": max(acc["peak_rss_bytes"], peak_rss_bytes() or 0),
+        "segments": acc["segments"],
         "backend": f"gsplat {gsplat.__version__}", "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name() if cuda else "cpu (fake rasteriser)", "seed": args.seed, "init": init,
         "init_points": int(len(pts)), "scene_scale": scene_scale, "ssim_loss": ssim_impl,
-        "jit_compile_s": jit_s, "train_s": train_s, "wall_s": time.time() - t_start,
+        "jit_compile_s": acc["jit_compile_s"], "train_s": train_s,
+        "wall_s": acc["wall_s"] + time.time() - t_start,
         "data": str(args.data),
     }
     tmp = out / "report.json.tmp"
