@@ -24,12 +24,14 @@ rebuilt on gsplat's public API (`gsplat.rasterization`, `gsplat.strategy.Default
 - batch 1, a fresh shuffle of the training views every epoch; SH degree +1 every 1000 steps;
   near 0.01, far 1e10, classic rasterisation, not packed, black background;
 - loss 0.8 L1 + 0.2 (1 - SSIM), SSIM with an 11x11 Gaussian window (sigma 1.5) over the
-  "valid" region (fused_ssim when installed, else the same formula in torch conv2d);
+  "valid" region; the loss is read back every step, as simple_trainer's progress bar does;
 - DefaultStrategy() with its defaults (grow grad2d 2e-4, refine 500..15000 every 100, opacity
   reset every 3000, prune opacity 0.005, ...); masked pixels zeroed in render and target.
 Differences from simple_trainer.py, kept on purpose: the images are decoded once and kept in
 pinned host memory (copied to the device each step), where simple_trainer decodes them in
-DataLoader workers; no viewer, TensorBoard, checkpoints, LPIPS or trajectory video.
+DataLoader workers; no viewer, TensorBoard, checkpoints, LPIPS or trajectory video; the SSIM
+loss is fused_ssim only where that package is installed (it is not on PyPI), else the same
+formula as separable torch convolutions (checked against the numpy SSIM on the valid region).
 
 Evaluation (`--eval`, at the end) follows ramsplat's src/eval.rs exactly: the render is
 clamped and quantised to 8 bits (x255, round half up), PSNR on the 8-bit images (peak 255),
@@ -371,7 +373,8 @@ def with_optimizers(params, scene_scale, device):
 
 
 def ssim_loss_fn():
-    """1 - SSIM over the valid region: fused_ssim when installed, else torch conv2d."""
+    """SSIM over the valid region (the loss takes 1 - it): fused_ssim when installed (not on
+    PyPI; simple_trainer uses it), else the same formula as separable torch convolutions."""
     import torch
     import torch.nn.functional as F
     try:
@@ -388,17 +391,19 @@ def ssim_loss_fn():
     def ssim(a, b):  # a, b: [1, 3, H, W]
         w = cache.get(a.device)
         if w is None:
-            w = (win1[:, None] * win1[None, :]).to(a.device).expand(3, 1, 11, 11).contiguous()
+            w = win1.to(a.device)
+            w = (w.view(1, 1, 1, 11).expand(15, 1, 1, 11).contiguous(),
+                 w.view(1, 1, 11, 1).expand(15, 1, 11, 1).contiguous())
             cache[a.device] = w
-        mu_a = F.conv2d(a, w, groups=3)
-        mu_b = F.conv2d(b, w, groups=3)
-        saa = F.conv2d(a * a, w, groups=3) - mu_a * mu_a
-        sbb = F.conv2d(b * b, w, groups=3) - mu_b * mu_b
-        sab = F.conv2d(a * b, w, groups=3) - mu_a * mu_b
+        # The five local statistics of the three channels in one separable pass (11 + 11 taps).
+        st = torch.cat([a, b, a * a, b * b, a * b], 1)
+        st = F.conv2d(F.conv2d(st, w[0], groups=15), w[1], groups=15)
+        mu_a, mu_b, paa, pbb, pab = st.split(3, 1)
+        saa, sbb, sab = paa - mu_a * mu_a, pbb - mu_b * mu_b, pab - mu_a * mu_b
         m = ((2 * mu_a * mu_b + SSIM_C1) * (2 * sab + SSIM_C2)) / (
             (mu_a * mu_a + mu_b * mu_b + SSIM_C1) * (saa + sbb + SSIM_C2))
         return m.mean()
-    return ssim, "torch conv2d (valid), fused_ssim's formula"
+    return ssim, "torch separable conv2d (valid), fused_ssim's formula"
 
 
 def fake_rasterization(means, quats, scales, opacities, colors, viewmats, Ks, width, height,
@@ -640,13 +645,15 @@ def main():
         s = ssim_fn(colours.permute(0, 3, 1, 2), pixels.permute(0, 3, 1, 2))
         loss = 0.8 * l1 + 0.2 * (1.0 - s)
         loss.backward()
+        # simple_trainer reads the loss every step (its progress bar); so do we (and ours reads
+        # its loss every step too), so that both pay the same per-step synchronisation.
+        loss_acc = float(loss.item())
         for o in optimizers.values():
             o.step()
             o.zero_grad(set_to_none=True)
         means_sched.step()
         strategy.step_post_backward(splats, optimizers, state, step, info, packed=False)
         if (step + 1) % args.log_every == 0 or step + 1 == args.iterations:
-            loss_acc = float(loss.item())  # synchronises, once per log line only
             now = time.time()
             log(f"iteration {step + 1}/{args.iterations} loss {loss_acc:.4f} Gaussians "
                 f"{len(splats['means'])} {(step + 1 - it_log) / (now - t_log):.1f} it/s")
