@@ -7,7 +7,8 @@
 #   fox-ours      gs-pack convert the bundle's fox photos at full resolution (1080x1920, 43
 #                 train / 7 test views, no SfM points: 100,000 random initial Gaussians), then
 #                 gs-train --backend cuda --iterations $GS_BENCH_ITERATIONS (30000) --eval
-#                 --seed $GS_BENCH_SEED (1): report.json (it/s, wall, peak RSS, stall fraction,
+#                 --seed $GS_BENCH_SEED (1) --checkpoint-every 0 (no periodic checkpoint
+#                 writes inside the timed loop; SIGINT still writes one): report.json (it/s, wall, peak RSS, stall fraction,
 #                 test PSNR/SSIM, Gaussians) + the process's peak device memory sampled by
 #                 nvidia-smi (ours has no report field for it).
 #   gsplat-build  installs BUNDLE/wheels/gsplat-1.5.3 (no deps: torch numpy ninja jaxtyping
@@ -160,7 +161,8 @@ fox_ours() {
     local limit=$(($(left) - 75))
     [ "$limit" -gt 60 ] || { echo "fox-ours: too little time left ($limit s)"; return 1; }
     local cmd=("$b/gs-train" "$fox_pack" -o "$run" --backend cuda --iterations "$iters" --eval
-               --test-iterations "$iters" --save-iterations "$iters" --seed "$seed" "${resume[@]}")
+               --test-iterations "$iters" --save-iterations "$iters" --seed "$seed"
+               --checkpoint-every 0 "${resume[@]}")
     echo "${cmd[*]}" | sed "s|$work|WORK|g; s|$b/||" >"$out/fox-ours.command"
     set +e
     vram_watch "$work/fox-ours.segments/$seg.vram" \
@@ -218,7 +220,13 @@ fox_gsplat() {
     fi
     if [ ! -f "$data/transforms.json" ]; then
         rm -rf "$data"
-        "$b/gs-pack" export "$fox_pack" -o "$data" --random-points --seed "$seed" | tail -n 3
+        local seed_opt=(--seed "$seed")
+        if ! "$b/gs-pack" export --help 2>&1 | grep -q -- '--seed'; then
+            echo "WARNING: gs-pack export has no --seed: its random points may not be the ones" \
+                "gs-train --seed $seed starts from"
+            seed_opt=()
+        fi
+        "$b/gs-pack" export "$fox_pack" -o "$data" --random-points "${seed_opt[@]}" | tail -n 3
     fi
     # The compile is never timed as training: do it first (seconds when cached).
     "$py" "$root/tools/gsplat_train.py" --compile-only
@@ -228,7 +236,8 @@ fox_gsplat() {
     [ "$limit" -gt 60 ] || { echo "fox-gsplat: too little time left ($limit s)"; return 1; }
     local cmd=("$py" tools/gsplat_train.py "$data" "$run" --iterations "$iters" --eval
                --seed "$seed")
-    echo "${cmd[*]}" | sed "s|$work|WORK|g" >"$out/fox-gsplat.command"
+    local shown="${cmd[*]}"
+    echo "${shown//$work/WORK}" >"$out/fox-gsplat.command"
     set +e
     (cd "$root" && vram_watch "$out/fox-gsplat.vram" timeout -s KILL $((limit + 60)) \
         "${cmd[@]}" --stop-after "$limit" "${resume[@]}")
@@ -263,7 +272,8 @@ synth_budget() {
     local limit=$(($(left) - 45))
     [ "$limit" -gt 90 ] || { echo "synth-budget: too little time left ($limit s); the pack is kept for the next call"; return 1; }
     local cmd=("$b/gs-train" "$pack" -o "$run" --backend cuda --ram-budget 2G
-               --iterations "$synth_iters" --seed "$seed" --save-iterations "$synth_iters")
+               --iterations "$synth_iters" --seed "$seed" --save-iterations "$synth_iters"
+               --checkpoint-every 0)
     echo "${cmd[*]}" | sed "s|$work|WORK|g; s|$b/||" >"$out/synth-budget.command"
     set +e
     vram_watch "$out/synth-budget.vram" \
