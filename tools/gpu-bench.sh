@@ -196,6 +196,10 @@ gsplat_setup() {
             "$wheel" "$work/site"
     fi
     export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
+    # torch's JIT build runs the `ninja` executable: the pip package's, when not on PATH.
+    local ninja_bin
+    ninja_bin=$("$py" -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null || true)
+    [ -n "$ninja_bin" ] && export PATH="$PATH:$ninja_bin"
     "$py" -c 'import gsplat, torch; print("gsplat", gsplat.__version__, "torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else "NO CUDA DEVICE")'
 }
 
