@@ -284,6 +284,11 @@ synth_budget() {
         timeout --preserve-status -s INT --kill-after=40 "$limit" "${cmd[@]}" 2>&1 | grep -v -E '^training: ' | tail -n 12
     local rc=${PIPESTATUS[0]}
     set -e
+    if [ ! -f "$run/report.json" ]; then
+        echo "synth-budget: gs-train exited $rc without a report.json (killed before its first" \
+            "step ended, or failed: see above)"
+        return 1
+    fi
     cp "$run/report.json" "$out/synth-budget.json"
     cp "$run/metrics.jsonl" "$out/synth-budget.metrics.jsonl" 2>/dev/null || true
     [ "$rc" -eq 0 ] || [ "$rc" -eq 130 ] || return "$rc"
