@@ -6,7 +6,11 @@
 #   DIR/tests/    cuda_parity and the library's unit tests (release test executables)
 #   DIR/benches/  cuda (benches/cuda.rs, release)
 #   DIR/data/fox  the fox photos (../shared/data/fox), if present, for the real-pack checks
-#   DIR/BUILD     the commit and toolchain the bundle was built from
+#   DIR/wheels/   gsplat 1.5.3 (pure-Python wheel, its CUDA code JIT-compiled on first use) for
+#                 tools/gpu-bench.sh's side-by-side; its dependencies (torch, numpy, ninja,
+#                 jaxtyping, rich) are expected on the GPU machine. A failed download is
+#                 reported loudly and leaves the rest of the bundle intact.
+#   DIR/BUILD     the commit and toolchain the bundle was built from (and the wheel's sha256)
 #
 # Usage (from the repository root):
 #   tools/gpu-bundle.sh .gpu            # then copy .gpu and tools/ to the GPU machine
@@ -24,7 +28,7 @@ dir=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 rm -rf "$dir"
-mkdir -p "$dir/bin" "$dir/tests" "$dir/benches" "$dir/data"
+mkdir -p "$dir/bin" "$dir/tests" "$dir/benches" "$dir/data" "$dir/wheels"
 
 echo "gpu-bundle: building release binaries, test and bench executables"
 cargo build --release --bins
@@ -64,10 +68,23 @@ strip "$dir"/bin/* "$dir"/tests/* "$dir"/benches/* 2>/dev/null || true
 if [ -d ../shared/data/fox ]; then
     cp -r ../shared/data/fox "$dir/data/fox"
 fi
+gsplat_version=1.5.3
+wheel_note="gsplat $gsplat_version wheel: MISSING (download failed; tools/gpu-bench.sh fox-gsplat will fail)"
+if python3 -m pip download --quiet --no-deps --only-binary=:all: "gsplat==$gsplat_version" \
+        -d "$dir/wheels" >"$dir/wheels/pip.log" 2>&1; then
+    wheel=$(ls "$dir"/wheels/gsplat-"$gsplat_version"-*.whl)
+    wheel_note="$(basename "$wheel") sha256 $(sha256sum "$wheel" | cut -d' ' -f1)"
+    rm -f "$dir/wheels/pip.log"
+else
+    echo "gpu-bundle: WARNING: could not download the gsplat $gsplat_version wheel (see" \
+        "$dir/wheels/pip.log); the bundle is complete otherwise, but the gsplat side by side" \
+        "(tools/gpu-bench.sh fox-gsplat) cannot run from it" >&2
+fi
 {
     echo "commit $(git rev-parse HEAD)$(git diff --quiet || echo ' (with uncommitted changes)')"
     rustc --version
     date -u +%Y-%m-%dT%H:%M:%SZ
+    echo "$wheel_note"
 } >"$dir/BUILD"
 du -sh "$dir"
 echo "gpu-bundle: ready in $dir"

@@ -1,0 +1,342 @@
+#!/usr/bin/env bash
+# gpu-bench.sh BUNDLE OUT STEP...: the long GPU benchmarks, on a machine with an NVIDIA GPU,
+# CUDA 13, PyTorch and no Rust (BUNDLE from tools/gpu-bundle.sh). Steps run in the order given;
+# each logs to OUT/<step>.log, appends one line to OUT/summary.txt and copies its report(s)
+# to OUT/. A step that fails does not stop the next one.
+#
+#   fox-ours      gs-pack convert the bundle's fox photos at full resolution (1080x1920, 43
+#                 train / 7 test views, no SfM points: 100,000 random initial Gaussians), then
+#                 gs-train --backend cuda --iterations $GS_BENCH_ITERATIONS (30000) --eval
+#                 --seed $GS_BENCH_SEED (1) --checkpoint-every 0 (no periodic checkpoint
+#                 writes inside the timed loop; SIGINT still writes one): report.json (it/s, wall, peak RSS, stall fraction,
+#                 test PSNR/SSIM, Gaussians) + the process's peak device memory sampled by
+#                 nvidia-smi (ours has no report field for it).
+#   gsplat-build  installs BUNDLE/wheels/gsplat-1.5.3 (no deps: torch numpy ninja jaxtyping
+#                 rich come with the machine) into WORK/site and JIT-compiles its CUDA
+#                 extension into WORK/torch_extensions (nothing is timed). CPU-bound: MAX_JOBS
+#                 = all cores.
+#   fox-gsplat    gs-pack export of the same pack with --random-points --seed (the same 100k
+#                 points ours starts from), then tools/gsplat_train.py (gsplat's simple_trainer
+#                 defaults) on it with the same iterations, --eval, seed; compiles first if
+#                 gsplat-build did not run on this machine (compile time is reported apart and
+#                 never timed as training).
+#   synth-budget  gs-pack synth 600 views of 1600x1066 with 1,000,000 points (seed 1), packed
+#                 (2.87 GiB decoded, 305 MiB zstd), then gs-train --backend cuda --ram-budget 2G
+#                 --iterations 30000, time-boxed to what is left of the call (interrupted
+#                 cleanly by SIGINT: report.json is written with "interrupted": true): stall
+#                 fraction (goal < 1 %), peak RSS against the budget, it/s, cache hit rate.
+#   table         one markdown table from the reports in OUT: ours vs gsplat on fox, and the
+#                 synthetic budget run, with the exact commands.
+#
+# Time: the whole invocation stays inside one 10-minute device call (GS_BENCH_SECONDS, default
+# 570): each step gets what is left. Training runs that cannot finish in time stop cleanly
+# (ours: SIGINT -> checkpoint, exit 130; gsplat_train.py: --stop-after -> WORK/.../resume.pt,
+# exit 75) and CONTINUE when the same step is run again by the next call on the same, still
+# warm machine: WORK (default .gpu-work in the repository, git-ignored, so the device tool keeps
+# it between calls while the machine stays warm; do not name it in `carry`) holds packs,
+# checkpoints, the gsplat install and its compiled extension. A fresh machine starts over.
+# Reports of a run that took several calls add the segments up (table does it for ours). To
+# measure again from scratch, delete WORK (or the step's folder in it). Use the same OUT in
+# every call: table reads the reports there.
+#
+# Suggested calls (estimates, not measurements: nothing here has run on a GPU yet; see below):
+#   call 1:  tools/gpu-bench.sh .gpu OUT fox-ours gsplat-build        (fox-ours alone may need
+#            the whole call; gsplat-build then runs in the next call's time)
+#   call 2:  tools/gpu-bench.sh .gpu OUT fox-ours gsplat-build fox-gsplat   (each resumes or
+#            skips what is done: a finished fox-ours or a compiled gsplat costs seconds)
+#   call 3:  tools/gpu-bench.sh .gpu OUT fox-gsplat table
+#   call 4:  tools/gpu-bench.sh .gpu OUT synth-budget table
+# Issue the calls back to back (the machine is released after ~30 s idle; a released machine
+# loses WORK, and a resumed step then starts over).
+#
+# Estimates and their basis:
+#   - gs-pack synth of the 600-view scene: 101 s wall on a 2-core development machine (one core
+#     busy with another build; 112 s CPU, one thread), gs-pack convert 12.6 s (13 s CPU), so
+#     ~2 min with the same per-core speed on 16 cores; the pack is reused by later calls.
+#   - gsplat's JIT compile (38 CUDA/C++ sources, -O3): not measurable here (no nvcc); 3-8 min
+#     with 16 jobs is what gsplat's own first-use message warns of ("a few minutes").
+#   - fox-ours 30k: our device engine has never run on a GPU. The CPU-trainer-with-CUDA-raster
+#     hybrid ran 14.4 it/s on this data; the bench's device-resident fwd+bwd is 2 ms at 100k
+#     Gaussians and 5.7 ms at 1M (1080p), the loss 0.6 ms, so 60-200 it/s -> 2.5-8.5 min.
+#   - fox-gsplat 30k: gsplat's fwd+bwd measured 2.6 ms (100k) / 4.3 ms (1M) on this H100 plus
+#     PyTorch's per-step overhead (Adam x 6, loss, strategy): 40-100 it/s -> 5-12.5 min, plus
+#     ~1 min of data loading, export and evaluation. Likely two calls, hence the resume.
+#   - synth-budget: generation ~2 min, then training until the call ends.
+#
+# Environment: GS_BENCH_ITERATIONS (30000), GS_BENCH_SEED (1), GS_BENCH_SECONDS (570),
+# GS_BENCH_WORK (REPO/.gpu-work), GS_BENCH_SYNTH_ITERATIONS (30000), PYTHON (python3).
+# Exit status: 0 when every step passed (a run stopped to be continued counts as passed and
+# says so), 1 otherwise.
+# The step functions run through `bash -c` (exported), which shellcheck cannot follow.
+# shellcheck disable=SC2317
+set -uo pipefail
+
+if [ $# -lt 3 ]; then
+    echo "usage: $0 BUNDLE OUT STEP... (steps: fox-ours gsplat-build fox-gsplat synth-budget table)" >&2
+    exit 2
+fi
+bundle=$(cd "$1" && pwd)
+mkdir -p "$2"
+out=$(cd "$2" && pwd)
+shift 2
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=${GS_BENCH_WORK:-$root/.gpu-work}
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+iters=${GS_BENCH_ITERATIONS:-30000}
+seed=${GS_BENCH_SEED:-1}
+synth_iters=${GS_BENCH_SYNTH_ITERATIONS:-30000}
+py=${PYTHON:-python3}
+summary="$out/summary.txt"
+# An absolute time: the steps run in child shells, where $SECONDS starts again at 0.
+deadline=$(($(date +%s) + ${GS_BENCH_SECONDS:-570}))
+export GS_KERNEL_CACHE="$work/ptx"
+export RUST_BACKTRACE=1 PYTHONUNBUFFERED=1
+
+# NVRTC for ours: the toolkit's, else the pip wheel's (as tools/gpu-verify.sh finds it).
+for d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         $("$py" -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13/lib") for p in nvidia.__path__))' 2>/dev/null); do
+    if [ -e "$d/libnvrtc.so.13" ]; then
+        export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        break
+    fi
+done
+[ -d /usr/local/nvidia/lib64 ] && export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}"
+# gsplat's JIT build: nvcc from CUDA_HOME, every core, the cache kept in WORK.
+if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export CUDA_HOME=/usr/local/cuda
+fi
+export TORCH_EXTENSIONS_DIR="$work/torch_extensions"
+MAX_JOBS=$(nproc)
+export MAX_JOBS
+
+b=$bundle/bin
+fox_pack=$work/fox.pack
+
+# vram_watch FILE CMD...: runs CMD while nvidia-smi samples the per-process device memory every
+# 200 ms; writes the largest value seen (MiB, any compute process) to FILE. Returns CMD's status.
+vram_watch() {
+    local file=$1
+    shift
+    local log="$file.samples"
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 200 \
+        >"$log" 2>/dev/null &
+    local smi=$!
+    "$@"
+    local rc=$?
+    kill "$smi" 2>/dev/null
+    wait "$smi" 2>/dev/null
+    awk -F', *' '$2 + 0 > m { m = $2 + 0 } END { print m + 0 }' "$log" >"$file"
+    rm -f "$log"
+    return "$rc"
+}
+
+# left: seconds left in this call.
+left() { echo $((deadline - $(date +%s))); }
+
+fox_pack_ready() {
+    [ -f "$fox_pack/manifest.json" ] && return 0
+    [ -d "$bundle/data/fox" ] || { echo "no $bundle/data/fox in the bundle"; return 1; }
+    rm -rf "$fox_pack"
+    "$b/gs-pack" convert "$bundle/data/fox" -o "$fox_pack" | tail -n 2
+}
+
+fox_ours() {
+    set -e
+    fox_pack_ready
+    local run=$work/fox-ours seg
+    if [ -f "$run/report.json" ] && grep -q '"interrupted": false' "$run/report.json"; then
+        echo "fox-ours: already finished in an earlier call"
+        return 0
+    fi
+    local resume=()
+    if [ -d "$run/checkpoints" ]; then
+        resume=(--resume)
+        echo "fox-ours: continuing from the newest checkpoint in $run/checkpoints"
+    else
+        rm -rf "$run"
+    fi
+    mkdir -p "$work/fox-ours.segments"
+    seg=$(find "$work/fox-ours.segments" -name '*.json' | wc -l)
+    local limit=$(($(left) - 75))
+    [ "$limit" -gt 60 ] || { echo "fox-ours: too little time left ($limit s)"; return 1; }
+    local cmd=("$b/gs-train" "$fox_pack" -o "$run" --backend cuda --iterations "$iters" --eval
+               --test-iterations "$iters" --save-iterations "$iters" --seed "$seed"
+               --checkpoint-every 0 "${resume[@]}")
+    echo "${cmd[*]}" | sed "s|$work|WORK|g; s|$b/||" >"$out/fox-ours.command"
+    set +e
+    vram_watch "$work/fox-ours.segments/$seg.vram" \
+        timeout --preserve-status -s INT --kill-after=60 "$limit" "${cmd[@]}" 2>&1 | grep -v -E '^training: ' | tail -n 12
+    local rc=${PIPESTATUS[0]}
+    set -e
+    cp "$run/report.json" "$work/fox-ours.segments/$seg.json"
+    rm -rf "$out/fox-ours.segments"
+    cp -r "$work/fox-ours.segments" "$out/fox-ours.segments"
+    cp "$run/metrics.jsonl" "$out/fox-ours.metrics.jsonl" 2>/dev/null || true
+    if [ "$rc" -eq 130 ]; then
+        echo "fox-ours: STOPPED at the call's time limit after a checkpoint; run fox-ours again" \
+            "in the next call (same machine) to continue"
+        return 0
+    fi
+    return "$rc"
+}
+
+gsplat_setup() {
+    set -e
+    if ! "$py" -c 'import torch, numpy, PIL, jaxtyping, rich, ninja' 2>/dev/null; then
+        echo "gsplat needs torch numpy pillow jaxtyping rich ninja on this machine:"
+        "$py" -c 'import torch, numpy, PIL, jaxtyping, rich, ninja'
+    fi
+    if [ ! -f "$work/site/gsplat/version.py" ]; then
+        local wheel
+        wheel=$(find "$bundle/wheels" -name 'gsplat-1.5.3-*.whl' | head -n 1)
+        [ -n "$wheel" ] || { echo "no gsplat wheel in $bundle/wheels (see $bundle/BUILD)"; return 1; }
+        # A pure-Python wheel: unpacking it is installing it (no pip needed, no dependencies).
+        "$py" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+            "$wheel" "$work/site"
+    fi
+    export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
+    # torch's JIT build runs the `ninja` executable: the pip package's, when not on PATH.
+    local ninja_bin
+    ninja_bin=$("$py" -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null || true)
+    [ -n "$ninja_bin" ] && export PATH="$PATH:$ninja_bin"
+    "$py" -c 'import gsplat, torch; print("gsplat", gsplat.__version__, "torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else "NO CUDA DEVICE")'
+}
+
+gsplat_build() {
+    set -e
+    gsplat_setup
+    echo "CUDA_HOME=${CUDA_HOME:-unset} MAX_JOBS=$MAX_JOBS TORCH_EXTENSIONS_DIR=$TORCH_EXTENSIONS_DIR"
+    local t0=$SECONDS
+    "$py" "$root/tools/gsplat_train.py" --compile-only
+    echo "gsplat-build: $((SECONDS - t0)) s"
+}
+
+fox_gsplat() {
+    set -e
+    gsplat_setup
+    fox_pack_ready
+    local data=$work/fox-export run=$work/fox-gsplat
+    if [ -f "$run/report.json" ]; then
+        echo "fox-gsplat: already finished in an earlier call"
+        cp "$run/report.json" "$out/fox-gsplat.json"
+        return 0
+    fi
+    if [ ! -f "$data/transforms.json" ]; then
+        rm -rf "$data"
+        local seed_opt=(--seed "$seed")
+        if ! "$b/gs-pack" export --help 2>&1 | grep -q -- '--seed'; then
+            echo "WARNING: gs-pack export has no --seed: its random points may not be the ones" \
+                "gs-train --seed $seed starts from"
+            seed_opt=()
+        fi
+        "$b/gs-pack" export "$fox_pack" -o "$data" --random-points "${seed_opt[@]}" | tail -n 3
+    fi
+    # The compile is never timed as training: do it first (seconds when cached).
+    "$py" "$root/tools/gsplat_train.py" --compile-only
+    local resume=()
+    [ -f "$run/resume.pt" ] && resume=(--resume)
+    local limit=$(($(left) - 75))
+    [ "$limit" -gt 60 ] || { echo "fox-gsplat: too little time left ($limit s)"; return 1; }
+    local cmd=("$py" tools/gsplat_train.py "$data" "$run" --iterations "$iters" --eval
+               --seed "$seed")
+    local shown="${cmd[*]}"
+    echo "${shown//$work/WORK}" >"$out/fox-gsplat.command"
+    set +e
+    (cd "$root" && vram_watch "$out/fox-gsplat.vram" timeout -s KILL $((limit + 60)) \
+        "${cmd[@]}" --stop-after "$limit" "${resume[@]}")
+    local rc=$?
+    set -e
+    if [ "$rc" -eq 75 ]; then
+        echo "fox-gsplat: STOPPED at the call's time limit; run fox-gsplat again in the next" \
+            "call (same machine) to continue"
+        return 0
+    fi
+    [ "$rc" -eq 0 ] || return "$rc"
+    cp "$run/report.json" "$out/fox-gsplat.json"
+    cp "$run/test/metrics.json" "$out/fox-gsplat.test-metrics.json"
+}
+
+synth_budget() {
+    set -e
+    local pack=$work/synth600.pack run=$work/synth-budget
+    if [ ! -f "$pack/manifest.json" ]; then
+        local t0=$SECONDS
+        rm -rf "$work/synth600" "$pack"
+        "$b/gs-pack" synth -o "$work/synth600" --views 600 --width 1600 --height 1066 \
+            --points 1000000 --seed 1 | tail -n 1
+        echo "synth: $((SECONDS - t0)) s"
+        t0=$SECONDS
+        "$b/gs-pack" convert "$work/synth600" -o "$pack" | tail -n 1
+        echo "convert: $((SECONDS - t0)) s"
+        rm -rf "$work/synth600"
+    fi
+    "$b/gs-pack" info "$pack" | head -n 9
+    rm -rf "$run"
+    local limit=$(($(left) - 45))
+    [ "$limit" -gt 90 ] || { echo "synth-budget: too little time left ($limit s); the pack is kept for the next call"; return 1; }
+    local cmd=("$b/gs-train" "$pack" -o "$run" --backend cuda --ram-budget 2G
+               --iterations "$synth_iters" --seed "$seed" --save-iterations "$synth_iters"
+               --checkpoint-every 0)
+    echo "${cmd[*]}" | sed "s|$work|WORK|g; s|$b/||" >"$out/synth-budget.command"
+    set +e
+    vram_watch "$out/synth-budget.vram" \
+        timeout --preserve-status -s INT --kill-after=40 "$limit" "${cmd[@]}" 2>&1 | grep -v -E '^training: ' | tail -n 12
+    local rc=${PIPESTATUS[0]}
+    set -e
+    if [ ! -f "$run/report.json" ]; then
+        echo "synth-budget: gs-train exited $rc without a report.json (killed before its first" \
+            "step ended, or failed: see above)"
+        return 1
+    fi
+    cp "$run/report.json" "$out/synth-budget.json"
+    cp "$run/metrics.jsonl" "$out/synth-budget.metrics.jsonl" 2>/dev/null || true
+    [ "$rc" -eq 0 ] || [ "$rc" -eq 130 ] || return "$rc"
+    "$py" - "$out/synth-budget.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"synth-budget: {r['iterations']} iterations ({'time-boxed' if r['interrupted'] else 'complete'}), "
+      f"{r['iterations_per_s']:.2f} it/s, stall {100 * r['stall_fraction']:.3f} % (goal < 1 %), "
+      f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB of {r['ram_budget_bytes'] / 2**20:.0f} MiB "
+      f"(within budget: {r['within_budget']}), cache hit rate {r['cache_hit_rate']:.3f}, "
+      f"{r['num_gaussians']} Gaussians, backend {r['backend']}")
+PY
+}
+
+table() {
+    "$py" "$root/tools/gpu_bench_table.py" "$out" | tee "$out/table.md"
+}
+
+export bundle out work iters seed synth_iters py deadline b fox_pack root
+export -f vram_watch left fox_pack_ready fox_ours gsplat_setup gsplat_build fox_gsplat \
+    synth_budget table
+
+status=0
+for name in "$@"; do
+    case $name in
+        fox-ours) fn=fox_ours ;;
+        gsplat-build) fn=gsplat_build ;;
+        fox-gsplat) fn=fox_gsplat ;;
+        synth-budget) fn=synth_budget ;;
+        table) fn=table ;;
+        *) echo "unknown step $name" >&2; exit 2 ;;
+    esac
+    if [ "$(left)" -lt 20 ]; then
+        printf '%-13s %s\n' "$name" "SKIPPED (out of time)" | tee -a "$summary"
+        status=1
+        continue
+    fi
+    t0=$SECONDS
+    touch "$out/$name.log"
+    before=$(wc -l <"$out/$name.log")
+    echo "== $name ($(left) s left in this call)" | tee -a "$out/$name.log"
+    bash -c "$fn" >>"$out/$name.log" 2>&1
+    rc=$?
+    verdict=PASS
+    tail -n +$((before + 1)) "$out/$name.log" | grep -q 'STOPPED at the call' && [ $rc -eq 0 ] &&
+        verdict="PASS (stopped; continue next call)"
+    [ $rc -ne 0 ] && verdict="FAIL (exit $rc)" && status=1
+    printf '%-13s %-36s %4ds\n' "$name" "$verdict" $((SECONDS - t0)) | tee -a "$summary"
+    tail -n 6 "$out/$name.log"
+done
+exit $status
