@@ -9,8 +9,8 @@
 #                 gs-train --backend cuda --iterations $GS_BENCH_ITERATIONS (30000) --eval
 #                 --seed $GS_BENCH_SEED (1) --checkpoint-every 0 (no periodic checkpoint
 #                 writes inside the timed loop; SIGINT still writes one): report.json (it/s, wall, peak RSS, stall fraction,
-#                 test PSNR/SSIM, Gaussians) + the process's peak device memory sampled by
-#                 nvidia-smi (ours has no report field for it).
+#                 test PSNR/SSIM, Gaussians, peak_device_bytes: the peak of its own buffers)
+#                 + the process's whole peak device memory sampled by nvidia-smi.
 #   gsplat-build  installs BUNDLE/wheels/gsplat-1.5.3 (no deps: torch numpy ninja jaxtyping
 #                 rich come with the machine) into WORK/site and JIT-compiles its CUDA
 #                 extension into WORK/torch_extensions (nothing is timed). CPU-bound: MAX_JOBS

@@ -58,7 +58,9 @@ def ours_combined(out):
         "rss": max(r["peak_rss_bytes"] or 0 for r in reps),
         "stall": sum(r["stall_fraction"] * r["train_s"] for r in reps) / train_s if train_s else None,
         "vram_smi": max(vram) * 2**20 if vram else None,
-        "vram_alloc": None,
+        # The device layer's own count of its buffers (reports from before the field existed
+        # have none).
+        "vram_alloc": max((r.get("peak_device_bytes") or 0 for r in reps), default=0) or None,
         "backend": last["backend"], "seed": last["seed"],
     }
 
@@ -86,7 +88,7 @@ def main():
     ours, gs = ours_combined(out), gsplat_combined(out)
     lines = ["## Fox, full resolution (1080x1920), same GPU, same split, same initial points", "",
              "| trainer | iterations | it/s | train s | wall s | test PSNR | test SSIM | Gaussians "
-             "| peak device (nvidia-smi, process) | peak device (torch allocated) | peak host RSS "
+             "| peak device (nvidia-smi, process) | peak device (allocated) | peak host RSS "
              "| stall |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in (("ramsplat", ours), ("gsplat", gs)):
@@ -113,8 +115,9 @@ def main():
     lines += ["", "it/s = iterations / train_s (the training loop, evaluation and saving "
               "excluded). Both scored by src/eval.rs's rules (8-bit renders, PSNR peak 255, "
               "3DGS SSIM). nvidia-smi's figure is the process's whole device footprint "
-              "(context, allocator pools, ours' planned buffers); torch's is what gsplat's "
-              "tensors held at most.", ""]
+              "(context, allocator pools, buffers); 'allocated' is what the trainer's own buffers "
+              "held at most: gsplat's torch.cuda.max_memory_allocated, ours' report.json "
+              "peak_device_bytes (the device layer's count), both without the CUDA context.", ""]
     s = load(out / "synth-budget.json")
     lines += ["## Synthetic scene under --ram-budget 2G (600 views 1600x1066, 1M SfM points)", ""]
     if s:
