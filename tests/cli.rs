@@ -260,7 +260,13 @@ fn synth_round_trip(format: &str) {
         }
         assert_eq!(k, model.points.len());
     } else {
-        assert!(m.scene.no_sfm_points);
+        // The NeRF importer reads the points through `ply_file_path` (the nerfstudio key).
+        assert!(!m.scene.no_sfm_points);
+        assert_eq!(m.clouds.len(), 1);
+        assert_eq!(
+            (m.clouds[0].name.as_str(), m.clouds[0].points),
+            ("sfm", 300)
+        );
     }
 }
 

@@ -15,7 +15,7 @@
 #                 rich come with the machine) into WORK/site and JIT-compiles its CUDA
 #                 extension into WORK/torch_extensions (nothing is timed). CPU-bound: MAX_JOBS
 #                 = all cores.
-#   fox-gsplat    gs-pack export of the same pack with --random-points --seed (the same 100k
+#   fox-gsplat    gs-pack export of the same pack with --random-points SEED (the same 100k
 #                 points ours starts from), then tools/gsplat_train.py (gsplat's simple_trainer
 #                 defaults) on it with the same iterations, --eval, seed; compiles first if
 #                 gsplat-build did not run on this machine (compile time is reported apart and
@@ -224,13 +224,8 @@ fox_gsplat() {
     fi
     if [ ! -f "$data/transforms.json" ]; then
         rm -rf "$data"
-        local seed_opt=(--seed "$seed")
-        if ! "$b/gs-pack" export --help 2>&1 | grep -q -- '--seed'; then
-            echo "WARNING: gs-pack export has no --seed: its random points may not be the ones" \
-                "gs-train --seed $seed starts from"
-            seed_opt=()
-        fi
-        "$b/gs-pack" export "$fox_pack" -o "$data" --random-points "${seed_opt[@]}" | tail -n 3
+        # The 100k random points gs-train --seed $seed starts from (fox has no SfM points).
+        "$b/gs-pack" export "$fox_pack" -o "$data" --random-points "$seed" 2>&1 | tail -n 3
     fi
     # The compile is never timed as training: do it first (seconds when cached).
     "$py" "$root/tools/gsplat_train.py" --compile-only

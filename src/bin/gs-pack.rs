@@ -84,6 +84,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a pack as a nerfstudio-style folder (PNG images exactly as packed, pinhole
+    /// cameras, split, points) for other trainers (gsplat, nerfstudio); `gs-pack convert`
+    /// reads it back.
+    Export {
+        pack: PathBuf,
+        /// Output folder (must not exist).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// For a pack without SfM points: also write the random points `gs-train --seed SEED`
+        /// starts from as the folder's point cloud, so another trainer starts from them too.
+        #[arg(long, value_name = "SEED")]
+        random_points: Option<u64>,
+    },
     /// Generate a procedural dataset (images + COLMAP or transforms.json metadata + points).
     Synth(ramsplat::synth::SynthArgs),
     /// Run the loader alone under a RAM budget and print one JSON line of throughput figures.
@@ -185,6 +198,11 @@ fn main() -> ExitCode {
         }
         Command::Verify { pack } => return run_verify(&pack),
         Command::Info { pack, json } => run_info(&pack, json),
+        Command::Export {
+            pack,
+            output,
+            random_points,
+        } => run_export(&pack, &output, random_points),
         Command::Synth(args) => run_synth(&args),
         Command::Bench(args) => run_bench(&args),
     };
@@ -249,6 +267,37 @@ fn run_convert(input: &Path, output: &Path, opts: &ConvertOptions) -> anyhow::Re
         } else {
             String::new()
         }
+    );
+    Ok(())
+}
+
+fn run_export(path: &Path, output: &Path, random_points: Option<u64>) -> anyhow::Result<()> {
+    use ramsplat::export::nerfstudio::{export, ExportOptions, PointsSource};
+    let started = std::time::Instant::now();
+    let pack = Pack::open(path).with_context(|| format!("opening the pack {}", path.display()))?;
+    let report = export(&pack, output, &ExportOptions { random_points })
+        .with_context(|| format!("exporting {} to {}", path.display(), output.display()))?;
+    let points = match report.points_source {
+        PointsSource::None => "no points (the pack has no SfM points; --random-points SEED \
+                               writes gs-train's initial ones)"
+            .to_string(),
+        PointsSource::Sfm => format!("{} SfM points", report.points),
+        PointsSource::Random(seed) => {
+            format!(
+                "{} random initial points (gs-train --seed {seed})",
+                report.points
+            )
+        }
+    };
+    eprintln!(
+        "wrote {}: {} views ({} train, {} test; {} masked, {} with alpha), {points}, in {:.1} s",
+        output.display(),
+        report.views,
+        report.train_views,
+        report.test_views,
+        report.masked_views,
+        report.alpha_views,
+        started.elapsed().as_secs_f64()
     );
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! Export formats for trained models.
+//! Export formats for trained models, and [`nerfstudio`], a pack's views, cameras, split and
+//! points as a nerfstudio-style folder (`gs-pack export`) for other trainers.
 //!
 //! Owns [`cameras_json`], the 3DGS `cameras.json` camera list, [`spz`] and [`splat`] (the
 //! compressed and web-viewer model formats, read and written), and [`ply`], the standard 3D Gaussian Splatting PLY layout (the format every 3DGS viewer and
@@ -14,6 +15,7 @@
 //! [`Gaussians`]: crate::scene::gaussians::Gaussians
 
 pub mod cameras_json;
+pub mod nerfstudio;
 pub mod ply;
 pub mod splat;
 pub mod spz;

@@ -8,7 +8,7 @@
 //!   incomparable with published numbers. When split files exist, a `transforms.json` next to
 //!   them is ignored (with a warning) because the split files carry the dataset's intent;
 //! - a folder holding `transforms.json` (instant-ngp, nerfstudio): no split is assigned, so
-//!   `--test-every` decides;
+//!   `--test-every` decides, unless the file has nerfstudio's split lists (below);
 //! - a `transforms*.json` file itself: its frames, with no split assigned (the user picked the
 //!   file, so the pack's hold-out rule decides).
 //!
@@ -37,11 +37,21 @@
 //!   `crate::import::image::prepare_mask`). A frame that names a mask that does not exist is
 //!   an error, since training without it would teach what the mask hides.
 //!
+//! # nerfstudio's top-level keys (what `gs-pack export` writes)
+//! - `train_filenames` / `test_filenames`: the split, by `file_path` (a leading `./` on either
+//!   side is ignored); `val_filenames`: frames skipped with a warning, as `transforms_val.json`
+//!   is. With any of the lists, a frame listed in none of them, a name no frame has, and a name
+//!   in two lists are errors. The lists apply to a file whose name assigns no split (a Blender
+//!   split file's own split wins).
+//! - `ply_file_path`: a PLY point cloud relative to the file's folder, imported as the SfM
+//!   cloud `"sfm"` (so training starts from it; `crate::import::ply` reads it). A named file
+//!   that does not exist is an error.
+//!
 //! # Invariants of the result
 //! - views sorted by name, names unique (a duplicate is an error);
 //! - frames whose image file does not exist are listed in `missing_images` (sorted) with a
 //!   warning and skipped, or refused under `--strict`; `metadata_only` skips existence checks;
-//! - `clouds` is empty and `no_sfm_points` is true: NeRF datasets carry no SfM points.
+//! - `clouds` is empty and `no_sfm_points` is true, unless a `ply_file_path` names the points.
 //!
 //! instant-ngp's `scale`/`offset`/`aabb_scale` only affect its own hash-grid placement and are
 //! ignored, as in the original 3DGS reader.
@@ -53,9 +63,10 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::image::image_dimensions;
+use super::ply::open_cloud;
 use super::{ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::Split;
-use crate::dataset::{Distortion, Format, ViewSource};
+use crate::dataset::{Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{Camera, CameraError, Intrinsics, Pose};
 
 /// Extensions tried, in order, for a `file_path` that names no existing file (Blender's
@@ -83,8 +94,28 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     let mut views = Vec::new();
     let mut missing = Vec::new();
     let mut frames_total = 0usize;
+    let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
     for (file, split) in &files {
-        frames_total += read_transforms(file, *split, options, &mut views, &mut missing)?;
+        let read = read_transforms(file, *split, options, &mut views, &mut missing)?;
+        frames_total += read.frames;
+        if read.val_skipped > 0 {
+            warnings.push(format!(
+                "{}: {} frames listed in \"val_filenames\" were not imported: like the original \
+                 3DGS, ramsplat trains on the train split and evaluates on the test split",
+                file.display(),
+                read.val_skipped
+            ));
+        }
+        if let Some(ply) = read.points {
+            if !clouds.is_empty() {
+                return Err(ImportError::invalid(
+                    file,
+                    "a second \"ply_file_path\": the split files name different point clouds; \
+                     keep it in one of them",
+                ));
+            }
+            clouds.push(open_cloud(&ply, "sfm", options, &mut warnings)?);
+        }
     }
 
     views.sort_by(|a, b| a.name.cmp(&b.name));
@@ -128,17 +159,20 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             ),
         ));
     }
-    warnings.push(
-        "NeRF datasets have no SfM points: training will start from random points, which converges \
-         more slowly than from an SfM point cloud"
-            .to_owned(),
-    );
+    let no_sfm_points = clouds.is_empty();
+    if no_sfm_points {
+        warnings.push(
+            "NeRF datasets have no SfM points: training will start from random points, which \
+             converges more slowly than from an SfM point cloud"
+                .to_owned(),
+        );
+    }
     Ok(ImportedScene {
         format: Format::Nerf,
         root,
         views,
-        clouds: Vec::new(),
-        no_sfm_points: true,
+        clouds,
+        no_sfm_points,
         missing_images: missing,
         warnings,
     })
@@ -464,13 +498,64 @@ fn resolve_image(base: &Path, file_path: &str) -> (PathBuf, bool) {
 
 /// Parses one transforms file, appending its views and missing image names. Returns how many
 /// frames it lists.
+/// What one transforms file added beyond its views.
+struct TransformsRead {
+    /// Frames the file lists.
+    frames: usize,
+    /// Frames skipped because `val_filenames` lists them.
+    val_skipped: usize,
+    /// Its `ply_file_path`, resolved.
+    points: Option<PathBuf>,
+}
+
+/// A `file_path` as the split lists are matched against it: without a leading `./`.
+fn split_key(name: &str) -> &str {
+    name.trim_start_matches("./")
+}
+
+/// nerfstudio's split lists (`train_filenames`, `val_filenames`, `test_filenames`): each
+/// listed `file_path` with its split (`None`: validation, not imported). `Ok(None)` when the
+/// file has none of them.
+fn split_lists(
+    file: &Path,
+    top: &Map<String, Value>,
+) -> Result<Option<std::collections::HashMap<String, Option<Split>>>, ImportError> {
+    let mut lists = std::collections::HashMap::new();
+    let mut any = false;
+    for (key, split) in [
+        ("train_filenames", Some(Split::Train)),
+        ("val_filenames", None),
+        ("test_filenames", Some(Split::Test)),
+    ] {
+        let Some(v) = top.get(key) else { continue };
+        any = true;
+        let names = v.as_array().ok_or_else(|| {
+            ImportError::invalid(file, format!("\"{key}\" is not an array of file names"))
+        })?;
+        for n in names {
+            let n = n.as_str().ok_or_else(|| {
+                ImportError::invalid(file, format!("\"{key}\" holds a non-string: {n}"))
+            })?;
+            if let Some(other) = lists.insert(split_key(n).to_owned(), split) {
+                if other != split {
+                    return Err(ImportError::invalid(
+                        file,
+                        format!("{n} is listed in two of the split lists; keep it in one"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(any.then_some(lists))
+}
+
 fn read_transforms(
     file: &Path,
     split: Option<Split>,
     options: &ImportOptions,
     views: &mut Vec<ViewSource>,
     missing: &mut Vec<String>,
-) -> Result<usize, ImportError> {
+) -> Result<TransformsRead, ImportError> {
     let text = std::fs::read_to_string(file).map_err(|e| ImportError::io(file, e))?;
     let text = quote_non_finite_literals(&text);
     let doc: Value = serde_json::from_str(&text).map_err(|e| {
@@ -494,6 +579,37 @@ fn read_transforms(
     let empty = Map::new();
     check_lens_model(&Layers { frame: &empty, top })
         .map_err(|msg| ImportError::invalid(file, msg))?;
+    // A split from the file's own name (Blender's transforms_test.json) is the dataset's
+    // intent already; the lists decide only for a file that has none.
+    let lists = match split {
+        Some(_) => None,
+        None => split_lists(file, top)?,
+    };
+    let mut listed_seen = std::collections::HashSet::new();
+    let mut val_skipped = 0;
+    let points = match top.get("ply_file_path") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(p)) => {
+            let path = base.join(p);
+            if !path.is_file() && !options.metadata_only {
+                return Err(ImportError::invalid(
+                    file,
+                    format!(
+                        "its \"ply_file_path\" {} does not exist; restore the point cloud, or \
+                         remove \"ply_file_path\" to start from random points",
+                        path.display()
+                    ),
+                ));
+            }
+            Some(path)
+        }
+        Some(_) => {
+            return Err(ImportError::invalid(
+                file,
+                "\"ply_file_path\" is not a string",
+            ))
+        }
+    };
 
     for (i, fv) in frames.iter().enumerate() {
         let at = Location::Record(i as u64);
@@ -508,6 +624,28 @@ fn read_transforms(
         let frame_err =
             |msg: String| ImportError::parse(file, at, format!("frame '{name}': {msg}"));
         let what = format!("frame {i} ({name})");
+        let split = match &lists {
+            None => split,
+            Some(lists) => match lists.get(split_key(&name)) {
+                Some(Some(s)) => {
+                    listed_seen.insert(split_key(&name).to_owned());
+                    Some(*s)
+                }
+                Some(None) => {
+                    listed_seen.insert(split_key(&name).to_owned());
+                    val_skipped += 1;
+                    continue;
+                }
+                None => {
+                    return Err(frame_err(
+                        "it is in none of \"train_filenames\", \"val_filenames\" and \
+                         \"test_filenames\"; add it to one, or remove the lists to split by \
+                         --test-every"
+                            .to_owned(),
+                    ))
+                }
+            },
+        };
         let l = Layers { frame, top };
         check_lens_model(&l).map_err(frame_err)?;
 
@@ -608,7 +746,27 @@ fn read_transforms(
             mask_path,
         });
     }
-    Ok(frames.len())
+    if let Some(lists) = &lists {
+        let mut unknown: Vec<&String> =
+            lists.keys().filter(|n| !listed_seen.contains(*n)).collect();
+        if !unknown.is_empty() {
+            unknown.sort();
+            return Err(ImportError::invalid(
+                file,
+                format!(
+                    "the split lists name {} file(s) no frame has (first: {}); fix the lists or \
+                     add the frames",
+                    unknown.len(),
+                    unknown[0]
+                ),
+            ));
+        }
+    }
+    Ok(TransformsRead {
+        frames: frames.len(),
+        val_skipped,
+        points,
+    })
 }
 
 #[cfg(test)]
@@ -897,6 +1055,92 @@ mod tests {
         assert!(p.layout.mask);
         let mask = &p.pixels[8 * 6 * 3..];
         assert_eq!(mask.iter().filter(|&&m| m == 0).count(), 12);
+    }
+
+    /// nerfstudio's split lists assign the split (a leading `./` on either side is ignored),
+    /// validation frames are skipped with a warning, and `ply_file_path` becomes the "sfm"
+    /// cloud; a frame in no list, a list naming no frame, a file in two lists and a missing
+    /// point cloud are errors naming what to fix.
+    #[test]
+    fn nerfstudio_split_lists_and_point_cloud() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for i in 0..4 {
+            write_png(&d.join(format!("images/{i}.png")), 8, 8);
+        }
+        let ply = "ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\n\
+                   property float z\nproperty uchar red\nproperty uchar green\nproperty uchar blue\n\
+                   end_header\n0 0 0 10 20 30\n1 2 3 40 50 60\n";
+        std::fs::write(d.join("pc.ply"), ply).unwrap();
+        let frames: Vec<Value> = (0..4)
+            .map(|i| json!({"file_path": format!("images/{i}.png"), "transform_matrix": c2w(i as f64, [0.0, 0.0, 4.0])}))
+            .collect();
+        let doc = |extra: Value| {
+            let mut v = json!({"camera_angle_x": 0.7, "frames": frames.clone()});
+            for (k, x) in extra.as_object().unwrap() {
+                v[k] = x.clone();
+            }
+            v
+        };
+        write_json(
+            d,
+            "transforms.json",
+            &doc(json!({
+                "train_filenames": ["images/0.png", "./images/2.png"],
+                "val_filenames": ["images/1.png"],
+                "test_filenames": ["images/3.png"],
+                "ply_file_path": "pc.ply",
+            })),
+        );
+        let mut scene = import_dir(d).unwrap();
+        let got: Vec<(&str, Option<Split>)> = scene
+            .views
+            .iter()
+            .map(|v| (v.name.as_str(), v.split))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("images/0.png", Some(Split::Train)),
+                ("images/2.png", Some(Split::Train)),
+                ("images/3.png", Some(Split::Test)),
+            ]
+        );
+        assert!(scene
+            .warnings
+            .iter()
+            .any(|w| w.contains("1 frames listed in \"val_filenames\" were not imported")));
+        assert!(!scene.no_sfm_points);
+        assert_eq!(scene.clouds.len(), 1);
+        assert_eq!(scene.clouds[0].name(), "sfm");
+        let chunk = scene.clouds[0].next_chunk(10).unwrap().unwrap();
+        assert_eq!(chunk.xyz, [[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]]);
+        assert_eq!(chunk.rgb, [[10, 20, 30], [40, 50, 60]]);
+
+        let refused = |extra: Value, needle: &str| {
+            write_json(d, "transforms.json", &doc(extra));
+            let e = import_dir(d).unwrap_err().to_string();
+            assert!(e.contains(needle), "missing {needle:?} in {e}");
+        };
+        refused(
+            json!({"train_filenames": ["images/0.png", "images/1.png", "images/2.png"]}),
+            "frame 'images/3.png': it is in none of",
+        );
+        refused(
+            json!({"train_filenames": ["images/0.png", "images/1.png", "images/2.png",
+                   "images/3.png", "images/9.png"]}),
+            "name 1 file(s) no frame has (first: images/9.png)",
+        );
+        refused(
+            json!({"train_filenames": ["images/0.png", "images/1.png", "images/2.png",
+                   "images/3.png"], "test_filenames": ["images/3.png"]}),
+            "images/3.png is listed in two of the split lists",
+        );
+        refused(json!({"ply_file_path": "gone.ply"}), "\"ply_file_path\" ");
+        refused(
+            json!({"ply_file_path": 3}),
+            "\"ply_file_path\" is not a string",
+        );
     }
 
     #[test]

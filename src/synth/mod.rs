@@ -14,8 +14,8 @@
 //!   frame `file_path` (`images/00000.png`) and `transform_matrix` (camera-to-world, OpenGL axes:
 //!   the OpenCV camera-to-world rotation with its y and z columns negated), plus — when
 //!   `--points > 0` — `DIR/points3d.ply` (binary little-endian, `float x y z`, `uchar red green
-//!   blue`), also named by the top-level key `ply_file_path` (the nerfstudio spelling). The NeRF
-//!   importer does not read it; it is provided for tools that do.
+//!   blue`), also named by the top-level key `ply_file_path` (the nerfstudio spelling), which
+//!   the NeRF importer reads as the SfM points.
 //!
 //! # Invariants
 //! - Deterministic: the same arguments give byte-identical files (rendering is a pure function

@@ -106,7 +106,7 @@ impl InitPlan {
 
 /// The clouds initialisation reads (the one named "sfm", or every cloud when none has that
 /// name) and their total point count.
-fn sfm_clouds(m: &crate::shard::Manifest) -> (Vec<usize>, u64) {
+pub(crate) fn sfm_clouds(m: &crate::shard::Manifest) -> (Vec<usize>, u64) {
     let has_sfm = m.clouds.iter().any(|c| c.name == "sfm");
     let clouds: Vec<usize> = (0..m.clouds.len())
         .filter(|&c| !has_sfm || m.clouds[c].name == "sfm")

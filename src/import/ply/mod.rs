@@ -266,6 +266,23 @@ fn columns(
     })
 }
 
+/// One PLY file as the cloud `name` (its header checked now, its rows streamed when the pack
+/// pipeline pulls them), for importers whose metadata names a point cloud (nerfstudio's
+/// `ply_file_path`).
+pub(crate) fn open_cloud(
+    path: &Path,
+    name: &str,
+    options: &ImportOptions,
+    warnings: &mut Vec<String>,
+) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
+    Ok(Box::new(PlyCloud::open(
+        path,
+        name.to_owned(),
+        options,
+        warnings,
+    )?))
+}
+
 /// One PLY file as a [`PointSource`]: the header is checked at import, the file is reopened
 /// and streamed on the first [`PointSource::next_chunk`].
 struct PlyCloud {

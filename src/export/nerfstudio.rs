@@ -1,0 +1,540 @@
+//! `gs-pack export`: a pack as a nerfstudio-style folder, so that other trainers (gsplat,
+//! nerfstudio's splatfacto) train on exactly the data ramsplat trains on, and the NeRF importer
+//! reads it back (`crate::import::nerf`).
+//!
+//! # What the folder holds
+//! - `images/<file>.png`: every view's pixels exactly as packed (undistorted, resized; RGB8, or
+//!   RGBA8 for views packed with alpha), lossless;
+//! - `masks/<file>.png`: the loss mask of views packed with one, 8-bit grey, 0 = excluded and
+//!   255 = used (the pack's own values);
+//! - `transforms.json`: `camera_model: "PINHOLE"`; per frame `file_path`, `w`, `h`, `fl_x`,
+//!   `fl_y`, `cx`, `cy` (the pack's pinhole intrinsics: no distortion is left to undo),
+//!   `transform_matrix` (camera-to-world, OpenGL axes: x right, y up, z back) and `mask_path`
+//!   where a mask exists; at the top level nerfstudio's split lists `train_filenames` and
+//!   `test_filenames`, and `ply_file_path` when points are written;
+//! - `sparse_pc.ply`: binary little-endian, `x y z` float and `red green blue` uchar: the
+//!   pack's SfM points (the clouds the trainer initialises from). A pack without SfM points
+//!   gets none, unless [`ExportOptions::random_points`] asks for the random points `gs-train`
+//!   starts from with that seed (so another trainer can start from the very same points).
+//!   `ramsplat_points` in `transforms.json` says which.
+//!
+//! # File names
+//! A view's name comes from its dataset (`images/0001.jpg`, `./train/r_0`) and may hold any
+//! character, `/` and `..` included. Its file name is the name without a leading `./` or
+//! `images/`, with a trailing image extension dropped and every character outside `[A-Za-z0-9._-]` replaced by `_`, leading dots removed
+//! (so no name climbs out of the folder or hides), then `.png`; names that collide after this
+//! (compared case-insensitively, for case-insensitive file systems) get `-2`, `-3`, … in pack
+//! order, which is name order, so the same pack always gives the same names.
+//!
+//! # Invariants
+//! - Nothing exists at the destination until the folder is complete: it is built in a hidden
+//!   `.NAME.partial-PID` directory beside it and renamed into place, never over anything (an
+//!   existing destination is refused, also one that appears during the export). A failure
+//!   removes the partial directory.
+//! - Every record is checked against its checksums as it is read, so a damaged pack fails the
+//!   export naming the view or point chunk.
+//! - Memory: views are exported in parallel, each worker holding one decoded view and its PNG
+//!   (about 2 × width × height × 5 bytes at most); points stream through one chunk at a time,
+//!   except the random points, which exist only as the 100k-point initial model.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use serde_json::{json, Value};
+
+use crate::dataset::Split;
+use crate::scene::camera::Camera;
+use crate::scene::sh::SH_C0;
+use crate::shard::reader::Pack;
+use crate::shard::{PointChunkLayout, PointChunkRef, ShardError};
+
+/// What to export besides the views.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExportOptions {
+    /// For a pack without SfM points: write the random initial points `gs-train --seed SEED`
+    /// starts from, as `sparse_pc.ply`.
+    pub random_points: Option<u64>,
+}
+
+/// Where `sparse_pc.ply`'s points came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PointsSource {
+    /// No points were written.
+    None,
+    /// The pack's SfM points.
+    Sfm,
+    /// `gs-train`'s random initial points for this seed.
+    Random(u64),
+}
+
+/// What an export wrote.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExportReport {
+    pub views: usize,
+    pub train_views: usize,
+    pub test_views: usize,
+    pub masked_views: usize,
+    pub alpha_views: usize,
+    pub points: u64,
+    pub points_source: PointsSource,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("{}: already exists; export into a new folder (nothing was written)", path.display())]
+    Exists { path: PathBuf },
+    #[error(
+        "{}: is inside the pack {}; export somewhere else (a pack is immutable)",
+        path.display(),
+        pack.display()
+    )]
+    InsidePack { path: PathBuf, pack: PathBuf },
+    #[error("{}: appeared while the export ran; the export was discarded", path.display())]
+    Raced { path: PathBuf },
+    #[error("reading the pack {}", pack.display())]
+    Read {
+        pack: PathBuf,
+        #[source]
+        source: ShardError,
+    },
+    #[error("{}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: cannot encode the PNG: {message}", path.display())]
+    Png { path: PathBuf, message: String },
+    #[error(
+        "--random-points: the pack has SfM points, which are exported as they are; drop \
+         --random-points"
+    )]
+    RandomWithSfm,
+    #[error("building the random initial points")]
+    Init(#[source] Box<crate::train::run::RunError>),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {
+    move |source| ExportError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The file name (without `.png`) each view gets; see the module doc.
+pub fn file_stems<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut taken = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for name in names {
+        // Every file goes to images/ anyway: a NeRF dataset's own `./images/` prefix would
+        // only be repeated.
+        let name = name.trim_start_matches("./");
+        let name = name.strip_prefix("images/").unwrap_or(name);
+        let mut base = name;
+        if let Some((stem, ext)) = name.rsplit_once('.') {
+            if ["png", "jpg", "jpeg"].contains(&ext.to_ascii_lowercase().as_str()) {
+                base = stem;
+            }
+        }
+        let clean: String = base
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let clean = clean.trim_start_matches('.');
+        let clean = if clean.is_empty() { "view" } else { clean };
+        let mut stem = clean.to_string();
+        let mut k = 2;
+        while !taken.insert(stem.to_ascii_lowercase()) {
+            stem = format!("{clean}-{k}");
+            k += 1;
+        }
+        out.push(stem);
+    }
+    out
+}
+
+/// Camera-to-world 4×4 in OpenGL axes (the inverse of what the NeRF importer reads).
+pub fn opengl_camera_to_world(camera: &Camera) -> [[f64; 4]; 4] {
+    let r = camera.world_to_camera.rotation;
+    let c = camera.centre();
+    let mut m = [[0.0; 4]; 4];
+    for i in 0..3 {
+        // Column j of the camera-to-world rotation is row j of the world-to-camera one; OpenCV's
+        // y (down) and z (forward) become OpenGL's −y and −z.
+        m[i][0] = r[0][i];
+        m[i][1] = -r[1][i];
+        m[i][2] = -r[2][i];
+        m[i][3] = c[i];
+    }
+    m[3][3] = 1.0;
+    m
+}
+
+/// Removes the partial directory unless the export completed.
+struct Partial(Option<PathBuf>);
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = fs::remove_dir_all(p);
+        }
+    }
+}
+
+/// Exports `pack` to a new folder `dest` (see the module doc).
+pub fn export(
+    pack: &Pack,
+    dest: &Path,
+    options: &ExportOptions,
+) -> Result<ExportReport, ExportError> {
+    let pack_dir = pack.dir().to_owned();
+    if fs::symlink_metadata(dest).is_ok() {
+        return Err(ExportError::Exists {
+            path: dest.to_owned(),
+        });
+    }
+    let parent = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&parent).map_err(io(&parent))?;
+    let file_name = dest.file_name().ok_or_else(|| ExportError::Io {
+        path: dest.to_owned(),
+        source: std::io::Error::other("the destination has no folder name"),
+    })?;
+    if let (Ok(p), Ok(d)) = (pack_dir.canonicalize(), parent.canonicalize()) {
+        if d.starts_with(&p) {
+            return Err(ExportError::InsidePack {
+                path: dest.to_owned(),
+                pack: pack_dir,
+            });
+        }
+    }
+    let m = pack.manifest();
+    let (clouds, sfm_points) = crate::train::init::sfm_clouds(m);
+    let has_sfm = !m.scene.no_sfm_points && sfm_points > 0;
+    if has_sfm && options.random_points.is_some() {
+        return Err(ExportError::RandomWithSfm);
+    }
+
+    let tmp = parent.join(format!(
+        ".{}.partial-{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    if tmp.exists() {
+        fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    fs::create_dir(&tmp).map_err(io(&tmp))?;
+    let mut partial = Partial(Some(tmp.clone()));
+    let images = tmp.join("images");
+    fs::create_dir(&images).map_err(io(&images))?;
+    let masks = tmp.join("masks");
+    if m.views.iter().any(|v| v.mask) {
+        fs::create_dir(&masks).map_err(io(&masks))?;
+    }
+
+    let stems = file_stems(m.views.iter().map(|v| v.name.as_str()));
+    let read_err = |source| ExportError::Read {
+        pack: pack_dir.clone(),
+        source,
+    };
+    (0..m.views.len())
+        .into_par_iter()
+        .try_for_each(|i| -> Result<(), ExportError> {
+            let v = &m.views[i];
+            let (w, h) = (v.camera.width, v.camera.height);
+            let layout = v.layout();
+            let mut bytes = vec![0u8; layout.len(w, h)];
+            pack.read_view_into(i, &mut bytes).map_err(read_err)?;
+            let (colour, mask) = layout
+                .split(&bytes, w, h)
+                .expect("the buffer has the layout's length");
+            let colour_type = if layout.alpha {
+                image::ExtendedColorType::Rgba8
+            } else {
+                image::ExtendedColorType::Rgb8
+            };
+            write_png(
+                &images.join(format!("{}.png", stems[i])),
+                colour,
+                w,
+                h,
+                colour_type,
+            )?;
+            if let Some(mask) = mask {
+                write_png(
+                    &masks.join(format!("{}.png", stems[i])),
+                    mask,
+                    w,
+                    h,
+                    image::ExtendedColorType::L8,
+                )?;
+            }
+            Ok(())
+        })?;
+
+    let ply = tmp.join("sparse_pc.ply");
+    let (points, points_source) = if has_sfm {
+        let n = write_sfm_points(pack, &clouds, sfm_points, &ply).map_err(|e| match e {
+            PointsError::Read(source) => read_err(source),
+            PointsError::Io(source) => ExportError::Io {
+                path: ply.clone(),
+                source,
+            },
+        })?;
+        (n, PointsSource::Sfm)
+    } else if let Some(seed) = options.random_points {
+        let g = crate::train::run::initial_gaussians(pack, 0, usize::MAX, seed)
+            .map_err(|e| ExportError::Init(Box::new(e)))?;
+        let rgb: Vec<[u8; 3]> =
+            g.sh.iter()
+                .map(|sh| {
+                    std::array::from_fn(|c| {
+                        let v = 0.5 + SH_C0 * sh[c] as f64;
+                        (v.clamp(0.0, 1.0) * 255.0).round() as u8
+                    })
+                })
+                .collect();
+        write_points(&ply, g.means.len() as u64, |w| {
+            for (p, c) in g.means.iter().zip(&rgb) {
+                write_point(w, *p, *c)?;
+            }
+            Ok(())
+        })
+        .map_err(io(&ply))?;
+        (g.means.len() as u64, PointsSource::Random(seed))
+    } else {
+        (0, PointsSource::None)
+    };
+
+    let mut frames = Vec::with_capacity(m.views.len());
+    let (mut train, mut test) = (Vec::new(), Vec::new());
+    for (v, stem) in m.views.iter().zip(&stems) {
+        let file_path = format!("images/{stem}.png");
+        let k = v.camera.intrinsics;
+        let mut frame = json!({
+            "file_path": file_path,
+            "w": v.camera.width,
+            "h": v.camera.height,
+            "fl_x": k.fx,
+            "fl_y": k.fy,
+            "cx": k.cx,
+            "cy": k.cy,
+            "transform_matrix": opengl_camera_to_world(&v.camera),
+        });
+        if v.mask {
+            frame["mask_path"] = Value::from(format!("masks/{stem}.png"));
+        }
+        frames.push(frame);
+        match v.split {
+            Split::Train => train.push(file_path),
+            Split::Test => test.push(file_path),
+        }
+    }
+    let mut doc = json!({
+        "camera_model": "PINHOLE",
+        "ramsplat_pack_id": m.pack_id,
+        "train_filenames": train,
+        "test_filenames": test,
+        "frames": frames,
+    });
+    match points_source {
+        PointsSource::None => {}
+        PointsSource::Sfm => {
+            doc["ply_file_path"] = "sparse_pc.ply".into();
+            doc["ramsplat_points"] = "sfm".into();
+        }
+        PointsSource::Random(seed) => {
+            doc["ply_file_path"] = "sparse_pc.ply".into();
+            doc["ramsplat_points"] = format!("random (gs-train --seed {seed})").into();
+        }
+    }
+    let json_path = tmp.join("transforms.json");
+    let text = serde_json::to_string_pretty(&doc).expect("JSON values serialise");
+    fs::write(&json_path, text).map_err(io(&json_path))?;
+
+    match crate::fsutil::rename_noreplace(&tmp, dest) {
+        Ok(()) => {}
+        Err(e)
+            if e.kind() == std::io::ErrorKind::AlreadyExists
+                || e.raw_os_error() == Some(libc::ENOTEMPTY) =>
+        {
+            return Err(ExportError::Raced {
+                path: dest.to_owned(),
+            })
+        }
+        Err(e) => return Err(io(dest)(e)),
+    }
+    partial.0 = None;
+    let _ = crate::fsutil::sync_dir(&parent);
+    Ok(ExportReport {
+        views: m.views.len(),
+        train_views: train.len(),
+        test_views: test.len(),
+        masked_views: m.views.iter().filter(|v| v.mask).count(),
+        alpha_views: m.views.iter().filter(|v| v.alpha).count(),
+        points,
+        points_source,
+    })
+}
+
+fn write_png(
+    path: &Path,
+    bytes: &[u8],
+    w: u32,
+    h: u32,
+    colour: image::ExtendedColorType,
+) -> Result<(), ExportError> {
+    use image::ImageEncoder;
+    let file = File::create(path).map_err(io(path))?;
+    let mut out = BufWriter::new(file);
+    image::codecs::png::PngEncoder::new(&mut out)
+        .write_image(bytes, w, h, colour)
+        .map_err(|e| ExportError::Png {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+    out.flush().map_err(io(path))
+}
+
+enum PointsError {
+    Read(ShardError),
+    Io(std::io::Error),
+}
+
+/// `sparse_pc.ply` from the SfM clouds, one chunk at a time; returns the points written.
+fn write_sfm_points(
+    pack: &Pack,
+    clouds: &[usize],
+    total: u64,
+    path: &Path,
+) -> Result<u64, PointsError> {
+    let m = pack.manifest();
+    let mut read = None;
+    let mut written = 0u64;
+    write_points(path, total, |w| {
+        let mut buf = Vec::new();
+        for &c in clouds {
+            let cloud = &m.clouds[c];
+            for (k, ch) in cloud.chunks.iter().enumerate() {
+                let layout =
+                    PointChunkLayout::new(ch.points as usize, cloud.has_labels, cloud.has_normals);
+                buf.resize(layout.total, 0u8);
+                if let Err(e) = pack.read_chunk_into(c, k, &mut buf) {
+                    read = Some(e);
+                    return Err(std::io::Error::other("a point chunk could not be read"));
+                }
+                let chunk = PointChunkRef::new(layout, &buf).expect("sized above");
+                for i in 0..chunk.len() {
+                    write_point(w, chunk.xyz(i), chunk.rgb(i))?;
+                    written += 1;
+                }
+            }
+        }
+        Ok(())
+    })
+    .map_err(|e| match read.take() {
+        Some(r) => PointsError::Read(r),
+        None => PointsError::Io(e),
+    })?;
+    Ok(written)
+}
+
+/// A binary little-endian PLY of `n` points (`x y z` float, `red green blue` uchar) whose rows
+/// `rows` writes.
+fn write_points(
+    path: &Path,
+    n: u64,
+    rows: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut w = BufWriter::new(File::create(path)?);
+    write!(
+        w,
+        "ply\nformat binary_little_endian 1.0\ncomment written by ramsplat gs-pack export\n\
+         element vertex {n}\nproperty float x\nproperty float y\nproperty float z\n\
+         property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n"
+    )?;
+    rows(&mut w)?;
+    w.flush()
+}
+
+fn write_point(w: &mut impl Write, p: [f32; 3], c: [u8; 3]) -> std::io::Result<()> {
+    let mut row = [0u8; 15];
+    for (k, v) in p.iter().enumerate() {
+        row[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    row[12..].copy_from_slice(&c);
+    w.write_all(&row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scene::camera::{Intrinsics, Pose};
+
+    #[test]
+    fn file_names_are_safe_unique_and_stable() {
+        let names = [
+            "images/0001.jpg",
+            "../../etc/passwd",
+            ".hidden",
+            "./images/0001.JPG",
+            "IMAGES/0001.png",
+            "a b/ç.png",
+            "",
+            "x.tiff",
+        ];
+        let stems = file_stems(names);
+        assert_eq!(
+            stems,
+            [
+                "0001",
+                "_.._etc_passwd",
+                "hidden",
+                "0001-2",
+                "IMAGES_0001",
+                "a_b__",
+                "view",
+                "x.tiff"
+            ]
+        );
+        for s in &stems {
+            assert!(!s.starts_with('.') && !s.contains('/'), "{s}");
+        }
+    }
+
+    #[test]
+    fn camera_to_world_inverts_the_pose_in_opengl_axes() {
+        let pose = Pose::from_quaternion_wxyz([0.9, 0.1, -0.3, 0.2], [0.5, -1.0, 2.0]).unwrap();
+        let cam = Camera {
+            width: 64,
+            height: 48,
+            intrinsics: Intrinsics {
+                fx: 50.0,
+                fy: 51.0,
+                cx: 32.0,
+                cy: 24.0,
+            },
+            world_to_camera: pose,
+        };
+        let m = opengl_camera_to_world(&cam);
+        // A point 2 units in front of the camera (OpenCV +z) is at OpenGL (0, 0, −2).
+        let p = pose.transform([0.3, -0.2, 1.0]);
+        let world = std::array::from_fn::<f64, 3, _>(|i| {
+            m[i][0] * p[0] - m[i][1] * p[1] - m[i][2] * p[2] + m[i][3]
+        });
+        for (a, b) in world.iter().zip([0.3, -0.2, 1.0]) {
+            assert!((a - b).abs() < 1e-12, "{world:?}");
+        }
+        assert_eq!(m[3], [0.0, 0.0, 0.0, 1.0]);
+    }
+}

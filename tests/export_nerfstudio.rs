@@ -1,0 +1,323 @@
+//! `gs-pack export` end to end: a pack exported as a nerfstudio folder and converted back is
+//! the same data (pixels byte for byte in every layout, cameras, split, points), the random
+//! initial points are exactly gs-train's, and refusals leave nothing behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use ramsplat::dataset::{MemPoints, PointChunk, Split};
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::shard::reader::Pack;
+use ramsplat::shard::writer::{encode_view_pixels, PackWriter, WriterOptions};
+use ramsplat::shard::{Codec, PixelLayout, SourceInfo};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gs-pack");
+
+fn gs_pack(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    text
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// View names as datasets spell them: folders, spaces, a climb out of the folder, names equal
+/// after the export's sanitising rule.
+const NAMES: [&str; 8] = [
+    "images/0001.jpg",
+    "images/0002.JPG",
+    "images/a b.png",
+    "../up.png",
+    "images/0001.png",
+    "x",
+    "y.jpeg",
+    "z.png",
+];
+
+/// Eight views (every pixel layout twice, odd sizes, rotated cameras with off-centre principal
+/// points, three test views) and a 500-point SfM cloud.
+fn write_pack(dir: &Path, with_points: bool) -> PathBuf {
+    let path = dir.join("src.pack");
+    let mut w = PackWriter::create(&path, &WriterOptions::default()).unwrap();
+    for (i, name) in NAMES.iter().enumerate() {
+        let (width, height) = (7 + i as u32, 5 + (i as u32 % 3));
+        let layout = PixelLayout {
+            alpha: i % 2 == 1,
+            mask: (i / 2) % 2 == 1,
+        };
+        let n = (width * height) as usize;
+        let mut bytes: Vec<u8> = (0..layout.pixel_bytes(width, height))
+            .map(|k| (k * 37 + i * 11) as u8)
+            .collect();
+        if layout.alpha {
+            // Some transparent and some half-covered pixels, so the alpha channel is kept.
+            for (p, px) in bytes.chunks_exact_mut(4).enumerate() {
+                px[3] = [0, 128, 255][p % 3];
+            }
+        }
+        if layout.mask {
+            bytes.extend((0..n).map(|k| if k % 4 == 0 { 0 } else { 255 }));
+        }
+        let a = i as f64 * 0.7;
+        let pose = Pose::from_quaternion_wxyz(
+            [a.cos(), 0.3 * a.sin(), 0.2, -0.1 * i as f64],
+            [0.1 * i as f64, -0.5, 3.0 + i as f64],
+        )
+        .unwrap();
+        let camera = Camera {
+            width,
+            height,
+            intrinsics: Intrinsics {
+                fx: 9.25 + i as f64,
+                fy: 8.5 + 0.1 * i as f64,
+                cx: width as f64 / 2.0 + 0.3,
+                cy: height as f64 / 2.0 - 0.7,
+            },
+            world_to_camera: pose,
+        };
+        let split = if i % 3 == 1 {
+            Split::Test
+        } else {
+            Split::Train
+        };
+        w.add_encoded_view(
+            encode_view_pixels(name, &camera, split, &bytes, layout, Codec::Zstd, 3).unwrap(),
+        )
+        .unwrap();
+    }
+    if with_points {
+        let chunk = PointChunk {
+            xyz: (0..500)
+                .map(|i| {
+                    [
+                        i as f32 * 0.01 - 2.5,
+                        (i % 7) as f32 * 0.3,
+                        1.0 / (i + 1) as f32,
+                    ]
+                })
+                .collect(),
+            rgb: (0..500)
+                .map(|i| [i as u8, (i * 3) as u8, 255 - i as u8])
+                .collect(),
+            labels: None,
+            normals: None,
+        };
+        w.add_cloud(&mut MemPoints::new("sfm", vec![chunk]))
+            .unwrap();
+    }
+    w.finish(SourceInfo::generated("export test")).unwrap();
+    path
+}
+
+fn decoded(pack: &Pack, i: usize) -> Vec<u8> {
+    let v = &pack.manifest().views[i];
+    let mut out = vec![0u8; v.layout().len(v.camera.width, v.camera.height)];
+    pack.read_view_into(i, &mut out).unwrap();
+    out
+}
+
+fn points(pack: &Pack) -> Vec<([f32; 3], [u8; 3])> {
+    let m = pack.manifest();
+    let mut out = Vec::new();
+    for (c, cloud) in m.clouds.iter().enumerate() {
+        for (k, ch) in cloud.chunks.iter().enumerate() {
+            let layout = ramsplat::shard::PointChunkLayout::new(
+                ch.points as usize,
+                cloud.has_labels,
+                cloud.has_normals,
+            );
+            let mut buf = vec![0u8; layout.total];
+            pack.read_chunk_into(c, k, &mut buf).unwrap();
+            let r = ramsplat::shard::PointChunkRef::new(layout, &buf).unwrap();
+            out.extend((0..r.len()).map(|i| (r.xyz(i), r.rgb(i))));
+        }
+    }
+    out
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn a_pack_round_trips_through_the_nerfstudio_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = write_pack(dir.path(), true);
+    let folder = dir.path().join("exported");
+    let text = ok(&gs_pack(&["export", s(&src), "-o", s(&folder)]));
+    assert!(
+        text.contains("8 views (5 train, 3 test; 4 masked, 4 with alpha), 500 SfM points"),
+        "{text}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("transforms.json")).unwrap())
+            .unwrap();
+    assert_eq!(doc["ply_file_path"], "sparse_pc.ply");
+    assert_eq!(doc["ramsplat_points"], "sfm");
+    assert_eq!(doc["camera_model"], "PINHOLE");
+    // Every file the export wrote is inside the folder, under images/ or masks/.
+    for f in doc["frames"].as_array().unwrap() {
+        let p = f["file_path"].as_str().unwrap();
+        assert!(p.starts_with("images/") && !p.contains(".."), "{p}");
+        assert!(folder.join(p).is_file(), "{p}");
+    }
+
+    let back = dir.path().join("back.pack");
+    ok(&gs_pack(&[
+        "convert",
+        s(&folder),
+        "-o",
+        s(&back),
+        "--codec",
+        "raw",
+        "--max-width",
+        "0",
+    ]));
+    let (a, b) = (Pack::open(&src).unwrap(), Pack::open(&back).unwrap());
+    let (ma, mb) = (a.manifest(), b.manifest());
+    assert_eq!(ma.views.len(), mb.views.len());
+    // The exported file of each original view, by the export's naming rule.
+    let stems = ramsplat::export::nerfstudio::file_stems(ma.views.iter().map(|v| v.name.as_str()));
+    for (i, va) in ma.views.iter().enumerate() {
+        let want = format!("images/{}.png", stems[i]);
+        let j = mb
+            .views
+            .iter()
+            .position(|v| v.name == want)
+            .unwrap_or_else(|| panic!("no view {want} for {}", va.name));
+        let vb = &mb.views[j];
+        assert_eq!(va.layout(), vb.layout(), "{}", va.name);
+        assert_eq!(va.split, vb.split, "{}", va.name);
+        assert_eq!(decoded(&a, i), decoded(&b, j), "pixels of {}", va.name);
+        let (ca, cb) = (&va.camera, &vb.camera);
+        assert_eq!((ca.width, ca.height), (cb.width, cb.height));
+        assert_eq!(ca.intrinsics, cb.intrinsics, "{}", va.name);
+        let (pa, pb) = (ca.world_to_camera, cb.world_to_camera);
+        for r in 0..3 {
+            assert!(
+                close(pa.translation[r], pb.translation[r]),
+                "{}: {pa:?} vs {pb:?}",
+                va.name
+            );
+            for c in 0..3 {
+                assert!(
+                    close(pa.rotation[r][c], pb.rotation[r][c]),
+                    "{}: {pa:?} vs {pb:?}",
+                    va.name
+                );
+            }
+        }
+    }
+    assert!(!mb.scene.no_sfm_points);
+    assert_eq!(mb.clouds.len(), 1);
+    assert_eq!(mb.clouds[0].name, "sfm");
+    assert_eq!(points(&a), points(&b));
+}
+
+#[test]
+fn random_points_are_the_ones_gs_train_starts_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = write_pack(dir.path(), false);
+    let folder = dir.path().join("exported");
+    let text = ok(&gs_pack(&[
+        "export",
+        s(&src),
+        "-o",
+        s(&folder),
+        "--random-points",
+        "7",
+    ]));
+    assert!(
+        text.contains("100000 random initial points (gs-train --seed 7)"),
+        "{text}"
+    );
+    let back = dir.path().join("back.pack");
+    ok(&gs_pack(&["convert", s(&folder), "-o", s(&back)]));
+    let pack = Pack::open(&src).unwrap();
+    let want = ramsplat::train::run::initial_gaussians(&pack, 0, usize::MAX, 7).unwrap();
+    let got = points(&Pack::open(&back).unwrap());
+    assert_eq!(got.len(), want.len());
+    for (k, ((p, _), m)) in got.iter().zip(&want.means).enumerate() {
+        assert_eq!(p, m, "point {k}");
+    }
+    // Another seed, other points; a pack with SfM points refuses the option.
+    let other = ramsplat::train::run::initial_gaussians(&pack, 0, usize::MAX, 8).unwrap();
+    assert_ne!(other.means[0], want.means[0]);
+    let with_sfm = write_pack(&dir.path().join("sfm"), true);
+    let o = gs_pack(&[
+        "export",
+        s(&with_sfm),
+        "-o",
+        s(&dir.path().join("x")),
+        "--random-points",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("drop --random-points"));
+    assert!(!dir.path().join("x").exists());
+}
+
+/// Nothing is written over anything, into the pack, or from a damaged pack; no partial
+/// folder is left behind.
+#[test]
+fn refusals_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = write_pack(dir.path(), true);
+    let refused = |args: &[&str], needle: &str| {
+        let o = gs_pack(args);
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(e.contains(needle), "missing {needle:?} in {e}");
+    };
+    let existing = dir.path().join("existing");
+    std::fs::create_dir(&existing).unwrap();
+    std::fs::write(existing.join("keep.txt"), "mine").unwrap();
+    refused(
+        &["export", s(&src), "-o", s(&existing)],
+        "already exists; export into a new folder",
+    );
+    assert_eq!(
+        std::fs::read_to_string(existing.join("keep.txt")).unwrap(),
+        "mine"
+    );
+    let inside = src.join("out");
+    refused(&["export", s(&src), "-o", s(&inside)], "is inside the pack");
+    assert!(!inside.exists());
+
+    // Damage one payload byte of the last view's record.
+    let record = Pack::open(&src).unwrap().manifest().views[NAMES.len() - 1].record;
+    let shard = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "gss"))
+        .unwrap();
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let at = (record.offset + ramsplat::shard::RECORD_HEADER_LEN + 2) as usize;
+    bytes[at] ^= 0x40;
+    std::fs::write(&shard, bytes).unwrap();
+    let out = dir.path().join("from-damaged");
+    let o = gs_pack(&["export", s(&src), "-o", s(&out)]);
+    let e = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("reading the pack") && e.contains("src.pack") && e.contains("z.png"),
+        "{e}"
+    );
+    assert!(!out.exists());
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
