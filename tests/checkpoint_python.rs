@@ -6,6 +6,8 @@
 //! unless `GS_REQUIRE_REFERENCE=1` is set (CI sets it after installing both), in which case it
 //! fails.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -14,24 +16,6 @@ use ramsplat::scene::gaussians::{Field, Gaussians};
 use ramsplat::train::checkpoint;
 use ramsplat::train::densify::Model;
 use ramsplat::train::{TrainConfig, TrainState};
-
-fn python_available(test: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import numpy, xxhash"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        let required = std::env::var("GS_REQUIRE_REFERENCE").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "{test}: GS_REQUIRE_REFERENCE=1 but `python3 -c \"import numpy, xxhash\"` fails; \
-             install them (python3 -m pip install numpy xxhash)"
-        );
-        eprintln!("SKIPPED {test}: python3 with numpy and xxhash is not available");
-    }
-    ok
-}
 
 /// A small state whose every value is distinct (pre-activation, plausible).
 fn state() -> TrainState {
@@ -115,7 +99,10 @@ fn le_bytes(values: &[f32]) -> Vec<u8> {
 
 #[test]
 fn python_reads_a_checkpoint_and_converts_it_to_safetensors_bit_exactly() {
-    if !python_available("python_reads_a_checkpoint_and_converts_it_to_safetensors") {
+    if !common::python_with(
+        "python_reads_a_checkpoint_and_converts_it_to_safetensors",
+        "numpy, xxhash",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -161,7 +148,10 @@ fn python_reads_a_checkpoint_and_converts_it_to_safetensors_bit_exactly() {
 
 #[test]
 fn python_refuses_a_damaged_checkpoint_naming_the_array() {
-    if !python_available("python_refuses_a_damaged_checkpoint_naming_the_array") {
+    if !common::python_with(
+        "python_refuses_a_damaged_checkpoint_naming_the_array",
+        "numpy, xxhash",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

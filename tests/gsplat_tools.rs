@@ -10,28 +10,13 @@
 //! Needs `python3` (and numpy for the second part). Without them the test prints a skip line
 //! and passes, unless `GS_REQUIRE_REFERENCE=1` (CI installs numpy and sets it).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn python_with(test: &str, modules: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {modules}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        let required = std::env::var("GS_REQUIRE_REFERENCE").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "{test}: GS_REQUIRE_REFERENCE=1 but `python3 -c \"import {modules}\"` fails"
-        );
-        eprintln!("SKIPPED {test}: python3 with {modules} is not available");
-    }
-    ok
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -47,7 +32,7 @@ fn run(cmd: &mut Command) -> String {
 
 #[test]
 fn tools_compile_and_parse() {
-    if !python_with("tools_compile_and_parse", "py_compile") {
+    if !common::python_with("tools_compile_and_parse", "py_compile") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -104,7 +89,7 @@ fn synth_pack(dir: &Path) -> PathBuf {
 
 #[test]
 fn numpy_scoring_equals_gs_render() {
-    if !python_with("numpy_scoring_equals_gs_render", "numpy") {
+    if !common::python_with("numpy_scoring_equals_gs_render", "numpy") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -5,6 +5,8 @@
 //! passes, unless `GS_REQUIRE_REFERENCE=1` is set (CI sets it after installing numpy), in which
 //! case it fails: a silently skipped oracle is not a check.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -23,25 +25,6 @@ fn tool() -> PathBuf {
 
 fn gs_render() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gs-render"))
-}
-
-/// Whether `python3 -c "import numpy"` works; panics under GS_REQUIRE_REFERENCE=1 if not.
-fn numpy_available(test: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import numpy"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        let required = std::env::var("GS_REQUIRE_REFERENCE").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "{test}: GS_REQUIRE_REFERENCE=1 but `python3 -c \"import numpy\"` fails; install \
-             numpy (python3 -m pip install numpy)"
-        );
-        eprintln!("SKIPPED {test}: python3 with numpy is not available (set GS_REQUIRE_REFERENCE=1 to make this a failure)");
-    }
-    ok
 }
 
 fn run_ok(cmd: &mut Command) -> std::process::Output {
@@ -141,7 +124,7 @@ const MAX_PIXEL_ERROR: f64 = 4.0 / 255.0;
 
 #[test]
 fn cpu_render_matches_numpy_reference() {
-    if !numpy_available("cpu_render_matches_numpy_reference") {
+    if !common::python_with("cpu_render_matches_numpy_reference", "numpy") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

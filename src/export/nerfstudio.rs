@@ -45,7 +45,6 @@ use rayon::prelude::*;
 use serde_json::{json, Value};
 
 use crate::dataset::Split;
-use crate::scene::camera::Camera;
 use crate::scene::sh::SH_C0;
 use crate::shard::reader::Pack;
 use crate::shard::{PointChunkLayout, PointChunkRef, ShardError};
@@ -159,23 +158,6 @@ pub fn file_stems<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
         out.push(stem);
     }
     out
-}
-
-/// Camera-to-world 4×4 in OpenGL axes (the inverse of what the NeRF importer reads).
-pub fn opengl_camera_to_world(camera: &Camera) -> [[f64; 4]; 4] {
-    let r = camera.world_to_camera.rotation;
-    let c = camera.centre();
-    let mut m = [[0.0; 4]; 4];
-    for i in 0..3 {
-        // Column j of the camera-to-world rotation is row j of the world-to-camera one; OpenCV's
-        // y (down) and z (forward) become OpenGL's −y and −z.
-        m[i][0] = r[0][i];
-        m[i][1] = -r[1][i];
-        m[i][2] = -r[2][i];
-        m[i][3] = c[i];
-    }
-    m[3][3] = 1.0;
-    m
 }
 
 /// Removes the partial directory unless the export completed.
@@ -329,7 +311,7 @@ pub fn export(
             "fl_y": k.fy,
             "cx": k.cx,
             "cy": k.cy,
-            "transform_matrix": opengl_camera_to_world(&v.camera),
+            "transform_matrix": v.camera.opengl_camera_to_world(),
         });
         if v.mask {
             frame["mask_path"] = Value::from(format!("masks/{stem}.png"));
@@ -479,7 +461,7 @@ fn write_point(w: &mut impl Write, p: [f32; 3], c: [u8; 3]) -> std::io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scene::camera::{Intrinsics, Pose};
+    use crate::scene::camera::{Camera, Intrinsics, Pose};
 
     #[test]
     fn file_names_are_safe_unique_and_stable() {
@@ -526,7 +508,7 @@ mod tests {
             },
             world_to_camera: pose,
         };
-        let m = opengl_camera_to_world(&cam);
+        let m = cam.opengl_camera_to_world();
         // A point 2 units in front of the camera (OpenCV +z) is at OpenGL (0, 0, −2).
         let p = pose.transform([0.3, -0.2, 1.0]);
         let world = std::array::from_fn::<f64, 3, _>(|i| {

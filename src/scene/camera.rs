@@ -227,6 +227,24 @@ impl Camera {
         self.world_to_camera.centre()
     }
 
+    /// Camera-to-world 4×4 in OpenGL axes (x right, y up, z back): NeRF's and nerfstudio's
+    /// `transform_matrix`, the inverse of what the NeRF importer reads.
+    pub fn opengl_camera_to_world(&self) -> [[f64; 4]; 4] {
+        let r = self.world_to_camera.rotation;
+        let c = self.centre();
+        let mut m = [[0.0; 4]; 4];
+        for i in 0..3 {
+            // Column j of the camera-to-world rotation is row j of the world-to-camera one;
+            // OpenCV's y (down) and z (forward) become OpenGL's −y and −z.
+            m[i][0] = r[0][i];
+            m[i][1] = -r[1][i];
+            m[i][2] = -r[2][i];
+            m[i][3] = c[i];
+        }
+        m[3][3] = 1.0;
+        m
+    }
+
     /// Projects a world point; `None` when it is at or behind the camera plane.
     pub fn project(&self, p: [f64; 3]) -> Option<[f64; 2]> {
         let [x, y, z] = self.world_to_camera.transform(p);

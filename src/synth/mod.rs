@@ -529,22 +529,6 @@ struct NerfTransforms {
     frames: Vec<NerfFrame>,
 }
 
-/// Camera-to-world in OpenGL axes (x right, y up, z back) as NeRF's `transform_matrix`.
-pub fn nerf_transform_matrix(camera: &Camera) -> [[f64; 4]; 4] {
-    let r = camera.world_to_camera.rotation;
-    let c = camera.centre();
-    // OpenCV c2w = Rᵀ; its columns are the camera axes in world. Negate the y and z columns.
-    let mut m = [[0.0; 4]; 4];
-    for row in 0..3 {
-        m[row][0] = r[0][row];
-        m[row][1] = -r[1][row];
-        m[row][2] = -r[2][row];
-        m[row][3] = c[row];
-    }
-    m[3][3] = 1.0;
-    m
-}
-
 fn write_ply(path: &Path, scene: &SynthScene, n: u64) -> Result<(), SynthError> {
     let header = format!(
         "ply\nformat binary_little_endian 1.0\ncomment ramsplat synth seed {}\nelement vertex {n}\n\
@@ -593,7 +577,7 @@ fn write_nerf(
             .enumerate()
             .map(|(i, c)| NerfFrame {
                 file_path: format!("images/{}", image_name(i, args.image_format)),
-                transform_matrix: nerf_transform_matrix(c),
+                transform_matrix: c.opengl_camera_to_world(),
             })
             .collect(),
     };
