@@ -290,6 +290,17 @@ fn refusals_leave_nothing_behind() {
         std::fs::read_to_string(existing.join("keep.txt")).unwrap(),
         "mine"
     );
+    // A partial folder of a killed export (a process that no longer runs) is cleared by the
+    // next export into the same destination.
+    let stale = dir.path().join(".fresh.partial-999999999");
+    std::fs::create_dir(&stale).unwrap();
+    ok(&gs_pack(&[
+        "export",
+        s(&src),
+        "-o",
+        s(&dir.path().join("fresh")),
+    ]));
+    assert!(!stale.exists());
     let inside = src.join("out");
     refused(&["export", s(&src), "-o", s(&inside)], "is inside the pack");
     assert!(!inside.exists());

@@ -30,7 +30,8 @@
 //! - Nothing exists at the destination until the folder is complete: it is built in a hidden
 //!   `.NAME.partial-PID` directory beside it and renamed into place, never over anything (an
 //!   existing destination is refused, also one that appears during the export). A failure
-//!   removes the partial directory.
+//!   removes the partial directory; one left by a killed export is removed by the next export
+//!   into the same destination once its process is gone.
 //! - Every record is checked against its checksums as it is read, so a damaged pack fails the
 //!   export naming the view or point chunk.
 //! - Memory: views are exported in parallel, each worker holding one decoded view and its PNG
@@ -212,6 +213,7 @@ pub fn export(
         file_name.to_string_lossy(),
         std::process::id()
     ));
+    crate::shard::writer::remove_stale_partials(&parent, &file_name.to_string_lossy());
     if tmp.exists() {
         fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
     }

@@ -756,8 +756,9 @@ pub fn check_replaceable_pack(path: &Path) -> Result<(), WriteError> {
 }
 
 /// Removes `.NAME.partial-PID` directories (and `.old` siblings) next to the destination whose
-/// process no longer runs: leftovers of a killed convert into the same destination.
-fn remove_stale_partials(parent: &Path, file_name: &str) {
+/// process no longer runs: leftovers of a killed convert (or `gs-pack export`) into the same
+/// destination.
+pub(crate) fn remove_stale_partials(parent: &Path, file_name: &str) {
     let prefix = format!(".{file_name}.partial-");
     let Ok(entries) = fs::read_dir(parent) else {
         return;
