@@ -203,9 +203,12 @@ train_speed() {
 import json, sys
 for p in sys.argv[1:]:
     r = json.load(open(p))
+    dev = r.get("peak_device_bytes")
     print(f"{r['backend']}: {r['iterations']} iterations, {r['iterations_per_s']:.2f} it/s, "
           f"test PSNR {r['test_psnr']}, SSIM {r['test_ssim']}, {r['num_gaussians']} Gaussians, "
-          f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB of {r['ram_budget_bytes'] / 2**20:.0f}")
+          f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB of {r['ram_budget_bytes'] / 2**20:.0f}, "
+          f"stall {100 * r['stall_fraction']:.2f} %"
+          + (f", peak device memory {dev / 2**20:.0f} MiB" if dev else ""))
 PY
 }
 
