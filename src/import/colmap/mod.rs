@@ -671,9 +671,10 @@ fn find_mask(masks_dir: &Path, name: &str) -> Option<PathBuf> {
 /// or the other one when only that exists; without any, the scene has `no_sfm_points = true`
 /// and a warning says so.
 ///
-/// A `masks/` folder beside `images/` holds a loss mask per image (found as
-/// [`mask_candidates`] lists; see `crate::import::image::prepare_mask` for what a mask means);
-/// when it exists every registered image must have one.
+/// A `masks/` folder beside `images/` holds a loss mask per image, found as `masks/<name>.png`
+/// (COLMAP's naming), the stem + `.png`, or the same file name, in that order (see
+/// `crate::import::image::prepare_mask` for what a mask means); when it exists every
+/// registered image must have one.
 ///
 /// Views are sorted by image name (a relative path, possibly with subfolders). Image files that
 /// do not exist are listed in `missing_images` and skipped with a warning, or refused under
