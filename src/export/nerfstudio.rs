@@ -27,7 +27,8 @@
 //! order, which is name order, so the same pack always gives the same names.
 //!
 //! # Invariants
-//! - Nothing exists at the destination until the folder is complete: it is built in a hidden
+//! - Nothing exists at the destination until the folder is complete and on disk (every file
+//!   and directory fsynced): it is built in a hidden
 //!   `.NAME.partial-PID` directory beside it and renamed into place, never over anything (an
 //!   existing destination is refused, also one that appears during the export). A failure
 //!   removes the partial directory; one left by a killed export is removed by the next export
@@ -344,7 +345,15 @@ pub fn export(
     }
     let json_path = tmp.join("transforms.json");
     let text = serde_json::to_string_pretty(&doc).expect("JSON values serialise");
-    fs::write(&json_path, text).map_err(io(&json_path))?;
+    let mut f = File::create(&json_path).map_err(io(&json_path))?;
+    f.write_all(text.as_bytes()).map_err(io(&json_path))?;
+    f.sync_all().map_err(io(&json_path))?;
+    // Every file and directory entry is on disk before the folder appears under its name.
+    for d in [&images, &masks, &tmp] {
+        if d.exists() {
+            crate::fsutil::sync_dir(d).map_err(io(d))?;
+        }
+    }
 
     match crate::fsutil::rename_noreplace(&tmp, dest) {
         Ok(()) => {}
@@ -387,7 +396,8 @@ fn write_png(
             path: path.to_owned(),
             message: e.to_string(),
         })?;
-    out.flush().map_err(io(path))
+    out.flush().map_err(io(path))?;
+    out.get_ref().sync_all().map_err(io(path))
 }
 
 enum PointsError {
@@ -448,7 +458,8 @@ fn write_points(
          property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n"
     )?;
     rows(&mut w)?;
-    w.flush()
+    w.flush()?;
+    w.get_ref().sync_all()
 }
 
 fn write_point(w: &mut impl Write, p: [f32; 3], c: [u8; 3]) -> std::io::Result<()> {
