@@ -21,15 +21,16 @@
 //! # File names
 //! A view's name comes from its dataset (`images/0001.jpg`, `./train/r_0`) and may hold any
 //! character, `/` and `..` included. Its file name is the name without a leading `./` or
-//! `images/`, with a trailing image extension dropped and every character outside `[A-Za-z0-9._-]` replaced by `_`, leading dots removed
-//! (so no name climbs out of the folder or hides), then `.png`; names that collide after this
+//! `images/`, with a trailing image extension dropped, every character outside
+//! `[A-Za-z0-9._-]` replaced by `_` and leading dots removed (so no name climbs out of the
+//! folder or hides), then `.png`; names that collide after this
 //! (compared case-insensitively, for case-insensitive file systems) get `-2`, `-3`, … in pack
 //! order, which is name order, so the same pack always gives the same names.
 //!
 //! # Invariants
 //! - Nothing exists at the destination until the folder is complete and on disk (every file
-//!   and directory fsynced): it is built in a hidden
-//!   `.NAME.partial-PID` directory beside it and renamed into place, never over anything (an
+//!   and directory fsynced): it is built in a hidden `.NAME.partial-PID` directory beside it
+//!   and renamed into place, never over anything (an
 //!   existing destination is refused, also one that appears during the export). A failure
 //!   removes the partial directory; one left by a killed export is removed by the next export
 //!   into the same destination once its process is gone.
@@ -47,7 +48,8 @@ use rayon::prelude::*;
 use serde_json::{json, Value};
 
 use crate::dataset::Split;
-use crate::scene::sh::SH_C0;
+use crate::export::ply::{write_point_row, write_points_header};
+use crate::scene::maths::sh_dc_to_rgb;
 use crate::shard::reader::Pack;
 use crate::shard::{PointChunkLayout, PointChunkRef, ShardError};
 
@@ -280,18 +282,16 @@ pub fn export(
     } else if let Some(seed) = options.random_points {
         let g = crate::train::run::initial_gaussians(pack, 0, usize::MAX, seed)
             .map_err(|e| ExportError::Init(Box::new(e)))?;
-        let rgb: Vec<[u8; 3]> =
-            g.sh.iter()
-                .map(|sh| {
-                    std::array::from_fn(|c| {
-                        let v = 0.5 + SH_C0 * sh[c] as f64;
-                        (v.clamp(0.0, 1.0) * 255.0).round() as u8
-                    })
-                })
-                .collect();
+        let rgb: Vec<[u8; 3]> = g
+            .sh
+            .iter()
+            .map(|sh| {
+                std::array::from_fn(|c| (sh_dc_to_rgb(sh[c]).clamp(0.0, 1.0) * 255.0).round() as u8)
+            })
+            .collect();
         write_points(&ply, g.means.len() as u64, |w| {
             for (p, c) in g.means.iter().zip(&rgb) {
-                write_point(w, *p, *c)?;
+                write_point_row(w, *p, *c)?;
             }
             Ok(())
         })
@@ -429,7 +429,7 @@ fn write_sfm_points(
                 }
                 let chunk = PointChunkRef::new(layout, &buf).expect("sized above");
                 for i in 0..chunk.len() {
-                    write_point(w, chunk.xyz(i), chunk.rgb(i))?;
+                    write_point_row(w, chunk.xyz(i), chunk.rgb(i))?;
                     written += 1;
                 }
             }
@@ -443,32 +443,17 @@ fn write_sfm_points(
     Ok(written)
 }
 
-/// A binary little-endian PLY of `n` points (`x y z` float, `red green blue` uchar) whose rows
-/// `rows` writes.
+/// `sparse_pc.ply`: `n` points whose rows `rows` writes, fsynced.
 fn write_points(
     path: &Path,
     n: u64,
     rows: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let mut w = BufWriter::new(File::create(path)?);
-    write!(
-        w,
-        "ply\nformat binary_little_endian 1.0\ncomment written by ramsplat gs-pack export\n\
-         element vertex {n}\nproperty float x\nproperty float y\nproperty float z\n\
-         property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n"
-    )?;
+    write_points_header(&mut w, n, "written by ramsplat gs-pack export")?;
     rows(&mut w)?;
     w.flush()?;
     w.get_ref().sync_all()
-}
-
-fn write_point(w: &mut impl Write, p: [f32; 3], c: [u8; 3]) -> std::io::Result<()> {
-    let mut row = [0u8; 15];
-    for (k, v) in p.iter().enumerate() {
-        row[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
-    }
-    row[12..].copy_from_slice(&c);
-    w.write_all(&row)
 }
 
 #[cfg(test)]

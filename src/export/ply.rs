@@ -209,6 +209,28 @@ fn ascii_f32(v: f32, out: &mut String) {
     }
 }
 
+/// The header of a binary little-endian point-cloud PLY of `n` points, each `x y z` float and
+/// `red green blue` uchar (the layout SfM tools write and nerfstudio's `ply_file_path` names);
+/// the rows follow as [`write_point_row`] writes them.
+pub fn write_points_header(w: &mut impl Write, n: u64, comment: &str) -> io::Result<()> {
+    write!(
+        w,
+        "ply\nformat binary_little_endian 1.0\ncomment {comment}\nelement vertex {n}\n\
+         property float x\nproperty float y\nproperty float z\n\
+         property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n"
+    )
+}
+
+/// One row of the point-cloud PLY [`write_points_header`] starts.
+pub fn write_point_row(w: &mut impl Write, xyz: [f32; 3], rgb: [u8; 3]) -> io::Result<()> {
+    let mut row = [0u8; 15];
+    for (k, v) in xyz.iter().enumerate() {
+        row[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    row[12..].copy_from_slice(&rgb);
+    w.write_all(&row)
+}
+
 /// Writes `g` as a 3DGS PLY to `w`. `g` must pass validation (see [`save`]).
 fn write_ply<W: Write>(w: &mut W, g: &Gaussians, encoding: PlyEncoding) -> io::Result<()> {
     let format = match encoding {

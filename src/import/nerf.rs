@@ -591,7 +591,12 @@ fn read_transforms(
         None | Some(Value::Null) => None,
         Some(Value::String(p)) => {
             let path = base.join(p);
-            if !path.is_file() && !options.metadata_only {
+            if path.is_file() {
+                Some(path)
+            } else if options.metadata_only {
+                // No cloud to stream; a metadata-only import checks no file's existence.
+                None
+            } else {
                 return Err(ImportError::invalid(
                     file,
                     format!(
@@ -601,7 +606,6 @@ fn read_transforms(
                     ),
                 ));
             }
-            Some(path)
         }
         Some(_) => {
             return Err(ImportError::invalid(

@@ -50,7 +50,6 @@ pub mod packs;
 pub mod scene;
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -530,19 +529,12 @@ struct NerfTransforms {
 }
 
 fn write_ply(path: &Path, scene: &SynthScene, n: u64) -> Result<(), SynthError> {
-    let header = format!(
-        "ply\nformat binary_little_endian 1.0\ncomment ramsplat synth seed {}\nelement vertex {n}\n\
-         property float x\nproperty float y\nproperty float z\n\
-         property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n",
-        scene.seed()
-    );
+    use crate::export::ply::{write_point_row, write_points_header};
+    let comment = format!("ramsplat synth seed {}", scene.seed());
     crate::fsutil::write_atomic_with(path, &mut |w| {
-        w.write_all(header.as_bytes())?;
+        write_points_header(w, n, &comment)?;
         for s in point_stream(scene, n) {
-            for v in s.position {
-                w.write_all(&(v as f32).to_le_bytes())?;
-            }
-            w.write_all(&s.rgb)?;
+            write_point_row(w, s.position.map(|v| v as f32), s.rgb)?;
         }
         Ok(())
     })
