@@ -579,3 +579,33 @@ fn meaningless_option_values_are_refused() {
     assert!(!pack.exists());
     assert_eq!(names(tmp.path()), ["scene"]);
 }
+
+/// `gs-pack info PACK | head -1`: a reader that closes the pipe early stops the command quietly
+/// with 141 (as `SIGPIPE` stops a Unix tool), where `println!` used to panic. The pipe's read
+/// end is closed before the command starts, so the first write fails every time.
+#[test]
+fn a_closed_stdout_stops_info_and_verify_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("scene");
+    small_scene(&src);
+    let pack = dir.path().join("scene.pack");
+    let o = convert(&src, &pack, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    for args in [
+        vec!["info", pack.to_str().unwrap()],
+        vec!["info", pack.to_str().unwrap(), "--json"],
+        vec!["verify", pack.to_str().unwrap()],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = Command::new(env!("CARGO_BIN_EXE_gs-pack"))
+            .args(&args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(141), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

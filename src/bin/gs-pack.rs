@@ -1,6 +1,7 @@
 //! `gs-pack`: convert datasets into ramsplat packs, verify and describe them, synthesize test
 //! datasets, and benchmark the loader. Thin: all work happens in the library.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use ramsplat::budget::{format_size, parse_size};
-use ramsplat::cli::{report_error, Progress, EXIT_CORRUPT, EXIT_FAILURE};
+use ramsplat::cli::{print_stdout, report_error, Progress, EXIT_CORRUPT, EXIT_FAILURE};
 use ramsplat::data::{CachePolicy, Position};
 use ramsplat::dataset::Format;
 use ramsplat::dataset::Split;
@@ -323,13 +324,19 @@ fn run_verify(path: &Path) -> ExitCode {
     progress.finish();
     match result {
         Ok(r) => {
-            println!(
+            let line = format!(
                 "ok: {} shards, {} records, {} verified",
                 r.shards,
                 r.records,
                 format_size(r.bytes)
             );
-            ExitCode::SUCCESS
+            match print_stdout(&line) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => report_error(
+                    &anyhow::Error::new(e).context("writing to stdout"),
+                    EXIT_FAILURE,
+                ),
+            }
         }
         Err(e) => {
             let code = if is_damage(&e) {
@@ -391,30 +398,36 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             "max_view_bytes": m.max_view_bytes(),
             "source": m.source,
         });
-        println!("{v}");
+        print_stdout(&v.to_string())?;
         return Ok(());
     }
-    println!("pack        {}", path.display());
-    println!("source      {} ({:?})", m.source.path, m.source.format);
-    println!(
+    let mut o = String::new();
+    writeln!(o, "pack        {}", path.display())?;
+    writeln!(o, "source      {} ({:?})", m.source.path, m.source.format)?;
+    writeln!(
+        o,
         "views       {} ({} train, {} test)",
         m.views.len(),
         m.views.len() - test_views,
         test_views
-    );
+    )?;
     if alpha_views > 0 {
-        println!(
+        writeln!(
+            o,
             "            {alpha_views} with alpha (RGBA, composited over the training background)"
-        );
+        )?;
     }
     if masked_views > 0 {
-        println!("            {masked_views} with a loss mask (excluded pixels teach nothing)");
+        writeln!(
+            o,
+            "            {masked_views} with a loss mask (excluded pixels teach nothing)"
+        )?;
     }
     for ((w, h), n) in &sizes {
-        println!("            {n} × {w}x{h}");
+        writeln!(o, "            {n} × {w}x{h}")?;
     }
     if m.clouds.is_empty() || m.scene.no_sfm_points {
-        println!("points      none (training starts from random points)");
+        writeln!(o, "points      none (training starts from random points)")?;
     }
     for c in &m.clouds {
         let extra = match (c.has_labels, c.has_normals) {
@@ -423,32 +436,38 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             (false, true) => ", normals",
             (false, false) => "",
         };
-        println!("points      {:?}: {}{extra}", c.name, c.points);
+        writeln!(o, "points      {:?}: {}{extra}", c.name, c.points)?;
     }
-    println!(
+    writeln!(
+        o,
         "extent      {:.4} (1.1 × max camera distance from the centroid)",
         m.scene.extent
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "codec       {}",
         codecs.into_iter().collect::<Vec<_>>().join(", ")
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "on disk     {} in {} shards",
         format_size(m.bytes_on_disk()),
         m.shards.len()
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "decoded     {} (largest view {})",
         format_size(m.decoded_bytes()),
         format_size(m.max_view_bytes() as u64)
-    );
+    )?;
     if !m.source.missing_images.is_empty() {
-        println!(
+        writeln!(
+            o,
             "missing     {} images listed by the dataset were not found",
             m.source.missing_images.len()
-        );
+        )?;
     }
+    print_stdout(o.trim_end_matches('\n'))?;
     Ok(())
 }
 
@@ -494,6 +513,6 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<()> {
     let report = ramsplat::data::bench::run_bench(pack, &opts, &mut |done, _| progress.set(done))
         .with_context(|| format!("benchmarking the loader on {}", args.pack.display()))?;
     progress.finish();
-    println!("{}", report.to_json_line());
+    print_stdout(&report.to_json_line())?;
     Ok(())
 }

@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 
 use ramsplat::budget::{format_size, parse_size};
-use ramsplat::cli::{report_error, Progress, EXIT_FAILURE};
+use ramsplat::cli::{print_stdout, report_error, Progress, EXIT_FAILURE};
 use ramsplat::export::ModelFormat;
 use ramsplat::train::demo;
 use ramsplat::train::mcmc::McmcConfig;
@@ -263,9 +263,7 @@ fn print_plan(o: &RunOptions) -> Result<bool> {
         }
     })
     .with_context(|| format!("planning a run of {} failed", o.pack.display()))?;
-    for line in plan.lines() {
-        println!("{line}");
-    }
+    print_stdout(&plan.lines().join("\n")).context("writing the plan to stdout")?;
     if !plan.fits {
         bail!(
             "--ram-budget {} is below the floor of {} (see the plan above)",

@@ -6,9 +6,11 @@
 //! - 0: success;
 //! - 1: the command failed (bad input, I/O error, refused configuration); the message says why;
 //! - 2: bad command line (clap's own code);
-//! - 3: `gs-pack verify` found damaged or inconsistent data.
+//! - 3: `gs-pack verify` found damaged or inconsistent data;
+//! - 141: standard output was closed by its reader (`gs-pack info | head -1`): the command
+//!   stops quietly, as a Unix tool killed by `SIGPIPE` does (128 + 13), instead of panicking.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -17,6 +19,28 @@ use std::time::{Duration, Instant};
 pub const EXIT_FAILURE: u8 = 1;
 /// Exit code when verification finds damage.
 pub const EXIT_CORRUPT: u8 = 3;
+
+/// Exit code when the reader of standard output went away.
+pub const EXIT_STDOUT_CLOSED: i32 = 141;
+
+/// Writes `text` and a newline to standard output. `println!` panics when the reader has
+/// closed the pipe (Rust ignores `SIGPIPE`); here a closed pipe ends the process quietly with
+/// [`EXIT_STDOUT_CLOSED`], the status a shell shows for a tool stopped by `SIGPIPE`. Only for
+/// commands whose work is done or read-only when they print: nothing is left half-written.
+/// Any other write error (a full disk behind a redirect) is returned.
+pub fn print_stdout(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let result = out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    match result {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(EXIT_STDOUT_CLOSED)
+        }
+        other => other,
+    }
+}
 
 /// Prints `error: ` and the whole cause chain and returns the exit code.
 pub fn report_error(err: &anyhow::Error, code: u8) -> ExitCode {
