@@ -1,6 +1,7 @@
 // project_bwd.cu: one thread per Gaussian; chains ∂L/∂(mean2d, conic, colour, opacity) back to
 // the stored parameters. Twin of cpu::project::project_bwd (same derivation, same exact
-// derivative through the Jacobian clamp). Every output element is written (culled → zeros).
+// derivative through the Jacobian clamp, the same derivative of the antialiasing
+// compensation). Every output element is written (culled → zeros).
 #include "common.cuh"
 #include "sh.cuh"
 #include "projection.cuh"
@@ -10,13 +11,14 @@ extern "C" __global__ void project_bwd(
     const float* __restrict__ means,            // [N, 3]
     const float* __restrict__ log_scales,       // [N, 3]
     const float* __restrict__ rotations,        // [N, 4]
+    const float* __restrict__ logit_opacities,  // [N]
     const float* __restrict__ sh,               // [N, K, 3]
     u32 coeffs,                                 // K
     u32 degree,                                 // active SH degree
     const float* __restrict__ cam_buf,          // [GS_CAM_LEN]
+    u32 antialiased,                            // as given to project_fwd
     const u32* __restrict__ radii,              // [N] from project_fwd
     const float* __restrict__ conics,           // [N, 3] from project_fwd
-    const float* __restrict__ opacities,        // [N] from project_fwd
     const float* __restrict__ v_means2d,        // [N, 2] from rasterize_bwd
     const float* __restrict__ v_conics,         // [N, 3] from rasterize_bwd
     const float* __restrict__ v_colors,         // [N, 3] from rasterize_bwd
@@ -53,9 +55,16 @@ extern "C" __global__ void project_bwd(
     g_means2d[2 * i] = gm2[0];
     g_means2d[2 * i + 1] = gm2[1];
 
-    // Opacity through the sigmoid.
-    const float o = opacities[i];
-    g_logit_opacities[i] = v_opacities[i] * o * (1.0f - o);
+    // Opacity through the sigmoid (recomputed: in antialiased mode the forward's opacity also
+    // holds the compensation), and the compensation's share, added to Σ2d below.
+    const float o = 1.0f / (1.0f + expf(-logit_opacities[i]));
+    float comp = 1.0f, ratio = 1.0f;
+    if (antialiased) {
+        float down, up;
+        cov2_scale(g.cov2, down, up);
+        comp = aa_compensation(g, down, ratio);
+    }
+    g_logit_opacities[i] = v_opacities[i] * comp * o * (1.0f - o);
 
     // Colour: SH coefficients and view direction; clamped channels pass no gradient.
     float dir[3];
@@ -93,8 +102,18 @@ extern "C" __global__ void project_bwd(
     const float gc0 = v_conics[3 * i], gc1 = 0.5f * v_conics[3 * i + 1], gc2 = v_conics[3 * i + 2];
     const float kg00 = ka * gc0 + kb * gc1, kg01 = ka * gc1 + kb * gc2;
     const float kg10 = kb * gc0 + kc * gc1, kg11 = kb * gc1 + kc * gc2;
-    const float d2[2][2] = {{-(kg00 * ka + kg01 * kb), -(kg00 * kb + kg01 * kc)},
-                            {-(kg10 * ka + kg11 * kb), -(kg10 * kb + kg11 * kc)}};
+    float d2[2][2] = {{-(kg00 * ka + kg01 * kb), -(kg00 * kb + kg01 * kc)},
+                      {-(kg10 * ka + kg11 * kb), -(kg10 * kb + kg11 * kc)}};
+    // Compensation c = √r: ∂r/∂Σ2d = (1 − r)·K − ε·det K·I (cpu::project's module doc).
+    if (antialiased && comp > 0.0f) {
+        const float k = v_opacities[i] * o * 0.5f / comp;
+        const float keep = 1.0f - ratio;
+        const float eps_det = (float)GS_DILATION * (ka * kc - kb * kb);
+        d2[0][0] += k * (keep * ka - eps_det);
+        d2[0][1] += k * keep * kb;
+        d2[1][0] += k * keep * kb;
+        d2[1][1] += k * (keep * kc - eps_det);
+    }
     // Σ2d = T Σ Tᵀ: dΣ = Tᵀ·dΣ2·T, dT = 2·dΣ2·T·Σ.
     float d2t[2][3];
 #pragma unroll

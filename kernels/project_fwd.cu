@@ -1,5 +1,6 @@
 // project_fwd.cu: one thread per Gaussian; camera projection, EWA 2D covariance, conic,
-// screen radius, tile count and SH colour. Twin of cpu::project::project_fwd.
+// screen radius, tile count and SH colour; in antialiased mode the opacity is multiplied by
+// the compensation √(det Σ2d_raw / det Σ2d). Twin of cpu::project::project_fwd.
 //
 // Every output element is written for every Gaussian (culled ones get zeros and radius 0), so
 // a poisoned output buffer never leaks through.
@@ -18,6 +19,7 @@ extern "C" __global__ void project_fwd(
     u32 degree,                                 // active SH degree, ≤ stored
     const float* __restrict__ cam_buf,          // [GS_CAM_LEN]
     u32 tiles_x, u32 tiles_y,
+    u32 antialiased,                            // 0: classic, 1: × compensation
     float* __restrict__ means2d,                // [N, 2] out
     float* __restrict__ conics,                 // [N, 3] out
     float* __restrict__ opacities,              // [N] out
@@ -49,13 +51,8 @@ extern "C" __global__ void project_fwd(
     // Σ2d inverted at an exact even power-of-two scale when its entries pass 2^40, so a huge
     // splat (a·c beyond FLT_MAX) is drawn, not culled; bit-identical to the unscaled formulas
     // wherever those are finite (the CPU reference's `cov2_scale`).
-    float down = 1.0f, up = 1.0f;
-    const float m = fmaxf(g.cov2[0], g.cov2[2]);
-    if (m > 1099511627776.0f && isfinite(m)) {
-        const int k = ilogbf(m) & ~1;
-        down = ldexpf(1.0f, -k);
-        up = ldexpf(1.0f, k);
-    }
+    float down, up;
+    cov2_scale(g.cov2, down, up);
     const float a = g.cov2[0] * down, b = g.cov2[1] * down, c = g.cov2[2] * down;
     const float det = a * c - b * b;
     if (!(det > 0.0f && isfinite(det))) return;
@@ -73,8 +70,12 @@ extern "C" __global__ void project_fwd(
     u32 x0, x1, y0, y1;
     tile_rect(m2x, m2y, radius, tiles_x, tiles_y, x0, x1, y0, y1);
     if (x0 >= x1 || y0 >= y1) return;
-    const float opacity = 1.0f / (1.0f + expf(-logit_opacities[i]));
+    float opacity = 1.0f / (1.0f + expf(-logit_opacities[i]));
     if (!isfinite(opacity)) return;
+    if (antialiased) {
+        float ratio;
+        opacity *= aa_compensation(g, down, ratio);
+    }
     float dir[3];
     view_dir(mean, cam, dir);
     float basis[SH_MAX_BASIS];

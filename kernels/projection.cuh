@@ -14,6 +14,7 @@ struct Geometry {
     float cov3[3][3];  // Σ = R S Sᵀ Rᵀ
     float tmat[2][3];  // T = J·W
     float cov2[3];     // dilated Σ2d as (a, b, c)
+    float cov2_raw[3]; // Σ2d before the dilation (antialiasing compensation)
     float j[2][3];     // EWA Jacobian
 };
 
@@ -85,10 +86,37 @@ __device__ __forceinline__ bool geometry(const float mean[3], const float log_sc
             ts[r][c] = g.tmat[r][0] * g.cov3[0][c] + g.tmat[r][1] * g.cov3[1][c] +
                        g.tmat[r][2] * g.cov3[2][c];
     const float dil = (float)GS_DILATION;
-    g.cov2[0] = ts[0][0] * g.tmat[0][0] + ts[0][1] * g.tmat[0][1] + ts[0][2] * g.tmat[0][2] + dil;
-    g.cov2[1] = ts[0][0] * g.tmat[1][0] + ts[0][1] * g.tmat[1][1] + ts[0][2] * g.tmat[1][2];
-    g.cov2[2] = ts[1][0] * g.tmat[1][0] + ts[1][1] * g.tmat[1][1] + ts[1][2] * g.tmat[1][2] + dil;
+    g.cov2_raw[0] = ts[0][0] * g.tmat[0][0] + ts[0][1] * g.tmat[0][1] + ts[0][2] * g.tmat[0][2];
+    g.cov2_raw[1] = ts[0][0] * g.tmat[1][0] + ts[0][1] * g.tmat[1][1] + ts[0][2] * g.tmat[1][2];
+    g.cov2_raw[2] = ts[1][0] * g.tmat[1][0] + ts[1][1] * g.tmat[1][1] + ts[1][2] * g.tmat[1][2];
+    g.cov2[0] = g.cov2_raw[0] + dil;
+    g.cov2[1] = g.cov2_raw[1];
+    g.cov2[2] = g.cov2_raw[2] + dil;
     return true;
+}
+
+// The scale of Σ2d's inversion: an even power of two `down` (and `up = 1/down`) bringing
+// max(a, c) into [1, 4) when it passes 2^40, else 1 (the CPU reference's `cov2_scale`).
+__device__ __forceinline__ void cov2_scale(const float cov2[3], float& down, float& up) {
+    down = 1.0f;
+    up = 1.0f;
+    const float m = fmaxf(cov2[0], cov2[2]);
+    if (m > 1099511627776.0f && isfinite(m)) {
+        const int k = ilogbf(m) & ~1;
+        down = ldexpf(1.0f, -k);
+        up = ldexpf(1.0f, k);
+    }
+}
+
+// Antialiasing compensation √r with r = max(0, det Σ2d_raw / det Σ2d) at the `down` scale
+// (the CPU reference's `aa_compensation`); r is returned through `ratio`. NaN maps to 0.
+__device__ __forceinline__ float aa_compensation(const Geometry& g, float down, float& ratio) {
+    const float a = g.cov2[0] * down, b = g.cov2[1] * down, c = g.cov2[2] * down;
+    const float ar = g.cov2_raw[0] * down, br = g.cov2_raw[1] * down,
+                cr = g.cov2_raw[2] * down;
+    const float q = (ar * cr - br * br) / (a * c - b * b);
+    ratio = q > 0.0f ? q : 0.0f;
+    return sqrtf(ratio);
 }
 
 // Unit view direction from the camera centre to the mean; returns |mean − centre|.

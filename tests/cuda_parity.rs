@@ -228,6 +228,7 @@ fn scene_of(kind: Kind, n: usize, seed: u64) -> Gaussians {
     g
 }
 
+#[allow(clippy::too_many_arguments)]
 fn check_scene(
     gpu_r: &mut CudaRasterizer,
     kind: Kind,
@@ -236,12 +237,14 @@ fn check_scene(
     w: u32,
     h: u32,
     degree: u32,
+    antialiased: bool,
 ) {
     let g = scene_of(kind, n, seed);
     let cam = camera(w, h);
     let opts = RenderOptions {
         sh_degree: degree,
         background: [0.1, 0.2, 0.3],
+        antialiased,
         ..RenderOptions::default()
     };
     let mut cpu_r = CpuRasterizer::<f32>::new();
@@ -249,7 +252,8 @@ fn check_scene(
     cpu_r.forward(&g, &cam, &opts, &mut cpu_out).unwrap();
     let mut gpu_out = poisoned_output();
     gpu_r.forward(&g, &cam, &opts, &mut gpu_out).unwrap();
-    let label = format!("n={n} seed={seed} {w}x{h} degree {degree}");
+    let mode = if antialiased { " antialiased" } else { "" };
+    let label = format!("n={n} seed={seed} {w}x{h} degree {degree}{mode}");
 
     // Stage 1: projection. Gaussians whose radius differs are excluded from every later
     // comparison of their own values (never the checks themselves).
@@ -312,6 +316,15 @@ fn check_scene(
         flips as f64 <= RADIUS_FLIP_FRACTION * n as f64 + 1.0,
         "{label}: {flips} of {n} radii differ"
     );
+    if antialiased {
+        // The compensation must shrink some opacities, or these scenes test nothing new.
+        let shrunk = cs
+            .iter()
+            .zip(&g.logit_opacities)
+            .filter(|(c, &l)| c.radius > 0 && c.opacity < 1.0 / (1.0 + (-l).exp()))
+            .count();
+        assert!(shrunk > 0, "{label}: no opacity compensated");
+    }
     // Culled Gaussians exist in these scenes (behind the camera / off-screen) on both sides.
     assert!(cs.iter().any(|s| s.radius == 0) || n < 10);
 
@@ -502,24 +515,30 @@ fn stages_match_cpu_on_random_scenes() {
 fn stages_match_cpu(r: &mut CudaRasterizer) {
     // Larger scene first so later, smaller renders run on dirty (poisoned) device buffers.
     // Sizes: one tile, non-multiples of 16 in both directions, many tiles, and (20k, huge)
-    // hundreds of list entries per tile, i.e. many shared-memory batches.
-    for (kind, n, seed, w, h, degree) in [
-        (Kind::Mixed, 20_000, 7, 320, 240, 3),
-        (Kind::Mixed, 1, 1, 16, 16, 3),
-        (Kind::Mixed, 37, 2, 33, 17, 3),
-        (Kind::Mixed, 1000, 3, 128, 96, 1),
-        (Kind::Mixed, 5000, 4, 200, 150, 3),
-        (Kind::SubPixel, 3000, 5, 97, 61, 2),
-        (Kind::Huge, 2000, 6, 130, 70, 3),
-        (Kind::Absurd, 500, 9, 64, 48, 1),
-        (Kind::Mixed, 4000, 8, 47, 300, 0),
+    // hundreds of list entries per tile, i.e. many shared-memory batches. The antialiased
+    // scenes cover the compensation at every size: ≈ 1 (huge), far below 1 (mixed: the small
+    // ones), ≈ 0 (sub-pixel), and at the power-of-two inversion scale (absurd).
+    for (kind, n, seed, w, h, degree, aa) in [
+        (Kind::Mixed, 20_000, 7, 320, 240, 3, false),
+        (Kind::Mixed, 1, 1, 16, 16, 3, false),
+        (Kind::Mixed, 37, 2, 33, 17, 3, false),
+        (Kind::Mixed, 1000, 3, 128, 96, 1, false),
+        (Kind::Mixed, 5000, 4, 200, 150, 3, false),
+        (Kind::SubPixel, 3000, 5, 97, 61, 2, false),
+        (Kind::Huge, 2000, 6, 130, 70, 3, false),
+        (Kind::Absurd, 500, 9, 64, 48, 1, false),
+        (Kind::Mixed, 4000, 8, 47, 300, 0, false),
+        (Kind::Mixed, 3000, 10, 150, 100, 3, true),
+        (Kind::SubPixel, 1500, 11, 61, 45, 1, true),
+        (Kind::Huge, 1000, 12, 70, 50, 2, true),
+        (Kind::Absurd, 500, 13, 64, 48, 1, true),
     ] {
         // Under compute-sanitizer (10-100x slower kernels) the verification script asks for
         // the small scenes only; every kernel still runs on several shapes.
         if small_only() && n > 4000 {
             continue;
         }
-        check_scene(r, kind, n, seed, w, h, degree);
+        check_scene(r, kind, n, seed, w, h, degree, aa);
     }
 }
 

@@ -97,12 +97,19 @@ fn read_camera_json(path: &Path) -> Camera {
     camera
 }
 
-fn render_cpu(g: &Gaussians, camera: &Camera, sh_degree: u32, background: [f32; 3]) -> Vec<f32> {
+fn render_cpu(
+    g: &Gaussians,
+    camera: &Camera,
+    sh_degree: u32,
+    background: [f32; 3],
+    antialiased: bool,
+) -> Vec<f32> {
     let mut raster = CpuRasterizer::new();
     let mut out = RenderOutput::default();
     let options = RenderOptions {
         sh_degree,
         background,
+        antialiased,
         ..RenderOptions::default()
     };
     raster.forward(g, camera, &options, &mut out).unwrap();
@@ -147,18 +154,26 @@ fn cpu_render_matches_numpy_reference() {
     let model = gply::load(&d.join("model.ply"), &LoadOptions::default()).unwrap();
     assert_eq!(model.len(), 2000);
     assert_eq!(model.sh_degree, 3);
-    let cases: &[(&str, u32, [f32; 3])] = &[
-        ("outside", 3, [0.0, 0.0, 0.0]),
-        ("inside", 3, [0.0, 0.0, 0.0]),
-        ("oblique", 3, [0.2, 0.5, 0.9]),
-        ("wide", 1, [1.0, 1.0, 1.0]),
-        ("outside", 0, [0.0, 0.0, 0.0]),
+    let cases: &[(&str, u32, [f32; 3], bool)] = &[
+        ("outside", 3, [0.0, 0.0, 0.0], false),
+        ("inside", 3, [0.0, 0.0, 0.0], false),
+        ("oblique", 3, [0.2, 0.5, 0.9], false),
+        ("wide", 1, [1.0, 1.0, 1.0], false),
+        ("outside", 0, [0.0, 0.0, 0.0], false),
+        ("outside", 3, [0.0, 0.0, 0.0], true),
+        ("wide", 2, [0.3, 0.3, 0.3], true),
     ];
-    for &(name, degree, bg) in cases {
+    let mut classic_outside = None;
+    for &(name, degree, bg, antialiased) in cases {
         let cam_path = d.join(format!("cam_{name}.json"));
-        let npy = d.join(format!("{name}-{degree}.npy"));
-        run_ok(Command::new("python3").arg(tool()).args([
-            "render",
+        let npy = d.join(format!("{name}-{degree}-{antialiased}.npy"));
+        let mut python = Command::new("python3");
+        if antialiased {
+            python.arg(tool()).args(["render", "--antialiased"]);
+        } else {
+            python.arg(tool()).arg("render");
+        }
+        run_ok(python.args([
             "--ply",
             d.join("model.ply").to_str().unwrap(),
             "--camera",
@@ -173,7 +188,7 @@ fn cpu_render_matches_numpy_reference() {
         let (shape, reference) = read_npy_f64(&npy);
         let camera = read_camera_json(&cam_path);
         assert_eq!(shape, [camera.height as usize, camera.width as usize, 3]);
-        let ours = render_cpu(&model, &camera, degree, bg);
+        let ours = render_cpu(&model, &camera, degree, bg, antialiased);
         assert_eq!(ours.len(), reference.len());
         let pixels = reference.len() / 3;
         let mut matching = 0;
@@ -194,20 +209,41 @@ fn cpu_render_matches_numpy_reference() {
             .filter(|&p| (0..3).any(|c| (reference[p * 3 + c] - bg[c] as f64).abs() > 0.05))
             .count();
         let fraction = matching as f64 / pixels as f64;
+        let mode = if antialiased { ", antialiased" } else { "" };
         eprintln!(
-            "{name} (SH {degree}): {matching}/{pixels} pixels within 1/255 ({:.4}%), max error \
-             {max_err:.2e}, mean {:.2e}, {lit} pixels differ from the background",
+            "{name} (SH {degree}{mode}): {matching}/{pixels} pixels within 1/255 ({:.4}%), max \
+             error {max_err:.2e}, mean {:.2e}, {lit} pixels differ from the background",
             fraction * 100.0,
             sum_err / pixels as f64
         );
+        // The antialiased reference must differ visibly from the classic one, or its case
+        // checks nothing the classic ones do not.
+        if (name, degree) == ("outside", 3) {
+            match (&classic_outside, antialiased) {
+                (None, false) => classic_outside = Some(reference.clone()),
+                (Some(classic), true) => {
+                    let moved = classic
+                        .iter()
+                        .zip(&reference)
+                        .filter(|(a, b)| (*a - *b).abs() > 2.0 * PIXEL_TOLERANCE)
+                        .count();
+                    eprintln!("{name}: antialiasing moves {moved} channels by > 2/255");
+                    assert!(
+                        moved > pixels / 20,
+                        "antialiasing changed only {moved} channels"
+                    );
+                }
+                _ => unreachable!("the classic case comes first"),
+            }
+        }
         assert!(lit > pixels / 10, "{name}: camera sees almost nothing");
         assert!(
             max_err <= MAX_PIXEL_ERROR,
-            "{name} (SH {degree}): a pixel is {max_err} off the reference"
+            "{name} (SH {degree}{mode}): a pixel is {max_err} off the reference"
         );
         assert!(
             fraction >= MIN_MATCHING_FRACTION,
-            "{name} (SH {degree}): only {matching}/{pixels} pixels match the reference within \
+            "{name} (SH {degree}{mode}): only {matching}/{pixels} pixels match the reference within \
              1/255 (max error {max_err})"
         );
     }
@@ -285,7 +321,7 @@ fn gs_render_camera_mode_writes_the_library_render() {
     ]));
     let img = image::open(&png).unwrap().to_rgb8();
     assert_eq!(img.dimensions(), (40, 30));
-    let want = quantise(&render_cpu(&model, &camera, 1, [0.25, 0.5, 1.0]));
+    let want = quantise(&render_cpu(&model, &camera, 1, [0.25, 0.5, 1.0], false));
     assert_eq!(img.as_raw(), &want);
 
     // --sh-degree 0 differs from the default (stored degree 1) render.
@@ -303,13 +339,13 @@ fn gs_render_camera_mode_writes_the_library_render() {
     let img0 = image::open(&png0).unwrap().to_rgb8();
     assert_eq!(
         img0.as_raw(),
-        &quantise(&render_cpu(&model, &camera, 0, [0.0; 3]))
+        &quantise(&render_cpu(&model, &camera, 0, [0.0; 3], false))
     );
 
     // --backend cuda: on the host emulation (GS_CUDA_EMULATE=1) on every machine, and on the
     // GPU when there is one, the render equals the CPU one within one 8-bit level. Without a
     // GPU and without the variable it is refused with exit code 3 and a hint, nothing written.
-    let want_cuda = quantise(&render_cpu(&model, &camera, 1, [0.0; 3]));
+    let want_cuda = quantise(&render_cpu(&model, &camera, 1, [0.0; 3], false));
     let cuda_render = |png: &Path, emulate: bool| {
         let mut cmd = gs_render();
         cmd.args([
@@ -424,7 +460,7 @@ fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
         .collect();
     // View 2's ground truth is our own render: PSNR must come out infinite (null).
     let mut gts = gts;
-    gts[2] = quantise(&render_cpu(&model, &cams[2], 1, [0.0; 3]));
+    gts[2] = quantise(&render_cpu(&model, &cams[2], 1, [0.0; 3], false));
     let pack = d.join("pack");
     let mut writer = PackWriter::create(&pack, &WriterOptions::default()).unwrap();
     for i in 0..3 {
@@ -473,7 +509,7 @@ fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
             right.extend_from_slice(&row[(3 * w) as usize..]);
         }
         assert_eq!(left, gts[i], "view {i}: left half is the ground truth");
-        let render = quantise(&render_cpu(&model, &cams[i], 1, [0.0; 3]));
+        let render = quantise(&render_cpu(&model, &cams[i], 1, [0.0; 3], false));
         assert_eq!(right, render, "view {i}: right half is the render");
         let psnr = ramsplat::metrics::psnr_u8(&right, &left).unwrap();
         let ssim = ramsplat::metrics::ssim_u8(&right, &left, w as usize, h as usize).unwrap();

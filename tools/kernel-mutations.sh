@@ -21,7 +21,9 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target/mutations}
 # file|original|mutant: arithmetic, indexing and a removed barrier, across every kernel file.
 muts=(
  'kernels/project_fwd.cu|conics[3 * i + 1] = conic[1];|conics[3 * i + 1] = conic[2];'
- 'kernels/project_bwd.cu|v_opacities[i] * o * (1.0f - o);|v_opacities[i] * o * (1.0f + o);'
+ 'kernels/project_bwd.cu|v_opacities[i] * comp * o * (1.0f - o);|v_opacities[i] * comp * o * (1.0f + o);'
+ 'kernels/projection.cuh|(ar * cr - br * br) / (a * c - b * b)|(ar * cr - br * br) / (a * c + b * b)'
+ 'kernels/project_bwd.cu|const float keep = 1.0f - ratio;|const float keep = 1.0f + ratio;'
  'kernels/tile_binning.cu|(u64)(ty * tiles_x + tx) << 32)|(u64)(ty * tiles_x + tx) << 31)'
  'kernels/tile_binning.cu|ranges[2 * tile + 1] = (u32)(i + 1);|ranges[2 * tile + 1] = (u32)(i);'
  'kernels/tile_binning.cu|counts[k] = tiles_touched[order[k]];|counts[k] = tiles_touched[k];'

@@ -14,7 +14,7 @@ How to run (needs only python3 + numpy)
                                                  [--width 128] [--height 96]
     # render one camera to a float64 .npy of shape (H, W, 3), optionally an 8-bit PNG
     python3 tools/reference_render.py render --ply DIR/model.ply --camera DIR/cam_inside.json \
-        --out OUT.npy [--png OUT.png] [--bg r,g,b] [--sh-degree D]
+        --out OUT.npy [--png OUT.png] [--bg r,g,b] [--sh-degree D] [--antialiased]
 
 Conventions (as src/scene/camera.rs and src/render/cpu/{project,rasterize}.rs state them)
     Camera JSON {"width","height","fx","fy","cx","cy","world_to_camera": 4x4 row-major},
@@ -29,6 +29,8 @@ Conventions (as src/scene/camera.rs and src/render/cpu/{project,rasterize}.rs st
     c dy^2) + b dx dy with d = mean2d - pixel centre, alpha = min(0.999, o exp(-sigma)), skip
     sigma < 0 or alpha < 1/255, stop before the Gaussian that would make T (1 - alpha) < 1e-4,
     C += colour alpha T, T *= 1 - alpha, output C + T background.
+    --antialiased (Mip-Splatting's 2D filter, gsplat's rasterize_mode="antialiased"): the
+    opacity is multiplied by sqrt(max(0, det Sigma2d / det(Sigma2d + 0.3 I))).
 
 The PLY writer/reader here handles the 3DGS layout only (binary little-endian float32 vertex
 properties, looked up by name).
@@ -156,7 +158,7 @@ def sh_colour(sh, dirs, degree):
     return out
 
 
-def render(model, cam, background=(0.0, 0.0, 0.0), sh_degree=None):
+def render(model, cam, background=(0.0, 0.0, 0.0), sh_degree=None, antialiased=False):
     means, log_scales, quats, logit_opacity, sh = model
     W, H = int(cam["width"]), int(cam["height"])
     fx, fy, cx, cy = (float(cam[k]) for k in ("fx", "fy", "cx", "cy"))
@@ -206,6 +208,9 @@ def render(model, cam, background=(0.0, 0.0, 0.0), sh_degree=None):
     d = d / np.linalg.norm(d, axis=1, keepdims=True)
     colour = np.maximum(sh_colour(sh, d, degree) + 0.5, 0.0)
     opacity = 1.0 / (1.0 + np.exp(-logit_opacity))
+    if antialiased:
+        det_raw = cov2[:, 0, 0] * cov2[:, 1, 1] - cov2[:, 0, 1] * cov2[:, 1, 0]
+        opacity = opacity * np.sqrt(np.maximum(0.0, det_raw / dets))
 
     gx, gy = (W + TILE - 1) // TILE, (H + TILE - 1) // TILE
     img = np.zeros((H, W, 3))
@@ -323,6 +328,7 @@ def main():
     rd.add_argument("--png")
     rd.add_argument("--bg", default="0,0,0")
     rd.add_argument("--sh-degree", type=int)
+    rd.add_argument("--antialiased", action="store_true")
     args = ap.parse_args()
     if args.cmd == "make-scene":
         make_scene(args.out, args.seed, args.n, args.width, args.height)
@@ -330,7 +336,7 @@ def main():
     with open(args.camera) as f:
         cam = json.load(f)
     bg = [float(v) for v in args.bg.split(",")]
-    img = render(read_ply(args.ply), cam, bg, args.sh_degree)
+    img = render(read_ply(args.ply), cam, bg, args.sh_degree, args.antialiased)
     np.save(args.out, img)
     if args.png:
         write_png(args.png, img)

@@ -47,6 +47,13 @@ pub struct RenderOptions {
     pub background: [f32; 3],
     /// Refuse a render whose per-intersection buffers would exceed this many bytes.
     pub max_intersection_bytes: u64,
+    /// Antialiased rasterization (Mip-Splatting's 2D filter, gsplat's
+    /// `rasterize_mode="antialiased"`): each splat's opacity is multiplied by
+    /// `√(det Σ2d / det(Σ2d + 0.3·I))`, so the 0.3 px² low-pass dilation spreads a splat's
+    /// energy instead of adding to it. A model trained this way must be rendered this way
+    /// (its small splats are brighter than a classic render shows them); off by default, as in
+    /// 3DGS and gsplat.
+    pub antialiased: bool,
 }
 
 impl Default for RenderOptions {
@@ -55,6 +62,7 @@ impl Default for RenderOptions {
             sh_degree: 3,
             background: [0.0; 3],
             max_intersection_bytes: DEFAULT_MAX_INTERSECTION_BYTES,
+            antialiased: false,
         }
     }
 }

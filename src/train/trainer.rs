@@ -124,6 +124,10 @@ pub struct TrainConfig {
     /// Absent in checkpoints written before the strategy existed: the default strategy.
     #[serde(default)]
     pub mcmc: Option<McmcConfig>,
+    /// Antialiased rasterization ([`RenderOptions::antialiased`]) for training and evaluation.
+    /// Absent in checkpoints written before the option existed: classic.
+    #[serde(default)]
+    pub antialiased: bool,
 }
 
 impl Default for TrainConfig {
@@ -148,6 +152,7 @@ impl Default for TrainConfig {
             background: Background::Black,
             max_intersection_bytes: crate::render::DEFAULT_MAX_INTERSECTION_BYTES,
             mcmc: None,
+            antialiased: false,
         }
     }
 }
@@ -739,6 +744,7 @@ impl Trainer {
             sh_degree,
             background,
             max_intersection_bytes: self.config.max_intersection_bytes,
+            antialiased: self.config.antialiased,
         };
         let render_err = |source| TrainError::Render {
             iteration: s,
@@ -1015,6 +1021,7 @@ impl Trainer {
             sh_degree: self.active_sh_degree(),
             background,
             max_intersection_bytes: self.config.max_intersection_bytes,
+            antialiased: self.config.antialiased,
         };
         let render_err = |source| TrainError::Render {
             iteration: self.step,

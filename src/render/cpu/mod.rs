@@ -35,7 +35,8 @@ pub struct Splat<F> {
     pub mean2d: [F; 2],
     /// Inverse of the dilated 2D covariance as (a, b, c): `[[a, b], [b, c]]`.
     pub conic: [F; 3],
-    /// Activated opacity in (0, 1).
+    /// Activated opacity in (0, 1), times the antialiasing compensation in that mode
+    /// ([`project::aa_compensation`]): what the rasterizer multiplies `exp(−σ)` by.
     pub opacity: F,
     /// `max(SH + 0.5, 0)`.
     pub color: [F; 3],
@@ -251,7 +252,13 @@ impl<F: Real> CpuRasterizer<F> {
         self.fingerprint = None;
         params.validate(options.sh_degree)?;
         let cam = CameraF::<F>::new(camera)?;
-        project_fwd(params, &cam, options.sh_degree, &mut self.splats);
+        project_fwd(
+            params,
+            &cam,
+            options.sh_degree,
+            options.antialiased,
+            &mut self.splats,
+        );
         let count = tile_binning(
             &self.splats,
             cam.tiles_x,
@@ -339,6 +346,7 @@ impl<F: Real> CpuRasterizer<F> {
             params,
             &cam,
             options.sh_degree,
+            options.antialiased,
             &self.splats,
             &self.splat_grads,
             grads,

@@ -9,6 +9,9 @@
 //! power-of-two scale, [`cov2_scale`], so huge splats stay finite);
 //! `radius = ceil(3·√λ_max)` with `λ_max = mid + √max(0.1, mid² − det)` as 3DGS computes it;
 //! culled when its bounding box touches no tile; colour from SH along `normalize(μ − centre)`.
+//! Opacity `sigmoid(logit)`, and in antialiased mode ([`RenderOptions::antialiased`](crate::render::RenderOptions))
+//! times the compensation `√max(0, det Σ2d_raw / det Σ2d)` of the undilated covariance against
+//! the dilated one ([`aa_compensation`]), as Mip-Splatting and gsplat define it.
 //!
 //! Invariant: a culled Gaussian has `radius == 0` and every other field finite-but-meaningless;
 //! a kept one has finite mean, conic, colour and opacity, so no NaN can reach an image. Zero or
@@ -20,6 +23,12 @@
 //! The Jacobian clamp is differentiated exactly, as gsplat does: when `x/z` is clamped,
 //! `tx = lim·z`, so `J02 = −fx·lim/z` still depends on `z` (the original 3DGS drops that term
 //! and differs from finite differences there; we keep the exact derivative).
+//!
+//! The antialiasing compensation `c = √r`, `r = det A / det B` with `B = A + εI` (ε = 0.3), is
+//! differentiated through `B` alone, since `A = B − εI`: with `det A·A⁻¹ = adj A = adj B − εI`,
+//! `∂r/∂B = (adj B − εI)/det B − r·B⁻¹ = (1 − r)·K − ε·det K·I` in terms of the conic
+//! `K = B⁻¹` (each matrix entry a separate variable), so `∂L/∂B += ∂L/∂c · ∂r/∂B / (2c)`; where
+//! `c = 0` the splat is invisible and passes no gradient through `c`.
 
 // Small fixed-size matrix products read best with explicit indices.
 #![allow(clippy::needless_range_loop)]
@@ -108,6 +117,8 @@ struct Geometry<F> {
     tmat: [[F; 3]; 2],
     /// Dilated Σ2d as (a, b, c).
     cov2: [F; 3],
+    /// Σ2d before the dilation (a, b, c): the antialiasing compensation's numerator.
+    cov2_raw: [F; 3],
     j: [[F; 3]; 2],
 }
 
@@ -183,11 +194,12 @@ fn geometry<F: Real>(
     }
     let dot = |a: &[F; 3], b: &[F; 3]| a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
     let dil = F::from_f64(DILATION);
-    let cov2 = [
-        dot(&ts[0], &tmat[0]) + dil,
+    let cov2_raw = [
+        dot(&ts[0], &tmat[0]),
         dot(&ts[0], &tmat[1]),
-        dot(&ts[1], &tmat[1]) + dil,
+        dot(&ts[1], &tmat[1]),
     ];
+    let cov2 = [cov2_raw[0] + dil, cov2_raw[1], cov2_raw[2] + dil];
     Some(Geometry {
         t,
         clamped,
@@ -198,6 +210,7 @@ fn geometry<F: Real>(
         cov3,
         tmat,
         cov2,
+        cov2_raw,
         j,
     })
 }
@@ -256,6 +269,20 @@ pub fn cov2_scale<F: Real>(cov2: [F; 3]) -> (F, F) {
     (F::from_f64(2f64.powi(-k)), F::from_f64(2f64.powi(k)))
 }
 
+/// The antialiasing compensation `(√r, r)` with `r = max(0, det Σ2d_raw / det Σ2d)`, both
+/// determinants taken at the `down` scale of [`cov2_scale`] (exact, and the ratio does not
+/// depend on it). `r ∈ [0, 1)` for a positive semi-definite `Σ2d_raw`; a degenerate or
+/// non-finite one gives 0 (an invisible splat), never NaN.
+#[inline]
+pub fn aa_compensation<F: Real>(cov2: [F; 3], cov2_raw: [F; 3], down: F) -> (F, F) {
+    let [a, b, c] = cov2.map(|v| v * down);
+    let [ar, br, cr] = cov2_raw.map(|v| v * down);
+    let ratio = (ar * cr - br * br) / (a * c - b * b);
+    // `!(x > 0)` also maps NaN to 0.
+    let r = if ratio > F::ZERO { ratio } else { F::ZERO };
+    (r.sqrt(), r)
+}
+
 /// Projects one Gaussian; `None` when culled.
 #[inline]
 fn project_one<F: Real>(
@@ -263,6 +290,7 @@ fn project_one<F: Real>(
     i: usize,
     cam: &CameraF<F>,
     degree: u32,
+    antialiased: bool,
 ) -> Option<Splat<F>> {
     let g = geometry(p.means[i], p.log_scales[i], p.rotations[i], cam)?;
     // Inverted at a power-of-two scale (see `cov2_scale`): exact, so identical to the unscaled
@@ -291,9 +319,12 @@ fn project_one<F: Real>(
     if x0 >= x1 || y0 >= y1 {
         return None;
     }
-    let opacity = F::ONE / (F::ONE + (-p.logit_opacities[i]).exp());
+    let mut opacity = F::ONE / (F::ONE + (-p.logit_opacities[i]).exp());
     if !opacity.is_finite() {
         return None;
+    }
+    if antialiased {
+        opacity *= aa_compensation(g.cov2, g.cov2_raw, down).0;
     }
     let (dir, _) = view_dir(p.means[i], cam);
     let nc = p.coeffs();
@@ -313,11 +344,13 @@ fn project_one<F: Real>(
 }
 
 /// `project_fwd`: projects every Gaussian into `out` (resized in place; culled ones get
-/// `radius == 0`). `degree` is the active SH degree, already checked ≤ the stored one.
+/// `radius == 0`). `degree` is the active SH degree, already checked ≤ the stored one;
+/// `antialiased` multiplies each opacity by [`aa_compensation`].
 pub fn project_fwd<F: Real>(
     params: &GaussianParams<'_, F>,
     cam: &CameraF<F>,
     degree: u32,
+    antialiased: bool,
     out: &mut Vec<Splat<F>>,
 ) {
     out.clear();
@@ -325,16 +358,20 @@ pub fn project_fwd<F: Real>(
     out.par_iter_mut()
         .enumerate()
         .with_min_len(1024)
-        .for_each(|(i, s)| *s = project_one(params, i, cam, degree).unwrap_or_default());
+        .for_each(|(i, s)| {
+            *s = project_one(params, i, cam, degree, antialiased).unwrap_or_default()
+        });
 }
 
 /// `project_bwd`: chains the per-splat gradients (`∂L/∂mean2d` in pixels, `∂L/∂conic` as
 /// (a, b, c) of `σ = ½a·dx² + b·dx·dy + ½c·dy²`, `∂L/∂colour`, `∂L/∂opacity`) back to the
 /// stored parameters, overwriting `grads` (resized here). Culled Gaussians get zeros.
+/// `antialiased` must be what the forward used.
 pub fn project_bwd<F: Real>(
     params: &GaussianParams<'_, F>,
     cam: &CameraF<F>,
     degree: u32,
+    antialiased: bool,
     splats: &[Splat<F>],
     splat_grads: &[SplatGrad<F>],
     grads: &mut GaussianGrads<F>,
@@ -371,6 +408,7 @@ pub fn project_bwd<F: Real>(
                 i,
                 cam,
                 degree,
+                antialiased,
                 &splats[i],
                 &splat_grads[i],
                 dm,
@@ -390,6 +428,7 @@ fn project_bwd_one<F: Real>(
     i: usize,
     cam: &CameraF<F>,
     degree: u32,
+    antialiased: bool,
     splat: &Splat<F>,
     sg: &SplatGrad<F>,
     d_mean: &mut [F; 3],
@@ -407,9 +446,15 @@ fn project_bwd_one<F: Real>(
     let two = F::from_f64(2.0);
     *d_mean2d = sg.mean2d;
 
-    // Opacity through the sigmoid.
-    let o = splat.opacity;
-    *d_logit = sg.opacity * o * (F::ONE - o);
+    // Opacity through the sigmoid (recomputed: in antialiased mode the splat's opacity also
+    // holds the compensation), and the compensation's share, added to Σ2d below.
+    let o = F::ONE / (F::ONE + (-p.logit_opacities[i]).exp());
+    let (comp, ratio) = if antialiased {
+        aa_compensation(g.cov2, g.cov2_raw, cov2_scale(g.cov2).0)
+    } else {
+        (F::ONE, F::ONE)
+    };
+    *d_logit = sg.opacity * comp * o * (F::ONE - o);
 
     // Colour: SH coefficients and the view direction (clamped channels pass no gradient).
     let (dir, vlen) = view_dir(p.means[i], cam);
@@ -449,7 +494,7 @@ fn project_bwd_one<F: Real>(
         [ka * gc[0] + kb * gc[1], ka * gc[1] + kb * gc[2]],
         [kb * gc[0] + kc * gc[1], kb * gc[1] + kc * gc[2]],
     ];
-    let d2 = [
+    let mut d2 = [
         [
             -(kg[0][0] * ka + kg[0][1] * kb),
             -(kg[0][0] * kb + kg[0][1] * kc),
@@ -459,6 +504,16 @@ fn project_bwd_one<F: Real>(
             -(kg[1][0] * kb + kg[1][1] * kc),
         ],
     ];
+    // Compensation c = √r: ∂r/∂Σ2d = (1 − r)·K − ε·det K·I (module doc).
+    if antialiased && comp > zero {
+        let k = sg.opacity * o * half / comp;
+        let keep = F::ONE - ratio;
+        let eps_det = F::from_f64(DILATION) * (ka * kc - kb * kb);
+        d2[0][0] += k * (keep * ka - eps_det);
+        d2[0][1] += k * keep * kb;
+        d2[1][0] += k * keep * kb;
+        d2[1][1] += k * (keep * kc - eps_det);
+    }
     // Σ2d = T Σ Tᵀ: dΣ = Tᵀ·dΣ2·T, dT = 2·dΣ2·T·Σ (both dΣ2 and Σ symmetric).
     let tm = &g.tmat;
     let mut d2t = [[zero; 3]; 2];

@@ -94,6 +94,7 @@ impl Kernels {
         cam: &DeviceBuffer<f32>,
         tiles_x: u32,
         tiles_y: u32,
+        antialiased: bool,
         means2d: &mut DeviceBuffer<f32>,
         conics: &mut DeviceBuffer<f32>,
         opacities: &mut DeviceBuffer<f32>,
@@ -132,6 +133,7 @@ impl Kernels {
             cam.arg(),
             U32(tiles_x),
             U32(tiles_y),
+            U32(antialiased.into()),
             means2d.arg(),
             conics.arg(),
             opacities.arg(),
@@ -529,9 +531,9 @@ impl Kernels {
         n: u32,
         p: &ParamBufs<'_>,
         cam: &DeviceBuffer<f32>,
+        antialiased: bool,
         radii: &DeviceBuffer<u32>,
         conics: &DeviceBuffer<f32>,
-        opacities: &DeviceBuffer<f32>,
         v: &SplatGradBufs,
         g: &mut ParamGradBufs,
     ) -> Result<(), CudaError> {
@@ -543,11 +545,11 @@ impl Kernels {
         check("means [N,3]", p.means.len(), 3 * nu)?;
         check("log_scales [N,3]", p.log_scales.len(), 3 * nu)?;
         check("rotations [N,4]", p.rotations.len(), 4 * nu)?;
+        check("logit_opacities [N]", p.logit_opacities.len(), nu)?;
         check("sh [N,K,3]", p.sh.len(), 3 * nu * k)?;
         check("cam", cam.len(), CAM_LEN)?;
         check("radii [N]", radii.len(), nu)?;
         check("conics [N,3]", conics.len(), 3 * nu)?;
-        check("opacities [N]", opacities.len(), nu)?;
         check("v_means2d [N,2]", v.means2d.len(), 2 * nu)?;
         check("v_conics [N,3]", v.conics.len(), 3 * nu)?;
         check("v_colors [N,3]", v.colors.len(), 3 * nu)?;
@@ -576,13 +578,14 @@ impl Kernels {
             p.means.arg(),
             p.log_scales.arg(),
             p.rotations.arg(),
+            p.logit_opacities.arg(),
             p.sh.arg(),
             U32(p.coeffs),
             U32(p.degree),
             cam.arg(),
+            U32(antialiased.into()),
             radii.arg(),
             conics.arg(),
-            opacities.arg(),
             v.means2d.arg(),
             v.conics.arg(),
             v.colors.arg(),

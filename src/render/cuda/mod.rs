@@ -372,6 +372,7 @@ impl CudaRasterizer {
                 cam_buf,
                 cam.tiles_x,
                 cam.tiles_y,
+                options.antialiased,
                 means2d,
                 conics,
                 opacities,
@@ -646,9 +647,9 @@ impl CudaRasterizer {
             n as u32,
             &p,
             &b.cam,
+            options.antialiased,
             &b.radii,
             &b.conics,
-            &b.opacities,
             &b.v,
             &mut b.g,
         )?;
