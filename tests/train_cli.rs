@@ -1398,3 +1398,138 @@ fn gs_render_scores_like_gs_train(
     }
     rendered
 }
+
+/// `--antialiased`: the run reports it, every model it saves says so (PLY comment, SPZ flag;
+/// `.splat` cannot), `gs-render` renders those models antialiased unasked and scores them as
+/// `gs-train --eval` did, `--rasterize-mode classic` overrides it with a warning and scores
+/// differently, `--convert` keeps the mark, and a resume without the flag is refused by name.
+#[test]
+fn antialiased_runs_say_so_and_render_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack_path = tiny_pack(dir.path());
+    let out = dir.path().join("out");
+    let mut args = vec![
+        s(&pack_path),
+        "-o",
+        s(&out),
+        "--iterations",
+        "40",
+        "--eval",
+        "--antialiased",
+        "--export",
+        "spz,splat",
+    ];
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report.rasterize_mode, "antialiased");
+    let saved = out.join("point_cloud/iteration_40/point_cloud.ply");
+    let (_, info) = ply::load_with_info(&saved, &LoadOptions::default()).unwrap();
+    assert!(info.antialiased, "the PLY does not say antialiased");
+    let (_, info) = ramsplat::export::spz::load_with_info(&saved.with_extension("spz")).unwrap();
+    assert!(info.antialiased, "the SPZ does not say antialiased");
+
+    let render = |model: &Path, dest: &Path, extra: &[&str]| {
+        let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+            .args([
+                "--ply",
+                s(model),
+                "--pack",
+                s(&pack_path),
+                "--sh-degree",
+                "0",
+            ])
+            .args(["-o", s(dest), "--backend", "cpu"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(r.status.success(), "{}", stderr(&r));
+        let m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dest.join("metrics.json")).unwrap())
+                .unwrap();
+        (m, stderr(&r))
+    };
+    let trained: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("test/iteration_40/metrics.json")).unwrap(),
+    )
+    .unwrap();
+    let trained: Vec<f64> = trained
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["psnr"].as_f64().unwrap())
+        .collect();
+    let psnrs = |m: &serde_json::Value| -> Vec<f64> {
+        m["views"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["psnr"].as_f64().unwrap())
+            .collect()
+    };
+    let (auto, _) = render(&saved, &dir.path().join("auto"), &[]);
+    assert_eq!(auto["rasterize_mode"], "antialiased");
+    assert_eq!(psnrs(&auto), trained, "gs-render vs gs-train --eval");
+    let (spz, _) = render(&saved.with_extension("spz"), &dir.path().join("spz"), &[]);
+    assert_eq!(spz["rasterize_mode"], "antialiased");
+    let (classic, warning) = render(
+        &saved,
+        &dir.path().join("classic"),
+        &["--rasterize-mode", "classic"],
+    );
+    assert_eq!(classic["rasterize_mode"], "classic");
+    assert!(warning.contains("trained with antialiased"), "{warning}");
+    assert_ne!(psnrs(&classic), trained, "the mode changed nothing");
+
+    // --convert keeps the mark; --rasterize-mode sets it.
+    let converted = dir.path().join("converted.ply");
+    let c = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args([
+            "--ply",
+            s(&saved.with_extension("spz")),
+            "--convert",
+            s(&converted),
+        ])
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}", stderr(&c));
+    assert!(
+        ply::load_with_info(&converted, &LoadOptions::default())
+            .unwrap()
+            .1
+            .antialiased
+    );
+    let unmarked = dir.path().join("unmarked.ply");
+    let c = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args(["--ply", s(&converted), "--convert", s(&unmarked)])
+        .args(["--rasterize-mode", "classic"])
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}", stderr(&c));
+    assert!(
+        !ply::load_with_info(&unmarked, &LoadOptions::default())
+            .unwrap()
+            .1
+            .antialiased
+    );
+
+    // A resume must use the same rasterization.
+    let mut args = vec![
+        s(&pack_path),
+        "-o",
+        s(&out),
+        "--iterations",
+        "60",
+        "--resume",
+    ];
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("antialiased: checkpoint true, this run false"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -22,7 +22,8 @@ rebuilt on gsplat's public API (`gsplat.rasterization`, `gsplat.strategy.Default
 - one Adam per parameter (eps 1e-15): means 1.6e-4 x scene scale decaying exponentially to
   1 % at the last step, scales 5e-3, quats 1e-3, opacities 5e-2, sh0 2.5e-3, shN 2.5e-3/20;
 - batch 1, a fresh shuffle of the training views every epoch; SH degree +1 every 1000 steps;
-  near 0.01, far 1e10, classic rasterisation, not packed, black background;
+  near 0.01, far 1e10, classic rasterisation (`--antialiased`: simple_trainer's flag of the
+  same name, rasterize_mode="antialiased"), not packed, black background;
 - loss 0.8 L1 + 0.2 (1 - SSIM), SSIM with an 11x11 Gaussian window (sigma 1.5) over the
   "valid" region; the loss is read back every step, as simple_trainer's progress bar does;
 - DefaultStrategy() with its defaults (grow grad2d 2e-4, refine 500..15000 every 100, opacity
@@ -466,6 +467,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=100, help="steps before iterations_per_s")
     ap.add_argument("--log-every", type=int, default=500)
     ap.add_argument("--white-background", action="store_true")
+    ap.add_argument("--antialiased", action="store_true",
+                    help='rasterize_mode="antialiased" (as gs-train --antialiased)')
     ap.add_argument("--check", action="store_true",
                     help="build data, split, init, optimisers and strategy on the CPU; exit")
     ap.add_argument("--compile-only", action="store_true",
@@ -590,7 +593,8 @@ def main():
             colors=torch.cat([splats["sh0"], splats["shN"]], 1),
             viewmats=viewmats[i][None], Ks=Ks[i][None], width=f["w"], height=f["h"],
             sh_degree=sh_degree, near_plane=0.01, far_plane=1e10, packed=False,
-            absgrad=False, sparse_grad=False, rasterize_mode="classic",
+            absgrad=False, sparse_grad=False,
+            rasterize_mode="antialiased" if args.antialiased else "classic",
             camera_model="pinhole", backgrounds=bgs)
         return colours, alphas, info
 
@@ -723,6 +727,7 @@ def main():
         "peak_rss_bytes": max(acc["peak_rss_bytes"], peak_rss_bytes() or 0),
         "segments": acc["segments"],
         "backend": f"gsplat {gsplat.__version__}", "torch": torch.__version__,
+        "rasterize_mode": "antialiased" if args.antialiased else "classic",
         "device_name": torch.cuda.get_device_name() if cuda else "cpu (fake rasteriser)", "seed": args.seed, "init": init,
         "init_points": int(len(pts)), "scene_scale": scene_scale, "ssim_loss": ssim_impl,
         "jit_compile_s": acc["jit_compile_s"], "train_s": train_s,

@@ -3,13 +3,17 @@
 //!
 //! ```text
 //! gs-render --ply MODEL.ply --camera CAM.json -o OUT.png [--backend auto|cpu|cuda] [--bg r,g,b]
-//!           [--sh-degree D] [--allow-activated]
+//!           [--sh-degree D] [--allow-activated] [--rasterize-mode auto|classic|antialiased]
 //! gs-render --ply MODEL.ply --pack PACK [--split test|train|all] -o DIR [same options]
 //! gs-render --ply MODEL.ply --cameras cameras.json -o DIR [same options]
 //! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply
 //! ```
 //!
-//! The model may be a 3DGS PLY, an SPZ or a `.splat` file (chosen by extension).
+//! The model may be a 3DGS PLY, an SPZ or a `.splat` file (chosen by extension). A model
+//! trained with antialiased rasterization says so (PLY header comment, SPZ flag) and is
+//! rendered that way; `--rasterize-mode` overrides what the file says (and with `--convert`,
+//! sets what the converted file says: a gsplat model trained with `--antialiased` can be
+//! marked so).
 //! `--convert` writes it in the format OUT's extension names (`ramsplat::export::spz`,
 //! `ramsplat::export::splat`: SPZ keeps every SH degree, quantised; `.splat` keeps degree 0).
 //!
@@ -48,13 +52,22 @@ use ramsplat::dataset::Split;
 use ramsplat::eval::{self, safe_stem, to_rgb8, write_png, Score, Scorer};
 use ramsplat::export::cameras_json;
 use ramsplat::export::ply::{GaussianPlyError, LoadOptions};
-use ramsplat::export::{save_model, ModelFormat, ModelIoError};
+use ramsplat::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
 use ramsplat::render::{
     make_rasterizer, Backend, Rasterizer, RenderError, RenderOptions, RenderOutput,
 };
 use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
+
+/// `--rasterize-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ModeArg {
+    /// What the model file says (classic when it says nothing).
+    Auto,
+    Classic,
+    Antialiased,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum SplitArg {
@@ -106,6 +119,24 @@ struct Args {
     /// Load a model even though its values look activated (sigmoid opacities, exp scales).
     #[arg(long)]
     allow_activated: bool,
+    /// Rasterization: `antialiased` (Mip-Splatting's 2D filter, for models trained with
+    /// `gs-train --antialiased` or gsplat's `--antialiased`), `classic` (3DGS), or `auto`: what
+    /// the model file says. With --convert: what the converted file says.
+    #[arg(long, value_enum, default_value = "auto")]
+    rasterize_mode: ModeArg,
+}
+
+/// A loaded model and whether to render it antialiased (the file's word, or the override).
+struct Loaded {
+    gaussians: Gaussians,
+    antialiased: bool,
+}
+
+impl std::ops::Deref for Loaded {
+    type Target = Gaussians;
+    fn deref(&self) -> &Gaussians {
+        &self.gaussians
+    }
 }
 
 const BLACK: [f32; 3] = [0.0; 3];
@@ -173,7 +204,7 @@ struct Renderer {
 }
 
 impl Renderer {
-    fn new(raster: Box<dyn Rasterizer>, args: &Args, model: &Gaussians) -> Result<Renderer> {
+    fn new(raster: Box<dyn Rasterizer>, args: &Args, model: &Loaded) -> Result<Renderer> {
         let sh_degree = args.sh_degree.unwrap_or(model.sh_degree);
         if sh_degree > model.sh_degree {
             bail!(
@@ -188,6 +219,7 @@ impl Renderer {
             options: RenderOptions {
                 sh_degree,
                 background: args.bg.unwrap_or(BLACK),
+                antialiased: model.antialiased,
                 ..RenderOptions::default()
             },
             out: RenderOutput::default(),
@@ -202,8 +234,8 @@ impl Renderer {
     }
 }
 
-fn load_model(args: &Args) -> Result<Gaussians> {
-    let model = ramsplat::export::load_model(
+fn load_model(args: &Args) -> Result<Loaded> {
+    let (model, info) = ramsplat::export::load_model(
         &args.ply,
         &LoadOptions {
             allow_activated: args.allow_activated,
@@ -232,7 +264,30 @@ fn load_model(args: &Args) -> Result<Gaussians> {
             ramsplat::scene::gaussians::LOG_SCALE_F32_LIMIT
         );
     }
-    Ok(model)
+    let antialiased = match args.rasterize_mode {
+        ModeArg::Auto => info.antialiased,
+        ModeArg::Classic => false,
+        ModeArg::Antialiased => true,
+    };
+    if info.antialiased && !antialiased {
+        eprintln!(
+            "gs-render: warning: {} was trained with antialiased rasterization;              --rasterize-mode classic renders its small splats too bright and too wide",
+            args.ply.display()
+        );
+    }
+    Ok(Loaded {
+        gaussians: model,
+        antialiased,
+    })
+}
+
+/// `", antialiased"` for the summary lines when the render is.
+fn mode_note(antialiased: bool) -> &'static str {
+    if antialiased {
+        ", antialiased"
+    } else {
+        ""
+    }
 }
 
 fn render_camera(
@@ -249,13 +304,14 @@ fn render_camera(
     to_rgb8(image, &mut rgb);
     write_png(output, &rgb, camera.width, camera.height)?;
     eprintln!(
-        "wrote {} ({}x{}, {} Gaussians, SH degree {}, {} backend)",
+        "wrote {} ({}x{}, {} Gaussians, SH degree {}, {} backend{})",
         output.display(),
         camera.width,
         camera.height,
         model.len(),
         r.options.sh_degree,
-        r.raster.name()
+        r.raster.name(),
+        mode_note(r.options.antialiased)
     );
     Ok(())
 }
@@ -306,11 +362,12 @@ fn render_camera_list(
         eprintln!("[{}/{}] wrote {}", n + 1, cameras.len(), path.display());
     }
     eprintln!(
-        "{} views ({} Gaussians, SH degree {}, {} backend) into {}",
+        "{} views ({} Gaussians, SH degree {}, {} backend{}) into {}",
         cameras.len(),
         model.len(),
         r.options.sh_degree,
         r.raster.name(),
+        mode_note(r.options.antialiased),
         output.display()
     );
     Ok(())
@@ -334,6 +391,8 @@ struct MetricsReport {
     pack: String,
     split: String,
     backend: String,
+    /// `"antialiased"` or `"classic"`.
+    rasterize_mode: &'static str,
     sh_degree: u32,
     /// `--bg`; `null` when each view took its default (RGB black, RGBA white).
     background: Option<[f32; 3]>,
@@ -445,6 +504,11 @@ fn render_pack(
         pack: pack_path.display().to_string(),
         split: split_name,
         backend: r.raster.name().to_owned(),
+        rasterize_mode: if r.options.antialiased {
+            "antialiased"
+        } else {
+            "classic"
+        },
         sh_degree: r.options.sh_degree,
         background: args.bg,
         count: views.len(),
@@ -475,7 +539,17 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
         );
     };
     let model = load_model(args)?;
-    save_model(out, &model, format).context("cannot write the converted model")?;
+    let info = ModelInfo {
+        antialiased: model.antialiased,
+    };
+    save_model(out, &model, format, info).context("cannot write the converted model")?;
+    if format == ModelFormat::Splat && model.antialiased {
+        eprintln!(
+            "gs-render: warning: .splat cannot say the model is antialiased; render {} with \
+             --rasterize-mode antialiased",
+            out.display()
+        );
+    }
     eprintln!(
         "wrote {} ({} Gaussians, SH degree {}{})",
         out.display(),

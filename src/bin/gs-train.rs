@@ -131,6 +131,12 @@ struct Args {
     /// Train on a white background (views packed with alpha are composited over white).
     #[arg(long)]
     white_background: bool,
+    /// Antialiased rasterization (Mip-Splatting's 2D filter, gsplat's --antialiased): each
+    /// splat's opacity is scaled by its low-pass filter's energy, so the model stays right when
+    /// rendered at other resolutions or distances. The saved models say so (PLY comment, SPZ
+    /// flag) and gs-render renders them that way.
+    #[arg(long)]
+    antialiased: bool,
     /// Decoding threads.
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -190,6 +196,7 @@ fn options(args: &Args) -> Result<RunOptions> {
     if args.white_background {
         config.background = Background::White;
     }
+    config.antialiased = args.antialiased;
     let mut o = RunOptions::new(pack, out);
     o.ram_budget = args.ram_budget;
     o.config = config;

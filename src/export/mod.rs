@@ -7,6 +7,10 @@
 //! [`crate::scene::gaussians::Gaussians`] and loading one back for `gs-render`, evaluation and
 //! resuming.
 //!
+//! Besides the Gaussians, a model file may say how it is meant to be rendered ([`ModelInfo`]:
+//! antialiased or classic); PLY (a header comment) and SPZ (its header's antialiased flag)
+//! carry it, `.splat` cannot.
+//!
 //! Invariants: files hold *stored* (pre-activation) values exactly as [`Gaussians`] does, so a
 //! save/load round trip is bit-exact; a file is written under a temporary name and renamed into
 //! place, so a reader never sees a half-written model; loading parses the file with the crate's
@@ -71,23 +75,48 @@ pub enum ModelIoError {
     UnknownFormat { path: std::path::PathBuf },
 }
 
-/// Loads a model in the format its extension names (PLY with `ply_options`).
-pub fn load_model(path: &Path, ply_options: &ply::LoadOptions) -> Result<Gaussians, ModelIoError> {
+/// How a model is meant to be rendered, as far as its file says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// Trained with antialiased rasterization ([`crate::render::RenderOptions::antialiased`]):
+    /// rendering it classic shows its small splats too faint. PLY: a header comment
+    /// `rasterize_mode antialiased` ([`ply::ANTIALIASED_COMMENT`]); SPZ: header flag `0x1`;
+    /// `.splat` has no room for it (always `false` when read).
+    pub antialiased: bool,
+}
+
+/// Loads a model in the format its extension names (PLY with `ply_options`), with what the
+/// file says about rendering it.
+pub fn load_model(
+    path: &Path,
+    ply_options: &ply::LoadOptions,
+) -> Result<(Gaussians, ModelInfo), ModelIoError> {
     match ModelFormat::from_path(path) {
-        Some(ModelFormat::Ply) => Ok(ply::load(path, ply_options)?),
-        Some(ModelFormat::Spz) => Ok(spz::load(path)?),
-        Some(ModelFormat::Splat) => Ok(splat::load(path)?),
+        Some(ModelFormat::Ply) => Ok(ply::load_with_info(path, ply_options)?),
+        Some(ModelFormat::Spz) => Ok(spz::load_with_info(path)?),
+        Some(ModelFormat::Splat) => Ok((splat::load(path)?, ModelInfo::default())),
         None => Err(ModelIoError::UnknownFormat {
             path: path.to_owned(),
         }),
     }
 }
 
-/// Saves a model in `format` (binary PLY for [`ModelFormat::Ply`]).
-pub fn save_model(path: &Path, g: &Gaussians, format: ModelFormat) -> Result<(), ModelIoError> {
+/// Saves a model in `format` (binary PLY for [`ModelFormat::Ply`]) with `info` where the
+/// format has room for it.
+pub fn save_model(
+    path: &Path,
+    g: &Gaussians,
+    format: ModelFormat,
+    info: ModelInfo,
+) -> Result<(), ModelIoError> {
     match format {
-        ModelFormat::Ply => Ok(ply::save(path, g, ply::PlyEncoding::BinaryLittleEndian)?),
-        ModelFormat::Spz => Ok(spz::save(path, g)?),
+        ModelFormat::Ply => Ok(ply::save_with_info(
+            path,
+            g,
+            ply::PlyEncoding::BinaryLittleEndian,
+            info,
+        )?),
+        ModelFormat::Spz => Ok(spz::save_with_info(path, g, info)?),
         ModelFormat::Splat => Ok(splat::save(path, g)?),
     }
 }

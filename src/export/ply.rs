@@ -57,6 +57,7 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use super::ModelInfo;
 use crate::import::ImportError;
 use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
 
@@ -231,17 +232,30 @@ pub fn write_point_row(w: &mut impl Write, xyz: [f32; 3], rgb: [u8; 3]) -> io::R
     w.write_all(&row)
 }
 
+/// The header comment that marks a model trained with antialiased rasterization (read back
+/// by [`load_with_info`]; other readers skip comments). Only its first two words are matched.
+pub const ANTIALIASED_COMMENT: &str =
+    "rasterize_mode antialiased (render with the Mip-Splatting 2D filter, as gsplat's rasterize_mode=\"antialiased\")";
+
 /// Writes `g` as a 3DGS PLY to `w`. `g` must pass validation (see [`save`]).
-fn write_ply<W: Write>(w: &mut W, g: &Gaussians, encoding: PlyEncoding) -> io::Result<()> {
+fn write_ply<W: Write>(
+    w: &mut W,
+    g: &Gaussians,
+    encoding: PlyEncoding,
+    info: ModelInfo,
+) -> io::Result<()> {
     let format = match encoding {
         PlyEncoding::BinaryLittleEndian => "binary_little_endian",
         PlyEncoding::Ascii => "ascii",
     };
     let mut header = format!(
-        "ply\nformat {format} 1.0\ncomment ramsplat {} (stored pre-activation values)\nelement vertex {}\n",
+        "ply\nformat {format} 1.0\ncomment ramsplat {} (stored pre-activation values)\n",
         env!("CARGO_PKG_VERSION"),
-        g.len()
     );
+    if info.antialiased {
+        header.push_str(&format!("comment {ANTIALIASED_COMMENT}\n"));
+    }
+    header.push_str(&format!("element vertex {}\n", g.len()));
     for name in property_names(g.sh_degree) {
         header.push_str("property float ");
         header.push_str(&name);
@@ -284,17 +298,27 @@ fn write_ply<W: Write>(w: &mut W, g: &Gaussians, encoding: PlyEncoding) -> io::R
 /// same directory, fsync, rename, directory fsync). Refuses inconsistent array lengths and non-finite values
 /// (the file could not be loaded back).
 pub fn save(path: &Path, g: &Gaussians, encoding: PlyEncoding) -> Result<(), GaussianPlyError> {
+    save_with_info(path, g, encoding, ModelInfo::default())
+}
+
+/// [`save`], marking the file with what `info` says (see [`ANTIALIASED_COMMENT`]).
+pub fn save_with_info(
+    path: &Path,
+    g: &Gaussians,
+    encoding: PlyEncoding,
+    info: ModelInfo,
+) -> Result<(), GaussianPlyError> {
     validate_for_save(g).map_err(|msg| GaussianPlyError::InvalidModel {
         path: path.to_owned(),
         msg,
     })?;
     // 1 MiB buffer: thousands of rows per write syscall, small next to any model.
-    crate::fsutil::write_atomic_with(path, &mut |w| write_ply(w, g, encoding)).map_err(|source| {
-        GaussianPlyError::Io {
+    crate::fsutil::write_atomic_with(path, &mut |w| write_ply(w, g, encoding, info)).map_err(
+        |source| GaussianPlyError::Io {
             path: path.to_owned(),
             source,
-        }
-    })
+        },
+    )
 }
 
 /// Column indices of the properties we read, resolved by name.
@@ -365,7 +389,22 @@ fn resolve_columns(
 /// Loads a 3DGS PLY into [`Gaussians`] (stored values), refusing activated files unless
 /// `options.allow_activated`.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Gaussians, GaussianPlyError> {
+    load_with_info(path, options).map(|(g, _)| g)
+}
+
+/// [`load`], with what the header's comments say about rendering the model.
+pub fn load_with_info(
+    path: &Path,
+    options: &LoadOptions,
+) -> Result<(Gaussians, ModelInfo), GaussianPlyError> {
     let mut reader = crate::import::ply::PlyReader::open(path)?;
+    let marker: Vec<&str> = ANTIALIASED_COMMENT.split_whitespace().take(2).collect();
+    let info = ModelInfo {
+        antialiased: reader.header().comments.iter().any(|c| {
+            let words: Vec<&str> = c.split_whitespace().take(2).collect();
+            words == marker
+        }),
+    };
     if reader.header().element("vertex").is_none() {
         return Err(GaussianPlyError::NoVertexElement {
             path: path.to_owned(),
@@ -436,7 +475,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Gaussians, GaussianPly
             });
         }
     }
-    Ok(g)
+    Ok((g, info))
 }
 
 /// The activated-file heuristic of the module doc: `Some(explanation)` when `g`'s stored

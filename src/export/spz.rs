@@ -36,6 +36,7 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use super::ModelInfo;
 use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
 use crate::scene::maths::{logit, sigmoid};
 
@@ -160,6 +161,11 @@ fn fractional_bits_for(g: &Gaussians) -> Result<u8, SpzError> {
 
 /// Encodes `g` as a gzip-compressed SPZ version 3 file.
 pub fn encode(g: &Gaussians) -> Result<Vec<u8>, SpzError> {
+    encode_with_info(g, ModelInfo::default())
+}
+
+/// [`encode`], with the antialiased flag (`0x1`) set when `info` says so.
+pub fn encode_with_info(g: &Gaussians, info: ModelInfo) -> Result<Vec<u8>, SpzError> {
     super::validate_model(g).map_err(SpzError::InvalidModel)?;
     let n = g.len();
     let coeffs = sh_coeffs(g.sh_degree);
@@ -169,7 +175,12 @@ pub fn encode(g: &Gaussians) -> Result<Vec<u8>, SpzError> {
     raw.extend_from_slice(&MAGIC.to_le_bytes());
     raw.extend_from_slice(&VERSION.to_le_bytes());
     raw.extend_from_slice(&(n as u32).to_le_bytes());
-    raw.extend_from_slice(&[g.sh_degree as u8, bits, 0, 0]);
+    let flags = if info.antialiased {
+        FLAG_ANTIALIASED
+    } else {
+        0
+    };
+    raw.extend_from_slice(&[g.sh_degree as u8, bits, flags, 0]);
     let scale = (1u32 << bits) as f32;
     for m in &g.means {
         for a in 0..3 {
@@ -255,6 +266,11 @@ fn unpack_smallest_three(mut comp: u32) -> [f32; 4] {
 
 /// Decodes an SPZ file (gzip, versions 2 and 3). SH degree 4 is read and cut to 3.
 pub fn decode(bytes: &[u8]) -> Result<Gaussians, SpzError> {
+    decode_with_info(bytes).map(|(g, _)| g)
+}
+
+/// [`decode`], with the header's antialiased flag.
+pub fn decode_with_info(bytes: &[u8]) -> Result<(Gaussians, ModelInfo), SpzError> {
     let mut header = [0u8; HEADER_LEN];
     let mut dec = flate2::read::GzDecoder::new(bytes);
     dec.read_exact(&mut header).map_err(SpzError::Gzip)?;
@@ -297,7 +313,9 @@ pub fn decode(bytes: &[u8]) -> Result<Gaussians, SpzError> {
             got: data.len(),
         });
     }
-    let _ = flags & FLAG_ANTIALIASED; // Rendered the same; not kept.
+    let info = ModelInfo {
+        antialiased: flags & FLAG_ANTIALIASED != 0,
+    };
     let out_degree = (degree as u32).min(MAX_SH_DEGREE);
     let coeffs = sh_coeffs(out_degree);
     let (pos, rest) = data.split_at(n * 9);
@@ -354,12 +372,17 @@ pub fn decode(bytes: &[u8]) -> Result<Gaussians, SpzError> {
                 [0, 1, 2].map(|a| FLIP_SH[k - 1] * (s[a] as f32 - 128.0) / 128.0);
         }
     }
-    Ok(g)
+    Ok((g, info))
 }
 
 /// Writes `g` to `path` as SPZ, atomically (temporary file, then rename).
 pub fn save(path: &Path, g: &Gaussians) -> Result<(), SpzError> {
-    let bytes = encode(g).map_err(|e| SpzError::File {
+    save_with_info(path, g, ModelInfo::default())
+}
+
+/// [`save`] with the antialiased flag `info` gives.
+pub fn save_with_info(path: &Path, g: &Gaussians, info: ModelInfo) -> Result<(), SpzError> {
+    let bytes = encode_with_info(g, info).map_err(|e| SpzError::File {
         path: path.to_owned(),
         source: Box::new(e),
     })?;
@@ -371,11 +394,16 @@ pub fn save(path: &Path, g: &Gaussians) -> Result<(), SpzError> {
 
 /// Reads an SPZ file.
 pub fn load(path: &Path) -> Result<Gaussians, SpzError> {
+    load_with_info(path).map(|(g, _)| g)
+}
+
+/// [`load`], with the header's antialiased flag.
+pub fn load_with_info(path: &Path) -> Result<(Gaussians, ModelInfo), SpzError> {
     let bytes = std::fs::read(path).map_err(|source| SpzError::Io {
         path: path.to_owned(),
         source,
     })?;
-    decode(&bytes).map_err(|e| SpzError::File {
+    decode_with_info(&bytes).map_err(|e| SpzError::File {
         path: path.to_owned(),
         source: Box::new(e),
     })

@@ -190,6 +190,10 @@ pub struct Report {
     pub floor_bytes: u64,
     pub cache_bytes: u64,
     pub backend: String,
+    /// `"antialiased"` or `"classic"`: how the run rasterized (and its models must be
+    /// rendered). Reports written before the option existed: classic.
+    #[serde(default = "classic")]
+    pub rasterize_mode: String,
     /// Wall time of this process, from start to the report.
     pub wall_s: f64,
     /// Seconds of that spent in the training loop (excluding evaluation and saving).
@@ -203,6 +207,10 @@ pub struct Report {
     pub pack_id: String,
     /// Models written, relative to OUT.
     pub point_clouds: Vec<String>,
+}
+
+fn classic() -> String {
+    "classic".to_owned()
 }
 
 /// Writes `report.json` atomically.

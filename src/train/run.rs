@@ -61,7 +61,7 @@ use crate::data::{
 };
 use crate::dataset::Split;
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
-use crate::export::{save_model, ModelFormat, ModelIoError};
+use crate::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
 use crate::render::CpuRasterizer;
 use crate::shard::reader::Pack;
 use crate::shard::ShardError;
@@ -425,10 +425,14 @@ fn save_ply(
     let path = out.join(&rel);
     let dir = path.parent().expect("has a parent");
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    // The model says how it was trained to be rendered (PLY comment, SPZ flag).
+    let info = ModelInfo {
+        antialiased: trainer.config().antialiased,
+    };
     let g = trainer.gaussians()?;
-    gply::save(&path, g, PlyEncoding::BinaryLittleEndian)?;
+    gply::save_with_info(&path, g, PlyEncoding::BinaryLittleEndian, info)?;
     for &f in export.iter().filter(|&&f| f != ModelFormat::Ply) {
-        save_model(&path.with_extension(f.extension()), g, f)?;
+        save_model(&path.with_extension(f.extension()), g, f, info)?;
     }
     Ok(rel)
 }
@@ -612,13 +616,30 @@ fn model_start(
     on_event: &mut dyn FnMut(Event),
 ) -> Result<ModelStart, RunError> {
     if let Some(path) = &opts.init {
-        let g =
+        let (g, info) =
             crate::export::load_model(path, &gply::LoadOptions::default()).map_err(|source| {
                 RunError::InitModel {
                     path: path.clone(),
                     source,
                 }
             })?;
+        if info.antialiased != config.antialiased {
+            let (was, is) = if info.antialiased {
+                (
+                    "antialiased",
+                    "classic: add --antialiased to keep training it as it was",
+                )
+            } else {
+                (
+                    "classic",
+                    "antialiased: its small splats now render fainter at first",
+                )
+            };
+            on_event(Event::Line(format!(
+                "warning: {} was trained with {was} rasterization; this run trains it {is}",
+                path.display()
+            )));
+        }
         let mut rng = crate::rng::Rng::derived(config.seed, INIT_STREAM);
         let (g, report) =
             super::init::from_model(g, config.sh_degree, config.densify.max_gaussians, &mut rng)
@@ -1401,6 +1422,12 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             floor_bytes,
             cache_bytes,
             backend: backend_name,
+            rasterize_mode: if config.antialiased {
+                "antialiased"
+            } else {
+                "classic"
+            }
+            .to_owned(),
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,
