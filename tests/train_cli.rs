@@ -1515,6 +1515,20 @@ fn antialiased_runs_say_so_and_render_alike() {
             .antialiased
     );
 
+    // Starting a classic run from the antialiased model says what changes.
+    let init_out = dir.path().join("init");
+    let mut args = vec![s(&pack_path), "-o", s(&init_out), "--iterations", "5"];
+    args.extend(["--init", s(&saved)]);
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("was trained with antialiased rasterization; this run trains it classic"),
+        "{}",
+        stderr(&o)
+    );
+
     // A resume must use the same rasterization.
     let mut args = vec![
         s(&pack_path),

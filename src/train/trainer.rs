@@ -1773,15 +1773,34 @@ mod tests {
     /// decisions, opacity reset and random backgrounds (one host RNG).
     #[test]
     fn device_engine_steps_like_the_host_engine() {
-        let (mut host, cams, images) = trainer(busy_config());
-        let mut dev = device_trainer(busy_config());
+        device_steps_like_host(busy_config(), "default", 60);
+    }
+
+    /// The same with antialiased rasterization: the compensation's kernels (forward and
+    /// backward) drive the device engine as the CPU's drive the host engine. 35 steps (three
+    /// refinements and an opacity reset): at the fourth refinement (step 40) one of 796 split
+    /// decisions falls the other way on the emulation (796 vs 795 splits, measured), a
+    /// Gaussian whose accumulated gradient sits at the threshold within the float-atomic
+    /// rounding; the steps before it agree within that rounding.
+    #[test]
+    fn device_engine_steps_like_the_host_engine_antialiased() {
+        let cfg = TrainConfig {
+            antialiased: true,
+            ..busy_config()
+        };
+        device_steps_like_host(cfg, "antialiased", 35);
+    }
+
+    fn device_steps_like_host(cfg: TrainConfig, what: &str, steps: u64) {
+        let (mut host, cams, images) = trainer(cfg.clone());
+        let mut dev = device_trainer(cfg);
         assert!(dev.on_device());
         assert_eq!(dev.state().unwrap(), host.state().unwrap());
-        for i in 0..60u64 {
+        for i in 0..steps {
             let v = ((i * 3) % 8) as usize;
             let a = host.step(&cams[v], &images[v]).unwrap();
             let b = dev.step(&cams[v], &images[v]).unwrap();
-            assert_losses_agree(i, &a, &b, "default");
+            assert_losses_agree(i, &a, &b, what);
             assert!(
                 (a.psnr - b.psnr).abs() < 0.05,
                 "step {}: psnr {} vs {}",
