@@ -1524,7 +1524,7 @@ fn antialiased_runs_say_so_and_render_alike() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o)
-            .contains("was trained with antialiased rasterization; this run trains it classic"),
+            .contains("is marked antialiased (trained with Mip-Splatting's filter); this run"),
         "{}",
         stderr(&o)
     );

@@ -623,20 +623,17 @@ fn model_start(
                     source,
                 }
             })?;
-        if info.antialiased != config.antialiased {
-            let (was, is) = if info.antialiased {
-                (
-                    "antialiased",
-                    "classic: add --antialiased to keep training it as it was",
-                )
-            } else {
-                (
-                    "classic",
-                    "antialiased: its small splats now render fainter at first",
-                )
-            };
+        if info.antialiased && !config.antialiased {
             on_event(Event::Line(format!(
-                "warning: {} was trained with {was} rasterization; this run trains it {is}",
+                "warning: {} is marked antialiased (trained with Mip-Splatting's filter); this \
+                 run trains it classic: add --antialiased to keep training it as it was",
+                path.display()
+            )));
+        } else if !info.antialiased && config.antialiased {
+            on_event(Event::Line(format!(
+                "note: {} is not marked antialiased (a classic model, or saved by a tool that \
+                 does not record the mode); this run trains it antialiased, so its smallest \
+                 splats render fainter at first",
                 path.display()
             )));
         }
