@@ -537,6 +537,53 @@ fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
         serde_json::from_str(&std::fs::read_to_string(all_dir.join("metrics.json")).unwrap())
             .unwrap();
     assert_eq!(m["count"], 3);
+
+    // --trajectory: 9 frames from the first test view (z = 3) to the last (z = 4); the end
+    // frames are those views' renders (to the last bit of the pose, so within one 8-bit step).
+    let fly = d.join("fly");
+    run_ok(gs_render().args([
+        "--ply",
+        ply.to_str().unwrap(),
+        "--pack",
+        pack.to_str().unwrap(),
+        "--trajectory",
+        "9",
+        "-o",
+        fly.to_str().unwrap(),
+    ]));
+    let mut names: Vec<String> = std::fs::read_dir(&fly)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let expected: Vec<String> = (0..9).map(|n| format!("frame_{n:05}.png")).collect();
+    assert_eq!(names, expected);
+    let frame = |n: usize| image::open(fly.join(&expected[n])).unwrap().to_rgb8();
+    for (n, cam) in [(0usize, &cams[0]), (8, &cams[2])] {
+        let img = frame(n);
+        assert_eq!(img.dimensions(), (w, h));
+        let want = quantise(&render_cpu(&model, cam, 1, [0.0; 3], false));
+        let off = img
+            .as_raw()
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| a.abs_diff(**b) > 1)
+            .count();
+        assert_eq!(off, 0, "frame {n} is not its key view's render");
+    }
+    // The middle frame is neither end: the camera moved.
+    assert_ne!(frame(4).as_raw(), frame(0).as_raw());
+    assert_ne!(frame(4).as_raw(), frame(8).as_raw());
+    // One key camera cannot make a path: a clear refusal, not a panic.
+    let out = gs_render()
+        .args(["--ply", ply.to_str().unwrap()])
+        .args(["--pack", pack.to_str().unwrap(), "--split", "train"])
+        .args(["--trajectory", "5", "-o", d.join("one").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at least 2 key cameras"), "{err}");
 }
 
 #[test]

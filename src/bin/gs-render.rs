@@ -6,6 +6,7 @@
 //!           [--sh-degree D] [--allow-activated] [--rasterize-mode auto|classic|antialiased]
 //! gs-render --ply MODEL.ply --pack PACK [--split test|train|all] -o DIR [same options]
 //! gs-render --ply MODEL.ply --cameras cameras.json -o DIR [same options]
+//! gs-render --ply MODEL.ply (--pack PACK [--split ...] | --cameras cameras.json) --trajectory N -o DIR
 //! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply
 //! ```
 //!
@@ -20,6 +21,12 @@
 //! Camera JSON: `{"width","height","fx","fy","cx","cy","world_to_camera": 4×4 row-major}`,
 //! OpenCV axes (x right, y down, z forward), world-to-camera `R·p + t`, pixel centres at +0.5
 //! (see `ramsplat::scene::camera`). Unknown fields are ignored.
+//!
+//! `--trajectory N` renders N frames `DIR/frame_00000.png`… along a smooth path through the
+//! pack's views of `--split` (or the entries of `--cameras`) in their order: centres on a
+//! Catmull–Rom spline, orientations slerped, every frame at the first camera's size
+//! (`ramsplat::scene::trajectory`); a fly-through to encode with e.g. `ffmpeg -framerate 30 -i
+//! DIR/frame_%05d.png -pix_fmt yuv420p fly.mp4`.
 //!
 //! `--cameras` takes the `cameras.json` the original 3DGS trainer (and `gs-train`) writes
 //! (see `ramsplat::export::cameras_json`) and writes one PNG per entry, `DIR/<img_name>.png` (an
@@ -101,9 +108,13 @@ struct Args {
     /// Convert the model to OUT.spz, OUT.splat or OUT.ply (by extension) and render nothing.
     #[arg(long, value_name = "OUT.spz")]
     convert: Option<PathBuf>,
-    /// Which views of the pack to render.
+    /// Which views of the pack to render (or, with --trajectory, to fly through).
     #[arg(long, value_enum, default_value = "test", requires = "pack")]
     split: SplitArg,
+    /// Render N frames along a smooth path through the cameras of --pack (its --split views,
+    /// in pack order) or of --cameras (in file order) into DIR/frame_00000.png, ...
+    #[arg(long, value_name = "N", conflicts_with_all = ["camera", "convert"])]
+    trajectory: Option<usize>,
     /// Output PNG (with --camera) or directory (with --pack, --cameras).
     #[arg(short, long, value_name = "OUT", required_unless_present = "convert")]
     output: Option<PathBuf>,
@@ -404,14 +415,12 @@ struct MetricsReport {
     views: Vec<ViewMetrics>,
 }
 
-fn render_pack(
-    raster: Box<dyn Rasterizer>,
+/// The pack's views of `--split` (indices, split name), each checked to be renderable.
+fn split_views(
     args: &Args,
     pack_path: &Path,
-    output: &Path,
-) -> Result<()> {
-    let pack = Pack::open(pack_path).context("cannot open the pack")?;
-    let manifest = pack.manifest();
+    manifest: &ramsplat::shard::Manifest,
+) -> Result<(Vec<usize>, String)> {
     let indices: Vec<usize> = match args.split {
         SplitArg::All => (0..manifest.views.len()).collect(),
         SplitArg::Test => manifest.split_indices(Split::Test),
@@ -431,6 +440,71 @@ fn render_pack(
         check_size(&v.camera)
             .with_context(|| format!("{}: view {i} ({:?})", pack_path.display(), v.name))?;
     }
+    Ok((indices, split_name))
+}
+
+/// `--trajectory N`: N frames along a path through `keys` (see the module doc).
+fn render_trajectory(
+    raster: Box<dyn Rasterizer>,
+    args: &Args,
+    frames: usize,
+    keys: &[Camera],
+    source: &Path,
+    output: &Path,
+) -> Result<()> {
+    let path = ramsplat::scene::trajectory::interpolate(keys, frames).with_context(|| {
+        format!(
+            "cannot make a path through the cameras of {}",
+            source.display()
+        )
+    })?;
+    check_size(&path[0]).with_context(|| format!("{}", source.display()))?;
+    let model = load_model(args)?;
+    let mut r = Renderer::new(raster, args, &model)?;
+    std::fs::create_dir_all(output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
+    let mut rgb = Vec::new();
+    for (n, camera) in path.iter().enumerate() {
+        let image = r
+            .render(&model, camera)
+            .with_context(|| format!("trajectory frame {n}"))?;
+        to_rgb8(image, &mut rgb);
+        write_png(
+            &output.join(format!("frame_{n:05}.png")),
+            &rgb,
+            camera.width,
+            camera.height,
+        )?;
+        if (n + 1) % 25 == 0 || n + 1 == path.len() {
+            eprintln!("[{}/{}] frames", n + 1, path.len());
+        }
+    }
+    eprintln!(
+        "{} frames of {}x{} through {} cameras ({} Gaussians, SH degree {}, {} backend{}) into \
+         {}; e.g. ffmpeg -framerate 30 -i {}/frame_%05d.png -pix_fmt yuv420p fly.mp4",
+        path.len(),
+        path[0].width,
+        path[0].height,
+        keys.len(),
+        model.len(),
+        r.options.sh_degree,
+        r.raster.name(),
+        mode_note(r.options.antialiased),
+        output.display(),
+        output.display()
+    );
+    Ok(())
+}
+
+fn render_pack(
+    raster: Box<dyn Rasterizer>,
+    args: &Args,
+    pack_path: &Path,
+    output: &Path,
+) -> Result<()> {
+    let pack = Pack::open(pack_path).context("cannot open the pack")?;
+    let manifest = pack.manifest();
+    let (indices, split_name) = split_views(args, pack_path, manifest)?;
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
     std::fs::create_dir_all(output)
@@ -578,6 +652,28 @@ fn run(args: &Args) -> Result<()> {
         .output
         .as_deref()
         .expect("clap requires -o without --convert");
+    if let Some(frames) = args.trajectory {
+        return match (&args.pack, &args.cameras) {
+            (Some(pack_path), None) => {
+                let pack = Pack::open(pack_path).context("cannot open the pack")?;
+                let (indices, _) = split_views(args, pack_path, pack.manifest())?;
+                let keys: Vec<Camera> = indices
+                    .iter()
+                    .map(|&i| pack.manifest().views[i].camera)
+                    .collect();
+                render_trajectory(raster, args, frames, &keys, pack_path, output)
+            }
+            (None, Some(list)) => {
+                let text = std::fs::read_to_string(list)
+                    .with_context(|| format!("cannot read {}", list.display()))?;
+                let cameras =
+                    cameras_json::parse(&text).with_context(|| format!("{}", list.display()))?;
+                let keys: Vec<Camera> = cameras.into_iter().map(|(_, c)| c).collect();
+                render_trajectory(raster, args, frames, &keys, list, output)
+            }
+            _ => bail!("--trajectory needs the cameras of --pack PACK or --cameras cameras.json"),
+        };
+    }
     match (&args.camera, &args.pack, &args.cameras) {
         (Some(cam), None, None) => render_camera(raster, args, cam, output),
         (None, Some(pack), None) => render_pack(raster, args, pack, output),

@@ -1,5 +1,5 @@
 //! The small pieces of Gaussian maths that importers, renderers, exporters and the trainer all
-//! need, in one place so they cannot drift apart: the quaternion → rotation matrix of 3DGS, the
+//! need, in one place so they cannot drift apart: the quaternion ↔ rotation matrix of 3DGS, the
 //! opacity logit/sigmoid pair (Gaussians store opacities as logits), and the RGB ↔ SH-DC
 //! mapping of colours (Gaussians store colour as SH coefficients; see [`super::sh`]).
 //!
@@ -33,6 +33,48 @@ pub fn quat_to_rot<F: Real>(q: [F; 4]) -> [[F; 3]; 3] {
             one - two * (x * x + y * y),
         ],
     ]
+}
+
+/// Rotation matrix (row-major) → unit quaternion `(w, x, y, z)` with `w ≥ 0` (Shepperd's method:
+/// branch on the largest diagonal combination so the square root never sees a tiny argument).
+pub fn rotation_to_quaternion_wxyz(m: &[[f64; 3]; 3]) -> [f64; 4] {
+    let tr = m[0][0] + m[1][1] + m[2][2];
+    let q = if tr > 0.0 {
+        let s = (tr + 1.0).sqrt() * 2.0;
+        [
+            0.25 * s,
+            (m[2][1] - m[1][2]) / s,
+            (m[0][2] - m[2][0]) / s,
+            (m[1][0] - m[0][1]) / s,
+        ]
+    } else if m[0][0] > m[1][1] && m[0][0] > m[2][2] {
+        let s = (1.0 + m[0][0] - m[1][1] - m[2][2]).sqrt() * 2.0;
+        [
+            (m[2][1] - m[1][2]) / s,
+            0.25 * s,
+            (m[0][1] + m[1][0]) / s,
+            (m[0][2] + m[2][0]) / s,
+        ]
+    } else if m[1][1] > m[2][2] {
+        let s = (1.0 + m[1][1] - m[0][0] - m[2][2]).sqrt() * 2.0;
+        [
+            (m[0][2] - m[2][0]) / s,
+            (m[0][1] + m[1][0]) / s,
+            0.25 * s,
+            (m[1][2] + m[2][1]) / s,
+        ]
+    } else {
+        let s = (1.0 + m[2][2] - m[0][0] - m[1][1]).sqrt() * 2.0;
+        [
+            (m[1][0] - m[0][1]) / s,
+            (m[0][2] + m[2][0]) / s,
+            (m[1][2] + m[2][1]) / s,
+            0.25 * s,
+        ]
+    };
+    let n = q.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let sign = if q[0] < 0.0 { -1.0 } else { 1.0 };
+    q.map(|v| sign * v / n)
 }
 
 /// `q / |q|`; `None` for a zero or non-finite quaternion (which has no rotation).

@@ -5,3 +5,4 @@ pub mod gaussians;
 pub mod maths;
 pub mod real;
 pub mod sh;
+pub mod trajectory;

@@ -23,6 +23,7 @@ use rayon::prelude::*;
 use super::noise::ValueNoise;
 use crate::rng::Rng;
 use crate::scene::camera::{Camera, Intrinsics, Pose};
+pub use crate::scene::maths::rotation_to_quaternion_wxyz;
 
 type V3 = [f64; 3];
 
@@ -1141,48 +1142,6 @@ pub fn pixel_ray(camera: &Camera, u: f64, v: f64) -> ([f64; 3], [f64; 3]) {
 /// `[0, 1]` → `0..=255`, rounding to nearest.
 pub fn quantise(v: f64) -> u8 {
     (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8
-}
-
-/// Rotation matrix (row-major) → unit quaternion `(w, x, y, z)` with `w ≥ 0` (Shepperd's method:
-/// branch on the largest diagonal combination so the square root never sees a tiny argument).
-pub fn rotation_to_quaternion_wxyz(m: &[[f64; 3]; 3]) -> [f64; 4] {
-    let tr = m[0][0] + m[1][1] + m[2][2];
-    let q = if tr > 0.0 {
-        let s = (tr + 1.0).sqrt() * 2.0;
-        [
-            0.25 * s,
-            (m[2][1] - m[1][2]) / s,
-            (m[0][2] - m[2][0]) / s,
-            (m[1][0] - m[0][1]) / s,
-        ]
-    } else if m[0][0] > m[1][1] && m[0][0] > m[2][2] {
-        let s = (1.0 + m[0][0] - m[1][1] - m[2][2]).sqrt() * 2.0;
-        [
-            (m[2][1] - m[1][2]) / s,
-            0.25 * s,
-            (m[0][1] + m[1][0]) / s,
-            (m[0][2] + m[2][0]) / s,
-        ]
-    } else if m[1][1] > m[2][2] {
-        let s = (1.0 + m[1][1] - m[0][0] - m[2][2]).sqrt() * 2.0;
-        [
-            (m[0][2] - m[2][0]) / s,
-            (m[0][1] + m[1][0]) / s,
-            0.25 * s,
-            (m[1][2] + m[2][1]) / s,
-        ]
-    } else {
-        let s = (1.0 + m[2][2] - m[0][0] - m[1][1]).sqrt() * 2.0;
-        [
-            (m[1][0] - m[0][1]) / s,
-            (m[0][2] + m[2][0]) / s,
-            (m[1][2] + m[2][1]) / s,
-            0.25 * s,
-        ]
-    };
-    let n = q.iter().map(|v| v * v).sum::<f64>().sqrt();
-    let sign = if q[0] < 0.0 { -1.0 } else { 1.0 };
-    q.map(|v| sign * v / n)
 }
 
 #[cfg(test)]
