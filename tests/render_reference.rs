@@ -584,6 +584,17 @@ fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("at least 2 key cameras"), "{err}");
+    // The two test views look along one axis: no centre to orbit, said so.
+    let out = gs_render()
+        .args(["--ply", ply.to_str().unwrap()])
+        .args(["--pack", pack.to_str().unwrap()])
+        .args(["--trajectory", "5", "--trajectory-shape", "ellipse"])
+        .args(["-o", d.join("orbit").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("do not surround a centre"), "{err}");
 }
 
 #[test]

@@ -24,7 +24,8 @@
 //!
 //! `--trajectory N` renders N frames `DIR/frame_00000.png`… along a smooth path through the
 //! pack's views of `--split` (or the entries of `--cameras`) in their order: centres on a
-//! Catmull–Rom spline, orientations slerped, every frame at the first camera's size
+//! Catmull–Rom spline, orientations slerped, every frame at the first camera's size; with
+//! `--trajectory-shape ellipse`, an orbit around what those cameras look at
 //! (`ramsplat::scene::trajectory`); a fly-through to encode with e.g. `ffmpeg -framerate 30 -i
 //! DIR/frame_%05d.png -pix_fmt yuv420p fly.mp4`.
 //!
@@ -66,6 +67,13 @@ use ramsplat::render::{
 use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
+
+/// `--trajectory-shape`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ShapeArg {
+    Interp,
+    Ellipse,
+}
 
 /// `--rasterize-mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -115,6 +123,10 @@ struct Args {
     /// in pack order) or of --cameras (in file order) into DIR/frame_00000.png, ...
     #[arg(long, value_name = "N", conflicts_with_all = ["camera", "convert"])]
     trajectory: Option<usize>,
+    /// The path of --trajectory: `interp` (through the cameras in order) or `ellipse` (an
+    /// orbit around what they look at, at their mean height; a closed loop).
+    #[arg(long, value_enum, default_value = "interp", requires = "trajectory")]
+    trajectory_shape: ShapeArg,
     /// Output PNG (with --camera) or directory (with --pack, --cameras).
     #[arg(short, long, value_name = "OUT", required_unless_present = "convert")]
     output: Option<PathBuf>,
@@ -452,7 +464,11 @@ fn render_trajectory(
     source: &Path,
     output: &Path,
 ) -> Result<()> {
-    let path = ramsplat::scene::trajectory::interpolate(keys, frames).with_context(|| {
+    let path = match args.trajectory_shape {
+        ShapeArg::Interp => ramsplat::scene::trajectory::interpolate(keys, frames),
+        ShapeArg::Ellipse => ramsplat::scene::trajectory::ellipse(keys, frames),
+    }
+    .with_context(|| {
         format!(
             "cannot make a path through the cameras of {}",
             source.display()

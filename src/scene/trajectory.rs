@@ -10,9 +10,16 @@
 //! first key's image size; the other keys' intrinsics are rescaled to it first
 //! ([`Camera::resized`]), so keys from images of another size keep their field of view.
 //!
-//! Invariants: the first and the last frame are the first and the last key (to rounding);
-//! every frame's rotation is a proper rotation (it comes from a unit quaternion), so each
-//! frame passes [`Camera::validate`] when the keys do.
+//! [`ellipse`] orbits instead (gsplat's `ellipse` trajectory): the frames circle the point the
+//! keys look at most (the least-squares nearest point to their optical axes) on an ellipse at
+//! the keys' mean height above it, in the plane normal to their mean up direction (keys that
+//! all look down at a subject from one side tilt it toward them), with radii
+//! the 90th percentile of the keys' distances along the plane's principal axes; every frame
+//! looks at that point, upright, with the first key's size and intrinsics.
+//!
+//! Invariants: the first and the last frame of [`interpolate`] are the first and the last key
+//! (to rounding); every frame's rotation is a proper rotation, so each frame passes
+//! [`Camera::validate`] when the keys do.
 
 use super::camera::{Camera, CameraError, Intrinsics, Pose};
 use super::maths::{quat_to_rot, rotation_to_quaternion_wxyz};
@@ -30,6 +37,139 @@ pub enum TrajectoryError {
         #[source]
         source: CameraError,
     },
+    #[error(
+        "the key cameras do not surround a centre ({0}); an orbit needs cameras looking at a \
+         common subject from several sides: use the interpolated path instead"
+    )]
+    NoOrbit(&'static str),
+}
+
+type V3 = [f64; 3];
+
+fn sub(a: V3, b: V3) -> V3 {
+    [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
+}
+
+fn dot(a: V3, b: V3) -> f64 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
+fn cross(a: V3, b: V3) -> V3 {
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
+}
+
+fn unit(a: V3) -> Option<V3> {
+    let n = dot(a, a).sqrt();
+    (n > 1e-12 && n.is_finite()).then(|| a.map(|v| v / n))
+}
+
+/// `frames` cameras on an ellipse around what `keys` look at (see the module doc).
+pub fn ellipse(keys: &[Camera], frames: usize) -> Result<Vec<Camera>, TrajectoryError> {
+    if keys.len() < 2 {
+        return Err(TrajectoryError::TooFewKeys(keys.len()));
+    }
+    if frames < 2 {
+        return Err(TrajectoryError::TooFewFrames(frames));
+    }
+    for (index, k) in keys.iter().enumerate() {
+        k.validate()
+            .map_err(|source| TrajectoryError::BadKey { index, source })?;
+    }
+    // Camera axes in world space: the rows of the world-to-camera rotation (OpenCV: x right,
+    // y down, z forward).
+    let centres: Vec<V3> = keys.iter().map(Camera::centre).collect();
+    let forward: Vec<V3> = keys.iter().map(|k| k.world_to_camera.rotation[2]).collect();
+    // Least-squares point nearest to every optical axis: Σ(I − f fᵀ)·p = Σ(I − f fᵀ)·c.
+    let mut m = [[0.0f64; 3]; 3];
+    let mut rhs = [0.0f64; 3];
+    for (c, f) in centres.iter().zip(&forward) {
+        for r in 0..3 {
+            for col in 0..3 {
+                let proj = f64::from(u8::from(r == col)) - f[r] * f[col];
+                m[r][col] += proj;
+                rhs[r] += proj * c[col];
+            }
+        }
+    }
+    let focus = solve3(m, rhs).ok_or(TrajectoryError::NoOrbit("their axes are parallel"))?;
+    let up = unit(keys.iter().fold([0.0; 3], |acc, k| {
+        let down = k.world_to_camera.rotation[1];
+        [acc[0] - down[0], acc[1] - down[1], acc[2] - down[2]]
+    }))
+    .ok_or(TrajectoryError::NoOrbit("their up directions cancel out"))?;
+    // The plane normal to `up`, its axes along the principal directions of the keys' offsets.
+    let offsets: Vec<V3> = centres.iter().map(|&c| sub(c, focus)).collect();
+    let height = offsets.iter().map(|&d| dot(d, up)).sum::<f64>() / offsets.len() as f64;
+    let seed = if up[0].abs() < 0.9 {
+        [1.0, 0.0, 0.0]
+    } else {
+        [0.0, 1.0, 0.0]
+    };
+    let e1 = unit(cross(up, seed)).expect("seed is not parallel to up");
+    let e2 = cross(up, e1);
+    let flat: Vec<(f64, f64)> = offsets.iter().map(|&d| (dot(d, e1), dot(d, e2))).collect();
+    let (sxx, sxy, syy) = flat.iter().fold((0.0, 0.0, 0.0), |(a, b, c), &(x, y)| {
+        (a + x * x, b + x * y, c + y * y)
+    });
+    let angle = 0.5 * (2.0 * sxy).atan2(sxx - syy);
+    let (sa, ca) = angle.sin_cos();
+    let axis1: V3 = std::array::from_fn(|i| ca * e1[i] + sa * e2[i]);
+    let axis2 = cross(up, axis1);
+    let radius = |axis: V3| {
+        let mut d: Vec<f64> = offsets.iter().map(|&o| dot(o, axis).abs()).collect();
+        d.sort_by(f64::total_cmp);
+        d[((d.len() - 1) as f64 * 0.9).round() as usize]
+    };
+    let (ra, rb) = (radius(axis1), radius(axis2));
+    let spread = ra > 1e-9 && rb > 1e-9;
+    if !spread {
+        return Err(TrajectoryError::NoOrbit("they stand on a line through it"));
+    }
+    let first = keys[0];
+    let mut out = Vec::with_capacity(frames);
+    for f in 0..frames {
+        // A closed loop: the frame after the last would be the first.
+        let t = std::f64::consts::TAU * f as f64 / frames as f64;
+        let (st, ct) = t.sin_cos();
+        let centre: V3 = std::array::from_fn(|i| {
+            focus[i] + height * up[i] + ra * ct * axis1[i] + rb * st * axis2[i]
+        });
+        let z = unit(sub(focus, centre)).ok_or(TrajectoryError::NoOrbit("a frame sits on it"))?;
+        let down = up.map(|v| -v);
+        let x = unit(cross(down, z)).ok_or(TrajectoryError::NoOrbit(
+            "a frame looks straight along the up direction",
+        ))?;
+        let y = cross(z, x);
+        let c2w = [[x[0], y[0], z[0]], [x[1], y[1], z[1]], [x[2], y[2], z[2]]];
+        out.push(Camera {
+            world_to_camera: Pose::from_camera_to_world(c2w, centre),
+            ..first
+        });
+    }
+    Ok(out)
+}
+
+/// Solves `m·x = b` by Cramer's rule; `None` when `m` is (nearly) singular.
+fn solve3(m: [[f64; 3]; 3], b: V3) -> Option<V3> {
+    let det3 = |m: &[[f64; 3]; 3]| dot(m[0], cross(m[1], m[2]));
+    let d = det3(&m);
+    let scale = m.iter().flatten().map(|v| v.abs()).fold(0.0, f64::max);
+    // Also refuses a NaN determinant.
+    let invertible = d.abs() > 1e-9 * scale * scale * scale;
+    if !invertible {
+        return None;
+    }
+    Some(std::array::from_fn(|i| {
+        let mut mi = m;
+        for r in 0..3 {
+            mi[r][i] = b[r];
+        }
+        det3(&mi) / d
+    }))
 }
 
 /// `frames` cameras along `keys` (see the module doc).
@@ -207,6 +347,79 @@ mod tests {
         assert_eq!((path[2].width, path[2].height), (64, 48));
         assert!((path[2].intrinsics.fx - 100.0).abs() < 1e-9);
         assert!(close(&path[2], &keys[1].resized(64, 48)));
+    }
+
+    /// A camera at `centre` looking at `target`, upright for world up = −y (OpenCV world).
+    fn look_at(centre: V3, target: V3) -> Camera {
+        let z = unit(sub(target, centre)).unwrap();
+        let x = unit(cross([0.0, 1.0, 0.0], z)).unwrap();
+        let y = cross(z, x);
+        let c2w = [[x[0], y[0], z[0]], [x[1], y[1], z[1]], [x[2], y[2], z[2]]];
+        Camera {
+            world_to_camera: Pose::from_camera_to_world(c2w, centre),
+            ..key([0.0; 3], 0.0, 80.0, (40, 30))
+        }
+    }
+
+    #[test]
+    fn the_orbit_circles_what_the_keys_look_at() {
+        // Five keys evenly round a circle of radius 3 about (1, 0, 2), 1 unit above it (up =
+        // −y), all looking at it: their tilted up vectors average to the true up. (From one
+        // side only, the average leans toward the subject, and so does the orbit: the up
+        // direction is the keys' mean, as gsplat's normalisation takes it.)
+        let target = [1.0, 0.0, 2.0];
+        let keys: Vec<Camera> = (0..5)
+            .map(|i| {
+                let a = std::f64::consts::TAU * i as f64 / 5.0 + 0.3;
+                look_at([1.0 + 3.0 * a.cos(), -1.0, 2.0 + 3.0 * a.sin()], target)
+            })
+            .collect();
+        let path = ellipse(&keys, 24).unwrap();
+        assert_eq!(path.len(), 24);
+        let mut angles = Vec::new();
+        for cam in &path {
+            cam.validate().unwrap();
+            assert_eq!((cam.width, cam.height), (40, 30));
+            let c = cam.centre();
+            let d = sub(c, target);
+            assert!((d[1] + 1.0).abs() < 1e-9, "height {}", -d[1]);
+            // Radii: the 90th percentile of the keys' extents along the principal axes, so
+            // between 3·cos 36° and 3 for five points evenly round the circle.
+            let r = (d[0] * d[0] + d[2] * d[2]).sqrt();
+            assert!(r > 2.4 && r < 3.0 + 1e-9, "radius {r}");
+            // Looks at the target, upright (camera y, "down", points along world +y).
+            let rot = cam.world_to_camera.rotation;
+            let to_target = unit(sub(target, c)).unwrap();
+            assert!(dot(rot[2], to_target) > 1.0 - 1e-9);
+            assert!(rot[1][1] > 0.0, "upside down: {rot:?}");
+            angles.push(d[2].atan2(d[0]));
+        }
+        // One full turn, evenly, without repeating the first frame.
+        let mut turn = 0.0;
+        for w in angles.windows(2) {
+            let mut step = w[1] - w[0];
+            if step > std::f64::consts::PI {
+                step -= std::f64::consts::TAU;
+            } else if step < -std::f64::consts::PI {
+                step += std::f64::consts::TAU;
+            }
+            turn += step;
+        }
+        assert!(
+            (turn.abs() - std::f64::consts::TAU * 23.0 / 24.0).abs() < 0.2,
+            "{turn}"
+        );
+    }
+
+    #[test]
+    fn parallel_keys_have_no_orbit() {
+        let keys: Vec<Camera> = (0..4)
+            .map(|i| key([i as f64, 0.0, 0.0], 0.0, 80.0, (40, 30)))
+            .collect();
+        assert!(matches!(
+            ellipse(&keys, 10),
+            Err(TrajectoryError::NoOrbit(_))
+        ));
     }
 
     #[test]
