@@ -1480,7 +1480,10 @@ fn antialiased_runs_say_so_and_render_alike() {
         &["--rasterize-mode", "classic"],
     );
     assert_eq!(classic["rasterize_mode"], "classic");
-    assert!(warning.contains("trained with antialiased"), "{warning}");
+    assert!(
+        warning.contains("is marked antialiased; --rasterize-mode classic renders its"),
+        "{warning}"
+    );
     assert_ne!(psnrs(&classic), trained, "the mode changed nothing");
 
     // --convert keeps the mark; --rasterize-mode sets it.

@@ -294,7 +294,8 @@ fn load_model(args: &Args) -> Result<Loaded> {
     };
     if info.antialiased && !antialiased {
         eprintln!(
-            "gs-render: warning: {} was trained with antialiased rasterization;              --rasterize-mode classic renders its small splats too bright and too wide",
+            "gs-render: warning: {} is marked antialiased; --rasterize-mode classic renders \
+             its small splats too bright and too wide",
             args.ply.display()
         );
     }
