@@ -62,7 +62,8 @@ use ramsplat::export::cameras_json;
 use ramsplat::export::ply::{GaussianPlyError, LoadOptions};
 use ramsplat::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
 use ramsplat::render::{
-    make_rasterizer, Backend, Rasterizer, RenderError, RenderOptions, RenderOutput,
+    make_rasterizer, rasterize_mode_name, Backend, Rasterizer, RenderError, RenderOptions,
+    RenderOutput,
 };
 use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
@@ -595,11 +596,7 @@ fn render_pack(
         pack: pack_path.display().to_string(),
         split: split_name,
         backend: r.raster.name().to_owned(),
-        rasterize_mode: if r.options.antialiased {
-            "antialiased"
-        } else {
-            "classic"
-        },
+        rasterize_mode: rasterize_mode_name(r.options.antialiased),
         sh_degree: r.options.sh_degree,
         background: args.bg,
         count: views.len(),

@@ -79,7 +79,7 @@ pub enum ModelIoError {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ModelInfo {
     /// Trained with antialiased rasterization ([`crate::render::RenderOptions::antialiased`]):
-    /// rendering it classic shows its small splats too faint. PLY: a header comment
+    /// rendering it classic shows its small splats too bright and too wide. PLY: a header comment
     /// `rasterize_mode antialiased` ([`ply::ANTIALIASED_COMMENT`]); SPZ: header flag `0x1`;
     /// `.splat` has no room for it (always `false` when read).
     pub antialiased: bool,

@@ -56,6 +56,16 @@ pub struct RenderOptions {
     pub antialiased: bool,
 }
 
+/// The name outputs give the mode ([`RenderOptions::antialiased`]): `"antialiased"` or
+/// `"classic"`, gsplat's `rasterize_mode` values.
+pub fn rasterize_mode_name(antialiased: bool) -> &'static str {
+    if antialiased {
+        "antialiased"
+    } else {
+        "classic"
+    }
+}
+
 impl Default for RenderOptions {
     fn default() -> Self {
         RenderOptions {

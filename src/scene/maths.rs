@@ -77,6 +77,28 @@ pub fn rotation_to_quaternion_wxyz(m: &[[f64; 3]; 3]) -> [f64; 4] {
     q.map(|v| sign * v / n)
 }
 
+/// `a − b` for f64 3-vectors (cameras, paths, the synthetic scene).
+#[inline]
+pub(crate) fn sub3(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
+    [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
+}
+
+/// `a · b` for f64 3-vectors.
+#[inline]
+pub(crate) fn dot3(a: [f64; 3], b: [f64; 3]) -> f64 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
+/// `a × b` for f64 3-vectors.
+#[inline]
+pub(crate) fn cross3(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
+}
+
 /// `q / |q|`; `None` for a zero or non-finite quaternion (which has no rotation).
 #[inline]
 pub fn normalize_quat<F: Real>(q: [F; 4]) -> Option<[F; 4]> {

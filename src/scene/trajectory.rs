@@ -21,8 +21,10 @@
 //! (to rounding); every frame's rotation is a proper rotation, so each frame passes
 //! [`Camera::validate`] when the keys do.
 
-use super::camera::{Camera, CameraError, Intrinsics, Pose};
-use super::maths::{quat_to_rot, rotation_to_quaternion_wxyz};
+use super::camera::{det3, transpose, Camera, CameraError, Intrinsics, Pose};
+use super::maths::{
+    cross3 as cross, dot3 as dot, quat_to_rot, rotation_to_quaternion_wxyz, sub3 as sub,
+};
 
 /// Why a path could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -46,29 +48,8 @@ pub enum TrajectoryError {
 
 type V3 = [f64; 3];
 
-fn sub(a: V3, b: V3) -> V3 {
-    [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
-}
-
-fn dot(a: V3, b: V3) -> f64 {
-    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
-}
-
-fn cross(a: V3, b: V3) -> V3 {
-    [
-        a[1] * b[2] - a[2] * b[1],
-        a[2] * b[0] - a[0] * b[2],
-        a[0] * b[1] - a[1] * b[0],
-    ]
-}
-
-fn unit(a: V3) -> Option<V3> {
-    let n = dot(a, a).sqrt();
-    (n > 1e-12 && n.is_finite()).then(|| a.map(|v| v / n))
-}
-
-/// `frames` cameras on an ellipse around what `keys` look at (see the module doc).
-pub fn ellipse(keys: &[Camera], frames: usize) -> Result<Vec<Camera>, TrajectoryError> {
+/// The checks both paths make before any arithmetic.
+fn check(keys: &[Camera], frames: usize) -> Result<(), TrajectoryError> {
     if keys.len() < 2 {
         return Err(TrajectoryError::TooFewKeys(keys.len()));
     }
@@ -79,6 +60,17 @@ pub fn ellipse(keys: &[Camera], frames: usize) -> Result<Vec<Camera>, Trajectory
         k.validate()
             .map_err(|source| TrajectoryError::BadKey { index, source })?;
     }
+    Ok(())
+}
+
+fn unit(a: V3) -> Option<V3> {
+    let n = dot(a, a).sqrt();
+    (n > 1e-12 && n.is_finite()).then(|| a.map(|v| v / n))
+}
+
+/// `frames` cameras on an ellipse around what `keys` look at (see the module doc).
+pub fn ellipse(keys: &[Camera], frames: usize) -> Result<Vec<Camera>, TrajectoryError> {
+    check(keys, frames)?;
     // Camera axes in world space: the rows of the world-to-camera rotation (OpenCV: x right,
     // y down, z forward).
     let centres: Vec<V3> = keys.iter().map(Camera::centre).collect();
@@ -155,7 +147,6 @@ pub fn ellipse(keys: &[Camera], frames: usize) -> Result<Vec<Camera>, Trajectory
 
 /// Solves `m·x = b` by Cramer's rule; `None` when `m` is (nearly) singular.
 fn solve3(m: [[f64; 3]; 3], b: V3) -> Option<V3> {
-    let det3 = |m: &[[f64; 3]; 3]| dot(m[0], cross(m[1], m[2]));
     let d = det3(&m);
     let scale = m.iter().flatten().map(|v| v.abs()).fold(0.0, f64::max);
     // Also refuses a NaN determinant.
@@ -174,16 +165,7 @@ fn solve3(m: [[f64; 3]; 3], b: V3) -> Option<V3> {
 
 /// `frames` cameras along `keys` (see the module doc).
 pub fn interpolate(keys: &[Camera], frames: usize) -> Result<Vec<Camera>, TrajectoryError> {
-    if keys.len() < 2 {
-        return Err(TrajectoryError::TooFewKeys(keys.len()));
-    }
-    if frames < 2 {
-        return Err(TrajectoryError::TooFewFrames(frames));
-    }
-    for (index, k) in keys.iter().enumerate() {
-        k.validate()
-            .map_err(|source| TrajectoryError::BadKey { index, source })?;
-    }
+    check(keys, frames)?;
     let (width, height) = (keys[0].width, keys[0].height);
     let keys: Vec<Camera> = keys.iter().map(|k| k.resized(width, height)).collect();
     let centres: Vec<[f64; 3]> = keys.iter().map(Camera::centre).collect();
@@ -191,7 +173,7 @@ pub fn interpolate(keys: &[Camera], frames: usize) -> Result<Vec<Camera>, Trajec
     // every slerp takes the shorter way.
     let mut quats: Vec<[f64; 4]> = keys
         .iter()
-        .map(|k| rotation_to_quaternion_wxyz(&transpose(&k.world_to_camera.rotation)))
+        .map(|k| rotation_to_quaternion_wxyz(&transpose(k.world_to_camera.rotation)))
         .collect();
     for i in 1..quats.len() {
         if dot4(quats[i - 1], quats[i]) < 0.0 {
@@ -225,10 +207,6 @@ pub fn interpolate(keys: &[Camera], frames: usize) -> Result<Vec<Camera>, Trajec
         });
     }
     Ok(out)
-}
-
-fn transpose(m: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
-    std::array::from_fn(|r| std::array::from_fn(|c| m[c][r]))
 }
 
 fn dot4(a: [f64; 4], b: [f64; 4]) -> f64 {

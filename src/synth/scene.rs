@@ -24,27 +24,15 @@ use super::noise::ValueNoise;
 use crate::rng::Rng;
 use crate::scene::camera::{Camera, Intrinsics, Pose};
 pub use crate::scene::maths::rotation_to_quaternion_wxyz;
+use crate::scene::maths::{cross3 as cross, dot3 as dot, sub3 as sub};
 
 type V3 = [f64; 3];
 
 fn add(a: V3, b: V3) -> V3 {
     [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
 }
-fn sub(a: V3, b: V3) -> V3 {
-    [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
-}
 fn scale(a: V3, s: f64) -> V3 {
     [a[0] * s, a[1] * s, a[2] * s]
-}
-fn dot(a: V3, b: V3) -> f64 {
-    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
-}
-fn cross(a: V3, b: V3) -> V3 {
-    [
-        a[1] * b[2] - a[2] * b[1],
-        a[2] * b[0] - a[0] * b[2],
-        a[0] * b[1] - a[1] * b[0],
-    ]
 }
 fn norm(a: V3) -> V3 {
     scale(a, 1.0 / dot(a, a).sqrt())

@@ -210,7 +210,7 @@ pub struct Report {
 }
 
 fn classic() -> String {
-    "classic".to_owned()
+    crate::render::rasterize_mode_name(false).to_owned()
 }
 
 /// Writes `report.json` atomically.

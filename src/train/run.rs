@@ -1419,12 +1419,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             floor_bytes,
             cache_bytes,
             backend: backend_name,
-            rasterize_mode: if config.antialiased {
-                "antialiased"
-            } else {
-                "classic"
-            }
-            .to_owned(),
+            rasterize_mode: crate::render::rasterize_mode_name(config.antialiased).to_owned(),
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,
