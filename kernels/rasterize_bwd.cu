@@ -4,6 +4,9 @@
 // a warp with shuffles, then one lane adds them to global memory atomically (float atomics:
 // the summation order, hence the last bits, vary run to run — parity tolerances allow it).
 // The gradient outputs must be zeroed by the host before launch (they are accumulators).
+// With absgrad != 0 it also sums |per-pixel ∂L/∂mean2d| componentwise into v_means2d_abs
+// (AbsGS's statistic, gsplat's absgrad); absgrad is uniform over the launch, so every lane
+// takes the same branch around the shuffles.
 #include "common.cuh"
 #include "raster.cuh"
 
@@ -28,7 +31,9 @@ extern "C" __global__ void rasterize_bwd(
     float* __restrict__ v_means2d,        // [N, 2] accumulated
     float* __restrict__ v_conics,         // [N, 3] accumulated
     float* __restrict__ v_colors,         // [N, 3] accumulated
-    float* __restrict__ v_opacities)      // [N] accumulated
+    float* __restrict__ v_opacities,      // [N] accumulated
+    u32 absgrad,                          // 1: also accumulate v_means2d_abs
+    float* __restrict__ v_means2d_abs)    // [N, 2] accumulated (read only when absgrad)
 {
     __shared__ Packed batch[GS_BLOCK_PIXELS];
     __shared__ u32 batch_ids[GS_BLOCK_PIXELS];
@@ -74,6 +79,7 @@ extern "C" __global__ void rasterize_bwd(
         for (u32 k = hi; k-- > lo;) {
             const Packed& s = batch[k - lo];
             float g_m0 = 0.0f, g_m1 = 0.0f, g_c0 = 0.0f, g_c1 = 0.0f, g_c2 = 0.0f;
+            float g_a0 = 0.0f, g_a1 = 0.0f;
             float g_col[3] = {0.0f, 0.0f, 0.0f};
             float g_o = 0.0f;
             bool contributes = false;
@@ -98,6 +104,8 @@ extern "C" __global__ void rasterize_bwd(
                 const float d_sigma = -s.o * gauss * d_alpha;
                 g_m0 = d_sigma * (s.a * dx + s.b * dy);
                 g_m1 = d_sigma * (s.c * dy + s.b * dx);
+                g_a0 = fabsf(g_m0);
+                g_a1 = fabsf(g_m1);
                 g_c0 = d_sigma * 0.5f * dx * dx;
                 g_c1 = d_sigma * dx * dy;
                 g_c2 = d_sigma * 0.5f * dy * dy;
@@ -114,6 +122,10 @@ extern "C" __global__ void rasterize_bwd(
                 g_col[1] = warp_sum(g_col[1]);
                 g_col[2] = warp_sum(g_col[2]);
                 g_o = warp_sum(g_o);
+                if (absgrad != 0u) {
+                    g_a0 = warp_sum(g_a0);
+                    g_a1 = warp_sum(g_a1);
+                }
                 if ((tid & 31u) == 0) {
                     const u32 g = batch_ids[k - lo];
                     atomicAdd(&v_means2d[2 * g], g_m0);
@@ -125,6 +137,10 @@ extern "C" __global__ void rasterize_bwd(
                     atomicAdd(&v_colors[3 * g + 1], g_col[1]);
                     atomicAdd(&v_colors[3 * g + 2], g_col[2]);
                     atomicAdd(&v_opacities[g], g_o);
+                    if (absgrad != 0u) {
+                        atomicAdd(&v_means2d_abs[2 * g], g_a0);
+                        atomicAdd(&v_means2d_abs[2 * g + 1], g_a1);
+                    }
                 }
             }
         }

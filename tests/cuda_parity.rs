@@ -238,6 +238,7 @@ fn check_scene(
     h: u32,
     degree: u32,
     antialiased: bool,
+    absgrad: bool,
 ) {
     let g = scene_of(kind, n, seed);
     let cam = camera(w, h);
@@ -245,6 +246,7 @@ fn check_scene(
         sh_degree: degree,
         background: [0.1, 0.2, 0.3],
         antialiased,
+        absgrad,
         ..RenderOptions::default()
     };
     let mut cpu_r = CpuRasterizer::<f32>::new();
@@ -253,7 +255,8 @@ fn check_scene(
     let mut gpu_out = poisoned_output();
     gpu_r.forward(&g, &cam, &opts, &mut gpu_out).unwrap();
     let mode = if antialiased { " antialiased" } else { "" };
-    let label = format!("n={n} seed={seed} {w}x{h} degree {degree}{mode}");
+    let abs = if absgrad { " absgrad" } else { "" };
+    let label = format!("n={n} seed={seed} {w}x{h} degree {degree}{mode}{abs}");
 
     // Stage 1: projection. Gaussians whose radius differs are excluded from every later
     // comparison of their own values (never the checks themselves).
@@ -418,7 +421,31 @@ fn check_scene(
     gg.params.means = vec![[f32::NAN; 3]; 4];
     gpu_r.backward(&g, &cam, &opts, &d_image, &mut gg).unwrap();
     let k = sh_coeffs(g.sh_degree);
-    let grads = [
+    // The absolute 2D-mean gradient: present exactly when asked for. Every term is ≥ 0, so
+    // unlike the signed sums it has no cancellation to amplify the atomics' rounding.
+    let mut abs_tally = None;
+    if absgrad {
+        assert_eq!(gg.means2d_abs.len(), n, "{label}: absolute gradient length");
+        assert!(
+            cg.means2d_abs
+                .iter()
+                .zip(&cg.means2d)
+                .all(|(a, m)| (0..2).all(|c| a[c] >= 0.0 && a[c] >= m[c].abs() * 0.999)),
+            "{label}: CPU absolute gradient below the signed one"
+        );
+        abs_tally = Some(grads_tally(
+            gg.means2d_abs.as_flattened(),
+            cg.means2d_abs.as_flattened(),
+            2,
+            &flipped,
+        ));
+    } else {
+        assert!(
+            gg.means2d_abs.is_empty() && cg.means2d_abs.is_empty(),
+            "{label}: absolute gradient returned without absgrad"
+        );
+    }
+    let mut grads = vec![
         (
             "means",
             grads_tally(
@@ -464,6 +491,7 @@ fn check_scene(
             ),
         ),
     ];
+    grads.extend(abs_tally.map(|t| ("means2d_abs", t)));
     let mut line = format!(
         "MEASURED {label} kind={}: radius flips {flips}, splat error {:.2} of tolerance, tiles differing {bad_tiles}, \
          last-contributor diffs {last_diff}, image max {:.2e} ({} over), final T max {:.2e}",
@@ -518,27 +546,29 @@ fn stages_match_cpu(r: &mut CudaRasterizer) {
     // hundreds of list entries per tile, i.e. many shared-memory batches. The antialiased
     // scenes cover the compensation at every size: ≈ 1 (huge), far below 1 (mixed: the small
     // ones), ≈ 0 (sub-pixel), and at the power-of-two inversion scale (absurd).
-    for (kind, n, seed, w, h, degree, aa) in [
-        (Kind::Mixed, 20_000, 7, 320, 240, 3, false),
-        (Kind::Mixed, 1, 1, 16, 16, 3, false),
-        (Kind::Mixed, 37, 2, 33, 17, 3, false),
-        (Kind::Mixed, 1000, 3, 128, 96, 1, false),
-        (Kind::Mixed, 5000, 4, 200, 150, 3, false),
-        (Kind::SubPixel, 3000, 5, 97, 61, 2, false),
-        (Kind::Huge, 2000, 6, 130, 70, 3, false),
-        (Kind::Absurd, 500, 9, 64, 48, 1, false),
-        (Kind::Mixed, 4000, 8, 47, 300, 0, false),
-        (Kind::Mixed, 3000, 10, 150, 100, 3, true),
-        (Kind::SubPixel, 1500, 11, 61, 45, 1, true),
-        (Kind::Huge, 1000, 12, 70, 50, 2, true),
-        (Kind::Absurd, 500, 13, 64, 48, 1, true),
+    // The absolute 2D-mean gradient (last column) runs on the largest scene and again on
+    // smaller ones after it, whose accumulators then start from a dirty buffer.
+    for (kind, n, seed, w, h, degree, aa, abs) in [
+        (Kind::Mixed, 20_000, 7, 320, 240, 3, false, true),
+        (Kind::Mixed, 1, 1, 16, 16, 3, false, false),
+        (Kind::Mixed, 37, 2, 33, 17, 3, false, true),
+        (Kind::Mixed, 1000, 3, 128, 96, 1, false, true),
+        (Kind::Mixed, 5000, 4, 200, 150, 3, false, false),
+        (Kind::SubPixel, 3000, 5, 97, 61, 2, false, false),
+        (Kind::Huge, 2000, 6, 130, 70, 3, false, true),
+        (Kind::Absurd, 500, 9, 64, 48, 1, false, true),
+        (Kind::Mixed, 4000, 8, 47, 300, 0, false, false),
+        (Kind::Mixed, 3000, 10, 150, 100, 3, true, true),
+        (Kind::SubPixel, 1500, 11, 61, 45, 1, true, false),
+        (Kind::Huge, 1000, 12, 70, 50, 2, true, false),
+        (Kind::Absurd, 500, 13, 64, 48, 1, true, false),
     ] {
         // Under compute-sanitizer (10-100x slower kernels) the verification script asks for
         // the small scenes only; every kernel still runs on several shapes.
         if small_only() && n > 4000 {
             continue;
         }
-        check_scene(r, kind, n, seed, w, h, degree, aa);
+        check_scene(r, kind, n, seed, w, h, degree, aa, abs);
     }
 }
 

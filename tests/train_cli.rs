@@ -1425,6 +1425,8 @@ fn antialiased_runs_say_so_and_render_alike() {
     let report: Report =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report.rasterize_mode, "antialiased");
+    assert_eq!(report.densification.as_deref(), Some("default"));
+    assert_eq!(report.densify_grad_threshold, Some(0.0002));
     let saved = out.join("point_cloud/iteration_40/point_cloud.ply");
     let (_, info) = ply::load_with_info(&saved, &LoadOptions::default()).unwrap();
     assert!(info.antialiased, "the PLY does not say antialiased");
@@ -1549,4 +1551,105 @@ fn antialiased_runs_say_so_and_render_alike() {
         "{}",
         stderr(&o)
     );
+}
+
+/// `--absgrad` (AbsGS): the report says so with the raised threshold (or the one given), a
+/// resume without it is refused naming the nested setting, and the flags that make no sense
+/// are refused before anything is written: with MCMC, which does not densify on gradients,
+/// and a threshold that is not a positive number.
+#[test]
+fn absgrad_runs_report_it_and_resume_only_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack_path = tiny_pack(dir.path());
+    let report = |out: &Path| -> Report {
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+    };
+    let out = dir.path().join("abs");
+    let mut args = vec![
+        s(&pack_path),
+        "-o",
+        s(&out),
+        "--iterations",
+        "20",
+        "--absgrad",
+    ];
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = report(&out);
+    assert_eq!(r.densification.as_deref(), Some("absgrad"));
+    assert_eq!(r.densify_grad_threshold, Some(0.0008));
+
+    let given = dir.path().join("given");
+    let mut args = vec![s(&pack_path), "-o", s(&given), "--iterations", "10"];
+    args.extend(["--absgrad", "--densify-grad-threshold", "0.0006"]);
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = report(&given);
+    assert_eq!(r.densification.as_deref(), Some("absgrad"));
+    assert_eq!(r.densify_grad_threshold, Some(0.0006));
+
+    // The resume names the nested setting that differs, not the whole densify section.
+    let mut args = vec![
+        s(&pack_path),
+        "-o",
+        s(&out),
+        "--iterations",
+        "20",
+        "--resume",
+    ];
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("densify.absgrad: checkpoint true, this run false"),
+        "{e}"
+    );
+    assert!(
+        e.contains("densify.grad_threshold: checkpoint 0.0008, this run 0.0002"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("percent_dense"),
+        "unchanged settings listed: {e}"
+    );
+
+    for (extra, says) in [
+        (
+            &["--strategy", "mcmc", "--max-gaussians", "400", "--absgrad"][..],
+            "--absgrad sets when the default strategy clones and splits; --strategy mcmc",
+        ),
+        (&["--strategy", "mcmc", "--max-gaussians", "400"][..], ""),
+        (
+            &["--densify-grad-threshold", "0"][..],
+            "--densify-grad-threshold 0 must be a positive number",
+        ),
+        (
+            &["--densify-grad-threshold", "NaN"][..],
+            "--densify-grad-threshold NaN must be a positive number",
+        ),
+    ] {
+        let dest = dir.path().join("refused");
+        let mut args = vec![s(&pack_path), "-o", s(&dest), "--iterations", "5"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(COMMON);
+        let o = gs_train(&args);
+        if says.is_empty() {
+            // The same MCMC run without the flag starts (the refusal is the flag's).
+            assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+            assert_eq!(report(&dest).densification.as_deref(), Some("mcmc"));
+            assert_eq!(report(&dest).densify_grad_threshold, None);
+            std::fs::remove_dir_all(&dest).unwrap();
+            continue;
+        }
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{extra:?}: {}", stderr(&o));
+        assert!(
+            !dest.exists(),
+            "{extra:?}: a refused run wrote {}",
+            dest.display()
+        );
+    }
 }

@@ -32,6 +32,8 @@ muts=(
  'kernels/sort.cu|peers & ((1u << lane) - 1u)|peers & ((1u << lane) + 1u)'
  'kernels/rasterize_fwd.cu|last_k = b0 - start + j + 1;|last_k = b0 - start + j;'
  'kernels/rasterize_bwd.cu|g_c1 = d_sigma * dx * dy;|g_c1 = d_sigma * dx * dx;'
+ 'kernels/rasterize_bwd.cu|g_a1 = fabsf(g_m1);|g_a1 = g_m1;'
+ 'kernels/rasterize_bwd.cu|atomicAdd(&v_means2d_abs[2 * g + 1], g_a1);|atomicAdd(&v_means2d_abs[2 * g], g_a1);'
  'kernels/raster.cuh|dy = s.my - fy;|dy = s.my - fx;'
  'kernels/rasterize_bwd.cu|        __syncthreads();  // the previous batch is no longer read|        // (barrier removed)'
  'kernels/loss.cu|s[4] += w * (x * y);|s[4] += w * (x * x);'

@@ -27,6 +27,7 @@ use ramsplat::budget::{format_size, parse_size};
 use ramsplat::cli::{print_stdout, report_error, Progress, EXIT_FAILURE};
 use ramsplat::export::ModelFormat;
 use ramsplat::train::demo;
+use ramsplat::train::densify::DensifyConfig;
 use ramsplat::train::mcmc::McmcConfig;
 use ramsplat::train::run::{self, Backend, Event, RunError, RunOptions};
 use ramsplat::train::trainer::Background;
@@ -137,6 +138,17 @@ struct Args {
     /// flag) and gs-render renders them that way.
     #[arg(long)]
     antialiased: bool,
+    /// AbsGS densification (gsplat's --absgrad): the clone/split statistic sums the absolute
+    /// per-pixel gradients of each Gaussian's 2D mean, so one blurring fine detail, whose
+    /// pixels pull it different ways, is split too. Raises the default
+    /// --densify-grad-threshold to 0.0008. Default strategy only.
+    #[arg(long)]
+    absgrad: bool,
+    /// Clone/split a Gaussian where its mean 2D-mean gradient (NDC units) reaches this
+    /// (3DGS's densify_grad_threshold, gsplat's grow_grad2d). Lower: more Gaussians. Default
+    /// 0.0002, or 0.0008 with --absgrad. Default strategy only.
+    #[arg(long, value_name = "G")]
+    densify_grad_threshold: Option<f32>,
     /// Decoding threads.
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -189,6 +201,33 @@ fn options(args: &Args) -> Result<RunOptions> {
             );
         };
         config.mcmc = Some(McmcConfig::with_cap(n));
+        for (given, flag) in [
+            (args.absgrad, "--absgrad"),
+            (
+                args.densify_grad_threshold.is_some(),
+                "--densify-grad-threshold",
+            ),
+        ] {
+            if given {
+                bail!(
+                    "{flag} sets when the default strategy clones and splits; --strategy mcmc \
+                     does not densify on gradients (it relocates by opacity): drop one of the two"
+                );
+            }
+        }
+    }
+    config.densify.absgrad = args.absgrad;
+    if args.absgrad {
+        config.densify.grad_threshold = DensifyConfig::ABSGRAD_GRAD_THRESHOLD;
+    }
+    if let Some(g) = args.densify_grad_threshold {
+        if !(g.is_finite() && g > 0.0) {
+            bail!(
+                "--densify-grad-threshold {g} must be a positive number (3DGS uses 0.0002, \
+                 gsplat suggests 0.0006 to 0.0008 with --absgrad)"
+            );
+        }
+        config.densify.grad_threshold = g;
     }
     if args.random_background {
         config.background = Background::Random;

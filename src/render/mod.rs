@@ -54,6 +54,10 @@ pub struct RenderOptions {
     /// (its small splats are brighter than a classic render shows them); off by default, as in
     /// 3DGS and gsplat.
     pub antialiased: bool,
+    /// Backward also returns [`GaussianGrads::means2d_abs`], the absolute 2D-mean gradient
+    /// AbsGS densifies on (gsplat's `absgrad`). Costs one more pair of floats per tile
+    /// intersection (counted by the preflight) and per Gaussian; off by default.
+    pub absgrad: bool,
 }
 
 /// The name outputs give the mode ([`RenderOptions::antialiased`]): `"antialiased"` or
@@ -73,6 +77,7 @@ impl Default for RenderOptions {
             background: [0.0; 3],
             max_intersection_bytes: DEFAULT_MAX_INTERSECTION_BYTES,
             antialiased: false,
+            absgrad: false,
         }
     }
 }
@@ -114,6 +119,10 @@ pub struct GaussianGrads<F = f32> {
     pub params: Gaussians<F>,
     /// `∂L/∂mean2d` in pixel units (multiply by (W/2, H/2) for 3DGS's NDC-unit threshold).
     pub means2d: Vec<[F; 2]>,
+    /// With [`RenderOptions::absgrad`]: per Gaussian, `Σ_pixels |∂L_pixel/∂mean2d|`
+    /// componentwise, in pixel units like `means2d` (where the signed per-pixel pulls of a
+    /// large splat cancel in `means2d`, they add up here). Empty otherwise.
+    pub means2d_abs: Vec<[F; 2]>,
 }
 
 impl<F: Real> GaussianGrads<F> {

@@ -800,29 +800,55 @@ fn first_non_finite(prefix: &str, g: &Gaussians) -> Option<String> {
     })
 }
 
-/// Names the top-level fields where two configurations differ.
+/// Names the fields where two configurations differ, down to the nested one
+/// (`densify.absgrad: checkpoint true, this run false`).
 fn config_differences(saved: &TrainConfig, run: &TrainConfig) -> Vec<String> {
-    let (a, b) = (
-        serde_json::to_value(saved).unwrap_or_default(),
-        serde_json::to_value(run).unwrap_or_default(),
-    );
+    // Through JSON text: an f32 setting then reads as written (0.0008), where a direct
+    // `to_value` would widen it to 0.0007999999797903001.
+    let value = |c: &TrainConfig| -> serde_json::Value {
+        serde_json::to_string(c)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    };
+    let (a, b) = (value(saved), value(run));
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return vec!["(unreadable configuration)".into()];
     };
-    a.iter()
+    let mut out = Vec::new();
+    for (k, v) in a {
         // The intersection cap follows --ram-budget and only bounds an allocation (a render
-        // over it fails loudly), so a resume may change the budget.
-        .filter(|(k, _)| k.as_str() != "max_intersection_bytes")
-        // How the run started (`--init`): a resume takes it from the checkpoint.
-        .filter(|(k, _)| k.as_str() != "initial_sh_degree")
-        .filter(|(k, v)| b.get(*k) != Some(v))
-        .map(|(k, v)| {
-            format!(
-                "{k}: checkpoint {v}, this run {}",
-                b.get(k).cloned().unwrap_or_default()
-            )
-        })
-        .collect()
+        // over it fails loudly), so a resume may change the budget. How the run started
+        // (`--init`, `initial_sh_degree`): a resume takes it from the checkpoint.
+        if k == "max_intersection_bytes" || k == "initial_sh_degree" {
+            continue;
+        }
+        value_differences(k, v, b.get(k).unwrap_or(&serde_json::Value::Null), &mut out);
+    }
+    out
+}
+
+/// Appends `path: checkpoint A, this run B` for every leaf where `a` and `b` differ; objects
+/// on both sides are compared key by key (a key on one side only counts as `null` on the
+/// other), anything else as a whole.
+fn value_differences(
+    path: &str,
+    a: &serde_json::Value,
+    b: &serde_json::Value,
+    out: &mut Vec<String>,
+) {
+    match (a.as_object(), b.as_object()) {
+        (Some(x), Some(y)) => {
+            let null = serde_json::Value::Null;
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let (va, vb) = (x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null));
+                value_differences(&format!("{path}.{k}"), va, vb, out);
+            }
+        }
+        _ if a != b => out.push(format!("{path}: checkpoint {a}, this run {b}")),
+        _ => {}
+    }
 }
 
 /// Loads and validates a checkpoint written by [`save_state`]: checksums, shapes, finite

@@ -237,6 +237,7 @@ mod tests {
                 let grads = GaussianGrads {
                     params: gr.clone(),
                     means2d: vec![[0.0; 2]; n],
+                    means2d_abs: Vec::new(),
                 };
                 let lr = LearningRates {
                     means: 1.6e-4 / (s + 1) as f64,

@@ -427,14 +427,21 @@ impl DeviceEngine {
         })
     }
 
-    /// Adds the last backward's view to the densification statistics (`kernels/densify.cu`).
-    pub fn accumulate_stats(&mut self, width: u32, height: u32) -> Result<(), DeviceEngineError> {
-        self.accumulate_from(
-            width,
-            height,
-            self.raster.radii(),
-            &self.raster.grads().means2d,
-        )
+    /// Adds the last backward's view to the densification statistics (`kernels/densify.cu`):
+    /// its 2D-mean gradient, or with `absgrad` its absolute 2D-mean gradient (that backward
+    /// must have had [`crate::render::RenderOptions::absgrad`]).
+    pub fn accumulate_stats(
+        &mut self,
+        width: u32,
+        height: u32,
+        absgrad: bool,
+    ) -> Result<(), DeviceEngineError> {
+        let grad = if absgrad {
+            self.raster.means2d_abs()
+        } else {
+            &self.raster.grads().means2d
+        };
+        self.accumulate_from(width, height, self.raster.radii(), grad)
     }
 
     /// The statistics update from explicit radii (`[N]`) and 2D-mean gradients (`[N, 2]`).

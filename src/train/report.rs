@@ -194,6 +194,14 @@ pub struct Report {
     /// rendered). Reports written before the option existed: classic.
     #[serde(default = "classic")]
     pub rasterize_mode: String,
+    /// Densification: `"default"` (3DGS's clone/split/prune on the 2D-mean gradient),
+    /// `"absgrad"` (the same on the absolute gradient, AbsGS) or `"mcmc"`; `null` in reports
+    /// written before it was recorded.
+    #[serde(default)]
+    pub densification: Option<String>,
+    /// The clone/split threshold of `"default"` and `"absgrad"` (NDC units); `null` for MCMC.
+    #[serde(default)]
+    pub densify_grad_threshold: Option<f64>,
     /// Wall time of this process, from start to the report.
     pub wall_s: f64,
     /// Seconds of that spent in the training loop (excluding evaluation and saving).

@@ -1420,6 +1420,26 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             cache_bytes,
             backend: backend_name,
             rasterize_mode: crate::render::rasterize_mode_name(config.antialiased).to_owned(),
+            densification: Some(
+                match (config.mcmc.is_some(), config.uses_absgrad()) {
+                    (true, _) => "mcmc",
+                    (false, true) => "absgrad",
+                    (false, false) => "default",
+                }
+                .to_owned(),
+            ),
+            densify_grad_threshold: config
+                .mcmc
+                .is_none()
+                // Through its shortest decimal form, so 8e-4 reads 0.0008, not 0.00080000004.
+                .then(|| {
+                    config
+                        .densify
+                        .grad_threshold
+                        .to_string()
+                        .parse()
+                        .unwrap_or(f64::NAN)
+                }),
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,

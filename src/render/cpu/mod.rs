@@ -21,7 +21,7 @@ mod tests;
 
 pub use binning::{tile_binning, TileBins};
 pub use project::{project_bwd, project_fwd, tile_rect};
-pub use rasterize::{rasterize_bwd, rasterize_fwd};
+pub use rasterize::{rasterize_bwd, rasterize_fwd, AbsMean2dGrad};
 
 use crate::render::{GaussianGrads, Rasterizer, RenderError, RenderOptions, RenderOutput};
 use crate::scene::camera::Camera;
@@ -210,6 +210,8 @@ pub struct CpuRasterizer<F: Real = f32> {
     last: Vec<u32>,
     isect_grads: Vec<SplatGrad<F>>,
     splat_grads: Vec<SplatGrad<F>>,
+    /// Filled only by backwards with [`RenderOptions::absgrad`].
+    abs: AbsMean2dGrad<F>,
     fingerprint: Option<super::ForwardFingerprint>,
 }
 
@@ -222,6 +224,7 @@ impl<F: Real> CpuRasterizer<F> {
             last: Vec::new(),
             isect_grads: Vec::new(),
             splat_grads: Vec::new(),
+            abs: AbsMean2dGrad::default(),
             fingerprint: None,
         }
     }
@@ -230,6 +233,17 @@ impl<F: Real> CpuRasterizer<F> {
     /// per-intersection gradient slot.
     pub const BYTES_PER_INTERSECTION: u64 =
         (std::mem::size_of::<u32>() + std::mem::size_of::<SplatGrad<F>>()) as u64;
+
+    /// [`Self::BYTES_PER_INTERSECTION`] plus, with [`RenderOptions::absgrad`], the absolute
+    /// 2D-mean gradient's slot: what the preflight of a render with `options` counts.
+    pub fn bytes_per_intersection(options: &RenderOptions) -> u64 {
+        let abs = if options.absgrad {
+            std::mem::size_of::<[F; 2]>() as u64
+        } else {
+            0
+        };
+        Self::BYTES_PER_INTERSECTION + abs
+    }
 
     /// The projected splats of the last forward.
     pub fn splats(&self) -> &[Splat<F>] {
@@ -263,7 +277,7 @@ impl<F: Real> CpuRasterizer<F> {
             &self.splats,
             cam.tiles_x,
             cam.tiles_y,
-            Self::BYTES_PER_INTERSECTION,
+            Self::bytes_per_intersection(options),
             options.max_intersection_bytes,
             &mut self.bins,
         )?;
@@ -341,6 +355,7 @@ impl<F: Real> CpuRasterizer<F> {
             d_image,
             &mut self.isect_grads,
             &mut self.splat_grads,
+            options.absgrad.then_some(&mut self.abs),
         );
         project_bwd(
             params,
@@ -351,6 +366,11 @@ impl<F: Real> CpuRasterizer<F> {
             &self.splat_grads,
             grads,
         );
+        grads.means2d_abs.clear();
+        if options.absgrad {
+            // Culled splats have no intersections, so their sums are already zero.
+            grads.means2d_abs.extend_from_slice(&self.abs.splat);
+        }
         Ok(())
     }
 }

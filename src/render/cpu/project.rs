@@ -389,6 +389,7 @@ pub fn project_bwd<F: Real>(
                 ..
             },
         means2d,
+        ..
     } = grads;
     means
         .par_iter_mut()

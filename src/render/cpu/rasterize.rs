@@ -299,9 +299,37 @@ struct BwdPixel<F> {
     last_color: [F; 3],
 }
 
+/// The absolute 2D-mean gradient of AbsGS ("AbsGS: Recovering Fine Details for 3D Gaussian
+/// Splatting", Ye et al. 2024; gsplat's `absgrad`): per splat, the sum over pixels of
+/// `|∂L_pixel/∂mean2d|`, componentwise, next to the ordinary gradient (the sum of the signed
+/// per-pixel terms, in which opposite pulls on a large splat cancel). Same slots and reduction
+/// order as the gradients, so it is deterministic too.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AbsMean2dGrad<F> {
+    /// Per intersection (resized to the intersection count).
+    pub isect: Vec<[F; 2]>,
+    /// Per splat, reduced in intersection order (resized to `splats.len()`, overwritten).
+    pub splat: Vec<[F; 2]>,
+}
+
+/// `slots` (one per intersection) cut at tile-row boundaries: rows are contiguous in the
+/// intersection list, so each row of tiles gets its own slice to write in parallel.
+pub(super) fn split_rows<'a, T>(bins: &TileBins, mut rest: &'a mut [T]) -> Vec<&'a mut [T]> {
+    let tiles_x = bins.tiles_x as usize;
+    let mut rows = Vec::with_capacity(bins.tiles_y as usize);
+    for ty in 0..bins.tiles_y as usize {
+        let n = bins.tile_offsets[(ty + 1) * tiles_x] - bins.tile_offsets[ty * tiles_x];
+        let (head, tail) = rest.split_at_mut(n);
+        rows.push(head);
+        rest = tail;
+    }
+    rows
+}
+
 /// `rasterize_bwd`: from `d_image` (`3·W·H`) and the forward's `final_t` / `last`, writes the
 /// per-splat gradient of every intersection into `isect_grads` (resized to the intersection
-/// count) and reduces them into `splat_grads` (resized to `splats.len()`, overwritten).
+/// count) and reduces them into `splat_grads` (resized to `splats.len()`, overwritten); with
+/// `abs`, also the absolute 2D-mean gradient ([`AbsMean2dGrad`]).
 #[allow(clippy::too_many_arguments)]
 pub fn rasterize_bwd<F: Real>(
     splats: &[Splat<F>],
@@ -314,6 +342,7 @@ pub fn rasterize_bwd<F: Real>(
     d_image: &[F],
     isect_grads: &mut Vec<SplatGrad<F>>,
     splat_grads: &mut Vec<SplatGrad<F>>,
+    mut abs: Option<&mut AbsMean2dGrad<F>>,
 ) {
     let w = width as usize;
     let h = height as usize;
@@ -325,20 +354,24 @@ pub fn rasterize_bwd<F: Real>(
     let half = F::from_f64(0.5);
     let tiles_x = bins.tiles_x as usize;
 
-    // Split the per-intersection slots at tile-row boundaries (rows are contiguous).
-    let mut row_slices: Vec<&mut [SplatGrad<F>]> = Vec::with_capacity(bins.tiles_y as usize);
-    let mut rest: &mut [SplatGrad<F>] = isect_grads;
-    for ty in 0..bins.tiles_y as usize {
-        let n = bins.tile_offsets[(ty + 1) * tiles_x] - bins.tile_offsets[ty * tiles_x];
-        let (head, tail) = rest.split_at_mut(n);
-        row_slices.push(head);
-        rest = tail;
-    }
+    let row_slices = split_rows(bins, isect_grads);
+    let abs_rows: Vec<Option<&mut [[F; 2]]>> = match abs.as_deref_mut() {
+        Some(a) => {
+            a.isect.clear();
+            a.isect.resize(bins.num_intersections(), [F::ZERO; 2]);
+            split_rows(bins, &mut a.isect)
+                .into_iter()
+                .map(Some)
+                .collect()
+        }
+        None => (0..row_slices.len()).map(|_| None).collect(),
+    };
 
     row_slices
         .into_par_iter()
+        .zip(abs_rows)
         .enumerate()
-        .for_each(|(ty, row_grads)| {
+        .for_each(|(ty, (row_grads, mut row_abs))| {
             let row_base = bins.tile_offsets[ty * tiles_x];
             let y_lo = ty * TS;
             let rows = (h - y_lo).min(TS);
@@ -381,6 +414,9 @@ pub fn rasterize_bwd<F: Real>(
                     &mut packed,
                 );
                 let tile_grads = &mut row_grads[lo - row_base..hi - row_base];
+                let mut tile_abs = row_abs
+                    .as_deref_mut()
+                    .map(|a| &mut a[lo - row_base..hi - row_base]);
                 for k in (0..max_last).rev() {
                     let s = &packed[k];
                     let g = &mut tile_grads[k];
@@ -420,8 +456,16 @@ pub fn rasterize_bwd<F: Real>(
                             d_alpha += -(st.t_final / one_minus) * st.d_bg;
                             // α = o·G, G = e^{−σ}: ∂L/∂σ = −o·G·∂L/∂α.
                             let d_sigma = -s.o * gauss * d_alpha;
-                            g.mean2d[0] += d_sigma * (s.a * dx + s.b * dy);
-                            g.mean2d[1] += d_sigma * (s.c * dy + s.b * dx);
+                            let d_mean = [
+                                d_sigma * (s.a * dx + s.b * dy),
+                                d_sigma * (s.c * dy + s.b * dx),
+                            ];
+                            g.mean2d[0] += d_mean[0];
+                            g.mean2d[1] += d_mean[1];
+                            if let Some(a) = tile_abs.as_deref_mut() {
+                                a[k][0] += d_mean[0].abs();
+                                a[k][1] += d_mean[1].abs();
+                            }
                             g.conic[0] += d_sigma * half * dx * dx;
                             g.conic[1] += d_sigma * dx * dy;
                             g.conic[2] += d_sigma * half * dy * dy;
@@ -436,5 +480,14 @@ pub fn rasterize_bwd<F: Real>(
     splat_grads.resize(splats.len(), SplatGrad::default());
     for (&id, g) in bins.isect_ids.iter().zip(isect_grads.iter()) {
         splat_grads[id as usize].add(g);
+    }
+    if let Some(a) = abs {
+        a.splat.clear();
+        a.splat.resize(splats.len(), [F::ZERO; 2]);
+        for (&id, v) in bins.isect_ids.iter().zip(a.isect.iter()) {
+            let sum = &mut a.splat[id as usize];
+            sum[0] += v[0];
+            sum[1] += v[1];
+        }
     }
 }

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::binning::TileBins;
 use super::project::TILE_SIZE;
-use super::rasterize::{ALPHA_MAX, ALPHA_MIN, SIGMA_CUT_SLACK, T_MIN};
+use super::rasterize::{split_rows, AbsMean2dGrad, ALPHA_MAX, ALPHA_MIN, SIGMA_CUT_SLACK, T_MIN};
 use super::{Splat, SplatGrad};
 use crate::scene::real::Real;
 
@@ -121,7 +121,8 @@ pub fn rasterize_fwd_pixel_major<F: Real>(
 
 /// `rasterize_bwd`: from `d_image` (`3·W·H`) and the forward's `final_t` / `last`, writes the
 /// per-splat gradient of every intersection into `isect_grads` (resized to the intersection
-/// count) and reduces them into `splat_grads` (resized to `splats.len()`, overwritten).
+/// count) and reduces them into `splat_grads` (resized to `splats.len()`, overwritten), and
+/// the absolute 2D-mean gradient into `abs` (always: the reference has no switch to test).
 #[allow(clippy::too_many_arguments)]
 pub fn rasterize_bwd_pixel_major<F: Real>(
     splats: &[Splat<F>],
@@ -134,6 +135,7 @@ pub fn rasterize_bwd_pixel_major<F: Real>(
     d_image: &[F],
     isect_grads: &mut Vec<SplatGrad<F>>,
     splat_grads: &mut Vec<SplatGrad<F>>,
+    abs: &mut AbsMean2dGrad<F>,
 ) {
     let w = width as usize;
     let ts = TILE_SIZE as usize;
@@ -145,20 +147,18 @@ pub fn rasterize_bwd_pixel_major<F: Real>(
     let half = F::from_f64(0.5);
     let tiles_x = bins.tiles_x as usize;
 
-    // Split the per-intersection slots at tile-row boundaries (rows are contiguous).
-    let mut row_slices: Vec<&mut [SplatGrad<F>]> = Vec::with_capacity(bins.tiles_y as usize);
-    let mut rest: &mut [SplatGrad<F>] = isect_grads;
-    for ty in 0..bins.tiles_y as usize {
-        let n = bins.tile_offsets[(ty + 1) * tiles_x] - bins.tile_offsets[ty * tiles_x];
-        let (head, tail) = rest.split_at_mut(n);
-        row_slices.push(head);
-        rest = tail;
-    }
+    abs.isect.clear();
+    abs.isect.resize(bins.num_intersections(), [F::ZERO; 2]);
+    // The per-intersection slots cut at tile-row boundaries (rows are contiguous).
+    let row_slices: Vec<_> = split_rows(bins, isect_grads)
+        .into_iter()
+        .zip(split_rows(bins, &mut abs.isect))
+        .collect();
 
     row_slices
         .into_par_iter()
         .enumerate()
-        .for_each(|(ty, row_grads)| {
+        .for_each(|(ty, (row_grads, row_abs))| {
             let row_base = bins.tile_offsets[ty * tiles_x];
             let y0 = ty * ts;
             let y_end = ((ty + 1) * ts).min(height as usize);
@@ -171,6 +171,7 @@ pub fn rasterize_bwd_pixel_major<F: Real>(
                 }
                 gather(splats, bins.tile(t_idx), &mut packed);
                 let tile_grads = &mut row_grads[lo - row_base..hi - row_base];
+                let tile_abs = &mut row_abs[lo - row_base..hi - row_base];
                 let x_end = ((tx + 1) * ts).min(w);
                 for y in y0..y_end {
                     let py = F::from_f64(y as f64) + half;
@@ -221,8 +222,14 @@ pub fn rasterize_bwd_pixel_major<F: Real>(
                             d_alpha += -(t_final / one_minus) * d_bg;
                             // α = o·G, G = e^{−σ}: ∂L/∂σ = −o·G·∂L/∂α.
                             let d_sigma = -s.o * gauss * d_alpha;
-                            g.mean2d[0] += d_sigma * (s.a * dx + s.b * dy);
-                            g.mean2d[1] += d_sigma * (s.c * dy + s.b * dx);
+                            let d_mean = [
+                                d_sigma * (s.a * dx + s.b * dy),
+                                d_sigma * (s.c * dy + s.b * dx),
+                            ];
+                            g.mean2d[0] += d_mean[0];
+                            g.mean2d[1] += d_mean[1];
+                            tile_abs[k][0] += d_mean[0].abs();
+                            tile_abs[k][1] += d_mean[1].abs();
                             g.conic[0] += d_sigma * half * dx * dx;
                             g.conic[1] += d_sigma * dx * dy;
                             g.conic[2] += d_sigma * half * dy * dy;
@@ -237,6 +244,12 @@ pub fn rasterize_bwd_pixel_major<F: Real>(
     splat_grads.resize(splats.len(), SplatGrad::default());
     for (&id, g) in bins.isect_ids.iter().zip(isect_grads.iter()) {
         splat_grads[id as usize].add(g);
+    }
+    abs.splat.clear();
+    abs.splat.resize(splats.len(), [F::ZERO; 2]);
+    for (&id, v) in bins.isect_ids.iter().zip(abs.isect.iter()) {
+        abs.splat[id as usize][0] += v[0];
+        abs.splat[id as usize][1] += v[1];
     }
 }
 
@@ -289,6 +302,7 @@ mod tests {
                 .map(|_| rng.uniform(-1.0, 1.0) as f32)
                 .collect();
             let (mut ig1, mut sg1, mut ig2, mut sg2) = (vec![], vec![], vec![], vec![]);
+            let (mut abs1, mut abs2) = (AbsMean2dGrad::default(), AbsMean2dGrad::default());
             rasterize_bwd(
                 r.splats(),
                 r.bins(),
@@ -300,6 +314,7 @@ mod tests {
                 &d,
                 &mut ig1,
                 &mut sg1,
+                Some(&mut abs1),
             );
             rasterize_bwd_pixel_major(
                 r.splats(),
@@ -312,9 +327,42 @@ mod tests {
                 &d,
                 &mut ig2,
                 &mut sg2,
+                &mut abs2,
             );
             assert_eq!(sg1, sg2);
             assert!(sg1.iter().any(|g| g.opacity != 0.0));
+            assert_eq!(abs1, abs2);
+            // Without `abs` the gradients are the same (the switch adds, never changes).
+            let (mut ig3, mut sg3) = (vec![], vec![]);
+            rasterize_bwd(
+                r.splats(),
+                r.bins(),
+                w,
+                h,
+                bg,
+                &t,
+                &l,
+                &d,
+                &mut ig3,
+                &mut sg3,
+                None,
+            );
+            assert_eq!(sg1, sg3);
+            // |Σ| ≤ Σ|·| per component, strictly where per-pixel pulls disagree in sign (a
+            // random d_image makes them disagree on most multi-pixel splats).
+            let mut strict = 0;
+            for (g, a) in sg1.iter().zip(&abs1.splat) {
+                for c in 0..2 {
+                    assert!(g.mean2d[c].abs() <= a[c] * (1.0 + 1e-5), "{g:?} {a:?}");
+                    if g.mean2d[c].abs() < 0.5 * a[c] {
+                        strict += 1;
+                    }
+                }
+            }
+            assert!(
+                strict > 10,
+                "only {strict} components with cancelling pulls"
+            );
         }
     }
 }

@@ -477,6 +477,7 @@ impl Kernels {
         final_t: &DeviceBuffer<f32>,
         last: &DeviceBuffer<u32>,
         d_image: &DeviceBuffer<f32>,
+        absgrad: bool,
         v: &mut SplatGradBufs,
     ) -> Result<(), CudaError> {
         let npix = width as usize * height as usize;
@@ -497,6 +498,9 @@ impl Kernels {
         check("v_conics [N,3]", v.conics.len(), 3 * n)?;
         check("v_colors [N,3]", v.colors.len(), 3 * n)?;
         check("v_opacities [N]", v.opacities.len(), n)?;
+        if absgrad {
+            check("v_means2d_abs [N,2]", v.means2d_abs.len(), 2 * n)?;
+        }
         let tiles_x = width.div_ceil(TILE_SIZE);
         let args = [
             ranges.arg(),
@@ -518,9 +522,12 @@ impl Kernels {
             v.conics.arg(),
             v.colors.arg(),
             v.opacities.arg(),
+            U32(absgrad.into()),
+            v.means2d_abs.arg(),
         ];
         // SAFETY: matches rasterize_bwd in kernels/rasterize_bwd.cu; same grid and index
-        // bounds as rasterize_fwd, gradient accumulators hold N entries (checked).
+        // bounds as rasterize_fwd, gradient accumulators hold N entries (checked; the
+        // absolute one only when `absgrad`, the only case the kernel touches it).
         unsafe { self.go("rasterize_bwd", Self::tile_grid(width, height), &args) }?;
         Ok(())
     }
@@ -610,6 +617,9 @@ pub struct SplatGradBufs {
     pub conics: DeviceBuffer<f32>,
     pub colors: DeviceBuffer<f32>,
     pub opacities: DeviceBuffer<f32>,
+    /// The absolute 2D-mean gradient ([`crate::render::GaussianGrads::means2d_abs`]): sized
+    /// and written only by backwards with `absgrad`.
+    pub means2d_abs: DeviceBuffer<f32>,
 }
 
 /// Gradients w.r.t. the stored parameters (project_bwd outputs) in the layout of the

@@ -196,6 +196,7 @@ impl Bufs {
                 conics: f()?,
                 colors: f()?,
                 opacities: f()?,
+                means2d_abs: f()?,
             },
             g: ParamGradBufs {
                 params: DeviceGaussians::new(dev)?,
@@ -608,6 +609,10 @@ impl CudaRasterizer {
             grow(&s, buf, len)?;
             s.memset_zero(buf, len)?;
         }
+        if options.absgrad {
+            grow(&s, &mut b.v.means2d_abs, 2 * n)?;
+            s.memset_zero(&mut b.v.means2d_abs, 2 * n)?;
+        }
         // Zeroed like the host's `GaussianGrads::reset`: project_bwd overwrites the fields it
         // differentiates, and a field it does not know keeps a zero gradient (not stale memory).
         b.g.params.grow_to(&s, n, g.sh_degree)?;
@@ -631,6 +636,7 @@ impl CudaRasterizer {
             &b.final_t,
             &b.last,
             d_image,
+            options.absgrad,
             &mut b.v,
         )?;
         mark(&s, &mut self.profile, "rasterize bwd")?;
@@ -695,6 +701,10 @@ impl CudaRasterizer {
             s.download(b.g.buffer(f), grads.field_mut(f))?;
         }
         download_rows(&s, &b.g.means2d, n, &mut grads.means2d)?;
+        grads.means2d_abs.clear();
+        if options.absgrad {
+            download_rows(&s, &b.v.means2d_abs, n, &mut grads.means2d_abs)?;
+        }
         mark(&s, &mut self.profile, "bwd download")?;
         Ok(())
     }
@@ -713,6 +723,12 @@ impl CudaRasterizer {
     /// The screen radii of the last forward (`[N]`, 0 = not drawn), on the device.
     pub fn radii(&self) -> &DeviceBuffer<u32> {
         &self.b.radii
+    }
+
+    /// The absolute 2D-mean gradient of the last backward (`[N, 2]`, pixel units), on the
+    /// device: meaningful only when that backward had [`RenderOptions::absgrad`].
+    pub fn means2d_abs(&self) -> &DeviceBuffer<f32> {
+        &self.b.v.means2d_abs
     }
 
     /// The parameter gradients of the last backward, on the device.
