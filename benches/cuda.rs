@@ -59,16 +59,19 @@ fn time(r: &mut dyn Rasterizer, g: &Gaussians, cam: &Camera, bwd: bool, reps: us
 
 /// Median seconds of the device-resident path (parameters and ∂L/∂image already on the
 /// device, outputs left there): what a device trainer pays per step for the rasterizer.
+/// `absgrad`: the backward also sums the absolute 2D-mean gradient (`gs-train --absgrad`).
 fn time_resident(
     r: &mut CudaRasterizer,
     g: &Gaussians,
     cam: &Camera,
     bwd: bool,
+    absgrad: bool,
     reps: usize,
 ) -> f64 {
     let dev = r.device().clone();
     let opts = RenderOptions {
         max_intersection_bytes: 16 << 30,
+        absgrad,
         ..RenderOptions::default()
     };
     let mut dg = DeviceGaussians::new(&dev).expect("device model");
@@ -201,7 +204,7 @@ fn main() {
         for bwd in [false, true] {
             let what = if bwd { "fwd+bwd" } else { "fwd" };
             let tg = time(&mut gpu, &g, &cam, bwd, 5);
-            let tr = time_resident(&mut gpu, &g, &cam, bwd, 20);
+            let tr = time_resident(&mut gpu, &g, &cam, bwd, false, 20);
             let tc = time(&mut cpu, &g, &cam, bwd, 2);
             println!(
                 "{n} Gaussians 1920x1080 {what}: cuda resident {:.2} ms, cuda through host \
@@ -212,6 +215,13 @@ fn main() {
                 tc / tg
             );
             if bwd {
+                let ta = time_resident(&mut gpu, &g, &cam, true, true, 20);
+                println!(
+                    "{n} Gaussians 1920x1080 fwd+bwd with absgrad: cuda resident {:.2} ms \
+                     ({:+.1} % against without)",
+                    ta * 1e3,
+                    (ta / tr - 1.0) * 100.0
+                );
                 // Where the time goes: one more run with the device synchronised per stage.
                 gpu.set_profiling(true);
                 time(&mut gpu, &g, &cam, true, 1);

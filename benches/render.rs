@@ -1,5 +1,6 @@
-//! CPU rasterizer benchmark: forward and forward+backward at 640×480 for 5k and 100k random
-//! anisotropic Gaussians (seeded, SH degree 3), median of several runs.
+//! CPU rasterizer benchmark: forward, backward (also with the absolute 2D-mean gradient of
+//! `--absgrad`) and forward+backward at 640×480 for 5k and 100k random anisotropic Gaussians
+//! (seeded, SH degree 3), median of several runs.
 //!
 //! Run: `cargo bench --bench render` (release profile). Prints one line per case.
 //! The scene: means uniform in the camera frustum at depth 2–8, per-axis scales log-uniform so
@@ -92,17 +93,30 @@ fn main() {
             bwd.push((t2 - t1).as_secs_f64());
             both.push((t2 - t0).as_secs_f64());
         }
+        // The backward with the absolute 2D-mean gradient (`gs-train --absgrad`).
+        let abs_opts = RenderOptions {
+            absgrad: true,
+            ..opts
+        };
+        let mut bwd_abs = Vec::new();
+        for _ in 0..runs {
+            r.forward(&g, &cam, &abs_opts, &mut out).unwrap();
+            let t = Instant::now();
+            r.backward(&g, &cam, &abs_opts, &d, &mut grads).unwrap();
+            bwd_abs.push(t.elapsed().as_secs_f64());
+        }
         let visible = out.radii.iter().filter(|&&r| r > 0).count();
         let mean_contrib = out.last_contributor.iter().map(|&c| c as f64).sum::<f64>()
             / out.last_contributor.len() as f64;
         println!(
             "render {W}x{H} n={n} visible={visible} intersections={} mean_last_contributor={mean_contrib:.1} \
-             threads={threads} runs={runs}: forward median {:.1} ms (min {:.1}), backward median {:.1} ms, \
-             forward+backward median {:.1} ms (min {:.1})",
+             threads={threads} runs={runs}: forward median {:.1} ms (min {:.1}), backward median {:.1} ms \
+             (with absgrad {:.1} ms), forward+backward median {:.1} ms (min {:.1})",
             out.num_intersections,
             median(fwd.clone()) * 1e3,
             fwd.iter().cloned().fold(f64::INFINITY, f64::min) * 1e3,
             median(bwd) * 1e3,
+            median(bwd_abs) * 1e3,
             median(both.clone()) * 1e3,
             both.iter().cloned().fold(f64::INFINITY, f64::min) * 1e3,
         );

@@ -720,3 +720,44 @@ fn resident_path_equals_host_path() {
         assert!(r.backward_resident(&other, &cam, &opts, &dd).is_err());
     }
 }
+
+/// Depth maps (`render::depth`, what `gs-render --depth` writes) come from the backend's own
+/// colour path, so the device's equal the CPU's within the image tolerance (relative to the
+/// scene's depths) wherever both drew something, in both rasterization modes.
+#[test]
+fn depth_maps_match_cpu() {
+    use ramsplat::render::depth::{render_depth, DepthScratch, MIN_DEPTH_ALPHA};
+    for mut r in rasterizers() {
+        for antialiased in [false, true] {
+            let g = scene(3000, 31);
+            let cam = camera(150, 90);
+            let opts = RenderOptions {
+                antialiased,
+                ..RenderOptions::default()
+            };
+            let mut scratch = DepthScratch::default();
+            let d = render_depth(&mut r, &g, &cam, &opts, &mut scratch).unwrap();
+            let c = render_depth(&mut CpuRasterizer::new(), &g, &cam, &opts, &mut scratch).unwrap();
+            let (mut compared, mut max_rel, mut alpha_max) = (0usize, 0f32, 0f32);
+            for i in 0..c.depth.len() {
+                alpha_max = alpha_max.max((c.alpha[i] - d.alpha[i]).abs());
+                // Pixels at the no-depth threshold may fall either side of it.
+                if c.alpha[i] < 2.0 * MIN_DEPTH_ALPHA || d.alpha[i] < 2.0 * MIN_DEPTH_ALPHA {
+                    continue;
+                }
+                compared += 1;
+                max_rel = max_rel.max((c.depth[i] - d.depth[i]).abs() / c.depth[i]);
+            }
+            eprintln!(
+                "MEASURED depth {} antialiased={antialiased}: {compared} pixels, max relative \
+                 depth error {max_rel:.2e}, alpha max error {alpha_max:.2e}",
+                r.device().name()
+            );
+            assert!(compared > c.depth.len() / 2, "{compared} pixels with depth");
+            assert!(
+                max_rel <= 1e-3 && alpha_max <= 1e-3,
+                "{max_rel} {alpha_max}"
+            );
+        }
+    }
+}

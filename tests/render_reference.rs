@@ -41,6 +41,12 @@ fn run_ok(cmd: &mut Command) -> std::process::Output {
 
 /// Reads a little-endian float64 C-order .npy (what `np.save` writes for the reference image).
 fn read_npy_f64(path: &Path) -> (Vec<usize>, Vec<f64>) {
+    read_npy(path, "<f8", 8)
+}
+
+/// Reads a little-endian C-order .npy of `descr` (`<f8` or `<f4`, `size` bytes per value) as
+/// f64 values.
+fn read_npy(path: &Path, descr: &str, size: usize) -> (Vec<usize>, Vec<f64>) {
     let b = std::fs::read(path).unwrap();
     assert_eq!(&b[..6], b"\x93NUMPY", "{}: not a .npy", path.display());
     let (hlen, start) = match b[6] {
@@ -51,7 +57,7 @@ fn read_npy_f64(path: &Path) -> (Vec<usize>, Vec<f64>) {
         ),
     };
     let header = std::str::from_utf8(&b[start..start + hlen]).unwrap();
-    assert!(header.contains("'descr': '<f8'"), "{header}");
+    assert!(header.contains(&format!("'descr': '{descr}'")), "{header}");
     assert!(header.contains("'fortran_order': False"), "{header}");
     let shape_txt = header
         .split("'shape': (")
@@ -66,8 +72,11 @@ fn read_npy_f64(path: &Path) -> (Vec<usize>, Vec<f64>) {
         .map(|s| s.trim().parse().unwrap())
         .collect();
     let data: Vec<f64> = b[start + hlen..]
-        .chunks_exact(8)
-        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .chunks_exact(size)
+        .map(|c| match size {
+            4 => f32::from_le_bytes(c.try_into().unwrap()) as f64,
+            _ => f64::from_le_bytes(c.try_into().unwrap()),
+        })
         .collect();
     assert_eq!(data.len(), shape.iter().product::<usize>());
     (shape, data)
@@ -437,6 +446,127 @@ fn gs_render_camera_mode_writes_the_library_render() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("stored SH degree 1"));
+}
+
+/// `--depth`: beside each PNG, the expected depth as a float32 `.npy` that equals the
+/// library's [`render_depth`] on the same backend (CPU here) bit for bit and that numpy loads
+/// with the right shape and NaNs, plus a preview PNG of the image's size; in every mode.
+#[test]
+fn gs_render_depth_writes_npy_and_preview() {
+    use ramsplat::render::depth::{render_depth, DepthScratch};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = small_model(3, 300);
+    let ply = d.join("m.ply");
+    gply::save(&ply, &model, PlyEncoding::BinaryLittleEndian).unwrap();
+    let camera = test_camera(40, 30, 3.0);
+    let cam_path = d.join("cam.json");
+    let cam_json = serde_json::json!({
+        "width": camera.width, "height": camera.height,
+        "fx": camera.intrinsics.fx, "fy": camera.intrinsics.fy,
+        "cx": camera.intrinsics.cx, "cy": camera.intrinsics.cy,
+        "world_to_camera": camera.world_to_camera.to_matrix4(),
+    });
+    std::fs::write(&cam_path, cam_json.to_string()).unwrap();
+    let png = d.join("out.png");
+    run_ok(gs_render().args([
+        "--ply",
+        ply.to_str().unwrap(),
+        "--camera",
+        cam_path.to_str().unwrap(),
+        "-o",
+        png.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--depth",
+    ]));
+    let npy = d.join("out.depth.npy");
+    let (shape, depth) = read_npy(&npy, "<f4", 4);
+    assert_eq!(shape, [30, 40]);
+    let want = render_depth(
+        &mut CpuRasterizer::<f32>::new(),
+        &model,
+        &camera,
+        &RenderOptions::default(),
+        &mut DepthScratch::default(),
+    )
+    .unwrap();
+    let got: Vec<f32> = depth.iter().map(|&v| v as f32).collect();
+    assert_eq!(
+        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want.depth.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    let (finite, empty) = (
+        got.iter().filter(|v| v.is_finite()).count(),
+        got.iter().filter(|v| v.is_nan()).count(),
+    );
+    assert!(finite > 100 && empty > 0, "{finite} finite, {empty} NaN");
+    // The small model sits around z = 0 seen from 3 units: depths near 3.
+    assert!(got
+        .iter()
+        .filter(|v| v.is_finite())
+        .all(|&v| (1.5..4.5).contains(&v)));
+    let preview = image::open(d.join("out.depth.png")).unwrap().to_rgb8();
+    assert_eq!(preview.dimensions(), (40, 30));
+    if common::python_with("gs_render_depth_writes_npy_and_preview", "numpy") {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import sys, numpy as np; a = np.load(sys.argv[1]); \
+                 print(a.shape, a.dtype, int(np.isnan(a).sum()), float(np.nanmax(a)))",
+                npy.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let max = got
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0f32, |a, &b| a.max(b));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("(30, 40) float32 {empty} {}", max as f64)
+        );
+    }
+    // The other modes write the same pair beside each of their images.
+    let list = d.join("cameras.json");
+    std::fs::write(
+        &list,
+        serde_json::json!([{
+            "id": 0, "img_name": "v0", "width": 40, "height": 30,
+            "position": [0.0, 0.0, -3.0],
+            "rotation": [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+            "fx": camera.intrinsics.fx, "fy": camera.intrinsics.fy,
+        }])
+        .to_string(),
+    )
+    .unwrap();
+    let many = d.join("many");
+    run_ok(gs_render().args([
+        "--ply",
+        ply.to_str().unwrap(),
+        "--cameras",
+        list.to_str().unwrap(),
+        "-o",
+        many.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--depth",
+    ]));
+    let (shape, many_depth) = read_npy(&many.join("v0.depth.npy"), "<f4", 4);
+    assert_eq!(shape, [30, 40]);
+    assert!(many.join("v0.depth.png").exists());
+    // The same camera (centre at z = −3 looking along +z): the same depth map.
+    let diff = many_depth
+        .iter()
+        .zip(&depth)
+        .filter(|(a, b)| !(a.is_nan() && b.is_nan()) && (**a - **b).abs() > 1e-4)
+        .count();
+    assert_eq!(diff, 0);
 }
 
 #[test]

@@ -28,6 +28,9 @@ rebuilt on gsplat's public API (`gsplat.rasterization`, `gsplat.strategy.Default
   "valid" region; the loss is read back every step, as simple_trainer's progress bar does;
 - DefaultStrategy() with its defaults (grow grad2d 2e-4, refine 500..15000 every 100, opacity
   reset every 3000, prune opacity 0.005, ...); masked pixels zeroed in render and target.
+  `--absgrad` (simple_trainer's flag, as gs-train --absgrad): DefaultStrategy(absgrad=True)
+  and rasterization(absgrad=True), with grow grad2d 8e-4 (gs-train's default for it) unless
+  `--grow-grad2d` says otherwise.
 Differences from simple_trainer.py, kept on purpose: the images are decoded once and kept in
 pinned host memory (copied to the device each step), where simple_trainer decodes them in
 DataLoader workers; no viewer, TensorBoard, checkpoints, LPIPS or trajectory video; the SSIM
@@ -469,6 +472,11 @@ def main():
     ap.add_argument("--white-background", action="store_true")
     ap.add_argument("--antialiased", action="store_true",
                     help='rasterize_mode="antialiased" (as gs-train --antialiased)')
+    ap.add_argument("--absgrad", action="store_true",
+                    help="AbsGS densification (as gs-train --absgrad; grow grad2d 8e-4)")
+    ap.add_argument("--grow-grad2d", type=float, default=None,
+                    help="DefaultStrategy's grow_grad2d (gs-train --densify-grad-threshold); "
+                         "default 2e-4, or 8e-4 with --absgrad")
     ap.add_argument("--check", action="store_true",
                     help="build data, split, init, optimisers and strategy on the CPU; exit")
     ap.add_argument("--compile-only", action="store_true",
@@ -491,6 +499,9 @@ def main():
 
     fake = os.environ.get("GSPLAT_TRAIN_FAKE_RASTER") == "1"
     if fake:
+        if args.absgrad:
+            ap.error("--absgrad needs gsplat's rasteriser (the fake one has no absolute "
+                     "gradient)")
         rasterization = fake_rasterization  # noqa: F811
     cuda = not (args.check or fake)
     if args.compile_only and fake:
@@ -544,7 +555,8 @@ def main():
         log(f"resuming at iteration {ck['step']} with {len(splats['means'])} Gaussians")
     else:
         splats, optimizers = build_model(pts, rgb, scene_scale, device, args.sh_degree)
-    strategy = DefaultStrategy()
+    grow = args.grow_grad2d if args.grow_grad2d is not None else (8e-4 if args.absgrad else 2e-4)
+    strategy = DefaultStrategy(absgrad=args.absgrad, grow_grad2d=grow)
     strategy.check_sanity(splats, optimizers)
     state = strategy.initialize_state(scene_scale=scene_scale)
     means_sched = torch.optim.lr_scheduler.ExponentialLR(
@@ -593,7 +605,7 @@ def main():
             colors=torch.cat([splats["sh0"], splats["shN"]], 1),
             viewmats=viewmats[i][None], Ks=Ks[i][None], width=f["w"], height=f["h"],
             sh_degree=sh_degree, near_plane=0.01, far_plane=1e10, packed=False,
-            absgrad=False, sparse_grad=False,
+            absgrad=args.absgrad, sparse_grad=False,
             rasterize_mode="antialiased" if args.antialiased else "classic",
             camera_model="pinhole", backgrounds=bgs)
         return colours, alphas, info
@@ -728,6 +740,7 @@ def main():
         "segments": acc["segments"],
         "backend": f"gsplat {gsplat.__version__}", "torch": torch.__version__,
         "rasterize_mode": "antialiased" if args.antialiased else "classic",
+        "densification": "absgrad" if args.absgrad else "default", "grow_grad2d": grow,
         "device_name": torch.cuda.get_device_name() if cuda else "cpu (fake rasteriser)", "seed": args.seed, "init": init,
         "init_points": int(len(pts)), "scene_scale": scene_scale, "ssim_loss": ssim_impl,
         "jit_compile_s": acc["jit_compile_s"], "train_s": train_s,

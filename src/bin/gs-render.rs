@@ -40,6 +40,12 @@
 //! it writes. A view identical to its ground truth has infinite PSNR: it is written as `null`
 //! and left out of `mean_psnr` (counted in `identical_views`).
 //!
+//! `--depth` (every rendering mode) also writes each view's expected depth beside its PNG:
+//! `NAME.depth.npy` (float32, height × width, camera-space z in scene units, NaN where nothing
+//! was drawn; `numpy.load` reads it) and `NAME.depth.png`, a picture of it. The depth is that
+//! of what the image shows, computed by the same backend (`ramsplat::render::depth`); in pack
+//! mode it is the render's (the right half of the side-by-side image).
+//!
 //! Every output file is written under a temporary name in its directory, fsynced and renamed
 //! into place (`ramsplat::fsutil`), so an interrupted run never leaves a truncated PNG or JSON.
 //! Image sizes are checked before any buffer is allocated: a camera beyond `MAX_PIXELS` is
@@ -61,6 +67,7 @@ use ramsplat::eval::{self, safe_stem, to_rgb8, write_png, Score, Scorer};
 use ramsplat::export::cameras_json;
 use ramsplat::export::ply::{GaussianPlyError, LoadOptions};
 use ramsplat::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
+use ramsplat::render::depth::{depth_preview_rgb8, render_depth, write_depth_npy, DepthScratch};
 use ramsplat::render::{
     make_rasterizer, rasterize_mode_name, Backend, Rasterizer, RenderError, RenderOptions,
     RenderOutput,
@@ -148,6 +155,11 @@ struct Args {
     /// the model file says. With --convert: what the converted file says.
     #[arg(long, value_enum, default_value = "auto")]
     rasterize_mode: ModeArg,
+    /// Also write each view's expected depth (camera-space z, scene units, NaN where nothing
+    /// was drawn) beside its PNG: NAME.depth.npy (float32, height × width, for numpy.load)
+    /// and NAME.depth.png, a picture of it (near yellow, far violet, black under half covered).
+    #[arg(long, conflicts_with = "convert")]
+    depth: bool,
 }
 
 /// A loaded model and whether to render it antialiased (the file's word, or the override).
@@ -225,6 +237,8 @@ struct Renderer {
     raster: Box<dyn Rasterizer>,
     options: RenderOptions,
     out: RenderOutput,
+    /// With `--depth`: the depth render's buffers.
+    depth: Option<DepthScratch>,
 }
 
 impl Renderer {
@@ -247,6 +261,7 @@ impl Renderer {
                 ..RenderOptions::default()
             },
             out: RenderOutput::default(),
+            depth: args.depth.then(DepthScratch::default),
         })
     }
 
@@ -255,6 +270,24 @@ impl Renderer {
             .forward(model, camera, &self.options, &mut self.out)
             .context("render failed")?;
         Ok(&self.out.image)
+    }
+
+    /// With `--depth`: renders `camera`'s expected depth and writes it beside `png` (the
+    /// view's image) as `.depth.npy` and `.depth.png`; without, nothing.
+    fn write_depth(&mut self, model: &Gaussians, camera: &Camera, png: &Path) -> Result<()> {
+        let Some(scratch) = &mut self.depth else {
+            return Ok(());
+        };
+        let map = render_depth(self.raster.as_mut(), model, camera, &self.options, scratch)
+            .context("depth render failed")?;
+        write_depth_npy(&png.with_extension("depth.npy"), &map)?;
+        write_png(
+            &png.with_extension("depth.png"),
+            &depth_preview_rgb8(&map),
+            map.width,
+            map.height,
+        )?;
+        Ok(())
     }
 }
 
@@ -328,6 +361,7 @@ fn render_camera(
     let mut rgb = Vec::new();
     to_rgb8(image, &mut rgb);
     write_png(output, &rgb, camera.width, camera.height)?;
+    r.write_depth(&model, &camera, output)?;
     eprintln!(
         "wrote {} ({}x{}, {} Gaussians, SH degree {}, {} backend{})",
         output.display(),
@@ -384,6 +418,8 @@ fn render_camera_list(
         to_rgb8(image, &mut rgb);
         let path = output.join(format!("{}.png", safe_stem(&entry.img_name)));
         write_png(&path, &rgb, camera.width, camera.height)?;
+        r.write_depth(&model, camera, &path)
+            .with_context(|| format!("camera {} ({:?})", entry.id, entry.img_name))?;
         eprintln!("[{}/{}] wrote {}", n + 1, cameras.len(), path.display());
     }
     eprintln!(
@@ -487,12 +523,10 @@ fn render_trajectory(
             .render(&model, camera)
             .with_context(|| format!("trajectory frame {n}"))?;
         to_rgb8(image, &mut rgb);
-        write_png(
-            &output.join(format!("frame_{n:05}.png")),
-            &rgb,
-            camera.width,
-            camera.height,
-        )?;
+        let frame = output.join(format!("frame_{n:05}.png"));
+        write_png(&frame, &rgb, camera.width, camera.height)?;
+        r.write_depth(&model, camera, &frame)
+            .with_context(|| format!("trajectory frame {n}"))?;
         if (n + 1) % 25 == 0 || n + 1 == path.len() {
             eprintln!("[{}/{}] frames", n + 1, path.len());
         }
@@ -570,6 +604,8 @@ fn render_pack(
         let file = eval::view_file_name(i, &v.name);
         let side = eval::side_by_side(&gt, scorer.rgb8(), w, h);
         eval::write_png(&output.join(&file), &side, 2 * w as u32, h as u32)?;
+        r.write_depth(&model, &v.camera, &output.join(&file))
+            .with_context(|| format!("view {i} ({:?})", v.name))?;
         let line = format!("view {i} {}: PSNR {psnr:.2} dB, SSIM {ssim:.4}", v.name);
         match &progress {
             Some(bar) => {

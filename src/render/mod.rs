@@ -25,6 +25,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod depth;
 
 use crate::scene::camera::{Camera, CameraError};
 use crate::scene::gaussians::Gaussians;

@@ -172,12 +172,24 @@ impl DeviceBytes {
     }
 }
 
-/// Device bytes per Gaussian: the host model's items ([`model_bytes`]) plus the second copy of
-/// the parameters and both moments (3P floats) that [`DeviceEngine::apply_rows`] gathers into
-/// before it frees the first, so a densification at the planned count still fits.
+/// The CUDA rasterizer's per-Gaussian buffers (`render::cuda`): projection outputs (2D mean
+/// 8, conic 12, opacity 4, colour 12, depth 4, radius 4: 44 B), binning (tiles touched 8, the
+/// depth sort's keys and ids, double-buffered, 24, scanned counts 8: 40 B), the backward's
+/// accumulators (36 B, and 8 more for the absolute 2D-mean gradient with `absgrad`), the depth
+/// sort's histogram (256 counters per 256 keys: 4 B) and the scan's partials (under 1 B):
+/// 133 B, rounded up to 136.
+pub const DEVICE_RENDER_BYTES_PER_GAUSSIAN: u64 = 136;
+
+/// Device bytes per Gaussian: the host model's items ([`model_bytes`], with the device
+/// rasterizer's buffers, [`DEVICE_RENDER_BYTES_PER_GAUSSIAN`], in place of the CPU's) plus the
+/// second copy of the parameters and both moments (3P floats) that
+/// [`DeviceEngine::apply_rows`] gathers into before it frees the first, so a densification at
+/// the planned count still fits.
 pub fn device_bytes_per_gaussian(sh_degree: u32) -> u64 {
     let p = crate::scene::gaussians::floats_per_gaussian(sh_degree) as u64;
-    model_bytes(1, sh_degree) + 3 * 4 * p
+    model_bytes(1, sh_degree) - super::densify::RENDER_BYTES_PER_GAUSSIAN
+        + DEVICE_RENDER_BYTES_PER_GAUSSIAN
+        + 3 * 4 * p
 }
 
 /// [`DeviceBytes`] for `n` Gaussians at `sh_degree`, views of at most `max_pixels` and an

@@ -1969,9 +1969,17 @@ mod tests {
     /// message naming the budget; pruning and training go on. The device memory the run
     /// actually held stays within the plan's itemised bytes for that count (the plan is what
     /// `--vram-budget` is checked against, so an allocation it misses would break the budget).
+    /// With and without `absgrad`, whose backward holds one more per-Gaussian buffer.
     #[test]
     fn the_device_cap_stops_growth_at_its_count() {
-        let cfg = busy_config();
+        for absgrad in [false, true] {
+            let mut cfg = busy_config();
+            cfg.densify.absgrad = absgrad;
+            device_cap_stops_growth(cfg);
+        }
+    }
+
+    fn device_cap_stops_growth(cfg: TrainConfig) {
         let (sh_degree, max_intersection_bytes) = (cfg.sh_degree, cfg.max_intersection_bytes);
         let mut t = device_trainer(cfg);
         let (_, cams, images) = trainer(config(1));
