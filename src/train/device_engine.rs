@@ -800,7 +800,7 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
     use crate::scene::gaussians::Gaussians;
-    use crate::train::densify::{DefaultStrategy, ViewStats};
+    use crate::train::densify::{DefaultStrategy, ViewStats, RENDER_BYTES_PER_GAUSSIAN};
 
     fn model(n: usize, rng: &mut Rng) -> Model {
         let mut g = Gaussians::zeros(n, 1);
@@ -1003,8 +1003,13 @@ mod tests {
     #[test]
     fn device_bytes_itemise_the_plan() {
         let b = device_bytes(1000, 3, 640 * 480, 1 << 20);
-        // SH 3: P = 59 floats; the host items plus 3P floats of densification scratch.
-        assert_eq!(b.model, 1000 * (model_bytes(1, 3) + 3 * 4 * 59));
+        // SH 3: P = 59 floats. Parameters 4P, gradients 4(P + 2), moments 8P (952 B),
+        // statistics 12, the device rasterizer's buffers 136, densification scratch 12P (708).
+        assert_eq!(b.model, 1000 * (952 + 12 + 136 + 708));
+        assert_eq!(
+            b.model,
+            1000 * (model_bytes(1, 3) - RENDER_BYTES_PER_GAUSSIAN + 136 + 3 * 4 * 59)
+        );
         assert_eq!(b.views, 145 * 640 * 480);
         assert_eq!(b.total(), b.model + b.views + (1 << 20));
     }
