@@ -28,7 +28,7 @@
 //! | [`budget`] | RAM budget parsing and formatting, the reservation ledger, the memory floor |
 //! | [`data`] | pack-backed record sources, sampler, byte-budgeted cache, prefetch ring (pageable or page-locked slots) feeding the trainer; `gs-pack bench` |
 //! | [`device`] | device memory, copies and kernel launches: CUDA (driver API + NVRTC) on a GPU, or the host emulation that runs the same kernels in CI |
-//! | [`render`] | the `Rasterizer` trait and backend choice, the CPU reference backend (`render::cpu`, the oracle) and the CUDA backend (`render::cuda`, on [`device`]) |
+//! | [`render`] | the `Rasterizer` trait and backend choice, the CPU reference backend (`render::cpu`, the oracle), the CUDA backend (`render::cuda`, on [`device`]) and depth maps through either (`render::depth`) |
 //! | `kernels/` | the CUDA C++ sources (`*.cu`, shared `*.cuh`) compiled at run time by NVRTC, or by the host C++ compiler with `kernels/host/emulation.h` for the emulation |
 //! | [`metrics`] | PSNR and SSIM |
 //! | [`eval`] | scoring renders against ground truth: the one rule set `gs-train --eval` and `gs-render` share |

@@ -1,5 +1,6 @@
 //! Rendering: the [`Rasterizer`] trait every backend implements, its options, outputs,
-//! gradients and errors, and the CPU reference backend ([`cpu`]).
+//! gradients and errors, the CPU reference backend ([`cpu`]), the CUDA backend ([`cuda`]) and
+//! expected-depth maps through any backend ([`depth`]).
 //!
 //! # Contract between `forward` and `backward`
 //! A trainer renders a view with [`Rasterizer::forward`], computes `∂L/∂image`, then calls

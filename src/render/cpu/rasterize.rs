@@ -21,6 +21,9 @@
 //! gradients are summed per tile into a per-intersection slot, then reduced in intersection
 //! order, so results are identical for any number of threads.
 //!
+//! With [`AbsMean2dGrad`] the backward also sums, per splat, the absolute value of each
+//! pixel's contribution to the 2D-mean gradient (AbsGS's statistic), in slots of its own.
+//!
 //! Backward recovers the transmittance in front of each splat by dividing by `1−α`, starting
 //! from the stored final `T`, and walks from the stored last contributor back to the front, as
 //! 3DGS does. Where `α` is clamped at 0.999 the gradient is taken as if it were not (3DGS and
