@@ -144,9 +144,10 @@ struct Args {
     /// --densify-grad-threshold to 0.0008. Default strategy only.
     #[arg(long)]
     absgrad: bool,
-    /// Clone/split a Gaussian where its mean 2D-mean gradient (NDC units) reaches this
-    /// (3DGS's densify_grad_threshold, gsplat's grow_grad2d). Lower: more Gaussians. Default
-    /// 0.0002, or 0.0008 with --absgrad. Default strategy only.
+    /// Clone/split a Gaussian where the gradient of its 2D mean (NDC units), averaged over
+    /// the views that saw it, reaches this (3DGS's densify_grad_threshold, gsplat's
+    /// grow_grad2d). Lower: more Gaussians. Default 0.0002, or 0.0008 with --absgrad. Default
+    /// strategy only.
     #[arg(long, value_name = "G")]
     densify_grad_threshold: Option<f32>,
     /// Decoding threads.
