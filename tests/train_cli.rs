@@ -1579,16 +1579,23 @@ fn absgrad_runs_report_it_and_resume_only_with_it() {
     let r = report(&out);
     assert_eq!(r.densification.as_deref(), Some("absgrad"));
     assert_eq!(r.densify_grad_threshold, Some(0.0008));
+    assert!(!r.revised_opacity);
 
     let given = dir.path().join("given");
     let mut args = vec![s(&pack_path), "-o", s(&given), "--iterations", "10"];
-    args.extend(["--absgrad", "--densify-grad-threshold", "0.0006"]);
+    args.extend([
+        "--absgrad",
+        "--densify-grad-threshold",
+        "0.0006",
+        "--revised-opacity",
+    ]);
     args.extend_from_slice(COMMON);
     let o = gs_train(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let r = report(&given);
     assert_eq!(r.densification.as_deref(), Some("absgrad"));
     assert_eq!(r.densify_grad_threshold, Some(0.0006));
+    assert!(r.revised_opacity);
 
     // The resume names the nested setting that differs, not the whole densify section.
     let mut args = vec![
@@ -1619,7 +1626,17 @@ fn absgrad_runs_report_it_and_resume_only_with_it() {
     for (extra, says) in [
         (
             &["--strategy", "mcmc", "--max-gaussians", "400", "--absgrad"][..],
-            "--absgrad sets when the default strategy clones and splits; --strategy mcmc",
+            "--absgrad changes how the default strategy clones and splits; --strategy mcmc",
+        ),
+        (
+            &[
+                "--strategy",
+                "mcmc",
+                "--max-gaussians",
+                "400",
+                "--revised-opacity",
+            ][..],
+            "--revised-opacity changes how the default strategy clones and splits",
         ),
         (&["--strategy", "mcmc", "--max-gaussians", "400"][..], ""),
         (

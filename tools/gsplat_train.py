@@ -30,7 +30,8 @@ rebuilt on gsplat's public API (`gsplat.rasterization`, `gsplat.strategy.Default
   reset every 3000, prune opacity 0.005, ...); masked pixels zeroed in render and target.
   `--absgrad` (simple_trainer's flag, as gs-train --absgrad): DefaultStrategy(absgrad=True)
   and rasterization(absgrad=True), with grow grad2d 8e-4 (gs-train's default for it) unless
-  `--grow-grad2d` says otherwise.
+  `--grow-grad2d` says otherwise. `--revised-opacity`: DefaultStrategy(revised_opacity=True)
+  (as gs-train --revised-opacity).
 Differences from simple_trainer.py, kept on purpose: the images are decoded once and kept in
 pinned host memory (copied to the device each step), where simple_trainer decodes them in
 DataLoader workers; no viewer, TensorBoard, checkpoints, LPIPS or trajectory video; the SSIM
@@ -477,6 +478,8 @@ def main():
     ap.add_argument("--grow-grad2d", type=float, default=None,
                     help="DefaultStrategy's grow_grad2d (gs-train --densify-grad-threshold); "
                          "default 2e-4, or 8e-4 with --absgrad")
+    ap.add_argument("--revised-opacity", action="store_true",
+                    help="split children at opacity 1 - sqrt(1 - o) (as gs-train --revised-opacity)")
     ap.add_argument("--check", action="store_true",
                     help="build data, split, init, optimisers and strategy on the CPU; exit")
     ap.add_argument("--compile-only", action="store_true",
@@ -556,7 +559,8 @@ def main():
     else:
         splats, optimizers = build_model(pts, rgb, scene_scale, device, args.sh_degree)
     grow = args.grow_grad2d if args.grow_grad2d is not None else (8e-4 if args.absgrad else 2e-4)
-    strategy = DefaultStrategy(absgrad=args.absgrad, grow_grad2d=grow)
+    strategy = DefaultStrategy(absgrad=args.absgrad, grow_grad2d=grow,
+                               revised_opacity=args.revised_opacity)
     strategy.check_sanity(splats, optimizers)
     state = strategy.initialize_state(scene_scale=scene_scale)
     means_sched = torch.optim.lr_scheduler.ExponentialLR(
@@ -741,6 +745,7 @@ def main():
         "backend": f"gsplat {gsplat.__version__}", "torch": torch.__version__,
         "rasterize_mode": "antialiased" if args.antialiased else "classic",
         "densification": "absgrad" if args.absgrad else "default", "grow_grad2d": grow,
+        "revised_opacity": args.revised_opacity,
         "device_name": torch.cuda.get_device_name() if cuda else "cpu (fake rasteriser)", "seed": args.seed, "init": init,
         "init_points": int(len(pts)), "scene_scale": scene_scale, "ssim_loss": ssim_impl,
         "jit_compile_s": acc["jit_compile_s"], "train_s": train_s,

@@ -150,6 +150,11 @@ struct Args {
     /// strategy only.
     #[arg(long, value_name = "G")]
     densify_grad_threshold: Option<f32>,
+    /// Split children start at opacity 1 − √(1 − o) instead of their parent's o (gsplat's
+    /// --revised_opacity), so the pair covers what the parent covered instead of more.
+    /// Default strategy only.
+    #[arg(long)]
+    revised_opacity: bool,
     /// Decoding threads.
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -208,16 +213,19 @@ fn options(args: &Args) -> Result<RunOptions> {
                 args.densify_grad_threshold.is_some(),
                 "--densify-grad-threshold",
             ),
+            (args.revised_opacity, "--revised-opacity"),
         ] {
             if given {
                 bail!(
-                    "{flag} sets when the default strategy clones and splits; --strategy mcmc \
-                     does not densify on gradients (it relocates by opacity): drop one of the two"
+                    "{flag} changes how the default strategy clones and splits; --strategy \
+                     mcmc neither clones nor splits on gradients (it relocates dead Gaussians \
+                     by opacity): drop one of the two"
                 );
             }
         }
     }
     config.densify.absgrad = args.absgrad;
+    config.densify.revised_opacity = args.revised_opacity;
     if args.absgrad {
         config.densify.grad_threshold = DensifyConfig::ABSGRAD_GRAD_THRESHOLD;
     }

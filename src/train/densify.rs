@@ -19,6 +19,9 @@
 //! - if `s % opacity_reset_interval == 0` (or `s == from_iter` on a white background):
 //!   opacity ← min(opacity, 0.01) (in logit space) with the opacity moments zeroed.
 //!
+//! With [`DensifyConfig::revised_opacity`] the split children start at opacity `1 − √(1 − o)`
+//! instead of the parent's `o` (gsplat's `revised_opacity`) and are pruned by it.
+//!
 //! With [`DensifyConfig::absgrad`] (AbsGS, Ye et al. 2024, as gsplat's `absgrad`), the
 //! statistics take the *absolute* 2D-mean gradient instead: per view `Σ_pixels
 //! |∂L_pixel/∂mean2d|` componentwise, then the same (W/2, H/2) scaling and norm. The signed
@@ -341,6 +344,29 @@ pub struct DensifyConfig {
     /// too. Its values are larger: `grad_threshold` is raised with it (see the module doc).
     #[serde(default)]
     pub absgrad: bool,
+    /// Split children get opacity `1 − √(1 − o)` instead of the parent's `o` (Rota Bulò et al.
+    /// 2024, "Revising Densification in Gaussian Splatting"; gsplat's `revised_opacity`), so
+    /// where the two overlap they stack to the parent's opacity rather than to `1 − (1 − o)²`
+    /// ([`revised_split_logit`]). Pruning judges the children by their new opacity.
+    #[serde(default)]
+    pub revised_opacity: bool,
+}
+
+/// The logit of `1 − √(1 − σ(l))`, the revised opacity of a split child of a Gaussian of logit
+/// `l`, computed without cancellation for any finite `l`: with `s = √σ(−l)`, it is
+/// `ln(1 − s) − ln s`, and `ln s = −½·softplus(l)` never rounds to 0 or −∞ in f64 where it
+/// matters. Two such children at full overlap have opacity `1 − (1 − o')² = σ(l)`.
+pub fn revised_split_logit(l: f32) -> f32 {
+    let l = l as f64;
+    let softplus = l.max(0.0) + (-l.abs()).exp().ln_1p();
+    let ln_s = -0.5 * softplus;
+    let r = (-ln_s.exp_m1()).ln() - ln_s;
+    if r.is_finite() {
+        r as f32
+    } else {
+        // l below about −745: e^l underflows; the child's opacity is then half the parent's.
+        (l - std::f64::consts::LN_2) as f32
+    }
 }
 
 impl DensifyConfig {
@@ -366,6 +392,7 @@ impl Default for DensifyConfig {
             // real limit, this is a backstop.
             max_gaussians: 10_000_000,
             absgrad: false,
+            revised_opacity: false,
         }
     }
 }
@@ -677,7 +704,9 @@ impl DefaultStrategy {
                         mean[k] + r[k][0] * z[0] + r[k][1] * z[1] + r[k][2] * z[2]
                     }),
                     log_scale: m.log_scales[i].map(|v| v - shrink),
-                    logit_opacity: None,
+                    logit_opacity: cfg
+                        .revised_opacity
+                        .then(|| revised_split_logit(m.logit_opacities[i])),
                 });
             }
         }
@@ -685,15 +714,17 @@ impl DefaultStrategy {
         let min_logit = logit(cfg.min_opacity);
         let big_world = cfg.prune_world_scale * ext;
         let mut log_scale_of: Vec<Option<[f32; 3]>> = vec![None; rows.len()];
+        let mut logit_of: Vec<Option<f32>> = vec![None; rows.len()];
         for v in &replace {
             log_scale_of[v.row as usize] = Some(v.log_scale);
+            logit_of[v.row as usize] = v.logit_opacity;
         }
         let keep: Vec<bool> = rows
             .iter()
             .enumerate()
             .map(|(r, &src)| {
                 let src = src as usize;
-                let transparent = m.logit_opacities[src] < min_logit;
+                let transparent = logit_of[r].unwrap_or(m.logit_opacities[src]) < min_logit;
                 let scale = log_scale_of[r].unwrap_or(m.log_scales[src]);
                 // Screen radii were accumulated by the originals only (new rows count 0).
                 let large = prune_large
@@ -1058,6 +1089,74 @@ mod tests {
             DensifyStats::zeros(5),
             "statistics restart after densifying"
         );
+    }
+
+    /// `revised_opacity`: the same edit except the split children's opacity, `1 − √(1 − o)`
+    /// of the parent's (two of them stack back to `o`), clones and originals untouched; and
+    /// a child whose revised opacity falls under the pruning bound is pruned.
+    #[test]
+    fn revised_opacity_changes_only_the_split_children() {
+        let run = |revised: bool, parent_logit: f32| {
+            let mut m = scenario();
+            m.gaussians.logit_opacities[1] = parent_logit;
+            let mut s = DefaultStrategy::new(DensifyConfig {
+                revised_opacity: revised,
+                ..DensifyConfig::default()
+            });
+            let none: [[f32; 2]; 4] = [[0.0; 2]; 4];
+            let out = Ctx::new().run(&mut s, &mut m, &view(&[0; 4], &none), 600, &mut |_| 0);
+            (m, out)
+        };
+        let (plain, _) = run(false, 1.0);
+        let (revised, out) = run(true, 1.0);
+        assert_eq!((out.cloned, out.split, out.pruned), (1, 1, 1));
+        let o = sigmoid(1.0) as f64;
+        for child in 3..5 {
+            let r = sigmoid(revised.gaussians.logit_opacities[child]) as f64;
+            assert!((r - (1.0 - (1.0 - o).sqrt())).abs() < 1e-6, "{r}");
+            assert!(
+                (1.0 - (1.0 - r).powi(2) - o).abs() < 1e-6,
+                "two children stack to o"
+            );
+        }
+        let mut same = revised.gaussians.clone();
+        same.logit_opacities[3..5].copy_from_slice(&plain.gaussians.logit_opacities[3..5]);
+        assert_eq!(same, plain.gaussians, "nothing else differs");
+        // A parent at opacity 0.009 (above the 0.005 bound) splits into children at ≈ 0.0045:
+        // pruned with the revision, kept without.
+        let l = logit(0.009);
+        let (plain, out_plain) = run(false, l);
+        let (revised, out_revised) = run(true, l);
+        assert_eq!(out_revised.pruned, out_plain.pruned + 2);
+        assert_eq!(revised.len() + 2, plain.len());
+    }
+
+    #[test]
+    fn revised_split_logit_is_exact_and_finite_everywhere() {
+        for i in -400..=400 {
+            let l = i as f32 * 0.05;
+            let o = 1.0 / (1.0 + (-(l as f64)).exp());
+            let r = revised_split_logit(l) as f64;
+            let child = 1.0 / (1.0 + (-r).exp());
+            // In f64 from the f32 result: the f32 rounding of r is the only error.
+            assert!(
+                ((1.0 - child).powi(2) - (1.0 - o)).abs() <= 1e-6 * (1.0 - o).max(1e-12) + 1e-7,
+                "l {l}: child {child} parent {o}"
+            );
+        }
+        // Far out: finite, ordered, and the asymptotes (l/2 + O(1) above, l − ln 2 below).
+        let big = revised_split_logit(1e6);
+        assert!(big.is_finite() && (big - 5e5).abs() < 1.0, "{big}");
+        let tiny = revised_split_logit(-1e6);
+        assert!(tiny.is_finite() && (tiny - (-1e6 - std::f32::consts::LN_2)).abs() < 1.0);
+        let mut last = f32::NEG_INFINITY;
+        for l in [
+            -1e30f32, -2000.0, -100.0, -1.0, 0.0, 1.0, 100.0, 2000.0, 1e30,
+        ] {
+            let r = revised_split_logit(l);
+            assert!(r.is_finite() && r > last, "{l} -> {r}");
+            last = r;
+        }
     }
 
     #[test]

@@ -202,6 +202,9 @@ pub struct Report {
     /// The clone/split threshold of `"default"` and `"absgrad"` (NDC units); `null` for MCMC.
     #[serde(default)]
     pub densify_grad_threshold: Option<f64>,
+    /// Whether split children started at the revised opacity (`--revised-opacity`).
+    #[serde(default)]
+    pub revised_opacity: bool,
     /// Wall time of this process, from start to the report.
     pub wall_s: f64,
     /// Seconds of that spent in the training loop (excluding evaluation and saving).

@@ -1440,6 +1440,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         .parse()
                         .unwrap_or(f64::NAN)
                 }),
+            revised_opacity: config.mcmc.is_none() && config.densify.revised_opacity,
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,

@@ -1861,6 +1861,15 @@ mod tests {
 
     /// Steps both engines alike (see the callers); returns the Gaussians the run cloned and
     /// split.
+    /// `revised_opacity`: the split children's opacities, planned on the host, are applied
+    /// by the device's row kernels as the host applies them.
+    #[test]
+    fn device_engine_steps_like_the_host_engine_revised_opacity() {
+        let mut cfg = busy_config();
+        cfg.densify.revised_opacity = true;
+        assert!(device_steps_like_host(cfg, "revised opacity", 60) > 50);
+    }
+
     fn device_steps_like_host(cfg: TrainConfig, what: &str, steps: u64) -> usize {
         let (mut host, cams, images) = trainer(cfg.clone());
         let mut dev = device_trainer(cfg);
