@@ -292,6 +292,16 @@ fn test_camera(width: u32, height: u32, z: f64) -> Camera {
     }
 }
 
+/// `camera` in gs-render's camera JSON.
+fn camera_json(camera: &Camera) -> serde_json::Value {
+    serde_json::json!({
+        "width": camera.width, "height": camera.height,
+        "fx": camera.intrinsics.fx, "fy": camera.intrinsics.fy,
+        "cx": camera.intrinsics.cx, "cy": camera.intrinsics.cy,
+        "world_to_camera": camera.world_to_camera.to_matrix4(),
+    })
+}
+
 fn quantise(image: &[f32]) -> Vec<u8> {
     image
         .iter()
@@ -307,14 +317,10 @@ fn gs_render_camera_mode_writes_the_library_render() {
     let ply = d.join("m.ply");
     gply::save(&ply, &model, PlyEncoding::BinaryLittleEndian).unwrap();
     let camera = test_camera(40, 30, 3.0);
-    let cam_json = serde_json::json!({
-        "width": camera.width, "height": camera.height,
-        "fx": camera.intrinsics.fx, "fy": camera.intrinsics.fy,
-        "cx": camera.intrinsics.cx, "cy": camera.intrinsics.cy,
-        "world_to_camera": camera.world_to_camera.to_matrix4(),
-        // Fields other tools add are ignored.
-        "name": "cam_00", "camera_model": {"model": "PINHOLE"},
-    });
+    let mut cam_json = camera_json(&camera);
+    // Fields other tools add are ignored.
+    cam_json["name"] = "cam_00".into();
+    cam_json["camera_model"] = serde_json::json!({"model": "PINHOLE"});
     let cam_path = d.join("cam.json");
     std::fs::write(&cam_path, cam_json.to_string()).unwrap();
     let png = d.join("out.png");
@@ -461,13 +467,7 @@ fn gs_render_depth_writes_npy_and_preview() {
     gply::save(&ply, &model, PlyEncoding::BinaryLittleEndian).unwrap();
     let camera = test_camera(40, 30, 3.0);
     let cam_path = d.join("cam.json");
-    let cam_json = serde_json::json!({
-        "width": camera.width, "height": camera.height,
-        "fx": camera.intrinsics.fx, "fy": camera.intrinsics.fy,
-        "cx": camera.intrinsics.cx, "cy": camera.intrinsics.cy,
-        "world_to_camera": camera.world_to_camera.to_matrix4(),
-    });
-    std::fs::write(&cam_path, cam_json.to_string()).unwrap();
+    std::fs::write(&cam_path, camera_json(&camera).to_string()).unwrap();
     let png = d.join("out.png");
     run_ok(gs_render().args([
         "--ply",

@@ -239,6 +239,8 @@ struct Renderer {
     out: RenderOutput,
     /// With `--depth`: the depth render's buffers.
     depth: Option<DepthScratch>,
+    /// The 8-bit image of the last render (reused across views).
+    rgb: Vec<u8>,
 }
 
 impl Renderer {
@@ -262,6 +264,7 @@ impl Renderer {
             },
             out: RenderOutput::default(),
             depth: args.depth.then(DepthScratch::default),
+            rgb: Vec::new(),
         })
     }
 
@@ -270,6 +273,16 @@ impl Renderer {
             .forward(model, camera, &self.options, &mut self.out)
             .context("render failed")?;
         Ok(&self.out.image)
+    }
+
+    /// Renders `camera` into the PNG `png` and, with `--depth`, its depth beside it.
+    fn render_to_png(&mut self, model: &Gaussians, camera: &Camera, png: &Path) -> Result<()> {
+        let mut rgb = std::mem::take(&mut self.rgb);
+        to_rgb8(self.render(model, camera)?, &mut rgb);
+        let written = write_png(png, &rgb, camera.width, camera.height);
+        self.rgb = rgb;
+        written?;
+        self.write_depth(model, camera, png)
     }
 
     /// With `--depth`: renders `camera`'s expected depth and writes it beside `png` (the
@@ -357,11 +370,7 @@ fn render_camera(
     let camera = read_camera(camera_path)?;
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
-    let image = r.render(&model, &camera)?;
-    let mut rgb = Vec::new();
-    to_rgb8(image, &mut rgb);
-    write_png(output, &rgb, camera.width, camera.height)?;
-    r.write_depth(&model, &camera, output)?;
+    r.render_to_png(&model, &camera, output)?;
     eprintln!(
         "wrote {} ({}x{}, {} Gaussians, SH degree {}, {} backend{})",
         output.display(),
@@ -410,15 +419,9 @@ fn render_camera_list(
     let mut r = Renderer::new(raster, args, &model)?;
     std::fs::create_dir_all(output)
         .with_context(|| format!("cannot create {}", output.display()))?;
-    let mut rgb = Vec::new();
     for (n, (entry, camera)) in cameras.iter().enumerate() {
-        let image = r
-            .render(&model, camera)
-            .with_context(|| format!("camera {} ({:?})", entry.id, entry.img_name))?;
-        to_rgb8(image, &mut rgb);
         let path = output.join(format!("{}.png", safe_stem(&entry.img_name)));
-        write_png(&path, &rgb, camera.width, camera.height)?;
-        r.write_depth(&model, camera, &path)
+        r.render_to_png(&model, camera, &path)
             .with_context(|| format!("camera {} ({:?})", entry.id, entry.img_name))?;
         eprintln!("[{}/{}] wrote {}", n + 1, cameras.len(), path.display());
     }
@@ -517,15 +520,9 @@ fn render_trajectory(
     let mut r = Renderer::new(raster, args, &model)?;
     std::fs::create_dir_all(output)
         .with_context(|| format!("cannot create {}", output.display()))?;
-    let mut rgb = Vec::new();
     for (n, camera) in path.iter().enumerate() {
-        let image = r
-            .render(&model, camera)
-            .with_context(|| format!("trajectory frame {n}"))?;
-        to_rgb8(image, &mut rgb);
         let frame = output.join(format!("frame_{n:05}.png"));
-        write_png(&frame, &rgb, camera.width, camera.height)?;
-        r.write_depth(&model, camera, &frame)
+        r.render_to_png(&model, camera, &frame)
             .with_context(|| format!("trajectory frame {n}"))?;
         if (n + 1) % 25 == 0 || n + 1 == path.len() {
             eprintln!("[{}/{}] frames", n + 1, path.len());
