@@ -77,6 +77,7 @@ __device__ __forceinline__ float mcmc_normal(u64 seed, u64 row, u32 axis) {
 // normals of the row: twin of McmcStrategy::add_noise.
 extern "C" __global__ void mcmc_noise(
     u64 n,                                  // Gaussians
+    u64 first,                              // model row of row 0 (a shard's first row)
     u64 seed,                               // this step's noise seed
     float scale,                            // noise_lr · lr_means
     float k,                                // gate steepness
@@ -91,7 +92,7 @@ extern "C" __global__ void mcmc_noise(
     const float o = mcmc_sigmoid(logit_o[i]);
     const float w = mcmc_sigmoid(-k * (o - t));
     float z[3];
-    for (u32 a = 0; a < 3; ++a) z[a] = mcmc_normal(seed, i, a);
+    for (u32 a = 0; a < 3; ++a) z[a] = mcmc_normal(seed, first + i, a);
     // rotation_matrix: the normalised quaternion's matrix, identity for a zero or non-finite one.
     float q[4] = {rot[4 * i], rot[4 * i + 1], rot[4 * i + 2], rot[4 * i + 3]};
     const float qn = sqrtf(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);

@@ -40,6 +40,20 @@ pub struct CudaDriver {
 impl CudaDriver {
     /// Finds GPU 0, or says in one line why there is none.
     pub fn probe() -> Result<CudaDriver, DeviceError> {
+        CudaDriver::probe_ordinal(0)
+    }
+
+    /// GPUs the driver reports (0 without a driver or GPU; never panics).
+    pub fn count() -> usize {
+        // SAFETY: as in `probe_ordinal`: only tries to dlopen the library.
+        if !unsafe { sys::is_culib_present() } || result::init().is_err() {
+            return 0;
+        }
+        CudaContext::device_count().map_or(0, |c| c.max(0) as usize)
+    }
+
+    /// Finds GPU `ordinal`, or says in one line why there is none.
+    pub fn probe_ordinal(ordinal: usize) -> Result<CudaDriver, DeviceError> {
         // SAFETY: `is_culib_present` only tries to dlopen candidate names and closes them
         // again; it has no precondition and calls nothing in the library.
         if !unsafe { sys::is_culib_present() } {
@@ -52,7 +66,13 @@ impl CudaDriver {
         if count < 1 {
             return Err(DeviceError::NoDevice);
         }
-        let ctx = CudaContext::new(0).map_err(|e| DeviceError::driver("cuCtxCreate", e))?;
+        if ordinal >= count as usize {
+            return Err(DeviceError::TooFewDevices {
+                wanted: ordinal + 1,
+                found: count as usize,
+            });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| DeviceError::driver("cuCtxCreate", e))?;
         let name = ctx
             .name()
             .map_err(|e| DeviceError::driver("cuDeviceGetName", e))?;

@@ -14,6 +14,11 @@ pub enum DeviceError {
     NoDriver,
     #[error("the CUDA driver reports no GPU")]
     NoDevice,
+    #[error(
+        "{wanted} GPUs requested but the CUDA driver reports {found} (CUDA_VISIBLE_DEVICES \
+         decides which are visible): ask for at most {found}"
+    )]
+    TooFewDevices { wanted: usize, found: usize },
     #[error("CUDA driver call `{op}` failed: {message}")]
     Driver { op: &'static str, message: String },
     #[error("NVRTC failed to compile {module} for {arch} ({status}); compile log:\n{log}")]

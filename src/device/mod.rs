@@ -223,6 +223,36 @@ impl Device {
         Ok(Device::wrap(Driver::Cuda(cuda::CudaDriver::probe()?)))
     }
 
+    /// GPU `ordinal` through CUDA (a one-line error without it).
+    pub fn cuda_ordinal(ordinal: usize) -> Result<Device, DeviceError> {
+        Ok(Device::wrap(Driver::Cuda(cuda::CudaDriver::probe_ordinal(
+            ordinal,
+        )?)))
+    }
+
+    /// `count` devices for a run that spreads its model over several (at least one): `count`
+    /// independent emulated devices under `GS_CUDA_EMULATE=1` (each with its own
+    /// `GS_EMU_DEVICE_MEMORY` capacity), else GPUs `0..count`.
+    pub fn open_many(count: usize) -> Result<Vec<Device>, DeviceError> {
+        let count = count.max(1);
+        if emulation_requested() {
+            return (0..count).map(|_| Device::emulated()).collect();
+        }
+        let found = cuda::CudaDriver::count();
+        if found > 0 && found < count {
+            return Err(DeviceError::TooFewDevices {
+                wanted: count,
+                found,
+            });
+        }
+        (0..count).map(Device::cuda_ordinal).collect()
+    }
+
+    /// Whether `self` and `other` are handles to the same device (clones of one [`Device`]).
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// The host emulation (needs a C++20 compiler).
     pub fn emulated() -> Result<Device, DeviceError> {
         Ok(Device::wrap(Driver::Emulated(emulation::EmuDriver::new()?)))
@@ -338,12 +368,25 @@ impl Device {
         src: &[T],
         dst: &mut DeviceBuffer<T>,
     ) -> Result<(), DeviceError> {
+        self.upload_at(src, dst, 0)
+    }
+
+    /// Copies `src` into elements `offset..offset + src.len()` of `dst`.
+    pub fn upload_at<T: Element>(
+        &self,
+        src: &[T],
+        dst: &mut DeviceBuffer<T>,
+        offset: usize,
+    ) -> Result<(), DeviceError> {
         self.check_owner(dst.dev())?;
-        if src.len() > dst.len {
+        if offset
+            .checked_add(src.len())
+            .is_none_or(|end| end > dst.len)
+        {
             return Err(DeviceError::Copy {
                 message: format!(
-                    "upload of {} elements into a buffer of {}",
-                    src.len(),
+                    "upload of elements {offset}..{} into a buffer of {}",
+                    offset.saturating_add(src.len()),
                     dst.len
                 ),
             });
@@ -352,15 +395,16 @@ impl Device {
             return Ok(());
         }
         let bytes = std::mem::size_of_val(src);
-        // SAFETY: `dst` holds at least `bytes` bytes (checked above) and belongs to this
-        // device; `src` is a live slice of `bytes` bytes.
+        let addr = dst.addr + (offset * std::mem::size_of::<T>()) as u64;
+        // SAFETY: `dst` holds at least `offset + src.len()` elements (checked above) and
+        // belongs to this device; `src` is a live slice of `bytes` bytes.
         unsafe {
             match self.driver() {
-                Driver::Cuda(d) => d.htod(dst.addr, src.as_ptr().cast(), bytes),
+                Driver::Cuda(d) => d.htod(addr, src.as_ptr().cast(), bytes),
                 Driver::Emulated(_) => {
                     std::ptr::copy_nonoverlapping(
                         src.as_ptr().cast::<u8>(),
-                        dst.addr as *mut u8,
+                        addr as *mut u8,
                         bytes,
                     );
                     Ok(())
@@ -570,6 +614,69 @@ impl Device {
         }
         self.0.usage.sub(bytes as u64);
     }
+}
+
+/// Host bytes a [`copy_between`] stages at a time: a copy of any size holds at most this much
+/// host memory (what a memory-budgeted run can afford), and the chunks amortise each driver
+/// call's fixed cost.
+pub const STAGING_CHUNK_BYTES: usize = 4 << 20;
+
+/// Copies elements `src_offset..src_offset + len` of `src` into `dst` from `dst_offset`, where
+/// the two buffers may live on different devices: through host memory in chunks of at most
+/// [`STAGING_CHUNK_BYTES`] (`staging` is the reused host buffer). Returns when the bytes are
+/// in `dst`'s device queue (ordered after its earlier work, before its later work).
+///
+/// Every pair of devices takes the same path, so the emulation tests the one GPUs run. A peer
+/// copy (`cuMemcpyPeer`, NVLink) would skip the host; staging is what every driver and
+/// topology supports, and what this layer does for now.
+pub fn copy_between<T: Element>(
+    src: &DeviceBuffer<T>,
+    src_offset: usize,
+    dst: &mut DeviceBuffer<T>,
+    dst_offset: usize,
+    len: usize,
+    staging: &mut Vec<T>,
+) -> Result<(), DeviceError> {
+    let out_of = |what: &str, offset: usize, buf_len: usize| DeviceError::Copy {
+        message: format!(
+            "copy of elements {offset}..{} {what} a buffer of {buf_len}",
+            offset.saturating_add(len)
+        ),
+    };
+    if src_offset.checked_add(len).is_none_or(|e| e > src.len) {
+        return Err(out_of("from", src_offset, src.len));
+    }
+    if dst_offset.checked_add(len).is_none_or(|e| e > dst.len) {
+        return Err(out_of("into", dst_offset, dst.len));
+    }
+    if len == 0 {
+        return Ok(());
+    }
+    let chunk = (STAGING_CHUNK_BYTES / std::mem::size_of::<T>()).max(1);
+    copy_chunked(src, src_offset, dst, dst_offset, len, staging, chunk)
+}
+
+/// [`copy_between`] with `chunk` elements per staged piece (bounds already checked).
+fn copy_chunked<T: Element>(
+    src: &DeviceBuffer<T>,
+    src_offset: usize,
+    dst: &mut DeviceBuffer<T>,
+    dst_offset: usize,
+    len: usize,
+    staging: &mut Vec<T>,
+    chunk: usize,
+) -> Result<(), DeviceError> {
+    let mut done = 0;
+    while done < len {
+        let n = chunk.min(len - done);
+        staging.resize(n, T::default());
+        src.dev
+            .download_from(src, src_offset + done, &mut staging[..n])?;
+        let dev = dst.dev.clone();
+        dev.upload_at(&staging[..n], dst, dst_offset + done)?;
+        done += n;
+    }
+    Ok(())
 }
 
 fn byte_len<T>(len: usize) -> Result<usize, DeviceError> {

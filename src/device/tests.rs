@@ -302,6 +302,49 @@ extern "C" __global__ void oob(unsigned* out) { out[threadIdx.x] = threadIdx.x; 
 "#;
 
 /// The AddressSanitizer runtime of the C++ compiler the emulation uses, if it has one.
+#[test]
+fn copies_between_devices_land_at_their_offsets() {
+    // Two independent devices of each kind (two emulated ones; on a GPU two handles to it,
+    // which still take the staged path), in chunks smaller than the copy.
+    let mut pairs = vec![(Device::emulated().unwrap(), Device::emulated().unwrap())];
+    if let Some(gpu) = test_devices().into_iter().find(|d| !d.is_emulated()) {
+        pairs.push((gpu.clone(), Device::emulated().unwrap()));
+        pairs.push((Device::emulated().unwrap(), gpu));
+    }
+    for (a, b) in pairs {
+        let host: Vec<u32> = (0..1000).map(|i| i * 7 + 1).collect();
+        let mut src = a.alloc::<u32>(1000).unwrap();
+        a.upload(&host, &mut src).unwrap();
+        let mut dst = b.alloc::<u32>(600).unwrap();
+        b.memset_zero(&mut dst, 600).unwrap();
+        let mut staging = Vec::new();
+        copy_chunked(&src, 100, &mut dst, 50, 500, &mut staging, 64).unwrap();
+        copy_between(&src, 0, &mut dst, 0, 3, &mut staging).unwrap();
+        let got = b.download_vec(&dst, 600).unwrap();
+        assert_eq!(&got[..3], &host[..3]);
+        assert!(got[3..50].iter().all(|&v| v == 0));
+        assert_eq!(&got[50..550], &host[100..600]);
+        assert!(got[550..].iter().all(|&v| v == 0));
+        assert!(
+            staging.len() <= 64,
+            "staging held {} elements",
+            staging.len()
+        );
+        // Out of either buffer: refused, nothing copied.
+        let e = copy_between(&src, 600, &mut dst, 0, 401, &mut staging).unwrap_err();
+        assert!(
+            e.to_string().contains("600..1001 from a buffer of 1000"),
+            "{e}"
+        );
+        let e = copy_between(&src, 0, &mut dst, 300, 301, &mut staging).unwrap_err();
+        assert!(
+            e.to_string().contains("300..601 into a buffer of 600"),
+            "{e}"
+        );
+        assert_eq!(b.download_vec(&dst, 600).unwrap(), got);
+    }
+}
+
 fn asan_runtime() -> Option<String> {
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let out = std::process::Command::new(cxx)

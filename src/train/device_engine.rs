@@ -236,7 +236,6 @@ impl RefineHost {
 pub struct DeviceEngine {
     dev: Device,
     raster: CudaRasterizer,
-    loss: DeviceLoss,
     adam: DeviceAdam,
     accumulate: Function,
     gather: Function,
@@ -254,13 +253,61 @@ pub struct DeviceEngine {
     grad_accum: DeviceBuffer<f32>,
     denom: DeviceBuffer<u32>,
     max_radii: DeviceBuffer<u32>,
+    view: ViewLoss,
+    image: Vec<f32>,
+}
+
+/// The staged view and its loss: the target, its mask, `∂L/∂image` and the loss scalars.
+struct ViewLoss {
+    dev: Device,
+    loss: DeviceLoss,
     rgb8: DeviceBuffer<u8>,
     /// Where the staged view's loss mask starts in `rgb8`, when it has one.
     mask: Option<usize>,
     target: DeviceBuffer<f32>,
     d_image: DeviceBuffer<f32>,
     scalars: DeviceBuffer<f64>,
-    image: Vec<f32>,
+}
+
+impl ViewLoss {
+    fn scalars(&self) -> Result<StepScalars, DeviceEngineError> {
+        let mut s = [0.0f64; LOSS_SCALARS];
+        self.dev.download(&self.scalars, &mut s)?;
+        Ok(StepScalars {
+            loss: s[0],
+            l1: s[1],
+            ssim: s[2],
+            mse: s[3],
+        })
+    }
+}
+
+/// Loss and `∂L/∂image` of `image` against the staged view. A masked view's excluded pixels
+/// are zeroed in the render before the loss and in `∂L/∂image` after it.
+fn staged_loss(
+    v: &mut ViewLoss,
+    image: &mut DeviceBuffer<f32>,
+    camera: &Camera,
+    lambda_dssim: f32,
+) -> Result<(), DeviceEngineError> {
+    let npix = camera.width as usize * camera.height as usize;
+    v.dev.grow(&mut v.d_image, 3 * npix)?;
+    if let Some(offset) = v.mask {
+        v.loss.apply_mask(&v.rgb8, offset, npix, image)?;
+    }
+    v.loss.loss_and_grad(
+        image,
+        &v.target,
+        camera.width,
+        camera.height,
+        lambda_dssim,
+        &mut v.d_image,
+        &mut v.scalars,
+    )?;
+    if let Some(offset) = v.mask {
+        v.loss.apply_mask(&v.rgb8, offset, npix, &mut v.d_image)?;
+    }
+    Ok(())
 }
 
 impl DeviceEngine {
@@ -277,7 +324,6 @@ impl DeviceEngine {
         );
         Ok(DeviceEngine {
             raster: CudaRasterizer::on(dev.clone())?,
-            loss: DeviceLoss::new(&dev)?,
             adam: DeviceAdam::new(&dev)?,
             accumulate,
             gather,
@@ -293,11 +339,15 @@ impl DeviceEngine {
             grad_accum: dev.alloc(1)?,
             denom: dev.alloc(1)?,
             max_radii: dev.alloc(1)?,
-            rgb8: dev.alloc(1)?,
-            mask: None,
-            target: dev.alloc(1)?,
-            d_image: dev.alloc(1)?,
-            scalars: dev.alloc(LOSS_SCALARS)?,
+            view: ViewLoss {
+                dev: dev.clone(),
+                loss: DeviceLoss::new(&dev)?,
+                rgb8: dev.alloc(1)?,
+                mask: None,
+                target: dev.alloc(1)?,
+                d_image: dev.alloc(1)?,
+                scalars: dev.alloc(LOSS_SCALARS)?,
+            },
             image: Vec::new(),
             dev,
         })
@@ -374,23 +424,23 @@ impl DeviceEngine {
                 masked,
             });
         }
-        dev.grow(&mut self.rgb8, len)?;
-        dev.grow(&mut self.target, rgb_len)?;
+        let v = &mut self.view;
+        dev.grow(&mut v.rgb8, len)?;
+        dev.grow(&mut v.target, rgb_len)?;
         match frame {
-            Frame::Host(bytes) => dev.upload(bytes, &mut self.rgb8)?,
+            Frame::Host(bytes) => dev.upload(bytes, &mut v.rgb8)?,
             Frame::Pinned(slot, len) => {
                 // The copy waits for the launches already queued (one may still read the
                 // previous view); the compute queue waits for the copy before converting it.
-                dev.upload_async(&self.copies, slot, len, &mut self.rgb8)?;
+                dev.upload_async(&self.copies, slot, len, &mut v.rgb8)?;
                 dev.wait_copies(&self.copies)?;
             }
         }
-        self.loss
-            .rgb8_to_f32(&self.rgb8, rgb_len, &mut self.target)?;
-        self.mask = masked.then_some(rgb_len);
+        v.loss.rgb8_to_f32(&v.rgb8, rgb_len, &mut v.target)?;
+        v.mask = masked.then_some(rgb_len);
         if masked {
-            self.loss
-                .apply_mask(&self.rgb8, rgb_len, rgb_len / 3, &mut self.target)?;
+            v.loss
+                .apply_mask(&v.rgb8, rgb_len, rgb_len / 3, &mut v.target)?;
         }
         Ok(())
     }
@@ -405,38 +455,44 @@ impl DeviceEngine {
         options: &RenderOptions,
         lambda_dssim: f32,
     ) -> Result<StepScalars, DeviceEngineError> {
-        let npix = camera.width as usize * camera.height as usize;
-        let n = 3 * npix;
-        self.dev.grow(&mut self.d_image, n)?;
         self.raster
             .forward_resident(&self.params, camera, options)?;
-        if let Some(offset) = self.mask {
-            self.loss
-                .apply_mask(&self.rgb8, offset, npix, self.raster.image_mut())?;
-        }
-        self.loss.loss_and_grad(
-            self.raster.image(),
-            &self.target,
-            camera.width,
-            camera.height,
-            lambda_dssim,
-            &mut self.d_image,
-            &mut self.scalars,
-        )?;
-        if let Some(offset) = self.mask {
-            self.loss
-                .apply_mask(&self.rgb8, offset, npix, &mut self.d_image)?;
-        }
+        let image = self.raster.image_mut();
+        staged_loss(&mut self.view, image, camera, lambda_dssim)?;
         self.raster
-            .backward_resident(&self.params, camera, options, &self.d_image)?;
-        let mut s = [0.0f64; LOSS_SCALARS];
-        self.dev.download(&self.scalars, &mut s)?;
-        Ok(StepScalars {
-            loss: s[0],
-            l1: s[1],
-            ssim: s[2],
-            mse: s[3],
-        })
+            .backward_resident(&self.params, camera, options, &self.view.d_image)?;
+        self.view.scalars()
+    }
+
+    /// The loss of `image` (a render of `camera` on this engine's device, e.g. a sharded
+    /// render's) against the staged view, with `∂L/∂image` into this engine's buffer
+    /// ([`Self::d_image`]); the scalars are read by [`Self::step_scalars`].
+    pub(crate) fn loss_on(
+        &mut self,
+        image: &mut DeviceBuffer<f32>,
+        camera: &Camera,
+        lambda_dssim: f32,
+    ) -> Result<(), DeviceEngineError> {
+        staged_loss(&mut self.view, image, camera, lambda_dssim)
+    }
+
+    /// `∂L/∂image` of the last loss.
+    pub(crate) fn d_image(&self) -> &DeviceBuffer<f32> {
+        &self.view.d_image
+    }
+
+    /// The scalars of the last loss (a download: waits for the queue).
+    pub(crate) fn step_scalars(&self) -> Result<StepScalars, DeviceEngineError> {
+        self.view.scalars()
+    }
+
+    /// The projecting rasterizer of this engine's model and the model (sharded rendering).
+    pub(crate) fn raster_and_params(&mut self) -> (&mut CudaRasterizer, &DeviceGaussians) {
+        (&mut self.raster, &self.params)
+    }
+
+    pub(crate) fn raster(&self) -> &CudaRasterizer {
+        &self.raster
     }
 
     /// Adds the last backward's view to the densification statistics (`kernels/densify.cu`):
@@ -707,8 +763,28 @@ impl DeviceEngine {
     /// Adds a step's MCMC noise to the means (`kernels/mcmc.cu`, twin of
     /// [`super::mcmc::McmcStrategy::add_noise`]).
     pub fn add_noise(&mut self, noise: NoiseStep) -> Result<(), DeviceEngineError> {
+        self.add_noise_from(noise, 0)
+    }
+
+    /// [`Self::add_noise`] of a shard whose row 0 is row `first` of the model.
+    pub(crate) fn add_noise_from(
+        &mut self,
+        noise: NoiseStep,
+        first: u64,
+    ) -> Result<(), DeviceEngineError> {
         let mcmc = loaded(&mut self.mcmc, &self.dev)?;
-        Ok(mcmc.add_noise(noise, &mut self.params)?)
+        Ok(mcmc.add_noise(noise, &mut self.params, first)?)
+    }
+
+    /// [`Self::regularize`] of a shard of a model of `total` Gaussians: the shard's sums of
+    /// opacities and scales (see [`DeviceMcmc::regularize_shard`]).
+    pub(crate) fn regularize_shard(
+        &mut self,
+        reg: Regularizer,
+        total: usize,
+    ) -> Result<(f64, f64), DeviceEngineError> {
+        let mcmc = loaded(&mut self.mcmc, &self.dev)?;
+        Ok(mcmc.regularize_shard(reg, &self.params, self.raster.grads_mut(), total)?)
     }
 
     /// Opacity ← min(opacity, `max_opacity`) with the opacity moments zeroed, on the device
@@ -778,9 +854,137 @@ impl DeviceEngine {
         loaded(&mut self.mcmc, &self.dev).map(|_| ())
     }
 
-    #[cfg(test)]
-    pub(crate) fn mcmc_loaded(&self) -> bool {
+    /// Whether the MCMC kernels are loaded.
+    pub fn mcmc_loaded(&self) -> bool {
         self.mcmc.is_some()
+    }
+}
+
+/// What the trainer drives when the model is resident on devices: one ([`DeviceEngine`]) or
+/// several ([`super::sharded::ShardedEngine`]). Every method is the [`DeviceEngine`] method of
+/// the same name, over the whole model; row indices (row plans, statistics) are the model's.
+pub trait ResidentEngine {
+    /// The device views are staged from (page-locked ring slots belong to it).
+    fn device(&self) -> &Device;
+    /// Gaussians in the model.
+    fn len(&self) -> usize;
+    fn upload_model(&mut self, model: &Model) -> Result<(), DeviceEngineError>;
+    fn download_model(&self) -> Result<Model, DeviceEngineError>;
+    fn stage_view(
+        &mut self,
+        frame: Frame<'_>,
+        rgb_len: usize,
+        masked: bool,
+    ) -> Result<(), DeviceEngineError>;
+    fn forward_backward(
+        &mut self,
+        camera: &Camera,
+        options: &RenderOptions,
+        lambda_dssim: f32,
+    ) -> Result<StepScalars, DeviceEngineError>;
+    fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError>;
+    fn accumulate_stats(
+        &mut self,
+        width: u32,
+        height: u32,
+        absgrad: bool,
+    ) -> Result<(), DeviceEngineError>;
+    fn refine_inputs(&self) -> Result<RefineHost, DeviceEngineError>;
+    fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError>;
+    fn reset_opacity(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError>;
+    fn adam_step(
+        &mut self,
+        cfg: &AdamConfig,
+        lr: &LearningRates,
+        mask: GroupMask,
+    ) -> Result<(), DeviceEngineError>;
+    fn row_values(&self) -> Result<Model, DeviceEngineError>;
+    fn add_noise(&mut self, noise: NoiseStep) -> Result<(), DeviceEngineError>;
+    /// Renders `camera`; the image (`[H, W, 3]`) on the host.
+    fn render(
+        &mut self,
+        camera: &Camera,
+        options: &RenderOptions,
+    ) -> Result<&mut [f32], DeviceEngineError>;
+    fn load_mcmc(&mut self) -> Result<(), DeviceEngineError>;
+    fn mcmc_loaded(&self) -> bool;
+}
+
+impl ResidentEngine for DeviceEngine {
+    fn device(&self) -> &Device {
+        DeviceEngine::device(self)
+    }
+    fn len(&self) -> usize {
+        DeviceEngine::len(self)
+    }
+    fn upload_model(&mut self, model: &Model) -> Result<(), DeviceEngineError> {
+        DeviceEngine::upload_model(self, model)
+    }
+    fn download_model(&self) -> Result<Model, DeviceEngineError> {
+        DeviceEngine::download_model(self)
+    }
+    fn stage_view(
+        &mut self,
+        frame: Frame<'_>,
+        rgb_len: usize,
+        masked: bool,
+    ) -> Result<(), DeviceEngineError> {
+        DeviceEngine::stage_view(self, frame, rgb_len, masked)
+    }
+    fn forward_backward(
+        &mut self,
+        camera: &Camera,
+        options: &RenderOptions,
+        lambda_dssim: f32,
+    ) -> Result<StepScalars, DeviceEngineError> {
+        DeviceEngine::forward_backward(self, camera, options, lambda_dssim)
+    }
+    fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError> {
+        DeviceEngine::regularize(self, reg)
+    }
+    fn accumulate_stats(
+        &mut self,
+        width: u32,
+        height: u32,
+        absgrad: bool,
+    ) -> Result<(), DeviceEngineError> {
+        DeviceEngine::accumulate_stats(self, width, height, absgrad)
+    }
+    fn refine_inputs(&self) -> Result<RefineHost, DeviceEngineError> {
+        DeviceEngine::refine_inputs(self)
+    }
+    fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError> {
+        DeviceEngine::apply_rows(self, plan)
+    }
+    fn reset_opacity(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
+        DeviceEngine::reset_opacity(self, max_opacity)
+    }
+    fn adam_step(
+        &mut self,
+        cfg: &AdamConfig,
+        lr: &LearningRates,
+        mask: GroupMask,
+    ) -> Result<(), DeviceEngineError> {
+        DeviceEngine::adam_step(self, cfg, lr, mask)
+    }
+    fn row_values(&self) -> Result<Model, DeviceEngineError> {
+        DeviceEngine::row_values(self)
+    }
+    fn add_noise(&mut self, noise: NoiseStep) -> Result<(), DeviceEngineError> {
+        DeviceEngine::add_noise(self, noise)
+    }
+    fn render(
+        &mut self,
+        camera: &Camera,
+        options: &RenderOptions,
+    ) -> Result<&mut [f32], DeviceEngineError> {
+        DeviceEngine::render(self, camera, options)
+    }
+    fn load_mcmc(&mut self) -> Result<(), DeviceEngineError> {
+        DeviceEngine::load_mcmc(self)
+    }
+    fn mcmc_loaded(&self) -> bool {
+        DeviceEngine::mcmc_loaded(self)
     }
 }
 

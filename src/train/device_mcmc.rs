@@ -95,6 +95,24 @@ impl DeviceMcmc {
         if n == 0 {
             return Ok(0.0);
         }
+        let (sum_o, sum_s) = self.regularize_shard(reg, params, grads, n)?;
+        Ok(reg.loss(sum_o, sum_s, n))
+    }
+
+    /// [`Self::regularize`] of one shard of a model of `total` Gaussians (the regularisers
+    /// are means over the whole model): adds the shard's gradients and returns its sums of
+    /// opacities and of scales, for [`Regularizer::loss`] over all shards.
+    pub fn regularize_shard(
+        &mut self,
+        reg: Regularizer,
+        params: &DeviceGaussians,
+        grads: &mut ParamGradBufs,
+        total: usize,
+    ) -> Result<(f64, f64), DeviceMcmcError> {
+        let n = params.n;
+        if n == 0 {
+            return Ok((0.0, 0.0));
+        }
         check(
             n,
             &[
@@ -118,7 +136,7 @@ impl DeviceMcmc {
         )?;
         let blocks = n.div_ceil(BLOCK as usize);
         self.dev.grow(&mut self.partials, 2 * blocks)?;
-        let (d_o, d_s) = reg.factors(n);
+        let (d_o, d_s) = reg.factors(total);
         let args = [
             U64(n as u64),
             F32(d_o),
@@ -145,14 +163,16 @@ impl DeviceMcmc {
         self.dev.download(&self.partials, &mut self.partials_host)?;
         let sum_o: f64 = self.partials_host[..blocks].iter().sum();
         let sum_s: f64 = self.partials_host[blocks..].iter().sum();
-        Ok(reg.loss(sum_o, sum_s, n))
+        Ok((sum_o, sum_s))
     }
 
-    /// Moves `params`' means by the step's noise.
+    /// Moves `params`' means by the step's noise; `first` is the model row of `params`' row
+    /// 0 (0 unless `params` is a shard), which keys each row's normals.
     pub fn add_noise(
         &self,
         noise: NoiseStep,
         params: &mut DeviceGaussians,
+        first: u64,
     ) -> Result<(), DeviceMcmcError> {
         let n = params.n;
         if n == 0 {
@@ -173,6 +193,7 @@ impl DeviceMcmc {
         )?;
         let args = [
             U64(n as u64),
+            U64(first),
             U64(noise.seed),
             F32(noise.scale),
             F32(NOISE_K),
@@ -297,7 +318,7 @@ mod tests {
             let mut params = DeviceGaussians::new(&dev).unwrap();
             params.upload(&dev, &g).unwrap();
             let k = DeviceMcmc::new(&dev).unwrap();
-            k.add_noise(noise, &mut params).unwrap();
+            k.add_noise(noise, &mut params, 0).unwrap();
             let before = g.clone();
             strategy.add_noise(&mut g, noise);
             let moved = (0..n).filter(|&i| g.means[i] != before.means[i]).count();

@@ -9,6 +9,7 @@
 //! | [`device_adam`] | the same Adam step on device-resident parameters and moments (`kernels/adam.cu`) |
 //! | [`device_loss`] | the same loss and the RGB8 → f32 target conversion on a device (`kernels/loss.cu`), for the device trainer |
 //! | [`device_engine`] | the step with the model resident on a device: parameters, moments, statistics, the uploaded view (`kernels/densify.cu` for the statistics) |
+//! | [`sharded`] | the same step with the model split over several devices: each holds consecutive rows, the view's device gathers every shard's splats |
 //! | [`densify`] | the 3DGS densification strategy and the one place that edits all per-Gaussian arrays |
 //! | [`trainer`] | [`TrainConfig`], [`Trainer`] (one step), [`TrainState`] (resume), [`train_loop`] |
 //! | [`checkpoint`], [`report`], [`demo`] | the `gs-train` application layer |
@@ -39,6 +40,7 @@ pub mod init;
 pub mod loss;
 pub mod mcmc;
 pub mod schedule;
+pub mod sharded;
 pub mod trainer;
 
 pub mod checkpoint;

@@ -25,7 +25,7 @@ pub mod sort;
 
 pub use error::CudaError;
 
-use crate::device::{Device, DeviceBuffer, Element};
+use crate::device::{copy_between, Device, DeviceBuffer, Element};
 use crate::render::cpu::binning::{TileBins, REPORTED_LARGEST};
 use crate::render::cpu::{CameraF, GaussianParams, Splat, SplatGrad};
 use crate::render::{
@@ -229,8 +229,23 @@ pub struct CudaRasterizer {
     /// Gaussians covered by the per-splat gradient buffers: set by a backward, cleared by
     /// every forward (a later forward may hold more Gaussians than the buffers).
     grads_n: Option<usize>,
+    /// What the splat buffers hold the projection of (Gaussians, degree, camera, options),
+    /// when they hold one projection (not a gathered set): a sharded render's shard state.
+    projected: Option<super::ForwardFingerprint>,
+    /// Splats of the last [`Self::backward_gathered`] whose gradients the `v` buffers hold.
+    gathered_grads: Option<usize>,
+    /// Host staging of copies between devices (sharded rendering), reused.
+    staging: Staging,
     /// Per-stage wall times of the last forward + backward, when profiling is on.
     profile: Option<Profile>,
+}
+
+/// Reused host buffers of [`crate::device::copy_between`], one per element type.
+#[derive(Default)]
+struct Staging {
+    f: Vec<f32>,
+    u: Vec<u32>,
+    w: Vec<u64>,
 }
 
 /// Stage timing for benchmarks: the device is synchronised at every mark, so each stage's
@@ -267,6 +282,9 @@ impl CudaRasterizer {
             sorted: 0,
             fingerprint: None,
             grads_n: None,
+            projected: None,
+            gathered_grads: None,
+            staging: Staging::default(),
             profile: None,
         })
     }
@@ -321,6 +339,8 @@ impl CudaRasterizer {
     fn begin_forward(&mut self) {
         self.fingerprint = None;
         self.grads_n = None;
+        self.projected = None;
+        self.gathered_grads = None;
         if let Some(p) = &mut self.profile {
             p.stages.clear();
             p.last = Some(std::time::Instant::now());
@@ -334,11 +354,28 @@ impl CudaRasterizer {
         options: &RenderOptions,
     ) -> Result<u64, RenderError> {
         let cam = CameraF::<f32>::new(camera)?;
+        self.project_stage(g, &cam, options)?;
+        self.projected = Some(super::ForwardFingerprint::new(
+            g.n,
+            g.sh_degree,
+            camera,
+            options,
+        ));
+        self.raster_stage(g.n, g.sh_degree, camera, &cam, options)
+    }
+
+    /// `project_fwd` of `g` into this rasterizer's splat buffers (and its camera buffer).
+    fn project_stage(
+        &mut self,
+        g: &DeviceGaussians,
+        cam: &CameraF<f32>,
+        options: &RenderOptions,
+    ) -> Result<(), RenderError> {
         let n = g.n;
         let s = self.dev.clone();
         let coeffs = g.coeffs() as u32;
         let b = &mut self.b;
-        upload(&s, &camera_buffer(&cam), &mut b.cam)?;
+        upload(&s, &camera_buffer(cam), &mut b.cam)?;
         grow(&s, &mut b.means2d, 2 * n)?;
         grow(&s, &mut b.conics, 3 * n)?;
         grow(&s, &mut b.opacities, n)?;
@@ -384,6 +421,22 @@ impl CudaRasterizer {
             )?;
         }
         mark(&s, &mut self.profile, "project")?;
+        Ok(())
+    }
+
+    /// Everything after the projection, from the `n` splats in this rasterizer's buffers:
+    /// depth order, intersection count, preflight, keys, sort, tile ranges, `rasterize_fwd`.
+    /// `sh_degree` is the stored degree of the Gaussians the splats came from (fingerprint).
+    fn raster_stage(
+        &mut self,
+        n: usize,
+        sh_degree: u32,
+        camera: &Camera,
+        cam: &CameraF<f32>,
+        options: &RenderOptions,
+    ) -> Result<u64, RenderError> {
+        let s = self.dev.clone();
+        let b = &mut self.b;
         // Depth order of the Gaussians (see kernels/tile_binning.cu), then the exclusive scan
         // of their tile counts in that order: entry N becomes the total.
         for i in 0..2 {
@@ -510,10 +563,7 @@ impl CudaRasterizer {
         self.m = m;
         self.sorted = sorted;
         self.fingerprint = Some(super::ForwardFingerprint::new(
-            n,
-            g.sh_degree,
-            camera,
-            options,
+            n, sh_degree, camera, options,
         ));
         Ok(m)
     }
@@ -579,6 +629,157 @@ impl CudaRasterizer {
         Ok(&self.b.g)
     }
 
+    /// Sharded rendering, stage 1, on the device holding `g` (one shard of a model split over
+    /// devices, see [`crate::train::sharded`]): projects `g` for `camera` into this
+    /// rasterizer, where the view's rasterizer gathers it ([`Self::rasterize_gathered`]) and
+    /// the shard's backward finds it ([`Self::project_backward_from`]).
+    pub fn project_resident(
+        &mut self,
+        g: &DeviceGaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+    ) -> Result<(), RenderError> {
+        self.begin_forward();
+        g.validate(options.sh_degree)?;
+        let cam = CameraF::<f32>::new(camera)?;
+        self.project_stage(g, &cam, options)?;
+        self.projected = Some(super::ForwardFingerprint::new(
+            g.n,
+            g.sh_degree,
+            camera,
+            options,
+        ));
+        Ok(())
+    }
+
+    /// Sharded rendering, stage 2, on the device that renders `camera`: copies the projected
+    /// splats of every shard (`shards` in model order, each just projected for this camera
+    /// and these options) into this rasterizer one after another, and rasterizes them as one
+    /// model. With the shards holding consecutive rows of a model, the splats are those of
+    /// the whole model in its own order, so the image is the one-device render's, bit for
+    /// bit (same kernels, same inputs). Returns the number of tile intersections.
+    pub fn rasterize_gathered(
+        &mut self,
+        shards: &[&CudaRasterizer],
+        camera: &Camera,
+        options: &RenderOptions,
+    ) -> Result<u64, RenderError> {
+        self.begin_forward();
+        let cam = CameraF::<f32>::new(camera)?;
+        let mut degree = None;
+        let mut n = 0usize;
+        for shard in shards {
+            let fp = shard
+                .projected
+                .as_ref()
+                .filter(|fp| fp.camera == *camera && fp.options == *options)
+                .ok_or(RenderError::StaleForward)?;
+            if degree.is_some_and(|d| d != fp.stored_degree) {
+                return Err(RenderError::StaleForward);
+            }
+            degree = Some(fp.stored_degree);
+            n += fp.n;
+        }
+        let s = self.dev.clone();
+        let b = &mut self.b;
+        upload(&s, &camera_buffer(&cam), &mut b.cam)?;
+        grow(&s, &mut b.means2d, 2 * n)?;
+        grow(&s, &mut b.conics, 3 * n)?;
+        grow(&s, &mut b.opacities, n)?;
+        grow(&s, &mut b.colors, 3 * n)?;
+        grow(&s, &mut b.depths, n)?;
+        grow(&s, &mut b.radii, n)?;
+        grow(&s, &mut b.tiles_touched, n + 1)?;
+        let st = &mut self.staging;
+        let mut at = 0;
+        for shard in shards {
+            let (sb, k) = (&shard.b, shard.projected.as_ref().map_or(0, |fp| fp.n));
+            for (width, from, to) in [
+                (2, &sb.means2d, &mut b.means2d),
+                (3, &sb.conics, &mut b.conics),
+                (1, &sb.opacities, &mut b.opacities),
+                (3, &sb.colors, &mut b.colors),
+                (1, &sb.depths, &mut b.depths),
+            ] {
+                copy_between(from, 0, to, width * at, width * k, &mut st.f)?;
+            }
+            copy_between(&sb.radii, 0, &mut b.radii, at, k, &mut st.u)?;
+            copy_between(&sb.tiles_touched, 0, &mut b.tiles_touched, at, k, &mut st.w)?;
+            at += k;
+        }
+        mark(&s, &mut self.profile, "gather splats")?;
+        self.raster_stage(n, degree.unwrap_or(0), camera, &cam, options)
+    }
+
+    /// Sharded backward, stage 1, on the view's device: `rasterize_bwd` of the last
+    /// [`Self::rasterize_gathered`] from `d_image` (`[H, W, 3]`); the splat gradients stay
+    /// here for each shard's [`Self::project_backward_from`].
+    pub fn backward_gathered(
+        &mut self,
+        camera: &Camera,
+        options: &RenderOptions,
+        d_image: &DeviceBuffer<f32>,
+    ) -> Result<(), RenderError> {
+        let n = self
+            .fingerprint
+            .as_ref()
+            .filter(|fp| fp.camera == *camera && fp.options == *options)
+            .ok_or(RenderError::StaleForward)?
+            .n;
+        if let Some(p) = &mut self.profile {
+            p.last = Some(std::time::Instant::now());
+        }
+        self.raster_backward(n, camera, options, Some(d_image))?;
+        self.gathered_grads = Some(n);
+        Ok(())
+    }
+
+    /// Sharded backward, stage 2, on the device holding `g`: copies the shard's splat
+    /// gradients (rows `offset..offset + g.n` of `view`'s last [`Self::backward_gathered`])
+    /// and runs `project_bwd` against this rasterizer's projection of `g`. The parameter
+    /// gradients ([`Self::grads`]), radii ([`Self::radii`]) and, with absgrad,
+    /// [`Self::means2d_abs`] are then `g`'s for the view, as after a one-device backward.
+    pub fn project_backward_from(
+        &mut self,
+        view: &CudaRasterizer,
+        offset: usize,
+        g: &DeviceGaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+    ) -> Result<&ParamGradBufs, RenderError> {
+        super::ForwardFingerprint::new(g.n, g.sh_degree, camera, options)
+            .check(self.projected.as_ref())?;
+        let view_ok = view.fingerprint.as_ref().is_some_and(|fp| {
+            fp.camera == *camera
+                && fp.options == *options
+                && view.gathered_grads == Some(fp.n)
+                && offset + g.n <= fp.n
+        });
+        if !view_ok {
+            return Err(RenderError::StaleForward);
+        }
+        g.validate(options.sh_degree)?;
+        let n = g.n;
+        let s = self.dev.clone();
+        let (b, st) = (&mut self.b, &mut self.staging);
+        let mut fields = vec![
+            (2, &view.b.v.means2d, &mut b.v.means2d),
+            (3, &view.b.v.conics, &mut b.v.conics),
+            (3, &view.b.v.colors, &mut b.v.colors),
+            (1, &view.b.v.opacities, &mut b.v.opacities),
+        ];
+        if options.absgrad {
+            fields.push((2, &view.b.v.means2d_abs, &mut b.v.means2d_abs));
+        }
+        for (width, from, to) in fields {
+            grow(&s, to, width * n)?;
+            copy_between(from, width * offset, to, 0, width * n, &mut st.f)?;
+        }
+        mark(&s, &mut self.profile, "scatter splat grads")?;
+        self.project_backward(g, options)?;
+        Ok(&self.b.g)
+    }
+
     /// `d_image`: `None` = the rasterizer's own `d_image` buffer (the host path uploads there).
     fn backward_core(
         &mut self,
@@ -587,9 +788,20 @@ impl CudaRasterizer {
         options: &RenderOptions,
         d_image: Option<&DeviceBuffer<f32>>,
     ) -> Result<(), RenderError> {
+        self.raster_backward(g.n, camera, options, d_image)?;
+        self.project_backward(g, options)
+    }
+
+    /// `rasterize_bwd` of the last raster stage (`n` splats) into this rasterizer's `v`
+    /// buffers (zeroed first).
+    fn raster_backward(
+        &mut self,
+        n: usize,
+        camera: &Camera,
+        options: &RenderOptions,
+        d_image: Option<&DeviceBuffer<f32>>,
+    ) -> Result<(), RenderError> {
         let npix = camera.width as usize * camera.height as usize;
-        let n = g.n;
-        let coeffs = g.coeffs();
         let s = self.dev.clone();
         let b = &mut self.b;
         let d_image = d_image.unwrap_or(&b.d_image);
@@ -613,11 +825,6 @@ impl CudaRasterizer {
             grow(&s, &mut b.v.means2d_abs, 2 * n)?;
             s.memset_zero(&mut b.v.means2d_abs, 2 * n)?;
         }
-        // Zeroed like the host's `GaussianGrads::reset`: project_bwd overwrites the fields it
-        // differentiates, and a field it does not know keeps a zero gradient (not stale memory).
-        b.g.params.grow_to(&s, n, g.sh_degree)?;
-        b.g.params.zero(&s)?;
-        grow(&s, &mut b.g.means2d, 2 * n)?;
         let splats = SplatBufs {
             means2d: &b.means2d,
             conics: &b.conics,
@@ -640,6 +847,25 @@ impl CudaRasterizer {
             &mut b.v,
         )?;
         mark(&s, &mut self.profile, "rasterize bwd")?;
+        Ok(())
+    }
+
+    /// `project_bwd` of `g` from the splat gradients in this rasterizer's `v` buffers and the
+    /// projection in its splat buffers (this rasterizer's last projection of `g`).
+    fn project_backward(
+        &mut self,
+        g: &DeviceGaussians,
+        options: &RenderOptions,
+    ) -> Result<(), RenderError> {
+        let n = g.n;
+        let coeffs = g.coeffs();
+        let s = self.dev.clone();
+        let b = &mut self.b;
+        // Zeroed like the host's `GaussianGrads::reset`: project_bwd overwrites the fields it
+        // differentiates, and a field it does not know keeps a zero gradient (not stale memory).
+        b.g.params.grow_to(&s, n, g.sh_degree)?;
+        b.g.params.zero(&s)?;
+        grow(&s, &mut b.g.means2d, 2 * n)?;
         let p = ParamBufs {
             means: g.buffer(Field::Means),
             log_scales: g.buffer(Field::LogScales),
