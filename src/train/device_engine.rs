@@ -868,6 +868,9 @@ pub trait ResidentEngine {
     fn device(&self) -> &Device;
     /// Gaussians in the model.
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     fn upload_model(&mut self, model: &Model) -> Result<(), DeviceEngineError>;
     fn download_model(&self) -> Result<Model, DeviceEngineError>;
     fn stage_view(
