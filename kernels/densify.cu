@@ -29,7 +29,8 @@ extern "C" __global__ void densify_accumulate(
 
 // Output row r of a densified model copies old row src[r] (`width` floats per row); rows with
 // fresh[r] != 0 are zero instead when zero_fresh (new Gaussians' Adam moments). Twin of
-// Model::apply_rows.
+// Model::apply_rows. A row whose src is GS_SKIP_ROW (~0u) is left as it is: a model split
+// over devices fills it from another device's rows (scatter_rows).
 extern "C" __global__ void gather_rows(
     u64 rows,                              // output rows
     u32 width,                             // floats per row
@@ -42,7 +43,22 @@ extern "C" __global__ void gather_rows(
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * width) return;
     const u64 r = i / width, c = i % width;
+    if (src[r] == 0xFFFFFFFFu) return;
     out[i] = (zero_fresh != 0u && fresh[r] != 0) ? 0.0f : in[(u64)src[r] * width + c];
+}
+
+// out[dst[k], :] = in[k, :] (`width` floats per row): rows gathered on another device, put in
+// their places of a sharded model's new rows.
+extern "C" __global__ void scatter_rows(
+    u64 count,
+    u32 width,
+    const u32* __restrict__ dst,   // [count] output row of each input row
+    const float* __restrict__ in,  // [count, width]
+    float* __restrict__ out)       // [*, width]
+{
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count * width) return;
+    out[(u64)dst[i / width] * width + i % width] = in[i];
 }
 
 // out[rows[k], :] = values[k, :] (3 floats per row): the split children's means and scales.

@@ -64,7 +64,7 @@ use crate::scene::gaussians::Field;
 use crate::scene::maths::logit;
 
 use super::adam::{AdamConfig, GroupMask, LearningRates};
-use super::densify::{model_bytes, DensifyStats, Model, RefineInputs, RowPlan};
+use super::densify::{model_bytes, DensifyStats, Model, RefineInputs, RowPlan, RowValues};
 use super::device_adam::{DeviceAdam, DeviceAdamError};
 use super::device_loss::{DeviceLoss, DeviceLossError, LOSS_SCALARS};
 use super::device_mcmc::{DeviceMcmc, DeviceMcmcError};
@@ -73,6 +73,18 @@ use crate::scene::gaussians::Gaussians;
 
 /// Threads per block of the statistics kernel.
 const BLOCK: u32 = 256;
+
+/// A `src` entry of [`DeviceEngine::gather_rows_into`] that leaves its row alone (`gather_rows`
+/// in `kernels/densify.cu` skips it): the row comes from another device.
+pub(crate) const SKIP_ROW: u32 = u32::MAX;
+
+/// Rows of a model being edited on one device: parameters and both Adam moments, each with
+/// `n` rows at the model's degree (see [`DeviceEngine::alloc_rows`]).
+pub(crate) struct Rows {
+    pub(crate) params: DeviceGaussians,
+    pub(crate) exp_avg: DeviceGaussians,
+    pub(crate) exp_avg_sq: DeviceGaussians,
+}
 
 /// `kernels/densify.cu`.
 pub fn module_source() -> ModuleSource {
@@ -85,6 +97,7 @@ pub fn module_source() -> ModuleSource {
             "set_rows3",
             "set_rows1",
             "reset_opacity",
+            "scatter_rows",
         ],
         defines: vec![],
     }
@@ -242,6 +255,7 @@ pub struct DeviceEngine {
     set_rows: Function,
     set_rows1: Function,
     reset: Function,
+    scatter: Function,
     /// The MCMC kernels, loaded on first use (only MCMC runs need them).
     mcmc: Option<DeviceMcmc>,
     copies: CopyStream,
@@ -315,12 +329,13 @@ impl DeviceEngine {
     pub fn new(dev: Device) -> Result<DeviceEngine, DeviceEngineError> {
         let m = dev.load_module(&module_source())?;
         let f = |name: &str| m.function(name).cloned();
-        let (accumulate, gather, set_rows, set_rows1, reset) = (
+        let (accumulate, gather, set_rows, set_rows1, reset, scatter) = (
             f("densify_accumulate")?,
             f("gather_rows")?,
             f("set_rows3")?,
             f("set_rows1")?,
             f("reset_opacity")?,
+            f("scatter_rows")?,
         );
         Ok(DeviceEngine {
             raster: CudaRasterizer::on(dev.clone())?,
@@ -330,6 +345,7 @@ impl DeviceEngine {
             set_rows,
             set_rows1,
             reset,
+            scatter,
             mcmc: None,
             copies: dev.copy_stream()?,
             params: DeviceGaussians::new(&dev)?,
@@ -596,8 +612,6 @@ impl DeviceEngine {
     /// (copies only; the new values come from the host). The buffers are gathered into new
     /// ones of the plan's row count, so a plan that appends rows (MCMC growth) grows them.
     pub fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError> {
-        let dev = self.dev.clone();
-        let rows = plan.src.len();
         if let Some(&bad) = plan.src.iter().find(|&&i| i as usize >= self.params.n) {
             return Err(CudaError::Shape {
                 what: "row plan source",
@@ -606,37 +620,84 @@ impl DeviceEngine {
             }
             .into());
         }
-        let fresh: Vec<u8> = plan.fresh.iter().map(|&f| f as u8).collect();
-        let mut src = dev.alloc::<u32>(rows)?;
-        dev.upload(&plan.src, &mut src)?;
+        let mut rows = self.alloc_rows(plan.src.len())?;
+        self.gather_rows_into(&plan.src, &plan.fresh, &mut rows)?;
+        self.install_rows(rows, &plan.replace)
+    }
+
+    /// Room for `count` rows of this engine's model (parameters and both moments) on its
+    /// device, contents unspecified: what a model edit builds before [`Self::install_rows`].
+    pub(crate) fn alloc_rows(&self, count: usize) -> Result<Rows, DeviceEngineError> {
+        let (dev, degree) = (&self.dev, self.params.sh_degree);
+        let make = || -> Result<DeviceGaussians, DeviceEngineError> {
+            let mut g = DeviceGaussians::new(dev)?;
+            g.grow_to(dev, count, degree)?;
+            Ok(g)
+        };
+        Ok(Rows {
+            params: make()?,
+            exp_avg: make()?,
+            exp_avg_sq: make()?,
+        })
+    }
+
+    /// Row `r` of `out` ← this model's row `src[r]` (its parameters; moments zero where
+    /// `fresh[r]`), for every `r` whose `src[r]` is not [`SKIP_ROW`] (those rows are left as
+    /// they are). `out` may live on this device only.
+    pub(crate) fn gather_rows_into(
+        &self,
+        src: &[u32],
+        fresh: &[bool],
+        out: &mut Rows,
+    ) -> Result<(), DeviceEngineError> {
+        let dev = &self.dev;
+        let rows = src.len();
+        let bad =
+            |what, got, need| -> DeviceEngineError { CudaError::Shape { what, got, need }.into() };
+        if fresh.len() != rows {
+            return Err(bad("row plan fresh flags", fresh.len(), rows));
+        }
+        if out.params.n < rows {
+            return Err(bad("gathered rows", out.params.n, rows));
+        }
+        if let Some(&i) = src
+            .iter()
+            .find(|&&i| i != SKIP_ROW && i as usize >= self.params.n)
+        {
+            return Err(bad("row plan source", self.params.n, i as usize + 1));
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        let fresh: Vec<u8> = fresh.iter().map(|&f| f as u8).collect();
+        let mut src_d = dev.alloc::<u32>(rows)?;
+        dev.upload(src, &mut src_d)?;
         let mut fresh_d = dev.alloc::<u8>(rows)?;
         dev.upload(&fresh, &mut fresh_d)?;
-        let gather_into = |from: &DeviceGaussians,
-                           zero_fresh: bool|
-         -> Result<DeviceGaussians, DeviceEngineError> {
-            let mut out = DeviceGaussians::new(&dev)?;
-            out.n = rows;
-            out.sh_degree = from.sh_degree;
+        for (from, to, zero_fresh) in [
+            (&self.params, &mut out.params, false),
+            (&self.exp_avg, &mut out.exp_avg, true),
+            (&self.exp_avg_sq, &mut out.exp_avg_sq, true),
+        ] {
             for f in Field::ALL {
-                let (input, output) = (from.buffer(f), out.buffer_mut(f));
                 let width = f.width(from.sh_degree);
                 let total = rows * width;
-                dev.grow(output, total.max(1))?;
                 if total == 0 {
                     continue;
                 }
                 let args = [
                     KernelArg::U64(rows as u64),
                     KernelArg::U32(width as u32),
-                    src.arg(),
+                    src_d.arg(),
                     fresh_d.arg(),
                     KernelArg::U32(zero_fresh as u32),
-                    input.arg(),
-                    output.arg(),
+                    from.buffer(f).arg(),
+                    to.buffer_mut(f).arg(),
                 ];
                 // SAFETY: matches gather_rows in kernels/densify.cu; `src` and `fresh` hold
-                // `rows` values, every src entry is below the old row count (checked above), the
-                // input holds old rows × width and the output was grown to rows × width.
+                // `rows` values, every src entry is SKIP_ROW (not read) or below this model's
+                // row count (checked above), the input holds its rows × width and the output
+                // at least `rows` × width (`out` has `rows` rows at this model's degree).
                 unsafe {
                     dev.launch(
                         &self.gather,
@@ -645,18 +706,95 @@ impl DeviceEngine {
                     )
                 }?;
             }
-            Ok(out)
-        };
-        let mut params = gather_into(&self.params, false)?;
-        let exp_avg = gather_into(&self.exp_avg, true)?;
-        let exp_avg_sq = gather_into(&self.exp_avg_sq, true)?;
-        if !plan.replace.is_empty() {
-            let count = plan.replace.len();
-            let at: Vec<u32> = plan.replace.iter().map(|v| v.row).collect();
-            if let Some(&bad) = at.iter().find(|&&r| r as usize >= rows) {
+        }
+        Ok(())
+    }
+
+    /// Row `dst[k]` of `out` ← row `k` of `from` (rows gathered on another device and
+    /// copied here), for every `k`. Both live on this device, at this model's degree.
+    pub(crate) fn scatter_rows_into(
+        &self,
+        from: &Rows,
+        dst: &[u32],
+        out: &mut Rows,
+    ) -> Result<(), DeviceEngineError> {
+        let dev = &self.dev;
+        let count = dst.len();
+        if from.params.n < count {
+            return Err(CudaError::Shape {
+                what: "scattered rows",
+                got: from.params.n,
+                need: count,
+            }
+            .into());
+        }
+        if let Some(&r) = dst.iter().find(|&&r| r as usize >= out.params.n) {
+            return Err(CudaError::Shape {
+                what: "scatter destination",
+                got: out.params.n,
+                need: r as usize + 1,
+            }
+            .into());
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        let mut dst_d = dev.alloc::<u32>(count)?;
+        dev.upload(dst, &mut dst_d)?;
+        for (from, to) in [
+            (&from.params, &mut out.params),
+            (&from.exp_avg, &mut out.exp_avg),
+            (&from.exp_avg_sq, &mut out.exp_avg_sq),
+        ] {
+            for f in Field::ALL {
+                let width = f.width(self.params.sh_degree);
+                let total = count * width;
+                if total == 0 {
+                    continue;
+                }
+                let args = [
+                    KernelArg::U64(count as u64),
+                    KernelArg::U32(width as u32),
+                    dst_d.arg(),
+                    from.buffer(f).arg(),
+                    to.buffer_mut(f).arg(),
+                ];
+                // SAFETY: matches scatter_rows in kernels/densify.cu; `dst` holds `count`
+                // rows, each below `out`'s row count (checked above); `from` holds at least
+                // `count` rows × width, `out` its rows × width, both at this model's degree.
+                unsafe {
+                    dev.launch(
+                        &self.scatter,
+                        LaunchConfig::linear(total as u64, BLOCK)?,
+                        &args,
+                    )
+                }?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes `rows` the model (parameters and moments), applies `replace` (row indices of
+    /// `rows`) and zeroes the statistics: the end of every model edit.
+    pub(crate) fn install_rows(
+        &mut self,
+        rows: Rows,
+        replace: &[RowValues],
+    ) -> Result<(), DeviceEngineError> {
+        let dev = self.dev.clone();
+        let Rows {
+            mut params,
+            exp_avg,
+            exp_avg_sq,
+        } = rows;
+        let n_rows = params.n;
+        if !replace.is_empty() {
+            let count = replace.len();
+            let at: Vec<u32> = replace.iter().map(|v| v.row).collect();
+            if let Some(&bad) = at.iter().find(|&&r| r as usize >= n_rows) {
                 return Err(CudaError::Shape {
                     what: "row plan replacement",
-                    got: rows,
+                    got: n_rows,
                     need: bad as usize + 1,
                 }
                 .into());
@@ -668,8 +806,7 @@ impl DeviceEngine {
                 (0, params.buffer(Field::Means)),
                 (1, params.buffer(Field::LogScales)),
             ] {
-                let host: Vec<f32> = plan
-                    .replace
+                let host: Vec<f32> = replace
                     .iter()
                     .flat_map(|v| if field == 0 { v.mean } else { v.log_scale })
                     .collect();
@@ -681,7 +818,8 @@ impl DeviceEngine {
                     out.arg(),
                 ];
                 // SAFETY: matches set_rows3 in kernels/densify.cu; `at` and `values` hold
-                // `count` rows, each below `rows` (checked), and `out` holds rows × 3 floats.
+                // `count` rows, each below the row count (checked), and `out` holds rows × 3
+                // floats.
                 unsafe {
                     dev.launch(
                         &self.set_rows,
@@ -691,8 +829,7 @@ impl DeviceEngine {
                 }?;
             }
             // Opacity replacements (MCMC's corrected copies): only the rows that carry one.
-            let (at_o, values_o): (Vec<u32>, Vec<f32>) = plan
-                .replace
+            let (at_o, values_o): (Vec<u32>, Vec<f32>) = replace
                 .iter()
                 .filter_map(|v| v.logit_opacity.map(|o| (v.row, o)))
                 .unzip();
@@ -706,11 +843,11 @@ impl DeviceEngine {
                     KernelArg::U64(count as u64),
                     at_d.arg(),
                     values.arg(),
-                    params.buffer(Field::LogitOpacities).arg(),
+                    params.buffer_mut(Field::LogitOpacities).arg(),
                 ];
                 // SAFETY: matches set_rows1 in kernels/densify.cu; `at` and `values` hold
-                // `count` entries, each row below `rows` (checked with the others above), and
-                // the opacities hold `rows` floats.
+                // `count` entries, each row below the row count (checked with the others
+                // above), and the opacities hold that many floats.
                 unsafe {
                     dev.launch(
                         &self.set_rows1,
@@ -720,11 +857,11 @@ impl DeviceEngine {
                 }?;
             }
         }
-        params.n = rows;
+        params.n = n_rows;
         self.params = params;
         self.exp_avg = exp_avg;
         self.exp_avg_sq = exp_avg_sq;
-        let n = rows.max(1);
+        let n = n_rows.max(1);
         dev.grow(&mut self.grad_accum, n)?;
         dev.grow(&mut self.denom, n)?;
         dev.grow(&mut self.max_radii, n)?;

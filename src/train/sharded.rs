@@ -35,26 +35,30 @@
 //!
 //! # Densification
 //! The strategy decides on the host from the concatenated statistics, as for one device; a
-//! [`RowPlan`] (keep, clone, split, append) is applied to the whole model on the host — it
-//! comes home (parameters, moments; the size of a checkpoint), is edited, and is split again
-//! into balanced shards. That is every refine interval (100 steps by default), and keeps the
-//! shards consecutive and balanced after every edit. MCMC's relocation and growth are row
-//! plans too; its regularisers are means over the whole model (each shard scales its
-//! gradients by the total count, the loss sums every shard's sums) and its noise keys each
-//! row's normals by the model row (`first` of `mcmc_noise`), so they are the one-device
-//! values.
+//! [`RowPlan`] (keep, clone, split, append, relocate) of the whole model is applied on the
+//! devices into balanced consecutive shards of the new row count
+//! ([`ShardedEngine::apply_rows`]): each device gathers the new rows whose sources it holds,
+//! and the few whose source lives elsewhere (appended copies, relocations, rows that move to
+//! a neighbour to keep the shards balanced) are gathered there, copied over in chunks and
+//! scattered into place. The model never goes through the host, and the device memory an
+//! edit needs is the one-device edit's (the new rows beside the old) plus one chunk.
+//!
+//! MCMC's regularisers are means over the whole model (each shard scales its gradients by
+//! the total count, the loss sums every shard's sums) and its noise keys each row's normals
+//! by the model row (`first` of `mcmc_noise`), so they are the one-device values.
 
-use crate::device::Device;
+use crate::device::{copy_between, Device};
 use crate::render::cuda::{CudaError, CudaRasterizer};
 use crate::render::RenderOptions;
 use crate::scene::camera::Camera;
 
 use super::adam::{AdamConfig, GroupMask, LearningRates};
-use super::densify::{DensifyStats, Model, RowPlan};
+use super::densify::{DensifyStats, Model, RowPlan, RowValues};
 use super::device_engine::{
-    DeviceEngine, DeviceEngineError, Frame, RefineHost, ResidentEngine, StepScalars,
+    DeviceEngine, DeviceEngineError, Frame, RefineHost, ResidentEngine, Rows, StepScalars, SKIP_ROW,
 };
 use super::mcmc::{NoiseStep, Regularizer};
+use crate::scene::gaussians::Field;
 
 /// The model split over devices (see the module doc).
 pub struct ShardedEngine {
@@ -229,33 +233,91 @@ impl ShardedEngine {
         Ok(all)
     }
 
-    /// Applies a [`RowPlan`] of the whole model: on the host, then re-split into balanced
-    /// shards (see the module doc). The result equals [`DeviceEngine::apply_rows`]'s.
+    /// Applies a [`RowPlan`] of the whole model on the devices, into balanced shards of the
+    /// new row count: each device gathers the new rows whose sources it holds
+    /// (`gather_rows`); rows whose source lives on another device are gathered there in chunks
+    /// of [`ROW_CHUNK`], copied over and put in place (`scatter_rows`). The shards stay
+    /// consecutive, so the result is [`DeviceEngine::apply_rows`]'s, row for row; nothing of
+    /// the model goes through the host but the chunks in flight.
     pub fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError> {
         let n = self.len();
+        let shape =
+            |what, got, need| -> DeviceEngineError { CudaError::Shape { what, got, need }.into() };
         if let Some(&bad) = plan.src.iter().find(|&&i| i as usize >= n) {
-            return Err(CudaError::Shape {
-                what: "row plan source",
-                got: n,
-                need: bad as usize + 1,
-            }
-            .into());
+            return Err(shape("row plan source", n, bad as usize + 1));
         }
-        if let Some(bad) = plan
-            .replace
-            .iter()
-            .find(|v| v.row as usize >= plan.src.len())
-        {
-            return Err(CudaError::Shape {
-                what: "row plan replacement",
-                got: plan.src.len(),
-                need: bad.row as usize + 1,
-            }
-            .into());
+        let total = plan.src.len();
+        if plan.fresh.len() != total {
+            return Err(shape("row plan fresh flags", plan.fresh.len(), total));
         }
-        let mut model = self.download_model()?;
-        model.apply_rows(plan);
-        self.upload_model(&model)
+        if let Some(bad) = plan.replace.iter().find(|v| v.row as usize >= total) {
+            return Err(shape("row plan replacement", total, bad.row as usize + 1));
+        }
+        let k = self.shards.len();
+        // Old shard d holds model rows starts[d]..starts[d + 1].
+        let mut starts = vec![0u32];
+        for shard in &self.shards {
+            starts.push(starts.last().unwrap() + shard.len() as u32);
+        }
+        let owner = |row: u32| starts.partition_point(|&s| s <= row) - 1;
+        let lens: Vec<usize> = (0..k)
+            .map(|e| total / k + usize::from(e < total % k))
+            .collect();
+        let mut built = Vec::with_capacity(k);
+        let mut staging = Vec::new();
+        let mut first = 0usize;
+        for (e, &len) in lens.iter().enumerate() {
+            let (src, fresh) = (
+                &plan.src[first..first + len],
+                &plan.fresh[first..first + len],
+            );
+            let mut rows = self.shards[e].alloc_rows(len)?;
+            let local: Vec<u32> = src
+                .iter()
+                .map(|&s| {
+                    if owner(s) == e {
+                        s - starts[e]
+                    } else {
+                        SKIP_ROW
+                    }
+                })
+                .collect();
+            self.shards[e].gather_rows_into(&local, fresh, &mut rows)?;
+            for d in (0..k).filter(|&d| d != e) {
+                let at: Vec<u32> = (0..len as u32)
+                    .filter(|&r| owner(src[r as usize]) == d)
+                    .collect();
+                for chunk in at.chunks(ROW_CHUNK) {
+                    let from: Vec<u32> =
+                        chunk.iter().map(|&r| src[r as usize] - starts[d]).collect();
+                    let flags: Vec<bool> = chunk.iter().map(|&r| fresh[r as usize]).collect();
+                    let mut sent = self.shards[d].alloc_rows(chunk.len())?;
+                    self.shards[d].gather_rows_into(&from, &flags, &mut sent)?;
+                    let mut received = self.shards[e].alloc_rows(chunk.len())?;
+                    copy_rows(&sent, &mut received, &mut staging)?;
+                    self.shards[e].scatter_rows_into(&received, chunk, &mut rows)?;
+                }
+            }
+            built.push(rows);
+            first += len;
+        }
+        // Every new shard is complete: only now may the old rows go.
+        let mut first = 0u32;
+        for ((shard, rows), len) in self.shards.iter_mut().zip(built).zip(&lens) {
+            let end = first + *len as u32;
+            let replace: Vec<RowValues> = plan
+                .replace
+                .iter()
+                .filter(|v| (first..end).contains(&v.row))
+                .map(|v| RowValues {
+                    row: v.row - first,
+                    ..*v
+                })
+                .collect();
+            shard.install_rows(rows, &replace)?;
+            first = end;
+        }
+        Ok(())
     }
 
     /// [`DeviceEngine::reset_opacity`] on every shard.
@@ -441,6 +503,25 @@ fn rows(model: &Model, start: usize, end: usize) -> Model {
     part
 }
 
+/// Rows per cross-device piece of [`ShardedEngine::apply_rows`]: 16,384 rows of parameters
+/// and moments are 11.6 MB at SH degree 3, the extra device memory an edit holds on each side.
+pub const ROW_CHUNK: usize = 1 << 14;
+
+/// Copies every row of `from` into `to` (same row count and degree, different devices).
+fn copy_rows(from: &Rows, to: &mut Rows, staging: &mut Vec<f32>) -> Result<(), DeviceEngineError> {
+    for (a, b) in [
+        (&from.params, &mut to.params),
+        (&from.exp_avg, &mut to.exp_avg),
+        (&from.exp_avg_sq, &mut to.exp_avg_sq),
+    ] {
+        for f in Field::ALL {
+            let len = a.n * f.width(a.sh_degree);
+            copy_between(a.buffer(f), 0, b.buffer_mut(f), 0, len, staging)?;
+        }
+    }
+    Ok(())
+}
+
 /// Appends `part`'s rows to `model`.
 fn append(model: &mut Model, part: Model) {
     model.gaussians.append(&part.gaussians);
@@ -555,9 +636,9 @@ mod tests {
         }
     }
 
-    /// A row plan of the whole model (keep, drop, copy, replace values, append fresh rows)
-    /// gives the host's result, re-split into balanced shards; an out-of-range plan is refused
-    /// and changes nothing.
+    /// A row plan of the whole model (keep, drop, copy, replace values, append fresh rows,
+    /// rows whose source is on another device) gives the host's result in balanced shards;
+    /// an out-of-range plan is refused and changes nothing.
     #[test]
     fn row_plans_apply_to_the_whole_model() {
         let m = model(10, 3);
@@ -587,6 +668,39 @@ mod tests {
         };
         let err = e.apply_rows(&bad).unwrap_err().to_string();
         assert!(err.contains("row plan source"), "{err}");
+        assert!(e.download_model().unwrap() == want);
+    }
+
+    /// Every row crossing devices, more of them than one chunk: the order of a model of
+    /// 2 × 20,000 rows reversed, with every third row fresh.
+    #[test]
+    fn row_plans_move_rows_across_devices_in_chunks() {
+        let n = 40_000;
+        let mut g = Gaussians::zeros(n, 0);
+        for f in Field::ALL {
+            let v = g.field_mut(f);
+            let len = v.len();
+            v.iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = (i * 7 % len) as f32);
+        }
+        let mut m = Model::new(g);
+        for f in Field::ALL {
+            m.adam.exp_avg.field_mut(f).fill(1.5);
+            m.adam.exp_avg_sq.field_mut(f).fill(2.5);
+        }
+        let mut e = ShardedEngine::new(emulated(2)).unwrap();
+        e.upload_model(&m).unwrap();
+        let plan = RowPlan {
+            src: (0..n as u32).rev().collect(),
+            fresh: (0..n).map(|i| i % 3 == 0).collect(),
+            replace: Vec::new(),
+        };
+        assert!(n / 2 > ROW_CHUNK, "more than one chunk per device");
+        let mut want = m.clone();
+        want.apply_rows(&plan);
+        e.apply_rows(&plan).unwrap();
+        assert_eq!(e.shard_lens(), vec![n / 2, n / 2]);
         assert!(e.download_model().unwrap() == want);
     }
 
