@@ -3,7 +3,7 @@
 //! `ramsplat::train::demo`.
 //!
 //! ```text
-//! gs-train PACK -o OUT [--ram-budget 4G] [--iterations 30000] [--backend auto|cpu|cuda]
+//! gs-train PACK -o OUT [--ram-budget 4G] [--iterations 30000] [--backend auto|cpu|cuda] [--devices N]
 //!          [--eval] [--resume | --init MODEL] [--seed S] [--sh-degree 3] [--test-iterations N...]
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
 //!          [--overwrite] [--max-gaussians N] [--random-background | --white-background] [--workers N] [--prefetch N]
@@ -70,8 +70,14 @@ struct Args {
     /// usable GPU is found, else cpu.
     #[arg(long, value_enum, default_value = "auto")]
     backend: Backend,
-    /// Cap on the device memory the CUDA engine plans for (model, views, intersections);
-    /// densification stops growing at it. Default: the device's free memory minus a margin.
+    /// Split the model over N devices (GPUs 0..N; N emulated devices under
+    /// GS_CUDA_EMULATE=1): each holds 1/N of the Gaussians and renders every N-th view from
+    /// all of them, so a model N times larger fits. Needs the cuda backend (auto: GPUs only).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    devices: usize,
+    /// Cap on the device memory the CUDA engine plans for (model, views, intersections; on
+    /// each device with --devices); densification stops growing at it. Default: the device's
+    /// free memory minus a margin.
     #[arg(long, value_parser = parse_size_arg)]
     vram_budget: Option<u64>,
     /// Hold out the pack's test views; evaluate them at --test-iterations and at the end.
@@ -249,6 +255,7 @@ fn options(args: &Args) -> Result<RunOptions> {
     o.ram_budget = args.ram_budget;
     o.config = config;
     o.backend = args.backend;
+    o.devices = args.devices;
     o.vram_budget = args.vram_budget;
     o.eval = args.eval;
     o.resume = args.resume;

@@ -167,8 +167,12 @@ pub const DEVICE_BYTES_PER_INTERSECTION: u64 = 24;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceBytes {
     /// Parameters, gradients, both moments, statistics, the rasterizer's per-Gaussian
-    /// buffers and the densification's second copy: [`device_bytes_per_gaussian`] each.
+    /// buffers and the densification's second copy: [`device_bytes_per_gaussian`] each, for
+    /// the whole model on one device or one shard (⌈N / devices⌉ rows) when split.
     pub model: u64,
+    /// A split model only: the view rasterizer's copy of every shard's splats and their
+    /// gradients, [`DEVICE_RENDER_BYTES_PER_GAUSSIAN`] × N (see [`super::sharded`]).
+    pub gathered: u64,
     /// [`DEVICE_BYTES_PER_PIXEL`] × the largest view's pixels.
     pub views: u64,
     /// The intersection buffers: the per-render cap the rasterizer's preflight enforces.
@@ -181,7 +185,7 @@ impl DeviceBytes {
     }
 
     pub fn total(&self) -> u64 {
-        self.model + self.fixed()
+        self.model + self.gathered + self.fixed()
     }
 }
 
@@ -205,16 +209,24 @@ pub fn device_bytes_per_gaussian(sh_degree: u32) -> u64 {
         + 3 * 4 * p
 }
 
-/// [`DeviceBytes`] for `n` Gaussians at `sh_degree`, views of at most `max_pixels` and an
-/// intersection cap of `max_intersection_bytes`.
+/// [`DeviceBytes`] on each device for `n` Gaussians at `sh_degree` split over `devices`
+/// devices (1: the whole model on one), views of at most `max_pixels` and an intersection cap
+/// of `max_intersection_bytes`.
 pub fn device_bytes(
     n: usize,
+    devices: usize,
     sh_degree: u32,
     max_pixels: u64,
     max_intersection_bytes: u64,
 ) -> DeviceBytes {
+    let devices = devices.max(1);
     DeviceBytes {
-        model: n as u64 * device_bytes_per_gaussian(sh_degree),
+        model: n.div_ceil(devices) as u64 * device_bytes_per_gaussian(sh_degree),
+        gathered: if devices > 1 {
+            n as u64 * DEVICE_RENDER_BYTES_PER_GAUSSIAN
+        } else {
+            0
+        },
         views: DEVICE_BYTES_PER_PIXEL * max_pixels,
         intersections: max_intersection_bytes,
     }
@@ -1003,6 +1015,10 @@ impl DeviceEngine {
 pub trait ResidentEngine {
     /// The device views are staged from (page-locked ring slots belong to it).
     fn device(&self) -> &Device;
+    /// Every device the model lives on.
+    fn devices(&self) -> Vec<Device> {
+        vec![self.device().clone()]
+    }
     /// Gaussians in the model.
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
@@ -1346,7 +1362,7 @@ mod tests {
 
     #[test]
     fn device_bytes_itemise_the_plan() {
-        let b = device_bytes(1000, 3, 640 * 480, 1 << 20);
+        let b = device_bytes(1000, 1, 3, 640 * 480, 1 << 20);
         // SH 3: P = 59 floats. Parameters 4P, gradients 4(P + 2), moments 8P (952 B),
         // statistics 12, the device rasterizer's buffers 136, densification scratch 12P (708).
         assert_eq!(b.model, 1000 * (952 + 12 + 136 + 708));

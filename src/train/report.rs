@@ -177,8 +177,8 @@ pub struct Report {
     pub peak_rss_bytes: Option<u64>,
     pub ram_budget_bytes: u64,
     /// Peak device memory held by the run's buffers (model, optimizer, views, intersections;
-    /// what PyTorch calls `max_memory_allocated`, without the CUDA context's own share);
-    /// `null` on the CPU engine.
+    /// what PyTorch calls `max_memory_allocated`, without the CUDA context's own share; the
+    /// largest device's with `--devices`); `null` on the CPU engine.
     #[serde(default)]
     pub peak_device_bytes: Option<u64>,
     /// `null` when the peak is unknown: the budget is never claimed without the kernel's figure.

@@ -44,10 +44,12 @@ use std::time::Instant;
 use super::checkpoint::{self, CheckpointError, Expected};
 use super::densify::{model_bytes, DeviceCap};
 use super::device_engine::{
-    device_bytes, device_bytes_per_gaussian, DeviceEngine, DEVICE_BYTES_PER_PIXEL,
+    device_bytes, device_bytes_per_gaussian, DeviceBytes, DeviceEngine, DEVICE_BYTES_PER_PIXEL,
+    DEVICE_RENDER_BYTES_PER_GAUSSIAN,
 };
 use super::init::InitPlan;
 use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
+use super::sharded::ShardedEngine;
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, TrainView, Trainer};
 use crate::budget::{
     current_rss_bytes, format_size, peak_rss_bytes, within_budget, BudgetError, Component, Floor,
@@ -60,6 +62,7 @@ use crate::data::{
     LoaderConfig, PlanExtras, Position, RecordSource, Sampler, SlotAllocator,
 };
 use crate::dataset::Split;
+use crate::device::Device;
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
 use crate::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
 use crate::render::CpuRasterizer;
@@ -77,7 +80,10 @@ pub struct RunOptions {
     pub ram_budget: u64,
     pub config: TrainConfig,
     pub backend: Backend,
-    /// Device memory the device engine may use (`None`: the device's free memory minus
+    /// Devices the model is split over (1: one device; more: [`super::sharded`], GPUs
+    /// `0..devices`, or that many emulated devices under `GS_CUDA_EMULATE=1`).
+    pub devices: usize,
+    /// Device memory the device engine may use (on each device) (`None`: the device's free memory minus
     /// [`VRAM_MARGIN_DIVISOR`]-th of it, at least [`VRAM_MIN_MARGIN`]).
     pub vram_budget: Option<u64>,
     /// Hold out the pack's test views; evaluate them at the end and at `test_iterations`.
@@ -118,6 +124,7 @@ impl RunOptions {
             ram_budget: 4 << 30,
             config: TrainConfig::default(),
             backend: Backend::Auto,
+            devices: 1,
             vram_budget: None,
             eval: false,
             resume: false,
@@ -170,6 +177,13 @@ pub enum OptionsError {
     InitWithResume,
     #[error("--workers and --prefetch must be at least 1")]
     NoWorkers,
+    #[error("--devices must be at least 1")]
+    NoDevices,
+    #[error(
+        "--devices {0} splits the model over GPUs, which the CPU engine has none of: use \
+         --backend cuda (or auto on a machine with GPUs), or drop --devices"
+    )]
+    DevicesOnCpu(usize),
 }
 
 /// Why a run failed. Messages name the file / view and what to do.
@@ -293,7 +307,30 @@ pub const INTERSECTION_BUDGET_DIVISOR: u64 = 8;
 /// device engine on the device [`crate::device::Device::from_env`] picks (the host emulation under
 /// `GS_CUDA_EMULATE=1`); `auto` → the device engine on a usable GPU (never the emulation),
 /// otherwise the CPU, saying why in one line.
-fn make_engine(backend: Backend, on_event: &mut dyn FnMut(Event)) -> Result<Engine, RunError> {
+///
+/// With `devices` > 1 the model is split over that many devices ([`ShardedEngine`]): `cuda`
+/// opens them as [`Device::open_many`] does (GPUs `0..devices`, or emulated devices under
+/// `GS_CUDA_EMULATE=1`), `auto` opens GPUs only, and a missing device is an error either way
+/// (a sharded run does not fall back to the CPU).
+fn make_engine(
+    backend: Backend,
+    devices: usize,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<Engine, RunError> {
+    if devices > 1 {
+        let opened = match backend {
+            Backend::Cpu => return Err(OptionsError::DevicesOnCpu(devices).into()),
+            Backend::Cuda => Device::open_many(devices),
+            Backend::Auto => (0..devices).map(Device::cuda_ordinal).collect(),
+        };
+        let engine = opened
+            .map_err(|e| e.to_string())
+            .and_then(|d| ShardedEngine::new(d).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                RunError::BackendUnavailable(format!("--devices {devices}: {e}; use --devices 1"))
+            })?;
+        return Ok(Engine::Sharded(Box::new(engine)));
+    }
     let mut note = |line: &str| on_event(Event::Line(format!("backend: {line}")));
     match backend.select(DeviceEngine::new, &mut note) {
         Ok(Some(e)) => Ok(Engine::Device(Box::new(e))),
@@ -314,26 +351,43 @@ pub const VRAM_MIN_MARGIN: u64 = 256 << 20;
 /// The device memory a device-engine run may plan for.
 #[derive(Clone, Copy, Debug)]
 struct VramBudget {
+    /// On each device.
     bytes: u64,
     explicit: bool,
+    /// The least free and total memory of the devices.
     free: u64,
     total: u64,
+    /// Devices the model is split over.
+    devices: usize,
 }
 
 /// `--vram-budget`, or the device's free memory minus the margin; `None` for the host engine.
+/// A model split over devices plans for the one with the least free memory (every device
+/// holds a shard of the same size and renders views in turn).
 fn vram_budget(engine: &Engine, explicit: Option<u64>) -> Result<Option<VramBudget>, RunError> {
-    let Engine::Device(e) = engine else {
-        return Ok(None);
+    let devices = match engine {
+        Engine::Host(_) => return Ok(None),
+        Engine::Device(e) => vec![e.device().clone()],
+        Engine::Sharded(e) => e.devices(),
     };
-    let (free, total) = e.device().memory().map_err(|err| {
-        RunError::BackendUnavailable(format!("cannot read the device's free memory: {err}"))
-    })?;
+    let (mut free, mut total) = (u64::MAX, u64::MAX);
+    for d in &devices {
+        let (f, t) = d.memory().map_err(|err| {
+            RunError::BackendUnavailable(format!(
+                "cannot read the free memory of {}: {err}",
+                d.name()
+            ))
+        })?;
+        free = free.min(f);
+        total = total.min(t);
+    }
     let margin = (free / VRAM_MARGIN_DIVISOR).max(VRAM_MIN_MARGIN);
     Ok(Some(VramBudget {
         bytes: explicit.unwrap_or(free.saturating_sub(margin)),
         explicit: explicit.is_some(),
         free,
         total,
+        devices: devices.len(),
     }))
 }
 
@@ -353,30 +407,57 @@ fn plan_device(
         Some(m) => n.max(m.cap_max),
         None => n,
     };
+    let k = budget.devices;
     let bytes = device_bytes(
         n,
+        k,
         config.sh_degree,
         max_pixels,
         config.max_intersection_bytes,
     );
     let per_gaussian = device_bytes_per_gaussian(config.sh_degree);
+    let shard = n.div_ceil(k);
+    let model = if k == 1 {
+        format!("model {} ({n} Gaussians", format_size(bytes.model))
+    } else {
+        format!(
+            "model shard {} ({shard} of {n} Gaussians on each of {k} devices",
+            format_size(bytes.model)
+        )
+    };
+    let gathered = if k == 1 {
+        String::new()
+    } else {
+        format!(
+            ", the view's copy of every shard's splats and their gradients {} ({n} × \
+             {DEVICE_RENDER_BYTES_PER_GAUSSIAN} B)",
+            format_size(bytes.gathered)
+        )
+    };
     let items = format!(
-        "model {} ({n} Gaussians × {per_gaussian} B: parameters, gradients, two Adam \
-         moments, statistics, render buffers, densification copy), views {} ({max_pixels} px × \
+        "{model} × {per_gaussian} B: parameters, gradients, two Adam moments, statistics, \
+         render buffers, densification copy){gathered}, views {} ({max_pixels} px × \
          {DEVICE_BYTES_PER_PIXEL} B), intersections {} (1/{INTERSECTION_BUDGET_DIVISOR} of \
          the budget, at most {})",
-        format_size(bytes.model),
         format_size(bytes.views),
         format_size(bytes.intersections),
         format_size(crate::render::DEFAULT_MAX_INTERSECTION_BYTES),
     );
-    let device = format!(
-        "device: {} free of {}",
-        format_size(budget.free),
-        format_size(budget.total)
-    );
+    let device = if k == 1 {
+        format!(
+            "device: {} free of {}",
+            format_size(budget.free),
+            format_size(budget.total)
+        )
+    } else {
+        format!(
+            "each device: at least {} free of {}",
+            format_size(budget.free),
+            format_size(budget.total)
+        )
+    };
     if bytes.total() > budget.bytes {
-        let fits = budget.bytes.saturating_sub(bytes.fixed()) / per_gaussian;
+        let fits = max_gaussians(budget.bytes, &bytes, per_gaussian, k);
         return Err(RunError::VramBudget(format!(
             "the run needs {} of device memory but --vram-budget is {} ({device}): {items}; \
              the budget holds {fits} Gaussians at SH degree {}: raise --vram-budget, lower \
@@ -387,7 +468,7 @@ fn plan_device(
         )));
     }
     let cap = DeviceCap {
-        max_gaussians: ((budget.bytes - bytes.fixed()) / per_gaussian) as usize,
+        max_gaussians: max_gaussians(budget.bytes, &bytes, per_gaussian, k),
         budget_bytes: budget.bytes,
     };
     on_event(Event::Line(format!(
@@ -401,6 +482,26 @@ fn plan_device(
         cap.max_gaussians
     )));
     Ok(cap)
+}
+
+/// The most Gaussians a budget of `budget` bytes per device holds over `devices` devices:
+/// the largest N with ⌈N / devices⌉ × `per_gaussian` (+ N × the gathered splats' bytes when
+/// split) + the fixed items ≤ `budget`.
+fn max_gaussians(budget: u64, bytes: &DeviceBytes, per_gaussian: u64, devices: usize) -> usize {
+    let room = budget.saturating_sub(bytes.fixed()) as u128;
+    let k = devices.max(1) as u128;
+    let gathered = if devices > 1 {
+        DEVICE_RENDER_BYTES_PER_GAUSSIAN as u128
+    } else {
+        0
+    };
+    let fits = |n: u128| n.div_ceil(k) * per_gaussian as u128 + n * gathered <= room;
+    // N·(per/k + gathered) ≤ room bounds N from above; step down past the rounding of ⌈N/k⌉.
+    let mut n = room * k / (per_gaussian as u128 + gathered * k);
+    while n > 0 && !fits(n) {
+        n -= 1;
+    }
+    n.min(usize::MAX as u128) as usize
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
@@ -826,6 +927,12 @@ fn check_options(opts: &RunOptions) -> Result<(), RunError> {
     if opts.config.iterations == 0 {
         return Err(OptionsError::ZeroIterations.into());
     }
+    if opts.devices == 0 {
+        return Err(OptionsError::NoDevices.into());
+    }
+    if opts.devices > 1 && opts.backend == Backend::Cpu {
+        return Err(OptionsError::DevicesOnCpu(opts.devices).into());
+    }
     if let Some(m) = &opts.config.mcmc {
         if m.cap_max == 0 {
             return Err(OptionsError::McmcWithoutCap.into());
@@ -978,7 +1085,7 @@ pub fn dry_run(
         });
     }
     // As in `run`: the engine, with every module it will load, exists before the baseline.
-    let mut engine = make_engine(opts.backend, on_event)?;
+    let mut engine = make_engine(opts.backend, opts.devices, on_event)?;
     engine.prepare(&config)?;
     let vram = vram_budget(&engine, opts.vram_budget)?;
     config.max_intersection_bytes = intersection_cap(vram.map_or(opts.ram_budget, |v| v.bytes));
@@ -1099,7 +1206,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         )?)
     };
 
-    let mut engine = make_engine(opts.backend, on_event)?;
+    let mut engine = make_engine(opts.backend, opts.devices, on_event)?;
     engine.prepare(&config)?;
     let backend_name = engine.name();
     let max_pixels = manifest.max_view_pixels();
@@ -1408,7 +1515,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             num_gaussians: trainer.num_gaussians() as u64,
             peak_rss_bytes: peak,
             ram_budget_bytes: opts.ram_budget,
-            peak_device_bytes: trainer.device().map(|d| d.usage().peak),
+            peak_device_bytes: trainer.devices().iter().map(|d| d.usage().peak).max(),
             within_budget: within_budget(peak, opts.ram_budget),
             stall_fraction: if train_s > 0.0 {
                 (loader_stats.stall_seconds / train_s).min(1.0)

@@ -414,6 +414,9 @@ impl ResidentEngine for ShardedEngine {
     fn device(&self) -> &Device {
         ShardedEngine::device(self)
     }
+    fn devices(&self) -> Vec<Device> {
+        ShardedEngine::devices(self)
+    }
     fn len(&self) -> usize {
         ShardedEngine::len(self)
     }

@@ -679,11 +679,19 @@ impl Trainer {
         matches!(self.runner, Runner::Device(_))
     }
 
-    /// The device the model lives on (device engine only).
+    /// The device the model lives on (device engine only; the first when it is split).
     pub fn device(&self) -> Option<Device> {
         match &self.runner {
             Runner::Host(_) => None,
             Runner::Device(e) => Some(e.device().clone()),
+        }
+    }
+
+    /// Every device the model lives on (none on the host engine).
+    pub fn devices(&self) -> Vec<Device> {
+        match &self.runner {
+            Runner::Host(_) => Vec::new(),
+            Runner::Device(e) => e.devices(),
         }
     }
 
@@ -2146,6 +2154,7 @@ mod tests {
             .unwrap();
         let plan = super::super::device_engine::device_bytes(
             205,
+            1,
             sh_degree,
             u64::from(largest.width) * u64::from(largest.height),
             max_intersection_bytes,
