@@ -836,7 +836,10 @@ fn sharded_engine_matches_one_device() {
             .zip(&sb.grad_accum)
             .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
         eprintln!("MEASURED sharded {name}: |Δ grad_accum| ≤ {worst:e} of {scale:e}");
-        assert!(scale > 0.0 && worst <= 1e-4 * scale, "{name}: {worst:e} of {scale:e}");
+        assert!(
+            scale > 0.0 && worst <= 1e-4 * scale,
+            "{name}: {worst:e} of {scale:e}"
+        );
         // One Adam step from the last backward, then a render: the same image to within the
         // step's rounding (the gradients differ only in the atomics' order).
         // 3DGS's initial rates (position scaled for a unit scene).

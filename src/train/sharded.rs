@@ -23,9 +23,10 @@
 //! else is per-Gaussian. A sharded run therefore follows the one-device run step for step (the
 //! rasterizer's atomically accumulated gradients aside), which the tests check: same view
 //! order, same learning rates, same densification decisions. What it buys is memory: each
-//! device holds `1/K` of the model (1,808 bytes per Gaussian at SH degree 3) plus 48 bytes per
-//! Gaussian of the whole model's splats and 36 of their gradients while it renders, and the
-//! intersections of its own views.
+//! device holds `1/K` of the model (1,808 bytes per Gaussian at SH degree 3) plus its view
+//! rasterizer's buffers for the whole model's splats (their depth sort and gradients too:
+//! [`super::device_engine::DEVICE_RENDER_BYTES_PER_GAUSSIAN`], 136 bytes per Gaussian) and
+//! the intersections of its own views.
 //!
 //! # What crosses between devices
 //! Per step: the splats of every shard to the view device and their gradients back (through
@@ -62,7 +63,7 @@ use crate::scene::gaussians::Field;
 
 /// The model split over devices (see the module doc).
 pub struct ShardedEngine {
-    /// Shard `d` on device `d`, rows `offsets[d]..offsets[d + 1]` of the model.
+    /// Shard `d` on device `d`: the model's rows after those of shards `0..d`.
     shards: Vec<DeviceEngine>,
     /// The rasterizer that renders views on device `d`.
     views: Vec<CudaRasterizer>,
