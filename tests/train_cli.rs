@@ -220,6 +220,63 @@ fn interrupt_then_resume_matches_an_uninterrupted_run() {
     drop(ckpt);
 }
 
+/// A finished run continues with `--resume --extend --iterations M`: a plain resume with a
+/// larger count is refused (saying to add --extend, nothing written), the extension trains to
+/// M from the checkpoint (same optimizer state, RNG, loader position), records the original
+/// position schedule in its checkpoint, and `--extend` needs `--resume`.
+#[test]
+fn extend_trains_a_finished_run_further() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("out");
+    let run = |iterations: &str, extra: &[&str]| {
+        let mut args = vec![s(&pack), "-o", s(&out), "--iterations", iterations];
+        args.extend_from_slice(COMMON);
+        args.extend_from_slice(extra);
+        gs_train(&args)
+    };
+    let o = run("60", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let before = std::fs::read(out.join("report.json")).unwrap();
+    let o = run("90", &["--resume"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("iterations: checkpoint 60, this run 90")
+            && stderr(&o).contains("add --extend"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read(out.join("report.json")).unwrap(), before);
+    let o = run("90", &["--resume", "--extend"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!((report.iterations, report.resumed_from), (90, Some(60)));
+    assert!(out
+        .join("point_cloud/iteration_90/point_cloud.ply")
+        .exists());
+    let latest = checkpoint::latest(&out.join("checkpoints")).unwrap();
+    let c = checkpoint::Container::open(&latest).unwrap();
+    let config = &c.meta()["config"];
+    assert_eq!(config["iterations"], 90);
+    assert_eq!(config["position_lr_max_steps"], 60);
+    drop(c);
+    // The extended run's checkpoint matches a plain resume at its new length (there is
+    // nothing left to train, and the refusal says how to go on) and extends again.
+    let o = run("90", &["--resume"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("already at iteration 90 of --iterations 90")
+            && stderr(&o).contains("add --extend"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run("100", &["--resume", "--extend"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run("110", &["--extend"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
 /// `--dry-run` prints the whole plan and writes nothing; a budget the model does not fit is
 /// refused naming a `--max-gaussians` that fits, and that cap then subsamples the initial
 /// model (said once) and the run trains under the budget.
@@ -345,6 +402,7 @@ fn refusals_say_why() {
             pack_id: &pack_id,
             pack_content: None,
             config: &config,
+            extend: false,
         },
     )
     .unwrap();

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! gs-train PACK -o OUT [--ram-budget 4G] [--iterations 30000] [--backend auto|cpu|cuda] [--devices N]
-//!          [--eval] [--resume | --init MODEL] [--seed S] [--sh-degree 3] [--test-iterations N...]
+//!          [--eval] [--resume [--extend] | --init MODEL] [--seed S] [--sh-degree 3] [--test-iterations N...]
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
 //!          [--overwrite] [--max-gaussians N] [--random-background | --white-background] [--workers N] [--prefetch N]
 //!          [--export spz,splat] [--dry-run] [--strategy default|mcmc]
@@ -86,6 +86,12 @@ struct Args {
     /// Continue from OUT/checkpoints/latest (same pack and options as the original run).
     #[arg(long)]
     resume: bool,
+    /// With --resume: train past the run's planned end, to --iterations N (more than it
+    /// planned). The position learning rate keeps its schedule (at its final value after the
+    /// original end, as 3DGS past 30,000), densification and the SH schedule are unchanged;
+    /// optimizer state, RNG and loader position continue exactly.
+    #[arg(long, requires = "resume")]
+    extend: bool,
     /// Start from this 3DGS model (.ply, .spz or .splat; stored pre-activation values, an
     /// activated PLY is refused) instead of the pack's points: fine-tune or continue another
     /// run. --max-gaussians subsamples it (stratified, seeded); --sh-degree converts it (extra
@@ -259,6 +265,7 @@ fn options(args: &Args) -> Result<RunOptions> {
     o.vram_budget = args.vram_budget;
     o.eval = args.eval;
     o.resume = args.resume;
+    o.extend = args.extend;
     o.init = args.init.clone();
     o.test_iterations = args.test_iterations.clone();
     o.save_iterations = args.save_iterations.clone();

@@ -687,6 +687,21 @@ pub struct Expected<'a> {
     /// when the pack id differs (the pack was re-converted from the same source).
     pub pack_content: Option<&'a str>,
     pub config: &'a TrainConfig,
+    /// Continue past the checkpoint's planned end to `config.iterations` (`gs-train --resume
+    /// --extend`): the iteration counts may differ (the run's must be larger), and the resumed
+    /// state keeps the original position schedule ([`extended`]).
+    pub extend: bool,
+}
+
+/// `saved` continued to `iterations` (`--extend`): the position learning rate keeps its
+/// schedule length (it reached its final value at the original end and stays there, as 3DGS's
+/// does past its 30,000 steps), everything else is unchanged; iterations only grow.
+pub fn extended(saved: &TrainConfig, iterations: u64) -> TrainConfig {
+    TrainConfig {
+        iterations,
+        position_lr_max_steps: Some(saved.position_lr_max_steps.unwrap_or(saved.iterations)),
+        ..saved.clone()
+    }
 }
 
 /// The Gaussians groups stored per checkpoint: parameters and both Adam moments.
@@ -877,12 +892,36 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
             meta.pack_id, expected.pack_id
         )));
     }
-    let diffs = config_differences(&meta.config, expected.config);
+    // The run's settings as the checkpoint would hold them: a resume inherits the position
+    // schedule's length (set by an earlier --extend), and --extend compares everything but
+    // the iteration count, which must grow.
+    let mut run = expected.config.clone();
+    if run.position_lr_max_steps.is_none() {
+        run.position_lr_max_steps = meta.config.position_lr_max_steps;
+    }
+    if expected.extend {
+        let (want, planned) = (run.iterations, meta.config.iterations);
+        if want <= planned {
+            return Err(mismatch(format!(
+                "--extend continues a run past its planned {planned} iterations, but \
+                 --iterations is {want}: give more than {planned}, or resume without --extend"
+            )));
+        }
+        // Only the iteration count is set aside; every other setting must be the run's own.
+        run.iterations = planned;
+    }
+    let diffs = config_differences(&meta.config, &run);
     if !diffs.is_empty() {
+        let longer = run.iterations > meta.config.iterations;
+        let hint = if longer && diffs.len() == 1 && diffs[0].starts_with("iterations:") {
+            " (to train past the original end, add --extend)"
+        } else {
+            ""
+        };
         return Err(mismatch(format!(
-            "it was made with different training settings ({}); resume with the same options \
-             as the original run (a resumed run must reach the uninterrupted run's result), or \
-             train into a new -o directory",
+            "it was made with different training settings ({}){hint}; resume with the same \
+             options as the original run (a resumed run must reach the uninterrupted run's \
+             result), or train into a new -o directory",
             diffs.join("; ")
         )));
     }
@@ -952,8 +991,13 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
     if Rng::from_state(meta.rng).is_none() {
         return Err(corrupt("the RNG state is all zero".into()));
     }
+    let config = if expected.extend {
+        extended(&meta.config, expected.config.iterations)
+    } else {
+        meta.config
+    };
     Ok(TrainState {
-        config: meta.config,
+        config,
         extent: meta.extent,
         step: meta.step,
         model,
@@ -1141,6 +1185,7 @@ mod state_tests {
             pack_id: "abc",
             pack_content: None,
             config: &s.config,
+            extend: false,
         };
         let back = load_state(&path, &expected).unwrap();
         assert_eq!(back, s);
@@ -1158,6 +1203,7 @@ mod state_tests {
                 pack_id: "def",
                 pack_content: None,
                 config: &s.config,
+                extend: false,
             },
         )
         .unwrap_err()
@@ -1174,13 +1220,80 @@ mod state_tests {
                 pack_id: "abc",
                 pack_content: None,
                 config: &other,
+                extend: false,
             },
         )
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("iterations: checkpoint 100, this run 200"),
+            e.contains("iterations: checkpoint 100, this run 200") && e.contains("add --extend"),
             "{e}"
+        );
+        // --extend: a larger iteration count continues the run with the position schedule's
+        // original length; a smaller or equal one is refused, and so is any other change.
+        let extend = |config: &TrainConfig| {
+            load_state(
+                &path,
+                &Expected {
+                    pack_id: "abc",
+                    pack_content: None,
+                    config,
+                    extend: true,
+                },
+            )
+        };
+        let longer = extend(&other).unwrap();
+        assert_eq!(longer.config.iterations, 200);
+        assert_eq!(longer.config.position_lr_max_steps, Some(100));
+        assert_eq!(longer.config, extended(&s.config, 200));
+        assert!(longer.model == s.model && longer.step == s.step && longer.rng == s.rng);
+        let lr = |c: &TrainConfig, step| c.position_schedule(1.0).at(step);
+        assert_eq!(lr(&longer.config, 150), lr(&s.config, 100));
+        assert_eq!(lr(&longer.config, 50), lr(&s.config, 50));
+        let e = extend(&s.config).unwrap_err().to_string();
+        assert!(
+            e.contains("past its planned 100 iterations, but --iterations is 100"),
+            "{e}"
+        );
+        let changed = TrainConfig {
+            iterations: 200,
+            lambda_dssim: 0.5,
+            ..s.config.clone()
+        };
+        let e = extend(&changed).unwrap_err().to_string();
+        assert!(
+            e.contains("lambda_dssim") && !e.contains("iterations:"),
+            "{e}"
+        );
+        // A checkpoint of the extended run resumes plainly with its own iteration count (the
+        // schedule length comes from the checkpoint) and extends again from it.
+        let mut ext = s.clone();
+        ext.config = longer.config.clone();
+        let dir2 = tempfile::tempdir().unwrap();
+        let path2 = save_state(dir2.path(), (&ext).into(), "abc").unwrap();
+        let plain = TrainConfig {
+            iterations: 200,
+            ..s.config.clone()
+        };
+        let again = |config: &TrainConfig, extend: bool| {
+            load_state(
+                &path2,
+                &Expected {
+                    pack_id: "abc",
+                    pack_content: None,
+                    config,
+                    extend,
+                },
+            )
+        };
+        assert_eq!(again(&plain, false).unwrap().config, longer.config);
+        let further = TrainConfig {
+            iterations: 300,
+            ..s.config.clone()
+        };
+        assert_eq!(
+            again(&further, true).unwrap().config.position_lr_max_steps,
+            Some(100)
         );
         // Activated values (sigmoid opacities, exp scales) are refused, not converted.
         let mut act = s.clone();
@@ -1199,6 +1312,7 @@ mod state_tests {
                 pack_id: "abc",
                 pack_content: None,
                 config: &s.config,
+                extend: false,
             },
         )
         .unwrap_err();
@@ -1214,6 +1328,7 @@ mod state_tests {
                 pack_id: "abc",
                 pack_content: None,
                 config: &s.config,
+                extend: false,
             },
         )
         .unwrap_err()
@@ -1233,6 +1348,7 @@ mod state_tests {
                 pack_id: "abc",
                 pack_content: None,
                 config: &s.config,
+                extend: false,
             },
         )
         .unwrap_err()

@@ -89,6 +89,9 @@ pub struct RunOptions {
     /// Hold out the pack's test views; evaluate them at the end and at `test_iterations`.
     pub eval: bool,
     pub resume: bool,
+    /// With `resume`: continue past the checkpoint's planned end to `config.iterations`
+    /// ([`checkpoint::extended`]: the position learning rate stays at its final value).
+    pub extend: bool,
     /// Start from this model (`.ply`, `.spz` or `.splat`) instead of the pack's points
     /// (`gs-train --init`; excludes `resume`).
     pub init: Option<PathBuf>,
@@ -128,6 +131,7 @@ impl RunOptions {
             vram_budget: None,
             eval: false,
             resume: false,
+            extend: false,
             init: None,
             test_iterations: vec![7_000, 30_000],
             save_iterations: vec![7_000, 30_000],
@@ -177,6 +181,11 @@ pub enum OptionsError {
     InitWithResume,
     #[error("--workers and --prefetch must be at least 1")]
     NoWorkers,
+    #[error(
+        "--extend continues a checkpointed run past its planned end: use it with --resume (and \
+         a larger --iterations)"
+    )]
+    ExtendWithoutResume,
     #[error("--devices must be at least 1")]
     NoDevices,
     #[error(
@@ -241,7 +250,7 @@ pub enum RunError {
     NoViews { pack: PathBuf, train_split: bool },
     #[error(
         "the checkpoint is already at iteration {step} of --iterations {iterations}; nothing to \
-         resume"
+         resume (to train further, add --extend with a larger --iterations)"
     )]
     NothingToResume { step: u64, iterations: u64 },
     /// The loader stopped early (a bug: its view count is unbounded).
@@ -762,6 +771,7 @@ fn model_start(
             pack_id: &manifest.pack_id.to_string(),
             pack_content: Some(&manifest.content_fingerprint()),
             config,
+            extend: opts.extend,
         },
     )?;
     on_event(Event::Line(format!(
@@ -926,6 +936,9 @@ fn intersection_cap(budget: u64) -> u64 {
 fn check_options(opts: &RunOptions) -> Result<(), RunError> {
     if opts.config.iterations == 0 {
         return Err(OptionsError::ZeroIterations.into());
+    }
+    if opts.extend && !opts.resume {
+        return Err(OptionsError::ExtendWithoutResume.into());
     }
     if opts.devices == 0 {
         return Err(OptionsError::NoDevices.into());

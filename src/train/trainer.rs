@@ -1460,6 +1460,7 @@ mod tests {
             pack_id: "0123",
             pack_content: None,
             config: t.config(),
+            extend: false,
         };
         checkpoint::load_state(&path, &expected).unwrap()
     }
