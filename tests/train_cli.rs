@@ -775,18 +775,34 @@ fn devices_split_the_model_and_train_like_one_device() {
     assert!(pb < pa, "peak per device: one {pa}, three {pb}");
     for (extra, want) in [
         (
-            ["--devices", "2", "--backend", "cpu"],
+            &["--devices", "2", "--backend", "cpu"][..],
             "--devices 2 splits the model over GPUs",
         ),
         (
-            ["--devices", "0", "--backend", "cuda"],
+            &["--devices", "0", "--backend", "cuda"],
             "--devices must be at least 1",
+        ),
+        // The plan is per device: the shard, the gathered splats, and what fits.
+        (
+            &[
+                "--devices",
+                "2",
+                "--backend",
+                "cuda",
+                "--vram-budget",
+                "100K",
+            ],
+            "model shard ",
         ),
     ] {
         let out = dir.path().join("refused");
         let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "5"];
-        args.extend_from_slice(&extra);
-        let o = gs_train(&args);
+        args.extend_from_slice(extra);
+        let o = Command::new(BIN)
+            .args(&args)
+            .env("GS_CUDA_EMULATE", "1")
+            .output()
+            .unwrap();
         assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
         assert!(stderr(&o).contains(want), "{}", stderr(&o));
         assert!(!out.exists());
