@@ -840,8 +840,10 @@ fn sharded_engine_matches_one_device() {
             scale > 0.0 && worst <= 1e-4 * scale,
             "{name}: {worst:e} of {scale:e}"
         );
-        // One Adam step from the last backward, then a render: the same image to within the
-        // step's rounding (the gradients differ only in the atomics' order).
+        // One Adam step from the last backward, then a render: the same image up to what the
+        // atomics' order can change. Adam's first step moves a parameter by ±lr whatever its
+        // gradient's size, so a near-zero gradient whose sign the summation order flips moves
+        // a Gaussian by 2·lr: bounded by the images' PSNR, not by their largest difference.
         // 3DGS's initial rates (position scaled for a unit scene).
         let lr = LearningRates {
             means: 1.6e-4,
@@ -861,7 +863,20 @@ fn sharded_engine_matches_one_device() {
             .iter()
             .zip(&ib)
             .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
-        eprintln!("MEASURED sharded {name}: render after Adam |Δ| ≤ {diff:e}; losses {losses:?}");
-        assert!(diff <= 1e-3, "{name}: render differs by {diff}");
+        let mse = ia
+            .iter()
+            .zip(&ib)
+            .map(|(x, y)| ((x - y) as f64).powi(2))
+            .sum::<f64>()
+            / ia.len() as f64;
+        let psnr = -10.0 * mse.max(1e-30).log10();
+        eprintln!(
+            "MEASURED sharded {name}: render after Adam |Δ| ≤ {diff:e}, PSNR {psnr:.1} dB; \
+             losses {losses:?}"
+        );
+        assert!(
+            psnr >= 50.0,
+            "{name}: renders differ: PSNR {psnr} dB, |Δ| ≤ {diff}"
+        );
     }
 }
