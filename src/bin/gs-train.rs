@@ -72,7 +72,9 @@ struct Args {
     backend: Backend,
     /// Split the model over N devices (GPUs 0..N; N emulated devices under
     /// GS_CUDA_EMULATE=1): each holds 1/N of the Gaussians and renders every N-th view from
-    /// all of them, so a model N times larger fits. Needs the cuda backend (auto: GPUs only).
+    /// all of them, so a larger model fits (each device also holds 136 B per Gaussian of the
+    /// whole model's splats: 4 devices hold about 3× one device's model). Needs the cuda
+    /// backend (auto: GPUs only).
     #[arg(long, value_name = "N", default_value_t = 1)]
     devices: usize,
     /// Cap on the device memory the CUDA engine plans for (model, views, intersections; on
