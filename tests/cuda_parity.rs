@@ -792,7 +792,7 @@ fn shard_device_sets() -> Vec<(Device, Vec<Device>)> {
 fn sharded_engine_matches_one_device() {
     use ramsplat::train::adam::{AdamConfig, GroupMask, LearningRates};
     use ramsplat::train::densify::Model;
-    use ramsplat::train::device_engine::{DeviceEngine, Frame};
+    use ramsplat::train::device_engine::{DeviceEngine, Frame, ResidentEngine};
     use ramsplat::train::sharded::ShardedEngine;
     for (one_dev, shard_devs) in shard_device_sets() {
         let name = one_dev.name();

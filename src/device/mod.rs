@@ -248,11 +248,6 @@ impl Device {
         (0..count).map(Device::cuda_ordinal).collect()
     }
 
-    /// Whether `self` and `other` are handles to the same device (clones of one [`Device`]).
-    pub fn same(&self, other: &Device) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
     /// The host emulation (needs a C++20 compiler).
     pub fn emulated() -> Result<Device, DeviceError> {
         Ok(Device::wrap(Driver::Emulated(emulation::EmuDriver::new()?)))

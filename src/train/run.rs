@@ -44,8 +44,8 @@ use std::time::Instant;
 use super::checkpoint::{self, CheckpointError, Expected};
 use super::densify::{model_bytes, DeviceCap};
 use super::device_engine::{
-    device_bytes, device_bytes_per_gaussian, DeviceBytes, DeviceEngine, DEVICE_BYTES_PER_PIXEL,
-    DEVICE_RENDER_BYTES_PER_GAUSSIAN,
+    device_bytes, device_bytes_per_gaussian, DeviceBytes, DeviceEngine, ResidentEngine,
+    DEVICE_BYTES_PER_PIXEL, DEVICE_RENDER_BYTES_PER_GAUSSIAN,
 };
 use super::init::InitPlan;
 use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};

@@ -101,33 +101,31 @@ impl ShardedEngine {
         })
     }
 
-    /// Devices the model is spread over.
-    pub fn devices(&self) -> Vec<Device> {
-        self.shards.iter().map(|s| s.device().clone()).collect()
-    }
-
-    /// The first device (where page-locked views are allocated, see [`Self::stage_view`]).
-    pub fn device(&self) -> &Device {
-        self.shards[0].device()
-    }
-
-    /// Gaussians in the whole model.
-    pub fn len(&self) -> usize {
-        self.shards.iter().map(DeviceEngine::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Gaussians per shard, in row order.
     pub fn shard_lens(&self) -> Vec<usize> {
         self.shards.iter().map(DeviceEngine::len).collect()
     }
+}
+
+impl ResidentEngine for ShardedEngine {
+    /// The first device (where page-locked views are allocated, see [`Self::stage_view`]).
+    fn device(&self) -> &Device {
+        self.shards[0].device()
+    }
+
+    /// Devices the model is spread over.
+    fn devices(&self) -> Vec<Device> {
+        self.shards.iter().map(|s| s.device().clone()).collect()
+    }
+
+    /// Gaussians in the whole model.
+    fn len(&self) -> usize {
+        self.shards.iter().map(DeviceEngine::len).sum()
+    }
 
     /// Splits `model` into balanced consecutive shards (sizes differ by at most one) and
     /// uploads each to its device.
-    pub fn upload_model(&mut self, model: &Model) -> Result<(), DeviceEngineError> {
+    fn upload_model(&mut self, model: &Model) -> Result<(), DeviceEngineError> {
         model.check_shapes().map_err(|e| CudaError::Shape {
             what: "model arrays",
             got: e.got,
@@ -145,7 +143,7 @@ impl ShardedEngine {
     }
 
     /// The whole model on the host: the shards concatenated in row order.
-    pub fn download_model(&self) -> Result<Model, DeviceEngineError> {
+    fn download_model(&self) -> Result<Model, DeviceEngineError> {
         let mut parts = self.shards.iter().map(DeviceEngine::download_model);
         let mut model = parts.next().expect("at least one shard")?;
         for part in parts {
@@ -154,15 +152,10 @@ impl ShardedEngine {
         Ok(model)
     }
 
-    /// The Adam step counts (the same on every shard).
-    pub fn adam_steps(&self) -> [u64; 6] {
-        self.shards[0].adam_steps()
-    }
-
     /// Puts `frame` on the next view device (round robin) as the target of the next loss.
     /// A page-locked frame goes asynchronously to the first device, the one that allocated it;
     /// to another device it is copied as pageable memory (correct for any context).
-    pub fn stage_view(
+    fn stage_view(
         &mut self,
         frame: Frame<'_>,
         rgb_len: usize,
@@ -181,7 +174,7 @@ impl ShardedEngine {
     /// Forward, loss and backward of the staged view over every shard (the module doc's step
     /// 2–4); returns the loss scalars. Each shard's gradients, radii and (with absgrad) absolute
     /// 2D-mean gradients stay on its device for the statistics and Adam.
-    pub fn forward_backward(
+    fn forward_backward(
         &mut self,
         camera: &Camera,
         options: &RenderOptions,
@@ -206,8 +199,24 @@ impl ShardedEngine {
         self.shards[v].step_scalars()
     }
 
+    /// MCMC's regularisers over the whole model: each shard adds its gradients (means over
+    /// all Gaussians), the loss term sums every shard's sums.
+    fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError> {
+        let total = self.len();
+        if total == 0 {
+            return Ok(0.0);
+        }
+        let (mut sum_o, mut sum_s) = (0.0, 0.0);
+        for shard in &mut self.shards {
+            let (o, s) = shard.regularize_shard(reg, total)?;
+            sum_o += o;
+            sum_s += s;
+        }
+        Ok(reg.loss(sum_o, sum_s, total))
+    }
+
     /// [`DeviceEngine::accumulate_stats`] on every shard.
-    pub fn accumulate_stats(
+    fn accumulate_stats(
         &mut self,
         width: u32,
         height: u32,
@@ -220,7 +229,7 @@ impl ShardedEngine {
     }
 
     /// [`DeviceEngine::refine_inputs`] of the whole model (the shards' concatenated).
-    pub fn refine_inputs(&self) -> Result<RefineHost, DeviceEngineError> {
+    fn refine_inputs(&self) -> Result<RefineHost, DeviceEngineError> {
         let mut parts = self.shards.iter().map(DeviceEngine::refine_inputs);
         let mut all = parts.next().expect("at least one shard")?;
         for part in parts {
@@ -240,7 +249,7 @@ impl ShardedEngine {
     /// of [`ROW_CHUNK`], copied over and put in place (`scatter_rows`). The shards stay
     /// consecutive, so the result is [`DeviceEngine::apply_rows`]'s, row for row; nothing of
     /// the model goes through the host but the chunks in flight.
-    pub fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError> {
+    fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError> {
         let n = self.len();
         let shape =
             |what, got, need| -> DeviceEngineError { CudaError::Shape { what, got, need }.into() };
@@ -322,7 +331,7 @@ impl ShardedEngine {
     }
 
     /// [`DeviceEngine::reset_opacity`] on every shard.
-    pub fn reset_opacity(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
+    fn reset_opacity(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
         for shard in &mut self.shards {
             shard.reset_opacity(max_opacity)?;
         }
@@ -330,7 +339,7 @@ impl ShardedEngine {
     }
 
     /// One Adam step of every shard from its gradients of the last backward.
-    pub fn adam_step(
+    fn adam_step(
         &mut self,
         cfg: &AdamConfig,
         lr: &LearningRates,
@@ -342,25 +351,19 @@ impl ShardedEngine {
         Ok(())
     }
 
-    /// MCMC's regularisers over the whole model: each shard adds its gradients (means over
-    /// all Gaussians), the loss term sums every shard's sums.
-    pub fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError> {
-        let total = self.len();
-        if total == 0 {
-            return Ok(0.0);
+    /// [`DeviceEngine::row_values`] of the whole model.
+    fn row_values(&self) -> Result<Model, DeviceEngineError> {
+        let mut parts = self.shards.iter().map(DeviceEngine::row_values);
+        let mut all = parts.next().expect("at least one shard")?.gaussians;
+        for part in parts {
+            all.append(&part?.gaussians);
         }
-        let (mut sum_o, mut sum_s) = (0.0, 0.0);
-        for shard in &mut self.shards {
-            let (o, s) = shard.regularize_shard(reg, total)?;
-            sum_o += o;
-            sum_s += s;
-        }
-        Ok(reg.loss(sum_o, sum_s, total))
+        Ok(Model::new(all))
     }
 
     /// MCMC's noise on every shard, each row's normals keyed by its model row (as on one
     /// device).
-    pub fn add_noise(&mut self, noise: NoiseStep) -> Result<(), DeviceEngineError> {
+    fn add_noise(&mut self, noise: NoiseStep) -> Result<(), DeviceEngineError> {
         let mut first = 0u64;
         for shard in &mut self.shards {
             let n = shard.len() as u64;
@@ -370,28 +373,8 @@ impl ShardedEngine {
         Ok(())
     }
 
-    /// [`DeviceEngine::row_values`] of the whole model.
-    pub fn row_values(&self) -> Result<Model, DeviceEngineError> {
-        let mut parts = self.shards.iter().map(DeviceEngine::row_values);
-        let mut all = parts.next().expect("at least one shard")?.gaussians;
-        for part in parts {
-            all.append(&part?.gaussians);
-        }
-        Ok(Model::new(all))
-    }
-
-    /// Loads the MCMC kernels on every device (see [`DeviceEngine::load_mcmc`]).
-    pub fn load_mcmc(&mut self) -> Result<(), DeviceEngineError> {
-        self.shards.iter_mut().try_for_each(DeviceEngine::load_mcmc)
-    }
-
-    /// Whether every device has the MCMC kernels loaded.
-    pub fn mcmc_loaded(&self) -> bool {
-        self.shards.iter().all(DeviceEngine::mcmc_loaded)
-    }
-
     /// Renders `camera` with the whole model on the first device; the image on the host.
-    pub fn render(
+    fn render(
         &mut self,
         camera: &Camera,
         options: &RenderOptions,
@@ -409,86 +392,15 @@ impl ShardedEngine {
             .download(self.views[0].image(), &mut self.image)?;
         Ok(&mut self.image)
     }
-}
 
-impl ResidentEngine for ShardedEngine {
-    fn device(&self) -> &Device {
-        ShardedEngine::device(self)
-    }
-    fn devices(&self) -> Vec<Device> {
-        ShardedEngine::devices(self)
-    }
-    fn len(&self) -> usize {
-        ShardedEngine::len(self)
-    }
-    fn upload_model(&mut self, model: &Model) -> Result<(), DeviceEngineError> {
-        ShardedEngine::upload_model(self, model)
-    }
-    fn download_model(&self) -> Result<Model, DeviceEngineError> {
-        ShardedEngine::download_model(self)
-    }
-    fn stage_view(
-        &mut self,
-        frame: Frame<'_>,
-        rgb_len: usize,
-        masked: bool,
-    ) -> Result<(), DeviceEngineError> {
-        ShardedEngine::stage_view(self, frame, rgb_len, masked)
-    }
-    fn forward_backward(
-        &mut self,
-        camera: &Camera,
-        options: &RenderOptions,
-        lambda_dssim: f32,
-    ) -> Result<StepScalars, DeviceEngineError> {
-        ShardedEngine::forward_backward(self, camera, options, lambda_dssim)
-    }
-    fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError> {
-        ShardedEngine::regularize(self, reg)
-    }
-    fn accumulate_stats(
-        &mut self,
-        width: u32,
-        height: u32,
-        absgrad: bool,
-    ) -> Result<(), DeviceEngineError> {
-        ShardedEngine::accumulate_stats(self, width, height, absgrad)
-    }
-    fn refine_inputs(&self) -> Result<RefineHost, DeviceEngineError> {
-        ShardedEngine::refine_inputs(self)
-    }
-    fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError> {
-        ShardedEngine::apply_rows(self, plan)
-    }
-    fn reset_opacity(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
-        ShardedEngine::reset_opacity(self, max_opacity)
-    }
-    fn adam_step(
-        &mut self,
-        cfg: &AdamConfig,
-        lr: &LearningRates,
-        mask: GroupMask,
-    ) -> Result<(), DeviceEngineError> {
-        ShardedEngine::adam_step(self, cfg, lr, mask)
-    }
-    fn row_values(&self) -> Result<Model, DeviceEngineError> {
-        ShardedEngine::row_values(self)
-    }
-    fn add_noise(&mut self, noise: NoiseStep) -> Result<(), DeviceEngineError> {
-        ShardedEngine::add_noise(self, noise)
-    }
-    fn render(
-        &mut self,
-        camera: &Camera,
-        options: &RenderOptions,
-    ) -> Result<&mut [f32], DeviceEngineError> {
-        ShardedEngine::render(self, camera, options)
-    }
+    /// Loads the MCMC kernels on every device (see [`DeviceEngine::load_mcmc`]).
     fn load_mcmc(&mut self) -> Result<(), DeviceEngineError> {
-        ShardedEngine::load_mcmc(self)
+        self.shards.iter_mut().try_for_each(DeviceEngine::load_mcmc)
     }
+
+    /// Whether every device has the MCMC kernels loaded.
     fn mcmc_loaded(&self) -> bool {
-        ShardedEngine::mcmc_loaded(self)
+        self.shards.iter().all(DeviceEngine::mcmc_loaded)
     }
 }
 

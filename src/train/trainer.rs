@@ -1576,6 +1576,15 @@ mod tests {
     /// refinements (10, 20, 30), draw the same random numbers (the per-step noise seed
     /// included) and end with the same parameters up to the rasterizer's float-atomic
     /// rounding, which the steps carry forward.
+    /// Largest difference of field `f` between two models, relative to max(|value|, 1).
+    fn worst_param_difference(a: &Gaussians, b: &Gaussians, f: Field) -> f32 {
+        a.field(f)
+            .iter()
+            .zip(b.field(f))
+            .map(|(p, q)| (p - q).abs() / p.abs().max(1.0))
+            .fold(0.0f32, f32::max)
+    }
+
     #[test]
     fn mcmc_trains_alike_on_the_host_and_device_engines() {
         let (mut host, cams, images) = mcmc_trainer(230);
@@ -1606,12 +1615,7 @@ mod tests {
         assert_eq!(sa.model.len(), 230);
         assert_eq!(sb.model.len(), 230);
         for f in Field::ALL {
-            let (x, y) = (sa.model.gaussians.field(f), sb.model.gaussians.field(f));
-            let worst = x
-                .iter()
-                .zip(y)
-                .map(|(p, q)| (p - q).abs() / p.abs().max(1.0))
-                .fold(0.0f32, f32::max);
+            let worst = worst_param_difference(&sa.model.gaussians, &sb.model.gaussians, f);
             let tol = if f == Field::Rotations {
                 MCMC_ROTATION_TOL
             } else {
@@ -2009,12 +2013,7 @@ mod tests {
         assert_eq!(sa.model.len(), sb.model.len());
         let mut report = format!("worst loss {worst_loss:.1e}");
         for f in Field::ALL {
-            let (x, y) = (sa.model.gaussians.field(f), sb.model.gaussians.field(f));
-            let worst = x
-                .iter()
-                .zip(y)
-                .map(|(p, q)| (p - q).abs() / p.abs().max(1.0))
-                .fold(0.0f32, f32::max);
+            let worst = worst_param_difference(&sa.model.gaussians, &sb.model.gaussians, f);
             report += &format!(", {} {worst:.1e}", f.name());
             let tol = if f == Field::Rotations {
                 SHARDED_ROTATION_TOL

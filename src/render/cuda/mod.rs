@@ -205,6 +205,17 @@ impl Bufs {
         })
     }
 
+    /// Room for `n` splats: the projection's outputs (`tiles_touched` has one more entry).
+    fn grow_splats(&mut self, dev: &Device, n: usize) -> Result<(), CudaError> {
+        grow(dev, &mut self.means2d, 2 * n)?;
+        grow(dev, &mut self.conics, 3 * n)?;
+        grow(dev, &mut self.opacities, n)?;
+        grow(dev, &mut self.colors, 3 * n)?;
+        grow(dev, &mut self.depths, n)?;
+        grow(dev, &mut self.radii, n)?;
+        grow(dev, &mut self.tiles_touched, n + 1)
+    }
+
     /// Bytes currently held by the intersection-sized buffers (reusable by the next render).
     fn intersection_bytes(&self) -> u64 {
         (self.keys[0].num_bytes()
@@ -376,13 +387,7 @@ impl CudaRasterizer {
         let coeffs = g.coeffs() as u32;
         let b = &mut self.b;
         upload(&s, &camera_buffer(cam), &mut b.cam)?;
-        grow(&s, &mut b.means2d, 2 * n)?;
-        grow(&s, &mut b.conics, 3 * n)?;
-        grow(&s, &mut b.opacities, n)?;
-        grow(&s, &mut b.colors, 3 * n)?;
-        grow(&s, &mut b.depths, n)?;
-        grow(&s, &mut b.radii, n)?;
-        grow(&s, &mut b.tiles_touched, n + 1)?;
+        b.grow_splats(&s, n)?;
         {
             let Bufs {
                 cam: cam_buf,
@@ -683,13 +688,7 @@ impl CudaRasterizer {
         let s = self.dev.clone();
         let b = &mut self.b;
         upload(&s, &camera_buffer(&cam), &mut b.cam)?;
-        grow(&s, &mut b.means2d, 2 * n)?;
-        grow(&s, &mut b.conics, 3 * n)?;
-        grow(&s, &mut b.opacities, n)?;
-        grow(&s, &mut b.colors, 3 * n)?;
-        grow(&s, &mut b.depths, n)?;
-        grow(&s, &mut b.radii, n)?;
-        grow(&s, &mut b.tiles_touched, n + 1)?;
+        b.grow_splats(&s, n)?;
         let st = &mut self.staging;
         let mut at = 0;
         for shard in shards {
