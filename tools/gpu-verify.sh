@@ -12,18 +12,20 @@
 #   render     gs-render --backend cuda against --backend cpu on real packs (the fox photos at
 #              full resolution, a model trained briefly on the CPU), image by image
 #   trainer    the device engine against the CPU engine: a synthetic pack (64 views at 96x72,
-#              8 held out), 800 iterations with --eval and densification, same seed: test
+#              8 held out), 800 iterations with --eval and densification, seeds 3-5 on each:
+#              mean train PSNR within 0.3 dB, mean Gaussian count within 10 %
+#   trainer-demo  gs-train --demo (3,000 iterations, 8 held-out views) on both engines: test
 #              PSNR within 0.3 dB, Gaussian count within 10 %
 #   trainer-mcmc  the same with --strategy mcmc --max-gaussians 600 (relocation and growth at
 #              600 and 700): the same Gaussian count, test PSNR within 0.3 dB
-#   train      gs-train --backend cuda (the device engine) on the fox photos at full
-#              resolution with --eval (GS_VERIFY_FOX_ITERATIONS, default 3000; 30000 for the
-#              full benchmark, in a call of its own), and 30 iterations of --backend cpu:
-#              iterations/s, test PSNR, Gaussians, peak RSS of each
 #   memcheck, racecheck, synccheck
 #              compute-sanitizer over the parity tests (GS_PARITY_SCENES=small: the sanitizers
 #              slow kernels down 10-100x)
 #   memcheck-lib  compute-sanitizer memcheck over the device layer's own tests
+#   train      gs-train --backend cuda (the device engine) on the fox photos at full
+#              resolution with --eval (GS_VERIFY_FOX_ITERATIONS, default 3000; 30000 for the
+#              full benchmark, in a call of its own), and GS_VERIFY_FOX_CPU_ITERATIONS (30; 0
+#              skips) of --backend cpu: iterations/s, test PSNR, Gaussians, peak RSS of each
 #
 # Prepare on a machine with Rust, from the repository root:   tools/gpu-bundle.sh .gpu
 # Run on the GPU machine, from the repository root:           tools/gpu-verify.sh .gpu OUT
@@ -140,21 +142,58 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# The device engine against the CPU engine on a sparse synthetic scene, over three seeds: the
+# optimisation must agree (mean train PSNR within 0.3 dB, Gaussian counts within 10 %). The
+# held-out PSNR is printed, not compared: on this scene it spreads by more than 0.7 dB over
+# seeds on one engine (CPU, seeds 3-5: 15.89 / 16.63 / 16.21 dB). trainer-demo compares it.
 trainer_parity() {
     set -e
     local b=$bundle/bin
     "$b/gs-pack" synth -o "$work/synth" --views 64 --width 96 --height 72 --points 400 --seed 7
     "$b/gs-pack" convert "$work/synth" -o "$work/synth.pack" --test-every 8
-    for backend in cpu cuda; do
-        "$b/gs-train" "$work/synth.pack" -o "$work/parity-$backend" --backend "$backend" \
-            --iterations 800 --eval --sh-degree 1 --seed 3 --metrics-every 100 2>&1 | tail -n 4
+    for seed in 3 4 5; do
+        for backend in cpu cuda; do
+            "$b/gs-train" "$work/synth.pack" -o "$work/parity-$backend-$seed" --backend "$backend" \
+                --iterations 800 --eval --sh-degree 1 --seed "$seed" --metrics-every 100 2>&1 \
+                | tail -n 2 | head -n 1
+        done
     done
-    python3 - "$work/parity-cpu/report.json" "$work/parity-cuda/report.json" <<'PY'
+    python3 - "$work" <<'PY'
+import json, statistics, sys
+work = sys.argv[1]
+runs = {be: [json.load(open(f"{work}/parity-{be}-{s}/report.json")) for s in (3, 4, 5)]
+        for be in ("cpu", "cuda")}
+for be, rs in runs.items():
+    print(f"{be}: train PSNR {[round(r['train_psnr'], 3) for r in rs]}, test PSNR "
+          f"{[round(r['test_psnr'], 3) for r in rs]}, Gaussians {[r['num_gaussians'] for r in rs]}"
+          f", it/s {[round(r['iterations_per_s'], 1) for r in rs]}; backend {rs[0]['backend']}")
+mean = lambda be, k: statistics.mean(r[k] for r in runs[be])
+print(f"means: train PSNR cpu {mean('cpu', 'train_psnr'):.4f}, cuda {mean('cuda', 'train_psnr'):.4f}; "
+      f"test PSNR cpu {mean('cpu', 'test_psnr'):.4f}, cuda {mean('cuda', 'test_psnr'):.4f}; "
+      f"Gaussians {mean('cpu', 'num_gaussians'):.0f} vs {mean('cuda', 'num_gaussians'):.0f}")
+ok = (abs(mean("cpu", "train_psnr") - mean("cuda", "train_psnr")) <= 0.3
+      and abs(mean("cpu", "num_gaussians") - mean("cuda", "num_gaussians"))
+          <= 0.1 * mean("cpu", "num_gaussians")
+      and all(r["backend"].startswith("device") for r in runs["cuda"]))
+sys.exit(0 if ok else 1)
+PY
+}
+
+# The README's demo (64 views of 240x180, 3,000 iterations with densification, 8 held out) on
+# both engines: test PSNR within 0.3 dB, Gaussian count within 10 %.
+trainer_demo() {
+    set -e
+    local b=$bundle/bin
+    for backend in cpu cuda; do
+        "$b/gs-train" --demo --backend "$backend" -o "$work/demo-$backend" 2>&1 | tail -n 2
+    done
+    python3 - "$work/demo-cpu/report.json" "$work/demo-cuda/report.json" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
-print(f"test PSNR cpu {a['test_psnr']:.4f} dB, cuda {b['test_psnr']:.4f} dB; Gaussians "
-      f"{a['num_gaussians']} vs {b['num_gaussians']}; it/s {a['iterations_per_s']:.1f} vs "
-      f"{b['iterations_per_s']:.1f}; backend {b['backend']}")
+print(f"demo: test PSNR cpu {a['test_psnr']:.4f} dB, cuda {b['test_psnr']:.4f} dB; SSIM "
+      f"{a['test_ssim']:.4f} vs {b['test_ssim']:.4f}; Gaussians {a['num_gaussians']} vs "
+      f"{b['num_gaussians']}; it/s {a['iterations_per_s']:.1f} vs {b['iterations_per_s']:.1f}; "
+      f"backend {b['backend']}")
 ok = (abs(a["test_psnr"] - b["test_psnr"]) <= 0.3
       and abs(a["num_gaussians"] - b["num_gaussians"]) <= 0.1 * a["num_gaussians"]
       and b["backend"].startswith("device"))
@@ -197,9 +236,16 @@ train_speed() {
     [ -d "$work/fox.pack" ] || "$b/gs-pack" convert "$bundle/data/fox" -o "$work/fox.pack"
     "$b/gs-train" "$work/fox.pack" -o "$work/train-cuda" --backend cuda --iterations "$iters" \
         --eval --test-iterations "$iters" --save-iterations "$iters" --seed 1 2>&1 | tail -n 6
-    "$b/gs-train" "$work/fox.pack" -o "$work/train-cpu" --backend cpu --iterations 30 --seed 1 \
-        2>&1 | tail -n 3
-    python3 - "$work"/train-cuda/report.json "$work"/train-cpu/report.json <<'PY'
+    # The CPU engine's speed on the same pack, for scale (GS_VERIFY_FOX_CPU_ITERATIONS=0 skips
+    # it: at full resolution 30 CPU iterations cost about a minute of device time).
+    local cpu_iters=${GS_VERIFY_FOX_CPU_ITERATIONS:-30}
+    local reports=("$work"/train-cuda/report.json)
+    if [ "$cpu_iters" -gt 0 ]; then
+        "$b/gs-train" "$work/fox.pack" -o "$work/train-cpu" --backend cpu \
+            --iterations "$cpu_iters" --seed 1 2>&1 | tail -n 3
+        reports+=("$work"/train-cpu/report.json)
+    fi
+    python3 - "${reports[@]}" <<'PY'
 import json, sys
 for p in sys.argv[1:]:
     r = json.load(open(p))
@@ -220,17 +266,21 @@ sanitize() {
         "$bundle/tests/cuda_parity" --test-threads=1 "$@"
 }
 
-# The device layer's own tests (copies, collectives, async uploads) under memcheck.
+# The device layer's own tests (copies, collectives, async uploads) under memcheck. Skipped:
+# the one test that asks for more memory than the device has on purpose (memcheck reports
+# the refused cuMemAlloc as an error although the test expects it).
 sanitize_lib() {
     [ -n "$sanitizer" ] || { echo "compute-sanitizer not found"; return 1; }
     "$sanitizer" --tool memcheck --error-exitcode 1 --print-limit 20 \
-        "$bundle/tests/ramsplat_lib" device:: render::cuda --test-threads=1
+        "$bundle/tests/ramsplat_lib" device:: render::cuda --test-threads=1 \
+        --skip device::tests::usage_counts_live_buffers_and_their_peak
 }
 
 export bundle work out nvrtc_dir sanitizer
-export -f env_report render_parity trainer_parity trainer_mcmc train_speed sanitize sanitize_lib
+export -f env_report render_parity trainer_parity trainer_demo trainer_mcmc train_speed sanitize sanitize_lib
 step env 30 env_report
-step lib 90 "$bundle/tests/ramsplat_lib" render::cuda device:: train::device --test-threads=1
+step lib 90 "$bundle/tests/ramsplat_lib" render::cuda device:: train::device --test-threads=1 \
+    --nocapture
 step parity 120 "$bundle/tests/cuda_parity" --test-threads=1 --nocapture
 step bench 150 "$bundle/benches/cuda"
 if [ -d "$bundle/data/fox" ]; then
@@ -239,12 +289,14 @@ else
     printf '%-13s %-14s\n' render "SKIPPED (no data/fox in the bundle)" | tee -a "$summary"
 fi
 step trainer 120 trainer_parity
+step trainer-demo 150 trainer_demo
 step trainer-mcmc 120 trainer_mcmc
-step train 240 train_speed
 step memcheck 120 sanitize memcheck
 step racecheck 120 sanitize racecheck
 step synccheck 60 sanitize synccheck
 step memcheck-lib 60 sanitize_lib
+# Last: the speed run is the only step whose verdict is not a correctness check.
+step train 240 train_speed
 rm -rf "$work"
 
 echo "== summary"

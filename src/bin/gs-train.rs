@@ -401,6 +401,7 @@ fn run_demo(args: &Args, out: PathBuf, stop: Arc<AtomicBool>) -> Result<bool> {
         &out,
         args.ram_budget,
         iterations,
+        args.backend,
         stop,
         args.overwrite,
         &mut |ev| match ev {

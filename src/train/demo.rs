@@ -204,6 +204,7 @@ pub fn demo_options(pack: &Path, out: &Path, ram_budget: u64, iterations: u64) -
     let mut o = RunOptions::new(pack, out);
     o.ram_budget = ram_budget;
     o.config = demo_config(iterations);
+    // A GPU when there is one; `run_demo`'s caller may ask for a backend.
     o.backend = Backend::Auto;
     o.eval = true;
     o.test_iterations = vec![];
@@ -212,11 +213,12 @@ pub fn demo_options(pack: &Path, out: &Path, ram_budget: u64, iterations: u64) -
     o
 }
 
-/// Builds the demo pack in a temporary directory, trains into `out`, evaluates.
+/// Builds the demo pack in a temporary directory, trains into `out` on `backend`, evaluates.
 pub fn run_demo(
     out: &Path,
     ram_budget: u64,
     iterations: u64,
+    backend: Backend,
     stop: Arc<AtomicBool>,
     overwrite: bool,
     on_event: &mut dyn FnMut(DemoEvent),
@@ -243,6 +245,7 @@ pub fn run_demo(
             out.display()
         )));
         let mut o = demo_options(&pack, out, ram_budget, iterations);
+        o.backend = backend;
         o.stop = stop;
         o.overwrite = overwrite;
         Ok(run::run(&o, &mut |e| on_event(DemoEvent::Run(e)))?)
