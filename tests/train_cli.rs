@@ -1806,7 +1806,7 @@ fn absgrad_runs_report_it_and_resume_only_with_it() {
     for (extra, says) in [
         (
             &["--strategy", "mcmc", "--max-gaussians", "400", "--absgrad"][..],
-            "--absgrad changes how the default strategy clones and splits; --strategy mcmc",
+            "--absgrad tunes how the default strategy clones, splits and prunes; --strategy mcmc",
         ),
         (
             &[
@@ -1816,7 +1816,18 @@ fn absgrad_runs_report_it_and_resume_only_with_it() {
                 "400",
                 "--revised-opacity",
             ][..],
-            "--revised-opacity changes how the default strategy clones and splits",
+            "--revised-opacity tunes how the default strategy clones, splits and prunes",
+        ),
+        (
+            &[
+                "--strategy",
+                "mcmc",
+                "--max-gaussians",
+                "400",
+                "--prune-screen-radius",
+                "off",
+            ][..],
+            "--prune-screen-radius tunes how the default strategy clones, splits and prunes",
         ),
         (&["--strategy", "mcmc", "--max-gaussians", "400"][..], ""),
         (
@@ -1848,5 +1859,53 @@ fn absgrad_runs_report_it_and_resume_only_with_it() {
             "{extra:?}: a refused run wrote {}",
             dest.display()
         );
+    }
+    // A malformed radius is a command-line error (exit 2), before anything is written.
+    let dest = dir.path().join("refused");
+    let o = gs_train(&[s(&pack_path), "-o", s(&dest), "--prune-screen-radius", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("\"0\" is neither a radius in pixels"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dest.exists());
+    // A valid radius is recorded in the report (off, the default, is `null`).
+    let mut args = vec![s(&pack_path), "-o", s(&dest), "--iterations", "5"];
+    args.extend_from_slice(COMMON);
+    args.extend_from_slice(&["--prune-screen-radius", "20"]);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(report(&dest).prune_screen_radius, Some(20));
+}
+
+/// `--demo` trains on the backend asked for (it once ignored `--backend` and always took
+/// `auto`, which never picks the emulation): `cuda` under `GS_CUDA_EMULATE=1` is the device
+/// engine, `cpu` the CPU engine.
+#[test]
+fn demo_honours_the_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    for (backend, want) in [("cuda", "device ("), ("cpu", "cpu")] {
+        let out = dir.path().join(backend);
+        let o = Command::new(BIN)
+            .args([
+                "--demo",
+                "--iterations",
+                "2",
+                "--backend",
+                backend,
+                "-o",
+                s(&out),
+            ])
+            .env("GS_CUDA_EMULATE", "1")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "--backend {backend}: {}", stderr(&o));
+        let r: Report =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
+                .unwrap();
+        assert!(r.backend.starts_with(want), "{backend}: {}", r.backend);
+        assert_eq!(r.iterations, 2);
+        assert_eq!(r.prune_screen_radius, None);
     }
 }

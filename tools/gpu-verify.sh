@@ -15,7 +15,7 @@
 #              8 held out), 800 iterations with --eval and densification, seeds 3-5 on each:
 #              mean train PSNR within 0.3 dB, mean Gaussian count within 10 %
 #   trainer-demo  gs-train --demo (3,000 iterations, 8 held-out views) on both engines: test
-#              PSNR within 0.3 dB, Gaussian count within 10 %
+#              PSNR within 1 dB (the CPU's own seed range: 0.64 dB), Gaussians within 10 %
 #   trainer-mcmc  the same with --strategy mcmc --max-gaussians 600 (relocation and growth at
 #              600 and 700): the same Gaussian count, test PSNR within 0.3 dB
 #   memcheck, racecheck, synccheck
@@ -180,7 +180,10 @@ PY
 }
 
 # The README's demo (64 views of 240x180, 3,000 iterations with densification, 8 held out) on
-# both engines: test PSNR within 0.3 dB, Gaussian count within 10 %.
+# both engines: test PSNR within 1 dB, Gaussian count within 10 %. The demo has one seed (7);
+# the CPU engine with training seeds 7/1/2/3 gives 44.56 / 44.57 / 45.19 / 44.80 dB (a
+# 0.64 dB range), so a tighter bound at one seed would test the seed, not the engine (the
+# step-by-step agreement is `train::trainer::tests`' job).
 trainer_demo() {
     set -e
     local b=$bundle/bin
@@ -194,7 +197,7 @@ print(f"demo: test PSNR cpu {a['test_psnr']:.4f} dB, cuda {b['test_psnr']:.4f} d
       f"{a['test_ssim']:.4f} vs {b['test_ssim']:.4f}; Gaussians {a['num_gaussians']} vs "
       f"{b['num_gaussians']}; it/s {a['iterations_per_s']:.1f} vs {b['iterations_per_s']:.1f}; "
       f"backend {b['backend']}")
-ok = (abs(a["test_psnr"] - b["test_psnr"]) <= 0.3
+ok = (abs(a["test_psnr"] - b["test_psnr"]) <= 1.0
       and abs(a["num_gaussians"] - b["num_gaussians"]) <= 0.1 * a["num_gaussians"]
       and b["backend"].startswith("device"))
 sys.exit(0 if ok else 1)

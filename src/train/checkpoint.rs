@@ -915,6 +915,13 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
         let longer = run.iterations > meta.config.iterations;
         let hint = if longer && diffs.len() == 1 && diffs[0].starts_with("iterations:") {
             " (to train past the original end, add --extend)"
+        } else if diffs
+            .iter()
+            .any(|d| d.starts_with("densify.prune_screen_radius: checkpoint 20, this run null"))
+        {
+            // Checkpoints from before screen-size pruning became opt-in carry the old default.
+            " (this checkpoint prunes by screen size, the default before 2026-11-26: add \
+             --prune-screen-radius 20)"
         } else {
             ""
         };
@@ -1227,6 +1234,28 @@ mod state_tests {
         .to_string();
         assert!(
             e.contains("iterations: checkpoint 100, this run 200") && e.contains("add --extend"),
+            "{e}"
+        );
+        // A checkpoint made with screen-size pruning (the default before it became opt-in),
+        // resumed with today's default: the message names the flag that restores it.
+        let mut old_default = s.clone();
+        old_default.config.densify.prune_screen_radius = Some(20);
+        let old_dir = tempfile::tempdir().unwrap();
+        let old_path = save_state(old_dir.path(), (&old_default).into(), "abc").unwrap();
+        let e = load_state(
+            &old_path,
+            &Expected {
+                pack_id: "abc",
+                pack_content: None,
+                config: &s.config,
+                extend: false,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("densify.prune_screen_radius: checkpoint 20, this run null")
+                && e.contains("add --prune-screen-radius 20"),
             "{e}"
         );
         // --extend: a larger iteration count continues the run with the position schedule's

@@ -205,6 +205,10 @@ pub struct Report {
     /// Whether split children started at the revised opacity (`--revised-opacity`).
     #[serde(default)]
     pub revised_opacity: bool,
+    /// The screen-size pruning radius in px (`--prune-screen-radius`); `null` when the rule
+    /// is off (the default, and MCMC) or in reports written before it was recorded.
+    #[serde(default)]
+    pub prune_screen_radius: Option<u32>,
     /// Wall time of this process, from start to the report.
     pub wall_s: f64,
     /// Seconds of that spent in the training loop (excluding evaluation and saving).

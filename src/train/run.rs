@@ -1561,6 +1561,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         .unwrap_or(f64::NAN)
                 }),
             revised_opacity: config.mcmc.is_none() && config.densify.revised_opacity,
+            prune_screen_radius: config
+                .densify
+                .prune_screen_radius
+                .filter(|_| config.mcmc.is_none()),
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,
