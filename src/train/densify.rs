@@ -461,6 +461,11 @@ pub trait DensifyStrategy: Send {
     fn accumulate(&mut self, model: &mut Model, view: &ViewStats<'_>);
     /// Whether [`DensifyStrategy::refine`] has work at `iteration` (densify, prune or reset).
     fn refines_at(&self, iteration: u64, white_background: bool) -> bool;
+    /// Whether the step of `iteration` caps every opacity (an opacity reset): evaluating or
+    /// saving after that step would see the capped model, so the run does it before.
+    fn resets_opacity_at(&self, _iteration: u64, _white_background: bool) -> bool {
+        false
+    }
     /// Edits `model` (this iteration's statistics already added); only called where
     /// [`DensifyStrategy::refines_at`].
     fn refine(&mut self, model: &mut Model, ctx: &mut RefineContext<'_>) -> DensifyOutcome;
@@ -864,6 +869,10 @@ impl DensifyStrategy for DefaultStrategy {
     fn refines_at(&self, iteration: u64, white_background: bool) -> bool {
         iteration < self.config.until_iter
             && (self.densify_due(iteration) || self.reset_due(iteration, white_background))
+    }
+
+    fn resets_opacity_at(&self, iteration: u64, white_background: bool) -> bool {
+        iteration < self.config.until_iter && self.reset_due(iteration, white_background)
     }
 
     fn refine_plan(

@@ -1381,8 +1381,23 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                     window = (0.0, 0.0, 0);
                     last_row = Instant::now();
                 }
-                if opts.save_iterations.contains(&it) && it != total {
-                    point_clouds.push(save_ply(&opts.out, t, it, &opts.export)?);
+                // An iteration whose step resets the opacities is saved and evaluated before
+                // that step (as 3DGS and gsplat do), i.e. at the end of the step before it:
+                // after the reset every opacity is at most 0.01 and the model renders nearly
+                // nothing. `due(list)`: the iterations of `list` saved or evaluated now.
+                let next = it + 1;
+                let early = next <= total && t.resets_opacity_at(next);
+                let late = t.resets_opacity_at(it);
+                let due = |list: &[u64]| -> Vec<u64> {
+                    let now = !late && it != total && list.contains(&it);
+                    let ahead = early && list.contains(&next);
+                    [(now, it), (ahead, next)]
+                        .into_iter()
+                        .filter_map(|(yes, n)| yes.then_some(n))
+                        .collect()
+                };
+                for n in due(&opts.save_iterations) {
+                    point_clouds.push(save_ply(&opts.out, t, n, &opts.export)?);
                 }
                 let periodic =
                     opts.checkpoint_every > 0 && it.is_multiple_of(opts.checkpoint_every);
@@ -1392,19 +1407,19 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         prune_periodic(&ckpt_dir, it, opts);
                     }
                 }
-                if opts.eval && opts.test_iterations.contains(&it) && it != total {
+                for n in due(&opts.test_iterations).into_iter().filter(|_| opts.eval) {
                     let scores = evaluate_views(
                         &pack,
                         t,
                         &test_views,
                         &opts.out,
-                        &format!("iteration_{it}"),
+                        &format!("iteration_{n}"),
                         opts.max_test_images,
                         &mut gt,
                     )?;
                     let (p, ss) = report::mean_scores(&scores);
                     on_event(Event::Line(format!(
-                        "iteration {it}: test PSNR {} dB, SSIM {:.4} ({} views)",
+                        "iteration {n}: test PSNR {} dB, SSIM {:.4} ({} views)",
                         p.map_or("inf".into(), |p| format!("{p:.2}")),
                         ss.unwrap_or(0.0),
                         scores.len()

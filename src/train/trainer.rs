@@ -666,6 +666,17 @@ impl Trainer {
         self.step
     }
 
+    /// Whether the step of `iteration` (1-based) will reset every opacity to at most the
+    /// strategy's cap (never the final iteration's: see [`Trainer::step`]). 3DGS and gsplat
+    /// evaluate and save "iteration N" before that step's densification, so a run evaluates
+    /// and saves such an iteration before taking its step.
+    pub fn resets_opacity_at(&self, iteration: u64) -> bool {
+        iteration < self.config.iterations
+            && self
+                .strategy
+                .resets_opacity_at(iteration, self.config.background == Background::White)
+    }
+
     /// Gaussians in the model now (no transfer).
     pub fn num_gaussians(&self) -> usize {
         match &self.runner {
