@@ -37,6 +37,13 @@ fn gs_train(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
 }
 
+/// Asserts a run failed (exit 1) with a message holding every one of `says`.
+fn refused(o: &Output, says: &[&str]) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(says.iter().all(|w| e.contains(w)), "{says:?}: {e}");
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -238,13 +245,9 @@ fn extend_trains_a_finished_run_further() {
     let o = run("60", &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let before = std::fs::read(out.join("report.json")).unwrap();
-    let o = run("90", &["--resume"]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("iterations: checkpoint 60, this run 90")
-            && stderr(&o).contains("add --extend"),
-        "{}",
-        stderr(&o)
+    refused(
+        &run("90", &["--resume"]),
+        &["iterations: checkpoint 60, this run 90", "add --extend"],
     );
     assert_eq!(std::fs::read(out.join("report.json")).unwrap(), before);
     let o = run("90", &["--resume", "--extend"]);
@@ -263,13 +266,9 @@ fn extend_trains_a_finished_run_further() {
     drop(c);
     // The extended run's checkpoint matches a plain resume at its new length (there is
     // nothing left to train, and the refusal says how to go on) and extends again.
-    let o = run("90", &["--resume"]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("already at iteration 90 of --iterations 90")
-            && stderr(&o).contains("add --extend"),
-        "{}",
-        stderr(&o)
+    refused(
+        &run("90", &["--resume"]),
+        &["already at iteration 90 of --iterations 90", "add --extend"],
     );
     let o = run("100", &["--resume", "--extend"]);
     assert!(o.status.success(), "{}", stderr(&o));

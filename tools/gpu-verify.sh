@@ -146,11 +146,18 @@ PY
 # optimisation must agree (mean train PSNR within 0.3 dB, Gaussian counts within 10 %). The
 # held-out PSNR is printed, not compared: on this scene it spreads by more than 0.7 dB over
 # seeds on one engine (CPU, seeds 3-5: 15.89 / 16.63 / 16.21 dB). trainer-demo compares it.
+# synth_pack: the 64-view 96x72 synthetic pack of trainer and trainer-mcmc, made once.
+synth_pack() {
+    [ -d "$work/synth.pack" ] && return 0
+    "$bundle/bin/gs-pack" synth -o "$work/synth" --views 64 --width 96 --height 72 --points 400 \
+        --seed 7
+    "$bundle/bin/gs-pack" convert "$work/synth" -o "$work/synth.pack" --test-every 8
+}
+
 trainer_parity() {
     set -e
     local b=$bundle/bin
-    "$b/gs-pack" synth -o "$work/synth" --views 64 --width 96 --height 72 --points 400 --seed 7
-    "$b/gs-pack" convert "$work/synth" -o "$work/synth.pack" --test-every 8
+    synth_pack
     for seed in 3 4 5; do
         for backend in cpu cuda; do
             "$b/gs-train" "$work/synth.pack" -o "$work/parity-$backend-$seed" --backend "$backend" \
@@ -209,11 +216,7 @@ PY
 trainer_mcmc() {
     set -e
     local b=$bundle/bin
-    if [ ! -d "$work/synth.pack" ]; then
-        "$b/gs-pack" synth -o "$work/synth" --views 64 --width 96 --height 72 --points 400 \
-            --seed 7
-        "$b/gs-pack" convert "$work/synth" -o "$work/synth.pack" --test-every 8
-    fi
+    synth_pack
     for backend in cpu cuda; do
         "$b/gs-train" "$work/synth.pack" -o "$work/mcmc-$backend" --backend "$backend" \
             --iterations 800 --eval --sh-degree 1 --seed 3 --metrics-every 100 \
@@ -280,7 +283,7 @@ sanitize_lib() {
 }
 
 export bundle work out nvrtc_dir sanitizer
-export -f env_report render_parity trainer_parity trainer_demo trainer_mcmc train_speed sanitize sanitize_lib
+export -f env_report synth_pack render_parity trainer_parity trainer_demo trainer_mcmc train_speed sanitize sanitize_lib
 step env 30 env_report
 step lib 90 "$bundle/tests/ramsplat_lib" render::cuda device:: train::device --test-threads=1 \
     --nocapture

@@ -913,17 +913,21 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
     let diffs = config_differences(&meta.config, &run);
     if !diffs.is_empty() {
         let longer = run.iterations > meta.config.iterations;
+        let screen = (
+            meta.config.densify.prune_screen_radius,
+            run.densify.prune_screen_radius,
+        );
         let hint = if longer && diffs.len() == 1 && diffs[0].starts_with("iterations:") {
-            " (to train past the original end, add --extend)"
-        } else if diffs
-            .iter()
-            .any(|d| d.starts_with("densify.prune_screen_radius: checkpoint 20, this run null"))
-        {
-            // Checkpoints from before screen-size pruning became opt-in carry the old default.
-            " (this checkpoint prunes by screen size, the default before 2026-11-26: add \
-             --prune-screen-radius 20)"
+            " (to train past the original end, add --extend)".to_string()
+        } else if let (Some(px), None) = screen {
+            // Checkpoints from before screen-size pruning became opt-in carry the old default
+            // (20 px) without the flag that now asks for it.
+            format!(
+                " (this checkpoint prunes by screen size, the default before 2026-11-26: add \
+                 --prune-screen-radius {px})"
+            )
         } else {
-            ""
+            String::new()
         };
         return Err(mismatch(format!(
             "it was made with different training settings ({}){hint}; resume with the same \
@@ -1188,14 +1192,26 @@ mod state_tests {
         let path = save_state(dir.path(), (&s).into(), "abc").unwrap();
         assert_eq!(path, dir.path().join("ckpt-00000042.bin"));
         assert_eq!(latest(dir.path()).unwrap(), path);
-        let expected = Expected {
-            pack_id: "abc",
-            pack_content: None,
-            config: &s.config,
-            extend: false,
-        };
-        let back = load_state(&path, &expected).unwrap();
+        let back = load(&path, "abc", &s.config, false).unwrap();
         assert_eq!(back, s);
+    }
+
+    /// [`load_state`] with no pack content to compare.
+    fn load(
+        path: &Path,
+        pack_id: &str,
+        config: &TrainConfig,
+        extend: bool,
+    ) -> Result<TrainState, CheckpointError> {
+        load_state(
+            path,
+            &Expected {
+                pack_id,
+                pack_content: None,
+                config,
+                extend,
+            },
+        )
     }
 
     #[test]
@@ -1204,34 +1220,16 @@ mod state_tests {
         let s = state(20);
         let path = save_state(dir.path(), (&s).into(), "abc").unwrap();
         // Another pack.
-        let e = load_state(
-            &path,
-            &Expected {
-                pack_id: "def",
-                pack_content: None,
-                config: &s.config,
-                extend: false,
-            },
-        )
-        .unwrap_err()
-        .to_string();
+        let e = load(&path, "def", &s.config, false)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("pack abc") && e.contains("pack def"), "{e}");
         // Other settings.
         let other = TrainConfig {
             iterations: 200,
             ..s.config.clone()
         };
-        let e = load_state(
-            &path,
-            &Expected {
-                pack_id: "abc",
-                pack_content: None,
-                config: &other,
-                extend: false,
-            },
-        )
-        .unwrap_err()
-        .to_string();
+        let e = load(&path, "abc", &other, false).unwrap_err().to_string();
         assert!(
             e.contains("iterations: checkpoint 100, this run 200") && e.contains("add --extend"),
             "{e}"
@@ -1242,17 +1240,9 @@ mod state_tests {
         old_default.config.densify.prune_screen_radius = Some(20);
         let old_dir = tempfile::tempdir().unwrap();
         let old_path = save_state(old_dir.path(), (&old_default).into(), "abc").unwrap();
-        let e = load_state(
-            &old_path,
-            &Expected {
-                pack_id: "abc",
-                pack_content: None,
-                config: &s.config,
-                extend: false,
-            },
-        )
-        .unwrap_err()
-        .to_string();
+        let e = load(&old_path, "abc", &s.config, false)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("densify.prune_screen_radius: checkpoint 20, this run null")
                 && e.contains("add --prune-screen-radius 20"),
@@ -1260,17 +1250,7 @@ mod state_tests {
         );
         // --extend: a larger iteration count continues the run with the position schedule's
         // original length; a smaller or equal one is refused, and so is any other change.
-        let extend = |config: &TrainConfig| {
-            load_state(
-                &path,
-                &Expected {
-                    pack_id: "abc",
-                    pack_content: None,
-                    config,
-                    extend: true,
-                },
-            )
-        };
+        let extend = |config: &TrainConfig| load(&path, "abc", config, true);
         let longer = extend(&other).unwrap();
         assert_eq!(longer.config.iterations, 200);
         assert_eq!(longer.config.position_lr_max_steps, Some(100));
@@ -1304,17 +1284,7 @@ mod state_tests {
             iterations: 200,
             ..s.config.clone()
         };
-        let again = |config: &TrainConfig, extend: bool| {
-            load_state(
-                &path2,
-                &Expected {
-                    pack_id: "abc",
-                    pack_content: None,
-                    config,
-                    extend,
-                },
-            )
-        };
+        let again = |config: &TrainConfig, extend: bool| load(&path2, "abc", config, extend);
         assert_eq!(again(&plain, false).unwrap().config, longer.config);
         let further = TrainConfig {
             iterations: 300,
@@ -1335,33 +1305,14 @@ mod state_tests {
             .flatten()
             .for_each(|v| *v = v.exp() + 1.0);
         let p2 = save_state(&dir.path().join("act"), (&act).into(), "abc").unwrap();
-        let e = load_state(
-            &p2,
-            &Expected {
-                pack_id: "abc",
-                pack_content: None,
-                config: &s.config,
-                extend: false,
-            },
-        )
-        .unwrap_err();
+        let e = load(&p2, "abc", &s.config, false).unwrap_err();
         assert!(matches!(e, CheckpointError::Activated { .. }), "{e}");
         assert!(e.to_string().contains("ACTIVATED"), "{e}");
         // A NaN parameter.
         let mut nan = s.clone();
         nan.model.gaussians.means[4][1] = f32::NAN;
         let p3 = save_state(&dir.path().join("nan"), (&nan).into(), "abc").unwrap();
-        let e = load_state(
-            &p3,
-            &Expected {
-                pack_id: "abc",
-                pack_content: None,
-                config: &s.config,
-                extend: false,
-            },
-        )
-        .unwrap_err()
-        .to_string();
+        let e = load(&p3, "abc", &s.config, false).unwrap_err().to_string();
         assert!(
             e.contains("params.means") && e.contains("Gaussian 4"),
             "{e}"
@@ -1371,17 +1322,9 @@ mod state_tests {
         let at = bytes.len() - 10;
         bytes[at] ^= 1;
         fs::write(&path, &bytes).unwrap();
-        let e = load_state(
-            &path,
-            &Expected {
-                pack_id: "abc",
-                pack_content: None,
-                config: &s.config,
-                extend: false,
-            },
-        )
-        .unwrap_err()
-        .to_string();
+        let e = load(&path, "abc", &s.config, false)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("corrupt") && e.contains("checksum"), "{e}");
     }
 }

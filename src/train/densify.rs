@@ -867,8 +867,8 @@ impl DensifyStrategy for DefaultStrategy {
     }
 
     fn refines_at(&self, iteration: u64, white_background: bool) -> bool {
-        iteration < self.config.until_iter
-            && (self.densify_due(iteration) || self.reset_due(iteration, white_background))
+        (iteration < self.config.until_iter && self.densify_due(iteration))
+            || self.resets_opacity_at(iteration, white_background)
     }
 
     fn resets_opacity_at(&self, iteration: u64, white_background: bool) -> bool {

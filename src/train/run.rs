@@ -1386,7 +1386,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 // after the reset every opacity is at most 0.01 and the model renders nearly
                 // nothing. `due(list)`: the iterations of `list` saved or evaluated now.
                 let next = it + 1;
-                let early = next <= total && t.resets_opacity_at(next);
+                let early = t.resets_opacity_at(next);
                 let late = t.resets_opacity_at(it);
                 let due = |list: &[u64]| -> Vec<u64> {
                     let now = !late && it != total && list.contains(&it);
