@@ -79,7 +79,7 @@ fn outputs_exist_and_parse() {
     assert_eq!(report.iterations, 60);
     assert_eq!(report.test_views, 2);
     assert!(report.test_psnr.unwrap() > 10.0 && report.test_ssim.unwrap() > 0.0);
-    assert!(report.train_psnr > 10.0 && report.iterations_per_s > 0.0);
+    assert!(report.train_psnr.is_some_and(|p| p > 10.0) && report.iterations_per_s > 0.0);
     assert!(report.peak_rss_bytes.is_some_and(|p| p > 0) && report.within_budget == Some(true));
     assert_eq!(report.backend, "cpu");
     assert!((0.0..=1.0).contains(&report.stall_fraction));
@@ -194,6 +194,13 @@ fn interrupt_then_resume_matches_an_uninterrupted_run() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no 'interrupted at iteration N' in: {msg}"));
     assert!(at > 0 && at < 400, "interrupted at {at}");
+    // The interrupted run's report says so, and claims no training-view scores it never
+    // measured (it once printed "train PSNR 0.00 dB").
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(cut.join("report.json")).unwrap()).unwrap();
+    assert!(report.interrupted);
+    assert_eq!((report.train_psnr, report.train_ssim), (None, None));
+    assert!(!msg.contains("train PSNR"), "{msg}");
     let ckpt = checkpoint::latest(&cut.join("checkpoints")).unwrap();
     let mut args = vec![
         s(&pack),
@@ -1906,7 +1913,55 @@ fn demo_honours_the_backend() {
         assert!(r.backend.starts_with(want), "{backend}: {}", r.backend);
         assert_eq!(r.iterations, 2);
         assert_eq!(r.prune_screen_radius, None);
+        assert_eq!(r.seed, ramsplat::train::demo::SEED, "the demo's own seed");
     }
+}
+
+/// `--demo` takes the run's options (it once ignored all but `--iterations`, `--ram-budget`
+/// and `-o`: `--seed` and `--strategy` trained the demo's defaults without a word), and a
+/// demo run continues with `--resume`, as its interruption message says, on the pack the
+/// next call rebuilds (same content, new pack id).
+#[test]
+fn demo_takes_the_run_options_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo");
+    let demo = |extra: &[&str]| {
+        let mut args = vec![
+            "--demo",
+            "-o",
+            s(&out),
+            "--backend",
+            "cpu",
+            "--seed",
+            "3",
+            "--strategy",
+            "mcmc",
+            "--max-gaussians",
+            "2500",
+            "--checkpoint-every",
+            "0",
+        ];
+        args.extend_from_slice(extra);
+        let o = Command::new(BIN).args(&args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let r: Report =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
+                .unwrap();
+        (r, stderr(&o))
+    };
+    let (r, _) = demo(&["--iterations", "12"]);
+    assert_eq!((r.seed, r.iterations, r.resumed_from), (3, 12, None));
+    assert_eq!(r.densification.as_deref(), Some("mcmc"));
+    assert_eq!(
+        r.test_views, 8,
+        "the demo always evaluates its held-out views"
+    );
+    // The checkpoint at the end of the run names the pack the first call built; the second
+    // call builds its own.
+    let (r, msg) = demo(&["--iterations", "20", "--resume", "--extend"]);
+    assert!(msg.contains("resuming from"), "{msg}");
+    assert_eq!((r.seed, r.iterations, r.resumed_from), (3, 20, Some(12)));
+    assert_eq!(r.densification.as_deref(), Some("mcmc"));
 }
 
 /// An iteration whose step resets the opacities is saved and evaluated before that step, as

@@ -8,20 +8,21 @@
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
 //!          [--overwrite] [--max-gaussians N] [--random-background | --white-background] [--workers N] [--prefetch N]
 //!          [--export spz,splat] [--dry-run] [--strategy default|mcmc]
-//! gs-train --demo [-o OUT]
+//! gs-train --demo [-o OUT] [the options above but PACK and --dry-run]
 //! ```
 //!
 //! Exit codes: 0 success; 1 failure (the message says why and what to change); 2 invalid
 //! command line; 3 the requested backend is not available; 130 interrupted by Ctrl-C, SIGTERM
 //! or SIGHUP after writing a checkpoint (continue with `--resume`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 use ramsplat::budget::{format_size, parse_size};
 use ramsplat::cli::{print_stdout, report_error, Progress, EXIT_FAILURE};
@@ -57,6 +58,8 @@ struct Args {
     #[arg(short, long, required_unless_present = "demo")]
     output: Option<PathBuf>,
     /// Synthesize a small scene, pack it to a temporary directory, train and evaluate it.
+    /// Takes the other training options (left out: the demo's seed 7, SH degree 0, 3,000
+    /// iterations with a schedule scaled to them); continue an interrupted demo with --resume.
     #[arg(long)]
     demo: bool,
     /// Cap on the process's peak resident memory.
@@ -170,9 +173,9 @@ struct Args {
     #[arg(long)]
     revised_opacity: bool,
     /// From the first opacity reset on, prune Gaussians whose screen radius passed PX pixels
-    /// since the last densification (default 20, as the 3DGS paper describes); `off` never
-    /// does (what 3DGS's code effectively does, and gsplat's default). The threshold is in
-    /// pixels, so it prunes more of a model the larger the views. Default strategy only.
+    /// since the last densification (the 3DGS paper's rule, with 20). Default `off`, as in
+    /// 3DGS's code (where the rule never fires) and gsplat. The threshold is in pixels, so it
+    /// prunes more of a model the larger the views. Default strategy only.
     #[arg(long, value_name = "PX|off", value_parser = parse_screen_radius)]
     prune_screen_radius: Option<ScreenRadius>,
     /// Decoding threads.
@@ -218,15 +221,14 @@ fn parse_size_arg(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
 }
 
-fn options(args: &Args) -> Result<RunOptions> {
-    let (Some(pack), Some(out)) = (&args.pack, &args.output) else {
-        bail!("PACK and -o OUT are required (or use --demo)");
-    };
+/// The run `args` ask for, training on `pack` into `out` (`iterations` when `--iterations` is
+/// not given).
+fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunOptions> {
     if args.metrics_every == 0 {
         bail!("--metrics-every must be at least 1");
     }
     let mut config = TrainConfig {
-        iterations: args.iterations.unwrap_or(30_000),
+        iterations: args.iterations.unwrap_or(iterations),
         seed: args.seed,
         sh_degree: args.sh_degree,
         ..TrainConfig::default()
@@ -307,6 +309,46 @@ fn options(args: &Args) -> Result<RunOptions> {
     Ok(o)
 }
 
+/// The demo's run: every option `args` give, the demo's own (see `demo::demo_options`) for
+/// those they leave out that the demo sets differently (seed, SH degree, iterations, metrics
+/// interval, no intermediate saves or evaluations); its densification schedule is always
+/// scaled to the run (`demo::scale_schedule`), and it always evaluates its held-out views.
+/// `given(id)`: whether the flag `id` was on the command line. The pack is the demo's,
+/// built when the run starts.
+fn demo_run_options(args: &Args, given: &dyn Fn(&str) -> bool) -> Result<RunOptions> {
+    let out = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("gs-train-demo"));
+    let base = demo::demo_options(Path::new(""), &out, args.ram_budget, demo::DEMO_ITERATIONS);
+    let mut o = options(args, Path::new(""), &out, base.config.iterations)?;
+    if !given("seed") {
+        o.config.seed = base.config.seed;
+    }
+    if !given("sh_degree") {
+        o.config.sh_degree = base.config.sh_degree;
+    }
+    // A resumed run keeps the schedule its checkpoint was planned with (past it with
+    // --extend); the checkpoint's own check then compares everything else.
+    let planned = match args.resume {
+        true => demo::resumed_plan(&out)?,
+        false => None,
+    };
+    let planned = planned.unwrap_or(o.config.iterations);
+    demo::scale_schedule(&mut o.config, planned);
+    o.eval = true;
+    if !given("test_iterations") {
+        o.test_iterations = base.test_iterations;
+    }
+    if !given("save_iterations") {
+        o.save_iterations = base.save_iterations;
+    }
+    if !given("metrics_every") {
+        o.metrics_every = base.metrics_every;
+    }
+    Ok(o)
+}
+
 /// Ctrl-C sets the flag; the run checkpoints after the current step and stops. A second
 /// Ctrl-C while that happens is left to the default handler's successor: it sets the flag again.
 fn install_ctrlc(stop: &Arc<AtomicBool>) -> Result<()> {
@@ -318,19 +360,29 @@ fn install_ctrlc(stop: &Arc<AtomicBool>) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let matches = Args::command().get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
+    let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
     let stop = Arc::new(AtomicBool::new(false));
     if let Err(e) = install_ctrlc(&stop) {
         return report_error(&e, EXIT_FAILURE);
     }
     let result = if args.demo {
-        let out = args
-            .output
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("gs-train-demo"));
-        run_demo(&args, out, stop)
+        demo_run_options(&args, &given).and_then(|mut o| {
+            o.stop = stop;
+            run_demo(o)
+        })
     } else {
-        options(&args).and_then(|mut o| {
+        match (&args.pack, &args.output) {
+            (Some(pack), Some(out)) => options(&args, pack, out, 30_000),
+            _ => Err(anyhow::anyhow!(
+                "PACK and -o OUT are required (or use --demo)"
+            )),
+        }
+        .and_then(|mut o| {
             o.stop = stop;
             if args.dry_run {
                 print_plan(&o)
@@ -396,15 +448,19 @@ fn print_summary(
         ),
         _ => String::new(),
     };
+    let train = match (r.train_psnr, r.train_ssim) {
+        (Some(p), _) => format!("train PSNR {p:.2} dB; "),
+        (None, Some(_)) => "train views reproduced exactly; ".to_string(),
+        (None, None) => String::new(),
+    };
     eprintln!(
-        "{} iterations in {:.0} s ({:.2} it/s, stall {:.1}%), {} Gaussians; {test}train PSNR \
-         {:.2} dB; peak RSS {} of budget {}{}",
+        "{} iterations in {:.0} s ({:.2} it/s, stall {:.1}%), {} Gaussians; {test}{train}peak \
+         RSS {} of budget {}{}",
         r.iterations,
         r.wall_s,
         r.iterations_per_s,
         100.0 * r.stall_fraction,
         r.num_gaussians,
-        r.train_psnr,
         r.peak_rss_bytes
             .map_or("unknown (not measurable here)".to_string(), format_size),
         format_size(r.ram_budget_bytes),
@@ -420,38 +476,37 @@ fn print_summary(
     );
 }
 
-fn run_demo(args: &Args, out: PathBuf, stop: Arc<AtomicBool>) -> Result<bool> {
+/// Builds the demo pack and runs `o` on it, with the same progress display as a run.
+fn run_demo(o: RunOptions) -> Result<bool> {
     let progress = std::cell::RefCell::new(None::<Progress>);
-    let iterations = args.iterations.unwrap_or(demo::DEMO_ITERATIONS);
-    let outcome = demo::run_demo(
-        &out,
-        args.ram_budget,
-        iterations,
-        args.backend,
-        stop,
-        args.overwrite,
-        &mut |ev| match ev {
-            demo::DemoEvent::Stage(s) => {
-                if let Some(p) = progress.borrow_mut().take() {
-                    p.finish();
-                }
-                eprintln!("{s}");
+    let out = o.out.clone();
+    let outcome = demo::run_demo(o, &mut |ev| match ev {
+        demo::DemoEvent::Stage(s) => {
+            if let Some(p) = progress.borrow_mut().take() {
+                p.finish();
             }
-            demo::DemoEvent::Run(Event::Line(l)) => match &*progress.borrow() {
-                Some(p) => p.println(&l),
-                None => eprintln!("{l}"),
-            },
-            demo::DemoEvent::Run(Event::Progress { done, total }) => {
-                let mut p = progress.borrow_mut();
-                p.get_or_insert_with(|| Progress::new("training", total))
-                    .set(done);
-            }
+            eprintln!("{s}");
+        }
+        demo::DemoEvent::Run(Event::Line(l)) => match &*progress.borrow() {
+            Some(p) => p.println(&l),
+            None => eprintln!("{l}"),
         },
-    );
+        demo::DemoEvent::Run(Event::Progress { done, total }) => {
+            let mut p = progress.borrow_mut();
+            p.get_or_insert_with(|| Progress::new("training", total))
+                .set(done);
+        }
+    });
     if let Some(p) = progress.borrow_mut().take() {
         p.finish();
     }
-    let outcome = outcome.context("the demo failed")?;
+    let outcome = outcome
+        .map_err(|e| match e {
+            // Unwrapped, so that main's exit code sees a missing backend.
+            demo::DemoError::Run(e) => anyhow::Error::new(e),
+            e => anyhow::Error::new(e),
+        })
+        .context("the demo failed")?;
     print_summary(&outcome.report, &out, &outcome.report_path);
     Ok(outcome.interrupted)
 }

@@ -866,6 +866,19 @@ fn value_differences(
     }
 }
 
+/// The state header of the checkpoint at `path` (its container header validated, no array
+/// read): what run it belongs to, before [`load_state`] reads the rest.
+pub fn read_meta(path: &Path) -> Result<StateMeta, CheckpointError> {
+    meta_of(&Container::open(path)?)
+}
+
+fn meta_of(c: &Container) -> Result<StateMeta, CheckpointError> {
+    serde_json::from_value(c.meta().clone()).map_err(|e| CheckpointError::Corrupt {
+        path: c.path().to_owned(),
+        what: format!("its state header is unreadable: {e}"),
+    })
+}
+
 /// Loads and validates a checkpoint written by [`save_state`]: checksums, shapes, finite
 /// values, pre-activation parameters, and that it belongs to `expected`'s pack and config.
 pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, CheckpointError> {
@@ -878,8 +891,7 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
         path: path.to_owned(),
         what,
     };
-    let meta: StateMeta = serde_json::from_value(c.meta().clone())
-        .map_err(|e| corrupt(format!("its state header is unreadable: {e}")))?;
+    let meta = meta_of(&c)?;
     let same_content = matches!(
         (meta.pack_content.as_deref(), expected.pack_content),
         (Some(a), Some(b)) if a == b

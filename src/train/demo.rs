@@ -28,10 +28,7 @@
 //!
 //! Invariant: the demo is deterministic (fixed seeds; the trainer is deterministic).
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-
+use super::checkpoint::{self, CheckpointError};
 use super::run::{self, Backend, Event, RunError, RunOptions, RunOutcome};
 use super::TrainConfig;
 use crate::dataset::Split;
@@ -44,6 +41,7 @@ use crate::scene::maths::rgb_to_sh_dc;
 use crate::shard::writer::{PackWriter, WriteError, WriterOptions};
 use crate::shard::SourceInfo;
 use crate::synth::SynthScene;
+use std::path::{Path, PathBuf};
 
 /// Scene seed of the demo.
 pub const SEED: u64 = 7;
@@ -77,6 +75,8 @@ pub enum DemoError {
     Pack(#[from] crate::shard::writer::WriteError),
     #[error(transparent)]
     Run(#[from] RunError),
+    #[error("demo: cannot read the run to resume: {0}")]
+    Checkpoint(#[from] CheckpointError),
     #[error("demo: {}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -192,11 +192,44 @@ pub fn demo_config(iterations: u64) -> TrainConfig {
         sh_degree: 0,
         ..TrainConfig::default()
     };
-    c.densify.from_iter = 100;
-    c.densify.until_iter = iterations * 6 / 10;
-    c.densify.interval = 100;
-    c.densify.opacity_reset_interval = iterations + 1;
+    scale_schedule(&mut c, iterations);
     c
+}
+
+/// The iterations the run whose newest checkpoint is in `out` was first planned for (before
+/// any `--extend`): the length its demo schedule was scaled to. `None` when `out` holds no
+/// checkpoint (the resume then fails with the run's own message).
+pub fn resumed_plan(out: &Path) -> Result<Option<u64>, DemoError> {
+    let path = match checkpoint::latest(&out.join(run::CHECKPOINT_DIR)) {
+        Ok(p) => p,
+        Err(CheckpointError::NoCheckpoint { .. }) => return Ok(None),
+        Err(e) => return Err(DemoError::Checkpoint(e)),
+    };
+    let meta = checkpoint::read_meta(&path)?;
+    Ok(Some(
+        meta.config
+            .position_lr_max_steps
+            .unwrap_or(meta.config.iterations),
+    ))
+}
+
+/// Scales `c`'s densification schedule to a (short) run planned for `planned` iterations, as
+/// the demo does (see the module doc): densify every 100 iterations from 100 to 60 % of the
+/// run, no opacity reset; with MCMC, refine on the same schedule. Leaves everything else of
+/// `c` alone, so a demo run keeps the options asked for (strategy, thresholds, backgrounds,
+/// seed…). `planned` is `c.iterations`, except for a run resumed past its planned end (see
+/// [`resumed_plan`]), whose schedule stays the original's.
+pub fn scale_schedule(c: &mut TrainConfig, planned: u64) {
+    let until = planned * 6 / 10;
+    c.densify.from_iter = 100;
+    c.densify.until_iter = until;
+    c.densify.interval = 100;
+    c.densify.opacity_reset_interval = planned + 1;
+    if let Some(m) = &mut c.mcmc {
+        m.refine_start_iter = 100;
+        m.refine_stop_iter = until;
+        m.refine_every = 100;
+    }
 }
 
 /// The demo's run options: pack `pack` → `out`.
@@ -213,14 +246,12 @@ pub fn demo_options(pack: &Path, out: &Path, ram_budget: u64, iterations: u64) -
     o
 }
 
-/// Builds the demo pack in a temporary directory, trains into `out` on `backend`, evaluates.
+/// Builds the demo pack in a temporary directory and runs `o` on it (`o.pack` is replaced; see
+/// [`demo_options`] for the demo's own options). The pack is deterministic, so a run
+/// interrupted here continues with `o.resume` on the pack the next call builds (a checkpoint
+/// names the pack by its content, see `Manifest::content_fingerprint`).
 pub fn run_demo(
-    out: &Path,
-    ram_budget: u64,
-    iterations: u64,
-    backend: Backend,
-    stop: Arc<AtomicBool>,
-    overwrite: bool,
+    mut o: RunOptions,
     on_event: &mut dyn FnMut(DemoEvent),
 ) -> Result<RunOutcome, DemoError> {
     let tmp = std::env::temp_dir().join(format!("gs-train-demo-{}", std::process::id()));
@@ -241,13 +272,11 @@ pub fn run_demo(
         )));
         write_demo_pack(&pack, &s)?;
         on_event(DemoEvent::Stage(format!(
-            "demo: training {iterations} iterations into {}",
-            out.display()
+            "demo: training {} iterations into {}",
+            o.config.iterations,
+            o.out.display()
         )));
-        let mut o = demo_options(&pack, out, ram_budget, iterations);
-        o.backend = backend;
-        o.stop = stop;
-        o.overwrite = overwrite;
+        o.pack = pack;
         Ok(run::run(&o, &mut |e| on_event(DemoEvent::Run(e)))?)
     })();
     let _ = std::fs::remove_dir_all(&tmp);

@@ -165,9 +165,12 @@ pub struct Report {
     pub test_ssim: Option<f64>,
     /// Number of test views evaluated.
     pub test_views: usize,
-    /// Mean PSNR (dB) of the 8-bit renders of the training views at the end.
-    pub train_psnr: f64,
-    pub train_ssim: f64,
+    /// Mean PSNR (dB) of the 8-bit renders of the training views at the end; `null` when the
+    /// run was interrupted (not evaluated: `interrupted` says so) or every training view renders
+    /// exactly (infinite PSNR).
+    pub train_psnr: Option<f64>,
+    /// Mean SSIM of the same renders; `null` when interrupted.
+    pub train_ssim: Option<f64>,
     /// Iterations completed (including those before a resume).
     pub iterations: u64,
     /// Iterations of this process divided by its training wall time.

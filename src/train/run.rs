@@ -155,9 +155,11 @@ pub const DEFAULT_CHECKPOINT_EVERY: u64 = 1000;
 /// Periodic checkpoints kept (older periodic ones are deleted; `--checkpoint-iterations` ones
 /// and the final one never are).
 pub const KEEP_PERIODIC_CHECKPOINTS: u64 = 3;
+/// The run's checkpoint directory, under its output directory.
+pub const CHECKPOINT_DIR: &str = "checkpoints";
 /// Everything a run writes into its output directory; `--overwrite` removes exactly these.
 pub const RUN_OUTPUTS: [&str; 8] = [
-    "checkpoints",
+    CHECKPOINT_DIR,
     "cameras.json",
     "point_cloud",
     report::METRICS_FILE,
@@ -1107,7 +1109,7 @@ pub fn dry_run(
         opts,
         &config,
         &pack,
-        &opts.out.join("checkpoints"),
+        &opts.out.join(CHECKPOINT_DIR),
         on_event,
     )?;
     drop(engine);
@@ -1209,7 +1211,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             }
         })
         .collect();
-    let ckpt_dir = opts.out.join("checkpoints");
+    let ckpt_dir = opts.out.join(CHECKPOINT_DIR);
     let save = |t: &mut Trainer| -> Result<PathBuf, RunError> {
         Ok(checkpoint::save_state_of(
             &ckpt_dir,
@@ -1488,7 +1490,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         }
         let it = trainer.step_count();
         let mut test = (None, None, 0usize);
-        let mut train_scores = (0.0, 0.0);
+        let mut train_scores = (None, None);
         if !interrupted {
             // The final checkpoint first: it is what a re-run needs, and on a full disk the
             // error names the newest checkpoint that did make it.
@@ -1524,8 +1526,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 0,
                 &mut gt,
             )?;
-            let (p, s) = report::mean_scores(&scores);
-            train_scores = (p.unwrap_or(f64::INFINITY), s.unwrap_or(0.0));
+            train_scores = report::mean_scores(&scores);
         }
         let peak = peak_rss_bytes();
         let report = Report {
