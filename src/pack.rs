@@ -15,7 +15,7 @@
 //! `--test-every 8`: pass `--test-every 0`), or every camera at one position (scene extent 0).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
@@ -50,6 +50,8 @@ pub struct ConvertOptions {
     pub lenient: bool,
     /// Decode/encode threads.
     pub workers: usize,
+    /// COLMAP: the images folder instead of `images/` (see [`ImportOptions::images`]).
+    pub images: Option<PathBuf>,
 }
 
 impl Default for ConvertOptions {
@@ -64,6 +66,7 @@ impl Default for ConvertOptions {
             strict: false,
             lenient: false,
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            images: None,
         }
     }
 }
@@ -200,6 +203,7 @@ pub fn convert(
     let import_opts = ImportOptions {
         strict: opts.strict,
         metadata_only: false,
+        images: opts.images.clone(),
     };
     let mut scene = import::open(input, opts.format, &import_opts)?;
     check_no_overlap(input, output)?;
@@ -384,6 +388,7 @@ pub fn convert(
         max_width,
         downscale,
         test_every: Some(opts.test_every),
+        images: opts.images.as_ref().map(|d| d.display().to_string()),
     })?;
     let wall_s = started.elapsed().as_secs_f64();
     let test_views = manifest.split_indices(Split::Test).len();

@@ -372,6 +372,100 @@ fn a_corrupt_image_fails_the_convert_naming_the_file_and_leaves_nothing() {
 }
 
 /// A small synthetic COLMAP dataset at `dir`.
+/// `--images images_2` reads a resized copy of the images (as Mip-NeRF 360 ships `images_N`):
+/// each camera is scaled to its file, so a copy made with the area filter `--downscale 2`
+/// uses packs exactly what `--downscale 2` makes from the originals (same cameras, same
+/// pixels: the same content fingerprint), at odd sizes too. A file that is no resize of its
+/// camera's image, an absent folder and a NeRF dataset are refused, leaving no pack.
+#[test]
+fn images_reads_a_resized_copy_with_scaled_cameras() {
+    use ramsplat::import::image::{load_rgb8, resize_area, target_size, Resize};
+    use ramsplat::shard::reader::Pack;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    let o = gs_pack(&[
+        "synth",
+        "-o",
+        scene.to_str().unwrap(),
+        "--views",
+        "9",
+        "--width",
+        "65",
+        "--height",
+        "49",
+        "--points",
+        "300",
+        "--seed",
+        "5",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let copy = scene.join("images_2");
+    std::fs::create_dir(&copy).unwrap();
+    let files: Vec<PathBuf> = std::fs::read_dir(scene.join("images"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 9);
+    for f in &files {
+        let img = load_rgb8(f).unwrap();
+        let (w, h) = target_size(img.width, img.height, Resize::Downscale(2));
+        assert_eq!((w, h), (33, 25));
+        let small = resize_area(&img, w, h);
+        ramsplat::eval::write_png(&copy.join(f.file_name().unwrap()), &small.pixels, w, h).unwrap();
+    }
+    let (a, b) = (tmp.path().join("a.pack"), tmp.path().join("b.pack"));
+    let o = convert(&scene, &a, &["--downscale", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = convert(&scene, &b, &["--images", "images_2", "--max-width", "0"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (pa, pb) = (Pack::open(&a).unwrap(), Pack::open(&b).unwrap());
+    let (ma, mb) = (pa.manifest(), pb.manifest());
+    assert_eq!(ma.views.len(), 9);
+    for (va, vb) in ma.views.iter().zip(&mb.views) {
+        assert_eq!((va.camera.width, va.camera.height), (33, 25));
+        assert_eq!(va.camera, vb.camera, "{}", va.name);
+    }
+    assert_eq!(ma.content_fingerprint(), mb.content_fingerprint());
+    assert_eq!(mb.source.images.as_deref(), Some("images_2"));
+    assert_eq!(ma.source.images, None);
+
+    // Refusals, each leaving no pack behind.
+    let c = tmp.path().join("c.pack");
+    let refused = |o: &Output, want: &[&str]| {
+        assert!(!o.status.success(), "{}", text(o));
+        let msg = text(o);
+        for w in want {
+            assert!(msg.contains(w), "{w:?} not in {msg}");
+        }
+        assert!(!c.exists());
+    };
+    let o = convert(&scene, &c, &["--images", "images_8"]);
+    refused(&o, &["--images images_8", "no such folder"]);
+    let odd = copy.join(files[3].file_name().unwrap());
+    ramsplat::eval::write_png(&odd, &[0u8; 33 * 30 * 3], 33, 30).unwrap();
+    let o = convert(&scene, &c, &["--images", "images_2"]);
+    let name = files[3].file_name().unwrap().to_str().unwrap();
+    refused(&o, &[name, "33x30", "65x49", "not a resized copy"]);
+    let nerf = tmp.path().join("nerf");
+    let o = gs_pack(&[
+        "synth",
+        "-o",
+        nerf.to_str().unwrap(),
+        "--views",
+        "4",
+        "--width",
+        "16",
+        "--height",
+        "12",
+        "--format",
+        "nerf",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = convert(&nerf, &c, &["--images", "images"]);
+    refused(&o, &["COLMAP", "NeRF", "drop --images"]);
+}
+
 fn small_scene(dir: &Path) {
     let o = gs_pack(&[
         "synth",

@@ -606,6 +606,7 @@ fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
             max_width: None,
             downscale: None,
             test_every: None,
+            images: None,
         })
         .unwrap();
     let out_dir = d.join("eval");

@@ -75,6 +75,12 @@ enum Command {
         /// Decode/encode threads (default: all cores).
         #[arg(long)]
         workers: Option<usize>,
+        /// COLMAP: read the images from DIR (relative to the workspace root) instead of
+        /// images/. A resized copy works, each camera scaled to its file: Mip-NeRF 360's
+        /// benchmark protocol (3DGS -i images_4, gsplat --data_factor 4) is `--images images_4`
+        /// for outdoor scenes, `images_2` indoors.
+        #[arg(long, value_name = "DIR")]
+        images: Option<PathBuf>,
     },
     /// Check every checksum of a pack; exit 0, or 3 naming the damaged shard and record.
     Verify { pack: PathBuf },
@@ -174,6 +180,7 @@ fn main() -> ExitCode {
             strict,
             lenient,
             workers,
+            images,
         } => {
             let resize = match (max_width, downscale) {
                 (_, Some(n)) => Some(Resize::Downscale(n)),
@@ -190,6 +197,7 @@ fn main() -> ExitCode {
                 force,
                 strict,
                 lenient,
+                images,
                 ..Default::default()
             };
             if let Some(w) = workers {
@@ -404,6 +412,9 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     let mut o = String::new();
     writeln!(o, "pack        {}", path.display())?;
     writeln!(o, "source      {} ({:?})", m.source.path, m.source.format)?;
+    if let Some(images) = &m.source.images {
+        writeln!(o, "images      {images}/ (cameras scaled to its files)")?;
+    }
     writeln!(
         o,
         "views       {} ({} train, {} test)",

@@ -333,6 +333,7 @@ mod tests {
             max_width: None,
             downscale: None,
             test_every: None,
+            images: None,
         })
         .unwrap();
         let pack = Arc::new(Pack::open(&path).unwrap());

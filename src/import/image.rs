@@ -407,6 +407,49 @@ pub fn image_dimensions(path: &Path) -> Result<(u32, u32), ImportError> {
     Ok(if swaps_sides(o) { (h, w) } else { (w, h) })
 }
 
+/// The camera of the image file at `path` when that file is a resized copy of the image
+/// `camera` was calibrated for (`gs-pack convert --images images_4`: Mip-NeRF 360 ships its
+/// photos downscaled by 2, 4 and 8 beside the originals). Reads only the file's header.
+///
+/// The file is a copy when its size is at most the camera's and both sides scale alike, within
+/// the pixel a resizing tool rounds each side to (`|w·H − h·W| ≤ W + H`). Then every intrinsic
+/// scales by its axis's size ratio ([`Camera::resized`]: with pixel centres at +0.5 the image
+/// corners stay at 0 and W, so there is no half-pixel shift), and distortion coefficients,
+/// which act on normalised coordinates, are unchanged. The size compared is the EXIF-oriented
+/// one, else the stored one (the rule [`prepare_view`] applies to a camera of the stored
+/// size); the same size gives the camera back unchanged. Anything else is an error naming the
+/// view, both sizes and what to check.
+pub fn camera_for_file(camera: &Camera, path: &Path, view: &str) -> Result<Camera, ImportError> {
+    let mut decoder = open_reader(path)?
+        .into_decoder()
+        .map_err(|e| image_error(path, e))?;
+    let o = decoder.orientation().unwrap_or(Orientation::NoTransforms);
+    let stored = decoder.dimensions();
+    let oriented = if swaps_sides(o) {
+        (stored.1, stored.0)
+    } else {
+        stored
+    };
+    let (cw, ch) = (camera.width as u64, camera.height as u64);
+    let copy = |(w, h): (u32, u32)| {
+        let (w, h) = (w as u64, h as u64);
+        w <= cw && h <= ch && (w * ch).abs_diff(h * cw) <= cw + ch
+    };
+    match [oriented, stored].into_iter().find(|&s| copy(s)) {
+        Some((w, h)) => Ok(camera.resized(w, h)),
+        None => Err(ImportError::invalid(
+            path,
+            format!(
+                "view '{view}': the image is {}x{} but its camera was calibrated at {}x{}, and \
+                 it is not a resized copy of such an image (a copy is no larger and keeps the \
+                 aspect ratio within a pixel); point --images at a copy of the images the model \
+                 was made from",
+                oriented.0, oriented.1, camera.width, camera.height
+            ),
+        )),
+    }
+}
+
 /// The size [`Resize`] gives an image of `width × height`. Never larger than the input and never
 /// smaller than 1×1.
 pub fn target_size(width: u32, height: u32, resize: Resize) -> (u32, u32) {
@@ -854,8 +897,10 @@ fn place(
             path,
             format!(
                 "view '{}': the image is {}x{} but its camera says {}x{}; the images were probably \
-                 resized after SfM/pose estimation, or this is the wrong images folder (e.g. a \
-                 downscaled images_N copy). Point the dataset at the original images",
+                 resized after SfM/pose estimation, or this is the wrong images folder. Point the \
+                 dataset at the original images (a COLMAP workspace can use a resized copy such \
+                 as images_4 with `gs-pack convert --images images_4`, which scales each camera \
+                 to it)",
                 view.name, decoded.width, decoded.height, cam.width, cam.height
             ),
         ));
@@ -1266,6 +1311,56 @@ mod tests {
         let missing = load_rgb8(&dir.path().join("nope.png")).unwrap_err();
         assert!(matches!(missing, ImportError::Io { .. }));
         assert!(missing.to_string().contains("nope.png"));
+    }
+
+    /// `--images images_4`: Mip-NeRF 360's garden is 5187×3361 and its images_4 1297×841
+    /// (each side rounded up): the camera scales per axis; the same size is the same camera;
+    /// a larger file or another aspect ratio is not a copy.
+    #[test]
+    fn a_resized_copy_gets_its_camera_scaled_per_axis() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = Intrinsics {
+            fx: 4000.0,
+            fy: 4010.0,
+            cx: 2593.5,
+            cy: 1680.5,
+        };
+        let cam = camera(5187, 3361, k);
+        let file = |w: u32, h: u32| {
+            let p = dir.path().join(format!("{w}x{h}.png"));
+            image::RgbImage::new(w, h).save(&p).unwrap();
+            p
+        };
+        let c = camera_for_file(&cam, &file(1297, 841), "v").unwrap();
+        assert_eq!((c.width, c.height), (1297, 841));
+        let (sx, sy) = (1297.0 / 5187.0, 841.0 / 3361.0);
+        assert_eq!(c.intrinsics.fx, 4000.0 * sx);
+        assert_eq!(c.intrinsics.cx, 2593.5 * sx);
+        assert_eq!(c.intrinsics.fy, 4010.0 * sy);
+        assert_eq!(c.intrinsics.cy, 1680.5 * sy);
+        assert_eq!(c.world_to_camera, cam.world_to_camera);
+        // Rounded down instead, and the other factors of the dataset.
+        for (w, h) in [(1296, 840), (2594, 1681), (649, 421), (5187, 3361)] {
+            let c = camera_for_file(&cam, &file(w, h), "v").unwrap();
+            assert_eq!((c.width, c.height), (w, h));
+        }
+        assert_eq!(camera_for_file(&cam, &file(5187, 3361), "v").unwrap(), cam);
+        for (w, h, why) in [
+            (5188, 3362, "larger"),
+            (1297, 860, "taller than the aspect"),
+            (1320, 841, "wider than the aspect"),
+            (841, 1297, "portrait without an orientation tag"),
+        ] {
+            let path = file(w, h);
+            let e = camera_for_file(&cam, &path, "v7").unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{w}x{h}"))
+                    && e.contains("5187x3361")
+                    && e.contains("view 'v7'")
+                    && e.contains(&path.display().to_string()),
+                "{why}: {e}"
+            );
+        }
     }
 
     #[test]

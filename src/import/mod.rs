@@ -33,6 +33,12 @@ pub struct ImportOptions {
     /// Parse metadata only and do not require image files to exist (parser tests, `info` of a
     /// sparse model without its images).
     pub metadata_only: bool,
+    /// COLMAP only: the images folder, instead of `images/` beside the model (a relative path
+    /// is taken from the workspace root). It may hold a resized copy of the images the model
+    /// was made from (Mip-NeRF 360's `images_4`): each view's camera is scaled to its file's
+    /// size (see `crate::import::image::camera_for_file`). Other formats name their image files
+    /// themselves and refuse it.
+    pub images: Option<PathBuf>,
 }
 
 /// What an importer found.
@@ -213,6 +219,20 @@ pub fn open(
         Format::Auto => detect(path)?,
         f => f,
     };
+    if let (Some(dir), false) = (&options.images, format == Format::Colmap) {
+        return Err(ImportError::invalid(
+            path,
+            format!(
+                "--images {} chooses the images folder of a COLMAP workspace, but this is a {} \
+                 dataset, whose metadata names its image files itself; drop --images",
+                dir.display(),
+                match format {
+                    Format::Nerf => "NeRF transforms.json",
+                    _ => "PLY point-cloud",
+                }
+            ),
+        ));
+    }
     match format {
         Format::Colmap => colmap::import(path, options),
         Format::Nerf => nerf::import(path, options),

@@ -376,6 +376,10 @@ pub struct SourceInfo {
     pub max_width: Option<u32>,
     pub downscale: Option<u32>,
     pub test_every: Option<u32>,
+    /// The `--images` folder of a COLMAP conversion, when not the default `images/`. Absent in
+    /// packs written without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<String>,
 }
 
 impl SourceInfo {
@@ -389,6 +393,7 @@ impl SourceInfo {
             max_width: None,
             downscale: None,
             test_every: None,
+            images: None,
         }
     }
 }

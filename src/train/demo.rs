@@ -180,6 +180,7 @@ pub fn write_demo_pack(dir: &Path, s: &DemoScene) -> Result<(), DemoError> {
         max_width: None,
         downscale: None,
         test_every: Some(TEST_EVERY as u32),
+        images: None,
     })?;
     Ok(())
 }

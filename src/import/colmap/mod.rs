@@ -570,7 +570,7 @@ fn has_model_files(dir: &Path) -> bool {
 }
 
 /// Finds the model and the images folder; see [`import`] for the rules.
-fn locate(path: &Path) -> Result<Layout, ImportError> {
+fn locate(path: &Path, images: Option<&Path>) -> Result<Layout, ImportError> {
     let path = std::fs::canonicalize(path).map_err(|e| ImportError::io(path, e))?;
     let candidates = [
         path.join("sparse").join("0"),
@@ -621,7 +621,25 @@ fn locate(path: &Path) -> Result<Layout, ImportError> {
     } else {
         model_dir.clone()
     };
-    let images_dir = root.join("images");
+    let images_dir = match images {
+        None => root.join("images"),
+        Some(dir) => {
+            // `Path::join` keeps an absolute `dir` as it is.
+            let d = root.join(dir);
+            if !d.is_dir() {
+                return Err(ImportError::invalid(
+                    &d,
+                    format!(
+                        "--images {}: no such folder in the workspace {} (a relative --images \
+                         is taken from the workspace root, the folder holding sparse/)",
+                        dir.display(),
+                        root.display()
+                    ),
+                ));
+            }
+            d
+        }
+    };
     let masks_dir = Some(root.join("masks")).filter(|d| d.is_dir());
     Ok(Layout {
         root,
@@ -671,6 +689,10 @@ fn find_mask(masks_dir: &Path, name: &str) -> Option<PathBuf> {
 /// or the other one when only that exists; without any, the scene has `no_sfm_points = true`
 /// and a warning says so.
 ///
+/// `options.images` replaces `<root>/images/` (relative to the root, or absolute); its files
+/// may be a resized copy of the model's images (`images_4`), each view's camera then scaled to
+/// its file ([`crate::import::image::camera_for_file`]).
+///
 /// A `masks/` folder beside `images/` holds a loss mask per image, found as `masks/<name>.png`
 /// (COLMAP's naming), the stem + `.png`, or the same file name, in that order (see
 /// `crate::import::image::prepare_mask` for what a mask means); when it exists every
@@ -680,7 +702,7 @@ fn find_mask(masks_dir: &Path, name: &str) -> Option<PathBuf> {
 /// do not exist are listed in `missing_images` and skipped with a warning, or refused under
 /// `options.strict`; `options.metadata_only` skips the existence check.
 pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
-    let layout = locate(path)?;
+    let layout = locate(path, options.images.as_deref())?;
     let ext = layout.encoding.extension();
     let cameras_path = layout.model_dir.join(format!("cameras.{ext}"));
     let images_path = layout.model_dir.join(format!("images.{ext}"));
@@ -789,6 +811,13 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
                     ));
                 }
             },
+        };
+        // A chosen images folder may hold a resized copy: the camera follows the file.
+        let camera = match &options.images {
+            Some(_) if !options.metadata_only => {
+                crate::import::image::camera_for_file(&camera, &image_path, &img.name)?
+            }
+            _ => camera,
         };
         views.push(ViewSource {
             name: img.name.clone(),

@@ -149,6 +149,7 @@ fn import_err(path: &Path, options: &ImportOptions) -> String {
 const META: ImportOptions = ImportOptions {
     strict: false,
     metadata_only: true,
+    images: None,
 };
 
 // ---------------------------------------------------------------- the statue model
@@ -288,7 +289,7 @@ fn statue_without_images_reports_all_missing() {
     assert!(msg.contains("no view remains"), "{msg}");
     let strict = ImportOptions {
         strict: true,
-        metadata_only: false,
+        ..Default::default()
     };
     let msg = import_err(Path::new(STATUE), &strict);
     assert!(
@@ -994,7 +995,7 @@ fn missing_images_are_skipped_or_refused() {
     );
     let strict = ImportOptions {
         strict: true,
-        metadata_only: false,
+        ..Default::default()
     };
     let msg = import_err(dir.path(), &strict);
     assert!(
@@ -1111,8 +1112,8 @@ fn masks_beside_images_are_found_by_every_convention() {
     );
     // Metadata-only imports do not need the masks.
     let meta = ImportOptions {
-        strict: false,
         metadata_only: true,
+        ..Default::default()
     };
     assert!(import(dir.path(), &meta).is_ok());
     std::fs::write(masks.join("v3.png"), b"x").unwrap();

@@ -32,6 +32,7 @@ fn source_info() -> SourceInfo {
         max_width: None,
         downscale: None,
         test_every: None,
+        images: None,
     }
 }
 
