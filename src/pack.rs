@@ -207,6 +207,10 @@ pub fn convert(
     };
     let mut scene = import::open(input, opts.format, &import_opts)?;
     check_no_overlap(input, output)?;
+    if let Some(images) = &opts.images {
+        // An images folder outside the workspace is source data too.
+        check_no_overlap(&scene.root.join(images), output)?;
+    }
     on_event(Event::Imported {
         views: scene.views.len(),
         clouds: scene.clouds.len(),

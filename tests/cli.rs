@@ -376,7 +376,8 @@ fn a_corrupt_image_fails_the_convert_naming_the_file_and_leaves_nothing() {
 /// each camera is scaled to its file, so a copy made with the area filter `--downscale 2`
 /// uses packs exactly what `--downscale 2` makes from the originals (same cameras, same
 /// pixels: the same content fingerprint), at odd sizes too. A file that is no resize of its
-/// camera's image, an absent folder and a NeRF dataset are refused, leaving no pack.
+/// camera's image, an absent folder, an output inside the images folder and a NeRF dataset
+/// are refused, leaving no pack.
 #[test]
 fn images_reads_a_resized_copy_with_scaled_cameras() {
     use ramsplat::import::image::{load_rgb8, resize_area, target_size, Resize};
@@ -442,6 +443,18 @@ fn images_reads_a_resized_copy_with_scaled_cameras() {
     };
     let o = convert(&scene, &c, &["--images", "images_8"]);
     refused(&o, &["--images images_8", "no such folder"]);
+    // The images folder is source data too, also outside the workspace.
+    let outside = tmp.path().join("outside");
+    std::fs::rename(&copy, &outside).unwrap();
+    let inside = outside.join("x.pack");
+    let o = convert(&scene, &inside, &["--images", outside.to_str().unwrap()]);
+    assert!(
+        !o.status.success() && text(&o).contains("lies inside"),
+        "{}",
+        text(&o)
+    );
+    assert!(!inside.exists());
+    std::fs::rename(&outside, &copy).unwrap();
     let odd = copy.join(files[3].file_name().unwrap());
     ramsplat::eval::write_png(&odd, &[0u8; 33 * 30 * 3], 33, 30).unwrap();
     let o = convert(&scene, &c, &["--images", "images_2"]);
