@@ -1940,6 +1940,8 @@ fn demo_takes_the_run_options_and_resumes() {
             "2500",
             "--checkpoint-every",
             "0",
+            "--densification-interval",
+            "50",
         ];
         args.extend_from_slice(extra);
         let o = Command::new(BIN).args(&args).output().unwrap();
@@ -1955,6 +1957,13 @@ fn demo_takes_the_run_options_and_resumes() {
     assert_eq!(
         r.test_views, 8,
         "the demo always evaluates its held-out views"
+    );
+    // The schedule is the demo's, scaled to the run, but for the flag given.
+    let ckpt = checkpoint::latest(&out.join("checkpoints")).unwrap();
+    let m = checkpoint::read_meta(&ckpt).unwrap().config.mcmc.unwrap();
+    assert_eq!(
+        (m.refine_start_iter, m.refine_stop_iter, m.refine_every),
+        (100, 7, 50)
     );
     // The checkpoint at the end of the run names the pack the first call built; the second
     // call builds its own.
@@ -2026,4 +2035,116 @@ fn saves_and_evaluations_at_an_opacity_reset_see_the_trained_model() {
     // reset, far darker.
     assert_eq!(p19, p20, "iteration 20 is evaluated before its step");
     assert!(p21 < p20 - 3.0, "after the reset: {p21} dB vs {p20} dB");
+}
+
+/// 3DGS's optimisation parameters reach the run's configuration (read back from its
+/// checkpoint), under their 3DGS spellings too; with `--strategy mcmc` the schedule flags move
+/// the relocation schedule (as 3DGS-MCMC's `train.py` uses them) and the default strategy's
+/// own parameters are refused; values out of range are invalid command lines (exit 2).
+#[test]
+fn optimisation_parameters_reach_the_run_and_bad_ones_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let config = |out: &Path| {
+        let path = checkpoint::latest(&out.join("checkpoints")).unwrap();
+        checkpoint::read_meta(&path).unwrap().config
+    };
+    let out = dir.path().join("default");
+    let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "4"];
+    args.extend_from_slice(COMMON);
+    args.extend_from_slice(&[
+        "--position_lr_init",
+        "0.001",
+        "--position-lr-final",
+        "0.00001",
+        "--position-lr-max-steps",
+        "7000",
+        "--feature-lr",
+        "0.005",
+        "--opacity_lr",
+        "0.05",
+        "--scaling-lr",
+        "0.004",
+        "--rotation-lr",
+        "0.002",
+        "--lambda-dssim",
+        "0.5",
+        "--percent_dense",
+        "0.02",
+        "--densification-interval",
+        "50",
+        "--opacity-reset-interval",
+        "2000",
+        "--densify_from_iter",
+        "200",
+        "--densify-until-iter",
+        "9000",
+    ]);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let c = config(&out);
+    assert_eq!(
+        (
+            c.position_lr_init,
+            c.position_lr_final,
+            c.position_lr_max_steps
+        ),
+        (0.001, 0.00001, Some(7000))
+    );
+    assert_eq!(
+        (c.feature_lr, c.opacity_lr, c.scaling_lr, c.rotation_lr),
+        (0.005, 0.05, 0.004, 0.002)
+    );
+    assert_eq!((c.lambda_dssim, c.densify.percent_dense), (0.5, 0.02));
+    let d = &c.densify;
+    assert_eq!(
+        (
+            d.from_iter,
+            d.until_iter,
+            d.interval,
+            d.opacity_reset_interval
+        ),
+        (200, 9000, 50, 2000)
+    );
+
+    let out = dir.path().join("mcmc");
+    let mcmc = |extra: &[&str]| {
+        let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "4"];
+        args.extend_from_slice(COMMON);
+        args.extend_from_slice(&["--strategy", "mcmc", "--max-gaussians", "400"]);
+        args.extend_from_slice(extra);
+        gs_train(&args)
+    };
+    let o = mcmc(&[
+        "--densify-from-iter",
+        "300",
+        "--densify-until-iter",
+        "5000",
+        "--densification_interval",
+        "25",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m = config(&out).mcmc.expect("an MCMC run");
+    assert_eq!(
+        (m.refine_start_iter, m.refine_stop_iter, m.refine_every),
+        (300, 5000, 25)
+    );
+    for flag in ["--percent-dense", "--opacity-reset-interval"] {
+        let o = mcmc(&[flag, "1000", "--overwrite"]);
+        refused(&o, &[flag, "--strategy mcmc"]);
+    }
+
+    for (flag, value) in [
+        ("--lambda-dssim", "1.5"),
+        ("--feature-lr", "0"),
+        ("--opacity-lr", "nan"),
+        ("--densification-interval", "0"),
+        ("--position-lr-max-steps", "0"),
+    ] {
+        let bad = dir.path().join("bad");
+        let o = gs_train(&[s(&pack), "-o", s(&bad), flag, value]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {}", stderr(&o));
+        assert!(stderr(&o).contains(flag), "{}", stderr(&o));
+        assert!(!bad.exists());
+    }
 }

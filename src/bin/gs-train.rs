@@ -8,6 +8,7 @@
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
 //!          [--overwrite] [--max-gaussians N] [--random-background | --white-background] [--workers N] [--prefetch N]
 //!          [--export spz,splat] [--dry-run] [--strategy default|mcmc]
+//!          [3DGS's optimisation parameters: --position-lr-init LR … --densify-until-iter N]
 //! gs-train --demo [-o OUT] [the options above but PACK and --dry-run]
 //! ```
 //!
@@ -187,6 +188,132 @@ struct Args {
     /// Append a metrics.jsonl row every N iterations.
     #[arg(long, default_value_t = 100, value_name = "N")]
     metrics_every: u64,
+    #[command(flatten)]
+    optim: OptimArgs,
+}
+
+/// 3DGS's optimisation parameters (its `train.py` options, which are also accepted as 3DGS
+/// spells them: `--densify_until_iter 10000` is `--densify-until-iter 10000`). Left out: the
+/// 3DGS defaults.
+#[derive(clap::Args, Debug)]
+#[command(next_help_heading = "3DGS optimisation parameters")]
+struct OptimArgs {
+    /// Learning rate of the positions at the start, times the scene extent (3DGS 0.00016).
+    #[arg(long, alias = "position_lr_init", value_name = "LR", value_parser = positive_f64)]
+    position_lr_init: Option<f64>,
+    /// Learning rate of the positions at the end of their schedule, times the scene extent
+    /// (3DGS 0.0000016); log-linear in between.
+    #[arg(long, alias = "position_lr_final", value_name = "LR", value_parser = positive_f64)]
+    position_lr_final: Option<f64>,
+    /// Length of the position schedule (default: --iterations; after it the final rate).
+    #[arg(long, alias = "position_lr_max_steps", value_name = "N", value_parser = at_least_one)]
+    position_lr_max_steps: Option<u64>,
+    /// Learning rate of the SH DC colour (3DGS 0.0025; the higher bands get 1/20 of it).
+    #[arg(long, alias = "feature_lr", value_name = "LR", value_parser = positive_f64)]
+    feature_lr: Option<f64>,
+    /// Learning rate of the opacity logits (3DGS 0.025).
+    #[arg(long, alias = "opacity_lr", value_name = "LR", value_parser = positive_f64)]
+    opacity_lr: Option<f64>,
+    /// Learning rate of the log-scales (3DGS 0.005).
+    #[arg(long, alias = "scaling_lr", value_name = "LR", value_parser = positive_f64)]
+    scaling_lr: Option<f64>,
+    /// Learning rate of the rotation quaternions (3DGS 0.001).
+    #[arg(long, alias = "rotation_lr", value_name = "LR", value_parser = positive_f64)]
+    rotation_lr: Option<f64>,
+    /// Weight W of D-SSIM in the loss, (1 − W)·L1 + W·D-SSIM (3DGS 0.2).
+    #[arg(long, alias = "lambda_dssim", value_name = "W", value_parser = unit_f32)]
+    lambda_dssim: Option<f32>,
+    /// Clone (small) / split (large) boundary, as a fraction of the scene extent (3DGS 0.01).
+    /// Default strategy only.
+    #[arg(long, alias = "percent_dense", value_name = "F", value_parser = positive_f32)]
+    percent_dense: Option<f32>,
+    /// Densify every N iterations (3DGS 100). With --strategy mcmc: relocate and grow every N.
+    #[arg(long, alias = "densification_interval", value_name = "N", value_parser = at_least_one)]
+    densification_interval: Option<u64>,
+    /// Cap every opacity every N iterations (3DGS 3000). Default strategy only.
+    #[arg(long, alias = "opacity_reset_interval", value_name = "N", value_parser = at_least_one)]
+    opacity_reset_interval: Option<u64>,
+    /// Densify from this iteration on (3DGS 500). With --strategy mcmc: relocate and grow
+    /// from it (gsplat's MCMC default 500).
+    #[arg(long, alias = "densify_from_iter", value_name = "N")]
+    densify_from_iter: Option<u64>,
+    /// Densify until this iteration (3DGS 15000). With --strategy mcmc: relocate and grow
+    /// until it (gsplat's MCMC default 25000).
+    #[arg(long, alias = "densify_until_iter", value_name = "N")]
+    densify_until_iter: Option<u64>,
+}
+
+impl OptimArgs {
+    /// Sets what was given on `c` (after the strategy is chosen: the schedule flags move the
+    /// MCMC schedule under --strategy mcmc).
+    fn apply(&self, c: &mut TrainConfig) {
+        let set = |v: Option<f64>, f: &mut f64| {
+            if let Some(v) = v {
+                *f = v;
+            }
+        };
+        set(self.position_lr_init, &mut c.position_lr_init);
+        set(self.position_lr_final, &mut c.position_lr_final);
+        set(self.feature_lr, &mut c.feature_lr);
+        set(self.opacity_lr, &mut c.opacity_lr);
+        set(self.scaling_lr, &mut c.scaling_lr);
+        set(self.rotation_lr, &mut c.rotation_lr);
+        if let Some(n) = self.position_lr_max_steps {
+            c.position_lr_max_steps = Some(n);
+        }
+        if let Some(l) = self.lambda_dssim {
+            c.lambda_dssim = l;
+        }
+        if let Some(p) = self.percent_dense {
+            c.densify.percent_dense = p;
+        }
+        if let Some(n) = self.opacity_reset_interval {
+            c.densify.opacity_reset_interval = n;
+        }
+        let d = &mut c.densify;
+        let (from, until, every) = match &mut c.mcmc {
+            Some(m) => (
+                &mut m.refine_start_iter,
+                &mut m.refine_stop_iter,
+                &mut m.refine_every,
+            ),
+            None => (&mut d.from_iter, &mut d.until_iter, &mut d.interval),
+        };
+        for (v, f) in [
+            (self.densify_from_iter, from),
+            (self.densify_until_iter, until),
+            (self.densification_interval, every),
+        ] {
+            if let Some(v) = v {
+                *f = v;
+            }
+        }
+    }
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+fn positive_f32(s: &str) -> Result<f32, String> {
+    positive_f64(s).map(|v| v as f32)
+}
+
+fn unit_f32(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a weight from 0 to 1")),
+    }
+}
+
+fn at_least_one(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(format!("{s:?} is not a whole number of at least 1")),
+    }
 }
 
 /// The densification strategy of `--strategy`.
@@ -253,6 +380,11 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
             ),
             (args.revised_opacity, "--revised-opacity"),
             (args.prune_screen_radius.is_some(), "--prune-screen-radius"),
+            (args.optim.percent_dense.is_some(), "--percent-dense"),
+            (
+                args.optim.opacity_reset_interval.is_some(),
+                "--opacity-reset-interval",
+            ),
         ] {
             if given {
                 bail!(
@@ -287,6 +419,7 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
         config.background = Background::White;
     }
     config.antialiased = args.antialiased;
+    args.optim.apply(&mut config);
     let mut o = RunOptions::new(pack, out);
     o.ram_budget = args.ram_budget;
     o.config = config;
@@ -336,6 +469,8 @@ fn demo_run_options(args: &Args, given: &dyn Fn(&str) -> bool) -> Result<RunOpti
     };
     let planned = planned.unwrap_or(o.config.iterations);
     demo::scale_schedule(&mut o.config, planned);
+    // The schedule flags given win over the demo's scaled schedule.
+    args.optim.apply(&mut o.config);
     o.eval = true;
     if !given("test_iterations") {
         o.test_iterations = base.test_iterations;
