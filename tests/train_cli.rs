@@ -2079,6 +2079,9 @@ fn optimisation_parameters_reach_the_run_and_bad_ones_are_refused() {
         "200",
         "--densify-until-iter",
         "9000",
+        "--white_background",
+        "--densify_grad_threshold",
+        "0.0003",
     ]);
     let o = gs_train(&args);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -2106,6 +2109,8 @@ fn optimisation_parameters_reach_the_run_and_bad_ones_are_refused() {
         ),
         (200, 9000, 50, 2000)
     );
+    assert_eq!(c.background, ramsplat::train::trainer::Background::White);
+    assert_eq!(d.grad_threshold, 0.0003);
 
     let out = dir.path().join("mcmc");
     let mcmc = |extra: &[&str]| {

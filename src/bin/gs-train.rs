@@ -106,20 +106,20 @@ struct Args {
     init: Option<PathBuf>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=3))]
+    #[arg(long, alias = "sh_degree", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=3))]
     sh_degree: u32,
     /// Evaluate the test views at these iterations (with --eval).
-    #[arg(long, num_args = 1.., value_name = "N", default_values_t = [7_000u64, 30_000])]
+    #[arg(long, alias = "test_iterations", num_args = 1.., value_name = "N", default_values_t = [7_000u64, 30_000])]
     test_iterations: Vec<u64>,
     /// Save point_cloud/iteration_N/point_cloud.ply at these iterations (the last always).
-    #[arg(long, num_args = 1.., value_name = "N", default_values_t = [7_000u64, 30_000])]
+    #[arg(long, alias = "save_iterations", num_args = 1.., value_name = "N", default_values_t = [7_000u64, 30_000])]
     save_iterations: Vec<u64>,
     /// Also write the model as SPZ and/or .splat beside each saved PLY
     /// (point_cloud/iteration_N/point_cloud.spz, .splat; .splat keeps SH degree 0 only).
     #[arg(long, value_delimiter = ',', value_name = "spz,splat", value_parser = parse_format)]
     export: Vec<ModelFormat>,
     /// Write a checkpoint at these iterations (the last, and Ctrl-C, always).
-    #[arg(long, num_args = 1.., value_name = "N")]
+    #[arg(long, alias = "checkpoint_iterations", num_args = 1.., value_name = "N")]
     checkpoint_iterations: Vec<u64>,
     /// Also write a checkpoint every N iterations, keeping the newest 3 of these (0: off).
     #[arg(long, value_name = "N", default_value_t = run::DEFAULT_CHECKPOINT_EVERY)]
@@ -145,10 +145,10 @@ struct Args {
     dry_run: bool,
     /// Train on a random background colour each iteration (views packed with alpha are
     /// composited over the same colour the render uses).
-    #[arg(long, conflicts_with = "white_background")]
+    #[arg(long, alias = "random_background", conflicts_with = "white_background")]
     random_background: bool,
     /// Train on a white background (views packed with alpha are composited over white).
-    #[arg(long)]
+    #[arg(long, alias = "white_background")]
     white_background: bool,
     /// Antialiased rasterization (Mip-Splatting's 2D filter, gsplat's --antialiased): each
     /// splat's opacity is scaled by its low-pass filter's energy, so the model stays right when
@@ -166,7 +166,7 @@ struct Args {
     /// the views that saw it, reaches this (3DGS's densify_grad_threshold, gsplat's
     /// grow_grad2d). Lower: more Gaussians. Default 0.0002, or 0.0008 with --absgrad. Default
     /// strategy only.
-    #[arg(long, value_name = "G")]
+    #[arg(long, alias = "densify_grad_threshold", value_name = "G")]
     densify_grad_threshold: Option<f32>,
     /// Split children start at opacity 1 − √(1 − o) instead of their parent's o (gsplat's
     /// --revised_opacity), so the pair covers what the parent covered instead of more.
@@ -193,8 +193,8 @@ struct Args {
 }
 
 /// 3DGS's optimisation parameters (its `train.py` options, which are also accepted as 3DGS
-/// spells them: `--densify_until_iter 10000` is `--densify-until-iter 10000`). Left out: the
-/// 3DGS defaults.
+/// spells them: `--densify_until_iter 10000` is `--densify-until-iter 10000`, as for every
+/// option gs-train shares with 3DGS). Left out: the 3DGS defaults.
 #[derive(clap::Args, Debug)]
 #[command(next_help_heading = "3DGS optimisation parameters")]
 struct OptimArgs {
