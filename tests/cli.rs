@@ -372,23 +372,15 @@ fn a_corrupt_image_fails_the_convert_naming_the_file_and_leaves_nothing() {
 }
 
 /// A small synthetic COLMAP dataset at `dir`.
-/// `--images images_2` reads a resized copy of the images (as Mip-NeRF 360 ships `images_N`):
-/// each camera is scaled to its file, so a copy made with the area filter `--downscale 2`
-/// uses packs exactly what `--downscale 2` makes from the originals (same cameras, same
-/// pixels: the same content fingerprint), at odd sizes too. A file that is no resize of its
-/// camera's image, an absent folder, an output inside the images folder and a NeRF dataset
-/// are refused, leaving no pack.
-#[test]
-fn images_reads_a_resized_copy_with_scaled_cameras() {
+/// Synthesizes a 9-view 65×49 dataset of `format` at `dir` and writes `dir/images_2`, each image
+/// downscaled by 2 with the area filter `--downscale 2` uses (33×25: odd sides round up).
+/// Returns the original image files.
+fn scene_with_half_size_copy(dir: &Path, format: &str) -> Vec<PathBuf> {
     use ramsplat::import::image::{load_rgb8, resize_area, target_size, Resize};
-    use ramsplat::shard::reader::Pack;
-
-    let tmp = tempfile::tempdir().unwrap();
-    let scene = tmp.path().join("scene");
     let o = gs_pack(&[
         "synth",
         "-o",
-        scene.to_str().unwrap(),
+        dir.to_str().unwrap(),
         "--views",
         "9",
         "--width",
@@ -399,11 +391,13 @@ fn images_reads_a_resized_copy_with_scaled_cameras() {
         "300",
         "--seed",
         "5",
+        "--format",
+        format,
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    let copy = scene.join("images_2");
+    let copy = dir.join("images_2");
     std::fs::create_dir(&copy).unwrap();
-    let files: Vec<PathBuf> = std::fs::read_dir(scene.join("images"))
+    let files: Vec<PathBuf> = std::fs::read_dir(dir.join("images"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
@@ -415,23 +409,50 @@ fn images_reads_a_resized_copy_with_scaled_cameras() {
         let small = resize_area(&img, w, h);
         ramsplat::eval::write_png(&copy.join(f.file_name().unwrap()), &small.pixels, w, h).unwrap();
     }
-    let (a, b) = (tmp.path().join("a.pack"), tmp.path().join("b.pack"));
-    let o = convert(&scene, &a, &["--downscale", "2"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let o = convert(&scene, &b, &["--images", "images_2", "--max-width", "0"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let (pa, pb) = (Pack::open(&a).unwrap(), Pack::open(&b).unwrap());
-    let (ma, mb) = (pa.manifest(), pb.manifest());
-    assert_eq!(ma.views.len(), 9);
-    for (va, vb) in ma.views.iter().zip(&mb.views) {
-        assert_eq!((va.camera.width, va.camera.height), (33, 25));
-        assert_eq!(va.camera, vb.camera, "{}", va.name);
+    files
+}
+
+/// `--images images_2` reads a resized copy of the images (Mip-NeRF 360's and nerfstudio's
+/// `images_N`), in a COLMAP workspace and a transforms.json dataset: each camera is scaled to
+/// its file, so a copy made with the area filter `--downscale 2` uses packs exactly what
+/// `--downscale 2` makes from the originals (same names, cameras and pixels: the same content
+/// fingerprint), at odd sizes too. A file that is no resize of its camera's image, an absent
+/// folder, an output inside the images folder and a PLY input are refused, leaving no pack.
+#[test]
+fn images_reads_a_resized_copy_with_scaled_cameras() {
+    use ramsplat::shard::reader::Pack;
+
+    let tmp = tempfile::tempdir().unwrap();
+    for format in ["colmap", "nerf"] {
+        let scene = tmp.path().join(format);
+        scene_with_half_size_copy(&scene, format);
+        let (a, b) = (
+            tmp.path().join(format!("{format}-a.pack")),
+            tmp.path().join(format!("{format}-b.pack")),
+        );
+        let o = convert(&scene, &a, &["--downscale", "2"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let o = convert(&scene, &b, &["--images", "images_2", "--max-width", "0"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let (pa, pb) = (Pack::open(&a).unwrap(), Pack::open(&b).unwrap());
+        let (ma, mb) = (pa.manifest(), pb.manifest());
+        assert_eq!(ma.views.len(), 9);
+        for (va, vb) in ma.views.iter().zip(&mb.views) {
+            assert_eq!((va.camera.width, va.camera.height), (33, 25));
+            assert_eq!((&va.name, va.camera), (&vb.name, vb.camera), "{format}");
+        }
+        assert_eq!(
+            ma.content_fingerprint(),
+            mb.content_fingerprint(),
+            "{format}"
+        );
+        assert_eq!(mb.source.images.as_deref(), Some("images_2"));
+        assert_eq!(ma.source.images, None);
     }
-    assert_eq!(ma.content_fingerprint(), mb.content_fingerprint());
-    assert_eq!(mb.source.images.as_deref(), Some("images_2"));
-    assert_eq!(ma.source.images, None);
 
     // Refusals, each leaving no pack behind.
+    let scene = tmp.path().join("colmap");
+    let copy = scene.join("images_2");
     let c = tmp.path().join("c.pack");
     let refused = |o: &Output, want: &[&str]| {
         assert!(!o.status.success(), "{}", text(o));
@@ -455,28 +476,82 @@ fn images_reads_a_resized_copy_with_scaled_cameras() {
     );
     assert!(!inside.exists());
     std::fs::rename(&outside, &copy).unwrap();
-    let odd = copy.join(files[3].file_name().unwrap());
-    ramsplat::eval::write_png(&odd, &[0u8; 33 * 30 * 3], 33, 30).unwrap();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&copy)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    ramsplat::eval::write_png(&files[3], &[0u8; 33 * 30 * 3], 33, 30).unwrap();
     let o = convert(&scene, &c, &["--images", "images_2"]);
     let name = files[3].file_name().unwrap().to_str().unwrap();
     refused(&o, &[name, "33x30", "65x49", "not a resized copy"]);
-    let nerf = tmp.path().join("nerf");
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        nerf.to_str().unwrap(),
-        "--views",
-        "4",
-        "--width",
-        "16",
-        "--height",
-        "12",
-        "--format",
-        "nerf",
-    ]);
+    let ply = tmp.path().join("nerf/points3d.ply");
+    let o = convert(&ply, &c, &["--images", "images"]);
+    refused(&o, &["PLY point cloud", "drop --images"]);
+}
+
+/// `--images` on a transforms.json dataset takes each `file_path`'s file name in the folder
+/// (nerfstudio's layout): two frames whose names share a file name (Blender's `train/r_0` and
+/// `test/r_0`) would read one file under two names, so that is refused; and a focal length in
+/// pixels without the `w`/`h` it belongs to cannot be scaled, so that is refused too.
+#[test]
+fn images_on_transforms_json_refuses_what_it_cannot_resolve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("nerf");
+    scene_with_half_size_copy(&scene, "nerf");
+    let json_path = scene.join("transforms.json");
+    let original = std::fs::read_to_string(&json_path).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&original).unwrap();
+    let c = tmp.path().join("c.pack");
+    let try_with = |doc: &serde_json::Value| {
+        std::fs::write(&json_path, serde_json::to_string_pretty(doc).unwrap()).unwrap();
+        let o = convert(&scene, &c, &["--images", "images_2"]);
+        assert!(!o.status.success(), "{}", text(&o));
+        assert!(!c.exists());
+        text(&o)
+    };
+    // Frame 1 renamed into another folder with frame 0's file name.
+    let mut dup = doc.clone();
+    let first = dup["frames"][0]["file_path"].as_str().unwrap().to_owned();
+    let file = Path::new(&first)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    std::fs::create_dir(scene.join("other")).unwrap();
+    std::fs::copy(scene.join(&first), scene.join("other").join(&file)).unwrap();
+    dup["frames"][1]["file_path"] = serde_json::Value::from(format!("other/{file}"));
+    let msg = try_with(&dup);
+    assert!(
+        msg.contains("both read this file") && msg.contains(&file),
+        "{msg}"
+    );
+    // fl_x without w/h.
+    let mut bare = doc.clone();
+    let top = bare.as_object_mut().unwrap();
+    top.remove("w");
+    top.remove("h");
+    let msg = try_with(&bare);
+    assert!(
+        msg.contains("\"fl_x\"") && msg.contains("add \"w\" and \"h\""),
+        "{msg}"
+    );
+    // camera_angle_x alone is resolution-free: the copy's own size is the camera's.
+    top_angle_only(&mut bare);
+    std::fs::write(&json_path, serde_json::to_string_pretty(&bare).unwrap()).unwrap();
+    let o = convert(&scene, &c, &["--images", "images_2"]);
     assert!(o.status.success(), "{}", text(&o));
-    let o = convert(&nerf, &c, &["--images", "images"]);
-    refused(&o, &["COLMAP", "NeRF", "drop --images"]);
+    let info = info_json(&c);
+    assert_eq!(info["views"].as_u64(), Some(9), "{info}");
+}
+
+/// Leaves `camera_angle_x` as the only intrinsic of a transforms document.
+fn top_angle_only(doc: &mut serde_json::Value) {
+    let top = doc.as_object_mut().unwrap();
+    for k in ["fl_x", "fl_y", "cx", "cy", "w", "h"] {
+        top.remove(k);
+    }
 }
 
 fn small_scene(dir: &Path) {

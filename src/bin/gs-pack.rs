@@ -75,10 +75,11 @@ enum Command {
         /// Decode/encode threads (default: all cores).
         #[arg(long)]
         workers: Option<usize>,
-        /// COLMAP: read the images from DIR (relative to the workspace root) instead of
-        /// images/. A resized copy works, each camera scaled to its file: Mip-NeRF 360's
-        /// benchmark protocol (3DGS -i images_4, gsplat --data_factor 4) is `--images images_4`
-        /// for outdoor scenes, `images_2` indoors.
+        /// Read the images from DIR: for COLMAP instead of images/ (relative to the workspace
+        /// root), for transforms.json each file_path's file name in DIR (nerfstudio's images_N).
+        /// A resized copy works, each camera scaled to its file: Mip-NeRF 360's benchmark
+        /// protocol (3DGS -i images_4, gsplat --data_factor 4) is `--images images_4` for
+        /// outdoor scenes, `images_2` indoors.
         #[arg(long, value_name = "DIR")]
         images: Option<PathBuf>,
     },

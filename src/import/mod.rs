@@ -33,11 +33,12 @@ pub struct ImportOptions {
     /// Parse metadata only and do not require image files to exist (parser tests, `info` of a
     /// sparse model without its images).
     pub metadata_only: bool,
-    /// COLMAP only: the images folder, instead of `images/` beside the model (a relative path
-    /// is taken from the workspace root). It may hold a resized copy of the images the model
-    /// was made from (Mip-NeRF 360's `images_4`): each view's camera is scaled to its file's
-    /// size (see `crate::import::image::camera_for_file`). Other formats name their image files
-    /// themselves and refuse it.
+    /// The images folder: COLMAP, instead of `images/` beside the model (a relative path is
+    /// taken from the workspace root); NeRF, the folder holding each `file_path`'s file name
+    /// (nerfstudio's `images_N` layout, relative to the transforms file). It may hold a resized
+    /// copy of the images the poses were estimated on (Mip-NeRF 360's `images_4`): each view's
+    /// camera is scaled to its file's size (see `crate::import::image::camera_for_file`). A
+    /// PLY point cloud refuses it.
     pub images: Option<PathBuf>,
 }
 
@@ -219,17 +220,13 @@ pub fn open(
         Format::Auto => detect(path)?,
         f => f,
     };
-    if let (Some(dir), false) = (&options.images, format == Format::Colmap) {
+    if let (Some(dir), Format::Ply) = (&options.images, format) {
         return Err(ImportError::invalid(
             path,
             format!(
-                "--images {} chooses the images folder of a COLMAP workspace, but this is a {} \
-                 dataset, whose metadata names its image files itself; drop --images",
-                dir.display(),
-                match format {
-                    Format::Nerf => "NeRF transforms.json",
-                    _ => "PLY point-cloud",
-                }
+                "--images {} chooses the images folder of a COLMAP or NeRF dataset, but this is \
+                 a PLY point cloud, which has no images; drop --images",
+                dir.display()
             ),
         ));
     }

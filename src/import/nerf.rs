@@ -32,6 +32,11 @@
 //! - `file_path`: relative to the JSON file's folder (absolute paths are used as they are).
 //!   Blender writes it without an extension (`./train/r_0`); then `.png`, `.jpg`, `.jpeg`
 //!   are tried, in that order. The view's name is `file_path` exactly as written.
+//! - `gs-pack convert --images DIR` ([`ImportOptions::images`]): each frame's image is the file
+//!   name of its `file_path` in `DIR` (relative to the JSON file's folder), nerfstudio's
+//!   `images_N` layout; the view keeps its `file_path` as name. A resized copy gets its camera
+//!   scaled to the file (`crate::import::image::camera_for_file`), so `fl_x` needs `w`/`h`;
+//!   two frames reading one file (same file name in two folders) are an error.
 //! - `mask_path` (nerfstudio, per frame; optional): the frame's loss mask, resolved like
 //!   `file_path` (0 = the pixel is excluded from the training loss; see
 //!   `crate::import::image::prepare_mask`). A frame that names a mask that does not exist is
@@ -118,6 +123,25 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         }
     }
 
+    if options.images.is_some() {
+        // Flattened to file names, two frames may land on one file (Blender's train/r_0 and
+        // test/r_0): that would train and test on the same image under two names.
+        let mut seen = std::collections::HashMap::new();
+        for v in &views {
+            if let Some(other) = seen.insert(&v.image_path, &v.name) {
+                return Err(ImportError::invalid(
+                    &v.image_path,
+                    format!(
+                        "frames '{other}' and '{}' both read this file: --images takes each \
+                         file_path's file name in the folder (nerfstudio's images_N layout), and \
+                         these two share theirs; use a dataset whose file names are unique, or \
+                         drop --images",
+                        v.name
+                    ),
+                ));
+            }
+        }
+    }
     views.sort_by(|a, b| a.name.cmp(&b.name));
     if let Some(w) = views.windows(2).find(|w| w[0].name == w[1].name) {
         return Err(ImportError::invalid(
@@ -662,7 +686,15 @@ fn read_transforms(
             },
         })?;
 
-        let (image_path, exists) = resolve_image(base, &name);
+        // `--images DIR`: nerfstudio's images_N layout, the file name of `file_path` in DIR
+        // (relative to this file's folder); the name and the split stay the frame's own.
+        let (image_path, exists) = match &options.images {
+            None => resolve_image(base, &name),
+            Some(dir) => match Path::new(&name).file_name() {
+                Some(f) => resolve_image(&base.join(dir), &f.to_string_lossy()),
+                None => return Err(frame_err("its file_path names no file".to_owned())),
+            },
+        };
         if !exists && !options.metadata_only {
             missing.push(name);
             continue;
@@ -691,6 +723,16 @@ fn read_transforms(
                 dimension("w", w).map_err(frame_err)?,
                 dimension("h", h).map_err(frame_err)?,
             ),
+            // A focal length in pixels is for the resolution "w"/"h" name; a resized copy's
+            // size is not it.
+            _ if options.images.is_some() && l.num("fl_x").map_err(frame_err)?.is_some() => {
+                return Err(frame_err(
+                    "\"fl_x\" is in pixels of a resolution \"w\"/\"h\" do not give, so it \
+                     cannot be scaled to the --images copy; add \"w\" and \"h\" (the size the \
+                     focal length was estimated at)"
+                        .to_owned(),
+                ))
+            }
             _ => image_dimensions(&image_path).map_err(|e| {
                 frame_err(format!(
                     "\"w\"/\"h\" are not given and the image size cannot be read ({e}); add \"w\" and \"h\""
@@ -738,9 +780,15 @@ fn read_transforms(
         };
         camera.validate().map_err(|source| ImportError::Camera {
             path: file.to_owned(),
-            what,
+            what: what.clone(),
             source,
         })?;
+        let camera = match &options.images {
+            Some(_) if !options.metadata_only => {
+                crate::import::image::camera_for_file(&camera, &image_path, &name)?
+            }
+            _ => camera,
+        };
         views.push(ViewSource {
             name,
             image_path,
