@@ -48,7 +48,9 @@
 //! image file whose pixels are 0 (black) where the image must not teach the model (people,
 //! sky, the capture rig: COLMAP's and nerfstudio's convention) and nonzero elsewhere. It must
 //! have its image's size, in stored pixel order (then it follows the image's EXIF
-//! orientation, as COLMAP's masks do) or upright. It goes through the same undistortion and
+//! orientation, as COLMAP's masks do) or upright, or be larger with its image a resized copy
+//! of it ([`is_resized_copy`]: the original photo's mask of an `images_4` copy), and is then
+//! shrunk to the image as coverage first. It goes through the same undistortion and
 //! downscaling as the image, as coverage; a packed pixel is used only when everything it
 //! covers was used. The packed mask is 0 or 255 per pixel, after the colour bytes
 //! ([`crate::shard::VIEW_FLAG_MASK`]); a mask that excludes nothing is dropped.
@@ -411,8 +413,7 @@ pub fn image_dimensions(path: &Path) -> Result<(u32, u32), ImportError> {
 /// `camera` was calibrated for (`gs-pack convert --images images_4`: Mip-NeRF 360 ships its
 /// photos downscaled by 2, 4 and 8 beside the originals). Reads only the file's header.
 ///
-/// The file is a copy when its size is at most the camera's and both sides scale alike, within
-/// the pixel a resizing tool rounds each side to (`|w·H − h·W| ≤ W + H`). Then every intrinsic
+/// The file is a copy when [`is_resized_copy`] of the camera's size. Then every intrinsic
 /// scales by its axis's size ratio ([`Camera::resized`]: with pixel centres at +0.5 the image
 /// corners stay at 0 and W, so there is no half-pixel shift), and distortion coefficients,
 /// which act on normalised coordinates, are unchanged. The size compared is the EXIF-oriented
@@ -430,12 +431,11 @@ pub fn camera_for_file(camera: &Camera, path: &Path, view: &str) -> Result<Camer
     } else {
         stored
     };
-    let (cw, ch) = (camera.width as u64, camera.height as u64);
-    let copy = |(w, h): (u32, u32)| {
-        let (w, h) = (w as u64, h as u64);
-        w <= cw && h <= ch && (w * ch).abs_diff(h * cw) <= cw + ch
-    };
-    match [oriented, stored].into_iter().find(|&s| copy(s)) {
+    let full = (camera.width, camera.height);
+    match [oriented, stored]
+        .into_iter()
+        .find(|&s| is_resized_copy(s, full))
+    {
         Some((w, h)) => Ok(camera.resized(w, h)),
         None => Err(ImportError::invalid(
             path,
@@ -448,6 +448,15 @@ pub fn camera_for_file(camera: &Camera, path: &Path, view: &str) -> Result<Camer
             ),
         )),
     }
+}
+
+/// Whether an image of size `small` can be a resized copy of one of size `big`: no larger, and
+/// one scale factor `s` puts each side within the pixel a resizing tool rounds it to
+/// (`|w − W·s| < 1` and `|h − H·s| < 1` for some `s`, i.e. `|w·H − h·W| < W + H`).
+pub fn is_resized_copy(small: (u32, u32), big: (u32, u32)) -> bool {
+    let (w, h) = (small.0 as u64, small.1 as u64);
+    let (bw, bh) = (big.0 as u64, big.1 as u64);
+    w <= bw && h <= bh && (w * bh).abs_diff(h * bw) < bw + bh
 }
 
 /// The size [`Resize`] gives an image of `width × height`. Never larger than the input and never
@@ -824,17 +833,24 @@ pub fn prepare_mask(
     let size = (decoded.width, decoded.height);
     let cam = (view.camera.width, view.camera.height);
     // A mask made from the stored pixels (COLMAP reads pixels in stored order) follows the
-    // image's orientation; one made from the upright image is already placed.
-    let orientation = if size == image_stored {
-        orientation
+    // image's orientation; one made from the upright image is already placed. A mask larger
+    // than its image, of which the image is a resized copy (the masks of the original photos
+    // with `--images images_4`), is brought to the image's size first, as coverage.
+    let (orientation, target) = if size == image_stored {
+        (orientation, image_stored)
     } else if size == cam {
-        Orientation::NoTransforms
+        (Orientation::NoTransforms, cam)
+    } else if is_resized_copy(image_stored, size) {
+        (orientation, image_stored)
+    } else if is_resized_copy(cam, size) {
+        (Orientation::NoTransforms, cam)
     } else {
         return Err(ImportError::invalid(
             path,
             format!(
                 "the mask of view '{}' is {}x{} but its image {} is {}x{}; a mask must have its \
-                 image's size (regenerate it from {}, or remove it to use every pixel)",
+                 image's size, or a size its image is a resized copy of (regenerate it from {}, \
+                 or remove it to use every pixel)",
                 view.name,
                 size.0,
                 size.1,
@@ -856,7 +872,13 @@ pub fn prepare_mask(
         height: size.1,
         pixels,
     };
-    let resamples = resamples(view, resize);
+    let shrunk = target != size;
+    let binary = if shrunk {
+        resize_area(&binary, target.0, target.1)
+    } else {
+        binary
+    };
+    let resamples = shrunk || resamples(view, resize);
     let (_, placed) = place(view, binary, orientation, resize)?;
     // A resampled pixel is used only when everything it covers was used (coverage ≥ 254/255
     // absorbs the filters' rounding): excluded regions may grow by a pixel, never shrink.
@@ -1547,14 +1569,14 @@ mod tests {
         assert_eq!(packed_mask(&p), want);
         // Any other size is an error naming the mask, the view and both sizes.
         let wrong = dir.path().join("wrong.png");
-        grey_png(&wrong, 4, 4, |_, _| 0);
+        grey_png(&wrong, 8, 2, |_, _| 0);
         view.mask_path = Some(wrong.clone());
         let e = prepare_view_pixels(&view, Resize::None, false)
             .unwrap_err()
             .to_string();
         assert!(
             e.contains(&wrong.display().to_string())
-                && e.contains("4x4")
+                && e.contains("8x2")
                 && e.contains("2x3")
                 && e.contains("must have its image's size"),
             "{e}"
@@ -1593,6 +1615,37 @@ mod tests {
         let m = packed_mask(&p);
         let excluded: Vec<usize> = (0..12).filter(|&i| m[i] == 0).collect();
         assert_eq!(excluded, [5, 11], "{m:?}");
+    }
+
+    /// `--images images_2` with the masks of the original photos: a mask twice its image's size
+    /// is shrunk to it as coverage, so every image pixel that covers an excluded mask pixel is
+    /// excluded; a larger mask of another aspect ratio is still refused.
+    #[test]
+    fn a_mask_of_the_original_photo_fits_its_resized_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("i.png");
+        image::RgbImage::from_fn(4, 3, |x, y| image::Rgb([x as u8, y as u8, 9]))
+            .save(&img)
+            .unwrap();
+        // The original 8×6 photo's mask: (2, 2) and the block (6..8, 4..6) excluded.
+        let mask = dir.path().join("m.png");
+        grey_png(&mask, 8, 6, |x, y| {
+            u8::from(!((x, y) == (2, 2) || (x >= 6 && y >= 4)))
+        });
+        let mut view = view_of(&img, 4, 3);
+        view.mask_path = Some(mask);
+        let p = prepare_view_pixels(&view, Resize::None, false).unwrap();
+        let m = packed_mask(&p);
+        let excluded: Vec<usize> = (0..12).filter(|&i| m[i] == 0).collect();
+        assert_eq!(excluded, [5, 11], "{m:?}");
+        assert!(m.iter().all(|&v| v == 0 || v == 255));
+        let wrong = dir.path().join("w.png");
+        grey_png(&wrong, 16, 4, |_, _| 0);
+        view.mask_path = Some(wrong);
+        let e = prepare_view_pixels(&view, Resize::None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("16x4") && e.contains("resized copy"), "{e}");
     }
 
     #[test]
