@@ -386,7 +386,11 @@ pub fn convert(
         Resize::Downscale(n) => (None, Some(n)),
     };
     let manifest: Manifest = writer.finish(SourceInfo {
-        path: input.display().to_string(),
+        // Absolute, so the record (and `gs-train`'s cfg_args) names the dataset from anywhere.
+        path: std::fs::canonicalize(input)
+            .unwrap_or_else(|_| input.to_owned())
+            .display()
+            .to_string(),
         format: scene.format,
         missing_images: std::mem::take(&mut scene.missing_images),
         max_width,

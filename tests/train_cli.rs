@@ -3,6 +3,8 @@
 //! for bit, peak RSS (the kernel's VmHWM) stays under `--ram-budget` on a pack larger than the
 //! budget, and bad inputs are refused with messages that say why.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -1914,6 +1916,10 @@ fn demo_honours_the_backend() {
         assert_eq!(r.iterations, 2);
         assert_eq!(r.prune_screen_radius, None);
         assert_eq!(r.seed, ramsplat::train::demo::SEED, "the demo's own seed");
+        assert!(
+            !out.join("cfg_args").exists(),
+            "the demo's pack names no dataset"
+        );
     }
 }
 
@@ -2152,4 +2158,78 @@ fn optimisation_parameters_reach_the_run_and_bad_ones_are_refused() {
         assert!(stderr(&o).contains(flag), "{}", stderr(&o));
         assert!(!bad.exists());
     }
+}
+
+/// A run on a pack converted from a dataset writes 3DGS's `cfg_args`, which Python evaluates
+/// (as 3DGS's `render.py -m OUT` does) to the dataset's absolute path, its images folder, the
+/// `-r` of the conversion and the run's SH degree, background and `--eval`.
+#[test]
+fn cfg_args_names_the_dataset_as_3dgs_scripts_read_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("dataset");
+    let gs_pack = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_gs-pack"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    };
+    gs_pack(&[
+        "synth",
+        "-o",
+        s(&ds),
+        "--views",
+        "6",
+        "--width",
+        "32",
+        "--height",
+        "24",
+        "--points",
+        "100",
+    ]);
+    let pack = dir.path().join("ds.pack");
+    gs_pack(&["convert", s(&ds), "-o", s(&pack), "--downscale", "2"]);
+    let out = dir.path().join("out");
+    let o = gs_train(&[
+        s(&pack),
+        "-o",
+        s(&out),
+        "--iterations",
+        "3",
+        "--eval",
+        "--sh-degree",
+        "1",
+        "--white-background",
+        "--checkpoint-every",
+        "0",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cfg = out.join("cfg_args");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.starts_with("Namespace("), "{text}");
+    if !common::python_with(
+        "cfg_args_names_the_dataset_as_3dgs_scripts_read_it",
+        "argparse",
+    ) {
+        return;
+    }
+    let o = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, json; from argparse import Namespace; \
+             ns = eval(open(sys.argv[1]).read()); print(json.dumps(vars(ns)))",
+            s(&cfg),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ns: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let canonical = std::fs::canonicalize(&ds).unwrap();
+    assert_eq!(ns["source_path"], s(&canonical), "{ns}");
+    assert_eq!(ns["model_path"], s(&out));
+    assert_eq!(ns["images"], "images");
+    assert_eq!(ns["resolution"], 2);
+    assert_eq!(ns["sh_degree"], 1);
+    assert_eq!(ns["white_background"], true);
+    assert_eq!(ns["eval"], true);
 }

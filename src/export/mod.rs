@@ -1,7 +1,8 @@
 //! Export formats for trained models, and [`nerfstudio`], a pack's views, cameras, split and
 //! points as a nerfstudio-style folder (`gs-pack export`) for other trainers.
 //!
-//! Owns [`cameras_json`], the 3DGS `cameras.json` camera list, [`spz`] and [`splat`] (the
+//! Owns [`cameras_json`], the 3DGS `cameras.json` camera list, [`cfg_args`], 3DGS's record of
+//! a run's dataset and loading options, [`spz`] and [`splat`] (the
 //! compressed and web-viewer model formats, read and written), and [`ply`], the standard 3D Gaussian Splatting PLY layout (the format every 3DGS viewer and
 //! the original implementation read and write), in both directions: saving a
 //! [`crate::scene::gaussians::Gaussians`] and loading one back for `gs-render`, evaluation and
@@ -19,6 +20,7 @@
 //! [`Gaussians`]: crate::scene::gaussians::Gaussians
 
 pub mod cameras_json;
+pub mod cfg_args;
 pub mod nerfstudio;
 pub mod ply;
 pub mod splat;

@@ -50,6 +50,7 @@ use super::device_engine::{
 use super::init::InitPlan;
 use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
 use super::sharded::ShardedEngine;
+use super::trainer::Background;
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, TrainView, Trainer};
 use crate::budget::{
     current_rss_bytes, format_size, peak_rss_bytes, within_budget, BudgetError, Component, Floor,
@@ -158,9 +159,10 @@ pub const KEEP_PERIODIC_CHECKPOINTS: u64 = 3;
 /// The run's checkpoint directory, under its output directory.
 pub const CHECKPOINT_DIR: &str = "checkpoints";
 /// Everything a run writes into its output directory; `--overwrite` removes exactly these.
-pub const RUN_OUTPUTS: [&str; 8] = [
+pub const RUN_OUTPUTS: [&str; 9] = [
     CHECKPOINT_DIR,
-    "cameras.json",
+    CAMERAS_JSON,
+    CFG_ARGS,
     "point_cloud",
     report::METRICS_FILE,
     report::REPORT_FILE,
@@ -581,6 +583,34 @@ fn write_cameras_json(
 
 /// File name of the camera list in OUT (3DGS's name and place).
 pub const CAMERAS_JSON: &str = "cameras.json";
+/// File name of 3DGS's record of the run's dataset and loading options in OUT.
+pub const CFG_ARGS: &str = "cfg_args";
+
+/// Writes `OUT/cfg_args` ([`crate::export::cfg_args`]) for a pack converted from a dataset,
+/// so 3DGS's `render.py -m OUT` / `metrics.py` and the SIBR viewer find that dataset; a pack
+/// written by a program (the demo, benchmarks) has none to name, and gets no file.
+fn write_cfg_args(
+    opts: &RunOptions,
+    source: &crate::shard::SourceInfo,
+    config: &TrainConfig,
+) -> Result<(), RunError> {
+    use crate::export::cfg_args::{resolution, CfgArgs};
+    if source.format == crate::dataset::Format::Auto {
+        return Ok(());
+    }
+    let cfg = CfgArgs {
+        source_path: source.path.clone(),
+        model_path: opts.out.display().to_string(),
+        images: source.images.clone().unwrap_or_else(|| "images".into()),
+        resolution: resolution(source.max_width, source.downscale),
+        sh_degree: config.sh_degree,
+        white_background: config.background == Background::White,
+        eval: opts.eval,
+    };
+    let path = opts.out.join(CFG_ARGS);
+    checkpoint::write_file_atomic(&path, cfg.to_python().as_bytes())?;
+    Ok(())
+}
 
 /// Evaluates `views` (pack view indices), writing side-by-side PNGs into
 /// `OUT/test/<label>/` for the first `max_images`, plus `metrics.json` there.
@@ -1339,6 +1369,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     // Created only now: a run refused above (budget, settings, checkpoint) leaves no empty -o.
     std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
     write_cameras_json(&opts.out, &manifest.views, on_event)?;
+    write_cfg_args(opts, &manifest.source, &config)?;
     let mut metrics = MetricsLog::open(&opts.out, resumed_from)?;
     let mut point_clouds: Vec<String> = Vec::new();
     let mut window = (0.0f64, 0.0f64, 0u64); // loss sum, psnr sum, steps

@@ -1,0 +1,116 @@
+//! `OUT/cfg_args`: the file in which 3DGS's `train.py` records a run's loading parameters, and
+//! from which its `render.py -m OUT`, `metrics.py` and the SIBR viewer find the dataset again.
+//!
+//! The file is the Python text of an `argparse.Namespace`
+//! (`Namespace(eval=True, images='images', …)`), which those tools read back with `eval`.
+//! [`CfgArgs::to_python`] writes exactly that, with every string as a Python literal (quotes,
+//! backslashes and control characters escaped), so the file evaluates to the values given
+//! whatever the paths contain.
+//!
+//! What the fields mean to 3DGS: `source_path` is the dataset (COLMAP workspace or NeRF
+//! folder) its loader re-reads, `images` its COLMAP images folder, `resolution` its `-r`
+//! (−1: views wider than 1,600 px scaled to 1,600; 1, 2, 4, 8: that divisor; any other value:
+//! that width), `eval` whether every 8th view is held out, and `sh_degree`,
+//! `white_background` the model's. ramsplat's pack records the conversion that made it, so a
+//! run states the same loading as 3DGS would have used; `data_device`, `depths` and
+//! `train_test_exp` are written with 3DGS's defaults so every version of its scripts finds
+//! them.
+
+/// The loading parameters of a run, as 3DGS names them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CfgArgs {
+    pub source_path: String,
+    pub model_path: String,
+    pub images: String,
+    pub resolution: i64,
+    pub sh_degree: u32,
+    pub white_background: bool,
+    pub eval: bool,
+}
+
+impl CfgArgs {
+    /// The file's text: `Namespace(...)` with the fields in alphabetical order, as Python's
+    /// own `repr` of a Namespace lists them.
+    pub fn to_python(&self) -> String {
+        let b = |v: bool| if v { "True" } else { "False" };
+        format!(
+            "Namespace(data_device='cuda', depths='', eval={}, images={}, model_path={}, \
+             resolution={}, sh_degree={}, source_path={}, train_test_exp=False, \
+             white_background={})",
+            b(self.eval),
+            py_str(&self.images),
+            py_str(&self.model_path),
+            self.resolution,
+            self.sh_degree,
+            py_str(&self.source_path),
+            b(self.white_background)
+        )
+    }
+}
+
+/// `s` as a single-quoted Python string literal.
+fn py_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// 3DGS's `-r` for a pack converted with `max_width` / `downscale` (as the manifest records
+/// them): `--downscale N` is `-r N`, the default 1,600 px cap is `-r -1`, another width cap is
+/// that width, no resizing is `-r 1`.
+pub fn resolution(max_width: Option<u32>, downscale: Option<u32>) -> i64 {
+    match (downscale, max_width) {
+        (Some(n), _) => n as i64,
+        (None, Some(1600)) => -1,
+        (None, Some(w)) => w as i64,
+        (None, None) => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_python_literals_and_fields_are_sorted() {
+        let c = CfgArgs {
+            source_path: "/data/it's a \\ path\n".into(),
+            model_path: "out".into(),
+            images: "images_4".into(),
+            resolution: -1,
+            sh_degree: 3,
+            white_background: true,
+            eval: false,
+        };
+        assert_eq!(
+            c.to_python(),
+            "Namespace(data_device='cuda', depths='', eval=False, images='images_4', \
+             model_path='out', resolution=-1, sh_degree=3, \
+             source_path='/data/it\\'s a \\\\ path\\n', train_test_exp=False, \
+             white_background=True)"
+        );
+        assert_eq!(py_str("\u{1}é"), "'\\x01é'");
+    }
+
+    #[test]
+    fn resolutions_follow_3dgs_r() {
+        assert_eq!(resolution(Some(1600), None), -1);
+        assert_eq!(resolution(None, Some(4)), 4);
+        assert_eq!(resolution(Some(1000), None), 1000);
+        assert_eq!(resolution(None, None), 1);
+    }
+}
