@@ -598,8 +598,15 @@ fn write_cfg_args(
     if source.format == crate::dataset::Format::Auto {
         return Ok(());
     }
+    // 3DGS's loaders take the dataset folder: a pack converted from a transforms file names
+    // the file.
+    let path = Path::new(&source.path);
+    let folder = match path.parent() {
+        Some(p) if path.is_file() => p,
+        _ => path,
+    };
     let cfg = CfgArgs {
-        source_path: source.path.clone(),
+        source_path: folder.display().to_string(),
         model_path: opts.out.display().to_string(),
         images: source.images.clone().unwrap_or_else(|| "images".into()),
         resolution: resolution(source.max_width, source.downscale),
