@@ -1925,8 +1925,8 @@ fn demo_honours_the_backend() {
 
 /// `--demo` takes the run's options (it once ignored all but `--iterations`, `--ram-budget`
 /// and `-o`: `--seed` and `--strategy` trained the demo's defaults without a word), and a
-/// demo run continues with `--resume`, as its interruption message says, on the pack the
-/// next call rebuilds (same content, new pack id).
+/// demo run continues with `--resume` (and `--extend`), as its interruption message says, on
+/// the pack the next call rebuilds (same content, new pack id), keeping its schedule.
 #[test]
 fn demo_takes_the_run_options_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
@@ -1948,6 +1948,10 @@ fn demo_takes_the_run_options_and_resumes() {
             "0",
             "--densification-interval",
             "50",
+            // Once mistaken for the demo's planned length on resume (the schedule is now taken
+            // from the checkpoint).
+            "--position-lr-max-steps",
+            "500",
         ];
         args.extend_from_slice(extra);
         let o = Command::new(BIN).args(&args).output().unwrap();

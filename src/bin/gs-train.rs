@@ -463,12 +463,17 @@ fn demo_run_options(args: &Args, given: &dyn Fn(&str) -> bool) -> Result<RunOpti
     }
     // A resumed run keeps the schedule its checkpoint was planned with (past it with
     // --extend); the checkpoint's own check then compares everything else.
-    let planned = match args.resume {
-        true => demo::resumed_plan(&out)?,
+    let saved = match args.resume {
+        true => demo::resumed_config(&out)?,
         false => None,
     };
-    let planned = planned.unwrap_or(o.config.iterations);
-    demo::scale_schedule(&mut o.config, planned);
+    match saved {
+        Some(saved) => demo::keep_schedule(&mut o.config, &saved),
+        None => {
+            let planned = o.config.iterations;
+            demo::scale_schedule(&mut o.config, planned);
+        }
+    }
     // The schedule flags given win over the demo's scaled schedule.
     args.optim.apply(&mut o.config);
     o.eval = true;

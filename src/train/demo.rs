@@ -197,29 +197,40 @@ pub fn demo_config(iterations: u64) -> TrainConfig {
     c
 }
 
-/// The iterations the run whose newest checkpoint is in `out` was first planned for (before
-/// any `--extend`): the length its demo schedule was scaled to. `None` when `out` holds no
-/// checkpoint (the resume then fails with the run's own message).
-pub fn resumed_plan(out: &Path) -> Result<Option<u64>, DemoError> {
+/// The configuration of the run whose newest checkpoint is in `out`: a resumed demo keeps its
+/// schedule ([`keep_schedule`]), which was scaled to the length first planned (an `--extend`
+/// does not rescale it). `None` when `out` holds no checkpoint (the resume then fails with the
+/// run's own message).
+pub fn resumed_config(out: &Path) -> Result<Option<TrainConfig>, DemoError> {
     let path = match checkpoint::latest(&out.join(run::CHECKPOINT_DIR)) {
         Ok(p) => p,
         Err(CheckpointError::NoCheckpoint { .. }) => return Ok(None),
         Err(e) => return Err(DemoError::Checkpoint(e)),
     };
-    let meta = checkpoint::read_meta(&path)?;
-    Ok(Some(
-        meta.config
-            .position_lr_max_steps
-            .unwrap_or(meta.config.iterations),
-    ))
+    Ok(Some(checkpoint::read_meta(&path)?.config))
+}
+
+/// Sets on `c` the schedule [`scale_schedule`] gave `saved` (densification, and the MCMC
+/// refinement when both use MCMC); everything else of `c` stays, for the checkpoint's own
+/// comparison to judge.
+pub fn keep_schedule(c: &mut TrainConfig, saved: &TrainConfig) {
+    c.densify.from_iter = saved.densify.from_iter;
+    c.densify.until_iter = saved.densify.until_iter;
+    c.densify.interval = saved.densify.interval;
+    c.densify.opacity_reset_interval = saved.densify.opacity_reset_interval;
+    if let (Some(m), Some(s)) = (&mut c.mcmc, &saved.mcmc) {
+        m.refine_start_iter = s.refine_start_iter;
+        m.refine_stop_iter = s.refine_stop_iter;
+        m.refine_every = s.refine_every;
+    }
 }
 
 /// Scales `c`'s densification schedule to a (short) run planned for `planned` iterations, as
 /// the demo does (see the module doc): densify every 100 iterations from 100 to 60 % of the
 /// run, no opacity reset; with MCMC, refine on the same schedule. Leaves everything else of
 /// `c` alone, so a demo run keeps the options asked for (strategy, thresholds, backgrounds,
-/// seed…). `planned` is `c.iterations`, except for a run resumed past its planned end (see
-/// [`resumed_plan`]), whose schedule stays the original's.
+/// seed…). `planned` is `c.iterations` (a resumed run keeps its checkpoint's schedule
+/// instead: [`keep_schedule`]).
 pub fn scale_schedule(c: &mut TrainConfig, planned: u64) {
     let until = planned * 6 / 10;
     c.densify.from_iter = 100;
