@@ -50,7 +50,7 @@ pub struct ConvertOptions {
     pub lenient: bool,
     /// Decode/encode threads.
     pub workers: usize,
-    /// COLMAP: the images folder instead of `images/` (see [`ImportOptions::images`]).
+    /// The images folder, possibly a resized copy (see [`ImportOptions::images`]).
     pub images: Option<PathBuf>,
 }
 

@@ -517,7 +517,7 @@ fn main() -> ExitCode {
         })
     } else {
         match (&args.pack, &args.output) {
-            (Some(pack), Some(out)) => options(&args, pack, out, 30_000),
+            (Some(pack), Some(out)) => options(&args, pack, out, TrainConfig::default().iterations),
             _ => Err(anyhow::anyhow!(
                 "PACK and -o OUT are required (or use --demo)"
             )),

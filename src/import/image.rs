@@ -401,12 +401,20 @@ pub fn orient(img: RgbImage, o: Orientation) -> RgbImage {
 /// Width and height of an image file as [`load_rgb8`] returns it (EXIF orientation applied),
 /// reading only its header.
 pub fn image_dimensions(path: &Path) -> Result<(u32, u32), ImportError> {
+    header_sizes(path).map(|(oriented, _)| oriented)
+}
+
+/// Width and height of an image.
+type Size = (u32, u32);
+
+/// An image file's (EXIF-oriented, stored) sizes, from its header alone.
+fn header_sizes(path: &Path) -> Result<(Size, Size), ImportError> {
     let mut decoder = open_reader(path)?
         .into_decoder()
         .map_err(|e| image_error(path, e))?;
     let o = decoder.orientation().unwrap_or(Orientation::NoTransforms);
     let (w, h) = decoder.dimensions();
-    Ok(if swaps_sides(o) { (h, w) } else { (w, h) })
+    Ok((if swaps_sides(o) { (h, w) } else { (w, h) }, (w, h)))
 }
 
 /// The camera of the image file at `path` when that file is a resized copy of the image
@@ -421,16 +429,7 @@ pub fn image_dimensions(path: &Path) -> Result<(u32, u32), ImportError> {
 /// size); the same size gives the camera back unchanged. Anything else is an error naming the
 /// view, both sizes and what to check.
 pub fn camera_for_file(camera: &Camera, path: &Path, view: &str) -> Result<Camera, ImportError> {
-    let mut decoder = open_reader(path)?
-        .into_decoder()
-        .map_err(|e| image_error(path, e))?;
-    let o = decoder.orientation().unwrap_or(Orientation::NoTransforms);
-    let stored = decoder.dimensions();
-    let oriented = if swaps_sides(o) {
-        (stored.1, stored.0)
-    } else {
-        stored
-    };
+    let (oriented, stored) = header_sizes(path)?;
     let full = (camera.width, camera.height);
     match [oriented, stored]
         .into_iter()

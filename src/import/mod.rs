@@ -42,6 +42,21 @@ pub struct ImportOptions {
     pub images: Option<PathBuf>,
 }
 
+/// The camera of a view whose image file is `path`: `camera` itself, or scaled to the file when
+/// `options.images` chose a folder that may hold a resized copy
+/// ([`image::camera_for_file`]; not checked under `metadata_only`, which reads no image).
+fn camera_for_images(
+    options: &ImportOptions,
+    camera: crate::scene::camera::Camera,
+    path: &Path,
+    view: &str,
+) -> Result<crate::scene::camera::Camera, ImportError> {
+    match &options.images {
+        Some(_) if !options.metadata_only => image::camera_for_file(&camera, path, view),
+        _ => Ok(camera),
+    }
+}
+
 /// What an importer found.
 pub struct ImportedScene {
     pub format: Format,

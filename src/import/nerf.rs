@@ -780,15 +780,10 @@ fn read_transforms(
         };
         camera.validate().map_err(|source| ImportError::Camera {
             path: file.to_owned(),
-            what: what.clone(),
+            what,
             source,
         })?;
-        let camera = match &options.images {
-            Some(_) if !options.metadata_only => {
-                crate::import::image::camera_for_file(&camera, &image_path, &name)?
-            }
-            _ => camera,
-        };
+        let camera = super::camera_for_images(options, camera, &image_path, &name)?;
         views.push(ViewSource {
             name,
             image_path,

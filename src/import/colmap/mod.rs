@@ -813,12 +813,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             },
         };
         // A chosen images folder may hold a resized copy: the camera follows the file.
-        let camera = match &options.images {
-            Some(_) if !options.metadata_only => {
-                crate::import::image::camera_for_file(&camera, &image_path, &img.name)?
-            }
-            _ => camera,
-        };
+        let camera = super::camera_for_images(options, camera, &image_path, &img.name)?;
         views.push(ViewSource {
             name: img.name.clone(),
             image_path,
