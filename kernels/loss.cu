@@ -244,3 +244,70 @@ extern "C" __global__ void loss_finish(
         out[3] = sq_sum / (double)n_values;
     }
 }
+
+// Per-view exposure compensation (twin of src/train/exposure.rs): the loss sees
+//   y_j = x_0·E[0][j] + x_1·E[1][j] + x_2·E[2][j] + E[j][3]
+// for a render pixel x, with E row-major 3×4 in `e` (12 floats on the device). Same operation
+// order as the CPU (no contraction), so the emulation is bit-identical to it.
+extern "C" __global__ void exposure_apply(
+    u64 n_pixels,
+    const float* __restrict__ img,  // [n_pixels, 3]
+    const float* __restrict__ e,    // [12]
+    float* __restrict__ out)        // [n_pixels, 3] out
+{
+    const u64 p = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n_pixels) return;
+    const float x0 = img[3 * p], x1 = img[3 * p + 1], x2 = img[3 * p + 2];
+    for (int j = 0; j < 3; ++j) {
+        out[3 * p + j] = x0 * e[j] + x1 * e[4 + j] + x2 * e[8 + j] + e[4 * j + 3];
+    }
+}
+
+// The adjoint: `d` holds ∂L/∂y and becomes ∂L/∂x in place (each thread owns its pixel);
+// per block, the double sums of ∂L/∂E (x_i·∂L/∂y_j at E[i][j], ∂L/∂y_j at E[j][3]) into
+// part[k·gridDim.x + block], reduced by exposure_finish.
+extern "C" __global__ void exposure_bwd(
+    u64 n_pixels,
+    const float* __restrict__ img,  // [n_pixels, 3] the render the forward read
+    const float* __restrict__ e,    // [12]
+    float* __restrict__ d,          // [n_pixels, 3] in/out
+    double* __restrict__ part)      // [12, gridDim.x] out
+{
+    const u64 p = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    double g[12];
+    for (int k = 0; k < 12; ++k) g[k] = 0.0;
+    if (p < n_pixels) {
+        const float dy[3] = {d[3 * p], d[3 * p + 1], d[3 * p + 2]};
+        const float x[3] = {img[3 * p], img[3 * p + 1], img[3 * p + 2]};
+        for (int j = 0; j < 3; ++j) {
+            const double dj = (double)dy[j];
+            g[j] = (double)x[0] * dj;
+            g[4 + j] = (double)x[1] * dj;
+            g[8 + j] = (double)x[2] * dj;
+            g[4 * j + 3] = dj;
+        }
+        for (int i = 0; i < 3; ++i) {
+            d[3 * p + i] = e[4 * i] * dy[0] + e[4 * i + 1] * dy[1] + e[4 * i + 2] * dy[2];
+        }
+    }
+    for (int k = 0; k < 12; ++k) {
+        const double s = block_sum(g[k]);
+        if (threadIdx.x == 0) part[(u64)k * gridDim.x + blockIdx.x] = s;
+        __syncthreads();  // block_sum's shared buffer is reused by the next sum
+    }
+}
+
+// One block: out[k] = Σ_b part[k·blocks + b], in a fixed order (deterministic).
+extern "C" __global__ void exposure_finish(
+    u32 blocks,
+    const double* __restrict__ part,  // [12, blocks]
+    double* __restrict__ out)         // [12] out
+{
+    for (int k = 0; k < 12; ++k) {
+        double s = 0.0;
+        for (u32 b = threadIdx.x; b < blocks; b += blockDim.x) s += part[(u64)k * blocks + b];
+        const double t = block_sum(s);
+        if (threadIdx.x == 0) out[k] = t;
+        __syncthreads();
+    }
+}

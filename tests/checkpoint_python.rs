@@ -46,6 +46,7 @@ fn state() -> TrainState {
         growth_stopped: false,
         rng: [1, 2, 3, 4],
         position: Position { epoch: 0, index: 3 },
+        exposure: Default::default(),
     }
 }
 

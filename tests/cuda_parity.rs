@@ -829,8 +829,8 @@ fn sharded_engine_matches_one_device() {
                 .unwrap();
             many.stage_view(Frame::Host(&target), target.len(), false)
                 .unwrap();
-            let a = one.forward_backward(&cam, &opts, 0.2).unwrap();
-            let b = many.forward_backward(&cam, &opts, 0.2).unwrap();
+            let a = one.forward_backward(&cam, &opts, 0.2, None).unwrap();
+            let b = many.forward_backward(&cam, &opts, 0.2, None).unwrap();
             assert_eq!(a, b, "{name}: step {step}: the same loss, bit for bit");
             losses.push(a.loss);
             one.accumulate_stats(64, 48, true).unwrap();

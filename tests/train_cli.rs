@@ -1554,19 +1554,31 @@ fn gs_render_scores_like_gs_train(
     pack: &Path,
     rendered_dir: &Path,
 ) -> serde_json::Value {
+    gs_render_scores_like_gs_train_at(out, pack, rendered_dir, 30, &[])
+}
+
+/// [`gs_render_scores_like_gs_train`] with the model of `iteration` and gs-render options
+/// `extra`.
+fn gs_render_scores_like_gs_train_at(
+    out: &Path,
+    pack: &Path,
+    rendered_dir: &Path,
+    iteration: u64,
+    extra: &[&str],
+) -> serde_json::Value {
     let trained: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("test/iteration_30/metrics.json")).unwrap(),
+        &std::fs::read_to_string(out.join(format!("test/iteration_{iteration}/metrics.json")))
+            .unwrap(),
     )
     .unwrap();
     let trained = trained.as_array().unwrap();
     assert!(!trained.is_empty());
+    let ply = out.join(format!("point_cloud/iteration_{iteration}/point_cloud.ply"));
     let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
-        .args([
-            "--ply",
-            s(&out.join("point_cloud/iteration_30/point_cloud.ply")),
-        ])
+        .args(["--ply", s(&ply)])
         .args(["--pack", s(pack), "--split", "test", "--sh-degree", "0"])
         .args(["-o", s(rendered_dir), "--backend", "cpu"])
+        .args(extra)
         .output()
         .unwrap();
     assert!(r.status.success(), "{}", stderr(&r));
@@ -2236,4 +2248,164 @@ fn cfg_args_names_the_dataset_as_3dgs_scripts_read_it() {
     assert_eq!(ns["sh_degree"], 1);
     assert_eq!(ns["white_background"], true);
     assert_eq!(ns["eval"], true);
+}
+
+/// `--exposure` (3DGS's `--train_test_exp`): every view, held-out ones included, gets a
+/// matrix in `OUT/exposure.json`; with `--eval` the held-out views are scored on their right
+/// halves (the side-by-side images are half as wide); the state resumes and extends; the
+/// exposure settings need the flag.
+#[test]
+fn exposure_runs_the_3dgs_train_test_exp_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("out");
+    let mut args = vec![
+        s(&pack),
+        "-o",
+        s(&out),
+        "--iterations",
+        "40",
+        "--eval",
+        "--train_test_exp",
+        "--exposure_lr_init",
+        "0.02",
+        "--checkpoint-every",
+        "0",
+    ];
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let text = std::fs::read_to_string(out.join("exposure.json")).unwrap();
+    let ex: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let manifest = ramsplat::shard::reader::Pack::open(&pack)
+        .unwrap()
+        .manifest()
+        .clone();
+    assert_eq!(
+        ex.len(),
+        manifest.views.len(),
+        "every view, held-out ones too"
+    );
+    let mut moved = 0;
+    for v in &manifest.views {
+        let name = ramsplat::export::cameras_json::img_name(&v.name);
+        let rows = ex[&name].as_array().unwrap();
+        assert_eq!(rows.len(), 3);
+        for (r, row) in rows.iter().enumerate() {
+            let row: Vec<f64> = row
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            assert_eq!(row.len(), 4);
+            let identity: Vec<f64> = (0..4).map(|c| f64::from(u8::from(c == r))).collect();
+            moved += usize::from(row != identity);
+        }
+    }
+    assert!(moved > 0, "the matrices learned something: {text}");
+    // gs-render scores the same right halves through the same matrices exactly alike; without
+    // the matrices a view scores differently.
+    let exposure_json = out.join("exposure.json");
+    let rendered = gs_render_scores_like_gs_train_at(
+        &out,
+        &pack,
+        &dir.path().join("rendered"),
+        40,
+        &["--exposure", s(&exposure_json), "--half", "right"],
+    );
+    assert_eq!(rendered["half"], "right");
+    let plain = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args([
+            "--ply",
+            s(&out.join("point_cloud/iteration_40/point_cloud.ply")),
+        ])
+        .args(["--pack", s(&pack), "--sh-degree", "0", "--half", "right"])
+        .args(["-o", s(&dir.path().join("plain")), "--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let plain: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("plain/metrics.json")).unwrap(),
+    )
+    .unwrap();
+    assert_ne!(plain["mean_psnr"], rendered["mean_psnr"]);
+    // A matrix file that lacks a view is refused, naming the view.
+    let partial = dir.path().join("partial.json");
+    std::fs::write(&partial, "{\"nobody\": [[1,0,0,0],[0,1,0,0],[0,0,1,0]]}").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args([
+            "--ply",
+            s(&out.join("point_cloud/iteration_40/point_cloud.ply")),
+        ])
+        .args(["--pack", s(&pack), "--exposure", s(&partial)])
+        .args(["-o", s(&dir.path().join("partial")), "--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("has no matrix for image"),
+        "{}",
+        stderr(&o)
+    );
+
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report.test_views, 2);
+    assert!(report.exposure);
+    assert!(report.test_psnr.is_some_and(|p| p > 10.0), "{report:?}");
+    // Right halves of the 48×36 views, rendered beside their ground truth.
+    let test_dir = out.join("test/iteration_40");
+    let pngs: Vec<_> = std::fs::read_dir(&test_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "png"))
+        .collect();
+    assert_eq!(pngs.len(), 2);
+    for p in pngs {
+        let img = image::open(&p).unwrap();
+        assert_eq!((img.width(), img.height()), (2 * 24, 36), "{}", p.display());
+    }
+
+    // Extended on resume (the matrices and their optimizer come back from the checkpoint);
+    // a resume without --exposure names the difference.
+    let mut more = vec![
+        s(&pack),
+        "-o",
+        s(&out),
+        "--iterations",
+        "50",
+        "--resume",
+        "--extend",
+        "--eval",
+        "--checkpoint-every",
+        "0",
+    ];
+    more.extend_from_slice(COMMON);
+    let o = gs_train(&more);
+    refused(&o, &["exposure: checkpoint"]);
+    more.extend_from_slice(&["--exposure", "--exposure-lr-init", "0.02"]);
+    let o = gs_train(&more);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let again: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(out.join("exposure.json")).unwrap()).unwrap();
+    assert_eq!(again.len(), ex.len());
+    assert_ne!(again, ex, "ten more steps moved the matrices");
+
+    // The exposure settings belong to --exposure; bad values are command-line errors.
+    let dest = dir.path().join("refused");
+    let o = gs_train(&[s(&pack), "-o", s(&dest), "--exposure-lr-final", "0.001"]);
+    refused(
+        &o,
+        &["--exposure-lr-final sets how the exposure matrices learn: add --exposure"],
+    );
+    for (flag, value) in [
+        ("--exposure-lr-delay-mult", "2"),
+        ("--exposure-lr-init", "0"),
+    ] {
+        let o = gs_train(&[s(&pack), "-o", s(&dest), "--exposure", flag, value]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {}", stderr(&o));
+    }
+    assert!(!dest.exists());
 }

@@ -5,7 +5,8 @@
 //! gs-render --ply MODEL.ply --camera CAM.json -o OUT.png [--backend auto|cpu|cuda] [--bg r,g,b]
 //!           [--sh-degree D] [--allow-activated] [--rasterize-mode auto|classic|antialiased]
 //! gs-render --ply MODEL.ply --pack PACK [--split test|train|all] -o DIR [same options]
-//! gs-render --ply MODEL.ply --cameras cameras.json -o DIR [same options]
+//!           [--exposure exposure.json] [--half left|right]
+//! gs-render --ply MODEL.ply --cameras cameras.json -o DIR [same options] [--exposure exposure.json]
 //! gs-render --ply MODEL.ply (--pack PACK [--split ...] | --cameras cameras.json) --trajectory N -o DIR
 //! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply
 //! ```
@@ -40,6 +41,12 @@
 //! it writes. A view identical to its ground truth has infinite PSNR: it is written as `null`
 //! and left out of `mean_psnr` (counted in `identical_views`).
 //!
+//! `--exposure exposure.json` (with `--pack` or `--cameras`) renders each view through its
+//! learned 3×4 colour matrix (`gs-train --exposure`, or 3DGS with `--train_test_exp`), found by
+//! image name; `--half left|right` (with `--pack`) scores and writes only that half of each
+//! view. `--split test --exposure OUT/exposure.json --half right` scores a `gs-train --eval
+//! --exposure` run's held-out views exactly as its own evaluation did.
+//!
 //! `--depth` (every rendering mode) also writes each view's expected depth beside its PNG:
 //! `NAME.depth.npy` (float32, height × width, camera-space z in scene units, NaN where nothing
 //! was drawn; `numpy.load` reads it) and `NAME.depth.png`, a picture of it. The depth is that
@@ -55,6 +62,7 @@
 //! write error; the message names the file and what to do); 2 invalid command line; 3 the
 //! requested backend is not available in this build.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -75,6 +83,8 @@ use ramsplat::render::{
 use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
+use ramsplat::train::exposure::{self, Exposure};
+use ramsplat::train::trainer::{crop_columns, Region};
 
 /// `--trajectory-shape`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -90,6 +100,22 @@ enum ModeArg {
     Auto,
     Classic,
     Antialiased,
+}
+
+/// `--half`: the part of each view scored and written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum HalfArg {
+    Left,
+    Right,
+}
+
+impl HalfArg {
+    fn region(self) -> Region {
+        match self {
+            HalfArg::Left => Region::LeftHalf,
+            HalfArg::Right => Region::RightHalf,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -160,6 +186,16 @@ struct Args {
     /// and NAME.depth.png, a picture of it (near yellow, far violet, black under half covered).
     #[arg(long, conflicts_with = "convert")]
     depth: bool,
+    /// Render each view through its 3×4 colour matrix in this exposure.json (what
+    /// `gs-train --exposure` writes, or 3DGS with --train_test_exp), found by image name (the
+    /// view name's stem with --pack, img_name with --cameras); a view without one is an error.
+    #[arg(long, value_name = "exposure.json", conflicts_with_all = ["camera", "convert", "trajectory"])]
+    exposure: Option<PathBuf>,
+    /// Score and write only this half of each view of --pack, split at column ⌊W/2⌋:
+    /// `right` is how `gs-train --eval --exposure` (and 3DGS's --train_test_exp) score the
+    /// held-out views, whose left halves were trained on.
+    #[arg(long, value_enum, requires = "pack", conflicts_with_all = ["trajectory", "depth"])]
+    half: Option<HalfArg>,
 }
 
 /// A loaded model and whether to render it antialiased (the file's word, or the override).
@@ -241,6 +277,8 @@ struct Renderer {
     depth: Option<DepthScratch>,
     /// The 8-bit image of the last render (reused across views).
     rgb: Vec<u8>,
+    /// `--exposure`: the file, and its image name → matrix.
+    exposures: Option<(PathBuf, HashMap<String, Exposure>)>,
 }
 
 impl Renderer {
@@ -265,7 +303,27 @@ impl Renderer {
             out: RenderOutput::default(),
             depth: args.depth.then(DepthScratch::default),
             rgb: Vec::new(),
+            exposures: match &args.exposure {
+                Some(path) => Some((path.clone(), read_exposures(path)?)),
+                None => None,
+            },
         })
+    }
+
+    /// The `--exposure` matrix of the image `name` (`None` without `--exposure`).
+    fn exposure_of(&self, name: &str) -> Result<Option<Exposure>> {
+        let Some((path, map)) = &self.exposures else {
+            return Ok(None);
+        };
+        match map.get(name) {
+            Some(e) => Ok(Some(*e)),
+            None => bail!(
+                "{} has no matrix for image {name:?} ({} images listed); pass the exposure.json \
+                 of the run that trained on these views, or leave out --exposure",
+                path.display(),
+                map.len()
+            ),
+        }
     }
 
     fn render(&mut self, model: &Gaussians, camera: &Camera) -> Result<&[f32]> {
@@ -275,10 +333,21 @@ impl Renderer {
         Ok(&self.out.image)
     }
 
-    /// Renders `camera` into the PNG `png` and, with `--depth`, its depth beside it.
-    fn render_to_png(&mut self, model: &Gaussians, camera: &Camera, png: &Path) -> Result<()> {
+    /// Renders `camera` (through `exposure`, if any) into the PNG `png` and, with
+    /// `--depth`, its depth beside it.
+    fn render_to_png(
+        &mut self,
+        model: &Gaussians,
+        camera: &Camera,
+        exposure: Option<&Exposure>,
+        png: &Path,
+    ) -> Result<()> {
         let mut rgb = std::mem::take(&mut self.rgb);
-        to_rgb8(self.render(model, camera)?, &mut rgb);
+        self.render(model, camera)?;
+        if let Some(e) = exposure {
+            exposure::apply_in_place(e, &mut self.out.image);
+        }
+        to_rgb8(&self.out.image, &mut rgb);
         let written = write_png(png, &rgb, camera.width, camera.height);
         self.rgb = rgb;
         written?;
@@ -370,7 +439,7 @@ fn render_camera(
     let camera = read_camera(camera_path)?;
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
-    r.render_to_png(&model, &camera, output)?;
+    r.render_to_png(&model, &camera, None, output)?;
     eprintln!(
         "wrote {} ({}x{}, {} Gaussians, SH degree {}, {} backend{})",
         output.display(),
@@ -421,8 +490,10 @@ fn render_camera_list(
         .with_context(|| format!("cannot create {}", output.display()))?;
     for (n, (entry, camera)) in cameras.iter().enumerate() {
         let path = output.join(format!("{}.png", safe_stem(&entry.img_name)));
-        r.render_to_png(&model, camera, &path)
-            .with_context(|| format!("camera {} ({:?})", entry.id, entry.img_name))?;
+        let context = || format!("camera {} ({:?})", entry.id, entry.img_name);
+        let exposure = r.exposure_of(&entry.img_name).with_context(context)?;
+        r.render_to_png(&model, camera, exposure.as_ref(), &path)
+            .with_context(context)?;
         eprintln!("[{}/{}] wrote {}", n + 1, cameras.len(), path.display());
     }
     eprintln!(
@@ -460,6 +531,10 @@ struct MetricsReport {
     sh_degree: u32,
     /// `--bg`; `null` when each view took its default (RGB black, RGBA white).
     background: Option<[f32; 3]>,
+    /// `--exposure`'s file; `null` without.
+    exposure: Option<String>,
+    /// `--half`: `"left"` or `"right"`; `null` for whole views.
+    half: Option<String>,
     count: usize,
     /// Mean PSNR over views with finite PSNR; `null` when there are none.
     mean_psnr: Option<f64>,
@@ -522,7 +597,7 @@ fn render_trajectory(
         .with_context(|| format!("cannot create {}", output.display()))?;
     for (n, camera) in path.iter().enumerate() {
         let frame = output.join(format!("frame_{n:05}.png"));
-        r.render_to_png(&model, camera, &frame)
+        r.render_to_png(&model, camera, None, &frame)
             .with_context(|| format!("trajectory frame {n}"))?;
         if (n + 1) % 25 == 0 || n + 1 == path.len() {
             eprintln!("[{}/{}] frames", n + 1, path.len());
@@ -588,13 +663,30 @@ fn render_pack(
             let rgba = std::mem::take(&mut gt);
             ramsplat::train::alpha::composite_rgba8(&rgba, background, &mut gt);
         }
-        let image = r
-            .render(&model, &v.camera)
-            .with_context(|| format!("view {i} ({:?})", v.name))?;
+        let context = || format!("view {i} ({:?})", v.name);
+        let exposure = r
+            .exposure_of(&cameras_json::img_name(&v.name))
+            .with_context(context)?;
+        r.render(&model, &v.camera).with_context(context)?;
+        let mut image = std::mem::take(&mut r.out.image);
+        if let Some(e) = &exposure {
+            exposure::apply_in_place(e, &mut image);
+        }
+        // `--half`: that half of render, ground truth and mask alone.
+        let (mut image, mut gt, mask, w) = match args.half.map(HalfArg::region) {
+            Some(region) => {
+                let cols = region.columns(v.width());
+                let m = mask.as_deref().map(|m| cropped(m, w, 1, cols));
+                let (img, truth) = (cropped(&image, w, 3, cols), cropped(&gt, w, 3, cols));
+                (img, truth, m, (cols.1 - cols.0) as usize)
+            }
+            None => (image, std::mem::take(&mut gt), mask, w),
+        };
         // Scored by the rules of ramsplat::eval, the ones gs-train --eval uses.
-        let Score { psnr, ssim } = scorer
-            .score_masked(image, &gt, mask.as_deref(), w, h)
-            .with_context(|| format!("view {i} ({:?})", v.name))?;
+        let scored = scorer.score_masked(&image, &gt, mask.as_deref(), w, h);
+        image.clear();
+        r.out.image = image;
+        let Score { psnr, ssim } = scored.with_context(context)?;
         if let Some(m) = &mask {
             eval::mask_rgb8(&mut gt, m);
         }
@@ -632,6 +724,8 @@ fn render_pack(
         rasterize_mode: rasterize_mode_name(r.options.antialiased),
         sh_degree: r.options.sh_degree,
         background: args.bg,
+        exposure: args.exposure.as_ref().map(|p| p.display().to_string()),
+        half: args.half.map(|h| format!("{h:?}").to_lowercase()),
         count: views.len(),
         mean_psnr: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),
         mean_ssim: views.iter().map(|v| v.ssim).sum::<f64>() / views.len() as f64,
@@ -687,6 +781,22 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
         }
     );
     Ok(())
+}
+
+/// Columns `cols` of an image `width` wide with `per_pixel` values per pixel.
+fn cropped<T: Copy>(data: &[T], width: usize, per_pixel: usize, cols: (u32, u32)) -> Vec<T> {
+    let mut out = Vec::new();
+    crop_columns(data, width, per_pixel, cols, &mut out);
+    out
+}
+
+/// Reads an `exposure.json` (see `ramsplat::train::exposure`).
+fn read_exposures(path: &Path) -> Result<HashMap<String, Exposure>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let list = exposure::from_json(&text)
+        .map_err(|why| anyhow::anyhow!("{}: not an exposure.json: {why}", path.display()))?;
+    Ok(list.into_iter().collect())
 }
 
 fn run(args: &Args) -> Result<()> {

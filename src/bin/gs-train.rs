@@ -30,6 +30,7 @@ use ramsplat::cli::{print_stdout, report_error, Progress, EXIT_FAILURE};
 use ramsplat::export::ModelFormat;
 use ramsplat::train::demo;
 use ramsplat::train::densify::DensifyConfig;
+use ramsplat::train::exposure::ExposureConfig;
 use ramsplat::train::mcmc::McmcConfig;
 use ramsplat::train::run::{self, Backend, Event, RunError, RunOptions};
 use ramsplat::train::trainer::Background;
@@ -156,6 +157,14 @@ struct Args {
     /// flag) and gs-render renders them that way.
     #[arg(long)]
     antialiased: bool,
+    /// Per-view exposure compensation (3DGS's --train_test_exp): each view learns a 3×4
+    /// colour transform applied to its render before the loss, absorbing exposure and white
+    /// balance that change from photo to photo (which would otherwise grow floaters).
+    /// OUT/exposure.json holds the matrices (3DGS's layout). With --eval the held-out views
+    /// train their left halves, so their exposures are learned too, and are scored on their
+    /// right halves, as 3DGS does.
+    #[arg(long, visible_alias = "train-test-exp", alias = "train_test_exp")]
+    exposure: bool,
     /// AbsGS densification (gsplat's --absgrad): the clone/split statistic sums the absolute
     /// per-pixel gradients of each Gaussian's 2D mean, so one blurring fine detail, whose
     /// pixels pull it different ways, is split too. Raises the default
@@ -241,6 +250,19 @@ struct OptimArgs {
     /// until it (gsplat's MCMC default 25000).
     #[arg(long, alias = "densify_until_iter", value_name = "N")]
     densify_until_iter: Option<u64>,
+    /// Learning rate of the exposure matrices at the start (3DGS 0.01; 0.001 for scenes whose
+    /// exposure varies much, with the three below). Needs --exposure.
+    #[arg(long, alias = "exposure_lr_init", value_name = "LR", value_parser = positive_f64)]
+    exposure_lr_init: Option<f64>,
+    /// Learning rate of the exposure matrices at the end of the run (3DGS 0.001).
+    #[arg(long, alias = "exposure_lr_final", value_name = "LR", value_parser = positive_f64)]
+    exposure_lr_final: Option<f64>,
+    /// Ramp the exposure learning rate up over the first N iterations (3DGS 0: no ramp).
+    #[arg(long, alias = "exposure_lr_delay_steps", value_name = "N")]
+    exposure_lr_delay_steps: Option<u64>,
+    /// Fraction of the exposure learning rate at iteration 0 of that ramp (3DGS 0).
+    #[arg(long, alias = "exposure_lr_delay_mult", value_name = "F", value_parser = unit_f64)]
+    exposure_lr_delay_mult: Option<f64>,
 }
 
 impl OptimArgs {
@@ -288,6 +310,32 @@ impl OptimArgs {
                 *f = v;
             }
         }
+        if let Some(e) = &mut c.exposure {
+            set(self.exposure_lr_init, &mut e.lr_init);
+            set(self.exposure_lr_final, &mut e.lr_final);
+            set(self.exposure_lr_delay_mult, &mut e.lr_delay_mult);
+            if let Some(n) = self.exposure_lr_delay_steps {
+                e.lr_delay_steps = n;
+            }
+        }
+    }
+
+    /// The first exposure setting given, by its flag (they need --exposure).
+    fn exposure_flag(&self) -> Option<&'static str> {
+        [
+            (self.exposure_lr_init.is_some(), "--exposure-lr-init"),
+            (self.exposure_lr_final.is_some(), "--exposure-lr-final"),
+            (
+                self.exposure_lr_delay_steps.is_some(),
+                "--exposure-lr-delay-steps",
+            ),
+            (
+                self.exposure_lr_delay_mult.is_some(),
+                "--exposure-lr-delay-mult",
+            ),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
     }
 }
 
@@ -306,6 +354,13 @@ fn unit_f32(s: &str) -> Result<f32, String> {
     match s.parse::<f32>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
         _ => Err(format!("{s:?} is not a weight from 0 to 1")),
+    }
+}
+
+fn unit_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a fraction from 0 to 1")),
     }
 }
 
@@ -419,6 +474,11 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
         config.background = Background::White;
     }
     config.antialiased = args.antialiased;
+    if args.exposure {
+        config.exposure = Some(ExposureConfig::default());
+    } else if let Some(flag) = args.optim.exposure_flag() {
+        bail!("{flag} sets how the exposure matrices learn: add --exposure, or drop it");
+    }
     args.optim.apply(&mut config);
     let mut o = RunOptions::new(pack, out);
     o.ram_budget = args.ram_budget;

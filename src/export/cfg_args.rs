@@ -26,6 +26,8 @@ pub struct CfgArgs {
     pub sh_degree: u32,
     pub white_background: bool,
     pub eval: bool,
+    /// The run learned per-view exposures (`exposure.json`, 3DGS's `--train_test_exp`).
+    pub train_test_exp: bool,
 }
 
 impl CfgArgs {
@@ -35,7 +37,7 @@ impl CfgArgs {
         let b = |v: bool| if v { "True" } else { "False" };
         format!(
             "Namespace(data_device='cuda', depths='', eval={}, images={}, model_path={}, \
-             resolution={}, sh_degree={}, source_path={}, train_test_exp=False, \
+             resolution={}, sh_degree={}, source_path={}, train_test_exp={}, \
              white_background={})",
             b(self.eval),
             py_str(&self.images),
@@ -43,6 +45,7 @@ impl CfgArgs {
             self.resolution,
             self.sh_degree,
             py_str(&self.source_path),
+            b(self.train_test_exp),
             b(self.white_background)
         )
     }
@@ -95,6 +98,7 @@ mod tests {
             sh_degree: 3,
             white_background: true,
             eval: false,
+            train_test_exp: false,
         };
         assert_eq!(
             c.to_python(),

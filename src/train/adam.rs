@@ -127,7 +127,7 @@ impl Coef {
     }
 
     #[inline]
-    fn update(&self, p: &mut f32, m: &mut f32, v: &mut f32, g: f32) {
+    pub(crate) fn update(&self, p: &mut f32, m: &mut f32, v: &mut f32, g: f32) {
         *m = self.b1 * *m + (1.0 - self.b1) * g;
         *v = self.b2 * *v + (1.0 - self.b2) * g * g;
         let denom = v.sqrt() / self.bias2_sqrt + self.eps;

@@ -40,6 +40,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::adam::AdamState;
 use super::densify::{DensifyStats, Model};
+use super::exposure::{ExposureConfig, Exposures, EXPOSURE_LEN};
 use super::{TrainConfig, TrainState, TrainStateRef};
 use crate::data::Position;
 use crate::export::ply::activation_evidence;
@@ -677,7 +678,22 @@ pub struct StateMeta {
     pub adam_steps: [u64; 6],
     pub num_gaussians: u64,
     pub sh_degree: u32,
+    /// Views with an exposure matrix (arrays `exposure.*`, `[views, 3, 4]`) and the exposure
+    /// optimizer's step count; absent without exposure compensation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exposure: Option<ExposureMeta>,
 }
+
+/// [`StateMeta::exposure`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExposureMeta {
+    pub views: u64,
+    pub steps: u64,
+}
+
+/// Array names of the exposure matrices and their Adam moments.
+const EXPOSURE_ARRAYS: [&str; 3] = ["exposure.values", "exposure.exp_avg", "exposure.exp_avg_sq"];
 
 /// What a loaded checkpoint must match: the run's pack and configuration.
 #[derive(Clone, Debug)]
@@ -700,6 +716,10 @@ pub fn extended(saved: &TrainConfig, iterations: u64) -> TrainConfig {
     TrainConfig {
         iterations,
         position_lr_max_steps: Some(saved.position_lr_max_steps.unwrap_or(saved.iterations)),
+        exposure: saved.exposure.as_ref().map(|e| ExposureConfig {
+            max_steps: Some(e.max_steps.unwrap_or(saved.iterations)),
+            ..e.clone()
+        }),
         ..saved.clone()
     }
 }
@@ -756,6 +776,10 @@ pub fn save_state_of(
         adam_steps: m.adam.steps,
         num_gaussians: m.len() as u64,
         sh_degree: m.gaussians.sh_degree,
+        exposure: state.config.exposure.as_ref().map(|_| ExposureMeta {
+            views: state.exposure.len() as u64,
+            steps: state.exposure.steps,
+        }),
     };
     let meta = serde_json::to_value(&meta).map_err(|e| CheckpointError::Mismatch {
         path: path.clone(),
@@ -781,6 +805,21 @@ pub fn save_state_of(
         &[n],
         ArrayData::U32(&m.stats.max_radii),
     ));
+    if state.config.exposure.is_some() {
+        let ex = state.exposure;
+        let shape = [ex.len() as u64, 3, 4];
+        for (name, rows) in
+            EXPOSURE_ARRAYS
+                .into_iter()
+                .zip([&ex.values, &ex.exp_avg, &ex.exp_avg_sq])
+        {
+            arrays.push(ArrayRef::new(
+                name,
+                &shape,
+                ArrayData::F32(rows.as_flattened()),
+            ));
+        }
+    }
     write_container(&path, &meta, &arrays)?;
     write_latest(dir, &name)?;
     Ok(path)
@@ -911,6 +950,11 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
     if run.position_lr_max_steps.is_none() {
         run.position_lr_max_steps = meta.config.position_lr_max_steps;
     }
+    if let (Some(r), Some(m)) = (run.exposure.as_mut(), meta.config.exposure.as_ref()) {
+        if r.max_steps.is_none() {
+            r.max_steps = m.max_steps;
+        }
+    }
     if expected.extend {
         let (want, planned) = (run.iterations, meta.config.iterations);
         if want <= planned {
@@ -1014,6 +1058,43 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
     if Rng::from_state(meta.rng).is_none() {
         return Err(corrupt("the RNG state is all zero".into()));
     }
+    let exposure = match (&meta.config.exposure, meta.exposure) {
+        (None, None) => Exposures::default(),
+        (Some(_), Some(em)) => {
+            let shape = [em.views, 3, 4];
+            let mut rows = Vec::with_capacity(3);
+            for name in EXPOSURE_ARRAYS {
+                // The entry's shape is checked against the file before anything is allocated.
+                c.expect(name, DType::F32, &shape)?;
+                let mut v = vec![[0f32; EXPOSURE_LEN]; em.views as usize];
+                c.read_into(name, &shape, v.as_flattened_mut())?;
+                rows.push(v);
+            }
+            let exp_avg_sq = rows.pop().expect("three arrays");
+            let exp_avg = rows.pop().expect("three arrays");
+            let values = rows.pop().expect("three arrays");
+            let ex = Exposures {
+                values,
+                exp_avg,
+                exp_avg_sq,
+                steps: em.steps,
+            };
+            if let Some(why) = ex.invalid() {
+                return Err(corrupt(why));
+            }
+            ex
+        }
+        (Some(_), None) => {
+            return Err(corrupt(
+                "its settings compensate exposure but it holds no exposure state".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(corrupt(
+                "it holds exposure state but its settings do not compensate exposure".into(),
+            ))
+        }
+    };
     let config = if expected.extend {
         extended(&meta.config, expected.config.iterations)
     } else {
@@ -1027,6 +1108,7 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
         growth_stopped: meta.growth_stopped,
         rng: meta.rng,
         position: meta.position,
+        exposure,
     })
 }
 
@@ -1182,10 +1264,15 @@ mod state_tests {
         model.stats.grad_accum = (0..n).map(|i| i as f32 * 0.5).collect();
         model.stats.denom = (0..n as u32).collect();
         model.stats.max_radii = (0..n as u32).map(|i| 3 * i).collect();
+        // Exposure compensation on, so its arrays round-trip too.
+        let mut exposure = Exposures::default();
+        exposure.step(0.01, 2, &std::array::from_fn(|k| k as f64 - 5.5));
+        exposure.step(0.01, 0, &std::array::from_fn(|k| 0.25 * k as f64));
         TrainState {
             config: TrainConfig {
                 iterations: 100,
                 sh_degree,
+                exposure: Some(ExposureConfig::default()),
                 ..TrainConfig::default()
             },
             extent: 3.5,
@@ -1194,6 +1281,7 @@ mod state_tests {
             growth_stopped: true,
             rng: Rng::new(9).state(),
             position: Position { epoch: 3, index: 2 },
+            exposure,
         }
     }
 

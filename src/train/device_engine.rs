@@ -68,6 +68,7 @@ use super::densify::{model_bytes, DensifyStats, Model, RefineInputs, RowPlan, Ro
 use super::device_adam::{DeviceAdam, DeviceAdamError};
 use super::device_loss::{DeviceLoss, DeviceLossError, LOSS_SCALARS};
 use super::device_mcmc::{DeviceMcmc, DeviceMcmcError};
+use super::exposure::{Exposure, EXPOSURE_LEN};
 use super::mcmc::{NoiseStep, Regularizer};
 use crate::scene::gaussians::Gaussians;
 
@@ -152,6 +153,8 @@ pub struct StepScalars {
     pub ssim: f64,
     /// Mean squared error of the render (for the view's PSNR).
     pub mse: f64,
+    /// `∂L/∂E` of the view's exposure matrix, when the loss saw the render through one.
+    pub exposure_grad: Option<[f64; EXPOSURE_LEN]>,
 }
 
 /// Device bytes per pixel of the largest view: RGB8 upload and its loss mask (4), target,
@@ -159,6 +162,21 @@ pub struct StepScalars {
 /// transmittance and last contributor (8), rounded up to 145 for the per-tile ranges and the
 /// loss partials (about 0.15 bytes per pixel together).
 pub const DEVICE_BYTES_PER_PIXEL: u64 = 145;
+
+/// Device bytes per pixel that exposure compensation adds: the render through the view's
+/// exposure (12) and the exposure gradient's per-block partials (12 doubles per 256 pixels),
+/// rounded up.
+pub const DEVICE_EXPOSURE_BYTES_PER_PIXEL: u64 = 13;
+
+/// Device bytes per pixel of the largest view, with or without exposure compensation.
+pub fn device_bytes_per_pixel(exposure: bool) -> u64 {
+    DEVICE_BYTES_PER_PIXEL
+        + if exposure {
+            DEVICE_EXPOSURE_BYTES_PER_PIXEL
+        } else {
+            0
+        }
+}
 
 /// Device bytes per tile intersection: 64-bit keys and 32-bit ids, double-buffered by the sort.
 pub const DEVICE_BYTES_PER_INTERSECTION: u64 = 24;
@@ -173,7 +191,7 @@ pub struct DeviceBytes {
     /// A split model only: the view rasterizer's copy of every shard's splats and their
     /// gradients, [`DEVICE_RENDER_BYTES_PER_GAUSSIAN`] × N (see [`super::sharded`]).
     pub gathered: u64,
-    /// [`DEVICE_BYTES_PER_PIXEL`] × the largest view's pixels.
+    /// [`device_bytes_per_pixel`] × the largest view's pixels.
     pub views: u64,
     /// The intersection buffers: the per-render cap the rasterizer's preflight enforces.
     pub intersections: u64,
@@ -210,13 +228,14 @@ pub fn device_bytes_per_gaussian(sh_degree: u32) -> u64 {
 }
 
 /// [`DeviceBytes`] on each device for `n` Gaussians at `sh_degree` split over `devices`
-/// devices (1: the whole model on one), views of at most `max_pixels` and an intersection cap
-/// of `max_intersection_bytes`.
+/// devices (1: the whole model on one), views of at most `max_pixels` (with `exposure`
+/// compensation or not) and an intersection cap of `max_intersection_bytes`.
 pub fn device_bytes(
     n: usize,
     devices: usize,
     sh_degree: u32,
     max_pixels: u64,
+    exposure: bool,
     max_intersection_bytes: u64,
 ) -> DeviceBytes {
     let devices = devices.max(1);
@@ -227,7 +246,7 @@ pub fn device_bytes(
         } else {
             0
         },
-        views: DEVICE_BYTES_PER_PIXEL * max_pixels,
+        views: device_bytes_per_pixel(exposure) * max_pixels,
         intersections: max_intersection_bytes,
     }
 }
@@ -293,36 +312,64 @@ struct ViewLoss {
     target: DeviceBuffer<f32>,
     d_image: DeviceBuffer<f32>,
     scalars: DeviceBuffer<f64>,
+    /// The last loss's exposure matrix (12 floats), the render through it, and `∂L/∂E`.
+    exposure: DeviceBuffer<f32>,
+    exposed: DeviceBuffer<f32>,
+    exposure_grad: DeviceBuffer<f64>,
+    /// Whether the last loss saw the render through an exposure.
+    exposure_used: bool,
 }
 
 impl ViewLoss {
     fn scalars(&self) -> Result<StepScalars, DeviceEngineError> {
         let mut s = [0.0f64; LOSS_SCALARS];
         self.dev.download(&self.scalars, &mut s)?;
+        let exposure_grad = if self.exposure_used {
+            let mut g = [0.0f64; EXPOSURE_LEN];
+            self.dev.download(&self.exposure_grad, &mut g)?;
+            Some(g)
+        } else {
+            None
+        };
         Ok(StepScalars {
             loss: s[0],
             l1: s[1],
             ssim: s[2],
             mse: s[3],
+            exposure_grad,
         })
     }
 }
 
-/// Loss and `∂L/∂image` of `image` against the staged view. A masked view's excluded pixels
-/// are zeroed in the render before the loss and in `∂L/∂image` after it.
+/// Loss and `∂L/∂image` of `image` (through `exposure`, when given: see
+/// [`super::exposure`]) against the staged view. A masked view's excluded pixels are zeroed in
+/// the image the loss sees before the loss and in its gradient after it; the exposure's
+/// adjoint then turns that gradient into `∂L/∂image` in place and sums `∂L/∂E`.
 fn staged_loss(
     v: &mut ViewLoss,
     image: &mut DeviceBuffer<f32>,
     camera: &Camera,
     lambda_dssim: f32,
+    exposure: Option<&Exposure>,
 ) -> Result<(), DeviceEngineError> {
     let npix = camera.width as usize * camera.height as usize;
     v.dev.grow(&mut v.d_image, 3 * npix)?;
+    v.exposure_used = exposure.is_some();
+    let seen = match exposure {
+        Some(e) => {
+            v.dev.upload(e, &mut v.exposure)?;
+            v.dev.grow(&mut v.exposed, 3 * npix)?;
+            v.loss
+                .exposure_apply(image, &v.exposure, npix, &mut v.exposed)?;
+            &mut v.exposed
+        }
+        None => image,
+    };
     if let Some(offset) = v.mask {
-        v.loss.apply_mask(&v.rgb8, offset, npix, image)?;
+        v.loss.apply_mask(&v.rgb8, offset, npix, seen)?;
     }
     v.loss.loss_and_grad(
-        image,
+        seen,
         &v.target,
         camera.width,
         camera.height,
@@ -332,6 +379,15 @@ fn staged_loss(
     )?;
     if let Some(offset) = v.mask {
         v.loss.apply_mask(&v.rgb8, offset, npix, &mut v.d_image)?;
+    }
+    if exposure.is_some() {
+        v.loss.exposure_backward(
+            image,
+            &v.exposure,
+            npix,
+            &mut v.d_image,
+            &mut v.exposure_grad,
+        )?;
     }
     Ok(())
 }
@@ -375,6 +431,10 @@ impl DeviceEngine {
                 target: dev.alloc(1)?,
                 d_image: dev.alloc(1)?,
                 scalars: dev.alloc(LOSS_SCALARS)?,
+                exposure: dev.alloc(EXPOSURE_LEN)?,
+                exposed: dev.alloc(1)?,
+                exposure_grad: dev.alloc(EXPOSURE_LEN)?,
+                exposure_used: false,
             },
             image: Vec::new(),
             dev,
@@ -482,11 +542,12 @@ impl DeviceEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
+        exposure: Option<&Exposure>,
     ) -> Result<StepScalars, DeviceEngineError> {
         self.raster
             .forward_resident(&self.params, camera, options)?;
         let image = self.raster.image_mut();
-        staged_loss(&mut self.view, image, camera, lambda_dssim)?;
+        staged_loss(&mut self.view, image, camera, lambda_dssim, exposure)?;
         self.raster
             .backward_resident(&self.params, camera, options, &self.view.d_image)?;
         self.view.scalars()
@@ -500,8 +561,9 @@ impl DeviceEngine {
         image: &mut DeviceBuffer<f32>,
         camera: &Camera,
         lambda_dssim: f32,
+        exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError> {
-        staged_loss(&mut self.view, image, camera, lambda_dssim)
+        staged_loss(&mut self.view, image, camera, lambda_dssim, exposure)
     }
 
     /// `∂L/∂image` of the last loss.
@@ -1032,11 +1094,13 @@ pub trait ResidentEngine {
         rgb_len: usize,
         masked: bool,
     ) -> Result<(), DeviceEngineError>;
+    /// Forward, loss (through `exposure`, when given) and backward of the staged view.
     fn forward_backward(
         &mut self,
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
+        exposure: Option<&Exposure>,
     ) -> Result<StepScalars, DeviceEngineError>;
     fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError>;
     fn accumulate_stats(
@@ -1092,8 +1156,9 @@ impl ResidentEngine for DeviceEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
+        exposure: Option<&Exposure>,
     ) -> Result<StepScalars, DeviceEngineError> {
-        DeviceEngine::forward_backward(self, camera, options, lambda_dssim)
+        DeviceEngine::forward_backward(self, camera, options, lambda_dssim, exposure)
     }
     fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError> {
         DeviceEngine::regularize(self, reg)
@@ -1362,7 +1427,7 @@ mod tests {
 
     #[test]
     fn device_bytes_itemise_the_plan() {
-        let b = device_bytes(1000, 1, 3, 640 * 480, 1 << 20);
+        let b = device_bytes(1000, 1, 3, 640 * 480, false, 1 << 20);
         // SH 3: P = 59 floats. Parameters 4P, gradients 4(P + 2), moments 8P (952 B),
         // statistics 12, the device rasterizer's buffers 136, densification scratch 12P (708).
         assert_eq!(b.model, 1000 * (952 + 12 + 136 + 708));

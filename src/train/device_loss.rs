@@ -27,7 +27,7 @@ pub const LOSS_SCALARS: usize = 4;
 /// Threads per block of the loss kernels (a power of two: the block reductions halve it).
 pub const LOSS_BLOCK: u32 = 256;
 
-const ENTRY_POINTS: [&str; 7] = [
+const ENTRY_POINTS: [&str; 10] = [
     "rgb8_to_f32",
     "apply_mask",
     "ssim_h5",
@@ -35,7 +35,13 @@ const ENTRY_POINTS: [&str; 7] = [
     "ssim_h3",
     "loss_grad",
     "loss_finish",
+    "exposure_apply",
+    "exposure_bwd",
+    "exposure_finish",
 ];
+
+/// Floats of a view's exposure matrix ([`crate::train::exposure`]).
+const EXPOSURE_LEN: usize = crate::train::exposure::EXPOSURE_LEN;
 
 /// A C float literal that parses back to exactly `v` (shortest round-trip digits + `f`).
 fn c_float(v: f32) -> String {
@@ -103,6 +109,8 @@ pub struct DeviceLoss {
     s_part: DeviceBuffer<f64>,
     l1_part: DeviceBuffer<f64>,
     sq_part: DeviceBuffer<f64>,
+    /// Per-block partial sums of the exposure gradient (`[12, blocks]`).
+    exposure_part: DeviceBuffer<f64>,
 }
 
 impl DeviceLoss {
@@ -121,6 +129,7 @@ impl DeviceLoss {
             s_part: dev.alloc(1)?,
             l1_part: dev.alloc(1)?,
             sq_part: dev.alloc(1)?,
+            exposure_part: dev.alloc(1)?,
         })
     }
 
@@ -206,6 +215,105 @@ impl DeviceLoss {
                 &args,
             )
         }?;
+        Ok(())
+    }
+
+    /// `out = img` through the exposure `e` (12 floats, row-major 3×4), both `[n_pixels, 3]`:
+    /// the device twin of [`crate::train::exposure::apply`].
+    pub fn exposure_apply(
+        &self,
+        img: &DeviceBuffer<f32>,
+        e: &DeviceBuffer<f32>,
+        n_pixels: usize,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<(), DeviceLossError> {
+        self.check_exposure(img, e, n_pixels, out.len())?;
+        if n_pixels == 0 {
+            return Ok(());
+        }
+        let args = [U64(n_pixels as u64), img.arg(), e.arg(), out.arg()];
+        // SAFETY: matches exposure_apply in kernels/loss.cu; img and out hold 3·n_pixels
+        // values and e 12 (checked above).
+        unsafe {
+            self.go(
+                "exposure_apply",
+                LaunchConfig::linear(n_pixels as u64, LOSS_BLOCK)?,
+                &args,
+            )
+        }?;
+        Ok(())
+    }
+
+    /// The adjoint of [`Self::exposure_apply`]: `d` holds `∂L/∂y` and becomes `∂L/∂img` in
+    /// place; `∂L/∂e` (12 doubles) lands in `grad`. The device twin of
+    /// [`crate::train::exposure::backward`] (the same `∂L/∂img` bits; the gradient summed per
+    /// block, so it differs from the CPU's pixel-order sum by rounding).
+    pub fn exposure_backward(
+        &mut self,
+        img: &DeviceBuffer<f32>,
+        e: &DeviceBuffer<f32>,
+        n_pixels: usize,
+        d: &mut DeviceBuffer<f32>,
+        grad: &mut DeviceBuffer<f64>,
+    ) -> Result<(), DeviceLossError> {
+        self.check_exposure(img, e, n_pixels, d.len())?;
+        if grad.len() < EXPOSURE_LEN {
+            return Err(DeviceLossError::Shape {
+                what: "exposure gradient",
+                got: grad.len(),
+                need: EXPOSURE_LEN,
+                width: 0,
+                height: 0,
+            });
+        }
+        let cfg = LaunchConfig::linear(n_pixels.max(1) as u64, LOSS_BLOCK)?;
+        let blocks = cfg.grid.0 as usize;
+        let dev = self.dev.clone();
+        dev.grow(&mut self.exposure_part, EXPOSURE_LEN * blocks)?;
+        // SAFETY: the argument lists match exposure_bwd and exposure_finish in
+        // kernels/loss.cu; img and d hold 3·n_pixels values, e 12, the partials 12 per block
+        // of `cfg` and grad 12 (checked or grown above); exposure_finish runs one block.
+        unsafe {
+            let args = [
+                U64(n_pixels as u64),
+                img.arg(),
+                e.arg(),
+                d.arg(),
+                self.exposure_part.arg(),
+            ];
+            self.go("exposure_bwd", cfg, &args)?;
+            let args = [U32(blocks as u32), self.exposure_part.arg(), grad.arg()];
+            self.go(
+                "exposure_finish",
+                LaunchConfig::linear(1, LOSS_BLOCK)?,
+                &args,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn check_exposure(
+        &self,
+        img: &DeviceBuffer<f32>,
+        e: &DeviceBuffer<f32>,
+        n_pixels: usize,
+        out_len: usize,
+    ) -> Result<(), DeviceLossError> {
+        for (what, got, need) in [
+            ("exposure image", img.len(), 3 * n_pixels),
+            ("exposure output", out_len, 3 * n_pixels),
+            ("exposure matrix", e.len(), EXPOSURE_LEN),
+        ] {
+            if got < need || n_pixels > u32::MAX as usize / 3 {
+                return Err(DeviceLossError::Shape {
+                    what,
+                    got,
+                    need,
+                    width: 0,
+                    height: 0,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -321,6 +429,57 @@ mod tests {
                 assert_eq!(got, want, "{} {npix} pixels", dev.name());
                 // A frame too short for the mask is refused, not read past.
                 assert!(dl.apply_mask(&df, 3 * npix + 1, npix, &mut dp).is_err());
+            }
+        }
+    }
+
+    /// The exposure kernels are their CPU twins: the image and `∂L/∂x` bit for bit, the
+    /// matrix gradient to the rounding of its differently ordered double sums.
+    #[test]
+    fn exposure_kernels_match_the_cpu() {
+        use crate::train::exposure::{apply, backward};
+        for dev in crate::device::test_devices() {
+            let mut dl = DeviceLoss::new(&dev).unwrap();
+            let mut rng = Rng::new(29);
+            for npix in [1usize, 255, 256, 1000] {
+                let img: Vec<f32> = (0..3 * npix).map(|_| rng.next_f32()).collect();
+                let dy: Vec<f32> = (0..3 * npix).map(|_| rng.next_f32() - 0.5).collect();
+                let e: [f32; 12] = std::array::from_fn(|k| {
+                    let id = if k % 5 == 0 { 1.0 } else { 0.0 };
+                    id + (rng.next_f32() - 0.5) * 0.2
+                });
+                let mut want_y = Vec::new();
+                apply(&e, &img, &mut want_y);
+                let mut want_dx = dy.clone();
+                let want_g = backward(&e, &img, &mut want_dx);
+
+                let mut di = dev.alloc::<f32>(3 * npix).unwrap();
+                dev.upload(&img, &mut di).unwrap();
+                let mut de = dev.alloc::<f32>(12).unwrap();
+                dev.upload(&e, &mut de).unwrap();
+                let mut dout = dev.alloc::<f32>(3 * npix).unwrap();
+                dl.exposure_apply(&di, &de, npix, &mut dout).unwrap();
+                assert_eq!(dev.download_vec(&dout, 3 * npix).unwrap(), want_y);
+                let mut dd = dev.alloc::<f32>(3 * npix).unwrap();
+                dev.upload(&dy, &mut dd).unwrap();
+                let mut dg = dev.alloc::<f64>(12).unwrap();
+                dl.exposure_backward(&di, &de, npix, &mut dd, &mut dg)
+                    .unwrap();
+                assert_eq!(dev.download_vec(&dd, 3 * npix).unwrap(), want_dx);
+                let got_g = dev.download_vec(&dg, 12).unwrap();
+                for k in 0..12 {
+                    let tol = 1e-12 * (1.0 + want_g[k].abs()) * npix as f64;
+                    assert!(
+                        (got_g[k] - want_g[k]).abs() <= tol,
+                        "{} {npix} px, E[{k}]: {} vs {}",
+                        dev.name(),
+                        got_g[k],
+                        want_g[k]
+                    );
+                }
+                // A matrix buffer too short is refused, not read past.
+                let short = dev.alloc::<f32>(11).unwrap();
+                assert!(dl.exposure_apply(&di, &short, npix, &mut dout).is_err());
             }
         }
     }

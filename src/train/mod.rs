@@ -5,6 +5,7 @@
 //! | [`init`] | initial Gaussians from the pack's SfM points (k-d tree kNN scales) or random points |
 //! | [`adam`] | Adam with per-group learning rates, moments shaped like the model |
 //! | [`schedule`] | the exponential position learning-rate schedule |
+//! | [`exposure`] | per-view exposure compensation: a learned 3×4 colour transform per view, its Adam, `exposure.json` |
 //! | [`loss`] | `0.8·L1 + 0.2·(1 − SSIM)` and its image gradient |
 //! | [`device_adam`] | the same Adam step on device-resident parameters and moments (`kernels/adam.cu`) |
 //! | [`device_loss`] | the same loss and the RGB8 → f32 target conversion on a device (`kernels/loss.cu`), for the device trainer |
@@ -36,6 +37,7 @@ pub mod device_adam;
 pub mod device_engine;
 pub mod device_loss;
 pub mod device_mcmc;
+pub mod exposure;
 pub mod init;
 pub mod loss;
 pub mod mcmc;

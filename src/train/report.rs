@@ -212,6 +212,11 @@ pub struct Report {
     /// is off (the default, and MCMC) or in reports written before it was recorded.
     #[serde(default)]
     pub prune_screen_radius: Option<u32>,
+    /// Whether each view was rendered through its learned exposure matrix (`--exposure`;
+    /// `OUT/exposure.json`). With `--eval` the test scores are then of the held-out views'
+    /// right halves (3DGS's `--train_test_exp` protocol).
+    #[serde(default)]
+    pub exposure: bool,
     /// Wall time of this process, from start to the report.
     pub wall_s: f64,
     /// Seconds of that spent in the training loop (excluding evaluation and saving).

@@ -29,7 +29,15 @@
 //! `point_cloud/iteration_N/point_cloud.ply` (and `.spz` / `.splat` with `export`), `cameras.json` (3DGS's camera list),
 //! `checkpoints/ckpt-N.bin` + `checkpoints/latest`,
 //! `metrics.jsonl`, `report.json`, `training_curves.png`, `test/iteration_N/*.png` (ground
-//! truth | render) and `test/iteration_N/metrics.json`.
+//! truth | render) and `test/iteration_N/metrics.json`; with `--exposure`, `exposure.json`
+//! (every view's matrix, written with each saved model).
+//!
+//! # Exposure compensation
+//! With [`TrainConfig::exposure`] every record has an exposure slot (its record number) and
+//! `exposure.json` names the slots by image name. With `--eval` as well, the held-out views
+//! join the training records with [`Region::LeftHalf`] and are scored on
+//! [`Region::RightHalf`] through their matrices (3DGS's `--train_test_exp` protocol); the
+//! train-view score stays over whole train views.
 //!
 //! # Resume
 //! A checkpoint holds the whole [`super::TrainState`] including the loader position, and the trainer
@@ -44,13 +52,13 @@ use std::time::Instant;
 use super::checkpoint::{self, CheckpointError, Expected};
 use super::densify::{model_bytes, DeviceCap};
 use super::device_engine::{
-    device_bytes, device_bytes_per_gaussian, DeviceBytes, DeviceEngine, ResidentEngine,
-    DEVICE_BYTES_PER_PIXEL, DEVICE_RENDER_BYTES_PER_GAUSSIAN,
+    device_bytes, device_bytes_per_gaussian, device_bytes_per_pixel, DeviceBytes, DeviceEngine,
+    ResidentEngine, DEVICE_RENDER_BYTES_PER_GAUSSIAN,
 };
 use super::init::InitPlan;
 use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
 use super::sharded::ShardedEngine;
-use super::trainer::Background;
+use super::trainer::{Background, Region};
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, TrainView, Trainer};
 use crate::budget::{
     current_rss_bytes, format_size, peak_rss_bytes, within_budget, BudgetError, Component, Floor,
@@ -64,6 +72,7 @@ use crate::data::{
 };
 use crate::dataset::Split;
 use crate::device::Device;
+use crate::export::cameras_json;
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
 use crate::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
 use crate::render::CpuRasterizer;
@@ -159,10 +168,11 @@ pub const KEEP_PERIODIC_CHECKPOINTS: u64 = 3;
 /// The run's checkpoint directory, under its output directory.
 pub const CHECKPOINT_DIR: &str = "checkpoints";
 /// Everything a run writes into its output directory; `--overwrite` removes exactly these.
-pub const RUN_OUTPUTS: [&str; 9] = [
+pub const RUN_OUTPUTS: [&str; 10] = [
     CHECKPOINT_DIR,
     CAMERAS_JSON,
     CFG_ARGS,
+    EXPOSURE_JSON,
     "point_cloud",
     report::METRICS_FILE,
     report::REPORT_FILE,
@@ -426,6 +436,7 @@ fn plan_device(
         k,
         config.sh_degree,
         max_pixels,
+        config.exposure.is_some(),
         config.max_intersection_bytes,
     );
     let per_gaussian = device_bytes_per_gaussian(config.sh_degree);
@@ -450,9 +461,9 @@ fn plan_device(
     let items = format!(
         "{model} × {per_gaussian} B: parameters, gradients, two Adam moments, statistics, \
          render buffers, densification copy){gathered}, views {} ({max_pixels} px × \
-         {DEVICE_BYTES_PER_PIXEL} B), intersections {} (1/{INTERSECTION_BUDGET_DIVISOR} of \
-         the budget, at most {})",
+         {} B), intersections {} (1/{INTERSECTION_BUDGET_DIVISOR} of the budget, at most {})",
         format_size(bytes.views),
+        device_bytes_per_pixel(config.exposure.is_some()),
         format_size(bytes.intersections),
         format_size(crate::render::DEFAULT_MAX_INTERSECTION_BYTES),
     );
@@ -529,12 +540,23 @@ pub fn ply_rel_path(iteration: u64) -> String {
     format!("point_cloud/iteration_{iteration}/point_cloud.ply")
 }
 
+/// File name of the per-view exposure matrices in OUT (3DGS's name and place; see
+/// [`super::exposure::to_json`]).
+pub const EXPOSURE_JSON: &str = "exposure.json";
+
+/// Saves the model of `iteration` (PLY, and the `export` formats) and, with exposure
+/// compensation, `OUT/exposure.json` (the matrices of `exposure_names[slot]`) beside it.
 fn save_ply(
     out: &Path,
     trainer: &mut Trainer,
     iteration: u64,
     export: &[ModelFormat],
+    exposure_names: &[String],
 ) -> Result<String, RunError> {
+    if trainer.config().exposure.is_some() {
+        let text = super::exposure::to_json(exposure_names, trainer.exposures());
+        checkpoint::write_file_atomic(&out.join(EXPOSURE_JSON), text.as_bytes())?;
+    }
     let rel = ply_rel_path(iteration);
     let path = out.join(&rel);
     let dir = path.parent().expect("has a parent");
@@ -613,18 +635,20 @@ fn write_cfg_args(
         sh_degree: config.sh_degree,
         white_background: config.background == Background::White,
         eval: opts.eval,
+        train_test_exp: config.exposure.is_some(),
     };
     let path = opts.out.join(CFG_ARGS);
     checkpoint::write_file_atomic(&path, cfg.to_python().as_bytes())?;
     Ok(())
 }
 
-/// Evaluates `views` (pack view indices), writing side-by-side PNGs into
-/// `OUT/test/<label>/` for the first `max_images`, plus `metrics.json` there.
+/// Evaluates `views` (pack view indices, each with its exposure slot and scored region),
+/// writing side-by-side PNGs into `OUT/test/<label>/` for the first `max_images`, plus
+/// `metrics.json` there.
 fn evaluate_views(
     pack: &Pack,
     trainer: &mut Trainer,
-    views: &[usize],
+    views: &[(usize, TrainView)],
     out: &Path,
     label: &str,
     max_images: usize,
@@ -636,8 +660,8 @@ fn evaluate_views(
     }
     let manifest = pack.manifest();
     let mut scores = Vec::with_capacity(views.len());
-    for (n, &i) in views.iter().enumerate() {
-        let v = &manifest.views[i];
+    for (n, (i, view)) in views.iter().enumerate() {
+        let (i, v) = (*i, &manifest.views[*i]);
         gt.resize(v.decoded_len(), 0);
         pack.read_view_into(i, gt)?;
         // Scored by the rules of crate::eval, the ones gs-render uses. An RGBA view goes in
@@ -645,15 +669,20 @@ fn evaluate_views(
         // NeRF-synthetic convention); compositing it here first would hide the alpha and
         // render over the training background instead. A masked view is scored on its used
         // pixels.
-        let e = trainer.evaluate_view(&v.camera, v.layout(), gt)?;
-        // The ground truth as scored, for the side-by-side image.
+        let e = trainer.evaluate_view(view, gt)?;
+        // The ground truth as scored, for the side-by-side image (the scored part of it).
         super::alpha::evaluation_rgb8(gt, v.layout());
+        if view.region != Region::Full {
+            let mut part = Vec::new();
+            let cols = view.region.columns(v.width());
+            super::trainer::crop_columns(gt, v.width() as usize, 3, cols, &mut part);
+            *gt = part;
+        }
         let psnr = e.psnr;
         let file = if n < max_images {
             let name = crate::eval::view_file_name(i, &v.name);
-            let side =
-                crate::eval::side_by_side(gt, &e.image, v.width() as usize, v.height() as usize);
-            crate::eval::write_png(&dir.join(&name), &side, 2 * v.width(), v.height())?;
+            let side = crate::eval::side_by_side(gt, &e.image, e.width as usize, e.height as usize);
+            crate::eval::write_png(&dir.join(&name), &side, 2 * e.width, e.height)?;
             Some(format!("{}/{label}/{name}", report::TEST_DIR))
         } else {
             None
@@ -910,6 +939,24 @@ fn plan_inputs(
             Component::Evaluation,
             3 * max_pixels,
             format!("{max_pixels} pixels × 3 B (RGBA ground truth composited over white)"),
+        ));
+    }
+    if config.exposure.is_some() {
+        // The render through the view's exposure (3×f32), a held-out view's RGB8 target with
+        // its half-view loss mask (4 B), and evaluation's crops of a half view (render,
+        // ground truth, mask: at most 16 B).
+        items.push(FloorItem::new(
+            Component::TrainerImages,
+            16 * max_pixels,
+            format!(
+                "{max_pixels} pixels × 16 B (render through the exposure, half-view target and \
+                 mask)"
+            ),
+        ));
+        items.push(FloorItem::new(
+            Component::Evaluation,
+            16 * max_pixels,
+            format!("{max_pixels} pixels × 16 B (half-view crops of render, truth and mask)"),
         ));
     }
     if manifest.has_masks() {
@@ -1220,8 +1267,12 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let manifest = pack.manifest().clone();
     let pack_id = manifest.pack_id.to_string();
     let pack_content = manifest.content_fingerprint();
+    // 3DGS's --train_test_exp protocol: with exposure compensation, held-out views train
+    // their left halves (so their exposures are learned) and are scored on their right halves.
+    let half_split = opts.eval && config.exposure.is_some();
     let (train_split, test_views) = if opts.eval {
-        (Some(Split::Train), manifest.split_indices(Split::Test))
+        let split = (!half_split).then_some(Split::Train);
+        (split, manifest.split_indices(Split::Test))
     } else {
         (None, Vec::new())
     };
@@ -1239,14 +1290,46 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 .into(),
         ));
     }
+    let exposure_slot = |r: u32| config.exposure.is_some().then_some(r);
     let train_views: Vec<TrainView> = (0..source.len() as u32)
         .map(|r| {
             let v = &manifest.views[source.view_index(r)];
+            let held_out = half_split && v.split == Split::Test;
             TrainView {
                 camera: v.camera,
                 layout: v.layout(),
+                exposure: exposure_slot(r),
+                region: if held_out {
+                    Region::LeftHalf
+                } else {
+                    Region::Full
+                },
             }
         })
+        .collect();
+    // Evaluation: the test views (their right halves under the protocol above), and the
+    // train views in full; each through its exposure.
+    let record_of: std::collections::HashMap<usize, u32> = (0..source.len() as u32)
+        .map(|r| (source.view_index(r), r))
+        .collect();
+    let test_views: Vec<(usize, TrainView)> = test_views
+        .into_iter()
+        .map(|i| {
+            let v = &manifest.views[i];
+            let mut view = TrainView::new(v.camera, v.layout());
+            if half_split {
+                view.exposure = record_of.get(&i).copied().and_then(exposure_slot);
+                view.region = Region::RightHalf;
+            }
+            (i, view)
+        })
+        .collect();
+    let train_eval_views: Vec<(usize, TrainView)> = (0..source.len() as u32)
+        .map(|r| (source.view_index(r), train_views[r as usize]))
+        .filter(|(_, v)| v.region == Region::Full)
+        .collect();
+    let exposure_names: Vec<String> = (0..source.len() as u32)
+        .map(|r| cameras_json::img_name(&manifest.views[source.view_index(r)].name))
         .collect();
     let ckpt_dir = opts.out.join(CHECKPOINT_DIR);
     let save = |t: &mut Trainer| -> Result<PathBuf, RunError> {
@@ -1437,7 +1520,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         .collect()
                 };
                 for n in due(&opts.save_iterations) {
-                    point_clouds.push(save_ply(&opts.out, t, n, &opts.export)?);
+                    point_clouds.push(save_ply(&opts.out, t, n, &opts.export, &exposure_names)?);
                 }
                 let periodic =
                     opts.checkpoint_every > 0 && it.is_multiple_of(opts.checkpoint_every);
@@ -1535,7 +1618,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             if let Err(e) = save(&mut trainer) {
                 return Err(keep(e, &mut trainer, false));
             }
-            match save_ply(&opts.out, &mut trainer, it, &opts.export) {
+            match save_ply(&opts.out, &mut trainer, it, &opts.export, &exposure_names) {
                 Ok(p) => point_clouds.push(p),
                 Err(e) => return Err(keep(e, &mut trainer, false)),
             }
@@ -1552,13 +1635,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 let (p, s) = report::mean_scores(&scores);
                 test = (p, s, scores.len());
             }
-            let train_views: Vec<usize> = (0..source.len() as u32)
-                .map(|r| source.view_index(r))
-                .collect();
             let scores = evaluate_views(
                 &pack,
                 &mut trainer,
-                &train_views,
+                &train_eval_views,
                 &opts.out,
                 "train",
                 0,
@@ -1619,6 +1699,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 .densify
                 .prune_screen_radius
                 .filter(|_| config.mcmc.is_none()),
+            exposure: config.exposure.is_some(),
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,

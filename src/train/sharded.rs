@@ -58,6 +58,7 @@ use super::densify::{DensifyStats, Model, RowPlan, RowValues};
 use super::device_engine::{
     DeviceEngine, DeviceEngineError, Frame, RefineHost, ResidentEngine, Rows, StepScalars, SKIP_ROW,
 };
+use super::exposure::Exposure;
 use super::mcmc::{NoiseStep, Regularizer};
 use crate::scene::gaussians::Field;
 
@@ -179,6 +180,7 @@ impl ResidentEngine for ShardedEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
+        exposure: Option<&Exposure>,
     ) -> Result<StepScalars, DeviceEngineError> {
         for shard in &mut self.shards {
             let (raster, params) = shard.raster_and_params();
@@ -187,7 +189,7 @@ impl ResidentEngine for ShardedEngine {
         let v = self.view;
         let owners: Vec<&CudaRasterizer> = self.shards.iter().map(DeviceEngine::raster).collect();
         self.views[v].rasterize_gathered(&owners, camera, options)?;
-        self.shards[v].loss_on(self.views[v].image_mut(), camera, lambda_dssim)?;
+        self.shards[v].loss_on(self.views[v].image_mut(), camera, lambda_dssim, exposure)?;
         self.views[v].backward_gathered(camera, options, self.shards[v].d_image())?;
         let mut offset = 0;
         for shard in &mut self.shards {
