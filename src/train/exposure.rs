@@ -23,9 +23,21 @@
 //! one `[views, 3, 4]` tensor). The learning rate follows 3DGS's `get_expon_lr_func` with the
 //! exposure settings (0.01 → 0.001 over the run, no delay, by default).
 //!
-//! Invariants: the three arrays of [`Exposures`] always have equal lengths; a view beyond them
-//! has the identity and zero moments, which is exactly what the dense optimizer would have
-//! kept for a view never drawn, so they grow on first use without changing any result.
+//! # The mean matrix stays the identity (unlike 3DGS)
+//! Any colour transform common to every view can live in the matrices or in the Gaussians'
+//! colours alike: the loss cannot tell them apart, and 3DGS leaves that freedom open. On the
+//! fox photos (1/8 size, 3,000 iterations) the matrices then drifted together (+0.18 red,
+//! +0.08 green offsets on every view) and the model alone, as a viewer shows it without
+//! `exposure.json`, scored 16.3 dB on its training views against 23.3 dB through them. So
+//! after every step the matrices are projected back onto "their mean is the identity" (the
+//! mean's excess over the identity is subtracted from each): the views keep their
+//! differences, and the Gaussians carry the scene at the views' mean exposure, so the saved
+//! model renders true colours on its own.
+//!
+//! Invariants: the three arrays of [`Exposures`] always have equal lengths, and after a step
+//! the mean of `values` is the identity (to rounding). A view beyond them has the identity and
+//! zero moments; a run holds every view from its first step ([`Exposures::ensure`]), since
+//! the mean is over the views held.
 
 use serde::{Deserialize, Serialize};
 
@@ -153,7 +165,8 @@ impl Exposures {
     }
 
     /// One Adam step at learning rate `lr` with `grad` the gradient of view `slot`'s matrix
-    /// (every other view's is zero).
+    /// (every other view's is zero), then the projection onto a mean of identity (see the
+    /// module doc).
     pub fn step(&mut self, lr: f64, slot: usize, grad: &[f64; EXPOSURE_LEN]) {
         self.ensure(slot + 1);
         self.steps += 1;
@@ -168,6 +181,26 @@ impl Exposures {
             for k in 0..EXPOSURE_LEN {
                 let g = if v == slot { grad[k] as f32 } else { 0.0 };
                 coef.update(&mut p[k], &mut m[k], &mut s[k], g);
+            }
+        }
+        self.center();
+    }
+
+    /// Subtracts the mean matrix's excess over the identity from every matrix (summed in f64
+    /// in view order: deterministic).
+    fn center(&mut self) {
+        let n = self.values.len() as f64;
+        let mut mean = [0.0f64; EXPOSURE_LEN];
+        for e in &self.values {
+            for (m, &x) in mean.iter_mut().zip(e) {
+                *m += x as f64;
+            }
+        }
+        let excess: [f32; EXPOSURE_LEN] =
+            std::array::from_fn(|k| (mean[k] / n - IDENTITY[k] as f64) as f32);
+        for e in &mut self.values {
+            for (x, d) in e.iter_mut().zip(excess) {
+                *x -= d;
             }
         }
     }
@@ -389,30 +422,33 @@ mod tests {
     }
 
     #[test]
-    fn views_grow_on_use_exactly_as_a_dense_optimizer_keeps_them() {
-        // Growing lazily must equal holding every view from the start.
-        let grads: Vec<(usize, [f64; 12])> = (0..6)
-            .map(|s| {
-                (
-                    s % 3,
-                    std::array::from_fn(|k| ((s * 12 + k) as f64 - 30.0) / 17.0),
-                )
-            })
-            .collect();
-        let mut lazy = Exposures::default();
-        let mut dense = Exposures::default();
-        dense.ensure(3);
-        for (i, (slot, g)) in grads.iter().enumerate() {
-            let lr = 0.01 / (1 + i) as f64;
-            lazy.step(lr, *slot, g);
-            dense.step(lr, *slot, g);
+    fn steps_keep_the_mean_at_the_identity_and_views_apart() {
+        let mut ex = Exposures::default();
+        ex.ensure(3);
+        for s in 0..6usize {
+            let g: [f64; 12] = std::array::from_fn(|k| ((s * 12 + k) as f64 - 30.0) / 17.0);
+            ex.step(0.01 / (1 + s) as f64, s % 3, &g);
+            for k in 0..EXPOSURE_LEN {
+                let mean: f32 = ex.values.iter().map(|e| e[k]).sum::<f32>() / 3.0;
+                assert!(
+                    (mean - IDENTITY[k]).abs() < 1e-6,
+                    "step {s}, entry {k}: {mean}"
+                );
+            }
         }
-        assert_eq!(lazy, dense);
+        assert_ne!(
+            ex.values[0], ex.values[1],
+            "the views keep their differences"
+        );
         // A view not drawn this step still moves with its momentum (PyTorch's dense Adam).
-        let before = dense.values[0];
-        dense.step(0.01, 2, &[0.0; 12]);
-        assert_ne!(before, dense.values[0]);
-        assert_eq!(dense.invalid(), None);
+        let before = ex.values[0];
+        ex.step(0.01, 2, &[0.0; 12]);
+        assert_ne!(before, ex.values[0]);
+        assert_eq!(ex.invalid(), None);
+        // One view alone has nothing to compensate: it stays the identity.
+        let mut one = Exposures::default();
+        one.step(0.01, 0, &[1.0; 12]);
+        assert_eq!(one.values, vec![IDENTITY]);
     }
 
     #[test]

@@ -1425,6 +1425,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     if let Some(cap) = device_cap {
         trainer.set_device_cap(cap);
     }
+    // Every record's matrix from the first step on (the mean constraint covers them all).
+    trainer.hold_exposure_views(source.len());
     // The initialisation's points are freed: their share goes to the cache.
     plan.release_to_cache(Component::Initialisation);
     let model_reservation = plan

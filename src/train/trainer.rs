@@ -760,6 +760,16 @@ impl Trainer {
         &self.exposure
     }
 
+    /// With [`TrainConfig::exposure`], holds a matrix (the identity, until trained) for
+    /// each of the views `0..n` from now on, as a run does before its first step: the
+    /// matrices' mean is kept at the identity over the views held ([`super::exposure`]).
+    /// Without exposure compensation, or when they are held already, nothing changes.
+    pub fn hold_exposure_views(&mut self, n: usize) {
+        if self.config.exposure.is_some() {
+            self.exposure.ensure(n);
+        }
+    }
+
     /// Loader position of the next view (kept by [`train_loop`]).
     pub fn position(&self) -> Position {
         self.position
@@ -2124,10 +2134,11 @@ mod tests {
     const GAINS: [f32; 8] = [0.7, 1.0, 1.3, 0.85, 1.15, 0.8, 1.2, 1.0];
 
     /// Trained on images whose brightness differs per view, exposure compensation fits them
-    /// far better than one model can alone, and its matrices recover the gains' ratios (the
-    /// overall scale is shared with the colours, so only ratios are determined). Measured
-    /// (1,200 steps, 3DGS's exposure rates): last-pass loss 0.0284 with, 0.0508 without;
-    /// ratios within 7% of the gains (the brightest view, 1.3, clips at 255: 1.21 learned).
+    /// far better than one model can alone, its matrices recover the gains' ratios, and the
+    /// model alone is the scene at the mean exposure. Measured (1,200 steps, 3DGS's exposure
+    /// rates): last-pass loss 0.0306 with, 0.0508 without; ratios within 5.2% of the gains'
+    /// (the brightest view, 1.3, clips at 255: 1.18 learned); the model alone against the
+    /// ungained scene 28.03 dB, against 25.53 dB for the model trained without.
     #[test]
     fn exposure_absorbs_per_view_gains() {
         let iterations = 1200;
@@ -2146,6 +2157,7 @@ mod tests {
             cfg.densify.from_iter = iterations;
             cfg.exposure = exposure.then(ExposureConfig::default);
             let (mut t, cams, _) = trainer(cfg);
+            t.hold_exposure_views(8);
             let mut last = 0.0;
             for i in 0..iterations {
                 let v = (i % 8) as usize;
@@ -2162,8 +2174,8 @@ mod tests {
             }
             (t, last)
         };
-        let (with, loss_with) = train(true);
-        let (without, loss_without) = train(false);
+        let (mut with, loss_with) = train(true);
+        let (mut without, loss_without) = train(false);
         assert!(
             loss_with < 0.7 * loss_without,
             "last pass's loss: {loss_with} with exposure, {loss_without} without"
@@ -2172,17 +2184,36 @@ mod tests {
         let ex = with.exposures();
         assert_eq!((ex.len(), ex.steps), (8, iterations));
         // Mean of the diagonal: the view's overall gain.
-        let gain = |v: usize| {
-            let e = ex.get(v);
-            (e[0] + e[5] + e[10]) / 3.0
-        };
+        let gain: Vec<f32> = (0..8)
+            .map(|v| {
+                let e = ex.get(v);
+                (e[0] + e[5] + e[10]) / 3.0
+            })
+            .collect();
+        // The brightest view (1.3) clips at 255, so less of its gain is visible.
         for (v, g) in GAINS.iter().enumerate() {
-            let (want, got) = (g / GAINS[1], gain(v) / gain(1));
+            let (want, got) = (g / GAINS[1], gain[v] / gain[1]);
+            let tol = if v == 2 { 0.1 } else { 0.06 };
             assert!(
-                (got - want).abs() < 0.08 * want,
+                (got - want).abs() < tol * want,
                 "view {v}: gain ratio {got} learned, {want} applied"
             );
         }
+        // The model alone (no matrix, as a viewer shows it) against the scene itself (no
+        // gain): the matrices' mean is the identity, so the model holds the scene at the
+        // views' mean exposure (the gains average 1).
+        let (cams, _) = cameras();
+        let alone = |t: &mut Trainer| -> f64 {
+            (0..8)
+                .map(|v| t.evaluate(&cams[v], &images[v]).unwrap().psnr)
+                .sum::<f64>()
+                / 8.0
+        };
+        let (a, b) = (alone(&mut with), alone(&mut without));
+        assert!(
+            a > b + 2.0,
+            "the model alone: {a} dB with exposure, {b} dB without"
+        );
     }
 
     /// Under the held-out protocol a view trains its left half and is scored on its right
@@ -2345,8 +2376,8 @@ mod tests {
         let (mut grown, mut worst_loss) = (0, 0.0f64);
         for i in 0..steps {
             let v = ((i * 3) % 8) as usize;
-            let a = one.step(&cams[v], &images[v]).unwrap();
-            let b = many.step(&cams[v], &images[v]).unwrap();
+            let a = run_step(&mut one, &cams, &images, v);
+            let b = run_step(&mut many, &cams, &images, v);
             // The first forward is the same computation bit for bit; after it only the order
             // of the rasterizer's float atomics differs (the emulation shuffles each launch's
             // block order by the device's launch count, as a GPU's scheduling would).
@@ -2372,6 +2403,18 @@ mod tests {
         assert_eq!(sa.rng, sb.rng, "both drew the same random numbers");
         assert_eq!(sa.model.adam.steps, sb.model.adam.steps);
         assert_eq!(sa.model.len(), sb.model.len());
+        assert_eq!(
+            (sa.exposure.len(), sa.exposure.steps),
+            (sb.exposure.len(), sb.exposure.steps)
+        );
+        let worst_exposure = (sa.exposure.values.iter().flatten())
+            .zip(sb.exposure.values.iter().flatten())
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst_exposure < SHARDED_PARAM_TOL,
+            "exposure: {worst_exposure:e}"
+        );
         let mut report = format!("worst loss {worst_loss:.1e}");
         for f in Field::ALL {
             let worst = worst_param_difference(&sa.model.gaussians, &sb.model.gaussians, f);
@@ -2414,6 +2457,15 @@ mod tests {
     #[test]
     fn sharded_engine_steps_like_one_device_mcmc() {
         assert_eq!(sharded_steps_like_one_device(mcmc_config(230), 3, 35), 30);
+    }
+
+    /// Exposure compensation on a split model: the view's device applies the matrix, the
+    /// loss's adjoint feeds every shard's backward, and the matrices step alike.
+    #[test]
+    fn sharded_engine_steps_like_one_device_exposure() {
+        let mut cfg = busy_config();
+        cfg.exposure = Some(ExposureConfig::default());
+        assert!(sharded_steps_like_one_device(cfg, 2, 30) > 0);
     }
 
     /// One representation of the state: a checkpoint of either engine resumes on the other,
