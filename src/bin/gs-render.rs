@@ -310,12 +310,17 @@ impl Renderer {
         })
     }
 
-    /// The `--exposure` matrix of the image `name` (`None` without `--exposure`).
+    /// The `--exposure` matrix of the image `name` (`None` without `--exposure`): by its
+    /// stem (3DGS's image name), else by the name itself (see
+    /// `ramsplat::train::exposure::view_keys`).
     fn exposure_of(&self, name: &str) -> Result<Option<Exposure>> {
         let Some((path, map)) = &self.exposures else {
             return Ok(None);
         };
-        match map.get(name) {
+        match map
+            .get(&cameras_json::img_name(name))
+            .or_else(|| map.get(name))
+        {
             Some(e) => Ok(Some(*e)),
             None => bail!(
                 "{} has no matrix for image {name:?} ({} images listed); pass the exposure.json \
@@ -664,9 +669,7 @@ fn render_pack(
             ramsplat::train::alpha::composite_rgba8(&rgba, background, &mut gt);
         }
         let context = || format!("view {i} ({:?})", v.name);
-        let exposure = r
-            .exposure_of(&cameras_json::img_name(&v.name))
-            .with_context(context)?;
+        let exposure = r.exposure_of(&v.name).with_context(context)?;
         r.render(&model, &v.camera).with_context(context)?;
         let mut image = std::mem::take(&mut r.out.image);
         if let Some(e) = &exposure {

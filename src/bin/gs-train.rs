@@ -643,8 +643,9 @@ fn print_summary(
 ) {
     let test = match (r.test_psnr, r.test_ssim) {
         (Some(p), Some(s)) => format!(
-            "test PSNR {p:.2} dB, SSIM {s:.4} ({} views); ",
-            r.test_views
+            "test PSNR {p:.2} dB, SSIM {s:.4} ({} views{}); ",
+            r.test_views,
+            if r.exposure { ", right halves" } else { "" }
         ),
         _ => String::new(),
     };

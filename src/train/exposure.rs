@@ -278,9 +278,27 @@ pub fn backward(e: &Exposure, image: &[f32], d: &mut [f32]) -> [f64; EXPOSURE_LE
     g
 }
 
-/// `exposure.json` as 3DGS writes it: an object from each view's image name (the file stem,
-/// [`crate::export::cameras_json::img_name`]) to its 3×4 matrix as a list of rows, for every
-/// named view in `names` order (`names[slot]`; a view never stepped has the identity).
+/// The keys of `exposure.json` for views named `view_names` (in slot order): 3DGS's image
+/// names (the file stems, [`crate::export::cameras_json::img_name`]) when they are unique,
+/// else the whole view names (Blender's `train/r_0` and `test/r_0` share the stem `r_0`,
+/// and 3DGS would then give both one matrix). Readers look a view up by its stem first, then
+/// by its name.
+pub fn view_keys(view_names: &[String]) -> Vec<String> {
+    let stems: Vec<String> = view_names
+        .iter()
+        .map(|n| crate::export::cameras_json::img_name(n))
+        .collect();
+    let unique: std::collections::HashSet<&String> = stems.iter().collect();
+    if unique.len() == stems.len() {
+        stems
+    } else {
+        view_names.to_vec()
+    }
+}
+
+/// `exposure.json` as 3DGS writes it: an object from each view's key ([`view_keys`]) to its
+/// 3×4 matrix as a list of rows, for every view in `names` order (`names[slot]`; a view never
+/// stepped has the identity).
 pub fn to_json(names: &[String], exposures: &Exposures) -> String {
     let mut s = String::from("{");
     for (slot, name) in names.iter().enumerate() {
@@ -470,6 +488,17 @@ mod tests {
             .unwrap_err()
             .contains("3 rows"));
         assert!(from_json("[]").is_err());
+    }
+
+    #[test]
+    fn keys_are_stems_unless_two_views_share_one() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            view_keys(&names(&["images/0001.jpg", "images/0002.jpg"])),
+            names(&["0001", "0002"])
+        );
+        let blender = names(&["train/r_0.png", "test/r_0.png"]);
+        assert_eq!(view_keys(&blender), blender);
     }
 
     #[test]

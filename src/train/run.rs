@@ -72,7 +72,6 @@ use crate::data::{
 };
 use crate::dataset::Split;
 use crate::device::Device;
-use crate::export::cameras_json;
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
 use crate::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
 use crate::render::CpuRasterizer;
@@ -1328,9 +1327,11 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         .map(|r| (source.view_index(r), train_views[r as usize]))
         .filter(|(_, v)| v.region == Region::Full)
         .collect();
-    let exposure_names: Vec<String> = (0..source.len() as u32)
-        .map(|r| cameras_json::img_name(&manifest.views[source.view_index(r)].name))
-        .collect();
+    let exposure_names = super::exposure::view_keys(
+        &(0..source.len() as u32)
+            .map(|r| manifest.views[source.view_index(r)].name.clone())
+            .collect::<Vec<_>>(),
+    );
     let ckpt_dir = opts.out.join(CHECKPOINT_DIR);
     let save = |t: &mut Trainer| -> Result<PathBuf, RunError> {
         Ok(checkpoint::save_state_of(
@@ -1544,10 +1545,11 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                     )?;
                     let (p, ss) = report::mean_scores(&scores);
                     on_event(Event::Line(format!(
-                        "iteration {n}: test PSNR {} dB, SSIM {:.4} ({} views)",
+                        "iteration {n}: test PSNR {} dB, SSIM {:.4} ({} views{})",
                         p.map_or("inf".into(), |p| format!("{p:.2}")),
                         ss.unwrap_or(0.0),
-                        scores.len()
+                        scores.len(),
+                        if half_split { ", right halves" } else { "" }
                     )));
                 }
                 if opts.stop.load(Ordering::SeqCst) && it != total {
