@@ -160,9 +160,10 @@ struct Args {
     /// Per-view exposure compensation (3DGS's --train_test_exp): each view learns a 3×4
     /// colour transform applied to its render before the loss, absorbing exposure and white
     /// balance that change from photo to photo (which would otherwise grow floaters).
-    /// OUT/exposure.json holds the matrices (3DGS's layout). With --eval the held-out views
-    /// train their left halves, so their exposures are learned too, and are scored on their
-    /// right halves, as 3DGS does.
+    /// OUT/exposure.json holds the matrices (3DGS's layout); their mean is kept at the
+    /// identity, so the saved model alone renders the scene at the views' mean exposure. With
+    /// --eval the held-out views train their left halves, so their exposures are learned too,
+    /// and are scored on their right halves, as 3DGS does.
     #[arg(long, visible_alias = "train-test-exp", alias = "train_test_exp")]
     exposure: bool,
     /// AbsGS densification (gsplat's --absgrad): the clone/split statistic sums the absolute
