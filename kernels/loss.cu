@@ -297,17 +297,19 @@ extern "C" __global__ void exposure_bwd(
     }
 }
 
-// One block: out[k] = Σ_b part[k·blocks + b], in a fixed order (deterministic).
+// One block: out[offset + k] = Σ_b part[k·blocks + b], in a fixed order (deterministic). The
+// trainer puts the 12 sums after the loss scalars, so one read per step brings both.
 extern "C" __global__ void exposure_finish(
     u32 blocks,
     const double* __restrict__ part,  // [12, blocks]
-    double* __restrict__ out)         // [12] out
+    u64 offset,
+    double* __restrict__ out)         // [offset + 12] out
 {
     for (int k = 0; k < 12; ++k) {
         double s = 0.0;
         for (u32 b = threadIdx.x; b < blocks; b += blockDim.x) s += part[(u64)k * blocks + b];
         const double t = block_sum(s);
-        if (threadIdx.x == 0) out[k] = t;
+        if (threadIdx.x == 0) out[offset + k] = t;
         __syncthreads();
     }
 }

@@ -825,12 +825,12 @@ fn sharded_engine_matches_one_device() {
         // Stage three views so the third step renders on the third device.
         let mut losses = Vec::new();
         for step in 0..3 {
-            one.stage_view(Frame::Host(&target), target.len(), false)
+            one.stage_view(Frame::Host(&target), target.len(), false, None)
                 .unwrap();
-            many.stage_view(Frame::Host(&target), target.len(), false)
+            many.stage_view(Frame::Host(&target), target.len(), false, None)
                 .unwrap();
-            let a = one.forward_backward(&cam, &opts, 0.2, None).unwrap();
-            let b = many.forward_backward(&cam, &opts, 0.2, None).unwrap();
+            let a = one.forward_backward(&cam, &opts, 0.2).unwrap();
+            let b = many.forward_backward(&cam, &opts, 0.2).unwrap();
             assert_eq!(a, b, "{name}: step {step}: the same loss, bit for bit");
             losses.push(a.loss);
             one.accumulate_stats(64, 48, true).unwrap();

@@ -62,6 +62,7 @@
 //! write error; the message names the file and what to do); 2 invalid command line; 3 the
 //! requested backend is not available in this build.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -84,7 +85,7 @@ use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
 use ramsplat::train::exposure::{self, Exposure};
-use ramsplat::train::trainer::{crop_columns, Region};
+use ramsplat::train::trainer::Region;
 
 /// `--trajectory-shape`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -671,25 +672,24 @@ fn render_pack(
         let context = || format!("view {i} ({:?})", v.name);
         let exposure = r.exposure_of(&v.name).with_context(context)?;
         r.render(&model, &v.camera).with_context(context)?;
-        let mut image = std::mem::take(&mut r.out.image);
         if let Some(e) = &exposure {
-            exposure::apply_in_place(e, &mut image);
+            exposure::apply_in_place(e, &mut r.out.image);
         }
         // `--half`: that half of render, ground truth and mask alone.
-        let (mut image, mut gt, mask, w) = match args.half.map(HalfArg::region) {
+        let (image, mask, w) = match args.half.map(HalfArg::region) {
             Some(region) => {
-                let cols = region.columns(v.width());
-                let m = mask.as_deref().map(|m| cropped(m, w, 1, cols));
-                let (img, truth) = (cropped(&image, w, 3, cols), cropped(&gt, w, 3, cols));
-                (img, truth, m, (cols.1 - cols.0) as usize)
+                let (lo, hi) = region.columns(v.width());
+                gt = region.crop(&gt, v.width(), 3);
+                let mask = mask.map(|m| region.crop(&m, v.width(), 1));
+                let image = Cow::Owned(region.crop(&r.out.image, v.width(), 3));
+                (image, mask, (hi - lo) as usize)
             }
-            None => (image, std::mem::take(&mut gt), mask, w),
+            None => (Cow::Borrowed(&r.out.image[..]), mask, w),
         };
         // Scored by the rules of ramsplat::eval, the ones gs-train --eval uses.
-        let scored = scorer.score_masked(&image, &gt, mask.as_deref(), w, h);
-        image.clear();
-        r.out.image = image;
-        let Score { psnr, ssim } = scored.with_context(context)?;
+        let Score { psnr, ssim } = scorer
+            .score_masked(&image, &gt, mask.as_deref(), w, h)
+            .with_context(context)?;
         if let Some(m) = &mask {
             eval::mask_rgb8(&mut gt, m);
         }
@@ -784,13 +784,6 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
         }
     );
     Ok(())
-}
-
-/// Columns `cols` of an image `width` wide with `per_pixel` values per pixel.
-fn cropped<T: Copy>(data: &[T], width: usize, per_pixel: usize, cols: (u32, u32)) -> Vec<T> {
-    let mut out = Vec::new();
-    crop_columns(data, width, per_pixel, cols, &mut out);
-    out
 }
 
 /// Reads an `exposure.json` (see `ramsplat::train::exposure`).

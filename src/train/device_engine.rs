@@ -312,25 +312,22 @@ struct ViewLoss {
     target: DeviceBuffer<f32>,
     d_image: DeviceBuffer<f32>,
     scalars: DeviceBuffer<f64>,
-    /// The last loss's exposure matrix (12 floats), the render through it, and `∂L/∂E`.
+    /// The staged view's exposure matrix (12 floats) and the render through it.
     exposure: DeviceBuffer<f32>,
     exposed: DeviceBuffer<f32>,
-    exposure_grad: DeviceBuffer<f64>,
-    /// Whether the last loss saw the render through an exposure.
+    /// Whether the staged view is seen through its exposure; then `∂L/∂E` follows the loss
+    /// scalars in `scalars` (one read per step either way).
     exposure_used: bool,
 }
 
 impl ViewLoss {
     fn scalars(&self) -> Result<StepScalars, DeviceEngineError> {
-        let mut s = [0.0f64; LOSS_SCALARS];
-        self.dev.download(&self.scalars, &mut s)?;
-        let exposure_grad = if self.exposure_used {
-            let mut g = [0.0f64; EXPOSURE_LEN];
-            self.dev.download(&self.exposure_grad, &mut g)?;
-            Some(g)
-        } else {
-            None
-        };
+        let mut s = [0.0f64; LOSS_SCALARS + EXPOSURE_LEN];
+        let n = LOSS_SCALARS + if self.exposure_used { EXPOSURE_LEN } else { 0 };
+        self.dev.download(&self.scalars, &mut s[..n])?;
+        let exposure_grad = self
+            .exposure_used
+            .then(|| std::array::from_fn(|k| s[LOSS_SCALARS + k]));
         Ok(StepScalars {
             loss: s[0],
             l1: s[1],
@@ -341,7 +338,7 @@ impl ViewLoss {
     }
 }
 
-/// Loss and `∂L/∂image` of `image` (through `exposure`, when given: see
+/// Loss and `∂L/∂image` of `image` (through the staged view's exposure, when it has one: see
 /// [`super::exposure`]) against the staged view. A masked view's excluded pixels are zeroed in
 /// the image the loss sees before the loss and in its gradient after it; the exposure's
 /// adjoint then turns that gradient into `∂L/∂image` in place and sums `∂L/∂E`.
@@ -350,20 +347,17 @@ fn staged_loss(
     image: &mut DeviceBuffer<f32>,
     camera: &Camera,
     lambda_dssim: f32,
-    exposure: Option<&Exposure>,
 ) -> Result<(), DeviceEngineError> {
     let npix = camera.width as usize * camera.height as usize;
     v.dev.grow(&mut v.d_image, 3 * npix)?;
-    v.exposure_used = exposure.is_some();
-    let seen = match exposure {
-        Some(e) => {
-            v.dev.upload(e, &mut v.exposure)?;
+    let seen = match v.exposure_used {
+        true => {
             v.dev.grow(&mut v.exposed, 3 * npix)?;
             v.loss
                 .exposure_apply(image, &v.exposure, npix, &mut v.exposed)?;
             &mut v.exposed
         }
-        None => image,
+        false => image,
     };
     if let Some(offset) = v.mask {
         v.loss.apply_mask(&v.rgb8, offset, npix, seen)?;
@@ -380,13 +374,14 @@ fn staged_loss(
     if let Some(offset) = v.mask {
         v.loss.apply_mask(&v.rgb8, offset, npix, &mut v.d_image)?;
     }
-    if exposure.is_some() {
+    if v.exposure_used {
         v.loss.exposure_backward(
             image,
             &v.exposure,
             npix,
             &mut v.d_image,
-            &mut v.exposure_grad,
+            &mut v.scalars,
+            LOSS_SCALARS,
         )?;
     }
     Ok(())
@@ -430,10 +425,9 @@ impl DeviceEngine {
                 mask: None,
                 target: dev.alloc(1)?,
                 d_image: dev.alloc(1)?,
-                scalars: dev.alloc(LOSS_SCALARS)?,
+                scalars: dev.alloc(LOSS_SCALARS + EXPOSURE_LEN)?,
                 exposure: dev.alloc(EXPOSURE_LEN)?,
                 exposed: dev.alloc(1)?,
-                exposure_grad: dev.alloc(EXPOSURE_LEN)?,
                 exposure_used: false,
             },
             image: Vec::new(),
@@ -495,12 +489,15 @@ impl DeviceEngine {
     /// Puts `frame` on the device as the f32 target of the next loss: its first `rgb_len`
     /// bytes are RGB8; with `masked`, one mask byte per pixel follows (0 = excluded from the
     /// loss, see [`super::loss`]), stays on the device for [`Self::forward_backward`], and
-    /// zeroes the target's excluded pixels here.
+    /// zeroes the target's excluded pixels here. With `exposure`, the loss sees the render
+    /// through that matrix ([`super::exposure`]); it is uploaded now, before any launch of
+    /// the step.
     pub fn stage_view(
         &mut self,
         frame: Frame<'_>,
         rgb_len: usize,
         masked: bool,
+        exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError> {
         let dev = self.dev.clone();
         let len = frame.bytes().len();
@@ -526,6 +523,10 @@ impl DeviceEngine {
         }
         v.loss.rgb8_to_f32(&v.rgb8, rgb_len, &mut v.target)?;
         v.mask = masked.then_some(rgb_len);
+        v.exposure_used = exposure.is_some();
+        if let Some(e) = exposure {
+            dev.upload(e, &mut v.exposure)?;
+        }
         if masked {
             v.loss
                 .apply_mask(&v.rgb8, rgb_len, rgb_len / 3, &mut v.target)?;
@@ -542,12 +543,11 @@ impl DeviceEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
-        exposure: Option<&Exposure>,
     ) -> Result<StepScalars, DeviceEngineError> {
         self.raster
             .forward_resident(&self.params, camera, options)?;
         let image = self.raster.image_mut();
-        staged_loss(&mut self.view, image, camera, lambda_dssim, exposure)?;
+        staged_loss(&mut self.view, image, camera, lambda_dssim)?;
         self.raster
             .backward_resident(&self.params, camera, options, &self.view.d_image)?;
         self.view.scalars()
@@ -561,9 +561,8 @@ impl DeviceEngine {
         image: &mut DeviceBuffer<f32>,
         camera: &Camera,
         lambda_dssim: f32,
-        exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError> {
-        staged_loss(&mut self.view, image, camera, lambda_dssim, exposure)
+        staged_loss(&mut self.view, image, camera, lambda_dssim)
     }
 
     /// `∂L/∂image` of the last loss.
@@ -1093,14 +1092,13 @@ pub trait ResidentEngine {
         frame: Frame<'_>,
         rgb_len: usize,
         masked: bool,
+        exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError>;
-    /// Forward, loss (through `exposure`, when given) and backward of the staged view.
     fn forward_backward(
         &mut self,
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
-        exposure: Option<&Exposure>,
     ) -> Result<StepScalars, DeviceEngineError>;
     fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError>;
     fn accumulate_stats(
@@ -1148,17 +1146,17 @@ impl ResidentEngine for DeviceEngine {
         frame: Frame<'_>,
         rgb_len: usize,
         masked: bool,
+        exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError> {
-        DeviceEngine::stage_view(self, frame, rgb_len, masked)
+        DeviceEngine::stage_view(self, frame, rgb_len, masked, exposure)
     }
     fn forward_backward(
         &mut self,
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
-        exposure: Option<&Exposure>,
     ) -> Result<StepScalars, DeviceEngineError> {
-        DeviceEngine::forward_backward(self, camera, options, lambda_dssim, exposure)
+        DeviceEngine::forward_backward(self, camera, options, lambda_dssim)
     }
     fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError> {
         DeviceEngine::regularize(self, reg)

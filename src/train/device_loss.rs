@@ -245,7 +245,7 @@ impl DeviceLoss {
     }
 
     /// The adjoint of [`Self::exposure_apply`]: `d` holds `∂L/∂y` and becomes `∂L/∂img` in
-    /// place; `∂L/∂e` (12 doubles) lands in `grad`. The device twin of
+    /// place; `∂L/∂e` (12 doubles) lands in `grad[offset..offset + 12]`. The device twin of
     /// [`crate::train::exposure::backward`] (the same `∂L/∂img` bits; the gradient summed per
     /// block, so it differs from the CPU's pixel-order sum by rounding).
     pub fn exposure_backward(
@@ -255,13 +255,14 @@ impl DeviceLoss {
         n_pixels: usize,
         d: &mut DeviceBuffer<f32>,
         grad: &mut DeviceBuffer<f64>,
+        offset: usize,
     ) -> Result<(), DeviceLossError> {
         self.check_exposure(img, e, n_pixels, d.len())?;
-        if grad.len() < EXPOSURE_LEN {
+        if grad.len() < offset + EXPOSURE_LEN {
             return Err(DeviceLossError::Shape {
                 what: "exposure gradient",
                 got: grad.len(),
-                need: EXPOSURE_LEN,
+                need: offset + EXPOSURE_LEN,
                 width: 0,
                 height: 0,
             });
@@ -272,7 +273,8 @@ impl DeviceLoss {
         dev.grow(&mut self.exposure_part, EXPOSURE_LEN * blocks)?;
         // SAFETY: the argument lists match exposure_bwd and exposure_finish in
         // kernels/loss.cu; img and d hold 3·n_pixels values, e 12, the partials 12 per block
-        // of `cfg` and grad 12 (checked or grown above); exposure_finish runs one block.
+        // of `cfg` and grad offset + 12 (checked or grown above); exposure_finish runs one
+        // block.
         unsafe {
             let args = [
                 U64(n_pixels as u64),
@@ -282,7 +284,12 @@ impl DeviceLoss {
                 self.exposure_part.arg(),
             ];
             self.go("exposure_bwd", cfg, &args)?;
-            let args = [U32(blocks as u32), self.exposure_part.arg(), grad.arg()];
+            let args = [
+                U32(blocks as u32),
+                self.exposure_part.arg(),
+                U64(offset as u64),
+                grad.arg(),
+            ];
             self.go(
                 "exposure_finish",
                 LaunchConfig::linear(1, LOSS_BLOCK)?,
@@ -462,11 +469,12 @@ mod tests {
                 assert_eq!(dev.download_vec(&dout, 3 * npix).unwrap(), want_y);
                 let mut dd = dev.alloc::<f32>(3 * npix).unwrap();
                 dev.upload(&dy, &mut dd).unwrap();
-                let mut dg = dev.alloc::<f64>(12).unwrap();
-                dl.exposure_backward(&di, &de, npix, &mut dd, &mut dg)
+                // After 4 values, as the trainer puts it after the loss scalars.
+                let mut dg = dev.alloc::<f64>(16).unwrap();
+                dl.exposure_backward(&di, &de, npix, &mut dd, &mut dg, 4)
                     .unwrap();
                 assert_eq!(dev.download_vec(&dd, 3 * npix).unwrap(), want_dx);
-                let got_g = dev.download_vec(&dg, 12).unwrap();
+                let got_g = dev.download_vec(&dg, 16).unwrap()[4..].to_vec();
                 for k in 0..12 {
                     let tol = 1e-12 * (1.0 + want_g[k].abs()) * npix as f64;
                     assert!(

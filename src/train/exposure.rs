@@ -238,22 +238,25 @@ impl Exposures {
     }
 }
 
-/// `out` (resized) = `image` (`[H, W, 3]`) through `e` (see the module doc).
+/// One pixel `x` through `e` (see the module doc; the device kernel's operation order).
+#[inline]
+fn pixel(e: &Exposure, x: &[f32]) -> [f32; 3] {
+    std::array::from_fn(|j| x[0] * e[j] + x[1] * e[4 + j] + x[2] * e[8 + j] + e[4 * j + 3])
+}
+
+/// `out` (resized) = `image` (`[H, W, 3]`) through `e`.
 pub fn apply(e: &Exposure, image: &[f32], out: &mut Vec<f32>) {
     out.clear();
     out.reserve(image.len());
     for x in image.chunks_exact(3) {
-        for j in 0..3 {
-            out.push(x[0] * e[j] + x[1] * e[4 + j] + x[2] * e[8 + j] + e[4 * j + 3]);
-        }
+        out.extend_from_slice(&pixel(e, x));
     }
 }
 
 /// `image` through `e`, in place.
 pub fn apply_in_place(e: &Exposure, image: &mut [f32]) {
     for x in image.chunks_exact_mut(3) {
-        let y: [f32; 3] =
-            std::array::from_fn(|j| x[0] * e[j] + x[1] * e[4 + j] + x[2] * e[8 + j] + e[4 * j + 3]);
+        let y = pixel(e, x);
         x.copy_from_slice(&y);
     }
 }

@@ -672,10 +672,7 @@ fn evaluate_views(
         // The ground truth as scored, for the side-by-side image (the scored part of it).
         super::alpha::evaluation_rgb8(gt, v.layout());
         if view.region != Region::Full {
-            let mut part = Vec::new();
-            let cols = view.region.columns(v.width());
-            super::trainer::crop_columns(gt, v.width() as usize, 3, cols, &mut part);
-            *gt = part;
+            *gt = view.region.crop(gt, v.width(), 3);
         }
         let psnr = e.psnr;
         let file = if n < max_images {
@@ -1308,16 +1305,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         .collect();
     // Evaluation: the test views (their right halves under the protocol above), and the
     // train views in full; each through its exposure.
-    let record_of: std::collections::HashMap<usize, u32> = (0..source.len() as u32)
-        .map(|r| (source.view_index(r), r))
-        .collect();
     let test_views: Vec<(usize, TrainView)> = test_views
         .into_iter()
         .map(|i| {
             let v = &manifest.views[i];
             let mut view = TrainView::new(v.camera, v.layout());
             if half_split {
-                view.exposure = record_of.get(&i).copied().and_then(exposure_slot);
+                // Every view is a record then, in pack order: view i is record i.
+                view.exposure = exposure_slot(i as u32);
                 view.region = Region::RightHalf;
             }
             (i, view)

@@ -161,6 +161,7 @@ impl ResidentEngine for ShardedEngine {
         frame: Frame<'_>,
         rgb_len: usize,
         masked: bool,
+        exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError> {
         let view = (self.staged % self.shards.len() as u64) as usize;
         self.staged += 1;
@@ -169,7 +170,7 @@ impl ResidentEngine for ShardedEngine {
             Frame::Pinned(slot, len) if view != 0 => Frame::Host(&slot[..len]),
             f => f,
         };
-        self.shards[view].stage_view(frame, rgb_len, masked)
+        self.shards[view].stage_view(frame, rgb_len, masked, exposure)
     }
 
     /// Forward, loss and backward of the staged view over every shard (the module doc's step
@@ -180,7 +181,6 @@ impl ResidentEngine for ShardedEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
-        exposure: Option<&Exposure>,
     ) -> Result<StepScalars, DeviceEngineError> {
         for shard in &mut self.shards {
             let (raster, params) = shard.raster_and_params();
@@ -189,7 +189,7 @@ impl ResidentEngine for ShardedEngine {
         let v = self.view;
         let owners: Vec<&CudaRasterizer> = self.shards.iter().map(DeviceEngine::raster).collect();
         self.views[v].rasterize_gathered(&owners, camera, options)?;
-        self.shards[v].loss_on(self.views[v].image_mut(), camera, lambda_dssim, exposure)?;
+        self.shards[v].loss_on(self.views[v].image_mut(), camera, lambda_dssim)?;
         self.views[v].backward_gathered(camera, options, self.shards[v].d_image())?;
         let mut offset = 0;
         for shard in &mut self.shards {

@@ -944,18 +944,13 @@ impl Trainer {
             }
             Runner::Device(e) => {
                 let t = Instant::now();
-                e.stage_view(frame, rgb_len, masked)?;
+                e.stage_view(frame, rgb_len, masked, exposure.map(|(_, e)| e).as_ref())?;
                 tm.convert = t.elapsed().as_secs_f64();
                 // One queue: the launches return at once and the scalar read waits for all
                 // of them, so forward, loss and backward are timed together (as `forward`).
                 let t = Instant::now();
                 let v = e
-                    .forward_backward(
-                        camera,
-                        &options,
-                        self.config.lambda_dssim,
-                        exposure.map(|(_, e)| e).as_ref(),
-                    )
+                    .forward_backward(camera, &options, self.config.lambda_dssim)
                     .map_err(|e| match e {
                         DeviceEngineError::Render(source) => render_err(source),
                         other => other.into(),
@@ -1196,30 +1191,23 @@ impl Trainer {
         if let (Some(_), Some(slot)) = (&self.config.exposure, view.exposure) {
             exposure::apply_in_place(&self.exposure.get(slot as usize), image);
         }
-        let (w, h) = (camera.width as usize, camera.height as usize);
-        let score = if view.region == Region::Full {
-            self.eval.score_masked(image, rgb8, mask, w, h)?
-        } else {
-            let cols = view.region.columns(camera.width);
-            let cw = (cols.1 - cols.0) as usize;
-            let (mut img, mut gt) = (Vec::new(), Vec::new());
-            crop_columns(image, w, 3, cols, &mut img);
-            crop_columns(rgb8, w, 3, cols, &mut gt);
-            let crop_mask = mask.map(|m| {
-                let mut out = Vec::new();
-                crop_columns(m, w, 1, cols, &mut out);
-                out
-            });
+        let (region, w, h) = (view.region, camera.width, camera.height);
+        let (lo, hi) = region.columns(w);
+        let score = if region == Region::Full {
             self.eval
-                .score_masked(&img, &gt, crop_mask.as_deref(), cw, h)?
+                .score_masked(image, rgb8, mask, w as usize, h as usize)?
+        } else {
+            let (img, gt) = (region.crop(image, w, 3), region.crop(rgb8, w, 3));
+            let mask = mask.map(|m| region.crop(m, w, 1));
+            self.eval
+                .score_masked(&img, &gt, mask.as_deref(), (hi - lo) as usize, h as usize)?
         };
-        let cols = view.region.columns(camera.width);
         Ok(Evaluation {
             psnr: score.psnr,
             ssim: score.ssim,
             image: self.eval.rgb8().to_vec(),
-            width: cols.1 - cols.0,
-            height: camera.height,
+            width: hi - lo,
+            height: h,
         })
     }
 }
@@ -1287,6 +1275,19 @@ impl Region {
         }
     }
 
+    /// This region's columns of an image `width` wide with `per_pixel` values per pixel
+    /// (row-major), as an image of its own.
+    pub fn crop<T: Copy>(self, data: &[T], width: u32, per_pixel: usize) -> Vec<T> {
+        let (lo, hi) = self.columns(width);
+        let (a, b) = (lo as usize * per_pixel, hi as usize * per_pixel);
+        let row = width as usize * per_pixel;
+        let mut out = Vec::with_capacity(data.len() / row.max(1) * (b - a));
+        for r in data.chunks_exact(row) {
+            out.extend_from_slice(&r[a..b]);
+        }
+        out
+    }
+
     /// Appends a `width × height` loss mask (1 byte per pixel, 0 = excluded) that keeps this
     /// region's pixels that `own` (the view's mask, if any) keeps.
     pub fn append_mask(self, width: u32, height: u32, own: Option<&[u8]>, out: &mut Vec<u8>) {
@@ -1299,22 +1300,6 @@ impl Region {
                 out.push(if inside && used { 255 } else { 0 });
             }
         }
-    }
-}
-
-/// Columns `[lo, hi)` of an image `width` wide with `per_pixel` values per pixel, into `out`.
-pub fn crop_columns<T: Copy>(
-    data: &[T],
-    width: usize,
-    per_pixel: usize,
-    (lo, hi): (u32, u32),
-    out: &mut Vec<T>,
-) {
-    out.clear();
-    let row = width * per_pixel;
-    let (a, b) = (lo as usize * per_pixel, hi as usize * per_pixel);
-    for r in data.chunks_exact(row) {
-        out.extend_from_slice(&r[a..b]);
     }
 }
 
@@ -2267,9 +2252,7 @@ mod tests {
             &images[2],
         );
         let full = full.unwrap();
-        let mut crop = Vec::new();
-        crop_columns(&full.image, W as usize, 3, (W / 2, W), &mut crop);
-        assert_eq!(crop, e.image);
+        assert_eq!(Region::RightHalf.crop(&full.image, W, 3), e.image);
     }
 
     /// `revised_opacity`: the split children's opacities, planned on the host, are applied
