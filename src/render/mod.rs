@@ -60,6 +60,10 @@ pub struct RenderOptions {
     /// AbsGS densifies on (gsplat's `absgrad`). Costs one more pair of floats per tile
     /// intersection (counted by the preflight) and per Gaussian; off by default.
     pub absgrad: bool,
+    /// Backward also returns [`GaussianGrads::pose`], the gradient w.r.t. the camera's pose
+    /// (camera pose optimisation). Costs a few dozen flops per visible Gaussian and a sum over
+    /// them; off by default.
+    pub pose_grad: bool,
 }
 
 /// The name outputs give the mode ([`RenderOptions::antialiased`]): `"antialiased"` or
@@ -80,6 +84,7 @@ impl Default for RenderOptions {
             max_intersection_bytes: DEFAULT_MAX_INTERSECTION_BYTES,
             antialiased: false,
             absgrad: false,
+            pose_grad: false,
         }
     }
 }
@@ -125,6 +130,12 @@ pub struct GaussianGrads<F = f32> {
     /// componentwise, in pixel units like `means2d` (where the signed per-pixel pulls of a
     /// large splat cancel in `means2d`, they add up here). Empty otherwise.
     pub means2d_abs: Vec<[F; 2]>,
+    /// With [`RenderOptions::pose_grad`]: `∂L/∂(ρ, φ)`, the gradient w.r.t. moving the camera
+    /// in its own frame ([`Pose::perturbed`](crate::scene::camera::Pose::perturbed) at 0):
+    /// `ρ` a translation along the camera's axes in scene units, `φ` an axis-angle rotation
+    /// about its centre, in camera axes. Summed over Gaussians in f64 in a fixed order, so it
+    /// is deterministic. `None` otherwise.
+    pub pose: Option<[f64; 6]>,
 }
 
 impl<F: Real> GaussianGrads<F> {

@@ -107,6 +107,29 @@ impl Pose {
         [-c[0], -c[1], -c[2]]
     }
 
+    /// This world-to-camera pose with its camera moved in its own frame by
+    /// `delta = (ρ, φ)`: camera-to-world `C` becomes `C·[Exp(φ) | ρ]`, so the centre moves by
+    /// `ρ` along the camera's own axes (scene units) and the camera turns by the axis-angle `φ`
+    /// about its centre (camera axes). The rasterizer's pose gradient
+    /// ([`crate::render::GaussianGrads::pose`]) is the gradient at `delta = 0` of this map.
+    pub fn perturbed(&self, delta: [f64; 6]) -> Pose {
+        let c2w = transpose(self.rotation);
+        let centre = self.centre();
+        let moved = mat_vec(&c2w, [delta[0], delta[1], delta[2]]);
+        let rotation_c2w = super::maths::mat3_mul(
+            &c2w,
+            &super::maths::rotation_exp([delta[3], delta[4], delta[5]]),
+        );
+        Pose::from_camera_to_world(
+            rotation_c2w,
+            [
+                centre[0] + moved[0],
+                centre[1] + moved[1],
+                centre[2] + moved[2],
+            ],
+        )
+    }
+
     /// Applies the transform to a world point.
     pub fn transform(&self, p: [f64; 3]) -> [f64; 3] {
         let r = mat_vec(&self.rotation, p);

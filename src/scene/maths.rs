@@ -99,6 +99,55 @@ pub(crate) fn cross3(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
     ]
 }
 
+/// `[v]×`, the matrix of `x ↦ v × x`.
+#[inline]
+pub(crate) fn skew3(v: [f64; 3]) -> [[f64; 3]; 3] {
+    [[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]]
+}
+
+/// `Exp(φ)`: the rotation by `|φ|` radians about `φ/|φ|` (Rodrigues),
+/// `I + a·[φ]× + b·[φ]×²` with `a = sin θ/θ`, `b = (1 − cos θ)/θ²`, their Taylor series below
+/// θ = 1e-4 (where the closed forms lose digits to cancellation).
+pub fn rotation_exp(phi: [f64; 3]) -> [[f64; 3]; 3] {
+    let t2 = dot3(phi, phi);
+    let (a, b) = if t2 < 1e-8 {
+        (1.0 - t2 / 6.0, 0.5 - t2 / 24.0)
+    } else {
+        let t = t2.sqrt();
+        (t.sin() / t, (1.0 - t.cos()) / t2)
+    };
+    let k = skew3(phi);
+    let k2 = mat3_mul(&k, &k);
+    std::array::from_fn(|r| {
+        std::array::from_fn(|c| f64::from(u8::from(r == c)) + a * k[r][c] + b * k2[r][c])
+    })
+}
+
+/// The right Jacobian of [`rotation_exp`]: `Exp(φ + δ) ≈ Exp(φ)·Exp(J_r(φ)·δ)` for small δ,
+/// `J_r = I − b·[φ]× + c·[φ]×²` with `b = (1 − cos θ)/θ²`, `c = (θ − sin θ)/θ³` (series below
+/// θ = 1e-4). It turns a gradient taken in a rotation's own frame into the gradient of its
+/// axis-angle parameters: `∂L/∂φ = J_r(φ)ᵀ·∂L/∂ε`.
+pub fn rotation_right_jacobian(phi: [f64; 3]) -> [[f64; 3]; 3] {
+    let t2 = dot3(phi, phi);
+    let (b, c) = if t2 < 1e-8 {
+        (0.5 - t2 / 24.0, 1.0 / 6.0 - t2 / 120.0)
+    } else {
+        let t = t2.sqrt();
+        ((1.0 - t.cos()) / t2, (t - t.sin()) / (t2 * t))
+    };
+    let k = skew3(phi);
+    let k2 = mat3_mul(&k, &k);
+    std::array::from_fn(|r| {
+        std::array::from_fn(|col| f64::from(u8::from(r == col)) - b * k[r][col] + c * k2[r][col])
+    })
+}
+
+/// `a·b` for row-major 3×3 matrices.
+#[inline]
+pub(crate) fn mat3_mul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
+    std::array::from_fn(|r| std::array::from_fn(|c| (0..3).map(|k| a[r][k] * b[k][c]).sum()))
+}
+
 /// `q / |q|`; `None` for a zero or non-finite quaternion (which has no rotation).
 #[inline]
 pub fn normalize_quat<F: Real>(q: [F; 4]) -> Option<[F; 4]> {

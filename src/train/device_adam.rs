@@ -238,6 +238,7 @@ mod tests {
                     params: gr.clone(),
                     means2d: vec![[0.0; 2]; n],
                     means2d_abs: Vec::new(),
+                    pose: None,
                 };
                 let lr = LearningRates {
                     means: 1.6e-4 / (s + 1) as f64,

@@ -155,6 +155,9 @@ pub struct StepScalars {
     pub mse: f64,
     /// `∂L/∂E` of the view's exposure matrix, when the loss saw the render through one.
     pub exposure_grad: Option<[f64; EXPOSURE_LEN]>,
+    /// `∂L/∂(ρ, φ)` of the camera's pose ([`crate::render::GaussianGrads::pose`]), when the
+    /// step's options asked for it ([`crate::render::RenderOptions::pose_grad`]).
+    pub pose_grad: Option<[f64; 6]>,
 }
 
 /// Device bytes per pixel of the largest view: RGB8 upload and its loss mask (4), target,
@@ -334,6 +337,7 @@ impl ViewLoss {
             ssim: s[2],
             mse: s[3],
             exposure_grad,
+            pose_grad: None,
         })
     }
 }

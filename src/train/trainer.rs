@@ -864,6 +864,7 @@ impl Trainer {
             max_intersection_bytes: self.config.max_intersection_bytes,
             antialiased: self.config.antialiased,
             absgrad,
+            pose_grad: false,
         };
         let render_err = |source| TrainError::Render {
             iteration: s,
@@ -1171,6 +1172,7 @@ impl Trainer {
             max_intersection_bytes: self.config.max_intersection_bytes,
             antialiased: self.config.antialiased,
             absgrad: false,
+            pose_grad: false,
         };
         let render_err = |source| TrainError::Render {
             iteration: self.step,

@@ -357,11 +357,12 @@ impl<F: Real> CpuRasterizer<F> {
             &mut self.splat_grads,
             options.absgrad.then_some(&mut self.abs),
         );
-        project_bwd(
+        grads.pose = project_bwd(
             params,
             &cam,
             options.sh_degree,
             options.antialiased,
+            options.pose_grad,
             &self.splats,
             &self.splat_grads,
             grads,

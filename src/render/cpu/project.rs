@@ -29,6 +29,14 @@
 //! `∂r/∂B = (adj B − εI)/det B − r·B⁻¹ = (1 − r)·K − ε·det K·I` in terms of the conic
 //! `K = B⁻¹` (each matrix entry a separate variable), so `∂L/∂B += ∂L/∂c · ∂r/∂B / (2c)`; where
 //! `c = 0` the splat is invisible and passes no gradient through `c`.
+//!
+//! The pose gradient (camera pose optimisation) is `∂L/∂ξ` at `ξ = 0` for the camera moved in
+//! its own frame by `ξ = (ρ, φ)` ([`Pose::perturbed`](crate::scene::camera::Pose::perturbed)):
+//! to first order the camera-space mean becomes `t − ρ − φ×t`, the camera-space covariance
+//! `Σc = W Σ Wᵀ` becomes `(I − [φ]×)·Σc·(I + [φ]×)` and the view direction's origin moves by
+//! `Wᵀρ`. So each Gaussian adds `−∂L/∂t − W·∂L/∂v` to `∂L/∂ρ` (`v = μ − centre`, through the
+//! SH colour) and `−t × ∂L/∂t + 2·(A₁₂, A₂₀, A₀₁)` to `∂L/∂φ`, where `A = G·Σc − Σc·G` with
+//! `G = ∂L/∂Σc = Jᵀ·∂L/∂Σ2d·J`. Rotations about the centre leave `v` unchanged.
 
 // Small fixed-size matrix products read best with explicit indices.
 #![allow(clippy::needless_range_loop)]
@@ -363,19 +371,28 @@ pub fn project_fwd<F: Real>(
         });
 }
 
+/// Gaussians per work item of [`project_bwd`]: the pose gradient is summed per chunk in index
+/// order, then over chunks in order, so it does not depend on how rayon splits the work.
+const BWD_CHUNK: usize = 1024;
+
 /// `project_bwd`: chains the per-splat gradients (`∂L/∂mean2d` in pixels, `∂L/∂conic` as
 /// (a, b, c) of `σ = ½a·dx² + b·dx·dy + ½c·dy²`, `∂L/∂colour`, `∂L/∂opacity`) back to the
 /// stored parameters, overwriting `grads` (resized here). Culled Gaussians get zeros.
-/// `antialiased` must be what the forward used.
+/// `antialiased` must be what the forward used. With `pose_grad`, also returns the gradient of
+/// the loss w.r.t. the camera's pose, `∂L/∂(ρ, φ)` at 0 of
+/// [`Pose::perturbed`](crate::scene::camera::Pose::perturbed) (module doc), summed in f64
+/// in a fixed order.
+#[allow(clippy::too_many_arguments)]
 pub fn project_bwd<F: Real>(
     params: &GaussianParams<'_, F>,
     cam: &CameraF<F>,
     degree: u32,
     antialiased: bool,
+    pose_grad: bool,
     splats: &[Splat<F>],
     splat_grads: &[SplatGrad<F>],
     grads: &mut GaussianGrads<F>,
-) {
+) -> Option<[f64; 6]> {
     let nc = params.coeffs();
     grads.reset(params.len(), params.sh_degree);
     let GaussianGrads {
@@ -391,35 +408,50 @@ pub fn project_bwd<F: Real>(
         means2d,
         ..
     } = grads;
-    means
-        .par_iter_mut()
-        .zip(log_scales.par_iter_mut())
-        .zip(rotations.par_iter_mut())
-        .zip(logit_opacities.par_iter_mut())
-        .zip(sh.par_chunks_mut(nc))
-        .zip(means2d.par_iter_mut())
+    let c = BWD_CHUNK;
+    let sums: Vec<[f64; 6]> = means
+        .par_chunks_mut(c)
+        .zip(log_scales.par_chunks_mut(c))
+        .zip(rotations.par_chunks_mut(c))
+        .zip(logit_opacities.par_chunks_mut(c))
+        .zip(sh.par_chunks_mut(c * nc.max(1)))
+        .zip(means2d.par_chunks_mut(c))
         .enumerate()
-        .with_min_len(1024)
-        .for_each(|(i, (((((dm, dls), dq), dlo), dsh), dm2))| {
-            if splats[i].radius == 0 {
-                return;
+        .map(|(chunk, (((((dm, dls), dq), dlo), dsh), dm2))| {
+            let mut pose = [0.0f64; 6];
+            for k in 0..dm.len() {
+                let i = chunk * c + k;
+                if splats[i].radius == 0 {
+                    continue;
+                }
+                project_bwd_one(
+                    params,
+                    i,
+                    cam,
+                    degree,
+                    antialiased,
+                    &splats[i],
+                    &splat_grads[i],
+                    &mut dm[k],
+                    &mut dls[k],
+                    &mut dq[k],
+                    &mut dlo[k],
+                    &mut dsh[k * nc..(k + 1) * nc],
+                    &mut dm2[k],
+                    pose_grad.then_some(&mut pose),
+                );
             }
-            project_bwd_one(
-                params,
-                i,
-                cam,
-                degree,
-                antialiased,
-                &splats[i],
-                &splat_grads[i],
-                dm,
-                dls,
-                dq,
-                dlo,
-                dsh,
-                dm2,
-            );
-        });
+            pose
+        })
+        .collect();
+    pose_grad.then(|| {
+        sums.iter().fold([0.0; 6], |mut acc, s| {
+            for (a, v) in acc.iter_mut().zip(s) {
+                *a += v;
+            }
+            acc
+        })
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -438,6 +470,7 @@ fn project_bwd_one<F: Real>(
     d_logit: &mut F,
     d_sh: &mut [[F; 3]],
     d_mean2d: &mut [F; 2],
+    pose: Option<&mut [f64; 6]>,
 ) {
     let Some(g) = geometry(p.means[i], p.log_scales[i], p.rotations[i], cam) else {
         return;
@@ -571,6 +604,10 @@ fn project_bwd_one<F: Real>(
     dt[0] += fx * rz * gmx;
     dt[1] += fy * rz * gmy;
     dt[2] += -(fx * x * gmx + fy * y * gmy) * rz2;
+    if let Some(acc) = pose {
+        // `d_mean` holds the view direction's share alone so far.
+        pose_contribution(&g, w, &d2, dt, *d_mean, acc);
+    }
     let dw = mat_t_vec(w, dt);
     for a in 0..3 {
         d_mean[a] += dw[a];
@@ -599,4 +636,68 @@ fn project_bwd_one<F: Real>(
     for a in 0..4 {
         d_quat[a] = (dqn[a] - g.qn[a] * proj) / g.qlen;
     }
+}
+
+/// One Gaussian's share of the pose gradient (module doc): `d2` is `∂L/∂Σ2d` (symmetric),
+/// `dt` `∂L/∂t` of the camera-space mean (through the 2D mean and the Jacobian), `d_dir`
+/// `∂L/∂(μ − centre)` through the SH colour alone.
+#[inline]
+fn pose_contribution<F: Real>(
+    g: &Geometry<F>,
+    w: &M3<F>,
+    d2: &[[F; 2]; 2],
+    dt: [F; 3],
+    d_dir: [F; 3],
+    acc: &mut [f64; 6],
+) {
+    let f = |v: F| v.to_f64();
+    // ∂L/∂Σc = Jᵀ·dΣ2·J and Σc = W·Σ·Wᵀ, in f64 (the sum over Gaussians is f64 anyway).
+    let j = g.j.map(|r| r.map(f));
+    let d2 = d2.map(|r| r.map(f));
+    let wf = w.map(|r| r.map(f));
+    let cov = g.cov3.map(|r| r.map(f));
+    let mut gc = [[0.0f64; 3]; 3];
+    for r in 0..3 {
+        for c in 0..3 {
+            gc[r][c] = (0..2)
+                .map(|a| (0..2).map(|b| j[a][r] * d2[a][b] * j[b][c]).sum::<f64>())
+                .sum();
+        }
+    }
+    let mut wc = [[0.0f64; 3]; 3];
+    for r in 0..3 {
+        for c in 0..3 {
+            wc[r][c] = (0..3).map(|k| wf[r][k] * cov[k][c]).sum();
+        }
+    }
+    let mut sc = [[0.0f64; 3]; 3];
+    for r in 0..3 {
+        for c in 0..3 {
+            sc[r][c] = (0..3).map(|k| wc[r][k] * wf[c][k]).sum();
+        }
+    }
+    // A = G·Σc − Σc·G (antisymmetric; (Σc·G)[r][c] = (G·Σc)[c][r]).
+    let mut gs = [[0.0f64; 3]; 3];
+    for r in 0..3 {
+        for c in 0..3 {
+            gs[r][c] = (0..3).map(|k| gc[r][k] * sc[k][c]).sum();
+        }
+    }
+    let a = |r: usize, c: usize| gs[r][c] - gs[c][r];
+    let t = g.t.map(f);
+    let dt = dt.map(f);
+    let tx_dt = [
+        t[1] * dt[2] - t[2] * dt[1],
+        t[2] * dt[0] - t[0] * dt[2],
+        t[0] * dt[1] - t[1] * dt[0],
+    ];
+    // ρ: t' = t − ρ and the centre moves by Wᵀρ, so μ − centre by −Wᵀρ.
+    let wd = [0, 1, 2].map(|r| (0..3).map(|k| wf[r][k] * f(d_dir[k])).sum::<f64>());
+    for k in 0..3 {
+        acc[k] -= dt[k] + wd[k];
+    }
+    // φ: t' = t − φ×t, Σc' = (I − [φ]×)·Σc·(I + [φ]×).
+    acc[3] += 2.0 * a(1, 2) - tx_dt[0];
+    acc[4] += 2.0 * a(2, 0) - tx_dt[1];
+    acc[5] += 2.0 * a(0, 1) - tx_dt[2];
 }
