@@ -47,6 +47,7 @@ fn state() -> TrainState {
         rng: [1, 2, 3, 4],
         position: Position { epoch: 0, index: 3 },
         exposure: Default::default(),
+        poses: Default::default(),
     }
 }
 

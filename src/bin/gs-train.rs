@@ -32,6 +32,7 @@ use ramsplat::train::demo;
 use ramsplat::train::densify::DensifyConfig;
 use ramsplat::train::exposure::ExposureConfig;
 use ramsplat::train::mcmc::McmcConfig;
+use ramsplat::train::pose::PoseConfig;
 use ramsplat::train::run::{self, Backend, Event, RunError, RunOptions};
 use ramsplat::train::trainer::Background;
 use ramsplat::train::TrainConfig;
@@ -166,6 +167,18 @@ struct Args {
     /// and are scored on their right halves, as 3DGS does.
     #[arg(long, visible_alias = "train-test-exp", alias = "train_test_exp")]
     exposure: bool,
+    /// Camera pose optimisation (gsplat's --pose_opt): each training view learns a small
+    /// rigid correction of its pose with the model, absorbing misregistration of the
+    /// structure-from-motion poses. OUT/cameras.json then gives the trained poses; held-out
+    /// views keep the dataset's. Off by default, as in gsplat.
+    #[arg(long, alias = "pose_opt")]
+    pose_opt: bool,
+    /// Perturb every training camera once by a seeded N(0, σ²) draw per coordinate
+    /// (radians, and translations in units of the cameras' distance from their centre):
+    /// gsplat's --pose_noise, to measure what --pose-opt recovers. report.json gives the
+    /// error left.
+    #[arg(long, alias = "pose_noise", value_name = "SIGMA", value_parser = unit_f64)]
+    pose_noise: Option<f64>,
     /// AbsGS densification (gsplat's --absgrad): the clone/split statistic sums the absolute
     /// per-pixel gradients of each Gaussian's 2D mean, so one blurring fine detail, whose
     /// pixels pull it different ways, is split too. Raises the default
@@ -264,6 +277,13 @@ struct OptimArgs {
     /// Fraction of the exposure learning rate at iteration 0 of that ramp (3DGS 0).
     #[arg(long, alias = "exposure_lr_delay_mult", value_name = "F", value_parser = unit_f64)]
     exposure_lr_delay_mult: Option<f64>,
+    /// Learning rate of the pose corrections (gsplat 1e-5; it decays to 1 % over the run).
+    /// Needs --pose-opt.
+    #[arg(long, alias = "pose_opt_lr", value_name = "LR", value_parser = positive_f64)]
+    pose_opt_lr: Option<f64>,
+    /// Weight decay of the pose corrections (gsplat 1e-6). Needs --pose-opt.
+    #[arg(long, alias = "pose_opt_reg", value_name = "R", value_parser = non_negative_f64)]
+    pose_opt_reg: Option<f64>,
 }
 
 impl OptimArgs {
@@ -311,6 +331,10 @@ impl OptimArgs {
                 *f = v;
             }
         }
+        if let Some(p) = &mut c.pose {
+            set(self.pose_opt_lr, &mut p.lr);
+            set(self.pose_opt_reg, &mut p.reg);
+        }
         if let Some(e) = &mut c.exposure {
             set(self.exposure_lr_init, &mut e.lr_init);
             set(self.exposure_lr_final, &mut e.lr_final);
@@ -319,6 +343,16 @@ impl OptimArgs {
                 e.lr_delay_steps = n;
             }
         }
+    }
+
+    /// The first pose optimizer setting given, by its flag (they need --pose-opt).
+    fn pose_flag(&self) -> Option<&'static str> {
+        [
+            (self.pose_opt_lr.is_some(), "--pose-opt-lr"),
+            (self.pose_opt_reg.is_some(), "--pose-opt-reg"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
     }
 
     /// The first exposure setting given, by its flag (they need --exposure).
@@ -344,6 +378,13 @@ fn positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+fn non_negative_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number ≥ 0")),
     }
 }
 
@@ -479,6 +520,19 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
         config.exposure = Some(ExposureConfig::default());
     } else if let Some(flag) = args.optim.exposure_flag() {
         bail!("{flag} sets how the exposure matrices learn: add --exposure, or drop it");
+    }
+    let pose_noise = args.pose_noise.filter(|&n| n > 0.0);
+    if args.pose_opt || pose_noise.is_some() {
+        config.pose = Some(PoseConfig {
+            optimize: args.pose_opt,
+            noise: pose_noise.unwrap_or(0.0),
+            ..PoseConfig::default()
+        });
+    }
+    if !args.pose_opt {
+        if let Some(flag) = args.optim.pose_flag() {
+            bail!("{flag} sets how the camera poses learn: add --pose-opt, or drop it");
+        }
     }
     args.optim.apply(&mut config);
     let mut o = RunOptions::new(pack, out);

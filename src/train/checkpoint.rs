@@ -41,6 +41,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 use super::adam::AdamState;
 use super::densify::{DensifyStats, Model};
 use super::exposure::{ExposureConfig, Exposures, EXPOSURE_LEN};
+use super::pose::{CameraPoses, PoseConfig, POSE_LEN};
 use super::{TrainConfig, TrainState, TrainStateRef};
 use crate::data::Position;
 use crate::export::ply::activation_evidence;
@@ -682,6 +683,10 @@ pub struct StateMeta {
     /// optimizer's step count; absent without exposure compensation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exposure: Option<ExposureMeta>,
+    /// Views with a pose correction (arrays `pose.*`, `[views, 6]`, f64) and the pose
+    /// optimizer's step count; absent without pose settings. Same layout as `exposure`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pose: Option<ExposureMeta>,
 }
 
 /// [`StateMeta::exposure`].
@@ -694,6 +699,14 @@ pub struct ExposureMeta {
 
 /// Array names of the exposure matrices and their Adam moments.
 const EXPOSURE_ARRAYS: [&str; 3] = ["exposure.values", "exposure.exp_avg", "exposure.exp_avg_sq"];
+
+/// Array names of the pose corrections, their Adam moments and the injected noise.
+const POSE_ARRAYS: [&str; 4] = [
+    "pose.values",
+    "pose.exp_avg",
+    "pose.exp_avg_sq",
+    "pose.noise",
+];
 
 /// What a loaded checkpoint must match: the run's pack and configuration.
 #[derive(Clone, Debug)]
@@ -719,6 +732,10 @@ pub fn extended(saved: &TrainConfig, iterations: u64) -> TrainConfig {
         exposure: saved.exposure.as_ref().map(|e| ExposureConfig {
             max_steps: Some(e.max_steps.unwrap_or(saved.iterations)),
             ..e.clone()
+        }),
+        pose: saved.pose.as_ref().map(|p| PoseConfig {
+            max_steps: Some(p.max_steps.unwrap_or(saved.iterations)),
+            ..p.clone()
         }),
         ..saved.clone()
     }
@@ -780,6 +797,10 @@ pub fn save_state_of(
             views: state.exposure.len() as u64,
             steps: state.exposure.steps,
         }),
+        pose: state.config.pose.as_ref().map(|_| ExposureMeta {
+            views: state.poses.len() as u64,
+            steps: state.poses.steps,
+        }),
     };
     let meta = serde_json::to_value(&meta).map_err(|e| CheckpointError::Mismatch {
         path: path.clone(),
@@ -817,6 +838,21 @@ pub fn save_state_of(
                 name,
                 &shape,
                 ArrayData::F32(rows.as_flattened()),
+            ));
+        }
+    }
+    if state.config.pose.is_some() {
+        let p = state.poses;
+        let shape = [p.len() as u64, POSE_LEN as u64];
+        for (name, rows) in
+            POSE_ARRAYS
+                .into_iter()
+                .zip([&p.values, &p.exp_avg, &p.exp_avg_sq, &p.noise])
+        {
+            arrays.push(ArrayRef::new(
+                name,
+                &shape,
+                ArrayData::F64(rows.as_flattened()),
             ));
         }
     }
@@ -951,6 +987,11 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
         run.position_lr_max_steps = meta.config.position_lr_max_steps;
     }
     if let (Some(r), Some(m)) = (run.exposure.as_mut(), meta.config.exposure.as_ref()) {
+        if r.max_steps.is_none() {
+            r.max_steps = m.max_steps;
+        }
+    }
+    if let (Some(r), Some(m)) = (run.pose.as_mut(), meta.config.pose.as_ref()) {
         if r.max_steps.is_none() {
             r.max_steps = m.max_steps;
         }
@@ -1095,6 +1136,43 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
             ))
         }
     };
+    let poses = match (&meta.config.pose, meta.pose) {
+        (None, None) => CameraPoses::default(),
+        (Some(_), Some(pm)) => {
+            let shape = [pm.views, POSE_LEN as u64];
+            let mut rows = Vec::with_capacity(POSE_ARRAYS.len());
+            for name in POSE_ARRAYS {
+                // The entry's shape is checked against the file before anything is allocated.
+                c.expect(name, DType::F64, &shape)?;
+                let mut v = vec![[0f64; POSE_LEN]; pm.views as usize];
+                c.read_into(name, &shape, v.as_flattened_mut())?;
+                rows.push(v);
+            }
+            let [values, exp_avg, exp_avg_sq, noise]: [Vec<[f64; POSE_LEN]>; 4] =
+                rows.try_into().expect("four arrays");
+            let p = CameraPoses {
+                values,
+                exp_avg,
+                exp_avg_sq,
+                noise,
+                steps: pm.steps,
+            };
+            if let Some(why) = p.invalid() {
+                return Err(corrupt(why));
+            }
+            p
+        }
+        (Some(_), None) => {
+            return Err(corrupt(
+                "its settings optimise camera poses but it holds no pose state".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(corrupt(
+                "it holds camera pose state but its settings do not optimise poses".into(),
+            ))
+        }
+    };
     let config = if expected.extend {
         extended(&meta.config, expected.config.iterations)
     } else {
@@ -1109,6 +1187,7 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
         rng: meta.rng,
         position: meta.position,
         exposure,
+        poses,
     })
 }
 
@@ -1268,11 +1347,25 @@ mod state_tests {
         let mut exposure = Exposures::default();
         exposure.step(0.01, 2, &std::array::from_fn(|k| k as f64 - 5.5));
         exposure.step(0.01, 0, &std::array::from_fn(|k| 0.25 * k as f64));
+        // Pose optimisation with noise on, so its arrays round-trip too (f64, bit-exact).
+        let mut poses = CameraPoses::default();
+        poses.ensure(3, 0.01, &mut Rng::new(4));
+        poses.step(1e-5, 1e-6, 1, &std::array::from_fn(|k| k as f64 - 2.5));
+        poses.step(
+            1e-5,
+            1e-6,
+            2,
+            &std::array::from_fn(|k| 0.1 / (k as f64 + 1.0)),
+        );
         TrainState {
             config: TrainConfig {
                 iterations: 100,
                 sh_degree,
                 exposure: Some(ExposureConfig::default()),
+                pose: Some(PoseConfig {
+                    noise: 0.01,
+                    ..PoseConfig::default()
+                }),
                 ..TrainConfig::default()
             },
             extent: 3.5,
@@ -1282,6 +1375,7 @@ mod state_tests {
             rng: Rng::new(9).state(),
             position: Position { epoch: 3, index: 2 },
             exposure,
+            poses,
         }
     }
 

@@ -41,6 +41,7 @@ pub mod exposure;
 pub mod init;
 pub mod loss;
 pub mod mcmc;
+pub mod pose;
 pub mod schedule;
 pub mod sharded;
 pub mod trainer;

@@ -217,6 +217,10 @@ pub struct Report {
     /// right halves (3DGS's `--train_test_exp` protocol).
     #[serde(default)]
     pub exposure: bool,
+    /// Camera pose optimisation / injected pose noise (`--pose-opt`, `--pose-noise`): how far
+    /// the training views' poses moved, and with noise how far they are from the true ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pose: Option<PoseReport>,
     /// Wall time of this process, from start to the report.
     pub wall_s: f64,
     /// Seconds of that spent in the training loop (excluding evaluation and saving).
@@ -329,6 +333,29 @@ pub fn test_dir(out_dir: &Path) -> Result<PathBuf, ReportError> {
     let dir = out_dir.join(TEST_DIR);
     fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     Ok(dir)
+}
+
+/// [`Report::pose`]: means and maxima over the training views (degrees, scene units).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoseReport {
+    /// Whether the poses were optimised (`--pose-opt`).
+    pub optimized: bool,
+    /// `--pose-noise` (0: none).
+    pub noise: f64,
+    pub views: usize,
+    /// How far training moved each pose from the one it started from.
+    pub correction_deg: [f64; 2],
+    pub correction_units: [f64; 2],
+    /// With noise: how far the noise moved each pose from the dataset's, and how far the
+    /// trained pose is from the dataset's (the error left).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub noise_deg: Option<[f64; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub noise_units: Option<[f64; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_deg: Option<[f64; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_units: Option<[f64; 2]>,
 }
 
 #[cfg(test)]

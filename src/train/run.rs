@@ -75,6 +75,7 @@ use crate::device::Device;
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
 use crate::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
 use crate::render::CpuRasterizer;
+use crate::scene::camera::Camera;
 use crate::shard::reader::Pack;
 use crate::shard::ShardError;
 
@@ -545,16 +546,90 @@ pub const EXPOSURE_JSON: &str = "exposure.json";
 
 /// Saves the model of `iteration` (PLY, and the `export` formats) and, with exposure
 /// compensation, `OUT/exposure.json` (the matrices of `exposure_names[slot]`) beside it.
+/// The report's pose summary over the training views, also told in one line; `None` without
+/// pose settings.
+fn pose_report(
+    trainer: &Trainer,
+    train_views: &[TrainView],
+    on_event: &mut dyn FnMut(Event),
+) -> Option<report::PoseReport> {
+    let cfg = trainer.config().pose.as_ref()?;
+    let views: Vec<(usize, Camera)> = train_views
+        .iter()
+        .filter_map(|v| v.pose.map(|s| (s as usize, v.camera)))
+        .collect();
+    let s = trainer.poses().summary(&views, trainer.pose_unit());
+    let mm = super::pose::PoseSummary::mean_max;
+    let noisy = cfg.noise > 0.0;
+    let r = report::PoseReport {
+        optimized: cfg.optimize,
+        noise: cfg.noise,
+        views: views.len(),
+        correction_deg: mm(&s.correction_deg).into(),
+        correction_units: mm(&s.correction_units).into(),
+        noise_deg: noisy.then(|| mm(&s.noise_deg).into()),
+        noise_units: noisy.then(|| mm(&s.noise_units).into()),
+        error_deg: noisy.then(|| mm(&s.error_deg).into()),
+        error_units: noisy.then(|| mm(&s.error_units).into()),
+    };
+    let mut line = format!(
+        "camera poses ({} training views): corrected by {:.3}° / {:.4} units on average (max \
+         {:.3}° / {:.4})",
+        r.views,
+        r.correction_deg[0],
+        r.correction_units[0],
+        r.correction_deg[1],
+        r.correction_units[1]
+    );
+    if let (Some(nd), Some(nu), Some(ed), Some(eu)) =
+        (r.noise_deg, r.noise_units, r.error_deg, r.error_units)
+    {
+        line += &format!(
+            "; injected noise {:.3}° / {:.4} units on average, left after training {:.3}° / \
+             {:.4}",
+            nd[0], nu[0], ed[0], eu[0]
+        );
+    }
+    on_event(Event::Line(line));
+    Some(r)
+}
+
+/// What the files written beside each saved model need of the run's views.
+struct SavedViews<'a> {
+    /// Every view of the pack.
+    views: &'a [crate::shard::ViewEntry],
+    /// Per pack view: its pose correction's slot (training views under pose optimisation).
+    pose_slots: &'a [Option<u32>],
+    /// Per record: its key in `exposure.json`.
+    exposure_names: &'a [String],
+}
+
 fn save_ply(
     out: &Path,
     trainer: &mut Trainer,
     iteration: u64,
     export: &[ModelFormat],
-    exposure_names: &[String],
+    views: &SavedViews<'_>,
 ) -> Result<String, RunError> {
     if trainer.config().exposure.is_some() {
-        let text = super::exposure::to_json(exposure_names, trainer.exposures());
+        let text = super::exposure::to_json(views.exposure_names, trainer.exposures());
         checkpoint::write_file_atomic(&out.join(EXPOSURE_JSON), text.as_bytes())?;
+    }
+    // The model was fitted to the trained poses: cameras.json gives those, so renders of the
+    // training views line up with their photos.
+    if trainer.config().pose.as_ref().is_some_and(|p| p.optimize) {
+        let cameras: Vec<Camera> = views
+            .views
+            .iter()
+            .zip(views.pose_slots)
+            .map(|(v, slot)| match slot {
+                Some(s) => trainer
+                    .poses()
+                    .camera(*s as usize, &v.camera, trainer.pose_unit()),
+                None => v.camera,
+            })
+            .collect();
+        write_cameras_json(out, views.views, &cameras, &mut |_| {})?;
     }
     let rel = ply_rel_path(iteration);
     let path = out.join(&rel);
@@ -577,19 +652,19 @@ fn save_ply(
 fn write_cameras_json(
     out: &Path,
     views: &[crate::shard::ViewEntry],
+    cameras: &[Camera],
     on_event: &mut dyn FnMut(Event),
 ) -> Result<(), RunError> {
     use crate::export::cameras_json::{self, CameraEntry};
     let entries: Vec<CameraEntry> = views
         .iter()
+        .zip(cameras)
         .enumerate()
-        .map(|(i, v)| {
-            CameraEntry::from_camera(i as u64, &cameras_json::img_name(&v.name), &v.camera)
-        })
+        .map(|(i, (v, c))| CameraEntry::from_camera(i as u64, &cameras_json::img_name(&v.name), c))
         .collect();
-    let off = views
+    let off = cameras
         .iter()
-        .map(|v| CameraEntry::principal_point_offset(&v.camera))
+        .map(CameraEntry::principal_point_offset)
         .fold(0.0f64, f64::max);
     if off > 0.5 {
         on_event(Event::Line(format!(
@@ -1295,6 +1370,9 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 camera: v.camera,
                 layout: v.layout(),
                 exposure: exposure_slot(r),
+                // Held-out views keep the dataset's poses (gsplat's rule): they are scored
+                // from them.
+                pose: (config.pose.is_some() && !held_out).then_some(r),
                 region: if held_out {
                     Region::LeftHalf
                 } else {
@@ -1322,11 +1400,24 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         .map(|r| (source.view_index(r), train_views[r as usize]))
         .filter(|(_, v)| v.region == Region::Full)
         .collect();
+    // Per pack view: the record whose pose correction it has (training views under pose
+    // optimisation), for the trained cameras.json.
+    let mut pose_slots: Vec<Option<u32>> = vec![None; manifest.views.len()];
+    for (r, v) in train_views.iter().enumerate() {
+        if let Some(slot) = v.pose {
+            pose_slots[source.view_index(r as u32)] = Some(slot);
+        }
+    }
     let exposure_names = super::exposure::view_keys(
         &(0..source.len() as u32)
             .map(|r| manifest.views[source.view_index(r)].name.clone())
             .collect::<Vec<_>>(),
     );
+    let saved_views = SavedViews {
+        views: &manifest.views,
+        pose_slots: &pose_slots,
+        exposure_names: &exposure_names,
+    };
     let ckpt_dir = opts.out.join(CHECKPOINT_DIR);
     let save = |t: &mut Trainer| -> Result<PathBuf, RunError> {
         Ok(checkpoint::save_state_of(
@@ -1423,6 +1514,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     }
     // Every record's matrix from the first step on (the mean constraint covers them all).
     trainer.hold_exposure_views(source.len());
+    // Every record's pose correction (and injected noise) from the first step on.
+    trainer.hold_pose_views(source.len());
     // The initialisation's points are freed: their share goes to the cache.
     plan.release_to_cache(Component::Initialisation);
     let model_reservation = plan
@@ -1456,7 +1549,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
 
     // Created only now: a run refused above (budget, settings, checkpoint) leaves no empty -o.
     std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
-    write_cameras_json(&opts.out, &manifest.views, on_event)?;
+    let given: Vec<Camera> = manifest.views.iter().map(|v| v.camera).collect();
+    write_cameras_json(&opts.out, &manifest.views, &given, on_event)?;
     write_cfg_args(opts, &manifest.source, &config)?;
     let mut metrics = MetricsLog::open(&opts.out, resumed_from)?;
     let mut point_clouds: Vec<String> = Vec::new();
@@ -1518,7 +1612,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         .collect()
                 };
                 for n in due(&opts.save_iterations) {
-                    point_clouds.push(save_ply(&opts.out, t, n, &opts.export, &exposure_names)?);
+                    point_clouds.push(save_ply(&opts.out, t, n, &opts.export, &saved_views)?);
                 }
                 let periodic =
                     opts.checkpoint_every > 0 && it.is_multiple_of(opts.checkpoint_every);
@@ -1617,7 +1711,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             if let Err(e) = save(&mut trainer) {
                 return Err(keep(e, &mut trainer, false));
             }
-            match save_ply(&opts.out, &mut trainer, it, &opts.export, &exposure_names) {
+            match save_ply(&opts.out, &mut trainer, it, &opts.export, &saved_views) {
                 Ok(p) => point_clouds.push(p),
                 Err(e) => return Err(keep(e, &mut trainer, false)),
             }
@@ -1699,6 +1793,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 .prune_screen_radius
                 .filter(|_| config.mcmc.is_none()),
             exposure: config.exposure.is_some(),
+            pose: pose_report(&trainer, &train_views, on_event),
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,
