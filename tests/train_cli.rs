@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ramsplat::dataset::{MemPoints, PointChunk};
+use ramsplat::dataset::{MemPoints, PointChunk, Split};
 use ramsplat::export::ply::{self, LoadOptions};
 use ramsplat::shard::reader::Pack;
 use ramsplat::train::checkpoint::{self, Expected};
@@ -2388,6 +2388,123 @@ fn exposure_runs_the_3dgs_train_test_exp_protocol() {
         ("--exposure-lr-init", "0"),
     ] {
         let o = gs_train(&[s(&pack), "-o", s(&dest), "--exposure", flag, value]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {}", stderr(&o));
+    }
+    assert!(!dest.exists());
+}
+
+/// `--pose-opt` with `--pose-noise` (gsplat's `--pose_opt`, `--pose_noise`): report.json says
+/// how far the poses moved and how far from the dataset's they end; cameras.json gives the
+/// trained poses of the training views and the dataset's for the held-out ones; the state
+/// resumes and extends; the optimizer settings need the flag.
+#[test]
+fn pose_opt_trains_the_poses_and_writes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("out");
+    let mut args = vec![
+        s(&pack),
+        "-o",
+        s(&out),
+        "--iterations",
+        "40",
+        "--eval",
+        "--pose_opt",
+        "--pose-opt-lr",
+        "1e-3",
+        "--pose-noise",
+        "0.02",
+        "--checkpoint-every",
+        "0",
+    ];
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = stderr(&o);
+    assert!(
+        log.contains("camera poses (") && log.contains("injected noise"),
+        "{log}"
+    );
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let pose = report.pose.expect("report.json has the pose summary");
+    let manifest = Pack::open(&pack).unwrap().manifest().clone();
+    let train = manifest
+        .views
+        .iter()
+        .filter(|v| v.split == Split::Train)
+        .count();
+    assert!(pose.optimized);
+    assert_eq!((pose.noise, pose.views), (0.02, train));
+    let noise = pose.noise_deg.unwrap();
+    assert!(noise[0] > 0.1 && noise[1] < 10.0, "{pose:?}");
+    assert!(pose.correction_deg[0] > 0.0, "{pose:?}");
+    assert!(pose.error_deg.is_some() && pose.error_units.is_some());
+
+    // cameras.json: the held-out views as given, the training views as trained.
+    let read_positions = || -> Vec<[f64; 3]> {
+        let text = std::fs::read_to_string(out.join("cameras.json")).unwrap();
+        let list: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        list.iter()
+            .map(|e| std::array::from_fn(|k| e["position"][k].as_f64().unwrap()))
+            .collect()
+    };
+    let positions = read_positions();
+    assert_eq!(positions.len(), manifest.views.len());
+    for (v, p) in manifest.views.iter().zip(&positions) {
+        let given = v.camera.centre();
+        let d = (0..3)
+            .map(|k| (p[k] - given[k]).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        match v.split {
+            Split::Test => assert!(d < 1e-9, "{}: held-out view moved by {d}", v.name),
+            _ => assert!(d > 1e-6, "{}: training view kept its pose", v.name),
+        }
+    }
+
+    // Extended on resume (corrections, noise and optimizer from the checkpoint); a resume
+    // without the pose settings names the difference.
+    let mut more = vec![
+        s(&pack),
+        "-o",
+        s(&out),
+        "--iterations",
+        "50",
+        "--resume",
+        "--extend",
+        "--eval",
+        "--checkpoint-every",
+        "0",
+    ];
+    more.extend_from_slice(COMMON);
+    let o = gs_train(&more);
+    refused(&o, &["pose: checkpoint"]);
+    more.extend_from_slice(&[
+        "--pose-opt",
+        "--pose-opt-lr",
+        "1e-3",
+        "--pose-noise",
+        "0.02",
+    ]);
+    let o = gs_train(&more);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let again = read_positions();
+    assert_ne!(again, positions, "ten more steps moved the poses");
+
+    // The optimizer settings belong to --pose-opt; bad values are command-line errors.
+    let dest = dir.path().join("refused");
+    let o = gs_train(&[s(&pack), "-o", s(&dest), "--pose-opt-reg", "1e-5"]);
+    refused(
+        &o,
+        &["--pose-opt-reg sets how the camera poses learn: add --pose-opt"],
+    );
+    for (flag, value) in [
+        ("--pose-noise", "2"),
+        ("--pose-opt-lr", "0"),
+        ("--pose-opt-reg", "-1"),
+    ] {
+        let o = gs_train(&[s(&pack), "-o", s(&dest), "--pose-opt", flag, value]);
         assert_eq!(o.status.code(), Some(2), "{flag} {value}: {}", stderr(&o));
     }
     assert!(!dest.exists());

@@ -6,6 +6,7 @@
 //! | [`adam`] | Adam with per-group learning rates, moments shaped like the model |
 //! | [`schedule`] | the exponential position learning-rate schedule |
 //! | [`exposure`] | per-view exposure compensation: a learned 3×4 colour transform per view, its Adam, `exposure.json` |
+//! | [`pose`] | camera pose optimisation: a learned rigid correction per training view, its Adam, injected pose noise |
 //! | [`loss`] | `0.8·L1 + 0.2·(1 − SSIM)` and its image gradient |
 //! | [`device_adam`] | the same Adam step on device-resident parameters and moments (`kernels/adam.cu`) |
 //! | [`device_loss`] | the same loss and the RGB8 → f32 target conversion on a device (`kernels/loss.cu`), for the device trainer |

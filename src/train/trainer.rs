@@ -7,14 +7,17 @@
 //!    the start of every 1000th iteration);
 //! 2. background: the configured colour, or with `random_background` three uniform draws
 //!    from the trainer's RNG;
-//! 3. RGB8 → f32 in [0, 1] into a reused buffer; forward render; with exposure compensation
+//! 3. RGB8 → f32 in [0, 1] into a reused buffer; forward render (with camera pose
+//!    optimisation or pose noise, from the view's camera moved by its noise and learned
+//!    correction, [`super::pose`]); with exposure compensation
 //!    the render through the view's matrix ([`super::exposure`]); loss
 //!    `0.8·L1 + 0.2·(1 − SSIM)` (over the view's [`Region`] and loss mask) and `∂L/∂image`,
-//!    through the matrix's adjoint; backward; the strategy's own loss terms and
+//!    through the matrix's adjoint; backward (with the camera's pose gradient under pose
+//!    optimisation); the strategy's own loss terms and
 //!    their gradients ([`DensifyStrategy::regularize`]: MCMC's regularisers; none by default);
 //! 4. densification bookkeeping and refinement ([`super::densify`]);
 //! 5. Adam on every group the densifier did not replace (see `DensifyOutcome::skip_optimizer`),
-//!    and the exposure matrices' own Adam;
+//!    the exposure matrices' own Adam, and the pose corrections' own Adam;
 //! 6. the strategy's edits after the optimizer ([`DensifyStrategy::after_step`]: MCMC's
 //!    relocation, growth and noise, [`super::mcmc`]; none by default). The strategy is part of
 //!    the configuration ([`TrainConfig::mcmc`]), so a checkpoint resumes with it.
