@@ -38,7 +38,7 @@ muts=(
  'kernels/rasterize_bwd.cu|        __syncthreads();  // the previous batch is no longer read|        // (barrier removed)'
  'kernels/loss.cu|s[4] += w * (x * y);|s[4] += w * (x * x);'
  'kernels/loss.cu|inv_n * (g[0] + two * x * g[1] + y * g[2])|inv_n * (g[0] + two * x * g[1] + x * g[2])'
- 'kernels/loss.cu|for (u32 off = GS_LOSS_BLOCK / 2; off > 0; off >>= 1)|for (u32 off = GS_LOSS_BLOCK / 4; off > 0; off >>= 1)'
+ 'kernels/common.cuh|for (u32 off = BLOCK / 2; off > 0; off >>= 1)|for (u32 off = BLOCK / 4; off > 0; off >>= 1)'
  'kernels/loss.cu|x2 * e[8 + j] + e[4 * j + 3];|x2 * e[8 + j] + e[4 + j];'
  'kernels/loss.cu|            g[4 * j + 3] = dj;|            g[4 * j + 3] = 0.0;'
  'kernels/loss.cu|e[4 * i + 1] * dy[1]|e[4 * i + 1] * dy[0]'

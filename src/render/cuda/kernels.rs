@@ -115,9 +115,7 @@ impl Kernel {
     /// embedded header (recursively). An include of anything not in [`HEADERS`] is an error,
     /// so a new header cannot be forgotten silently.
     pub fn source(self) -> Result<String, CudaError> {
-        let mut out = String::new();
-        splice(self.file_name(), self.raw_source(), &mut out, 0)?;
-        Ok(out)
+        spliced(self.file_name(), self.raw_source())
     }
 
     /// What the device layer compiles: the spliced source, the entry points, the constants.
@@ -129,6 +127,15 @@ impl Kernel {
             defines: defines(),
         })
     }
+}
+
+/// `text`, the `.cu` file `file`, with its headers spliced in as [`Kernel::source`] does: also
+/// for the training modules outside the rasterizer's table that include `common.cuh`
+/// (`kernels/loss.cu` shares its block reduction).
+pub fn spliced(file: &str, text: &str) -> Result<String, CudaError> {
+    let mut out = String::new();
+    splice(file, text, &mut out, 0)?;
+    Ok(out)
 }
 
 fn splice(file: &str, text: &str, out: &mut String, depth: u32) -> Result<(), CudaError> {
@@ -201,6 +208,7 @@ pub fn defines() -> Vec<(&'static str, String)> {
         ("GS_SORT_BLOCK", SORT_BLOCK.to_string()),
         ("GS_RADIX_BITS", RADIX_BITS.to_string()),
         ("GS_CAM_LEN", CAM_LEN.to_string()),
+        ("GS_ELEMENT_BLOCK", ELEMENT_BLOCK.to_string()),
         ("GS_SH_C0", c_double(SH_C0)),
         ("GS_SH_C1", c_double(SH_C1)),
     ];
