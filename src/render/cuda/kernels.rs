@@ -29,8 +29,11 @@ pub const SORT_BLOCK: u32 = 256;
 /// Bits per radix-sort digit: 256 buckets fit the 256-thread block's one-bucket-per-thread
 /// prefix step and make the 45-bit keys of a 1080p render a 6-pass sort.
 pub const RADIX_BITS: u32 = 8;
-/// Threads per block of the one-thread-per-element kernels (projection, key emission).
+/// Threads per block of the one-thread-per-element kernels (projection, key emission), and of
+/// `pose_finish`: `project_bwd` sums the pose gradient over blocks of this size.
 pub const ELEMENT_BLOCK: u32 = 256;
+/// Values of the pose gradient `∂L/∂(ρ, φ)` ([`crate::render::GaussianGrads::pose`]).
+pub const POSE_LEN: usize = 6;
 /// Floats in the camera buffer (layout in `kernels/common.cuh`).
 pub const CAM_LEN: usize = 23;
 
@@ -85,7 +88,7 @@ impl Kernel {
     pub fn entry_points(self) -> &'static [&'static str] {
         match self {
             Kernel::ProjectFwd => &["project_fwd"],
-            Kernel::ProjectBwd => &["project_bwd"],
+            Kernel::ProjectBwd => &["project_bwd", "project_bwd_pose", "pose_finish"],
             Kernel::TileBinning => &["depth_keys", "gather_counts", "emit_keys", "tile_ranges"],
             Kernel::Scan => &[
                 "scan_block_u64",
