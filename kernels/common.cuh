@@ -11,14 +11,16 @@
 #if !defined(GS_TILE_SIZE) || !defined(GS_NEAR_PLANE) || !defined(GS_DILATION) ||            \
     !defined(GS_ALPHA_MAX) || !defined(GS_ALPHA_MIN) || !defined(GS_T_MIN) ||                \
     !defined(GS_SIGMA_CUT_SLACK) || !defined(GS_SCAN_BLOCK) || !defined(GS_SCAN_ITEMS) ||     \
-    !defined(GS_SORT_BLOCK) || !defined(GS_RADIX_BITS) || !defined(GS_CAM_LEN)
+    !defined(GS_SORT_BLOCK) || !defined(GS_RADIX_BITS) || !defined(GS_CAM_LEN) ||             \
+    !defined(GS_ELEMENT_BLOCK)
 #error "ramsplat kernels need the -D constants built by src/render/cuda/kernels.rs"
 #endif
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
-// One tile is one thread block in the rasterizer: GS_TILE_SIZE² threads.
+// One tile is one thread block in the rasterizer: GS_TILE_SIZE² threads. One-thread-per-element
+// kernels (projection, key emission) run blocks of GS_ELEMENT_BLOCK threads.
 #define GS_BLOCK_PIXELS (GS_TILE_SIZE * GS_TILE_SIZE)
 
 // Camera buffer layout (GS_CAM_LEN floats), written by src/render/cuda/mod.rs::camera_buffer
@@ -75,6 +77,23 @@ __device__ __forceinline__ void tile_rect(float mx, float my, float radius, u32 
     x1 = (u32)fminf(fmaxf(floorf((mx + radius) / ts) + 1.0f, 0.0f), fx);
     y0 = (u32)fminf(fmaxf(floorf((my - radius) / ts), 0.0f), fy);
     y1 = (u32)fminf(fmaxf(floorf((my + radius) / ts) + 1.0f, 0.0f), fy);
+}
+
+// Block-wide double sum of `v` over a block of BLOCK threads (blockDim.x == BLOCK, a power of
+// two), in a fixed tree, so the result does not depend on scheduling; thread 0 gets the sum.
+// Every thread of the block must call it (it holds barriers). The shared buffer is one per
+// BLOCK in a module: a kernel that sums again puts a __syncthreads() between the calls, since
+// the next call's writes would race a slow thread's read of this result.
+template <u32 BLOCK>
+__device__ __forceinline__ double block_sum(double v) {
+    __shared__ double part[BLOCK];
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (u32 off = BLOCK / 2; off > 0; off >>= 1) {
+        if (threadIdx.x < off) part[threadIdx.x] += part[threadIdx.x + off];
+        __syncthreads();
+    }
+    return part[0];
 }
 
 #endif // GS_COMMON_CUH

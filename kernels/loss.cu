@@ -14,13 +14,14 @@
 // Images are interleaved RGB f32 [H, W, 3]; planes are [P, H·W] (plane p = channel·k + stat).
 // Reductions are in double, over fixed block sizes in a fixed tree: deterministic.
 
+// block_sum (the fixed-tree double reduction) comes from common.cuh, shared with project_bwd.cu.
+#include "common.cuh"
+
 #if !defined(GS_SSIM_W0) || !defined(GS_SSIM_W10) || !defined(GS_SSIM_C1) || \
     !defined(GS_SSIM_C2) || !defined(GS_LOSS_BLOCK)
-#error "loss.cu needs the -D constants built by src/train/cuda.rs"
+#error "loss.cu needs the -D constants built by src/train/device_loss.rs"
 #endif
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
 typedef unsigned char u8;
 
 #define SSIM_RADIUS 5
@@ -39,18 +40,6 @@ __device__ __forceinline__ float ssim_w(int k) {
         case 9: return GS_SSIM_W9;
         default: return GS_SSIM_W10;
     }
-}
-
-// Block-wide double sum of `v` (GS_LOSS_BLOCK threads, a power of two); thread 0 gets it.
-__device__ __forceinline__ double block_sum(double v) {
-    __shared__ double part[GS_LOSS_BLOCK];
-    part[threadIdx.x] = v;
-    __syncthreads();
-    for (u32 off = GS_LOSS_BLOCK / 2; off > 0; off >>= 1) {
-        if (threadIdx.x < off) part[threadIdx.x] += part[threadIdx.x + off];
-        __syncthreads();
-    }
-    return part[0];
 }
 
 // out[i] = in[i] / 255 as the CPU trainer converts a view (v · (1/255) in f32).
@@ -127,7 +116,7 @@ extern "C" __global__ void ssim_v5(
             sum += (double)sv;
         }
     }
-    const double total = block_sum(sum);
+    const double total = block_sum<GS_LOSS_BLOCK>(sum);
     if (threadIdx.x == 0) s_part[blockIdx.x] = total;
 }
 
@@ -188,10 +177,10 @@ extern "C" __global__ void loss_grad(
             sq += dd * dd;
         }
     }
-    const double total = block_sum(sum);
+    const double total = block_sum<GS_LOSS_BLOCK>(sum);
     if (threadIdx.x == 0) l1_part[blockIdx.x] = total;
     __syncthreads();  // block_sum's shared buffer is reused by the second sum
-    const double total_sq = block_sum(sq);
+    const double total_sq = block_sum<GS_LOSS_BLOCK>(sq);
     if (threadIdx.x == 0) sq_part[blockIdx.x] = total_sq;
 }
 
@@ -230,11 +219,11 @@ extern "C" __global__ void loss_finish(
         l += l1_part[b];
         q += sq_part[b];
     }
-    const double ssim_sum = block_sum(s);
+    const double ssim_sum = block_sum<GS_LOSS_BLOCK>(s);
     __syncthreads();  // block_sum's shared buffer is reused by the next sum
-    const double l1_sum = block_sum(l);
+    const double l1_sum = block_sum<GS_LOSS_BLOCK>(l);
     __syncthreads();
-    const double sq_sum = block_sum(q);
+    const double sq_sum = block_sum<GS_LOSS_BLOCK>(q);
     if (threadIdx.x == 0) {
         const double l1 = l1_sum / (double)n_values;
         const double ssim = ssim_sum / (double)n_values;
@@ -291,7 +280,7 @@ extern "C" __global__ void exposure_bwd(
         }
     }
     for (int k = 0; k < 12; ++k) {
-        const double s = block_sum(g[k]);
+        const double s = block_sum<GS_LOSS_BLOCK>(g[k]);
         if (threadIdx.x == 0) part[(u64)k * gridDim.x + blockIdx.x] = s;
         __syncthreads();  // block_sum's shared buffer is reused by the next sum
     }
@@ -308,7 +297,7 @@ extern "C" __global__ void exposure_finish(
     for (int k = 0; k < 12; ++k) {
         double s = 0.0;
         for (u32 b = threadIdx.x; b < blocks; b += blockDim.x) s += part[(u64)k * blocks + b];
-        const double t = block_sum(s);
+        const double t = block_sum<GS_LOSS_BLOCK>(s);
         if (threadIdx.x == 0) out[offset + k] = t;
         __syncthreads();
     }

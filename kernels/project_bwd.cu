@@ -2,36 +2,127 @@
 // the stored parameters. Twin of cpu::project::project_bwd (same derivation, same exact
 // derivative through the Jacobian clamp, the same derivative of the antialiasing
 // compensation). Every output element is written (culled → zeros).
+//
+// project_bwd_pose is the same kernel that also sums the pose gradient ∂L/∂(ρ, φ) of the camera
+// (cpu::project's module doc; twin of its `pose_contribution`): each Gaussian's share in double
+// from the f32 intermediates, per block in a fixed tree (block_sum) into
+// pose_part[k·gridDim.x + block]; then pose_finish adds the blocks in a fixed order into the
+// caller's buffer. No atomics, so the result is deterministic; the parameter gradients are the
+// same bits either way (one templated body). Two entry points rather than a null pointer: the
+// pose path needs ~40 more registers (ptxas, sm_80: 120 against 80), which the plain kernel,
+// run by every training step, would otherwise pay in occupancy.
 #include "common.cuh"
 #include "sh.cuh"
 #include "projection.cuh"
 
-extern "C" __global__ void project_bwd(
-    u32 n,
-    const float* __restrict__ means,            // [N, 3]
-    const float* __restrict__ log_scales,       // [N, 3]
-    const float* __restrict__ rotations,        // [N, 4]
-    const float* __restrict__ logit_opacities,  // [N]
-    const float* __restrict__ sh,               // [N, K, 3]
-    u32 coeffs,                                 // K
-    u32 degree,                                 // active SH degree
-    const float* __restrict__ cam_buf,          // [GS_CAM_LEN]
-    u32 antialiased,                            // as given to project_fwd
-    const u32* __restrict__ radii,              // [N] from project_fwd
-    const float* __restrict__ conics,           // [N, 3] from project_fwd
-    const float* __restrict__ v_means2d,        // [N, 2] from rasterize_bwd
-    const float* __restrict__ v_conics,         // [N, 3] from rasterize_bwd
-    const float* __restrict__ v_colors,         // [N, 3] from rasterize_bwd
-    const float* __restrict__ v_opacities,      // [N] from rasterize_bwd
-    float* __restrict__ g_means,                // [N, 3] out
-    float* __restrict__ g_log_scales,           // [N, 3] out
-    float* __restrict__ g_rotations,            // [N, 4] out
-    float* __restrict__ g_logit_opacities,      // [N] out
-    float* __restrict__ g_sh,                   // [N, K, 3] out
-    float* __restrict__ g_means2d)              // [N, 2] out
+// The buffers and settings both entry points take after `n` (project_bwd_pose adds
+// `pose_part`), and the per-Gaussian body after the index: one list, written once.
+#define PROJECT_BWD_PARAMS                                                                       \
+    const float* __restrict__ means,            /* [N, 3] */                                     \
+    const float* __restrict__ log_scales,       /* [N, 3] */                                     \
+    const float* __restrict__ rotations,        /* [N, 4] */                                     \
+    const float* __restrict__ logit_opacities,  /* [N] */                                        \
+    const float* __restrict__ sh,               /* [N, K, 3] */                                  \
+    u32 coeffs,                                 /* K */                                          \
+    u32 degree,                                 /* active SH degree */                           \
+    const float* __restrict__ cam_buf,          /* [GS_CAM_LEN] */                               \
+    u32 antialiased,                            /* as given to project_fwd */                    \
+    const u32* __restrict__ radii,              /* [N] from project_fwd */                       \
+    const float* __restrict__ conics,           /* [N, 3] from project_fwd */                    \
+    const float* __restrict__ v_means2d,        /* [N, 2] from rasterize_bwd */                  \
+    const float* __restrict__ v_conics,         /* [N, 3] from rasterize_bwd */                  \
+    const float* __restrict__ v_colors,         /* [N, 3] from rasterize_bwd */                  \
+    const float* __restrict__ v_opacities,      /* [N] from rasterize_bwd */                     \
+    float* __restrict__ g_means,                /* [N, 3] out */                                 \
+    float* __restrict__ g_log_scales,           /* [N, 3] out */                                 \
+    float* __restrict__ g_rotations,            /* [N, 4] out */                                 \
+    float* __restrict__ g_logit_opacities,      /* [N] out */                                    \
+    float* __restrict__ g_sh,                   /* [N, K, 3] out */                              \
+    float* __restrict__ g_means2d               /* [N, 2] out */
+#define PROJECT_BWD_ARGS                                                                         \
+    means, log_scales, rotations, logit_opacities, sh, coeffs, degree, cam_buf, antialiased,     \
+        radii, conics, v_means2d, v_conics, v_colors, v_opacities, g_means, g_log_scales,        \
+        g_rotations, g_logit_opacities, g_sh, g_means2d
+
+// One Gaussian's share of the pose gradient, added to `acc` (twin of
+// cpu::project::pose_contribution, the same operations in the same order, in double from the
+// same f32 intermediates): `d2` is ∂L/∂Σ2d (symmetric), `dt` ∂L/∂t of the camera-space mean
+// (through the 2D mean and the Jacobian), `d_dir` ∂L/∂(μ − centre) through the SH colour alone.
+__device__ __forceinline__ void pose_contribution(const Geometry& g, const Cam& cam,
+                                                  const float d2f[2][2], const float dtf[3],
+                                                  const float d_dir[3], double acc[6]) {
+    // ∂L/∂Σc = Jᵀ·dΣ2·J and Σc = W·Σ·Wᵀ.
+    double gc[3][3];
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c) {
+            double s = 0.0;
+#pragma unroll
+            for (int a = 0; a < 2; ++a) {
+                double row = 0.0;
+#pragma unroll
+                for (int b = 0; b < 2; ++b)
+                    row += (double)g.j[a][r] * (double)d2f[a][b] * (double)g.j[b][c];
+                s += row;
+            }
+            gc[r][c] = s;
+        }
+    double wc[3][3];
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c) {
+            double s = 0.0;
+#pragma unroll
+            for (int k = 0; k < 3; ++k) s += (double)cam.rot[r][k] * (double)g.cov3[k][c];
+            wc[r][c] = s;
+        }
+    double sc[3][3];
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c) {
+            double s = 0.0;
+#pragma unroll
+            for (int k = 0; k < 3; ++k) s += wc[r][k] * (double)cam.rot[c][k];
+            sc[r][c] = s;
+        }
+    // A = G·Σc − Σc·G (antisymmetric; (Σc·G)[r][c] = (G·Σc)[c][r]).
+    double gs[3][3];
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c) {
+            double s = 0.0;
+#pragma unroll
+            for (int k = 0; k < 3; ++k) s += gc[r][k] * sc[k][c];
+            gs[r][c] = s;
+        }
+    const double t[3] = {(double)g.t[0], (double)g.t[1], (double)g.t[2]};
+    const double dt[3] = {(double)dtf[0], (double)dtf[1], (double)dtf[2]};
+    const double tx_dt[3] = {t[1] * dt[2] - t[2] * dt[1], t[2] * dt[0] - t[0] * dt[2],
+                             t[0] * dt[1] - t[1] * dt[0]};
+    // ρ: t' = t − ρ and the centre moves by Wᵀρ, so μ − centre by −Wᵀρ.
+#pragma unroll
+    for (int r = 0; r < 3; ++r) {
+        double wd = 0.0;
+#pragma unroll
+        for (int k = 0; k < 3; ++k) wd += (double)cam.rot[r][k] * (double)d_dir[k];
+        acc[r] -= dt[r] + wd;
+    }
+    // φ: t' = t − φ×t, Σc' = (I − [φ]×)·Σc·(I + [φ]×).
+    acc[3] += 2.0 * (gs[1][2] - gs[2][1]) - tx_dt[0];
+    acc[4] += 2.0 * (gs[2][0] - gs[0][2]) - tx_dt[1];
+    acc[5] += 2.0 * (gs[0][1] - gs[1][0]) - tx_dt[2];
+}
+
+// The kernels' per-Gaussian body (their arguments, plus the Gaussian `i` < n and, with POSE,
+// `pose`, this thread's pose accumulator): a function, so that its early returns for culled
+// Gaussians leave every thread free to reach the block's pose reduction.
+template <bool POSE>
+__device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, double* pose)
 {
-    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
     float* gsh = g_sh + (size_t)i * coeffs * 3;
     for (u32 k = 0; k < 3 * coeffs; ++k) gsh[k] = 0.0f;
 #pragma unroll
@@ -164,6 +255,9 @@ extern "C" __global__ void project_bwd(
     dt[0] += fx * rz * gm2[0];
     dt[1] += fy * rz * gm2[1];
     dt[2] += -(fx * x * gm2[0] + fy * y * gm2[1]) * rz2;
+    // The view direction's share of ∂L/∂μ, for the pose gradient at the end (computed last,
+    // when little else is live: fewer registers).
+    const float d_view[3] = {d_mean[0], d_mean[1], d_mean[2]};
     // t = W·μ + w: dμ += Wᵀ·dt.
 #pragma unroll
     for (int a = 0; a < 3; ++a)
@@ -204,4 +298,48 @@ extern "C" __global__ void project_bwd(
     const float proj = dq[0] * g.qn[0] + dq[1] * g.qn[1] + dq[2] * g.qn[2] + dq[3] * g.qn[3];
 #pragma unroll
     for (int a = 0; a < 4; ++a) g_rotations[4 * i + a] = (dq[a] - g.qn[a] * proj) / g.qlen;
+
+    if constexpr (POSE) pose_contribution(g, cam, d2, dt, d_view, pose);
+}
+
+// Without the pose gradient: the kernel as it always was (the same code and registers).
+extern "C" __global__ void project_bwd(u32 n, PROJECT_BWD_PARAMS)
+{
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) project_bwd_gaussian<false>(i, PROJECT_BWD_ARGS, nullptr);
+}
+
+// The same, and each block's sums of its Gaussians' pose-gradient shares (k = 0..5: ρ, φ) into
+// pose_part[k·gridDim.x + blockIdx.x], for pose_finish. Blocks of GS_ELEMENT_BLOCK threads (the
+// size block_sum assumes); every thread, past n or not, reaches the reductions.
+extern "C" __global__ void project_bwd_pose(u32 n, PROJECT_BWD_PARAMS,
+                                            double* __restrict__ pose_part)  // [6, blocks] out
+{
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    double pose[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    if (i < n) project_bwd_gaussian<true>(i, PROJECT_BWD_ARGS, pose);
+#pragma unroll
+    for (int k = 0; k < 6; ++k) {
+        const double s = block_sum<GS_ELEMENT_BLOCK>(pose[k]);
+        if (threadIdx.x == 0) pose_part[(u64)k * gridDim.x + blockIdx.x] = s;
+        __syncthreads();  // block_sum's shared buffer is reused by the next sum
+    }
+}
+
+// One block of GS_ELEMENT_BLOCK threads: out[offset + k] = Σ_b part[k·blocks + b] for the six
+// pose components, in a fixed order (deterministic). `blocks` = 0 (no Gaussians) writes zeros.
+// The device engine puts the sums after its loss scalars, so one read per step brings both.
+extern "C" __global__ void pose_finish(
+    u32 blocks,
+    const double* __restrict__ part,  // [6, blocks] from project_bwd_pose
+    u64 offset,
+    double* __restrict__ out)         // [offset + 6] out
+{
+    for (int k = 0; k < 6; ++k) {
+        double s = 0.0;
+        for (u32 b = threadIdx.x; b < blocks; b += blockDim.x) s += part[(u64)k * blocks + b];
+        const double t = block_sum<GS_ELEMENT_BLOCK>(s);
+        if (threadIdx.x == 0) out[offset + k] = t;
+        __syncthreads();  // block_sum's shared buffer is reused by the next sum
+    }
 }

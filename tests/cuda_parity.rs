@@ -60,6 +60,16 @@ const GRAD_FLIP_FRACTION: f64 = 2e-3;
 const RADIUS_FLIP_FRACTION: f64 = 1e-3;
 /// Fraction of pixels whose last contributor may differ (decision flips, as above).
 const LAST_FLIP_FRACTION: f64 = 2e-3;
+/// The pose gradient ([`GaussianGrads::pose`]), relative to the largest magnitude of its
+/// translation (ρ) or rotation (φ) part: a sum over Gaussians in double of terms linear in the
+/// per-splat gradients, so it inherits their float atomics' rounding (and sums in another
+/// order than the CPU). Measured on the host emulation (g++ 12), 2026-11-26: ≤ 3.7e-6 over
+/// the ten pose scenes (huge antialiased; the others ≤ 2.0e-6), the sharded engine within
+/// 3.9e-7 of one device's; so 1e-4 leaves 27× headroom. The GPU's per-splat gradients are
+/// ≤ 6.5e-6 of scale (H100/H200), not yet measured here: record the `pose max rel` of
+/// `--nocapture` when a GPU runs it. Dropping the view-direction term of the twin moved it by
+/// 0.56 of scale (one of the mutations in tools/kernel-mutations.sh).
+const POSE_RTOL: f64 = 1e-4;
 
 /// The rasterizers under test: the host emulation always, the GPU when usable.
 fn rasterizers() -> Vec<CudaRasterizer> {
@@ -140,6 +150,27 @@ fn scene(n: usize, seed: u64) -> Gaussians {
         }
     }
     g
+}
+
+/// The largest error of `got` against `want`, relative to the largest magnitude of `want`'s
+/// translation (ρ) or rotation (φ) part, whichever the component belongs to (their units
+/// differ); a part that is zero in `want` (nothing visible) must be zero in `got`.
+fn pose_error(got: &[f64; 6], want: &[f64; 6]) -> f64 {
+    let mut worst = 0.0f64;
+    for part in [0..3, 3..6] {
+        let scale = want[part.clone()]
+            .iter()
+            .fold(0.0f64, |m, v| m.max(v.abs()));
+        for k in part {
+            let diff = (got[k] - want[k]).abs();
+            worst = worst.max(match scale > 0.0 {
+                true => diff / scale,
+                false if diff == 0.0 => 0.0,
+                false => f64::INFINITY,
+            });
+        }
+    }
+    worst
 }
 
 fn close(a: f32, b: f32, rtol: f32, atol: f32) -> bool {
@@ -250,6 +281,7 @@ fn check_scene(
     degree: u32,
     antialiased: bool,
     absgrad: bool,
+    pose: bool,
 ) {
     let g = scene_of(kind, n, seed);
     let cam = camera(w, h);
@@ -258,6 +290,7 @@ fn check_scene(
         background: [0.1, 0.2, 0.3],
         antialiased,
         absgrad,
+        pose_grad: pose,
         ..RenderOptions::default()
     };
     let mut cpu_r = CpuRasterizer::<f32>::new();
@@ -267,7 +300,8 @@ fn check_scene(
     gpu_r.forward(&g, &cam, &opts, &mut gpu_out).unwrap();
     let mode = if antialiased { " antialiased" } else { "" };
     let abs = if absgrad { " absgrad" } else { "" };
-    let label = format!("n={n} seed={seed} {w}x{h} degree {degree}{mode}{abs}");
+    let pose_label = if pose { " pose" } else { "" };
+    let label = format!("n={n} seed={seed} {w}x{h} degree {degree}{mode}{abs}{pose_label}");
 
     // Stage 1: projection. Gaussians whose radius differs are excluded from every later
     // comparison of their own values (never the checks themselves).
@@ -280,6 +314,7 @@ fn check_scene(
         .map(|(c, d)| c.radius != d.radius)
         .collect();
     let flips = flipped.iter().filter(|&&f| f).count();
+    let drawn_any = cs.iter().any(|s| s.radius > 0);
     if let Kind::Absurd = kind {
         // The absurd Gaussians in front of the camera are drawn by the device too, as huge
         // splats, not culled (the f32 overflow of `a·c` this scene exists for), the same ones
@@ -432,6 +467,7 @@ fn check_scene(
     // Stale values of another shape: the backward must resize and overwrite them.
     let mut gg = GaussianGrads::default();
     gg.params.means = vec![[f32::NAN; 3]; 4];
+    gg.pose = Some([f64::NAN; 6]);
     gpu_r.backward(&g, &cam, &opts, &d_image, &mut gg).unwrap();
     let k = sh_coeffs(g.sh_degree);
     // The absolute 2D-mean gradient: present exactly when asked for. Every term is ≥ 0, so
@@ -505,6 +541,40 @@ fn check_scene(
         ),
     ];
     grads.extend(abs_tally.map(|t| ("means2d_abs", t)));
+    // The pose gradient: present exactly when asked for. A Gaussian whose radius flipped
+    // adds its share on one side only, so it is compared where none did (the emulation never
+    // flips; the GPUs measured none on these scenes).
+    let mut pose_err = None;
+    if pose {
+        let c = cg.pose.expect("the CPU backward's pose gradient");
+        let d = gg.pose.expect("the CUDA backward's pose gradient");
+        assert!(
+            d.iter().all(|v| v.is_finite()),
+            "{label}: pose gradient {d:?}"
+        );
+        // With something drawn, both parts of the CPU's are large enough to test.
+        if drawn_any {
+            for part in [&c[..3], &c[3..]] {
+                assert!(
+                    part.iter().any(|v| v.abs() > 1e-3),
+                    "{label}: pose gradient {c:?} too small to test"
+                );
+            }
+        }
+        let err = pose_error(&d, &c);
+        if flips == 0 {
+            assert!(
+                err <= POSE_RTOL,
+                "{label}: pose gradient: CUDA {d:?} vs CPU {c:?}, {err:.3e} of its scale"
+            );
+        }
+        pose_err = Some(err);
+    } else {
+        assert_eq!(
+            gg.pose, None,
+            "{label}: pose gradient returned without pose_grad"
+        );
+    }
     let mut line = format!(
         "MEASURED {label} kind={}: radius flips {flips}, splat error {:.2} of tolerance, tiles differing {bad_tiles}, \
          last-contributor diffs {last_diff}, image max {:.2e} ({} over), final T max {:.2e}",
@@ -519,6 +589,9 @@ fn check_scene(
             ", grad {name} max rel {:.2e} ({} over)",
             t.max, t.over
         ));
+    }
+    if let Some(e) = pose_err {
+        line.push_str(&format!(", pose max rel {e:.2e}"));
     }
     eprintln!("{line}");
     for (name, t) in &grads {
@@ -561,27 +634,29 @@ fn stages_match_cpu(r: &mut CudaRasterizer) {
     // ones), ≈ 0 (sub-pixel), and at the power-of-two inversion scale (absurd).
     // The absolute 2D-mean gradient (last column) runs on the largest scene and again on
     // smaller ones after it, whose accumulators then start from a dirty buffer.
-    for (kind, n, seed, w, h, degree, aa, abs) in [
-        (Kind::Mixed, 20_000, 7, 320, 240, 3, false, true),
-        (Kind::Mixed, 1, 1, 16, 16, 3, false, false),
-        (Kind::Mixed, 37, 2, 33, 17, 3, false, true),
-        (Kind::Mixed, 1000, 3, 128, 96, 1, false, true),
-        (Kind::Mixed, 5000, 4, 200, 150, 3, false, false),
-        (Kind::SubPixel, 3000, 5, 97, 61, 2, false, false),
-        (Kind::Huge, 2000, 6, 130, 70, 3, false, true),
-        (Kind::Absurd, 500, 9, 64, 48, 1, false, true),
-        (Kind::Mixed, 4000, 8, 47, 300, 0, false, false),
-        (Kind::Mixed, 3000, 10, 150, 100, 3, true, true),
-        (Kind::SubPixel, 1500, 11, 61, 45, 1, true, false),
-        (Kind::Huge, 1000, 12, 70, 50, 2, true, false),
-        (Kind::Absurd, 500, 13, 64, 48, 1, true, false),
+    // The pose gradient (last column) runs on most scenes, both modes, and stays off on a few,
+    // between pose scenes, whose backward must then return none.
+    for (kind, n, seed, w, h, degree, aa, abs, pose) in [
+        (Kind::Mixed, 20_000, 7, 320, 240, 3, false, true, true),
+        (Kind::Mixed, 1, 1, 16, 16, 3, false, false, true),
+        (Kind::Mixed, 37, 2, 33, 17, 3, false, true, false),
+        (Kind::Mixed, 1000, 3, 128, 96, 1, false, true, true),
+        (Kind::Mixed, 5000, 4, 200, 150, 3, false, false, true),
+        (Kind::SubPixel, 3000, 5, 97, 61, 2, false, false, true),
+        (Kind::Huge, 2000, 6, 130, 70, 3, false, true, true),
+        (Kind::Absurd, 500, 9, 64, 48, 1, false, true, true),
+        (Kind::Mixed, 4000, 8, 47, 300, 0, false, false, false),
+        (Kind::Mixed, 3000, 10, 150, 100, 3, true, true, true),
+        (Kind::SubPixel, 1500, 11, 61, 45, 1, true, false, false),
+        (Kind::Huge, 1000, 12, 70, 50, 2, true, false, true),
+        (Kind::Absurd, 500, 13, 64, 48, 1, true, false, true),
     ] {
         // Under compute-sanitizer (10-100x slower kernels) the verification script asks for
         // the small scenes only; every kernel still runs on several shapes.
         if small_only() && n > 4000 {
             continue;
         }
-        check_scene(r, kind, n, seed, w, h, degree, aa, abs);
+        check_scene(r, kind, n, seed, w, h, degree, aa, abs, pose);
     }
 }
 
@@ -734,6 +809,107 @@ fn resident_path_equals_host_path() {
     }
 }
 
+/// The resident backward writes the pose gradient where the caller says
+/// ([`PoseTarget`](ramsplat::render::cuda::PoseTarget): six doubles at an offset of its
+/// buffer, nothing else of it touched), the same sums the host API returns; a target too short
+/// or on another device is an error (checked before `project_bwd_pose` runs).
+#[test]
+fn pose_gradient_lands_at_the_callers_offset() {
+    use ramsplat::render::cuda::{DeviceGaussians, PoseTarget};
+    for mut r in rasterizers() {
+        let dev = r.device().clone();
+        let g = scene(2000, 23);
+        let cam = camera(96, 64);
+        let opts = RenderOptions {
+            sh_degree: 3,
+            pose_grad: true,
+            ..RenderOptions::default()
+        };
+        let mut out = poisoned_output();
+        r.forward(&g, &cam, &opts, &mut out).unwrap();
+        let mut rng = Rng::new(8);
+        let d_image: Vec<f32> = (0..out.image.len())
+            .map(|_| rng.uniform(-1.0, 1.0) as f32)
+            .collect();
+        let mut host = GaussianGrads::default();
+        r.backward(&g, &cam, &opts, &d_image, &mut host).unwrap();
+        let want = host.pose.expect("pose_grad asks for the pose gradient");
+
+        let mut dg = DeviceGaussians::new(&dev).unwrap();
+        dg.upload(&dev, &g).unwrap();
+        let mut dd = dev.alloc::<f32>(d_image.len()).unwrap();
+        dev.upload(&d_image, &mut dd).unwrap();
+        let sentinel = [7.5f64; 11];
+        let mut buf = dev.alloc::<f64>(sentinel.len()).unwrap();
+        // Too short for six values at offset 6; then a buffer of another device.
+        r.forward_resident(&dg, &cam, &opts).unwrap();
+        let short = PoseTarget {
+            buf: &mut buf,
+            offset: 6,
+        };
+        let err = r.backward_resident_to(&dg, &cam, &opts, &dd, Some(short));
+        assert!(
+            err.is_err(),
+            "{}: a short pose target is refused",
+            dev.name()
+        );
+        let other = Device::emulated().unwrap();
+        let mut foreign = other.alloc::<f64>(8).unwrap();
+        let err = r.backward_resident_to(
+            &dg,
+            &cam,
+            &opts,
+            &dd,
+            Some(PoseTarget {
+                buf: &mut foreign,
+                offset: 0,
+            }),
+        );
+        assert!(
+            err.is_err(),
+            "{}: another device's buffer is refused",
+            dev.name()
+        );
+
+        dev.upload(&sentinel, &mut buf).unwrap();
+        let target = PoseTarget {
+            buf: &mut buf,
+            offset: 3,
+        };
+        r.backward_resident_to(&dg, &cam, &opts, &dd, Some(target))
+            .unwrap();
+        assert_eq!(
+            r.pose_grad().unwrap(),
+            None,
+            "the sums went to the caller's buffer"
+        );
+        let got = dev.download_vec(&buf, sentinel.len()).unwrap();
+        assert_eq!(
+            &got[..3],
+            &sentinel[..3],
+            "{}: before the offset",
+            dev.name()
+        );
+        assert_eq!(
+            &got[9..],
+            &sentinel[9..],
+            "{}: after the six sums",
+            dev.name()
+        );
+        let sums: [f64; 6] = std::array::from_fn(|k| got[3 + k]);
+        // The same kernels on the same inputs; on a GPU the per-splat gradients' float
+        // atomics may add in another order between the two backwards.
+        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(
+            sums.iter()
+                .zip(&want)
+                .all(|(a, b)| (a - b).abs() <= 1e-5 * scale),
+            "{}: {sums:?} vs {want:?}",
+            dev.name()
+        );
+    }
+}
+
 /// Depth maps (`render::depth`, what `gs-render --depth` writes) come from the backend's own
 /// colour path, so the device's equal the CPU's within the image tolerance (relative to the
 /// scene's depths) wherever both drew something, in both rasterization modes.
@@ -801,11 +977,14 @@ fn shard_device_sets() -> Vec<(Device, Vec<Device>)> {
 /// (visibility and radii exactly, 2D-mean gradient norms within the float atomics' order),
 /// and a render after an Adam step agrees. 2,000 Gaussians with absgrad (the absolute
 /// gradients travel back with the signed ones); empty shards are in the library's tests.
+/// Steps 0 and 2 also ask for the pose gradient: the sum of the shards' shares in shard order
+/// is the one-device sum to the rounding of a different order (and of the atomics); step 1
+/// asks for none and gets none.
 #[test]
 fn sharded_engine_matches_one_device() {
     use ramsplat::train::adam::{AdamConfig, GroupMask, LearningRates};
     use ramsplat::train::densify::Model;
-    use ramsplat::train::device_engine::{DeviceEngine, Frame, ResidentEngine};
+    use ramsplat::train::device_engine::{DeviceEngine, Frame, ResidentEngine, StepScalars};
     use ramsplat::train::sharded::ShardedEngine;
     for (one_dev, shard_devs) in shard_device_sets() {
         let name = one_dev.name();
@@ -829,9 +1008,33 @@ fn sharded_engine_matches_one_device() {
                 .unwrap();
             many.stage_view(Frame::Host(&target), target.len(), false, None)
                 .unwrap();
-            let a = one.forward_backward(&cam, &opts, 0.2).unwrap();
-            let b = many.forward_backward(&cam, &opts, 0.2).unwrap();
-            assert_eq!(a, b, "{name}: step {step}: the same loss, bit for bit");
+            let step_opts = RenderOptions {
+                pose_grad: step != 1,
+                ..opts
+            };
+            let a = one.forward_backward(&cam, &step_opts, 0.2).unwrap();
+            let b = many.forward_backward(&cam, &step_opts, 0.2).unwrap();
+            let (pa, pb) = (a.pose_grad, b.pose_grad);
+            let no_pose = |s: StepScalars| StepScalars {
+                pose_grad: None,
+                ..s
+            };
+            assert_eq!(
+                no_pose(a),
+                no_pose(b),
+                "{name}: step {step}: the same loss, bit for bit"
+            );
+            assert_eq!(pa.is_some(), step != 1, "{name}: step {step}: {pa:?}");
+            assert_eq!(pb.is_some(), step != 1, "{name}: step {step}: {pb:?}");
+            if let (Some(pa), Some(pb)) = (pa, pb) {
+                let err = pose_error(&pb, &pa);
+                eprintln!("MEASURED sharded {name}: step {step}: pose gradient {err:.2e} of scale");
+                // Measured on the emulation: ≤ 3.9e-7 (POSE_RTOL's doc).
+                assert!(
+                    err <= POSE_RTOL,
+                    "{name}: step {step}: sharded {pb:?} vs one device {pa:?}"
+                );
+            }
             losses.push(a.loss);
             one.accumulate_stats(64, 48, true).unwrap();
             many.accumulate_stats(64, 48, true).unwrap();

@@ -592,7 +592,9 @@ impl Device {
         }
     }
 
-    fn check_owner(&self, other: &Device) -> Result<(), DeviceError> {
+    /// `Ok` when `other` is this device: a buffer of another device must reach no copy or
+    /// launch here.
+    pub(crate) fn check_owner(&self, other: &Device) -> Result<(), DeviceError> {
         if Arc::ptr_eq(&self.0, &other.0) {
             Ok(())
         } else {

@@ -54,7 +54,8 @@ fn c_float(v: f32) -> String {
 }
 
 /// `kernels/loss.cu` with its constants: the SSIM window exactly as the CPU rounds it to f32,
-/// C1 and C2, the block size.
+/// C1 and C2, the block size; and `common.cuh` spliced in (its block reduction) with the
+/// rasterizer's constants that header requires.
 pub fn module_source() -> ModuleSource {
     const NAMES: [&str; SSIM_WINDOW] = [
         "GS_SSIM_W0",
@@ -70,14 +71,19 @@ pub fn module_source() -> ModuleSource {
         "GS_SSIM_W10",
     ];
     let w = window_1d::<f32>();
-    let mut defines: Vec<(&'static str, String)> =
-        NAMES.iter().zip(w).map(|(n, v)| (*n, c_float(v))).collect();
+    let mut defines = crate::render::cuda::kernels::defines();
+    defines.extend(NAMES.iter().zip(w).map(|(n, v)| (*n, c_float(v))));
     defines.push(("GS_SSIM_C1", c_float(SSIM_C1 as f32)));
     defines.push(("GS_SSIM_C2", c_float(SSIM_C2 as f32)));
     defines.push(("GS_LOSS_BLOCK", LOSS_BLOCK.to_string()));
     ModuleSource {
         name: "loss.cu".into(),
-        source: include_str!("../../kernels/loss.cu").into(),
+        // loss.cu includes common.cuh alone, an embedded header (a unit test splices it).
+        source: crate::render::cuda::kernels::spliced(
+            "loss.cu",
+            include_str!("../../kernels/loss.cu"),
+        )
+        .expect("loss.cu includes only embedded headers"),
         entry_points: ENTRY_POINTS.to_vec(),
         defines,
     }
@@ -563,6 +569,21 @@ mod tests {
             let got = dev.download_vec(&dst, bytes.len()).unwrap();
             let want: Vec<f32> = bytes.iter().map(|&v| v as f32 * (1.0 / 255.0)).collect();
             assert_eq!(got, want, "{}", dev.name());
+        }
+    }
+
+    /// `loss.cu` shares `common.cuh`'s block reduction: the module source has it spliced in
+    /// (no `#include` left for a driver to resolve) and every constant that header requires.
+    #[test]
+    fn module_source_splices_the_common_header() {
+        let m = module_source();
+        assert!(!m
+            .source
+            .lines()
+            .any(|l| l.trim_start().starts_with("#include")));
+        assert!(m.source.contains("GS_COMMON_CUH") && m.source.contains("block_sum"));
+        for (name, _) in crate::render::cuda::kernels::defines() {
+            assert!(m.defines.iter().any(|(n, _)| *n == name), "{name}");
         }
     }
 

@@ -17,6 +17,11 @@
 //!    ([`CudaRasterizer::project_backward_from`]).
 //! 5. Statistics and Adam run on every device on its own rows, as in [`DeviceEngine`].
 //!
+//! With [`RenderOptions::pose_grad`] each shard's `project_bwd` also sums its Gaussians' share
+//! of the camera's pose gradient ([`CudaRasterizer::pose_grad`], 48 bytes read per shard); the
+//! step's pose gradient is their sum in shard order (deterministic; the one-device engine's up
+//! to the order of the additions).
+//!
 //! # Exactly the one-device algorithm
 //! Shards hold consecutive rows, so the gathered splats are the whole model's in its own
 //! order: the view device sorts and rasterizes exactly what one device would, and everything
@@ -49,6 +54,7 @@
 //! by the model row (`first` of `mcmc_noise`), so they are the one-device values.
 
 use crate::device::{copy_between, Device};
+use crate::render::cuda::kernels::POSE_LEN;
 use crate::render::cuda::{CudaError, CudaRasterizer};
 use crate::render::RenderOptions;
 use crate::scene::camera::Camera;
@@ -174,8 +180,9 @@ impl ResidentEngine for ShardedEngine {
     }
 
     /// Forward, loss and backward of the staged view over every shard (the module doc's step
-    /// 2–4); returns the loss scalars. Each shard's gradients, radii and (with absgrad) absolute
-    /// 2D-mean gradients stay on its device for the statistics and Adam.
+    /// 2–4); returns the loss scalars, with `pose_grad` the sum of the shards' pose gradients
+    /// in shard order. Each shard's gradients, radii and (with absgrad) absolute 2D-mean
+    /// gradients stay on its device for the statistics and Adam.
     fn forward_backward(
         &mut self,
         camera: &Camera,
@@ -198,7 +205,19 @@ impl ResidentEngine for ShardedEngine {
             raster.project_backward_from(&self.views[v], offset, params, camera, options)?;
             offset += n;
         }
-        self.shards[v].step_scalars()
+        // The shards' shares, read once every shard's backward is queued, added in shard order.
+        let mut pose = options.pose_grad.then_some([0.0f64; POSE_LEN]);
+        if let Some(sum) = &mut pose {
+            for shard in &self.shards {
+                let part = shard.raster().pose_grad()?.ok_or(CudaError::NoBackward)?;
+                for (a, p) in sum.iter_mut().zip(part) {
+                    *a += p;
+                }
+            }
+        }
+        let mut scalars = self.shards[v].step_scalars()?;
+        scalars.pose_grad = pose;
+        Ok(scalars)
     }
 
     /// MCMC's regularisers over the whole model: each shard adds its gradients (means over

@@ -29,8 +29,11 @@ pub const SORT_BLOCK: u32 = 256;
 /// Bits per radix-sort digit: 256 buckets fit the 256-thread block's one-bucket-per-thread
 /// prefix step and make the 45-bit keys of a 1080p render a 6-pass sort.
 pub const RADIX_BITS: u32 = 8;
-/// Threads per block of the one-thread-per-element kernels (projection, key emission).
+/// Threads per block of the one-thread-per-element kernels (projection, key emission), and of
+/// `pose_finish`: `project_bwd` sums the pose gradient over blocks of this size.
 pub const ELEMENT_BLOCK: u32 = 256;
+/// Values of the pose gradient `∂L/∂(ρ, φ)` ([`crate::render::GaussianGrads::pose`]).
+pub const POSE_LEN: usize = 6;
 /// Floats in the camera buffer (layout in `kernels/common.cuh`).
 pub const CAM_LEN: usize = 23;
 
@@ -85,7 +88,7 @@ impl Kernel {
     pub fn entry_points(self) -> &'static [&'static str] {
         match self {
             Kernel::ProjectFwd => &["project_fwd"],
-            Kernel::ProjectBwd => &["project_bwd"],
+            Kernel::ProjectBwd => &["project_bwd", "project_bwd_pose", "pose_finish"],
             Kernel::TileBinning => &["depth_keys", "gather_counts", "emit_keys", "tile_ranges"],
             Kernel::Scan => &[
                 "scan_block_u64",
@@ -115,9 +118,7 @@ impl Kernel {
     /// embedded header (recursively). An include of anything not in [`HEADERS`] is an error,
     /// so a new header cannot be forgotten silently.
     pub fn source(self) -> Result<String, CudaError> {
-        let mut out = String::new();
-        splice(self.file_name(), self.raw_source(), &mut out, 0)?;
-        Ok(out)
+        spliced(self.file_name(), self.raw_source())
     }
 
     /// What the device layer compiles: the spliced source, the entry points, the constants.
@@ -129,6 +130,15 @@ impl Kernel {
             defines: defines(),
         })
     }
+}
+
+/// `text`, the `.cu` file `file`, with its headers spliced in as [`Kernel::source`] does: also
+/// for the training modules outside the rasterizer's table that include `common.cuh`
+/// (`kernels/loss.cu` shares its block reduction).
+pub fn spliced(file: &str, text: &str) -> Result<String, CudaError> {
+    let mut out = String::new();
+    splice(file, text, &mut out, 0)?;
+    Ok(out)
 }
 
 fn splice(file: &str, text: &str, out: &mut String, depth: u32) -> Result<(), CudaError> {
@@ -201,6 +211,7 @@ pub fn defines() -> Vec<(&'static str, String)> {
         ("GS_SORT_BLOCK", SORT_BLOCK.to_string()),
         ("GS_RADIX_BITS", RADIX_BITS.to_string()),
         ("GS_CAM_LEN", CAM_LEN.to_string()),
+        ("GS_ELEMENT_BLOCK", ELEMENT_BLOCK.to_string()),
         ("GS_SH_C0", c_double(SH_C0)),
         ("GS_SH_C1", c_double(SH_C1)),
     ];

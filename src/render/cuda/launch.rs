@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 
-use super::kernels::{Kernel, CAM_LEN, ELEMENT_BLOCK, SCAN_BLOCK, SCAN_ITEMS, SORT_BLOCK};
+use super::kernels::{
+    Kernel, CAM_LEN, ELEMENT_BLOCK, POSE_LEN, SCAN_BLOCK, SCAN_ITEMS, SORT_BLOCK,
+};
 use super::CudaError;
 use super::DeviceGaussians;
 use crate::device::{Device, DeviceBuffer, Element, Function, KernelArg, LaunchConfig};
@@ -41,6 +43,21 @@ pub struct ParamBufs<'a> {
     pub sh: &'a DeviceBuffer<f32>,
     pub coeffs: u32,
     pub degree: u32,
+}
+
+/// Where [`Kernels::project_bwd`] puts the pose gradient: the per-block partials (scratch of
+/// [`pose_part_len`] doubles) and the [`POSE_LEN`] sums, at `out[offset..offset + POSE_LEN]`.
+/// `out` must belong to the launching device (checked).
+pub struct PoseBufs<'a> {
+    pub part: &'a mut DeviceBuffer<f64>,
+    pub out: &'a mut DeviceBuffer<f64>,
+    pub offset: usize,
+}
+
+/// Doubles of per-block pose partials that `project_bwd` writes for `n` Gaussians: one per
+/// pose component and block of [`ELEMENT_BLOCK`] (at least one block).
+pub fn pose_part_len(n: usize) -> usize {
+    POSE_LEN * n.div_ceil(ELEMENT_BLOCK as usize).max(1)
 }
 
 /// Projected splats on the device.
@@ -543,9 +560,14 @@ impl Kernels {
         conics: &DeviceBuffer<f32>,
         v: &SplatGradBufs,
         g: &mut ParamGradBufs,
+        pose: Option<PoseBufs<'_>>,
     ) -> Result<(), CudaError> {
         if n == 0 {
-            return Ok(());
+            // No Gaussian, no launch; the pose gradient is still written (zeros).
+            return match pose {
+                Some(p) => self.pose_finish(0, p),
+                None => Ok(()),
+            };
         }
         let nu = n as usize;
         let k = p.coeffs as usize;
@@ -580,7 +602,12 @@ impl Kernels {
         check("g_sh [N,K,3]", g.buffer(Field::Sh).len(), 3 * nu * k)?;
         check("g_means2d [N,2]", g.means2d.len(), 2 * nu)?;
         let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
-        let args = [
+        let blocks = cfg.grid.0 as usize;
+        if let Some(pb) = &pose {
+            // Before the launch: a bad target fails with neither kernel run.
+            self.check_pose(pb, blocks)?;
+        }
+        let mut args = vec![
             U32(n),
             p.means.arg(),
             p.log_scales.arg(),
@@ -604,9 +631,53 @@ impl Kernels {
             g.buffer(Field::Sh).arg(),
             g.means2d.arg(),
         ];
-        // SAFETY: matches project_bwd in kernels/project_bwd.cu; every buffer holds the N (and
-        // N·K) elements the kernel indexes (checked above).
-        unsafe { self.go("project_bwd", cfg, &args) }?;
+        // The pose path is its own entry point (more registers than the plain kernel).
+        let entry = match &pose {
+            Some(pb) => {
+                args.push(pb.part.arg());
+                "project_bwd_pose"
+            }
+            None => "project_bwd",
+        };
+        // SAFETY: matches project_bwd (or, with the pose partials appended, project_bwd_pose)
+        // in kernels/project_bwd.cu; every buffer holds the N (and N·K) elements the kernel
+        // indexes (checked above), and the pose partials the 6 · gridDim.x doubles its blocks
+        // write (checked; `cfg` is the grid).
+        unsafe { self.go(entry, cfg, &args) }?;
+        match pose {
+            Some(pb) => self.pose_finish(blocks, pb),
+            None => Ok(()),
+        }
+    }
+
+    /// The pose buffers hold `blocks` blocks of partials and the sums at `offset`, and the
+    /// sums' buffer (the caller's) belongs to this device.
+    fn check_pose(&self, p: &PoseBufs<'_>, blocks: usize) -> Result<(), CudaError> {
+        check("pose partials [6, blocks]", p.part.len(), POSE_LEN * blocks)?;
+        check("pose sums", p.out.len(), p.offset + POSE_LEN)?;
+        self.dev.check_owner(p.out.dev())?;
+        self.dev.check_owner(p.part.dev())?;
+        Ok(())
+    }
+
+    /// `pose_finish`: the sums of `blocks` blocks of pose partials into
+    /// `out[offset..offset + POSE_LEN]` (zeros for no blocks).
+    fn pose_finish(&self, blocks: usize, p: PoseBufs<'_>) -> Result<(), CudaError> {
+        self.check_pose(&p, blocks)?;
+        let blocks = u32::try_from(blocks).map_err(|_| CudaError::Shape {
+            what: "pose partial blocks",
+            got: blocks,
+            need: u32::MAX as usize,
+        })?;
+        let cfg = LaunchConfig {
+            grid: (1, 1, 1),
+            block: (ELEMENT_BLOCK, 1, 1),
+        };
+        let args = [U32(blocks), p.part.arg(), U64(p.offset as u64), p.out.arg()];
+        // SAFETY: matches pose_finish in kernels/project_bwd.cu, one block of ELEMENT_BLOCK
+        // threads (the size its block_sum assumes); it reads 6 · blocks partials and writes
+        // out[offset..offset + 6], both checked above, and `out` is a buffer of this device.
+        unsafe { self.go("pose_finish", cfg, &args) }?;
         Ok(())
     }
 }

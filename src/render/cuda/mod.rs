@@ -2,7 +2,8 @@
 //! CPU reference ([`crate::render::cpu`], the oracle), stage for stage:
 //! `project_fwd` → intersection count (exclusive scan) → device-memory preflight →
 //! `emit_keys` → stable radix sort of (tile | depth) keys → `tile_ranges` → `rasterize_fwd`,
-//! and backward `rasterize_bwd` → `project_bwd`.
+//! and backward `rasterize_bwd` → `project_bwd` (with [`RenderOptions::pose_grad`]:
+//! `project_bwd_pose` → `pose_finish`).
 //!
 //! It runs on the device layer ([`crate::device`]), so the same code drives a real GPU (CUDA)
 //! and the host emulation (`GS_CUDA_EMULATE=1`), which executes these kernels in `cargo test`.
@@ -16,6 +17,14 @@
 //! [`RenderOptions::max_intersection_bytes`] and the device's free memory; every output the
 //! host reads is fully written by a kernel (no reliance on zeroed memory), gradient
 //! accumulators are explicitly zeroed before the backward.
+//!
+//! The pose gradient ([`GaussianGrads::pose`]) is summed without atomics: per block of
+//! `project_bwd_pose` in a fixed tree, then over blocks in a fixed order (`pose_finish`), in
+//! double, so it is deterministic on either driver and differs from the CPU's chunked f64 sum
+//! only by the order of the additions (and by the per-splat gradients it starts from). It
+//! lands in the rasterizer's own buffer ([`CudaRasterizer::pose_grad`]) or at an offset of
+//! the caller's ([`CudaRasterizer::backward_resident_to`]), so a trainer reads it with its
+//! loss scalars in one download.
 
 pub mod error;
 pub mod kernels;
@@ -33,7 +42,10 @@ use crate::render::{
 };
 use crate::scene::camera::Camera;
 use crate::scene::gaussians::{Field, Gaussians};
-use launch::{Kernels, ParamBufs, ParamGradBufs, SplatBufs, SplatGradBufs};
+use kernels::POSE_LEN;
+use launch::{
+    pose_part_len, Kernels, ParamBufs, ParamGradBufs, PoseBufs, SplatBufs, SplatGradBufs,
+};
 pub use resident::DeviceGaussians;
 
 /// Device bytes per tile intersection: two u64 key buffers and two u32 id buffers (the sort
@@ -162,6 +174,18 @@ struct Bufs {
     d_image: DeviceBuffer<f32>,
     v: SplatGradBufs,
     g: ParamGradBufs,
+    /// The pose gradient's per-block partials ([`launch::pose_part_len`]) and, when the
+    /// caller names no buffer of its own, its [`POSE_LEN`] sums.
+    pose_part: DeviceBuffer<f64>,
+    pose: DeviceBuffer<f64>,
+}
+
+/// Where a backward with [`RenderOptions::pose_grad`] writes the pose gradient: [`POSE_LEN`]
+/// doubles at `buf[offset..]`, a buffer of the rasterizer's device (a trainer's loss scalars,
+/// so one download reads both).
+pub struct PoseTarget<'a> {
+    pub buf: &'a mut DeviceBuffer<f64>,
+    pub offset: usize,
 }
 
 impl Bufs {
@@ -202,6 +226,8 @@ impl Bufs {
                 params: DeviceGaussians::new(dev)?,
                 means2d: f()?,
             },
+            pose_part: dev.alloc::<f64>(1)?,
+            pose: dev.alloc::<f64>(POSE_LEN)?,
         })
     }
 
@@ -245,6 +271,9 @@ pub struct CudaRasterizer {
     projected: Option<super::ForwardFingerprint>,
     /// Splats of the last [`Self::backward_gathered`] whose gradients the `v` buffers hold.
     gathered_grads: Option<usize>,
+    /// Whether the last backward wrote the pose gradient into this rasterizer's own buffer
+    /// ([`Self::pose_grad`]); cleared by every forward.
+    pose_ready: bool,
     /// Host staging of copies between devices (sharded rendering), reused.
     staging: Staging,
     /// Per-stage wall times of the last forward + backward, when profiling is on.
@@ -295,6 +324,7 @@ impl CudaRasterizer {
             grads_n: None,
             projected: None,
             gathered_grads: None,
+            pose_ready: false,
             staging: Staging::default(),
             profile: None,
         })
@@ -352,6 +382,7 @@ impl CudaRasterizer {
         self.grads_n = None;
         self.projected = None;
         self.gathered_grads = None;
+        self.pose_ready = false;
         if let Some(p) = &mut self.profile {
             p.stages.clear();
             p.last = Some(std::time::Instant::now());
@@ -616,7 +647,8 @@ impl CudaRasterizer {
     }
 
     /// Backward of the last [`Self::forward_resident`] from a device-resident `∂L/∂image`
-    /// ([H, W, 3]); the parameter gradients stay on the device ([`Self::grads`]).
+    /// ([H, W, 3]); the parameter gradients stay on the device ([`Self::grads`]), and with
+    /// [`RenderOptions::pose_grad`] the pose gradient too ([`Self::pose_grad`]).
     pub fn backward_resident(
         &mut self,
         g: &DeviceGaussians,
@@ -624,14 +656,41 @@ impl CudaRasterizer {
         options: &RenderOptions,
         d_image: &DeviceBuffer<f32>,
     ) -> Result<&ParamGradBufs, RenderError> {
+        self.backward_resident_to(g, camera, options, d_image, None)
+    }
+
+    /// [`Self::backward_resident`], with the pose gradient (when [`RenderOptions::pose_grad`]
+    /// asks for it) written to `pose` instead of this rasterizer's own buffer, when given:
+    /// the caller reads it with its other device scalars, no download of its own.
+    pub fn backward_resident_to(
+        &mut self,
+        g: &DeviceGaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        d_image: &DeviceBuffer<f32>,
+        pose: Option<PoseTarget<'_>>,
+    ) -> Result<&ParamGradBufs, RenderError> {
         super::ForwardFingerprint::new(g.n, g.sh_degree, camera, options)
             .check(self.fingerprint.as_ref())?;
         g.validate(options.sh_degree)?;
         if let Some(p) = &mut self.profile {
             p.last = Some(std::time::Instant::now());
         }
-        self.backward_core(g, camera, options, Some(d_image))?;
+        self.backward_core(g, camera, options, Some(d_image), pose)?;
         Ok(&self.b.g)
+    }
+
+    /// The pose gradient `∂L/∂(ρ, φ)` of the last backward ([`GaussianGrads::pose`]): `None`
+    /// unless that backward had [`RenderOptions::pose_grad`] and no [`PoseTarget`]. After a
+    /// sharded backward ([`Self::project_backward_from`]) it is the shard's share, the sum
+    /// over its Gaussians. A download of 48 bytes (waits for the queue).
+    pub fn pose_grad(&self) -> Result<Option<[f64; POSE_LEN]>, CudaError> {
+        if !self.pose_ready {
+            return Ok(None);
+        }
+        let mut p = [0.0f64; POSE_LEN];
+        self.dev.download_from(&self.b.pose, 0, &mut p)?;
+        Ok(Some(p))
     }
 
     /// Sharded rendering, stage 1, on the device holding `g` (one shard of a model split over
@@ -737,7 +796,9 @@ impl CudaRasterizer {
     /// gradients (rows `offset..offset + g.n` of `view`'s last [`Self::backward_gathered`])
     /// and runs `project_bwd` against this rasterizer's projection of `g`. The parameter
     /// gradients ([`Self::grads`]), radii ([`Self::radii`]) and, with absgrad,
-    /// [`Self::means2d_abs`] are then `g`'s for the view, as after a one-device backward.
+    /// [`Self::means2d_abs`] are then `g`'s for the view, as after a one-device backward; with
+    /// [`RenderOptions::pose_grad`], [`Self::pose_grad`] is `g`'s share of the view's pose
+    /// gradient (the shards' shares sum to it).
     pub fn project_backward_from(
         &mut self,
         view: &CudaRasterizer,
@@ -775,20 +836,22 @@ impl CudaRasterizer {
             copy_between(from, width * offset, to, 0, width * n, &mut st.f)?;
         }
         mark(&s, &mut self.profile, "scatter splat grads")?;
-        self.project_backward(g, options)?;
+        self.project_backward(g, options, None)?;
         Ok(&self.b.g)
     }
 
     /// `d_image`: `None` = the rasterizer's own `d_image` buffer (the host path uploads there).
+    /// `pose`: where a pose gradient goes (`None` = this rasterizer's own buffer).
     fn backward_core(
         &mut self,
         g: &DeviceGaussians,
         camera: &Camera,
         options: &RenderOptions,
         d_image: Option<&DeviceBuffer<f32>>,
+        pose: Option<PoseTarget<'_>>,
     ) -> Result<(), RenderError> {
         self.raster_backward(g.n, camera, options, d_image)?;
-        self.project_backward(g, options)
+        self.project_backward(g, options, pose)
     }
 
     /// `rasterize_bwd` of the last raster stage (`n` splats) into this rasterizer's `v`
@@ -850,11 +913,14 @@ impl CudaRasterizer {
     }
 
     /// `project_bwd` of `g` from the splat gradients in this rasterizer's `v` buffers and the
-    /// projection in its splat buffers (this rasterizer's last projection of `g`).
+    /// projection in its splat buffers (this rasterizer's last projection of `g`); with
+    /// [`RenderOptions::pose_grad`] the pose gradient into `pose`, or this rasterizer's own
+    /// buffer when that is `None`.
     fn project_backward(
         &mut self,
         g: &DeviceGaussians,
         options: &RenderOptions,
+        pose: Option<PoseTarget<'_>>,
     ) -> Result<(), RenderError> {
         let n = g.n;
         let coeffs = g.coeffs();
@@ -865,6 +931,25 @@ impl CudaRasterizer {
         b.g.params.grow_to(&s, n, g.sh_degree)?;
         b.g.params.zero(&s)?;
         grow(&s, &mut b.g.means2d, 2 * n)?;
+        self.pose_ready = false;
+        let own = pose.is_none();
+        let pose = if options.pose_grad {
+            grow(&s, &mut b.pose_part, pose_part_len(n))?;
+            Some(match pose {
+                Some(t) => PoseBufs {
+                    part: &mut b.pose_part,
+                    out: t.buf,
+                    offset: t.offset,
+                },
+                None => PoseBufs {
+                    part: &mut b.pose_part,
+                    out: &mut b.pose,
+                    offset: 0,
+                },
+            })
+        } else {
+            None
+        };
         let p = ParamBufs {
             means: g.buffer(Field::Means),
             log_scales: g.buffer(Field::LogScales),
@@ -883,9 +968,11 @@ impl CudaRasterizer {
             &b.conics,
             &b.v,
             &mut b.g,
+            pose,
         )?;
         mark(&s, &mut self.profile, "project bwd")?;
         self.grads_n = Some(n);
+        self.pose_ready = options.pose_grad && own;
         Ok(())
     }
 
@@ -916,7 +1003,7 @@ impl CudaRasterizer {
         mark(&s, &mut self.profile, "bwd upload")?;
         // The forward uploaded these parameters (the fingerprint check above ties them).
         let params = self.host_params.take().ok_or(RenderError::StaleForward)?;
-        let r = self.backward_core(&params, camera, options, None);
+        let r = self.backward_core(&params, camera, options, None, None);
         self.host_params = Some(params);
         r?;
         let n = gaussians.len();
@@ -930,6 +1017,8 @@ impl CudaRasterizer {
         if options.absgrad {
             download_rows(&s, &b.v.means2d_abs, n, &mut grads.means2d_abs)?;
         }
+        // Some exactly with `pose_grad` (the backward above wrote it to the own buffer).
+        grads.pose = self.pose_grad()?;
         mark(&s, &mut self.profile, "bwd download")?;
         Ok(())
     }
