@@ -1362,17 +1362,22 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         ));
     }
     let exposure_slot = |r: u32| config.exposure.is_some().then_some(r);
+    // Pose slots number the views that train whole, in record order; held-out views keep the
+    // dataset's poses (gsplat's rule): they are scored from them.
+    let mut posed = 0u32;
     let train_views: Vec<TrainView> = (0..source.len() as u32)
         .map(|r| {
             let v = &manifest.views[source.view_index(r)];
             let held_out = half_split && v.split == Split::Test;
+            let pose = (config.pose.is_some() && !held_out).then(|| {
+                posed += 1;
+                posed - 1
+            });
             TrainView {
                 camera: v.camera,
                 layout: v.layout(),
                 exposure: exposure_slot(r),
-                // Held-out views keep the dataset's poses (gsplat's rule): they are scored
-                // from them.
-                pose: (config.pose.is_some() && !held_out).then_some(r),
+                pose,
                 region: if held_out {
                     Region::LeftHalf
                 } else {
@@ -1514,8 +1519,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     }
     // Every record's matrix from the first step on (the mean constraint covers them all).
     trainer.hold_exposure_views(source.len());
-    // Every record's pose correction (and injected noise) from the first step on.
-    trainer.hold_pose_views(source.len());
+    // Every posed view's correction (and injected noise) from the first step on, with the
+    // cameras whose frame the corrections keep.
+    let posed_cameras: Vec<Camera> = train_views
+        .iter()
+        .filter(|v| v.pose.is_some())
+        .map(|v| v.camera)
+        .collect();
+    trainer.hold_pose_views(&posed_cameras);
     // The initialisation's points are freed: their share goes to the cache.
     plan.release_to_cache(Component::Initialisation);
     let model_reservation = plan

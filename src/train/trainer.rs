@@ -315,6 +315,11 @@ pub enum TrainError {
          asked for one (an engine without pose optimisation; train with --backend cpu)"
     )]
     MissingPoseGradient { iteration: u64 },
+    #[error(
+        "pose slot {slot} is not held ({held} views are): call Trainer::hold_pose_views with \
+         every posed view's camera before training"
+    )]
+    PoseSlot { slot: u32, held: usize },
 }
 
 /// Salt of the generator that draws injected pose noise ([`Trainer::hold_pose_views`]).
@@ -505,6 +510,10 @@ pub struct Trainer {
     exposure: Exposures,
     /// Per-view pose corrections (see [`TrainConfig::pose`]).
     poses: CameraPoses,
+    /// The dataset's camera of each pose slot ([`Trainer::hold_pose_views`]): the frame the
+    /// corrections are kept in ([`super::pose`]). Not part of the state: a run gives them
+    /// again on resume.
+    pose_cameras: Vec<Camera>,
 }
 
 /// RGB8 → f32 in [0, 1], into `out` (resized in place).
@@ -644,6 +653,7 @@ impl Trainer {
             region_frame: Vec::new(),
             exposure: state.exposure,
             poses: state.poses,
+            pose_cameras: Vec::new(),
         })
     }
 
@@ -816,11 +826,18 @@ impl Trainer {
     }
 
     /// With [`TrainConfig::pose`], holds a pose correction (zero, until trained) for each of
-    /// the views `0..n` from now on, as a run does before its first step, drawing the new
-    /// views' noise when the settings inject some (from the run's seed, in view order, on a
-    /// generator of its own: the training draws are those of a run without noise). Without
-    /// pose settings, or when they are held already, nothing changes.
-    pub fn hold_pose_views(&mut self, n: usize) {
+    /// the views `cameras` (slot `i` is `cameras[i]`, as the dataset gives it) from now on, as
+    /// a run does before its first step and again on resume, drawing the new views' noise
+    /// when the settings inject some (from the run's seed, in view order, on a generator of
+    /// its own: the training draws are those of a run without noise), projected off the
+    /// motions of the whole capture ([`CameraPoses::remove_noise_gauge`]). Without pose
+    /// settings nothing changes.
+    pub fn hold_pose_views(&mut self, cameras: &[Camera]) {
+        if self.config.pose.is_none() {
+            return;
+        }
+        self.pose_cameras = cameras.to_vec();
+        let n = cameras.len();
         if let Some(cfg) = &self.config.pose {
             let mut rng = Rng::new(self.config.seed ^ POSE_NOISE_STREAM);
             // Skip the draws of the views held already, so growing in steps draws what one
@@ -830,7 +847,12 @@ impl Trainer {
                     rng.normal();
                 }
             }
+            let drawn = cfg.noise > 0.0 && self.poses.len() < n;
             self.poses.ensure(n, cfg.noise, &mut rng);
+            if drawn {
+                let unit = self.pose_unit();
+                self.poses.remove_noise_gauge(cameras, unit);
+            }
         }
     }
 
@@ -883,9 +905,12 @@ impl Trainer {
     ) -> Result<StepStats, TrainError> {
         let t_start = Instant::now();
         let s = self.step + 1;
-        // A view beyond the poses held gets its correction (and noise) before its first use.
+        // A pose slot must be held (with its camera) before its first step.
         if let (Some(_), Some(slot)) = (&self.config.pose, view.pose) {
-            self.hold_pose_views(slot as usize + 1);
+            let held = self.pose_cameras.len().min(self.poses.len());
+            if slot as usize >= held {
+                return Err(TrainError::PoseSlot { slot, held });
+            }
         }
         let trained_camera = self.view_camera(view);
         let (camera, layout) = (&trained_camera, view.layout);
@@ -1169,6 +1194,8 @@ impl Trainer {
             let g = self.poses.parameter_grad(slot, &local, self.pose_unit());
             let lr = cfg.lr_at(self.config.iterations, s);
             self.poses.step(lr, cfg.reg, slot, &g);
+            self.poses
+                .remove_gauge(&self.pose_cameras, self.pose_unit());
         }
         // Edits after the optimizer (MCMC's relocation, growth and noise; none for the default
         // strategy): on a host model directly; on the device, planned on the host from the
@@ -1655,7 +1682,9 @@ mod tests {
         let (gt, images) = ground_truth();
         let (cams, extent) = cameras();
         let g = initial(&gt, cfg.sh_degree);
-        let t = Trainer::new(cfg, g, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
+        let mut t =
+            Trainer::new(cfg, g, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
+        t.hold_pose_views(&cams);
         (t, cams, images)
     }
 
@@ -1760,10 +1789,12 @@ mod tests {
 
     /// With the model held at the ground truth (every Gaussian learning rate 0), the poses
     /// alone learn: from noise of σ = 0.02, the corrections bring the training views back
-    /// towards their true poses. Measured (1,200 steps, lr 2e-3): mean error 2.58° / 0.168
-    /// units → 0.49° / 0.031 (max 1.43°), loss 0.116 → 0.0015. What is left lies mostly along
+    /// towards their true poses. Measured (1,200 steps, lr 2e-3): mean error 2.49° / 0.151
+    /// units → 0.35° / 0.024 (max 0.67°), loss 0.121 → 0.0015. What is left lies mostly along
     /// the rotation–translation ambiguity of a narrow view (turning the camera by θ and moving
     /// it sideways by θ·distance shift the image alike), which the loss barely tells apart.
+    /// (The noise, like the corrections, excludes motions of the whole capture: with the model
+    /// frozen in the dataset's frame, those could not be undone.)
     #[test]
     fn pose_optimisation_recovers_injected_noise() {
         let iterations = 1200;
@@ -1785,7 +1816,7 @@ mod tests {
         });
         let mut t =
             Trainer::new(cfg, gt, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
-        t.hold_pose_views(8);
+        t.hold_pose_views(&cams);
         let views: Vec<(usize, Camera)> = cams.iter().copied().enumerate().collect();
         let before = t.poses().summary(&views, t.pose_unit());
         let mut first = 0.0;
@@ -1815,7 +1846,7 @@ mod tests {
             nd.0, nu.0, nd.1, nu.1, ed.0, eu.0, ed.1, eu.1
         );
         eprintln!("{msg}");
-        assert!(ed.0 < 0.3 * nd.0 && eu.0 < 0.3 * nu.0, "{msg}");
+        assert!(ed.0 < 0.25 * nd.0 && eu.0 < 0.25 * nu.0, "{msg}");
         assert!(last < 0.05 * first, "{msg}");
         // The held-out rule: a view without a slot is rendered from its given camera.
         assert_eq!(
@@ -1837,6 +1868,7 @@ mod tests {
         let state = through_checkpoint(&mut a);
         assert_eq!(state, a.state().unwrap());
         let mut b = Trainer::from_state(state, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
+        b.hold_pose_views(&cams);
         feed(&mut a, 25, 60);
         feed(&mut b, 25, 60);
         let (sa, sb) = (a.state().unwrap(), b.state().unwrap());
@@ -1969,6 +2001,7 @@ mod tests {
             "the strategy is part of the state"
         );
         let mut b = Trainer::from_state(state, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
+        b.hold_pose_views(&cams);
         feed(&mut a, 25, 60);
         feed(&mut b, 25, 60);
         let (sa, sb) = (a.state().unwrap(), b.state().unwrap());
@@ -2200,7 +2233,9 @@ mod tests {
         let (gt, _) = ground_truth();
         let (_, extent) = cameras();
         let g = initial(&gt, cfg.sh_degree);
-        Trainer::new(cfg, g, extent, emulated_engine()).unwrap()
+        let mut t = Trainer::new(cfg, g, extent, emulated_engine()).unwrap();
+        t.hold_pose_views(&cameras().0);
+        t
     }
 
     /// Step `i` (0-based) of the host and the device engine on the same view: the losses are
