@@ -250,6 +250,7 @@ impl CameraPoses {
     /// is composed here, as the corrections apply after it). Motions the cameras cannot
     /// express (e.g. scale with every camera at one point, or anything with one view) are
     /// left out of the fit. Rows beyond `cameras` are left alone.
+    #[allow(clippy::needless_range_loop)] // small matrices read best with explicit indices
     pub fn remove_gauge(&mut self, cameras: &[Camera], unit: f64) {
         let n = self.len().min(cameras.len());
         if n == 0 {
@@ -397,6 +398,7 @@ fn transpose3(m: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
 /// The solution of the normal equations `M·x = b` (`M` symmetric positive semi-definite) by
 /// Gauss–Jordan elimination with full pivoting on the diagonal; directions whose pivot is below
 /// `1e-9` of the largest diagonal entry (motions the data cannot express) get 0.
+#[allow(clippy::needless_range_loop)] // row operations on one array: explicit indices
 fn solve_least_squares<const G: usize>(mut m: [[f64; G]; G], mut b: [f64; G]) -> [f64; G] {
     let scale = (0..G).map(|k| m[k][k]).fold(0.0f64, f64::max);
     let mut x = [0.0; G];
