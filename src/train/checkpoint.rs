@@ -682,17 +682,18 @@ pub struct StateMeta {
     /// Views with an exposure matrix (arrays `exposure.*`, `[views, 3, 4]`) and the exposure
     /// optimizer's step count; absent without exposure compensation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exposure: Option<ExposureMeta>,
+    pub exposure: Option<PerViewMeta>,
     /// Views with a pose correction (arrays `pose.*`, `[views, 6]`, f64) and the pose
     /// optimizer's step count; absent without pose settings. Same layout as `exposure`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pose: Option<ExposureMeta>,
+    pub pose: Option<PerViewMeta>,
 }
 
-/// [`StateMeta::exposure`].
+/// The header of a per-view optimizer's state ([`StateMeta::exposure`], [`StateMeta::pose`]):
+/// the rows of its arrays and the optimizer's step count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ExposureMeta {
+pub struct PerViewMeta {
     pub views: u64,
     pub steps: u64,
 }
@@ -793,11 +794,11 @@ pub fn save_state_of(
         adam_steps: m.adam.steps,
         num_gaussians: m.len() as u64,
         sh_degree: m.gaussians.sh_degree,
-        exposure: state.config.exposure.as_ref().map(|_| ExposureMeta {
+        exposure: state.config.exposure.as_ref().map(|_| PerViewMeta {
             views: state.exposure.len() as u64,
             steps: state.exposure.steps,
         }),
-        pose: state.config.pose.as_ref().map(|_| ExposureMeta {
+        pose: state.config.pose.as_ref().map(|_| PerViewMeta {
             views: state.poses.len() as u64,
             steps: state.poses.steps,
         }),
@@ -1099,78 +1100,57 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
     if Rng::from_state(meta.rng).is_none() {
         return Err(corrupt("the RNG state is all zero".into()));
     }
-    let exposure = match (&meta.config.exposure, meta.exposure) {
-        (None, None) => Exposures::default(),
-        (Some(_), Some(em)) => {
-            let shape = [em.views, 3, 4];
-            let mut rows = Vec::with_capacity(3);
-            for name in EXPOSURE_ARRAYS {
-                // The entry's shape is checked against the file before anything is allocated.
-                c.expect(name, DType::F32, &shape)?;
-                let mut v = vec![[0f32; EXPOSURE_LEN]; em.views as usize];
-                c.read_into(name, &shape, v.as_flattened_mut())?;
-                rows.push(v);
-            }
-            let exp_avg_sq = rows.pop().expect("three arrays");
-            let exp_avg = rows.pop().expect("three arrays");
-            let values = rows.pop().expect("three arrays");
+    let exposure = match read_per_view::<f32, EXPOSURE_LEN, 3>(
+        &mut c,
+        EXPOSURE_ARRAYS,
+        &[3, 4],
+        meta.config.exposure.is_some(),
+        meta.exposure,
+        ("compensate exposure", "exposure state"),
+        corrupt,
+    )? {
+        None => Exposures::default(),
+        Some(PerViewState {
+            arrays: [values, exp_avg, exp_avg_sq],
+            steps,
+        }) => {
             let ex = Exposures {
                 values,
                 exp_avg,
                 exp_avg_sq,
-                steps: em.steps,
+                steps,
             };
             if let Some(why) = ex.invalid() {
                 return Err(corrupt(why));
             }
             ex
         }
-        (Some(_), None) => {
-            return Err(corrupt(
-                "its settings compensate exposure but it holds no exposure state".into(),
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(corrupt(
-                "it holds exposure state but its settings do not compensate exposure".into(),
-            ))
-        }
     };
-    let poses = match (&meta.config.pose, meta.pose) {
-        (None, None) => CameraPoses::default(),
-        (Some(_), Some(pm)) => {
-            let shape = [pm.views, POSE_LEN as u64];
-            let mut rows = Vec::with_capacity(POSE_ARRAYS.len());
-            for name in POSE_ARRAYS {
-                // The entry's shape is checked against the file before anything is allocated.
-                c.expect(name, DType::F64, &shape)?;
-                let mut v = vec![[0f64; POSE_LEN]; pm.views as usize];
-                c.read_into(name, &shape, v.as_flattened_mut())?;
-                rows.push(v);
-            }
-            let [values, exp_avg, exp_avg_sq, noise]: [Vec<[f64; POSE_LEN]>; 4] =
-                rows.try_into().expect("four arrays");
+    let poses = match read_per_view::<f64, POSE_LEN, 4>(
+        &mut c,
+        POSE_ARRAYS,
+        &[POSE_LEN as u64],
+        meta.config.pose.is_some(),
+        meta.pose,
+        ("optimise camera poses", "camera pose state"),
+        corrupt,
+    )? {
+        None => CameraPoses::default(),
+        Some(PerViewState {
+            arrays: [values, exp_avg, exp_avg_sq, noise],
+            steps,
+        }) => {
             let p = CameraPoses {
                 values,
                 exp_avg,
                 exp_avg_sq,
                 noise,
-                steps: pm.steps,
+                steps,
             };
             if let Some(why) = p.invalid() {
                 return Err(corrupt(why));
             }
             p
-        }
-        (Some(_), None) => {
-            return Err(corrupt(
-                "its settings optimise camera poses but it holds no pose state".into(),
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(corrupt(
-                "it holds camera pose state but its settings do not optimise poses".into(),
-            ))
         }
     };
     let config = if expected.extend {
@@ -1189,6 +1169,63 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
         exposure,
         poses,
     })
+}
+
+/// The arrays of a per-view optimizer's state (`names`, each `[views, row_shape…]` of `T`, `W`
+/// values per view) and its step count, as `meta` announces them; `None` when neither the
+/// settings (`configured`) nor the checkpoint have that state. A checkpoint whose settings and
+/// state disagree is refused, naming what the settings do and which state is there or missing
+/// (`(doing, state)`). Each entry's shape is checked against the file before anything is
+/// allocated.
+fn read_per_view<T: Scalar, const W: usize, const N: usize>(
+    c: &mut Container,
+    names: [&str; N],
+    row_shape: &[u64],
+    configured: bool,
+    meta: Option<PerViewMeta>,
+    (doing, state): (&str, &str),
+    corrupt: impl Fn(String) -> CheckpointError,
+) -> Result<Option<PerViewState<T, W, N>>, CheckpointError> {
+    debug_assert_eq!(row_shape.iter().product::<u64>(), W as u64);
+    let m = match (configured, meta) {
+        (false, None) => return Ok(None),
+        (true, Some(m)) => m,
+        (true, None) => {
+            return Err(corrupt(format!(
+                "its settings {doing} but it holds no {state}"
+            )))
+        }
+        (false, Some(_)) => {
+            return Err(corrupt(format!(
+                "it holds {state} but its settings do not {doing}"
+            )))
+        }
+    };
+    let shape: Vec<u64> = std::iter::once(m.views)
+        .chain(row_shape.iter().copied())
+        .collect();
+    let mut arrays = Vec::with_capacity(N);
+    for name in names {
+        c.expect(name, T::DTYPE, &shape)?;
+        let mut rows = vec![[T::default(); W]; m.views as usize];
+        c.read_into(name, &shape, rows.as_flattened_mut())?;
+        arrays.push(rows);
+    }
+    let arrays: [Vec<[T; W]>; N] = arrays
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one array per name"));
+    Ok(Some(PerViewState {
+        arrays,
+        steps: m.steps,
+    }))
+}
+
+/// A per-view optimizer's state as [`read_per_view`] reads it.
+#[derive(Debug)]
+struct PerViewState<T, const W: usize, const N: usize> {
+    /// The arrays in the order of their names: a row of `W` values per view.
+    arrays: [Vec<[T; W]>; N],
+    steps: u64,
 }
 
 #[cfg(test)]
@@ -1406,6 +1443,58 @@ mod state_tests {
                 extend,
             },
         )
+    }
+
+    /// Per-view state is read only when the settings and the header agree that it is there,
+    /// and as the header sizes it: each disagreement is refused, naming it.
+    #[test]
+    fn per_view_state_must_match_settings_and_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = state(20);
+        let path = save_state(dir.path(), (&s).into(), "abc").unwrap();
+        let mut c = Container::open(&path).unwrap();
+        let header = meta_of(&c).unwrap().pose;
+        let corrupt = |what: String| CheckpointError::Corrupt {
+            path: path.clone(),
+            what,
+        };
+        let what = ("optimise camera poses", "camera pose state");
+        let mut read = |configured: bool, meta: Option<PerViewMeta>| {
+            read_per_view::<f64, POSE_LEN, 4>(
+                &mut c,
+                POSE_ARRAYS,
+                &[POSE_LEN as u64],
+                configured,
+                meta,
+                what,
+                corrupt,
+            )
+        };
+        let got = read(true, header).unwrap().expect("pose state");
+        assert_eq!(got.steps, s.poses.steps);
+        assert_eq!(got.arrays[0], s.poses.values);
+        assert_eq!(got.arrays[3], s.poses.noise);
+        assert!(read(false, None).unwrap().is_none());
+        let e = read(true, None).unwrap_err().to_string();
+        assert!(
+            e.contains("optimise camera poses but it holds no camera pose state"),
+            "{e}"
+        );
+        let e = read(false, header).unwrap_err().to_string();
+        assert!(
+            e.contains("holds camera pose state but its settings do not"),
+            "{e}"
+        );
+        // A header that claims more views than the arrays hold: refused before allocating.
+        let more = header.map(|m| PerViewMeta {
+            views: m.views + 1,
+            ..m
+        });
+        let e = read(true, more).unwrap_err().to_string();
+        assert!(
+            e.contains("pose.values") && e.contains("expected F64 [4, 6]"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -248,81 +248,11 @@ impl CameraPoses {
 
     /// Projects the corrections off the 7 motions of the whole capture (module doc), given
     /// each held view's camera as the dataset gives it (`cameras[i]` for row `i`; the noise
-    /// is composed here, as the corrections apply after it). Motions the cameras cannot
-    /// express (e.g. scale with every camera at one point, or anything with one view) are
-    /// left out of the fit. Rows beyond `cameras` are left alone.
-    #[allow(clippy::needless_range_loop)] // small matrices read best with explicit indices
+    /// is composed here, as the corrections apply after it). Rows beyond `cameras` are left
+    /// alone. A run builds the [`CaptureMotions`] once and projects with it after every step.
     pub fn remove_gauge(&mut self, cameras: &[Camera], unit: f64) {
         let n = self.len().min(cameras.len());
-        if n == 0 {
-            return;
-        }
-        let zero = [0.0; POSE_LEN];
-        // Each row's base pose: camera-to-world rotation and centre after the noise.
-        let bases: Vec<([[f64; 3]; 3], [f64; 3])> = (0..n)
-            .map(|i| {
-                let p = moved(&cameras[i].world_to_camera, unit, &self.noise[i], &zero);
-                (transpose3(&p.rotation), p.centre())
-            })
-            .collect();
-        let mut p = [0.0; 3];
-        for (_, c) in &bases {
-            for k in 0..3 {
-                p[k] += c[k] / n as f64;
-            }
-        }
-        // Column g of the basis at row i (6 numbers).
-        let column = |g: usize, i: usize| -> PoseDelta {
-            let (r, c) = &bases[i];
-            let rel = [c[0] - p[0], c[1] - p[1], c[2] - p[2]];
-            let rt = |v: [f64; 3]| -> [f64; 3] {
-                std::array::from_fn(|a| (0..3).map(|k| r[k][a] * v[k]).sum::<f64>())
-            };
-            let e = |k: usize| -> [f64; 3] { std::array::from_fn(|a| f64::from(u8::from(a == k))) };
-            let (u, phi) = match g {
-                0..=2 => {
-                    let w = e(g);
-                    let cross = [
-                        w[1] * rel[2] - w[2] * rel[1],
-                        w[2] * rel[0] - w[0] * rel[2],
-                        w[0] * rel[1] - w[1] * rel[0],
-                    ];
-                    (rt(cross), rt(w))
-                }
-                3..=5 => (rt(e(g - 3)), [0.0; 3]),
-                _ => (rt(rel), [0.0; 3]),
-            };
-            [
-                u[0] / unit,
-                u[1] / unit,
-                u[2] / unit,
-                phi[0],
-                phi[1],
-                phi[2],
-            ]
-        };
-        const G: usize = 7;
-        let cols: Vec<[PoseDelta; G]> = (0..n)
-            .map(|i| std::array::from_fn(|g| column(g, i)))
-            .collect();
-        let mut ata = [[0.0f64; G]; G];
-        let mut atv = [0.0f64; G];
-        for (i, c) in cols.iter().enumerate() {
-            for a in 0..G {
-                for b in 0..G {
-                    ata[a][b] += (0..POSE_LEN).map(|k| c[a][k] * c[b][k]).sum::<f64>();
-                }
-                atv[a] += (0..POSE_LEN)
-                    .map(|k| c[a][k] * self.values[i][k])
-                    .sum::<f64>();
-            }
-        }
-        let x = solve_least_squares(ata, atv);
-        for (i, c) in cols.iter().enumerate() {
-            for k in 0..POSE_LEN {
-                self.values[i][k] -= (0..G).map(|g| x[g] * c[g][k]).sum::<f64>();
-            }
-        }
+        CaptureMotions::new(&cameras[..n], &self.noise[..n], unit).remove_from(&mut self.values);
     }
 
     /// Projects the injected noise off the 7 motions of the whole capture, as
@@ -330,11 +260,9 @@ impl CameraPoses {
     /// other, the error the corrections can undo. (A motion of the whole capture is the world
     /// moved: nothing in the images can tell it, and the corrections are kept from making one.)
     pub fn remove_noise_gauge(&mut self, cameras: &[Camera], unit: f64) {
-        let n = self.len();
-        let values = std::mem::replace(&mut self.values, std::mem::take(&mut self.noise));
-        self.noise = vec![[0.0; POSE_LEN]; n];
-        self.remove_gauge(cameras, unit);
-        self.noise = std::mem::replace(&mut self.values, values);
+        let n = self.len().min(cameras.len());
+        CaptureMotions::new(&cameras[..n], &vec![[0.0; POSE_LEN]; n], unit)
+            .remove_from(&mut self.noise);
     }
 
     /// Why the arrays cannot be a saved state: lengths differ, a value is not finite, or a
@@ -389,6 +317,113 @@ impl CameraPoses {
             s.error_units.push(trans);
         }
         s
+    }
+}
+
+/// Motions of the whole capture: world rotation, translation and scale.
+const MOTIONS: usize = 7;
+
+/// The 7 motions of the whole capture written as corrections of each held view (module doc),
+/// and their normal matrix: fixed for a run (they depend on the dataset's cameras, the noise
+/// and the scene unit only), so a run builds them once.
+#[derive(Clone, Debug, Default)]
+pub struct CaptureMotions {
+    /// Per view, the correction each motion makes of it.
+    columns: Vec<[PoseDelta; MOTIONS]>,
+    /// `AᵀA` of the stacked columns.
+    normal: [[f64; MOTIONS]; MOTIONS],
+}
+
+impl CaptureMotions {
+    /// The motions of the cameras `cameras[i]` moved by `noise[i]` (their poses before the
+    /// corrections), translations in `unit`s.
+    #[allow(clippy::needless_range_loop)] // small matrices read best with explicit indices
+    pub fn new(cameras: &[Camera], noise: &[PoseDelta], unit: f64) -> CaptureMotions {
+        let n = cameras.len().min(noise.len());
+        let zero = [0.0; POSE_LEN];
+        // Each view's base pose: camera-to-world rotation and centre after the noise.
+        let bases: Vec<([[f64; 3]; 3], [f64; 3])> = (0..n)
+            .map(|i| {
+                let p = moved(&cameras[i].world_to_camera, unit, &noise[i], &zero);
+                (transpose3(&p.rotation), p.centre())
+            })
+            .collect();
+        let mut p = [0.0; 3];
+        for (_, c) in &bases {
+            for k in 0..3 {
+                p[k] += c[k] / n as f64;
+            }
+        }
+        // Motion g as a correction of the view with base (r, c).
+        let column = |g: usize, (r, c): &([[f64; 3]; 3], [f64; 3])| -> PoseDelta {
+            let rel = [c[0] - p[0], c[1] - p[1], c[2] - p[2]];
+            let rt = |v: [f64; 3]| -> [f64; 3] {
+                std::array::from_fn(|a| (0..3).map(|k| r[k][a] * v[k]).sum::<f64>())
+            };
+            let e = |k: usize| -> [f64; 3] { std::array::from_fn(|a| f64::from(u8::from(a == k))) };
+            let (u, phi) = match g {
+                0..=2 => {
+                    let w = e(g);
+                    let cross = [
+                        w[1] * rel[2] - w[2] * rel[1],
+                        w[2] * rel[0] - w[0] * rel[2],
+                        w[0] * rel[1] - w[1] * rel[0],
+                    ];
+                    (rt(cross), rt(w))
+                }
+                3..=5 => (rt(e(g - 3)), [0.0; 3]),
+                _ => (rt(rel), [0.0; 3]),
+            };
+            [
+                u[0] / unit,
+                u[1] / unit,
+                u[2] / unit,
+                phi[0],
+                phi[1],
+                phi[2],
+            ]
+        };
+        let columns: Vec<[PoseDelta; MOTIONS]> = bases
+            .iter()
+            .map(|b| std::array::from_fn(|g| column(g, b)))
+            .collect();
+        let mut normal = [[0.0f64; MOTIONS]; MOTIONS];
+        for c in &columns {
+            for a in 0..MOTIONS {
+                for b in 0..MOTIONS {
+                    normal[a][b] += (0..POSE_LEN).map(|k| c[a][k] * c[b][k]).sum::<f64>();
+                }
+            }
+        }
+        CaptureMotions { columns, normal }
+    }
+
+    /// Views they cover.
+    pub fn len(&self) -> usize {
+        self.columns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.columns.is_empty()
+    }
+
+    /// Subtracts from `rows` (row `i` of view `i`; rows beyond [`Self::len`] are left alone)
+    /// their least-squares fit in the motions. Motions the cameras cannot express (e.g. scale
+    /// with every camera at one point, or anything with one view) are left out of the fit.
+    #[allow(clippy::needless_range_loop)] // small matrices read best with explicit indices
+    pub fn remove_from(&self, rows: &mut [PoseDelta]) {
+        let mut atv = [0.0f64; MOTIONS];
+        for (c, v) in self.columns.iter().zip(rows.iter()) {
+            for a in 0..MOTIONS {
+                atv[a] += (0..POSE_LEN).map(|k| c[a][k] * v[k]).sum::<f64>();
+            }
+        }
+        let x = solve_least_squares(self.normal, atv);
+        for (c, v) in self.columns.iter().zip(rows.iter_mut()) {
+            for k in 0..POSE_LEN {
+                v[k] -= (0..MOTIONS).map(|g| x[g] * c[g][k]).sum::<f64>();
+            }
+        }
     }
 }
 

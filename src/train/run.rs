@@ -1526,7 +1526,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         .filter(|v| v.pose.is_some())
         .map(|v| v.camera)
         .collect();
-    trainer.hold_pose_views(&posed_cameras);
+    trainer.hold_pose_views(&posed_cameras)?;
     // The initialisation's points are freed: their share goes to the cache.
     plan.release_to_cache(Component::Initialisation);
     let model_reservation = plan

@@ -72,7 +72,7 @@ use super::device_engine::{DeviceEngine, DeviceEngineError, Frame, ResidentEngin
 use super::exposure::{self, ExposureConfig, Exposures};
 use super::loss::{apply_mask, LossScratch};
 use super::mcmc::{McmcConfig, McmcStrategy};
-use super::pose::{CameraPoses, PoseConfig, EXTENT_PER_UNIT};
+use super::pose::{CameraPoses, CaptureMotions, PoseConfig, EXTENT_PER_UNIT};
 use super::schedule::ExponentialLr;
 use super::sharded::ShardedEngine;
 use crate::budget::Reservation;
@@ -510,10 +510,10 @@ pub struct Trainer {
     exposure: Exposures,
     /// Per-view pose corrections (see [`TrainConfig::pose`]).
     poses: CameraPoses,
-    /// The dataset's camera of each pose slot ([`Trainer::hold_pose_views`]): the frame the
-    /// corrections are kept in ([`super::pose`]). Not part of the state: a run gives them
-    /// again on resume.
-    pose_cameras: Vec<Camera>,
+    /// The motions of the whole capture of the held pose slots ([`Trainer::hold_pose_views`]),
+    /// built from the dataset's cameras: the corrections are kept off them ([`super::pose`]).
+    /// Not part of the state: a run gives the cameras again on resume.
+    pose_motions: CaptureMotions,
 }
 
 /// RGB8 → f32 in [0, 1], into `out` (resized in place).
@@ -653,7 +653,7 @@ impl Trainer {
             region_frame: Vec::new(),
             exposure: state.exposure,
             poses: state.poses,
-            pose_cameras: Vec::new(),
+            pose_motions: CaptureMotions::default(),
         })
     }
 
@@ -827,33 +827,34 @@ impl Trainer {
 
     /// With [`TrainConfig::pose`], holds a pose correction (zero, until trained) for each of
     /// the views `cameras` (slot `i` is `cameras[i]`, as the dataset gives it) from now on, as
-    /// a run does before its first step and again on resume, drawing the new views' noise
-    /// when the settings inject some (from the run's seed, in view order, on a generator of
-    /// its own: the training draws are those of a run without noise), projected off the
-    /// motions of the whole capture ([`CameraPoses::remove_noise_gauge`]). Without pose
+    /// a run does before its first step and again on resume. A fresh state draws the views'
+    /// noise when the settings inject some (from the run's seed, in view order, on a
+    /// generator of its own: the training draws are those of a run without noise), projected
+    /// off the motions of the whole capture ([`CameraPoses::remove_noise_gauge`]); a resumed
+    /// state must hold exactly these views ([`TrainError::PoseState`] otherwise). Without pose
     /// settings nothing changes.
-    pub fn hold_pose_views(&mut self, cameras: &[Camera]) {
-        if self.config.pose.is_none() {
-            return;
-        }
-        self.pose_cameras = cameras.to_vec();
+    pub fn hold_pose_views(&mut self, cameras: &[Camera]) -> Result<(), TrainError> {
+        let Some(cfg) = &self.config.pose else {
+            return Ok(());
+        };
         let n = cameras.len();
-        if let Some(cfg) = &self.config.pose {
+        let unit = self.pose_unit();
+        if self.poses.is_empty() {
             let mut rng = Rng::new(self.config.seed ^ POSE_NOISE_STREAM);
-            // Skip the draws of the views held already, so growing in steps draws what one
-            // call would have.
-            for _ in 0..self.poses.len() * super::pose::POSE_LEN {
-                if cfg.noise > 0.0 {
-                    rng.normal();
-                }
-            }
-            let drawn = cfg.noise > 0.0 && self.poses.len() < n;
             self.poses.ensure(n, cfg.noise, &mut rng);
-            if drawn {
-                let unit = self.pose_unit();
+            if cfg.noise > 0.0 {
                 self.poses.remove_noise_gauge(cameras, unit);
             }
+        } else if self.poses.len() != n {
+            // The noise and the frame are those of the whole set of views: a resumed state
+            // holds exactly the views of the run that made it.
+            return Err(TrainError::PoseState(format!(
+                "it holds the pose corrections of {} views but the run trains {n} with poses",
+                self.poses.len()
+            )));
         }
+        self.pose_motions = CaptureMotions::new(cameras, &self.poses.noise, unit);
+        Ok(())
     }
 
     /// The camera view `view` is rendered from: its own, or with [`TrainConfig::pose`] and a
@@ -907,7 +908,7 @@ impl Trainer {
         let s = self.step + 1;
         // A pose slot must be held (with its camera) before its first step.
         if let (Some(_), Some(slot)) = (&self.config.pose, view.pose) {
-            let held = self.pose_cameras.len().min(self.poses.len());
+            let held = self.pose_motions.len().min(self.poses.len());
             if slot as usize >= held {
                 return Err(TrainError::PoseSlot { slot, held });
             }
@@ -1194,8 +1195,7 @@ impl Trainer {
             let g = self.poses.parameter_grad(slot, &local, self.pose_unit());
             let lr = cfg.lr_at(self.config.iterations, s);
             self.poses.step(lr, cfg.reg, slot, &g);
-            self.poses
-                .remove_gauge(&self.pose_cameras, self.pose_unit());
+            self.pose_motions.remove_from(&mut self.poses.values);
         }
         // Edits after the optimizer (MCMC's relocation, growth and noise; none for the default
         // strategy): on a host model directly; on the device, planned on the host from the
@@ -1684,7 +1684,7 @@ mod tests {
         let g = initial(&gt, cfg.sh_degree);
         let mut t =
             Trainer::new(cfg, g, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
-        t.hold_pose_views(&cams);
+        t.hold_pose_views(&cams).unwrap();
         (t, cams, images)
     }
 
@@ -1816,7 +1816,7 @@ mod tests {
         });
         let mut t =
             Trainer::new(cfg, gt, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
-        t.hold_pose_views(&cams);
+        t.hold_pose_views(&cams).unwrap();
         let views: Vec<(usize, Camera)> = cams.iter().copied().enumerate().collect();
         let before = t.poses().summary(&views, t.pose_unit());
         let mut first = 0.0;
@@ -1842,7 +1842,7 @@ mod tests {
         let (nd, nu) = (mm(&before.error_deg), mm(&before.error_units));
         let (ed, eu) = (mm(&after.error_deg), mm(&after.error_units));
         let msg = format!(
-            "noise {:.3}° / {:.4} (max {:.3}° / {:.4}) → error {:.3}° / {:.4} (max {:.3}° /              {:.4}); loss {first:.4} → {last:.4}",
+            "noise {:.3}° / {:.4} (max {:.3}° / {:.4}) → error {:.3}° / {:.4} (max {:.3}° / {:.4}); loss {first:.4} → {last:.4}",
             nd.0, nu.0, nd.1, nu.1, ed.0, eu.0, ed.1, eu.1
         );
         eprintln!("{msg}");
@@ -1853,6 +1853,30 @@ mod tests {
             t.view_camera(&TrainView::new(cams[2], PixelLayout::RGB)),
             cams[2]
         );
+    }
+
+    /// A resumed state holds the pose corrections of the views of the run that made it: the
+    /// same views again are taken (the noise is kept, not drawn again); another count is
+    /// refused, naming both.
+    #[test]
+    fn a_resumed_state_holds_the_same_pose_views() {
+        let mut cfg = config(40);
+        cfg.pose = Some(PoseConfig {
+            optimize: true,
+            noise: 0.01,
+            ..PoseConfig::default()
+        });
+        let (mut a, cams, images) = trainer(cfg);
+        run_step(&mut a, &cams, &images, 3);
+        let state = a.state().unwrap();
+        let noise = state.poses.noise.clone();
+        let engine = || Engine::host(CpuRasterizer::<f32>::new());
+        let mut b = Trainer::from_state(state.clone(), engine()).unwrap();
+        b.hold_pose_views(&cams).unwrap();
+        assert_eq!(b.poses().noise, noise);
+        let mut c = Trainer::from_state(state, engine()).unwrap();
+        let err = c.hold_pose_views(&cams[..5]).unwrap_err().to_string();
+        assert!(err.contains("8 views") && err.contains("trains 5"), "{err}");
     }
 
     fn resume_is_bit_exact(cfg: TrainConfig) {
@@ -1868,7 +1892,7 @@ mod tests {
         let state = through_checkpoint(&mut a);
         assert_eq!(state, a.state().unwrap());
         let mut b = Trainer::from_state(state, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
-        b.hold_pose_views(&cams);
+        b.hold_pose_views(&cams).unwrap();
         feed(&mut a, 25, 60);
         feed(&mut b, 25, 60);
         let (sa, sb) = (a.state().unwrap(), b.state().unwrap());
@@ -2001,7 +2025,7 @@ mod tests {
             "the strategy is part of the state"
         );
         let mut b = Trainer::from_state(state, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
-        b.hold_pose_views(&cams);
+        b.hold_pose_views(&cams).unwrap();
         feed(&mut a, 25, 60);
         feed(&mut b, 25, 60);
         let (sa, sb) = (a.state().unwrap(), b.state().unwrap());
@@ -2234,7 +2258,7 @@ mod tests {
         let (_, extent) = cameras();
         let g = initial(&gt, cfg.sh_degree);
         let mut t = Trainer::new(cfg, g, extent, emulated_engine()).unwrap();
-        t.hold_pose_views(&cameras().0);
+        t.hold_pose_views(&cameras().0).unwrap();
         t
     }
 
