@@ -516,6 +516,57 @@ pub struct Trainer {
     pose_motions: CaptureMotions,
 }
 
+/// `frame` (the bytes of `view`, laid out as its layout says) as the loss takes it: RGB8 (an
+/// RGBA view composited over `background` into `composited`), then the loss mask when the
+/// view has one or trains on a [`Region`] (that part becomes the mask, with the view's own,
+/// built into `region_frame`). Returns the frame and whether it has a mask.
+fn loss_frame<'a>(
+    frame: Frame<'a>,
+    camera: &Camera,
+    view: &TrainView,
+    background: [f32; 3],
+    composited: &'a mut Vec<u8>,
+    region_frame: &'a mut Vec<u8>,
+) -> (Frame<'a>, bool) {
+    let (layout, region) = (view.layout, view.region);
+    let npix = camera.width as usize * camera.height as usize;
+    let frame = if layout.alpha {
+        let (pixels, mask) = frame.bytes().split_at(4 * npix);
+        super::alpha::composite_rgba8(pixels, background, composited);
+        composited.extend_from_slice(mask);
+        Frame::Host(composited)
+    } else {
+        frame
+    };
+    let masked = layout.mask || region != Region::Full;
+    let frame = if region != Region::Full {
+        let (rgb, mask) = frame.bytes().split_at(3 * npix);
+        region_frame.clear();
+        region_frame.extend_from_slice(rgb);
+        region.append_mask(
+            camera.width,
+            camera.height,
+            layout.mask.then_some(mask),
+            region_frame,
+        );
+        Frame::Host(region_frame)
+    } else {
+        frame
+    };
+    (frame, masked)
+}
+
+/// What one forward, loss and backward pass returns ([`Trainer::engine_pass`]).
+struct EnginePass {
+    loss: f64,
+    l1: f64,
+    ssim: f64,
+    /// PSNR of the render as the loss sees it.
+    psnr: f64,
+    exposure_grad: Option<[f64; exposure::EXPOSURE_LEN]>,
+    pose_grad: Option<[f64; 6]>,
+}
+
 /// RGB8 → f32 in [0, 1], into `out` (resized in place).
 fn to_f32(rgb8: &[u8], out: &mut Vec<f32>) {
     out.resize(rgb8.len(), 0.0);
@@ -921,8 +972,6 @@ impl Trainer {
             Some(layout),
             frame.bytes(),
         )?;
-        let npix = camera.width as usize * camera.height as usize;
-        let rgb_len = 3 * npix;
         let lr = self.config.learning_rates(self.extent, s);
         let sh_degree = self.config.active_sh_degree(s);
         let background = match self.config.background {
@@ -931,32 +980,17 @@ impl Trainer {
             Background::Random => std::array::from_fn(|_| self.rng.next_f32()),
         };
         // An RGBA target is composited over this step's background, the one the render uses,
-        // so transparent pixels teach "empty" (both engines see the same RGB8 bytes). From
-        // here the frame is RGB8, then the loss mask if the view has one.
+        // so transparent pixels teach "empty" (both engines see the same RGB8 bytes).
         let mut composited = std::mem::take(&mut self.composited);
-        let frame = if layout.alpha {
-            let (pixels, mask) = frame.bytes().split_at(4 * npix);
-            super::alpha::composite_rgba8(pixels, background, &mut composited);
-            composited.extend_from_slice(mask);
-            Frame::Host(&composited)
-        } else {
-            frame
-        };
-        // A view trained on part of its pixels: that part becomes its loss mask (with the
-        // view's own mask, if any).
         let mut region_frame = std::mem::take(&mut self.region_frame);
-        let masked = layout.mask || view.region != Region::Full;
-        let frame = if view.region != Region::Full {
-            let (rgb, mask) = frame.bytes().split_at(rgb_len);
-            region_frame.clear();
-            region_frame.extend_from_slice(rgb);
-            let own = layout.mask.then_some(mask);
-            view.region
-                .append_mask(camera.width, camera.height, own, &mut region_frame);
-            Frame::Host(&region_frame)
-        } else {
-            frame
-        };
+        let (frame, masked) = loss_frame(
+            frame,
+            camera,
+            view,
+            background,
+            &mut composited,
+            &mut region_frame,
+        );
         // The view's exposure, when the run compensates exposure and the view has a slot.
         let exposure = match (&self.config.exposure, view.exposure) {
             (Some(_), Some(slot)) => Some((slot as usize, self.exposure.get(slot as usize))),
@@ -978,118 +1012,28 @@ impl Trainer {
             absgrad,
             pose_grad: pose_slot.is_some(),
         };
-        let render_err = |source| TrainError::Render {
-            iteration: s,
-            source,
-        };
         let mut tm = StepTimings::default();
-        let exposure_grad: Option<[f64; exposure::EXPOSURE_LEN]>;
-        let pose_grad: Option<[f64; 6]>;
-        // Forward, loss and backward on the engine; the view statistics for densification.
-        let value = match &mut self.runner {
-            Runner::Host(h) => {
-                let t = Instant::now();
-                let (rgb, mask) = frame.bytes().split_at(rgb_len);
-                let mask = masked.then_some(mask);
-                to_f32(rgb, &mut h.target);
-                if let Some(m) = mask {
-                    apply_mask(&mut h.target, m);
-                }
-                tm.convert = t.elapsed().as_secs_f64();
-                let t = Instant::now();
-                h.rasterizer
-                    .forward(&self.model.gaussians, camera, &options, &mut h.render)
-                    .map_err(render_err)?;
-                tm.forward = t.elapsed().as_secs_f64();
-                let t = Instant::now();
-                let (w, h_px) = (camera.width as usize, camera.height as usize);
-                // The loss sees the render through the view's exposure.
-                let seen = match exposure {
-                    Some((_, e)) => {
-                        exposure::apply(&e, &h.render.image, &mut h.exposed);
-                        &mut h.exposed
-                    }
-                    None => &mut h.render.image,
-                };
-                // A masked view: excluded pixels are zero in render and target, and pass no
-                // gradient (see super::loss).
-                if let Some(m) = mask {
-                    apply_mask(seen, m);
-                }
-                let v = h.loss.loss_and_grad(
-                    seen,
-                    &h.target,
-                    w,
-                    h_px,
-                    self.config.lambda_dssim,
-                    &mut h.d_image,
-                )?;
-                if let Some(m) = mask {
-                    apply_mask(&mut h.d_image, m);
-                }
-                if !v.loss.is_finite() {
-                    return Err(TrainError::NonFinite {
-                        iteration: s,
-                        loss: v.loss,
-                    });
-                }
-                let view_psnr = psnr(seen, &h.target, 1.0)?;
-                // Through the exposure back to the render, and the exposure's own gradient.
-                exposure_grad =
-                    exposure.map(|(_, e)| exposure::backward(&e, &h.render.image, &mut h.d_image));
-                tm.loss = t.elapsed().as_secs_f64();
-                let t = Instant::now();
-                h.rasterizer
-                    .backward(
-                        &self.model.gaussians,
-                        camera,
-                        &options,
-                        &h.d_image,
-                        &mut h.grads,
-                    )
-                    .map_err(render_err)?;
-                // The strategy's own loss terms (MCMC's regularisers) join the gradients here,
-                // before the optimizer.
-                let reg = self
-                    .strategy
-                    .regularize(&self.model.gaussians, &mut h.grads);
-                pose_grad = h.grads.pose;
-                tm.backward = t.elapsed().as_secs_f64();
-                (v.loss + reg, v.l1, v.ssim, view_psnr)
-            }
-            Runner::Device(e) => {
-                let t = Instant::now();
-                e.stage_view(frame, rgb_len, masked, exposure.map(|(_, e)| e).as_ref())?;
-                tm.convert = t.elapsed().as_secs_f64();
-                // One queue: the launches return at once and the scalar read waits for all
-                // of them, so forward, loss and backward are timed together (as `forward`).
-                let t = Instant::now();
-                let v = e
-                    .forward_backward(camera, &options, self.config.lambda_dssim)
-                    .map_err(|e| match e {
-                        DeviceEngineError::Render(source) => render_err(source),
-                        other => other.into(),
-                    })?;
-                tm.forward = t.elapsed().as_secs_f64();
-                if !v.loss.is_finite() {
-                    return Err(TrainError::NonFinite {
-                        iteration: s,
-                        loss: v.loss,
-                    });
-                }
-                // The strategy's own loss terms join the device gradients before the
-                // optimizer, as on the host (timed with the backward, here in `forward`).
-                let t = Instant::now();
-                let reg = match self.strategy.regularizer() {
-                    Some(r) => e.regularize(r)?,
-                    None => 0.0,
-                };
-                tm.forward += t.elapsed().as_secs_f64();
-                exposure_grad = v.exposure_grad;
-                pose_grad = v.pose_grad;
-                (v.loss + reg, v.l1, v.ssim, psnr_from_mse(v.mse, 1.0))
-            }
+        // Forward, loss and backward on the engine, then the strategy's own loss terms
+        // (MCMC's regularisers), which join the gradients before the optimizer.
+        let pass = self.engine_pass(camera, frame, masked, exposure, &options, s, &mut tm)?;
+        let t = Instant::now();
+        let reg = match &mut self.runner {
+            Runner::Host(h) => self
+                .strategy
+                .regularize(&self.model.gaussians, &mut h.grads),
+            Runner::Device(e) => match self.strategy.regularizer() {
+                Some(r) => e.regularize(r)?,
+                None => 0.0,
+            },
         };
+        // Timed with the backward (on the device, where one queue times forward, loss and
+        // backward together, with `forward`).
+        match &self.runner {
+            Runner::Host(_) => tm.backward += t.elapsed().as_secs_f64(),
+            Runner::Device(_) => tm.forward += t.elapsed().as_secs_f64(),
+        }
+        let (exposure_grad, pose_grad) = (pass.exposure_grad, pass.pose_grad);
+        let value = (pass.loss + reg, pass.l1, pass.ssim, pass.psnr);
         // The frame (and its borrow of the composited target) is no longer needed.
         self.composited = composited;
         self.region_frame = region_frame;
@@ -1336,6 +1280,122 @@ impl Trainer {
             width: hi - lo,
             height: h,
         })
+    }
+
+    /// Forward, loss and backward of `camera` on the engine against `frame` (RGB8, then the
+    /// loss mask when `masked`; staged first: the device keeps a staged view until the next
+    /// one), the render seen through `exposure` when given: the loss scalars and the
+    /// exposure and pose gradients (these when the options and the view ask for them). The
+    /// Gaussians' gradients stay in the engine for the optimizer. A masked view's excluded
+    /// pixels are zero in render and target and pass no gradient (see [`super::loss`]).
+    #[allow(clippy::too_many_arguments)] // one pass's inputs, each used once
+    fn engine_pass(
+        &mut self,
+        camera: &Camera,
+        frame: Frame<'_>,
+        masked: bool,
+        exposure: Option<(usize, [f32; exposure::EXPOSURE_LEN])>,
+        options: &RenderOptions,
+        iteration: u64,
+        tm: &mut StepTimings,
+    ) -> Result<EnginePass, TrainError> {
+        let rgb_len = 3 * camera.width as usize * camera.height as usize;
+        let render_err = |source| TrainError::Render { iteration, source };
+        let non_finite = |loss: f64| TrainError::NonFinite { iteration, loss };
+        match &mut self.runner {
+            Runner::Host(h) => {
+                let t = Instant::now();
+                let (rgb, mask) = frame.bytes().split_at(rgb_len);
+                let mask = masked.then_some(mask);
+                to_f32(rgb, &mut h.target);
+                if let Some(m) = mask {
+                    apply_mask(&mut h.target, m);
+                }
+                tm.convert = t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                h.rasterizer
+                    .forward(&self.model.gaussians, camera, options, &mut h.render)
+                    .map_err(render_err)?;
+                tm.forward = t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                let (w, h_px) = (camera.width as usize, camera.height as usize);
+                // The loss sees the render through the view's exposure.
+                let seen = match exposure {
+                    Some((_, e)) => {
+                        exposure::apply(&e, &h.render.image, &mut h.exposed);
+                        &mut h.exposed
+                    }
+                    None => &mut h.render.image,
+                };
+                if let Some(m) = mask {
+                    apply_mask(seen, m);
+                }
+                let v = h.loss.loss_and_grad(
+                    seen,
+                    &h.target,
+                    w,
+                    h_px,
+                    self.config.lambda_dssim,
+                    &mut h.d_image,
+                )?;
+                if let Some(m) = mask {
+                    apply_mask(&mut h.d_image, m);
+                }
+                if !v.loss.is_finite() {
+                    return Err(non_finite(v.loss));
+                }
+                let view_psnr = psnr(seen, &h.target, 1.0)?;
+                // Through the exposure back to the render, and the exposure's own gradient.
+                let exposure_grad =
+                    exposure.map(|(_, e)| exposure::backward(&e, &h.render.image, &mut h.d_image));
+                tm.loss = t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                h.rasterizer
+                    .backward(
+                        &self.model.gaussians,
+                        camera,
+                        options,
+                        &h.d_image,
+                        &mut h.grads,
+                    )
+                    .map_err(render_err)?;
+                tm.backward = t.elapsed().as_secs_f64();
+                Ok(EnginePass {
+                    loss: v.loss,
+                    l1: v.l1,
+                    ssim: v.ssim,
+                    psnr: view_psnr,
+                    exposure_grad,
+                    pose_grad: h.grads.pose,
+                })
+            }
+            Runner::Device(e) => {
+                let t = Instant::now();
+                e.stage_view(frame, rgb_len, masked, exposure.map(|(_, e)| e).as_ref())?;
+                tm.convert = t.elapsed().as_secs_f64();
+                // One queue: the launches return at once and the scalar read waits for all
+                // of them, so forward, loss and backward are timed together (as `forward`).
+                let t = Instant::now();
+                let v = e
+                    .forward_backward(camera, options, self.config.lambda_dssim)
+                    .map_err(|e| match e {
+                        DeviceEngineError::Render(source) => render_err(source),
+                        other => other.into(),
+                    })?;
+                tm.forward = t.elapsed().as_secs_f64();
+                if !v.loss.is_finite() {
+                    return Err(non_finite(v.loss));
+                }
+                Ok(EnginePass {
+                    loss: v.loss,
+                    l1: v.l1,
+                    ssim: v.ssim,
+                    psnr: psnr_from_mse(v.mse, 1.0),
+                    exposure_grad: v.exposure_grad,
+                    pose_grad: v.pose_grad,
+                })
+            }
+        }
     }
 }
 
