@@ -72,7 +72,10 @@ use super::device_engine::{DeviceEngine, DeviceEngineError, Frame, ResidentEngin
 use super::exposure::{self, ExposureConfig, Exposures};
 use super::loss::{apply_mask, LossScratch};
 use super::mcmc::{McmcConfig, McmcStrategy};
-use super::pose::{CameraPoses, CaptureMotions, PoseConfig, EXTENT_PER_UNIT};
+use super::pose::{
+    pose_distance, CameraPoses, CaptureMotions, PoseAlignConfig, PoseAlignment, PoseConfig,
+    EXTENT_PER_UNIT,
+};
 use super::schedule::ExponentialLr;
 use super::sharded::ShardedEngine;
 use crate::budget::Reservation;
@@ -1224,11 +1227,7 @@ impl Trainer {
         let (pixels, mask) = bytes.split_at(layout.pixel_bytes(camera.width, camera.height));
         let mask = layout.mask.then_some(mask);
         // RGBA scenes are evaluated by the NeRF-synthetic convention: over white.
-        let background = match self.config.background {
-            _ if layout.alpha => [1.0; 3],
-            Background::White => [1.0; 3],
-            _ => [0.0; 3],
-        };
+        let background = self.eval_background(layout);
         let rgb8 = if layout.alpha {
             super::alpha::composite_rgba8(pixels, background, &mut self.composited);
             &self.composited[..]
@@ -1280,6 +1279,108 @@ impl Trainer {
             width: hi - lo,
             height: h,
         })
+    }
+
+    /// Test-time pose alignment of a held-out view ([`PoseAlignConfig`]): fits a correction
+    /// of `view`'s camera to its image `bytes` (laid out as the view says; its [`Region`]
+    /// alone, through its exposure, as [`Trainer::evaluate_view`] scores it) with the model
+    /// frozen, and returns the best camera the fit visited by the training loss. Nothing of
+    /// the trainer's state changes (the engine's gradients are scratch until the next step).
+    pub fn align_pose(
+        &mut self,
+        view: &TrainView,
+        bytes: &[u8],
+        align: &PoseAlignConfig,
+    ) -> Result<PoseAlignment, TrainError> {
+        if let Some(why) = align.invalid() {
+            return Err(TrainError::PoseConfig(why));
+        }
+        let given = self.view_camera(view);
+        check_image("under pose alignment", &given, Some(view.layout), bytes)?;
+        let background = self.eval_background(view.layout);
+        let mut composited = std::mem::take(&mut self.composited);
+        let mut region_frame = std::mem::take(&mut self.region_frame);
+        let (frame, masked) = loss_frame(
+            Frame::Host(bytes),
+            &given,
+            view,
+            background,
+            &mut composited,
+            &mut region_frame,
+        );
+        let Frame::Host(target) = frame else {
+            unreachable!("a frame from the host stays on the host")
+        };
+        let exposure = match (&self.config.exposure, view.exposure) {
+            (Some(_), Some(slot)) => Some((slot as usize, self.exposure.get(slot as usize))),
+            _ => None,
+        };
+        let options = RenderOptions {
+            sh_degree: self.active_sh_degree(),
+            background,
+            max_intersection_bytes: self.config.max_intersection_bytes,
+            antialiased: self.config.antialiased,
+            absgrad: false,
+            pose_grad: true,
+        };
+        let unit = self.pose_unit();
+        // One view's correction, with training's parameterisation and Adam (no decay).
+        let mut fit = CameraPoses::default();
+        fit.ensure(1, 0.0, &mut Rng::new(1));
+        let mut tm = StepTimings::default();
+        let mut best = (f64::INFINITY, given);
+        let mut loss_given = f64::NAN;
+        let iteration = self.step;
+        let result: Result<(), TrainError> = (|| {
+            for k in 0..=align.steps {
+                let camera = fit.camera(0, &given, unit);
+                let pass = self.engine_pass(
+                    &camera,
+                    Frame::Host(target),
+                    masked,
+                    exposure,
+                    &options,
+                    iteration,
+                    &mut tm,
+                )?;
+                if k == 0 {
+                    loss_given = pass.loss;
+                }
+                if pass.loss < best.0 {
+                    best = (pass.loss, camera);
+                }
+                if k < align.steps {
+                    let local = pass
+                        .pose_grad
+                        .ok_or(TrainError::MissingPoseGradient { iteration })?;
+                    let g = fit.parameter_grad(0, &local, unit);
+                    fit.step(align.lr_at(k), 0.0, 0, &g);
+                }
+            }
+            Ok(())
+        })();
+        self.composited = composited;
+        self.region_frame = region_frame;
+        result?;
+        let (moved_deg, moved_units) =
+            pose_distance(&given.world_to_camera, &best.1.world_to_camera);
+        Ok(PoseAlignment {
+            camera: best.1,
+            loss_given,
+            loss_aligned: best.0,
+            moved_deg,
+            moved_units,
+        })
+    }
+
+    /// The background a view is scored over: white for an RGBA view (the NeRF-synthetic
+    /// convention) or a run on white, black otherwise.
+    fn eval_background(&self, layout: PixelLayout) -> [f32; 3] {
+        match self.config.background {
+            _ if layout.alpha => [1.0; 3],
+            Background::White => [1.0; 3],
+            _ => [0.0; 3],
+        }
     }
 
     /// Forward, loss and backward of `camera` on the engine against `frame` (RGB8, then the
@@ -1913,6 +2014,81 @@ mod tests {
             t.view_camera(&TrainView::new(cams[2], PixelLayout::RGB)),
             cams[2]
         );
+    }
+
+    /// Test-time pose alignment: a held-out view given a wrong pose (0.77° and 0.09 scene
+    /// units off: the Gaussians' centres land 1.2 px from where they should, on average, in this
+    /// 64×48 view) is brought back
+    /// by fitting its camera to its image with the model frozen, and scores better from there;
+    /// the trainer's state is untouched. Measured: reprojection error 1.22 px → 0.11 px, PSNR
+    /// 24.2 → 43.9 dB. (The pose itself is not pinned as tightly: turning the camera a little
+    /// and moving it sideways shift this narrow view's image alike, so the fit trades one for
+    /// the other; the images agree, which is what scoring needs.)
+    #[test]
+    fn pose_alignment_finds_a_held_out_views_pose() {
+        let (gt, images) = ground_truth();
+        let (cams, extent) = cameras();
+        let mut cfg = config(100);
+        cfg.sh_degree = 0;
+        let mut t =
+            Trainer::new(cfg, gt, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
+        let unit = t.pose_unit();
+        let truth = cams[5];
+        let wrong = Camera {
+            world_to_camera: truth.world_to_camera.perturbed([
+                0.02 * unit,
+                -0.01 * unit,
+                0.0,
+                0.008,
+                -0.01,
+                0.004,
+            ]),
+            ..truth
+        };
+        let view = TrainView::new(wrong, PixelLayout::RGB);
+        let before = t.state().unwrap();
+        let a = t
+            .align_pose(&view, &images[5], &PoseAlignConfig::default())
+            .unwrap();
+        assert_eq!(
+            t.state().unwrap(),
+            before,
+            "alignment leaves the state alone"
+        );
+        // Mean distance (px) between where the Gaussians' centres land through `c` and
+        // through the true camera.
+        let reprojection = |c: &Camera| -> f64 {
+            let (mut sum, mut n) = (0.0, 0);
+            for m in &before.model.gaussians.means {
+                let p = m.map(f64::from);
+                if let (Some(a), Some(b)) = (truth.project(p), c.project(p)) {
+                    sum += ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2)).sqrt();
+                    n += 1;
+                }
+            }
+            sum / n as f64
+        };
+        let (px0, px1) = (reprojection(&wrong), reprojection(&a.camera));
+        let given = t.evaluate_view(&view, &images[5]).unwrap();
+        let aligned = t
+            .evaluate_view(&TrainView::new(a.camera, PixelLayout::RGB), &images[5])
+            .unwrap();
+        let msg = format!(
+            "reprojection {px0:.2} px → {px1:.2} px; loss {:.4} → {:.4}; PSNR {:.2} → {:.2} \
+             dB; moved {:.3}°",
+            a.loss_given, a.loss_aligned, given.psnr, aligned.psnr, a.moved_deg
+        );
+        eprintln!("{msg}");
+        assert!(px0 > 1.0 && px1 < 0.15 * px0, "{msg}");
+        assert!(a.loss_aligned < 0.5 * a.loss_given, "{msg}");
+        assert!(aligned.psnr > given.psnr + 6.0, "{msg}");
+        // Settings that cannot run are named.
+        let bad = PoseAlignConfig {
+            steps: 0,
+            ..PoseAlignConfig::default()
+        };
+        let e = t.align_pose(&view, &images[5], &bad).unwrap_err();
+        assert!(e.to_string().contains("eval pose steps"), "{e}");
     }
 
     /// A resumed state holds the pose corrections of the views of the run that made it: the
