@@ -2612,6 +2612,48 @@ mod tests {
         assert!(device_steps_like_host(cfg, "pose", 60) > 50);
     }
 
+    /// The device engine aligns a held-out view's pose like the host engine: the same loss at
+    /// the given pose and a fit that ends at nearly the same camera.
+    #[test]
+    fn device_engine_aligns_poses_like_the_host_engine() {
+        let cfg = busy_config();
+        let (mut host, cams, images) = trainer(cfg.clone());
+        let mut dev = device_trainer(cfg);
+        let unit = host.pose_unit();
+        let wrong = Camera {
+            world_to_camera: cams[5].world_to_camera.perturbed([
+                0.02 * unit,
+                0.0,
+                -0.01 * unit,
+                0.0,
+                0.01,
+                0.005,
+            ]),
+            ..cams[5]
+        };
+        let view = TrainView::new(wrong, PixelLayout::RGB);
+        let align = PoseAlignConfig {
+            steps: 30,
+            ..PoseAlignConfig::default()
+        };
+        let a = host.align_pose(&view, &images[5], &align).unwrap();
+        let b = dev.align_pose(&view, &images[5], &align).unwrap();
+        let msg = format!("host {a:?}\ndevice {b:?}");
+        assert!(
+            (a.loss_given - b.loss_given).abs() < 1e-6 * a.loss_given,
+            "{msg}"
+        );
+        // The untrained model fits no pose well: the fit lowers the loss a little (3 %).
+        assert!(a.loss_aligned < 0.99 * a.loss_given, "{msg}");
+        assert!(
+            (a.loss_aligned - b.loss_aligned).abs() < 1e-3 * a.loss_aligned,
+            "{msg}"
+        );
+        let (deg, units) = pose_distance(&a.camera.world_to_camera, &b.camera.world_to_camera);
+        eprintln!("host vs device: {deg:.2e}° / {units:.2e} units; {msg}");
+        assert!(deg < 1e-3 && units < 1e-4, "{deg}° / {units}: {msg}");
+    }
+
     /// Per-view gains of [`exposure_absorbs_per_view_gains`]: what auto-exposure does to
     /// photos of one scene.
     const GAINS: [f32; 8] = [0.7, 1.0, 1.3, 0.85, 1.15, 0.8, 1.2, 1.0];
