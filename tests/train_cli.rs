@@ -2509,3 +2509,55 @@ fn pose_opt_trains_the_poses_and_writes_them() {
     }
     assert!(!dest.exists());
 }
+
+/// `--eval-pose-steps N`: every held-out view is scored from its pose fitted to its image;
+/// report.json's `eval_pose`, each view's `given_pose` and the log line give the scores from
+/// the dataset's poses beside. The flags need --eval (and the rate the steps).
+#[test]
+fn eval_pose_steps_scores_held_out_views_from_aligned_poses() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("out");
+    let mut args = vec![
+        s(&pack),
+        "-o",
+        s(&out),
+        "--iterations",
+        "40",
+        "--eval",
+        "--pose-opt",
+        "--eval-pose-steps",
+        "12",
+        "--eval-pose-lr",
+        "2e-3",
+        "--checkpoint-every",
+        "0",
+    ];
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = stderr(&o);
+    assert!(log.contains("poses aligned in 12 steps"), "{log}");
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let e = report.eval_pose.expect("report.json has the alignment");
+    assert_eq!((e.steps, e.lr), (12, 2e-3));
+    assert!(e.given_psnr.is_some() && e.given_ssim.is_some(), "{e:?}");
+    assert!(e.moved_deg[0] > 0.0 && e.moved_deg[1] < 5.0, "{e:?}");
+    let text = std::fs::read_to_string(out.join("test/iteration_40/metrics.json")).unwrap();
+    let views: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    assert_eq!(views.len(), report.test_views);
+    assert!(
+        views.iter().all(|v| v["given_pose"]["moved_deg"].is_f64()),
+        "{text}"
+    );
+
+    let dest = dir.path().join("refused");
+    let o = gs_train(&[s(&pack), "-o", s(&dest), "--eval-pose-steps", "10"]);
+    refused(&o, &["--eval-pose-steps", "add --eval"]);
+    let o = gs_train(&[s(&pack), "-o", s(&dest), "--eval", "--eval-pose-lr", "1e-3"]);
+    refused(&o, &["--eval-pose-lr", "add --eval-pose-steps"]);
+    let o = gs_train(&[s(&pack), "-o", s(&dest), "--eval", "--eval-pose-steps", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!dest.exists());
+}

@@ -221,6 +221,10 @@ pub struct Report {
     /// the training views' poses moved, and with noise how far they are from the true ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pose: Option<PoseReport>,
+    /// With `--eval-pose-steps`: the held-out views' pose alignment and their scores from the
+    /// dataset's poses (`test_psnr`, `test_ssim` are then from the aligned poses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_pose: Option<EvalPoseReport>,
     /// Wall time of this process, from start to the report.
     pub wall_s: f64,
     /// Seconds of that spent in the training loop (excluding evaluation and saving).
@@ -314,18 +318,97 @@ pub struct ViewScore {
     pub ssim: f64,
     /// Side-by-side PNG relative to OUT (when written).
     pub file: Option<String>,
+    /// With pose alignment (`--eval-pose-steps`; `psnr` and `ssim` are then from the aligned
+    /// pose): the scores from the dataset's pose, and how far the alignment moved it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub given_pose: Option<GivenPoseScore>,
+}
+
+/// [`ViewScore::given_pose`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GivenPoseScore {
+    pub psnr: Option<f64>,
+    pub ssim: f64,
+    /// Rotation (degrees) and centre distance (scene units) from the dataset's pose to the
+    /// aligned one.
+    pub moved_deg: f64,
+    pub moved_units: f64,
+}
+
+/// [`Report::eval_pose`]: the test views' pose alignment and their scores without it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvalPoseReport {
+    /// Steps and learning rate of the alignment per view.
+    pub steps: u32,
+    pub lr: f64,
+    /// Mean PSNR / SSIM from the dataset's poses (the report's `test_psnr`/`test_ssim` are
+    /// from the aligned ones).
+    pub given_psnr: Option<f64>,
+    pub given_ssim: Option<f64>,
+    /// How far the alignment moved the poses: mean and maximum.
+    pub moved_deg: [f64; 2],
+    pub moved_units: [f64; 2],
+}
+
+impl EvalPoseReport {
+    /// The summary of `views` aligned with `steps` at `lr`; `None` when they were not aligned.
+    pub fn of(views: &[ViewScore], steps: u32, lr: f64) -> Option<EvalPoseReport> {
+        let given: Vec<&GivenPoseScore> =
+            views.iter().filter_map(|v| v.given_pose.as_ref()).collect();
+        if given.is_empty() {
+            return None;
+        }
+        let (given_psnr, given_ssim) = mean_pairs(given.iter().map(|g| (g.psnr, g.ssim)));
+        let mean_max = |v: Vec<f64>| -> [f64; 2] {
+            let (mean, max) = super::pose::PoseSummary::mean_max(&v);
+            [mean, max]
+        };
+        Some(EvalPoseReport {
+            steps,
+            lr,
+            given_psnr,
+            given_ssim,
+            moved_deg: mean_max(given.iter().map(|g| g.moved_deg).collect()),
+            moved_units: mean_max(given.iter().map(|g| g.moved_units).collect()),
+        })
+    }
+
+    /// `"poses aligned (… steps): … dB, SSIM … from the dataset's poses; moved …"`.
+    pub fn line(&self) -> String {
+        format!(
+            "poses aligned in {} steps, by {:.3}° / {:.4} units on average; from the dataset's \
+             poses {} dB, SSIM {:.4}",
+            self.steps,
+            self.moved_deg[0],
+            self.moved_units[0],
+            self.given_psnr.map_or("inf".into(), |p| format!("{p:.2}")),
+            self.given_ssim.unwrap_or(0.0)
+        )
+    }
 }
 
 /// Mean of an evaluation's views: (mean finite PSNR, mean SSIM); PSNR `None` when no view has
 /// a finite one (all identical) or there are no views.
 pub fn mean_scores(views: &[ViewScore]) -> (Option<f64>, Option<f64>) {
-    if views.is_empty() {
+    mean_pairs(views.iter().map(|v| (v.psnr, v.ssim)))
+}
+
+/// [`mean_scores`] of `(PSNR, SSIM)` pairs.
+fn mean_pairs(pairs: impl Iterator<Item = (Option<f64>, f64)>) -> (Option<f64>, Option<f64>) {
+    let (mut psnr_sum, mut finite, mut ssim_sum, mut n) = (0.0, 0usize, 0.0, 0usize);
+    for (p, s) in pairs {
+        if let Some(p) = p {
+            psnr_sum += p;
+            finite += 1;
+        }
+        ssim_sum += s;
+        n += 1;
+    }
+    if n == 0 {
         return (None, None);
     }
-    let finite: Vec<f64> = views.iter().filter_map(|v| v.psnr).collect();
-    let psnr = (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64);
-    let ssim = views.iter().map(|v| v.ssim).sum::<f64>() / views.len() as f64;
-    (psnr, Some(ssim))
+    let psnr = (finite > 0).then(|| psnr_sum / finite as f64);
+    (psnr, Some(ssim_sum / n as f64))
 }
 
 /// Creates `OUT/test/` if needed.
@@ -435,11 +518,45 @@ mod tests {
             psnr,
             ssim,
             file: None,
+            given_pose: None,
         };
         assert_eq!(mean_scores(&[]), (None, None));
         assert_eq!(
             mean_scores(&[v(Some(30.0), 0.9), v(None, 1.0), v(Some(20.0), 0.8)]),
             (Some(25.0), Some(0.9))
+        );
+    }
+
+    #[test]
+    fn eval_pose_summary_means_the_given_scores() {
+        let v = |psnr: Option<f64>, moved: f64| ViewScore {
+            view: 0,
+            name: String::new(),
+            psnr: psnr.map(|p| p + 2.0),
+            ssim: 0.9,
+            file: None,
+            given_pose: Some(GivenPoseScore {
+                psnr,
+                ssim: 0.8,
+                moved_deg: moved,
+                moved_units: moved / 10.0,
+            }),
+        };
+        assert_eq!(EvalPoseReport::of(&[], 10, 1e-3), None);
+        let r = EvalPoseReport::of(
+            &[v(Some(20.0), 0.5), v(None, 1.5), v(Some(22.0), 1.0)],
+            10,
+            1e-3,
+        )
+        .unwrap();
+        assert_eq!(r.given_psnr, Some(21.0));
+        assert!((r.given_ssim.unwrap() - 0.8).abs() < 1e-12);
+        assert_eq!(r.moved_deg, [1.0, 1.5]);
+        assert!((r.moved_units[0] - 0.1).abs() < 1e-12 && r.moved_units[1] == 0.15);
+        let line = r.line();
+        assert!(
+            line.contains("10 steps") && line.contains("21.00 dB"),
+            "{line}"
         );
     }
 }

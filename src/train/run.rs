@@ -56,7 +56,8 @@ use super::device_engine::{
     ResidentEngine, DEVICE_RENDER_BYTES_PER_GAUSSIAN,
 };
 use super::init::InitPlan;
-use super::report::{self, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
+use super::pose::PoseAlignConfig;
+use super::report::{self, EvalPoseReport, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
 use super::sharded::ShardedEngine;
 use super::trainer::{Background, Region};
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, TrainView, Trainer};
@@ -98,6 +99,9 @@ pub struct RunOptions {
     pub vram_budget: Option<u64>,
     /// Hold out the pack's test views; evaluate them at the end and at `test_iterations`.
     pub eval: bool,
+    /// With `eval`: align each held-out view's pose to its image before scoring it
+    /// ([`PoseAlignConfig`]; the scores from the dataset's poses are reported beside).
+    pub eval_pose: Option<PoseAlignConfig>,
     pub resume: bool,
     /// With `resume`: continue past the checkpoint's planned end to `config.iterations`
     /// ([`checkpoint::extended`]: the position learning rate stays at its final value).
@@ -140,6 +144,7 @@ impl RunOptions {
             devices: 1,
             vram_budget: None,
             eval: false,
+            eval_pose: None,
             resume: false,
             extend: false,
             init: None,
@@ -544,8 +549,6 @@ pub fn ply_rel_path(iteration: u64) -> String {
 /// [`super::exposure::to_json`]).
 pub const EXPOSURE_JSON: &str = "exposure.json";
 
-/// Saves the model of `iteration` (PLY, and the `export` formats) and, with exposure
-/// compensation, `OUT/exposure.json` (the matrices of `exposure_names[slot]`) beside it.
 /// The report's pose summary over the training views, also told in one line; `None` without
 /// pose settings.
 fn pose_report(
@@ -604,6 +607,8 @@ struct SavedViews<'a> {
     exposure_names: &'a [String],
 }
 
+/// Saves the model of `iteration` (PLY, and the `export` formats) and, with exposure
+/// compensation, `OUT/exposure.json` (the matrices of `exposure_names[slot]`) beside it.
 fn save_ply(
     out: &Path,
     trainer: &mut Trainer,
@@ -726,6 +731,7 @@ fn evaluate_views(
     out: &Path,
     label: &str,
     max_images: usize,
+    align: Option<&PoseAlignConfig>,
     gt: &mut Vec<u8>,
 ) -> Result<Vec<ViewScore>, RunError> {
     let dir = report::test_dir(out)?.join(label);
@@ -743,7 +749,25 @@ fn evaluate_views(
         // NeRF-synthetic convention); compositing it here first would hide the alpha and
         // render over the training background instead. A masked view is scored on its used
         // pixels.
-        let e = trainer.evaluate_view(view, gt)?;
+        // With pose alignment: scored from the dataset's pose first, then from the aligned one.
+        let (e, given_pose) = match align {
+            None => (trainer.evaluate_view(view, gt)?, None),
+            Some(cfg) => {
+                let given = trainer.evaluate_view(view, gt)?;
+                let a = trainer.align_pose(view, gt, cfg)?;
+                let aligned = TrainView {
+                    camera: a.camera,
+                    ..*view
+                };
+                let given = report::GivenPoseScore {
+                    psnr: given.psnr.is_finite().then_some(given.psnr),
+                    ssim: given.ssim,
+                    moved_deg: a.moved_deg,
+                    moved_units: a.moved_units,
+                };
+                (trainer.evaluate_view(&aligned, gt)?, Some(given))
+            }
+        };
         // The ground truth as scored, for the side-by-side image (the scored part of it).
         super::alpha::evaluation_rgb8(gt, v.layout());
         if view.region != Region::Full {
@@ -764,6 +788,7 @@ fn evaluate_views(
             psnr: psnr.is_finite().then_some(psnr),
             ssim: e.ssim,
             file,
+            given_pose,
         });
     }
     if max_images > 0 {
@@ -1641,11 +1666,16 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         &opts.out,
                         &format!("iteration_{n}"),
                         opts.max_test_images,
+                        opts.eval_pose.as_ref(),
                         &mut gt,
                     )?;
                     let (p, ss) = report::mean_scores(&scores);
+                    let aligned = opts
+                        .eval_pose
+                        .and_then(|a| EvalPoseReport::of(&scores, a.steps, a.lr))
+                        .map_or(String::new(), |r| format!("; {}", r.line()));
                     on_event(Event::Line(format!(
-                        "iteration {n}: test PSNR {} dB, SSIM {:.4} ({} views{})",
+                        "iteration {n}: test PSNR {} dB, SSIM {:.4} ({} views{}){aligned}",
                         p.map_or("inf".into(), |p| format!("{p:.2}")),
                         ss.unwrap_or(0.0),
                         scores.len(),
@@ -1715,6 +1745,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         }
         let it = trainer.step_count();
         let mut test = (None, None, 0usize);
+        let mut eval_pose = None;
         let mut train_scores = (None, None);
         if !interrupted {
             // The final checkpoint first: it is what a re-run needs, and on a full disk the
@@ -1734,10 +1765,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                     &opts.out,
                     &format!("iteration_{it}"),
                     opts.max_test_images,
+                    opts.eval_pose.as_ref(),
                     &mut gt,
                 )?;
                 let (p, s) = report::mean_scores(&scores);
                 test = (p, s, scores.len());
+                eval_pose = opts
+                    .eval_pose
+                    .and_then(|a| EvalPoseReport::of(&scores, a.steps, a.lr));
             }
             let scores = evaluate_views(
                 &pack,
@@ -1746,6 +1781,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 &opts.out,
                 "train",
                 0,
+                None,
                 &mut gt,
             )?;
             train_scores = report::mean_scores(&scores);
@@ -1805,6 +1841,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 .filter(|_| config.mcmc.is_none()),
             exposure: config.exposure.is_some(),
             pose: pose_report(&trainer, &train_views, on_event),
+            eval_pose,
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,
