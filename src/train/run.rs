@@ -721,19 +721,32 @@ fn write_cfg_args(
     Ok(())
 }
 
+/// How [`evaluate_views`] scores: side-by-side PNGs of at most `images` views (and their
+/// `metrics.json` when any), and whether each view's pose is aligned first.
+#[derive(Clone, Copy, Debug)]
+struct Scoring<'a> {
+    images: usize,
+    align: Option<&'a PoseAlignConfig>,
+}
+
 /// Evaluates `views` (pack view indices, each with its exposure slot and scored region),
-/// writing side-by-side PNGs into `OUT/test/<label>/` for the first `max_images`, plus
-/// `metrics.json` there.
+/// writing side-by-side PNGs into `OUT/test/<label>/` for the first `scoring.images`, plus
+/// `metrics.json` there; with `scoring.align`, each view from its aligned pose, its scores
+/// from the given pose beside ([`ViewScore::given_pose`]).
+
 fn evaluate_views(
     pack: &Pack,
     trainer: &mut Trainer,
     views: &[(usize, TrainView)],
     out: &Path,
     label: &str,
-    max_images: usize,
-    align: Option<&PoseAlignConfig>,
+    scoring: Scoring<'_>,
     gt: &mut Vec<u8>,
 ) -> Result<Vec<ViewScore>, RunError> {
+    let Scoring {
+        images: max_images,
+        align,
+    } = scoring;
     let dir = report::test_dir(out)?.join(label);
     if max_images > 0 {
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
@@ -1598,6 +1611,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let train_started = Instant::now();
     let total = config.iterations;
     let start_step = trainer.step_count();
+    let test_scoring = Scoring {
+        images: opts.max_test_images,
+        align: opts.eval_pose.as_ref(),
+    };
     {
         let mut on_step = |t: &mut Trainer, s: &super::StepStats, info: &super::LoopInfo| {
             let it = s.iteration;
@@ -1665,8 +1682,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         &test_views,
                         &opts.out,
                         &format!("iteration_{n}"),
-                        opts.max_test_images,
-                        opts.eval_pose.as_ref(),
+                        test_scoring,
                         &mut gt,
                     )?;
                     let (p, ss) = report::mean_scores(&scores);
@@ -1764,8 +1780,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                     &test_views,
                     &opts.out,
                     &format!("iteration_{it}"),
-                    opts.max_test_images,
-                    opts.eval_pose.as_ref(),
+                    test_scoring,
                     &mut gt,
                 )?;
                 let (p, s) = report::mean_scores(&scores);
@@ -1780,8 +1795,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 &train_eval_views,
                 &opts.out,
                 "train",
-                0,
-                None,
+                Scoring {
+                    images: 0,
+                    align: None,
+                },
                 &mut gt,
             )?;
             train_scores = report::mean_scores(&scores);
