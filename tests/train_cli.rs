@@ -2000,7 +2000,9 @@ fn demo_takes_the_run_options_and_resumes() {
 /// An iteration whose step resets the opacities is saved and evaluated before that step, as
 /// 3DGS and gsplat do: the PLY and the test scores of "iteration 20" are the trained model's,
 /// not the model with every opacity capped at 0.01 (which renders nearly nothing; the fox at
-/// 1/8 size evaluated at 7.02 dB at 3,000 before this). The run's training is unchanged.
+/// 1/8 size evaluated at 7.02 dB at 3,000 before this). The run's training is unchanged. A run
+/// resumed from the checkpoint of the step before the reset makes that save and evaluation
+/// again (the run that wrote the checkpoint may have stopped before making them).
 #[test]
 fn saves_and_evaluations_at_an_opacity_reset_see_the_trained_model() {
     use ramsplat::train::run::{run, RunOptions};
@@ -2018,6 +2020,7 @@ fn saves_and_evaluations_at_an_opacity_reset_see_the_trained_model() {
     o.save_iterations = vec![20];
     o.max_test_images = 2;
     o.checkpoint_every = 0;
+    o.checkpoint_iterations = vec![19];
     let outcome = run(&o, &mut |_| {}).unwrap();
     assert!(!outcome.interrupted);
     let g = ply::load(
@@ -2059,6 +2062,30 @@ fn saves_and_evaluations_at_an_opacity_reset_see_the_trained_model() {
     // reset, far darker.
     assert_eq!(p19, p20, "iteration 20 is evaluated before its step");
     assert!(p21 < p20 - 3.0, "after the reset: {p21} dB vs {p20} dB");
+
+    // A crash right after the checkpoint of iteration 19: the outputs of "20" are missing and
+    // the newest checkpoint is 19's.
+    let ply20 = out.join("point_cloud/iteration_20");
+    std::fs::remove_dir_all(&ply20).unwrap();
+    std::fs::remove_dir_all(out.join("test/iteration_20")).unwrap();
+    let ckpts = out.join("checkpoints");
+    checkpoint::write_latest(&ckpts, &checkpoint::checkpoint_file_name(19)).unwrap();
+    o.resume = true;
+    let mut lines = Vec::new();
+    run(&o, &mut |e| {
+        if let ramsplat::train::run::Event::Line(l) = e {
+            lines.push(l)
+        }
+    })
+    .unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("iteration 20: test PSNR")),
+        "{lines:#?}"
+    );
+    assert_eq!(psnr("iteration_20"), p20, "the same model, the same scores");
+    assert!(ply20.join("point_cloud.ply").is_file());
 }
 
 /// 3DGS's optimisation parameters reach the run's configuration (read back from its

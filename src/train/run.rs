@@ -721,6 +721,22 @@ fn write_cfg_args(
     Ok(())
 }
 
+/// The log line of the evaluation of iteration `n`.
+fn test_line(n: u64, scores: &[ViewScore], half_split: bool, scoring: Scoring<'_>) -> String {
+    let (p, ss) = report::mean_scores(scores);
+    let aligned = scoring
+        .align
+        .and_then(|a| EvalPoseReport::of(scores, a.steps, a.lr))
+        .map_or(String::new(), |r| format!("; {}", r.line()));
+    format!(
+        "iteration {n}: test PSNR {} dB, SSIM {:.4} ({} views{}){aligned}",
+        p.map_or("inf".into(), |p| format!("{p:.2}")),
+        ss.unwrap_or(0.0),
+        scores.len(),
+        if half_split { ", right halves" } else { "" }
+    )
+}
+
 /// How [`evaluate_views`] scores: side-by-side PNGs of at most `images` views (and their
 /// `metrics.json` when any), and whether each view's pose is aligned first.
 #[derive(Clone, Copy, Debug)]
@@ -1615,6 +1631,39 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         images: opts.max_test_images,
         align: opts.eval_pose.as_ref(),
     };
+    // A run resumed right before an opacity reset: that iteration's saves and evaluation are
+    // made before its step (see `due` below), at the end of the step the checkpoint holds, and
+    // the run that wrote the checkpoint may have stopped (crashed, or failed writing them)
+    // before making them. They are made again here (the same model: the same files).
+    let next = start_step + 1;
+    if resumed_from.is_some() && trainer.resets_opacity_at(next) {
+        if opts.save_iterations.contains(&next) {
+            point_clouds.push(save_ply(
+                &opts.out,
+                &mut trainer,
+                next,
+                &opts.export,
+                &saved_views,
+            )?);
+        }
+        if opts.eval && opts.test_iterations.contains(&next) {
+            let scores = evaluate_views(
+                &pack,
+                &mut trainer,
+                &test_views,
+                &opts.out,
+                &format!("iteration_{next}"),
+                test_scoring,
+                &mut gt,
+            )?;
+            on_event(Event::Line(test_line(
+                next,
+                &scores,
+                half_split,
+                test_scoring,
+            )));
+        }
+    }
     {
         let mut on_step = |t: &mut Trainer, s: &super::StepStats, info: &super::LoopInfo| {
             let it = s.iteration;
@@ -1685,18 +1734,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         test_scoring,
                         &mut gt,
                     )?;
-                    let (p, ss) = report::mean_scores(&scores);
-                    let aligned = opts
-                        .eval_pose
-                        .and_then(|a| EvalPoseReport::of(&scores, a.steps, a.lr))
-                        .map_or(String::new(), |r| format!("; {}", r.line()));
-                    on_event(Event::Line(format!(
-                        "iteration {n}: test PSNR {} dB, SSIM {:.4} ({} views{}){aligned}",
-                        p.map_or("inf".into(), |p| format!("{p:.2}")),
-                        ss.unwrap_or(0.0),
-                        scores.len(),
-                        if half_split { ", right halves" } else { "" }
-                    )));
+                    on_event(Event::Line(test_line(n, &scores, half_split, test_scoring)));
                 }
                 if opts.stop.load(Ordering::SeqCst) && it != total {
                     let path = save(t)?;
