@@ -749,7 +749,6 @@ struct Scoring<'a> {
 /// writing side-by-side PNGs into `OUT/test/<label>/` for the first `scoring.images`, plus
 /// `metrics.json` there; with `scoring.align`, each view from its aligned pose, its scores
 /// from the given pose beside ([`ViewScore::given_pose`]).
-
 fn evaluate_views(
     pack: &Pack,
     trainer: &mut Trainer,
