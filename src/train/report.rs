@@ -227,7 +227,9 @@ pub struct Report {
     pub eval_pose: Option<EvalPoseReport>,
     /// Wall time of this process, from start to the report.
     pub wall_s: f64,
-    /// Seconds of that spent in the training loop (excluding evaluation and saving).
+    /// Seconds of that spent training: the training loop, less what it spent on its outputs
+    /// (metrics rows, saves, checkpoints, evaluations); `iterations_per_s` and
+    /// `stall_fraction` are of this time.
     pub train_s: f64,
     pub seed: u64,
     /// Iteration this process resumed from (`null` for a fresh run).

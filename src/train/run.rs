@@ -1624,6 +1624,9 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let mut gt = Vec::new();
     let mut failure: Option<RunError> = None;
     let train_started = Instant::now();
+    // Seconds the loop spent on its outputs (metrics rows, saves, checkpoints, evaluations),
+    // which the training time leaves out.
+    let mut outputs_s = 0.0f64;
     let total = config.iterations;
     let start_step = trainer.step_count();
     let test_scoring = Scoring {
@@ -1635,6 +1638,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     // the run that wrote the checkpoint may have stopped (crashed, or failed writing them)
     // before making them. They are made again here (the same model: the same files).
     let next = start_step + 1;
+    let outputs_started = Instant::now();
     if resumed_from.is_some() && trainer.resets_opacity_at(next) {
         if opts.save_iterations.contains(&next) {
             point_clouds.push(save_ply(
@@ -1663,6 +1667,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             )));
         }
     }
+    outputs_s += outputs_started.elapsed().as_secs_f64();
     {
         let mut on_step = |t: &mut Trainer, s: &super::StepStats, info: &super::LoopInfo| {
             let it = s.iteration;
@@ -1672,6 +1677,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             if let Some(why) = &s.growth_stopped {
                 on_event(Event::Line(format!("iteration {it}: {why}")));
             }
+            let outputs_started = Instant::now();
             let result = (|| -> Result<LoopControl, RunError> {
                 if it.is_multiple_of(opts.metrics_every) || it == total {
                     let secs = last_row.elapsed().as_secs_f64();
@@ -1746,6 +1752,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 }
                 Ok(LoopControl::Continue)
             })();
+            outputs_s += outputs_started.elapsed().as_secs_f64();
             on_event(Event::Progress { done: it, total });
             match result {
                 Ok(c) => c,
@@ -1785,7 +1792,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 return Err(keep(e.into(), &mut trainer, consistent));
             }
         };
-        let train_s = train_started.elapsed().as_secs_f64();
+        let train_s = (train_started.elapsed().as_secs_f64() - outputs_s).max(0.0);
         let steps = summary.steps;
         let loader_stats = summary.loader;
         let cache_hit_rate = summary.cache.hit_rate();
