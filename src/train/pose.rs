@@ -33,7 +33,8 @@
 //!   can measure how much of a known error the optimisation removes; unlike gsplat's, the
 //!   draw is projected off the motions of the whole capture (see below), which no method can
 //!   tell from a moved world. The held-out views keep their poses, as in gsplat: they are
-//!   scored from the poses the dataset gives.
+//!   scored from the poses the dataset gives, or (beyond gsplat) from poses aligned to their
+//!   images with the model frozen ([`PoseAlignConfig`]).
 //!
 //! # The corrections do not move the world (unlike gsplat)
 //! Moving every camera by one rigid motion or scaling (and the Gaussians with them) leaves
