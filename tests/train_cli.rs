@@ -2539,7 +2539,8 @@ fn pose_opt_trains_the_poses_and_writes_them() {
 
 /// `--eval-pose-steps N`: every held-out view is scored from its pose fitted to its image;
 /// report.json's `eval_pose`, each view's `given_pose` and the log line give the scores from
-/// the dataset's poses beside. The flags need --eval (and the rate the steps).
+/// the dataset's poses beside; `gs-render --eval-pose-steps` scores the saved model alike.
+/// The flags need --eval (and the rate the steps).
 #[test]
 fn eval_pose_steps_scores_held_out_views_from_aligned_poses() {
     let dir = tempfile::tempdir().unwrap();
@@ -2578,6 +2579,35 @@ fn eval_pose_steps_scores_held_out_views_from_aligned_poses() {
         views.iter().all(|v| v["given_pose"]["moved_deg"].is_f64()),
         "{text}"
     );
+    // gs-render aligns a saved model's views the same way: the same scores, from the aligned
+    // poses and from the given ones.
+    let rendered = gs_render_scores_like_gs_train_at(
+        &out,
+        &pack,
+        &dir.path().join("rendered"),
+        40,
+        &["--eval-pose-steps", "12", "--eval-pose-lr", "2e-3"],
+    );
+    for (t, r) in views.iter().zip(rendered["views"].as_array().unwrap()) {
+        assert_eq!(t["given_pose"], r["given_pose"], "gs-train vs gs-render");
+    }
+    assert_eq!(rendered["eval_pose"]["steps"], 12);
+    let ply = out.join("point_cloud/iteration_40/point_cloud.ply");
+    let gs_render = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gs-render"))
+            .args(["--ply", s(&ply), "--pack", s(&pack), "--backend", "cpu"])
+            .args(["-o", s(&dir.path().join("refused-render"))])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = gs_render(&["--eval-pose-steps", "5", "--bg", "0.5,0.5,0.5"]);
+    refused(
+        &o,
+        &["--eval-pose-steps aligns over a black or white background"],
+    );
+    let o = gs_render(&["--eval-pose-steps", "5", "--exposure", "x.json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 
     let dest = dir.path().join("refused");
     let o = gs_train(&[s(&pack), "-o", s(&dest), "--eval-pose-steps", "10"]);

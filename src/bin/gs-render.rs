@@ -47,6 +47,10 @@
 //! view. `--split test --exposure OUT/exposure.json --half right` scores a `gs-train --eval
 //! --exposure` run's held-out views exactly as its own evaluation did.
 //!
+//! `--eval-pose-steps N` (with `--pack`) fits each view's pose to its image first, with the
+//! model frozen (`Trainer::align_pose`, as `gs-train --eval-pose-steps`), and renders and scores
+//! it from there; `metrics.json` gives the scores from the pack's poses beside.
+//!
 //! `--depth` (every rendering mode) also writes each view's expected depth beside its PNG:
 //! `NAME.depth.npy` (float32, height × width, camera-space z in scene units, NaN where nothing
 //! was drawn; `numpy.load` reads it) and `NAME.depth.png`, a picture of it. The depth is that
@@ -85,7 +89,10 @@ use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
 use ramsplat::train::exposure::{self, Exposure};
-use ramsplat::train::trainer::Region;
+use ramsplat::train::pose::PoseAlignConfig;
+use ramsplat::train::report::{EvalPoseReport, GivenPoseScore};
+use ramsplat::train::trainer::{Background, Region};
+use ramsplat::train::{Engine, TrainConfig, TrainView, Trainer};
 
 /// `--trajectory-shape`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -197,6 +204,29 @@ struct Args {
     /// held-out views, whose left halves were trained on.
     #[arg(long, value_enum, requires = "pack", conflicts_with_all = ["trajectory", "depth"])]
     half: Option<HalfArg>,
+    /// With --pack: before each view is scored, fit its pose to its image in N steps with the
+    /// model frozen (what `gs-train --eval-pose-steps` does: the fair score of a model trained
+    /// with pose optimisation), and render and score it from there; metrics.json gives each
+    /// view's scores from the pack's pose beside. Holds a second copy of the model and its
+    /// optimizer moments. Not with --exposure.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "pack",
+        conflicts_with_all = ["trajectory", "exposure"],
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    eval_pose_steps: Option<u32>,
+    /// Learning rate of that alignment (default 0.001, decaying to 1 % over the steps).
+    #[arg(long, value_name = "LR", requires = "eval_pose_steps", value_parser = parse_positive)]
+    eval_pose_lr: Option<f64>,
+}
+
+fn parse_positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
 }
 
 /// A loaded model and whether to render it antialiased (the file's word, or the override).
@@ -524,6 +554,10 @@ struct ViewMetrics {
     ssim: f64,
     /// The background the view was rendered and scored over.
     background: [f32; 3],
+    /// With --eval-pose-steps (`psnr`, `ssim` are then from the aligned pose): the scores
+    /// from the pack's pose and how far the alignment moved it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    given_pose: Option<GivenPoseScore>,
 }
 
 #[derive(serde::Serialize)]
@@ -546,7 +580,88 @@ struct MetricsReport {
     mean_psnr: Option<f64>,
     mean_ssim: f64,
     identical_views: usize,
+    /// With --eval-pose-steps: the alignment and the scores from the pack's poses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    eval_pose: Option<EvalPoseReport>,
     views: Vec<ViewMetrics>,
+}
+
+/// `--eval-pose-steps`: a trainer holding a copy of the model, whose pose alignment fits each
+/// view's camera before it is rendered and scored.
+struct Aligner {
+    trainer: Trainer,
+    config: PoseAlignConfig,
+}
+
+impl Aligner {
+    fn new(args: &Args, model: &Loaded, sh_degree: u32, extent: f64) -> Result<Option<Aligner>> {
+        let Some(steps) = args.eval_pose_steps else {
+            return Ok(None);
+        };
+        let background = match args.bg {
+            None => Background::Black,
+            Some(WHITE) => Background::White,
+            Some(BLACK) => Background::Black,
+            Some(bg) => bail!(
+                "--eval-pose-steps aligns over a black or white background (gs-train's), not \
+                 --bg {bg:?}: drop --bg or --eval-pose-steps"
+            ),
+        };
+        let config = TrainConfig {
+            iterations: 1,
+            sh_degree: model.sh_degree,
+            initial_sh_degree: sh_degree,
+            antialiased: model.antialiased,
+            background,
+            ..TrainConfig::default()
+        };
+        let raster = make_rasterizer(args.backend, &mut |_| {})?;
+        let trainer = Trainer::new(
+            config,
+            model.gaussians.clone(),
+            extent,
+            Engine::Host(raster),
+        )
+        .context("cannot set up the pose alignment")?;
+        Ok(Some(Aligner {
+            trainer,
+            config: PoseAlignConfig {
+                steps,
+                lr: args.eval_pose_lr.unwrap_or(PoseAlignConfig::default().lr),
+            },
+        }))
+    }
+
+    /// The camera `view` (its bytes as packed: `bytes`) is scored from, and its scores from
+    /// its own camera. The alignment's background must be the one the view is scored over.
+    fn align(
+        &mut self,
+        view: &TrainView,
+        bytes: &[u8],
+        background: [f32; 3],
+    ) -> Result<(Camera, GivenPoseScore)> {
+        let expected = match (view.layout.alpha, self.trainer.config().background) {
+            (true, _) | (_, Background::White) => WHITE,
+            _ => BLACK,
+        };
+        if background != expected {
+            bail!(
+                "--eval-pose-steps aligns views with alpha over white (gs-train's rule), but \
+                 --bg renders them over {background:?}: drop --bg"
+            );
+        }
+        let given = self.trainer.evaluate_view(view, bytes)?;
+        let a = self.trainer.align_pose(view, bytes, &self.config)?;
+        Ok((
+            a.camera,
+            GivenPoseScore {
+                psnr: given.psnr.is_finite().then_some(given.psnr),
+                ssim: given.ssim,
+                moved_deg: a.moved_deg,
+                moved_units: a.moved_units,
+            },
+        ))
+    }
 }
 
 /// The pack's views of `--split` (indices, split name), each checked to be renderable.
@@ -637,6 +752,7 @@ fn render_pack(
     let (indices, split_name) = split_views(args, pack_path, manifest)?;
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
+    let mut aligner = Aligner::new(args, &model, r.options.sh_degree, manifest.scene.extent)?;
     std::fs::create_dir_all(output)
         .with_context(|| format!("cannot create {}", output.display()))?;
 
@@ -661,6 +777,20 @@ fn render_pack(
         // NeRF-synthetic convention, the one gs-train --eval uses), RGB views over black.
         let background = args.bg.unwrap_or(if v.alpha { WHITE } else { BLACK });
         r.options.background = background;
+        let context = || format!("view {i} ({:?})", v.name);
+        // With --eval-pose-steps: the view's camera fitted to its image (on its bytes as
+        // packed, the part --half scores), and its scores from the pack's camera.
+        let (camera, given_pose) = match &mut aligner {
+            Some(a) => {
+                let view = TrainView {
+                    region: args.half.map_or(Region::Full, HalfArg::region),
+                    ..TrainView::new(v.camera, v.layout())
+                };
+                let (camera, given) = a.align(&view, &gt, background).with_context(context)?;
+                (camera, Some(given))
+            }
+            None => (v.camera, None),
+        };
         // A masked view is scored on its used pixels (both images black elsewhere).
         let mask = v
             .mask
@@ -669,9 +799,8 @@ fn render_pack(
             let rgba = std::mem::take(&mut gt);
             ramsplat::train::alpha::composite_rgba8(&rgba, background, &mut gt);
         }
-        let context = || format!("view {i} ({:?})", v.name);
         let exposure = r.exposure_of(&v.name).with_context(context)?;
-        r.render(&model, &v.camera).with_context(context)?;
+        r.render(&model, &camera).with_context(context)?;
         if let Some(e) = &exposure {
             exposure::apply_in_place(e, &mut r.out.image);
         }
@@ -696,7 +825,7 @@ fn render_pack(
         let file = eval::view_file_name(i, &v.name);
         let side = eval::side_by_side(&gt, scorer.rgb8(), w, h);
         eval::write_png(&output.join(&file), &side, 2 * w as u32, h as u32)?;
-        r.write_depth(&model, &v.camera, &output.join(&file))
+        r.write_depth(&model, &camera, &output.join(&file))
             .with_context(|| format!("view {i} ({:?})", v.name))?;
         let line = format!("view {i} {}: PSNR {psnr:.2} dB, SSIM {ssim:.4}", v.name);
         match &progress {
@@ -713,6 +842,7 @@ fn render_pack(
             psnr: psnr.is_finite().then_some(psnr),
             ssim,
             background,
+            given_pose,
         });
     }
     if let Some(bar) = progress {
@@ -733,17 +863,28 @@ fn render_pack(
         mean_psnr: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),
         mean_ssim: views.iter().map(|v| v.ssim).sum::<f64>() / views.len() as f64,
         identical_views: views.len() - finite.len(),
+        eval_pose: aligner.as_ref().and_then(|a| {
+            EvalPoseReport::of(
+                views.iter().filter_map(|v| v.given_pose.as_ref()),
+                a.config.steps,
+                a.config.lr,
+            )
+        }),
         views,
     };
     let json = serde_json::to_string_pretty(&report).context("cannot encode metrics")?;
     write_text(&output.join("metrics.json"), &(json + "\n"))?;
     eprintln!(
-        "{} views: mean PSNR {} dB, mean SSIM {:.4}; wrote {}",
+        "{} views: mean PSNR {} dB, mean SSIM {:.4}{}; wrote {}",
         report.count,
         report
             .mean_psnr
             .map_or("inf".to_owned(), |p| format!("{p:.2}")),
         report.mean_ssim,
+        report
+            .eval_pose
+            .as_ref()
+            .map_or(String::new(), |e| format!(" ({})", e.line())),
         output.join("metrics.json").display()
     );
     Ok(())

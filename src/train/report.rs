@@ -353,10 +353,14 @@ pub struct EvalPoseReport {
 }
 
 impl EvalPoseReport {
-    /// The summary of `views` aligned with `steps` at `lr`; `None` when they were not aligned.
-    pub fn of(views: &[ViewScore], steps: u32, lr: f64) -> Option<EvalPoseReport> {
-        let given: Vec<&GivenPoseScore> =
-            views.iter().filter_map(|v| v.given_pose.as_ref()).collect();
+    /// The summary of the views aligned with `steps` at `lr` (their [`GivenPoseScore`]s);
+    /// `None` when there are none.
+    pub fn of<'a>(
+        given: impl IntoIterator<Item = &'a GivenPoseScore>,
+        steps: u32,
+        lr: f64,
+    ) -> Option<EvalPoseReport> {
+        let given: Vec<&GivenPoseScore> = given.into_iter().collect();
         if given.is_empty() {
             return None;
         }
@@ -544,9 +548,12 @@ mod tests {
                 moved_units: moved / 10.0,
             }),
         };
+        let given = |v: &[ViewScore]| -> Vec<GivenPoseScore> {
+            v.iter().filter_map(|v| v.given_pose.clone()).collect()
+        };
         assert_eq!(EvalPoseReport::of(&[], 10, 1e-3), None);
         let r = EvalPoseReport::of(
-            &[v(Some(20.0), 0.5), v(None, 1.5), v(Some(22.0), 1.0)],
+            &given(&[v(Some(20.0), 0.5), v(None, 1.5), v(Some(22.0), 1.0)]),
             10,
             1e-3,
         )

@@ -721,12 +721,17 @@ fn write_cfg_args(
     Ok(())
 }
 
+/// The views' scores from their given poses, where they were aligned.
+fn given_scores(scores: &[ViewScore]) -> impl Iterator<Item = &report::GivenPoseScore> {
+    scores.iter().filter_map(|v| v.given_pose.as_ref())
+}
+
 /// The log line of the evaluation of iteration `n`.
 fn test_line(n: u64, scores: &[ViewScore], half_split: bool, scoring: Scoring<'_>) -> String {
     let (p, ss) = report::mean_scores(scores);
     let aligned = scoring
         .align
-        .and_then(|a| EvalPoseReport::of(scores, a.steps, a.lr))
+        .and_then(|a| EvalPoseReport::of(given_scores(scores), a.steps, a.lr))
         .map_or(String::new(), |r| format!("; {}", r.line()));
     format!(
         "iteration {n}: test PSNR {} dB, SSIM {:.4} ({} views{}){aligned}",
@@ -1831,7 +1836,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 test = (p, s, scores.len());
                 eval_pose = opts
                     .eval_pose
-                    .and_then(|a| EvalPoseReport::of(&scores, a.steps, a.lr));
+                    .and_then(|a| EvalPoseReport::of(given_scores(&scores), a.steps, a.lr));
             }
             let scores = evaluate_views(
                 &pack,
