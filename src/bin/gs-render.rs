@@ -640,11 +640,7 @@ impl Aligner {
         bytes: &[u8],
         background: [f32; 3],
     ) -> Result<(Camera, GivenPoseScore)> {
-        let expected = match (view.layout.alpha, self.trainer.config().background) {
-            (true, _) | (_, Background::White) => WHITE,
-            _ => BLACK,
-        };
-        if background != expected {
+        if background != self.trainer.eval_background(view.layout) {
             bail!(
                 "--eval-pose-steps aligns views with alpha over white (gs-train's rule), but \
                  --bg renders them over {background:?}: drop --bg"
@@ -652,15 +648,7 @@ impl Aligner {
         }
         let given = self.trainer.evaluate_view(view, bytes)?;
         let a = self.trainer.align_pose(view, bytes, &self.config)?;
-        Ok((
-            a.camera,
-            GivenPoseScore {
-                psnr: given.psnr.is_finite().then_some(given.psnr),
-                ssim: given.ssim,
-                moved_deg: a.moved_deg,
-                moved_units: a.moved_units,
-            },
-        ))
+        Ok((a.camera, GivenPoseScore::new(&given, &a)))
     }
 }
 

@@ -304,17 +304,9 @@ impl CameraPoses {
         }
     }
 
-    /// Projects the corrections off the 7 motions of the whole capture (module doc), given
-    /// each held view's camera as the dataset gives it (`cameras[i]` for row `i`; the noise
-    /// is composed here, as the corrections apply after it). Rows beyond `cameras` are left
-    /// alone. A run builds the [`CaptureMotions`] once and projects with it after every step.
-    pub fn remove_gauge(&mut self, cameras: &[Camera], unit: f64) {
-        let n = self.len().min(cameras.len());
-        CaptureMotions::new(&cameras[..n], &self.noise[..n], unit).remove_from(&mut self.values);
-    }
-
-    /// Projects the injected noise off the 7 motions of the whole capture, as
-    /// [`Self::remove_gauge`] does the corrections: noise moves the cameras relative to each
+    /// Projects the injected noise off the 7 motions of the whole capture, as a run projects
+    /// the corrections after every step ([`CaptureMotions`]): noise moves the cameras relative
+    /// to each
     /// other, the error the corrections can undo. (A motion of the whole capture is the world
     /// moved: nothing in the images can tell it, and the corrections are kept from making one.)
     pub fn remove_noise_gauge(&mut self, cameras: &[Camera], unit: f64) {
@@ -740,7 +732,8 @@ mod tests {
                 poses.values[i][3 + a] = (0..3).map(|k| r[k][a] * omega[k]).sum::<f64>();
             }
         }
-        poses.remove_gauge(&cams, unit);
+        let motions = CaptureMotions::new(&cams, &poses.noise, unit);
+        motions.remove_from(&mut poses.values);
         let left = poses
             .values
             .iter()
@@ -749,12 +742,12 @@ mod tests {
         assert!(left < 1e-12, "a whole-capture motion left {left}");
         // One camera's own correction: most of it stays; a second projection is a no-op.
         poses.values[4] = [0.02, -0.01, 0.03, 0.01, 0.02, -0.015];
-        poses.remove_gauge(&cams, unit);
+        motions.remove_from(&mut poses.values);
         let kept = poses.values[4];
         let norm = |d: &PoseDelta| d.iter().map(|v| v * v).sum::<f64>().sqrt();
         assert!(norm(&kept) > 0.7 * norm(&[0.02, -0.01, 0.03, 0.01, 0.02, -0.015]));
         let once = poses.values.clone();
-        poses.remove_gauge(&cams, unit);
+        motions.remove_from(&mut poses.values);
         for (a, b) in once.iter().flatten().zip(poses.values.iter().flatten()) {
             assert!((a - b).abs() < 1e-15, "{a} vs {b}");
         }
@@ -762,7 +755,7 @@ mod tests {
         let mut single = CameraPoses::default();
         single.ensure(1, 0.0, &mut Rng::new(1));
         single.values[0] = [0.1, 0.2, 0.3, 0.01, 0.02, 0.03];
-        single.remove_gauge(&cams[..1], unit);
+        CaptureMotions::new(&cams[..1], &single.noise, unit).remove_from(&mut single.values);
         assert!(
             single.values[0].iter().all(|v| v.abs() < 1e-12),
             "{:?}",

@@ -337,6 +337,18 @@ pub struct GivenPoseScore {
     pub moved_units: f64,
 }
 
+impl GivenPoseScore {
+    /// The scores `given` from a view's given pose, and how far `alignment` moved it.
+    pub fn new(given: &super::Evaluation, alignment: &super::pose::PoseAlignment) -> Self {
+        GivenPoseScore {
+            psnr: given.psnr.is_finite().then_some(given.psnr),
+            ssim: given.ssim,
+            moved_deg: alignment.moved_deg,
+            moved_units: alignment.moved_units,
+        }
+    }
+}
+
 /// [`Report::eval_pose`]: the test views' pose alignment and their scores without it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvalPoseReport {

@@ -792,12 +792,7 @@ fn evaluate_views(
                     camera: a.camera,
                     ..*view
                 };
-                let given = report::GivenPoseScore {
-                    psnr: given.psnr.is_finite().then_some(given.psnr),
-                    ssim: given.ssim,
-                    moved_deg: a.moved_deg,
-                    moved_units: a.moved_units,
-                };
+                let given = report::GivenPoseScore::new(&given, &a);
                 (trainer.evaluate_view(&aligned, gt)?, Some(given))
             }
         };

@@ -1373,9 +1373,9 @@ impl Trainer {
         })
     }
 
-    /// The background a view is scored over: white for an RGBA view (the NeRF-synthetic
-    /// convention) or a run on white, black otherwise.
-    fn eval_background(&self, layout: PixelLayout) -> [f32; 3] {
+    /// The background a view is scored (and its pose aligned) over: white for an RGBA view
+    /// (the NeRF-synthetic convention) or a run on white, black otherwise.
+    pub fn eval_background(&self, layout: PixelLayout) -> [f32; 3] {
         match self.config.background {
             _ if layout.alpha => [1.0; 3],
             Background::White => [1.0; 3],
