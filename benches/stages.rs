@@ -118,7 +118,7 @@ fn prepare() {
         cx: 554.558,
         cy: 965.268,
     };
-    let d = Distortion {
+    let d = Distortion::RadialTangential {
         k: [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0],
         p: [-0.000980296, 0.00015575],
     };

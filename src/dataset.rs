@@ -6,8 +6,9 @@
 //! format never needs the importers and the importers never need the pack format.
 //!
 //! Invariants:
-//! - [`Distortion`] is always OpenCV's radial–tangential model; every supported camera model
-//!   maps to it, the others are refused by the importer that meets them.
+//! - [`Distortion`] is one of two lens models: OpenCV's radial–tangential model or OpenCV's
+//!   fisheye (equidistant) model; every supported camera model maps to one of them, the others
+//!   are refused by the importer that meets them.
 //! - A [`PointSource`] streams: it holds at most one chunk's worth of points plus a fixed-size
 //!   read buffer, so a cloud of any size passes through bounded memory. Its error type is its
 //!   own ([`PointSource::Error`]): the shard writer reports it unchanged, without knowing it.
@@ -37,41 +38,117 @@ pub enum Format {
     Ply,
 }
 
-/// OpenCV radial–tangential distortion in normalised camera coordinates:
-/// with `r² = x² + y²`,
-/// `x_d = x·(1 + k1 r² + k2 r⁴ + k3 r⁶)/(1 + k4 r² + k5 r⁴ + k6 r⁶) + 2 p1 x y + p2 (r² + 2x²)`,
-/// `y_d = y·(same radial factor) + p1 (r² + 2y²) + 2 p2 x y`.
-/// All-zero coefficients mean an ideal pinhole.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Distortion {
-    /// k1..k6 (k4..k6 are the rational model's denominator; zero for all but FULL_OPENCV).
-    pub k: [f64; 6],
-    /// p1, p2.
-    pub p: [f64; 2],
+/// A photo's lens: where the ray of an ideal pinhole camera lands in the photo, in normalised
+/// camera coordinates `(x, y) = (X/Z, Y/Z)` ([`Distortion::distort`]). Photos are resampled to
+/// the ideal pinhole at pack time (`crate::import::image::undistort`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Distortion {
+    /// OpenCV's radial–tangential model: with `r² = x² + y²`,
+    /// `x_d = x·(1 + k1 r² + k2 r⁴ + k3 r⁶)/(1 + k4 r² + k5 r⁴ + k6 r⁶) + 2 p1 x y + p2 (r² + 2x²)`,
+    /// `y_d = y·(same radial factor) + p1 (r² + 2y²) + 2 p2 x y`.
+    /// All-zero coefficients mean an ideal pinhole ([`Distortion::NONE`]).
+    RadialTangential {
+        /// k1..k6 (k4..k6 are the rational model's denominator; zero for all but FULL_OPENCV).
+        k: [f64; 6],
+        /// p1, p2.
+        p: [f64; 2],
+    },
+    /// OpenCV's fisheye model (`cv::fisheye`, Kannala–Brandt's equidistant polynomial; COLMAP's
+    /// OPENCV_FISHEYE, RADIAL_FISHEYE and SIMPLE_RADIAL_FISHEYE): the ray at angle
+    /// `θ = atan(r)` from the optical axis lands at normalised radius
+    /// `θ_d = θ·(1 + k1 θ² + k2 θ⁴ + k3 θ⁶ + k4 θ⁸)` in the ray's direction. Never an ideal
+    /// pinhole, even with zero coefficients: the equidistant projection itself is not one.
+    Fisheye {
+        /// k1..k4.
+        k: [f64; 4],
+    },
+}
+
+impl Default for Distortion {
+    fn default() -> Distortion {
+        Distortion::NONE
+    }
 }
 
 impl Distortion {
-    pub const NONE: Distortion = Distortion {
+    /// The ideal pinhole.
+    pub const NONE: Distortion = Distortion::RadialTangential {
         k: [0.0; 6],
         p: [0.0; 2],
     };
 
+    /// Whether this is the ideal pinhole (a photo that needs no resampling).
     pub fn is_none(&self) -> bool {
-        self.k.iter().chain(&self.p).all(|&c| c == 0.0)
+        match self {
+            Distortion::RadialTangential { k, p } => k.iter().chain(p).all(|&c| c == 0.0),
+            Distortion::Fisheye { .. } => false,
+        }
+    }
+
+    /// Whether every coefficient is a finite number.
+    pub fn is_finite(&self) -> bool {
+        match self {
+            Distortion::RadialTangential { k, p } => k.iter().chain(p).all(|c| c.is_finite()),
+            Distortion::Fisheye { k } => k.iter().all(|c| c.is_finite()),
+        }
+    }
+
+    /// The radially symmetric part of the lens (the tangential terms dropped): the mapping of
+    /// radii whose fold-over point `crate::import::image::valid_radius` looks for.
+    pub fn radial_only(&self) -> Distortion {
+        match *self {
+            Distortion::RadialTangential { k, .. } => {
+                Distortion::RadialTangential { k, p: [0.0, 0.0] }
+            }
+            fisheye @ Distortion::Fisheye { .. } => fisheye,
+        }
+    }
+
+    /// The normalised radius at which the ray at angle `theta` (radians) from the optical axis
+    /// lands, by the lens's radial part: a fisheye's `θ_d(θ)` (defined past 90°, as wide-angle
+    /// lenses see), a radial–tangential lens's `distort(tan θ, 0)` (`None` from 90° on, behind
+    /// the pinhole).
+    pub fn ray_radius(&self, theta: f64) -> Option<f64> {
+        match self {
+            Distortion::Fisheye { k } => Some(fisheye_theta_d(k, theta)),
+            Distortion::RadialTangential { .. } if theta < std::f64::consts::FRAC_PI_2 => {
+                Some(self.radial_only().distort(theta.tan(), 0.0).0)
+            }
+            Distortion::RadialTangential { .. } => None,
+        }
     }
 
     /// Maps an undistorted normalised point to its distorted position.
     pub fn distort(&self, x: f64, y: f64) -> (f64, f64) {
-        let [k1, k2, k3, k4, k5, k6] = self.k;
-        let [p1, p2] = self.p;
-        let r2 = x * x + y * y;
-        let radial =
-            (1.0 + r2 * (k1 + r2 * (k2 + r2 * k3))) / (1.0 + r2 * (k4 + r2 * (k5 + r2 * k6)));
-        (
-            x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x),
-            y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y,
-        )
+        match *self {
+            Distortion::RadialTangential { k, p } => {
+                let [k1, k2, k3, k4, k5, k6] = k;
+                let [p1, p2] = p;
+                let r2 = x * x + y * y;
+                let radial = (1.0 + r2 * (k1 + r2 * (k2 + r2 * k3)))
+                    / (1.0 + r2 * (k4 + r2 * (k5 + r2 * k6)));
+                (
+                    x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x),
+                    y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y,
+                )
+            }
+            Distortion::Fisheye { k } => {
+                let r = x.hypot(y);
+                // θ_d / r → 1 as r → 0 (OpenCV and COLMAP use the same cut-off).
+                if r <= f64::EPSILON {
+                    return (x, y);
+                }
+                let scale = fisheye_theta_d(&k, r.atan()) / r;
+                (x * scale, y * scale)
+            }
+        }
     }
+}
+
+/// OpenCV's fisheye polynomial `θ_d = θ·(1 + k1 θ² + k2 θ⁴ + k3 θ⁶ + k4 θ⁸)`.
+fn fisheye_theta_d(k: &[f64; 4], theta: f64) -> f64 {
+    let t2 = theta * theta;
+    theta * (1.0 + t2 * (k[0] + t2 * (k[1] + t2 * (k[2] + t2 * k[3]))))
 }
 
 /// One view of a dataset as found on disk.
@@ -221,7 +298,7 @@ mod tests {
 
     #[test]
     fn distortion_matches_opencv_formula() {
-        let d = Distortion {
+        let d = Distortion::RadialTangential {
             k: [0.1, 0.01, 0.0, 0.0, 0.0, 0.0],
             p: [0.001, 0.002],
         };
@@ -232,6 +309,28 @@ mod tests {
         let want_y = y * radial + 0.001 * (r2 + 2.0 * y * y) + 2.0 * 0.002 * x * y;
         let (gx, gy) = d.distort(x, y);
         assert!((gx - want_x).abs() < 1e-15 && (gy - want_y).abs() < 1e-15);
+    }
+
+    #[test]
+    fn fisheye_matches_the_equidistant_formula() {
+        let d = Distortion::Fisheye {
+            k: [0.05, -0.01, 0.002, -0.0003],
+        };
+        // Never the ideal pinhole, even without coefficients.
+        assert!(!d.is_none() && !Distortion::Fisheye { k: [0.0; 4] }.is_none());
+        let (x, y) = (0.6, -0.8); // r = 1: θ = π/4
+        let t = std::f64::consts::FRAC_PI_4;
+        let theta_d = t
+            * (1.0 + 0.05 * t.powi(2) - 0.01 * t.powi(4) + 0.002 * t.powi(6) - 0.0003 * t.powi(8));
+        let (gx, gy) = d.distort(x, y);
+        assert!((gx - 0.6 * theta_d).abs() < 1e-15 && (gy + 0.8 * theta_d).abs() < 1e-15);
+        // The optical axis is fixed, and near it the lens is the identity to first order.
+        assert_eq!(d.distort(0.0, 0.0), (0.0, 0.0));
+        let (sx, _) = d.distort(1e-6, 0.0);
+        assert!((sx - 1e-6).abs() < 1e-17, "{sx}");
+        // A pure equidistant lens: the ray at 60° lands at radius π/3.
+        let (ex, _) = Distortion::Fisheye { k: [0.0; 4] }.distort(3f64.sqrt(), 0.0);
+        assert!((ex - std::f64::consts::FRAC_PI_3).abs() < 1e-15);
     }
 
     #[test]

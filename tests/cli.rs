@@ -412,6 +412,169 @@ fn scene_with_half_size_copy(dir: &Path, format: &str) -> Vec<PathBuf> {
     files
 }
 
+/// A COLMAP workspace shot through a fisheye lens (OPENCV_FISHEYE, what COLMAP estimates for
+/// action-camera captures) packs as pinhole views of the same size and focal length: the
+/// packed camera has the fisheye's intrinsics and no distortion, the packed pixels are the
+/// ideal pinhole image of the scene (an analytic pattern over ray directions, to within the
+/// resampling error), and `convert` says how much of each camera's field of view that keeps.
+#[test]
+fn fisheye_photos_pack_as_pinhole_views() {
+    use ramsplat::dataset::Distortion;
+    use ramsplat::import::colmap::{read_model, write_model, Encoding};
+    use ramsplat::import::image::field_of_view;
+    use ramsplat::shard::reader::Pack;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    let o = gs_pack(&[
+        "synth",
+        "-o",
+        scene.to_str().unwrap(),
+        "--views",
+        "9",
+        "--width",
+        "160",
+        "--height",
+        "120",
+        "--points",
+        "300",
+        "--format",
+        "colmap",
+        "--seed",
+        "5",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let sparse = scene.join("sparse/0");
+    let mut model = read_model(&sparse, Encoding::Text).unwrap();
+    let k = [0.03, -0.01, 0.002, -0.0005];
+    let lens = Distortion::Fisheye { k };
+    for c in &mut model.cameras {
+        c.model_id = 5; // OPENCV_FISHEYE: fx, fy, cx, cy, k1..k4
+        let (fx, fy, cx, cy) = match c.params.len() {
+            3 => (c.params[0], c.params[0], c.params[1], c.params[2]),
+            _ => (c.params[0], c.params[1], c.params[2], c.params[3]),
+        };
+        // A wide lens: half the generator's focal length.
+        c.params = vec![fx / 2.0, fy / 2.0, cx, cy, k[0], k[1], k[2], k[3]];
+    }
+    let points = std::mem::take(&mut model.points);
+    write_model(
+        &sparse,
+        Encoding::Text,
+        &model.cameras,
+        &model.images,
+        &mut points.into_iter(),
+    )
+    .unwrap();
+    // The scene: a smooth pattern over ideal (pinhole) normalised coordinates.
+    let g = |x: f64, y: f64| -> [f64; 3] {
+        [
+            127.5 + 100.0 * (11.0 * x + 0.3).sin() * (10.0 * y).cos(),
+            127.5 + 100.0 * (9.0 * x - 8.0 * y).cos(),
+            127.5 + 100.0 * (10.0 * y + 1.0).sin(),
+        ]
+    };
+    // OpenCV's fisheye model, written out here so the photos do not depend on the code under
+    // test: the ray at angle θ lands at radius θ_d(θ).
+    let theta_d = |t: f64| {
+        t * (1.0 + k[0] * t.powi(2) + k[1] * t.powi(4) + k[2] * t.powi(6) + k[3] * t.powi(8))
+    };
+    let distort = |x: f64, y: f64| -> (f64, f64) {
+        let r = x.hypot(y);
+        let scale = if r == 0.0 { 1.0 } else { theta_d(r.atan()) / r };
+        (x * scale, y * scale)
+    };
+    // The ideal ray a fisheye photo's normalised point sees: θ from θ_d by bisection.
+    let undistort_point = |xd: f64, yd: f64| -> (f64, f64) {
+        let rd = xd.hypot(yd);
+        let (mut lo, mut hi) = (0.0f64, std::f64::consts::FRAC_PI_2 - 1e-9);
+        for _ in 0..200 {
+            let mid = 0.5 * (lo + hi);
+            if theta_d(mid) < rd {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let scale = if rd == 0.0 { 1.0 } else { lo.tan() / rd };
+        (xd * scale, yd * scale)
+    };
+    let camera = &model.cameras[0];
+    let (w, h) = (camera.width as u32, camera.height as u32);
+    let [fx, fy, cx, cy] = [0, 1, 2, 3].map(|i| camera.params[i]);
+    assert!(model.cameras.iter().all(|c| c.params == camera.params));
+    let mut photo = vec![0u8; (w * h * 3) as usize];
+    for j in 0..h {
+        for i in 0..w {
+            let xd = (i as f64 + 0.5 - cx) / fx;
+            let yd = (j as f64 + 0.5 - cy) / fy;
+            let (x, y) = undistort_point(xd, yd);
+            let at = ((j * w + i) * 3) as usize;
+            for (c, v) in g(x, y).iter().enumerate() {
+                photo[at + c] = v.round() as u8;
+            }
+        }
+    }
+    for image in &model.images {
+        ramsplat::eval::write_png(&scene.join("images").join(&image.name), &photo, w, h).unwrap();
+    }
+
+    let pack = tmp.path().join("fisheye.pack");
+    let o = convert(&scene, &pack, &["--max-width", "0"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let intrinsics = ramsplat::scene::camera::Intrinsics { fx, fy, cx, cy };
+    let fov = field_of_view(w, h, &intrinsics, &lens);
+    let [ph, pv] = fov.photo.map(Option::unwrap);
+    let note = format!(
+        "9 views (the first: {}): a fisheye lens, resampled to a pinhole image of the same \
+         size and focal length, which keeps {:.0}°×{:.0}° of the photo's {ph:.0}°×{pv:.0}°",
+        model.images.iter().map(|i| i.name.as_str()).min().unwrap(),
+        fov.pinhole[0],
+        fov.pinhole[1]
+    );
+    assert!(text(&o).contains(&note), "{note:?} not in {}", text(&o));
+    // 117°×88° photos, of which the pinhole keeps 92°×76°.
+    assert!(
+        fov.pinhole[0] < ph - 20.0 && fov.pinhole[1] < pv - 10.0,
+        "{fov:?}"
+    );
+
+    let p = Pack::open(&pack).unwrap();
+    for (index, v) in p.manifest().views.iter().enumerate() {
+        assert_eq!((v.camera.width, v.camera.height), (w, h));
+        assert_eq!(v.camera.intrinsics, intrinsics);
+        let mut got = vec![0u8; v.decoded_len()];
+        p.read_view_into(index, &mut got).unwrap();
+        // Tolerance: bilinear interpolation error, which grows towards the corners where the
+        // photo compresses the pattern (by dθ/dr = 1/(1 + r²), 0.36 at the corners here),
+        // plus source quantisation and output rounding: 2.3 levels measured; 3.5 leaves room
+        // for a rounding flip of a libm ulp. A wrong lens model or a half-pixel slip costs
+        // tens of levels.
+        let (mut worst, mut checked) = (0.0f64, 0);
+        for j in 0..h {
+            for i in 0..w {
+                let x = (i as f64 + 0.5 - cx) / fx;
+                let y = (j as f64 + 0.5 - cy) / fy;
+                let (xd, yd) = distort(x, y);
+                let (u, v) = (fx * xd + cx, fy * yd + cy);
+                if !(u >= 2.0 && u <= w as f64 - 2.0 && v >= 2.0 && v <= h as f64 - 2.0) {
+                    continue;
+                }
+                let at = ((j * w + i) * 3) as usize;
+                for (c, want) in g(x, y).iter().enumerate() {
+                    worst = worst.max((got[at + c] as f64 - want).abs());
+                }
+                checked += 1;
+            }
+        }
+        assert!(
+            checked > (w * h) as usize * 3 / 4,
+            "{checked} pixels checked"
+        );
+        assert!(worst <= 3.5, "view {index}: worst error {worst} levels");
+    }
+}
+
 /// `--images images_2` reads a resized copy of the images (Mip-NeRF 360's and nerfstudio's
 /// `images_N`), in a COLMAP workspace and a transforms.json dataset: each camera is scaled to
 /// its file, so a copy made with the area filter `--downscale 2` uses packs exactly what

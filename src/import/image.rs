@@ -16,7 +16,10 @@
 //!    baked into the pack: the trainer composites (see `crate::train::alpha`).
 //! 2. The decoded size must equal the metadata's camera size; a mismatch is an error (images
 //!    resized after SfM, or the wrong images folder), never a silent rescale.
-//! 3. [`undistort`] resamples to an ideal pinhole with the *same* size and intrinsics.
+//! 3. [`undistort`] resamples to an ideal pinhole with the *same* size and intrinsics. For a
+//!    radial–tangential lens that is the photo's own field of view; a fisheye photo sees wider
+//!    than any pinhole of its size and focal length, so its periphery is dropped and the centre
+//!    keeps its full resolution ([`field_of_view`] says how much is kept).
 //! 4. [`resize_area`] downscales with an exact area (box) filter to [`target_size`].
 //!
 //! Invariants:
@@ -538,10 +541,7 @@ pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortio
 /// pixel grid that uses it. Returns `f64::INFINITY` when the mapping is monotonic up to `r_max`.
 pub fn valid_radius(distortion: &Distortion, r_max: f64) -> f64 {
     // The radial part alone: tangential terms are tiny next to it and not radially symmetric.
-    let radial_only = Distortion {
-        k: distortion.k,
-        p: [0.0, 0.0],
-    };
+    let radial_only = distortion.radial_only();
     const STEPS: u32 = 4096;
     let step = r_max / STEPS as f64;
     let mut prev = 0.0;
@@ -555,6 +555,89 @@ pub fn valid_radius(distortion: &Distortion, r_max: f64) -> f64 {
         prev = rd;
     }
     f64::INFINITY
+}
+
+/// Fields of view in degrees (horizontal, vertical: along the row and the column through the
+/// principal point) of a photo through its lens and of the pinhole image [`undistort`] makes
+/// of it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FieldOfView {
+    /// The photo's. `None` on an axis whose image edge lies past the lens model's fold-over,
+    /// where the model does not say which ray the edge sees.
+    pub photo: [Option<f64>; 2],
+    /// The undistorted pinhole image's (the same size and intrinsics): what a pack keeps.
+    pub pinhole: [f64; 2],
+}
+
+/// The fields of view of a photo of size `width × height` with `intrinsics` and lens
+/// `distortion`, and of its undistorted pinhole image (see [`FieldOfView`]). The photo's edge
+/// angles invert the lens's radial mapping numerically (a 4096-step scan for its first
+/// monotonic stretch, then bisection to 1e-12 rad); the pinhole's are `atan` of the edges'
+/// normalised distances, limited to [`valid_radius`].
+pub fn field_of_view(
+    width: u32,
+    height: u32,
+    intrinsics: &Intrinsics,
+    distortion: &Distortion,
+) -> FieldOfView {
+    let Intrinsics { fx, fy, cx, cy } = *intrinsics;
+    let (w, h) = (width as f64, height as f64);
+    // Normalised distances of the four edges from the principal point: left, right, top,
+    // bottom (a principal point outside the image gives a negative distance on one side).
+    let edges = [cx / fx, (w - cx) / fx, cy / fy, (h - cy) / fy];
+    let r_corner = [(0.0, 0.0), (w, 0.0), (0.0, h), (w, h)]
+        .iter()
+        .map(|&(u, v)| ((u - cx) / fx).hypot((v - cy) / fy))
+        .fold(0.0, f64::max);
+    let r_valid = valid_radius(distortion, r_corner);
+    // A fisheye model is defined past 90° (θ is its variable); a pinhole-type model only in
+    // front of the camera.
+    let theta_max = match distortion {
+        Distortion::Fisheye { .. } => std::f64::consts::PI,
+        Distortion::RadialTangential { .. } => std::f64::consts::FRAC_PI_2,
+    };
+    let radius_at = |t: f64| distortion.ray_radius(t).unwrap_or(f64::NAN);
+    // The angle of the ray that lands at normalised distance `e` from the principal point.
+    let photo_angle = |e: f64| -> Option<f64> {
+        const STEPS: u32 = 4096;
+        let step = theta_max / STEPS as f64;
+        let target = e.abs();
+        let mut prev = 0.0;
+        for n in 1..STEPS {
+            let t = n as f64 * step;
+            let r = radius_at(t);
+            // Stops at a fold-over, and at a NaN (the rational model's denominator at 0).
+            if r.partial_cmp(&prev) != Some(std::cmp::Ordering::Greater) {
+                return None;
+            }
+            if r >= target {
+                let (mut lo, mut hi) = (t - step, t);
+                while hi - lo > 1e-12 {
+                    let mid = 0.5 * (lo + hi);
+                    if radius_at(mid) < target {
+                        lo = mid;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                return Some(e.signum() * 0.5 * (lo + hi));
+            }
+            prev = r;
+        }
+        None
+    };
+    let pinhole_angle = |e: f64| e.signum() * e.abs().min(r_valid).atan();
+    let deg = f64::to_degrees;
+    let photo = [
+        photo_angle(edges[0]).zip(photo_angle(edges[1])),
+        photo_angle(edges[2]).zip(photo_angle(edges[3])),
+    ]
+    .map(|a| a.map(|(p, q)| deg(p + q)));
+    let pinhole = [
+        deg(pinhole_angle(edges[0]) + pinhole_angle(edges[1])),
+        deg(pinhole_angle(edges[2]) + pinhole_angle(edges[3])),
+    ];
+    FieldOfView { photo, pinhole }
 }
 
 /// Bilinear sample at continuous pixel coordinates `(u, v)` (centres at +0.5), clamping the
@@ -1077,8 +1160,27 @@ mod tests {
         assert_eq!(same, flat);
     }
 
-    /// Inverts `Distortion::distort` by fixed-point iteration (test reference only).
+    /// Inverts `Distortion::distort` (test reference only): a fisheye lens by bisection on the
+    /// ray angle, the radial–tangential model by fixed-point iteration.
     fn undistort_point(d: &Distortion, xd: f64, yd: f64) -> (f64, f64) {
+        if let Distortion::Fisheye { .. } = d {
+            let rd = xd.hypot(yd);
+            let (mut lo, mut hi) = (0.0f64, std::f64::consts::FRAC_PI_2 - 1e-9);
+            for _ in 0..200 {
+                let mid = 0.5 * (lo + hi);
+                if d.distort(mid.tan(), 0.0).0 < rd {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            let r = lo.tan();
+            return if rd == 0.0 {
+                (0.0, 0.0)
+            } else {
+                (xd * r / rd, yd * r / rd)
+            };
+        }
         let (mut x, mut y) = (xd, yd);
         for _ in 0..100 {
             let (ex, ey) = d.distort(x, y);
@@ -1113,14 +1215,18 @@ mod tests {
         };
         let lenses = [
             // The fox dataset's lens.
-            Distortion {
+            Distortion::RadialTangential {
                 k: [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0],
                 p: [-0.000980296, 0.00015575],
             },
             // Strong barrel with tangential terms.
-            Distortion {
+            Distortion::RadialTangential {
                 k: [-0.25, 0.05, 0.01, 0.0, 0.0, 0.0],
                 p: [0.004, -0.003],
+            },
+            // A fisheye lens (82°×65° through its centre); the pinhole keeps 72°×59° of it.
+            Distortion::Fisheye {
+                k: [0.03, -0.01, 0.002, 0.0],
             },
         ];
         for d in lenses {
@@ -1178,14 +1284,14 @@ mod tests {
         assert_eq!(undistort(&src, &k, &Distortion::NONE), src);
         // A tiny distortion still samples at (almost exactly) the source pixel centres, which
         // checks the +0.5 convention on both sides: a half-pixel slip would blur every edge.
-        let tiny = Distortion {
+        let tiny = Distortion::RadialTangential {
             k: [1e-9, 0.0, 0.0, 0.0, 0.0, 0.0],
             p: [0.0, 0.0],
         };
         assert_eq!(undistort(&src, &k, &tiny), src);
         // Strong pincushion: the corners' rays land outside the photo and come out black; the
         // centre pixel's ray is the optical axis and is unchanged.
-        let pin = Distortion {
+        let pin = Distortion::RadialTangential {
             k: [0.8, 0.0, 0.0, 0.0, 0.0, 0.0],
             p: [0.0, 0.0],
         };
@@ -1199,7 +1305,7 @@ mod tests {
     #[test]
     fn fold_over_beyond_the_valid_radius_is_black() {
         // k1 = −0.6 alone: r·(1 − 0.6 r²) peaks at r = 1/√1.8 ≈ 0.7454.
-        let d = Distortion {
+        let d = Distortion::RadialTangential {
             k: [-0.6, 0.0, 0.0, 0.0, 0.0, 0.0],
             p: [0.0, 0.0],
         };
@@ -1207,7 +1313,7 @@ mod tests {
         assert!((r - 1.8f64.sqrt().recip()).abs() < 1.2 / 4096.0, "{r}");
         assert_eq!(valid_radius(&Distortion::NONE, 1.2), f64::INFINITY);
         // The fox lens is monotonic over its whole image (corner radius ≈ 0.81).
-        let fox_lens = Distortion {
+        let fox_lens = Distortion::RadialTangential {
             k: [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0],
             p: [-0.000980296, 0.00015575],
         };
@@ -1228,6 +1334,56 @@ mod tests {
         assert_eq!(out.get(84, 49), [255, 255, 255]);
         // r = 0.8 (40 px) is beyond it.
         assert_eq!(out.get(89, 49), [0, 0, 0]);
+    }
+
+    #[test]
+    fn field_of_view_of_a_fisheye_photo_and_its_pinhole_image() {
+        use std::f64::consts::FRAC_PI_3;
+        // A pure equidistant lens with the left and right edges at 60° off the axis: 120°
+        // across, 60° top to bottom.
+        let f = 100.0 / FRAC_PI_3;
+        let k = Intrinsics {
+            fx: f,
+            fy: f,
+            cx: 100.0,
+            cy: 50.0,
+        };
+        let fov = field_of_view(200, 100, &k, &Distortion::Fisheye { k: [0.0; 4] });
+        let [h, v] = fov.photo.map(Option::unwrap);
+        assert!(
+            (h - 120.0).abs() < 1e-9 && (v - 60.0).abs() < 1e-9,
+            "{fov:?}"
+        );
+        // The pinhole of the same focal length: 2·atan(π/3) and 2·atan(π/6).
+        let want = [FRAC_PI_3, FRAC_PI_3 / 2.0].map(|e| 2.0 * e.atan().to_degrees());
+        assert!((fov.pinhole[0] - want[0]).abs() < 1e-9, "{fov:?}");
+        assert!((fov.pinhole[1] - want[1]).abs() < 1e-9, "{fov:?}");
+        // A pinhole photo keeps its whole field of view; an off-centre principal point counts
+        // each side's share.
+        let k2 = Intrinsics { cx: 150.0, ..k };
+        let fov = field_of_view(200, 100, &k2, &Distortion::NONE);
+        let want = (150.0 / f).atan().to_degrees() + (50.0 / f).atan().to_degrees();
+        assert!((fov.photo[0].unwrap() - want).abs() < 1e-9, "{fov:?}");
+        assert!((fov.pinhole[0] - want).abs() < 1e-9, "{fov:?}");
+        // k1 = −0.3 folds over at θ = 1/√0.9 (radius 0.7027): the photo's horizontal edges
+        // (at 1.047) are past it; its vertical ones (0.524) are not. The pinhole's rays reach
+        // tan(1/√0.9) = 1.75 before the fold-over, past its own edges (1.047): it is whole.
+        let folded = Distortion::Fisheye {
+            k: [-0.3, 0.0, 0.0, 0.0],
+        };
+        let fov = field_of_view(200, 100, &k, &folded);
+        assert_eq!(fov.photo[0], None);
+        assert!(fov.photo[1].is_some());
+        let want = 2.0 * FRAC_PI_3.atan().to_degrees();
+        assert!((fov.pinhole[0] - want).abs() < 1e-9, "{fov:?}");
+        // k1 = −0.6 folds over at θ = 1/√1.8 = 0.745 rad, tan = 0.925, inside the pinhole's
+        // edges: the pinhole stops at the fold-over's ray (to valid_radius's step, r_corner/4096).
+        let strong = Distortion::Fisheye {
+            k: [-0.6, 0.0, 0.0, 0.0],
+        };
+        let fov = field_of_view(200, 100, &k, &strong);
+        let want = 2.0 * (1.0 / 1.8f64.sqrt()).to_degrees();
+        assert!((fov.pinhole[0] - want).abs() < 0.05, "{fov:?} vs {want}");
     }
 
     #[test]
@@ -1659,7 +1815,7 @@ mod tests {
             name: "images/0001.jpg".into(),
             image_path: fox("images/0001.jpg"),
             camera: camera(1080, 1920, k),
-            distortion: Distortion {
+            distortion: Distortion::RadialTangential {
                 k: [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0],
                 p: [-0.000980296, 0.00015575],
             },

@@ -9,9 +9,13 @@
 //! Invariants of an [`ImportedScene`] returned by [`open`]:
 //! - every [`ViewSource::camera`] passed [`crate::scene::camera::Camera::validate`] and describes the image file at its
 //!   native resolution *before* undistortion;
-//! - [`ViewSource::distortion`] is in OpenCV's radial–tangential form (COLMAP SIMPLE_RADIAL,
-//!   RADIAL, OPENCV, FULL_OPENCV and NeRF `k1 k2 p1 p2` all map to it); fisheye and other models
-//!   are refused at import time with a message, never silently treated as pinhole;
+//! - [`ViewSource::distortion`] is OpenCV's radial–tangential model (COLMAP SIMPLE_RADIAL,
+//!   RADIAL, OPENCV, FULL_OPENCV and NeRF `k1 k2 k3 p1 p2` map to it) or OpenCV's fisheye model
+//!   (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE, SIMPLE_RADIAL_FISHEYE and nerfstudio's
+//!   `OPENCV_FISHEYE`); other models are refused at import time with a message, never silently
+//!   treated as pinhole. A fisheye photo becomes a pinhole image of the same size and
+//!   intrinsics, which cannot hold its periphery: [`open`] adds a warning per fisheye camera
+//!   saying how much of the field of view is kept;
 //! - views are in a stable order (sorted by image name), so packs are reproducible.
 
 pub mod colmap;
@@ -245,10 +249,79 @@ pub fn open(
             ),
         ));
     }
-    match format {
+    let mut scene = match format {
         Format::Colmap => colmap::import(path, options),
         Format::Nerf => nerf::import(path, options),
         Format::Ply => ply::import(path, options),
         Format::Auto => unreachable!("resolved above"),
+    }?;
+    scene.warnings.extend(fisheye_notes(&scene.views));
+    Ok(scene)
+}
+
+/// Fisheye cameras a warning describes one by one; the rest are counted.
+const FISHEYE_NOTES: usize = 3;
+
+/// One warning per distinct fisheye camera (size, intrinsics and lens; the first
+/// [`FISHEYE_NOTES`], then a count): how many views use it and how much of the photo's field
+/// of view the undistorted pinhole image keeps. The trade-off is the pack's, so the user is told
+/// before training on it.
+fn fisheye_notes(views: &[ViewSource]) -> Vec<String> {
+    // (camera key, views using it, the first view's index), in the views' order.
+    let mut cameras: Vec<([u64; 9], usize, usize)> = Vec::new();
+    for (index, v) in views.iter().enumerate() {
+        let crate::dataset::Distortion::Fisheye { k } = v.distortion else {
+            continue;
+        };
+        let c = &v.camera;
+        let i = c.intrinsics;
+        let key = [
+            u64::from(c.width) << 32 | u64::from(c.height),
+            i.fx.to_bits(),
+            i.fy.to_bits(),
+            i.cx.to_bits(),
+            i.cy.to_bits(),
+            k[0].to_bits(),
+            k[1].to_bits(),
+            k[2].to_bits(),
+            k[3].to_bits(),
+        ];
+        match cameras.iter_mut().find(|(k, ..)| *k == key) {
+            Some((_, n, _)) => *n += 1,
+            None => cameras.push((key, 1, index)),
+        }
     }
+    let mut notes: Vec<String> = cameras
+        .iter()
+        .take(FISHEYE_NOTES)
+        .map(|&(_, n, first)| {
+            let v = &views[first];
+            let c = &v.camera;
+            let fov = image::field_of_view(c.width, c.height, &c.intrinsics, &v.distortion);
+            let photo = match fov.photo {
+                [Some(h), Some(w)] => format!("of the photo's {h:.0}°×{w:.0}°"),
+                _ => "of the photo (whose edges lie past the lens model's fold-over)".to_owned(),
+            };
+            let views = if n == 1 {
+                format!("view {}", v.name)
+            } else {
+                format!("{n} views (the first: {})", v.name)
+            };
+            format!(
+                "{views}: a fisheye lens, resampled to a pinhole image of the same size and focal \
+                 length, which keeps {:.0}°×{:.0}° {photo} through the centre at full \
+                 resolution (a pinhole image cannot hold a wide periphery); to keep more, \
+                 undistort the photos to a wider pinhole first (e.g. COLMAP image_undistorter) \
+                 and pack those",
+                fov.pinhole[0], fov.pinhole[1]
+            )
+        })
+        .collect();
+    if cameras.len() > FISHEYE_NOTES {
+        notes.push(format!(
+            "{} more fisheye cameras are resampled the same way",
+            cameras.len() - FISHEYE_NOTES
+        ));
+    }
+    notes
 }

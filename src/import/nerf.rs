@@ -19,11 +19,14 @@
 //!   (square pixels). A frame-level key beats a top-level one; at one level `fl_*` beats
 //!   `camera_angle_*`. `cx`, `cy` default to `w/2`, `h/2` (the image centre under the
 //!   pixel-centre-at-0.5 convention of [`crate::scene::camera`]);
-//! - distortion `k1 k2 k3 p1 p2` (OpenCV radial–tangential) → [`Distortion`], undistorted at
-//!   pack time. Other lens models are refused: `is_fisheye`/`fisheye`, `latlong`/
-//!   `equirectangular` set to true, a nonzero `k4`/`k5`/`k6` (instant-ngp's fisheye k4, or a
-//!   rational model: ambiguous, never guessed), nonzero `ftheta_p*`, or a `camera_model` other
-//!   than a pinhole/OpenCV one. Zero-valued placeholders that some writers emit are accepted;
+//! - distortion `k1 k2 k3 p1 p2` (OpenCV radial–tangential) or, with `camera_model`
+//!   `OPENCV_FISHEYE` (nerfstudio's fisheye captures), `k1 k2 k3 k4` (OpenCV's fisheye model)
+//!   → [`Distortion`], undistorted at pack time. Other lens models are refused: `latlong`/
+//!   `equirectangular` set to true, `is_fisheye`/`fisheye` without `OPENCV_FISHEYE` (which
+//!   model is meant is unknown), a nonzero `k4`/`k5`/`k6` on a radial–tangential lens
+//!   (instant-ngp's fisheye k4, or a rational model: ambiguous, never guessed), nonzero
+//!   `p1`/`p2` on a fisheye one, nonzero `ftheta_p*`, or a `camera_model` other than these.
+//!   Zero-valued placeholders that some writers emit are accepted;
 //! - `transform_matrix`: camera-to-world, OpenGL axes (x right, y up, z back), 4×4 (bottom row
 //!   `0 0 0 1`) or 3×4. The y and z columns are negated to get OpenCV axes, then the pose is
 //!   inverted with [`Pose::from_camera_to_world`]. NaN/Inf (Python's `json` writes bare `NaN`
@@ -80,6 +83,10 @@ const IMAGE_EXTENSIONS: [&str; 6] = ["png", "jpg", "jpeg", "PNG", "JPG", "JPEG"]
 
 /// How many missing image names an error or warning lists before "…".
 const LIST_FIRST: usize = 5;
+
+/// The `camera_model` value of OpenCV's fisheye model (nerfstudio's and COLMAP's spelling),
+/// compared case-insensitively.
+const FISHEYE_MODEL: &str = "OPENCV_FISHEYE";
 
 /// `camera_model` values that are pinhole or OpenCV radial–tangential (nerfstudio and COLMAP
 /// spellings), compared case-insensitively.
@@ -409,45 +416,89 @@ fn dimension(key: &str, v: f64) -> Result<u32, String> {
     }
 }
 
-/// Refuses lens models other than pinhole / OpenCV radial–tangential.
-fn check_lens_model(l: &Layers<'_>) -> Result<(), String> {
-    if let Some(model) = l.string("camera_model") {
-        if !PINHOLE_MODELS.iter().any(|m| m.eq_ignore_ascii_case(model)) {
+/// The lens models a transforms file can name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LensModel {
+    /// Pinhole or OpenCV radial–tangential: `k1 k2 k3 p1 p2`.
+    RadialTangential,
+    /// `camera_model` `OPENCV_FISHEYE` (nerfstudio): OpenCV's fisheye model, `k1 k2 k3 k4`.
+    Fisheye,
+}
+
+/// The lens model the keys name; refuses the models ramsplat cannot undistort and
+/// coefficients the model does not have (ambiguous, never guessed).
+fn lens_model(l: &Layers<'_>) -> Result<LensModel, String> {
+    let model = match l.string("camera_model") {
+        Some(m) if m.eq_ignore_ascii_case(FISHEYE_MODEL) => LensModel::Fisheye,
+        Some(m) if !PINHOLE_MODELS.iter().any(|p| p.eq_ignore_ascii_case(m)) => {
             return Err(format!(
-                "camera_model \"{model}\" is not supported: ramsplat undistorts pinhole and OpenCV \
-                 (k1 k2 k3 p1 p2) lenses only. Undistort the images first (e.g. COLMAP \
-                 image_undistorter) and write a pinhole transforms file"
+                "camera_model \"{m}\" is not supported: ramsplat undistorts pinhole, OpenCV \
+                 (k1 k2 k3 p1 p2) and OPENCV_FISHEYE (k1 k2 k3 k4) lenses only. Undistort the \
+                 images first (e.g. COLMAP image_undistorter) and write a pinhole transforms file"
             ));
         }
-    }
-    for key in ["is_fisheye", "fisheye", "latlong", "equirectangular"] {
+        _ => LensModel::RadialTangential,
+    };
+    for key in ["latlong", "equirectangular"] {
         if l.flag(key) {
             return Err(format!(
-                "\"{key}\" is set: fisheye and panoramic cameras are not supported. Undistort the \
-                 images to a pinhole model first"
+                "\"{key}\" is set: panoramic cameras are not supported. Undistort the images to \
+                 a pinhole model first"
             ));
         }
     }
-    for key in [
-        "k4",
-        "k5",
-        "k6",
-        "ftheta_p0",
-        "ftheta_p1",
-        "ftheta_p2",
-        "ftheta_p3",
-        "ftheta_p4",
-    ] {
-        if let Some(v) = l.num(key)? {
-            if v != 0.0 {
+    if model == LensModel::RadialTangential {
+        for key in ["is_fisheye", "fisheye"] {
+            if l.flag(key) {
                 return Err(format!(
-                    "\"{key}\" = {v}: this distortion model (fisheye or rational) is not supported, \
-                     only OpenCV k1 k2 k3 p1 p2. Undistort the images to a pinhole model first"
+                    "\"{key}\" is set without \"camera_model\": \"{FISHEYE_MODEL}\", which \
+                     leaves the lens model unknown. If the coefficients are OpenCV's fisheye \
+                     model (k1 k2 k3 k4), add that camera_model; otherwise undistort the images \
+                     to a pinhole model first"
                 ));
             }
         }
     }
-    Ok(())
+    let (kept, not_kept): (&str, &[&str]) = match model {
+        LensModel::RadialTangential => (
+            "OpenCV k1 k2 k3 p1 p2",
+            &[
+                "k4",
+                "k5",
+                "k6",
+                "ftheta_p0",
+                "ftheta_p1",
+                "ftheta_p2",
+                "ftheta_p3",
+                "ftheta_p4",
+            ],
+        ),
+        LensModel::Fisheye => (
+            "OPENCV_FISHEYE's k1 k2 k3 k4",
+            &[
+                "p1",
+                "p2",
+                "k5",
+                "k6",
+                "ftheta_p0",
+                "ftheta_p1",
+                "ftheta_p2",
+                "ftheta_p3",
+                "ftheta_p4",
+            ],
+        ),
+    };
+    for key in not_kept {
+        if let Some(v) = l.num(key)? {
+            if v != 0.0 {
+                return Err(format!(
+                    "\"{key}\" = {v}: this lens model is not supported, only {kept}. Undistort \
+                     the images to a pinhole model first"
+                ));
+            }
+        }
+    }
+    Ok(model)
 }
 
 /// Reads `transform_matrix` (camera-to-world, OpenGL axes) into a world-to-camera pose with
@@ -601,8 +652,7 @@ fn read_transforms(
     })?;
     let base = file.parent().unwrap_or(Path::new("."));
     let empty = Map::new();
-    check_lens_model(&Layers { frame: &empty, top })
-        .map_err(|msg| ImportError::invalid(file, msg))?;
+    lens_model(&Layers { frame: &empty, top }).map_err(|msg| ImportError::invalid(file, msg))?;
     // A split from the file's own name (Blender's transforms_test.json) is the dataset's
     // intent already; the lists decide only for a file that has none.
     let lists = match split {
@@ -675,7 +725,7 @@ fn read_transforms(
             },
         };
         let l = Layers { frame, top };
-        check_lens_model(&l).map_err(frame_err)?;
+        let lens = lens_model(&l).map_err(frame_err)?;
 
         let pose = read_pose(frame.get("transform_matrix")).map_err(|e| match e {
             Ok(msg) => frame_err(msg),
@@ -758,16 +808,16 @@ fn read_transforms(
             .map_err(frame_err)?
             .unwrap_or(height as f64 / 2.0);
         let coeff = |key: &str| l.num(key).map(|v| v.unwrap_or(0.0)).map_err(frame_err);
-        let distortion = Distortion {
-            k: [coeff("k1")?, coeff("k2")?, coeff("k3")?, 0.0, 0.0, 0.0],
-            p: [coeff("p1")?, coeff("p2")?],
+        let distortion = match lens {
+            LensModel::RadialTangential => Distortion::RadialTangential {
+                k: [coeff("k1")?, coeff("k2")?, coeff("k3")?, 0.0, 0.0, 0.0],
+                p: [coeff("p1")?, coeff("p2")?],
+            },
+            LensModel::Fisheye => Distortion::Fisheye {
+                k: [coeff("k1")?, coeff("k2")?, coeff("k3")?, coeff("k4")?],
+            },
         };
-        if distortion
-            .k
-            .iter()
-            .chain(&distortion.p)
-            .any(|c| !c.is_finite())
-        {
+        if !distortion.is_finite() {
             return Err(frame_err(format!(
                 "distortion coefficients are not finite: {distortion:?}"
             )));
@@ -894,8 +944,13 @@ mod tests {
                     cy: 965.268
                 }
             );
-            assert_eq!(v.distortion.k, [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0]);
-            assert_eq!(v.distortion.p, [-0.000980296, 0.00015575]);
+            assert_eq!(
+                v.distortion,
+                Distortion::RadialTangential {
+                    k: [0.0578421, -0.0805099, 0.0, 0.0, 0.0, 0.0],
+                    p: [-0.000980296, 0.00015575]
+                }
+            );
         }
         // metadata_only keeps every listed frame; strict refuses the missing ones.
         let meta = import(
@@ -1004,6 +1059,69 @@ mod tests {
     }
 
     #[test]
+    fn opencv_fisheye_frames_get_a_fisheye_lens() {
+        let dir = tempfile::tempdir().unwrap();
+        write_png(&dir.path().join("a.png"), 40, 20);
+        write_png(&dir.path().join("b.png"), 40, 20);
+        // nerfstudio's fisheye layout: the model and k1..k4 at the top level (its zero p1/p2
+        // placeholders and instant-ngp's flag agree with it); a frame overrides one coefficient.
+        write_json(
+            dir.path(),
+            "transforms.json",
+            &json!({"camera_model": "OPENCV_FISHEYE", "fl_x": 20.0, "w": 40, "h": 20,
+            "k1": 0.05, "k2": -0.01, "k3": 0.002, "k4": -0.0003, "p1": 0.0, "p2": 0.0,
+            "is_fisheye": true,
+            "frames": [
+                {"file_path": "a.png", "transform_matrix": c2w(0.0, [0.0; 3])},
+                {"file_path": "b.png", "k4": 0.001, "transform_matrix": c2w(0.3, [1.0, 0.0, 0.0])}
+            ]}),
+        );
+        let scene = import_dir(dir.path()).unwrap();
+        assert_eq!(
+            scene.views[0].distortion,
+            Distortion::Fisheye {
+                k: [0.05, -0.01, 0.002, -0.0003]
+            }
+        );
+        assert_eq!(
+            scene.views[1].distortion,
+            Distortion::Fisheye {
+                k: [0.05, -0.01, 0.002, 0.001]
+            }
+        );
+        // A frame can name the model too; a fisheye model without its name stays refused.
+        write_json(
+            dir.path(),
+            "transforms.json",
+            &json!({"fl_x": 20.0, "w": 40, "h": 20, "frames": [
+                {"file_path": "a.png", "camera_model": "opencv_fisheye", "k1": 0.1,
+                 "transform_matrix": c2w(0.0, [0.0; 3])},
+                {"file_path": "b.png", "transform_matrix": c2w(0.3, [1.0, 0.0, 0.0])}
+            ]}),
+        );
+        let scene = import_dir(dir.path()).unwrap();
+        assert_eq!(
+            scene.views[0].distortion,
+            Distortion::Fisheye {
+                k: [0.1, 0.0, 0.0, 0.0]
+            }
+        );
+        assert!(scene.views[1].distortion.is_none());
+        write_json(
+            dir.path(),
+            "transforms.json",
+            &json!({"fl_x": 20.0, "w": 40, "h": 20, "is_fisheye": true, "frames": [
+                {"file_path": "a.png", "transform_matrix": c2w(0.0, [0.0; 3])}
+            ]}),
+        );
+        let err = import_dir(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("is_fisheye") && err.contains("OPENCV_FISHEYE"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn camera_angle_and_per_frame_overrides() {
         let dir = tempfile::tempdir().unwrap();
         for n in ["a", "b", "c"] {
@@ -1038,7 +1156,13 @@ mod tests {
             (a.camera.intrinsics.cx, a.camera.intrinsics.cy),
             (40.0, 30.0)
         );
-        assert_eq!(a.distortion.k[0], 0.01);
+        assert_eq!(
+            a.distortion,
+            Distortion::RadialTangential {
+                k: [0.01, 0.0, 0.0, 0.0, 0.0, 0.0],
+                p: [0.0; 2]
+            }
+        );
         assert_eq!(
             b.camera.intrinsics,
             Intrinsics {
@@ -1048,8 +1172,13 @@ mod tests {
                 cy: 29.5
             }
         );
-        assert_eq!(b.distortion.k, [0.0, 0.02, 0.003, 0.0, 0.0, 0.0]);
-        assert_eq!(b.distortion.p, [0.001, -0.002]);
+        assert_eq!(
+            b.distortion,
+            Distortion::RadialTangential {
+                k: [0.0, 0.02, 0.003, 0.0, 0.0, 0.0],
+                p: [0.001, -0.002]
+            }
+        );
         assert!((c.camera.intrinsics.fx - fx).abs() < 1e-12);
         assert!((c.camera.intrinsics.fy - 0.5 * 60.0 / 0.5f64.tan()).abs() < 1e-12);
         // Centres come from the matrices.
@@ -1339,8 +1468,16 @@ mod tests {
             ),
             (json!({"fl_x": 8, "k4": 0.01, "frames": [frame]}), "k4"),
             (
-                json!({"fl_x": 8, "camera_model": "OPENCV_FISHEYE", "frames": [frame]}),
-                "OPENCV_FISHEYE",
+                json!({"fl_x": 8, "camera_model": "FISHEYE624", "frames": [frame]}),
+                "FISHEYE624",
+            ),
+            (
+                json!({"fl_x": 8, "camera_model": "OPENCV_FISHEYE", "p1": 0.01, "frames": [frame]}),
+                "OPENCV_FISHEYE's k1 k2 k3 k4",
+            ),
+            (
+                json!({"fl_x": 8, "camera_model": "OPENCV_FISHEYE", "latlong": true, "frames": [frame]}),
+                "latlong",
             ),
             (
                 json!({"fl_x": 8, "frames": [{"file_path": "a.png", "k4": 0.2, "transform_matrix": c2w(0.0, [0.0; 3])}]}),

@@ -1,8 +1,8 @@
 //! COLMAP sparse models: readers for both encodings, a writer, and the importer that turns a
 //! COLMAP workspace into an [`ImportedScene`].
 //!
-//! Owns: the COLMAP camera-model table ([`CAMERA_MODELS`]), the mapping of the pinhole and
-//! radial–tangential models to [`Camera`] + [`Distortion`], the binary (`binary`) and text
+//! Owns: the COLMAP camera-model table ([`CAMERA_MODELS`]), the mapping of the pinhole,
+//! radial–tangential and fisheye models to [`Camera`] + [`Distortion`], the binary (`binary`) and text
 //! (`text`) codecs, and the streaming [`PointsReader`].
 //!
 //! Invariants:
@@ -14,7 +14,9 @@
 //!   and names. [`read_model`] and [`import`] also check that every image's camera exists.
 //! - Every error names the file and the byte offset (binary) or line (text) and the record,
 //!   and says what to do.
-//! - Fisheye and other non-OpenCV models are refused by [`import`] (never treated as pinhole).
+//! - The models that are neither OpenCV's radial–tangential nor its fisheye model (FOV,
+//!   THIN_PRISM_FISHEYE, RAD_TAN_THIN_PRISM_FISHEYE) are refused by [`import`], never treated
+//!   as pinhole.
 //! - COLMAP's pixel convention is ramsplat's (pixel centres at +0.5), so `cx, cy` are used as
 //!   they are; `qvec, tvec` are already world-to-camera in OpenCV axes.
 
@@ -96,7 +98,8 @@ pub struct CameraModel {
     /// The name `cameras.txt` stores.
     pub name: &'static str,
     pub num_params: usize,
-    /// Whether [`import`] maps it to a pinhole camera + OpenCV radial–tangential distortion.
+    /// Whether [`import`] maps it to a pinhole camera + a [`Distortion`] (OpenCV's
+    /// radial–tangential or fisheye model).
     pub supported: bool,
 }
 
@@ -116,11 +119,11 @@ pub const CAMERA_MODELS: [CameraModel; 12] = [
     model(2, "SIMPLE_RADIAL", 4, true),
     model(3, "RADIAL", 5, true),
     model(4, "OPENCV", 8, true),
-    model(5, "OPENCV_FISHEYE", 8, false),
+    model(5, "OPENCV_FISHEYE", 8, true),
     model(6, "FULL_OPENCV", 12, true),
     model(7, "FOV", 5, false),
-    model(8, "SIMPLE_RADIAL_FISHEYE", 4, false),
-    model(9, "RADIAL_FISHEYE", 5, false),
+    model(8, "SIMPLE_RADIAL_FISHEYE", 4, true),
+    model(9, "RADIAL_FISHEYE", 5, true),
     model(10, "THIN_PRISM_FISHEYE", 12, false),
     model(11, "RAD_TAN_THIN_PRISM_FISHEYE", 16, false),
 ];
@@ -218,8 +221,9 @@ impl ColmapCamera {
         camera_model_by_id(self.model_id)
     }
 
-    /// Intrinsics and OpenCV distortion of a supported model; for any other model, a message
-    /// naming the camera and model and saying how to undistort the images first.
+    /// Intrinsics and lens ([`Distortion`]: OpenCV's radial–tangential or fisheye model) of a
+    /// supported model; for any other model, a message naming the camera and model and saying
+    /// how to undistort the images first.
     pub fn pinhole(&self) -> Result<(Intrinsics, Distortion), String> {
         let Some(m) = self.model() else {
             return Err(format!(
@@ -245,37 +249,51 @@ impl ColmapCamera {
             ));
         }
         let p = &self.params;
-        let mut d = Distortion::NONE;
-        let (fx, fy, cx, cy) = match m.id {
+        let radial_tangential = |k: &[f64], tangential: [f64; 2]| {
+            let mut ks = [0.0; 6];
+            ks[..k.len()].copy_from_slice(k);
+            Distortion::RadialTangential {
+                k: ks,
+                p: tangential,
+            }
+        };
+        let fisheye = |k: &[f64]| {
+            let mut ks = [0.0; 4];
+            ks[..k.len()].copy_from_slice(k);
+            Distortion::Fisheye { k: ks }
+        };
+        let ((fx, fy, cx, cy), d) = match m.id {
             // SIMPLE_PINHOLE f, cx, cy
-            0 => (p[0], p[0], p[1], p[2]),
+            0 => ((p[0], p[0], p[1], p[2]), Distortion::NONE),
             // PINHOLE fx, fy, cx, cy
-            1 => (p[0], p[1], p[2], p[3]),
+            1 => ((p[0], p[1], p[2], p[3]), Distortion::NONE),
             // SIMPLE_RADIAL f, cx, cy, k
-            2 => {
-                d.k[0] = p[3];
-                (p[0], p[0], p[1], p[2])
-            }
+            2 => (
+                (p[0], p[0], p[1], p[2]),
+                radial_tangential(&p[3..4], [0.0; 2]),
+            ),
             // RADIAL f, cx, cy, k1, k2
-            3 => {
-                d.k[0] = p[3];
-                d.k[1] = p[4];
-                (p[0], p[0], p[1], p[2])
-            }
+            3 => (
+                (p[0], p[0], p[1], p[2]),
+                radial_tangential(&p[3..5], [0.0; 2]),
+            ),
             // OPENCV fx, fy, cx, cy, k1, k2, p1, p2
-            4 => {
-                d.k[..2].copy_from_slice(&p[4..6]);
-                d.p.copy_from_slice(&p[6..8]);
-                (p[0], p[1], p[2], p[3])
-            }
+            4 => (
+                (p[0], p[1], p[2], p[3]),
+                radial_tangential(&p[4..6], [p[6], p[7]]),
+            ),
+            // OPENCV_FISHEYE fx, fy, cx, cy, k1, k2, k3, k4
+            5 => ((p[0], p[1], p[2], p[3]), fisheye(&p[4..8])),
             // FULL_OPENCV fx, fy, cx, cy, k1, k2, p1, p2, k3, k4, k5, k6
-            6 => {
-                d.k[..2].copy_from_slice(&p[4..6]);
-                d.p.copy_from_slice(&p[6..8]);
-                d.k[2..].copy_from_slice(&p[8..12]);
-                (p[0], p[1], p[2], p[3])
-            }
-            _ => unreachable!("CAMERA_MODELS marks only ids 0-4 and 6 supported"),
+            6 => (
+                (p[0], p[1], p[2], p[3]),
+                radial_tangential(&[p[4], p[5], p[8], p[9], p[10], p[11]], [p[6], p[7]]),
+            ),
+            // SIMPLE_RADIAL_FISHEYE f, cx, cy, k
+            8 => ((p[0], p[0], p[1], p[2]), fisheye(&p[3..4])),
+            // RADIAL_FISHEYE f, cx, cy, k1, k2
+            9 => ((p[0], p[0], p[1], p[2]), fisheye(&p[3..5])),
+            _ => unreachable!("CAMERA_MODELS marks only ids 0-6, 8 and 9 supported"),
         };
         Ok((Intrinsics { fx, fy, cx, cy }, d))
     }

@@ -235,10 +235,9 @@ fn statue_import_metadata_only() {
                 (2395.646389027504, 2395.646389027504, 400.0, 600.0)
             );
             assert_eq!(
-                v.distortion.k,
-                [-0.6841223679480687, 0.0, 0.0, 0.0, 0.0, 0.0]
+                radial_tangential(&v.distortion),
+                ([-0.6841223679480687, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0; 2])
             );
-            assert_eq!(v.distortion.p, [0.0; 2]);
             assert_eq!(v.image_path, scene.root.join("images").join(&v.name));
         }
         assert_eq!(scene.clouds.len(), 1);
@@ -448,6 +447,14 @@ fn points_stream_in_bounded_chunks() {
 
 // ---------------------------------------------------------------- camera models
 
+/// The coefficients of a radial–tangential lens (panics on a fisheye one).
+fn radial_tangential(d: &Distortion) -> ([f64; 6], [f64; 2]) {
+    match *d {
+        Distortion::RadialTangential { k, p } => (k, p),
+        Distortion::Fisheye { .. } => panic!("a fisheye lens: {d:?}"),
+    }
+}
+
 #[test]
 fn supported_models_map_to_pinhole_and_opencv_distortion() {
     let cams = cameras_of_every_model();
@@ -465,27 +472,95 @@ fn supported_models_map_to_pinhole_and_opencv_distortion() {
     let c = get("SIMPLE_RADIAL");
     let (k, d) = c.pinhole().unwrap();
     assert_eq!((k.fx, k.fy), (500.25, 500.25));
-    assert_eq!(d.k, [c.params[3], 0.0, 0.0, 0.0, 0.0, 0.0]);
+    assert_eq!(
+        radial_tangential(&d),
+        ([c.params[3], 0.0, 0.0, 0.0, 0.0, 0.0], [0.0; 2])
+    );
     let c = get("RADIAL");
     let (_, d) = c.pinhole().unwrap();
-    assert_eq!(d.k, [c.params[3], c.params[4], 0.0, 0.0, 0.0, 0.0]);
-    assert_eq!(d.p, [0.0; 2]);
+    assert_eq!(
+        radial_tangential(&d),
+        ([c.params[3], c.params[4], 0.0, 0.0, 0.0, 0.0], [0.0; 2])
+    );
     let c = get("OPENCV");
     let p = &c.params;
     let (k, d) = c.pinhole().unwrap();
     assert_eq!((k.fx, k.fy, k.cx, k.cy), (p[0], p[1], p[2], p[3]));
-    assert_eq!(d.k, [p[4], p[5], 0.0, 0.0, 0.0, 0.0]);
-    assert_eq!(d.p, [p[6], p[7]]);
+    assert_eq!(
+        radial_tangential(&d),
+        ([p[4], p[5], 0.0, 0.0, 0.0, 0.0], [p[6], p[7]])
+    );
     let c = get("FULL_OPENCV");
     let p = &c.params;
     let (_, d) = c.pinhole().unwrap();
-    assert_eq!(d.k, [p[4], p[5], p[8], p[9], p[10], p[11]]);
-    assert_eq!(d.p, [p[6], p[7]]);
+    assert_eq!(
+        radial_tangential(&d),
+        ([p[4], p[5], p[8], p[9], p[10], p[11]], [p[6], p[7]])
+    );
 }
 
 #[test]
-fn fisheye_and_other_models_are_refused_at_import() {
+fn fisheye_models_map_to_opencvs_fisheye_lens() {
+    let cams = cameras_of_every_model();
+    let get = |name: &str| {
+        cams.iter()
+            .find(|c| c.model().unwrap().name == name)
+            .unwrap()
+    };
+    let c = get("OPENCV_FISHEYE");
+    let p = &c.params;
+    let (k, d) = c.pinhole().unwrap();
+    assert_eq!((k.fx, k.fy, k.cx, k.cy), (p[0], p[1], p[2], p[3]));
+    assert_eq!(
+        d,
+        Distortion::Fisheye {
+            k: [p[4], p[5], p[6], p[7]]
+        }
+    );
+    let c = get("SIMPLE_RADIAL_FISHEYE");
+    let (k, d) = c.pinhole().unwrap();
+    assert_eq!((k.fx, k.fy, k.cx, k.cy), (500.25, 500.25, 320.5, 240.125));
+    assert_eq!(
+        d,
+        Distortion::Fisheye {
+            k: [c.params[3], 0.0, 0.0, 0.0]
+        }
+    );
+    let c = get("RADIAL_FISHEYE");
+    let (k, d) = c.pinhole().unwrap();
+    assert_eq!((k.fx, k.fy), (500.25, 500.25));
+    assert_eq!(
+        d,
+        Distortion::Fisheye {
+            k: [c.params[3], c.params[4], 0.0, 0.0]
+        }
+    );
+    // COLMAP's own formula (colmap/sensor/models.h, OpenCVFisheyeCameraModel::Distortion):
+    // θ = atan(r), θ_d = θ·(1 + k1θ² + k2θ⁴ + k3θ⁶ + k4θ⁸), the point scaled by θ_d / r.
+    let d = Distortion::Fisheye {
+        k: [0.1, -0.02, 0.003, -0.0004],
+    };
+    let (u, v) = (0.3, 0.4);
+    let theta = 0.5f64.atan();
+    let theta_d = theta
+        * (1.0 + 0.1 * theta.powi(2) - 0.02 * theta.powi(4) + 0.003 * theta.powi(6)
+            - 0.0004 * theta.powi(8));
+    let (x, y) = d.distort(u, v);
+    assert!((x - u * theta_d / 0.5).abs() < 1e-15 && (y - v * theta_d / 0.5).abs() < 1e-15);
+}
+
+#[test]
+fn other_models_are_refused_at_import() {
     let mut rng = Rng::new(2);
+    let refused: Vec<&str> = CAMERA_MODELS
+        .iter()
+        .filter(|m| !m.supported)
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(
+        refused,
+        ["FOV", "THIN_PRISM_FISHEYE", "RAD_TAN_THIN_PRISM_FISHEYE"]
+    );
     for m in CAMERA_MODELS.iter().filter(|m| !m.supported) {
         let cam = cameras_of_every_model()
             .into_iter()
