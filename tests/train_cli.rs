@@ -2281,8 +2281,10 @@ fn cfg_args_names_the_dataset_as_3dgs_scripts_read_it() {
 
 /// `--exposure` (3DGS's `--train_test_exp`): every view, held-out ones included, gets a
 /// matrix in `OUT/exposure.json`; with `--eval` the held-out views are scored on their right
-/// halves (the side-by-side images are half as wide); the state resumes and extends; the
-/// exposure settings need the flag.
+/// halves (the side-by-side images are half as wide), here from poses aligned through their
+/// matrices (`--eval-pose-steps`), which `gs-render --exposure --half right
+/// --eval-pose-steps` reproduces; the state resumes and extends; the exposure settings need
+/// the flag.
 #[test]
 fn exposure_runs_the_3dgs_train_test_exp_protocol() {
     let dir = tempfile::tempdir().unwrap();
@@ -2300,6 +2302,9 @@ fn exposure_runs_the_3dgs_train_test_exp_protocol() {
         "0.02",
         "--checkpoint-every",
         "0",
+        // Held-out right halves scored from poses aligned through their matrices.
+        "--eval-pose-steps",
+        "5",
     ];
     args.extend_from_slice(COMMON);
     let o = gs_train(&args);
@@ -2322,8 +2327,8 @@ fn exposure_runs_the_3dgs_train_test_exp_protocol() {
         ex.values().any(|e| *e != exposure::IDENTITY),
         "the matrices learned something: {ex:?}"
     );
-    // gs-render scores the same right halves through the same matrices exactly alike; without
-    // the matrices a view scores differently.
+    // gs-render aligns and scores the same right halves through the same matrices exactly
+    // alike; without the matrices (and the alignment) a view scores differently.
     let ply = out.join("point_cloud/iteration_40/point_cloud.ply");
     let gs_render = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_gs-render"))
@@ -2338,9 +2343,17 @@ fn exposure_runs_the_3dgs_train_test_exp_protocol() {
         &pack,
         &dir.path().join("rendered"),
         40,
-        &["--exposure", s(&exposure_json), "--half", "right"],
+        &[
+            "--exposure",
+            s(&exposure_json),
+            "--half",
+            "right",
+            "--eval-pose-steps",
+            "5",
+        ],
     );
     assert_eq!(rendered["half"], "right");
+    assert_eq!(rendered["eval_pose"]["steps"], 5);
     let plain_dir = dir.path().join("plain");
     let plain = gs_render(&["--sh-degree", "0", "--half", "right", "-o", s(&plain_dir)]);
     assert!(plain.status.success(), "{}", stderr(&plain));
@@ -2606,7 +2619,8 @@ fn eval_pose_steps_scores_held_out_views_from_aligned_poses() {
         &o,
         &["--eval-pose-steps aligns over a black or white background"],
     );
-    let o = gs_render(&["--eval-pose-steps", "5", "--exposure", "x.json"]);
+    // A fly-through has no images to align to.
+    let o = gs_render(&["--eval-pose-steps", "5", "--trajectory", "10"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 
     let dest = dir.path().join("refused");

@@ -49,7 +49,9 @@
 //!
 //! `--eval-pose-steps N` (with `--pack`) fits each view's pose to its image first, with the
 //! model frozen (`Trainer::align_pose`, as `gs-train --eval-pose-steps`), and renders and scores
-//! it from there; `metrics.json` gives the scores from the pack's poses beside.
+//! it from there; `metrics.json` gives the scores from the pack's poses beside. With
+//! `--exposure` (and `--half`) the view is aligned through its matrix on the half it is scored
+//! on, as `gs-train --eval --exposure --eval-pose-steps` does.
 //!
 //! `--depth` (every rendering mode) also writes each view's expected depth beside its PNG:
 //! `NAME.depth.npy` (float32, height × width, camera-space z in scene units, NaN where nothing
@@ -88,7 +90,7 @@ use ramsplat::render::{
 use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
-use ramsplat::train::exposure::{self, Exposure};
+use ramsplat::train::exposure::{self, Exposure, ExposureConfig};
 use ramsplat::train::pose::PoseAlignConfig;
 use ramsplat::train::report::{EvalPoseReport, GivenPoseScore};
 use ramsplat::train::trainer::{Background, Region};
@@ -208,12 +210,13 @@ struct Args {
     /// model frozen (what `gs-train --eval-pose-steps` does: the fair score of a model trained
     /// with pose optimisation), and render and score it from there; metrics.json gives each
     /// view's scores from the pack's pose beside. Holds a second copy of the model and its
-    /// optimizer moments. Not with --exposure.
+    /// optimizer moments. With --exposure each view is aligned through its matrix (and with
+    /// --half on that half), as `gs-train --eval --exposure --eval-pose-steps` does.
     #[arg(
         long,
         value_name = "N",
         requires = "pack",
-        conflicts_with_all = ["trajectory", "exposure"],
+        conflicts_with_all = ["trajectory"],
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     eval_pose_steps: Option<u32>,
@@ -613,6 +616,8 @@ impl Aligner {
             initial_sh_degree: sh_degree,
             antialiased: model.antialiased,
             background,
+            // One slot, set to each view's --exposure matrix before the view is aligned.
+            exposure: args.exposure.is_some().then(ExposureConfig::default),
             ..TrainConfig::default()
         };
         let raster = make_rasterizer(args.backend, &mut |_| {})?;
@@ -633,12 +638,14 @@ impl Aligner {
     }
 
     /// The camera `view` (its bytes as packed: `bytes`) is scored from, and its scores from
-    /// its own camera. The alignment's background must be the one the view is scored over.
+    /// its own camera, both through `exposure` (the view's `--exposure` matrix) when given. The
+    /// alignment's background must be the one the view is scored over.
     fn align(
         &mut self,
         view: &TrainView,
         bytes: &[u8],
         background: [f32; 3],
+        exposure: Option<Exposure>,
     ) -> Result<(Camera, GivenPoseScore)> {
         if background != self.trainer.eval_background(view.layout) {
             bail!(
@@ -646,8 +653,13 @@ impl Aligner {
                  --bg renders them over {background:?}: drop --bg"
             );
         }
-        let given = self.trainer.evaluate_view(view, bytes)?;
-        let a = self.trainer.align_pose(view, bytes, &self.config)?;
+        let mut view = *view;
+        if let Some(matrix) = exposure {
+            self.trainer.set_exposure(0, matrix)?;
+            view.exposure = Some(0);
+        }
+        let given = self.trainer.evaluate_view(&view, bytes)?;
+        let a = self.trainer.align_pose(&view, bytes, &self.config)?;
         Ok((a.camera, GivenPoseScore::new(&given, &a)))
     }
 }
@@ -766,15 +778,19 @@ fn render_pack(
         let background = args.bg.unwrap_or(if v.alpha { WHITE } else { BLACK });
         r.options.background = background;
         let context = || format!("view {i} ({:?})", v.name);
+        let exposure = r.exposure_of(&v.name).with_context(context)?;
         // With --eval-pose-steps: the view's camera fitted to its image (on its bytes as
-        // packed, the part --half scores), and its scores from the pack's camera.
+        // packed, the part --half scores, through its exposure), and its scores from the
+        // pack's camera.
         let (camera, given_pose) = match &mut aligner {
             Some(a) => {
                 let view = TrainView {
                     region: args.half.map_or(Region::Full, HalfArg::region),
                     ..TrainView::new(v.camera, v.layout())
                 };
-                let (camera, given) = a.align(&view, &gt, background).with_context(context)?;
+                let (camera, given) = a
+                    .align(&view, &gt, background, exposure)
+                    .with_context(context)?;
                 (camera, Some(given))
             }
             None => (v.camera, None),
@@ -787,7 +803,6 @@ fn render_pack(
             let rgba = std::mem::take(&mut gt);
             ramsplat::train::alpha::composite_rgba8(&rgba, background, &mut gt);
         }
-        let exposure = r.exposure_of(&v.name).with_context(context)?;
         r.render(&model, &camera).with_context(context)?;
         if let Some(e) = &exposure {
             exposure::apply_in_place(e, &mut r.out.image);
