@@ -80,10 +80,19 @@ fn fox_packs_50_views_reports_17_missing_and_verifies() {
     assert_eq!(info["train_views"], 43);
     assert_eq!(info["points"], 0);
     assert_eq!(info["no_sfm_points"], true);
-    assert_eq!(info["resolutions"][0]["width"], 270);
-    assert_eq!(info["resolutions"][0]["height"], 480);
+    // The undistorted 1080×1920 photos are cropped to the 1067×1902 the lens fills (said
+    // once for the camera they share), then shrunk 4×.
+    assert!(
+        err.contains(
+            "50 views (the first: images/0001.jpg): the undistorted image's edges would show \
+             pixels outside the photo, so it is cropped to 1067x1902 of 1080x1920 (97.9 %"
+        ),
+        "{err}"
+    );
+    assert_eq!(info["resolutions"][0]["width"], 267);
+    assert_eq!(info["resolutions"][0]["height"], 476);
     assert!(info["bytes_on_disk"].as_u64().unwrap() > 0);
-    assert_eq!(info["decoded_bytes"], 50 * 270 * 480 * 3);
+    assert_eq!(info["decoded_bytes"], 50 * 267 * 476 * 3);
 
     let o = gs_pack(&["verify", pack.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
@@ -421,7 +430,7 @@ fn scene_with_half_size_copy(dir: &Path, format: &str) -> Vec<PathBuf> {
 fn fisheye_photos_pack_as_pinhole_views() {
     use ramsplat::dataset::Distortion;
     use ramsplat::import::colmap::{read_model, write_model, Encoding};
-    use ramsplat::import::image::field_of_view;
+    use ramsplat::import::image::{covered_rect, field_of_view, PixelRect};
     use ramsplat::shard::reader::Pack;
 
     let tmp = tempfile::tempdir().unwrap();
@@ -523,11 +532,14 @@ fn fisheye_photos_pack_as_pinhole_views() {
     let o = convert(&scene, &pack, &["--max-width", "0"]);
     assert!(o.status.success(), "{}", text(&o));
     let intrinsics = ramsplat::scene::camera::Intrinsics { fx, fy, cx, cy };
-    let fov = field_of_view(w, h, &intrinsics, &lens);
+    // θ_d(θ) < tan θ: every pinhole pixel's ray lands in the photo, nothing is cropped.
+    let full = PixelRect::full(w, h);
+    assert_eq!(covered_rect(w, h, &intrinsics, &lens), full);
+    let fov = field_of_view(w, h, &intrinsics, &lens, full);
     let [ph, pv] = fov.photo.map(Option::unwrap);
     let note = format!(
         "9 views (the first: {}): a fisheye lens, resampled to a pinhole image of the same \
-         size and focal length, which keeps {:.0}°×{:.0}° of the photo's {ph:.0}°×{pv:.0}°",
+         focal length, which keeps {:.0}°×{:.0}° of the photo's {ph:.0}°×{pv:.0}°",
         model.images.iter().map(|i| i.name.as_str()).min().unwrap(),
         fov.pinhole[0],
         fov.pinhole[1]

@@ -13,9 +13,10 @@
 //!   RADIAL, OPENCV, FULL_OPENCV and NeRF `k1 k2 k3 p1 p2` map to it) or OpenCV's fisheye model
 //!   (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE, SIMPLE_RADIAL_FISHEYE and nerfstudio's
 //!   `OPENCV_FISHEYE`); other models are refused at import time with a message, never silently
-//!   treated as pinhole. A fisheye photo becomes a pinhole image of the same size and
-//!   intrinsics, which cannot hold its periphery: [`open`] adds a warning per fisheye camera
-//!   saying how much of the field of view is kept;
+//!   treated as pinhole. A photo becomes a pinhole image of its size and intrinsics, cropped
+//!   where the lens leaves it empty (`image::covered_rect`); a fisheye's periphery does not
+//!   fit in it. [`open`] adds a warning per camera whose pinhole image keeps less than the
+//!   photo shows, saying how much is kept;
 //! - views are in a stable order (sorted by image name), so packs are reproducible.
 
 pub mod colmap;
@@ -255,72 +256,110 @@ pub fn open(
         Format::Ply => ply::import(path, options),
         Format::Auto => unreachable!("resolved above"),
     }?;
-    scene.warnings.extend(fisheye_notes(&scene.views));
+    scene.warnings.extend(lens_notes(&scene.views));
     Ok(scene)
 }
 
-/// Fisheye cameras a warning describes one by one; the rest are counted.
-const FISHEYE_NOTES: usize = 3;
+/// Cameras a lens warning describes one by one; the rest are counted.
+const LENS_NOTES: usize = 3;
 
-/// One warning per distinct fisheye camera (size, intrinsics and lens; the first
-/// [`FISHEYE_NOTES`], then a count): how many views use it and how much of the photo's field
-/// of view the undistorted pinhole image keeps. The trade-off is the pack's, so the user is told
-/// before training on it.
-fn fisheye_notes(views: &[ViewSource]) -> Vec<String> {
-    // (camera key, views using it, the first view's index), in the views' order.
-    let mut cameras: Vec<([u64; 9], usize, usize)> = Vec::new();
+/// One warning per distinct camera (size, intrinsics and lens) whose pinhole image a pack
+/// keeps less of than the photo shows (the first [`LENS_NOTES`], then a count): a fisheye
+/// lens (how much of its field of view the pinhole image keeps), or a lens that leaves the
+/// undistorted image's edges empty (the crop, see [`image::covered_rect`]). The trade-off is
+/// the pack's, so the user is told before training on it.
+fn lens_notes(views: &[ViewSource]) -> Vec<String> {
+    use crate::dataset::Distortion;
+    // (camera key, views using it, the first view's index, its kept window), in view order.
+    let mut cameras: Vec<([u64; 14], usize, usize, image::PixelRect)> = Vec::new();
     for (index, v) in views.iter().enumerate() {
-        let crate::dataset::Distortion::Fisheye { k } = v.distortion else {
-            continue;
-        };
         let c = &v.camera;
         let i = c.intrinsics;
-        let key = [
-            u64::from(c.width) << 32 | u64::from(c.height),
-            i.fx.to_bits(),
-            i.fy.to_bits(),
-            i.cx.to_bits(),
-            i.cy.to_bits(),
-            k[0].to_bits(),
-            k[1].to_bits(),
-            k[2].to_bits(),
-            k[3].to_bits(),
-        ];
+        let (tag, coefficients) = match v.distortion {
+            Distortion::RadialTangential { k, p } => {
+                (0, [k[0], k[1], k[2], k[3], k[4], k[5], p[0], p[1]])
+            }
+            Distortion::Fisheye { k } => (1, [k[0], k[1], k[2], k[3], 0.0, 0.0, 0.0, 0.0]),
+        };
+        let mut key = [0u64; 14];
+        key[0] = u64::from(c.width) << 32 | u64::from(c.height);
+        key[1] = tag;
+        for (slot, value) in key[2..]
+            .iter_mut()
+            .zip([i.fx, i.fy, i.cx, i.cy].into_iter().chain(coefficients))
+        {
+            *slot = value.to_bits();
+        }
         match cameras.iter_mut().find(|(k, ..)| *k == key) {
-            Some((_, n, _)) => *n += 1,
-            None => cameras.push((key, 1, index)),
+            Some((_, n, ..)) => *n += 1,
+            None => {
+                let kept = image::covered_rect(c.width, c.height, &i, &v.distortion);
+                cameras.push((key, 1, index, kept));
+            }
         }
     }
+    // A window left empty (the lens sends nothing into the photo) fails packing, naming the
+    // view; no note for it.
+    cameras.retain(|&(_, _, first, kept)| {
+        let v = &views[first];
+        !kept.is_empty()
+            && (matches!(v.distortion, Distortion::Fisheye { .. })
+                || kept != image::PixelRect::full(v.camera.width, v.camera.height))
+    });
     let mut notes: Vec<String> = cameras
         .iter()
-        .take(FISHEYE_NOTES)
-        .map(|&(_, n, first)| {
+        .take(LENS_NOTES)
+        .map(|&(_, n, first, kept)| {
             let v = &views[first];
             let c = &v.camera;
-            let fov = image::field_of_view(c.width, c.height, &c.intrinsics, &v.distortion);
-            let photo = match fov.photo {
-                [Some(h), Some(w)] => format!("of the photo's {h:.0}°×{w:.0}°"),
-                _ => "of the photo (whose edges lie past the lens model's fold-over)".to_owned(),
-            };
             let views = if n == 1 {
                 format!("view {}", v.name)
             } else {
                 format!("{n} views (the first: {})", v.name)
             };
-            format!(
-                "{views}: a fisheye lens, resampled to a pinhole image of the same size and focal \
-                 length, which keeps {:.0}°×{:.0}° {photo} through the centre at full \
-                 resolution (a pinhole image cannot hold a wide periphery); to keep more, \
-                 undistort the photos to a wider pinhole first (e.g. COLMAP image_undistorter) \
-                 and pack those",
-                fov.pinhole[0], fov.pinhole[1]
-            )
+            let crop = (kept != image::PixelRect::full(c.width, c.height)).then(|| {
+                format!(
+                    "the undistorted image's edges would show pixels outside the photo, so \
+                         it is cropped to {}x{} of {}x{} ({:.1} % of its pixels; COLMAP's \
+                         image_undistorter crops alike)",
+                    kept.width(),
+                    kept.height(),
+                    c.width,
+                    c.height,
+                    100.0 * f64::from(kept.width()) * f64::from(kept.height())
+                        / (f64::from(c.width) * f64::from(c.height))
+                )
+            });
+            match v.distortion {
+                Distortion::Fisheye { .. } => {
+                    let fov =
+                        image::field_of_view(c.width, c.height, &c.intrinsics, &v.distortion, kept);
+                    let photo = match fov.photo {
+                        [Some(h), Some(w)] => format!("of the photo's {h:.0}°×{w:.0}°"),
+                        _ => "of the photo (whose edges lie past the lens model's fold-over)"
+                            .to_owned(),
+                    };
+                    format!(
+                        "{views}: a fisheye lens, resampled to a pinhole image of the same \
+                         focal length, which keeps {:.0}°×{:.0}° {photo} through the centre \
+                         at full resolution (a pinhole image cannot hold a wide periphery){}; \
+                         to keep more, undistort the photos to a wider pinhole first (e.g. \
+                         COLMAP image_undistorter) and pack those",
+                        fov.pinhole[0],
+                        fov.pinhole[1],
+                        crop.map(|c| format!("; {c}")).unwrap_or_default()
+                    )
+                }
+                Distortion::RadialTangential { .. } => {
+                    format!("{views}: {}", crop.unwrap_or_default())
+                }
+            }
         })
         .collect();
-    if cameras.len() > FISHEYE_NOTES {
+    if cameras.len() > LENS_NOTES {
         notes.push(format!(
-            "{} more fisheye cameras are resampled the same way",
-            cameras.len() - FISHEYE_NOTES
+            "{} more cameras are resampled the same way",
+            cameras.len() - LENS_NOTES
         ));
     }
     notes

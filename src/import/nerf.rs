@@ -1577,22 +1577,27 @@ mod tests {
         let scene = import(Path::new(FOX), &ImportOptions::default()).unwrap();
         let view = &scene.views[0];
         let (cam, img) = prepare_view(view, Resize::Downscale(8)).unwrap();
-        assert_eq!((img.width, img.height), (135, 240));
-        assert_eq!((cam.width, cam.height), (135, 240));
+        // The undistorted 1080×1920 image cropped to the 1067×1902 its rays fill (see
+        // `image::covered_rect`), then shrunk 8×.
+        assert_eq!((img.width, img.height), (133, 238));
+        assert_eq!((cam.width, cam.height), (133, 238));
+        let (sx, sy) = (133.0 / 1067.0, 238.0 / 1902.0);
         let k = view.camera.intrinsics;
         assert!(
-            (cam.intrinsics.fx - k.fx / 8.0).abs() < 1e-9
-                && (cam.intrinsics.cy - k.cy / 8.0).abs() < 1e-9
+            (cam.intrinsics.fx - k.fx * sx).abs() < 1e-9
+                && (cam.intrinsics.cy - (k.cy - 11.0) * sy).abs() < 1e-9
         );
         assert_eq!(cam.world_to_camera, view.camera.world_to_camera);
-        // The resized camera sees the same scene point at the same relative image position.
+        // The packed camera sees the same scene point at the same place of the window.
         // p = centre + Rᵀ·(0.3, −0.2, 2): 2 units in front of the camera, off-axis.
         let r = view.camera.world_to_camera.rotation;
         let c = view.camera.centre();
         let p = [0, 1, 2].map(|i| c[i] + 0.3 * r[0][i] - 0.2 * r[1][i] + 2.0 * r[2][i]);
         let a = view.camera.project(p).unwrap();
         let b = cam.project(p).unwrap();
-        assert!((a[0] / 8.0 - b[0]).abs() < 1e-9 && (a[1] / 8.0 - b[1]).abs() < 1e-9);
+        assert!(
+            ((a[0] - 6.0) * sx - b[0]).abs() < 1e-9 && ((a[1] - 11.0) * sy - b[1]).abs() < 1e-9
+        );
         // Camera-space (0.3, −0.2, 2) up to the file's ~1e-8 non-orthonormality (< 1e-3 px).
         assert!((a[0] - (k.fx * 0.15 + k.cx)).abs() < 1e-3, "{a:?}");
         assert!((a[1] - (k.cy - k.fy * 0.1)).abs() < 1e-3, "{a:?}");

@@ -245,6 +245,22 @@ impl Camera {
         }
     }
 
+    /// The same camera for the `width × height` window of its image whose top-left pixel
+    /// corner is `(x0, y0)`: the principal point moves with the window, the focal lengths stay.
+    pub fn cropped(&self, x0: u32, y0: u32, width: u32, height: u32) -> Camera {
+        let k = self.intrinsics;
+        Camera {
+            width,
+            height,
+            intrinsics: Intrinsics {
+                cx: k.cx - x0 as f64,
+                cy: k.cy - y0 as f64,
+                ..k
+            },
+            world_to_camera: self.world_to_camera,
+        }
+    }
+
     /// Camera centre in world coordinates.
     pub fn centre(&self) -> [f64; 3] {
         self.world_to_camera.centre()
