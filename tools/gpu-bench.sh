@@ -4,8 +4,9 @@
 # each logs to OUT/<step>.log, appends one line to OUT/summary.txt and copies its report(s)
 # to OUT/. A step that fails does not stop the next one.
 #
-#   fox-ours      gs-pack convert the bundle's fox photos at full resolution (1080x1920, 43
-#                 train / 7 test views, no SfM points: 100,000 random initial Gaussians), then
+#   fox-ours      gs-pack convert the bundle's fox photos at full resolution (1080x1920,
+#                 cropped to the 1067x1902 its lens fills; 43 train / 7 test views, no SfM
+#                 points: 100,000 random initial Gaussians), then
 #                 gs-train --backend cuda --iterations $GS_BENCH_ITERATIONS (30000) --eval
 #                 --seed $GS_BENCH_SEED (1) --checkpoint-every 0 (no periodic checkpoint
 #                 writes inside the timed loop; SIGINT still writes one): report.json (it/s, wall, peak RSS, stall fraction,

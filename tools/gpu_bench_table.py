@@ -86,7 +86,8 @@ def gsplat_combined(out):
 def main():
     out = pathlib.Path(sys.argv[1])
     ours, gs = ours_combined(out), gsplat_combined(out)
-    lines = ["## Fox, full resolution (1080x1920), same GPU, same split, same initial points", "",
+    lines = ["## Fox, full resolution (1080x1920 photos, packed 1067x1902), same GPU, same split, "
+             "same initial points", "",
              "| trainer | iterations | it/s | train s | wall s | test PSNR | test SSIM | Gaussians "
              "| peak device (nvidia-smi, process) | peak device (allocated) | peak host RSS "
              "| stall |",

@@ -580,8 +580,9 @@ impl PixelRect {
 
 /// The window of a view's pinhole image (the photo's size and intrinsics) that a pack keeps:
 /// the whole image when every pixel's ray lands in the photo, otherwise the image with its
-/// edges cropped until none of the window's border pixels is empty (see [`LensMap::source`];
-/// a lens that pushes the corners' rays out of the photo, pincushion, leaves them empty).
+/// edges cropped until none of the window's border pixels is empty (a pixel whose ray lands
+/// outside the photo or past the lens model's fold-over radius, [`valid_radius`]; a lens that
+/// pushes the corners' rays out of the photo, pincushion, leaves them empty).
 /// Each side moves in by a pixel while its border row or column has an empty pixel, all four
 /// at once, so the window stays around the principal point; the window is never larger than
 /// the photo, so the view costs no more memory than it would uncropped. COLMAP's
@@ -630,8 +631,8 @@ pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortio
 /// `distortion`) with the photo's size and `intrinsics`: output pixel `(i, j)` is pinhole
 /// pixel `(rect.x0 + i, rect.y0 + j)`.
 ///
-/// Each pinhole pixel centre's ray is moved by the lens to a photo point
-/// ([`LensMap::source`]), which is sampled bilinearly (source pixel centres at `+0.5`; within
+/// Each pinhole pixel centre's ray `((u − cx)/fx, (v − cy)/fy)` is moved by the lens
+/// ([`Distortion::distort`]) to a photo point, which is sampled bilinearly (source pixel centres at `+0.5`; within
 /// the image's outer half-pixel the edge pixel is replicated). A pixel whose ray lands outside
 /// the photo or beyond the lens model's fold-over radius ([`valid_radius`]) is black;
 /// [`covered_rect`] gives the window without such pixels.

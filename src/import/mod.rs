@@ -358,7 +358,8 @@ fn lens_notes(views: &[ViewSource]) -> Vec<String> {
         .collect();
     if cameras.len() > LENS_NOTES {
         notes.push(format!(
-            "{} more cameras are resampled the same way",
+            "{} more cameras keep less than their photos show, alike (a fisheye periphery or \
+             cropped edges)",
             cameras.len() - LENS_NOTES
         ));
     }
