@@ -560,12 +560,14 @@ impl PixelRect {
         }
     }
 
+    /// 0 for an empty window (whose sides may have crossed).
     pub fn width(&self) -> u32 {
-        self.x1 - self.x0
+        self.x1.saturating_sub(self.x0)
     }
 
+    /// 0 for an empty window (whose sides may have crossed).
     pub fn height(&self) -> u32 {
-        self.y1 - self.y0
+        self.y1.saturating_sub(self.y0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -1998,7 +2000,11 @@ mod tests {
         // A lens that folds over before the nearest pixel centre leaves nothing: packing its
         // view is refused, naming it.
         let off = Intrinsics { cx: 15.25, ..k };
-        assert!(covered_rect(31, 17, &off, &rt(-1e6)).is_empty());
+        let none = covered_rect(31, 17, &off, &rt(-1e6));
+        assert!(
+            none.is_empty() && none.width() * none.height() == 0,
+            "{none:?}"
+        );
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.png");
         image::RgbImage::from_pixel(31, 17, image::Rgb([9, 9, 9]))
