@@ -33,6 +33,21 @@ fn slow_fox_convert(pack: &Path) -> Command {
     c
 }
 
+/// `gs-pack synth -o DIR --views N --width W --height H --points P EXTRA…`, which must succeed.
+fn synth(dir: &Path, views: u32, width: u32, height: u32, points: u32, extra: &[&str]) {
+    let numbers = [views, width, height, points].map(|n| n.to_string());
+    let mut args = vec!["synth", "-o", dir.to_str().unwrap()];
+    for (flag, n) in ["--views", "--width", "--height", "--points"]
+        .iter()
+        .zip(&numbers)
+    {
+        args.extend([*flag, n.as_str()]);
+    }
+    args.extend_from_slice(extra);
+    let o = gs_pack(&args);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 fn text(o: &Output) -> String {
     format!(
         "status {:?}\nstdout:\n{}\nstderr:\n{}",
@@ -199,24 +214,7 @@ fn synth_round_trip(format: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let scene = tmp.path().join("scene");
     let pack = tmp.path().join("scene.pack");
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        scene.to_str().unwrap(),
-        "--views",
-        "9",
-        "--width",
-        "64",
-        "--height",
-        "48",
-        "--points",
-        "300",
-        "--format",
-        format,
-        "--seed",
-        "5",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    synth(&scene, 9, 64, 48, 300, &["--format", format, "--seed", "5"]);
     let o = convert(&scene, &pack, &["--max-width", "0", "--codec", "zstd"]);
     assert!(o.status.success(), "{}", text(&o));
     let p = Pack::open(&pack).unwrap();
@@ -346,20 +344,7 @@ fn a_corrupt_image_fails_the_convert_naming_the_file_and_leaves_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let scene = tmp.path().join("scene");
     let pack = tmp.path().join("scene.pack");
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        scene.to_str().unwrap(),
-        "--views",
-        "6",
-        "--width",
-        "32",
-        "--height",
-        "24",
-        "--points",
-        "50",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    synth(&scene, 6, 32, 24, 50, &[]);
     std::fs::write(scene.join("images/00003.png"), b"definitely not a png").unwrap();
     let o = convert(&scene, &pack, &["--workers", "2"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
@@ -386,24 +371,7 @@ fn a_corrupt_image_fails_the_convert_naming_the_file_and_leaves_nothing() {
 /// Returns the original image files.
 fn scene_with_half_size_copy(dir: &Path, format: &str) -> Vec<PathBuf> {
     use ramsplat::import::image::{load_rgb8, resize_area, target_size, Resize};
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        dir.to_str().unwrap(),
-        "--views",
-        "9",
-        "--width",
-        "65",
-        "--height",
-        "49",
-        "--points",
-        "300",
-        "--seed",
-        "5",
-        "--format",
-        format,
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    synth(dir, 9, 65, 49, 300, &["--seed", "5", "--format", format]);
     let copy = dir.join("images_2");
     std::fs::create_dir(&copy).unwrap();
     let files: Vec<PathBuf> = std::fs::read_dir(dir.join("images"))
@@ -435,24 +403,14 @@ fn fisheye_photos_pack_as_pinhole_views() {
 
     let tmp = tempfile::tempdir().unwrap();
     let scene = tmp.path().join("scene");
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        scene.to_str().unwrap(),
-        "--views",
-        "9",
-        "--width",
-        "160",
-        "--height",
-        "120",
-        "--points",
-        "300",
-        "--format",
-        "colmap",
-        "--seed",
-        "5",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    synth(
+        &scene,
+        9,
+        160,
+        120,
+        300,
+        &["--format", "colmap", "--seed", "5"],
+    );
     let sparse = scene.join("sparse/0");
     let mut model = read_model(&sparse, Encoding::Text).unwrap();
     let k = [0.03, -0.01, 0.002, -0.0005];
@@ -730,22 +688,7 @@ fn top_angle_only(doc: &mut serde_json::Value) {
 }
 
 fn small_scene(dir: &Path) {
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        dir.to_str().unwrap(),
-        "--views",
-        "6",
-        "--width",
-        "32",
-        "--height",
-        "24",
-        "--points",
-        "100",
-        "--seed",
-        "3",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    synth(dir, 6, 32, 24, 100, &["--seed", "3"]);
 }
 
 /// Sorted names in `dir`.

@@ -270,37 +270,38 @@ const LENS_NOTES: usize = 3;
 /// the pack's, so the user is told before training on it.
 fn lens_notes(views: &[ViewSource]) -> Vec<String> {
     use crate::dataset::Distortion;
-    // (camera key, views using it, the first view's index, its kept window), in view order.
-    let mut cameras: Vec<([u64; 14], usize, usize, image::PixelRect)> = Vec::new();
+    // (views using it, the first view's index, its kept window) per distinct camera (size,
+    // intrinsics and lens; the pose is not part of it), in view order.
+    let mut cameras: Vec<(usize, usize, image::PixelRect)> = Vec::new();
+    let same_camera = |a: &ViewSource, b: &ViewSource| {
+        (
+            a.camera.width,
+            a.camera.height,
+            a.camera.intrinsics,
+            a.distortion,
+        ) == (
+            b.camera.width,
+            b.camera.height,
+            b.camera.intrinsics,
+            b.distortion,
+        )
+    };
     for (index, v) in views.iter().enumerate() {
-        let c = &v.camera;
-        let i = c.intrinsics;
-        let (tag, coefficients) = match v.distortion {
-            Distortion::RadialTangential { k, p } => {
-                (0, [k[0], k[1], k[2], k[3], k[4], k[5], p[0], p[1]])
-            }
-            Distortion::Fisheye { k } => (1, [k[0], k[1], k[2], k[3], 0.0, 0.0, 0.0, 0.0]),
-        };
-        let mut key = [0u64; 14];
-        key[0] = u64::from(c.width) << 32 | u64::from(c.height);
-        key[1] = tag;
-        for (slot, value) in key[2..]
+        match cameras
             .iter_mut()
-            .zip([i.fx, i.fy, i.cx, i.cy].into_iter().chain(coefficients))
+            .find(|(_, first, _)| same_camera(&views[*first], v))
         {
-            *slot = value.to_bits();
-        }
-        match cameras.iter_mut().find(|(k, ..)| *k == key) {
-            Some((_, n, ..)) => *n += 1,
+            Some((n, ..)) => *n += 1,
             None => {
-                let kept = image::covered_rect(c.width, c.height, &i, &v.distortion);
-                cameras.push((key, 1, index, kept));
+                let c = &v.camera;
+                let kept = image::covered_rect(c.width, c.height, &c.intrinsics, &v.distortion);
+                cameras.push((1, index, kept));
             }
         }
     }
     // A window left empty (the lens sends nothing into the photo) fails packing, naming the
     // view; no note for it.
-    cameras.retain(|&(_, _, first, kept)| {
+    cameras.retain(|&(_, first, kept)| {
         let v = &views[first];
         !kept.is_empty()
             && (matches!(v.distortion, Distortion::Fisheye { .. })
@@ -309,7 +310,7 @@ fn lens_notes(views: &[ViewSource]) -> Vec<String> {
     let mut notes: Vec<String> = cameras
         .iter()
         .take(LENS_NOTES)
-        .map(|&(_, n, first, kept)| {
+        .map(|&(n, first, kept)| {
             let v = &views[first];
             let c = &v.camera;
             let views = if n == 1 {

@@ -459,36 +459,22 @@ fn lens_model(l: &Layers<'_>) -> Result<LensModel, String> {
             }
         }
     }
-    let (kept, not_kept): (&str, &[&str]) = match model {
-        LensModel::RadialTangential => (
-            "OpenCV k1 k2 k3 p1 p2",
-            &[
-                "k4",
-                "k5",
-                "k6",
-                "ftheta_p0",
-                "ftheta_p1",
-                "ftheta_p2",
-                "ftheta_p3",
-                "ftheta_p4",
-            ],
-        ),
-        LensModel::Fisheye => (
-            "OPENCV_FISHEYE's k1 k2 k3 k4",
-            &[
-                "p1",
-                "p2",
-                "k5",
-                "k6",
-                "ftheta_p0",
-                "ftheta_p1",
-                "ftheta_p2",
-                "ftheta_p3",
-                "ftheta_p4",
-            ],
-        ),
+    // Coefficients of models ramsplat does not undistort (the rational model's denominator,
+    // an f-theta lens), and those of the other model this one lacks.
+    const NEITHER: [&str; 7] = [
+        "k5",
+        "k6",
+        "ftheta_p0",
+        "ftheta_p1",
+        "ftheta_p2",
+        "ftheta_p3",
+        "ftheta_p4",
+    ];
+    let (kept, lacks): (&str, &[&str]) = match model {
+        LensModel::RadialTangential => ("OpenCV k1 k2 k3 p1 p2", &["k4"]),
+        LensModel::Fisheye => ("OPENCV_FISHEYE's k1 k2 k3 k4", &["p1", "p2"]),
     };
-    for key in not_kept {
+    for key in lacks.iter().chain(&NEITHER) {
         if let Some(v) = l.num(key)? {
             if v != 0.0 {
                 return Err(format!(

@@ -2037,6 +2037,22 @@ mod tests {
         );
     }
 
+    /// `truth` moved in its own frame by 0.77° and 0.09 scene units (`unit`: the trainer's
+    /// pose unit): the wrong pose the alignment tests start from.
+    fn wrong_pose(truth: &Camera, unit: f64) -> Camera {
+        Camera {
+            world_to_camera: truth.world_to_camera.perturbed([
+                0.02 * unit,
+                -0.01 * unit,
+                0.0,
+                0.008,
+                -0.01,
+                0.004,
+            ]),
+            ..*truth
+        }
+    }
+
     /// Test-time pose alignment: a held-out view given a wrong pose (0.77° and 0.09 scene
     /// units off: the Gaussians' centres land 1.2 px from where they should, on average, in this
     /// 64×48 view) is brought back
@@ -2053,19 +2069,8 @@ mod tests {
         cfg.sh_degree = 0;
         let mut t =
             Trainer::new(cfg, gt, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
-        let unit = t.pose_unit();
         let truth = cams[5];
-        let wrong = Camera {
-            world_to_camera: truth.world_to_camera.perturbed([
-                0.02 * unit,
-                -0.01 * unit,
-                0.0,
-                0.008,
-                -0.01,
-                0.004,
-            ]),
-            ..truth
-        };
+        let wrong = wrong_pose(&truth, t.pose_unit());
         let view = TrainView::new(wrong, PixelLayout::RGB);
         let before = t.state().unwrap();
         let a = t
@@ -2145,18 +2150,7 @@ mod tests {
                 .map(|&v| (v.clamp(0.0, 1.0) * 255.0).round() as u8)
                 .collect()
         };
-        let unit = t.pose_unit();
-        let wrong = Camera {
-            world_to_camera: cams[5].world_to_camera.perturbed([
-                0.02 * unit,
-                -0.01 * unit,
-                0.0,
-                0.008,
-                -0.01,
-                0.004,
-            ]),
-            ..cams[5]
-        };
+        let wrong = wrong_pose(&cams[5], t.pose_unit());
         let view = |camera: Camera, exposure: Option<u32>| TrainView {
             exposure,
             region: Region::RightHalf,
