@@ -110,7 +110,8 @@ if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
     export CUDA_HOME=/usr/local/cuda
 fi
 export TORCH_EXTENSIONS_DIR="$work/torch_extensions"
-MAX_JOBS=$(nproc)
+# MAX_JOBS from the caller wins (fewer jobs leave cores to a GPU check run beside the build).
+MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export MAX_JOBS
 
 b=$bundle/bin
