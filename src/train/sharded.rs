@@ -66,7 +66,7 @@ use super::device_engine::{
 };
 use super::exposure::Exposure;
 use super::mcmc::{NoiseStep, Regularizer};
-use crate::scene::gaussians::Field;
+use crate::scene::gaussians::{Field, Gaussians};
 
 /// The model split over devices (see the module doc).
 pub struct ShardedEngine {
@@ -149,13 +149,20 @@ impl ResidentEngine for ShardedEngine {
         Ok(())
     }
 
-    /// The whole model on the host: the shards concatenated in row order.
+    /// The whole model on the host: the shards in row order, each written straight into its
+    /// rows of one allocation (downloading parts and concatenating them would hold up to twice
+    /// the model at once, past what the host memory plan counts).
     fn download_model(&self) -> Result<Model, DeviceEngineError> {
-        let mut parts = self.shards.iter().map(DeviceEngine::download_model);
-        let mut model = parts.next().expect("at least one shard")?;
-        for part in parts {
-            append(&mut model, part?);
+        let first = self.shards.first().expect("at least one shard");
+        let n = self.shards.iter().map(DeviceEngine::len).sum();
+        let mut model = Model::new(Gaussians::zeros(n, first.sh_degree()));
+        let mut row0 = 0;
+        for shard in &self.shards {
+            shard.download_model_into(&mut model, row0)?;
+            row0 += shard.len();
         }
+        // Every shard takes the same Adam steps; the first one's counts are the model's.
+        model.adam.steps = first.adam_steps();
         Ok(model)
     }
 
@@ -459,14 +466,7 @@ fn copy_rows(from: &Rows, to: &mut Rows, staging: &mut Vec<f32>) -> Result<(), D
     Ok(())
 }
 
-/// Appends `part`'s rows to `model`.
-fn append(model: &mut Model, part: Model) {
-    model.gaussians.append(&part.gaussians);
-    model.adam.exp_avg.append(&part.adam.exp_avg);
-    model.adam.exp_avg_sq.append(&part.adam.exp_avg_sq);
-    append_stats(&mut model.stats, part.stats);
-}
-
+/// Appends `part`'s statistics to `stats`.
 fn append_stats(stats: &mut DensifyStats, part: DensifyStats) {
     stats.grad_accum.extend(part.grad_accum);
     stats.denom.extend(part.denom);

@@ -87,10 +87,38 @@ impl DeviceGaussians {
     /// The parameters back on the host.
     pub fn download(&self, dev: &Device) -> Result<Gaussians, CudaError> {
         let mut g = Gaussians::zeros(self.n, self.sh_degree);
-        for f in Field::ALL {
-            dev.download(self.buffer(f), g.field_mut(f))?;
-        }
+        self.download_into(dev, &mut g, 0)?;
         Ok(g)
+    }
+
+    /// Writes the parameters into rows `row0..row0 + self.len()` of `dst` (same SH degree,
+    /// enough rows): a model split over several devices is assembled in one host allocation.
+    pub fn download_into(
+        &self,
+        dev: &Device,
+        dst: &mut Gaussians,
+        row0: usize,
+    ) -> Result<(), CudaError> {
+        if dst.sh_degree != self.sh_degree {
+            return Err(CudaError::Shape {
+                what: "host parameters (SH coefficients per Gaussian)",
+                got: crate::scene::gaussians::sh_coeffs(dst.sh_degree),
+                need: crate::scene::gaussians::sh_coeffs(self.sh_degree),
+            });
+        }
+        if row0 + self.n > dst.len() {
+            return Err(CudaError::Shape {
+                what: "host parameters (rows)",
+                got: dst.len(),
+                need: row0 + self.n,
+            });
+        }
+        for f in Field::ALL {
+            let w = f.width(self.sh_degree);
+            let rows = &mut dst.field_mut(f)[row0 * w..(row0 + self.n) * w];
+            dev.download(self.buffer(f), rows)?;
+        }
+        Ok(())
     }
 
     /// The render-time checks of `GaussianParams::validate` that apply on the device: the
