@@ -17,6 +17,7 @@ use ramsplat::train::checkpoint::{self, Expected};
 use ramsplat::train::demo::{write_demo_pack, DemoScene};
 use ramsplat::train::exposure;
 use ramsplat::train::report::{read_metrics, Report};
+use ramsplat::train::run::RUN_LOCK;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gs-train");
 
@@ -1134,6 +1135,55 @@ fn a_killed_run_resumes_from_a_periodic_checkpoint_and_sigterm_checkpoints() {
     let msg = stderr(&o);
     assert_eq!(o.status.code(), Some(130), "{msg}");
     assert!(msg.contains("interrupted at iteration"), "{msg}");
+}
+
+/// Two runs writing one directory would mix checkpoints and metrics, and the second's
+/// `--overwrite` would delete the first's checkpoints while it trains: the second is refused,
+/// naming the first's process, and changes nothing there; the lock ends with its holder.
+#[test]
+fn a_run_into_a_directory_another_run_is_writing_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("run");
+    let first = Command::new(BIN)
+        .args(train_args(
+            &pack,
+            &out,
+            "100000",
+            &["--checkpoint-every", "10"],
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let latest = out.join("checkpoints").join(checkpoint::LATEST);
+    let started = Instant::now();
+    while !latest.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let holder = format!("another gs-train (process {})", first.id());
+    for extra in [&["--overwrite"][..], &["--resume"], &[]] {
+        let o = gs_train(&train_args(&pack, &out, "30", extra));
+        refused(&o, &[s(&out), &holder, "train into another -o"]);
+        assert!(
+            latest.exists(),
+            "{extra:?}: the first run's checkpoints are kept"
+        );
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &first.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = first.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    // The holder is gone: the directory is free again (its lock file stays, unlocked).
+    assert!(out.join(RUN_LOCK).exists());
+    let o = gs_train(&train_args(&pack, &out, "30", &["--overwrite"]));
+    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 /// A tiny pack and a finished 20-iteration run into `DIR/run`, checkpointed every 10.

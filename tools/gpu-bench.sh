@@ -179,6 +179,10 @@ fox_ours() {
     rm -rf "$out/fox-ours.segments"
     cp -r "$work/fox-ours.segments" "$out/fox-ours.segments"
     cp "$run/metrics.jsonl" "$out/fox-ours.metrics.jsonl" 2>/dev/null || true
+    # Per-view test scores of the last evaluation (gsplat's are fox-gsplat.test-metrics.json).
+    local last_eval
+    last_eval=$(find "$run/test" -name metrics.json 2>/dev/null | sort -V | tail -n 1)
+    [ -n "$last_eval" ] && cp "$last_eval" "$out/fox-ours.test-metrics.json"
     if [ "$rc" -eq 130 ]; then
         echo "fox-ours: STOPPED at the call's time limit after a checkpoint; run fox-ours again" \
             "in the next call (same machine) to continue"

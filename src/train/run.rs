@@ -283,6 +283,14 @@ pub enum RunError {
         out.display()
     )]
     ExistingRun { out: PathBuf, found: String },
+    /// Another live process holds `out`'s run lock ([`RUN_LOCK`]).
+    #[error(
+        "{}: another gs-train{} is writing this directory right now; wait for it to end (or \
+         stop it with Ctrl-C: it checkpoints first), or train into another -o directory",
+        out.display(),
+        holder.map(|p| format!(" (process {p})")).unwrap_or_default()
+    )]
+    OutputInUse { out: PathBuf, holder: Option<u32> },
     /// The run failed after training some iterations; the last good state is on disk.
     #[error(
         "stopped at iteration {step}; the last good state is kept in {} (fix the cause below, \
@@ -828,6 +836,58 @@ fn evaluate_views(
 
 /// Refuses an `out` holding another run's outputs (see [`RUN_OUTPUTS`]), or, with `overwrite`,
 /// removes exactly those outputs and nothing else.
+/// The advisory lock file a run holds in its output directory from before it touches anything
+/// there until it ends (hidden; it stays behind, unlocked, and `--overwrite` leaves it).
+pub const RUN_LOCK: &str = ".gs-train.lock";
+
+/// A held [`RUN_LOCK`]: the operating system releases it when the process ends, however it
+/// ends, so a crashed run never blocks the next one.
+struct OutputLock {
+    _file: std::fs::File,
+}
+
+/// Takes `out`'s run lock (`out` must exist). Two runs writing one directory would mix their
+/// checkpoints and metrics, and one's `--overwrite` would delete the other's checkpoints while
+/// it trains: the second is refused, naming the first. On a filesystem without locks the run
+/// goes on unlocked (as before locks existed).
+fn lock_output(out: &Path) -> Result<Option<OutputLock>, RunError> {
+    use std::io::{Read, Seek, Write};
+    let path = out.join(RUN_LOCK);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io_err(&path))?;
+    match file.try_lock() {
+        Ok(()) => {
+            // The holder's process id, for the message of a run refused meanwhile.
+            let pid = format!("{}\n", std::process::id());
+            file.set_len(0)
+                .and_then(|()| file.rewind())
+                .and_then(|()| file.write_all(pid.as_bytes()))
+                .map_err(io_err(&path))?;
+            Ok(Some(OutputLock { _file: file }))
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut text = String::new();
+            let holder = file
+                .read_to_string(&mut text)
+                .ok()
+                .and_then(|_| text.trim().parse().ok());
+            Err(RunError::OutputInUse {
+                out: out.to_owned(),
+                holder,
+            })
+        }
+        Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+            Ok(None)
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(io_err(&path)(e)),
+    }
+}
+
 fn claim_output(out: &Path, overwrite: bool) -> Result<(), RunError> {
     let found: Vec<&str> = RUN_OUTPUTS
         .iter()
@@ -1495,7 +1555,13 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     // RAM budget on the host engine (a floor item), the VRAM budget on the device engine.
     let intersection_bytes = intersection_cap(vram.map_or(opts.ram_budget, |v| v.bytes));
     config.max_intersection_bytes = intersection_bytes;
-    // After the backend check (so a missing backend is reported first), before any work.
+    // After the backend check (so a missing backend is reported first), before any work. An
+    // existing -o is locked before its outputs are read or cleared; a new one when created.
+    let early_lock = if opts.out.is_dir() {
+        lock_output(&opts.out)?
+    } else {
+        None
+    };
     if !opts.resume {
         claim_output(&opts.out, opts.overwrite)?;
     }
@@ -1613,6 +1679,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
 
     // Created only now: a run refused above (budget, settings, checkpoint) leaves no empty -o.
     std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
+    let _lock = match early_lock {
+        Some(lock) => Some(lock),
+        None => lock_output(&opts.out)?,
+    };
     let given: Vec<Camera> = manifest.views.iter().map(|v| v.camera).collect();
     write_cameras_json(&opts.out, &manifest.views, &given, on_event)?;
     write_cfg_args(opts, &manifest.source, &config)?;
