@@ -79,7 +79,7 @@ def gsplat_combined(out):
         "vram_smi": float(v) * 2**20 if v.replace(".", "").isdigit() else None,
         "vram_alloc": r["peak_device_bytes"], "backend": r["backend"], "seed": r["seed"],
         "jit": r.get("jit_compile_s"), "ssim_loss": r.get("ssim_loss"),
-        "device": r.get("device_name"),
+        "device": r.get("device_name"), "phases": r.get("phase_ms"),
     }
 
 
@@ -113,6 +113,10 @@ def main():
                      f"{fmt(gs['its_warm'], '.2f')} it/s after warm-up; JIT compile "
                      f"{fmt(gs['jit'], '.0f')} s, not counted; SSIM loss {gs['ssim_loss']}; "
                      f"{gs['device']})")
+        ph = gs["phases"]
+        if ph:
+            lines.append(f"gsplat per step (median ms over {ph['steps']} steps, CUDA events): "
+                         + ", ".join(f"{k} {v:.2f}" for k, v in ph.items() if k != "steps"))
     lines += ["", "it/s = iterations / train_s (the training loop, evaluation and saving "
               "excluded). Both scored by src/eval.rs's rules (8-bit renders, PSNR peak 255, "
               "3DGS SSIM). nvidia-smi's figure is the process's whole device footprint "

@@ -56,6 +56,11 @@ jit_compile_s. `--stop-after S` ends the training loop S seconds after the proce
 saves everything a continuation needs to OUT/resume.pt (exit status 75); `--resume` continues
 from it (model, Adam moments, schedule, strategy state, sampling order and RNG restored; the
 report adds up the segments).
+`--profile-steps N` (default 200) times the phases of N steps after the warm-up with CUDA
+events (host clocks without a GPU): upload, render, loss (L1, SSIM and the strategy's
+pre-backward hook), backward, optimisers (after the loss read-back), strategy; the medians go to
+the log and to report.json's `phase_ms`. An event pair measures the stream's time between two
+points, idle time waiting for the host's launches included, so the phases add up to the step.
 `--compile-only` compiles and exits; `--check` loads DATA, builds the split,
 the initial model, the optimisers and the strategy on the CPU and exits (no GPU needed).
 """
@@ -338,6 +343,47 @@ def knn_mean_dist(points, k=3):
     return out.cpu()
 
 
+class PhaseTimer:
+    """Per-phase medians over a window of steps: CUDA events on the current stream when
+    `cuda`, else host clocks (a CPU run is synchronous). `mark(step, name)` closes the phase
+    `name` that began at the previous mark of that step (the first mark, "start", opens it)."""
+
+    def __init__(self, cuda, first, steps):
+        import torch
+        self.torch, self.cuda = torch, cuda
+        self.window = range(first, first + max(steps, 0))
+        self.marks = {}  # step -> [(name, event or seconds)]
+
+    def mark(self, step, name):
+        if step not in self.window:
+            return
+        if self.cuda:
+            e = self.torch.cuda.Event(enable_timing=True)
+            e.record()
+        else:
+            e = time.perf_counter()
+        self.marks.setdefault(step, []).append((name, e))
+
+    def medians(self):
+        """{phase: median ms} over the complete steps of the window (None when none ran)."""
+        if not self.marks:
+            return None
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        per = {}
+        for marks in self.marks.values():
+            for (_, a), (name, b) in zip(marks, marks[1:]):
+                ms = a.elapsed_time(b) if self.cuda else 1e3 * (b - a)
+                per.setdefault(name, []).append(ms)
+        out = {k: float(np.median(v)) for k, v in per.items()}
+        totals = [sum(x for x in (
+            (a.elapsed_time(b) if self.cuda else 1e3 * (b - a))
+            for (_, a), (_, b) in zip(m, m[1:]))) for m in self.marks.values()]
+        out["step"] = float(np.median(totals))
+        out["steps"] = len(self.marks)
+        return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Model and training.
 
@@ -469,6 +515,8 @@ def main():
     ap.add_argument("--sh-degree", type=int, default=3)
     ap.add_argument("--no-normalize", action="store_true", help="keep the world as given")
     ap.add_argument("--warmup", type=int, default=100, help="steps before iterations_per_s")
+    ap.add_argument("--profile-steps", type=int, default=200,
+                    help="time the phases of this many steps after the warm-up (0: none)")
     ap.add_argument("--log-every", type=int, default=500)
     ap.add_argument("--white-background", action="store_true")
     ap.add_argument("--antialiased", action="store_true",
@@ -629,6 +677,7 @@ def main():
             torch.cuda.set_rng_state(ck["rng"]["cuda"])
         del ck
     warm_at = first + args.warmup
+    prof = PhaseTimer(cuda, warm_at, args.profile_steps)
     def sync():
         if cuda:
             torch.cuda.synchronize()
@@ -652,10 +701,13 @@ def main():
             order, pos = list(np.random.permutation(train_idx)), 0
         i = int(order[pos])
         pos += 1
+        prof.mark(step, "start")
         t, m = host[i]
         pixels = t.to(device, non_blocking=True).float().div_(255.0)[None]
+        prof.mark(step, "upload")
         sh = min(step // 1000, args.sh_degree)
         colours, _, info = render(i, sh)
+        prof.mark(step, "render")
         if m is not None:
             keep = m.to(device, non_blocking=True)[None, ..., None]
             colours = colours * keep
@@ -664,7 +716,9 @@ def main():
         l1 = torch.nn.functional.l1_loss(colours, pixels)
         s = ssim_fn(colours.permute(0, 3, 1, 2), pixels.permute(0, 3, 1, 2))
         loss = 0.8 * l1 + 0.2 * (1.0 - s)
+        prof.mark(step, "loss")
         loss.backward()
+        prof.mark(step, "backward")
         # simple_trainer reads the loss every step (its progress bar); so do we (and ours reads
         # its loss every step too), so that both pay the same per-step synchronisation.
         loss_acc = float(loss.item())
@@ -672,7 +726,9 @@ def main():
             o.step()
             o.zero_grad(set_to_none=True)
         means_sched.step()
+        prof.mark(step, "optimizer")
         strategy.step_post_backward(splats, optimizers, state, step, info, packed=False)
+        prof.mark(step, "strategy")
         if (step + 1) % args.log_every == 0 or step + 1 == args.iterations:
             now = time.time()
             log(f"iteration {step + 1}/{args.iterations} loss {loss_acc:.4f} Gaussians "
@@ -681,6 +737,11 @@ def main():
     sync()
     t1 = time.time()
     end = args.iterations if stopped is None else stopped
+    phases = prof.medians()
+    if phases is not None:
+        acc["phase_ms"] = phases
+        log("phases (median ms over " + f"{phases['steps']} steps from iteration {warm_at + 1}): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in phases.items() if k != "steps"))
     acc["train_s"] += t1 - t0
     if t_warm is not None and end > warm_at:
         acc["timed_s"] += t1 - t_warm
@@ -742,6 +803,7 @@ def main():
         "peak_device_reserved_bytes": acc["peak_device_reserved_bytes"] if cuda else None,
         "peak_rss_bytes": max(acc["peak_rss_bytes"], peak_rss_bytes() or 0),
         "segments": acc["segments"],
+        "phase_ms": acc.get("phase_ms"),
         "backend": f"gsplat {gsplat.__version__}", "torch": torch.__version__,
         "rasterize_mode": "antialiased" if args.antialiased else "classic",
         "densification": "absgrad" if args.absgrad else "default", "grow_grad2d": grow,
