@@ -30,7 +30,9 @@
 //! `checkpoints/ckpt-N.bin` + `checkpoints/latest`,
 //! `metrics.jsonl`, `report.json`, `training_curves.png`, `test/iteration_N/*.png` (ground
 //! truth | render) and `test/iteration_N/metrics.json`; with `--exposure`, `exposure.json`
-//! (every view's matrix, written with each saved model).
+//! (every view's matrix, written with each saved model). One run at a time writes `OUT`: a run
+//! holds the advisory lock [`RUN_LOCK`] from before it reads or clears anything there (or from
+//! creating `OUT`) until it ends, and a second is refused ([`RunError::OutputInUse`]).
 //!
 //! # Exposure compensation
 //! With [`TrainConfig::exposure`] every record has an exposure slot (its record number) and
@@ -834,8 +836,6 @@ fn evaluate_views(
     Ok(scores)
 }
 
-/// Refuses an `out` holding another run's outputs (see [`RUN_OUTPUTS`]), or, with `overwrite`,
-/// removes exactly those outputs and nothing else.
 /// The advisory lock file a run holds in its output directory from before it touches anything
 /// there until it ends (hidden; it stays behind, unlocked, and `--overwrite` leaves it).
 pub const RUN_LOCK: &str = ".gs-train.lock";
@@ -888,6 +888,8 @@ fn lock_output(out: &Path) -> Result<Option<OutputLock>, RunError> {
     }
 }
 
+/// Refuses an `out` holding another run's outputs (see [`RUN_OUTPUTS`]), or, with `overwrite`,
+/// removes exactly those outputs and nothing else.
 fn claim_output(out: &Path, overwrite: bool) -> Result<(), RunError> {
     let found: Vec<&str> = RUN_OUTPUTS
         .iter()
