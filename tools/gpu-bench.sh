@@ -40,29 +40,16 @@
 # measure again from scratch, delete WORK (or the step's folder in it). Use the same OUT in
 # every call: table reads the reports there.
 #
-# Suggested calls (estimates, not measurements: nothing here has run on a GPU yet; see below):
-#   call 1:  tools/gpu-bench.sh .gpu OUT fox-ours gsplat-build        (fox-ours alone may need
-#            the whole call; gsplat-build then runs in the next call's time)
-#   call 2:  tools/gpu-bench.sh .gpu OUT fox-ours gsplat-build fox-gsplat   (each resumes or
-#            skips what is done: a finished fox-ours or a compiled gsplat costs seconds)
-#   call 3:  tools/gpu-bench.sh .gpu OUT fox-gsplat table
-#   call 4:  tools/gpu-bench.sh .gpu OUT synth-budget table
-# Issue the calls back to back (the machine is released after ~30 s idle; a released machine
-# loses WORK, and a resumed step then starts over).
-#
-# Estimates and their basis:
-#   - gs-pack synth of the 600-view scene: 101 s wall on a 2-core development machine (one core
-#     busy with another build; 112 s CPU, one thread), gs-pack convert 12.6 s (13 s CPU), so
-#     ~2 min with the same per-core speed on 16 cores; the pack is reused by later calls.
-#   - gsplat's JIT compile (38 CUDA/C++ sources, -O3): not measurable here (no nvcc); 3-8 min
-#     with 16 jobs is what gsplat's own first-use message warns of ("a few minutes").
-#   - fox-ours 30k: our device engine has never run on a GPU. The CPU-trainer-with-CUDA-raster
-#     hybrid ran 14.4 it/s on this data; the bench's device-resident fwd+bwd is 2 ms at 100k
-#     Gaussians and 5.7 ms at 1M (1080p), the loss 0.6 ms, so 60-200 it/s -> 2.5-8.5 min.
-#   - fox-gsplat 30k: gsplat's fwd+bwd measured 2.6 ms (100k) / 4.3 ms (1M) on this H100 plus
-#     PyTorch's per-step overhead (Adam x 6, loss, strategy): 40-100 it/s -> 5-12.5 min, plus
-#     ~1 min of data loading, export and evaluation. Likely two calls, hence the resume.
-#   - synth-budget: generation ~2 min, then training until the call ends.
+# Measured (NVIDIA H100 80GB HBM3, 16 cores, 2026-11-26; commands in README.md § GPU status):
+#   - gsplat-build: 84 s with MAX_JOBS=12, run beside tools/gpu-verify.sh (which took 236 s);
+#   - fox pack + export: 2 s; fox-ours, 7,000 iterations: 58 s wall (131.6 it/s);
+#   - fox-gsplat, 7,000 iterations: 243 s wall over two calls (34.7 it/s; ~2 s to load the
+#     photos, ~15 s to score 7 views); 30,000 would need ~15 minutes, a session's device time;
+#   - synth-budget: generation 17 s + pack 2 s, then 76 it/s (10,781 iterations in 147 s).
+# So one 10-minute call holds the verification, the gsplat build and both 7k fox runs except
+# gsplat's last ~1,000 iterations; issue the continuing call back to back (the machine is
+# released after ~30 s idle, and WORK with it: a resumed step then starts over). A full
+# 30,000-iteration synth-budget fits one call alone.
 #
 # Environment: GS_BENCH_ITERATIONS (30000), GS_BENCH_TEST_ITERATIONS (fox-ours' evaluations,
 # default the last iteration; "7000 30000" adds the 3DGS paper's 7k evaluation), GS_BENCH_SEED
