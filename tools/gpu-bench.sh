@@ -43,8 +43,9 @@
 # Measured (NVIDIA H100 80GB HBM3, 16 cores, 2026-11-26; commands in README.md § GPU status):
 #   - gsplat-build: 84 s with MAX_JOBS=12, run beside tools/gpu-verify.sh (which took 236 s);
 #   - fox pack + export: 2 s; fox-ours, 7,000 iterations: 58 s wall (131.6 it/s);
-#   - fox-gsplat, 7,000 iterations: 243 s wall over two calls (34.7 it/s; ~2 s to load the
-#     photos, ~15 s to score 7 views); 30,000 would need ~15 minutes, a session's device time;
+#   - fox-gsplat, 7,000 iterations: 243 s wall over two calls, 202 s of it training (34.7
+#     it/s; the rest: two process starts, loading the photos, scoring); 30,000 would need ~15
+#     minutes, a session's whole device time;
 #   - synth-budget: generation 17 s + pack 2 s, then 76 it/s (10,781 iterations in 147 s).
 # So one 10-minute call holds the verification, the gsplat build and both 7k fox runs except
 # gsplat's last ~1,000 iterations; issue the continuing call back to back (the machine is
