@@ -1308,6 +1308,57 @@ mod tests {
         m
     }
 
+    /// `download_model_into` writes exactly its rows of a larger model (what the sharded
+    /// engine assembles its shards with) and refuses a model too small or of another degree.
+    #[test]
+    fn a_download_fills_its_rows_of_a_larger_model_only() {
+        let dev = Device::emulated().unwrap();
+        let mut e = DeviceEngine::new(dev).unwrap();
+        let mut rng = Rng::new(5);
+        let m = model(7, &mut rng);
+        e.upload_model(&m).unwrap();
+        let mut big = model(12, &mut rng);
+        let before = big.clone();
+        e.download_model_into(&mut big, 3).unwrap();
+        let rows = |m: &Model, r: std::ops::Range<usize>| {
+            let src: Vec<u32> = (r.start as u32..r.end as u32).collect();
+            (
+                m.gaussians.gather(&src, None),
+                m.adam.exp_avg.gather(&src, None),
+                m.adam.exp_avg_sq.gather(&src, None),
+                m.stats.grad_accum[r.clone()].to_vec(),
+                m.stats.denom[r.clone()].to_vec(),
+                m.stats.max_radii[r].to_vec(),
+            )
+        };
+        assert_eq!(
+            rows(&big, 3..10),
+            rows(&m, 0..7),
+            "rows 3..10 are the device's"
+        );
+        assert_eq!(
+            rows(&big, 0..3),
+            rows(&before, 0..3),
+            "rows before untouched"
+        );
+        assert_eq!(
+            rows(&big, 10..12),
+            rows(&before, 10..12),
+            "rows after untouched"
+        );
+        assert_eq!(big.adam.steps, m.adam.steps);
+        let mut small = model(9, &mut rng);
+        assert!(matches!(
+            e.download_model_into(&mut small, 3),
+            Err(DeviceEngineError::Cuda(CudaError::Shape { need: 10, .. }))
+        ));
+        let mut other = Model::new(Gaussians::zeros(12, 2));
+        assert!(matches!(
+            e.download_model_into(&mut other, 0),
+            Err(DeviceEngineError::Cuda(CudaError::Shape { .. }))
+        ));
+    }
+
     #[test]
     fn the_model_round_trips_through_the_device() {
         for dev in crate::device::test_devices() {
