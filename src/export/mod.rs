@@ -127,9 +127,3 @@ pub fn save_model(
 pub(crate) fn validate_model(g: &Gaussians) -> Result<(), String> {
     ply::validate_for_save(g)
 }
-
-/// Writes `bytes` to `path` atomically ([`crate::fsutil::write_atomic`]), so a reader never
-/// sees a partial file.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    crate::fsutil::write_atomic(path, bytes)
-}

@@ -14,6 +14,7 @@
 //! (0, 1). Writers usually sort by importance; readers do not rely on order, and ramsplat keeps
 //! the model's order.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::scene::gaussians::{sh_coeffs, Gaussians};
@@ -54,24 +55,36 @@ fn to_u8(x: f32) -> u8 {
 
 /// Encodes `g` (any SH degree; only DC is kept).
 pub fn encode(g: &Gaussians) -> Vec<u8> {
-    let coeffs = sh_coeffs(g.sh_degree);
     let mut out = Vec::with_capacity(g.len() * RECORD_LEN);
+    write_records(&mut out, g).expect("writing to a Vec cannot fail");
+    out
+}
+
+/// Writes `g`'s records to `w` one at a time (nothing the size of the model is held).
+fn write_records(w: &mut impl Write, g: &Gaussians) -> std::io::Result<()> {
+    let coeffs = sh_coeffs(g.sh_degree);
+    let mut r = [0u8; RECORD_LEN];
     for i in 0..g.len() {
-        for v in g.means[i] {
-            out.extend_from_slice(&v.to_le_bytes());
+        for (k, v) in g.means[i].iter().enumerate() {
+            r[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
         }
-        for v in g.log_scales[i] {
-            out.extend_from_slice(&v.exp().to_le_bytes());
+        for (k, v) in g.log_scales[i].iter().enumerate() {
+            r[12 + 4 * k..16 + 4 * k].copy_from_slice(&v.exp().to_le_bytes());
         }
         let dc = g.sh[i * coeffs];
-        out.extend(dc.iter().map(|&c| to_u8(sh_dc_to_rgb(c) * 255.0)));
+        for (k, &c) in dc.iter().enumerate() {
+            r[24 + k] = to_u8(sh_dc_to_rgb(c) * 255.0);
+        }
         let a = 1.0 / (1.0 + (-g.logit_opacities[i]).exp());
-        out.push(to_u8(a * 255.0));
+        r[27] = to_u8(a * 255.0);
         let q = g.rotations[i];
         let n = q.iter().map(|v| v * v).sum::<f32>().sqrt();
-        out.extend(q.iter().map(|&v| to_u8(v / n * 128.0 + 128.0)));
+        for (k, &v) in q.iter().enumerate() {
+            r[28 + k] = to_u8(v / n * 128.0 + 128.0);
+        }
+        w.write_all(&r)?;
     }
-    out
+    Ok(())
 }
 
 /// Decodes a `.splat` file's bytes (`path` only names it in errors).
@@ -125,9 +138,11 @@ pub fn save(path: &Path, g: &Gaussians) -> Result<(), SplatError> {
         path: path.to_owned(),
         msg,
     })?;
-    super::write_atomic(path, &encode(g)).map_err(|source| SplatError::Io {
-        path: path.to_owned(),
-        source,
+    crate::fsutil::write_atomic_with(path, &mut |w| write_records(w, g)).map_err(|source| {
+        SplatError::Io {
+            path: path.to_owned(),
+            source,
+        }
     })
 }
 
@@ -168,6 +183,17 @@ mod tests {
         assert!((back.log_scales[0][2] + 2.0).abs() < 1e-6);
         assert!((back.sh[0][1] - 1.0).abs() < 0.5 / 255.0 / SH_C0 as f32 + 1e-6);
         assert!(back.logit_opacities[0].abs() < 0.02);
+    }
+
+    /// `save` writes record by record what `encode` returns at once.
+    #[test]
+    fn saving_streams_what_encode_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = crate::export::spz::tests::model(257, 3, 9);
+        let path = dir.path().join("m.splat");
+        save(&path, &g).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), encode(&g));
+        assert_eq!(encode(&g).len(), 257 * RECORD_LEN);
     }
 
     #[test]

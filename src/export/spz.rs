@@ -33,7 +33,7 @@
 //! ~1.4e-3 per component; SH to 1/16 (degree 1) and 1/8 (degrees 2–3), clamped to [−1, 1).
 //! Measured on a trained model: see `tests/export_formats.rs`.
 
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::ModelInfo;
@@ -166,56 +166,68 @@ pub fn encode(g: &Gaussians) -> Result<Vec<u8>, SpzError> {
 
 /// [`encode`], with the antialiased flag (`0x1`) set when `info` says so.
 pub fn encode_with_info(g: &Gaussians, info: ModelInfo) -> Result<Vec<u8>, SpzError> {
+    let bits = checked_bits(g)?;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    write_raw(&mut enc, g, bits, info).map_err(SpzError::Gzip)?;
+    enc.finish().map_err(SpzError::Gzip)
+}
+
+/// Validates `g` for SPZ and returns the fractional bits of its positions.
+fn checked_bits(g: &Gaussians) -> Result<u8, SpzError> {
     super::validate_model(g).map_err(SpzError::InvalidModel)?;
+    fractional_bits_for(g)
+}
+
+/// Writes the uncompressed SPZ stream of `g` (header, then each attribute for every Gaussian)
+/// to `w` a few bytes at a time: nothing the size of the model is held, so saving a model
+/// mid-run costs the RAM budget nothing beyond the writer's buffer.
+fn write_raw(w: &mut impl Write, g: &Gaussians, bits: u8, info: ModelInfo) -> io::Result<()> {
     let n = g.len();
     let coeffs = sh_coeffs(g.sh_degree);
-    let rest = coeffs - 1;
-    let bits = fractional_bits_for(g)?;
-    let mut raw = Vec::with_capacity(HEADER_LEN + n * (9 + 1 + 3 + 3 + 4 + rest * 3));
-    raw.extend_from_slice(&MAGIC.to_le_bytes());
-    raw.extend_from_slice(&VERSION.to_le_bytes());
-    raw.extend_from_slice(&(n as u32).to_le_bytes());
+    w.write_all(&MAGIC.to_le_bytes())?;
+    w.write_all(&VERSION.to_le_bytes())?;
+    w.write_all(&(n as u32).to_le_bytes())?;
     let flags = if info.antialiased {
         FLAG_ANTIALIASED
     } else {
         0
     };
-    raw.extend_from_slice(&[g.sh_degree as u8, bits, flags, 0]);
+    w.write_all(&[g.sh_degree as u8, bits, flags, 0])?;
     let scale = (1u32 << bits) as f32;
     for m in &g.means {
         for a in 0..3 {
             let fixed = (m[a] * FLIP_P[a] * scale).round() as i32;
-            raw.extend_from_slice(&fixed.to_le_bytes()[..3]);
+            w.write_all(&fixed.to_le_bytes()[..3])?;
         }
     }
-    raw.extend(g.logit_opacities.iter().map(|&o| to_u8(sigmoid(o) * 255.0)));
+    for &o in &g.logit_opacities {
+        w.write_all(&[to_u8(sigmoid(o) * 255.0)])?;
+    }
     for i in 0..n {
         let dc = g.sh[i * coeffs];
-        raw.extend(
-            dc.iter()
-                .map(|&c| to_u8(c * (COLOR_SCALE * 255.0) + 0.5 * 255.0)),
-        );
+        w.write_all(&dc.map(|c| to_u8(c * (COLOR_SCALE * 255.0) + 0.5 * 255.0)))?;
     }
     for s in &g.log_scales {
-        raw.extend(s.iter().map(|&v| to_u8((v + 10.0) * 16.0)));
+        w.write_all(&s.map(|v| to_u8((v + 10.0) * 16.0)))?;
     }
     for q in &g.rotations {
-        raw.extend_from_slice(&pack_smallest_three(*q).to_le_bytes());
+        w.write_all(&pack_smallest_three(*q).to_le_bytes())?;
     }
+    let mut row = Vec::with_capacity(3 * coeffs);
     for i in 0..n {
+        row.clear();
         for k in 1..coeffs {
             let bucket = if k <= 3 { 1 << (8 - 5) } else { 1 << (8 - 4) };
             for c in 0..3 {
-                raw.push(quantize_sh(
+                row.push(quantize_sh(
                     FLIP_SH[k - 1] * g.sh[i * coeffs + k][c],
                     bucket,
                 ));
             }
         }
+        w.write_all(&row)?;
     }
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    enc.write_all(&raw).map_err(SpzError::Gzip)?;
-    enc.finish().map_err(SpzError::Gzip)
+    Ok(())
 }
 
 /// wxyz (ramsplat) → the 4-byte smallest-three code of the normalised, axis-flipped xyzw.
@@ -382,11 +394,17 @@ pub fn save(path: &Path, g: &Gaussians) -> Result<(), SpzError> {
 
 /// [`save`] with the antialiased flag `info` gives.
 pub fn save_with_info(path: &Path, g: &Gaussians, info: ModelInfo) -> Result<(), SpzError> {
-    let bytes = encode_with_info(g, info).map_err(|e| SpzError::File {
+    let bits = checked_bits(g).map_err(|e| SpzError::File {
         path: path.to_owned(),
         source: Box::new(e),
     })?;
-    super::write_atomic(path, &bytes).map_err(|source| SpzError::Io {
+    // Streamed through the compressor into the file: no copy of the model in memory.
+    crate::fsutil::write_atomic_with(path, &mut |w| {
+        let mut enc = flate2::write::GzEncoder::new(w, flate2::Compression::default());
+        write_raw(&mut enc, g, bits, info)?;
+        enc.finish().map(|_| ())
+    })
+    .map_err(|source| SpzError::Io {
         path: path.to_owned(),
         source,
     })
@@ -410,7 +428,7 @@ pub fn load_with_info(path: &Path) -> Result<(Gaussians, ModelInfo), SpzError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::rng::Rng;
 
@@ -468,6 +486,29 @@ mod tests {
                 );
                 assert!(same_rotation(back.rotations[i], g.rotations[i]) > 0.99999 - 1e-5);
             }
+        }
+    }
+
+    /// `save` streams the file through the compressor (no copy of the model in memory); what
+    /// it writes is what `encode` returns.
+    #[test]
+    fn saving_streams_what_encode_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let raw = |gz: &[u8]| {
+            let mut v = Vec::new();
+            flate2::read::GzDecoder::new(gz)
+                .read_to_end(&mut v)
+                .unwrap();
+            v
+        };
+        for degree in 0..=3 {
+            let g = model(300, degree, 40 + degree as u64);
+            let path = dir.path().join(format!("m{degree}.spz"));
+            save_with_info(&path, &g, ModelInfo { antialiased: true }).unwrap();
+            let file = std::fs::read(&path).unwrap();
+            let mem = encode_with_info(&g, ModelInfo { antialiased: true }).unwrap();
+            assert_eq!(raw(&file), raw(&mem), "degree {degree}");
+            assert_eq!(load(&path).unwrap(), decode(&mem).unwrap());
         }
     }
 
