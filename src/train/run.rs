@@ -848,9 +848,12 @@ struct OutputLock {
 
 /// Takes `out`'s run lock (`out` must exist). Two runs writing one directory would mix their
 /// checkpoints and metrics, and one's `--overwrite` would delete the other's checkpoints while
-/// it trains: the second is refused, naming the first. On a filesystem without locks the run
-/// goes on unlocked (as before locks existed).
-fn lock_output(out: &Path) -> Result<Option<OutputLock>, RunError> {
+/// it trains: the second is refused, naming the first. Where the filesystem cannot lock (some
+/// network and FUSE mounts), the run goes on unlocked and says so.
+fn lock_output(
+    out: &Path,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<Option<OutputLock>, RunError> {
     use std::io::{Read, Seek, Write};
     let path = out.join(RUN_LOCK);
     let mut file = std::fs::OpenOptions::new()
@@ -881,10 +884,14 @@ fn lock_output(out: &Path) -> Result<Option<OutputLock>, RunError> {
                 holder,
             })
         }
-        Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+        Err(std::fs::TryLockError::Error(e)) => {
+            on_event(Event::Line(format!(
+                "warning: {}: cannot lock ({e}); training unlocked: start no other gs-train \
+                 into this directory until this one ends",
+                path.display()
+            )));
             Ok(None)
         }
-        Err(std::fs::TryLockError::Error(e)) => Err(io_err(&path)(e)),
     }
 }
 
@@ -1560,7 +1567,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     // After the backend check (so a missing backend is reported first), before any work. An
     // existing -o is locked before its outputs are read or cleared; a new one when created.
     let early_lock = if opts.out.is_dir() {
-        lock_output(&opts.out)?
+        Some(lock_output(&opts.out, on_event)?)
     } else {
         None
     };
@@ -1682,8 +1689,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     // Created only now: a run refused above (budget, settings, checkpoint) leaves no empty -o.
     std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
     let _lock = match early_lock {
-        Some(lock) => Some(lock),
-        None => lock_output(&opts.out)?,
+        Some(lock) => lock,
+        None => lock_output(&opts.out, on_event)?,
     };
     let given: Vec<Camera> = manifest.views.iter().map(|v| v.camera).collect();
     write_cameras_json(&opts.out, &manifest.views, &given, on_event)?;
