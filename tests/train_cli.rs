@@ -1084,8 +1084,8 @@ fn an_existing_run_is_refused_and_overwrite_clears_only_its_outputs() {
         .exists());
 }
 
-/// Spawns a run, waits until `checkpoints/latest` exists, sends `signal`, returns its output.
-fn signal_after_first_checkpoint(args: &[&str], out: &Path, signal: &str) -> Output {
+/// Spawns a run and returns it once `checkpoints/latest` exists (it is training by then).
+fn spawn_until_first_checkpoint(args: &[&str], out: &Path) -> std::process::Child {
     let child = Command::new(BIN)
         .args(args)
         .stderr(Stdio::piped())
@@ -1099,12 +1099,22 @@ fn signal_after_first_checkpoint(args: &[&str], out: &Path, signal: &str) -> Out
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    child
+}
+
+/// Sends `signal` to `child` and returns its output.
+fn signal(child: std::process::Child, signal: &str) -> Output {
     let kill = Command::new("kill")
         .args([signal, &child.id().to_string()])
         .status()
         .unwrap();
     assert!(kill.success());
     child.wait_with_output().unwrap()
+}
+
+/// Spawns a run, waits until `checkpoints/latest` exists, sends `signal`, returns its output.
+fn signal_after_first_checkpoint(args: &[&str], out: &Path, sig: &str) -> Output {
+    signal(spawn_until_first_checkpoint(args, out), sig)
 }
 
 #[test]
@@ -1145,25 +1155,9 @@ fn a_run_into_a_directory_another_run_is_writing_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let pack = tiny_pack(dir.path());
     let out = dir.path().join("run");
-    let first = Command::new(BIN)
-        .args(train_args(
-            &pack,
-            &out,
-            "100000",
-            &["--checkpoint-every", "10"],
-        ))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let args = train_args(&pack, &out, "100000", &["--checkpoint-every", "10"]);
+    let first = spawn_until_first_checkpoint(&args, &out);
     let latest = out.join("checkpoints").join(checkpoint::LATEST);
-    let started = Instant::now();
-    while !latest.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "no checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
     let holder = format!("another gs-train (process {})", first.id());
     for extra in [&["--overwrite"][..], &["--resume"], &[]] {
         let o = gs_train(&train_args(&pack, &out, "30", extra));
@@ -1173,12 +1167,7 @@ fn a_run_into_a_directory_another_run_is_writing_is_refused() {
             "{extra:?}: the first run's checkpoints are kept"
         );
     }
-    let kill = Command::new("kill")
-        .args(["-INT", &first.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let o = first.wait_with_output().unwrap();
+    let o = signal(first, "-INT");
     assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
     // The holder is gone: the directory is free again (its lock file stays, unlocked).
     assert!(out.join(RUN_LOCK).exists());

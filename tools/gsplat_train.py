@@ -370,15 +370,15 @@ class PhaseTimer:
             return None
         if self.cuda:
             self.torch.cuda.synchronize()
-        per = {}
+        per, totals = {}, []
         for marks in self.marks.values():
+            total = 0.0
             for (_, a), (name, b) in zip(marks, marks[1:]):
                 ms = a.elapsed_time(b) if self.cuda else 1e3 * (b - a)
                 per.setdefault(name, []).append(ms)
+                total += ms
+            totals.append(total)
         out = {k: float(np.median(v)) for k, v in per.items()}
-        totals = [sum(x for x in (
-            (a.elapsed_time(b) if self.cuda else 1e3 * (b - a))
-            for (_, a), (_, b) in zip(m, m[1:]))) for m in self.marks.values()]
         out["step"] = float(np.median(totals))
         out["steps"] = len(self.marks)
         return out

@@ -161,7 +161,7 @@ impl ResidentEngine for ShardedEngine {
             shard.download_model_into(&mut model, row0)?;
             row0 += shard.len();
         }
-        // Every shard takes the same Adam steps; the first one's counts are the model's.
+        // Every shard takes the same Adam steps: the first one's counts are the model's.
         model.adam.steps = first.adam_steps();
         Ok(model)
     }

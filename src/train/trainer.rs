@@ -722,10 +722,10 @@ impl Trainer {
     /// device; this is the one place it comes back outside a refinement).
     fn sync(&mut self) -> Result<(), TrainError> {
         if self.host_stale {
+            // The stale copy goes before the fresh one is allocated (normally it is gone
+            // already: the step that made it stale released it).
+            self.release_stale_host_model();
             if let Runner::Device(e) = &self.runner {
-                // The stale copy goes before the fresh one is allocated (normally it is gone
-                // already, see `release_stale_host_model`).
-                self.model = empty_model(self.model.gaussians.sh_degree);
                 self.model = e.download_model()?;
             }
             self.host_stale = false;
