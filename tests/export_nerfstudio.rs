@@ -54,6 +54,7 @@ fn write_pack(dir: &Path, with_points: bool) -> PathBuf {
         let layout = PixelLayout {
             alpha: i % 2 == 1,
             mask: (i / 2) % 2 == 1,
+            depth: false,
         };
         let n = (width * height) as usize;
         let mut bytes: Vec<u8> = (0..layout.pixel_bytes(width, height))

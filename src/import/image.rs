@@ -981,6 +981,7 @@ pub fn prepare_view_pixels(
         layout: PixelLayout {
             alpha: has_alpha,
             mask: mask.is_some(),
+            depth: false,
         },
         warning,
     })

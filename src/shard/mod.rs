@@ -27,7 +27,8 @@
 //!                   0  magic         [u8; 4] = b"RREC"
 //!                   4  kind          u8      1 = view, 2 = point chunk
 //!                   5  codec         u8      0 = raw, 1 = zstd, 2 = png (views only)
-//!                   6  flags         u16     views: bit 0 alpha (RGBA8 pixels), bit 1 mask;
+//!                   6  flags         u16     views: bit 0 alpha (RGBA8 pixels), bit 1 mask,
+//!                                          bit 2 inverse depth;
 //!                                          point chunks: bit 0 labels, bit 1 normals
 //!                   8  item          u32     view index, or chunk index within its cloud
 //!                  12  group         u32     views: 0; point chunks: cloud index
@@ -58,6 +59,13 @@
 //!   value is written), and the manifest says `"mask": true`. Raw and zstd payloads encode the
 //!   concatenation; a PNG payload is `u32 n` (little-endian), the `n`-byte PNG of the pixels,
 //!   then a greyscale PNG of the mask. Added without a version bump for the reasons above.
+//!   With view flag bit 2 ([`VIEW_FLAG_DEPTH`]) a plane of `width × height` little-endian u16
+//!   follows (after the mask, if any): the view's monocular inverse depth as the depth file
+//!   held it, resampled to the view's pixels, and the manifest gives the view a `"depth"`
+//!   entry ([`DepthScale`]) that maps a stored value to the training target. Raw and zstd
+//!   payloads encode the concatenation; a PNG payload appends a 16-bit greyscale PNG of the
+//!   plane after the colour (and mask) PNGs, each but the last preceded by its `u32` length.
+//!   Added without a version bump for the reasons above.
 //!   [`PixelLayout`] computes the sizes.
 //! - **point chunk** of `n` points: `xyz` as `n × 3` f32, then `rgb` as `n × 3` u8, zero
 //!   padding to a multiple of 4, then (flag bit 0) `n` i32 labels, then (flag bit 1) `n × 3` f32
@@ -92,14 +100,64 @@ use crate::scene::camera::Camera;
 pub const VIEW_FLAG_ALPHA: u16 = 1;
 /// View record flag: a loss mask plane (one byte per pixel) follows the pixels.
 pub const VIEW_FLAG_MASK: u16 = 2;
+/// View record flag: an inverse-depth plane (little-endian u16 per pixel) follows the pixels
+/// and the mask.
+pub const VIEW_FLAG_DEPTH: u16 = 4;
+
+/// The planes of one decoded view ([`PixelLayout::planes`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ViewPlanes<'a> {
+    /// RGB8 or RGBA8 pixels.
+    pub pixels: &'a [u8],
+    /// The loss mask, one byte per pixel (0 = excluded).
+    pub mask: Option<&'a [u8]>,
+    /// The inverse-depth plane, two little-endian bytes per pixel ([`DepthScale`] maps them).
+    pub depth: Option<&'a [u8]>,
+}
+
+/// How a view's stored inverse-depth values become its training target, in the convention of
+/// 3DGS's depth regularization: a depth file's value `v` (8- or 16-bit) means `v / 65536`,
+/// which `depth_params.json`'s per-image affine fit maps to the SfM points' inverse depth:
+/// `target = v / 65536 · scale + offset`. Without such a fit, `scale = 1, offset = 0` (the
+/// file is taken as inverse depth in scene units, × 65536).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DepthScale {
+    pub scale: f32,
+    pub offset: f32,
+}
+
+impl DepthScale {
+    /// The file's values as they are: `v / 65536`.
+    pub const IDENTITY: DepthScale = DepthScale {
+        scale: 1.0,
+        offset: 0.0,
+    };
+
+    /// The training target of stored value `raw`.
+    pub fn target(self, raw: u16) -> f32 {
+        raw as f32 * (1.0 / 65536.0) * self.scale + self.offset
+    }
+
+    /// Fills `out` with the targets of a stored plane (two little-endian bytes per value).
+    pub fn targets_into(self, plane: &[u8], out: &mut Vec<f32>) {
+        out.clear();
+        out.extend(
+            plane
+                .chunks_exact(2)
+                .map(|b| self.target(u16::from_le_bytes([b[0], b[1]]))),
+        );
+    }
+}
 
 /// How a view's decoded bytes are laid out: RGB8 or straight-alpha RGBA8 pixels, row-major,
 /// then, with `mask`, one byte per pixel (0 = excluded from the training loss, nonzero =
-/// used). Every consumer of decoded view bytes takes its sizes from here.
+/// used), then, with `depth`, one little-endian u16 of inverse depth per pixel. Every consumer
+/// of decoded view bytes takes its sizes from here.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PixelLayout {
     pub alpha: bool,
     pub mask: bool,
+    pub depth: bool,
 }
 
 impl PixelLayout {
@@ -107,6 +165,7 @@ impl PixelLayout {
     pub const RGB: PixelLayout = PixelLayout {
         alpha: false,
         mask: false,
+        depth: false,
     };
 
     /// Bytes per pixel of the colour part: 4 with alpha, else 3.
@@ -123,42 +182,66 @@ impl PixelLayout {
         width as usize * height as usize * self.channels()
     }
 
-    /// Bytes of a whole decoded `width × height` view (colour, then the mask if any).
+    /// Bytes of a whole decoded `width × height` view (colour, then the mask and the
+    /// inverse-depth plane if any).
     pub fn len(self, width: u32, height: u32) -> usize {
         let n = width as usize * height as usize;
-        n * self.channels() + if self.mask { n } else { 0 }
+        n * self.channels() + if self.mask { n } else { 0 } + if self.depth { 2 * n } else { 0 }
     }
 
     /// The record flags of this layout.
     pub fn flags(self) -> u16 {
-        (if self.alpha { VIEW_FLAG_ALPHA } else { 0 }) | if self.mask { VIEW_FLAG_MASK } else { 0 }
+        (if self.alpha { VIEW_FLAG_ALPHA } else { 0 })
+            | (if self.mask { VIEW_FLAG_MASK } else { 0 })
+            | if self.depth { VIEW_FLAG_DEPTH } else { 0 }
     }
 
     /// The layout of record flags `flags`; `None` when an unknown bit is set.
     pub fn from_flags(flags: u16) -> Option<PixelLayout> {
-        (flags & !(VIEW_FLAG_ALPHA | VIEW_FLAG_MASK) == 0).then_some(PixelLayout {
-            alpha: flags & VIEW_FLAG_ALPHA != 0,
-            mask: flags & VIEW_FLAG_MASK != 0,
-        })
+        (flags & !(VIEW_FLAG_ALPHA | VIEW_FLAG_MASK | VIEW_FLAG_DEPTH) == 0).then_some(
+            PixelLayout {
+                alpha: flags & VIEW_FLAG_ALPHA != 0,
+                mask: flags & VIEW_FLAG_MASK != 0,
+                depth: flags & VIEW_FLAG_DEPTH != 0,
+            },
+        )
     }
 
-    /// Splits decoded view bytes into the colour part and the mask (if the layout has one).
-    /// `None` when `bytes` is not exactly [`PixelLayout::len`] long.
-    pub fn split(self, bytes: &[u8], width: u32, height: u32) -> Option<(&[u8], Option<&[u8]>)> {
+    /// Splits decoded view bytes into their planes. `None` when `bytes` is not exactly
+    /// [`PixelLayout::len`] long.
+    pub fn planes(self, bytes: &[u8], width: u32, height: u32) -> Option<ViewPlanes<'_>> {
         if bytes.len() != self.len(width, height) {
             return None;
         }
-        let (pixels, mask) = bytes.split_at(self.pixel_bytes(width, height));
-        Some((pixels, self.mask.then_some(mask)))
+        let n = width as usize * height as usize;
+        let (pixels, rest) = bytes.split_at(self.pixel_bytes(width, height));
+        let (mask, depth) = rest.split_at(if self.mask { n } else { 0 });
+        Some(ViewPlanes {
+            pixels,
+            mask: self.mask.then_some(mask),
+            depth: self.depth.then_some(depth),
+        })
     }
 
-    /// "RGB8", "RGBA8", "RGB8 + mask" or "RGBA8 + mask", for messages.
+    /// Splits decoded view bytes into the colour part and the mask (if the layout has one);
+    /// an inverse-depth plane is left out. `None` when `bytes` is not exactly
+    /// [`PixelLayout::len`] long.
+    pub fn split(self, bytes: &[u8], width: u32, height: u32) -> Option<(&[u8], Option<&[u8]>)> {
+        self.planes(bytes, width, height)
+            .map(|p| (p.pixels, p.mask))
+    }
+
+    /// "RGB8", "RGBA8 + mask", "RGB8 + mask + depth", …, for messages.
     pub fn describe(self) -> &'static str {
-        match (self.alpha, self.mask) {
-            (false, false) => "RGB8",
-            (true, false) => "RGBA8",
-            (false, true) => "RGB8 + mask",
-            (true, true) => "RGBA8 + mask",
+        match (self.alpha, self.mask, self.depth) {
+            (false, false, false) => "RGB8",
+            (true, false, false) => "RGBA8",
+            (false, true, false) => "RGB8 + mask",
+            (true, true, false) => "RGBA8 + mask",
+            (false, false, true) => "RGB8 + depth",
+            (true, false, true) => "RGBA8 + depth",
+            (false, true, true) => "RGB8 + mask + depth",
+            (true, true, true) => "RGBA8 + mask + depth",
         }
     }
 }
@@ -295,6 +378,10 @@ pub struct ViewEntry {
     /// without one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mask: bool,
+    /// An inverse-depth plane follows ([`VIEW_FLAG_DEPTH`]), mapped to the training target by
+    /// this; absent in manifests of views without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<DepthScale>,
 }
 
 impl ViewEntry {
@@ -303,6 +390,7 @@ impl ViewEntry {
         PixelLayout {
             alpha: self.alpha,
             mask: self.mask,
+            depth: self.depth.is_some(),
         }
     }
 
@@ -508,6 +596,11 @@ impl Manifest {
     /// Whether any view carries a loss mask.
     pub fn has_masks(&self) -> bool {
         self.views.iter().any(|v| v.mask)
+    }
+
+    /// Whether any view carries an inverse-depth plane.
+    pub fn has_depths(&self) -> bool {
+        self.views.iter().any(|v| v.depth.is_some())
     }
 
     /// Largest decoded point chunk in bytes.

@@ -514,6 +514,7 @@ impl PackWriter {
             record,
             alpha: v.layout.alpha,
             mask: v.layout.mask,
+            depth: None,
         });
         Ok(())
     }

@@ -73,7 +73,11 @@ pub fn write_layouts_pack(dir: &Path) -> Result<Manifest, WriteError> {
     let mut i = 0u32;
     for codec in [Codec::Raw, Codec::Zstd, Codec::Png] {
         for (alpha, mask) in [(false, false), (true, false), (false, true), (true, true)] {
-            let layout = PixelLayout { alpha, mask };
+            let layout = PixelLayout {
+                alpha,
+                mask,
+                depth: false,
+            };
             let n = (width * height) as usize;
             let mut bytes: Vec<u8> = (0..layout.pixel_bytes(width, height))
                 .map(|k| (k as u32 * (i + 3)) as u8)

@@ -601,6 +601,7 @@ fn check_image(
     let rgba = PixelLayout {
         alpha: true,
         mask: false,
+        depth: false,
     };
     let layout = layout.unwrap_or(if bytes.len() == rgba.len(w, h) {
         rgba
@@ -3488,6 +3489,7 @@ mod tests {
         let masked = PixelLayout {
             alpha: false,
             mask: true,
+            depth: false,
         };
         // 0: the clean views; 1: occluded with masks; 2: occluded without.
         let train = |kind: u32| {
@@ -3574,7 +3576,11 @@ mod tests {
             .map(|v| [v.as_slice(), &mask].concat())
             .collect();
         for (alpha, frames) in [(false, &occluded), (true, &rgba_masked)] {
-            let layout = PixelLayout { alpha, mask: true };
+            let layout = PixelLayout {
+                alpha,
+                mask: true,
+                depth: false,
+            };
             let (mut host, _, _) = trainer(busy_config());
             let mut dev = device_trainer(busy_config());
             for i in 0..20u64 {
@@ -3610,6 +3616,7 @@ mod tests {
                     PixelLayout {
                         alpha: false,
                         mask: true,
+                        depth: false,
                     },
                 ),
                 Frame::Host(&images[0]),

@@ -423,14 +423,17 @@ fn alpha_and_mask_views_round_trip_every_codec_and_rgb_views_are_unchanged() {
             PixelLayout {
                 alpha: true,
                 mask: false,
+                depth: false,
             },
             PixelLayout {
                 alpha: false,
                 mask: true,
+                depth: false,
             },
             PixelLayout {
                 alpha: true,
                 mask: true,
+                depth: false,
             },
         ];
         let bytes = [&rgb, &rgba, &rgb_mask, &rgba_mask];
