@@ -302,3 +302,48 @@ extern "C" __global__ void exposure_finish(
         __syncthreads();
     }
 }
+
+// Depth regularization (twin of src/train/depth.rs): per pixel of the inverse-depth plane,
+// d_out = step·sign(D − T) (0 where D = T, and on pixels a mask excludes), and per block the
+// double sum of |D − T| over the used pixels into part[blockIdx.x]. `masked` is uniform; the
+// mask is the staged view's bytes from `mask_offset` on, as for apply_mask.
+extern "C" __global__ void depth_l1(
+    u64 n_pixels,
+    const float* __restrict__ render,  // [n_pixels] D
+    const float* __restrict__ target,  // [n_pixels] T
+    u32 masked,
+    const u8* __restrict__ frame,      // [mask_offset + n_pixels] when masked
+    u64 mask_offset,
+    float step,                        // weight / n_pixels
+    float* __restrict__ d_out,         // [n_pixels] out
+    double* __restrict__ part)         // [gridDim.x] out
+{
+    const u64 p = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    double v = 0.0;
+    if (p < n_pixels) {
+        if (masked != 0u && frame[mask_offset + p] == 0) {
+            d_out[p] = 0.0f;
+        } else {
+            const float diff = render[p] - target[p];
+            v = (double)fabsf(diff);
+            d_out[p] = diff > 0.0f ? step : (diff < 0.0f ? -step : 0.0f);
+        }
+    }
+    const double total = block_sum<GS_LOSS_BLOCK>(v);
+    if (threadIdx.x == 0) part[blockIdx.x] = total;
+}
+
+// One block: out[offset] = (Σ_b part[b]) / n_pixels in a fixed order (deterministic), the
+// unweighted depth L1 next to the other loss scalars.
+extern "C" __global__ void depth_finish(
+    u32 blocks,
+    const double* __restrict__ part,  // [blocks]
+    u64 n_pixels,
+    u64 offset,
+    double* __restrict__ out)         // [offset + 1] out
+{
+    double s = 0.0;
+    for (u32 b = threadIdx.x; b < blocks; b += blockDim.x) s += part[b];
+    const double t = block_sum<GS_LOSS_BLOCK>(s);
+    if (threadIdx.x == 0) out[offset] = t / (double)n_pixels;
+}

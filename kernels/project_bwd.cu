@@ -38,11 +38,13 @@
     float* __restrict__ g_rotations,            /* [N, 4] out */                                 \
     float* __restrict__ g_logit_opacities,      /* [N] out */                                    \
     float* __restrict__ g_sh,                   /* [N, K, 3] out */                              \
-    float* __restrict__ g_means2d               /* [N, 2] out */
+    float* __restrict__ g_means2d,              /* [N, 2] out */                                 \
+    u32 with_depth,                             /* 1: v_inv_depths is read */                    \
+    const float* __restrict__ v_inv_depths      /* [N] ∂L/∂(1/z) from rasterize_bwd */
 #define PROJECT_BWD_ARGS                                                                         \
     means, log_scales, rotations, logit_opacities, sh, coeffs, degree, cam_buf, antialiased,     \
         radii, conics, v_means2d, v_conics, v_colors, v_opacities, g_means, g_log_scales,        \
-        g_rotations, g_logit_opacities, g_sh, g_means2d
+        g_rotations, g_logit_opacities, g_sh, g_means2d, with_depth, v_inv_depths
 
 // One Gaussian's share of the pose gradient, added to `acc` (twin of
 // cpu::project::pose_contribution, the same operations in the same order, in double from the
@@ -255,6 +257,8 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
     dt[0] += fx * rz * gm2[0];
     dt[1] += fy * rz * gm2[1];
     dt[2] += -(fx * x * gm2[0] + fy * y * gm2[1]) * rz2;
+    // The inverse-depth plane's value 1/z: ∂(1/z)/∂z = −1/z².
+    if (with_depth != 0u) dt[2] += -v_inv_depths[i] * rz2;
     // The view direction's share of ∂L/∂μ, for the pose gradient at the end (computed last,
     // when little else is live: fewer registers).
     const float d_view[3] = {d_mean[0], d_mean[1], d_mean[2]};

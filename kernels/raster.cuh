@@ -8,6 +8,7 @@ struct Packed {
     float o;             // opacity
     float sigma_cut;     // ln(255·o) + slack: the CPU's cheap pre-test, mirrored exactly
     float color[3];
+    float inv_z;         // 1/z, the splat's value in the inverse-depth plane (0 without it)
 };
 
 __device__ __forceinline__ Packed load_packed(u32 g, const float* __restrict__ means2d,
@@ -25,6 +26,7 @@ __device__ __forceinline__ Packed load_packed(u32 g, const float* __restrict__ m
     p.color[0] = colors[3 * g];
     p.color[1] = colors[3 * g + 1];
     p.color[2] = colors[3 * g + 2];
+    p.inv_z = 0.0f;
     return p;
 }
 

@@ -6,7 +6,9 @@
 // The gradient outputs must be zeroed by the host before launch (they are accumulators).
 // With absgrad != 0 it also sums |per-pixel ∂L/∂mean2d| componentwise into v_means2d_abs
 // (AbsGS's statistic, gsplat's absgrad); absgrad is uniform over the launch, so every lane
-// takes the same branch around the shuffles.
+// takes the same branch around the shuffles. With with_depth != 0 (uniform too) the
+// inverse-depth plane is a fourth channel (value 1/z per splat, background 0): its ∂L/∂D
+// joins ∂L/∂α and each splat's ∂L/∂(1/z) is summed into v_inv_depths (twin of the CPU's).
 #include "common.cuh"
 #include "raster.cuh"
 
@@ -33,7 +35,11 @@ extern "C" __global__ void rasterize_bwd(
     float* __restrict__ v_colors,         // [N, 3] accumulated
     float* __restrict__ v_opacities,      // [N] accumulated
     u32 absgrad,                          // 1: also accumulate v_means2d_abs
-    float* __restrict__ v_means2d_abs)    // [N, 2] accumulated (read only when absgrad)
+    float* __restrict__ v_means2d_abs,    // [N, 2] accumulated (read only when absgrad)
+    u32 with_depth,                       // 1: the inverse-depth plane's gradient too
+    const float* __restrict__ depths,     // [N] camera-space z
+    const float* __restrict__ d_inv_depth,  // [H, W] ∂L/∂D
+    float* __restrict__ v_inv_depths)     // [N] accumulated ∂L/∂(1/z)
 {
     __shared__ Packed batch[GS_BLOCK_PIXELS];
     __shared__ u32 batch_ids[GS_BLOCK_PIXELS];
@@ -61,6 +67,9 @@ extern "C" __global__ void rasterize_bwd(
         dpix[2] = d_image[3 * p + 2];
     }
     const float d_bg = bg_r * dpix[0] + bg_g * dpix[1] + bg_b * dpix[2];
+    const float ddep = (with_depth != 0u && inside) ? d_inv_depth[p] : 0.0f;
+    float acc_dep = 0.0f;
+    float last_inv_z = 0.0f;
     float t = t_final;
     float acc[3] = {0.0f, 0.0f, 0.0f};
     float last_alpha = 0.0f;
@@ -74,6 +83,7 @@ extern "C" __global__ void rasterize_bwd(
             const u32 g = ids[start + lo + tid];
             batch_ids[tid] = g;
             batch[tid] = load_packed(g, means2d, conics, opacities, colors);
+            if (with_depth != 0u) batch[tid].inv_z = 1.0f / depths[g];
         }
         __syncthreads();
         for (u32 k = hi; k-- > lo;) {
@@ -82,6 +92,7 @@ extern "C" __global__ void rasterize_bwd(
             float g_a0 = 0.0f, g_a1 = 0.0f;
             float g_col[3] = {0.0f, 0.0f, 0.0f};
             float g_o = 0.0f;
+            float g_dep = 0.0f;
             bool contributes = false;
             float dx, dy, gauss, alpha;
             if (k < n_last && splat_alpha(s, fx, fy, dx, dy, gauss, alpha)) {
@@ -95,6 +106,12 @@ extern "C" __global__ void rasterize_bwd(
                     acc[ch] = last_alpha * last_color[ch] + (1.0f - last_alpha) * acc[ch];
                     d_alpha += (s.color[ch] - acc[ch]) * dpix[ch];
                     g_col[ch] = w * dpix[ch];
+                }
+                if (with_depth != 0u) {
+                    acc_dep = last_alpha * last_inv_z + (1.0f - last_alpha) * acc_dep;
+                    d_alpha += (s.inv_z - acc_dep) * ddep;
+                    g_dep = w * ddep;
+                    last_inv_z = s.inv_z;
                 }
 #pragma unroll
                 for (int ch = 0; ch < 3; ++ch) last_color[ch] = s.color[ch];
@@ -126,6 +143,7 @@ extern "C" __global__ void rasterize_bwd(
                     g_a0 = warp_sum(g_a0);
                     g_a1 = warp_sum(g_a1);
                 }
+                if (with_depth != 0u) g_dep = warp_sum(g_dep);
                 if ((tid & 31u) == 0) {
                     const u32 g = batch_ids[k - lo];
                     atomicAdd(&v_means2d[2 * g], g_m0);
@@ -141,6 +159,7 @@ extern "C" __global__ void rasterize_bwd(
                         atomicAdd(&v_means2d_abs[2 * g], g_a0);
                         atomicAdd(&v_means2d_abs[2 * g + 1], g_a1);
                     }
+                    if (with_depth != 0u) atomicAdd(&v_inv_depths[g], g_dep);
                 }
             }
         }

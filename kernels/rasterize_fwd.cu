@@ -3,6 +3,9 @@
 // before T would fall below 1e-4). The tile's depth-sorted list is staged through shared
 // memory in batches of GS_BLOCK_PIXELS splats, each thread loading one; the block stops early
 // once every pixel is done. Every pixel of the image is written exactly once.
+// With with_depth != 0 it also composites the inverse-depth plane Σ wᵢ/zᵢ (the colour's
+// weights, background 0; depths are the splats' camera-space z) into inv_depth: a fourth
+// channel, the colour arithmetic unchanged. with_depth is uniform over the launch.
 #include "common.cuh"
 #include "raster.cuh"
 
@@ -17,7 +20,10 @@ extern "C" __global__ void rasterize_fwd(
     float bg_r, float bg_g, float bg_b,
     float* __restrict__ image,           // [H, W, 3] out
     float* __restrict__ final_t,         // [H, W] out
-    u32* __restrict__ last)              // [H, W] out: list entries up to the last contributor
+    u32* __restrict__ last,              // [H, W] out: list entries up to the last contributor
+    u32 with_depth,                      // 1: depths is read and inv_depth written
+    const float* __restrict__ depths,    // [N] camera-space z
+    float* __restrict__ inv_depth)       // [H, W] out
 {
     __shared__ Packed batch[GS_BLOCK_PIXELS];
     const u32 tile = blockIdx.y * tiles_x + blockIdx.x;
@@ -31,11 +37,16 @@ extern "C" __global__ void rasterize_fwd(
     bool done = !inside;
     float t = 1.0f;
     float col[3] = {0.0f, 0.0f, 0.0f};
+    float dep = 0.0f;
     u32 last_k = 0;
     for (u32 b0 = start; b0 < end; b0 += GS_BLOCK_PIXELS) {
         // Every thread reaches this barrier each round, so the early exit is block-uniform.
         if (__syncthreads_count(done) == GS_BLOCK_PIXELS) break;
-        if (b0 + tid < end) batch[tid] = load_packed(ids[b0 + tid], means2d, conics, opacities, colors);
+        if (b0 + tid < end) {
+            const u32 g = ids[b0 + tid];
+            batch[tid] = load_packed(g, means2d, conics, opacities, colors);
+            if (with_depth != 0u) batch[tid].inv_z = 1.0f / depths[g];
+        }
         __syncthreads();
         const u32 cnt = min((u32)GS_BLOCK_PIXELS, end - b0);
         for (u32 j = 0; j < cnt && !done; ++j) {
@@ -47,6 +58,7 @@ extern "C" __global__ void rasterize_fwd(
             const float w = alpha * t;
 #pragma unroll
             for (int ch = 0; ch < 3; ++ch) col[ch] += s.color[ch] * w;
+            dep += s.inv_z * w;
             t = next_t;
             last_k = b0 - start + j + 1;
         }
@@ -58,4 +70,5 @@ extern "C" __global__ void rasterize_fwd(
     image[3 * p + 2] = col[2] + t * bg_b;
     final_t[p] = t;
     last[p] = last_k;
+    if (with_depth != 0u) inv_depth[p] = dep;
 }

@@ -283,6 +283,7 @@ fn check_scene(
     antialiased: bool,
     absgrad: bool,
     pose: bool,
+    depth: bool,
 ) {
     let g = scene_of(kind, n, seed);
     let cam = camera(w, h);
@@ -292,6 +293,7 @@ fn check_scene(
         antialiased,
         absgrad,
         pose_grad: pose,
+        inv_depth: depth,
         ..RenderOptions::default()
     };
     let mut cpu_r = CpuRasterizer::<f32>::new();
@@ -302,7 +304,9 @@ fn check_scene(
     let mode = if antialiased { " antialiased" } else { "" };
     let abs = if absgrad { " absgrad" } else { "" };
     let pose_label = if pose { " pose" } else { "" };
-    let label = format!("n={n} seed={seed} {w}x{h} degree {degree}{mode}{abs}{pose_label}");
+    let depth_label = if depth { " inv_depth" } else { "" };
+    let label =
+        format!("n={n} seed={seed} {w}x{h} degree {degree}{mode}{abs}{pose_label}{depth_label}");
 
     // Stage 1: projection. Gaussians whose radius differs are excluded from every later
     // comparison of their own values (never the checks themselves).
@@ -457,10 +461,41 @@ fn check_scene(
         trans.total,
         trans.max
     );
+    // The inverse-depth plane: present exactly when asked for; compared like the image, in
+    // units of its largest value.
+    let mut plane = Tally::default();
+    if depth {
+        assert_eq!(
+            gpu_out.inv_depth.len(),
+            npix,
+            "{label}: inverse-depth plane"
+        );
+        let scale = max_abs(&cpu_out.inv_depth).max(1e-6);
+        assert!(
+            scale > 1e-3 || !drawn_any,
+            "{label}: inverse depth too small to test"
+        );
+        for (a, b) in cpu_out.inv_depth.iter().zip(&gpu_out.inv_depth) {
+            assert!(!b.is_nan(), "{label}: NaN inverse depth from the GPU");
+            plane.add(((a - b).abs() / scale) as f64, IMAGE_ATOL as f64);
+        }
+        assert!(
+            plane.fraction_over() <= IMAGE_FLIP_FRACTION && plane.max <= 0.05,
+            "{label}: inverse depth: {} of {} over {IMAGE_ATOL} of its scale (max {})",
+            plane.over,
+            plane.total,
+            plane.max
+        );
+    } else {
+        assert!(
+            gpu_out.inv_depth.is_empty(),
+            "{label}: inverse depth without inv_depth"
+        );
+    }
 
-    // Stage 4/5: gradients of L = Σ w·image with fixed random weights.
+    // Stage 4/5: gradients of L = Σ w·image (+ Σ w'·inv_depth) with fixed random weights.
     let mut r = Rng::new(seed ^ 0xabc);
-    let d_image: Vec<f32> = (0..cpu_out.image.len())
+    let d_image: Vec<f32> = (0..cpu_out.image.len() + cpu_out.inv_depth.len())
         .map(|_| r.uniform(-1.0, 1.0) as f32)
         .collect();
     let mut cg = GaussianGrads::default();
@@ -594,6 +629,9 @@ fn check_scene(
     if let Some(e) = pose_err {
         line.push_str(&format!(", pose max rel {e:.2e}"));
     }
+    if depth {
+        line.push_str(&format!(", inv depth max {:.2e}", plane.max));
+    }
     eprintln!("{line}");
     for (name, t) in &grads {
         assert!(
@@ -635,29 +673,41 @@ fn stages_match_cpu(r: &mut CudaRasterizer) {
     // ones), ≈ 0 (sub-pixel), and at the power-of-two inversion scale (absurd).
     // The absolute 2D-mean gradient (last column) runs on the largest scene and again on
     // smaller ones after it, whose accumulators then start from a dirty buffer.
-    // The pose gradient (last column) runs on most scenes, both modes, and stays off on a few,
-    // between pose scenes, whose backward must then return none.
-    for (kind, n, seed, w, h, degree, aa, abs, pose) in [
-        (Kind::Mixed, 20_000, 7, 320, 240, 3, false, true, true),
-        (Kind::Mixed, 1, 1, 16, 16, 3, false, false, true),
-        (Kind::Mixed, 37, 2, 33, 17, 3, false, true, false),
-        (Kind::Mixed, 1000, 3, 128, 96, 1, false, true, true),
-        (Kind::Mixed, 5000, 4, 200, 150, 3, false, false, true),
-        (Kind::SubPixel, 3000, 5, 97, 61, 2, false, false, true),
-        (Kind::Huge, 2000, 6, 130, 70, 3, false, true, true),
-        (Kind::Absurd, 500, 9, 64, 48, 1, false, true, true),
-        (Kind::Mixed, 4000, 8, 47, 300, 0, false, false, false),
-        (Kind::Mixed, 3000, 10, 150, 100, 3, true, true, true),
-        (Kind::SubPixel, 1500, 11, 61, 45, 1, true, false, false),
-        (Kind::Huge, 1000, 12, 70, 50, 2, true, false, true),
-        (Kind::Absurd, 500, 13, 64, 48, 1, true, false, true),
+    // The pose gradient runs on most scenes, both modes, and stays off on a few, between pose
+    // scenes, whose backward must then return none. The inverse-depth plane (last column) runs
+    // on every kind and mode, with and without the pose gradient, and stays off in between.
+    for (kind, n, seed, w, h, degree, aa, abs, pose, depth) in [
+        (Kind::Mixed, 20_000, 7, 320, 240, 3, false, true, true, true),
+        (Kind::Mixed, 1, 1, 16, 16, 3, false, false, true, false),
+        (Kind::Mixed, 37, 2, 33, 17, 3, false, true, false, true),
+        (Kind::Mixed, 1000, 3, 128, 96, 1, false, true, true, false),
+        (Kind::Mixed, 5000, 4, 200, 150, 3, false, false, true, true),
+        (Kind::SubPixel, 3000, 5, 97, 61, 2, false, false, true, true),
+        (Kind::Huge, 2000, 6, 130, 70, 3, false, true, true, true),
+        (Kind::Absurd, 500, 9, 64, 48, 1, false, true, true, true),
+        (Kind::Mixed, 4000, 8, 47, 300, 0, false, false, false, false),
+        (Kind::Mixed, 3000, 10, 150, 100, 3, true, true, true, true),
+        (
+            Kind::SubPixel,
+            1500,
+            11,
+            61,
+            45,
+            1,
+            true,
+            false,
+            false,
+            false,
+        ),
+        (Kind::Huge, 1000, 12, 70, 50, 2, true, false, true, true),
+        (Kind::Absurd, 500, 13, 64, 48, 1, true, false, true, false),
     ] {
         // Under compute-sanitizer (10-100x slower kernels) the verification script asks for
         // the small scenes only; every kernel still runs on several shapes.
         if small_only() && n > 4000 {
             continue;
         }
-        check_scene(r, kind, n, seed, w, h, degree, aa, abs, pose);
+        check_scene(r, kind, n, seed, w, h, degree, aa, abs, pose, depth);
     }
 }
 
@@ -1013,8 +1063,8 @@ fn sharded_engine_matches_one_device() {
                 pose_grad: step != 1,
                 ..opts
             };
-            let a = one.forward_backward(&cam, &step_opts, 0.2).unwrap();
-            let b = many.forward_backward(&cam, &step_opts, 0.2).unwrap();
+            let a = one.forward_backward(&cam, &step_opts, 0.2, None).unwrap();
+            let b = many.forward_backward(&cam, &step_opts, 0.2, None).unwrap();
             let (pa, pb) = (a.pose_grad, b.pose_grad);
             let no_pose = |s: StepScalars| StepScalars {
                 pose_grad: None,

@@ -90,6 +90,7 @@ use ramsplat::render::{
 use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
+use ramsplat::shard::PixelLayout;
 use ramsplat::train::exposure::{self, Exposure, ExposureConfig};
 use ramsplat::train::pose::PoseAlignConfig;
 use ramsplat::train::report::{EvalPoseReport, GivenPoseScore};
@@ -773,6 +774,12 @@ fn render_pack(
         gt.resize(v.decoded_len(), 0);
         pack.read_view_into(i, &mut gt)
             .with_context(|| format!("cannot read view {i} ({:?})", v.name))?;
+        // An inverse-depth plane (last in the view's bytes) is for training only.
+        let layout = PixelLayout {
+            depth: false,
+            ..v.layout()
+        };
+        gt.truncate(layout.len(v.width(), v.height()));
         // RGBA views are rendered and scored over white unless --bg says otherwise (the
         // NeRF-synthetic convention, the one gs-train --eval uses), RGB views over black.
         let background = args.bg.unwrap_or(if v.alpha { WHITE } else { BLACK });
@@ -786,7 +793,7 @@ fn render_pack(
             Some(a) => {
                 let view = TrainView {
                     region: args.half.map_or(Region::Full, HalfArg::region),
-                    ..TrainView::new(v.camera, v.layout())
+                    ..TrainView::new(v.camera, layout)
                 };
                 let (camera, given) = a
                     .align(&view, &gt, background, exposure)

@@ -30,6 +30,7 @@ use ramsplat::cli::{print_stdout, report_error, Progress, EXIT_FAILURE};
 use ramsplat::export::ModelFormat;
 use ramsplat::train::demo;
 use ramsplat::train::densify::DensifyConfig;
+use ramsplat::train::depth::DepthConfig;
 use ramsplat::train::exposure::ExposureConfig;
 use ramsplat::train::mcmc::McmcConfig;
 use ramsplat::train::pose::{PoseAlignConfig, PoseConfig};
@@ -167,6 +168,16 @@ struct Args {
     /// and are scored on their right halves, as 3DGS does.
     #[arg(long, visible_alias = "train-test-exp", alias = "train_test_exp")]
     exposure: bool,
+    /// Weight of the depth regularization at the start of the run (3DGS's
+    /// depth_l1_weight_init, 1.0). Depth regularization is on whenever the pack carries
+    /// monocular inverse-depth maps (gs-pack convert --depths, 3DGS's -d): each such view adds
+    /// weight × mean |rendered inverse depth − its map| to the loss. 0 turns it off.
+    #[arg(long, alias = "depth_l1_weight_init", value_name = "W", value_parser = non_negative_f64)]
+    depth_l1_weight_init: Option<f64>,
+    /// Weight of the depth regularization at the end of the run (3DGS's
+    /// depth_l1_weight_final, 0.01); it decays exponentially from the initial weight.
+    #[arg(long, alias = "depth_l1_weight_final", value_name = "W", value_parser = positive_f64)]
+    depth_l1_weight_final: Option<f64>,
     /// Camera pose optimisation (gsplat's --pose_opt): each training view learns a small
     /// rigid correction of its pose with the model, absorbing misregistration of the
     /// structure-from-motion poses. OUT/cameras.json then gives the trained poses; held-out
@@ -580,6 +591,14 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     o.workers = args.workers;
     o.prefetch = args.prefetch;
     o.metrics_every = args.metrics_every;
+    let defaults = DepthConfig::default();
+    let depth = DepthConfig {
+        weight_init: args.depth_l1_weight_init.unwrap_or(defaults.weight_init),
+        weight_final: args.depth_l1_weight_final.unwrap_or(defaults.weight_final),
+        max_steps: None,
+    };
+    o.depth = depth.enabled().then_some(depth);
+    o.depth_given = args.depth_l1_weight_init.is_some() || args.depth_l1_weight_final.is_some();
     Ok(o)
 }
 

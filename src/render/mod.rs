@@ -64,6 +64,11 @@ pub struct RenderOptions {
     /// (camera pose optimisation). Costs a few dozen flops per visible Gaussian and a sum over
     /// them; off by default.
     pub pose_grad: bool,
+    /// Forward also renders [`RenderOutput::inv_depth`], the inverse-depth plane of 3DGS's
+    /// depth regularization (`Σ wᵢ/zᵢ` with the colour's compositing weights), and backward
+    /// takes its gradient after the image's (see [`Rasterizer::backward`]). Costs one more
+    /// float per pixel and per tile intersection (counted by the preflight); off by default.
+    pub inv_depth: bool,
 }
 
 /// The name outputs give the mode ([`RenderOptions::antialiased`]): `"antialiased"` or
@@ -85,6 +90,7 @@ impl Default for RenderOptions {
             antialiased: false,
             absgrad: false,
             pose_grad: false,
+            inv_depth: false,
         }
     }
 }
@@ -113,6 +119,10 @@ pub struct RenderOutput<F = f32> {
     pub depths: Vec<F>,
     /// Total (Gaussian, tile) pairs of this render.
     pub num_intersections: u64,
+    /// With [`RenderOptions::inv_depth`]: `W·H` inverse depth `Σ wᵢ/zᵢ` (camera-space `zᵢ` of
+    /// each splat's centre, the colour's weights `wᵢ = αᵢ·Tᵢ`; 0 where nothing was drawn: no
+    /// background term). Empty otherwise.
+    pub inv_depth: Vec<F>,
 }
 
 /// Gradients of the loss w.r.t. the stored (pre-activation) parameters, laid out like
@@ -250,8 +260,9 @@ pub trait Rasterizer {
         out: &mut RenderOutput,
     ) -> Result<(), RenderError>;
 
-    /// Back-propagates `d_image` (`∂L/∂image`, same layout as `RenderOutput::image`) through
-    /// the last `forward`, which must have used the same `gaussians`, `camera` and `options`.
+    /// Back-propagates `d_image` (`∂L/∂image`, same layout as `RenderOutput::image`; with
+    /// [`RenderOptions::inv_depth`] followed by `∂L/∂inv_depth`, `W·H` more) through the last
+    /// `forward`, which must have used the same `gaussians`, `camera` and `options`.
     /// Overwrites `grads` (resized in place).
     fn backward(
         &mut self,

@@ -29,9 +29,13 @@ pub fn composite_rgba8(rgba: &[u8], background: [f32; 3], out: &mut Vec<u8>) {
 
 /// The ground truth as scored: a view's decoded bytes (`layout`) are replaced in place by RGB8,
 /// an RGBA view composited over white (the NeRF-synthetic rule), a masked view's excluded
-/// pixels black (see [`crate::eval`]).
+/// pixels black (see [`crate::eval`]); an inverse-depth plane is dropped.
 pub fn evaluation_rgb8(bytes: &mut Vec<u8>, layout: PixelLayout) {
-    let npix = bytes.len() / (layout.channels() + usize::from(layout.mask));
+    let npix = bytes.len()
+        / (layout.channels() + usize::from(layout.mask) + 2 * usize::from(layout.depth));
+    if layout.depth {
+        bytes.truncate(bytes.len() - 2 * npix);
+    }
     let mask = layout
         .mask
         .then(|| bytes.split_off(npix * layout.channels()));

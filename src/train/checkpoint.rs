@@ -40,6 +40,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::adam::AdamState;
 use super::densify::{DensifyStats, Model};
+use super::depth::DepthConfig;
 use super::exposure::{ExposureConfig, Exposures, EXPOSURE_LEN};
 use super::pose::{CameraPoses, PoseConfig, POSE_LEN};
 use super::{TrainConfig, TrainState, TrainStateRef};
@@ -738,6 +739,10 @@ pub fn extended(saved: &TrainConfig, iterations: u64) -> TrainConfig {
             max_steps: Some(p.max_steps.unwrap_or(saved.iterations)),
             ..p.clone()
         }),
+        depth: saved.depth.as_ref().map(|d| DepthConfig {
+            max_steps: Some(d.max_steps.unwrap_or(saved.iterations)),
+            ..d.clone()
+        }),
         ..saved.clone()
     }
 }
@@ -993,6 +998,11 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
         }
     }
     if let (Some(r), Some(m)) = (run.pose.as_mut(), meta.config.pose.as_ref()) {
+        if r.max_steps.is_none() {
+            r.max_steps = m.max_steps;
+        }
+    }
+    if let (Some(r), Some(m)) = (run.depth.as_mut(), meta.config.depth.as_ref()) {
         if r.max_steps.is_none() {
             r.max_steps = m.max_steps;
         }

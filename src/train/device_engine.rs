@@ -83,6 +83,10 @@ const BLOCK: u32 = 256;
 /// read covers all three.
 pub const POSE_OFFSET: usize = LOSS_SCALARS + EXPOSURE_LEN;
 
+/// Where the unweighted depth L1 ([`super::depth`]) sits in a view's device scalars: after the
+/// pose gradient.
+pub const DEPTH_OFFSET: usize = POSE_OFFSET + POSE_LEN;
+
 /// A `src` entry of [`DeviceEngine::gather_rows_into`] that leaves its row alone (`gather_rows`
 /// in `kernels/densify.cu` skips it): the row comes from another device.
 pub(crate) const SKIP_ROW: u32 = u32::MAX;
@@ -128,6 +132,8 @@ pub enum DeviceEngineError {
     #[error(transparent)]
     Mcmc(#[from] DeviceMcmcError),
     /// A staged frame whose length does not fit the view (a bug of the caller).
+    #[error("a depth target holds {got} values, the view has {want} pixels")]
+    DepthTarget { got: usize, want: usize },
     #[error("a staged frame holds {got} bytes, the view needs {want} (mask: {masked})")]
     FrameSize {
         got: usize,
@@ -143,12 +149,20 @@ pub enum Frame<'a> {
     Pinned(&'a mut PinnedHost, usize),
 }
 
-impl Frame<'_> {
+impl<'a> Frame<'a> {
     /// The view's bytes on the host.
     pub fn bytes(&self) -> &[u8] {
         match self {
             Frame::Host(b) => b,
             Frame::Pinned(p, len) => &p[..*len],
+        }
+    }
+
+    /// The first `len` bytes of the frame (at most its length).
+    pub fn truncated(self, len: usize) -> Frame<'a> {
+        match self {
+            Frame::Host(b) => Frame::Host(&b[..len.min(b.len())]),
+            Frame::Pinned(p, n) => Frame::Pinned(p, len.min(n)),
         }
     }
 }
@@ -168,6 +182,17 @@ pub struct StepScalars {
     /// device in a fixed order: deterministic, equal to the host rasterizer's up to the order
     /// of the sums (and of the per-splat gradients' float atomics).
     pub pose_grad: Option<[f64; POSE_LEN]>,
+    /// The unweighted depth L1 ([`super::depth`]), when the step had a depth target; its
+    /// weighted value is not in `loss` (the caller adds it).
+    pub depth_l1: Option<f64>,
+}
+
+/// A step's depth loss ([`super::depth`]): the view's inverse-depth target (`[H, W]`, on the
+/// host) and this step's weight.
+#[derive(Clone, Copy, Debug)]
+pub struct DepthLoss<'a> {
+    pub target: &'a [f32],
+    pub weight: f64,
 }
 
 /// Device bytes per pixel of the largest view: RGB8 upload and its loss mask (4), target,
@@ -181,11 +206,22 @@ pub const DEVICE_BYTES_PER_PIXEL: u64 = 145;
 /// rounded up.
 pub const DEVICE_EXPOSURE_BYTES_PER_PIXEL: u64 = 13;
 
-/// Device bytes per pixel of the largest view, with or without exposure compensation.
-pub fn device_bytes_per_pixel(exposure: bool) -> u64 {
+/// Device bytes per pixel that depth regularization adds: the inverse-depth plane, its
+/// gradient and the view's target (4 each) and the depth loss's per-block partials (one double
+/// per 256 pixels), rounded up.
+pub const DEVICE_DEPTH_BYTES_PER_PIXEL: u64 = 13;
+
+/// Device bytes per pixel of the largest view, with or without exposure compensation and
+/// depth regularization.
+pub fn device_bytes_per_pixel(exposure: bool, depth: bool) -> u64 {
     DEVICE_BYTES_PER_PIXEL
         + if exposure {
             DEVICE_EXPOSURE_BYTES_PER_PIXEL
+        } else {
+            0
+        }
+        + if depth {
+            DEVICE_DEPTH_BYTES_PER_PIXEL
         } else {
             0
         }
@@ -223,11 +259,12 @@ impl DeviceBytes {
 /// The CUDA rasterizer's per-Gaussian buffers (`render::cuda`): projection outputs (2D mean
 /// 8, conic 12, opacity 4, colour 12, depth 4, radius 4: 44 B), binning (tiles touched 8, the
 /// depth sort's keys and ids, double-buffered, 24, scanned counts 8: 40 B), the backward's
-/// accumulators (36 B, and 8 more for the absolute 2D-mean gradient with `absgrad`), the depth
-/// sort's histogram (256 counters per 256 keys: 4 B), the scan's partials (under 1 B) and,
-/// with `pose_grad`, the pose gradient's per-block partials (6 doubles per 256 Gaussians:
-/// under 0.2 B): 133 B, rounded up to 136.
-pub const DEVICE_RENDER_BYTES_PER_GAUSSIAN: u64 = 136;
+/// accumulators (36 B, 8 more for the absolute 2D-mean gradient with `absgrad` and 4 more for
+/// the inverse depth's with depth regularization), the depth sort's histogram (256 counters
+/// per 256 keys: 4 B), the scan's partials (under 1 B) and, with `pose_grad`, the pose
+/// gradient's per-block partials (6 doubles per 256 Gaussians: under 0.2 B): 137 B, rounded
+/// up to 140.
+pub const DEVICE_RENDER_BYTES_PER_GAUSSIAN: u64 = 140;
 
 /// Device bytes per Gaussian: the host model's items ([`model_bytes`], with the device
 /// rasterizer's buffers, [`DEVICE_RENDER_BYTES_PER_GAUSSIAN`], in place of the CPU's) plus the
@@ -243,13 +280,16 @@ pub fn device_bytes_per_gaussian(sh_degree: u32) -> u64 {
 
 /// [`DeviceBytes`] on each device for `n` Gaussians at `sh_degree` split over `devices`
 /// devices (1: the whole model on one), views of at most `max_pixels` (with `exposure`
-/// compensation or not) and an intersection cap of `max_intersection_bytes`.
+/// compensation and `depth` regularization or not) and an intersection cap of
+/// `max_intersection_bytes`.
+#[allow(clippy::too_many_arguments)]
 pub fn device_bytes(
     n: usize,
     devices: usize,
     sh_degree: u32,
     max_pixels: u64,
     exposure: bool,
+    depth: bool,
     max_intersection_bytes: u64,
 ) -> DeviceBytes {
     let devices = devices.max(1);
@@ -260,7 +300,7 @@ pub fn device_bytes(
         } else {
             0
         },
-        views: device_bytes_per_pixel(exposure) * max_pixels,
+        views: device_bytes_per_pixel(exposure, depth) * max_pixels,
         intersections: max_intersection_bytes,
     }
 }
@@ -335,18 +375,24 @@ struct ViewLoss {
     /// Whether the last backward wrote the pose gradient at [`POSE_OFFSET`] of `scalars`
     /// (cleared by every loss, set by [`DeviceEngine::forward_backward`]).
     pose_used: bool,
+    /// The step's depth target, and whether the last loss had one (then the depth L1 is at
+    /// [`DEPTH_OFFSET`] of `scalars`; cleared by every loss).
+    depth_target: DeviceBuffer<f32>,
+    depth_used: bool,
 }
 
-/// Doubles of a view's device scalars: loss scalars, exposure gradient, pose gradient.
-const SCALARS_LEN: usize = POSE_OFFSET + POSE_LEN;
+/// Doubles of a view's device scalars: loss scalars, exposure gradient, pose gradient, depth
+/// L1.
+const SCALARS_LEN: usize = DEPTH_OFFSET + 1;
 
 impl ViewLoss {
     fn scalars(&self) -> Result<StepScalars, DeviceEngineError> {
         let mut s = [0.0f64; SCALARS_LEN];
-        let n = match (self.pose_used, self.exposure_used) {
-            (true, _) => SCALARS_LEN,
-            (false, true) => LOSS_SCALARS + EXPOSURE_LEN,
-            (false, false) => LOSS_SCALARS,
+        let n = match (self.depth_used, self.pose_used, self.exposure_used) {
+            (true, _, _) => SCALARS_LEN,
+            (false, true, _) => DEPTH_OFFSET,
+            (false, false, true) => LOSS_SCALARS + EXPOSURE_LEN,
+            (false, false, false) => LOSS_SCALARS,
         };
         self.dev.download(&self.scalars, &mut s[..n])?;
         let exposure_grad = self
@@ -362,8 +408,43 @@ impl ViewLoss {
             mse: s[3],
             exposure_grad,
             pose_grad,
+            depth_l1: self.depth_used.then_some(s[DEPTH_OFFSET]),
         })
     }
+}
+
+/// The depth loss ([`super::depth`]) of `raster`'s last inverse-depth plane against `depth`'s
+/// target, on the staged view's pixels (its loss mask too): `∂L/∂D` into the rasterizer's
+/// buffer for its next backward, the unweighted L1 into the view's scalars. Call after
+/// [`staged_loss`] (which clears the flag).
+fn staged_depth_loss(
+    v: &mut ViewLoss,
+    raster: &mut CudaRasterizer,
+    camera: &Camera,
+    depth: DepthLoss<'_>,
+) -> Result<(), DeviceEngineError> {
+    let npix = camera.width as usize * camera.height as usize;
+    if depth.target.len() != npix {
+        return Err(DeviceEngineError::DepthTarget {
+            got: depth.target.len(),
+            want: npix,
+        });
+    }
+    crate::render::cuda::upload(&v.dev, depth.target, &mut v.depth_target)?;
+    let (plane, d_plane) = raster.inv_depth_and_grad(npix)?;
+    v.loss.depth_l1(
+        plane,
+        &v.depth_target,
+        &v.rgb8,
+        v.mask,
+        npix,
+        depth.weight,
+        d_plane,
+        &mut v.scalars,
+        DEPTH_OFFSET,
+    )?;
+    v.depth_used = true;
+    Ok(())
 }
 
 /// Loss and `∂L/∂image` of `image` (through the staged view's exposure, when it has one: see
@@ -377,8 +458,9 @@ fn staged_loss(
     lambda_dssim: f32,
 ) -> Result<(), DeviceEngineError> {
     let npix = camera.width as usize * camera.height as usize;
-    // A new loss: any pose gradient in the scalars is the previous step's.
+    // A new loss: any pose gradient or depth L1 in the scalars is the previous step's.
     v.pose_used = false;
+    v.depth_used = false;
     v.dev.grow(&mut v.d_image, 3 * npix)?;
     let seen = match v.exposure_used {
         true => {
@@ -460,6 +542,8 @@ impl DeviceEngine {
                 exposed: dev.alloc(1)?,
                 exposure_used: false,
                 pose_used: false,
+                depth_target: dev.alloc(1)?,
+                depth_used: false,
             },
             image: Vec::new(),
             dev,
@@ -603,11 +687,15 @@ impl DeviceEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
+        depth: Option<DepthLoss<'_>>,
     ) -> Result<StepScalars, DeviceEngineError> {
         self.raster
             .forward_resident(&self.params, camera, options)?;
         let image = self.raster.image_mut();
         staged_loss(&mut self.view, image, camera, lambda_dssim)?;
+        if let Some(d) = depth {
+            staged_depth_loss(&mut self.view, &mut self.raster, camera, d)?;
+        }
         let v = &mut self.view;
         let pose = options.pose_grad.then_some(PoseTarget {
             buf: &mut v.scalars,
@@ -629,6 +717,17 @@ impl DeviceEngine {
         lambda_dssim: f32,
     ) -> Result<(), DeviceEngineError> {
         staged_loss(&mut self.view, image, camera, lambda_dssim)
+    }
+
+    /// The depth loss of `raster`'s last inverse-depth plane (a sharded render's) against the
+    /// staged view (see [`staged_depth_loss`]); after [`Self::loss_on`].
+    pub(crate) fn depth_loss_on(
+        &mut self,
+        raster: &mut CudaRasterizer,
+        camera: &Camera,
+        depth: DepthLoss<'_>,
+    ) -> Result<(), DeviceEngineError> {
+        staged_depth_loss(&mut self.view, raster, camera, depth)
     }
 
     /// `∂L/∂image` of the last loss.
@@ -1165,6 +1264,7 @@ pub trait ResidentEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
+        depth: Option<DepthLoss<'_>>,
     ) -> Result<StepScalars, DeviceEngineError>;
     fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError>;
     fn accumulate_stats(
@@ -1221,8 +1321,9 @@ impl ResidentEngine for DeviceEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
+        depth: Option<DepthLoss<'_>>,
     ) -> Result<StepScalars, DeviceEngineError> {
-        DeviceEngine::forward_backward(self, camera, options, lambda_dssim)
+        DeviceEngine::forward_backward(self, camera, options, lambda_dssim, depth)
     }
     fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError> {
         DeviceEngine::regularize(self, reg)
@@ -1648,7 +1749,7 @@ mod tests {
                 engine
                     .stage_view(Frame::Host(&bytes), bytes.len(), false, exposure.as_ref())
                     .unwrap();
-                let s = engine.forward_backward(&cam, &opts, 0.2).unwrap();
+                let s = engine.forward_backward(&cam, &opts, 0.2, None).unwrap();
                 assert!(
                     (s.loss - v.loss).abs() <= 1e-6 * v.loss,
                     "{} vs {}",
@@ -1680,7 +1781,7 @@ mod tests {
                 engine
                     .stage_view(Frame::Host(&bytes), bytes.len(), false, exposure.as_ref())
                     .unwrap();
-                let s2 = engine.forward_backward(&cam, &plain, 0.2).unwrap();
+                let s2 = engine.forward_backward(&cam, &plain, 0.2, None).unwrap();
                 assert_eq!(s2.pose_grad, None);
                 assert_eq!(s2.loss, s.loss);
             }
@@ -1694,7 +1795,7 @@ mod tests {
                 .stage_view(Frame::Host(&bytes), bytes.len(), false, None)
                 .unwrap();
             assert!(engine
-                .forward_backward(&cam, &opts, 0.2)
+                .forward_backward(&cam, &opts, 0.2, None)
                 .unwrap()
                 .pose_grad
                 .is_some());
@@ -1704,22 +1805,26 @@ mod tests {
             engine
                 .stage_view(Frame::Host(&bytes), bytes.len(), false, None)
                 .unwrap();
-            let s = engine.forward_backward(&cam, &opts, 0.2).unwrap();
+            let s = engine.forward_backward(&cam, &opts, 0.2, None).unwrap();
             assert_eq!(s.pose_grad, Some([0.0; 6]), "{}", dev.name());
         }
     }
 
     #[test]
     fn device_bytes_itemise_the_plan() {
-        let b = device_bytes(1000, 1, 3, 640 * 480, false, 1 << 20);
+        let b = device_bytes(1000, 1, 3, 640 * 480, false, false, 1 << 20);
         // SH 3: P = 59 floats. Parameters 4P, gradients 4(P + 2), moments 8P (952 B),
-        // statistics 12, the device rasterizer's buffers 136, densification scratch 12P (708).
-        assert_eq!(b.model, 1000 * (952 + 12 + 136 + 708));
+        // statistics 12, the device rasterizer's buffers 140, densification scratch 12P (708).
+        assert_eq!(b.model, 1000 * (952 + 12 + 140 + 708));
         assert_eq!(
             b.model,
-            1000 * (model_bytes(1, 3) - RENDER_BYTES_PER_GAUSSIAN + 136 + 3 * 4 * 59)
+            1000 * (model_bytes(1, 3) - RENDER_BYTES_PER_GAUSSIAN + 140 + 3 * 4 * 59)
         );
         assert_eq!(b.views, 145 * 640 * 480);
         assert_eq!(b.total(), b.model + b.views + (1 << 20));
+        // Exposure compensation and depth regularization add their planes per pixel.
+        let d = device_bytes(1000, 1, 3, 640 * 480, true, true, 1 << 20);
+        assert_eq!(d.views, (145 + 13 + 13) * 640 * 480);
+        assert_eq!(d.model, b.model);
     }
 }

@@ -27,7 +27,7 @@ pub const LOSS_SCALARS: usize = 4;
 /// Threads per block of the loss kernels (a power of two: the block reductions halve it).
 pub const LOSS_BLOCK: u32 = 256;
 
-const ENTRY_POINTS: [&str; 10] = [
+const ENTRY_POINTS: [&str; 12] = [
     "rgb8_to_f32",
     "apply_mask",
     "ssim_h5",
@@ -38,6 +38,8 @@ const ENTRY_POINTS: [&str; 10] = [
     "exposure_apply",
     "exposure_bwd",
     "exposure_finish",
+    "depth_l1",
+    "depth_finish",
 ];
 
 /// Floats of a view's exposure matrix ([`crate::train::exposure`]).
@@ -117,6 +119,8 @@ pub struct DeviceLoss {
     sq_part: DeviceBuffer<f64>,
     /// Per-block partial sums of the exposure gradient (`[12, blocks]`).
     exposure_part: DeviceBuffer<f64>,
+    /// Per-block partial sums of the depth L1.
+    depth_part: DeviceBuffer<f64>,
 }
 
 impl DeviceLoss {
@@ -136,6 +140,7 @@ impl DeviceLoss {
             l1_part: dev.alloc(1)?,
             sq_part: dev.alloc(1)?,
             exposure_part: dev.alloc(1)?,
+            depth_part: dev.alloc(1)?,
         })
     }
 
@@ -301,6 +306,79 @@ impl DeviceLoss {
                 LaunchConfig::linear(1, LOSS_BLOCK)?,
                 &args,
             )?;
+        }
+        Ok(())
+    }
+
+    /// The depth loss of [`crate::train::depth::l1_and_grad`] on the device: `d_out[..n] =
+    /// weight·sign(render − target)/n` (0 on pixels the mask at `frame[mask_offset..]`
+    /// excludes, when `mask_offset` is given) and the unweighted mean `|render − target|` into
+    /// `scalars[offset]`. The same per-pixel bits as the CPU; the mean differs from it by the
+    /// order of its double sum.
+    #[allow(clippy::too_many_arguments)]
+    pub fn depth_l1(
+        &mut self,
+        render: &DeviceBuffer<f32>,
+        target: &DeviceBuffer<f32>,
+        frame: &DeviceBuffer<u8>,
+        mask_offset: Option<usize>,
+        n_pixels: usize,
+        weight: f64,
+        d_out: &mut DeviceBuffer<f32>,
+        scalars: &mut DeviceBuffer<f64>,
+        offset: usize,
+    ) -> Result<(), DeviceLossError> {
+        let mask_need = mask_offset.map_or(0, |o| o + n_pixels);
+        for (what, got, need) in [
+            ("depth render", render.len(), n_pixels),
+            ("depth target", target.len(), n_pixels),
+            ("depth gradient", d_out.len(), n_pixels),
+            ("depth mask frame", frame.len(), mask_need),
+            ("depth scalar", scalars.len(), offset + 1),
+        ] {
+            if got < need {
+                return Err(DeviceLossError::Shape {
+                    what,
+                    got,
+                    need,
+                    width: 0,
+                    height: 0,
+                });
+            }
+        }
+        if n_pixels == 0 {
+            return Ok(());
+        }
+        let cfg = LaunchConfig::linear(n_pixels as u64, LOSS_BLOCK)?;
+        let blocks = cfg.grid.0 as usize;
+        let dev = self.dev.clone();
+        dev.grow(&mut self.depth_part, blocks)?;
+        let step = (weight / n_pixels as f64) as f32;
+        // SAFETY: the argument lists match depth_l1 and depth_finish in kernels/loss.cu;
+        // render, target and d_out hold n_pixels values, the frame the mask's bytes when
+        // masked (the only case it is read), the partials one per block of `cfg` and the
+        // scalars offset + 1 (checked or grown above); depth_finish runs one block.
+        unsafe {
+            let args = [
+                U64(n_pixels as u64),
+                render.arg(),
+                target.arg(),
+                U32(mask_offset.is_some().into()),
+                frame.arg(),
+                U64(mask_offset.unwrap_or(0) as u64),
+                F32(step),
+                d_out.arg(),
+                self.depth_part.arg(),
+            ];
+            self.go("depth_l1", cfg, &args)?;
+            let args = [
+                U32(blocks as u32),
+                self.depth_part.arg(),
+                U64(n_pixels as u64),
+                U64(offset as u64),
+                scalars.arg(),
+            ];
+            self.go("depth_finish", LaunchConfig::linear(1, LOSS_BLOCK)?, &args)?;
         }
         Ok(())
     }
@@ -584,6 +662,71 @@ mod tests {
         assert!(m.source.contains("GS_COMMON_CUH") && m.source.contains("block_sum"));
         for (name, _) in crate::render::cuda::kernels::defines() {
             assert!(m.defines.iter().any(|(n, _)| *n == name), "{name}");
+        }
+    }
+
+    /// The depth kernels are [`crate::train::depth::l1_and_grad`]: `∂L/∂D` bit for bit (with
+    /// and without a mask at its offset in the staged frame, with pixels where D = T), the
+    /// mean to the rounding of its differently ordered double sum.
+    #[test]
+    fn depth_kernels_match_the_cpu() {
+        for dev in crate::device::test_devices() {
+            let mut dl = DeviceLoss::new(&dev).unwrap();
+            let mut rng = Rng::new(31);
+            for npix in [1usize, 255, 257, 3000] {
+                let render: Vec<f32> = (0..npix).map(|_| rng.next_f32()).collect();
+                let mut target: Vec<f32> = (0..npix).map(|_| rng.next_f32()).collect();
+                for k in (0..npix).step_by(7) {
+                    target[k] = render[k];
+                }
+                let mask: Vec<u8> = (0..npix)
+                    .map(|_| if rng.next_f32() < 0.3 { 0 } else { 255 })
+                    .collect();
+                let rgb = vec![9u8; 3 * npix];
+                let frame = [rgb.as_slice(), &mask].concat();
+                let mut df = dev.alloc::<u8>(frame.len()).unwrap();
+                dev.upload(&frame, &mut df).unwrap();
+                let mut dr = dev.alloc::<f32>(npix).unwrap();
+                dev.upload(&render, &mut dr).unwrap();
+                let mut dt = dev.alloc::<f32>(npix).unwrap();
+                dev.upload(&target, &mut dt).unwrap();
+                let mut dd = dev.alloc::<f32>(npix).unwrap();
+                let mut scalars = dev.alloc::<f64>(3).unwrap();
+                for masked in [false, true] {
+                    let m = masked.then_some(&mask[..]);
+                    let mut want = vec![0.0f32; npix];
+                    let pure =
+                        crate::train::depth::l1_and_grad(&render, &target, m, 0.7, &mut want);
+                    let offset = masked.then_some(3 * npix);
+                    dl.depth_l1(&dr, &dt, &df, offset, npix, 0.7, &mut dd, &mut scalars, 2)
+                        .unwrap();
+                    let got = dev.download_vec(&dd, npix).unwrap();
+                    assert_eq!(got, want, "{} {npix} pixels, mask {masked}", dev.name());
+                    let s = dev.download_vec(&scalars, 3).unwrap();
+                    assert!(
+                        (s[2] - pure).abs() <= 1e-12 * pure.max(1.0),
+                        "{}: depth L1 {} vs CPU {pure}",
+                        dev.name(),
+                        s[2]
+                    );
+                    // (One pixel: it is one where D = T, the zero-gradient case.)
+                    assert!(npix == 1 || pure > 0.05, "{pure}: too small to test");
+                }
+                // A frame too short for the mask is refused, not read past.
+                assert!(dl
+                    .depth_l1(
+                        &dr,
+                        &dt,
+                        &df,
+                        Some(3 * npix + 1),
+                        npix,
+                        0.7,
+                        &mut dd,
+                        &mut scalars,
+                        2
+                    )
+                    .is_err());
+            }
         }
     }
 

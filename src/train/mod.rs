@@ -8,6 +8,7 @@
 //! | [`exposure`] | per-view exposure compensation: a learned 3×4 colour transform per view, its Adam, `exposure.json` |
 //! | [`pose`] | camera pose optimisation: a learned rigid correction per training view, its Adam, injected pose noise |
 //! | [`loss`] | `0.8·L1 + 0.2·(1 − SSIM)` and its image gradient |
+//! | [`depth`] | depth regularization: the inverse-depth L1 term against the views' monocular maps, its weight schedule |
 //! | [`device_adam`] | the same Adam step on device-resident parameters and moments (`kernels/adam.cu`) |
 //! | [`device_loss`] | the same loss and the RGB8 → f32 target conversion on a device (`kernels/loss.cu`), for the device trainer |
 //! | [`device_engine`] | the step with the model resident on a device: parameters, moments, statistics, the uploaded view (`kernels/densify.cu` for the statistics) |
@@ -34,6 +35,7 @@
 pub mod adam;
 pub mod alpha;
 pub mod densify;
+pub mod depth;
 pub mod device_adam;
 pub mod device_engine;
 pub mod device_loss;

@@ -68,6 +68,11 @@ pub struct MetricsRow {
     pub loss: f64,
     /// Training-view PSNR in dB, mean over the iterations since the last row.
     pub psnr: f64,
+    /// With depth regularization: the unweighted inverse-depth L1 (its weighted value is in
+    /// `loss`), mean over the iterations since the last row whose view had a depth map.
+    /// Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth_l1: Option<f64>,
     pub num_gaussians: u64,
     /// Process VmHWM so far (kernel figure).
     pub peak_rss_bytes: u64,
@@ -465,6 +470,7 @@ mod tests {
 
     fn row(i: u64) -> MetricsRow {
         MetricsRow {
+            depth_l1: None,
             iteration: i,
             loss: 1.0 / i as f64,
             psnr: 10.0 + i as f64,

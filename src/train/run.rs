@@ -53,6 +53,7 @@ use std::time::Instant;
 
 use super::checkpoint::{self, CheckpointError, Expected};
 use super::densify::{model_bytes, DeviceCap};
+use super::depth::DepthConfig;
 use super::device_engine::{
     device_bytes, device_bytes_per_gaussian, device_bytes_per_pixel, DeviceBytes, DeviceEngine,
     ResidentEngine, DEVICE_RENDER_BYTES_PER_GAUSSIAN,
@@ -132,6 +133,13 @@ pub struct RunOptions {
     pub max_test_images: usize,
     /// Set by a Ctrl-C handler: the run checkpoints and stops after the current step.
     pub stop: Arc<AtomicBool>,
+    /// Depth regularization's weights ([`super::depth`]), used when the pack carries
+    /// inverse-depth maps (`gs-pack convert --depths`), as 3DGS uses them when given `-d`;
+    /// `None`: off. The run's [`TrainConfig::depth`] is set from it and the pack.
+    pub depth: Option<DepthConfig>,
+    /// A depth setting was given on the command line: a pack without maps is then refused
+    /// (the setting would do nothing) rather than trained without them.
+    pub depth_given: bool,
 }
 
 impl RunOptions {
@@ -161,6 +169,8 @@ impl RunOptions {
             metrics_every: 100,
             max_test_images: usize::MAX,
             stop: Arc::new(AtomicBool::new(false)),
+            depth: Some(DepthConfig::default()),
+            depth_given: false,
         }
     }
 }
@@ -209,6 +219,10 @@ pub enum OptionsError {
     ExtendWithoutResume,
     #[error("--devices must be at least 1")]
     NoDevices,
+    #[error(
+        "{flag} sets depth regularization, but pack {pack} holds no depth maps: convert the          dataset again with `gs-pack convert … --depths DIR` (monocular inverse-depth maps,          3DGS's -d), or drop {flag}"
+    )]
+    DepthWithoutMaps { flag: &'static str, pack: PathBuf },
     #[error(
         "--devices {0} splits the model over GPUs, which the CPU engine has none of: use \
          --backend cuda (or auto on a machine with GPUs), or drop --devices"
@@ -452,6 +466,7 @@ fn plan_device(
         config.sh_degree,
         max_pixels,
         config.exposure.is_some(),
+        config.depth.is_some(),
         config.max_intersection_bytes,
     );
     let per_gaussian = device_bytes_per_gaussian(config.sh_degree);
@@ -478,7 +493,7 @@ fn plan_device(
          render buffers, densification copy){gathered}, views {} ({max_pixels} px × \
          {} B), intersections {} (1/{INTERSECTION_BUDGET_DIVISOR} of the budget, at most {})",
         format_size(bytes.views),
-        device_bytes_per_pixel(config.exposure.is_some()),
+        device_bytes_per_pixel(config.exposure.is_some(), config.depth.is_some()),
         format_size(bytes.intersections),
         format_size(crate::render::DEFAULT_MAX_INTERSECTION_BYTES),
     );
@@ -1152,6 +1167,15 @@ fn plan_inputs(
             format!("{max_pixels} pixels × 16 B (half-view crops of render, truth and mask)"),
         ));
     }
+    if config.depth.is_some() {
+        // Depth regularization: the step's f32 target, the render's inverse-depth plane and
+        // its gradient (4 B each; the device engine keeps the latter two on the device).
+        items.push(FloorItem::new(
+            Component::TrainerImages,
+            12 * max_pixels,
+            format!("{max_pixels} pixels × 12 B (inverse-depth target, render and gradient)"),
+        ));
+    }
     if manifest.has_masks() {
         // Masked views: the mask travels with a composited RGBA target, and evaluation holds
         // a masked copy of the ground truth and the mask split off it.
@@ -1212,6 +1236,43 @@ fn intersection_cap(budget: u64) -> u64 {
 }
 
 /// Settings `run` and `dry_run` refuse before opening anything.
+/// The run's depth regularization: [`RunOptions::depth`] when the pack carries depth maps
+/// (said in one line, with how many views have one), off otherwise (refused when a depth
+/// setting was given, which would then do nothing).
+fn depth_config(
+    opts: &RunOptions,
+    manifest: &crate::shard::Manifest,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<Option<DepthConfig>, RunError> {
+    let with_maps = manifest.views.iter().filter(|v| v.depth.is_some()).count();
+    match &opts.depth {
+        Some(_) if with_maps == 0 && opts.depth_given => Err(OptionsError::DepthWithoutMaps {
+            flag: "--depth-l1-weight-init/-final",
+            pack: opts.pack.clone(),
+        }
+        .into()),
+        Some(d) if with_maps > 0 => {
+            on_event(Event::Line(format!(
+                "depth regularization: {with_maps} of {} views carry an inverse-depth map \
+                 (the others train on the photometric loss alone); weight {} → {} over the \
+                 run (--depth-l1-weight-init/-final; 0 turns it off)",
+                manifest.views.len(),
+                d.weight_init,
+                d.weight_final
+            )));
+            Ok(Some(d.clone()))
+        }
+        None if with_maps > 0 => {
+            on_event(Event::Line(format!(
+                "the pack's depth maps ({with_maps} views) are not used: \
+                 --depth-l1-weight-init 0"
+            )));
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
+}
+
 fn check_options(opts: &RunOptions) -> Result<(), RunError> {
     if opts.config.iterations == 0 {
         return Err(OptionsError::ZeroIterations.into());
@@ -1369,6 +1430,7 @@ pub fn dry_run(
     let mut config = opts.config.clone();
     let pack = Arc::new(Pack::open(&opts.pack)?);
     let manifest = pack.manifest().clone();
+    config.depth = depth_config(opts, &manifest, on_event)?;
     let source = PackViews::new(pack.clone(), opts.eval.then_some(Split::Train));
     if source.is_empty() {
         return Err(RunError::NoViews {
@@ -1458,6 +1520,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let mut config = opts.config.clone();
     let pack = Arc::new(Pack::open(&opts.pack)?);
     let manifest = pack.manifest().clone();
+    config.depth = depth_config(opts, &manifest, on_event)?;
     let pack_id = manifest.pack_id.to_string();
     let pack_content = manifest.content_fingerprint();
     // 3DGS's --train_test_exp protocol: with exposure compensation, held-out views train
@@ -1505,6 +1568,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 } else {
                     Region::Full
                 },
+                depth: v.depth,
             }
         })
         .collect();
@@ -1698,6 +1762,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let mut metrics = MetricsLog::open(&opts.out, resumed_from)?;
     let mut point_clouds: Vec<String> = Vec::new();
     let mut window = (0.0f64, 0.0f64, 0u64); // loss sum, psnr sum, steps
+    let mut depth_window = (0.0f64, 0u64); // depth L1 sum, steps with a depth map
     let mut last_row = Instant::now();
     let mut interrupted = false;
     let mut gt = Vec::new();
@@ -1753,6 +1818,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             window.0 += s.loss;
             window.1 += s.psnr;
             window.2 += 1;
+            if let Some(d) = s.depth_l1 {
+                depth_window.0 += d;
+                depth_window.1 += 1;
+            }
             if let Some(why) = &s.growth_stopped {
                 on_event(Event::Line(format!("iteration {it}: {why}")));
             }
@@ -1764,6 +1833,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         iteration: it,
                         loss: window.0 / window.2 as f64,
                         psnr: window.1 / window.2 as f64,
+                        depth_l1: (depth_window.1 > 0)
+                            .then(|| depth_window.0 / depth_window.1 as f64),
                         num_gaussians: s.num_gaussians as u64,
                         peak_rss_bytes: peak_rss_bytes().unwrap_or(0),
                         stall_fraction: if info.elapsed_seconds > 0.0 {
@@ -1780,6 +1851,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                     };
                     metrics.append(&row)?;
                     window = (0.0, 0.0, 0);
+                    depth_window = (0.0, 0);
                     last_row = Instant::now();
                 }
                 // An iteration whose step resets the opacities is saved and evaluated before

@@ -62,7 +62,8 @@ use crate::scene::camera::Camera;
 use super::adam::{AdamConfig, GroupMask, LearningRates};
 use super::densify::{DensifyStats, Model, RowPlan, RowValues};
 use super::device_engine::{
-    DeviceEngine, DeviceEngineError, Frame, RefineHost, ResidentEngine, Rows, StepScalars, SKIP_ROW,
+    DepthLoss, DeviceEngine, DeviceEngineError, Frame, RefineHost, ResidentEngine, Rows,
+    StepScalars, SKIP_ROW,
 };
 use super::exposure::Exposure;
 use super::mcmc::{NoiseStep, Regularizer};
@@ -195,6 +196,7 @@ impl ResidentEngine for ShardedEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
+        depth: Option<DepthLoss<'_>>,
     ) -> Result<StepScalars, DeviceEngineError> {
         for shard in &mut self.shards {
             let (raster, params) = shard.raster_and_params();
@@ -204,6 +206,9 @@ impl ResidentEngine for ShardedEngine {
         let owners: Vec<&CudaRasterizer> = self.shards.iter().map(DeviceEngine::raster).collect();
         self.views[v].rasterize_gathered(&owners, camera, options)?;
         self.shards[v].loss_on(self.views[v].image_mut(), camera, lambda_dssim)?;
+        if let Some(d) = depth {
+            self.shards[v].depth_loss_on(&mut self.views[v], camera, d)?;
+        }
         self.views[v].backward_gathered(camera, options, self.shards[v].d_image())?;
         let mut offset = 0;
         for shard in &mut self.shards {

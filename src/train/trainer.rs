@@ -68,7 +68,8 @@ use super::densify::{
     model_bytes, DefaultStrategy, DensifyConfig, DensifyOutcome, DensifyStrategy, DeviceCap, Model,
     ModelMemory, ModelShapeError, RefineContext, ViewStats,
 };
-use super::device_engine::{DeviceEngine, DeviceEngineError, Frame, ResidentEngine};
+use super::depth::{self, DepthConfig};
+use super::device_engine::{DepthLoss, DeviceEngine, DeviceEngineError, Frame, ResidentEngine};
 use super::exposure::{self, ExposureConfig, Exposures};
 use super::loss::{apply_mask, LossScratch};
 use super::mcmc::{McmcConfig, McmcStrategy};
@@ -88,7 +89,7 @@ use crate::render::{GaussianGrads, Rasterizer, RenderError, RenderOptions, Rende
 use crate::rng::Rng;
 use crate::scene::camera::Camera;
 use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
-use crate::shard::PixelLayout;
+use crate::shard::{DepthScale, PixelLayout};
 
 /// Background behind the Gaussians during training.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -148,6 +149,11 @@ pub struct TrainConfig {
     /// these settings. Absent in checkpoints written before the option existed: off.
     #[serde(default)]
     pub pose: Option<PoseConfig>,
+    /// `Some`: depth regularization ([`super::depth`]) against the views that carry an
+    /// inverse-depth map, with this weight schedule. Absent in checkpoints written before the
+    /// option existed: off.
+    #[serde(default)]
+    pub depth: Option<DepthConfig>,
 }
 
 impl Default for TrainConfig {
@@ -175,6 +181,7 @@ impl Default for TrainConfig {
             antialiased: false,
             exposure: None,
             pose: None,
+            depth: None,
         }
     }
 }
@@ -307,6 +314,8 @@ pub enum TrainError {
     NoTrainCameras,
     #[error("invalid exposure settings: {0}")]
     ExposureConfig(String),
+    #[error("invalid depth regularization settings: {0}")]
+    DepthConfig(String),
     #[error("invalid training state: {0}")]
     ExposureState(String),
     #[error("invalid pose settings: {0}")]
@@ -350,6 +359,9 @@ pub struct StepStats {
     pub ssim: f64,
     /// PSNR of this training view's render (with the training background).
     pub psnr: f64,
+    /// With depth regularization on a view with a map: the unweighted inverse-depth L1
+    /// ([`super::depth`]; its weighted value is part of `loss`).
+    pub depth_l1: Option<f64>,
     /// Gaussians after the step.
     pub num_gaussians: usize,
     pub sh_degree: u32,
@@ -520,6 +532,8 @@ pub struct Trainer {
     exposure: Exposures,
     /// Per-view pose corrections (see [`TrainConfig::pose`]).
     poses: CameraPoses,
+    /// The step's inverse-depth target ([`TrainConfig::depth`]), from the view's plane.
+    depth_target: Vec<f32>,
     /// The motions of the whole capture of the held pose slots ([`Trainer::hold_pose_views`]),
     /// built from the dataset's cameras: the corrections are kept off them ([`super::pose`]).
     /// Not part of the state: a run gives the cameras again on resume.
@@ -540,6 +554,14 @@ fn loss_frame<'a>(
 ) -> (Frame<'a>, bool) {
     let (layout, region) = (view.layout, view.region);
     let npix = camera.width as usize * camera.height as usize;
+    // The inverse-depth plane (last in the view's bytes) is not part of the colour loss's
+    // frame; the step has taken what it needs of it.
+    let frame = if layout.depth {
+        let len = frame.bytes().len() - 2 * npix;
+        frame.truncated(len)
+    } else {
+        frame
+    };
     let frame = if layout.alpha {
         let (pixels, mask) = frame.bytes().split_at(4 * npix);
         super::alpha::composite_rgba8(pixels, background, composited);
@@ -573,6 +595,8 @@ struct EnginePass {
     ssim: f64,
     /// PSNR of the render as the loss sees it.
     psnr: f64,
+    /// The unweighted depth L1, when the pass had a depth target.
+    depth_l1: Option<f64>,
     exposure_grad: Option<[f64; exposure::EXPOSURE_LEN]>,
     pose_grad: Option<[f64; 6]>,
 }
@@ -716,6 +740,7 @@ impl Trainer {
             exposure: state.exposure,
             poses: state.poses,
             pose_motions: CaptureMotions::default(),
+            depth_target: Vec::new(),
         })
     }
 
@@ -1024,6 +1049,23 @@ impl Trainer {
             Background::White => [1.0; 3],
             Background::Random => std::array::from_fn(|_| self.rng.next_f32()),
         };
+        // The view's inverse-depth target and this step's weight, when the run regularizes depth
+        // and the view has a map (taken from the frame before the colour loss strips it).
+        let depth_weight = match (&self.config.depth, view.depth) {
+            (Some(cfg), Some(scale)) if layout.depth => {
+                let w = cfg.weight(s, self.config.iterations);
+                (w > 0.0).then_some((scale, w))
+            }
+            _ => None,
+        };
+        let mut depth_target = std::mem::take(&mut self.depth_target);
+        if let Some((scale, _)) = depth_weight {
+            let planes = layout
+                .planes(frame.bytes(), camera.width, camera.height)
+                .expect("check_image checked the frame's length");
+            let plane = planes.depth.expect("the layout has a depth plane");
+            scale.targets_into(plane, &mut depth_target);
+        }
         // An RGBA target is composited over this step's background, the one the render uses,
         // so transparent pixels teach "empty" (both engines see the same RGB8 bytes).
         let mut composited = std::mem::take(&mut self.composited);
@@ -1056,11 +1098,17 @@ impl Trainer {
             antialiased: self.config.antialiased,
             absgrad,
             pose_grad: pose_slot.is_some(),
+            inv_depth: depth_weight.is_some(),
         };
         let mut tm = StepTimings::default();
         // Forward, loss and backward on the engine, then the strategy's own loss terms
         // (MCMC's regularisers), which join the gradients before the optimizer.
-        let pass = self.engine_pass(camera, frame, masked, exposure, &options, s, &mut tm)?;
+        let depth_loss = depth_weight.map(|(_, w)| (&depth_target[..], w));
+        let pass = self.engine_pass(
+            camera, frame, masked, exposure, depth_loss, &options, s, &mut tm,
+        );
+        self.depth_target = depth_target;
+        let pass = pass?;
         let t = Instant::now();
         let reg = match &mut self.runner {
             Runner::Host(h) => self
@@ -1079,6 +1127,7 @@ impl Trainer {
         }
         let (exposure_grad, pose_grad) = (pass.exposure_grad, pass.pose_grad);
         let value = (pass.loss + reg, pass.l1, pass.ssim, pass.psnr);
+        let depth_l1 = pass.depth_l1;
         // The frame (and its borrow of the composited target) is no longer needed.
         self.composited = composited;
         self.region_frame = region_frame;
@@ -1232,6 +1281,7 @@ impl Trainer {
             l1: value.1,
             ssim: value.2,
             psnr: value.3,
+            depth_l1,
             num_gaussians: self.num_gaussians(),
             sh_degree,
             position_lr: lr.means,
@@ -1267,8 +1317,10 @@ impl Trainer {
         let scored_camera = self.view_camera(view);
         let (camera, layout) = (&scored_camera, view.layout);
         check_image("under evaluation", camera, Some(layout), bytes)?;
-        let (pixels, mask) = bytes.split_at(layout.pixel_bytes(camera.width, camera.height));
-        let mask = layout.mask.then_some(mask);
+        let planes = layout
+            .planes(bytes, camera.width, camera.height)
+            .expect("check_image checked the length");
+        let (pixels, mask) = (planes.pixels, planes.mask);
         // RGBA scenes are evaluated by the NeRF-synthetic convention: over white.
         let background = self.eval_background(layout);
         let rgb8 = if layout.alpha {
@@ -1284,6 +1336,7 @@ impl Trainer {
             antialiased: self.config.antialiased,
             absgrad: false,
             pose_grad: false,
+            inv_depth: false,
         };
         let render_err = |source| TrainError::Render {
             iteration: self.step,
@@ -1365,6 +1418,7 @@ impl Trainer {
             antialiased: self.config.antialiased,
             absgrad: false,
             pose_grad: true,
+            inv_depth: false,
         };
         let unit = self.pose_unit();
         // One view's correction, with training's parameterisation and Adam (no decay).
@@ -1382,6 +1436,7 @@ impl Trainer {
                     Frame::Host(target),
                     masked,
                     exposure,
+                    None,
                     &options,
                     iteration,
                     &mut tm,
@@ -1432,6 +1487,8 @@ impl Trainer {
     /// exposure and pose gradients (these when the options and the view ask for them). The
     /// Gaussians' gradients stay in the engine for the optimizer. A masked view's excluded
     /// pixels are zero in render and target and pass no gradient (see [`super::loss`]).
+    /// With `depth` (the inverse-depth target and this step's weight; `options.inv_depth`
+    /// must be set), the depth loss ([`super::depth`]) joins the loss, on the same pixels.
     #[allow(clippy::too_many_arguments)] // one pass's inputs, each used once
     fn engine_pass(
         &mut self,
@@ -1439,6 +1496,7 @@ impl Trainer {
         frame: Frame<'_>,
         masked: bool,
         exposure: Option<(usize, [f32; exposure::EXPOSURE_LEN])>,
+        depth: Option<(&[f32], f64)>,
         options: &RenderOptions,
         iteration: u64,
         tm: &mut StepTimings,
@@ -1492,6 +1550,24 @@ impl Trainer {
                 // Through the exposure back to the render, and the exposure's own gradient.
                 let exposure_grad =
                     exposure.map(|(_, e)| exposure::backward(&e, &h.render.image, &mut h.d_image));
+                // The depth term's gradient follows the image's in `d_image` (the backward's
+                // planar layout).
+                let npix = w * h_px;
+                let depth_l1 = depth.map(|(target, weight)| {
+                    h.d_image.resize(4 * npix, 0.0);
+                    let pure = depth::l1_and_grad(
+                        &h.render.inv_depth,
+                        target,
+                        mask,
+                        weight,
+                        &mut h.d_image[3 * npix..],
+                    );
+                    (pure, weight * pure)
+                });
+                let loss = v.loss + depth_l1.map_or(0.0, |(_, d)| d);
+                if !loss.is_finite() {
+                    return Err(non_finite(loss));
+                }
                 tm.loss = t.elapsed().as_secs_f64();
                 let t = Instant::now();
                 h.rasterizer
@@ -1505,10 +1581,11 @@ impl Trainer {
                     .map_err(render_err)?;
                 tm.backward = t.elapsed().as_secs_f64();
                 Ok(EnginePass {
-                    loss: v.loss,
+                    loss,
                     l1: v.l1,
                     ssim: v.ssim,
                     psnr: view_psnr,
+                    depth_l1: depth_l1.map(|(pure, _)| pure),
                     exposure_grad,
                     pose_grad: h.grads.pose,
                 })
@@ -1520,21 +1597,24 @@ impl Trainer {
                 // One queue: the launches return at once and the scalar read waits for all
                 // of them, so forward, loss and backward are timed together (as `forward`).
                 let t = Instant::now();
+                let depth = depth.map(|(target, weight)| DepthLoss { target, weight });
                 let v = e
-                    .forward_backward(camera, options, self.config.lambda_dssim)
+                    .forward_backward(camera, options, self.config.lambda_dssim, depth)
                     .map_err(|e| match e {
                         DeviceEngineError::Render(source) => render_err(source),
                         other => other.into(),
                     })?;
                 tm.forward = t.elapsed().as_secs_f64();
-                if !v.loss.is_finite() {
-                    return Err(non_finite(v.loss));
+                let loss = v.loss + depth.map_or(0.0, |d| d.weight * v.depth_l1.unwrap_or(0.0));
+                if !loss.is_finite() {
+                    return Err(non_finite(loss));
                 }
                 Ok(EnginePass {
-                    loss: v.loss,
+                    loss,
                     l1: v.l1,
                     ssim: v.ssim,
                     psnr: psnr_from_mse(v.mse, 1.0),
+                    depth_l1: v.depth_l1,
                     exposure_grad: v.exposure_grad,
                     pose_grad: v.pose_grad,
                 })
@@ -1559,6 +1639,9 @@ fn validate_config(c: &TrainConfig, extent: f64) -> Result<(), TrainError> {
     if let Some(why) = c.pose.as_ref().and_then(PoseConfig::invalid) {
         return Err(TrainError::PoseConfig(why));
     }
+    if let Some(why) = c.depth.as_ref().and_then(DepthConfig::invalid) {
+        return Err(TrainError::DepthConfig(why));
+    }
     Ok(())
 }
 
@@ -1575,6 +1658,9 @@ pub struct TrainView {
     /// camera is used as it is (held-out views).
     pub pose: Option<u32>,
     pub region: Region,
+    /// How the view's inverse-depth plane maps to its target, when `layout.depth` (the pack's
+    /// [`crate::shard::ViewEntry::depth`]); without it a plane is not used.
+    pub depth: Option<DepthScale>,
 }
 
 impl TrainView {
@@ -1586,6 +1672,7 @@ impl TrainView {
             exposure: None,
             pose: None,
             region: Region::Full,
+            depth: None,
         }
     }
 }
@@ -1864,11 +1951,16 @@ mod tests {
     /// Training starts from the ground-truth means jittered by 0.05 with grey colours, like an
     /// SfM initialisation.
     fn initial(gt: &Gaussians, sh_degree: u32) -> Gaussians {
+        initial_jittered(gt, sh_degree, 0.05)
+    }
+
+    /// [`initial`] with the means jittered by `sigma`.
+    fn initial_jittered(gt: &Gaussians, sh_degree: u32, sigma: f32) -> Gaussians {
         let mut rng = Rng::new(7);
         let xyz: Vec<[f32; 3]> = gt
             .means
             .iter()
-            .map(|m| m.map(|v| v + 0.05 * rng.normal() as f32))
+            .map(|m| m.map(|v| v + sigma * rng.normal() as f32))
             .collect();
         super::super::init::from_points(&xyz, &vec![[128, 128, 128]; xyz.len()], sh_degree).unwrap()
     }
@@ -1945,10 +2037,53 @@ mod tests {
         c
     }
 
+    /// How [`gt_depth_planes`] stores the ground truth's inverse depth: 16 bits over
+    /// `[0, 0.5)` (the scene is 3–5 units from the cameras), offset 0.05 to check the offset
+    /// is applied.
+    const GT_DEPTH: DepthScale = DepthScale {
+        scale: 0.5,
+        offset: 0.05,
+    };
+
+    /// The ground truth's inverse-depth planes (its render's `Σ wᵢ/zᵢ`) of the 8 views, as a
+    /// pack stores them ([`GT_DEPTH`]): what a perfect monocular estimator with a perfect
+    /// scale fit would give.
+    fn gt_depth_planes() -> &'static [Vec<u8>] {
+        static PLANES: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+        PLANES.get_or_init(|| {
+            let (gt, _) = ground_truth();
+            let (cams, _) = cameras();
+            let mut r = CpuRasterizer::<f32>::new();
+            let mut out = RenderOutput::default();
+            let opts = RenderOptions {
+                sh_degree: 0,
+                inv_depth: true,
+                ..RenderOptions::default()
+            };
+            cams.iter()
+                .map(|c| {
+                    r.forward(&gt, c, &opts, &mut out).unwrap();
+                    out.inv_depth
+                        .iter()
+                        .flat_map(|&d| {
+                            let v = (d - GT_DEPTH.offset) / GT_DEPTH.scale * 65536.0;
+                            (v.round().clamp(0.0, 65535.0) as u16).to_le_bytes()
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+    }
+
     /// View `v` as a run with `cfg` trains on it: with exposure compensation, its own
-    /// exposure slot, and view 7 held out (its left half trained, as `--eval` does).
+    /// exposure slot, and view 7 held out (its left half trained, as `--eval` does); with
+    /// depth regularization, the view carries [`gt_depth_planes`].
     fn run_view(cfg: &TrainConfig, cams: &[Camera], v: usize) -> TrainView {
         let mut view = TrainView::new(cams[v], PixelLayout::RGB);
+        if cfg.depth.is_some() {
+            view.layout.depth = true;
+            view.depth = Some(GT_DEPTH);
+        }
         // Pose corrections for the training views (view 7 is held out when exposure is on).
         if cfg.pose.is_some() && !(cfg.exposure.is_some() && v == 7) {
             view.pose = Some(v as u32);
@@ -1964,13 +2099,110 @@ mod tests {
 
     fn run_step(t: &mut Trainer, cams: &[Camera], images: &[Vec<u8>], v: usize) -> StepStats {
         let view = run_view(&t.config().clone(), cams, v);
-        t.step_with_room(&view, Frame::Host(&images[v]), &mut |_| 0)
+        let frame = if view.layout.depth {
+            [&images[v][..], &gt_depth_planes()[v]].concat()
+        } else {
+            images[v].clone()
+        };
+        t.step_with_room(&view, Frame::Host(&frame), &mut |_| 0)
             .unwrap()
     }
 
     #[test]
     fn resume_from_state_is_bit_exact() {
         resume_is_bit_exact(busy_config());
+    }
+
+    #[test]
+    fn resume_with_depth_is_bit_exact() {
+        let mut cfg = busy_config();
+        cfg.depth = Some(DepthConfig::default());
+        resume_is_bit_exact(cfg);
+    }
+
+    /// Depth regularization teaches the scene's depth: from the same start (means jittered by
+    /// 0.3), with the ground truth's inverse depth as every view's map, the model's
+    /// inverse-depth renders end far closer to it than a photometric run's, at a similar image
+    /// quality, and the step's reported depth term falls. A constant weight of 10 (3DGS's
+    /// default decays from 1 to 0.01 over a run of 30,000 steps; this run has 300): measured,
+    /// error 0.0340 → 0.0152, PSNR 21.44 → 20.59 dB; with the default schedule the error only
+    /// falls to 0.0331 in 300 steps.
+    #[test]
+    fn depth_regularization_teaches_the_scene_depth() {
+        let iterations = 300;
+        let mut plain = config(iterations);
+        plain.densify.from_iter = iterations;
+        let mut depth = plain.clone();
+        depth.depth = Some(DepthConfig {
+            weight_init: 10.0,
+            weight_final: 10.0,
+            max_steps: None,
+        });
+        let mut results = Vec::new();
+        for cfg in [plain, depth] {
+            let on = cfg.depth.is_some();
+            let (gt, images) = ground_truth();
+            let (cams, extent) = cameras();
+            let mut t = Trainer::new(
+                cfg.clone(),
+                initial_jittered(&gt, cfg.sh_degree, 0.3),
+                extent,
+                Engine::host(CpuRasterizer::<f32>::new()),
+            )
+            .unwrap();
+            let (mut first, mut last) = (0.0, 0.0);
+            for i in 0..iterations {
+                let s = run_step(&mut t, &cams, &images, (i % 8) as usize);
+                assert_eq!(s.depth_l1.is_some(), on);
+                if i < 8 {
+                    first += s.depth_l1.unwrap_or(0.0);
+                }
+                if i >= iterations - 8 {
+                    last += s.depth_l1.unwrap_or(0.0);
+                }
+            }
+            if on {
+                assert!(
+                    last < 0.5 * first,
+                    "depth L1 {first} over the first 8 steps, {last} over the last"
+                );
+            }
+            // Mean |D − D_gt| over every view, and the mean PSNR.
+            let model = t.model().unwrap().gaussians.clone();
+            let mut r = CpuRasterizer::<f32>::new();
+            let mut out = RenderOutput::default();
+            let opts = RenderOptions {
+                sh_degree: t.active_sh_degree(),
+                inv_depth: true,
+                ..RenderOptions::default()
+            };
+            let (mut err, mut n, mut psnr) = (0.0f64, 0usize, 0.0);
+            for (v, c) in cams.iter().enumerate() {
+                r.forward(&model, c, &opts, &mut out).unwrap();
+                for (d, b) in out
+                    .inv_depth
+                    .iter()
+                    .zip(gt_depth_planes()[v].chunks_exact(2))
+                {
+                    err += (d - GT_DEPTH.target(u16::from_le_bytes([b[0], b[1]]))).abs() as f64;
+                    n += 1;
+                }
+                psnr += t.evaluate(c, &images[v]).unwrap().psnr / cams.len() as f64;
+            }
+            results.push((err / n as f64, psnr));
+        }
+        let ((plain_err, plain_psnr), (depth_err, depth_psnr)) = (results[0], results[1]);
+        eprintln!(
+            "inverse-depth error {plain_err:.4} → {depth_err:.4}, PSNR {plain_psnr:.2} → {depth_psnr:.2} dB"
+        );
+        assert!(
+            depth_err < 0.6 * plain_err,
+            "inverse-depth error {plain_err} without, {depth_err} with depth regularization"
+        );
+        assert!(
+            depth_psnr > plain_psnr - 1.5,
+            "{plain_psnr} vs {depth_psnr} dB"
+        );
     }
 
     #[test]
@@ -2568,6 +2800,7 @@ mod tests {
                 exposure: None,
                 pose: None,
                 region: Region::Full,
+                depth: None,
                 camera,
                 layout: PixelLayout::RGB,
             })
@@ -2711,6 +2944,20 @@ mod tests {
         let mut cfg = busy_config();
         cfg.exposure = Some(ExposureConfig::default());
         assert!(device_steps_like_host(cfg, "exposure", 60) > 50);
+    }
+
+    /// With depth regularization the device engine's inverse-depth plane, depth loss and their
+    /// backward (pose gradient included) step like the host's.
+    #[test]
+    fn device_engine_steps_like_the_host_engine_depth() {
+        let mut cfg = busy_config();
+        cfg.depth = Some(DepthConfig::default());
+        cfg.pose = Some(PoseConfig {
+            noise: 0.01,
+            lr: 1e-3,
+            ..PoseConfig::default()
+        });
+        assert!(device_steps_like_host(cfg, "depth", 60) > 50);
     }
 
     /// With pose optimisation and injected noise the device engine's pose gradient
@@ -3115,6 +3362,15 @@ mod tests {
         assert!(sharded_steps_like_one_device(cfg, 2, 30) > 0);
     }
 
+    /// Depth regularization on a split model: the view's device takes the depth loss of the
+    /// gathered render, and every shard's backward its share of `∂L/∂(1/z)`.
+    #[test]
+    fn sharded_engine_steps_like_one_device_depth() {
+        let mut cfg = busy_config();
+        cfg.depth = Some(DepthConfig::default());
+        assert!(sharded_steps_like_one_device(cfg, 2, 30) > 0);
+    }
+
     /// One representation of the state: a checkpoint of either engine resumes on the other,
     /// and a state round trip through the device engine is exact.
     #[test]
@@ -3251,6 +3507,7 @@ mod tests {
             1,
             sh_degree,
             u64::from(largest.width) * u64::from(largest.height),
+            false,
             false,
             max_intersection_bytes,
         );

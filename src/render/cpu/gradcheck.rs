@@ -7,7 +7,8 @@
 //! assumptions on the rendered scene, so a future change cannot silently make it vacuous.
 //! A second scene puts a Gaussian outside the 1.3·tan(fov) limit so the clamp is active.
 //!
-//! Loss: `L = Σ w·image` with fixed pseudo-random weights `w`, so `∂L/∂image = w`.
+//! Loss: `L = Σ w·image` with fixed pseudo-random weights `w`, so `∂L/∂image = w`; with the
+//! inverse-depth plane, `+ Σ w'·inv_depth` (the weights after the image's).
 
 use super::tests::camera;
 use super::*;
@@ -105,7 +106,12 @@ fn loss(scene: &Scene, cam: &Camera, opts: &RenderOptions, w: &[f64]) -> f64 {
     let mut r = CpuRasterizer::<f64>::new();
     let mut out = RenderOutput::default();
     r.render(&scene.params(), cam, opts, &mut out).unwrap();
-    out.image.iter().zip(w).map(|(a, b)| a * b).sum()
+    out.image
+        .iter()
+        .chain(&out.inv_depth)
+        .zip(w)
+        .map(|(a, b)| a * b)
+        .sum()
 }
 
 /// Asserts the smoothness assumptions listed in the module doc on the rendered scene.
@@ -156,7 +162,12 @@ fn check(scene: &mut Scene, cam: &Camera, opts: &RenderOptions, seed: u64) -> us
     let camf = CameraF::<f64>::new(cam).unwrap();
     let npix = (cam.width * cam.height) as usize;
     let mut rng = Rng::new(seed);
-    let w: Vec<f64> = (0..3 * npix).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let planes = if opts.inv_depth { 4 } else { 3 };
+    // Inverse depths (~0.3 here) get weights ~10× the colours', so their terms are not lost
+    // among the colour terms.
+    let w: Vec<f64> = (0..planes * npix)
+        .map(|k| rng.uniform(-1.0, 1.0) * if k < 3 * npix { 1.0 } else { 10.0 })
+        .collect();
     let mut r = CpuRasterizer::<f64>::new();
     let mut out = RenderOutput::default();
     r.render(&scene.params(), cam, opts, &mut out).unwrap();
@@ -286,6 +297,150 @@ fn gradients_with_active_jacobian_clamp() {
     check(&mut scene, &cam, &opts, 9);
 }
 
+/// The inverse-depth plane's gradient through every parameter group (its `1/z` reaches the
+/// means through the camera-space depth as well as through the compositing weights), with the
+/// rotated camera, in both rasterization modes.
+#[test]
+fn gradients_with_the_inverse_depth_plane() {
+    for antialiased in [false, true] {
+        let cam = camera(40, 28, 30.0, 20.3, 13.8);
+        let mut scene = smooth_scene(4, 21, 1);
+        let cam = with_pose(&mut scene, &cam);
+        let opts = RenderOptions {
+            sh_degree: 1,
+            background: [0.2, 0.5, 0.8],
+            antialiased,
+            inv_depth: true,
+            ..RenderOptions::default()
+        };
+        let nonzero = check(&mut scene, &cam, &opts, 22);
+        assert!(nonzero > 60, "only {nonzero} non-zero gradients");
+    }
+}
+
+/// With the colour weights zero, only the inverse-depth plane drives the loss: the means still
+/// get a gradient (the check is not carried by the colour terms), and the plane is exactly a
+/// colour render of `1/z` over a black background.
+#[test]
+fn the_inverse_depth_plane_alone_is_a_render_of_one_over_z() {
+    let cam = camera(40, 28, 30.0, 20.0, 14.0);
+    let mut scene = smooth_scene(3, 23, 0);
+    let opts = RenderOptions {
+        sh_degree: 0,
+        inv_depth: true,
+        ..RenderOptions::default()
+    };
+    let mut r = CpuRasterizer::<f64>::new();
+    let mut out = RenderOutput::default();
+    r.render(&scene.params(), &cam, &opts, &mut out).unwrap();
+    let npix = 40 * 28;
+    let mut splats = r.splats().to_vec();
+    for s in &mut splats {
+        s.color = [1.0 / s.depth; 3];
+    }
+    let (mut img, mut t, mut l) = (vec![0.0; 3 * npix], vec![0.0; npix], vec![0u32; npix]);
+    rasterize_fwd(
+        &splats,
+        r.bins(),
+        40,
+        28,
+        [0.0; 3],
+        &mut img,
+        &mut t,
+        &mut l,
+        None,
+    );
+    let channel: Vec<f64> = img.chunks_exact(3).map(|p| p[0]).collect();
+    assert_eq!(channel, out.inv_depth);
+    assert!(out.inv_depth.iter().any(|&d| d > 0.1));
+
+    let mut rng = Rng::new(24);
+    let w: Vec<f64> = (0..4 * npix)
+        .map(|k| {
+            if k < 3 * npix {
+                0.0
+            } else {
+                rng.uniform(-1.0, 1.0)
+            }
+        })
+        .collect();
+    let mut grads = GaussianGrads::default();
+    r.render_backward(&scene.params(), &cam, &opts, &w, &mut grads)
+        .unwrap();
+    for k in 0..scene.n_params() {
+        let (group, idx, v) = scene.get(k);
+        if group != "means" {
+            continue;
+        }
+        scene.set(k, v + H);
+        let lp = loss(&scene, &cam, &opts, &w);
+        scene.set(k, v - H);
+        let lm = loss(&scene, &cam, &opts, &w);
+        scene.set(k, v);
+        let fd = (lp - lm) / (2.0 * H);
+        let an = grads.means[idx / 3][idx % 3];
+        assert!(
+            (fd - an).abs() <= ABS_TOL + REL_TOL * an.abs(),
+            "means[{idx}]: finite difference {fd} vs analytic {an}"
+        );
+        assert!(an.abs() > 1e-4, "means[{idx}] = {an}: too small to test");
+    }
+}
+
+/// Asking for the plane changes neither the image nor, when its gradient is zero, any
+/// parameter gradient: the colour arithmetic is the same with or without it.
+#[test]
+fn the_inverse_depth_plane_leaves_the_colour_path_unchanged() {
+    let cam = camera(40, 28, 30.0, 20.3, 13.8);
+    let mut scene = smooth_scene(4, 25, 3);
+    let cam = with_pose(&mut scene, &cam);
+    let plain = RenderOptions {
+        sh_degree: 3,
+        background: [0.2, 0.5, 0.8],
+        pose_grad: true,
+        absgrad: true,
+        ..RenderOptions::default()
+    };
+    let with = RenderOptions {
+        inv_depth: true,
+        ..plain
+    };
+    let npix = 40 * 28;
+    let mut rng = Rng::new(26);
+    let w: Vec<f64> = (0..3 * npix).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let mut wd = w.clone();
+    wd.resize(4 * npix, 0.0);
+    let run = |opts: &RenderOptions, w: &[f64]| {
+        let mut r = CpuRasterizer::<f64>::new();
+        let mut out = RenderOutput::default();
+        r.render(&scene.params(), &cam, opts, &mut out).unwrap();
+        let mut g = GaussianGrads::default();
+        r.render_backward(&scene.params(), &cam, opts, w, &mut g)
+            .unwrap();
+        (out, g)
+    };
+    let (a, ga) = run(&plain, &w);
+    let (b, gb) = run(&with, &wd);
+    assert_eq!(a.image, b.image);
+    assert!(a.inv_depth.is_empty());
+    assert_eq!(b.inv_depth.len(), npix);
+    assert_eq!(ga, gb);
+    // A d_image of the old length is refused when the plane is on.
+    let mut r = CpuRasterizer::<f64>::new();
+    let mut out = RenderOutput::default();
+    r.render(&scene.params(), &cam, &with, &mut out).unwrap();
+    let e = r
+        .render_backward(
+            &scene.params(),
+            &cam,
+            &with,
+            &w,
+            &mut GaussianGrads::default(),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("d_image"), "{e}");
+}
+
 /// `cam` with a non-trivial pose (rotated 0.2 rad about an oblique axis, centre moved), and
 /// the scene moved with it so it renders the same view.
 fn with_pose(scene: &mut Scene, cam: &Camera) -> Camera {
@@ -342,7 +497,7 @@ fn rasterize_bwd_matches_finite_differences_per_splat() {
     let bg = opts.background.map(f64::from);
     let fwd = |s: &[Splat<f64>]| {
         let (mut img, mut t, mut l) = (vec![0.0; 3 * npix], vec![0.0; npix], vec![0u32; npix]);
-        rasterize_fwd(s, &bins, 40, 28, bg, &mut img, &mut t, &mut l);
+        rasterize_fwd(s, &bins, 40, 28, bg, &mut img, &mut t, &mut l, None);
         (img, t, l)
     };
     let (_, t, l) = fwd(&splats);
@@ -360,6 +515,7 @@ fn rasterize_bwd_matches_finite_differences_per_splat() {
         &mut ig,
         &mut sg,
         Some(&mut abs),
+        None,
     );
     let lossf = |s: &[Splat<f64>]| fwd(s).0.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>();
     // The absolute 2D-mean gradient (AbsGS) is Σ_pixels |∂L_pixel/∂mean2d| with L_pixel the
@@ -521,6 +677,7 @@ fn project_bwd_matches_finite_differences_in_both_modes() {
             false,
             &splats,
             &weights,
+            None,
             &mut grads,
         );
         let analytic = flat_grads(&grads);
@@ -564,22 +721,28 @@ fn pose_gradient_matches_finite_differences() {
     clamped.means[0] = [3.8, 0.2, 4.0];
     clamped.log_scales[0] = [3.0f64.ln(), 2.6f64.ln(), 2.8f64.ln()];
     clamped.logit_opacities[0] = 0.3;
+    // The last case adds the inverse-depth plane (its 1/z moves with the camera too).
     let cases = [
-        (&smooth, rotated, 3, false),
-        (&smooth, rotated, 3, true),
-        (&clamped, base, 1, false),
+        (&smooth, rotated, 3, false, false),
+        (&smooth, rotated, 3, true, false),
+        (&clamped, base, 1, false, false),
+        (&smooth, rotated, 3, false, true),
     ];
-    for (case, (scene, cam, degree, antialiased)) in cases.into_iter().enumerate() {
+    for (case, (scene, cam, degree, antialiased, inv_depth)) in cases.into_iter().enumerate() {
         let opts = RenderOptions {
             sh_degree: degree,
             background: [0.2, 0.5, 0.8],
             antialiased,
             pose_grad: true,
+            inv_depth,
             ..RenderOptions::default()
         };
         let npix = (cam.width * cam.height) as usize;
+        let planes = if inv_depth { 4 } else { 3 };
         let mut rng = Rng::new(40 + case as u64);
-        let w: Vec<f64> = (0..3 * npix).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        let w: Vec<f64> = (0..planes * npix)
+            .map(|k| rng.uniform(-1.0, 1.0) * if k < 3 * npix { 1.0 } else { 10.0 })
+            .collect();
         let mut r = CpuRasterizer::<f64>::new();
         let mut out = RenderOutput::default();
         r.render(&scene.params(), &cam, &opts, &mut out).unwrap();

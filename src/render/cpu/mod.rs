@@ -21,7 +21,7 @@ mod tests;
 
 pub use binning::{tile_binning, TileBins};
 pub use project::{project_bwd, project_fwd, tile_rect};
-pub use rasterize::{rasterize_bwd, rasterize_fwd, AbsMean2dGrad};
+pub use rasterize::{rasterize_bwd, rasterize_fwd, AbsMean2dGrad, InvDepthGrad};
 
 use crate::render::{GaussianGrads, Rasterizer, RenderError, RenderOptions, RenderOutput};
 use crate::scene::camera::Camera;
@@ -212,6 +212,8 @@ pub struct CpuRasterizer<F: Real = f32> {
     splat_grads: Vec<SplatGrad<F>>,
     /// Filled only by backwards with [`RenderOptions::absgrad`].
     abs: AbsMean2dGrad<F>,
+    /// Filled only by backwards with [`RenderOptions::inv_depth`].
+    inv_depth: InvDepthGrad<F>,
     fingerprint: Option<super::ForwardFingerprint>,
 }
 
@@ -225,6 +227,7 @@ impl<F: Real> CpuRasterizer<F> {
             isect_grads: Vec::new(),
             splat_grads: Vec::new(),
             abs: AbsMean2dGrad::default(),
+            inv_depth: InvDepthGrad::default(),
             fingerprint: None,
         }
     }
@@ -235,14 +238,20 @@ impl<F: Real> CpuRasterizer<F> {
         (std::mem::size_of::<u32>() + std::mem::size_of::<SplatGrad<F>>()) as u64;
 
     /// [`Self::BYTES_PER_INTERSECTION`] plus, with [`RenderOptions::absgrad`], the absolute
-    /// 2D-mean gradient's slot: what the preflight of a render with `options` counts.
+    /// 2D-mean gradient's slot and, with [`RenderOptions::inv_depth`], the inverse depth's:
+    /// what the preflight of a render with `options` counts.
     pub fn bytes_per_intersection(options: &RenderOptions) -> u64 {
         let abs = if options.absgrad {
             std::mem::size_of::<[F; 2]>() as u64
         } else {
             0
         };
-        Self::BYTES_PER_INTERSECTION + abs
+        let depth = if options.inv_depth {
+            std::mem::size_of::<F>() as u64
+        } else {
+            0
+        };
+        Self::BYTES_PER_INTERSECTION + abs + depth
     }
 
     /// The projected splats of the last forward.
@@ -291,6 +300,10 @@ impl<F: Real> CpuRasterizer<F> {
         self.last.clear();
         self.last.resize(npix, 0);
         let bg = options.background.map(F::from_f32);
+        out.inv_depth.clear();
+        if options.inv_depth {
+            out.inv_depth.resize(npix, F::ZERO);
+        }
         rasterize_fwd(
             &self.splats,
             &self.bins,
@@ -300,6 +313,7 @@ impl<F: Real> CpuRasterizer<F> {
             &mut out.image,
             &mut self.final_t,
             &mut self.last,
+            options.inv_depth.then_some(&mut out.inv_depth[..]),
         );
         out.final_transmittance.clear();
         out.final_transmittance.extend_from_slice(&self.final_t);
@@ -336,13 +350,15 @@ impl<F: Real> CpuRasterizer<F> {
             .check(self.fingerprint.as_ref())?;
         params.validate(options.sh_degree)?;
         let npix = camera.width as usize * camera.height as usize;
-        if d_image.len() != 3 * npix {
+        let planes = if options.inv_depth { 4 } else { 3 };
+        if d_image.len() != planes * npix {
             return Err(RenderError::BadShape {
                 what: "d_image",
                 got: d_image.len(),
-                expected: 3 * npix,
+                expected: planes * npix,
             });
         }
+        let (d_image, d_inv_depth) = d_image.split_at(3 * npix);
         let cam = CameraF::<F>::new(camera)?;
         rasterize_bwd(
             &self.splats,
@@ -356,6 +372,9 @@ impl<F: Real> CpuRasterizer<F> {
             &mut self.isect_grads,
             &mut self.splat_grads,
             options.absgrad.then_some(&mut self.abs),
+            options
+                .inv_depth
+                .then_some((d_inv_depth, &mut self.inv_depth)),
         );
         grads.pose = project_bwd(
             params,
@@ -365,6 +384,7 @@ impl<F: Real> CpuRasterizer<F> {
             options.pose_grad,
             &self.splats,
             &self.splat_grads,
+            options.inv_depth.then_some(&self.inv_depth.splat[..]),
             grads,
         );
         grads.means2d_abs.clear();

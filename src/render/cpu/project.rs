@@ -381,7 +381,8 @@ const BWD_CHUNK: usize = 1024;
 /// `antialiased` must be what the forward used. With `pose_grad`, also returns the gradient of
 /// the loss w.r.t. the camera's pose, `∂L/∂(ρ, φ)` at 0 of
 /// [`Pose::perturbed`](crate::scene::camera::Pose::perturbed) (module doc), summed in f64
-/// in a fixed order.
+/// in a fixed order. With `inv_depth_grads`, each splat's `∂L/∂(1/z)` (the inverse-depth
+/// plane's, from `rasterize_bwd`) joins the gradient of its camera-space depth.
 #[allow(clippy::too_many_arguments)]
 pub fn project_bwd<F: Real>(
     params: &GaussianParams<'_, F>,
@@ -391,6 +392,7 @@ pub fn project_bwd<F: Real>(
     pose_grad: bool,
     splats: &[Splat<F>],
     splat_grads: &[SplatGrad<F>],
+    inv_depth_grads: Option<&[F]>,
     grads: &mut GaussianGrads<F>,
 ) -> Option<[f64; 6]> {
     let nc = params.coeffs();
@@ -432,6 +434,7 @@ pub fn project_bwd<F: Real>(
                     antialiased,
                     &splats[i],
                     &splat_grads[i],
+                    inv_depth_grads.map_or(F::ZERO, |d| d[i]),
                     &mut dm[k],
                     &mut dls[k],
                     &mut dq[k],
@@ -464,6 +467,7 @@ fn project_bwd_one<F: Real>(
     antialiased: bool,
     splat: &Splat<F>,
     sg: &SplatGrad<F>,
+    d_inv_z: F,
     d_mean: &mut [F; 3],
     d_log_scale: &mut [F; 3],
     d_quat: &mut [F; 4],
@@ -604,6 +608,8 @@ fn project_bwd_one<F: Real>(
     dt[0] += fx * rz * gmx;
     dt[1] += fy * rz * gmy;
     dt[2] += -(fx * x * gmx + fy * y * gmy) * rz2;
+    // The inverse-depth plane's value 1/z: ∂(1/z)/∂z = −1/z².
+    dt[2] += -d_inv_z * rz2;
     if let Some(acc) = pose {
         // `d_mean` holds the view direction's share alone so far.
         pose_contribution(&g, w, &d2, dt, *d_mean, acc);

@@ -24,6 +24,15 @@
 //! With [`AbsMean2dGrad`] the backward also sums, per splat, the absolute value of each
 //! pixel's contribution to the 2D-mean gradient (AbsGS's statistic), in slots of its own.
 //!
+//! With an inverse-depth plane (3DGS's depth regularization) the forward also composites
+//! `D = Σ wᵢ/zᵢ` (the same weights `wᵢ = αᵢ·Tᵢ` as the colour, `zᵢ` the splat's camera-space
+//! depth, nothing behind the last splat: an empty pixel is at infinite depth) and the backward
+//! takes `∂L/∂D` per pixel: the plane is a fourth colour channel whose value per splat is
+//! `1/zᵢ` and whose background is 0, so `∂L/∂α` gains that channel's term and each splat gets
+//! `∂L/∂(1/zᵢ)` ([`InvDepthGrad`]), which `project_bwd` chains into the mean (and the pose).
+//! The colour arithmetic is unchanged, so images and their gradients are the same bits with or
+//! without the plane.
+//!
 //! Backward recovers the transmittance in front of each splat by dividing by `1−α`, starting
 //! from the stored final `T`, and walks from the stored last contributor back to the front, as
 //! 3DGS does. Where `α` is clamped at 0.999 the gradient is taken as if it were not (3DGS and
@@ -70,6 +79,8 @@ struct Packed<F> {
     o: F,
     sigma_cut: F,
     color: [F; 3],
+    /// `1/z`: the splat's value in the inverse-depth plane.
+    inv_z: F,
     /// `2·a·s'` and `det(conic)` for the per-row span of the support ellipse (see [`span`]).
     two_a_s: F,
     det: F,
@@ -182,6 +193,7 @@ fn gather<F: Real>(
             o: s.opacity,
             sigma_cut,
             color: s.color,
+            inv_z: F::ONE / s.depth,
             x0,
             x1,
             y0,
@@ -191,7 +203,8 @@ fn gather<F: Real>(
 }
 
 /// `rasterize_fwd`: composites every pixel. `image` is `3·W·H`, `final_t` and `last` are
-/// `W·H` (all fully overwritten).
+/// `W·H`, and so is `inv_depth`, when given: the inverse-depth plane `Σ wᵢ/zᵢ` (all fully
+/// overwritten).
 #[allow(clippy::too_many_arguments)]
 pub fn rasterize_fwd<F: Real>(
     splats: &[Splat<F>],
@@ -202,11 +215,23 @@ pub fn rasterize_fwd<F: Real>(
     image: &mut [F],
     final_t: &mut [F],
     last: &mut [u32],
+    inv_depth: Option<&mut [F]>,
 ) {
     let w = width as usize;
     assert_eq!(image.len(), 3 * w * height as usize);
     assert_eq!(final_t.len(), w * height as usize);
     assert_eq!(last.len(), w * height as usize);
+    let with_depth = inv_depth.is_some();
+    // Without the plane every row of tiles gets an empty slice (zip stops at the shortest).
+    let depth_rows: Vec<&mut [F]> = match inv_depth {
+        Some(d) => {
+            assert_eq!(d.len(), w * height as usize);
+            d.chunks_mut(w * TS).collect()
+        }
+        None => (0..final_t.len().div_ceil(w * TS))
+            .map(|_| <&mut [F]>::default())
+            .collect(),
+    };
     let alpha_max = F::from_f64(ALPHA_MAX);
     let alpha_min = F::from_f64(ALPHA_MIN);
     let t_min = F::from_f64(T_MIN);
@@ -215,12 +240,14 @@ pub fn rasterize_fwd<F: Real>(
         .par_chunks_mut(3 * w * TS)
         .zip(final_t.par_chunks_mut(w * TS))
         .zip(last.par_chunks_mut(w * TS))
+        .zip(depth_rows)
         .enumerate()
-        .for_each(|(ty, ((img, ft), lc))| {
+        .for_each(|(ty, (((img, ft), lc), dep_out))| {
             let rows = ft.len() / w;
             let mut packed = Vec::new();
             let mut t = [F::ONE; TILE_PIXELS];
             let mut col = [[F::ZERO; 3]; TILE_PIXELS];
+            let mut dep = [F::ZERO; TILE_PIXELS];
             let mut last_k = [0u32; TILE_PIXELS];
             let mut done = [false; TILE_PIXELS];
             for tx in 0..bins.tiles_x as usize {
@@ -235,6 +262,7 @@ pub fn rasterize_fwd<F: Real>(
                 );
                 t.fill(F::ONE);
                 col.fill([F::ZERO; 3]);
+                dep.fill(F::ZERO);
                 last_k.fill(0);
                 done.fill(false);
                 let mut active = rows * cols;
@@ -270,6 +298,9 @@ pub fn rasterize_fwd<F: Real>(
                             for ch in 0..3 {
                                 col[p][ch] += s.color[ch] * wgt;
                             }
+                            if with_depth {
+                                dep[p] += s.inv_z * wgt;
+                            }
                             t[p] = next_t;
                             last_k[p] = k as u32 + 1;
                         }
@@ -283,6 +314,9 @@ pub fn rasterize_fwd<F: Real>(
                         }
                         ft[q] = t[p];
                         lc[q] = last_k[p];
+                        if with_depth {
+                            dep_out[q] = dep[p];
+                        }
                     }
                 }
             }
@@ -300,6 +334,10 @@ struct BwdPixel<F> {
     acc: [F; 3],
     last_alpha: F,
     last_color: [F; 3],
+    /// The inverse-depth channel's `∂L/∂D`, accumulated value behind and last value.
+    ddep: F,
+    acc_dep: F,
+    last_inv_z: F,
 }
 
 /// The absolute 2D-mean gradient of AbsGS ("AbsGS: Recovering Fine Details for 3D Gaussian
@@ -313,6 +351,16 @@ pub struct AbsMean2dGrad<F> {
     pub isect: Vec<[F; 2]>,
     /// Per splat, reduced in intersection order (resized to `splats.len()`, overwritten).
     pub splat: Vec<[F; 2]>,
+}
+
+/// `∂L/∂(1/zᵢ)` of every splat through the inverse-depth plane (see the module doc). Same slots
+/// and reduction order as the gradients, so it is deterministic too.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InvDepthGrad<F> {
+    /// Per intersection (resized to the intersection count).
+    pub isect: Vec<F>,
+    /// Per splat, reduced in intersection order (resized to `splats.len()`, overwritten).
+    pub splat: Vec<F>,
 }
 
 /// `slots` (one per intersection) cut at tile-row boundaries: rows are contiguous in the
@@ -332,7 +380,9 @@ pub(super) fn split_rows<'a, T>(bins: &TileBins, mut rest: &'a mut [T]) -> Vec<&
 /// `rasterize_bwd`: from `d_image` (`3·W·H`) and the forward's `final_t` / `last`, writes the
 /// per-splat gradient of every intersection into `isect_grads` (resized to the intersection
 /// count) and reduces them into `splat_grads` (resized to `splats.len()`, overwritten); with
-/// `abs`, also the absolute 2D-mean gradient ([`AbsMean2dGrad`]).
+/// `abs`, also the absolute 2D-mean gradient ([`AbsMean2dGrad`]); with `depth`, `∂L/∂D` of the
+/// inverse-depth plane (`W·H`) in, its share of every gradient added and `∂L/∂(1/zᵢ)` out
+/// ([`InvDepthGrad`]).
 #[allow(clippy::too_many_arguments)]
 pub fn rasterize_bwd<F: Real>(
     splats: &[Splat<F>],
@@ -346,10 +396,15 @@ pub fn rasterize_bwd<F: Real>(
     isect_grads: &mut Vec<SplatGrad<F>>,
     splat_grads: &mut Vec<SplatGrad<F>>,
     mut abs: Option<&mut AbsMean2dGrad<F>>,
+    mut depth: Option<(&[F], &mut InvDepthGrad<F>)>,
 ) {
     let w = width as usize;
     let h = height as usize;
     assert_eq!(d_image.len(), 3 * w * h);
+    let d_dep: Option<&[F]> = depth.as_ref().map(|(d, _)| *d);
+    if let Some(d) = d_dep {
+        assert_eq!(d.len(), w * h);
+    }
     isect_grads.clear();
     isect_grads.resize(bins.num_intersections(), SplatGrad::default());
     let alpha_max = F::from_f64(ALPHA_MAX);
@@ -369,12 +424,24 @@ pub fn rasterize_bwd<F: Real>(
         }
         None => (0..row_slices.len()).map(|_| None).collect(),
     };
+    let dep_rows: Vec<Option<&mut [F]>> = match depth.as_mut() {
+        Some((_, g)) => {
+            g.isect.clear();
+            g.isect.resize(bins.num_intersections(), F::ZERO);
+            split_rows(bins, &mut g.isect)
+                .into_iter()
+                .map(Some)
+                .collect()
+        }
+        None => (0..row_slices.len()).map(|_| None).collect(),
+    };
 
     row_slices
         .into_par_iter()
         .zip(abs_rows)
+        .zip(dep_rows)
         .enumerate()
-        .for_each(|(ty, (row_grads, mut row_abs))| {
+        .for_each(|(ty, ((row_grads, mut row_abs), mut row_dep))| {
             let row_base = bins.tile_offsets[ty * tiles_x];
             let y_lo = ty * TS;
             let rows = (h - y_lo).min(TS);
@@ -401,6 +468,7 @@ pub fn rasterize_bwd<F: Real>(
                             d_bg: background[0] * dpix[0]
                                 + background[1] * dpix[1]
                                 + background[2] * dpix[2],
+                            ddep: d_dep.map_or(F::ZERO, |d| d[q]),
                             ..BwdPixel::default()
                         };
                         max_last = max_last.max(last[q] as usize);
@@ -418,6 +486,9 @@ pub fn rasterize_bwd<F: Real>(
                 );
                 let tile_grads = &mut row_grads[lo - row_base..hi - row_base];
                 let mut tile_abs = row_abs
+                    .as_deref_mut()
+                    .map(|a| &mut a[lo - row_base..hi - row_base]);
+                let mut tile_dep = row_dep
                     .as_deref_mut()
                     .map(|a| &mut a[lo - row_base..hi - row_base]);
                 for k in (0..max_last).rev() {
@@ -452,6 +523,14 @@ pub fn rasterize_bwd<F: Real>(
                                     + (F::ONE - st.last_alpha) * st.acc[ch];
                                 d_alpha += (s.color[ch] - st.acc[ch]) * st.dpix[ch];
                                 g.color[ch] += wgt * st.dpix[ch];
+                            }
+                            if let Some(gd) = tile_dep.as_deref_mut() {
+                                // The inverse-depth channel: value 1/z, background 0.
+                                st.acc_dep = st.last_alpha * st.last_inv_z
+                                    + (F::ONE - st.last_alpha) * st.acc_dep;
+                                d_alpha += (s.inv_z - st.acc_dep) * st.ddep;
+                                gd[k] += wgt * st.ddep;
+                                st.last_inv_z = s.inv_z;
                             }
                             st.last_color = s.color;
                             st.last_alpha = alpha;
@@ -491,6 +570,13 @@ pub fn rasterize_bwd<F: Real>(
             let sum = &mut a.splat[id as usize];
             sum[0] += v[0];
             sum[1] += v[1];
+        }
+    }
+    if let Some((_, g)) = depth {
+        g.splat.clear();
+        g.splat.resize(splats.len(), F::ZERO);
+        for (&id, v) in bins.isect_ids.iter().zip(g.isect.iter()) {
+            g.splat[id as usize] += *v;
         }
     }
 }

@@ -315,6 +315,7 @@ mod tests {
                 &mut ig1,
                 &mut sg1,
                 Some(&mut abs1),
+                None,
             );
             rasterize_bwd_pixel_major(
                 r.splats(),
@@ -345,6 +346,7 @@ mod tests {
                 &d,
                 &mut ig3,
                 &mut sg3,
+                None,
                 None,
             );
             assert_eq!(sg1, sg3);

@@ -440,6 +440,7 @@ impl Kernels {
         image: &mut DeviceBuffer<f32>,
         final_t: &mut DeviceBuffer<f32>,
         last: &mut DeviceBuffer<u32>,
+        inv_depth: Option<InvDepthBufs<'_>>,
     ) -> Result<(), CudaError> {
         let npix = width as usize * height as usize;
         if npix == 0 {
@@ -455,6 +456,15 @@ impl Kernels {
         check("image [H,W,3]", image.len(), 3 * npix)?;
         check("final_t [H,W]", final_t.len(), npix)?;
         check("last [H,W]", last.len(), npix)?;
+        if let Some(d) = &inv_depth {
+            check("depths [N]", d.depths.len(), n)?;
+            check("inv_depth [H,W]", d.plane.len(), npix)?;
+        }
+        // Without the plane the kernel reads neither pointer: any buffer stands in.
+        let (with_depth, depths, plane) = match &inv_depth {
+            Some(d) => (1, d.depths.arg(), d.plane.arg()),
+            None => (0, final_t.arg(), final_t.arg()),
+        };
         let tiles_x = width.div_ceil(TILE_SIZE);
         let args = [
             ranges.arg(),
@@ -472,10 +482,14 @@ impl Kernels {
             image.arg(),
             final_t.arg(),
             last.arg(),
+            U32(with_depth),
+            depths,
+            plane,
         ];
         // SAFETY: matches rasterize_fwd in kernels/rasterize_fwd.cu; the grid is one block per
         // tile of a W×H image (ranges holds every tile), ranges index into ids (< m) and ids
-        // are Gaussian indices < n; outputs hold W·H pixels (all checked above).
+        // are Gaussian indices < n; outputs hold W·H pixels, and with the inverse-depth plane
+        // depths N entries and the plane W·H (all checked above).
         unsafe { self.go("rasterize_fwd", Self::tile_grid(width, height), &args) }?;
         Ok(())
     }
@@ -496,6 +510,7 @@ impl Kernels {
         d_image: &DeviceBuffer<f32>,
         absgrad: bool,
         v: &mut SplatGradBufs,
+        inv_depth: Option<InvDepthGradBufs<'_>>,
     ) -> Result<(), CudaError> {
         let npix = width as usize * height as usize;
         if npix == 0 || n == 0 {
@@ -518,6 +533,16 @@ impl Kernels {
         if absgrad {
             check("v_means2d_abs [N,2]", v.means2d_abs.len(), 2 * n)?;
         }
+        if let Some(d) = &inv_depth {
+            check("depths [N]", d.depths.len(), n)?;
+            check("d_inv_depth [H,W]", d.d_plane.len(), npix)?;
+            check("v_inv_depths [N]", v.inv_depths.len(), n)?;
+        }
+        // Without the plane the kernel reads none of these pointers: any buffer stands in.
+        let (with_depth, depths, d_plane) = match &inv_depth {
+            Some(d) => (1, d.depths.arg(), d.d_plane.arg()),
+            None => (0, final_t.arg(), final_t.arg()),
+        };
         let tiles_x = width.div_ceil(TILE_SIZE);
         let args = [
             ranges.arg(),
@@ -541,10 +566,15 @@ impl Kernels {
             v.opacities.arg(),
             U32(absgrad.into()),
             v.means2d_abs.arg(),
+            U32(with_depth),
+            depths,
+            d_plane,
+            v.inv_depths.arg(),
         ];
         // SAFETY: matches rasterize_bwd in kernels/rasterize_bwd.cu; same grid and index
         // bounds as rasterize_fwd, gradient accumulators hold N entries (checked; the
-        // absolute one only when `absgrad`, the only case the kernel touches it).
+        // absolute one only when `absgrad`, the inverse depth's and its inputs only with the
+        // plane: the only cases the kernel touches them).
         unsafe { self.go("rasterize_bwd", Self::tile_grid(width, height), &args) }?;
         Ok(())
     }
@@ -559,6 +589,7 @@ impl Kernels {
         radii: &DeviceBuffer<u32>,
         conics: &DeviceBuffer<f32>,
         v: &SplatGradBufs,
+        with_depth: bool,
         g: &mut ParamGradBufs,
         pose: Option<PoseBufs<'_>>,
     ) -> Result<(), CudaError> {
@@ -583,6 +614,9 @@ impl Kernels {
         check("v_conics [N,3]", v.conics.len(), 3 * nu)?;
         check("v_colors [N,3]", v.colors.len(), 3 * nu)?;
         check("v_opacities [N]", v.opacities.len(), nu)?;
+        if with_depth {
+            check("v_inv_depths [N]", v.inv_depths.len(), nu)?;
+        }
         check("g_means [N,3]", g.buffer(Field::Means).len(), 3 * nu)?;
         check(
             "g_log_scales [N,3]",
@@ -630,6 +664,8 @@ impl Kernels {
             g.buffer(Field::LogitOpacities).arg(),
             g.buffer(Field::Sh).arg(),
             g.means2d.arg(),
+            U32(with_depth.into()),
+            v.inv_depths.arg(),
         ];
         // The pose path is its own entry point (more registers than the plain kernel).
         let entry = match &pose {
@@ -641,7 +677,7 @@ impl Kernels {
         };
         // SAFETY: matches project_bwd (or, with the pose partials appended, project_bwd_pose)
         // in kernels/project_bwd.cu; every buffer holds the N (and N·K) elements the kernel
-        // indexes (checked above), and the pose partials the 6 · gridDim.x doubles its blocks
+        // indexes (checked above; v_inv_depths is read only `with_depth`, when checked), and the pose partials the 6 · gridDim.x doubles its blocks
         // write (checked; `cfg` is the grid).
         unsafe { self.go(entry, cfg, &args) }?;
         match pose {
@@ -691,6 +727,22 @@ pub struct SplatGradBufs {
     /// The absolute 2D-mean gradient ([`crate::render::GaussianGrads::means2d_abs`]): sized
     /// and written only by backwards with `absgrad`.
     pub means2d_abs: DeviceBuffer<f32>,
+    /// `∂L/∂(1/z)` per splat through the inverse-depth plane: sized and written only by
+    /// backwards with [`crate::render::RenderOptions::inv_depth`].
+    pub inv_depths: DeviceBuffer<f32>,
+}
+
+/// The inverse-depth plane of a forward: the splats' camera-space depths (`[N]`) in, the plane
+/// (`[H, W]`) out.
+pub struct InvDepthBufs<'a> {
+    pub depths: &'a DeviceBuffer<f32>,
+    pub plane: &'a mut DeviceBuffer<f32>,
+}
+
+/// The inverse-depth plane's backward inputs: the depths (`[N]`) and `∂L/∂D` (`[H, W]`).
+pub struct InvDepthGradBufs<'a> {
+    pub depths: &'a DeviceBuffer<f32>,
+    pub d_plane: &'a DeviceBuffer<f32>,
 }
 
 /// Gradients w.r.t. the stored parameters (project_bwd outputs) in the layout of the

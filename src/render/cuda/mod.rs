@@ -44,7 +44,8 @@ use crate::scene::camera::Camera;
 use crate::scene::gaussians::{Field, Gaussians};
 use kernels::POSE_LEN;
 use launch::{
-    pose_part_len, Kernels, ParamBufs, ParamGradBufs, PoseBufs, SplatBufs, SplatGradBufs,
+    pose_part_len, InvDepthBufs, InvDepthGradBufs, Kernels, ParamBufs, ParamGradBufs, PoseBufs,
+    SplatBufs, SplatGradBufs,
 };
 pub use resident::DeviceGaussians;
 
@@ -172,6 +173,9 @@ struct Bufs {
     final_t: DeviceBuffer<f32>,
     last: DeviceBuffer<u32>,
     d_image: DeviceBuffer<f32>,
+    /// With [`RenderOptions::inv_depth`]: the inverse-depth plane and its gradient `[H, W]`.
+    inv_depth: DeviceBuffer<f32>,
+    d_inv_depth: DeviceBuffer<f32>,
     v: SplatGradBufs,
     g: ParamGradBufs,
     /// The pose gradient's per-block partials ([`launch::pose_part_len`]) and, when the
@@ -215,12 +219,15 @@ impl Bufs {
             final_t: f()?,
             last: u()?,
             d_image: f()?,
+            inv_depth: f()?,
+            d_inv_depth: f()?,
             v: SplatGradBufs {
                 means2d: f()?,
                 conics: f()?,
                 colors: f()?,
                 opacities: f()?,
                 means2d_abs: f()?,
+                inv_depths: f()?,
             },
             g: ParamGradBufs {
                 params: DeviceGaussians::new(dev)?,
@@ -576,6 +583,9 @@ impl CudaRasterizer {
         grow(&s, &mut b.image, 3 * npix)?;
         grow(&s, &mut b.final_t, npix)?;
         grow(&s, &mut b.last, npix)?;
+        if options.inv_depth {
+            grow(&s, &mut b.inv_depth, npix)?;
+        }
         let splats = SplatBufs {
             means2d: &b.means2d,
             conics: &b.conics,
@@ -594,6 +604,10 @@ impl CudaRasterizer {
             &mut b.image,
             &mut b.final_t,
             &mut b.last,
+            options.inv_depth.then_some(InvDepthBufs {
+                depths: &b.depths,
+                plane: &mut b.inv_depth,
+            }),
         )?;
         mark(&s, &mut self.profile, "rasterize fwd")?;
         self.m = m;
@@ -641,6 +655,10 @@ impl CudaRasterizer {
         download(&s, &b.radii, n, &mut out.radii)?;
         download_rows(&s, &b.means2d, n, &mut out.means2d)?;
         download(&s, &b.depths, n, &mut out.depths)?;
+        out.inv_depth.clear();
+        if options.inv_depth {
+            download(&s, &b.inv_depth, npix, &mut out.inv_depth)?;
+        }
         out.num_intersections = m;
         mark(&s, &mut self.profile, "fwd download")?;
         Ok(())
@@ -831,6 +849,9 @@ impl CudaRasterizer {
         if options.absgrad {
             fields.push((2, &view.b.v.means2d_abs, &mut b.v.means2d_abs));
         }
+        if options.inv_depth {
+            fields.push((1, &view.b.v.inv_depths, &mut b.v.inv_depths));
+        }
         for (width, from, to) in fields {
             grow(&s, to, width * n)?;
             copy_between(from, width * offset, to, 0, width * n, &mut st.f)?;
@@ -887,6 +908,17 @@ impl CudaRasterizer {
             grow(&s, &mut b.v.means2d_abs, 2 * n)?;
             s.memset_zero(&mut b.v.means2d_abs, 2 * n)?;
         }
+        if options.inv_depth {
+            grow(&s, &mut b.v.inv_depths, n)?;
+            s.memset_zero(&mut b.v.inv_depths, n)?;
+            if b.d_inv_depth.len() < npix {
+                return Err(RenderError::BadShape {
+                    what: "d_inv_depth",
+                    got: b.d_inv_depth.len(),
+                    expected: npix,
+                });
+            }
+        }
         let splats = SplatBufs {
             means2d: &b.means2d,
             conics: &b.conics,
@@ -907,6 +939,10 @@ impl CudaRasterizer {
             d_image,
             options.absgrad,
             &mut b.v,
+            options.inv_depth.then_some(InvDepthGradBufs {
+                depths: &b.depths,
+                d_plane: &b.d_inv_depth,
+            }),
         )?;
         mark(&s, &mut self.profile, "rasterize bwd")?;
         Ok(())
@@ -967,6 +1003,7 @@ impl CudaRasterizer {
             &b.radii,
             &b.conics,
             &b.v,
+            options.inv_depth,
             &mut b.g,
             pose,
         )?;
@@ -988,18 +1025,23 @@ impl CudaRasterizer {
             .check(self.fingerprint.as_ref())?;
         GaussianParams::from_gaussians(gaussians).validate(options.sh_degree)?;
         let npix = camera.width as usize * camera.height as usize;
-        if d_image.len() != 3 * npix {
+        let planes = if options.inv_depth { 4 } else { 3 };
+        if d_image.len() != planes * npix {
             return Err(RenderError::BadShape {
                 what: "d_image",
                 got: d_image.len(),
-                expected: 3 * npix,
+                expected: planes * npix,
             });
         }
         let s = self.dev.clone();
         if let Some(p) = &mut self.profile {
             p.last = Some(std::time::Instant::now());
         }
+        let (d_image, d_inv_depth) = d_image.split_at(3 * npix);
         upload(&s, d_image, &mut self.b.d_image)?;
+        if options.inv_depth {
+            upload(&s, d_inv_depth, &mut self.b.d_inv_depth)?;
+        }
         mark(&s, &mut self.profile, "bwd upload")?;
         // The forward uploaded these parameters (the fingerprint check above ties them).
         let params = self.host_params.take().ok_or(RenderError::StaleForward)?;
@@ -1032,6 +1074,23 @@ impl CudaRasterizer {
     /// backward does not read it, so edits change nothing but what the loss sees.
     pub fn image_mut(&mut self) -> &mut DeviceBuffer<f32> {
         &mut self.b.image
+    }
+
+    /// The inverse-depth plane of the last forward (`[H, W]`), on the device: meaningful only
+    /// when it had [`RenderOptions::inv_depth`].
+    pub fn inv_depth(&self) -> &DeviceBuffer<f32> {
+        &self.b.inv_depth
+    }
+
+    /// The inverse-depth plane of the last forward and where the next backward with
+    /// [`RenderOptions::inv_depth`] reads `∂L/∂D` (both `[H, W]`; the latter grown to `npix`
+    /// values): a trainer's depth loss reads the one and writes the other, on the device.
+    pub fn inv_depth_and_grad(
+        &mut self,
+        npix: usize,
+    ) -> Result<(&DeviceBuffer<f32>, &mut DeviceBuffer<f32>), CudaError> {
+        grow(&self.dev, &mut self.b.d_inv_depth, npix)?;
+        Ok((&self.b.inv_depth, &mut self.b.d_inv_depth))
     }
 
     /// The screen radii of the last forward (`[N]`, 0 = not drawn), on the device.
