@@ -9,7 +9,7 @@
 // pose_part[k·gridDim.x + block]; then pose_finish adds the blocks in a fixed order into the
 // caller's buffer. No atomics, so the result is deterministic; the parameter gradients are the
 // same bits either way (one templated body). Two entry points rather than a null pointer: the
-// pose path needs ~40 more registers (ptxas, sm_80: 120 against 80), which the plain kernel,
+// pose path needs ~40 more registers (ptxas, sm_80: 124 against 80), which the plain kernel,
 // run by every training step, would otherwise pay in occupancy.
 #include "common.cuh"
 #include "sh.cuh"

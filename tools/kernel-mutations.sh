@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kernel-mutations.sh: plants one-character bugs in the CUDA kernels, one at a time, and checks
+# kernel-mutations.sh: plants small bugs in the CUDA kernels, one at a time, and checks
 # that the parity tests (tests/cuda_parity.rs, train::device_loss, train::device_adam,
 # train::device_engine) catch
 # each on the host emulation driver (no GPU needed). A mutation that survives means a kernel
@@ -52,6 +52,13 @@ muts=(
  'kernels/densify.cu|in[(u64)src[r] * width + c];|in[(u64)src[r] * width];'
  'kernels/densify.cu|out[(u64)rows[i / 3] * 3 + i % 3] = values[i];|out[(u64)rows[i / 3] * 3] = values[i];'
  'kernels/densify.cu|    m[i] = 0.0f;|    m[i] = m[i];'
+ 'kernels/rasterize_fwd.cu|dep += s.inv_z * w;|dep += s.inv_z * alpha;'
+ 'kernels/rasterize_fwd.cu|batch[tid].inv_z = 1.0f / depths[g];|batch[tid].inv_z = depths[g];'
+ 'kernels/rasterize_bwd.cu|d_alpha += (s.inv_z - acc_dep) * ddep;|d_alpha += s.inv_z * ddep;'
+ 'kernels/rasterize_bwd.cu|g_dep = w * ddep;|g_dep = alpha * ddep;'
+ 'kernels/project_bwd.cu|dt[2] += -v_inv_depths[i] * rz2;|dt[2] += -v_inv_depths[i] * rz;'
+ 'kernels/loss.cu|if (masked != 0u && frame[mask_offset + p] == 0) {|if (masked != 0u && frame[p] == 0) {'
+ 'kernels/loss.cu|d_out[p] = diff > 0.0f ? step : (diff < 0.0f ? -step : 0.0f);|d_out[p] = diff > 0.0f ? step : -step;'
 )
 only=${1:-}
 survived=0
