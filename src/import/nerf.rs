@@ -45,6 +45,14 @@
 //!   `crate::import::image::prepare_mask`). A frame that names a mask that does not exist is
 //!   an error, since training without it would teach what the mask hides.
 //!
+//! - `gs-pack convert --depths DIR` ([`ImportOptions::depths`], relative to the dataset
+//!   folder): each frame's monocular inverse-depth map `DIR/<file_path's file stem>.png`, as
+//!   3DGS's Blender reader finds it, with the fits of a `depth_params.json` beside the
+//!   transforms file when there is one (see [`attach_depths`] and [`super::depth`]).
+//!   nerfstudio's per-frame `depth_file_path` holds metric depth in millimetres, not inverse
+//!   depth: it is never read, and a note says so when frames have it and `--depths` is not
+//!   given.
+//!
 //! # nerfstudio's top-level keys (what `gs-pack export` writes)
 //! - `train_filenames` / `test_filenames`: the split, by `file_path` (a leading `./` on either
 //!   side is ignored); `val_filenames`: frames skipped with a warning, as `transforms_val.json`
@@ -72,10 +80,11 @@ use serde_json::{Map, Value};
 
 use super::image::image_dimensions;
 use super::ply::open_cloud;
-use super::{ImportError, ImportOptions, ImportedScene, Location};
+use super::{depth, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::Split;
-use crate::dataset::{Distortion, Format, PointSource, ViewSource};
+use crate::dataset::{DepthSource, Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{Camera, CameraError, Intrinsics, Pose};
+use crate::shard::DepthScale;
 
 /// Extensions tried, in order, for a `file_path` that names no existing file (Blender's
 /// `./train/r_0`). Appended, not substituted: `frame.0001` must become `frame.0001.png`.
@@ -107,9 +116,11 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     let mut missing = Vec::new();
     let mut frames_total = 0usize;
     let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
+    let mut depth_file_paths = 0;
     for (file, split) in &files {
         let read = read_transforms(file, *split, options, &mut views, &mut missing)?;
         frames_total += read.frames;
+        depth_file_paths += read.depth_file_paths;
         if read.val_skipped > 0 {
             warnings.push(format!(
                 "{}: {} frames listed in \"val_filenames\" were not imported: like the original \
@@ -147,6 +158,18 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
                     ),
                 ));
             }
+        }
+    }
+    if depth_file_paths > 0 && options.depths.is_none() {
+        warnings.push(format!(
+            "{depth_file_paths} frames have nerfstudio's \"depth_file_path\" (metric depth in \
+             millimetres); it is not used: --depths DIR takes 3DGS-style monocular inverse-depth \
+             maps (Depth Anything V2) for depth regularization"
+        ));
+    }
+    if let Some(dir) = &options.depths {
+        if !options.metadata_only {
+            attach_depths(&root, dir, &mut views, &mut warnings)?;
         }
     }
     views.sort_by(|a, b| a.name.cmp(&b.name));
@@ -207,6 +230,67 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         missing_images: missing,
         warnings,
     })
+}
+
+/// `--depths DIR` (relative to the dataset root `root`, or absolute): each view's map is
+/// `DIR/<file_path's file stem>.png`, as 3DGS's Blender reader names it. Without a
+/// `depth_params.json` in `root` the maps are taken as they are ([`DepthScale::IDENTITY`], as
+/// 3DGS does); with one, each map needs its entry (same key) and fits follow the reliability
+/// rule of [`super::depth`], except that a view with neither an entry nor a map has no depth
+/// (what `gs-pack export` writes for a view packed without one). A missing map otherwise, or a
+/// map without its entry, is an error naming the frame.
+fn attach_depths(
+    root: &Path,
+    dir: &Path,
+    views: &mut [ViewSource],
+    warnings: &mut Vec<String>,
+) -> Result<(), ImportError> {
+    let dir = depth::depths_dir(root, dir)?;
+    let params_path = root.join(depth::DEPTH_PARAMS_FILE);
+    let params = if params_path.is_file() {
+        Some(depth::DepthParams::read(&params_path)?)
+    } else {
+        None
+    };
+    let mut unreliable = 0usize;
+    for v in views.iter_mut() {
+        let Some(key) = Path::new(&v.name).file_stem().map(|s| s.to_string_lossy()) else {
+            return Err(ImportError::invalid(
+                &v.image_path,
+                format!("frame '{}': its file_path names no file", v.name),
+            ));
+        };
+        let path = depth::depth_file(&dir, &key);
+        let scale = match &params {
+            None => Some(DepthScale::IDENTITY),
+            Some(params) => match params.fit(&key) {
+                None if !path.exists() => continue,
+                None => {
+                    return Err(ImportError::invalid(
+                        &params.path,
+                        format!(
+                            "frame '{}' has the depth map {} but no entry {key:?}; add its fit \
+                             (3DGS's utils/make_depth_scale.py), or remove the map to train the \
+                             view without depth",
+                            v.name,
+                            path.display()
+                        ),
+                    ))
+                }
+                Some(depth::Fit::Unreliable) => {
+                    unreliable += 1;
+                    None
+                }
+                Some(depth::Fit::Reliable(scale)) => Some(scale),
+            },
+        };
+        let path = depth::existing_depth_file(&v.name, path)?;
+        v.depth = scale.map(|scale| DepthSource { path, scale });
+    }
+    if let (Some(params), true) = (&params, unreliable > 0) {
+        warnings.push(depth::unreliable_note(unreliable, views.len(), params));
+    }
+    Ok(())
 }
 
 /// "a, b, c, d, e, …" for the first few of `names`.
@@ -567,6 +651,8 @@ struct TransformsRead {
     val_skipped: usize,
     /// Its `ply_file_path`, resolved.
     points: Option<PathBuf>,
+    /// Frames with nerfstudio's `depth_file_path` (metric depth, not read).
+    depth_file_paths: usize,
 }
 
 /// A `file_path` as the split lists are matched against it: without a leading `./`.
@@ -647,6 +733,7 @@ fn read_transforms(
     };
     let mut listed_seen = std::collections::HashSet::new();
     let mut val_skipped = 0;
+    let mut depth_file_paths = 0;
     let points = match top.get("ply_file_path") {
         None | Some(Value::Null) => None,
         Some(Value::String(p)) => {
@@ -712,6 +799,7 @@ fn read_transforms(
         };
         let l = Layers { frame, top };
         let lens = lens_model(&l).map_err(frame_err)?;
+        depth_file_paths += usize::from(frame.contains_key("depth_file_path"));
 
         let pose = read_pose(frame.get("transform_matrix")).map_err(|e| match e {
             Ok(msg) => frame_err(msg),
@@ -827,6 +915,7 @@ fn read_transforms(
             distortion,
             split,
             mask_path,
+            depth: None,
         });
     }
     if let Some(lists) = &lists {
@@ -849,6 +938,7 @@ fn read_transforms(
         frames: frames.len(),
         val_skipped,
         points,
+        depth_file_paths,
     })
 }
 

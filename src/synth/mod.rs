@@ -141,6 +141,11 @@ pub struct SynthArgs {
     /// Write into a non-empty output directory, replacing files a previous synth run wrote.
     #[arg(long)]
     pub force: bool,
+    /// Also write each view's exact inverse-depth map as a monocular estimator's relative
+    /// output (`depths/<image stem>.png`, 16-bit) and its fit (`depth_params.json`), the files
+    /// `gs-pack convert --depths depths` reads.
+    #[arg(long)]
+    pub depths: bool,
 }
 
 impl SynthArgs {
@@ -156,6 +161,7 @@ impl SynthArgs {
             seed: 0,
             image_format: ImageFormat::Png,
             force: false,
+            depths: false,
         }
     }
 }
@@ -177,6 +183,8 @@ pub struct SynthReport {
     pub bytes_written: u64,
     /// The metadata and point files, in the order written.
     pub metadata_files: Vec<PathBuf>,
+    /// With `--depths`: the depth maps' folder and the `depth_params.json` written.
+    pub depth_files: Option<(PathBuf, PathBuf)>,
 }
 
 /// Why `synth` failed. Every variant names the path involved.
@@ -283,8 +291,23 @@ fn remove_if_exists(path: &Path) -> Result<(), SynthError> {
 }
 
 fn remove_previous_outputs(dir: &Path) -> Result<(), SynthError> {
-    for f in ["transforms.json", "points3d.ply"] {
+    for f in ["transforms.json", "points3d.ply", "depth_params.json"] {
         remove_if_exists(&dir.join(f))?;
+    }
+    remove_if_exists(&dir.join("sparse").join("0").join("depth_params.json"))?;
+    let depths = dir.join("depths");
+    if depths.is_dir() {
+        for e in fs::read_dir(&depths).map_err(io_err(&depths))? {
+            let e = e.map_err(io_err(&depths))?;
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let stem = name.strip_suffix(".png").unwrap_or("");
+            if (!stem.is_empty() && stem.bytes().all(|b| b.is_ascii_digit()))
+                || is_our_temp_name(&name)
+            {
+                remove_if_exists(&e.path())?;
+            }
+        }
     }
     // Leftover temporary files of an earlier, killed run.
     for e in fs::read_dir(dir).map_err(io_err(dir))? {
@@ -604,6 +627,18 @@ pub fn run(args: &SynthArgs, progress: &dyn Fn(u64, u64)) -> Result<SynthReport,
     for f in &metadata_files {
         bytes_written += file_len(f)?;
     }
+    let depth_files = if args.depths {
+        let params = match args.format {
+            SynthFormat::Colmap => args.output.join("sparse").join("0"),
+            SynthFormat::Nerf => args.output.clone(),
+        }
+        .join(crate::import::depth::DEPTH_PARAMS_FILE);
+        let dir = args.output.join("depths");
+        bytes_written += write_depths(&scene, &cameras, &dir, &params, args.image_format)?;
+        Some((dir, params))
+    } else {
+        None
+    };
     Ok(SynthReport {
         output: args.output.clone(),
         format: args.format,
@@ -616,7 +651,102 @@ pub fn run(args: &SynthArgs, progress: &dyn Fn(u64, u64)) -> Result<SynthReport,
         image_bytes,
         bytes_written,
         metadata_files,
+        depth_files,
     })
+}
+
+/// The per-view affine map of a true inverse-depth range `[lo, hi]` onto 0..=65535, as a
+/// monocular estimator's relative output: `raw = round((inv − lo) / (hi − lo) · 65535)`, and
+/// the 3DGS fit that maps it back, `raw / 65536 · scale + offset` with
+/// `scale = (hi − lo) · 65536 / 65535`, `offset = lo`. A constant view (`hi == lo`) stores 0
+/// everywhere with `scale` as if its range were `hi` (any positive scale recovers `lo`).
+pub fn depth_quantiser(lo: f64, hi: f64) -> (impl Fn(f64) -> u16, crate::shard::DepthScale) {
+    let range = hi - lo;
+    let quantise = move |inv: f64| {
+        if range > 0.0 {
+            ((inv - lo) / range * 65535.0 + 0.5).clamp(0.0, 65535.0) as u16
+        } else {
+            0
+        }
+    };
+    let span = if range > 0.0 {
+        range
+    } else if hi > 0.0 {
+        hi
+    } else {
+        1.0
+    };
+    let fit = crate::shard::DepthScale {
+        scale: (span * 65536.0 / 65535.0) as f32,
+        offset: lo as f32,
+    };
+    (quantise, fit)
+}
+
+/// Writes every view's inverse-depth map (`SynthScene::inverse_depth`, quantised per view by
+/// [`depth_quantiser`] over its own range, sky included as 0) as a 16-bit grey PNG
+/// `dir/<image stem>.png`, and their fits to `params` keyed by image stem (the name without
+/// its extension, as 3DGS keys them). Returns the bytes written.
+fn write_depths(
+    scene: &SynthScene,
+    cameras: &[Camera],
+    dir: &Path,
+    params: &Path,
+    format: ImageFormat,
+) -> Result<u64, SynthError> {
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let mut fits = serde_json::Map::new();
+    let mut bytes = 0u64;
+    for (i, c) in cameras.iter().enumerate() {
+        let inv = scene.inverse_depth(c);
+        let lo = inv.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = inv.iter().copied().fold(0.0, f64::max);
+        let (quantise, fit) = depth_quantiser(lo, hi);
+        // The PNG encoder takes 16-bit samples in native byte order.
+        let ne: Vec<u8> = inv
+            .iter()
+            .flat_map(|&v| quantise(v).to_ne_bytes())
+            .collect();
+        let name = image_name(i, format);
+        let stem = Path::new(&name)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or(name.clone());
+        let path = dir.join(format!("{stem}.png"));
+        let mut encode_err = None;
+        crate::fsutil::write_atomic_with(&path, &mut |w| {
+            image::codecs::png::PngEncoder::new(&mut *w)
+                .write_image(&ne, c.width, c.height, image::ExtendedColorType::L16)
+                .map_err(|e| {
+                    let io = std::io::Error::other(e.to_string());
+                    encode_err = Some(e);
+                    io
+                })
+        })
+        .map_err(|e| match encode_err.take() {
+            Some(source) => SynthError::Encode {
+                path: path.clone(),
+                view: i,
+                source,
+            },
+            None => io_err(&path)(e),
+        })?;
+        bytes += file_len(&path)?;
+        fits.insert(
+            stem,
+            serde_json::json!({"scale": fit.scale, "offset": fit.offset}),
+        );
+    }
+    let mut json = serde_json::to_vec_pretty(&fits).map_err(|source| SynthError::Json {
+        path: params.to_owned(),
+        source,
+    })?;
+    json.push(b'\n');
+    if let Some(parent) = params.parent() {
+        fs::create_dir_all(parent).map_err(io_err(parent))?;
+    }
+    crate::fsutil::write_atomic(params, &json).map_err(io_err(params))?;
+    Ok(bytes + json.len() as u64)
 }
 
 #[cfg(test)]
