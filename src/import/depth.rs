@@ -50,8 +50,9 @@ const MAX_FILE_BYTES: u64 = 512 << 20;
 #[derive(Clone, Debug)]
 pub struct DepthParams {
     pub path: PathBuf,
-    /// Each entry's fit; `None` where the fit is `NaN` or infinite (no usable fit).
-    entries: HashMap<String, Option<DepthScale>>,
+    /// Each entry's scale as written (`None`: not a finite number) and its fit (`None` where
+    /// the scale or the offset is `NaN` or infinite: no usable fit).
+    entries: HashMap<String, (Option<f64>, Option<DepthScale>)>,
     /// Median of the positive scales.
     pub median_scale: f64,
 }
@@ -121,12 +122,12 @@ impl DepthParams {
                 .filter(|d| d.scale.is_finite() && d.offset.is_finite()),
                 _ => None,
             };
-            entries.insert(key.clone(), fit);
+            entries.insert(key.clone(), (scale, fit));
         }
+        // Every positive scale counts, as in 3DGS, also one whose offset is unusable.
         let mut positive: Vec<f64> = entries
             .values()
-            .flatten()
-            .map(|d| d.scale as f64)
+            .filter_map(|(scale, _)| *scale)
             .filter(|&s| s > 0.0)
             .collect();
         if positive.is_empty() {
@@ -154,7 +155,7 @@ impl DepthParams {
 
     /// The fit of the image whose extension-less name is `key`; `None` when there is no entry.
     pub fn fit(&self, key: &str) -> Option<Fit> {
-        let fit = self.entries.get(key)?;
+        let (_, fit) = self.entries.get(key)?;
         Some(match fit {
             Some(d)
                 if d.scale as f64 >= 0.2 * self.median_scale
@@ -567,5 +568,271 @@ fn resize_area(src: &Plane, width: u32, height: u32) -> Plane {
         width,
         height,
         values,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataset::Distortion;
+    use crate::import::image::prepare_view_pixels;
+    use crate::scene::camera::{Camera, Intrinsics, Pose};
+    use image::ImageEncoder;
+
+    fn write(path: &Path, text: &str) -> PathBuf {
+        std::fs::write(path, text).unwrap();
+        path.to_owned()
+    }
+
+    #[test]
+    fn params_follow_3dgs_median_and_reliability() {
+        let dir = tempfile::tempdir().unwrap();
+        // -1 and NaN are not positive and do not count in the median.
+        let p = write(
+            &dir.path().join("depth_params.json"),
+            r#"{"a": {"scale": 0.5, "offset": 0.1}, "b": {"scale": 1, "offset": 0},
+                "c": {"scale": 2.0, "offset": -0.5}, "d": {"scale": 3, "offset": 0},
+                "e": {"scale": -1.0, "offset": 0}, "f": {"scale": NaN, "offset": 0.2},
+                "dir/g": {"scale": 0.2, "offset": 0}, "h": {"scale": 8.0, "offset": Infinity},
+                "k\"NaN": {"scale": 7.4, "offset": 0}}"#,
+        );
+        let params = DepthParams::read(&p).unwrap();
+        // Positive: 0.2 0.5 1 [2] 3 7.4 8 (h's scale counts though its offset is unusable).
+        assert_eq!(params.median_scale, 2.0);
+        let fit = |k: &str| params.fit(k);
+        assert_eq!(
+            fit("c"),
+            Some(Fit::Reliable(DepthScale {
+                scale: 2.0,
+                offset: -0.5
+            }))
+        );
+        assert_eq!(fit("a"), Some(Fit::Reliable(DepthScale { scale: 0.5, offset: 0.1 })));
+        assert_eq!(fit("e"), Some(Fit::Unreliable));
+        assert_eq!(fit("f"), Some(Fit::Unreliable));
+        assert_eq!(fit("dir/g"), Some(Fit::Unreliable)); // 0.2 < 0.2 × 2
+        assert_eq!(fit("h"), Some(Fit::Unreliable)); // offset not finite
+        assert_eq!(fit("k\"NaN"), Some(Fit::Reliable(DepthScale { scale: 7.4, offset: 0.0 })));
+        assert_eq!(fit("zzz"), None);
+
+        // numpy's median of an even count: the mean of the middle two.
+        let p = write(
+            &dir.path().join("even.json"),
+            r#"{"a": {"scale": 1, "offset": 0}, "b": {"scale": 2, "offset": 0}}"#,
+        );
+        assert_eq!(DepthParams::read(&p).unwrap().median_scale, 1.5);
+
+        // No positive scale, a non-numeric scale, a missing offset, not an object: errors
+        // naming the file and the entry.
+        for (text, want) in [
+            (r#"{"a": {"scale": 0, "offset": 1}}"#, "no entry has a positive scale"),
+            (r#"{"a": {"scale": "1.0", "offset": 1}}"#, "entry \"a\": \"scale\" is \"1.0\", not a number"),
+            (r#"{"a": {"scale": 1.0}}"#, "entry \"a\" has no \"offset\""),
+            (r#"[1, 2]"#, "expected a JSON object"),
+            (r#"{"a": "#, "not valid JSON"),
+        ] {
+            let p = write(&dir.path().join("bad.json"), text);
+            let e = DepthParams::read(&p).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains("bad.json"), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn names_lose_only_their_last_extension() {
+        assert_eq!(strip_extension("00001.jpg"), "00001");
+        assert_eq!(strip_extension("cam0/img.1.JPG"), "cam0/img.1");
+        assert_eq!(strip_extension("a.b/noext"), "a.b/noext");
+        assert_eq!(strip_extension(".hidden"), ".hidden");
+        assert_eq!(
+            python_json_to_json(r#"{"NaN": NaN, "x": -Infinity, "s": "a\"Infinity"}"#),
+            r#"{"NaN": null, "x": null, "s": "a\"Infinity"}"#
+        );
+    }
+
+    fn camera(width: u32, height: u32) -> Camera {
+        Camera {
+            width,
+            height,
+            intrinsics: Intrinsics {
+                fx: width as f64,
+                fy: width as f64,
+                cx: width as f64 / 2.0,
+                cy: height as f64 / 2.0,
+            },
+            world_to_camera: Pose::IDENTITY,
+        }
+    }
+
+    fn rgb_png(path: &Path, w: u32, h: u32) {
+        image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 10 + y) as u8, 0, 0]))
+            .save(path)
+            .unwrap();
+    }
+
+    fn depth_png(path: &Path, w: u32, h: u32, f: impl Fn(u32, u32) -> u16) {
+        let values: Vec<u8> = (0..h)
+            .flat_map(|y| (0..w).map(move |x| (x, y)))
+            .flat_map(|(x, y)| f(x, y).to_ne_bytes())
+            .collect();
+        let enc = image::codecs::png::PngEncoder::new(std::fs::File::create(path).unwrap());
+        enc.write_image(&values, w, h, image::ExtendedColorType::L16)
+            .unwrap();
+    }
+
+    fn view(dir: &Path, w: u32, h: u32, depth: &Path) -> ViewSource {
+        let image_path = dir.join("img.png");
+        rgb_png(&image_path, w, h);
+        ViewSource {
+            name: "img.png".into(),
+            image_path,
+            camera: camera(w, h),
+            distortion: Distortion::NONE,
+            split: None,
+            mask_path: None,
+            depth: Some(DepthSource {
+                path: depth.to_owned(),
+                scale: DepthScale {
+                    scale: 2.0,
+                    offset: 0.25,
+                },
+            }),
+        }
+    }
+
+    /// The plane of a prepared view, as u16.
+    fn plane(v: &ViewSource, resize: Resize) -> (u32, u32, Vec<u16>) {
+        let p = prepare_view_pixels(v, resize, false).unwrap();
+        assert!(p.layout.depth);
+        assert_eq!(p.depth, v.depth.as_ref().map(|d| d.scale));
+        let (w, h) = (p.camera.width, p.camera.height);
+        let planes = p.layout.planes(&p.pixels, w, h).unwrap();
+        let d = planes.depth.unwrap();
+        (
+            w,
+            h,
+            d.chunks_exact(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_map_of_the_image_size_is_stored_exactly_and_downscales_as_a_mean() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("d.png");
+        let f = |x: u32, y: u32| (x * 1000 + y * 7919 + 3) as u16;
+        depth_png(&d, 8, 6, f);
+        let v = view(dir.path(), 8, 6, &d);
+        let (w, h, got) = plane(&v, Resize::None);
+        assert_eq!((w, h), (8, 6));
+        let want: Vec<u16> = (0..6).flat_map(|y| (0..8).map(move |x| f(x, y))).collect();
+        assert_eq!(got, want);
+        // Downscaled by 2: the exact mean of each 2×2 block, rounded to nearest (values, not
+        // coverage or premultiplied colour).
+        let (w, h, got) = plane(&v, Resize::Downscale(2));
+        assert_eq!((w, h), (4, 3));
+        for y in 0..3 {
+            for x in 0..4 {
+                let mean = (f(2 * x, 2 * y) as f64
+                    + f(2 * x + 1, 2 * y) as f64
+                    + f(2 * x, 2 * y + 1) as f64
+                    + f(2 * x + 1, 2 * y + 1) as f64)
+                    / 4.0;
+                assert_eq!(got[(y * 4 + x) as usize], (mean + 0.5) as u16, "({x}, {y})");
+            }
+        }
+    }
+
+    #[test]
+    fn a_map_of_another_size_with_the_image_aspect_is_resampled_and_others_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        // Half size (Depth Anything's own resolution): bilinear up, so a linear ramp stays a
+        // ramp in the interior.
+        let small = dir.path().join("small.png");
+        depth_png(&small, 4, 3, |x, _| (x * 4000) as u16);
+        let v = view(dir.path(), 8, 6, &small);
+        let (_, _, got) = plane(&v, Resize::None);
+        // Output x centre (i + 0.5) / 2 in the map: value 4000·((i + 0.5)/2 − 0.5), clamped.
+        for i in 0..8u32 {
+            let u = ((i as f64 + 0.5) / 2.0 - 0.5).clamp(0.0, 3.0);
+            assert_eq!(got[i as usize], (4000.0 * u + 0.5) as u16, "x {i}");
+        }
+        // Double size: the 2×2 means.
+        let big = dir.path().join("big.png");
+        depth_png(&big, 16, 12, |x, y| (x * 100 + y) as u16);
+        let v = view(dir.path(), 8, 6, &big);
+        let (_, _, got) = plane(&v, Resize::None);
+        assert_eq!(got[0], 51); // mean of 0, 1, 100, 101 = 50.5 → 51
+        // Another aspect ratio: refused naming the map, the view and both sizes.
+        let wrong = dir.path().join("wrong.png");
+        depth_png(&wrong, 8, 8, |_, _| 1);
+        let v = view(dir.path(), 8, 6, &wrong);
+        let e = prepare_view_pixels(&v, Resize::None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("wrong.png") && e.contains("'img.png'") && e.contains("8x8") && e.contains("8x6"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn eight_bit_grey_and_16_bit_colour_maps_are_read_as_3dgs_reads_them() {
+        let dir = tempfile::tempdir().unwrap();
+        // 8-bit: the value as it is (3DGS divides by 2^16 whatever the bit depth).
+        let grey = dir.path().join("grey.png");
+        image::GrayImage::from_fn(4, 2, |x, _| image::Luma([200 + x as u8]))
+            .save(&grey)
+            .unwrap();
+        let (_, _, got) = plane(&view(dir.path(), 4, 2, &grey), Resize::None);
+        assert_eq!(&got[..4], &[200, 201, 202, 203]);
+        // 16-bit RGB: OpenCV's channel 0 of BGR, the blue channel.
+        let rgb = dir.path().join("rgb.png");
+        let img = image::ImageBuffer::<image::Rgb<u16>, Vec<u16>>::from_fn(4, 2, |x, y| {
+            image::Rgb([1, 2, 40000 + x as u16 + 10 * y as u16])
+        });
+        image::DynamicImage::ImageRgb16(img).save(&rgb).unwrap();
+        let (_, _, got) = plane(&view(dir.path(), 4, 2, &rgb), Resize::None);
+        assert_eq!(got, [40000, 40001, 40002, 40003, 40010, 40011, 40012, 40013]);
+        // A corrupt file: an error naming it and the view.
+        let bad = dir.path().join("bad.png");
+        let mut bytes = std::fs::read(&rgb).unwrap();
+        bytes.truncate(bytes.len() / 2);
+        std::fs::write(&bad, bytes).unwrap();
+        let e = prepare_view_pixels(&view(dir.path(), 4, 2, &bad), Resize::None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bad.png") && e.contains("depth map of view 'img.png'"), "{e}");
+    }
+
+    #[test]
+    fn a_map_in_stored_order_follows_the_image_orientation() {
+        let dir = tempfile::tempdir().unwrap();
+        // A 3×2 stored map and a camera of the upright 2×3 size of an image tagged "rotate
+        // 90° clockwise" (EXIF 6): the map is rotated like the image.
+        let d = dir.path().join("d.png");
+        depth_png(&d, 3, 2, |x, y| (10 * x + y) as u16);
+        let stored = Plane {
+            width: 3,
+            height: 2,
+            values: (0..2).flat_map(|y| (0..3).map(move |x| (10 * x + y) as f32)).collect(),
+        };
+        let rotated = orient(stored.clone(), Orientation::Rotate90);
+        assert_eq!((rotated.width, rotated.height), (2, 3));
+        // The image crate's rotation of the same pixels.
+        let mut img = image::DynamicImage::ImageLuma16(
+            image::ImageBuffer::from_fn(3, 2, |x, y| image::Luma([(10 * x + y) as u16])),
+        );
+        img.apply_orientation(Orientation::Rotate90);
+        let want: Vec<f32> = img.to_luma16().pixels().map(|p| p.0[0] as f32).collect();
+        assert_eq!(rotated.values, want);
+        for o in [Orientation::Rotate90FlipH, Orientation::Rotate270FlipH, Orientation::FlipVertical] {
+            let mut img = image::DynamicImage::ImageLuma16(
+                image::ImageBuffer::from_fn(3, 2, |x, y| image::Luma([(10 * x + y) as u16])),
+            );
+            img.apply_orientation(o);
+            let want: Vec<f32> = img.to_luma16().pixels().map(|p| p.0[0] as f32).collect();
+            assert_eq!(orient(stored.clone(), o).values, want, "{o:?}");
+        }
     }
 }
