@@ -607,12 +607,24 @@ mod tests {
                 offset: -0.5
             }))
         );
-        assert_eq!(fit("a"), Some(Fit::Reliable(DepthScale { scale: 0.5, offset: 0.1 })));
+        assert_eq!(
+            fit("a"),
+            Some(Fit::Reliable(DepthScale {
+                scale: 0.5,
+                offset: 0.1
+            }))
+        );
         assert_eq!(fit("e"), Some(Fit::Unreliable));
         assert_eq!(fit("f"), Some(Fit::Unreliable));
         assert_eq!(fit("dir/g"), Some(Fit::Unreliable)); // 0.2 < 0.2 × 2
         assert_eq!(fit("h"), Some(Fit::Unreliable)); // offset not finite
-        assert_eq!(fit("k\"NaN"), Some(Fit::Reliable(DepthScale { scale: 7.4, offset: 0.0 })));
+        assert_eq!(
+            fit("k\"NaN"),
+            Some(Fit::Reliable(DepthScale {
+                scale: 7.4,
+                offset: 0.0
+            }))
+        );
         assert_eq!(fit("zzz"), None);
 
         // numpy's median of an even count: the mean of the middle two.
@@ -625,8 +637,14 @@ mod tests {
         // No positive scale, a non-numeric scale, a missing offset, not an object: errors
         // naming the file and the entry.
         for (text, want) in [
-            (r#"{"a": {"scale": 0, "offset": 1}}"#, "no entry has a positive scale"),
-            (r#"{"a": {"scale": "1.0", "offset": 1}}"#, "entry \"a\": \"scale\" is \"1.0\", not a number"),
+            (
+                r#"{"a": {"scale": 0, "offset": 1}}"#,
+                "no entry has a positive scale",
+            ),
+            (
+                r#"{"a": {"scale": "1.0", "offset": 1}}"#,
+                "entry \"a\": \"scale\" is \"1.0\", not a number",
+            ),
             (r#"{"a": {"scale": 1.0}}"#, "entry \"a\" has no \"offset\""),
             (r#"[1, 2]"#, "expected a JSON object"),
             (r#"{"a": "#, "not valid JSON"),
@@ -763,7 +781,7 @@ mod tests {
         let v = view(dir.path(), 8, 6, &big);
         let (_, _, got) = plane(&v, Resize::None);
         assert_eq!(got[0], 51); // mean of 0, 1, 100, 101 = 50.5 → 51
-        // Another aspect ratio: refused naming the map, the view and both sizes.
+                                // Another aspect ratio: refused naming the map, the view and both sizes.
         let wrong = dir.path().join("wrong.png");
         depth_png(&wrong, 8, 8, |_, _| 1);
         let v = view(dir.path(), 8, 6, &wrong);
@@ -771,7 +789,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("wrong.png") && e.contains("'img.png'") && e.contains("8x8") && e.contains("8x6"),
+            e.contains("wrong.png")
+                && e.contains("'img.png'")
+                && e.contains("8x8")
+                && e.contains("8x6"),
             "{e}"
         );
     }
@@ -793,7 +814,10 @@ mod tests {
         });
         image::DynamicImage::ImageRgb16(img).save(&rgb).unwrap();
         let (_, _, got) = plane(&view(dir.path(), 4, 2, &rgb), Resize::None);
-        assert_eq!(got, [40000, 40001, 40002, 40003, 40010, 40011, 40012, 40013]);
+        assert_eq!(
+            got,
+            [40000, 40001, 40002, 40003, 40010, 40011, 40012, 40013]
+        );
         // A corrupt file: an error naming it and the view.
         let bad = dir.path().join("bad.png");
         let mut bytes = std::fs::read(&rgb).unwrap();
@@ -802,7 +826,10 @@ mod tests {
         let e = prepare_view_pixels(&view(dir.path(), 4, 2, &bad), Resize::None, false)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("bad.png") && e.contains("depth map of view 'img.png'"), "{e}");
+        assert!(
+            e.contains("bad.png") && e.contains("depth map of view 'img.png'"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -815,21 +842,29 @@ mod tests {
         let stored = Plane {
             width: 3,
             height: 2,
-            values: (0..2).flat_map(|y| (0..3).map(move |x| (10 * x + y) as f32)).collect(),
+            values: (0..2)
+                .flat_map(|y| (0..3).map(move |x| (10 * x + y) as f32))
+                .collect(),
         };
         let rotated = orient(stored.clone(), Orientation::Rotate90);
         assert_eq!((rotated.width, rotated.height), (2, 3));
         // The image crate's rotation of the same pixels.
-        let mut img = image::DynamicImage::ImageLuma16(
-            image::ImageBuffer::from_fn(3, 2, |x, y| image::Luma([(10 * x + y) as u16])),
-        );
+        let mut img =
+            image::DynamicImage::ImageLuma16(image::ImageBuffer::from_fn(3, 2, |x, y| {
+                image::Luma([(10 * x + y) as u16])
+            }));
         img.apply_orientation(Orientation::Rotate90);
         let want: Vec<f32> = img.to_luma16().pixels().map(|p| p.0[0] as f32).collect();
         assert_eq!(rotated.values, want);
-        for o in [Orientation::Rotate90FlipH, Orientation::Rotate270FlipH, Orientation::FlipVertical] {
-            let mut img = image::DynamicImage::ImageLuma16(
-                image::ImageBuffer::from_fn(3, 2, |x, y| image::Luma([(10 * x + y) as u16])),
-            );
+        for o in [
+            Orientation::Rotate90FlipH,
+            Orientation::Rotate270FlipH,
+            Orientation::FlipVertical,
+        ] {
+            let mut img =
+                image::DynamicImage::ImageLuma16(image::ImageBuffer::from_fn(3, 2, |x, y| {
+                    image::Luma([(10 * x + y) as u16])
+                }));
             img.apply_orientation(o);
             let want: Vec<f32> = img.to_luma16().pixels().map(|p| p.0[0] as f32).collect();
             assert_eq!(orient(stored.clone(), o).values, want, "{o:?}");

@@ -16,6 +16,15 @@
 //!   `--points > 0` — `DIR/points3d.ply` (binary little-endian, `float x y z`, `uchar red green
 //!   blue`), also named by the top-level key `ply_file_path` (the nerfstudio spelling), which
 //!   the NeRF importer reads as the SfM points.
+//! - `--depths`: `DIR/depths/00000.png` … (the image's stem), 16-bit grey: each view's exact
+//!   inverse depth ([`SynthScene::inverse_depth`]: `1/z` of the first surface along the pixel's
+//!   centre ray, camera-space `z`; 0 for sky) mapped affinely onto 0..=65535 over that view's
+//!   own range, as a monocular estimator's relative output is, and the fits that map it back
+//!   (`value / 65536 · scale + offset`, [`depth_quantiser`]) in 3DGS's `depth_params.json`,
+//!   keyed by the image stem: `DIR/sparse/0/depth_params.json` (COLMAP) or
+//!   `DIR/depth_params.json` beside `transforms.json` (NeRF). So `gs-pack convert DIR
+//!   --depths depths` packs every view's true inverse depth to within half a 16-bit step of
+//!   its range.
 //!
 //! # Invariants
 //! - Deterministic: the same arguments give byte-identical files (rendering is a pure function
@@ -31,7 +40,7 @@
 //!   synth run would have written (images named like ours, `sparse/0/*`, `transforms.json`,
 //!   `points3d.ply`) are removed first, so a COLMAP run followed by a NeRF run into the same
 //!   directory does not leave a stale `sparse/` that format detection would pick up. Other
-//!   files are left alone.
+//!   files are left alone. `depth_params.json` and `depths/<digits>.png` count as ours.
 
 //!
 //! # Measured throughput
@@ -885,6 +894,105 @@ mod tests {
         assert!(!snapshot(&out)
             .iter()
             .any(|(p, _)| p.to_string_lossy().contains(".tmp")));
+    }
+
+    /// `synth --depths` then `convert --depths depths`: every packed target is the scene's
+    /// true inverse depth at the pixel's centre ray, evaluated here independently (the hit
+    /// point through `Pose::transform`, checked to project back onto the pixel), within half
+    /// a quantisation step of the view's range (`scale / 65536 / 2`) plus a few f32 ulps of
+    /// the target (`DepthScale::target` runs in f32). Downscaled by 2, a packed value is the
+    /// mean of four stored ones, each within half a step, rounded once more: within a step
+    /// of the mean of the four truths.
+    #[test]
+    fn depth_maps_pack_to_the_scene_inverse_depth() {
+        use crate::pack::{convert, ConvertOptions};
+        use crate::shard::reader::Pack;
+        let tmp = tempfile::tempdir().unwrap();
+        for (format, downscale) in [
+            (SynthFormat::Colmap, 1u32),
+            (SynthFormat::Nerf, 1),
+            (SynthFormat::Colmap, 2),
+        ] {
+            let out = tmp.path().join(format!("{format:?}-{downscale}"));
+            let args = SynthArgs {
+                depths: true,
+                points: 50,
+                ..tiny(&out, format)
+            };
+            let report = run(&args, &|_, _| {}).unwrap();
+            let (dir, params) = report.depth_files.clone().unwrap();
+            assert_eq!(dir, out.join("depths"));
+            assert!(params.is_file() && dir.join("00005.png").is_file());
+            let pack_dir = tmp.path().join(format!("{format:?}-{downscale}.pack"));
+            let opts = ConvertOptions {
+                resize: Some(crate::import::image::Resize::Downscale(downscale)),
+                depths: Some(PathBuf::from("depths")),
+                test_every: 0,
+                workers: 1,
+                ..Default::default()
+            };
+            let warnings = std::sync::Mutex::new(Vec::new());
+            convert(&out, &pack_dir, &opts, &|e| {
+                if let crate::pack::Event::Warning(w) = e {
+                    warnings.lock().unwrap().push(w.to_owned());
+                }
+            })
+            .unwrap();
+            let warnings = warnings.into_inner().unwrap();
+            assert!(
+                !warnings.iter().any(|w| w.contains("unreliable")),
+                "{warnings:?}"
+            );
+            let pack = Pack::open(&pack_dir).unwrap();
+            let m = pack.manifest();
+            assert_eq!(m.views.len(), 6);
+            let scene = SynthScene::new(args.seed);
+            for (i, v) in m.views.iter().enumerate() {
+                let d = v.depth.expect("every synth view has a depth plane");
+                let mut bytes = vec![0u8; v.decoded_len()];
+                pack.read_view_into(i, &mut bytes).unwrap();
+                let planes = v.layout().planes(&bytes, v.width(), v.height()).unwrap();
+                let mut targets = Vec::new();
+                d.targets_into(planes.depth.unwrap(), &mut targets);
+                let full = scene.camera(i, 6, 40, 30);
+                let truth = |x: u32, y: u32| -> f64 {
+                    let (o, dir) = scene::pixel_ray(&full, x as f64 + 0.5, y as f64 + 0.5);
+                    match scene.trace(o, dir) {
+                        None => 0.0,
+                        Some(hit) => {
+                            let p = full.project(hit.point).unwrap();
+                            assert!((p[0] - x as f64 - 0.5).abs() < 1e-6);
+                            assert!((p[1] - y as f64 - 0.5).abs() < 1e-6);
+                            1.0 / full.world_to_camera.transform(hit.point)[2]
+                        }
+                    }
+                };
+                let step = d.scale as f64 / 65536.0;
+                let n = downscale;
+                let mut sky = 0;
+                for y in 0..v.height() {
+                    for x in 0..v.width() {
+                        let mut want = 0.0;
+                        for (a, b) in (0..n).flat_map(|a| (0..n).map(move |b| (a, b))) {
+                            want += truth(n * x + a, n * y + b) / (n * n) as f64;
+                        }
+                        sky += usize::from(want == 0.0);
+                        let got = targets[(y * v.width() + x) as usize] as f64;
+                        let tol = if n == 1 { 0.5 } else { 1.0 } * step * 1.001
+                            + 4.0 * f32::EPSILON as f64 * want.abs();
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{format:?} /{n} view {i} ({x}, {y}): {got} vs {want} (step {step})"
+                        );
+                    }
+                }
+                // The views see the ground, the objects and the sky.
+                assert!(
+                    sky > 0 && sky < (v.width() * v.height()) as usize,
+                    "view {i}"
+                );
+            }
+        }
     }
 
     #[test]
