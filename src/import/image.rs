@@ -990,7 +990,8 @@ pub fn prepare_view_pixels(
             return Err(ImportError::invalid(
                 &depth.path,
                 format!(
-                    "view '{}': the depth plane came out {w}x{h} but the image {}x{}; this is a                      bug in ramsplat, please report it",
+                    "view '{}': the depth plane came out {w}x{h} but the image {}x{}; this is a \
+                     bug in ramsplat, please report it",
                     view.name, camera.width, camera.height
                 ),
             ));

@@ -259,7 +259,8 @@ pub fn open(
         return Err(ImportError::invalid(
             path,
             format!(
-                "--depths {} chooses the depth maps of a COLMAP or NeRF dataset's images, but                  this is a PLY point cloud, which has no images; drop --depths",
+                "--depths {} chooses the depth maps of a COLMAP or NeRF dataset's images, but \
+                 this is a PLY point cloud, which has no images; drop --depths",
                 dir.display()
             ),
         ));

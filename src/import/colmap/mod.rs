@@ -765,7 +765,9 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
                 return Err(ImportError::invalid(
                     &params_path,
                     format!(
-                        "no such file: --depths needs the per-image fits of the depth maps to the                          SfM points, as 3DGS does; make it with 3DGS's `python                          utils/make_depth_scale.py --base_dir {} --depths_dir {}`",
+                        "no such file: --depths needs the per-image fits of the depth maps to the \
+                         SfM points, as 3DGS does; make it with 3DGS's `python \
+                         utils/make_depth_scale.py --base_dir {} --depths_dir {}`",
                         layout.root.display(),
                         dir.display()
                     ),
@@ -868,7 +870,9 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
                         return Err(ImportError::invalid(
                             &params.path,
                             format!(
-                                "{what} has no entry {key:?} (its depth map is {}); every                                  registered image needs one: regenerate the file with 3DGS's                                  utils/make_depth_scale.py",
+                                "{what} has no entry {key:?} (its depth map is {}); every \
+                                 registered image needs one: regenerate the file with 3DGS's \
+                                 utils/make_depth_scale.py",
                                 path.display()
                             ),
                         ))
