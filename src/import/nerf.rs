@@ -1262,6 +1262,103 @@ mod tests {
         assert!((cb[2] - 4.0).abs() < 1e-12);
     }
 
+    /// `--depths`: maps by file stem; without depth_params.json the identity fit; with it each
+    /// map needs its entry, and a frame with neither is imported without depth (what `gs-pack
+    /// export` writes for a view packed without one); an entry without its map, or a map
+    /// without its entry, is an error naming the frame and the file.
+    #[test]
+    fn depth_maps_are_found_by_stem_with_optional_params() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in ["a", "b", "c"] {
+            write_png(&dir.path().join(format!("images/{n}.png")), 8, 6);
+        }
+        std::fs::create_dir_all(dir.path().join("d")).unwrap();
+        for n in ["a", "b"] {
+            image::GrayImage::from_pixel(8, 6, image::Luma([9]))
+                .save(dir.path().join(format!("d/{n}.png")))
+                .unwrap();
+        }
+        write_json(
+            dir.path(),
+            "transforms.json",
+            &json!({
+                "fl_x": 10.0, "w": 8, "h": 6,
+                "frames": (["a", "b", "c"].iter().enumerate().map(|(i, n)| json!({
+                    "file_path": format!("images/{n}.png"),
+                    "transform_matrix": c2w(0.1 * i as f64, [0.0, 0.0, 4.0]),
+                })).collect::<Vec<_>>())
+            }),
+        );
+        let import = || {
+            import(
+                dir.path(),
+                &ImportOptions {
+                    depths: Some(PathBuf::from("d")),
+                    ..Default::default()
+                },
+            )
+        };
+        // No params: every frame needs its map; c has none.
+        let e = import().unwrap_err().to_string();
+        assert!(
+            e.contains("d/c.png") && e.contains("view 'images/c.png' has no depth map"),
+            "{e}"
+        );
+        image::GrayImage::from_pixel(8, 6, image::Luma([9]))
+            .save(dir.path().join("d/c.png"))
+            .unwrap();
+        let scene = import().unwrap();
+        assert!(scene
+            .views
+            .iter()
+            .all(|v| v.depth.as_ref().map(|d| d.scale) == Some(DepthScale::IDENTITY)));
+        assert_eq!(
+            scene.views[1].depth.as_ref().unwrap().path,
+            dir.path().join("d").join("b.png")
+        );
+        // With params: c has neither entry nor (after removal) map → no depth.
+        std::fs::remove_file(dir.path().join("d/c.png")).unwrap();
+        std::fs::write(
+            dir.path().join("depth_params.json"),
+            r#"{"a": {"scale": 2.0, "offset": 0.5}, "b": {"scale": 1.0, "offset": 0}}"#,
+        )
+        .unwrap();
+        let scene = import().unwrap();
+        let scales: Vec<_> = scene
+            .views
+            .iter()
+            .map(|v| v.depth.as_ref().map(|d| d.scale))
+            .collect();
+        assert_eq!(
+            scales,
+            [
+                Some(DepthScale {
+                    scale: 2.0,
+                    offset: 0.5
+                }),
+                Some(DepthScale::IDENTITY),
+                None
+            ]
+        );
+        // A map without its entry.
+        image::GrayImage::from_pixel(8, 6, image::Luma([9]))
+            .save(dir.path().join("d/c.png"))
+            .unwrap();
+        let e = import().unwrap_err().to_string();
+        assert!(
+            e.contains("depth_params.json") && e.contains("'images/c.png' has the depth map"),
+            "{e}"
+        );
+        // An entry without its map.
+        std::fs::remove_file(dir.path().join("d/c.png")).unwrap();
+        std::fs::remove_file(dir.path().join("d/b.png")).unwrap();
+        let e = import().unwrap_err().to_string();
+        assert!(
+            e.contains("d/b.png") && e.contains("'images/b.png' has no depth map"),
+            "{e}"
+        );
+    }
+
     /// nerfstudio's per-frame `mask_path`, relative to the transforms file like `file_path`:
     /// kept on the view; a missing or non-string one is an error naming the frame.
     #[test]
