@@ -83,7 +83,7 @@ fn write_pack(dir: &Path, with_points: bool) -> PathBuf {
             }));
         }
         // Scales within 0.2–5× of their median, so none is unreliable on re-import.
-        let depth = layout.depth.then(|| DepthScale {
+        let depth = layout.depth.then_some(DepthScale {
             scale: 1.0 + 0.3 * i as f32,
             offset: 0.1 * i as f32 - 0.3,
         });

@@ -59,6 +59,12 @@
 //! downscaling as the image, as coverage; a packed pixel is used only when everything it
 //! covers was used. The packed mask is 0 or 255 per pixel, after the colour bytes
 //! ([`crate::shard::VIEW_FLAG_MASK`]); a mask that excludes nothing is dropped.
+//!
+//! # Inverse-depth maps
+//! A view whose [`ViewSource::depth`] is set gets an inverse-depth plane after the mask
+//! ([`crate::shard::VIEW_FLAG_DEPTH`]), placed with the same orientation rule and the same
+//! geometry (undistortion window, downscale) but resampling values linearly; see
+//! `crate::import::depth`, which owns it.
 
 use std::path::Path;
 

@@ -17,7 +17,10 @@
 //!   where the lens leaves it empty (`image::covered_rect`); a fisheye's periphery does not
 //!   fit in it. [`open`] adds a warning per camera whose pinhole image keeps less than the
 //!   photo shows, saying how much is kept;
-//! - views are in a stable order (sorted by image name), so packs are reproducible.
+//! - views are in a stable order (sorted by image name), so packs are reproducible;
+//! - a view has a [`ViewSource::depth`] only under [`ImportOptions::depths`], with an existing
+//!   map and a reliable fit ([`depth`]); a view whose fit is unreliable has none, and a
+//!   warning counts such views.
 
 pub mod colmap;
 pub mod depth;
