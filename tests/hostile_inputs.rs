@@ -20,6 +20,15 @@
 //! | PLY vertex with an all-zero quaternion, `gs-render` | 1 | `…/m.ply: vertex 3: rotation rot_0..rot_3 is all zeros …` |
 //! | PLY vertex with log-scales 20 (σ ≈ 5e8), `gs-render` | 0 | drawn over the whole image as float64 draws it (no longer culled in f32) |
 //! | PLY vertex with log-scales 60, `gs-render` | 0 | `gs-render: warning: 1 Gaussian(s) of …/m.ply have a log-scale above 30 (… the first is vertex 2); a view where one's projected covariance overflows single precision skips it …` |
+//! | `convert --depths`: a depth map missing | 1 | `…/depths/00002.png: view '00002.png' has no depth map (--depths expects one per image, …); run Depth Anything V2 on every image, or drop --depths` |
+//! | `convert --depths`: COLMAP without `sparse/0/depth_params.json` | 1 | `…/sparse/0/depth_params.json: no such file: … make it with 3DGS's \`python utils/make_depth_scale.py --base_dir WS --depths_dir DIR\`` |
+//! | `convert --depths`: an image without an entry | 1 | `…/depth_params.json: image 4 (00003.png) has no entry "00003" (its depth map is …); every registered image needs one: …` |
+//! | `convert --depths`: a non-numeric scale | 1 | `…/depth_params.json: entry "00001": "scale" is "0.5", not a number; regenerate …` |
+//! | `convert --depths`: a map of another aspect ratio | 1 | `…/depths/00001.png: the depth map of view '00001.png' is 32x32 but its image … is 48x32; …` |
+//! | `convert --depths`: a truncated map | 1 | `…/depths/00004.png: cannot decode the depth map of view '00004.png' (…); …` |
+//! | `convert --depths`: a 16-bit RGB map of half size | 0 | packed: the blue channel (OpenCV's channel 0), resampled to the image |
+//! | `convert --depths`: a scale 100× the median | 0 | `warning: 1 of 6 views' depth fits in … are unreliable (…): packed without depth, as 3DGS trains them without the depth loss` |
+//! | `convert` of frames with nerfstudio's `depth_file_path` | 0 | `warning: 6 frames have nerfstudio's "depth_file_path" (metric depth in millimetres); it is not used: --depths DIR takes …` |
 //!
 //! Cases covered elsewhere: `--force` safety, concurrent converts, a destination created
 //! mid-run, killed converts, a corrupt PNG and `--test-every 1` (tests/cli.rs); training
