@@ -516,6 +516,15 @@ fn run_synth(args: &ramsplat::synth::SynthArgs) -> anyhow::Result<()> {
         report.points,
         format_size(report.bytes_written)
     );
+    if let Some((dir, params)) = &report.depth_files {
+        eprintln!(
+            "depth maps in {} and their fits in {}: pack them with `gs-pack convert {} --depths \
+             depths`",
+            dir.display(),
+            params.display(),
+            report.output.display()
+        );
+    }
     Ok(())
 }
 
