@@ -832,6 +832,50 @@ mod tests {
         );
     }
 
+    /// Through a distorted lens (pincushion: the undistorted image is cropped) and a
+    /// downscale, the plane keeps the colour's geometry: a map whose values are 256 × the
+    /// image's red channel comes out as 256 × the packed red channel, within the colour's
+    /// u8 rounding (±0.5 · 256; downscaled, the colour is rounded after undistortion and again
+    /// after the mean: ±1 · 256) and the plane's own (±0.5).
+    #[test]
+    fn a_distorted_view_places_its_map_with_the_colour_geometry() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, h) = (40u32, 30u32);
+        let red = |x: u32, y: u32| ((x * 5 + y * 3) % 256) as u8;
+        let d = dir.path().join("d.png");
+        depth_png(&d, w, h, |x, y| red(x, y) as u16 * 256);
+        let mut v = view(dir.path(), w, h, &d);
+        // Replaces the helper's image.
+        image::RgbImage::from_fn(w, h, |x, y| image::Rgb([red(x, y), 0, 0]))
+            .save(&v.image_path)
+            .unwrap();
+        v.camera.intrinsics = Intrinsics {
+            fx: 30.0,
+            fy: 30.0,
+            cx: 20.3,
+            cy: 14.8,
+        };
+        v.distortion = Distortion::RadialTangential {
+            k: [0.2, 0.05, 0.0, 0.0, 0.0, 0.0],
+            p: [0.001, -0.002],
+        };
+        for (resize, tol) in [(Resize::None, 128.5), (Resize::Downscale(2), 256.5)] {
+            let p = prepare_view_pixels(&v, resize, false).unwrap();
+            let (pw, ph) = (p.camera.width, p.camera.height);
+            assert!(pw < w, "the lens crops the image");
+            let planes = p.layout.planes(&p.pixels, pw, ph).unwrap();
+            let depth = planes.depth.unwrap();
+            for (k, px) in planes.pixels.chunks_exact(3).enumerate() {
+                let got = u16::from_le_bytes([depth[2 * k], depth[2 * k + 1]]) as f64;
+                let want = px[0] as f64 * 256.0;
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{resize:?} pixel {k}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_map_in_stored_order_follows_the_image_orientation() {
         let dir = tempfile::tempdir().unwrap();
