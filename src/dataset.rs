@@ -167,6 +167,18 @@ pub struct ViewSource {
     /// The view's loss mask (0 = exclude the pixel from the training loss), when the dataset
     /// has one (COLMAP `masks/`, NeRF `mask_path`); see `crate::import::image::prepare_mask`.
     pub mask_path: Option<PathBuf>,
+    /// The view's monocular inverse-depth map and the fit that maps its values to the
+    /// training target (`gs-pack convert --depths`); see `crate::import::depth`.
+    pub depth: Option<DepthSource>,
+}
+
+/// Where a view's inverse-depth map is and how its values become the training target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DepthSource {
+    /// An 8- or 16-bit PNG (grey, or colour whose blue channel is read, as 3DGS's OpenCV
+    /// loader reads channel 0 of BGR); value `v` means `v / 65536`.
+    pub path: PathBuf,
+    pub scale: crate::shard::DepthScale,
 }
 
 /// A chunk of streamed points. All present vectors have the same length.

@@ -25,7 +25,7 @@ use crate::dataset::Split;
 use crate::import::image::{prepare_view_pixels, Resize};
 use crate::import::{self, ImportError, ImportOptions};
 use crate::shard::writer::{
-    encode_view_pixels, CloudError, EncodedView, PackWriter, WriteError, WriterOptions,
+    encode_view_depth, CloudError, EncodedView, PackWriter, WriteError, WriterOptions,
 };
 use crate::shard::{Codec, Manifest, SourceInfo};
 
@@ -52,6 +52,8 @@ pub struct ConvertOptions {
     pub workers: usize,
     /// The images folder, possibly a resized copy (see [`ImportOptions::images`]).
     pub images: Option<PathBuf>,
+    /// The monocular inverse-depth maps' folder (see [`ImportOptions::depths`]).
+    pub depths: Option<PathBuf>,
 }
 
 impl Default for ConvertOptions {
@@ -67,6 +69,7 @@ impl Default for ConvertOptions {
             lenient: false,
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             images: None,
+            depths: None,
         }
     }
 }
@@ -204,12 +207,16 @@ pub fn convert(
         strict: opts.strict,
         metadata_only: false,
         images: opts.images.clone(),
+        depths: opts.depths.clone(),
     };
     let mut scene = import::open(input, opts.format, &import_opts)?;
     check_no_overlap(input, output)?;
     if let Some(images) = &opts.images {
         // An images folder outside the workspace is source data too.
         check_no_overlap(&scene.root.join(images), output)?;
+    }
+    if let Some(depths) = &opts.depths {
+        check_no_overlap(&scene.root.join(depths), output)?;
     }
     on_event(Event::Imported {
         views: scene.views.len(),
@@ -316,12 +323,13 @@ pub fn convert(
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     let p = prepare_view_pixels(v, resize, opts.lenient)?;
                     let warning = p.warning;
-                    let encoded = encode_view_pixels(
+                    let encoded = encode_view_depth(
                         &v.name,
                         &p.camera,
                         splits[i],
                         &p.pixels,
                         p.layout,
+                        p.depth,
                         writer_opts.codec,
                         writer_opts.zstd_level,
                     )?;

@@ -1,5 +1,6 @@
 //! `gs-pack export` end to end: a pack exported as a nerfstudio folder and converted back is
-//! the same data (pixels byte for byte in every layout, cameras, split, points), the random
+//! the same data (pixels, masks and inverse-depth planes byte for byte in every layout, depth
+//! scales, cameras, split, points), the random
 //! initial points are exactly gs-train's, and refusals leave nothing behind.
 
 use std::path::{Path, PathBuf};
@@ -8,8 +9,8 @@ use std::process::{Command, Output};
 use ramsplat::dataset::{MemPoints, PointChunk, Split};
 use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
 use ramsplat::shard::reader::Pack;
-use ramsplat::shard::writer::{encode_view_pixels, PackWriter, WriterOptions};
-use ramsplat::shard::{Codec, PixelLayout, SourceInfo};
+use ramsplat::shard::writer::{encode_view_depth, PackWriter, WriterOptions};
+use ramsplat::shard::{Codec, DepthScale, PixelLayout, SourceInfo};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gs-pack");
 
@@ -44,8 +45,9 @@ const NAMES: [&str; 8] = [
     "z.png",
 ];
 
-/// Eight views (every pixel layout twice, odd sizes, rotated cameras with off-centre principal
-/// points, three test views) and a 500-point SfM cloud.
+/// Eight views (every colour/mask layout twice, four of them with an inverse-depth plane: every
+/// layout with depth once; odd sizes, rotated cameras with off-centre principal points, three
+/// test views) and a 500-point SfM cloud.
 fn write_pack(dir: &Path, with_points: bool) -> PathBuf {
     let path = dir.join("src.pack");
     let mut w = PackWriter::create(&path, &WriterOptions::default()).unwrap();
@@ -54,7 +56,7 @@ fn write_pack(dir: &Path, with_points: bool) -> PathBuf {
         let layout = PixelLayout {
             alpha: i % 2 == 1,
             mask: (i / 2) % 2 == 1,
-            depth: false,
+            depth: (3..=6).contains(&i),
         };
         let n = (width * height) as usize;
         let mut bytes: Vec<u8> = (0..layout.pixel_bytes(width, height))
@@ -69,6 +71,22 @@ fn write_pack(dir: &Path, with_points: bool) -> PathBuf {
         if layout.mask {
             bytes.extend((0..n).map(|k| if k % 4 == 0 { 0 } else { 255 }));
         }
+        if layout.depth {
+            // 0, 65535 and values whose two bytes differ.
+            bytes.extend((0..n).flat_map(|k| {
+                let v = match k {
+                    0 => 0,
+                    1 => u16::MAX,
+                    _ => (k * 2593 + i * 977) as u16,
+                };
+                v.to_le_bytes()
+            }));
+        }
+        // Scales within 0.2–5× of their median, so none is unreliable on re-import.
+        let depth = layout.depth.then_some(DepthScale {
+            scale: 1.0 + 0.3 * i as f32,
+            offset: 0.1 * i as f32 - 0.3,
+        });
         let a = i as f64 * 0.7;
         let pose = Pose::from_quaternion_wxyz(
             [a.cos(), 0.3 * a.sin(), 0.2, -0.1 * i as f64],
@@ -92,7 +110,7 @@ fn write_pack(dir: &Path, with_points: bool) -> PathBuf {
             Split::Train
         };
         w.add_encoded_view(
-            encode_view_pixels(name, &camera, split, &bytes, layout, Codec::Zstd, 3).unwrap(),
+            encode_view_depth(name, &camera, split, &bytes, layout, depth, Codec::Zstd, 3).unwrap(),
         )
         .unwrap();
     }
@@ -157,7 +175,9 @@ fn a_pack_round_trips_through_the_nerfstudio_folder() {
     let folder = dir.path().join("exported");
     let text = ok(&gs_pack(&["export", s(&src), "-o", s(&folder)]));
     assert!(
-        text.contains("8 views (5 train, 3 test; 4 masked, 4 with alpha), 500 SfM points"),
+        text.contains(
+            "8 views (5 train, 3 test; 4 masked, 4 with alpha, 4 with depth), 500 SfM points"
+        ),
         "{text}"
     );
     let doc: serde_json::Value =
@@ -172,6 +192,12 @@ fn a_pack_round_trips_through_the_nerfstudio_folder() {
         assert!(p.starts_with("images/") && !p.contains(".."), "{p}");
         assert!(folder.join(p).is_file(), "{p}");
     }
+    // A map and a fit per view with depth, none for the others.
+    let params: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("depth_params.json")).unwrap())
+            .unwrap();
+    assert_eq!(params.len(), 4);
+    assert_eq!(std::fs::read_dir(folder.join("depths")).unwrap().count(), 4);
 
     let back = dir.path().join("back.pack");
     ok(&gs_pack(&[
@@ -183,6 +209,8 @@ fn a_pack_round_trips_through_the_nerfstudio_folder() {
         "raw",
         "--max-width",
         "0",
+        "--depths",
+        "depths",
     ]));
     let (a, b) = (Pack::open(&src).unwrap(), Pack::open(&back).unwrap());
     let (ma, mb) = (a.manifest(), b.manifest());
@@ -198,6 +226,7 @@ fn a_pack_round_trips_through_the_nerfstudio_folder() {
             .unwrap_or_else(|| panic!("no view {want} for {}", va.name));
         let vb = &mb.views[j];
         assert_eq!(va.layout(), vb.layout(), "{}", va.name);
+        assert_eq!(va.depth, vb.depth, "depth scale of {}", va.name);
         assert_eq!(va.split, vb.split, "{}", va.name);
         assert_eq!(decoded(&a, i), decoded(&b, j), "pixels of {}", va.name);
         let (ca, cb) = (&va.camera, &vb.camera);

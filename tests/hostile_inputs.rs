@@ -20,6 +20,15 @@
 //! | PLY vertex with an all-zero quaternion, `gs-render` | 1 | `…/m.ply: vertex 3: rotation rot_0..rot_3 is all zeros …` |
 //! | PLY vertex with log-scales 20 (σ ≈ 5e8), `gs-render` | 0 | drawn over the whole image as float64 draws it (no longer culled in f32) |
 //! | PLY vertex with log-scales 60, `gs-render` | 0 | `gs-render: warning: 1 Gaussian(s) of …/m.ply have a log-scale above 30 (… the first is vertex 2); a view where one's projected covariance overflows single precision skips it …` |
+//! | `convert --depths`: a depth map missing | 1 | `…/depths/00002.png: view '00002.png' has no depth map (--depths expects one per image, …); run Depth Anything V2 on every image, or drop --depths` |
+//! | `convert --depths`: COLMAP without `sparse/0/depth_params.json` | 1 | `…/sparse/0/depth_params.json: no such file: … make it with 3DGS's \`python utils/make_depth_scale.py --base_dir WS --depths_dir DIR\`` |
+//! | `convert --depths`: an image without an entry | 1 | `…/depth_params.json: image 4 (00003.png) has no entry "00003" (its depth map is …); every registered image needs one: …` |
+//! | `convert --depths`: a non-numeric scale | 1 | `…/depth_params.json: entry "00001": "scale" is "0.5", not a number; regenerate …` |
+//! | `convert --depths`: a map of another aspect ratio | 1 | `…/depths/00001.png: the depth map of view '00001.png' is 32x32 but its image … is 48x32; …` |
+//! | `convert --depths`: a truncated map | 1 | `…/depths/00004.png: cannot decode the depth map of view '00004.png' (…); …` |
+//! | `convert --depths`: a 16-bit RGB map of half size | 0 | packed: the blue channel (OpenCV's channel 0), resampled to the image |
+//! | `convert --depths`: a scale 100× the median | 0 | `warning: 1 of 6 views' depth fits in … are unreliable (…): packed without depth, as 3DGS trains them without the depth loss` |
+//! | `convert` of frames with nerfstudio's `depth_file_path` | 0 | `warning: 6 frames have nerfstudio's "depth_file_path" (metric depth in millimetres); it is not used: --depths DIR takes …` |
 //!
 //! Cases covered elsewhere: `--force` safety, concurrent converts, a destination created
 //! mid-run, killed converts, a corrupt PNG and `--test-every 1` (tests/cli.rs); training
@@ -544,4 +553,224 @@ fn gs_render_draws_a_huge_gaussian_and_reports_one_beyond_single_precision() {
         "{err}"
     );
     assert_eq!(beyond.len(), plain.len());
+}
+
+/// A 16-bit PNG of `w × h` pixels of `channels` (1 grey, 3 RGB) from `f(x, y, channel)`.
+fn png16(path: &Path, w: u32, h: u32, channels: u32, f: impl Fn(u32, u32, u32) -> u16) {
+    let values: Vec<u16> = (0..h)
+        .flat_map(|y| (0..w).flat_map(move |x| (0..channels).map(move |c| (x, y, c))))
+        .map(|(x, y, c)| f(x, y, c))
+        .collect();
+    let img = if channels == 1 {
+        image::DynamicImage::ImageLuma16(image::ImageBuffer::from_raw(w, h, values).unwrap())
+    } else {
+        image::DynamicImage::ImageRgb16(image::ImageBuffer::from_raw(w, h, values).unwrap())
+    };
+    img.save(path).unwrap();
+}
+
+/// `gs-pack convert --depths`: every broken depth input is refused naming the file (and the
+/// view or entry) and the remedy, and leaves no pack; a 16-bit colour map is read as 3DGS
+/// reads it (OpenCV's channel 0, blue); an unreliable fit packs its view without depth with
+/// a one-line note; nerfstudio's metric `depth_file_path` is noted, never read.
+#[test]
+fn broken_depth_inputs_are_refused_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clean = tmp.path().join("clean");
+    synth(&clean, &["--depths"]);
+    let copy = |name: &str| {
+        let to = tmp.path().join(name);
+        for e in walk(&clean) {
+            let rel = e.strip_prefix(&clean).unwrap();
+            std::fs::create_dir_all(to.join(rel).parent().unwrap()).unwrap();
+            std::fs::copy(&e, to.join(rel)).unwrap();
+        }
+        to
+    };
+    let convert = |ds: &Path, extra: &[&str]| {
+        let pack = tmp.path().join("out.pack");
+        let _ = std::fs::remove_dir_all(&pack);
+        let mut args = vec!["convert", s(ds), "-o", s(&pack), "--depths", "depths"];
+        args.extend_from_slice(extra);
+        (gs_pack(&args), pack)
+    };
+    let refused = |ds: &Path, wants: &[&str]| {
+        let (o, pack) = convert(ds, &[]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let e = stderr(&o);
+        for w in wants {
+            assert!(e.contains(w), "wanted {w:?} in:\n{e}");
+        }
+        assert!(!pack.exists());
+    };
+
+    // The clean dataset packs every view with depth; info counts them.
+    let (o, pack) = convert(&clean, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let info: serde_json::Value =
+        serde_json::from_slice(&gs_pack(&["info", s(&pack), "--json"]).stdout).unwrap();
+    assert_eq!(info["depth_views"], 6);
+    let human = String::from_utf8_lossy(&gs_pack(&["info", s(&pack)]).stdout).into_owned();
+    assert!(human.contains("6 with an inverse-depth map"), "{human}");
+    // Without --depths nothing changes: no depth plane.
+    let plain = tmp.path().join("plain.pack");
+    assert!(gs_pack(&["convert", s(&clean), "-o", s(&plain)])
+        .status
+        .success());
+    assert!(!std::fs::read_to_string(plain.join("manifest.json"))
+        .unwrap()
+        .contains("\"depth\""));
+
+    // A missing map: the view and the file expected.
+    let ds = copy("no-map");
+    std::fs::remove_file(ds.join("depths/00002.png")).unwrap();
+    refused(
+        &ds,
+        &["depths/00002.png", "view '00002.png' has no depth map"],
+    );
+
+    // No depth_params.json beside the model: how to make it.
+    let ds = copy("no-params");
+    std::fs::remove_file(ds.join("sparse/0/depth_params.json")).unwrap();
+    refused(
+        &ds,
+        &[
+            "sparse/0/depth_params.json",
+            "utils/make_depth_scale.py --base_dir",
+        ],
+    );
+
+    // An image without an entry.
+    let ds = copy("no-entry");
+    let p = ds.join("sparse/0/depth_params.json");
+    let mut params: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    params.remove("00003");
+    std::fs::write(&p, serde_json::to_string(&params).unwrap()).unwrap();
+    refused(
+        &ds,
+        &["depth_params.json", "(00003.png) has no entry \"00003\""],
+    );
+
+    // A non-numeric scale: the file and the entry.
+    let ds = copy("text-scale");
+    let p = ds.join("sparse/0/depth_params.json");
+    let mut params: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    params["00001"]["scale"] = "0.5".into();
+    std::fs::write(&p, serde_json::to_string(&params).unwrap()).unwrap();
+    refused(
+        &ds,
+        &[
+            "depth_params.json",
+            "entry \"00001\": \"scale\" is \"0.5\", not a number",
+        ],
+    );
+
+    // Another aspect ratio: the file, the view and both sizes.
+    let ds = copy("aspect");
+    png16(&ds.join("depths/00001.png"), 32, 32, 1, |_, _, _| 7);
+    refused(
+        &ds,
+        &["depths/00001.png", "view '00001.png' is 32x32", "48x32"],
+    );
+
+    // A corrupt PNG: the file and the view.
+    let ds = copy("corrupt");
+    let p = ds.join("depths/00004.png");
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(&p, bytes).unwrap();
+    refused(
+        &ds,
+        &[
+            "depths/00004.png",
+            "cannot decode the depth map of view '00004.png'",
+        ],
+    );
+
+    // A 16-bit RGB map of half the size: accepted; its blue channel is the value, resampled
+    // to the image (a constant stays exact).
+    let ds = copy("rgb16");
+    png16(&ds.join("depths/00000.png"), 24, 16, 3, |_, _, c| {
+        [1, 2, 4321][c as usize]
+    });
+    let (o, pack) = convert(&ds, &["--codec", "raw", "--test-every", "0"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(pack.join("manifest.json")).unwrap()).unwrap();
+    let v = &m["views"][0];
+    let (w, h) = (
+        v["camera"]["width"].as_u64().unwrap() as usize,
+        v["camera"]["height"].as_u64().unwrap() as usize,
+    );
+    let offset = v["record"]["offset"].as_u64().unwrap() as usize;
+    let shard = std::fs::read(pack.join("shard-00000.gss")).unwrap();
+    let plane = &shard[offset + 64 + w * h * 3..offset + 64 + w * h * 5];
+    assert!(plane
+        .chunks_exact(2)
+        .all(|b| u16::from_le_bytes([b[0], b[1]]) == 4321));
+
+    // An unreliable fit (100× the median scale): the view packs without depth, one note.
+    let ds = copy("unreliable");
+    let p = ds.join("sparse/0/depth_params.json");
+    let mut params: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let s5 = params["00005"]["scale"].as_f64().unwrap();
+    params["00005"]["scale"] = (s5 * 100.0).into();
+    std::fs::write(&p, serde_json::to_string(&params).unwrap()).unwrap();
+    let (o, pack) = convert(&ds, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let e = stderr(&o);
+    assert_eq!(e.matches("depth fits").count(), 1, "{e}");
+    assert!(e.contains("1 of 6 views' depth fits"), "{e}");
+    let info: serde_json::Value =
+        serde_json::from_slice(&gs_pack(&["info", s(&pack), "--json"]).stdout).unwrap();
+    assert_eq!(info["depth_views"], 5);
+
+    // --depths naming no folder.
+    let nope = tmp.path().join("nope.pack");
+    let o = gs_pack(&["convert", s(&clean), "-o", s(&nope), "--depths", "nope"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("--depths nope: no such folder"),
+        "{}",
+        text(&o)
+    );
+
+    // nerfstudio's metric depth_file_path: noted, never read.
+    let nerf = tmp.path().join("nerf");
+    synth(&nerf, &["--format", "nerf"]);
+    let p = nerf.join("transforms.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    for f in doc["frames"].as_array_mut().unwrap() {
+        f["depth_file_path"] = "depth/none.png".into();
+    }
+    std::fs::write(&p, doc.to_string()).unwrap();
+    let pack = tmp.path().join("nerf.pack");
+    let o = gs_pack(&["convert", s(&nerf), "-o", s(&pack)]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("6 frames have nerfstudio's \"depth_file_path\" (metric depth in millimetres); it is not used"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
 }

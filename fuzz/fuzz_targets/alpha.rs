@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
         distortion: Distortion::NONE,
         split: None,
         mask_path: None,
+        depth: None,
     };
     for resize in [Resize::None, Resize::Downscale(2)] {
         if let Ok(p) = prepare_view_pixels(&view, resize, false) {

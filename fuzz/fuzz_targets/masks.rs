@@ -54,6 +54,7 @@ fuzz_target!(|data: &[u8]| {
         distortion,
         split: None,
         mask_path: Some(path.clone()),
+        depth: None,
     };
     let resize = if mode & 8 != 0 {
         Resize::Downscale(2)

@@ -82,6 +82,13 @@ enum Command {
         /// outdoor scenes, `images_2` indoors.
         #[arg(long, value_name = "DIR")]
         images: Option<PathBuf>,
+        /// Pack each view's monocular inverse-depth map for depth regularization (3DGS's -d):
+        /// DIR/<image name without extension>.png (Depth Anything V2 output), relative to the
+        /// dataset root like --images. COLMAP needs the fits in sparse/0/depth_params.json
+        /// (3DGS's utils/make_depth_scale.py); transforms.json uses a depth_params.json beside
+        /// it when present.
+        #[arg(long, value_name = "DIR")]
+        depths: Option<PathBuf>,
     },
     /// Check every checksum of a pack; exit 0, or 3 naming the damaged shard and record.
     Verify { pack: PathBuf },
@@ -182,6 +189,7 @@ fn main() -> ExitCode {
             lenient,
             workers,
             images,
+            depths,
         } => {
             let resize = match (max_width, downscale) {
                 (_, Some(n)) => Some(Resize::Downscale(n)),
@@ -199,6 +207,7 @@ fn main() -> ExitCode {
                 strict,
                 lenient,
                 images,
+                depths,
                 ..Default::default()
             };
             if let Some(w) = workers {
@@ -300,13 +309,14 @@ fn run_export(path: &Path, output: &Path, random_points: Option<u64>) -> anyhow:
         }
     };
     eprintln!(
-        "wrote {}: {} views ({} train, {} test; {} masked, {} with alpha), {points}, in {:.1} s",
+        "wrote {}: {} views ({} train, {} test; {} masked, {} with alpha, {} with depth), {points}, in {:.1} s",
         output.display(),
         report.views,
         report.train_views,
         report.test_views,
         report.masked_views,
         report.alpha_views,
+        report.depth_views,
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -378,6 +388,7 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     let test_views = m.split_indices(Split::Test).len();
     let alpha_views = m.views.iter().filter(|v| v.alpha).count();
     let masked_views = m.views.iter().filter(|v| v.mask).count();
+    let depth_views = m.views.iter().filter(|v| v.depth.is_some()).count();
     let points: u64 = m.clouds.iter().map(|c| c.points).sum();
     let codecs: std::collections::BTreeSet<_> = m
         .views
@@ -393,6 +404,7 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             "test_views": test_views,
             "alpha_views": alpha_views,
             "masked_views": masked_views,
+            "depth_views": depth_views,
             "resolutions": sizes.iter().map(|((w, h), n)| serde_json::json!({"width": w, "height": h, "views": n})).collect::<Vec<_>>(),
             "points": points,
             "clouds": m.clouds.iter().map(|c| serde_json::json!({
@@ -433,6 +445,12 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
         writeln!(
             o,
             "            {masked_views} with a loss mask (excluded pixels teach nothing)"
+        )?;
+    }
+    if depth_views > 0 {
+        writeln!(
+            o,
+            "            {depth_views} with an inverse-depth map (depth regularization)"
         )?;
     }
     for ((w, h), n) in &sizes {
@@ -498,6 +516,15 @@ fn run_synth(args: &ramsplat::synth::SynthArgs) -> anyhow::Result<()> {
         report.points,
         format_size(report.bytes_written)
     );
+    if let Some((dir, params)) = &report.depth_files {
+        eprintln!(
+            "depth maps in {} and their fits in {}: pack them with `gs-pack convert {} --depths \
+             depths`",
+            dir.display(),
+            params.display(),
+            report.output.display()
+        );
+    }
     Ok(())
 }
 

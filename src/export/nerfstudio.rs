@@ -7,6 +7,12 @@
 //!   RGBA8 for views packed with alpha), lossless;
 //! - `masks/<file>.png`: the loss mask of views packed with one, 8-bit grey, 0 = excluded and
 //!   255 = used (the pack's own values);
+//! - `depths/<file>.png`: the inverse-depth plane of views packed with one, 16-bit grey, the
+//!   pack's stored values exactly, and `depth_params.json` beside `transforms.json` with each
+//!   such view's `{"scale": s, "offset": o}` keyed by `<file>` (3DGS's format), so that
+//!   `gs-pack convert FOLDER --depths depths` packs the same planes and scales. A view packed
+//!   without depth has neither a map nor an entry, which the importer reads as "no depth"
+//!   (`crate::import::nerf`);
 //! - `transforms.json`: `camera_model: "PINHOLE"`; per frame `file_path`, `w`, `h`, `fl_x`,
 //!   `fl_y`, `cx`, `cy` (the pack's pinhole intrinsics: no distortion is left to undo),
 //!   `transform_matrix` (camera-to-world, OpenGL axes: x right, y up, z back) and `mask_path`
@@ -80,6 +86,7 @@ pub struct ExportReport {
     pub test_views: usize,
     pub masked_views: usize,
     pub alpha_views: usize,
+    pub depth_views: usize,
     pub points: u64,
     pub points_source: PointsSource,
 }
@@ -228,6 +235,10 @@ pub fn export(
     if m.views.iter().any(|v| v.mask) {
         fs::create_dir(&masks).map_err(io(&masks))?;
     }
+    let depths = tmp.join("depths");
+    if m.has_depths() {
+        fs::create_dir(&depths).map_err(io(&depths))?;
+    }
 
     let stems = file_stems(m.views.iter().map(|v| v.name.as_str()));
     let read_err = |source| ExportError::Read {
@@ -242,9 +253,10 @@ pub fn export(
             let layout = v.layout();
             let mut bytes = vec![0u8; layout.len(w, h)];
             pack.read_view_into(i, &mut bytes).map_err(read_err)?;
-            let (colour, mask) = layout
-                .split(&bytes, w, h)
+            let planes = layout
+                .planes(&bytes, w, h)
                 .expect("the buffer has the layout's length");
+            let (colour, mask) = (planes.pixels, planes.mask);
             let colour_type = if layout.alpha {
                 image::ExtendedColorType::Rgba8
             } else {
@@ -264,6 +276,20 @@ pub fn export(
                     w,
                     h,
                     image::ExtendedColorType::L8,
+                )?;
+            }
+            if let Some(depth) = planes.depth {
+                // The PNG encoder takes 16-bit samples in native byte order.
+                let ne: Vec<u8> = depth
+                    .chunks_exact(2)
+                    .flat_map(|b| u16::from_le_bytes([b[0], b[1]]).to_ne_bytes())
+                    .collect();
+                write_png(
+                    &depths.join(format!("{}.png", stems[i])),
+                    &ne,
+                    w,
+                    h,
+                    image::ExtendedColorType::L16,
                 )?;
             }
             Ok(())
@@ -343,13 +369,31 @@ pub fn export(
             doc["ramsplat_points"] = format!("random (gs-train --seed {seed})").into();
         }
     }
+    if m.has_depths() {
+        // 3DGS's depth_params.json: f32 values print as the shortest decimal that reads back
+        // as the same f32, so the re-imported scales are the packed ones exactly.
+        let params: serde_json::Map<String, Value> = m
+            .views
+            .iter()
+            .zip(&stems)
+            .filter_map(|(v, stem)| {
+                v.depth
+                    .map(|d| (stem.clone(), json!({"scale": d.scale, "offset": d.offset})))
+            })
+            .collect();
+        let path = tmp.join(crate::import::depth::DEPTH_PARAMS_FILE);
+        let text = serde_json::to_string_pretty(&params).expect("JSON values serialise");
+        let mut f = File::create(&path).map_err(io(&path))?;
+        f.write_all(text.as_bytes()).map_err(io(&path))?;
+        f.sync_all().map_err(io(&path))?;
+    }
     let json_path = tmp.join("transforms.json");
     let text = serde_json::to_string_pretty(&doc).expect("JSON values serialise");
     let mut f = File::create(&json_path).map_err(io(&json_path))?;
     f.write_all(text.as_bytes()).map_err(io(&json_path))?;
     f.sync_all().map_err(io(&json_path))?;
     // Every file and directory entry is on disk before the folder appears under its name.
-    for d in [&images, &masks, &tmp] {
+    for d in [&images, &masks, &depths, &tmp] {
         if d.exists() {
             crate::fsutil::sync_dir(d).map_err(io(d))?;
         }
@@ -375,6 +419,7 @@ pub fn export(
         test_views: test.len(),
         masked_views: m.views.iter().filter(|v| v.mask).count(),
         alpha_views: m.views.iter().filter(|v| v.alpha).count(),
+        depth_views: m.views.iter().filter(|v| v.depth.is_some()).count(),
         points,
         points_source,
     })

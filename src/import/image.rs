@@ -59,6 +59,12 @@
 //! downscaling as the image, as coverage; a packed pixel is used only when everything it
 //! covers was used. The packed mask is 0 or 255 per pixel, after the colour bytes
 //! ([`crate::shard::VIEW_FLAG_MASK`]); a mask that excludes nothing is dropped.
+//!
+//! # Inverse-depth maps
+//! A view whose [`ViewSource::depth`] is set gets an inverse-depth plane after the mask
+//! ([`crate::shard::VIEW_FLAG_DEPTH`]), placed with the same orientation rule and the same
+//! geometry (undistortion window, downscale) but resampling values linearly; see
+//! `crate::import::depth`, which owns it.
 
 use std::path::Path;
 
@@ -70,7 +76,7 @@ use image::ImageDecoder;
 use super::ImportError;
 use crate::dataset::{Distortion, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics};
-use crate::shard::PixelLayout;
+use crate::shard::{DepthScale, PixelLayout};
 
 /// An RGB8 image: `pixels.len() == width × height × 3`, row-major, top row first.
 #[derive(Clone, PartialEq, Eq)]
@@ -375,7 +381,7 @@ pub fn load_rgb8(path: &Path) -> Result<RgbImage, ImportError> {
 }
 
 /// Whether `o` exchanges width and height.
-fn swaps_sides(o: Orientation) -> bool {
+pub(super) fn swaps_sides(o: Orientation) -> bool {
     matches!(
         o,
         Orientation::Rotate90
@@ -490,7 +496,7 @@ pub fn target_size(width: u32, height: u32, resize: Resize) -> (u32, u32) {
 /// size and intrinsics; pixel centre `(i + 0.5, j + 0.5)` has the normalised ray
 /// `((u − cx)/fx, (v − cy)/fy)`, which the lens ([`Distortion::distort`]) moves to a point of
 /// the photo.
-struct LensMap<'a> {
+pub(super) struct LensMap<'a> {
     intrinsics: Intrinsics,
     distortion: &'a Distortion,
     /// The photo's size.
@@ -500,7 +506,12 @@ struct LensMap<'a> {
 }
 
 impl<'a> LensMap<'a> {
-    fn new(width: u32, height: u32, intrinsics: &Intrinsics, distortion: &'a Distortion) -> Self {
+    pub(super) fn new(
+        width: u32,
+        height: u32,
+        intrinsics: &Intrinsics,
+        distortion: &'a Distortion,
+    ) -> Self {
         let Intrinsics { fx, fy, cx, cy } = *intrinsics;
         let (w, h) = (width as f64, height as f64);
         // Largest normalised radius any pixel centre has (a corner of the image).
@@ -522,7 +533,7 @@ impl<'a> LensMap<'a> {
     /// radius (where a polynomial model maps several rays onto one photo pixel and the content
     /// would be a mirrored copy): the pixel has no content.
     #[inline]
-    fn source(&self, i: u32, j: u32) -> Option<(f64, f64)> {
+    pub(super) fn source(&self, i: u32, j: u32) -> Option<(f64, f64)> {
         let Intrinsics { fx, fy, cx, cy } = self.intrinsics;
         let x = (i as f64 + 0.5 - cx) / fx;
         let y = (j as f64 + 0.5 - cy) / fy;
@@ -807,17 +818,17 @@ fn sample_bilinear(src: &RgbImage, u: f64, v: f64) -> [u8; 3] {
 
 /// Area-filter taps of one axis: for each output index, the first source index and the overlap
 /// length of each source pixel with the output pixel's footprint (in source pixels).
-struct AxisTaps {
+pub(super) struct AxisTaps {
     start: Vec<usize>,
     /// `weights[offset[o]..offset[o + 1]]` are output `o`'s taps.
     offset: Vec<usize>,
     weights: Vec<f32>,
     /// Sum of output `o`'s weights (its footprint width, `src/dst` up to rounding).
-    total: Vec<f32>,
+    pub(super) total: Vec<f32>,
 }
 
 impl AxisTaps {
-    fn new(src: u32, dst: u32) -> AxisTaps {
+    pub(super) fn new(src: u32, dst: u32) -> AxisTaps {
         let scale = src as f64 / dst as f64;
         let mut t = AxisTaps {
             start: Vec::with_capacity(dst as usize),
@@ -857,7 +868,7 @@ impl AxisTaps {
         t
     }
 
-    fn taps(&self, o: usize) -> (usize, &[f32]) {
+    pub(super) fn taps(&self, o: usize) -> (usize, &[f32]) {
         (
             self.start[o],
             &self.weights[self.offset[o]..self.offset[o + 1]],
@@ -938,19 +949,21 @@ pub fn prepare_view_opts(
     Ok((cam, img, warning))
 }
 
-/// A view's bytes as packed: RGB8 or RGBA8 (straight alpha), then the loss mask, as
-/// `layout` says.
+/// A view's bytes as packed: RGB8 or RGBA8 (straight alpha), then the loss mask, then the
+/// inverse-depth plane, as `layout` says.
 #[derive(Debug)]
 pub struct PreparedView {
     pub camera: Camera,
     pub pixels: Vec<u8>,
     pub layout: PixelLayout,
+    /// The inverse-depth plane's scale: `Some` exactly when `layout.depth`.
+    pub depth: Option<DepthScale>,
     /// See [`load_rgb8_stored_opts`].
     pub warning: Option<String>,
 }
 
 /// [`prepare_view_opts`], keeping the image's alpha and adding the view's loss mask (see the
-/// module doc): what `gs-pack` packs.
+/// module doc) and inverse-depth plane (`crate::import::depth`): what `gs-pack` packs.
 pub fn prepare_view_pixels(
     view: &ViewSource,
     resize: Resize,
@@ -975,14 +988,31 @@ pub fn prepare_view_pixels(
     if let Some(mask) = &mask {
         pixels.extend_from_slice(mask);
     }
+    if let Some(depth) = &view.depth {
+        let (w, h, plane) =
+            super::depth::prepare_depth(view, depth, stored_size, orientation, resize)?;
+        // The same geometry as the pixels' by construction; a mismatch is a bug here.
+        if (w, h) != (camera.width, camera.height) {
+            return Err(ImportError::invalid(
+                &depth.path,
+                format!(
+                    "view '{}': the depth plane came out {w}x{h} but the image {}x{}; this is a \
+                     bug in ramsplat, please report it",
+                    view.name, camera.width, camera.height
+                ),
+            ));
+        }
+        pixels.extend_from_slice(&plane);
+    }
     Ok(PreparedView {
         camera,
         pixels,
         layout: PixelLayout {
             alpha: has_alpha,
             mask: mask.is_some(),
-            depth: false,
+            depth: view.depth.is_some(),
         },
+        depth: view.depth.as_ref().map(|d| d.scale),
         warning,
     })
 }
@@ -1592,6 +1622,7 @@ mod tests {
             distortion: Distortion::NONE,
             split: None,
             mask_path: None,
+            depth: None,
         };
         let err = prepare_view(&view, Resize::None).unwrap_err();
         let msg = err.to_string();
@@ -1752,6 +1783,7 @@ mod tests {
             distortion: Distortion::NONE,
             split: None,
             mask_path: None,
+            depth: None,
         };
         let msg = prepare_view(&view, Resize::None).unwrap_err().to_string();
         assert!(
@@ -1796,6 +1828,7 @@ mod tests {
             distortion: Distortion::NONE,
             split: None,
             mask_path: None,
+            depth: None,
         }
     }
 
@@ -2018,6 +2051,7 @@ mod tests {
             distortion: rt(-1e6),
             split: None,
             mask_path: None,
+            depth: None,
         };
         let e = prepare_view(&view, Resize::None).unwrap_err().to_string();
         assert!(
@@ -2062,6 +2096,7 @@ mod tests {
             },
             split: None,
             mask_path: None,
+            depth: None,
         };
         // The fox lens moves the rays of the pinhole image's edge rows and columns (1.6 % of
         // its pixels) out of the photo by up to a few pixels: those edges are cropped.

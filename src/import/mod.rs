@@ -17,9 +17,13 @@
 //!   where the lens leaves it empty (`image::covered_rect`); a fisheye's periphery does not
 //!   fit in it. [`open`] adds a warning per camera whose pinhole image keeps less than the
 //!   photo shows, saying how much is kept;
-//! - views are in a stable order (sorted by image name), so packs are reproducible.
+//! - views are in a stable order (sorted by image name), so packs are reproducible;
+//! - a view has a [`ViewSource::depth`] only under [`ImportOptions::depths`], with an existing
+//!   map and a reliable fit ([`depth`]); a view whose fit is unreliable has none, and a
+//!   warning counts such views.
 
 pub mod colmap;
+pub mod depth;
 pub mod image;
 pub mod nerf;
 pub mod ply;
@@ -45,6 +49,10 @@ pub struct ImportOptions {
     /// camera is scaled to its file's size (see `crate::import::image::camera_for_file`). A
     /// PLY point cloud refuses it.
     pub images: Option<PathBuf>,
+    /// `gs-pack convert --depths DIR`: the folder of monocular inverse-depth maps (relative to
+    /// the dataset root, or absolute), one `<image name without extension>.png` per image, as
+    /// 3DGS's `-d` reads them (see [`depth`]). `None`: no depth planes.
+    pub depths: Option<PathBuf>,
 }
 
 /// The camera of a view whose image file is `path`: `camera` itself, or scaled to the file when
@@ -246,6 +254,16 @@ pub fn open(
             format!(
                 "--images {} chooses the images folder of a COLMAP or NeRF dataset, but this is \
                  a PLY point cloud, which has no images; drop --images",
+                dir.display()
+            ),
+        ));
+    }
+    if let (Some(dir), Format::Ply) = (&options.depths, format) {
+        return Err(ImportError::invalid(
+            path,
+            format!(
+                "--depths {} chooses the depth maps of a COLMAP or NeRF dataset's images, but \
+                 this is a PLY point cloud, which has no images; drop --depths",
                 dir.display()
             ),
         ));

@@ -45,6 +45,14 @@
 //!   `crate::import::image::prepare_mask`). A frame that names a mask that does not exist is
 //!   an error, since training without it would teach what the mask hides.
 //!
+//! - `gs-pack convert --depths DIR` ([`ImportOptions::depths`], relative to the dataset
+//!   folder): each frame's monocular inverse-depth map `DIR/<file_path's file stem>.png`, as
+//!   3DGS's Blender reader finds it, with the fits of a `depth_params.json` beside the
+//!   transforms file when there is one (see [`attach_depths`] and [`super::depth`]).
+//!   nerfstudio's per-frame `depth_file_path` holds metric depth in millimetres, not inverse
+//!   depth: it is never read, and a note says so when frames have it and `--depths` is not
+//!   given.
+//!
 //! # nerfstudio's top-level keys (what `gs-pack export` writes)
 //! - `train_filenames` / `test_filenames`: the split, by `file_path` (a leading `./` on either
 //!   side is ignored); `val_filenames`: frames skipped with a warning, as `transforms_val.json`
@@ -72,10 +80,11 @@ use serde_json::{Map, Value};
 
 use super::image::image_dimensions;
 use super::ply::open_cloud;
-use super::{ImportError, ImportOptions, ImportedScene, Location};
+use super::{depth, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::Split;
-use crate::dataset::{Distortion, Format, PointSource, ViewSource};
+use crate::dataset::{DepthSource, Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{Camera, CameraError, Intrinsics, Pose};
+use crate::shard::DepthScale;
 
 /// Extensions tried, in order, for a `file_path` that names no existing file (Blender's
 /// `./train/r_0`). Appended, not substituted: `frame.0001` must become `frame.0001.png`.
@@ -107,9 +116,11 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     let mut missing = Vec::new();
     let mut frames_total = 0usize;
     let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
+    let mut depth_file_paths = 0;
     for (file, split) in &files {
         let read = read_transforms(file, *split, options, &mut views, &mut missing)?;
         frames_total += read.frames;
+        depth_file_paths += read.depth_file_paths;
         if read.val_skipped > 0 {
             warnings.push(format!(
                 "{}: {} frames listed in \"val_filenames\" were not imported: like the original \
@@ -147,6 +158,18 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
                     ),
                 ));
             }
+        }
+    }
+    if depth_file_paths > 0 && options.depths.is_none() {
+        warnings.push(format!(
+            "{depth_file_paths} frames have nerfstudio's \"depth_file_path\" (metric depth in \
+             millimetres); it is not used: --depths DIR takes 3DGS-style monocular inverse-depth \
+             maps (Depth Anything V2) for depth regularization"
+        ));
+    }
+    if let Some(dir) = &options.depths {
+        if !options.metadata_only {
+            attach_depths(&root, dir, &mut views, &mut warnings)?;
         }
     }
     views.sort_by(|a, b| a.name.cmp(&b.name));
@@ -207,6 +230,67 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         missing_images: missing,
         warnings,
     })
+}
+
+/// `--depths DIR` (relative to the dataset root `root`, or absolute): each view's map is
+/// `DIR/<file_path's file stem>.png`, as 3DGS's Blender reader names it. Without a
+/// `depth_params.json` in `root` the maps are taken as they are ([`DepthScale::IDENTITY`], as
+/// 3DGS does); with one, each map needs its entry (same key) and fits follow the reliability
+/// rule of [`super::depth`], except that a view with neither an entry nor a map has no depth
+/// (what `gs-pack export` writes for a view packed without one). A missing map otherwise, or a
+/// map without its entry, is an error naming the frame.
+fn attach_depths(
+    root: &Path,
+    dir: &Path,
+    views: &mut [ViewSource],
+    warnings: &mut Vec<String>,
+) -> Result<(), ImportError> {
+    let dir = depth::depths_dir(root, dir)?;
+    let params_path = root.join(depth::DEPTH_PARAMS_FILE);
+    let params = if params_path.is_file() {
+        Some(depth::DepthParams::read(&params_path)?)
+    } else {
+        None
+    };
+    let mut unreliable = 0usize;
+    for v in views.iter_mut() {
+        let Some(key) = Path::new(&v.name).file_stem().map(|s| s.to_string_lossy()) else {
+            return Err(ImportError::invalid(
+                &v.image_path,
+                format!("frame '{}': its file_path names no file", v.name),
+            ));
+        };
+        let path = depth::depth_file(&dir, &key);
+        let scale = match &params {
+            None => Some(DepthScale::IDENTITY),
+            Some(params) => match params.fit(&key) {
+                None if !path.exists() => continue,
+                None => {
+                    return Err(ImportError::invalid(
+                        &params.path,
+                        format!(
+                            "frame '{}' has the depth map {} but no entry {key:?}; add its fit \
+                             (3DGS's utils/make_depth_scale.py), or remove the map to train the \
+                             view without depth",
+                            v.name,
+                            path.display()
+                        ),
+                    ))
+                }
+                Some(depth::Fit::Unreliable) => {
+                    unreliable += 1;
+                    None
+                }
+                Some(depth::Fit::Reliable(scale)) => Some(scale),
+            },
+        };
+        let path = depth::existing_depth_file(&v.name, path)?;
+        v.depth = scale.map(|scale| DepthSource { path, scale });
+    }
+    if let (Some(params), true) = (&params, unreliable > 0) {
+        warnings.push(depth::unreliable_note(unreliable, views.len(), params));
+    }
+    Ok(())
 }
 
 /// "a, b, c, d, e, …" for the first few of `names`.
@@ -567,6 +651,8 @@ struct TransformsRead {
     val_skipped: usize,
     /// Its `ply_file_path`, resolved.
     points: Option<PathBuf>,
+    /// Frames with nerfstudio's `depth_file_path` (metric depth, not read).
+    depth_file_paths: usize,
 }
 
 /// A `file_path` as the split lists are matched against it: without a leading `./`.
@@ -647,6 +733,7 @@ fn read_transforms(
     };
     let mut listed_seen = std::collections::HashSet::new();
     let mut val_skipped = 0;
+    let mut depth_file_paths = 0;
     let points = match top.get("ply_file_path") {
         None | Some(Value::Null) => None,
         Some(Value::String(p)) => {
@@ -712,6 +799,7 @@ fn read_transforms(
         };
         let l = Layers { frame, top };
         let lens = lens_model(&l).map_err(frame_err)?;
+        depth_file_paths += usize::from(frame.contains_key("depth_file_path"));
 
         let pose = read_pose(frame.get("transform_matrix")).map_err(|e| match e {
             Ok(msg) => frame_err(msg),
@@ -827,6 +915,7 @@ fn read_transforms(
             distortion,
             split,
             mask_path,
+            depth: None,
         });
     }
     if let Some(lists) = &lists {
@@ -849,6 +938,7 @@ fn read_transforms(
         frames: frames.len(),
         val_skipped,
         points,
+        depth_file_paths,
     })
 }
 
@@ -1170,6 +1260,103 @@ mod tests {
         // Centres come from the matrices.
         let cb = b.camera.centre();
         assert!((cb[2] - 4.0).abs() < 1e-12);
+    }
+
+    /// `--depths`: maps by file stem; without depth_params.json the identity fit; with it each
+    /// map needs its entry, and a frame with neither is imported without depth (what `gs-pack
+    /// export` writes for a view packed without one); an entry without its map, or a map
+    /// without its entry, is an error naming the frame and the file.
+    #[test]
+    fn depth_maps_are_found_by_stem_with_optional_params() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in ["a", "b", "c"] {
+            write_png(&dir.path().join(format!("images/{n}.png")), 8, 6);
+        }
+        std::fs::create_dir_all(dir.path().join("d")).unwrap();
+        for n in ["a", "b"] {
+            image::GrayImage::from_pixel(8, 6, image::Luma([9]))
+                .save(dir.path().join(format!("d/{n}.png")))
+                .unwrap();
+        }
+        write_json(
+            dir.path(),
+            "transforms.json",
+            &json!({
+                "fl_x": 10.0, "w": 8, "h": 6,
+                "frames": (["a", "b", "c"].iter().enumerate().map(|(i, n)| json!({
+                    "file_path": format!("images/{n}.png"),
+                    "transform_matrix": c2w(0.1 * i as f64, [0.0, 0.0, 4.0]),
+                })).collect::<Vec<_>>())
+            }),
+        );
+        let import = || {
+            import(
+                dir.path(),
+                &ImportOptions {
+                    depths: Some(PathBuf::from("d")),
+                    ..Default::default()
+                },
+            )
+        };
+        // No params: every frame needs its map; c has none.
+        let e = import().unwrap_err().to_string();
+        assert!(
+            e.contains("d/c.png") && e.contains("view 'images/c.png' has no depth map"),
+            "{e}"
+        );
+        image::GrayImage::from_pixel(8, 6, image::Luma([9]))
+            .save(dir.path().join("d/c.png"))
+            .unwrap();
+        let scene = import().unwrap();
+        assert!(scene
+            .views
+            .iter()
+            .all(|v| v.depth.as_ref().map(|d| d.scale) == Some(DepthScale::IDENTITY)));
+        assert_eq!(
+            scene.views[1].depth.as_ref().unwrap().path,
+            dir.path().join("d").join("b.png")
+        );
+        // With params: c has neither entry nor (after removal) map → no depth.
+        std::fs::remove_file(dir.path().join("d/c.png")).unwrap();
+        std::fs::write(
+            dir.path().join("depth_params.json"),
+            r#"{"a": {"scale": 2.0, "offset": 0.5}, "b": {"scale": 1.0, "offset": 0}}"#,
+        )
+        .unwrap();
+        let scene = import().unwrap();
+        let scales: Vec<_> = scene
+            .views
+            .iter()
+            .map(|v| v.depth.as_ref().map(|d| d.scale))
+            .collect();
+        assert_eq!(
+            scales,
+            [
+                Some(DepthScale {
+                    scale: 2.0,
+                    offset: 0.5
+                }),
+                Some(DepthScale::IDENTITY),
+                None
+            ]
+        );
+        // A map without its entry.
+        image::GrayImage::from_pixel(8, 6, image::Luma([9]))
+            .save(dir.path().join("d/c.png"))
+            .unwrap();
+        let e = import().unwrap_err().to_string();
+        assert!(
+            e.contains("depth_params.json") && e.contains("'images/c.png' has the depth map"),
+            "{e}"
+        );
+        // An entry without its map.
+        std::fs::remove_file(dir.path().join("d/c.png")).unwrap();
+        std::fs::remove_file(dir.path().join("d/b.png")).unwrap();
+        let e = import().unwrap_err().to_string();
+        assert!(
+            e.contains("d/b.png") && e.contains("'images/b.png' has no depth map"),
+            "{e}"
+        );
     }
 
     /// nerfstudio's per-frame `mask_path`, relative to the transforms file like `file_path`:

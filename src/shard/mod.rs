@@ -407,7 +407,8 @@ impl ViewEntry {
         self.camera.height
     }
 
-    /// Bytes of the decoded view ([`ViewEntry::layout`]: colour, then the mask if any).
+    /// Bytes of the decoded view ([`ViewEntry::layout`]: colour, then the mask and the
+    /// inverse-depth plane if any).
     pub fn decoded_len(&self) -> usize {
         self.record.decoded_len as usize
     }

@@ -253,6 +253,15 @@ impl Pack {
             v.camera
                 .validate()
                 .map_err(|e| bad(format!("view {i} ({:?}): invalid camera: {e}", v.name)))?;
+            if let Some(d) = v
+                .depth
+                .filter(|d| !(d.scale.is_finite() && d.offset.is_finite()))
+            {
+                return Err(bad(format!(
+                    "view {i} ({:?}): depth scale {} and offset {} must be finite",
+                    v.name, d.scale, d.offset
+                )));
+            }
             let want = v.layout().len(v.camera.width, v.camera.height) as u64;
             if v.record.decoded_len != want {
                 return Err(bad(format!(
@@ -411,28 +420,47 @@ impl Pack {
                 Codec::Png => {
                     let layout = v.layout();
                     let (w, h) = (v.camera.width, v.camera.height);
-                    let (pixels_out, mask_out) = out.split_at_mut(layout.pixel_bytes(w, h));
-                    let (pixels_png, mask_png) = if layout.mask {
-                        let n = payload
+                    let n = w as usize * h as usize;
+                    let (pixels_out, rest) = out.split_at_mut(layout.pixel_bytes(w, h));
+                    let (mask_out, depth_out) = rest.split_at_mut(if layout.mask { n } else { 0 });
+                    // Each PNG but the last is preceded by its u32 length (see the module doc).
+                    let count = 1 + usize::from(layout.mask) + usize::from(layout.depth);
+                    let mut pngs = Vec::with_capacity(count);
+                    let mut rest = payload;
+                    for _ in 1..count {
+                        let len = rest
                             .get(..4)
                             .and_then(|b| <[u8; 4]>::try_from(b).ok())
                             .map(|b| u32::from_le_bytes(b) as usize)
-                            .filter(|&n| n <= payload.len() - 4)
+                            .filter(|&len| len <= rest.len() - 4)
                             .ok_or_else(|| {
-                                decode_err("the colour PNG's length is out of range".into())
+                                decode_err(format!(
+                                    "the length of PNG {} of {count} is out of range",
+                                    pngs.len() + 1
+                                ))
                             })?;
-                        (&payload[4..4 + n], Some(&payload[4 + n..]))
-                    } else {
-                        (payload, None)
-                    };
+                        pngs.push(&rest[4..4 + len]);
+                        rest = &rest[4 + len..];
+                    }
+                    pngs.push(rest);
                     let colour = if layout.alpha {
                         image::ColorType::Rgba8
                     } else {
                         image::ColorType::Rgb8
                     };
-                    decode_png(pixels_png, w, h, colour, pixels_out).map_err(decode_err)?;
-                    if let Some(m) = mask_png {
-                        decode_png(m, w, h, image::ColorType::L8, mask_out).map_err(decode_err)?;
+                    decode_png(pngs[0], w, h, colour, pixels_out).map_err(decode_err)?;
+                    if layout.mask {
+                        decode_png(pngs[1], w, h, image::ColorType::L8, mask_out)
+                            .map_err(decode_err)?;
+                    }
+                    if layout.depth {
+                        decode_png(pngs[count - 1], w, h, image::ColorType::L16, depth_out)
+                            .map_err(decode_err)?;
+                        // The decoder yields native-endian samples; the plane is little-endian.
+                        for b in depth_out.chunks_exact_mut(2) {
+                            let v = u16::from_ne_bytes([b[0], b[1]]);
+                            b.copy_from_slice(&v.to_le_bytes());
+                        }
                     }
                 }
             }
@@ -584,10 +612,16 @@ impl Pack {
                 let agrees = match expected {
                     Some((RecordKind::View, _, i)) => {
                         let v = &self.manifest.views[i as usize];
+                        // The flags say which planes (alpha, mask, inverse depth) the
+                        // payload holds; the manifest's entry must say the same.
                         info.kind == RecordKind::View
                             && info.item == i
                             && info.checksum == v.record.checksum.0
                             && info.stored_len == v.record.stored_len
+                            && info.decoded_len == v.record.decoded_len
+                            && Codec::from_id(info.codec) == Some(v.codec)
+                            && PixelLayout::from_flags(info.flags) == Some(v.layout())
+                            && (info.a, info.b) == (v.camera.width, v.camera.height)
                     }
                     Some((RecordKind::Points, c, k)) => {
                         let ch = &self.manifest.clouds[c as usize].chunks[k as usize];

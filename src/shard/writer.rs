@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::{
-    shard_file_name, Checksum, ChunkEntry, CloudEntry, Codec, Manifest, PixelLayout,
+    shard_file_name, Checksum, ChunkEntry, CloudEntry, Codec, DepthScale, Manifest, PixelLayout,
     PointChunkLayout, RecordKind, RecordRef, SceneInfo, ShardEntry, ShardError, SourceInfo, Split,
     ViewEntry, FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, POINTS_PER_CHUNK,
     RECORD_HEADER_LEN, RECORD_MAGIC, SHARD_MAGIC,
@@ -125,6 +125,9 @@ pub struct EncodedView {
     pub checksum: Checksum,
     /// How the decoded bytes are laid out.
     pub layout: PixelLayout,
+    /// How the inverse-depth plane's values map to the training target: `Some` exactly when
+    /// `layout.depth` (the manifest's [`ViewEntry::depth`]).
+    pub depth: Option<DepthScale>,
 }
 
 /// Encodes RGB8 pixels of `camera.width × camera.height` with `codec`. Pure and thread-safe.
@@ -150,13 +153,31 @@ pub fn encode_view(
 
 /// Encodes the decoded bytes of a `camera.width × camera.height` view laid out as `layout`
 /// says (RGB8 or straight-alpha RGBA8, then the loss mask if any) with `codec`. Pure and
-/// thread-safe.
+/// thread-safe. A layout with an inverse-depth plane needs its [`DepthScale`]: see
+/// [`encode_view_depth`].
 pub fn encode_view_pixels(
     name: &str,
     camera: &Camera,
     split: Split,
     bytes: &[u8],
     layout: PixelLayout,
+    codec: Codec,
+    zstd_level: i32,
+) -> Result<EncodedView, WriteError> {
+    encode_view_depth(name, camera, split, bytes, layout, None, codec, zstd_level)
+}
+
+/// [`encode_view_pixels`] of any layout: `depth` is the [`DepthScale`] of the inverse-depth
+/// plane, given exactly when `layout.depth` (the plane is `camera.width × camera.height`
+/// little-endian u16 after the colour and the mask). Pure and thread-safe.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_view_depth(
+    name: &str,
+    camera: &Camera,
+    split: Split,
+    bytes: &[u8],
+    layout: PixelLayout,
+    depth: Option<DepthScale>,
     codec: Codec,
     zstd_level: i32,
 ) -> Result<EncodedView, WriteError> {
@@ -167,7 +188,27 @@ pub fn encode_view_pixels(
     camera
         .validate()
         .map_err(|e| bad(format!("invalid camera: {e}")))?;
-    let Some((pixels, mask)) = layout.split(bytes, camera.width, camera.height) else {
+    match depth {
+        _ if layout.depth != depth.is_some() => {
+            return Err(bad(format!(
+                "the layout {} {}",
+                layout.describe(),
+                if layout.depth {
+                    "has an inverse-depth plane but no depth scale was given"
+                } else {
+                    "has no inverse-depth plane but a depth scale was given"
+                }
+            )))
+        }
+        Some(d) if !(d.scale.is_finite() && d.offset.is_finite()) => {
+            return Err(bad(format!(
+                "the depth scale {} and offset {} must be finite",
+                d.scale, d.offset
+            )))
+        }
+        _ => {}
+    }
+    let Some(planes) = layout.planes(bytes, camera.width, camera.height) else {
         return Err(bad(format!(
             "{} bytes given, {}x{} {} needs {}",
             bytes.len(),
@@ -192,23 +233,38 @@ pub fn encode_view_pixels(
         Codec::Zstd => {
             zstd::bulk::compress(bytes, zstd_level).map_err(|e| bad(format!("zstd: {e}")))?
         }
-        Codec::Png => match mask {
-            None => {
-                let mut out = Vec::new();
-                png(pixels, colour, &mut out)?;
-                out
+        Codec::Png => {
+            // Each PNG but the last is preceded by its u32 length: colour[, mask][, depth].
+            // Colour alone and colour + mask are framed as before depth planes existed.
+            let mut parts: Vec<(&[u8], image::ExtendedColorType)> = vec![(planes.pixels, colour)];
+            if let Some(mask) = planes.mask {
+                parts.push((mask, image::ExtendedColorType::L8));
             }
-            Some(mask) => {
-                // u32 length of the colour PNG, the colour PNG, the mask PNG.
-                let mut out = vec![0u8; 4];
-                png(pixels, colour, &mut out)?;
-                let n = u32::try_from(out.len() - 4)
-                    .map_err(|_| bad("the colour PNG exceeds 4 GiB".into()))?;
-                out[..4].copy_from_slice(&n.to_le_bytes());
-                png(mask, image::ExtendedColorType::L8, &mut out)?;
-                out
+            // The PNG encoder takes 16-bit samples in native byte order.
+            let depth_ne: Vec<u8>;
+            if let Some(plane) = planes.depth {
+                depth_ne = plane
+                    .chunks_exact(2)
+                    .flat_map(|b| u16::from_le_bytes([b[0], b[1]]).to_ne_bytes())
+                    .collect();
+                parts.push((&depth_ne, image::ExtendedColorType::L16));
             }
-        },
+            let mut out = Vec::new();
+            let last = parts.len() - 1;
+            for (k, (data, colour)) in parts.into_iter().enumerate() {
+                if k == last {
+                    png(data, colour, &mut out)?;
+                } else {
+                    let at = out.len();
+                    out.extend_from_slice(&[0; 4]);
+                    png(data, colour, &mut out)?;
+                    let n = u32::try_from(out.len() - at - 4)
+                        .map_err(|_| bad("a PNG of the view exceeds 4 GiB".into()))?;
+                    out[at..at + 4].copy_from_slice(&n.to_le_bytes());
+                }
+            }
+            out
+        }
     };
     let checksum = Checksum(xxh3_64(&payload));
     Ok(EncodedView {
@@ -220,6 +276,7 @@ pub fn encode_view_pixels(
         decoded_len: bytes.len() as u64,
         checksum,
         layout,
+        depth,
     })
 }
 
@@ -492,6 +549,12 @@ impl PackWriter {
                 msg: "a view with this name was already packed (names must be unique)".into(),
             });
         }
+        if v.layout.depth != v.depth.is_some() {
+            return Err(WriteError::BadView {
+                name: v.name,
+                msg: "an inverse-depth plane needs its depth scale, and only it has one".into(),
+            });
+        }
         let index = self.views.len() as u32;
         let header = RecordHeader {
             kind: RecordKind::View,
@@ -514,7 +577,7 @@ impl PackWriter {
             record,
             alpha: v.layout.alpha,
             mask: v.layout.mask,
-            depth: None,
+            depth: v.depth,
         });
         Ok(())
     }

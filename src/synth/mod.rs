@@ -16,6 +16,15 @@
 //!   `--points > 0` — `DIR/points3d.ply` (binary little-endian, `float x y z`, `uchar red green
 //!   blue`), also named by the top-level key `ply_file_path` (the nerfstudio spelling), which
 //!   the NeRF importer reads as the SfM points.
+//! - `--depths`: `DIR/depths/00000.png` … (the image's stem), 16-bit grey: each view's exact
+//!   inverse depth ([`SynthScene::inverse_depth`]: `1/z` of the first surface along the pixel's
+//!   centre ray, camera-space `z`; 0 for sky) mapped affinely onto 0..=65535 over that view's
+//!   own range, as a monocular estimator's relative output is, and the fits that map it back
+//!   (`value / 65536 · scale + offset`, [`depth_quantiser`]) in 3DGS's `depth_params.json`,
+//!   keyed by the image stem: `DIR/sparse/0/depth_params.json` (COLMAP) or
+//!   `DIR/depth_params.json` beside `transforms.json` (NeRF). So `gs-pack convert DIR
+//!   --depths depths` packs every view's true inverse depth to within half a 16-bit step of
+//!   its range.
 //!
 //! # Invariants
 //! - Deterministic: the same arguments give byte-identical files (rendering is a pure function
@@ -31,7 +40,7 @@
 //!   synth run would have written (images named like ours, `sparse/0/*`, `transforms.json`,
 //!   `points3d.ply`) are removed first, so a COLMAP run followed by a NeRF run into the same
 //!   directory does not leave a stale `sparse/` that format detection would pick up. Other
-//!   files are left alone.
+//!   files are left alone. `depth_params.json` and `depths/<digits>.png` count as ours.
 
 //!
 //! # Measured throughput
@@ -141,6 +150,11 @@ pub struct SynthArgs {
     /// Write into a non-empty output directory, replacing files a previous synth run wrote.
     #[arg(long)]
     pub force: bool,
+    /// Also write each view's exact inverse-depth map as a monocular estimator's relative
+    /// output (`depths/<image stem>.png`, 16-bit) and its fit (`depth_params.json`), the files
+    /// `gs-pack convert --depths depths` reads.
+    #[arg(long)]
+    pub depths: bool,
 }
 
 impl SynthArgs {
@@ -156,6 +170,7 @@ impl SynthArgs {
             seed: 0,
             image_format: ImageFormat::Png,
             force: false,
+            depths: false,
         }
     }
 }
@@ -177,6 +192,8 @@ pub struct SynthReport {
     pub bytes_written: u64,
     /// The metadata and point files, in the order written.
     pub metadata_files: Vec<PathBuf>,
+    /// With `--depths`: the depth maps' folder and the `depth_params.json` written.
+    pub depth_files: Option<(PathBuf, PathBuf)>,
 }
 
 /// Why `synth` failed. Every variant names the path involved.
@@ -283,8 +300,23 @@ fn remove_if_exists(path: &Path) -> Result<(), SynthError> {
 }
 
 fn remove_previous_outputs(dir: &Path) -> Result<(), SynthError> {
-    for f in ["transforms.json", "points3d.ply"] {
+    for f in ["transforms.json", "points3d.ply", "depth_params.json"] {
         remove_if_exists(&dir.join(f))?;
+    }
+    remove_if_exists(&dir.join("sparse").join("0").join("depth_params.json"))?;
+    let depths = dir.join("depths");
+    if depths.is_dir() {
+        for e in fs::read_dir(&depths).map_err(io_err(&depths))? {
+            let e = e.map_err(io_err(&depths))?;
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let stem = name.strip_suffix(".png").unwrap_or("");
+            if (!stem.is_empty() && stem.bytes().all(|b| b.is_ascii_digit()))
+                || is_our_temp_name(&name)
+            {
+                remove_if_exists(&e.path())?;
+            }
+        }
     }
     // Leftover temporary files of an earlier, killed run.
     for e in fs::read_dir(dir).map_err(io_err(dir))? {
@@ -604,6 +636,18 @@ pub fn run(args: &SynthArgs, progress: &dyn Fn(u64, u64)) -> Result<SynthReport,
     for f in &metadata_files {
         bytes_written += file_len(f)?;
     }
+    let depth_files = if args.depths {
+        let params = match args.format {
+            SynthFormat::Colmap => args.output.join("sparse").join("0"),
+            SynthFormat::Nerf => args.output.clone(),
+        }
+        .join(crate::import::depth::DEPTH_PARAMS_FILE);
+        let dir = args.output.join("depths");
+        bytes_written += write_depths(&scene, &cameras, &dir, &params, args.image_format)?;
+        Some((dir, params))
+    } else {
+        None
+    };
     Ok(SynthReport {
         output: args.output.clone(),
         format: args.format,
@@ -616,7 +660,102 @@ pub fn run(args: &SynthArgs, progress: &dyn Fn(u64, u64)) -> Result<SynthReport,
         image_bytes,
         bytes_written,
         metadata_files,
+        depth_files,
     })
+}
+
+/// The per-view affine map of a true inverse-depth range `[lo, hi]` onto 0..=65535, as a
+/// monocular estimator's relative output: `raw = round((inv − lo) / (hi − lo) · 65535)`, and
+/// the 3DGS fit that maps it back, `raw / 65536 · scale + offset` with
+/// `scale = (hi − lo) · 65536 / 65535`, `offset = lo`. A constant view (`hi == lo`) stores 0
+/// everywhere with `scale` as if its range were `hi` (any positive scale recovers `lo`).
+pub fn depth_quantiser(lo: f64, hi: f64) -> (impl Fn(f64) -> u16, crate::shard::DepthScale) {
+    let range = hi - lo;
+    let quantise = move |inv: f64| {
+        if range > 0.0 {
+            ((inv - lo) / range * 65535.0 + 0.5).clamp(0.0, 65535.0) as u16
+        } else {
+            0
+        }
+    };
+    let span = if range > 0.0 {
+        range
+    } else if hi > 0.0 {
+        hi
+    } else {
+        1.0
+    };
+    let fit = crate::shard::DepthScale {
+        scale: (span * 65536.0 / 65535.0) as f32,
+        offset: lo as f32,
+    };
+    (quantise, fit)
+}
+
+/// Writes every view's inverse-depth map (`SynthScene::inverse_depth`, quantised per view by
+/// [`depth_quantiser`] over its own range, sky included as 0) as a 16-bit grey PNG
+/// `dir/<image stem>.png`, and their fits to `params` keyed by image stem (the name without
+/// its extension, as 3DGS keys them). Returns the bytes written.
+fn write_depths(
+    scene: &SynthScene,
+    cameras: &[Camera],
+    dir: &Path,
+    params: &Path,
+    format: ImageFormat,
+) -> Result<u64, SynthError> {
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let mut fits = serde_json::Map::new();
+    let mut bytes = 0u64;
+    for (i, c) in cameras.iter().enumerate() {
+        let inv = scene.inverse_depth(c);
+        let lo = inv.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = inv.iter().copied().fold(0.0, f64::max);
+        let (quantise, fit) = depth_quantiser(lo, hi);
+        // The PNG encoder takes 16-bit samples in native byte order.
+        let ne: Vec<u8> = inv
+            .iter()
+            .flat_map(|&v| quantise(v).to_ne_bytes())
+            .collect();
+        let name = image_name(i, format);
+        let stem = Path::new(&name)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or(name.clone());
+        let path = dir.join(format!("{stem}.png"));
+        let mut encode_err = None;
+        crate::fsutil::write_atomic_with(&path, &mut |w| {
+            image::codecs::png::PngEncoder::new(&mut *w)
+                .write_image(&ne, c.width, c.height, image::ExtendedColorType::L16)
+                .map_err(|e| {
+                    let io = std::io::Error::other(e.to_string());
+                    encode_err = Some(e);
+                    io
+                })
+        })
+        .map_err(|e| match encode_err.take() {
+            Some(source) => SynthError::Encode {
+                path: path.clone(),
+                view: i,
+                source,
+            },
+            None => io_err(&path)(e),
+        })?;
+        bytes += file_len(&path)?;
+        fits.insert(
+            stem,
+            serde_json::json!({"scale": fit.scale, "offset": fit.offset}),
+        );
+    }
+    let mut json = serde_json::to_vec_pretty(&fits).map_err(|source| SynthError::Json {
+        path: params.to_owned(),
+        source,
+    })?;
+    json.push(b'\n');
+    if let Some(parent) = params.parent() {
+        fs::create_dir_all(parent).map_err(io_err(parent))?;
+    }
+    crate::fsutil::write_atomic(params, &json).map_err(io_err(params))?;
+    Ok(bytes + json.len() as u64)
 }
 
 #[cfg(test)]
@@ -755,6 +894,105 @@ mod tests {
         assert!(!snapshot(&out)
             .iter()
             .any(|(p, _)| p.to_string_lossy().contains(".tmp")));
+    }
+
+    /// `synth --depths` then `convert --depths depths`: every packed target is the scene's
+    /// true inverse depth at the pixel's centre ray, evaluated here independently (the hit
+    /// point through `Pose::transform`, checked to project back onto the pixel), within half
+    /// a quantisation step of the view's range (`scale / 65536 / 2`) plus a few f32 ulps of
+    /// the target (`DepthScale::target` runs in f32). Downscaled by 2, a packed value is the
+    /// mean of four stored ones, each within half a step, rounded once more: within a step
+    /// of the mean of the four truths.
+    #[test]
+    fn depth_maps_pack_to_the_scene_inverse_depth() {
+        use crate::pack::{convert, ConvertOptions};
+        use crate::shard::reader::Pack;
+        let tmp = tempfile::tempdir().unwrap();
+        for (format, downscale) in [
+            (SynthFormat::Colmap, 1u32),
+            (SynthFormat::Nerf, 1),
+            (SynthFormat::Colmap, 2),
+        ] {
+            let out = tmp.path().join(format!("{format:?}-{downscale}"));
+            let args = SynthArgs {
+                depths: true,
+                points: 50,
+                ..tiny(&out, format)
+            };
+            let report = run(&args, &|_, _| {}).unwrap();
+            let (dir, params) = report.depth_files.clone().unwrap();
+            assert_eq!(dir, out.join("depths"));
+            assert!(params.is_file() && dir.join("00005.png").is_file());
+            let pack_dir = tmp.path().join(format!("{format:?}-{downscale}.pack"));
+            let opts = ConvertOptions {
+                resize: Some(crate::import::image::Resize::Downscale(downscale)),
+                depths: Some(PathBuf::from("depths")),
+                test_every: 0,
+                workers: 1,
+                ..Default::default()
+            };
+            let warnings = std::sync::Mutex::new(Vec::new());
+            convert(&out, &pack_dir, &opts, &|e| {
+                if let crate::pack::Event::Warning(w) = e {
+                    warnings.lock().unwrap().push(w.to_owned());
+                }
+            })
+            .unwrap();
+            let warnings = warnings.into_inner().unwrap();
+            assert!(
+                !warnings.iter().any(|w| w.contains("unreliable")),
+                "{warnings:?}"
+            );
+            let pack = Pack::open(&pack_dir).unwrap();
+            let m = pack.manifest();
+            assert_eq!(m.views.len(), 6);
+            let scene = SynthScene::new(args.seed);
+            for (i, v) in m.views.iter().enumerate() {
+                let d = v.depth.expect("every synth view has a depth plane");
+                let mut bytes = vec![0u8; v.decoded_len()];
+                pack.read_view_into(i, &mut bytes).unwrap();
+                let planes = v.layout().planes(&bytes, v.width(), v.height()).unwrap();
+                let mut targets = Vec::new();
+                d.targets_into(planes.depth.unwrap(), &mut targets);
+                let full = scene.camera(i, 6, 40, 30);
+                let truth = |x: u32, y: u32| -> f64 {
+                    let (o, dir) = scene::pixel_ray(&full, x as f64 + 0.5, y as f64 + 0.5);
+                    match scene.trace(o, dir) {
+                        None => 0.0,
+                        Some(hit) => {
+                            let p = full.project(hit.point).unwrap();
+                            assert!((p[0] - x as f64 - 0.5).abs() < 1e-6);
+                            assert!((p[1] - y as f64 - 0.5).abs() < 1e-6);
+                            1.0 / full.world_to_camera.transform(hit.point)[2]
+                        }
+                    }
+                };
+                let step = d.scale as f64 / 65536.0;
+                let n = downscale;
+                let mut sky = 0;
+                for y in 0..v.height() {
+                    for x in 0..v.width() {
+                        let mut want = 0.0;
+                        for (a, b) in (0..n).flat_map(|a| (0..n).map(move |b| (a, b))) {
+                            want += truth(n * x + a, n * y + b) / (n * n) as f64;
+                        }
+                        sky += usize::from(want == 0.0);
+                        let got = targets[(y * v.width() + x) as usize] as f64;
+                        let tol = if n == 1 { 0.5 } else { 1.0 } * step * 1.001
+                            + 4.0 * f32::EPSILON as f64 * want.abs();
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{format:?} /{n} view {i} ({x}, {y}): {got} vs {want} (step {step})"
+                        );
+                    }
+                }
+                // The views see the ground, the objects and the sky.
+                assert!(
+                    sky > 0 && sky < (v.width() * v.height()) as usize,
+                    "view {i}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -62,48 +62,57 @@ pub fn write_tiny_pack(dir: &Path) -> Result<Manifest, WriteError> {
     w.finish(SourceInfo::generated("ramsplat tiny pack"))
 }
 
-/// Writes the tiny pack's cloud and one 5×3 view of every pixel layout (RGB, RGBA, RGB + loss
-/// mask, RGBA + loss mask) in every codec: twelve views, the fixture of the shard fuzz target
-/// (every decode path of the reader, the PNG mask framing included). Returns the manifest.
+/// Writes the tiny pack's cloud and one 5×3 view of every pixel layout (RGB or RGBA, with or
+/// without a loss mask, with or without an inverse-depth plane) in every codec: 24 views, the
+/// fixture of the shard fuzz target (every decode path of the reader, the PNG framing of masks
+/// and depth planes included). Returns the manifest.
 pub fn write_layouts_pack(dir: &Path) -> Result<Manifest, WriteError> {
-    use crate::shard::writer::encode_view_pixels;
-    use crate::shard::PixelLayout;
+    use crate::shard::writer::encode_view_depth;
+    use crate::shard::{DepthScale, PixelLayout};
     let mut w = PackWriter::create(dir, &WriterOptions::default())?;
     let (width, height) = (5u32, 3u32);
     let mut i = 0u32;
     for codec in [Codec::Raw, Codec::Zstd, Codec::Png] {
-        for (alpha, mask) in [(false, false), (true, false), (false, true), (true, true)] {
-            let layout = PixelLayout {
-                alpha,
-                mask,
-                depth: false,
-            };
-            let n = (width * height) as usize;
-            let mut bytes: Vec<u8> = (0..layout.pixel_bytes(width, height))
-                .map(|k| (k as u32 * (i + 3)) as u8)
-                .collect();
-            if mask {
-                bytes.extend((0..n).map(|k| if k % 3 == 0 { 0 } else { 255 }));
+        for depth in [false, true] {
+            for (alpha, mask) in [(false, false), (true, false), (false, true), (true, true)] {
+                let layout = PixelLayout { alpha, mask, depth };
+                let n = (width * height) as usize;
+                let mut bytes: Vec<u8> = (0..layout.pixel_bytes(width, height))
+                    .map(|k| (k as u32 * (i + 3)) as u8)
+                    .collect();
+                if mask {
+                    bytes.extend((0..n).map(|k| if k % 3 == 0 { 0 } else { 255 }));
+                }
+                if depth {
+                    bytes.extend(
+                        (0..n).flat_map(|k| ((k as u32 * 4099 * (i + 1)) as u16).to_le_bytes()),
+                    );
+                }
+                let camera = centred_camera(
+                    width,
+                    height,
+                    Pose {
+                        translation: [i as f64, 0.0, 3.0],
+                        ..Pose::IDENTITY
+                    },
+                );
+                let scale = depth.then_some(DepthScale {
+                    scale: 1.0 + i as f32,
+                    offset: 0.5,
+                });
+                let v = encode_view_depth(
+                    &format!("v{i}"),
+                    &camera,
+                    Split::Train,
+                    &bytes,
+                    layout,
+                    scale,
+                    codec,
+                    3,
+                )?;
+                w.add_encoded_view(v)?;
+                i += 1;
             }
-            let camera = centred_camera(
-                width,
-                height,
-                Pose {
-                    translation: [i as f64, 0.0, 3.0],
-                    ..Pose::IDENTITY
-                },
-            );
-            let v = encode_view_pixels(
-                &format!("v{i}"),
-                &camera,
-                Split::Train,
-                &bytes,
-                layout,
-                codec,
-                3,
-            )?;
-            w.add_encoded_view(v)?;
-            i += 1;
         }
     }
     w.add_cloud(&mut MemPoints::new("sfm", vec![tiny_cloud()]))
@@ -283,18 +292,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.pack");
         let m = write_layouts_pack(&path).unwrap();
-        assert_eq!(m.views.len(), 12);
+        assert_eq!(m.views.len(), 24);
         let pack = Pack::open(&path).unwrap();
         pack.verify(&|_, _| {}).unwrap();
         for (i, v) in m.views.iter().enumerate() {
             let layout = v.layout();
-            assert_eq!((layout.alpha, layout.mask), (i % 4 % 2 == 1, i % 4 >= 2));
+            assert_eq!(
+                (layout.alpha, layout.mask, layout.depth),
+                (i % 4 % 2 == 1, i % 4 >= 2, i % 8 >= 4)
+            );
+            assert_eq!(
+                v.depth.map(|d| d.scale),
+                layout.depth.then_some(1.0 + i as f32)
+            );
             let mut out = vec![0u8; v.decoded_len()];
             pack.read_view_into(i, &mut out).unwrap();
-            let (_, mask) = layout.split(&out, v.width(), v.height()).unwrap();
-            if let Some(mask) = mask {
+            let planes = layout.planes(&out, v.width(), v.height()).unwrap();
+            if let Some(mask) = planes.mask {
                 assert_eq!(mask[0], 0);
                 assert_eq!(mask[1], 255);
+            }
+            if let Some(depth) = planes.depth {
+                let want = (4099 * (i as u32 + 1)) as u16;
+                assert_eq!(u16::from_le_bytes([depth[2], depth[3]]), want, "view {i}");
             }
         }
     }

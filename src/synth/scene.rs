@@ -1033,6 +1033,34 @@ impl SynthScene {
         });
     }
 
+    /// The true inverse depth of every pixel of `camera`, row-major: `1/z` of the first
+    /// surface along the pixel's centre ray (the ray [`SynthScene::render`] casts first), `z`
+    /// in camera space (distance along the optical axis, what 3DGS's depth regularization
+    /// renders), and 0 where the ray meets nothing (sky). Centre rays only, not the colour's
+    /// supersampled mean at edges: a mean of two surfaces' inverse depths is the depth of no
+    /// surface. Rows in parallel on the rayon pool.
+    pub fn inverse_depth(&self, camera: &Camera) -> Vec<f64> {
+        let (w, h) = (camera.width as usize, camera.height as usize);
+        let mut out = vec![0.0; w * h];
+        let r = camera.world_to_camera.rotation;
+        let t = camera.world_to_camera.translation;
+        let o = camera.centre();
+        let k = camera.intrinsics;
+        out.par_chunks_mut(w).enumerate().for_each(|(j, row)| {
+            for (i, v) in row.iter_mut().enumerate() {
+                let d = ray_direction(&r, &k, i as f64 + 0.5, j as f64 + 0.5);
+                if let Some(hit) = self.trace(o, d) {
+                    let p = hit.point;
+                    let z = r[2][0] * p[0] + r[2][1] * p[1] + r[2][2] * p[2] + t[2];
+                    if z > 0.0 {
+                        *v = 1.0 / z;
+                    }
+                }
+            }
+        });
+        out
+    }
+
     /// One surface sample (see [`SynthScene::sample_points`] for the distribution).
     pub fn sample_surface(&self, rng: &mut Rng) -> SurfaceSample {
         let areas: Vec<f64> = self

@@ -31,8 +31,8 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Cursor, Seek, SeekFrom, Write};
 use std::path::{Component, Path, PathBuf};
 
-use super::{ImportError, ImportOptions, ImportedScene, Location};
-use crate::dataset::{Distortion, Format, PointSource, ViewSource};
+use super::{depth, ImportError, ImportOptions, ImportedScene, Location};
+use crate::dataset::{DepthSource, Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics, Pose};
 
 /// A COLMAP camera as stored (`cameras.bin/txt`).
@@ -716,6 +716,11 @@ fn find_mask(masks_dir: &Path, name: &str) -> Option<PathBuf> {
 /// `crate::import::image::prepare_mask` for what a mask means); when it exists every
 /// registered image must have one.
 ///
+/// `options.depths` (`--depths DIR`, relative to the root or absolute) gives each image the
+/// depth map `DIR/<name without extension>.png` and its fit from `depth_params.json` beside
+/// the model (required, as in 3DGS); a missing map or entry is an error naming the image, and
+/// a view whose fit is unreliable is imported without depth (see [`super::depth`]).
+///
 /// Views are sorted by image name (a relative path, possibly with subfolders). Image files that
 /// do not exist are listed in `missing_images` and skipped with a warning, or refused under
 /// `options.strict`; `options.metadata_only` skips the existence check.
@@ -748,6 +753,30 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             layout.model_dir.display()
         ));
     }
+
+    // `--depths`: the maps' folder and the fits 3DGS's make_depth_scale.py writes beside the
+    // model (3DGS reads `sparse/0/depth_params.json` and refuses depths without it).
+    let depths = match &options.depths {
+        None => None,
+        Some(dir) => {
+            let dir = depth::depths_dir(&layout.root, dir)?;
+            let params_path = layout.model_dir.join(depth::DEPTH_PARAMS_FILE);
+            if !params_path.is_file() {
+                return Err(ImportError::invalid(
+                    &params_path,
+                    format!(
+                        "no such file: --depths needs the per-image fits of the depth maps to the \
+                         SfM points, as 3DGS does; make it with 3DGS's `python \
+                         utils/make_depth_scale.py --base_dir {} --depths_dir {}`",
+                        layout.root.display(),
+                        dir.display()
+                    ),
+                ));
+            }
+            Some((dir, depth::DepthParams::read(&params_path)?))
+        }
+    };
+    let mut unreliable_depths = 0usize;
 
     images.sort_by(|a, b| a.name.cmp(&b.name));
     let by_id: HashMap<u32, &ColmapCamera> = cameras.iter().map(|c| (c.id, c)).collect();
@@ -830,6 +859,32 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
                 }
             },
         };
+        // 3DGS keys maps and fits by the image name without its extension.
+        let depth = match &depths {
+            None => None,
+            Some((dir, params)) => {
+                let key = depth::strip_extension(&img.name);
+                let path = depth::existing_depth_file(&img.name, depth::depth_file(dir, key))?;
+                match params.fit(key) {
+                    None => {
+                        return Err(ImportError::invalid(
+                            &params.path,
+                            format!(
+                                "{what} has no entry {key:?} (its depth map is {}); every \
+                                 registered image needs one: regenerate the file with 3DGS's \
+                                 utils/make_depth_scale.py",
+                                path.display()
+                            ),
+                        ))
+                    }
+                    Some(depth::Fit::Unreliable) => {
+                        unreliable_depths += 1;
+                        None
+                    }
+                    Some(depth::Fit::Reliable(scale)) => Some(DepthSource { path, scale }),
+                }
+            }
+        };
         // A chosen images folder may hold a resized copy: the camera follows the file.
         let camera = super::camera_for_images(options, camera, &image_path, &img.name)?;
         views.push(ViewSource {
@@ -839,7 +894,17 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             distortion,
             split: None,
             mask_path,
+            depth,
         });
+    }
+    if let Some((_, params)) = &depths {
+        if unreliable_depths > 0 {
+            warnings.push(depth::unreliable_note(
+                unreliable_depths,
+                views.len(),
+                params,
+            ));
+        }
     }
     if !missing.is_empty() {
         let first: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();

@@ -150,6 +150,7 @@ const META: ImportOptions = ImportOptions {
     strict: false,
     metadata_only: true,
     images: None,
+    depths: None,
 };
 
 // ---------------------------------------------------------------- the statue model

@@ -393,7 +393,9 @@ fn scene_extent_follows_the_3dgs_rule() {
 }
 
 #[test]
-fn alpha_and_mask_views_round_trip_every_codec_and_rgb_views_are_unchanged() {
+fn every_layout_round_trips_every_codec_and_rgb_views_are_unchanged() {
+    use crate::shard::writer::encode_view_depth;
+    use crate::shard::DepthScale;
     for codec in [Codec::Raw, Codec::Zstd, Codec::Png] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("p.pack");
@@ -416,53 +418,73 @@ fn alpha_and_mask_views_round_trip_every_codec_and_rgb_views_are_unchanged() {
         let mask: Vec<u8> = (0..wd * ht)
             .map(|i| if i % 5 < 2 { 0 } else { 255 })
             .collect();
-        let rgb_mask = [rgb.as_slice(), &mask].concat();
-        let rgba_mask = [rgba.as_slice(), &mask].concat();
-        let layouts = [
-            PixelLayout::RGB,
-            PixelLayout {
-                alpha: true,
-                mask: false,
-                depth: false,
-            },
-            PixelLayout {
-                alpha: false,
-                mask: true,
-                depth: false,
-            },
-            PixelLayout {
-                alpha: true,
-                mask: true,
-                depth: false,
-            },
-        ];
-        let bytes = [&rgb, &rgba, &rgb_mask, &rgba_mask];
-        for (i, (layout, b)) in layouts.iter().zip(bytes).enumerate().skip(1) {
-            let v = crate::shard::writer::encode_view_pixels(
+        // An inverse-depth plane with 0, 65535 and values whose two bytes differ (so a byte
+        // order mix-up shows).
+        let depth: Vec<u8> = (0..wd * ht)
+            .flat_map(|i| {
+                match i {
+                    0 => 0u16,
+                    1 => u16::MAX,
+                    _ => (i * 4099 % 65536) as u16,
+                }
+                .to_le_bytes()
+            })
+            .collect();
+        let mut layouts = Vec::new();
+        let mut bytes = Vec::new();
+        for depth_on in [false, true] {
+            for (alpha, mask_on) in [(false, false), (true, false), (false, true), (true, true)] {
+                layouts.push(PixelLayout {
+                    alpha,
+                    mask: mask_on,
+                    depth: depth_on,
+                });
+                let mut b = if alpha { rgba.clone() } else { rgb.clone() };
+                if mask_on {
+                    b.extend_from_slice(&mask);
+                }
+                if depth_on {
+                    b.extend_from_slice(&depth);
+                }
+                bytes.push(b);
+            }
+        }
+        let scale_of = |i: usize| {
+            layouts[i].depth.then_some(DepthScale {
+                scale: 0.5 + i as f32,
+                offset: -0.25 * i as f32,
+            })
+        };
+        for (i, (layout, b)) in layouts.iter().zip(&bytes).enumerate().skip(1) {
+            let v = encode_view_depth(
                 &format!("view{i}.png"),
                 &camera(wd, ht, i as f64),
                 Split::Train,
                 b,
                 *layout,
+                scale_of(i),
                 codec,
                 3,
             )
             .unwrap();
             w.add_encoded_view(v).unwrap();
         }
-        // RGBA bytes given as RGB are refused with both sizes; so are RGB bytes given as RGB
-        // with a mask.
+        // Bytes of another layout's size are refused with both sizes; so is a depth plane
+        // without its scale, a scale without a plane, and a scale that is not finite.
         for (layout, want) in [
             (layouts[1], "RGBA8 needs 960"),
             (layouts[2], "RGB8 + mask needs 960"),
             (layouts[3], "RGBA8 + mask needs 1200"),
+            (layouts[4], "RGB8 + depth needs 1200"),
+            (layouts[7], "RGBA8 + mask + depth needs 1680"),
         ] {
-            let e = crate::shard::writer::encode_view_pixels(
+            let e = encode_view_depth(
                 "bad",
                 &camera(wd, ht, 0.0),
                 Split::Train,
                 &rgb,
                 layout,
+                layout.depth.then_some(DepthScale::IDENTITY),
                 codec,
                 3,
             )
@@ -470,6 +492,27 @@ fn alpha_and_mask_views_round_trip_every_codec_and_rgb_views_are_unchanged() {
             .to_string();
             assert!(e.contains(want), "{e}");
         }
+        let encode = |i: usize, d: Option<DepthScale>| {
+            encode_view_depth(
+                "bad",
+                &camera(wd, ht, 0.0),
+                Split::Train,
+                &bytes[i],
+                layouts[i],
+                d,
+                codec,
+                3,
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(encode(4, None).contains("has an inverse-depth plane but no depth scale"));
+        assert!(encode(0, Some(DepthScale::IDENTITY)).contains("has no inverse-depth plane"));
+        let nan = DepthScale {
+            scale: f32::NAN,
+            offset: 0.0,
+        };
+        assert!(encode(4, Some(nan)).contains("must be finite"));
         w.add_cloud(&mut MemPoints::new("sfm", vec![cloud(10, false, false, 1)]))
             .unwrap();
         w.finish(source_info()).unwrap();
@@ -478,18 +521,82 @@ fn alpha_and_mask_views_round_trip_every_codec_and_rgb_views_are_unchanged() {
         let m = pack.manifest();
         let got: Vec<PixelLayout> = m.views.iter().map(|v| v.layout()).collect();
         assert_eq!(got, layouts);
+        let scales: Vec<Option<DepthScale>> = m.views.iter().map(|v| v.depth).collect();
+        let want: Vec<Option<DepthScale>> = (0..8).map(scale_of).collect();
+        assert_eq!(scales, want);
+        assert!(m.has_depths());
         let lens: Vec<usize> = m.views.iter().map(|v| v.decoded_len()).collect();
-        assert_eq!(lens, [720, 960, 960, 1200]);
-        for (i, want) in bytes.into_iter().enumerate() {
+        assert_eq!(lens, [720, 960, 960, 1200, 1200, 1440, 1440, 1680]);
+        for (i, want) in bytes.iter().enumerate() {
             let mut out = vec![0u8; m.views[i].decoded_len()];
             pack.read_view_into(i, &mut out).unwrap();
             assert_eq!(&out, want, "{codec:?} view {i}");
+            let planes = m.views[i].layout().planes(&out, wd, ht).unwrap();
+            assert_eq!(planes.depth, layouts[i].depth.then_some(depth.as_slice()));
         }
-        assert_eq!(pack.verify(&|_, _| {}).unwrap().records, 5);
-        // The manifest names alpha and mask only where they are set: an RGB view's entry is
-        // as before.
+        assert_eq!(pack.verify(&|_, _| {}).unwrap().records, 9);
+        // The manifest names alpha, mask and depth only where they are set: an RGB view's
+        // entry is as before.
         let text = std::fs::read_to_string(dir.join(crate::shard::MANIFEST_FILE)).unwrap();
-        assert_eq!(text.matches("\"alpha\"").count(), 2, "{text}");
-        assert_eq!(text.matches("\"mask\"").count(), 2, "{text}");
+        assert_eq!(text.matches("\"alpha\"").count(), 4, "{text}");
+        assert_eq!(text.matches("\"mask\"").count(), 4, "{text}");
+        assert_eq!(text.matches("\"depth\"").count(), 4, "{text}");
     }
+}
+
+/// `verify` and the reader check that a view's record flags say what its manifest entry says:
+/// a manifest that drops a view's depth entry (or adds one) no longer describes the record.
+#[test]
+fn verify_catches_a_manifest_that_disagrees_with_the_depth_flag() {
+    use crate::shard::writer::encode_view_depth;
+    use crate::shard::DepthScale;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    let mut w = PackWriter::create(&dir, &WriterOptions::default()).unwrap();
+    let (wd, ht) = (6u32, 4u32);
+    for i in 0..2u32 {
+        let mut b = pixels(wd, ht, i as u64);
+        b.extend((0..wd * ht).flat_map(|k| ((k * 1000) as u16).to_le_bytes()));
+        let layout = PixelLayout {
+            depth: true,
+            ..PixelLayout::RGB
+        };
+        let v = encode_view_depth(
+            &format!("v{i}"),
+            &camera(wd, ht, i as f64),
+            Split::Train,
+            &b,
+            layout,
+            Some(DepthScale::IDENTITY),
+            Codec::Zstd,
+            3,
+        )
+        .unwrap();
+        w.add_encoded_view(v).unwrap();
+    }
+    w.finish(source_info()).unwrap();
+    Pack::open(&dir).unwrap().verify(&|_, _| {}).unwrap();
+    let path = dir.join(crate::shard::MANIFEST_FILE);
+    let orig = std::fs::read_to_string(&path).unwrap();
+    let mut m: Manifest = serde_json::from_str(&orig).unwrap();
+    // RGBA8 + mask has the length of RGB8 + depth: dropping the depth entry and claiming
+    // alpha and a mask keeps every length consistent, so only the flags tell.
+    m.views[1].depth = None;
+    m.views[1].alpha = true;
+    m.views[1].mask = true;
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    let pack = Pack::open(&dir).unwrap();
+    let e = pack.verify(&|_, _| {}).unwrap_err().to_string();
+    assert!(e.contains("not the one the manifest lists"), "{e}");
+    let mut out = vec![0u8; m.views[1].decoded_len()];
+    let e = pack.read_view_into(1, &mut out).unwrap_err().to_string();
+    assert!(e.contains("not this view"), "{e}");
+    // A scale that overflows f32 (JSON has no infinity) is refused when the pack is opened.
+    assert!(orig.contains("\"scale\": 1.0"), "{orig}");
+    std::fs::write(&path, orig.replacen("\"scale\": 1.0", "\"scale\": 1e39", 1)).unwrap();
+    let e = Pack::open(&dir).map(|_| ()).unwrap_err().to_string();
+    assert!(
+        e.contains("depth scale inf and offset 0 must be finite"),
+        "{e}"
+    );
 }
