@@ -405,6 +405,7 @@ pub fn convert(
         downscale,
         test_every: Some(opts.test_every),
         images: opts.images.as_ref().map(|d| d.display().to_string()),
+        depths: opts.depths.as_ref().map(|d| d.display().to_string()),
     })?;
     let wall_s = started.elapsed().as_secs_f64();
     let test_views = manifest.split_indices(Split::Test).len();

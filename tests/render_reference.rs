@@ -607,6 +607,7 @@ fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
             downscale: None,
             test_every: None,
             images: None,
+            depths: None,
         })
         .unwrap();
     let out_dir = d.join("eval");

@@ -2671,3 +2671,84 @@ fn eval_pose_steps_scores_held_out_views_from_aligned_poses() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(!dest.exists());
 }
+
+/// Depth regularization end to end: `gs-pack synth --depths` → `gs-pack convert --depths
+/// depths` → `gs-train`. The run says every view carries a map, its metrics rows carry the
+/// unweighted depth L1 (which falls), `cfg_args` names the folder as 3DGS's `-d`; the device
+/// engine (emulated) starts from the same depth loss; `--depth-l1-weight-init 0` trains
+/// without the maps and says so; a depth setting on a pack without maps is refused.
+#[test]
+fn depth_maps_regularize_training_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let scene = dir.path().join("scene");
+    gs_pack_ok(&[
+        "synth",
+        "-o",
+        s(&scene),
+        "--views",
+        "12",
+        "--width",
+        "48",
+        "--height",
+        "36",
+        "--points",
+        "300",
+        "--format",
+        "colmap",
+        "--seed",
+        "4",
+        "--depths",
+    ]);
+    let pack = dir.path().join("depth.pack");
+    gs_pack_ok(&["convert", s(&scene), "-o", s(&pack), "--depths", "depths"]);
+    let run = |name: &str, extra: &[&str], emulate: bool| {
+        let out = dir.path().join(name);
+        let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "60", "--eval"];
+        args.extend_from_slice(COMMON);
+        args.extend_from_slice(extra);
+        let mut cmd = Command::new(BIN);
+        cmd.args(&args);
+        if emulate {
+            cmd.env("GS_CUDA_EMULATE", "1");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let rows = ramsplat::train::report::read_metrics(&out.join("metrics.jsonl")).unwrap();
+        (out, rows, stderr(&o))
+    };
+    let (out, rows, log) = run("cpu", &["--backend", "cpu"], false);
+    assert!(
+        log.contains("depth regularization: 12 of 12 views carry an inverse-depth map"),
+        "{log}"
+    );
+    let depth: Vec<f64> = rows.iter().map(|r| r.depth_l1.unwrap()).collect();
+    assert_eq!(depth.len(), 6);
+    assert!(depth[5] < depth[0], "depth L1 per row: {depth:?}");
+    let cfg = std::fs::read_to_string(out.join("cfg_args")).unwrap();
+    assert!(cfg.contains("depths='depths'"), "{cfg}");
+
+    let (_, dev_rows, dev_log) = run("cuda", &["--backend", "cuda"], true);
+    assert!(dev_log.contains("depth regularization"), "{dev_log}");
+    let (a, b) = (rows[0].depth_l1.unwrap(), dev_rows[0].depth_l1.unwrap());
+    assert!(
+        (a - b).abs() <= 0.02 * a,
+        "first rows' depth L1: cpu {a}, device {b}"
+    );
+
+    let (out, rows, log) = run("off", &["--depth-l1-weight-init", "0"], false);
+    assert!(log.contains("depth maps (12 views) are not used"), "{log}");
+    assert!(rows.iter().all(|r| r.depth_l1.is_none()));
+    let cfg = std::fs::read_to_string(out.join("cfg_args")).unwrap();
+    assert!(cfg.contains("depths=''"), "{cfg}");
+
+    let plain = tiny_pack(dir.path());
+    let o = gs_train(&[
+        s(&plain),
+        "-o",
+        s(&dir.path().join("refused")),
+        "--depth-l1-weight-init",
+        "0.5",
+    ]);
+    refused(&o, &["holds no depth maps", "--depths DIR"]);
+    assert!(!dir.path().join("refused").exists());
+}

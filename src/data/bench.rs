@@ -334,6 +334,7 @@ mod tests {
             downscale: None,
             test_every: None,
             images: None,
+            depths: None,
         })
         .unwrap();
         let pack = Arc::new(Pack::open(&path).unwrap());

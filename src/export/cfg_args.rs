@@ -12,9 +12,10 @@
 //! (−1: views wider than 1,600 px scaled to 1,600; 1, 2, 4, 8: that divisor; any other value:
 //! that width), `eval` whether every 8th view is held out, and `sh_degree`,
 //! `white_background` the model's. ramsplat's pack records the conversion that made it, so a
-//! run states the same loading as 3DGS would have used; `data_device`, `depths` and
-//! `train_test_exp` are written with 3DGS's defaults so every version of its scripts finds
-//! them.
+//! run states the same loading as 3DGS would have used; `depths` is the pack's `--depths`
+//! folder when the run regularized depth with its maps (3DGS's `-d`), and `data_device`,
+//! `depths` and `train_test_exp` are otherwise written with 3DGS's defaults so every version
+//! of its scripts finds them.
 
 /// The loading parameters of a run, as 3DGS names them.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,6 +29,8 @@ pub struct CfgArgs {
     pub eval: bool,
     /// The run learned per-view exposures (`exposure.json`, 3DGS's `--train_test_exp`).
     pub train_test_exp: bool,
+    /// The depth maps' folder of a depth-regularized run (3DGS's `-d`), else empty.
+    pub depths: String,
 }
 
 impl CfgArgs {
@@ -36,9 +39,10 @@ impl CfgArgs {
     pub fn to_python(&self) -> String {
         let b = |v: bool| if v { "True" } else { "False" };
         format!(
-            "Namespace(data_device='cuda', depths='', eval={}, images={}, model_path={}, \
+            "Namespace(data_device='cuda', depths={}, eval={}, images={}, model_path={}, \
              resolution={}, sh_degree={}, source_path={}, train_test_exp={}, \
              white_background={})",
+            py_str(&self.depths),
             b(self.eval),
             py_str(&self.images),
             py_str(&self.model_path),
@@ -99,6 +103,7 @@ mod tests {
             white_background: true,
             eval: false,
             train_test_exp: false,
+            depths: String::new(),
         };
         assert_eq!(
             c.to_python(),
@@ -107,6 +112,13 @@ mod tests {
              source_path='/data/it\\'s a \\\\ path\\n', train_test_exp=False, \
              white_background=True)"
         );
+        let d = CfgArgs {
+            depths: "depths".into(),
+            ..c
+        };
+        assert!(d
+            .to_python()
+            .starts_with("Namespace(data_device='cuda', depths='depths', "));
         assert_eq!(py_str("\u{1}é"), "'\\x01é'");
     }
 

@@ -469,6 +469,9 @@ pub struct SourceInfo {
     /// packs written without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<String>,
+    /// The `--depths` folder the inverse-depth maps came from. Absent in packs without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depths: Option<String>,
 }
 
 impl SourceInfo {
@@ -483,6 +486,7 @@ impl SourceInfo {
             downscale: None,
             test_every: None,
             images: None,
+            depths: None,
         }
     }
 }

@@ -181,6 +181,7 @@ pub fn write_demo_pack(dir: &Path, s: &DemoScene) -> Result<(), DemoError> {
         downscale: None,
         test_every: Some(TEST_EVERY as u32),
         images: None,
+        depths: None,
     })?;
     Ok(())
 }

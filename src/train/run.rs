@@ -740,6 +740,10 @@ fn write_cfg_args(
         white_background: config.background == Background::White,
         eval: opts.eval,
         train_test_exp: config.exposure.is_some(),
+        depths: match config.depth {
+            Some(_) => source.depths.clone().unwrap_or_default(),
+            None => String::new(),
+        },
     };
     let path = opts.out.join(CFG_ARGS);
     checkpoint::write_file_atomic(&path, cfg.to_python().as_bytes())?;

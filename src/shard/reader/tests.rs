@@ -33,6 +33,7 @@ fn source_info() -> SourceInfo {
         downscale: None,
         test_every: None,
         images: None,
+        depths: None,
     }
 }
 
