@@ -304,9 +304,10 @@ extern "C" __global__ void exposure_finish(
 }
 
 // Depth regularization (twin of src/train/depth.rs): per pixel of the inverse-depth plane,
-// d_out = step·sign(D − T) (0 where D = T, and on pixels a mask excludes), and per block the
-// double sum of |D − T| over the used pixels into part[blockIdx.x]. `masked` is uniform; the
-// mask is the staged view's bytes from `mask_offset` on, as for apply_mask.
+// d_out = step·sign(D − T) (0 where D = T, on pixels a mask excludes and where T is NaN, "no
+// depth"), and per block the double sum of |D − T| over the used pixels into
+// part[blockIdx.x]. `masked` is uniform; the mask is the staged view's bytes from
+// `mask_offset` on, as for apply_mask.
 extern "C" __global__ void depth_l1(
     u64 n_pixels,
     const float* __restrict__ render,  // [n_pixels] D
@@ -321,10 +322,11 @@ extern "C" __global__ void depth_l1(
     const u64 p = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     double v = 0.0;
     if (p < n_pixels) {
-        if (masked != 0u && frame[mask_offset + p] == 0) {
+        const float t = target[p];
+        if ((masked != 0u && frame[mask_offset + p] == 0) || t != t) {  // t != t: NaN
             d_out[p] = 0.0f;
         } else {
-            const float diff = render[p] - target[p];
+            const float diff = render[p] - t;
             v = (double)fabsf(diff);
             d_out[p] = diff > 0.0f ? step : (diff < 0.0f ? -step : 0.0f);
         }

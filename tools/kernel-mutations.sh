@@ -57,7 +57,8 @@ muts=(
  'kernels/rasterize_bwd.cu|d_alpha += (s.inv_z - acc_dep) * ddep;|d_alpha += s.inv_z * ddep;'
  'kernels/rasterize_bwd.cu|g_dep = w * ddep;|g_dep = alpha * ddep;'
  'kernels/project_bwd.cu|dt[2] += -v_inv_depths[i] * rz2;|dt[2] += -v_inv_depths[i] * rz;'
- 'kernels/loss.cu|if (masked != 0u && frame[mask_offset + p] == 0) {|if (masked != 0u && frame[p] == 0) {'
+ 'kernels/loss.cu|&& frame[mask_offset + p] == 0)|&& frame[p] == 0)'
+ 'kernels/loss.cu|t != t) {|false) {'
  'kernels/loss.cu|d_out[p] = diff > 0.0f ? step : (diff < 0.0f ? -step : 0.0f);|d_out[p] = diff > 0.0f ? step : -step;'
 )
 only=${1:-}

@@ -62,7 +62,8 @@
 //!   With view flag bit 2 ([`VIEW_FLAG_DEPTH`]) a plane of `width × height` little-endian u16
 //!   follows (after the mask, if any): the view's monocular inverse depth as the depth file
 //!   held it, resampled to the view's pixels, and the manifest gives the view a `"depth"`
-//!   entry ([`DepthScale`]) that maps a stored value to the training target. Raw and zstd
+//!   entry ([`DepthScale`]) that maps a stored value to the training target (a stored 0 means
+//!   no depth at that pixel, [`DepthScale::NO_DEPTH`]). Raw and zstd
 //!   payloads encode the concatenation; a PNG payload appends a 16-bit greyscale PNG of the
 //!   plane after the colour (and mask) PNGs, each but the last preceded by its `u32` length.
 //!   Added without a version bump for the reasons above.
@@ -138,15 +139,25 @@ impl DepthScale {
         raw as f32 * (1.0 / 65536.0) * self.scale + self.offset
     }
 
-    /// Fills `out` with the targets of a stored plane (two little-endian bytes per value).
+    /// Fills `out` with the targets of a stored plane (two little-endian bytes per value); a
+    /// stored 0 becomes NaN, "no depth here" (see [`DepthScale::NO_DEPTH`]).
     pub fn targets_into(self, plane: &[u8], out: &mut Vec<f32>) {
         out.clear();
         out.extend(
             plane
                 .chunks_exact(2)
-                .map(|b| self.target(u16::from_le_bytes([b[0], b[1]]))),
+                .map(|b| match u16::from_le_bytes([b[0], b[1]]) {
+                    Self::NO_DEPTH => f32::NAN,
+                    raw => self.target(raw),
+                }),
         );
     }
+
+    /// The stored value that means "no depth at this pixel": what a depth file holds where
+    /// it has no data (sky, a sensor's missing return, outside the photo after undistortion).
+    /// An inverse depth of exactly 0 is infinitely far, which no Gaussian can render, so the
+    /// trainer leaves those pixels out of the depth loss instead of pushing towards it.
+    pub const NO_DEPTH: u16 = 0;
 }
 
 /// How a view's decoded bytes are laid out: RGB8 or straight-alpha RGBA8 pixels, row-major,

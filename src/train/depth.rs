@@ -11,8 +11,14 @@
 //! `get_expon_lr_func` as its learning rates). The mean runs over every pixel of the view,
 //! excluded ones counting as zero (3DGS multiplies by its depth mask, then takes `.mean()`);
 //! pixels a loss mask excludes (or the other half of a half-trained view) are excluded here
-//! too. A view without a map, or whose map's fit 3DGS would call unreliable (the pack leaves
-//! those out), trains on the photometric loss alone, as in 3DGS.
+//! too, and so are pixels whose map holds 0 ([`crate::shard::DepthScale::NO_DEPTH`]: no data,
+//! a NaN target here). That is the one difference from 3DGS, which regresses them to their
+//! affine image (0 without an offset: infinitely far, which no Gaussian can render, so the
+//! term never stops pushing): on a synthetic scene with exact maps and a sky (36 % of the
+//! pixels at 0), 3DGS's rule lost 2.6 dB of held-out PSNR against no depth term, this one
+//! gained 1.9 dB (README, "Depth regularization"). A view without a map, or whose map's fit
+//! 3DGS would call unreliable (the pack leaves those out), trains on the photometric loss
+//! alone, as in 3DGS.
 //!
 //! This module owns the configuration, the schedule and the host loss; the device engine
 //! computes the same loss with `kernels/loss.cu`'s `depth_l1`.
@@ -92,10 +98,11 @@ impl DepthConfig {
     }
 }
 
-/// `mean |D − T|` over the view's `render.len()` pixels (pixels with `mask == 0` count as
-/// zero), and into `d_out` its gradient times `weight`: `weight · sign(D − T) / n` on used
-/// pixels (0 where `D = T`, as torch's `abs` gives), 0 on excluded ones. Returns the
-/// unweighted mean (3DGS's `Ll1depth_pure`); the loss term is `weight` times it.
+/// `mean |D − T|` over the view's `render.len()` pixels (pixels with `mask == 0` or a NaN
+/// target, "no depth", count as zero), and into `d_out` its gradient times `weight`:
+/// `weight · sign(D − T) / n` on used pixels (0 where `D = T`, as torch's `abs` gives), 0 on
+/// excluded ones. Returns the unweighted mean (3DGS's `Ll1depth_pure`); the loss term is
+/// `weight` times it.
 pub fn l1_and_grad(
     render: &[f32],
     target: &[f32],
@@ -119,7 +126,7 @@ pub fn l1_and_grad(
             let used = mask.map(|m| &m[c * CHUNK..c * CHUNK + d.len()]);
             let mut sum = 0.0f64;
             for k in 0..d.len() {
-                if used.is_some_and(|m| m[k] == 0) {
+                if used.is_some_and(|m| m[k] == 0) || t[k].is_nan() {
                     d[k] = 0.0;
                     continue;
                 }
@@ -198,14 +205,23 @@ mod tests {
     fn the_loss_and_its_gradient_match_a_direct_evaluation() {
         let n = 3 * CHUNK + 17;
         let render: Vec<f32> = (0..n).map(|k| ((k * 37) % 101) as f32 / 50.0).collect();
-        let target: Vec<f32> = (0..n).map(|k| ((k * 53) % 97) as f32 / 48.0).collect();
+        // Every 11th target is NaN ("no depth"): excluded like a masked pixel.
+        let target: Vec<f32> = (0..n)
+            .map(|k| {
+                if k % 11 == 5 {
+                    f32::NAN
+                } else {
+                    ((k * 53) % 97) as f32 / 48.0
+                }
+            })
+            .collect();
         let mask: Vec<u8> = (0..n).map(|k| if k % 7 == 3 { 0 } else { 255 }).collect();
         let mut d = vec![f32::NAN; n];
         let w = 0.3;
         let pure = l1_and_grad(&render, &target, Some(&mask), w, &mut d);
         let mut want = 0.0f64;
         for k in 0..n {
-            if mask[k] != 0 {
+            if mask[k] != 0 && !target[k].is_nan() {
                 want += (render[k] - target[k]).abs() as f64;
             }
         }
@@ -218,7 +234,7 @@ mod tests {
         let mut equal = 0;
         for k in 0..n {
             let diff = render[k] - target[k];
-            let expect = if mask[k] == 0 || diff == 0.0 {
+            let expect = if mask[k] == 0 || target[k].is_nan() || diff == 0.0 {
                 0.0
             } else {
                 step * diff.signum()

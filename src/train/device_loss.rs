@@ -679,6 +679,10 @@ mod tests {
                 for k in (0..npix).step_by(7) {
                     target[k] = render[k];
                 }
+                // "No depth" pixels: excluded.
+                for k in (3..npix).step_by(13) {
+                    target[k] = f32::NAN;
+                }
                 let mask: Vec<u8> = (0..npix)
                     .map(|_| if rng.next_f32() < 0.3 { 0 } else { 255 })
                     .collect();

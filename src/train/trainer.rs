@@ -2122,11 +2122,11 @@ mod tests {
 
     /// Depth regularization teaches the scene's depth: from the same start (means jittered by
     /// 0.3), with the ground truth's inverse depth as every view's map, the model's
-    /// inverse-depth renders end far closer to it than a photometric run's, at a similar image
-    /// quality, and the step's reported depth term falls. A constant weight of 10 (3DGS's
-    /// default decays from 1 to 0.01 over a run of 30,000 steps; this run has 300): measured,
-    /// error 0.0340 → 0.0152, PSNR 21.44 → 20.59 dB; with the default schedule the error only
-    /// falls to 0.0331 in 300 steps.
+    /// inverse-depth renders end far closer to it than a photometric run's (on the pixels
+    /// that have a depth), at a similar image quality, and the step's reported depth term
+    /// falls. A constant weight of 10 (3DGS's default decays from 1 to 0.01 over a run of
+    /// 30,000 steps; this run has 300): measured, error 0.0256 → 0.0155, PSNR 21.44 →
+    /// 21.50 dB.
     #[test]
     fn depth_regularization_teaches_the_scene_depth() {
         let iterations = 300;
@@ -2167,7 +2167,8 @@ mod tests {
                     "depth L1 {first} over the first 8 steps, {last} over the last"
                 );
             }
-            // Mean |D − D_gt| over every view, and the mean PSNR.
+            // Mean |D − D_gt| over every view's pixels that have a depth (the ground truth
+            // drew something: the map is not 0 there), and the mean PSNR.
             let model = t.model().unwrap().gaussians.clone();
             let mut r = CpuRasterizer::<f32>::new();
             let mut out = RenderOutput::default();
@@ -2184,8 +2185,11 @@ mod tests {
                     .iter()
                     .zip(gt_depth_planes()[v].chunks_exact(2))
                 {
-                    err += (d - GT_DEPTH.target(u16::from_le_bytes([b[0], b[1]]))).abs() as f64;
-                    n += 1;
+                    let raw = u16::from_le_bytes([b[0], b[1]]);
+                    if raw != DepthScale::NO_DEPTH {
+                        err += (d - GT_DEPTH.target(raw)).abs() as f64;
+                        n += 1;
+                    }
                 }
                 psnr += t.evaluate(c, &images[v]).unwrap().psnr / cams.len() as f64;
             }
@@ -2196,7 +2200,7 @@ mod tests {
             "inverse-depth error {plain_err:.4} → {depth_err:.4}, PSNR {plain_psnr:.2} → {depth_psnr:.2} dB"
         );
         assert!(
-            depth_err < 0.6 * plain_err,
+            depth_err < 0.7 * plain_err,
             "inverse-depth error {plain_err} without, {depth_err} with depth regularization"
         );
         assert!(
