@@ -48,7 +48,7 @@
 //! - `gs-pack convert --depths DIR` ([`ImportOptions::depths`], relative to the dataset
 //!   folder): each frame's monocular inverse-depth map `DIR/<file_path's file stem>.png`, as
 //!   3DGS's Blender reader finds it, with the fits of a `depth_params.json` beside the
-//!   transforms file when there is one (see [`attach_depths`] and [`super::depth`]).
+//!   transforms file when there is one (see `attach_depths` and [`super::depth`]).
 //!   nerfstudio's per-frame `depth_file_path` holds metric depth in millimetres, not inverse
 //!   depth: it is never read, and a note says so when frames have it and `--depths` is not
 //!   given.
