@@ -83,7 +83,7 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         images: Option<PathBuf>,
         /// Pack each view's monocular inverse-depth map for depth regularization (3DGS's -d):
-        /// DIR/<image name without extension>.png (Depth Anything V2 output), relative to the
+        /// DIR/IMAGE_NAME_WITHOUT_EXTENSION.png (Depth Anything V2 output), relative to the
         /// dataset root like --images. COLMAP needs the fits in sparse/0/depth_params.json
         /// (3DGS's utils/make_depth_scale.py); transforms.json uses a depth_params.json beside
         /// it when present.
