@@ -14,8 +14,10 @@
 #                 + the process's whole peak device memory sampled by nvidia-smi.
 #   gsplat-build  installs BUNDLE/wheels/gsplat-1.5.3 (no deps: torch numpy ninja jaxtyping
 #                 rich come with the machine) into WORK/site and JIT-compiles its CUDA
-#                 extension into WORK/torch_extensions (nothing is timed). CPU-bound: MAX_JOBS
-#                 = all cores.
+#                 extension into WORK/torch_extensions (nothing is timed); builds
+#                 BUNDLE/src/fused-ssim into WORK/site when the bundle has it (else, or if
+#                 that build fails, gsplat_train.py's SSIM loss runs in torch, and says so).
+#                 CPU-bound: MAX_JOBS = all cores.
 #   fox-gsplat    gs-pack export of the same pack with --random-points SEED (the same 100k
 #                 points ours starts from), then tools/gsplat_train.py (gsplat's simple_trainer
 #                 defaults) on it with the same iterations, --eval, seed; compiles first if
@@ -198,7 +200,35 @@ gsplat_setup() {
     local ninja_bin
     ninja_bin=$("$py" -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null || true)
     [ -n "$ninja_bin" ] && export PATH="$PATH:$ninja_bin"
+    fused_ssim_setup
     "$py" -c 'import gsplat, torch; print("gsplat", gsplat.__version__, "torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else "NO CUDA DEVICE")'
+}
+
+# fused-ssim (the SSIM simple_trainer.py trains with) from the bundle's source, compiled once
+# per machine into WORK/site by pip with the machine's torch and nvcc (no index, no isolation:
+# the GPU machine has no internet). A failed build is reported and is not fatal:
+# gsplat_train.py then uses the same formula in torch and its report says which ran.
+fused_ssim_setup() {
+    local src=$bundle/src/fused-ssim log=$work/fused-ssim-build.log
+    if "$py" -c 'import fused_ssim' 2>/dev/null; then
+        return 0
+    fi
+    if [ ! -f "$src/setup.py" ]; then
+        echo "fused-ssim: not in the bundle (see $bundle/BUILD); gsplat's SSIM loss runs in torch"
+        return 0
+    fi
+    local t0=$SECONDS
+    rm -rf "$work/fused-ssim-src"
+    cp -r "$src" "$work/fused-ssim-src"
+    if (cd "$work/fused-ssim-src" &&
+        "$py" -m pip install --no-index --no-build-isolation --no-deps --target "$work/site" .) \
+        >"$log" 2>&1 && "$py" -c 'import fused_ssim' 2>>"$log"; then
+        echo "fused-ssim: built in $((SECONDS - t0)) s"
+    else
+        echo "fused-ssim: build FAILED in $((SECONDS - t0)) s (last lines of $log below);" \
+            "gsplat's SSIM loss runs in torch"
+        tail -n 15 "$log"
+    fi
 }
 
 gsplat_build() {

@@ -10,7 +10,13 @@
 #                 tools/gpu-bench.sh's side-by-side; its dependencies (torch, numpy, ninja,
 #                 jaxtyping, rich) are expected on the GPU machine. A failed download is
 #                 reported loudly and leaves the rest of the bundle intact.
-#   DIR/BUILD     the commit and toolchain the bundle was built from (and the wheel's sha256)
+#   DIR/src/fused-ssim  the source of fused-ssim (MIT, github.com/rahul-goel/fused-ssim), the
+#                 SSIM gsplat's simple_trainer.py trains with. It is not on PyPI, so it is taken
+#                 from the git repository FUSED_SSIM_GIT names (a clone or bare mirror; its HEAD)
+#                 when set, and compiled on the GPU machine by gpu-bench.sh; without it the
+#                 gsplat harness uses the same SSIM formula in torch convolutions (slower).
+#   DIR/BUILD     the commit and toolchain the bundle was built from (and the wheel's sha256,
+#                 fused-ssim's commit)
 #
 # Usage (from the repository root):
 #   tools/gpu-bundle.sh .gpu            # then copy .gpu and tools/ to the GPU machine
@@ -80,11 +86,30 @@ else
         "$dir/wheels/pip.log); the bundle is complete otherwise, but the gsplat side by side" \
         "(tools/gpu-bench.sh fox-gsplat) cannot run from it" >&2
 fi
+fused_note="fused-ssim: not bundled (FUSED_SSIM_GIT unset; gsplat's SSIM falls back to torch)"
+if [ -n "${FUSED_SSIM_GIT:-}" ]; then
+    mkdir -p "$dir/src"
+    if fused_rev=$(git --git-dir "$FUSED_SSIM_GIT" rev-parse HEAD 2>/dev/null ||
+                   git -C "$FUSED_SSIM_GIT" rev-parse HEAD) &&
+       { git --git-dir "$FUSED_SSIM_GIT" archive --prefix=fused-ssim/ HEAD 2>/dev/null ||
+         git -C "$FUSED_SSIM_GIT" archive --prefix=fused-ssim/ HEAD; } | tar -x -C "$dir/src" &&
+       [ -f "$dir/src/fused-ssim/setup.py" ]; then
+        # The benchmark plots are 2.6 MB of the repository and nothing builds them.
+        rm -rf "$dir/src/fused-ssim/images"
+        fused_note="fused-ssim $fused_rev"
+    else
+        rm -rf "$dir/src/fused-ssim"
+        echo "gpu-bundle: WARNING: FUSED_SSIM_GIT=$FUSED_SSIM_GIT is not a fused-ssim git" \
+            "repository; bundled without it" >&2
+        fused_note="fused-ssim: MISSING (FUSED_SSIM_GIT unreadable)"
+    fi
+fi
 {
     echo "commit $(git rev-parse HEAD)$(git diff --quiet || echo ' (with uncommitted changes)')"
     rustc --version
     date -u +%Y-%m-%dT%H:%M:%SZ
     echo "$wheel_note"
+    echo "$fused_note"
 } >"$dir/BUILD"
 du -sh "$dir"
 echo "gpu-bundle: ready in $dir"

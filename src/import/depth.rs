@@ -34,7 +34,8 @@ use image::metadata::Orientation;
 use rayon::prelude::*;
 
 use super::image::{
-    covered_rect, is_resized_copy, swaps_sides, target_size, AxisTaps, LensMap, Resize,
+    covered_rect, is_resized_copy, side_file_placement, swaps_sides, target_size, AxisTaps,
+    LensMap, Resize,
 };
 use super::ImportError;
 use crate::dataset::{DepthSource, ViewSource};
@@ -350,17 +351,12 @@ pub fn prepare_depth(
     let map = load_map(&view.name, path)?;
     let size = (map.width, map.height);
     let cam = (view.camera.width, view.camera.height);
+    // As a loss mask (see the module doc), but a map may also be smaller than its image (a
+    // depth estimator may work at its own resolution).
     let same_shape = |a: (u32, u32), b: (u32, u32)| is_resized_copy(a, b) || is_resized_copy(b, a);
-    // As a loss mask (see the module doc): stored order follows the image's orientation.
-    let (orientation, target) = if size == image_stored {
-        (orientation, image_stored)
-    } else if size == cam {
-        (Orientation::NoTransforms, cam)
-    } else if same_shape(size, image_stored) {
-        (orientation, image_stored)
-    } else if same_shape(size, cam) {
-        (Orientation::NoTransforms, cam)
-    } else {
+    let Some((orientation, target)) =
+        side_file_placement(size, image_stored, orientation, cam, same_shape)
+    else {
         return Err(ImportError::invalid(
             path,
             format!(
@@ -668,17 +664,7 @@ mod tests {
     }
 
     fn camera(width: u32, height: u32) -> Camera {
-        Camera {
-            width,
-            height,
-            intrinsics: Intrinsics {
-                fx: width as f64,
-                fy: width as f64,
-                cx: width as f64 / 2.0,
-                cy: height as f64 / 2.0,
-            },
-            world_to_camera: Pose::IDENTITY,
-        }
+        crate::synth::packs::centred_camera(width, height, Pose::IDENTITY)
     }
 
     fn rgb_png(path: &Path, w: u32, h: u32) {

@@ -1063,6 +1063,34 @@ fn resamples(view: &ViewSource, resize: Resize) -> bool {
             != (view.camera.width, view.camera.height)
 }
 
+/// How a per-pixel file that goes with an image (a loss mask, a depth map) of `size` is placed:
+/// the orientation to apply and the size to resample it to first, or `None` when its size fits
+/// the image neither way. `image_stored` is the image file's size in stored pixel order,
+/// `orientation` its EXIF orientation and `upright` its camera's (upright) size. A file made
+/// from the stored pixels (COLMAP reads pixels in stored order) follows the image's
+/// orientation; one made from the upright image is already placed. Exact sizes win; then
+/// `fits(size, reference)` says whether a file of another size may be resampled to
+/// `reference` (masks only shrink, depth maps go either way).
+pub fn side_file_placement(
+    size: (u32, u32),
+    image_stored: (u32, u32),
+    orientation: Orientation,
+    upright: (u32, u32),
+    fits: impl Fn((u32, u32), (u32, u32)) -> bool,
+) -> Option<(Orientation, (u32, u32))> {
+    if size == image_stored {
+        Some((orientation, image_stored))
+    } else if size == upright {
+        Some((Orientation::NoTransforms, upright))
+    } else if fits(size, image_stored) {
+        Some((orientation, image_stored))
+    } else if fits(size, upright) {
+        Some((Orientation::NoTransforms, upright))
+    } else {
+        None
+    }
+}
+
 /// The loss mask of `view` read from `path`, placed like its image (see the module doc):
 /// `width × height` bytes of the packed view, 0 (excluded) or 255 (used); `None` when the
 /// mask excludes nothing (it would cost bytes and change no gradient). `image_stored` is the
@@ -1077,19 +1105,13 @@ pub fn prepare_mask(
     let (decoded, _, _, _) = load_stored_opts(path, false)?;
     let size = (decoded.width, decoded.height);
     let cam = (view.camera.width, view.camera.height);
-    // A mask made from the stored pixels (COLMAP reads pixels in stored order) follows the
-    // image's orientation; one made from the upright image is already placed. A mask larger
-    // than its image, of which the image is a resized copy (the masks of the original photos
-    // with `--images images_4`), is brought to the image's size first, as coverage.
-    let (orientation, target) = if size == image_stored {
-        (orientation, image_stored)
-    } else if size == cam {
-        (Orientation::NoTransforms, cam)
-    } else if is_resized_copy(image_stored, size) {
-        (orientation, image_stored)
-    } else if is_resized_copy(cam, size) {
-        (Orientation::NoTransforms, cam)
-    } else {
+    // A mask larger than its image, of which the image is a resized copy (the masks of the
+    // original photos with `--images images_4`), is brought to the image's size first, as
+    // coverage; a smaller one would have to be invented.
+    let fits = |file: (u32, u32), image: (u32, u32)| is_resized_copy(image, file);
+    let Some((orientation, target)) =
+        side_file_placement(size, image_stored, orientation, cam, fits)
+    else {
         return Err(ImportError::invalid(
             path,
             format!(
