@@ -10,7 +10,8 @@
 //!   reader: throughput and the growth of the peak RSS, which must stay far below the file;
 //! - `synth`: procedural views rendered per second (`SYNTH_BENCH_SIZES="320x240:64,…"`);
 //! - `adam`: one CPU Adam step over 1M Gaussians at SH degree 3 (every group), walking the
-//!   field table: milliseconds and the bytes moved per second.
+//!   field table: milliseconds and the bytes moved per second; then sparse Adam with one
+//!   Gaussian in ten visible.
 //!
 //! Without a NAME every stage runs. Figures are medians of `RUNS` runs where a stage repeats.
 
@@ -252,24 +253,35 @@ fn adam() {
         scaling: 5e-3,
         rotation: 1e-3,
     };
-    let cfg = AdamConfig::default();
-    let mut ms = Vec::new();
-    for _ in 0..(2 * RUNS + 1) {
-        let t = Instant::now();
-        state
-            .step(&cfg, &lr, GroupMask::ALL, &mut params, &grads)
-            .unwrap();
-        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    // Dense, then sparse Adam with one Gaussian in ten visible (a large scene's view sees a
+    // small part of it), scattered at random.
+    let radii: Vec<u32> = (0..n).map(|_| u32::from(rng.below(10) == 0)).collect();
+    let visible = radii.iter().filter(|&&r| r > 0).count();
+    for sparse in [false, true] {
+        let cfg = AdamConfig {
+            sparse,
+            ..AdamConfig::default()
+        };
+        let mut ms = Vec::new();
+        for _ in 0..(2 * RUNS + 1) {
+            let t = Instant::now();
+            state
+                .step(&cfg, &lr, GroupMask::ALL, &mut params, &grads, Some(&radii))
+                .unwrap();
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        // Read p, m, v, g and write p, m, v: 7 values of 4 bytes per updated parameter.
+        let updated = if sparse { visible } else { n };
+        let bytes = 7.0 * 4.0 * (updated * floats_per_gaussian(degree)) as f64;
+        let med = median(ms);
+        println!(
+            "adam{}: {n} Gaussians ({updated} updated), SH degree {degree}, {} threads: median \
+             {med:.1} ms/step ({:.1} GB/s)",
+            if sparse { " (sparse)" } else { "" },
+            rayon::current_num_threads(),
+            bytes / (med * 1e-3) / 1e9
+        );
     }
-    // Read p, m, v, g and write p, m, v: 7 values of 4 bytes per parameter.
-    let bytes = 7.0 * 4.0 * (n * floats_per_gaussian(degree)) as f64;
-    let med = median(ms);
-    println!(
-        "adam: {n} Gaussians, SH degree {degree}, {} threads: median {med:.1} ms/step \
-         ({:.1} GB/s)",
-        rayon::current_num_threads(),
-        bytes / (med * 1e-3) / 1e9
-    );
 }
 
 fn main() {

@@ -1,7 +1,10 @@
 // adam.cu: one Adam step on device-resident parameters, twin of src/train/adam.rs (PyTorch's
 // non-fused order of operations, no contraction, IEEE sqrt and division: bit-identical to the
 // CPU). The per-group scalars (β1, β2, lr/(1 − β1ᵗ), √(1 − β2ᵗ), ε) come from the host, computed
-// by the CPU's own code, so both engines step with the very same f32 values.
+// by the CPU's own code, so both engines step with the very same f32 values. Sparse Adam (3DGS's
+// sparse_adam, gsplat's visible_adam): with `radii`, a Gaussian whose radius in this step's view
+// is 0 keeps its parameters and moments; its scalars then come without bias correction (host).
+// `radii` may be null: every Gaussian is updated.
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
@@ -21,10 +24,13 @@ extern "C" __global__ void adam_step(
     float* __restrict__ m,         // [n] first moments, updated
     float* __restrict__ v,         // [n] second moments, updated
     const float* __restrict__ g,   // [n] gradients
+    const u32* __restrict__ radii, // [n / per] this step's screen radii, or null (dense)
+    u64 per,                       // values per Gaussian
     float b1, float b2, float step_size, float bias2_sqrt, float eps)
 {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
+    if (radii && radii[i / per] == 0) return;
     adam_update(p[i], m[i], v[i], g[i], b1, b2, step_size, bias2_sqrt, eps);
 }
 
@@ -37,11 +43,13 @@ extern "C" __global__ void adam_step_sh(
     float* __restrict__ m,         // [N, K, 3]
     float* __restrict__ v,         // [N, K, 3]
     const float* __restrict__ g,   // [N, K, 3]
+    const u32* __restrict__ radii, // [N] this step's screen radii, or null (dense)
     u32 dc_on, float dc_b1, float dc_b2, float dc_step, float dc_bias2, float dc_eps,
     u32 rest_on, float r_b1, float r_b2, float r_step, float r_bias2, float r_eps)
 {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_values) return;
+    if (radii && radii[i / (3ull * k)] == 0) return;
     const bool dc = (i / 3) % k == 0;
     if (dc ? !dc_on : !rest_on) return;
     if (dc) adam_update(p[i], m[i], v[i], g[i], dc_b1, dc_b2, dc_step, dc_bias2, dc_eps);

@@ -48,6 +48,8 @@ muts=(
  'kernels/loss.cu|s += part[(u64)k * blocks + b];|s += part[b];'
  'kernels/adam.cu|v = b2 * v + (1.0f - b2) * g * g;|v = b2 * v + (1.0f - b2) * g;'
  'kernels/adam.cu|const bool dc = (i / 3) % k == 0;|const bool dc = i % k == 0;'
+ 'kernels/adam.cu|if (radii && radii[i / per] == 0) return;|if (radii && radii[i] == 0) return;'
+ 'kernels/adam.cu|if (radii && radii[i / (3ull * k)] == 0) return;|if (radii && radii[i / 3ull] == 0) return;'
  'kernels/densify.cu|grad_accum[i] += sqrtf(x * x + y * y);|grad_accum[i] += sqrtf(x * x + x * y);'
  'kernels/densify.cu|in[(u64)src[r] * width + c];|in[(u64)src[r] * width];'
  'kernels/densify.cu|out[(u64)rows[i / 3] * 3 + i % 3] = values[i];|out[(u64)rows[i / 3] * 3] = values[i];'

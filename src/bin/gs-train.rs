@@ -224,6 +224,13 @@ struct Args {
     /// prunes more of a model the larger the views. Default strategy only.
     #[arg(long, value_name = "PX|off", value_parser = parse_screen_radius)]
     prune_screen_radius: Option<ScreenRadius>,
+    /// The Gaussians' optimizer (3DGS's --optimizer_type): `default`, Adam over every
+    /// Gaussian each step; `sparse_adam`, Adam over the Gaussians the step's view sees
+    /// (screen radius > 0) only, without bias correction, as 3DGS's sparse_adam and gsplat's
+    /// --visible_adam: a Gaussian out of view keeps its parameters and momentum, and a step
+    /// touches only the visible part of the model.
+    #[arg(long, alias = "optimizer_type", value_enum, default_value = "default")]
+    optimizer_type: OptimizerType,
     /// Decoding threads.
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -442,6 +449,14 @@ enum Strategy {
     Mcmc,
 }
 
+/// The Gaussians' optimizer of `--optimizer-type` (3DGS's spellings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OptimizerType {
+    Default,
+    #[value(name = "sparse_adam", alias = "sparse-adam")]
+    SparseAdam,
+}
+
 /// `--prune-screen-radius`: a radius in pixels, or `off`.
 #[derive(Clone, Copy, Debug)]
 struct ScreenRadius(Option<u32>);
@@ -516,6 +531,7 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     }
     config.densify.absgrad = args.absgrad;
     config.densify.revised_opacity = args.revised_opacity;
+    config.adam.sparse = args.optimizer_type == OptimizerType::SparseAdam;
     if let Some(ScreenRadius(px)) = args.prune_screen_radius {
         config.densify.prune_screen_radius = px;
     }

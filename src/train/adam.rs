@@ -16,6 +16,13 @@
 //!   replaces the moments of densified/pruned tensors but keeps their step count, so new
 //!   Gaussians start with zero moments and the group's current bias correction.
 //! - Every update is element-wise, so the result does not depend on the rayon thread count.
+//! - Sparse Adam ([`AdamConfig::sparse`], 3DGS's `--optimizer_type sparse_adam`, gsplat's
+//!   `visible_adam`): a step updates only the Gaussians the step's view sees (`radii > 0`);
+//!   the others keep their parameters *and* moments, so their momentum neither decays nor
+//!   moves them while out of view. As in both of those optimizers (their `adamUpdate` /
+//!   `selective_adam_update` kernels), the update has no bias correction:
+//!   `p ← p − lr · m / (√v + ε)`, i.e. the scalars of [`Coef`] with `1 − β1ᵗ = 1 − β2ᵗ = 1`.
+//!   Step counts still advance per group (they are only read by the dense update).
 //! - The update walks the field table ([`Field::ALL`]): each field's rows name their group
 //!   ([`Field::group`]), so a new per-Gaussian attribute is optimised without code here. SH
 //!   coefficient 0 (DC) is the `f_dc` group, coefficients 1.. are `f_rest`; they share the
@@ -37,6 +44,11 @@ pub struct AdamConfig {
     /// 3DGS passes `eps = 1e-15` (PyTorch's default is 1e-8): with tiny gradients this makes
     /// the update ≈ `lr·sign(m)`.
     pub eps: f64,
+    /// Sparse Adam (see the module doc): only the Gaussians the step's view sees are updated,
+    /// without bias correction. Left out of the saved configuration when off, so runs and
+    /// checkpoints from before it existed compare equal.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sparse: bool,
 }
 
 impl Default for AdamConfig {
@@ -45,6 +57,7 @@ impl Default for AdamConfig {
             beta1: 0.9,
             beta2: 0.999,
             eps: 1e-15,
+            sparse: false,
         }
     }
 }
@@ -114,8 +127,18 @@ pub struct Coef {
 }
 
 impl Coef {
-    /// The scalars of step `t` (1-based) at learning rate `lr`.
+    /// The scalars of step `t` (1-based) at learning rate `lr` (sparse Adam: no bias
+    /// correction, whatever `t`).
     pub fn new(cfg: &AdamConfig, lr: f64, t: u64) -> Coef {
+        if cfg.sparse {
+            return Coef {
+                b1: cfg.beta1 as f32,
+                b2: cfg.beta2 as f32,
+                step_size: lr as f32,
+                bias2_sqrt: 1.0,
+                eps: cfg.eps as f32,
+            };
+        }
         let t = t.min(i32::MAX as u64) as i32;
         Coef {
             b1: cfg.beta1 as f32,
@@ -161,10 +184,12 @@ fn update_run(c: &Coef, p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) 
 
 /// One field's Adam update: `p`, `m`, `v`, `g` hold whole Gaussians of `coefs.len()` rows of
 /// `row_width` values each, and row `r` of every Gaussian uses `coefs[r]` (`None`: the group
-/// is masked, the values stay).
+/// is masked, the values stay). With `visible` (one radius per Gaussian), only Gaussians of
+/// nonzero radius are updated.
 fn update_field(
     coefs: &[Option<Coef>],
     row_width: usize,
+    visible: Option<&[u32]>,
     p: &mut [f32],
     m: &mut [f32],
     v: &mut [f32],
@@ -180,17 +205,24 @@ fn update_field(
         }
     }
     // Whole Gaussians per task, so a value's row is its position within the Gaussian.
-    let chunk = per * (CHUNK / per).max(1);
+    let per_task = (CHUNK / per).max(1);
+    let chunk = per * per_task;
     p.par_chunks_mut(chunk)
         .zip(m.par_chunks_mut(chunk))
         .zip(v.par_chunks_mut(chunk))
         .zip(g.par_chunks(chunk))
-        .for_each(|(((p, m), v), g)| {
-            if let [(_, _, Some(c))] = runs[..] {
+        .enumerate()
+        .for_each(|(task, (((p, m), v), g))| {
+            let first = task * per_task;
+            let visible = visible.map(|r| &r[first..first + p.len() / per]);
+            if let ([(_, _, Some(c))], None) = (&runs[..], visible) {
                 // One coefficient for the whole field: one flat run over the chunk.
-                return update_run(&c, p, m, v, g);
+                return update_run(c, p, m, v, g);
             }
-            for base in (0..p.len()).step_by(per) {
+            for (i, base) in (0..p.len()).step_by(per).enumerate() {
+                if visible.is_some_and(|r| r[i] == 0) {
+                    continue;
+                }
                 for &(at, len, c) in &runs {
                     let Some(c) = c else { continue };
                     let r = base + at..base + at + len;
@@ -248,7 +280,9 @@ impl AdamState {
         Ok(())
     }
 
-    /// One Adam step of the groups in `mask` with learning rates `lr`.
+    /// One Adam step of the groups in `mask` with learning rates `lr`. `radii`, the step's
+    /// per-Gaussian screen radii, is read under [`AdamConfig::sparse`] (and required then): a
+    /// Gaussian of radius 0 is not updated.
     pub fn step(
         &mut self,
         cfg: &AdamConfig,
@@ -256,8 +290,23 @@ impl AdamState {
         mask: GroupMask,
         params: &mut Gaussians,
         grads: &GaussianGrads,
+        radii: Option<&[u32]>,
     ) -> Result<(), ShapeError> {
         self.check_shapes(params, Some(grads))?;
+        let visible = if cfg.sparse {
+            let got = radii.map_or(0, <[u32]>::len);
+            if got != params.len() {
+                return Err(ShapeError {
+                    what: "visibility",
+                    field: "radii",
+                    got,
+                    expected: params.len(),
+                });
+            }
+            radii
+        } else {
+            None
+        };
         let mut coef = [None; 6];
         for g in Group::ALL {
             if mask.has(g) {
@@ -276,6 +325,7 @@ impl AdamState {
             update_field(
                 &coefs,
                 f.row_width(),
+                visible,
                 params.field_mut(f),
                 self.exp_avg.field_mut(f),
                 self.exp_avg_sq.field_mut(f),
@@ -335,7 +385,7 @@ mod tests {
         // Step 1 with g = 0.5: m = 0.05, v = 0.00025; m̂ = 0.5, v̂ = 0.25 → update = lr·0.5/(0.5+ε).
         {
             let gr = grads_for(&p, 0.5);
-            st.step(&cfg, &lrs(), GroupMask::ALL, &mut p, &gr)
+            st.step(&cfg, &lrs(), GroupMask::ALL, &mut p, &gr, None)
         }
         .unwrap();
         let step1 = |lr: f64| (lr * 0.5 / (0.5 + 1e-8)) as f32;
@@ -359,7 +409,7 @@ mod tests {
         let before = p.log_scales[0][0] as f64;
         {
             let gr = grads_for(&p, -1.0);
-            st.step(&cfg, &lrs(), GroupMask::ALL, &mut p, &gr)
+            st.step(&cfg, &lrs(), GroupMask::ALL, &mut p, &gr, None)
         }
         .unwrap();
         let m = 0.9 * 0.05 - 0.1;
@@ -382,7 +432,7 @@ mod tests {
         let mask = GroupMask::ALL.with(Group::Opacity, false);
         {
             let gr = grads_for(&p, 1.0);
-            st.step(&cfg, &lrs(), mask, &mut p, &gr)
+            st.step(&cfg, &lrs(), mask, &mut p, &gr, None)
         }
         .unwrap();
         assert_eq!(p.logit_opacities[0], 0.5);
@@ -393,6 +443,72 @@ mod tests {
         assert!((p.means[0][0] - (1.0 - 1e-3)).abs() < 1e-6);
     }
 
+    /// Sparse Adam: a Gaussian of radius 0 keeps parameters and moments bit for bit; a
+    /// visible one steps by `lr·m/(√v + ε)` (no bias correction), across enough Gaussians that
+    /// the rayon tasks split the field (visibility must follow each task's offset).
+    #[test]
+    fn sparse_steps_only_the_visible_without_bias_correction() {
+        let cfg = AdamConfig {
+            eps: 1e-8,
+            sparse: true,
+            ..AdamConfig::default()
+        };
+        let n = 3 * CHUNK + 5;
+        let mut p = Gaussians::zeros(n, 2);
+        let mut gr = GaussianGrads::default();
+        gr.reset(n, 2);
+        let mut rng = crate::rng::Rng::new(4);
+        for f in Field::ALL {
+            p.field_mut(f).fill_with(|| rng.uniform(-1.0, 1.0) as f32);
+            gr.field_mut(f).fill_with(|| rng.uniform(-1.0, 1.0) as f32);
+        }
+        // Random, so that no task's visibility repeats another's.
+        let mut radii: Vec<u32> = (0..n).map(|_| rng.below(3) as u32).collect();
+        radii[1] = 7;
+        let before = p.clone();
+        let mut st = AdamState::new(&p);
+        st.step(&cfg, &lrs(), GroupMask::ALL, &mut p, &gr, Some(&radii))
+            .unwrap();
+        let (b1, b2) = (0.9f32, 0.999f32);
+        for f in Field::ALL {
+            let per = f.width(2);
+            for i in 0..n * per {
+                let (row, j) = (i / per, i % per);
+                let (p0, g, p1) = (before.field(f)[i], gr.field(f)[i], p.field(f)[i]);
+                let (m, v) = (st.exp_avg.field(f)[i], st.exp_avg_sq.field(f)[i]);
+                if radii[row] == 0 {
+                    assert_eq!((p1, m, v), (p0, 0.0, 0.0), "{} of hidden {row}", f.name());
+                    continue;
+                }
+                let want_m = b1 * 0.0 + (1.0 - b1) * g;
+                let want_v = b2 * 0.0 + (1.0 - b2) * g * g;
+                let lr = lrs().get(f.group(j / f.row_width())) as f32;
+                let want_p = p0 - lr * (want_m / (want_v.sqrt() / 1.0 + 1e-8));
+                assert_eq!(
+                    (p1, m, v),
+                    (want_p, want_m, want_v),
+                    "{} of {row}",
+                    f.name()
+                );
+            }
+        }
+        // The first step of the bias-corrected update moves by ≈ lr; this one by ≈ 3.16·lr
+        // (m/√v = 0.1/√0.001 for any g), as 3DGS's and gsplat's sparse updates do.
+        let moved = (p.means[1][0] - before.means[1][0]).abs() as f64;
+        assert!(
+            (moved / 1e-3 - 0.1 / 0.001f64.sqrt()).abs() < 1e-3,
+            "{moved}"
+        );
+        assert_eq!(st.steps, [1; 6]);
+        // Sparse Adam without the step's radii (or with another model's) is refused.
+        for bad in [None, Some(&radii[1..])] {
+            let e = st
+                .step(&cfg, &lrs(), GroupMask::ALL, &mut p, &gr, bad)
+                .unwrap_err();
+            assert_eq!((e.what, e.field, e.expected), ("visibility", "radii", n));
+        }
+    }
+
     #[test]
     fn shape_mismatch_is_an_error() {
         let mut p = one(0);
@@ -400,7 +516,14 @@ mod tests {
         let mut gr = grads_for(&p, 1.0);
         gr.means.push([0.0; 3]);
         let e = st
-            .step(&AdamConfig::default(), &lrs(), GroupMask::ALL, &mut p, &gr)
+            .step(
+                &AdamConfig::default(),
+                &lrs(),
+                GroupMask::ALL,
+                &mut p,
+                &gr,
+                None,
+            )
             .unwrap_err();
         assert_eq!((e.what, e.field), ("grads", "means"));
     }

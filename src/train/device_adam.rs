@@ -10,7 +10,9 @@
 use std::collections::HashMap;
 
 use super::adam::{AdamConfig, Coef, Group, GroupMask, LearningRates};
-use crate::device::{Device, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource};
+use crate::device::{
+    Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
+};
 use crate::render::cuda::launch::ParamGradBufs;
 use crate::render::cuda::DeviceGaussians;
 use crate::scene::gaussians::Field;
@@ -74,7 +76,9 @@ impl DeviceAdam {
     }
 
     /// One step of the groups in `mask` (advancing `steps`, one count per [`Group`]), updating
-    /// `params` and the moments `m`, `v` in place from `grads`.
+    /// `params` and the moments `m`, `v` in place from `grads`. Under [`AdamConfig::sparse`],
+    /// `radii` (this step's per-Gaussian screen radii, required then) leaves Gaussians of radius
+    /// 0 as they are.
     #[allow(clippy::too_many_arguments)]
     pub fn step(
         &self,
@@ -86,6 +90,7 @@ impl DeviceAdam {
         m: &mut DeviceGaussians,
         v: &mut DeviceGaussians,
         grads: &ParamGradBufs,
+        radii: Option<&DeviceBuffer<u32>>,
     ) -> Result<(), DeviceAdamError> {
         let n = params.n;
         let need = |what: String, got: usize, need: usize| {
@@ -94,6 +99,15 @@ impl DeviceAdam {
             } else {
                 Ok(())
             }
+        };
+        // The visibility the kernels read: the radii buffer under sparse Adam (at least one
+        // value per Gaussian), a null pointer (every Gaussian) otherwise.
+        let visible = if cfg.sparse {
+            let r = radii.map_or(0, DeviceBuffer::len);
+            need("radii".to_owned(), r, n)?;
+            radii.map_or(KernelArg::Ptr(0), DeviceBuffer::arg)
+        } else {
+            KernelArg::Ptr(0)
         };
         for (name, mo) in [("exp_avg", &*m), ("exp_avg_sq", &*v)] {
             if mo.n != n || mo.sh_degree != params.sh_degree {
@@ -140,10 +154,19 @@ impl DeviceAdam {
                 let Some(c) = coef[f.group(0).index()] else {
                     continue;
                 };
-                let mut args = vec![U64(len as u64), p.arg(), mm.arg(), vv.arg(), g.arg()];
+                let mut args = vec![
+                    U64(len as u64),
+                    p.arg(),
+                    mm.arg(),
+                    vv.arg(),
+                    g.arg(),
+                    visible,
+                    U64(f.width(params.sh_degree) as u64),
+                ];
                 args.extend(coef_args(&c));
                 // SAFETY: matches adam_step in kernels/adam.cu; parameters, moments (the
-                // model's shape, checked) and gradients (checked) hold `len` values each.
+                // model's shape, checked) and gradients (checked) hold `len` values each, and
+                // `visible` is null or holds at least `len / width = n` radii (checked).
                 unsafe {
                     self.dev.launch(
                         &self.funcs["adam_step"],
@@ -171,13 +194,14 @@ impl DeviceAdam {
                 mm.arg(),
                 vv.arg(),
                 g.arg(),
+                visible,
                 U32(first.is_some() as u32),
             ];
             args.extend(coef_args(&first.unwrap_or(off)));
             args.push(U32(rest.is_some() as u32));
             args.extend(coef_args(&rest.unwrap_or(off)));
             // SAFETY: matches adam_step_sh in kernels/adam.cu; the parameters, moments and
-            // gradients hold N·rows·3 values (checked above).
+            // gradients hold N·rows·3 values (checked above), `visible` null or N radii.
             unsafe {
                 self.dev.launch(
                     &self.funcs["adam_step_sh"],
@@ -210,74 +234,130 @@ mod tests {
     }
 
     /// Three steps with changing learning rates and masks (f_rest skipped once, everything
-    /// but means once): parameters, moments and step counts equal the CPU's bit for bit.
+    /// but means once), dense and sparse (a random third of the Gaussians hidden each step;
+    /// the dense update is given the radii too and must ignore them): parameters, moments and
+    /// step counts equal the CPU's bit for bit.
     #[test]
     fn steps_equal_the_cpu_adam() {
         for dev in crate::device::test_devices() {
+            for sparse in [false, true] {
+                let adam = DeviceAdam::new(&dev).unwrap();
+                let mut r = Rng::new(4);
+                let n = 1000;
+                let mut host = random(n, 2, &mut r, 1.0);
+                let mut cpu = AdamState::new(&host);
+                let mut dp = DeviceGaussians::new(&dev).unwrap();
+                dp.upload(&dev, &host).unwrap();
+                let mut dm = DeviceGaussians::new(&dev).unwrap();
+                dm.upload(&dev, &cpu.exp_avg).unwrap();
+                let mut dv = DeviceGaussians::new(&dev).unwrap();
+                dv.upload(&dev, &cpu.exp_avg_sq).unwrap();
+                let mut steps = [0u64; 6];
+                let cfg = AdamConfig {
+                    sparse,
+                    ..AdamConfig::default()
+                };
+                let masks = [
+                    GroupMask::ALL,
+                    GroupMask::ALL.with(Group::FeaturesRest, false),
+                    GroupMask::NONE.with(Group::Means, true),
+                ];
+                let mut d_radii = dev.alloc::<u32>(n).unwrap();
+                for (s, mask) in masks.into_iter().enumerate() {
+                    let gr = random(n, 2, &mut r, 1e-3);
+                    let grads = GaussianGrads {
+                        params: gr.clone(),
+                        means2d: vec![[0.0; 2]; n],
+                        means2d_abs: Vec::new(),
+                        pose: None,
+                    };
+                    let lr = LearningRates {
+                        means: 1.6e-4 / (s + 1) as f64,
+                        f_dc: 2.5e-3,
+                        f_rest: 2.5e-3 / 20.0,
+                        opacity: 0.025,
+                        scaling: 5e-3,
+                        rotation: 1e-3,
+                    };
+                    let radii: Vec<u32> = (0..n).map(|_| r.below(3) as u32 * 5).collect();
+                    dev.upload(&radii, &mut d_radii).unwrap();
+                    cpu.step(&cfg, &lr, mask, &mut host, &grads, Some(&radii))
+                        .unwrap();
+                    // The gradients on the device, in the rasterizer's buffers' layout.
+                    let mut dg = DeviceGaussians::new(&dev).unwrap();
+                    dg.upload(&dev, &gr).unwrap();
+                    let pg = ParamGradBufs {
+                        params: dg,
+                        means2d: dev.alloc(2 * n).unwrap(),
+                    };
+                    let (p, m, v) = (&mut dp, &mut dm, &mut dv);
+                    adam.step(&cfg, &lr, mask, &mut steps, p, m, v, &pg, Some(&d_radii))
+                        .unwrap();
+                }
+                let what = format!("{} (sparse: {sparse})", dev.name());
+                assert_eq!(steps, cpu.steps);
+                assert_eq!(dp.download(&dev).unwrap(), host, "{what}: parameters");
+                assert_eq!(dm.download(&dev).unwrap(), cpu.exp_avg, "{what}: exp_avg");
+                assert_eq!(
+                    dv.download(&dev).unwrap(),
+                    cpu.exp_avg_sq,
+                    "{what}: exp_avg_sq"
+                );
+            }
+        }
+    }
+
+    /// Sparse Adam needs the step's radii, one per Gaussian.
+    #[test]
+    fn sparse_without_radii_is_refused() {
+        for dev in crate::device::test_devices() {
             let adam = DeviceAdam::new(&dev).unwrap();
-            let mut r = Rng::new(4);
-            let n = 1000;
-            let mut host = random(n, 2, &mut r, 1.0);
-            let mut cpu = AdamState::new(&host);
+            let mut r = Rng::new(5);
+            let n = 10;
+            let host = random(n, 0, &mut r, 1.0);
             let mut dp = DeviceGaussians::new(&dev).unwrap();
             dp.upload(&dev, &host).unwrap();
+            let zeros = Gaussians::zeros(n, 0);
             let mut dm = DeviceGaussians::new(&dev).unwrap();
-            dm.upload(&dev, &cpu.exp_avg).unwrap();
+            dm.upload(&dev, &zeros).unwrap();
             let mut dv = DeviceGaussians::new(&dev).unwrap();
-            dv.upload(&dev, &cpu.exp_avg_sq).unwrap();
-            let mut steps = [0u64; 6];
-            let cfg = AdamConfig::default();
-            let masks = [
-                GroupMask::ALL,
-                GroupMask::ALL.with(Group::FeaturesRest, false),
-                GroupMask::NONE.with(Group::Means, true),
-            ];
-            for (s, mask) in masks.into_iter().enumerate() {
-                let gr = random(n, 2, &mut r, 1e-3);
-                let grads = GaussianGrads {
-                    params: gr.clone(),
-                    means2d: vec![[0.0; 2]; n],
-                    means2d_abs: Vec::new(),
-                    pose: None,
-                };
-                let lr = LearningRates {
-                    means: 1.6e-4 / (s + 1) as f64,
-                    f_dc: 2.5e-3,
-                    f_rest: 2.5e-3 / 20.0,
-                    opacity: 0.025,
-                    scaling: 5e-3,
-                    rotation: 1e-3,
-                };
-                cpu.step(&cfg, &lr, mask, &mut host, &grads).unwrap();
-                // The gradients on the device, in the rasterizer's buffers' layout.
-                let mut dg = DeviceGaussians::new(&dev).unwrap();
-                dg.upload(&dev, &gr).unwrap();
-                let pg = ParamGradBufs {
-                    params: dg,
-                    means2d: dev.alloc(2 * n).unwrap(),
-                };
-                adam.step(&cfg, &lr, mask, &mut steps, &mut dp, &mut dm, &mut dv, &pg)
-                    .unwrap();
+            dv.upload(&dev, &zeros).unwrap();
+            let mut dg = DeviceGaussians::new(&dev).unwrap();
+            dg.upload(&dev, &host).unwrap();
+            let pg = ParamGradBufs {
+                params: dg,
+                means2d: dev.alloc(2 * n).unwrap(),
+            };
+            let cfg = AdamConfig {
+                sparse: true,
+                ..AdamConfig::default()
+            };
+            let short = dev.alloc::<u32>(n - 1).unwrap();
+            let lr = LearningRates {
+                means: 1e-3,
+                f_dc: 1e-3,
+                f_rest: 1e-3,
+                opacity: 1e-3,
+                scaling: 1e-3,
+                rotation: 1e-3,
+            };
+            for radii in [None, Some(&short)] {
+                let mut steps = [0; 6];
+                let e = adam
+                    .step(
+                        &cfg,
+                        &lr,
+                        GroupMask::ALL,
+                        &mut steps,
+                        &mut dp,
+                        &mut dm,
+                        &mut dv,
+                        &pg,
+                        radii,
+                    )
+                    .unwrap_err();
+                assert!(e.to_string().contains("radii"), "{e}");
             }
-            assert_eq!(steps, cpu.steps);
-            assert_eq!(
-                dp.download(&dev).unwrap(),
-                host,
-                "{}: parameters",
-                dev.name()
-            );
-            assert_eq!(
-                dm.download(&dev).unwrap(),
-                cpu.exp_avg,
-                "{}: exp_avg",
-                dev.name()
-            );
-            assert_eq!(
-                dv.download(&dev).unwrap(),
-                cpu.exp_avg_sq,
-                "{}: exp_avg_sq",
-                dev.name()
-            );
         }
     }
 }

@@ -1202,6 +1202,7 @@ impl DeviceEngine {
             &mut self.exp_avg,
             &mut self.exp_avg_sq,
             self.raster.grads(),
+            Some(self.raster.radii()),
         )?;
         Ok(())
     }

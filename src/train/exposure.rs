@@ -128,6 +128,7 @@ pub const EXPOSURE_ADAM: AdamConfig = AdamConfig {
     beta1: 0.9,
     beta2: 0.999,
     eps: 1e-8,
+    sparse: false,
 };
 
 /// Every view's matrix and its Adam moments (see the module doc).

@@ -213,6 +213,11 @@ pub struct Report {
     /// Whether split children started at the revised opacity (`--revised-opacity`).
     #[serde(default)]
     pub revised_opacity: bool,
+    /// The Gaussians' optimizer: `"adam"`, or `"sparse_adam"` (`--optimizer-type
+    /// sparse_adam`: only the Gaussians each step's view sees are updated); `null` in reports
+    /// written before it was recorded.
+    #[serde(default)]
+    pub optimizer: Option<String>,
     /// The screen-size pruning radius in px (`--prune-screen-radius`); `null` when the rule
     /// is off (the default, and MCMC) or in reports written before it was recorded.
     #[serde(default)]

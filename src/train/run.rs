@@ -2051,6 +2051,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         .unwrap_or(f64::NAN)
                 }),
             revised_opacity: config.mcmc.is_none() && config.densify.revised_opacity,
+            optimizer: Some(
+                if config.adam.sparse {
+                    "sparse_adam"
+                } else {
+                    "adam"
+                }
+                .to_owned(),
+            ),
             prune_screen_radius: config
                 .densify
                 .prune_screen_radius

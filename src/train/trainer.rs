@@ -1211,6 +1211,7 @@ impl Trainer {
                     mask,
                     &mut self.model.gaussians,
                     &h.grads,
+                    Some(&h.render.radii),
                 )?,
                 Runner::Device(e) => {
                     e.adam_step(&self.config.adam, &lr, mask)?;
