@@ -1797,6 +1797,63 @@ fn antialiased_runs_say_so_and_render_alike() {
 /// `--absgrad` (AbsGS): the report says so with the raised threshold (or the one given), a
 /// resume without it is refused naming the nested setting, and the flags that make no sense
 /// are refused before anything is written: with MCMC, which does not densify on gradients,
+/// `--optimizer_type sparse_adam` (3DGS's spelling): the report names the optimizer, a
+/// resume without it is refused naming the setting, with it the run goes on; an unknown
+/// optimizer is a command-line error listing the choices.
+#[test]
+fn sparse_adam_is_reported_and_resumes_only_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack_path = tiny_pack(dir.path());
+    let report = |out: &Path| -> Report {
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+    };
+    let out = dir.path().join("sparse");
+    let run = |iterations: &str, extra: &[&str]| {
+        let mut args = vec![s(&pack_path), "-o", s(&out), "--iterations", iterations];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(COMMON);
+        gs_train(&args)
+    };
+    let o = run(
+        "10",
+        &["--optimizer_type", "sparse_adam", "--checkpoint-every", "5"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(report(&out).optimizer.as_deref(), Some("sparse_adam"));
+
+    let o = run("20", &["--resume", "--extend"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("adam.sparse: checkpoint true, this run null"),
+        "{e}"
+    );
+
+    let o = run(
+        "20",
+        &["--resume", "--extend", "--optimizer-type", "sparse-adam"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = report(&out);
+    assert_eq!(
+        (r.optimizer.as_deref(), r.iterations),
+        (Some("sparse_adam"), 20)
+    );
+
+    let o = run("10", &["--optimizer-type", "adamw"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("default") && e.contains("sparse_adam"), "{e}");
+
+    // A dense run says so.
+    let dense = dir.path().join("dense");
+    let mut args = vec![s(&pack_path), "-o", s(&dense), "--iterations", "5"];
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(report(&dense).optimizer.as_deref(), Some("adam"));
+}
+
 /// and a threshold that is not a positive number.
 #[test]
 fn absgrad_runs_report_it_and_resume_only_with_it() {

@@ -2940,6 +2940,80 @@ mod tests {
         );
     }
 
+    /// Sparse Adam: a step leaves every Gaussian its view does not see (radius 0) exactly as
+    /// it was, parameters and moments, and moves the ones it sees. The initial model gets 40
+    /// Gaussians far off to the side, outside every view, next to the scene's own.
+    #[test]
+    fn sparse_adam_leaves_unseen_gaussians_as_they_were() {
+        let mut cfg = busy_config();
+        cfg.adam.sparse = true;
+        cfg.densify.from_iter = 1000;
+        let (gt, images) = ground_truth();
+        let (cams, extent) = cameras();
+        let mut g = initial(&gt, cfg.sh_degree);
+        let n0 = g.len();
+        let src: Vec<u32> = (0..n0 as u32).chain(0..40).collect();
+        g = g.gather(&src, None);
+        for (k, m) in g.means[n0..].iter_mut().enumerate() {
+            *m = [400.0 + k as f32, -300.0, 50.0];
+        }
+        let mut t =
+            Trainer::new(cfg, g, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
+        for (i, v) in [0usize, 3, 5].into_iter().enumerate() {
+            let before = t.model().unwrap().clone();
+            t.step(&cams[v], &images[v]).unwrap();
+            let radii = match &t.runner {
+                Runner::Host(h) => h.render.radii.clone(),
+                Runner::Device(_) => unreachable!("a host engine"),
+            };
+            let after = t.model().unwrap();
+            let (mut hidden, mut moved) = (0, 0);
+            for (r, &radius) in radii.iter().enumerate() {
+                let row = |m: &Model| {
+                    Field::ALL
+                        .iter()
+                        .map(|&f| {
+                            let w = f.width(m.gaussians.sh_degree);
+                            let slice = |g: &Gaussians| g.field(f)[r * w..(r + 1) * w].to_vec();
+                            (
+                                slice(&m.gaussians),
+                                slice(&m.adam.exp_avg),
+                                slice(&m.adam.exp_avg_sq),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                };
+                if radius == 0 {
+                    hidden += 1;
+                    assert_eq!(
+                        row(&before),
+                        row(after),
+                        "step {}: hidden Gaussian {r}",
+                        i + 1
+                    );
+                } else if after.gaussians.means[r] != before.gaussians.means[r] {
+                    moved += 1;
+                }
+            }
+            let seen = radii.len() - hidden;
+            assert!(hidden >= 40, "step {}: {hidden} hidden", i + 1);
+            assert!(
+                moved * 10 > seen * 9,
+                "step {}: {moved} of {seen} moved",
+                i + 1
+            );
+        }
+    }
+
+    /// The device engine with sparse Adam takes the host engine's steps (its kernels read the
+    /// step's radii on the device as the CPU reads the render's).
+    #[test]
+    fn device_engine_steps_like_the_host_engine_sparse_adam() {
+        let mut cfg = busy_config();
+        cfg.adam.sparse = true;
+        assert!(device_steps_like_host(cfg, "sparse_adam", 25) > 20);
+    }
+
     /// Steps both engines alike (see the callers); returns the Gaussians the run cloned and
     /// split.
     /// With exposure compensation (and a view trained on its left half) the device
