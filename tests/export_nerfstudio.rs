@@ -254,6 +254,121 @@ fn a_pack_round_trips_through_the_nerfstudio_folder() {
     assert_eq!(points(&a), points(&b));
 }
 
+/// `--format colmap`: the same pixels, masks, depth planes and scales, cameras (bit for bit:
+/// binary COLMAP keeps every f64) and points come back through `gs-pack convert`'s COLMAP
+/// importer; `test.txt` lists the pack's test views, and the export says that the pack's split
+/// is not the readers' default.
+#[test]
+fn a_pack_round_trips_through_the_colmap_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = write_pack(dir.path(), true);
+    let folder = dir.path().join("exported");
+    let text = ok(&gs_pack(&[
+        "export",
+        s(&src),
+        "-o",
+        s(&folder),
+        "--format",
+        "colmap",
+    ]));
+    assert!(text.contains("500 SfM points"), "{text}");
+    assert!(text.contains("8 PINHOLE cameras"), "{text}");
+    assert!(text.contains("is NOT every 8th image by name"), "{text}");
+    let sparse = folder.join("sparse/0");
+    for f in [
+        "cameras.bin",
+        "images.bin",
+        "points3D.bin",
+        "test.txt",
+        "depth_params.json",
+    ] {
+        assert!(sparse.join(f).is_file(), "{f}");
+    }
+    assert!(!folder.join("transforms.json").exists());
+    let (a, stems) = {
+        let a = Pack::open(&src).unwrap();
+        let stems = ramsplat::export::nerfstudio::file_stems(
+            a.manifest().views.iter().map(|v| v.name.as_str()),
+        );
+        (a, stems)
+    };
+    let ma = a.manifest();
+    let test: Vec<String> = std::fs::read_to_string(sparse.join("test.txt"))
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let want_test: Vec<String> = (0..8)
+        .filter(|&i| ma.views[i].split == Split::Test)
+        .map(|i| format!("{}.png", stems[i]))
+        .collect();
+    assert_eq!(test, want_test);
+
+    let back = dir.path().join("back.pack");
+    ok(&gs_pack(&[
+        "convert",
+        s(&folder),
+        "-o",
+        s(&back),
+        "--codec",
+        "raw",
+        "--max-width",
+        "0",
+        "--depths",
+        "depths",
+    ]));
+    let b = Pack::open(&back).unwrap();
+    let mb = b.manifest();
+    assert_eq!(ma.views.len(), mb.views.len());
+    for (i, va) in ma.views.iter().enumerate() {
+        let want = format!("{}.png", stems[i]);
+        let j = mb
+            .views
+            .iter()
+            .position(|v| v.name == want)
+            .unwrap_or_else(|| panic!("no view {want} for {}", va.name));
+        let vb = &mb.views[j];
+        assert_eq!(va.layout(), vb.layout(), "{}", va.name);
+        assert_eq!(va.depth, vb.depth, "depth scale of {}", va.name);
+        assert_eq!(decoded(&a, i), decoded(&b, j), "pixels of {}", va.name);
+        let (ca, cb) = (&va.camera, &vb.camera);
+        assert_eq!((ca.width, ca.height), (cb.width, cb.height));
+        assert_eq!(ca.intrinsics, cb.intrinsics, "{}", va.name);
+        let (pa, pb) = (ca.world_to_camera, cb.world_to_camera);
+        for r in 0..3 {
+            assert!(close(pa.translation[r], pb.translation[r]), "{}", va.name);
+            for c in 0..3 {
+                assert!(close(pa.rotation[r][c], pb.rotation[r][c]), "{}", va.name);
+            }
+        }
+    }
+    assert!(!mb.scene.no_sfm_points);
+    assert_eq!(points(&a), points(&b));
+
+    // A pack without SfM points: the random initial points go to points3D.bin.
+    let bare = write_pack(&dir.path().join("bare"), false);
+    let folder = dir.path().join("random");
+    let text = ok(&gs_pack(&[
+        "export",
+        s(&bare),
+        "-o",
+        s(&folder),
+        "--format",
+        "colmap",
+        "--random-points",
+        "7",
+    ]));
+    assert!(text.contains("100000 random initial points"), "{text}");
+    let back = dir.path().join("random.pack");
+    ok(&gs_pack(&["convert", s(&folder), "-o", s(&back)]));
+    let want =
+        ramsplat::train::run::initial_gaussians(&Pack::open(&bare).unwrap(), 0, usize::MAX, 7)
+            .unwrap();
+    let got = points(&Pack::open(&back).unwrap());
+    assert_eq!(got.len(), want.len());
+    assert!(got.iter().zip(&want.means).all(|((p, _), m)| p == m));
+}
+
 #[test]
 fn random_points_are_the_ones_gs_train_starts_from() {
     let dir = tempfile::tempdir().unwrap();

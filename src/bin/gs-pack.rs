@@ -99,9 +99,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Write a pack as a nerfstudio-style folder (PNG images exactly as packed, pinhole
-    /// cameras, split, points) for other trainers (gsplat, nerfstudio); `gs-pack convert`
-    /// reads it back.
+    /// Write a pack as a folder other trainers read (PNG images exactly as packed, pinhole
+    /// cameras, split, points): nerfstudio-style (transforms.json), or a COLMAP sparse model
+    /// (--format colmap: the original 3DGS, gsplat); `gs-pack convert` reads either back.
     Export {
         pack: PathBuf,
         /// Output folder (must not exist).
@@ -111,6 +111,12 @@ enum Command {
         /// starts from as the folder's point cloud, so another trainer starts from them too.
         #[arg(long, value_name = "SEED")]
         random_points: Option<u64>,
+        /// Metadata layout: `nerfstudio` (transforms.json with per-frame intrinsics and the
+        /// split lists, sparse_pc.ply) or `colmap` (sparse/0/ with PINHOLE cameras, images,
+        /// points3D and test.txt, as COLMAP's image_undistorter writes it: what the original
+        /// 3DGS and gsplat's simple_trainer read). Images, masks and depth maps are the same.
+        #[arg(long, value_enum, default_value = "nerfstudio")]
+        format: ExportFormat,
     },
     /// Generate a procedural dataset (images + COLMAP or transforms.json metadata + points).
     Synth(ramsplat::synth::SynthArgs),
@@ -221,7 +227,8 @@ fn main() -> ExitCode {
             pack,
             output,
             random_points,
-        } => run_export(&pack, &output, random_points),
+            format,
+        } => run_export(&pack, &output, random_points, format),
         Command::Synth(args) => run_synth(&args),
         Command::Bench(args) => run_bench(&args),
     };
@@ -290,11 +297,30 @@ fn run_convert(input: &Path, output: &Path, opts: &ConvertOptions) -> anyhow::Re
     Ok(())
 }
 
-fn run_export(path: &Path, output: &Path, random_points: Option<u64>) -> anyhow::Result<()> {
-    use ramsplat::export::nerfstudio::{export, ExportOptions, PointsSource};
+/// `gs-pack export --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ExportFormat {
+    Nerfstudio,
+    Colmap,
+}
+
+fn run_export(
+    path: &Path,
+    output: &Path,
+    random_points: Option<u64>,
+    format: ExportFormat,
+) -> anyhow::Result<()> {
+    use ramsplat::export::nerfstudio::{export, ExportOptions, Layout, PointsSource};
     let started = std::time::Instant::now();
     let pack = Pack::open(path).with_context(|| format!("opening the pack {}", path.display()))?;
-    let report = export(&pack, output, &ExportOptions { random_points })
+    let options = ExportOptions {
+        random_points,
+        layout: match format {
+            ExportFormat::Nerfstudio => Layout::Nerfstudio,
+            ExportFormat::Colmap => Layout::Colmap,
+        },
+    };
+    let report = export(&pack, output, &options)
         .with_context(|| format!("exporting {} to {}", path.display(), output.display()))?;
     let points = match report.points_source {
         PointsSource::None => "no points (the pack has no SfM points; --random-points SEED \
@@ -319,6 +345,22 @@ fn run_export(path: &Path, output: &Path, random_points: Option<u64>) -> anyhow:
         report.depth_views,
         started.elapsed().as_secs_f64()
     );
+    if let Some(c) = report.colmap {
+        eprintln!(
+            "COLMAP model in {}: {} PINHOLE camera{}; {}",
+            output.join("sparse/0").display(),
+            c.cameras,
+            if c.cameras == 1 { "" } else { "s" },
+            if c.every_8th_matches {
+                "the pack's test views are every 8th image by name, the split 3DGS --eval and \
+                 gsplat (test_every 8) make by default"
+            } else {
+                "the pack's split is NOT every 8th image by name (what 3DGS --eval and gsplat \
+                 make by default): sparse/0/test.txt lists its test views (3DGS reads it with \
+                 llffhold 0)"
+            }
+        );
+    }
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! Export formats for trained models, and [`nerfstudio`], a pack's views, cameras, split and
-//! points as a nerfstudio-style folder (`gs-pack export`) for other trainers.
+//! points as a nerfstudio-style folder or (with [`colmap`]) a COLMAP sparse model
+//! (`gs-pack export`) for other trainers.
 //!
 //! Owns [`cameras_json`], the 3DGS `cameras.json` camera list, [`cfg_args`], 3DGS's record of
 //! a run's dataset and loading options, [`spz`] and [`splat`] (the
@@ -21,6 +22,7 @@
 
 pub mod cameras_json;
 pub mod cfg_args;
+pub mod colmap;
 pub mod nerfstudio;
 pub mod ply;
 pub mod splat;

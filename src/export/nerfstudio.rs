@@ -1,8 +1,10 @@
-//! `gs-pack export`: a pack as a nerfstudio-style folder, so that other trainers (gsplat,
-//! nerfstudio's splatfacto) train on exactly the data ramsplat trains on, and the NeRF importer
-//! reads it back (`crate::import::nerf`).
+//! `gs-pack export`: a pack as a folder other trainers read, so that they (the original 3DGS,
+//! gsplat, nerfstudio's splatfacto) train on exactly the data ramsplat trains on, and the
+//! importers read it back. Two metadata layouts ([`Layout`]) share the views, masks and depth
+//! maps: nerfstudio's `transforms.json` (below; read back by `crate::import::nerf`) and a COLMAP
+//! sparse model ([`super::colmap`]; read back by `crate::import::colmap`).
 //!
-//! # What the folder holds
+//! # What the folder holds (nerfstudio layout)
 //! - `images/<file>.png`: every view's pixels exactly as packed (undistorted, resized; RGB8, or
 //!   RGBA8 for views packed with alpha), lossless;
 //! - `masks/<file>.png`: the loss mask of views packed with one, 8-bit grey, 0 = excluded and
@@ -55,16 +57,28 @@ use serde_json::{json, Value};
 
 use crate::dataset::Split;
 use crate::export::ply::{write_point_row, write_points_header};
+use crate::import::colmap::ColmapPoint;
 use crate::scene::maths::sh_dc_to_rgb;
 use crate::shard::reader::Pack;
 use crate::shard::{PointChunkLayout, PointChunkRef, ShardError};
+
+/// The folder's metadata layout (its `images/`, `masks/` and `depths/` are the same).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// `transforms.json` and `sparse_pc.ply` (see the module doc).
+    #[default]
+    Nerfstudio,
+    /// A COLMAP sparse model in `sparse/0/` (see [`super::colmap`]).
+    Colmap,
+}
 
 /// What to export besides the views.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ExportOptions {
     /// For a pack without SfM points: write the random initial points `gs-train --seed SEED`
-    /// starts from, as `sparse_pc.ply`.
+    /// starts from, as the folder's points.
     pub random_points: Option<u64>,
+    pub layout: Layout,
 }
 
 /// Where `sparse_pc.ply`'s points came from.
@@ -81,6 +95,9 @@ pub enum PointsSource {
 /// What an export wrote.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExportReport {
+    pub layout: Layout,
+    /// With [`Layout::Colmap`]: cameras written and whether the readers' default split matches.
+    pub colmap: Option<super::colmap::ColmapReport>,
     pub views: usize,
     pub train_views: usize,
     pub test_views: usize,
@@ -228,11 +245,12 @@ pub fn export(
         fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
     }
     fs::create_dir(&tmp).map_err(io(&tmp))?;
-    let mut partial = Partial(Some(tmp.clone()));
+    let partial = Partial(Some(tmp.clone()));
     let images = tmp.join("images");
     fs::create_dir(&images).map_err(io(&images))?;
     let masks = tmp.join("masks");
-    if m.views.iter().any(|v| v.mask) {
+    let any_mask = m.views.iter().any(|v| v.mask);
+    if any_mask {
         fs::create_dir(&masks).map_err(io(&masks))?;
     }
     let depths = tmp.join("depths");
@@ -269,6 +287,16 @@ pub fn export(
                 h,
                 colour_type,
             )?;
+            // COLMAP's masks/ convention wants a mask for every image once the folder exists:
+            // a view without one gets one that excludes nothing (which a re-import drops).
+            let all_used;
+            let mask = match mask {
+                None if options.layout == Layout::Colmap && any_mask => {
+                    all_used = vec![255u8; w as usize * h as usize];
+                    Some(&all_used[..])
+                }
+                m => m,
+            };
             if let Some(mask) = mask {
                 write_png(
                     &masks.join(format!("{}.png", stems[i])),
@@ -278,7 +306,18 @@ pub fn export(
                     image::ExtendedColorType::L8,
                 )?;
             }
-            if let Some(depth) = planes.depth {
+            // Likewise a depth map per image: a view without one gets an empty map (0 = no
+            // depth) and, in depth_params.json, scale 0, which 3DGS and `gs-pack convert`
+            // both read as an unreliable fit, so the view trains without the depth term.
+            let no_depth;
+            let depth = match planes.depth {
+                None if options.layout == Layout::Colmap && m.has_depths() => {
+                    no_depth = vec![0u8; 2 * w as usize * h as usize];
+                    Some(&no_depth[..])
+                }
+                d => d,
+            };
+            if let Some(depth) = depth {
                 // The PNG encoder takes 16-bit samples in native byte order.
                 let ne: Vec<u8> = depth
                     .chunks_exact(2)
@@ -295,36 +334,73 @@ pub fn export(
             Ok(())
         })?;
 
+    let random = match options.random_points {
+        Some(seed) if !has_sfm => {
+            let g = crate::train::run::initial_gaussians(pack, 0, usize::MAX, seed)
+                .map_err(|e| ExportError::Init(Box::new(e)))?;
+            let rgb: Vec<[u8; 3]> =
+                g.sh.iter()
+                    .map(|sh| {
+                        std::array::from_fn(|c| {
+                            (sh_dc_to_rgb(sh[c]).clamp(0.0, 1.0) * 255.0).round() as u8
+                        })
+                    })
+                    .collect();
+            Some((seed, g.means, rgb))
+        }
+        _ => None,
+    };
+    let points_source = match (&random, has_sfm) {
+        (_, true) => PointsSource::Sfm,
+        (Some((seed, _, _)), false) => PointsSource::Random(*seed),
+        (None, false) => PointsSource::None,
+    };
+    if options.layout == Layout::Colmap {
+        let mut sfm = SfmPoints::new(pack, if has_sfm { &clouds[..] } else { &[] });
+        let mut rows = random.iter().flat_map(|(_, xyz, rgb)| xyz.iter().zip(rgb));
+        let mut random_points = (1u64..).zip(&mut rows).map(|(id, (p, c))| ColmapPoint {
+            id,
+            xyz: p.map(f64::from),
+            rgb: *c,
+            error: 0.0,
+        });
+        let points: &mut dyn Iterator<Item = ColmapPoint> = if has_sfm {
+            &mut sfm
+        } else {
+            &mut random_points
+        };
+        let report = super::colmap::write_sparse(&tmp, m, &stems, points)?;
+        if let Some(e) = sfm.error.take() {
+            return Err(read_err(e));
+        }
+        let written = if has_sfm {
+            sfm.next_id - 1
+        } else {
+            random.as_ref().map_or(0, |r| r.1.len() as u64)
+        };
+        install(&tmp, dest, &parent, partial)?;
+        return Ok(export_report(m, written, points_source, Some(report)));
+    }
     let ply = tmp.join("sparse_pc.ply");
-    let (points, points_source) = if has_sfm {
-        let n = write_sfm_points(pack, &clouds, sfm_points, &ply).map_err(|e| match e {
+    let points = match (&random, has_sfm) {
+        (_, true) => write_sfm_points(pack, &clouds, sfm_points, &ply).map_err(|e| match e {
             PointsError::Read(source) => read_err(source),
             PointsError::Io(source) => ExportError::Io {
                 path: ply.clone(),
                 source,
             },
-        })?;
-        (n, PointsSource::Sfm)
-    } else if let Some(seed) = options.random_points {
-        let g = crate::train::run::initial_gaussians(pack, 0, usize::MAX, seed)
-            .map_err(|e| ExportError::Init(Box::new(e)))?;
-        let rgb: Vec<[u8; 3]> = g
-            .sh
-            .iter()
-            .map(|sh| {
-                std::array::from_fn(|c| (sh_dc_to_rgb(sh[c]).clamp(0.0, 1.0) * 255.0).round() as u8)
+        })?,
+        (Some((_, xyz, rgb)), false) => {
+            write_points(&ply, xyz.len() as u64, |w| {
+                for (p, c) in xyz.iter().zip(rgb) {
+                    write_point_row(w, *p, *c)?;
+                }
+                Ok(())
             })
-            .collect();
-        write_points(&ply, g.means.len() as u64, |w| {
-            for (p, c) in g.means.iter().zip(&rgb) {
-                write_point_row(w, *p, *c)?;
-            }
-            Ok(())
-        })
-        .map_err(io(&ply))?;
-        (g.means.len() as u64, PointsSource::Random(seed))
-    } else {
-        (0, PointsSource::None)
+            .map_err(io(&ply))?;
+            xyz.len() as u64
+        }
+        (None, false) => 0,
     };
 
     let mut frames = Vec::with_capacity(m.views.len());
@@ -392,14 +468,52 @@ pub fn export(
     let mut f = File::create(&json_path).map_err(io(&json_path))?;
     f.write_all(text.as_bytes()).map_err(io(&json_path))?;
     f.sync_all().map_err(io(&json_path))?;
-    // Every file and directory entry is on disk before the folder appears under its name.
-    for d in [&images, &masks, &depths, &tmp] {
+    install(&tmp, dest, &parent, partial)?;
+    Ok(export_report(m, points, points_source, None))
+}
+
+/// The report of an export of `m` that wrote `points` points.
+fn export_report(
+    m: &crate::shard::Manifest,
+    points: u64,
+    points_source: PointsSource,
+    colmap: Option<super::colmap::ColmapReport>,
+) -> ExportReport {
+    let count =
+        |f: &dyn Fn(&crate::shard::ViewEntry) -> bool| m.views.iter().filter(|v| f(v)).count();
+    ExportReport {
+        layout: if colmap.is_some() {
+            Layout::Colmap
+        } else {
+            Layout::Nerfstudio
+        },
+        colmap,
+        views: m.views.len(),
+        train_views: count(&|v| v.split == Split::Train),
+        test_views: count(&|v| v.split == Split::Test),
+        masked_views: count(&|v| v.mask),
+        alpha_views: count(&|v| v.alpha),
+        depth_views: count(&|v| v.depth.is_some()),
+        points,
+        points_source,
+    }
+}
+
+/// Puts the complete folder `tmp` at `dest`: every file and directory entry is on disk before
+/// the folder appears under its name, which it takes only if nothing is there.
+fn install(
+    tmp: &Path,
+    dest: &Path,
+    parent: &Path,
+    mut partial: Partial,
+) -> Result<(), ExportError> {
+    for d in ["images", "masks", "depths", ""] {
+        let d = tmp.join(d);
         if d.exists() {
-            crate::fsutil::sync_dir(d).map_err(io(d))?;
+            crate::fsutil::sync_dir(&d).map_err(io(&d))?;
         }
     }
-
-    match crate::fsutil::rename_noreplace(&tmp, dest) {
+    match crate::fsutil::rename_noreplace(tmp, dest) {
         Ok(()) => {}
         Err(e)
             if e.kind() == std::io::ErrorKind::AlreadyExists
@@ -412,17 +526,8 @@ pub fn export(
         Err(e) => return Err(io(dest)(e)),
     }
     partial.0 = None;
-    let _ = crate::fsutil::sync_dir(&parent);
-    Ok(ExportReport {
-        views: m.views.len(),
-        train_views: train.len(),
-        test_views: test.len(),
-        masked_views: m.views.iter().filter(|v| v.mask).count(),
-        alpha_views: m.views.iter().filter(|v| v.alpha).count(),
-        depth_views: m.views.iter().filter(|v| v.depth.is_some()).count(),
-        points,
-        points_source,
-    })
+    let _ = crate::fsutil::sync_dir(parent);
+    Ok(())
 }
 
 fn write_png(
@@ -443,6 +548,84 @@ fn write_png(
         })?;
     out.flush().map_err(io(path))?;
     out.get_ref().sync_all().map_err(io(path))
+}
+
+/// The SfM points of `clouds` as COLMAP points (ids from 1), one chunk in memory at a time; a
+/// chunk that cannot be read ends the stream and is kept in `error`.
+struct SfmPoints<'a> {
+    pack: &'a Pack,
+    clouds: &'a [usize],
+    /// Position: cloud (index into `clouds`), chunk, point within the chunk.
+    at: (usize, usize, usize),
+    buf: Vec<u8>,
+    layout: Option<PointChunkLayout>,
+    next_id: u64,
+    error: Option<ShardError>,
+}
+
+impl<'a> SfmPoints<'a> {
+    fn new(pack: &'a Pack, clouds: &'a [usize]) -> Self {
+        SfmPoints {
+            pack,
+            clouds,
+            at: (0, 0, 0),
+            buf: Vec::new(),
+            layout: None,
+            next_id: 1,
+            error: None,
+        }
+    }
+}
+
+impl Iterator for SfmPoints<'_> {
+    type Item = ColmapPoint;
+
+    fn next(&mut self) -> Option<ColmapPoint> {
+        let m = self.pack.manifest();
+        loop {
+            if self.error.is_some() {
+                return None;
+            }
+            let (c, k, i) = self.at;
+            let cloud = &m.clouds[*self.clouds.get(c)?];
+            let Some(ch) = cloud.chunks.get(k) else {
+                self.at = (c + 1, 0, 0);
+                continue;
+            };
+            let layout = match self.layout {
+                Some(l) => l,
+                None => {
+                    let l = PointChunkLayout::new(
+                        ch.points as usize,
+                        cloud.has_labels,
+                        cloud.has_normals,
+                    );
+                    self.buf.resize(l.total, 0);
+                    if let Err(e) = self.pack.read_chunk_into(self.clouds[c], k, &mut self.buf) {
+                        self.error = Some(e);
+                        return None;
+                    }
+                    self.layout = Some(l);
+                    l
+                }
+            };
+            let chunk = PointChunkRef::new(layout, &self.buf).expect("sized above");
+            if i >= chunk.len() {
+                self.at = (c, k + 1, 0);
+                self.layout = None;
+                continue;
+            }
+            self.at.2 += 1;
+            let id = self.next_id;
+            self.next_id += 1;
+            return Some(ColmapPoint {
+                id,
+                xyz: chunk.xyz(i).map(f64::from),
+                rgb: chunk.rgb(i),
+                error: 0.0,
+            });
+        }
+    }
 }
 
 enum PointsError {
