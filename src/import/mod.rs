@@ -25,6 +25,7 @@
 pub mod colmap;
 pub mod depth;
 pub mod image;
+pub mod metashape;
 pub mod nerf;
 pub mod ply;
 
@@ -153,7 +154,7 @@ pub enum ImportError {
         #[source]
         source: CameraError,
     },
-    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|ply", path.display())]
+    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|ply", path.display())]
     UnknownFormat { path: PathBuf, msg: String },
 }
 
@@ -183,7 +184,8 @@ impl ImportError {
 
 /// Guesses the format of `path`: a `.ply` file or a folder of them is `ply`; a folder with
 /// `transforms*.json` (or such a file itself) is `nerf`; a folder with `sparse/0/`, `sparse/`
-/// or `cameras.{bin,txt}` is `colmap`.
+/// or `cameras.{bin,txt}` is `colmap`; an `.xml` file, or a folder with `cameras.xml` (and
+/// none of the above), is `metashape`.
 pub fn detect(path: &Path) -> Result<Format, ImportError> {
     if path.is_file() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -192,10 +194,12 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Ok(Format::Ply)
         } else if ext.eq_ignore_ascii_case("json") && name.starts_with("transforms") {
             Ok(Format::Nerf)
+        } else if ext.eq_ignore_ascii_case("xml") {
+            Ok(Format::Metashape)
         } else {
             Err(ImportError::UnknownFormat {
                 path: path.to_owned(),
-                msg: "a file that is neither .ply nor transforms*.json".into(),
+                msg: "a file that is neither .ply, transforms*.json nor a Metashape .xml".into(),
             })
         };
     }
@@ -218,6 +222,9 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     if has("transforms.json") || has("transforms_train.json") {
         return Ok(Format::Nerf);
     }
+    if has(metashape::CAMERAS_FILE) {
+        return Ok(Format::Metashape);
+    }
     let entries = std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))?;
     let mut plys = 0;
     for e in entries.flatten() {
@@ -234,7 +241,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     }
     Err(ImportError::UnknownFormat {
         path: path.to_owned(),
-        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF) and no .ply files".into(),
+        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape) and no .ply files".into(),
     })
 }
 
@@ -271,6 +278,7 @@ pub fn open(
     let mut scene = match format {
         Format::Colmap => colmap::import(path, options),
         Format::Nerf => nerf::import(path, options),
+        Format::Metashape => metashape::import(path, options),
         Format::Ply => ply::import(path, options),
         Format::Auto => unreachable!("resolved above"),
     }?;
