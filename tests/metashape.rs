@@ -238,6 +238,7 @@ fn metashape_packs_like_colmap(lens: Lens) {
         "{all}"
     );
     assert!(all.contains("1 cameras are disabled"), "{all}");
+    assert!(!all.contains("another coordinate system"), "{all}");
 
     let a = Pack::open(&colmap_pack).unwrap();
     let b = Pack::open(&ms_pack).unwrap();
@@ -250,12 +251,28 @@ fn metashape_packs_like_colmap(lens: Lens) {
         assert_eq!(va.split, vb.split, "view {i}");
         let (ca, cb) = (va.camera, vb.camera);
         assert_eq!((ca.width, ca.height), (cb.width, cb.height), "view {i}");
-        let ka = [ca.intrinsics.fx, ca.intrinsics.fy, ca.intrinsics.cx, ca.intrinsics.cy];
-        let kb = [cb.intrinsics.fx, cb.intrinsics.fy, cb.intrinsics.cx, cb.intrinsics.cy];
+        let ka = [
+            ca.intrinsics.fx,
+            ca.intrinsics.fy,
+            ca.intrinsics.cx,
+            ca.intrinsics.cy,
+        ];
+        let kb = [
+            cb.intrinsics.fx,
+            cb.intrinsics.fy,
+            cb.intrinsics.cx,
+            cb.intrinsics.cy,
+        ];
         let ra = ca.world_to_camera;
         let rb = cb.world_to_camera;
-        let ga = ka.iter().chain(ra.rotation.iter().flatten()).chain(&ra.translation);
-        let gb = kb.iter().chain(rb.rotation.iter().flatten()).chain(&rb.translation);
+        let ga = ka
+            .iter()
+            .chain(ra.rotation.iter().flatten())
+            .chain(&ra.translation);
+        let gb = kb
+            .iter()
+            .chain(rb.rotation.iter().flatten())
+            .chain(&rb.translation);
         for (x, y) in ga.zip(gb) {
             assert!(close(*y, *x), "view {i}: {ca:?} vs {cb:?}");
         }
@@ -269,7 +286,11 @@ fn metashape_packs_like_colmap(lens: Lens) {
     let first = Pose::from_quaternion_wxyz(model.images[0].qvec, model.images[0].tvec).unwrap();
     let got = mb.views[0].camera.centre();
     for k in 0..3 {
-        assert!(close(got[k], first.centre()[k]), "{got:?} vs {:?}", first.centre());
+        assert!(
+            close(got[k], first.centre()[k]),
+            "{got:?} vs {:?}",
+            first.centre()
+        );
     }
     // points.ply beside the XML is the SfM cloud, unchanged.
     assert!(!mb.scene.no_sfm_points);
@@ -303,6 +324,52 @@ fn fisheye_project_packs_like_its_colmap_workspace() {
     metashape_packs_like_colmap(Lens::Fisheye {
         k: [0.03, -0.01, 0.002, -0.0005],
     });
+}
+
+#[test]
+fn points_in_another_frame_than_the_cameras_get_a_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    write_project(
+        &scene,
+        Lens::RadTan {
+            k: [0.0, 0.0],
+            p: [0.0, 0.0],
+        },
+    );
+    let open_it = || {
+        open(
+            &scene.join("cameras.xml"),
+            Format::Metashape,
+            &ImportOptions::default(),
+        )
+        .unwrap()
+    };
+    let warned = |s: &ramsplat::import::ImportedScene| {
+        s.warnings
+            .iter()
+            .any(|w| w.contains("points.ply") && w.contains("another coordinate system"))
+    };
+    assert!(!warned(&open_it()));
+    // The same points in a projected CRS's metres: far from every camera.
+    let ply = std::fs::read_to_string(scene.join("points.ply")).unwrap();
+    let (header, body) = ply.split_once("end_header\n").unwrap();
+    let mut moved = format!("{header}end_header\n");
+    for line in body.lines() {
+        let w: Vec<&str> = line.split(' ').collect();
+        let x: f32 = w[0].parse().unwrap();
+        writeln!(
+            moved,
+            "{} {} {} {}",
+            x + 500_000.0,
+            w[1],
+            w[2],
+            w[3..].join(" ")
+        )
+        .unwrap();
+    }
+    std::fs::write(scene.join("points.ply"), moved).unwrap();
+    assert!(warned(&open_it()));
 }
 
 /// A tiny, valid project: one frame sensor, two aligned cameras, a chunk transform.
@@ -344,8 +411,11 @@ fn import_xml(dir: &Path, xml: &str) -> Result<ramsplat::import::ImportedScene, 
 #[test]
 fn a_valid_project_maps_the_calibration_and_the_chunk_transform() {
     let tmp = tempfile::tempdir().unwrap();
-    let scene = import_xml(tmp.path(), &project(SENSOR, &(CAM_A.to_owned() + CAM_B), CHUNK_T))
-        .unwrap();
+    let scene = import_xml(
+        tmp.path(),
+        &project(SENSOR, &(CAM_A.to_owned() + CAM_B), CHUNK_T),
+    )
+    .unwrap();
     assert_eq!(scene.format, Format::Metashape);
     assert!(scene.no_sfm_points);
     let names: Vec<&str> = scene.views.iter().map(|v| v.name.as_str()).collect();
@@ -379,7 +449,10 @@ fn a_component_transform_takes_the_place_of_the_chunks() {
                 <scale>3</scale></transform></component></components>";
     let scene = import_xml(tmp.path(), &project(SENSOR, &cam, comp)).unwrap();
     let c = scene.views[0].camera.centre();
-    assert!((c[0] - 13.0).abs() < 1e-12 && (c[2] + 15.0).abs() < 1e-12, "{c:?}");
+    assert!(
+        (c[0] - 13.0).abs() < 1e-12 && (c[2] + 15.0).abs() < 1e-12,
+        "{c:?}"
+    );
 }
 
 /// Each hostile variant of the tiny project, and words its error must contain.
@@ -556,7 +629,11 @@ fn images_are_found_by_label_and_duplicates_missing_files_and_depths_are_refused
     assert_eq!(scene.views[1].image_path, dir.join("photos/b.JPG"));
 
     // Labels "a.png" and "a" read one file.
-    let dup = project(SENSOR, &(CAM_A.to_owned() + &CAM_B.replace("\"b\"", "\"a\"")), "");
+    let dup = project(
+        SENSOR,
+        &(CAM_A.to_owned() + &CAM_B.replace("\"b\"", "\"a\"")),
+        "",
+    );
     std::fs::write(&file, dup).unwrap();
     let e = open(dir, Format::Metashape, &opts).unwrap_err().to_string();
     assert!(e.contains("cameras 'a.png' and 'a' both read"), "{e}");
@@ -567,19 +644,26 @@ fn images_are_found_by_label_and_duplicates_missing_files_and_depths_are_refused
     let scene = open(dir, Format::Metashape, &opts).unwrap();
     assert_eq!(scene.views.len(), 1);
     assert_eq!(scene.missing_images, ["b"]);
-    assert!(scene.warnings.iter().any(|w| w.contains("1 of 2 aligned cameras have no image")));
+    assert!(scene
+        .warnings
+        .iter()
+        .any(|w| w.contains("1 of 2 aligned cameras have no image")));
     let strict = ImportOptions {
         strict: true,
         ..opts.clone()
     };
-    let e = open(dir, Format::Metashape, &strict).unwrap_err().to_string();
+    let e = open(dir, Format::Metashape, &strict)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("--strict") && e.contains("first: b"), "{e}");
 
     let depths = ImportOptions {
         depths: Some(PathBuf::from("depths")),
         ..opts
     };
-    let e = open(dir, Format::Metashape, &depths).unwrap_err().to_string();
+    let e = open(dir, Format::Metashape, &depths)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("--depths depths is not supported"), "{e}");
 }
 

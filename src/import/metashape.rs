@@ -60,7 +60,7 @@
 //! cloud `"sfm"` through [`super::ply`]; it must be in the world frame above (Metashape's
 //! `Export Points` in the chunk's coordinate system, local coordinates for a project that is
 //! not georeferenced). A warning says so when few of its first points lie in front of any
-//! camera. Without it, training starts from random points ([`ImportedScene::no_sfm_points`]).
+//! camera (near the cameras). Without it, training starts from random points ([`ImportedScene::no_sfm_points`]).
 //! Masks and `--depths` are not supported for Metashape projects (the latter is refused).
 //!
 //! # Invariants of the result
@@ -104,6 +104,10 @@ const FAR_FROM_ORIGIN: f64 = 1.0e5;
 const CHECK_POINTS: usize = 4096;
 const CHECK_CAMERAS: usize = 256;
 
+/// How far from the cameras' centroid, in multiples of their largest distance from it, a
+/// checked point may lie: a scene extends some way past its cameras, but not a hundredfold.
+const NEAR_SPREADS: f64 = 100.0;
+
 /// Imports a Metashape camera XML; see the module doc for what `path` may be.
 pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
     let file = if path.is_dir() {
@@ -143,7 +147,10 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             format!("not well-formed XML ({e}); re-export the cameras from Metashape"),
         )
     })?;
-    let x = Xml { file: &file, doc: &doc };
+    let x = Xml {
+        file: &file,
+        doc: &doc,
+    };
     let chunk = x.chunk()?;
     let chunk_transform = match child(chunk, "transform") {
         Some(t) => Some(x.similarity(t, "the chunk's <transform>")?),
@@ -159,7 +166,10 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         None => HashMap::new(),
     };
     let cameras_node = child(chunk, "cameras").ok_or_else(|| {
-        ImportError::invalid(&file, "the chunk has no <cameras>; is this a Metashape camera export?")
+        ImportError::invalid(
+            &file,
+            "the chunk has no <cameras>; is this a Metashape camera export?",
+        )
     })?;
 
     let images_dir = match &options.images {
@@ -238,7 +248,9 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             },
             None => chunk_transform,
         };
-        let c2l = x.numbers::<16>(transform, "its <transform>").map_err(&err)?;
+        let c2l = x
+            .numbers::<16>(transform, "its <transform>")
+            .map_err(&err)?;
         let pose = camera_pose(&c2l, similarity.as_ref()).map_err(|e| match e {
             Ok(msg) => err(msg),
             Err(source) => ImportError::Camera {
@@ -522,7 +534,11 @@ impl<'a, 'input> Xml<'a, 'input> {
             translation: s.translation,
         }
         .validate()
-        .map_err(|e| err(format!("{e}; fix the transform in Metashape and export again")))?;
+        .map_err(|e| {
+            err(format!(
+                "{e}; fix the transform in Metashape and export again"
+            ))
+        })?;
         Ok(s)
     }
 
@@ -577,29 +593,28 @@ impl<'a, 'input> Xml<'a, 'input> {
             .children()
             .filter(|n| n.has_tag_name("calibration"))
             .collect();
-        let (calib, initial) = match calibrations
-            .iter()
-            .find(|c| c.attribute("class") == Some("adjusted"))
-        {
-            Some(c) => (*c, false),
-            None => match calibrations.as_slice() {
-                [one] => (*one, one.attribute("class") == Some("initial")),
-                [] => {
-                    return Err(err(
-                        "it has no <calibration>; calibrate the camera in Metashape (Align \
+        let (calib, initial) =
+            match calibrations
+                .iter()
+                .find(|c| c.attribute("class") == Some("adjusted"))
+            {
+                Some(c) => (*c, false),
+                None => {
+                    match calibrations.as_slice() {
+                        [one] => (*one, one.attribute("class") == Some("initial")),
+                        [] => return Err(err(
+                            "it has no <calibration>; calibrate the camera in Metashape (Align \
                          Photos) and export again"
-                            .to_owned(),
-                    ))
-                }
-                _ => {
-                    return Err(err(
-                        "it has several <calibration>s and none of class \"adjusted\"; export \
+                                .to_owned(),
+                        )),
+                        _ => return Err(err(
+                            "it has several <calibration>s and none of class \"adjusted\"; export \
                          again after aligning"
-                            .to_owned(),
-                    ))
+                                .to_owned(),
+                        )),
+                    }
                 }
-            },
-        };
+            };
         let resolution = child(calib, "resolution")
             .or_else(|| child(node, "resolution"))
             .ok_or_else(|| err("no <resolution> (image size)".to_owned()))?;
@@ -790,8 +805,9 @@ fn find_image(dir: &Path, label: &str) -> Result<(String, PathBuf, bool), String
     Ok((file_name.to_owned(), exact, false))
 }
 
-/// A warning when few of the first points of `points` lie in front of, and inside the image
-/// of, at least one camera: the cloud is then probably in another frame than the cameras.
+/// A warning when few of the first points of `points` lie inside the image of at least one
+/// camera, not far from the cameras: the cloud is then probably in another frame than the
+/// cameras.
 fn points_in_view(
     points: &Path,
     views: &[ViewSource],
@@ -804,14 +820,26 @@ fn points_in_view(
     };
     let step = views.len().div_ceil(CHECK_CAMERAS).max(1);
     let cameras: Vec<&Camera> = views.iter().step_by(step).map(|v| &v.camera).collect();
+    // Far-away points (another frame's origin millions of units off) still project into some
+    // camera, so a point also has to lie within NEAR_SPREADS camera spreads of the cameras.
+    let centres: Vec<[f64; 3]> = cameras.iter().map(|c| c.centre()).collect();
+    let centroid =
+        [0, 1, 2].map(|k| centres.iter().map(|c| c[k]).sum::<f64>() / centres.len() as f64);
+    let spread = centres
+        .iter()
+        .map(|c| norm([0, 1, 2].map(|k| c[k] - centroid[k])))
+        .fold(0.0, f64::max);
     let seen = chunk
         .xyz
         .iter()
         .filter(|p| {
             let p = p.map(f64::from);
-            cameras.iter().any(|c| {
+            let near = spread == 0.0
+                || norm([0, 1, 2].map(|k| p[k] - centroid[k])) <= NEAR_SPREADS * spread;
+            near && cameras.iter().any(|c| {
                 c.project(p).is_some_and(|[u, v]| {
-                    (0.0..f64::from(c.width)).contains(&u) && (0.0..f64::from(c.height)).contains(&v)
+                    (0.0..f64::from(c.width)).contains(&u)
+                        && (0.0..f64::from(c.height)).contains(&v)
                 })
             })
         })
@@ -851,7 +879,8 @@ fn mat_mul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
 }
 
 fn det3(m: &[[f64; 3]; 3]) -> f64 {
-    m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+    m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+        - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
         + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
 }
 
