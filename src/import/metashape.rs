@@ -57,10 +57,11 @@
 //!
 //! # Points
 //! The XML holds no points. `points.ply` beside the XML, when present, is imported as the SfM
-//! cloud `"sfm"` through [`super::ply`]; it must be in the world frame above (Metashape's
-//! `Export Points` in the chunk's coordinate system, local coordinates for a project that is
-//! not georeferenced). A warning says so when few of its first points lie in front of any
-//! camera (near the cameras). Without it, training starts from random points ([`ImportedScene::no_sfm_points`]).
+//! cloud `"sfm"` through [`super::ply`], unchanged: it must already be in the world frame
+//! above, i.e. exported (`File > Export > Export Points`, PLY) from the same chunk in its local
+//! coordinates, or for a georeferenced chunk in the geocentric system. A warning says so when
+//! fewer than half of its first points lie inside some camera's image and near the cameras.
+//! Without it, training starts from random points ([`ImportedScene::no_sfm_points`]).
 //! Masks and `--depths` are not supported for Metashape projects (the latter is refused).
 //!
 //! # Invariants of the result

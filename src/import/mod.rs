@@ -12,7 +12,8 @@
 //! - [`ViewSource::distortion`] is OpenCV's radial–tangential model (COLMAP SIMPLE_RADIAL,
 //!   RADIAL, OPENCV, FULL_OPENCV and NeRF `k1 k2 k3 p1 p2` map to it) or OpenCV's fisheye model
 //!   (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE, SIMPLE_RADIAL_FISHEYE and nerfstudio's
-//!   `OPENCV_FISHEYE`); other models are refused at import time with a message, never silently
+//!   `OPENCV_FISHEYE`; Metashape's frame and fisheye sensors map to the two, see
+//!   [`metashape`]); other models are refused at import time with a message, never silently
 //!   treated as pinhole. A photo becomes a pinhole image of its size and intrinsics, cropped
 //!   where the lens leaves it empty (`image::covered_rect`); a fisheye's periphery does not
 //!   fit in it. [`open`] adds a warning per camera whose pinhole image keeps less than the
