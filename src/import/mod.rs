@@ -46,7 +46,8 @@ pub struct ImportOptions {
     pub metadata_only: bool,
     /// The images folder: COLMAP, instead of `images/` beside the model (a relative path is
     /// taken from the workspace root); NeRF, the folder holding each `file_path`'s file name
-    /// (nerfstudio's `images_N` layout, relative to the transforms file). It may hold a resized
+    /// (nerfstudio's `images_N` layout, relative to the transforms file); Metashape, the folder
+    /// of the photos (relative to the XML's folder). It may hold a resized
     /// copy of the images the poses were estimated on (Mip-NeRF 360's `images_4`): each view's
     /// camera is scaled to its file's size (see `crate::import::image::camera_for_file`). A
     /// PLY point cloud refuses it.
