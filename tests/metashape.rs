@@ -377,8 +377,10 @@ const SENSOR: &str = "<sensor id=\"0\" label=\"cam\" type=\"frame\"><resolution 
      height=\"30\"/><calibration type=\"frame\" class=\"adjusted\"><resolution width=\"40\" \
      height=\"30\"/><f>35</f><cx>0.5</cx><cy>-0.25</cy><k1>0.01</k1><p1>0.001</p1>\
      <p2>0.002</p2></calibration></sensor>";
-const CAM_A: &str = "<camera id=\"0\" sensor_id=\"0\" label=\"a.png\"><transform>1 0 0 0 0 1 0 0 0 0 1 -5 0 0 0 1</transform></camera>";
-const CAM_B: &str = "<camera id=\"1\" sensor_id=\"0\" label=\"b\"><transform>1 0 0 1 0 1 0 0 0 0 1 -5 0 0 0 1</transform></camera>";
+const CAM_A: &str = "<camera id=\"0\" sensor_id=\"0\" label=\"a.png\">\
+     <transform>1 0 0 0 0 1 0 0 0 0 1 -5 0 0 0 1</transform></camera>";
+const CAM_B: &str = "<camera id=\"1\" sensor_id=\"0\" label=\"b\">\
+     <transform>1 0 0 1 0 1 0 0 0 0 1 -5 0 0 0 1</transform></camera>";
 const CHUNK_T: &str =
     "<transform><rotation>0 -1 0 1 0 0 0 0 1</rotation><translation>1 2 3</translation><scale>2</scale></transform>";
 
@@ -585,6 +587,20 @@ fn hostile_xml_is_refused_naming_the_record() {
             "no aligned camera".into(),
             project(SENSOR, "<camera id=\"0\" sensor_id=\"0\" label=\"a\"/>", ""),
             vec!["no aligned camera", "1 cameras listed"],
+        ),
+        (
+            "duplicate sensor".into(),
+            project(&(SENSOR.to_owned() + SENSOR), &ok_cams, ""),
+            vec!["a second <sensor> with id \"0\""],
+        ),
+        (
+            "exif orientation".into(),
+            project(
+                SENSOR,
+                &CAM_A.replace("</transform>", "</transform><orientation>6</orientation>"),
+                "",
+            ),
+            vec!["camera 0 (a.png)", "orientation is \"6\""],
         ),
         (
             "dot label".into(),

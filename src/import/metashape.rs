@@ -34,7 +34,8 @@
 //! - `<camera>` (also inside `<group>`s): `<transform>` is 16 numbers, row-major, the
 //!   camera-to-chunk rigid transform in OpenCV camera axes (x right, y down, z forward).
 //!   Cameras without a transform were not aligned: they are skipped with one warning that
-//!   counts them. Disabled cameras (`enabled="false"`) that have a transform are imported,
+//!   counts them. A camera whose `<orientation>` (the photo's EXIF rotation) is not 1 is
+//!   refused. Disabled cameras (`enabled="false"`) that have a transform are imported,
 //!   as nerfstudio's `ns-process-data metashape` does, with a warning that counts them.
 //!
 //! # World frame
@@ -158,14 +159,23 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         None => None,
     };
     let components = x.components(chunk)?;
-    let sensors: HashMap<&str, Node> = match child(chunk, "sensors") {
-        Some(s) => s
-            .children()
-            .filter(|n| n.has_tag_name("sensor"))
-            .map(|n| (n.attribute("id").unwrap_or(""), n))
-            .collect(),
-        None => HashMap::new(),
-    };
+    let mut sensors: HashMap<&str, Node> = HashMap::new();
+    for n in child(chunk, "sensors")
+        .into_iter()
+        .flat_map(|s| s.children())
+        .filter(|n| n.has_tag_name("sensor"))
+    {
+        let id = n.attribute("id").unwrap_or("");
+        if sensors.insert(id, n).is_some() {
+            return Err(x.error(
+                n,
+                format!(
+                    "a second <sensor> with id {id:?}: cameras could not tell which one they \
+                     use; re-export the cameras"
+                ),
+            ));
+        }
+    }
     let cameras_node = child(chunk, "cameras").ok_or_else(|| {
         ImportError::invalid(
             &file,
@@ -194,15 +204,27 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         cameras_total += 1;
         let at = x.line(cam);
         let id = cam.attribute("id").unwrap_or("?");
+        let Some(transform) = child(cam, "transform") else {
+            unaligned.push(cam.attribute("label").unwrap_or(id).to_owned());
+            continue;
+        };
         let label = cam.attribute("label").ok_or_else(|| {
             ImportError::parse(&file, at, format!("camera id {id} has no label attribute"))
         })?;
         let what = format!("camera {id} ({label})");
         let err = |msg: String| ImportError::parse(&file, at, format!("{what}: {msg}"));
-        let Some(transform) = child(cam, "transform") else {
-            unaligned.push(label.to_owned());
-            continue;
-        };
+        // Metashape keeps the photo's EXIF orientation here; which way the calibration and
+        // pose then read the stored pixels is not documented, so only upright photos are read.
+        if let Some(o) = child(cam, "orientation") {
+            let v = o.text().unwrap_or("").trim();
+            if v != "1" {
+                return Err(err(format!(
+                    "its image orientation is {v:?} (an EXIF rotation or flip), which is not \
+                     supported; save the photos upright (orientation 1), re-align and export \
+                     again"
+                )));
+            }
+        }
         if cam.attribute("master_id").is_some() {
             return Err(err(
                 "it belongs to a multi-camera rig (master_id), whose poses are not supported; \
