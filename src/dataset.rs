@@ -1,5 +1,5 @@
 //! The neutral dataset vocabulary: what a dataset is made of, independent of where it came from
-//! ([`crate::import`] reads COLMAP, NeRF and PLY into these types) and of how it is stored
+//! ([`crate::import`] reads COLMAP, NeRF, Metashape and PLY into these types) and of how it is stored
 //! ([`crate::shard`] writes and reads them; [`crate::pack`] joins the two).
 //!
 //! This is a bottom layer: it depends on nothing but [`crate::scene`] (cameras), so the pack
@@ -35,6 +35,8 @@ pub enum Format {
     Auto,
     Colmap,
     Nerf,
+    /// Agisoft Metashape camera XML (`crate::import::metashape`).
+    Metashape,
     Ply,
 }
 

@@ -37,10 +37,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Convert a COLMAP workspace, NeRF transforms.json dataset or PLY point cloud(s) into a pack.
+    /// Convert a COLMAP workspace, NeRF transforms.json dataset, Agisoft Metashape camera XML or
+    /// PLY point cloud(s) into a pack.
     #[command(after_help = SIZE_HELP)]
     Convert {
-        /// Dataset folder (or a transforms*.json / .ply file).
+        /// Dataset folder (or a transforms*.json / Metashape .xml / .ply file).
         input: PathBuf,
         /// Output pack directory.
         #[arg(short, long)]
@@ -76,7 +77,9 @@ enum Command {
         #[arg(long)]
         workers: Option<usize>,
         /// Read the images from DIR: for COLMAP instead of images/ (relative to the workspace
-        /// root), for transforms.json each file_path's file name in DIR (nerfstudio's images_N).
+        /// root), for transforms.json each file_path's file name in DIR (nerfstudio's images_N),
+        /// for a Metashape XML the folder of the photos (relative to the XML; default images/
+        /// beside it, else its own folder).
         /// A resized copy works, each camera scaled to its file: Mip-NeRF 360's benchmark
         /// protocol (3DGS -i images_4, gsplat --data_factor 4) is `--images images_4` for
         /// outdoor scenes, `images_2` indoors.

@@ -12,7 +12,8 @@
 //! - [`ViewSource::distortion`] is OpenCV's radial–tangential model (COLMAP SIMPLE_RADIAL,
 //!   RADIAL, OPENCV, FULL_OPENCV and NeRF `k1 k2 k3 p1 p2` map to it) or OpenCV's fisheye model
 //!   (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE, SIMPLE_RADIAL_FISHEYE and nerfstudio's
-//!   `OPENCV_FISHEYE`); other models are refused at import time with a message, never silently
+//!   `OPENCV_FISHEYE`; Metashape's frame and fisheye sensors map to the two, see
+//!   [`metashape`]); other models are refused at import time with a message, never silently
 //!   treated as pinhole. A photo becomes a pinhole image of its size and intrinsics, cropped
 //!   where the lens leaves it empty (`image::covered_rect`); a fisheye's periphery does not
 //!   fit in it. [`open`] adds a warning per camera whose pinhole image keeps less than the
@@ -25,6 +26,7 @@
 pub mod colmap;
 pub mod depth;
 pub mod image;
+pub mod metashape;
 pub mod nerf;
 pub mod ply;
 
@@ -44,7 +46,8 @@ pub struct ImportOptions {
     pub metadata_only: bool,
     /// The images folder: COLMAP, instead of `images/` beside the model (a relative path is
     /// taken from the workspace root); NeRF, the folder holding each `file_path`'s file name
-    /// (nerfstudio's `images_N` layout, relative to the transforms file). It may hold a resized
+    /// (nerfstudio's `images_N` layout, relative to the transforms file); Metashape, the folder
+    /// of the photos (relative to the XML's folder). It may hold a resized
     /// copy of the images the poses were estimated on (Mip-NeRF 360's `images_4`): each view's
     /// camera is scaled to its file's size (see `crate::import::image::camera_for_file`). A
     /// PLY point cloud refuses it.
@@ -153,7 +156,7 @@ pub enum ImportError {
         #[source]
         source: CameraError,
     },
-    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|ply", path.display())]
+    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|ply", path.display())]
     UnknownFormat { path: PathBuf, msg: String },
 }
 
@@ -183,7 +186,8 @@ impl ImportError {
 
 /// Guesses the format of `path`: a `.ply` file or a folder of them is `ply`; a folder with
 /// `transforms*.json` (or such a file itself) is `nerf`; a folder with `sparse/0/`, `sparse/`
-/// or `cameras.{bin,txt}` is `colmap`.
+/// or `cameras.{bin,txt}` is `colmap`; an `.xml` file, or a folder with `cameras.xml` (and
+/// none of the above), is `metashape`.
 pub fn detect(path: &Path) -> Result<Format, ImportError> {
     if path.is_file() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -192,10 +196,12 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Ok(Format::Ply)
         } else if ext.eq_ignore_ascii_case("json") && name.starts_with("transforms") {
             Ok(Format::Nerf)
+        } else if ext.eq_ignore_ascii_case("xml") {
+            Ok(Format::Metashape)
         } else {
             Err(ImportError::UnknownFormat {
                 path: path.to_owned(),
-                msg: "a file that is neither .ply nor transforms*.json".into(),
+                msg: "a file that is neither .ply, transforms*.json nor a Metashape .xml".into(),
             })
         };
     }
@@ -218,6 +224,9 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     if has("transforms.json") || has("transforms_train.json") {
         return Ok(Format::Nerf);
     }
+    if has(metashape::CAMERAS_FILE) {
+        return Ok(Format::Metashape);
+    }
     let entries = std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))?;
     let mut plys = 0;
     for e in entries.flatten() {
@@ -234,7 +243,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     }
     Err(ImportError::UnknownFormat {
         path: path.to_owned(),
-        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF) and no .ply files".into(),
+        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape) and no .ply files".into(),
     })
 }
 
@@ -271,6 +280,7 @@ pub fn open(
     let mut scene = match format {
         Format::Colmap => colmap::import(path, options),
         Format::Nerf => nerf::import(path, options),
+        Format::Metashape => metashape::import(path, options),
         Format::Ply => ply::import(path, options),
         Format::Auto => unreachable!("resolved above"),
     }?;
