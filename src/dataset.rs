@@ -55,6 +55,17 @@ pub enum Distortion {
         /// p1, p2.
         p: [f64; 2],
     },
+    /// The Brown–Conrady model with four radial terms (Agisoft Metashape's frame camera): with
+    /// `r² = x² + y²`, the radial factor is `1 + k1 r² + k2 r⁴ + k3 r⁶ + k4 r⁸` (a polynomial:
+    /// OpenCV's `k4` is a denominator term instead, so this is not
+    /// [`Distortion::RadialTangential`]), the tangential terms are OpenCV's (`p1`, `p2` in
+    /// OpenCV's order).
+    Brown {
+        /// k1..k4.
+        k: [f64; 4],
+        /// p1, p2 (OpenCV's order).
+        p: [f64; 2],
+    },
     /// OpenCV's fisheye model (`cv::fisheye`, Kannala–Brandt's equidistant polynomial; COLMAP's
     /// OPENCV_FISHEYE, RADIAL_FISHEYE and SIMPLE_RADIAL_FISHEYE): the ray at angle
     /// `θ = atan(r)` from the optical axis lands at normalised radius
@@ -83,6 +94,7 @@ impl Distortion {
     pub fn is_none(&self) -> bool {
         match self {
             Distortion::RadialTangential { k, p } => k.iter().chain(p).all(|&c| c == 0.0),
+            Distortion::Brown { k, p } => k.iter().chain(p).all(|&c| c == 0.0),
             Distortion::Fisheye { .. } => false,
         }
     }
@@ -91,6 +103,7 @@ impl Distortion {
     pub fn is_finite(&self) -> bool {
         match self {
             Distortion::RadialTangential { k, p } => k.iter().chain(p).all(|c| c.is_finite()),
+            Distortion::Brown { k, p } => k.iter().chain(p).all(|c| c.is_finite()),
             Distortion::Fisheye { k } => k.iter().all(|c| c.is_finite()),
         }
     }
@@ -102,6 +115,7 @@ impl Distortion {
             Distortion::RadialTangential { k, .. } => {
                 Distortion::RadialTangential { k, p: [0.0, 0.0] }
             }
+            Distortion::Brown { k, .. } => Distortion::Brown { k, p: [0.0, 0.0] },
             fisheye @ Distortion::Fisheye { .. } => fisheye,
         }
     }
@@ -113,10 +127,12 @@ impl Distortion {
     pub fn ray_radius(&self, theta: f64) -> Option<f64> {
         match self {
             Distortion::Fisheye { k } => Some(fisheye_theta_d(k, theta)),
-            Distortion::RadialTangential { .. } if theta < std::f64::consts::FRAC_PI_2 => {
+            Distortion::RadialTangential { .. } | Distortion::Brown { .. }
+                if theta < std::f64::consts::FRAC_PI_2 =>
+            {
                 Some(self.radial_only().distort(theta.tan(), 0.0).0)
             }
-            Distortion::RadialTangential { .. } => None,
+            Distortion::RadialTangential { .. } | Distortion::Brown { .. } => None,
         }
     }
 
@@ -129,6 +145,16 @@ impl Distortion {
                 let r2 = x * x + y * y;
                 let radial = (1.0 + r2 * (k1 + r2 * (k2 + r2 * k3)))
                     / (1.0 + r2 * (k4 + r2 * (k5 + r2 * k6)));
+                (
+                    x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x),
+                    y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y,
+                )
+            }
+            Distortion::Brown { k, p } => {
+                let [k1, k2, k3, k4] = k;
+                let [p1, p2] = p;
+                let r2 = x * x + y * y;
+                let radial = 1.0 + r2 * (k1 + r2 * (k2 + r2 * (k3 + r2 * k4)));
                 (
                     x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x),
                     y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y,
@@ -303,6 +329,44 @@ impl PointSource for MemPoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Brown model is OpenCV's radial–tangential one with a polynomial r⁸ term: equal to
+    /// it without that term, and that term adds `k4·r⁸` of the radius.
+    #[test]
+    fn brown_adds_a_polynomial_r8_term_to_opencvs_model() {
+        let (k, p) = ([0.1, -0.05, 0.02], [0.003, -0.002]);
+        let rt = Distortion::RadialTangential {
+            k: [k[0], k[1], k[2], 0.0, 0.0, 0.0],
+            p,
+        };
+        let brown = |k4: f64| Distortion::Brown {
+            k: [k[0], k[1], k[2], k4],
+            p,
+        };
+        for (x, y) in [(0.3, -0.2), (-0.7, 0.45), (0.0, 0.9)] {
+            assert_eq!(brown(0.0).distort(x, y), rt.distort(x, y));
+            let r8 = (x * x + y * y).powi(4);
+            let ((bx, by), (ox, oy)) = (brown(-0.076).distort(x, y), rt.distort(x, y));
+            assert!((bx - (ox - 0.076 * r8 * x)).abs() < 1e-15, "{bx} {ox}");
+            assert!((by - (oy - 0.076 * r8 * y)).abs() < 1e-15, "{by} {oy}");
+        }
+        assert!(Distortion::Brown {
+            k: [0.0; 4],
+            p: [0.0; 2]
+        }
+        .is_none());
+        assert!(!brown(0.0).is_none());
+        assert!(!brown(1e-3).is_none() && brown(1e-3).is_finite());
+        assert!(!brown(f64::NAN).is_finite());
+        assert_eq!(
+            brown(0.5).radial_only(),
+            Distortion::Brown {
+                k: [k[0], k[1], k[2], 0.5],
+                p: [0.0; 2]
+            }
+        );
+        assert_eq!(brown(0.5).ray_radius(std::f64::consts::FRAC_PI_2), None);
+    }
 
     #[test]
     fn distortion_zero_is_identity() {

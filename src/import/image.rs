@@ -738,7 +738,9 @@ pub fn field_of_view(
     // front of the camera.
     let theta_max = match distortion {
         Distortion::Fisheye { .. } => std::f64::consts::PI,
-        Distortion::RadialTangential { .. } => std::f64::consts::FRAC_PI_2,
+        Distortion::RadialTangential { .. } | Distortion::Brown { .. } => {
+            std::f64::consts::FRAC_PI_2
+        }
     };
     let radius_at = |t: f64| distortion.ray_radius(t).unwrap_or(f64::NAN);
     // The angle of the ray that lands at normalised distance `e` from the principal point.
@@ -2029,6 +2031,10 @@ mod tests {
         for d in [
             Distortion::NONE,
             rt(-0.1),
+            Distortion::Brown {
+                k: [-0.1, 0.0, 0.0, -0.05],
+                p: [0.0; 2],
+            },
             Distortion::Fisheye { k: [0.0; 4] },
         ] {
             assert_eq!(
@@ -2037,8 +2043,17 @@ mod tests {
                 "{d:?}"
             );
         }
-        // Strong pincushion: the corners' rays leave the photo, so the window shrinks around
-        // the principal point until its border has content, and it all has content inside.
+        // Strong pincushion (OpenCV's model, and the Brown model's r⁸ term alone): the
+        // corners' rays leave the photo, so the window shrinks around the principal point until
+        // its border has content, and it all has content inside.
+        let brown_pin = Distortion::Brown {
+            k: [0.0, 0.0, 0.0, 40.0],
+            p: [0.0; 2],
+        };
+        let r = covered_rect(31, 17, &k, &brown_pin);
+        assert!(r != PixelRect::full(31, 17) && !r.is_empty(), "{r:?}");
+        let map = LensMap::new(31, 17, &k, &brown_pin);
+        assert!((r.y0..r.y1).all(|j| (r.x0..r.x1).all(|i| map.source(i, j).is_some())));
         let pin = rt(0.8);
         let r = covered_rect(31, 17, &k, &pin);
         assert!(r != PixelRect::full(31, 17) && !r.is_empty(), "{r:?}");

@@ -21,8 +21,9 @@
 //! - frame sensors: Metashape's Brown model has the same radial polynomial as OpenCV's
 //!   (`k1..k3`) and its tangential coefficients in the other order: Metashape's `P1` multiplies
 //!   `r² + 2x²` where OpenCV's `p2` does, so `p = [P2, P1]` in
-//!   [`Distortion::RadialTangential`]. A nonzero `k4` (an `r⁸` term OpenCV's model does not
-//!   have) or `p3`/`p4` is refused naming the sensor.
+//!   [`Distortion::RadialTangential`]; with a nonzero `k4` (an `r⁸` term, which OpenCV's
+//!   model does not have: its `k4` divides) the same lens is [`Distortion::Brown`]. `p3`/`p4`
+//!   are refused naming the sensor.
 //! - fisheye sensors: Metashape's fisheye model is the equidistant projection `θ = atan(r)`
 //!   followed by the radial polynomial `1 + k1 θ² + … + k4 θ⁸`, which is OpenCV's fisheye
 //!   model exactly ([`Distortion::Fisheye`]); tangential terms (`p1`, `p2`), which OpenCV's
@@ -709,17 +710,18 @@ impl<'a, 'input> Xml<'a, 'input> {
                 k: [k1, k2, k3, k4],
             }
         } else {
+            // Metashape's P1 multiplies r² + 2x² in x', which is OpenCV's p2. An r⁸ term is
+            // not in OpenCV's model (its k4 divides): the Brown model holds it.
             if k4 != 0.0 {
-                return Err(err(format!(
-                    "k4 = {k4} (an r⁸ term) is not in OpenCV's radial–tangential model; \
-                     re-align with k4 fixed at 0, or undistort the photos in Metashape and \
-                     export those"
-                )));
-            }
-            // Metashape's P1 multiplies r² + 2x² in x', which is OpenCV's p2.
-            Distortion::RadialTangential {
-                k: [k1, k2, k3, 0.0, 0.0, 0.0],
-                p: [p2, p1],
+                Distortion::Brown {
+                    k: [k1, k2, k3, k4],
+                    p: [p2, p1],
+                }
+            } else {
+                Distortion::RadialTangential {
+                    k: [k1, k2, k3, 0.0, 0.0, 0.0],
+                    p: [p2, p1],
+                }
             }
         };
         let intrinsics = Intrinsics {

@@ -379,7 +379,7 @@ fn lens_notes(views: &[ViewSource]) -> Vec<String> {
                         crop.map(|c| format!("; {c}")).unwrap_or_default()
                     )
                 }
-                Distortion::RadialTangential { .. } => {
+                Distortion::RadialTangential { .. } | Distortion::Brown { .. } => {
                     format!("{views}: {}", crop.unwrap_or_default())
                 }
             }

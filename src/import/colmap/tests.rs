@@ -448,11 +448,11 @@ fn points_stream_in_bounded_chunks() {
 
 // ---------------------------------------------------------------- camera models
 
-/// The coefficients of a radial–tangential lens (panics on a fisheye one).
+/// The coefficients of a radial–tangential lens (panics on any other).
 fn radial_tangential(d: &Distortion) -> ([f64; 6], [f64; 2]) {
     match *d {
         Distortion::RadialTangential { k, p } => (k, p),
-        Distortion::Fisheye { .. } => panic!("a fisheye lens: {d:?}"),
+        Distortion::Fisheye { .. } | Distortion::Brown { .. } => panic!("not OpenCV's: {d:?}"),
     }
 }
 
