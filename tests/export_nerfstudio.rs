@@ -274,6 +274,11 @@ fn a_pack_round_trips_through_the_colmap_folder() {
     assert!(text.contains("500 SfM points"), "{text}");
     assert!(text.contains("8 PINHOLE cameras"), "{text}");
     assert!(text.contains("is NOT every 8th image by name"), "{text}");
+    // The test pack's principal points are (0.3, −0.7) px off centre.
+    assert!(
+        text.contains("principal points lie up to 0.70 px off"),
+        "{text}"
+    );
     let sparse = folder.join("sparse/0");
     for f in [
         "cameras.bin",

@@ -363,6 +363,15 @@ fn run_export(
                  llffhold 0)"
             }
         );
+        // 3DGS's reader ignores cx, cy: say when that matters (a tenth of a pixel does not).
+        if c.max_principal_offset_px > 0.1 {
+            eprintln!(
+                "note: principal points lie up to {:.2} px off their image's centre; the original \
+                 3DGS reads only the focal lengths and renders as if centred (its renders are \
+                 shifted by that much against the photos); gsplat and nerfstudio read cx, cy",
+                c.max_principal_offset_px
+            );
+        }
     }
     Ok(())
 }

@@ -45,13 +45,18 @@ use crate::shard::Manifest;
 const PINHOLE: i32 = 1;
 
 /// What [`write_sparse`] wrote besides the points.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ColmapReport {
     /// Distinct cameras in `cameras.bin`.
     pub cameras: usize,
     /// Whether the readers' default split (every 8th image by sorted file name is a test view)
     /// gives the pack's split; when not, `test.txt` holds the pack's.
     pub every_8th_matches: bool,
+    /// The largest distance, in pixels along either axis, of a view's principal point from its
+    /// image's centre. 3DGS's reader takes only the focal lengths from a `PINHOLE` camera and
+    /// renders as if the principal point were centred, so an offset shifts its renders
+    /// against the photos by that much (gsplat and nerfstudio read `cx`, `cy`).
+    pub max_principal_offset_px: f64,
 }
 
 /// Writes `sparse/0/` into `root` for the views of `m` (file stems `stems`, in pack order) and
@@ -69,11 +74,15 @@ pub fn write_sparse(
     };
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     let mut cameras: Vec<ColmapCamera> = Vec::new();
+    let mut max_offset: f64 = 0.0;
     let mut images = Vec::with_capacity(m.views.len());
     for (i, (v, stem)) in m.views.iter().zip(stems).enumerate() {
         let k = v.camera.intrinsics;
         let params = vec![k.fx, k.fy, k.cx, k.cy];
         let (w, h) = (v.camera.width as u64, v.camera.height as u64);
+        max_offset = max_offset
+            .max((k.cx - w as f64 / 2.0).abs())
+            .max((k.cy - h as f64 / 2.0).abs());
         let id = match cameras
             .iter()
             .find(|c| (c.width, c.height, &c.params) == (w, h, &params))
@@ -155,6 +164,7 @@ pub fn write_sparse(
     Ok(ColmapReport {
         cameras: cameras.len(),
         every_8th_matches: every_8th == pack_test,
+        max_principal_offset_px: max_offset,
     })
 }
 
