@@ -21,7 +21,7 @@
 //! | --- | --- |
 //! | [`dataset`] | the neutral dataset vocabulary: splits, formats, distortion, view descriptions, streamed point chunks and sources |
 //! | [`scene`] | cameras (OpenCV axes, pixel centres at +0.5), Gaussians (stored pre-activation) and their field table (the one list of per-Gaussian arrays), spherical harmonics, the shared maths (quaternions, logit, SH DC), camera paths for fly-throughs |
-//! | [`import`] | COLMAP, NeRF `transforms.json` and PLY importers; image decode + undistortion |
+//! | [`import`] | COLMAP, NeRF `transforms.json`, Metashape XML and PLY importers; image decode + undistortion |
 //! | [`shard`] | the pack format (its module doc is the spec): writer seals, reader maps read-only |
 //! | [`pack`] | the `gs-pack convert` pipeline: importer → bounded parallel encode → shards |
 //! | [`synth`] | procedural datasets (images + COLMAP/NeRF metadata) and program-written packs for tests, benches, the demo, fuzzing |
@@ -33,7 +33,7 @@
 //! | [`metrics`] | PSNR and SSIM |
 //! | [`eval`] | scoring renders against ground truth: the one rule set `gs-train --eval` and `gs-render` share |
 //! | [`plot`] | PNG line charts (training curves, the loader's speed/RAM curve) |
-//! | [`export`] | model files: 3DGS PLY, SPZ, `.splat`, 3DGS `cameras.json`; a pack as a nerfstudio folder (`gs-pack export`) |
+//! | [`export`] | model files: 3DGS PLY, SPZ, `.splat`, 3DGS `cameras.json`; a pack as a nerfstudio or COLMAP folder (`gs-pack export`) |
 //! | [`train`] | the 3DGS training step on two engines (the CPU's, and the device engine with the model resident on [`device`]), densification, Adam, loss, schedule, checkpoints, the run |
 //! | [`cli`] | shared command-line plumbing (progress, error chains, exit codes) |
 //! | [`fsutil`] | crash-safe writes: atomic file replacement, no-clobber directory install (the crate's only `rename`) |
