@@ -79,9 +79,9 @@ use std::path::{Path, PathBuf};
 use roxmltree::{Document, Node};
 
 use super::ply::open_cloud;
-use super::{ImportError, ImportOptions, ImportedScene, Location};
+use super::{first_names, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::{Distortion, Format, PointSource, ViewSource};
-use crate::scene::camera::{Camera, CameraError, Intrinsics, Pose};
+use crate::scene::camera::{mat_vec, Camera, CameraError, Intrinsics, Pose};
 
 /// The file a folder is looked up for.
 pub const CAMERAS_FILE: &str = "cameras.xml";
@@ -95,9 +95,6 @@ pub const SKEW_TOLERANCE_PX: f64 = 0.01;
 
 /// Image extensions tried for a label without one (appended) or with another one (replaced).
 const IMAGE_EXTENSIONS: [&str; 6] = ["png", "jpg", "jpeg", "PNG", "JPG", "JPEG"];
-
-/// How many names a warning or error lists before "…".
-const LIST_FIRST: usize = 5;
 
 /// Camera centres farther than this from the origin (in world units) suggest a geocentric
 /// frame, where f32 rendering loses precision.
@@ -878,19 +875,6 @@ fn points_in_view(
             points.display()
         )
     }))
-}
-
-/// "first: a, b, c, d, e, …" for the first few of `names`.
-fn first_names(names: &[String]) -> String {
-    let mut s = names[..names.len().min(LIST_FIRST)].join(", ");
-    if names.len() > LIST_FIRST {
-        s.push_str(", …");
-    }
-    format!("first: {s}")
-}
-
-fn mat_vec(m: &[[f64; 3]; 3], v: [f64; 3]) -> [f64; 3] {
-    m.map(|row| row[0] * v[0] + row[1] * v[1] + row[2] * v[2])
 }
 
 fn mat_mul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {

@@ -73,6 +73,16 @@ fn camera_for_images(
     }
 }
 
+/// "first: a, b, c, d, e, …" for the first few of `names` (missing files, skipped cameras).
+fn first_names(names: &[String]) -> String {
+    const LIST_FIRST: usize = 5;
+    let mut s = names[..names.len().min(LIST_FIRST)].join(", ");
+    if names.len() > LIST_FIRST {
+        s.push_str(", …");
+    }
+    format!("first: {s}")
+}
+
 /// What an importer found.
 pub struct ImportedScene {
     pub format: Format,

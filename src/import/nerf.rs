@@ -80,7 +80,7 @@ use serde_json::{Map, Value};
 
 use super::image::image_dimensions;
 use super::ply::open_cloud;
-use super::{depth, ImportError, ImportOptions, ImportedScene, Location};
+use super::{depth, first_names, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::Split;
 use crate::dataset::{DepthSource, Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{Camera, CameraError, Intrinsics, Pose};
@@ -89,9 +89,6 @@ use crate::shard::DepthScale;
 /// Extensions tried, in order, for a `file_path` that names no existing file (Blender's
 /// `./train/r_0`). Appended, not substituted: `frame.0001` must become `frame.0001.png`.
 const IMAGE_EXTENSIONS: [&str; 6] = ["png", "jpg", "jpeg", "PNG", "JPG", "JPEG"];
-
-/// How many missing image names an error or warning lists before "…".
-const LIST_FIRST: usize = 5;
 
 /// The `camera_model` value of OpenCV's fisheye model (nerfstudio's and COLMAP's spelling),
 /// compared case-insensitively.
@@ -291,15 +288,6 @@ fn attach_depths(
         warnings.push(depth::unreliable_note(unreliable, views.len(), params));
     }
     Ok(())
-}
-
-/// "a, b, c, d, e, …" for the first few of `names`.
-fn first_names(names: &[String]) -> String {
-    let mut s = names[..names.len().min(LIST_FIRST)].join(", ");
-    if names.len() > LIST_FIRST {
-        s.push_str(", …");
-    }
-    format!("first: {s}")
 }
 
 /// Transforms files to read, each with the split it assigns.
