@@ -362,6 +362,156 @@ fn a_pack_round_trips_through_the_colmap_folder() {
     assert!(got.iter().zip(&want.means).all(|((p, _), m)| p == m));
 }
 
+/// `--centre-principal-point`: every view comes back (through either layout) as the window of
+/// its pixels, mask and depth plane around its principal point, with the same focal lengths,
+/// pose and depth scale, and a principal point moved by the window's corner to within 0.25 px
+/// of the new centre. A principal point on the border is refused before anything is written.
+#[test]
+fn centring_crops_every_plane_around_the_principal_point() {
+    use ramsplat::export::nerfstudio::Crop;
+    let dir = tempfile::tempdir().unwrap();
+    let src = write_pack(dir.path(), true);
+    let a = Pack::open(&src).unwrap();
+    let ma = a.manifest();
+    let stems = stems_of(&a);
+    for format in ["colmap", "nerfstudio"] {
+        let folder = dir.path().join(format);
+        let text = ok(&gs_pack(&[
+            "export",
+            s(&src),
+            "-o",
+            s(&folder),
+            "--format",
+            format,
+            "--centre-principal-point",
+        ]));
+        // The test pack's principal points are (0.3, −0.7) px off centre: every view loses a
+        // column and a row, and its principal point ends 0.2 px off along both axes.
+        assert!(text.contains("8 views cropped"), "{text}");
+        assert!(text.contains("now lie up to 0.20 px off"), "{text}");
+        assert!(!text.contains("--centre-principal-point crops"), "{text}");
+        let back = dir.path().join(format!("{format}.pack"));
+        ok(&gs_pack(&[
+            "convert",
+            s(&folder),
+            "-o",
+            s(&back),
+            "--codec",
+            "raw",
+            "--max-width",
+            "0",
+            "--depths",
+            "depths",
+        ]));
+        let b = Pack::open(&back).unwrap();
+        let mb = b.manifest();
+        assert_eq!(mb.views.len(), ma.views.len());
+        for (i, va) in ma.views.iter().enumerate() {
+            let want = match format {
+                "colmap" => format!("{}.png", stems[i]),
+                _ => format!("images/{}.png", stems[i]),
+            };
+            let j = mb.views.iter().position(|v| v.name == want).unwrap();
+            let vb = &mb.views[j];
+            let (ca, cb) = (va.camera, vb.camera);
+            let c = Crop::centring(&ca).unwrap();
+            assert_eq!((c.x0, c.y0), (1, 0), "{}", va.name);
+            assert_eq!((cb.width, cb.height), (ca.width - 1, ca.height - 1));
+            let (ka, kb) = (ca.intrinsics, cb.intrinsics);
+            assert_eq!((kb.fx, kb.fy), (ka.fx, ka.fy), "{}", va.name);
+            assert!(close(kb.cx, ka.cx - 1.0) && close(kb.cy, ka.cy), "{kb:?}");
+            assert!((kb.cx - cb.width as f64 / 2.0).abs() <= 0.25, "{kb:?}");
+            assert!((kb.cy - cb.height as f64 / 2.0).abs() <= 0.25, "{kb:?}");
+            for r in 0..3 {
+                assert!(close(
+                    ca.world_to_camera.translation[r],
+                    cb.world_to_camera.translation[r]
+                ));
+            }
+            assert_eq!(va.layout(), vb.layout(), "{}", va.name);
+            assert_eq!(va.depth, vb.depth, "{}", va.name);
+            // Each plane of the original, pixel (x, y) for x in 1..w, y in 0..h−1, in order.
+            let (w, h) = (ca.width as usize, ca.height as usize);
+            let layout = va.layout();
+            let all = decoded(&a, i);
+            let planes = layout.planes(&all, ca.width, ca.height).unwrap();
+            let window = |plane: &[u8], bpp: usize| -> Vec<u8> {
+                let mut out = Vec::new();
+                for y in 0..h - 1 {
+                    for x in 1..w {
+                        let at = (y * w + x) * bpp;
+                        out.extend_from_slice(&plane[at..at + bpp]);
+                    }
+                }
+                out
+            };
+            let mut want = window(planes.pixels, if layout.alpha { 4 } else { 3 });
+            if let Some(m) = planes.mask {
+                want.extend(window(m, 1));
+            }
+            if let Some(d) = planes.depth {
+                want.extend(window(d, 2));
+            }
+            assert_eq!(decoded(&b, j), want, "pixels of {}", va.name);
+        }
+    }
+
+    // A principal point a fifth of a pixel from the left border has no centred window.
+    let edge = dir.path().join("edge.pack");
+    let mut w = PackWriter::create(&edge, &WriterOptions::default()).unwrap();
+    let camera = Camera {
+        width: 6,
+        height: 4,
+        intrinsics: Intrinsics {
+            fx: 5.0,
+            fy: 5.0,
+            cx: 0.2,
+            cy: 2.0,
+        },
+        world_to_camera: Pose::IDENTITY,
+    };
+    let bytes = vec![7u8; 6 * 4 * 3];
+    let layout = PixelLayout::default();
+    w.add_encoded_view(
+        encode_view_depth(
+            "cam.png",
+            &camera,
+            Split::Train,
+            &bytes,
+            layout,
+            None,
+            Codec::Zstd,
+            3,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    w.finish(SourceInfo::generated("export test")).unwrap();
+    let out = dir.path().join("edge-out");
+    let o = gs_pack(&[
+        "export",
+        s(&edge),
+        "-o",
+        s(&out),
+        "--format",
+        "colmap",
+        "--center-principal-point",
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("view \"cam.png\": its principal point (0.2, 2)")
+            && e.contains("export without --centre-principal-point"),
+        "{e}"
+    );
+    assert!(!out.exists());
+    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .contains("partial")));
+}
+
 #[test]
 fn random_points_are_the_ones_gs_train_starts_from() {
     let dir = tempfile::tempdir().unwrap();

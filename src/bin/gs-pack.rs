@@ -120,6 +120,11 @@ enum Command {
         /// 3DGS and gsplat's simple_trainer read). Images, masks and depth maps are the same.
         #[arg(long, value_enum, default_value = "nerfstudio")]
         format: ExportFormat,
+        /// Crop each view (whole pixels, nothing resampled) to the largest window centred on
+        /// its principal point, within 0.25 px: the original 3DGS renders every camera as if
+        /// its principal point were centred. The pixels outside the windows are not exported.
+        #[arg(long, alias = "center-principal-point")]
+        centre_principal_point: bool,
     },
     /// Generate a procedural dataset (images + COLMAP or transforms.json metadata + points).
     Synth(ramsplat::synth::SynthArgs),
@@ -231,7 +236,14 @@ fn main() -> ExitCode {
             output,
             random_points,
             format,
-        } => run_export(&pack, &output, random_points, format),
+            centre_principal_point,
+        } => run_export(
+            &pack,
+            &output,
+            random_points,
+            format,
+            centre_principal_point,
+        ),
         Command::Synth(args) => run_synth(&args),
         Command::Bench(args) => run_bench(&args),
     };
@@ -312,6 +324,7 @@ fn run_export(
     output: &Path,
     random_points: Option<u64>,
     format: ExportFormat,
+    centre_principal_point: bool,
 ) -> anyhow::Result<()> {
     use ramsplat::export::nerfstudio::{export, ExportOptions, Layout, PointsSource};
     let started = std::time::Instant::now();
@@ -322,6 +335,7 @@ fn run_export(
             ExportFormat::Nerfstudio => Layout::Nerfstudio,
             ExportFormat::Colmap => Layout::Colmap,
         },
+        centre_principal_point,
     };
     let report = export(&pack, output, &options)
         .with_context(|| format!("exporting {} to {}", path.display(), output.display()))?;
@@ -364,14 +378,25 @@ fn run_export(
             }
         );
         // 3DGS's reader ignores cx, cy: say when that matters (a tenth of a pixel does not).
-        if c.max_principal_offset_px > 0.1 {
+        if c.max_principal_offset_px > 0.1 && report.centring.is_none() {
             eprintln!(
                 "note: principal points lie up to {:.2} px off their image's centre; the original \
                  3DGS reads only the focal lengths and renders as if centred (its renders are \
-                 shifted by that much against the photos); gsplat and nerfstudio read cx, cy",
+                 shifted by that much against the photos); gsplat and nerfstudio read cx, cy. \
+                 --centre-principal-point crops the views to centre them",
                 c.max_principal_offset_px
             );
         }
+    }
+    if let Some(c) = report.centring {
+        eprintln!(
+            "centred principal points: {} view{} cropped (the most cropped kept {:.1} % of its \
+             pixels); principal points now lie up to {:.2} px off their image's centre",
+            c.cropped_views,
+            if c.cropped_views == 1 { "" } else { "s" },
+            100.0 * c.least_kept,
+            c.max_offset_px
+        );
     }
     Ok(())
 }

@@ -6,8 +6,9 @@
 //!
 //! # What `sparse/0/` holds
 //! - `cameras.bin`: one `PINHOLE` camera (`fx fy cx cy`, the pack's intrinsics exactly: the
-//!   pack's pixels are already undistorted) per distinct size and intrinsics, numbered from 1
-//!   in view order. 3DGS refuses any other model for training, so none other is written.
+//!   pack's pixels are already undistorted; with `--centre-principal-point`, those of the
+//!   view's centring crop) per distinct size and intrinsics, numbered from 1 in view order.
+//!   3DGS refuses any other model for training, so none other is written.
 //! - `images.bin`: one image per view, ids from 1 in pack order, the world-to-camera rotation
 //!   as COLMAP's `qvec` (w, x, y, z) and `tvec` (OpenCV axes, as the pack stores poses), named
 //!   by its file in `images/` (`<stem>.png`), with no 2D observations.
@@ -38,6 +39,7 @@ use serde_json::{json, Value};
 use super::nerfstudio::ExportError;
 use crate::dataset::Split;
 use crate::import::colmap::{write_model, ColmapCamera, ColmapImage, ColmapPoint, Encoding};
+use crate::scene::camera::Camera;
 use crate::scene::maths::rotation_to_quaternion_wxyz;
 use crate::shard::Manifest;
 
@@ -59,11 +61,12 @@ pub struct ColmapReport {
     pub max_principal_offset_px: f64,
 }
 
-/// Writes `sparse/0/` into `root` for the views of `m` (file stems `stems`, in pack order) and
-/// `points`; see the module doc.
+/// Writes `sparse/0/` into `root` for the views of `m` (seen by `cameras`, with file stems
+/// `stems`, both in pack order) and `points`; see the module doc.
 pub fn write_sparse(
     root: &Path,
     m: &Manifest,
+    cameras_of_views: &[Camera],
     stems: &[String],
     points: &mut dyn Iterator<Item = ColmapPoint>,
 ) -> Result<ColmapReport, ExportError> {
@@ -76,10 +79,10 @@ pub fn write_sparse(
     let mut cameras: Vec<ColmapCamera> = Vec::new();
     let mut max_offset: f64 = 0.0;
     let mut images = Vec::with_capacity(m.views.len());
-    for (i, (v, stem)) in m.views.iter().zip(stems).enumerate() {
-        let k = v.camera.intrinsics;
+    for (i, (camera, stem)) in cameras_of_views.iter().zip(stems).enumerate() {
+        let k = camera.intrinsics;
         let params = vec![k.fx, k.fy, k.cx, k.cy];
-        let (w, h) = (v.camera.width as u64, v.camera.height as u64);
+        let (w, h) = (camera.width as u64, camera.height as u64);
         max_offset = max_offset
             .max((k.cx - w as f64 / 2.0).abs())
             .max((k.cy - h as f64 / 2.0).abs());
@@ -100,7 +103,7 @@ pub fn write_sparse(
                 id
             }
         };
-        let pose = &v.camera.world_to_camera;
+        let pose = &camera.world_to_camera;
         images.push(ColmapImage {
             // A pack's view count is far below u32::MAX (each view is a file).
             id: i as u32 + 1,

@@ -26,6 +26,15 @@
 //!   starts from with that seed (so another trainer can start from the very same points).
 //!   `ramsplat_points` in `transforms.json` says which.
 //!
+//! # Centring the principal point (`--centre-principal-point`)
+//! The original 3DGS reads only a camera's focal lengths and renders as if its principal point
+//! were the image's centre, so a view whose `cx, cy` lie off centre trains against photos
+//! shifted by the offset. [`ExportOptions::centre_principal_point`] crops each view (pixels,
+//! mask, depth plane alike) to the largest window whose centre is the half pixel nearest its
+//! principal point ([`Crop::centring`]): whole pixels only, nothing resampled, so the crop is
+//! lossless and the written `cx, cy` are the pack's minus the window's corner, within 0.25 px of
+//! the new centre. The pixels outside the window are not exported.
+//!
 //! # File names
 //! A view's name comes from its dataset (`images/0001.jpg`, `./train/r_0`) and may hold any
 //! character, `/` and `..` included. Its file name is the name without a leading `./` or
@@ -58,6 +67,7 @@ use serde_json::{json, Value};
 use crate::dataset::Split;
 use crate::export::ply::{write_point_row, write_points_header};
 use crate::import::colmap::ColmapPoint;
+use crate::scene::camera::{Camera, Intrinsics};
 use crate::scene::maths::sh_dc_to_rgb;
 use crate::shard::reader::Pack;
 use crate::shard::{PointChunkLayout, PointChunkRef, ShardError};
@@ -79,6 +89,83 @@ pub struct ExportOptions {
     /// starts from, as the folder's points.
     pub random_points: Option<u64>,
     pub layout: Layout,
+    /// Crop every view so that its principal point is (within 0.25 px) its image's centre;
+    /// see the module doc.
+    pub centre_principal_point: bool,
+}
+
+/// A window of a view's image: columns `x0 .. x0 + width`, rows `y0 .. y0 + height`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Crop {
+    pub x0: u32,
+    pub y0: u32,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Crop {
+    /// The largest window of `camera`'s image centred on the half pixel nearest its principal
+    /// point (pixel centres at +0.5, so `cx = width / 2` is centred and needs no crop), or
+    /// `None` when that window is empty: a principal point within a quarter pixel of the
+    /// image's border, outside it, or not finite.
+    pub fn centring(camera: &Camera) -> Option<Crop> {
+        // Along one axis of n pixels: the window [a, b) with a + b = round(2c) (its centre
+        // within 0.25 px of c), as wide as fits in [0, n].
+        let axis = |c: f64, n: u32| -> Option<(u32, u32)> {
+            let twice = (2.0 * c).round();
+            if !(twice > 0.0 && twice < 2.0 * n as f64) {
+                return None;
+            }
+            // In (0, 2n), so exact as an integer.
+            let (twice, n) = (twice as i64, i64::from(n));
+            let a = (twice - n).max(0);
+            let b = twice - a;
+            // a < b because 0 < twice < 2n; both lie in [0, n].
+            Some((a as u32, (b - a) as u32))
+        };
+        let k = camera.intrinsics;
+        let (x0, width) = axis(k.cx, camera.width)?;
+        let (y0, height) = axis(k.cy, camera.height)?;
+        Some(Crop {
+            x0,
+            y0,
+            width,
+            height,
+        })
+    }
+
+    /// `camera` seeing only this window: the same focal lengths and pose, the principal point
+    /// moved by the window's corner.
+    pub fn camera(&self, camera: &Camera) -> Camera {
+        let k = camera.intrinsics;
+        Camera {
+            width: self.width,
+            height: self.height,
+            intrinsics: Intrinsics {
+                cx: k.cx - f64::from(self.x0),
+                cy: k.cy - f64::from(self.y0),
+                ..k
+            },
+            ..*camera
+        }
+    }
+
+    /// The window's rows of a row-major plane `stride` pixels wide of `bytes_per_pixel`-byte
+    /// pixels.
+    fn plane(&self, plane: &[u8], stride: u32, bytes_per_pixel: usize) -> Vec<u8> {
+        let row = stride as usize * bytes_per_pixel;
+        let (from, len) = (
+            self.x0 as usize * bytes_per_pixel,
+            self.width as usize * bytes_per_pixel,
+        );
+        plane
+            .chunks_exact(row)
+            .skip(self.y0 as usize)
+            .take(self.height as usize)
+            .flat_map(|r| &r[from..from + len])
+            .copied()
+            .collect()
+    }
 }
 
 /// Where `sparse_pc.ply`'s points came from.
@@ -106,6 +193,43 @@ pub struct ExportReport {
     pub depth_views: usize,
     pub points: u64,
     pub points_source: PointsSource,
+    /// With [`ExportOptions::centre_principal_point`]: what the crops did.
+    pub centring: Option<CentringReport>,
+}
+
+/// What `--centre-principal-point` did to the views.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CentringReport {
+    /// Views whose window is smaller than their image (the others were centred already).
+    pub cropped_views: usize,
+    /// The smallest share of its pixels a view kept (1 when none was cropped).
+    pub least_kept: f64,
+    /// The largest distance, in pixels along either axis, of a written principal point from
+    /// its image's centre (at most 0.25).
+    pub max_offset_px: f64,
+}
+
+impl CentringReport {
+    fn new(m: &crate::shard::Manifest, cameras: &[Camera]) -> CentringReport {
+        let mut r = CentringReport {
+            cropped_views: 0,
+            least_kept: 1.0,
+            max_offset_px: 0.0,
+        };
+        for (v, c) in m.views.iter().zip(cameras) {
+            let area = |c: &Camera| c.width as f64 * c.height as f64;
+            if (c.width, c.height) != (v.camera.width, v.camera.height) {
+                r.cropped_views += 1;
+                r.least_kept = r.least_kept.min(area(c) / area(&v.camera));
+            }
+            let k = c.intrinsics;
+            r.max_offset_px = r
+                .max_offset_px
+                .max((k.cx - c.width as f64 / 2.0).abs())
+                .max((k.cy - c.height as f64 / 2.0).abs());
+        }
+        r
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +265,18 @@ pub enum ExportError {
     RandomWithSfm,
     #[error("building the random initial points")]
     Init(#[source] Box<crate::train::run::RunError>),
+    #[error(
+        "view {view:?}: its principal point ({cx}, {cy}) lies on or outside the border of its \
+         {width}x{height} image, so no window of it is centred there; export without \
+         --centre-principal-point (nothing was written)"
+    )]
+    NoCentredWindow {
+        view: String,
+        cx: f64,
+        cy: f64,
+        width: u32,
+        height: u32,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {
@@ -229,6 +365,33 @@ pub fn export(
         }
     }
     let m = pack.manifest();
+    // Each view's window and the camera written for it: all checked before anything is.
+    let mut crops = Vec::with_capacity(m.views.len());
+    for v in &m.views {
+        crops.push(match options.centre_principal_point {
+            false => None,
+            true => {
+                Some(
+                    Crop::centring(&v.camera).ok_or_else(|| ExportError::NoCentredWindow {
+                        view: v.name.clone(),
+                        cx: v.camera.intrinsics.cx,
+                        cy: v.camera.intrinsics.cy,
+                        width: v.camera.width,
+                        height: v.camera.height,
+                    })?,
+                )
+            }
+        });
+    }
+    let cameras: Vec<Camera> = m
+        .views
+        .iter()
+        .zip(&crops)
+        .map(|(v, c)| c.map_or(v.camera, |c| c.camera(&v.camera)))
+        .collect();
+    let centring = options
+        .centre_principal_point
+        .then(|| CentringReport::new(m, &cameras));
     let (clouds, sfm_points) = crate::train::init::sfm_clouds(m);
     let has_sfm = !m.scene.no_sfm_points && sfm_points > 0;
     if has_sfm && options.random_points.is_some() {
@@ -271,9 +434,25 @@ pub fn export(
             let layout = v.layout();
             let mut bytes = vec![0u8; layout.len(w, h)];
             pack.read_view_into(i, &mut bytes).map_err(read_err)?;
-            let planes = layout
+            let mut planes = layout
                 .planes(&bytes, w, h)
                 .expect("the buffer has the layout's length");
+            let cropped;
+            let (w, h) = match crops[i] {
+                None => (w, h),
+                Some(c) => {
+                    let colour = if layout.alpha { 4 } else { 3 };
+                    cropped = (
+                        c.plane(planes.pixels, w, colour),
+                        planes.mask.map(|p| c.plane(p, w, 1)),
+                        planes.depth.map(|p| c.plane(p, w, 2)),
+                    );
+                    planes.pixels = &cropped.0;
+                    planes.mask = cropped.1.as_deref();
+                    planes.depth = cropped.2.as_deref();
+                    (c.width, c.height)
+                }
+            };
             let (colour, mask) = (planes.pixels, planes.mask);
             let colour_type = if layout.alpha {
                 image::ExtendedColorType::Rgba8
@@ -369,7 +548,7 @@ pub fn export(
         } else {
             &mut random_points
         };
-        let report = super::colmap::write_sparse(&tmp, m, &stems, points)?;
+        let report = super::colmap::write_sparse(&tmp, m, &cameras, &stems, points)?;
         if let Some(e) = sfm.error.take() {
             return Err(read_err(e));
         }
@@ -379,7 +558,9 @@ pub fn export(
             random.as_ref().map_or(0, |r| r.1.len() as u64)
         };
         install(&tmp, dest, &parent, partial)?;
-        return Ok(export_report(m, written, points_source, Some(report)));
+        let mut r = export_report(m, written, points_source, Some(report));
+        r.centring = centring;
+        return Ok(r);
     }
     let ply = tmp.join("sparse_pc.ply");
     let points = match (&random, has_sfm) {
@@ -405,18 +586,18 @@ pub fn export(
 
     let mut frames = Vec::with_capacity(m.views.len());
     let (mut train, mut test) = (Vec::new(), Vec::new());
-    for (v, stem) in m.views.iter().zip(&stems) {
+    for ((v, camera), stem) in m.views.iter().zip(&cameras).zip(&stems) {
         let file_path = format!("images/{stem}.png");
-        let k = v.camera.intrinsics;
+        let k = camera.intrinsics;
         let mut frame = json!({
             "file_path": file_path,
-            "w": v.camera.width,
-            "h": v.camera.height,
+            "w": camera.width,
+            "h": camera.height,
             "fl_x": k.fx,
             "fl_y": k.fy,
             "cx": k.cx,
             "cy": k.cy,
-            "transform_matrix": v.camera.opengl_camera_to_world(),
+            "transform_matrix": camera.opengl_camera_to_world(),
         });
         if v.mask {
             frame["mask_path"] = Value::from(format!("masks/{stem}.png"));
@@ -469,7 +650,9 @@ pub fn export(
     f.write_all(text.as_bytes()).map_err(io(&json_path))?;
     f.sync_all().map_err(io(&json_path))?;
     install(&tmp, dest, &parent, partial)?;
-    Ok(export_report(m, points, points_source, None))
+    let mut r = export_report(m, points, points_source, None);
+    r.centring = centring;
+    Ok(r)
 }
 
 /// The report of an export of `m` that wrote `points` points.
@@ -496,6 +679,7 @@ fn export_report(
         depth_views: count(&|v| v.depth.is_some()),
         points,
         points_source,
+        centring: None,
     }
 }
 
@@ -718,6 +902,117 @@ mod tests {
         for s in &stems {
             assert!(!s.starts_with('.') && !s.contains('/'), "{s}");
         }
+    }
+
+    fn camera(width: u32, height: u32, cx: f64, cy: f64) -> Camera {
+        Camera {
+            width,
+            height,
+            intrinsics: Intrinsics {
+                fx: 800.0,
+                fy: 790.0,
+                cx,
+                cy,
+            },
+            world_to_camera: Pose::IDENTITY,
+        }
+    }
+
+    #[test]
+    fn the_centring_window_is_the_largest_centred_on_the_nearest_half_pixel() {
+        let window = |w, h, cx, cy| Crop::centring(&camera(w, h, cx, cy));
+        // Centred already: the whole image.
+        assert_eq!(
+            window(1080, 1920, 540.0, 960.0),
+            Some(Crop {
+                x0: 0,
+                y0: 0,
+                width: 1080,
+                height: 1920
+            })
+        );
+        // The fox photos' cx: 2·554.6 rounds to 1109, so columns 29..1080 (centre 554.5);
+        // cy 0.2 px below centre rounds to the centre (2·960.2 → 1920).
+        let c = window(1080, 1920, 554.6, 960.2).unwrap();
+        assert_eq!(
+            c,
+            Crop {
+                x0: 29,
+                y0: 0,
+                width: 1051,
+                height: 1920
+            }
+        );
+        let k = c.camera(&camera(1080, 1920, 554.6, 960.2));
+        assert_eq!((k.width, k.height), (1051, 1920));
+        assert!((k.intrinsics.cx - 525.6).abs() < 1e-12);
+        assert_eq!(k.intrinsics.cy, 960.2);
+        assert_eq!((k.intrinsics.fx, k.intrinsics.fy), (800.0, 790.0));
+        // Near the left and top edges: the window starts at 0 and ends at twice the centre
+        // (an odd width when the centre is a half pixel).
+        assert_eq!(
+            window(1080, 720, 100.3, 10.74),
+            Some(Crop {
+                x0: 0,
+                y0: 0,
+                width: 201,
+                height: 21
+            })
+        );
+        // Near the right and bottom edges.
+        assert_eq!(
+            window(640, 480, 639.5, 479.4),
+            Some(Crop {
+                x0: 639,
+                y0: 479,
+                width: 1,
+                height: 1
+            })
+        );
+        assert_eq!(
+            window(640, 480, 0.3, 240.0).map(|c| c.width),
+            Some(1),
+            "a third of a pixel in: the first column"
+        );
+        // Within a quarter pixel of a border, beyond it or not a number: no window.
+        for (cx, cy) in [
+            (0.2, 240.0),
+            (639.8, 240.0),
+            (320.0, -5.0),
+            (320.0, 480.25),
+            (700.0, 240.0),
+            (f64::NAN, 240.0),
+            (320.0, f64::INFINITY),
+        ] {
+            assert_eq!(window(640, 480, cx, cy), None, "({cx}, {cy})");
+        }
+        // Every written principal point is within 0.25 px of its window's centre.
+        for i in 0..400 {
+            let (w, cx) = (97 + i % 13, 0.3 + i as f64 * 0.2417);
+            let cam = camera(w, 50, cx.min(w as f64 - 0.3), 25.0);
+            let c = Crop::centring(&cam).unwrap();
+            let k = c.camera(&cam).intrinsics;
+            assert!(
+                (k.cx - c.width as f64 / 2.0).abs() <= 0.25 + 1e-9,
+                "{cam:?} → {c:?}"
+            );
+            assert!(c.x0 + c.width <= w);
+        }
+    }
+
+    #[test]
+    fn a_crop_takes_the_window_of_every_plane() {
+        let c = Crop {
+            x0: 1,
+            y0: 1,
+            width: 2,
+            height: 2,
+        };
+        // 4×3, two bytes per pixel: pixel (x, y) holds [10y + x, 100 + 10y + x].
+        let plane: Vec<u8> = (0..3u8)
+            .flat_map(|y| (0..4u8).flat_map(move |x| [10 * y + x, 100 + 10 * y + x]))
+            .collect();
+        assert_eq!(c.plane(&plane, 4, 2), [11, 111, 12, 112, 21, 121, 22, 122]);
     }
 
     #[test]
