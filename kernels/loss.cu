@@ -304,17 +304,22 @@ extern "C" __global__ void exposure_finish(
 }
 
 // Depth regularization (twin of src/train/depth.rs): per pixel of the inverse-depth plane,
-// d_out = step·sign(D − T) (0 where D = T, on pixels a mask excludes and where T is NaN, "no
-// depth"), and per block the double sum of |D − T| over the used pixels into
-// part[blockIdx.x]. `masked` is uniform; the mask is the staged view's bytes from
+// d_out = step·sign(D − T) (0 where D = T, on pixels a mask excludes and where the view has no
+// depth), and per block the double sum of |D − T| over the used pixels into part[blockIdx.x].
+// The target T comes from the staged view's stored plane (a little-endian u16 per pixel from
+// `depth_offset` on; 0 = no depth) as DepthScale::target computes it on the host,
+// raw·2⁻¹⁶·scale + offset in f32 (no contraction: --fmad=false), so no converted copy of the
+// plane is made or uploaded. `masked` is uniform; the mask is the staged view's bytes from
 // `mask_offset` on, as for apply_mask.
 extern "C" __global__ void depth_l1(
     u64 n_pixels,
     const float* __restrict__ render,  // [n_pixels] D
-    const float* __restrict__ target,  // [n_pixels] T
+    const u8* __restrict__ frame,      // the staged view: mask and depth plane at their offsets
     u32 masked,
-    const u8* __restrict__ frame,      // [mask_offset + n_pixels] when masked
     u64 mask_offset,
+    u64 depth_offset,
+    float scale,
+    float offset,
     float step,                        // weight / n_pixels
     float* __restrict__ d_out,         // [n_pixels] out
     double* __restrict__ part)         // [gridDim.x] out
@@ -322,8 +327,10 @@ extern "C" __global__ void depth_l1(
     const u64 p = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     double v = 0.0;
     if (p < n_pixels) {
-        const float t = target[p];
-        if ((masked != 0u && frame[mask_offset + p] == 0) || t != t) {  // t != t: NaN
+        const u32 raw = (u32)frame[depth_offset + 2 * p] | ((u32)frame[depth_offset + 2 * p + 1] << 8);
+        const float t = (float)raw * (1.0f / 65536.0f) * scale + offset;
+        // t != t: NaN, which a finite scale never makes; skipped as the host skips it.
+        if (raw == 0u || (masked != 0u && frame[mask_offset + p] == 0) || t != t) {
             d_out[p] = 0.0f;
         } else {
             const float diff = render[p] - t;

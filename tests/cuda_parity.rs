@@ -1055,9 +1055,9 @@ fn sharded_engine_matches_one_device() {
         // Stage three views so the third step renders on the third device.
         let mut losses = Vec::new();
         for step in 0..3 {
-            one.stage_view(Frame::Host(&target), target.len(), false, None)
+            one.stage_view(Frame::Host(&target), target.len(), false, false, None)
                 .unwrap();
-            many.stage_view(Frame::Host(&target), target.len(), false, None)
+            many.stage_view(Frame::Host(&target), target.len(), false, false, None)
                 .unwrap();
             let step_opts = RenderOptions {
                 pose_grad: step != 1,

@@ -65,6 +65,7 @@ use crate::render::{RenderError, RenderOptions};
 use crate::scene::camera::Camera;
 use crate::scene::gaussians::Field;
 use crate::scene::maths::logit;
+use crate::shard::DepthScale;
 
 use super::adam::{AdamConfig, GroupMask, LearningRates};
 use super::densify::{model_bytes, DensifyStats, Model, RefineInputs, RowPlan, RowValues};
@@ -131,14 +132,19 @@ pub enum DeviceEngineError {
     Adam(#[from] DeviceAdamError),
     #[error(transparent)]
     Mcmc(#[from] DeviceMcmcError),
+    /// A depth loss on a view staged without its inverse-depth plane (a bug of the caller).
+    #[error("a depth loss needs the staged view's inverse-depth plane; it was staged without")]
+    NoDepthPlane,
     /// A staged frame whose length does not fit the view (a bug of the caller).
-    #[error("a depth target holds {got} values, the view has {want} pixels")]
-    DepthTarget { got: usize, want: usize },
-    #[error("a staged frame holds {got} bytes, the view needs {want} (mask: {masked})")]
+    #[error(
+        "a staged frame holds {got} bytes, the view needs {want} (mask: {masked}, depth plane: \
+         {depth})"
+    )]
     FrameSize {
         got: usize,
         want: usize,
         masked: bool,
+        depth: bool,
     },
 }
 
@@ -187,11 +193,12 @@ pub struct StepScalars {
     pub depth_l1: Option<f64>,
 }
 
-/// A step's depth loss ([`super::depth`]): the view's inverse-depth target (`[H, W]`, on the
-/// host) and this step's weight.
+/// A step's depth loss ([`super::depth`]): how the staged view's stored inverse-depth plane
+/// becomes its target (the view is staged with its plane, see [`DeviceEngine::stage_view`])
+/// and this step's weight.
 #[derive(Clone, Copy, Debug)]
-pub struct DepthLoss<'a> {
-    pub target: &'a [f32],
+pub struct DepthLoss {
+    pub scale: DepthScale,
     pub weight: f64,
 }
 
@@ -206,10 +213,11 @@ pub const DEVICE_BYTES_PER_PIXEL: u64 = 145;
 /// rounded up.
 pub const DEVICE_EXPOSURE_BYTES_PER_PIXEL: u64 = 13;
 
-/// Device bytes per pixel that depth regularization adds: the inverse-depth plane, its
-/// gradient and the view's target (4 each) and the depth loss's per-block partials (one double
-/// per 256 pixels), rounded up.
-pub const DEVICE_DEPTH_BYTES_PER_PIXEL: u64 = 13;
+/// Device bytes per pixel that depth regularization adds: the inverse-depth plane and its
+/// gradient (4 each), the view's stored plane staged with its pixels (2: the target is made
+/// from it in the loss kernel) and the depth loss's per-block partials (one double per 256
+/// pixels), rounded up.
+pub const DEVICE_DEPTH_BYTES_PER_PIXEL: u64 = 11;
 
 /// Device bytes per pixel of the largest view, with or without exposure compensation and
 /// depth regularization.
@@ -363,6 +371,9 @@ struct ViewLoss {
     rgb8: DeviceBuffer<u8>,
     /// Where the staged view's loss mask starts in `rgb8`, when it has one.
     mask: Option<usize>,
+    /// Where the staged view's inverse-depth plane starts in `rgb8`, when it was staged with
+    /// one.
+    depth_plane: Option<usize>,
     target: DeviceBuffer<f32>,
     d_image: DeviceBuffer<f32>,
     scalars: DeviceBuffer<f64>,
@@ -375,9 +386,8 @@ struct ViewLoss {
     /// Whether the last backward wrote the pose gradient at [`POSE_OFFSET`] of `scalars`
     /// (cleared by every loss, set by [`DeviceEngine::forward_backward`]).
     pose_used: bool,
-    /// The step's depth target, and whether the last loss had one (then the depth L1 is at
-    /// [`DEPTH_OFFSET`] of `scalars`; cleared by every loss).
-    depth_target: DeviceBuffer<f32>,
+    /// Whether the last loss had a depth term (then the depth L1 is at [`DEPTH_OFFSET`] of
+    /// `scalars`; cleared by every loss).
     depth_used: bool,
 }
 
@@ -413,30 +423,25 @@ impl ViewLoss {
     }
 }
 
-/// The depth loss ([`super::depth`]) of `raster`'s last inverse-depth plane against `depth`'s
-/// target, on the staged view's pixels (its loss mask too): `∂L/∂D` into the rasterizer's
-/// buffer for its next backward, the unweighted L1 into the view's scalars. Call after
-/// [`staged_loss`] (which clears the flag).
+/// The depth loss ([`super::depth`]) of `raster`'s last inverse-depth plane against the
+/// target `depth.scale` makes of the staged view's stored plane, on the staged view's pixels
+/// (its loss mask too): `∂L/∂D` into the rasterizer's buffer for its next backward, the
+/// unweighted L1 into the view's scalars. Call after [`staged_loss`] (which clears the flag).
 fn staged_depth_loss(
     v: &mut ViewLoss,
     raster: &mut CudaRasterizer,
     camera: &Camera,
-    depth: DepthLoss<'_>,
+    depth: DepthLoss,
 ) -> Result<(), DeviceEngineError> {
     let npix = camera.width as usize * camera.height as usize;
-    if depth.target.len() != npix {
-        return Err(DeviceEngineError::DepthTarget {
-            got: depth.target.len(),
-            want: npix,
-        });
-    }
-    crate::render::cuda::upload(&v.dev, depth.target, &mut v.depth_target)?;
+    let at = v.depth_plane.ok_or(DeviceEngineError::NoDepthPlane)?;
     let (plane, d_plane) = raster.inv_depth_and_grad(npix)?;
     v.loss.depth_l1(
         plane,
-        &v.depth_target,
         &v.rgb8,
         v.mask,
+        at,
+        depth.scale,
         npix,
         depth.weight,
         d_plane,
@@ -535,6 +540,7 @@ impl DeviceEngine {
                 loss: DeviceLoss::new(&dev)?,
                 rgb8: dev.alloc(1)?,
                 mask: None,
+                depth_plane: None,
                 target: dev.alloc(1)?,
                 d_image: dev.alloc(1)?,
                 scalars: dev.alloc(SCALARS_LEN)?,
@@ -542,7 +548,6 @@ impl DeviceEngine {
                 exposed: dev.alloc(1)?,
                 exposure_used: false,
                 pose_used: false,
-                depth_target: dev.alloc(1)?,
                 depth_used: false,
             },
             image: Vec::new(),
@@ -632,7 +637,9 @@ impl DeviceEngine {
     /// Puts `frame` on the device as the f32 target of the next loss: its first `rgb_len`
     /// bytes are RGB8; with `masked`, one mask byte per pixel follows (0 = excluded from the
     /// loss, see [`super::loss`]), stays on the device for [`Self::forward_backward`], and
-    /// zeroes the target's excluded pixels here. With `exposure`, the loss sees the render
+    /// zeroes the target's excluded pixels here; with `depth_plane`, the view's stored
+    /// inverse-depth plane follows (two bytes per pixel, as packed), from which the step's
+    /// [`DepthLoss`] makes its target on the device. With `exposure`, the loss sees the render
     /// through that matrix ([`super::exposure`]); it is uploaded now, before any launch of
     /// the step.
     pub fn stage_view(
@@ -640,16 +647,20 @@ impl DeviceEngine {
         frame: Frame<'_>,
         rgb_len: usize,
         masked: bool,
+        depth_plane: bool,
         exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError> {
         let dev = self.dev.clone();
         let len = frame.bytes().len();
-        let want = if masked { rgb_len / 3 * 4 } else { rgb_len };
+        let npix = rgb_len / 3;
+        let colour = if masked { 4 * npix } else { rgb_len };
+        let want = colour + if depth_plane { 2 * npix } else { 0 };
         if len != want || !rgb_len.is_multiple_of(3) {
             return Err(DeviceEngineError::FrameSize {
                 got: len,
                 want,
                 masked,
+                depth: depth_plane,
             });
         }
         let v = &mut self.view;
@@ -666,6 +677,7 @@ impl DeviceEngine {
         }
         v.loss.rgb8_to_f32(&v.rgb8, rgb_len, &mut v.target)?;
         v.mask = masked.then_some(rgb_len);
+        v.depth_plane = depth_plane.then_some(colour);
         v.exposure_used = exposure.is_some();
         if let Some(e) = exposure {
             dev.upload(e, &mut v.exposure)?;
@@ -687,7 +699,7 @@ impl DeviceEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
-        depth: Option<DepthLoss<'_>>,
+        depth: Option<DepthLoss>,
     ) -> Result<StepScalars, DeviceEngineError> {
         self.raster
             .forward_resident(&self.params, camera, options)?;
@@ -725,7 +737,7 @@ impl DeviceEngine {
         &mut self,
         raster: &mut CudaRasterizer,
         camera: &Camera,
-        depth: DepthLoss<'_>,
+        depth: DepthLoss,
     ) -> Result<(), DeviceEngineError> {
         staged_depth_loss(&mut self.view, raster, camera, depth)
     }
@@ -1258,6 +1270,7 @@ pub trait ResidentEngine {
         frame: Frame<'_>,
         rgb_len: usize,
         masked: bool,
+        depth_plane: bool,
         exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError>;
     fn forward_backward(
@@ -1265,7 +1278,7 @@ pub trait ResidentEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
-        depth: Option<DepthLoss<'_>>,
+        depth: Option<DepthLoss>,
     ) -> Result<StepScalars, DeviceEngineError>;
     fn regularize(&mut self, reg: Regularizer) -> Result<f64, DeviceEngineError>;
     fn accumulate_stats(
@@ -1313,16 +1326,17 @@ impl ResidentEngine for DeviceEngine {
         frame: Frame<'_>,
         rgb_len: usize,
         masked: bool,
+        depth_plane: bool,
         exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError> {
-        DeviceEngine::stage_view(self, frame, rgb_len, masked, exposure)
+        DeviceEngine::stage_view(self, frame, rgb_len, masked, depth_plane, exposure)
     }
     fn forward_backward(
         &mut self,
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
-        depth: Option<DepthLoss<'_>>,
+        depth: Option<DepthLoss>,
     ) -> Result<StepScalars, DeviceEngineError> {
         DeviceEngine::forward_backward(self, camera, options, lambda_dssim, depth)
     }
@@ -1748,7 +1762,13 @@ mod tests {
                 let want = grads.pose.expect("the CPU backward's pose gradient");
 
                 engine
-                    .stage_view(Frame::Host(&bytes), bytes.len(), false, exposure.as_ref())
+                    .stage_view(
+                        Frame::Host(&bytes),
+                        bytes.len(),
+                        false,
+                        false,
+                        exposure.as_ref(),
+                    )
                     .unwrap();
                 let s = engine.forward_backward(&cam, &opts, 0.2, None).unwrap();
                 assert!(
@@ -1780,7 +1800,13 @@ mod tests {
                     ..opts
                 };
                 engine
-                    .stage_view(Frame::Host(&bytes), bytes.len(), false, exposure.as_ref())
+                    .stage_view(
+                        Frame::Host(&bytes),
+                        bytes.len(),
+                        false,
+                        false,
+                        exposure.as_ref(),
+                    )
                     .unwrap();
                 let s2 = engine.forward_backward(&cam, &plain, 0.2, None).unwrap();
                 assert_eq!(s2.pose_grad, None);
@@ -1793,7 +1819,7 @@ mod tests {
                 ..RenderOptions::default()
             };
             engine
-                .stage_view(Frame::Host(&bytes), bytes.len(), false, None)
+                .stage_view(Frame::Host(&bytes), bytes.len(), false, false, None)
                 .unwrap();
             assert!(engine
                 .forward_backward(&cam, &opts, 0.2, None)
@@ -1804,7 +1830,7 @@ mod tests {
                 .upload_model(&Model::new(Gaussians::zeros(0, 2)))
                 .unwrap();
             engine
-                .stage_view(Frame::Host(&bytes), bytes.len(), false, None)
+                .stage_view(Frame::Host(&bytes), bytes.len(), false, false, None)
                 .unwrap();
             let s = engine.forward_backward(&cam, &opts, 0.2, None).unwrap();
             assert_eq!(s.pose_grad, Some([0.0; 6]), "{}", dev.name());

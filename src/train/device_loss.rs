@@ -18,6 +18,7 @@ use crate::device::{
     Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
 };
 use crate::metrics::{window_1d, SSIM_C1, SSIM_C2, SSIM_WINDOW};
+use crate::shard::DepthScale;
 
 use KernelArg::{F32, F64, U32, U64};
 
@@ -310,18 +311,21 @@ impl DeviceLoss {
         Ok(())
     }
 
-    /// The depth loss of [`crate::train::depth::l1_and_grad`] on the device: `d_out[..n] =
-    /// weight·sign(render − target)/n` (0 on pixels the mask at `frame[mask_offset..]`
-    /// excludes, when `mask_offset` is given) and the unweighted mean `|render − target|` into
-    /// `scalars[offset]`. The same per-pixel bits as the CPU; the mean differs from it by the
-    /// order of its double sum.
+    /// The depth loss of [`crate::train::depth::l1_and_grad`] on the device, against the
+    /// targets `scale` makes of the stored inverse-depth plane at `frame[depth_offset..]` (a
+    /// little-endian u16 per pixel, [`DepthScale::targets_into`] on the host): `d_out[..n] =
+    /// weight·sign(render − target)/n` (0 where the plane holds no depth and on pixels the
+    /// mask at `frame[mask_offset..]` excludes, when `mask_offset` is given) and the
+    /// unweighted mean `|render − target|` into `scalars[offset]`. The same per-pixel bits as
+    /// the CPU; the mean differs from it by the order of its double sum.
     #[allow(clippy::too_many_arguments)]
     pub fn depth_l1(
         &mut self,
         render: &DeviceBuffer<f32>,
-        target: &DeviceBuffer<f32>,
         frame: &DeviceBuffer<u8>,
         mask_offset: Option<usize>,
+        depth_offset: usize,
+        scale: DepthScale,
         n_pixels: usize,
         weight: f64,
         d_out: &mut DeviceBuffer<f32>,
@@ -331,7 +335,11 @@ impl DeviceLoss {
         let mask_need = mask_offset.map_or(0, |o| o + n_pixels);
         for (what, got, need) in [
             ("depth render", render.len(), n_pixels),
-            ("depth target", target.len(), n_pixels),
+            (
+                "depth plane frame",
+                frame.len(),
+                depth_offset + 2 * n_pixels,
+            ),
             ("depth gradient", d_out.len(), n_pixels),
             ("depth mask frame", frame.len(), mask_need),
             ("depth scalar", scalars.len(), offset + 1),
@@ -355,17 +363,20 @@ impl DeviceLoss {
         dev.grow(&mut self.depth_part, blocks)?;
         let step = (weight / n_pixels as f64) as f32;
         // SAFETY: the argument lists match depth_l1 and depth_finish in kernels/loss.cu;
-        // render, target and d_out hold n_pixels values, the frame the mask's bytes when
-        // masked (the only case it is read), the partials one per block of `cfg` and the
-        // scalars offset + 1 (checked or grown above); depth_finish runs one block.
+        // render and d_out hold n_pixels values, the frame the depth plane's 2·n_pixels bytes
+        // from depth_offset and the mask's bytes when masked (the only case it is read), the
+        // partials one per block of `cfg` and the scalars offset + 1 (checked or grown
+        // above); depth_finish runs one block.
         unsafe {
             let args = [
                 U64(n_pixels as u64),
                 render.arg(),
-                target.arg(),
-                U32(mask_offset.is_some().into()),
                 frame.arg(),
+                U32(mask_offset.is_some().into()),
                 U64(mask_offset.unwrap_or(0) as u64),
+                U64(depth_offset as u64),
+                F32(scale.scale),
+                F32(scale.offset),
                 F32(step),
                 d_out.arg(),
                 self.depth_part.arg(),
@@ -665,45 +676,65 @@ mod tests {
         }
     }
 
-    /// The depth kernels are [`crate::train::depth::l1_and_grad`]: `∂L/∂D` bit for bit (with
-    /// and without a mask at its offset in the staged frame, with pixels where D = T), the
-    /// mean to the rounding of its differently ordered double sum.
+    /// The depth kernels are [`crate::train::depth::l1_and_grad`] on the targets
+    /// [`DepthScale::targets_into`] makes of the staged plane: `∂L/∂D` bit for bit (with and
+    /// without a mask at its offset in the staged frame, with pixels where D = T and pixels
+    /// without depth), the mean to the rounding of its differently ordered double sum.
     #[test]
     fn depth_kernels_match_the_cpu() {
+        let scale = DepthScale {
+            scale: 1.7,
+            offset: -0.05,
+        };
         for dev in crate::device::test_devices() {
             let mut dl = DeviceLoss::new(&dev).unwrap();
             let mut rng = Rng::new(31);
             for npix in [1usize, 255, 257, 3000] {
-                let render: Vec<f32> = (0..npix).map(|_| rng.next_f32()).collect();
-                let mut target: Vec<f32> = (0..npix).map(|_| rng.next_f32()).collect();
+                let raw: Vec<u16> = (0..npix)
+                    .map(|k| match k % 13 {
+                        // "No depth" pixels: excluded.
+                        3 => DepthScale::NO_DEPTH,
+                        _ => 1 + rng.below(65535) as u16,
+                    })
+                    .collect();
+                let plane: Vec<u8> = raw.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let mut target = Vec::new();
+                scale.targets_into(&plane, &mut target);
+                let mut render: Vec<f32> = (0..npix).map(|_| 1.7 * rng.next_f32()).collect();
                 for k in (0..npix).step_by(7) {
-                    target[k] = render[k];
-                }
-                // "No depth" pixels: excluded.
-                for k in (3..npix).step_by(13) {
-                    target[k] = f32::NAN;
+                    render[k] = target[k];
                 }
                 let mask: Vec<u8> = (0..npix)
                     .map(|_| if rng.next_f32() < 0.3 { 0 } else { 255 })
                     .collect();
                 let rgb = vec![9u8; 3 * npix];
-                let frame = [rgb.as_slice(), &mask].concat();
+                let frame = [rgb.as_slice(), &mask, &plane].concat();
                 let mut df = dev.alloc::<u8>(frame.len()).unwrap();
                 dev.upload(&frame, &mut df).unwrap();
                 let mut dr = dev.alloc::<f32>(npix).unwrap();
                 dev.upload(&render, &mut dr).unwrap();
-                let mut dt = dev.alloc::<f32>(npix).unwrap();
-                dev.upload(&target, &mut dt).unwrap();
                 let mut dd = dev.alloc::<f32>(npix).unwrap();
                 let mut scalars = dev.alloc::<f64>(3).unwrap();
+                let depth_at = 4 * npix;
                 for masked in [false, true] {
                     let m = masked.then_some(&mask[..]);
                     let mut want = vec![0.0f32; npix];
                     let pure =
                         crate::train::depth::l1_and_grad(&render, &target, m, 0.7, &mut want);
                     let offset = masked.then_some(3 * npix);
-                    dl.depth_l1(&dr, &dt, &df, offset, npix, 0.7, &mut dd, &mut scalars, 2)
-                        .unwrap();
+                    dl.depth_l1(
+                        &dr,
+                        &df,
+                        offset,
+                        depth_at,
+                        scale,
+                        npix,
+                        0.7,
+                        &mut dd,
+                        &mut scalars,
+                        2,
+                    )
+                    .unwrap();
                     let got = dev.download_vec(&dd, npix).unwrap();
                     assert_eq!(got, want, "{} {npix} pixels, mask {masked}", dev.name());
                     let s = dev.download_vec(&scalars, 3).unwrap();
@@ -715,21 +746,29 @@ mod tests {
                     );
                     // (One pixel: it is one where D = T, the zero-gradient case.)
                     assert!(npix == 1 || pure > 0.05, "{pure}: too small to test");
+                    assert!(npix == 1 || want.iter().any(|&d| d > 0.0));
+                    assert!(npix == 1 || want.iter().any(|&d| d < 0.0));
                 }
-                // A frame too short for the mask is refused, not read past.
-                assert!(dl
-                    .depth_l1(
-                        &dr,
-                        &dt,
-                        &df,
-                        Some(3 * npix + 1),
-                        npix,
-                        0.7,
-                        &mut dd,
-                        &mut scalars,
-                        2
-                    )
-                    .is_err());
+                // A frame too short for the mask or for the plane is refused, not read past.
+                for (mask_at, depth_at) in [
+                    (Some(3 * npix + 2 * npix + 1), depth_at),
+                    (None, depth_at + 1),
+                ] {
+                    assert!(dl
+                        .depth_l1(
+                            &dr,
+                            &df,
+                            mask_at,
+                            depth_at,
+                            scale,
+                            npix,
+                            0.7,
+                            &mut dd,
+                            &mut scalars,
+                            2
+                        )
+                        .is_err());
+                }
             }
         }
     }

@@ -1172,8 +1172,10 @@ fn plan_inputs(
         ));
     }
     if config.depth.is_some() {
-        // Depth regularization: the step's f32 target, the render's inverse-depth plane and
-        // its gradient (4 B each; the device engine keeps the latter two on the device).
+        // Depth regularization: the host engine's f32 target, the render's inverse-depth
+        // plane and its gradient (4 B each). The device engine keeps all three on the device
+        // (the target made there from the staged plane); on the host it holds at most the
+        // stored plane (2 B) after a composited target: the item stays an upper bound.
         items.push(FloorItem::new(
             Component::TrainerImages,
             12 * max_pixels,

@@ -175,6 +175,7 @@ impl ResidentEngine for ShardedEngine {
         frame: Frame<'_>,
         rgb_len: usize,
         masked: bool,
+        depth_plane: bool,
         exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError> {
         let view = (self.staged % self.shards.len() as u64) as usize;
@@ -184,7 +185,7 @@ impl ResidentEngine for ShardedEngine {
             Frame::Pinned(slot, len) if view != 0 => Frame::Host(&slot[..len]),
             f => f,
         };
-        self.shards[view].stage_view(frame, rgb_len, masked, exposure)
+        self.shards[view].stage_view(frame, rgb_len, masked, depth_plane, exposure)
     }
 
     /// Forward, loss and backward of the staged view over every shard (the module doc's step
@@ -196,7 +197,7 @@ impl ResidentEngine for ShardedEngine {
         camera: &Camera,
         options: &RenderOptions,
         lambda_dssim: f32,
-        depth: Option<DepthLoss<'_>>,
+        depth: Option<DepthLoss>,
     ) -> Result<StepScalars, DeviceEngineError> {
         for shard in &mut self.shards {
             let (raster, params) = shard.raster_and_params();

@@ -492,6 +492,8 @@ struct HostRunner {
     loss: LossScratch,
     /// The render through the view's exposure, when the run compensates exposure.
     exposed: Vec<f32>,
+    /// The step's inverse-depth target ([`TrainConfig::depth`]), made from the view's plane.
+    depth_target: Vec<f32>,
 }
 
 enum Runner {
@@ -532,8 +534,6 @@ pub struct Trainer {
     exposure: Exposures,
     /// Per-view pose corrections (see [`TrainConfig::pose`]).
     poses: CameraPoses,
-    /// The step's inverse-depth target ([`TrainConfig::depth`]), from the view's plane.
-    depth_target: Vec<f32>,
     /// The motions of the whole capture of the held pose slots ([`Trainer::hold_pose_views`]),
     /// built from the dataset's cameras: the corrections are kept off them ([`super::pose`]).
     /// Not part of the state: a run gives the cameras again on resume.
@@ -543,49 +543,58 @@ pub struct Trainer {
 /// `frame` (the bytes of `view`, laid out as its layout says) as the loss takes it: RGB8 (an
 /// RGBA view composited over `background` into `composited`), then the loss mask when the
 /// view has one or trains on a [`Region`] (that part becomes the mask, with the view's own,
-/// built into `region_frame`). Returns the frame and whether it has a mask.
+/// built into `region_frame`), then, with `depth`, the view's stored inverse-depth plane as
+/// packed (the engines make the step's depth target from it). Returns the frame and whether
+/// it has a mask.
 fn loss_frame<'a>(
     frame: Frame<'a>,
     camera: &Camera,
     view: &TrainView,
     background: [f32; 3],
+    depth: bool,
     composited: &'a mut Vec<u8>,
     region_frame: &'a mut Vec<u8>,
 ) -> (Frame<'a>, bool) {
     let (layout, region) = (view.layout, view.region);
     let npix = camera.width as usize * camera.height as usize;
-    // The inverse-depth plane (last in the view's bytes) is not part of the colour loss's
-    // frame; the step has taken what it needs of it.
-    let frame = if layout.depth {
-        let len = frame.bytes().len() - 2 * npix;
-        frame.truncated(len)
-    } else {
-        frame
-    };
-    let frame = if layout.alpha {
-        let (pixels, mask) = frame.bytes().split_at(4 * npix);
+    let masked = layout.mask || region != Region::Full;
+    // The inverse-depth plane is last in the view's bytes.
+    let colour_len = frame.bytes().len() - if layout.depth { 2 * npix } else { 0 };
+    let keep_depth = depth && layout.depth;
+    if !layout.alpha && region == Region::Full {
+        // The loss takes the view's own bytes (a page-locked frame stays one).
+        let len = if keep_depth {
+            frame.bytes().len()
+        } else {
+            colour_len
+        };
+        return (frame.truncated(len), masked);
+    }
+    let (colour, plane) = frame.bytes().split_at(colour_len);
+    let plane = if keep_depth { plane } else { &[] };
+    let rgb_and_mask: &[u8] = if layout.alpha {
+        let (pixels, mask) = colour.split_at(4 * npix);
         super::alpha::composite_rgba8(pixels, background, composited);
         composited.extend_from_slice(mask);
-        Frame::Host(composited)
+        if region == Region::Full {
+            composited.extend_from_slice(plane);
+            return (Frame::Host(composited), masked);
+        }
+        composited
     } else {
-        frame
+        colour
     };
-    let masked = layout.mask || region != Region::Full;
-    let frame = if region != Region::Full {
-        let (rgb, mask) = frame.bytes().split_at(3 * npix);
-        region_frame.clear();
-        region_frame.extend_from_slice(rgb);
-        region.append_mask(
-            camera.width,
-            camera.height,
-            layout.mask.then_some(mask),
-            region_frame,
-        );
-        Frame::Host(region_frame)
-    } else {
-        frame
-    };
-    (frame, masked)
+    let (rgb, mask) = rgb_and_mask.split_at(3 * npix);
+    region_frame.clear();
+    region_frame.extend_from_slice(rgb);
+    region.append_mask(
+        camera.width,
+        camera.height,
+        layout.mask.then_some(mask),
+        region_frame,
+    );
+    region_frame.extend_from_slice(plane);
+    (Frame::Host(region_frame), masked)
 }
 
 /// What one forward, loss and backward pass returns ([`Trainer::engine_pass`]).
@@ -713,6 +722,7 @@ impl Trainer {
                 d_image: Vec::new(),
                 loss: LossScratch::new(),
                 exposed: Vec::new(),
+                depth_target: Vec::new(),
             })),
             Engine::Device(mut e) => {
                 e.upload_model(&state.model)?;
@@ -740,7 +750,6 @@ impl Trainer {
             exposure: state.exposure,
             poses: state.poses,
             pose_motions: CaptureMotions::default(),
-            depth_target: Vec::new(),
         })
     }
 
@@ -1058,14 +1067,6 @@ impl Trainer {
             }
             _ => None,
         };
-        let mut depth_target = std::mem::take(&mut self.depth_target);
-        if let Some((scale, _)) = depth_weight {
-            let planes = layout
-                .planes(frame.bytes(), camera.width, camera.height)
-                .expect("check_image checked the frame's length");
-            let plane = planes.depth.expect("the layout has a depth plane");
-            scale.targets_into(plane, &mut depth_target);
-        }
         // An RGBA target is composited over this step's background, the one the render uses,
         // so transparent pixels teach "empty" (both engines see the same RGB8 bytes).
         let mut composited = std::mem::take(&mut self.composited);
@@ -1075,6 +1076,7 @@ impl Trainer {
             camera,
             view,
             background,
+            depth_weight.is_some(),
             &mut composited,
             &mut region_frame,
         );
@@ -1103,12 +1105,10 @@ impl Trainer {
         let mut tm = StepTimings::default();
         // Forward, loss and backward on the engine, then the strategy's own loss terms
         // (MCMC's regularisers), which join the gradients before the optimizer.
-        let depth_loss = depth_weight.map(|(_, w)| (&depth_target[..], w));
+        let depth_loss = depth_weight.map(|(scale, weight)| DepthLoss { scale, weight });
         let pass = self.engine_pass(
             camera, frame, masked, exposure, depth_loss, &options, s, &mut tm,
-        );
-        self.depth_target = depth_target;
-        let pass = pass?;
+        )?;
         let t = Instant::now();
         let reg = match &mut self.runner {
             Runner::Host(h) => self
@@ -1402,6 +1402,7 @@ impl Trainer {
             &given,
             view,
             background,
+            false,
             &mut composited,
             &mut region_frame,
         );
@@ -1483,13 +1484,14 @@ impl Trainer {
     }
 
     /// Forward, loss and backward of `camera` on the engine against `frame` (RGB8, then the
-    /// loss mask when `masked`; staged first: the device keeps a staged view until the next
-    /// one), the render seen through `exposure` when given: the loss scalars and the
-    /// exposure and pose gradients (these when the options and the view ask for them). The
-    /// Gaussians' gradients stay in the engine for the optimizer. A masked view's excluded
-    /// pixels are zero in render and target and pass no gradient (see [`super::loss`]).
-    /// With `depth` (the inverse-depth target and this step's weight; `options.inv_depth`
-    /// must be set), the depth loss ([`super::depth`]) joins the loss, on the same pixels.
+    /// loss mask when `masked`, then with `depth` the view's stored inverse-depth plane;
+    /// staged first: the device keeps a staged view until the next one), the render seen
+    /// through `exposure` when given: the loss scalars and the exposure and pose gradients
+    /// (these when the options and the view ask for them). The Gaussians' gradients stay in
+    /// the engine for the optimizer. A masked view's excluded pixels are zero in render and
+    /// target and pass no gradient (see [`super::loss`]). With `depth` (how the plane becomes
+    /// the target, and this step's weight; `options.inv_depth` must be set), the depth loss
+    /// ([`super::depth`]) joins the loss, on the same pixels.
     #[allow(clippy::too_many_arguments)] // one pass's inputs, each used once
     fn engine_pass(
         &mut self,
@@ -1497,22 +1499,27 @@ impl Trainer {
         frame: Frame<'_>,
         masked: bool,
         exposure: Option<(usize, [f32; exposure::EXPOSURE_LEN])>,
-        depth: Option<(&[f32], f64)>,
+        depth: Option<DepthLoss>,
         options: &RenderOptions,
         iteration: u64,
         tm: &mut StepTimings,
     ) -> Result<EnginePass, TrainError> {
-        let rgb_len = 3 * camera.width as usize * camera.height as usize;
+        let npix = camera.width as usize * camera.height as usize;
+        let rgb_len = 3 * npix;
         let render_err = |source| TrainError::Render { iteration, source };
         let non_finite = |loss: f64| TrainError::NonFinite { iteration, loss };
         match &mut self.runner {
             Runner::Host(h) => {
                 let t = Instant::now();
-                let (rgb, mask) = frame.bytes().split_at(rgb_len);
+                let (rgb, rest) = frame.bytes().split_at(rgb_len);
+                let (mask, plane) = rest.split_at(if masked { npix } else { 0 });
                 let mask = masked.then_some(mask);
                 to_f32(rgb, &mut h.target);
                 if let Some(m) = mask {
                     apply_mask(&mut h.target, m);
+                }
+                if let Some(d) = depth {
+                    d.scale.targets_into(plane, &mut h.depth_target);
                 }
                 tm.convert = t.elapsed().as_secs_f64();
                 let t = Instant::now();
@@ -1553,17 +1560,16 @@ impl Trainer {
                     exposure.map(|(_, e)| exposure::backward(&e, &h.render.image, &mut h.d_image));
                 // The depth term's gradient follows the image's in `d_image` (the backward's
                 // planar layout).
-                let npix = w * h_px;
-                let depth_l1 = depth.map(|(target, weight)| {
+                let depth_l1 = depth.map(|d| {
                     h.d_image.resize(4 * npix, 0.0);
                     let pure = depth::l1_and_grad(
                         &h.render.inv_depth,
-                        target,
+                        &h.depth_target,
                         mask,
-                        weight,
+                        d.weight,
                         &mut h.d_image[3 * npix..],
                     );
-                    (pure, weight * pure)
+                    (pure, d.weight * pure)
                 });
                 let loss = v.loss + depth_l1.map_or(0.0, |(_, d)| d);
                 if !loss.is_finite() {
@@ -1593,12 +1599,17 @@ impl Trainer {
             }
             Runner::Device(e) => {
                 let t = Instant::now();
-                e.stage_view(frame, rgb_len, masked, exposure.map(|(_, e)| e).as_ref())?;
+                e.stage_view(
+                    frame,
+                    rgb_len,
+                    masked,
+                    depth.is_some(),
+                    exposure.map(|(_, e)| e).as_ref(),
+                )?;
                 tm.convert = t.elapsed().as_secs_f64();
                 // One queue: the launches return at once and the scalar read waits for all
                 // of them, so forward, loss and backward are timed together (as `forward`).
                 let t = Instant::now();
-                let depth = depth.map(|(target, weight)| DepthLoss { target, weight });
                 let v = e
                     .forward_backward(camera, options, self.config.lambda_dssim, depth)
                     .map_err(|e| match e {
@@ -2107,6 +2118,56 @@ mod tests {
         };
         t.step_with_room(&view, Frame::Host(&frame), &mut |_| 0)
             .unwrap()
+    }
+
+    /// With the depth term on, the loss's frame is the one without it followed by the view's
+    /// stored inverse-depth plane, in every layout and region (the composited and region
+    /// frames included); without a plane in the view, or with the term off, it has none.
+    #[test]
+    fn the_loss_frame_carries_the_depth_plane_last() {
+        let (w, h) = (5u32, 3u32);
+        let npix = (w * h) as usize;
+        let camera = Camera {
+            width: w,
+            height: h,
+            intrinsics: Intrinsics {
+                fx: 4.0,
+                fy: 4.0,
+                cx: 2.5,
+                cy: 1.5,
+            },
+            world_to_camera: Pose::IDENTITY,
+        };
+        let mut rng = Rng::new(5);
+        for alpha in [false, true] {
+            for mask in [false, true] {
+                for depth in [false, true] {
+                    for region in [Region::Full, Region::LeftHalf, Region::RightHalf] {
+                        let layout = PixelLayout { alpha, mask, depth };
+                        let mut view = TrainView::new(camera, layout);
+                        view.region = region;
+                        let bytes: Vec<u8> = (0..layout.len(w, h))
+                            .map(|_| rng.below(256) as u8)
+                            .collect();
+                        let (mut c1, mut r1, mut c2, mut r2) = Default::default();
+                        let bg = [0.25, 0.5, 1.0];
+                        let frame = Frame::Host(&bytes);
+                        let (without, m1) =
+                            loss_frame(frame, &camera, &view, bg, false, &mut c1, &mut r1);
+                        let frame = Frame::Host(&bytes);
+                        let (with, m2) =
+                            loss_frame(frame, &camera, &view, bg, true, &mut c2, &mut r2);
+                        let what = format!("{layout:?} {region:?}");
+                        assert_eq!(m1, m2, "{what}");
+                        assert_eq!(m1, mask || region != Region::Full, "{what}");
+                        let colour = 3 * npix + if m1 { npix } else { 0 };
+                        assert_eq!(without.bytes().len(), colour, "{what}");
+                        let plane = &bytes[bytes.len() - if depth { 2 * npix } else { 0 }..];
+                        assert_eq!(with.bytes(), [without.bytes(), plane].concat(), "{what}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
