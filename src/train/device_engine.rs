@@ -1851,7 +1851,7 @@ mod tests {
         assert_eq!(b.total(), b.model + b.views + (1 << 20));
         // Exposure compensation and depth regularization add their planes per pixel.
         let d = device_bytes(1000, 1, 3, 640 * 480, true, true, 1 << 20);
-        assert_eq!(d.views, (145 + 13 + 13) * 640 * 480);
+        assert_eq!(d.views, (145 + 13 + 11) * 640 * 480);
         assert_eq!(d.model, b.model);
     }
 }
