@@ -159,8 +159,11 @@ namespace gs_emu {
 
 // ---- fibers ----------------------------------------------------------------------------------
 #ifndef GS_EMU_USE_UCONTEXT
-// Saves the callee-saved registers, MXCSR and the x87 control word on the current stack,
-// stores the stack pointer in *save and resumes the fiber whose stack pointer is `to`.
+// Saves the callee-saved registers on the current stack, stores the stack pointer in *save and
+// resumes the fiber whose stack pointer is `to`. MXCSR and the x87 control word are callee-saved
+// too, but every fiber of a launch runs on one thread whose floating-point modes no kernel can
+// change (CUDA C++ has no way to), so they are not switched: `ldmxcsr` and `fldcw` are slow,
+// partly serialising instructions, and a warp collective switches 64 times.
 extern "C" void gs_emu_switch(void** save, void* to);
 asm(R"(
     .text
@@ -174,14 +177,8 @@ gs_emu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -237,16 +234,13 @@ inline void lane_init(Run* r, unsigned i) {
     makecontext(&l.uc, lane_entry_uc, 0);
 #else
     uintptr_t top = ((uintptr_t)(base + r->stack_size)) & ~(uintptr_t)15;
-    // Layout popped by gs_emu_switch: [mxcsr|fpucw][r15][r14][r13][r12][rbx][rbp][ret].
-    // sp ≡ 8 (mod 16) so that lane_entry starts with the alignment of a called function.
-    uint64_t* sp = (uint64_t*)(top - 72);
-    uint32_t mxcsr;
-    uint16_t fpucw;
-    asm volatile("stmxcsr %0" : "=m"(mxcsr));
-    asm volatile("fnstcw %0" : "=m"(fpucw));
-    sp[0] = (uint64_t)mxcsr | ((uint64_t)fpucw << 32);
-    for (int k = 1; k <= 6; ++k) sp[k] = 0;
-    sp[7] = (uint64_t)(uintptr_t)&lane_entry;
+    // Layout popped by gs_emu_switch: [r15][r14][r13][r12][rbx][rbp][ret], then 8 bytes of
+    // padding: after the `ret`, sp ≡ 8 (mod 16), so that lane_entry starts with the
+    // alignment of a called function.
+    uint64_t* sp = (uint64_t*)(top - 64);
+    for (int k = 0; k < 6; ++k) sp[k] = 0;
+    sp[6] = (uint64_t)(uintptr_t)&lane_entry;
+    sp[7] = 0;
     l.sp = sp;
 #endif
 }
@@ -336,7 +330,9 @@ struct Rng {
         s ^= s << 17;
         return s;
     }
-    unsigned below(unsigned n) { return (unsigned)(next() % n); }
+    // Lemire's multiply-shift instead of `% n`: no 64-bit division per lane per round (its
+    // bias, below n / 2³², does not matter for a schedule).
+    unsigned below(unsigned n) { return (unsigned)(((next() >> 32) * (uint64_t)n) >> 32); }
 };
 
 template <typename T>
