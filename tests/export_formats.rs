@@ -265,9 +265,11 @@ fn compressed_ply_converts_and_renders_within_its_quantisation() {
     let pack = Pack::open(&pack_path).unwrap();
     let in_process = psnr_against(&pack, &model, &from_file, 3);
     eprintln!(
-        "{} Gaussians: compressed PLY renders (gs-render, PNG) at {mean:.1} dB PSNR against the \
-         PLY's (SH 3); in process {in_process:.1} dB",
-        model.len()
+        "{} Gaussians: compressed PLY ({} bytes; the PLY {}) renders (gs-render, PNG) at \
+         {mean:.1} dB PSNR against the PLY's (SH 3); in process {in_process:.1} dB",
+        model.len(),
+        std::fs::metadata(&converted).unwrap().len(),
+        std::fs::metadata(&ply_path).unwrap().len()
     );
     assert!(mean > 40.0, "compressed PLY: {mean} dB");
     assert!(in_process > 40.0, "compressed PLY: {in_process} dB");
@@ -275,7 +277,10 @@ fn compressed_ply_converts_and_renders_within_its_quantisation() {
     // Back to PLY: what the compressed file holds, exactly.
     let back = dir.path().join("back.ply");
     run(render, &["--ply", s(&converted), "--convert", s(&back)]);
-    assert_eq!(ply::load(&back, &LoadOptions::default()).unwrap(), from_file);
+    assert_eq!(
+        ply::load(&back, &LoadOptions::default()).unwrap(),
+        from_file
+    );
 }
 
 /// `gs-train --init model.ply`: the model a short run saved, re-loaded, is what the new run's

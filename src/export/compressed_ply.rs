@@ -63,8 +63,8 @@
 //! # Invariants
 //! - A saved file is exactly what [`encode`] returns, written under a temporary name and
 //!   renamed into place ([`crate::fsutil::write_atomic_with`]). Saving streams the rows: it
-//!   holds the Morton order (4 bytes per Gaussian) and the chunk table (72 bytes per 256), no
-//!   copy of the model.
+//!   holds the Morton order (4 bytes per Gaussian, 8 while it is sorted) and the chunk table
+//!   (72 bytes per 256), no copy of the model.
 //! - Saving refuses what the file could not hold: non-finite values, an all-zero rotation, a
 //!   chunk whose range overflows `f32`.
 //! - Reading uses the crate's one PLY parser ([`crate::import::ply`]), looks properties up by
@@ -170,7 +170,7 @@ pub enum CompressedPlyError {
         path: PathBuf,
         element: &'static str,
         property: String,
-        found: String,
+        found: &'static str,
         expected: &'static str,
     },
     #[error(
@@ -261,7 +261,11 @@ fn pack_111011(t: [f32; 3]) -> u32 {
 }
 
 fn unpack_111011(w: u32) -> [f32; 3] {
-    [from_unorm(w >> 21, 11), from_unorm(w >> 11, 10), from_unorm(w, 11)]
+    [
+        from_unorm(w >> 21, 11),
+        from_unorm(w >> 11, 10),
+        from_unorm(w, 11),
+    ]
 }
 
 /// A quaternion `w x y z` (ramsplat's order, = rot_0..rot_3), non-zero, as the 2-10-10-10 word.
@@ -291,7 +295,9 @@ fn unpack_rotation(w: u32) -> [f32; 4] {
     let c = |shift: u32| (from_unorm(w >> shift, 10) - 0.5) * std::f32::consts::SQRT_2;
     let small = [c(20), c(10), c(0)];
     let largest = (w >> 30) as usize;
-    let m = (1.0 - small.iter().map(|v| v * v).sum::<f32>()).max(0.0).sqrt();
+    let m = (1.0 - small.iter().map(|v| v * v).sum::<f32>())
+        .max(0.0)
+        .sqrt();
     let mut q = [0.0f32; 4];
     let mut k = 0;
     for (i, v) in q.iter_mut().enumerate() {
@@ -366,14 +372,15 @@ fn colour(g: &Gaussians, i: usize) -> [f32; 3] {
     g.sh[i * sh_coeffs(g.sh_degree)].map(sh_dc_to_rgb)
 }
 
+/// A per-Gaussian triple the chunk table bounds: its name, where its bounds start in a
+/// [`ChunkRow`], and its value for a Gaussian.
+type Attribute<'a> = (&'static str, usize, &'a dyn Fn(usize) -> [f32; 3]);
+
 /// Bounds of the chunk of Gaussians `members` (indices into `g`), or the attribute and axis
 /// whose range overflows f32 with its min and max.
-fn chunk_row(
-    g: &Gaussians,
-    members: &[u32],
-) -> Result<ChunkRow, (&'static str, usize, f32, f32)> {
+fn chunk_row(g: &Gaussians, members: &[u32]) -> Result<ChunkRow, (&'static str, usize, f32, f32)> {
     let mut row = [0.0f32; 18];
-    let attributes: [(&'static str, usize, &dyn Fn(usize) -> [f32; 3]); 3] = [
+    let attributes: [Attribute<'_>; 3] = [
         ("position", 0, &|i| g.means[i]),
         ("log-scale", 6, &|i| g.log_scales[i]),
         ("DC colour", 12, &|i| colour(g, i)),
@@ -401,9 +408,8 @@ fn chunk_row(
 
 /// The four packed words of Gaussian `i` in a chunk with bounds `row`.
 fn pack_vertex(g: &Gaussians, i: usize, row: &ChunkRow) -> [u32; 4] {
-    let fractions = |v: [f32; 3], at: usize| {
-        [0, 1, 2].map(|a| fraction(v[a], row[at + a], row[at + 3 + a]))
-    };
+    let fractions =
+        |v: [f32; 3], at: usize| [0, 1, 2].map(|a| fraction(v[a], row[at + a], row[at + 3 + a]));
     let c = fractions(colour(g, i), 12);
     let alpha = unorm(sigmoid(g.logit_opacities[i]), 8);
     [
@@ -589,8 +595,8 @@ fn columns(
                     element: label,
                     property: name.to_owned(),
                     found: match kind {
-                        PropertyKind::Scalar(t) => t.name().to_owned(),
-                        PropertyKind::List { .. } => "list".to_owned(),
+                        PropertyKind::Scalar(t) => t.name(),
+                        PropertyKind::List { .. } => "list",
                     },
                     expected: ty.name(),
                 }),
@@ -599,7 +605,9 @@ fn columns(
         .collect()
 }
 
-fn read<R: BufRead>(mut reader: PlyReader<R>) -> Result<(Gaussians, ModelInfo), CompressedPlyError> {
+fn read<R: BufRead>(
+    mut reader: PlyReader<R>,
+) -> Result<(Gaussians, ModelInfo), CompressedPlyError> {
     let path = reader.path().to_owned();
     let header = reader.header().clone();
     if header.format != PlyFormat::BinaryLittleEndian {
@@ -721,14 +729,17 @@ fn read<R: BufRead>(mut reader: PlyReader<R>) -> Result<(Gaussians, ModelInfo), 
         let i = g.means.len();
         let b = &chunks[i / CHUNK_SIZE];
         let word = |k: usize| row[vertex_cols[k]] as u32;
-        let interpolate = |t: [f32; 3], at: usize| {
-            [0, 1, 2].map(|a| lerp(b[at + a], b[at + 3 + a], t[a]))
-        };
+        let interpolate =
+            |t: [f32; 3], at: usize| [0, 1, 2].map(|a| lerp(b[at + a], b[at + 3 + a], t[a]));
         g.means.push(interpolate(unpack_111011(word(0)), 0));
         g.rotations.push(unpack_rotation(word(1)));
         g.log_scales.push(interpolate(unpack_111011(word(2)), 6));
         let c = word(3);
-        let t = [from_unorm(c >> 24, 8), from_unorm(c >> 16, 8), from_unorm(c >> 8, 8)];
+        let t = [
+            from_unorm(c >> 24, 8),
+            from_unorm(c >> 16, 8),
+            from_unorm(c >> 8, 8),
+        ];
         let rgb = if has_colour { interpolate(t, 12) } else { t };
         dc.push(rgb.map(rgb_to_sh_dc));
         g.logit_opacities.push(super::spz::alpha_logit(c as u8));
@@ -744,9 +755,10 @@ fn read<R: BufRead>(mut reader: PlyReader<R>) -> Result<(Gaussians, ModelInfo), 
         while reader.read_row(&mut row)? {
             g.sh.push(dc[i]);
             for k in 1..coeffs {
-                g.sh.push([0, 1, 2].map(|c| {
-                    dequantize_sh(row[sh_cols[c * (coeffs - 1) + (k - 1)]] as u8)
-                }));
+                g.sh.push(
+                    [0, 1, 2]
+                        .map(|c| dequantize_sh(row[sh_cols[c * (coeffs - 1) + (k - 1)]] as u8)),
+                );
             }
             i += 1;
         }
@@ -768,10 +780,7 @@ mod tests {
     }
 
     /// Per chunk of `order`: (min, max) of a per-Gaussian triple.
-    fn extents(
-        order: &[u32],
-        value: impl Fn(usize) -> [f32; 3],
-    ) -> Vec<([f32; 3], [f32; 3])> {
+    fn extents(order: &[u32], value: impl Fn(usize) -> [f32; 3]) -> Vec<([f32; 3], [f32; 3])> {
         order
             .chunks(CHUNK_SIZE)
             .map(|members| {
@@ -812,13 +821,21 @@ mod tests {
                     );
                 };
                 check("position", back.means[j][a], g.means[i][a], pos[c], bits[a]);
-                check("log-scale", back.log_scales[j][a], g.log_scales[i][a], scale[c], bits[a]);
+                check(
+                    "log-scale",
+                    back.log_scales[j][a],
+                    g.log_scales[i][a],
+                    scale[c],
+                    bits[a],
+                );
                 let (lo, hi) = col[c];
-                let tol = half_step(hi[a] - lo[a], 8, lo[a].abs().max(hi[a].abs()))
-                    / SH_C0 as f32
-                    + 1e-6;
+                let tol =
+                    half_step(hi[a] - lo[a], 8, lo[a].abs().max(hi[a].abs())) / SH_C0 as f32 + 1e-6;
                 let d = (back.sh[j * coeffs][a] - g.sh[i * coeffs][a]).abs();
-                assert!(d <= tol, "Gaussian {i} DC {a}: off by {d} (tolerance {tol})");
+                assert!(
+                    d <= tol,
+                    "Gaussian {i} DC {a}: off by {d} (tolerance {tol})"
+                );
                 for k in 1..coeffs {
                     let want = g.sh[i * coeffs + k][a];
                     let d = (back.sh[j * coeffs + k][a] - want).abs();
@@ -842,9 +859,13 @@ mod tests {
             if q[largest] < 0.0 {
                 q = q.map(|v| -v);
             }
-            for k in 0..4 {
-                let tol = if k == largest { 1.5 * rot_step + 1e-5 } else { 0.5 * rot_step + 1e-6 };
-                let d = (back.rotations[j][k] - q[k]).abs();
+            for (k, want) in q.iter().enumerate() {
+                let tol = if k == largest {
+                    1.5 * rot_step + 1e-5
+                } else {
+                    0.5 * rot_step + 1e-6
+                };
+                let d = (back.rotations[j][k] - want).abs();
                 assert!(d <= tol, "Gaussian {i} rotation component {k} off by {d}");
             }
         }
@@ -881,10 +902,14 @@ mod tests {
             let i = i as usize;
             let (lo, hi) = pos[j / CHUNK_SIZE];
             let e = (hi[0] - lo[0]) / 2047.0;
-            worst_pos_fraction = worst_pos_fraction.max((back.means[j][0] - g.means[i][0]).abs() / e);
+            worst_pos_fraction =
+                worst_pos_fraction.max((back.means[j][0] - g.means[i][0]).abs() / e);
             worst_sh = worst_sh.max((back.sh[j * 4 + 1][0] - g.sh[i * 4 + 1][0]).abs());
         }
-        assert!(worst_pos_fraction > 0.45 && worst_pos_fraction <= 0.5 + 5e-3, "{worst_pos_fraction}");
+        assert!(
+            worst_pos_fraction > 0.45 && worst_pos_fraction <= 0.5 + 5e-3,
+            "{worst_pos_fraction}"
+        );
         assert!(worst_sh > 0.9 * 4.0 / 255.0, "{worst_sh}");
     }
 
@@ -1018,10 +1043,13 @@ mod tests {
             file.extend_from_slice(format!("property uint {p}\n").as_bytes());
         }
         file.extend_from_slice(b"end_header\n");
-        for v in [0.0f32, 0.0, 0.0, 1.0, 1.0, 1.0, -2.0, -2.0, -2.0, 0.0, 0.0, 0.0] {
+        for v in [
+            0.0f32, 0.0, 0.0, 1.0, 1.0, 1.0, -2.0, -2.0, -2.0, 0.0, 0.0, 0.0,
+        ] {
             file.extend_from_slice(&v.to_le_bytes());
         }
-        let rgba: u32 = (255 << 24) | (51 << 16) | (0 << 8) | 255;
+        // r 255, g 51, b 0, alpha 255.
+        let rgba: u32 = (255 << 24) | (51 << 16) | 255;
         for w in [0xFFFF_FFFFu32, 0x2008_0200, 0, rgba] {
             file.extend_from_slice(&w.to_le_bytes());
         }
@@ -1035,7 +1063,10 @@ mod tests {
         // 512 of 1023 is half a step above the middle: (512/1023 − 0.5)·√2 ≈ 6.9e-4.
         let small = (512.0 / 1023.0 - 0.5) * std::f32::consts::SQRT_2;
         let q = g.rotations[0];
-        assert!((q[0] - (1.0 - 3.0 * small * small).sqrt()).abs() < 1e-7, "{q:?}");
+        assert!(
+            (q[0] - (1.0 - 3.0 * small * small).sqrt()).abs() < 1e-7,
+            "{q:?}"
+        );
         assert!(q[1..].iter().all(|&v| (v - small).abs() < 1e-7), "{q:?}");
     }
 
@@ -1069,21 +1100,38 @@ mod tests {
         let e = save(p, &bad).unwrap_err();
         assert!(matches!(e, CompressedPlyError::InvalidModel { .. }), "{e}");
         let msg = e.to_string();
-        assert!(msg.contains("bad.compressed.ply") && msg.contains("Gaussian 7") && msg.contains("`y`"), "{msg}");
+        assert!(
+            msg.contains("bad.compressed.ply") && msg.contains("Gaussian 7") && msg.contains("`y`"),
+            "{msg}"
+        );
         let mut bad = model(10, 0, 5);
         bad.log_scales[3][2] = f32::INFINITY;
         let msg = encode(&bad).unwrap_err().to_string();
-        assert!(msg.contains("Gaussian 3") && msg.contains("scale_2"), "{msg}");
+        assert!(
+            msg.contains("Gaussian 3") && msg.contains("scale_2"),
+            "{msg}"
+        );
         let mut bad = model(10, 0, 5);
         bad.rotations[4] = [0.0; 4];
         let msg = encode(&bad).unwrap_err().to_string();
-        assert!(msg.contains("Gaussian 4") && msg.contains("all zeros"), "{msg}");
+        assert!(
+            msg.contains("Gaussian 4") && msg.contains("all zeros"),
+            "{msg}"
+        );
         let mut bad = model(10, 0, 5);
         bad.means[2][0] = -3e38;
         bad.means[8][0] = 3e38;
         let e = encode(&bad).unwrap_err();
         assert!(
-            matches!(e, CompressedPlyError::RangeOverflow { chunk: 0, attribute: "position", axis: 0, .. }),
+            matches!(
+                e,
+                CompressedPlyError::RangeOverflow {
+                    chunk: 0,
+                    attribute: "position",
+                    axis: 0,
+                    ..
+                }
+            ),
             "{e}"
         );
         assert!(!p.exists());
@@ -1118,8 +1166,14 @@ mod tests {
         assert_eq!(f("m.ply"), Some(ModelFormat::Ply));
         assert_eq!(f("compressed.ply"), Some(ModelFormat::Ply));
         assert_eq!(f("m.compressed"), None);
-        assert_eq!(ModelFormat::from_name("compressed-ply"), Some(ModelFormat::CompressedPly));
-        assert_eq!(ModelFormat::from_name("compressed_ply"), Some(ModelFormat::CompressedPly));
+        assert_eq!(
+            ModelFormat::from_name("compressed-ply"),
+            Some(ModelFormat::CompressedPly)
+        );
+        assert_eq!(
+            ModelFormat::from_name("compressed_ply"),
+            Some(ModelFormat::CompressedPly)
+        );
         assert_eq!(
             Path::new("it/point_cloud.ply").with_extension(ModelFormat::CompressedPly.extension()),
             Path::new("it/point_cloud.compressed.ply")
@@ -1128,8 +1182,15 @@ mod tests {
 
     /// Splits an encoded file into its header text and data.
     fn split(bytes: &[u8]) -> (String, Vec<u8>) {
-        let end = bytes.windows(11).position(|w| w == b"end_header\n").unwrap() + 11;
-        (String::from_utf8(bytes[..end].to_vec()).unwrap(), bytes[end..].to_vec())
+        let end = bytes
+            .windows(11)
+            .position(|w| w == b"end_header\n")
+            .unwrap()
+            + 11;
+        (
+            String::from_utf8(bytes[..end].to_vec()).unwrap(),
+            bytes[end..].to_vec(),
+        )
     }
 
     fn refusal(header: &str, data: &[u8]) -> CompressedPlyError {
@@ -1166,20 +1227,43 @@ mod tests {
         }
 
         let e = refusal(&header.replace("binary_little_endian", "ascii"), &data);
-        assert!(matches!(e, CompressedPlyError::NotBinaryLittleEndian { .. }), "{e}");
+        assert!(
+            matches!(e, CompressedPlyError::NotBinaryLittleEndian { .. }),
+            "{e}"
+        );
         names(&e, &["ascii", "binary_little_endian"]);
-        let e = refusal(&header.replace("binary_little_endian", "binary_big_endian"), &data);
+        let e = refusal(
+            &header.replace("binary_little_endian", "binary_big_endian"),
+            &data,
+        );
         names(&e, &["binary_big_endian"]);
 
         let e = refusal(&header.replace("element chunk 3", "element chunk 2"), &data);
         assert!(
-            matches!(e, CompressedPlyError::ChunkCount { chunks: 2, vertices: 600, expected: 3, .. }),
+            matches!(
+                e,
+                CompressedPlyError::ChunkCount {
+                    chunks: 2,
+                    vertices: 600,
+                    expected: 3,
+                    ..
+                }
+            ),
             "{e}"
         );
         names(&e, &["2 `chunk` rows", "600 vertices", "(3)"]);
 
         let e = refusal(&header.replace("packed_scale", "packed_scales"), &data);
-        assert!(matches!(e, CompressedPlyError::MissingProperty { element: "vertex", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                CompressedPlyError::MissingProperty {
+                    element: "vertex",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         names(&e, &["`vertex`", "`packed_scale`"]);
         let e = refusal(&header.replace("property float max_scale_y\n", ""), &data);
         names(&e, &["`chunk`", "`max_scale_y`"]);
@@ -1189,7 +1273,10 @@ mod tests {
         let e = refusal(&header.replace("f_rest_4\n", "f_rest_9\n"), &data);
         names(&e, &["`sh`", "`f_rest_4`"]);
 
-        let e = refusal(&header.replace("uint packed_color", "float packed_color"), &data);
+        let e = refusal(
+            &header.replace("uint packed_color", "float packed_color"),
+            &data,
+        );
         assert!(matches!(e, CompressedPlyError::WrongType { .. }), "{e}");
         names(&e, &["`vertex`", "`packed_color`", "`float`", "`uint`"]);
         let e = refusal(&header.replace("float min_y", "double min_y"), &data);
@@ -1212,9 +1299,21 @@ mod tests {
         };
         let (ph, pd) = split(&plain);
         let e = refusal(&ph, &pd);
-        assert!(matches!(e, CompressedPlyError::MissingElement { element: "chunk", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                CompressedPlyError::MissingElement {
+                    element: "chunk",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         names(&e, &["`chunk`", "standard 3DGS PLY"]);
-        let e = refusal(&header.replace("element vertex 600", "element vertices 600"), &data);
+        let e = refusal(
+            &header.replace("element vertex 600", "element vertices 600"),
+            &data,
+        );
         names(&e, &["no `vertex` element", "vertices"]);
 
         // Elements out of order.
@@ -1232,13 +1331,29 @@ mod tests {
 
         // SH: a count that is no degree, rows that are not one per vertex.
         let e = refusal(
-            &header.replace("property uchar f_rest_8\n", "property uchar f_rest_8\nproperty uchar f_rest_9\n"),
+            &header.replace(
+                "property uchar f_rest_8\n",
+                "property uchar f_rest_8\nproperty uchar f_rest_9\n",
+            ),
             &data,
         );
-        assert!(matches!(e, CompressedPlyError::ShCount { count: 10, .. }), "{e}");
+        assert!(
+            matches!(e, CompressedPlyError::ShCount { count: 10, .. }),
+            "{e}"
+        );
         names(&e, &["10 `f_rest_*`", "9, 24 or 45"]);
         let e = refusal(&header.replace("element sh 600", "element sh 599"), &data);
-        assert!(matches!(e, CompressedPlyError::ShRows { rows: 599, vertices: 600, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                CompressedPlyError::ShRows {
+                    rows: 599,
+                    vertices: 600,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         names(&e, &["599 rows", "600 vertices"]);
 
         // A non-finite chunk bound is named by chunk and property.
@@ -1246,7 +1361,14 @@ mod tests {
         bad[(18 + 1) * 4..(18 + 2) * 4].copy_from_slice(&f32::NAN.to_le_bytes());
         let e = refusal(&header, &bad);
         assert!(
-            matches!(e, CompressedPlyError::NonFiniteChunk { chunk: 1, property: "min_y", .. }),
+            matches!(
+                e,
+                CompressedPlyError::NonFiniteChunk {
+                    chunk: 1,
+                    property: "min_y",
+                    ..
+                }
+            ),
             "{e}"
         );
         names(&e, &["chunk 1", "`min_y`", "NaN"]);

@@ -92,13 +92,20 @@ pub enum ModelIoError {
     Spz(#[from] spz::SpzError),
     #[error(transparent)]
     Splat(#[from] splat::SplatError),
+    /// Boxed: its record-naming variants are larger than the others.
     #[error(transparent)]
-    CompressedPly(#[from] compressed_ply::CompressedPlyError),
+    CompressedPly(Box<compressed_ply::CompressedPlyError>),
     #[error(
         "{}: unknown model format (expected .ply, .spz, .splat or .compressed.ply)",
         path.display()
     )]
     UnknownFormat { path: std::path::PathBuf },
+}
+
+impl From<compressed_ply::CompressedPlyError> for ModelIoError {
+    fn from(e: compressed_ply::CompressedPlyError) -> Self {
+        ModelIoError::CompressedPly(Box::new(e))
+    }
 }
 
 /// How a model is meant to be rendered, as far as its file says.
