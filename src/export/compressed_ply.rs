@@ -72,6 +72,8 @@
 //!   every writer puts them and the engine needs), checks the types (`float`, `uint`, `uchar`),
 //!   the chunk count against `ceil(n / 256)`, the `sh` row count against `n`, and refuses
 //!   non-finite chunk bounds by chunk and property. Nothing is allocated from a declared count.
+//!   [`super::load_model`] also reads a compressed PLY named plain `.ply`
+//!   ([`is_compressed_ply`] looks at its header).
 
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -566,6 +568,17 @@ pub fn decode_with_info(
     path: &Path,
 ) -> Result<(Gaussians, ModelInfo), CompressedPlyError> {
     read(PlyReader::from_reader(bytes, path)?)
+}
+
+/// Whether `path` opens as a PLY whose header has a `chunk` element and a `vertex` element
+/// with `packed_position`: a compressed PLY, whatever its name (false when unreadable).
+pub fn is_compressed_ply(path: &Path) -> bool {
+    PlyReader::open(path).is_ok_and(|r| {
+        let h = r.header();
+        h.element("chunk").is_some()
+            && h.element("vertex")
+                .is_some_and(|(_, e)| e.property("packed_position").is_some())
+    })
 }
 
 /// The columns of `element` named `names`, each of type `ty`.
@@ -1153,9 +1166,24 @@ mod tests {
         // Through the format-neutral entry points, chosen by the name.
         let (back2, info2) =
             crate::export::load_model(&path, &crate::export::ply::LoadOptions::default()).unwrap();
-        assert_eq!((back2, info2), (back, info));
+        assert_eq!((&back2, info2), (&back, info));
         let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(entries.len(), 1, "no temporary file is left behind");
+        // Renamed to a plain `.ply`, it is recognised by its header; a real PLY is not.
+        let plain = dir.path().join("renamed.ply");
+        std::fs::copy(&path, &plain).unwrap();
+        assert!(is_compressed_ply(&plain));
+        let (back3, _) =
+            crate::export::load_model(&plain, &crate::export::ply::LoadOptions::default()).unwrap();
+        assert_eq!(back3, back2);
+        let real = dir.path().join("real.ply");
+        crate::export::ply::save(
+            &real,
+            &g,
+            crate::export::ply::PlyEncoding::BinaryLittleEndian,
+        )
+        .unwrap();
+        assert!(!is_compressed_ply(&real));
     }
 
     #[test]

@@ -119,14 +119,23 @@ pub struct ModelInfo {
     pub antialiased: bool,
 }
 
-/// Loads a model in the format its extension names (PLY with `ply_options`), with what the
-/// file says about rendering it.
+/// Loads a model in the format its name selects ([`ModelFormat::from_path`]; PLY with
+/// `ply_options`, and a `.ply` whose header is a compressed PLY's as one), with what the file
+/// says about rendering it.
 pub fn load_model(
     path: &Path,
     ply_options: &ply::LoadOptions,
 ) -> Result<(Gaussians, ModelInfo), ModelIoError> {
     match ModelFormat::from_path(path) {
-        Some(ModelFormat::Ply) => Ok(ply::load_with_info(path, ply_options)?),
+        // A compressed PLY saved under a plain `.ply` name is recognised by its header.
+        Some(ModelFormat::Ply) => match ply::load_with_info(path, ply_options) {
+            Err(ply::GaussianPlyError::MissingProperty { .. })
+                if compressed_ply::is_compressed_ply(path) =>
+            {
+                Ok(compressed_ply::load_with_info(path)?)
+            }
+            r => Ok(r?),
+        },
         Some(ModelFormat::Spz) => Ok(spz::load_with_info(path)?),
         Some(ModelFormat::Splat) => Ok((splat::load(path)?, ModelInfo::default())),
         Some(ModelFormat::CompressedPly) => Ok(compressed_ply::load_with_info(path)?),
