@@ -581,6 +581,10 @@ pub fn is_compressed_ply(path: &Path) -> bool {
     })
 }
 
+/// What to do about a file that lacks part of the layout.
+const INCOMPLETE: &str = ": the file is not a complete compressed PLY; re-export it (SuperSplat, \
+                          splat-transform or gs-render --convert OUT.compressed.ply)";
+
 /// The columns of `element` named `names`, each of type `ty`.
 fn columns(
     path: &Path,
@@ -649,10 +653,10 @@ fn read<R: BufRead>(
     {
         ": this looks like a standard 3DGS PLY; name it .ply, not .compressed.ply"
     } else {
-        ""
+        INCOMPLETE
     };
     let (ci, chunk_el) = find("chunk", plain_hint)?;
-    let (vi, vertex_el) = find("vertex", "")?;
+    let (vi, vertex_el) = find("vertex", INCOMPLETE)?;
     let sh_el = header.element("sh");
     if ci > vi || sh_el.is_some_and(|(si, _)| si < vi) {
         return Err(CompressedPlyError::ElementOrder { path, found: names });
@@ -675,7 +679,14 @@ fn read<R: BufRead>(
     } else {
         &CHUNK_PROPERTIES[..12]
     };
-    let chunk_cols = columns(&path, chunk_el, "chunk", chunk_names, ScalarType::F32, "")?;
+    let chunk_cols = columns(
+        &path,
+        chunk_el,
+        "chunk",
+        chunk_names,
+        ScalarType::F32,
+        INCOMPLETE,
+    )?;
     let vertex_cols = columns(
         &path,
         vertex_el,
@@ -707,7 +718,7 @@ fn read<R: BufRead>(
             }
             let names: Vec<String> = (0..count).map(|k| format!("f_rest_{k}")).collect();
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            let cols = columns(&path, e, "sh", &names, ScalarType::U8, "")?;
+            let cols = columns(&path, e, "sh", &names, ScalarType::U8, INCOMPLETE)?;
             (degree, cols)
         }
     };
@@ -1292,7 +1303,7 @@ mod tests {
             ),
             "{e}"
         );
-        names(&e, &["`vertex`", "`packed_scale`"]);
+        names(&e, &["`vertex`", "`packed_scale`", "re-export it"]);
         let e = refusal(&header.replace("property float max_scale_y\n", ""), &data);
         names(&e, &["`chunk`", "`max_scale_y`"]);
         // A partial set of colour bounds is missing the rest.
