@@ -929,19 +929,19 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
             out.display()
         );
     }
+    let written_degree = match format {
+        ModelFormat::Splat => 0,
+        ModelFormat::CompressedPly => ramsplat::export::compressed_ply::stored_sh_degree(&model),
+        ModelFormat::Ply | ModelFormat::Spz => model.sh_degree,
+    };
     eprintln!(
-        "wrote {} ({} Gaussians, SH degree {}{})",
+        "wrote {} ({} Gaussians, SH degree {written_degree}{})",
         out.display(),
         model.len(),
-        if format == ModelFormat::Splat {
-            0
-        } else {
-            model.sh_degree
-        },
-        if format == ModelFormat::Splat && model.sh_degree > 0 {
-            " (.splat keeps the DC colour only)"
-        } else {
-            ""
+        match format {
+            _ if written_degree == model.sh_degree => "",
+            ModelFormat::Splat => "; .splat keeps the DC colour only",
+            _ => "; compressed PLY leaves out top SH bands whose coefficients are all within 4/255 of 0",
         }
     );
     Ok(())

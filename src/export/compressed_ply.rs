@@ -34,11 +34,13 @@
 //!   - `packed_color`: r g b in bits 24..32, 16..24, 8..16 (8 bits each, fractions of the chunk's
 //!     colour range) and opacity `sigmoid(logit)` in bits 0..8, absolute.
 //! - `sh` (SH degree 1–3 only), one row per Gaussian, `uchar f_rest_0 ..` (9, 24 or 45 of them:
-//!   the degree), in the standard 3DGS PLY order (channel-major: all R coefficients, then G,
+//!   the degree; ours leaves out top bands that are all within half a step of 0, see
+//!   [`stored_sh_degree`]), in the standard 3DGS PLY order (channel-major: all R coefficients, then G,
 //!   then B). The engine decodes a byte `q` as `q · 8/255 − 4` (CPU and shader alike), so we
 //!   write `round((v + 4) · 255/8)` clamped to 0..255 and read back exactly the engine's value.
-//!   (SuperSplat's writer truncates `256 · (v/8 + 0.5)` instead and splat-transform's reader
-//!   decodes `(q + 0.5)/32 − 4`: both within 1/64 of the engine's value.)
+//!   (SuperSplat's and splat-transform's writers truncate `256 · (v/8 + 0.5)` instead, which
+//!   the engine reads up to 1/32 off; splat-transform's reader decodes `(q + 0.5)/32 − 4`,
+//!   within 1/64 of the engine's value.)
 //!
 //! Positions, scales and rotations are the PLY's axes and stored values unchanged (no axis
 //! flip, unlike SPZ). A header comment carries [`super::ply::ANTIALIASED_COMMENT`] when the
@@ -57,7 +59,10 @@
 //! 0.5/255 after the sigmoid (logits are read back clamped half a level inside (0, 1), as for
 //! SPZ and `.splat`); each of the three stored quaternion components within `√2/(2·1023)` ≈
 //! 6.9e-4 of the normalised, sign-fixed quaternion, and the reconstructed largest one within
-//! three times that; SH coefficients within 4/255 ≈ 0.0157 when in [−4, 4], clamped beyond.
+//! three times that; SH coefficients within 4/255 ≈ 0.0157 when in [−4, 4], clamped beyond (and within
+//! the same 4/255 of 0 in a band left out). 0 itself is not a decodable value: a coefficient
+//! near 0 in a band that is kept comes back about ±4/255 off, which dominates what a round
+//! trip of a trained model loses (README: compressed PLY).
 //! Add float rounding (a few ulp of the chunk's bounds). The tests below assert these bounds.
 //!
 //! # Invariants
@@ -325,6 +330,31 @@ fn dequantize_sh(q: u8) -> f32 {
     q as f32 * (2.0 * SH_RANGE / 255.0) - SH_RANGE
 }
 
+/// The SH degree the writer stores for `g`: its own, less every top band whose coefficients
+/// all lie within half a quantisation step (4/255) of 0. The engine cannot decode 0 (its
+/// nearest values are ±4/255), so storing such a band adds an error of about 4/255 to each of
+/// its coefficients, while leaving it out loses at most as much, and usually far less (a band
+/// still at the 0 it started from, or barely trained).
+pub fn stored_sh_degree(g: &Gaussians) -> u32 {
+    let coeffs = sh_coeffs(g.sh_degree);
+    let half_step = SH_RANGE / 255.0;
+    let mut degree = g.sh_degree;
+    while degree > 0 {
+        let band = sh_coeffs(degree - 1)..sh_coeffs(degree);
+        let negligible = (0..g.len()).all(|i| {
+            g.sh[i * coeffs + band.start..i * coeffs + band.end]
+                .iter()
+                .flatten()
+                .all(|v| v.abs() <= half_step)
+        });
+        if !negligible {
+            break;
+        }
+        degree -= 1;
+    }
+    degree
+}
+
 /// Spreads the low 10 bits of `v` to every third bit.
 fn spread3(v: u32) -> u32 {
     let mut x = v & 0x3ff;
@@ -426,6 +456,8 @@ fn pack_vertex(g: &Gaussians, i: usize, row: &ChunkRow) -> [u32; 4] {
 struct Plan {
     order: Vec<u32>,
     chunks: Vec<ChunkRow>,
+    /// [`stored_sh_degree`].
+    sh_degree: u32,
 }
 
 /// Validates `g` for this format and plans its file.
@@ -457,13 +489,18 @@ fn plan(g: &Gaussians, path: &Path) -> Result<Plan, CompressedPlyError> {
         })?;
         chunks.push(row);
     }
-    Ok(Plan { order, chunks })
+    Ok(Plan {
+        order,
+        chunks,
+        sh_degree: stored_sh_degree(g),
+    })
 }
 
 /// Writes the file of `g` planned as `plan`.
 fn write_file(w: &mut impl Write, g: &Gaussians, plan: &Plan, info: ModelInfo) -> io::Result<()> {
     let n = g.len();
     let coeffs = sh_coeffs(g.sh_degree);
+    let kept = sh_coeffs(plan.sh_degree);
     let mut header = format!(
         "ply\nformat binary_little_endian 1.0\ncomment ramsplat {} (PlayCanvas compressed PLY)\n",
         env!("CARGO_PKG_VERSION")
@@ -479,9 +516,9 @@ fn write_file(w: &mut impl Write, g: &Gaussians, plan: &Plan, info: ModelInfo) -
     for p in VERTEX_PROPERTIES {
         header.push_str(&format!("property uint {p}\n"));
     }
-    if coeffs > 1 {
+    if kept > 1 {
         header.push_str(&format!("element sh {n}\n"));
-        for k in 0..3 * (coeffs - 1) {
+        for k in 0..3 * (kept - 1) {
             header.push_str(&format!("property uchar f_rest_{k}\n"));
         }
     }
@@ -499,10 +536,10 @@ fn write_file(w: &mut impl Write, g: &Gaussians, plan: &Plan, info: ModelInfo) -
             }
         }
     }
-    if coeffs > 1 {
-        let mut bytes = Vec::with_capacity(3 * (coeffs - 1));
+    if kept > 1 {
+        let mut bytes = Vec::with_capacity(3 * (kept - 1));
         for &i in &plan.order {
-            let sh = &g.sh[i as usize * coeffs..(i as usize + 1) * coeffs];
+            let sh = &g.sh[i as usize * coeffs..i as usize * coeffs + kept];
             bytes.clear();
             for c in 0..3 {
                 bytes.extend(sh[1..].iter().map(|coef| quantize_sh(coef[c])));
@@ -825,9 +862,11 @@ mod tests {
     /// Asserts `back` (file order) is `g` (model order) within the stated quantisation.
     fn assert_within_bounds(g: &Gaussians, back: &Gaussians) {
         assert_eq!(back.len(), g.len());
-        assert_eq!(back.sh_degree, g.sh_degree);
+        // Top bands within half a step of 0 are left out (their coefficients read as 0).
+        assert_eq!(back.sh_degree, stored_sh_degree(g));
         let order = morton_order(g);
         let coeffs = sh_coeffs(g.sh_degree);
+        let kept = sh_coeffs(back.sh_degree);
         let pos = extents(&order, |i| g.means[i]);
         let scale = extents(&order, |i| g.log_scales[i]);
         let col = extents(&order, |i| g.sh[i * coeffs].map(sh_dc_to_rgb));
@@ -855,14 +894,19 @@ mod tests {
                 let (lo, hi) = col[c];
                 let tol =
                     half_step(hi[a] - lo[a], 8, lo[a].abs().max(hi[a].abs())) / SH_C0 as f32 + 1e-6;
-                let d = (back.sh[j * coeffs][a] - g.sh[i * coeffs][a]).abs();
+                let d = (back.sh[j * kept][a] - g.sh[i * coeffs][a]).abs();
                 assert!(
                     d <= tol,
                     "Gaussian {i} DC {a}: off by {d} (tolerance {tol})"
                 );
                 for k in 1..coeffs {
                     let want = g.sh[i * coeffs + k][a];
-                    let d = (back.sh[j * coeffs + k][a] - want).abs();
+                    let got = if k < kept {
+                        back.sh[j * kept + k][a]
+                    } else {
+                        0.0
+                    };
+                    let d = (got - want).abs();
                     let tol = if want.abs() <= SH_RANGE {
                         SH_RANGE / 255.0 + 1e-6
                     } else {
@@ -1113,10 +1157,10 @@ mod tests {
         let back = decode(&encode(&g1).unwrap(), Path::new("m")).unwrap();
         assert_eq!(back.means, g1.means);
         assert_within_bounds(&g1, &back);
-        // An empty model is an empty file (no chunk rows).
+        // An empty model is an empty file (no chunk rows; no SH band holds anything).
         let g0 = Gaussians::empty(1);
         let back = decode(&encode(&g0).unwrap(), Path::new("m")).unwrap();
-        assert_eq!(back, g0);
+        assert_eq!(back, Gaussians::empty(0));
 
         let p = Path::new("bad.compressed.ply");
         let mut bad = model(10, 0, 5);
@@ -1159,6 +1203,45 @@ mod tests {
             "{e}"
         );
         assert!(!p.exists());
+    }
+
+    /// Top bands whose coefficients all lie within half a step of 0 are left out; one
+    /// coefficient beyond keeps its band (and those below).
+    #[test]
+    fn negligible_top_bands_are_left_out() {
+        let mut g = model(600, 3, 31);
+        let k = sh_coeffs(3);
+        let tiny = |i: usize, c: usize| 0.015 * (((i * 7 + c * 3) % 5) as f32 - 2.0) / 2.0;
+        for i in 0..g.len() {
+            for c in 4..k {
+                g.sh[i * k + c] = [0, 1, 2].map(|a| tiny(i + c, a));
+            }
+        }
+        assert_eq!(stored_sh_degree(&g), 1);
+        let bytes = encode(&g).unwrap();
+        let (header, _) = split(&bytes);
+        assert!(
+            header.contains("property uchar f_rest_8\nend_header"),
+            "{header}"
+        );
+        let back = decode(&bytes, Path::new("m")).unwrap();
+        assert_eq!(back.sh_degree, 1);
+        assert_within_bounds(&g, &back);
+        // Never-trained bands (all zeros) leave degree 0: no `sh` element.
+        let mut z = g.clone();
+        for i in 0..z.len() {
+            for c in 1..k {
+                z.sh[i * k + c] = [0.0; 3];
+            }
+        }
+        assert_eq!(stored_sh_degree(&z), 0);
+        assert!(!split(&encode(&z).unwrap()).0.contains("element sh"));
+        // One coefficient past half a step (in band 3, Gaussian 599, blue) keeps degree 3.
+        g.sh[599 * k + 15][2] = SH_RANGE / 255.0 + 1e-3;
+        assert_eq!(stored_sh_degree(&g), 3);
+        let back = decode(&encode(&g).unwrap(), Path::new("m")).unwrap();
+        assert_eq!(back.sh_degree, 3);
+        assert_within_bounds(&g, &back);
     }
 
     #[test]
