@@ -33,7 +33,7 @@
 //! | [`metrics`] | PSNR and SSIM |
 //! | [`eval`] | scoring renders against ground truth: the one rule set `gs-train --eval` and `gs-render` share |
 //! | [`plot`] | PNG line charts (training curves, the loader's speed/RAM curve) |
-//! | [`export`] | model files: 3DGS PLY, SPZ, `.splat`, 3DGS `cameras.json`; a pack as a nerfstudio or COLMAP folder (`gs-pack export`) |
+//! | [`export`] | model files: 3DGS PLY, SPZ, `.splat`, PlayCanvas compressed PLY, 3DGS `cameras.json`; a pack as a nerfstudio or COLMAP folder (`gs-pack export`) |
 //! | [`train`] | the 3DGS training step on two engines (the CPU's, and the device engine with the model resident on [`device`]), densification, Adam, loss, schedule, checkpoints, the run |
 //! | [`cli`] | shared command-line plumbing (progress, error chains, exit codes) |
 //! | [`fsutil`] | crash-safe writes: atomic file replacement, no-clobber directory install (the crate's only `rename`) |

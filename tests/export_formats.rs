@@ -1,13 +1,13 @@
 //! Model export formats end to end: `gs-train --export spz,splat` writes both beside the PLY,
-//! `gs-render --convert` converts between PLY, SPZ and `.splat`, and renders of the converted
-//! models match the PLY's within each format's quantisation (PSNR against the PLY's render,
-//! printed and bounded).
+//! `gs-render --convert` converts between PLY, SPZ, `.splat` and compressed PLY, and renders of
+//! the converted models match the PLY's within each format's quantisation (PSNR against the
+//! PLY's render, printed and bounded).
 
 use std::path::Path;
 use std::process::Command;
 
 use ramsplat::export::ply::{self, LoadOptions};
-use ramsplat::export::{splat, spz};
+use ramsplat::export::{compressed_ply, splat, spz};
 use ramsplat::render::{CpuRasterizer, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
@@ -142,6 +142,153 @@ fn spz_and_splat_export_round_trip_within_their_quantisation() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("m.obj"));
+}
+
+/// Every PNG `gs-render --pack` wrote into `dir`, by file name, as 8-bit RGB.
+fn pngs(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "png"))
+        .map(|p| {
+            let img = image::open(&p).unwrap().to_rgb8().into_raw();
+            (p.file_name().unwrap().to_string_lossy().into_owned(), img)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `gs-train --export compressed-ply` writes `point_cloud.compressed.ply` beside the PLY;
+/// `gs-render --convert OUT.compressed.ply` writes the same bytes (and `--convert-format
+/// compressed-ply` does under any name); `gs-render` renders the compressed model, and its
+/// renders of every view match the PLY's within the format's quantisation (PSNR printed and
+/// bounded); converting it back to PLY keeps what it holds exactly.
+#[test]
+fn compressed_ply_converts_and_renders_within_its_quantisation() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack_path = dir.path().join("tiny.pack");
+    write_demo_pack(
+        &pack_path,
+        &DemoScene {
+            views: 8,
+            width: 64,
+            height: 48,
+            truth_gaussians: 800,
+            sfm_points: 400,
+        },
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    run(
+        env!("CARGO_BIN_EXE_gs-train"),
+        &[
+            s(&pack_path),
+            "-o",
+            s(&out),
+            "--iterations",
+            "300",
+            "--sh-degree",
+            "3",
+            "--save-iterations",
+            "300",
+            "--ram-budget",
+            "512M",
+            "--export",
+            "compressed-ply",
+        ],
+    );
+    let base = out.join("point_cloud/iteration_300");
+    let ply_path = base.join("point_cloud.ply");
+    let trained = base.join("point_cloud.compressed.ply");
+    let model = ply::load(&ply_path, &LoadOptions::default()).unwrap();
+    let from_file = compressed_ply::load(&trained).unwrap();
+    assert_eq!(from_file.len(), model.len());
+    assert_eq!(model.sh_degree, 3);
+    // Bands still within half a step of 0 (not yet trained) are left out.
+    assert_eq!(
+        from_file.sh_degree,
+        compressed_ply::stored_sh_degree(&model)
+    );
+
+    let render = env!("CARGO_BIN_EXE_gs-render");
+    let converted = dir.path().join("M.Compressed.PLY");
+    run(render, &["--ply", s(&ply_path), "--convert", s(&converted)]);
+    assert_eq!(
+        std::fs::read(&converted).unwrap(),
+        std::fs::read(&trained).unwrap()
+    );
+    let named = dir.path().join("as-named.ply");
+    run(
+        render,
+        &[
+            "--ply",
+            s(&ply_path),
+            "--convert",
+            s(&named),
+            "--convert-format",
+            "compressed_ply",
+        ],
+    );
+    assert_eq!(
+        std::fs::read(&named).unwrap(),
+        std::fs::read(&trained).unwrap()
+    );
+
+    // Render every view from the PLY and from the compressed PLY with gs-render itself.
+    let ply_dir = dir.path().join("r-ply");
+    let cply_dir = dir.path().join("r-cply");
+    for (model_path, to) in [(&ply_path, &ply_dir), (&converted, &cply_dir)] {
+        run(
+            render,
+            &[
+                "--ply",
+                s(model_path),
+                "--pack",
+                s(&pack_path),
+                "--split",
+                "all",
+                "--backend",
+                "cpu",
+                "-o",
+                s(to),
+            ],
+        );
+    }
+    let (a, b) = (pngs(&ply_dir), pngs(&cply_dir));
+    assert_eq!(a.len(), 8);
+    assert_eq!(
+        a.iter().map(|x| &x.0).collect::<Vec<_>>(),
+        b.iter().map(|x| &x.0).collect::<Vec<_>>()
+    );
+    let mean = a
+        .iter()
+        .zip(&b)
+        .map(|((_, x), (_, y))| ramsplat::metrics::psnr_u8(y, x).unwrap().min(99.0))
+        .sum::<f64>()
+        / a.len() as f64;
+    let pack = Pack::open(&pack_path).unwrap();
+    // In process, both at the file's degree (the rasterizer needs the model to hold it).
+    let in_process = psnr_against(&pack, &model, &from_file, from_file.sh_degree);
+    eprintln!(
+        "{} Gaussians: compressed PLY ({} bytes; the PLY {}) renders (gs-render, PNG) at \
+         {mean:.1} dB PSNR against the PLY's (SH 3; the file keeps degree {}); in process \
+         {in_process:.1} dB",
+        model.len(),
+        std::fs::metadata(&converted).unwrap().len(),
+        std::fs::metadata(&ply_path).unwrap().len(),
+        from_file.sh_degree
+    );
+    assert!(mean > 40.0, "compressed PLY: {mean} dB");
+    assert!(in_process > 40.0, "compressed PLY: {in_process} dB");
+
+    // Back to PLY: what the compressed file holds, exactly.
+    let back = dir.path().join("back.ply");
+    run(render, &["--ply", s(&converted), "--convert", s(&back)]);
+    assert_eq!(
+        ply::load(&back, &LoadOptions::default()).unwrap(),
+        from_file
+    );
 }
 
 /// `gs-train --init model.ply`: the model a short run saved, re-loaded, is what the new run's

@@ -8,16 +8,19 @@
 //!           [--exposure exposure.json] [--half left|right]
 //! gs-render --ply MODEL.ply --cameras cameras.json -o DIR [same options] [--exposure exposure.json]
 //! gs-render --ply MODEL.ply (--pack PACK [--split ...] | --cameras cameras.json) --trajectory N -o DIR
-//! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply
+//! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply|OUT.compressed.ply
+//!           [--convert-format ply|spz|splat|compressed-ply]
 //! ```
 //!
-//! The model may be a 3DGS PLY, an SPZ or a `.splat` file (chosen by extension). A model
+//! The model may be a 3DGS PLY, an SPZ, a `.splat` or a PlayCanvas compressed PLY
+//! (`.compressed.ply`) file (chosen by its name). A model
 //! trained with antialiased rasterization says so (PLY header comment, SPZ flag) and is
 //! rendered that way; `--rasterize-mode` overrides what the file says (and with `--convert`,
 //! sets what the converted file says: a gsplat model trained with `--antialiased` can be
 //! marked so).
-//! `--convert` writes it in the format OUT's extension names (`ramsplat::export::spz`,
-//! `ramsplat::export::splat`: SPZ keeps every SH degree, quantised; `.splat` keeps degree 0).
+//! `--convert` writes it in the format OUT's name selects, or `--convert-format` names
+//! (`ramsplat::export::spz`, `ramsplat::export::splat`, `ramsplat::export::compressed_ply`: SPZ
+//! and compressed PLY keep every SH degree, quantised; `.splat` keeps degree 0).
 //!
 //! Camera JSON: `{"width","height","fx","fy","cx","cy","world_to_camera": 4×4 row-major}`,
 //! OpenCV axes (x right, y down, z forward), world-to-camera `R·p + t`, pixel centres at +0.5
@@ -144,7 +147,8 @@ enum SplitArg {
     after_help = "Exit codes: 0 success, 1 failure, 2 invalid command line, 3 backend not available."
 )]
 struct Args {
-    /// The model: a 3DGS PLY holding stored (pre-activation) values, or an .spz / .splat.
+    /// The model: a 3DGS PLY holding stored (pre-activation) values, or an .spz / .splat /
+    /// .compressed.ply.
     #[arg(long, value_name = "MODEL.ply")]
     ply: PathBuf,
     /// Render one view from this camera JSON ({"width","height","fx","fy","cx","cy",
@@ -158,9 +162,14 @@ struct Args {
     /// position, rotation (camera-to-world), fx, fy}) into DIR/<img_name>.png; -o is DIR.
     #[arg(long, value_name = "cameras.json")]
     cameras: Option<PathBuf>,
-    /// Convert the model to OUT.spz, OUT.splat or OUT.ply (by extension) and render nothing.
+    /// Convert the model to OUT.spz, OUT.splat, OUT.compressed.ply or OUT.ply (by its name)
+    /// and render nothing.
     #[arg(long, value_name = "OUT.spz")]
     convert: Option<PathBuf>,
+    /// With --convert: write this format whatever OUT is called (ply, spz, splat,
+    /// compressed-ply).
+    #[arg(long, value_name = "FORMAT", requires = "convert", value_parser = parse_model_format)]
+    convert_format: Option<ModelFormat>,
     /// Which views of the pack to render (or, with --trajectory, to fly through).
     #[arg(long, value_enum, default_value = "test", requires = "pack")]
     split: SplitArg,
@@ -901,9 +910,10 @@ fn render_pack(
 }
 
 fn convert(args: &Args, out: &Path) -> Result<()> {
-    let Some(format) = ModelFormat::from_path(out) else {
+    let Some(format) = args.convert_format.or_else(|| ModelFormat::from_path(out)) else {
         bail!(
-            "{}: --convert needs an output ending in .spz, .splat or .ply",
+            "{}: --convert needs an output ending in .spz, .splat, .compressed.ply or .ply (or \
+             --convert-format)",
             out.display()
         );
     };
@@ -919,22 +929,27 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
             out.display()
         );
     }
+    let written_degree = match format {
+        ModelFormat::Splat => 0,
+        ModelFormat::CompressedPly => ramsplat::export::compressed_ply::stored_sh_degree(&model),
+        ModelFormat::Ply | ModelFormat::Spz => model.sh_degree,
+    };
     eprintln!(
-        "wrote {} ({} Gaussians, SH degree {}{})",
+        "wrote {} ({} Gaussians, SH degree {written_degree}{})",
         out.display(),
         model.len(),
-        if format == ModelFormat::Splat {
-            0
-        } else {
-            model.sh_degree
-        },
-        if format == ModelFormat::Splat && model.sh_degree > 0 {
-            " (.splat keeps the DC colour only)"
-        } else {
-            ""
+        match format {
+            _ if written_degree == model.sh_degree => "",
+            ModelFormat::Splat => "; .splat keeps the DC colour only",
+            _ => "; compressed PLY leaves out top SH bands whose coefficients are all within 4/255 of 0",
         }
     );
     Ok(())
+}
+
+fn parse_model_format(s: &str) -> Result<ModelFormat, String> {
+    ModelFormat::from_name(s)
+        .ok_or_else(|| format!("{s:?} is not a model format (ply, spz, splat, compressed-ply)"))
 }
 
 /// Reads an `exposure.json` (see `ramsplat::train::exposure`).

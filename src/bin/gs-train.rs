@@ -7,7 +7,7 @@
 //!          [--eval] [--resume [--extend] | --init MODEL] [--seed S] [--sh-degree 3] [--test-iterations N...]
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
 //!          [--overwrite] [--max-gaussians N] [--random-background | --white-background] [--workers N] [--prefetch N]
-//!          [--export spz,splat] [--dry-run] [--strategy default|mcmc]
+//!          [--export spz,splat,compressed-ply] [--dry-run] [--strategy default|mcmc]
 //!          [3DGS's optimisation parameters: --position-lr-init LR … --densify-until-iter N]
 //! gs-train --demo [-o OUT] [the options above but PACK and --dry-run]
 //! ```
@@ -101,7 +101,7 @@ struct Args {
     /// optimizer state, RNG and loader position continue exactly.
     #[arg(long, requires = "resume")]
     extend: bool,
-    /// Start from this 3DGS model (.ply, .spz or .splat; stored pre-activation values, an
+    /// Start from this 3DGS model (.ply, .spz, .splat or .compressed.ply; stored pre-activation values, an
     /// activated PLY is refused) instead of the pack's points: fine-tune or continue another
     /// run. --max-gaussians subsamples it (stratified, seeded); --sh-degree converts it (extra
     /// bands dropped, missing bands start at 0); the SH schedule starts at its degree.
@@ -117,9 +117,10 @@ struct Args {
     /// Save point_cloud/iteration_N/point_cloud.ply at these iterations (the last always).
     #[arg(long, alias = "save_iterations", num_args = 1.., value_name = "N", default_values_t = [7_000u64, 30_000])]
     save_iterations: Vec<u64>,
-    /// Also write the model as SPZ and/or .splat beside each saved PLY
-    /// (point_cloud/iteration_N/point_cloud.spz, .splat; .splat keeps SH degree 0 only).
-    #[arg(long, value_delimiter = ',', value_name = "spz,splat", value_parser = parse_format)]
+    /// Also write the model as SPZ, .splat and/or PlayCanvas compressed PLY beside each saved
+    /// PLY (point_cloud/iteration_N/point_cloud.spz, .splat, .compressed.ply; .splat keeps SH
+    /// degree 0 only; compressed-ply may also be spelled compressed_ply).
+    #[arg(long, value_delimiter = ',', value_name = "spz,splat,compressed-ply", value_parser = parse_format)]
     export: Vec<ModelFormat>,
     /// Write a checkpoint at these iterations (the last, and Ctrl-C, always).
     #[arg(long, alias = "checkpoint_iterations", num_args = 1.., value_name = "N")]
@@ -475,7 +476,7 @@ fn parse_screen_radius(s: &str) -> Result<ScreenRadius, String> {
 
 fn parse_format(s: &str) -> Result<ModelFormat, String> {
     ModelFormat::from_name(s)
-        .ok_or_else(|| format!("{s:?} is not a model format (spz, splat, ply)"))
+        .ok_or_else(|| format!("{s:?} is not a model format (spz, splat, compressed-ply, ply)"))
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {

@@ -3,18 +3,19 @@
 //! (`gs-pack export`) for other trainers.
 //!
 //! Owns [`cameras_json`], the 3DGS `cameras.json` camera list, [`cfg_args`], 3DGS's record of
-//! a run's dataset and loading options, [`spz`] and [`splat`] (the
+//! a run's dataset and loading options, [`spz`], [`splat`] and [`compressed_ply`] (the
 //! compressed and web-viewer model formats, read and written), and [`ply`], the standard 3D Gaussian Splatting PLY layout (the format every 3DGS viewer and
 //! the original implementation read and write), in both directions: saving a
 //! [`crate::scene::gaussians::Gaussians`] and loading one back for `gs-render`, evaluation and
 //! resuming.
 //!
 //! Besides the Gaussians, a model file may say how it is meant to be rendered ([`ModelInfo`]:
-//! antialiased or classic); PLY (a header comment) and SPZ (its header's antialiased flag)
-//! carry it, `.splat` cannot.
+//! antialiased or classic); PLY and compressed PLY (a header comment) and SPZ (its header's
+//! antialiased flag) carry it, `.splat` cannot.
 //!
-//! Invariants: files hold *stored* (pre-activation) values exactly as [`Gaussians`] does, so a
-//! save/load round trip is bit-exact; a file is written under a temporary name and renamed into
+//! Invariants: PLY files hold *stored* (pre-activation) values exactly as [`Gaussians`] does,
+//! so a PLY save/load round trip is bit-exact (the other formats quantise, each within the
+//! bounds its module states); a file is written under a temporary name and renamed into
 //! place, so a reader never sees a half-written model; loading parses the file with the crate's
 //! one PLY parser ([`crate::import::ply`]) and looks properties up by name.
 //!
@@ -23,6 +24,7 @@
 pub mod cameras_json;
 pub mod cfg_args;
 pub mod colmap;
+pub mod compressed_ply;
 pub mod nerfstudio;
 pub mod ply;
 pub mod splat;
@@ -38,30 +40,45 @@ pub enum ModelFormat {
     Ply,
     Spz,
     Splat,
+    /// PlayCanvas/SuperSplat's compressed PLY (`*.compressed.ply`).
+    CompressedPly,
 }
 
 impl ModelFormat {
-    /// The format a file name's extension selects (`.ply`, `.spz`, `.splat`).
+    /// The format a file name selects, case-insensitively: a name ending in
+    /// `.compressed.ply` is [`ModelFormat::CompressedPly`] (checked before the plain `.ply`
+    /// rule), otherwise the extension `.ply`, `.spz` or `.splat`.
     pub fn from_path(path: &Path) -> Option<ModelFormat> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        if name.len() > ".compressed.ply".len() && name.ends_with(".compressed.ply") {
+            return Some(ModelFormat::CompressedPly);
+        }
         let ext = path.extension()?.to_str()?.to_ascii_lowercase();
-        ModelFormat::from_name(&ext)
+        match ext.as_str() {
+            "ply" | "spz" | "splat" => ModelFormat::from_name(&ext),
+            _ => None,
+        }
     }
 
-    /// `ply`, `spz` or `splat`.
+    /// `ply`, `spz`, `splat` or `compressed-ply` (also `compressed_ply`).
     pub fn from_name(name: &str) -> Option<ModelFormat> {
         match name {
             "ply" => Some(ModelFormat::Ply),
             "spz" => Some(ModelFormat::Spz),
             "splat" => Some(ModelFormat::Splat),
+            "compressed-ply" | "compressed_ply" => Some(ModelFormat::CompressedPly),
             _ => None,
         }
     }
 
+    /// What follows the stem in a file of this format (`compressed.ply` for compressed PLY,
+    /// so `Path::with_extension` gives `point_cloud.compressed.ply`).
     pub fn extension(self) -> &'static str {
         match self {
             ModelFormat::Ply => "ply",
             ModelFormat::Spz => "spz",
             ModelFormat::Splat => "splat",
+            ModelFormat::CompressedPly => "compressed.ply",
         }
     }
 }
@@ -75,30 +92,53 @@ pub enum ModelIoError {
     Spz(#[from] spz::SpzError),
     #[error(transparent)]
     Splat(#[from] splat::SplatError),
-    #[error("{}: unknown model format (expected .ply, .spz or .splat)", path.display())]
+    /// Boxed: its record-naming variants are larger than the others.
+    #[error(transparent)]
+    CompressedPly(Box<compressed_ply::CompressedPlyError>),
+    #[error(
+        "{}: unknown model format (expected .ply, .spz, .splat or .compressed.ply)",
+        path.display()
+    )]
     UnknownFormat { path: std::path::PathBuf },
+}
+
+impl From<compressed_ply::CompressedPlyError> for ModelIoError {
+    fn from(e: compressed_ply::CompressedPlyError) -> Self {
+        ModelIoError::CompressedPly(Box::new(e))
+    }
 }
 
 /// How a model is meant to be rendered, as far as its file says.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ModelInfo {
     /// Trained with antialiased rasterization ([`crate::render::RenderOptions::antialiased`]):
-    /// rendering it classic shows its small splats too bright and too wide. PLY: a header comment
-    /// `rasterize_mode antialiased` ([`ply::ANTIALIASED_COMMENT`]); SPZ: header flag `0x1`;
+    /// rendering it classic shows its small splats too bright and too wide. PLY and compressed
+    /// PLY: a header comment `rasterize_mode antialiased` ([`ply::ANTIALIASED_COMMENT`]); SPZ:
+    /// header flag `0x1`;
     /// `.splat` has no room for it (always `false` when read).
     pub antialiased: bool,
 }
 
-/// Loads a model in the format its extension names (PLY with `ply_options`), with what the
-/// file says about rendering it.
+/// Loads a model in the format its name selects ([`ModelFormat::from_path`]; PLY with
+/// `ply_options`, and a `.ply` whose header is a compressed PLY's as one), with what the file
+/// says about rendering it.
 pub fn load_model(
     path: &Path,
     ply_options: &ply::LoadOptions,
 ) -> Result<(Gaussians, ModelInfo), ModelIoError> {
     match ModelFormat::from_path(path) {
-        Some(ModelFormat::Ply) => Ok(ply::load_with_info(path, ply_options)?),
+        // A compressed PLY saved under a plain `.ply` name is recognised by its header.
+        Some(ModelFormat::Ply) => match ply::load_with_info(path, ply_options) {
+            Err(ply::GaussianPlyError::MissingProperty { .. })
+                if compressed_ply::is_compressed_ply(path) =>
+            {
+                Ok(compressed_ply::load_with_info(path)?)
+            }
+            r => Ok(r?),
+        },
         Some(ModelFormat::Spz) => Ok(spz::load_with_info(path)?),
         Some(ModelFormat::Splat) => Ok((splat::load(path)?, ModelInfo::default())),
+        Some(ModelFormat::CompressedPly) => Ok(compressed_ply::load_with_info(path)?),
         None => Err(ModelIoError::UnknownFormat {
             path: path.to_owned(),
         }),
@@ -122,6 +162,7 @@ pub fn save_model(
         )?),
         ModelFormat::Spz => Ok(spz::save_with_info(path, g, info)?),
         ModelFormat::Splat => Ok(splat::save(path, g)?),
+        ModelFormat::CompressedPly => Ok(compressed_ply::save_with_info(path, g, info)?),
     }
 }
 

@@ -237,6 +237,15 @@ pub fn write_point_row(w: &mut impl Write, xyz: [f32; 3], rgb: [u8; 3]) -> io::R
 pub const ANTIALIASED_COMMENT: &str =
     "rasterize_mode antialiased (render with the Mip-Splatting 2D filter, as gsplat's rasterize_mode=\"antialiased\")";
 
+/// Whether a header's comments carry [`ANTIALIASED_COMMENT`] (its first two words).
+pub(crate) fn says_antialiased(comments: &[String]) -> bool {
+    let marker: Vec<&str> = ANTIALIASED_COMMENT.split_whitespace().take(2).collect();
+    comments.iter().any(|c| {
+        let words: Vec<&str> = c.split_whitespace().take(2).collect();
+        words == marker
+    })
+}
+
 /// Writes `g` as a 3DGS PLY to `w`. `g` must pass validation (see [`save`]).
 fn write_ply<W: Write>(
     w: &mut W,
@@ -398,12 +407,8 @@ pub fn load_with_info(
     options: &LoadOptions,
 ) -> Result<(Gaussians, ModelInfo), GaussianPlyError> {
     let mut reader = crate::import::ply::PlyReader::open(path)?;
-    let marker: Vec<&str> = ANTIALIASED_COMMENT.split_whitespace().take(2).collect();
     let info = ModelInfo {
-        antialiased: reader.header().comments.iter().any(|c| {
-            let words: Vec<&str> = c.split_whitespace().take(2).collect();
-            words == marker
-        }),
+        antialiased: says_antialiased(&reader.header().comments),
     };
     if reader.header().element("vertex").is_none() {
         return Err(GaussianPlyError::NoVertexElement {
