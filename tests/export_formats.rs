@@ -3,7 +3,7 @@
 //! the converted models match the PLY's within each format's quantisation (PSNR against the
 //! PLY's render, printed and bounded).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ramsplat::export::ply::{self, LoadOptions};
@@ -24,6 +24,44 @@ fn run(bin: &str, args: &[&str]) {
         "{bin} {args:?}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// Trains a tiny demo pack of `views` views in `dir` (300 iterations, SH degree 3) with
+/// `--export EXPORT`; returns the pack and the folder of the saved model
+/// (`out/point_cloud/iteration_300`).
+fn train_tiny(dir: &Path, views: usize, export: &str) -> (PathBuf, PathBuf) {
+    let pack_path = dir.join("tiny.pack");
+    write_demo_pack(
+        &pack_path,
+        &DemoScene {
+            views,
+            width: 64,
+            height: 48,
+            truth_gaussians: 800,
+            sfm_points: 400,
+        },
+    )
+    .unwrap();
+    let out = dir.join("out");
+    run(
+        env!("CARGO_BIN_EXE_gs-train"),
+        &[
+            s(&pack_path),
+            "-o",
+            s(&out),
+            "--iterations",
+            "300",
+            "--sh-degree",
+            "3",
+            "--save-iterations",
+            "300",
+            "--ram-budget",
+            "512M",
+            "--export",
+            export,
+        ],
+    );
+    (pack_path, out.join("point_cloud/iteration_300"))
 }
 
 /// Mean PSNR (8-bit) of `g`'s renders against `reference`'s over every view of the pack.
@@ -56,38 +94,8 @@ fn psnr_against(pack: &Pack, reference: &Gaussians, g: &Gaussians, sh_degree: u3
 #[test]
 fn spz_and_splat_export_round_trip_within_their_quantisation() {
     let dir = tempfile::tempdir().unwrap();
-    let pack_path = dir.path().join("tiny.pack");
-    write_demo_pack(
-        &pack_path,
-        &DemoScene {
-            views: 12,
-            width: 64,
-            height: 48,
-            truth_gaussians: 800,
-            sfm_points: 400,
-        },
-    )
-    .unwrap();
-    let out = dir.path().join("out");
-    run(
-        env!("CARGO_BIN_EXE_gs-train"),
-        &[
-            s(&pack_path),
-            "-o",
-            s(&out),
-            "--iterations",
-            "300",
-            "--sh-degree",
-            "3",
-            "--save-iterations",
-            "300",
-            "--ram-budget",
-            "512M",
-            "--export",
-            "spz,splat",
-        ],
-    );
-    let base = out.join("point_cloud/iteration_300/point_cloud");
+    let (pack_path, saved) = train_tiny(dir.path(), 12, "spz,splat");
+    let base = saved.join("point_cloud");
     let model = ply::load(&base.with_extension("ply"), &LoadOptions::default()).unwrap();
     let from_spz = spz::load(&base.with_extension("spz")).unwrap();
     let from_splat = splat::load(&base.with_extension("splat")).unwrap();
@@ -167,38 +175,7 @@ fn pngs(dir: &Path) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn compressed_ply_converts_and_renders_within_its_quantisation() {
     let dir = tempfile::tempdir().unwrap();
-    let pack_path = dir.path().join("tiny.pack");
-    write_demo_pack(
-        &pack_path,
-        &DemoScene {
-            views: 8,
-            width: 64,
-            height: 48,
-            truth_gaussians: 800,
-            sfm_points: 400,
-        },
-    )
-    .unwrap();
-    let out = dir.path().join("out");
-    run(
-        env!("CARGO_BIN_EXE_gs-train"),
-        &[
-            s(&pack_path),
-            "-o",
-            s(&out),
-            "--iterations",
-            "300",
-            "--sh-degree",
-            "3",
-            "--save-iterations",
-            "300",
-            "--ram-budget",
-            "512M",
-            "--export",
-            "compressed-ply",
-        ],
-    );
-    let base = out.join("point_cloud/iteration_300");
+    let (pack_path, base) = train_tiny(dir.path(), 8, "compressed-ply");
     let ply_path = base.join("point_cloud.ply");
     let trained = base.join("point_cloud.compressed.ply");
     let model = ply::load(&ply_path, &LoadOptions::default()).unwrap();

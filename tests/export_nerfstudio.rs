@@ -32,6 +32,24 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `gs-pack convert` of an exported folder into `back`, keeping its pixels as they are (raw,
+/// no resize) and reading its depth maps.
+fn convert_back(folder: &Path, back: &Path) -> Pack {
+    ok(&gs_pack(&[
+        "convert",
+        s(folder),
+        "-o",
+        s(back),
+        "--codec",
+        "raw",
+        "--max-width",
+        "0",
+        "--depths",
+        "depths",
+    ]));
+    Pack::open(back).unwrap()
+}
+
 /// View names as datasets spell them: folders, spaces, a climb out of the folder, names equal
 /// after the export's sanitising rule.
 const NAMES: [&str; 8] = [
@@ -244,20 +262,8 @@ fn a_pack_round_trips_through_the_nerfstudio_folder() {
     assert_eq!(params.len(), 4);
     assert_eq!(std::fs::read_dir(folder.join("depths")).unwrap().count(), 4);
 
-    let back = dir.path().join("back.pack");
-    ok(&gs_pack(&[
-        "convert",
-        s(&folder),
-        "-o",
-        s(&back),
-        "--codec",
-        "raw",
-        "--max-width",
-        "0",
-        "--depths",
-        "depths",
-    ]));
-    let (a, b) = (Pack::open(&src).unwrap(), Pack::open(&back).unwrap());
+    let b = convert_back(&folder, &dir.path().join("back.pack"));
+    let a = Pack::open(&src).unwrap();
     // The exported file of each original view, by the export's naming rule.
     let stems = stems_of(&a);
     assert_same_views(&a, &b, |i| format!("images/{}.png", stems[i]), true);
@@ -318,20 +324,7 @@ fn a_pack_round_trips_through_the_colmap_folder() {
         .collect();
     assert_eq!(test, want_test);
 
-    let back = dir.path().join("back.pack");
-    ok(&gs_pack(&[
-        "convert",
-        s(&folder),
-        "-o",
-        s(&back),
-        "--codec",
-        "raw",
-        "--max-width",
-        "0",
-        "--depths",
-        "depths",
-    ]));
-    let b = Pack::open(&back).unwrap();
+    let b = convert_back(&folder, &dir.path().join("back.pack"));
     // The split comes back by the importer's own rule (see test.txt above).
     assert_same_views(&a, &b, |i| format!("{}.png", stems[i]), false);
     let mb = b.manifest();
@@ -390,20 +383,7 @@ fn centring_crops_every_plane_around_the_principal_point() {
         assert!(text.contains("8 views cropped"), "{text}");
         assert!(text.contains("now lie up to 0.20 px off"), "{text}");
         assert!(!text.contains("--centre-principal-point crops"), "{text}");
-        let back = dir.path().join(format!("{format}.pack"));
-        ok(&gs_pack(&[
-            "convert",
-            s(&folder),
-            "-o",
-            s(&back),
-            "--codec",
-            "raw",
-            "--max-width",
-            "0",
-            "--depths",
-            "depths",
-        ]));
-        let b = Pack::open(&back).unwrap();
+        let b = convert_back(&folder, &dir.path().join(format!("{format}.pack")));
         let mb = b.manifest();
         assert_eq!(mb.views.len(), ma.views.len());
         for (i, va) in ma.views.iter().enumerate() {

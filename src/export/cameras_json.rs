@@ -93,6 +93,14 @@ impl CameraEntry {
             .abs()
             .max((k.cy - camera.height as f64 / 2.0).abs())
     }
+
+    /// The largest [`Self::principal_point_offset`] of `cameras` (0 for none).
+    pub fn max_principal_point_offset(cameras: &[Camera]) -> f64 {
+        cameras
+            .iter()
+            .map(Self::principal_point_offset)
+            .fold(0.0, f64::max)
+    }
 }
 
 /// Parses a `cameras.json` into its entries and their validated cameras.

@@ -36,6 +36,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
+use super::cameras_json::CameraEntry;
 use super::nerfstudio::ExportError;
 use crate::dataset::Split;
 use crate::import::colmap::{write_model, ColmapCamera, ColmapImage, ColmapPoint, Encoding};
@@ -77,15 +78,11 @@ pub fn write_sparse(
     };
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     let mut cameras: Vec<ColmapCamera> = Vec::new();
-    let mut max_offset: f64 = 0.0;
     let mut images = Vec::with_capacity(m.views.len());
     for (i, (camera, stem)) in cameras_of_views.iter().zip(stems).enumerate() {
         let k = camera.intrinsics;
         let params = vec![k.fx, k.fy, k.cx, k.cy];
         let (w, h) = (camera.width as u64, camera.height as u64);
-        max_offset = max_offset
-            .max((k.cx - w as f64 / 2.0).abs())
-            .max((k.cy - h as f64 / 2.0).abs());
         let id = match cameras
             .iter()
             .find(|c| (c.width, c.height, &c.params) == (w, h, &params))
@@ -167,7 +164,7 @@ pub fn write_sparse(
     Ok(ColmapReport {
         cameras: cameras.len(),
         every_8th_matches: every_8th == pack_test,
-        max_principal_offset_px: max_offset,
+        max_principal_offset_px: CameraEntry::max_principal_point_offset(cameras_of_views),
     })
 }
 

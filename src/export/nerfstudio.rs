@@ -214,7 +214,7 @@ impl CentringReport {
         let mut r = CentringReport {
             cropped_views: 0,
             least_kept: 1.0,
-            max_offset_px: 0.0,
+            max_offset_px: super::cameras_json::CameraEntry::max_principal_point_offset(cameras),
         };
         for (v, c) in m.views.iter().zip(cameras) {
             let area = |c: &Camera| c.width as f64 * c.height as f64;
@@ -222,11 +222,6 @@ impl CentringReport {
                 r.cropped_views += 1;
                 r.least_kept = r.least_kept.min(area(c) / area(&v.camera));
             }
-            let k = c.intrinsics;
-            r.max_offset_px = r
-                .max_offset_px
-                .max((k.cx - c.width as f64 / 2.0).abs())
-                .max((k.cy - c.height as f64 / 2.0).abs());
         }
         r
     }

@@ -692,10 +692,7 @@ fn write_cameras_json(
         .enumerate()
         .map(|(i, (v, c))| CameraEntry::from_camera(i as u64, &cameras_json::img_name(&v.name), c))
         .collect();
-    let off = cameras
-        .iter()
-        .map(CameraEntry::principal_point_offset)
-        .fold(0.0f64, f64::max);
+    let off = CameraEntry::max_principal_point_offset(cameras);
     if off > 0.5 {
         on_event(Event::Line(format!(
             "cameras.json: the format assumes a centred principal point; the pack's is up to \
