@@ -17,19 +17,21 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-fn run(bin: &str, args: &[&str]) {
+/// Runs `bin` and asserts success; returns what it printed (stdout, then stderr).
+fn run(bin: &str, args: &[&str]) -> String {
     let o = Command::new(bin).args(args).output().unwrap();
     assert!(
         o.status.success(),
         "{bin} {args:?}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
 /// Trains a tiny demo pack of `views` views in `dir` (300 iterations, SH degree 3) with
-/// `--export EXPORT`; returns the pack and the folder of the saved model
-/// (`out/point_cloud/iteration_300`).
-fn train_tiny(dir: &Path, views: usize, export: &str) -> (PathBuf, PathBuf) {
+/// `--export EXPORT`; returns the pack, the folder of the saved model
+/// (`out/point_cloud/iteration_300`) and what gs-train printed.
+fn train_tiny(dir: &Path, views: usize, export: &str) -> (PathBuf, PathBuf, String) {
     let pack_path = dir.join("tiny.pack");
     write_demo_pack(
         &pack_path,
@@ -43,7 +45,7 @@ fn train_tiny(dir: &Path, views: usize, export: &str) -> (PathBuf, PathBuf) {
     )
     .unwrap();
     let out = dir.join("out");
-    run(
+    let printed = run(
         env!("CARGO_BIN_EXE_gs-train"),
         &[
             s(&pack_path),
@@ -61,7 +63,7 @@ fn train_tiny(dir: &Path, views: usize, export: &str) -> (PathBuf, PathBuf) {
             export,
         ],
     );
-    (pack_path, out.join("point_cloud/iteration_300"))
+    (pack_path, out.join("point_cloud/iteration_300"), printed)
 }
 
 /// Mean PSNR (8-bit) of `g`'s renders against `reference`'s over every view of the pack.
@@ -94,7 +96,7 @@ fn psnr_against(pack: &Pack, reference: &Gaussians, g: &Gaussians, sh_degree: u3
 #[test]
 fn spz_and_splat_export_round_trip_within_their_quantisation() {
     let dir = tempfile::tempdir().unwrap();
-    let (pack_path, saved) = train_tiny(dir.path(), 12, "spz,splat");
+    let (pack_path, saved, _) = train_tiny(dir.path(), 12, "spz,splat");
     let base = saved.join("point_cloud");
     let model = ply::load(&base.with_extension("ply"), &LoadOptions::default()).unwrap();
     let from_spz = spz::load(&base.with_extension("spz")).unwrap();
@@ -175,18 +177,20 @@ fn pngs(dir: &Path) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn compressed_ply_converts_and_renders_within_its_quantisation() {
     let dir = tempfile::tempdir().unwrap();
-    let (pack_path, base) = train_tiny(dir.path(), 8, "compressed-ply");
+    let (pack_path, base, printed) = train_tiny(dir.path(), 8, "compressed-ply");
     let ply_path = base.join("point_cloud.ply");
     let trained = base.join("point_cloud.compressed.ply");
     let model = ply::load(&ply_path, &LoadOptions::default()).unwrap();
     let from_file = compressed_ply::load(&trained).unwrap();
     assert_eq!(from_file.len(), model.len());
     assert_eq!(model.sh_degree, 3);
-    // Bands still within half a step of 0 (not yet trained) are left out.
-    assert_eq!(
-        from_file.sh_degree,
-        compressed_ply::stored_sh_degree(&model)
-    );
+    // Bands still within half a step of 0 (not yet trained) are left out, and gs-train says
+    // so (300 iterations train no band above 0).
+    let stored = compressed_ply::stored_sh_degree(&model);
+    assert_eq!(from_file.sh_degree, stored);
+    assert!(stored < 3);
+    let said = format!("SH degree {stored} of the model's 3");
+    assert!(printed.contains(&said), "no {said:?} in:\n{printed}");
 
     let render = env!("CARGO_BIN_EXE_gs-render");
     let converted = dir.path().join("M.Compressed.PLY");

@@ -634,12 +634,15 @@ struct SavedViews<'a> {
 
 /// Saves the model of `iteration` (PLY, and the `export` formats) and, with exposure
 /// compensation, `OUT/exposure.json` (the matrices of `exposure_names[slot]`) beside it.
+/// An export that stores less than the model (a compressed PLY leaving out top SH bands that
+/// are all but zero) is said through `on_event`.
 fn save_ply(
     out: &Path,
     trainer: &mut Trainer,
     iteration: u64,
     export: &[ModelFormat],
     views: &SavedViews<'_>,
+    on_event: &mut dyn FnMut(Event),
 ) -> Result<String, RunError> {
     if trainer.config().exposure.is_some() {
         let text = super::exposure::to_json(views.exposure_names, trainer.exposures());
@@ -672,7 +675,20 @@ fn save_ply(
     let g = trainer.gaussians()?;
     gply::save_with_info(&path, g, PlyEncoding::BinaryLittleEndian, info)?;
     for &f in export.iter().filter(|&&f| f != ModelFormat::Ply) {
-        save_model(&path.with_extension(f.extension()), g, f, info)?;
+        let file = path.with_extension(f.extension());
+        save_model(&file, g, f, info)?;
+        if f == ModelFormat::CompressedPly {
+            let stored = crate::export::compressed_ply::stored_sh_degree(g);
+            if stored < g.sh_degree {
+                on_event(Event::Line(format!(
+                    "{}: SH degree {stored} of the model's {} (compressed PLY leaves out top \
+                     bands whose coefficients are all within 4/255 of 0; the PLY beside it \
+                     keeps every band)",
+                    file.display(),
+                    g.sh_degree
+                )));
+            }
+        }
     }
     Ok(rel)
 }
@@ -1794,6 +1810,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 next,
                 &opts.export,
                 &saved_views,
+                on_event,
             )?);
         }
         if opts.eval && opts.test_iterations.contains(&next) {
@@ -1873,7 +1890,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         .collect()
                 };
                 for n in due(&opts.save_iterations) {
-                    point_clouds.push(save_ply(&opts.out, t, n, &opts.export, &saved_views)?);
+                    point_clouds.push(save_ply(
+                        &opts.out,
+                        t,
+                        n,
+                        &opts.export,
+                        &saved_views,
+                        on_event,
+                    )?);
                 }
                 let periodic =
                     opts.checkpoint_every > 0 && it.is_multiple_of(opts.checkpoint_every);
@@ -1967,7 +1991,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             if let Err(e) = save(&mut trainer) {
                 return Err(keep(e, &mut trainer, false));
             }
-            match save_ply(&opts.out, &mut trainer, it, &opts.export, &saved_views) {
+            match save_ply(
+                &opts.out,
+                &mut trainer,
+                it,
+                &opts.export,
+                &saved_views,
+                on_event,
+            ) {
                 Ok(p) => point_clouds.push(p),
                 Err(e) => return Err(keep(e, &mut trainer, false)),
             }
