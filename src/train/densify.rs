@@ -268,6 +268,25 @@ pub fn model_bytes(n: usize, sh_degree: u32) -> u64 {
     n as u64 * (floats * 4 + 12 + RENDER_BYTES_PER_GAUSSIAN)
 }
 
+/// Host bytes a model of `n` Gaussians needs when it trains on a device (the device engine,
+/// one device or several): the one host copy a checkpoint, an export or an evaluation
+/// downloads (parameters P floats, two Adam moments 2P, densify statistics 12 bytes) and what
+/// saving it holds beside it ([`SAVE_SCRATCH_BYTES_PER_GAUSSIAN`]). No gradients and no
+/// rasterizer buffers: those live on the device. What the device engine brings to the host
+/// otherwise is smaller and never beside that copy: a densification's inputs (statistics,
+/// means, log-scales, rotations, opacities: 56 B) and its row plan, or MCMC's planning rows
+/// (an SH-0 model with moments, 180 B); the trainer drops a stale copy before downloading
+/// those.
+pub fn host_copy_bytes(n: usize, sh_degree: u32) -> u64 {
+    let p = floats_per_gaussian(sh_degree) as u64;
+    n as u64 * (3 * p * 4 + 12 + SAVE_SCRATCH_BYTES_PER_GAUSSIAN)
+}
+
+/// What saving a model holds per Gaussian beside it: checkpoints, PLY, SPZ and `.splat` stream
+/// (nothing per Gaussian); the compressed PLY sorts into Morton order (a 4-byte code and a
+/// 4-byte index per Gaussian and the stable sort's 2-byte-per-Gaussian buffer).
+pub const SAVE_SCRATCH_BYTES_PER_GAUSSIAN: u64 = 16;
+
 /// The CPU rasterizer's per-Gaussian buffers: a projected splat (44 B), its gradient (36 B),
 /// the render output's radius/mean2d/depth (16 B), and with `absgrad` the absolute 2D-mean
 /// gradient's per-splat sum and its copy in the gradients (16 B), with depth regularization
@@ -282,6 +301,9 @@ pub const RENDER_BYTES_PER_GAUSSIAN: u64 = 128;
 pub struct ModelMemory {
     pub reservation: Option<Reservation>,
     pub device: Option<DeviceCap>,
+    /// The model trains on a device: the host holds at most one copy of it
+    /// ([`host_copy_bytes`]), not the host engine's whole training state ([`model_bytes`]).
+    pub on_device: bool,
 }
 
 /// How many Gaussians a device's memory budget holds (the device engine's plan computes it
@@ -294,6 +316,16 @@ pub struct DeviceCap {
 }
 
 impl ModelMemory {
+    /// The host bytes `n` Gaussians at `sh_degree` take in this run: [`model_bytes`] on the
+    /// host engine, [`host_copy_bytes`] when the model trains on a device.
+    pub fn bytes(&self, n: usize, sh_degree: u32) -> u64 {
+        if self.on_device {
+            host_copy_bytes(n, sh_degree)
+        } else {
+            model_bytes(n, sh_degree)
+        }
+    }
+
     /// Grows the reservation to `bytes`; on refusal calls `make_room(extra)` once (which should
     /// release at least `extra` bytes to the ledger) and retries. `Err` carries the reason.
     pub fn grow_to(
@@ -612,8 +644,8 @@ impl DefaultStrategy {
         let inputs = RefineInputs::of(model);
         let plan = self.plan_densify(&inputs, ctx, prune_large, out);
         model.apply_rows(&plan);
-        ctx.memory
-            .shrink_to(model_bytes(model.len(), model.gaussians.sh_degree));
+        let bytes = ctx.memory.bytes(model.len(), model.gaussians.sh_degree);
+        ctx.memory.shrink_to(bytes);
     }
 
     /// The decisions of a densification: which rows the model keeps, copies and splits, in
@@ -676,7 +708,7 @@ impl DefaultStrategy {
         }
         if !cand.is_empty() {
             let peak = n0 + cand.len();
-            let bytes = model_bytes(peak, m.sh_degree);
+            let bytes = ctx.memory.bytes(peak, m.sh_degree);
             if let Err(e) = ctx.memory.grow_to(bytes, ctx.make_room) {
                 out.growth_stopped = Some(format!(
                     "the RAM budget has no room for {peak} Gaussians ({bytes} bytes): {e}; \
@@ -890,8 +922,8 @@ impl DensifyStrategy for DefaultStrategy {
         if self.densify_due(s) {
             let prune_large = s > self.config.opacity_reset_interval;
             let plan = self.plan_densify(inputs, ctx, prune_large, &mut edit.outcome);
-            ctx.memory
-                .shrink_to(model_bytes(plan.src.len(), inputs.sh_degree));
+            let bytes = ctx.memory.bytes(plan.src.len(), inputs.sh_degree);
+            ctx.memory.shrink_to(bytes);
             edit.rows = Some(plan);
             skip = GroupMask::ALL;
         }

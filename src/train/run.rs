@@ -52,7 +52,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::checkpoint::{self, CheckpointError, Expected};
-use super::densify::{model_bytes, DeviceCap};
+use super::densify::{host_copy_bytes, model_bytes, DeviceCap};
 use super::depth::DepthConfig;
 use super::device_engine::{
     device_bytes, device_bytes_per_gaussian, device_bytes_per_pixel, DeviceBytes, DeviceEngine,
@@ -1101,7 +1101,7 @@ fn plan_inputs(
     config: &TrainConfig,
     manifest: &crate::shard::Manifest,
     start: &ModelStart,
-    intersections_on_device: bool,
+    on_device: bool,
 ) -> (LoaderConfig, PlanExtras) {
     let (position, step, gaussians, uncapped, init_points) = match start {
         ModelStart::Resume(state) => {
@@ -1210,7 +1210,7 @@ fn plan_inputs(
         ));
     }
     // On the device engine the intersections live in device memory (its own plan).
-    if !intersections_on_device {
+    if !on_device {
         items.push(FloorItem::new(
             Component::RenderIntersections,
             config.max_intersection_bytes,
@@ -1226,15 +1226,31 @@ fn plan_inputs(
         Some(m) => gaussians.max(m.cap_max as u64),
         None => gaussians,
     };
+    // On a device, the host holds one copy of the model at most (what a checkpoint or an
+    // export downloads); the gradients and the rasterizer's buffers stay on the device.
     let model = ModelShare {
         gaussians,
         uncapped,
-        bytes_per_gaussian: model_bytes(1, config.sh_degree),
-        formula: format!(
-            "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: parameters P, gradients \
-             P + 2, Adam moments 2P, 4 B each; densify statistics 12 B; render buffers {} B",
-            super::densify::RENDER_BYTES_PER_GAUSSIAN
-        ),
+        bytes_per_gaussian: if on_device {
+            host_copy_bytes(1, config.sh_degree)
+        } else {
+            model_bytes(1, config.sh_degree)
+        },
+        formula: if on_device {
+            format!(
+                "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: the host copy a \
+                 checkpoint downloads, parameters P and Adam moments 2P, 4 B each; densify \
+                 statistics 12 B; saving's scratch {} B",
+                super::densify::SAVE_SCRATCH_BYTES_PER_GAUSSIAN
+            )
+        } else {
+            format!(
+                "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: parameters P, \
+                 gradients P + 2, Adam moments 2P, 4 B each; densify statistics 12 B; render \
+                 buffers {} B",
+                super::densify::RENDER_BYTES_PER_GAUSSIAN
+            )
+        },
         init_points,
         init_bytes_per_point: super::init::INIT_BYTES_PER_POINT,
     };

@@ -65,8 +65,8 @@ use serde::{Deserialize, Serialize};
 
 use super::adam::{AdamConfig, GroupMask, LearningRates, ShapeError};
 use super::densify::{
-    model_bytes, DefaultStrategy, DensifyConfig, DensifyOutcome, DensifyStrategy, DeviceCap, Model,
-    ModelMemory, ModelShapeError, RefineContext, ViewStats,
+    DefaultStrategy, DensifyConfig, DensifyOutcome, DensifyStrategy, DeviceCap, Model, ModelMemory,
+    ModelShapeError, RefineContext, ViewStats,
 };
 use super::depth::{self, DepthConfig};
 use super::device_engine::{DepthLoss, DeviceEngine, DeviceEngineError, Frame, ResidentEngine};
@@ -733,6 +733,7 @@ impl Trainer {
                 Runner::Device(e)
             }
         };
+        let on_device = matches!(runner, Runner::Device(_));
         Ok(Trainer {
             rng,
             config: state.config,
@@ -741,7 +742,10 @@ impl Trainer {
             host_stale: false,
             strategy,
             runner,
-            memory: ModelMemory::default(),
+            memory: ModelMemory {
+                on_device,
+                ..ModelMemory::default()
+            },
             step: state.step,
             position: state.position,
             eval: Scorer::new(),
@@ -773,8 +777,13 @@ impl Trainer {
     /// export downloads); keeping a stale one through training would double it at the next
     /// download.
     fn release_stale_host_model(&mut self) {
-        if self.host_stale && !self.model.is_empty() {
-            self.model = empty_model(self.model.gaussians.sh_degree);
+        Self::release_stale(&mut self.model, self.host_stale);
+    }
+
+    /// [`Self::release_stale_host_model`] on the fields, for callers that hold other fields.
+    fn release_stale(model: &mut Model, stale: bool) {
+        if stale && !model.is_empty() {
+            *model = empty_model(model.gaussians.sh_degree);
         }
     }
 
@@ -827,7 +836,7 @@ impl Trainer {
         let n = self
             .num_gaussians()
             .max(self.strategy.fixed_capacity().unwrap_or(0));
-        let bytes = model_bytes(n, self.config.sh_degree);
+        let bytes = self.memory.bytes(n, self.config.sh_degree);
         reservation
             .resize(bytes)
             .map_err(|source| TrainError::Budget {
@@ -1168,7 +1177,11 @@ impl Trainer {
                 }
                 if self.strategy.refines_at(s, ctx.white_background) {
                     // The strategy decides from the statistics and a few parameters (a small
-                    // download); the edit runs where the model lives.
+                    // download); the edit runs where the model lives. The host copy goes first
+                    // (the edit makes it stale anyway): the memory plan counts one copy of the
+                    // model on the host, not a copy beside the inputs.
+                    self.host_stale = true;
+                    Self::release_stale(&mut self.model, true);
                     let inputs = e.refine_inputs()?;
                     match self.strategy.refine_plan(&inputs.inputs(), &mut ctx) {
                         Some(edit) => {
@@ -1254,6 +1267,9 @@ impl Trainer {
                 .after_step(&mut self.model, &mut ctx, lr.means, last),
             Runner::Device(e) => {
                 let mut rows = if self.strategy.plans_rows_after_step(s, last) {
+                    // As for a densification: the host copy goes before the rows come.
+                    self.host_stale = true;
+                    Self::release_stale(&mut self.model, true);
                     e.row_values()?
                 } else {
                     Model::new(Gaussians::zeros(0, 0))
@@ -1862,6 +1878,7 @@ mod tests {
     use crate::scene::gaussians::Field;
     use crate::scene::sh::SH_C0;
     use crate::train::checkpoint;
+    use crate::train::densify::model_bytes;
     use crate::train::exposure::ExposureConfig;
     use crate::train::pose::PoseConfig;
 
