@@ -350,6 +350,12 @@ pub struct RunOutcome {
 /// (about ten f32 planes per channel for means, variances, covariance and their gradients,
 /// ≈ 120 B); rounded up to 192 B for allocator slack.
 pub const TRAINER_BYTES_PER_PIXEL: u64 = 192;
+
+/// [`TRAINER_BYTES_PER_PIXEL`] when the model trains on a device: the step's images, loss
+/// and gradients live there, so the host holds per pixel only what scoring a held-out view
+/// brings back (the render and the SSIM planes: 74 B measured, rounded up to 96 B).
+/// `tests/device_host_memory.rs` holds both engines' step and evaluation to their figures.
+pub const DEVICE_TRAINER_BYTES_PER_PIXEL: u64 = 96;
 /// Share of the budget the render's per-intersection buffers may use, as a divisor: 1/8
 /// leaves most of the budget to the model and cache, yet 1 GiB of budget already allows
 /// ~3.3 M intersections at 40 B, ~30 per pixel of a 1600×1066 view.
@@ -1135,14 +1141,26 @@ fn plan_inputs(
     let coeffs = crate::scene::gaussians::sh_coeffs(config.sh_degree) as u64;
     let params = crate::scene::gaussians::floats_per_gaussian(config.sh_degree) as u64;
     let mut items = vec![
-        FloorItem::new(
-            Component::TrainerImages,
-            TRAINER_BYTES_PER_PIXEL * max_pixels,
-            format!(
-                "{max_pixels} pixels (largest view) × {TRAINER_BYTES_PER_PIXEL} B (target, \
-                 render, gradient, alpha, SSIM planes)"
-            ),
-        ),
+        if on_device {
+            FloorItem::new(
+                Component::TrainerImages,
+                DEVICE_TRAINER_BYTES_PER_PIXEL * max_pixels,
+                format!(
+                    "{max_pixels} pixels (largest view) × {DEVICE_TRAINER_BYTES_PER_PIXEL} B \
+                     (a held-out view's render and SSIM planes; the step's images live on the \
+                     device)"
+                ),
+            )
+        } else {
+            FloorItem::new(
+                Component::TrainerImages,
+                TRAINER_BYTES_PER_PIXEL * max_pixels,
+                format!(
+                    "{max_pixels} pixels (largest view) × {TRAINER_BYTES_PER_PIXEL} B (target, \
+                     render, gradient, alpha, SSIM planes)"
+                ),
+            )
+        },
         // Evaluation reads one ground-truth view and writes one side-by-side image (2 views).
         FloorItem::new(
             Component::Evaluation,
