@@ -2033,6 +2033,44 @@ fn demo_honours_the_backend() {
     }
 }
 
+/// `--demo --dry-run` plans the demo's run (its pack built in a temporary directory and
+/// removed) and writes nothing: exit 0 with the plan on stdout, the device engine's own items
+/// under `--backend cuda` (emulated), and exit 1 when the budget is below the floor.
+#[test]
+fn demo_dry_run_plans_without_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo");
+    let dry = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["--demo", "--dry-run", "-o", s(&out)])
+            .args(extra)
+            .env("GS_CUDA_EMULATE", "1")
+            .output()
+            .unwrap()
+    };
+    for (backend, item) in [("cpu", "× 192 B (target"), ("cuda", "× 96 B (a held-out")] {
+        let o = dry(&["--backend", backend]);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let plan = String::from_utf8_lossy(&o.stdout).into_owned();
+        for needle in [
+            "memory plan",
+            "2000 Gaussians × ",
+            item,
+            "expected cache hit rate",
+        ] {
+            assert!(
+                plan.contains(needle),
+                "{backend}: no {needle:?} in:\n{plan}"
+            );
+        }
+        assert!(!out.exists(), "--dry-run writes nothing");
+    }
+    let o = dry(&["--ram-budget", "20M"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("below the floor"), "{}", stderr(&o));
+    assert!(!out.exists());
+}
+
 /// `--demo` takes the run's options (it once ignored all but `--iterations`, `--ram-budget`
 /// and `-o`: `--seed` and `--strategy` trained the demo's defaults without a word), and a
 /// demo run continues with `--resume` (and `--extend`), as its interruption message says, on

@@ -9,7 +9,7 @@
 //!          [--overwrite] [--max-gaussians N] [--random-background | --white-background] [--workers N] [--prefetch N]
 //!          [--export spz,splat,compressed-ply] [--dry-run] [--strategy default|mcmc]
 //!          [3DGS's optimisation parameters: --position-lr-init LR … --densify-until-iter N]
-//! gs-train --demo [-o OUT] [the options above but PACK and --dry-run]
+//! gs-train --demo [-o OUT] [the options above but PACK]
 //! ```
 //!
 //! Exit codes: 0 success; 1 failure (the message says why and what to change); 2 invalid
@@ -145,7 +145,7 @@ struct Args {
     /// Print the memory plan (every item with its formula, the cache's share and the expected
     /// cache hit rate) and exit without training: 0 if the run would start, 1 if the budget
     /// is below the floor. Writes nothing.
-    #[arg(long, conflicts_with = "demo")]
+    #[arg(long)]
     dry_run: bool,
     /// Train on a random background colour each iteration (views packed with alpha are
     /// composited over the same colour the render uses).
@@ -690,7 +690,11 @@ fn main() -> ExitCode {
     let result = if args.demo {
         demo_run_options(&args, &given).and_then(|mut o| {
             o.stop = stop;
-            run_demo(o)
+            if args.dry_run {
+                print_demo_plan(o)
+            } else {
+                run_demo(o)
+            }
         })
     } else {
         match (&args.pack, &args.output) {
@@ -729,6 +733,28 @@ fn print_plan(o: &RunOptions) -> Result<bool> {
         }
     })
     .with_context(|| format!("planning a run of {} failed", o.pack.display()))?;
+    show_plan(&plan)
+}
+
+/// `--demo --dry-run`: the demo's pack is built (in a temporary directory, removed after),
+/// then planned as `--dry-run` plans a pack.
+fn print_demo_plan(o: RunOptions) -> Result<bool> {
+    let plan = demo::plan_demo(o, &mut |ev| match ev {
+        demo::DemoEvent::Stage(s) => eprintln!("{s}"),
+        demo::DemoEvent::Run(Event::Line(l)) => eprintln!("{l}"),
+        demo::DemoEvent::Run(Event::Progress { .. }) => {}
+    })
+    .map_err(|e| match e {
+        // Unwrapped, so that main's exit code sees a missing backend.
+        demo::DemoError::Run(e) => anyhow::Error::new(e),
+        e => anyhow::Error::new(e),
+    })
+    .context("planning the demo failed")?;
+    show_plan(&plan)
+}
+
+/// Prints a plan to stdout; fails (exit 1) when the run would be refused.
+fn show_plan(plan: &run::PlanSummary) -> Result<bool> {
     print_stdout(&plan.lines().join("\n")).context("writing the plan to stdout")?;
     if !plan.fits {
         bail!(

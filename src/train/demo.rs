@@ -29,7 +29,7 @@
 //! Invariant: the demo is deterministic (fixed seeds; the trainer is deterministic).
 
 use super::checkpoint::{self, CheckpointError};
-use super::run::{self, Backend, Event, RunError, RunOptions, RunOutcome};
+use super::run::{self, Backend, Event, PlanSummary, RunError, RunOptions, RunOutcome};
 use super::TrainConfig;
 use crate::dataset::Split;
 use crate::dataset::{MemPoints, PointChunk};
@@ -264,9 +264,37 @@ pub fn demo_options(pack: &Path, out: &Path, ram_budget: u64, iterations: u64) -
 /// interrupted here continues with `o.resume` on the pack the next call builds (a checkpoint
 /// names the pack by its content, see `Manifest::content_fingerprint`).
 pub fn run_demo(
-    mut o: RunOptions,
+    o: RunOptions,
     on_event: &mut dyn FnMut(DemoEvent),
 ) -> Result<RunOutcome, DemoError> {
+    with_demo_pack(o, on_event, |o, on_event| {
+        on_event(DemoEvent::Stage(format!(
+            "demo: training {} iterations into {}",
+            o.config.iterations,
+            o.out.display()
+        )));
+        Ok(run::run(o, &mut |e| on_event(DemoEvent::Run(e)))?)
+    })
+}
+
+/// The memory plan of the demo's run ([`run::dry_run`] on the demo pack, built in a temporary
+/// directory as [`run_demo`] builds it; nothing is written to `o.out`).
+pub fn plan_demo(
+    o: RunOptions,
+    on_event: &mut dyn FnMut(DemoEvent),
+) -> Result<PlanSummary, DemoError> {
+    with_demo_pack(o, on_event, |o, on_event| {
+        Ok(run::dry_run(o, &mut |e| on_event(DemoEvent::Run(e)))?)
+    })
+}
+
+/// Builds the demo pack in a temporary directory, points `o.pack` at it, calls `f` and
+/// removes the directory (whatever `f` returned).
+fn with_demo_pack<T>(
+    mut o: RunOptions,
+    on_event: &mut dyn FnMut(DemoEvent),
+    f: impl FnOnce(&RunOptions, &mut dyn FnMut(DemoEvent)) -> Result<T, DemoError>,
+) -> Result<T, DemoError> {
     let tmp = std::env::temp_dir().join(format!("gs-train-demo-{}", std::process::id()));
     let result = (|| {
         std::fs::create_dir_all(&tmp).map_err(|source| DemoError::Io {
@@ -284,13 +312,8 @@ pub fn run_demo(
             pack.display()
         )));
         write_demo_pack(&pack, &s)?;
-        on_event(DemoEvent::Stage(format!(
-            "demo: training {} iterations into {}",
-            o.config.iterations,
-            o.out.display()
-        )));
         o.pack = pack;
-        Ok(run::run(&o, &mut |e| on_event(DemoEvent::Run(e)))?)
+        f(&o, on_event)
     })();
     let _ = std::fs::remove_dir_all(&tmp);
     result
