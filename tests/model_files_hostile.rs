@@ -25,7 +25,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 
 use ramsplat::export::ply::{self, LoadOptions, PlyEncoding};
-use ramsplat::export::{compressed_ply, splat, spz};
+use ramsplat::export::{compressed_ply, splat, spz, validate_model};
 use ramsplat::rng::Rng;
 use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
 
@@ -113,38 +113,11 @@ fn model(seed: u64, n: usize, sh_degree: u32) -> Gaussians {
 
 /// What every reader returns must hold: `None`, or what is wrong with the model.
 fn defect(g: &Gaussians) -> Option<String> {
-    let n = g.means.len();
-    if g.log_scales.len() != n
-        || g.rotations.len() != n
-        || g.logit_opacities.len() != n
-        || g.sh.len() != n * sh_coeffs(g.sh_degree)
-        || g.sh_degree > 3
-    {
-        return Some(format!(
-            "inconsistent lengths: {n} means, {} scales, {} rotations, {} opacities, {} SH \
-             rows at degree {}",
-            g.log_scales.len(),
-            g.rotations.len(),
-            g.logit_opacities.len(),
-            g.sh.len(),
-            g.sh_degree
-        ));
+    if let Err(e) = validate_model(g) {
+        return Some(e);
     }
-    let values = g
-        .means
-        .iter()
-        .chain(&g.log_scales)
-        .chain(&g.sh)
-        .flatten()
-        .chain(&g.logit_opacities)
-        .chain(g.rotations.iter().flatten());
-    if let Some(v) = values.into_iter().find(|v| !v.is_finite()) {
-        return Some(format!("a non-finite value ({v})"));
-    }
-    if let Some(i) = g.rotations.iter().position(|q| q.iter().all(|&c| c == 0.0)) {
-        return Some(format!("Gaussian {i} has an all-zero rotation"));
-    }
-    None
+    let zero = g.rotations.iter().position(|q| q.iter().all(|&c| c == 0.0));
+    zero.map(|i| format!("Gaussian {i} has an all-zero rotation"))
 }
 
 /// A format's reader over a file's bytes.

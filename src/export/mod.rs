@@ -166,7 +166,8 @@ pub fn save_model(
     }
 }
 
-/// The checks [`ply::save`] makes (consistent lengths, finite values), for every format.
-pub(crate) fn validate_model(g: &Gaussians) -> Result<(), String> {
+/// The checks [`ply::save`] makes (consistent lengths, finite values), for every format; what
+/// every reader's model satisfies too.
+pub fn validate_model(g: &Gaussians) -> Result<(), String> {
     ply::validate_for_save(g)
 }
