@@ -32,6 +32,7 @@ use ramsplat::train::checkpoint;
 use ramsplat::train::densify::host_copy_bytes;
 use ramsplat::train::device_engine::DeviceEngine;
 use ramsplat::train::run::{DEVICE_TRAINER_BYTES_PER_PIXEL, TRAINER_BYTES_PER_PIXEL};
+use ramsplat::train::sharded::ShardedEngine;
 use ramsplat::train::trainer::{Engine, TrainConfig, TrainView, Trainer};
 
 /// The emulated device's allocation alignment (`src/device/emulation.rs`).
@@ -121,9 +122,25 @@ fn model(n: usize) -> Gaussians {
     g
 }
 
+/// One device, and the model split over two (the sharded engine assembles its shards in the
+/// one host copy): checkpoint and saves, then a densifying step, within the model item.
 #[test]
 fn a_device_model_on_the_host_stays_within_the_plans_item() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    for devices in [1, 2] {
+        let engine = match devices {
+            1 => Engine::Device(Box::new(
+                DeviceEngine::new(Device::emulated().unwrap()).unwrap(),
+            )),
+            n => Engine::Sharded(Box::new(
+                ShardedEngine::new((0..n).map(|_| Device::emulated().unwrap()).collect()).unwrap(),
+            )),
+        };
+        check_model_item(engine, &format!("{devices} device(s)"));
+    }
+}
+
+fn check_model_item(engine: Engine, what: &str) {
     const N: usize = 40_000;
     let dir = tempfile::tempdir().unwrap();
     let camera = centred_camera(32, 24, Pose::IDENTITY);
@@ -135,9 +152,6 @@ fn a_device_model_on_the_host_stays_within_the_plans_item() {
     // Densify at step 2 (3DGS's rule: after `from_iter`, every `interval`).
     cfg.densify.from_iter = 1;
     cfg.densify.interval = 2;
-    let engine = Engine::Device(Box::new(
-        DeviceEngine::new(Device::emulated().unwrap()).unwrap(),
-    ));
     let mut t = Trainer::new(cfg, model(N), 3.0, engine).unwrap();
     assert!(t.on_device());
     // Step 1 makes the host copy stale, and the step frees it: from here the host holds no
@@ -166,17 +180,17 @@ fn a_device_model_on_the_host_stays_within_the_plans_item() {
         }
     });
     println!(
-        "checkpoint and four formats: peak {saved} B above the heap without the model for {N} \
-         Gaussians \
-         ({:.1} B each; the plan's item {} B each, the download itself {} B each)",
+        "{what}: checkpoint and four formats peak {saved} B above the heap without the model \
+         for {N} Gaussians ({:.1} B each; the plan's item {} B each, the download itself {} B \
+         each)",
         saved as f64 / N as f64,
         item / N,
         download / N
     );
     // The measure sees the download (else the bound below would say nothing) ...
-    assert!(saved >= download, "{saved} < {download}");
+    assert!(saved >= download, "{what}: {saved} < {download}");
     // ... and nothing beyond the item but the writers' fixed buffers.
-    assert!(saved <= item + slack, "{saved} > {item} + {slack}");
+    assert!(saved <= item + slack, "{what}: {saved} > {item} + {slack}");
 
     // Step 2 densifies while the host copy from the saves is still there: the copy must go
     // before the densification's inputs come (else both: 56 B per Gaussian more).
@@ -184,11 +198,14 @@ fn a_device_model_on_the_host_stays_within_the_plans_item() {
         t.step(&camera, &image).unwrap();
     });
     println!(
-        "step 2 (densification): peak {refined} B above the heap without the model ({:.1} B \
-         per Gaussian)",
+        "{what}: step 2 (densification) peaks {refined} B above the heap without the model \
+         ({:.1} B per Gaussian)",
         refined as f64 / N as f64
     );
-    assert!(refined <= item + slack, "{refined} > {item} + {slack}");
+    assert!(
+        refined <= item + slack,
+        "{what}: {refined} > {item} + {slack}"
+    );
 }
 
 /// The host heap per pixel of the largest view: two training steps (the first allocates the
