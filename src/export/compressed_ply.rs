@@ -218,6 +218,19 @@ pub enum CompressedPlyError {
         value: f64,
     },
     #[error(
+        "{}: vertex {vertex} (chunk {chunk}): its colour decodes to {value} on channel \
+         {channel}, beyond what a DC coefficient holds in single precision (the chunk's colour \
+         bounds are corrupt): re-export it",
+        path.display()
+    )]
+    ColourOverflow {
+        path: PathBuf,
+        vertex: u64,
+        chunk: u64,
+        channel: usize,
+        value: f32,
+    },
+    #[error(
         "{}: cannot save: chunk {chunk} (Gaussians in Morton order from {first}): {attribute} \
          on axis {axis} spans {min} to {max}, a range beyond f32; remove the outlying \
          Gaussians first",
@@ -802,7 +815,20 @@ fn read<R: BufRead>(
             from_unorm(c >> 8, 8),
         ];
         let rgb = if has_colour { interpolate(t, 12) } else { t };
-        dc.push(rgb.map(rgb_to_sh_dc));
+        // Positions and log-scales interpolate finite bounds, so they are finite; the colour's
+        // conversion to SH divides by 0.28 and overflows for bounds near f32's limit, which no
+        // writer of a finite model produces.
+        let sh_dc = rgb.map(rgb_to_sh_dc);
+        if let Some(channel) = sh_dc.iter().position(|v| !v.is_finite()) {
+            return Err(CompressedPlyError::ColourOverflow {
+                path,
+                vertex: i as u64,
+                chunk: (i / CHUNK_SIZE) as u64,
+                channel,
+                value: rgb[channel],
+            });
+        }
+        dc.push(sh_dc);
         g.logit_opacities.push(super::spz::alpha_logit(c as u8));
     }
 
@@ -1494,5 +1520,27 @@ mod tests {
             "{e}"
         );
         names(&e, &["chunk 1", "`min_y`", "NaN"]);
+
+        // Finite colour bounds whose colour overflows as a DC coefficient (found by the
+        // fuzz target): named by vertex, chunk and channel, not returned as infinity.
+        let mut bad = data.clone();
+        for property in [12, 15] {
+            let at = (18 + property) * 4;
+            bad[at..at + 4].copy_from_slice(&3e38f32.to_le_bytes());
+        }
+        let e = refusal(&header, &bad);
+        assert!(
+            matches!(
+                e,
+                CompressedPlyError::ColourOverflow {
+                    vertex: 256,
+                    chunk: 1,
+                    channel: 0,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        names(&e, &["vertex 256", "chunk 1", "channel 0"]);
     }
 }
