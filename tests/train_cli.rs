@@ -2033,6 +2033,30 @@ fn demo_honours_the_backend() {
     }
 }
 
+/// 3DGS's `-r N` and gsplat's `--data_factor N` are refused with the `gs-pack convert` flag that
+/// does it here (the resolution is chosen when packing), before anything is read or written.
+#[test]
+fn resolution_flags_point_to_packing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let missing = dir.path().join("no.pack");
+    for (flag, value, advice) in [
+        ("-r", "2", "--downscale 2"),
+        ("--resolution", "1600", "--max-width 1600"),
+        ("--data_factor", "4", "--images images_4"),
+        ("-r", "-1", "drop the flag"),
+    ] {
+        let o = gs_train(&[s(&missing), "-o", s(&out), flag, value]);
+        assert_eq!(o.status.code(), Some(1), "{flag} {value}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(advice),
+            "{flag} {value}: {}",
+            stderr(&o)
+        );
+        assert!(!out.exists());
+    }
+}
+
 /// `--demo --dry-run` plans the demo's run (its pack built in a temporary directory and
 /// removed) and writes nothing: exit 0 with the plan on stdout, the device engine's own items
 /// under `--backend cuda` (emulated), and exit 1 when the budget is below the floor.
