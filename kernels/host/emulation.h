@@ -119,6 +119,9 @@ struct Lane {
     int width = 32;
     uint64_t val = 0;
     uint64_t result = 0;
+    // The lane this one switches to when it stops, in the current round; nullptr: the
+    // scheduler (see run_round).
+    Lane* next = nullptr;
 };
 
 struct Run {
@@ -141,6 +144,7 @@ struct Run {
     void* asan_fake = nullptr;
     const void* sched_stack_bottom = nullptr;
     size_t sched_stack_size = 0;
+    bool asan_from_sched = false;  // the switch under way is the scheduler's (asan_finish)
 #endif
 };
 
@@ -163,7 +167,7 @@ namespace gs_emu {
 // resumes the fiber whose stack pointer is `to`. MXCSR and the x87 control word are callee-saved
 // too, but every fiber of a launch runs on one thread whose floating-point modes no kernel can
 // change (CUDA C++ has no way to), so they are not switched: `ldmxcsr` and `fldcw` are slow,
-// partly serialising instructions, and a warp collective switches 64 times.
+// partly serialising instructions, and a warp collective switches 33 times (see run_round).
 extern "C" void gs_emu_switch(void** save, void* to);
 asm(R"(
     .text
@@ -190,23 +194,59 @@ gs_emu_switch:
 )");
 #endif
 
+// How a round runs: the scheduler links the round's Ready lanes through Lane::next in their
+// shuffled order and switches to the first (run_round); a lane that stops, at a barrier, a
+// collective or its return, switches straight to the next one, and the last one back to the
+// scheduler. That is the order in which resuming them one by one from the scheduler would run
+// them, since a running lane changes no other lane's state (only the scheduler releases
+// barriers and collectives), but it takes n + 1 switches instead of 2n.
+
+inline unsigned char* lane_stack(Run* r, unsigned i) { return r->stacks + (size_t)i * r->stack_size; }
+
+#ifdef GS_EMU_ASAN
+// Tells ASan that the running fiber switches to lane `to` (nullptr: the scheduler) and gives it
+// that stack's bounds; `fake_save` keeps the running fiber's fake stack (nullptr: the fiber is
+// finished with).
+inline void asan_start(Run* r, void** fake_save, const Lane* to) {
+    if (to)
+        __sanitizer_start_switch_fiber(fake_save, lane_stack(r, to->linear) + 4096,
+                                       r->stack_size - 4096);
+    else
+        __sanitizer_start_switch_fiber(fake_save, r->sched_stack_bottom, r->sched_stack_size);
+}
+
+// Called first on a lane's stack each time it is switched to. The scheduler's stack (the host
+// thread's) is the one bound this code cannot know otherwise, so the lane that the scheduler
+// switches to records it for the round's last lane to switch back with; a lane switched to by
+// another lane has nothing to record.
+inline void asan_finish(Run* r, void* fake) {
+    if (r->asan_from_sched) {
+        r->asan_from_sched = false;
+        __sanitizer_finish_switch_fiber(fake, &r->sched_stack_bottom, &r->sched_stack_size);
+    } else {
+        __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+    }
+}
+#endif
+
 inline void lane_entry() {
     Run* r = g_run;
 #ifdef GS_EMU_ASAN
-    __sanitizer_finish_switch_fiber(nullptr, &r->sched_stack_bottom, &r->sched_stack_size);
+    asan_finish(r, nullptr);
 #endif
     r->body(r->body_ctx);
     Lane* l = g_cur;
     l->state = State::Done;
+    Lane* next = l->next;
+    if (next) g_cur = next;
 #ifdef GS_EMU_ASAN
-    // nullptr: this fiber's stack is finished with.
-    __sanitizer_start_switch_fiber(nullptr, r->sched_stack_bottom, r->sched_stack_size);
+    asan_start(r, nullptr, next);  // nullptr: this fiber's stack is finished with
 #endif
 #ifdef GS_EMU_USE_UCONTEXT
-    setcontext(&r->sched_uc);
+    setcontext(next ? &next->uc : &r->sched_uc);
 #else
     void* dead;
-    gs_emu_switch(&dead, r->sched_sp);
+    gs_emu_switch(&dead, next ? next->sp : r->sched_sp);
 #endif
     __builtin_unreachable();
 }
@@ -215,7 +255,13 @@ inline void lane_entry() {
 inline void lane_entry_uc() { lane_entry(); }
 #endif
 
-inline unsigned char* lane_stack(Run* r, unsigned i) { return r->stacks + (size_t)i * r->stack_size; }
+// How far below the top of its slot lane i's stack starts. The stack tops are where every
+// switch reads and writes (saved registers, the frames of the wait); stacks a power of two
+// apart put all of them in the same cache sets, where the lanes of a round evict one another
+// (the first load from the switched-to stack was the emulation's hottest instruction). Slots
+// a page more than a power of two apart (stack_bytes) and these offsets, different for the 32
+// lanes of a warp, spread them over the sets.
+inline size_t stack_color(unsigned i) { return (size_t)(i % 32) * 128; }
 
 // Prepares lane i to start the kernel body at its next resume.
 inline void lane_init(Run* r, unsigned i) {
@@ -229,11 +275,11 @@ inline void lane_init(Run* r, unsigned i) {
 #ifdef GS_EMU_USE_UCONTEXT
     getcontext(&l.uc);
     l.uc.uc_stack.ss_sp = base + 4096;
-    l.uc.uc_stack.ss_size = r->stack_size - 4096;
+    l.uc.uc_stack.ss_size = r->stack_size - 4096 - stack_color(i);
     l.uc.uc_link = nullptr;
     makecontext(&l.uc, lane_entry_uc, 0);
 #else
-    uintptr_t top = ((uintptr_t)(base + r->stack_size)) & ~(uintptr_t)15;
+    uintptr_t top = ((uintptr_t)(base + r->stack_size - stack_color(i))) & ~(uintptr_t)15;
     // Layout popped by gs_emu_switch: [r15][r14][r13][r12][rbx][rbp][ret], then 8 bytes of
     // padding: after the `ret`, sp ≡ 8 (mod 16), so that lane_entry starts with the
     // alignment of a called function.
@@ -245,40 +291,42 @@ inline void lane_init(Run* r, unsigned i) {
 #endif
 }
 
-// Scheduler → lane.
-inline void resume(Run* r, Lane* l) {
-    g_cur = l;
+// Scheduler → the round's first lane; returns when its last lane has stopped.
+inline void run_round(Run* r, Lane* head) {
+    g_cur = head;
 #ifdef GS_EMU_ASAN
-    unsigned char* base = lane_stack(r, l->linear) + 4096;
-    __sanitizer_start_switch_fiber(&r->asan_fake, base, r->stack_size - 4096);
+    r->asan_from_sched = true;
+    asan_start(r, &r->asan_fake, head);
 #endif
 #ifdef GS_EMU_USE_UCONTEXT
-    swapcontext(&r->sched_uc, &l->uc);
+    swapcontext(&r->sched_uc, &head->uc);
 #else
-    gs_emu_switch(&r->sched_sp, l->sp);
+    gs_emu_switch(&r->sched_sp, head->sp);
 #endif
 #ifdef GS_EMU_ASAN
     __sanitizer_finish_switch_fiber(r->asan_fake, nullptr, nullptr);
 #endif
 }
 
-// Lane → scheduler; returns when the scheduler resumes this lane.
+// The running lane stops: on to the round's next lane, or back to the scheduler; returns when
+// this lane is switched to again (a later round).
 inline void yield() {
     Run* r = g_run;
     Lane* l = g_cur;
+    Lane* next = l->next;
+    if (next) g_cur = next;
 #ifdef GS_EMU_ASAN
     void* fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, r->sched_stack_bottom, r->sched_stack_size);
+    asan_start(r, &fake, next);
 #endif
 #ifdef GS_EMU_USE_UCONTEXT
-    swapcontext(&l->uc, &r->sched_uc);
+    swapcontext(&l->uc, next ? &next->uc : &r->sched_uc);
 #else
-    gs_emu_switch(&l->sp, r->sched_sp);
+    gs_emu_switch(&l->sp, next ? next->sp : r->sched_sp);
 #endif
 #ifdef GS_EMU_ASAN
-    __sanitizer_finish_switch_fiber(fake, &r->sched_stack_bottom, &r->sched_stack_size);
+    asan_finish(r, fake);
 #endif
-    (void)l;
 }
 
 inline uint64_t wait_at(State s, int op, int line, unsigned mask, uint64_t val, int arg,
@@ -336,34 +384,108 @@ struct Rng {
 };
 
 template <typename T>
-inline void shuffle(T* a, unsigned n, Rng& g) {
+inline void shuffle(T* a, unsigned n, Rng& rng) {
+    Rng g = rng;  // in a register (see link_round)
     for (unsigned i = n; i > 1; --i) std::swap(a[i - 1], a[g.below(i)]);
+    rng = g;
+}
+
+// One round of a warp whose lanes are L[0..cnt): shuffles their order (the draws and swaps of
+// `shuffle`, so the same order) and links the Ready ones through Lane::next in it. Returns the
+// first, or nullptr. Fisher–Yates fixes the positions from the last down, so the list grows at
+// its front while the shuffle runs, with no second pass; a fixed position is never read again,
+// so the swap only moves the displaced entry down.
+inline Lane* link_round(Lane* L, unsigned cnt, Rng& rng, unsigned* order) {
+    // The generator's state in a register: with -fno-strict-aliasing the stores below could
+    // alias `rng`, and storing and reloading it would lengthen the draws' dependency chain.
+    Rng g = rng;
+    for (unsigned k = 0; k < cnt; ++k) order[k] = k;
+    Lane* head = nullptr;
+    for (unsigned i = cnt; i > 0; --i) {
+        unsigned k = order[i - 1];  // position i - 1's entry once the swap is done
+        if (i > 1) {
+            const unsigned j = g.below(i);
+            const unsigned kj = order[j];
+            order[j] = k;
+            k = kj;
+        }
+        Lane* l = &L[k];
+        if (l->state == State::Ready) {
+            l->next = head;
+            head = l;
+        }
+    }
+    rng = g;
+    return head;
+}
+
+// The shuffle's source lane for lane `lane` (CUDA's rules: a source outside the lane's
+// `width`-segment leaves the lane its own value).
+template <int Op>
+inline int shfl_src(unsigned lane, int arg, int width) {
+    const unsigned seg = lane & ~(unsigned)(width - 1);  // first lane of this segment
+    if constexpr (Op == OpShflIdx) {
+        return (int)seg + (arg & (width - 1));
+    } else if constexpr (Op == OpShflUp) {
+        return (int)lane - arg < (int)seg ? (int)lane : (int)lane - arg;
+    } else if constexpr (Op == OpShflDown) {
+        return (int)(lane - seg) + arg >= width ? (int)lane : (int)lane + arg;
+    } else {
+        const int s = (int)lane ^ arg;
+        return s >= (int)seg + width || s < (int)seg ? (int)lane : s;
+    }
+}
+
+// Releases a shuffle of warp w (lanes L[0..cnt), `live` of them live and waiting at it). One
+// loop per kind of shuffle: the op is the same for every lane, so it is not switched on per lane.
+// A failure abandons the block, so lanes already marked Ready by then never run again.
+template <int Op>
+inline bool release_shfl(Run* r, unsigned w, Lane* L, unsigned cnt, unsigned live) {
+    for (unsigned i = 0; i < cnt; ++i) {
+        if (!((live >> i) & 1u)) continue;
+        Lane& l = L[i];
+        const int src = shfl_src<Op>(i, l.arg, l.width);
+        if (!((live >> src) & 1u)) {
+            fail(r, "warp %u: shuffle on line %d reads lane %d, which is not live", w, l.line,
+                 src);
+            return false;
+        }
+        l.result = L[src].val;
+        l.state = State::Ready;
+    }
+    return true;
 }
 
 // Resolves warp w's collective if every live lane waits at it. Returns true if released.
 inline bool resolve_warp(Run* r, unsigned w) {
-    const unsigned lo = w * 32, hi = lo + 32 < r->nlanes ? lo + 32 : r->nlanes;
-    unsigned live = 0, waiting = 0;
-    Lane* first = nullptr;
-    for (unsigned i = lo; i < hi; ++i) {
-        Lane& l = r->lanes[i];
+    const unsigned lo = w * 32, cnt = (lo + 32 < r->nlanes ? lo + 32 : r->nlanes) - lo;
+    Lane* const L = r->lanes + lo;
+    // One pass: the live lanes and the first lane (if any) that waits at another collective
+    // than the lowest waiting lane does. It is reported only once every live lane is known to
+    // wait at a collective, as the checks below come in that order.
+    unsigned live = 0;
+    const Lane* first = nullptr;
+    int other = -1;
+    for (unsigned i = 0; i < cnt; ++i) {
+        const Lane& l = L[i];
         if (l.state == State::Done) continue;
-        live |= 1u << (i - lo);
-        if (l.state == State::AtWarp) {
-            waiting |= 1u << (i - lo);
-            if (!first) first = &l;
+        // A live lane at a block barrier (after a round no lane is Ready): not released; the
+        // block-level check reports the deadlock if nothing else releases it.
+        if (l.state != State::AtWarp) return false;
+        live |= 1u << i;
+        if (!first) {
+            first = &l;
+        } else if (other < 0 &&
+                   (l.op != first->op || l.line != first->line || l.mask != first->mask)) {
+            other = (int)i;
         }
     }
-    if (!live || waiting != live) return false;
-    for (unsigned i = lo; i < hi; ++i) {
-        Lane& l = r->lanes[i];
-        if (l.state != State::AtWarp) continue;
-        if (l.op != first->op || l.line != first->line || l.mask != first->mask) {
-            fail(r, "warp %u diverged: lane %u waits at a collective on line %d, lane %u on "
-                    "line %d",
-                 w, first->linear - lo, first->line, i - lo, l.line);
-            return false;
-        }
+    if (!live) return false;
+    if (other >= 0) {
+        fail(r, "warp %u diverged: lane %u waits at a collective on line %d, lane %u on "
+                "line %d",
+             w, first->linear - lo, first->line, (unsigned)other, L[other].line);
+        return false;
     }
     if (first->mask != live) {
         fail(r, "warp %u: collective on line %d has mask 0x%08x but the live lanes are 0x%08x "
@@ -371,66 +493,54 @@ inline bool resolve_warp(Run* r, unsigned w) {
              w, first->line, first->mask, live);
         return false;
     }
-    const int op = first->op;
-    unsigned pred_bits = 0;
-    for (unsigned i = lo; i < hi; ++i)
-        if ((live >> (i - lo)) & 1u && r->lanes[i].val) pred_bits |= 1u << (i - lo);
-    for (unsigned i = lo; i < hi; ++i) {
-        Lane& l = r->lanes[i];
-        if (l.state != State::AtWarp) continue;
-        const unsigned lane = i - lo;
-        const int width = l.width;
-        const unsigned seg = lane & ~(unsigned)(width - 1);  // first lane of this segment
-        int src = -1;
-        switch (op) {
-            case OpShflIdx: src = (int)seg + (l.arg & (width - 1)); break;
-            case OpShflUp: src = (int)lane - l.arg < (int)seg ? (int)lane : (int)lane - l.arg; break;
-            case OpShflDown:
-                src = (int)(lane - seg) + l.arg >= width ? (int)lane : (int)lane + l.arg;
-                break;
-            case OpShflXor: {
-                const int s = (int)lane ^ l.arg;
-                src = s >= (int)seg + width || s < (int)seg ? (int)lane : s;
-                break;
+    // The predicates of __any/__all/__ballot_sync (no branch: a shuffle's value is arbitrary).
+    const auto preds = [&] {
+        unsigned bits = 0;
+        for (unsigned i = 0; i < cnt; ++i) bits |= (unsigned)(L[i].val != 0) << i;
+        return bits & live;
+    };
+    uint64_t same = 0;  // the result of a collective whose result every lane shares
+    switch (first->op) {
+        case OpShflIdx: return release_shfl<OpShflIdx>(r, w, L, cnt, live);
+        case OpShflUp: return release_shfl<OpShflUp>(r, w, L, cnt, live);
+        case OpShflDown: return release_shfl<OpShflDown>(r, w, L, cnt, live);
+        case OpShflXor: return release_shfl<OpShflXor>(r, w, L, cnt, live);
+        case OpMatchAny: {
+            // Lanes grouped by value, each group found once (not one scan per lane).
+            for (unsigned todo = live; todo;) {
+                const uint64_t v = L[__builtin_ctz(todo)].val;
+                unsigned m = 0;
+                for (unsigned t = todo; t; t &= t - 1) {
+                    const unsigned j = __builtin_ctz(t);
+                    if (L[j].val == v) m |= 1u << j;
+                }
+                for (unsigned t = m; t; t &= t - 1) {
+                    Lane& l = L[__builtin_ctz(t)];
+                    l.result = m;
+                    l.state = State::Ready;
+                }
+                todo &= ~m;
             }
-            default: break;
+            return true;
         }
-        if (src >= 0) {
-            if (!((live >> src) & 1u)) {
-                fail(r, "warp %u: shuffle on line %d reads lane %d, which is not live", w,
-                     l.line, src);
-                return false;
-            }
-            l.result = r->lanes[lo + src].val;
-        } else if (op == OpAny) {
-            l.result = pred_bits != 0;
-        } else if (op == OpAll) {
-            l.result = pred_bits == live;
-        } else if (op == OpBallot) {
-            l.result = pred_bits;
-        } else if (op == OpMatchAny) {
-            unsigned m = 0;
-            for (unsigned j = lo; j < hi; ++j)
-                if ((live >> (j - lo)) & 1u && r->lanes[j].val == l.val) m |= 1u << (j - lo);
-            l.result = m;
-        } else {
-            l.result = 0;
-        }
+        case OpAny: same = preds() != 0; break;
+        case OpAll: same = preds() == live; break;
+        case OpBallot: same = preds(); break;
+        default: same = 0; break;  // __syncwarp
     }
-    for (unsigned i = lo; i < hi; ++i)
-        if (r->lanes[i].state == State::AtWarp) r->lanes[i].state = State::Ready;
+    for (unsigned i = 0; i < cnt; ++i) {
+        if (!((live >> i) & 1u)) continue;
+        L[i].result = same;
+        L[i].state = State::Ready;
+    }
     return true;
 }
 
-// Runs one block to completion (or failure).
+// Runs one block to completion (or failure). The lanes' `linear` and `tid` are set per launch.
 inline void run_block(Run* r, Rng& g, unsigned* order, unsigned* worder) {
     const unsigned n = r->nlanes, nwarps = (n + 31) / 32;
     for (unsigned i = 0; i < n; ++i) {
         Lane& l = r->lanes[i];
-        l.linear = i;
-        l.tid.x = i % r->block_dim.x;
-        l.tid.y = (i / r->block_dim.x) % r->block_dim.y;
-        l.tid.z = i / (r->block_dim.x * r->block_dim.y);
         l.state = State::Ready;
         l.result = 0;
         lane_init(r, i);
@@ -442,26 +552,28 @@ inline void run_block(Run* r, Rng& g, unsigned* order, unsigned* worder) {
             const unsigned w = worder[wi];
             const unsigned lo = w * 32, cnt = (lo + 32 < n ? lo + 32 : n) - lo;
             for (;;) {
-                for (unsigned k = 0; k < cnt; ++k) order[k] = lo + k;
-                shuffle(order, cnt, g);
-                for (unsigned k = 0; k < cnt; ++k) {
-                    Lane* l = &r->lanes[order[k]];
-                    if (l->state == State::Ready) resume(r, l);
-                }
+                Lane* head = link_round(r->lanes + lo, cnt, g, order);
+                if (head) run_round(r, head);
                 if (r->failed || !resolve_warp(r, w)) break;
             }
         }
         if (r->failed) return;
-        // Every lane now waits at a block barrier or a collective, or has returned.
+        // Every lane now waits at a block barrier or a collective, or has returned. One pass
+        // also finds the first lane at another barrier line than the lowest waiting lane's,
+        // reported (as divergence) only if there is no deadlock to report first.
         unsigned live = 0, at_block = 0, count = 0;
-        Lane* first = nullptr;
+        const Lane* first = nullptr;
+        const Lane* other = nullptr;
         for (unsigned i = 0; i < n; ++i) {
-            Lane& l = r->lanes[i];
+            const Lane& l = r->lanes[i];
             if (l.state == State::Done) continue;
             ++live;
             if (l.state == State::AtBlock) {
                 ++at_block;
-                if (!first) first = &l;
+                if (!first)
+                    first = &l;
+                else if (!other && l.line != first->line)
+                    other = &l;
                 if (l.val) ++count;
             }
         }
@@ -472,15 +584,11 @@ inline void run_block(Run* r, Rng& g, unsigned* order, unsigned* worder) {
                  at_block, live, first ? first->line : -1);
             return;
         }
-        for (unsigned i = 0; i < n; ++i) {
-            Lane& l = r->lanes[i];
-            if (l.state != State::AtBlock) continue;
-            if (l.line != first->line) {
-                fail(r, "barrier divergence: threads wait at __syncthreads on line %d and on "
-                        "line %d",
-                     first->line, l.line);
-                return;
-            }
+        if (other) {
+            fail(r, "barrier divergence: threads wait at __syncthreads on line %d and on "
+                    "line %d",
+                 first->line, other->line);
+            return;
         }
         for (unsigned i = 0; i < n; ++i) {
             Lane& l = r->lanes[i];
@@ -508,11 +616,13 @@ inline size_t g_arena_lanes = 0, g_arena_stack = 0;
 inline Lane* g_lanes = nullptr;
 inline std::mutex g_launch_mutex;
 
+// Bytes per lane: the guard page, the stack, and a page that keeps the slots from being a
+// power of two apart (see stack_color).
 inline size_t stack_bytes() {
 #ifdef GS_EMU_ASAN
-    return (size_t)1 << 20;
+    return ((size_t)1 << 20) + 4096;
 #else
-    return (size_t)128 << 10;
+    return ((size_t)128 << 10) + 4096;
 #endif
 }
 
@@ -560,6 +670,14 @@ inline int run_grid(const char* kernel, const LaunchConfig* c, void (*body)(void
     r.stack_size = g_arena_stack;
     r.err = err;
     r.errlen = errlen;
+    // Thread indices depend on the block's shape only: set once per launch, not per block.
+    for (unsigned i = 0; i < lanes; ++i) {
+        Lane& l = g_lanes[i];
+        l.linear = i;
+        l.tid.x = i % c->block[0];
+        l.tid.y = (i / c->block[0]) % c->block[1];
+        l.tid.z = i / (c->block[0] * c->block[1]);
+    }
     Rng g{c->seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull};
     unsigned order[32];
     unsigned worder[32];

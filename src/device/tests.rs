@@ -167,6 +167,131 @@ fn emulation_reports_divergence_instead_of_hanging() {
     assert!(e.contains("exited_lane") && e.contains("mask"), "{e}");
 }
 
+/// Kernels for the emulation's schedule and its other refusals (emulation only: on a GPU the
+/// refused ones hang or are undefined behaviour).
+const EMU_KERNELS: &str = r#"
+typedef unsigned int u32;
+
+// Each thread logs its index once per round: three rounds of its warp's __syncwarp, then one
+// after a block barrier.
+extern "C" __global__ void rounds(u32* log, u32* n) {
+    for (int k = 0; k < 3; ++k) {
+        log[atomicAdd(n, 1u)] = threadIdx.x;
+        __syncwarp();
+    }
+    __syncthreads();
+    log[atomicAdd(n, 1u)] = 1000 + threadIdx.x;
+}
+
+// The lanes of a warp at two different shuffles.
+extern "C" __global__ void warp_divergent(u32* out) {
+    u32 v;
+    if (threadIdx.x < 5) { v = __shfl_sync(0xffffffffu, threadIdx.x, 0); }
+    else { v = __shfl_sync(0xffffffffu, threadIdx.x, 0); }
+    out[threadIdx.x] = v;
+}
+
+// One lane of each warp at a block barrier, the others at a warp collective.
+extern "C" __global__ void deadlock(u32* out) {
+    if (threadIdx.x % 32 == 0) { __syncthreads(); }
+    else { __syncwarp(); }
+    out[threadIdx.x] = 1;
+}
+
+// A mask naming exactly the live lanes, but lane 15 reads lane 16, which returned.
+extern "C" __global__ void reads_exited_lane(u32* out) {
+    if (threadIdx.x >= 16) return;
+    out[threadIdx.x] = __shfl_down_sync(0xffffu, threadIdx.x, 1);
+}
+"#;
+
+fn emu_source() -> ModuleSource {
+    ModuleSource {
+        name: "emu_tests.cu".into(),
+        source: EMU_KERNELS.into(),
+        entry_points: vec!["rounds", "warp_divergent", "deadlock", "reads_exited_lane"],
+        defines: vec![],
+    }
+}
+
+/// What the header documents: a warp's lanes run in rounds, each lane as far as its next
+/// barrier or collective, in an order shuffled per round, and a warp runs until it waits at a
+/// block barrier before the next warp runs.
+#[test]
+fn emulation_runs_each_lane_to_its_next_collective_in_shuffled_rounds() {
+    let dev = Device::emulated().unwrap();
+    let m = dev.load_module(&emu_source()).unwrap();
+    let log = dev.alloc::<u32>(256).unwrap();
+    let mut n = dev.alloc::<u32>(1).unwrap();
+    dev.memset_zero(&mut n, 1).unwrap();
+    // SAFETY: 64 threads log 4 entries each into 256 u32s through one counter.
+    unsafe {
+        dev.launch(
+            m.function("rounds").unwrap(),
+            cfg(1, 64),
+            &[log.arg(), n.arg()],
+        )
+    }
+    .unwrap();
+    assert_eq!(dev.download_vec(&n, 1).unwrap(), [256]);
+    let log = dev.download_vec(&log, 256).unwrap();
+    let rounds: Vec<&[u32]> = log.chunks(32).collect();
+    let warp_of = |r: &[u32]| (r[0] % 1000) / 32;
+    for (k, r) in rounds.iter().enumerate() {
+        let w = warp_of(r);
+        let mut sorted = r.to_vec();
+        sorted.sort_unstable();
+        let offset = if k < 6 { 0 } else { 1000 };
+        let want: Vec<u32> = (0..32).map(|t| offset + 32 * w + t).collect();
+        assert_eq!(
+            sorted, want,
+            "round {k} is not one run of each lane of a warp: {r:?}"
+        );
+    }
+    // The three __syncwarp rounds of a warp follow each other, then the other warp's.
+    assert_eq!(
+        [0, 1, 2].map(|k| warp_of(rounds[k])),
+        [warp_of(rounds[0]); 3]
+    );
+    assert_eq!(
+        [3, 4, 5].map(|k| warp_of(rounds[k])),
+        [1 - warp_of(rounds[0]); 3]
+    );
+    assert_ne!(warp_of(rounds[6]), warp_of(rounds[7]));
+    for k in 1..3 {
+        assert_ne!(rounds[k], rounds[k - 1], "round {k} is not shuffled anew");
+    }
+}
+
+#[test]
+fn emulation_reports_warp_divergence_deadlock_and_shuffles_of_exited_lanes() {
+    let dev = Device::emulated().unwrap();
+    let m = dev.load_module(&emu_source()).unwrap();
+    let out = dev.alloc::<u32>(64).unwrap();
+    let run = |name: &str| {
+        // SAFETY: each kernel writes at most one u32 per thread of the 64-thread block.
+        unsafe { dev.launch(m.function(name).unwrap(), cfg(1, 64), &[out.arg()]) }
+            .unwrap_err()
+            .to_string()
+    };
+    let e = run("warp_divergent");
+    assert!(
+        e.contains("warp 0 diverged: lane 0 waits at a collective on line")
+            && e.contains("lane 5 on line"),
+        "{e}"
+    );
+    let e = run("deadlock");
+    assert!(
+        e.contains("deadlock: 2 of 64 live threads wait at __syncthreads"),
+        "{e}"
+    );
+    let e = run("reads_exited_lane");
+    assert!(
+        e.contains("warp 0: shuffle on line") && e.contains("reads lane 16, which is not live"),
+        "{e}"
+    );
+}
+
 #[test]
 fn emulated_memory_is_poisoned_counted_and_capped() {
     let dev = Device::emulated().unwrap();
