@@ -60,7 +60,7 @@ muts=(
  'kernels/rasterize_bwd.cu|g_dep = w * ddep;|g_dep = alpha * ddep;'
  'kernels/project_bwd.cu|dt[2] += -v_inv_depths[i] * rz2;|dt[2] += -v_inv_depths[i] * rz;'
  'kernels/loss.cu|&& frame[mask_offset + p] == 0)|&& frame[p] == 0)'
- 'kernels/loss.cu|if (raw == 0u || (masked|if ((masked'
+ 'kernels/loss.cu|if (raw == 0u |if (raw == 1u '
  'kernels/loss.cu|((u32)frame[depth_offset + 2 * p + 1] << 8)|((u32)frame[depth_offset + 2 * p] << 8)'
  'kernels/loss.cu|(1.0f / 65536.0f) * scale + offset;|(1.0f / 65536.0f) * scale;'
  'kernels/loss.cu|d_out[p] = diff > 0.0f ? step : (diff < 0.0f ? -step : 0.0f);|d_out[p] = diff > 0.0f ? step : -step;'
