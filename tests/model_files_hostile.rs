@@ -11,8 +11,8 @@
 //!   cut inside its last number reads that number's prefix (`0.1234` of `0.12345678`), which
 //!   no reader can tell from a file written without a final newline;
 //! - no single allocation is sized from what the file *claims* beyond what it holds: a count
-//!   field turned into 4 billion must be refused, not allocated for (the failure that made a
-//!   checkpoint ask for 52 GB). The bound is per allocation, measured by a counting global
+//!   field turned into 4 billion must be refused, not allocated for (one flipped byte must not
+//!   become a request for gigabytes). The bound is per allocation, measured by a counting global
 //!   allocator on the reading thread: 1 MiB + 64 bytes per byte of the damaged file (a model
 //!   decodes to at most ~20× its file size in any of these formats: SPZ's gzip included, as
 //!   long as the decompressed data must be backed by the header's count).
