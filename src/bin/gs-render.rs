@@ -939,9 +939,9 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
         out.display(),
         model.len(),
         match format {
-            _ if written_degree == model.sh_degree => "",
-            ModelFormat::Splat => "; .splat keeps the DC colour only",
-            _ => "; compressed PLY leaves out top SH bands whose coefficients are all within 4/255 of 0",
+            _ if written_degree == model.sh_degree => String::new(),
+            ModelFormat::Splat => "; .splat keeps the DC colour only".to_owned(),
+            _ => format!("; {}", ramsplat::export::compressed_ply::BANDS_LEFT_OUT),
         }
     );
     Ok(())

@@ -785,13 +785,18 @@ fn print_demo_plan(o: RunOptions) -> Result<bool> {
         demo::DemoEvent::Run(Event::Line(l)) => eprintln!("{l}"),
         demo::DemoEvent::Run(Event::Progress { .. }) => {}
     })
-    .map_err(|e| match e {
-        // Unwrapped, so that main's exit code sees a missing backend.
-        demo::DemoError::Run(e) => anyhow::Error::new(e),
-        e => anyhow::Error::new(e),
-    })
+    .map_err(demo_error)
     .context("planning the demo failed")?;
     show_plan(&plan)
+}
+
+/// A demo failure as the error main reports: a run's error unwrapped, so that main's exit
+/// code sees a missing backend.
+fn demo_error(e: demo::DemoError) -> anyhow::Error {
+    match e {
+        demo::DemoError::Run(e) => anyhow::Error::new(e),
+        e => anyhow::Error::new(e),
+    }
 }
 
 /// Prints a plan to stdout; fails (exit 1) when the run would be refused.
@@ -888,13 +893,7 @@ fn run_demo(o: RunOptions) -> Result<bool> {
     if let Some(p) = progress.borrow_mut().take() {
         p.finish();
     }
-    let outcome = outcome
-        .map_err(|e| match e {
-            // Unwrapped, so that main's exit code sees a missing backend.
-            demo::DemoError::Run(e) => anyhow::Error::new(e),
-            e => anyhow::Error::new(e),
-        })
-        .context("the demo failed")?;
+    let outcome = outcome.map_err(demo_error).context("the demo failed")?;
     print_summary(&outcome.report, &out, &outcome.report_path);
     Ok(outcome.interrupted)
 }

@@ -343,6 +343,11 @@ fn dequantize_sh(q: u8) -> f32 {
     q as f32 * (2.0 * SH_RANGE / 255.0) - SH_RANGE
 }
 
+/// Why a compressed PLY can hold a lower SH degree than its model ([`stored_sh_degree`]), as
+/// the programs that write one say it.
+pub const BANDS_LEFT_OUT: &str =
+    "compressed PLY leaves out top SH bands whose coefficients are all within 4/255 of 0";
+
 /// The SH degree the writer stores for `g`: its own, less every top band whose coefficients
 /// all lie within half a quantisation step (4/255) of 0. The engine cannot decode 0 (its
 /// nearest values are ±4/255), so storing such a band adds an error of about 4/255 to each of

@@ -282,6 +282,17 @@ pub fn host_copy_bytes(n: usize, sh_degree: u32) -> u64 {
     n as u64 * (3 * p * 4 + 12 + SAVE_SCRATCH_BYTES_PER_GAUSSIAN)
 }
 
+/// The host bytes of a model of `n` Gaussians in a run: [`host_copy_bytes`] when it trains on
+/// a device, [`model_bytes`] on the host engine. The memory plan and the trainer's reservation
+/// both ask this one rule.
+pub fn host_model_bytes(n: usize, sh_degree: u32, on_device: bool) -> u64 {
+    if on_device {
+        host_copy_bytes(n, sh_degree)
+    } else {
+        model_bytes(n, sh_degree)
+    }
+}
+
 /// What saving a model holds per Gaussian beside it: checkpoints, PLY, SPZ and `.splat` stream
 /// (nothing per Gaussian); the compressed PLY sorts into Morton order (a 4-byte code and a
 /// 4-byte index per Gaussian and the stable sort's 2-byte-per-Gaussian buffer).
@@ -319,11 +330,7 @@ impl ModelMemory {
     /// The host bytes `n` Gaussians at `sh_degree` take in this run: [`model_bytes`] on the
     /// host engine, [`host_copy_bytes`] when the model trains on a device.
     pub fn bytes(&self, n: usize, sh_degree: u32) -> u64 {
-        if self.on_device {
-            host_copy_bytes(n, sh_degree)
-        } else {
-            model_bytes(n, sh_degree)
-        }
+        host_model_bytes(n, sh_degree, self.on_device)
     }
 
     /// Grows the reservation to `bytes`; on refusal calls `make_room(extra)` once (which should

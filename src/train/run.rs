@@ -52,7 +52,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::checkpoint::{self, CheckpointError, Expected};
-use super::densify::{host_copy_bytes, model_bytes, DeviceCap};
+use super::densify::{host_model_bytes, DeviceCap};
 use super::depth::DepthConfig;
 use super::device_engine::{
     device_bytes, device_bytes_per_gaussian, device_bytes_per_pixel, DeviceBytes, DeviceEngine,
@@ -684,12 +684,12 @@ fn save_ply(
         let file = path.with_extension(f.extension());
         save_model(&file, g, f, info)?;
         if f == ModelFormat::CompressedPly {
-            let stored = crate::export::compressed_ply::stored_sh_degree(g);
+            use crate::export::compressed_ply::{stored_sh_degree, BANDS_LEFT_OUT};
+            let stored = stored_sh_degree(g);
             if stored < g.sh_degree {
                 on_event(Event::Line(format!(
-                    "{}: SH degree {stored} of the model's {} (compressed PLY leaves out top \
-                     bands whose coefficients are all within 4/255 of 0; the PLY beside it \
-                     keeps every band)",
+                    "{}: SH degree {stored} of the model's {} ({BANDS_LEFT_OUT}; the PLY beside \
+                     it keeps every band)",
                     file.display(),
                     g.sh_degree
                 )));
@@ -1140,27 +1140,25 @@ fn plan_inputs(
     let max_pixels = manifest.max_view_pixels();
     let coeffs = crate::scene::gaussians::sh_coeffs(config.sh_degree) as u64;
     let params = crate::scene::gaussians::floats_per_gaussian(config.sh_degree) as u64;
+    let (trainer_pixel_bytes, what_per_pixel) = if on_device {
+        (
+            DEVICE_TRAINER_BYTES_PER_PIXEL,
+            "a held-out view's render and SSIM planes; the step's images live on the device",
+        )
+    } else {
+        (
+            TRAINER_BYTES_PER_PIXEL,
+            "target, render, gradient, alpha, SSIM planes",
+        )
+    };
     let mut items = vec![
-        if on_device {
-            FloorItem::new(
-                Component::TrainerImages,
-                DEVICE_TRAINER_BYTES_PER_PIXEL * max_pixels,
-                format!(
-                    "{max_pixels} pixels (largest view) × {DEVICE_TRAINER_BYTES_PER_PIXEL} B \
-                     (a held-out view's render and SSIM planes; the step's images live on the \
-                     device)"
-                ),
-            )
-        } else {
-            FloorItem::new(
-                Component::TrainerImages,
-                TRAINER_BYTES_PER_PIXEL * max_pixels,
-                format!(
-                    "{max_pixels} pixels (largest view) × {TRAINER_BYTES_PER_PIXEL} B (target, \
-                     render, gradient, alpha, SSIM planes)"
-                ),
-            )
-        },
+        FloorItem::new(
+            Component::TrainerImages,
+            trainer_pixel_bytes * max_pixels,
+            format!(
+                "{max_pixels} pixels (largest view) × {trainer_pixel_bytes} B ({what_per_pixel})"
+            ),
+        ),
         // Evaluation reads one ground-truth view and writes one side-by-side image (2 views).
         FloorItem::new(
             Component::Evaluation,
@@ -1249,26 +1247,23 @@ fn plan_inputs(
     let model = ModelShare {
         gaussians,
         uncapped,
-        bytes_per_gaussian: if on_device {
-            host_copy_bytes(1, config.sh_degree)
-        } else {
-            model_bytes(1, config.sh_degree)
-        },
-        formula: if on_device {
-            format!(
-                "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: the host copy a \
-                 checkpoint downloads, parameters P and Adam moments 2P, 4 B each; densify \
-                 statistics 12 B; saving's scratch {} B",
-                super::densify::SAVE_SCRATCH_BYTES_PER_GAUSSIAN
-            )
-        } else {
-            format!(
-                "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: parameters P, \
-                 gradients P + 2, Adam moments 2P, 4 B each; densify statistics 12 B; render \
-                 buffers {} B",
-                super::densify::RENDER_BYTES_PER_GAUSSIAN
-            )
-        },
+        bytes_per_gaussian: host_model_bytes(1, config.sh_degree, on_device),
+        formula: format!(
+            "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: {}",
+            if on_device {
+                format!(
+                    "the host copy a checkpoint downloads, parameters P and Adam moments 2P, \
+                     4 B each; densify statistics 12 B; saving's scratch {} B",
+                    super::densify::SAVE_SCRATCH_BYTES_PER_GAUSSIAN
+                )
+            } else {
+                format!(
+                    "parameters P, gradients P + 2, Adam moments 2P, 4 B each; densify \
+                     statistics 12 B; render buffers {} B",
+                    super::densify::RENDER_BYTES_PER_GAUSSIAN
+                )
+            }
+        ),
         init_points,
         init_bytes_per_point: super::init::INIT_BYTES_PER_POINT,
     };

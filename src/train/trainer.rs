@@ -777,12 +777,17 @@ impl Trainer {
     /// export downloads); keeping a stale one through training would double it at the next
     /// download.
     fn release_stale_host_model(&mut self) {
-        Self::release_stale(&mut self.model, self.host_stale);
+        if self.host_stale {
+            Self::drop_host_copy(&mut self.model, &mut self.host_stale);
+        }
     }
 
-    /// [`Self::release_stale_host_model`] on the fields, for callers that hold other fields.
-    fn release_stale(model: &mut Model, stale: bool) {
-        if stale && !model.is_empty() {
+    /// Frees the device engine's host copy of the model, fresh or not, and marks it stale (a
+    /// download brings it back): before a refinement downloads its own inputs, so that the
+    /// host never holds both. On the fields, for callers that hold other fields of `self`.
+    fn drop_host_copy(model: &mut Model, host_stale: &mut bool) {
+        *host_stale = true;
+        if !model.is_empty() {
             *model = empty_model(model.gaussians.sh_degree);
         }
     }
@@ -1180,8 +1185,7 @@ impl Trainer {
                     // download); the edit runs where the model lives. The host copy goes first
                     // (the edit makes it stale anyway): the memory plan counts one copy of the
                     // model on the host, not a copy beside the inputs.
-                    self.host_stale = true;
-                    Self::release_stale(&mut self.model, true);
+                    Self::drop_host_copy(&mut self.model, &mut self.host_stale);
                     let inputs = e.refine_inputs()?;
                     match self.strategy.refine_plan(&inputs.inputs(), &mut ctx) {
                         Some(edit) => {
@@ -1268,8 +1272,7 @@ impl Trainer {
             Runner::Device(e) => {
                 let mut rows = if self.strategy.plans_rows_after_step(s, last) {
                     // As for a densification: the host copy goes before the rows come.
-                    self.host_stale = true;
-                    Self::release_stale(&mut self.model, true);
+                    Self::drop_host_copy(&mut self.model, &mut self.host_stale);
                     e.row_values()?
                 } else {
                     Model::new(Gaussians::zeros(0, 0))
