@@ -487,6 +487,10 @@ pub struct FloorInputs {
     pub slot_bytes: u64,
     /// Largest stored (on-disk) record: a worker's mapped pages of the record it decodes.
     pub max_stored_bytes: u64,
+    /// Largest buffer a worker allocates besides the ring slot while decoding a record: a
+    /// view read at a run's resolution is decoded whole at its stored size, then resampled
+    /// (`crate::shard::reader::Pack::resample_scratch`); 0 otherwise.
+    pub max_decode_scratch: u64,
     /// Records the sampler schedules (its per-epoch tables and the cache index scale with it).
     pub records: usize,
     /// Extra fixed components.
@@ -521,7 +525,10 @@ impl Floor {
         let threads = f.threads as u64;
         let workers = f.workers as u64;
         let per_thread = margin::ARENA_PER_THREAD + margin::THREAD_STACK;
-        let per_worker = f.max_stored_bytes + margin::ZSTD_DCTX + margin::FAULT_AROUND_PER_WORKER;
+        let per_worker = f.max_stored_bytes
+            + margin::ZSTD_DCTX
+            + margin::FAULT_AROUND_PER_WORKER
+            + f.max_decode_scratch;
         let mut items = vec![
             FloorItem::new(
                 Component::Baseline,
@@ -554,11 +561,19 @@ impl Floor {
                 Component::DecodeScratch,
                 workers * per_worker,
                 format!(
-                    "{} workers × (mapped record {} + zstd context {} + fault-around {})",
+                    "{} workers × (mapped record {} + zstd context {} + fault-around {}{})",
                     f.workers,
                     format_size(f.max_stored_bytes),
                     format_size(margin::ZSTD_DCTX),
-                    format_size(margin::FAULT_AROUND_PER_WORKER)
+                    format_size(margin::FAULT_AROUND_PER_WORKER),
+                    if f.max_decode_scratch > 0 {
+                        format!(
+                            " + stored-size view to resample {}",
+                            format_size(f.max_decode_scratch)
+                        )
+                    } else {
+                        String::new()
+                    }
                 ),
             ),
             FloorItem::new(
@@ -874,6 +889,7 @@ mod tests {
             ring_slots: 6,
             slot_bytes: 6 * MIB,
             max_stored_bytes: 6 * MIB,
+            max_decode_scratch: 0,
             records: 1000,
             extra: vec![],
             model: None,

@@ -12,7 +12,7 @@
 //! | evaluation, conversion, generation | [`eval`], [`pack`], [`synth`], [`export`] |
 //! | data pipeline, rendering | [`data`], [`render`] (its `cuda` backend on [`device`]) |
 //! | formats and importers | [`shard`], [`import`] (they share [`dataset`], never each other) |
-//! | foundations | [`dataset`], [`scene`], [`device`], [`budget`], [`metrics`], [`plot`], [`fsutil`], [`cli`], [`rng`] |
+//! | foundations | [`dataset`], [`scene`], [`resample`], [`device`], [`budget`], [`metrics`], [`plot`], [`fsutil`], [`cli`], [`rng`] |
 //!
 //! `budget`, `shard`, `import` and `data` know nothing of Gaussians; `device` knows nothing of
 //! Gaussians or datasets; `render` knows nothing of datasets.
@@ -25,6 +25,7 @@
 //! | [`shard`] | the pack format (its module doc is the spec): writer seals, reader maps read-only |
 //! | [`pack`] | the `gs-pack convert` pipeline: importer → bounded parallel encode → shards |
 //! | [`synth`] | procedural datasets (images + COLMAP/NeRF metadata) and program-written packs for tests, benches, the demo, fuzzing |
+//! | [`resample`] | the area filter by which views get smaller (packing's `--downscale`/`--max-width`, the loader's `gs-train -r`), with its alpha and mask rules |
 //! | [`budget`] | RAM budget parsing and formatting, the reservation ledger, the memory floor |
 //! | [`data`] | pack-backed record sources, sampler, byte-budgeted cache, prefetch ring (pageable or page-locked slots) feeding the trainer; `gs-pack bench` |
 //! | [`device`] | device memory, copies and kernel launches: CUDA (driver API + NVRTC) on a GPU, or the host emulation that runs the same kernels in CI |
@@ -54,6 +55,7 @@ pub mod metrics;
 pub mod pack;
 pub mod plot;
 pub mod render;
+pub mod resample;
 pub mod rng;
 pub mod scene;
 pub mod shard;

@@ -2033,28 +2033,99 @@ fn demo_honours_the_backend() {
     }
 }
 
-/// 3DGS's `-r N` and gsplat's `--data_factor N` are refused with the `gs-pack convert` flag that
-/// does it here (the resolution is chosen when packing), before anything is read or written.
+/// `-r 2` on a pack of the native size trains exactly as a pack made with `--downscale 2`: the
+/// loader's resampling is the packer's, byte for byte (colour and mask), so the two runs
+/// write the same model and scores. gs-render scores the run at the same `-r`; a resume at
+/// another resolution is refused; 3DGS's width reading of `-r 3` is refused pointing at
+/// `--data-factor 3`; the plan reserves each worker's stored-size view.
 #[test]
-fn resolution_flags_point_to_packing() {
+fn resolution_flags_train_as_a_pack_at_that_size() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let missing = dir.path().join("no.pack");
-    for (flag, value, advice) in [
-        ("-r", "2", "--downscale 2"),
-        ("--resolution", "1600", "--max-width 1600"),
-        ("--data_factor", "4", "--images images_4"),
-        ("-r", "-1", "drop the flag"),
-    ] {
-        let o = gs_train(&[s(&missing), "-o", s(&out), flag, value]);
-        assert_eq!(o.status.code(), Some(1), "{flag} {value}: {}", stderr(&o));
-        assert!(
-            stderr(&o).contains(advice),
-            "{flag} {value}: {}",
-            stderr(&o)
-        );
-        assert!(!out.exists());
+    let scene = dir.path().join("scene");
+    small_synth(&scene, "colmap", "5");
+    // Masks too (excluding the left quarter), so the mask's resampling is part of the check.
+    let masks = scene.join("masks");
+    std::fs::create_dir_all(&masks).unwrap();
+    for e in std::fs::read_dir(scene.join("images")).unwrap() {
+        let p = e.unwrap().path();
+        let (w, h) = image::image_dimensions(&p).unwrap();
+        let name = p.file_name().unwrap().to_str().unwrap().to_owned();
+        image::GrayImage::from_fn(w, h, |x, _| image::Luma([if x < w / 4 { 0 } else { 255 }]))
+            .save(masks.join(format!("{name}.png")))
+            .unwrap();
     }
+    let native = dir.path().join("native.pack");
+    let half = dir.path().join("half.pack");
+    for (pack, size) in [
+        (&native, ["--max-width", "0"]),
+        (&half, ["--downscale", "2"]),
+    ] {
+        gs_pack_ok(
+            &["convert", s(&scene), "-o", s(pack), "--test-every", "3"]
+                .into_iter()
+                .chain(size)
+                .collect::<Vec<_>>(),
+        );
+    }
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let o = gs_train(&train_args(&native, &a, "30", &["--eval", "-r", "2"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
+    assert!(
+        said.contains("downscaled 2×") && said.contains("32x24 → 16x12"),
+        "{said}"
+    );
+    let o = gs_train(&train_args(&half, &b, "30", &["--eval"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    for file in [
+        "test/iteration_30/metrics.json",
+        "point_cloud/iteration_30/point_cloud.ply",
+        "cameras.json",
+    ] {
+        let (x, y) = (
+            std::fs::read(a.join(file)).unwrap(),
+            std::fs::read(b.join(file)).unwrap(),
+        );
+        assert!(
+            x == y,
+            "{file} differs between -r 2 and a --downscale 2 pack"
+        );
+    }
+    let cameras: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(a.join("cameras.json")).unwrap()).unwrap();
+    assert_eq!(cameras[0]["width"], 16);
+    for run in [&a, &b] {
+        let cfg = std::fs::read_to_string(run.join("cfg_args")).unwrap();
+        assert!(cfg.contains("resolution=2,"), "{cfg}");
+    }
+    // gs-render scores the run at its resolution exactly as gs-train did.
+    gs_render_scores_like_gs_train_at(&a, &native, &dir.path().join("r"), 30, &["-r", "2"]);
+    // gsplat's spelling, 3DGS's width reading, and a resume at another size.
+    let o = gs_train(&train_args(
+        &native,
+        &a,
+        "40",
+        &["--resume", "--data_factor", "4"],
+    ));
+    refused(&o, &["different training settings", "resolution"]);
+    let o = gs_train(&train_args(
+        &native,
+        &dir.path().join("c"),
+        "30",
+        &["-r", "3"],
+    ));
+    refused(&o, &["--data-factor 3"]);
+    assert!(!dir.path().join("c").exists());
+    let o = gs_train(&train_args(
+        &native,
+        &dir.path().join("c"),
+        "30",
+        &["--data-factor", "3", "--dry-run"],
+    ));
+    let plan = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
+    assert!(o.status.success(), "{plan}");
+    assert!(plan.contains("stored-size view to resample"), "{plan}");
+    assert!(plan.contains("resampled to downscaled 3×"), "{plan}");
 }
 
 /// `--demo --dry-run` plans the demo's run (its pack built in a temporary directory and

@@ -173,6 +173,25 @@ struct Args {
     /// Which views of the pack to render (or, with --trajectory, to fly through).
     #[arg(long, value_enum, default_value = "test", requires = "pack")]
     split: SplitArg,
+    /// Render and score the pack's views at a smaller size, as `gs-train -r R` trained them
+    /// (1, 2, 4, 8: a factor; -1: at most 1,600 px wide; above 8: a width).
+    #[arg(
+        short = 'r',
+        long = "resolution",
+        value_name = "R",
+        allow_hyphen_values = true,
+        requires = "pack",
+        conflicts_with = "data_factor"
+    )]
+    resolution: Option<String>,
+    /// Render and score the pack's views at their size divided by N (`gs-train --data-factor N`).
+    #[arg(
+        long = "data-factor",
+        alias = "data_factor",
+        value_name = "N",
+        requires = "pack"
+    )]
+    data_factor: Option<u32>,
     /// Render N frames along a smooth path through the cameras of --pack (its --split views,
     /// in pack order) or of --cameras (in file order) into DIR/frame_00000.png, ...
     #[arg(long, value_name = "N", conflicts_with_all = ["camera", "convert"])]
@@ -675,6 +694,15 @@ impl Aligner {
 }
 
 /// The pack's views of `--split` (indices, split name), each checked to be renderable.
+/// The pack at `pack_path`, its views at `-r`/`--data-factor`'s size.
+fn open_pack(args: &Args, pack_path: &Path) -> Result<Pack> {
+    let resize = ramsplat::cli::resolution_flags(args.resolution.as_deref(), args.data_factor)
+        .map_err(anyhow::Error::msg)?;
+    Ok(Pack::open(pack_path)
+        .context("cannot open the pack")?
+        .resized(resize))
+}
+
 fn split_views(
     args: &Args,
     pack_path: &Path,
@@ -757,7 +785,7 @@ fn render_pack(
     pack_path: &Path,
     output: &Path,
 ) -> Result<()> {
-    let pack = Pack::open(pack_path).context("cannot open the pack")?;
+    let pack = open_pack(args, pack_path)?;
     let manifest = pack.manifest();
     let (indices, split_name) = split_views(args, pack_path, manifest)?;
     let model = load_model(args)?;
@@ -974,7 +1002,7 @@ fn run(args: &Args) -> Result<()> {
     if let Some(frames) = args.trajectory {
         return match (&args.pack, &args.cameras) {
             (Some(pack_path), None) => {
-                let pack = Pack::open(pack_path).context("cannot open the pack")?;
+                let pack = open_pack(args, pack_path)?;
                 let (indices, _) = split_views(args, pack_path, pack.manifest())?;
                 let keys: Vec<Camera> = indices
                     .iter()

@@ -142,18 +142,21 @@ struct Args {
     /// and never past it).
     #[arg(long, value_enum, default_value = "default")]
     strategy: Strategy,
-    /// 3DGS's `-r/--resolution` and gsplat's `--data_factor`: refused, saying how to choose
-    /// the resolution here (when packing: the pack holds the views at the size they train at).
+    /// Train (and score) at a smaller size than the pack's, as 3DGS's -r reads it: 1, 2, 4, 8
+    /// divide each side, -1 caps the width at 1,600 px, a value above 8 is a target width. The
+    /// loader reads each view at its stored size and resamples it (the packer's area filter);
+    /// `gs-pack convert --downscale N` packs at that size and saves the work.
     #[arg(
         short = 'r',
         long = "resolution",
-        visible_alias = "data_factor",
-        alias = "data-factor",
-        value_name = "N",
+        value_name = "R",
         allow_hyphen_values = true,
-        hide = true
+        conflicts_with = "data_factor"
     )]
     resolution: Option<String>,
+    /// Train (and score) at the pack's size divided by N, any whole N (gsplat's --data_factor).
+    #[arg(long = "data-factor", alias = "data_factor", value_name = "N")]
+    data_factor: Option<u32>,
     /// Print the memory plan (every item with its formula, the cache's share and the expected
     /// cache hit rate) and exit without training: 0 if the run would start, 1 if the budget
     /// is below the floor. Writes nothing.
@@ -501,11 +504,11 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     if args.metrics_every == 0 {
         bail!("--metrics-every must be at least 1");
     }
-    if let Some(r) = &args.resolution {
-        bail!("{}", resolution_advice(r));
-    }
+    let resolution = ramsplat::cli::resolution_flags(args.resolution.as_deref(), args.data_factor)
+        .map_err(anyhow::Error::msg)?;
     let mut config = TrainConfig {
         iterations: args.iterations.unwrap_or(iterations),
+        resolution,
         seed: args.seed,
         sh_degree: args.sh_degree,
         ..TrainConfig::default()
@@ -632,32 +635,6 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     o.depth = depth.enabled().then_some(depth);
     o.depth_given = args.depth_l1_weight_init.is_some() || args.depth_l1_weight_final.is_some();
     Ok(o)
-}
-
-/// Why `-r/--resolution N` (3DGS) or `--data_factor N` (gsplat) is refused, and what does it
-/// here: 3DGS reads 1, 2, 4 and 8 as downscale factors and larger values as a target width;
-/// gsplat's factor picks the dataset's `images_N` copies.
-fn resolution_advice(r: &str) -> String {
-    let how = match r.trim().parse::<i64>() {
-        Ok(-1) => "3DGS's default (-1: views wider than 1,600 px scaled to that width) is \
-                   `gs-pack convert`'s default too (--max-width 1600): drop the flag"
-            .to_owned(),
-        Ok(n @ (1 | 2 | 4 | 8)) => format!(
-            "pack at that size instead: `gs-pack convert DATASET -o PACK --downscale {n}`, or \
-             `--images images_{n}` to pack the dataset's own resized copies"
-        ),
-        Ok(w) if w > 8 => {
-            format!("pack at that width instead: `gs-pack convert DATASET -o PACK --max-width {w}`")
-        }
-        _ => "pack at the size to train at: `gs-pack convert DATASET -o PACK --downscale N` \
-              (or --max-width PX, or --images images_N)"
-            .to_owned(),
-    };
-    format!(
-        "-r/--resolution {r}: gs-train trains at the pack's resolution, chosen when packing \
-         (the pack holds each view at the size it trains at, which is what the RAM budget \
-         counts); {how}. `gs-pack info PACK` shows a pack's view sizes."
-    )
 }
 
 /// The demo's run: every option `args` give, the demo's own (see `demo::demo_options`) for

@@ -158,3 +158,67 @@ mod tests {
         assert_eq!(chain_message(&plain), "outer: inner");
     }
 }
+
+/// The size views are read at, from `-r/--resolution R` (3DGS's reading) or `--data-factor N`
+/// (gsplat's), relative to the pack's views; at most one of them is given (clap enforces it).
+///
+/// `-r`: 1, 2, 4 and 8 divide each side; -1 caps the width at 1,600 px (3DGS's default, and
+/// `gs-pack convert`'s); any value above 8 is a target width (3DGS's reading: views narrower
+/// than it are kept, never enlarged). 3DGS also reads 3, 5, 6 and 7 as widths in pixels, which
+/// nobody means: refused, pointing at `--data-factor`. `--data-factor N`: any whole factor.
+pub fn resolution_flags(
+    resolution: Option<&str>,
+    data_factor: Option<u32>,
+) -> Result<crate::resample::Resize, String> {
+    use crate::resample::Resize;
+    if let Some(n) = data_factor {
+        return match n {
+            0 => Err("--data-factor 0: give a whole factor of at least 1".into()),
+            1 => Ok(Resize::None),
+            n => Ok(Resize::Downscale(n)),
+        };
+    }
+    let Some(r) = resolution else {
+        return Ok(Resize::None);
+    };
+    match r.trim().parse::<i64>() {
+        Ok(-1) => Ok(Resize::MaxWidth(1600)),
+        Ok(1) => Ok(Resize::None),
+        Ok(n @ (2 | 4 | 8)) => Ok(Resize::Downscale(n as u32)),
+        Ok(w) if (9..=u32::MAX as i64).contains(&w) => Ok(Resize::MaxWidth(w as u32)),
+        Ok(n @ (3 | 5 | 6 | 7)) => Err(format!(
+            "-r {n}: 3DGS reads -r as a factor only for 1, 2, 4 and 8, and any other value as a \
+             width in pixels ({n} px here); for a factor of {n} give --data-factor {n}, for a \
+             width give it (e.g. -r 1000)"
+        )),
+        _ => Err(format!(
+            "-r {r}: give 1, 2, 4 or 8 (a factor), -1 (at most 1,600 px wide) or a width in \
+             pixels above 8; --data-factor N takes any whole factor"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod resolution_tests {
+    use super::resolution_flags;
+    use crate::resample::Resize;
+
+    #[test]
+    fn resolution_flags_read_as_3dgs_and_gsplat_do() {
+        let r = |v: &str| resolution_flags(Some(v), None);
+        assert_eq!(r("-1"), Ok(Resize::MaxWidth(1600)));
+        assert_eq!(r("1"), Ok(Resize::None));
+        assert_eq!(r("2"), Ok(Resize::Downscale(2)));
+        assert_eq!(r("8"), Ok(Resize::Downscale(8)));
+        assert_eq!(r("1000"), Ok(Resize::MaxWidth(1000)));
+        assert_eq!(r("9"), Ok(Resize::MaxWidth(9)));
+        assert!(r("3").unwrap_err().contains("--data-factor 3"));
+        for bad in ["0", "-2", "two", "1.5", "99999999999"] {
+            assert!(r(bad).unwrap_err().contains("--data-factor N"), "{bad}");
+        }
+        assert_eq!(resolution_flags(None, Some(3)), Ok(Resize::Downscale(3)));
+        assert_eq!(resolution_flags(None, Some(1)), Ok(Resize::None));
+        assert!(resolution_flags(None, Some(0)).is_err());
+        assert_eq!(resolution_flags(None, None), Ok(Resize::None));
+    }
+}

@@ -113,6 +113,11 @@ pub trait RecordSource: Send + Sync {
     fn stored_len(&self, record: u32) -> u64;
     /// Decodes record `record` into `out` (exactly `decoded_len` bytes).
     fn read_into(&self, record: u32, out: &mut [u8]) -> Result<(), LoadError>;
+    /// Bytes [`RecordSource::read_into`] allocates besides `out` while it decodes `record`
+    /// (the memory plan reserves the largest for each worker); default 0.
+    fn decode_scratch(&self, _record: u32) -> usize {
+        0
+    }
     /// Human name for messages ("view 'IMG_3.jpg' (#3)").
     fn describe(&self, record: u32) -> String;
     /// Scheduling groups (see the module doc); default: one group per record.
@@ -277,6 +282,7 @@ pub fn floor_of(
     let n = source.len() as u32;
     let slot_bytes = (0..n).map(|r| source.decoded_len(r)).max().unwrap_or(0) as u64;
     let max_stored = (0..n).map(|r| source.stored_len(r)).max().unwrap_or(0);
+    let max_scratch = (0..n).map(|r| source.decode_scratch(r)).max().unwrap_or(0);
     let inputs = FloorInputs {
         baseline_rss,
         // The workers; scheduling runs on the consumer thread (already in the baseline).
@@ -285,6 +291,7 @@ pub fn floor_of(
         ring_slots: config.slots(),
         slot_bytes,
         max_stored_bytes: max_stored,
+        max_decode_scratch: max_scratch as u64,
         records: source.len(),
         extra: extras.items,
         model: extras.model,

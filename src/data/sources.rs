@@ -51,6 +51,9 @@ impl RecordSource for PackViews {
                 source: Box::new(e),
             })
     }
+    fn decode_scratch(&self, record: u32) -> usize {
+        self.pack.resample_scratch(self.view_index(record))
+    }
     fn describe(&self, record: u32) -> String {
         let i = self.view_index(record);
         format!(

@@ -76,15 +76,37 @@ fn py_str(s: &str) -> String {
     out
 }
 
-/// 3DGS's `-r` for a pack converted with `max_width` / `downscale` (as the manifest records
-/// them): `--downscale N` is `-r N`, the default 1,600 px cap is `-r -1`, another width cap is
-/// that width, no resizing is `-r 1`.
-pub fn resolution(max_width: Option<u32>, downscale: Option<u32>) -> i64 {
-    match (downscale, max_width) {
-        (Some(n), _) => n as i64,
-        (None, Some(1600)) => -1,
-        (None, Some(w)) => w as i64,
-        (None, None) => 1,
+/// 3DGS's `-r` for a run on a pack converted with `max_width` / `downscale` (as the manifest
+/// records them) whose views the run read at `run` (`gs-train -r`), `width` being the widest
+/// view it trained on. A whole factor of 1, 2, 4 or 8 (the pack's `--downscale` times the
+/// run's) is `-r` that factor; the default 1,600 px cap alone is `-r -1`; another width cap
+/// alone is that width; anything else (factors 3DGS does not take as divisors, a factor on top
+/// of a width cap) is the trained width, which 3DGS takes as the target width.
+pub fn resolution(
+    max_width: Option<u32>,
+    downscale: Option<u32>,
+    run: crate::resample::Resize,
+    width: u32,
+) -> i64 {
+    use crate::resample::Resize;
+    let as_divisor = |f: u64| {
+        if matches!(f, 1 | 2 | 4 | 8) {
+            f as i64
+        } else {
+            width as i64
+        }
+    };
+    let pack_factor = match (downscale, max_width) {
+        (Some(n), _) => Some(n.max(1) as u64),
+        (None, None) => Some(1),
+        (None, Some(_)) => None,
+    };
+    match (run, pack_factor, max_width) {
+        (r, Some(f), _) if r.is_none() => as_divisor(f),
+        (r, None, Some(1600)) if r.is_none() => -1,
+        (r, None, Some(w)) if r.is_none() => w as i64,
+        (Resize::Downscale(m), Some(f), _) => as_divisor(f * m as u64),
+        _ => width as i64,
     }
 }
 
@@ -124,9 +146,21 @@ mod tests {
 
     #[test]
     fn resolutions_follow_3dgs_r() {
-        assert_eq!(resolution(Some(1600), None), -1);
-        assert_eq!(resolution(None, Some(4)), 4);
-        assert_eq!(resolution(Some(1000), None), 1000);
-        assert_eq!(resolution(None, None), 1);
+        use crate::resample::Resize::{self, Downscale, MaxWidth};
+        let none = Resize::None;
+        assert_eq!(resolution(Some(1600), None, none, 1600), -1);
+        assert_eq!(resolution(None, Some(4), none, 400), 4);
+        assert_eq!(resolution(Some(1000), None, none, 1000), 1000);
+        assert_eq!(resolution(None, None, none, 1600), 1);
+        // 3DGS reads -r 3 as a width of 3 px: a factor of 3 is written as the width.
+        assert_eq!(resolution(None, Some(3), none, 533), 533);
+        // A run's factor multiplies the pack's.
+        assert_eq!(resolution(None, Some(2), Downscale(2), 400), 4);
+        assert_eq!(resolution(None, None, Downscale(8), 200), 8);
+        assert_eq!(resolution(None, Some(4), Downscale(4), 100), 100);
+        // On a width-capped pack, or to a width, the run's views' width.
+        assert_eq!(resolution(Some(1600), None, Downscale(2), 800), 800);
+        assert_eq!(resolution(None, None, MaxWidth(1200), 1200), 1200);
+        assert_eq!(resolution(None, Some(2), Downscale(1), 800), 2);
     }
 }

@@ -34,11 +34,11 @@ use image::metadata::Orientation;
 use rayon::prelude::*;
 
 use super::image::{
-    covered_rect, is_resized_copy, side_file_placement, swaps_sides, target_size, AxisTaps,
-    LensMap, Resize,
+    covered_rect, is_resized_copy, side_file_placement, swaps_sides, target_size, LensMap, Resize,
 };
 use super::ImportError;
 use crate::dataset::{DepthSource, ViewSource};
+use crate::resample::AxisTaps;
 use crate::shard::DepthScale;
 
 /// The file 3DGS's `make_depth_scale.py` writes (COLMAP: in `sparse/0/`).

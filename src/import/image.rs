@@ -78,6 +78,9 @@ use crate::dataset::{Distortion, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics};
 use crate::shard::{DepthScale, PixelLayout};
 
+use crate::resample::{area_row_u8, premultiply, unpremultiply, AxisTaps, MASK_USED_MIN};
+pub use crate::resample::{target_size, Resize};
+
 /// An RGB8 image: `pixels.len() == width × height × 3`, row-major, top row first.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RgbImage {
@@ -118,20 +121,6 @@ impl RgbImage {
     fn stride(&self) -> usize {
         self.width as usize * 3
     }
-}
-
-/// How view images are resized at pack time (`--max-width PX` / `--downscale N`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Resize {
-    /// Keep the native resolution.
-    #[default]
-    None,
-    /// Scale images wider than this down to exactly this width, keeping the aspect (the
-    /// original 3DGS does this with 1600). Narrower images are kept as they are.
-    MaxWidth(u32),
-    /// Divide both sides by this factor, rounding to nearest (at least 1 pixel). 0 and 1 mean
-    /// no resize.
-    Downscale(u32),
 }
 
 /// Maps a decode/open failure of `path` to an [`ImportError`] that says what to do.
@@ -469,29 +458,6 @@ pub fn is_resized_copy(small: (u32, u32), big: (u32, u32)) -> bool {
     w <= bw && h <= bh && (w * bh).abs_diff(h * bw) < bw + bh
 }
 
-/// The size [`Resize`] gives an image of `width × height`. Never larger than the input and never
-/// smaller than 1×1.
-pub fn target_size(width: u32, height: u32, resize: Resize) -> (u32, u32) {
-    // Round-half-up integer division; u64 so `w + n/2` cannot overflow.
-    let div_round = |v: u32, n: u64| (((v as u64) + n / 2) / n).max(1) as u32;
-    match resize {
-        Resize::None => (width, height),
-        Resize::Downscale(n) if n <= 1 => (width, height),
-        Resize::Downscale(n) => (div_round(width, n as u64), div_round(height, n as u64)),
-        Resize::MaxWidth(px) => {
-            let px = px.max(1);
-            if width <= px {
-                (width, height)
-            } else {
-                // h · px / w, rounded to nearest, in integers (exact for any u32 inputs).
-                let h =
-                    ((height as u64 * px as u64 * 2 + width as u64) / (2 * width as u64)).max(1);
-                (px, h.min(height as u64) as u32)
-            }
-        }
-    }
-}
-
 /// Where a view's ideal pinhole image samples its photo: the pinhole camera has the photo's
 /// size and intrinsics; pixel centre `(i + 0.5, j + 0.5)` has the normalised ray
 /// `((u − cx)/fx, (v − cy)/fy)`, which the lens ([`Distortion::distort`]) moves to a point of
@@ -818,66 +784,6 @@ fn sample_bilinear(src: &RgbImage, u: f64, v: f64) -> [u8; 3] {
     rgb
 }
 
-/// Area-filter taps of one axis: for each output index, the first source index and the overlap
-/// length of each source pixel with the output pixel's footprint (in source pixels).
-pub(super) struct AxisTaps {
-    start: Vec<usize>,
-    /// `weights[offset[o]..offset[o + 1]]` are output `o`'s taps.
-    offset: Vec<usize>,
-    weights: Vec<f32>,
-    /// Sum of output `o`'s weights (its footprint width, `src/dst` up to rounding).
-    pub(super) total: Vec<f32>,
-}
-
-impl AxisTaps {
-    pub(super) fn new(src: u32, dst: u32) -> AxisTaps {
-        let scale = src as f64 / dst as f64;
-        let mut t = AxisTaps {
-            start: Vec::with_capacity(dst as usize),
-            offset: Vec::with_capacity(dst as usize + 1),
-            weights: Vec::new(),
-            total: Vec::with_capacity(dst as usize),
-        };
-        t.offset.push(0);
-        for o in 0..dst as usize {
-            // Output pixel o covers [o·scale, (o+1)·scale) of the source axis. For an integer
-            // factor these bounds and every overlap are small exact integers, so the filter is
-            // an exact box mean.
-            let a = o as f64 * scale;
-            let b = ((o + 1) as f64 * scale).min(src as f64);
-            let first = (a.floor() as usize).min(src as usize - 1);
-            let last = (b.ceil() as usize).clamp(first + 1, src as usize);
-            let mut sum = 0.0f64;
-            let mut n = 0;
-            for s in first..last {
-                let wgt = (b.min(s as f64 + 1.0) - a.max(s as f64)).max(0.0);
-                if wgt > 0.0 || n == 0 {
-                    t.weights.push(wgt as f32);
-                    sum += wgt;
-                    n += 1;
-                }
-            }
-            if sum <= 0.0 {
-                // Only reachable through rounding at a degenerate footprint; fall back to
-                // nearest so the output is never 0/0.
-                t.weights[t.offset[o]] = 1.0;
-                sum = 1.0;
-            }
-            t.start.push(first);
-            t.offset.push(t.weights.len());
-            t.total.push(sum as f32);
-        }
-        t
-    }
-
-    pub(super) fn taps(&self, o: usize) -> (usize, &[f32]) {
-        (
-            self.start[o],
-            &self.weights[self.offset[o]..self.offset[o + 1]],
-        )
-    }
-}
-
 /// Antialiased downscale of `src` to `width × height` with an area (box) filter: every output
 /// pixel is the mean of the source area it covers, each source pixel weighted by its overlap.
 /// For integer factors this is the exact mean of each `N×N` block (rounded to nearest, ties
@@ -895,40 +801,12 @@ pub fn resize_area(src: &RgbImage, width: u32, height: u32) -> RgbImage {
     let ys = AxisTaps::new(src.height, height);
     let mut out = RgbImage::new(width, height);
     let out_stride = out.stride();
-    let src_stride = src.stride();
     out.pixels
         .par_chunks_mut(out_stride)
         .enumerate()
         .for_each_init(
             || vec![0f32; out_stride],
-            |acc, (oy, row)| {
-                acc.fill(0.0);
-                let (sy0, wy) = ys.taps(oy);
-                for (k, &wyk) in wy.iter().enumerate() {
-                    let srow = &src.pixels[(sy0 + k) * src_stride..(sy0 + k + 1) * src_stride];
-                    for ox in 0..width as usize {
-                        let (sx0, wx) = xs.taps(ox);
-                        let mut sum = [0f32; 3];
-                        for (m, &wxm) in wx.iter().enumerate() {
-                            let p = &srow[(sx0 + m) * 3..(sx0 + m) * 3 + 3];
-                            sum[0] += wxm * p[0] as f32;
-                            sum[1] += wxm * p[1] as f32;
-                            sum[2] += wxm * p[2] as f32;
-                        }
-                        for c in 0..3 {
-                            acc[ox * 3 + c] += wyk * sum[c];
-                        }
-                    }
-                }
-                let ty = ys.total[oy];
-                for ox in 0..width as usize {
-                    let area = xs.total[ox] * ty;
-                    for c in 0..3 {
-                        // Mean of bytes: in [0, 255]; +0.5 and a saturating cast round to nearest.
-                        row[ox * 3 + c] = (acc[ox * 3 + c] / area + 0.5) as u8;
-                    }
-                }
-            },
+            |acc, (oy, row)| area_row_u8::<3>(&src.pixels, &xs, &ys, oy, acc, row),
         );
     out
 }
@@ -1032,7 +910,7 @@ fn place_rgba(
     let mut colour = stored;
     if resamples {
         for (c, a) in colour.pixels.iter_mut().zip(&alpha.pixels) {
-            *c = ((*c as u32 * *a as u32 + 127) / 255) as u8;
+            *c = premultiply(*c, *a);
         }
     }
     let (camera, colour) = place(view, colour, orientation, resize)?;
@@ -1045,13 +923,7 @@ fn place_rgba(
     {
         let a = a[0];
         for &v in c {
-            pixels.push(if !resamples {
-                v
-            } else if a == 0 {
-                0
-            } else {
-                ((v as u32 * 255 + a as u32 / 2) / a as u32).min(255) as u8
-            });
+            pixels.push(if resamples { unpremultiply(v, a) } else { v });
         }
         pixels.push(a);
     }
@@ -1155,7 +1027,11 @@ pub fn prepare_mask(
         .pixels
         .chunks_exact(3)
         .map(|p| {
-            let used = if resamples { p[0] >= 254 } else { p[0] != 0 };
+            let used = if resamples {
+                p[0] >= MASK_USED_MIN
+            } else {
+                p[0] != 0
+            };
             if used {
                 255
             } else {

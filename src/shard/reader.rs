@@ -14,6 +14,16 @@
 //! size is needed; both keep RSS bounded by the records being decoded at that moment. A
 //! consumer only ever receives decoded *copies*, never a handle into the mapping.
 //!
+//! # Views at another size
+//! [`Pack::resized`] presents a pack's views at a run's resolution (`gs-train -r 2`): the
+//! manifest it shows holds each view's camera and decoded length at that size, and
+//! [`Pack::read_view_into`] decodes the stored view into a scratch buffer of the stored size
+//! and resamples it into the caller's buffer ([`resample_view`], the packer's area filter and
+//! its alpha and mask rules, from [`crate::resample`]). Every consumer of the manifest (the
+//! loader, the memory plan, evaluation, initialisation) then sees one consistent, smaller
+//! pack; the stored entries stay behind it for the checks and for
+//! [`Pack::content_fingerprint`], which names the pack on disk whatever size it is read at.
+//!
 //! Invariant relied upon by every `unsafe` here: shards are immutable once sealed (written to a
 //! temporary name, fsynced, renamed) and ramsplat never opens them for writing. Another program
 //! truncating or rewriting a shard while it is mapped is outside that contract (as for any
@@ -27,10 +37,15 @@ use memmap2::{Mmap, UncheckedAdvice};
 
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::resample::{
+    area_row_u16, area_row_u8, premultiply, target_size, unpremultiply, AxisTaps, Resize,
+    MASK_USED_MIN,
+};
+
 use super::{
     Checksum, Codec, Manifest, PixelLayout, PointChunkLayout, RecordKind, RecordRef, ShardError,
-    FOOTER_LEN, FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, RECORD_HEADER_LEN, RECORD_MAGIC,
-    SHARD_MAGIC,
+    ViewEntry, FOOTER_LEN, FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, RECORD_HEADER_LEN,
+    RECORD_MAGIC, SHARD_MAGIC,
 };
 
 /// The widest aligned window a read fault on a file mapping can map at once: fault-around maps
@@ -51,8 +66,20 @@ struct Shard {
 /// An open, read-only pack. `Send + Sync`: share it as `Arc<Pack>` between loader workers.
 pub struct Pack {
     dir: PathBuf,
+    /// The manifest as presented: the stored one, with views at [`Pack::resized`]'s size.
     manifest: Manifest,
     shards: Vec<Shard>,
+    /// Set when some view is presented at another size than stored.
+    resized: Option<Resized>,
+}
+
+/// What [`Pack::resized`] keeps of the stored manifest.
+struct Resized {
+    resize: Resize,
+    /// The stored entry of every view (index = view index).
+    views: Vec<ViewEntry>,
+    /// The stored manifest's [`Manifest::content_fingerprint`].
+    fingerprint: String,
 }
 
 /// A record header as read back from a shard.
@@ -201,6 +228,7 @@ impl Pack {
             dir: dir.to_owned(),
             manifest,
             shards,
+            resized: None,
         };
         pack.check_manifest_refs()?;
         Ok(pack)
@@ -212,6 +240,93 @@ impl Pack {
 
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    /// This pack with its views presented at `resize` (see the module doc): views that
+    /// `resize` makes smaller get the camera and decoded length of that size, and are
+    /// resampled as they are read; the others are read as stored. Clouds are unchanged.
+    pub fn resized(mut self, resize: Resize) -> Pack {
+        if let Some(r) = self.resized.take() {
+            // Resizing a resized pack starts again from the stored views.
+            self.manifest.views = r.views;
+        }
+        let stored = self.manifest.views.clone();
+        let mut changed = false;
+        for v in &mut self.manifest.views {
+            let (w, h) = target_size(v.width(), v.height(), resize);
+            if (w, h) != (v.width(), v.height()) {
+                v.camera = v.camera.resized(w, h);
+                v.record.decoded_len = v.layout().len(w, h) as u64;
+                changed = true;
+            }
+        }
+        if changed {
+            let fingerprint = Manifest {
+                views: stored.clone(),
+                ..self.manifest.clone()
+            }
+            .content_fingerprint();
+            self.resized = Some(Resized {
+                resize,
+                views: stored,
+                fingerprint,
+            });
+        }
+        self
+    }
+
+    /// The resize [`Pack::resized`] applied (`Resize::None` when every view is read as
+    /// stored).
+    pub fn resize(&self) -> Resize {
+        self.resized.as_ref().map_or(Resize::None, |r| r.resize)
+    }
+
+    /// View `index`'s entry as stored, whatever size it is presented at.
+    pub fn stored_view(&self, index: usize) -> Option<&ViewEntry> {
+        self.stored_views().get(index)
+    }
+
+    /// Every view's entry as stored.
+    fn stored_views(&self) -> &[ViewEntry] {
+        match &self.resized {
+            Some(r) => &r.views,
+            None => &self.manifest.views,
+        }
+    }
+
+    /// [`Manifest::content_fingerprint`] of the pack as stored: the same whatever size its
+    /// views are presented at (a run records the size in its own settings).
+    pub fn content_fingerprint(&self) -> String {
+        match &self.resized {
+            Some(r) => r.fingerprint.clone(),
+            None => self.manifest.content_fingerprint(),
+        }
+    }
+
+    /// Bytes [`Pack::read_view_into`] allocates besides the caller's buffer while it reads view
+    /// `index`: for a resampled view, the stored view decoded whole, the filter's taps and row
+    /// accumulator ([`resample_heap_bytes`]); 0 for a view read as stored.
+    pub fn resample_scratch(&self, index: usize) -> usize {
+        match (self.stored_view(index), self.manifest.views.get(index)) {
+            (Some(s), Some(v)) if s.record.decoded_len != v.record.decoded_len => {
+                s.decoded_len()
+                    + resample_heap_bytes(
+                        v.layout(),
+                        (s.width(), s.height()),
+                        (v.width(), v.height()),
+                    )
+            }
+            _ => 0,
+        }
+    }
+
+    /// The largest [`Pack::resample_scratch`] over views `indices`.
+    pub fn max_resample_scratch(&self, indices: impl IntoIterator<Item = usize>) -> usize {
+        indices
+            .into_iter()
+            .map(|i| self.resample_scratch(i))
+            .max()
+            .unwrap_or(0)
     }
 
     /// Bounds and camera checks of every record the manifest names (no payload access).
@@ -370,8 +485,9 @@ impl Pack {
             unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start) };
     }
 
-    /// Checks, decodes view `index` (RGB8, `decoded_len` bytes) into `out` and releases the
-    /// record's pages. `out.len()` must equal the view's decoded length.
+    /// Checks, decodes view `index` (its [`ViewEntry::layout`], `decoded_len` bytes, at the
+    /// size the manifest presents: see [`Pack::resized`]) into `out` and releases the record's
+    /// pages. `out.len()` must equal the view's decoded length.
     pub fn read_view_into(&self, index: usize, out: &mut [u8]) -> Result<(), ShardError> {
         let v = self
             .manifest
@@ -382,14 +498,38 @@ impl Pack {
                 index,
                 len: self.manifest.views.len(),
             })?;
-        let r = &v.record;
-        if out.len() != r.decoded_len as usize {
+        if out.len() != v.decoded_len() {
             return Err(ShardError::BufferSize {
                 what: format!("view {index} ({:?})", v.name),
-                want: r.decoded_len as usize,
+                want: v.decoded_len(),
                 got: out.len(),
             });
         }
+        let stored = self.stored_view(index).expect("same views as the manifest");
+        if stored.record.decoded_len == v.record.decoded_len {
+            return self.read_stored_view_into(index, stored, out);
+        }
+        let mut full = vec![0u8; stored.decoded_len()];
+        self.read_stored_view_into(index, stored, &mut full)?;
+        resample_view(
+            v.layout(),
+            (stored.width(), stored.height()),
+            &mut full,
+            (v.width(), v.height()),
+            out,
+        );
+        Ok(())
+    }
+
+    /// [`Pack::read_view_into`] of view `index` as stored (`v`, its stored entry) into `out`
+    /// of its stored decoded length.
+    fn read_stored_view_into(
+        &self,
+        index: usize,
+        v: &ViewEntry,
+        out: &mut [u8],
+    ) -> Result<(), ShardError> {
+        let r = &v.record;
         let what = format!("view {index} {:?}", v.name);
         let result = (|| {
             let (info, payload) = self.checked_payload(r, &what)?;
@@ -532,7 +672,9 @@ impl Pack {
         let mut done = 0u64;
         let mut report = VerifyReport::default();
         let mut by_offset = std::collections::HashMap::new();
-        for (i, v) in self.manifest.views.iter().enumerate() {
+        // What the shards hold: the stored entries, whatever size the views are presented at.
+        let views = self.stored_views();
+        for (i, v) in views.iter().enumerate() {
             by_offset.insert(
                 (v.record.shard, v.record.offset),
                 (RecordKind::View, 0u32, i as u32),
@@ -590,9 +732,7 @@ impl Pack {
                 }
                 let expected = by_offset.remove(&(si as u32, offset));
                 let listed = match expected {
-                    Some((RecordKind::View, _, i)) => {
-                        Some(self.manifest.views[i as usize].record.checksum)
-                    }
+                    Some((RecordKind::View, _, i)) => Some(views[i as usize].record.checksum),
                     Some((RecordKind::Points, c, k)) => Some(
                         self.manifest.clouds[c as usize].chunks[k as usize]
                             .record
@@ -611,7 +751,7 @@ impl Pack {
                 }
                 let agrees = match expected {
                     Some((RecordKind::View, _, i)) => {
-                        let v = &self.manifest.views[i as usize];
+                        let v = &views[i as usize];
                         // The flags say which planes (alpha, mask, inverse depth) the
                         // payload holds; the manifest's entry must say the same.
                         info.kind == RecordKind::View
@@ -816,6 +956,73 @@ fn check_shard_frame(
         ));
     }
     Ok(())
+}
+
+/// Heap bytes [`resample_view`] allocates (an upper bound): both axes' taps and one output
+/// row's accumulator.
+pub fn resample_heap_bytes(layout: PixelLayout, from: (u32, u32), to: (u32, u32)) -> usize {
+    AxisTaps::heap_bytes(from.0, to.0)
+        + AxisTaps::heap_bytes(from.1, to.1)
+        + to.0 as usize * layout.channels() * std::mem::size_of::<f32>()
+}
+
+/// Resamples one decoded view of `layout` from `from` to `to` pixels (each side no larger)
+/// into `out`, with the rules `gs-pack convert --downscale` packs by: colour by the area
+/// filter (RGBA on premultiplied colour), the mask as coverage thresholded at
+/// [`MASK_USED_MIN`], the inverse-depth plane by the area mean of its stored values (a stored
+/// 0, no depth, counts as 0, as the packer's filter counts it). `src` is the caller's scratch:
+/// RGBA colour is premultiplied in place.
+pub fn resample_view(
+    layout: PixelLayout,
+    from: (u32, u32),
+    src: &mut [u8],
+    to: (u32, u32),
+    out: &mut [u8],
+) {
+    assert_eq!(src.len(), layout.len(from.0, from.1), "source view size");
+    assert_eq!(out.len(), layout.len(to.0, to.1), "resampled view size");
+    let (xs, ys) = (AxisTaps::new(from.0, to.0), AxisTaps::new(from.1, to.1));
+    let (n_from, n_to) = (
+        from.0 as usize * from.1 as usize,
+        to.0 as usize * to.1 as usize,
+    );
+    let (colour, rest) = src.split_at_mut(layout.pixel_bytes(from.0, from.1));
+    let (mask, depth) = rest.split_at_mut(if layout.mask { n_from } else { 0 });
+    let (out_colour, out_rest) = out.split_at_mut(layout.pixel_bytes(to.0, to.1));
+    let (out_mask, out_depth) = out_rest.split_at_mut(if layout.mask { n_to } else { 0 });
+    let ch = layout.channels();
+    let row_len = to.0 as usize * ch;
+    let mut acc = vec![0f32; row_len];
+    if layout.alpha {
+        for px in colour.chunks_exact_mut(4) {
+            let a = px[3];
+            px[..3].iter_mut().for_each(|c| *c = premultiply(*c, a));
+        }
+        for (oy, row) in out_colour.chunks_exact_mut(row_len).enumerate() {
+            area_row_u8::<4>(colour, &xs, &ys, oy, &mut acc, row);
+        }
+        for px in out_colour.chunks_exact_mut(4) {
+            let a = px[3];
+            px[..3].iter_mut().for_each(|c| *c = unpremultiply(*c, a));
+        }
+    } else {
+        for (oy, row) in out_colour.chunks_exact_mut(row_len).enumerate() {
+            area_row_u8::<3>(colour, &xs, &ys, oy, &mut acc, row);
+        }
+    }
+    if layout.mask {
+        for (oy, row) in out_mask.chunks_exact_mut(to.0 as usize).enumerate() {
+            area_row_u8::<1>(mask, &xs, &ys, oy, &mut acc, row);
+        }
+        for m in out_mask.iter_mut() {
+            *m = if *m >= MASK_USED_MIN { 255 } else { 0 };
+        }
+    }
+    if layout.depth {
+        for (oy, row) in out_depth.chunks_exact_mut(to.0 as usize * 2).enumerate() {
+            area_row_u16(depth, &xs, &ys, oy, row);
+        }
+    }
 }
 
 #[cfg(test)]

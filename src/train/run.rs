@@ -736,9 +736,11 @@ pub const CFG_ARGS: &str = "cfg_args";
 /// written by a program (the demo, benchmarks) has none to name, and gets no file.
 fn write_cfg_args(
     opts: &RunOptions,
-    source: &crate::shard::SourceInfo,
+    manifest: &crate::shard::Manifest,
     config: &TrainConfig,
 ) -> Result<(), RunError> {
+    let source = &manifest.source;
+    let widest = manifest.views.iter().map(|v| v.width()).max().unwrap_or(0);
     use crate::export::cfg_args::{resolution, CfgArgs};
     if source.format == crate::dataset::Format::Auto {
         return Ok(());
@@ -754,7 +756,12 @@ fn write_cfg_args(
         source_path: folder.display().to_string(),
         model_path: opts.out.display().to_string(),
         images: source.images.clone().unwrap_or_else(|| "images".into()),
-        resolution: resolution(source.max_width, source.downscale),
+        resolution: resolution(
+            source.max_width,
+            source.downscale,
+            config.resolution,
+            widest,
+        ),
         sh_degree: config.sh_degree,
         white_background: config.background == Background::White,
         eval: opts.eval,
@@ -1068,7 +1075,7 @@ fn model_start(
         &path,
         &Expected {
             pack_id: &manifest.pack_id.to_string(),
-            pack_content: Some(&manifest.content_fingerprint()),
+            pack_content: Some(&pack.content_fingerprint()),
             config,
             extend: opts.extend,
         },
@@ -1105,10 +1112,11 @@ fn init_line(init: &InitPlan, seed: u64) -> String {
 fn plan_inputs(
     opts: &RunOptions,
     config: &TrainConfig,
-    manifest: &crate::shard::Manifest,
+    pack: &Pack,
     start: &ModelStart,
     on_device: bool,
 ) -> (LoaderConfig, PlanExtras) {
+    let manifest = pack.manifest();
     let (position, step, gaussians, uncapped, init_points) = match start {
         ModelStart::Resume(state) => {
             let n = state.model.len() as u64;
@@ -1169,6 +1177,20 @@ fn plan_inputs(
             ),
         ),
     ];
+    let scratch = pack.max_resample_scratch(0..manifest.views.len()) as u64;
+    if scratch > 0 {
+        // At a run's resolution, reading a view to score it decodes it at its stored size
+        // first (the loader's workers reserve their own).
+        items.push(FloorItem::new(
+            Component::Evaluation,
+            scratch,
+            format!(
+                "{} (a view at its stored size, resampled to {})",
+                format_size(scratch),
+                pack.resize()
+            ),
+        ));
+    }
     if manifest.has_alpha() {
         // RGBA views: the step's target composited over its background (RGB8).
         items.push(FloorItem::new(
@@ -1358,7 +1380,7 @@ fn check_options(opts: &RunOptions) -> Result<(), RunError> {
 fn needed_floor(
     opts: &RunOptions,
     config: &TrainConfig,
-    manifest: &crate::shard::Manifest,
+    pack: &Pack,
     start: &ModelStart,
     on_device: bool,
     source: &dyn RecordSource,
@@ -1369,7 +1391,7 @@ fn needed_floor(
         if !on_device {
             c.max_intersection_bytes = intersection_cap(budget);
         }
-        let (loader_config, extras) = plan_inputs(opts, &c, manifest, start, on_device);
+        let (loader_config, extras) = plan_inputs(opts, &c, pack, start, on_device);
         floor_of(budget, source, &loader_config, baseline, extras)
     };
     let first = floor_at(opts.ram_budget);
@@ -1467,6 +1489,35 @@ impl PlanSummary {
     }
 }
 
+/// What a run at a resolution of its own (`resolution`, `gs-train -r`) says first: the size
+/// its views train at and what reading them at that size costs; `None` without one.
+fn resolution_note(pack: &Pack, resolution: crate::resample::Resize) -> Option<String> {
+    if resolution.is_none() {
+        return None;
+    }
+    let views = &pack.manifest().views;
+    let resampled: Vec<usize> = (0..views.len())
+        .filter(|&i| pack.resample_scratch(i) > 0)
+        .collect();
+    let Some(&first) = resampled.first() else {
+        return Some(format!(
+            "resolution: every view is already {resolution}; the views train at the pack's size"
+        ));
+    };
+    let (stored, shown) = (pack.stored_view(first)?, &views[first]);
+    Some(format!(
+        "resolution: views train and are scored {resolution} ({} of {} views resampled as \
+         they are read, e.g. {}x{} → {}x{}); packing at that size (`gs-pack convert \
+         --downscale N` or `--max-width PX`) saves that work on every read",
+        resampled.len(),
+        views.len(),
+        stored.width(),
+        stored.height(),
+        shown.width(),
+        shown.height()
+    ))
+}
+
 /// `gs-train --dry-run`: see [`PlanSummary`]. Opens the pack (and reads the checkpoint under
 /// `--resume`), writes nothing. A budget below the floor is not an error here: the summary
 /// says so (`fits == false`) with the refusal a run would give.
@@ -1476,7 +1527,10 @@ pub fn dry_run(
 ) -> Result<PlanSummary, RunError> {
     check_options(opts)?;
     let mut config = opts.config.clone();
-    let pack = Arc::new(Pack::open(&opts.pack)?);
+    let pack = Arc::new(Pack::open(&opts.pack)?.resized(config.resolution));
+    if let Some(note) = resolution_note(&pack, config.resolution) {
+        on_event(Event::Line(note));
+    }
     let manifest = pack.manifest().clone();
     config.depth = depth_config(opts, &manifest, on_event)?;
     let source = PackViews::new(pack.clone(), opts.eval.then_some(Split::Train));
@@ -1508,14 +1562,14 @@ pub fn dry_run(
             on_event(Event::Line(format!("device memory: {e}")));
         }
     }
-    let (loader_config, extras) = plan_inputs(opts, &config, &manifest, &start, vram.is_some());
+    let (loader_config, extras) = plan_inputs(opts, &config, &pack, &start, vram.is_some());
     let mut floor = floor_of(opts.ram_budget, &source, &loader_config, baseline, extras);
     let fits = floor.check().is_ok();
     if !fits {
         floor = needed_floor(
             opts,
             &config,
-            &manifest,
+            &pack,
             &start,
             vram.is_some(),
             &source,
@@ -1566,11 +1620,15 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let started = Instant::now();
     check_options(opts)?;
     let mut config = opts.config.clone();
-    let pack = Arc::new(Pack::open(&opts.pack)?);
+    let pack = Arc::new(Pack::open(&opts.pack)?.resized(config.resolution));
+    if let Some(note) = resolution_note(&pack, config.resolution) {
+        on_event(Event::Line(note));
+    }
     let manifest = pack.manifest().clone();
     config.depth = depth_config(opts, &manifest, on_event)?;
     let pack_id = manifest.pack_id.to_string();
-    let pack_content = manifest.content_fingerprint();
+    // The stored pack's: the run's resolution is one of its settings (`config.resolution`).
+    let pack_content = pack.content_fingerprint();
     // 3DGS's --train_test_exp protocol: with exposure compensation, held-out views train
     // their left halves (so their exposures are learned) and are scored on their right halves.
     let half_split = opts.eval && config.exposure.is_some();
@@ -1703,7 +1761,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
 
     // Memory plans (host RAM, and device memory on the device engine), before any data work
     // and before the model is built.
-    let (loader_config, extras) = plan_inputs(opts, &config, &manifest, &start, vram.is_some());
+    let (loader_config, extras) = plan_inputs(opts, &config, &pack, &start, vram.is_some());
     let floor = floor_of(
         opts.ram_budget,
         &*source,
@@ -1715,7 +1773,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         let f = needed_floor(
             opts,
             &config,
-            &manifest,
+            &pack,
             &start,
             vram.is_some(),
             &*source,
@@ -1806,7 +1864,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     };
     let given: Vec<Camera> = manifest.views.iter().map(|v| v.camera).collect();
     write_cameras_json(&opts.out, &manifest.views, &given, on_event)?;
-    write_cfg_args(opts, &manifest.source, &config)?;
+    write_cfg_args(opts, &manifest, &config)?;
     let mut metrics = MetricsLog::open(&opts.out, resumed_from)?;
     let mut point_clouds: Vec<String> = Vec::new();
     let mut window = (0.0f64, 0.0f64, 0u64); // loss sum, psnr sum, steps

@@ -63,6 +63,8 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::resample::Resize;
+
 use super::adam::{AdamConfig, GroupMask, LearningRates, ShapeError};
 use super::densify::{
     DefaultStrategy, DensifyConfig, DensifyOutcome, DensifyStrategy, DeviceCap, Model, ModelMemory,
@@ -105,6 +107,12 @@ pub enum Background {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
     pub iterations: u64,
+    /// The size views train and are scored at, from the pack's (`gs-train -r N`,
+    /// `--data-factor N`): the loader resamples each view as it reads it
+    /// ([`crate::shard::reader::Pack::resized`]). Absent: the pack's size (and in checkpoints
+    /// of older builds).
+    #[serde(default, skip_serializing_if = "Resize::is_none")]
+    pub resolution: Resize,
     pub seed: u64,
     /// Maximum (and stored) SH degree.
     pub sh_degree: u32,
@@ -160,6 +168,7 @@ impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
             iterations: 30_000,
+            resolution: Resize::None,
             seed: 0,
             sh_degree: 3,
             sh_increase_interval: 1000,

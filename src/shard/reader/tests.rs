@@ -601,3 +601,198 @@ fn verify_catches_a_manifest_that_disagrees_with_the_depth_flag() {
         "{e}"
     );
 }
+
+/// `gs-train -r` reads a view as `gs-pack convert --downscale` would have packed it: the
+/// colour (straight or with alpha), the mask and the camera are byte-identical, the
+/// inverse-depth plane within one stored step (the packer averages the file's values, the
+/// reader the stored ones), for integer and fractional factors and odd sizes.
+#[test]
+fn resampling_a_packed_view_matches_packing_it_at_that_size() {
+    use crate::dataset::{DepthSource, Distortion, ViewSource};
+    use crate::import::image::{prepare_view_pixels, Resize};
+    use crate::shard::DepthScale;
+    use image::ImageEncoder;
+    let tmp = tempfile::tempdir().unwrap();
+    let (w, h) = (37u32, 23u32);
+    let colour = |x: u32, y: u32, c: u32| ((x * 29 + y * 13 + c * 71 + (x * y) % 17) % 256) as u8;
+    let rgb_path = tmp.path().join("rgb.png");
+    image::RgbImage::from_fn(w, h, |x, y| image::Rgb([0, 1, 2].map(|c| colour(x, y, c))))
+        .save(&rgb_path)
+        .unwrap();
+    // Alpha with transparent, opaque and partial pixels.
+    let rgba_path = tmp.path().join("rgba.png");
+    image::RgbaImage::from_fn(w, h, |x, y| {
+        let a = match (x + 3 * y) % 7 {
+            0 => 0,
+            1 | 2 => 255,
+            k => (k * 40 + x) as u8,
+        };
+        image::Rgba([colour(x, y, 0), colour(x, y, 1), colour(x, y, 2), a])
+    })
+    .save(&rgba_path)
+    .unwrap();
+    // A mask excluding a disc and a stripe.
+    let mask_path = tmp.path().join("mask.png");
+    image::GrayImage::from_fn(w, h, |x, y| {
+        let (dx, dy) = (x as i32 - 12, y as i32 - 9);
+        image::Luma([if dx * dx + dy * dy < 30 || x == 30 {
+            0
+        } else {
+            255
+        }])
+    })
+    .save(&mask_path)
+    .unwrap();
+    // A 16-bit map with a no-depth corner.
+    let depth_path = tmp.path().join("depth.png");
+    let depth: Vec<u8> = (0..h)
+        .flat_map(|y| (0..w).map(move |x| (x, y)))
+        .flat_map(|(x, y)| {
+            let v = if x < 4 && y < 3 {
+                0
+            } else {
+                1000 + x * 997 + y * 331
+            };
+            (v as u16).to_ne_bytes()
+        })
+        .collect();
+    image::codecs::png::PngEncoder::new(std::fs::File::create(&depth_path).unwrap())
+        .write_image(&depth, w, h, image::ExtendedColorType::L16)
+        .unwrap();
+    for (alpha, mask, with_depth) in [
+        (false, false, false),
+        (true, false, false),
+        (false, true, true),
+        (true, true, true),
+    ] {
+        let view = ViewSource {
+            name: "v.png".into(),
+            image_path: if alpha { &rgba_path } else { &rgb_path }.clone(),
+            camera: crate::synth::packs::centred_camera(w, h, Pose::IDENTITY),
+            distortion: Distortion::NONE,
+            split: None,
+            mask_path: mask.then(|| mask_path.clone()),
+            depth: with_depth.then(|| DepthSource {
+                path: depth_path.clone(),
+                scale: DepthScale::IDENTITY,
+            }),
+        };
+        let full = prepare_view_pixels(&view, Resize::None, false).unwrap();
+        let layout = full.layout;
+        assert_eq!(
+            (layout.alpha, layout.mask, layout.depth),
+            (alpha, mask, with_depth)
+        );
+        for resize in [
+            Resize::Downscale(2),
+            Resize::Downscale(3),
+            Resize::Downscale(4),
+            Resize::MaxWidth(20),
+        ] {
+            let packed = prepare_view_pixels(&view, resize, false).unwrap();
+            let (sw, sh) = (packed.camera.width, packed.camera.height);
+            assert_eq!(full.camera.resized(sw, sh), packed.camera, "{resize:?}");
+            let mut src = full.pixels.clone();
+            let mut out = vec![0u8; layout.len(sw, sh)];
+            resample_view(layout, (w, h), &mut src, (sw, sh), &mut out);
+            let n = sw as usize * sh as usize;
+            let colour_and_mask = layout.pixel_bytes(sw, sh) + if mask { n } else { 0 };
+            assert_eq!(
+                out[..colour_and_mask],
+                packed.pixels[..colour_and_mask],
+                "{resize:?} alpha {alpha} mask {mask}"
+            );
+            if mask {
+                let m = &out[layout.pixel_bytes(sw, sh)..colour_and_mask];
+                assert!(
+                    m.contains(&0) && m.contains(&255),
+                    "{resize:?}: a real mask"
+                );
+            }
+            let steps = |b: &[u8]| -> Vec<i32> {
+                b.chunks_exact(2)
+                    .map(|p| u16::from_le_bytes([p[0], p[1]]) as i32)
+                    .collect()
+            };
+            let (got, want) = (
+                steps(&out[colour_and_mask..]),
+                steps(&packed.pixels[colour_and_mask..]),
+            );
+            assert_eq!(got.len(), want.len());
+            for (k, (g, e)) in got.iter().zip(&want).enumerate() {
+                assert!((g - e).abs() <= 1, "{resize:?} depth {k}: {g} vs {e}");
+            }
+        }
+    }
+}
+
+/// A pack presented at another size: cameras and lengths follow, reads return the resampled
+/// view, views already small enough and point clouds are untouched, and what names the pack
+/// (verify, the content fingerprint) is the stored pack's.
+#[test]
+fn a_resized_pack_presents_smaller_views_and_reads_them_resampled() {
+    use crate::import::image::Resize;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    let mut w = PackWriter::create(&dir, &WriterOptions::default()).unwrap();
+    let big = pixels(40, 30, 1);
+    let small = pixels(16, 12, 2);
+    w.add_view("big.png", &camera(40, 30, 0.0), Split::Train, &big)
+        .unwrap();
+    w.add_view("small.png", &camera(16, 12, 1.0), Split::Test, &small)
+        .unwrap();
+    w.finish(source_info()).unwrap();
+    let stored = Pack::open(&dir).unwrap();
+    let fingerprint = stored.content_fingerprint();
+    assert_eq!(stored.resize(), Resize::None);
+    assert_eq!(stored.resample_scratch(0), 0);
+
+    let pack = Pack::open(&dir).unwrap().resized(Resize::MaxWidth(20));
+    assert_eq!(pack.resize(), Resize::MaxWidth(20));
+    let m = pack.manifest();
+    assert_eq!((m.views[0].width(), m.views[0].height()), (20, 15));
+    assert_eq!(m.views[0].camera, camera(40, 30, 0.0).resized(20, 15));
+    assert_eq!(m.views[0].decoded_len(), 20 * 15 * 3);
+    assert_eq!(
+        m.views[1],
+        stored.manifest().views[1],
+        "narrower view untouched"
+    );
+    assert_eq!(pack.stored_view(0), stored.manifest().views.first());
+    assert_eq!(pack.content_fingerprint(), fingerprint);
+    assert_ne!(
+        m.content_fingerprint(),
+        fingerprint,
+        "the presented manifest differs"
+    );
+    assert_eq!(
+        pack.resample_scratch(0),
+        40 * 30 * 3 + resample_heap_bytes(PixelLayout::RGB, (40, 30), (20, 15))
+    );
+    assert_eq!(pack.resample_scratch(1), 0);
+    assert_eq!(pack.max_resample_scratch(0..2), pack.resample_scratch(0));
+    pack.verify(&|_, _| {}).unwrap();
+
+    let mut got = vec![0u8; 20 * 15 * 3];
+    pack.read_view_into(0, &mut got).unwrap();
+    let mut src = big.clone();
+    let mut want = vec![0u8; got.len()];
+    resample_view(PixelLayout::RGB, (40, 30), &mut src, (20, 15), &mut want);
+    assert_eq!(got, want);
+    let mut got_small = vec![0u8; small.len()];
+    pack.read_view_into(1, &mut got_small).unwrap();
+    assert_eq!(got_small, small);
+    // The stored size is refused now, naming the size it wants.
+    let e = pack
+        .read_view_into(0, &mut vec![0u8; big.len()])
+        .unwrap_err();
+    assert!(e.to_string().contains(&(20 * 15 * 3).to_string()), "{e}");
+
+    // Resizing again starts from the stored views; `Resize::None` gives the stored pack back.
+    let quarter = pack.resized(Resize::Downscale(4));
+    assert_eq!(quarter.manifest().views[0].width(), 10);
+    assert_eq!(quarter.manifest().views[1].width(), 4);
+    let again = quarter.resized(Resize::None);
+    assert_eq!(again.manifest(), stored.manifest());
+    assert_eq!(again.resize(), Resize::None);
+}
