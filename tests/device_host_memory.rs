@@ -295,3 +295,116 @@ fn reading_a_view_at_a_run_resolution_stays_within_its_scratch() {
         assert!(peak <= scratch, "{resize}: {peak} > {scratch}");
     }
 }
+
+/// Every per-pixel add-on of the plan, measured on both engines: RGBA views with loss masks,
+/// exposure compensation (a whole view, a held-out view's left half in training and its right
+/// half scored, as `--eval --exposure` runs them), depth regularization, and all of them at
+/// once. Each peak (two steps and a scored view, as above) is held to the sum of
+/// `per_pixel_items` for that run: the trainer-images and evaluation items it plans.
+#[test]
+fn every_view_kind_and_add_on_stays_within_its_per_pixel_items() {
+    use ramsplat::shard::DepthScale;
+    use ramsplat::train::depth::DepthConfig;
+    use ramsplat::train::device_engine::Frame;
+    use ramsplat::train::exposure::ExposureConfig;
+    use ramsplat::train::run::{per_pixel_items, ViewKinds};
+    use ramsplat::train::trainer::Region;
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let (w, h) = (320u32, 240u32);
+    let pixels = (w * h) as usize;
+    let camera = centred_camera(w, h, Pose::IDENTITY);
+    let kinds = [
+        ViewKinds {
+            alpha: true,
+            masks: true,
+            ..ViewKinds::default()
+        },
+        ViewKinds {
+            exposure: true,
+            ..ViewKinds::default()
+        },
+        ViewKinds {
+            depth: true,
+            ..ViewKinds::default()
+        },
+        ViewKinds {
+            alpha: true,
+            masks: true,
+            exposure: true,
+            depth: true,
+            on_device: false,
+        },
+    ];
+    for on_device in [false, true] {
+        for kinds in kinds {
+            let kinds = ViewKinds { on_device, ..kinds };
+            let layout = PixelLayout {
+                alpha: kinds.alpha,
+                mask: kinds.masks,
+                depth: kinds.depth,
+            };
+            // Colour (alpha partly transparent), a mask excluding every fifth pixel, an
+            // inverse-depth plane of nonzero values.
+            let mut bytes: Vec<u8> = (0..pixels * layout.channels())
+                .map(|i| (i * 37 % 251) as u8)
+                .collect();
+            if kinds.masks {
+                bytes.extend((0..pixels).map(|i| if i % 5 == 0 { 0 } else { 255 }));
+            }
+            if kinds.depth {
+                bytes.extend((0..pixels).flat_map(|i| (3000 + (i % 977) as u16).to_le_bytes()));
+            }
+            assert_eq!(bytes.len(), layout.len(w, h));
+            let (engine, _) = if on_device {
+                let e = DeviceEngine::new(Device::emulated().unwrap()).unwrap();
+                (Engine::Device(Box::new(e)), ())
+            } else {
+                (Engine::host(CpuRasterizer::new()), ())
+            };
+            let cfg = TrainConfig {
+                iterations: 100,
+                exposure: kinds.exposure.then(ExposureConfig::default),
+                depth: kinds.depth.then(DepthConfig::default),
+                ..TrainConfig::default()
+            };
+            let mut t = Trainer::new(cfg, model(2000), 3.0, engine).unwrap();
+            t.hold_exposure_views(1);
+            let whole = TrainView {
+                exposure: kinds.exposure.then_some(0),
+                depth: kinds.depth.then_some(DepthScale::IDENTITY),
+                ..TrainView::new(camera, layout)
+            };
+            let (train, scored) = if kinds.exposure {
+                (
+                    TrainView {
+                        region: Region::LeftHalf,
+                        ..whole
+                    },
+                    TrainView {
+                        region: Region::RightHalf,
+                        ..whole
+                    },
+                )
+            } else {
+                (whole, whole)
+            };
+            let copy = t.num_gaussians() * (3 * floats_per_gaussian(3) * 4 + 12);
+            let base = LIVE.load(Ordering::Relaxed) - if on_device { copy } else { 0 };
+            let peak = peak_above(base, || {
+                t.step_with_room(&whole, Frame::Host(&bytes), &mut |_| 0)
+                    .unwrap();
+                t.step_with_room(&train, Frame::Host(&bytes), &mut |_| 0)
+                    .unwrap();
+                t.evaluate_view(&whole, &bytes).unwrap();
+                t.evaluate_view(&scored, &bytes).unwrap();
+            });
+            let per_pixel = peak as f64 / pixels as f64;
+            let item: u64 = per_pixel_items(kinds).iter().map(|i| i.1).sum();
+            println!(
+                "{} engine, {kinds:?}: peak {per_pixel:.1} B per pixel (plan: {item} B)",
+                if on_device { "device" } else { "host" }
+            );
+            assert!(per_pixel <= item as f64, "{kinds:?}: {per_pixel} > {item}");
+        }
+    }
+}

@@ -356,6 +356,106 @@ pub const TRAINER_BYTES_PER_PIXEL: u64 = 192;
 /// brings back (the render and the SSIM planes: 74 B measured, rounded up to 96 B).
 /// `tests/device_host_memory.rs` holds both engines' step and evaluation to their figures.
 pub const DEVICE_TRAINER_BYTES_PER_PIXEL: u64 = 96;
+
+/// What sets a run's per-pixel memory ([`per_pixel_items`]): the pack's views (RGBA, loss
+/// masks), the run's add-ons (exposure compensation, depth regularization) and the engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ViewKinds {
+    pub alpha: bool,
+    pub masks: bool,
+    pub exposure: bool,
+    pub depth: bool,
+    pub on_device: bool,
+}
+
+/// The plan's per-pixel items (component, bytes per pixel of the largest view, what they
+/// hold) for a run on views of `kinds`: the step's and a held-out view's scoring images
+/// ([`TRAINER_BYTES_PER_PIXEL`] or [`DEVICE_TRAINER_BYTES_PER_PIXEL`]) and what each add-on
+/// adds to them. `tests/device_host_memory.rs` holds both engines to the sum for every
+/// add-on.
+pub fn per_pixel_items(kinds: ViewKinds) -> Vec<(Component, u64, &'static str)> {
+    let mut items = vec![if kinds.on_device {
+        (
+            Component::TrainerImages,
+            DEVICE_TRAINER_BYTES_PER_PIXEL,
+            "a held-out view's render and SSIM planes; the step's images live on the device",
+        )
+    } else {
+        (
+            Component::TrainerImages,
+            TRAINER_BYTES_PER_PIXEL,
+            "target, render, gradient, alpha, SSIM planes",
+        )
+    }];
+    if kinds.alpha {
+        // RGBA views: the step's target composited over its background (RGB8), and the
+        // ground truth composited over white to score it.
+        items.push((
+            Component::TrainerImages,
+            3,
+            "RGBA view composited over the background",
+        ));
+        items.push((
+            Component::Evaluation,
+            3,
+            "RGBA ground truth composited over white",
+        ));
+    }
+    if kinds.exposure {
+        // The render through the view's exposure (3×f32; on a device it stays there), a
+        // held-out view's RGB8 target with its half-view loss mask (4 B), and evaluation's
+        // crops of a half view (render, ground truth, mask: at most 16 B).
+        items.push(if kinds.on_device {
+            (
+                Component::TrainerImages,
+                4,
+                "half-view target and mask; the render through the exposure is on the device",
+            )
+        } else {
+            (
+                Component::TrainerImages,
+                16,
+                "render through the exposure, half-view target and mask",
+            )
+        });
+        items.push((
+            Component::Evaluation,
+            16,
+            "half-view crops of render, truth and mask",
+        ));
+    }
+    if kinds.depth {
+        // Depth regularization: the host engine's f32 target, the render's inverse-depth
+        // plane and its gradient (4 B each). The device engine keeps all three on the device
+        // (the target made there from the staged plane); on the host it holds at most the
+        // stored plane (2 B) after a composited target.
+        items.push(if kinds.on_device {
+            (
+                Component::TrainerImages,
+                2,
+                "the stored inverse-depth plane; target, render and gradient are on the device",
+            )
+        } else {
+            (
+                Component::TrainerImages,
+                12,
+                "inverse-depth target, render and gradient",
+            )
+        });
+    }
+    if kinds.masks {
+        // Masked views: the mask travels with a composited RGBA target, and evaluation holds
+        // a masked copy of the ground truth and the mask split off it.
+        items.push((
+            Component::TrainerImages,
+            1,
+            "loss mask beside a composited target",
+        ));
+        items.push((Component::Evaluation, 4, "masked ground truth and its mask"));
+    }
+    items
+}
+
 /// Share of the budget the render's per-intersection buffers may use, as a divisor: 1/8
 /// leaves most of the budget to the model and cache, yet 1 GiB of budget already allows
 /// ~3.3 M intersections at 40 B, ~30 per pixel of a 1600×1066 view.
@@ -1148,25 +1248,24 @@ fn plan_inputs(
     let max_pixels = manifest.max_view_pixels();
     let coeffs = crate::scene::gaussians::sh_coeffs(config.sh_degree) as u64;
     let params = crate::scene::gaussians::floats_per_gaussian(config.sh_degree) as u64;
-    let (trainer_pixel_bytes, what_per_pixel) = if on_device {
-        (
-            DEVICE_TRAINER_BYTES_PER_PIXEL,
-            "a held-out view's render and SSIM planes; the step's images live on the device",
-        )
-    } else {
-        (
-            TRAINER_BYTES_PER_PIXEL,
-            "target, render, gradient, alpha, SSIM planes",
-        )
+    let views = ViewKinds {
+        alpha: manifest.has_alpha(),
+        masks: manifest.has_masks(),
+        exposure: config.exposure.is_some(),
+        depth: config.depth.is_some(),
+        on_device,
     };
-    let mut items = vec![
-        FloorItem::new(
-            Component::TrainerImages,
-            trainer_pixel_bytes * max_pixels,
-            format!(
-                "{max_pixels} pixels (largest view) × {trainer_pixel_bytes} B ({what_per_pixel})"
-            ),
-        ),
+    let mut items: Vec<FloorItem> = per_pixel_items(views)
+        .into_iter()
+        .map(|(component, bytes, what)| {
+            FloorItem::new(
+                component,
+                bytes * max_pixels,
+                format!("{max_pixels} pixels (largest view) × {bytes} B ({what})"),
+            )
+        })
+        .collect();
+    items.extend([
         // Evaluation reads one ground-truth view and writes one side-by-side image (2 views).
         FloorItem::new(
             Component::Evaluation,
@@ -1176,7 +1275,7 @@ fn plan_inputs(
                 format_size(max_view)
             ),
         ),
-    ];
+    ]);
     let scratch = pack.max_resample_scratch(0..manifest.views.len()) as u64;
     if scratch > 0 {
         // At a run's resolution, reading a view to score it decodes it at its stored size
@@ -1189,62 +1288,6 @@ fn plan_inputs(
                 format_size(scratch),
                 pack.resize()
             ),
-        ));
-    }
-    if manifest.has_alpha() {
-        // RGBA views: the step's target composited over its background (RGB8).
-        items.push(FloorItem::new(
-            Component::TrainerImages,
-            3 * max_pixels,
-            format!("{max_pixels} pixels × 3 B (RGBA view composited over the background)"),
-        ));
-        items.push(FloorItem::new(
-            Component::Evaluation,
-            3 * max_pixels,
-            format!("{max_pixels} pixels × 3 B (RGBA ground truth composited over white)"),
-        ));
-    }
-    if config.exposure.is_some() {
-        // The render through the view's exposure (3×f32), a held-out view's RGB8 target with
-        // its half-view loss mask (4 B), and evaluation's crops of a half view (render,
-        // ground truth, mask: at most 16 B).
-        items.push(FloorItem::new(
-            Component::TrainerImages,
-            16 * max_pixels,
-            format!(
-                "{max_pixels} pixels × 16 B (render through the exposure, half-view target and \
-                 mask)"
-            ),
-        ));
-        items.push(FloorItem::new(
-            Component::Evaluation,
-            16 * max_pixels,
-            format!("{max_pixels} pixels × 16 B (half-view crops of render, truth and mask)"),
-        ));
-    }
-    if config.depth.is_some() {
-        // Depth regularization: the host engine's f32 target, the render's inverse-depth
-        // plane and its gradient (4 B each). The device engine keeps all three on the device
-        // (the target made there from the staged plane); on the host it holds at most the
-        // stored plane (2 B) after a composited target: the item stays an upper bound.
-        items.push(FloorItem::new(
-            Component::TrainerImages,
-            12 * max_pixels,
-            format!("{max_pixels} pixels × 12 B (inverse-depth target, render and gradient)"),
-        ));
-    }
-    if manifest.has_masks() {
-        // Masked views: the mask travels with a composited RGBA target, and evaluation holds
-        // a masked copy of the ground truth and the mask split off it.
-        items.push(FloorItem::new(
-            Component::TrainerImages,
-            max_pixels,
-            format!("{max_pixels} pixels × 1 B (loss mask beside a composited target)"),
-        ));
-        items.push(FloorItem::new(
-            Component::Evaluation,
-            4 * max_pixels,
-            format!("{max_pixels} pixels × 4 B (masked ground truth and its mask)"),
         ));
     }
     // On the device engine the intersections live in device memory (its own plan).
