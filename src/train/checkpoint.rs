@@ -912,14 +912,27 @@ fn config_differences(saved: &TrainConfig, run: &TrainConfig) -> Vec<String> {
         return vec!["(unreadable configuration)".into()];
     };
     let mut out = Vec::new();
-    for (k, v) in a {
+    // Both sides' keys: a setting left out when off (`resolution`, `optimizer.sparse`) may be
+    // on one side only.
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    let null = serde_json::Value::Null;
+    for k in keys {
         // The intersection cap follows --ram-budget and only bounds an allocation (a render
         // over it fails loudly), so a resume may change the budget. How the run started
         // (`--init`, `initial_sh_degree`): a resume takes it from the checkpoint.
         if k == "max_intersection_bytes" || k == "initial_sh_degree" {
             continue;
         }
-        value_differences(k, v, b.get(k).unwrap_or(&serde_json::Value::Null), &mut out);
+        if k == "resolution" {
+            if saved.resolution != run.resolution {
+                out.push(format!(
+                    "resolution (-r / --data-factor): checkpoint {}, this run {}",
+                    saved.resolution, run.resolution
+                ));
+            }
+            continue;
+        }
+        value_differences(k, a.get(k).unwrap_or(&null), b.get(k).unwrap_or(&null), &mut out);
     }
     out
 }
@@ -1527,6 +1540,31 @@ mod state_tests {
             e.contains("iterations: checkpoint 100, this run 200") && e.contains("add --extend"),
             "{e}"
         );
+        // A setting left out of the checkpoint (off) but on in this run, and the other way:
+        // both are differences, named as the flags name them.
+        let smaller = TrainConfig {
+            resolution: crate::resample::Resize::Downscale(2),
+            ..s.config.clone()
+        };
+        let e = load(&path, "abc", &smaller, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("resolution (-r / --data-factor): checkpoint the stored size, this run downscaled 2×"),
+            "{e}"
+        );
+        let mut small = s.clone();
+        small.config.resolution = crate::resample::Resize::Downscale(2);
+        let small_dir = tempfile::tempdir().unwrap();
+        let small_path = save_state(small_dir.path(), (&small).into(), "abc").unwrap();
+        let e = load(&small_path, "abc", &s.config, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("checkpoint downscaled 2×, this run the stored size"),
+            "{e}"
+        );
+        load(&small_path, "abc", &small.config, false).unwrap();
         // A checkpoint made with screen-size pruning (the default before it became opt-in),
         // resumed with today's default: the message names the flag that restores it.
         let mut old_default = s.clone();
