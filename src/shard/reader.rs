@@ -972,6 +972,10 @@ pub fn resample_heap_bytes(layout: PixelLayout, from: (u32, u32), to: (u32, u32)
 /// [`MASK_USED_MIN`], the inverse-depth plane by the area mean of its stored values (a stored
 /// 0, no depth, counts as 0, as the packer's filter counts it). `src` is the caller's scratch:
 /// RGBA colour is premultiplied in place.
+///
+/// # Panics
+/// If `src` or `out` is not `layout`'s length at its size, or a side of `to` is 0 or larger
+/// than `from`'s.
 pub fn resample_view(
     layout: PixelLayout,
     from: (u32, u32),
@@ -981,6 +985,10 @@ pub fn resample_view(
 ) {
     assert_eq!(src.len(), layout.len(from.0, from.1), "source view size");
     assert_eq!(out.len(), layout.len(to.0, to.1), "resampled view size");
+    assert!(
+        (1..=from.0).contains(&to.0) && (1..=from.1).contains(&to.1),
+        "resampling {from:?} to {to:?} is not a downscale"
+    );
     let (xs, ys) = (AxisTaps::new(from.0, to.0), AxisTaps::new(from.1, to.1));
     let (n_from, n_to) = (
         from.0 as usize * from.1 as usize,

@@ -839,9 +839,9 @@ fn write_cfg_args(
     manifest: &crate::shard::Manifest,
     config: &TrainConfig,
 ) -> Result<(), RunError> {
+    use crate::export::cfg_args::{resolution, CfgArgs};
     let source = &manifest.source;
     let widest = manifest.views.iter().map(|v| v.width()).max().unwrap_or(0);
-    use crate::export::cfg_args::{resolution, CfgArgs};
     if source.format == crate::dataset::Format::Auto {
         return Ok(());
     }
