@@ -932,7 +932,12 @@ fn config_differences(saved: &TrainConfig, run: &TrainConfig) -> Vec<String> {
             }
             continue;
         }
-        value_differences(k, a.get(k).unwrap_or(&null), b.get(k).unwrap_or(&null), &mut out);
+        value_differences(
+            k,
+            a.get(k).unwrap_or(&null),
+            b.get(k).unwrap_or(&null),
+            &mut out,
+        );
     }
     out
 }
@@ -1546,9 +1551,7 @@ mod state_tests {
             resolution: crate::resample::Resize::Downscale(2),
             ..s.config.clone()
         };
-        let e = load(&path, "abc", &smaller, false)
-            .unwrap_err()
-            .to_string();
+        let e = load(&path, "abc", &smaller, false).unwrap_err().to_string();
         assert!(
             e.contains("resolution (-r / --data-factor): checkpoint the stored size, this run downscaled 2×"),
             "{e}"

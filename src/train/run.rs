@@ -1880,10 +1880,19 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         "memory: budget {}, floor {} ({}), cache {}",
         format_size(opts.ram_budget),
         format_size(floor_bytes),
+        // One entry per component, in plan order (add-ons are items of their own).
         plan.floor
             .items
             .iter()
-            .map(|i| format!("{} {}", i.component, format_size(i.bytes)))
+            .fold(Vec::<(Component, u64)>::new(), |mut acc, i| {
+                match acc.iter_mut().find(|(c, _)| *c == i.component) {
+                    Some((_, bytes)) => *bytes += i.bytes,
+                    None => acc.push((i.component, i.bytes)),
+                }
+                acc
+            })
+            .iter()
+            .map(|(c, bytes)| format!("{c} {}", format_size(*bytes)))
             .collect::<Vec<_>>()
             .join(", "),
         format_size(cache_bytes)
