@@ -840,7 +840,7 @@ impl Trainer {
     }
 
     /// Makes `reservation` the model's share of the RAM budget, resized now to the current
-    /// [`model_bytes`]; densification grows it (see [`super::densify`]).
+    /// [`super::densify::host_model_bytes`]; densification grows it (see [`super::densify`]).
     pub fn set_model_reservation(
         &mut self,
         mut reservation: Reservation,
