@@ -229,7 +229,9 @@ pub fn area_row_u8<const C: usize>(
 
 /// Output row `oy` of an area downscale of a plane of `u16` values (`src`, little-endian bytes,
 /// rows of `xs`'s source width) into `row` (little-endian bytes): each output is the
-/// overlap-weighted mean of the values it covers, in f64, rounded to nearest.
+/// overlap-weighted mean of the values it covers, in f64, rounded to nearest; or 0 when any
+/// value it covers is 0, which means "no value here" (the inverse-depth plane's no depth),
+/// never a value to average.
 pub fn area_row_u16(src: &[u8], xs: &AxisTaps, ys: &AxisTaps, oy: usize, row: &mut [u8]) {
     let src_stride = xs.source * 2;
     let (sy0, wy) = ys.taps(oy);
@@ -237,16 +239,23 @@ pub fn area_row_u16(src: &[u8], xs: &AxisTaps, ys: &AxisTaps, oy: usize, row: &m
     for (ox, out) in row.chunks_exact_mut(2).enumerate() {
         let (sx0, wx) = xs.taps(ox);
         let mut sum = 0f64;
+        let mut none = false;
         for (k, &wyk) in wy.iter().enumerate() {
             let srow = &src[(sy0 + k) * src_stride..];
             for (m, &wxm) in wx.iter().enumerate() {
                 let o = (sx0 + m) * 2;
                 let v = u16::from_le_bytes([srow[o], srow[o + 1]]);
+                none |= v == 0 && wyk * wxm > 0.0;
                 sum += (wyk * wxm) as f64 * v as f64;
             }
         }
-        let mean = sum / (xs.total[ox] as f64 * ty);
-        out.copy_from_slice(&((mean + 0.5).min(u16::MAX as f64) as u16).to_le_bytes());
+        let value = if none {
+            0
+        } else {
+            // A mean of values ≥ 1 rounds to ≥ 1: never mistaken for "no value".
+            ((sum / (xs.total[ox] as f64 * ty) + 0.5).min(u16::MAX as f64)) as u16
+        };
+        out.copy_from_slice(&value.to_le_bytes());
     }
 }
 
@@ -327,8 +336,9 @@ mod tests {
             .chunks_exact(2)
             .map(|b| u16::from_le_bytes([b[0], b[1]]))
             .collect();
-        // (1000 + 3000 + 7 + 8) / 4 = 1003.75; (0 + 0 + 60000 + 65535) / 4 = 31383.75.
-        assert_eq!(got, vec![1004, 31384]);
+        // (1000 + 3000 + 7 + 8) / 4 = 1003.75; the second block holds a 0, "no value", which
+        // is never averaged (it would give 31383.75).
+        assert_eq!(got, vec![1004, 0]);
     }
 
     /// A fractional factor weights each source pixel by its overlap.

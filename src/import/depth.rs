@@ -26,6 +26,11 @@
 //!   larger. Then the image's undistortion (bilinear), crop and area downscale run on the
 //!   values, linearly (no premultiplication, no threshold), in f32; the result is rounded to
 //!   the nearest u16. A map of the image's size that needs no resampling is stored exactly.
+//! - A 0 is no depth ([`crate::shard::DepthScale::NO_DEPTH`]: sky, a sensor's missing return,
+//!   outside the photo after undistortion), never a value: a resampled value that any 0 takes
+//!   part in (a tap of positive weight) is 0, so no-depth regions may grow by a pixel but a
+//!   pixel at their edge never gets a mean of depth and nothing (half its inverse depth,
+//!   twice as far), as a loss mask's excluded regions grow ([`crate::resample`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -514,7 +519,7 @@ fn orient(p: Plane, o: Orientation) -> Plane {
 }
 
 /// Bilinear sample at `(u, v)` (pixel centres at +0.5, neighbours clamped to the plane), the
-/// image pipeline's rule without rounding.
+/// image pipeline's rule without rounding; 0 (no depth) when a tap of positive weight is 0.
 fn sample_bilinear(src: &Plane, u: f64, v: f64) -> f32 {
     let sx = u - 0.5;
     let sy = v - 0.5;
@@ -528,13 +533,22 @@ fn sample_bilinear(src: &Plane, u: f64, v: f64) -> f32 {
     let x1 = (x0i + 1).clamp(0, max_x) as usize;
     let y0 = y0i.clamp(0, max_y) as usize;
     let y1 = (y0i + 1).clamp(0, max_y) as usize;
+    let taps = [
+        (x0, y0, (1.0 - tx) * (1.0 - ty)),
+        (x1, y0, tx * (1.0 - ty)),
+        (x0, y1, (1.0 - tx) * ty),
+        (x1, y1, tx * ty),
+    ];
+    if taps.iter().any(|&(x, y, w)| w > 0.0 && src.at(x, y) == 0.0) {
+        return 0.0;
+    }
     let top = src.at(x0, y0) + (src.at(x1, y0) - src.at(x0, y0)) * tx;
     let bottom = src.at(x0, y1) + (src.at(x1, y1) - src.at(x0, y1)) * tx;
     top + (bottom - top) * ty
 }
 
 /// The image pipeline's area (box) downscale on values: each output is the overlap-weighted
-/// mean of the source area it covers.
+/// mean of the source area it covers, or 0 (no depth) when any of it is 0.
 fn resize_area(src: &Plane, width: u32, height: u32) -> Plane {
     let width = width.clamp(1, src.width);
     let height = height.clamp(1, src.height);
@@ -552,12 +566,19 @@ fn resize_area(src: &Plane, width: u32, height: u32) -> Plane {
             for (ox, out) in row.iter_mut().enumerate() {
                 let (sx0, wx) = xs.taps(ox);
                 let mut sum = 0f64;
+                let mut no_depth = false;
                 for (k, &wyk) in wy.iter().enumerate() {
                     for (m, &wxm) in wx.iter().enumerate() {
-                        sum += (wyk * wxm) as f64 * src.at(sx0 + m, sy0 + k) as f64;
+                        let v = src.at(sx0 + m, sy0 + k);
+                        no_depth |= v == 0.0 && wyk * wxm > 0.0;
+                        sum += (wyk * wxm) as f64 * v as f64;
                     }
                 }
-                *out = (sum / (xs.total[ox] as f64 * ys.total[oy] as f64)) as f32;
+                *out = if no_depth {
+                    0.0
+                } else {
+                    (sum / (xs.total[ox] as f64 * ys.total[oy] as f64)) as f32
+                };
             }
         });
     Plane {
@@ -747,26 +768,74 @@ mod tests {
         }
     }
 
+    /// A 0 is no depth, never averaged: a downscaled value any 0 takes part in is 0 (the
+    /// others stay exact means), and so is an upscaled one with a 0 among its taps.
+    #[test]
+    fn no_depth_is_never_averaged_into_a_depth() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("d.png");
+        // 8×6 with a no-depth pixel at (5, 2) and a no-depth column x = 0.
+        let f = |x: u32, y: u32| {
+            if x == 0 || (x, y) == (5, 2) {
+                0
+            } else {
+                (x * 1000 + y * 300 + 7) as u16
+            }
+        };
+        depth_png(&d, 8, 6, f);
+        let v = view(dir.path(), 8, 6, &d);
+        let (w, h, got) = plane(&v, Resize::Downscale(2));
+        assert_eq!((w, h), (4, 3));
+        for y in 0..3 {
+            for x in 0..4 {
+                let block =
+                    [(0, 0), (1, 0), (0, 1), (1, 1)].map(|(dx, dy)| f(2 * x + dx, 2 * y + dy));
+                let want = if block.contains(&0) {
+                    0
+                } else {
+                    (block.iter().map(|&v| v as f64).sum::<f64>() / 4.0 + 0.5) as u16
+                };
+                assert_eq!(got[(y * 4 + x) as usize], want, "({x}, {y})");
+            }
+        }
+        assert_eq!(got[0], 0, "the no-depth column");
+        assert_eq!(got[4 + 2], 0, "the block holding (5, 2)");
+        assert!(got[4 + 1] > 0);
+        // A half-size map brought up to the image: outputs whose bilinear taps reach the
+        // no-depth pixel (1, 1) of the small map are no depth; the far corner is not.
+        let small = dir.path().join("small.png");
+        depth_png(&small, 4, 3, |x, y| if (x, y) == (1, 1) { 0 } else { 5000 });
+        let v = view(dir.path(), 8, 6, &small);
+        let (_, _, got) = plane(&v, Resize::None);
+        let at = |x: usize, y: usize| got[y * 8 + x];
+        // Output (2, 2) samples the small map at (1.25, 1.25) - 0.5: taps (0..1, 0..1).
+        assert_eq!(at(2, 2), 0);
+        assert_eq!(at(3, 3), 0, "centred on the no-depth pixel");
+        assert_eq!(at(7, 5), 5000);
+        assert_eq!(at(0, 5), 5000, "taps (0, 2) only: clamped, far from (1, 1)");
+    }
+
     #[test]
     fn a_map_of_another_size_with_the_image_aspect_is_resampled_and_others_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         // Half size (Depth Anything's own resolution): bilinear up, so a linear ramp stays a
-        // ramp in the interior.
+        // ramp in the interior (from 1000: a 0 would be no depth).
         let small = dir.path().join("small.png");
-        depth_png(&small, 4, 3, |x, _| (x * 4000) as u16);
+        depth_png(&small, 4, 3, |x, _| (x * 4000 + 1000) as u16);
         let v = view(dir.path(), 8, 6, &small);
         let (_, _, got) = plane(&v, Resize::None);
-        // Output x centre (i + 0.5) / 2 in the map: value 4000·((i + 0.5)/2 − 0.5), clamped.
+        // Output x centre (i + 0.5) / 2 in the map: value 4000·((i + 0.5)/2 − 0.5) + 1000,
+        // clamped.
         for i in 0..8u32 {
             let u = ((i as f64 + 0.5) / 2.0 - 0.5).clamp(0.0, 3.0);
-            assert_eq!(got[i as usize], (4000.0 * u + 0.5) as u16, "x {i}");
+            assert_eq!(got[i as usize], (4000.0 * u + 1000.5) as u16, "x {i}");
         }
         // Double size: the 2×2 means.
         let big = dir.path().join("big.png");
-        depth_png(&big, 16, 12, |x, y| (x * 100 + y) as u16);
+        depth_png(&big, 16, 12, |x, y| (x * 100 + y + 1) as u16);
         let v = view(dir.path(), 8, 6, &big);
         let (_, _, got) = plane(&v, Resize::None);
-        assert_eq!(got[0], 51); // mean of 0, 1, 100, 101 = 50.5 → 51
+        assert_eq!(got[0], 52); // mean of 1, 2, 101, 102 = 51.5 → 52
                                 // Another aspect ratio: refused naming the map, the view and both sizes.
         let wrong = dir.path().join("wrong.png");
         depth_png(&wrong, 8, 8, |_, _| 1);
@@ -827,7 +896,8 @@ mod tests {
     fn a_distorted_view_places_its_map_with_the_colour_geometry() {
         let dir = tempfile::tempdir().unwrap();
         let (w, h) = (40u32, 30u32);
-        let red = |x: u32, y: u32| ((x * 5 + y * 3) % 256) as u8;
+        // 1..=255: a 0 in the map would be no depth.
+        let red = |x: u32, y: u32| ((x * 5 + y * 3) % 255 + 1) as u8;
         let d = dir.path().join("d.png");
         depth_png(&d, w, h, |x, y| red(x, y) as u16 * 256);
         let mut v = view(dir.path(), w, h, &d);

@@ -157,6 +157,7 @@ impl DepthScale {
     /// it has no data (sky, a sensor's missing return, outside the photo after undistortion).
     /// An inverse depth of exactly 0 is infinitely far, which no Gaussian can render, so the
     /// trainer leaves those pixels out of the depth loss instead of pushing towards it.
+    /// Resampling never averages it with depths: a value made from any 0 is 0.
     pub const NO_DEPTH: u16 = 0;
 }
 

@@ -969,8 +969,8 @@ pub fn resample_heap_bytes(layout: PixelLayout, from: (u32, u32), to: (u32, u32)
 /// Resamples one decoded view of `layout` from `from` to `to` pixels (each side no larger)
 /// into `out`, with the rules `gs-pack convert --downscale` packs by: colour by the area
 /// filter (RGBA on premultiplied colour), the mask as coverage thresholded at
-/// [`MASK_USED_MIN`], the inverse-depth plane by the area mean of its stored values (a stored
-/// 0, no depth, counts as 0, as the packer's filter counts it). `src` is the caller's scratch:
+/// [`MASK_USED_MIN`], the inverse-depth plane by the area mean of its stored values (no depth
+/// where any value it covers is a stored 0, no depth, as the packer's filter rules). `src` is the caller's scratch:
 /// RGBA colour is premultiplied in place.
 ///
 /// # Panics
