@@ -9,6 +9,9 @@
 //! - `points`: streaming a 2M-point COLMAP `points3D` (binary and text) through the bounded
 //!   reader: throughput and the growth of the peak RSS, which must stay far below the file;
 //! - `synth`: procedural views rendered per second (`SYNTH_BENCH_SIZES="320x240:64,…"`);
+//! - `resample`: the loader's serial resample of one packed view at a run's resolution
+//!   (`gs-train -r`), on a fox-sized 1067×1902 view: RGB, and RGBA with a mask and an
+//!   inverse-depth plane, at factors 2 and 4 (milliseconds per view, one thread);
 //! - `adam`: one CPU Adam step over 1M Gaussians at SH degree 3 (every group), walking the
 //!   field table: milliseconds and the bytes moved per second; then sparse Adam with one
 //!   Gaussian in ten visible.
@@ -154,6 +157,44 @@ fn prepare() {
     );
 }
 
+fn resample() {
+    use ramsplat::resample::{target_size, Resize};
+    use ramsplat::shard::reader::resample_view;
+    use ramsplat::shard::PixelLayout;
+    let (w, h) = (1067u32, 1902u32);
+    let mut rng = Rng::new(3);
+    for layout in [
+        PixelLayout::RGB,
+        PixelLayout {
+            alpha: true,
+            mask: true,
+            depth: true,
+        },
+    ] {
+        let src: Vec<u8> = (0..layout.len(w, h))
+            .map(|_| (rng.next_u64() >> 56) as u8)
+            .collect();
+        for n in [2u32, 4] {
+            let (tw, th) = target_size(w, h, Resize::Downscale(n));
+            let mut out = vec![0u8; layout.len(tw, th)];
+            let times: Vec<f64> = (0..5)
+                .map(|_| {
+                    let mut scratch = src.clone();
+                    let t = Instant::now();
+                    resample_view(layout, (w, h), &mut scratch, (tw, th), &mut out);
+                    t.elapsed().as_secs_f64()
+                })
+                .collect();
+            std::hint::black_box(&out);
+            println!(
+                "resample: {} {w}x{h} → {tw}x{th}: {:.2} ms per view (median of 5, one thread)",
+                layout.describe(),
+                1e3 * median(times)
+            );
+        }
+    }
+}
+
 fn proc_status_kib(field: &str) -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = s.lines().find(|l| l.starts_with(field)).unwrap();
@@ -285,8 +326,9 @@ fn adam() {
 }
 
 fn main() {
-    let stages: [(&str, fn()); 6] = [
+    let stages: [(&str, fn()); 7] = [
         ("adam", adam),
+        ("resample", resample),
         ("knn", knn),
         ("step", step),
         ("prepare", prepare),
