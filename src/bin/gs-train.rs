@@ -154,7 +154,9 @@ struct Args {
         conflicts_with = "data_factor"
     )]
     resolution: Option<String>,
-    /// Train (and score) at the pack's size divided by N, any whole N (gsplat's --data_factor).
+    /// Train (and score) at the pack's size divided by N, any whole N (gsplat's --data_factor,
+    /// which reads the dataset's own images_N copies instead: for its benchmark protocol, pack
+    /// those with `gs-pack convert --images images_N`).
     #[arg(long = "data-factor", alias = "data_factor", value_name = "N")]
     data_factor: Option<u32>,
     /// Print the memory plan (every item with its formula, the cache's share and the expected
