@@ -965,6 +965,28 @@ fn cameras_json_round_trips_through_gs_render() {
         .output()
         .unwrap();
     assert!(r.status.success(), "{}", stderr(&r));
+    // At half size (`-r 2`): every file is its camera's size halved (48×36 → 24×18).
+    let half_dir = dir.path().join("half");
+    let r = Command::new(render)
+        .args(["--ply", s(&ply), "--cameras"])
+        .arg(out.join("cameras.json"))
+        .args(["-o", s(&half_dir), "--backend", "cpu", "-r", "2"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    for (entry, camera) in &cams {
+        let file = half_dir.join(format!(
+            "{}.png",
+            ramsplat::eval::safe_stem(&entry.img_name)
+        ));
+        let size = image::image_dimensions(&file).unwrap();
+        assert_eq!(
+            size,
+            (camera.width / 2, camera.height / 2),
+            "{}",
+            file.display()
+        );
+    }
     let pack_dir = dir.path().join("packmode");
     let r = Command::new(render)
         .args(["--ply", s(&ply), "--pack", s(&pack_path), "--split", "all"])

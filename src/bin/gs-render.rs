@@ -90,6 +90,7 @@ use ramsplat::render::{
     make_rasterizer, rasterize_mode_name, Backend, Rasterizer, RenderError, RenderOptions,
     RenderOutput,
 };
+use ramsplat::resample::{target_size, Resize};
 use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
@@ -173,24 +174,20 @@ struct Args {
     /// Which views of the pack to render (or, with --trajectory, to fly through).
     #[arg(long, value_enum, default_value = "test", requires = "pack")]
     split: SplitArg,
-    /// Render and score the pack's views at a smaller size, as `gs-train -r R` trained them
-    /// (1, 2, 4, 8: a factor; -1: at most 1,600 px wide; above 8: a width).
+    /// Render smaller than the cameras say (each camera scaled, its field of view kept); with
+    /// --pack, the views are also scored at that size, as `gs-train -r R` trained them (1, 2,
+    /// 4, 8: a factor; -1: at most 1,600 px wide; above 8: a width).
     #[arg(
         short = 'r',
         long = "resolution",
         value_name = "R",
         allow_hyphen_values = true,
-        requires = "pack",
         conflicts_with = "data_factor"
     )]
     resolution: Option<String>,
-    /// Render and score the pack's views at their size divided by N (`gs-train --data-factor N`).
-    #[arg(
-        long = "data-factor",
-        alias = "data_factor",
-        value_name = "N",
-        requires = "pack"
-    )]
+    /// Render (and with --pack score) at the cameras' size divided by N (`gs-train
+    /// --data-factor N`).
+    #[arg(long = "data-factor", alias = "data_factor", value_name = "N")]
     data_factor: Option<u32>,
     /// Render N frames along a smooth path through the cameras of --pack (its --split views,
     /// in pack order) or of --cameras (in file order) into DIR/frame_00000.png, ...
@@ -504,7 +501,7 @@ fn render_camera(
     camera_path: &Path,
     output: &Path,
 ) -> Result<()> {
-    let camera = read_camera(camera_path)?;
+    let camera = at_resolution(args, read_camera(camera_path)?)?;
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
     r.render_to_png(&model, &camera, None, output)?;
@@ -529,7 +526,11 @@ fn render_camera_list(
 ) -> Result<()> {
     let text =
         std::fs::read_to_string(list).with_context(|| format!("cannot read {}", list.display()))?;
-    let cameras = cameras_json::parse(&text).with_context(|| format!("{}", list.display()))?;
+    let cameras = cameras_json::parse(&text)
+        .with_context(|| format!("{}", list.display()))?
+        .into_iter()
+        .map(|(e, c)| Ok((e, at_resolution(args, c)?)))
+        .collect::<Result<Vec<_>>>()?;
     let mut names = std::collections::HashSet::new();
     for (e, _) in &cameras {
         if !names.insert(safe_stem(&e.img_name)) {
@@ -694,13 +695,27 @@ impl Aligner {
 }
 
 /// The pack's views of `--split` (indices, split name), each checked to be renderable.
+/// The size `-r`/`--data-factor` ask for.
+fn resize(args: &Args) -> Result<Resize> {
+    ramsplat::cli::resolution_flags(args.resolution.as_deref(), args.data_factor)
+        .map_err(anyhow::Error::msg)
+}
+
+/// `camera` at `-r`/`--data-factor`'s size (the packer's rule: [`target_size`]).
+fn at_resolution(args: &Args, camera: Camera) -> Result<Camera> {
+    let (w, h) = target_size(camera.width, camera.height, resize(args)?);
+    Ok(if (w, h) == (camera.width, camera.height) {
+        camera
+    } else {
+        camera.resized(w, h)
+    })
+}
+
 /// The pack at `pack_path`, its views at `-r`/`--data-factor`'s size.
 fn open_pack(args: &Args, pack_path: &Path) -> Result<Pack> {
-    let resize = ramsplat::cli::resolution_flags(args.resolution.as_deref(), args.data_factor)
-        .map_err(anyhow::Error::msg)?;
     Ok(Pack::open(pack_path)
         .context("cannot open the pack")?
-        .resized(resize))
+        .resized(resize(args)?))
 }
 
 fn split_views(
@@ -1015,7 +1030,10 @@ fn run(args: &Args) -> Result<()> {
                     .with_context(|| format!("cannot read {}", list.display()))?;
                 let cameras =
                     cameras_json::parse(&text).with_context(|| format!("{}", list.display()))?;
-                let keys: Vec<Camera> = cameras.into_iter().map(|(_, c)| c).collect();
+                let keys = cameras
+                    .into_iter()
+                    .map(|(_, c)| at_resolution(args, c))
+                    .collect::<Result<Vec<Camera>>>()?;
                 render_trajectory(raster, args, frames, &keys, list, output)
             }
             _ => bail!("--trajectory needs the cameras of --pack PACK or --cameras cameras.json"),
