@@ -2147,7 +2147,7 @@ fn resolution_flags_train_as_a_pack_at_that_size() {
     let plan = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
     assert!(o.status.success(), "{plan}");
     assert!(plan.contains("stored-size view to resample"), "{plan}");
-    assert!(plan.contains("resampled to downscaled 3×"), "{plan}");
+    assert!(plan.contains("then resampled (downscaled 3×)"), "{plan}");
 }
 
 /// `--demo --dry-run` plans the demo's run (its pack built in a temporary directory and

@@ -1284,8 +1284,7 @@ fn plan_inputs(
             Component::Evaluation,
             scratch,
             format!(
-                "{} (a view at its stored size, resampled to {})",
-                format_size(scratch),
+                "a view read at its stored size, then resampled ({})",
                 pack.resize()
             ),
         ));
