@@ -1503,20 +1503,8 @@ fn colmap_masks_pack_train_and_score_alike() {
     let dir = tempfile::tempdir().unwrap();
     let scene = dir.path().join("scene");
     small_synth(&scene, "colmap", "9");
-    // Every image gets a mask excluding its left quarter (COLMAP's `<name>.png` naming).
-    let images = scene.join("images");
+    let names = left_quarter_masks(&scene);
     let masks = scene.join("masks");
-    std::fs::create_dir_all(&masks).unwrap();
-    let mut names = vec![];
-    for e in std::fs::read_dir(&images).unwrap() {
-        let p = e.unwrap().path();
-        let (w, h) = image::image_dimensions(&p).unwrap();
-        let name = p.file_name().unwrap().to_str().unwrap().to_owned();
-        image::GrayImage::from_fn(w, h, |x, _| image::Luma([if x < w / 4 { 0 } else { 255 }]))
-            .save(masks.join(format!("{name}.png")))
-            .unwrap();
-        names.push(name);
-    }
     let pack = dir.path().join("scene.pack");
     gs_pack_ok(&[
         "convert",
@@ -1576,6 +1564,24 @@ fn colmap_masks_pack_train_and_score_alike() {
     for x in [0, w / 2] {
         assert_eq!(side.get_pixel(x, 3).0, [0, 0, 0]);
     }
+}
+
+/// Gives every image of the COLMAP scene at `scene` a mask excluding its left quarter
+/// (`masks/<name>.png`, COLMAP's naming); returns the image names.
+fn left_quarter_masks(scene: &Path) -> Vec<String> {
+    let masks = scene.join("masks");
+    std::fs::create_dir_all(&masks).unwrap();
+    let mut names = vec![];
+    for e in std::fs::read_dir(scene.join("images")).unwrap() {
+        let p = e.unwrap().path();
+        let (w, h) = image::image_dimensions(&p).unwrap();
+        let name = p.file_name().unwrap().to_str().unwrap().to_owned();
+        image::GrayImage::from_fn(w, h, |x, _| image::Luma([if x < w / 4 { 0 } else { 255 }]))
+            .save(masks.join(format!("{name}.png")))
+            .unwrap();
+        names.push(name);
+    }
+    names
 }
 
 /// Runs gs-pack with `args`, which must succeed.
@@ -2065,17 +2071,8 @@ fn resolution_flags_train_as_a_pack_at_that_size() {
     let dir = tempfile::tempdir().unwrap();
     let scene = dir.path().join("scene");
     small_synth(&scene, "colmap", "5");
-    // Masks too (excluding the left quarter), so the mask's resampling is part of the check.
-    let masks = scene.join("masks");
-    std::fs::create_dir_all(&masks).unwrap();
-    for e in std::fs::read_dir(scene.join("images")).unwrap() {
-        let p = e.unwrap().path();
-        let (w, h) = image::image_dimensions(&p).unwrap();
-        let name = p.file_name().unwrap().to_str().unwrap().to_owned();
-        image::GrayImage::from_fn(w, h, |x, _| image::Luma([if x < w / 4 { 0 } else { 255 }]))
-            .save(masks.join(format!("{name}.png")))
-            .unwrap();
-    }
+    // Masks too, so the mask's resampling is part of the check.
+    left_quarter_masks(&scene);
     let native = dir.path().join("native.pack");
     let half = dir.path().join("half.pack");
     for (pack, size) in [

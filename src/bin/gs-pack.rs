@@ -163,19 +163,8 @@ struct BenchArgs {
     /// order) or lru (for comparison).
     #[arg(long, value_parser = parse_policy, default_value = "belady")]
     policy: CachePolicy,
-    /// Read the views at a smaller size, as `gs-train -r R` does (each decoded at its stored
-    /// size and resampled): 1, 2, 4, 8 a factor, -1 at most 1,600 px wide, above 8 a width.
-    #[arg(
-        short = 'r',
-        long = "resolution",
-        value_name = "R",
-        allow_hyphen_values = true,
-        conflicts_with = "data_factor"
-    )]
-    resolution: Option<String>,
-    /// Read the views at their size divided by N (`gs-train --data-factor N`).
-    #[arg(long = "data-factor", alias = "data_factor", value_name = "N")]
-    data_factor: Option<u32>,
+    #[command(flatten)]
+    resolution: ramsplat::cli::ResolutionArgs,
 }
 
 fn parse_position(s: &str) -> Result<Position, String> {
@@ -621,8 +610,7 @@ fn run_synth(args: &ramsplat::synth::SynthArgs) -> anyhow::Result<()> {
 }
 
 fn run_bench(args: &BenchArgs) -> anyhow::Result<()> {
-    let resize = ramsplat::cli::resolution_flags(args.resolution.as_deref(), args.data_factor)
-        .map_err(anyhow::Error::msg)?;
+    let resize = args.resolution.resize().map_err(anyhow::Error::msg)?;
     let pack = Arc::new(
         Pack::open(&args.pack)
             .with_context(|| format!("reading {}", args.pack.display()))?

@@ -174,21 +174,8 @@ struct Args {
     /// Which views of the pack to render (or, with --trajectory, to fly through).
     #[arg(long, value_enum, default_value = "test", requires = "pack")]
     split: SplitArg,
-    /// Render smaller than the cameras say (each camera scaled, its field of view kept); with
-    /// --pack, the views are also scored at that size, as `gs-train -r R` trained them (1, 2,
-    /// 4, 8: a factor; -1: at most 1,600 px wide; above 8: a width).
-    #[arg(
-        short = 'r',
-        long = "resolution",
-        value_name = "R",
-        allow_hyphen_values = true,
-        conflicts_with = "data_factor"
-    )]
-    resolution: Option<String>,
-    /// Render (and with --pack score) at the cameras' size divided by N (`gs-train
-    /// --data-factor N`).
-    #[arg(long = "data-factor", alias = "data_factor", value_name = "N")]
-    data_factor: Option<u32>,
+    #[command(flatten)]
+    resolution: ramsplat::cli::ResolutionArgs,
     /// Render N frames along a smooth path through the cameras of --pack (its --split views,
     /// in pack order) or of --cameras (in file order) into DIR/frame_00000.png, ...
     #[arg(long, value_name = "N", conflicts_with_all = ["camera", "convert"])]
@@ -697,8 +684,7 @@ impl Aligner {
 /// The pack's views of `--split` (indices, split name), each checked to be renderable.
 /// The size `-r`/`--data-factor` ask for.
 fn resize(args: &Args) -> Result<Resize> {
-    ramsplat::cli::resolution_flags(args.resolution.as_deref(), args.data_factor)
-        .map_err(anyhow::Error::msg)
+    args.resolution.resize().map_err(anyhow::Error::msg)
 }
 
 /// `camera` at `-r`/`--data-factor`'s size (the packer's rule: [`target_size`]).

@@ -142,23 +142,8 @@ struct Args {
     /// and never past it).
     #[arg(long, value_enum, default_value = "default")]
     strategy: Strategy,
-    /// Train (and score) at a smaller size than the pack's, as 3DGS's -r reads it: 1, 2, 4, 8
-    /// divide each side, -1 caps the width at 1,600 px, a value above 8 is a target width. The
-    /// loader reads each view at its stored size and resamples it (the packer's area filter);
-    /// `gs-pack convert --downscale N` packs at that size and saves the work.
-    #[arg(
-        short = 'r',
-        long = "resolution",
-        value_name = "R",
-        allow_hyphen_values = true,
-        conflicts_with = "data_factor"
-    )]
-    resolution: Option<String>,
-    /// Train (and score) at the pack's size divided by N, any whole N (gsplat's --data_factor,
-    /// which reads the dataset's own images_N copies instead: for its benchmark protocol, pack
-    /// those with `gs-pack convert --images images_N`).
-    #[arg(long = "data-factor", alias = "data_factor", value_name = "N")]
-    data_factor: Option<u32>,
+    #[command(flatten)]
+    resolution: ramsplat::cli::ResolutionArgs,
     /// Print the memory plan (every item with its formula, the cache's share and the expected
     /// cache hit rate) and exit without training: 0 if the run would start, 1 if the budget
     /// is below the floor. Writes nothing.
@@ -506,8 +491,7 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     if args.metrics_every == 0 {
         bail!("--metrics-every must be at least 1");
     }
-    let resolution = ramsplat::cli::resolution_flags(args.resolution.as_deref(), args.data_factor)
-        .map_err(anyhow::Error::msg)?;
+    let resolution = args.resolution.resize().map_err(anyhow::Error::msg)?;
     let mut config = TrainConfig {
         iterations: args.iterations.unwrap_or(iterations),
         resolution,

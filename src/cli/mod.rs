@@ -159,6 +159,38 @@ mod tests {
     }
 }
 
+/// `-r R` / `--data-factor N`, flattened into the arguments of every binary that reads views
+/// (`gs-train`, `gs-render`, `gs-pack bench`); [`ResolutionArgs::resize`] reads them.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResolutionArgs {
+    /// Work at a smaller size than the views' (gs-train trains and scores there, gs-render
+    /// renders each camera there and scores a pack's views there, gs-pack bench reads there),
+    /// as 3DGS's -r reads it: 1, 2, 4, 8 divide each side, -1 caps the width at 1,600 px, a
+    /// value above 8 is a target width. A packed view is decoded at its stored size and
+    /// resampled (the packer's area filter); `gs-pack convert --downscale N` packs at that
+    /// size and saves the work.
+    #[arg(
+        short = 'r',
+        long = "resolution",
+        value_name = "R",
+        allow_hyphen_values = true,
+        conflicts_with = "data_factor"
+    )]
+    pub resolution: Option<String>,
+    /// The views' size divided by N, any whole N (gsplat's --data_factor, which reads a
+    /// dataset's own images_N copies instead: for its benchmark protocol, pack those with
+    /// `gs-pack convert --images images_N`).
+    #[arg(long = "data-factor", alias = "data_factor", value_name = "N")]
+    pub data_factor: Option<u32>,
+}
+
+impl ResolutionArgs {
+    /// The size the flags ask for ([`resolution_flags`]).
+    pub fn resize(&self) -> Result<crate::resample::Resize, String> {
+        resolution_flags(self.resolution.as_deref(), self.data_factor)
+    }
+}
+
 /// The size views are read at, from `-r/--resolution R` (3DGS's reading) or `--data-factor N`
 /// (gsplat's), relative to the pack's views; at most one of them is given (clap enforces it).
 ///
