@@ -54,6 +54,9 @@ pub struct ConvertOptions {
     pub images: Option<PathBuf>,
     /// The monocular inverse-depth maps' folder (see [`ImportOptions::depths`]).
     pub depths: Option<PathBuf>,
+    /// A point cloud whose points replace the dataset's own as the ones training starts from
+    /// (see [`import::ImportedScene::replace_points`]).
+    pub points: Option<PathBuf>,
 }
 
 impl Default for ConvertOptions {
@@ -70,6 +73,7 @@ impl Default for ConvertOptions {
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             images: None,
             depths: None,
+            points: None,
         }
     }
 }
@@ -105,6 +109,9 @@ pub struct ConvertReport {
     pub views_per_s: f64,
     /// Decoded megabytes (10^6) of views written per second.
     pub decoded_mb_per_s: f64,
+    /// How many of the points training starts from the views see ([`points_in_view`]);
+    /// `None` without views or points.
+    pub points_in_view: Option<PointsInView>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +217,10 @@ pub fn convert(
         depths: opts.depths.clone(),
     };
     let mut scene = import::open(input, opts.format, &import_opts)?;
+    if let Some(points) = &opts.points {
+        scene.replace_points(points, &import_opts)?;
+        check_no_overlap(&scene.root.join(points), output)?;
+    }
     check_no_overlap(input, output)?;
     if let Some(images) = &opts.images {
         // An images folder outside the workspace is source data too.
@@ -406,8 +417,22 @@ pub fn convert(
         test_every: Some(opts.test_every),
         images: opts.images.as_ref().map(|d| d.display().to_string()),
         depths: opts.depths.as_ref().map(|d| d.display().to_string()),
+        points: opts.points.as_ref().map(|p| p.display().to_string()),
     })?;
     let wall_s = started.elapsed().as_secs_f64();
+    // Read back from the sealed pack: the cameras as packed (undistorted, cropped, resized).
+    let in_view = crate::shard::reader::Pack::open(output)
+        .and_then(|pack| points_in_view(&pack))
+        .map_err(WriteError::Shard)?;
+    if let Some(w) = in_view.and_then(|v| {
+        let what = match &opts.points {
+            Some(p) => format!("the points of --points {}", p.display()),
+            None => "the dataset's points".to_owned(),
+        };
+        v.warning(&what, manifest.sfm_clouds().1)
+    }) {
+        on_event(Event::Warning(&w));
+    }
     let test_views = manifest.split_indices(Split::Test).len();
     Ok(ConvertReport {
         views: manifest.views.len(),
@@ -420,5 +445,196 @@ pub fn convert(
         wall_s,
         views_per_s: manifest.views.len() as f64 / wall_s.max(1e-9),
         decoded_mb_per_s: decoded_view_bytes as f64 / 1e6 / wall_s.max(1e-9),
+        points_in_view: in_view,
     })
+}
+
+/// Depth, in scene extents, beyond which [`points_in_view`] counts a point as unseen: far
+/// past any background a capture's SfM reconstructs (forward-facing captures reach about 100),
+/// near enough to catch a cloud in other units or coordinates.
+pub const MAX_DEPTH_EXTENTS: f64 = 1000.0;
+
+/// Points [`points_in_view`] tests at most: enough to give the fraction to about a percent,
+/// few enough that `gs-pack info` stays instant on a cloud of millions.
+pub const IN_VIEW_SAMPLE: u64 = 10_000;
+
+/// Point chunks [`points_in_view`] reads at most, spread over the cloud.
+const IN_VIEW_CHUNKS: usize = 16;
+
+/// How many of a pack's initial points its views see: a sample of the points training starts
+/// from ([`Manifest::sfm_clouds`]), and how many of them lie in front of at least one view
+/// (beyond the rasterizer's near plane, and nearer than [`MAX_DEPTH_EXTENTS`] scene extents)
+/// and project inside its image. A dataset's SfM points are seen by construction (each was
+/// triangulated from the photos); a cloud mostly outside every view is in another coordinate
+/// frame (rotated, mirrored, in other units, or georeferenced: offset by kilometres, which
+/// the depth limit catches where the offset happens to lie along a view), or mostly out of
+/// the photos' reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PointsInView {
+    /// Points tested (every k-th point of up to 16 chunks spread over the cloud).
+    pub sampled: u64,
+    /// Of those, the points some view sees.
+    pub seen: u64,
+}
+
+impl PointsInView {
+    /// Below this fraction `gs-pack convert` warns: most of the points would start Gaussians
+    /// no training view can correct.
+    pub const WARN_BELOW: f64 = 0.5;
+
+    pub fn fraction(&self) -> f64 {
+        self.seen as f64 / self.sampled.max(1) as f64
+    }
+
+    /// The warning `gs-pack convert` gives when too few points are seen, naming where the
+    /// points came from (`what`); `None` when enough are.
+    pub fn warning(&self, what: &str, total: u64) -> Option<String> {
+        if self.fraction() >= Self::WARN_BELOW {
+            return None;
+        }
+        let share = if self.seen == 0 {
+            "none".to_owned()
+        } else {
+            format!("only {:.1} %", 100.0 * self.fraction())
+        };
+        Some(format!(
+            "{share} of {what} (a sample of {} of its {total} points) lie in front of a view \
+             and inside its image: training starts Gaussians there that no view sees. Is the \
+             cloud in the cameras' coordinate frame? (COLMAP's dense/fused.ply is; a laser scan \
+             must first be registered to the cameras)",
+            self.sampled
+        ))
+    }
+}
+
+/// Whether `p` lies in front of `camera` (beyond the rasterizer's near plane, nearer than
+/// `max_depth`) and projects inside its image.
+fn sees(camera: &crate::scene::camera::Camera, p: [f64; 3], max_depth: f64) -> bool {
+    let t = camera.world_to_camera.transform(p);
+    if t[2] <= crate::render::cpu::project::NEAR_PLANE || t[2] >= max_depth {
+        return false;
+    }
+    let k = camera.intrinsics;
+    let (u, v) = (k.fx * t[0] / t[2] + k.cx, k.fy * t[1] / t[2] + k.cy);
+    (0.0..camera.width as f64).contains(&u) && (0.0..camera.height as f64).contains(&v)
+}
+
+/// [`PointsInView`] of `pack` (see there); `None` for a pack without views or without points.
+/// Reads at most 16 point chunks (65,536 points each at most), so it is cheap on any pack.
+pub fn points_in_view(
+    pack: &crate::shard::reader::Pack,
+) -> Result<Option<PointsInView>, crate::shard::ShardError> {
+    let m = pack.manifest();
+    let (clouds, total) = m.sfm_clouds();
+    if m.views.is_empty() || m.scene.no_sfm_points || total == 0 {
+        return Ok(None);
+    }
+    let chunks: Vec<(usize, usize)> = clouds
+        .iter()
+        .flat_map(|&c| (0..m.clouds[c].chunks.len()).map(move |k| (c, k)))
+        .collect();
+    let picked: Vec<(usize, usize)> = if chunks.len() <= IN_VIEW_CHUNKS {
+        chunks
+    } else {
+        (0..IN_VIEW_CHUNKS)
+            .map(|i| chunks[i * chunks.len() / IN_VIEW_CHUNKS])
+            .collect()
+    };
+    let in_picked: u64 = picked
+        .iter()
+        .map(|&(c, k)| u64::from(m.clouds[c].chunks[k].points))
+        .sum();
+    let stride = in_picked.div_ceil(IN_VIEW_SAMPLE).max(1);
+    let cameras: Vec<&crate::scene::camera::Camera> = m.views.iter().map(|v| &v.camera).collect();
+    let max_depth = MAX_DEPTH_EXTENTS * m.scene.extent;
+    let (mut sampled, mut seen, mut index) = (0u64, 0u64, 0u64);
+    let mut buf = Vec::new();
+    for (c, k) in picked {
+        let cloud = &m.clouds[c];
+        let layout = crate::shard::PointChunkLayout::new(
+            cloud.chunks[k].points as usize,
+            cloud.has_labels,
+            cloud.has_normals,
+        );
+        buf.resize(layout.total, 0u8);
+        pack.read_chunk_into(c, k, &mut buf)?;
+        let chunk = crate::shard::PointChunkRef::new(layout, &buf).expect("sized above");
+        for i in 0..chunk.len() {
+            if index % stride == 0 {
+                let p = chunk.xyz(i).map(f64::from);
+                sampled += 1;
+                seen += u64::from(cameras.iter().any(|cam| sees(cam, p, max_depth)));
+            }
+            index += 1;
+        }
+    }
+    Ok(Some(PointsInView { sampled, seen }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scene::camera::Pose;
+    use crate::synth::packs::{centred_camera, write_tiny_pack};
+
+    #[test]
+    fn a_point_is_seen_in_front_of_a_view_inside_its_image_and_its_depth_limit() {
+        // At the origin looking down +z, 8×6 pixels, fx = 8: the image spans x/z in
+        // [−0.5, 0.5), y/z in [−0.375, 0.375).
+        let cam = centred_camera(8, 6, Pose::IDENTITY);
+        let near = crate::render::cpu::project::NEAR_PLANE;
+        assert!(sees(&cam, [0.0, 0.0, 5.0], 100.0));
+        assert!(
+            sees(&cam, [-2.5, -1.875, 5.0], 100.0),
+            "the first pixel's corner"
+        );
+        assert!(
+            !sees(&cam, [2.5, 0.0, 5.0], 100.0),
+            "the right edge is outside"
+        );
+        assert!(
+            !sees(&cam, [0.0, 1.875, 5.0], 100.0),
+            "the bottom edge is outside"
+        );
+        assert!(!sees(&cam, [0.0, 0.0, -5.0], 100.0), "behind");
+        assert!(!sees(&cam, [0.0, 0.0, near], 100.0), "on the near plane");
+        assert!(sees(&cam, [0.0, 0.0, 99.0], 100.0));
+        assert!(!sees(&cam, [0.0, 0.0, 100.0], 100.0), "at the depth limit");
+    }
+
+    #[test]
+    fn points_in_view_counts_the_points_some_view_sees() {
+        // The tiny pack: views at x = 0 and x = 1 (world-to-camera translations), 3 units
+        // from the plane of the points (i, 0.5, −1); only point 0 projects inside view 0.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("tiny.pack");
+        write_tiny_pack(&dir).unwrap();
+        let pack = crate::shard::reader::Pack::open(&dir).unwrap();
+        let v = points_in_view(&pack).unwrap().unwrap();
+        assert_eq!(
+            v,
+            PointsInView {
+                sampled: 100,
+                seen: 1
+            }
+        );
+        assert_eq!(v.fraction(), 0.01);
+        let w = v.warning("the dataset's points", 100).unwrap();
+        assert!(w.starts_with("only 1.0 % of the dataset's points (a sample of 100 of its 100"));
+        assert_eq!(
+            PointsInView {
+                sampled: 10,
+                seen: 5
+            }
+            .warning("x", 10),
+            None
+        );
+        assert!(PointsInView {
+            sampled: 10,
+            seen: 0
+        }
+        .warning("x", 10)
+        .unwrap()
+        .starts_with("none of x"));
+    }
 }

@@ -909,3 +909,162 @@ fn a_closed_stdout_stops_info_and_verify_quietly() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// A point-cloud PLY of `points` at `path` (x y z float, red green blue uchar).
+fn write_cloud(path: &Path, points: &[([f32; 3], [u8; 3])]) {
+    use ramsplat::export::ply::{write_point_row, write_points_header};
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    write_points_header(&mut w, points.len() as u64, "test cloud").unwrap();
+    for (xyz, rgb) in points {
+        write_point_row(&mut w, *xyz, *rgb).unwrap();
+    }
+    std::io::Write::flush(&mut w).unwrap();
+}
+
+#[test]
+fn points_replaces_the_dataset_points_and_says_how_many_the_views_see() {
+    use ramsplat::shard::reader::Pack;
+    use ramsplat::shard::PointChunkRef;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    synth(
+        &scene,
+        9,
+        64,
+        48,
+        300,
+        &["--format", "colmap", "--seed", "5"],
+    );
+    // A denser cloud of the same surfaces, as a dense reconstruction would give.
+    let mut rng = ramsplat::rng::Rng::new(11);
+    let dense = ramsplat::synth::SynthScene::new(5).sample_points(2_500, &mut rng);
+    std::fs::create_dir(scene.join("dense")).unwrap();
+    write_cloud(&scene.join("dense/fused.ply"), &dense);
+
+    // Relative to the dataset root, as --images and --depths are.
+    let pack = tmp.path().join("dense.pack");
+    let o = convert(&scene, &pack, &["--points", "dense/fused.ply"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("its 2500 points replace the dataset's 300 SfM points"),
+        "{err}"
+    );
+    assert!(err.contains("(100.0 % of a sample in view)"), "{err}");
+    assert!(!err.contains("lie in front of a view"), "{err}");
+    let p = Pack::open(&pack).unwrap();
+    let m = p.manifest();
+    assert_eq!(m.clouds.len(), 1);
+    assert_eq!(
+        (m.clouds[0].name.as_str(), m.clouds[0].points),
+        ("sfm", 2500)
+    );
+    assert_eq!(m.source.points.as_deref(), Some("dense/fused.ply"));
+    assert!(!m.scene.no_sfm_points);
+    let mut k = 0;
+    for (ci, ch) in m.clouds[0].chunks.iter().enumerate() {
+        let mut buf = vec![0u8; ch.record.decoded_len as usize];
+        let layout = p.read_chunk_into(0, ci, &mut buf).unwrap();
+        let r = PointChunkRef::new(layout, &buf).unwrap();
+        for j in 0..r.len() {
+            assert_eq!((r.xyz(j), r.rgb(j)), dense[k], "point {k}");
+            k += 1;
+        }
+    }
+    assert_eq!(k, dense.len());
+    let info = info_json(&pack);
+    assert_eq!(info["points_in_view"]["sampled"], 2500);
+    assert_eq!(info["points_in_view"]["seen"], 2500);
+    let o = gs_pack(&["info", pack.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("in view     100.0 % of a sample of 2500"),
+        "{}",
+        text(&o)
+    );
+    // gs-train starts from them.
+    let o = Command::new(env!("CARGO_BIN_EXE_gs-train"))
+        .args([pack.to_str().unwrap(), "-o"])
+        .arg(tmp.path().join("run"))
+        .arg("--dry-run")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let plan = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        plan.contains("initial model: 2500 Gaussians") && plan.contains("2500 points read × 48 B"),
+        "{plan}"
+    );
+
+    // The same cloud in georeferenced coordinates (offset by kilometres): no view sees it.
+    let far: Vec<_> = dense
+        .iter()
+        .map(|&([x, y, z], c)| ([x + 5.0e5, y + 4.0e6, z], c))
+        .collect();
+    write_cloud(&scene.join("dense/utm.ply"), &far);
+    let abs = scene.join("dense/utm.ply");
+    let o = convert(
+        &scene,
+        &tmp.path().join("far.pack"),
+        &["--points", abs.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("none of the points of --points")
+            && err.contains("(a sample of 2500 of its 2500 points) lie in front of a view")
+            && err.contains("Is the cloud in the cameras' coordinate frame?"),
+        "{err}"
+    );
+
+    // A path from the working directory, not the dataset root: refused, saying which is which.
+    let o = Command::new(env!("CARGO_BIN_EXE_gs-pack"))
+        .current_dir(tmp.path())
+        .args([
+            "convert",
+            "scene",
+            "-o",
+            "cwd.pack",
+            "--points",
+            "scene/dense/fused.ply",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the --points cloud does not exist")
+            && err.contains("scene/dense/fused.ply exists from the working directory")
+            && err.contains("relative to the dataset root"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("cwd.pack").exists());
+
+    // A point cloud has no cameras to give points to; another kind of file is named.
+    let o = convert(
+        &scene.join("dense/fused.ply"),
+        &tmp.path().join("cloud.pack"),
+        &["--points", "utm.ply"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("a point cloud without views"),
+        "{}",
+        text(&o)
+    );
+    let o = convert(
+        &scene,
+        &tmp.path().join("txt.pack"),
+        &["--points", "sparse/0/points3D.txt"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("points3D.txt: not a point cloud file"),
+        "{}",
+        text(&o)
+    );
+}

@@ -92,6 +92,13 @@ enum Command {
         /// it when present.
         #[arg(long, value_name = "DIR")]
         depths: Option<PathBuf>,
+        /// Start training from the points of FILE (a .ply point cloud: a dense reconstruction
+        /// such as COLMAP's dense/fused.ply, or a laser scan registered to the cameras) instead
+        /// of the dataset's own SfM points (or random points, when it has none). Relative to
+        /// the dataset root like --images, or absolute. gs-train's --max-gaussians subsamples
+        /// a cloud larger than the budget allows.
+        #[arg(long, value_name = "FILE")]
+        points: Option<PathBuf>,
     },
     /// Check every checksum of a pack; exit 0, or 3 naming the damaged shard and record.
     Verify { pack: PathBuf },
@@ -206,6 +213,7 @@ fn main() -> ExitCode {
             workers,
             images,
             depths,
+            points,
         } => {
             let resize = match (max_width, downscale) {
                 (_, Some(n)) => Some(Resize::Downscale(n)),
@@ -224,6 +232,7 @@ fn main() -> ExitCode {
                 lenient,
                 images,
                 depths,
+                points,
                 ..Default::default()
             };
             if let Some(w) = workers {
@@ -294,12 +303,16 @@ fn run_convert(input: &Path, output: &Path, opts: &ConvertOptions) -> anyhow::Re
         p.finish();
     }
     eprintln!(
-        "wrote {}: {} views ({} train, {} test), {} points, {} on disk ({} decoded) in {:.1} s ({:.1} views/s, {:.0} MB/s decoded){}",
+        "wrote {}: {} views ({} train, {} test), {} points{}, {} on disk ({} decoded) in {:.1} s ({:.1} views/s, {:.0} MB/s decoded){}",
         output.display(),
         report.views,
         report.train_views,
         report.test_views,
         report.points,
+        report.points_in_view.map_or(String::new(), |v| format!(
+            " ({:.1} % of a sample in view)",
+            100.0 * v.fraction()
+        )),
         format_size(report.bytes_on_disk),
         format_size(report.decoded_bytes),
         report.wall_s,
@@ -471,6 +484,8 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     let masked_views = m.views.iter().filter(|v| v.mask).count();
     let depth_views = m.views.iter().filter(|v| v.depth.is_some()).count();
     let points: u64 = m.clouds.iter().map(|c| c.points).sum();
+    let in_view = ramsplat::pack::points_in_view(&pack)
+        .with_context(|| format!("reading the points of {}", path.display()))?;
     let codecs: std::collections::BTreeSet<_> = m
         .views
         .iter()
@@ -492,6 +507,7 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
                 "name": c.name, "points": c.points, "has_labels": c.has_labels, "has_normals": c.has_normals,
                 "bounds": c.bounds, "chunks": c.chunks.len()})).collect::<Vec<_>>(),
             "no_sfm_points": m.scene.no_sfm_points,
+            "points_in_view": in_view,
             "scene_extent": m.scene.extent,
             "codecs": codecs,
             "shards": m.shards.len(),
@@ -548,6 +564,15 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             (false, false) => "",
         };
         writeln!(o, "points      {:?}: {}{extra}", c.name, c.points)?;
+    }
+    if let Some(v) = in_view {
+        writeln!(
+            o,
+            "in view     {:.1} % of a sample of {} of the initial points (in front of a view, \
+             inside its image)",
+            100.0 * v.fraction(),
+            v.sampled
+        )?;
     }
     writeln!(
         o,

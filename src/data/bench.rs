@@ -335,6 +335,7 @@ mod tests {
             test_every: None,
             images: None,
             depths: None,
+            points: None,
         })
         .unwrap();
         let pack = Arc::new(Pack::open(&path).unwrap());

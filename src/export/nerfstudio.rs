@@ -387,7 +387,7 @@ pub fn export(
     let centring = options
         .centre_principal_point
         .then(|| CentringReport::new(m, &cameras));
-    let (clouds, sfm_points) = crate::train::init::sfm_clouds(m);
+    let (clouds, sfm_points) = m.sfm_clouds();
     let has_sfm = !m.scene.no_sfm_points && sfm_points > 0;
     if has_sfm && options.random_points.is_some() {
         return Err(ExportError::RandomWithSfm);

@@ -100,6 +100,110 @@ pub struct ImportedScene {
     pub warnings: Vec<String>,
 }
 
+impl ImportedScene {
+    /// `gs-pack convert --points FILE`: the initial points of this dataset's cameras come from
+    /// `given` (a PLY point cloud: a dense reconstruction such as COLMAP's `dense/fused.ply`, a
+    /// registered laser scan), which replaces the dataset's own points (SfM points, a
+    /// transforms.json's `ply_file_path`) as the cloud named "sfm". `given` is relative to the
+    /// dataset root, like `--images` and `--depths`, or absolute. The header is checked now;
+    /// the points stream when the pack pipeline pulls them. Adds a note saying what was
+    /// replaced.
+    pub fn replace_points(
+        &mut self,
+        given: &Path,
+        options: &ImportOptions,
+    ) -> Result<(), ImportError> {
+        if self.views.is_empty() {
+            return Err(ImportError::invalid(
+                &self.root,
+                format!(
+                    "--points {} gives a dataset's cameras their initial points, but this is a \
+                     point cloud without views; convert the cloud itself, or drop --points",
+                    given.display()
+                ),
+            ));
+        }
+        let path = points_path(&self.root, given)?;
+        let mut warnings = Vec::new();
+        let cloud = open_point_file(&path, "sfm", options, &mut warnings)?;
+        let replaced: u64 = self.clouds.iter().filter_map(|c| c.declared_len()).sum();
+        let count = cloud
+            .declared_len()
+            .map_or("its points".to_owned(), |n| format!("its {n} points"));
+        let note = if self.clouds.is_empty() {
+            format!(
+                "--points {}: training starts from {count} (the dataset has no points of its own)",
+                path.display()
+            )
+        } else {
+            format!(
+                "--points {}: {count} replace the dataset's {replaced} SfM points as the points \
+                 training starts from",
+                path.display()
+            )
+        };
+        self.clouds = vec![cloud];
+        self.no_sfm_points = false;
+        self.warnings.extend(warnings);
+        self.warnings.push(note);
+        Ok(())
+    }
+}
+
+/// The `--points` file: relative to the dataset root (like `--images`), or absolute; it must
+/// be a file. When it is missing there but the same relative path names a file from the
+/// working directory, the error says so (the likely slip).
+pub fn points_path(root: &Path, given: &Path) -> Result<PathBuf, ImportError> {
+    let path = root.join(given);
+    if path.is_file() {
+        return Ok(path);
+    }
+    let hint = if given.is_relative() && given.is_file() {
+        format!(
+            "; {} exists from the working directory, but --points is read relative to the \
+             dataset root {} (like --images): give it from there, or as an absolute path",
+            given.display(),
+            root.display()
+        )
+    } else if given.is_relative() {
+        format!(
+            "; --points is read relative to the dataset root {} (like --images), or give an \
+             absolute path",
+            root.display()
+        )
+    } else {
+        String::new()
+    };
+    let what = if path.exists() {
+        "is not a file"
+    } else {
+        "does not exist"
+    };
+    Err(ImportError::invalid(
+        &path,
+        format!("the --points cloud {what}{hint}"),
+    ))
+}
+
+/// Opens a point-cloud file as the cloud `name`, by its extension (`.ply`, any case). Its header
+/// is checked now; its points stream when the pack pipeline pulls them.
+pub fn open_point_file(
+    path: &Path,
+    name: &str,
+    options: &ImportOptions,
+    warnings: &mut Vec<String>,
+) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if ext.eq_ignore_ascii_case("ply") {
+        ply::open_cloud(path, name, options, warnings)
+    } else {
+        Err(ImportError::invalid(
+            path,
+            "not a point cloud file this reads: give a .ply file",
+        ))
+    }
+}
+
 impl fmt::Debug for ImportedScene {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ImportedScene")

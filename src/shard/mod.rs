@@ -484,6 +484,9 @@ pub struct SourceInfo {
     /// The `--depths` folder the inverse-depth maps came from. Absent in packs without them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depths: Option<String>,
+    /// The `--points` cloud that replaced the dataset's own points. Absent in packs without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub points: Option<String>,
 }
 
 impl SourceInfo {
@@ -499,6 +502,7 @@ impl SourceInfo {
             test_every: None,
             images: None,
             depths: None,
+            points: None,
         }
     }
 }
@@ -521,6 +525,17 @@ pub struct Manifest {
 
 impl Manifest {
     pub const FORMAT: &'static str = "ramsplat-pack";
+
+    /// The clouds training starts from (the one named "sfm", or every cloud when none has that
+    /// name) and their total point count.
+    pub fn sfm_clouds(&self) -> (Vec<usize>, u64) {
+        let has_sfm = self.clouds.iter().any(|c| c.name == "sfm");
+        let clouds: Vec<usize> = (0..self.clouds.len())
+            .filter(|&c| !has_sfm || self.clouds[c].name == "sfm")
+            .collect();
+        let total = clouds.iter().map(|&c| self.clouds[c].points).sum();
+        (clouds, total)
+    }
 
     /// A fingerprint (xxh3-64, hex) of everything training reads from the pack: every view's
     /// name, camera, split and stored-record checksum and length, every point chunk's checksum,

@@ -104,21 +104,10 @@ impl InitPlan {
     }
 }
 
-/// The clouds initialisation reads (the one named "sfm", or every cloud when none has that
-/// name) and their total point count.
-pub(crate) fn sfm_clouds(m: &crate::shard::Manifest) -> (Vec<usize>, u64) {
-    let has_sfm = m.clouds.iter().any(|c| c.name == "sfm");
-    let clouds: Vec<usize> = (0..m.clouds.len())
-        .filter(|&c| !has_sfm || m.clouds[c].name == "sfm")
-        .collect();
-    let total = clouds.iter().map(|&c| m.clouds[c].points).sum();
-    (clouds, total)
-}
-
 /// What [`from_pack`] with these arguments builds (see [`InitPlan`]).
 pub fn plan(pack: &Pack, random_points: usize, max_gaussians: usize) -> InitPlan {
     let m = pack.manifest();
-    let (_, total) = sfm_clouds(m);
+    let (_, total) = m.sfm_clouds();
     if m.scene.no_sfm_points || total == 0 {
         let n = random_points.min(max_gaussians) as u64;
         InitPlan {
@@ -484,7 +473,7 @@ pub fn from_pack(
     rng: &mut Rng,
 ) -> Result<Gaussians, InitError> {
     let m = pack.manifest();
-    let (clouds, total) = sfm_clouds(m);
+    let (clouds, total) = m.sfm_clouds();
     if m.scene.no_sfm_points || total == 0 {
         let (centre, half) = random_box(pack);
         return random_in_box(

@@ -34,6 +34,7 @@ fn source_info() -> SourceInfo {
         test_every: None,
         images: None,
         depths: None,
+        points: None,
     }
 }
 
