@@ -211,10 +211,21 @@ fn columns(
         break;
     }
     if colour.is_none() {
+        // A trained 3DGS model has no colour triple, its colour is in SH coefficients: its
+        // centres alone are a poor start, and gs-train can start from the whole model.
+        let model = ["f_dc_0", "opacity", "scale_0", "rot_0"]
+            .iter()
+            .all(|n| v.scalar_index(n).is_some());
         warnings.push(format!(
-            "{}: no colour properties (red green blue, r g b or diffuse_*); points get grey {}",
+            "{}: no colour properties (red green blue, r g b or diffuse_*); points get grey {}{}",
             path.display(),
-            DEFAULT_GREY[0]
+            DEFAULT_GREY[0],
+            if model {
+                " (this is a 3D Gaussian Splatting model: to start training from it, Gaussians \
+                 and colours included, use gs-train --init MODEL.ply)"
+            } else {
+                ""
+            }
         ));
     }
 
@@ -1069,6 +1080,39 @@ mod tests {
         let path = write_file(dir.path(), "e.ply", &write_ply(&[], BASE, None));
         let (_, got) = import_one(&path).unwrap();
         assert!(got.is_empty());
+    }
+
+    #[test]
+    fn a_gaussian_model_as_a_cloud_points_to_gs_train_init() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut model = String::from(
+            "ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\n\
+             property float z\n",
+        );
+        for p in ["f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "rot_0"] {
+            model += &format!("property float {p}\n");
+        }
+        model += "end_header\n0 0 0 0.1 0.2 0.3 1 -2 1\n1 1 1 0.1 0.2 0.3 1 -2 1\n";
+        let path = write_file(dir.path(), "model.ply", model.as_bytes());
+        let scene = import(&path, &ImportOptions::default()).unwrap();
+        assert_eq!(scene.warnings.len(), 1, "{:?}", scene.warnings);
+        assert!(
+            scene.warnings[0]
+                .contains("points get grey 128 (this is a 3D Gaussian Splatting model")
+                && scene.warnings[0].contains("gs-train --init MODEL.ply"),
+            "{:?}",
+            scene.warnings
+        );
+        // A plain cloud without colour gets the plain warning.
+        let plain = "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\n\
+                     property float z\nproperty float opacity\nend_header\n0 0 0 1\n";
+        let path = write_file(dir.path(), "plain.ply", plain.as_bytes());
+        let scene = import(&path, &ImportOptions::default()).unwrap();
+        assert!(
+            scene.warnings[0].ends_with("points get grey 128"),
+            "{:?}",
+            scene.warnings
+        );
     }
 
     const MOSD: &str = concat!(
