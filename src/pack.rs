@@ -13,6 +13,12 @@
 //! A convert that would give a pack nothing to train on is refused before anything is written:
 //! every view a test view (`--test-every 1`, or a 1-view dataset under the default
 //! `--test-every 8`: pass `--test-every 0`), or every camera at one position (scene extent 0).
+//!
+//! `--points FILE` replaces the dataset's own points with another cloud's
+//! ([`import::ImportedScene::replace_points`]). Every convert then
+//! reads a sample of the sealed pack's initial points back and says how many its views see
+//! ([`points_in_view`], also `gs-pack info`), warning when fewer than half are: a cloud in
+//! another coordinate frame would start Gaussians no view can correct.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
