@@ -288,6 +288,56 @@ fn extend_trains_a_finished_run_further() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
+/// `--steps-scaler F` scales every step count as gsplat's `--steps_scaler` does, records the
+/// factor, and a resume must give the same.
+#[test]
+fn steps_scaler_scales_the_whole_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("out");
+    let run = |scaler: &str, extra: &[&str]| {
+        let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "40"];
+        args.extend_from_slice(COMMON);
+        args.extend_from_slice(&["--steps-scaler", scaler, "--eval"]);
+        args.extend_from_slice(&["--test-iterations", "10", "40", "--save-iterations", "10"]);
+        args.extend_from_slice(extra);
+        gs_train(&args)
+    };
+    let o = run("0.5", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report.iterations, 20);
+    for i in [5, 20] {
+        let ply = out.join(format!("point_cloud/iteration_{i}/point_cloud.ply"));
+        assert!(ply.exists(), "{}", ply.display());
+    }
+    assert!(!out.join("point_cloud/iteration_10").exists());
+    let latest = checkpoint::latest(&out.join("checkpoints")).unwrap();
+    let c = checkpoint::Container::open(&latest).unwrap();
+    let config = &c.meta()["config"];
+    assert_eq!(config["iterations"], 20);
+    assert_eq!(config["steps_scaler"], 0.5);
+    assert_eq!(config["sh_increase_interval"], 500);
+    let d = &config["densify"];
+    assert_eq!(
+        [
+            &d["from_iter"],
+            &d["until_iter"],
+            &d["interval"],
+            &d["opacity_reset_interval"]
+        ],
+        [250, 7500, 50, 1500]
+    );
+    drop(c);
+    refused(
+        &run("0.25", &["--resume"]),
+        &["steps_scaler: checkpoint 0.5, this run 0.25"],
+    );
+    let o = gs_train(&["--demo", "--steps-scaler", "0.5"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
 /// `--dry-run` prints the whole plan and writes nothing; a budget the model does not fit is
 /// refused naming a `--max-gaussians` that fits, and that cap then subsamples the initial
 /// model (said once) and the run trains under the budget.

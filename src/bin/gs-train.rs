@@ -35,7 +35,7 @@ use ramsplat::train::exposure::ExposureConfig;
 use ramsplat::train::mcmc::McmcConfig;
 use ramsplat::train::pose::{PoseAlignConfig, PoseConfig};
 use ramsplat::train::run::{self, Backend, Event, RunError, RunOptions};
-use ramsplat::train::trainer::Background;
+use ramsplat::train::trainer::{scale_step_list, Background};
 use ramsplat::train::TrainConfig;
 
 /// Exit code when the requested backend does not exist here.
@@ -72,6 +72,13 @@ struct Args {
     /// Training iterations (default 30000; with --demo, the demo's own short schedule).
     #[arg(long)]
     iterations: Option<u64>,
+    /// Scale every step count by F (gsplat's --steps_scaler): the iterations, the test, save
+    /// and checkpoint iterations, the SH degree interval, densification's start, stop,
+    /// interval and opacity reset (MCMC's refinement schedule), and the learning-rate
+    /// schedules' lengths given; each truncated, intervals at least 1. 0.25: a 7,500-iteration
+    /// run with 3DGS's whole schedule compressed into it.
+    #[arg(long, alias = "steps_scaler", value_name = "F", value_parser = positive_f64, conflicts_with = "demo")]
+    steps_scaler: Option<f64>,
     /// `cpu`: the CPU engine. `cuda`: the device engine (model, optimizer and loss on the GPU;
     /// under GS_CUDA_EMULATE=1 the host emulation runs the same kernels). `auto`: cuda when a
     /// usable GPU is found, else cpu.
@@ -620,6 +627,12 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     };
     o.depth = depth.enabled().then_some(depth);
     o.depth_given = args.depth_l1_weight_init.is_some() || args.depth_l1_weight_final.is_some();
+    if let Some(f) = args.steps_scaler {
+        o.config.scale_steps(f);
+        o.test_iterations = scale_step_list(&o.test_iterations, f);
+        o.save_iterations = scale_step_list(&o.save_iterations, f);
+        o.checkpoint_iterations = scale_step_list(&o.checkpoint_iterations, f);
+    }
     Ok(o)
 }
 

@@ -162,6 +162,11 @@ pub struct TrainConfig {
     /// option existed: off.
     #[serde(default)]
     pub depth: Option<DepthConfig>,
+    /// The factor [`TrainConfig::scale_steps`] scaled every step count by (`gs-train
+    /// --steps-scaler F`, gsplat's `--steps_scaler`); the step counts above are the scaled
+    /// ones. Absent: not scaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_scaler: Option<f64>,
 }
 
 impl Default for TrainConfig {
@@ -191,11 +196,61 @@ impl Default for TrainConfig {
             exposure: None,
             pose: None,
             depth: None,
+            steps_scaler: None,
         }
     }
 }
 
+/// `n` scaled by `f`, truncated as gsplat's `int(n * f)` truncates.
+fn scaled_steps(n: u64, f: f64) -> u64 {
+    (n as f64 * f) as u64
+}
+
 impl TrainConfig {
+    /// Scales every step count of the run by `f` (gsplat's `steps_scaler`): the iterations, the
+    /// SH degree interval, the default strategy's densification start, stop, interval and
+    /// opacity reset interval, MCMC's refinement start, stop and interval, and the lengths of
+    /// the learning-rate schedules that were given (those left to follow the iterations
+    /// follow them), each truncated as gsplat truncates; an interval, and the iterations, stay
+    /// at least 1. A step past the end (an opacity reset interval beyond the run, meaning
+    /// "never") keeps meaning it. Records `f` in [`TrainConfig::steps_scaler`]. The run's
+    /// evaluation, save and checkpoint iterations are the caller's ([`scale_step_list`]).
+    pub fn scale_steps(&mut self, f: f64) {
+        let interval = |n: u64| scaled_steps(n, f).max(1);
+        let ending = self.iterations;
+        self.iterations = interval(self.iterations);
+        // A reset beyond the run (the demo's "never") stays beyond the scaled run, which
+        // truncation alone does not promise (41 of a 40-step run, halved: 20 of 20).
+        let never = |n: u64| n > ending;
+        self.sh_increase_interval = interval(self.sh_increase_interval);
+        let d = &mut self.densify;
+        d.from_iter = scaled_steps(d.from_iter, f);
+        d.until_iter = scaled_steps(d.until_iter, f);
+        d.interval = interval(d.interval);
+        d.opacity_reset_interval = if never(d.opacity_reset_interval) {
+            interval(d.opacity_reset_interval).max(self.iterations + 1)
+        } else {
+            interval(d.opacity_reset_interval)
+        };
+        if let Some(m) = &mut self.mcmc {
+            m.refine_start_iter = scaled_steps(m.refine_start_iter, f);
+            m.refine_stop_iter = scaled_steps(m.refine_stop_iter, f);
+            m.refine_every = interval(m.refine_every);
+        }
+        self.position_lr_max_steps = self.position_lr_max_steps.map(interval);
+        if let Some(e) = &mut self.exposure {
+            e.lr_delay_steps = scaled_steps(e.lr_delay_steps, f);
+            e.max_steps = e.max_steps.map(interval);
+        }
+        if let Some(p) = &mut self.pose {
+            p.max_steps = p.max_steps.map(interval);
+        }
+        if let Some(d) = &mut self.depth {
+            d.max_steps = d.max_steps.map(interval);
+        }
+        self.steps_scaler = Some(f);
+    }
+
     /// The position schedule for a scene of `extent`.
     pub fn position_schedule(&self, extent: f64) -> ExponentialLr {
         ExponentialLr::new(
@@ -247,6 +302,20 @@ impl TrainConfig {
             .saturating_add(self.initial_sh_degree as u64)
             .min(self.sh_degree as u64) as u32
     }
+}
+
+/// A list of iterations (evaluations, saves, checkpoints) scaled as
+/// [`TrainConfig::scale_steps`] scales the run: truncated, in order, without the iterations
+/// that became 0 or repeat.
+pub fn scale_step_list(steps: &[u64], f: f64) -> Vec<u64> {
+    let mut out: Vec<u64> = steps
+        .iter()
+        .map(|&n| scaled_steps(n, f))
+        .filter(|&n| n > 0)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Why training failed.
@@ -1896,6 +1965,62 @@ mod tests {
 
     const W: u32 = 64;
     const H: u32 = 48;
+
+    #[test]
+    fn scale_steps_scales_every_step_count_as_gsplat_truncates() {
+        let base = TrainConfig {
+            mcmc: Some(crate::train::mcmc::McmcConfig::with_cap(1000)),
+            position_lr_max_steps: Some(30_001),
+            exposure: Some(ExposureConfig {
+                lr_delay_steps: 10,
+                ..ExposureConfig::default()
+            }),
+            pose: Some(PoseConfig {
+                max_steps: Some(999),
+                ..PoseConfig::default()
+            }),
+            ..TrainConfig::default()
+        };
+        let mut c = base.clone();
+        c.scale_steps(0.25);
+        // Exactly these change: every other setting is left alone.
+        let mut want = base.clone();
+        want.iterations = 7500;
+        want.sh_increase_interval = 250;
+        want.densify.from_iter = 125;
+        want.densify.until_iter = 3750;
+        want.densify.interval = 25;
+        want.densify.opacity_reset_interval = 750;
+        let m = want.mcmc.as_mut().unwrap();
+        (m.refine_start_iter, m.refine_stop_iter, m.refine_every) = (125, 6250, 25);
+        want.position_lr_max_steps = Some(7500);
+        // The exposure schedule's length follows the iterations (None).
+        want.exposure.as_mut().unwrap().lr_delay_steps = 2;
+        want.pose.as_mut().unwrap().max_steps = Some(249);
+        want.steps_scaler = Some(0.25);
+        assert_eq!(c, want);
+
+        // A tiny factor: intervals and the run keep at least one step.
+        let mut c = TrainConfig::default();
+        c.scale_steps(1e-6);
+        assert_eq!(c.iterations, 1);
+        assert_eq!((c.densify.from_iter, c.densify.interval), (0, 1));
+        assert_eq!(c.sh_increase_interval, 1);
+
+        // A reset past the end (the demo's "never") stays past the scaled end.
+        let mut c = TrainConfig {
+            iterations: 40,
+            ..TrainConfig::default()
+        };
+        c.densify.opacity_reset_interval = 41;
+        c.scale_steps(0.5);
+        assert_eq!((c.iterations, c.densify.opacity_reset_interval), (20, 21));
+
+        assert_eq!(
+            scale_step_list(&[30_000, 7_000, 1, 7_000], 0.25),
+            vec![1750, 7500]
+        );
+    }
 
     /// A camera at `c` looking at the origin (OpenCV axes, world y down).
     fn look_at(c: [f64; 3]) -> Camera {
