@@ -977,8 +977,10 @@ fn points_replaces_the_dataset_points_and_says_how_many_the_views_see() {
     assert_eq!(info["points_in_view"]["sampled"], 2500);
     assert_eq!(info["points_in_view"]["seen"], 2500);
     let o = gs_pack(&["info", pack.to_str().unwrap()]);
+    let info = String::from_utf8_lossy(&o.stdout);
     assert!(
-        String::from_utf8_lossy(&o.stdout).contains("in view     100.0 % of a sample of 2500"),
+        info.contains("in view     100.0 % of a sample of 2500")
+            && info.contains("from --points dense/fused.ply (in place of the dataset's own)"),
         "{}",
         text(&o)
     );

@@ -565,6 +565,12 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
         };
         writeln!(o, "points      {:?}: {}{extra}", c.name, c.points)?;
     }
+    if let Some(points) = &m.source.points {
+        writeln!(
+            o,
+            "            from --points {points} (in place of the dataset's own)"
+        )?;
+    }
     if let Some(v) = in_view {
         writeln!(
             o,
