@@ -240,7 +240,7 @@ pub fn convert(
         clouds: scene.clouds.len(),
         missing: scene.missing_images.len(),
     });
-    for w in &scene.warnings {
+    for w in scene.warnings.iter().chain(&scene.random_start_note) {
         on_event(Event::Warning(w));
     }
     if opts.strict && !scene.missing_images.is_empty() {
@@ -455,10 +455,10 @@ pub fn convert(
     })
 }
 
-/// Depth, in scene extents, beyond which [`points_in_view`] counts a point as unseen: far
-/// past any background a capture's SfM reconstructs (forward-facing captures reach about 100),
-/// near enough to catch a cloud in other units or coordinates.
-pub const MAX_DEPTH_EXTENTS: f64 = 1000.0;
+/// Distance from the cameras' centroid, in scene extents, beyond which [`points_in_view`]
+/// counts a point as unseen: a scene reaches some way past its cameras, not a hundredfold,
+/// while a cloud in other units or coordinates lies far beyond.
+pub const NEAR_EXTENTS: f64 = 100.0;
 
 /// Points [`points_in_view`] tests at most: enough to give the fraction to about a percent,
 /// few enough that `gs-pack info` stays instant on a cloud of millions.
@@ -468,13 +468,13 @@ pub const IN_VIEW_SAMPLE: u64 = 10_000;
 const IN_VIEW_CHUNKS: usize = 16;
 
 /// How many of a pack's initial points its views see: a sample of the points training starts
-/// from ([`Manifest::sfm_clouds`]), and how many of them lie in front of at least one view
-/// (beyond the rasterizer's near plane, and nearer than [`MAX_DEPTH_EXTENTS`] scene extents)
-/// and project inside its image. A dataset's SfM points are seen by construction (each was
-/// triangulated from the photos); a cloud mostly outside every view is in another coordinate
-/// frame (rotated, mirrored, in other units, or georeferenced: offset by kilometres, which
-/// the depth limit catches where the offset happens to lie along a view), or mostly out of
-/// the photos' reach.
+/// from ([`Manifest::sfm_clouds`]), and how many of them lie within [`NEAR_EXTENTS`] scene
+/// extents of the cameras' centroid, in front of at least one view (beyond the rasterizer's
+/// near plane) and inside its image. A dataset's SfM points are seen by construction (each
+/// was triangulated from the photos); a cloud mostly outside every view is in another
+/// coordinate frame (behind the cameras, in other units, or georeferenced: offset by
+/// kilometres, which the distance limit catches where the offset happens to lie along a
+/// view), or mostly out of the photos' reach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct PointsInView {
     /// Points tested (every k-th point of up to 16 chunks spread over the cloud).
@@ -504,20 +504,21 @@ impl PointsInView {
             format!("only {:.1} %", 100.0 * self.fraction())
         };
         Some(format!(
-            "{share} of {what} (a sample of {} of its {total} points) lie in front of a view \
-             and inside its image: training starts Gaussians there that no view sees. Is the \
-             cloud in the cameras' coordinate frame? (COLMAP's dense/fused.ply is; a laser scan \
-             must first be registered to the cameras)",
+            "{share} of {what} (a sample of {} of its {total} points) lie in front of a view, \
+             inside its image and near the cameras: training starts Gaussians there that no \
+             view sees. Is the cloud in the cameras' coordinate frame? (COLMAP's \
+             dense/fused.ply is; export Metashape's points from the cameras' chunk in its local \
+             coordinates; register a laser scan to the cameras first)",
             self.sampled
         ))
     }
 }
 
-/// Whether `p` lies in front of `camera` (beyond the rasterizer's near plane, nearer than
-/// `max_depth`) and projects inside its image.
-fn sees(camera: &crate::scene::camera::Camera, p: [f64; 3], max_depth: f64) -> bool {
+/// Whether `p` lies in front of `camera` (beyond the rasterizer's near plane) and projects
+/// inside its image.
+fn sees(camera: &crate::scene::camera::Camera, p: [f64; 3]) -> bool {
     let t = camera.world_to_camera.transform(p);
-    if t[2] <= crate::render::cpu::project::NEAR_PLANE || t[2] >= max_depth {
+    if t[2] <= crate::render::cpu::project::NEAR_PLANE {
         return false;
     }
     let k = camera.intrinsics;
@@ -552,7 +553,13 @@ pub fn points_in_view(
         .sum();
     let stride = in_picked.div_ceil(IN_VIEW_SAMPLE).max(1);
     let cameras: Vec<&crate::scene::camera::Camera> = m.views.iter().map(|v| &v.camera).collect();
-    let max_depth = MAX_DEPTH_EXTENTS * m.scene.extent;
+    // A pack written without cameras apart (extent 0) has no scale to judge distance by.
+    let near = |p: [f64; 3]| {
+        let c = m.scene.camera_centroid;
+        let d = [0, 1, 2].map(|k| p[k] - c[k]);
+        m.scene.extent == 0.0
+            || (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt() <= NEAR_EXTENTS * m.scene.extent
+    };
     let (mut sampled, mut seen, mut index) = (0u64, 0u64, 0u64);
     let mut buf = Vec::new();
     for (c, k) in picked {
@@ -569,7 +576,7 @@ pub fn points_in_view(
             if index % stride == 0 {
                 let p = chunk.xyz(i).map(f64::from);
                 sampled += 1;
-                seen += u64::from(cameras.iter().any(|cam| sees(cam, p, max_depth)));
+                seen += u64::from(near(p) && cameras.iter().any(|cam| sees(cam, p)));
             }
             index += 1;
         }
@@ -584,28 +591,21 @@ mod tests {
     use crate::synth::packs::{centred_camera, write_tiny_pack};
 
     #[test]
-    fn a_point_is_seen_in_front_of_a_view_inside_its_image_and_its_depth_limit() {
+    fn a_point_is_seen_in_front_of_a_view_and_inside_its_image() {
         // At the origin looking down +z, 8×6 pixels, fx = 8: the image spans x/z in
         // [−0.5, 0.5), y/z in [−0.375, 0.375).
         let cam = centred_camera(8, 6, Pose::IDENTITY);
         let near = crate::render::cpu::project::NEAR_PLANE;
-        assert!(sees(&cam, [0.0, 0.0, 5.0], 100.0));
+        assert!(sees(&cam, [0.0, 0.0, 5.0]));
+        assert!(sees(&cam, [-2.5, -1.875, 5.0]), "the first pixel's corner");
+        assert!(!sees(&cam, [2.5, 0.0, 5.0]), "the right edge is outside");
+        assert!(!sees(&cam, [0.0, 1.875, 5.0]), "the bottom edge is outside");
+        assert!(!sees(&cam, [0.0, 0.0, -5.0]), "behind");
+        assert!(!sees(&cam, [0.0, 0.0, near]), "on the near plane");
         assert!(
-            sees(&cam, [-2.5, -1.875, 5.0], 100.0),
-            "the first pixel's corner"
+            sees(&cam, [0.0, 0.0, 1e9]),
+            "any depth: distance is judged apart"
         );
-        assert!(
-            !sees(&cam, [2.5, 0.0, 5.0], 100.0),
-            "the right edge is outside"
-        );
-        assert!(
-            !sees(&cam, [0.0, 1.875, 5.0], 100.0),
-            "the bottom edge is outside"
-        );
-        assert!(!sees(&cam, [0.0, 0.0, -5.0], 100.0), "behind");
-        assert!(!sees(&cam, [0.0, 0.0, near], 100.0), "on the near plane");
-        assert!(sees(&cam, [0.0, 0.0, 99.0], 100.0));
-        assert!(!sees(&cam, [0.0, 0.0, 100.0], 100.0), "at the depth limit");
     }
 
     #[test]

@@ -1022,6 +1022,45 @@ fn points_replaces_the_dataset_points_and_says_how_many_the_views_see() {
             && err.contains("Is the cloud in the cameras' coordinate frame?"),
         "{err}"
     );
+    // In millimetres where the cameras are in metres: most lie far beyond the cameras.
+    let mm: Vec<_> = dense
+        .iter()
+        .map(|&(p, c)| (p.map(|v| v * 1000.0), c))
+        .collect();
+    write_cloud(&scene.join("dense/mm.ply"), &mm);
+    let o = convert(
+        &scene,
+        &tmp.path().join("mm.pack"),
+        &["--points", "dense/mm.ply"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("only ") && err.contains("% of the points of --points dense/mm.ply"),
+        "{err}"
+    );
+
+    // A dataset without points of its own starts from the cloud, and is not told it starts
+    // from random points.
+    let nerf = tmp.path().join("nerf");
+    synth(&nerf, 9, 64, 48, 0, &["--format", "nerf", "--seed", "5"]);
+    let o = convert(&nerf, &tmp.path().join("nerf.pack"), &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("training will start from random points"));
+    let fused = scene.join("dense/fused.ply");
+    let o = convert(
+        &nerf,
+        &tmp.path().join("nerf-dense.pack"),
+        &["--points", fused.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("training starts from its 2500 points (the dataset has no points of its own)")
+            && !err.contains("random points")
+            && err.contains("(100.0 % of a sample in view)"),
+        "{err}"
+    );
 
     // A path from the working directory, not the dataset root: refused, saying which is which.
     let o = Command::new(env!("CARGO_BIN_EXE_gs-pack"))

@@ -337,20 +337,15 @@ fn points_in_another_frame_than_the_cameras_get_a_warning() {
             p: [0.0, 0.0],
         },
     );
-    let open_it = || {
-        open(
-            &scene.join("cameras.xml"),
-            Format::Metashape,
-            &ImportOptions::default(),
-        )
-        .unwrap()
+    let convert_it = |name: &str| {
+        let o = convert(&scene.join("cameras.xml"), &tmp.path().join(name), &[]);
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stderr).into_owned()
     };
-    let warned = |s: &ramsplat::import::ImportedScene| {
-        s.warnings
-            .iter()
-            .any(|w| w.contains("points.ply") && w.contains("another coordinate system"))
-    };
-    assert!(!warned(&open_it()));
+    let warned = |err: &str| err.contains("Is the cloud in the cameras' coordinate frame?");
+    let err = convert_it("local.pack");
+    assert!(!warned(&err), "{err}");
+    assert!(err.contains("(100.0 % of a sample in view)"), "{err}");
     // The same points in a projected CRS's metres: far from every camera.
     let ply = std::fs::read_to_string(scene.join("points.ply")).unwrap();
     let (header, body) = ply.split_once("end_header\n").unwrap();
@@ -369,7 +364,11 @@ fn points_in_another_frame_than_the_cameras_get_a_warning() {
         .unwrap();
     }
     std::fs::write(scene.join("points.ply"), moved).unwrap();
-    assert!(warned(&open_it()));
+    let err = convert_it("moved.pack");
+    assert!(
+        warned(&err) && err.contains("none of the dataset's points"),
+        "{err}"
+    );
 }
 
 /// A tiny, valid project: one frame sensor, two aligned cameras, a chunk transform.

@@ -61,8 +61,9 @@
 //! The XML holds no points. `points.ply` beside the XML, when present, is imported as the SfM
 //! cloud `"sfm"` through [`super::ply`], unchanged: it must already be in the world frame
 //! above, i.e. exported (`File > Export > Export Points`, PLY) from the same chunk in its local
-//! coordinates, or for a georeferenced chunk in the geocentric system. A warning says so when
-//! fewer than half of its first points lie inside some camera's image and near the cameras.
+//! coordinates, or for a georeferenced chunk in the geocentric system. `gs-pack convert` warns
+//! when fewer than half of a sample of them lie inside some camera's image and near the
+//! cameras (the check every convert makes: `crate::pack::points_in_view`).
 //! Without it, training starts from random points ([`ImportedScene::no_sfm_points`]).
 //! Masks and `--depths` are not supported for Metashape projects (the latter is refused).
 //!
@@ -99,14 +100,6 @@ const IMAGE_EXTENSIONS: [&str; 6] = ["png", "jpg", "jpeg", "PNG", "JPG", "JPEG"]
 /// Camera centres farther than this from the origin (in world units) suggest a geocentric
 /// frame, where f32 rendering loses precision.
 const FAR_FROM_ORIGIN: f64 = 1.0e5;
-
-/// Points of `points.ply` checked against the cameras, and cameras they are checked against.
-const CHECK_POINTS: usize = 4096;
-const CHECK_CAMERAS: usize = 256;
-
-/// How far from the cameras' centroid, in multiples of their largest distance from it, a
-/// checked point may lie: a scene extends some way past its cameras, but not a hundredfold.
-const NEAR_SPREADS: f64 = 100.0;
 
 /// Imports a Metashape camera XML; see the module doc for what `path` may be.
 pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
@@ -389,19 +382,18 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
     let points = root.join(POINTS_FILE);
     if points.is_file() && !options.metadata_only {
+        // Whether the points lie where the cameras look is checked on every convert
+        // (`crate::pack::points_in_view`).
         clouds.push(open_cloud(&points, "sfm", options, &mut warnings)?);
-        if let Some(note) = points_in_view(&points, &views, options)? {
-            warnings.push(note);
-        }
     }
     let no_sfm_points = clouds.is_empty();
-    if no_sfm_points {
-        warnings.push(format!(
+    let random_start_note = no_sfm_points.then(|| {
+        format!(
             "no {POINTS_FILE} beside the XML: training will start from random points, which \
              converges more slowly than from Metashape's points (File > Export > Export Points, \
-             PLY, saved as {POINTS_FILE} beside the XML)"
-        ));
-    }
+             PLY, saved as {POINTS_FILE} beside the XML, or given with --points FILE)"
+        )
+    });
     Ok(ImportedScene {
         format: Format::Metashape,
         root,
@@ -410,6 +402,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         no_sfm_points,
         missing_images: missing,
         warnings,
+        random_start_note,
     })
 }
 
@@ -825,56 +818,6 @@ fn find_image(dir: &Path, label: &str) -> Result<(String, PathBuf, bool), String
         }
     }
     Ok((file_name.to_owned(), exact, false))
-}
-
-/// A warning when few of the first points of `points` lie inside the image of at least one
-/// camera, not far from the cameras: the cloud is then probably in another frame than the
-/// cameras.
-fn points_in_view(
-    points: &Path,
-    views: &[ViewSource],
-    options: &ImportOptions,
-) -> Result<Option<String>, ImportError> {
-    let mut scratch = Vec::new();
-    let mut source = open_cloud(points, "check", options, &mut scratch)?;
-    let Some(chunk) = source.next_chunk(CHECK_POINTS)? else {
-        return Ok(None);
-    };
-    let step = views.len().div_ceil(CHECK_CAMERAS).max(1);
-    let cameras: Vec<&Camera> = views.iter().step_by(step).map(|v| &v.camera).collect();
-    // Far-away points (another frame's origin millions of units off) still project into some
-    // camera, so a point also has to lie within NEAR_SPREADS camera spreads of the cameras.
-    let centres: Vec<[f64; 3]> = cameras.iter().map(|c| c.centre()).collect();
-    let centroid =
-        [0, 1, 2].map(|k| centres.iter().map(|c| c[k]).sum::<f64>() / centres.len() as f64);
-    let spread = centres
-        .iter()
-        .map(|c| norm([0, 1, 2].map(|k| c[k] - centroid[k])))
-        .fold(0.0, f64::max);
-    let seen = chunk
-        .xyz
-        .iter()
-        .filter(|p| {
-            let p = p.map(f64::from);
-            let near = spread == 0.0
-                || norm([0, 1, 2].map(|k| p[k] - centroid[k])) <= NEAR_SPREADS * spread;
-            near && cameras.iter().any(|c| {
-                c.project(p).is_some_and(|[u, v]| {
-                    (0.0..f64::from(c.width)).contains(&u)
-                        && (0.0..f64::from(c.height)).contains(&v)
-                })
-            })
-        })
-        .count();
-    let n = chunk.len();
-    Ok((seen * 2 < n).then(|| {
-        format!(
-            "{}: only {seen} of its first {n} points lie inside any camera's image; the points \
-             are probably in another coordinate system than the cameras (export them from the \
-             same chunk in its local coordinates)",
-            points.display()
-        )
-    }))
 }
 
 fn mat_mul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {

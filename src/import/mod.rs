@@ -98,6 +98,10 @@ pub struct ImportedScene {
     pub missing_images: Vec<String>,
     /// Human-readable notes for the user (printed by `gs-pack convert`).
     pub warnings: Vec<String>,
+    /// Why training would start from random points (the dataset has none) and how to give it
+    /// some, for the user; printed by `gs-pack convert` unless `--points` gives points
+    /// ([`ImportedScene::replace_points`] drops it).
+    pub random_start_note: Option<String>,
 }
 
 impl ImportedScene {
@@ -144,6 +148,7 @@ impl ImportedScene {
         };
         self.clouds = vec![cloud];
         self.no_sfm_points = false;
+        self.random_start_note = None;
         self.warnings.extend(warnings);
         self.warnings.push(note);
         Ok(())

@@ -211,13 +211,11 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         ));
     }
     let no_sfm_points = clouds.is_empty();
-    if no_sfm_points {
-        warnings.push(
-            "NeRF datasets have no SfM points: training will start from random points, which \
-             converges more slowly than from an SfM point cloud"
-                .to_owned(),
-        );
-    }
+    let random_start_note = no_sfm_points.then(|| {
+        "NeRF datasets have no SfM points: training will start from random points, which \
+         converges more slowly than from an SfM point cloud (--points FILE gives it one)"
+            .to_owned()
+    });
     Ok(ImportedScene {
         format: Format::Nerf,
         root,
@@ -226,6 +224,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         no_sfm_points,
         missing_images: missing,
         warnings,
+        random_start_note,
     })
 }
 
@@ -989,7 +988,10 @@ mod tests {
             "{:?}",
             scene.warnings
         );
-        assert!(scene.warnings.iter().any(|w| w.contains("random points")));
+        assert!(scene
+            .random_start_note
+            .as_ref()
+            .is_some_and(|w| w.contains("random points")));
         let names: Vec<&str> = scene.views.iter().map(|v| v.name.as_str()).collect();
         let mut sorted = names.clone();
         sorted.sort();

@@ -948,23 +948,27 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             )
         })
         .find(|(p, _)| p.is_file());
-    match points {
+    // Why training would start from random points, when it would.
+    let random_start_note = match points {
         Some((p, e)) => {
             let reader = PointsReader::open(&p, e)?;
             if reader.declared_len() == Some(0) {
-                warnings.push(format!(
-                    "{} holds no points; training will start from random points",
-                    p.display()
-                ));
+                Some(format!("{} holds no points", p.display()))
             } else {
                 clouds.push(Box::new(reader));
+                None
             }
         }
-        None => warnings.push(format!(
-            "no points3D.bin or points3D.txt in {}; training will start from random points",
+        None => Some(format!(
+            "no points3D.bin or points3D.txt in {}",
             layout.model_dir.display()
         )),
     }
+    .map(|why| {
+        format!(
+            "{why}; training will start from random points (--points FILE gives it a point cloud)"
+        )
+    });
     let no_sfm_points = clouds.is_empty();
     Ok(ImportedScene {
         format: Format::Colmap,
@@ -974,6 +978,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         no_sfm_points,
         missing_images: missing,
         warnings,
+        random_start_note,
     })
 }
 

@@ -1111,16 +1111,19 @@ fn colmap_layout_and_encoding_preference() {
         );
     }
 
-    // Without points3D: no_sfm_points and a warning.
+    // Without points3D: no_sfm_points and a note saying training starts from random points.
     for enc in [Encoding::Binary, Encoding::Text] {
         std::fs::remove_file(model_dir.join(format!("points3D.{}", enc.extension()))).unwrap();
     }
     let scene = import(dir.path(), &META).unwrap();
     assert!(scene.no_sfm_points && scene.clouds.is_empty());
     assert!(
-        scene.warnings.iter().any(|w| w.contains("random points")),
+        scene
+            .random_start_note
+            .as_ref()
+            .is_some_and(|w| w.contains("random points") && w.contains("--points FILE")),
         "{:?}",
-        scene.warnings
+        scene.random_start_note
     );
 }
 
