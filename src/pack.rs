@@ -643,4 +643,55 @@ mod tests {
         .unwrap()
         .starts_with("none of x"));
     }
+
+    #[test]
+    fn points_in_view_samples_every_kth_point_of_16_chunks_spread_over_the_cloud() {
+        use crate::dataset::{MemPoints, PointChunk, Split};
+        use crate::shard::writer::{PackWriter, WriterOptions};
+        use crate::shard::{SourceInfo, POINTS_PER_CHUNK};
+        // Two views 3 units behind the origin, one unit apart (extent 0.55); a cloud of 17
+        // chunks, the even ones at the origin (seen), the odd ones 1,000 units away along the
+        // views' axis (in view, far beyond the cameras): half of every sample is seen.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("p");
+        let mut w = PackWriter::create(&dir, &WriterOptions::default()).unwrap();
+        for i in 0..2u32 {
+            let pose = Pose {
+                translation: [i as f64, 0.0, 3.0],
+                ..Pose::IDENTITY
+            };
+            w.add_view(
+                &format!("v{i}"),
+                &centred_camera(8, 6, pose),
+                Split::Train,
+                &[0; 144],
+            )
+            .unwrap();
+        }
+        let chunks: Vec<PointChunk> = (0..17)
+            .map(|k| PointChunk {
+                xyz: vec![[0.0, 0.0, if k % 2 == 0 { 0.0 } else { 1000.0 }]; POINTS_PER_CHUNK],
+                rgb: vec![[9; 3]; POINTS_PER_CHUNK],
+                labels: None,
+                normals: None,
+            })
+            .collect();
+        w.add_cloud(&mut MemPoints::new("sfm", chunks)).unwrap();
+        w.finish(SourceInfo::generated("test")).unwrap();
+        let pack = crate::shard::reader::Pack::open(&dir).unwrap();
+        assert_eq!(pack.manifest().clouds[0].chunks.len(), 17);
+        let v = points_in_view(&pack).unwrap().unwrap();
+        // 16 of the 17 chunks (0..=15), every 105th point of them.
+        let read = 16 * POINTS_PER_CHUNK as u64;
+        let stride = read.div_ceil(IN_VIEW_SAMPLE);
+        assert_eq!(stride, 105);
+        assert_eq!(v.sampled, read.div_ceil(stride));
+        assert!(v.sampled <= IN_VIEW_SAMPLE);
+        let seen = (0..read)
+            .step_by(stride as usize)
+            .filter(|i| (i / POINTS_PER_CHUNK as u64).is_multiple_of(2))
+            .count() as u64;
+        assert_eq!(v.seen, seen);
+        assert!((v.fraction() - 0.5).abs() < 0.01, "{v:?}");
+    }
 }
