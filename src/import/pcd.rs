@@ -87,11 +87,12 @@
 //! COUNT of 10^12): binary rows are read field by field with the gaps skipped, ASCII lines are
 //! bounded by [`MAX_ASCII_LINE`], and binary_compressed data is never decompressed whole. One
 //! [`LzfDecoder`] per used field keeps only LZF's history window ([`LZF_WINDOW`] bytes, as far
-//! as a back-reference reaches) and a fixed input buffer, skips ahead to its field's region of
-//! the uncompressed stream, and hands out that field's values in point order, so points come
-//! out in row order with O(window × used fields) memory. The price is decoding time: each
-//! field's decoder decodes the regions before its own (at most 8 used fields, so at most 8
-//! decodes of the block); LZF decodes at hundreds of MB/s, so a Kinect frame costs milliseconds.
+//! as a back-reference reaches) and a fixed input buffer, starts at its field's region of the
+//! uncompressed stream, and hands out that field's values in point order, so points come out in
+//! row order with O(window × used fields) memory. To start them, a scout decoder decodes the
+//! block once up to each used region and forks that field's decoder there
+//! ([`LzfDecoder::fork`]), so a pass decodes the block about once; a Kinect frame (6 MB
+//! uncompressed) takes a few tens of milliseconds a pass.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
@@ -597,12 +598,14 @@ pub fn parse_header<R: BufRead>(src: &mut R, path: &Path) -> Result<PcdHeader, I
         ));
     };
     let points = match points {
-        Some((p, line)) if p != wh => return Err(err(
-            line,
-            format!(
+        Some((p, line)) if p != wh => {
+            return Err(err(
+                line,
+                format!(
                 "POINTS {p} disagrees with WIDTH {width} × HEIGHT {height} = {wh}; fix one of them"
             ),
-        )),
+            ))
+        }
         _ => wh,
     };
     Ok(PcdHeader {
@@ -776,6 +779,32 @@ impl<R: Read> LzfDecoder<R> {
     /// Bytes this decoder holds, fixed at creation: the window and the input buffer.
     pub fn buffer_bytes(&self) -> usize {
         self.window.len() + self.input.len()
+    }
+
+    /// How far into the block this decoder has read its source (ahead of what it decoded: the
+    /// input buffer holds the difference).
+    pub fn source_position(&self) -> u64 {
+        self.fetched
+    }
+
+    /// A second decoder in this one's state (window, pending instruction, buffered input),
+    /// reading on from `src`, which must be positioned [`LzfDecoder::source_position`] bytes
+    /// into the block. What one decoder decoded need not be decoded again by the other: the
+    /// importer decodes up to each used field's region once, forking a decoder there.
+    pub fn fork<S: Read>(&self, src: S) -> LzfDecoder<S> {
+        LzfDecoder {
+            src,
+            input: self.input.clone(),
+            in_start: self.in_start,
+            in_end: self.in_end,
+            in_pos: self.in_pos,
+            fetched: self.fetched,
+            in_len: self.in_len,
+            window: self.window.clone(),
+            out_pos: self.out_pos,
+            out_len: self.out_len,
+            pending: self.pending,
+        }
     }
 
     /// Fills `out` with the next uncompressed bytes, or as many as remain; returns how many (0
@@ -1671,6 +1700,15 @@ impl CompressedRows {
         let h = &layout.header;
         let (compressed, uncompressed) = layout.block.expect("binary_compressed has a block");
         let block_start = h.data_offset + 8;
+        let open = |at: u64| {
+            layout
+                .input
+                .open_at(block_start + at)
+                .map_err(|e| layout.io(e))
+        };
+        // One scout decodes up to each used field's region (in region order) and forks that
+        // field's decoder there, so nothing before the last region is decoded twice.
+        let mut scout = LzfDecoder::new(open(0)?, u64::from(compressed), u64::from(uncompressed));
         let mut streams = Vec::new();
         for (role, col) in layout.used() {
             // The field's region: all points of the (non-padding) fields before it.
@@ -1680,13 +1718,10 @@ impl CompressedRows {
                 .map(PcdField::bytes)
                 .sum();
             let region = before * h.points;
-            let src = layout
-                .input
-                .open_at(block_start)
-                .map_err(|e| layout.io(e))?;
-            let mut dec = LzfDecoder::new(src, u64::from(compressed), u64::from(uncompressed));
-            dec.skip(region)
+            scout
+                .skip(region - scout.produced())
                 .map_err(|e| lzf_error(layout, block_start, e))?;
+            let dec = scout.fork(open(scout.source_position())?);
             streams.push(FieldStream {
                 role,
                 size: col.size,
@@ -1705,6 +1740,15 @@ impl CompressedRows {
 
     fn next(&mut self, layout: &Layout, raw: &mut Raw) -> Result<(), ImportError> {
         for s in &mut self.streams {
+            let size = usize::from(s.size);
+            if s.len - s.pos >= size {
+                let mut b = [0u8; 8];
+                b[..size].copy_from_slice(&s.buf[s.pos..s.pos + size]);
+                s.pos += size;
+                raw[s.role as usize] = u64::from_le_bytes(b);
+                continue;
+            }
+            // A value split across two refills.
             let mut v = 0u64;
             for k in 0..u32::from(s.size) {
                 if s.pos == s.len {
@@ -3872,6 +3916,30 @@ mod tests {
             let want = naive_decompress(b, data.len());
             let got = decode_all(b, data.len() as u64).ok();
             assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn a_forked_decoder_goes_on_where_its_parent_is() {
+        let data = mixed_data(40_000, 8);
+        let block = lzf_compress(&data, &mut LzfStats::default());
+        let mut rng = Rng::new(2);
+        for _ in 0..50 {
+            let mut a = LzfDecoder::new(&block[..], block.len() as u64, data.len() as u64);
+            let at = rng.below(data.len() as u64 + 1);
+            a.skip(at).unwrap();
+            let pos = a.source_position() as usize;
+            let mut b = a.fork(&block[pos..]);
+            let (mut ra, mut rb) = (vec![0; data.len()], vec![0; data.len()]);
+            let na = a.read(&mut ra).unwrap();
+            let nb = b.read(&mut rb).unwrap();
+            assert_eq!(
+                (na, nb),
+                (data.len() - at as usize, data.len() - at as usize)
+            );
+            assert!(ra[..na] == data[at as usize..] && rb[..nb] == data[at as usize..]);
+            a.finish().unwrap();
+            b.finish().unwrap();
         }
     }
 
