@@ -689,7 +689,8 @@ impl std::fmt::Display for LzfError {
                 distance, produced, ..
             } => write!(
                 f,
-                "an LZF back-reference reaches {distance} bytes back from uncompressed byte {produced}, before the start of the data"
+                "an LZF back-reference at uncompressed byte {produced} reaches back {distance} (to byte {}), before the start of the data",
+                *produced as i64 - i64::from(*distance)
             ),
             LzfError::Overrun {
                 len,
@@ -3795,7 +3796,7 @@ mod tests {
             (
                 &[0, b'a', 0x20, 1],
                 4,
-                "reaches 2 bytes back from uncompressed byte 1",
+                "back-reference at uncompressed byte 1 reaches back 2 (to byte -1), before the start",
                 2,
             ),
             (
