@@ -1,6 +1,6 @@
 //! PCD, the Point Cloud Library's Point Cloud Data format: a header parser ([`parse_header`]),
 //! a streaming LZF decoder ([`LzfDecoder`]) and the point-cloud importer built on them
-//! ([`import`], [`open_cloud`]).
+//! ([`import`], and `open_cloud` for importers whose metadata names a PCD file).
 //!
 //! # Import
 //! `import(path)` takes one `.pcd` file or a folder of them (one cloud per file, extension
@@ -52,9 +52,10 @@
 //! PCL marks a point without a measurement (a pixel of an organized depth image that saw
 //! nothing; such a cloud has `is_dense` false) by NaN coordinates. A point with NaN in x, y or z
 //! is left out, as PCL's own `removeNaNFromPointCloud` does; the left-out points are counted
-//! and reported in one warning. Their other fields are not checked (PCL leaves anything there:
-//! the mOSD scans label theirs 0 or 101). An infinite coordinate is an error naming the point:
-//! no tool writes it as a marker, so it is damage.
+//! and reported in one warning. Their other values are not checked against the rules above
+//! (PCL leaves anything there: the mOSD scans label theirs 0 or 101; an ASCII token must still
+//! be a number). An infinite coordinate is an error naming the point: no tool writes it as a
+//! marker, so it is damage.
 //!
 //! # Data
 //! - `ascii`: one point per line, values separated by spaces or tabs, every field's COUNT values
@@ -72,8 +73,8 @@
 //!   drops them and its reader skips them), so the uncompressed size must be exactly POINTS ×
 //!   the bytes of the other fields; anything else is an error.
 //!
-//! PCL's writer stretches binary files to a page beyond their data, so up to 64 KiB of zero
-//! bytes after the data are accepted silently. Other bytes after the data (or lines after the
+//! PCL's writer sizes a binary file as its data plus one page (header included), leaving zero
+//! bytes after the data, so up to 64 KiB of zero bytes there are accepted silently. Other bytes after the data (or lines after the
 //! last ASCII point) are a warning (an error under `--strict`), as trailing PLY data is.
 //!
 //! # Validation pass and memory bound
