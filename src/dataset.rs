@@ -1,6 +1,6 @@
 //! The neutral dataset vocabulary: what a dataset is made of, independent of where it came from
-//! ([`crate::import`] reads COLMAP, NeRF, Metashape and PLY into these types) and of how it is stored
-//! ([`crate::shard`] writes and reads them; [`crate::pack`] joins the two).
+//! ([`crate::import`] reads COLMAP, NeRF, Metashape, PLY and PCD into these types) and of how it
+//! is stored ([`crate::shard`] writes and reads them; [`crate::pack`] joins the two).
 //!
 //! This is a bottom layer: it depends on nothing but [`crate::scene`] (cameras), so the pack
 //! format never needs the importers and the importers never need the pack format.
@@ -38,6 +38,8 @@ pub enum Format {
     /// Agisoft Metashape camera XML (`crate::import::metashape`).
     Metashape,
     Ply,
+    /// PCL's Point Cloud Data (`crate::import::pcd`).
+    Pcd,
 }
 
 /// A photo's lens: where the ray of an ideal pinhole camera lands in the photo, in normalised

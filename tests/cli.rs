@@ -174,6 +174,61 @@ fn labelled_kinect_scans_pack_as_three_labelled_clouds() {
     assert!(o.status.success(), "{}", text(&o));
 }
 
+/// A PCD cloud converts like a PLY one, and `info` shows it with its labels.
+#[test]
+fn a_pcd_cloud_packs_with_its_labels_and_info_shows_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    // PCL's ASCII layout: label first, packed rgb as its integer, a pixel without a
+    // measurement as NaN.
+    let cloud = tmp.path().join("scan.pcd");
+    std::fs::write(
+        &cloud,
+        "# .PCD v0.7 - Point Cloud Data file format\nVERSION 0.7\nFIELDS label x y z rgb\nSIZE 4 4 4 4 4\nTYPE U F F F U\nCOUNT 1 1 1 1 1\nWIDTH 2\nHEIGHT 2\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS 4\nDATA ascii\n\
+         20 0.1 0.2 1.5 16744512\n0 nan nan nan 0\n21 -0.3 0.1 1.25 255\n30 0.05 -0.2 2 65280\n",
+    )
+    .unwrap();
+    let pack = tmp.path().join("scan.pack");
+    let o = convert(&cloud, &pack, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("1 of 4 points have NaN coordinates"),
+        "{}",
+        text(&o)
+    );
+    let o = gs_pack(&["info", pack.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("(Pcd)"), "{out}");
+    assert!(out.contains("points      \"scan\": 3, labels"), "{out}");
+    let info = info_json(&pack);
+    assert_eq!(info["source"]["format"], "pcd", "{info}");
+    assert_eq!(info["clouds"][0]["points"], 3);
+    assert_eq!(info["clouds"][0]["has_labels"], true);
+    let o = gs_pack(&["verify", pack.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // A real Kinect frame (binary_compressed, 640x480 with NaN pixels), when the data is here.
+    let frame = shared("mosd_kinect_labeled/pcd/test63.pcd");
+    if !frame.is_file() {
+        eprintln!("skipped the Kinect frame: {} is absent", frame.display());
+        return;
+    }
+    let pack = tmp.path().join("test63.pack");
+    let o = convert(&frame, &pack, &["--format", "pcd"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("124,828 of 307,200 points have NaN"),
+        "{}",
+        text(&o)
+    );
+    let o = gs_pack(&["info", pack.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("points      \"test63\": 182372, labels"),
+        "{}",
+        text(&o)
+    );
+}
+
 #[test]
 fn statue_model_without_images_is_refused_clearly() {
     let tmp = tempfile::tempdir().unwrap();

@@ -29,6 +29,11 @@
 //! | `convert --depths`: a 16-bit RGB map of half size | 0 | packed: the blue channel (OpenCV's channel 0), resampled to the image |
 //! | `convert --depths`: a scale 100× the median | 0 | `warning: 1 of 6 views' depth fits in … are unreliable (…): packed without depth, as 3DGS trains them without the depth loss` |
 //! | `convert` of frames with nerfstudio's `depth_file_path` | 0 | `warning: 6 frames have nerfstudio's "depth_file_path" (metric depth in millimetres); it is not used: --depths DIR takes …` |
+//! | PCD binary_compressed cut inside its LZF block, `convert` | 1 | `…/cut.pcd: byte N: the compressed block declares 330 bytes but only 323 follow its sizes; the file is truncated` (before packing starts) |
+//! | PCD LZF back-reference before the start of the data | 1 | `…/lzf.pcd: byte N: an LZF back-reference at uncompressed byte 0 reaches back 1 (to byte -1), before the start of the data; the binary_compressed data is damaged: save the cloud again from its source` |
+//! | PCD point with an infinite coordinate | 1 | ``…/inf.pcd: line 13: point 1: `x` = inf is not a finite coordinate; PCL marks missing points with NaN, so an infinite one is damage: …`` |
+//! | PCD points with NaN coordinates (pixels without a measurement) | 0 | `warning: …/nan.pcd: 5 of 20 points have NaN coordinates (no measurement at those sensor pixels) and are left out` |
+//! | a folder holding .ply and .pcd clouds | 1 | `…: the folder holds both .ply (1) and .pcd (1) point clouds, so which to pack is unclear; pass --format ply or --format pcd (only that extension is then read)` |
 //!
 //! Cases covered elsewhere: `--force` safety, concurrent converts, a destination created
 //! mid-run, killed converts, a corrupt PNG and `--test-every 1` (tests/cli.rs); training
@@ -773,4 +778,144 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// A PCD of `FIELDS x y z rgb` (rgb `U 4`) holding `points`, in `kind` (`ascii`, `binary` or
+/// `binary_compressed`, whose LZF block is literal runs only).
+fn pcd(kind: &str, points: &[[f32; 3]]) -> Vec<u8> {
+    let n = points.len();
+    let mut out = format!(
+        "# .PCD v0.7 - Point Cloud Data file format\nVERSION 0.7\nFIELDS x y z rgb\nSIZE 4 4 4 4\nTYPE F F F U\nCOUNT 1 1 1 1\nWIDTH {n}\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS {n}\nDATA {kind}\n"
+    )
+    .into_bytes();
+    let rgb = 0x00FF_8040u32;
+    match kind {
+        "ascii" => {
+            for p in points {
+                out.extend(format!("{} {} {} {rgb}\n", p[0], p[1], p[2]).bytes());
+            }
+        }
+        "binary" => {
+            for p in points {
+                p.iter().for_each(|v| out.extend(v.to_le_bytes()));
+                out.extend(rgb.to_le_bytes());
+            }
+        }
+        _ => {
+            let mut data = Vec::new();
+            for k in 0..3 {
+                points.iter().for_each(|p| data.extend(p[k].to_le_bytes()));
+            }
+            points.iter().for_each(|_| data.extend(rgb.to_le_bytes()));
+            let mut block = Vec::new();
+            for run in data.chunks(32) {
+                block.push(run.len() as u8 - 1);
+                block.extend_from_slice(run);
+            }
+            out.extend((block.len() as u32).to_le_bytes());
+            out.extend((data.len() as u32).to_le_bytes());
+            out.extend(block);
+        }
+    }
+    out
+}
+
+#[test]
+fn damaged_pcd_clouds_are_refused_naming_the_file_and_the_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pts: Vec<[f32; 3]> = (0..20).map(|i| [i as f32, 0.5, 1.0 + i as f32]).collect();
+    let convert = |name: &str, bytes: &[u8]| {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let pack = tmp.path().join(format!("{name}.pack"));
+        let o = gs_pack(&["convert", s(&path), "-o", s(&pack)]);
+        (o, pack)
+    };
+
+    // A binary_compressed file cut inside its block: refused before packing starts.
+    let bytes = pcd("binary_compressed", &pts);
+    let data = 23
+        + bytes
+            .windows(23)
+            .position(|w| w == b"DATA binary_compressed\n")
+            .unwrap();
+    let (o, pack) = convert("cut.pcd", &bytes[..bytes.len() - 7]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!(
+            "cut.pcd: byte {data}: the compressed block declares"
+        )) && e.contains("the file is truncated"),
+        "{e}"
+    );
+    assert!(!pack.exists());
+
+    // A back-reference before the start of the data, at the byte it is.
+    let mut bad = bytes.clone();
+    let block = data + 8;
+    bad[block] = 0x20;
+    bad[block + 1] = 0;
+    let (o, _) = convert("lzf.pcd", &bad);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!("lzf.pcd: byte {block}: an LZF back-reference at uncompressed byte 0 reaches back 1 (to byte -1), before the start of the data; the binary_compressed data is damaged")),
+        "{e}"
+    );
+
+    // An infinite coordinate is damage, not an invalid-point marker.
+    let mut inf = pts.clone();
+    inf[1][0] = f32::INFINITY;
+    let (o, _) = convert("inf.pcd", &pcd("ascii", &inf));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("inf.pcd: line 13: point 1: `x` = inf is not a finite coordinate"),
+        "{}",
+        text(&o)
+    );
+
+    // NaN points (pixels without a measurement) are left out, counted in one warning.
+    let mut nan = pts.clone();
+    for p in nan.iter_mut().step_by(4) {
+        p[2] = f32::NAN;
+    }
+    let (o, pack) = convert("nan.pcd", &pcd("binary", &nan));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("warning: ")
+            && stderr(&o).contains("nan.pcd: 5 of 20 points have NaN coordinates (no measurement at those sensor pixels) and are left out"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&gs_pack(&["info", s(&pack), "--json"]).stdout)
+            .unwrap()["clouds"][0]["points"],
+        15
+    );
+
+    // A folder holding PLY and PCD clouds: --format chooses.
+    let both = tmp.path().join("both");
+    std::fs::create_dir(&both).unwrap();
+    std::fs::write(both.join("a.pcd"), pcd("ascii", &pts)).unwrap();
+    std::fs::write(
+        both.join("b.ply"),
+        "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\nproperty float z\nend_header\n1 2 3\n",
+    )
+    .unwrap();
+    let pack = tmp.path().join("both.pack");
+    let o = gs_pack(&["convert", s(&both), "-o", s(&pack)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("both .ply (1) and .pcd (1) point clouds")
+            && stderr(&o).contains("pass --format ply or --format pcd"),
+        "{}",
+        text(&o)
+    );
+    let o = gs_pack(&["convert", s(&both), "-o", s(&pack), "--format", "pcd"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("packed point cloud \"a\": 20 points"),
+        "{}",
+        text(&o)
+    );
 }

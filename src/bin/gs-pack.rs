@@ -38,10 +38,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Convert a COLMAP workspace, NeRF transforms.json dataset, Agisoft Metashape camera XML or
-    /// PLY point cloud(s) into a pack.
+    /// PLY or PCD point cloud(s) into a pack.
     #[command(after_help = SIZE_HELP)]
     Convert {
-        /// Dataset folder (or a transforms*.json / Metashape .xml / .ply file).
+        /// Dataset folder (or a transforms*.json / Metashape .xml / .ply / .pcd file).
         input: PathBuf,
         /// Output pack directory.
         #[arg(short, long)]

@@ -28,6 +28,7 @@ pub mod depth;
 pub mod image;
 pub mod metashape;
 pub mod nerf;
+pub mod pcd;
 pub mod ply;
 
 use std::fmt;
@@ -50,7 +51,7 @@ pub struct ImportOptions {
     /// of the photos (relative to the XML's folder). It may hold a resized
     /// copy of the images the poses were estimated on (Mip-NeRF 360's `images_4`): each view's
     /// camera is scaled to its file's size (see `crate::import::image::camera_for_file`). A
-    /// PLY point cloud refuses it.
+    /// PLY or PCD point cloud refuses it.
     pub images: Option<PathBuf>,
     /// `gs-pack convert --depths DIR`: the folder of monocular inverse-depth maps (relative to
     /// the dataset root, or absolute), one `<image name without extension>.png` per image, as
@@ -275,7 +276,7 @@ pub enum ImportError {
         #[source]
         source: CameraError,
     },
-    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|ply", path.display())]
+    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|ply|pcd", path.display())]
     UnknownFormat { path: PathBuf, msg: String },
 }
 
@@ -303,16 +304,19 @@ impl ImportError {
     }
 }
 
-/// Guesses the format of `path`: a `.ply` file or a folder of them is `ply`; a folder with
-/// `transforms*.json` (or such a file itself) is `nerf`; a folder with `sparse/0/`, `sparse/`
-/// or `cameras.{bin,txt}` is `colmap`; an `.xml` file, or a folder with `cameras.xml` (and
-/// none of the above), is `metashape`.
+/// Guesses the format of `path`: a `.ply` file or a folder of them is `ply`; a `.pcd` file or a
+/// folder of them is `pcd` (a folder holding both is refused: `--format ply|pcd` chooses); a
+/// folder with `transforms*.json` (or such a file itself) is `nerf`; a folder with `sparse/0/`,
+/// `sparse/` or `cameras.{bin,txt}` is `colmap`; an `.xml` file, or a folder with `cameras.xml`
+/// (and none of the above), is `metashape`.
 pub fn detect(path: &Path) -> Result<Format, ImportError> {
     if path.is_file() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
         return if ext.eq_ignore_ascii_case("ply") {
             Ok(Format::Ply)
+        } else if ext.eq_ignore_ascii_case("pcd") {
+            Ok(Format::Pcd)
         } else if ext.eq_ignore_ascii_case("json") && name.starts_with("transforms") {
             Ok(Format::Nerf)
         } else if ext.eq_ignore_ascii_case("xml") {
@@ -320,7 +324,8 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
         } else {
             Err(ImportError::UnknownFormat {
                 path: path.to_owned(),
-                msg: "a file that is neither .ply, transforms*.json nor a Metashape .xml".into(),
+                msg: "a file that is neither .ply, .pcd, transforms*.json nor a Metashape .xml"
+                    .into(),
             })
         };
     }
@@ -347,22 +352,34 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
         return Ok(Format::Metashape);
     }
     let entries = std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))?;
-    let mut plys = 0;
+    let (mut plys, mut pcds) = (0, 0);
     for e in entries.flatten() {
         let p = e.path();
-        if p.extension()
-            .and_then(|x| x.to_str())
-            .is_some_and(|x| x.eq_ignore_ascii_case("ply"))
-        {
-            plys += 1;
+        match p.extension().and_then(|x| x.to_str()) {
+            Some(x) if x.eq_ignore_ascii_case("ply") => plys += 1,
+            Some(x) if x.eq_ignore_ascii_case("pcd") => pcds += 1,
+            _ => {}
         }
+    }
+    if plys > 0 && pcds > 0 {
+        return Err(ImportError::invalid(
+            path,
+            format!(
+                "the folder holds both .ply ({plys}) and .pcd ({pcds}) point clouds, so which to \
+                 pack is unclear; pass --format ply or --format pcd (only that extension is then \
+                 read)"
+            ),
+        ));
     }
     if plys > 0 {
         return Ok(Format::Ply);
     }
+    if pcds > 0 {
+        return Ok(Format::Pcd);
+    }
     Err(ImportError::UnknownFormat {
         path: path.to_owned(),
-        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape) and no .ply files".into(),
+        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape) and no .ply or .pcd files".into(),
     })
 }
 
@@ -376,22 +393,27 @@ pub fn open(
         Format::Auto => detect(path)?,
         f => f,
     };
-    if let (Some(dir), Format::Ply) = (&options.images, format) {
+    let cloud = match format {
+        Format::Ply => Some("PLY"),
+        Format::Pcd => Some("PCD"),
+        _ => None,
+    };
+    if let (Some(dir), Some(cloud)) = (&options.images, cloud) {
         return Err(ImportError::invalid(
             path,
             format!(
                 "--images {} chooses the images folder of a COLMAP or NeRF dataset, but this is \
-                 a PLY point cloud, which has no images; drop --images",
+                 a {cloud} point cloud, which has no images; drop --images",
                 dir.display()
             ),
         ));
     }
-    if let (Some(dir), Format::Ply) = (&options.depths, format) {
+    if let (Some(dir), Some(cloud)) = (&options.depths, cloud) {
         return Err(ImportError::invalid(
             path,
             format!(
                 "--depths {} chooses the depth maps of a COLMAP or NeRF dataset's images, but \
-                 this is a PLY point cloud, which has no images; drop --depths",
+                 this is a {cloud} point cloud, which has no images; drop --depths",
                 dir.display()
             ),
         ));
@@ -401,6 +423,7 @@ pub fn open(
         Format::Nerf => nerf::import(path, options),
         Format::Metashape => metashape::import(path, options),
         Format::Ply => ply::import(path, options),
+        Format::Pcd => pcd::import(path, options),
         Format::Auto => unreachable!("resolved above"),
     }?;
     scene.warnings.extend(lens_notes(&scene.views));
