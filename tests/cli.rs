@@ -1140,6 +1140,26 @@ fn points_replaces_the_dataset_points_and_says_how_many_the_views_see() {
     );
     assert!(!tmp.path().join("cwd.pack").exists());
 
+    // A PCD cloud (the real Kinect frame, when the shared data is there) works the same way.
+    let kinect = shared("mosd_kinect_labeled/pcd/test63.pcd");
+    if kinect.is_file() {
+        let o = convert(
+            &scene,
+            &tmp.path().join("kinect.pack"),
+            &["--points", kinect.to_str().unwrap()],
+        );
+        assert!(o.status.success(), "{}", text(&o));
+        let m = Pack::open(&tmp.path().join("kinect.pack")).unwrap();
+        let m = m.manifest();
+        assert_eq!(
+            (m.clouds[0].name.as_str(), m.clouds[0].points),
+            ("sfm", 182_372)
+        );
+        assert!(m.clouds[0].has_labels);
+    } else {
+        eprintln!("skipping the PCD case: {} is absent", kinect.display());
+    }
+
     // A point cloud has no cameras to give points to; another kind of file is named.
     let o = convert(
         &scene.join("dense/fused.ply"),

@@ -92,8 +92,9 @@ enum Command {
         /// it when present.
         #[arg(long, value_name = "DIR")]
         depths: Option<PathBuf>,
-        /// Start training from the points of FILE (a .ply point cloud: a dense reconstruction
-        /// such as COLMAP's dense/fused.ply, or a laser scan registered to the cameras) instead
+        /// Start training from the points of FILE (a .ply or .pcd point cloud: a dense
+        /// reconstruction such as COLMAP's dense/fused.ply, or a laser scan or depth-camera
+        /// cloud registered to the cameras) instead
         /// of the dataset's own SfM points (or random points, when it has none). Relative to
         /// the dataset root like --images, or absolute. gs-train's --max-gaussians subsamples
         /// a cloud larger than the budget allows.

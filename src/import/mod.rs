@@ -107,8 +107,8 @@ pub struct ImportedScene {
 
 impl ImportedScene {
     /// `gs-pack convert --points FILE`: the initial points of this dataset's cameras come from
-    /// `given` (a PLY point cloud: a dense reconstruction such as COLMAP's `dense/fused.ply`, a
-    /// registered laser scan), which replaces the dataset's own points (SfM points, a
+    /// `given` (a PLY or PCD point cloud: a dense reconstruction such as COLMAP's
+    /// `dense/fused.ply`, a registered laser scan or depth-camera frame), which replaces the dataset's own points (SfM points, a
     /// transforms.json's `ply_file_path`) as the cloud named "sfm". `given` is relative to the
     /// dataset root, like `--images` and `--depths`, or absolute. The header is checked now;
     /// the points stream when the pack pipeline pulls them. Adds a note saying what was
@@ -191,8 +191,8 @@ pub fn points_path(root: &Path, given: &Path) -> Result<PathBuf, ImportError> {
     ))
 }
 
-/// Opens a point-cloud file as the cloud `name`, by its extension (`.ply`, any case). Its header
-/// is checked now; its points stream when the pack pipeline pulls them.
+/// Opens a point-cloud file as the cloud `name`, by its extension (`.ply` or `.pcd`, any case).
+/// Its header is checked now; its points stream when the pack pipeline pulls them.
 pub fn open_point_file(
     path: &Path,
     name: &str,
@@ -202,10 +202,12 @@ pub fn open_point_file(
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     if ext.eq_ignore_ascii_case("ply") {
         ply::open_cloud(path, name, options, warnings)
+    } else if ext.eq_ignore_ascii_case("pcd") {
+        pcd::open_cloud(path, name, options, warnings)
     } else {
         Err(ImportError::invalid(
             path,
-            "not a point cloud file this reads: give a .ply file",
+            "not a point cloud file this reads: give a .ply or .pcd file",
         ))
     }
 }

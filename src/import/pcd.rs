@@ -2281,6 +2281,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         no_sfm_points: false,
         missing_images: Vec::new(),
         warnings,
+        random_start_note: None,
     })
 }
 
