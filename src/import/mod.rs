@@ -191,6 +191,81 @@ pub fn points_path(root: &Path, given: &Path) -> Result<PathBuf, ImportError> {
     ))
 }
 
+/// How a point-cloud importer opens one file as the cloud `name` (`ply::open_cloud`,
+/// `pcd::open_cloud`).
+type OpenCloud = fn(
+    &Path,
+    &str,
+    &ImportOptions,
+    &mut Vec<String>,
+) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError>;
+
+/// The point-cloud importers' shared entry: one file, or a folder of the files with extension
+/// `ext` (any case, sorted by file name), each opened by `open` as the cloud named by its file
+/// stem, which must be unique. A scene of clouds and no views.
+fn import_cloud_files(
+    path: &Path,
+    ext: &str,
+    format: Format,
+    options: &ImportOptions,
+    open: OpenCloud,
+) -> Result<ImportedScene, ImportError> {
+    let files = if path.is_dir() {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))? {
+            let p = entry.map_err(|e| ImportError::io(path, e))?.path();
+            if p.is_file()
+                && p.extension()
+                    .and_then(|x| x.to_str())
+                    .is_some_and(|x| x.eq_ignore_ascii_case(ext))
+            {
+                files.push(p);
+            }
+        }
+        files.sort();
+        if files.is_empty() {
+            return Err(ImportError::invalid(
+                path,
+                format!("the folder holds no .{ext} files"),
+            ));
+        }
+        files
+    } else {
+        vec![path.to_owned()]
+    };
+    let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> =
+        Vec::with_capacity(files.len());
+    let mut names: Vec<String> = Vec::with_capacity(files.len());
+    let mut warnings = Vec::new();
+    for file in &files {
+        let name = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Some(i) = names.iter().position(|n| *n == name) {
+            return Err(ImportError::invalid(
+                file,
+                format!(
+                    "cloud name `{name}` (the file stem) is also used by {}; rename one of them",
+                    files[i].display()
+                ),
+            ));
+        }
+        clouds.push(open(file, &name, options, &mut warnings)?);
+        names.push(name);
+    }
+    Ok(ImportedScene {
+        format,
+        root: path.to_owned(),
+        views: Vec::new(),
+        clouds,
+        no_sfm_points: false,
+        missing_images: Vec::new(),
+        warnings,
+        random_start_note: None,
+    })
+}
+
 /// Opens a point-cloud file as the cloud `name`, by its extension (`.ply` or `.pcd`, any case).
 /// Its header is checked now; its points stream when the pack pipeline pulls them.
 pub fn open_point_file(

@@ -2231,58 +2231,7 @@ impl PointSource for PcdCloud {
 
 /// Imports one `.pcd` file or a folder of them (see the module documentation).
 pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
-    let files = if path.is_dir() {
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))? {
-            let p = entry.map_err(|e| ImportError::io(path, e))?.path();
-            if p.is_file()
-                && p.extension()
-                    .and_then(|x| x.to_str())
-                    .is_some_and(|x| x.eq_ignore_ascii_case("pcd"))
-            {
-                files.push(p);
-            }
-        }
-        files.sort();
-        if files.is_empty() {
-            return Err(ImportError::invalid(path, "the folder holds no .pcd files"));
-        }
-        files
-    } else {
-        vec![path.to_owned()]
-    };
-
-    let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> =
-        Vec::with_capacity(files.len());
-    let mut names: Vec<String> = Vec::with_capacity(files.len());
-    let mut warnings = Vec::new();
-    for file in &files {
-        let name = file
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if let Some(i) = names.iter().position(|n| *n == name) {
-            return Err(ImportError::invalid(
-                file,
-                format!(
-                    "cloud name `{name}` (the file stem) is also used by {}; rename one of them",
-                    files[i].display()
-                ),
-            ));
-        }
-        clouds.push(open_cloud(file, &name, options, &mut warnings)?);
-        names.push(name);
-    }
-    Ok(ImportedScene {
-        format: Format::Pcd,
-        root: path.to_owned(),
-        views: Vec::new(),
-        clouds,
-        no_sfm_points: false,
-        missing_images: Vec::new(),
-        warnings,
-        random_start_note: None,
-    })
+    super::import_cloud_files(path, "pcd", Format::Pcd, options, open_cloud)
 }
 
 /// One PCD file as the cloud `name` (checked and counted now, streamed when the pack pipeline

@@ -81,59 +81,7 @@ const INITIAL_CHUNK_CAPACITY: usize = 65_536;
 
 /// Imports one `.ply` file or a folder of them (see the module documentation).
 pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
-    let files = if path.is_dir() {
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))? {
-            let p = entry.map_err(|e| ImportError::io(path, e))?.path();
-            if p.is_file()
-                && p.extension()
-                    .and_then(|x| x.to_str())
-                    .is_some_and(|x| x.eq_ignore_ascii_case("ply"))
-            {
-                files.push(p);
-            }
-        }
-        files.sort();
-        if files.is_empty() {
-            return Err(ImportError::invalid(path, "the folder holds no .ply files"));
-        }
-        files
-    } else {
-        vec![path.to_owned()]
-    };
-
-    let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> =
-        Vec::with_capacity(files.len());
-    let mut names: Vec<String> = Vec::with_capacity(files.len());
-    let mut warnings = Vec::new();
-    for file in &files {
-        let name = file
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if let Some(i) = names.iter().position(|n| *n == name) {
-            return Err(ImportError::invalid(
-                file,
-                format!(
-                    "cloud name `{name}` (the file stem) is also used by {}; rename one of them",
-                    files[i].display()
-                ),
-            ));
-        }
-        let cloud = PlyCloud::open(file, name.clone(), options, &mut warnings)?;
-        names.push(name);
-        clouds.push(Box::new(cloud));
-    }
-    Ok(ImportedScene {
-        format: Format::Ply,
-        root: path.to_owned(),
-        views: Vec::new(),
-        clouds,
-        no_sfm_points: false,
-        missing_images: Vec::new(),
-        warnings,
-        random_start_note: None,
-    })
+    super::import_cloud_files(path, "ply", Format::Ply, options, open_cloud)
 }
 
 /// How the colour columns are interpreted.
