@@ -19,9 +19,6 @@
 //!
 //! The corruptions are seeded (the failing seed and case are printed), so any failure replays.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 
 use ramsplat::export::ply::{self, LoadOptions, PlyEncoding};
@@ -29,66 +26,19 @@ use ramsplat::export::{compressed_ply, splat, spz, validate_model};
 use ramsplat::rng::Rng;
 use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
 
-/// The system allocator, recording on each thread the largest single allocation it served
-/// while that thread's recording is on.
-struct Counting;
-
-thread_local! {
-    static RECORDING: Cell<bool> = const { Cell::new(false) };
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    // `try_with`: the allocator also runs while thread-locals are being torn down.
-    let _ = RECORDING.try_with(|r| {
-        if r.get() {
-            let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
-        }
-    });
-}
-
-// SAFETY: every method forwards to `System` with the caller's layout and pointer unchanged, so
-// `System`'s guarantees are ours; the bookkeeping touches only const-initialised thread-locals
-// (no allocation, no re-entry).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        // SAFETY: forwarded unchanged; `ptr` came from this allocator, i.e. from `System`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged; `ptr` came from this allocator, i.e. from `System`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+// This file reads only the largest allocation, not the live-heap peak.
+#[allow(dead_code)]
+#[path = "common/heap.rs"]
+mod heap;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: heap::Counting = heap::Counting;
 
 /// Runs `f` with this thread's allocations recorded; returns its result (or the panic's
 /// message) and the largest single allocation it made.
 fn measured<T>(f: impl FnOnce() -> T) -> (Result<T, String>, usize) {
-    LARGEST.with(|l| l.set(0));
-    RECORDING.with(|r| r.set(true));
-    let out = panic::catch_unwind(AssertUnwindSafe(f));
-    RECORDING.with(|r| r.set(false));
-    let out = out.map_err(|p| {
-        p.downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default()
-    });
-    (out, LARGEST.with(|l| l.get()))
+    let (out, heap) = heap::measured(f);
+    (out, heap.largest)
 }
 
 /// A trained-looking model: positions in a ±20 box, log-scales −7..1, unnormalised rotations,
