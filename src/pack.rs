@@ -224,8 +224,8 @@ pub fn convert(
     };
     let mut scene = import::open(input, opts.format, &import_opts)?;
     if let Some(points) = &opts.points {
-        scene.replace_points(points, &import_opts)?;
-        check_no_overlap(&scene.root.join(points), output)?;
+        let cloud = scene.replace_points(points, &import_opts)?;
+        check_no_overlap(&cloud, output)?;
     }
     check_no_overlap(input, output)?;
     if let Some(images) = &opts.images {

@@ -112,12 +112,12 @@ impl ImportedScene {
     /// transforms.json's `ply_file_path`) as the cloud named "sfm". `given` is relative to the
     /// dataset root, like `--images` and `--depths`, or absolute. The header is checked now;
     /// the points stream when the pack pipeline pulls them. Adds a note saying what was
-    /// replaced.
+    /// replaced; returns the cloud's path.
     pub fn replace_points(
         &mut self,
         given: &Path,
         options: &ImportOptions,
-    ) -> Result<(), ImportError> {
+    ) -> Result<PathBuf, ImportError> {
         if self.views.is_empty() {
             return Err(ImportError::invalid(
                 &self.root,
@@ -152,7 +152,7 @@ impl ImportedScene {
         self.random_start_note = None;
         self.warnings.extend(warnings);
         self.warnings.push(note);
-        Ok(())
+        Ok(path)
     }
 }
 
