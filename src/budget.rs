@@ -487,9 +487,10 @@ pub struct FloorInputs {
     pub slot_bytes: u64,
     /// Largest stored (on-disk) record: a worker's mapped pages of the record it decodes.
     pub max_stored_bytes: u64,
-    /// Largest buffer a worker allocates besides the ring slot while decoding a record: a
-    /// view read at a run's resolution is decoded whole at its stored size, then resampled
-    /// (`crate::shard::reader::Pack::resample_scratch`); 0 otherwise.
+    /// Largest heap a worker allocates besides the ring slot while decoding a record: the JPEG
+    /// decoder's scratch of a view stored as JPEG, and a view read at a run's resolution
+    /// decoded whole at its stored size, then resampled
+    /// (`crate::shard::reader::Pack::decode_scratch`); 0 otherwise.
     pub max_decode_scratch: u64,
     /// Records the sampler schedules (its per-epoch tables and the cache index scale with it).
     pub records: usize,
@@ -568,7 +569,7 @@ impl Floor {
                     format_size(margin::FAULT_AROUND_PER_WORKER),
                     if f.max_decode_scratch > 0 {
                         format!(
-                            " + stored-size view to resample {}",
+                            " + decoding scratch {} (JPEG decoder, stored-size view to resample)",
                             format_size(f.max_decode_scratch)
                         )
                     } else {

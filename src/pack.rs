@@ -31,7 +31,7 @@ use crate::dataset::Split;
 use crate::import::image::{prepare_view_pixels, Resize};
 use crate::import::{self, ImportError, ImportOptions};
 use crate::shard::writer::{
-    encode_view_depth, CloudError, EncodedView, PackWriter, WriteError, WriterOptions,
+    encode_view_as, CloudError, EncodedView, PackWriter, WriteError, WriterOptions,
 };
 use crate::shard::{Codec, Manifest, SourceInfo};
 
@@ -45,6 +45,8 @@ pub struct ConvertOptions {
     /// `None` means the 3DGS default, `MaxWidth(DEFAULT_MAX_WIDTH)`, reported when it applies.
     pub resize: Option<Resize>,
     pub codec: Codec,
+    /// Quality of the views [`Codec::Jpeg`] encodes rather than keeps as their source JPEG.
+    pub jpeg_quality: u8,
     pub shard_size: u64,
     /// Every `n`-th view (indices 0, n, 2n, … in name order, the 3DGS `llffhold` rule) becomes a
     /// test view, unless the dataset assigns splits itself. 0 disables.
@@ -71,6 +73,7 @@ impl Default for ConvertOptions {
             format: Format::Auto,
             resize: None,
             codec: Codec::Zstd,
+            jpeg_quality: crate::shard::writer::DEFAULT_JPEG_QUALITY,
             shard_size: crate::shard::writer::DEFAULT_SHARD_SIZE,
             test_every: 8,
             force: false,
@@ -118,6 +121,46 @@ pub struct ConvertReport {
     /// How many of the points training starts from the views see ([`points_in_view`]);
     /// `None` without views or points.
     pub points_in_view: Option<PointsInView>,
+    /// How `--codec jpeg` stored the views; `None` under other codecs.
+    pub jpeg: Option<JpegReport>,
+}
+
+/// How `--codec jpeg` stored a convert's views.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct JpegReport {
+    /// Views whose source JPEG's compressed data was kept (no loss).
+    pub kept: usize,
+    /// Views encoded at `quality` (undistorted, resized, rotated, or not from a JPEG).
+    pub encoded: usize,
+    /// Views with transparency, stored as PNG.
+    pub png: usize,
+    pub quality: u8,
+}
+
+impl JpegReport {
+    /// Counts `view` as stored.
+    fn count(&mut self, view: &EncodedView) {
+        match (view.codec, view.jpeg) {
+            (Codec::Jpeg, Some(j)) if j.quality.is_none() => self.kept += 1,
+            (Codec::Jpeg, _) => self.encoded += 1,
+            _ => self.png += 1,
+        }
+    }
+
+    /// What `gs-pack convert` says of it.
+    pub fn describe(&self) -> String {
+        let mut parts = vec![format!("{} kept as their source JPEG", self.kept)];
+        if self.encoded > 0 {
+            parts.push(format!(
+                "{} encoded at quality {} (undistorted, resized, rotated or not a JPEG)",
+                self.encoded, self.quality
+            ));
+        }
+        if self.png > 0 {
+            parts.push(format!("{} with transparency stored as PNG", self.png));
+        }
+        parts.join(", ")
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -299,9 +342,15 @@ pub fn convert(
     let writer_opts = WriterOptions {
         shard_size: opts.shard_size,
         codec: opts.codec,
+        jpeg_quality: opts.jpeg_quality,
         force: opts.force,
         ..Default::default()
     };
+    let encoding = writer_opts.encoding();
+    let mut jpeg_report = (opts.codec == Codec::Jpeg).then_some(JpegReport {
+        quality: opts.jpeg_quality,
+        ..Default::default()
+    });
     let mut writer = PackWriter::create(output, &writer_opts)?;
     let total = scene.views.len();
     let views = &scene.views;
@@ -340,15 +389,21 @@ pub fn convert(
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     let p = prepare_view_pixels(v, resize, opts.lenient)?;
                     let warning = p.warning;
-                    let encoded = encode_view_depth(
+                    // A source JPEG may be kept as stored (the writer checks that it decodes
+                    // to exactly these pixels); one packed as --lenient filled it never is.
+                    let source = (encoding.codec == Codec::Jpeg && warning.is_none())
+                        .then(|| std::fs::read(&v.image_path).ok())
+                        .flatten()
+                        .filter(|b| b.starts_with(&[0xFF, 0xD8]));
+                    let encoded = encode_view_as(
                         &v.name,
                         &p.camera,
                         splits[i],
                         &p.pixels,
                         p.layout,
                         p.depth,
-                        writer_opts.codec,
-                        writer_opts.zstd_level,
+                        &encoding,
+                        source.as_deref(),
                     )?;
                     Ok::<_, PackError>((encoded, warning))
                 }))
@@ -373,6 +428,9 @@ pub fn convert(
                         on_event(Event::Warning(&w));
                     }
                     decoded_view_bytes += v.decoded_len;
+                    if let Some(report) = jpeg_report.as_mut() {
+                        report.count(&v);
+                    }
                     writer.add_encoded_view(v).map_err(PackError::from)
                 }) {
                     Ok(()) => {
@@ -452,6 +510,7 @@ pub fn convert(
         views_per_s: manifest.views.len() as f64 / wall_s.max(1e-9),
         decoded_mb_per_s: decoded_view_bytes as f64 / 1e6 / wall_s.max(1e-9),
         points_in_view: in_view,
+        jpeg: jpeg_report,
     })
 }
 

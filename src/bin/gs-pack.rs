@@ -55,8 +55,16 @@ enum Command {
         /// Divide both image sides by N, N >= 1 (overrides the default --max-width).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         downscale: Option<u32>,
+        /// How view pixels are stored: zstd (lossless, fast to decode), png (lossless,
+        /// smaller, slower), raw, or jpeg (smallest: a source JPEG's own compressed data where
+        /// the view is packed as the file decodes, i.e. no undistortion, resize or rotation;
+        /// other views encoded at --jpeg-quality, which is lossy).
         #[arg(long, value_enum, default_value = "zstd")]
         codec: Codec,
+        /// Quality (1-100) of the views --codec jpeg has to encode (4:4:4 chroma).
+        #[arg(long, value_name = "Q", default_value_t = ramsplat::shard::writer::DEFAULT_JPEG_QUALITY,
+              value_parser = clap::value_parser!(u8).range(1..=100))]
+        jpeg_quality: u8,
         /// Start a new shard file past this size.
         #[arg(long, default_value = "512M", value_parser = parse_size_arg)]
         shard_size: u64,
@@ -206,6 +214,7 @@ fn main() -> ExitCode {
             max_width,
             downscale,
             codec,
+            jpeg_quality,
             shard_size,
             test_every,
             force,
@@ -226,6 +235,7 @@ fn main() -> ExitCode {
                 format,
                 resize,
                 codec,
+                jpeg_quality,
                 shard_size,
                 test_every,
                 force,
@@ -325,6 +335,9 @@ fn run_convert(input: &Path, output: &Path, opts: &ConvertOptions) -> anyhow::Re
             String::new()
         }
     );
+    if let Some(j) = &report.jpeg {
+        eprintln!("views stored as JPEG: {}", j.describe());
+    }
     Ok(())
 }
 

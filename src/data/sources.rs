@@ -52,7 +52,7 @@ impl RecordSource for PackViews {
             })
     }
     fn decode_scratch(&self, record: u32) -> usize {
-        self.pack.resample_scratch(self.view_index(record))
+        self.pack.decode_scratch(self.view_index(record))
     }
     fn describe(&self, record: u32) -> String {
         let i = self.view_index(record);

@@ -9,12 +9,12 @@
 //!   shard-00001.gss
 //! ```
 //!
-//! # Shard file layout (format version 1, all integers little-endian)
+//! # Shard file layout (format versions 1 and 2, all integers little-endian)
 //!
 //! ```text
 //! offset 0        shard header, one page (PAGE = 4096 bytes)
 //!                   0  magic         [u8; 8] = b"RSPLSHRD"
-//!                   8  version       u32     = FORMAT_VERSION
+//!                   8  version       u32     = 2 if the pack holds JPEG views, else 1
 //!                  12  page_size     u32     = 4096
 //!                  16  shard_index   u32
 //!                  20  reserved      u32     = 0
@@ -26,7 +26,8 @@
 //!                 without touching any other record
 //!                   0  magic         [u8; 4] = b"RREC"
 //!                   4  kind          u8      1 = view, 2 = point chunk
-//!                   5  codec         u8      0 = raw, 1 = zstd, 2 = png (views only)
+//!                   5  codec         u8      0 = raw, 1 = zstd, 2 = png, 3 = jpeg (views only;
+//!                                          jpeg only in version 2)
 //!                   6  flags         u16     views: bit 0 alpha (RGBA8 pixels), bit 1 mask,
 //!                                          bit 2 inverse depth;
 //!                                          point chunks: bit 0 labels, bit 1 normals
@@ -86,6 +87,7 @@
 //! - A reader refuses a `version` newer than [`FORMAT_VERSION`] with a message that says to
 //!   upgrade ramsplat, and an older one with a message that says to re-pack.
 
+pub mod jpeg;
 pub mod reader;
 pub mod writer;
 
@@ -258,8 +260,21 @@ impl PixelLayout {
     }
 }
 
-/// Current on-disk format version (shards and manifest).
-pub const FORMAT_VERSION: u32 = 1;
+/// Newest on-disk format version (shards and manifest) this ramsplat reads and writes.
+/// Version 2 adds JPEG view records ([`Codec::Jpeg`]); a pack without them is written as
+/// version 1, byte for byte as before, so older ramsplat builds still read it, while one that
+/// has them tells an older build to upgrade instead of failing on an unknown codec.
+pub const FORMAT_VERSION: u32 = 2;
+/// Oldest format version this ramsplat reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
+
+/// The format version of a pack whose views are written with `codec`.
+pub fn format_version_for(codec: Codec) -> u32 {
+    match codec {
+        Codec::Jpeg => 2,
+        Codec::Raw | Codec::Zstd | Codec::Png => 1,
+    }
+}
 /// Record alignment. 4 KiB is the base page size on x86-64 and most aarch64 kernels; on a
 /// 16/64 KiB-page kernel releasing a record's pages rounds inward, which stays correct.
 pub const PAGE: u64 = 4096;
@@ -282,9 +297,17 @@ pub fn shard_file_name(index: u32) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Codec {
+    /// Uncompressed.
     Raw,
+    /// Lossless, fast to decode (the default).
     Zstd,
+    /// Lossless, smaller than zstd for photos, slower to decode.
     Png,
+    /// A source JPEG's own compressed data where the view's pixels are its decode (lossless
+    /// with respect to the source), otherwise the packed pixels encoded at --jpeg-quality
+    /// (lossy): the smallest packs. Views with transparency are stored as PNG. Masks and
+    /// depth planes are always lossless (PNG).
+    Jpeg,
 }
 
 impl Codec {
@@ -293,6 +316,7 @@ impl Codec {
             Codec::Raw => 0,
             Codec::Zstd => 1,
             Codec::Png => 2,
+            Codec::Jpeg => 3,
         }
     }
 
@@ -301,6 +325,7 @@ impl Codec {
             0 => Some(Codec::Raw),
             1 => Some(Codec::Zstd),
             2 => Some(Codec::Png),
+            3 => Some(Codec::Jpeg),
             _ => None,
         }
     }
@@ -394,6 +419,21 @@ pub struct ViewEntry {
     /// this; absent in manifests of views without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<DepthScale>,
+    /// How a view stored as JPEG was made and what decoding it allocates: present exactly when
+    /// `codec` is [`Codec::Jpeg`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jpeg: Option<JpegEntry>,
+}
+
+/// The manifest's account of one view stored as JPEG.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JpegEntry {
+    /// `None`: the source file's compressed data, metadata removed, whose decode is exactly the
+    /// view's pixels; `Some(q)`: the packed pixels encoded at quality `q` (lossy).
+    pub quality: Option<u8>,
+    /// Bytes the decoder allocates besides the output ([`jpeg::decode_scratch`]); the loader's
+    /// memory plan reserves the largest for each worker.
+    pub decode_scratch: u64,
 }
 
 impl ViewEntry {
@@ -779,7 +819,7 @@ pub enum ShardError {
     )]
     TooNew { path: PathBuf, found: u32 },
     #[error(
-        "{}: pack format version {found} is older than this ramsplat reads ({FORMAT_VERSION}); re-pack the dataset with `gs-pack convert --force`",
+        "{}: pack format version {found} is older than this ramsplat reads ({OLDEST_FORMAT_VERSION}); re-pack the dataset with `gs-pack convert --force`",
         path.display()
     )]
     TooOld { path: PathBuf, found: u32 },

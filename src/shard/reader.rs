@@ -44,7 +44,7 @@ use crate::resample::{
 
 use super::{
     Checksum, Codec, Manifest, PixelLayout, PointChunkLayout, RecordKind, RecordRef, ShardError,
-    ViewEntry, FOOTER_LEN, FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, RECORD_HEADER_LEN,
+    ViewEntry, FOOTER_LEN, FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, OLDEST_FORMAT_VERSION, PAGE, RECORD_HEADER_LEN,
     RECORD_MAGIC, SHARD_MAGIC,
 };
 
@@ -169,7 +169,7 @@ impl Pack {
                     found: v.min(u32::MAX as u64) as u32,
                 })
             }
-            Some(v) if v < FORMAT_VERSION as u64 => {
+            Some(v) if v < OLDEST_FORMAT_VERSION as u64 => {
                 return Err(ShardError::TooOld {
                     path: mpath,
                     found: v as u32,
@@ -320,11 +320,23 @@ impl Pack {
         }
     }
 
-    /// The largest [`Pack::resample_scratch`] over views `indices`.
-    pub fn max_resample_scratch(&self, indices: impl IntoIterator<Item = usize>) -> usize {
+    /// Bytes [`Pack::read_view_into`] allocates besides the caller's buffer while it reads
+    /// view `index`, all told: the JPEG decoder's scratch of a view stored as JPEG (the bound
+    /// the manifest records, [`super::JpegEntry::decode_scratch`]) and, for a view read at
+    /// another size, [`Pack::resample_scratch`] (held at the same time).
+    pub fn decode_scratch(&self, index: usize) -> usize {
+        let jpeg = self
+            .stored_view(index)
+            .and_then(|s| s.jpeg)
+            .map_or(0, |j| j.decode_scratch as usize);
+        jpeg + self.resample_scratch(index)
+    }
+
+    /// The largest [`Pack::decode_scratch`] over views `indices`.
+    pub fn max_decode_scratch(&self, indices: impl IntoIterator<Item = usize>) -> usize {
         indices
             .into_iter()
-            .map(|i| self.resample_scratch(i))
+            .map(|i| self.decode_scratch(i))
             .max()
             .unwrap_or(0)
     }
@@ -376,6 +388,44 @@ impl Pack {
                     "view {i} ({:?}): depth scale {} and offset {} must be finite",
                     v.name, d.scale, d.offset
                 )));
+            }
+            match (v.codec, v.jpeg) {
+                (Codec::Jpeg, _) if self.manifest.version < 2 => {
+                    return Err(bad(format!(
+                        "view {i} ({:?}) is stored as JPEG, which format version {} packs do \
+                         not hold",
+                        v.name, self.manifest.version
+                    )))
+                }
+                (Codec::Jpeg, _) if v.alpha => {
+                    return Err(bad(format!(
+                        "view {i} ({:?}) is stored as JPEG but has an alpha channel",
+                        v.name
+                    )))
+                }
+                (Codec::Jpeg, Some(j))
+                    if j.decode_scratch
+                        <= super::jpeg::max_decode_scratch(v.camera.width, v.camera.height) => {}
+                (Codec::Jpeg, Some(j)) => {
+                    return Err(bad(format!(
+                        "view {i} ({:?}): a JPEG decode scratch of {} bytes is more than any \
+                         {}x{} JPEG needs",
+                        v.name, j.decode_scratch, v.camera.width, v.camera.height
+                    )))
+                }
+                (Codec::Jpeg, None) => {
+                    return Err(bad(format!(
+                        "view {i} ({:?}) is stored as JPEG but has no \"jpeg\" entry",
+                        v.name
+                    )))
+                }
+                (_, Some(_)) => {
+                    return Err(bad(format!(
+                        "view {i} ({:?}) has a \"jpeg\" entry but is stored as {:?}",
+                        v.name, v.codec
+                    )))
+                }
+                (_, None) => {}
             }
             let want = v.layout().len(v.camera.width, v.camera.height) as u64;
             if v.record.decoded_len != want {
@@ -557,15 +607,15 @@ impl Pack {
                         )));
                     }
                 }
-                Codec::Png => {
+                Codec::Png | Codec::Jpeg => {
                     let layout = v.layout();
                     let (w, h) = (v.camera.width, v.camera.height);
                     let n = w as usize * h as usize;
                     let (pixels_out, rest) = out.split_at_mut(layout.pixel_bytes(w, h));
                     let (mask_out, depth_out) = rest.split_at_mut(if layout.mask { n } else { 0 });
-                    // Each PNG but the last is preceded by its u32 length (see the module doc).
+                    // Each part but the last is preceded by its u32 length (see the module doc).
                     let count = 1 + usize::from(layout.mask) + usize::from(layout.depth);
-                    let mut pngs = Vec::with_capacity(count);
+                    let mut parts = Vec::with_capacity(count);
                     let mut rest = payload;
                     for _ in 1..count {
                         let len = rest
@@ -575,26 +625,33 @@ impl Pack {
                             .filter(|&len| len <= rest.len() - 4)
                             .ok_or_else(|| {
                                 decode_err(format!(
-                                    "the length of PNG {} of {count} is out of range",
-                                    pngs.len() + 1
+                                    "the length of part {} of {count} is out of range",
+                                    parts.len() + 1
                                 ))
                             })?;
-                        pngs.push(&rest[4..4 + len]);
+                        parts.push(&rest[4..4 + len]);
                         rest = &rest[4 + len..];
                     }
-                    pngs.push(rest);
-                    let colour = if layout.alpha {
-                        image::ColorType::Rgba8
+                    parts.push(rest);
+                    if v.codec == Codec::Jpeg {
+                        // check_manifest_refs made sure a JPEG view has its entry.
+                        let scratch = v.jpeg.map_or(0, |j| j.decode_scratch);
+                        super::jpeg::decode_rgb_into(parts[0], w, h, scratch, pixels_out)
+                            .map_err(|e| decode_err(format!("JPEG: {e}")))?;
                     } else {
-                        image::ColorType::Rgb8
-                    };
-                    decode_png(pngs[0], w, h, colour, pixels_out).map_err(decode_err)?;
+                        let colour = if layout.alpha {
+                            image::ColorType::Rgba8
+                        } else {
+                            image::ColorType::Rgb8
+                        };
+                        decode_png(parts[0], w, h, colour, pixels_out).map_err(decode_err)?;
+                    }
                     if layout.mask {
-                        decode_png(pngs[1], w, h, image::ColorType::L8, mask_out)
+                        decode_png(parts[1], w, h, image::ColorType::L8, mask_out)
                             .map_err(decode_err)?;
                     }
                     if layout.depth {
-                        decode_png(pngs[count - 1], w, h, image::ColorType::L16, depth_out)
+                        decode_png(parts[count - 1], w, h, image::ColorType::L16, depth_out)
                             .map_err(decode_err)?;
                         // The decoder yields native-endian samples; the plane is little-endian.
                         for b in depth_out.chunks_exact_mut(2) {
@@ -899,8 +956,11 @@ fn check_shard_frame(
     let stored = u64_at(map, 32);
     let computed = xxh3_64(&map[0..32]);
     if computed != stored {
-        let hint = if version != FORMAT_VERSION {
-            format!(" (its version field reads {version}, this ramsplat writes {FORMAT_VERSION})")
+        let hint = if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
+            format!(
+                " (its version field reads {version}, this ramsplat reads {OLDEST_FORMAT_VERSION} \
+                 to {FORMAT_VERSION})"
+            )
         } else {
             String::new()
         };
@@ -919,7 +979,7 @@ fn check_shard_frame(
             found: version,
         });
     }
-    if version < FORMAT_VERSION {
+    if version < OLDEST_FORMAT_VERSION {
         return Err(ShardError::TooOld {
             path: shard.path.clone(),
             found: version,

@@ -28,7 +28,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 use super::{
     shard_file_name, Checksum, ChunkEntry, CloudEntry, Codec, DepthScale, Manifest, PixelLayout,
     PointChunkLayout, RecordKind, RecordRef, SceneInfo, ShardEntry, ShardError, SourceInfo, Split,
-    ViewEntry, FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, PAGE, POINTS_PER_CHUNK,
+    format_version_for, jpeg, JpegEntry, ViewEntry, FOOTER_MAGIC, MANIFEST_FILE, PAGE, POINTS_PER_CHUNK,
     RECORD_HEADER_LEN, RECORD_MAGIC, SHARD_MAGIC,
 };
 use crate::dataset::{PointChunk, PointSource};
@@ -37,6 +37,11 @@ use crate::scene::camera::Camera;
 /// Default zstd level: level 3 (zstd's own default) compresses RGB8 photos within a few percent
 /// of level 9 at several times the speed; decode speed barely depends on the level.
 pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
+
+/// Default `--jpeg-quality`: at 95 with full-resolution chroma the encoding error is far
+/// below what a trained model reproduces (the test
+/// `reencoded_jpeg_views_stay_close_to_their_pixels` bounds it), at a fraction of zstd's size.
+pub const DEFAULT_JPEG_QUALITY: u8 = 95;
 
 /// Default shard size (`--shard-size`): large enough that a pack of thousands of views has
 /// tens of files, small enough that a damaged shard loses little.
@@ -48,6 +53,8 @@ pub struct WriterOptions {
     pub shard_size: u64,
     pub codec: Codec,
     pub zstd_level: i32,
+    /// Quality (1 to 100) of views [`Codec::Jpeg`] encodes rather than keeps.
+    pub jpeg_quality: u8,
     /// Replace an existing pack at the destination.
     pub force: bool,
 }
@@ -58,6 +65,7 @@ impl Default for WriterOptions {
             shard_size: DEFAULT_SHARD_SIZE,
             codec: Codec::Zstd,
             zstd_level: DEFAULT_ZSTD_LEVEL,
+            jpeg_quality: DEFAULT_JPEG_QUALITY,
             force: false,
         }
     }
@@ -128,6 +136,8 @@ pub struct EncodedView {
     /// How the inverse-depth plane's values map to the training target: `Some` exactly when
     /// `layout.depth` (the manifest's [`ViewEntry::depth`]).
     pub depth: Option<DepthScale>,
+    /// `Some` exactly when `codec` is [`Codec::Jpeg`] (the manifest's [`ViewEntry::jpeg`]).
+    pub jpeg: Option<JpegEntry>,
 }
 
 /// Encodes RGB8 pixels of `camera.width × camera.height` with `codec`. Pure and thread-safe.
@@ -169,7 +179,8 @@ pub fn encode_view_pixels(
 
 /// [`encode_view_pixels`] of any layout: `depth` is the [`DepthScale`] of the inverse-depth
 /// plane, given exactly when `layout.depth` (the plane is `camera.width × camera.height`
-/// little-endian u16 after the colour and the mask). Pure and thread-safe.
+/// little-endian u16 after the colour and the mask). Pure and thread-safe. [`Codec::Jpeg`]
+/// encodes at [`DEFAULT_JPEG_QUALITY`]; see [`encode_view_as`] for the other settings.
 #[allow(clippy::too_many_arguments)]
 pub fn encode_view_depth(
     name: &str,
@@ -181,6 +192,54 @@ pub fn encode_view_depth(
     codec: Codec,
     zstd_level: i32,
 ) -> Result<EncodedView, WriteError> {
+    let encoding = Encoding {
+        codec,
+        zstd_level,
+        jpeg_quality: DEFAULT_JPEG_QUALITY,
+    };
+    encode_view_as(name, camera, split, bytes, layout, depth, &encoding, None)
+}
+
+/// How [`encode_view_as`] stores a view.
+#[derive(Clone, Copy, Debug)]
+pub struct Encoding {
+    pub codec: Codec,
+    pub zstd_level: i32,
+    /// Quality of views [`Codec::Jpeg`] encodes rather than keeps.
+    pub jpeg_quality: u8,
+}
+
+impl WriterOptions {
+    /// The view encoding these options ask for.
+    pub fn encoding(&self) -> Encoding {
+        Encoding {
+            codec: self.codec,
+            zstd_level: self.zstd_level,
+            jpeg_quality: self.jpeg_quality,
+        }
+    }
+}
+
+/// [`encode_view_depth`] with every setting, and for [`Codec::Jpeg`] the view's source file
+/// (`source_jpeg`, its bytes as read, when it is a JPEG): its compressed data is kept (metadata
+/// removed, [`jpeg::strip`]) when decoding the kept bytes gives exactly the view's pixels, and
+/// the pixels are encoded at `encoding.jpeg_quality` otherwise. A view with transparency is
+/// stored as PNG under [`Codec::Jpeg`] (JPEG has no alpha channel). Pure and thread-safe.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_view_as(
+    name: &str,
+    camera: &Camera,
+    split: Split,
+    bytes: &[u8],
+    layout: PixelLayout,
+    depth: Option<DepthScale>,
+    encoding: &Encoding,
+    source_jpeg: Option<&[u8]>,
+) -> Result<EncodedView, WriteError> {
+    let codec = match encoding.codec {
+        Codec::Jpeg if layout.alpha => Codec::Png,
+        c => c,
+    };
     let bad = |msg: String| WriteError::BadView {
         name: name.to_owned(),
         msg,
@@ -228,40 +287,63 @@ pub fn encode_view_depth(
     } else {
         image::ExtendedColorType::Rgb8
     };
+    let mut jpeg_entry = None;
     let payload = match codec {
         Codec::Raw => bytes.to_vec(),
-        Codec::Zstd => {
-            zstd::bulk::compress(bytes, zstd_level).map_err(|e| bad(format!("zstd: {e}")))?
-        }
-        Codec::Png => {
-            // Each PNG but the last is preceded by its u32 length: colour[, mask][, depth].
-            // Colour alone and colour + mask are framed as before depth planes existed.
-            let mut parts: Vec<(&[u8], image::ExtendedColorType)> = vec![(planes.pixels, colour)];
-            if let Some(mask) = planes.mask {
-                parts.push((mask, image::ExtendedColorType::L8));
+        Codec::Zstd => zstd::bulk::compress(bytes, encoding.zstd_level)
+            .map_err(|e| bad(format!("zstd: {e}")))?,
+        Codec::Png | Codec::Jpeg => {
+            let mut parts = Vec::with_capacity(3);
+            if codec == Codec::Png {
+                let mut out = Vec::new();
+                png(planes.pixels, colour, &mut out)?;
+                parts.push(out);
+            } else {
+                let kept = source_jpeg.and_then(|s| keep_source_jpeg(s, camera, planes.pixels));
+                let (frame, data, quality) = match kept {
+                    Some((frame, kept)) => (frame, kept, None),
+                    None => {
+                        let q = encoding.jpeg_quality;
+                        let data = jpeg::encode_rgb(planes.pixels, camera.width, camera.height, q)
+                            .map_err(|e| bad(format!("jpeg: {e}")))?;
+                        let frame = jpeg::frame(&data)
+                            .map_err(|e| bad(format!("the JPEG encoder's output: {e}")))?;
+                        (frame, data, Some(q))
+                    }
+                };
+                jpeg_entry = Some(JpegEntry {
+                    quality,
+                    decode_scratch: jpeg::decode_scratch(&frame),
+                });
+                parts.push(data);
             }
-            // The PNG encoder takes 16-bit samples in native byte order.
-            let depth_ne: Vec<u8>;
+            // Masks and depth planes are always lossless PNG.
+            if let Some(mask) = planes.mask {
+                let mut out = Vec::new();
+                png(mask, image::ExtendedColorType::L8, &mut out)?;
+                parts.push(out);
+            }
             if let Some(plane) = planes.depth {
-                depth_ne = plane
+                // The PNG encoder takes 16-bit samples in native byte order.
+                let depth_ne: Vec<u8> = plane
                     .chunks_exact(2)
                     .flat_map(|b| u16::from_le_bytes([b[0], b[1]]).to_ne_bytes())
                     .collect();
-                parts.push((&depth_ne, image::ExtendedColorType::L16));
+                let mut out = Vec::new();
+                png(&depth_ne, image::ExtendedColorType::L16, &mut out)?;
+                parts.push(out);
             }
-            let mut out = Vec::new();
+            // Each part but the last is preceded by its u32 length: colour[, mask][, depth].
+            // Colour alone and colour + mask are framed as before depth planes existed.
             let last = parts.len() - 1;
-            for (k, (data, colour)) in parts.into_iter().enumerate() {
-                if k == last {
-                    png(data, colour, &mut out)?;
-                } else {
-                    let at = out.len();
-                    out.extend_from_slice(&[0; 4]);
-                    png(data, colour, &mut out)?;
-                    let n = u32::try_from(out.len() - at - 4)
-                        .map_err(|_| bad("a PNG of the view exceeds 4 GiB".into()))?;
-                    out[at..at + 4].copy_from_slice(&n.to_le_bytes());
+            let mut out = Vec::with_capacity(parts.iter().map(|p| p.len() + 4).sum());
+            for (k, part) in parts.iter().enumerate() {
+                if k < last {
+                    let n = u32::try_from(part.len())
+                        .map_err(|_| bad("a part of the view exceeds 4 GiB".into()))?;
+                    out.extend_from_slice(&n.to_le_bytes());
                 }
+                out.extend_from_slice(part);
             }
             out
         }
@@ -277,7 +359,34 @@ pub fn encode_view_depth(
         checksum,
         layout,
         depth,
+        jpeg: jpeg_entry,
     })
+}
+
+/// `source`'s compressed data without metadata ([`jpeg::strip`]) and its frame, when decoding
+/// it gives exactly `pixels` (RGB8 of `camera`'s size): the view was packed as the file
+/// decodes, with no undistortion, resize or orientation applied.
+fn keep_source_jpeg(
+    source: &[u8],
+    camera: &Camera,
+    pixels: &[u8],
+) -> Option<(jpeg::Frame, Vec<u8>)> {
+    let (frame, kept) = jpeg::strip(source).ok()?;
+    if (frame.width, frame.height) != (camera.width, camera.height)
+        || !matches!(frame.sampling.len(), 1 | 3)
+    {
+        return None;
+    }
+    let mut decoded = vec![0u8; pixels.len()];
+    jpeg::decode_rgb_into(
+        &kept,
+        camera.width,
+        camera.height,
+        jpeg::decode_scratch(&frame),
+        &mut decoded,
+    )
+    .ok()?;
+    (decoded == pixels).then_some((frame, kept))
 }
 
 /// Serialises a point chunk into the decoded layout of the format spec.
@@ -354,7 +463,12 @@ struct OpenShard {
 }
 
 impl OpenShard {
-    fn create(dir: &Path, index: u32, pack_id: u64) -> Result<OpenShard, ShardError> {
+    fn create(
+        dir: &Path,
+        index: u32,
+        pack_id: u64,
+        version: u32,
+    ) -> Result<OpenShard, ShardError> {
         let partial = dir.join(format!("{}.partial", shard_file_name(index)));
         let file = File::create(&partial).map_err(|e| io_err(&partial, e))?;
         let mut shard = OpenShard {
@@ -367,7 +481,7 @@ impl OpenShard {
         };
         let mut header = vec![0u8; PAGE as usize];
         header[0..8].copy_from_slice(&SHARD_MAGIC);
-        header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        header[8..12].copy_from_slice(&version.to_le_bytes());
         header[12..16].copy_from_slice(&(PAGE as u32).to_le_bytes());
         header[16..20].copy_from_slice(&index.to_le_bytes());
         header[24..32].copy_from_slice(&pack_id.to_le_bytes());
@@ -555,6 +669,14 @@ impl PackWriter {
                 msg: "an inverse-depth plane needs its depth scale, and only it has one".into(),
             });
         }
+        if (v.codec == Codec::Jpeg) != v.jpeg.is_some()
+            || (v.codec == Codec::Jpeg && format_version_for(self.options.codec) < 2)
+        {
+            return Err(WriteError::BadView {
+                name: v.name,
+                msg: "a JPEG view needs its JPEG entry and a pack written with codec jpeg".into(),
+            });
+        }
         let index = self.views.len() as u32;
         let header = RecordHeader {
             kind: RecordKind::View,
@@ -578,6 +700,7 @@ impl PackWriter {
             alpha: v.layout.alpha,
             mask: v.layout.mask,
             depth: v.depth,
+            jpeg: v.jpeg,
         });
         Ok(())
     }
@@ -664,6 +787,7 @@ impl PackWriter {
                 &self.tmp,
                 self.shards.len() as u32,
                 self.pack_id,
+                format_version_for(self.options.codec),
             )?);
         }
         let shard = self.shard.as_mut().expect("created above");
@@ -688,7 +812,7 @@ impl PackWriter {
         let no_sfm_points = self.clouds.is_empty() || self.clouds.iter().all(|c| c.points == 0);
         let manifest = Manifest {
             format: Manifest::FORMAT.to_owned(),
-            version: FORMAT_VERSION,
+            version: format_version_for(self.options.codec),
             pack_id: Checksum(self.pack_id),
             created_by: format!("ramsplat {}", env!("CARGO_PKG_VERSION")),
             source,

@@ -1276,17 +1276,28 @@ fn plan_inputs(
             ),
         ),
     ]);
-    let scratch = pack.max_resample_scratch(0..manifest.views.len()) as u64;
+    let scratch = pack.max_decode_scratch(0..manifest.views.len()) as u64;
     if scratch > 0 {
-        // At a run's resolution, reading a view to score it decodes it at its stored size
-        // first (the loader's workers reserve their own).
+        // Reading a view to score it allocates what the loader's workers reserve for their
+        // own reads: the JPEG decoder's scratch, and at a run's resolution the view decoded
+        // at its stored size first.
+        let resampled = !pack.resize().is_none();
+        let jpeg = manifest.views.iter().any(|v| v.jpeg.is_some());
         items.push(FloorItem::new(
             Component::Evaluation,
             scratch,
-            format!(
-                "a view read at its stored size, then resampled ({})",
-                pack.resize()
-            ),
+            match (jpeg, resampled) {
+                (true, true) => format!(
+                    "the JPEG decoder's scratch and a view read at its stored size, then \
+                     resampled ({})",
+                    pack.resize()
+                ),
+                (true, false) => "the JPEG decoder's scratch for one view".to_owned(),
+                _ => format!(
+                    "a view read at its stored size, then resampled ({})",
+                    pack.resize()
+                ),
+            },
         ));
     }
     // On the device engine the intersections live in device memory (its own plan).
