@@ -87,6 +87,9 @@ use ramsplat::synth::{ImageFormat, SynthArgs};
 /// A synthetic COLMAP dataset of JPEG (or PNG) images with depth maps.
 fn dataset(dir: &Path, image_format: ImageFormat) -> std::path::PathBuf {
     let out = dir.join(format!("ds-{image_format:?}"));
+    if out.exists() {
+        return out;
+    }
     let mut args = SynthArgs::new(&out);
     args.views = 6;
     args.width = 96;
@@ -200,4 +203,191 @@ fn reencoded_jpeg_views_stay_close_to_their_pixels() {
             assert_eq!(a[colour..], b[colour..], "{name} view {i}");
         }
     }
+}
+
+/// Packs the JPEG dataset as JPEG into `dir/name` and returns the manifest's path.
+fn jpeg_pack(dir: &Path, name: &str) -> std::path::PathBuf {
+    let ds = dataset(dir, ImageFormat::Jpg);
+    let out = dir.join(name);
+    pack(&ds, &out, Codec::Jpeg, Resize::None);
+    out
+}
+
+/// Rewrites `pack`'s manifest with `edit`.
+fn edit_manifest(pack: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = pack.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut m);
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+}
+
+fn open_error(pack: &Path) -> String {
+    match Pack::open(pack) {
+        Ok(_) => panic!("{} opened", pack.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn damaged_jpeg_manifests_are_refused_naming_the_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &dyn Fn(&mut serde_json::Value), &str); 4] = [
+        (
+            "no-entry",
+            &|m| {
+                m["views"][2].as_object_mut().unwrap().remove("jpeg");
+            },
+            "view 2 (\"00002.jpg\") is stored as JPEG but has no \"jpeg\" entry",
+        ),
+        (
+            "version-1",
+            &|m| m["version"] = 1.into(),
+            "view 0 (\"00000.jpg\") is stored as JPEG, which format version 1 packs do not hold",
+        ),
+        (
+            "huge-scratch",
+            &|m| m["views"][2]["jpeg"]["decode_scratch"] = (1u64 << 40).into(),
+            "view 2 (\"00002.jpg\"): a JPEG decode scratch of 1099511627776 bytes is more than any 96x64 JPEG needs",
+        ),
+        (
+            "entry-on-zstd",
+            &|m| m["views"][2]["codec"] = "zstd".into(),
+            "view 2 (\"00002.jpg\") has a \"jpeg\" entry but is stored as Zstd",
+        ),
+    ];
+    for (name, edit, want) in cases {
+        let pack = jpeg_pack(dir.path(), name);
+        edit_manifest(&pack, edit);
+        let e = open_error(&pack);
+        assert!(e.contains(want), "{name}: {e}");
+        assert!(e.contains("manifest.json"), "{name}: {e}");
+    }
+}
+
+#[test]
+fn a_jpeg_needing_more_scratch_than_planned_is_refused_before_decoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = jpeg_pack(dir.path(), "low-scratch");
+    edit_manifest(&pack, |m| m["views"][1]["jpeg"]["decode_scratch"] = 1000.into());
+    let p = Pack::open(&pack).unwrap();
+    let mut out = vec![0u8; p.manifest().views[1].decoded_len()];
+    let e = p.read_view_into(1, &mut out).unwrap_err().to_string();
+    assert!(e.contains("more than the 1000 the pack's manifest plans"), "{e}");
+    assert!(e.contains(&p.manifest().views[1].name), "{e}");
+    // The other views read as before.
+    let mut out = vec![0u8; p.manifest().views[0].decoded_len()];
+    p.read_view_into(0, &mut out).unwrap();
+}
+
+#[test]
+fn damaged_jpeg_payloads_are_decode_errors_naming_the_view() {
+    use ramsplat::shard::writer::{EncodedView, PackWriter, WriterOptions};
+    use ramsplat::shard::{Checksum, JpegEntry, PixelLayout, SourceInfo};
+    use ramsplat::dataset::Split;
+    let dir = tempfile::tempdir().unwrap();
+    let good = Pack::open(&jpeg_pack(dir.path(), "good")).unwrap();
+    let camera = good.manifest().views[0].camera;
+    let source = {
+        // The first view's stored JPEG, taken from a pack without depth planes.
+        let ds = dataset(dir.path(), ImageFormat::Jpg);
+        let name = &good.manifest().views[0].name;
+        std::fs::read(ds.join("images").join(name)).unwrap()
+    };
+    let (_, kept) = jpeg::strip(&source).unwrap();
+    let truncated = kept[..kept.len() / 2].to_vec();
+    let mut wrong_size = kept.clone();
+    // The frame header's width (SOF0 is the only frame marker; its width follows the height).
+    let sof = wrong_size.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
+    wrong_size[sof + 7..sof + 9].copy_from_slice(&80u16.to_be_bytes());
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        ("garbage", b"\xFF\xD8 not a JPEG".to_vec(), "expected a marker"),
+        ("truncated", truncated, "ends inside scan data"),
+        ("wrong-size", wrong_size, "the JPEG is 80x64, the view 96x64"),
+    ];
+    for (name, payload, want) in cases {
+        let out = dir.path().join(format!("bad-{name}"));
+        let opts = WriterOptions {
+            codec: Codec::Jpeg,
+            ..Default::default()
+        };
+        let mut w = PackWriter::create(&out, &opts).unwrap();
+        w.add_encoded_view(EncodedView {
+            name: format!("{name}.jpg"),
+            camera,
+            split: Split::Train,
+            codec: Codec::Jpeg,
+            checksum: Checksum(xxhash_rust::xxh3::xxh3_64(&payload)),
+            payload,
+            decoded_len: 96 * 64 * 3,
+            layout: PixelLayout::RGB,
+            depth: None,
+            jpeg: Some(JpegEntry {
+                quality: None,
+                decode_scratch: jpeg::max_decode_scratch(96, 64),
+            }),
+        })
+        .unwrap();
+        w.finish(SourceInfo {
+            path: "test".into(),
+            format: ramsplat::dataset::Format::Colmap,
+            missing_images: vec![],
+            max_width: None,
+            downscale: None,
+            test_every: None,
+            images: None,
+            depths: None,
+            points: None,
+        })
+        .unwrap();
+        let p = Pack::open(&out).unwrap();
+        let mut buf = vec![0u8; 96 * 64 * 3];
+        let e = p.read_view_into(0, &mut buf).unwrap_err().to_string();
+        assert!(e.contains(want) && e.contains(&format!("{name}.jpg")), "{name}: {e}");
+    }
+}
+
+#[test]
+fn strip_drops_metadata_and_trailing_data_and_keeps_what_decodes() {
+    let pixels = picture(40, 24, 3);
+    let plain = encode(&pixels, 40, 24, jpeg_encoder::SamplingFactor::F_2_2, false, false);
+    // An EXIF-sized APP1 and a comment after SOI, and a motion photo's video after EOI.
+    let mut dressed = plain[..2].to_vec();
+    let app1 = [&[0xFF, 0xE1, 0x03, 0xEA][..], &b"Exif\0\0"[..], &[7u8; 994][..]].concat();
+    dressed.extend_from_slice(&app1);
+    dressed.extend_from_slice(&[0xFF, 0xFE, 0x00, 0x07, b'h', b'e', b'l', b'l', b'o']);
+    dressed.extend_from_slice(&plain[2..]);
+    dressed.extend_from_slice(&[0x42; 5000]);
+    let (frame, kept) = jpeg::strip(&dressed).unwrap();
+    assert_eq!(kept, plain);
+    assert_eq!((frame.width, frame.height, frame.scans), (40, 24, 1));
+    assert_eq!(frame.sampling, vec![(2, 2), (1, 1), (1, 1)]);
+    assert!(frame.streams());
+    assert_eq!(jpeg::frame(&dressed).unwrap(), frame);
+}
+
+#[test]
+fn views_with_transparency_are_stored_as_png_under_the_jpeg_codec() {
+    use ramsplat::dataset::Split;
+    use ramsplat::shard::writer::{encode_view_as, Encoding};
+    use ramsplat::shard::PixelLayout;
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dataset(dir.path(), ImageFormat::Jpg);
+    let camera = {
+        let out = dir.path().join("p");
+        pack(&ds, &out, Codec::Jpeg, Resize::None);
+        Pack::open(&out).unwrap().manifest().views[0].camera
+    };
+    let layout = PixelLayout {
+        alpha: true,
+        ..PixelLayout::RGB
+    };
+    let rgba: Vec<u8> = (0..96 * 64 * 4).map(|i| (i % 251) as u8).collect();
+    let encoding = Encoding {
+        codec: Codec::Jpeg,
+        zstd_level: 3,
+        jpeg_quality: 95,
+    };
+    let v = encode_view_as("a.png", &camera, Split::Train, &rgba, layout, None, &encoding, None)
+        .unwrap();
+    assert_eq!((v.codec, v.jpeg), (Codec::Png, None));
 }
