@@ -14,6 +14,10 @@
 //! every view a test view (`--test-every 1`, or a 1-view dataset under the default
 //! `--test-every 8`: pass `--test-every 0`), or every camera at one position (scene extent 0).
 //!
+//! Under `--codec jpeg` a worker also reads the view's source file and hands it to the writer
+//! ([`encode_view_as`]), which keeps its compressed data only if it decodes to exactly the
+//! prepared pixels; [`JpegReport`] counts what was kept and what was encoded.
+//!
 //! `--points FILE` replaces the dataset's own points with another cloud's
 //! ([`import::ImportedScene::replace_points`]). Every convert then
 //! reads a sample of the sealed pack's initial points back and says how many its views see

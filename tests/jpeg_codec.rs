@@ -40,11 +40,21 @@ fn encode(
     enc.set_progressive(progressive);
     if grey {
         let luma: Vec<u8> = pixels.chunks_exact(3).map(|p| p[1]).collect();
-        enc.encode(&luma, width as u16, height as u16, jpeg_encoder::ColorType::Luma)
-            .unwrap();
+        enc.encode(
+            &luma,
+            width as u16,
+            height as u16,
+            jpeg_encoder::ColorType::Luma,
+        )
+        .unwrap();
     } else {
-        enc.encode(pixels, width as u16, height as u16, jpeg_encoder::ColorType::Rgb)
-            .unwrap();
+        enc.encode(
+            pixels,
+            width as u16,
+            height as u16,
+            jpeg_encoder::ColorType::Rgb,
+        )
+        .unwrap();
     }
     out
 }
@@ -54,16 +64,28 @@ fn decode_scratch_bounds_the_decoders_heap() {
     use jpeg_encoder::SamplingFactor as S;
     for &(w, h) in &[(16u32, 16u32), (640, 480), (1601, 1067)] {
         let pixels = picture(w, h, 1);
-        for sampling in [S::F_1_1, S::F_2_1, S::F_1_2, S::F_2_2, S::F_4_1, S::F_1_4, S::F_4_2, S::F_2_4, S::R_4_4_0, S::R_4_2_0, S::R_4_1_1, S::R_4_2_1] {
+        for sampling in [
+            S::F_1_1,
+            S::F_2_1,
+            S::F_1_2,
+            S::F_2_2,
+            S::F_4_1,
+            S::F_1_4,
+            S::F_4_2,
+            S::F_2_4,
+            S::R_4_4_0,
+            S::R_4_2_0,
+            S::R_4_1_1,
+            S::R_4_2_1,
+        ] {
             for progressive in [false, true] {
                 for grey in [false, true] {
                     let data = encode(&pixels, w, h, sampling, progressive, grey);
                     let frame = jpeg::frame(&data).unwrap();
                     let bound = jpeg::decode_scratch(&frame);
                     let mut out = vec![0u8; (w * h * 3) as usize];
-                    let (r, heap) = heap::measured(|| {
-                        jpeg::decode_rgb_into(&data, w, h, bound, &mut out)
-                    });
+                    let (r, heap) =
+                        heap::measured(|| jpeg::decode_rgb_into(&data, w, h, bound, &mut out));
                     r.unwrap().unwrap();
                     println!(
                         "{w}x{h} {sampling:?} prog={progressive} grey={grey} scans={} peak={} bound={} ratio={:.2}",
@@ -101,7 +123,12 @@ fn dataset(dir: &Path, image_format: ImageFormat) -> std::path::PathBuf {
     out
 }
 
-fn pack(input: &Path, output: &Path, codec: Codec, resize: Resize) -> ramsplat::pack::ConvertReport {
+fn pack(
+    input: &Path,
+    output: &Path,
+    codec: Codec,
+    resize: Resize,
+) -> ramsplat::pack::ConvertReport {
     let opts = ConvertOptions {
         codec,
         resize: Some(resize),
@@ -165,6 +192,7 @@ fn kept_source_jpegs_read_back_as_the_pixels_zstd_packs() {
         let mut out = vec![0u8; j.manifest().views[i].decoded_len()];
         let (r, heap) = heap::measured(|| j.read_view_into(i, &mut out));
         r.unwrap().unwrap();
+        assert!(heap.largest <= j.decode_scratch(i), "view {i}: {heap:?}");
         assert!(
             heap.peak as usize <= j.decode_scratch(i),
             "view {i}: {} bytes allocated, {} planned",
@@ -231,7 +259,8 @@ fn open_error(pack: &Path) -> String {
 #[test]
 fn damaged_jpeg_manifests_are_refused_naming_the_view() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, &dyn Fn(&mut serde_json::Value), &str); 4] = [
+    type Edit = dyn Fn(&mut serde_json::Value);
+    let cases: [(&str, &Edit, &str); 4] = [
         (
             "no-entry",
             &|m| {
@@ -268,11 +297,16 @@ fn damaged_jpeg_manifests_are_refused_naming_the_view() {
 fn a_jpeg_needing_more_scratch_than_planned_is_refused_before_decoding() {
     let dir = tempfile::tempdir().unwrap();
     let pack = jpeg_pack(dir.path(), "low-scratch");
-    edit_manifest(&pack, |m| m["views"][1]["jpeg"]["decode_scratch"] = 1000.into());
+    edit_manifest(&pack, |m| {
+        m["views"][1]["jpeg"]["decode_scratch"] = 1000.into()
+    });
     let p = Pack::open(&pack).unwrap();
     let mut out = vec![0u8; p.manifest().views[1].decoded_len()];
     let e = p.read_view_into(1, &mut out).unwrap_err().to_string();
-    assert!(e.contains("more than the 1000 the pack's manifest plans"), "{e}");
+    assert!(
+        e.contains("more than the 1000 the pack's manifest plans"),
+        "{e}"
+    );
     assert!(e.contains(&p.manifest().views[1].name), "{e}");
     // The other views read as before.
     let mut out = vec![0u8; p.manifest().views[0].decoded_len()];
@@ -281,9 +315,9 @@ fn a_jpeg_needing_more_scratch_than_planned_is_refused_before_decoding() {
 
 #[test]
 fn damaged_jpeg_payloads_are_decode_errors_naming_the_view() {
+    use ramsplat::dataset::Split;
     use ramsplat::shard::writer::{EncodedView, PackWriter, WriterOptions};
     use ramsplat::shard::{Checksum, JpegEntry, PixelLayout, SourceInfo};
-    use ramsplat::dataset::Split;
     let dir = tempfile::tempdir().unwrap();
     let good = Pack::open(&jpeg_pack(dir.path(), "good")).unwrap();
     let camera = good.manifest().views[0].camera;
@@ -297,12 +331,23 @@ fn damaged_jpeg_payloads_are_decode_errors_naming_the_view() {
     let truncated = kept[..kept.len() / 2].to_vec();
     let mut wrong_size = kept.clone();
     // The frame header's width (SOF0 is the only frame marker; its width follows the height).
-    let sof = wrong_size.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
+    let sof = wrong_size
+        .windows(2)
+        .position(|w| w == [0xFF, 0xC0])
+        .unwrap();
     wrong_size[sof + 7..sof + 9].copy_from_slice(&80u16.to_be_bytes());
     let cases: [(&str, Vec<u8>, &str); 3] = [
-        ("garbage", b"\xFF\xD8 not a JPEG".to_vec(), "expected a marker"),
+        (
+            "garbage",
+            b"\xFF\xD8 not a JPEG".to_vec(),
+            "expected a marker",
+        ),
         ("truncated", truncated, "ends inside scan data"),
-        ("wrong-size", wrong_size, "the JPEG is 80x64, the view 96x64"),
+        (
+            "wrong-size",
+            wrong_size,
+            "the JPEG is 80x64, the view 96x64",
+        ),
     ];
     for (name, payload, want) in cases {
         let out = dir.path().join(format!("bad-{name}"));
@@ -342,17 +387,32 @@ fn damaged_jpeg_payloads_are_decode_errors_naming_the_view() {
         let p = Pack::open(&out).unwrap();
         let mut buf = vec![0u8; 96 * 64 * 3];
         let e = p.read_view_into(0, &mut buf).unwrap_err().to_string();
-        assert!(e.contains(want) && e.contains(&format!("{name}.jpg")), "{name}: {e}");
+        assert!(
+            e.contains(want) && e.contains(&format!("{name}.jpg")),
+            "{name}: {e}"
+        );
     }
 }
 
 #[test]
 fn strip_drops_metadata_and_trailing_data_and_keeps_what_decodes() {
     let pixels = picture(40, 24, 3);
-    let plain = encode(&pixels, 40, 24, jpeg_encoder::SamplingFactor::F_2_2, false, false);
+    let plain = encode(
+        &pixels,
+        40,
+        24,
+        jpeg_encoder::SamplingFactor::F_2_2,
+        false,
+        false,
+    );
     // An EXIF-sized APP1 and a comment after SOI, and a motion photo's video after EOI.
     let mut dressed = plain[..2].to_vec();
-    let app1 = [&[0xFF, 0xE1, 0x03, 0xEA][..], &b"Exif\0\0"[..], &[7u8; 994][..]].concat();
+    let app1 = [
+        &[0xFF, 0xE1, 0x03, 0xEA][..],
+        &b"Exif\0\0"[..],
+        &[7u8; 994][..],
+    ]
+    .concat();
     dressed.extend_from_slice(&app1);
     dressed.extend_from_slice(&[0xFF, 0xFE, 0x00, 0x07, b'h', b'e', b'l', b'l', b'o']);
     dressed.extend_from_slice(&plain[2..]);
@@ -387,7 +447,57 @@ fn views_with_transparency_are_stored_as_png_under_the_jpeg_codec() {
         zstd_level: 3,
         jpeg_quality: 95,
     };
-    let v = encode_view_as("a.png", &camera, Split::Train, &rgba, layout, None, &encoding, None)
-        .unwrap();
+    let v = encode_view_as(
+        "a.png",
+        &camera,
+        Split::Train,
+        &rgba,
+        layout,
+        None,
+        &encoding,
+        None,
+    )
+    .unwrap();
     assert_eq!((v.codec, v.jpeg), (Codec::Png, None));
+}
+
+#[test]
+fn a_rotated_source_jpeg_is_encoded_not_kept() {
+    // Orientation 3 (180°) keeps the size, so only the byte comparison can tell that the packed
+    // pixels are not the file's decode: keeping the file would store the photo upside down.
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dataset(dir.path(), ImageFormat::Jpg);
+    let path = ds.join("images").join("00001.jpg");
+    let upright = image::open(&path).unwrap().to_rgb8();
+    let exif_rotate_180: [u8; 26] = [
+        0x49, 0x49, 0x2A, 0x00, 0x08, 0x00, 0x00, 0x00, // TIFF header, IFD at 8
+        0x01, 0x00, // one entry
+        0x12, 0x01, 0x03, 0x00, 0x01, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00,
+        0x00, // orientation 3
+        0x00, 0x00, 0x00, 0x00, // no next IFD
+    ];
+    let mut rotated = Vec::new();
+    let mut enc = jpeg_encoder::Encoder::new(&mut rotated, 95);
+    enc.add_exif_metadata(&exif_rotate_180).unwrap();
+    enc.encode(upright.as_raw(), 96, 64, jpeg_encoder::ColorType::Rgb)
+        .unwrap();
+    std::fs::write(&path, rotated).unwrap();
+
+    pack(&ds, &dir.path().join("zstd"), Codec::Zstd, Resize::None);
+    let report = pack(&ds, &dir.path().join("jpeg"), Codec::Jpeg, Resize::None)
+        .jpeg
+        .unwrap();
+    assert_eq!((report.kept, report.encoded), (5, 1));
+    let (z, j) = (
+        Pack::open(&dir.path().join("zstd")).unwrap(),
+        Pack::open(&dir.path().join("jpeg")).unwrap(),
+    );
+    let v = &j.manifest().views[1];
+    assert_eq!(
+        (v.name.as_str(), v.jpeg.unwrap().quality),
+        ("00001.jpg", Some(95))
+    );
+    let (a, b) = (&views(&z)[1], &views(&j)[1]);
+    let colour = v.layout().pixel_bytes(96, 64);
+    assert!(psnr(&a[..colour], &b[..colour]) > 37.0);
 }

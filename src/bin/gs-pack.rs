@@ -61,10 +61,9 @@ enum Command {
         /// other views encoded at --jpeg-quality, which is lossy).
         #[arg(long, value_enum, default_value = "zstd")]
         codec: Codec,
-        /// Quality (1-100) of the views --codec jpeg has to encode (4:4:4 chroma).
-        #[arg(long, value_name = "Q", default_value_t = ramsplat::shard::writer::DEFAULT_JPEG_QUALITY,
-              value_parser = clap::value_parser!(u8).range(1..=100))]
-        jpeg_quality: u8,
+        /// Quality (1-100) of the views --codec jpeg has to encode (4:4:4 chroma; default 95).
+        #[arg(long, value_name = "Q", value_parser = clap::value_parser!(u8).range(1..=100))]
+        jpeg_quality: Option<u8>,
         /// Start a new shard file past this size.
         #[arg(long, default_value = "512M", value_parser = parse_size_arg)]
         shard_size: u64,
@@ -231,11 +230,18 @@ fn main() -> ExitCode {
                 (Some(w), None) => Some(Resize::MaxWidth(w)),
                 (None, None) => None,
             };
+            if jpeg_quality.is_some() && codec != Codec::Jpeg {
+                eprintln!(
+                    "error: --jpeg-quality applies to --codec jpeg only (the codec is {})",
+                    format!("{codec:?}").to_lowercase()
+                );
+                return ExitCode::from(2);
+            }
             let mut opts = ConvertOptions {
                 format,
                 resize,
                 codec,
-                jpeg_quality,
+                jpeg_quality: jpeg_quality.unwrap_or(ramsplat::shard::writer::DEFAULT_JPEG_QUALITY),
                 shard_size,
                 test_every,
                 force,
@@ -505,6 +511,19 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
         .iter()
         .map(|v| format!("{:?}", v.codec).to_lowercase())
         .collect();
+    // Views stored as JPEG: kept as their source file, or encoded at a quality.
+    let kept = m
+        .views
+        .iter()
+        .filter(|v| v.jpeg.is_some_and(|j| j.quality.is_none()))
+        .count();
+    let qualities: std::collections::BTreeSet<u8> =
+        m.views.iter().filter_map(|v| v.jpeg?.quality).collect();
+    let encoded = m
+        .views
+        .iter()
+        .filter(|v| v.jpeg.is_some_and(|j| j.quality.is_some()))
+        .count();
     if json {
         let v = serde_json::json!({
             "pack": path.display().to_string(),
@@ -524,6 +543,8 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             "points_in_view": in_view,
             "scene_extent": m.scene.extent,
             "codecs": codecs,
+            "jpeg_views": (kept + encoded > 0).then(|| serde_json::json!({
+                "kept": kept, "encoded": encoded, "qualities": qualities})),
             "shards": m.shards.len(),
             "bytes_on_disk": m.bytes_on_disk(),
             "decoded_bytes": m.decoded_bytes(),
@@ -604,6 +625,22 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
         "codec       {}",
         codecs.into_iter().collect::<Vec<_>>().join(", ")
     )?;
+    if kept + encoded > 0 {
+        let q = qualities
+            .iter()
+            .map(|q| q.to_string())
+            .collect::<Vec<_>>()
+            .join("/");
+        writeln!(
+            o,
+            "jpeg        {kept} views kept as their source JPEG (lossless), {encoded} encoded{}",
+            if encoded > 0 {
+                format!(" at quality {q}")
+            } else {
+                String::new()
+            }
+        )?;
+    }
     writeln!(
         o,
         "on disk     {} in {} shards",

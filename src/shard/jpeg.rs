@@ -147,7 +147,11 @@ fn walk(jpeg: &[u8], mut out: Option<&mut Vec<u8>>) -> Result<Frame, String> {
             .get(i + 2..i + 4)
             .map(|b| u16::from_be_bytes([b[0], b[1]]) as usize)
             .filter(|&len| len >= 2 && i + 2 + len <= jpeg.len())
-            .ok_or_else(|| bad(format!("marker 0x{marker:02X} at byte {i} has a bad length")))?;
+            .ok_or_else(|| {
+                bad(format!(
+                    "marker 0x{marker:02X} at byte {i} has a bad length"
+                ))
+            })?;
         let segment = &jpeg[i..i + 2 + len];
         let body = &segment[4..];
         let keep = match marker {
@@ -215,9 +219,7 @@ fn walk(jpeg: &[u8], mut out: Option<&mut Vec<u8>>) -> Result<Frame, String> {
             loop {
                 match jpeg.get(i..i + 2) {
                     None => return Err(bad("the file ends inside scan data")),
-                    Some([0xFF, m]) if *m != 0 && !(0xD0..=0xD7).contains(m) && *m != 0xFF => {
-                        break
-                    }
+                    Some([0xFF, m]) if *m != 0 && !(0xD0..=0xD7).contains(m) && *m != 0xFF => break,
                     _ => i += 1,
                 }
             }

@@ -68,6 +68,13 @@
 //!   payloads encode the concatenation; a PNG payload appends a 16-bit greyscale PNG of the
 //!   plane after the colour (and mask) PNGs, each but the last preceded by its `u32` length.
 //!   Added without a version bump for the reasons above.
+//!   A **JPEG** payload (codec 3, format version 2; RGB views only) is framed as a PNG
+//!   payload, with a baseline or progressive JPEG in place of the colour PNG: `u32 n` and
+//!   the `n`-byte JPEG when a mask or depth plane follows (those stay PNG, lossless), else the
+//!   JPEG alone. It decodes to RGB8 (a greyscale JPEG's value in all three channels) with the
+//!   [`jpeg`] module's strict decoder; the manifest's [`ViewEntry::jpeg`] says whether it is
+//!   the source file's own data (decoding to exactly the pixels another codec would hold) or
+//!   an encoding at some quality, and bounds what decoding it allocates.
 //!   [`PixelLayout`] computes the sizes.
 //! - **point chunk** of `n` points: `xyz` as `n × 3` f32, then `rgb` as `n × 3` u8, zero
 //!   padding to a multiple of 4, then (flag bit 0) `n` i32 labels, then (flag bit 1) `n × 3` f32

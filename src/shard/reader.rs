@@ -44,8 +44,8 @@ use crate::resample::{
 
 use super::{
     Checksum, Codec, Manifest, PixelLayout, PointChunkLayout, RecordKind, RecordRef, ShardError,
-    ViewEntry, FOOTER_LEN, FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, OLDEST_FORMAT_VERSION, PAGE, RECORD_HEADER_LEN,
-    RECORD_MAGIC, SHARD_MAGIC,
+    ViewEntry, FOOTER_LEN, FOOTER_MAGIC, FORMAT_VERSION, MANIFEST_FILE, OLDEST_FORMAT_VERSION,
+    PAGE, RECORD_HEADER_LEN, RECORD_MAGIC, SHARD_MAGIC,
 };
 
 /// The widest aligned window a read fault on a file mapping can map at once: fault-around maps

@@ -26,10 +26,10 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::{
-    shard_file_name, Checksum, ChunkEntry, CloudEntry, Codec, DepthScale, Manifest, PixelLayout,
-    PointChunkLayout, RecordKind, RecordRef, SceneInfo, ShardEntry, ShardError, SourceInfo, Split,
-    format_version_for, jpeg, JpegEntry, ViewEntry, FOOTER_MAGIC, MANIFEST_FILE, PAGE, POINTS_PER_CHUNK,
-    RECORD_HEADER_LEN, RECORD_MAGIC, SHARD_MAGIC,
+    format_version_for, jpeg, shard_file_name, Checksum, ChunkEntry, CloudEntry, Codec, DepthScale,
+    JpegEntry, Manifest, PixelLayout, PointChunkLayout, RecordKind, RecordRef, SceneInfo,
+    ShardEntry, ShardError, SourceInfo, Split, ViewEntry, FOOTER_MAGIC, MANIFEST_FILE, PAGE,
+    POINTS_PER_CHUNK, RECORD_HEADER_LEN, RECORD_MAGIC, SHARD_MAGIC,
 };
 use crate::dataset::{PointChunk, PointSource};
 use crate::scene::camera::Camera;
@@ -463,12 +463,7 @@ struct OpenShard {
 }
 
 impl OpenShard {
-    fn create(
-        dir: &Path,
-        index: u32,
-        pack_id: u64,
-        version: u32,
-    ) -> Result<OpenShard, ShardError> {
+    fn create(dir: &Path, index: u32, pack_id: u64, version: u32) -> Result<OpenShard, ShardError> {
         let partial = dir.join(format!("{}.partial", shard_file_name(index)));
         let file = File::create(&partial).map_err(|e| io_err(&partial, e))?;
         let mut shard = OpenShard {

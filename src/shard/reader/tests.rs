@@ -772,7 +772,11 @@ fn a_resized_pack_presents_smaller_views_and_reads_them_resampled() {
     );
     assert_eq!(pack.resample_scratch(1), 0);
     assert_eq!(pack.max_decode_scratch(0..2), pack.resample_scratch(0));
-    assert_eq!(pack.decode_scratch(0), pack.resample_scratch(0), "no JPEG views");
+    assert_eq!(
+        pack.decode_scratch(0),
+        pack.resample_scratch(0),
+        "no JPEG views"
+    );
     pack.verify(&|_, _| {}).unwrap();
 
     let mut got = vec![0u8; 20 * 15 * 3];
