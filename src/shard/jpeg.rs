@@ -318,7 +318,9 @@ pub fn encode_rgb(pixels: &[u8], width: u32, height: u32, quality: u8) -> Result
     let mut out = Vec::new();
     let mut enc = jpeg_encoder::Encoder::new(&mut out, quality);
     enc.set_sampling_factor(jpeg_encoder::SamplingFactor::F_1_1);
-    enc.set_optimized_huffman_tables(true);
+    // Not optimised Huffman tables: the encoder then writes one scan per component, which the
+    // decoder can only turn into pixels after holding the whole image's coefficients.
+    enc.set_optimized_huffman_tables(false);
     enc.encode(pixels, w, h, jpeg_encoder::ColorType::Rgb)
         .map_err(|e| e.to_string())?;
     Ok(out)
