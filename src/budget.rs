@@ -492,6 +492,8 @@ pub struct FloorInputs {
     /// decoded whole at its stored size, then resampled
     /// (`crate::shard::reader::Pack::decode_scratch`); 0 otherwise.
     pub max_decode_scratch: u64,
+    /// What `max_decode_scratch` holds, for the plan ("JPEG decoder", …).
+    pub decode_scratch_what: String,
     /// Records the sampler schedules (its per-epoch tables and the cache index scale with it).
     pub records: usize,
     /// Extra fixed components.
@@ -569,7 +571,8 @@ impl Floor {
                     format_size(margin::FAULT_AROUND_PER_WORKER),
                     if f.max_decode_scratch > 0 {
                         format!(
-                            " + decoding scratch {} (JPEG decoder, stored-size view to resample)",
+                            " + {} {}",
+                            f.decode_scratch_what,
                             format_size(f.max_decode_scratch)
                         )
                     } else {
@@ -891,6 +894,7 @@ mod tests {
             slot_bytes: 6 * MIB,
             max_stored_bytes: 6 * MIB,
             max_decode_scratch: 0,
+            decode_scratch_what: String::new(),
             records: 1000,
             extra: vec![],
             model: None,

@@ -87,11 +87,18 @@ fn decode_scratch_bounds_the_decoders_heap() {
                     let (r, heap) =
                         heap::measured(|| jpeg::decode_rgb_into(&data, w, h, bound, &mut out));
                     r.unwrap().unwrap();
-                    println!(
-                        "{w}x{h} {sampling:?} prog={progressive} grey={grey} scans={} peak={} bound={} ratio={:.2}",
-                        frame.scans, heap.peak, bound, bound as f64 / heap.peak.max(1) as f64
+                    let what = format!(
+                        "{w}x{h} {sampling:?} progressive {progressive} grey {grey}: {} scans, \
+                         {} bytes allocated, {bound} planned",
+                        frame.scans, heap.peak
                     );
-                    assert!(heap.peak as u64 <= bound);
+                    assert!(heap.peak as u64 <= bound, "{what}");
+                    // Holding every coefficient dominates, and the bound follows it closely:
+                    // measured bound / peak 1.06 to 1.93 at 640x480 and above (streamed
+                    // decodes need a few hundred KiB; their bound is 3.8 to 14 times that).
+                    if !frame.streams() && w >= 640 {
+                        assert!(bound as f64 <= 2.5 * heap.peak as f64, "{what}");
+                    }
                 }
             }
         }
@@ -231,7 +238,10 @@ fn reencoded_jpeg_views_stay_close_to_their_pixels() {
                 progressive: false,
                 scans: 1,
             };
-            assert_eq!(v.jpeg.unwrap().decode_scratch, jpeg::decode_scratch(&streaming));
+            assert_eq!(
+                v.jpeg.unwrap().decode_scratch,
+                jpeg::decode_scratch(&streaming)
+            );
             let colour = v.layout().pixel_bytes(v.width(), v.height());
             let db = psnr(&a[..colour], &b[..colour]);
             // Measured 38.5 to 41.3 dB on these views, whose texture is mostly noise (the
@@ -510,4 +520,64 @@ fn a_rotated_source_jpeg_is_encoded_not_kept() {
     let (a, b) = (&views(&z)[1], &views(&j)[1]);
     let colour = v.layout().pixel_bytes(96, 64);
     assert!(psnr(&a[..colour], &b[..colour]) > 37.0);
+}
+
+#[test]
+fn the_cli_reports_kept_and_encoded_views_and_refuses_a_stray_quality() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dataset(dir.path(), ImageFormat::Png);
+    let gs_pack = env!("CARGO_BIN_EXE_gs-pack");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(gs_pack)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let ds = ds.to_str().unwrap();
+    let out = dir.path().join("q80");
+    let out = out.to_str().unwrap();
+
+    let (code, err, _) = run(&["convert", ds, "-o", out, "--jpeg-quality", "80"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--jpeg-quality applies to --codec jpeg only (the codec is zstd)"),
+        "{err}"
+    );
+    assert!(!Path::new(out).exists());
+
+    let (code, err, _) = run(&[
+        "convert",
+        ds,
+        "-o",
+        out,
+        "--codec",
+        "jpeg",
+        "--jpeg-quality",
+        "80",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("views stored as JPEG: 0 kept as their source JPEG, 6 encoded at quality 80"),
+        "{err}"
+    );
+    let (code, _, info) = run(&["info", out]);
+    assert_eq!(code, Some(0));
+    assert!(
+        info.contains(
+            "jpeg        0 views kept as their source JPEG (lossless), 6 encoded at quality 80"
+        ),
+        "{info}"
+    );
+    let (_, _, json) = run(&["info", out, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        v["jpeg_views"],
+        serde_json::json!({"kept": 0, "encoded": 6, "qualities": [80]})
+    );
+    assert_eq!(v["version"], 2);
 }

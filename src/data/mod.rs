@@ -118,6 +118,10 @@ pub trait RecordSource: Send + Sync {
     fn decode_scratch(&self, _record: u32) -> usize {
         0
     }
+    /// What [`RecordSource::decode_scratch`] holds, for the memory plan.
+    fn decode_scratch_what(&self) -> &'static str {
+        "decoding scratch"
+    }
     /// Human name for messages ("view 'IMG_3.jpg' (#3)").
     fn describe(&self, record: u32) -> String;
     /// Scheduling groups (see the module doc); default: one group per record.
@@ -292,6 +296,7 @@ pub fn floor_of(
         slot_bytes,
         max_stored_bytes: max_stored,
         max_decode_scratch: max_scratch as u64,
+        decode_scratch_what: source.decode_scratch_what().to_owned(),
         records: source.len(),
         extra: extras.items,
         model: extras.model,

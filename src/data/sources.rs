@@ -54,6 +54,17 @@ impl RecordSource for PackViews {
     fn decode_scratch(&self, record: u32) -> usize {
         self.pack.decode_scratch(self.view_index(record))
     }
+    fn decode_scratch_what(&self) -> &'static str {
+        let jpeg = self
+            .views
+            .iter()
+            .any(|&i| self.pack.manifest().views[i].jpeg.is_some());
+        match (jpeg, self.pack.resize().is_none()) {
+            (true, true) => "JPEG decoder's scratch",
+            (true, false) => "JPEG decoder's scratch and stored-size view to resample",
+            (false, _) => "stored-size view to resample",
+        }
+    }
     fn describe(&self, record: u32) -> String {
         let i = self.view_index(record);
         format!(

@@ -45,8 +45,9 @@ impl Frame {
 }
 
 /// Heap the decoder may hold at once for a fixed part (the decoder itself, its Huffman and
-/// quantisation tables, the colour converter) regardless of the image size. Measured peak for
-/// a 16×16 baseline image: see the test `decode_scratch_bounds_the_decoders_heap`.
+/// quantisation tables, the colour converter) regardless of the image size. Measured peaks for
+/// a 16×16 image: 2.2 KiB baseline, 3.7 KiB progressive, 7.7 KiB at most over every sampling
+/// layout (the test `decode_scratch_bounds_the_decoders_heap`).
 const FIXED_SCRATCH: u64 = 64 << 10;
 
 /// Bytes the decoder allocates besides the output while decoding a JPEG of `frame` (an upper
@@ -195,8 +196,10 @@ fn walk(jpeg: &[u8], mut out: Option<&mut Vec<u8>>) -> Result<Frame, String> {
             }
             // Huffman tables, quantisation tables, restart interval, number of lines.
             0xC4 | 0xDB | 0xDD | 0xDC => true,
-            // JFIF (APP0) and Adobe (APP14) decide how three components map to RGB.
-            0xE0 | 0xEE => true,
+            // JFIF (APP0) and Adobe (APP14) decide how three components map to RGB; an APP0
+            // that is not JFIF's (a JFXX thumbnail) is metadata.
+            0xE0 => body.starts_with(b"JFIF\0"),
+            0xEE => true,
             // Other application segments (EXIF, XMP, ICC, …) and comments: metadata.
             0xE1..=0xED | 0xEF | 0xFE => false,
             0xDA => {
@@ -206,6 +209,7 @@ fn walk(jpeg: &[u8], mut out: Option<&mut Vec<u8>>) -> Result<Frame, String> {
                 scans += 1;
                 true
             }
+            // A restart marker outside scan data, a second SOI, a reserved marker: damage.
             _ => return Err(bad(format!("unexpected marker 0x{marker:02X} at byte {i}"))),
         };
         if keep {
@@ -241,10 +245,14 @@ fn walk(jpeg: &[u8], mut out: Option<&mut Vec<u8>>) -> Result<Frame, String> {
 }
 
 /// Decoder options shared by the packer's check and the reader: strict, so damaged scan data
-/// is an error rather than grey blocks.
+/// is an error rather than grey blocks; and portable code only (no AVX2/NEON paths), so a
+/// pack reads back as the same pixels on every CPU, not only on one with the packer's
+/// instruction set. Measured on this machine: the scalar and AVX2 paths decode the fox photos
+/// and the synthetic views identically, in the same time (within 1 ms of ~13 ms a photo).
 fn options() -> DecoderOptions {
     DecoderOptions::default()
         .set_strict_mode(true)
+        .set_use_unsafe(false)
         .set_max_width(usize::MAX)
         .set_max_height(usize::MAX)
 }

@@ -63,16 +63,21 @@ pub fn write_tiny_pack(dir: &Path) -> Result<Manifest, WriteError> {
 }
 
 /// Writes the tiny pack's cloud and one 5×3 view of every pixel layout (RGB or RGBA, with or
-/// without a loss mask, with or without an inverse-depth plane) in every codec: 24 views, the
-/// fixture of the shard fuzz target (every decode path of the reader, the PNG framing of masks
-/// and depth planes included). Returns the manifest.
+/// without a loss mask, with or without an inverse-depth plane) in every codec: 32 views (under
+/// JPEG those with alpha are stored as PNG), the fixture of the shard fuzz target (every decode
+/// path of the reader, the PNG and JPEG framing of masks and depth planes included), written as
+/// format version 2. Returns the manifest.
 pub fn write_layouts_pack(dir: &Path) -> Result<Manifest, WriteError> {
     use crate::shard::writer::encode_view_depth;
     use crate::shard::{DepthScale, PixelLayout};
-    let mut w = PackWriter::create(dir, &WriterOptions::default())?;
+    let options = WriterOptions {
+        codec: Codec::Jpeg,
+        ..Default::default()
+    };
+    let mut w = PackWriter::create(dir, &options)?;
     let (width, height) = (5u32, 3u32);
     let mut i = 0u32;
-    for codec in [Codec::Raw, Codec::Zstd, Codec::Png] {
+    for codec in [Codec::Raw, Codec::Zstd, Codec::Png, Codec::Jpeg] {
         for depth in [false, true] {
             for (alpha, mask) in [(false, false), (true, false), (false, true), (true, true)] {
                 let layout = PixelLayout { alpha, mask, depth };
@@ -292,7 +297,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.pack");
         let m = write_layouts_pack(&path).unwrap();
-        assert_eq!(m.views.len(), 24);
+        assert_eq!((m.views.len(), m.version), (32, 2));
         let pack = Pack::open(&path).unwrap();
         pack.verify(&|_, _| {}).unwrap();
         for (i, v) in m.views.iter().enumerate() {
@@ -305,6 +310,13 @@ mod tests {
                 v.depth.map(|d| d.scale),
                 layout.depth.then_some(1.0 + i as f32)
             );
+            let want_codec = match i / 8 {
+                0 => Codec::Raw,
+                1 => Codec::Zstd,
+                3 if !layout.alpha => Codec::Jpeg,
+                _ => Codec::Png,
+            };
+            assert_eq!(v.codec, want_codec, "view {i}");
             let mut out = vec![0u8; v.decoded_len()];
             pack.read_view_into(i, &mut out).unwrap();
             let planes = layout.planes(&out, v.width(), v.height()).unwrap();
