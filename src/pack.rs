@@ -51,6 +51,9 @@ pub struct ConvertOptions {
     pub codec: Codec,
     /// Quality of the views [`Codec::Jpeg`] encodes rather than keeps as their source JPEG.
     pub jpeg_quality: u8,
+    /// Under [`Codec::Jpeg`], store the views that cannot keep their source JPEG with zstd
+    /// (`--lossless`).
+    pub lossless: bool,
     pub shard_size: u64,
     /// Every `n`-th view (indices 0, n, 2n, … in name order, the 3DGS `llffhold` rule) becomes a
     /// test view, unless the dataset assigns splits itself. 0 disables.
@@ -78,6 +81,7 @@ impl Default for ConvertOptions {
             resize: None,
             codec: Codec::Zstd,
             jpeg_quality: crate::shard::writer::DEFAULT_JPEG_QUALITY,
+            lossless: false,
             shard_size: crate::shard::writer::DEFAULT_SHARD_SIZE,
             test_every: 8,
             force: false,
@@ -136,6 +140,8 @@ pub struct JpegReport {
     pub kept: usize,
     /// Views encoded at `quality` (undistorted, resized, rotated, or not from a JPEG).
     pub encoded: usize,
+    /// Views that could not keep their source JPEG, stored with zstd (`--lossless`).
+    pub zstd: usize,
     /// Views with transparency, stored as PNG.
     pub png: usize,
     pub quality: u8,
@@ -147,6 +153,7 @@ impl JpegReport {
         match (view.codec, view.jpeg) {
             (Codec::Jpeg, Some(j)) if j.quality.is_none() => self.kept += 1,
             (Codec::Jpeg, _) => self.encoded += 1,
+            (Codec::Zstd, _) => self.zstd += 1,
             _ => self.png += 1,
         }
     }
@@ -158,6 +165,12 @@ impl JpegReport {
             parts.push(format!(
                 "{} encoded at quality {} (undistorted, resized, rotated or not a JPEG)",
                 self.encoded, self.quality
+            ));
+        }
+        if self.zstd > 0 {
+            parts.push(format!(
+                "{} stored with zstd (--lossless; undistorted, resized, rotated or not a JPEG)",
+                self.zstd
             ));
         }
         if self.png > 0 {
@@ -347,6 +360,7 @@ pub fn convert(
         shard_size: opts.shard_size,
         codec: opts.codec,
         jpeg_quality: opts.jpeg_quality,
+        lossless: opts.lossless,
         force: opts.force,
         ..Default::default()
     };

@@ -466,6 +466,7 @@ fn views_with_transparency_are_stored_as_png_under_the_jpeg_codec() {
         codec: Codec::Jpeg,
         zstd_level: 3,
         jpeg_quality: 95,
+        lossless: false,
     };
     let v = encode_view_as(
         "a.png",
@@ -481,12 +482,10 @@ fn views_with_transparency_are_stored_as_png_under_the_jpeg_codec() {
     assert_eq!((v.codec, v.jpeg), (Codec::Png, None));
 }
 
-#[test]
-fn a_rotated_source_jpeg_is_encoded_not_kept() {
-    // Orientation 3 (180°) keeps the size, so only the byte comparison can tell that the packed
-    // pixels are not the file's decode: keeping the file would store the photo upside down.
-    let dir = tempfile::tempdir().unwrap();
-    let ds = dataset(dir.path(), ImageFormat::Jpg);
+/// Rewrites view 1's image of the JPEG dataset in `dir` as the same pixels stored upside down
+/// under EXIF orientation 3 (180°), and returns the dataset.
+fn dataset_with_a_rotated_view(dir: &Path) -> std::path::PathBuf {
+    let ds = dataset(dir, ImageFormat::Jpg);
     let path = ds.join("images").join("00001.jpg");
     let upright = image::open(&path).unwrap().to_rgb8();
     let exif_rotate_180: [u8; 26] = [
@@ -502,7 +501,15 @@ fn a_rotated_source_jpeg_is_encoded_not_kept() {
     enc.encode(upright.as_raw(), 96, 64, jpeg_encoder::ColorType::Rgb)
         .unwrap();
     std::fs::write(&path, rotated).unwrap();
+    ds
+}
 
+#[test]
+fn a_rotated_source_jpeg_is_encoded_not_kept() {
+    // Orientation 3 (180°) keeps the size, so only the byte comparison can tell that the packed
+    // pixels are not the file's decode: keeping the file would store the photo upside down.
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dataset_with_a_rotated_view(dir.path());
     pack(&ds, &dir.path().join("zstd"), Codec::Zstd, Resize::None);
     let report = pack(&ds, &dir.path().join("jpeg"), Codec::Jpeg, Resize::None)
         .jpeg
@@ -549,6 +556,26 @@ fn the_cli_reports_kept_and_encoded_views_and_refuses_a_stray_quality() {
         "{err}"
     );
     assert!(!Path::new(out).exists());
+    let (code, err, _) = run(&["convert", ds, "-o", out, "--lossless"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--lossless applies to --codec jpeg only"),
+        "{err}"
+    );
+    let (code, err, _) = run(&[
+        "convert",
+        ds,
+        "-o",
+        out,
+        "--codec",
+        "jpeg",
+        "--lossless",
+        "--jpeg-quality",
+        "80",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+    assert!(!Path::new(out).exists());
 
     let (code, err, _) = run(&[
         "convert",
@@ -580,4 +607,35 @@ fn the_cli_reports_kept_and_encoded_views_and_refuses_a_stray_quality() {
         serde_json::json!({"kept": 0, "encoded": 6, "qualities": [80]})
     );
     assert_eq!(v["version"], 2);
+}
+
+#[test]
+fn lossless_keeps_what_it_can_and_stores_the_rest_with_zstd() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dataset_with_a_rotated_view(dir.path());
+    pack(&ds, &dir.path().join("zstd"), Codec::Zstd, Resize::None);
+    let opts = ConvertOptions {
+        codec: Codec::Jpeg,
+        lossless: true,
+        resize: Some(Resize::None),
+        depths: Some("depths".into()),
+        workers: 2,
+        ..Default::default()
+    };
+    let report = convert(&ds, &dir.path().join("lossless"), &opts, &|_| {})
+        .unwrap()
+        .jpeg
+        .unwrap();
+    assert_eq!(
+        (report.kept, report.encoded, report.zstd, report.png),
+        (5, 0, 1, 0)
+    );
+    let (z, l) = (
+        Pack::open(&dir.path().join("zstd")).unwrap(),
+        Pack::open(&dir.path().join("lossless")).unwrap(),
+    );
+    let v = &l.manifest().views[1];
+    assert_eq!((v.codec, v.jpeg), (Codec::Zstd, None));
+    // Every view, kept or not, reads back as the zstd pack's bytes.
+    assert_eq!(views(&z), views(&l));
 }

@@ -64,6 +64,10 @@ enum Command {
         /// Quality (1-100) of the views --codec jpeg has to encode (4:4:4 chroma; default 95).
         #[arg(long, value_name = "Q", value_parser = clap::value_parser!(u8).range(1..=100))]
         jpeg_quality: Option<u8>,
+        /// With --codec jpeg: store the views that cannot keep their source JPEG with zstd
+        /// instead of encoding them, so no view loses anything.
+        #[arg(long, conflicts_with = "jpeg_quality")]
+        lossless: bool,
         /// Start a new shard file past this size.
         #[arg(long, default_value = "512M", value_parser = parse_size_arg)]
         shard_size: u64,
@@ -214,6 +218,7 @@ fn main() -> ExitCode {
             downscale,
             codec,
             jpeg_quality,
+            lossless,
             shard_size,
             test_every,
             force,
@@ -230,9 +235,13 @@ fn main() -> ExitCode {
                 (Some(w), None) => Some(Resize::MaxWidth(w)),
                 (None, None) => None,
             };
-            if jpeg_quality.is_some() && codec != Codec::Jpeg {
+            let stray = [
+                ("--jpeg-quality", jpeg_quality.is_some()),
+                ("--lossless", lossless),
+            ];
+            if let Some((flag, _)) = stray.iter().find(|(_, set)| *set && codec != Codec::Jpeg) {
                 eprintln!(
-                    "error: --jpeg-quality applies to --codec jpeg only (the codec is {})",
+                    "error: {flag} applies to --codec jpeg only (the codec is {})",
                     format!("{codec:?}").to_lowercase()
                 );
                 return ExitCode::from(2);
@@ -242,6 +251,7 @@ fn main() -> ExitCode {
                 resize,
                 codec,
                 jpeg_quality: jpeg_quality.unwrap_or(ramsplat::shard::writer::DEFAULT_JPEG_QUALITY),
+                lossless,
                 shard_size,
                 test_every,
                 force,

@@ -55,6 +55,8 @@ pub struct WriterOptions {
     pub zstd_level: i32,
     /// Quality (1 to 100) of views [`Codec::Jpeg`] encodes rather than keeps.
     pub jpeg_quality: u8,
+    /// Under [`Codec::Jpeg`], store views that cannot keep their source JPEG with zstd.
+    pub lossless: bool,
     /// Replace an existing pack at the destination.
     pub force: bool,
 }
@@ -66,6 +68,7 @@ impl Default for WriterOptions {
             codec: Codec::Zstd,
             zstd_level: DEFAULT_ZSTD_LEVEL,
             jpeg_quality: DEFAULT_JPEG_QUALITY,
+            lossless: false,
             force: false,
         }
     }
@@ -196,6 +199,7 @@ pub fn encode_view_depth(
         codec,
         zstd_level,
         jpeg_quality: DEFAULT_JPEG_QUALITY,
+        lossless: false,
     };
     encode_view_as(name, camera, split, bytes, layout, depth, &encoding, None)
 }
@@ -207,6 +211,9 @@ pub struct Encoding {
     pub zstd_level: i32,
     /// Quality of views [`Codec::Jpeg`] encodes rather than keeps.
     pub jpeg_quality: u8,
+    /// Under [`Codec::Jpeg`], store the views that cannot keep their source JPEG with zstd
+    /// instead of encoding them: no view loses anything.
+    pub lossless: bool,
 }
 
 impl WriterOptions {
@@ -216,6 +223,7 @@ impl WriterOptions {
             codec: self.codec,
             zstd_level: self.zstd_level,
             jpeg_quality: self.jpeg_quality,
+            lossless: self.lossless,
         }
     }
 }
@@ -223,8 +231,9 @@ impl WriterOptions {
 /// [`encode_view_depth`] with every setting, and for [`Codec::Jpeg`] the view's source file
 /// (`source_jpeg`, its bytes as read, when it is a JPEG): its compressed data is kept (metadata
 /// removed, [`jpeg::strip`]) when decoding the kept bytes gives exactly the view's pixels, and
-/// the pixels are encoded at `encoding.jpeg_quality` otherwise. A view with transparency is
-/// stored as PNG under [`Codec::Jpeg`] (JPEG has no alpha channel). Pure and thread-safe.
+/// the pixels are encoded at `encoding.jpeg_quality` otherwise, or with `encoding.lossless`
+/// stored with zstd. A view with transparency is stored as PNG under [`Codec::Jpeg`] (JPEG
+/// has no alpha channel). Pure and thread-safe.
 #[allow(clippy::too_many_arguments)]
 pub fn encode_view_as(
     name: &str,
@@ -236,10 +245,6 @@ pub fn encode_view_as(
     encoding: &Encoding,
     source_jpeg: Option<&[u8]>,
 ) -> Result<EncodedView, WriteError> {
-    let codec = match encoding.codec {
-        Codec::Jpeg if layout.alpha => Codec::Png,
-        c => c,
-    };
     let bad = |msg: String| WriteError::BadView {
         name: name.to_owned(),
         msg,
@@ -277,6 +282,17 @@ pub fn encode_view_as(
             layout.len(camera.width, camera.height)
         )));
     };
+    let kept = match (encoding.codec, source_jpeg) {
+        (Codec::Jpeg, Some(source)) if !layout.alpha => {
+            keep_source_jpeg(source, camera, planes.pixels)
+        }
+        _ => None,
+    };
+    let codec = match encoding.codec {
+        Codec::Jpeg if layout.alpha => Codec::Png,
+        Codec::Jpeg if kept.is_none() && encoding.lossless => Codec::Zstd,
+        c => c,
+    };
     let png = |data: &[u8], colour: image::ExtendedColorType, out: &mut Vec<u8>| {
         let enc = image::codecs::png::PngEncoder::new(out);
         image::ImageEncoder::write_image(enc, data, camera.width, camera.height, colour)
@@ -299,7 +315,6 @@ pub fn encode_view_as(
                 png(planes.pixels, colour, &mut out)?;
                 parts.push(out);
             } else {
-                let kept = source_jpeg.and_then(|s| keep_source_jpeg(s, camera, planes.pixels));
                 let (frame, data, quality) = match kept {
                     Some((frame, kept)) => (frame, kept, None),
                     None => {
