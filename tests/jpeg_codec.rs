@@ -1,7 +1,9 @@
 //! `gs-pack convert --codec jpeg`: kept source JPEGs read back as exactly the pixels zstd
 //! packs, encoded views stay close to theirs, masks and depth planes stay lossless, the
 //! decoder's heap stays within the bound the memory plan reserves, and damaged JPEG records
-//! and manifests are refused with an error that names the view.
+//! and manifests are refused with an error that names the view. Also the decode scratch of
+//! a view read at a run's resolution, in any codec: the allocator here counts the reading
+//! thread alone, so the figure is exact whatever other tests do meanwhile.
 
 #[path = "common/heap.rs"]
 mod heap;
@@ -638,4 +640,52 @@ fn lossless_keeps_what_it_can_and_stores_the_rest_with_zstd() {
     assert_eq!((v.codec, v.jpeg), (Codec::Zstd, None));
     // Every view, kept or not, reads back as the zstd pack's bytes.
     assert_eq!(views(&z), views(&l));
+}
+
+/// A view read at a run's resolution (`gs-train -r 2`) holds, besides the caller's buffer, at
+/// most what the plan reserves for it (`Pack::decode_scratch`, in each worker's decode scratch
+/// and in evaluation): the view decoded at its stored size, one row accumulator, and for a
+/// JPEG view the decoder's scratch.
+#[test]
+fn reading_a_view_at_a_run_resolution_stays_within_its_scratch() {
+    use ramsplat::dataset::Split;
+    use ramsplat::shard::writer::{PackWriter, WriterOptions};
+    use ramsplat::shard::SourceInfo;
+    use ramsplat::synth::packs::centred_camera;
+    let dir = tempfile::tempdir().unwrap();
+    let (w, h) = (640u32, 480u32);
+    let pixels = picture(w, h, 5);
+    let cam = centred_camera(w, h, ramsplat::scene::camera::Pose::IDENTITY);
+    for codec in [Codec::Raw, Codec::Jpeg] {
+        let path = dir.path().join(format!("{codec:?}"));
+        let options = WriterOptions {
+            codec,
+            ..Default::default()
+        };
+        let mut writer = PackWriter::create(&path, &options).unwrap();
+        writer
+            .add_view("v.png", &cam, Split::Train, &pixels)
+            .unwrap();
+        writer.finish(SourceInfo::generated("one view")).unwrap();
+        for resize in [Resize::None, Resize::Downscale(2), Resize::MaxWidth(500)] {
+            let pack = Pack::open(&path).unwrap().resized(resize);
+            let scratch = pack.decode_scratch(0);
+            let mut out = vec![0u8; pack.manifest().views[0].decoded_len()];
+            let (r, heap) = heap::measured(|| pack.read_view_into(0, &mut out));
+            r.unwrap().unwrap();
+            let what = format!(
+                "{codec:?} {resize}: {} B held, {scratch} B planned",
+                heap.peak
+            );
+            if !resize.is_none() {
+                assert!(
+                    heap.peak as usize >= pixels.len(),
+                    "{what}: the stored view is decoded whole"
+                );
+            }
+            // Besides the scratch, the read formats one short string (the record's name for
+            // its error messages): small churn the plan's allocator margin covers.
+            assert!(heap.peak as usize <= scratch + 256, "{what}");
+        }
+    }
 }
