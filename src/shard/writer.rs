@@ -17,7 +17,10 @@
 //! after the new one is in place.
 //!
 //! Encoding is split from writing ([`encode_view`] is a pure function), so the pack pipeline can
-//! encode views on several threads and append them in order on one.
+//! encode views on several threads and append them in order on one. [`encode_view_as`] is the
+//! whole of it: under [`Codec::Jpeg`] it keeps a source JPEG only when the kept bytes decode to
+//! exactly the view's pixels (see [`super::jpeg`]). The shards' format version follows the
+//! writer's codec ([`super::format_version_for`]): 2 for JPEG packs, 1 otherwise.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
