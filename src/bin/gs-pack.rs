@@ -58,7 +58,8 @@ enum Command {
         /// How view pixels are stored: zstd (lossless, fast to decode), png (lossless,
         /// smaller, slower), raw, or jpeg (smallest: a source JPEG's own compressed data where
         /// the view is packed as the file decodes, i.e. no undistortion, resize or rotation;
-        /// other views encoded at --jpeg-quality, which is lossy).
+        /// other views encoded at --jpeg-quality, which is lossy, or stored with zstd under
+        /// --lossless).
         #[arg(long, value_enum, default_value = "zstd")]
         codec: Codec,
         /// Quality (1-100) of the views --codec jpeg has to encode (4:4:4 chroma; default 95).

@@ -312,7 +312,7 @@ pub enum Codec {
     Png,
     /// A source JPEG's own compressed data where the view's pixels are its decode (lossless
     /// with respect to the source), otherwise the packed pixels encoded at --jpeg-quality
-    /// (lossy): the smallest packs. Views with transparency are stored as PNG. Masks and
+    /// (lossy; with --lossless stored with zstd instead): the smallest packs. Views with transparency are stored as PNG. Masks and
     /// depth planes are always lossless (PNG).
     Jpeg,
 }
