@@ -364,7 +364,6 @@ pub fn convert(
         force: opts.force,
         ..Default::default()
     };
-    let encoding = writer_opts.encoding();
     let mut jpeg_report = (opts.codec == Codec::Jpeg).then_some(JpegReport {
         quality: opts.jpeg_quality,
         ..Default::default()
@@ -388,7 +387,7 @@ pub fn convert(
         for _ in 0..workers {
             let tx = tx.clone();
             let (next, abort, written, turn) = (&next, &abort, &written, &turn);
-            let splits = &splits;
+            let (splits, writer_opts) = (&splits, &writer_opts);
             s.spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 if i >= total || abort.load(Ordering::SeqCst) {
@@ -409,7 +408,7 @@ pub fn convert(
                     let warning = p.warning;
                     // A source JPEG may be kept as stored (the writer checks that it decodes
                     // to exactly these pixels); one packed as --lenient filled it never is.
-                    let source = (encoding.codec == Codec::Jpeg && warning.is_none())
+                    let source = (opts.codec == Codec::Jpeg && warning.is_none())
                         .then(|| std::fs::read(&v.image_path).ok())
                         .flatten()
                         .filter(|b| b.starts_with(&[0xFF, 0xD8]));
@@ -420,7 +419,7 @@ pub fn convert(
                         &p.pixels,
                         p.layout,
                         p.depth,
-                        &encoding,
+                        writer_opts,
                         source.as_deref(),
                     )?;
                     Ok::<_, PackError>((encoded, warning))

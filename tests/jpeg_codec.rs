@@ -394,18 +394,8 @@ fn damaged_jpeg_payloads_are_decode_errors_naming_the_view() {
             }),
         })
         .unwrap();
-        w.finish(SourceInfo {
-            path: "test".into(),
-            format: ramsplat::dataset::Format::Colmap,
-            missing_images: vec![],
-            max_width: None,
-            downscale: None,
-            test_every: None,
-            images: None,
-            depths: None,
-            points: None,
-        })
-        .unwrap();
+        w.finish(SourceInfo::generated("a damaged JPEG payload"))
+            .unwrap();
         let p = Pack::open(&out).unwrap();
         let mut buf = vec![0u8; 96 * 64 * 3];
         let e = p.read_view_into(0, &mut buf).unwrap_err().to_string();
@@ -450,7 +440,7 @@ fn strip_drops_metadata_and_trailing_data_and_keeps_what_decodes() {
 #[test]
 fn views_with_transparency_are_stored_as_png_under_the_jpeg_codec() {
     use ramsplat::dataset::Split;
-    use ramsplat::shard::writer::{encode_view_as, Encoding};
+    use ramsplat::shard::writer::{encode_view_as, WriterOptions};
     use ramsplat::shard::PixelLayout;
     let dir = tempfile::tempdir().unwrap();
     let ds = dataset(dir.path(), ImageFormat::Jpg);
@@ -464,11 +454,9 @@ fn views_with_transparency_are_stored_as_png_under_the_jpeg_codec() {
         ..PixelLayout::RGB
     };
     let rgba: Vec<u8> = (0..96 * 64 * 4).map(|i| (i % 251) as u8).collect();
-    let encoding = Encoding {
+    let options = WriterOptions {
         codec: Codec::Jpeg,
-        zstd_level: 3,
-        jpeg_quality: 95,
-        lossless: false,
+        ..Default::default()
     };
     let v = encode_view_as(
         "a.png",
@@ -477,7 +465,7 @@ fn views_with_transparency_are_stored_as_png_under_the_jpeg_codec() {
         &rgba,
         layout,
         None,
-        &encoding,
+        &options,
         None,
     )
     .unwrap();

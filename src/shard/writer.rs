@@ -198,44 +198,19 @@ pub fn encode_view_depth(
     codec: Codec,
     zstd_level: i32,
 ) -> Result<EncodedView, WriteError> {
-    let encoding = Encoding {
+    let options = WriterOptions {
         codec,
         zstd_level,
-        jpeg_quality: DEFAULT_JPEG_QUALITY,
-        lossless: false,
+        ..Default::default()
     };
-    encode_view_as(name, camera, split, bytes, layout, depth, &encoding, None)
-}
-
-/// How [`encode_view_as`] stores a view.
-#[derive(Clone, Copy, Debug)]
-pub struct Encoding {
-    pub codec: Codec,
-    pub zstd_level: i32,
-    /// Quality of views [`Codec::Jpeg`] encodes rather than keeps.
-    pub jpeg_quality: u8,
-    /// Under [`Codec::Jpeg`], store the views that cannot keep their source JPEG with zstd
-    /// instead of encoding them: no view loses anything.
-    pub lossless: bool,
-}
-
-impl WriterOptions {
-    /// The view encoding these options ask for.
-    pub fn encoding(&self) -> Encoding {
-        Encoding {
-            codec: self.codec,
-            zstd_level: self.zstd_level,
-            jpeg_quality: self.jpeg_quality,
-            lossless: self.lossless,
-        }
-    }
+    encode_view_as(name, camera, split, bytes, layout, depth, &options, None)
 }
 
 /// [`encode_view_depth`] with every setting, and for [`Codec::Jpeg`] the view's source file
 /// (`source_jpeg`, its bytes as read, when it is a JPEG): its compressed data is kept (metadata
 /// removed, [`jpeg::strip`]) when decoding the kept bytes gives exactly the view's pixels, and
-/// the pixels are encoded at `encoding.jpeg_quality` otherwise, or with `encoding.lossless`
-/// stored with zstd. A view with transparency is stored as PNG under [`Codec::Jpeg`] (JPEG
+/// the pixels are encoded at `options.jpeg_quality` otherwise, or with `options.lossless`
+/// stored with zstd (only the encoding options are read). A view with transparency is stored as PNG under [`Codec::Jpeg`] (JPEG
 /// has no alpha channel). Pure and thread-safe.
 #[allow(clippy::too_many_arguments)]
 pub fn encode_view_as(
@@ -245,7 +220,7 @@ pub fn encode_view_as(
     bytes: &[u8],
     layout: PixelLayout,
     depth: Option<DepthScale>,
-    encoding: &Encoding,
+    options: &WriterOptions,
     source_jpeg: Option<&[u8]>,
 ) -> Result<EncodedView, WriteError> {
     let bad = |msg: String| WriteError::BadView {
@@ -285,15 +260,15 @@ pub fn encode_view_as(
             layout.len(camera.width, camera.height)
         )));
     };
-    let kept = match (encoding.codec, source_jpeg) {
+    let kept = match (options.codec, source_jpeg) {
         (Codec::Jpeg, Some(source)) if !layout.alpha => {
             keep_source_jpeg(source, camera, planes.pixels)
         }
         _ => None,
     };
-    let codec = match encoding.codec {
+    let codec = match options.codec {
         Codec::Jpeg if layout.alpha => Codec::Png,
-        Codec::Jpeg if kept.is_none() && encoding.lossless => Codec::Zstd,
+        Codec::Jpeg if kept.is_none() && options.lossless => Codec::Zstd,
         c => c,
     };
     let png = |data: &[u8], colour: image::ExtendedColorType, out: &mut Vec<u8>| {
@@ -309,7 +284,7 @@ pub fn encode_view_as(
     let mut jpeg_entry = None;
     let payload = match codec {
         Codec::Raw => bytes.to_vec(),
-        Codec::Zstd => zstd::bulk::compress(bytes, encoding.zstd_level)
+        Codec::Zstd => zstd::bulk::compress(bytes, options.zstd_level)
             .map_err(|e| bad(format!("zstd: {e}")))?,
         Codec::Png | Codec::Jpeg => {
             let mut parts = Vec::with_capacity(3);
@@ -321,7 +296,7 @@ pub fn encode_view_as(
                 let (frame, data, quality) = match kept {
                     Some((frame, kept)) => (frame, kept, None),
                     None => {
-                        let q = encoding.jpeg_quality;
+                        let q = options.jpeg_quality;
                         let data = jpeg::encode_rgb(planes.pixels, camera.width, camera.height, q)
                             .map_err(|e| bad(format!("jpeg: {e}")))?;
                         let frame = jpeg::frame(&data)
