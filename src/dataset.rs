@@ -40,6 +40,8 @@ pub enum Format {
     Ply,
     /// PCL's Point Cloud Data (`crate::import::pcd`).
     Pcd,
+    /// ASPRS LAS and its LASzip-compressed form LAZ (`crate::import::las`).
+    Las,
 }
 
 /// A photo's lens: where the ray of an ideal pinhole camera lands in the photo, in normalised

@@ -26,6 +26,7 @@
 pub mod colmap;
 pub mod depth;
 pub mod image;
+pub mod las;
 pub mod metashape;
 pub mod nerf;
 pub mod pcd;
@@ -74,6 +75,19 @@ fn camera_for_images(
     }
 }
 
+/// `n` with thousands separators ("1,234,567"), for counts in messages.
+pub(crate) fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// "first: a, b, c, d, e, …" for the first few of `names` (missing files, skipped cameras).
 fn first_names(names: &[String]) -> String {
     const LIST_FIRST: usize = 5;
@@ -107,7 +121,7 @@ pub struct ImportedScene {
 
 impl ImportedScene {
     /// `gs-pack convert --points FILE`: the initial points of this dataset's cameras come from
-    /// `given` (a PLY or PCD point cloud: a dense reconstruction such as COLMAP's
+    /// `given` (a PLY, PCD, LAS or LAZ point cloud: a dense reconstruction such as COLMAP's
     /// `dense/fused.ply`, a registered laser scan or depth-camera frame), which replaces the dataset's own points (SfM points, a
     /// transforms.json's `ply_file_path`) as the cloud named "sfm". `given` is relative to the
     /// dataset root, like `--images` and `--depths`, or absolute. The header is checked now;
@@ -192,7 +206,7 @@ pub fn points_path(root: &Path, given: &Path) -> Result<PathBuf, ImportError> {
 }
 
 /// How a point-cloud importer opens one file as the cloud `name` (`ply::open_cloud`,
-/// `pcd::open_cloud`).
+/// `pcd::open_cloud`, `las::open_cloud`).
 type OpenCloud = fn(
     &Path,
     &str,
@@ -200,12 +214,12 @@ type OpenCloud = fn(
     &mut Vec<String>,
 ) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError>;
 
-/// The point-cloud importers' shared entry: one file, or a folder of the files with extension
-/// `ext` (any case, sorted by file name), each opened by `open` as the cloud named by its file
-/// stem, which must be unique. A scene of clouds and no views.
+/// The point-cloud importers' shared entry: one file, or a folder of the files with one of the
+/// extensions `exts` (any case, sorted by file name), each opened by `open` as the cloud named
+/// by its file stem, which must be unique. A scene of clouds and no views.
 fn import_cloud_files(
     path: &Path,
-    ext: &str,
+    exts: &[&str],
     format: Format,
     options: &ImportOptions,
     open: OpenCloud,
@@ -217,7 +231,7 @@ fn import_cloud_files(
             if p.is_file()
                 && p.extension()
                     .and_then(|x| x.to_str())
-                    .is_some_and(|x| x.eq_ignore_ascii_case(ext))
+                    .is_some_and(|x| exts.iter().any(|e| x.eq_ignore_ascii_case(e)))
             {
                 files.push(p);
             }
@@ -226,7 +240,7 @@ fn import_cloud_files(
         if files.is_empty() {
             return Err(ImportError::invalid(
                 path,
-                format!("the folder holds no .{ext} files"),
+                format!("the folder holds no .{} files", exts.join(" or .")),
             ));
         }
         files
@@ -266,7 +280,8 @@ fn import_cloud_files(
     })
 }
 
-/// Opens a point-cloud file as the cloud `name`, by its extension (`.ply` or `.pcd`, any case).
+/// Opens a point-cloud file as the cloud `name`, by its extension (`.ply`, `.pcd`, `.las` or
+/// `.laz`, any case).
 /// Its header is checked now; its points stream when the pack pipeline pulls them.
 pub fn open_point_file(
     path: &Path,
@@ -279,10 +294,12 @@ pub fn open_point_file(
         ply::open_cloud(path, name, options, warnings)
     } else if ext.eq_ignore_ascii_case("pcd") {
         pcd::open_cloud(path, name, options, warnings)
+    } else if is_las(ext) {
+        las::open_cloud(path, name, options, warnings)
     } else {
         Err(ImportError::invalid(
             path,
-            "not a point cloud file this reads: give a .ply or .pcd file",
+            "not a point cloud file this reads: give a .ply, .pcd, .las or .laz file",
         ))
     }
 }
@@ -353,7 +370,7 @@ pub enum ImportError {
         #[source]
         source: CameraError,
     },
-    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|ply|pcd", path.display())]
+    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|ply|pcd|las", path.display())]
     UnknownFormat { path: PathBuf, msg: String },
 }
 
@@ -381,8 +398,14 @@ impl ImportError {
     }
 }
 
+/// Whether `ext` is a LAS file's extension (`las`, or `laz` when compressed; any case).
+fn is_las(ext: &str) -> bool {
+    ext.eq_ignore_ascii_case("las") || ext.eq_ignore_ascii_case("laz")
+}
+
 /// Guesses the format of `path`: a `.ply` file or a folder of them is `ply`; a `.pcd` file or a
-/// folder of them is `pcd` (a folder holding both is refused: `--format ply|pcd` chooses); a
+/// folder of them is `pcd`; a `.las` or `.laz` file or a folder of them is `las` (a folder
+/// holding two of these kinds is refused: `--format ply|pcd|las` chooses); a
 /// folder with `transforms*.json` (or such a file itself) is `nerf`; a folder with `sparse/0/`,
 /// `sparse/` or `cameras.{bin,txt}` is `colmap`; an `.xml` file, or a folder with `cameras.xml`
 /// (and none of the above), is `metashape`.
@@ -394,6 +417,8 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Ok(Format::Ply)
         } else if ext.eq_ignore_ascii_case("pcd") {
             Ok(Format::Pcd)
+        } else if is_las(ext) {
+            Ok(Format::Las)
         } else if ext.eq_ignore_ascii_case("json") && name.starts_with("transforms") {
             Ok(Format::Nerf)
         } else if ext.eq_ignore_ascii_case("xml") {
@@ -401,7 +426,8 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
         } else {
             Err(ImportError::UnknownFormat {
                 path: path.to_owned(),
-                msg: "a file that is neither .ply, .pcd, transforms*.json nor a Metashape .xml"
+                msg: "a file that is neither .ply, .pcd, .las, .laz, transforms*.json nor a \
+                      Metashape .xml"
                     .into(),
             })
         };
@@ -429,34 +455,43 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
         return Ok(Format::Metashape);
     }
     let entries = std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))?;
-    let (mut plys, mut pcds) = (0, 0);
+    // (format, what its files are called, how many the folder holds)
+    let mut kinds = [
+        (Format::Ply, ".ply", 0),
+        (Format::Pcd, ".pcd", 0),
+        (Format::Las, ".las/.laz", 0),
+    ];
     for e in entries.flatten() {
         let p = e.path();
-        match p.extension().and_then(|x| x.to_str()) {
-            Some(x) if x.eq_ignore_ascii_case("ply") => plys += 1,
-            Some(x) if x.eq_ignore_ascii_case("pcd") => pcds += 1,
-            _ => {}
-        }
+        let kind = match p.extension().and_then(|x| x.to_str()) {
+            Some(x) if x.eq_ignore_ascii_case("ply") => 0,
+            Some(x) if x.eq_ignore_ascii_case("pcd") => 1,
+            Some(x) if is_las(x) => 2,
+            _ => continue,
+        };
+        kinds[kind].2 += 1;
     }
-    if plys > 0 && pcds > 0 {
+    let present: Vec<_> = kinds.iter().filter(|k| k.2 > 0).collect();
+    if present.len() > 1 {
+        let list: Vec<String> = present
+            .iter()
+            .map(|(_, ext, n)| format!("{ext} ({n})"))
+            .collect();
         return Err(ImportError::invalid(
             path,
             format!(
-                "the folder holds both .ply ({plys}) and .pcd ({pcds}) point clouds, so which to \
-                 pack is unclear; pass --format ply or --format pcd (only that extension is then \
-                 read)"
+                "the folder holds {} point clouds, so which to pack is unclear; pass --format \
+                 ply, pcd or las (only those files are then read)",
+                list.join(" and ")
             ),
         ));
     }
-    if plys > 0 {
-        return Ok(Format::Ply);
-    }
-    if pcds > 0 {
-        return Ok(Format::Pcd);
+    if let Some((format, ..)) = present.first() {
+        return Ok(*format);
     }
     Err(ImportError::UnknownFormat {
         path: path.to_owned(),
-        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape) and no .ply or .pcd files".into(),
+        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape) and no .ply, .pcd, .las or .laz files".into(),
     })
 }
 
@@ -473,6 +508,7 @@ pub fn open(
     let cloud = match format {
         Format::Ply => Some("PLY"),
         Format::Pcd => Some("PCD"),
+        Format::Las => Some("LAS"),
         _ => None,
     };
     if let (Some(dir), Some(cloud)) = (&options.images, cloud) {
@@ -501,6 +537,7 @@ pub fn open(
         Format::Metashape => metashape::import(path, options),
         Format::Ply => ply::import(path, options),
         Format::Pcd => pcd::import(path, options),
+        Format::Las => las::import(path, options),
         Format::Auto => unreachable!("resolved above"),
     }?;
     scene.warnings.extend(lens_notes(&scene.views));

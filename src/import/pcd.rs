@@ -102,7 +102,7 @@ use std::sync::Arc;
 
 use super::ply::header::{read_line_bounded, LineRead};
 use super::ply::{COLOUR_NAMES, DEFAULT_GREY, LABEL_NAMES};
-use super::{ImportError, ImportOptions, ImportedScene, Location};
+use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::{Format, PointChunk, PointSource};
 
 /// Longest header line accepted: real header lines are short (`FIELDS x y z rgb normal_x …`);
@@ -1877,17 +1877,6 @@ impl Scan {
 // ---------------------------------------------------------------------------------------------
 
 /// `1234567` as `1,234,567`.
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
 
 /// One PCD file as a [`PointSource`]: checked and counted at import (the validation pass),
 /// reopened and streamed on the first [`PointSource::next_chunk`].
@@ -2231,7 +2220,7 @@ impl PointSource for PcdCloud {
 
 /// Imports one `.pcd` file or a folder of them (see the module documentation).
 pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
-    super::import_cloud_files(path, "pcd", Format::Pcd, options, open_cloud)
+    super::import_cloud_files(path, &["pcd"], Format::Pcd, options, open_cloud)
 }
 
 /// One PCD file as the cloud `name` (checked and counted now, streamed when the pack pipeline

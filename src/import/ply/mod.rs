@@ -81,7 +81,7 @@ const INITIAL_CHUNK_CAPACITY: usize = 65_536;
 
 /// Imports one `.ply` file or a folder of them (see the module documentation).
 pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
-    super::import_cloud_files(path, "ply", Format::Ply, options, open_cloud)
+    super::import_cloud_files(path, &["ply"], Format::Ply, options, open_cloud)
 }
 
 /// How the colour columns are interpreted.
