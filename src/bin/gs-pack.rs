@@ -38,10 +38,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Convert a COLMAP workspace, NeRF transforms.json dataset, Agisoft Metashape camera XML or
-    /// PLY or PCD point cloud(s) into a pack.
+    /// PLY, PCD, LAS or LAZ point cloud(s) into a pack.
     #[command(after_help = SIZE_HELP)]
     Convert {
-        /// Dataset folder (or a transforms*.json / Metashape .xml / .ply / .pcd file).
+        /// Dataset folder (or a transforms*.json / Metashape .xml / .ply / .pcd / .las / .laz
+        /// file).
         input: PathBuf,
         /// Output pack directory.
         #[arg(short, long)]
@@ -104,9 +105,9 @@ enum Command {
         /// it when present.
         #[arg(long, value_name = "DIR")]
         depths: Option<PathBuf>,
-        /// Start training from the points of FILE (a .ply or .pcd point cloud: a dense
-        /// reconstruction such as COLMAP's dense/fused.ply, or a laser scan or depth-camera
-        /// cloud registered to the cameras) instead
+        /// Start training from the points of FILE (a .ply, .pcd, .las or .laz point cloud: a
+        /// dense reconstruction such as COLMAP's dense/fused.ply, or a laser scan or
+        /// depth-camera cloud registered to the cameras) instead
         /// of the dataset's own SfM points (or random points, when it has none). Relative to
         /// the dataset root like --images, or absolute. gs-train's --max-gaussians subsamples
         /// a cloud larger than the budget allows.

@@ -60,7 +60,7 @@ use std::sync::Arc;
 use std::sync::Once;
 
 use laz::laszip::ChunkTable;
-use laz::{LasZipDecompressor, LazItemType, LazVlr};
+use laz::{DecompressionSelection, LasZipDecompressor, LazItemType, LazVlr};
 
 use super::ply::DEFAULT_GREY;
 use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
@@ -479,7 +479,9 @@ fn check_laz(
             format!("{msg}; the LAZ file is damaged (re-compress its source, or check it with `lasinfo`)"),
         )
     };
-    let items_size = z.vlr.items_size();
+    // Summed here in u64: the `laz` crate sums item sizes in u16, which a hostile VLR
+    // overflows (a panic, or a wrapped total that would pass this check).
+    let items_size: u64 = z.vlr.items().iter().map(|i| u64::from(i.size())).sum();
     if items_size != u64::from(h.record_len) {
         return Err(damaged(
             105,
@@ -531,6 +533,16 @@ fn check_laz(
         return Ok(());
     }
     let table = table as u64;
+    if table < start + 8 {
+        return Err(damaged(
+            start,
+            format!(
+                "the chunk table is said to start at byte {table}, inside its own offset \
+                 (bytes {start} to {})",
+                start + 8
+            ),
+        ));
+    }
     if table + 8 > file_len {
         return Err(damaged(start, format!("the chunk table is said to start at byte {table}, past the file's end ({file_len})")));
     }
@@ -540,9 +552,11 @@ fn check_laz(
     let data_bytes = table - (start + 8);
     let by_bytes = data_bytes / u64::from(h.record_len.max(1)) + 1;
     let by_points = if variable {
-        h.points + 1
+        h.points.saturating_add(1)
     } else {
-        h.points.div_ceil(u64::from(z.vlr.chunk_size().max(1))) + 1
+        h.points
+            .div_ceil(u64::from(z.vlr.chunk_size().max(1)))
+            .saturating_add(1)
     };
     if chunks > by_bytes.min(by_points) {
         return Err(damaged(
@@ -682,7 +696,15 @@ impl Pass {
         let records = match &l.laszip {
             None => Records::Plain { src },
             Some(z) => {
-                let dec = decoding(|| LasZipDecompressor::new(src, z.vlr.clone()))
+                // Layered chunks (point formats 6 to 10) let the decoder skip the layers
+                // nothing here reads (intensity, scan angle, user data, point source, GPS
+                // time, NIR, waveform, extra bytes): they are seeked over, never allocated.
+                let wanted = DecompressionSelection::base()
+                    .decompress_z()
+                    .decompress_classification()
+                    .decompress_flags()
+                    .decompress_rgb();
+                let dec = decoding(|| LasZipDecompressor::selective(src, z.vlr.clone(), wanted))
                     .map_err(|_| {
                         l.damaged_at(0, "the decompressor failed on its first chunk".into())
                     })?
@@ -1155,16 +1177,14 @@ mod tests {
     use super::*;
     use crate::synth::las::{las_bytes, las_points, LasPoint as P, LasSpec as Spec, LazChunks};
 
-    fn open(
-        bytes: Vec<u8>,
-    ) -> Result<(Box<dyn PointSource<Error = ImportError>>, Vec<String>), ImportError> {
+    /// A cloud and the warnings its import gave.
+    type Opened = (Box<dyn PointSource<Error = ImportError>>, Vec<String>);
+
+    fn open(bytes: Vec<u8>) -> Result<Opened, ImportError> {
         open_with(bytes, &ImportOptions::default())
     }
 
-    fn open_with(
-        bytes: Vec<u8>,
-        options: &ImportOptions,
-    ) -> Result<(Box<dyn PointSource<Error = ImportError>>, Vec<String>), ImportError> {
+    fn open_with(bytes: Vec<u8>, options: &ImportOptions) -> Result<Opened, ImportError> {
         let mut warnings = Vec::new();
         let c = cloud_from_bytes(bytes, Path::new("scan.las"), "scan", options, &mut warnings)?;
         Ok((c, warnings))
@@ -1505,7 +1525,24 @@ mod tests {
             Location::Byte(table as u64),
             "3 chunks hold 300 points, fewer than the header's 400",
         );
-        // A chunk-table offset past the end.
+        // A chunk-table offset inside itself (found by the fuzz target), and past the end.
+        refused(
+            patched(&fixed, data_at, &(data_at as i64 + 3).to_le_bytes()),
+            Location::Byte(data_at as u64),
+            "inside its own offset",
+        );
+        // A point count at u64's end.
+        let mut spec = Spec::new(4, 7).laz(LazChunks::Variable(70));
+        spec.extra = 0;
+        let variable = las_bytes(&spec, &pts);
+        let (_, vdata_at) = laz_offsets(&variable);
+        let vtable =
+            i64::from_le_bytes(variable[vdata_at..vdata_at + 8].try_into().unwrap()) as u64;
+        refused(
+            patched(&variable, 247, &u64::MAX.to_le_bytes()),
+            Location::Byte(vtable),
+            "hold 400 points, fewer than the header's 18446744073709551615",
+        );
         refused(
             patched(&fixed, data_at, &(1i64 << 40).to_le_bytes()),
             Location::Byte(data_at as u64),
@@ -1524,7 +1561,17 @@ mod tests {
 
         // Layered (point format 6+): a layer claiming four gigabytes.
         let layered = las_bytes(&Spec::new(4, 7).laz(LazChunks::Fixed(100)), &pts);
-        let (_, data_at) = laz_offsets(&layered);
+        let (vlr_at, data_at) = laz_offsets(&layered);
+        // Items whose sizes overflow 16 bits (found by the fuzz target: the `laz` crate sums
+        // them in u16). The second item, RGB14, becomes 65,530 extra bytes.
+        let mut item = [0u8; 4];
+        item[..2].copy_from_slice(&14u16.to_le_bytes());
+        item[2..].copy_from_slice(&65_530u16.to_le_bytes());
+        refused(
+            patched(&layered, vlr_at + 34 + 6, &item),
+            Location::Byte(105),
+            "items make 65560-byte records",
+        );
         let first_chunk = data_at + 8;
         let sizes = first_chunk + 36 + 4;
         refused(
@@ -1599,5 +1646,50 @@ mod tests {
         std::fs::write(&path, las_bytes(&Spec::new(2, 3), &pts)).unwrap();
         let e = read_all(c.as_mut(), 1000).unwrap_err();
         assert!(msg(&e).contains("its size is"), "{e}");
+    }
+
+    #[test]
+    fn files_and_folders_are_detected_and_named_by_stem() {
+        use crate::import::{detect, open};
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(
+            d.join("b.LAZ"),
+            las_bytes(&Spec::new(2, 3).laz(LazChunks::Fixed(50)), &las_points(10)),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("a.las"),
+            las_bytes(&Spec::new(4, 6), &las_points(20)),
+        )
+        .unwrap();
+        assert_eq!(detect(&d.join("b.LAZ")).unwrap(), Format::Las);
+        assert_eq!(detect(d).unwrap(), Format::Las);
+        let scene = open(d, Format::Auto, &ImportOptions::default()).unwrap();
+        let clouds: Vec<_> = scene
+            .clouds
+            .iter()
+            .map(|c| (c.name().to_owned(), c.declared_len()))
+            .collect();
+        assert_eq!(
+            clouds,
+            [("a".to_owned(), Some(20)), ("b".to_owned(), Some(10))]
+        );
+        // A folder of two kinds of clouds is ambiguous; --format chooses.
+        std::fs::write(d.join("c.ply"), "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\nproperty float z\nend_header\n0 0 0\n").unwrap();
+        let e = detect(d).unwrap_err();
+        assert!(
+            msg(&e).contains(".ply (1) and .las/.laz (2)") && msg(&e).contains("--format"),
+            "{e}"
+        );
+        let scene = open(d, Format::Las, &ImportOptions::default()).unwrap();
+        assert_eq!(scene.clouds.len(), 2);
+        // Images and depth maps belong to datasets with cameras.
+        let options = ImportOptions {
+            images: Some("images".into()),
+            ..ImportOptions::default()
+        };
+        let e = open(d, Format::Las, &options).unwrap_err();
+        assert!(msg(&e).contains("this is a LAS point cloud"), "{e}");
     }
 }

@@ -52,7 +52,7 @@ pub struct ImportOptions {
     /// of the photos (relative to the XML's folder). It may hold a resized
     /// copy of the images the poses were estimated on (Mip-NeRF 360's `images_4`): each view's
     /// camera is scaled to its file's size (see `crate::import::image::camera_for_file`). A
-    /// PLY or PCD point cloud refuses it.
+    /// PLY, PCD or LAS point cloud refuses it.
     pub images: Option<PathBuf>,
     /// `gs-pack convert --depths DIR`: the folder of monocular inverse-depth maps (relative to
     /// the dataset root, or absolute), one `<image name without extension>.png` per image, as

@@ -1876,8 +1876,6 @@ impl Scan {
 // The cloud
 // ---------------------------------------------------------------------------------------------
 
-/// `1234567` as `1,234,567`.
-
 /// One PCD file as a [`PointSource`]: checked and counted at import (the validation pass),
 /// reopened and streamed on the first [`PointSource::next_chunk`].
 struct PcdCloud {

@@ -4,7 +4,7 @@
 //! A view stored as JPEG holds either its source file's compressed data unchanged (the view's
 //! packed pixels are exactly that file's decode: no undistortion, resize or orientation
 //! applied) or the packed pixels encoded at a chosen quality ([`encode_rgb`]: baseline,
-//! 4:4:4, optimised Huffman tables). Either way [`decode_rgb_into`] is the one decoder: the
+//! 4:4:4, one interleaved scan). Either way [`decode_rgb_into`] is the one decoder: the
 //! packer keeps a source file only after decoding the kept bytes with it and comparing every
 //! byte with the pixels it would otherwise have packed, so a kept JPEG reads back as exactly
 //! those pixels (the same decoder, in strict mode, as the importer's).
@@ -316,8 +316,9 @@ pub fn decode_rgb_into(
 }
 
 /// Encodes `width × height` RGB8 `pixels` as a baseline JPEG at `quality` (1 to 100) with
-/// full-resolution chroma (4:4:4: training compares every pixel's colour) and optimised
-/// Huffman tables. Baseline, so decoding streams row by row ([`decode_scratch`] stays small).
+/// full-resolution chroma (4:4:4: training compares every pixel's colour) and the standard
+/// Huffman tables, as one interleaved scan. Baseline, so decoding streams row by row
+/// ([`decode_scratch`] stays small).
 pub fn encode_rgb(pixels: &[u8], width: u32, height: u32, quality: u8) -> Result<Vec<u8>, String> {
     let (w, h) = (
         u16::try_from(width).map_err(|_| format!("{width} px is wider than JPEG allows"))?,
