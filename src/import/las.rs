@@ -41,8 +41,12 @@
 //! A compressed file must carry the LASzip VLR, whose items must add up to the record size.
 //!
 //! # LAZ and the memory bound
-//! LAZ is decompressed by the `laz` crate, a chunk at a time (LASzip's chunks are 50,000 points
-//! by default), so memory does not grow with the file. The decompressor sizes some buffers from
+//! LAZ is decompressed by the `laz` crate, so memory does not grow with the file: a few whole
+//! chunks at a time, one per rayon thread, when the file has a chunk table, at least two chunks
+//! and chunks of at most [`PAR_CHUNK_BYTES`] decompressed (LASzip's default chunk, 50,000
+//! points, is 1 to 3.4 MB), at most [`PAR_BATCH_BYTES`] a call; otherwise on one thread, a
+//! record at a time. Only the fields read here are decompressed where the format allows it
+//! (layered chunks, point formats 6 to 10). The decompressor sizes some buffers from
 //! numbers in the file: the chunk table's length, and, for point formats 6 to 10 (LASzip's
 //! layered chunks), each layer's byte count. So before it runs, [`check_laz`] bounds both by the
 //! file itself: the table can list no more chunks than the data has room for (each chunk starts
@@ -51,16 +55,15 @@
 //! refused with its chunk named instead of allocating gigabytes. A panic inside the decoder
 //! (damaged data it did not anticipate) is caught and reported as damage at that point.
 
-use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, BufReader, Cursor, Read, Seek, SeekFrom};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::Once;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Once};
 
 use laz::laszip::ChunkTable;
-use laz::{DecompressionSelection, LasZipDecompressor, LazItemType, LazVlr};
+use laz::{DecompressionSelection, LasZipDecompressor, LazItemType, LazVlr, ParLasZipDecompressor};
 
 use super::ply::DEFAULT_GREY;
 use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
@@ -386,6 +389,9 @@ impl Input {
 struct Laszip {
     vlr: LazVlr,
     compressor: u16,
+    /// From the chunk table ([`check_laz`]): the number of chunks and the most points one
+    /// holds (LASzip's chunk size for fixed-size chunks). `None` without a table.
+    chunks: Option<(u64, u64)>,
 }
 
 /// Walks the VLRs between the header and the point data; returns the LASzip VLR if present
@@ -443,7 +449,11 @@ fn read_vlrs(
                 )
             })?;
             let compressor = if data.len() >= 2 { le_u16(&data, 0) } else { 0 };
-            laszip = Some(Laszip { vlr, compressor });
+            laszip = Some(Laszip {
+                vlr,
+                compressor,
+                chunks: None,
+            });
         } else if user_id == b"LASF_Projection" {
             crs = true;
         }
@@ -465,13 +475,14 @@ fn layers_of(item: LazItemType) -> Option<u64> {
 
 /// Bounds what the LAZ decoder will allocate by what the file holds (see the module
 /// documentation): the chunk table's length and sums, and every layered chunk's layer sizes.
+/// Returns the number of chunks and the most points one holds, when the file has a table.
 fn check_laz(
     input: &Input,
     h: &LasHeader,
     z: &Laszip,
     file_len: u64,
     path: &Path,
-) -> Result<(), ImportError> {
+) -> Result<Option<(u64, u64)>, ImportError> {
     let damaged = |at: u64, msg: String| {
         ImportError::parse(
             path,
@@ -493,7 +504,7 @@ fn check_laz(
         ));
     }
     match z.compressor {
-        1 => return Ok(()),
+        1 => return Ok(None),
         2 | 3 => {}
         c => {
             return Err(damaged(
@@ -530,7 +541,7 @@ fn check_laz(
                     .into(),
             ));
         }
-        return Ok(());
+        return Ok(None);
     }
     let table = table as u64;
     if table < start + 8 {
@@ -640,31 +651,39 @@ fn check_laz(
             chunk_start += e.byte_count;
         }
     }
-    Ok(())
+    let largest = if variable {
+        entries.iter().map(|e| e.point_count).max().unwrap_or(0)
+    } else {
+        u64::from(z.vlr.chunk_size())
+    };
+    Ok(Some((entries.len() as u64, largest)))
 }
 
-thread_local! {
-    /// Set while this thread runs the LAZ decoder inside [`decoding`].
-    static DECODING: Cell<bool> = const { Cell::new(false) };
-}
+/// How many [`decoding`] calls are running, on any thread.
+static DECODING: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs `f` (a call into the LAZ decoder) catching a panic, which damaged data can raise from
-/// the decoder's internal assertions; the caller reports it as damage at that point. While `f`
-/// runs, the panic hook stays silent for this thread (the error that follows says what
-/// happened): the hook installed once here defers to the previous one for every other panic.
+/// the decoder's internal assertions (on this thread, or on a rayon worker of the parallel
+/// decoder, whose panic rayon carries back here); the caller reports it as damage at that
+/// point. The panic hook installed once here stays silent for a panic raised inside the `laz`
+/// crate while a decode runs (the error that follows says what happened) and defers to the
+/// previous hook for every other panic.
 fn decoding<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
     static QUIET_HOOK: Once = Once::new();
     QUIET_HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if !DECODING.with(Cell::get) {
+            let in_laz = info
+                .location()
+                .is_some_and(|l| l.file().replace('\\', "/").contains("/laz-"));
+            if !(in_laz && DECODING.load(Ordering::SeqCst) > 0) {
                 previous(info);
             }
         }));
     });
-    DECODING.with(|d| d.set(true));
+    DECODING.fetch_add(1, Ordering::SeqCst);
     let r = catch_unwind(AssertUnwindSafe(f));
-    DECODING.with(|d| d.set(false));
+    DECODING.fetch_sub(1, Ordering::SeqCst);
     r
 }
 
@@ -676,6 +695,37 @@ enum Records {
     Laz {
         dec: Box<LasZipDecompressor<'static, Src>>,
     },
+    /// Several chunks at a time, one per rayon thread, `batch` points a call.
+    ParLaz {
+        dec: Box<ParLasZipDecompressor<Src>>,
+        batch: usize,
+    },
+}
+
+/// Decompressed bytes of one chunk beyond which LAZ is decoded on one thread: the parallel
+/// decoder holds whole chunks (LASzip's default chunk, 50,000 points of 20 to 67 bytes, is
+/// 1 to 3.4 MB).
+const PAR_CHUNK_BYTES: u64 = 4 << 20;
+
+/// Decompressed bytes the parallel decoder produces a call, at most: whole chunks, one per
+/// rayon thread.
+const PAR_BATCH_BYTES: u64 = 16 << 20;
+
+/// Points a call of the parallel decoder, when `z` suits it: a chunk table (the parallel
+/// decoder needs one), at least two chunks, chunks of at most [`PAR_CHUNK_BYTES`], and more
+/// than one rayon thread. `None`: decode on one thread, a record at a time.
+fn parallel_batch(l: &Layout, z: &Laszip) -> Option<usize> {
+    let (chunks, largest) = z.chunks?;
+    let threads = rayon::current_num_threads() as u64;
+    let chunk_bytes = largest.checked_mul(u64::from(l.header.record_len))?;
+    if chunks < 2 || threads < 2 || largest == 0 || chunk_bytes > PAR_CHUNK_BYTES {
+        return None;
+    }
+    let per_call = threads
+        .min(chunks)
+        .min(PAR_BATCH_BYTES / chunk_bytes)
+        .max(1);
+    usize::try_from(per_call * largest).ok()
 }
 
 /// One pass over a file's records.
@@ -704,12 +754,27 @@ impl Pass {
                     .decompress_classification()
                     .decompress_flags()
                     .decompress_rgb();
-                let dec = decoding(|| LasZipDecompressor::selective(src, z.vlr.clone(), wanted))
-                    .map_err(|_| {
-                        l.damaged_at(0, "the decompressor failed on its first chunk".into())
-                    })?
-                    .map_err(|e| l.damaged_at(0, e.to_string()))?;
-                Records::Laz { dec: Box::new(dec) }
+                let failed = |_| l.damaged_at(0, "the decompressor failed to start".into());
+                match parallel_batch(l, z) {
+                    Some(batch) => {
+                        let dec = decoding(|| {
+                            ParLasZipDecompressor::selective(src, z.vlr.clone(), wanted)
+                        })
+                        .map_err(failed)?
+                        .map_err(|e| l.damaged_at(0, e.to_string()))?;
+                        Records::ParLaz {
+                            dec: Box::new(dec),
+                            batch,
+                        }
+                    }
+                    None => {
+                        let dec =
+                            decoding(|| LasZipDecompressor::selective(src, z.vlr.clone(), wanted))
+                                .map_err(failed)?
+                                .map_err(|e| l.damaged_at(0, e.to_string()))?;
+                        Records::Laz { dec: Box::new(dec) }
+                    }
+                }
             }
         };
         Ok(Pass {
@@ -729,10 +794,11 @@ impl Pass {
             if self.left == 0 {
                 return Ok(None);
             }
-            let n = self
-                .left
-                .min(BATCH_RECORDS.min(BATCH_BYTES / len).max(1) as u64)
-                as usize;
+            let batch = match &self.records {
+                Records::ParLaz { batch, .. } => *batch,
+                _ => BATCH_RECORDS.min(BATCH_BYTES / len).max(1),
+            };
+            let n = self.left.min(batch as u64) as usize;
             self.buf.resize(n * len, 0);
             let first = self.next;
             match &mut self.records {
@@ -743,6 +809,29 @@ impl Pass {
                         l.io(e)
                     }
                 })?,
+                Records::ParLaz { dec, .. } => {
+                    let buf = &mut self.buf;
+                    match decoding(|| dec.decompress_many(buf)) {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            return Err(l.damaged_at(
+                                first,
+                                format!(
+                                    "its compressed data cannot be decoded, at or after this \
+                                     point ({e})"
+                                ),
+                            ))
+                        }
+                        Err(_) => {
+                            return Err(l.damaged_at(
+                                first,
+                                "its compressed data made the decoder fail, at or after this \
+                                 point"
+                                    .into(),
+                            ))
+                        }
+                    }
+                }
                 Records::Laz { dec } => {
                     let mut done = 0usize;
                     let buf = &mut self.buf;
@@ -889,8 +978,8 @@ impl LasCloud {
         let (laszip, crs) = read_vlrs(&input, &header, path)?;
         let laszip =
             match (header.compressed, laszip) {
-                (true, Some(z)) => {
-                    check_laz(&input, &header, &z, file_len, path)?;
+                (true, Some(mut z)) => {
+                    z.chunks = check_laz(&input, &header, &z, file_len, path)?;
                     Some(z)
                 }
                 (true, None) => return Err(ImportError::parse(
@@ -1233,6 +1322,16 @@ mod tests {
         e.to_string()
     }
 
+    /// Runs `f` on a rayon pool of `threads` threads: one decodes LAZ a record at a time,
+    /// more decode chunks in parallel ([`parallel_batch`]).
+    fn with_threads<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(f)
+    }
+
     #[test]
     fn every_point_format_reads_back_from_las_and_laz() {
         let pts = las_points(1000);
@@ -1243,20 +1342,60 @@ mod tests {
                 Spec::new(minor, format).laz(LazChunks::Fixed(128)),
                 Spec::new(minor, format).laz(LazChunks::Variable(70)),
             ] {
-                let (mut c, warnings) = open(las_bytes(&spec, &pts)).unwrap();
-                assert_eq!(c.declared_len(), Some(1000));
-                assert!(c.has_labels() && !c.has_normals());
-                let got = read_all(c.as_mut(), 333).unwrap();
-                expect_points(&spec, &pts, &got, false);
-                assert_eq!(
-                    warnings.iter().any(|w| w.contains("has no colour")),
-                    rgb_offset(format).is_none(),
-                    "{format}: {warnings:?}"
-                );
-                // A second pass reads the same.
-                assert!(c.next_chunk(10).unwrap().is_none());
+                let bytes = las_bytes(&spec, &pts);
+                for threads in [1, 4] {
+                    let (mut c, warnings) = with_threads(threads, || open(bytes.clone())).unwrap();
+                    assert_eq!(c.declared_len(), Some(1000));
+                    assert!(c.has_labels() && !c.has_normals());
+                    let got = with_threads(threads, || read_all(c.as_mut(), 333)).unwrap();
+                    expect_points(&spec, &pts, &got, false);
+                    assert_eq!(
+                        warnings.iter().any(|w| w.contains("has no colour")),
+                        rgb_offset(format).is_none(),
+                        "{format}: {warnings:?}"
+                    );
+                    // The stream ends, and stays ended.
+                    assert!(c.next_chunk(10).unwrap().is_none());
+                }
             }
         }
+    }
+
+    #[test]
+    fn the_parallel_decoder_is_chosen_only_where_it_fits() {
+        /// The batch `parallel_batch` gives a file of `spec` on `threads` threads.
+        fn batch(spec: &Spec, n: usize, threads: usize) -> Option<usize> {
+            let input = Input::Bytes(las_bytes(spec, &las_points(n)).into());
+            let path = Path::new("x");
+            let (header, file_len) = Layout::read_header(&input, path).unwrap();
+            let mut z = read_vlrs(&input, &header, path).unwrap().0.unwrap();
+            z.chunks = check_laz(&input, &header, &z, file_len, path).unwrap();
+            let l = Layout {
+                path: path.into(),
+                input,
+                file_len,
+                header,
+                laszip: Some(z.clone()),
+            };
+            with_threads(threads, || parallel_batch(&l, &z))
+        }
+        let fixed = Spec::new(2, 3).laz(LazChunks::Fixed(100));
+        assert_eq!(batch(&fixed, 400, 1), None);
+        assert_eq!(batch(&fixed, 400, 3), Some(300));
+        assert_eq!(batch(&fixed, 400, 8), Some(400)); // four chunks
+        let variable = Spec::new(4, 7).laz(LazChunks::Variable(70));
+        assert_eq!(batch(&variable, 400, 2), Some(140));
+        // One chunk: nothing to share.
+        assert_eq!(
+            batch(&Spec::new(2, 3).laz(LazChunks::Fixed(1000)), 400, 4),
+            None
+        );
+        // Chunks of more than 4 MiB decompressed (200,000 × 34 bytes): one thread.
+        let big = Spec::new(2, 3).laz(LazChunks::Fixed(200_000));
+        assert_eq!(batch(&big, 400_001, 4), None);
+        // At 100,000 points (3.4 MB) they are shared, four at a time (16 MiB at most).
+        let fits = Spec::new(2, 3).laz(LazChunks::Fixed(100_000));
+        assert_eq!(batch(&fits, 400_001, 8), Some(400_000));
     }
 
     #[test]
@@ -1590,6 +1729,12 @@ mod tests {
 
     #[test]
     fn damaged_compressed_data_is_an_error_at_a_point_never_a_panic() {
+        for threads in [1, 4] {
+            with_threads(threads, damaged_compressed_data_is_an_error);
+        }
+    }
+
+    fn damaged_compressed_data_is_an_error() {
         let pts = las_points(400);
         for spec in [
             Spec::new(2, 3).laz(LazChunks::Fixed(100)),
