@@ -368,3 +368,35 @@ fn damaged_files_claiming_gigabytes_allocate_nothing_of_the_sort() {
         );
     }
 }
+
+/// A LASzip file (point format 3) damaged so that its GPS-time data keeps switching sequence:
+/// found by the fuzz target, it overflowed the stack inside the `laz` crate's recursive
+/// GPS-time decoder and aborted the process. Now an error naming the point, on any thread
+/// (test threads have 2 MiB stacks) and either thread count.
+#[test]
+fn gps_time_data_that_recurses_without_end_is_an_error() {
+    let bytes = std::fs::read(fixture("gps_recursion.laz")).unwrap();
+    for threads in [1, 4] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let e = pool.install(|| {
+            let mut warnings = Vec::new();
+            cloud_from_bytes(
+                bytes.clone(),
+                Path::new("gps.laz"),
+                "gps",
+                &ImportOptions::default(),
+                &mut warnings,
+            )
+            .map(|_| ())
+            .unwrap_err()
+        });
+        let e = e.to_string();
+        assert!(
+            e.contains("gps.laz: record 359") && e.contains("deep into recursion"),
+            "{e}"
+        );
+    }
+}

@@ -3,7 +3,8 @@
 The importer decompresses LAZ with the `laz` crate; these files come from LASzip itself (the
 reference C++ implementation, through laspy's `laszip` backend), so the tests check that what
 LASzip writes reads back exactly. Every point's values follow `point(i)` below, which the Rust
-test recomputes.
+test recomputes. (`gps_recursion.laz` beside them is not made here: it is what the `las` fuzz
+target made of these files, kept as the regression case of tests/las_import.rs.)
 
     python3 -m venv v && v/bin/pip install laspy laszip numpy
     v/bin/python tools/las_fixtures.py tests/data/las

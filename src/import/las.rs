@@ -48,13 +48,16 @@
 //! record at a time. Only the fields read here are decompressed where the format allows it
 //! (layered chunks, point formats 6 to 10). The decompressor sizes some buffers from
 //! numbers in the file: the chunk table's length, and, for point formats 6 to 10 (LASzip's
-//! layered chunks), each layer's byte count. So before it runs, [`check_laz`] bounds both by the
+//! layered chunks), each layer's byte count. So before it runs, `check_laz` bounds both by the
 //! file itself: the table can list no more chunks than the data has room for (each chunk starts
 //! with one raw record) or the points need, its chunks must fit the data and hold the header's
 //! points, and every layered chunk's layers must fit within that chunk. A damaged file is
 //! refused with its chunk named instead of allocating gigabytes. A panic inside the decoder
-//! (damaged data it did not anticipate) is caught and reported as damage at that point.
+//! (damaged data it did not anticipate) is caught and reported as damage at that point, and
+//! the decoder's one unbounded recursion (point-wise GPS times, see [`GPS_DECODE_STACK`]) runs
+//! on a thread whose reads stop it before its stack runs out.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, BufReader, Cursor, Read, Seek, SeekFrom};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -79,8 +82,8 @@ pub const HEADER_1_4: u16 = 375;
 /// bytes), never shorter.
 pub const MIN_RECORD: [u16; 11] = [20, 28, 26, 34, 57, 63, 30, 36, 38, 59, 67];
 
-/// A variable-length record's header: reserved u16, user id [16], record id u16, length u16,
-/// description [32].
+/// A variable-length record's header: reserved u16, user id (16 bytes), record id u16, length u16,
+/// description (32 bytes).
 pub const VLR_HEADER: u64 = 54;
 
 /// The LASzip VLR's user id (NUL-padded to 16 bytes) and record id.
@@ -344,6 +347,9 @@ enum Src {
 
 impl Read for Src {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // The LAZ decoder reads through here a byte at a time; on a GPS-time decoding thread
+        // this is where its recursion is stopped (see `recursion_guard`).
+        recursion_guard()?;
         match self {
             Src::File(f) => f.read(buf),
             Src::Bytes(c) => c.read(buf),
@@ -692,8 +698,10 @@ enum Records {
     Plain {
         src: Src,
     },
+    /// One record at a time; on a deep, guarded stack when `gps` ([`GPS_DECODE_STACK`]).
     Laz {
         dec: Box<LasZipDecompressor<'static, Src>>,
+        gps: bool,
     },
     /// Several chunks at a time, one per rayon thread, `batch` points a call.
     ParLaz {
@@ -702,19 +710,85 @@ enum Records {
     },
 }
 
+/// Stack of the thread that decodes point-wise GPS times, and how deep the decoder may recurse
+/// in it. LASzip's GPS-time decoder (point formats 1, 3, 4 and 5, and its layered twin, which
+/// is never decoded here) calls itself each time the data switches to another time sequence,
+/// and damaged data can switch without end: an 8 KB file overflowed an 8 MiB stack (the
+/// process aborts; no error can be returned). Those formats are decoded on a thread of
+/// [`GPS_DECODE_STACK`] bytes whose reads fail once the stack is [`GPS_DECODE_DEPTH`] deep.
+/// The decoder reads a byte each time its interval runs low, which an adaptive model at its
+/// most skewed (15-bit counts) delays by at most about 36,000 symbols, a few MiB of frames; the
+/// stack is reserved, not touched, beyond what is used.
+pub const GPS_DECODE_STACK: usize = 256 << 20;
+pub const GPS_DECODE_DEPTH: usize = 16 << 20;
+
+thread_local! {
+    /// On a GPS-time decoding thread, the address of a local at its start; 0 elsewhere.
+    static STACK_TOP: Cell<usize> = const { Cell::new(0) };
+}
+
+/// An address on the current stack.
+#[inline(never)]
+fn stack_address() -> usize {
+    let marker = 0u8;
+    std::hint::black_box(&marker) as *const u8 as usize
+}
+
+/// Fails a read made deeper than [`GPS_DECODE_DEPTH`] below the start of a GPS-time decoding
+/// thread (stacks grow down on every target this builds for); nothing elsewhere.
+fn recursion_guard() -> io::Result<()> {
+    let top = STACK_TOP.with(Cell::get);
+    if top != 0 && top.saturating_sub(stack_address()) > GPS_DECODE_DEPTH {
+        return Err(io::Error::other(format!(
+            "its GPS-time data sends the decoder more than {} MiB deep into recursion",
+            GPS_DECODE_DEPTH >> 20
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `f` on a thread of [`GPS_DECODE_STACK`] bytes whose reads are guarded by
+/// [`recursion_guard`].
+fn on_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> io::Result<T> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("laz-gps".into())
+            .stack_size(GPS_DECODE_STACK)
+            .spawn_scoped(scope, || {
+                STACK_TOP.with(|t| t.set(stack_address()));
+                f()
+            })?
+            .join()
+            .map_err(|_| io::Error::other("the GPS-time decoding thread failed"))
+    })
+}
+
+/// Whether a point-wise item list decodes GPS times (the recursive decoder).
+fn has_pointwise_gps(z: &Laszip) -> bool {
+    z.vlr
+        .items()
+        .iter()
+        .any(|i| i.item_type() == LazItemType::GpsTime)
+}
+
 /// Decompressed bytes of one chunk beyond which LAZ is decoded on one thread: the parallel
 /// decoder holds whole chunks (LASzip's default chunk, 50,000 points of 20 to 67 bytes, is
 /// 1 to 3.4 MB).
-const PAR_CHUNK_BYTES: u64 = 4 << 20;
+pub const PAR_CHUNK_BYTES: u64 = 4 << 20;
 
 /// Decompressed bytes the parallel decoder produces a call, at most: whole chunks, one per
 /// rayon thread.
-const PAR_BATCH_BYTES: u64 = 16 << 20;
+pub const PAR_BATCH_BYTES: u64 = 16 << 20;
 
 /// Points a call of the parallel decoder, when `z` suits it: a chunk table (the parallel
 /// decoder needs one), at least two chunks, chunks of at most [`PAR_CHUNK_BYTES`], and more
-/// than one rayon thread. `None`: decode on one thread, a record at a time.
+/// than one rayon thread, and no point-wise GPS times ([`GPS_DECODE_STACK`]). `None`: decode
+/// on one thread, a record at a time.
 fn parallel_batch(l: &Layout, z: &Laszip) -> Option<usize> {
+    if has_pointwise_gps(z) {
+        // Rayon's workers have small stacks and their reads cannot be guarded.
+        return None;
+    }
     let (chunks, largest) = z.chunks?;
     let threads = rayon::current_num_threads() as u64;
     let chunk_bytes = largest.checked_mul(u64::from(l.header.record_len))?;
@@ -772,7 +846,10 @@ impl Pass {
                             decoding(|| LasZipDecompressor::selective(src, z.vlr.clone(), wanted))
                                 .map_err(failed)?
                                 .map_err(|e| l.damaged_at(0, e.to_string()))?;
-                        Records::Laz { dec: Box::new(dec) }
+                        Records::Laz {
+                            dec: Box::new(dec),
+                            gps: has_pointwise_gps(z),
+                        }
                     }
                 }
             }
@@ -832,16 +909,23 @@ impl Pass {
                         }
                     }
                 }
-                Records::Laz { dec } => {
+                Records::Laz { dec, gps } => {
                     let mut done = 0usize;
                     let buf = &mut self.buf;
-                    let r = decoding(|| -> io::Result<()> {
-                        for rec in buf.chunks_exact_mut(len) {
-                            dec.decompress_one(rec)?;
-                            done += 1;
-                        }
-                        Ok(())
-                    });
+                    let mut batch = || {
+                        decoding(|| -> io::Result<()> {
+                            for rec in buf.chunks_exact_mut(len) {
+                                dec.decompress_one(rec)?;
+                                done += 1;
+                            }
+                            Ok(())
+                        })
+                    };
+                    let r = if *gps {
+                        on_deep_stack(batch).unwrap_or_else(|e| Ok(Err(e)))
+                    } else {
+                        batch()
+                    };
                     let at = first + done as u64;
                     match r {
                         Ok(Ok(())) => {}
@@ -1379,23 +1463,26 @@ mod tests {
             };
             with_threads(threads, || parallel_batch(&l, &z))
         }
-        let fixed = Spec::new(2, 3).laz(LazChunks::Fixed(100));
+        let fixed = Spec::new(2, 2).laz(LazChunks::Fixed(100));
         assert_eq!(batch(&fixed, 400, 1), None);
         assert_eq!(batch(&fixed, 400, 3), Some(300));
         assert_eq!(batch(&fixed, 400, 8), Some(400)); // four chunks
         let variable = Spec::new(4, 7).laz(LazChunks::Variable(70));
         assert_eq!(batch(&variable, 400, 2), Some(140));
+        // Point-wise GPS times: one guarded thread (`GPS_DECODE_STACK`).
+        for format in [1, 3, 4, 5] {
+            let gps = Spec::new(2, format).laz(LazChunks::Fixed(100));
+            assert_eq!(batch(&gps, 400, 4), None, "{format}");
+        }
         // One chunk: nothing to share.
-        assert_eq!(
-            batch(&Spec::new(2, 3).laz(LazChunks::Fixed(1000)), 400, 4),
-            None
-        );
-        // Chunks of more than 4 MiB decompressed (200,000 × 34 bytes): one thread.
-        let big = Spec::new(2, 3).laz(LazChunks::Fixed(200_000));
+        let one = Spec::new(2, 2).laz(LazChunks::Fixed(1000));
+        assert_eq!(batch(&one, 400, 4), None);
+        // Chunks of more than 4 MiB decompressed (200,000 × 26 bytes): one thread.
+        let big = Spec::new(2, 2).laz(LazChunks::Fixed(200_000));
         assert_eq!(batch(&big, 400_001, 4), None);
-        // At 100,000 points (3.4 MB) they are shared, four at a time (16 MiB at most).
-        let fits = Spec::new(2, 3).laz(LazChunks::Fixed(100_000));
-        assert_eq!(batch(&fits, 400_001, 8), Some(400_000));
+        // At 150,000 points (3.9 MB) they are shared, four at a time (16 MiB at most).
+        let fits = Spec::new(2, 2).laz(LazChunks::Fixed(150_000));
+        assert_eq!(batch(&fits, 600_001, 8), Some(600_000));
     }
 
     #[test]
