@@ -888,26 +888,9 @@ impl Pass {
                 })?,
                 Records::ParLaz { dec, .. } => {
                     let buf = &mut self.buf;
-                    match decoding(|| dec.decompress_many(buf)) {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => {
-                            return Err(l.damaged_at(
-                                first,
-                                format!(
-                                    "its compressed data cannot be decoded, at or after this \
-                                     point ({e})"
-                                ),
-                            ))
-                        }
-                        Err(_) => {
-                            return Err(l.damaged_at(
-                                first,
-                                "its compressed data made the decoder fail, at or after this \
-                                 point"
-                                    .into(),
-                            ))
-                        }
-                    }
+                    let r = decoding(|| dec.decompress_many(buf).map_err(|e| e.to_string()));
+                    // Chunks decode at once: the damage lies in this batch.
+                    decode_failure(l, first, ", at or after this point", r)?;
                 }
                 Records::Laz { dec, gps } => {
                     let mut done = 0usize;
@@ -926,22 +909,8 @@ impl Pass {
                     } else {
                         batch()
                     };
-                    let at = first + done as u64;
-                    match r {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => {
-                            return Err(l.damaged_at(
-                                at,
-                                format!("its compressed data cannot be decoded ({e})"),
-                            ))
-                        }
-                        Err(_) => {
-                            return Err(l.damaged_at(
-                                at,
-                                "its compressed data made the decoder fail".into(),
-                            ))
-                        }
-                    }
+                    let r = r.map(|r| r.map_err(|e| e.to_string()));
+                    decode_failure(l, first + done as u64, "", r)?;
                 }
             }
             self.left -= n as u64;
@@ -953,6 +922,27 @@ impl Pass {
         self.at += 1;
         self.next += 1;
         Ok(Some((i, rec)))
+    }
+}
+
+/// The damage a failed LAZ decode (an error, or a caught panic) reports at point `at`, `where_`
+/// qualifying the point.
+fn decode_failure(
+    l: &Layout,
+    at: u64,
+    where_: &str,
+    r: std::thread::Result<Result<(), String>>,
+) -> Result<(), ImportError> {
+    match r {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(l.damaged_at(
+            at,
+            format!("its compressed data cannot be decoded{where_} ({e})"),
+        )),
+        Err(_) => Err(l.damaged_at(
+            at,
+            format!("its compressed data made the decoder fail{where_}"),
+        )),
     }
 }
 
@@ -1072,7 +1062,7 @@ impl LasCloud {
                     "the point format marks the file as compressed (LAZ), but it has no LASzip \
                      VLR describing how; the file is damaged",
                 )),
-                // A LASzip VLR left in an uncompressed file (las2las keeps it) describes nothing.
+                // A LASzip VLR a tool left in an uncompressed file describes nothing.
                 (false, _) => None,
             };
         let layout = Layout {
