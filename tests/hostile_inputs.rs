@@ -33,7 +33,10 @@
 //! | PCD LZF back-reference before the start of the data | 1 | `…/lzf.pcd: byte N: an LZF back-reference at uncompressed byte 0 reaches back 1 (to byte -1), before the start of the data; the binary_compressed data is damaged: save the cloud again from its source` |
 //! | PCD point with an infinite coordinate | 1 | ``…/inf.pcd: line 13: point 1: `x` = inf is not a finite coordinate; PCL marks missing points with NaN, so an infinite one is damage: …`` |
 //! | PCD points with NaN coordinates (pixels without a measurement) | 0 | `warning: …/nan.pcd: 5 of 20 points have NaN coordinates (no measurement at those sensor pixels) and are left out` |
-//! | a folder holding .ply and .pcd clouds | 1 | `…: the folder holds both .ply (1) and .pcd (1) point clouds, so which to pack is unclear; pass --format ply or --format pcd (only that extension is then read)` |
+//! | a folder holding .ply and .pcd clouds | 1 | `…: the folder holds .ply (1) and .pcd (1) point clouds, so which to pack is unclear; pass --format ply, pcd or las (only those files are then read)` |
+//! | LAS whose header counts more points than it holds | 1 | `…/cut.las: record 18: the header counts 20 points of 34 bytes, but the file holds only 18 of them; it is truncated (copy it again)` |
+//! | LAZ chunk table claiming 4 billion chunks | 1 | `…/chunks.laz: byte N: the chunk table lists 4294967295 chunks, more than 40 points in N bytes of compressed data can fill; the LAZ file is damaged (…)` |
+//! | LAZ GPS-time data recursing without end (a fuzz find) | 1 | `…/gps.laz: record 359: its compressed data cannot be decoded (its GPS-time data sends the decoder more than 16 MiB deep into recursion); the LAZ file is damaged (…)` |
 //!
 //! Cases covered elsewhere: `--force` safety, concurrent converts, a destination created
 //! mid-run, killed converts, a corrupt PNG and `--test-every 1` (tests/cli.rs); training
@@ -906,8 +909,8 @@ fn damaged_pcd_clouds_are_refused_naming_the_file_and_the_place() {
     let o = gs_pack(&["convert", s(&both), "-o", s(&pack)]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
-        stderr(&o).contains("both .ply (1) and .pcd (1) point clouds")
-            && stderr(&o).contains("pass --format ply or --format pcd"),
+        stderr(&o).contains("the folder holds .ply (1) and .pcd (1) point clouds")
+            && stderr(&o).contains("pass --format ply, pcd or las"),
         "{}",
         text(&o)
     );
@@ -915,6 +918,65 @@ fn damaged_pcd_clouds_are_refused_naming_the_file_and_the_place() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         stderr(&o).contains("packed point cloud \"a\": 20 points"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn damaged_las_and_laz_files_are_refused_before_packing_naming_the_point() {
+    use ramsplat::synth::las::{las_bytes, las_points, LasSpec, LazChunks};
+    let tmp = tempfile::tempdir().unwrap();
+    let convert = |name: &str, bytes: &[u8]| {
+        let file = tmp.path().join(name);
+        std::fs::write(&file, bytes).unwrap();
+        let pack = tmp.path().join(format!("{name}.pack"));
+        let o = gs_pack(&["convert", s(&file), "-o", s(&pack)]);
+        assert!(!pack.exists(), "{}", text(&o));
+        o
+    };
+
+    // A header counting more points than the file holds.
+    let mut cut = las_bytes(&LasSpec::new(2, 3), &las_points(20));
+    cut.truncate(cut.len() - 50);
+    let o = convert("cut.las", &cut);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("cut.las: record 18: the header counts 20 points of 34 bytes, but the file holds only 18 of them; it is truncated"),
+        "{}",
+        text(&o)
+    );
+
+    // A chunk table claiming four billion chunks.
+    let laz = las_bytes(
+        &LasSpec::new(4, 7).laz(LazChunks::Fixed(10)),
+        &las_points(40),
+    );
+    let data = u32::from_le_bytes(laz[96..100].try_into().unwrap()) as usize;
+    let table = i64::from_le_bytes(laz[data..data + 8].try_into().unwrap()) as usize;
+    let mut chunks = laz.clone();
+    chunks[table + 4..table + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    let o = convert("chunks.laz", &chunks);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("chunks.laz: byte ")
+            && stderr(&o).contains("the chunk table lists 4294967295 chunks")
+            && stderr(&o).contains("the LAZ file is damaged"),
+        "{}",
+        text(&o)
+    );
+
+    // GPS-time data that sends LASzip's decoder into endless recursion (found by the fuzz
+    // target; it aborted the process with a stack overflow).
+    let gps = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/las/gps_recursion.laz"),
+    )
+    .unwrap();
+    let o = convert("gps.laz", &gps);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("gps.laz: record 359: its compressed data cannot be decoded")
+            && stderr(&o).contains("deep into recursion"),
         "{}",
         text(&o)
     );

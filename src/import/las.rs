@@ -128,11 +128,10 @@ pub struct LasHeader {
     pub record_len: u16,
     /// The number of point records (LAS 1.4's 64-bit count where present).
     pub points: u64,
+    /// The scales are finite and non-zero and the offsets finite ([`parse_header`] checks),
+    /// so two headers compare equal exactly when these bytes do (no NaN).
     pub scale: [f64; 3],
     pub offset: [f64; 3],
-    /// `[min x, min y, min z]` and `[max x, max y, max z]` as the header states them.
-    pub min: [f64; 3],
-    pub max: [f64; 3],
     /// Bit 1 of the global encoding: waveform packets are inside this file.
     pub internal_waveform: bool,
     /// LAS 1.3+: where waveform data starts (0: none).
@@ -291,8 +290,8 @@ pub fn parse_header(bytes: &[u8], file_len: u64, path: &Path) -> Result<LasHeade
             ));
         }
     }
-    let max = [le_f64(bytes, 179), le_f64(bytes, 195), le_f64(bytes, 211)];
-    let min = [le_f64(bytes, 187), le_f64(bytes, 203), le_f64(bytes, 219)];
+    // The bounds (bytes 179 to 226) are not read: they are often stale, and the coordinate
+    // check uses the points themselves.
     let (waveform_start, evlr_start, evlr_count) = (
         if version.1 >= 3 {
             le_u64(bytes, 227)
@@ -321,8 +320,6 @@ pub fn parse_header(bytes: &[u8], file_len: u64, path: &Path) -> Result<LasHeade
         points,
         scale,
         offset,
-        min,
-        max,
         internal_waveform: le_u16(bytes, 6) & 0b10 != 0,
         waveform_start,
         evlr_start,
@@ -1692,6 +1689,23 @@ mod tests {
             patched(&good, 104, &[0x87]),
             Location::Byte(104),
             "no LASzip VLR",
+        );
+    }
+
+    #[test]
+    fn bounds_are_not_read() {
+        // NaN bounds (found by the fuzz target: the stream then saw "another" header, as NaN
+        // is not equal to itself) and bounds that exclude every point.
+        let pts = las_points(30);
+        let good = las_bytes(&Spec::new(2, 3), &pts);
+        let mut bad = patched(&good, 179, &f64::NAN.to_le_bytes());
+        bad = patched(&bad, 187, &1e9f64.to_le_bytes());
+        let (mut c, _) = open(bad).unwrap();
+        expect_points(
+            &Spec::new(2, 3),
+            &pts,
+            &read_all(c.as_mut(), 7).unwrap(),
+            false,
         );
     }
 

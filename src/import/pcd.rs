@@ -3608,8 +3608,8 @@ mod tests {
         write_file(dir.path(), "d.ply", ply);
         let e = detect(dir.path()).unwrap_err();
         assert!(
-            msg(&e).contains("both .ply (1) and .pcd (3)")
-                && msg(&e).contains("--format ply or --format pcd"),
+            msg(&e).contains(".ply (1) and .pcd (3)")
+                && msg(&e).contains("--format ply, pcd or las"),
             "{e}"
         );
         let scene = open(dir.path(), Format::Pcd, &ImportOptions::default()).unwrap();
@@ -3628,7 +3628,7 @@ mod tests {
         // Guess failures mention PCD.
         let e = detect(empty.path()).unwrap_err();
         assert!(msg(&e).contains(".pcd") && msg(&e).contains("|pcd"), "{e}");
-        let e = detect(&write_file(empty.path(), "x.las", b"")).unwrap_err();
+        let e = detect(&write_file(empty.path(), "x.e57", b"")).unwrap_err();
         assert!(msg(&e).contains(".pcd"), "{e}");
 
         // --images and --depths mean nothing to a point cloud.
