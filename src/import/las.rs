@@ -58,8 +58,7 @@
 //! on a thread whose reads stop it before its stack runs out.
 
 use std::cell::Cell;
-use std::fs::File;
-use std::io::{self, BufReader, Cursor, Read, Seek, SeekFrom};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -68,6 +67,7 @@ use std::sync::{Arc, Once};
 use laz::laszip::ChunkTable;
 use laz::{DecompressionSelection, LasZipDecompressor, LazItemType, LazVlr, ParLasZipDecompressor};
 
+use super::input::{Input, InputReader};
 use super::ply::DEFAULT_GREY;
 use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::{Format, PointChunk, PointSource};
@@ -327,62 +327,27 @@ pub fn parse_header(bytes: &[u8], file_len: u64, path: &Path) -> Result<LasHeade
     })
 }
 
-/// What the file is read from: a path (reopened for each pass) or bytes in memory (the fuzz
-/// target, tests).
-#[derive(Clone, Debug)]
-enum Input {
-    File(PathBuf),
-    Bytes(Arc<[u8]>),
+/// A reader over an [`Input`], buffered: LAZ's decoder reads a byte at a time.
+type Src = BufReader<InputReader>;
+
+fn open_src(input: &Input, at: u64) -> io::Result<Src> {
+    Ok(BufReader::with_capacity(FILE_BUFFER, input.open_at(at)?))
 }
 
-/// A reader over an [`Input`], buffered when it is a file (LAZ's decoder reads a byte at a
-/// time).
-enum Src {
-    File(BufReader<File>),
-    Bytes(Cursor<Arc<[u8]>>),
-}
+/// A reader whose reads fail once the GPS-time decoder has recursed too deep
+/// ([`recursion_guard`]); given only to that decoder, which reads through it a byte at a time.
+struct Guarded<R>(R);
 
-impl Read for Src {
+impl<R: Read> Read for Guarded<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        // The LAZ decoder reads through here a byte at a time; on a GPS-time decoding thread
-        // this is where its recursion is stopped (see `recursion_guard`).
         recursion_guard()?;
-        match self {
-            Src::File(f) => f.read(buf),
-            Src::Bytes(c) => c.read(buf),
-        }
+        self.0.read(buf)
     }
 }
 
-impl Seek for Src {
+impl<R: Seek> Seek for Guarded<R> {
     fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-        match self {
-            Src::File(f) => f.seek(pos),
-            Src::Bytes(c) => c.seek(pos),
-        }
-    }
-}
-
-impl Input {
-    fn len(&self) -> io::Result<u64> {
-        match self {
-            Input::File(p) => Ok(std::fs::metadata(p)?.len()),
-            Input::Bytes(b) => Ok(b.len() as u64),
-        }
-    }
-
-    fn open_at(&self, at: u64) -> io::Result<Src> {
-        let mut src = match self {
-            Input::File(p) => Src::File(BufReader::with_capacity(FILE_BUFFER, File::open(p)?)),
-            Input::Bytes(b) => Src::Bytes(Cursor::new(Arc::clone(b))),
-        };
-        src.seek(SeekFrom::Start(at))?;
-        Ok(src)
-    }
-
-    /// Reads exactly `buf.len()` bytes at `at`.
-    fn read_at(&self, at: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.open_at(at)?.read_exact(buf)
+        self.0.seek(pos)
     }
 }
 
@@ -582,7 +547,7 @@ fn check_laz(
             ),
         ));
     }
-    let mut src = input.open_at(start).map_err(|e| ImportError::io(path, e))?;
+    let mut src = open_src(input, start).map_err(|e| ImportError::io(path, e))?;
     let entries = decoding(|| ChunkTable::read_from(&mut src, &z.vlr))
         .map_err(|_| damaged(table, "its chunk table made the decoder fail".into()))?
         .map_err(|e| damaged(table, format!("its chunk table cannot be read ({e})")))?;
@@ -695,10 +660,14 @@ enum Records {
     Plain {
         src: Src,
     },
-    /// One record at a time; on a deep, guarded stack when `gps` ([`GPS_DECODE_STACK`]).
+    /// One record at a time.
     Laz {
         dec: Box<LasZipDecompressor<'static, Src>>,
-        gps: bool,
+    },
+    /// One record at a time, point-wise GPS times among them: on a deep stack, through
+    /// guarded reads ([`GPS_DECODE_STACK`]).
+    GpsLaz {
+        dec: Box<LasZipDecompressor<'static, Guarded<Src>>>,
     },
     /// Several chunks at a time, one per rayon thread, `batch` points a call.
     ParLaz {
@@ -813,7 +782,7 @@ struct Pass {
 
 impl Pass {
     fn open(l: &Layout) -> Result<Pass, ImportError> {
-        let src = l.input.open_at(l.header.data_offset).map_err(|e| l.io(e))?;
+        let src = open_src(&l.input, l.header.data_offset).map_err(|e| l.io(e))?;
         let records = match &l.laszip {
             None => Records::Plain { src },
             Some(z) => {
@@ -838,15 +807,20 @@ impl Pass {
                             batch,
                         }
                     }
+                    None if has_pointwise_gps(z) => {
+                        let src = Guarded(src);
+                        let dec =
+                            decoding(|| LasZipDecompressor::selective(src, z.vlr.clone(), wanted))
+                                .map_err(failed)?
+                                .map_err(|e| l.damaged_at(0, e.to_string()))?;
+                        Records::GpsLaz { dec: Box::new(dec) }
+                    }
                     None => {
                         let dec =
                             decoding(|| LasZipDecompressor::selective(src, z.vlr.clone(), wanted))
                                 .map_err(failed)?
                                 .map_err(|e| l.damaged_at(0, e.to_string()))?;
-                        Records::Laz {
-                            dec: Box::new(dec),
-                            gps: has_pointwise_gps(z),
-                        }
+                        Records::Laz { dec: Box::new(dec) }
                     }
                 }
             }
@@ -889,25 +863,20 @@ impl Pass {
                     // Chunks decode at once: the damage lies in this batch.
                     decode_failure(l, first, ", at or after this point", r)?;
                 }
-                Records::Laz { dec, gps } => {
-                    let mut done = 0usize;
+                Records::Laz { dec } => {
+                    let (r, done) = decode_each(dec, &mut self.buf, len);
+                    decode_failure(l, first + done, "", r)?;
+                }
+                Records::GpsLaz { dec } => {
+                    let mut done = 0;
                     let buf = &mut self.buf;
-                    let mut batch = || {
-                        decoding(|| -> io::Result<()> {
-                            for rec in buf.chunks_exact_mut(len) {
-                                dec.decompress_one(rec)?;
-                                done += 1;
-                            }
-                            Ok(())
-                        })
-                    };
-                    let r = if *gps {
-                        on_deep_stack(batch).unwrap_or_else(|e| Ok(Err(e)))
-                    } else {
-                        batch()
-                    };
-                    let r = r.map(|r| r.map_err(|e| e.to_string()));
-                    decode_failure(l, first + done as u64, "", r)?;
+                    let r = on_deep_stack(|| {
+                        let (r, n) = decode_each(dec, buf, len);
+                        done = n;
+                        r
+                    })
+                    .unwrap_or_else(|e| Ok(Err(e.to_string())));
+                    decode_failure(l, first + done, "", r)?;
                 }
             }
             self.left -= n as u64;
@@ -920,6 +889,24 @@ impl Pass {
         self.next += 1;
         Ok(Some((i, rec)))
     }
+}
+
+/// Decodes `buf`'s records one at a time; returns the outcome (an error, or a caught panic)
+/// and how many records were decoded before it.
+fn decode_each<R: Read + Seek + Send + Sync>(
+    dec: &mut LasZipDecompressor<'static, R>,
+    buf: &mut [u8],
+    len: usize,
+) -> (std::thread::Result<Result<(), String>>, u64) {
+    let mut done = 0u64;
+    let r = decoding(|| -> Result<(), String> {
+        for rec in buf.chunks_exact_mut(len) {
+            dec.decompress_one(rec).map_err(|e| e.to_string())?;
+            done += 1;
+        }
+        Ok(())
+    });
+    (r, done)
 }
 
 /// The damage a failed LAZ decode (an error, or a caught panic) reports at point `at`, `where_`
@@ -1582,86 +1569,42 @@ mod tests {
     fn damaged_headers_are_refused_naming_the_field() {
         let good = las_bytes(&Spec::new(4, 7), &las_points(20));
         refused(
-            patched(&good, 0, b"LASG"),
-            Location::Byte(0),
-            "does not start with `LASF`",
-        );
-        refused(
             good[..200].to_vec(),
             Location::Byte(0),
             "shorter than the smallest LAS header",
         );
-        refused(
-            patched(&good, 24, &[2, 0]),
-            Location::Byte(24),
-            "LAS version 2.0",
+        // A field patched at byte `at`: the error names that byte.
+        let field = |at: usize, with: &[u8], needle: &str| {
+            refused(patched(&good, at, with), Location::Byte(at as u64), needle)
+        };
+        field(0, b"LASG", "does not start with `LASF`");
+        field(24, &[2, 0], "LAS version 2.0");
+        field(94, &300u16.to_le_bytes(), "a LAS 1.4 header has 375");
+        field(94, &60_000u16.to_le_bytes(), "truncated");
+        field(
+            96,
+            &100u32.to_le_bytes(),
+            "point data is said to start at byte 100",
         );
+        field(96, &u32::MAX.to_le_bytes(), "damaged or truncated");
+        field(104, &[11], "point format 11");
+        field(104, &[0x87], "no LASzip VLR"); // compressed, without the LASzip VLR
+        field(105, &20u16.to_le_bytes(), "needs at least 36");
+        field(107, &19u32.to_le_bytes(), "two point counts disagree (19");
+        field(139, &0f64.to_le_bytes(), "y scale factor is 0");
+        field(147, &f64::NAN.to_le_bytes(), "z scale factor is NaN");
+        field(155, &f64::INFINITY.to_le_bytes(), "x offset is inf");
+        // The minor version names the version's first byte.
         refused(
             patched(&good, 25, &[5]),
             Location::Byte(24),
             "LAS version 1.5",
         );
-        refused(
-            patched(&good, 94, &300u16.to_le_bytes()),
-            Location::Byte(94),
-            "a LAS 1.4 header has 375",
-        );
-        refused(
-            patched(&good, 94, &60_000u16.to_le_bytes()),
-            Location::Byte(94),
-            "truncated",
-        );
-        refused(
-            patched(&good, 96, &100u32.to_le_bytes()),
-            Location::Byte(96),
-            "point data is said to start at byte 100",
-        );
-        refused(
-            patched(&good, 96, &u32::MAX.to_le_bytes()),
-            Location::Byte(96),
-            "damaged or truncated",
-        );
-        refused(
-            patched(&good, 104, &[11]),
-            Location::Byte(104),
-            "point format 11",
-        );
-        refused(
-            patched(&good, 105, &20u16.to_le_bytes()),
-            Location::Byte(105),
-            "needs at least 36",
-        );
-        refused(
-            patched(&good, 139, &0f64.to_le_bytes()),
-            Location::Byte(139),
-            "y scale factor is 0",
-        );
-        refused(
-            patched(&good, 147, &f64::NAN.to_le_bytes()),
-            Location::Byte(147),
-            "z scale factor is NaN",
-        );
-        refused(
-            patched(&good, 155, &f64::INFINITY.to_le_bytes()),
-            Location::Byte(155),
-            "x offset is inf",
-        );
-        refused(
-            patched(&good, 107, &19u32.to_le_bytes()),
-            Location::Byte(107),
-            "two point counts disagree (19",
-        );
-        // A point count beyond the data.
-        refused(
-            patched(&good, 247, &21u64.to_le_bytes()),
-            Location::Record(20),
-            "holds only 20",
-        );
-        refused(
-            patched(&good, 247, &u64::MAX.to_le_bytes()),
-            Location::Record(20),
-            "holds only 20",
-        );
+        // A point count beyond the data names the first missing point.
+        for count in [21, u64::MAX] {
+            let bytes = patched(&good, 247, &count.to_le_bytes());
+            refused(bytes, Location::Record(20), "holds only 20");
+        }
         // VLRs.
         let mut spec = Spec::new(2, 3);
         spec.vlrs = vec![("a".into(), 1, vec![0; 10])];
@@ -1683,12 +1626,6 @@ mod tests {
             las_bytes(&spec, &las_points(3)),
             Location::Record(0),
             "x = -1.0000000000000001e305",
-        );
-        // Compressed without the LASzip VLR.
-        refused(
-            patched(&good, 104, &[0x87]),
-            Location::Byte(104),
-            "no LASzip VLR",
         );
     }
 

@@ -26,6 +26,7 @@
 pub mod colmap;
 pub mod depth;
 pub mod image;
+mod input;
 pub mod las;
 pub mod metashape;
 pub mod nerf;

@@ -95,11 +95,11 @@
 //! ([`LzfDecoder::fork`]), so a pass decodes the block about once; a Kinect frame (6 MB
 //! uncompressed) takes a few tens of milliseconds a pass.
 
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::input::{Input, InputReader};
 use super::ply::header::{read_line_bounded, LineRead};
 use super::ply::{COLOUR_NAMES, DEFAULT_GREY, LABEL_NAMES};
 use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
@@ -1284,43 +1284,6 @@ fn columns(path: &Path, h: &PcdHeader, warnings: &mut Vec<String>) -> Result<Col
 }
 
 // ---------------------------------------------------------------------------------------------
-// Where the bytes come from
-// ---------------------------------------------------------------------------------------------
-
-/// A cloud's bytes: a file, reopened for each pass (and each compressed field's stream), or
-/// bytes in memory (the fuzz target, tests).
-#[derive(Clone)]
-enum Input {
-    File(PathBuf),
-    Bytes(Arc<[u8]>),
-}
-
-impl Input {
-    fn len(&self) -> io::Result<u64> {
-        match self {
-            Input::File(p) => Ok(std::fs::metadata(p)?.len()),
-            Input::Bytes(b) => Ok(b.len() as u64),
-        }
-    }
-
-    /// A reader positioned at `offset`.
-    fn open_at(&self, offset: u64) -> io::Result<Box<dyn Read + Send>> {
-        match self {
-            Input::File(p) => {
-                let mut f = File::open(p)?;
-                f.seek(SeekFrom::Start(offset))?;
-                Ok(Box::new(f))
-            }
-            Input::Bytes(b) => {
-                let mut c = io::Cursor::new(b.clone());
-                c.set_position(offset);
-                Ok(Box::new(c))
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Rows: one point's used values at a time, per DATA kind
 // ---------------------------------------------------------------------------------------------
 
@@ -1490,7 +1453,7 @@ fn skip_bytes<R: BufRead>(src: &mut R, mut n: u64) -> io::Result<bool> {
 
 /// `ascii` rows: one non-blank line per point.
 struct AsciiRows {
-    src: BufReader<Box<dyn Read + Send>>,
+    src: BufReader<InputReader>,
     line: Vec<u8>,
     /// The last line consumed (1-based, header included).
     line_no: u64,
@@ -1625,7 +1588,7 @@ fn parse_token(tok: &[u8], col: Col, packed: bool) -> Option<u64> {
 
 /// `binary` rows: fixed-size, each used field read where it sits and the rest skipped.
 struct BinaryRows {
-    src: BufReader<Box<dyn Read + Send>>,
+    src: BufReader<InputReader>,
     /// (bytes to skip before it, role, size) per used field, in row order.
     segments: Vec<(u64, Role, u8)>,
     /// Bytes after the last used field.
@@ -1633,7 +1596,7 @@ struct BinaryRows {
 }
 
 impl BinaryRows {
-    fn new(layout: &Layout, src: Box<dyn Read + Send>) -> BinaryRows {
+    fn new(layout: &Layout, src: InputReader) -> BinaryRows {
         let mut offset = 0u64;
         let mut at = 0u64;
         let mut segments = Vec::new();
@@ -1685,7 +1648,7 @@ struct FieldStream {
     role: Role,
     size: u8,
     region: u64,
-    dec: LzfDecoder<Box<dyn Read + Send>>,
+    dec: LzfDecoder<InputReader>,
     buf: Box<[u8]>,
     pos: usize,
     len: usize,
