@@ -33,6 +33,7 @@ use std::time::Instant;
 use crate::dataset::Format;
 use crate::dataset::Split;
 use crate::import::image::{prepare_view_pixels, Resize};
+use crate::import::transform::PointsTransform;
 use crate::import::{self, ImportError, ImportOptions};
 use crate::shard::writer::{
     encode_view_as, CloudError, EncodedView, PackWriter, WriteError, WriterOptions,
@@ -72,6 +73,12 @@ pub struct ConvertOptions {
     /// A point cloud whose points replace the dataset's own as the ones training starts from
     /// (see [`import::ImportedScene::replace_points`]).
     pub points: Option<PathBuf>,
+    /// `--points-transform`: the file of the map that moves the `--points` cloud, or the
+    /// clouds of a point-cloud conversion, into the cameras' frame
+    /// ([`import::transform`]).
+    pub points_transform: Option<PathBuf>,
+    /// Apply that map's inverse.
+    pub invert_points_transform: bool,
 }
 
 impl Default for ConvertOptions {
@@ -91,6 +98,8 @@ impl Default for ConvertOptions {
             images: None,
             depths: None,
             points: None,
+            points_transform: None,
+            invert_points_transform: false,
         }
     }
 }
@@ -276,16 +285,54 @@ pub fn convert(
     on_event: &(dyn Fn(Event<'_>) + Sync),
 ) -> Result<ConvertReport, PackError> {
     let started = Instant::now();
+    let transform = match &opts.points_transform {
+        Some(file) => {
+            let t = PointsTransform::from_file(file)?;
+            Some(if opts.invert_points_transform {
+                t.inverse()
+            } else {
+                t
+            })
+        }
+        None => None,
+    };
     let import_opts = ImportOptions {
         strict: opts.strict,
         metadata_only: false,
         images: opts.images.clone(),
         depths: opts.depths.clone(),
+        // A dataset's own points are in its cameras' frame: only a cloud that is the input
+        // itself is moved by the transform here (checked below).
+        points_transform: transform.clone().filter(|_| opts.points.is_none()),
     };
     let mut scene = import::open(input, opts.format, &import_opts)?;
     if let Some(points) = &opts.points {
-        let cloud = scene.replace_points(points, &import_opts)?;
+        let cloud_opts = ImportOptions {
+            points_transform: transform.clone(),
+            ..import_opts.clone()
+        };
+        let cloud = scene.replace_points(points, &cloud_opts)?;
         check_no_overlap(&cloud, output)?;
+    } else if transform.is_some() && !scene.views.is_empty() {
+        return Err(ImportError::invalid(
+            input,
+            "--points-transform moves the --points cloud (or a point cloud being converted), \
+             but this dataset's own points are already in its cameras' frame; give --points \
+             FILE, or drop --points-transform",
+        )
+        .into());
+    }
+    if let (Some(t), Some(file)) = (&transform, &opts.points_transform) {
+        scene.warnings.push(format!(
+            "--points-transform {}{}: the points are moved by {}",
+            file.display(),
+            if opts.invert_points_transform {
+                " (inverted)"
+            } else {
+                ""
+            },
+            t.describe()
+        ));
     }
     check_no_overlap(input, output)?;
     if let Some(images) = &opts.images {
@@ -499,6 +546,7 @@ pub fn convert(
         images: opts.images.as_ref().map(|d| d.display().to_string()),
         depths: opts.depths.as_ref().map(|d| d.display().to_string()),
         points: opts.points.as_ref().map(|p| p.display().to_string()),
+        points_transform: transform.as_ref().map(PointsTransform::rows),
     })?;
     let wall_s = started.elapsed().as_secs_f64();
     // Read back from the sealed pack: the cameras as packed (undistorted, cropped, resized).

@@ -609,6 +609,7 @@ fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
             images: None,
             depths: None,
             points: None,
+            points_transform: None,
         })
         .unwrap();
     let out_dir = d.join("eval");

@@ -113,6 +113,17 @@ enum Command {
         /// a cloud larger than the budget allows.
         #[arg(long, value_name = "FILE")]
         points: Option<PathBuf>,
+        /// Move the --points cloud (or the point cloud being converted) into the cameras'
+        /// frame by the transform in FILE, applied in double precision before the points are
+        /// rounded to the pack's floats: a 4×4 matrix row by row (CloudCompare's registration
+        /// matrix, numpy.savetxt), its first three rows, or COLMAP's `scale qw qx qy qz tx ty
+        /// tz` (model_aligner's --transform_path). Relative to the working directory.
+        #[arg(long, value_name = "FILE")]
+        points_transform: Option<PathBuf>,
+        /// Apply the inverse of --points-transform (a file that maps the cameras' frame to the
+        /// cloud's, as COLMAP's model_aligner writes for a georeferenced model).
+        #[arg(long, requires = "points_transform")]
+        invert_points_transform: bool,
     },
     /// Check every checksum of a pack; exit 0, or 3 naming the damaged shard and record.
     Verify { pack: PathBuf },
@@ -230,6 +241,8 @@ fn main() -> ExitCode {
             images,
             depths,
             points,
+            points_transform,
+            invert_points_transform,
         } => {
             let resize = match (max_width, downscale) {
                 (_, Some(n)) => Some(Resize::Downscale(n)),
@@ -262,6 +275,8 @@ fn main() -> ExitCode {
                 images,
                 depths,
                 points,
+                points_transform,
+                invert_points_transform,
                 ..Default::default()
             };
             if let Some(w) = workers {
@@ -616,6 +631,14 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
         writeln!(
             o,
             "            from --points {points} (in place of the dataset's own)"
+        )?;
+    }
+    if let Some(rows) = &m.source.points_transform {
+        let rows: Vec<String> = rows.iter().map(|r| format!("{r:?}")).collect();
+        writeln!(
+            o,
+            "            moved by --points-transform [A | t] = {}",
+            rows.join(" ")
         )?;
     }
     if let Some(v) = in_view {

@@ -336,6 +336,7 @@ mod tests {
             images: None,
             depths: None,
             points: None,
+            points_transform: None,
         })
         .unwrap();
         let pack = Arc::new(Pack::open(&path).unwrap());

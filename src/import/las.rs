@@ -16,7 +16,9 @@
 //!   error naming the point. Georeferenced clouds (UTM coordinates in the millions of metres)
 //!   lose precision in `f32`: when the spacing of `f32` values at the cloud's largest coordinate
 //!   is coarser than the file's own quantum (its smallest scale), a warning says by how much,
-//!   and that the points must be in the cameras' frame to seed a training run.
+//!   and that the points must be in the cameras' frame to seed a training run. Under
+//!   [`ImportOptions::points_transform`] the position is moved in `f64` first, and the check
+//!   applies to the moved position.
 //! - **colour**: point formats 2, 3, 5, 7, 8 and 10 carry 16-bit RGB. The high byte is the
 //!   8-bit colour, which is exact for both ways writers widen 8-bit colour (×256 and ×257).
 //!   Some writers store 8-bit values unwidened: when no kept point's channel exceeds 255 (and
@@ -69,6 +71,7 @@ use laz::{DecompressionSelection, LasZipDecompressor, LazItemType, LazVlr, ParLa
 
 use super::input::{Input, InputReader};
 use super::ply::DEFAULT_GREY;
+use super::transform::PointsTransform;
 use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::{Format, PointChunk, PointSource};
 
@@ -938,9 +941,13 @@ struct Point {
     withheld: bool,
 }
 
-fn decode(rec: &[u8], h: &LasHeader) -> Point {
-    let xyz =
+/// Decodes a record, its position moved by `transform` (in `f64`) when given.
+fn decode(rec: &[u8], h: &LasHeader, transform: Option<&PointsTransform>) -> Point {
+    let mut xyz =
         std::array::from_fn(|i| f64::from(le_u32(rec, 4 * i) as i32) * h.scale[i] + h.offset[i]);
+    if let Some(t) = transform {
+        xyz = t.point(xyz);
+    }
     let (class, withheld) = if h.format < 6 {
         (rec[15] & 0x1f, rec[15] & 0x80 != 0)
     } else {
@@ -972,6 +979,8 @@ struct Layout {
     file_len: u64,
     header: LasHeader,
     laszip: Option<Laszip>,
+    /// `--points-transform`, applied to positions in `f64`.
+    transform: Option<PointsTransform>,
 }
 
 impl Layout {
@@ -1055,6 +1064,7 @@ impl LasCloud {
             file_len,
             header,
             laszip,
+            transform: options.points_transform.clone(),
         };
         let h = &layout.header;
         let mut trailing = None;
@@ -1096,19 +1106,29 @@ impl LasCloud {
         let mut pass = Pass::open(&layout)?;
         let (mut kept, mut withheld, mut max_channel, mut max_abs) = (0u64, 0u64, 0u16, 0f64);
         while let Some((i, rec)) = pass.next(&layout)? {
-            let p = decode(rec, h);
+            let p = decode(rec, h, layout.transform.as_ref());
             if p.withheld {
                 withheld += 1;
                 continue;
             }
             for (axis, v) in ["x", "y", "z"].into_iter().zip(p.xyz) {
                 if !(v as f32).is_finite() {
+                    let (how, wrong) = match layout.transform {
+                        Some(_) => (
+                            "record × scale + offset, moved by --points-transform",
+                            format!("the header's {axis} scale or offset, or the transform,"),
+                        ),
+                        None => (
+                            "record × scale + offset",
+                            format!("the header's {axis} scale or offset"),
+                        ),
+                    };
                     return Err(ImportError::parse(
                         path,
                         Location::Record(i),
                         format!(
-                            "{axis} = {v:e} (record × scale + offset) is beyond a 32-bit float's \
-                             range; the header's {axis} scale or offset is wrong"
+                            "{axis} = {v:e} ({how}) is beyond a 32-bit float's range; {wrong} is \
+                             wrong"
                         ),
                     ));
                 }
@@ -1156,14 +1176,25 @@ impl LasCloud {
                 h.format
             ));
         }
-        let quantum = h.scale.iter().fold(f64::INFINITY, |m, s| m.min(s.abs()));
+        // The file's quantum, in the frame the points are packed in.
+        let quantum = h.scale.iter().fold(f64::INFINITY, |m, s| m.min(s.abs()))
+            * layout.transform.as_ref().map_or(1.0, |t| t.mean_scale());
         let spacing = f32_spacing(max_abs);
         if spacing > quantum {
+            let (reach, advice) = match layout.transform {
+                Some(_) => (
+                    "moved by --points-transform, coordinates still reach",
+                    "check that the transform brings the cloud into the cameras' frame",
+                ),
+                None => (
+                    "coordinates reach",
+                    "points seeding a training run must be in the cameras' frame anyway: move \
+                     the cloud there (--points-transform FILE, the registration's matrix)",
+                ),
+            };
             warnings.push(format!(
-                "{display}: coordinates reach {max_abs:.3}{}, where 32-bit floats (the pack's \
-                 positions) are {spacing} apart, coarser than the file's {quantum} quantum; \
-                 points seeding a training run must be in the cameras' frame anyway: move the \
-                 cloud there first (e.g. subtract a local origin)",
+                "{display}: {reach} {max_abs:.3}{}, where 32-bit floats (the pack's positions) \
+                 are {spacing} apart, coarser than the file's {quantum} quantum; {advice}",
                 if crs {
                     " (the file is georeferenced)"
                 } else {
@@ -1249,7 +1280,7 @@ impl PointSource for LasCloud {
                 }
                 break;
             };
-            let p = decode(rec, &l.header);
+            let p = decode(rec, &l.header, l.transform.as_ref());
             if p.withheld {
                 continue;
             }
@@ -1434,6 +1465,7 @@ mod tests {
                 file_len,
                 header,
                 laszip: Some(z.clone()),
+                transform: None,
             };
             with_threads(threads, || parallel_batch(&l, &z))
         }

@@ -32,6 +32,7 @@ pub mod metashape;
 pub mod nerf;
 pub mod pcd;
 pub mod ply;
+pub mod transform;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -59,6 +60,11 @@ pub struct ImportOptions {
     /// the dataset root, or absolute), one `<image name without extension>.png` per image, as
     /// 3DGS's `-d` reads them (see [`depth`]). `None`: no depth planes.
     pub depths: Option<PathBuf>,
+    /// `gs-pack convert --points-transform FILE`: the map the PLY, PCD and LAS readers apply to
+    /// every position (in `f64`, before rounding to the pack's `f32`) and normal they deliver
+    /// ([`transform`]). Set only for the clouds it is meant for: the `--points` cloud, or the
+    /// clouds of a point-cloud conversion, never a dataset's own points.
+    pub points_transform: Option<transform::PointsTransform>,
 }
 
 /// The camera of a view whose image file is `path`: `camera` itself, or scaled to the file when

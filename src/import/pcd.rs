@@ -35,7 +35,8 @@
 //! # Columns
 //! By name, with the PLY importer's rules ([`super::ply`]):
 //! - **position** `x y z`: required, `F` (4 or 8 bytes; doubles are rounded to f32, and one
-//!   beyond f32's range is an error naming the point).
+//!   beyond f32's range is an error naming the point). Under
+//!   [`ImportOptions::points_transform`] the position is moved in `f64` before rounding.
 //! - **colour**: PCL's packed `rgb` (`F 4` or `U 4`: the value's bits are `0x00RRGGBB`, so in
 //!   the little-endian file byte 0 is blue), or packed `rgba` (`U 4` or `F 4`, `0xAARRGGBB`;
 //!   alpha is ignored); else the first complete triple of [`COLOUR_NAMES`] (integers 0–255;
@@ -45,7 +46,7 @@
 //! - **label**: the first present of [`LABEL_NAMES`], an integer type or a float holding
 //!   integers, every value within `i32`.
 //! - **normals**: `normal_x normal_y normal_z` (PCL's names) or `nx ny nz`; a partial triple is an
-//!   error.
+//!   error. Moved by a points transform's inverse transpose, keeping their length.
 //! - A field that is used must have COUNT 1; the rest are skipped with their bytes accounted.
 //!
 //! # Invalid points
@@ -102,6 +103,7 @@ use std::sync::Arc;
 use super::input::{Input, InputReader};
 use super::ply::header::{read_line_bounded, LineRead};
 use super::ply::{COLOUR_NAMES, DEFAULT_GREY, LABEL_NAMES};
+use super::transform::PointsTransform;
 use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::{Format, PointChunk, PointSource};
 
@@ -1300,6 +1302,8 @@ struct Layout {
     /// Where the point data ends in the file (binary kinds).
     data_end: u64,
     file_len: u64,
+    /// `--points-transform`, applied to positions in `f64` and to normals.
+    transform: Option<PointsTransform>,
 }
 
 impl Layout {
@@ -1331,6 +1335,18 @@ impl Layout {
         }
         if xyz.iter().any(|v| v.is_nan()) {
             return Ok(None);
+        }
+        if let Some(t) = &self.transform {
+            if xyz.iter().all(|v| v.is_finite()) {
+                let moved = t.point(xyz);
+                if let Some(k) = (0..3).find(|&k| !(moved[k] as f32).is_finite()) {
+                    return Err(format!(
+                        "point {point}: ({}, {}, {}) is moved by --points-transform to `{}` = {}, beyond f32's range (positions are stored as f32); check the transform",
+                        xyz[0], xyz[1], xyz[2], ["x", "y", "z"][k], moved[k]
+                    ));
+                }
+                xyz = moved;
+            }
         }
         let mut pos = [0f32; 3];
         for (k, r) in [Role::X, Role::Y, Role::Z].into_iter().enumerate() {
@@ -1409,11 +1425,15 @@ impl Layout {
             }
         };
         let normal = cols[Role::Nx as usize].map(|_| {
-            [Role::Nx, Role::Ny, Role::Nz].map(|r| match num(col(r), raw[r as usize]) {
+            let n = [Role::Nx, Role::Ny, Role::Nz].map(|r| match num(col(r), raw[r as usize]) {
                 Num::I(i) => i as f32,
                 Num::U(u) => u as f32,
                 Num::F(f) => f as f32,
-            })
+            });
+            match &self.transform {
+                Some(t) => t.normal(n),
+                None => n,
+            }
         });
         Ok(Some(Decoded {
             xyz: pos,
@@ -1887,6 +1907,7 @@ impl PcdCloud {
             block,
             data_end,
             file_len,
+            transform: options.points_transform.clone(),
         };
 
         // The validation pass: every point read and decoded, the kept ones counted.

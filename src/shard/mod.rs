@@ -534,6 +534,11 @@ pub struct SourceInfo {
     /// The `--points` cloud that replaced the dataset's own points. Absent in packs without.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub points: Option<String>,
+    /// The `--points-transform` applied to those points (or to a converted point cloud), as
+    /// the 3×4 matrix `[A | t]` row by row, inverted already under
+    /// `--invert-points-transform`. Absent in packs without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub points_transform: Option<[[f64; 4]; 3]>,
 }
 
 impl SourceInfo {
@@ -550,6 +555,7 @@ impl SourceInfo {
             images: None,
             depths: None,
             points: None,
+            points_transform: None,
         }
     }
 }

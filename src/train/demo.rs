@@ -183,6 +183,7 @@ pub fn write_demo_pack(dir: &Path, s: &DemoScene) -> Result<(), DemoError> {
         images: None,
         depths: None,
         points: None,
+        points_transform: None,
     })?;
     Ok(())
 }

@@ -151,6 +151,7 @@ const META: ImportOptions = ImportOptions {
     metadata_only: true,
     images: None,
     depths: None,
+    points_transform: None,
 };
 
 // ---------------------------------------------------------------- the statue model

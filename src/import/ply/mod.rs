@@ -16,7 +16,9 @@
 //! - **position** `x y z`: required, `float` or `double`. Stored as f32 (the pack's point type),
 //!   so doubles are rounded. A non-finite position (NaN, ±inf, or a double beyond f32's range)
 //!   is an error naming the record: the trainer cannot use such a point and silently dropping
-//!   points would make the cloud disagree with its declared count.
+//!   points would make the cloud disagree with its declared count. Under
+//!   [`ImportOptions::points_transform`] the position is moved in `f64` first, and it is the
+//!   moved position that must fit.
 //! - **colour**, the first complete triple of `red green blue`, `r g b`,
 //!   `diffuse_red diffuse_green diffuse_blue`. Integer types are taken as 0–255 (a value outside
 //!   that range is an error); `float`/`double` are taken as 0–1, scaled by 255, rounded and
@@ -28,6 +30,7 @@
 //!   (a `uint` above `i32::MAX` is an error naming the record). Other label-like properties
 //!   present are ignored with a warning naming them.
 //! - **normals** `nx ny nz`, any scalar type, stored as f32; a partial triple is an error.
+//!   Moved by a points transform's inverse transpose, keeping their length.
 //! - Anything else (unknown properties, lists, other elements such as `face`) is ignored.
 //!
 //! Binary files whose rows are all fixed-size are checked against the file size at import time:
@@ -44,6 +47,7 @@ pub use header::{
 };
 pub use reader::PlyReader;
 
+use super::transform::PointsTransform;
 use super::{ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::{Format, PointChunk, PointSource};
 
@@ -251,6 +255,8 @@ struct PlyCloud {
     header: PlyHeader,
     columns: Columns,
     count: u64,
+    /// `--points-transform`, applied to positions in `f64` and to normals.
+    transform: Option<PointsTransform>,
     reader: Option<PlyReader>,
     row: Vec<f64>,
     done: bool,
@@ -288,6 +294,7 @@ impl PlyCloud {
             row: vec![0.0; columns.width],
             columns,
             count,
+            transform: options.points_transform.clone(),
             reader: None,
             done: false,
         })
@@ -405,11 +412,22 @@ impl PointSource for PlyCloud {
                 break;
             }
             let row = &self.row;
-            let xyz = c.xyz.map(|i| row[i] as f32);
+            let mut xyz64 = c.xyz.map(|i| row[i]);
+            if let Some(t) = &self.transform {
+                xyz64 = t.point(xyz64);
+            }
+            let xyz = xyz64.map(|v| v as f32);
             if !xyz.iter().all(|v| v.is_finite()) {
+                let moved = match &self.transform {
+                    Some(_) => format!(
+                        " (({}, {}, {}) after --points-transform)",
+                        xyz64[0], xyz64[1], xyz64[2]
+                    ),
+                    None => String::new(),
+                };
                 return Err(self.record_err(
                     record,
-                    format!("position ({}, {}, {}) is not finite in f32; remove invalid points before importing", row[c.xyz[0]], row[c.xyz[1]], row[c.xyz[2]]),
+                    format!("position ({}, {}, {}){moved} is not finite in f32; remove invalid points before importing", row[c.xyz[0]], row[c.xyz[1]], row[c.xyz[2]]),
                 ));
             }
             chunk.xyz.push(xyz);
@@ -445,7 +463,11 @@ impl PointSource for PlyCloud {
                 labels.push(v as i32);
             }
             if let (Some(idx), Some(normals)) = (c.normals, chunk.normals.as_mut()) {
-                normals.push(idx.map(|i| row[i] as f32));
+                let n = idx.map(|i| row[i] as f32);
+                normals.push(match &self.transform {
+                    Some(t) => t.normal(n),
+                    None => n,
+                });
             }
         }
         if chunk.is_empty() {

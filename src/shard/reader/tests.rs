@@ -35,6 +35,7 @@ fn source_info() -> SourceInfo {
         images: None,
         depths: None,
         points: None,
+        points_transform: None,
     }
 }
 
