@@ -42,6 +42,8 @@ pub enum Format {
     Pcd,
     /// ASPRS LAS and its LASzip-compressed form LAZ (`crate::import::las`).
     Las,
+    /// ASTM E57, the terrestrial laser scanners' format (`crate::import::e57`).
+    E57,
 }
 
 /// A photo's lens: where the ray of an ideal pinhole camera lands in the photo, in normalised

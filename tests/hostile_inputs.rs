@@ -33,7 +33,8 @@
 //! | PCD LZF back-reference before the start of the data | 1 | `…/lzf.pcd: byte N: an LZF back-reference at uncompressed byte 0 reaches back 1 (to byte -1), before the start of the data; the binary_compressed data is damaged: save the cloud again from its source` |
 //! | PCD point with an infinite coordinate | 1 | ``…/inf.pcd: line 13: point 1: `x` = inf is not a finite coordinate; PCL marks missing points with NaN, so an infinite one is damage: …`` |
 //! | PCD points with NaN coordinates (pixels without a measurement) | 0 | `warning: …/nan.pcd: 5 of 20 points have NaN coordinates (no measurement at those sensor pixels) and are left out` |
-//! | a folder holding .ply and .pcd clouds | 1 | `…: the folder holds .ply (1) and .pcd (1) point clouds, so which to pack is unclear; pass --format ply, pcd or las (only those files are then read)` |
+//! | a folder holding .ply and .pcd clouds | 1 | `…: the folder holds .ply (1) and .pcd (1) point clouds, so which to pack is unclear; pass --format ply, pcd, las or e57 (only those files are then read)` |
+//! | E57 scan with a damaged page | 1 | `…/scan.e57: byte N: scan 0 (station A): page N's checksum is …, its data's …; the E57 file is damaged (copy or export it again)` |
 //! | LAS whose header counts more points than it holds | 1 | `…/cut.las: record 18: the header counts 20 points of 34 bytes, but the file holds only 18 of them; it is truncated (copy it again)` |
 //! | LAZ chunk table claiming 4 billion chunks | 1 | `…/chunks.laz: byte N: the chunk table lists 4294967295 chunks, more than 40 points in N bytes of compressed data can fill; the LAZ file is damaged (…)` |
 //! | LAZ GPS-time data recursing without end (a fuzz find) | 1 | `…/gps.laz: record 359: its compressed data cannot be decoded (its GPS-time data sends the decoder more than 16 MiB deep into recursion); the LAZ file is damaged (…)` |
@@ -910,7 +911,7 @@ fn damaged_pcd_clouds_are_refused_naming_the_file_and_the_place() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         stderr(&o).contains("the folder holds .ply (1) and .pcd (1) point clouds")
-            && stderr(&o).contains("pass --format ply, pcd or las"),
+            && stderr(&o).contains("pass --format ply, pcd, las or e57"),
         "{}",
         text(&o)
     );
@@ -924,7 +925,7 @@ fn damaged_pcd_clouds_are_refused_naming_the_file_and_the_place() {
 }
 
 #[test]
-fn damaged_las_and_laz_files_are_refused_before_packing_naming_the_point() {
+fn damaged_scan_files_are_refused_before_packing_naming_the_place() {
     use ramsplat::synth::las::{las_bytes, las_points, LasSpec, LazChunks};
     let tmp = tempfile::tempdir().unwrap();
     let convert = |name: &str, bytes: &[u8]| {
@@ -977,6 +978,20 @@ fn damaged_las_and_laz_files_are_refused_before_packing_naming_the_point() {
     assert!(
         stderr(&o).contains("gps.laz: record 359: its compressed data cannot be decoded")
             && stderr(&o).contains("deep into recursion"),
+        "{}",
+        text(&o)
+    );
+
+    // An E57 scan with a byte flipped in its point data: the page's checksum names it.
+    let mut e57 =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/e57/two_scans.e57"))
+            .unwrap();
+    e57[3000] ^= 0x10;
+    let o = convert("scan.e57", &e57);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("scan.e57: byte 2048: scan 0 (station A): page 2's checksum is")
+            && stderr(&o).contains("the E57 file is damaged"),
         "{}",
         text(&o)
     );

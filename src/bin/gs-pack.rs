@@ -38,11 +38,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Convert a COLMAP workspace, NeRF transforms.json dataset, Agisoft Metashape camera XML or
-    /// PLY, PCD, LAS or LAZ point cloud(s) into a pack.
+    /// PLY, PCD, LAS, LAZ or E57 point cloud(s) into a pack.
     #[command(after_help = SIZE_HELP)]
     Convert {
-        /// Dataset folder (or a transforms*.json / Metashape .xml / .ply / .pcd / .las / .laz
-        /// file).
+        /// Dataset folder (or a transforms*.json / Metashape .xml / .ply / .pcd / .las / .laz /
+        /// .e57 file).
         input: PathBuf,
         /// Output pack directory.
         #[arg(short, long)]
@@ -105,7 +105,7 @@ enum Command {
         /// it when present.
         #[arg(long, value_name = "DIR")]
         depths: Option<PathBuf>,
-        /// Start training from the points of FILE (a .ply, .pcd, .las or .laz point cloud: a
+        /// Start training from the points of FILE (a .ply, .pcd, .las, .laz or .e57 cloud: a
         /// dense reconstruction such as COLMAP's dense/fused.ply, or a laser scan or
         /// depth-camera cloud registered to the cameras) instead
         /// of the dataset's own SfM points (or random points, when it has none). Relative to

@@ -61,14 +61,13 @@
 
 use std::cell::Cell;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
 use laz::laszip::ChunkTable;
 use laz::{DecompressionSelection, LasZipDecompressor, LazItemType, LazVlr, ParLasZipDecompressor};
 
+use super::decoding;
 use super::input::{Input, InputReader};
 use super::ply::DEFAULT_GREY;
 use super::transform::PointsTransform;
@@ -628,34 +627,6 @@ fn check_laz(
         u64::from(z.vlr.chunk_size())
     };
     Ok(Some((entries.len() as u64, largest)))
-}
-
-/// How many [`decoding`] calls are running, on any thread.
-static DECODING: AtomicUsize = AtomicUsize::new(0);
-
-/// Runs `f` (a call into the LAZ decoder) catching a panic, which damaged data can raise from
-/// the decoder's internal assertions (on this thread, or on a rayon worker of the parallel
-/// decoder, whose panic rayon carries back here); the caller reports it as damage at that
-/// point. The panic hook installed once here stays silent for a panic raised inside the `laz`
-/// crate while a decode runs (the error that follows says what happened) and defers to the
-/// previous hook for every other panic.
-fn decoding<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
-    static QUIET_HOOK: Once = Once::new();
-    QUIET_HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let in_laz = info
-                .location()
-                .is_some_and(|l| l.file().replace('\\', "/").contains("/laz-"));
-            if !(in_laz && DECODING.load(Ordering::SeqCst) > 0) {
-                previous(info);
-            }
-        }));
-    });
-    DECODING.fetch_add(1, Ordering::SeqCst);
-    let r = catch_unwind(AssertUnwindSafe(f));
-    DECODING.fetch_sub(1, Ordering::SeqCst);
-    r
 }
 
 /// The records of one pass, in file order.

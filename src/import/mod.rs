@@ -25,6 +25,7 @@
 
 pub mod colmap;
 pub mod depth;
+pub mod e57;
 pub mod image;
 mod input;
 pub mod las;
@@ -35,7 +36,10 @@ pub mod ply;
 pub mod transform;
 
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Once;
 
 use crate::dataset::{Format, PointSource, ViewSource};
 use crate::scene::camera::CameraError;
@@ -80,6 +84,39 @@ fn camera_for_images(
         Some(_) if !options.metadata_only => image::camera_for_file(&camera, path, view),
         _ => Ok(camera),
     }
+}
+
+/// How many [`decoding`] calls are running, on any thread.
+static DECODING: AtomicUsize = AtomicUsize::new(0);
+
+/// The crates whose decoders [`decoding`] runs (as their source paths name them): the LAZ
+/// decompressor, and the E57 reader with its XML parser.
+const DECODER_CRATES: [&str; 3] = ["/laz-", "/e57-", "/roxmltree-"];
+
+/// Runs `f` (a call into a third-party decoder: `laz`, `e57`) catching a panic, which damaged
+/// data can raise from the decoder's internal assertions (on this thread, or on a rayon worker
+/// of the parallel LAZ decoder, whose panic rayon carries back here); the caller reports it as
+/// damage at that point. The panic hook installed once here stays silent for a panic raised
+/// inside one of [`DECODER_CRATES`] while a decode runs (the error that follows says what
+/// happened) and defers to the previous hook for every other panic.
+pub(crate) fn decoding<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    static QUIET_HOOK: Once = Once::new();
+    QUIET_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_decoder = info.location().is_some_and(|l| {
+                let file = l.file().replace('\\', "/");
+                DECODER_CRATES.iter().any(|c| file.contains(c))
+            });
+            if !(in_decoder && DECODING.load(Ordering::SeqCst) > 0) {
+                previous(info);
+            }
+        }));
+    });
+    DECODING.fetch_add(1, Ordering::SeqCst);
+    let r = catch_unwind(AssertUnwindSafe(f));
+    DECODING.fetch_sub(1, Ordering::SeqCst);
+    r
 }
 
 /// `n` with thousands separators ("1,234,567"), for counts in messages.
@@ -128,7 +165,7 @@ pub struct ImportedScene {
 
 impl ImportedScene {
     /// `gs-pack convert --points FILE`: the initial points of this dataset's cameras come from
-    /// `given` (a PLY, PCD, LAS or LAZ point cloud: a dense reconstruction such as COLMAP's
+    /// `given` (a PLY, PCD, LAS, LAZ or E57 point cloud: a dense reconstruction such as COLMAP's
     /// `dense/fused.ply`, a registered laser scan or depth-camera frame), which replaces the dataset's own points (SfM points, a
     /// transforms.json's `ply_file_path`) as the cloud named "sfm". `given` is relative to the
     /// dataset root, like `--images` and `--depths`, or absolute. The header is checked now;
@@ -287,8 +324,8 @@ fn import_cloud_files(
     })
 }
 
-/// Opens a point-cloud file as the cloud `name`, by its extension (`.ply`, `.pcd`, `.las` or
-/// `.laz`, any case).
+/// Opens a point-cloud file as the cloud `name`, by its extension (`.ply`, `.pcd`, `.las`,
+/// `.laz` or `.e57`, any case).
 /// Its header is checked now; its points stream when the pack pipeline pulls them.
 pub fn open_point_file(
     path: &Path,
@@ -303,10 +340,12 @@ pub fn open_point_file(
         pcd::open_cloud(path, name, options, warnings)
     } else if is_las(ext) {
         las::open_cloud(path, name, options, warnings)
+    } else if ext.eq_ignore_ascii_case("e57") {
+        e57::open_cloud(path, name, options, warnings)
     } else {
         Err(ImportError::invalid(
             path,
-            "not a point cloud file this reads: give a .ply, .pcd, .las or .laz file",
+            "not a point cloud file this reads: give a .ply, .pcd, .las, .laz or .e57 file",
         ))
     }
 }
@@ -377,7 +416,7 @@ pub enum ImportError {
         #[source]
         source: CameraError,
     },
-    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|ply|pcd|las", path.display())]
+    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|ply|pcd|las|e57", path.display())]
     UnknownFormat { path: PathBuf, msg: String },
 }
 
@@ -411,8 +450,9 @@ fn is_las(ext: &str) -> bool {
 }
 
 /// Guesses the format of `path`: a `.ply` file or a folder of them is `ply`; a `.pcd` file or a
-/// folder of them is `pcd`; a `.las` or `.laz` file or a folder of them is `las` (a folder
-/// holding two of these kinds is refused: `--format ply|pcd|las` chooses); a
+/// folder of them is `pcd`; a `.las` or `.laz` file or a folder of them is `las`; an `.e57`
+/// file or a folder of them is `e57` (a folder holding two of these kinds is refused:
+/// `--format ply|pcd|las|e57` chooses); a
 /// folder with `transforms*.json` (or such a file itself) is `nerf`; a folder with `sparse/0/`,
 /// `sparse/` or `cameras.{bin,txt}` is `colmap`; an `.xml` file, or a folder with `cameras.xml`
 /// (and none of the above), is `metashape`.
@@ -426,6 +466,8 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Ok(Format::Pcd)
         } else if is_las(ext) {
             Ok(Format::Las)
+        } else if ext.eq_ignore_ascii_case("e57") {
+            Ok(Format::E57)
         } else if ext.eq_ignore_ascii_case("json") && name.starts_with("transforms") {
             Ok(Format::Nerf)
         } else if ext.eq_ignore_ascii_case("xml") {
@@ -433,8 +475,8 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
         } else {
             Err(ImportError::UnknownFormat {
                 path: path.to_owned(),
-                msg: "a file that is neither .ply, .pcd, .las, .laz, transforms*.json nor a \
-                      Metashape .xml"
+                msg: "a file that is neither .ply, .pcd, .las, .laz, .e57, transforms*.json \
+                      nor a Metashape .xml"
                     .into(),
             })
         };
@@ -467,6 +509,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
         (Format::Ply, ".ply", 0),
         (Format::Pcd, ".pcd", 0),
         (Format::Las, ".las/.laz", 0),
+        (Format::E57, ".e57", 0),
     ];
     for e in entries.flatten() {
         let p = e.path();
@@ -474,6 +517,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Some(x) if x.eq_ignore_ascii_case("ply") => 0,
             Some(x) if x.eq_ignore_ascii_case("pcd") => 1,
             Some(x) if is_las(x) => 2,
+            Some(x) if x.eq_ignore_ascii_case("e57") => 3,
             _ => continue,
         };
         kinds[kind].2 += 1;
@@ -488,7 +532,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             path,
             format!(
                 "the folder holds {} point clouds, so which to pack is unclear; pass --format \
-                 ply, pcd or las (only those files are then read)",
+                 ply, pcd, las or e57 (only those files are then read)",
                 list.join(" and ")
             ),
         ));
@@ -498,7 +542,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     }
     Err(ImportError::UnknownFormat {
         path: path.to_owned(),
-        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape) and no .ply, .pcd, .las or .laz files".into(),
+        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape) and no .ply, .pcd, .las, .laz or .e57 files".into(),
     })
 }
 
@@ -516,6 +560,7 @@ pub fn open(
         Format::Ply => Some("PLY"),
         Format::Pcd => Some("PCD"),
         Format::Las => Some("LAS"),
+        Format::E57 => Some("E57"),
         _ => None,
     };
     if let (Some(dir), Some(cloud)) = (&options.images, cloud) {
@@ -545,6 +590,7 @@ pub fn open(
         Format::Ply => ply::import(path, options),
         Format::Pcd => pcd::import(path, options),
         Format::Las => las::import(path, options),
+        Format::E57 => e57::import(path, options),
         Format::Auto => unreachable!("resolved above"),
     }?;
     scene.warnings.extend(lens_notes(&scene.views));

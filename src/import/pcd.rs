@@ -3593,7 +3593,7 @@ mod tests {
         let e = detect(dir.path()).unwrap_err();
         assert!(
             msg(&e).contains(".ply (1) and .pcd (3)")
-                && msg(&e).contains("--format ply, pcd or las"),
+                && msg(&e).contains("--format ply, pcd, las or e57"),
             "{e}"
         );
         let scene = open(dir.path(), Format::Pcd, &ImportOptions::default()).unwrap();
@@ -3612,7 +3612,7 @@ mod tests {
         // Guess failures mention PCD.
         let e = detect(empty.path()).unwrap_err();
         assert!(msg(&e).contains(".pcd") && msg(&e).contains("|pcd"), "{e}");
-        let e = detect(&write_file(empty.path(), "x.e57", b"")).unwrap_err();
+        let e = detect(&write_file(empty.path(), "x.pts", b"")).unwrap_err();
         assert!(msg(&e).contains(".pcd"), "{e}");
 
         // --images and --depths mean nothing to a point cloud.

@@ -54,6 +54,7 @@
 //!
 //! These are lower bounds for an unloaded machine: a fair share of 2 cores was far from 2.
 
+pub mod e57;
 pub mod las;
 pub mod noise;
 pub mod packs;
