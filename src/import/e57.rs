@@ -69,6 +69,11 @@ const HEADER: usize = 48;
 /// well-formed files keep their streams within a packet or a writer's buffer of each other.
 pub const MAX_PENDING_BYTES: usize = 64 << 20;
 
+/// The longest XML section read. Real files' XML is kilobytes to a few megabytes (a few KB
+/// per scan); the parser's tree takes several times the text, so a damaged length must not
+/// reach it.
+pub const MAX_XML_BYTES: u64 = 32 << 20;
+
 /// Read buffer of a file's pages.
 const FILE_BUFFER: usize = 64 * 1024;
 
@@ -437,6 +442,17 @@ fn read_scans(input: &Input, path: &Path) -> Result<(Vec<Scan>, [u8; HEADER], u6
             format!(
                 "the header says the file is {physical_len} bytes, but it is {file_len}; it is \
                  truncated or damaged (copy it again)"
+            ),
+        ));
+    }
+    if xml_len > MAX_XML_BYTES {
+        return Err(ImportError::parse(
+            path,
+            Location::Byte(32),
+            format!(
+                "the XML section is said to be {xml_len} bytes; more than {} MiB is not read \
+                 (real files' is kilobytes): the file is damaged",
+                MAX_XML_BYTES >> 20
             ),
         ));
     }
@@ -917,8 +933,10 @@ impl E57Cloud {
             transform: options.points_transform.clone(),
         };
         // The validation pass: every point of every scan read, decoded and checked.
-        let (mut kept, mut invalid, mut grey) = (0u64, 0u64, 0u64);
+        let (mut kept, mut invalid, mut grey_invalid) = (0u64, 0u64, 0u64);
+        let mut kept_by_scan = Vec::with_capacity(layout.scans.len());
         for scan in &layout.scans {
+            let kept_before = kept;
             let mut r = ScanReader::open(&layout.input, file_len, scan, MAX_PENDING_BYTES)
                 .map_err(|e| layout.error(scan, e))?;
             let mut point = 0u64;
@@ -927,12 +945,14 @@ impl E57Cloud {
                     None => invalid += 1,
                     Some(d) => {
                         layout.position(scan, point, d.xyz)?;
-                        grey += u64::from(d.rgb.is_none());
+                        // Grey for want of colour fields is counted by scan below.
+                        grey_invalid += u64::from(d.rgb.is_none() && scan.colour.is_some());
                         kept += 1;
                     }
                 }
                 point += 1;
             }
+            kept_by_scan.push(kept - kept_before);
         }
         let display = path.display();
         let total: u64 = layout.scans.iter().map(|s| s.records).sum();
@@ -947,27 +967,31 @@ impl E57Cloud {
                 thousands(total)
             ));
         }
-        if grey > 0 {
-            let no_colour: Vec<String> = layout
-                .scans
-                .iter()
-                .filter(|s| s.colour.is_none() && s.records > 0)
-                .map(|s| s.index.to_string())
-                .collect();
-            let why = if no_colour.is_empty() {
-                "their colour is marked invalid".to_owned()
-            } else {
-                format!(
-                    "scan{} {} {} no colour (a return's intensity is its strength, not a colour: \
-                     colourise the scans from their photos first to give the points colour)",
-                    if no_colour.len() == 1 { "" } else { "s" },
-                    no_colour.join(", "),
-                    if no_colour.len() == 1 { "has" } else { "have" }
-                )
-            };
+        let no_colour: Vec<usize> = layout
+            .scans
+            .iter()
+            .filter(|s| s.colour.is_none() && kept_by_scan[s.index] > 0)
+            .map(|s| s.index)
+            .collect();
+        if !no_colour.is_empty() {
+            let grey: u64 = no_colour.iter().map(|&i| kept_by_scan[i]).sum();
+            let list: Vec<String> = no_colour.iter().map(usize::to_string).collect();
             warnings.push(format!(
-                "{display}: {} of {} points get grey {DEFAULT_GREY:?}: {why}",
+                "{display}: {} of {} points get grey {DEFAULT_GREY:?}: scan{} {} {} no colour \
+                 (a return's intensity is its strength, not a colour: colourise the scans from \
+                 their photos first to give the points colour)",
                 thousands(grey),
+                thousands(kept),
+                if list.len() == 1 { "" } else { "s" },
+                list.join(", "),
+                if list.len() == 1 { "has" } else { "have" }
+            ));
+        }
+        if grey_invalid > 0 {
+            warnings.push(format!(
+                "{display}: {} of {} points get grey {DEFAULT_GREY:?}: their colour is marked \
+                 invalid",
+                thousands(grey_invalid),
                 thousands(kept)
             ));
         }
@@ -1400,6 +1424,11 @@ mod tests {
         );
         refused(
             header(32, &(1u64 << 40).to_le_bytes()),
+            Some(Location::Byte(32)),
+            "more than 32 MiB is not read",
+        );
+        refused(
+            header(32, &(1u64 << 20).to_le_bytes()),
             Some(Location::Byte(24)),
             "does not fit",
         );
