@@ -44,6 +44,12 @@ pub enum Format {
     Las,
     /// ASTM E57, the terrestrial laser scanners' format (`crate::import::e57`).
     E57,
+    /// A format a later ramsplat recorded in a pack's manifest (`source.format`), read back by
+    /// this one, which cannot import it: the record is informational, so the pack still
+    /// opens. Never chosen on the command line.
+    #[serde(other)]
+    #[value(skip)]
+    Other,
 }
 
 /// A photo's lens: where the ray of an ideal pinhole camera lands in the photo, in normalised

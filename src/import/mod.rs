@@ -591,6 +591,10 @@ pub fn open(
         Format::Pcd => pcd::import(path, options),
         Format::Las => las::import(path, options),
         Format::E57 => e57::import(path, options),
+        Format::Other => Err(ImportError::invalid(
+            path,
+            "the dataset format is not one this ramsplat imports",
+        )),
         Format::Auto => unreachable!("resolved above"),
     }?;
     scene.warnings.extend(lens_notes(&scene.views));

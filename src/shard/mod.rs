@@ -869,6 +869,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_source_format_from_a_later_build_still_reads() {
+        let with = |format: &str| {
+            format!(
+                r#"{{"path":"/d","format":"{format}","missing_images":[],"max_width":null,"downscale":null,"test_every":8}}"#
+            )
+        };
+        // Every format this build writes reads back as itself.
+        for f in [Format::Colmap, Format::Nerf, Format::Las, Format::E57] {
+            let json = serde_json::to_string(&f).unwrap();
+            let s: SourceInfo = serde_json::from_str(&with(json.trim_matches('"'))).unwrap();
+            assert_eq!(s.format, f);
+        }
+        // One it does not know is recorded as `Other`, and the manifest still opens.
+        let s: SourceInfo = serde_json::from_str(&with("gaussian-zip")).unwrap();
+        assert_eq!((s.format, s.test_every), (Format::Other, Some(8)));
+    }
+
+    #[test]
     fn point_layout_offsets() {
         let l = PointChunkLayout::new(3, true, true);
         assert_eq!(l.rgb_offset, 36);
