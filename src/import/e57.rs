@@ -664,13 +664,19 @@ impl ScanReader {
             ));
         }
         let start = paged.pos - 32;
-        let end = start.saturating_add(length);
-        if Paged::physical(end) > file_len + PAGE {
+        // Compared with what remains of the file's logical bytes, so that no sum or product
+        // of a damaged length can overflow (a fuzz find).
+        let logical_len = paged.pages * PAYLOAD;
+        if length < 32 || length > logical_len.saturating_sub(start) {
             return Err(ReadError::Damage(
                 scan.section,
-                format!("its section is said to be {length} bytes, past the file's end"),
+                format!(
+                    "its section is said to be {length} bytes, which does not fit between its \
+                     start and the file's end"
+                ),
             ));
         }
+        let end = start + length;
         if scan.records > 0 {
             paged.seek_physical(data)?;
             if paged.pos < start + 32 || paged.pos >= end {
@@ -1445,6 +1451,19 @@ mod tests {
             None,
             "ends before the point's data",
         );
+        // A section length at u64's end (a fuzz find: the end's offset overflowed).
+        let input = Input::Bytes(good.clone().into());
+        let (scans, _, _) = read_scans(&input, Path::new("x")).unwrap();
+        let at = (scans[0].section / PAGE * PAYLOAD + scans[0].section % PAGE) as usize;
+        for length in [u64::MAX - 3, 1 << 40, 8] {
+            let mut data = logical(&good);
+            data[at + 8..at + 16].copy_from_slice(&length.to_le_bytes());
+            refused(
+                physical(&data),
+                Some(Location::Byte(scans[0].section)),
+                &format!("its section is said to be {length} bytes, which does not fit"),
+            );
+        }
         // A colour field whose range is upside down.
         let mut data = logical(&good);
         let find = |d: &[u8], what: &[u8], from: usize| {
