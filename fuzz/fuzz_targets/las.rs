@@ -12,6 +12,9 @@
 //! reported crash).
 #![no_main]
 
+#[path = "common/stream.rs"]
+mod stream;
+
 use libfuzzer_sys::fuzz_target;
 use ramsplat::import::las::cloud_from_bytes;
 use ramsplat::import::ImportOptions;
@@ -27,18 +30,5 @@ fuzz_target!(|data: &[u8]| {
     ) else {
         return;
     };
-    let mut streamed = 0u64;
-    loop {
-        match cloud.next_chunk(1000) {
-            Ok(Some(c)) => {
-                assert!(!c.is_empty() && c.len() <= 1000 && c.is_consistent());
-                assert!(c.labels.is_some() && c.normals.is_none());
-                assert!(c.xyz.iter().flatten().all(|v| v.is_finite()));
-                streamed += c.len() as u64;
-            }
-            Ok(None) => break,
-            Err(e) => panic!("a validated in-memory cloud failed to stream: {e}"),
-        }
-    }
-    assert_eq!(Some(streamed), cloud.declared_len());
+    stream::stream_whole(cloud.as_mut());
 });

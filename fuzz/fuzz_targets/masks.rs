@@ -43,10 +43,14 @@ fuzz_target!(|data: &[u8]| {
     };
     let (w, h) = size;
     let camera = centred_camera(w, h, Pose::IDENTITY);
-    let mut distortion = Distortion::NONE;
-    if mode & 4 != 0 {
-        distortion.k[0] = 0.05;
-    }
+    let distortion = if mode & 4 != 0 {
+        Distortion::RadialTangential {
+            k: [0.05, 0.0, 0.0, 0.0, 0.0, 0.0],
+            p: [0.0; 2],
+        }
+    } else {
+        Distortion::NONE
+    };
     let view = ViewSource {
         name: "view.png".into(),
         image_path: dir.join("view.png"),

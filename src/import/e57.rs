@@ -51,7 +51,7 @@ use std::sync::Arc;
 use e57::{E57Reader, PointCloud, RecordDataType, RecordName, RecordValue};
 
 use super::decoding;
-use super::input::{Input, InputReader};
+use super::input::{bytes_cloud, file_cloud, BoxedCloud, Input, InputCloud, InputReader};
 use super::ply::DEFAULT_GREY;
 use super::transform::PointsTransform;
 use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
@@ -921,7 +921,7 @@ struct E57Cloud {
     done: bool,
 }
 
-impl E57Cloud {
+impl InputCloud for E57Cloud {
     fn open(
         input: Input,
         path: &Path,
@@ -1011,7 +1011,9 @@ impl E57Cloud {
             done: false,
         })
     }
+}
 
+impl E57Cloud {
     /// Checks, before streaming, that the file is the one that was validated.
     fn check_unchanged(&self) -> Result<(), ImportError> {
         let l = &self.layout;
@@ -1127,14 +1129,8 @@ pub(crate) fn open_cloud(
     name: &str,
     options: &ImportOptions,
     warnings: &mut Vec<String>,
-) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
-    Ok(Box::new(E57Cloud::open(
-        Input::File(path.to_owned()),
-        path,
-        name.to_owned(),
-        options,
-        warnings,
-    )?))
+) -> Result<BoxedCloud, ImportError> {
+    file_cloud::<E57Cloud>(path, name, options, warnings)
 }
 
 /// An E57 file held in memory as the cloud `name`, with the file importer's checks and
@@ -1147,13 +1143,7 @@ pub fn cloud_from_bytes(
     options: &ImportOptions,
     warnings: &mut Vec<String>,
 ) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
-    Ok(Box::new(E57Cloud::open(
-        Input::Bytes(bytes.into()),
-        path,
-        name.to_owned(),
-        options,
-        warnings,
-    )?))
+    bytes_cloud::<E57Cloud>(bytes.into(), path, name, options, warnings)
 }
 
 #[cfg(test)]

@@ -9,8 +9,63 @@
 
 use std::fs::File;
 use std::io::{self, Cursor, Read, Seek, SeekFrom};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use super::{ImportError, ImportOptions};
+use crate::dataset::PointSource;
+
+/// A point cloud read through an [`Input`] (PCD, LAS, E57): checked and counted when opened,
+/// streamed when the pack pipeline pulls it.
+pub(crate) trait InputCloud: PointSource<Error = ImportError> + Sized + 'static {
+    /// Opens `input` as the cloud `name`; `path` names it in messages. Warnings for the user
+    /// go to `warnings`.
+    fn open(
+        input: Input,
+        path: &Path,
+        name: String,
+        options: &ImportOptions,
+        warnings: &mut Vec<String>,
+    ) -> Result<Self, ImportError>;
+}
+
+/// A boxed cloud, as the importers hand them out.
+pub(crate) type BoxedCloud = Box<dyn PointSource<Error = ImportError>>;
+
+/// The file `path` as a cloud of type `C` (reopened for each pass, never held whole).
+pub(crate) fn file_cloud<C: InputCloud>(
+    path: &Path,
+    name: &str,
+    options: &ImportOptions,
+    warnings: &mut Vec<String>,
+) -> Result<BoxedCloud, ImportError> {
+    let input = Input::File(path.to_owned());
+    Ok(Box::new(C::open(
+        input,
+        path,
+        name.to_owned(),
+        options,
+        warnings,
+    )?))
+}
+
+/// Bytes in memory as a cloud of type `C` (the fuzz targets, tests); `path` only names it.
+pub(crate) fn bytes_cloud<C: InputCloud>(
+    bytes: Arc<[u8]>,
+    path: &Path,
+    name: &str,
+    options: &ImportOptions,
+    warnings: &mut Vec<String>,
+) -> Result<BoxedCloud, ImportError> {
+    let input = Input::Bytes(bytes);
+    Ok(Box::new(C::open(
+        input,
+        path,
+        name.to_owned(),
+        options,
+        warnings,
+    )?))
+}
 
 /// A cloud's bytes.
 #[derive(Clone, Debug)]

@@ -68,7 +68,7 @@ use laz::laszip::ChunkTable;
 use laz::{DecompressionSelection, LasZipDecompressor, LazItemType, LazVlr, ParLasZipDecompressor};
 
 use super::decoding;
-use super::input::{Input, InputReader};
+use super::input::{bytes_cloud, file_cloud, BoxedCloud, Input, InputCloud, InputReader};
 use super::ply::DEFAULT_GREY;
 use super::transform::PointsTransform;
 use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
@@ -1004,7 +1004,7 @@ fn f32_spacing(v: f64) -> f64 {
     f64::from(f32::from_bits(f.to_bits() + 1) - f)
 }
 
-impl LasCloud {
+impl InputCloud for LasCloud {
     fn open(
         input: Input,
         path: &Path,
@@ -1183,7 +1183,9 @@ impl LasCloud {
             done: false,
         })
     }
+}
 
+impl LasCloud {
     /// Reopens the file for the streaming pass, checking it is the one that was validated.
     fn reopen(&self) -> Result<Pass, ImportError> {
         let l = &self.layout;
@@ -1292,14 +1294,8 @@ pub(crate) fn open_cloud(
     name: &str,
     options: &ImportOptions,
     warnings: &mut Vec<String>,
-) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
-    Ok(Box::new(LasCloud::open(
-        Input::File(path.to_owned()),
-        path,
-        name.to_owned(),
-        options,
-        warnings,
-    )?))
+) -> Result<BoxedCloud, ImportError> {
+    file_cloud::<LasCloud>(path, name, options, warnings)
 }
 
 /// A LAS or LAZ file held in memory as the cloud `name`, with the file importer's checks and
@@ -1312,13 +1308,7 @@ pub fn cloud_from_bytes(
     options: &ImportOptions,
     warnings: &mut Vec<String>,
 ) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
-    Ok(Box::new(LasCloud::open(
-        Input::Bytes(bytes.into()),
-        path,
-        name.to_owned(),
-        options,
-        warnings,
-    )?))
+    bytes_cloud::<LasCloud>(bytes.into(), path, name, options, warnings)
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::input::{Input, InputReader};
+use super::input::{bytes_cloud, file_cloud, BoxedCloud, Input, InputCloud, InputReader};
 use super::ply::header::{read_line_bounded, LineRead};
 use super::ply::{COLOUR_NAMES, DEFAULT_GREY, LABEL_NAMES};
 use super::transform::PointsTransform;
@@ -1871,7 +1871,7 @@ struct PcdCloud {
     done: bool,
 }
 
-impl PcdCloud {
+impl InputCloud for PcdCloud {
     fn open(
         input: Input,
         path: &Path,
@@ -1967,7 +1967,9 @@ impl PcdCloud {
             done: false,
         })
     }
+}
 
+impl PcdCloud {
     fn changed(&self, what: &str) -> ImportError {
         ImportError::invalid(
             &self.layout.path,
@@ -2212,14 +2214,8 @@ pub(crate) fn open_cloud(
     name: &str,
     options: &ImportOptions,
     warnings: &mut Vec<String>,
-) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
-    Ok(Box::new(PcdCloud::open(
-        Input::File(path.to_owned()),
-        path,
-        name.to_owned(),
-        options,
-        warnings,
-    )?))
+) -> Result<BoxedCloud, ImportError> {
+    file_cloud::<PcdCloud>(path, name, options, warnings)
 }
 
 /// A PCD held in memory as the cloud `name`, with the file importer's checks and warnings;
@@ -2232,13 +2228,7 @@ pub fn cloud_from_bytes(
     options: &ImportOptions,
     warnings: &mut Vec<String>,
 ) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
-    Ok(Box::new(PcdCloud::open(
-        Input::Bytes(bytes.into()),
-        path,
-        name.to_owned(),
-        options,
-        warnings,
-    )?))
+    bytes_cloud::<PcdCloud>(bytes.into(), path, name, options, warnings)
 }
 
 #[cfg(test)]
