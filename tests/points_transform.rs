@@ -185,6 +185,52 @@ fn las_and_laz_move_positions_in_f64() {
     }
 }
 
+#[test]
+fn e57_scans_are_posed_then_moved_in_f64() {
+    use ramsplat::synth::e57::{e57_bytes, E57Coords, E57Point, E57Scan};
+    // The scan's pose takes it to the UTM-like frame (a translation); the transform brings it
+    // back: the pose and the map compose in f64, so nothing of f32's 25 cm spacing remains.
+    let local: Vec<E57Point> = NEAR
+        .iter()
+        .map(|p| {
+            // Where TO_LOCAL's inverse puts the point, less the pose's translation.
+            let w = PointsTransform::parse(TO_LOCAL)
+                .unwrap()
+                .inverse()
+                .point(*p);
+            E57Point {
+                xyz: [w[0] - 500_000.0, w[1] - 4_000_000.0, w[2] - 100.0],
+                rgb: [1, 2, 3],
+                invalid: 0,
+                colour_invalid: false,
+            }
+        })
+        .collect();
+    let scan = E57Scan {
+        name: "station".into(),
+        coords: E57Coords::CartesianF64,
+        points: local,
+        colour: true,
+        invalid_states: false,
+        pose: Some(([1.0, 0.0, 0.0, 0.0], [500_000.0, 4_000_000.0, 100.0])),
+    };
+    let mut warnings = Vec::new();
+    let path = Path::new("scan.e57");
+    let mut c = ramsplat::import::e57::cloud_from_bytes(
+        e57_bytes(&[scan]),
+        path,
+        "scan",
+        &moved(),
+        &mut warnings,
+    )
+    .unwrap();
+    let got = stream(c.as_mut());
+    assert_eq!(got.len(), 2);
+    for (k, (xyz, _)) in got.into_iter().enumerate() {
+        assert_near(xyz, NEAR[k], 1e-6, "e57");
+    }
+}
+
 fn gs_pack(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gs-pack"))
         .args(args)
