@@ -652,6 +652,20 @@ impl ScanReader {
         max_pending: usize,
     ) -> Result<ScanReader, ReadError> {
         let mut paged = Paged::open(input, file_len).map_err(ReadError::Io)?;
+        let reader = |paged, end| ScanReader {
+            paged,
+            max_pending,
+            end,
+            streams: (0..scan.fields.len()).map(|_| Stream::default()).collect(),
+            values: vec![0.0; scan.fields.len()],
+            left: scan.records,
+            next: 0,
+        };
+        if scan.records == 0 {
+            // Nothing to read: an empty scan's section is not looked at (writers may leave
+            // its offset at 0).
+            return Ok(reader(paged, 0));
+        }
         paged.seek_physical(scan.section)?;
         let mut head = [0u8; 32];
         paged.read(&mut head)?;
@@ -677,24 +691,14 @@ impl ScanReader {
             ));
         }
         let end = start + length;
-        if scan.records > 0 {
-            paged.seek_physical(data)?;
-            if paged.pos < start + 32 || paged.pos >= end {
-                return Err(ReadError::Damage(
-                    scan.section,
-                    format!("its first data packet (byte {data}) lies outside its section"),
-                ));
-            }
+        paged.seek_physical(data)?;
+        if paged.pos < start + 32 || paged.pos >= end {
+            return Err(ReadError::Damage(
+                scan.section,
+                format!("its first data packet (byte {data}) lies outside its section"),
+            ));
         }
-        Ok(ScanReader {
-            paged,
-            max_pending,
-            end,
-            streams: (0..scan.fields.len()).map(|_| Stream::default()).collect(),
-            values: vec![0.0; scan.fields.len()],
-            left: scan.records,
-            next: 0,
-        })
+        Ok(reader(paged, end))
     }
 
     /// Reads the next packet, appending a data packet's bytes to their streams.
@@ -1466,6 +1470,17 @@ mod tests {
         data[max..max + 13].copy_from_slice(b"maximum=\"-25\"");
         // (The crate refuses it while reading the XML; the importer's own check stands behind.)
         refused(physical(&data), None, "colorRed");
+    }
+
+    #[test]
+    fn an_empty_scans_section_is_not_read() {
+        let bytes = e57_bytes(&[E57Scan::grid(0, true), E57Scan::grid(10, true)]);
+        // The empty scan's offset pointed at the file's start, which is no section.
+        let bytes = xml_patched(&bytes, "fileOffset=\"48\"", "fileOffset=\"00\"");
+        let (mut c, _) = open(bytes).unwrap();
+        let got = read_all(c.as_mut(), 4);
+        assert_eq!(got.len(), 10);
+        assert!(got.labels.unwrap().iter().all(|&l| l == 1));
     }
 
     #[test]
