@@ -3,17 +3,19 @@
 //! place, and a large scan streams in bounded memory.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use ramsplat::dataset::{Format, PointSource};
 use ramsplat::import::e57::cloud_from_bytes;
 use ramsplat::import::{open, ImportError, ImportOptions};
 use ramsplat::shard::reader::Pack;
-use ramsplat::shard::PointChunkRef;
 
 #[path = "common/heap.rs"]
 mod heap;
 use heap::measured;
+
+#[path = "common/gs_pack.rs"]
+mod gs_pack;
+use gs_pack::{gs_pack, packed, text};
 
 #[global_allocator]
 static ALLOCATOR: heap::Counting = heap::Counting;
@@ -152,22 +154,6 @@ fn every_damaged_page_is_an_error_never_a_panic() {
     }
 }
 
-fn gs_pack(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gs-pack"))
-        .args(args)
-        .output()
-        .expect("run gs-pack")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 #[test]
 fn gs_pack_converts_a_scan_file() {
     let tmp = tempfile::tempdir().unwrap();
@@ -186,15 +172,10 @@ fn gs_pack_converts_a_scan_file() {
         (m.clouds[0].name.as_str(), m.clouds[0].points),
         ("two_scans", 570)
     );
-    let mut got = Vec::new();
-    for (ci, ch) in m.clouds[0].chunks.iter().enumerate() {
-        let mut buf = vec![0u8; ch.record.decoded_len as usize];
-        let layout = p.read_chunk_into(0, ci, &mut buf).unwrap();
-        let r = PointChunkRef::new(layout, &buf).unwrap();
-        for j in 0..r.len() {
-            got.push((r.xyz(j), r.rgb(j), r.label(j).unwrap()));
-        }
-    }
+    let got: Points = packed(&pack, 0)
+        .into_iter()
+        .map(|(xyz, rgb, label)| (xyz, rgb, label.expect("labels")))
+        .collect();
     assert_points(&got, &expected());
 
     // A damaged copy: an error naming the file and the page, and no pack.

@@ -8,18 +8,20 @@
 //!   allocate nothing of the sort (a counting allocator on the reading thread).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use ramsplat::dataset::{Format, PointSource};
 use ramsplat::import::las::cloud_from_bytes;
 use ramsplat::import::{open, ImportError, ImportOptions};
 use ramsplat::shard::reader::Pack;
-use ramsplat::shard::PointChunkRef;
 use ramsplat::synth::las::{las_bytes, las_points, LasPoint, LasSpec, LazChunks};
 
 #[path = "common/heap.rs"]
 mod heap;
 use heap::measured;
+
+#[path = "common/gs_pack.rs"]
+mod gs_pack;
+use gs_pack::{gs_pack, packed, text};
 
 #[global_allocator]
 static ALLOCATOR: heap::Counting = heap::Counting;
@@ -95,37 +97,6 @@ fn files_written_by_laszip_read_back_exactly() {
             );
         }
     }
-}
-
-fn gs_pack(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gs-pack"))
-        .args(args)
-        .output()
-        .expect("run gs-pack")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Every point of `pack`'s cloud `cloud`.
-fn packed(pack: &Path, cloud: usize) -> Vec<([f32; 3], [u8; 3], Option<i32>)> {
-    let p = Pack::open(pack).unwrap();
-    let mut out = Vec::new();
-    for (ci, ch) in p.manifest().clouds[cloud].chunks.iter().enumerate() {
-        let mut buf = vec![0u8; ch.record.decoded_len as usize];
-        let layout = p.read_chunk_into(cloud, ci, &mut buf).unwrap();
-        let r = PointChunkRef::new(layout, &buf).unwrap();
-        for j in 0..r.len() {
-            out.push((r.xyz(j), r.rgb(j), r.label(j)));
-        }
-    }
-    out
 }
 
 #[test]

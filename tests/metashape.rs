@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use ramsplat::dataset::Format;
 use ramsplat::import::colmap::{read_model, ColmapModel, Encoding};
@@ -14,21 +14,9 @@ use ramsplat::scene::camera::Pose;
 use ramsplat::shard::reader::Pack;
 use ramsplat::shard::PointChunkRef;
 
-fn gs_pack(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gs-pack"))
-        .args(args)
-        .output()
-        .expect("run gs-pack")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+#[path = "common/gs_pack.rs"]
+mod gs_pack;
+use gs_pack::{gs_pack, text};
 
 const W: u32 = 64;
 const H: u32 = 48;

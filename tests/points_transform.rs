@@ -3,14 +3,16 @@
 //! its positions are rounded to the pack's `f32`.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use ramsplat::dataset::PointSource;
 use ramsplat::import::transform::PointsTransform;
 use ramsplat::import::{las, pcd, ply, ImportError, ImportOptions};
 use ramsplat::shard::reader::Pack;
-use ramsplat::shard::PointChunkRef;
 use ramsplat::synth::las::{las_bytes, LasPoint, LasSpec, LazChunks};
+
+#[path = "common/gs_pack.rs"]
+mod gs_pack;
+use gs_pack::{gs_pack, packed, text};
 
 /// A rotation of 90° about z that takes a UTM-like frame (easting 500 km, northing 4,000 km,
 /// 100 m up) to a local one: `x' = −(y − 4,000,000)`, `y' = x − 500,000`, `z' = z − 100`.
@@ -231,33 +233,9 @@ fn e57_scans_are_posed_then_moved_in_f64() {
     }
 }
 
-fn gs_pack(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gs-pack"))
-        .args(args)
-        .output()
-        .expect("run gs-pack")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// Every position of `pack`'s first cloud.
-fn packed(pack: &Path) -> Vec<[f32; 3]> {
-    let p = Pack::open(pack).unwrap();
-    let mut out = Vec::new();
-    for (ci, ch) in p.manifest().clouds[0].chunks.iter().enumerate() {
-        let mut buf = vec![0u8; ch.record.decoded_len as usize];
-        let layout = p.read_chunk_into(0, ci, &mut buf).unwrap();
-        let r = PointChunkRef::new(layout, &buf).unwrap();
-        out.extend((0..r.len()).map(|j| r.xyz(j)));
-    }
-    out
+fn positions(pack: &Path) -> Vec<[f32; 3]> {
+    packed(pack, 0).into_iter().map(|p| p.0).collect()
 }
 
 #[test]
@@ -335,7 +313,7 @@ fn a_georeferenced_scan_seeds_a_dataset_through_colmaps_aligner_file() {
             && !err.contains("32-bit floats"),
         "{err}"
     );
-    let got = packed(&pack);
+    let got = positions(&pack);
     assert_eq!(got.len(), dense.len());
     for (k, (xyz, (want, _))) in got.iter().zip(&dense).enumerate() {
         assert_near(*xyz, want.map(f64::from), 0.6e-4, &format!("point {k}"));
@@ -395,5 +373,5 @@ fn a_georeferenced_scan_seeds_a_dataset_through_colmaps_aligner_file() {
         "--invert-points-transform",
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(packed(&alone), got);
+    assert_eq!(positions(&alone), got);
 }

@@ -56,6 +56,7 @@ use super::ply::DEFAULT_GREY;
 use super::transform::PointsTransform;
 use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::{Format, PointChunk, PointSource};
+use crate::scene::maths::quat_to_rot;
 
 /// The first bytes of every E57 file.
 pub const SIGNATURE: &[u8; 8] = b"ASTM-E57";
@@ -338,24 +339,7 @@ fn scan_of(index: usize, pc: &PointCloud, file_len: u64, path: &Path) -> Result<
                     q.w, q.x, q.y, q.z
                 )));
             }
-            let [w, x, y, z] = [q.w / norm, q.x / norm, q.y / norm, q.z / norm];
-            let r = [
-                [
-                    1.0 - 2.0 * (y * y + z * z),
-                    2.0 * (x * y - w * z),
-                    2.0 * (x * z + w * y),
-                ],
-                [
-                    2.0 * (x * y + w * z),
-                    1.0 - 2.0 * (x * x + z * z),
-                    2.0 * (y * z - w * x),
-                ],
-                [
-                    2.0 * (x * z - w * y),
-                    2.0 * (y * z + w * x),
-                    1.0 - 2.0 * (x * x + y * y),
-                ],
-            ];
+            let r = quat_to_rot([q.w / norm, q.x / norm, q.y / norm, q.z / norm]);
             Some((r, tr))
         }
     };

@@ -30,6 +30,7 @@ use std::fmt;
 use std::path::Path;
 
 use super::ImportError;
+use crate::scene::maths::quat_to_rot;
 
 /// The most bytes a transform file may hold: 16 numbers need far less; this refuses a point
 /// cloud or an image given by mistake before reading it all.
@@ -171,24 +172,7 @@ impl PointsTransform {
                          (scale qw qx qy qz tx ty tz)"
                     )));
                 }
-                let [w, x, y, z] = [q[0] / norm, q[1] / norm, q[2] / norm, q[3] / norm];
-                let r = [
-                    [
-                        1.0 - 2.0 * (y * y + z * z),
-                        2.0 * (x * y - w * z),
-                        2.0 * (x * z + w * y),
-                    ],
-                    [
-                        2.0 * (x * y + w * z),
-                        1.0 - 2.0 * (x * x + z * z),
-                        2.0 * (y * z - w * x),
-                    ],
-                    [
-                        2.0 * (x * z - w * y),
-                        2.0 * (y * z + w * x),
-                        1.0 - 2.0 * (x * x + y * y),
-                    ],
-                ];
+                let r = quat_to_rot([q[0] / norm, q[1] / norm, q[2] / norm, q[3] / norm]);
                 Self::new(r.map(|row| row.map(|v| s * v)), t)
             }
             n => Err(TransformError(format!(
