@@ -1468,6 +1468,52 @@ mod tests {
     }
 
     #[test]
+    fn files_and_folders_are_detected_and_named_by_stem() {
+        use crate::import::{detect, open};
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("b.E57"), e57_bytes(&[E57Scan::grid(10, true)])).unwrap();
+        std::fs::write(
+            d.join("a.e57"),
+            e57_bytes(&[E57Scan::grid(5, false), E57Scan::grid(15, true)]),
+        )
+        .unwrap();
+        assert_eq!(detect(&d.join("b.E57")).unwrap(), Format::E57);
+        assert_eq!(detect(d).unwrap(), Format::E57);
+        let scene = open(d, Format::Auto, &ImportOptions::default()).unwrap();
+        let clouds: Vec<_> = scene
+            .clouds
+            .iter()
+            .map(|c| (c.name().to_owned(), c.declared_len()))
+            .collect();
+        assert_eq!(
+            clouds,
+            [("a".to_owned(), Some(20)), ("b".to_owned(), Some(10))]
+        );
+        // A folder of two kinds of clouds is ambiguous; --format chooses.
+        std::fs::write(d.join("c.pcd"), "x").unwrap();
+        let e = detect(d).unwrap_err().to_string();
+        assert!(
+            e.contains(".pcd (1) and .e57 (2)") && e.contains("pcd, las or e57"),
+            "{e}"
+        );
+        assert_eq!(
+            open(d, Format::E57, &ImportOptions::default())
+                .unwrap()
+                .clouds
+                .len(),
+            2
+        );
+        // Images belong to datasets with cameras.
+        let options = ImportOptions {
+            images: Some("images".into()),
+            ..ImportOptions::default()
+        };
+        let e = open(d, Format::E57, &options).unwrap_err().to_string();
+        assert!(e.contains("this is an E57 point cloud"), "{e}");
+    }
+
+    #[test]
     fn a_file_changed_after_import_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("scan.e57");

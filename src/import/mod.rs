@@ -557,10 +557,11 @@ pub fn open(
         f => f,
     };
     let cloud = match format {
-        Format::Ply => Some("PLY"),
-        Format::Pcd => Some("PCD"),
-        Format::Las => Some("LAS"),
-        Format::E57 => Some("E57"),
+        // With its article, for the messages below.
+        Format::Ply => Some("a PLY"),
+        Format::Pcd => Some("a PCD"),
+        Format::Las => Some("a LAS"),
+        Format::E57 => Some("an E57"),
         _ => None,
     };
     if let (Some(dir), Some(cloud)) = (&options.images, cloud) {
@@ -568,7 +569,7 @@ pub fn open(
             path,
             format!(
                 "--images {} chooses the images folder of a COLMAP or NeRF dataset, but this is \
-                 a {cloud} point cloud, which has no images; drop --images",
+                 {cloud} point cloud, which has no images; drop --images",
                 dir.display()
             ),
         ));
@@ -578,7 +579,7 @@ pub fn open(
             path,
             format!(
                 "--depths {} chooses the depth maps of a COLMAP or NeRF dataset's images, but \
-                 this is a {cloud} point cloud, which has no images; drop --depths",
+                 this is {cloud} point cloud, which has no images; drop --depths",
                 dir.display()
             ),
         ));
