@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ramsplat::dataset::{Format, PointSource};
+use ramsplat::dataset::Format;
 use ramsplat::import::e57::cloud_from_bytes;
 use ramsplat::import::{open, ImportError, ImportOptions};
 use ramsplat::shard::reader::Pack;
@@ -15,31 +15,13 @@ use heap::measured;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{gs_pack, packed, text};
+use gs_pack::{gs_pack, packed, stream, text, Points};
 
 #[global_allocator]
 static ALLOCATOR: heap::Counting = heap::Counting;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/e57/two_scans.e57")
-}
-
-/// Every point of a source: position, colour, label.
-type Points = Vec<([f32; 3], [u8; 3], i32)>;
-
-fn stream(src: &mut dyn PointSource<Error = ImportError>, chunk: usize) -> Points {
-    let mut out = Vec::new();
-    while let Some(c) = src.next_chunk(chunk).unwrap() {
-        assert!(!c.is_empty() && c.len() <= chunk && c.is_consistent());
-        let labels = c
-            .labels
-            .as_ref()
-            .expect("E57 points carry their scan as a label");
-        for ((xyz, rgb), label) in c.xyz.iter().zip(&c.rgb).zip(labels) {
-            out.push((*xyz, *rgb, *label));
-        }
-    }
-    out
 }
 
 /// What `tools/e57_fixtures.py` wrote, as the importer should deliver it: scan 0 rotated 90°

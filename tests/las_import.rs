@@ -9,9 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
-use ramsplat::dataset::{Format, PointSource};
+use ramsplat::dataset::Format;
 use ramsplat::import::las::cloud_from_bytes;
-use ramsplat::import::{open, ImportError, ImportOptions};
+use ramsplat::import::{open, ImportOptions};
 use ramsplat::shard::reader::Pack;
 use ramsplat::synth::las::{las_bytes, las_points, LasPoint, LasSpec, LazChunks};
 
@@ -21,7 +21,7 @@ use heap::measured;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{gs_pack, packed, text};
+use gs_pack::{gs_pack, packed, scene_and_surface, stream, text, Points};
 
 #[global_allocator]
 static ALLOCATOR: heap::Counting = heap::Counting;
@@ -30,24 +30,6 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/las")
         .join(name)
-}
-
-/// Every point of a source: positions, colours, labels.
-type Points = Vec<([f32; 3], [u8; 3], i32)>;
-
-fn stream(src: &mut dyn PointSource<Error = ImportError>, chunk: usize) -> Points {
-    let mut out = Vec::new();
-    while let Some(c) = src.next_chunk(chunk).unwrap() {
-        assert!(!c.is_empty() && c.len() <= chunk && c.is_consistent());
-        let labels = c
-            .labels
-            .as_ref()
-            .expect("LAS points carry their class as a label");
-        for ((xyz, rgb), label) in c.xyz.iter().zip(&c.rgb).zip(labels) {
-            out.push((*xyz, *rgb, *label));
-        }
-    }
-    out
 }
 
 /// What the fixture generator wrote: `las_points(600)` at `LasSpec::new`'s scale and offset,
@@ -146,27 +128,7 @@ fn gs_pack_converts_a_scan_and_seeds_a_dataset_from_one() {
 
     // A dataset seeded from a scan of its surfaces: the synthetic scene's points written as
     // LAZ at a 0.1 mm quantum.
-    let scene = tmp.path().join("scene");
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        scene.to_str().unwrap(),
-        "--views",
-        "9",
-        "--width",
-        "64",
-        "--height",
-        "48",
-        "--points",
-        "300",
-        "--format",
-        "colmap",
-        "--seed",
-        "5",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let mut rng = ramsplat::rng::Rng::new(11);
-    let dense = ramsplat::synth::SynthScene::new(5).sample_points(2_500, &mut rng);
+    let (scene, dense) = scene_and_surface(tmp.path());
     let mut spec = LasSpec::new(4, 7).laz(LazChunks::Fixed(1000));
     spec.scale = [1e-4; 3];
     spec.offset = [0.0; 3];

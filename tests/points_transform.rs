@@ -12,7 +12,7 @@ use ramsplat::synth::las::{las_bytes, LasPoint, LasSpec, LazChunks};
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{gs_pack, packed, text};
+use gs_pack::{gs_pack, packed, scene_and_surface, text};
 
 /// A rotation of 90° about z that takes a UTM-like frame (easting 500 km, northing 4,000 km,
 /// 100 m up) to a local one: `x' = −(y − 4,000,000)`, `y' = x − 500,000`, `z' = z − 100`.
@@ -241,28 +241,8 @@ fn positions(pack: &Path) -> Vec<[f32; 3]> {
 #[test]
 fn a_georeferenced_scan_seeds_a_dataset_through_colmaps_aligner_file() {
     let tmp = tempfile::tempdir().unwrap();
-    let scene = tmp.path().join("scene");
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        scene.to_str().unwrap(),
-        "--views",
-        "9",
-        "--width",
-        "64",
-        "--height",
-        "48",
-        "--points",
-        "300",
-        "--format",
-        "colmap",
-        "--seed",
-        "5",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    let (scene, dense) = scene_and_surface(tmp.path());
     // The scene's surfaces, scanned in the UTM-like frame.
-    let mut rng = ramsplat::rng::Rng::new(11);
-    let dense = ramsplat::synth::SynthScene::new(5).sample_points(2_500, &mut rng);
     std::fs::write(scene.join("scan.laz"), utm_scan(&dense, true)).unwrap();
     // What `colmap model_aligner --transform_path` writes when it georegisters the model: the
     // map from the model to the reference frame (scale qw qx qy qz tx ty tz), here the inverse

@@ -51,7 +51,7 @@ use std::sync::Arc;
 use e57::{E57Reader, PointCloud, RecordDataType, RecordName, RecordValue};
 
 use super::decoding;
-use super::input::{bytes_cloud, file_cloud, BoxedCloud, Input, InputCloud, InputReader};
+use super::input::{Input, InputCloud, InputReader};
 use super::ply::DEFAULT_GREY;
 use super::transform::PointsTransform;
 use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
@@ -611,6 +611,8 @@ impl Stream {
 /// A scan's points, decoded one at a time from its compressed-vector section.
 struct ScanReader {
     paged: Paged,
+    /// The packet being read, reused.
+    packet: Vec<u8>,
     /// [`MAX_PENDING_BYTES`], or less in tests.
     max_pending: usize,
     /// Logical offset where the section ends.
@@ -638,6 +640,7 @@ impl ScanReader {
         let mut paged = Paged::open(input, file_len).map_err(ReadError::Io)?;
         let reader = |paged, end| ScanReader {
             paged,
+            packet: Vec::new(),
             max_pending,
             end,
             streams: (0..scan.fields.len()).map(|_| Stream::default()).collect(),
@@ -702,6 +705,12 @@ impl ScanReader {
         let mut head = [0u8; 4];
         p.read(&mut head)?;
         let len = u64::from(u16::from_le_bytes([head[2], head[3]])) + 1;
+        if len < 6 {
+            return Err(ReadError::Damage(
+                at,
+                format!("a packet of {len} bytes is shorter than a packet header"),
+            ));
+        }
         if start + len > self.end {
             return Err(ReadError::Damage(
                 at,
@@ -722,9 +731,12 @@ impl ScanReader {
                 ));
             }
         }
-        let mut count = [0u8; 2];
-        p.read(&mut count)?;
-        let count = usize::from(u16::from_le_bytes(count));
+        // The rest of the packet at once (at most 64 KiB): the bytestream count, their sizes,
+        // then their bytes.
+        let body = &mut self.packet;
+        body.resize((len - 4) as usize, 0);
+        p.read(body)?;
+        let count = usize::from(u16::from_le_bytes([body[0], body[1]]));
         if count != self.streams.len() {
             return Err(ReadError::Damage(
                 at,
@@ -734,26 +746,19 @@ impl ScanReader {
                 ),
             ));
         }
-        let mut sizes = vec![0u8; 2 * count];
-        p.read(&mut sizes)?;
-        let sizes: Vec<u64> = sizes
-            .chunks_exact(2)
-            .map(|s| u64::from(u16::from_le_bytes([s[0], s[1]])))
-            .collect();
-        let total: u64 = 6 + 2 * count as u64 + sizes.iter().sum::<u64>();
-        if total > len {
-            return Err(ReadError::Damage(
-                at,
-                format!(
-                    "a data packet's {count} bytestreams hold {total} bytes, more than its {len}"
-                ),
-            ));
-        }
-        let mut buf = Vec::new();
-        for (stream, &size) in self.streams.iter_mut().zip(&sizes) {
-            buf.resize(size as usize, 0);
-            p.read(&mut buf)?;
-            stream.append(&buf);
+        let mut next = 2 + 2 * count;
+        for (i, stream) in self.streams.iter_mut().enumerate() {
+            let size = body
+                .get(2 + 2 * i..4 + 2 * i)
+                .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+            let Some(bytes) = size.and_then(|n| body.get(next..next + n)) else {
+                return Err(ReadError::Damage(
+                    at,
+                    format!("a data packet's {count} bytestreams run past its {len} bytes"),
+                ));
+            };
+            stream.append(bytes);
+            next += bytes.len();
         }
         p.pos = start + len;
         let pending: usize = self.streams.iter().map(Stream::pending).sum();
@@ -933,8 +938,11 @@ impl InputCloud for E57Cloud {
             let kept_before = kept;
             let mut r = ScanReader::open(&layout.input, file_len, scan, MAX_PENDING_BYTES)
                 .map_err(|e| layout.error(scan, e))?;
-            let mut point = 0u64;
-            while let Some(p) = r.next(scan).map_err(|e| layout.error(scan, e))? {
+            loop {
+                let point = r.next;
+                let Some(p) = r.next(scan).map_err(|e| layout.error(scan, e))? else {
+                    break;
+                };
                 match p {
                     None => invalid += 1,
                     Some(d) => {
@@ -944,7 +952,6 @@ impl InputCloud for E57Cloud {
                         kept += 1;
                     }
                 }
-                point += 1;
             }
             kept_by_scan.push(kept - kept_before);
         }
@@ -1117,8 +1124,8 @@ pub(crate) fn open_cloud(
     name: &str,
     options: &ImportOptions,
     warnings: &mut Vec<String>,
-) -> Result<BoxedCloud, ImportError> {
-    file_cloud::<E57Cloud>(path, name, options, warnings)
+) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
+    E57Cloud::boxed(Input::File(path.to_owned()), path, name, options, warnings)
 }
 
 /// An E57 file held in memory as the cloud `name`, with the file importer's checks and
@@ -1131,7 +1138,7 @@ pub fn cloud_from_bytes(
     options: &ImportOptions,
     warnings: &mut Vec<String>,
 ) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
-    bytes_cloud::<E57Cloud>(bytes.into(), path, name, options, warnings)
+    E57Cloud::boxed(Input::Bytes(bytes.into()), path, name, options, warnings)
 }
 
 #[cfg(test)]
@@ -1376,46 +1383,25 @@ mod tests {
     #[test]
     fn damaged_headers_and_descriptions_are_refused_saying_what() {
         let good = e57_bytes(&[E57Scan::grid(300, true)]);
-        let header = |at: usize, with: &[u8]| {
+        // A header field patched at byte `at`: the error names byte `named`.
+        let field = |at: usize, with: &[u8], named: u64, needle: &str| {
             let mut data = logical(&good);
             data[at..at + with.len()].copy_from_slice(with);
-            physical(&data)
+            refused(physical(&data), Some(Location::Byte(named)), needle)
         };
-        refused(
-            header(0, b"ASTM-E58"),
-            Some(Location::Byte(0)),
-            "not an E57 file",
-        );
-        refused(
-            header(8, &2u32.to_le_bytes()),
-            Some(Location::Byte(8)),
-            "E57 version 2",
-        );
-        refused(
-            header(40, &2048u64.to_le_bytes()),
-            Some(Location::Byte(40)),
-            "page size is 2048",
-        );
-        refused(
-            header(16, &1024u64.to_le_bytes()),
-            Some(Location::Byte(16)),
-            "truncated or damaged",
-        );
-        refused(
-            header(24, &u64::MAX.to_le_bytes()),
-            Some(Location::Byte(24)),
-            "does not fit",
-        );
-        refused(
-            header(32, &(1u64 << 40).to_le_bytes()),
-            Some(Location::Byte(32)),
+        field(0, b"ASTM-E58", 0, "not an E57 file");
+        field(8, &2u32.to_le_bytes(), 8, "E57 version 2");
+        field(40, &2048u64.to_le_bytes(), 40, "page size is 2048");
+        field(16, &1024u64.to_le_bytes(), 16, "truncated or damaged");
+        field(24, &u64::MAX.to_le_bytes(), 24, "does not fit");
+        field(
+            32,
+            &(1u64 << 40).to_le_bytes(),
+            32,
             "more than 32 MiB is not read",
         );
-        refused(
-            header(32, &(1u64 << 20).to_le_bytes()),
-            Some(Location::Byte(24)),
-            "does not fit",
-        );
+        // An XML length within the cap but past the file's end names the section's offset.
+        field(32, &(1u64 << 20).to_le_bytes(), 24, "does not fit");
         refused(good[..1000].to_vec(), None, "shorter than one E57 page");
         // More points than the data holds: refused by the count (a huge claim) or where the
         // data ends (a small one).

@@ -27,44 +27,18 @@ pub(crate) trait InputCloud: PointSource<Error = ImportError> + Sized + 'static 
         options: &ImportOptions,
         warnings: &mut Vec<String>,
     ) -> Result<Self, ImportError>;
-}
 
-/// A boxed cloud, as the importers hand them out.
-pub(crate) type BoxedCloud = Box<dyn PointSource<Error = ImportError>>;
-
-/// The file `path` as a cloud of type `C` (reopened for each pass, never held whole).
-pub(crate) fn file_cloud<C: InputCloud>(
-    path: &Path,
-    name: &str,
-    options: &ImportOptions,
-    warnings: &mut Vec<String>,
-) -> Result<BoxedCloud, ImportError> {
-    let input = Input::File(path.to_owned());
-    Ok(Box::new(C::open(
-        input,
-        path,
-        name.to_owned(),
-        options,
-        warnings,
-    )?))
-}
-
-/// Bytes in memory as a cloud of type `C` (the fuzz targets, tests); `path` only names it.
-pub(crate) fn bytes_cloud<C: InputCloud>(
-    bytes: Arc<[u8]>,
-    path: &Path,
-    name: &str,
-    options: &ImportOptions,
-    warnings: &mut Vec<String>,
-) -> Result<BoxedCloud, ImportError> {
-    let input = Input::Bytes(bytes);
-    Ok(Box::new(C::open(
-        input,
-        path,
-        name.to_owned(),
-        options,
-        warnings,
-    )?))
+    /// [`InputCloud::open`], boxed as the importers hand clouds out.
+    fn boxed(
+        input: Input,
+        path: &Path,
+        name: &str,
+        options: &ImportOptions,
+        warnings: &mut Vec<String>,
+    ) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
+        let cloud = Self::open(input, path, name.to_owned(), options, warnings)?;
+        Ok(Box::new(cloud))
+    }
 }
 
 /// A cloud's bytes.

@@ -68,7 +68,7 @@ use laz::laszip::ChunkTable;
 use laz::{DecompressionSelection, LasZipDecompressor, LazItemType, LazVlr, ParLasZipDecompressor};
 
 use super::decoding;
-use super::input::{bytes_cloud, file_cloud, BoxedCloud, Input, InputCloud, InputReader};
+use super::input::{Input, InputCloud, InputReader};
 use super::ply::DEFAULT_GREY;
 use super::transform::PointsTransform;
 use super::{thousands, ImportError, ImportOptions, ImportedScene, Location};
@@ -1294,8 +1294,8 @@ pub(crate) fn open_cloud(
     name: &str,
     options: &ImportOptions,
     warnings: &mut Vec<String>,
-) -> Result<BoxedCloud, ImportError> {
-    file_cloud::<LasCloud>(path, name, options, warnings)
+) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
+    LasCloud::boxed(Input::File(path.to_owned()), path, name, options, warnings)
 }
 
 /// A LAS or LAZ file held in memory as the cloud `name`, with the file importer's checks and
@@ -1308,7 +1308,7 @@ pub fn cloud_from_bytes(
     options: &ImportOptions,
     warnings: &mut Vec<String>,
 ) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
-    bytes_cloud::<LasCloud>(bytes.into(), path, name, options, warnings)
+    LasCloud::boxed(Input::Bytes(bytes.into()), path, name, options, warnings)
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::input::{bytes_cloud, file_cloud, BoxedCloud, Input, InputCloud, InputReader};
+use super::input::{Input, InputCloud, InputReader};
 use super::ply::header::{read_line_bounded, LineRead};
 use super::ply::{COLOUR_NAMES, DEFAULT_GREY, LABEL_NAMES};
 use super::transform::PointsTransform;
@@ -2214,8 +2214,8 @@ pub(crate) fn open_cloud(
     name: &str,
     options: &ImportOptions,
     warnings: &mut Vec<String>,
-) -> Result<BoxedCloud, ImportError> {
-    file_cloud::<PcdCloud>(path, name, options, warnings)
+) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
+    PcdCloud::boxed(Input::File(path.to_owned()), path, name, options, warnings)
 }
 
 /// A PCD held in memory as the cloud `name`, with the file importer's checks and warnings;
@@ -2228,7 +2228,7 @@ pub fn cloud_from_bytes(
     options: &ImportOptions,
     warnings: &mut Vec<String>,
 ) -> Result<Box<dyn PointSource<Error = ImportError>>, ImportError> {
-    bytes_cloud::<PcdCloud>(bytes.into(), path, name, options, warnings)
+    PcdCloud::boxed(Input::Bytes(bytes.into()), path, name, options, warnings)
 }
 
 #[cfg(test)]

@@ -1,12 +1,15 @@
-//! Running `gs-pack` from the point-cloud tests (`tests/las_import.rs`, `tests/e57_import.rs`,
-//! `tests/points_transform.rs`, `tests/metashape.rs`) and reading back the points it packed.
+//! Helpers of the point-cloud tests (`tests/las_import.rs`, `tests/e57_import.rs`,
+//! `tests/points_transform.rs`, `tests/metashape.rs`): running `gs-pack`, a synthetic dataset
+//! with a cloud of its surfaces, and reading back the points a cloud streams or a pack holds.
 //! A test binary includes it with `#[path = "common/gs_pack.rs"] mod gs_pack;` (it is not part
 //! of `common`, which other test binaries include); each uses what it needs.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use ramsplat::dataset::PointSource;
+use ramsplat::import::ImportError;
 use ramsplat::shard::reader::Pack;
 use ramsplat::shard::PointChunkRef;
 
@@ -38,6 +41,52 @@ pub fn packed(pack: &Path, cloud: usize) -> Vec<([f32; 3], [u8; 3], Option<i32>)
         let r = PointChunkRef::new(layout, &buf).unwrap();
         for j in 0..r.len() {
             out.push((r.xyz(j), r.rgb(j), r.label(j)));
+        }
+    }
+    out
+}
+
+/// Points with colours, as `SynthScene::sample_points` gives them.
+pub type Surface = Vec<([f32; 3], [u8; 3])>;
+
+/// A synthetic COLMAP dataset in `dir/scene` (9 views of 64×48, 300 SfM points, seed 5) and
+/// 2,500 points sampled on its surfaces, as a dense reconstruction or a scan would give them.
+pub fn scene_and_surface(dir: &Path) -> (PathBuf, Surface) {
+    let scene = dir.join("scene");
+    let o = gs_pack(&[
+        "synth",
+        "-o",
+        scene.to_str().unwrap(),
+        "--views",
+        "9",
+        "--width",
+        "64",
+        "--height",
+        "48",
+        "--points",
+        "300",
+        "--format",
+        "colmap",
+        "--seed",
+        "5",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut rng = ramsplat::rng::Rng::new(11);
+    let dense = ramsplat::synth::SynthScene::new(5).sample_points(2_500, &mut rng);
+    (scene, dense)
+}
+
+/// Every point of a source: position, colour, label.
+pub type Points = Vec<([f32; 3], [u8; 3], i32)>;
+
+/// Streams a labelled cloud to its end in chunks of `chunk` points.
+pub fn stream(src: &mut dyn PointSource<Error = ImportError>, chunk: usize) -> Points {
+    let mut out = Vec::new();
+    while let Some(c) = src.next_chunk(chunk).unwrap() {
+        assert!(!c.is_empty() && c.len() <= chunk && c.is_consistent());
+        let labels = c.labels.as_ref().expect("the cloud's points carry labels");
+        for ((xyz, rgb), label) in c.xyz.iter().zip(&c.rgb).zip(labels) {
+            out.push((*xyz, *rgb, *label));
         }
     }
     out
