@@ -545,6 +545,7 @@ pub fn convert(
         test_every: Some(opts.test_every),
         images: opts.images.as_ref().map(|d| d.display().to_string()),
         depths: opts.depths.as_ref().map(|d| d.display().to_string()),
+        sfm_depths: false,
         points: opts.points.as_ref().map(|p| p.display().to_string()),
         points_transform: transform.as_ref().map(PointsTransform::rows),
     })?;

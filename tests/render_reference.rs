@@ -608,6 +608,7 @@ fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
             test_every: None,
             images: None,
             depths: None,
+            sfm_depths: false,
             points: None,
             points_transform: None,
         })

@@ -335,6 +335,7 @@ mod tests {
             test_every: None,
             images: None,
             depths: None,
+            sfm_depths: false,
             points: None,
             points_transform: None,
         })

@@ -531,6 +531,15 @@ pub struct SourceInfo {
     /// The `--depths` folder the inverse-depth maps came from. Absent in packs without them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depths: Option<String>,
+    /// The views' inverse-depth planes are *sparse* (`gs-pack convert --sfm-depths`): each
+    /// holds, at the pixel where it projects, the inverse depth of every SfM point its image
+    /// observes (its track in the COLMAP model), the nearest point where several share a
+    /// pixel, and no depth ([`DepthScale::NO_DEPTH`]) everywhere else. The trainer then
+    /// averages the depth loss over those pixels instead of every pixel (gsplat's
+    /// `--depth_loss`), and a loader that resizes the plane keeps points instead of averaging
+    /// ([`crate::resample::point_row_u16`]). Absent (false) in packs of dense maps or none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sfm_depths: bool,
     /// The `--points` cloud that replaced the dataset's own points. Absent in packs without.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub points: Option<String>,
@@ -554,6 +563,7 @@ impl SourceInfo {
             test_every: None,
             images: None,
             depths: None,
+            sfm_depths: false,
             points: None,
             points_transform: None,
         }

@@ -182,6 +182,7 @@ pub fn write_demo_pack(dir: &Path, s: &DemoScene) -> Result<(), DemoError> {
         test_every: Some(TEST_EVERY as u32),
         images: None,
         depths: None,
+        sfm_depths: false,
         points: None,
         points_transform: None,
     })?;

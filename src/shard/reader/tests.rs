@@ -34,6 +34,7 @@ fn source_info() -> SourceInfo {
         test_every: None,
         images: None,
         depths: None,
+        sfm_depths: false,
         points: None,
         points_transform: None,
     }
