@@ -158,7 +158,7 @@ fn prepare() {
 }
 
 fn resample() {
-    use ramsplat::resample::{target_size, Resize};
+    use ramsplat::resample::{target_size, DepthRule, Resize};
     use ramsplat::shard::reader::resample_view;
     use ramsplat::shard::PixelLayout;
     let (w, h) = (1067u32, 1902u32);
@@ -181,7 +181,14 @@ fn resample() {
                 .map(|_| {
                     let mut scratch = src.clone();
                     let t = Instant::now();
-                    resample_view(layout, (w, h), &mut scratch, (tw, th), &mut out);
+                    resample_view(
+                        layout,
+                        DepthRule::AreaMean,
+                        (w, h),
+                        &mut scratch,
+                        (tw, th),
+                        &mut out,
+                    );
                     t.elapsed().as_secs_f64()
                 })
                 .collect();

@@ -5,7 +5,9 @@
 //! This module owns:
 //! - [`Resize`], what a user asks for, and [`target_size`], the size it gives a view;
 //! - [`AxisTaps`], the area (box) filter of one axis, and the row kernels on top of it
-//!   ([`area_row_u8`] for bytes, [`area_row_u16`] for the packed inverse-depth plane);
+//!   ([`area_row_u8`] for bytes, [`area_row_u16`] for the packed inverse-depth plane), and
+//!   [`point_row_u16`], the rule for a plane of sparse points (SfM depths), which keeps points
+//!   instead of averaging them;
 //! - the byte rules the pipelines share: alpha premultiplication around a resample
 //!   ([`premultiply`], [`unpremultiply`]) and a resampled mask's threshold ([`MASK_USED_MIN`]).
 //!
@@ -259,9 +261,122 @@ pub fn area_row_u16(src: &[u8], xs: &AxisTaps, ys: &AxisTaps, oy: usize, row: &m
     }
 }
 
+/// How a packed inverse-depth plane is downscaled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DepthRule {
+    /// A dense map (monocular depth): the area mean of the values ([`area_row_u16`]).
+    #[default]
+    AreaMean,
+    /// Sparse points (SfM depths): the nearest point in each output pixel
+    /// ([`point_row_u16`]).
+    Points,
+}
+
+/// The output pixel along one axis whose footprint holds source pixel `i`'s centre: output `o`
+/// covers `[o·s, (o+1)·s)` with `s = source / output`, so `o = ⌊(i + ½)·output / source⌋`,
+/// computed in integers (exact for every size).
+fn output_of(i: usize, source: usize, output: usize) -> usize {
+    ((2 * i + 1) * output) / (2 * source)
+}
+
+/// The source pixels of one axis whose centres lie in output pixel `o`'s footprint (see
+/// [`output_of`]); each source pixel belongs to exactly one output pixel.
+fn sources_of(o: usize, source: usize, output: usize) -> std::ops::Range<usize> {
+    let mut start = (o * source / output).min(source);
+    while start < source && output_of(start, source, output) < o {
+        start += 1;
+    }
+    let mut end = start;
+    while end < source && output_of(end, source, output) == o {
+        end += 1;
+    }
+    start..end
+}
+
+/// Output row `oy` of a downscale of a *sparse* plane of `u16` values (`src`, little-endian
+/// bytes, `from.0 × from.1`) to `to` pixels into `row` (little-endian bytes): each output holds
+/// the largest value among the source pixels whose centres lie in its footprint, or 0 where
+/// they are all 0. For a plane of SfM points' inverse depths (the pack's `sfm_depths`, whose
+/// scale is positive) that keeps every point that lands alone in an output pixel at its exact
+/// stored value and, where several land together, the nearest, as the packer's per-pixel
+/// z-buffer does; an area mean would drop nearly every point (any 0 it covers makes it 0, see
+/// [`area_row_u16`]). Each source pixel lands in exactly one output pixel, so no point is
+/// counted twice.
+pub fn point_row_u16(src: &[u8], from: (u32, u32), to: (u32, u32), oy: usize, row: &mut [u8]) {
+    let (fw, fh) = (from.0 as usize, from.1 as usize);
+    let (tw, th) = (to.0 as usize, to.1 as usize);
+    debug_assert_eq!(src.len(), 2 * fw * fh);
+    debug_assert_eq!(row.len(), 2 * tw);
+    row.fill(0);
+    for sy in sources_of(oy, fh, th) {
+        let srow = &src[2 * sy * fw..2 * (sy + 1) * fw];
+        for (sx, b) in srow.chunks_exact(2).enumerate() {
+            let v = u16::from_le_bytes([b[0], b[1]]);
+            if v == 0 {
+                continue;
+            }
+            let o = 2 * output_of(sx, fw, tw);
+            if v > u16::from_le_bytes([row[o], row[o + 1]]) {
+                row[o..o + 2].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every source pixel lands in exactly one output pixel, the one whose footprint holds its
+    /// centre, for integer and fractional factors alike.
+    #[test]
+    fn each_source_pixel_lands_in_one_output_pixel() {
+        for (source, output) in [(8, 4), (7, 3), (100, 30), (5, 5), (1067, 533), (9, 1)] {
+            let s = source as f64 / output as f64;
+            let mut seen = vec![0u32; source];
+            for o in 0..output {
+                for i in sources_of(o, source, output) {
+                    seen[i] += 1;
+                    let centre = i as f64 + 0.5;
+                    assert!(
+                        centre >= o as f64 * s - 1e-9 && centre < (o + 1) as f64 * s + 1e-9,
+                        "{source}→{output}: pixel {i} in output {o}"
+                    );
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "{source}→{output}: {seen:?}");
+        }
+    }
+
+    /// The sparse rule keeps points: a lone point keeps its exact value, two in one output
+    /// pixel give the larger (nearer), and an output pixel without points holds 0.
+    #[test]
+    fn sparse_planes_keep_their_points_when_downscaled() {
+        let (w, h) = (6u32, 4u32);
+        let mut plane = vec![0u16; (w * h) as usize];
+        plane[0] = 500; // (0, 0) → output (0, 0), alone
+        plane[3 * 6 + 5] = 40_000; // (5, 3) → output (2, 1)
+        plane[2 * 6 + 4] = 41_000; // (4, 2) → output (2, 1): the nearer of the two
+        plane[6 + 3] = 7; // (3, 1) → output (1, 0), alone
+        let src: Vec<u8> = plane.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut got = Vec::new();
+        for oy in 0..2 {
+            let mut row = vec![0xAAu8; 6];
+            point_row_u16(&src, (w, h), (3, 2), oy, &mut row);
+            got.extend(
+                row.chunks_exact(2)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]])),
+            );
+        }
+        assert_eq!(got, vec![500, 7, 0, 0, 0, 41_000]);
+        // The area rule, by contrast, loses every one of them (each block holds a 0).
+        let (xs, ys) = (AxisTaps::new(w, 3), AxisTaps::new(h, 2));
+        for oy in 0..2 {
+            let mut row = vec![0u8; 6];
+            area_row_u16(&src, &xs, &ys, oy, &mut row);
+            assert!(row.iter().all(|&b| b == 0));
+        }
+    }
 
     #[test]
     fn target_sizes_follow_each_rule() {

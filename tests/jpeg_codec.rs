@@ -388,6 +388,7 @@ fn damaged_jpeg_payloads_are_decode_errors_naming_the_view() {
             decoded_len: 96 * 64 * 3,
             layout: PixelLayout::RGB,
             depth: None,
+            depth_pixels: None,
             jpeg: Some(JpegEntry {
                 quality: None,
                 decode_scratch: jpeg::max_decode_scratch(96, 64),

@@ -3008,6 +3008,30 @@ fn depth_maps_regularize_training_end_to_end() {
         "--depth-l1-weight-init",
         "0.5",
     ]);
-    refused(&o, &["holds no depth maps", "--depths DIR"]);
+    refused(
+        &o,
+        &["holds no depth planes", "--depths DIR", "--sfm-depths"],
+    );
+    assert!(!dir.path().join("refused").exists());
+    // gsplat's spelling of a constant weight is refused the same way, and cannot be mixed
+    // with the schedule's ends.
+    let o = gs_train(&[
+        s(&plain),
+        "-o",
+        s(&dir.path().join("refused")),
+        "--depth_lambda",
+        "0.01",
+    ]);
+    refused(&o, &["holds no depth planes"]);
+    let o = gs_train(&[
+        s(&plain),
+        "-o",
+        s(&dir.path().join("refused")),
+        "--depth-lambda",
+        "0.01",
+        "--depth-l1-weight-final",
+        "0.1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(!dir.path().join("refused").exists());
 }

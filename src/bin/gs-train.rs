@@ -30,7 +30,7 @@ use ramsplat::cli::{print_stdout, report_error, Progress, EXIT_FAILURE};
 use ramsplat::export::ModelFormat;
 use ramsplat::train::demo;
 use ramsplat::train::densify::DensifyConfig;
-use ramsplat::train::depth::DepthConfig;
+use ramsplat::train::depth::DepthWeights;
 use ramsplat::train::exposure::ExposureConfig;
 use ramsplat::train::mcmc::McmcConfig;
 use ramsplat::train::pose::{PoseAlignConfig, PoseConfig};
@@ -179,15 +179,29 @@ struct Args {
     #[arg(long, visible_alias = "train-test-exp", alias = "train_test_exp")]
     exposure: bool,
     /// Weight of the depth regularization at the start of the run (3DGS's
-    /// depth_l1_weight_init, 1.0). Depth regularization is on whenever the pack carries
-    /// monocular inverse-depth maps (gs-pack convert --depths, 3DGS's -d): each such view adds
-    /// weight × mean |rendered inverse depth − its map| to the loss. 0 turns it off.
+    /// depth_l1_weight_init, 1.0; 0.01 on SfM depths). Depth regularization is on whenever the
+    /// pack carries monocular inverse-depth maps (gs-pack convert --depths, 3DGS's -d): each
+    /// such view adds weight × mean |rendered inverse depth − its map| to the loss; or SfM
+    /// depths (gs-pack convert --sfm-depths, gsplat's --depth_loss): weight × scene extent ×
+    /// mean over the view's observed points of |rendered inverse depth − 1/depth|. 0 turns it
+    /// off
     #[arg(long, alias = "depth_l1_weight_init", value_name = "W", value_parser = non_negative_f64)]
     depth_l1_weight_init: Option<f64>,
     /// Weight of the depth regularization at the end of the run (3DGS's
-    /// depth_l1_weight_final, 0.01); it decays exponentially from the initial weight.
+    /// depth_l1_weight_final, 0.01; 0.01 on SfM depths); it decays exponentially from the
+    /// initial weight.
     #[arg(long, alias = "depth_l1_weight_final", value_name = "W", value_parser = positive_f64)]
     depth_l1_weight_final: Option<f64>,
+    /// A constant depth weight, both ends of the schedule above (gsplat's depth_lambda, whose
+    /// default 0.01 is what SfM depths train with). 0 turns depth regularization off
+    #[arg(
+        long,
+        alias = "depth_lambda",
+        value_name = "W",
+        value_parser = non_negative_f64,
+        conflicts_with_all = ["depth_l1_weight_init", "depth_l1_weight_final"]
+    )]
+    depth_lambda: Option<f64>,
     /// Camera pose optimisation (gsplat's --pose_opt): each training view learns a small
     /// rigid correction of its pose with the model, absorbing misregistration of the
     /// structure-from-motion poses. OUT/cameras.json then gives the trained poses; held-out
@@ -619,14 +633,10 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     o.workers = args.workers;
     o.prefetch = args.prefetch;
     o.metrics_every = args.metrics_every;
-    let defaults = DepthConfig::default();
-    let depth = DepthConfig {
-        weight_init: args.depth_l1_weight_init.unwrap_or(defaults.weight_init),
-        weight_final: args.depth_l1_weight_final.unwrap_or(defaults.weight_final),
-        max_steps: None,
+    o.depth = DepthWeights {
+        init: args.depth_lambda.or(args.depth_l1_weight_init),
+        fin: args.depth_lambda.or(args.depth_l1_weight_final),
     };
-    o.depth = depth.enabled().then_some(depth);
-    o.depth_given = args.depth_l1_weight_init.is_some() || args.depth_l1_weight_final.is_some();
     if let Some(f) = args.steps_scaler {
         o.config.scale_steps(f);
         o.test_iterations = scale_step_list(&o.test_iterations, f);

@@ -426,6 +426,12 @@ pub struct ViewEntry {
     /// this; absent in manifests of views without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<DepthScale>,
+    /// How many of the plane's pixels hold a depth (not [`DepthScale::NO_DEPTH`]), at the
+    /// stored size: with [`SourceInfo::sfm_depths`], the number of SfM points the view keeps
+    /// and the divisor of its depth loss at any training resolution. Absent without a plane,
+    /// and in packs written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth_pixels: Option<u64>,
     /// How a view stored as JPEG was made and what decoding it allocates: present exactly when
     /// `codec` is [`Codec::Jpeg`].
     #[serde(default, skip_serializing_if = "Option::is_none")]

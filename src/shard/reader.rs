@@ -38,8 +38,8 @@ use memmap2::{Mmap, UncheckedAdvice};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::resample::{
-    area_row_u16, area_row_u8, premultiply, target_size, unpremultiply, AxisTaps, Resize,
-    MASK_USED_MIN,
+    area_row_u16, area_row_u8, point_row_u16, premultiply, target_size, unpremultiply, AxisTaps,
+    DepthRule, Resize, MASK_USED_MIN,
 };
 
 use super::{
@@ -561,8 +561,15 @@ impl Pack {
         }
         let mut full = vec![0u8; stored.decoded_len()];
         self.read_stored_view_into(index, stored, &mut full)?;
+        // SfM depths are sparse points, which an area mean would erase.
+        let depth_rule = if self.manifest.source.sfm_depths {
+            DepthRule::Points
+        } else {
+            DepthRule::AreaMean
+        };
         resample_view(
             v.layout(),
+            depth_rule,
             (stored.width(), stored.height()),
             &mut full,
             (v.width(), v.height()),
@@ -1029,15 +1036,17 @@ pub fn resample_heap_bytes(layout: PixelLayout, from: (u32, u32), to: (u32, u32)
 /// Resamples one decoded view of `layout` from `from` to `to` pixels (each side no larger)
 /// into `out`, with the rules `gs-pack convert --downscale` packs by: colour by the area
 /// filter (RGBA on premultiplied colour), the mask as coverage thresholded at
-/// [`MASK_USED_MIN`], the inverse-depth plane by the area mean of its stored values (no depth
-/// where any value it covers is a stored 0, no depth, as the packer's filter rules). `src` is the caller's scratch:
-/// RGBA colour is premultiplied in place.
+/// [`MASK_USED_MIN`], the inverse-depth plane by `depth`'s rule: a dense map by the area mean
+/// of its stored values (no depth where any value it covers is a stored 0, as the packer's
+/// filter rules), sparse points by keeping the nearest in each output pixel
+/// ([`point_row_u16`]). `src` is the caller's scratch: RGBA colour is premultiplied in place.
 ///
 /// # Panics
 /// If `src` or `out` is not `layout`'s length at its size, or a side of `to` is 0 or larger
 /// than `from`'s.
 pub fn resample_view(
     layout: PixelLayout,
+    depth_rule: DepthRule,
     from: (u32, u32),
     src: &mut [u8],
     to: (u32, u32),
@@ -1088,7 +1097,10 @@ pub fn resample_view(
     }
     if layout.depth {
         for (oy, row) in out_depth.chunks_exact_mut(to.0 as usize * 2).enumerate() {
-            area_row_u16(depth, &xs, &ys, oy, row);
+            match depth_rule {
+                DepthRule::AreaMean => area_row_u16(depth, &xs, &ys, oy, row),
+                DepthRule::Points => point_row_u16(depth, from, to, oy, row),
+            }
         }
     }
 }

@@ -142,6 +142,9 @@ pub struct EncodedView {
     /// How the inverse-depth plane's values map to the training target: `Some` exactly when
     /// `layout.depth` (the manifest's [`ViewEntry::depth`]).
     pub depth: Option<DepthScale>,
+    /// The plane's pixels that hold a depth: `Some` exactly when `layout.depth` (the
+    /// manifest's [`ViewEntry::depth_pixels`]).
+    pub depth_pixels: Option<u64>,
     /// `Some` exactly when `codec` is [`Codec::Jpeg`] (the manifest's [`ViewEntry::jpeg`]).
     pub jpeg: Option<JpegEntry>,
 }
@@ -260,6 +263,12 @@ pub fn encode_view_as(
             layout.len(camera.width, camera.height)
         )));
     };
+    let depth_pixels = planes.depth.map(|plane| {
+        plane
+            .chunks_exact(2)
+            .filter(|b| u16::from_le_bytes([b[0], b[1]]) != DepthScale::NO_DEPTH)
+            .count() as u64
+    });
     let kept = match (options.codec, source_jpeg) {
         (Codec::Jpeg, Some(source)) if !layout.alpha => {
             keep_source_jpeg(source, camera, planes.pixels)
@@ -352,6 +361,7 @@ pub fn encode_view_as(
         checksum,
         layout,
         depth,
+        depth_pixels,
         jpeg: jpeg_entry,
     })
 }
@@ -651,10 +661,12 @@ impl PackWriter {
                 msg: "a view with this name was already packed (names must be unique)".into(),
             });
         }
-        if v.layout.depth != v.depth.is_some() {
+        if v.layout.depth != v.depth.is_some() || v.layout.depth != v.depth_pixels.is_some() {
             return Err(WriteError::BadView {
                 name: v.name,
-                msg: "an inverse-depth plane needs its depth scale, and only it has one".into(),
+                msg: "an inverse-depth plane needs its depth scale and pixel count, and only it \
+                      has them"
+                    .into(),
             });
         }
         if (v.codec == Codec::Jpeg) != v.jpeg.is_some()
@@ -688,6 +700,7 @@ impl PackWriter {
             alpha: v.layout.alpha,
             mask: v.layout.mask,
             depth: v.depth,
+            depth_pixels: v.depth_pixels,
             jpeg: v.jpeg,
         });
         Ok(())

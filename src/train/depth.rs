@@ -20,6 +20,23 @@
 //! 3DGS would call unreliable (the pack leaves those out), trains on the photometric loss
 //! alone, as in 3DGS.
 //!
+//! # Depth from SfM points (gsplat's `--depth_loss`)
+//! A pack converted with `gs-pack convert --sfm-depths` holds *sparse* planes instead
+//! ([`crate::shard::SourceInfo::sfm_depths`]): the inverse depth of each SfM point the view's
+//! image observes, at the pixel it projects to, and no depth elsewhere. Their term is gsplat's
+//!
+//! `L_depth = λ · extent · mean over the view's points of |D − 1/z|`
+//!
+//! with `λ = 0.01` held constant by default (gsplat's `depth_lambda`; the schedule above with
+//! equal ends) and `extent` the scene extent (3DGS's `cameras_extent`, gsplat's `scene_scale`),
+//! which makes the term independent of the scene's units. The mean is over the points the pack
+//! kept for the view ([`crate::shard::ViewEntry::depth_pixels`]), not its pixels: a view of a
+//! few thousand points among two million pixels would otherwise carry almost no weight. What
+//! differs from gsplat: `D` is the rasterizer's `Σ wᵢ/zᵢ` read at the point's pixel (gsplat
+//! bilinearly samples `1/ED` there, `ED = Σ wᵢzᵢ / Σ wᵢ`), and points hidden behind a nearer one
+//! in the same pixel are left out (the pack keeps the nearest). Masked pixels and those outside
+//! a half-trained view's region count as zero, as for dense maps.
+//!
 //! This module owns the configuration, the schedule and the host loss; the device engine
 //! computes the same loss with `kernels/loss.cu`'s `depth_l1`.
 
@@ -41,6 +58,11 @@ pub struct DepthConfig {
     /// original length, as it does for the position schedule).
     #[serde(default)]
     pub max_steps: Option<u64>,
+    /// The pack's planes are SfM points (see the module doc): the mean runs over each view's
+    /// points and the weight is times the scene extent. Absent (false) in checkpoints written
+    /// before SfM depths existed, whose packs had dense maps.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sparse: bool,
 }
 
 impl Default for DepthConfig {
@@ -49,11 +71,66 @@ impl Default for DepthConfig {
             weight_init: 1.0,
             weight_final: 0.01,
             max_steps: None,
+            sparse: false,
         }
     }
 }
 
+/// gsplat's `depth_lambda`: the constant weight of the term on SfM points by default.
+pub const SFM_DEPTH_WEIGHT: f64 = 0.01;
+
+/// The depth weights a user gave (`--depth-l1-weight-init/-final`, or `--depth-lambda` for
+/// both); `None` takes the default of the pack's kind of planes ([`DepthConfig::resolve`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DepthWeights {
+    pub init: Option<f64>,
+    pub fin: Option<f64>,
+}
+
+impl DepthWeights {
+    /// Whether any weight was given.
+    pub fn given(&self) -> bool {
+        self.init.is_some() || self.fin.is_some()
+    }
+}
+
 impl DepthConfig {
+    /// The configuration for a pack whose planes are dense maps (3DGS's 1.0 → 0.01) or, with
+    /// `sparse`, SfM points (gsplat's constant 0.01), each weight given taking its place.
+    pub fn resolve(given: DepthWeights, sparse: bool) -> DepthConfig {
+        let (init, fin) = if sparse {
+            (SFM_DEPTH_WEIGHT, SFM_DEPTH_WEIGHT)
+        } else {
+            let d = DepthConfig::default();
+            (d.weight_init, d.weight_final)
+        };
+        DepthConfig {
+            weight_init: given.init.unwrap_or(init),
+            weight_final: given.fin.unwrap_or(fin),
+            max_steps: None,
+            sparse,
+        }
+    }
+
+    /// The factor the loss's weight carries beyond the schedule: the scene extent on SfM
+    /// points (gsplat's `scene_scale`), 1 on dense maps (3DGS's rule).
+    pub fn extent_factor(&self, extent: f64) -> f64 {
+        if self.sparse {
+            extent
+        } else {
+            1.0
+        }
+    }
+
+    /// What the view's mean runs over: its `pixels` for a dense map, the `points` its sparse
+    /// plane holds otherwise (at least 1).
+    pub fn divisor(&self, pixels: usize, points: Option<u64>) -> usize {
+        match (self.sparse, points) {
+            (true, Some(p)) => (p as usize).max(1),
+            _ => pixels,
+        }
+    }
+
     /// The weight schedule of a run of `iterations`.
     pub fn schedule(&self, iterations: u64) -> ExponentialLr {
         ExponentialLr::new(
@@ -98,16 +175,18 @@ impl DepthConfig {
     }
 }
 
-/// `mean |D − T|` over the view's `render.len()` pixels (pixels with `mask == 0` or a NaN
-/// target, "no depth", count as zero), and into `d_out` its gradient times `weight`:
-/// `weight · sign(D − T) / n` on used pixels (0 where `D = T`, as torch's `abs` gives), 0 on
-/// excluded ones. Returns the unweighted mean (3DGS's `Ll1depth_pure`); the loss term is
-/// `weight` times it.
+/// `Σ |D − T| / divisor` over the view's `render.len()` pixels (pixels with `mask == 0` or a
+/// NaN target, "no depth", add nothing; `divisor` is the pixel count for a dense map, the
+/// view's point count for SfM points: [`DepthConfig::divisor`]), and into `d_out` its
+/// gradient times `weight`: `weight · sign(D − T) / divisor` on used pixels (0 where `D = T`,
+/// as torch's `abs` gives), 0 on excluded ones. Returns the unweighted mean (3DGS's
+/// `Ll1depth_pure`); the loss term is `weight` times it.
 pub fn l1_and_grad(
     render: &[f32],
     target: &[f32],
     mask: Option<&[u8]>,
     weight: f64,
+    divisor: usize,
     d_out: &mut [f32],
 ) -> f64 {
     let n = render.len();
@@ -116,7 +195,8 @@ pub fn l1_and_grad(
     if let Some(m) = mask {
         assert_eq!(m.len(), n);
     }
-    let step = (weight / n as f64) as f32;
+    assert!(divisor > 0, "a depth mean over nothing");
+    let step = (weight / divisor as f64) as f32;
     let sums: Vec<f64> = d_out
         .par_chunks_mut(CHUNK)
         .zip(render.par_chunks(CHUNK))
@@ -143,7 +223,7 @@ pub fn l1_and_grad(
             sum
         })
         .collect();
-    sums.iter().sum::<f64>() / n as f64
+    sums.iter().sum::<f64>() / divisor as f64
 }
 
 #[cfg(test)]
@@ -167,7 +247,7 @@ mod tests {
         let off = DepthConfig {
             weight_init: 0.0,
             weight_final: 0.0,
-            max_steps: None,
+            ..DepthConfig::default()
         };
         assert!(!off.enabled());
         assert_eq!(off.weight(100, 1000), 0.0);
@@ -218,7 +298,7 @@ mod tests {
         let mask: Vec<u8> = (0..n).map(|k| if k % 7 == 3 { 0 } else { 255 }).collect();
         let mut d = vec![f32::NAN; n];
         let w = 0.3;
-        let pure = l1_and_grad(&render, &target, Some(&mask), w, &mut d);
+        let pure = l1_and_grad(&render, &target, Some(&mask), w, n, &mut d);
         let mut want = 0.0f64;
         for k in 0..n {
             if mask[k] != 0 && !target[k].is_nan() {
@@ -246,8 +326,61 @@ mod tests {
         }
         assert!(equal > 0, "some used pixel must hit D = T exactly");
         // Without a mask every pixel counts.
-        let all = l1_and_grad(&render, &target, None, w, &mut d);
+        let all = l1_and_grad(&render, &target, None, w, n, &mut d);
         assert!(all > pure);
         assert!(d.iter().all(|v| v.is_finite()));
+    }
+
+    /// Dense maps take 3DGS's schedule, SfM points gsplat's constant weight times the extent,
+    /// and a weight given replaces only its own default.
+    #[test]
+    fn each_kind_of_plane_takes_its_defaults() {
+        let none = DepthWeights::default();
+        assert!(!none.given());
+        let dense = DepthConfig::resolve(none, false);
+        assert_eq!(dense, DepthConfig::default());
+        assert_eq!(dense.extent_factor(4.5), 1.0);
+        assert_eq!(dense.divisor(1000, Some(7)), 1000);
+        let sparse = DepthConfig::resolve(none, true);
+        assert_eq!((sparse.weight_init, sparse.weight_final), (0.01, 0.01));
+        // Equal ends: the weight is constant over the run.
+        assert!((sparse.weight(1, 30_000) - 0.01).abs() < 1e-15);
+        assert!((sparse.weight(29_999, 30_000) - 0.01).abs() < 1e-15);
+        assert_eq!(sparse.extent_factor(4.5), 4.5);
+        assert_eq!(sparse.divisor(1000, Some(7)), 7);
+        assert_eq!(sparse.divisor(1000, Some(0)), 1);
+        let given = DepthWeights {
+            init: Some(0.5),
+            fin: None,
+        };
+        assert!(given.given());
+        let mixed = DepthConfig::resolve(given, true);
+        assert_eq!((mixed.weight_init, mixed.weight_final), (0.5, 0.01));
+        assert!(mixed.sparse);
+        // A checkpoint written before SfM depths reads as dense.
+        let old: DepthConfig =
+            serde_json::from_str(r#"{"weight_init":1.0,"weight_final":0.01}"#).unwrap();
+        assert!(!old.sparse);
+        assert!(!serde_json::to_string(&dense).unwrap().contains("sparse"));
+    }
+
+    /// On a sparse plane the mean and the gradient step are over the view's points: the same
+    /// render and target give `pixels / points` times the dense value.
+    #[test]
+    fn a_sparse_mean_is_over_the_points() {
+        let n = 1000;
+        let render = vec![0.5f32; n];
+        let mut target = vec![f32::NAN; n];
+        for k in [3, 400, 999] {
+            target[k] = 0.25;
+        }
+        let (mut d_dense, mut d_sparse) = (vec![0f32; n], vec![0f32; n]);
+        let dense = l1_and_grad(&render, &target, None, 1.0, n, &mut d_dense);
+        let sparse = l1_and_grad(&render, &target, None, 1.0, 3, &mut d_sparse);
+        assert!((sparse - 0.25).abs() < 1e-12, "{sparse}");
+        assert!((dense - 0.75 / n as f64).abs() < 1e-15, "{dense}");
+        assert_eq!(d_sparse[400], 1.0 / 3.0);
+        assert_eq!(d_sparse[401], 0.0);
+        assert_eq!(d_dense[400], 1.0 / n as f32);
     }
 }

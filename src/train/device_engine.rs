@@ -200,6 +200,9 @@ pub struct StepScalars {
 pub struct DepthLoss {
     pub scale: DepthScale,
     pub weight: f64,
+    /// What the mean runs over: the view's pixels for a dense map, its points for SfM depths
+    /// ([`super::depth::DepthConfig::divisor`]).
+    pub divisor: usize,
 }
 
 /// Device bytes per pixel of the largest view: RGB8 upload and its loss mask (4), target,
@@ -443,6 +446,7 @@ fn staged_depth_loss(
         at,
         depth.scale,
         npix,
+        depth.divisor,
         depth.weight,
         d_plane,
         &mut v.scalars,

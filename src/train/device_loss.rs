@@ -314,9 +314,10 @@ impl DeviceLoss {
     /// The depth loss of [`crate::train::depth::l1_and_grad`] on the device, against the
     /// targets `scale` makes of the stored inverse-depth plane at `frame[depth_offset..]` (a
     /// little-endian u16 per pixel, [`DepthScale::targets_into`] on the host): `d_out[..n] =
-    /// weight·sign(render − target)/n` (0 where the plane holds no depth and on pixels the
-    /// mask at `frame[mask_offset..]` excludes, when `mask_offset` is given) and the
-    /// unweighted mean `|render − target|` into `scalars[offset]`. The same per-pixel bits as
+    /// weight·sign(render − target)/divisor` (0 where the plane holds no depth and on pixels
+    /// the mask at `frame[mask_offset..]` excludes, when `mask_offset` is given) and the
+    /// unweighted `Σ|render − target|/divisor` into `scalars[offset]` (`divisor`: the pixels,
+    /// or a sparse plane's points, [`crate::train::depth::DepthConfig::divisor`]). The same per-pixel bits as
     /// the CPU; the mean differs from it by the order of its double sum.
     #[allow(clippy::too_many_arguments)]
     pub fn depth_l1(
@@ -327,6 +328,7 @@ impl DeviceLoss {
         depth_offset: usize,
         scale: DepthScale,
         n_pixels: usize,
+        divisor: usize,
         weight: f64,
         d_out: &mut DeviceBuffer<f32>,
         scalars: &mut DeviceBuffer<f64>,
@@ -357,11 +359,20 @@ impl DeviceLoss {
         if n_pixels == 0 {
             return Ok(());
         }
+        if divisor == 0 {
+            return Err(DeviceLossError::Shape {
+                what: "depth mean's divisor",
+                got: 0,
+                need: 1,
+                width: 0,
+                height: 0,
+            });
+        }
         let cfg = LaunchConfig::linear(n_pixels as u64, LOSS_BLOCK)?;
         let blocks = cfg.grid.0 as usize;
         let dev = self.dev.clone();
         dev.grow(&mut self.depth_part, blocks)?;
-        let step = (weight / n_pixels as f64) as f32;
+        let step = (weight / divisor as f64) as f32;
         // SAFETY: the argument lists match depth_l1 and depth_finish in kernels/loss.cu;
         // render and d_out hold n_pixels values, the frame the depth plane's 2·n_pixels bytes
         // from depth_offset and the mask's bytes when masked (the only case it is read), the
@@ -385,7 +396,7 @@ impl DeviceLoss {
             let args = [
                 U32(blocks as u32),
                 self.depth_part.arg(),
-                U64(n_pixels as u64),
+                U64(divisor as u64),
                 U64(offset as u64),
                 scalars.arg(),
             ];
@@ -716,11 +727,14 @@ mod tests {
                 let mut dd = dev.alloc::<f32>(npix).unwrap();
                 let mut scalars = dev.alloc::<f64>(3).unwrap();
                 let depth_at = 4 * npix;
-                for masked in [false, true] {
+                // A sparse plane's mean runs over its points instead of its pixels.
+                let points = raw.iter().filter(|&&r| r != DepthScale::NO_DEPTH).count();
+                for (masked, divisor) in [(false, npix), (true, npix), (true, points.max(1))] {
                     let m = masked.then_some(&mask[..]);
                     let mut want = vec![0.0f32; npix];
-                    let pure =
-                        crate::train::depth::l1_and_grad(&render, &target, m, 0.7, &mut want);
+                    let pure = crate::train::depth::l1_and_grad(
+                        &render, &target, m, 0.7, divisor, &mut want,
+                    );
                     let offset = masked.then_some(3 * npix);
                     dl.depth_l1(
                         &dr,
@@ -729,6 +743,7 @@ mod tests {
                         depth_at,
                         scale,
                         npix,
+                        divisor,
                         0.7,
                         &mut dd,
                         &mut scalars,
@@ -736,7 +751,12 @@ mod tests {
                     )
                     .unwrap();
                     let got = dev.download_vec(&dd, npix).unwrap();
-                    assert_eq!(got, want, "{} {npix} pixels, mask {masked}", dev.name());
+                    assert_eq!(
+                        got,
+                        want,
+                        "{} {npix} pixels, mask {masked}, divisor {divisor}",
+                        dev.name()
+                    );
                     let s = dev.download_vec(&scalars, 3).unwrap();
                     assert!(
                         (s[2] - pure).abs() <= 1e-12 * pure.max(1.0),
@@ -761,6 +781,7 @@ mod tests {
                             mask_at,
                             depth_at,
                             scale,
+                            npix,
                             npix,
                             0.7,
                             &mut dd,

@@ -53,7 +53,7 @@ use std::time::Instant;
 
 use super::checkpoint::{self, CheckpointError, Expected};
 use super::densify::{host_model_bytes, DeviceCap};
-use super::depth::DepthConfig;
+use super::depth::{DepthConfig, DepthWeights};
 use super::device_engine::{
     device_bytes, device_bytes_per_gaussian, device_bytes_per_pixel, DeviceBytes, DeviceEngine,
     ResidentEngine, DEVICE_RENDER_BYTES_PER_GAUSSIAN,
@@ -133,13 +133,13 @@ pub struct RunOptions {
     pub max_test_images: usize,
     /// Set by a Ctrl-C handler: the run checkpoints and stops after the current step.
     pub stop: Arc<AtomicBool>,
-    /// Depth regularization's weights ([`super::depth`]), used when the pack carries
-    /// inverse-depth maps (`gs-pack convert --depths`), as 3DGS uses them when given `-d`;
-    /// `None`: off. The run's [`TrainConfig::depth`] is set from it and the pack.
-    pub depth: Option<DepthConfig>,
-    /// A depth setting was given on the command line: a pack without maps is then refused
-    /// (the setting would do nothing) rather than trained without them.
-    pub depth_given: bool,
+    /// Depth regularization's weights as given ([`super::depth`]), used when the pack carries
+    /// inverse-depth planes (`gs-pack convert --depths`, as 3DGS uses `-d`, or
+    /// `--sfm-depths`); a weight not given takes the default of the pack's kind of planes
+    /// ([`DepthConfig::resolve`]), and an initial weight of 0 turns the term off. The run's
+    /// [`TrainConfig::depth`] is set from it and the pack. A weight given for a pack without
+    /// planes is refused (it would do nothing) rather than trained without them.
+    pub depth: DepthWeights,
 }
 
 impl RunOptions {
@@ -169,8 +169,7 @@ impl RunOptions {
             metrics_every: 100,
             max_test_images: usize::MAX,
             stop: Arc::new(AtomicBool::new(false)),
-            depth: Some(DepthConfig::default()),
-            depth_given: false,
+            depth: DepthWeights::default(),
         }
     }
 }
@@ -220,9 +219,17 @@ pub enum OptionsError {
     #[error("--devices must be at least 1")]
     NoDevices,
     #[error(
-        "{flag} sets depth regularization, but pack {pack} holds no depth maps: convert the          dataset again with `gs-pack convert … --depths DIR` (monocular inverse-depth maps,          3DGS's -d), or drop {flag}"
+        "--depth-lambda / --depth-l1-weight-init/-final set depth regularization, but pack \
+         {pack} holds no depth planes: convert the dataset again with `gs-pack convert … \
+         --depths DIR` (monocular inverse-depth maps, 3DGS's -d) or `--sfm-depths` (the COLMAP \
+         points each image observes, gsplat's --depth_loss), or drop the setting"
     )]
-    DepthWithoutMaps { flag: &'static str, pack: PathBuf },
+    DepthWithoutMaps { pack: PathBuf },
+    #[error(
+        "pack {pack} holds SfM depths but view {view:?} does not say how many points its plane \
+         holds (a pack written by an older ramsplat): convert the dataset again"
+    )]
+    SfmDepthsUncounted { pack: PathBuf, view: String },
     #[error(
         "--devices {0} splits the model over GPUs, which the CPU engine has none of: use \
          --backend cuda (or auto on a machine with GPUs), or drop --devices"
@@ -1359,41 +1366,71 @@ fn intersection_cap(budget: u64) -> u64 {
 }
 
 /// Settings `run` and `dry_run` refuse before opening anything.
-/// The run's depth regularization: [`RunOptions::depth`] when the pack carries depth maps
-/// (said in one line, with how many views have one), off otherwise (refused when a depth
-/// setting was given, which would then do nothing).
+/// The run's depth regularization: [`RunOptions::depth`] resolved for the pack's kind of
+/// planes when it carries any (said in one line, with how many views have one), off
+/// otherwise (refused when a depth weight was given, which would then do nothing).
 fn depth_config(
     opts: &RunOptions,
     manifest: &crate::shard::Manifest,
+    extent: f64,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<Option<DepthConfig>, RunError> {
     let with_maps = manifest.views.iter().filter(|v| v.depth.is_some()).count();
-    match &opts.depth {
-        Some(_) if with_maps == 0 && opts.depth_given => Err(OptionsError::DepthWithoutMaps {
-            flag: "--depth-l1-weight-init/-final",
-            pack: opts.pack.clone(),
-        }
-        .into()),
-        Some(d) if with_maps > 0 => {
-            on_event(Event::Line(format!(
-                "depth regularization: {with_maps} of {} views carry an inverse-depth map \
-                 (the others train on the photometric loss alone); weight {} → {} over the \
-                 run (--depth-l1-weight-init/-final; 0 turns it off)",
-                manifest.views.len(),
-                d.weight_init,
-                d.weight_final
-            )));
-            Ok(Some(d.clone()))
-        }
-        None if with_maps > 0 => {
-            on_event(Event::Line(format!(
-                "the pack's depth maps ({with_maps} views) are not used: \
-                 --depth-l1-weight-init 0"
-            )));
-            Ok(None)
-        }
-        _ => Ok(None),
+    if with_maps == 0 {
+        return match opts.depth.given() {
+            true => Err(OptionsError::DepthWithoutMaps {
+                pack: opts.pack.clone(),
+            }
+            .into()),
+            false => Ok(None),
+        };
     }
+    let sparse = manifest.source.sfm_depths;
+    if sparse {
+        // The mean of a sparse plane runs over its points, which the pack counts.
+        if let Some(v) = manifest
+            .views
+            .iter()
+            .find(|v| v.depth.is_some() && v.depth_pixels.is_none())
+        {
+            return Err(OptionsError::SfmDepthsUncounted {
+                pack: opts.pack.clone(),
+                view: v.name.clone(),
+            }
+            .into());
+        }
+    }
+    let d = DepthConfig::resolve(opts.depth, sparse);
+    if !d.enabled() {
+        on_event(Event::Line(format!(
+            "the pack's depth {} ({with_maps} views) are not used: --depth-l1-weight-init 0",
+            if sparse { "points" } else { "maps" }
+        )));
+        return Ok(None);
+    }
+    let schedule = if d.weight_init == d.weight_final {
+        format!("weight {}", d.weight_init)
+    } else {
+        format!("weight {} → {} over the run", d.weight_init, d.weight_final)
+    };
+    on_event(Event::Line(if sparse {
+        let points: u64 = manifest.views.iter().filter_map(|v| v.depth_pixels).sum();
+        format!(
+            "depth from SfM points (gsplat's --depth_loss): {with_maps} of {} views carry the \
+             inverse depths of the points they observe ({points} in all; the others train on \
+             the photometric loss alone); {schedule}, times the scene extent {extent:.4} \
+             (--depth-lambda W, or --depth-l1-weight-init/-final; 0 turns it off)",
+            manifest.views.len(),
+        )
+    } else {
+        format!(
+            "depth regularization: {with_maps} of {} views carry an inverse-depth map (the \
+             others train on the photometric loss alone); {schedule} \
+             (--depth-l1-weight-init/-final; 0 turns it off)",
+            manifest.views.len(),
+        )
+    }));
+    Ok(Some(d))
 }
 
 fn check_options(opts: &RunOptions) -> Result<(), RunError> {
@@ -1585,7 +1622,7 @@ pub fn dry_run(
         on_event(Event::Line(note));
     }
     let manifest = pack.manifest().clone();
-    config.depth = depth_config(opts, &manifest, on_event)?;
+    config.depth = depth_config(opts, &manifest, manifest.scene.extent, on_event)?;
     let source = PackViews::new(pack.clone(), opts.eval.then_some(Split::Train));
     if source.is_empty() {
         return Err(RunError::NoViews {
@@ -1678,7 +1715,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         on_event(Event::Line(note));
     }
     let manifest = pack.manifest().clone();
-    config.depth = depth_config(opts, &manifest, on_event)?;
+    config.depth = depth_config(opts, &manifest, manifest.scene.extent, on_event)?;
     let pack_id = manifest.pack_id.to_string();
     // The stored pack's: the run's resolution is one of its settings (`config.resolution`).
     let pack_content = pack.content_fingerprint();
@@ -1728,6 +1765,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                     Region::Full
                 },
                 depth: v.depth,
+                depth_points: v.depth_pixels,
             }
         })
         .collect();

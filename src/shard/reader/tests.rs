@@ -697,7 +697,14 @@ fn resampling_a_packed_view_matches_packing_it_at_that_size() {
             assert_eq!(full.camera.resized(sw, sh), packed.camera, "{resize:?}");
             let mut src = full.pixels.clone();
             let mut out = vec![0u8; layout.len(sw, sh)];
-            resample_view(layout, (w, h), &mut src, (sw, sh), &mut out);
+            resample_view(
+                layout,
+                DepthRule::AreaMean,
+                (w, h),
+                &mut src,
+                (sw, sh),
+                &mut out,
+            );
             let n = sw as usize * sh as usize;
             let colour_and_mask = layout.pixel_bytes(sw, sh) + if mask { n } else { 0 };
             assert_eq!(
@@ -785,7 +792,14 @@ fn a_resized_pack_presents_smaller_views_and_reads_them_resampled() {
     pack.read_view_into(0, &mut got).unwrap();
     let mut src = big.clone();
     let mut want = vec![0u8; got.len()];
-    resample_view(PixelLayout::RGB, (40, 30), &mut src, (20, 15), &mut want);
+    resample_view(
+        PixelLayout::RGB,
+        DepthRule::AreaMean,
+        (40, 30),
+        &mut src,
+        (20, 15),
+        &mut want,
+    );
     assert_eq!(got, want);
     let mut got_small = vec![0u8; small.len()];
     pack.read_view_into(1, &mut got_small).unwrap();
