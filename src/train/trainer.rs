@@ -2252,10 +2252,10 @@ mod tests {
         })
     }
 
-    /// Whether pixel `p` of a view holds a point in [`gt_sparse_planes`]: about one in 29,
-    /// spread over the view like SfM points.
+    /// Whether pixel `p` of a view holds a point in [`gt_sparse_planes`]: every 29th in row-major
+    /// order, spread over the view like SfM points.
     fn sparse_point_at(p: usize) -> bool {
-        (p * 7919) % 29 == 0
+        p.is_multiple_of(29)
     }
 
     /// [`gt_depth_planes`] kept only at [`sparse_point_at`]'s pixels, no depth elsewhere: a
