@@ -389,6 +389,21 @@ impl Pack {
                     v.name, d.scale, d.offset
                 )));
             }
+            // A count of the plane's depths (the divisor of an SfM depth mean) belongs to a
+            // plane and cannot exceed its pixels.
+            if let Some(n) = v.depth_pixels {
+                let pixels = v.camera.width as u64 * v.camera.height as u64;
+                if v.depth.is_none() || n > pixels {
+                    return Err(bad(format!(
+                        "view {i} ({:?}): {n} depth pixels listed for {}",
+                        v.name,
+                        match v.depth {
+                            None => "a view without an inverse-depth plane".to_owned(),
+                            Some(_) => format!("a plane of {pixels} pixels"),
+                        }
+                    )));
+                }
+            }
             match (v.codec, v.jpeg) {
                 (Codec::Jpeg, _) if self.manifest.version < 2 => {
                     return Err(bad(format!(

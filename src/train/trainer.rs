@@ -3751,6 +3751,14 @@ mod tests {
         assert!(sharded_steps_like_one_device(cfg, 2, 30) > 0);
     }
 
+    /// The same on SfM depths (the mean over the view's points).
+    #[test]
+    fn sharded_engine_steps_like_one_device_sfm_depths() {
+        let mut cfg = busy_config();
+        cfg.depth = Some(DepthConfig::resolve(DepthWeights::default(), true));
+        assert!(sharded_steps_like_one_device(cfg, 2, 30) > 0);
+    }
+
     /// One representation of the state: a checkpoint of either engine resumes on the other,
     /// and a state round trip through the device engine is exact.
     #[test]

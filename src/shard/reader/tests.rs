@@ -818,3 +818,97 @@ fn a_resized_pack_presents_smaller_views_and_reads_them_resampled() {
     assert_eq!(again.manifest(), stored.manifest());
     assert_eq!(again.resize(), Resize::None);
 }
+
+/// A pack of SfM depths (`sfm_depths`) counts each view's points when it is written, and a
+/// loader that reads it smaller keeps the points (the nearest in each smaller pixel) where a
+/// dense map's area mean would erase them; a count the plane cannot hold is refused on open.
+#[test]
+fn sfm_depth_planes_are_counted_and_keep_their_points_when_read_smaller() {
+    use crate::resample::point_row_u16;
+    use crate::shard::writer::encode_view_depth;
+    use crate::shard::DepthScale;
+    let (wd, ht) = (12u32, 8u32);
+    let mut plane = vec![0u16; (wd * ht) as usize];
+    for (x, y, v) in [
+        (0, 0, 900u16),
+        (5, 3, 40_000),
+        (4, 2, 41_000),
+        (11, 7, 3),
+        (7, 1, 2),
+    ] {
+        plane[y * wd as usize + x] = v;
+    }
+    let plane_bytes: Vec<u8> = plane.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let layout = PixelLayout {
+        depth: true,
+        ..PixelLayout::RGB
+    };
+    let mut got = Vec::new();
+    for sparse in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("p.pack");
+        let mut w = PackWriter::create(&dir, &WriterOptions::default()).unwrap();
+        let bytes = [pixels(wd, ht, 3), plane_bytes.clone()].concat();
+        let v = encode_view_depth(
+            "v0",
+            &camera(wd, ht, 0.0),
+            Split::Train,
+            &bytes,
+            layout,
+            Some(DepthScale::IDENTITY),
+            Codec::Zstd,
+            3,
+        )
+        .unwrap();
+        assert_eq!(v.depth_pixels, Some(5));
+        w.add_encoded_view(v).unwrap();
+        w.finish(SourceInfo {
+            sfm_depths: sparse,
+            ..source_info()
+        })
+        .unwrap();
+        let pack = Pack::open(&dir).unwrap();
+        assert_eq!(pack.manifest().views[0].depth_pixels, Some(5));
+        let small = pack.resized(Resize::Downscale(2));
+        let v = &small.manifest().views[0];
+        assert_eq!((v.width(), v.height()), (6, 4));
+        // The count stays the stored plane's: the divisor at any training resolution.
+        assert_eq!(v.depth_pixels, Some(5));
+        let mut out = vec![0u8; v.decoded_len()];
+        small.read_view_into(0, &mut out).unwrap();
+        let depth: Vec<u16> = out[6 * 4 * 3..]
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        got.push(depth);
+        // A count larger than the plane, or on a view without one, is refused on open.
+        let path = dir.join(crate::shard::MANIFEST_FILE);
+        let orig = std::fs::read_to_string(&path).unwrap();
+        assert!(orig.contains("\"depth_pixels\": 5"), "{orig}");
+        std::fs::write(
+            &path,
+            orig.replace("\"depth_pixels\": 5", "\"depth_pixels\": 97"),
+        )
+        .unwrap();
+        let e = Pack::open(&dir).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            e.contains("97 depth pixels listed for a plane of 96 pixels"),
+            "{e}"
+        );
+    }
+    let mut want = Vec::new();
+    for oy in 0..4 {
+        let mut row = vec![0u8; 12];
+        point_row_u16(&plane_bytes, (wd, ht), (6, 4), oy, &mut row);
+        want.extend(
+            row.chunks_exact(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]])),
+        );
+    }
+    assert_eq!(got[0], want);
+    // (4, 2) and (5, 3) share output pixel (2, 1): the nearer (larger) value is kept.
+    let kept: Vec<u16> = got[0].iter().copied().filter(|&v| v != 0).collect();
+    assert_eq!(kept, vec![900, 2, 41_000, 3]);
+    // The area mean of a dense map: every 2×2 block holds a 0, so nothing is left.
+    assert!(got[1].iter().all(|&v| v == 0), "{:?}", got[1]);
+}
