@@ -173,7 +173,8 @@ impl SfmDepthReport {
     /// What `gs-pack convert` says of it.
     pub fn describe(&self, views: usize) -> String {
         format!(
-            "sparse SfM depths: {} of {views} views carry a plane, {} point pixels in all              (from {} observations)",
+            "sparse SfM depths: {} of {views} views carry a plane, {} point pixels in all \
+             (from {} observations)",
             self.views, self.point_pixels, self.observations
         )
     }
@@ -269,11 +270,15 @@ pub enum PackError {
     #[error("a worker thread panicked while preparing view {index}; this is a bug in ramsplat, please report it")]
     WorkerPanic { index: usize },
     #[error(
-        "--sfm-depths and --depths both give the views an inverse-depth plane, and a pack holds          one kind: drop --depths to supervise depth at the SfM points (gsplat's --depth_loss),          or drop --sfm-depths to pack the monocular maps (3DGS's -d)"
+        "--sfm-depths and --depths both give the views an inverse-depth plane, and a pack holds \
+         one kind: drop --depths to supervise depth at the SfM points (gsplat's --depth_loss), \
+         or drop --sfm-depths to pack the monocular maps (3DGS's -d)"
     )]
     SfmDepthsWithDepths,
     #[error(
-        "{}: --sfm-depths needs a COLMAP model, whose points3D tracks say which images observe          each point; this is {what}, which has no tracks: drop --sfm-depths (or convert the          COLMAP reconstruction instead)",
+        "{}: --sfm-depths needs a COLMAP model, whose points3D tracks say which images observe \
+         each point; this is {what}, which has no tracks: drop --sfm-depths (or convert the \
+         COLMAP reconstruction instead)",
         path.display()
     )]
     SfmDepthsNotColmap { path: PathBuf, what: &'static str },
@@ -606,7 +611,9 @@ pub fn convert(
 
     if sfm_report.is_some_and(|r| r.views == 0) {
         on_event(Event::Warning(
-            "--sfm-depths: no view keeps any SfM point (none projects into its image in front              of its camera), so no view has a depth plane and gs-train has no depth to              supervise; check that the model's points and tracks belong to these images",
+            "--sfm-depths: no view keeps any SfM point (none projects into its image in front \
+             of its camera), so no view has a depth plane and gs-train has no depth to \
+             supervise; check that the model's points and tracks belong to these images",
         ));
     }
     let mut points = 0u64;

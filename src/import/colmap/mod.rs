@@ -441,7 +441,9 @@ pub fn read_observations(
     let Some((points_path, encoding)) = points_file(&layout.model_dir, layout.encoding) else {
         return Err(ImportError::invalid(
             &layout.model_dir,
-            "no points3D.bin or points3D.txt here: --sfm-depths supervises depth at the SfM              points each image observes, and the model has none; drop --sfm-depths, or convert              the model with its points3D file",
+            "no points3D.bin or points3D.txt here: --sfm-depths supervises depth at the SfM \
+             points each image observes, and the model has none; drop --sfm-depths, or convert \
+             the model with its points3D file",
         ));
     };
     let mut reader = PointsReader::open_tracks(&points_path, encoding)?;
@@ -458,7 +460,8 @@ pub fn read_observations(
                     &points_path,
                     reader.location(),
                     format!(
-                        "point {}: more than {} points are observed by the packed views, beyond                          what --sfm-depths indexes; drop --sfm-depths",
+                        "point {}: more than {} points are observed by the packed views, beyond \
+                         what --sfm-depths indexes; drop --sfm-depths",
                         p.id,
                         u32::MAX - 1
                     ),
@@ -474,7 +477,9 @@ pub fn read_observations(
                         &points_path,
                         reader.location(),
                         format!(
-                            "point {}: its track names image {}, which {} does not register; the                              model is inconsistent: re-export points3D together with the images                              (COLMAP `model_converter`), or drop --sfm-depths",
+                            "point {}: its track names image {}, which {} does not register; the \
+                             model is inconsistent: re-export points3D together with the images \
+                             (COLMAP `model_converter`), or drop --sfm-depths",
                             p.id,
                             e.image_id,
                             images_path.display()
@@ -498,7 +503,10 @@ pub fn read_observations(
     if obs.track_elements == 0 {
         return Err(ImportError::invalid(
             &points_path,
-            "the model has no tracks: no point lists the images that observe it, and              --sfm-depths needs them to know where each image sees a point (a model written              without tracks, such as by `gs-pack export` or a converter that drops them,              cannot give SfM depths); convert the original COLMAP model, or drop --sfm-depths",
+            "the model has no tracks: no point lists the images that observe it, and \
+             --sfm-depths needs them to know where each image sees a point (a model written \
+             without tracks, such as by `gs-pack export` or a converter that drops them, \
+             cannot give SfM depths); convert the original COLMAP model, or drop --sfm-depths",
         ));
     }
     Ok(obs)

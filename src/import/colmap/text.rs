@@ -243,7 +243,8 @@ impl TrackTokens {
             .flatten();
         let Some(value) = value else {
             self.error = Some(format!(
-                "track value {k} ({what}) {:?}{} is not a valid u32; the track is                  IMAGE_ID POINT2D_IDX pairs: fix the line or re-export the model",
+                "track value {k} ({what}) {:?}{} is not a valid u32; the track is \
+                 IMAGE_ID POINT2D_IDX pairs: fix the line or re-export the model",
                 String::from_utf8_lossy(kept),
                 if len > MAX_TRACK_TOKEN { "…" } else { "" }
             ));
@@ -264,7 +265,8 @@ impl TrackTokens {
         if self.error.is_none() {
             if let Some(image_id) = self.image_id.take() {
                 self.error = Some(format!(
-                    "the track ends with IMAGE_ID {image_id} and no POINT2D_IDX (an odd number                      of track values); the line is cut or corrupt: re-export the model"
+                    "the track ends with IMAGE_ID {image_id} and no POINT2D_IDX (an odd number \
+                     of track values); the line is cut or corrupt: re-export the model"
                 ));
             }
         }
