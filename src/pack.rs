@@ -533,15 +533,16 @@ pub fn convert(
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     let mut p = prepare_view_pixels(v, resize, opts.lenient)?;
                     // Projected through the packed camera: undistorted, cropped and resized.
-                    let point_pixels = match sfm.and_then(|o| sparse_plane(&p.camera, o.points_of(i))) {
-                        Some(plane) => {
-                            p.pixels.extend_from_slice(&plane.bytes);
-                            p.layout.depth = true;
-                            p.depth = Some(plane.scale);
-                            Some(plane.pixels)
-                        }
-                        None => None,
-                    };
+                    let point_pixels =
+                        match sfm.and_then(|o| sparse_plane(&p.camera, o.points_of(i))) {
+                            Some(plane) => {
+                                p.pixels.extend_from_slice(&plane.bytes);
+                                p.layout.depth = true;
+                                p.depth = Some(plane.scale);
+                                Some(plane.pixels)
+                            }
+                            None => None,
+                        };
                     let warning = p.warning;
                     // A source JPEG may be kept as stored (the writer checks that it decodes
                     // to exactly these pixels); one packed as --lenient filled it never is.
@@ -814,7 +815,9 @@ pub fn points_in_view(
 /// Pixels holding a depth value (a stored value other than [`crate::shard::DepthScale::NO_DEPTH`]),
 /// over every view's inverse-depth plane: the point pixels of a pack converted with
 /// `--sfm-depths` (`gs-pack info`). Decodes every view that has a plane, in parallel.
-pub fn depth_point_pixels(pack: &crate::shard::reader::Pack) -> Result<u64, crate::shard::ShardError> {
+pub fn depth_point_pixels(
+    pack: &crate::shard::reader::Pack,
+) -> Result<u64, crate::shard::ShardError> {
     use rayon::prelude::*;
     let m = pack.manifest();
     (0..m.views.len())
@@ -830,7 +833,9 @@ pub fn depth_point_pixels(pack: &crate::shard::reader::Pack) -> Result<u64, crat
                 .expect("sized by the manifest");
             Ok(planes.depth.map_or(0, |d| {
                 d.chunks_exact(2)
-                    .filter(|b| u16::from_le_bytes([b[0], b[1]]) != crate::shard::DepthScale::NO_DEPTH)
+                    .filter(|b| {
+                        u16::from_le_bytes([b[0], b[1]]) != crate::shard::DepthScale::NO_DEPTH
+                    })
                     .count() as u64
             }))
         })

@@ -794,7 +794,11 @@ fn sfm_depths_refusals_name_the_file_and_the_remedy() {
     refused(
         &colmap,
         &["--depths", "depths"],
-        &["a pack holds one kind", "drop --depths", "drop --sfm-depths"],
+        &[
+            "a pack holds one kind",
+            "drop --depths",
+            "drop --sfm-depths",
+        ],
     );
     // Datasets without tracks: transforms.json, a point cloud.
     let nerf = tmp.path().join("nerf");
@@ -831,7 +835,11 @@ fn sfm_depths_refusals_name_the_file_and_the_remedy() {
     refused(
         &colmap,
         &[],
-        &["sparse/0/points3D.txt", "the model has no tracks", "drop --sfm-depths"],
+        &[
+            "sparse/0/points3D.txt",
+            "the model has no tracks",
+            "drop --sfm-depths",
+        ],
     );
     // A track naming image 99, which images.txt does not register.
     let (k, line) = original
@@ -852,7 +860,10 @@ fn sfm_depths_refusals_name_the_file_and_the_remedy() {
         &colmap,
         &[],
         &[
-            &format!("sparse/0/points3D.txt: line {}: point {id}: its track names image 99", k + 1),
+            &format!(
+                "sparse/0/points3D.txt: line {}: point {id}: its track names image 99",
+                k + 1
+            ),
             "images.txt does not register",
             "the model is inconsistent",
         ],

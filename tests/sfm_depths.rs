@@ -27,8 +27,21 @@ fn s(p: &Path) -> &str {
 fn scene(dir: &Path) -> std::path::PathBuf {
     let scene = dir.join("scene");
     let o = gs_pack(&[
-        "synth", "-o", s(&scene), "--views", "8", "--width", "64", "--height", "48", "--points",
-        "3000", "--format", "colmap", "--seed", "5",
+        "synth",
+        "-o",
+        s(&scene),
+        "--views",
+        "8",
+        "--width",
+        "64",
+        "--height",
+        "48",
+        "--points",
+        "3000",
+        "--format",
+        "colmap",
+        "--seed",
+        "5",
     ]);
     assert!(o.status.success(), "{}", text(&o));
     scene
@@ -66,7 +79,9 @@ fn check_planes(pack: &Path, points: &[[f64; 3]], width: u32, height: u32) -> u6
     let mut targets = Vec::new();
     for (i, v) in m.views.iter().enumerate() {
         assert_eq!((v.width(), v.height()), (width, height));
-        let scale = v.depth.unwrap_or_else(|| panic!("view {i} carries a plane"));
+        let scale = v
+            .depth
+            .unwrap_or_else(|| panic!("view {i} carries a plane"));
         let mut bytes = vec![0u8; v.decoded_len()];
         pack.read_view_into(i, &mut bytes).unwrap();
         let planes = v.layout().planes(&bytes, width, height).unwrap();
@@ -114,9 +129,15 @@ fn sparse_planes_hold_the_observed_points_inverse_depths() {
     assert!(o.status.success(), "{}", text(&o));
     let pixels = check_planes(&pack, &points, 64, 48);
     // Some points share a pixel: at most one pixel per observation.
-    assert!(pixels > 0 && pixels <= elements, "{pixels} pixels, {elements} observations");
+    assert!(
+        pixels > 0 && pixels <= elements,
+        "{pixels} pixels, {elements} observations"
+    );
     // Several points of a view may share a pixel, but not most of them.
-    assert!(pixels * 4 > elements, "{pixels} pixels of {elements} observations");
+    assert!(
+        pixels * 4 > elements,
+        "{pixels} pixels of {elements} observations"
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains(&format!(

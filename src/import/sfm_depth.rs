@@ -75,7 +75,10 @@ const CONSTANT_RAW: u16 = 32768;
 
 /// The sparse inverse-depth plane of `points` seen by `camera` (the view's packed pinhole
 /// camera); `None` when no point is kept. See the module doc for the rules.
-pub fn sparse_plane(camera: &Camera, points: impl Iterator<Item = [f64; 3]>) -> Option<SparsePlane> {
+pub fn sparse_plane(
+    camera: &Camera,
+    points: impl Iterator<Item = [f64; 3]>,
+) -> Option<SparsePlane> {
     let (w, h) = (camera.width as usize, camera.height as usize);
     let k = camera.intrinsics;
     // (pixel index, inverse depth) of every kept point.
@@ -101,9 +104,9 @@ pub fn sparse_plane(camera: &Camera, points: impl Iterator<Item = [f64; 3]>) -> 
     // Nearest first within a pixel, then one per pixel.
     kept.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
     kept.dedup_by_key(|e| e.0);
-    let (lo, hi) = kept
-        .iter()
-        .fold((f64::INFINITY, 0.0f64), |(lo, hi), e| (lo.min(e.1), hi.max(e.1)));
+    let (lo, hi) = kept.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), e| {
+        (lo.min(e.1), hi.max(e.1))
+    });
     if kept.is_empty() {
         return None;
     }
@@ -196,13 +199,13 @@ mod tests {
     fn points_behind_outside_or_not_finite_are_dropped() {
         let cam = camera();
         let pts = [
-            [0.0, 0.0, -2.0],           // behind
-            [0.0, 0.0, 0.0],            // on the camera: 1/z infinite
-            [1.0, 0.0, 2.0],            // u = 8: the right edge is outside
-            [0.0, 0.75, 2.0],           // v = 6: the bottom edge is outside
-            [-1.0001, 0.0, 2.0],        // u < 0
-            [f64::NAN, 0.0, 2.0],       // not finite
-            [0.0, 0.0, f64::INFINITY],  // not finite
+            [0.0, 0.0, -2.0],             // behind
+            [0.0, 0.0, 0.0],              // on the camera: 1/z infinite
+            [1.0, 0.0, 2.0],              // u = 8: the right edge is outside
+            [0.0, 0.75, 2.0],             // v = 6: the bottom edge is outside
+            [-1.0001, 0.0, 2.0],          // u < 0
+            [f64::NAN, 0.0, 2.0],         // not finite
+            [0.0, 0.0, f64::INFINITY],    // not finite
             [f64::MAX, f64::MAX, 1e-300], // projects to infinity
         ];
         assert_eq!(sparse_plane(&cam, pts.into_iter()), None);
@@ -274,7 +277,9 @@ mod tests {
         // The error is quantization, not something coarser.
         assert!(worst > half_step * 0.5, "{worst} vs {half_step}");
         // The ends are the extreme values exactly.
-        let raws: Vec<u16> = (0..w as usize).map(|i| raw_at(&p, w as usize, i, 0)).collect();
+        let raws: Vec<u16> = (0..w as usize)
+            .map(|i| raw_at(&p, w as usize, i, 0))
+            .collect();
         assert_eq!(raws.iter().min(), Some(&1));
         assert_eq!(raws.iter().max(), Some(&65535));
     }
@@ -284,15 +289,15 @@ mod tests {
         let cam = camera();
         for z in [0.37, 2.0, 1234.5] {
             // Two points at the same depth in different pixels, and one alone.
-            let p = sparse_plane(
-                &cam,
-                [[0.0, 0.0, z], [-0.5 * z, -0.375 * z, z]].into_iter(),
-            )
-            .unwrap();
+            let p =
+                sparse_plane(&cam, [[0.0, 0.0, z], [-0.5 * z, -0.375 * z, z]].into_iter()).unwrap();
             assert_eq!(p.pixels, 2);
             assert_eq!(raw_at(&p, 8, 4, 3), CONSTANT_RAW);
             assert_eq!(p.scale.target(CONSTANT_RAW), (1.0 / z) as f32);
-            assert!(p.scale.scale > 0.0, "a positive scale: 0 reads as an unreliable fit");
+            assert!(
+                p.scale.scale > 0.0,
+                "a positive scale: 0 reads as an unreliable fit"
+            );
         }
     }
 

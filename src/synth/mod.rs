@@ -584,28 +584,26 @@ fn write_colmap(
     // next observation is this point, in image order; an image's observations are in point
     // order, so one cursor per image finds each observation's index.
     let mut next = vec![0usize; cameras.len()];
-    let mut points = point_stream(scene, args.points)
-        .enumerate()
-        .map(|(j, s)| {
-            let id = j as u64 + 1;
-            let mut track = Vec::new();
-            for (i, obs) in observations.iter().enumerate() {
-                if obs.get(next[i]).is_some_and(|o| o.point3d_id == id) {
-                    track.push(TrackElement {
-                        image_id: i as u32 + 1,
-                        point2d_idx: next[i] as u32,
-                    });
-                    next[i] += 1;
-                }
+    let mut points = point_stream(scene, args.points).enumerate().map(|(j, s)| {
+        let id = j as u64 + 1;
+        let mut track = Vec::new();
+        for (i, obs) in observations.iter().enumerate() {
+            if obs.get(next[i]).is_some_and(|o| o.point3d_id == id) {
+                track.push(TrackElement {
+                    image_id: i as u32 + 1,
+                    point2d_idx: next[i] as u32,
+                });
+                next[i] += 1;
             }
-            let point = ColmapPoint {
-                id,
-                xyz: s.position,
-                rgb: s.rgb,
-                error: 0.0,
-            };
-            (point, track)
-        });
+        }
+        let point = ColmapPoint {
+            id,
+            xyz: s.position,
+            rgb: s.rgb,
+            error: 0.0,
+        };
+        (point, track)
+    });
     let sparse = dir.join("sparse");
     let staging = sparse.join(".0.tmp");
     let final_dir = sparse.join("0");
@@ -1192,7 +1190,13 @@ mod tests {
             .map(|pair| {
                 let v: Vec<&str> = pair[1].split_whitespace().collect();
                 v.chunks(3)
-                    .map(|t| (t[0].parse().unwrap(), t[1].parse().unwrap(), t[2].parse().unwrap()))
+                    .map(|t| {
+                        (
+                            t[0].parse().unwrap(),
+                            t[1].parse().unwrap(),
+                            t[2].parse().unwrap(),
+                        )
+                    })
                     .collect()
             })
             .collect();
@@ -1209,8 +1213,14 @@ mod tests {
                 let i = e.image_id as usize - 1;
                 let (x, y, id) = obs[i][e.point2d_idx as usize];
                 assert_eq!(id, p.id);
-                assert!(!std::mem::replace(&mut used[i][e.point2d_idx as usize], true));
-                assert!(!std::mem::replace(&mut seen_by[i], true), "one element per image");
+                assert!(!std::mem::replace(
+                    &mut used[i][e.point2d_idx as usize],
+                    true
+                ));
+                assert!(
+                    !std::mem::replace(&mut seen_by[i], true),
+                    "one element per image"
+                );
                 let [cx, cy, cz] = cameras[i].world_to_camera.transform(p.xyz);
                 let k = cameras[i].intrinsics;
                 assert!(cz > 0.0);
@@ -1228,7 +1238,11 @@ mod tests {
                 occluded += usize::from(in_frame && !visible);
                 // A point visible to 1e-6 is always observed; one the writer's 1 % tolerance
                 // lets through (a ray grazing the surface near it) rarely.
-                assert!(!visible || seen_by[i], "point {} hidden from view {i}", p.id);
+                assert!(
+                    !visible || seen_by[i],
+                    "point {} hidden from view {i}",
+                    p.id
+                );
                 disagree += usize::from(visible != seen_by[i]);
             }
         }
@@ -1236,7 +1250,10 @@ mod tests {
         assert_eq!(elements, total, "every 2D point is in a track");
         assert!(used.iter().flatten().all(|&u| u));
         assert!(total > 100, "{total} observations of 200 points in 6 views");
-        assert!(occluded > 0, "some points in frame are hidden, and not observed");
+        assert!(
+            occluded > 0,
+            "some points in frame are hidden, and not observed"
+        );
         assert!(disagree * 20 <= total, "{disagree} of {total}");
     }
 

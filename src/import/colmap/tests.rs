@@ -1296,7 +1296,10 @@ fn tracks_read_back_in_both_encodings_and_agree() {
     let dir = tempfile::tempdir().unwrap();
     write_with_tracks(dir.path(), Encoding::Text, &points_with_tracks(4, false));
     let text = String::from_utf8(file_bytes(dir.path(), "points3D", Encoding::Text)).unwrap();
-    assert!(text.contains("# Number of points: 4, mean track length: 1.5\n"), "{text}");
+    assert!(
+        text.contains("# Number of points: 4, mean track length: 1.5\n"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -1331,10 +1334,17 @@ fn observations_are_written_in_both_encodings_and_images_still_parse() {
         )
         .unwrap();
         let bytes = file_bytes(dir.path(), "images", enc);
-        assert_eq!(parse_images_bytes(&bytes, enc).unwrap(), m.images, "{enc:?}");
+        assert_eq!(
+            parse_images_bytes(&bytes, enc).unwrap(),
+            m.images,
+            "{enc:?}"
+        );
         if enc == Encoding::Text {
             let text = String::from_utf8(bytes).unwrap();
-            assert!(text.contains(" b.png\n1.5 2.25 1000 0.0 7.0 1007\n1 "), "{text}");
+            assert!(
+                text.contains(" b.png\n1.5 2.25 1000 0.0 7.0 1007\n1 "),
+                "{text}"
+            );
             assert!(text.contains(" sub/a.png\n\n2 "), "{text}");
             assert!(text.contains("mean observations per image: 1\n"), "{text}");
         } else {
@@ -1359,7 +1369,10 @@ fn observations_are_written_in_both_encodings_and_images_still_parse() {
         )
         .unwrap();
         for name in ["cameras", "images", "points3D"] {
-            assert_eq!(file_bytes(a.path(), name, enc), file_bytes(b.path(), name, enc));
+            assert_eq!(
+                file_bytes(a.path(), name, enc),
+                file_bytes(b.path(), name, enc)
+            );
         }
     }
 }
@@ -1379,7 +1392,11 @@ fn every_truncated_binary_track_is_an_error() {
     // Point 0: 8 id + 24 xyz + 3 rgb + 8 error = byte 43 of the record, after the count.
     huge[8 + 43..8 + 51].copy_from_slice(&(1u64 << 60).to_le_bytes());
     let (at, msg) = parse_err(parse_tracks_bytes(&huge, Encoding::Binary));
-    assert_eq!(at, Location::Byte(bytes.len() as u64), "where the file ends");
+    assert_eq!(
+        at,
+        Location::Byte(bytes.len() as u64),
+        "where the file ends"
+    );
     assert!(msg.contains("point record 0"), "{msg}");
 }
 
@@ -1399,9 +1416,17 @@ fn bad_text_tracks_are_named_by_line() {
         let text = format!("{head}{tail}");
         let (at, msg) = parse_err(parse_tracks_bytes(text.as_bytes(), Encoding::Text));
         assert_eq!(at, Location::Line(3), "{tail:?}: {msg}");
-        assert!(msg.contains("point 1 (id 2)") && msg.contains(want), "{tail:?}: {msg}");
+        assert!(
+            msg.contains("point 1 (id 2)") && msg.contains(want),
+            "{tail:?}: {msg}"
+        );
         // Without tracks the line is fine: its track is not read.
-        assert_eq!(parse_points_bytes(text.as_bytes(), Encoding::Text).unwrap().len(), 2);
+        assert_eq!(
+            parse_points_bytes(text.as_bytes(), Encoding::Text)
+                .unwrap()
+                .len(),
+            2
+        );
     }
     // Tracks with CRLF line ends and extra blanks read as written.
     let crlf = "1 0.5 0.5 0.5 1 2 3 0.1  7   3 \t 8 4\r\n";
@@ -1488,8 +1513,7 @@ fn dangling_track_images_and_trackless_models_are_refused() {
         assert!(e.contains(&points) && e.contains("has no tracks"), "{e}");
         // Point 2 (id 1014) names image 42, which images.bin/txt does not register.
         workspace_tracks(dir.path(), enc, &[&[9], &[], &[8, 42]]);
-        let e = read_observations(dir.path(), &ImportOptions::default(), &scene.views)
-            .unwrap_err();
+        let e = read_observations(dir.path(), &ImportOptions::default(), &scene.views).unwrap_err();
         let (at, msg) = match &e {
             ImportError::Parse { at, msg, path } => {
                 assert!(path.ends_with(format!("sparse/{points}")), "{e}");
