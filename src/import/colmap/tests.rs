@@ -1270,7 +1270,7 @@ fn write_with_tracks(dir: &Path, enc: Encoding, pts: &[(ColmapPoint, Vec<TrackEl
         &m.cameras,
         &m.images,
         &[],
-        &mut pts.to_vec().into_iter(),
+        &mut pts.iter().cloned(),
     )
     .unwrap();
 }
@@ -1278,7 +1278,7 @@ fn write_with_tracks(dir: &Path, enc: Encoding, pts: &[(ColmapPoint, Vec<TrackEl
 #[test]
 fn tracks_read_back_in_both_encodings_and_agree() {
     let want = points_with_tracks(9, true);
-    assert!(text::MAX_LINE_BYTES < 9_000 * 20);
+    const { assert!(text::MAX_LINE_BYTES < 9_000 * 20) };
     let mut got = Vec::new();
     for enc in [Encoding::Binary, Encoding::Text] {
         let dir = tempfile::tempdir().unwrap();

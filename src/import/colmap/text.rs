@@ -232,7 +232,7 @@ impl TrackTokens {
             return;
         }
         let k = field - Self::FIXED_FIELDS;
-        let what = if k % 2 == 0 {
+        let what = if k.is_multiple_of(2) {
             "IMAGE_ID"
         } else {
             "POINT2D_IDX"
