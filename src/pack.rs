@@ -361,13 +361,12 @@ pub fn convert(
     }
     let mut scene = import::open(input, opts.format, &import_opts)?;
     let sfm = if opts.sfm_depths {
-        if scene.format != Format::Colmap || scene.views.is_empty() {
+        if scene.format != Format::Colmap {
             return Err(PackError::SfmDepthsNotColmap {
                 path: input.to_owned(),
                 what: match scene.format {
                     Format::Nerf => "a transforms.json (NeRF) dataset",
                     Format::Metashape => "a Metashape camera XML",
-                    Format::Colmap => "a COLMAP model without views",
                     _ => "a point cloud",
                 },
             });
