@@ -18,6 +18,15 @@
 //! ([`encode_view_as`]), which keeps its compressed data only if it decodes to exactly the
 //! prepared pixels; [`JpegReport`] counts what was kept and what was encoded.
 //!
+//! `--sfm-depths` (COLMAP only) gives each view a *sparse* inverse-depth plane: the inverse
+//! depth of the SfM points its image observes, at the pixels where they project through the
+//! packed camera ([`crate::import::sfm_depth`]). The observations come from the model's
+//! points3D tracks, read before the views are prepared into a table of about 24 bytes per point
+//! and 4 bytes per observation ([`crate::import::sfm_depth::SfmObservations`]): the one cost of
+//! a convert that grows with the dataset rather than with the workers, and only with the
+//! option (a model of 1M points observed 5M times holds about 44 MB). The manifest says so
+//! (`source.sfm_depths`), and [`SfmDepthReport`] counts the planes and their point pixels.
+//!
 //! `--points FILE` replaces the dataset's own points with another cloud's
 //! ([`import::ImportedScene::replace_points`]). Every convert then
 //! reads a sample of the sealed pack's initial points back and says how many its views see
@@ -33,6 +42,7 @@ use std::time::Instant;
 use crate::dataset::Format;
 use crate::dataset::Split;
 use crate::import::image::{prepare_view_pixels, Resize};
+use crate::import::sfm_depth::sparse_plane;
 use crate::import::transform::PointsTransform;
 use crate::import::{self, ImportError, ImportOptions};
 use crate::shard::writer::{
@@ -79,6 +89,9 @@ pub struct ConvertOptions {
     pub points_transform: Option<PathBuf>,
     /// Apply that map's inverse.
     pub invert_points_transform: bool,
+    /// `--sfm-depths`: give each view the sparse inverse-depth plane of the SfM points its
+    /// image observes (COLMAP only; not with `depths`).
+    pub sfm_depths: bool,
 }
 
 impl Default for ConvertOptions {
@@ -100,6 +113,7 @@ impl Default for ConvertOptions {
             points: None,
             points_transform: None,
             invert_points_transform: false,
+            sfm_depths: false,
         }
     }
 }
@@ -140,6 +154,30 @@ pub struct ConvertReport {
     pub points_in_view: Option<PointsInView>,
     /// How `--codec jpeg` stored the views; `None` under other codecs.
     pub jpeg: Option<JpegReport>,
+    /// What `--sfm-depths` packed; `None` without it.
+    pub sfm_depths: Option<SfmDepthReport>,
+}
+
+/// What `--sfm-depths` packed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SfmDepthReport {
+    /// Views that got a sparse plane (the others keep no point: no plane).
+    pub views: usize,
+    /// Pixels holding a point, over all the planes.
+    pub point_pixels: u64,
+    /// Observations of the packed views in the model's tracks (each point once per view).
+    pub observations: u64,
+}
+
+impl SfmDepthReport {
+    /// What `gs-pack convert` says of it.
+    pub fn describe(&self, views: usize) -> String {
+        format!(
+            "sparse SfM depths: {} of {views} views carry a plane, {} point pixels in all \
+             (from {} observations)",
+            self.views, self.point_pixels, self.observations
+        )
+    }
 }
 
 /// How `--codec jpeg` stored a convert's views.
@@ -231,6 +269,19 @@ pub enum PackError {
     },
     #[error("a worker thread panicked while preparing view {index}; this is a bug in ramsplat, please report it")]
     WorkerPanic { index: usize },
+    #[error(
+        "--sfm-depths and --depths both give the views an inverse-depth plane, and a pack holds \
+         one kind: drop --depths to supervise depth at the SfM points (gsplat's --depth_loss), \
+         or drop --sfm-depths to pack the monocular maps (3DGS's -d)"
+    )]
+    SfmDepthsWithDepths,
+    #[error(
+        "{}: --sfm-depths needs a COLMAP model, whose points3D tracks say which images observe \
+         each point; this is {what}, which has no tracks: drop --sfm-depths (or convert the \
+         COLMAP reconstruction instead)",
+        path.display()
+    )]
+    SfmDepthsNotColmap { path: PathBuf, what: &'static str },
 }
 
 /// `path` made absolute and resolved through symlinks as far as it exists (a missing tail is
@@ -305,7 +356,29 @@ pub fn convert(
         // itself is moved by the transform here (checked below).
         points_transform: transform.clone().filter(|_| opts.points.is_none()),
     };
+    if opts.sfm_depths && opts.depths.is_some() {
+        return Err(PackError::SfmDepthsWithDepths);
+    }
     let mut scene = import::open(input, opts.format, &import_opts)?;
+    let sfm = if opts.sfm_depths {
+        if scene.format != Format::Colmap {
+            return Err(PackError::SfmDepthsNotColmap {
+                path: input.to_owned(),
+                what: match scene.format {
+                    Format::Nerf => "a transforms.json (NeRF) dataset",
+                    Format::Metashape => "a Metashape camera XML",
+                    _ => "a point cloud",
+                },
+            });
+        }
+        Some(import::colmap::read_observations(
+            input,
+            &import_opts,
+            &scene.views,
+        )?)
+    } else {
+        None
+    };
     if let Some(points) = &opts.points {
         let cloud_opts = ImportOptions {
             points_transform: transform.clone(),
@@ -426,7 +499,13 @@ pub fn convert(
     let abort = AtomicBool::new(false);
     let written = Mutex::new(0usize);
     let turn = Condvar::new();
-    type Prepared = (EncodedView, Option<String>);
+    // The view, a warning to show, and the point pixels of its sparse plane (--sfm-depths).
+    type Prepared = (EncodedView, Option<String>, Option<u64>);
+    let mut sfm_report = sfm.as_ref().map(|o| SfmDepthReport {
+        observations: o.observations(),
+        ..Default::default()
+    });
+    let sfm = sfm.as_ref();
     let (tx, rx) = crossbeam_channel::bounded::<(usize, Result<Prepared, PackError>)>(window);
     let mut decoded_view_bytes = 0u64;
 
@@ -451,7 +530,18 @@ pub fn convert(
                 }
                 let v = &views[i];
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let p = prepare_view_pixels(v, resize, opts.lenient)?;
+                    let mut p = prepare_view_pixels(v, resize, opts.lenient)?;
+                    // Projected through the packed camera: undistorted, cropped and resized.
+                    let point_pixels =
+                        match sfm.and_then(|o| sparse_plane(&p.camera, o.points_of(i))) {
+                            Some(plane) => {
+                                p.pixels.extend_from_slice(&plane.bytes);
+                                p.layout.depth = true;
+                                p.depth = Some(plane.scale);
+                                Some(plane.pixels)
+                            }
+                            None => None,
+                        };
                     let warning = p.warning;
                     // A source JPEG may be kept as stored (the writer checks that it decodes
                     // to exactly these pixels); one packed as --lenient filled it never is.
@@ -469,7 +559,7 @@ pub fn convert(
                         writer_opts,
                         source.as_deref(),
                     )?;
-                    Ok::<_, PackError>((encoded, warning))
+                    Ok::<_, PackError>((encoded, warning, point_pixels))
                 }))
                 .unwrap_or(Err(PackError::WorkerPanic { index: i }));
                 if tx.send((i, result)).is_err() {
@@ -487,9 +577,13 @@ pub fn convert(
             }
             pending.insert(i, r);
             while let Some(r) = pending.remove(&done) {
-                match r.and_then(|(v, warning)| {
+                match r.and_then(|(v, warning, point_pixels)| {
                     if let Some(w) = warning {
                         on_event(Event::Warning(&w));
+                    }
+                    if let (Some(report), Some(n)) = (sfm_report.as_mut(), point_pixels) {
+                        report.views += 1;
+                        report.point_pixels += n;
                     }
                     decoded_view_bytes += v.decoded_len;
                     if let Some(report) = jpeg_report.as_mut() {
@@ -515,6 +609,13 @@ pub fn convert(
         outcome
     })?;
 
+    if sfm_report.is_some_and(|r| r.views == 0) {
+        on_event(Event::Warning(
+            "--sfm-depths: no view keeps any SfM point (none projects into its image in front \
+             of its camera), so no view has a depth plane and gs-train has no depth to \
+             supervise; check that the model's points and tracks belong to these images",
+        ));
+    }
     let mut points = 0u64;
     for cloud in scene.clouds.iter_mut() {
         let entry = writer.add_cloud(cloud.as_mut()).map_err(|e| match e {
@@ -545,7 +646,7 @@ pub fn convert(
         test_every: Some(opts.test_every),
         images: opts.images.as_ref().map(|d| d.display().to_string()),
         depths: opts.depths.as_ref().map(|d| d.display().to_string()),
-        sfm_depths: false,
+        sfm_depths: sfm.is_some(),
         points: opts.points.as_ref().map(|p| p.display().to_string()),
         points_transform: transform.as_ref().map(PointsTransform::rows),
     })?;
@@ -577,6 +678,7 @@ pub fn convert(
         decoded_mb_per_s: decoded_view_bytes as f64 / 1e6 / wall_s.max(1e-9),
         points_in_view: in_view,
         jpeg: jpeg_report,
+        sfm_depths: sfm_report,
     })
 }
 
@@ -707,6 +809,36 @@ pub fn points_in_view(
         }
     }
     Ok(Some(PointsInView { sampled, seen }))
+}
+
+/// Pixels holding a depth value (a stored value other than [`crate::shard::DepthScale::NO_DEPTH`]),
+/// over every view's inverse-depth plane: the point pixels of a pack converted with
+/// `--sfm-depths` (`gs-pack info`). Decodes every view that has a plane, in parallel.
+pub fn depth_point_pixels(
+    pack: &crate::shard::reader::Pack,
+) -> Result<u64, crate::shard::ShardError> {
+    use rayon::prelude::*;
+    let m = pack.manifest();
+    (0..m.views.len())
+        .into_par_iter()
+        .filter(|&i| m.views[i].depth.is_some())
+        .map_init(Vec::new, |buf, i| {
+            let v = &m.views[i];
+            buf.resize(v.decoded_len(), 0u8);
+            pack.read_view_into(i, buf)?;
+            let planes = v
+                .layout()
+                .planes(buf, v.width(), v.height())
+                .expect("sized by the manifest");
+            Ok(planes.depth.map_or(0, |d| {
+                d.chunks_exact(2)
+                    .filter(|b| {
+                        u16::from_le_bytes([b[0], b[1]]) != crate::shard::DepthScale::NO_DEPTH
+                    })
+                    .count() as u64
+            }))
+        })
+        .sum()
 }
 
 #[cfg(test)]

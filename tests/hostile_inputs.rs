@@ -28,6 +28,10 @@
 //! | `convert --depths`: a truncated map | 1 | `…/depths/00004.png: cannot decode the depth map of view '00004.png' (…); …` |
 //! | `convert --depths`: a 16-bit RGB map of half size | 0 | packed: the blue channel (OpenCV's channel 0), resampled to the image |
 //! | `convert --depths`: a scale 100× the median | 0 | `warning: 1 of 6 views' depth fits in … are unreliable (…): packed without depth, as 3DGS trains them without the depth loss` |
+//! | `convert --sfm-depths --depths DIR` | 1 | `--sfm-depths and --depths both give the views an inverse-depth plane, and a pack holds one kind: drop --depths … or drop --sfm-depths …` |
+//! | `convert --sfm-depths` of a transforms.json dataset (or a point cloud) | 1 | `…: --sfm-depths needs a COLMAP model, whose points3D tracks say which images observe each point; this is a transforms.json (NeRF) dataset, which has no tracks: drop --sfm-depths …` |
+//! | `convert --sfm-depths`: COLMAP points3D without tracks | 1 | `…/sparse/0/points3D.txt: the model has no tracks: …; convert the original COLMAP model, or drop --sfm-depths` |
+//! | `convert --sfm-depths`: a track naming an unregistered image | 1 | `…/sparse/0/points3D.txt: line N: point P: its track names image 99, which …/images.txt does not register; the model is inconsistent: …` |
 //! | `convert` of frames with nerfstudio's `depth_file_path` | 0 | `warning: 6 frames have nerfstudio's "depth_file_path" (metric depth in millimetres); it is not used: --depths DIR takes …` |
 //! | PCD binary_compressed cut inside its LZF block, `convert` | 1 | `…/cut.pcd: byte N: the compressed block declares 330 bytes but only 323 follow its sizes; the file is truncated` (before packing starts) |
 //! | PCD LZF back-reference before the start of the data | 1 | `…/lzf.pcd: byte N: an LZF back-reference at uncompressed byte 0 reaches back 1 (to byte -1), before the start of the data; the binary_compressed data is damaged: save the cloud again from its source` |
@@ -765,6 +769,110 @@ fn broken_depth_inputs_are_refused_naming_the_file() {
         "{}",
         text(&o)
     );
+}
+
+/// `gs-pack convert --sfm-depths`: every input it cannot use is refused before a pack is
+/// written, naming the file (and the point and image) and the remedy.
+#[test]
+fn sfm_depths_refusals_name_the_file_and_the_remedy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let refused = |input: &Path, extra: &[&str], wants: &[&str]| {
+        let pack = tmp.path().join("out.pack");
+        let mut args = vec!["convert", s(input), "-o", s(&pack), "--sfm-depths"];
+        args.extend_from_slice(extra);
+        let o = gs_pack(&args);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let e = stderr(&o);
+        for w in wants {
+            assert!(e.contains(w), "wanted {w:?} in:\n{e}");
+        }
+        assert!(!pack.exists());
+    };
+    // One kind of depth per pack.
+    let colmap = tmp.path().join("colmap");
+    synth(&colmap, &["--depths"]);
+    refused(
+        &colmap,
+        &["--depths", "depths"],
+        &[
+            "a pack holds one kind",
+            "drop --depths",
+            "drop --sfm-depths",
+        ],
+    );
+    // Datasets without tracks: transforms.json, a point cloud.
+    let nerf = tmp.path().join("nerf");
+    synth(&nerf, &["--format", "nerf"]);
+    refused(
+        &nerf,
+        &[],
+        &[
+            "--sfm-depths needs a COLMAP model",
+            "a transforms.json (NeRF) dataset, which has no tracks",
+            "drop --sfm-depths",
+        ],
+    );
+    refused(
+        &nerf.join("points3d.ply"),
+        &[],
+        &["points3d.ply", "this is a point cloud, which has no tracks"],
+    );
+    // A model whose points have no track elements: each point line cut after its error.
+    let points = colmap.join("sparse/0/points3D.txt");
+    let original = std::fs::read_to_string(&points).unwrap();
+    let cut: String = original
+        .lines()
+        .map(|l| {
+            if l.starts_with('#') {
+                format!("{l}\n")
+            } else {
+                let f: Vec<&str> = l.split_whitespace().take(8).collect();
+                format!("{}\n", f.join(" "))
+            }
+        })
+        .collect();
+    std::fs::write(&points, cut).unwrap();
+    refused(
+        &colmap,
+        &[],
+        &[
+            "sparse/0/points3D.txt",
+            "the model has no tracks",
+            "drop --sfm-depths",
+        ],
+    );
+    // A track naming image 99, which images.txt does not register.
+    let (k, line) = original
+        .lines()
+        .enumerate()
+        .find(|(_, l)| !l.starts_with('#') && l.split_whitespace().count() > 8)
+        .unwrap();
+    let mut f: Vec<&str> = line.split_whitespace().collect();
+    let id = f[0].to_owned();
+    f[8] = "99";
+    let edited: Vec<String> = original
+        .lines()
+        .enumerate()
+        .map(|(j, l)| if j == k { f.join(" ") } else { l.to_owned() })
+        .collect();
+    std::fs::write(&points, edited.join("\n") + "\n").unwrap();
+    refused(
+        &colmap,
+        &[],
+        &[
+            &format!(
+                "sparse/0/points3D.txt: line {}: point {id}: its track names image 99",
+                k + 1
+            ),
+            "images.txt does not register",
+            "the model is inconsistent",
+        ],
+    );
+    // The original model converts.
+    std::fs::write(&points, original).unwrap();
+    let pack = tmp.path().join("ok.pack");
+    let o = gs_pack(&["convert", s(&colmap), "-o", s(&pack), "--sfm-depths"]);
+    assert!(o.status.success(), "{}", text(&o));
 }
 
 /// Every file under `dir`.

@@ -105,6 +105,14 @@ enum Command {
         /// it when present.
         #[arg(long, value_name = "DIR")]
         depths: Option<PathBuf>,
+        /// Pack, for every view, a sparse inverse-depth plane: the inverse depth of each SfM
+        /// point its image observes (the COLMAP model's points3D tracks), at the pixel where
+        /// the point projects through the packed camera (the nearest where several share one),
+        /// nothing elsewhere. gs-train then supervises the rendered depth at those pixels, as
+        /// gsplat's --depth_loss does. COLMAP only; not with --depths (one kind of depth per
+        /// pack). Holds about 24 bytes per point and 4 per observation while converting.
+        #[arg(long)]
+        sfm_depths: bool,
         /// Start training from the points of FILE (a .ply, .pcd, .las, .laz or .e57 cloud: a
         /// dense reconstruction such as COLMAP's dense/fused.ply, or a laser scan or
         /// depth-camera cloud registered to the cameras) instead
@@ -240,6 +248,7 @@ fn main() -> ExitCode {
             workers,
             images,
             depths,
+            sfm_depths,
             points,
             points_transform,
             invert_points_transform,
@@ -277,6 +286,7 @@ fn main() -> ExitCode {
                 points,
                 points_transform,
                 invert_points_transform,
+                sfm_depths,
                 ..Default::default()
             };
             if let Some(w) = workers {
@@ -371,6 +381,9 @@ fn run_convert(input: &Path, output: &Path, opts: &ConvertOptions) -> anyhow::Re
     if let Some(j) = &report.jpeg {
         eprintln!("views stored as JPEG: {}", j.describe());
     }
+    if let Some(d) = &report.sfm_depths {
+        eprintln!("{}", d.describe(report.views));
+    }
     Ok(())
 }
 
@@ -424,6 +437,16 @@ fn run_export(
         report.depth_views,
         started.elapsed().as_secs_f64()
     );
+    if report.sfm_depth_views_skipped > 0 {
+        eprintln!(
+            "note: the {} sparse SfM depth planes (gs-pack convert --sfm-depths) were not \
+             exported: they hold depth only at the SfM points' pixels and are no monocular depth \
+             maps, which is what depths/ and depth_params.json mean to 3DGS's -d and to gs-pack \
+             convert --depths; re-convert the original COLMAP model with --sfm-depths to get them \
+             again (gsplat's --depth_loss computes them from that model's tracks)",
+            report.sfm_depth_views_skipped
+        );
+    }
     if let Some(c) = report.colmap {
         eprintln!(
             "COLMAP model in {}: {} PINHOLE camera{}; {}",
@@ -530,6 +553,15 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     let alpha_views = m.views.iter().filter(|v| v.alpha).count();
     let masked_views = m.views.iter().filter(|v| v.mask).count();
     let depth_views = m.views.iter().filter(|v| v.depth.is_some()).count();
+    // Sparse SfM depth planes: the pixels holding a point, counted by reading the planes.
+    let point_pixels = if m.source.sfm_depths {
+        Some(
+            ramsplat::pack::depth_point_pixels(&pack)
+                .with_context(|| format!("reading the depth planes of {}", path.display()))?,
+        )
+    } else {
+        None
+    };
     let points: u64 = m.clouds.iter().map(|c| c.points).sum();
     let in_view = ramsplat::pack::points_in_view(&pack)
         .with_context(|| format!("reading the points of {}", path.display()))?;
@@ -561,6 +593,7 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             "alpha_views": alpha_views,
             "masked_views": masked_views,
             "depth_views": depth_views,
+            "sfm_depth_point_pixels": point_pixels,
             "resolutions": sizes.iter().map(|((w, h), n)| serde_json::json!({"width": w, "height": h, "views": n})).collect::<Vec<_>>(),
             "points": points,
             "clouds": m.clouds.iter().map(|c| serde_json::json!({
@@ -606,11 +639,17 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             "            {masked_views} with a loss mask (excluded pixels teach nothing)"
         )?;
     }
-    if depth_views > 0 {
-        writeln!(
+    match point_pixels {
+        Some(pixels) => writeln!(
+            o,
+            "            {depth_views} with a sparse SfM depth plane (--sfm-depths: the inverse \
+             depth of the points each image observes), {pixels} point pixels in all"
+        )?,
+        None if depth_views > 0 => writeln!(
             o,
             "            {depth_views} with an inverse-depth map (depth regularization)"
-        )?;
+        )?,
+        None => {}
     }
     for ((w, h), n) in &sizes {
         writeln!(o, "            {n} × {w}x{h}")?;

@@ -20,7 +20,8 @@
 //!   `llffhold` is 0; its default (every 8th image by sorted name with `--eval`, like gsplat's
 //!   `test_every 8` and `gs-pack convert --test-every 8`) is reported against the pack's split
 //!   by [`ColmapReport::every_8th_matches`].
-//! - `depth_params.json`: for packs with depth maps, each view's `{"scale", "offset"}` keyed
+//! - `depth_params.json`: for packs with depth maps (not the sparse planes of
+//!   `--sfm-depths`, which are not exported), each view's `{"scale", "offset"}` keyed
 //!   by its file stem, where 3DGS's `-d depths` looks for it (the maps are in `depths/`). A
 //!   view packed without depth gets an empty map and scale 0, an unreliable fit for both 3DGS
 //!   and `gs-pack convert` (which then pack or train it without the depth term), since both
@@ -140,7 +141,7 @@ pub fn write_sparse(
     let text: String = test.iter().map(|n| format!("{n}\n")).collect();
     write_synced(&path, text.as_bytes()).map_err(io(&path))?;
 
-    if m.has_depths() {
+    if super::nerfstudio::exports_depths(m) {
         // 3DGS's depth_params.json, keyed by the image name without its extension; f32 values
         // print as the shortest decimal that reads back as the same f32.
         // A view without depth has an empty map and scale 0: both 3DGS and `gs-pack convert`

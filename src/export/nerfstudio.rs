@@ -14,7 +14,9 @@
 //!   such view's `{"scale": s, "offset": o}` keyed by `<file>` (3DGS's format), so that
 //!   `gs-pack convert FOLDER --depths depths` packs the same planes and scales. A view packed
 //!   without depth has neither a map nor an entry, which the importer reads as "no depth"
-//!   (`crate::import::nerf`);
+//!   (`crate::import::nerf`). The sparse planes of a pack converted with `--sfm-depths` are
+//!   not written (they are no monocular depth maps, see [`exports_depths`]); the report counts
+//!   them ([`ExportReport::sfm_depth_views_skipped`]);
 //! - `transforms.json`: `camera_model: "PINHOLE"`; per frame `file_path`, `w`, `h`, `fl_x`,
 //!   `fl_y`, `cx`, `cy` (the pack's pinhole intrinsics: no distortion is left to undo),
 //!   `transform_matrix` (camera-to-world, OpenGL axes: x right, y up, z back) and `mask_path`
@@ -190,7 +192,11 @@ pub struct ExportReport {
     pub test_views: usize,
     pub masked_views: usize,
     pub alpha_views: usize,
+    /// Views whose depth map was written (0 for a pack of sparse SfM depths).
     pub depth_views: usize,
+    /// Views whose sparse SfM depth plane (`gs-pack convert --sfm-depths`) was not written:
+    /// such a plane is no monocular depth map ([`exports_depths`]).
+    pub sfm_depth_views_skipped: usize,
     pub points: u64,
     pub points_source: PointsSource,
     /// With [`ExportOptions::centre_principal_point`]: what the crops did.
@@ -412,7 +418,7 @@ pub fn export(
         fs::create_dir(&masks).map_err(io(&masks))?;
     }
     let depths = tmp.join("depths");
-    if m.has_depths() {
+    if exports_depths(m) {
         fs::create_dir(&depths).map_err(io(&depths))?;
     }
 
@@ -484,8 +490,8 @@ pub fn export(
             // depth) and, in depth_params.json, scale 0, which 3DGS and `gs-pack convert`
             // both read as an unreliable fit, so the view trains without the depth term.
             let no_depth;
-            let depth = match planes.depth {
-                None if options.layout == Layout::Colmap && m.has_depths() => {
+            let depth = match planes.depth.filter(|_| exports_depths(m)) {
+                None if options.layout == Layout::Colmap && exports_depths(m) => {
                     no_depth = vec![0u8; 2 * w as usize * h as usize];
                     Some(&no_depth[..])
                 }
@@ -621,7 +627,7 @@ pub fn export(
             doc["ramsplat_points"] = format!("random (gs-train --seed {seed})").into();
         }
     }
-    if m.has_depths() {
+    if exports_depths(m) {
         // 3DGS's depth_params.json: f32 values print as the shortest decimal that reads back
         // as the same f32, so the re-imported scales are the packed ones exactly.
         let params: serde_json::Map<String, Value> = m
@@ -650,6 +656,16 @@ pub fn export(
     Ok(r)
 }
 
+/// Whether the views' inverse-depth planes are written as depth maps (`depths/`,
+/// `depth_params.json`): those of monocular maps are; the sparse planes of a pack converted
+/// with `--sfm-depths` are not. They hold a value only at the SfM points' pixels, and 3DGS's
+/// `-d` (or `gs-pack convert --depths`) would read them as dense maps whose empty pixels are
+/// "no depth" under a fit made for dense maps; gsplat's `--depth_loss` computes the same
+/// supervision from a COLMAP model's tracks itself, which the export does not write.
+pub(super) fn exports_depths(m: &crate::shard::Manifest) -> bool {
+    m.has_depths() && !m.source.sfm_depths
+}
+
 /// The report of an export of `m` that wrote `points` points.
 fn export_report(
     m: &crate::shard::Manifest,
@@ -671,7 +687,8 @@ fn export_report(
         test_views: count(&|v| v.split == Split::Test),
         masked_views: count(&|v| v.mask),
         alpha_views: count(&|v| v.alpha),
-        depth_views: count(&|v| v.depth.is_some()),
+        depth_views: count(&|v| v.depth.is_some() && exports_depths(m)),
+        sfm_depth_views_skipped: count(&|v| v.depth.is_some() && !exports_depths(m)),
         points,
         points_source,
         centring: None,

@@ -33,6 +33,7 @@ pub mod metashape;
 pub mod nerf;
 pub mod pcd;
 pub mod ply;
+pub mod sfm_depth;
 pub mod transform;
 
 use std::fmt;

@@ -62,7 +62,10 @@
 //!   then a greyscale PNG of the mask. Added without a version bump for the reasons above.
 //!   With view flag bit 2 ([`VIEW_FLAG_DEPTH`]) a plane of `width × height` little-endian u16
 //!   follows (after the mask, if any): the view's monocular inverse depth as the depth file
-//!   held it, resampled to the view's pixels, and the manifest gives the view a `"depth"`
+//!   held it, resampled to the view's pixels (or, in a pack converted with `--sfm-depths`,
+//!   [`SourceInfo::sfm_depths`], a sparse plane: the inverse depth of the SfM points the view
+//!   observes at their pixels, see `crate::import::sfm_depth`), and the manifest gives the
+//!   view a `"depth"`
 //!   entry ([`DepthScale`]) that maps a stored value to the training target (a stored 0 means
 //!   no depth at that pixel, [`DepthScale::NO_DEPTH`]). Raw and zstd
 //!   payloads encode the concatenation; a PNG payload appends a 16-bit greyscale PNG of the

@@ -15,7 +15,8 @@
 //! ```
 //!
 //! Invariants: nothing is ever allocated from a count in the file (vectors grow as records are
-//! actually read; skipped observation/track bytes are counted, not buffered), every error names
+//! actually read; skipped observation/track bytes are counted, not buffered; a track read for
+//! `--sfm-depths` grows element by element), every error names
 //! the file, the byte offset and the record, and a file must end exactly after its last
 //! declared record.
 
@@ -25,7 +26,7 @@ use std::path::Path;
 
 use super::{
     camera_model_by_id, check_camera, check_image, check_point, ColmapCamera, ColmapImage,
-    ColmapPoint, MAX_NAME_BYTES,
+    ColmapPoint, Point2D, TrackElement, MAX_NAME_BYTES,
 };
 use crate::import::{ImportError, Location};
 
@@ -381,9 +382,14 @@ pub(super) fn duplicate_image(
 /// Fixed part of a point record: u64 id, 3 f64 xyz, 3 u8 rgb, f64 error, u64 track length.
 const POINT_FIXED_BYTES: usize = 8 + 3 * 8 + 3 + 8 + 8;
 
-/// One point record (the track is skipped). The fixed part is read in one copy: points are
-/// the bulk of a model, and one buffer access per record instead of ten doubles throughput.
-pub(super) fn read_point<R: BufRead>(b: &mut Bin<R>) -> Result<ColmapPoint, Fail> {
+/// One point record; its track is read into `track` (cleared first) when given, else skipped
+/// unbuffered. The fixed part is read in one copy: points are the bulk of a model, and one
+/// buffer access per record instead of ten doubles throughput. A track grows as its elements
+/// are read, never from its declared length.
+pub(super) fn read_point<R: BufRead>(
+    b: &mut Bin<R>,
+    track: Option<&mut Vec<TrackElement>>,
+) -> Result<ColmapPoint, Fail> {
     let r: [u8; POINT_FIXED_BYTES] = b.bytes()?;
     let u64_at = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().expect("8-byte slice"));
     let f64_at = |i: usize| f64::from_bits(u64_at(i));
@@ -394,7 +400,19 @@ pub(super) fn read_point<R: BufRead>(b: &mut Bin<R>) -> Result<ColmapPoint, Fail
         error: f64_at(35),
     };
     let track_len = u64_at(43);
-    b.skip_items(track_len, TRACK_ELEMENT_BYTES, "track")?;
+    match track {
+        None => b.skip_items(track_len, TRACK_ELEMENT_BYTES, "track")?,
+        Some(track) => {
+            track.clear();
+            for _ in 0..track_len {
+                let e: [u8; TRACK_ELEMENT_BYTES as usize] = b.bytes()?;
+                track.push(TrackElement {
+                    image_id: u32::from_le_bytes([e[0], e[1], e[2], e[3]]),
+                    point2d_idx: u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+                });
+            }
+        }
+    }
     check_point(&p).map_err(Fail::Bad)?;
     Ok(p)
 }
@@ -413,9 +431,15 @@ pub(super) fn write_cameras(w: &mut impl Write, cameras: &[ColmapCamera]) -> io:
     Ok(())
 }
 
-pub(super) fn write_images(w: &mut impl Write, images: &[ColmapImage]) -> io::Result<()> {
+/// Writes the images; image `k` gets the 2D observations `observations[k]` (none when
+/// `observations` is shorter).
+pub(super) fn write_images(
+    w: &mut impl Write,
+    images: &[ColmapImage],
+    observations: &[Vec<Point2D>],
+) -> io::Result<()> {
     w.write_all(&(images.len() as u64).to_le_bytes())?;
-    for i in images {
+    for (k, i) in images.iter().enumerate() {
         w.write_all(&i.id.to_le_bytes())?;
         for v in i.qvec.iter().chain(&i.tvec) {
             w.write_all(&v.to_le_bytes())?;
@@ -423,19 +447,33 @@ pub(super) fn write_images(w: &mut impl Write, images: &[ColmapImage]) -> io::Re
         w.write_all(&i.camera_id.to_le_bytes())?;
         w.write_all(i.name.as_bytes())?;
         w.write_all(&[0])?;
-        // No 2D observations.
-        w.write_all(&0u64.to_le_bytes())?;
+        let obs = observations.get(k).map_or(&[][..], Vec::as_slice);
+        w.write_all(&(obs.len() as u64).to_le_bytes())?;
+        for o in obs {
+            w.write_all(&o.xy[0].to_le_bytes())?;
+            w.write_all(&o.xy[1].to_le_bytes())?;
+            w.write_all(&o.point3d_id.to_le_bytes())?;
+        }
     }
     Ok(())
 }
 
-/// Writes one point record with an empty track.
-pub(super) fn write_point(w: &mut impl Write, p: &ColmapPoint) -> io::Result<()> {
+/// Writes one point record with its track.
+pub(super) fn write_point(
+    w: &mut impl Write,
+    p: &ColmapPoint,
+    track: &[TrackElement],
+) -> io::Result<()> {
     w.write_all(&p.id.to_le_bytes())?;
     for v in p.xyz {
         w.write_all(&v.to_le_bytes())?;
     }
     w.write_all(&p.rgb)?;
     w.write_all(&p.error.to_le_bytes())?;
-    w.write_all(&0u64.to_le_bytes())
+    w.write_all(&(track.len() as u64).to_le_bytes())?;
+    for e in track {
+        w.write_all(&e.image_id.to_le_bytes())?;
+        w.write_all(&e.point2d_idx.to_le_bytes())?;
+    }
+    Ok(())
 }

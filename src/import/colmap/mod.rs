@@ -7,8 +7,9 @@
 //!
 //! Invariants:
 //! - Parsers never panic and never allocate from a count found in a file: vectors grow as
-//!   records are read, observations and tracks are skipped without being buffered, names and
-//!   kept lines are capped ([`MAX_NAME_BYTES`], `text::MAX_LINE_BYTES`).
+//!   records are read, observations and tracks are skipped without being buffered (tracks are
+//!   read only for `--sfm-depths`, [`read_observations`], one point's at a time, growing as
+//!   read), names and kept lines are capped ([`MAX_NAME_BYTES`], `text::MAX_LINE_BYTES`).
 //! - Every record a reader returns is checked: known model with the right parameter count,
 //!   non-empty size, finite numbers, non-zero quaternion, unique camera ids, unique image ids
 //!   and names. [`read_model`] and [`import`] also check that every image's camera exists.
@@ -63,6 +64,23 @@ pub struct ColmapPoint {
     pub xyz: [f64; 3],
     pub rgb: [u8; 3],
     pub error: f64,
+}
+
+/// One element of a 3D point's track (`points3D.bin/txt`): the image that observes the point
+/// and the index of the observation among that image's 2D points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrackElement {
+    pub image_id: u32,
+    pub point2d_idx: u32,
+}
+
+/// One 2D observation of an image (`images.bin/txt` POINTS2D), as [`write_model_with_tracks`]
+/// writes it: where in the image (COLMAP's pixel coordinates, centres at +0.5) and which 3D
+/// point.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point2D {
+    pub xy: [f64; 2],
+    pub point3d_id: u64,
 }
 
 /// Which encoding of a sparse model to read or write.
@@ -360,6 +378,140 @@ pub fn parse_points_bytes(
     Ok(out)
 }
 
+/// Parses `points3D.bin/txt` bytes held in memory with their tracks (fuzzing, tests): each
+/// point and its track elements.
+pub fn parse_tracks_bytes(
+    data: &[u8],
+    encoding: Encoding,
+) -> Result<Vec<(ColmapPoint, Vec<TrackElement>)>, ImportError> {
+    let mut r = PointsReader::from_reader_opts(
+        Cursor::new(data.to_vec()),
+        "<memory>/points3D",
+        encoding,
+        true,
+    )?;
+    let mut out = Vec::new();
+    while let Some(p) = r.next_point()? {
+        out.push((p, r.track().to_vec()));
+    }
+    Ok(out)
+}
+
+/// The points file [`import`] reads beside a model in `encoding`: that encoding's, else the
+/// other one's; `None` when there is neither.
+fn points_file(model_dir: &Path, encoding: Encoding) -> Option<(PathBuf, Encoding)> {
+    let other = match encoding {
+        Encoding::Binary => Encoding::Text,
+        Encoding::Text => Encoding::Binary,
+    };
+    [encoding, other]
+        .into_iter()
+        .map(|e| (model_dir.join(format!("points3D.{}", e.extension())), e))
+        .find(|(p, _)| p.is_file())
+}
+
+/// `gs-pack convert --sfm-depths`: the SfM points each of `views` (the views [`import`] gave
+/// for the same `path` and `options`, matched by image name) observes, from the tracks in the
+/// model's `points3D` file. A point enters the table once, when some view observes it; a view
+/// lists it once however often its track names that view's image. A track element naming an
+/// image that `images.bin/txt` does not register is an error naming the points file, the
+/// point and the image; one naming a registered image whose file is missing (a skipped view)
+/// is ignored. A model whose points carry no track element at all is refused (it has no
+/// tracks), as is one without a points file. Memory: 24 bytes per point kept and 4 per
+/// observation, plus one point's track at a time.
+pub fn read_observations(
+    path: &Path,
+    options: &ImportOptions,
+    views: &[ViewSource],
+) -> Result<super::sfm_depth::SfmObservations, ImportError> {
+    let layout = locate(path, options.images.as_deref())?;
+    let ext = layout.encoding.extension();
+    let images_path = layout.model_dir.join(format!("images.{ext}"));
+    let images = read_images(&images_path, layout.encoding)?;
+    let view_of_name: HashMap<&str, usize> = views
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.name.as_str(), i))
+        .collect();
+    // Image id → the view it became (None: registered, but its file is missing).
+    let view_of_id: HashMap<u32, Option<usize>> = images
+        .iter()
+        .map(|img| (img.id, view_of_name.get(img.name.as_str()).copied()))
+        .collect();
+    let Some((points_path, encoding)) = points_file(&layout.model_dir, layout.encoding) else {
+        return Err(ImportError::invalid(
+            &layout.model_dir,
+            "no points3D.bin or points3D.txt here: --sfm-depths supervises depth at the SfM \
+             points each image observes, and the model has none; drop --sfm-depths, or convert \
+             the model with its points3D file",
+        ));
+    };
+    let mut reader = PointsReader::open_tracks(&points_path, encoding)?;
+    let mut obs = super::sfm_depth::SfmObservations {
+        xyz: Vec::new(),
+        views: vec![Vec::new(); views.len()],
+        track_elements: 0,
+    };
+    while let Some(p) = reader.next_point()? {
+        let index = match u32::try_from(obs.xyz.len()) {
+            Ok(i) if i < u32::MAX => i,
+            _ => {
+                return Err(ImportError::parse(
+                    &points_path,
+                    reader.location(),
+                    format!(
+                        "point {}: more than {} points are observed by the packed views, beyond \
+                         what --sfm-depths indexes; drop --sfm-depths",
+                        p.id,
+                        u32::MAX - 1
+                    ),
+                ))
+            }
+        };
+        let mut observed = false;
+        for e in reader.track() {
+            obs.track_elements += 1;
+            match view_of_id.get(&e.image_id) {
+                None => {
+                    return Err(ImportError::parse(
+                        &points_path,
+                        reader.location(),
+                        format!(
+                            "point {}: its track names image {}, which {} does not register; the \
+                             model is inconsistent: re-export points3D together with the images \
+                             (COLMAP `model_converter`), or drop --sfm-depths",
+                            p.id,
+                            e.image_id,
+                            images_path.display()
+                        ),
+                    ))
+                }
+                Some(None) => {}
+                Some(Some(v)) => {
+                    let list = &mut obs.views[*v];
+                    if list.last() != Some(&index) {
+                        list.push(index);
+                    }
+                    observed = true;
+                }
+            }
+        }
+        if observed {
+            obs.xyz.push(p.xyz);
+        }
+    }
+    if obs.track_elements == 0 {
+        return Err(ImportError::invalid(
+            &points_path,
+            "the model has no tracks: no point lists the images that observe it, and \
+             --sfm-depths needs them to know where each image sees a point (a model written \
+             without tracks, such as by `gs-pack export` or a converter that drops them, \
+             cannot give SfM depths); convert the original COLMAP model, or drop --sfm-depths",
+        ));
+    }
+    Ok(obs)
+}
+
 /// Checks that every image's camera exists; `images_path` labels the error.
 fn check_camera_refs(
     images_path: &Path,
@@ -475,7 +627,8 @@ fn check_writable(
 }
 
 /// Writes `cameras`, `images` and `points3D` in `encoding` into `dir` (created if needed).
-/// Images are written with empty 2D observation lists; points with empty tracks. Text files get
+/// Images are written with empty 2D observation lists; points with empty tracks
+/// ([`write_model_with_tracks`] writes both). Text files get
 /// COLMAP's standard comment headers and floats in shortest round-trip form (exact round
 /// trips); binary files have COLMAP's exact layout. The points are streamed: the binary count
 /// is patched in afterwards, the text body is spooled to a temporary file in `dir` so the
@@ -486,6 +639,28 @@ pub fn write_model(
     cameras: &[ColmapCamera],
     images: &[ColmapImage],
     points: &mut dyn Iterator<Item = ColmapPoint>,
+) -> Result<(), ImportError> {
+    write_model_with_tracks(
+        dir,
+        encoding,
+        cameras,
+        images,
+        &[],
+        &mut points.map(|p| (p, Vec::new())),
+    )
+}
+
+/// [`write_model`] with observations: image `k` gets the 2D points `observations[k]` (none when
+/// `observations` is shorter), and each point its track. The caller keeps the two consistent
+/// (a track element `(image, idx)` of point `p` is `observations` of that image at `idx`, whose
+/// `point3d_id` is `p`'s id); with none, the files are byte for byte [`write_model`]'s.
+pub fn write_model_with_tracks(
+    dir: &Path,
+    encoding: Encoding,
+    cameras: &[ColmapCamera],
+    images: &[ColmapImage],
+    observations: &[Vec<Point2D>],
+    points: &mut dyn Iterator<Item = (ColmapPoint, Vec<TrackElement>)>,
 ) -> Result<(), ImportError> {
     check_writable(dir, encoding, cameras, images)?;
     std::fs::create_dir_all(dir).map_err(|e| ImportError::io(dir, e))?;
@@ -510,8 +685,8 @@ pub fn write_model(
 
     let (path, mut w) = create("images")?;
     match encoding {
-        Encoding::Binary => binary::write_images(&mut w, images),
-        Encoding::Text => text::write_images(&mut w, images),
+        Encoding::Binary => binary::write_images(&mut w, images, observations),
+        Encoding::Text => text::write_images(&mut w, images, observations),
     }
     .map_err(|e| ImportError::io(&path, e))?;
     finish(&path, w)?;
@@ -523,8 +698,8 @@ pub fn write_model(
             // Placeholder count, patched once the iterator is drained.
             w.write_all(&0u64.to_le_bytes()).map_err(io_err)?;
             let mut n = 0u64;
-            for p in points {
-                binary::write_point(&mut w, &p).map_err(io_err)?;
+            for (p, track) in points {
+                binary::write_point(&mut w, &p, &track).map_err(io_err)?;
                 n += 1;
             }
             let mut f = finish(&path, w)?;
@@ -546,7 +721,7 @@ fn write_text_points(
     path: &Path,
     mut w: BufWriter<File>,
     body_path: &Path,
-    points: &mut dyn Iterator<Item = ColmapPoint>,
+    points: &mut dyn Iterator<Item = (ColmapPoint, Vec<TrackElement>)>,
 ) -> Result<(), ImportError> {
     let body_err = |e| ImportError::io(body_path, e);
     let spool = File::options()
@@ -557,15 +732,16 @@ fn write_text_points(
         .open(body_path)
         .map_err(body_err)?;
     let mut body = BufWriter::new(spool);
-    let mut n = 0u64;
-    for p in points {
-        text::write_point(&mut body, &p).map_err(body_err)?;
+    let (mut n, mut elements) = (0u64, 0u64);
+    for (p, track) in points {
+        text::write_point(&mut body, &p, &track).map_err(body_err)?;
         n += 1;
+        elements += track.len() as u64;
     }
     let mut body = body.into_inner().map_err(|e| body_err(e.into_error()))?;
     body.seek(SeekFrom::Start(0)).map_err(body_err)?;
     let io_err = |e| ImportError::io(path, e);
-    text::write_points_header(&mut w, n).map_err(io_err)?;
+    text::write_points_header(&mut w, n, elements).map_err(io_err)?;
     io::copy(&mut body, &mut w).map_err(io_err)?;
     w.flush().map_err(io_err)?;
     Ok(())
@@ -935,19 +1111,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     }
 
     let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
-    let other = match layout.encoding {
-        Encoding::Binary => Encoding::Text,
-        Encoding::Text => Encoding::Binary,
-    };
-    let points = [layout.encoding, other]
-        .into_iter()
-        .map(|e| {
-            (
-                layout.model_dir.join(format!("points3D.{}", e.extension())),
-                e,
-            )
-        })
-        .find(|(p, _)| p.is_file());
+    let points = points_file(&layout.model_dir, layout.encoding);
     // Why training would start from random points, when it would.
     let random_start_note = match points {
         Some((p, e)) => {

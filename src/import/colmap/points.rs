@@ -1,7 +1,8 @@
 //! Streaming reader of `points3D.bin` / `points3D.txt`.
 //!
 //! Invariants: memory is one buffered-reader buffer ([`READ_BUFFER_BYTES`]) plus at most one
-//! kept text line plus the chunk the caller asked for; nothing is sized by the file's count.
+//! kept text line plus the chunk the caller asked for (plus, opened with
+//! [`PointsReader::open_tracks`], one point's track); nothing is sized by the file's count.
 //! The binary count (or the text `# Number of points: N` comment, when present) is checked
 //! against the records actually found: a file that ends early or goes on past its count is an
 //! error naming the file and the point. Duplicate point ids are NOT detected here (that would
@@ -12,8 +13,8 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use super::binary::{self, Bin};
-use super::text::{self, Lines};
-use super::{ColmapPoint, Encoding};
+use super::text::{self, Lines, TrackTokens};
+use super::{ColmapPoint, Encoding, TrackElement};
 use crate::dataset::{PointChunk, PointSource};
 use crate::import::{ImportError, Location};
 
@@ -44,6 +45,17 @@ pub struct PointsReader {
     /// Points returned so far.
     read: u64,
     done: bool,
+    /// Opened by [`PointsReader::open_tracks`]: each point's track is read into `track`.
+    tracks: Option<Tracks>,
+    /// Where the last point returned starts.
+    at: Location,
+}
+
+/// The track of the last point a track-reading [`PointsReader`] returned.
+struct Tracks {
+    /// Text: the tokenizer every line streams through.
+    tokens: TrackTokens,
+    track: Vec<TrackElement>,
 }
 
 impl PointsReader {
@@ -57,6 +69,19 @@ impl PointsReader {
         )
     }
 
+    /// [`PointsReader::open`] that also reads every point's track
+    /// ([`PointsReader::track`]), for `gs-pack convert --sfm-depths`. The track of one point
+    /// is held at a time, growing as its elements are read.
+    pub fn open_tracks(path: &Path, encoding: Encoding) -> Result<PointsReader, ImportError> {
+        let f = File::open(path).map_err(|e| ImportError::io(path, e))?;
+        PointsReader::from_reader_opts(
+            BufReader::with_capacity(READ_BUFFER_BYTES, f),
+            path,
+            encoding,
+            true,
+        )
+    }
+
     /// Reads from any buffered reader; `path` only labels errors. Reads the header (the binary
     /// count, or the text comments up to the first data line) now.
     pub fn from_reader(
@@ -64,6 +89,21 @@ impl PointsReader {
         path: impl Into<PathBuf>,
         encoding: Encoding,
     ) -> Result<PointsReader, ImportError> {
+        PointsReader::from_reader_opts(reader, path, encoding, false)
+    }
+
+    /// [`PointsReader::from_reader`], reading tracks too when `tracks`
+    /// ([`PointsReader::open_tracks`]).
+    pub fn from_reader_opts(
+        reader: impl BufRead + Send + 'static,
+        path: impl Into<PathBuf>,
+        encoding: Encoding,
+        tracks: bool,
+    ) -> Result<PointsReader, ImportError> {
+        let mut tracks = tracks.then(|| Tracks {
+            tokens: TrackTokens::new(),
+            track: Vec::new(),
+        });
         let path = path.into();
         let reader: Box<dyn BufRead + Send> = Box::new(reader);
         let (inner, declared) = match encoding {
@@ -76,7 +116,9 @@ impl PointsReader {
                 let mut lines = Lines::new(reader);
                 let mut declared = None;
                 let mut pending = None;
-                while let Some(line) = lines.next_line(&path)? {
+                while let Some(line) =
+                    lines.next_line_fed(&path, tracks.as_mut().map(|t| &mut t.tokens))?
+                {
                     let t = line.text.trim();
                     if t.is_empty() {
                         continue;
@@ -99,7 +141,21 @@ impl PointsReader {
             declared,
             read: 0,
             done: false,
+            tracks,
+            at: Location::Record(0),
         })
+    }
+
+    /// The track of the point [`PointsReader::next_point`] returned last, when the reader was
+    /// opened with [`PointsReader::open_tracks`]; empty otherwise.
+    pub fn track(&self) -> &[TrackElement] {
+        self.tracks.as_ref().map_or(&[], |t| &t.track)
+    }
+
+    /// Where the point [`PointsReader::next_point`] returned last starts: its byte offset
+    /// (binary) or line (text), for errors about it.
+    pub fn location(&self) -> Location {
+        self.at
     }
 
     /// The file this reader reads (or the label it was given).
@@ -123,16 +179,18 @@ impl PointsReader {
                     None
                 } else {
                     let start = b.pos();
-                    let p = binary::read_point(b).map_err(|f| {
+                    let track = self.tracks.as_mut().map(|t| &mut t.track);
+                    let p = binary::read_point(b, track).map_err(|f| {
                         binary::record_error(path, f, b.pos(), start, "point", k, n)
                     })?;
+                    self.at = Location::Byte(start);
                     Some(p)
                 }
             }
             Inner::Text { lines, pending } => {
                 let mut next = pending.take();
                 while next.is_none() {
-                    match lines.next_line(path)? {
+                    match lines.next_line_fed(path, self.tracks.as_mut().map(|t| &mut t.tokens))? {
                         None => break,
                         Some(l) => {
                             let t = l.text.trim();
@@ -174,6 +232,17 @@ impl PointsReader {
                         }
                         let p = text::parse_point(&line)
                             .map_err(|m| ImportError::parse(path, at, format!("point {k}: {m}")))?;
+                        if let Some(t) = self.tracks.as_mut() {
+                            if let Some(m) = t.tokens.error.take() {
+                                return Err(ImportError::parse(
+                                    path,
+                                    at,
+                                    format!("point {k} (id {}): {m}", p.id),
+                                ));
+                            }
+                            std::mem::swap(&mut t.track, &mut t.tokens.elements);
+                        }
+                        self.at = at;
                         Some(p)
                     }
                 }

@@ -1229,3 +1229,312 @@ fn mask_candidates_cover_the_stem_convention() {
     assert_eq!(stem, PathBuf::from("/m/a/b.png"));
     assert_eq!(same, PathBuf::from("/m/a/b.jpg"));
 }
+
+// ---------------------------------------------------------------- tracks (--sfm-depths)
+
+/// `n` points, point `k` with a track of `k % 4` elements over image ids 1..=3, and (when
+/// `long` is set) one point whose track is far longer than a text line's kept prefix.
+fn points_with_tracks(n: u64, long: bool) -> Vec<(ColmapPoint, Vec<TrackElement>)> {
+    let mut rng = Rng::new(5);
+    let mut out: Vec<(ColmapPoint, Vec<TrackElement>)> = points(n, &mut rng)
+        .into_iter()
+        .enumerate()
+        .map(|(k, p)| {
+            let track = (0..k as u32 % 4)
+                .map(|e| TrackElement {
+                    image_id: 1 + (k as u32 + e) % 3,
+                    point2d_idx: 1_000_000 * e + k as u32,
+                })
+                .collect();
+            (p, track)
+        })
+        .collect();
+    if long {
+        // ~20 bytes per element: 9,000 elements are ~180 KB, beyond MAX_LINE_BYTES.
+        let track = (0..9_000u32)
+            .map(|e| TrackElement {
+                image_id: 4_000_000_000 - e,
+                point2d_idx: u32::MAX - e,
+            })
+            .collect();
+        out[1].1 = track;
+    }
+    out
+}
+
+fn write_with_tracks(dir: &Path, enc: Encoding, pts: &[(ColmapPoint, Vec<TrackElement>)]) {
+    let m = small_model();
+    write_model_with_tracks(
+        dir,
+        enc,
+        &m.cameras,
+        &m.images,
+        &[],
+        &mut pts.iter().cloned(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn tracks_read_back_in_both_encodings_and_agree() {
+    let want = points_with_tracks(9, true);
+    const { assert!(text::MAX_LINE_BYTES < 9_000 * 20) };
+    let mut got = Vec::new();
+    for enc in [Encoding::Binary, Encoding::Text] {
+        let dir = tempfile::tempdir().unwrap();
+        write_with_tracks(dir.path(), enc, &want);
+        let bytes = file_bytes(dir.path(), "points3D", enc);
+        let read = parse_tracks_bytes(&bytes, enc).unwrap();
+        assert_eq!(read, want, "{enc:?}");
+        // Without tracks the same file reads as the same points, tracks skipped.
+        let plain = parse_points_bytes(&bytes, enc).unwrap();
+        assert_eq!(plain, want.iter().map(|p| p.0.clone()).collect::<Vec<_>>());
+        got.push(read);
+    }
+    assert_eq!(got[0], got[1]);
+    // The text header gives the mean track length.
+    let dir = tempfile::tempdir().unwrap();
+    write_with_tracks(dir.path(), Encoding::Text, &points_with_tracks(4, false));
+    let text = String::from_utf8(file_bytes(dir.path(), "points3D", Encoding::Text)).unwrap();
+    assert!(
+        text.contains("# Number of points: 4, mean track length: 1.5\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn observations_are_written_in_both_encodings_and_images_still_parse() {
+    let m = small_model();
+    let obs = vec![
+        vec![
+            Point2D {
+                xy: [1.5, 2.25],
+                point3d_id: 1000,
+            },
+            Point2D {
+                xy: [0.0, 7.0],
+                point3d_id: 1007,
+            },
+        ],
+        vec![],
+        vec![Point2D {
+            xy: [3.0, 4.0],
+            point3d_id: 1014,
+        }],
+    ];
+    for enc in [Encoding::Binary, Encoding::Text] {
+        let dir = tempfile::tempdir().unwrap();
+        write_model_with_tracks(
+            dir.path(),
+            enc,
+            &m.cameras,
+            &m.images,
+            &obs,
+            &mut std::iter::empty(),
+        )
+        .unwrap();
+        let bytes = file_bytes(dir.path(), "images", enc);
+        assert_eq!(
+            parse_images_bytes(&bytes, enc).unwrap(),
+            m.images,
+            "{enc:?}"
+        );
+        if enc == Encoding::Text {
+            let text = String::from_utf8(bytes).unwrap();
+            assert!(
+                text.contains(" b.png\n1.5 2.25 1000 0.0 7.0 1007\n1 "),
+                "{text}"
+            );
+            assert!(text.contains(" sub/a.png\n\n2 "), "{text}");
+            assert!(text.contains("mean observations per image: 1\n"), "{text}");
+        } else {
+            // Image 0's observation count and first observation follow its name's NUL.
+            let at = bytes.windows(6).position(|w| w == b"b.png\0").unwrap() + 6;
+            assert_eq!(&bytes[at..at + 8], &2u64.to_le_bytes());
+            assert_eq!(&bytes[at + 8..at + 16], &1.5f64.to_le_bytes());
+            assert_eq!(&bytes[at + 24..at + 32], &1000u64.to_le_bytes());
+        }
+    }
+    // Without observations the files are byte for byte write_model's.
+    for enc in [Encoding::Binary, Encoding::Text] {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        write(a.path(), enc, &m);
+        write_model_with_tracks(
+            b.path(),
+            enc,
+            &m.cameras,
+            &m.images,
+            &[],
+            &mut m.points.clone().into_iter().map(|p| (p, Vec::new())),
+        )
+        .unwrap();
+        for name in ["cameras", "images", "points3D"] {
+            assert_eq!(
+                file_bytes(a.path(), name, enc),
+                file_bytes(b.path(), name, enc)
+            );
+        }
+    }
+}
+
+#[test]
+fn every_truncated_binary_track_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_with_tracks(dir.path(), Encoding::Binary, &points_with_tracks(6, false));
+    let bytes = file_bytes(dir.path(), "points3D", Encoding::Binary);
+    for cut in 0..bytes.len() {
+        let (at, msg) = parse_err(parse_tracks_bytes(&bytes[..cut], Encoding::Binary));
+        assert_eq!(at, Location::Byte(cut as u64), "cut at {cut}: {msg}");
+        assert!(msg.contains("file ends"), "{msg}");
+    }
+    // A track length far beyond the file is an error at the end, not an allocation.
+    let mut huge = bytes.clone();
+    // Point 0: 8 id + 24 xyz + 3 rgb + 8 error = byte 43 of the record, after the count.
+    huge[8 + 43..8 + 51].copy_from_slice(&(1u64 << 60).to_le_bytes());
+    let (at, msg) = parse_err(parse_tracks_bytes(&huge, Encoding::Binary));
+    assert_eq!(
+        at,
+        Location::Byte(bytes.len() as u64),
+        "where the file ends"
+    );
+    assert!(msg.contains("point record 0"), "{msg}");
+}
+
+#[test]
+fn bad_text_tracks_are_named_by_line() {
+    let head = "# Number of points: 2\n1 0.5 0.5 0.5 1 2 3 0.1 1 0\n";
+    for (tail, want) in [
+        ("2 1.0 2.0 3.0 4 5 6 0.2 1 0 3\n", "no POINT2D_IDX"),
+        ("2 1.0 2.0 3.0 4 5 6 0.2 1 0 3", "no POINT2D_IDX"),
+        ("2 1.0 2.0 3.0 4 5 6 0.2 1 x\n", "\"x\" is not a valid u32"),
+        ("2 1.0 2.0 3.0 4 5 6 0.2 4294967296 1\n", "IMAGE_ID"),
+        (
+            "2 1.0 2.0 3.0 4 5 6 0.2 1 0000000000000000000000000000001\n",
+            "POINT2D_IDX",
+        ),
+    ] {
+        let text = format!("{head}{tail}");
+        let (at, msg) = parse_err(parse_tracks_bytes(text.as_bytes(), Encoding::Text));
+        assert_eq!(at, Location::Line(3), "{tail:?}: {msg}");
+        assert!(
+            msg.contains("point 1 (id 2)") && msg.contains(want),
+            "{tail:?}: {msg}"
+        );
+        // Without tracks the line is fine: its track is not read.
+        assert_eq!(
+            parse_points_bytes(text.as_bytes(), Encoding::Text)
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+    // Tracks with CRLF line ends and extra blanks read as written.
+    let crlf = "1 0.5 0.5 0.5 1 2 3 0.1  7   3 \t 8 4\r\n";
+    let got = parse_tracks_bytes(crlf.as_bytes(), Encoding::Text).unwrap();
+    assert_eq!(
+        got[0].1,
+        vec![
+            TrackElement {
+                image_id: 7,
+                point2d_idx: 3
+            },
+            TrackElement {
+                image_id: 8,
+                point2d_idx: 4
+            }
+        ]
+    );
+}
+
+/// Rewrites the gs_workspace model's points with `tracks` (per point: image ids).
+fn workspace_tracks(root: &Path, enc: Encoding, tracks: &[&[u32]]) {
+    let m = read_model(&root.join("sparse"), enc).unwrap();
+    let pts: Vec<(ColmapPoint, Vec<TrackElement>)> = m
+        .points
+        .into_iter()
+        .zip(tracks.iter().chain(std::iter::repeat(&&[][..])))
+        .map(|(p, ids)| {
+            let track = ids
+                .iter()
+                .enumerate()
+                .map(|(e, &image_id)| TrackElement {
+                    image_id,
+                    point2d_idx: e as u32,
+                })
+                .collect();
+            (p, track)
+        })
+        .collect();
+    write_model_with_tracks(
+        &root.join("sparse"),
+        enc,
+        &m.cameras,
+        &m.images,
+        &[],
+        &mut pts.into_iter(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn observations_list_each_views_points_once() {
+    // gs_workspace's image ids: v0.png 9, v1.png 8, sub/v2.png 7, v3.png 6; views sort by
+    // name: sub/v2 (0), v0 (1), v1 (2), v3 (3).
+    for enc in [Encoding::Binary, Encoding::Text] {
+        let dir = tempfile::tempdir().unwrap();
+        gs_workspace(dir.path(), enc);
+        let all = read_model(&dir.path().join("sparse"), enc).unwrap().points;
+        // Point 0 seen by v0 twice (a duplicate in its track) and sub/v2; point 1 by nobody;
+        // point 2 by v3 only; point 3 by v1.png only, whose file is then removed.
+        workspace_tracks(dir.path(), enc, &[&[9, 7, 9], &[], &[6], &[8]]);
+        std::fs::remove_file(dir.path().join("images/v1.png")).unwrap();
+        let scene = import(dir.path(), &ImportOptions::default()).unwrap();
+        assert_eq!(scene.views.len(), 3, "v1.png is missing and skipped");
+        let obs = read_observations(dir.path(), &ImportOptions::default(), &scene.views).unwrap();
+        assert_eq!(obs.track_elements, 5);
+        // Only the points some packed view observes are kept, in file order.
+        assert_eq!(obs.xyz, vec![all[0].xyz, all[2].xyz]);
+        assert_eq!(obs.views, vec![vec![0], vec![0], vec![1]], "{enc:?}");
+        assert_eq!(obs.observations(), 3);
+    }
+}
+
+#[test]
+fn dangling_track_images_and_trackless_models_are_refused() {
+    for enc in [Encoding::Binary, Encoding::Text] {
+        let dir = tempfile::tempdir().unwrap();
+        gs_workspace(dir.path(), enc);
+        let scene = import(dir.path(), &ImportOptions::default()).unwrap();
+        let points = format!("points3D.{}", enc.extension());
+        // gs_workspace writes no tracks.
+        let e = read_observations(dir.path(), &ImportOptions::default(), &scene.views)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&points) && e.contains("has no tracks"), "{e}");
+        // Point 2 (id 1014) names image 42, which images.bin/txt does not register.
+        workspace_tracks(dir.path(), enc, &[&[9], &[], &[8, 42]]);
+        let e = read_observations(dir.path(), &ImportOptions::default(), &scene.views).unwrap_err();
+        let (at, msg) = match &e {
+            ImportError::Parse { at, msg, path } => {
+                assert!(path.ends_with(format!("sparse/{points}")), "{e}");
+                (*at, msg.clone())
+            }
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            msg.contains("point 1014") && msg.contains("image 42") && msg.contains("images."),
+            "{msg}"
+        );
+        match enc {
+            // Line 6: three header comments, then points 1000, 1007 and 1014.
+            Encoding::Text => assert_eq!(at, Location::Line(6)),
+            Encoding::Binary => assert!(matches!(at, Location::Byte(b) if b > 8)),
+        }
+        // No points file at all.
+        std::fs::remove_file(dir.path().join("sparse").join(&points)).unwrap();
+        let e = read_observations(dir.path(), &ImportOptions::default(), &scene.views)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no points3D.bin or points3D.txt"), "{e}");
+    }
+}

@@ -9,7 +9,9 @@
 //! present the record count must match, which catches files truncated at a line boundary.
 //!
 //! Invariants: at most [`MAX_LINE_BYTES`] of any line are kept in memory (longer observation
-//! and track tails are streamed past), every error names the file and the 1-based line, and
+//! and track tails are streamed past; a track read for `--sfm-depths` is parsed as it streams
+//! by [`TrackTokens`], its elements growing as read), every error names the file and the
+//! 1-based line, and
 //! the writer prints floats in Rust's shortest round-trip form so text round trips are exact.
 
 use std::collections::{HashMap, HashSet};
@@ -19,7 +21,7 @@ use std::path::Path;
 use super::binary::duplicate_image;
 use super::{
     camera_model_by_id, camera_model_by_name, check_camera, check_image, check_point, ColmapCamera,
-    ColmapImage, ColmapPoint, CAMERA_MODELS,
+    ColmapImage, ColmapPoint, Point2D, TrackElement, CAMERA_MODELS,
 };
 use crate::import::{ImportError, Location};
 
@@ -63,6 +65,19 @@ impl<R: BufRead> Lines<R> {
     /// Reads one line, keeping at most `keep` bytes of it (0 skips it without storing).
     /// `None` at the end of the file.
     fn read(&mut self, keep: usize) -> io::Result<Option<(bool, bool)>> {
+        self.read_fed(keep, None)
+    }
+
+    /// [`Lines::read`], also handing every byte of the line, kept or not, to `feed` (reset
+    /// first), so a track longer than the kept prefix is still read whole.
+    fn read_fed(
+        &mut self,
+        keep: usize,
+        mut feed: Option<&mut TrackTokens>,
+    ) -> io::Result<Option<(bool, bool)>> {
+        if let Some(f) = feed.as_deref_mut() {
+            f.reset();
+        }
         self.buf.clear();
         let mut any = false;
         let mut clipped = false;
@@ -76,6 +91,9 @@ impl<R: BufRead> Lines<R> {
                 if !any {
                     return Ok(None);
                 }
+                if let Some(f) = feed.as_deref_mut() {
+                    f.finish();
+                }
                 self.line += 1;
                 return Ok(Some((clipped, false)));
             }
@@ -84,6 +102,12 @@ impl<R: BufRead> Lines<R> {
                 Some(i) => (i, true),
                 None => (avail.len(), false),
             };
+            if let Some(f) = feed.as_deref_mut() {
+                f.feed(&avail[..len]);
+                if done {
+                    f.finish();
+                }
+            }
             let room = keep.saturating_sub(self.buf.len());
             if len > room {
                 clipped = true;
@@ -100,8 +124,17 @@ impl<R: BufRead> Lines<R> {
     /// The next line, its kept prefix decoded as UTF-8 (a clipped line loses a partial
     /// character at the cut; an unclipped line must be valid UTF-8).
     pub(super) fn next_line(&mut self, path: &Path) -> Result<Option<Line>, ImportError> {
+        self.next_line_fed(path, None)
+    }
+
+    /// [`Lines::next_line`], handing the whole line to `feed` too ([`Lines::read_fed`]).
+    pub(super) fn next_line_fed(
+        &mut self,
+        path: &Path,
+        feed: Option<&mut TrackTokens>,
+    ) -> Result<Option<Line>, ImportError> {
         let Some((clipped, newline)) = self
-            .read(MAX_LINE_BYTES)
+            .read_fed(MAX_LINE_BYTES, feed)
             .map_err(|e| ImportError::io(path, e))?
         else {
             return Ok(None);
@@ -128,6 +161,115 @@ impl<R: BufRead> Lines<R> {
             clipped,
             newline,
         }))
+    }
+}
+
+/// Longest token of a track read whole: a u32 has at most 10 digits; a few more allow a sign
+/// and leading zeros. A longer token is no IMAGE_ID or POINT2D_IDX.
+const MAX_TRACK_TOKEN: usize = 24;
+
+/// Reads the track of a `points3D.txt` line as its bytes stream past ([`Lines::read_fed`]):
+/// skips the first [`TrackTokens::FIXED_FIELDS`] fields, then pairs the rest into
+/// [`TrackElement`]s, which grow as they are read. Holds at most one token besides them; the
+/// first problem is kept in `error` (the rest of the line is then only counted).
+pub(super) struct TrackTokens {
+    /// Fields seen on this line so far.
+    field: usize,
+    token: [u8; MAX_TRACK_TOKEN],
+    /// Bytes of the current token (may exceed [`MAX_TRACK_TOKEN`]; only that many are kept).
+    token_len: usize,
+    /// The IMAGE_ID waiting for its POINT2D_IDX.
+    image_id: Option<u32>,
+    pub(super) elements: Vec<TrackElement>,
+    pub(super) error: Option<String>,
+}
+
+impl TrackTokens {
+    /// `POINT3D_ID X Y Z R G B ERROR` come before the track.
+    const FIXED_FIELDS: usize = 8;
+
+    pub(super) fn new() -> TrackTokens {
+        TrackTokens {
+            field: 0,
+            token: [0; MAX_TRACK_TOKEN],
+            token_len: 0,
+            image_id: None,
+            elements: Vec::new(),
+            error: None,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.field = 0;
+        self.token_len = 0;
+        self.image_id = None;
+        self.elements.clear();
+        self.error = None;
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        for &c in bytes {
+            if c.is_ascii_whitespace() {
+                self.end_token();
+            } else {
+                if self.token_len < MAX_TRACK_TOKEN {
+                    self.token[self.token_len] = c;
+                }
+                self.token_len += 1;
+            }
+        }
+    }
+
+    fn end_token(&mut self) {
+        if self.token_len == 0 {
+            return;
+        }
+        let field = self.field;
+        self.field += 1;
+        let len = self.token_len;
+        self.token_len = 0;
+        if field < Self::FIXED_FIELDS || self.error.is_some() {
+            return;
+        }
+        let k = field - Self::FIXED_FIELDS;
+        let what = if k.is_multiple_of(2) {
+            "IMAGE_ID"
+        } else {
+            "POINT2D_IDX"
+        };
+        let kept = &self.token[..len.min(MAX_TRACK_TOKEN)];
+        let value = (len <= MAX_TRACK_TOKEN)
+            .then(|| std::str::from_utf8(kept).ok()?.parse::<u32>().ok())
+            .flatten();
+        let Some(value) = value else {
+            self.error = Some(format!(
+                "track value {k} ({what}) {:?}{} is not a valid u32; the track is \
+                 IMAGE_ID POINT2D_IDX pairs: fix the line or re-export the model",
+                String::from_utf8_lossy(kept),
+                if len > MAX_TRACK_TOKEN { "…" } else { "" }
+            ));
+            return;
+        };
+        match self.image_id.take() {
+            None => self.image_id = Some(value),
+            Some(image_id) => self.elements.push(TrackElement {
+                image_id,
+                point2d_idx: value,
+            }),
+        }
+    }
+
+    /// Ends the line: the last token, and a lone IMAGE_ID left over.
+    fn finish(&mut self) {
+        self.end_token();
+        if self.error.is_none() {
+            if let Some(image_id) = self.image_id.take() {
+                self.error = Some(format!(
+                    "the track ends with IMAGE_ID {image_id} and no POINT2D_IDX (an odd number \
+                     of track values); the line is cut or corrupt: re-export the model"
+                ));
+            }
+        }
     }
 }
 
@@ -454,19 +596,37 @@ pub(super) fn write_cameras(w: &mut impl Write, cameras: &[ColmapCamera]) -> io:
     Ok(())
 }
 
-pub(super) fn write_images(w: &mut impl Write, images: &[ColmapImage]) -> io::Result<()> {
+/// A mean for a header comment: `0` when there is nothing to average (as files written
+/// before observations were), else the shortest round-trip decimal.
+fn mean(total: u64, count: u64) -> String {
+    if total == 0 || count == 0 {
+        "0".to_owned()
+    } else {
+        format!("{}", total as f64 / count as f64)
+    }
+}
+
+/// Writes the images; image `k` gets the 2D observations `observations[k]` (an empty line when
+/// `observations` is shorter).
+pub(super) fn write_images(
+    w: &mut impl Write,
+    images: &[ColmapImage],
+    observations: &[Vec<Point2D>],
+) -> io::Result<()> {
     writeln!(w, "# Image list with two lines of data per image:")?;
     writeln!(
         w,
         "#   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, CAMERA_ID, NAME"
     )?;
     writeln!(w, "#   POINTS2D[] as (X, Y, POINT3D_ID)")?;
+    let total: u64 = observations.iter().map(|o| o.len() as u64).sum();
     writeln!(
         w,
-        "# Number of images: {}, mean observations per image: 0",
-        images.len()
+        "# Number of images: {}, mean observations per image: {}",
+        images.len(),
+        mean(total, images.len() as u64)
     )?;
-    for i in images {
+    for (k, i) in images.iter().enumerate() {
         let [qw, qx, qy, qz] = i.qvec;
         let [tx, ty, tz] = i.tvec;
         writeln!(
@@ -474,23 +634,45 @@ pub(super) fn write_images(w: &mut impl Write, images: &[ColmapImage]) -> io::Re
             "{} {qw:?} {qx:?} {qy:?} {qz:?} {tx:?} {ty:?} {tz:?} {} {}",
             i.id, i.camera_id, i.name
         )?;
-        // The (empty) 2D observation line.
+        // The 2D observation line (empty without observations).
+        let obs = observations.get(k).map_or(&[][..], Vec::as_slice);
+        for (n, o) in obs.iter().enumerate() {
+            let sep = if n == 0 { "" } else { " " };
+            write!(w, "{sep}{:?} {:?} {}", o.xy[0], o.xy[1], o.point3d_id)?;
+        }
         writeln!(w)?;
     }
     Ok(())
 }
 
-pub(super) fn write_points_header(w: &mut impl Write, count: u64) -> io::Result<()> {
+/// The header of `points3D.txt` for `count` points with `track_elements` track elements.
+pub(super) fn write_points_header(
+    w: &mut impl Write,
+    count: u64,
+    track_elements: u64,
+) -> io::Result<()> {
     writeln!(w, "# 3D point list with one line of data per point:")?;
     writeln!(
         w,
         "#   POINT3D_ID, X, Y, Z, R, G, B, ERROR, TRACK[] as (IMAGE_ID, POINT2D_IDX)"
     )?;
-    writeln!(w, "# Number of points: {count}, mean track length: 0")
+    writeln!(
+        w,
+        "# Number of points: {count}, mean track length: {}",
+        mean(track_elements, count)
+    )
 }
 
-pub(super) fn write_point(w: &mut impl Write, p: &ColmapPoint) -> io::Result<()> {
+pub(super) fn write_point(
+    w: &mut impl Write,
+    p: &ColmapPoint,
+    track: &[TrackElement],
+) -> io::Result<()> {
     let [x, y, z] = p.xyz;
     let [r, g, b] = p.rgb;
-    writeln!(w, "{} {x:?} {y:?} {z:?} {r} {g} {b} {:?}", p.id, p.error)
+    write!(w, "{} {x:?} {y:?} {z:?} {r} {g} {b} {:?}", p.id, p.error)?;
+    for e in track {
+        write!(w, " {} {}", e.image_id, e.point2d_idx)?;
+    }
+    writeln!(w)
 }
