@@ -811,36 +811,6 @@ pub fn points_in_view(
     Ok(Some(PointsInView { sampled, seen }))
 }
 
-/// Pixels holding a depth value (a stored value other than [`crate::shard::DepthScale::NO_DEPTH`]),
-/// over every view's inverse-depth plane: the point pixels of a pack converted with
-/// `--sfm-depths` (`gs-pack info`). Decodes every view that has a plane, in parallel.
-pub fn depth_point_pixels(
-    pack: &crate::shard::reader::Pack,
-) -> Result<u64, crate::shard::ShardError> {
-    use rayon::prelude::*;
-    let m = pack.manifest();
-    (0..m.views.len())
-        .into_par_iter()
-        .filter(|&i| m.views[i].depth.is_some())
-        .map_init(Vec::new, |buf, i| {
-            let v = &m.views[i];
-            buf.resize(v.decoded_len(), 0u8);
-            pack.read_view_into(i, buf)?;
-            let planes = v
-                .layout()
-                .planes(buf, v.width(), v.height())
-                .expect("sized by the manifest");
-            Ok(planes.depth.map_or(0, |d| {
-                d.chunks_exact(2)
-                    .filter(|b| {
-                        u16::from_le_bytes([b[0], b[1]]) != crate::shard::DepthScale::NO_DEPTH
-                    })
-                    .count() as u64
-            }))
-        })
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

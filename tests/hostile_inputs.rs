@@ -790,7 +790,7 @@ fn sfm_depths_refusals_name_the_file_and_the_remedy() {
     };
     // One kind of depth per pack.
     let colmap = tmp.path().join("colmap");
-    synth(&colmap, &["--depths"]);
+    synth(&colmap, &["--depths", "--tracks"]);
     refused(
         &colmap,
         &["--depths", "depths"],

@@ -42,6 +42,7 @@ fn scene(dir: &Path) -> std::path::PathBuf {
         "colmap",
         "--seed",
         "5",
+        "--tracks",
     ]);
     assert!(o.status.success(), "{}", text(&o));
     scene
@@ -113,6 +114,8 @@ fn check_planes(pack: &Path, points: &[[f64; 3]], width: u32, height: u32) -> u6
             );
         }
         assert!(held > 0, "view {i}: a plane holds at least one point");
+        // The manifest counts them (the divisor of the view's depth mean in training).
+        assert_eq!(v.depth_pixels, Some(held), "view {i}");
         total += held;
     }
     total

@@ -2936,6 +2936,80 @@ fn eval_pose_steps_scores_held_out_views_from_aligned_poses() {
 /// unweighted depth L1 (which falls), `cfg_args` names the folder as 3DGS's `-d`; the device
 /// engine (emulated) starts from the same depth loss; `--depth-l1-weight-init 0` trains
 /// without the maps and says so; a depth setting on a pack without maps is refused.
+/// SfM depths end to end: a synthetic COLMAP scene converted with `--sfm-depths` trains with
+/// the term on both engines (the log says so, with gsplat's constant weight times the
+/// extent), the term falls over the run, the engines' first rows agree, and a run at half
+/// resolution still finds its points (the loader keeps them when it downscales the planes).
+#[test]
+fn sfm_depths_regularize_training_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let scene = dir.path().join("scene");
+    gs_pack_ok(&[
+        "synth",
+        "-o",
+        s(&scene),
+        "--views",
+        "12",
+        "--width",
+        "48",
+        "--height",
+        "36",
+        "--points",
+        "400",
+        "--format",
+        "colmap",
+        "--seed",
+        "4",
+        "--tracks",
+    ]);
+    let pack = dir.path().join("sfm.pack");
+    gs_pack_ok(&["convert", s(&scene), "-o", s(&pack), "--sfm-depths"]);
+    let run = |name: &str, extra: &[&str], emulate: bool| {
+        let out = dir.path().join(name);
+        let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "60"];
+        args.extend_from_slice(COMMON);
+        args.extend_from_slice(extra);
+        let mut cmd = Command::new(BIN);
+        cmd.args(&args);
+        if emulate {
+            cmd.env("GS_CUDA_EMULATE", "1");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let rows = ramsplat::train::report::read_metrics(&out.join("metrics.jsonl")).unwrap();
+        (rows, stderr(&o))
+    };
+    let (rows, log) = run("cpu", &["--backend", "cpu", "--depth-lambda", "0.5"], false);
+    assert!(
+        log.contains("depth from SfM points (gsplat's --depth_loss): 12 of 12 views"),
+        "{log}"
+    );
+    assert!(log.contains("weight 0.5, times the scene extent"), "{log}");
+    let depth: Vec<f64> = rows.iter().map(|r| r.depth_l1.unwrap()).collect();
+    assert_eq!(depth.len(), 6);
+    assert!(depth[5] < depth[0], "depth L1 per row: {depth:?}");
+
+    let (dev_rows, dev_log) = run(
+        "cuda",
+        &["--backend", "cuda", "--depth-lambda", "0.5"],
+        true,
+    );
+    assert!(dev_log.contains("depth from SfM points"), "{dev_log}");
+    let (a, b) = (rows[0].depth_l1.unwrap(), dev_rows[0].depth_l1.unwrap());
+    assert!(
+        (a - b).abs() <= 0.02 * a,
+        "first rows' depth L1: cpu {a}, device {b}"
+    );
+
+    // gsplat's default weight, at half resolution: the points survive the loader's resize.
+    let (half, half_log) = run("half", &["--backend", "cpu", "-r", "2"], false);
+    assert!(
+        half_log.contains("weight 0.01, times the scene extent"),
+        "{half_log}"
+    );
+    assert!(half.iter().all(|r| r.depth_l1.is_some_and(|d| d > 0.0)));
+}
+
 #[test]
 fn depth_maps_regularize_training_end_to_end() {
     let dir = tempfile::tempdir().unwrap();

@@ -553,15 +553,11 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     let alpha_views = m.views.iter().filter(|v| v.alpha).count();
     let masked_views = m.views.iter().filter(|v| v.mask).count();
     let depth_views = m.views.iter().filter(|v| v.depth.is_some()).count();
-    // Sparse SfM depth planes: the pixels holding a point, counted by reading the planes.
-    let point_pixels = if m.source.sfm_depths {
-        Some(
-            ramsplat::pack::depth_point_pixels(&pack)
-                .with_context(|| format!("reading the depth planes of {}", path.display()))?,
-        )
-    } else {
-        None
-    };
+    // Sparse SfM depth planes: the pixels holding a point, as the manifest counts them.
+    let point_pixels = m
+        .source
+        .sfm_depths
+        .then(|| m.views.iter().filter_map(|v| v.depth_pixels).sum::<u64>());
     let points: u64 = m.clouds.iter().map(|c| c.points).sum();
     let in_view = ramsplat::pack::points_in_view(&pack)
         .with_context(|| format!("reading the points of {}", path.display()))?;

@@ -39,7 +39,7 @@
 //!   metadata writers, never collected. The one exception is COLMAP's observations (24 bytes
 //!   each), held because `images.txt` lists them before `points3D.txt` lists the points: the
 //!   points are streamed twice (once to find which views observe each, once to write them
-//!   with their tracks).
+//!   with their tracks). Only with `--tracks`; without it the model has none.
 //! - Every file appears complete or not at all: written through [`crate::fsutil`] (hidden
 //!   temporary name in the same directory, fsync, rename into place when complete); a failed
 //!   write (a full disk) removes its temporary file, so no `.tmp` image is left behind.
@@ -164,6 +164,13 @@ pub struct SynthArgs {
     /// `gs-pack convert --depths depths` reads.
     #[arg(long)]
     pub depths: bool,
+    /// Also write the COLMAP model's observations and tracks: which views see each point
+    /// (in front, in frame and not hidden behind other surfaces), what `gs-pack convert
+    /// --sfm-depths` reads. Every point is traced towards every camera, and each observation
+    /// is held (24 bytes) until the model is written; without it the model has no tracks, as
+    /// before (large benchmark scenes stay quick). COLMAP format only.
+    #[arg(long)]
+    pub tracks: bool,
 }
 
 impl SynthArgs {
@@ -180,6 +187,7 @@ impl SynthArgs {
             image_format: ImageFormat::Png,
             force: false,
             depths: false,
+            tracks: false,
         }
     }
 }
@@ -257,6 +265,13 @@ fn validate(args: &SynthArgs) -> Result<(), SynthError> {
         if v == 0 || v > MAX_SIDE {
             return bad(format!("{name} {v} is outside 1..={MAX_SIDE}"));
         }
+    }
+    if args.tracks && args.format != SynthFormat::Colmap {
+        return bad(
+            "--tracks writes a COLMAP model's observations; transforms.json has none: use \
+             --format colmap, or drop --tracks"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -579,7 +594,10 @@ fn write_colmap(
             name: image_name(i, args.image_format),
         })
         .collect();
-    let observations = observations(scene, cameras, args.points);
+    let observations = match args.tracks {
+        true => observations(scene, cameras, args.points),
+        false => vec![Vec::new(); cameras.len()],
+    };
     // The points again (the stream is deterministic), each with its track: the images whose
     // next observation is this point, in image order; an image's observations are in point
     // order, so one cursor per image finds each observation's index.
@@ -1176,7 +1194,10 @@ mod tests {
     fn colmap_observations_are_consistent_and_visible() {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("ds");
-        let args = tiny(&out, SynthFormat::Colmap);
+        let args = SynthArgs {
+            tracks: true,
+            ..tiny(&out, SynthFormat::Colmap)
+        };
         run(&args, &|_, _| {}).unwrap();
         let sparse = out.join("sparse/0");
         let points = std::fs::read(sparse.join("points3D.txt")).unwrap();
@@ -1316,6 +1337,8 @@ mod tests {
             |a: &mut SynthArgs| a.views = 0,
             |a: &mut SynthArgs| a.width = 0,
             |a: &mut SynthArgs| a.height = MAX_SIDE + 1,
+            // transforms.json has no observations to write.
+            |a: &mut SynthArgs| a.tracks = true,
         ] {
             let mut args = tiny(&tmp.path().join("x"), SynthFormat::Nerf);
             f(&mut args);
