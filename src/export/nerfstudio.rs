@@ -195,7 +195,7 @@ pub struct ExportReport {
     /// Views whose depth map was written (0 for a pack of sparse SfM depths).
     pub depth_views: usize,
     /// Views whose sparse SfM depth plane (`gs-pack convert --sfm-depths`) was not written:
-    /// such a plane is no monocular depth map ([`exports_depths`]).
+    /// such a plane is no monocular depth map.
     pub sfm_depth_views_skipped: usize,
     pub points: u64,
     pub points_source: PointsSource,
