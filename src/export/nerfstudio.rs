@@ -15,7 +15,7 @@
 //!   `gs-pack convert FOLDER --depths depths` packs the same planes and scales. A view packed
 //!   without depth has neither a map nor an entry, which the importer reads as "no depth"
 //!   (`crate::import::nerf`). The sparse planes of a pack converted with `--sfm-depths` are
-//!   not written (they are no monocular depth maps, see [`exports_depths`]); the report counts
+//!   not written (they are no monocular depth maps); the report counts
 //!   them ([`ExportReport::sfm_depth_views_skipped`]);
 //! - `transforms.json`: `camera_model: "PINHOLE"`; per frame `file_path`, `w`, `h`, `fl_x`,
 //!   `fl_y`, `cx`, `cy` (the pack's pinhole intrinsics: no distortion is left to undo),
