@@ -310,17 +310,22 @@ extern "C" __global__ void exposure_finish(
 // `depth_offset` on; 0 = no depth) as DepthScale::target computes it on the host,
 // raw·2⁻¹⁶·scale + offset in f32 (no contraction: --fmad=false), so no converted copy of the
 // plane is made or uploaded. `masked` is uniform; the mask is the staged view's bytes from
-// `mask_offset` on, as for apply_mask.
+// `mask_offset` on, as for apply_mask. With `normalized` (SfM points) the compared value is
+// D/A, A = 1 − final_t the pixel's accumulated opacity held constant (so the gradient is
+// step·sign/A), and pixels with A below min_cover are left out.
 extern "C" __global__ void depth_l1(
     u64 n_pixels,
     const float* __restrict__ render,  // [n_pixels] D
+    const float* __restrict__ final_t, // [n_pixels] final transmittance (read when normalized)
+    u32 normalized,
+    float min_cover,
     const u8* __restrict__ frame,      // the staged view: mask and depth plane at their offsets
     u32 masked,
     u64 mask_offset,
     u64 depth_offset,
     float scale,
     float offset,
-    float step,                        // weight / n_pixels
+    float step,                        // weight / divisor
     float* __restrict__ d_out,         // [n_pixels] out
     double* __restrict__ part)         // [gridDim.x] out
 {
@@ -329,13 +334,16 @@ extern "C" __global__ void depth_l1(
     if (p < n_pixels) {
         const u32 raw = (u32)frame[depth_offset + 2 * p] | ((u32)frame[depth_offset + 2 * p + 1] << 8);
         const float t = (float)raw * (1.0f / 65536.0f) * scale + offset;
+        const float a = normalized != 0u ? 1.0f - final_t[p] : 1.0f;
         // t != t: NaN, which a finite scale never makes; skipped as the host skips it.
-        if (raw == 0u || (masked != 0u && frame[mask_offset + p] == 0) || t != t) {
+        if (raw == 0u || (masked != 0u && frame[mask_offset + p] == 0) || t != t || a < min_cover) {
             d_out[p] = 0.0f;
         } else {
-            const float diff = render[p] - t;
+            const float value = normalized != 0u ? render[p] / a : render[p];
+            const float s = normalized != 0u ? step / a : step;
+            const float diff = value - t;
             v = (double)fabsf(diff);
-            d_out[p] = diff > 0.0f ? step : (diff < 0.0f ? -step : 0.0f);
+            d_out[p] = diff > 0.0f ? s : (diff < 0.0f ? -s : 0.0f);
         }
     }
     const double total = block_sum<GS_LOSS_BLOCK>(v);

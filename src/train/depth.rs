@@ -25,17 +25,26 @@
 //! ([`crate::shard::SourceInfo::sfm_depths`]): the inverse depth of each SfM point the view's
 //! image observes, at the pixel it projects to, and no depth elsewhere. Their term is gsplat's
 //!
-//! `L_depth = λ · extent · mean over the view's points of |D − 1/z|`
+//! `L_depth = λ · extent · mean over the view's points of |D/A − 1/z|`
 //!
 //! with `λ = 0.01` held constant by default (gsplat's `depth_lambda`; the schedule above with
 //! equal ends) and `extent` the scene extent (3DGS's `cameras_extent`, gsplat's `scene_scale`),
 //! which makes the term independent of the scene's units. The mean is over the points the pack
 //! kept for the view ([`crate::shard::ViewEntry::depth_pixels`]), not its pixels: a view of a
-//! few thousand points among two million pixels would otherwise carry almost no weight. What
-//! differs from gsplat: `D` is the rasterizer's `Σ wᵢ/zᵢ` read at the point's pixel (gsplat
-//! bilinearly samples `1/ED` there, `ED = Σ wᵢzᵢ / Σ wᵢ`), and points hidden behind a nearer one
-//! in the same pixel are left out (the pack keeps the nearest). Masked pixels and those outside
-//! a half-trained view's region count as zero, as for dense maps.
+//! few thousand points among two million pixels would otherwise carry almost no weight.
+//!
+//! `D/A` is the render's inverse depth divided by its accumulated opacity `A = Σ wᵢ`, held
+//! constant in the gradient (`∂L/∂D = λ·extent·sign/(A·n)`): the depth of what the pixel
+//! shows, whatever its opacity, as gsplat's expected depth `ED = Σ wᵢzᵢ / Σ wᵢ` is. Compared
+//! unnormalized, a pixel that is not yet opaque reads as too far (`D < 1/z` at the right
+//! depth), and the term pulls its Gaussians towards the camera: on a synthetic scene (one seed) that cost
+//! 3.8 dB of held-out PSNR where the normalized term lost 0.5 (README, Depth regularization).
+//! Pixels with `A` below [`MIN_COVER`] are left out (nothing drawn there to have a depth).
+//! What else differs from gsplat: `D/A` is read at the point's pixel (gsplat bilinearly
+//! samples `1/ED` at the point's position), a harmonic rather than arithmetic mean of the
+//! splats' depths, and points hidden behind a nearer one in the same pixel are left out (the
+//! pack keeps the nearest). Masked pixels and those outside a half-trained view's region count
+//! as zero, as for dense maps.
 //!
 //! This module owns the configuration, the schedule and the host loss; the device engine
 //! computes the same loss with `kernels/loss.cu`'s `depth_l1`.
@@ -48,6 +57,11 @@ use super::schedule::ExponentialLr;
 /// Pixels per work item of [`l1_and_grad`]: the partial sums are added in this fixed order,
 /// so the value does not depend on the thread count.
 const CHUNK: usize = 1 << 14;
+
+/// Below this accumulated opacity a pixel's normalized inverse depth `D/A` is left out of
+/// the term on SfM points (nothing is drawn there to give a depth; one 8-bit level, the
+/// threshold `gs-render --depth` draws at).
+pub const MIN_COVER: f32 = 1.0 / 255.0;
 
 /// The depth loss's weight schedule (3DGS's `depth_l1_weight_*`; its defaults).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -179,10 +193,14 @@ impl DepthConfig {
 /// NaN target, "no depth", add nothing; `divisor` is the pixel count for a dense map, the
 /// view's point count for SfM points: [`DepthConfig::divisor`]), and into `d_out` its
 /// gradient times `weight`: `weight · sign(D − T) / divisor` on used pixels (0 where `D = T`,
-/// as torch's `abs` gives), 0 on excluded ones. Returns the unweighted mean (3DGS's
+/// as torch's `abs` gives), 0 on excluded ones. With `alpha` (SfM points, see the module
+/// doc) `D/A` takes `D`'s place, `A` held constant (the gradient is divided by it), and
+/// pixels with `A <` [`MIN_COVER`] are excluded. Returns the unweighted mean (3DGS's
 /// `Ll1depth_pure`); the loss term is `weight` times it.
+#[allow(clippy::too_many_arguments)] // one loss's inputs, each used once
 pub fn l1_and_grad(
     render: &[f32],
+    alpha: Option<&[f32]>,
     target: &[f32],
     mask: Option<&[u8]>,
     weight: f64,
@@ -195,6 +213,9 @@ pub fn l1_and_grad(
     if let Some(m) = mask {
         assert_eq!(m.len(), n);
     }
+    if let Some(a) = alpha {
+        assert_eq!(a.len(), n);
+    }
     assert!(divisor > 0, "a depth mean over nothing");
     let step = (weight / divisor as f64) as f32;
     let sums: Vec<f64> = d_out
@@ -204,18 +225,25 @@ pub fn l1_and_grad(
         .enumerate()
         .map(|(c, ((d, r), t))| {
             let used = mask.map(|m| &m[c * CHUNK..c * CHUNK + d.len()]);
+            let cover = alpha.map(|a| &a[c * CHUNK..c * CHUNK + d.len()]);
             let mut sum = 0.0f64;
             for k in 0..d.len() {
-                if used.is_some_and(|m| m[k] == 0) || t[k].is_nan() {
+                let a = cover.map_or(1.0, |a| a[k]);
+                if used.is_some_and(|m| m[k] == 0) || t[k].is_nan() || a < MIN_COVER {
                     d[k] = 0.0;
                     continue;
                 }
-                let diff = r[k] - t[k];
+                // Normalized: D/A with A held constant, so ∂/∂D is 1/A.
+                let (value, s) = match cover {
+                    Some(_) => (r[k] / a, step / a),
+                    None => (r[k], step),
+                };
+                let diff = value - t[k];
                 sum += diff.abs() as f64;
                 d[k] = if diff > 0.0 {
-                    step
+                    s
                 } else if diff < 0.0 {
-                    -step
+                    -s
                 } else {
                     0.0
                 };
@@ -298,7 +326,7 @@ mod tests {
         let mask: Vec<u8> = (0..n).map(|k| if k % 7 == 3 { 0 } else { 255 }).collect();
         let mut d = vec![f32::NAN; n];
         let w = 0.3;
-        let pure = l1_and_grad(&render, &target, Some(&mask), w, n, &mut d);
+        let pure = l1_and_grad(&render, None, &target, Some(&mask), w, n, &mut d);
         let mut want = 0.0f64;
         for k in 0..n {
             if mask[k] != 0 && !target[k].is_nan() {
@@ -326,7 +354,7 @@ mod tests {
         }
         assert!(equal > 0, "some used pixel must hit D = T exactly");
         // Without a mask every pixel counts.
-        let all = l1_and_grad(&render, &target, None, w, n, &mut d);
+        let all = l1_and_grad(&render, None, &target, None, w, n, &mut d);
         assert!(all > pure);
         assert!(d.iter().all(|v| v.is_finite()));
     }
@@ -375,8 +403,8 @@ mod tests {
             target[k] = 0.25;
         }
         let (mut d_dense, mut d_sparse) = (vec![0f32; n], vec![0f32; n]);
-        let dense = l1_and_grad(&render, &target, None, 1.0, n, &mut d_dense);
-        let sparse = l1_and_grad(&render, &target, None, 1.0, 3, &mut d_sparse);
+        let dense = l1_and_grad(&render, None, &target, None, 1.0, n, &mut d_dense);
+        let sparse = l1_and_grad(&render, None, &target, None, 1.0, 3, &mut d_sparse);
         assert!((sparse - 0.25).abs() < 1e-12, "{sparse}");
         assert!((dense - 0.75 / n as f64).abs() < 1e-15, "{dense}");
         assert_eq!(d_sparse[400], 1.0 / 3.0);

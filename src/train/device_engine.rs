@@ -203,6 +203,9 @@ pub struct DepthLoss {
     /// What the mean runs over: the view's pixels for a dense map, its points for SfM depths
     /// ([`super::depth::DepthConfig::divisor`]).
     pub divisor: usize,
+    /// Compare the render's inverse depth divided by its accumulated opacity (held constant)
+    /// with the target: SfM points ([`super::depth`]).
+    pub normalized: bool,
 }
 
 /// Device bytes per pixel of the largest view: RGB8 upload and its loss mask (4), target,
@@ -438,9 +441,10 @@ fn staged_depth_loss(
 ) -> Result<(), DeviceEngineError> {
     let npix = camera.width as usize * camera.height as usize;
     let at = v.depth_plane.ok_or(DeviceEngineError::NoDepthPlane)?;
-    let (plane, d_plane) = raster.inv_depth_and_grad(npix)?;
+    let (plane, final_t, d_plane) = raster.inv_depth_and_grad(npix)?;
     v.loss.depth_l1(
         plane,
+        depth.normalized.then_some(final_t),
         &v.rgb8,
         v.mask,
         at,

@@ -317,12 +317,16 @@ impl DeviceLoss {
     /// weight·sign(render − target)/divisor` (0 where the plane holds no depth and on pixels
     /// the mask at `frame[mask_offset..]` excludes, when `mask_offset` is given) and the
     /// unweighted `Σ|render − target|/divisor` into `scalars[offset]` (`divisor`: the pixels,
-    /// or a sparse plane's points, [`crate::train::depth::DepthConfig::divisor`]). The same per-pixel bits as
-    /// the CPU; the mean differs from it by the order of its double sum.
+    /// or a sparse plane's points, [`crate::train::depth::DepthConfig::divisor`]). With
+    /// `final_t` (SfM points) the compared value is `render/A`, `A = 1 − final_t` held
+    /// constant (gradient `weight·sign/(A·divisor)`), pixels with `A` below
+    /// [`crate::train::depth::MIN_COVER`] left out. The same per-pixel bits as the CPU; the
+    /// mean differs from it by the order of its double sum.
     #[allow(clippy::too_many_arguments)]
     pub fn depth_l1(
         &mut self,
         render: &DeviceBuffer<f32>,
+        final_t: Option<&DeviceBuffer<f32>>,
         frame: &DeviceBuffer<u8>,
         mask_offset: Option<usize>,
         depth_offset: usize,
@@ -337,6 +341,11 @@ impl DeviceLoss {
         let mask_need = mask_offset.map_or(0, |o| o + n_pixels);
         for (what, got, need) in [
             ("depth render", render.len(), n_pixels),
+            (
+                "depth final transmittance",
+                final_t.map_or(n_pixels, |t| t.len()),
+                n_pixels,
+            ),
             (
                 "depth plane frame",
                 frame.len(),
@@ -374,7 +383,8 @@ impl DeviceLoss {
         dev.grow(&mut self.depth_part, blocks)?;
         let step = (weight / divisor as f64) as f32;
         // SAFETY: the argument lists match depth_l1 and depth_finish in kernels/loss.cu;
-        // render and d_out hold n_pixels values, the frame the depth plane's 2·n_pixels bytes
+        // render, final_t (when given; render stands in, unread, otherwise) and d_out hold
+        // n_pixels values, the frame the depth plane's 2·n_pixels bytes
         // from depth_offset and the mask's bytes when masked (the only case it is read), the
         // partials one per block of `cfg` and the scalars offset + 1 (checked or grown
         // above); depth_finish runs one block.
@@ -382,6 +392,10 @@ impl DeviceLoss {
             let args = [
                 U64(n_pixels as u64),
                 render.arg(),
+                // Not read unless normalized; any buffer of the right kind stands in.
+                final_t.unwrap_or(render).arg(),
+                U32(final_t.is_some().into()),
+                F32(crate::train::depth::MIN_COVER),
                 frame.arg(),
                 U32(mask_offset.is_some().into()),
                 U64(mask_offset.unwrap_or(0) as u64),
@@ -727,17 +741,43 @@ mod tests {
                 let mut dd = dev.alloc::<f32>(npix).unwrap();
                 let mut scalars = dev.alloc::<f64>(3).unwrap();
                 let depth_at = 4 * npix;
-                // A sparse plane's mean runs over its points instead of its pixels.
+                // The final transmittance of a render: opaque, half covered, and empty pixels
+                // (below the cover a normalized depth needs).
+                let final_t: Vec<f32> = (0..npix)
+                    .map(|k| match k % 5 {
+                        0 => 1.0,
+                        1 => 0.999,
+                        _ => 0.9 * rng.next_f32(),
+                    })
+                    .collect();
+                let cover: Vec<f32> = final_t.iter().map(|&t| 1.0 - t).collect();
+                let mut dt = dev.alloc::<f32>(npix).unwrap();
+                dev.upload(&final_t, &mut dt).unwrap();
+                // A sparse plane's mean runs over its points instead of its pixels, and
+                // compares the render normalized by its cover.
                 let points = raw.iter().filter(|&&r| r != DepthScale::NO_DEPTH).count();
-                for (masked, divisor) in [(false, npix), (true, npix), (true, points.max(1))] {
+                for (masked, divisor, normalized) in [
+                    (false, npix, false),
+                    (true, npix, false),
+                    (true, points.max(1), false),
+                    (true, points.max(1), true),
+                    (false, points.max(1), true),
+                ] {
                     let m = masked.then_some(&mask[..]);
                     let mut want = vec![0.0f32; npix];
                     let pure = crate::train::depth::l1_and_grad(
-                        &render, &target, m, 0.7, divisor, &mut want,
+                        &render,
+                        normalized.then_some(&cover[..]),
+                        &target,
+                        m,
+                        0.7,
+                        divisor,
+                        &mut want,
                     );
                     let offset = masked.then_some(3 * npix);
                     dl.depth_l1(
                         &dr,
+                        normalized.then_some(&dt),
                         &df,
                         offset,
                         depth_at,
@@ -754,9 +794,15 @@ mod tests {
                     assert_eq!(
                         got,
                         want,
-                        "{} {npix} pixels, mask {masked}, divisor {divisor}",
+                        "{} {npix} pixels, mask {masked}, divisor {divisor}, normalized \
+                         {normalized}",
                         dev.name()
                     );
+                    if normalized && npix > 1 {
+                        // Uncovered pixels pass nothing; covered ones carry 1/A.
+                        assert!((0..npix).step_by(5).all(|k| want[k] == 0.0));
+                        assert!((0..npix).any(|k| want[k].abs() > 0.7 / divisor as f32 * 1.05));
+                    }
                     let s = dev.download_vec(&scalars, 3).unwrap();
                     assert!(
                         (s[2] - pure).abs() <= 1e-12 * pure.max(1.0),
@@ -777,6 +823,7 @@ mod tests {
                     assert!(dl
                         .depth_l1(
                             &dr,
+                            None,
                             &df,
                             mask_at,
                             depth_at,

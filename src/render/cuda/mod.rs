@@ -1082,15 +1082,24 @@ impl CudaRasterizer {
         &self.b.inv_depth
     }
 
-    /// The inverse-depth plane of the last forward and where the next backward with
-    /// [`RenderOptions::inv_depth`] reads `∂L/∂D` (both `[H, W]`; the latter grown to `npix`
-    /// values): a trainer's depth loss reads the one and writes the other, on the device.
+    /// The inverse-depth plane and the final transmittance of the last forward, and where the
+    /// next backward with [`RenderOptions::inv_depth`] reads `∂L/∂D` (all `[H, W]`; the last
+    /// grown to `npix` values): a trainer's depth loss reads the first two and writes the
+    /// third, on the device.
+    #[allow(clippy::type_complexity)] // three planes, named in the doc
     pub fn inv_depth_and_grad(
         &mut self,
         npix: usize,
-    ) -> Result<(&DeviceBuffer<f32>, &mut DeviceBuffer<f32>), CudaError> {
+    ) -> Result<
+        (
+            &DeviceBuffer<f32>,
+            &DeviceBuffer<f32>,
+            &mut DeviceBuffer<f32>,
+        ),
+        CudaError,
+    > {
         grow(&self.dev, &mut self.b.d_inv_depth, npix)?;
-        Ok((&self.b.inv_depth, &mut self.b.d_inv_depth))
+        Ok((&self.b.inv_depth, &self.b.final_t, &mut self.b.d_inv_depth))
     }
 
     /// The screen radii of the last forward (`[N]`, 0 = not drawn), on the device.

@@ -586,6 +586,7 @@ fn verify_catches_a_manifest_that_disagrees_with_the_depth_flag() {
     // RGBA8 + mask has the length of RGB8 + depth: dropping the depth entry and claiming
     // alpha and a mask keeps every length consistent, so only the flags tell.
     m.views[1].depth = None;
+    m.views[1].depth_pixels = None;
     m.views[1].alpha = true;
     m.views[1].mask = true;
     std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
