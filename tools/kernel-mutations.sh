@@ -63,7 +63,10 @@ muts=(
  'kernels/loss.cu|if (raw == 0u |if (raw == 1u '
  'kernels/loss.cu|((u32)frame[depth_offset + 2 * p + 1] << 8)|((u32)frame[depth_offset + 2 * p] << 8)'
  'kernels/loss.cu|(1.0f / 65536.0f) * scale + offset;|(1.0f / 65536.0f) * scale;'
- 'kernels/loss.cu|d_out[p] = diff > 0.0f ? step : (diff < 0.0f ? -step : 0.0f);|d_out[p] = diff > 0.0f ? step : -step;'
+ 'kernels/loss.cu|d_out[p] = diff > 0.0f ? s : (diff < 0.0f ? -s : 0.0f);|d_out[p] = diff > 0.0f ? s : -s;'
+ 'kernels/loss.cu|const float s = normalized != 0u ? step / a : step;|const float s = step;'
+ 'kernels/loss.cu|normalized != 0u ? render[p] / a : render[p];|render[p];'
+ 'kernels/loss.cu|t != t || a < min_cover)|t != t)'
 )
 only=${1:-}
 survived=0
