@@ -37,8 +37,9 @@
 //! constant in the gradient (`∂L/∂D = λ·extent·sign/(A·n)`): the depth of what the pixel
 //! shows, whatever its opacity, as gsplat's expected depth `ED = Σ wᵢzᵢ / Σ wᵢ` is. Compared
 //! unnormalized, a pixel that is not yet opaque reads as too far (`D < 1/z` at the right
-//! depth), and the term pulls its Gaussians towards the camera: on a synthetic scene (one seed) that cost
-//! 3.8 dB of held-out PSNR where the normalized term lost 0.5 (README, Depth regularization).
+//! depth), and the term pulls its Gaussians towards the camera: on a synthetic scene (one
+//! seed) that cost 3.8 dB of held-out PSNR where the normalized term lost 0.5 (README, Depth
+//! regularization).
 //! Pixels with `A` below [`MIN_COVER`] are left out (nothing drawn there to have a depth).
 //! What else differs from gsplat: `D/A` is read at the point's pixel (gsplat bilinearly
 //! samples `1/ED` at the point's position), a harmonic rather than arithmetic mean of the
