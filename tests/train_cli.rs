@@ -2931,20 +2931,11 @@ fn eval_pose_steps_scores_held_out_views_from_aligned_poses() {
     assert!(!dest.exists());
 }
 
-/// Depth regularization end to end: `gs-pack synth --depths` → `gs-pack convert --depths
-/// depths` → `gs-train`. The run says every view carries a map, its metrics rows carry the
-/// unweighted depth L1 (which falls), `cfg_args` names the folder as 3DGS's `-d`; the device
-/// engine (emulated) starts from the same depth loss; `--depth-l1-weight-init 0` trains
-/// without the maps and says so; a depth setting on a pack without maps is refused.
-/// SfM depths end to end: a synthetic COLMAP scene converted with `--sfm-depths` trains with
-/// the term on both engines (the log says so, with gsplat's constant weight times the
-/// extent), the term falls over the run, the engines' first rows agree, and a run at half
-/// resolution still finds its points (the loader keeps them when it downscales the planes).
-#[test]
-fn sfm_depths_regularize_training_end_to_end() {
-    let dir = tempfile::tempdir().unwrap();
-    let scene = dir.path().join("scene");
-    gs_pack_ok(&[
+/// A synthetic COLMAP scene of 12 views of 48×36 (seed 4) with `points` points and the
+/// synth options `synth`, converted to `dir/NAME.pack` with the convert options `convert`.
+fn depth_pack(dir: &Path, name: &str, points: &str, synth: &[&str], convert: &[&str]) -> PathBuf {
+    let scene = dir.join(format!("{name}-scene"));
+    let mut args = vec![
         "synth",
         "-o",
         s(&scene),
@@ -2955,29 +2946,56 @@ fn sfm_depths_regularize_training_end_to_end() {
         "--height",
         "36",
         "--points",
-        "400",
+        points,
         "--format",
         "colmap",
         "--seed",
         "4",
-        "--tracks",
-    ]);
-    let pack = dir.path().join("sfm.pack");
-    gs_pack_ok(&["convert", s(&scene), "-o", s(&pack), "--sfm-depths"]);
+    ];
+    args.extend_from_slice(synth);
+    gs_pack_ok(&args);
+    let pack = dir.join(format!("{name}.pack"));
+    let mut args = vec!["convert", s(&scene), "-o", s(&pack)];
+    args.extend_from_slice(convert);
+    gs_pack_ok(&args);
+    pack
+}
+
+/// 60 iterations of `pack` into `dir/NAME` with the common and `extra` options (on the
+/// emulated device with `emulate`): the output folder, the metrics rows and the log.
+fn depth_run(
+    dir: &Path,
+    pack: &Path,
+    name: &str,
+    extra: &[&str],
+    emulate: bool,
+) -> (PathBuf, Vec<ramsplat::train::report::MetricsRow>, String) {
+    let out = dir.join(name);
+    let mut args = vec![s(pack), "-o", s(&out), "--iterations", "60"];
+    args.extend_from_slice(COMMON);
+    args.extend_from_slice(extra);
+    let mut cmd = Command::new(BIN);
+    cmd.args(&args);
+    if emulate {
+        cmd.env("GS_CUDA_EMULATE", "1");
+    }
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{name}: {}", stderr(&o));
+    let rows = read_metrics(&out.join("metrics.jsonl")).unwrap();
+    (out, rows, stderr(&o))
+}
+
+/// SfM depths end to end: a synthetic COLMAP scene converted with `--sfm-depths` trains with
+/// the term on both engines (the log says so, with gsplat's constant weight times the
+/// extent), the term falls over the run, the engines' first rows agree, and a run at half
+/// resolution still finds its points (the loader keeps them when it downscales the planes).
+#[test]
+fn sfm_depths_regularize_training_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = depth_pack(dir.path(), "sfm", "400", &["--tracks"], &["--sfm-depths"]);
     let run = |name: &str, extra: &[&str], emulate: bool| {
-        let out = dir.path().join(name);
-        let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "60"];
-        args.extend_from_slice(COMMON);
-        args.extend_from_slice(extra);
-        let mut cmd = Command::new(BIN);
-        cmd.args(&args);
-        if emulate {
-            cmd.env("GS_CUDA_EMULATE", "1");
-        }
-        let o = cmd.output().unwrap();
-        assert!(o.status.success(), "{name}: {}", stderr(&o));
-        let rows = ramsplat::train::report::read_metrics(&out.join("metrics.jsonl")).unwrap();
-        (rows, stderr(&o))
+        let (_, rows, log) = depth_run(dir.path(), &pack, name, extra, emulate);
+        (rows, log)
     };
     let (rows, log) = run("cpu", &["--backend", "cpu", "--depth-lambda", "0.5"], false);
     assert!(
@@ -3010,44 +3028,24 @@ fn sfm_depths_regularize_training_end_to_end() {
     assert!(half.iter().all(|r| r.depth_l1.is_some_and(|d| d > 0.0)));
 }
 
+/// Depth regularization end to end: `gs-pack synth --depths` → `gs-pack convert --depths
+/// depths` → `gs-train`. The run says every view carries a map, its metrics rows carry the
+/// unweighted depth L1 (which falls), `cfg_args` names the folder as 3DGS's `-d`; the device
+/// engine (emulated) starts from the same depth loss; `--depth-l1-weight-init 0` trains
+/// without the maps and says so; a depth setting on a pack without maps is refused.
 #[test]
 fn depth_maps_regularize_training_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
-    let scene = dir.path().join("scene");
-    gs_pack_ok(&[
-        "synth",
-        "-o",
-        s(&scene),
-        "--views",
-        "12",
-        "--width",
-        "48",
-        "--height",
-        "36",
-        "--points",
+    let pack = depth_pack(
+        dir.path(),
+        "depth",
         "300",
-        "--format",
-        "colmap",
-        "--seed",
-        "4",
-        "--depths",
-    ]);
-    let pack = dir.path().join("depth.pack");
-    gs_pack_ok(&["convert", s(&scene), "-o", s(&pack), "--depths", "depths"]);
+        &["--depths"],
+        &["--depths", "depths"],
+    );
     let run = |name: &str, extra: &[&str], emulate: bool| {
-        let out = dir.path().join(name);
-        let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "60", "--eval"];
-        args.extend_from_slice(COMMON);
-        args.extend_from_slice(extra);
-        let mut cmd = Command::new(BIN);
-        cmd.args(&args);
-        if emulate {
-            cmd.env("GS_CUDA_EMULATE", "1");
-        }
-        let o = cmd.output().unwrap();
-        assert!(o.status.success(), "{name}: {}", stderr(&o));
-        let rows = ramsplat::train::report::read_metrics(&out.join("metrics.jsonl")).unwrap();
-        (out, rows, stderr(&o))
+        let extra = [&["--eval"][..], extra].concat();
+        depth_run(dir.path(), &pack, name, &extra, emulate)
     };
     let (out, rows, log) = run("cpu", &["--backend", "cpu"], false);
     assert!(
