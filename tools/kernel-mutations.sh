@@ -66,7 +66,7 @@ muts=(
  'kernels/loss.cu|d_out[p] = diff > 0.0f ? s : (diff < 0.0f ? -s : 0.0f);|d_out[p] = diff > 0.0f ? s : -s;'
  'kernels/loss.cu|const float s = normalized != 0u ? step / a : step;|const float s = step;'
  'kernels/loss.cu|normalized != 0u ? render[p] / a : render[p];|render[p];'
- 'kernels/loss.cu|t != t || a < min_cover)|t != t)'
+ 'kernels/loss.cu|a < min_cover)|a < 0.0f)'
 )
 only=${1:-}
 survived=0
