@@ -499,8 +499,8 @@ pub fn convert(
     let abort = AtomicBool::new(false);
     let written = Mutex::new(0usize);
     let turn = Condvar::new();
-    // The view, a warning to show, and the point pixels of its sparse plane (--sfm-depths).
-    type Prepared = (EncodedView, Option<String>, Option<u64>);
+    // The view and a warning to show.
+    type Prepared = (EncodedView, Option<String>);
     let mut sfm_report = sfm.as_ref().map(|o| SfmDepthReport {
         observations: o.observations(),
         ..Default::default()
@@ -532,16 +532,11 @@ pub fn convert(
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     let mut p = prepare_view_pixels(v, resize, opts.lenient)?;
                     // Projected through the packed camera: undistorted, cropped and resized.
-                    let point_pixels =
-                        match sfm.and_then(|o| sparse_plane(&p.camera, o.points_of(i))) {
-                            Some(plane) => {
-                                p.pixels.extend_from_slice(&plane.bytes);
-                                p.layout.depth = true;
-                                p.depth = Some(plane.scale);
-                                Some(plane.pixels)
-                            }
-                            None => None,
-                        };
+                    if let Some(plane) = sfm.and_then(|o| sparse_plane(&p.camera, o.points_of(i))) {
+                        p.pixels.extend_from_slice(&plane.bytes);
+                        p.layout.depth = true;
+                        p.depth = Some(plane.scale);
+                    }
                     let warning = p.warning;
                     // A source JPEG may be kept as stored (the writer checks that it decodes
                     // to exactly these pixels); one packed as --lenient filled it never is.
@@ -559,7 +554,7 @@ pub fn convert(
                         writer_opts,
                         source.as_deref(),
                     )?;
-                    Ok::<_, PackError>((encoded, warning, point_pixels))
+                    Ok::<_, PackError>((encoded, warning))
                 }))
                 .unwrap_or(Err(PackError::WorkerPanic { index: i }));
                 if tx.send((i, result)).is_err() {
@@ -577,11 +572,13 @@ pub fn convert(
             }
             pending.insert(i, r);
             while let Some(r) = pending.remove(&done) {
-                match r.and_then(|(v, warning, point_pixels)| {
+                match r.and_then(|(v, warning)| {
                     if let Some(w) = warning {
                         on_event(Event::Warning(&w));
                     }
-                    if let (Some(report), Some(n)) = (sfm_report.as_mut(), point_pixels) {
+                    // The writer counted the plane's points (only --sfm-depths makes planes
+                    // then: it refuses --depths).
+                    if let (Some(report), Some(n)) = (sfm_report.as_mut(), v.depth_pixels) {
                         report.views += 1;
                         report.point_pixels += n;
                     }

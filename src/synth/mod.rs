@@ -605,13 +605,16 @@ fn write_colmap(
     let mut points = point_stream(scene, args.points).enumerate().map(|(j, s)| {
         let id = j as u64 + 1;
         let mut track = Vec::new();
-        for (i, obs) in observations.iter().enumerate() {
-            if obs.get(next[i]).is_some_and(|o| o.point3d_id == id) {
-                track.push(TrackElement {
-                    image_id: i as u32 + 1,
-                    point2d_idx: next[i] as u32,
-                });
-                next[i] += 1;
+        // Without --tracks there is nothing to look up (views × points checks otherwise).
+        if args.tracks {
+            for (i, obs) in observations.iter().enumerate() {
+                if obs.get(next[i]).is_some_and(|o| o.point3d_id == id) {
+                    track.push(TrackElement {
+                        image_id: i as u32 + 1,
+                        point2d_idx: next[i] as u32,
+                    });
+                    next[i] += 1;
+                }
             }
         }
         let point = ColmapPoint {
