@@ -71,6 +71,9 @@ pub enum Component {
     RenderIntersections,
     /// The trainer's model (parameters, gradients, moments, statistics, render buffers).
     Model,
+    /// Parameters learned per training view that scale with the views (bilateral grids and
+    /// their optimizer state).
+    ViewParameters,
     /// Points held while the initial model is built (released to the cache afterwards).
     Initialisation,
     /// What the floor leaves: the byte-budgeted cache.
@@ -92,6 +95,7 @@ impl Component {
             Component::Evaluation => "evaluation",
             Component::RenderIntersections => "render intersections",
             Component::Model => "model",
+            Component::ViewParameters => "view parameters",
             Component::Initialisation => "initialisation",
             Component::Cache => "cache",
             Component::Scratch => "scratch",

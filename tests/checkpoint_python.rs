@@ -48,6 +48,7 @@ fn state() -> TrainState {
         position: Position { epoch: 0, index: 3 },
         exposure: Default::default(),
         poses: Default::default(),
+        grids: None,
     }
 }
 

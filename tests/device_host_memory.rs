@@ -289,6 +289,7 @@ fn every_view_kind_and_add_on_stays_within_its_per_pixel_items() {
             masks: true,
             exposure: true,
             depth: true,
+            bilagrid: false,
             on_device: false,
         },
     ];

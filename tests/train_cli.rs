@@ -3107,3 +3107,75 @@ fn depth_maps_regularize_training_end_to_end() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(!dir.path().join("refused").exists());
 }
+
+/// `--bilateral-grid` (gsplat's `--use_bilateral_grid`): the report names the grids, the dry
+/// run plans their memory, a resume needs the same grids, and the flag is refused with
+/// `--exposure` and its shape without it.
+#[test]
+fn bilateral_grid_runs_report_plan_and_resume_only_with_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack_path = tiny_pack(dir.path());
+    let report = |out: &Path| -> Report {
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+    };
+    let out = dir.path().join("grids");
+    let run = |iterations: &str, extra: &[&str]| {
+        let mut args = vec![s(&pack_path), "-o", s(&out), "--iterations", iterations];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(COMMON);
+        gs_train(&args)
+    };
+    let grids = ["--use_bilateral_grid", "--bilateral-grid-shape", "4,3,2"];
+    let o = run(
+        "10",
+        &[&grids[..], &["--eval", "--checkpoint-every", "5"]].concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = report(&out);
+    assert_eq!(r.bilateral_grid.as_deref(), Some("4×3×2"));
+    assert!(r.test_psnr.is_some() && r.train_psnr.is_some());
+
+    // The resume must learn the same grids.
+    let o = run("20", &["--resume", "--extend", "--eval"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("bilagrid"), "{}", stderr(&o));
+    let o = run(
+        "20",
+        &["--resume", "--extend", "--eval", "--bilateral-grid"],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("bilagrid"), "{}", stderr(&o));
+    let o = run(
+        "20",
+        &[&grids[..], &["--resume", "--extend", "--eval"]].concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(report(&out).iterations, 20);
+
+    // The dry run's plan holds the grids: 14 training views × 24 cells × 12 × 3 floats.
+    let plan = run("10", &[&grids[..], &["--eval", "--dry-run"]].concat());
+    assert!(plan.status.success(), "{}", stderr(&plan));
+    let text = String::from_utf8_lossy(&plan.stdout).into_owned() + &stderr(&plan);
+    assert!(
+        text.contains("14 views × 4×3×2 cells × 12 × 3 floats"),
+        "{text}"
+    );
+
+    // Refusals: with --exposure (both learn each view's colours); a shape without the grids;
+    // a shape out of range.
+    let other = dir.path().join("other");
+    let refuse = |extra: &[&str], says: &str| {
+        let mut args = vec![s(&pack_path), "-o", s(&other), "--iterations", "5"];
+        args.extend_from_slice(extra);
+        let o = gs_train(&args);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{says}: {}", stderr(&o));
+    };
+    refuse(&["--bilateral-grid", "--exposure"], "--exposure");
+    refuse(&["--bilateral-grid-shape", "8,8,4"], "--bilateral-grid");
+    refuse(
+        &["--bilateral-grid", "--bilateral-grid-shape", "16,16,0"],
+        "1 to 64",
+    );
+    assert!(!other.exists());
+}

@@ -28,6 +28,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use ramsplat::budget::{format_size, parse_size};
 use ramsplat::cli::{print_stdout, report_error, Progress, EXIT_FAILURE};
 use ramsplat::export::ModelFormat;
+use ramsplat::train::bilagrid::{BilagridConfig, GridShape};
 use ramsplat::train::demo;
 use ramsplat::train::densify::DensifyConfig;
 use ramsplat::train::depth::DepthWeights;
@@ -178,6 +179,29 @@ struct Args {
     /// and are scored on their right halves, as 3DGS does.
     #[arg(long, visible_alias = "train-test-exp", alias = "train_test_exp")]
     exposure: bool,
+    /// Per-view bilateral grids (gsplat's --use_bilateral_grid, now --post_processing
+    /// bilateral_grid): each training view learns a grid of 3×4 colour transforms over its
+    /// image and its brightness (16×16×8 cells), through which its render passes before the
+    /// loss: what a camera's processing does locally (tone mapping, vignetting, white balance
+    /// by region) is absorbed there, not by floaters. Smoothed by a total variation term;
+    /// gsplat's optimizer and schedule. Held-out views are scored without one (compare with
+    /// colour-corrected scores). Not with --exposure.
+    #[arg(
+        long,
+        visible_alias = "use-bilateral-grid",
+        alias = "use_bilateral_grid",
+        conflicts_with = "exposure"
+    )]
+    bilateral_grid: bool,
+    /// The grids' cells across, down and over brightness (gsplat's bilateral_grid_shape).
+    #[arg(
+        long,
+        alias = "bilateral_grid_shape",
+        value_name = "X,Y,L",
+        value_parser = GridShape::parse,
+        requires = "bilateral_grid"
+    )]
+    bilateral_grid_shape: Option<GridShape>,
     /// Weight of the depth regularization at the start of the run (3DGS's
     /// depth_l1_weight_init, 1.0; 0.01 on SfM depths). Depth regularization is on whenever the
     /// pack carries monocular inverse-depth maps (gs-pack convert --depths, 3DGS's -d): each
@@ -584,6 +608,12 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
         config.exposure = Some(ExposureConfig::default());
     } else if let Some(flag) = args.optim.exposure_flag() {
         bail!("{flag} sets how the exposure matrices learn: add --exposure, or drop it");
+    }
+    if args.bilateral_grid {
+        config.bilagrid = Some(BilagridConfig {
+            shape: args.bilateral_grid_shape.unwrap_or_default(),
+            ..BilagridConfig::default()
+        });
     }
     let pose_noise = args.pose_noise.filter(|&n| n > 0.0);
     if args.pose_opt || pose_noise.is_some() {

@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::adam::AdamState;
+use super::bilagrid::{BilagridConfig, BilateralGrids, GridShape, COEFFS};
 use super::densify::{DensifyStats, Model};
 use super::depth::DepthConfig;
 use super::exposure::{ExposureConfig, Exposures, EXPOSURE_LEN};
@@ -688,6 +689,10 @@ pub struct StateMeta {
     /// optimizer's step count; absent without pose settings. Same layout as `exposure`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pose: Option<PerViewMeta>,
+    /// Views with a bilateral grid (arrays `bilagrid.*`, `[views, L, Y, X, 12]`, the shape of
+    /// the configuration's grids) and the grids' optimizer step count; absent without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bilagrid: Option<PerViewMeta>,
 }
 
 /// The header of a per-view optimizer's state ([`StateMeta::exposure`], [`StateMeta::pose`]):
@@ -701,6 +706,20 @@ pub struct PerViewMeta {
 
 /// Array names of the exposure matrices and their Adam moments.
 const EXPOSURE_ARRAYS: [&str; 3] = ["exposure.values", "exposure.exp_avg", "exposure.exp_avg_sq"];
+
+/// Array names of the bilateral grids and their Adam moments.
+const BILAGRID_ARRAYS: [&str; 3] = ["bilagrid.values", "bilagrid.exp_avg", "bilagrid.exp_avg_sq"];
+
+/// The array shape of `views` grids of `shape`.
+fn grid_array_shape(shape: GridShape, views: u64) -> [u64; 5] {
+    [
+        views,
+        shape.l as u64,
+        shape.y as u64,
+        shape.x as u64,
+        COEFFS as u64,
+    ]
+}
 
 /// Array names of the pose corrections, their Adam moments and the injected noise.
 const POSE_ARRAYS: [&str; 4] = [
@@ -742,6 +761,10 @@ pub fn extended(saved: &TrainConfig, iterations: u64) -> TrainConfig {
         depth: saved.depth.as_ref().map(|d| DepthConfig {
             max_steps: Some(d.max_steps.unwrap_or(saved.iterations)),
             ..d.clone()
+        }),
+        bilagrid: saved.bilagrid.as_ref().map(|b| BilagridConfig {
+            max_steps: Some(b.max_steps.unwrap_or(saved.iterations)),
+            ..b.clone()
         }),
         ..saved.clone()
     }
@@ -807,6 +830,10 @@ pub fn save_state_of(
             views: state.poses.len() as u64,
             steps: state.poses.steps,
         }),
+        bilagrid: state.grids.map(|g| PerViewMeta {
+            views: g.len() as u64,
+            steps: g.steps,
+        }),
     };
     let meta = serde_json::to_value(&meta).map_err(|e| CheckpointError::Mismatch {
         path: path.clone(),
@@ -860,6 +887,15 @@ pub fn save_state_of(
                 &shape,
                 ArrayData::F64(rows.as_flattened()),
             ));
+        }
+    }
+    if let Some(g) = state.grids {
+        let shape = grid_array_shape(g.shape, g.len() as u64);
+        for (name, a) in BILAGRID_ARRAYS
+            .into_iter()
+            .zip([&g.values, &g.exp_avg, &g.exp_avg_sq])
+        {
+            arrays.push(ArrayRef::new(name, &shape, ArrayData::F32(a)));
         }
     }
     write_container(&path, &meta, &arrays)?;
@@ -1025,6 +1061,11 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
             r.max_steps = m.max_steps;
         }
     }
+    if let (Some(r), Some(m)) = (run.bilagrid.as_mut(), meta.config.bilagrid.as_ref()) {
+        if r.max_steps.is_none() {
+            r.max_steps = m.max_steps;
+        }
+    }
     if expected.extend {
         let (want, planned) = (run.iterations, meta.config.iterations);
         if want <= planned {
@@ -1181,6 +1222,41 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
             p
         }
     };
+    let grids = match (&meta.config.bilagrid, meta.bilagrid) {
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(corrupt(
+                "its settings learn bilateral grids but it holds none".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(corrupt(
+                "it holds bilateral grids but its settings do not learn them".into(),
+            ))
+        }
+        (Some(cfg), Some(m)) => {
+            if let Some(why) = cfg.shape.invalid() {
+                return Err(corrupt(why));
+            }
+            let shape = grid_array_shape(cfg.shape, m.views);
+            let mut g = BilateralGrids::new(cfg.shape);
+            for (name, a) in
+                BILAGRID_ARRAYS
+                    .into_iter()
+                    .zip([&mut g.values, &mut g.exp_avg, &mut g.exp_avg_sq])
+            {
+                // Checked against the file before the buffer is allocated.
+                c.expect(name, DType::F32, &shape)?;
+                *a = vec![0.0; shape.iter().product::<u64>() as usize];
+                c.read_into(name, &shape, a)?;
+            }
+            g.steps = m.steps;
+            if let Some(why) = g.invalid() {
+                return Err(corrupt(why));
+            }
+            Some(g)
+        }
+    };
     let config = if expected.extend {
         extended(&meta.config, expected.config.iterations)
     } else {
@@ -1196,6 +1272,7 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
         position: meta.position,
         exposure,
         poses,
+        grids,
     })
 }
 
@@ -1441,7 +1518,56 @@ mod state_tests {
             position: Position { epoch: 3, index: 2 },
             exposure,
             poses,
+            grids: None,
         }
+    }
+
+    #[test]
+    fn bilateral_grids_round_trip_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = state(11);
+        let shape = GridShape { x: 3, y: 2, l: 2 };
+        s.config.exposure = None;
+        s.exposure = Exposures::default();
+        s.config.bilagrid = Some(BilagridConfig {
+            shape,
+            ..BilagridConfig::default()
+        });
+        let mut g = BilateralGrids::new(shape);
+        g.ensure(3);
+        let grad: Vec<f64> = (0..shape.floats())
+            .map(|k| (k as f64 - 17.0) * 1e-3)
+            .collect();
+        g.step(1e-3, 10.0, Some((1, &grad)));
+        g.step(1e-3, 10.0, Some((2, &grad)));
+        s.grids = Some(g);
+        let path = save_state(dir.path(), (&s).into(), "abc").unwrap();
+        let expected = Expected {
+            pack_id: "abc",
+            pack_content: None,
+            config: &s.config,
+            extend: false,
+        };
+        let back = load_state(&path, &expected).unwrap();
+        assert_eq!(back, s);
+        let arrays = Container::open(&path).unwrap();
+        let names: Vec<&str> = arrays.arrays().iter().map(|e| e.name.as_str()).collect();
+        for name in BILAGRID_ARRAYS {
+            assert!(names.contains(&name), "{name} in {names:?}");
+        }
+        // A run that does not learn grids refuses the checkpoint, naming the setting.
+        let mut plain = s.config.clone();
+        plain.bilagrid = None;
+        let err = load_state(
+            &path,
+            &Expected {
+                config: &plain,
+                ..expected
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("bilagrid"), "{err}");
     }
 
     #[test]

@@ -227,6 +227,10 @@ pub struct Report {
     /// right halves (3DGS's `--train_test_exp` protocol).
     #[serde(default)]
     pub exposure: bool,
+    /// With `--bilateral-grid`: the grids' cells (`"16×16×8"`). Training views are scored
+    /// through their grids; held-out views, which have none, as rendered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bilateral_grid: Option<String>,
     /// Camera pose optimisation / injected pose noise (`--pose-opt`, `--pose-noise`): how far
     /// the training views' poses moved, and with noise how far they are from the true ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]

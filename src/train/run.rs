@@ -51,6 +51,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::bilagrid::{self, BilateralGrids};
 use super::checkpoint::{self, CheckpointError, Expected};
 use super::densify::{host_model_bytes, DeviceCap};
 use super::depth::{DepthConfig, DepthWeights};
@@ -372,6 +373,8 @@ pub struct ViewKinds {
     pub masks: bool,
     pub exposure: bool,
     pub depth: bool,
+    /// Bilateral grids ([`TrainConfig::bilagrid`]).
+    pub bilagrid: bool,
     pub on_device: bool,
 }
 
@@ -449,6 +452,14 @@ pub fn per_pixel_items(kinds: ViewKinds) -> Vec<(Component, u64, &'static str)> 
                 "inverse-depth target, render and gradient",
             )
         });
+    }
+    if kinds.bilagrid && !kinds.on_device {
+        // The render through the view's grid (3×f32), which the loss and its backward read.
+        items.push((
+            Component::TrainerImages,
+            12,
+            "render through the view's bilateral grid",
+        ));
     }
     if kinds.masks {
         // Masked views: the mask travels with a composited RGBA target, and evaluation holds
@@ -1260,6 +1271,7 @@ fn plan_inputs(
         masks: manifest.has_masks(),
         exposure: config.exposure.is_some(),
         depth: config.depth.is_some(),
+        bilagrid: config.bilagrid.is_some(),
         on_device,
     };
     let mut items: Vec<FloorItem> = per_pixel_items(views)
@@ -1305,6 +1317,29 @@ fn plan_inputs(
                     pack.resize()
                 ),
             },
+        ));
+    }
+    if let Some(b) = &config.bilagrid {
+        // Every training view's grid and its two Adam moments, held from the first step, and
+        // the step's gradient scratch (f64: one grid, its row bands', and one per thread).
+        // The views that train (with --eval, the train split's; no half-view protocol here,
+        // which exposure compensation alone runs).
+        let views = if opts.eval {
+            manifest.split_indices(Split::Train).len()
+        } else {
+            manifest.views.len()
+        };
+        let threads = rayon::current_num_threads();
+        let scratch = bilagrid::step_scratch_bytes(b.shape, threads);
+        items.push(FloorItem::new(
+            Component::ViewParameters,
+            BilateralGrids::bytes(b.shape, views) + scratch,
+            format!(
+                "{views} views × {} cells × 12 × 3 floats (bilateral grids, Adam moments), \
+                 gradient scratch {}",
+                b.shape,
+                format_size(scratch)
+            ),
         ));
     }
     // On the device engine the intersections live in device memory (its own plan).
@@ -1759,6 +1794,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 layout: v.layout(),
                 exposure: exposure_slot(r),
                 pose,
+                // Every record trains whole (the half-view protocol is exposure's alone).
+                grid: config.bilagrid.is_some().then_some(r),
                 region: if held_out {
                     Region::LeftHalf
                 } else {
@@ -1908,6 +1945,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     }
     // Every record's matrix from the first step on (the mean constraint covers them all).
     trainer.hold_exposure_views(source.len());
+    // Every record's grid from the first step on (the total variation covers them all).
+    trainer.hold_grid_views(source.len());
     // Every posed view's correction (and injected noise) from the first step on, with the
     // cameras whose frame the corrections keep.
     let posed_cameras: Vec<Camera> = train_views
@@ -2281,6 +2320,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 .prune_screen_radius
                 .filter(|_| config.mcmc.is_none()),
             exposure: config.exposure.is_some(),
+            bilateral_grid: config.bilagrid.as_ref().map(|b| b.shape.to_string()),
             pose: pose_report(&trainer, &train_views, on_event),
             eval_pose,
             wall_s: started.elapsed().as_secs_f64(),
