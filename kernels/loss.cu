@@ -364,3 +364,185 @@ extern "C" __global__ void depth_finish(
     const double t = block_sum<GS_LOSS_BLOCK>(s);
     if (threadIdx.x == 0) out[offset] = t / (double)n_pixels;
 }
+
+// Bilateral grids (twin of src/train/bilagrid.rs): a grid of nl·ny·nx cells (x fastest), each
+// a row-major 3×4 affine colour matrix (12 floats, cell-major). Pixel (px, py) of a
+// width×height render with colour x samples it trilinearly at
+//   gx = (px + ½)/width·(nx − 1), gy = (py + ½)/height·(ny − 1), gz = clamp(γ, 0, 1)·(nl − 1),
+// γ = 0.299·r + 0.587·g + 0.114·b, and the loss sees y_j = Σ_i M[j][i]·x_i + M[j][3]. The
+// helpers below repeat the CPU's operations in its order (no contraction), so on the
+// emulation the image and ∂L/∂x are bit-identical to it; the grid gradient is summed per cell
+// in another fixed order (so it differs from the CPU's by rounding).
+
+struct BgCorners {
+    u32 off[8];   // float offset of each corner's cell
+    float w[8];   // trilinear weight
+    float dw[8];  // ∂w/∂gz
+    bool inside;  // γ strictly inside the grid: the gradient passes through gz
+};
+
+__device__ __forceinline__ void bg_axis(u32 p, u32 n, u32 cells, u32* lo, u32* hi, float* t) {
+    const float g = ((float)p + 0.5f) / (float)n * (float)(cells - 1u);
+    u32 l = (u32)floorf(g);
+    if (l > cells - 1u) l = cells - 1u;
+    *lo = l;
+    *hi = l + 1u < cells ? l + 1u : cells - 1u;
+    *t = g - (float)l;
+}
+
+__device__ __forceinline__ BgCorners bg_corners(
+    u32 px, u32 py, u32 width, u32 height, u32 nx, u32 ny, u32 nl,
+    float r, float g, float b)
+{
+    BgCorners c;
+    u32 x0, x1, y0, y1;
+    float tx, ty;
+    bg_axis(px, width, nx, &x0, &x1, &tx);
+    bg_axis(py, height, ny, &y0, &y1, &ty);
+    const float top = (float)(nl - 1u);
+    float gz = (0.299f * r + 0.587f * g + 0.114f * b) * top;
+    c.inside = gz > 0.0f && gz < top;
+    if (!c.inside) gz = gz >= top ? top : 0.0f;
+    u32 z0 = (u32)floorf(gz);
+    if (z0 > nl - 1u) z0 = nl - 1u;
+    const u32 z1 = z0 + 1u < nl ? z0 + 1u : nl - 1u;
+    const float tz = gz - (float)z0;
+    const u32 zs[2] = {z0, z1};
+    const float wzs[2] = {1.0f - tz, tz};
+    const float dzs[2] = {-1.0f, 1.0f};
+    const u32 ys[2] = {y0, y1};
+    const float wys[2] = {1.0f - ty, ty};
+    const u32 xs[2] = {x0, x1};
+    const float wxs[2] = {1.0f - tx, tx};
+    int i = 0;
+    for (int zi = 0; zi < 2; ++zi) {
+        for (int yi = 0; yi < 2; ++yi) {
+            for (int xi = 0; xi < 2; ++xi) {
+                c.off[i] = ((zs[zi] * ny + ys[yi]) * nx + xs[xi]) * 12u;
+                c.w[i] = wxs[xi] * wys[yi] * wzs[zi];
+                c.dw[i] = wxs[xi] * wys[yi] * dzs[zi];
+                ++i;
+            }
+        }
+    }
+    return c;
+}
+
+__device__ __forceinline__ void bg_sample(const float* __restrict__ grid, const BgCorners& c, float a[12]) {
+    for (int k = 0; k < 12; ++k) a[k] = 0.0f;
+    for (int i = 0; i < 8; ++i) {
+        for (int k = 0; k < 12; ++k) a[k] += c.w[i] * grid[c.off[i] + k];
+    }
+}
+
+// out = img through the grid, one thread per pixel (img and out [n_pixels, 3], row-major).
+extern "C" __global__ void bilagrid_apply(
+    u32 width, u32 height, u32 nx, u32 ny, u32 nl,
+    const float* __restrict__ img,
+    const float* __restrict__ grid,  // [nl·ny·nx·12]
+    float* __restrict__ out)
+{
+    const u64 p = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= (u64)width * height) return;
+    const u32 px = (u32)(p % width), py = (u32)(p / width);
+    const float x0 = img[3 * p], x1 = img[3 * p + 1], x2 = img[3 * p + 2];
+    const BgCorners c = bg_corners(px, py, width, height, nx, ny, nl, x0, x1, x2);
+    float a[12];
+    bg_sample(grid, c, a);
+    for (int j = 0; j < 3; ++j) {
+        out[3 * p + j] = a[4 * j] * x0 + a[4 * j + 1] * x1 + a[4 * j + 2] * x2 + a[4 * j + 3];
+    }
+}
+
+// ∂L/∂grid from d = ∂L/∂y (read before bilagrid_dx overwrites it): one block per cell
+// (blockIdx.x = (cz·ny + cy)·nx + cx); its threads stride over the pixels whose sample can
+// touch the cell (its neighbours' span along x and y) and add w·∂L/∂M of each corner that is
+// the cell, in f64; a fixed tree then sums the threads. Every cell is written (no zeroing).
+extern "C" __global__ void bilagrid_grad(
+    u32 width, u32 height, u32 nx, u32 ny, u32 nl,
+    const float* __restrict__ img,
+    const float* __restrict__ d,
+    double* __restrict__ grad)       // [nl·ny·nx·12] out
+{
+    const u32 cell = blockIdx.x;
+    const u32 cx = cell % nx, cy = (cell / nx) % ny;
+    const u32 own = cell * 12u;
+    // Pixels whose coordinate lies within one cell of this one (conservative by a pixel; the
+    // corner test below is exact).
+    u32 xlo = 0, xhi = width, ylo = 0, yhi = height;
+    if (nx > 1u) {
+        const float s = (float)width / (float)(nx - 1u);
+        const float lo = ((float)cx - 1.0f) * s - 1.0f, hi = ((float)cx + 1.0f) * s + 1.0f;
+        xlo = lo > 0.0f ? (u32)lo : 0u;
+        xhi = hi < (float)width ? (u32)hi + 1u : width;
+    }
+    if (ny > 1u) {
+        const float s = (float)height / (float)(ny - 1u);
+        const float lo = ((float)cy - 1.0f) * s - 1.0f, hi = ((float)cy + 1.0f) * s + 1.0f;
+        ylo = lo > 0.0f ? (u32)lo : 0u;
+        yhi = hi < (float)height ? (u32)hi + 1u : height;
+    }
+    if (xhi > width) xhi = width;
+    if (yhi > height) yhi = height;
+    const u64 span = xhi > xlo ? (u64)(xhi - xlo) : 0u;
+    const u64 count = yhi > ylo ? span * (u64)(yhi - ylo) : 0u;
+    double acc[12];
+    for (int k = 0; k < 12; ++k) acc[k] = 0.0;
+    for (u64 q = threadIdx.x; q < count; q += blockDim.x) {
+        const u32 px = xlo + (u32)(q % span), py = ylo + (u32)(q / span);
+        const u64 p = (u64)py * width + px;
+        const float x[3] = {img[3 * p], img[3 * p + 1], img[3 * p + 2]};
+        const BgCorners c = bg_corners(px, py, width, height, nx, ny, nl, x[0], x[1], x[2]);
+        float da[12];
+        for (int j = 0; j < 3; ++j) {
+            const float dy = d[3 * p + j];
+            da[4 * j] = dy * x[0];
+            da[4 * j + 1] = dy * x[1];
+            da[4 * j + 2] = dy * x[2];
+            da[4 * j + 3] = dy;
+        }
+        for (int i = 0; i < 8; ++i) {
+            if (c.off[i] != own) continue;
+            for (int k = 0; k < 12; ++k) acc[k] += (double)(c.w[i] * da[k]);
+        }
+    }
+    for (int k = 0; k < 12; ++k) {
+        const double s = block_sum<GS_LOSS_BLOCK>(acc[k]);
+        if (threadIdx.x == 0) grad[own + k] = s;
+        __syncthreads();  // block_sum's shared buffer is reused by the next sum
+    }
+}
+
+// The render's gradient: d holds ∂L/∂y and becomes ∂L/∂x in place (through the sampled
+// matrix, and through gz where γ is inside the grid). One thread per pixel.
+extern "C" __global__ void bilagrid_dx(
+    u32 width, u32 height, u32 nx, u32 ny, u32 nl,
+    const float* __restrict__ img,
+    const float* __restrict__ grid,
+    float* __restrict__ d)
+{
+    const u64 p = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= (u64)width * height) return;
+    const u32 px = (u32)(p % width), py = (u32)(p / width);
+    const float x[3] = {img[3 * p], img[3 * p + 1], img[3 * p + 2]};
+    const float dy[3] = {d[3 * p], d[3 * p + 1], d[3 * p + 2]};
+    const BgCorners c = bg_corners(px, py, width, height, nx, ny, nl, x[0], x[1], x[2]);
+    float a[12];
+    bg_sample(grid, c, a);
+    float da[12];
+    for (int j = 0; j < 3; ++j) {
+        da[4 * j] = dy[j] * x[0];
+        da[4 * j + 1] = dy[j] * x[1];
+        da[4 * j + 2] = dy[j] * x[2];
+        da[4 * j + 3] = dy[j];
+    }
+    float dgz = 0.0f;
+    for (int i = 0; i < 8; ++i) {
+        for (int k = 0; k < 12; ++k) dgz += c.dw[i] * grid[c.off[i] + k] * da[k];
+    }
+    const float dz = c.inside ? dgz * (float)(nl - 1u) : 0.0f;
+    const float luma[3] = {0.299f, 0.587f, 0.114f};
+    for (int i = 0; i < 3; ++i) {
+        d[3 * p + i] = a[i] * dy[0] + a[4 + i] * dy[1] + a[8 + i] * dy[2] + dz * luma[i];
+    }
+}

@@ -255,13 +255,15 @@ fn steps_and_scoring_stay_within_the_trainer_images_item() {
 
 /// Every per-pixel add-on of the plan, measured on both engines: RGBA views with loss masks,
 /// exposure compensation (a whole view, a held-out view's left half in training and its right
-/// half scored, as `--eval --exposure` runs them), depth regularization, and all of them at
-/// once. Each peak (two steps and a scored view, as above) is held to the sum of
+/// half scored, as `--eval --exposure` runs them), depth regularization, bilateral grids (their
+/// step scratch, a fixed item of the plan, set aside), and all of them but the grids at once. Each peak (two steps and a scored view, as above) is held to the sum of
 /// `per_pixel_items` for that run: the trainer-images and evaluation items it plans.
 #[test]
 fn every_view_kind_and_add_on_stays_within_its_per_pixel_items() {
     use ramsplat::shard::DepthScale;
+    use ramsplat::train::bilagrid::{step_scratch_bytes, BilagridConfig, GridShape};
     use ramsplat::train::depth::DepthConfig;
+    const GRID: GridShape = GridShape { x: 16, y: 16, l: 8 };
     use ramsplat::train::device_engine::Frame;
     use ramsplat::train::exposure::ExposureConfig;
     use ramsplat::train::run::{per_pixel_items, ViewKinds};
@@ -282,6 +284,11 @@ fn every_view_kind_and_add_on_stays_within_its_per_pixel_items() {
         },
         ViewKinds {
             depth: true,
+            ..ViewKinds::default()
+        },
+        ViewKinds {
+            bilagrid: true,
+            masks: true,
             ..ViewKinds::default()
         },
         ViewKinds {
@@ -323,12 +330,18 @@ fn every_view_kind_and_add_on_stays_within_its_per_pixel_items() {
                 iterations: 100,
                 exposure: kinds.exposure.then(ExposureConfig::default),
                 depth: kinds.depth.then(DepthConfig::default),
+                bilagrid: kinds.bilagrid.then(|| BilagridConfig {
+                    shape: GRID,
+                    ..BilagridConfig::default()
+                }),
                 ..TrainConfig::default()
             };
             let mut t = Trainer::new(cfg, model(2000), 3.0, engine).unwrap();
             t.hold_exposure_views(1);
+            t.hold_grid_views(1);
             let whole = TrainView {
                 exposure: kinds.exposure.then_some(0),
+                grid: kinds.bilagrid.then_some(0),
                 depth: kinds.depth.then_some(DepthScale::IDENTITY),
                 ..TrainView::new(camera, layout)
             };
@@ -356,7 +369,14 @@ fn every_view_kind_and_add_on_stays_within_its_per_pixel_items() {
                 t.evaluate_view(&whole, &bytes).unwrap();
                 t.evaluate_view(&scored, &bytes).unwrap();
             });
-            let per_pixel = peak as f64 / pixels as f64;
+            // The grids' step scratch is a fixed item of the plan (view parameters), not a
+            // per-pixel one.
+            let fixed = if kinds.bilagrid {
+                step_scratch_bytes(GRID, rayon::current_num_threads()) as usize
+            } else {
+                0
+            };
+            let per_pixel = peak.saturating_sub(fixed) as f64 / pixels as f64;
             let item: u64 = per_pixel_items(kinds).iter().map(|i| i.1).sum();
             println!(
                 "{} engine, {kinds:?}: peak {per_pixel:.1} B per pixel (plan: {item} B)",

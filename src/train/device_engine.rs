@@ -68,6 +68,7 @@ use crate::scene::maths::logit;
 use crate::shard::DepthScale;
 
 use super::adam::{AdamConfig, GroupMask, LearningRates};
+use super::bilagrid::GridShape;
 use super::densify::{model_bytes, DensifyStats, Model, RefineInputs, RowPlan, RowValues};
 use super::device_adam::{DeviceAdam, DeviceAdamError};
 use super::device_loss::{DeviceLoss, DeviceLossError, LOSS_SCALARS};
@@ -135,6 +136,9 @@ pub enum DeviceEngineError {
     /// A depth loss on a view staged without its inverse-depth plane (a bug of the caller).
     #[error("a depth loss needs the staged view's inverse-depth plane; it was staged without")]
     NoDepthPlane,
+    /// A grid gradient asked of a view staged without a grid (a bug of the caller).
+    #[error("the staged view was not seen through a bilateral grid: it has no grid gradient")]
+    NoGrid,
     /// A staged frame whose length does not fit the view (a bug of the caller).
     #[error(
         "a staged frame holds {got} bytes, the view needs {want} (mask: {masked}, depth plane: \
@@ -254,7 +258,8 @@ pub struct DeviceBytes {
     /// A split model only: the view rasterizer's copy of every shard's splats and their
     /// gradients, [`DEVICE_RENDER_BYTES_PER_GAUSSIAN`] × N (see [`super::sharded`]).
     pub gathered: u64,
-    /// [`device_bytes_per_pixel`] × the largest view's pixels.
+    /// [`device_bytes_per_pixel`] × the largest view's pixels (and the plan adds the staged
+    /// bilateral grid and its gradient, 12 B per grid float, when the run learns grids).
     pub views: u64,
     /// The intersection buffers: the per-render cap the rasterizer's preflight enforces.
     pub intersections: u64,
@@ -389,6 +394,13 @@ struct ViewLoss {
     /// Whether the staged view is seen through its exposure; then `∂L/∂E` follows the loss
     /// scalars in `scalars` (one read per step either way).
     exposure_used: bool,
+    /// The staged view's bilateral grid ([`super::bilagrid`]; its render through the grid
+    /// goes to `exposed`) and the grid's gradient of the last loss.
+    grid: DeviceBuffer<f32>,
+    grid_grad: DeviceBuffer<f64>,
+    /// The staged grid's shape, when the staged view is seen through one (cleared by every
+    /// [`DeviceEngine::stage_view`], set by [`DeviceEngine::stage_grid`]).
+    grid_shape: Option<GridShape>,
     /// Whether the last backward wrote the pose gradient at [`POSE_OFFSET`] of `scalars`
     /// (cleared by every loss, set by [`DeviceEngine::forward_backward`]).
     pose_used: bool,
@@ -475,14 +487,26 @@ fn staged_loss(
     v.pose_used = false;
     v.depth_used = false;
     v.dev.grow(&mut v.d_image, 3 * npix)?;
-    let seen = match v.exposure_used {
-        true => {
+    let seen = match (v.exposure_used, v.grid_shape) {
+        (true, _) => {
             v.dev.grow(&mut v.exposed, 3 * npix)?;
             v.loss
                 .exposure_apply(image, &v.exposure, npix, &mut v.exposed)?;
             &mut v.exposed
         }
-        false => image,
+        (false, Some(shape)) => {
+            v.dev.grow(&mut v.exposed, 3 * npix)?;
+            v.loss.bilagrid_apply(
+                image,
+                &v.grid,
+                shape,
+                camera.width,
+                camera.height,
+                &mut v.exposed,
+            )?;
+            &mut v.exposed
+        }
+        (false, None) => image,
     };
     if let Some(offset) = v.mask {
         v.loss.apply_mask(&v.rgb8, offset, npix, seen)?;
@@ -507,6 +531,17 @@ fn staged_loss(
             &mut v.d_image,
             &mut v.scalars,
             LOSS_SCALARS,
+        )?;
+    }
+    if let Some(shape) = v.grid_shape {
+        v.loss.bilagrid_backward(
+            image,
+            &v.grid,
+            shape,
+            camera.width,
+            camera.height,
+            &mut v.d_image,
+            &mut v.grid_grad,
         )?;
     }
     Ok(())
@@ -555,6 +590,9 @@ impl DeviceEngine {
                 exposure: dev.alloc(EXPOSURE_LEN)?,
                 exposed: dev.alloc(1)?,
                 exposure_used: false,
+                grid: dev.alloc(1)?,
+                grid_grad: dev.alloc(1)?,
+                grid_shape: None,
                 pose_used: false,
                 depth_used: false,
             },
@@ -687,6 +725,7 @@ impl DeviceEngine {
         v.mask = masked.then_some(rgb_len);
         v.depth_plane = depth_plane.then_some(colour);
         v.exposure_used = exposure.is_some();
+        v.grid_shape = None;
         if let Some(e) = exposure {
             dev.upload(e, &mut v.exposure)?;
         }
@@ -694,6 +733,34 @@ impl DeviceEngine {
             v.loss
                 .apply_mask(&v.rgb8, rgb_len, rgb_len / 3, &mut v.target)?;
         }
+        Ok(())
+    }
+
+    /// Sees the staged view ([`Self::stage_view`], which clears this) through `grid`, a
+    /// bilateral grid of `shape` ([`super::bilagrid`]): uploaded now, before any launch of the
+    /// step. The loss then leaves `∂L/∂grid` on the device for [`Self::grid_grad_into`].
+    pub fn stage_grid(&mut self, shape: GridShape, grid: &[f32]) -> Result<(), DeviceEngineError> {
+        let v = &mut self.view;
+        if grid.len() != shape.floats() {
+            return Err(CudaError::Shape {
+                what: "bilateral grid",
+                got: grid.len(),
+                need: shape.floats(),
+            }
+            .into());
+        }
+        self.dev.grow(&mut v.grid, grid.len())?;
+        self.dev.upload(grid, &mut v.grid)?;
+        v.grid_shape = Some(shape);
+        Ok(())
+    }
+
+    /// `∂L/∂grid` of the last loss of a view staged with a grid, into `out` (resized to the
+    /// grid's floats).
+    pub fn grid_grad_into(&self, out: &mut Vec<f64>) -> Result<(), DeviceEngineError> {
+        let shape = self.view.grid_shape.ok_or(DeviceEngineError::NoGrid)?;
+        out.resize(shape.floats(), 0.0);
+        self.dev.download(&self.view.grid_grad, out)?;
         Ok(())
     }
 
@@ -1281,6 +1348,8 @@ pub trait ResidentEngine {
         depth_plane: bool,
         exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError>;
+    fn stage_grid(&mut self, shape: GridShape, grid: &[f32]) -> Result<(), DeviceEngineError>;
+    fn grid_grad_into(&self, out: &mut Vec<f64>) -> Result<(), DeviceEngineError>;
     fn forward_backward(
         &mut self,
         camera: &Camera,
@@ -1338,6 +1407,12 @@ impl ResidentEngine for DeviceEngine {
         exposure: Option<&Exposure>,
     ) -> Result<(), DeviceEngineError> {
         DeviceEngine::stage_view(self, frame, rgb_len, masked, depth_plane, exposure)
+    }
+    fn stage_grid(&mut self, shape: GridShape, grid: &[f32]) -> Result<(), DeviceEngineError> {
+        DeviceEngine::stage_grid(self, shape, grid)
+    }
+    fn grid_grad_into(&self, out: &mut Vec<f64>) -> Result<(), DeviceEngineError> {
+        DeviceEngine::grid_grad_into(self, out)
     }
     fn forward_backward(
         &mut self,

@@ -19,6 +19,7 @@ use crate::device::{
 };
 use crate::metrics::{window_1d, SSIM_C1, SSIM_C2, SSIM_WINDOW};
 use crate::shard::DepthScale;
+use crate::train::bilagrid::GridShape;
 
 use KernelArg::{F32, F64, U32, U64};
 
@@ -28,7 +29,7 @@ pub const LOSS_SCALARS: usize = 4;
 /// Threads per block of the loss kernels (a power of two: the block reductions halve it).
 pub const LOSS_BLOCK: u32 = 256;
 
-const ENTRY_POINTS: [&str; 12] = [
+const ENTRY_POINTS: [&str; 15] = [
     "rgb8_to_f32",
     "apply_mask",
     "ssim_h5",
@@ -41,6 +42,9 @@ const ENTRY_POINTS: [&str; 12] = [
     "exposure_finish",
     "depth_l1",
     "depth_finish",
+    "bilagrid_apply",
+    "bilagrid_grad",
+    "bilagrid_dx",
 ];
 
 /// Floats of a view's exposure matrix ([`crate::train::exposure`]).
@@ -419,6 +423,131 @@ impl DeviceLoss {
         Ok(())
     }
 
+    /// `out = img` through `grid` (a bilateral grid of `shape`), both `[height, width, 3]`:
+    /// the device twin of [`crate::train::bilagrid::apply`] (the same bits on the emulation).
+    pub fn bilagrid_apply(
+        &self,
+        img: &DeviceBuffer<f32>,
+        grid: &DeviceBuffer<f32>,
+        shape: GridShape,
+        width: u32,
+        height: u32,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<(), DeviceLossError> {
+        let n_pixels = self.check_grid(img, grid, shape, width, height, out.len())?;
+        if n_pixels == 0 {
+            return Ok(());
+        }
+        let args = [
+            U32(width),
+            U32(height),
+            U32(shape.x),
+            U32(shape.y),
+            U32(shape.l),
+            img.arg(),
+            grid.arg(),
+            out.arg(),
+        ];
+        // SAFETY: matches bilagrid_apply in kernels/loss.cu; img and out hold 3·width·height
+        // values and grid the shape's floats (checked above).
+        unsafe {
+            self.go(
+                "bilagrid_apply",
+                LaunchConfig::linear(n_pixels as u64, LOSS_BLOCK)?,
+                &args,
+            )
+        }?;
+        Ok(())
+    }
+
+    /// The adjoint of [`Self::bilagrid_apply`]: `d` holds `∂L/∂y` and becomes `∂L/∂img` in
+    /// place; `∂L/∂grid` (the shape's floats, f64) is written to `grad` (grown to fit). The
+    /// device twin of [`crate::train::bilagrid::backward`]: the same `∂L/∂img` bits on the
+    /// emulation; the grid gradient summed per cell in another fixed order (deterministic,
+    /// equal to the CPU's up to rounding).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bilagrid_backward(
+        &self,
+        img: &DeviceBuffer<f32>,
+        grid: &DeviceBuffer<f32>,
+        shape: GridShape,
+        width: u32,
+        height: u32,
+        d: &mut DeviceBuffer<f32>,
+        grad: &mut DeviceBuffer<f64>,
+    ) -> Result<(), DeviceLossError> {
+        let n_pixels = self.check_grid(img, grid, shape, width, height, d.len())?;
+        self.dev.grow(grad, shape.floats())?;
+        let dims = [
+            U32(width),
+            U32(height),
+            U32(shape.x),
+            U32(shape.y),
+            U32(shape.l),
+        ];
+        // SAFETY: the argument lists match bilagrid_grad and bilagrid_dx in kernels/loss.cu;
+        // img and d hold 3·width·height values, grid and grad the shape's floats (checked or
+        // grown above); bilagrid_grad runs one block per cell and writes every cell, and reads
+        // d before bilagrid_dx (queued after it on the same stream) overwrites it.
+        unsafe {
+            let mut args = dims.to_vec();
+            args.extend([img.arg(), d.arg(), grad.arg()]);
+            let cells = LaunchConfig {
+                grid: (shape.cells() as u32, 1, 1),
+                block: (LOSS_BLOCK, 1, 1),
+            };
+            self.go("bilagrid_grad", cells, &args)?;
+            if n_pixels > 0 {
+                let mut args = dims.to_vec();
+                args.extend([img.arg(), grid.arg(), d.arg()]);
+                self.go(
+                    "bilagrid_dx",
+                    LaunchConfig::linear(n_pixels as u64, LOSS_BLOCK)?,
+                    &args,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a grid kernel's buffers; returns the pixels.
+    fn check_grid(
+        &self,
+        img: &DeviceBuffer<f32>,
+        grid: &DeviceBuffer<f32>,
+        shape: GridShape,
+        width: u32,
+        height: u32,
+        out_len: usize,
+    ) -> Result<usize, DeviceLossError> {
+        let n_pixels = width as usize * height as usize;
+        if shape.invalid().is_some() {
+            return Err(DeviceLossError::Shape {
+                what: "bilateral grid shape (1 to 64 cells a side)",
+                got: shape.cells(),
+                need: shape.cells(),
+                width,
+                height,
+            });
+        }
+        for (what, got, need) in [
+            ("bilateral grid image", img.len(), 3 * n_pixels),
+            ("bilateral grid output", out_len, 3 * n_pixels),
+            ("bilateral grid", grid.len(), shape.floats()),
+        ] {
+            if got < need || n_pixels > u32::MAX as usize / 3 {
+                return Err(DeviceLossError::Shape {
+                    what,
+                    got,
+                    need,
+                    width,
+                    height,
+                });
+            }
+        }
+        Ok(n_pixels)
+    }
+
     fn check_exposure(
         &self,
         img: &DeviceBuffer<f32>,
@@ -608,6 +737,71 @@ mod tests {
                 // A matrix buffer too short is refused, not read past.
                 let short = dev.alloc::<f32>(11).unwrap();
                 assert!(dl.exposure_apply(&di, &short, npix, &mut dout).is_err());
+            }
+        }
+    }
+
+    /// On the emulation the grid's image and `∂L/∂img` are bit-identical to the CPU's and its
+    /// gradient equal up to the rounding of its sums; on a GPU (no contraction either) the
+    /// same. Sizes cover one-cell axes, images smaller than the grid, colours outside [0, 1]
+    /// (the guidance clamped) and more pixels than a block.
+    #[test]
+    fn bilagrid_kernels_match_the_cpu() {
+        use crate::train::bilagrid::{apply, backward, identity_grid, GridShape};
+        for dev in crate::device::test_devices() {
+            let dl = DeviceLoss::new(&dev).unwrap();
+            let mut rng = Rng::new(31);
+            for (shape, w, h) in [
+                (GridShape { x: 4, y: 3, l: 5 }, 7u32, 5u32),
+                (GridShape { x: 16, y: 16, l: 8 }, 40, 23),
+                (GridShape { x: 1, y: 2, l: 1 }, 9, 4),
+                (GridShape { x: 6, y: 5, l: 4 }, 3, 2),
+            ] {
+                let npix = (w * h) as usize;
+                let img: Vec<f32> = (0..3 * npix).map(|_| 1.2 * rng.next_f32() - 0.1).collect();
+                let dy: Vec<f32> = (0..3 * npix).map(|_| rng.next_f32() - 0.5).collect();
+                let grid: Vec<f32> = identity_grid(shape)
+                    .into_iter()
+                    .map(|v| v + 0.3 * (rng.next_f32() - 0.5))
+                    .collect();
+                let (wu, hu) = (w as usize, h as usize);
+                let mut want_y = Vec::new();
+                apply(shape, &grid, &img, wu, hu, &mut want_y);
+                let mut want_dx = dy.clone();
+                let mut want_g = Vec::new();
+                backward(shape, &grid, &img, wu, hu, &mut want_dx, &mut want_g);
+
+                let upload = |v: &[f32]| {
+                    let mut b = dev.alloc::<f32>(v.len()).unwrap();
+                    dev.upload(v, &mut b).unwrap();
+                    b
+                };
+                let (di, dg) = (upload(&img), upload(&grid));
+                let mut dout = dev.alloc::<f32>(3 * npix).unwrap();
+                dl.bilagrid_apply(&di, &dg, shape, w, h, &mut dout).unwrap();
+                assert_eq!(dev.download_vec(&dout, 3 * npix).unwrap(), want_y);
+                let mut dd = upload(&dy);
+                let mut dgrad = dev.alloc::<f64>(1).unwrap();
+                dl.bilagrid_backward(&di, &dg, shape, w, h, &mut dd, &mut dgrad)
+                    .unwrap();
+                assert_eq!(dev.download_vec(&dd, 3 * npix).unwrap(), want_dx);
+                let got_g = dev.download_vec(&dgrad, shape.floats()).unwrap();
+                let mut nonzero = 0;
+                for (k, (g, want)) in got_g.iter().zip(&want_g).enumerate() {
+                    let tol = 1e-12 * (1.0 + want.abs()) * npix as f64;
+                    assert!(
+                        (g - want).abs() <= tol,
+                        "{} {shape} {w}x{h}, grid[{k}]: {g} vs {want}",
+                        dev.name()
+                    );
+                    nonzero += (*want != 0.0) as usize;
+                }
+                assert!(nonzero > 0, "{shape} {w}x{h}: no gradient reached the grid");
+                // A grid buffer too short is refused, not read past.
+                let short = dev.alloc::<f32>(shape.floats() - 1).unwrap();
+                assert!(dl
+                    .bilagrid_apply(&di, &short, shape, w, h, &mut dout)
+                    .is_err());
             }
         }
     }

@@ -584,15 +584,23 @@ fn plan_device(
         None => n,
     };
     let k = budget.devices;
-    let bytes = device_bytes(
+    // A bilateral grid's render goes where the exposure's does (the same per-pixel bytes,
+    // without partials); the staged grid and its f64 gradient are a fixed item with the views.
+    let per_view = config.exposure.is_some() || config.bilagrid.is_some();
+    let mut bytes = device_bytes(
         n,
         k,
         config.sh_degree,
         max_pixels,
-        config.exposure.is_some(),
+        per_view,
         config.depth.is_some(),
         config.max_intersection_bytes,
     );
+    let grid_bytes = config
+        .bilagrid
+        .as_ref()
+        .map_or(0, |b| 12 * b.shape.floats() as u64);
+    bytes.views += grid_bytes;
     let per_gaussian = device_bytes_per_gaussian(config.sh_degree);
     let shard = n.div_ceil(k);
     let model = if k == 1 {
@@ -615,9 +623,17 @@ fn plan_device(
     let items = format!(
         "{model} × {per_gaussian} B: parameters, gradients, two Adam moments, statistics, \
          render buffers, densification copy){gathered}, views {} ({max_pixels} px × \
-         {} B), intersections {} (1/{INTERSECTION_BUDGET_DIVISOR} of the budget, at most {})",
+         {} B{}), intersections {} (1/{INTERSECTION_BUDGET_DIVISOR} of the budget, at most {})",
         format_size(bytes.views),
-        device_bytes_per_pixel(config.exposure.is_some(), config.depth.is_some()),
+        device_bytes_per_pixel(per_view, config.depth.is_some()),
+        if grid_bytes > 0 {
+            format!(
+                " + the view's bilateral grid and its gradient {}",
+                format_size(grid_bytes)
+            )
+        } else {
+            String::new()
+        },
         format_size(bytes.intersections),
         format_size(crate::render::DEFAULT_MAX_INTERSECTION_BYTES),
     );

@@ -60,6 +60,7 @@ use crate::render::RenderOptions;
 use crate::scene::camera::Camera;
 
 use super::adam::{AdamConfig, GroupMask, LearningRates};
+use super::bilagrid::GridShape;
 use super::densify::{DensifyStats, Model, RowPlan, RowValues};
 use super::device_engine::{
     DepthLoss, DeviceEngine, DeviceEngineError, Frame, RefineHost, ResidentEngine, Rows,
@@ -186,6 +187,15 @@ impl ResidentEngine for ShardedEngine {
             f => f,
         };
         self.shards[view].stage_view(frame, rgb_len, masked, depth_plane, exposure)
+    }
+
+    /// The staged view's grid goes to its view device.
+    fn stage_grid(&mut self, shape: GridShape, grid: &[f32]) -> Result<(), DeviceEngineError> {
+        self.shards[self.view].stage_grid(shape, grid)
+    }
+
+    fn grid_grad_into(&self, out: &mut Vec<f64>) -> Result<(), DeviceEngineError> {
+        self.shards[self.view].grid_grad_into(out)
     }
 
     /// Forward, loss and backward of the staged view over every shard (the module doc's step

@@ -1825,10 +1825,6 @@ impl Trainer {
                     grid_grad: grid.is_some(),
                 })
             }
-            Runner::Device(_) if grid.is_some() => Err(TrainError::BilagridConfig(
-                "the device engine does not learn bilateral grids yet; train with --backend cpu"
-                    .into(),
-            )),
             Runner::Device(e) => {
                 let t = Instant::now();
                 e.stage_view(
@@ -1838,6 +1834,9 @@ impl Trainer {
                     depth.is_some(),
                     exposure.map(|(_, e)| e).as_ref(),
                 )?;
+                if let Some((shape, g)) = grid {
+                    e.stage_grid(shape, g)?;
+                }
                 tm.convert = t.elapsed().as_secs_f64();
                 // One queue: the launches return at once and the scalar read waits for all
                 // of them, so forward, loss and backward are timed together (as `forward`).
@@ -1848,6 +1847,9 @@ impl Trainer {
                         DeviceEngineError::Render(source) => render_err(source),
                         other => other.into(),
                     })?;
+                if grid.is_some() {
+                    e.grid_grad_into(&mut self.grid_grad)?;
+                }
                 tm.forward = t.elapsed().as_secs_f64();
                 let loss = v.loss + depth.map_or(0.0, |d| d.weight * v.depth_l1.unwrap_or(0.0));
                 if !loss.is_finite() {
@@ -1861,7 +1863,7 @@ impl Trainer {
                     depth_l1: v.depth_l1,
                     exposure_grad: v.exposure_grad,
                     pose_grad: v.pose_grad,
-                    grid_grad: false,
+                    grid_grad: grid.is_some(),
                 })
             }
         }
@@ -3524,6 +3526,25 @@ mod tests {
         assert!(device_steps_like_host(cfg, "exposure", 60) > 50);
     }
 
+    /// Bilateral grids small enough for the test's 64×48 views (6×5×4 cells) and past their
+    /// warm-up, so they move within the test.
+    fn grid_config() -> TrainConfig {
+        let mut cfg = busy_config();
+        cfg.bilagrid = Some(BilagridConfig {
+            shape: bilagrid::GridShape { x: 6, y: 5, l: 4 },
+            warmup_steps: 0,
+            ..BilagridConfig::default()
+        });
+        cfg
+    }
+
+    /// With bilateral grids the device engine's grid kernels (the render through the grid, its
+    /// adjoint and the grid's gradient, downloaded for the host's optimizer) follow the host's.
+    #[test]
+    fn device_engine_steps_like_the_host_engine_bilateral_grids() {
+        assert!(device_steps_like_host(grid_config(), "bilateral grids", 60) > 50);
+    }
+
     /// With depth regularization the device engine's inverse-depth plane, depth loss and their
     /// backward (pose gradient included) step like the host's.
     #[test]
@@ -4051,6 +4072,13 @@ mod tests {
         let mut cfg = busy_config();
         cfg.exposure = Some(ExposureConfig::default());
         assert!(sharded_steps_like_one_device(cfg, 2, 30) > 0);
+    }
+
+    /// Bilateral grids on a split model: the view's device takes the grid, and its gradient
+    /// comes from there.
+    #[test]
+    fn sharded_engine_steps_like_one_device_bilateral_grids() {
+        assert!(sharded_steps_like_one_device(grid_config(), 2, 30) > 0);
     }
 
     /// Depth regularization on a split model: the view's device takes the depth loss of the
