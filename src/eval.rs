@@ -17,11 +17,19 @@
 //! and SSIM is the mean over the whole zeroed image (windows inside an excluded region score 1,
 //! so a large excluded region lifts SSIM toward 1; compare SSIM of masked views with care).
 //!
-//! Invariant: [`Scorer::score`] is a pure function of the float render and the 8-bit ground
-//! truth (its buffers are scratch), so two callers holding the same render get the same score.
+//! Colour-corrected scores ([`Scorer::score_corrected`]; gsplat's `cc_psnr`, `cc_ssim`, for
+//! models that learn a per-view appearance) take the same inputs: the 8-bit render the plain
+//! score scored and the 8-bit ground truth, both scaled to [0, 1], are fitted
+//! ([`crate::color_correct`]; a masked view on its used pixels only), and the corrected render
+//! is scored by the rules above (quantised to 8 bits again, as a PNG of it would hold). A
+//! correction that is the identity therefore gives exactly the plain score.
+//!
+//! Invariant: [`Scorer::score`] and [`Scorer::score_corrected`] are pure functions of their
+//! inputs (the buffers are scratch), so two callers holding the same render get the same score.
 
 use std::path::{Path, PathBuf};
 
+use crate::color_correct::ColorCorrection;
 use crate::metrics::{psnr_from_mse, psnr_u8, MetricsError, SsimScratch};
 
 /// PSNR and SSIM of one view (see the module doc for the rules).
@@ -41,6 +49,11 @@ pub struct Scorer {
     gt_f: Vec<f32>,
     /// The ground truth with a mask applied.
     gt_masked: Vec<u8>,
+    /// [`Scorer::score_corrected`]'s render (corrected in place) and ground truth in [0, 1],
+    /// and its corrected render in 8 bits.
+    cc_render: Vec<f32>,
+    cc_gt: Vec<f32>,
+    cc_rgb8: Vec<u8>,
 }
 
 impl Scorer {
@@ -110,6 +123,44 @@ impl Scorer {
     /// The 8-bit render the last [`Scorer::score`] scored (what a PNG of it holds).
     pub fn rgb8(&self) -> &[u8] {
         &self.rgb8
+    }
+
+    /// The colour-corrected score of the 8-bit `render` (the one the plain score scored:
+    /// [`Scorer::rgb8`] after [`Scorer::score_masked`], or a PNG of it) against the 8-bit `gt`,
+    /// with an optional loss `mask` as [`Scorer::score_masked`] takes it: `method` fits the
+    /// render to the ground truth over the scored pixels, and the corrected render is scored
+    /// by the module's rules (see the module doc). [`Scorer::rgb8`] is left as it was.
+    pub fn score_corrected(
+        &mut self,
+        method: ColorCorrection,
+        render: &[u8],
+        gt: &[u8],
+        mask: Option<&[u8]>,
+        width: usize,
+        height: usize,
+    ) -> Result<Score, MetricsError> {
+        if render.len() != gt.len() {
+            return Err(MetricsError::LengthMismatch {
+                a: render.len(),
+                b: gt.len(),
+            });
+        }
+        unit(render, &mut self.cc_render);
+        unit(gt, &mut self.cc_gt);
+        method.apply(&mut self.cc_render, &self.cc_gt, mask)?;
+        // Scored by score_masked itself (one rule set), its 8-bit render buffer lent to the
+        // corrected render meanwhile so that `rgb8()` keeps the plain one.
+        let plain = std::mem::take(&mut self.rgb8);
+        let corrected = std::mem::take(&mut self.cc_render);
+        let score = self.score_masked(&corrected, gt, mask, width, height);
+        self.cc_render = corrected;
+        self.cc_rgb8 = std::mem::replace(&mut self.rgb8, plain);
+        score
+    }
+
+    /// The 8-bit corrected render the last [`Scorer::score_corrected`] scored.
+    pub fn corrected_rgb8(&self) -> &[u8] {
+        &self.cc_rgb8
     }
 }
 
@@ -213,6 +264,77 @@ mod tests {
         let mut out = vec![];
         to_rgb8(&[-0.2, 1.7, 0.5 / 255.0, 0.49 / 255.0], &mut out);
         assert_eq!(out, [0, 255, 1, 0]);
+    }
+
+    /// With nothing to correct the colour-corrected score is the plain one; with a render that
+    /// is an affine image of the truth it is far higher; a masked view is fitted and scored on
+    /// its used pixels only, whatever the excluded ones hold.
+    #[test]
+    fn corrected_scores_fit_what_is_scored() {
+        let (w, h) = (24, 16);
+        let gt: Vec<u8> = (0..w * h * 3)
+            .map(|i| (40 + (i * 37 + i / 7 * 11) % 170) as u8)
+            .collect();
+        // A render off by a few steps here and there: plain PSNR finite.
+        let render: Vec<f32> = gt
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| (b as f32 + if i % 5 == 0 { 3.0 } else { 0.0 }) / 255.0)
+            .collect();
+        let mut s = Scorer::new();
+        let plain = s.score(&render, &gt, w, h).unwrap();
+        let render8 = s.rgb8().to_vec();
+        // img = ref: both fits are the identity.
+        for method in [ColorCorrection::Affine, ColorCorrection::Quadratic] {
+            let same = s.score_corrected(method, &gt, &gt, None, w, h).unwrap();
+            assert!(same.psnr.is_infinite() && (same.ssim - 1.0).abs() < 1e-12);
+            assert_eq!(s.corrected_rgb8(), &gt[..]);
+            assert_eq!(s.rgb8(), &render8[..], "the plain render is kept");
+        }
+        // The render at 0.4× the truth + 130/255, per 8-bit value.
+        let dim: Vec<u8> = gt
+            .iter()
+            .map(|&b| (0.4 * b as f32 + 130.0).round() as u8)
+            .collect();
+        let dim_f: Vec<f32> = dim.iter().map(|&b| b as f32 / 255.0).collect();
+        let dark = s.score(&dim_f, &gt, w, h).unwrap();
+        let cc = s
+            .score_corrected(ColorCorrection::Affine, &dim, &gt, None, w, h)
+            .unwrap();
+        assert!(dark.psnr < 15.0 && cc.psnr > 45.0, "{dark:?} → {cc:?}");
+        assert!(cc.ssim > 0.99 && plain.psnr.is_finite());
+        // Masked: the excluded pixels (left third) hold garbage in the render; the fit ignores
+        // them and the score excludes them, so it is the score of the used pixels alone.
+        let mask: Vec<u8> = (0..w * h).map(|p| u8::from(p % w >= w / 3)).collect();
+        let mut garbage = dim.clone();
+        for (p, px) in garbage.chunks_exact_mut(3).enumerate() {
+            if mask[p] == 0 {
+                px.copy_from_slice(&[255, 0, 255]);
+            }
+        }
+        let a = s
+            .score_corrected(ColorCorrection::Affine, &garbage, &gt, Some(&mask), w, h)
+            .unwrap();
+        let b = s
+            .score_corrected(ColorCorrection::Affine, &dim, &gt, Some(&mask), w, h)
+            .unwrap();
+        assert_eq!(a, b);
+        assert!(a.psnr > 45.0, "{a:?}");
+        assert!(matches!(
+            s.score_corrected(ColorCorrection::Affine, &dim, &gt[3..], None, w, h),
+            Err(MetricsError::LengthMismatch { .. })
+        ));
+        assert!(matches!(
+            s.score_corrected(
+                ColorCorrection::Quadratic,
+                &dim,
+                &gt,
+                Some(&mask[1..]),
+                w,
+                h
+            ),
+            Err(MetricsError::ColorCorrect(_))
+        ));
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! | evaluation, conversion, generation | [`eval`], [`pack`], [`synth`], [`export`] |
 //! | data pipeline, rendering | [`data`], [`render`] (its `cuda` backend on [`device`]) |
 //! | formats and importers | [`shard`], [`import`] (they share [`dataset`], never each other) |
-//! | foundations | [`dataset`], [`scene`], [`resample`], [`device`], [`budget`], [`metrics`], [`plot`], [`fsutil`], [`cli`], [`rng`] |
+//! | foundations | [`dataset`], [`scene`], [`resample`], [`device`], [`budget`], [`metrics`], [`color_correct`], [`plot`], [`fsutil`], [`cli`], [`rng`] |
 //!
 //! `budget`, `shard`, `import` and `data` know nothing of Gaussians; `device` knows nothing of
 //! Gaussians or datasets; `render` knows nothing of datasets.
@@ -32,6 +32,7 @@
 //! | [`render`] | the `Rasterizer` trait and backend choice, the CPU reference backend (`render::cpu`, the oracle), the CUDA backend (`render::cuda`, on [`device`]) and depth maps through either (`render::depth`) |
 //! | `kernels/` | the CUDA C++ sources (`*.cu`, shared `*.cuh`) compiled at run time by NVRTC, or by the host C++ compiler with `kernels/host/emulation.h` for the emulation |
 //! | [`metrics`] | PSNR and SSIM |
+//! | [`color_correct`] | the colour fits of a render to its ground truth behind the colour-corrected scores (gsplat's `cc_psnr`, `cc_ssim`): affine and quadratic |
 //! | [`eval`] | scoring renders against ground truth: the one rule set `gs-train --eval` and `gs-render` share |
 //! | [`plot`] | PNG line charts (training curves, the loader's speed/RAM curve) |
 //! | [`export`] | model files: 3DGS PLY, SPZ, `.splat`, PlayCanvas compressed PLY, 3DGS `cameras.json`; a pack as a nerfstudio or COLMAP folder (`gs-pack export`) |
@@ -44,6 +45,7 @@
 
 pub mod budget;
 pub mod cli;
+pub mod color_correct;
 pub mod data;
 pub mod dataset;
 pub mod device;

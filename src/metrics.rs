@@ -87,6 +87,9 @@ pub enum MetricsError {
     },
     #[error("cannot compute a metric over an empty image ({width}x{height})")]
     Empty { width: usize, height: usize },
+    /// The colour correction before a colour-corrected score refused its inputs.
+    #[error("cannot colour-correct the render: {0}")]
+    ColorCorrect(#[from] crate::color_correct::ColorCorrectError),
 }
 
 /// PSNR in dB between two float images whose values span `[0, max]` (use `max = 1.0` for

@@ -107,6 +107,10 @@ fn outputs_exist_and_parse() {
     ] {
         assert!(raw.get(key).is_some(), "report.json lacks {key}");
     }
+    // Colour-corrected scores only with --color-correct-metric.
+    for key in ["color_correct_method", "test_cc_psnr", "test_cc_ssim"] {
+        assert!(raw.get(key).is_none(), "report.json has {key}");
+    }
 
     let rows = read_metrics(&out.join("metrics.jsonl")).unwrap();
     assert_eq!(
@@ -1616,6 +1620,179 @@ fn colmap_masks_pack_train_and_score_alike() {
     }
 }
 
+/// `--color-correct-metric` (gsplat's colour-corrected scores, also spelled
+/// `--use_color_correction_metric --color_correct_method M`) needs `--eval`; gs-train reports
+/// the scores and gs-render reproduces them exactly, on masked views (fitted and scored on the
+/// used pixels); and where the ground truth is an exact per-channel affine image of the
+/// 8-bit render, the affine correction undoes it: the plain score is low, the corrected one
+/// high.
+#[test]
+fn colour_corrected_scores_are_reported_reproduced_and_undo_an_affine_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let scene = dir.path().join("scene");
+    small_synth(&scene, "colmap", "4");
+    left_quarter_masks(&scene);
+    let convert = |pack: &Path| {
+        gs_pack_ok(&[
+            "convert",
+            s(&scene),
+            "-o",
+            s(pack),
+            "--max-width",
+            "0",
+            "--test-every",
+            "3",
+        ]);
+    };
+    let pack = dir.path().join("scene.pack");
+    convert(&pack);
+
+    let out = dir.path().join("run");
+    let o = gs_train(&train_args(
+        &pack,
+        &out,
+        "30",
+        &["--color-correct-metric", "affine"],
+    ));
+    refused(
+        &o,
+        &[
+            "--color-correct-metric scores the held-out views",
+            "add --eval",
+        ],
+    );
+    let o = gs_train(&train_args(
+        &pack,
+        &out,
+        "30",
+        &["--eval", "--color_correct_method", "quadratic"],
+    ));
+    refused(
+        &o,
+        &["--color-correct-method sets the method of --use-color-correction-metric"],
+    );
+    let o = gs_train(&train_args(
+        &pack,
+        &out,
+        "30",
+        &["--eval", "--color-correct-metric", "cubic"],
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!out.exists());
+
+    // gsplat's spelling, the quadratic fit.
+    let o = gs_train(&train_args(
+        &pack,
+        &out,
+        "30",
+        &[
+            "--eval",
+            "--use_color_correction_metric",
+            "--color_correct_method",
+            "quadratic",
+        ],
+    ));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("colour-corrected (quadratic) PSNR"),
+        "{}",
+        stderr(&o)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["color_correct_method"], "quadratic");
+    let cc_psnr = report["test_cc_psnr"].as_f64().unwrap();
+    let cc_ssim = report["test_cc_ssim"].as_f64().unwrap();
+    assert!(cc_psnr.is_finite() && cc_psnr > 0.0 && cc_ssim > 0.0 && cc_ssim <= 1.0);
+    let rendered = gs_render_scores_like_gs_train_at(
+        &out,
+        &pack,
+        &dir.path().join("rendered_quadratic"),
+        30,
+        &["--color-correct-metric", "quadratic"],
+    );
+    assert_eq!(rendered["color_correct_method"], "quadratic");
+    assert_eq!(rendered["mean_cc_psnr"].as_f64(), Some(cc_psnr));
+    assert_eq!(rendered["mean_cc_ssim"].as_f64(), Some(cc_ssim));
+
+    // The affine fit, and gs-render alike.
+    let out = dir.path().join("run_affine");
+    let o = gs_train(&train_args(
+        &pack,
+        &out,
+        "30",
+        &["--eval", "--color-correct-metric", "affine"],
+    ));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rendered_dir = dir.path().join("rendered_affine");
+    let rendered = gs_render_scores_like_gs_train_at(
+        &out,
+        &pack,
+        &rendered_dir,
+        30,
+        &["--color-correct-metric", "affine"],
+    );
+    assert_eq!(rendered["color_correct_method"], "affine");
+
+    // Each test view's ground truth replaced by its 8-bit render (the right half of the
+    // side-by-side image) through a gain and offset per channel: plain scores fall, the
+    // affine correction recovers the render's own values (within the 8-bit rounding, one
+    // step at most after dividing by the gain) on the scored (unmasked) pixels.
+    let (gain, offset) = ([0.5f32, 0.7, 0.4], [100.0f32, 40.0, 120.0]);
+    let views = rendered["views"].as_array().unwrap();
+    for v in views {
+        let side = image::open(rendered_dir.join(v["file"].as_str().unwrap()))
+            .unwrap()
+            .to_rgb8();
+        let (w, h) = (side.width() / 2, side.height());
+        let truth = image::RgbImage::from_fn(w, h, |x, y| {
+            let p = side.get_pixel(w + x, y).0;
+            image::Rgb([0, 1, 2].map(|c| (gain[c] * p[c] as f32 + offset[c]).round() as u8))
+        });
+        truth
+            .save(scene.join("images").join(v["name"].as_str().unwrap()))
+            .unwrap();
+    }
+    let affine_pack = dir.path().join("affine.pack");
+    convert(&affine_pack);
+    let affine_dir = dir.path().join("affine_truth");
+    let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args([
+            "--ply",
+            s(&out.join("point_cloud/iteration_30/point_cloud.ply")),
+        ])
+        .args([
+            "--pack",
+            s(&affine_pack),
+            "--split",
+            "test",
+            "--sh-degree",
+            "0",
+        ])
+        .args(["-o", s(&affine_dir), "--backend", "cpu"])
+        .args(["--color-correct-metric", "affine"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    let scored: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(affine_dir.join("metrics.json")).unwrap())
+            .unwrap();
+    let scored = scored["views"].as_array().unwrap();
+    assert_eq!(scored.len(), views.len());
+    for v in scored {
+        // The corrected render rounds back to the ground truth pixel for pixel, or nearly:
+        // an infinite (null) or high PSNR.
+        let psnr = v["psnr"].as_f64().unwrap();
+        let cc = v.get("cc_psnr").expect("a colour-corrected PSNR").as_f64();
+        let cc_ssim = v["cc_ssim"].as_f64().unwrap();
+        assert!(
+            psnr < 20.0 && cc.is_none_or(|cc| cc > 45.0) && cc_ssim > 0.99,
+            "view {}: {psnr} dB → {cc:?} dB, SSIM {cc_ssim}",
+            v["index"]
+        );
+    }
+}
+
 /// Gives every image of the COLMAP scene at `scene` a mask excluding its left quarter
 /// (`masks/<name>.png`, COLMAP's naming); returns the image names.
 fn left_quarter_masks(scene: &Path) -> Vec<String> {
@@ -1712,6 +1889,13 @@ fn gs_render_scores_like_gs_train_at(
             (t["psnr"].as_f64(), t["ssim"].as_f64()),
             (r["psnr"].as_f64(), r["ssim"].as_f64()),
             "view {}: gs-train vs gs-render",
+            t["view"]
+        );
+        // Colour-corrected scores (--color-correct-metric) alike, or absent from both.
+        assert_eq!(
+            (t.get("cc_psnr"), t.get("cc_ssim")),
+            (r.get("cc_psnr"), r.get("cc_ssim")),
+            "view {}: gs-train vs gs-render, colour-corrected",
             t["view"]
         );
     }
@@ -2600,9 +2784,12 @@ fn exposure_runs_the_3dgs_train_test_exp_protocol() {
         "0.02",
         "--checkpoint-every",
         "0",
-        // Held-out right halves scored from poses aligned through their matrices.
+        // Held-out right halves scored from poses aligned through their matrices, and
+        // colour-corrected on those halves.
         "--eval-pose-steps",
         "5",
+        "--color-correct-metric",
+        "quadratic",
     ];
     args.extend_from_slice(COMMON);
     let o = gs_train(&args);
@@ -2648,9 +2835,12 @@ fn exposure_runs_the_3dgs_train_test_exp_protocol() {
             "right",
             "--eval-pose-steps",
             "5",
+            "--color-correct-metric",
+            "quadratic",
         ],
     );
     assert_eq!(rendered["half"], "right");
+    assert_eq!(rendered["color_correct_method"], "quadratic");
     assert_eq!(rendered["eval_pose"]["steps"], 5);
     let plain_dir = dir.path().join("plain");
     let plain = gs_render(&["--sh-degree", "0", "--half", "right", "-o", s(&plain_dir)]);

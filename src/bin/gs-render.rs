@@ -5,7 +5,7 @@
 //! gs-render --ply MODEL.ply --camera CAM.json -o OUT.png [--backend auto|cpu|cuda] [--bg r,g,b]
 //!           [--sh-degree D] [--allow-activated] [--rasterize-mode auto|classic|antialiased]
 //! gs-render --ply MODEL.ply --pack PACK [--split test|train|all] -o DIR [same options]
-//!           [--exposure exposure.json] [--half left|right]
+//!           [--exposure exposure.json] [--half left|right] [--color-correct-metric affine|quadratic]
 //! gs-render --ply MODEL.ply --cameras cameras.json -o DIR [same options] [--exposure exposure.json]
 //! gs-render --ply MODEL.ply (--pack PACK [--split ...] | --cameras cameras.json) --trajectory N -o DIR
 //! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply|OUT.compressed.ply
@@ -50,6 +50,12 @@
 //! view. `--split test --exposure OUT/exposure.json --half right` scores a `gs-train --eval
 //! --exposure` run's held-out views exactly as its own evaluation did.
 //!
+//! `--color-correct-metric affine|quadratic` (with `--pack`) also scores each view after
+//! fitting its render's colours to its ground truth (`ramsplat::color_correct`; gsplat's
+//! `cc_psnr`, `cc_ssim`): `cc_psnr`, `cc_ssim` on each view in `metrics.json`,
+//! `color_correct_method`, `mean_cc_psnr`, `mean_cc_ssim` in its summary; the same scores as
+//! `gs-train --eval --color-correct-metric` gives the same model and views.
+//!
 //! `--eval-pose-steps N` (with `--pack`) fits each view's pose to its image first, with the
 //! model frozen (`Trainer::align_pose`, as `gs-train --eval-pose-steps`), and renders and scores
 //! it from there; `metrics.json` gives the scores from the pack's poses beside. With
@@ -80,6 +86,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Parser, ValueEnum};
 
+use ramsplat::color_correct::ColorCorrection;
 use ramsplat::dataset::Split;
 use ramsplat::eval::{self, safe_stem, to_rgb8, write_png, Score, Scorer};
 use ramsplat::export::cameras_json;
@@ -97,7 +104,7 @@ use ramsplat::shard::reader::Pack;
 use ramsplat::shard::PixelLayout;
 use ramsplat::train::exposure::{self, Exposure, ExposureConfig};
 use ramsplat::train::pose::PoseAlignConfig;
-use ramsplat::train::report::{EvalPoseReport, GivenPoseScore};
+use ramsplat::train::report::{ColorCorrectedScore, EvalPoseReport, GivenPoseScore};
 use ramsplat::train::trainer::{Background, Region};
 use ramsplat::train::{Engine, TrainConfig, TrainView, Trainer};
 
@@ -236,6 +243,12 @@ struct Args {
     /// Learning rate of that alignment (default 0.001, decaying to 1 % over the steps).
     #[arg(long, value_name = "LR", requires = "eval_pose_steps", value_parser = parse_positive)]
     eval_pose_lr: Option<f64>,
+    /// With --pack: also score each view after fitting its render's colours to its ground
+    /// truth (gsplat's colour-corrected metrics cc_psnr, cc_ssim, as `gs-train --eval
+    /// --color-correct-metric` scores them): `affine` (a gain and offset per channel) or
+    /// `quadratic` (multinerf's quadratic fit over unclipped pixels).
+    #[arg(long, value_enum, value_name = "METHOD", requires = "pack", conflicts_with_all = ["trajectory"])]
+    color_correct_metric: Option<ColorCorrection>,
 }
 
 fn parse_positive(s: &str) -> Result<f64, String> {
@@ -578,6 +591,19 @@ struct ViewMetrics {
     /// from the pack's pose and how far the alignment moved it.
     #[serde(skip_serializing_if = "Option::is_none")]
     given_pose: Option<GivenPoseScore>,
+    /// With --color-correct-metric: `cc_psnr` (`null` when infinite) and `cc_ssim`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    color_corrected: Option<ColorCorrectedScore>,
+}
+
+/// [`MetricsReport::color_corrected`].
+#[derive(serde::Serialize)]
+struct ColorCorrectedMeans {
+    /// `"affine"` or `"quadratic"`.
+    color_correct_method: &'static str,
+    /// Mean colour-corrected PSNR over views with a finite one; `null` when there are none.
+    mean_cc_psnr: Option<f64>,
+    mean_cc_ssim: f64,
 }
 
 #[derive(serde::Serialize)]
@@ -600,6 +626,9 @@ struct MetricsReport {
     mean_psnr: Option<f64>,
     mean_ssim: f64,
     identical_views: usize,
+    /// With --color-correct-metric: `color_correct_method`, `mean_cc_psnr`, `mean_cc_ssim`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    color_corrected: Option<ColorCorrectedMeans>,
     /// With --eval-pose-steps: the alignment and the scores from the pack's poses.
     #[serde(skip_serializing_if = "Option::is_none")]
     eval_pose: Option<EvalPoseReport>,
@@ -805,6 +834,7 @@ fn render_pack(
     });
     let mut gt = Vec::new();
     let mut scorer = Scorer::new();
+    let mut corrected_scorer = Scorer::new();
     let mut views = Vec::with_capacity(indices.len());
     for (n, &i) in indices.iter().enumerate() {
         let v = &manifest.views[i];
@@ -867,6 +897,15 @@ fn render_pack(
         let Score { psnr, ssim } = scorer
             .score_masked(&image, &gt, mask.as_deref(), w, h)
             .with_context(context)?;
+        // Colour-corrected from the 8-bit render just scored, as gs-train --eval does.
+        let color_corrected = match args.color_correct_metric {
+            Some(method) => Some(ColorCorrectedScore::new(
+                corrected_scorer
+                    .score_corrected(method, scorer.rgb8(), &gt, mask.as_deref(), w, h)
+                    .with_context(context)?,
+            )),
+            None => None,
+        };
         if let Some(m) = &mask {
             eval::mask_rgb8(&mut gt, m);
         }
@@ -875,7 +914,17 @@ fn render_pack(
         eval::write_png(&output.join(&file), &side, 2 * w as u32, h as u32)?;
         r.write_depth(&model, &camera, &output.join(&file))
             .with_context(|| format!("view {i} ({:?})", v.name))?;
-        let line = format!("view {i} {}: PSNR {psnr:.2} dB, SSIM {ssim:.4}", v.name);
+        let corrected = color_corrected.as_ref().map_or(String::new(), |c| {
+            format!(
+                "; colour-corrected PSNR {} dB, SSIM {:.4}",
+                c.cc_psnr.map_or("inf".into(), |p| format!("{p:.2}")),
+                c.cc_ssim
+            )
+        });
+        let line = format!(
+            "view {i} {}: PSNR {psnr:.2} dB, SSIM {ssim:.4}{corrected}",
+            v.name
+        );
         match &progress {
             Some(bar) => {
                 bar.set_message(line);
@@ -891,6 +940,7 @@ fn render_pack(
             ssim,
             background,
             given_pose,
+            color_corrected,
         });
     }
     if let Some(bar) = progress {
@@ -911,6 +961,22 @@ fn render_pack(
         mean_psnr: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),
         mean_ssim: views.iter().map(|v| v.ssim).sum::<f64>() / views.len() as f64,
         identical_views: views.len() - finite.len(),
+        color_corrected: args.color_correct_metric.map(|method| {
+            let finite: Vec<f64> = views
+                .iter()
+                .filter_map(|v| v.color_corrected.as_ref()?.cc_psnr)
+                .collect();
+            ColorCorrectedMeans {
+                color_correct_method: method.name(),
+                mean_cc_psnr: (!finite.is_empty())
+                    .then(|| finite.iter().sum::<f64>() / finite.len() as f64),
+                mean_cc_ssim: views
+                    .iter()
+                    .filter_map(|v| Some(v.color_corrected.as_ref()?.cc_ssim))
+                    .sum::<f64>()
+                    / views.len() as f64,
+            }
+        }),
         eval_pose: aligner.as_ref().and_then(|a| {
             EvalPoseReport::of(
                 views.iter().filter_map(|v| v.given_pose.as_ref()),
@@ -923,12 +989,22 @@ fn render_pack(
     let json = serde_json::to_string_pretty(&report).context("cannot encode metrics")?;
     write_text(&output.join("metrics.json"), &(json + "\n"))?;
     eprintln!(
-        "{} views: mean PSNR {} dB, mean SSIM {:.4}{}; wrote {}",
+        "{} views: mean PSNR {} dB, mean SSIM {:.4}{}{}; wrote {}",
         report.count,
         report
             .mean_psnr
             .map_or("inf".to_owned(), |p| format!("{p:.2}")),
         report.mean_ssim,
+        report
+            .color_corrected
+            .as_ref()
+            .map_or(String::new(), |c| format!(
+                "; colour-corrected ({}) mean PSNR {} dB, mean SSIM {:.4}",
+                c.color_correct_method,
+                c.mean_cc_psnr
+                    .map_or("inf".to_owned(), |p| format!("{p:.2}")),
+                c.mean_cc_ssim
+            )),
         report
             .eval_pose
             .as_ref()

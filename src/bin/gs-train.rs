@@ -8,6 +8,7 @@
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
 //!          [--overwrite] [--max-gaussians N] [--random-background | --white-background] [--workers N] [--prefetch N]
 //!          [--export spz,splat,compressed-ply] [--dry-run] [--strategy default|mcmc]
+//!          [--color-correct-metric affine|quadratic]
 //!          [3DGS's optimisation parameters: --position-lr-init LR … --densify-until-iter N]
 //! gs-train --demo [-o OUT] [the options above but PACK]
 //! ```
@@ -27,6 +28,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 
 use ramsplat::budget::{format_size, parse_size};
 use ramsplat::cli::{print_stdout, report_error, Progress, EXIT_FAILURE};
+use ramsplat::color_correct::ColorCorrection;
 use ramsplat::export::ModelFormat;
 use ramsplat::train::bilagrid::{BilagridConfig, GridShape};
 use ramsplat::train::demo;
@@ -249,6 +251,32 @@ struct Args {
     /// Learning rate of that alignment (default 0.001, decaying to 1 % over the steps).
     #[arg(long, value_name = "LR", value_parser = positive_f64)]
     eval_pose_lr: Option<f64>,
+    /// With --eval: also score each held-out view after fitting its render's colours to its
+    /// ground truth (gsplat's colour-corrected metrics cc_psnr, cc_ssim): `affine`, a gain
+    /// and offset per channel (gsplat's default), or `quadratic`, multinerf's quadratic fit
+    /// over unclipped pixels. For comparing models that learn a per-view appearance
+    /// (--exposure, gsplat's bilateral grid), which held-out views cannot use. report.json
+    /// adds test_cc_psnr, test_cc_ssim and color_correct_method; each view's metrics.json
+    /// cc_psnr, cc_ssim.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "METHOD",
+        conflicts_with = "use_color_correction_metric"
+    )]
+    color_correct_metric: Option<ColorCorrection>,
+    /// gsplat's spelling of --color-correct-metric: on, with --color-correct-method's method.
+    #[arg(long, alias = "use_color_correction_metric")]
+    use_color_correction_metric: bool,
+    /// The method of --use-color-correction-metric (gsplat's color_correct_method; default
+    /// affine).
+    #[arg(
+        long,
+        alias = "color_correct_method",
+        value_enum,
+        value_name = "METHOD"
+    )]
+    color_correct_method: Option<ColorCorrection>,
     /// AbsGS densification (gsplat's --absgrad): the clone/split statistic sums the absolute
     /// per-pixel gradients of each Gaussian's 2D mean, so one blurring fine detail, whose
     /// pixels pull it different ways, is split too. Raises the default
@@ -651,6 +679,30 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
         ),
         (None, None) => None,
     };
+    o.color_correct = match (
+        args.color_correct_metric,
+        args.use_color_correction_metric,
+        args.color_correct_method,
+    ) {
+        (None, false, Some(_)) => bail!(
+            "--color-correct-method sets the method of --use-color-correction-metric: add that \
+             flag, or pass --color-correct-metric METHOD instead"
+        ),
+        (Some(_), _, Some(_)) => bail!(
+            "--color-correct-method goes with --use-color-correction-metric (gsplat's spelling); \
+             --color-correct-metric METHOD already names the method: drop one"
+        ),
+        (Some(m), _, None) => Some(m),
+        (None, true, m) => Some(m.unwrap_or(ColorCorrection::Affine)),
+        (None, false, None) => None,
+    };
+    if o.color_correct.is_some() && !(args.eval || args.demo) {
+        let flag = match args.use_color_correction_metric {
+            true => "--use-color-correction-metric",
+            false => "--color-correct-metric",
+        };
+        bail!("{flag} scores the held-out views colour-corrected: add --eval, or drop it");
+    }
     o.resume = args.resume;
     o.extend = args.extend;
     o.init = args.init.clone();
@@ -848,9 +900,12 @@ fn print_summary(
 ) {
     let test = match (r.test_psnr, r.test_ssim) {
         (Some(p), Some(s)) => format!(
-            "test PSNR {p:.2} dB, SSIM {s:.4} ({} views{}{}); ",
+            "test PSNR {p:.2} dB, SSIM {s:.4} ({} views{}{}{}); ",
             r.test_views,
             if r.exposure { ", right halves" } else { "" },
+            r.color_corrected
+                .as_ref()
+                .map_or(String::new(), |c| format!("; {}", c.line())),
             r.eval_pose
                 .as_ref()
                 .map_or(String::new(), |e| format!("; {}", e.line()))

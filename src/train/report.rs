@@ -170,6 +170,10 @@ pub struct Report {
     pub test_ssim: Option<f64>,
     /// Number of test views evaluated.
     pub test_views: usize,
+    /// With `--color-correct-metric`: `color_correct_method`, `test_cc_psnr` and
+    /// `test_cc_ssim` (absent without it).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub color_corrected: Option<ColorCorrectedMeans>,
     /// Mean PSNR (dB) of the 8-bit renders of the training views at the end; `null` when the
     /// run was interrupted (not evaluated: `interrupted` says so) or every training view renders
     /// exactly (infinite PSNR).
@@ -338,6 +342,70 @@ pub struct ViewScore {
     /// pose): the scores from the dataset's pose, and how far the alignment moved it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub given_pose: Option<GivenPoseScore>,
+    /// With `--color-correct-metric`: `cc_psnr` and `cc_ssim` (absent without it).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub color_corrected: Option<ColorCorrectedScore>,
+}
+
+/// [`ViewScore::color_corrected`]: the view's scores after its render was colour-corrected to
+/// its ground truth ([`crate::eval::Scorer::score_corrected`]; gsplat's `cc_psnr`, `cc_ssim`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ColorCorrectedScore {
+    /// `null` when the corrected 8-bit render equals the ground truth.
+    pub cc_psnr: Option<f64>,
+    pub cc_ssim: f64,
+}
+
+impl ColorCorrectedScore {
+    pub fn new(score: crate::eval::Score) -> Self {
+        ColorCorrectedScore {
+            cc_psnr: score.psnr.is_finite().then_some(score.psnr),
+            cc_ssim: score.ssim,
+        }
+    }
+}
+
+/// [`Report::color_corrected`]: the correction and the means of the views' colour-corrected
+/// scores (as [`mean_scores`] means the plain ones).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ColorCorrectedMeans {
+    /// `"affine"` or `"quadratic"` (gsplat's `color_correct_method`).
+    pub color_correct_method: String,
+    /// Mean finite colour-corrected PSNR (dB); `null` when no view has one.
+    pub test_cc_psnr: Option<f64>,
+    pub test_cc_ssim: Option<f64>,
+}
+
+impl ColorCorrectedMeans {
+    /// The means of `views`' colour-corrected scores under `method`; `None` without a method.
+    pub fn of(
+        method: Option<crate::color_correct::ColorCorrection>,
+        views: &[ViewScore],
+    ) -> Option<ColorCorrectedMeans> {
+        let method = method?;
+        let (test_cc_psnr, test_cc_ssim) = mean_pairs(
+            views
+                .iter()
+                .filter_map(|v| v.color_corrected.as_ref())
+                .map(|c| (c.cc_psnr, c.cc_ssim)),
+        );
+        Some(ColorCorrectedMeans {
+            color_correct_method: method.name().to_owned(),
+            test_cc_psnr,
+            test_cc_ssim,
+        })
+    }
+
+    /// `"colour-corrected (affine) PSNR … dB, SSIM …"`, for the log.
+    pub fn line(&self) -> String {
+        format!(
+            "colour-corrected ({}) PSNR {} dB, SSIM {:.4}",
+            self.color_correct_method,
+            self.test_cc_psnr
+                .map_or("inf".into(), |p| format!("{p:.2}")),
+            self.test_cc_ssim.unwrap_or(0.0)
+        )
+    }
 }
 
 /// [`ViewScore::given_pose`].
@@ -552,11 +620,58 @@ mod tests {
             ssim,
             file: None,
             given_pose: None,
+            color_corrected: None,
         };
         assert_eq!(mean_scores(&[]), (None, None));
         assert_eq!(
             mean_scores(&[v(Some(30.0), 0.9), v(None, 1.0), v(Some(20.0), 0.8)]),
             (Some(25.0), Some(0.9))
+        );
+    }
+
+    /// The colour-corrected fields are absent without a method (the JSON as before), named as
+    /// gsplat names them with one, `null` for an infinite PSNR, and read back either way.
+    #[test]
+    fn colour_corrected_scores_serialise_only_when_scored() {
+        use crate::color_correct::ColorCorrection;
+        let view = |cc: Option<(Option<f64>, f64)>| ViewScore {
+            view: 1,
+            name: "a.png".into(),
+            psnr: Some(20.0),
+            ssim: 0.8,
+            file: None,
+            given_pose: None,
+            color_corrected: cc.map(|(cc_psnr, cc_ssim)| ColorCorrectedScore { cc_psnr, cc_ssim }),
+        };
+        let keys = |v: serde_json::Value| -> Vec<String> {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        assert_eq!(
+            keys(serde_json::to_value(view(None)).unwrap()),
+            ["file", "name", "psnr", "ssim", "view"]
+        );
+        let views = [view(Some((Some(30.0), 0.9))), view(Some((None, 1.0)))];
+        let json = serde_json::to_value(&views[1]).unwrap();
+        assert_eq!(json["cc_psnr"], serde_json::Value::Null);
+        assert_eq!(json["cc_ssim"], 1.0);
+        for v in [view(None), views[0].clone(), views[1].clone()] {
+            let back: ViewScore =
+                serde_json::from_value(serde_json::to_value(&v).unwrap()).unwrap();
+            assert_eq!(back, v);
+        }
+        assert_eq!(ColorCorrectedMeans::of(None, &views), None);
+        let means = ColorCorrectedMeans::of(Some(ColorCorrection::Quadratic), &views).unwrap();
+        assert_eq!(means.color_correct_method, "quadratic");
+        assert_eq!(means.test_cc_psnr, Some(30.0));
+        assert!((means.test_cc_ssim.unwrap() - 0.95).abs() < 1e-12);
+        assert!(means
+            .line()
+            .contains("(quadratic) PSNR 30.00 dB, SSIM 0.9500"));
+        assert_eq!(
+            keys(serde_json::to_value(&means).unwrap()),
+            ["color_correct_method", "test_cc_psnr", "test_cc_ssim"]
         );
     }
 
@@ -574,6 +689,7 @@ mod tests {
                 moved_deg: moved,
                 moved_units: moved / 10.0,
             }),
+            color_corrected: None,
         };
         let given = |v: &[ViewScore]| -> Vec<GivenPoseScore> {
             v.iter().filter_map(|v| v.given_pose.clone()).collect()

@@ -61,7 +61,10 @@ use super::device_engine::{
 };
 use super::init::InitPlan;
 use super::pose::PoseAlignConfig;
-use super::report::{self, EvalPoseReport, MetricsLog, MetricsRow, Report, ReportError, ViewScore};
+use super::report::{
+    self, ColorCorrectedMeans, ColorCorrectedScore, EvalPoseReport, MetricsLog, MetricsRow, Report,
+    ReportError, ViewScore,
+};
 use super::sharded::ShardedEngine;
 use super::trainer::{Background, Region};
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, TrainView, Trainer};
@@ -106,6 +109,9 @@ pub struct RunOptions {
     /// With `eval`: align each held-out view's pose to its image before scoring it
     /// ([`PoseAlignConfig`]; the scores from the dataset's poses are reported beside).
     pub eval_pose: Option<PoseAlignConfig>,
+    /// With `eval`: also score each held-out view colour-corrected to its ground truth by this
+    /// method ([`crate::eval::Scorer::score_corrected`]; gsplat's `cc_psnr`, `cc_ssim`).
+    pub color_correct: Option<crate::color_correct::ColorCorrection>,
     pub resume: bool,
     /// With `resume`: continue past the checkpoint's planned end to `config.iterations`
     /// ([`checkpoint::extended`]: the position learning rate stays at its final value).
@@ -156,6 +162,7 @@ impl RunOptions {
             vram_budget: None,
             eval: false,
             eval_pose: None,
+            color_correct: None,
             resume: false,
             extend: false,
             init: None,
@@ -922,8 +929,10 @@ fn test_line(n: u64, scores: &[ViewScore], half_split: bool, scoring: Scoring<'_
         .align
         .and_then(|a| EvalPoseReport::of(given_scores(scores), a.steps, a.lr))
         .map_or(String::new(), |r| format!("; {}", r.line()));
+    let corrected = ColorCorrectedMeans::of(scoring.color_correct, scores)
+        .map_or(String::new(), |c| format!("; {}", c.line()));
     format!(
-        "iteration {n}: test PSNR {} dB, SSIM {:.4} ({} views{}){aligned}",
+        "iteration {n}: test PSNR {} dB, SSIM {:.4} ({} views{}){corrected}{aligned}",
         p.map_or("inf".into(), |p| format!("{p:.2}")),
         ss.unwrap_or(0.0),
         scores.len(),
@@ -932,11 +941,13 @@ fn test_line(n: u64, scores: &[ViewScore], half_split: bool, scoring: Scoring<'_
 }
 
 /// How [`evaluate_views`] scores: side-by-side PNGs of at most `images` views (and their
-/// `metrics.json` when any), and whether each view's pose is aligned first.
+/// `metrics.json` when any), whether each view's pose is aligned first, and whether it is
+/// also scored colour-corrected.
 #[derive(Clone, Copy, Debug)]
 struct Scoring<'a> {
     images: usize,
     align: Option<&'a PoseAlignConfig>,
+    color_correct: Option<crate::color_correct::ColorCorrection>,
 }
 
 /// Evaluates `views` (pack view indices, each with its exposure slot and scored region),
@@ -955,7 +966,9 @@ fn evaluate_views(
     let Scoring {
         images: max_images,
         align,
+        color_correct,
     } = scoring;
+    let mut corrected_scorer = crate::eval::Scorer::new();
     let dir = report::test_dir(out)?.join(label);
     if max_images > 0 {
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
@@ -985,11 +998,36 @@ fn evaluate_views(
                 (trainer.evaluate_view(&aligned, gt)?, Some(given))
             }
         };
+        // A masked view's mask, for the colour correction's fit (evaluation_rgb8 drops it).
+        let mask = color_correct
+            .and_then(|_| v.layout().planes(gt, v.width(), v.height()))
+            .and_then(|p| p.mask.map(<[u8]>::to_vec));
         // The ground truth as scored, for the side-by-side image (the scored part of it).
         super::alpha::evaluation_rgb8(gt, v.layout());
-        if view.region != Region::Full {
-            *gt = view.region.crop(gt, v.width(), 3);
-        }
+        let mask = match view.region {
+            Region::Full => mask,
+            region => {
+                *gt = region.crop(gt, v.width(), 3);
+                mask.map(|m| region.crop(&m, v.width(), 1))
+            }
+        };
+        // Colour-corrected from the 8-bit render the plain score scored, by the same rules
+        // (gs-render --color-correct-metric scores alike).
+        let color_corrected = match color_correct {
+            Some(method) => Some(ColorCorrectedScore::new(
+                corrected_scorer
+                    .score_corrected(
+                        method,
+                        &e.image,
+                        gt,
+                        mask.as_deref(),
+                        e.width as usize,
+                        e.height as usize,
+                    )
+                    .map_err(TrainError::from)?,
+            )),
+            None => None,
+        };
         let psnr = e.psnr;
         let file = if n < max_images {
             let name = crate::eval::view_file_name(i, &v.name);
@@ -1006,6 +1044,7 @@ fn evaluate_views(
             ssim: e.ssim,
             file,
             given_pose,
+            color_corrected,
         });
     }
     if max_images > 0 {
@@ -2037,6 +2076,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let test_scoring = Scoring {
         images: opts.max_test_images,
         align: opts.eval_pose.as_ref(),
+        color_correct: opts.color_correct,
     };
     // A run resumed right before an opacity reset: that iteration's saves and evaluation are
     // made before its step (see `due` below), at the end of the step the checkpoint holds, and
@@ -2226,6 +2266,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         let it = trainer.step_count();
         let mut test = (None, None, 0usize);
         let mut eval_pose = None;
+        let mut color_corrected = None;
         let mut train_scores = (None, None);
         if !interrupted {
             // The final checkpoint first: it is what a re-run needs, and on a full disk the
@@ -2256,6 +2297,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 )?;
                 let (p, s) = report::mean_scores(&scores);
                 test = (p, s, scores.len());
+                color_corrected = ColorCorrectedMeans::of(opts.color_correct, &scores);
                 eval_pose = opts
                     .eval_pose
                     .and_then(|a| EvalPoseReport::of(given_scores(&scores), a.steps, a.lr));
@@ -2269,6 +2311,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 Scoring {
                     images: 0,
                     align: None,
+                    color_correct: None,
                 },
                 &mut gt,
             )?;
@@ -2279,6 +2322,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             test_psnr: test.0,
             test_ssim: test.1,
             test_views: test.2,
+            color_corrected,
             train_psnr: train_scores.0,
             train_ssim: train_scores.1,
             iterations: it,
