@@ -15,6 +15,9 @@
 //! - `adam`: one CPU Adam step over 1M Gaussians at SH degree 3 (every group), walking the
 //!   field table: milliseconds and the bytes moved per second; then sparse Adam with one
 //!   Gaussian in ten visible.
+//! - `bilagrid`: bilateral grids (gsplat's 16×16×8): the render through a grid and its adjoint
+//!   on a 1600×1066 view, and the optimizer's step over every view's grid (total variation
+//!   and Adam) for 100 and 600 views, in milliseconds.
 //!
 //! Without a NAME every stage runs. Figures are medians of `RUNS` runs where a stage repeats.
 
@@ -332,8 +335,55 @@ fn adam() {
     }
 }
 
+fn bilagrid() {
+    use ramsplat::train::bilagrid::{apply, backward, BilagridConfig, BilateralGrids};
+    let cfg = BilagridConfig::default();
+    let shape = cfg.shape;
+    let (w, h) = (1600usize, 1066usize);
+    let mut rng = Rng::new(3);
+    let image: Vec<f32> = (0..3 * w * h).map(|_| rng.next_f32()).collect();
+    let mut grids = BilateralGrids::new(shape);
+    grids.ensure(1);
+    let grid = grids.grid(0).unwrap().to_vec();
+    let (mut out, mut grad) = (Vec::new(), Vec::new());
+    let time = |f: &mut dyn FnMut()| -> f64 {
+        median(
+            (0..RUNS)
+                .map(|_| {
+                    let t = Instant::now();
+                    f();
+                    t.elapsed().as_secs_f64() * 1e3
+                })
+                .collect(),
+        )
+    };
+    let fwd = time(&mut || apply(shape, &grid, &image, w, h, &mut out));
+    let mut d = image.clone();
+    let bwd = time(&mut || backward(shape, &grid, &image, w, h, &mut d, &mut grad));
+    println!(
+        "bilagrid: {w}x{h} view, {shape} grid: apply {fwd:.1} ms, backward {bwd:.1} ms \
+         (median of {RUNS}, {} threads)",
+        rayon::current_num_threads()
+    );
+    for views in [100, 600] {
+        let mut grids = BilateralGrids::new(shape);
+        grids.ensure(views);
+        let g: Vec<f64> = (0..shape.floats()).map(|k| (k % 7) as f64 * 1e-4).collect();
+        let mut s = 0;
+        let ms = time(&mut || {
+            s += 1;
+            grids.step(cfg.lr_at(30_000, s), cfg.tv_weight, Some((s as usize % views, &g)));
+        });
+        println!(
+            "bilagrid: optimizer step over {views} grids ({} floats each, TV and Adam): {ms:.1} ms",
+            shape.floats()
+        );
+    }
+}
+
 fn main() {
-    let stages: [(&str, fn()); 7] = [
+    let stages: [(&str, fn()); 8] = [
+        ("bilagrid", bilagrid),
         ("adam", adam),
         ("resample", resample),
         ("knn", knn),

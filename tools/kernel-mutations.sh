@@ -67,6 +67,14 @@ muts=(
  'kernels/loss.cu|const float s = normalized != 0u ? step / a : step;|const float s = step;'
  'kernels/loss.cu|normalized != 0u ? render[p] / a : render[p];|render[p];'
  'kernels/loss.cu|a < min_cover)|a < 0.0f)'
+ 'kernels/loss.cu|((float)p + 0.5f) / (float)n * (float)(cells - 1u)|((float)p) / (float)n * (float)(cells - 1u)'
+ 'kernels/loss.cu|0.587f * g + 0.114f * b) * top|0.587f * g + 0.114f * r) * top'
+ 'kernels/loss.cu|const float dzs[2] = {-1.0f, 1.0f};|const float dzs[2] = {1.0f, 1.0f};'
+ 'kernels/loss.cu|out[3 * p + j] = a[4 * j] * x0|out[3 * p + j] = a[j] * x0'
+ 'kernels/loss.cu|acc[k] += (double)(c.w[i] * da[k]);|acc[k] += (double)(da[k]);'
+ 'kernels/loss.cu|const float lo = ((float)cx - 1.0f) * s - 1.0f|const float lo = ((float)cx) * s - 1.0f'
+ 'kernels/loss.cu|c.inside ? dgz * (float)(nl - 1u) : 0.0f;|dgz * (float)(nl - 1u);'
+ 'kernels/loss.cu|d[3 * p + i] = a[i] * dy[0]|d[3 * p + i] = a[4 * i] * dy[0]'
 )
 only=${1:-}
 survived=0
