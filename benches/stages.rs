@@ -372,7 +372,11 @@ fn bilagrid() {
         let mut s = 0;
         let ms = time(&mut || {
             s += 1;
-            grids.step(cfg.lr_at(30_000, s), cfg.tv_weight, Some((s as usize % views, &g)));
+            grids.step(
+                cfg.lr_at(30_000, s),
+                cfg.tv_weight,
+                Some((s as usize % views, &g)),
+            );
         });
         println!(
             "bilagrid: optimizer step over {views} grids ({} floats each, TV and Adam): {ms:.1} ms",

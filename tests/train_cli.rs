@@ -3354,18 +3354,33 @@ fn bilateral_grid_runs_report_plan_and_resume_only_with_them() {
     // Refusals: with --exposure (both learn each view's colours); a shape without the grids;
     // a shape out of range.
     let other = dir.path().join("other");
-    let refuse = |extra: &[&str], says: &str| {
+    let refuse = |extra: &[&str], code: i32, says: &str| {
         let mut args = vec![s(&pack_path), "-o", s(&other), "--iterations", "5"];
         args.extend_from_slice(extra);
         let o = gs_train(&args);
-        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert_eq!(o.status.code(), Some(code), "{}", stderr(&o));
         assert!(stderr(&o).contains(says), "{says}: {}", stderr(&o));
     };
-    refuse(&["--bilateral-grid", "--exposure"], "--exposure");
-    refuse(&["--bilateral-grid-shape", "8,8,4"], "--bilateral-grid");
+    refuse(&["--bilateral-grid", "--exposure"], 2, "--exposure");
+    refuse(&["--bilateral-grid-shape", "8,8,4"], 2, "--bilateral-grid");
     refuse(
         &["--bilateral-grid", "--bilateral-grid-shape", "16,16,0"],
+        1,
         "1 to 64",
     );
+    refuse(
+        &["--bilateral-grid", "--bilateral-grid-shape", "16", "16"],
+        1,
+        "X,Y,L",
+    );
     assert!(!other.exists());
+
+    // gsplat's spelling of the shape: three values.
+    let three = dir.path().join("three");
+    let mut args = vec![s(&pack_path), "-o", s(&three), "--iterations", "2"];
+    args.extend_from_slice(&["--bilateral-grid", "--bilateral_grid_shape", "5", "4", "3"]);
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(report(&three).bilateral_grid.as_deref(), Some("5×4×3"));
 }

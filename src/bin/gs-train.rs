@@ -195,15 +195,16 @@ struct Args {
         conflicts_with = "exposure"
     )]
     bilateral_grid: bool,
-    /// The grids' cells across, down and over brightness (gsplat's bilateral_grid_shape).
+    /// The grids' cells across, down and over brightness (gsplat's bilateral_grid_shape;
+    /// default 16,16,8). Also as three values, as gsplat's command line takes it: 16 16 8.
     #[arg(
         long,
         alias = "bilateral_grid_shape",
         value_name = "X,Y,L",
-        value_parser = GridShape::parse,
+        num_args = 1..=3,
         requires = "bilateral_grid"
     )]
-    bilateral_grid_shape: Option<GridShape>,
+    bilateral_grid_shape: Option<Vec<String>>,
     /// Weight of the depth regularization at the start of the run (3DGS's
     /// depth_l1_weight_init, 1.0; 0.01 on SfM depths). Depth regularization is on whenever the
     /// pack carries monocular inverse-depth maps (gs-pack convert --depths, 3DGS's -d): each
@@ -639,7 +640,11 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     }
     if args.bilateral_grid {
         config.bilagrid = Some(BilagridConfig {
-            shape: args.bilateral_grid_shape.unwrap_or_default(),
+            shape: match &args.bilateral_grid_shape {
+                Some(parts) => GridShape::parse(&parts.join(","))
+                    .map_err(|e| anyhow::anyhow!("--bilateral-grid-shape: {e}"))?,
+                None => GridShape::default(),
+            },
             ..BilagridConfig::default()
         });
     }
