@@ -546,3 +546,67 @@ extern "C" __global__ void bilagrid_dx(
         d[3 * p + i] = a[i] * dy[0] + a[4 + i] * dy[1] + a[8 + i] * dy[2] + dz * luma[i];
     }
 }
+
+// One optimizer step of every view's grid (twin of BilateralGrids::step): per grid float, the
+// total variation's gradient (c = weight / views; per axis w = c / (12 · cells with a
+// neighbour along it); the pair below the cell first, then the pair above, axes x, y, l: the
+// CPU's order), plus slot_grad on view `slot`, then Adam (no contraction: the CPU's bits).
+// Reads `values`, writes `next` (a neighbour's old value is still needed by its own thread);
+// per block, the double sum of w·d² over the pairs starting at each float into part.
+extern "C" __global__ void bilagrid_adam(
+    u64 n_floats,                        // views · nl·ny·nx·12
+    u32 nx, u32 ny, u32 nl,
+    const float* __restrict__ values,
+    float* __restrict__ next,
+    float* __restrict__ m,
+    float* __restrict__ v,
+    u32 slot,                            // the view with a loss gradient (0xFFFFFFFF: none)
+    const double* __restrict__ slot_grad,
+    double c,
+    float b1, float b2, float step_size, float bias2_sqrt, float eps,
+    double* __restrict__ part)
+{
+    const u64 e = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    double tv = 0.0;
+    if (e < n_floats) {
+        const u64 per_grid = (u64)nl * ny * nx * 12u;
+        const u64 view = e / per_grid;
+        const u64 within = e % per_grid;
+        const u32 cell = (u32)(within / 12u);
+        const u32 x = cell % nx, y = (cell / nx) % ny, l = cell / (nx * ny);
+        const u32 pos[3] = {x, y, l};
+        const u32 len[3] = {nx, ny, nl};
+        const u64 stride[3] = {12u, (u64)nx * 12u, (u64)nx * ny * 12u};
+        const u64 count[3] = {
+            (u64)(nx - 1u) * ny * nl, (u64)nx * (ny - 1u) * nl, (u64)nx * ny * (nl - 1u)};
+        double g = 0.0;
+        const double here = (double)values[e];
+        for (int a = 0; a < 3; ++a) {
+            if (len[a] < 2u) continue;
+            u64 n = 12u * count[a];
+            if (n < 1u) n = 1u;
+            const double w = c / (double)n;
+            if (pos[a] > 0u) {
+                const double d = here - (double)values[e - stride[a]];
+                g += 2.0 * w * d;
+            }
+            if (pos[a] + 1u < len[a]) {
+                const double d = (double)values[e + stride[a]] - here;
+                g -= 2.0 * w * d;
+                tv += w * (d * d);
+            }
+        }
+        if (view == (u64)slot) g += slot_grad[within];
+        const float gf = (float)g;
+        float mm = m[e], vv = v[e], p = values[e];
+        mm = b1 * mm + (1.0f - b1) * gf;
+        vv = b2 * vv + (1.0f - b2) * gf * gf;
+        const float denom = sqrtf(vv) / bias2_sqrt + eps;
+        p -= step_size * (mm / denom);
+        m[e] = mm;
+        v[e] = vv;
+        next[e] = p;
+    }
+    const double s = block_sum<GS_LOSS_BLOCK>(tv);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}

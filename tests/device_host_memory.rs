@@ -338,7 +338,7 @@ fn every_view_kind_and_add_on_stays_within_its_per_pixel_items() {
             };
             let mut t = Trainer::new(cfg, model(2000), 3.0, engine).unwrap();
             t.hold_exposure_views(1);
-            t.hold_grid_views(1);
+            t.hold_grid_views(1).unwrap();
             let whole = TrainView {
                 exposure: kinds.exposure.then_some(0),
                 grid: kinds.bilagrid.then_some(0),

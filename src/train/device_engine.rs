@@ -67,8 +67,9 @@ use crate::scene::gaussians::Field;
 use crate::scene::maths::logit;
 use crate::shard::DepthScale;
 
+use super::adam::Coef;
 use super::adam::{AdamConfig, GroupMask, LearningRates};
-use super::bilagrid::GridShape;
+use super::bilagrid::{BilateralGrids, GridShape, BILAGRID_ADAM};
 use super::densify::{model_bytes, DensifyStats, Model, RefineInputs, RowPlan, RowValues};
 use super::device_adam::{DeviceAdam, DeviceAdamError};
 use super::device_loss::{DeviceLoss, DeviceLossError, LOSS_SCALARS};
@@ -137,7 +138,10 @@ pub enum DeviceEngineError {
     #[error("a depth loss needs the staged view's inverse-depth plane; it was staged without")]
     NoDepthPlane,
     /// A grid gradient asked of a view staged without a grid (a bug of the caller).
-    #[error("the staged view was not seen through a bilateral grid: it has no grid gradient")]
+    #[error(
+        "no bilateral grid where one was needed: the staged view was not seen through one, or \
+         the grids are not resident on this engine"
+    )]
     NoGrid,
     /// A staged frame whose length does not fit the view (a bug of the caller).
     #[error(
@@ -399,14 +403,42 @@ struct ViewLoss {
     grid: DeviceBuffer<f32>,
     grid_grad: DeviceBuffer<f64>,
     /// The staged grid's shape, when the staged view is seen through one (cleared by every
-    /// [`DeviceEngine::stage_view`], set by [`DeviceEngine::stage_grid`]).
+    /// [`DeviceEngine::stage_view`], set by [`DeviceEngine::stage_grid`] or
+    /// [`DeviceEngine::stage_grid_slot`]).
     grid_shape: Option<GridShape>,
+    /// With resident grids, the staged view's slot in them (its grid is read there, not from
+    /// `grid`).
+    grid_slot: Option<usize>,
+    /// Every training view's grid and its optimizer state, when the trainer made them resident
+    /// ([`DeviceEngine::upload_grids`]).
+    grids: Option<ResidentGrids>,
     /// Whether the last backward wrote the pose gradient at [`POSE_OFFSET`] of `scalars`
     /// (cleared by every loss, set by [`DeviceEngine::forward_backward`]).
     pose_used: bool,
     /// Whether the last loss had a depth term (then the depth L1 is at [`DEPTH_OFFSET`] of
     /// `scalars`; cleared by every loss).
     depth_used: bool,
+}
+
+/// Every training view's bilateral grid and its Adam moments on the device, so the grids'
+/// optimizer ([`super::bilagrid`]: the total variation's gradient is dense, every grid steps
+/// every iteration) runs there rather than over host memory. `values` and `next` swap at each
+/// step (a float's update reads its neighbours' old values).
+struct ResidentGrids {
+    shape: GridShape,
+    views: usize,
+    values: DeviceBuffer<f32>,
+    next: DeviceBuffer<f32>,
+    m: DeviceBuffer<f32>,
+    v: DeviceBuffer<f32>,
+    /// The last step's total variation.
+    tv: DeviceBuffer<f64>,
+}
+
+/// Device bytes of `views` resident grids of `shape` ([`DeviceEngine::upload_grids`]): the
+/// grids twice (the step writes the other copy) and both moments, 16 B per float.
+pub fn resident_grid_bytes(shape: GridShape, views: usize) -> u64 {
+    16 * (shape.floats() * views) as u64
 }
 
 /// Doubles of a view's device scalars: loss scalars, exposure gradient, pose gradient, depth
@@ -487,6 +519,11 @@ fn staged_loss(
     v.pose_used = false;
     v.depth_used = false;
     v.dev.grow(&mut v.d_image, 3 * npix)?;
+    // The staged grid: the view's slot of the resident grids, or the one staged from the host.
+    let (grid, grid_at) = match (&v.grids, v.grid_slot, v.grid_shape) {
+        (Some(r), Some(slot), Some(shape)) => (&r.values, slot * shape.floats()),
+        _ => (&v.grid, 0),
+    };
     let seen = match (v.exposure_used, v.grid_shape) {
         (true, _) => {
             v.dev.grow(&mut v.exposed, 3 * npix)?;
@@ -498,7 +535,8 @@ fn staged_loss(
             v.dev.grow(&mut v.exposed, 3 * npix)?;
             v.loss.bilagrid_apply(
                 image,
-                &v.grid,
+                grid,
+                grid_at,
                 shape,
                 camera.width,
                 camera.height,
@@ -536,7 +574,8 @@ fn staged_loss(
     if let Some(shape) = v.grid_shape {
         v.loss.bilagrid_backward(
             image,
-            &v.grid,
+            grid,
+            grid_at,
             shape,
             camera.width,
             camera.height,
@@ -593,6 +632,8 @@ impl DeviceEngine {
                 grid: dev.alloc(1)?,
                 grid_grad: dev.alloc(1)?,
                 grid_shape: None,
+                grid_slot: None,
+                grids: None,
                 pose_used: false,
                 depth_used: false,
             },
@@ -726,6 +767,7 @@ impl DeviceEngine {
         v.depth_plane = depth_plane.then_some(colour);
         v.exposure_used = exposure.is_some();
         v.grid_shape = None;
+        v.grid_slot = None;
         if let Some(e) = exposure {
             dev.upload(e, &mut v.exposure)?;
         }
@@ -753,6 +795,107 @@ impl DeviceEngine {
         self.dev.upload(grid, &mut v.grid)?;
         v.grid_shape = Some(shape);
         Ok(())
+    }
+
+    /// Makes `grids` resident (replacing any): every grid, both moments, and the room the
+    /// optimizer's step writes into ([`resident_grid_bytes`]). The trainer then stages views
+    /// by slot ([`Self::stage_grid_slot`]) and steps them here ([`Self::grid_step`]).
+    pub fn upload_grids(&mut self, grids: &BilateralGrids) -> Result<(), DeviceEngineError> {
+        let dev = self.dev.clone();
+        let n = grids.values.len().max(1);
+        let mut r = match self.view.grids.take() {
+            Some(r) => r,
+            None => ResidentGrids {
+                shape: grids.shape,
+                views: 0,
+                values: dev.alloc(1)?,
+                next: dev.alloc(1)?,
+                m: dev.alloc(1)?,
+                v: dev.alloc(1)?,
+                tv: dev.alloc(1)?,
+            },
+        };
+        for b in [&mut r.values, &mut r.next, &mut r.m, &mut r.v] {
+            dev.grow(b, n)?;
+        }
+        dev.upload(&grids.values, &mut r.values)?;
+        dev.upload(&grids.exp_avg, &mut r.m)?;
+        dev.upload(&grids.exp_avg_sq, &mut r.v)?;
+        r.shape = grids.shape;
+        r.views = grids.len();
+        self.view.grids = Some(r);
+        Ok(())
+    }
+
+    /// The resident grids and their moments into `grids` (which holds as many views of the same
+    /// shape: the trainer's host copy). The step count stays the caller's.
+    pub fn download_grids_into(&self, grids: &mut BilateralGrids) -> Result<(), DeviceEngineError> {
+        let r = self.view.grids.as_ref().ok_or(DeviceEngineError::NoGrid)?;
+        if r.shape != grids.shape || r.views != grids.len() {
+            return Err(CudaError::Shape {
+                what: "host bilateral grids (views)",
+                got: grids.len(),
+                need: r.views,
+            }
+            .into());
+        }
+        self.dev.download(&r.values, &mut grids.values)?;
+        self.dev.download(&r.m, &mut grids.exp_avg)?;
+        self.dev.download(&r.v, &mut grids.exp_avg_sq)?;
+        Ok(())
+    }
+
+    /// Sees the staged view through its slot of the resident grids (as [`Self::stage_grid`]
+    /// does with a grid from the host).
+    pub fn stage_grid_slot(&mut self, slot: usize) -> Result<(), DeviceEngineError> {
+        let r = self.view.grids.as_ref().ok_or(DeviceEngineError::NoGrid)?;
+        if slot >= r.views {
+            return Err(CudaError::Shape {
+                what: "resident bilateral grids (views)",
+                got: r.views,
+                need: slot + 1,
+            }
+            .into());
+        }
+        self.view.grid_shape = Some(r.shape);
+        self.view.grid_slot = Some(slot);
+        Ok(())
+    }
+
+    /// One optimizer step of every resident grid at learning rate `lr` (Adam step `t`,
+    /// 1-based), with the last loss's grid gradient on its staged slot when `with_grad`:
+    /// [`BilateralGrids::step`] on the device. Returns the total variation before the step.
+    pub fn grid_step(
+        &mut self,
+        lr: f64,
+        tv_weight: f64,
+        t: u64,
+        with_grad: bool,
+    ) -> Result<f64, DeviceEngineError> {
+        let v = &mut self.view;
+        let r = v.grids.as_mut().ok_or(DeviceEngineError::NoGrid)?;
+        let coef = Coef::new(&BILAGRID_ADAM, lr, t);
+        let slot = match (with_grad, v.grid_slot) {
+            (true, Some(s)) => Some((s, &v.grid_grad)),
+            (true, None) => return Err(DeviceEngineError::NoGrid),
+            (false, _) => None,
+        };
+        v.loss.bilagrid_adam(
+            r.shape,
+            r.views,
+            &r.values,
+            &mut r.next,
+            &mut r.m,
+            &mut r.v,
+            slot,
+            tv_weight,
+            &coef,
+            &mut r.tv,
+        )?;
+        std::mem::swap(&mut r.values, &mut r.next);
+        let mut tv = [0.0f64];
+        self.dev.download(&r.tv, &mut tv)?;
+        Ok(tv[0])
     }
 
     /// `∂L/∂grid` of the last loss of a view staged with a grid, into `out` (resized to the
@@ -1350,6 +1493,26 @@ pub trait ResidentEngine {
     ) -> Result<(), DeviceEngineError>;
     fn stage_grid(&mut self, shape: GridShape, grid: &[f32]) -> Result<(), DeviceEngineError>;
     fn grid_grad_into(&self, out: &mut Vec<f64>) -> Result<(), DeviceEngineError>;
+    /// Makes the grids resident and returns true, or returns false where the engine leaves
+    /// them to the host's optimizer (the sharded engine).
+    fn upload_grids(&mut self, _grids: &BilateralGrids) -> Result<bool, DeviceEngineError> {
+        Ok(false)
+    }
+    fn download_grids_into(&self, _grids: &mut BilateralGrids) -> Result<(), DeviceEngineError> {
+        Err(DeviceEngineError::NoGrid)
+    }
+    fn stage_grid_slot(&mut self, _slot: usize) -> Result<(), DeviceEngineError> {
+        Err(DeviceEngineError::NoGrid)
+    }
+    fn grid_step(
+        &mut self,
+        _lr: f64,
+        _tv_weight: f64,
+        _t: u64,
+        _with_grad: bool,
+    ) -> Result<f64, DeviceEngineError> {
+        Err(DeviceEngineError::NoGrid)
+    }
     fn forward_backward(
         &mut self,
         camera: &Camera,
@@ -1413,6 +1576,24 @@ impl ResidentEngine for DeviceEngine {
     }
     fn grid_grad_into(&self, out: &mut Vec<f64>) -> Result<(), DeviceEngineError> {
         DeviceEngine::grid_grad_into(self, out)
+    }
+    fn upload_grids(&mut self, grids: &BilateralGrids) -> Result<bool, DeviceEngineError> {
+        DeviceEngine::upload_grids(self, grids).map(|()| true)
+    }
+    fn download_grids_into(&self, grids: &mut BilateralGrids) -> Result<(), DeviceEngineError> {
+        DeviceEngine::download_grids_into(self, grids)
+    }
+    fn stage_grid_slot(&mut self, slot: usize) -> Result<(), DeviceEngineError> {
+        DeviceEngine::stage_grid_slot(self, slot)
+    }
+    fn grid_step(
+        &mut self,
+        lr: f64,
+        tv_weight: f64,
+        t: u64,
+        with_grad: bool,
+    ) -> Result<f64, DeviceEngineError> {
+        DeviceEngine::grid_step(self, lr, tv_weight, t, with_grad)
     }
     fn forward_backward(
         &mut self,

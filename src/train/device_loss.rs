@@ -29,7 +29,7 @@ pub const LOSS_SCALARS: usize = 4;
 /// Threads per block of the loss kernels (a power of two: the block reductions halve it).
 pub const LOSS_BLOCK: u32 = 256;
 
-const ENTRY_POINTS: [&str; 15] = [
+const ENTRY_POINTS: [&str; 16] = [
     "rgb8_to_f32",
     "apply_mask",
     "ssim_h5",
@@ -45,6 +45,7 @@ const ENTRY_POINTS: [&str; 15] = [
     "bilagrid_apply",
     "bilagrid_grad",
     "bilagrid_dx",
+    "bilagrid_adam",
 ];
 
 /// Floats of a view's exposure matrix ([`crate::train::exposure`]).
@@ -126,6 +127,8 @@ pub struct DeviceLoss {
     exposure_part: DeviceBuffer<f64>,
     /// Per-block partial sums of the depth L1.
     depth_part: DeviceBuffer<f64>,
+    /// The grids' optimizer's per-block total variation sums.
+    grid_part: DeviceBuffer<f64>,
 }
 
 impl DeviceLoss {
@@ -146,6 +149,7 @@ impl DeviceLoss {
             sq_part: dev.alloc(1)?,
             exposure_part: dev.alloc(1)?,
             depth_part: dev.alloc(1)?,
+            grid_part: dev.alloc(1)?,
         })
     }
 
@@ -425,16 +429,19 @@ impl DeviceLoss {
 
     /// `out = img` through `grid` (a bilateral grid of `shape`), both `[height, width, 3]`:
     /// the device twin of [`crate::train::bilagrid::apply`] (the same bits on the emulation).
+    /// The grid is read from `grid[grid_at..]` (a view's slot of resident grids).
+    #[allow(clippy::too_many_arguments)]
     pub fn bilagrid_apply(
         &self,
         img: &DeviceBuffer<f32>,
         grid: &DeviceBuffer<f32>,
+        grid_at: usize,
         shape: GridShape,
         width: u32,
         height: u32,
         out: &mut DeviceBuffer<f32>,
     ) -> Result<(), DeviceLossError> {
-        let n_pixels = self.check_grid(img, grid, shape, width, height, out.len())?;
+        let n_pixels = self.check_grid(img, grid, grid_at, shape, width, height, out.len())?;
         if n_pixels == 0 {
             return Ok(());
         }
@@ -445,11 +452,11 @@ impl DeviceLoss {
             U32(shape.y),
             U32(shape.l),
             img.arg(),
-            grid.arg(),
+            grid.arg_at(grid_at),
             out.arg(),
         ];
         // SAFETY: matches bilagrid_apply in kernels/loss.cu; img and out hold 3·width·height
-        // values and grid the shape's floats (checked above).
+        // values and grid the shape's floats from grid_at (checked above).
         unsafe {
             self.go(
                 "bilagrid_apply",
@@ -470,13 +477,14 @@ impl DeviceLoss {
         &self,
         img: &DeviceBuffer<f32>,
         grid: &DeviceBuffer<f32>,
+        grid_at: usize,
         shape: GridShape,
         width: u32,
         height: u32,
         d: &mut DeviceBuffer<f32>,
         grad: &mut DeviceBuffer<f64>,
     ) -> Result<(), DeviceLossError> {
-        let n_pixels = self.check_grid(img, grid, shape, width, height, d.len())?;
+        let n_pixels = self.check_grid(img, grid, grid_at, shape, width, height, d.len())?;
         self.dev.grow(grad, shape.floats())?;
         let dims = [
             U32(width),
@@ -486,8 +494,8 @@ impl DeviceLoss {
             U32(shape.l),
         ];
         // SAFETY: the argument lists match bilagrid_grad and bilagrid_dx in kernels/loss.cu;
-        // img and d hold 3·width·height values, grid and grad the shape's floats (checked or
-        // grown above); bilagrid_grad runs one block per cell and writes every cell, and reads
+        // img and d hold 3·width·height values, grid (from grid_at) and grad the shape's
+        // floats (checked or grown above); bilagrid_grad runs one block per cell and writes every cell, and reads
         // d before bilagrid_dx (queued after it on the same stream) overwrites it.
         unsafe {
             let mut args = dims.to_vec();
@@ -499,7 +507,7 @@ impl DeviceLoss {
             self.go("bilagrid_grad", cells, &args)?;
             if n_pixels > 0 {
                 let mut args = dims.to_vec();
-                args.extend([img.arg(), grid.arg(), d.arg()]);
+                args.extend([img.arg(), grid.arg_at(grid_at), d.arg()]);
                 self.go(
                     "bilagrid_dx",
                     LaunchConfig::linear(n_pixels as u64, LOSS_BLOCK)?,
@@ -510,11 +518,105 @@ impl DeviceLoss {
         Ok(())
     }
 
+    /// One optimizer step of `views` grids of `shape` held in `values` (their Adam moments in
+    /// `m`, `v`): the device twin of [`crate::train::bilagrid::BilateralGrids::step`] (the same
+    /// bits on the emulation). The stepped grids go to `next` (the caller swaps the two);
+    /// `slot`: the view whose loss gradient (the shape's floats, f64) joins its total
+    /// variation's. The total variation before the step lands in `tv[0]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bilagrid_adam(
+        &mut self,
+        shape: GridShape,
+        views: usize,
+        values: &DeviceBuffer<f32>,
+        next: &mut DeviceBuffer<f32>,
+        m: &mut DeviceBuffer<f32>,
+        v: &mut DeviceBuffer<f32>,
+        slot: Option<(usize, &DeviceBuffer<f64>)>,
+        tv_weight: f64,
+        coef: &crate::train::adam::Coef,
+        tv: &mut DeviceBuffer<f64>,
+    ) -> Result<(), DeviceLossError> {
+        let n = views * shape.floats();
+        let short = |what, got| DeviceLossError::Shape {
+            what,
+            got,
+            need: n,
+            width: 0,
+            height: 0,
+        };
+        for (what, got) in [
+            ("bilateral grids", values.len()),
+            ("bilateral grids (next)", next.len()),
+            ("bilateral grid moments", m.len().min(v.len())),
+        ] {
+            if got < n || shape.invalid().is_some() {
+                return Err(short(what, got));
+            }
+        }
+        if let Some((s, g)) = slot {
+            if s >= views || g.len() < shape.floats() {
+                return Err(short("bilateral grid gradient (view or length)", g.len()));
+            }
+        }
+        if views == 0 {
+            return Ok(());
+        }
+        let cfg = LaunchConfig::linear(n as u64, LOSS_BLOCK)?;
+        let blocks = cfg.grid.0 as usize;
+        let dev = self.dev.clone();
+        dev.grow(&mut self.grid_part, blocks)?;
+        dev.grow(tv, 1)?;
+        // Any f64 buffer stands in for an absent gradient: it is read only on view `slot`.
+        let (slot_id, grad) = match slot {
+            Some((s, g)) => (s as u32, g),
+            None => (u32::MAX, &self.grid_part),
+        };
+        // SAFETY: the argument lists match bilagrid_adam and depth_finish in kernels/loss.cu;
+        // values, next, m and v hold views·floats values, the gradient (read on view `slot`
+        // only, which exists) the shape's floats, the partials one per block of `cfg`, tv one
+        // value (checked or grown above); depth_finish runs one block and, over 1 "pixel",
+        // writes the partials' sum.
+        unsafe {
+            let args = [
+                U64(n as u64),
+                U32(shape.x),
+                U32(shape.y),
+                U32(shape.l),
+                values.arg(),
+                next.arg(),
+                m.arg(),
+                v.arg(),
+                U32(slot_id),
+                grad.arg(),
+                F64(tv_weight / views as f64),
+                F32(coef.b1),
+                F32(coef.b2),
+                F32(coef.step_size),
+                F32(coef.bias2_sqrt),
+                F32(coef.eps),
+                self.grid_part.arg(),
+            ];
+            self.go("bilagrid_adam", cfg, &args)?;
+            let args = [
+                U32(blocks as u32),
+                self.grid_part.arg(),
+                U64(1),
+                U64(0),
+                tv.arg(),
+            ];
+            self.go("depth_finish", LaunchConfig::linear(1, LOSS_BLOCK)?, &args)?;
+        }
+        Ok(())
+    }
+
     /// Checks a grid kernel's buffers; returns the pixels.
+    #[allow(clippy::too_many_arguments)]
     fn check_grid(
         &self,
         img: &DeviceBuffer<f32>,
         grid: &DeviceBuffer<f32>,
+        grid_at: usize,
         shape: GridShape,
         width: u32,
         height: u32,
@@ -533,7 +635,11 @@ impl DeviceLoss {
         for (what, got, need) in [
             ("bilateral grid image", img.len(), 3 * n_pixels),
             ("bilateral grid output", out_len, 3 * n_pixels),
-            ("bilateral grid", grid.len(), shape.floats()),
+            (
+                "bilateral grid",
+                grid.len().saturating_sub(grid_at),
+                shape.floats(),
+            ),
         ] {
             if got < need || n_pixels > u32::MAX as usize / 3 {
                 return Err(DeviceLossError::Shape {
@@ -778,11 +884,12 @@ mod tests {
                 };
                 let (di, dg) = (upload(&img), upload(&grid));
                 let mut dout = dev.alloc::<f32>(3 * npix).unwrap();
-                dl.bilagrid_apply(&di, &dg, shape, w, h, &mut dout).unwrap();
+                dl.bilagrid_apply(&di, &dg, 0, shape, w, h, &mut dout)
+                    .unwrap();
                 assert_eq!(dev.download_vec(&dout, 3 * npix).unwrap(), want_y);
                 let mut dd = upload(&dy);
                 let mut dgrad = dev.alloc::<f64>(1).unwrap();
-                dl.bilagrid_backward(&di, &dg, shape, w, h, &mut dd, &mut dgrad)
+                dl.bilagrid_backward(&di, &dg, 0, shape, w, h, &mut dd, &mut dgrad)
                     .unwrap();
                 assert_eq!(dev.download_vec(&dd, 3 * npix).unwrap(), want_dx);
                 let got_g = dev.download_vec(&dgrad, shape.floats()).unwrap();
@@ -800,7 +907,90 @@ mod tests {
                 // A grid buffer too short is refused, not read past.
                 let short = dev.alloc::<f32>(shape.floats() - 1).unwrap();
                 assert!(dl
-                    .bilagrid_apply(&di, &short, shape, w, h, &mut dout)
+                    .bilagrid_apply(&di, &short, 0, shape, w, h, &mut dout)
+                    .is_err());
+            }
+        }
+    }
+
+    /// The grids' optimizer step on the device is the host's to the bit (values and moments;
+    /// the total variation's sum equal up to its order), with and without a loss gradient.
+    #[test]
+    fn bilagrid_adam_matches_the_cpu() {
+        use crate::train::adam::Coef;
+        use crate::train::bilagrid::{BilateralGrids, GridShape, BILAGRID_ADAM};
+        for dev in crate::device::test_devices() {
+            let mut dl = DeviceLoss::new(&dev).unwrap();
+            let mut rng = Rng::new(37);
+            for (shape, views) in [
+                (GridShape { x: 4, y: 3, l: 5 }, 3usize),
+                (GridShape { x: 1, y: 2, l: 1 }, 2),
+            ] {
+                let mut host = BilateralGrids::new(shape);
+                host.ensure(views);
+                for x in host.values.iter_mut() {
+                    *x += 0.2 * (rng.next_f32() - 0.5);
+                }
+                let f = shape.floats();
+                let grad: Vec<f64> = (0..f).map(|_| rng.next_f32() as f64 - 0.5).collect();
+                let up = |v: &[f32]| {
+                    let mut b = dev.alloc::<f32>(v.len()).unwrap();
+                    dev.upload(v, &mut b).unwrap();
+                    b
+                };
+                let mut values = up(&host.values);
+                let mut next = dev.alloc::<f32>(views * f).unwrap();
+                let (mut m, mut v) = (up(&host.exp_avg), up(&host.exp_avg_sq));
+                let mut dgrad = dev.alloc::<f64>(f).unwrap();
+                dev.upload(&grad, &mut dgrad).unwrap();
+                let mut tv = dev.alloc::<f64>(1).unwrap();
+                for (t, slot) in [(1u64, Some(1usize)), (2, None), (3, Some(views - 1))] {
+                    let lr = 1e-2 / t as f64;
+                    let want_tv = host.step(lr, 10.0, slot.map(|s| (s, &grad[..])));
+                    let coef = Coef::new(&BILAGRID_ADAM, lr, t);
+                    dl.bilagrid_adam(
+                        shape,
+                        views,
+                        &values,
+                        &mut next,
+                        &mut m,
+                        &mut v,
+                        slot.map(|s| (s, &dgrad)),
+                        10.0,
+                        &coef,
+                        &mut tv,
+                    )
+                    .unwrap();
+                    std::mem::swap(&mut values, &mut next);
+                    let n = views * f;
+                    assert_eq!(
+                        dev.download_vec(&values, n).unwrap(),
+                        host.values,
+                        "{shape} t{t}"
+                    );
+                    assert_eq!(dev.download_vec(&m, n).unwrap(), host.exp_avg);
+                    assert_eq!(dev.download_vec(&v, n).unwrap(), host.exp_avg_sq);
+                    let got_tv = dev.download_vec(&tv, 1).unwrap()[0];
+                    assert!(
+                        (got_tv - want_tv).abs() <= 1e-12 * (1.0 + want_tv.abs()),
+                        "{} {shape} t{t}: TV {got_tv} vs {want_tv}",
+                        dev.name()
+                    );
+                }
+                // A slot beyond the views is refused, not read past.
+                assert!(dl
+                    .bilagrid_adam(
+                        shape,
+                        views,
+                        &values,
+                        &mut next,
+                        &mut m,
+                        &mut v,
+                        Some((views, &dgrad)),
+                        10.0,
+                        &Coef::new(&BILAGRID_ADAM, 1e-3, 4),
+                        &mut tv,
+                    )
                     .is_err());
             }
         }

@@ -56,8 +56,8 @@ use super::checkpoint::{self, CheckpointError, Expected};
 use super::densify::{host_model_bytes, DeviceCap};
 use super::depth::{DepthConfig, DepthWeights};
 use super::device_engine::{
-    device_bytes, device_bytes_per_gaussian, device_bytes_per_pixel, DeviceBytes, DeviceEngine,
-    ResidentEngine, DEVICE_RENDER_BYTES_PER_GAUSSIAN,
+    device_bytes, device_bytes_per_gaussian, device_bytes_per_pixel, resident_grid_bytes,
+    DeviceBytes, DeviceEngine, ResidentEngine, DEVICE_RENDER_BYTES_PER_GAUSSIAN,
 };
 use super::init::InitPlan;
 use super::pose::PoseAlignConfig;
@@ -574,6 +574,16 @@ fn vram_budget(engine: &Engine, explicit: Option<u64>) -> Result<Option<VramBudg
     }))
 }
 
+/// The views a run trains on, each with a bilateral grid when it learns them: with `--eval`
+/// the train split's (no half-view protocol here, which exposure compensation alone runs).
+fn train_view_count(eval: bool, manifest: &crate::shard::Manifest) -> usize {
+    if eval {
+        manifest.split_indices(Split::Train).len()
+    } else {
+        manifest.views.len()
+    }
+}
+
 /// The device memory plan of a device-engine run: refuses a model or a frame that cannot fit
 /// (itemised, with the number of Gaussians that would), and returns the cap densification
 /// must respect.
@@ -582,6 +592,7 @@ fn plan_device(
     n: usize,
     config: &TrainConfig,
     max_pixels: u64,
+    train_views: usize,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<DeviceCap, RunError> {
     // MCMC never grows past its cap: the device holds the cap's model from the start (as the
@@ -603,10 +614,16 @@ fn plan_device(
         config.depth.is_some(),
         config.max_intersection_bytes,
     );
-    let grid_bytes = config
-        .bilagrid
-        .as_ref()
-        .map_or(0, |b| 12 * b.shape.floats() as u64);
+    // On one device every training view's grid and its optimizer state live there too (the
+    // sharded engine leaves them to the host's optimizer).
+    let grid_bytes = config.bilagrid.as_ref().map_or(0, |b| {
+        12 * b.shape.floats() as u64
+            + if k == 1 {
+                resident_grid_bytes(b.shape, train_views)
+            } else {
+                0
+            }
+    });
     bytes.views += grid_bytes;
     let per_gaussian = device_bytes_per_gaussian(config.sh_degree);
     let shard = n.div_ceil(k);
@@ -635,7 +652,15 @@ fn plan_device(
         device_bytes_per_pixel(per_view, config.depth.is_some()),
         if grid_bytes > 0 {
             format!(
-                " + the view's bilateral grid and its gradient {}",
+                " + bilateral grids ({}) {}",
+                if k == 1 {
+                    format!(
+                        "{train_views} views, twice, with their Adam moments; the view's \
+                         gradient"
+                    )
+                } else {
+                    "the view's grid and its gradient".to_owned()
+                },
                 format_size(grid_bytes)
             )
         } else {
@@ -1377,13 +1402,7 @@ fn plan_inputs(
     if let Some(b) = &config.bilagrid {
         // Every training view's grid and its two Adam moments, held from the first step, and
         // the step's gradient scratch (f64: one grid, its row bands', and one per thread).
-        // The views that train (with --eval, the train split's; no half-view protocol here,
-        // which exposure compensation alone runs).
-        let views = if opts.eval {
-            manifest.split_indices(Split::Train).len()
-        } else {
-            manifest.views.len()
-        };
+        let views = train_view_count(opts.eval, manifest);
         let threads = rayon::current_num_threads();
         let scratch = bilagrid::step_scratch_bytes(b.shape, threads);
         items.push(FloorItem::new(
@@ -1738,7 +1757,8 @@ pub fn dry_run(
         // The device plan prints itself; a refusal is reported, not returned (as the RAM
         // plan's is).
         let max_pixels = manifest.max_view_pixels();
-        if let Err(e) = plan_device(v, start.gaussians(), &config, max_pixels, on_event) {
+        let views = train_view_count(opts.eval, &manifest);
+        if let Err(e) = plan_device(v, start.gaussians(), &config, max_pixels, views, on_event) {
             on_event(Event::Line(format!("device memory: {e}")));
         }
     }
@@ -1965,8 +1985,9 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         return Err(LoadError::from(BudgetError::BelowFloor(Box::new(f))).into());
     }
     let mut plan = plan_memory(opts.ram_budget, &*source, &loader_config, baseline, extras)?;
+    let views = train_view_count(opts.eval, &manifest);
     let device_cap = vram
-        .map(|v| plan_device(v, start.gaussians(), &config, max_pixels, on_event))
+        .map(|v| plan_device(v, start.gaussians(), &config, max_pixels, views, on_event))
         .transpose()?;
     let (mut trainer, resumed_from) = match start {
         ModelStart::Resume(mut state) => {
@@ -2001,7 +2022,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     // Every record's matrix from the first step on (the mean constraint covers them all).
     trainer.hold_exposure_views(source.len());
     // Every record's grid from the first step on (the total variation covers them all).
-    trainer.hold_grid_views(source.len());
+    trainer.hold_grid_views(source.len())?;
     // Every posed view's correction (and injected noise) from the first step on, with the
     // cameras whose frame the corrections keep.
     let posed_cameras: Vec<Camera> = train_views

@@ -639,6 +639,11 @@ pub struct Trainer {
     grids: Option<BilateralGrids>,
     /// The step's `∂L/∂grid` of its view's grid (f64, one grid's floats), filled by the pass.
     grid_grad: Vec<f64>,
+    /// Whether the grids live on the device engine, which steps them
+    /// ([`super::device_engine::DeviceEngine::upload_grids`]); then `grids` is the host copy
+    /// a checkpoint or an evaluation reads, stale while `grids_stale`.
+    grids_resident: bool,
+    grids_stale: bool,
 }
 
 /// `frame` (the bytes of `view`, laid out as its layout says) as the loss takes it: RGB8 (an
@@ -887,6 +892,12 @@ impl Trainer {
             pose_motions: CaptureMotions::default(),
             grids: state.grids,
             grid_grad: Vec::new(),
+            grids_resident: false,
+            grids_stale: false,
+        })
+        .and_then(|mut t| {
+            t.upload_grids()?;
+            Ok(t)
         })
     }
 
@@ -925,10 +936,34 @@ impl Trainer {
         }
     }
 
+    /// On a device engine that holds them, makes the grids resident (their host copy is then
+    /// current until the next step); elsewhere the host steps them.
+    fn upload_grids(&mut self) -> Result<(), TrainError> {
+        if let (Runner::Device(e), Some(g)) = (&mut self.runner, &self.grids) {
+            if !g.is_empty() {
+                self.grids_resident = e.upload_grids(g)?;
+                self.grids_stale = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings the host copy of resident grids up to date.
+    fn sync_grids(&mut self) -> Result<(), TrainError> {
+        if self.grids_stale {
+            if let (Runner::Device(e), Some(g)) = (&self.runner, &mut self.grids) {
+                e.download_grids_into(g)?;
+            }
+            self.grids_stale = false;
+        }
+        Ok(())
+    }
+
     /// A snapshot of everything that evolves (a deep copy of the model), in the one
     /// representation both engines read and write.
     pub fn state(&mut self) -> Result<TrainState, TrainError> {
         self.sync()?;
+        self.sync_grids()?;
         Ok(TrainState {
             config: self.config.clone(),
             extent: self.extent,
@@ -946,6 +981,7 @@ impl Trainer {
     /// [`Trainer::state`] without copying the model (for writing checkpoints).
     pub fn state_ref(&mut self) -> Result<TrainStateRef<'_>, TrainError> {
         self.sync()?;
+        self.sync_grids()?;
         Ok(TrainStateRef {
             config: &self.config,
             extent: self.extent,
@@ -1077,15 +1113,24 @@ impl Trainer {
     /// the first `n` views from now on, so the total variation and the optimizer cover every
     /// training view from the first step, as gsplat's one tensor does. Without grids, or when
     /// they are held already, nothing changes.
-    pub fn hold_grid_views(&mut self, n: usize) {
-        if let Some(g) = &mut self.grids {
-            g.ensure(n);
+    /// On a device engine that holds grids they move there now.
+    pub fn hold_grid_views(&mut self, n: usize) -> Result<(), TrainError> {
+        let grow = self.grids.as_ref().is_some_and(|g| g.len() < n);
+        if grow {
+            self.sync_grids()?;
+            if let Some(g) = &mut self.grids {
+                g.ensure(n);
+            }
+            self.upload_grids()?;
         }
+        Ok(())
     }
 
-    /// The per-view bilateral grids (`None` without [`TrainConfig::bilagrid`]).
-    pub fn grids(&self) -> Option<&BilateralGrids> {
-        self.grids.as_ref()
+    /// The per-view bilateral grids (`None` without [`TrainConfig::bilagrid`]), downloaded
+    /// first when they live on the device.
+    pub fn grids(&mut self) -> Result<Option<&BilateralGrids>, TrainError> {
+        self.sync_grids()?;
+        Ok(self.grids.as_ref())
     }
 
     /// With [`TrainConfig::exposure`], sets view `slot`'s matrix to `matrix` (held from now on;
@@ -1257,9 +1302,9 @@ impl Trainer {
         };
         // The view's bilateral grid, when the run learns them and the view has one (held from
         // now on: the total variation runs over every grid held).
-        let grid = match (&self.config.bilagrid, view.grid, &mut self.grids) {
-            (Some(_), Some(slot), Some(g)) => {
-                g.ensure(slot as usize + 1);
+        let grid = match (&self.config.bilagrid, view.grid) {
+            (Some(_), Some(slot)) => {
+                self.hold_grid_views(slot as usize + 1)?;
                 Some(slot as usize)
             }
             _ => None,
@@ -1421,10 +1466,21 @@ impl Trainer {
         // (see super::bilagrid). Its value joins the step's loss, as in gsplat.
         if let (Some(cfg), Some(grids)) = (&self.config.bilagrid, &mut self.grids) {
             let lr = cfg.lr_at(self.config.iterations, s);
-            let slot = grid
-                .filter(|_| pass.grid_grad)
-                .map(|slot| (slot, &self.grid_grad[..]));
-            value.0 += grids.step(lr, cfg.tv_weight, slot);
+            match &mut self.runner {
+                // Resident: stepped where they live (the same step, see DeviceEngine::grid_step).
+                Runner::Device(e) if self.grids_resident && !grids.is_empty() => {
+                    grids.steps += 1;
+                    let with_grad = grid.is_some() && pass.grid_grad;
+                    value.0 += e.grid_step(lr, cfg.tv_weight, grids.steps, with_grad)?;
+                    self.grids_stale = true;
+                }
+                _ => {
+                    let slot = grid
+                        .filter(|_| pass.grid_grad)
+                        .map(|slot| (slot, &self.grid_grad[..]));
+                    value.0 += grids.step(lr, cfg.tv_weight, slot);
+                }
+            }
         }
         // Edits after the optimizer (MCMC's relocation, growth and noise; none for the default
         // strategy): on a host model directly; on the device, planned on the host from the
@@ -1507,6 +1563,10 @@ impl Trainer {
         view: &TrainView,
         bytes: &[u8],
     ) -> Result<Evaluation, TrainError> {
+        // A training view's grid (applied below) is read from the host copy.
+        if view.grid.is_some() {
+            self.sync_grids()?;
+        }
         let scored_camera = self.view_camera(view);
         let (camera, layout) = (&scored_camera, view.layout);
         check_image("under evaluation", camera, Some(layout), bytes)?;
@@ -1705,9 +1765,11 @@ impl Trainer {
         iteration: u64,
         tm: &mut StepTimings,
     ) -> Result<EnginePass, TrainError> {
-        // The view's grid (held: the step made sure), its shape and floats.
+        // The view's grid (held: the step made sure): its slot when the grids are resident on
+        // the device, else its shape and floats from the host.
+        let resident = grid.filter(|_| self.grids_resident);
         let grid: Option<(GridShape, &[f32])> = match (grid, &self.grids) {
-            (Some(slot), Some(g)) => Some((
+            (Some(slot), Some(g)) if !self.grids_resident => Some((
                 g.shape,
                 g.grid(slot).expect("the step holds the view's grid"),
             )),
@@ -1837,6 +1899,9 @@ impl Trainer {
                 if let Some((shape, g)) = grid {
                     e.stage_grid(shape, g)?;
                 }
+                if let Some(slot) = resident {
+                    e.stage_grid_slot(slot)?;
+                }
                 tm.convert = t.elapsed().as_secs_f64();
                 // One queue: the launches return at once and the scalar read waits for all
                 // of them, so forward, loss and backward are timed together (as `forward`).
@@ -1863,7 +1928,7 @@ impl Trainer {
                     depth_l1: v.depth_l1,
                     exposure_grad: v.exposure_grad,
                     pose_grad: v.pose_grad,
-                    grid_grad: grid.is_some(),
+                    grid_grad: grid.is_some() || resident.is_some(),
                 })
             }
         }
@@ -3538,11 +3603,56 @@ mod tests {
         cfg
     }
 
+    /// Every view's identity grid, as many as `g` holds.
+    fn identity_grids(g: &BilateralGrids) -> Vec<f32> {
+        bilagrid::identity_grid(g.shape).repeat(g.len())
+    }
+
     /// With bilateral grids the device engine's grid kernels (the render through the grid, its
-    /// adjoint and the grid's gradient, downloaded for the host's optimizer) follow the host's.
+    /// adjoint, the grid's gradient and the optimizer over the resident grids) follow the
+    /// host's.
     #[test]
     fn device_engine_steps_like_the_host_engine_bilateral_grids() {
         assert!(device_steps_like_host(grid_config(), "bilateral grids", 60) > 50);
+    }
+
+    /// Resident grids come back for a checkpoint exactly, and a device run resumed from it
+    /// continues as the uninterrupted one (the grids uploaded again, their optimizer's step
+    /// count kept; within the rasterizer's float-atomic rounding, which the emulation's
+    /// shuffled thread order varies from run to run).
+    #[test]
+    fn device_resume_with_bilateral_grids_continues_the_run() {
+        let (_, cams, images) = trainer(grid_config());
+        let mut a = device_trainer(grid_config());
+        for i in 0..20 {
+            run_step(&mut a, &cams, &images, ((i * 5) % 8) as usize);
+        }
+        let state = through_checkpoint(&mut a);
+        assert_eq!(state, a.state().unwrap());
+        let g = state.grids.as_ref().unwrap();
+        assert_eq!((g.len(), g.steps), (8, 20));
+        assert!(g.values != identity_grids(g));
+        let mut b = Trainer::from_state(state, emulated_engine()).unwrap();
+        b.hold_pose_views(&cams).unwrap();
+        // The resumed trainer holds the same grids, uploaded again.
+        assert_eq!(a.grids().unwrap(), b.grids().unwrap());
+        for i in 20..35 {
+            let v = ((i * 5) % 8) as usize;
+            let (sa, sb) = (
+                run_step(&mut a, &cams, &images, v),
+                run_step(&mut b, &cams, &images, v),
+            );
+            assert_losses_agree(i, &sa, &sb, "resumed grids");
+        }
+        let (ga, gb) = (
+            a.grids().unwrap().unwrap().clone(),
+            b.grids().unwrap().unwrap().clone(),
+        );
+        assert_eq!((ga.len(), ga.steps), (gb.len(), gb.steps));
+        assert_eq!(ga.steps, 35);
+        for (x, y) in ga.values.iter().zip(&gb.values) {
+            assert!((x - y).abs() < 1e-3, "grid value {x} vs {y}");
+        }
     }
 
     /// With depth regularization the device engine's inverse-depth plane, depth loss and their
@@ -3764,7 +3874,7 @@ mod tests {
                 ..BilagridConfig::default()
             });
             let (mut t, cams, _) = trainer(cfg);
-            t.hold_grid_views(8);
+            t.hold_grid_views(8).unwrap();
             let mut last = 0.0;
             for i in 0..iterations {
                 let v = (i % 8) as usize;
@@ -3787,8 +3897,9 @@ mod tests {
             loss_with < 0.6 * loss_without,
             "last pass's loss: {loss_with} with grids, {loss_without} without"
         );
-        assert!(without.grids().is_none());
-        let g = with.grids().unwrap();
+        let (mut with, mut without) = (with, without);
+        assert!(without.grids().unwrap().is_none());
+        let g = with.grids().unwrap().unwrap();
         assert_eq!((g.len(), g.steps), (8, iterations));
         // Each view's photo, scored through its grid (as the report scores training views):
         // closer than the model without grids gets to the same photo.
@@ -3924,6 +4035,17 @@ mod tests {
             for (x, y) in ra.iter().zip(rb) {
                 assert!((x - y).abs() < 1e-3, "{what}: exposure {ra:?} vs {rb:?}");
             }
+        }
+        match (&sa.grids, &sb.grids) {
+            (Some(a), Some(b)) => {
+                assert_eq!((a.len(), a.steps), (b.len(), b.steps));
+                assert!(a.values != identity_grids(a), "{what}: the grids moved");
+                for (x, y) in a.values.iter().zip(&b.values) {
+                    assert!((x - y).abs() < 1e-3, "{what}: grid value {x} vs {y}");
+                }
+            }
+            (None, None) => {}
+            other => panic!("{what}: grids on one engine only: {other:?}"),
         }
         assert_eq!(sa.poses.len(), sb.poses.len());
         assert_eq!(sa.poses.steps, sb.poses.steps);
