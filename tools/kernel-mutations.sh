@@ -75,6 +75,10 @@ muts=(
  'kernels/loss.cu|const float lo = ((float)cx - 1.0f) * s - 1.0f|const float lo = ((float)cx) * s - 1.0f'
  'kernels/loss.cu|c.inside ? dgz * (float)(nl - 1u) : 0.0f;|dgz * (float)(nl - 1u);'
  'kernels/loss.cu|d[3 * p + i] = a[i] * dy[0]|d[3 * p + i] = a[4 * i] * dy[0]'
+ 'kernels/loss.cu|g += 2.0 * w * d;|g += w * d;'
+ 'kernels/loss.cu|g -= 2.0 * w * d;|g += 2.0 * w * d;'
+ 'kernels/loss.cu|g += slot_grad[within];|g += 0.5 * slot_grad[within];'
+ 'kernels/loss.cu|{12u, (u64)nx * 12u, (u64)nx * ny * 12u}|{12u, (u64)ny * 12u, (u64)nx * ny * 12u}'
 )
 only=${1:-}
 survived=0
