@@ -43,7 +43,9 @@
 //! (cell-major, so the 8 cells a pixel reads are 8 runs of 12 floats). The grid's gradient is
 //! summed in f64, over fixed bands of rows each summed in pixel order and then added in band
 //! order, so a run is bit-identical whatever the thread count. The step runs per view in
-//! parallel; each view's update reads only its own grid.
+//! parallel; each view's update reads only its own grid. Its device twins are in
+//! `kernels/loss.cu` (`bilagrid_apply`, `bilagrid_grad`, `bilagrid_dx`, and `bilagrid_adam`,
+//! with which the device engine steps grids it holds: the same operations in the same order).
 //!
 //! Invariants: `values`, `exp_avg` and `exp_avg_sq` of [`BilateralGrids`] always have the same
 //! length, a whole number of grids of [`GridShape::floats`]; a view beyond them has the
