@@ -276,8 +276,9 @@ impl BilateralGrids {
     }
 
     /// The total variation term over every grid held (see the module doc), in f64 in view
-    /// order.
-    pub fn tv_loss(&self, weight: f64) -> f64 {
+    /// order. Training reads it from [`BilateralGrids::step`]; the tests read it here.
+    #[cfg(test)]
+    fn tv_loss(&self, weight: f64) -> f64 {
         let n = self.len();
         if n == 0 {
             return 0.0;
@@ -519,21 +520,10 @@ pub fn apply(
     h: usize,
     out: &mut Vec<f32>,
 ) {
-    debug_assert_eq!(grid.len(), shape.floats());
-    debug_assert_eq!(image.len(), 3 * w * h);
+    // Each pixel's output depends on that pixel alone: the in-place map on a copy.
     out.clear();
-    out.resize(image.len(), 0.0);
-    out.par_chunks_mut(3 * w.max(1))
-        .zip(image.par_chunks(3 * w.max(1)))
-        .enumerate()
-        .for_each(|(py, (orow, irow))| {
-            for px in 0..w {
-                let x = &irow[3 * px..3 * px + 3];
-                let cs = corners(shape, xy_coords(shape, w, h, px, py), z_coord(shape, x));
-                let y = affine(&sample(grid, &cs), x);
-                orow[3 * px..3 * px + 3].copy_from_slice(&y);
-            }
-        });
+    out.extend_from_slice(image);
+    apply_in_place(shape, grid, out, w, h);
 }
 
 /// `image` (`[h, w, 3]`) through `grid`, in place.
