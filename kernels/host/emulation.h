@@ -769,6 +769,22 @@ inline bool check_args(const char* name, const unsigned char* kinds, size_t narg
     return true;
 }
 
+// What a driver that is handed only `void**` (cuLaunchKernel's contract) must know to copy the
+// arguments at launch time: each parameter's kind and size, from the kernel's own signature.
+// Returns the number of parameters; fills at most `max` entries.
+template <typename... A>
+inline size_t describe(void (*)(A...), unsigned char* kinds, unsigned* sizes, size_t max) {
+    constexpr size_t n = sizeof...(A);
+    constexpr int k[n + 1] = {arg_kind<A>()..., ArgOther};
+    constexpr unsigned z[n + 1] = {
+        (unsigned)sizeof(std::remove_cv_t<std::remove_reference_t<A>>)..., 0u};
+    for (size_t i = 0; i < n && i < max; ++i) {
+        kinds[i] = (unsigned char)k[i];
+        sizes[i] = z[i];
+    }
+    return n;
+}
+
 // The generated `gs_emu_launch_<entry>` wrappers call this with the kernel function itself,
 // so the argument types come from the kernel's own signature.
 template <typename... A>

@@ -10,6 +10,12 @@
 //!   chosen automatically. It makes every kernel execute in `cargo test` on machines with no
 //!   GPU, so a GPU only has to confirm what CI already checks.
 //!
+//! The emulation never reaches the CUDA driver's code ([`cuda`], the CUDA branches here and in
+//! the transfers). A third party does: the CUDA stand-in (`cuda-standin/` in the repository),
+//! a `libcuda.so` and `libnvrtc.so` built on the emulation that the CUDA driver loads like the
+//! real ones, with lazy streams that run queued work in the most hostile order a GPU could
+//! pick (`tools/cuda-standin.sh` runs the device tests against it).
+//!
 //! # Contract
 //! - A [`Device`] is cheap to clone (shared handle). All work on it is ordered: one in-order
 //!   queue per device (the CUDA legacy stream; the emulation runs each call to completion).
@@ -607,7 +613,9 @@ impl Device {
     fn free(&self, addr: u64, bytes: usize) {
         match self.driver() {
             Driver::Cuda(d) => d.free(addr),
-            Driver::Emulated(d) => d.free(addr, bytes),
+            // SAFETY: `free` is called only from DeviceBuffer's drop, with the address and
+            // byte count of that buffer's allocation, once.
+            Driver::Emulated(d) => unsafe { d.free(addr, bytes) },
         }
         self.0.usage.sub(bytes as u64);
     }
