@@ -37,18 +37,40 @@ unset GS_CUDA_EMULATE
 echo "== the stand-in's own tests"
 cargo test "${flag[@]}" -p gs-cuda-standin --quiet
 
+# The stand-in prints every fault and leak on stderr, prefixed "cuda stand-in:"; the crate's
+# code must cause none (the stand-in's own tests above cause them on purpose).
+complaints="$work/complaints.txt"
+: >"$complaints"
+run() {
+    local rc=0
+    "$@" 2>"$work/stderr.txt" || rc=$?
+    cat "$work/stderr.txt" >&2
+    grep -h '^cuda stand-in:' "$work/stderr.txt" >>"$complaints" || true
+    return $rc
+}
+
 for schedule in lazy copies-first kernels-first; do
     echo "== CUDA path, schedule $schedule: device layer and device engines"
-    GS_STANDIN_SCHEDULE=$schedule cargo test "${flag[@]}" --lib --quiet -- device:: train::device_
+    GS_STANDIN_SCHEDULE=$schedule run cargo test "${flag[@]}" --lib --quiet -- device:: train::device_
     echo "== CUDA path, schedule $schedule: tests/cuda_parity.rs"
-    GS_STANDIN_SCHEDULE=$schedule cargo test "${flag[@]}" --test cuda_parity --quiet
+    GS_STANDIN_SCHEDULE=$schedule run cargo test "${flag[@]}" --test cuda_parity --quiet
 done
 
 echo "== gs-train --demo --backend cuda on the stand-in (one device, then two)"
 cargo build "${flag[@]}" --bin gs-train --quiet
 bin="target/$profile/gs-train"
-"$bin" --demo --backend cuda --iterations 30 -o "$work/one" 2>&1 | tail -n 2
+"$bin" --demo --backend cuda --iterations 30 -o "$work/one" 2>"$work/stderr.txt"
+tail -n 2 "$work/stderr.txt"
+grep -h '^cuda stand-in:' "$work/stderr.txt" >>"$complaints" || true
 grep -q '"backend": "device (ramsplat CUDA stand-in 0' "$work/one/report.json"
-GS_STANDIN_DEVICES=2 "$bin" --demo --backend cuda --devices 2 --iterations 30 -o "$work/two" 2>&1 | tail -n 2
+GS_STANDIN_DEVICES=2 "$bin" --demo --backend cuda --devices 2 --iterations 30 -o "$work/two" \
+    2>"$work/stderr.txt"
+tail -n 2 "$work/stderr.txt"
+grep -h '^cuda stand-in:' "$work/stderr.txt" >>"$complaints" || true
 grep -q '"backend": "2 devices (ramsplat CUDA stand-in 0' "$work/two/report.json"
-echo "== CUDA stand-in: all passed"
+if [ -s "$complaints" ]; then
+    echo "== CUDA stand-in: the crate's code caused these faults or leaks:" >&2
+    sort "$complaints" | uniq -c >&2
+    exit 1
+fi
+echo "== CUDA stand-in: all passed, no faults or leaks"

@@ -700,8 +700,25 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
     }
     s.devices[d].retained -= 1;
     if s.devices[d].retained == 0 {
-        // The context goes: its queued work is dropped with it, its error is forgotten.
+        // The context goes, and with it its memory, its queued work and its error. Memory
+        // still allocated then was leaked by the program (every DeviceBuffer frees its own):
+        // said on stderr, which tools/cuda-standin.sh treats as a failure.
         let device = &mut s.devices[d];
+        let leaked = std::mem::take(&mut device.allocs);
+        if !leaked.is_empty() && device.error.is_none() {
+            report(&format!(
+                "device {d}: {} allocations ({} bytes) still live when its context was \
+                 released: leaked",
+                leaked.len(),
+                leaked.values().sum::<usize>()
+            ));
+        }
+        for (addr, bytes) in leaked {
+            // SAFETY: each came from this device's `alloc` with `bytes` (the map, now
+            // emptied, so each is freed once); the context's queued work is dropped below
+            // and never runs.
+            unsafe { device.emu.free(addr, bytes) };
+        }
         device.error = None;
         for st in s.streams.values_mut().filter(|st| st.device == d) {
             st.ops.clear();
