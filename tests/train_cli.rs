@@ -3325,6 +3325,62 @@ fn bilateral_grid_runs_report_plan_and_resume_only_with_them() {
     assert_eq!(r.bilateral_grid.as_deref(), Some("4×3×2"));
     assert!(r.test_psnr.is_some() && r.train_psnr.is_some());
 
+    // The grids beside the model: gs-render scores the training views through them exactly as
+    // the report did, and differently without them.
+    let grids_json = out.join("bilateral_grids.json");
+    let file = ramsplat::train::bilagrid_file::read(&grids_json).unwrap();
+    assert_eq!(file.by_key.len(), 14, "every training view");
+    let npy = std::fs::read(out.join("bilateral_grids.npy")).unwrap();
+    assert_eq!(&npy[..6], b"\x93NUMPY");
+    let ply = out.join("point_cloud/iteration_10/point_cloud.ply");
+    let gs_render = |to: &str, extra: &[&str]| {
+        let dir = out.join(to);
+        let o = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+            .args([
+                "--ply",
+                s(&ply),
+                "--pack",
+                s(&pack_path),
+                "--sh-degree",
+                "0",
+            ])
+            .args(["--backend", "cpu", "-o", s(&dir)])
+            .args(extra)
+            .output()
+            .unwrap();
+        let metrics = std::fs::read_to_string(dir.join("metrics.json")).ok();
+        (
+            o,
+            metrics.map(|m| serde_json::from_str::<serde_json::Value>(&m).unwrap()),
+        )
+    };
+    let (o, through) = gs_render(
+        "through",
+        &["--split", "train", "--bilateral-grids", s(&grids_json)],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let through = through.unwrap();
+    let mean = through["mean_psnr"].as_f64().unwrap();
+    assert!(
+        (mean - r.train_psnr.unwrap()).abs() < 1e-9,
+        "{mean} vs {:?}",
+        r.train_psnr
+    );
+    let (o, plain) = gs_render("plain", &["--split", "train"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ne!(plain.unwrap()["mean_psnr"], through["mean_psnr"]);
+    // Held-out views have no grid: a file that names none of the views rendered is refused.
+    let (o, _) = gs_render(
+        "test",
+        &["--split", "test", "--bilateral-grids", s(&grids_json)],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("none of the views to render"),
+        "{}",
+        stderr(&o)
+    );
+
     // The resume must learn the same grids.
     let o = run("20", &["--resume", "--extend", "--eval"]);
     assert!(!o.status.success());

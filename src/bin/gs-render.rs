@@ -50,6 +50,12 @@
 //! view. `--split test --exposure OUT/exposure.json --half right` scores a `gs-train --eval
 //! --exposure` run's held-out views exactly as its own evaluation did.
 //!
+//! `--bilateral-grids OUT/bilateral_grids.json` (with `--pack` or `--cameras`) renders each
+//! view a `gs-train --bilateral-grid` run trained on through its learned grid
+//! (`ramsplat::train::bilagrid_file`), found by image name as with `--exposure`; views without
+//! a grid (held-out ones) render as they are. `--split train` then scores the training views
+//! exactly as the run's report did.
+//!
 //! `--color-correct-metric affine|quadratic` (with `--pack`) also scores each view after
 //! fitting its render's colours to its ground truth (`ramsplat::color_correct`; gsplat's
 //! `cc_psnr`, `cc_ssim`): `cc_psnr`, `cc_ssim` on each view in `metrics.json`,
@@ -102,6 +108,8 @@ use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
 use ramsplat::shard::PixelLayout;
+use ramsplat::train::bilagrid;
+use ramsplat::train::bilagrid_file::{self, GridFile};
 use ramsplat::train::exposure::{self, Exposure, ExposureConfig};
 use ramsplat::train::pose::PoseAlignConfig;
 use ramsplat::train::report::{ColorCorrectedScore, EvalPoseReport, GivenPoseScore};
@@ -221,6 +229,17 @@ struct Args {
     /// view name's stem with --pack, img_name with --cameras); a view without one is an error.
     #[arg(long, value_name = "exposure.json", conflicts_with_all = ["camera", "convert", "trajectory"])]
     exposure: Option<PathBuf>,
+    /// Render each view through its bilateral grid in this bilateral_grids.json (what
+    /// `gs-train --bilateral-grid` writes beside its model), found by image name as with
+    /// --exposure; views without a grid (held-out ones) render as they are. With
+    /// `--split train` the training views score as the run's report scored them.
+    #[arg(
+        long = "bilateral-grids",
+        alias = "bilateral_grids",
+        value_name = "bilateral_grids.json",
+        conflicts_with_all = ["camera", "convert", "trajectory", "exposure", "eval_pose_steps"]
+    )]
+    bilateral_grids: Option<PathBuf>,
     /// Score and write only this half of each view of --pack, split at column ⌊W/2⌋:
     /// `right` is how `gs-train --eval --exposure` (and 3DGS's --train_test_exp) score the
     /// held-out views, whose left halves were trained on.
@@ -339,6 +358,8 @@ struct Renderer {
     rgb: Vec<u8>,
     /// `--exposure`: the file, and its image name → matrix.
     exposures: Option<(PathBuf, HashMap<String, Exposure>)>,
+    /// `--bilateral-grids`: the run's grids by image name.
+    grids: Option<GridFile>,
 }
 
 impl Renderer {
@@ -367,7 +388,42 @@ impl Renderer {
                 Some(path) => Some((path.clone(), read_exposures(path)?)),
                 None => None,
             },
+            grids: match &args.bilateral_grids {
+                Some(path) => Some(bilagrid_file::read(path)?),
+                None => None,
+            },
         })
+    }
+
+    /// With `--bilateral-grids`: fails unless at least one of the views `names` has a grid (a
+    /// file of another run would otherwise change nothing, silently).
+    fn check_grids_name_any<'a>(
+        &self,
+        path: Option<&PathBuf>,
+        mut names: impl Iterator<Item = &'a str>,
+    ) -> Result<()> {
+        if let (Some(g), Some(path)) = (&self.grids, path) {
+            if !names.any(|n| g.grid_of(n).is_some()) {
+                bail!(
+                    "{} has grids for {} views, none of the views to render; pass the \
+                     bilateral_grids.json of the run that trained on these views (held-out views \
+                     have no grid: render them without --bilateral-grids)",
+                    path.display(),
+                    g.by_key.len()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The last render through view `name`'s bilateral grid, when `--bilateral-grids` has one.
+    fn apply_grid(&mut self, name: &str, camera: &Camera) {
+        if let Some(g) = &self.grids {
+            if let Some(grid) = g.grid_of(name) {
+                let (w, h) = (camera.width as usize, camera.height as usize);
+                bilagrid::apply_in_place(g.shape, grid, &mut self.out.image, w, h);
+            }
+        }
     }
 
     /// The `--exposure` matrix of the image `name` (`None` without `--exposure`): by its
@@ -398,19 +454,23 @@ impl Renderer {
         Ok(&self.out.image)
     }
 
-    /// Renders `camera` (through `exposure`, if any) into the PNG `png` and, with
-    /// `--depth`, its depth beside it.
+    /// Renders `camera` (through `exposure`, if any, and through the bilateral grid of the
+    /// image `name`, if any) into the PNG `png` and, with `--depth`, its depth beside it.
     fn render_to_png(
         &mut self,
         model: &Gaussians,
         camera: &Camera,
         exposure: Option<&Exposure>,
+        name: Option<&str>,
         png: &Path,
     ) -> Result<()> {
         let mut rgb = std::mem::take(&mut self.rgb);
         self.render(model, camera)?;
         if let Some(e) = exposure {
             exposure::apply_in_place(e, &mut self.out.image);
+        }
+        if let Some(name) = name {
+            self.apply_grid(name, camera);
         }
         to_rgb8(&self.out.image, &mut rgb);
         let written = write_png(png, &rgb, camera.width, camera.height);
@@ -504,7 +564,7 @@ fn render_camera(
     let camera = at_resolution(args, read_camera(camera_path)?)?;
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
-    r.render_to_png(&model, &camera, None, output)?;
+    r.render_to_png(&model, &camera, None, None, output)?;
     eprintln!(
         "wrote {} ({}x{}, {} Gaussians, SH degree {}, {} backend{})",
         output.display(),
@@ -555,14 +615,24 @@ fn render_camera_list(
     }
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
+    r.check_grids_name_any(
+        args.bilateral_grids.as_ref(),
+        cameras.iter().map(|(e, _)| e.img_name.as_str()),
+    )?;
     std::fs::create_dir_all(output)
         .with_context(|| format!("cannot create {}", output.display()))?;
     for (n, (entry, camera)) in cameras.iter().enumerate() {
         let path = output.join(format!("{}.png", safe_stem(&entry.img_name)));
         let context = || format!("camera {} ({:?})", entry.id, entry.img_name);
         let exposure = r.exposure_of(&entry.img_name).with_context(context)?;
-        r.render_to_png(&model, camera, exposure.as_ref(), &path)
-            .with_context(context)?;
+        r.render_to_png(
+            &model,
+            camera,
+            exposure.as_ref(),
+            Some(&entry.img_name),
+            &path,
+        )
+        .with_context(context)?;
         eprintln!("[{}/{}] wrote {}", n + 1, cameras.len(), path.display());
     }
     eprintln!(
@@ -619,6 +689,9 @@ struct MetricsReport {
     background: Option<[f32; 3]>,
     /// `--exposure`'s file; `null` without.
     exposure: Option<String>,
+    /// `--bilateral-grids`' file; absent without.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bilateral_grids: Option<String>,
     /// `--half`: `"left"` or `"right"`; `null` for whole views.
     half: Option<String>,
     count: usize,
@@ -786,7 +859,7 @@ fn render_trajectory(
         .with_context(|| format!("cannot create {}", output.display()))?;
     for (n, camera) in path.iter().enumerate() {
         let frame = output.join(format!("frame_{n:05}.png"));
-        r.render_to_png(&model, camera, None, &frame)
+        r.render_to_png(&model, camera, None, None, &frame)
             .with_context(|| format!("trajectory frame {n}"))?;
         if (n + 1) % 25 == 0 || n + 1 == path.len() {
             eprintln!("[{}/{}] frames", n + 1, path.len());
@@ -820,6 +893,10 @@ fn render_pack(
     let (indices, split_name) = split_views(args, pack_path, manifest)?;
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
+    r.check_grids_name_any(
+        args.bilateral_grids.as_ref(),
+        indices.iter().map(|&i| manifest.views[i].name.as_str()),
+    )?;
     let mut aligner = Aligner::new(args, &model, r.options.sh_degree, manifest.scene.extent)?;
     std::fs::create_dir_all(output)
         .with_context(|| format!("cannot create {}", output.display()))?;
@@ -882,6 +959,7 @@ fn render_pack(
         if let Some(e) = &exposure {
             exposure::apply_in_place(e, &mut r.out.image);
         }
+        r.apply_grid(&v.name, &camera);
         // `--half`: that half of render, ground truth and mask alone.
         let (image, mask, w) = match args.half.map(HalfArg::region) {
             Some(region) => {
@@ -956,6 +1034,10 @@ fn render_pack(
         sh_degree: r.options.sh_degree,
         background: args.bg,
         exposure: args.exposure.as_ref().map(|p| p.display().to_string()),
+        bilateral_grids: args
+            .bilateral_grids
+            .as_ref()
+            .map(|p| p.display().to_string()),
         half: args.half.map(|h| format!("{h:?}").to_lowercase()),
         count: views.len(),
         mean_psnr: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),

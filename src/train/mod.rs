@@ -6,6 +6,7 @@
 //! | [`adam`] | Adam with per-group learning rates, moments shaped like the model |
 //! | [`schedule`] | the exponential position learning-rate schedule |
 //! | [`bilagrid`] | per-view bilateral grids: a learned colour transform that varies over the image and with brightness, its total variation and Adam |
+//! | [`bilagrid_file`] | a run's grids on disk: `bilateral_grids.npy` (gsplat's layout) and the JSON naming each grid's view |
 //! | [`exposure`] | per-view exposure compensation: a learned 3×4 colour transform per view, its Adam, `exposure.json` |
 //! | [`pose`] | camera pose optimisation: a learned rigid correction per training view, its Adam, injected pose noise |
 //! | [`loss`] | `0.8·L1 + 0.2·(1 − SSIM)` and its image gradient |
@@ -36,6 +37,7 @@
 pub mod adam;
 pub mod alpha;
 pub mod bilagrid;
+pub mod bilagrid_file;
 pub mod densify;
 pub mod depth;
 pub mod device_adam;

@@ -800,12 +800,13 @@ struct SavedViews<'a> {
     views: &'a [crate::shard::ViewEntry],
     /// Per pack view: its pose correction's slot (training views under pose optimisation).
     pose_slots: &'a [Option<u32>],
-    /// Per record: its key in `exposure.json`.
+    /// Per record: its key in `exposure.json` (and `bilateral_grids.json`).
     exposure_names: &'a [String],
 }
 
 /// Saves the model of `iteration` (PLY, and the `export` formats) and, with exposure
-/// compensation, `OUT/exposure.json` (the matrices of `exposure_names[slot]`) beside it.
+/// compensation, `OUT/exposure.json` (the matrices of `exposure_names[slot]`) beside it; with
+/// bilateral grids, `OUT/bilateral_grids.{npy,json}` (grid `slot` named `exposure_names[slot]`).
 /// An export that stores less than the model (a compressed PLY leaving out top SH bands that
 /// are all but zero) is said through `on_event`.
 fn save_ply(
@@ -819,6 +820,17 @@ fn save_ply(
     if trainer.config().exposure.is_some() {
         let text = super::exposure::to_json(views.exposure_names, trainer.exposures());
         checkpoint::write_file_atomic(&out.join(EXPOSURE_JSON), text.as_bytes())?;
+    }
+    // The grids beside the model, so gs-render scores the training views through them as the
+    // run did (the array first: the JSON that names it is what readers open).
+    if let Some(grids) = trainer.grids()? {
+        use super::bilagrid_file::{to_json, write_npy, GRIDS_JSON, GRIDS_NPY};
+        let keys = views.exposure_names;
+        let npy = out.join(GRIDS_NPY);
+        crate::fsutil::write_atomic_with(&npy, &mut |w| write_npy(w, grids, keys.len()))
+            .map_err(io_err(&npy))?;
+        let json = to_json(grids.shape, keys);
+        checkpoint::write_file_atomic(&out.join(GRIDS_JSON), json.as_bytes())?;
     }
     // The model was fitted to the trained poses: cameras.json gives those, so renders of the
     // training views line up with their photos.
