@@ -253,10 +253,7 @@ pub unsafe extern "C" fn nvrtcCompileProgram(
 /// `size` must be writable.
 #[no_mangle]
 pub unsafe extern "C" fn nvrtcGetPTXSize(prog: *mut Program, size: *mut usize) -> NvrtcResult {
-    let Some(p) = program(prog) else {
-        return NVRTC_ERROR_INVALID_PROGRAM;
-    };
-    let Some(ptx) = &p.ptx else {
+    let Some(ptx) = program(prog).and_then(|p| p.ptx.as_ref()) else {
         return NVRTC_ERROR_INVALID_PROGRAM;
     };
     if size.is_null() {
@@ -271,10 +268,7 @@ pub unsafe extern "C" fn nvrtcGetPTXSize(prog: *mut Program, size: *mut usize) -
 /// `out` must be writable for the size `nvrtcGetPTXSize` reported.
 #[no_mangle]
 pub unsafe extern "C" fn nvrtcGetPTX(prog: *mut Program, out: *mut c_char) -> NvrtcResult {
-    let Some(p) = program(prog) else {
-        return NVRTC_ERROR_INVALID_PROGRAM;
-    };
-    let Some(ptx) = &p.ptx else {
+    let Some(ptx) = program(prog).and_then(|p| p.ptx.as_ref()) else {
         return NVRTC_ERROR_INVALID_PROGRAM;
     };
     if out.is_null() {
