@@ -10,7 +10,7 @@
 #      the device engines' unit tests and tests/cuda_parity.rs, on "GPU 0" = the stand-in;
 #   3. gs-train --demo on the device engine and on the sharded engine over two stand-in
 #      devices, 30 iterations each, lazy schedule.
-# CI runs it (.ci/run); about 5 minutes on 2 cores in the debug profile.
+# CI runs it (.ci/run): 2.7 to 5 minutes on 2 cores in the debug profile (5 with the build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
