@@ -40,8 +40,12 @@
 //!   memory stage the source when queued (CUDA's rule); copies from and to page-locked memory
 //!   (`cuMemHostAlloc`) read and write it when they run. Non-blocking streams order only by
 //!   events; blocking ones also with the legacy default stream (the null handle).
+//! - **Races.** Two operations on different streams that touch the same allocation, one of
+//!   them writing (a kernel counts as writing every allocation its pointers reach), must be
+//!   ordered by event waits or host synchronisations; a pair that is not is reported when the
+//!   second is queued, whatever the schedule (the `hb` module: vector clocks).
 //! - **Errors.** A failed kernel (the emulation's report: a divergent barrier, a bad launch)
-//!   is printed on stderr and makes the context's error sticky: every later call on it
+//!   or a race is printed on stderr and makes the context's error sticky: every later call on it
 //!   returns `CUDA_ERROR_LAUNCH_FAILED`. Freeing page-locked memory that a queued copy still
 //!   uses is refused (stricter than CUDA, which synchronises there: the crate promises to wait
 //!   for its copies first).
@@ -60,6 +64,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use ramsplat::device::emulation::{EmuDriver, EmuFunction};
 use ramsplat::device::{LaunchConfig, ModuleSource};
 
+mod hb;
 mod nvrtc;
 
 type CUresult = c_uint;
@@ -176,6 +181,14 @@ impl Op {
     }
 }
 
+/// Where an event was recorded: the stream, the marker's sequence number, and the stream's
+/// happens-before clock there.
+struct Recorded {
+    stream: usize,
+    seq: u64,
+    clock: hb::Clock,
+}
+
 struct Stream {
     device: usize,
     /// Blocking streams synchronise with the legacy default stream; non-blocking ones do not.
@@ -208,8 +221,10 @@ struct State {
     trace: bool,
     devices: Vec<Device>,
     streams: HashMap<usize, Stream>,
-    /// Event → where it was last recorded (stream, sequence number).
-    events: HashMap<usize, Option<(usize, u64)>>,
+    /// Event → where it was last recorded.
+    events: HashMap<usize, Option<Recorded>>,
+    /// Happens-before between streams, for the race check.
+    hb: hb::Tracker,
     modules: HashMap<usize, Module>,
     /// Function handle → (module handle, entry name).
     functions: HashMap<usize, (usize, String)>,
@@ -265,6 +280,7 @@ fn state() -> Result<MutexGuard<'static, State>, CUresult> {
             devices,
             streams,
             events: HashMap::new(),
+            hb: hb::Tracker::default(),
             modules: HashMap::new(),
             functions: HashMap::new(),
             pinned: BTreeMap::new(),
@@ -367,6 +383,12 @@ impl State {
                 waits.push((legacy, l.next_seq - 1));
             }
         }
+        for &(stream, _) in &waits {
+            let clock = self.hb.clock(stream);
+            self.hb.wait(s, &clock);
+        }
+        let tick = self.hb.issue(s);
+        self.check_races(device, s, tick, &op)?;
         let st = self.streams.get_mut(&s).expect("checked by the caller");
         for (stream, seq) in waits {
             let n = st.next_seq;
@@ -392,6 +414,63 @@ impl State {
             self.run_through(s, seq)?;
         }
         Ok(seq)
+    }
+
+    /// The allocation holding `addr`, on any device.
+    fn base_of(&self, addr: u64) -> Option<u64> {
+        self.devices.iter().find_map(|d| {
+            d.allocs
+                .range(..=addr)
+                .next_back()
+                .filter(|(&base, &len)| addr <= base + len as u64)
+                .map(|(&base, _)| base)
+        })
+    }
+
+    /// Records `op`'s accesses (tick `tick` of stream `s`) and fails the context on a race
+    /// with an unordered earlier access ([`hb`]).
+    fn check_races(&mut self, device: usize, s: usize, tick: u64, op: &Op) -> Result<(), CUresult> {
+        let accesses: Vec<(u64, bool)> = match op {
+            Op::Launch { slots, kinds, .. } => slots
+                .iter()
+                .zip(kinds)
+                .filter(|&(&p, &k)| k == 0 && p != 0)
+                .filter_map(|(&p, _)| self.base_of(p))
+                .map(|b| (b, true))
+                .collect(),
+            Op::HtoD { dst, .. } | Op::Memset { dst, .. } => {
+                self.base_of(*dst).map(|b| (b, true)).into_iter().collect()
+            }
+            Op::DtoH { src, .. } => self.base_of(*src).map(|b| (b, false)).into_iter().collect(),
+            Op::Wait { .. } | Op::Marker => Vec::new(),
+        };
+        for (base, write) in accesses {
+            if let Err(msg) = self.hb.access(s, tick, base, write, &op.describe()) {
+                return Err(self.fail(device, msg));
+            }
+        }
+        Ok(())
+    }
+
+    /// The host has waited for every operation queued so far on stream `s`.
+    fn host_waited_for(&mut self, s: usize) {
+        let clock = self.hb.clock(s);
+        self.hb.host_waited(&clock);
+    }
+
+    /// Runs every stream of `device` and records that the host waited for them.
+    fn sync_device(&mut self, device: usize) -> Result<(), CUresult> {
+        self.run_all(device)?;
+        let handles: Vec<usize> = self
+            .streams
+            .iter()
+            .filter(|(_, st)| st.device == device)
+            .map(|(&h, _)| h)
+            .collect();
+        for h in handles {
+            self.host_waited_for(h);
+        }
+        Ok(())
     }
 
     /// Runs stream `s` until its operation `seq` has run (and whatever that waits for).
@@ -713,13 +792,16 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
                 leaked.values().sum::<usize>()
             ));
         }
-        for (addr, bytes) in leaked {
+        for (&addr, &bytes) in &leaked {
             // SAFETY: each came from this device's `alloc` with `bytes` (the map, now
             // emptied, so each is freed once); the context's queued work is dropped below
             // and never runs.
             unsafe { device.emu.free(addr, bytes) };
         }
         device.error = None;
+        for addr in leaked.keys() {
+            s.hb.forget(*addr);
+        }
         for st in s.streams.values_mut().filter(|st| st.device == d) {
             st.ops.clear();
         }
@@ -770,7 +852,7 @@ pub extern "C" fn cuCtxSetCurrent(ctx: Handle) -> CUresult {
 
 #[no_mangle]
 pub extern "C" fn cuCtxSynchronize() -> CUresult {
-    with_current(|s, d| s.run_all(d))
+    with_current(|s, d| s.sync_device(d))
 }
 
 // ---- memory ----------------------------------------------------------------------------------
@@ -820,10 +902,11 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
             return Err(INVALID_VALUE);
         };
         // cuMemFree synchronises: queued work that uses the memory runs first.
-        s.run_all(d)?;
+        s.sync_device(d)?;
         if o != d {
-            s.run_all(o)?;
+            s.sync_device(o)?;
         }
+        s.hb.forget(dptr);
         let bytes = s.devices[o].allocs.remove(&dptr).expect("found above");
         // SAFETY: `dptr` came from this device's `alloc` with `bytes` (the map), is removed
         // from the map so it is freed once, and no queued work is left that could use it.
@@ -951,6 +1034,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
         // Into pageable memory the copy returns once complete: everything before it runs.
         let seq = s.enqueue(h, Op::Marker)?;
         s.run_through(h, seq)?;
+        s.host_waited_for(h);
         // SAFETY: `src..src + bytes` lies in a live allocation (checked above), whose queued
         // writers have run; `dst` is writable for `bytes` bytes (the caller's contract).
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.cast::<u8>(), bytes) };
@@ -1022,7 +1106,9 @@ pub extern "C" fn cuStreamDestroy_v2(stream: Handle) -> CUresult {
 pub extern "C" fn cuStreamSynchronize(stream: Handle) -> CUresult {
     with_current(|s, d| {
         let h = s.stream(d, stream)?;
-        s.run_through(h, u64::MAX)
+        s.run_through(h, u64::MAX)?;
+        s.host_waited_for(h);
+        Ok(())
     })
 }
 
@@ -1050,7 +1136,15 @@ pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> CUresult {
             return Err(INVALID_HANDLE);
         }
         let seq = s.enqueue(h, Op::Marker)?;
-        s.events.insert(event as usize, Some((h, seq)));
+        let clock = s.hb.clock(h);
+        s.events.insert(
+            event as usize,
+            Some(Recorded {
+                stream: h,
+                seq,
+                clock,
+            }),
+        );
         Ok(())
     })
 }
@@ -1059,23 +1153,28 @@ pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> CUresult {
 pub extern "C" fn cuStreamWaitEvent(stream: Handle, event: Handle, _flags: c_uint) -> CUresult {
     with_current(|s, d| {
         let h = s.stream(d, stream)?;
-        match s.events.get(&(event as usize)) {
-            None => Err(INVALID_HANDLE),
+        let (stream, seq, clock) = match s.events.get(&(event as usize)) {
+            None => return Err(INVALID_HANDLE),
             // An event never recorded is complete.
-            Some(None) => Ok(()),
-            Some(&Some((stream, seq))) => {
-                s.enqueue(h, Op::Wait { stream, seq })?;
-                Ok(())
-            }
-        }
+            Some(None) => return Ok(()),
+            Some(Some(r)) => (r.stream, r.seq, r.clock.clone()),
+        };
+        s.hb.wait(h, &clock);
+        s.enqueue(h, Op::Wait { stream, seq })?;
+        Ok(())
     })
 }
 
 fn event_wait(event: Handle) -> CUresult {
-    with_current(|s, _| match s.events.get(&(event as usize)) {
-        None => Err(INVALID_HANDLE),
-        Some(None) => Ok(()),
-        Some(&Some((stream, seq))) => s.run_through(stream, seq),
+    with_current(|s, _| {
+        let (stream, seq, clock) = match s.events.get(&(event as usize)) {
+            None => return Err(INVALID_HANDLE),
+            Some(None) => return Ok(()),
+            Some(Some(r)) => (r.stream, r.seq, r.clock.clone()),
+        };
+        s.run_through(stream, seq)?;
+        s.hb.host_waited(&clock);
+        Ok(())
     })
 }
 

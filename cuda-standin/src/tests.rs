@@ -3,8 +3,9 @@
 //! the rest (its whole CUDA path) against the built library (`tools/cuda-standin.sh`).
 //!
 //! The process has three devices (`DEFAULT_DEVICES` under test). Tests run in parallel
-//! threads, each with its own current context; only `faults_are_sticky_until_the_context_goes`
-//! breaks a context, and it alone uses device 2.
+//! threads, each with its own current context; only
+//! `faults_and_races_are_sticky_until_the_context_goes` breaks a context, and it alone uses
+//! device 2.
 
 use super::*;
 use crate::nvrtc::*;
@@ -200,23 +201,27 @@ fn copies_run_when_the_host_must_see_them_and_read_pinned_memory_then() {
 }
 
 #[test]
-fn a_kernel_sees_a_copy_on_another_stream_only_after_waiting_for_it() {
+fn a_kernel_after_an_event_wait_sees_the_copy_on_another_stream() {
     bind(0);
     let f = add_one();
     let n = 48;
     let (input, out) = (alloc(n * 4), alloc(n * 4));
     let copy = new_stream();
     upload(input, &vec![10.0f32; n], copy);
-    // No wait: the kernel on the main queue runs first and reads the allocation's poison
-    // (0xFF bytes: NaN), the order a GPU may pick.
-    ok(launch_add_one(f, n, input, out, std::ptr::null_mut()));
-    assert!(download(out, n).iter().all(|x| x.is_nan()));
-    // With the event wait it reads the copy.
     let done = record(copy);
     ok(cuStreamWaitEvent(std::ptr::null_mut(), done, 0));
     ok(launch_add_one(f, n, input, out, std::ptr::null_mut()));
     assert!(download(out, n).iter().all(|&x| x == 11.0));
-    ok(cuEventDestroy_v2(done));
+    // The next copy into the kernel's input waits for the kernel: ordered, no race.
+    let before = record(std::ptr::null_mut());
+    ok(cuStreamWaitEvent(copy, before, 0));
+    upload(input, &vec![20.0f32; n], copy);
+    ok(cuStreamSynchronize(copy));
+    ok(launch_add_one(f, n, input, out, std::ptr::null_mut()));
+    assert!(download(out, n).iter().all(|&x| x == 21.0));
+    for e in [done, before] {
+        ok(cuEventDestroy_v2(e));
+    }
     ok(cuStreamDestroy_v2(copy));
 }
 
@@ -272,7 +277,7 @@ fn launches_outside_the_devices_limits_are_refused() {
 }
 
 #[test]
-fn faults_are_sticky_until_the_context_goes() {
+fn faults_and_races_are_sticky_until_the_context_goes() {
     bind(2);
     let f = add_one();
     let own = alloc(256);
@@ -302,6 +307,20 @@ fn faults_are_sticky_until_the_context_goes() {
     // SAFETY: `v` is readable for 32 bytes; the destination holds only 16.
     let r = unsafe { cuMemcpyHtoDAsync_v2(small, v.as_ptr().cast(), 32, std::ptr::null_mut()) };
     assert_eq!(r, LAUNCH_FAILED);
+    ok(cuDevicePrimaryCtxRelease_v2(2));
+    bind(2);
+    ok(cuCtxSynchronize());
+    // A race: a kernel on the main queue reads what a copy on another stream writes, with no
+    // event wait between them. Reported when the kernel is queued, whatever the schedule.
+    let f = add_one();
+    let (input, out) = (alloc(64), alloc(64));
+    let copy = new_stream();
+    upload(input, &[1.0f32; 16], copy);
+    assert_eq!(
+        launch_add_one(f, 16, input, out, std::ptr::null_mut()),
+        LAUNCH_FAILED
+    );
+    assert_eq!(cuCtxSynchronize(), LAUNCH_FAILED);
     ok(cuDevicePrimaryCtxRelease_v2(2));
     bind(2);
     ok(cuCtxSynchronize());
