@@ -8,9 +8,9 @@
 #   1. the stand-in's own tests;
 #   2. under each stream schedule (lazy, copies-first, kernels-first): the device layer's and
 #      the device engines' unit tests and tests/cuda_parity.rs, on "GPU 0" = the stand-in;
-#   3. gs-train --demo on the device engine and on the sharded engine over two stand-in
-#      devices, 30 iterations each, lazy schedule.
-# CI runs it (.ci/run): 2.7 to 5 minutes on 2 cores in the debug profile (5 with the build).
+#   3. gs-train --demo, 30 iterations: on the device engine under each schedule, and on the
+#      sharded engine over two stand-in devices (lazy schedule).
+# CI runs it (.ci/run): about 3.5 minutes on 2 cores in the debug profile, 5 with the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,16 +56,19 @@ for schedule in lazy copies-first kernels-first; do
     GS_STANDIN_SCHEDULE=$schedule run cargo test "${flag[@]}" --test cuda_parity --quiet
 done
 
-echo "== gs-train --demo --backend cuda on the stand-in (one device, then two)"
+echo "== gs-train --demo --backend cuda on the stand-in (one device under each schedule, then two)"
 cargo build "${flag[@]}" --bin gs-train --quiet
 bin="target/$profile/gs-train"
-"$bin" --demo --backend cuda --iterations 30 -o "$work/one" 2>"$work/stderr.txt"
-tail -n 2 "$work/stderr.txt"
-grep -h '^cuda stand-in:' "$work/stderr.txt" >>"$complaints" || true
-grep -q '"backend": "device (ramsplat CUDA stand-in 0' "$work/one/report.json"
+for schedule in lazy copies-first kernels-first; do
+    GS_STANDIN_SCHEDULE=$schedule "$bin" --demo --backend cuda --iterations 30 \
+        -o "$work/one-$schedule" 2>"$work/stderr.txt"
+    echo "$schedule: $(tail -n 2 "$work/stderr.txt" | head -n 1)"
+    grep -h '^cuda stand-in:' "$work/stderr.txt" >>"$complaints" || true
+    grep -q '"backend": "device (ramsplat CUDA stand-in 0' "$work/one-$schedule/report.json"
+done
 GS_STANDIN_DEVICES=2 "$bin" --demo --backend cuda --devices 2 --iterations 30 -o "$work/two" \
     2>"$work/stderr.txt"
-tail -n 2 "$work/stderr.txt"
+echo "two devices: $(tail -n 2 "$work/stderr.txt" | head -n 1)"
 grep -h '^cuda stand-in:' "$work/stderr.txt" >>"$complaints" || true
 grep -q '"backend": "2 devices (ramsplat CUDA stand-in 0' "$work/two/report.json"
 if [ -s "$complaints" ]; then
