@@ -356,6 +356,29 @@ impl State {
         }
     }
 
+    /// For a copy or memset (`call`, e.g. "cuMemsetD8Async of") on `stream` of `device`: the
+    /// stream's handle, after checking that device memory `[addr, addr + bytes)` lies inside
+    /// one live allocation and that the host pointer is not null (`host_null`); a fault
+    /// otherwise.
+    fn device_range(
+        &mut self,
+        device: usize,
+        stream: Handle,
+        addr: u64,
+        bytes: usize,
+        host_null: bool,
+        call: &str,
+    ) -> Result<usize, CUresult> {
+        let h = self.stream(device, stream)?;
+        if host_null || !self.inside(None, addr, bytes) {
+            return Err(self.fail(
+                device,
+                format!("{call} {addr:#x} (+{bytes}): not inside one allocation, or a null host pointer"),
+            ));
+        }
+        Ok(h)
+    }
+
     /// The page-locked allocation holding `[p, p + bytes)`, if any.
     fn pinned_at(&self, p: usize, bytes: usize) -> Option<usize> {
         self.pinned
@@ -976,13 +999,14 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     stream: Handle,
 ) -> CUresult {
     with_current(|s, d| {
-        let h = s.stream(d, stream)?;
-        if !s.inside(None, dst, bytes) || src.is_null() {
-            return Err(s.fail(
-                d,
-                format!("cuMemcpyHtoDAsync into {dst:#x} (+{bytes}): not inside one allocation"),
-            ));
-        }
+        let h = s.device_range(
+            d,
+            stream,
+            dst,
+            bytes,
+            src.is_null(),
+            "cuMemcpyHtoDAsync into",
+        )?;
         let side = match s.pinned_at(src as usize, bytes) {
             Some(_) => HostSide::Pinned(src as usize),
             None => {
@@ -1013,13 +1037,14 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     stream: Handle,
 ) -> CUresult {
     with_current(|s, d| {
-        let h = s.stream(d, stream)?;
-        if !s.inside(None, src, bytes) || dst.is_null() {
-            return Err(s.fail(
-                d,
-                format!("cuMemcpyDtoHAsync from {src:#x} (+{bytes}): not inside one allocation"),
-            ));
-        }
+        let h = s.device_range(
+            d,
+            stream,
+            src,
+            bytes,
+            dst.is_null(),
+            "cuMemcpyDtoHAsync from",
+        )?;
         if s.pinned_at(dst as usize, bytes).is_some() {
             s.enqueue(
                 h,
@@ -1050,13 +1075,7 @@ pub extern "C" fn cuMemsetD8Async(
     stream: Handle,
 ) -> CUresult {
     with_current(|s, d| {
-        let h = s.stream(d, stream)?;
-        if !s.inside(None, dst, bytes) {
-            return Err(s.fail(
-                d,
-                format!("cuMemsetD8Async of {dst:#x} (+{bytes}): not inside one allocation"),
-            ));
-        }
+        let h = s.device_range(d, stream, dst, bytes, false, "cuMemsetD8Async of")?;
         s.enqueue(h, Op::Memset { dst, value, bytes })?;
         Ok(())
     })
