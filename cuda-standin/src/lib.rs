@@ -483,13 +483,15 @@ impl State {
 
     /// Runs every stream of `device` and records that the host waited for them.
     fn sync_device(&mut self, device: usize) -> Result<(), CUresult> {
-        self.run_all(device)?;
         let handles: Vec<usize> = self
             .streams
             .iter()
             .filter(|(_, st)| st.device == device)
             .map(|(&h, _)| h)
             .collect();
+        for &h in &handles {
+            self.run_through(h, u64::MAX)?;
+        }
         for h in handles {
             self.host_waited_for(h);
         }
@@ -517,19 +519,6 @@ impl State {
             }
             self.execute(device, op)?;
         }
-    }
-
-    fn run_all(&mut self, device: usize) -> Result<(), CUresult> {
-        let handles: Vec<usize> = self
-            .streams
-            .iter()
-            .filter(|(_, st)| st.device == device)
-            .map(|(&h, _)| h)
-            .collect();
-        for h in handles {
-            self.run_through(h, u64::MAX)?;
-        }
-        Ok(())
     }
 
     fn execute(&mut self, device: usize, op: Op) -> Result<(), CUresult> {
