@@ -28,14 +28,32 @@
 #              skips) of --backend cpu: iterations/s, test PSNR, Gaussians, peak RSS of each
 #
 # Prepare on a machine with Rust, from the repository root:   tools/gpu-bundle.sh .gpu
+# and, optionally, the CPU halves of the three trainer steps:  tools/gpu-verify.sh --make-cpu-reference .gpu
+# (the GPU machine then reuses their reports instead of spending device time on them; see
+# engine_run)
 # Run on the GPU machine, from the repository root:           tools/gpu-verify.sh .gpu OUT
 # Every step's full log is OUT/<step>.log; OUT/summary.txt has one line per step (PASS, FAIL
 # with the exit code, or TIMEOUT) and is printed last. Finishes within 10 minutes on an H100.
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
 
+# --make-cpu-reference BUNDLE: on the build machine, runs only the CPU halves of the trainer
+# steps and keeps their reports in BUNDLE/cpu-reference (see engine_run).
+engines="cpu cuda"
+save_reference=
+if [ $# -eq 2 ] && [ "$1" = --make-cpu-reference ]; then
+    engines=cpu
+    save_reference=$(cd "$2" && pwd)/cpu-reference
+    rm -rf "$save_reference"
+    mkdir -p "$save_reference"
+    echo "made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nproc) cores of $(uname -n), bundle $(head -n 1 "$2/BUILD")" \
+        >"$save_reference/MADE"
+    set -- "$2" "$(mktemp -d /tmp/gs-cpu-reference.XXXXXX)"
+    export GS_VERIFY_SKIP="env lib parity bench render memcheck racecheck synccheck memcheck-lib train"
+    unset GS_VERIFY_CPU_LIVE
+fi
 if [ $# -ne 2 ]; then
-    echo "usage: $0 BUNDLE OUTDIR" >&2
+    echo "usage: $0 BUNDLE OUTDIR, or $0 --make-cpu-reference BUNDLE" >&2
     exit 2
 fi
 bundle=$(cd "$1" && pwd)
@@ -142,6 +160,30 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# engine_run BACKEND NAME GS_TRAIN_ARGS...: one gs-train run of the trainer steps, into WORK/NAME.
+# A CPU run is taken from BUNDLE/cpu-reference/NAME when the bundle carries it (made by
+# `gpu-verify.sh --make-cpu-reference BUNDLE` on the build machine, with the same binaries):
+# the CPU engine's result does not depend on the machine or its core count (the demo gave
+# 44.55 dB / 0.9939 / 26,466 Gaussians on the 2-core development machine and on a 16-core GPU
+# machine), and the CPU halves cost about two minutes of device time. GS_VERIFY_CPU_LIVE=1
+# runs them here instead.
+engine_run() {
+    local backend=$1 name=$2
+    shift 2
+    local ref=$bundle/cpu-reference/$name
+    if [ "$backend" = cpu ] && [ -z "${GS_VERIFY_CPU_LIVE:-}" ] && [ -f "$ref/report.json" ]; then
+        mkdir -p "$work/$name"
+        cp "$ref/report.json" "$work/$name/report.json"
+        echo "$name: the bundle's reference run ($(head -n 1 "$bundle/cpu-reference/MADE"))"
+        return 0
+    fi
+    "$bundle/bin/gs-train" "$@" -o "$work/$name" --backend "$backend" 2>&1 | tail -n 2
+    if [ "$backend" = cpu ] && [ -n "${save_reference:-}" ]; then
+        mkdir -p "$save_reference/$name"
+        cp "$work/$name/report.json" "$save_reference/$name/report.json"
+    fi
+}
+
 # The device engine against the CPU engine on a sparse synthetic scene, over three seeds: the
 # optimisation must agree (mean train PSNR within 0.3 dB, Gaussian counts within 10 %). The
 # held-out PSNR is printed, not compared: on this scene it spreads by more than 0.7 dB over
@@ -159,12 +201,12 @@ trainer_parity() {
     local b=$bundle/bin
     synth_pack
     for seed in 3 4 5; do
-        for backend in cpu cuda; do
-            "$b/gs-train" "$work/synth.pack" -o "$work/parity-$backend-$seed" --backend "$backend" \
-                --iterations 800 --eval --sh-degree 1 --seed "$seed" --metrics-every 100 2>&1 \
-                | tail -n 2 | head -n 1
+        for backend in $engines; do
+            engine_run "$backend" "parity-$backend-$seed" "$work/synth.pack" \
+                --iterations 800 --eval --sh-degree 1 --seed "$seed" --metrics-every 100
         done
     done
+    [ "$engines" = "cpu cuda" ] || return 0
     python3 - "$work" <<'PY'
 import json, statistics, sys
 work = sys.argv[1]
@@ -194,9 +236,10 @@ PY
 trainer_demo() {
     set -e
     local b=$bundle/bin
-    for backend in cpu cuda; do
-        "$b/gs-train" --demo --backend "$backend" -o "$work/demo-$backend" 2>&1 | tail -n 2
+    for backend in $engines; do
+        engine_run "$backend" "demo-$backend" --demo
     done
+    [ "$engines" = "cpu cuda" ] || return 0
     python3 - "$work/demo-cpu/report.json" "$work/demo-cuda/report.json" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
@@ -217,11 +260,12 @@ trainer_mcmc() {
     set -e
     local b=$bundle/bin
     synth_pack
-    for backend in cpu cuda; do
-        "$b/gs-train" "$work/synth.pack" -o "$work/mcmc-$backend" --backend "$backend" \
+    for backend in $engines; do
+        engine_run "$backend" "mcmc-$backend" "$work/synth.pack" \
             --iterations 800 --eval --sh-degree 1 --seed 3 --metrics-every 100 \
-            --strategy mcmc --max-gaussians 600 2>&1 | tail -n 4
+            --strategy mcmc --max-gaussians 600
     done
+    [ "$engines" = "cpu cuda" ] || return 0
     python3 - "$work/mcmc-cpu/report.json" "$work/mcmc-cuda/report.json" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
@@ -282,8 +326,8 @@ sanitize_lib() {
         --skip device::tests::usage_counts_live_buffers_and_their_peak
 }
 
-export bundle work out nvrtc_dir sanitizer
-export -f env_report synth_pack render_parity trainer_parity trainer_demo trainer_mcmc train_speed sanitize sanitize_lib
+export bundle work out nvrtc_dir sanitizer engines save_reference
+export -f engine_run env_report synth_pack render_parity trainer_parity trainer_demo trainer_mcmc train_speed sanitize sanitize_lib
 step env 30 env_report
 step lib 90 "$bundle/tests/ramsplat_lib" render::cuda device:: train::device --test-threads=1 \
     --nocapture
