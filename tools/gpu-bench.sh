@@ -9,8 +9,10 @@
 #                 points: 100,000 random initial Gaussians), then
 #                 gs-train --backend cuda --iterations $GS_BENCH_ITERATIONS (30000) --eval
 #                 --seed $GS_BENCH_SEED (1) --checkpoint-every 0 (no periodic checkpoint
-#                 writes inside the timed loop; SIGINT still writes one): report.json (it/s, wall, peak RSS, stall fraction,
-#                 test PSNR/SSIM, Gaussians, peak_device_bytes: the peak of its own buffers)
+#                 writes inside the timed loop; SIGINT still writes one) --profile-steps 200
+#                 (the parts of steps 101-300 by CUDA events, as gsplat's harness times its
+#                 own): report.json (it/s, wall, peak RSS, stall fraction, test PSNR/SSIM,
+#                 Gaussians, peak_device_bytes: the peak of its own buffers, phase_ms)
 #                 + the process's whole peak device memory sampled by nvidia-smi.
 #   gsplat-build  installs BUNDLE/wheels/gsplat-1.5.3 (no deps: torch numpy ninja jaxtyping
 #                 rich come with the machine) into WORK/site and JIT-compiles its CUDA
@@ -54,6 +56,13 @@
 # gsplat's last ~1,000 iterations; issue the continuing call back to back (the machine is
 # released after ~30 s idle, and WORK with it: a resumed step then starts over). A full
 # 30,000-iteration synth-budget fits one call alone.
+# Measured (NVIDIA H200, 16 cores, 2026-11-28; tools/gpu-session.sh verify, then next):
+#   - fused-ssim build 90 s, gsplat-build 77 s (MAX_JOBS=16, alone);
+#   - fox-ours, 7,000 iterations: 61 s (127.1 it/s); fox-gsplat with fused-ssim, 7,000
+#     iterations: 87 s wall, 55 s of it training (127.9 it/s): gsplat's 34.7 it/s above was the
+#     torch SSIM's; at these rates both 30,000-iteration runs fit one session (~4.5 minutes
+#     each; tools/gpu-session.sh 30k);
+#   - synth-pack 24 s (beside the verification); synth-budget time-boxed to 75 s: 91.9 it/s.
 #
 # Environment: GS_BENCH_ITERATIONS (30000), GS_BENCH_TEST_ITERATIONS (fox-ours' evaluations,
 # default the last iteration; "7000 30000" adds the 3DGS paper's 7k evaluation), GS_BENCH_SEED
@@ -160,7 +169,7 @@ fox_ours() {
     local tests=(${GS_BENCH_TEST_ITERATIONS:-$iters})
     local cmd=("$b/gs-train" "$fox_pack" -o "$run" --backend cuda --iterations "$iters" --eval
                --test-iterations "${tests[@]}" --save-iterations "$iters" --seed "$seed"
-               --checkpoint-every 0 "${resume[@]}")
+               --checkpoint-every 0 --profile-steps 200 "${resume[@]}")
     echo "${cmd[*]}" | sed "s|$work|WORK|g; s|$b/||" >"$out/fox-ours.command"
     set +e
     vram_watch "$work/fox-ours.segments/$seg.vram" \
@@ -346,7 +355,7 @@ table() {
 }
 
 export bundle out work iters seed synth_iters py deadline b fox_pack root
-export -f vram_watch left fox_pack_ready fox_ours gsplat_setup gsplat_build fox_gsplat \
+export -f vram_watch left fox_pack_ready fox_ours gsplat_setup fused_ssim_setup gsplat_build fox_gsplat \
     synth_pack_ready synth_budget table
 
 status=0

@@ -21,7 +21,11 @@
 #   memcheck, racecheck, synccheck
 #              compute-sanitizer over the parity tests (GS_PARITY_SCENES=small: the sanitizers
 #              slow kernels down 10-100x)
-#   memcheck-lib  compute-sanitizer memcheck over the device layer's own tests
+#   memcheck-lib  compute-sanitizer memcheck over the library's device tests (the device
+#              layer's, and the device engine's kernels against their host twins)
+#   memcheck-train, racecheck-train
+#              compute-sanitizer over three short gs-train --backend cuda runs that launch
+#              every kernel of the training step (see sanitize_train)
 #   train      gs-train --backend cuda (the device engine) on the fox photos at full
 #              resolution with --eval (GS_VERIFY_FOX_ITERATIONS, default 3000; 30000 for the
 #              full benchmark, in a call of its own), and GS_VERIFY_FOX_CPU_ITERATIONS (30; 0
@@ -316,18 +320,60 @@ sanitize() {
         "$bundle/tests/cuda_parity" --test-threads=1 "$@"
 }
 
-# The device layer's own tests (copies, collectives, async uploads) under memcheck. Skipped:
-# the one test that asks for more memory than the device has on purpose (memcheck reports
-# the refused cuMemAlloc as an error although the test expects it).
+# The library's device tests under memcheck: the device layer's own (copies, collectives,
+# async uploads) and the device engine's kernels against their host twins (loss, exposure,
+# bilateral grids, depth, Adam and sparse Adam, statistics, densification gathers, MCMC).
+# Skipped: the one test that asks for more memory than the device has on purpose (memcheck
+# reports the refused cuMemAlloc as an error although the test expects it).
 sanitize_lib() {
     [ -n "$sanitizer" ] || { echo "compute-sanitizer not found"; return 1; }
     "$sanitizer" --tool memcheck --error-exitcode 1 --print-limit 20 \
-        "$bundle/tests/ramsplat_lib" device:: render::cuda --test-threads=1 \
+        "$bundle/tests/ramsplat_lib" device:: render::cuda train::device --test-threads=1 \
         --skip device::tests::usage_counts_live_buffers_and_their_peak
 }
 
+# Training itself under compute-sanitizer TOOL: three short device-engine runs (700
+# iterations, two densifications or MCMC relocations) on 64x48 synthetic packs that between
+# them launch every kernel of the step: monocular depths with exposure compensation, pose
+# optimisation, sparse Adam, antialiasing and absgrad; SfM depths with bilateral grids; MCMC.
+sanitize_train() {
+    set -e
+    local tool=$1 b=$bundle/bin
+    [ -n "$sanitizer" ] || { echo "compute-sanitizer not found"; return 1; }
+    if [ ! -d "$work/san-mono.pack" ]; then
+        "$b/gs-pack" synth -o "$work/san-mono" --views 16 --width 64 --height 48 --points 300 \
+            --seed 5 --depths | tail -n 1
+        "$b/gs-pack" convert "$work/san-mono" -o "$work/san-mono.pack" --depths depths \
+            --test-every 8 | tail -n 1
+        "$b/gs-pack" synth -o "$work/san-sfm" --views 16 --width 64 --height 48 --points 300 \
+            --seed 5 --format colmap --tracks | tail -n 1
+        "$b/gs-pack" convert "$work/san-sfm" -o "$work/san-sfm.pack" --sfm-depths \
+            --test-every 8 | tail -n 1
+    fi
+    local common=(--backend cuda --iterations 700 --sh-degree 1 --seed 3 --checkpoint-every 0)
+    local runs=(
+        "san-mono.pack --eval --exposure --pose-opt --optimizer-type sparse_adam --antialiased --absgrad"
+        "san-sfm.pack --eval --bilateral-grid"
+        "san-sfm.pack --strategy mcmc --max-gaussians 400"
+    )
+    local k=0 run
+    for run in "${runs[@]}"; do
+        k=$((k + 1))
+        # shellcheck disable=SC2086 # the run's words, split on purpose
+        set -- $run
+        local pack=$1
+        shift
+        echo "-- $tool: gs-train $pack ${common[*]} $*"
+        rm -rf "$work/san-$tool-$k"
+        "$sanitizer" --tool "$tool" --error-exitcode 1 --print-limit 20 \
+            "$b/gs-train" "$work/$pack" -o "$work/san-$tool-$k" "${common[@]}" "$@" 2>&1 |
+            grep -v -E '^training: ' | tail -n 4
+        [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
+    done
+}
+
 export bundle work out nvrtc_dir sanitizer engines save_reference
-export -f engine_run env_report synth_pack render_parity trainer_parity trainer_demo trainer_mcmc train_speed sanitize sanitize_lib
+export -f engine_run env_report synth_pack render_parity trainer_parity trainer_demo trainer_mcmc train_speed sanitize sanitize_lib sanitize_train
 step env 30 env_report
 step lib 90 "$bundle/tests/ramsplat_lib" render::cuda device:: train::device --test-threads=1 \
     --nocapture
@@ -344,7 +390,9 @@ step trainer-mcmc 120 trainer_mcmc
 step memcheck 120 sanitize memcheck
 step racecheck 120 sanitize racecheck
 step synccheck 60 sanitize synccheck
-step memcheck-lib 60 sanitize_lib
+step memcheck-lib 90 sanitize_lib
+step memcheck-train 90 sanitize_train memcheck
+step racecheck-train 120 sanitize_train racecheck
 # Last: the speed run is the only step whose verdict is not a correctness check.
 step train 240 train_speed
 rm -rf "$work"

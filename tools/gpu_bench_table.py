@@ -62,6 +62,8 @@ def ours_combined(out):
         # have none).
         "vram_alloc": max((r.get("peak_device_bytes") or 0 for r in reps), default=0) or None,
         "backend": last["backend"], "seed": last["seed"],
+        # gs-train --profile-steps: the first segment's (the profile follows its warm-up).
+        "phases": reps[0].get("phase_ms"),
     }
 
 
@@ -107,6 +109,12 @@ def main():
     if ours:
         lines.append(f"ramsplat: `{text(out / 'fox-ours.command')}` (seed {ours['seed']}, "
                      f"{ours['segments']} call(s), {ours['views']} test views)")
+        ph = ours["phases"]
+        if ph:
+            parts = ("upload", "render", "loss", "backward", "stats", "optimizer", "step")
+            lines.append(f"ramsplat per step (median ms over {ph['steps']} steps from iteration "
+                         f"{ph['from_iteration']}, {ph['clock']}): "
+                         + ", ".join(f"{k} {ph[k]:.2f}" for k in parts))
     if gs:
         lines.append(f"gsplat: `{text(out / 'fox-gsplat.command')}` (seed {gs['seed']}, "
                      f"{gs['segments']} call(s), {gs['views']} test views; "

@@ -52,14 +52,20 @@
 //! - **Devices.** `GS_STANDIN_DEVICES` (default 1) devices, each its own emulated memory, so
 //!   the sharded engine's cross-device staging runs through the driver API too.
 //!
-//! Not modelled: timing, dynamic shared memory, graphs, peer access, unified memory, and
+//! - **Timing events.** `cuEventElapsedTime` measures between two events created without
+//!   `CU_EVENT_DISABLE_TIMING` (else `CUDA_ERROR_INVALID_HANDLE`, as the driver) once both
+//!   markers have run (else `CUDA_ERROR_NOT_READY`): the host time between the two markers'
+//!   execution, which on a lazy stream says nothing about speed, only that the protocol holds.
+//!
+//! Not modelled: dynamic shared memory, graphs, peer access, unified memory, and
 //! every entry point ramsplat does not call (cudarc looks symbols up lazily, so a missing one
 //! panics there, naming it).
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
 
 use ramsplat::device::emulation::{EmuDriver, EmuFunction};
 use ramsplat::device::{LaunchConfig, ModuleSource};
@@ -80,6 +86,9 @@ const INVALID_DEVICE: CUresult = 101;
 const INVALID_CONTEXT: CUresult = 201;
 const INVALID_PTX: CUresult = 218;
 const INVALID_HANDLE: CUresult = 400;
+const NOT_READY: CUresult = 600;
+/// `CU_EVENT_DISABLE_TIMING`.
+const EVENT_DISABLE_TIMING: c_uint = 0x2;
 const NOT_FOUND: CUresult = 500;
 const ILLEGAL_ADDRESS: CUresult = 700;
 const LAUNCH_FAILED: CUresult = 719;
@@ -156,8 +165,8 @@ enum Op {
     },
     /// Runs once `stream` has run its operation `seq`.
     Wait { stream: usize, seq: u64 },
-    /// Where an event was recorded.
-    Marker,
+    /// Where an event was recorded (`Some`: a timing event, which notes when it ran).
+    Marker(Option<usize>),
 }
 
 impl Op {
@@ -176,17 +185,18 @@ impl Op {
             }
             Op::Memset { dst, bytes, .. } => format!("memset {bytes} B at {dst:#x}"),
             Op::Wait { stream, seq } => format!("wait for {stream:#x}#{seq}"),
-            Op::Marker => "event".to_string(),
+            Op::Marker(_) => "event".to_string(),
         }
     }
 }
 
-/// Where an event was recorded: the stream, the marker's sequence number, and the stream's
-/// happens-before clock there.
+/// Where an event was recorded: the stream, the marker's sequence number, the stream's
+/// happens-before clock there, and (timing events) when the marker ran.
 struct Recorded {
     stream: usize,
     seq: u64,
     clock: hb::Clock,
+    ran_at: Option<Instant>,
 }
 
 struct Stream {
@@ -223,6 +233,9 @@ struct State {
     streams: HashMap<usize, Stream>,
     /// Event → where it was last recorded.
     events: HashMap<usize, Option<Recorded>>,
+    /// Events created without `CU_EVENT_DISABLE_TIMING`: the only ones
+    /// `cuEventElapsedTime` measures between.
+    timed: HashSet<usize>,
     /// Happens-before between streams, for the race check.
     hb: hb::Tracker,
     modules: HashMap<usize, Module>,
@@ -280,6 +293,7 @@ fn state() -> Result<MutexGuard<'static, State>, CUresult> {
             devices,
             streams,
             events: HashMap::new(),
+            timed: HashSet::new(),
             hb: hb::Tracker::default(),
             modules: HashMap::new(),
             functions: HashMap::new(),
@@ -465,7 +479,7 @@ impl State {
                 self.base_of(*dst).map(|b| (b, true)).into_iter().collect()
             }
             Op::DtoH { src, .. } => self.base_of(*src).map(|b| (b, false)).into_iter().collect(),
-            Op::Wait { .. } | Op::Marker => Vec::new(),
+            Op::Wait { .. } | Op::Marker(_) => Vec::new(),
         };
         for (base, write) in accesses {
             if let Err(msg) = self.hb.access(s, tick, base, write, &op.describe()) {
@@ -517,11 +531,11 @@ impl State {
             if self.devices[device].error.is_some() {
                 return Err(LAUNCH_FAILED);
             }
-            self.execute(device, op)?;
+            self.execute(device, n, op)?;
         }
     }
 
-    fn execute(&mut self, device: usize, op: Op) -> Result<(), CUresult> {
+    fn execute(&mut self, device: usize, seq: u64, op: Op) -> Result<(), CUresult> {
         match op {
             Op::Launch {
                 func,
@@ -594,7 +608,15 @@ impl State {
                 unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes) };
             }
             Op::Wait { stream, seq } => self.run_through(stream, seq)?,
-            Op::Marker => {}
+            Op::Marker(None) => {}
+            Op::Marker(Some(event)) => {
+                // Noted only if this marker is still the event's latest recording.
+                if let Some(Some(r)) = self.events.get_mut(&event) {
+                    if r.seq == seq {
+                        r.ran_at = Some(Instant::now());
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -1046,7 +1068,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
             return Ok(());
         }
         // Into pageable memory the copy returns once complete: everything before it runs.
-        let seq = s.enqueue(h, Op::Marker)?;
+        let seq = s.enqueue(h, Op::Marker(None))?;
         s.run_through(h, seq)?;
         s.host_waited_for(h);
         // SAFETY: `src..src + bytes` lies in a live allocation (checked above), whose queued
@@ -1123,13 +1145,16 @@ pub extern "C" fn cuStreamSynchronize(stream: Handle) -> CUresult {
 /// # Safety
 /// `event` must be writable.
 #[no_mangle]
-pub unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuEventCreate(event: *mut Handle, flags: c_uint) -> CUresult {
     if event.is_null() {
         return INVALID_VALUE;
     }
     with_current(|s, _| {
         let h = s.handle(EVENT_BASE);
         s.events.insert(h, None);
+        if flags & EVENT_DISABLE_TIMING == 0 {
+            s.timed.insert(h);
+        }
         // SAFETY: non-null and writable (the caller's contract).
         unsafe { *event = h as Handle };
         Ok(())
@@ -1143,7 +1168,8 @@ pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> CUresult {
         if !s.events.contains_key(&(event as usize)) {
             return Err(INVALID_HANDLE);
         }
-        let seq = s.enqueue(h, Op::Marker)?;
+        let timed = s.timed.contains(&(event as usize));
+        let seq = s.enqueue(h, Op::Marker(timed.then_some(event as usize)))?;
         let clock = s.hb.clock(h);
         s.events.insert(
             event as usize,
@@ -1151,6 +1177,7 @@ pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> CUresult {
                 stream: h,
                 seq,
                 clock,
+                ran_at: None,
             }),
         );
         Ok(())
@@ -1198,6 +1225,45 @@ pub extern "C" fn cuEventQuery(event: Handle) -> CUresult {
     event_wait(event)
 }
 
+/// Milliseconds between two completed timing events, as the driver: `CUDA_ERROR_INVALID_HANDLE`
+/// for an event created with `CU_EVENT_DISABLE_TIMING` or never recorded,
+/// `CUDA_ERROR_NOT_READY` while either has not run (nothing is run here to complete it).
+///
+/// # Safety
+/// `ms` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime_v2(
+    ms: *mut f32,
+    start: Handle,
+    end: Handle,
+) -> CUresult {
+    if ms.is_null() {
+        return INVALID_VALUE;
+    }
+    with_current(|s, _| {
+        let ran_at = |e: Handle| -> Result<Option<Instant>, CUresult> {
+            if !s.timed.contains(&(e as usize)) {
+                return Err(INVALID_HANDLE);
+            }
+            match s.events.get(&(e as usize)) {
+                Some(Some(r)) => Ok(r.ran_at),
+                _ => Err(INVALID_HANDLE),
+            }
+        };
+        let (Some(a), Some(b)) = (ran_at(start)?, ran_at(end)?) else {
+            return Err(NOT_READY);
+        };
+        let signed = if b >= a {
+            b.duration_since(a).as_secs_f64()
+        } else {
+            -a.duration_since(b).as_secs_f64()
+        };
+        // SAFETY: non-null and writable (the caller's contract).
+        unsafe { *ms = (signed * 1e3) as f32 };
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn cuEventDestroy_v2(event: Handle) -> CUresult {
     // Allowed without a current context check of the error: destroying is cleanup.
@@ -1205,6 +1271,7 @@ pub extern "C" fn cuEventDestroy_v2(event: Handle) -> CUresult {
         Ok(s) => s,
         Err(e) => return e,
     };
+    s.timed.remove(&(event as usize));
     match s.events.remove(&(event as usize)) {
         Some(_) => SUCCESS,
         None => INVALID_HANDLE,

@@ -225,6 +225,39 @@ fn a_kernel_after_an_event_wait_sees_the_copy_on_another_stream() {
     ok(cuStreamDestroy_v2(copy));
 }
 
+/// Elapsed time only between two timing events, once both have run (the driver's rules).
+#[test]
+fn elapsed_time_needs_timing_events_that_ran() {
+    bind(1);
+    let stream = new_stream();
+    let timed = |stream: Handle| {
+        let mut e: Handle = std::ptr::null_mut();
+        // SAFETY: `e` is writable. Flag 0: a timing event.
+        ok(unsafe { cuEventCreate(&mut e, 0) });
+        ok(cuEventRecord(e, stream));
+        e
+    };
+    let (a, b) = (timed(stream), timed(stream));
+    let untimed = record(stream);
+    let mut ms = -1.0f32;
+    // SAFETY: `ms` is writable.
+    let elapsed = |x: Handle, y: Handle, ms: &mut f32| unsafe { cuEventElapsedTime_v2(ms, x, y) };
+    // Lazy: nothing has run yet.
+    assert_eq!(elapsed(a, b, &mut ms), NOT_READY);
+    ok(cuEventSynchronize(untimed));
+    ok(elapsed(a, b, &mut ms));
+    assert!(ms >= 0.0, "{ms}");
+    assert_eq!(elapsed(a, untimed, &mut ms), INVALID_HANDLE);
+    let mut fresh: Handle = std::ptr::null_mut();
+    // SAFETY: `fresh` is writable.
+    ok(unsafe { cuEventCreate(&mut fresh, 0) });
+    assert_eq!(elapsed(a, fresh, &mut ms), INVALID_HANDLE, "never recorded");
+    for e in [a, b, untimed, fresh] {
+        ok(cuEventDestroy_v2(e));
+    }
+    ok(cuStreamDestroy_v2(stream));
+}
+
 #[test]
 fn calls_need_a_current_context() {
     bind(1);

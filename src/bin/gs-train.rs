@@ -317,6 +317,13 @@ struct Args {
     /// Append a metrics.jsonl row every N iterations.
     #[arg(long, default_value_t = 100, value_name = "N")]
     metrics_every: u64,
+    /// Time each part of N steps after the first 100 (upload, render, loss, backward,
+    /// statistics, optimizer): their medians go to the log and to report.json's `phase_ms`. On
+    /// a GPU the device queue's time by CUDA events, each part from the previous one's end (so
+    /// the parts add up to the step), as tools/gsplat_train.py times gsplat's; each profiled
+    /// step then waits for its queue at its end. One device only
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    profile_steps: u64,
     #[command(flatten)]
     optim: OptimArgs,
 }
@@ -720,6 +727,7 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     o.workers = args.workers;
     o.prefetch = args.prefetch;
     o.metrics_every = args.metrics_every;
+    o.profile_steps = args.profile_steps;
     o.depth = DepthWeights {
         init: args.depth_lambda.or(args.depth_l1_weight_init),
         fin: args.depth_lambda.or(args.depth_l1_weight_final),

@@ -240,9 +240,37 @@ impl CudaDriver {
 
     /// Records a fresh event on `stream` (null: the main queue).
     pub(super) fn record(&self, stream: sys::CUstream) -> Result<sys::CUevent, DeviceError> {
+        self.record_with(stream, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+    }
+
+    /// Records a fresh timing event on the main queue (the only kind
+    /// [`Self::elapsed_ms`] measures between).
+    pub(super) fn record_timed(&self) -> Result<sys::CUevent, DeviceError> {
+        self.record_with(std::ptr::null_mut(), sys::CUevent_flags::CU_EVENT_DEFAULT)
+    }
+
+    /// Milliseconds between two timing events of the main queue, `start` recorded first;
+    /// waits for `end`.
+    pub(super) fn elapsed_ms(
+        &self,
+        start: sys::CUevent,
+        end: sys::CUevent,
+    ) -> Result<f32, DeviceError> {
+        self.event_synchronize(end)?;
+        // SAFETY: both are live timing events of this context (`record_timed`), recorded on
+        // the main queue, `end` completed (just waited for) and so `start` before it.
+        unsafe { result::event::elapsed(start, end) }
+            .map_err(|e| DeviceError::driver("cuEventElapsedTime", e))
+    }
+
+    fn record_with(
+        &self,
+        stream: sys::CUstream,
+        flags: sys::CUevent_flags,
+    ) -> Result<sys::CUevent, DeviceError> {
         self.bind()?;
-        let ev = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-            .map_err(|e| DeviceError::driver("cuEventCreate", e))?;
+        let ev =
+            result::event::create(flags).map_err(|e| DeviceError::driver("cuEventCreate", e))?;
         let main = self.stream.cu_stream();
         let target = if stream.is_null() { main } else { stream };
         // SAFETY: `ev` was just created on this context; `target` is a live stream of it.

@@ -62,6 +62,8 @@ pub enum DeviceError {
     Launch { kernel: String, message: String },
     #[error("device copy: {message}")]
     Copy { message: String },
+    #[error("device timing: {message}")]
+    Timing { message: String },
 }
 
 impl DeviceError {

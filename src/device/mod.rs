@@ -49,6 +49,7 @@
 pub mod cuda;
 pub mod emulation;
 mod error;
+mod timing;
 mod transfer;
 
 use std::collections::HashMap;
@@ -57,6 +58,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use error::DeviceError;
+pub use timing::TimeMark;
 pub use transfer::{CopyStream, PinnedHost};
 
 /// Plain numeric types that may live in device memory: `Copy`, no padding, every bit pattern

@@ -55,9 +55,11 @@
 //! memory is the regulariser's block sums (16 bytes per 256 Gaussians, not itemised) and the
 //! kernels' module; relocation and growth gather like a densification (the plan's copy).
 
+use serde::Serialize;
+
 use crate::device::{
     CopyStream, Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
-    PinnedHost,
+    PinnedHost, TimeMark,
 };
 use crate::render::cuda::kernels::POSE_LEN;
 use crate::render::cuda::{CudaError, CudaRasterizer, DeviceGaussians, PoseTarget};
@@ -377,6 +379,79 @@ pub struct DeviceEngine {
     max_radii: DeviceBuffer<u32>,
     view: ViewLoss,
     image: Vec<f32>,
+    /// While a step is profiled ([`ResidentEngine::profile_start`]): a mark in the queue after
+    /// each of its phases.
+    marks: Option<Vec<(Phase, TimeMark)>>,
+}
+
+/// The parts of a device step a profile times, in the order the step runs them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Start,
+    /// The view's copy to the device and its conversion (and mask).
+    Upload,
+    /// Projection, binning and the forward rasterization.
+    Render,
+    /// The loss and `∂L/∂image` (with depth, exposure and grids where the run has them).
+    Loss,
+    /// The backward rasterization and projection.
+    Backward,
+    /// Everything up to the densification statistics' update: the host's read of the loss
+    /// scalars and its work between (the queue idles there), then the update.
+    Stats,
+    /// The Adam step (and, from the previous mark, what the host did before it).
+    Optimizer,
+}
+
+/// Queue time of each part of one profiled step on the device, in milliseconds: each phase
+/// runs from the previous phase's end, so the parts add up to `step` (time the queue waited for
+/// the host included, as CUDA events measure it). Phases a step does not run are 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct PhaseTimes {
+    pub upload: f64,
+    pub render: f64,
+    pub loss: f64,
+    pub backward: f64,
+    pub stats: f64,
+    pub optimizer: f64,
+    pub step: f64,
+}
+
+impl PhaseTimes {
+    /// The names and values, in the step's order (`step` last).
+    pub fn entries(&self) -> [(&'static str, f64); 7] {
+        [
+            ("upload", self.upload),
+            ("render", self.render),
+            ("loss", self.loss),
+            ("backward", self.backward),
+            ("stats", self.stats),
+            ("optimizer", self.optimizer),
+            ("step", self.step),
+        ]
+    }
+
+    /// Each part's median over `samples` (0 for none): a profile's summary.
+    pub fn median(samples: &[PhaseTimes]) -> PhaseTimes {
+        let med = |f: fn(&PhaseTimes) -> f64| {
+            let mut v: Vec<f64> = samples.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            match v.len() {
+                0 => 0.0,
+                n if n % 2 == 1 => v[n / 2],
+                n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+            }
+        };
+        PhaseTimes {
+            upload: med(|p| p.upload),
+            render: med(|p| p.render),
+            loss: med(|p| p.loss),
+            backward: med(|p| p.backward),
+            stats: med(|p| p.stats),
+            optimizer: med(|p| p.optimizer),
+            step: med(|p| p.step),
+        }
+    }
 }
 
 /// The staged view and its loss: the target, its mask, `∂L/∂image` and the loss scalars.
@@ -638,6 +713,7 @@ impl DeviceEngine {
                 depth_used: false,
             },
             image: Vec::new(),
+            marks: None,
             dev,
         })
     }
@@ -775,7 +851,48 @@ impl DeviceEngine {
             v.loss
                 .apply_mask(&v.rgb8, rgb_len, rgb_len / 3, &mut v.target)?;
         }
+        self.note(Phase::Upload)
+    }
+
+    /// Marks the end of `phase` in the queue, while a step is profiled.
+    fn note(&mut self, phase: Phase) -> Result<(), DeviceEngineError> {
+        if let Some(marks) = &mut self.marks {
+            marks.push((phase, self.dev.mark()?));
+        }
         Ok(())
+    }
+
+    /// Starts profiling the step about to run (see [`PhaseTimes`]).
+    pub fn profile_start(&mut self) -> Result<(), DeviceEngineError> {
+        self.marks = Some(vec![(Phase::Start, self.dev.mark()?)]);
+        Ok(())
+    }
+
+    /// The profiled step's phases, waiting for its last mark; `None` when no step was
+    /// profiled. Stops profiling.
+    pub fn profile_finish(&mut self) -> Result<Option<PhaseTimes>, DeviceEngineError> {
+        let Some(mut marks) = self.marks.take() else {
+            return Ok(None);
+        };
+        // What the step queued after Adam (MCMC's noise, the grids' step) counts with it.
+        marks.push((Phase::Optimizer, self.dev.mark()?));
+        let mut t = PhaseTimes::default();
+        for pair in marks.windows(2) {
+            let ms = pair[1].1.ms_since(&pair[0].1)?;
+            match pair[1].0 {
+                Phase::Start => {}
+                Phase::Upload => t.upload += ms,
+                Phase::Render => t.render += ms,
+                Phase::Loss => t.loss += ms,
+                Phase::Backward => t.backward += ms,
+                Phase::Stats => t.stats += ms,
+                Phase::Optimizer => t.optimizer += ms,
+            }
+        }
+        if let (Some(first), Some(last)) = (marks.first(), marks.last()) {
+            t.step = last.1.ms_since(&first.1)?;
+        }
+        Ok(Some(t))
     }
 
     /// Sees the staged view ([`Self::stage_view`], which clears this) through `grid`, a
@@ -921,11 +1038,13 @@ impl DeviceEngine {
     ) -> Result<StepScalars, DeviceEngineError> {
         self.raster
             .forward_resident(&self.params, camera, options)?;
+        self.note(Phase::Render)?;
         let image = self.raster.image_mut();
         staged_loss(&mut self.view, image, camera, lambda_dssim)?;
         if let Some(d) = depth {
             staged_depth_loss(&mut self.view, &mut self.raster, camera, d)?;
         }
+        self.note(Phase::Loss)?;
         let v = &mut self.view;
         let pose = options.pose_grad.then_some(PoseTarget {
             buf: &mut v.scalars,
@@ -934,7 +1053,8 @@ impl DeviceEngine {
         self.raster
             .backward_resident_to(&self.params, camera, options, &v.d_image, pose)?;
         v.pose_used = options.pose_grad;
-        v.scalars()
+        self.note(Phase::Backward)?;
+        self.view.scalars()
     }
 
     /// The loss of `image` (a render of `camera` on this engine's device, e.g. a sharded
@@ -993,7 +1113,8 @@ impl DeviceEngine {
         } else {
             &self.raster.grads().means2d
         };
-        self.accumulate_from(width, height, self.raster.radii(), grad)
+        self.accumulate_from(width, height, self.raster.radii(), grad)?;
+        self.note(Phase::Stats)
     }
 
     /// The statistics update from explicit radii (`[N]`) and 2D-mean gradients (`[N, 2]`).
@@ -1434,7 +1555,7 @@ impl DeviceEngine {
             self.raster.grads(),
             Some(self.raster.radii()),
         )?;
-        Ok(())
+        self.note(Phase::Optimizer)
     }
 
     /// Renders `camera` with the device model and returns the image (`[H, W, 3]`, host).
@@ -1546,6 +1667,15 @@ pub trait ResidentEngine {
     ) -> Result<&mut [f32], DeviceEngineError>;
     fn load_mcmc(&mut self) -> Result<(), DeviceEngineError>;
     fn mcmc_loaded(&self) -> bool;
+    /// Starts timing the step about to run on the device's queue ([`PhaseTimes`]); false
+    /// where the engine does not profile (several devices: their queues overlap).
+    fn profile_start(&mut self) -> Result<bool, DeviceEngineError> {
+        Ok(false)
+    }
+    /// The profiled step's phases (see [`DeviceEngine::profile_finish`]).
+    fn profile_finish(&mut self) -> Result<Option<PhaseTimes>, DeviceEngineError> {
+        Ok(None)
+    }
 }
 
 impl ResidentEngine for DeviceEngine {
@@ -1650,6 +1780,13 @@ impl ResidentEngine for DeviceEngine {
     }
     fn mcmc_loaded(&self) -> bool {
         DeviceEngine::mcmc_loaded(self)
+    }
+    fn profile_start(&mut self) -> Result<bool, DeviceEngineError> {
+        DeviceEngine::profile_start(self)?;
+        Ok(true)
+    }
+    fn profile_finish(&mut self) -> Result<Option<PhaseTimes>, DeviceEngineError> {
+        DeviceEngine::profile_finish(self)
     }
 }
 

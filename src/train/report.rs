@@ -243,6 +243,10 @@ pub struct Report {
     /// dataset's poses (`test_psnr`, `test_ssim` are then from the aligned poses).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_pose: Option<EvalPoseReport>,
+    /// With `--profile-steps N`: the median time of each part of a step over the N steps
+    /// after the warm-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_ms: Option<PhaseReport>,
     /// Wall time of this process, from start to the report.
     pub wall_s: f64,
     /// Seconds of that spent training: the training loop, less what it spent on its outputs
@@ -516,6 +520,24 @@ pub fn test_dir(out_dir: &Path) -> Result<PathBuf, ReportError> {
     let dir = out_dir.join(TEST_DIR);
     fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     Ok(dir)
+}
+
+/// [`Report::phase_ms`]: medians in milliseconds of each part of a profiled step
+/// ([`crate::train::device_engine::PhaseTimes`]), over `steps` steps from `from_iteration`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseReport {
+    /// `"device queue (CUDA events)"` on a GPU, `"host clock"` elsewhere (the CPU engine; the
+    /// emulation, whose launches run when made).
+    pub clock: String,
+    pub from_iteration: u64,
+    pub steps: u64,
+    pub upload: f64,
+    pub render: f64,
+    pub loss: f64,
+    pub backward: f64,
+    pub stats: f64,
+    pub optimizer: f64,
+    pub step: f64,
 }
 
 /// [`Report::pose`]: means and maxima over the training views (degrees, scene units).

@@ -136,6 +136,8 @@ pub struct RunOptions {
     pub prefetch: usize,
     /// A metrics row every this many iterations.
     pub metrics_every: u64,
+    /// Profile this many steps after [`PROFILE_WARMUP`] ([`Report::phase_ms`]; 0: none).
+    pub profile_steps: u64,
     /// Write side-by-side PNGs of evaluated views (at most this many per evaluation).
     pub max_test_images: usize,
     /// Set by a Ctrl-C handler: the run checkpoints and stops after the current step.
@@ -175,6 +177,7 @@ impl RunOptions {
             workers: 2,
             prefetch: 4,
             metrics_every: 100,
+            profile_steps: 0,
             max_test_images: usize::MAX,
             stop: Arc::new(AtomicBool::new(false)),
             depth: DepthWeights::default(),
@@ -745,6 +748,51 @@ pub fn ply_rel_path(iteration: u64) -> String {
 /// File name of the per-view exposure matrices in OUT (3DGS's name and place; see
 /// [`super::exposure::to_json`]).
 pub const EXPOSURE_JSON: &str = "exposure.json";
+
+/// Steps before [`RunOptions::profile_steps`]' profile begins (as gsplat's harness in
+/// `tools/gsplat_train.py`: kernels compiled, buffers grown and the loader's cache warm by
+/// then).
+pub const PROFILE_WARMUP: u64 = 100;
+
+/// The report's step profile: each part's median over the profiled steps, also told in one
+/// line; `None` when no step was profiled (none asked for, a run too short, several devices).
+fn phase_report(
+    samples: &[super::device_engine::PhaseTimes],
+    from: u64,
+    trainer: &Trainer,
+    on_event: &mut dyn FnMut(Event),
+) -> Option<report::PhaseReport> {
+    if samples.is_empty() {
+        return None;
+    }
+    let m = super::device_engine::PhaseTimes::median(samples);
+    let clock = match trainer.devices().first() {
+        Some(d) if !d.is_emulated() => "device queue (CUDA events)",
+        _ => "host clock",
+    };
+    let parts: Vec<String> = m
+        .entries()
+        .iter()
+        .map(|(name, ms)| format!("{name} {ms:.2}"))
+        .collect();
+    on_event(Event::Line(format!(
+        "phases (median ms over {} steps from iteration {from}, {clock}): {}",
+        samples.len(),
+        parts.join(", ")
+    )));
+    Some(report::PhaseReport {
+        clock: clock.to_owned(),
+        from_iteration: from,
+        steps: samples.len() as u64,
+        upload: m.upload,
+        render: m.render,
+        loss: m.loss,
+        backward: m.backward,
+        stats: m.stats,
+        optimizer: m.optimizer,
+        step: m.step,
+    })
+}
 
 /// The report's pose summary over the training views, also told in one line; `None` without
 /// pose settings.
@@ -2106,6 +2154,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let mut outputs_s = 0.0f64;
     let total = config.iterations;
     let start_step = trainer.step_count();
+    // Profiled steps start after a warm-up (kernels compiled, buffers grown, caches warm).
+    let profile_from = start_step + PROFILE_WARMUP + 1;
+    trainer.profile_iterations(profile_from..profile_from + opts.profile_steps);
+    let mut profile: Vec<super::device_engine::PhaseTimes> = Vec::new();
     let test_scoring = Scoring {
         images: opts.max_test_images,
         align: opts.eval_pose.as_ref(),
@@ -2150,6 +2202,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     {
         let mut on_step = |t: &mut Trainer, s: &super::StepStats, info: &super::LoopInfo| {
             let it = s.iteration;
+            profile.extend(s.phases);
             window.0 += s.loss;
             window.1 += s.psnr;
             window.2 += 1;
@@ -2416,6 +2469,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             bilateral_grid: config.bilagrid.as_ref().map(|b| b.shape.to_string()),
             pose: pose_report(&trainer, &train_views, on_event),
             eval_pose,
+            phase_ms: phase_report(&profile, profile_from, &trainer, on_event),
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,

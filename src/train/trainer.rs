@@ -72,7 +72,9 @@ use super::densify::{
     ModelShapeError, RefineContext, ViewStats,
 };
 use super::depth::{self, DepthConfig};
-use super::device_engine::{DepthLoss, DeviceEngine, DeviceEngineError, Frame, ResidentEngine};
+use super::device_engine::{
+    DepthLoss, DeviceEngine, DeviceEngineError, Frame, PhaseTimes, ResidentEngine,
+};
 use super::exposure::{self, ExposureConfig, Exposures};
 use super::loss::{apply_mask, LossScratch};
 use super::mcmc::{McmcConfig, McmcStrategy};
@@ -469,6 +471,10 @@ pub struct StepStats {
     /// Set once, when densification stops growing the model (budget or cap): why.
     pub growth_stopped: Option<String>,
     pub timings: StepTimings,
+    /// In a profiled step ([`Trainer::profile_iterations`]): the time of each part. On the
+    /// device engine the device queue's (CUDA events); on the host engine its clocks
+    /// (`timings`' parts, in milliseconds: statistics and densification together as `stats`).
+    pub phases: Option<PhaseTimes>,
 }
 
 /// A render of a held-out (or any) view and its metrics, by the rules of [`crate::eval`].
@@ -614,6 +620,8 @@ pub struct Trainer {
     /// the device model, so the host never holds two copies, nor a stale one.
     model: Model,
     host_stale: bool,
+    /// Iterations whose steps are profiled ([`Trainer::profile_iterations`]).
+    profile: std::ops::Range<u64>,
     strategy: Box<dyn DensifyStrategy>,
     runner: Runner,
     memory: ModelMemory,
@@ -876,6 +884,7 @@ impl Trainer {
             extent: state.extent,
             model: state.model,
             host_stale: false,
+            profile: 0..0,
             strategy,
             runner,
             memory: ModelMemory {
@@ -1222,6 +1231,13 @@ impl Trainer {
         self.config.active_sh_degree(self.step + 1)
     }
 
+    /// Profiles the steps of `iterations` (1-based): their [`StepStats::phases`]. On one
+    /// device each profiled step waits for its queue to drain at its end (the sharded engine
+    /// does not profile: its devices' queues overlap).
+    pub fn profile_iterations(&mut self, iterations: std::ops::Range<u64>) {
+        self.profile = iterations;
+    }
+
     /// One training step on a view (see the module doc).
     pub fn step(&mut self, camera: &Camera, rgb8: &[u8]) -> Result<StepStats, TrainError> {
         let s = self.step + 1;
@@ -1327,6 +1343,11 @@ impl Trainer {
             inv_depth: depth_loss.is_some(),
         };
         let mut tm = StepTimings::default();
+        let profiled = self.profile.contains(&s)
+            && match &mut self.runner {
+                Runner::Host(_) => true,
+                Runner::Device(e) => e.profile_start()?,
+            };
         // Forward, loss and backward on the engine, then the strategy's own loss terms
         // (MCMC's regularisers), which join the gradients before the optimizer.
         let pass = self.engine_pass(
@@ -1521,9 +1542,25 @@ impl Trainer {
             }
         };
         tm.optimizer = t.elapsed().as_secs_f64();
+        let device_phases = match &mut self.runner {
+            Runner::Device(e) if profiled => e.profile_finish()?,
+            _ => None,
+        };
         self.step = s;
         self.release_stale_host_model();
         tm.total = t_start.elapsed().as_secs_f64();
+        let phases = match &self.runner {
+            Runner::Host(_) if profiled => Some(PhaseTimes {
+                upload: 1e3 * tm.convert,
+                render: 1e3 * tm.forward,
+                loss: 1e3 * tm.loss,
+                backward: 1e3 * tm.backward,
+                stats: 1e3 * tm.densify,
+                optimizer: 1e3 * tm.optimizer,
+                step: 1e3 * tm.total,
+            }),
+            _ => device_phases,
+        };
         Ok(StepStats {
             iteration: s,
             loss: value.0,
@@ -1542,6 +1579,7 @@ impl Trainer {
             relocated: after.relocated,
             added: after.added,
             timings: tm,
+            phases,
         })
     }
 
@@ -3429,6 +3467,37 @@ mod tests {
             host.loss,
             dev.loss
         );
+    }
+
+    /// Profiled steps, and only they, report their parts on both engines: on the device the
+    /// parts are consecutive marks in one queue, so they add up to the step; on the host they
+    /// are parts of the step's wall time. Statistics are collected (busy config) so every part
+    /// runs.
+    #[test]
+    fn profiled_steps_report_their_parts() {
+        let (host, cams, images) = trainer(busy_config());
+        let device = device_trainer(busy_config());
+        for (mut t, on_device) in [(host, false), (device, true)] {
+            t.profile_iterations(12..14);
+            for i in 0..15usize {
+                let s = t
+                    .step(&cams[i % cams.len()], &images[i % cams.len()])
+                    .unwrap();
+                let it = s.iteration;
+                assert_eq!(s.phases.is_some(), (12..14).contains(&it), "iteration {it}");
+                let Some(p) = s.phases else { continue };
+                let parts: f64 = p.entries()[..6].iter().map(|(_, ms)| ms).sum();
+                for (name, ms) in p.entries() {
+                    assert!(ms >= 0.0 && ms.is_finite(), "{name}: {ms}");
+                }
+                assert!(p.render > 0.0 && p.backward > 0.0, "{p:?}");
+                if on_device {
+                    assert!((parts - p.step).abs() <= 1e-6 * p.step.max(1.0), "{p:?}");
+                } else {
+                    assert!(parts <= p.step * (1.0 + 1e-9), "{p:?}");
+                }
+            }
+        }
     }
 
     /// The device engine (on the host emulation) takes the host engine's steps: the same loss
