@@ -699,7 +699,7 @@ fn device_engine_trains_on_the_host_emulation_like_the_cpu() {
         let out = dir.path().join(backend);
         let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "800", "--eval"];
         args.extend_from_slice(COMMON);
-        args.extend_from_slice(&["--backend", backend]);
+        args.extend_from_slice(&["--backend", backend, "--profile-steps", "20"]);
         let o = Command::new(BIN)
             .args(&args)
             .env("GS_CUDA_EMULATE", "1")
@@ -723,6 +723,24 @@ fn device_engine_trains_on_the_host_emulation_like_the_cpu() {
         dev.peak_device_bytes
     );
     assert_eq!(dev.iterations, 800);
+    // `--profile-steps 20`: steps 101-120 timed on both engines (host clocks: the emulation's
+    // launches run when made), told in the log too.
+    for (r, what) in [(&cpu, "cpu"), (&dev, "device")] {
+        let p = r
+            .phase_ms
+            .as_ref()
+            .unwrap_or_else(|| panic!("{what}: no phase_ms"));
+        assert_eq!((p.from_iteration, p.steps), (101, 20), "{what}");
+        assert_eq!(p.clock, "host clock", "{what}");
+        assert!(
+            p.render > 0.0 && p.backward > 0.0 && p.step >= p.render,
+            "{what}: {p:?}"
+        );
+    }
+    assert!(
+        log.contains("phases (median ms over 20 steps from iteration 101"),
+        "{log}"
+    );
     let (a, b) = (cpu.test_psnr.unwrap(), dev.test_psnr.unwrap());
     let (na, nb) = (cpu.num_gaussians as f64, dev.num_gaussians as f64);
     eprintln!(
@@ -801,9 +819,12 @@ fn devices_split_the_model_and_train_like_one_device() {
     };
     let (o, one_out) = run("one", &[]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let (o, three_out) = run("three", &["--devices", "3"]);
+    let (o, three_out) = run("three", &["--devices", "3", "--profile-steps", "5"]);
     let log = stderr(&o);
     assert!(o.status.success(), "{log}");
+    // Several devices' queues overlap: no profile, and the run says so.
+    assert!(log.contains("--profile-steps: not profiled"), "{log}");
+    assert!(report(&three_out).phase_ms.is_none());
     assert!(
         log.contains("model shard ") && log.contains("of 300 Gaussians on each of 3 devices"),
         "{log}"

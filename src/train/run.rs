@@ -755,14 +755,23 @@ pub const EXPOSURE_JSON: &str = "exposure.json";
 pub const PROFILE_WARMUP: u64 = 100;
 
 /// The report's step profile: each part's median over the profiled steps, also told in one
-/// line; `None` when no step was profiled (none asked for, a run too short, several devices).
+/// line; `None` when no step was profiled (`from`: where a profile asked for began; a run too
+/// short or on several devices profiles none, and says so).
 fn phase_report(
     samples: &[super::device_engine::PhaseTimes],
-    from: u64,
+    from: Option<u64>,
     trainer: &Trainer,
     on_event: &mut dyn FnMut(Event),
 ) -> Option<report::PhaseReport> {
+    let from = from?;
     if samples.is_empty() {
+        on_event(Event::Line(if trainer.devices().len() > 1 {
+            "--profile-steps: not profiled: the model is split over several devices, whose \
+             queues overlap"
+                .to_owned()
+        } else {
+            format!("--profile-steps: no step profiled (the profile starts at iteration {from})")
+        }));
         return None;
     }
     let m = super::device_engine::PhaseTimes::median(samples);
@@ -2469,7 +2478,12 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             bilateral_grid: config.bilagrid.as_ref().map(|b| b.shape.to_string()),
             pose: pose_report(&trainer, &train_views, on_event),
             eval_pose,
-            phase_ms: phase_report(&profile, profile_from, &trainer, on_event),
+            phase_ms: phase_report(
+                &profile,
+                (opts.profile_steps > 0).then_some(profile_from),
+                &trainer,
+                on_event,
+            ),
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,
