@@ -190,13 +190,12 @@ impl Op {
     }
 }
 
-/// Where an event was recorded: the stream, the marker's sequence number, the stream's
-/// happens-before clock there, and (timing events) when the marker ran.
+/// Where an event was recorded: the stream, the marker's sequence number, and the stream's
+/// happens-before clock there.
 struct Recorded {
     stream: usize,
     seq: u64,
     clock: hb::Clock,
-    ran_at: Option<Instant>,
 }
 
 struct Stream {
@@ -236,6 +235,10 @@ struct State {
     /// Events created without `CU_EVENT_DISABLE_TIMING`: the only ones
     /// `cuEventElapsedTime` measures between.
     timed: HashSet<usize>,
+    /// Timing event → the sequence number of its marker that ran last, and when. Kept apart
+    /// from `events` because an eager schedule runs a marker inside `cuEventRecord`, before
+    /// the recording is noted there.
+    marker_ran: HashMap<usize, (u64, Instant)>,
     /// Happens-before between streams, for the race check.
     hb: hb::Tracker,
     modules: HashMap<usize, Module>,
@@ -294,6 +297,7 @@ fn state() -> Result<MutexGuard<'static, State>, CUresult> {
             streams,
             events: HashMap::new(),
             timed: HashSet::new(),
+            marker_ran: HashMap::new(),
             hb: hb::Tracker::default(),
             modules: HashMap::new(),
             functions: HashMap::new(),
@@ -610,12 +614,7 @@ impl State {
             Op::Wait { stream, seq } => self.run_through(stream, seq)?,
             Op::Marker(None) => {}
             Op::Marker(Some(event)) => {
-                // Noted only if this marker is still the event's latest recording.
-                if let Some(Some(r)) = self.events.get_mut(&event) {
-                    if r.seq == seq {
-                        r.ran_at = Some(Instant::now());
-                    }
-                }
+                self.marker_ran.insert(event, (seq, Instant::now()));
             }
         }
         Ok(())
@@ -1177,7 +1176,6 @@ pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> CUresult {
                 stream: h,
                 seq,
                 clock,
-                ran_at: None,
             }),
         );
         Ok(())
@@ -1246,7 +1244,12 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
                 return Err(INVALID_HANDLE);
             }
             match s.events.get(&(e as usize)) {
-                Some(Some(r)) => Ok(r.ran_at),
+                // Complete when the marker of its latest recording has run.
+                Some(Some(r)) => Ok(s
+                    .marker_ran
+                    .get(&(e as usize))
+                    .filter(|(seq, _)| *seq == r.seq)
+                    .map(|(_, at)| *at)),
                 _ => Err(INVALID_HANDLE),
             }
         };
@@ -1272,6 +1275,7 @@ pub extern "C" fn cuEventDestroy_v2(event: Handle) -> CUresult {
         Err(e) => return e,
     };
     s.timed.remove(&(event as usize));
+    s.marker_ran.remove(&(event as usize));
     match s.events.remove(&(event as usize)) {
         Some(_) => SUCCESS,
         None => INVALID_HANDLE,
