@@ -733,7 +733,7 @@ fn device_engine_trains_on_the_host_emulation_like_the_cpu() {
         assert_eq!((p.from_iteration, p.steps), (101, 20), "{what}");
         assert_eq!(p.clock, "host clock", "{what}");
         assert!(
-            p.render > 0.0 && p.backward > 0.0 && p.step >= p.render,
+            p.median.render > 0.0 && p.median.backward > 0.0 && p.median.step >= p.median.render,
             "{what}: {p:?}"
         );
     }

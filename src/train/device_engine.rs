@@ -55,7 +55,7 @@
 //! memory is the regulariser's block sums (16 bytes per 256 Gaussians, not itemised) and the
 //! kernels' module; relocation and growth gather like a densification (the plan's copy).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::device::{
     CopyStream, Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
@@ -406,7 +406,7 @@ enum Phase {
 /// Queue time of each part of one profiled step on the device, in milliseconds: each phase
 /// runs from the previous phase's end, so the parts add up to `step` (time the queue waited for
 /// the host included, as CUDA events measure it). Phases a step does not run are 0.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseTimes {
     pub upload: f64,
     pub render: f64,

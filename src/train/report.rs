@@ -531,13 +531,9 @@ pub struct PhaseReport {
     pub clock: String,
     pub from_iteration: u64,
     pub steps: u64,
-    pub upload: f64,
-    pub render: f64,
-    pub loss: f64,
-    pub backward: f64,
-    pub stats: f64,
-    pub optimizer: f64,
-    pub step: f64,
+    /// The medians, beside the fields above in the JSON.
+    #[serde(flatten)]
+    pub median: crate::train::device_engine::PhaseTimes,
 }
 
 /// [`Report::pose`]: means and maxima over the training views (degrees, scene units).

@@ -793,13 +793,7 @@ fn phase_report(
         clock: clock.to_owned(),
         from_iteration: from,
         steps: samples.len() as u64,
-        upload: m.upload,
-        render: m.render,
-        loss: m.loss,
-        backward: m.backward,
-        stats: m.stats,
-        optimizer: m.optimizer,
-        step: m.step,
+        median: m,
     })
 }
 
