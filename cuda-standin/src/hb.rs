@@ -128,20 +128,24 @@ impl Tracker {
 mod tests {
     use super::*;
 
+    /// A tracker in which a copy on stream `copy` has written allocation B.
+    fn after_a_copy_into_b(copy: usize) -> Tracker {
+        let mut t = Tracker::default();
+        let c = t.issue(copy);
+        t.access(copy, c, 0xB, true, "copy").unwrap();
+        t
+    }
+
     #[test]
     fn only_unordered_conflicting_accesses_race() {
         let (main, copy) = (1, 2);
-        let mut t = Tracker::default();
         // A copy writes B on the copy stream; a kernel on the main queue reads it unordered.
-        let c = t.issue(copy);
-        t.access(copy, c, 0xB, true, "copy").unwrap();
+        let mut t = after_a_copy_into_b(copy);
         let k = t.issue(main);
         assert!(t.access(main, k, 0xB, true, "kernel").is_err());
 
         // Ordered by an event: the kernel waits for the copy's clock.
-        let mut t = Tracker::default();
-        let c = t.issue(copy);
-        t.access(copy, c, 0xB, true, "copy").unwrap();
+        let mut t = after_a_copy_into_b(copy);
         let ev = t.clock(copy);
         t.wait(main, &ev);
         let k = t.issue(main);
@@ -151,9 +155,7 @@ mod tests {
         assert!(t.access(copy, c, 0xB, true, "copy").is_err());
 
         // Ordered through the host: it synchronised the copy stream before queueing.
-        let mut t = Tracker::default();
-        let c = t.issue(copy);
-        t.access(copy, c, 0xB, true, "copy").unwrap();
+        let mut t = after_a_copy_into_b(copy);
         let clock = t.clock(copy);
         t.host_waited(&clock);
         let k = t.issue(main);

@@ -52,14 +52,9 @@ impl TimeMark {
         }
         let ms = match (&self.dev.driver(), &earlier.at, &self.at) {
             (Driver::Cuda(d), At::Cuda(a), At::Cuda(b)) => d.elapsed_ms(*a, *b)? as f64,
-            (_, At::Host(a), At::Host(b)) => {
-                if b < a {
-                    return Err(DeviceError::Timing {
-                        message: "the later mark was recorded first".into(),
-                    });
-                }
-                b.duration_since(*a).as_secs_f64() * 1e3
-            }
+            // Signed, as CUDA's: negative when `earlier` is the later mark.
+            (_, At::Host(a), At::Host(b)) if b >= a => b.duration_since(*a).as_secs_f64() * 1e3,
+            (_, At::Host(a), At::Host(b)) => -(a.duration_since(*b).as_secs_f64() * 1e3),
             _ => unreachable!("a device's marks are all of its driver's kind"),
         };
         if ms < 0.0 {
