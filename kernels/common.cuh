@@ -10,7 +10,8 @@
 
 #if !defined(GS_TILE_SIZE) || !defined(GS_NEAR_PLANE) || !defined(GS_DILATION) ||            \
     !defined(GS_ALPHA_MAX) || !defined(GS_ALPHA_MIN) || !defined(GS_T_MIN) ||                \
-    !defined(GS_SIGMA_CUT_SLACK) || !defined(GS_SCAN_BLOCK) || !defined(GS_SCAN_ITEMS) ||     \
+    !defined(GS_SIGMA_CUT_SLACK) || !defined(GS_SUPPORT_PAD_REL) ||                          \
+    !defined(GS_SUPPORT_PAD_PX) || !defined(GS_SCAN_BLOCK) || !defined(GS_SCAN_ITEMS) ||      \
     !defined(GS_SORT_BLOCK) || !defined(GS_RADIX_BITS) || !defined(GS_CAM_LEN) ||             \
     !defined(GS_ELEMENT_BLOCK)
 #error "ramsplat kernels need the -D constants built by src/render/cuda/kernels.rs"
@@ -67,16 +68,39 @@ __device__ __forceinline__ Cam load_cam(const float* __restrict__ c /* [GS_CAM_L
     return k;
 }
 
-// Half-open tile range [x0, x1) × [y0, y1) touched by the box mean ± radius; identical to
-// cpu::project::tile_rect (floor((m − r)/T), floor((m + r)/T) + 1, clamped to the grid).
-__device__ __forceinline__ void tile_rect(float mx, float my, float radius, u32 tiles_x,
+// Half-open tile range [x0, x1) × [y0, y1) touched by the box mean ± (rx, ry); identical to
+// cpu::project::tile_rect (floor((m − r)/T), floor((m + r)/T) + 1, clamped to the grid). No
+// multiply feeds an add here, so no FMA contraction: the same floats give the same range in
+// every kernel (project_fwd counts the tiles, emit_keys writes them).
+__device__ __forceinline__ void tile_rect(float mx, float my, float rx, float ry, u32 tiles_x,
                                           u32 tiles_y, u32& x0, u32& x1, u32& y0, u32& y1) {
     const float ts = (float)GS_TILE_SIZE;
     const float fx = (float)tiles_x, fy = (float)tiles_y;
-    x0 = (u32)fminf(fmaxf(floorf((mx - radius) / ts), 0.0f), fx);
-    x1 = (u32)fminf(fmaxf(floorf((mx + radius) / ts) + 1.0f, 0.0f), fx);
-    y0 = (u32)fminf(fmaxf(floorf((my - radius) / ts), 0.0f), fy);
-    y1 = (u32)fminf(fmaxf(floorf((my + radius) / ts) + 1.0f, 0.0f), fy);
+    x0 = (u32)fminf(fmaxf(floorf((mx - rx) / ts), 0.0f), fx);
+    x1 = (u32)fminf(fmaxf(floorf((mx + rx) / ts) + 1.0f, 0.0f), fx);
+    y0 = (u32)fminf(fmaxf(floorf((my - ry) / ts), 0.0f), fy);
+    y1 = (u32)fminf(fmaxf(floorf((my + ry) / ts) + 1.0f, 0.0f), fy);
+}
+
+// Half-widths (rx, ry) of the box a visible splat is binned into, twin of
+// cpu::binning::tile_box: per axis the smaller of its 3σ radius and the padded half-width of
+// the ellipse σ ≤ ln(255·o) + slack outside which α < 1/255 (Σ2d_xx = c/det, Σ2d_yy = a/det
+// of the conic). Every pixel of a tile this box misses fails the rasterizers' exact α test,
+// so binning by it changes no result; the padding (≫ the few-ulp error of logf and of the
+// conic) keeps that true in f32. Returns false when no pixel can reach α ≥ 1/255. A support
+// half-width that overflows (NaN or ∞) leaves the radius: fminf ignores a NaN.
+__device__ __forceinline__ bool tile_box(const float conic[3], float opacity, float radius,
+                                         float& rx, float& ry) {
+    const float cut = logf(255.0f * opacity) + (float)GS_SIGMA_CUT_SLACK;
+    if (cut < 0.0f) return false;
+    const float a = conic[0], b = conic[1], c = conic[2];
+    const float det = a * c - b * b;
+    const float two_s = 2.0f * cut / det;
+    const float pad_rel = (float)(1.0 + GS_SUPPORT_PAD_REL);
+    const float pad = (float)GS_SUPPORT_PAD_PX;
+    rx = fminf(radius, sqrtf(two_s * c) * pad_rel + pad);
+    ry = fminf(radius, sqrtf(two_s * a) * pad_rel + pad);
+    return true;
 }
 
 // Block-wide double sum of `v` over a block of BLOCK threads (blockDim.x == BLOCK, a power of

@@ -43,12 +43,13 @@ extern "C" __global__ void gather_counts(
     counts[k] = tiles_touched[order[k]];
 }
 
-// Thread k emits the pairs of the k-th Gaussian in depth order, at offsets[k].
+// Thread k emits the pairs of the k-th Gaussian in depth order, at offsets[k], over the tiles
+// of the box project_fwd counted (its stored half-widths through the same tile_rect).
 extern "C" __global__ void emit_keys(
     u32 n,
     const u32* __restrict__ order,      // [N] Gaussian indices in depth order
     const float* __restrict__ means2d,  // [N, 2]
-    const u32* __restrict__ radii,      // [N]
+    const float* __restrict__ extents,  // [N, 2] half-widths of the tile box
     const float* __restrict__ depths,   // [N]
     const u64* __restrict__ offsets,    // [N + 1] exclusive scan of counts (depth order)
     u32 tiles_x, u32 tiles_y,
@@ -57,11 +58,12 @@ extern "C" __global__ void emit_keys(
 {
     const u32 k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= n) return;
+    // No tiles: culled (radius 0), or too faint to reach any pixel.
+    if (offsets[k + 1] == offsets[k]) return;
     const u32 i = order[k];
-    if (radii[i] == 0) return;
     u32 x0, x1, y0, y1;
-    tile_rect(means2d[2 * i], means2d[2 * i + 1], (float)radii[i], tiles_x, tiles_y, x0, x1, y0,
-              y1);
+    tile_rect(means2d[2 * i], means2d[2 * i + 1], extents[2 * i], extents[2 * i + 1], tiles_x,
+              tiles_y, x0, x1, y0, y1);
     const u64 depth_bits = (u64)__float_as_uint(depths[i]);
     u64 off = offsets[k];
     for (u32 ty = y0; ty < y1; ++ty)

@@ -39,6 +39,7 @@
 //! kernels failed to write would carry a stale value (or NaN) and fail the comparison.
 
 use ramsplat::device::Device;
+use ramsplat::render::cpu::TileBins;
 use ramsplat::render::cuda::kernels::Kernel;
 use ramsplat::render::cuda::CudaRasterizer;
 use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
@@ -63,7 +64,8 @@ const GRAD_RTOL: f32 = 1e-3;
 /// flipped decision).
 const GRAD_FLIP_FRACTION: f64 = 2e-3;
 /// Fraction of Gaussians whose radius may differ by one pixel (ceil of a value within an ulp
-/// of an integer) or whose culling decision may flip at a boundary.
+/// of an integer), whose culling decision may flip at a boundary, or whose binned tiles may
+/// differ by an edge of their α-support box landing within rounding of a tile border.
 const RADIUS_FLIP_FRACTION: f64 = 1e-3;
 /// Fraction of pixels whose last contributor may differ (decision flips, as above).
 const LAST_FLIP_FRACTION: f64 = 2e-3;
@@ -278,6 +280,17 @@ fn scene_of(kind: Kind, n: usize, seed: u64) -> Gaussians {
     g
 }
 
+/// Each Gaussian's tiles in `bins`, ascending.
+fn tiles_of(bins: &TileBins, n: usize) -> Vec<Vec<u32>> {
+    let mut tiles = vec![Vec::new(); n];
+    for t in 0..bins.tile_offsets.len() - 1 {
+        for &i in bins.tile(t) {
+            tiles[i as usize].push(t as u32);
+        }
+    }
+    tiles
+}
+
 #[allow(clippy::too_many_arguments)]
 fn check_scene(
     gpu_r: &mut CudaRasterizer,
@@ -315,17 +328,23 @@ fn check_scene(
     let label =
         format!("n={n} seed={seed} {w}x{h} degree {degree}{mode}{abs}{pose_label}{depth_label}");
 
-    // Stage 1: projection. Gaussians whose radius differs are excluded from every later
-    // comparison of their own values (never the checks themselves).
+    // Stage 1: projection. Gaussians whose radius or binned tiles differ are excluded from
+    // every later comparison of their own values (never the checks themselves).
     let cs = cpu_r.splats();
     let gs = gpu_r.splats().unwrap();
     assert_eq!(cs.len(), gs.len());
-    let flipped: Vec<bool> = cs
-        .iter()
-        .zip(&gs)
-        .map(|(c, d)| c.radius != d.radius)
+    let (c_tiles, g_tiles) = (
+        tiles_of(cpu_r.bins(), cs.len()),
+        tiles_of(&gpu_r.bins().unwrap(), gs.len()),
+    );
+    let tile_flips = (0..cs.len()).filter(|&i| c_tiles[i] != g_tiles[i]).count();
+    let flipped: Vec<bool> = (0..cs.len())
+        .map(|i| cs[i].radius != gs[i].radius || c_tiles[i] != g_tiles[i])
         .collect();
     let flips = flipped.iter().filter(|&&f| f).count();
+    if tile_flips > 0 {
+        println!("MEASURED {label}: binned tiles of {tile_flips} of {n} Gaussians differ");
+    }
     let drawn_any = cs.iter().any(|s| s.radius > 0);
     if let Kind::Absurd = kind {
         // The absurd Gaussians in front of the camera are drawn by the device too, as huge
@@ -377,7 +396,7 @@ fn check_scene(
     }
     assert!(
         flips as f64 <= RADIUS_FLIP_FRACTION * n as f64 + 1.0,
-        "{label}: {flips} of {n} radii differ"
+        "{label}: {flips} of {n} radii or tile sets differ"
     );
     if antialiased {
         // The compensation must shrink some opacities, or these scenes test nothing new.

@@ -201,6 +201,8 @@ pub struct StepScalars {
     /// The unweighted depth L1 ([`super::depth`]), when the step had a depth target; its
     /// weighted value is not in `loss` (the caller adds it).
     pub depth_l1: Option<f64>,
+    /// Tile intersections of the step's render (what the sort and the rasterizer walk).
+    pub intersections: u64,
 }
 
 /// A step's depth loss ([`super::depth`]): how the staged view's stored inverse-depth plane
@@ -544,6 +546,7 @@ impl ViewLoss {
             exposure_grad,
             pose_grad,
             depth_l1: self.depth_used.then_some(s[DEPTH_OFFSET]),
+            intersections: 0,
         })
     }
 }
@@ -1036,7 +1039,8 @@ impl DeviceEngine {
         lambda_dssim: f32,
         depth: Option<DepthLoss>,
     ) -> Result<StepScalars, DeviceEngineError> {
-        self.raster
+        let intersections = self
+            .raster
             .forward_resident(&self.params, camera, options)?;
         self.note(Phase::Render)?;
         let image = self.raster.image_mut();
@@ -1054,7 +1058,10 @@ impl DeviceEngine {
             .backward_resident_to(&self.params, camera, options, &v.d_image, pose)?;
         v.pose_used = options.pose_grad;
         self.note(Phase::Backward)?;
-        self.view.scalars()
+        Ok(StepScalars {
+            intersections,
+            ..self.view.scalars()?
+        })
     }
 
     /// The loss of `image` (a render of `camera` on this engine's device, e.g. a sharded

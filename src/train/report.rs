@@ -74,6 +74,11 @@ pub struct MetricsRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth_l1: Option<f64>,
     pub num_gaussians: u64,
+    /// Tile intersections per render ((Gaussian, tile) pairs sorted and walked), mean over the
+    /// iterations since the last row: what a step's time grows with. 0 in logs written before
+    /// it was recorded.
+    #[serde(default)]
+    pub intersections: u64,
     /// Process VmHWM so far (kernel figure).
     pub peak_rss_bytes: u64,
     /// Fraction of wall time the trainer waited for data, since the run (or resume) started.
@@ -570,6 +575,7 @@ mod tests {
             loss: 1.0 / i as f64,
             psnr: 10.0 + i as f64,
             num_gaussians: 100 + i,
+            intersections: 5000 + i,
             peak_rss_bytes: 1 << 20,
             stall_fraction: 0.1,
             iterations_per_s: 3.0,

@@ -2145,7 +2145,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     write_cfg_args(opts, &manifest, &config)?;
     let mut metrics = MetricsLog::open(&opts.out, resumed_from)?;
     let mut point_clouds: Vec<String> = Vec::new();
-    let mut window = (0.0f64, 0.0f64, 0u64); // loss sum, psnr sum, steps
+    let mut window = (0.0f64, 0.0f64, 0u64, 0u64); // loss sum, psnr sum, steps, intersections
     let mut depth_window = (0.0f64, 0u64); // depth L1 sum, steps with a depth map
     let mut last_row = Instant::now();
     let mut interrupted = false;
@@ -2209,6 +2209,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             window.0 += s.loss;
             window.1 += s.psnr;
             window.2 += 1;
+            window.3 += s.intersections;
             if let Some(d) = s.depth_l1 {
                 depth_window.0 += d;
                 depth_window.1 += 1;
@@ -2227,6 +2228,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         depth_l1: (depth_window.1 > 0)
                             .then(|| depth_window.0 / depth_window.1 as f64),
                         num_gaussians: s.num_gaussians as u64,
+                        intersections: window.3 / window.2,
                         peak_rss_bytes: peak_rss_bytes().unwrap_or(0),
                         stall_fraction: if info.elapsed_seconds > 0.0 {
                             (info.stall_seconds / info.elapsed_seconds).min(1.0)
@@ -2241,7 +2243,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         elapsed_s: train_started.elapsed().as_secs_f64(),
                     };
                     metrics.append(&row)?;
-                    window = (0.0, 0.0, 0);
+                    window = (0.0, 0.0, 0, 0);
                     depth_window = (0.0, 0);
                     last_row = Instant::now();
                 }

@@ -215,7 +215,7 @@ impl ResidentEngine for ShardedEngine {
         }
         let v = self.view;
         let owners: Vec<&CudaRasterizer> = self.shards.iter().map(DeviceEngine::raster).collect();
-        self.views[v].rasterize_gathered(&owners, camera, options)?;
+        let intersections = self.views[v].rasterize_gathered(&owners, camera, options)?;
         self.shards[v].loss_on(self.views[v].image_mut(), camera, lambda_dssim)?;
         if let Some(d) = depth {
             self.shards[v].depth_loss_on(&mut self.views[v], camera, d)?;
@@ -238,9 +238,11 @@ impl ResidentEngine for ShardedEngine {
                 }
             }
         }
-        let mut scalars = self.shards[v].step_scalars()?;
-        scalars.pose_grad = pose;
-        Ok(scalars)
+        Ok(StepScalars {
+            pose_grad: pose,
+            intersections,
+            ..self.shards[v].step_scalars()?
+        })
     }
 
     /// MCMC's regularisers over the whole model: each shard adds its gradients (means over

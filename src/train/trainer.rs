@@ -458,6 +458,9 @@ pub struct StepStats {
     pub depth_l1: Option<f64>,
     /// Gaussians after the step.
     pub num_gaussians: usize,
+    /// Tile intersections of the step's render: the (Gaussian, tile) pairs sorted and walked
+    /// by the rasterizer, what its time grows with.
+    pub intersections: u64,
     pub sh_degree: u32,
     pub position_lr: f64,
     pub cloned: usize,
@@ -724,6 +727,8 @@ struct EnginePass {
     pose_grad: Option<[f64; 6]>,
     /// Whether the pass left its view's grid gradient in [`Trainer::grid_grad`].
     grid_grad: bool,
+    /// Tile intersections of the render.
+    intersections: u64,
 }
 
 /// RGB8 → f32 in [0, 1], into `out` (resized in place).
@@ -1371,7 +1376,7 @@ impl Trainer {
         }
         let (exposure_grad, pose_grad) = (pass.exposure_grad, pass.pose_grad);
         let mut value = (pass.loss + reg, pass.l1, pass.ssim, pass.psnr);
-        let depth_l1 = pass.depth_l1;
+        let (depth_l1, intersections) = (pass.depth_l1, pass.intersections);
         // The frame (and its borrow of the composited target) is no longer needed.
         self.composited = composited;
         self.region_frame = region_frame;
@@ -1569,6 +1574,7 @@ impl Trainer {
             psnr: value.3,
             depth_l1,
             num_gaussians: self.num_gaussians(),
+            intersections,
             sh_degree,
             position_lr: lr.means,
             cloned: outcome.cloned,
@@ -1923,6 +1929,7 @@ impl Trainer {
                     exposure_grad,
                     pose_grad: h.grads.pose,
                     grid_grad: grid.is_some(),
+                    intersections: h.render.num_intersections,
                 })
             }
             Runner::Device(e) => {
@@ -1967,6 +1974,7 @@ impl Trainer {
                     exposure_grad: v.exposure_grad,
                     pose_grad: v.pose_grad,
                     grid_grad: grid.is_some() || resident.is_some(),
+                    intersections: v.intersections,
                 })
             }
         }

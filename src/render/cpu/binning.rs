@@ -1,5 +1,16 @@
-//! `tile_binning`: assigns every visible splat to each 16×16 tile its `mean ± radius` box
-//! touches ([`tile_rect`]), after a memory preflight.
+//! `tile_binning`: assigns every visible splat to each 16×16 tile it can reach, after a memory
+//! preflight.
+//!
+//! Which tiles: those that both its 3σ box `mean ± radius` (3DGS's rule) and its α-support box
+//! meet ([`binned_rect`]). The support box is the padded bounding box of the ellipse outside
+//! which `α < 1/255` ([`support`]), the box the CPU rasterizer already clips each splat's
+//! pixels to; every pixel of a tile it misses would skip the splat anyway, so dropping those
+//! tiles changes no image, transmittance or gradient, only how many intersections are sorted
+//! and walked. It matters for faint and for elongated splats: at opacity 0.01 (what an opacity
+//! reset leaves) the support half-width is 1.37σ of the axis instead of 3σ of the major axis,
+//! about a fifth of the area of a splat much larger than a tile. Both boxes are centred on the mean, so the tiles both meet are
+//! those of the box with the smaller half-width per axis ([`tile_rect`]). `radius` keeps its
+//! meaning (visibility, densification's screen size): a visible splat may reach no tile.
 //!
 //! Invariants of [`TileBins`] after a successful call: `tile_offsets` has `tiles + 1`
 //! non-decreasing entries, tile `t`'s list is `isect_ids[tile_offsets[t]..tile_offsets[t+1]]`,
@@ -10,6 +21,7 @@
 use rayon::prelude::*;
 
 use super::project::tile_rect;
+use super::rasterize::{sigma_cut, support};
 use super::Splat;
 use crate::render::{LargeGaussian, RenderError};
 use crate::scene::real::Real;
@@ -52,17 +64,37 @@ pub fn tiles_for(px: u32) -> u32 {
     px.div_ceil(super::project::TILE_SIZE)
 }
 
+/// Half-widths `[rx, ry]` of the box whose tiles a visible splat is binned into: per axis, the
+/// smaller of its 3σ `radius` and its α-support half-width (module doc); `None` when no pixel
+/// can reach `α ≥ 1/255`. A support half-width that overflows (a huge splat whose conic
+/// determinant underflows) is NaN or infinite, and `min` then keeps the radius.
+#[inline]
+pub fn tile_box<F: Real>(s: &Splat<F>) -> Option<[F; 2]> {
+    let r = F::from_f64(s.radius as f64);
+    let (ex, ey) = support(s.conic, sigma_cut(s.opacity))?;
+    Some([r.min(ex), r.min(ey)])
+}
+
+/// The half-open tile range `[x0, x1) × [y0, y1)` a splat is binned into (empty for a culled
+/// splat or one that reaches no pixel).
+#[inline]
+pub fn binned_rect<F: Real>(s: &Splat<F>, tiles_x: u32, tiles_y: u32) -> [u32; 4] {
+    if s.radius == 0 {
+        return [0; 4];
+    }
+    match tile_box(s) {
+        Some(half) => tile_rect(s.mean2d, half, tiles_x, tiles_y),
+        None => [0; 4],
+    }
+}
+
 /// Counts intersections (summing in `u64`, no allocation).
 pub fn count_intersections<F: Real>(splats: &[Splat<F>], tiles_x: u32, tiles_y: u32) -> u64 {
     splats
         .par_iter()
         .with_min_len(4096)
         .map(|s| {
-            if s.radius == 0 {
-                return 0u64;
-            }
-            let [x0, x1, y0, y1] =
-                tile_rect(s.mean2d, F::from_f64(s.radius as f64), tiles_x, tiles_y);
+            let [x0, x1, y0, y1] = binned_rect(s, tiles_x, tiles_y);
             (x1 - x0) as u64 * (y1 - y0) as u64
         })
         .sum()
@@ -126,7 +158,7 @@ pub fn tile_binning<F: Real>(
     // Counting sort by tile, scattering in depth order: each tile's list comes out sorted.
     bins.cursor.clear();
     bins.cursor.resize(ntiles + 1, 0);
-    let rect = |s: &Splat<F>| tile_rect(s.mean2d, F::from_f64(s.radius as f64), tiles_x, tiles_y);
+    let rect = |s: &Splat<F>| binned_rect(s, tiles_x, tiles_y);
     for &i in &bins.order {
         let [x0, x1, y0, y1] = rect(&splats[i as usize]);
         for ty in y0..y1 {

@@ -8,7 +8,8 @@
 //! clamped EWA Jacobian; culled when `det ≤ 0`; `conic = Σ2d⁻¹` (inverted at an exact
 //! power-of-two scale, [`cov2_scale`], so huge splats stay finite);
 //! `radius = ceil(3·√λ_max)` with `λ_max = mid + √max(0.1, mid² − det)` as 3DGS computes it;
-//! culled when its bounding box touches no tile; colour from SH along `normalize(μ − centre)`.
+//! culled when its bounding box touches no tile (binning then narrows the tiles it is drawn in,
+//! see [`binning`](super::binning)); colour from SH along `normalize(μ − centre)`.
 //! Opacity `sigmoid(logit)`, and in antialiased mode ([`RenderOptions::antialiased`](crate::render::RenderOptions))
 //! times the compensation `√max(0, det Σ2d_raw / det Σ2d)` of the undilated covariance against
 //! the dilated one ([`aa_compensation`]), as Mip-Splatting and gsplat define it.
@@ -234,20 +235,24 @@ fn view_dir<F: Real>(mean: [F; 3], cam: &CameraF<F>) -> ([F; 3], F) {
     (v.map(|c| c / n), n)
 }
 
-/// Half-open tile range `[x0, x1) × [y0, y1)` touched by the box `mean ± radius`: tile `tx`
-/// covers pixels `[16·tx, 16·tx + 16)`, and is touched when that interval meets the closed
-/// interval `[mx − r, mx + r]`. Clamped to the grid, so huge or infinite radii are safe.
+/// Half-open tile range `[x0, x1) × [y0, y1)` touched by the box `mean ± half` (half-widths
+/// `[rx, ry]`): tile `tx` covers pixels `[16·tx, 16·tx + 16)`, and is touched when that
+/// interval meets the closed interval `[mx − rx, mx + rx]`. Clamped to the grid, so huge or
+/// infinite half-widths are safe. Each bound is monotone in its half-width, so the range of a
+/// box with the smaller half-width per axis is exactly the intersection of two boxes' ranges
+/// about the same mean (what binning relies on).
 #[inline]
-pub fn tile_rect<F: Real>(mean2d: [F; 2], radius: F, tiles_x: u32, tiles_y: u32) -> [u32; 4] {
+pub fn tile_rect<F: Real>(mean2d: [F; 2], half: [F; 2], tiles_x: u32, tiles_y: u32) -> [u32; 4] {
     let ts = F::from_f64(TILE_SIZE as f64);
     let clampi = |v: F, hi: u32| -> u32 {
         // max/min before the cast: `as` saturates, but keep the intent explicit.
         v.max(F::ZERO).min(F::from_f64(hi as f64)).to_f64() as u32
     };
-    let x0 = clampi(((mean2d[0] - radius) / ts).floor(), tiles_x);
-    let x1 = clampi(((mean2d[0] + radius) / ts).floor() + F::ONE, tiles_x);
-    let y0 = clampi(((mean2d[1] - radius) / ts).floor(), tiles_y);
-    let y1 = clampi(((mean2d[1] + radius) / ts).floor() + F::ONE, tiles_y);
+    let [rx, ry] = half;
+    let x0 = clampi(((mean2d[0] - rx) / ts).floor(), tiles_x);
+    let x1 = clampi(((mean2d[0] + rx) / ts).floor() + F::ONE, tiles_x);
+    let y0 = clampi(((mean2d[1] - ry) / ts).floor(), tiles_y);
+    let y1 = clampi(((mean2d[1] + ry) / ts).floor() + F::ONE, tiles_y);
     [x0, x1, y0, y1]
 }
 
@@ -323,7 +328,7 @@ fn project_one<F: Real>(
     {
         return None;
     }
-    let [x0, x1, y0, y1] = tile_rect(mean2d, radius, cam.tiles_x, cam.tiles_y);
+    let [x0, x1, y0, y1] = tile_rect(mean2d, [radius; 2], cam.tiles_x, cam.tiles_y);
     if x0 >= x1 || y0 >= y1 {
         return None;
     }

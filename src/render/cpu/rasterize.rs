@@ -14,8 +14,9 @@
 //! anyway, so every pixel sees the same splats in the same order with the same arithmetic:
 //! images, transmittances, last contributors and gradients are bit-identical to the per-pixel
 //! loop (the test-only `reference` module keeps that loop and the tests compare the two).
-//! The 3σ `radius` would NOT be a valid bound (at 3σ, `α` can still be ≈ 0.011 > 1/255), which
-//! is why binning uses it only to choose tiles.
+//! The 3σ `radius` would NOT be a valid bound (at 3σ, `α` can still be ≈ 0.011 > 1/255): a
+//! splat is binned into the tiles that both its 3σ box and its α-support box meet
+//! ([`binning`](super::binning)), so the support box also keeps whole tiles off its list.
 //!
 //! Parallelism is over rows of tiles (contiguous in the image and in the intersection list);
 //! gradients are summed per tile into a per-intersection slot, then reduced in intersection
@@ -62,9 +63,9 @@ pub const T_MIN: f64 = 1e-4;
 pub const SIGMA_CUT_SLACK: f64 = 1e-3;
 /// Relative padding of the support box half-widths: covers the rounding of `Σ2d` recomputed
 /// from the conic in f32 (relative error ~1e-6) with three orders of magnitude to spare.
-const SUPPORT_PAD_REL: f64 = 1e-3;
+pub const SUPPORT_PAD_REL: f64 = 1e-3;
 /// Absolute padding of the support box in pixels (same purpose, for tiny boxes).
-const SUPPORT_PAD_PX: f64 = 1e-2;
+pub const SUPPORT_PAD_PX: f64 = 1e-2;
 
 const TS: usize = TILE_SIZE as usize;
 const TILE_PIXELS: usize = TS * TS;
@@ -106,10 +107,17 @@ fn range<F: Real>(m: F, ext: F, origin: usize, len: usize) -> (u8, u8) {
     (lo, hi.max(lo))
 }
 
+/// The σ cut-off `ln(255·o) + SIGMA_CUT_SLACK` of the cheap pre-tests for a splat of opacity
+/// `o`: negative when no pixel can reach `α ≥ 1/255`.
+#[inline]
+pub fn sigma_cut<F: Real>(opacity: F) -> F {
+    (F::from_f64(255.0) * opacity).ln() + F::from_f64(SIGMA_CUT_SLACK)
+}
+
 /// Half-widths (x, y) of the box outside which `α < 1/255` for a splat with this conic and
 /// σ cut-off; `None` when no pixel can reach `α ≥ 1/255` (`sigma_cut < 0`).
 #[inline]
-pub(super) fn support<F: Real>(conic: [F; 3], sigma_cut: F) -> Option<(F, F)> {
+pub fn support<F: Real>(conic: [F; 3], sigma_cut: F) -> Option<(F, F)> {
     if sigma_cut < F::ZERO {
         return None;
     }
@@ -173,7 +181,7 @@ fn gather<F: Real>(
     out.clear();
     out.extend(ids.iter().map(|&i| {
         let s = &splats[i as usize];
-        let sigma_cut = (F::from_f64(255.0) * s.opacity).ln() + F::from_f64(SIGMA_CUT_SLACK);
+        let sigma_cut = sigma_cut(s.opacity);
         let ((x0, x1), (y0, y1)) = match support(s.conic, sigma_cut) {
             Some((ex, ey)) => (
                 range(s.mean2d[0], ex, origin.0, size.0),

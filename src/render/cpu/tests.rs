@@ -299,20 +299,24 @@ fn tile_binning_matches_brute_force() {
     let splats = r.splats();
     assert!(splats.iter().filter(|s| s.radius > 0).count() > 100);
     let mut total = 0;
+    let mut by_radius = 0;
     for ty in 0..ty_n {
         for tx in 0..tx_n {
-            // Tile [16tx, 16tx+16) meets the closed box [m − r, m + r] on both axes.
+            // Tile [16tx, 16tx+16) meets the closed box [m − r, m + r] on both axes (3DGS's
+            // rule), and meets the α-support box too.
+            let (x0, y0) = (16.0 * tx as f64, 16.0 * ty as f64);
+            let meets = |(mx, my): (f64, f64), (rx, ry): (f64, f64)| {
+                x0 <= mx + rx && mx - rx < x0 + 16.0 && y0 <= my + ry && my - ry < y0 + 16.0
+            };
             let mut want: Vec<u32> = (0..splats.len() as u32)
                 .filter(|&i| {
                     let s = &splats[i as usize];
                     let r = s.radius as f64;
-                    let (mx, my) = (s.mean2d[0] as f64, s.mean2d[1] as f64);
-                    let (x0, y0) = (16.0 * tx as f64, 16.0 * ty as f64);
-                    s.radius > 0
-                        && x0 <= mx + r
-                        && mx - r < x0 + 16.0
-                        && y0 <= my + r
-                        && my - r < y0 + 16.0
+                    let m = (s.mean2d[0] as f64, s.mean2d[1] as f64);
+                    let in_radius = s.radius > 0 && meets(m, (r, r));
+                    by_radius += usize::from(in_radius);
+                    let support = rasterize::support(s.conic, rasterize::sigma_cut(s.opacity));
+                    in_radius && support.is_some_and(|(ex, ey)| meets(m, (ex as f64, ey as f64)))
                 })
                 .collect();
             want.sort_by(|&a, &b| {
@@ -331,6 +335,9 @@ fn tile_binning_matches_brute_force() {
         }
     }
     assert_eq!(out.num_intersections as usize, total);
+    // The support box must have kept tiles off (opacities down to sigmoid(−2) ≈ 0.12 and
+    // anisotropic splats), or this checks 3DGS's rule alone.
+    assert!(total * 10 < by_radius * 9, "{total} of {by_radius}");
 }
 
 #[test]

@@ -14,7 +14,9 @@
 //! Nothing here touches a driver, so it works on machines without a GPU.
 
 use crate::render::cpu::project::{DILATION, NEAR_PLANE, TILE_SIZE};
-use crate::render::cpu::rasterize::{ALPHA_MAX, ALPHA_MIN, SIGMA_CUT_SLACK, T_MIN};
+use crate::render::cpu::rasterize::{
+    ALPHA_MAX, ALPHA_MIN, SIGMA_CUT_SLACK, SUPPORT_PAD_PX, SUPPORT_PAD_REL, T_MIN,
+};
 use crate::scene::sh::{SH_C0, SH_C1, SH_C2, SH_C3};
 
 use super::CudaError;
@@ -206,6 +208,8 @@ pub fn defines() -> Vec<(&'static str, String)> {
         ("GS_ALPHA_MIN", c_double(ALPHA_MIN)),
         ("GS_T_MIN", c_double(T_MIN)),
         ("GS_SIGMA_CUT_SLACK", c_double(SIGMA_CUT_SLACK)),
+        ("GS_SUPPORT_PAD_REL", c_double(SUPPORT_PAD_REL)),
+        ("GS_SUPPORT_PAD_PX", c_double(SUPPORT_PAD_PX)),
         ("GS_SCAN_BLOCK", SCAN_BLOCK.to_string()),
         ("GS_SCAN_ITEMS", SCAN_ITEMS.to_string()),
         ("GS_SORT_BLOCK", SORT_BLOCK.to_string()),

@@ -118,6 +118,7 @@ impl Kernels {
         colors: &mut DeviceBuffer<f32>,
         depths: &mut DeviceBuffer<f32>,
         radii: &mut DeviceBuffer<u32>,
+        extents: &mut DeviceBuffer<f32>,
         tiles_touched: &mut DeviceBuffer<u64>,
     ) -> Result<(), CudaError> {
         if n == 0 {
@@ -136,6 +137,7 @@ impl Kernels {
         check("colors [N,3]", colors.len(), 3 * nu)?;
         check("depths [N]", depths.len(), nu)?;
         check("radii [N]", radii.len(), nu)?;
+        check("extents [N,2]", extents.len(), 2 * nu)?;
         check("tiles_touched [N+1]", tiles_touched.len(), nu + 1)?;
         let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
         let args = [
@@ -157,6 +159,7 @@ impl Kernels {
             colors.arg(),
             depths.arg(),
             radii.arg(),
+            extents.arg(),
             tiles_touched.arg(),
         ];
         // SAFETY: the argument list matches `project_fwd` in kernels/project_fwd.cu in order
@@ -295,7 +298,7 @@ impl Kernels {
         n: u32,
         order: &DeviceBuffer<u32>,
         means2d: &DeviceBuffer<f32>,
-        radii: &DeviceBuffer<u32>,
+        extents: &DeviceBuffer<f32>,
         depths: &DeviceBuffer<f32>,
         offsets: &DeviceBuffer<u64>,
         tiles_x: u32,
@@ -310,7 +313,7 @@ impl Kernels {
         let nu = n as usize;
         check("order [N]", order.len(), nu)?;
         check("means2d [N,2]", means2d.len(), 2 * nu)?;
-        check("radii [N]", radii.len(), nu)?;
+        check("extents [N,2]", extents.len(), 2 * nu)?;
         check("depths [N]", depths.len(), nu)?;
         check("offsets [N+1]", offsets.len(), nu + 1)?;
         check("keys [M]", keys.len(), m as usize)?;
@@ -320,7 +323,7 @@ impl Kernels {
             U32(n),
             order.arg(),
             means2d.arg(),
-            radii.arg(),
+            extents.arg(),
             depths.arg(),
             offsets.arg(),
             U32(tiles_x),
@@ -329,7 +332,8 @@ impl Kernels {
             ids.arg(),
         ];
         // SAFETY: matches emit_keys in kernels/tile_binning.cu; `order` is a permutation of
-        // 0..N and offsets the exclusive scan of the tile counts in that order, whose total m
+        // 0..N and offsets the exclusive scan, in that order, of the tile counts project_fwd
+        // wrote with these extents (the kernel writes exactly the tiles counted), whose total m
         // the key buffers hold (checked).
         unsafe { self.go("emit_keys", cfg, &args) }?;
         Ok(())

@@ -157,7 +157,9 @@ struct Bufs {
     colors: DeviceBuffer<f32>,
     depths: DeviceBuffer<f32>,
     radii: DeviceBuffer<u32>,
-    /// Tiles touched per Gaussian (by index), from project_fwd.
+    /// Half-widths `[N, 2]` of the box each Gaussian is binned by (cpu::binning::tile_box),
+    /// and the tiles it touches (by index), from project_fwd.
+    extents: DeviceBuffer<f32>,
     tiles_touched: DeviceBuffer<u64>,
     /// The per-Gaussian depth sort (ping-pong) and the tile counts in depth order (scanned).
     dkeys: [DeviceBuffer<u64>; 2],
@@ -205,6 +207,7 @@ impl Bufs {
             colors: f()?,
             depths: f()?,
             radii: u()?,
+            extents: f()?,
             tiles_touched: w()?,
             dkeys: [w()?, w()?],
             dids: [u()?, u()?],
@@ -246,6 +249,7 @@ impl Bufs {
         grow(dev, &mut self.colors, 3 * n)?;
         grow(dev, &mut self.depths, n)?;
         grow(dev, &mut self.radii, n)?;
+        grow(dev, &mut self.extents, 2 * n)?;
         grow(dev, &mut self.tiles_touched, n + 1)
     }
 
@@ -435,6 +439,7 @@ impl CudaRasterizer {
                 colors,
                 depths,
                 radii,
+                extents,
                 tiles_touched,
                 ..
             } = b;
@@ -460,6 +465,7 @@ impl CudaRasterizer {
                 colors,
                 depths,
                 radii,
+                extents,
                 tiles_touched,
             )?;
         }
@@ -553,7 +559,7 @@ impl CudaRasterizer {
             n as u32,
             &b.dids[dsorted],
             &b.means2d,
-            &b.radii,
+            &b.extents,
             &b.depths,
             &b.counts,
             cam.tiles_x,
@@ -776,6 +782,7 @@ impl CudaRasterizer {
                 (1, &sb.opacities, &mut b.opacities),
                 (3, &sb.colors, &mut b.colors),
                 (1, &sb.depths, &mut b.depths),
+                (2, &sb.extents, &mut b.extents),
             ] {
                 copy_between(from, 0, to, width * at, width * k, &mut st.f)?;
             }
