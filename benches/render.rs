@@ -3,12 +3,21 @@
 //! (seeded, SH degree 3), median of several runs.
 //!
 //! Run: `cargo bench --bench render` (release profile). Prints one line per case.
+//!
+//! With `GS_BENCH_DEMO_PLY=MODEL.ply` (a model `gs-train --demo` trained, e.g.
+//! `gs-demo/point_cloud/iteration_3000/point_cloud.ply`) it also counts that model's tile
+//! intersections over the demo's 64 cameras under each binning rule (see
+//! `render::cpu::binning`): 3DGS's 3σ box alone, cut to the α-support box, the rows of the
+//! α-support ellipse (what is binned), and the floor no exact rule can go below (tiles with a
+//! pixel centre the splat reaches); then the same with every opacity capped at 0.01, what an
+//! opacity reset leaves.
 //! The scene: means uniform in the camera frustum at depth 2–8, per-axis scales log-uniform so
 //! projected standard deviations span ~0.3–10 px, random rotations, opacities sigmoid(U(−2,3)),
 //! degree-3 SH with a dominant DC term; background grey. `∂L/∂image` is a fixed random field.
 
 use std::time::Instant;
 
+use ramsplat::render::cpu::binning::Reach;
 use ramsplat::render::cpu::tile_rect;
 use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::rng::Rng;
@@ -68,6 +77,9 @@ fn main() {
         background: [0.5; 3],
         ..RenderOptions::default()
     };
+    if let Some(ply) = std::env::var_os("GS_BENCH_DEMO_PLY") {
+        demo_model_counts(std::path::Path::new(&ply));
+    }
     let threads = rayon::current_num_threads();
     for &(n, runs) in &[(5_000usize, 15usize), (100_000, 9)] {
         let g = scene(n, 42);
@@ -134,6 +146,75 @@ fn main() {
             median(bwd_abs) * 1e3,
             median(both.clone()) * 1e3,
             both.iter().cloned().fold(f64::INFINITY, f64::min) * 1e3,
+        );
+    }
+}
+
+/// Intersection counts of a trained demo model under each binning rule (module doc).
+fn demo_model_counts(ply: &std::path::Path) {
+    use ramsplat::train::demo::{HEIGHT, SEED, VIEWS, WIDTH};
+    let (mut g, _) = ramsplat::export::load_model(ply, &Default::default())
+        .unwrap_or_else(|e| panic!("{}: {e}", ply.display()));
+    let cams = ramsplat::synth::SynthScene::new(SEED).cameras(VIEWS, WIDTH, HEIGHT);
+    let opts = RenderOptions {
+        sh_degree: g.sh_degree,
+        ..RenderOptions::default()
+    };
+    for reset in [false, true] {
+        if reset {
+            let cap = (0.01f32 / 0.99).ln();
+            g.logit_opacities.iter_mut().for_each(|o| *o = o.min(cap));
+        }
+        let mut r = CpuRasterizer::<f32>::new();
+        let mut out = RenderOutput::default();
+        let (mut radius, mut boxes, mut binned, mut floor) = (0u64, 0u64, 0u64, 0u64);
+        for c in &cams {
+            r.forward(&g, c, &opts, &mut out).unwrap();
+            binned += out.num_intersections;
+            let (tx, ty) = (c.width.div_ceil(16), c.height.div_ceil(16));
+            for s in r.splats().iter().filter(|s| s.radius > 0) {
+                let rad = s.radius as f32;
+                let [x0, x1, y0, y1] = tile_rect(s.mean2d, [rad, rad], tx, ty);
+                radius += ((x1 - x0) * (y1 - y0)) as u64;
+                if let Some(reach) = Reach::of(s, tx, ty) {
+                    let [x0, x1, y0, y1] = reach.rect;
+                    boxes += ((x1 - x0) * (y1 - y0)) as u64;
+                }
+            }
+            let bins = r.bins();
+            for t in 0..bins.num_tiles() {
+                let (x0, y0) = (t as u32 % bins.tiles_x * 16, t as u32 / bins.tiles_x * 16);
+                for &i in bins.tile(t) {
+                    let s = &r.splats()[i as usize];
+                    let cut = (255.0 * s.opacity as f64).ln();
+                    let [a, b, cc] = s.conic.map(f64::from);
+                    let reaches = (y0..(y0 + 16).min(c.height)).any(|y| {
+                        (x0..(x0 + 16).min(c.width)).any(|x| {
+                            let dx = s.mean2d[0] as f64 - (x as f64 + 0.5);
+                            let dy = s.mean2d[1] as f64 - (y as f64 + 0.5);
+                            0.5 * (a * dx * dx + cc * dy * dy) + b * dx * dy <= cut
+                        })
+                    });
+                    floor += u64::from(reaches);
+                }
+            }
+        }
+        let per_view = |v: u64| v as f64 / cams.len() as f64;
+        println!(
+            "demo model {} ({} Gaussians){}: intersections per view: 3σ box {:.0}, support box \
+             {:.0}, binned {:.0} ({:.1} % of the 3σ box's), floor {:.0}",
+            ply.display(),
+            g.len(),
+            if reset {
+                ", opacities capped at 0.01"
+            } else {
+                ""
+            },
+            per_view(radius),
+            per_view(boxes),
+            per_view(binned),
+            100.0 * binned as f64 / radius as f64,
+            per_view(floor),
         );
     }
 }

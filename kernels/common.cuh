@@ -69,9 +69,7 @@ __device__ __forceinline__ Cam load_cam(const float* __restrict__ c /* [GS_CAM_L
 }
 
 // Half-open tile range [x0, x1) × [y0, y1) touched by the box mean ± (rx, ry); identical to
-// cpu::project::tile_rect (floor((m − r)/T), floor((m + r)/T) + 1, clamped to the grid). No
-// multiply feeds an add here, so no FMA contraction: the same floats give the same range in
-// every kernel (project_fwd counts the tiles, emit_keys writes them).
+// cpu::project::tile_rect (floor((m − r)/T), floor((m + r)/T) + 1, clamped to the grid).
 __device__ __forceinline__ void tile_rect(float mx, float my, float rx, float ry, u32 tiles_x,
                                           u32 tiles_y, u32& x0, u32& x1, u32& y0, u32& y1) {
     const float ts = (float)GS_TILE_SIZE;
@@ -82,25 +80,79 @@ __device__ __forceinline__ void tile_rect(float mx, float my, float rx, float ry
     y1 = (u32)fminf(fmaxf(floorf((my + ry) / ts) + 1.0f, 0.0f), fy);
 }
 
-// Half-widths (rx, ry) of the box a visible splat is binned into, twin of
-// cpu::binning::tile_box: per axis the smaller of its 3σ radius and the padded half-width of
-// the ellipse σ ≤ ln(255·o) + slack outside which α < 1/255 (Σ2d_xx = c/det, Σ2d_yy = a/det
-// of the conic). Every pixel of a tile this box misses fails the rasterizers' exact α test,
-// so binning by it changes no result; the padding (≫ the few-ulp error of logf and of the
-// conic) keeps that true in f32. Returns false when no pixel can reach α ≥ 1/255. A support
-// half-width that overflows (NaN or ∞) leaves the radius: fminf ignores a NaN.
-__device__ __forceinline__ bool tile_box(const float conic[3], float opacity, float radius,
-                                         float& rx, float& ry) {
+// The tiles a visible splat is binned into, twin of cpu::binning::Reach (its doc has the
+// derivation): the range of its tile box (per axis the smaller of the 3σ radius and the padded
+// α-support half-width), and per row of tiles the columns its padded α-support ellipse
+// σ ≤ ln(255·o) + slack reaches. Every pixel of a tile it misses fails the rasterizers' α test,
+// so binning by it changes no result. Only + − × ÷ √, floor, min and max, with no FMA
+// contraction (--fmad=false), so the same floats give the same tiles here, in every kernel that
+// asks (project_fwd counts them, emit_keys writes them), and on the CPU (except where logf and
+// Rust's ln round the cut-off apart).
+struct Reach {
+    float mx, my, a, b, det, s2, q, pad_x, pad_y;
+    u32 x0, x1, y0, y1;
+    bool exact;  // false: an intermediate is not finite, every row keeps the box's columns
+};
+
+// False when the splat reaches no tile (its ellipse is empty, or its box misses the grid).
+__device__ __forceinline__ bool reach_of(float mx, float my, const float conic[3], float opacity,
+                                         float radius, u32 tiles_x, u32 tiles_y, Reach& r) {
     const float cut = logf(255.0f * opacity) + (float)GS_SIGMA_CUT_SLACK;
     if (cut < 0.0f) return false;
     const float a = conic[0], b = conic[1], c = conic[2];
     const float det = a * c - b * b;
     const float two_s = 2.0f * cut / det;
-    const float pad_rel = (float)(1.0 + GS_SUPPORT_PAD_REL);
+    const float hx = sqrtf(two_s * c), hy = sqrtf(two_s * a);
+    const float pad_rel = (float)GS_SUPPORT_PAD_REL;
     const float pad = (float)GS_SUPPORT_PAD_PX;
-    rx = fminf(radius, sqrtf(two_s * c) * pad_rel + pad);
-    ry = fminf(radius, sqrtf(two_s * a) * pad_rel + pad);
+    const float one_pad = (float)(1.0 + GS_SUPPORT_PAD_REL);
+    // The support box (cpu::rasterize::support); a half-width that overflows (NaN or ∞)
+    // leaves the radius: fminf ignores a NaN.
+    const float ex = hx * one_pad + pad, ey = hy * one_pad + pad;
+    tile_rect(mx, my, fminf(radius, ex), fminf(radius, ey), tiles_x, tiles_y, r.x0, r.x1, r.y0,
+              r.y1);
+    if (r.x0 >= r.x1 || r.y0 >= r.y1) return false;
+    r.mx = mx;
+    r.my = my;
+    r.a = a;
+    r.b = b;
+    r.det = det;
+    r.s2 = (float)(2.0 * (1.0 + GS_SUPPORT_PAD_REL)) * a * cut;
+    r.q = hx / c;
+    r.pad_x = hx * pad_rel + pad;
+    r.pad_y = hy * pad_rel + pad;
+    r.exact = isfinite(r.s2) && isfinite(r.q) && isfinite(r.pad_x) && isfinite(r.pad_y) &&
+              isfinite(det) && det > 0.0f && a > 0.0f && c > 0.0f;
     return true;
+}
+
+// Columns [lo, hi) of tile row ty (within the box's rows) that the padded ellipse reaches.
+__device__ __forceinline__ void reach_row(const Reach& r, u32 ty, u32& lo, u32& hi) {
+    lo = r.x0;
+    hi = r.x1;
+    if (!r.exact) return;
+    const float ts = (float)GS_TILE_SIZE;
+    const float band_lo = (float)(ty * GS_TILE_SIZE);
+    const float dy_lo = (r.my - (band_lo + ts)) - r.pad_y;
+    const float dy_hi = (r.my - band_lo) + r.pad_y;
+    const float yc = fminf(fmaxf(0.0f, dy_lo), dy_hi);
+    if (r.s2 - r.det * yc * yc < 0.0f) {
+        hi = lo;
+        return;
+    }
+    const float bq = r.b * r.q;
+    const float y1 = fminf(fmaxf(-bq, dy_lo), dy_hi);
+    const float dx_hi = (-r.b * y1 + sqrtf(fmaxf(r.s2 - r.det * y1 * y1, 0.0f))) / r.a;
+    const float y2 = fminf(fmaxf(bq, dy_lo), dy_hi);
+    const float dx_lo = (-r.b * y2 - sqrtf(fmaxf(r.s2 - r.det * y2 * y2, 0.0f))) / r.a;
+    const float px_lo = (r.mx - dx_hi) - r.pad_x;
+    const float px_hi = (r.mx - dx_lo) + r.pad_x;
+    if (!(px_lo <= px_hi)) return;  // a NaN (an overflow inside) keeps the row
+    const float fx0 = (float)r.x0, fx1 = (float)r.x1;
+    const float l = fminf(fmaxf(floorf(px_lo / ts), fx0), fx1);
+    const float h = fminf(fmaxf(floorf(px_hi / ts) + 1.0f, l), fx1);
+    lo = (u32)l;
+    hi = (u32)h;
 }
 
 // Block-wide double sum of `v` over a block of BLOCK threads (blockDim.x == BLOCK, a power of

@@ -1,7 +1,7 @@
 // project_fwd.cu: one thread per Gaussian; camera projection, EWA 2D covariance, conic,
-// screen radius, SH colour, and the box it is binned by with its tile count; in antialiased
-// mode the opacity is multiplied by the compensation √(det Σ2d_raw / det Σ2d). Twin of
-// cpu::project::project_fwd (and of cpu::binning::binned_rect for the box).
+// screen radius, SH colour, and how many tiles it is binned into; in antialiased mode the
+// opacity is multiplied by the compensation √(det Σ2d_raw / det Σ2d). Twin of
+// cpu::project::project_fwd (and of cpu::binning::Reach for the tiles).
 //
 // Every output element is written for every Gaussian (culled ones get zeros and radius 0), so
 // a poisoned output buffer never leaks through.
@@ -27,7 +27,6 @@ extern "C" __global__ void project_fwd(
     float* __restrict__ colors,                 // [N, 3] out
     float* __restrict__ depths,                 // [N] out
     u32* __restrict__ radii,                    // [N] out
-    float* __restrict__ extents,                // [N, 2] out: half-widths of the tile box
     u64* __restrict__ tiles_touched)            // [N + 1] out (entry N is zeroed by thread 0)
 {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -42,7 +41,6 @@ extern "C" __global__ void project_fwd(
     colors[3 * i] = 0.0f; colors[3 * i + 1] = 0.0f; colors[3 * i + 2] = 0.0f;
     depths[i] = 0.0f;
     radii[i] = 0;
-    extents[2 * i] = 0.0f; extents[2 * i + 1] = 0.0f;
     tiles_touched[i] = 0;
 
     const float mean[3] = {means[3 * i], means[3 * i + 1], means[3 * i + 2]};
@@ -105,14 +103,17 @@ extern "C" __global__ void project_fwd(
     // have a radius past 2^32. 4294967295.0f rounds to 2^32, and converting 2^32 to u32 is
     // undefined in C++ (x86 gives 0), so compare against the largest float below 2^32.
     radii[i] = radius > 4294967040.0f ? 0xFFFFFFFFu : (u32)radius;
-    // Binned into the tiles of the narrower box (tile_box): the radius keeps its meaning
-    // (visibility, screen size), and a faint splat may reach no tile at all. emit_keys reads
-    // the stored half-widths back, so it writes exactly the tiles counted here. The CPU bins
-    // by its stored radius (a float rounded to an integer, so the same value here).
-    float rx, ry;
-    if (!tile_box(conic, opacity, (float)radii[i], rx, ry)) return;
-    tile_rect(m2x, m2y, rx, ry, tiles_x, tiles_y, x0, x1, y0, y1);
-    extents[2 * i] = rx;
-    extents[2 * i + 1] = ry;
-    tiles_touched[i] = (u64)(x1 - x0) * (u64)(y1 - y0);
+    // Binned into the tiles its α-support ellipse reaches (Reach): the radius keeps its
+    // meaning (visibility, screen size), and a faint splat may reach no tile at all. emit_keys
+    // redoes this from the stored values, the same floats, so it writes exactly the tiles
+    // counted here; the CPU bins by its stored radius, the same value as (float)radii[i].
+    Reach r;
+    if (!reach_of(m2x, m2y, conic, opacity, (float)radii[i], tiles_x, tiles_y, r)) return;
+    u64 count = 0;
+    for (u32 ty = r.y0; ty < r.y1; ++ty) {
+        u32 lo, hi;
+        reach_row(r, ty, lo, hi);
+        count += hi - lo;
+    }
+    tiles_touched[i] = count;
 }

@@ -43,35 +43,44 @@ extern "C" __global__ void gather_counts(
     counts[k] = tiles_touched[order[k]];
 }
 
-// Thread k emits the pairs of the k-th Gaussian in depth order, at offsets[k], over the tiles
-// of the box project_fwd counted (its stored half-widths through the same tile_rect).
+// Thread k emits the pairs of the k-th Gaussian in depth order, at offsets[k]: the tiles
+// project_fwd counted, from the same stored floats through the same Reach. The writes stop at
+// offsets[k + 1] all the same, so no disagreement could ever write out of its range.
 extern "C" __global__ void emit_keys(
     u32 n,
-    const u32* __restrict__ order,      // [N] Gaussian indices in depth order
-    const float* __restrict__ means2d,  // [N, 2]
-    const float* __restrict__ extents,  // [N, 2] half-widths of the tile box
-    const float* __restrict__ depths,   // [N]
-    const u64* __restrict__ offsets,    // [N + 1] exclusive scan of counts (depth order)
+    const u32* __restrict__ order,        // [N] Gaussian indices in depth order
+    const float* __restrict__ means2d,    // [N, 2]
+    const float* __restrict__ conics,     // [N, 3]
+    const float* __restrict__ opacities,  // [N]
+    const u32* __restrict__ radii,        // [N]
+    const float* __restrict__ depths,     // [N]
+    const u64* __restrict__ offsets,      // [N + 1] exclusive scan of counts (depth order)
     u32 tiles_x, u32 tiles_y,
-    u64* __restrict__ keys,             // [M] out, M = offsets[N]
-    u32* __restrict__ ids)              // [M] out
+    u64* __restrict__ keys,               // [M] out, M = offsets[N]
+    u32* __restrict__ ids)                // [M] out
 {
     const u32 k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= n) return;
-    // No tiles: culled (radius 0), or too faint to reach any pixel.
-    if (offsets[k + 1] == offsets[k]) return;
-    const u32 i = order[k];
-    u32 x0, x1, y0, y1;
-    tile_rect(means2d[2 * i], means2d[2 * i + 1], extents[2 * i], extents[2 * i + 1], tiles_x,
-              tiles_y, x0, x1, y0, y1);
-    const u64 depth_bits = (u64)__float_as_uint(depths[i]);
     u64 off = offsets[k];
-    for (u32 ty = y0; ty < y1; ++ty)
-        for (u32 tx = x0; tx < x1; ++tx) {
+    const u64 end = offsets[k + 1];
+    // No tiles: culled (radius 0), or too faint to reach any pixel.
+    if (off == end) return;
+    const u32 i = order[k];
+    const float conic[3] = {conics[3 * i], conics[3 * i + 1], conics[3 * i + 2]};
+    Reach r;
+    if (!reach_of(means2d[2 * i], means2d[2 * i + 1], conic, opacities[i], (float)radii[i],
+                  tiles_x, tiles_y, r))
+        return;
+    const u64 depth_bits = (u64)__float_as_uint(depths[i]);
+    for (u32 ty = r.y0; ty < r.y1; ++ty) {
+        u32 lo, hi;
+        reach_row(r, ty, lo, hi);
+        for (u32 tx = lo; tx < hi && off < end; ++tx) {
             keys[off] = ((u64)(ty * tiles_x + tx) << 32) | depth_bits;
             ids[off] = i;
             ++off;
         }
+    }
 }
 
 // ranges must be zeroed by the host first: tiles with no intersection keep [0, 0).

@@ -31,6 +31,8 @@ muts=(
  'kernels/tile_binning.cu|ranges[2 * tile + 1] = (u32)(i + 1);|ranges[2 * tile + 1] = (u32)(i);'
  'kernels/tile_binning.cu|counts[k] = tiles_touched[order[k]];|counts[k] = tiles_touched[k];'
  'kernels/tile_binning.cu|    u64 off = offsets[k];|    u64 off = offsets[i];'
+ 'kernels/common.cuh|const float y1 = fminf(fmaxf(-bq, dy_lo), dy_hi);|const float y1 = fminf(fmaxf(bq, dy_lo), dy_hi);'
+ 'kernels/common.cuh|    r.q = hx / c;|    r.q = hy / c;'
  'kernels/scan.cu|(tid > 0) ? s[tid - 1] : (T)0;|(tid > 0) ? s[tid] : (T)0;'
  'kernels/sort.cu|peers & ((1u << lane) - 1u)|peers & ((1u << lane) + 1u)'
  'kernels/rasterize_fwd.cu|last_k = b0 - start + j + 1;|last_k = b0 - start + j;'

@@ -34,8 +34,8 @@ use crate::scene::real::Real;
 
 pub use cpu::CpuRasterizer;
 
-/// Default cap on per-intersection memory: 1 GiB. At 40 B per intersection (f32 backend) that
-/// is ~27 M intersections, about 90 per pixel at 640×480 — 10× what a converged 3DGS scene
+/// Default cap on per-intersection memory: 1 GiB. At 44 B per intersection (f32 backend) that
+/// is ~24 M intersections, about 80 per pixel at 640×480 — 10× what a converged 3DGS scene
 /// needs — while staying far below a desktop's RAM. The trainer lowers it from the RAM budget.
 pub const DEFAULT_MAX_INTERSECTION_BYTES: u64 = 1 << 30;
 

@@ -486,7 +486,7 @@ pub fn per_pixel_items(kinds: ViewKinds) -> Vec<(Component, u64, &'static str)> 
 
 /// Share of the budget the render's per-intersection buffers may use, as a divisor: 1/8
 /// leaves most of the budget to the model and cache, yet 1 GiB of budget already allows
-/// ~3.3 M intersections at 40 B, ~30 per pixel of a 1600×1066 view.
+/// ~3.0 M intersections at the CPU backend's 44 B, ~1.8 per pixel of a 1600×1066 view.
 pub const INTERSECTION_BUDGET_DIVISOR: u64 = 8;
 
 /// The engine for `backend`: `cpu` → the host engine with the CPU rasterizer; `cuda` → the

@@ -1,16 +1,26 @@
 //! `tile_binning`: assigns every visible splat to each 16×16 tile it can reach, after a memory
 //! preflight.
 //!
-//! Which tiles: those that both its 3σ box `mean ± radius` (3DGS's rule) and its α-support box
-//! meet ([`binned_rect`]). The support box is the padded bounding box of the ellipse outside
-//! which `α < 1/255` ([`support`]), the box the CPU rasterizer already clips each splat's
-//! pixels to; every pixel of a tile it misses would skip the splat anyway, so dropping those
-//! tiles changes no image, transmittance or gradient, only how many intersections are sorted
-//! and walked. It matters for faint and for elongated splats: at opacity 0.01 (what an opacity
-//! reset leaves) the support half-width is 1.37σ of the axis instead of 3σ of the major axis,
-//! about a fifth of the area of a splat much larger than a tile. Both boxes are centred on the mean, so the tiles both meet are
-//! those of the box with the smaller half-width per axis ([`tile_rect`]). `radius` keeps its
-//! meaning (visibility, densification's screen size): a visible splat may reach no tile.
+//! Which tiles ([`Reach`]): of those its 3σ box `mean ± radius` meets (3DGS's rule), the ones
+//! its α-support ellipse reaches. Outside the ellipse `σ ≤ ln(255·o)` a splat has `α < 1/255`
+//! and every pixel skips it; the ellipse is padded exactly as the CPU rasterizer pads it when it
+//! clips each splat's pixels to it (its support box and per-row spans, see
+//! [`rasterize`](super::rasterize)). A tile the padded ellipse misses holds no pixel the splat
+//! reaches, so dropping it changes no image, transmittance or gradient, only how many
+//! intersections are sorted and walked.
+//!
+//! Two steps. First the box: per axis the smaller of the radius and the ellipse's padded
+//! half-width ([`support`]); both boxes are centred on the mean, so this box's tiles
+//! ([`tile_rect`]) are exactly the tiles both meet. Then, per row of tiles, the columns the
+//! ellipse reaches within that row's band of pixel rows, which cuts the corners off the box.
+//! It matters for faint splats and elongated ones: at opacity 0.01, what an opacity reset
+//! leaves, the support half-width is 1.37σ of the axis instead of 3σ of the major axis. For a
+//! splat much larger than a tile that is about a fifth of the area.
+//!
+//! `radius` keeps its meaning (visibility, densification's screen size), so a visible splat
+//! may reach no tile. The arithmetic uses only `+ − × ÷ √`, floor, min and max, and the CUDA
+//! kernels are compiled without FMA contraction, so `kernels/common.cuh`'s twin gives the same
+//! tiles from the same floats (the only difference is `ln` in the σ cut-off against `logf`).
 //!
 //! Invariants of [`TileBins`] after a successful call: `tile_offsets` has `tiles + 1`
 //! non-decreasing entries, tile `t`'s list is `isect_ids[tile_offsets[t]..tile_offsets[t+1]]`,
@@ -18,10 +28,12 @@
 //! therefore images and gradients, are identical run to run and across thread counts). Tiles
 //! are numbered row-major (`ty·tiles_x + tx`), so a row of tiles is one contiguous range.
 
+use std::cmp::Ordering;
+
 use rayon::prelude::*;
 
-use super::project::tile_rect;
-use super::rasterize::{sigma_cut, support};
+use super::project::{tile_rect, TILE_SIZE};
+use super::rasterize::{sigma_cut, support, SUPPORT_PAD_PX, SUPPORT_PAD_REL};
 use super::Splat;
 use crate::render::{LargeGaussian, RenderError};
 use crate::scene::real::Real;
@@ -38,8 +50,11 @@ pub struct TileBins {
     pub tile_offsets: Vec<usize>,
     /// Gaussian index of every (tile, Gaussian) intersection, grouped by tile.
     pub isect_ids: Vec<u32>,
-    /// Scratch: visible Gaussians in depth order.
+    /// Scratch: visible Gaussians in depth order, and how many tiles each is binned into.
     order: Vec<u32>,
+    counts: Vec<u32>,
+    /// Scratch: the tile of every intersection, grouped by Gaussian in depth order.
+    pair_tiles: Vec<u32>,
     /// Scratch: per-tile fill cursors.
     cursor: Vec<usize>,
 }
@@ -64,41 +79,140 @@ pub fn tiles_for(px: u32) -> u32 {
     px.div_ceil(super::project::TILE_SIZE)
 }
 
-/// Half-widths `[rx, ry]` of the box whose tiles a visible splat is binned into: per axis, the
-/// smaller of its 3σ `radius` and its α-support half-width (module doc); `None` when no pixel
-/// can reach `α ≥ 1/255`. A support half-width that overflows (a huge splat whose conic
-/// determinant underflows) is NaN or infinite, and `min` then keeps the radius.
-#[inline]
-pub fn tile_box<F: Real>(s: &Splat<F>) -> Option<[F; 2]> {
-    let r = F::from_f64(s.radius as f64);
-    let (ex, ey) = support(s.conic, sigma_cut(s.opacity))?;
-    Some([r.min(ex), r.min(ey)])
+/// The tiles a visible splat is binned into (module doc): its tile box's range `rect`
+/// (`[x0, x1, y0, y1]`, half-open), and per row of that range the columns its padded α-support
+/// ellipse reaches ([`Reach::row`]).
+///
+/// In `d = mean2d − pixel`, `σ(d) = ½(a·dx² + 2b·dx·dy + c·dy²)` with the conic `(a, b, c)`, and
+/// the ellipse is `σ ≤ s` for the cut-off `s`. At a fixed `dy` it spans
+/// `dx = (−b·dy ± √(2a·s − det·dy²))/a`, `det = ac − b²`. Over a band of `dy` the right end
+/// is largest at `dy = −b·q` and the left end smallest at `dy = b·q`, `q = √(2s/(det·c))`
+/// (the ellipse's rightmost and leftmost points), or at the band's edge nearest to them.
+#[derive(Clone, Copy, Debug)]
+pub struct Reach<F> {
+    mx: F,
+    my: F,
+    a: F,
+    b: F,
+    det: F,
+    /// `2a·s`, inflated by the support padding (as the rasterizer's spans are).
+    s2: F,
+    q: F,
+    /// End paddings: the support padding of the half-widths `√(2s·Σxx)`, `√(2s·Σyy)`.
+    pad_x: F,
+    pad_y: F,
+    /// `[x0, x1, y0, y1]`: the tile box's range.
+    pub rect: [u32; 4],
+    /// False when an intermediate is not finite (a huge splat whose conic determinant
+    /// underflows): every row then keeps the box's columns.
+    exact: bool,
 }
 
-/// The half-open tile range `[x0, x1) × [y0, y1)` a splat is binned into (empty for a culled
-/// splat or one that reaches no pixel).
-#[inline]
-pub fn binned_rect<F: Real>(s: &Splat<F>, tiles_x: u32, tiles_y: u32) -> [u32; 4] {
-    if s.radius == 0 {
-        return [0; 4];
-    }
-    match tile_box(s) {
-        Some(half) => tile_rect(s.mean2d, half, tiles_x, tiles_y),
-        None => [0; 4],
-    }
-}
-
-/// Counts intersections (summing in `u64`, no allocation).
-pub fn count_intersections<F: Real>(splats: &[Splat<F>], tiles_x: u32, tiles_y: u32) -> u64 {
-    splats
-        .par_iter()
-        .with_min_len(4096)
-        .map(|s| {
-            let [x0, x1, y0, y1] = binned_rect(s, tiles_x, tiles_y);
-            (x1 - x0) as u64 * (y1 - y0) as u64
+impl<F: Real> Reach<F> {
+    /// `None` for a culled splat, one whose ellipse is empty (`α < 1/255` everywhere) or one
+    /// whose box misses the grid.
+    #[inline]
+    pub fn of(s: &Splat<F>, tiles_x: u32, tiles_y: u32) -> Option<Reach<F>> {
+        if s.radius == 0 {
+            return None;
+        }
+        let cut = sigma_cut(s.opacity);
+        // A half-width that overflows (NaN or ∞) leaves the radius: `min` ignores a NaN.
+        let (ex, ey) = support(s.conic, cut)?;
+        let r = F::from_f64(s.radius as f64);
+        let rect = tile_rect(s.mean2d, [r.min(ex), r.min(ey)], tiles_x, tiles_y);
+        if rect[0] >= rect[1] || rect[2] >= rect[3] {
+            return None;
+        }
+        let [a, b, c] = s.conic;
+        let det = a * c - b * b;
+        let two_s = F::from_f64(2.0) * cut / det;
+        let (hx, hy) = ((two_s * c).sqrt(), (two_s * a).sqrt());
+        let pad_rel = F::from_f64(SUPPORT_PAD_REL);
+        let pad = F::from_f64(SUPPORT_PAD_PX);
+        let s2 = F::from_f64(2.0 * (1.0 + SUPPORT_PAD_REL)) * a * cut;
+        let q = hx / c;
+        let (pad_x, pad_y) = (hx * pad_rel + pad, hy * pad_rel + pad);
+        let exact = [s2, q, pad_x, pad_y, det].iter().all(|v| v.is_finite())
+            && det > F::ZERO
+            && a > F::ZERO
+            && c > F::ZERO;
+        Some(Reach {
+            mx: s.mean2d[0],
+            my: s.mean2d[1],
+            a,
+            b,
+            det,
+            s2,
+            q,
+            pad_x,
+            pad_y,
+            rect,
+            exact,
         })
-        .sum()
+    }
+
+    /// The columns `[lo, hi)` (within the box's) of tile row `ty` (within the box's) whose
+    /// pixels the padded ellipse can reach: the band of pixel rows `[16·ty, 16·ty + 16]`,
+    /// widened by the padding, against the ellipse's extent in x over that band.
+    #[inline]
+    pub fn row(&self, ty: u32) -> (u32, u32) {
+        let [x0, x1, ..] = self.rect;
+        if !self.exact {
+            return (x0, x1);
+        }
+        let ts = F::from_f64(TILE_SIZE as f64);
+        let band_lo = F::from_f64((ty * TILE_SIZE) as f64);
+        let dy_lo = (self.my - (band_lo + ts)) - self.pad_y;
+        let dy_hi = (self.my - band_lo) + self.pad_y;
+        let clamp = |v: F| v.max(dy_lo).min(dy_hi);
+        let reach_at = |dy: F| self.s2 - self.det * dy * dy;
+        if reach_at(clamp(F::ZERO)) < F::ZERO {
+            return (x0, x0);
+        }
+        let bq = self.b * self.q;
+        let y1 = clamp(-bq);
+        let dx_hi = (-self.b * y1 + reach_at(y1).max(F::ZERO).sqrt()) / self.a;
+        let y2 = clamp(bq);
+        let dx_lo = (-self.b * y2 - reach_at(y2).max(F::ZERO).sqrt()) / self.a;
+        let px_lo = (self.mx - dx_hi) - self.pad_x;
+        let px_hi = (self.mx - dx_lo) + self.pad_x;
+        // A NaN (an overflow inside) must keep the row, never drop it.
+        if px_lo.partial_cmp(&px_hi).is_none_or(|o| o == Ordering::Greater) {
+            return (x0, x1);
+        }
+        let (fx0, fx1) = (F::from_f64(x0 as f64), F::from_f64(x1 as f64));
+        let lo = (px_lo / ts).floor().max(fx0).min(fx1);
+        let hi = ((px_hi / ts).floor() + F::ONE).max(lo).min(fx1);
+        (lo.to_f64() as u32, hi.to_f64() as u32)
+    }
+
+    /// How many tiles the splat is binned into.
+    #[inline]
+    pub fn count(&self) -> u64 {
+        (self.rect[2]..self.rect[3])
+            .map(|ty| {
+                let (lo, hi) = self.row(ty);
+                (hi - lo) as u64
+            })
+            .sum()
+    }
+
+    /// Calls `f(tile)` for every tile the splat is binned into, row by row (`tile` row-major).
+    #[inline]
+    pub fn for_each_tile(&self, tiles_x: u32, mut f: impl FnMut(usize)) {
+        for ty in self.rect[2]..self.rect[3] {
+            let (lo, hi) = self.row(ty);
+            let row = (ty * tiles_x) as usize;
+            for tx in lo..hi {
+                f(row + tx as usize);
+            }
+        }
+    }
 }
+
+/// Gaussians per parallel work item of [`tile_binning`].
+const CHUNK: usize = 1024;
 
 /// `tile_binning`: preflight, then fill `bins`. `bytes_per_intersection` is what the caller
 /// will allocate per intersection in total (ids plus any backward scratch); the render is
@@ -113,7 +227,26 @@ pub fn tile_binning<F: Real>(
 ) -> Result<u64, RenderError> {
     bins.tiles_x = tiles_x;
     bins.tiles_y = tiles_y;
-    let count = count_intersections(splats, tiles_x, tiles_y);
+    // Visible Gaussians front to back; (depth, index) keys are unique, so the unstable sort is
+    // deterministic. Kept depths are finite (project_fwd culls the rest).
+    bins.order.clear();
+    bins.order
+        .extend((0..splats.len() as u32).filter(|&i| splats[i as usize].radius > 0));
+    bins.order.par_sort_unstable_by(|&a, &b| {
+        let (da, db) = (splats[a as usize].depth, splats[b as usize].depth);
+        da.partial_cmp(&db)
+            .unwrap_or(Ordering::Equal)
+            .then(a.cmp(&b))
+    });
+    // Tiles per visible Gaussian in that order, in parallel (the ellipse arithmetic is the
+    // costly part of binning); a u32 holds any one Gaussian's count (at most the tiles).
+    let reach = |i: u32| Reach::of(&splats[i as usize], tiles_x, tiles_y);
+    bins.order
+        .par_iter()
+        .with_min_len(CHUNK)
+        .map(|&i| reach(i).map_or(0, |r| r.count() as u32))
+        .collect_into_vec(&mut bins.counts);
+    let count: u64 = bins.counts.par_iter().map(|&c| c as u64).sum();
     let bytes = count.saturating_mul(bytes_per_intersection);
     if bytes > limit || usize::try_from(count).is_err() || count > u32::MAX as u64 {
         let mut largest: Vec<LargeGaussian> = Vec::with_capacity(REPORTED_LARGEST + 1);
@@ -143,48 +276,51 @@ pub fn tile_binning<F: Real>(
     }
     let ntiles = bins.num_tiles();
 
-    // Visible Gaussians front to back; (depth, index) keys are unique, so the unstable sort is
-    // deterministic. Kept depths are finite (project_fwd culls the rest).
-    bins.order.clear();
-    bins.order
-        .extend((0..splats.len() as u32).filter(|&i| splats[i as usize].radius > 0));
-    bins.order.par_sort_unstable_by(|&a, &b| {
-        let (da, db) = (splats[a as usize].depth, splats[b as usize].depth);
-        da.partial_cmp(&db)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(a.cmp(&b))
-    });
+    // Every visible Gaussian's tiles, in depth order, into `pair_tiles`: each chunk of CHUNK
+    // Gaussians fills its own contiguous range, in parallel.
+    bins.pair_tiles.clear();
+    bins.pair_tiles.resize(count as usize, 0);
+    let mut ranges = Vec::with_capacity(bins.counts.len().div_ceil(CHUNK));
+    let mut rest = &mut bins.pair_tiles[..];
+    for chunk in bins.counts.chunks(CHUNK) {
+        let len = chunk.iter().map(|&c| c as usize).sum();
+        let (head, tail) = rest.split_at_mut(len);
+        ranges.push(head);
+        rest = tail;
+    }
+    ranges
+        .into_par_iter()
+        .zip(bins.order.par_chunks(CHUNK))
+        .for_each(|(out, ids)| {
+            let mut k = 0;
+            for r in ids.iter().filter_map(|&i| reach(i)) {
+                r.for_each_tile(tiles_x, |t| {
+                    out[k] = t as u32;
+                    k += 1;
+                });
+            }
+            debug_assert_eq!(k, out.len(), "a Gaussian's tiles differ from its count");
+        });
 
     // Counting sort by tile, scattering in depth order: each tile's list comes out sorted.
     bins.cursor.clear();
     bins.cursor.resize(ntiles + 1, 0);
-    let rect = |s: &Splat<F>| binned_rect(s, tiles_x, tiles_y);
-    for &i in &bins.order {
-        let [x0, x1, y0, y1] = rect(&splats[i as usize]);
-        for ty in y0..y1 {
-            let row = (ty * tiles_x) as usize;
-            for tx in x0..x1 {
-                bins.cursor[row + tx as usize + 1] += 1;
-            }
-        }
+    for &t in &bins.pair_tiles {
+        bins.cursor[t as usize + 1] += 1;
     }
     for t in 0..ntiles {
         bins.cursor[t + 1] += bins.cursor[t];
     }
     bins.tile_offsets.clear();
     bins.tile_offsets.extend_from_slice(&bins.cursor);
-    debug_assert_eq!(bins.tile_offsets[ntiles] as u64, count);
     bins.isect_ids.clear();
     bins.isect_ids.resize(count as usize, 0);
-    for &i in &bins.order {
-        let [x0, x1, y0, y1] = rect(&splats[i as usize]);
-        for ty in y0..y1 {
-            let row = (ty * tiles_x) as usize;
-            for tx in x0..x1 {
-                let c = &mut bins.cursor[row + tx as usize];
-                bins.isect_ids[*c] = i;
-                *c += 1;
-            }
+    let mut tiles = bins.pair_tiles.iter();
+    for (&i, &c) in bins.order.iter().zip(&bins.counts) {
+        for &t in tiles.by_ref().take(c as usize) {
+            let slot = &mut bins.cursor[t as usize];
+            bins.isect_ids[*slot] = i;
+            *slot += 1;
         }
     }
     Ok(count)

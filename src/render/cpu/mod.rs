@@ -232,10 +232,10 @@ impl<F: Real> CpuRasterizer<F> {
         }
     }
 
-    /// Bytes this backend allocates per tile intersection: the u32 id plus the backward's
-    /// per-intersection gradient slot.
+    /// Bytes this backend allocates per tile intersection: the u32 id, binning's u32 tile
+    /// scratch, and the backward's per-intersection gradient slot.
     pub const BYTES_PER_INTERSECTION: u64 =
-        (std::mem::size_of::<u32>() + std::mem::size_of::<SplatGrad<F>>()) as u64;
+        (2 * std::mem::size_of::<u32>() + std::mem::size_of::<SplatGrad<F>>()) as u64;
 
     /// [`Self::BYTES_PER_INTERSECTION`] plus, with [`RenderOptions::absgrad`], the absolute
     /// 2D-mean gradient's slot and, with [`RenderOptions::inv_depth`], the inverse depth's:

@@ -286,6 +286,10 @@ pub(super) fn random_scene(rng: &mut Rng, n: usize, degree: u32, spread: f64) ->
     g
 }
 
+/// Binning against brute force: each tile's list holds exactly the splats binned there, front
+/// to back by (depth, index); every binned tile is one both the 3σ box and the α-support box
+/// meet; and of those, every tile left out has no pixel centre where the splat reaches
+/// `α ≥ 1/255` (`σ ≤ ln(255·o)`, in f64), so leaving it out changes nothing.
 #[test]
 fn tile_binning_matches_brute_force() {
     let cam = camera(100, 70, 80.0, 50.0, 35.0);
@@ -298,27 +302,45 @@ fn tile_binning_matches_brute_force() {
     assert_eq!((bins.tiles_x, bins.tiles_y), (tx_n, ty_n));
     let splats = r.splats();
     assert!(splats.iter().filter(|s| s.radius > 0).count() > 100);
-    let mut total = 0;
-    let mut by_radius = 0;
+    let (mut total, mut by_radius, mut by_boxes) = (0, 0, 0);
     for ty in 0..ty_n {
         for tx in 0..tx_n {
-            // Tile [16tx, 16tx+16) meets the closed box [m − r, m + r] on both axes (3DGS's
-            // rule), and meets the α-support box too.
+            // Tile [16tx, 16tx+16) meets the closed box [m − r, m + r] on both axes.
             let (x0, y0) = (16.0 * tx as f64, 16.0 * ty as f64);
             let meets = |(mx, my): (f64, f64), (rx, ry): (f64, f64)| {
                 x0 <= mx + rx && mx - rx < x0 + 16.0 && y0 <= my + ry && my - ry < y0 + 16.0
             };
-            let mut want: Vec<u32> = (0..splats.len() as u32)
-                .filter(|&i| {
-                    let s = &splats[i as usize];
-                    let r = s.radius as f64;
-                    let m = (s.mean2d[0] as f64, s.mean2d[1] as f64);
-                    let in_radius = s.radius > 0 && meets(m, (r, r));
-                    by_radius += usize::from(in_radius);
-                    let support = rasterize::support(s.conic, rasterize::sigma_cut(s.opacity));
-                    in_radius && support.is_some_and(|(ex, ey)| meets(m, (ex as f64, ey as f64)))
-                })
-                .collect();
+            let list = bins.tile((ty * tx_n + tx) as usize);
+            let mut want = Vec::new();
+            for (i, s) in splats.iter().enumerate() {
+                let r = s.radius as f64;
+                let m = (s.mean2d[0] as f64, s.mean2d[1] as f64);
+                let in_radius = s.radius > 0 && meets(m, (r, r));
+                by_radius += usize::from(in_radius);
+                let support = rasterize::support(s.conic, rasterize::sigma_cut(s.opacity));
+                let in_boxes =
+                    in_radius && support.is_some_and(|(ex, ey)| meets(m, (ex as f64, ey as f64)));
+                by_boxes += usize::from(in_boxes);
+                if list.contains(&(i as u32)) {
+                    assert!(in_boxes, "tile {tx},{ty}: splat {i} outside its boxes");
+                    want.push(i as u32);
+                } else if in_boxes {
+                    let [a, b, c] = s.conic.map(f64::from);
+                    let cut = (255.0 * s.opacity as f64).ln();
+                    for py in (16 * ty..16 * ty + 16).filter(|&y| y < 70) {
+                        for px in (16 * tx..16 * tx + 16).filter(|&x| x < 100) {
+                            let dx = m.0 - (px as f64 + 0.5);
+                            let dy = m.1 - (py as f64 + 0.5);
+                            let sigma = 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy;
+                            assert!(
+                                sigma > cut,
+                                "tile {tx},{ty}: splat {i} reaches pixel {px},{py} (σ {sigma}, \
+                                 cut {cut}) but is not binned there"
+                            );
+                        }
+                    }
+                }
+            }
             want.sort_by(|&a, &b| {
                 splats[a as usize]
                     .depth
@@ -326,18 +348,16 @@ fn tile_binning_matches_brute_force() {
                     .unwrap()
                     .then(a.cmp(&b))
             });
-            assert_eq!(
-                bins.tile((ty * tx_n + tx) as usize),
-                &want[..],
-                "tile {tx},{ty}"
-            );
+            assert_eq!(list, &want[..], "tile {tx},{ty}");
             total += want.len();
         }
     }
     assert_eq!(out.num_intersections as usize, total);
-    // The support box must have kept tiles off (opacities down to sigmoid(−2) ≈ 0.12 and
+    // Both narrowings must have kept tiles off (opacities down to sigmoid(−2) ≈ 0.12 and
     // anisotropic splats), or this checks 3DGS's rule alone.
-    assert!(total * 10 < by_radius * 9, "{total} of {by_radius}");
+    println!("MEASURED intersections: {total}, boxes alone {by_boxes}, 3σ box alone {by_radius}");
+    assert!(by_boxes * 10 < by_radius * 9, "{by_boxes} of {by_radius}");
+    assert!(total * 20 < by_boxes * 19, "{total} of {by_boxes}");
 }
 
 #[test]

@@ -118,7 +118,6 @@ impl Kernels {
         colors: &mut DeviceBuffer<f32>,
         depths: &mut DeviceBuffer<f32>,
         radii: &mut DeviceBuffer<u32>,
-        extents: &mut DeviceBuffer<f32>,
         tiles_touched: &mut DeviceBuffer<u64>,
     ) -> Result<(), CudaError> {
         if n == 0 {
@@ -137,7 +136,6 @@ impl Kernels {
         check("colors [N,3]", colors.len(), 3 * nu)?;
         check("depths [N]", depths.len(), nu)?;
         check("radii [N]", radii.len(), nu)?;
-        check("extents [N,2]", extents.len(), 2 * nu)?;
         check("tiles_touched [N+1]", tiles_touched.len(), nu + 1)?;
         let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
         let args = [
@@ -159,7 +157,6 @@ impl Kernels {
             colors.arg(),
             depths.arg(),
             radii.arg(),
-            extents.arg(),
             tiles_touched.arg(),
         ];
         // SAFETY: the argument list matches `project_fwd` in kernels/project_fwd.cu in order
@@ -298,7 +295,9 @@ impl Kernels {
         n: u32,
         order: &DeviceBuffer<u32>,
         means2d: &DeviceBuffer<f32>,
-        extents: &DeviceBuffer<f32>,
+        conics: &DeviceBuffer<f32>,
+        opacities: &DeviceBuffer<f32>,
+        radii: &DeviceBuffer<u32>,
         depths: &DeviceBuffer<f32>,
         offsets: &DeviceBuffer<u64>,
         tiles_x: u32,
@@ -313,7 +312,9 @@ impl Kernels {
         let nu = n as usize;
         check("order [N]", order.len(), nu)?;
         check("means2d [N,2]", means2d.len(), 2 * nu)?;
-        check("extents [N,2]", extents.len(), 2 * nu)?;
+        check("conics [N,3]", conics.len(), 3 * nu)?;
+        check("opacities [N]", opacities.len(), nu)?;
+        check("radii [N]", radii.len(), nu)?;
         check("depths [N]", depths.len(), nu)?;
         check("offsets [N+1]", offsets.len(), nu + 1)?;
         check("keys [M]", keys.len(), m as usize)?;
@@ -323,7 +324,9 @@ impl Kernels {
             U32(n),
             order.arg(),
             means2d.arg(),
-            extents.arg(),
+            conics.arg(),
+            opacities.arg(),
+            radii.arg(),
             depths.arg(),
             offsets.arg(),
             U32(tiles_x),
@@ -332,9 +335,9 @@ impl Kernels {
             ids.arg(),
         ];
         // SAFETY: matches emit_keys in kernels/tile_binning.cu; `order` is a permutation of
-        // 0..N and offsets the exclusive scan, in that order, of the tile counts project_fwd
-        // wrote with these extents (the kernel writes exactly the tiles counted), whose total m
-        // the key buffers hold (checked).
+        // 0..N and offsets the exclusive scan, in that order, of tile counts, whose total m
+        // the key buffers hold (checked); the kernel writes Gaussian k's keys only within
+        // [offsets[k], offsets[k + 1]).
         unsafe { self.go("emit_keys", cfg, &args) }?;
         Ok(())
     }

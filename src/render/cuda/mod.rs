@@ -157,9 +157,8 @@ struct Bufs {
     colors: DeviceBuffer<f32>,
     depths: DeviceBuffer<f32>,
     radii: DeviceBuffer<u32>,
-    /// Half-widths `[N, 2]` of the box each Gaussian is binned by (cpu::binning::tile_box),
-    /// and the tiles it touches (by index), from project_fwd.
-    extents: DeviceBuffer<f32>,
+    /// Tiles each Gaussian is binned into (by index), from project_fwd
+    /// (cpu::binning::Reach).
     tiles_touched: DeviceBuffer<u64>,
     /// The per-Gaussian depth sort (ping-pong) and the tile counts in depth order (scanned).
     dkeys: [DeviceBuffer<u64>; 2],
@@ -207,7 +206,6 @@ impl Bufs {
             colors: f()?,
             depths: f()?,
             radii: u()?,
-            extents: f()?,
             tiles_touched: w()?,
             dkeys: [w()?, w()?],
             dids: [u()?, u()?],
@@ -249,7 +247,6 @@ impl Bufs {
         grow(dev, &mut self.colors, 3 * n)?;
         grow(dev, &mut self.depths, n)?;
         grow(dev, &mut self.radii, n)?;
-        grow(dev, &mut self.extents, 2 * n)?;
         grow(dev, &mut self.tiles_touched, n + 1)
     }
 
@@ -439,7 +436,6 @@ impl CudaRasterizer {
                 colors,
                 depths,
                 radii,
-                extents,
                 tiles_touched,
                 ..
             } = b;
@@ -465,7 +461,6 @@ impl CudaRasterizer {
                 colors,
                 depths,
                 radii,
-                extents,
                 tiles_touched,
             )?;
         }
@@ -559,7 +554,9 @@ impl CudaRasterizer {
             n as u32,
             &b.dids[dsorted],
             &b.means2d,
-            &b.extents,
+            &b.conics,
+            &b.opacities,
+            &b.radii,
             &b.depths,
             &b.counts,
             cam.tiles_x,
@@ -782,7 +779,6 @@ impl CudaRasterizer {
                 (1, &sb.opacities, &mut b.opacities),
                 (3, &sb.colors, &mut b.colors),
                 (1, &sb.depths, &mut b.depths),
-                (2, &sb.extents, &mut b.extents),
             ] {
                 copy_between(from, 0, to, width * at, width * k, &mut st.f)?;
             }
