@@ -1,7 +1,7 @@
-// sort.cu: stable least-significant-digit radix sort of u64 keys with u32 values.
+// sort.cu: stable least-significant-digit radix sort of u32 keys with u32 values.
 //
 // One pass per GS_RADIX_BITS-bit digit; the host (src/render/cuda/sort.rs) runs only the passes
-// that cover the key's significant bits (32 depth bits + ceil(log2(tiles)) tile bits).
+// that cover the key's significant bits (32 for depths, ceil(log2(tiles)) for tile ids).
 // Per pass: radix_histogram counts each block's digits into hist[digit · blocks + block]
 // (digit-major, so one exclusive scan yields every (digit, block) output base), then
 // radix_scatter writes each element to base + its rank among equal digits in its block.
@@ -19,15 +19,15 @@
 
 extern "C" __global__ void radix_histogram(
     u64 m,
-    const u64* __restrict__ keys,  // [M]
-    u32 shift,                     // bit offset of this pass's digit
+    const u32* __restrict__ keys,  // [M]
+    u32 shift,                     // bit offset of this pass's digit (< 32)
     u32* __restrict__ hist)        // [GS_RADIX, blocks] out, blocks = ceil(M / GS_SORT_BLOCK)
 {
     __shared__ u32 h[GS_RADIX];
     for (u32 d = threadIdx.x; d < GS_RADIX; d += blockDim.x) h[d] = 0;
     __syncthreads();
     const u64 i = (u64)blockIdx.x * GS_SORT_BLOCK + threadIdx.x;
-    if (i < m) atomicAdd(&h[(u32)(keys[i] >> shift) & GS_RADIX_MASK], 1u);
+    if (i < m) atomicAdd(&h[(keys[i] >> shift) & GS_RADIX_MASK], 1u);
     __syncthreads();
     for (u32 d = threadIdx.x; d < GS_RADIX; d += blockDim.x)
         hist[(u64)d * gridDim.x + blockIdx.x] = h[d];
@@ -35,11 +35,11 @@ extern "C" __global__ void radix_histogram(
 
 extern "C" __global__ void radix_scatter(
     u64 m,
-    const u64* __restrict__ keys_in,   // [M]
+    const u32* __restrict__ keys_in,   // [M]
     const u32* __restrict__ vals_in,   // [M]
     u32 shift,
     const u32* __restrict__ hist,      // [GS_RADIX, blocks] exclusive-scanned
-    u64* __restrict__ keys_out,        // [M] out
+    u32* __restrict__ keys_out,        // [M] out
     u32* __restrict__ vals_out)        // [M] out
 {
     __shared__ u32 cnt[GS_SORT_WARPS][GS_RADIX];
@@ -48,9 +48,9 @@ extern "C" __global__ void radix_scatter(
     __syncthreads();
     const u64 i = (u64)blockIdx.x * GS_SORT_BLOCK + tid;
     const bool valid = i < m;
-    const u64 key = valid ? keys_in[i] : 0ull;
+    const u32 key = valid ? keys_in[i] : 0u;
     // Out-of-range lanes get a digit no real key has, so they only match each other.
-    const u32 digit = valid ? ((u32)(key >> shift) & GS_RADIX_MASK) : GS_RADIX;
+    const u32 digit = valid ? ((key >> shift) & GS_RADIX_MASK) : GS_RADIX;
     const u32 peers = __match_any_sync(0xffffffffu, digit);
     const u32 rank = __popc(peers & ((1u << lane) - 1u));
     if (valid && rank == 0) cnt[warp][digit] = __popc(peers);

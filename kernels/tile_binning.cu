@@ -9,9 +9,10 @@
 // (tile, depth, index) rule, with 4 radix passes over N and 2 over M (1080p) instead of 6
 // over M.
 //
-// Key layout (u64): bits 63..32 tile id (row-major ty·tiles_x + tx), bits 31..0 the IEEE bits
-// of the camera depth. Kept depths are > GS_NEAR_PLANE > 0 and finite, and positive finite
-// floats order like their bit patterns.
+// Keys are u32 in both sorts: the IEEE bits of the camera depth (kept depths are
+// > GS_NEAR_PLANE > 0 and finite, and positive finite floats order like their bit patterns),
+// then the tile id alone (row-major ty·tiles_x + tx), since the pairs already come in depth
+// order. Half the bytes a (tile | depth) u64 key would move through every pass.
 #include "common.cuh"
 
 // One key per Gaussian for the depth sort: its depth bits (0 for a culled Gaussian, which
@@ -20,12 +21,12 @@ extern "C" __global__ void depth_keys(
     u32 n,
     const float* __restrict__ depths,  // [N]
     const u32* __restrict__ radii,     // [N]
-    u64* __restrict__ keys,            // [N] out
+    u32* __restrict__ keys,            // [N] out
     u32* __restrict__ ids)             // [N] out
 {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    keys[i] = radii[i] ? (u64)__float_as_uint(depths[i]) : 0ull;
+    keys[i] = radii[i] ? __float_as_uint(depths[i]) : 0u;
     ids[i] = i;
 }
 
@@ -53,10 +54,9 @@ extern "C" __global__ void emit_keys(
     const float* __restrict__ conics,     // [N, 3]
     const float* __restrict__ opacities,  // [N]
     const u32* __restrict__ radii,        // [N]
-    const float* __restrict__ depths,     // [N]
     const u64* __restrict__ offsets,      // [N + 1] exclusive scan of counts (depth order)
     u32 tiles_x, u32 tiles_y,
-    u64* __restrict__ keys,               // [M] out, M = offsets[N]
+    u32* __restrict__ keys,               // [M] out, M = offsets[N]: tile ids
     u32* __restrict__ ids)                // [M] out
 {
     const u32 k = blockIdx.x * blockDim.x + threadIdx.x;
@@ -71,12 +71,11 @@ extern "C" __global__ void emit_keys(
     if (!reach_of(means2d[2 * i], means2d[2 * i + 1], conic, opacities[i], (float)radii[i],
                   tiles_x, tiles_y, r))
         return;
-    const u64 depth_bits = (u64)__float_as_uint(depths[i]);
     for (u32 ty = r.y0; ty < r.y1; ++ty) {
         u32 lo, hi;
         reach_row(r, ty, lo, hi);
         for (u32 tx = lo; tx < hi && off < end; ++tx) {
-            keys[off] = ((u64)(ty * tiles_x + tx) << 32) | depth_bits;
+            keys[off] = ty * tiles_x + tx;
             ids[off] = i;
             ++off;
         }
@@ -86,12 +85,12 @@ extern "C" __global__ void emit_keys(
 // ranges must be zeroed by the host first: tiles with no intersection keep [0, 0).
 extern "C" __global__ void tile_ranges(
     u64 m,
-    const u64* __restrict__ keys,  // [M] sorted
+    const u32* __restrict__ keys,  // [M] sorted tile ids
     u32* __restrict__ ranges)      // [T, 2] out: [start, end) per tile
 {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= m) return;
-    const u32 tile = (u32)(keys[i] >> 32);
-    if (i == 0 || (u32)(keys[i - 1] >> 32) != tile) ranges[2 * tile] = (u32)i;
-    if (i == m - 1 || (u32)(keys[i + 1] >> 32) != tile) ranges[2 * tile + 1] = (u32)(i + 1);
+    const u32 tile = keys[i];
+    if (i == 0 || keys[i - 1] != tile) ranges[2 * tile] = (u32)i;
+    if (i == m - 1 || keys[i + 1] != tile) ranges[2 * tile + 1] = (u32)(i + 1);
 }

@@ -771,12 +771,14 @@ fn stable_sort(r: &mut CudaRasterizer) {
     let mut rng = Rng::new(99);
     for m in [0usize, 1, 255, 256, 257, 10_000, 300_001] {
         // Few distinct keys so stability is exercised.
-        let keys: Vec<u64> = (0..m).map(|_| (rng.next_u64() % 1000) << 20).collect();
+        let keys: Vec<u32> = (0..m)
+            .map(|_| ((rng.next_u64() % 1000) as u32) << 20)
+            .collect();
         let vals: Vec<u32> = (0..m as u32).collect();
-        let (k, v) = r.sort_pairs(&keys, &vals, 40).unwrap();
-        let mut want: Vec<(u64, u32)> = keys.iter().copied().zip(vals.iter().copied()).collect();
+        let (k, v) = r.sort_pairs(&keys, &vals, 32).unwrap();
+        let mut want: Vec<(u32, u32)> = keys.iter().copied().zip(vals.iter().copied()).collect();
         want.sort_by_key(|p| p.0); // stable
-        let got: Vec<(u64, u32)> = k.into_iter().zip(v).collect();
+        let got: Vec<(u32, u32)> = k.into_iter().zip(v).collect();
         assert_eq!(got, want, "{}: m = {m}", r.device().name());
     }
 }

@@ -27,7 +27,7 @@ muts=(
  'kernels/project_bwd.cu|acc[3] += 2.0 * (gs[1][2] - gs[2][1]) - tx_dt[0];|acc[3] += (gs[1][2] - gs[2][1]) - tx_dt[0];'
  'kernels/project_bwd.cu|acc[r] -= dt[r] + wd;|acc[r] -= dt[r];'
  'kernels/project_bwd.cu|s += part[(u64)k * blocks + b];|s += part[(u64)k + b];'
- 'kernels/tile_binning.cu|(u64)(ty * tiles_x + tx) << 32)|(u64)(ty * tiles_x + tx) << 31)'
+ 'kernels/tile_binning.cu|keys[off] = ty * tiles_x + tx;|keys[off] = tx * tiles_y + ty;'
  'kernels/tile_binning.cu|ranges[2 * tile + 1] = (u32)(i + 1);|ranges[2 * tile + 1] = (u32)(i);'
  'kernels/tile_binning.cu|counts[k] = tiles_touched[order[k]];|counts[k] = tiles_touched[k];'
  'kernels/tile_binning.cu|    u64 off = offsets[k];|    u64 off = offsets[i];'

@@ -253,8 +253,9 @@ pub fn device_bytes_per_pixel(exposure: bool, depth: bool) -> u64 {
         }
 }
 
-/// Device bytes per tile intersection: 64-bit keys and 32-bit ids, double-buffered by the sort.
-pub const DEVICE_BYTES_PER_INTERSECTION: u64 = 24;
+/// Device bytes per tile intersection: 32-bit keys and 32-bit ids, double-buffered by the sort,
+/// and the sort histogram's share (the CUDA rasterizer's own count).
+pub const DEVICE_BYTES_PER_INTERSECTION: u64 = crate::render::cuda::BYTES_PER_INTERSECTION;
 
 /// What the device engine allocates, itemised (the `--vram-budget` plan).
 #[derive(Clone, Debug, PartialEq, Eq)]

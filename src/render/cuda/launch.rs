@@ -248,7 +248,7 @@ impl Kernels {
         n: u32,
         depths: &DeviceBuffer<f32>,
         radii: &DeviceBuffer<u32>,
-        keys: &mut DeviceBuffer<u64>,
+        keys: &mut DeviceBuffer<u32>,
         ids: &mut DeviceBuffer<u32>,
     ) -> Result<(), CudaError> {
         if n == 0 {
@@ -298,12 +298,11 @@ impl Kernels {
         conics: &DeviceBuffer<f32>,
         opacities: &DeviceBuffer<f32>,
         radii: &DeviceBuffer<u32>,
-        depths: &DeviceBuffer<f32>,
         offsets: &DeviceBuffer<u64>,
         tiles_x: u32,
         tiles_y: u32,
         m: u64,
-        keys: &mut DeviceBuffer<u64>,
+        keys: &mut DeviceBuffer<u32>,
         ids: &mut DeviceBuffer<u32>,
     ) -> Result<(), CudaError> {
         if n == 0 || m == 0 {
@@ -315,7 +314,6 @@ impl Kernels {
         check("conics [N,3]", conics.len(), 3 * nu)?;
         check("opacities [N]", opacities.len(), nu)?;
         check("radii [N]", radii.len(), nu)?;
-        check("depths [N]", depths.len(), nu)?;
         check("offsets [N+1]", offsets.len(), nu + 1)?;
         check("keys [M]", keys.len(), m as usize)?;
         check("ids [M]", ids.len(), m as usize)?;
@@ -327,7 +325,6 @@ impl Kernels {
             conics.arg(),
             opacities.arg(),
             radii.arg(),
-            depths.arg(),
             offsets.arg(),
             U32(tiles_x),
             U32(tiles_y),
@@ -345,7 +342,7 @@ impl Kernels {
     pub fn tile_ranges(
         &self,
         m: u64,
-        keys: &DeviceBuffer<u64>,
+        keys: &DeviceBuffer<u32>,
         num_tiles: usize,
         ranges: &mut DeviceBuffer<u32>,
     ) -> Result<(), CudaError> {
@@ -365,7 +362,7 @@ impl Kernels {
     pub fn radix_histogram(
         &self,
         m: u64,
-        keys: &DeviceBuffer<u64>,
+        keys: &DeviceBuffer<u32>,
         shift: u32,
         hist: &mut DeviceBuffer<u32>,
     ) -> Result<(), CudaError> {
@@ -390,11 +387,11 @@ impl Kernels {
     pub fn radix_scatter(
         &self,
         m: u64,
-        keys_in: &DeviceBuffer<u64>,
+        keys_in: &DeviceBuffer<u32>,
         vals_in: &DeviceBuffer<u32>,
         shift: u32,
         hist: &DeviceBuffer<u32>,
-        keys_out: &mut DeviceBuffer<u64>,
+        keys_out: &mut DeviceBuffer<u32>,
         vals_out: &mut DeviceBuffer<u32>,
     ) -> Result<(), CudaError> {
         if m == 0 {

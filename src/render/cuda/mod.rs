@@ -1,7 +1,8 @@
 //! The CUDA backend: [`CudaRasterizer`] implements [`Rasterizer`] with the same math as the
 //! CPU reference ([`crate::render::cpu`], the oracle), stage for stage:
 //! `project_fwd` → intersection count (exclusive scan) → device-memory preflight →
-//! `emit_keys` → stable radix sort of (tile | depth) keys → `tile_ranges` → `rasterize_fwd`,
+//! depth sort → `emit_keys` in depth order → stable radix sort by tile id → `tile_ranges` →
+//! `rasterize_fwd`,
 //! and backward `rasterize_bwd` → `project_bwd` (with [`RenderOptions::pose_grad`]:
 //! `project_bwd_pose` → `pose_finish`).
 //!
@@ -49,10 +50,10 @@ use launch::{
 };
 pub use resident::DeviceGaussians;
 
-/// Device bytes per tile intersection: two u64 key buffers and two u32 id buffers (the sort
+/// Device bytes per tile intersection: two u32 key buffers and two u32 id buffers (the sort
 /// ping-pongs), plus the sort histogram's share (RADIX u32 counters per SORT_BLOCK keys).
 pub const BYTES_PER_INTERSECTION: u64 =
-    2 * 8 + 2 * 4 + 4 * sort::RADIX as u64 / kernels::SORT_BLOCK as u64;
+    2 * 4 + 2 * 4 + 4 * sort::RADIX as u64 / kernels::SORT_BLOCK as u64;
 
 /// Device memory left untouched by the preflight: the driver needs room for launches, and
 /// allocations round up to 2 MiB pages; 256 MiB is ~0.3 % of an 80 GB GPU and still leaves
@@ -161,12 +162,12 @@ struct Bufs {
     /// (cpu::binning::Reach).
     tiles_touched: DeviceBuffer<u64>,
     /// The per-Gaussian depth sort (ping-pong) and the tile counts in depth order (scanned).
-    dkeys: [DeviceBuffer<u64>; 2],
+    dkeys: [DeviceBuffer<u32>; 2],
     dids: [DeviceBuffer<u32>; 2],
     counts: DeviceBuffer<u64>,
     scan64: Vec<DeviceBuffer<u64>>,
     scan32: Vec<DeviceBuffer<u32>>,
-    keys: [DeviceBuffer<u64>; 2],
+    keys: [DeviceBuffer<u32>; 2],
     ids: [DeviceBuffer<u32>; 2],
     hist: DeviceBuffer<u32>,
     ranges: DeviceBuffer<u32>,
@@ -207,12 +208,12 @@ impl Bufs {
             depths: f()?,
             radii: u()?,
             tiles_touched: w()?,
-            dkeys: [w()?, w()?],
+            dkeys: [u()?, u()?],
             dids: [u()?, u()?],
             counts: w()?,
             scan64: Vec::new(),
             scan32: Vec::new(),
-            keys: [w()?, w()?],
+            keys: [u()?, u()?],
             ids: [u()?, u()?],
             hist: u()?,
             ranges: u()?,
@@ -557,7 +558,6 @@ impl CudaRasterizer {
             &b.conics,
             &b.opacities,
             &b.radii,
-            &b.depths,
             &b.counts,
             cam.tiles_x,
             cam.tiles_y,
@@ -570,8 +570,8 @@ impl CudaRasterizer {
         let sorted = sort::sort_pairs(
             &self.k,
             m,
-            32,
-            sort::key_bits(ntiles),
+            0,
+            sort::tile_bits(ntiles),
             &mut b.keys,
             &mut b.ids,
             &mut b.hist,
@@ -1219,10 +1219,10 @@ impl CudaRasterizer {
     /// for checking the sort against a CPU stable sort.
     pub fn sort_pairs(
         &mut self,
-        keys: &[u64],
+        keys: &[u32],
         vals: &[u32],
         bits: u32,
-    ) -> Result<(Vec<u64>, Vec<u32>), CudaError> {
+    ) -> Result<(Vec<u32>, Vec<u32>), CudaError> {
         assert_eq!(
             keys.len(),
             vals.len(),

@@ -1,4 +1,4 @@
-//! Host side of the GPU radix sort (`kernels/sort.cu`): a stable LSD sort of u64 keys with u32
+//! Host side of the GPU radix sort (`kernels/sort.cu`): a stable LSD sort of u32 keys with u32
 //! values, running only the digit passes that cover the key's significant bits.
 
 use crate::device::DeviceBuffer;
@@ -15,11 +15,11 @@ pub fn hist_len(m: u64) -> usize {
     m.div_ceil(SORT_BLOCK as u64) as usize * RADIX
 }
 
-/// End of the significant key bits for a render with `num_tiles` tiles: 32 depth bits plus
-/// enough bits for the largest tile id (`num_tiles − 1`).
-pub fn key_bits(num_tiles: usize) -> u32 {
-    let max_tile = num_tiles.saturating_sub(1) as u64;
-    32 + (64 - max_tile.leading_zeros())
+/// Significant bits of a tile id in a render with `num_tiles` tiles: enough for the largest
+/// (`num_tiles − 1`); 0 for one tile, which needs no sort.
+pub fn tile_bits(num_tiles: usize) -> u32 {
+    let max_tile = num_tiles.saturating_sub(1) as u32;
+    32 - max_tile.leading_zeros()
 }
 
 /// Sorts `keys[0][..m]` / `vals[0][..m]` stably by key bits `begin_bit..end_bit` (the other
@@ -31,7 +31,7 @@ pub fn sort_pairs(
     m: u64,
     begin_bit: u32,
     end_bit: u32,
-    keys: &mut [DeviceBuffer<u64>; 2],
+    keys: &mut [DeviceBuffer<u32>; 2],
     vals: &mut [DeviceBuffer<u32>; 2],
     hist: &mut DeviceBuffer<u32>,
     scan_tmp: &mut Vec<DeviceBuffer<u32>>,
@@ -63,11 +63,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_bits_cover_the_largest_tile() {
-        assert_eq!(key_bits(1), 32);
-        assert_eq!(key_bits(2), 33);
+    fn tile_bits_cover_the_largest_tile() {
+        assert_eq!(tile_bits(1), 0);
+        assert_eq!(tile_bits(2), 1);
+        assert_eq!(tile_bits(3), 2);
         // 1080p with 16-pixel tiles: 120 × 68 = 8160 tiles → 13 bits.
-        assert_eq!(key_bits(120 * 68), 45);
+        assert_eq!(tile_bits(120 * 68), 13);
+        assert_eq!(tile_bits(8192), 13);
+        assert_eq!(tile_bits(8193), 14);
         assert_eq!(hist_len(1), RADIX);
         assert_eq!(hist_len(SORT_BLOCK as u64 + 1), 2 * RADIX);
     }
