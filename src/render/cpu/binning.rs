@@ -178,7 +178,10 @@ impl<F: Real> Reach<F> {
         let px_lo = (self.mx - dx_hi) - self.pad_x;
         let px_hi = (self.mx - dx_lo) + self.pad_x;
         // A NaN (an overflow inside) must keep the row, never drop it.
-        if px_lo.partial_cmp(&px_hi).is_none_or(|o| o == Ordering::Greater) {
+        if px_lo
+            .partial_cmp(&px_hi)
+            .is_none_or(|o| o == Ordering::Greater)
+        {
             return (x0, x1);
         }
         let (fx0, fx1) = (F::from_f64(x0 as f64), F::from_f64(x1 as f64));
