@@ -11,7 +11,8 @@
 #if !defined(GS_TILE_SIZE) || !defined(GS_NEAR_PLANE) || !defined(GS_DILATION) ||            \
     !defined(GS_ALPHA_MAX) || !defined(GS_ALPHA_MIN) || !defined(GS_T_MIN) ||                \
     !defined(GS_SIGMA_CUT_SLACK) || !defined(GS_SUPPORT_PAD_REL) ||                          \
-    !defined(GS_SUPPORT_PAD_PX) || !defined(GS_SCAN_BLOCK) || !defined(GS_SCAN_ITEMS) ||      \
+    !defined(GS_SUPPORT_PAD_PX) || !defined(GS_SIGMA_ROUNDING) || !defined(GS_SCAN_BLOCK) ||  \
+    !defined(GS_SCAN_ITEMS) ||                                                                \
     !defined(GS_SORT_BLOCK) || !defined(GS_RADIX_BITS) || !defined(GS_CAM_LEN) ||             \
     !defined(GS_ELEMENT_BLOCK)
 #error "ramsplat kernels need the -D constants built by src/render/cuda/kernels.rs"
@@ -97,10 +98,12 @@ struct Reach {
 // False when the splat reaches no tile (its ellipse is empty, or its box misses the grid).
 __device__ __forceinline__ bool reach_of(float mx, float my, const float conic[3], float opacity,
                                          float radius, u32 tiles_x, u32 tiles_y, Reach& r) {
-    const float cut = logf(255.0f * opacity) + (float)GS_SIGMA_CUT_SLACK;
-    if (cut < 0.0f) return false;
+    const float cut0 = logf(255.0f * opacity) + (float)GS_SIGMA_CUT_SLACK;
+    if (cut0 < 0.0f) return false;
     const float a = conic[0], b = conic[1], c = conic[2];
     const float det = a * c - b * b;
+    // Widened by the rounding bound of σ at a pixel (cpu::binning::SIGMA_ROUNDING).
+    const float cut = cut0 + cut0 * ((float)GS_SIGMA_ROUNDING * (a * c / det));
     const float two_s = 2.0f * cut / det;
     const float hx = sqrtf(two_s * c), hy = sqrtf(two_s * a);
     const float pad_rel = (float)GS_SUPPORT_PAD_REL;

@@ -5,9 +5,11 @@
 //! its α-support ellipse reaches. Outside the ellipse `σ ≤ ln(255·o)` a splat has `α < 1/255`
 //! and every pixel skips it; the ellipse is padded exactly as the CPU rasterizer pads it when it
 //! clips each splat's pixels to it (its support box and per-row spans, see
-//! [`rasterize`](super::rasterize)). A tile the padded ellipse misses holds no pixel the splat
-//! reaches, so dropping it changes no image, transmittance or gradient, only how many
-//! intersections are sorted and walked.
+//! [`rasterize`](super::rasterize)), and widened by the bound on the rounding of `σ` at a pixel
+//! ([`SIGMA_ROUNDING`]), which only needle-like splats notice. A tile the widened ellipse
+//! misses holds no pixel the splat reaches, not even by the rasterizers' f32 test, so dropping
+//! it changes no image, transmittance or gradient, only how many intersections are sorted and
+//! walked.
 //!
 //! Two steps. First the box: per axis the smaller of the radius and the ellipse's padded
 //! half-width ([`support`]); both boxes are centred on the mean, so this box's tiles
@@ -117,6 +119,13 @@ impl<F: Real> Reach<F> {
             return None;
         }
         let cut = sigma_cut(s.opacity);
+        if cut < F::ZERO {
+            return None;
+        }
+        let [a, b, c] = s.conic;
+        let det = a * c - b * b;
+        // Widened by the rounding bound of σ at a pixel ([`SIGMA_ROUNDING`]).
+        let cut = cut + cut * (F::from_f64(SIGMA_ROUNDING) * (a * c / det));
         // A half-width that overflows (NaN or ∞) leaves the radius: `min` ignores a NaN.
         let (ex, ey) = support(s.conic, cut)?;
         let r = F::from_f64(s.radius as f64);
@@ -124,8 +133,6 @@ impl<F: Real> Reach<F> {
         if rect[0] >= rect[1] || rect[2] >= rect[3] {
             return None;
         }
-        let [a, b, c] = s.conic;
-        let det = a * c - b * b;
         let two_s = F::from_f64(2.0) * cut / det;
         let (hx, hy) = ((two_s * c).sqrt(), (two_s * a).sqrt());
         let pad_rel = F::from_f64(SUPPORT_PAD_REL);
@@ -213,6 +220,15 @@ impl<F: Real> Reach<F> {
         }
     }
 }
+
+/// How far the f32 value of `σ` at a pixel can fall below the exact one, relative to
+/// `σ·ac/det`: the rasterizers evaluate `½(a·dx² + c·dy²) + b·dx·dy` in f32, a few roundings
+/// each of at most ε relative to its term, in all at most `4ε·(a·dx² + c·dy²)`, and
+/// `a·dx² + c·dy² ≤ 4σ·ac/det` (the conic's diagonal against the conic). So binning widens the
+/// cut-off `s` to `s·(1 + 16ε·ac/det)`: where the widened ellipse ends, no pixel's f32 `σ` can
+/// reach `s`. It matters only for needle-like splats (`ac/det` in the thousands); the support
+/// padding covers the rest.
+pub const SIGMA_ROUNDING: f64 = 16.0 * f32::EPSILON as f64;
 
 /// Gaussians per parallel work item of [`tile_binning`].
 const CHUNK: usize = 1024;

@@ -287,13 +287,28 @@ pub(super) fn random_scene(rng: &mut Rng, n: usize, degree: u32, spread: f64) ->
 }
 
 /// Binning against brute force: each tile's list holds exactly the splats binned there, front
-/// to back by (depth, index); every binned tile is one both the 3σ box and the α-support box
-/// meet; and of those, every tile left out has no pixel centre where the splat reaches
-/// `α ≥ 1/255` (`σ ≤ ln(255·o)`, in f64), so leaving it out changes nothing.
+/// to back by (depth, index); every binned tile is one both the 3σ box and the (widened)
+/// α-support box meet; and of those, every tile left out has no pixel centre where the splat
+/// reaches `α ≥ 1/255`, neither exactly (`σ ≤ ln(255·o)` in f64) nor by the rasterizers' own
+/// f32 test, so leaving it out changes nothing. Two scenes: varied splats, and needles (one
+/// axis ×e^3.5, the others thinner), whose f32 `σ` rounds worst.
 #[test]
 fn tile_binning_matches_brute_force() {
+    for (seed, needles) in [(5u64, false), (6, true)] {
+        brute_force_binning(seed, needles);
+    }
+}
+
+fn brute_force_binning(seed: u64, needles: bool) {
     let cam = camera(100, 70, 80.0, 50.0, 35.0);
-    let g = random_scene(&mut Rng::new(5), 300, 1, 2.5);
+    let mut g = random_scene(&mut Rng::new(seed), 300, 1, 2.5);
+    if needles {
+        for (i, s) in g.log_scales.iter_mut().enumerate() {
+            for (k, v) in s.iter_mut().enumerate() {
+                *v += if k == i % 3 { 3.5 } else { -1.0 };
+            }
+        }
+    }
     let mut r = CpuRasterizer::<f32>::new();
     let mut out = RenderOutput::default();
     r.forward(&g, &cam, &opts([0.0; 3]), &mut out).unwrap();
@@ -303,6 +318,7 @@ fn tile_binning_matches_brute_force() {
     let splats = r.splats();
     assert!(splats.iter().filter(|s| s.radius > 0).count() > 100);
     let (mut total, mut by_radius, mut by_boxes) = (0, 0, 0);
+    let mut worst_ac_det = 0.0f64;
     for ty in 0..ty_n {
         for tx in 0..tx_n {
             // Tile [16tx, 16tx+16) meets the closed box [m − r, m + r] on both axes.
@@ -317,7 +333,12 @@ fn tile_binning_matches_brute_force() {
                 let m = (s.mean2d[0] as f64, s.mean2d[1] as f64);
                 let in_radius = s.radius > 0 && meets(m, (r, r));
                 by_radius += usize::from(in_radius);
-                let support = rasterize::support(s.conic, rasterize::sigma_cut(s.opacity));
+                let [a, b, c] = s.conic;
+                let ac_det = (a * c / (a * c - b * b)) as f64;
+                let cut = rasterize::sigma_cut(s.opacity);
+                let widened =
+                    cut + cut * (binning::SIGMA_ROUNDING as f32 * (a * c / (a * c - b * b)));
+                let support = rasterize::support(s.conic, widened).filter(|_| cut >= 0.0);
                 let in_boxes =
                     in_radius && support.is_some_and(|(ex, ey)| meets(m, (ex as f64, ey as f64)));
                 by_boxes += usize::from(in_boxes);
@@ -325,17 +346,32 @@ fn tile_binning_matches_brute_force() {
                     assert!(in_boxes, "tile {tx},{ty}: splat {i} outside its boxes");
                     want.push(i as u32);
                 } else if in_boxes {
-                    let [a, b, c] = s.conic.map(f64::from);
-                    let cut = (255.0 * s.opacity as f64).ln();
+                    worst_ac_det = worst_ac_det.max(ac_det);
+                    let exact_cut = (255.0 * s.opacity as f64).ln();
                     for py in (16 * ty..16 * ty + 16).filter(|&y| y < 70) {
                         for px in (16 * tx..16 * tx + 16).filter(|&x| x < 100) {
+                            let [a, b, c] = s.conic.map(f64::from);
                             let dx = m.0 - (px as f64 + 0.5);
                             let dy = m.1 - (py as f64 + 0.5);
                             let sigma = 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy;
                             assert!(
-                                sigma > cut,
+                                sigma > exact_cut,
                                 "tile {tx},{ty}: splat {i} reaches pixel {px},{py} (σ {sigma}, \
-                                 cut {cut}) but is not binned there"
+                                 cut {exact_cut}) but is not binned there"
+                            );
+                            // The rasterizers' own f32 test at that pixel.
+                            let [a, b, c] = s.conic;
+                            let dx = s.mean2d[0] - (px as f32 + 0.5);
+                            let dy = s.mean2d[1] - (py as f32 + 0.5);
+                            let sigma = 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy;
+                            let skipped = sigma < 0.0
+                                || sigma > cut
+                                || (s.opacity * (-sigma).exp()).min(rasterize::ALPHA_MAX as f32)
+                                    < rasterize::ALPHA_MIN as f32;
+                            assert!(
+                                skipped,
+                                "tile {tx},{ty}: splat {i} passes the f32 test at pixel \
+                                 {px},{py} (σ {sigma}) but is not binned there"
                             );
                         }
                     }
@@ -355,9 +391,18 @@ fn tile_binning_matches_brute_force() {
     assert_eq!(out.num_intersections as usize, total);
     // Both narrowings must have kept tiles off (opacities down to sigmoid(−2) ≈ 0.12 and
     // anisotropic splats), or this checks 3DGS's rule alone.
-    println!("MEASURED intersections: {total}, boxes alone {by_boxes}, 3σ box alone {by_radius}");
+    println!(
+        "MEASURED seed {seed}: intersections {total}, boxes alone {by_boxes}, 3σ box alone \
+         {by_radius}; largest ac/det among dropped tiles' splats {worst_ac_det:.1}"
+    );
     assert!(by_boxes * 10 < by_radius * 9, "{by_boxes} of {by_radius}");
     assert!(total * 20 < by_boxes * 19, "{total} of {by_boxes}");
+    if needles {
+        assert!(
+            worst_ac_det > 100.0,
+            "no needle lost a tile: {worst_ac_det}"
+        );
+    }
 }
 
 #[test]
