@@ -333,10 +333,8 @@ fn check_scene(
     let cs = cpu_r.splats();
     let gs = gpu_r.splats().unwrap();
     assert_eq!(cs.len(), gs.len());
-    let (c_tiles, g_tiles) = (
-        tiles_of(cpu_r.bins(), cs.len()),
-        tiles_of(&gpu_r.bins().unwrap(), gs.len()),
-    );
+    let (cb, gb) = (cpu_r.bins(), gpu_r.bins().unwrap());
+    let (c_tiles, g_tiles) = (tiles_of(cb, cs.len()), tiles_of(&gb, gs.len()));
     let tile_flips = (0..cs.len()).filter(|&i| c_tiles[i] != g_tiles[i]).count();
     let flipped: Vec<bool> = (0..cs.len())
         .map(|i| cs[i].radius != gs[i].radius || c_tiles[i] != g_tiles[i])
@@ -411,8 +409,6 @@ fn check_scene(
     assert!(cs.iter().any(|s| s.radius == 0) || n < 10);
 
     // Stage 2: tile lists, with the flipped Gaussians removed from both sides.
-    let cb = cpu_r.bins();
-    let gb = gpu_r.bins().unwrap();
     assert_eq!(
         cb.tile_offsets.len(),
         gb.tile_offsets.len(),

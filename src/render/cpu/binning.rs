@@ -296,7 +296,9 @@ pub fn tile_binning<F: Real>(
     let ntiles = bins.num_tiles();
 
     // Every visible Gaussian's tiles, in depth order, into `pair_tiles`: each chunk of CHUNK
-    // Gaussians fills its own contiguous range, in parallel.
+    // Gaussians fills its own contiguous range, in parallel. `Reach` is recomputed rather than
+    // kept from the count (~60 B per Gaussian the memory plan would have to hold; it is cheap
+    // next to the writes, and the same floats give the same tiles).
     bins.pair_tiles.clear();
     bins.pair_tiles.resize(count as usize, 0);
     let mut ranges = Vec::with_capacity(bins.counts.len().div_ceil(CHUNK));

@@ -10,7 +10,7 @@
 //! Loss: `L = Σ w·image` with fixed pseudo-random weights `w`, so `∂L/∂image = w`; with the
 //! inverse-depth plane, `+ Σ w'·inv_depth` (the weights after the image's).
 
-use super::tests::camera;
+use super::tests::{camera, Converted};
 use super::*;
 use crate::rng::Rng;
 
@@ -23,28 +23,10 @@ const H: f64 = 1e-6;
 const ABS_TOL: f64 = 1e-5;
 const REL_TOL: f64 = 1e-5;
 
-#[derive(Clone)]
-struct Scene {
-    means: Vec<[f64; 3]>,
-    log_scales: Vec<[f64; 3]>,
-    rotations: Vec<[f64; 4]>,
-    logit_opacities: Vec<f64>,
-    sh_degree: u32,
-    sh: Vec<[f64; 3]>,
-}
+/// A scene in f64, owned (the tests' [`Converted`] of an f32 model, or built directly).
+type Scene = Converted<f64>;
 
-impl Scene {
-    fn params(&self) -> GaussianParams<'_, f64> {
-        GaussianParams {
-            means: &self.means,
-            log_scales: &self.log_scales,
-            rotations: &self.rotations,
-            logit_opacities: &self.logit_opacities,
-            sh_degree: self.sh_degree,
-            sh: &self.sh,
-        }
-    }
-
+impl Converted<f64> {
     /// Every scalar parameter as (group name, index, &mut value).
     fn visit(&mut self, mut f: impl FnMut(&'static str, usize, &mut f64)) {
         for (i, v) in self.means.iter_mut().flatten().enumerate() {

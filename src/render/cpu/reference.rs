@@ -287,7 +287,7 @@ pub fn radius_bins<F: Real>(splats: &[Splat<F>], tiles_x: u32, tiles_y: u32) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{camera, random_scene};
+    use super::super::tests::{camera, random_scene, Converted};
     use super::super::*;
     use super::*;
     use crate::rng::Rng;
@@ -312,28 +312,10 @@ mod tests {
                 background: [0.3, 0.6, 0.9],
                 ..RenderOptions::default()
             };
-            let cast = |v: f32| F::from_f64(v as f64);
-            let (m, sc, q, o, sh) = (
-                g.means.iter().map(|v| v.map(cast)).collect::<Vec<_>>(),
-                g.log_scales.iter().map(|v| v.map(cast)).collect::<Vec<_>>(),
-                g.rotations.iter().map(|v| v.map(cast)).collect::<Vec<_>>(),
-                g.logit_opacities
-                    .iter()
-                    .map(|&v| cast(v))
-                    .collect::<Vec<_>>(),
-                g.sh.iter().map(|v| v.map(cast)).collect::<Vec<_>>(),
-            );
-            let params = GaussianParams {
-                means: &m,
-                log_scales: &sc,
-                rotations: &q,
-                logit_opacities: &o,
-                sh_degree: g.sh_degree,
-                sh: &sh,
-            };
+            let params = Converted::<F>::new(&g);
             let mut r = CpuRasterizer::<F>::new();
             let mut out = RenderOutput::default();
-            r.render(&params, &cam, &opts, &mut out).unwrap();
+            r.render(&params.params(), &cam, &opts, &mut out).unwrap();
             let splats = r.splats();
             let old = radius_bins(splats, r.bins().tiles_x, r.bins().tiles_y);
             let npix = (w * h) as usize;

@@ -524,37 +524,51 @@ fn backward_requires_matching_forward() {
     assert_eq!(grads.means.len(), 1);
 }
 
+/// Gaussian parameters in the precision `F`, owned: an f32 model converted ([`Self::new`]) to
+/// render it with `CpuRasterizer<F>`, or a scene built in that precision (`gradcheck`).
+#[derive(Clone)]
+pub(super) struct Converted<F> {
+    pub(super) means: Vec<[F; 3]>,
+    pub(super) log_scales: Vec<[F; 3]>,
+    pub(super) rotations: Vec<[F; 4]>,
+    pub(super) logit_opacities: Vec<F>,
+    pub(super) sh_degree: u32,
+    pub(super) sh: Vec<[F; 3]>,
+}
+
+impl<F: Real> Converted<F> {
+    pub(super) fn new(g: &Gaussians) -> Converted<F> {
+        let cast = |v: f32| F::from_f64(v as f64);
+        Converted {
+            means: g.means.iter().map(|v| v.map(cast)).collect(),
+            log_scales: g.log_scales.iter().map(|v| v.map(cast)).collect(),
+            rotations: g.rotations.iter().map(|v| v.map(cast)).collect(),
+            logit_opacities: g.logit_opacities.iter().map(|&v| cast(v)).collect(),
+            sh: g.sh.iter().map(|v| v.map(cast)).collect(),
+            sh_degree: g.sh_degree,
+        }
+    }
+
+    pub(super) fn params(&self) -> GaussianParams<'_, F> {
+        GaussianParams {
+            means: &self.means,
+            log_scales: &self.log_scales,
+            rotations: &self.rotations,
+            logit_opacities: &self.logit_opacities,
+            sh_degree: self.sh_degree,
+            sh: &self.sh,
+        }
+    }
+}
+
 /// Max |f32 − f64| over the image of `g` rendered by both precisions of the CPU rasterizer,
 /// and the f32 render.
 fn f32_vs_f64(g: &Gaussians, cam: &Camera, o: &RenderOptions) -> (f64, Vec<f32>) {
     let out32 = render(g, cam, o);
-    let (m, s, q, l, sh) = (
-        g.means.iter().map(|v| v.map(f64::from)).collect::<Vec<_>>(),
-        g.log_scales
-            .iter()
-            .map(|v| v.map(f64::from))
-            .collect::<Vec<_>>(),
-        g.rotations
-            .iter()
-            .map(|v| v.map(f64::from))
-            .collect::<Vec<_>>(),
-        g.logit_opacities
-            .iter()
-            .map(|&v| v as f64)
-            .collect::<Vec<_>>(),
-        g.sh.iter().map(|v| v.map(f64::from)).collect::<Vec<_>>(),
-    );
-    let p = GaussianParams {
-        means: &m,
-        log_scales: &s,
-        rotations: &q,
-        logit_opacities: &l,
-        sh_degree: g.sh_degree,
-        sh: &sh,
-    };
+    let p = Converted::<f64>::new(g);
     let mut r = CpuRasterizer::<f64>::new();
     let mut out64 = RenderOutput::default();
-    r.render(&p, cam, o, &mut out64).unwrap();
+    r.render(&p.params(), cam, o, &mut out64).unwrap();
     let max = out32
         .image
         .iter()
