@@ -765,17 +765,50 @@ fn radix_sort_is_a_stable_sort() {
 
 fn stable_sort(r: &mut CudaRasterizer) {
     let mut rng = Rng::new(99);
-    for m in [0usize, 1, 255, 256, 257, 10_000, 300_001] {
-        // Few distinct keys so stability is exercised.
-        let keys: Vec<u32> = (0..m)
-            .map(|_| ((rng.next_u64() % 1000) as u32) << 20)
-            .collect();
-        let vals: Vec<u32> = (0..m as u32).collect();
-        let (k, v) = r.sort_pairs(&keys, &vals, 32).unwrap();
-        let mut want: Vec<(u32, u32)> = keys.iter().copied().zip(vals.iter().copied()).collect();
-        want.sort_by_key(|p| p.0); // stable
-        let got: Vec<(u32, u32)> = k.into_iter().zip(v).collect();
-        assert_eq!(got, want, "{}: m = {m}", r.device().name());
+    // Sizes around the sort's tile (2048 keys per block, 256 per round) and across many tiles.
+    let sizes = [
+        0usize, 1, 255, 256, 257, 2047, 2048, 2049, 4096, 10_000, 300_001,
+    ];
+    // Key sets: few distinct keys (stability), one key everywhere (one digit fills a tile),
+    // full 32-bit keys, and runs of consecutive tile ids like emit_keys writes (a 1080p
+    // render's 8160 tiles, sorted by their 13 significant bits only).
+    type Keys = fn(&mut Rng, usize) -> Vec<u32>;
+    let kinds: [(&str, u32, Keys); 4] = [
+        ("few", 32, |rng, m| {
+            (0..m)
+                .map(|_| ((rng.next_u64() % 1000) as u32) << 20)
+                .collect()
+        }),
+        ("equal", 32, |_, m| vec![0xdead_beef; m]),
+        ("full", 32, |rng, m| {
+            (0..m).map(|_| rng.next_u64() as u32).collect()
+        }),
+        ("runs", 13, |rng, m| {
+            let mut keys = Vec::with_capacity(m);
+            while keys.len() < m {
+                let first = (rng.next_u64() % 8160) as u32;
+                let len = 1 + rng.next_u64() % 12;
+                keys.extend((first..8160).take(len as usize));
+            }
+            keys.truncate(m);
+            keys
+        }),
+    ];
+    for (kind, bits, make) in kinds {
+        for m in sizes {
+            let keys = make(&mut rng, m);
+            let vals: Vec<u32> = (0..m as u32).collect();
+            let (k, v) = r.sort_pairs(&keys, &vals, bits).unwrap();
+            let mut want: Vec<(u32, u32)> =
+                keys.iter().copied().zip(vals.iter().copied()).collect();
+            want.sort_by_key(|p| p.0); // stable
+            let got: Vec<(u32, u32)> = k.into_iter().zip(v).collect();
+            assert!(
+                got == want,
+                "{}: {kind} keys, m = {m}: the sort differs from a stable sort",
+                r.device().name()
+            );
+        }
     }
 }
 

@@ -27,10 +27,17 @@ use crate::device::ModuleSource;
 /// 1024 elements, so three levels cover 2³⁰ — more than any intersection count we accept.
 pub const SCAN_BLOCK: u32 = 256;
 pub const SCAN_ITEMS: u32 = 4;
-/// Elements (one per thread) per block of the radix sort.
+/// Threads per block of the radix sort.
 pub const SORT_BLOCK: u32 = 256;
+/// Elements per thread of the radix sort: a block sorts a tile of `SORT_BLOCK · SORT_ITEMS`
+/// (2048) keys, reordered in 16 KiB of shared memory (35 KiB in all, under the 48 KiB a block
+/// may declare statically). Larger tiles give longer runs per digit on the way out and a
+/// smaller histogram.
+pub const SORT_ITEMS: u32 = 8;
+/// Keys per block of the radix sort.
+pub const SORT_TILE: u32 = SORT_BLOCK * SORT_ITEMS;
 /// Bits per radix-sort digit: 256 buckets fit the 256-thread block's one-bucket-per-thread
-/// prefix step and make the 45-bit keys of a 1080p render a 6-pass sort.
+/// prefix step; a 1080p render's 13-bit tile ids take 2 passes, depths 4.
 pub const RADIX_BITS: u32 = 8;
 /// Threads per block of the one-thread-per-element kernels (projection, key emission), and of
 /// `pose_finish`: `project_bwd` sums the pose gradient over blocks of this size.
@@ -215,6 +222,7 @@ pub fn defines() -> Vec<(&'static str, String)> {
         ("GS_SCAN_BLOCK", SCAN_BLOCK.to_string()),
         ("GS_SCAN_ITEMS", SCAN_ITEMS.to_string()),
         ("GS_SORT_BLOCK", SORT_BLOCK.to_string()),
+        ("GS_SORT_ITEMS", SORT_ITEMS.to_string()),
         ("GS_RADIX_BITS", RADIX_BITS.to_string()),
         ("GS_CAM_LEN", CAM_LEN.to_string()),
         ("GS_ELEMENT_BLOCK", ELEMENT_BLOCK.to_string()),

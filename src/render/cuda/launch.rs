@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use super::kernels::{
-    Kernel, CAM_LEN, ELEMENT_BLOCK, POSE_LEN, SCAN_BLOCK, SCAN_ITEMS, SORT_BLOCK,
+    Kernel, CAM_LEN, ELEMENT_BLOCK, POSE_LEN, SCAN_BLOCK, SCAN_ITEMS, SORT_BLOCK, SORT_TILE,
 };
 use super::CudaError;
 use super::DeviceGaussians;
@@ -32,6 +32,15 @@ fn check(what: &'static str, got: usize, need: usize) -> Result<(), CudaError> {
 
 fn grid_1d(n: u64, block: u32) -> Result<LaunchConfig, CudaError> {
     Ok(LaunchConfig::linear(n, block)?)
+}
+
+/// The radix sort's grid over `m` keys: one block of SORT_BLOCK threads per SORT_TILE keys.
+fn sort_grid(m: u64) -> Result<LaunchConfig, CudaError> {
+    let tiles = LaunchConfig::linear(m, SORT_TILE)?;
+    Ok(LaunchConfig {
+        block: (SORT_BLOCK, 1, 1),
+        ..tiles
+    })
 }
 
 /// Gaussian parameters on the device ([N, …] like `Gaussians`).
@@ -369,7 +378,7 @@ impl Kernels {
         if m == 0 {
             return Ok(());
         }
-        let cfg = grid_1d(m, SORT_BLOCK)?;
+        let cfg = sort_grid(m)?;
         check("keys [M]", keys.len(), m as usize)?;
         check(
             "hist [RADIX, blocks]",
@@ -378,7 +387,7 @@ impl Kernels {
         )?;
         let args = [U64(m), keys.arg(), U32(shift), hist.arg()];
         // SAFETY: matches radix_histogram in kernels/sort.cu; hist holds RADIX·gridDim.x
-        // counters (checked) and the grid covers exactly ceil(m / SORT_BLOCK) blocks.
+        // counters (checked) and the grid covers exactly ceil(m / SORT_TILE) blocks.
         unsafe { self.go("radix_histogram", cfg, &args) }?;
         Ok(())
     }
@@ -397,7 +406,7 @@ impl Kernels {
         if m == 0 {
             return Ok(());
         }
-        let cfg = grid_1d(m, SORT_BLOCK)?;
+        let cfg = sort_grid(m)?;
         let mu = m as usize;
         check("keys_in [M]", keys_in.len(), mu)?;
         check("vals_in [M]", vals_in.len(), mu)?;

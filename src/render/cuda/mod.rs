@@ -51,9 +51,10 @@ use launch::{
 pub use resident::DeviceGaussians;
 
 /// Device bytes per tile intersection: two u32 key buffers and two u32 id buffers (the sort
-/// ping-pongs), plus the sort histogram's share (RADIX u32 counters per SORT_BLOCK keys).
+/// ping-pongs), plus the sort histogram's share (RADIX u32 counters per SORT_TILE keys, half a
+/// byte, counted as one).
 pub const BYTES_PER_INTERSECTION: u64 =
-    2 * 4 + 2 * 4 + 4 * sort::RADIX as u64 / kernels::SORT_BLOCK as u64;
+    2 * 4 + 2 * 4 + (4 * sort::RADIX as u64).div_ceil(kernels::SORT_TILE as u64);
 
 /// Device memory left untouched by the preflight: the driver needs room for launches, and
 /// allocations round up to 2 MiB pages; 256 MiB is ~0.3 % of an 80 GB GPU and still leaves

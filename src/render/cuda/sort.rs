@@ -3,16 +3,16 @@
 
 use crate::device::DeviceBuffer;
 
-use super::kernels::{RADIX_BITS, SORT_BLOCK};
+use super::kernels::{RADIX_BITS, SORT_TILE};
 use super::launch::Kernels;
 use super::CudaError;
 
 /// Buckets per digit.
 pub const RADIX: usize = 1 << RADIX_BITS;
 
-/// Histogram counters per sorted element: RADIX per block of SORT_BLOCK elements.
+/// Histogram counters for `m` sorted elements: RADIX per block's tile of SORT_TILE elements.
 pub fn hist_len(m: u64) -> usize {
-    m.div_ceil(SORT_BLOCK as u64) as usize * RADIX
+    m.div_ceil(SORT_TILE as u64) as usize * RADIX
 }
 
 /// Significant bits of a tile id in a render with `num_tiles` tiles: enough for the largest
@@ -72,6 +72,7 @@ mod tests {
         assert_eq!(tile_bits(8192), 13);
         assert_eq!(tile_bits(8193), 14);
         assert_eq!(hist_len(1), RADIX);
-        assert_eq!(hist_len(SORT_BLOCK as u64 + 1), 2 * RADIX);
+        assert_eq!(hist_len(SORT_TILE as u64), RADIX);
+        assert_eq!(hist_len(SORT_TILE as u64 + 1), 2 * RADIX);
     }
 }
