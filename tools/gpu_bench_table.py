@@ -112,9 +112,14 @@ def main():
         ph = ours["phases"]
         if ph:
             parts = ("upload", "render", "loss", "backward", "stats", "optimizer", "step")
+            stages = ("project", "binning", "rasterize", "rasterize_bwd", "project_bwd")
+            split = ""
+            if any(ph.get(k) for k in stages):
+                split = ("; the rasterizer's stages: "
+                         + ", ".join(f"{k} {ph.get(k, 0.0):.2f}" for k in stages))
             lines.append(f"ramsplat per step (median ms over {ph['steps']} steps from iteration "
                          f"{ph['from_iteration']}, {ph['clock']}): "
-                         + ", ".join(f"{k} {ph[k]:.2f}" for k in parts))
+                         + ", ".join(f"{k} {ph[k]:.2f}" for k in parts) + split)
     if gs:
         lines.append(f"gsplat: `{text(out / 'fox-gsplat.command')}` (seed {gs['seed']}, "
                      f"{gs['segments']} call(s), {gs['views']} test views; "

@@ -409,6 +409,11 @@ enum Phase {
 /// Queue time of each part of one profiled step on the device, in milliseconds: each phase
 /// runs from the previous phase's end, so the parts add up to `step` (time the queue waited for
 /// the host included, as CUDA events measure it). Phases a step does not run are 0.
+///
+/// On the device engine the render and the backward are also split into the rasterizer's
+/// stages ([`Self::parts`]): `project`, `binning` (depth sort, key emission, tile sort and
+/// ranges) and `rasterize` add up to `render`; `rasterize_bwd` and `project_bwd` to `backward`.
+/// The CPU engine leaves them 0, as do reports written before they existed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseTimes {
     pub upload: f64,
@@ -418,6 +423,16 @@ pub struct PhaseTimes {
     pub stats: f64,
     pub optimizer: f64,
     pub step: f64,
+    #[serde(default)]
+    pub project: f64,
+    #[serde(default)]
+    pub binning: f64,
+    #[serde(default)]
+    pub rasterize: f64,
+    #[serde(default)]
+    pub rasterize_bwd: f64,
+    #[serde(default)]
+    pub project_bwd: f64,
 }
 
 impl PhaseTimes {
@@ -431,6 +446,18 @@ impl PhaseTimes {
             ("stats", self.stats),
             ("optimizer", self.optimizer),
             ("step", self.step),
+        ]
+    }
+
+    /// The render's and the backward's stages, in the step's order (all 0 where the engine
+    /// does not split them).
+    pub fn parts(&self) -> [(&'static str, f64); 5] {
+        [
+            ("project", self.project),
+            ("binning", self.binning),
+            ("rasterize", self.rasterize),
+            ("rasterize_bwd", self.rasterize_bwd),
+            ("project_bwd", self.project_bwd),
         ]
     }
 
@@ -453,6 +480,11 @@ impl PhaseTimes {
             stats: med(|p| p.stats),
             optimizer: med(|p| p.optimizer),
             step: med(|p| p.step),
+            project: med(|p| p.project),
+            binning: med(|p| p.binning),
+            rasterize: med(|p| p.rasterize),
+            rasterize_bwd: med(|p| p.rasterize_bwd),
+            project_bwd: med(|p| p.project_bwd),
         }
     }
 }
@@ -869,6 +901,7 @@ impl DeviceEngine {
     /// Starts profiling the step about to run (see [`PhaseTimes`]).
     pub fn profile_start(&mut self) -> Result<(), DeviceEngineError> {
         self.marks = Some(vec![(Phase::Start, self.dev.mark()?)]);
+        self.raster.set_queue_profiling(true);
         Ok(())
     }
 
@@ -895,6 +928,18 @@ impl DeviceEngine {
         }
         if let (Some(first), Some(last)) = (marks.first(), marks.last()) {
             t.step = last.1.ms_since(&first.1)?;
+        }
+        let stages = self.raster.queue_stages();
+        self.raster.set_queue_profiling(false);
+        for (name, ms) in stages? {
+            match name {
+                "project" => t.project += ms,
+                "depth sort + scan" | "emit keys" | "sort + ranges" => t.binning += ms,
+                "rasterize fwd" => t.rasterize += ms,
+                "rasterize bwd" => t.rasterize_bwd += ms,
+                "project bwd" => t.project_bwd += ms,
+                _ => {}
+            }
         }
         Ok(Some(t))
     }

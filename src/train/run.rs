@@ -779,15 +779,21 @@ fn phase_report(
         Some(d) if !d.is_emulated() => "device queue (CUDA events)",
         _ => "host clock",
     };
-    let parts: Vec<String> = m
-        .entries()
-        .iter()
-        .map(|(name, ms)| format!("{name} {ms:.2}"))
-        .collect();
+    let list = |e: &[(&str, f64)]| {
+        e.iter()
+            .map(|(name, ms)| format!("{name} {ms:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let stages = if m.parts().iter().any(|&(_, ms)| ms > 0.0) {
+        format!("; the rasterizer's stages: {}", list(&m.parts()))
+    } else {
+        String::new()
+    };
     on_event(Event::Line(format!(
-        "phases (median ms over {} steps from iteration {from}, {clock}): {}",
+        "phases (median ms over {} steps from iteration {from}, {clock}): {}{stages}",
         samples.len(),
-        parts.join(", ")
+        list(&m.entries()),
     )));
     Some(report::PhaseReport {
         clock: clock.to_owned(),

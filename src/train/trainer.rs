@@ -1563,6 +1563,7 @@ impl Trainer {
                 stats: 1e3 * tm.densify,
                 optimizer: 1e3 * tm.optimizer,
                 step: 1e3 * tm.total,
+                ..PhaseTimes::default()
             }),
             _ => device_phases,
         };
@@ -3499,10 +3500,20 @@ mod tests {
                     assert!(ms >= 0.0 && ms.is_finite(), "{name}: {ms}");
                 }
                 assert!(p.render > 0.0 && p.backward > 0.0, "{p:?}");
+                let stages = p.parts().map(|(_, ms)| ms);
                 if on_device {
                     assert!((parts - p.step).abs() <= 1e-6 * p.step.max(1.0), "{p:?}");
+                    // The rasterizer's stages, inside the render and the backward.
+                    assert!(stages.iter().all(|&ms| ms > 0.0), "{p:?}");
+                    let slack = 1e-6 * p.step.max(1.0);
+                    assert!(stages[..3].iter().sum::<f64>() <= p.render + slack, "{p:?}");
+                    assert!(
+                        stages[3..].iter().sum::<f64>() <= p.backward + slack,
+                        "{p:?}"
+                    );
                 } else {
                     assert!(parts <= p.step * (1.0 + 1e-9), "{p:?}");
+                    assert_eq!(stages, [0.0; 5], "the CPU engine does not split its render");
                 }
             }
         }

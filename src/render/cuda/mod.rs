@@ -35,7 +35,7 @@ pub mod sort;
 
 pub use error::CudaError;
 
-use crate::device::{copy_between, Device, DeviceBuffer, Element};
+use crate::device::{copy_between, Device, DeviceBuffer, Element, TimeMark};
 use crate::render::cpu::binning::{TileBins, REPORTED_LARGEST};
 use crate::render::cpu::{CameraF, GaussianParams, Splat, SplatGrad};
 use crate::render::{
@@ -90,16 +90,41 @@ fn download_rows<const C: usize>(
     Ok(())
 }
 
-/// Ends the current stage (profiling only): waits for the device, records the time since the
-/// previous mark under `name`.
+/// Ends the current stage (profiling only): see [`Profile`].
 fn mark(dev: &Device, profile: &mut Option<Profile>, name: &'static str) -> Result<(), CudaError> {
-    if let Some(p) = profile {
-        dev.synchronize()?;
-        let now = std::time::Instant::now();
-        if let Some(t) = p.last {
-            p.stages.push((name, (now - t).as_secs_f64()));
+    match profile {
+        None => {}
+        Some(Profile::Synced { last, stages }) => {
+            dev.synchronize()?;
+            let now = std::time::Instant::now();
+            if let Some(t) = *last {
+                stages.push((name, (now - t).as_secs_f64()));
+            }
+            *last = Some(now);
         }
-        p.last = Some(now);
+        Some(Profile::Queued { marks }) => marks.push((Some(name), dev.mark()?)),
+    }
+    Ok(())
+}
+
+/// Starts a timed region (a forward or a backward; profiling only): the next [`mark`]
+/// measures from here. `fresh` (a forward) also drops the previous forward and backward's
+/// stages.
+fn begin_stages(dev: &Device, profile: &mut Option<Profile>, fresh: bool) -> Result<(), CudaError> {
+    match profile {
+        None => {}
+        Some(Profile::Synced { last, stages }) => {
+            if fresh {
+                stages.clear();
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        Some(Profile::Queued { marks }) => {
+            if fresh {
+                marks.clear();
+            }
+            marks.push((None, dev.mark()?));
+        }
     }
     Ok(())
 }
@@ -298,13 +323,23 @@ struct Staging {
     w: Vec<u64>,
 }
 
-/// Stage timing for benchmarks: the device is synchronised at every mark, so each stage's
-/// host-measured time includes exactly its own device work. Off by default (the
-/// synchronisations cost overlap).
-#[derive(Debug, Default)]
-struct Profile {
-    last: Option<std::time::Instant>,
-    stages: Vec<(&'static str, f64)>,
+/// Per-stage timing of a forward and its backward, off by default. The stages are the
+/// pipeline's: projection, depth sort, key emission, tile sort, rasterization, and back.
+#[derive(Debug)]
+enum Profile {
+    /// For benchmarks ([`CudaRasterizer::set_profiling`]): the device is synchronised at
+    /// every mark, so each stage's host-measured time includes exactly its own device work
+    /// (the synchronisations cost the overlap of launches with work).
+    Synced {
+        last: Option<std::time::Instant>,
+        stages: Vec<(&'static str, f64)>,
+    },
+    /// For training profiles ([`CudaRasterizer::set_queue_profiling`]): a mark in the queue at
+    /// every stage's end and at each region's start (`None`), nothing waits; read once the
+    /// step is done ([`CudaRasterizer::queue_stages`]).
+    Queued {
+        marks: Vec<(Option<&'static str>, TimeMark)>,
+    },
 }
 
 impl CudaRasterizer {
@@ -340,15 +375,45 @@ impl CudaRasterizer {
         })
     }
 
-    /// Turns per-stage timing on or off (see [`Self::stage_times`]).
+    /// Turns synchronised per-stage timing on or off (see [`Self::stage_times`]): for
+    /// benchmarks, since every stage waits for the device.
     pub fn set_profiling(&mut self, on: bool) {
-        self.profile = on.then(Profile::default);
+        self.profile = on.then(|| Profile::Synced {
+            last: None,
+            stages: Vec::new(),
+        });
     }
 
-    /// Seconds per stage of the last forward and backward (empty unless profiling is on),
-    /// in the order the stages ran.
+    /// Seconds per stage of the last forward and backward (empty unless
+    /// [`Self::set_profiling`] is on), in the order the stages ran.
     pub fn stage_times(&self) -> &[(&'static str, f64)] {
-        self.profile.as_ref().map_or(&[], |p| p.stages.as_slice())
+        match &self.profile {
+            Some(Profile::Synced { stages, .. }) => stages,
+            _ => &[],
+        }
+    }
+
+    /// Turns queue-timed per-stage timing on or off (see [`Self::queue_stages`]): marks in
+    /// the device's queue, nothing waits, so a profiled training step runs as an unprofiled
+    /// one does.
+    pub fn set_queue_profiling(&mut self, on: bool) {
+        self.profile = on.then(|| Profile::Queued { marks: Vec::new() });
+    }
+
+    /// Milliseconds of queue time per stage of the last forward and backward (empty unless
+    /// [`Self::set_queue_profiling`] is on), in the order the stages ran; waits for the last
+    /// stage to end.
+    pub fn queue_stages(&self) -> Result<Vec<(&'static str, f64)>, CudaError> {
+        let Some(Profile::Queued { marks }) = &self.profile else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for pair in marks.windows(2) {
+            if let ((_, a), (Some(name), b)) = (&pair[0], &pair[1]) {
+                out.push((*name, b.ms_since(a)?));
+            }
+        }
+        Ok(out)
     }
 
     pub fn device(&self) -> &Device {
@@ -382,21 +447,18 @@ impl CudaRasterizer {
         camera: &Camera,
         options: &RenderOptions,
     ) -> Result<u64, RenderError> {
-        self.begin_forward();
+        self.begin_forward()?;
         g.validate(options.sh_degree)?;
         self.forward_core(g, camera, options)
     }
 
-    fn begin_forward(&mut self) {
+    fn begin_forward(&mut self) -> Result<(), CudaError> {
         self.fingerprint = None;
         self.grads_n = None;
         self.projected = None;
         self.gathered_grads = None;
         self.pose_ready = false;
-        if let Some(p) = &mut self.profile {
-            p.stages.clear();
-            p.last = Some(std::time::Instant::now());
-        }
+        begin_stages(&self.dev, &mut self.profile, true)
     }
 
     fn forward_core(
@@ -629,7 +691,7 @@ impl CudaRasterizer {
         options: &RenderOptions,
         out: &mut RenderOutput,
     ) -> Result<(), RenderError> {
-        self.begin_forward();
+        self.begin_forward()?;
         GaussianParams::from_gaussians(gaussians).validate(options.sh_degree)?;
         let mut params = match self.host_params.take() {
             Some(p) => p,
@@ -695,9 +757,7 @@ impl CudaRasterizer {
         super::ForwardFingerprint::new(g.n, g.sh_degree, camera, options)
             .check(self.fingerprint.as_ref())?;
         g.validate(options.sh_degree)?;
-        if let Some(p) = &mut self.profile {
-            p.last = Some(std::time::Instant::now());
-        }
+        begin_stages(&self.dev, &mut self.profile, false)?;
         self.backward_core(g, camera, options, Some(d_image), pose)?;
         Ok(&self.b.g)
     }
@@ -725,7 +785,7 @@ impl CudaRasterizer {
         camera: &Camera,
         options: &RenderOptions,
     ) -> Result<(), RenderError> {
-        self.begin_forward();
+        self.begin_forward()?;
         g.validate(options.sh_degree)?;
         let cam = CameraF::<f32>::new(camera)?;
         self.project_stage(g, &cam, options)?;
@@ -750,7 +810,7 @@ impl CudaRasterizer {
         camera: &Camera,
         options: &RenderOptions,
     ) -> Result<u64, RenderError> {
-        self.begin_forward();
+        self.begin_forward()?;
         let cam = CameraF::<f32>::new(camera)?;
         let mut degree = None;
         let mut n = 0usize;
@@ -806,9 +866,7 @@ impl CudaRasterizer {
             .filter(|fp| fp.camera == *camera && fp.options == *options)
             .ok_or(RenderError::StaleForward)?
             .n;
-        if let Some(p) = &mut self.profile {
-            p.last = Some(std::time::Instant::now());
-        }
+        begin_stages(&self.dev, &mut self.profile, false)?;
         self.raster_backward(n, camera, options, Some(d_image))?;
         self.gathered_grads = Some(n);
         Ok(())
@@ -1038,9 +1096,7 @@ impl CudaRasterizer {
             });
         }
         let s = self.dev.clone();
-        if let Some(p) = &mut self.profile {
-            p.last = Some(std::time::Instant::now());
-        }
+        begin_stages(&self.dev, &mut self.profile, false)?;
         let (d_image, d_inv_depth) = d_image.split_at(3 * npix);
         upload(&s, d_image, &mut self.b.d_image)?;
         if options.inv_depth {
