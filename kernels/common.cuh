@@ -11,8 +11,8 @@
 #if !defined(GS_TILE_SIZE) || !defined(GS_NEAR_PLANE) || !defined(GS_DILATION) ||            \
     !defined(GS_ALPHA_MAX) || !defined(GS_ALPHA_MIN) || !defined(GS_T_MIN) ||                \
     !defined(GS_SIGMA_CUT_SLACK) || !defined(GS_SUPPORT_PAD_REL) ||                          \
-    !defined(GS_SUPPORT_PAD_PX) || !defined(GS_SIGMA_ROUNDING) || !defined(GS_SCAN_BLOCK) ||  \
-    !defined(GS_SCAN_ITEMS) ||                                                                \
+    !defined(GS_SUPPORT_PAD_PX) || !defined(GS_SIGMA_ROUNDING) ||                            \
+    !defined(GS_SIGMA_ROUNDING_MAX) || !defined(GS_SCAN_BLOCK) || !defined(GS_SCAN_ITEMS) ||  \
     !defined(GS_SORT_BLOCK) || !defined(GS_RADIX_BITS) || !defined(GS_CAM_LEN) ||             \
     !defined(GS_ELEMENT_BLOCK)
 #error "ramsplat kernels need the -D constants built by src/render/cuda/kernels.rs"
@@ -92,7 +92,9 @@ __device__ __forceinline__ void tile_rect(float mx, float my, float rx, float ry
 struct Reach {
     float mx, my, a, b, det, s2, q, pad_x, pad_y;
     u32 x0, x1, y0, y1;
-    bool exact;  // false: an intermediate is not finite, every row keeps the box's columns
+    // false: no clip trusted (clip_cut), or an intermediate is not finite; every row then
+    // keeps the box's columns
+    bool exact;
 };
 
 // False when the splat reaches no tile (its ellipse is empty, or its box misses the grid).
@@ -102,8 +104,11 @@ __device__ __forceinline__ bool reach_of(float mx, float my, const float conic[3
     if (cut0 < 0.0f) return false;
     const float a = conic[0], b = conic[1], c = conic[2];
     const float det = a * c - b * b;
-    // Widened by the rounding bound of σ at a pixel (cpu::binning::SIGMA_ROUNDING).
-    const float cut = cut0 + cut0 * ((float)GS_SIGMA_ROUNDING * (a * c / det));
+    // Widened by the rounding bound of σ at a pixel, or no clip trusted: the 3σ box
+    // (cpu::rasterize::clip_cut; both comparisons are false for a NaN).
+    const float k = (float)GS_SIGMA_ROUNDING * (a * c / det);
+    const bool clip = k >= 0.0f && k < (float)GS_SIGMA_ROUNDING_MAX;
+    const float cut = clip ? cut0 / (1.0f - k) : cut0;
     const float two_s = 2.0f * cut / det;
     const float hx = sqrtf(two_s * c), hy = sqrtf(two_s * a);
     const float pad_rel = (float)GS_SUPPORT_PAD_REL;
@@ -111,9 +116,9 @@ __device__ __forceinline__ bool reach_of(float mx, float my, const float conic[3
     const float one_pad = (float)(1.0 + GS_SUPPORT_PAD_REL);
     // The support box (cpu::rasterize::support); a half-width that overflows (NaN or ∞)
     // leaves the radius: fminf ignores a NaN.
-    const float ex = hx * one_pad + pad, ey = hy * one_pad + pad;
-    tile_rect(mx, my, fminf(radius, ex), fminf(radius, ey), tiles_x, tiles_y, r.x0, r.x1, r.y0,
-              r.y1);
+    const float ex = clip ? fminf(radius, hx * one_pad + pad) : radius;
+    const float ey = clip ? fminf(radius, hy * one_pad + pad) : radius;
+    tile_rect(mx, my, ex, ey, tiles_x, tiles_y, r.x0, r.x1, r.y0, r.y1);
     if (r.x0 >= r.x1 || r.y0 >= r.y1) return false;
     r.mx = mx;
     r.my = my;
@@ -124,8 +129,8 @@ __device__ __forceinline__ bool reach_of(float mx, float my, const float conic[3
     r.q = hx / c;
     r.pad_x = hx * pad_rel + pad;
     r.pad_y = hy * pad_rel + pad;
-    r.exact = isfinite(r.s2) && isfinite(r.q) && isfinite(r.pad_x) && isfinite(r.pad_y) &&
-              isfinite(det) && det > 0.0f && a > 0.0f && c > 0.0f;
+    r.exact = clip && isfinite(r.s2) && isfinite(r.q) && isfinite(r.pad_x) &&
+              isfinite(r.pad_y) && isfinite(det) && det > 0.0f && a > 0.0f && c > 0.0f;
     return true;
 }
 

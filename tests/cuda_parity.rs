@@ -39,7 +39,8 @@
 //! kernels failed to write would carry a stale value (or NaN) and fail the comparison.
 
 use ramsplat::device::Device;
-use ramsplat::render::cpu::TileBins;
+use ramsplat::render::cpu::binning::Reach;
+use ramsplat::render::cpu::{rasterize, TileBins};
 use ramsplat::render::cuda::kernels::Kernel;
 use ramsplat::render::cuda::CudaRasterizer;
 use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
@@ -249,6 +250,13 @@ enum Kind {
     SubPixel,
     /// Log-scales in [-0.5, 1]: each covers much of the image, so every tile list is long.
     Huge,
+    /// Needles: one axis at log-scale [0, 2.5], the other two at [-8, -6] (thinner than the
+    /// dilation), so `ac/det` reaches the tens of thousands, where binning widens its clip for
+    /// the f32 rounding of `σ` by percents, and some pass every bound and keep their 3σ box.
+    /// Forward only ([`needle_binning_matches_cpu`]): the 3D gradients of such splats are
+    /// ill-conditioned in f32 (their long axis's, by cancellation in the conic's small
+    /// eigenvalue), so the two engines' differ by percents, as any two f32 orders would.
+    Needles,
     /// Mixed, with every 25th Gaussian at log-scales around a level in [15, 34] (σ up to ~6e14
     /// units): their `Σ2d` entries pass 1e20 px², so `a·c` overflows f32 and the conic is
     /// inverted at a power-of-two scale on both backends (drawn over the whole image, not
@@ -266,6 +274,13 @@ fn scene_of(kind: Kind, n: usize, seed: u64) -> Gaussians {
         Kind::Mixed => return g,
         Kind::SubPixel => (-9.0, -7.0),
         Kind::Huge => (-0.5, 1.0),
+        Kind::Needles => {
+            for (i, s) in g.log_scales.iter_mut().enumerate() {
+                *s = [0; 3].map(|_| r.uniform(-8.0, -6.0) as f32);
+                s[i % 3] = r.uniform(0.0, 2.5) as f32;
+            }
+            return g;
+        }
         Kind::Absurd => {
             for s in g.log_scales.iter_mut().step_by(25) {
                 let level = r.uniform(15.0, 34.0);
@@ -636,7 +651,7 @@ fn check_scene(
     let mut line = format!(
         "MEASURED {label} kind={}: radius flips {flips}, splat error {:.2} of tolerance, tiles differing {bad_tiles}, \
          last-contributor diffs {last_diff}, image max {:.2e} ({} over), final T max {:.2e}",
-        match kind { Kind::Mixed => "mixed", Kind::SubPixel => "subpixel", Kind::Huge => "huge", Kind::Absurd => "absurd" },
+        match kind { Kind::Mixed => "mixed", Kind::SubPixel => "subpixel", Kind::Huge => "huge", Kind::Absurd => "absurd", Kind::Needles => "needles" },
         splat.max,
         image.max,
         image.over,
@@ -754,6 +769,68 @@ fn empty_scene(r: &mut CudaRasterizer) {
     for px in out.image.chunks_exact(3) {
         assert_eq!(px, [0.25, 0.5, 0.75]);
     }
+}
+
+/// Binning of needles, where the clip to the α-support ellipse is widened for the f32 rounding
+/// of `σ` (`cpu::rasterize::clip_cut`) or, past every bound, not trusted. The device's tile
+/// sets are compared with the CPU binning's (`Reach`) of the device's own splats: a needle's
+/// conic is so ill-conditioned that an ulp of difference in the projection (`expf` on a GPU)
+/// moves its ellipse, so only the same floats can ask for the same tiles.
+#[test]
+fn needle_binning_matches_cpu() {
+    for mut r in rasterizers() {
+        needle_binning(&mut r);
+    }
+}
+
+fn needle_binning(gpu_r: &mut CudaRasterizer) {
+    let n = 1200;
+    let g = scene_of(Kind::Needles, n, 14);
+    let cam = camera(96, 64);
+    let opts = RenderOptions {
+        sh_degree: 1,
+        ..RenderOptions::default()
+    };
+    let mut out = poisoned_output();
+    gpu_r.forward(&g, &cam, &opts, &mut out).unwrap();
+    let (splats, bins) = (gpu_r.splats().unwrap(), gpu_r.bins().unwrap());
+    // The scene must reach both regimes of the clip.
+    let (mut widened, mut untrusted) = (0, 0);
+    for s in splats.iter().filter(|s| s.radius > 0) {
+        let cut = rasterize::sigma_cut(s.opacity);
+        match rasterize::clip_cut(s.conic, cut) {
+            None => untrusted += 1,
+            Some(c) if c > 1.01 * cut => widened += 1,
+            Some(_) => {}
+        }
+    }
+    assert!(
+        widened > 50 && untrusted > 2,
+        "{widened} widened, {untrusted} untrusted"
+    );
+    let got = tiles_of(&bins, n);
+    let differ = splats
+        .iter()
+        .zip(&got)
+        .filter(|(s, got)| {
+            let mut want = Vec::new();
+            if let Some(r) = Reach::of(s, bins.tiles_x, bins.tiles_y) {
+                r.for_each_tile(bins.tiles_x, |t| want.push(t as u32));
+            }
+            want.sort_unstable();
+            want != **got
+        })
+        .count();
+    println!(
+        "MEASURED {} needles: {widened} clips widened > 1 %, {untrusted} untrusted; tile sets \
+         differing from the CPU's {differ} of {n}",
+        gpu_r.device().name()
+    );
+    // A flip where logf and Rust's ln round the cut-off apart.
+    assert!(
+        differ as f64 <= RADIUS_FLIP_FRACTION * n as f64 + 1.0,
+        "{differ} of {n} tile sets differ"
+    );
 }
 
 #[test]

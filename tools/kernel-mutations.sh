@@ -33,6 +33,8 @@ muts=(
  'kernels/tile_binning.cu|    u64 off = offsets[k];|    u64 off = offsets[i];'
  'kernels/common.cuh|const float y1 = fminf(fmaxf(-bq, dy_lo), dy_hi);|const float y1 = fminf(fmaxf(bq, dy_lo), dy_hi);'
  'kernels/common.cuh|    r.q = hx / c;|    r.q = hy / c;'
+ 'kernels/common.cuh|const float cut = clip ? cut0 / (1.0f - k) : cut0;|const float cut = cut0;'
+ 'kernels/common.cuh|const bool clip = k >= 0.0f && k < (float)GS_SIGMA_ROUNDING_MAX;|const bool clip = k >= 0.0f;'
  'kernels/scan.cu|(tid > 0) ? s[tid - 1] : (T)0;|(tid > 0) ? s[tid] : (T)0;'
  'kernels/sort.cu|atomicAdd(&h[digit], (u32)__popc(peers));|atomicAdd(&h[digit], 1u);'
  'kernels/sort.cu|const u32 below = __popc(peers & ((1u << lane) - 1u));|const u32 below = __popc(peers & ((1u << lane) + 1u));'

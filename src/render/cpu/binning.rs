@@ -3,13 +3,13 @@
 //!
 //! Which tiles ([`Reach`]): of those its 3σ box `mean ± radius` meets (3DGS's rule), the ones
 //! its α-support ellipse reaches. Outside the ellipse `σ ≤ ln(255·o)` a splat has `α < 1/255`
-//! and every pixel skips it; the ellipse is padded exactly as the CPU rasterizer pads it when it
-//! clips each splat's pixels to it (its support box and per-row spans, see
-//! [`rasterize`](super::rasterize)), and widened by the bound on the rounding of `σ` at a pixel
-//! ([`SIGMA_ROUNDING`]), which only needle-like splats notice. A tile the widened ellipse
-//! misses holds no pixel the splat reaches, not even by the rasterizers' f32 test, so dropping
-//! it changes no image, transmittance or gradient, only how many intersections are sorted and
-//! walked.
+//! and every pixel skips it. The ellipse is the one the CPU rasterizer clips each splat's pixels
+//! to (its support box and per-row spans, see [`rasterize`](super::rasterize)): padded, and
+//! widened by the bound on the rounding of `σ` at a pixel ([`clip_cut`]), which only
+//! needle-like splats notice; the few too thin for any bound keep their 3σ box. A tile the
+//! widened ellipse misses holds no pixel the splat reaches, not even by the rasterizers' f32
+//! test, so dropping it changes no image, transmittance or gradient, only how many
+//! intersections are sorted and walked.
 //!
 //! Two steps. First the box: per axis the smaller of the radius and the ellipse's padded
 //! half-width ([`support`]); both boxes are centred on the mean, so this box's tiles
@@ -35,7 +35,7 @@ use std::cmp::Ordering;
 use rayon::prelude::*;
 
 use super::project::{tile_rect, TILE_SIZE};
-use super::rasterize::{sigma_cut, support, SUPPORT_PAD_PX, SUPPORT_PAD_REL};
+use super::rasterize::{clip_cut, sigma_cut, support, SUPPORT_PAD_PX, SUPPORT_PAD_REL};
 use super::Splat;
 use crate::render::{LargeGaussian, RenderError};
 use crate::scene::real::Real;
@@ -124,11 +124,15 @@ impl<F: Real> Reach<F> {
         }
         let [a, b, c] = s.conic;
         let det = a * c - b * b;
-        // Widened by the rounding bound of σ at a pixel ([`SIGMA_ROUNDING`]).
-        let cut = cut + cut * (F::from_f64(SIGMA_ROUNDING) * (a * c / det));
-        // A half-width that overflows (NaN or ∞) leaves the radius: `min` ignores a NaN.
-        let (ex, ey) = support(s.conic, cut)?;
+        // Widened by the rounding bound of σ at a pixel, or no clip trusted (the 3σ box).
+        let clip = clip_cut(s.conic, cut);
+        let cut = clip.unwrap_or(cut);
         let r = F::from_f64(s.radius as f64);
+        // A half-width that overflows (NaN or ∞) leaves the radius: `min` ignores a NaN.
+        let (ex, ey) = match clip {
+            Some(_) => support(s.conic, cut)?,
+            None => (r, r),
+        };
         let rect = tile_rect(s.mean2d, [r.min(ex), r.min(ey)], tiles_x, tiles_y);
         if rect[0] >= rect[1] || rect[2] >= rect[3] {
             return None;
@@ -140,7 +144,8 @@ impl<F: Real> Reach<F> {
         let s2 = F::from_f64(2.0 * (1.0 + SUPPORT_PAD_REL)) * a * cut;
         let q = hx / c;
         let (pad_x, pad_y) = (hx * pad_rel + pad, hy * pad_rel + pad);
-        let exact = [s2, q, pad_x, pad_y, det].iter().all(|v| v.is_finite())
+        let exact = clip.is_some()
+            && [s2, q, pad_x, pad_y, det].iter().all(|v| v.is_finite())
             && det > F::ZERO
             && a > F::ZERO
             && c > F::ZERO;
@@ -220,15 +225,6 @@ impl<F: Real> Reach<F> {
         }
     }
 }
-
-/// How far the f32 value of `σ` at a pixel can fall below the exact one, relative to
-/// `σ·ac/det`: the rasterizers evaluate `½(a·dx² + c·dy²) + b·dx·dy` in f32, a few roundings
-/// each of at most ε relative to its term, in all at most `4ε·(a·dx² + c·dy²)`, and
-/// `a·dx² + c·dy² ≤ 4σ·ac/det` (the conic's diagonal against the conic). So binning widens the
-/// cut-off `s` to `s·(1 + 16ε·ac/det)`: where the widened ellipse ends, no pixel's f32 `σ` can
-/// reach `s`. It matters only for needle-like splats (`ac/det` in the thousands); the support
-/// padding covers the rest.
-pub const SIGMA_ROUNDING: f64 = 16.0 * f32::EPSILON as f64;
 
 /// Gaussians per parallel work item of [`tile_binning`].
 const CHUNK: usize = 1024;

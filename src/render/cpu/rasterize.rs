@@ -10,10 +10,13 @@
 //! keeps its 256 pixels' compositing state and walks the list splat by splat, visiting only the
 //! pixels inside that splat's *α-support box*: the bounding box of the ellipse
 //! `σ ≤ ln(255·o)`, outside of which `α < 1/255` is guaranteed (half-width
-//! `√(2·ln(255·o)·Σ2d_xx)`, padded, see `support`). Pixels outside it would skip the splat
-//! anyway, so every pixel sees the same splats in the same order with the same arithmetic:
-//! images, transmittances, last contributors and gradients are bit-identical to the per-pixel
-//! loop (the test-only `reference` module keeps that loop and the tests compare the two).
+//! `√(2·ln(255·o)·Σ2d_xx)`, padded, see `support`), and in each row of it only the span the
+//! ellipse covers. The ellipse is widened by a bound on the f32 rounding of `σ` ([`clip_cut`]),
+//! so no pixel outside it passes even the f32 test; for needles too thin for any bound the
+//! whole box is walked. Pixels outside would skip the splat anyway, so every pixel sees the
+//! same splats in the same order with the same arithmetic: images, transmittances, last
+//! contributors and gradients are bit-identical to the per-pixel loop (the test-only
+//! `reference` module keeps that loop and the tests compare the two).
 //! The 3σ `radius` would NOT be a valid bound (at 3σ, `α` can still be ≈ 0.011 > 1/255): a
 //! splat is binned into the tiles that both its 3σ box and its α-support box meet
 //! ([`binning`](super::binning)), so the support box also keeps whole tiles off its list.
@@ -66,6 +69,21 @@ pub const SIGMA_CUT_SLACK: f64 = 1e-3;
 pub const SUPPORT_PAD_REL: f64 = 1e-3;
 /// Absolute padding of the support box in pixels (same purpose, for tiny boxes).
 pub const SUPPORT_PAD_PX: f64 = 1e-2;
+/// How far the f32 value of `σ` at a pixel can fall below the exact one, relative to
+/// `σ·ac/det` (conic `(a, b, c)`, `det = ac − b²`). The rasterizers evaluate
+/// `½(a·dx·dx + c·dy·dy) + b·dx·dy` in f32 from offsets `dx`, `dy` that are themselves rounded:
+/// each squared term carries 6 roundings of at most ε relative to it (2 from its offset, 2
+/// products, the inner and the outer sum), the cross term 5, so the error is at most
+/// `3ε·(a·dx² + c·dy²) + 5ε·|b·dx·dy| ≤ 5.5ε·(a·dx² + c·dy²)` to first order; and
+/// `a·dx² + c·dy² ≤ 4σ·ac/det` (the largest eigenvalue of `conic⁻¹·diag(a, c)` is below its trace
+/// `2ac/det`). So `σ_f32 ≥ σ·(1 − k)`, `k = 22ε·ac/det`; 24ε covers the second-order terms.
+/// `ac/det` is about a quarter of the splat's aspect ratio (long over short variance): it
+/// matters only for needles.
+pub const SIGMA_ROUNDING: f64 = 24.0 * f32::EPSILON as f64;
+/// The largest `k = SIGMA_ROUNDING·ac/det` a clip to the ellipse trusts ([`clip_cut`]). Past
+/// it (`ac/det` above ~175,000: a needle thousands of pixels long and about a pixel wide) the
+/// f32 `σ` is too inexact to bound usefully, and the clips keep their whole box.
+pub const SIGMA_ROUNDING_MAX: f64 = 0.5;
 
 const TS: usize = TILE_SIZE as usize;
 const TILE_PIXELS: usize = TS * TS;
@@ -114,6 +132,20 @@ pub fn sigma_cut<F: Real>(opacity: F) -> F {
     (F::from_f64(255.0) * opacity).ln() + F::from_f64(SIGMA_CUT_SLACK)
 }
 
+/// The cut-off of every clip to the α-support ellipse (the rasterizer's support box and per-row
+/// spans, binning's tiles) for a splat with this conic and σ cut-off `cut ≥ 0`: `cut/(1 − k)`,
+/// `k = SIGMA_ROUNDING·ac/det`, outside which no pixel's f32 `σ` can pass `cut`
+/// ([`SIGMA_ROUNDING`]; the clips' own f32 rounding, `det`'s at most ~3ε·ac/det relative, is
+/// well inside that margin). `None` when `k` is not below [`SIGMA_ROUNDING_MAX`] or not finite
+/// (a degenerate conic included): then no clip is trusted and the whole box is kept.
+#[inline]
+pub fn clip_cut<F: Real>(conic: [F; 3], cut: F) -> Option<F> {
+    let [a, b, c] = conic;
+    let k = F::from_f64(SIGMA_ROUNDING) * (a * c / (a * c - b * b));
+    // Both comparisons are false for a NaN.
+    (k >= F::ZERO && k < F::from_f64(SIGMA_ROUNDING_MAX)).then(|| cut / (F::ONE - k))
+}
+
 /// Half-widths (x, y) of the box outside which `α < 1/255` for a splat with this conic and
 /// σ cut-off; `None` when no pixel can reach `α ≥ 1/255` (`sigma_cut < 0`).
 #[inline]
@@ -136,13 +168,18 @@ pub fn support<F: Real>(conic: [F; 3], sigma_cut: F) -> Option<(F, F)> {
 /// Tile-local pixel columns `[lo, hi)` (clipped to the splat's box) of a row at vertical
 /// offset `dy = my − py` whose centres can satisfy `σ ≤ sigma_cut`: solving
 /// `a·dx² + 2b·dy·dx + c·dy² ≤ 2s` for `dx` gives `dx = (−b·dy ± √D)/a`,
-/// `D = 2a·s − det·dy²`. `s` is inflated by [`SUPPORT_PAD_REL`] (in `two_a_s`) and the ends by
-/// [`SUPPORT_PAD_PX`], so rounding can only widen the span; the exact test still decides.
+/// `D = 2a·s − det·dy²`, for `s` the clip's cut-off ([`clip_cut`]) inflated by
+/// [`SUPPORT_PAD_REL`] (in `two_a_s`), the ends padded by [`SUPPORT_PAD_PX`], so rounding can
+/// only widen the span; the per-pixel test still decides. A splat no clip is trusted for
+/// (`two_a_s` = ∞) gets its box's whole row, and so does a `D` that overflowed.
 #[inline]
 fn span<F: Real>(s: &Packed<F>, dy: F, x_lo: usize) -> (usize, usize) {
     let d = s.two_a_s - s.det * dy * dy;
     if d < F::ZERO {
         return (0, 0);
+    }
+    if !d.is_finite() {
+        return (s.x0 as usize, s.x1 as usize);
     }
     let sq = d.sqrt();
     let mid = -s.b * dy;
@@ -182,16 +219,31 @@ fn gather<F: Real>(
     out.extend(ids.iter().map(|&i| {
         let s = &splats[i as usize];
         let sigma_cut = sigma_cut(s.opacity);
-        let ((x0, x1), (y0, y1)) = match support(s.conic, sigma_cut) {
-            Some((ex, ey)) => (
-                range(s.mean2d[0], ex, origin.0, size.0),
-                range(s.mean2d[1], ey, origin.1, size.1),
-            ),
+        // The clips' cut-off: widened for the f32 test's rounding, or none trusted (∞).
+        let clip = if sigma_cut < F::ZERO {
+            None
+        } else {
+            Some(clip_cut(s.conic, sigma_cut))
+        };
+        let full = |len: usize| (0, len as u8);
+        let ((x0, x1), (y0, y1)) = match clip {
             None => ((0, 0), (0, 0)),
+            Some(None) => (full(size.0), full(size.1)),
+            Some(Some(cut)) => match support(s.conic, cut) {
+                Some((ex, ey)) => (
+                    range(s.mean2d[0], ex, origin.0, size.0),
+                    range(s.mean2d[1], ey, origin.1, size.1),
+                ),
+                None => ((0, 0), (0, 0)),
+            },
         };
         let [a, b, c] = s.conic;
+        let two_a_s = match clip {
+            Some(Some(cut)) => F::from_f64(2.0 * (1.0 + SUPPORT_PAD_REL)) * a * cut,
+            _ => F::from_f64(f64::INFINITY),
+        };
         Packed {
-            two_a_s: F::from_f64(2.0 * (1.0 + SUPPORT_PAD_REL)) * a * sigma_cut,
+            two_a_s,
             det: a * c - b * b,
             mx: s.mean2d[0],
             my: s.mean2d[1],
@@ -586,5 +638,85 @@ pub fn rasterize_bwd<F: Real>(
         for (&id, v) in bins.isect_ids.iter().zip(g.isect.iter()) {
             g.splat[id as usize] += *v;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    /// The support box and the per-row spans only skip work: every pixel where a splat passes
+    /// the per-pixel σ test in f32 lies inside them. Needles are where that can fail: their f32
+    /// `σ` (and `det`) round far from the exact values, so a pixel just outside the exact
+    /// ellipse can pass. Dilated covariances as projection makes them (long axis variance up
+    /// to 10⁶ px², the short one down to the 0.3 px² dilation), crossing a 2×2-tile window.
+    #[test]
+    fn spans_cover_every_pixel_the_f32_test_accepts() {
+        let mut rng = Rng::new(5);
+        let (mut accepted, mut untrusted, mut widened) = (0usize, 0usize, 0usize);
+        for _ in 0..100_000 {
+            let th = rng.next_f32() as f64 * std::f64::consts::PI;
+            let l1 = 10f64.powf(6.0 * rng.next_f32() as f64);
+            let l2 = l1 / 10f64.powf(2.0 + 6.0 * rng.next_f32() as f64);
+            let (c, s) = (th.cos(), th.sin());
+            let sxx = l1 * c * c + l2 * s * s + 0.3;
+            let syy = l1 * s * s + l2 * c * c + 0.3;
+            let sxy = (l1 - l2) * c * s;
+            let det = sxx * syy - sxy * sxy;
+            let conic = [(syy / det) as f32, (-sxy / det) as f32, (sxx / det) as f32];
+            let reach = (3.0 * l1.sqrt()) as f32;
+            let splat = Splat::<f32> {
+                mean2d: [
+                    16.0 + reach * (2.0 * rng.next_f32() - 1.0),
+                    16.0 + reach * (2.0 * rng.next_f32() - 1.0),
+                ],
+                conic,
+                opacity: 0.01 + 0.99 * rng.next_f32(),
+                color: [0.5; 3],
+                depth: 1.0,
+                radius: 1,
+            };
+            match clip_cut(conic, sigma_cut(splat.opacity)) {
+                None => untrusted += 1,
+                Some(cut) if cut > sigma_cut(splat.opacity) * 1.01 => widened += 1,
+                Some(_) => {}
+            }
+            for (tx, ty) in [(0usize, 0usize), (1, 0), (0, 1), (1, 1)] {
+                let mut packed = Vec::new();
+                gather(&[splat], &[0], (tx * TS, ty * TS), (TS, TS), &mut packed);
+                let p = &packed[0];
+                for ly in 0..TS {
+                    let dy = p.my - ((ty * TS + ly) as f32 + 0.5);
+                    let rows = (p.y0 as usize..p.y1 as usize).contains(&ly);
+                    let (x0, x1) = if rows { span(p, dy, tx * TS) } else { (0, 0) };
+                    for lx in 0..TS {
+                        // The rasterizers' test, as written there.
+                        let dx = p.mx - ((tx * TS + lx) as f32 + 0.5);
+                        let sigma = 0.5 * (p.a * dx * dx + p.c * dy * dy) + p.b * dx * dy;
+                        if sigma < 0.0 || sigma > p.sigma_cut {
+                            continue;
+                        }
+                        accepted += 1;
+                        assert!(
+                            rows && (x0..x1).contains(&lx),
+                            "conic {conic:?}, mean {:?}, opacity {}: pixel ({}, {}) passes \
+                             (σ {sigma}, cut {}) outside the clip (rows {}..{}, span {x0}..{x1})",
+                            splat.mean2d,
+                            splat.opacity,
+                            tx * TS + lx,
+                            ty * TS + ly,
+                            p.sigma_cut,
+                            p.y0,
+                            p.y1,
+                        );
+                    }
+                }
+            }
+        }
+        println!("MEASURED {accepted} pixels accepted; {widened} clips widened >1 %, {untrusted} untrusted");
+        assert!(accepted > 1_000_000, "{accepted}");
+        // Both regimes of the clip ran: widened by the rounding bound, and none trusted.
+        assert!(widened > 1000 && untrusted > 1000, "{widened}, {untrusted}");
     }
 }

@@ -13,10 +13,10 @@
 //! with Rust comes from the Rust constant itself through [`defines`], never retyped in CUDA.
 //! Nothing here touches a driver, so it works on machines without a GPU.
 
-use crate::render::cpu::binning::SIGMA_ROUNDING;
 use crate::render::cpu::project::{DILATION, NEAR_PLANE, TILE_SIZE};
 use crate::render::cpu::rasterize::{
-    ALPHA_MAX, ALPHA_MIN, SIGMA_CUT_SLACK, SUPPORT_PAD_PX, SUPPORT_PAD_REL, T_MIN,
+    ALPHA_MAX, ALPHA_MIN, SIGMA_CUT_SLACK, SIGMA_ROUNDING, SIGMA_ROUNDING_MAX, SUPPORT_PAD_PX,
+    SUPPORT_PAD_REL, T_MIN,
 };
 use crate::scene::sh::{SH_C0, SH_C1, SH_C2, SH_C3};
 
@@ -219,6 +219,7 @@ pub fn defines() -> Vec<(&'static str, String)> {
         ("GS_SUPPORT_PAD_REL", c_double(SUPPORT_PAD_REL)),
         ("GS_SUPPORT_PAD_PX", c_double(SUPPORT_PAD_PX)),
         ("GS_SIGMA_ROUNDING", c_double(SIGMA_ROUNDING)),
+        ("GS_SIGMA_ROUNDING_MAX", c_double(SIGMA_ROUNDING_MAX)),
         ("GS_SCAN_BLOCK", SCAN_BLOCK.to_string()),
         ("GS_SCAN_ITEMS", SCAN_ITEMS.to_string()),
         ("GS_SORT_BLOCK", SORT_BLOCK.to_string()),
