@@ -1,14 +1,16 @@
 //! Forward and forward+backward time of the CUDA and CPU backends for 100k and 1M Gaussians
 //! at 1920×1080: CUDA device-resident (parameters and gradients stay on the device, a device
 //! trainer's cost), CUDA through the host-memory `Rasterizer` API (uploads and downloads
-//! included), and the CPU backend. Run: `cargo bench --bench cuda`.
+//! included), and the CPU backend; the device's radix sort alone on the key sets a render
+//! sorts (timed in the device queue). Run: `cargo bench --bench cuda`.
 //! Exits with a clear message (status 0; 1 under `GS_REQUIRE_GPU=1`) when no GPU is usable,
 //! so it never fakes a figure. `GS_CUDA_EMULATE=1` runs it on the host emulation (slow; for
 //! checking the bench itself, not for timing).
 
 use std::time::Instant;
 
-use ramsplat::render::cuda::{CudaRasterizer, DeviceGaussians};
+use ramsplat::render::cuda::launch::Kernels;
+use ramsplat::render::cuda::{sort, CudaRasterizer, DeviceGaussians};
 use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::rng::Rng;
 use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
@@ -89,6 +91,36 @@ fn time_resident(
         }
         dev.synchronize().expect("sync");
         t.push(s.elapsed().as_secs_f64());
+    }
+    t.remove(0);
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+/// Median milliseconds of the device's radix sort of `keys` (with their indices as values) by
+/// their low `bits` bits, in the device queue (CUDA events), over `reps` runs after a warm-up.
+fn time_sort(r: &CudaRasterizer, keys: &[u32], bits: u32, reps: usize) -> f64 {
+    let dev = r.device();
+    let k = Kernels::load(dev).expect("kernels");
+    let m = keys.len();
+    let vals: Vec<u32> = (0..m as u32).collect();
+    let alloc = || dev.alloc::<u32>(m).expect("sort buffer");
+    let (mut kb, mut vb) = ([alloc(), alloc()], [alloc(), alloc()]);
+    let mut hist = dev
+        .alloc::<u32>(sort::hist_len(m as u64))
+        .expect("histogram");
+    let mut scan = Vec::new();
+    let mut t = Vec::new();
+    for _ in 0..reps + 1 {
+        dev.upload(keys, &mut kb[0]).expect("upload");
+        dev.upload(&vals, &mut vb[0]).expect("upload");
+        let a = dev.mark().expect("mark");
+        sort::sort_pairs(
+            &k, m as u64, 0, bits, &mut kb, &mut vb, &mut hist, &mut scan,
+        )
+        .expect("sort");
+        let b = dev.mark().expect("mark");
+        t.push(b.ms_since(&a).expect("timing"));
     }
     t.remove(0);
     t.sort_by(f64::total_cmp);
@@ -192,6 +224,30 @@ fn main() {
             tc[tc.len() / 2] * 1e3
         );
     }
+    // The radix sort alone, on the two key sets a render sorts: 32-bit depth keys over the
+    // Gaussians (4 passes), and 13-bit tile ids over the pairs (a 1080p render's 8160 tiles,
+    // 2 passes), emitted in runs of consecutive tiles as emit_keys writes them.
+    {
+        let mut rng = Rng::new(3);
+        let depths: Vec<u32> = (0..1_000_000)
+            .map(|_| (rng.uniform(2.0, 10.0) as f32).to_bits())
+            .collect();
+        let mut tiles = Vec::with_capacity(8_000_000);
+        while tiles.len() < 8_000_000 {
+            let first = (rng.next_u64() % 8160) as u32;
+            let len = 1 + rng.next_u64() % 12;
+            tiles.extend((first..8160).take(len as usize));
+        }
+        tiles.truncate(8_000_000);
+        for (what, keys, bits) in [("depth keys", &depths, 32), ("tile keys", &tiles, 13)] {
+            let ms = time_sort(&gpu, keys, bits, 10);
+            println!(
+                "radix sort, {} {what} ({bits} bits) with values: {ms:.3} ms ({:.0} Mkeys/s)",
+                keys.len(),
+                keys.len() as f64 / ms / 1e3
+            );
+        }
+    }
     let mut cpu = CpuRasterizer::<f32>::new();
     // GS_BENCH_DUMP=DIR: write each scene and our CUDA render as raw little-endian f32 files,
     // so tools/gsplat_raster_bench.py can time gsplat on the identical scene and compare images.
@@ -200,6 +256,18 @@ fn main() {
         let g = scene(n);
         if let Some(dir) = &dump {
             dump_scene(dir, n, &g, &mut gpu, &cam);
+        }
+        {
+            let mut out = RenderOutput::default();
+            let opts = RenderOptions {
+                max_intersection_bytes: 16 << 30,
+                ..RenderOptions::default()
+            };
+            gpu.forward(&g, &cam, &opts, &mut out).expect("forward");
+            println!(
+                "{n} Gaussians 1920x1080: {} intersections",
+                out.num_intersections
+            );
         }
         for bwd in [false, true] {
             let what = if bwd { "fwd+bwd" } else { "fwd" };
