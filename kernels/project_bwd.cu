@@ -1,7 +1,11 @@
 // project_bwd.cu: one thread per Gaussian; chains ∂L/∂(mean2d, conic, colour, opacity) back to
 // the stored parameters. Twin of cpu::project::project_bwd (same derivation, same exact
 // derivative through the Jacobian clamp, the same derivative of the antialiasing
-// compensation). Every output element is written (culled → zeros).
+// compensation). Every output element is written exactly once (culled → zeros), so the
+// outputs need no clearing: a thread's stores land 4·(row width) bytes apart from its
+// neighbours', each its own memory transaction, so a second pass of zeros would double them.
+// The SH rows, the widest (48 floats at degree 3), go out in 16-byte stores where rows are
+// 16-byte aligned (K a multiple of 4).
 //
 // project_bwd_pose is the same kernel that also sums the pose gradient ∂L/∂(ρ, φ) of the camera
 // (cpu::project's module doc; twin of its `pose_contribution`): each Gaussian's share in double
@@ -9,7 +13,7 @@
 // pose_part[k·gridDim.x + block]; then pose_finish adds the blocks in a fixed order into the
 // caller's buffer. No atomics, so the result is deterministic; the parameter gradients are the
 // same bits either way (one templated body). Two entry points rather than a null pointer: the
-// pose path needs ~40 more registers (ptxas, sm_80: 124 against 80), which the plain kernel,
+// pose path needs ~20 more registers (ptxas, sm_80: 102 against 80), which the plain kernel,
 // run by every training step, would otherwise pay in occupancy.
 #include "common.cuh"
 #include "sh.cuh"
@@ -122,11 +126,32 @@ __device__ __forceinline__ void pose_contribution(const Geometry& g, const Cam& 
 // The kernels' per-Gaussian body (their arguments, plus the Gaussian `i` < n and, with POSE,
 // `pose`, this thread's pose accumulator): a function, so that its early returns for culled
 // Gaussians leave every thread free to reach the block's pose reduction.
-template <bool POSE>
-__device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, double* pose)
-{
-    float* gsh = g_sh + (size_t)i * coeffs * 3;
-    for (u32 k = 0; k < 3 * coeffs; ++k) gsh[k] = 0.0f;
+// Gaussian i's SH gradient row [K, 3]: ∂L/∂(coefficient k, channel ch) = d_raw[ch]·basis[k]
+// for the `active` coefficients, 0 for the rest (all zeros: active = 0).
+__device__ __forceinline__ void write_sh_grad(float* __restrict__ row, u32 coeffs, u32 active,
+                                              const float d_raw[3], const float* basis) {
+    const u32 len = 3 * coeffs;
+    const float r0 = d_raw[0], r1 = d_raw[1], r2 = d_raw[2];
+    // Element e of the row: coefficient e / 3, channel e % 3 (selected, not indexed, so the
+    // channel gradients stay in registers).
+    auto value = [&](u32 e) {
+        const u32 ch = e % 3;
+        return e / 3 < active ? (ch == 0 ? r0 : ch == 1 ? r1 : r2) * basis[e / 3] : 0.0f;
+    };
+    if ((coeffs & 3u) == 0) {
+        // Rows of 12·K bytes, K a multiple of 4, in a buffer aligned to 256: 16-byte aligned.
+        for (u32 e = 0; e < len; e += 4)
+            *reinterpret_cast<float4*>(row + e) =
+                make_float4(value(e), value(e + 1), value(e + 2), value(e + 3));
+    } else {
+        for (u32 e = 0; e < len; ++e) row[e] = value(e);
+    }
+}
+
+// Gaussian i's gradients when it was culled (or its geometry fails): all zeros.
+__device__ __forceinline__ void zero_gaussian(u32 i, PROJECT_BWD_PARAMS) {
+    const float none[3] = {0.0f, 0.0f, 0.0f};
+    write_sh_grad(g_sh + (size_t)i * coeffs * 3, coeffs, 0, none, nullptr);
 #pragma unroll
     for (int a = 0; a < 3; ++a) { g_means[3 * i + a] = 0.0f; g_log_scales[3 * i + a] = 0.0f; }
 #pragma unroll
@@ -134,7 +159,15 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
     g_logit_opacities[i] = 0.0f;
     g_means2d[2 * i] = 0.0f;
     g_means2d[2 * i + 1] = 0.0f;
-    if (radii[i] == 0) return;
+}
+
+template <bool POSE>
+__device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, double* pose)
+{
+    if (radii[i] == 0) {
+        zero_gaussian(i, PROJECT_BWD_ARGS);
+        return;
+    }
 
     const Cam cam = load_cam(cam_buf);
     const float mean[3] = {means[3 * i], means[3 * i + 1], means[3 * i + 2]};
@@ -142,7 +175,10 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
     const float q[4] = {rotations[4 * i], rotations[4 * i + 1], rotations[4 * i + 2],
                         rotations[4 * i + 3]};
     Geometry g;
-    if (!geometry(mean, ls, q, cam, g)) return;
+    if (!geometry(mean, ls, q, cam, g)) {
+        zero_gaussian(i, PROJECT_BWD_ARGS);
+        return;
+    }
 
     const float gm2[2] = {v_means2d[2 * i], v_means2d[2 * i + 1]};
     g_means2d[2 * i] = gm2[0];
@@ -176,10 +212,9 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch)
         d_raw[ch] = (raw[ch] + 0.5f < 0.0f) ? 0.0f : v_colors[3 * i + ch];
+    write_sh_grad(g_sh + (size_t)i * coeffs * 3, coeffs, active, d_raw, basis);
     float d_dir[3] = {0.0f, 0.0f, 0.0f};
     for (u32 k = 0; k < active; ++k) {
-#pragma unroll
-        for (int ch = 0; ch < 3; ++ch) gsh[3 * k + ch] = d_raw[ch] * basis[k];
         const float w = co[3 * k] * d_raw[0] + co[3 * k + 1] * d_raw[1] + co[3 * k + 2] * d_raw[2];
 #pragma unroll
         for (int a = 0; a < 3; ++a) d_dir[a] += bgrad[k][a] * w;
@@ -306,8 +341,11 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
     if constexpr (POSE) pose_contribution(g, cam, d2, dt, d_view, pose);
 }
 
-// Without the pose gradient: the kernel as it always was (the same code and registers).
-extern "C" __global__ void project_bwd(u32 n, PROJECT_BWD_PARAMS)
+// Without the pose gradient: what every training step runs. Held to three blocks per SM
+// (80 registers on sm_80 and sm_90, no spills, by ptxas -v): unbounded, ptxas took 85 on sm_90,
+// which fits only two.
+extern "C" __global__ void __launch_bounds__(GS_ELEMENT_BLOCK, 3)
+    project_bwd(u32 n, PROJECT_BWD_PARAMS)
 {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) project_bwd_gaussian<false>(i, PROJECT_BWD_ARGS, nullptr);

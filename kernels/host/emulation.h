@@ -82,6 +82,13 @@ struct dim3 {
 };
 typedef dim3 uint3;
 
+// CUDA's 16-byte vector, for wide stores; aligned as on a GPU (which faults on a misaligned
+// one: the kernels use it only at addresses they prove 16-byte aligned).
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+
 using std::isfinite;
 using std::isinf;
 using std::isnan;

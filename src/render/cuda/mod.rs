@@ -1024,10 +1024,10 @@ impl CudaRasterizer {
         let coeffs = g.coeffs();
         let s = self.dev.clone();
         let b = &mut self.b;
-        // Zeroed like the host's `GaussianGrads::reset`: project_bwd overwrites the fields it
-        // differentiates, and a field it does not know keeps a zero gradient (not stale memory).
+        // No clearing: project_bwd writes every element of every parameter gradient once
+        // (kernels/project_bwd.cu). The parity tests would see a miss: they reuse these
+        // buffers dirty from larger scenes, and fresh emulated memory reads as NaN.
         b.g.params.grow_to(&s, n, g.sh_degree)?;
-        b.g.params.zero(&s)?;
         grow(&s, &mut b.g.means2d, 2 * n)?;
         self.pose_ready = false;
         let own = pose.is_none();

@@ -65,15 +65,6 @@ impl DeviceGaussians {
         Ok(())
     }
 
-    /// Sets the `n` Gaussians' values of every field to zero.
-    pub fn zero(&mut self, dev: &Device) -> Result<(), CudaError> {
-        let (n, deg) = (self.n, self.sh_degree);
-        for f in Field::ALL {
-            dev.memset_zero(self.buffer_mut(f), n * f.width(deg))?;
-        }
-        Ok(())
-    }
-
     /// Copies `g` to the device, growing the buffers when needed.
     pub fn upload(&mut self, dev: &Device, g: &Gaussians) -> Result<(), CudaError> {
         for f in Field::ALL {
