@@ -56,10 +56,12 @@ pub(crate) fn intern(s: &str) -> &'static str {
 }
 
 /// The kernels a source defines: every line that starts (after `extern "C"`) with
-/// `__global__`, named by the last identifier before its `(` (after a `__launch_bounds__(…)`).
+/// `__global__`, named by the last identifier before its `(` (after a `__launch_bounds__(…)`),
+/// which may begin the next line.
 fn entry_points(source: &str) -> Vec<&'static str> {
     let mut out = Vec::new();
-    for line in source.lines() {
+    let lines: Vec<&str> = source.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
         let l = line.trim_start();
         let l = l.strip_prefix("extern \"C\"").map_or(l, str::trim_start);
         let Some(mut rest) = l.strip_prefix("__global__") else {
@@ -71,6 +73,12 @@ fn entry_points(source: &str) -> Vec<&'static str> {
                 Some(close) => rest = &after[close + 1..],
                 None => continue,
             }
+        }
+        // A name (and its `(`) not on this line is at the start of the next.
+        let joined;
+        if !rest.contains('(') {
+            joined = format!("{rest} {}", lines.get(i + 1).copied().unwrap_or(""));
+            rest = &joined;
         }
         let Some(head) = rest.split('(').next() else {
             continue;
@@ -333,7 +341,10 @@ mod tests {
     fn entry_points_are_the_global_functions() {
         let src = "// a __global__ in a comment\nextern \"C\" __global__ void a_b(\n  int x) {}\n\
                    __global__ void c(int) {}\n__device__ void d() {}\n\
-                   extern \"C\" __global__ void __launch_bounds__(GS_BLOCK) e(int) {}\n";
-        assert_eq!(entry_points(src), vec!["a_b", "c", "e"]);
+                   extern \"C\" __global__ void __launch_bounds__(GS_BLOCK) e(int) {}\n\
+                   extern \"C\" __global__ void __launch_bounds__(GS_BLOCK, 3)\n    f(int) {}\n\
+                   __global__ void g(int) {}\n\
+                   extern \"C\" __global__ void __launch_bounds__(GS_BLOCK) h(int) {}\n";
+        assert_eq!(entry_points(src), vec!["a_b", "c", "e", "f", "g", "h"]);
     }
 }
