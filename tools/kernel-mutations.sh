@@ -26,6 +26,7 @@ muts=(
  'kernels/project_bwd.cu|const float keep = 1.0f - ratio;|const float keep = 1.0f + ratio;'
  'kernels/project_bwd.cu|make_float4(value(e), value(e + 1), value(e + 2), value(e + 3));|make_float4(value(e), value(e + 2), value(e + 1), value(e + 3));'
  'kernels/project_bwd.cu|    write_sh_grad(g_sh + (size_t)i * coeffs * 3, coeffs, 0, none, nullptr);|    (void)none;'
+ 'kernels/project_bwd.cu|    if ((coeffs & 3u) == 0) {|    if (true) {'
  'kernels/project_bwd.cu|return e / 3 < active ? (ch == 0 ? r0 : ch == 1 ? r1 : r2) * basis[e / 3] : 0.0f;|return (ch == 0 ? r0 : ch == 1 ? r1 : r2) * basis[e / 3];'
  'kernels/project_bwd.cu|acc[3] += 2.0 * (gs[1][2] - gs[2][1]) - tx_dt[0];|acc[3] += (gs[1][2] - gs[2][1]) - tx_dt[0];'
  'kernels/project_bwd.cu|acc[r] -= dt[r] + wd;|acc[r] -= dt[r];'

@@ -21,6 +21,8 @@
 //   released when every live lane of the warp waits at the same collective (same line, same
 //   mask); the mask must name exactly the warp's live lanes, otherwise the launch fails (on a
 //   GPU, a mask naming a lane that exited or diverged is undefined behaviour).
+// - A float4 load or store at an address that is not 16-byte aligned fails the launch, as it
+//   faults on a GPU.
 // - Atomics are plain read-modify-writes (one host thread runs everything), with CUDA's return
 //   values. Math uses the host libm: expf/logf/sqrtf may differ from the GPU's by an ulp or
 //   two, which the parity tolerances allow. FMA contraction is off in both drivers.
@@ -81,13 +83,6 @@ struct dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
 typedef dim3 uint3;
-
-// CUDA's 16-byte vector, for wide stores; aligned as on a GPU (which faults on a misaligned
-// one: the kernels use it only at addresses they prove 16-byte aligned).
-struct alignas(16) float4 {
-    float x, y, z, w;
-};
-inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
 using std::isfinite;
 using std::isinf;
@@ -916,5 +911,32 @@ inline unsigned long long min(unsigned long long a, unsigned long long b) { retu
 inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
 inline float min(float a, float b) { return fminf(a, b); }
 inline float max(float a, float b) { return fmaxf(a, b); }
+
+// CUDA's 16-byte vector. A GPU faults on a 16-byte load or store at an address that is not
+// 16-byte aligned: copying one to or from such an address is an error here (the launch fails,
+// naming the kernel, the block and the address). Declared without CUDA's alignas(16) on purpose: with it the
+// host compiler would use aligned SSE moves, and a misaligned one would crash the process
+// before the check could report it.
+struct float4 {
+    float x, y, z, w;
+    float4() = default;
+    float4(float x_, float y_, float z_, float w_) : x(x_), y(y_), z(z_), w(w_) {}
+    float4(const float4& o) : x(o.x), y(o.y), z(o.z), w(o.w) { gs_emu_check_align(&o); }
+    float4& operator=(const float4& o) {
+        gs_emu_check_align(this);
+        gs_emu_check_align(&o);
+        x = o.x;
+        y = o.y;
+        z = o.z;
+        w = o.w;
+        return *this;
+    }
+    static void gs_emu_check_align(const void* p) {
+        if ((uintptr_t)p % 16 != 0)
+            gs_emu::fail(gs_emu::g_run, "misaligned 16-byte access at %p (a float4 load or store)",
+                         p);
+    }
+};
+inline float4 make_float4(float x, float y, float z, float w) { return float4(x, y, z, w); }
 
 #endif  // GS_HOST_EMULATION_H

@@ -203,13 +203,25 @@ extern "C" __global__ void reads_exited_lane(u32* out) {
     if (threadIdx.x >= 16) return;
     out[threadIdx.x] = __shfl_down_sync(0xffffu, threadIdx.x, 1);
 }
+
+// 16-byte stores at float offset `at` of each thread's 8 floats: aligned for even `at`s that
+// are multiples of 4, misaligned otherwise (a fault on a GPU).
+extern "C" __global__ void wide_store(float* out, u32 at) {
+    *reinterpret_cast<float4*>(out + 8 * threadIdx.x + at) = make_float4(1.0f, 2.0f, 3.0f, 4.0f);
+}
 "#;
 
 fn emu_source() -> ModuleSource {
     ModuleSource {
         name: "emu_tests.cu".into(),
         source: EMU_KERNELS.into(),
-        entry_points: vec!["rounds", "warp_divergent", "deadlock", "reads_exited_lane"],
+        entry_points: vec![
+            "rounds",
+            "warp_divergent",
+            "deadlock",
+            "reads_exited_lane",
+            "wide_store",
+        ],
         defines: vec![],
     }
 }
@@ -288,6 +300,34 @@ fn emulation_reports_warp_divergence_deadlock_and_shuffles_of_exited_lanes() {
     let e = run("reads_exited_lane");
     assert!(
         e.contains("warp 0: shuffle on line") && e.contains("reads lane 16, which is not live"),
+        "{e}"
+    );
+}
+
+/// A 16-byte store must be 16-byte aligned, as on a GPU (which faults); an aligned one lands.
+#[test]
+fn emulation_refuses_misaligned_wide_stores() {
+    let dev = Device::emulated().unwrap();
+    let m = dev.load_module(&emu_source()).unwrap();
+    let mut out = dev.alloc::<f32>(8 * 32 + 8).unwrap();
+    dev.memset_zero(&mut out, 8 * 32 + 8).unwrap();
+    let run = |at: u32| {
+        // SAFETY: 32 threads store 4 floats each at 8·t + at ≤ 8·31 + 4 + 3 < 8·32 + 8.
+        unsafe {
+            dev.launch(
+                m.function("wide_store").unwrap(),
+                cfg(1, 32),
+                &[out.arg(), KernelArg::U32(at)],
+            )
+        }
+    };
+    run(4).unwrap();
+    let v = dev.download_vec(&out, 16).unwrap();
+    assert_eq!(&v[4..8], &[1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(&v[12..16], &[1.0, 2.0, 3.0, 4.0]);
+    let e = run(2).unwrap_err().to_string();
+    assert!(
+        e.contains("wide_store") && e.contains("misaligned 16-byte access"),
         "{e}"
     );
 }
