@@ -105,8 +105,8 @@ pub struct Reach<F> {
     pad_y: F,
     /// `[x0, x1, y0, y1]`: the tile box's range.
     pub rect: [u32; 4],
-    /// False when an intermediate is not finite (a huge splat whose conic determinant
-    /// underflows): every row then keeps the box's columns.
+    /// False when no clip is trusted ([`clip_cut`]) or an intermediate is not finite (a huge
+    /// splat whose conic determinant underflows): every row then keeps the box's columns.
     exact: bool,
 }
 

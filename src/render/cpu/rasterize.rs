@@ -219,29 +219,27 @@ fn gather<F: Real>(
     out.extend(ids.iter().map(|&i| {
         let s = &splats[i as usize];
         let sigma_cut = sigma_cut(s.opacity);
-        // The clips' cut-off: widened for the f32 test's rounding, or none trusted (∞).
-        let clip = if sigma_cut < F::ZERO {
-            None
-        } else {
-            Some(clip_cut(s.conic, sigma_cut))
-        };
-        let full = |len: usize| (0, len as u8);
-        let ((x0, x1), (y0, y1)) = match clip {
-            None => ((0, 0), (0, 0)),
-            Some(None) => (full(size.0), full(size.1)),
-            Some(Some(cut)) => match support(s.conic, cut) {
-                Some((ex, ey)) => (
-                    range(s.mean2d[0], ex, origin.0, size.0),
-                    range(s.mean2d[1], ey, origin.1, size.1),
-                ),
-                None => ((0, 0), (0, 0)),
-            },
-        };
         let [a, b, c] = s.conic;
-        let two_a_s = match clip {
-            Some(Some(cut)) => F::from_f64(2.0 * (1.0 + SUPPORT_PAD_REL)) * a * cut,
-            _ => F::from_f64(f64::INFINITY),
-        };
+        // The box and the spans' `2a·s`, from the clips' cut-off: widened for the f32 test's
+        // rounding; or none trusted, the whole tile and whole rows (∞); or nothing to draw.
+        let empty = ((0, 0), (0, 0));
+        let (((x0, x1), (y0, y1)), two_a_s) =
+            match (sigma_cut >= F::ZERO).then(|| clip_cut(s.conic, sigma_cut)) {
+                None => (empty, F::ZERO),
+                Some(None) => (
+                    ((0, size.0 as u8), (0, size.1 as u8)),
+                    F::from_f64(f64::INFINITY),
+                ),
+                Some(Some(cut)) => (
+                    support(s.conic, cut).map_or(empty, |(ex, ey)| {
+                        (
+                            range(s.mean2d[0], ex, origin.0, size.0),
+                            range(s.mean2d[1], ey, origin.1, size.1),
+                        )
+                    }),
+                    F::from_f64(2.0 * (1.0 + SUPPORT_PAD_REL)) * a * cut,
+                ),
+            };
         Packed {
             two_a_s,
             det: a * c - b * b,
