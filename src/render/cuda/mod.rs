@@ -277,6 +277,15 @@ impl Bufs {
         grow(dev, &mut self.tiles_touched, n + 1)
     }
 
+    /// Whether the intersection-sized buffers already hold `m` intersections (so a render of
+    /// `m` grows none of them).
+    fn holds_intersections(&self, m: u64) -> bool {
+        let m = m as usize;
+        self.keys.iter().all(|k| k.len() >= m)
+            && self.ids.iter().all(|i| i.len() >= m)
+            && self.hist.len() >= sort::hist_len(m as u64)
+    }
+
     /// Bytes currently held by the intersection-sized buffers (reusable by the next render).
     fn intersection_bytes(&self) -> u64 {
         (self.keys[0].num_bytes()
@@ -592,15 +601,20 @@ impl CudaRasterizer {
                 largest: self.largest(n)?,
             });
         }
-        let (free, _) = self.dev.memory()?;
-        let usable = (free + self.b.intersection_bytes()).saturating_sub(DEVICE_HEADROOM_BYTES);
-        if bytes > usable {
-            return Err(RenderError::DeviceMemory {
-                bytes,
-                count: m,
-                free,
-                largest: self.largest(n)?,
-            });
+        // A render that fits the buffers already held allocates nothing for its intersections,
+        // so the driver is only asked when they must grow: a training step would otherwise ask
+        // every time, and the query costs microseconds on most systems, milliseconds on some.
+        if !self.b.holds_intersections(m) {
+            let (free, _) = self.dev.memory()?;
+            let usable = (free + self.b.intersection_bytes()).saturating_sub(DEVICE_HEADROOM_BYTES);
+            if bytes > usable {
+                return Err(RenderError::DeviceMemory {
+                    bytes,
+                    count: m,
+                    free,
+                    largest: self.largest(n)?,
+                });
+            }
         }
 
         let b = &mut self.b;
