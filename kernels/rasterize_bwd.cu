@@ -1,7 +1,8 @@
 // rasterize_bwd.cu: one block per tile, one thread per pixel, back to front from each pixel's
 // last contributor using the stored final transmittance (T before a splat = T after / (1−α)).
-// Twin of cpu::rasterize::rasterize_bwd. Per-splat gradients are summed over the 32 pixels of
-// a warp with shuffles, then one lane adds them to global memory atomically (float atomics:
+// Twin of cpu::rasterize::rasterize_bwd. A splat's gradient values (up to 12) are summed over
+// the 32 pixels of a warp together, in 16 shuffles (warp_reduce_scatter), and the totals are
+// added to global memory by one atomic instruction, each value by its own lane (float atomics:
 // the summation order, hence the last bits, vary run to run — parity tolerances allow it).
 // The gradient outputs must be zeroed by the host before launch (they are accumulators).
 // With absgrad != 0 it also sums |per-pixel ∂L/∂mean2d| componentwise into v_means2d_abs
@@ -12,13 +13,45 @@
 #include "common.cuh"
 #include "raster.cuh"
 
-__device__ __forceinline__ float warp_sum(float v) {
+// Slots of a splat's gradient values in warp_reduce_scatter's array.
+#define SLOT_MEAN 0      // 2: ∂L/∂mean2d
+#define SLOT_CONIC 2     // 3: ∂L/∂(a, b, c)
+#define SLOT_COLOR 5     // 3: ∂L/∂rgb
+#define SLOT_OPACITY 8   // 1
+#define SLOT_ABS 9       // 2: |per-pixel ∂L/∂mean2d| summed (absgrad)
+#define SLOT_INV_Z 11    // 1: ∂L/∂(1/z) (with_depth)
+#define SLOTS 16         // a power of two; 12..15 stay 0
+
+// One halving of warp_reduce_scatter: lanes `2·HALF` apart exchange halves; each keeps slots
+// [0, HALF) or [HALF, 2·HALF) of its array (by that lane bit), adds its partner's values of
+// them, and stores the sums in [0, HALF). A template, so that every index is a constant and
+// the array stays in registers.
+template <int HALF>
+__device__ __forceinline__ void reduce_half(float (&v)[SLOTS], u32 lane) {
+    const bool upper = (lane & (u32)(2 * HALF)) != 0u;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-    return v;
+    for (int i = 0; i < HALF; ++i) {
+        const float send = upper ? v[i] : v[i + HALF];
+        const float keep = upper ? v[i + HALF] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, 2 * HALF);
+    }
 }
 
-extern "C" __global__ void rasterize_bwd(
+// Sums each of the SLOTS values over the warp's 32 lanes: a reduce-scatter. Four halvings
+// (8 + 4 + 2 + 1 shuffles) leave lane l with slot l >> 1 summed over the 16 lanes of l's
+// parity, and lanes 2j and 2j+1 then add theirs: 16 shuffles where one sum per slot would take
+// 5 each. Returns the total of slot `lane >> 1`, the same bits in both lanes of a pair
+// (a + b = b + a). Every lane of the warp must call it.
+__device__ __forceinline__ float warp_reduce_scatter(float (&v)[SLOTS], u32 lane) {
+    static_assert(SLOTS == 16, "four halvings for 32 lanes");
+    reduce_half<8>(v, lane);
+    reduce_half<4>(v, lane);
+    reduce_half<2>(v, lane);
+    reduce_half<1>(v, lane);
+    return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+}
+
+extern "C" __global__ void __launch_bounds__(GS_BLOCK_PIXELS, 5) rasterize_bwd(
     const u32* __restrict__ ranges,       // [T, 2]
     const u32* __restrict__ ids,          // [M]
     const float* __restrict__ means2d,    // [N, 2]
@@ -88,11 +121,9 @@ extern "C" __global__ void rasterize_bwd(
         __syncthreads();
         for (u32 k = hi; k-- > lo;) {
             const Packed& s = batch[k - lo];
-            float g_m0 = 0.0f, g_m1 = 0.0f, g_c0 = 0.0f, g_c1 = 0.0f, g_c2 = 0.0f;
-            float g_a0 = 0.0f, g_a1 = 0.0f;
-            float g_col[3] = {0.0f, 0.0f, 0.0f};
-            float g_o = 0.0f;
-            float g_dep = 0.0f;
+            float v[SLOTS];
+#pragma unroll
+            for (int i = 0; i < SLOTS; ++i) v[i] = 0.0f;
             bool contributes = false;
             float dx, dy, gauss, alpha;
             if (k < n_last && splat_alpha(s, fx, fy, dx, dy, gauss, alpha)) {
@@ -105,12 +136,12 @@ extern "C" __global__ void rasterize_bwd(
                 for (int ch = 0; ch < 3; ++ch) {
                     acc[ch] = last_alpha * last_color[ch] + (1.0f - last_alpha) * acc[ch];
                     d_alpha += (s.color[ch] - acc[ch]) * dpix[ch];
-                    g_col[ch] = w * dpix[ch];
+                    v[SLOT_COLOR + ch] = w * dpix[ch];
                 }
                 if (with_depth != 0u) {
                     acc_dep = last_alpha * last_inv_z + (1.0f - last_alpha) * acc_dep;
                     d_alpha += (s.inv_z - acc_dep) * ddep;
-                    g_dep = w * ddep;
+                    v[SLOT_INV_Z] = w * ddep;
                     last_inv_z = s.inv_z;
                 }
 #pragma unroll
@@ -119,48 +150,33 @@ extern "C" __global__ void rasterize_bwd(
                 d_alpha *= t;
                 d_alpha += -(t_final / one_minus) * d_bg;
                 const float d_sigma = -s.o * gauss * d_alpha;
-                g_m0 = d_sigma * (s.a * dx + s.b * dy);
-                g_m1 = d_sigma * (s.c * dy + s.b * dx);
-                g_a0 = fabsf(g_m0);
-                g_a1 = fabsf(g_m1);
-                g_c0 = d_sigma * 0.5f * dx * dx;
-                g_c1 = d_sigma * dx * dy;
-                g_c2 = d_sigma * 0.5f * dy * dy;
-                g_o = gauss * d_alpha;
+                v[SLOT_MEAN] = d_sigma * (s.a * dx + s.b * dy);
+                v[SLOT_MEAN + 1] = d_sigma * (s.c * dy + s.b * dx);
+                if (absgrad != 0u) {
+                    v[SLOT_ABS] = fabsf(v[SLOT_MEAN]);
+                    v[SLOT_ABS + 1] = fabsf(v[SLOT_MEAN + 1]);
+                }
+                v[SLOT_CONIC] = d_sigma * 0.5f * dx * dx;
+                v[SLOT_CONIC + 1] = d_sigma * dx * dy;
+                v[SLOT_CONIC + 2] = d_sigma * 0.5f * dy * dy;
+                v[SLOT_OPACITY] = gauss * d_alpha;
             }
             // All 32 lanes reach this point for every k (the loop bounds are block-uniform).
             if (__any_sync(0xffffffffu, contributes)) {
-                g_m0 = warp_sum(g_m0);
-                g_m1 = warp_sum(g_m1);
-                g_c0 = warp_sum(g_c0);
-                g_c1 = warp_sum(g_c1);
-                g_c2 = warp_sum(g_c2);
-                g_col[0] = warp_sum(g_col[0]);
-                g_col[1] = warp_sum(g_col[1]);
-                g_col[2] = warp_sum(g_col[2]);
-                g_o = warp_sum(g_o);
-                if (absgrad != 0u) {
-                    g_a0 = warp_sum(g_a0);
-                    g_a1 = warp_sum(g_a1);
-                }
-                if (with_depth != 0u) g_dep = warp_sum(g_dep);
-                if ((tid & 31u) == 0) {
-                    const u32 g = batch_ids[k - lo];
-                    atomicAdd(&v_means2d[2 * g], g_m0);
-                    atomicAdd(&v_means2d[2 * g + 1], g_m1);
-                    atomicAdd(&v_conics[3 * g], g_c0);
-                    atomicAdd(&v_conics[3 * g + 1], g_c1);
-                    atomicAdd(&v_conics[3 * g + 2], g_c2);
-                    atomicAdd(&v_colors[3 * g], g_col[0]);
-                    atomicAdd(&v_colors[3 * g + 1], g_col[1]);
-                    atomicAdd(&v_colors[3 * g + 2], g_col[2]);
-                    atomicAdd(&v_opacities[g], g_o);
-                    if (absgrad != 0u) {
-                        atomicAdd(&v_means2d_abs[2 * g], g_a0);
-                        atomicAdd(&v_means2d_abs[2 * g + 1], g_a1);
-                    }
-                    if (with_depth != 0u) atomicAdd(&v_inv_depths[g], g_dep);
-                }
+                const u32 lane = tid & 31u;
+                const float total = warp_reduce_scatter(v, lane);
+                const u32 slot = lane >> 1;
+                const u32 g = batch_ids[k - lo];
+                // Slots without an output (absgrad's and the depth's when off, 12..15) are 0.
+                float* dst = nullptr;
+                if (slot < SLOT_CONIC) dst = &v_means2d[2 * g + slot];
+                else if (slot < SLOT_COLOR) dst = &v_conics[3 * g + (slot - SLOT_CONIC)];
+                else if (slot < SLOT_OPACITY) dst = &v_colors[3 * g + (slot - SLOT_COLOR)];
+                else if (slot == SLOT_OPACITY) dst = &v_opacities[g];
+                else if (slot < SLOT_INV_Z && absgrad != 0u)
+                    dst = &v_means2d_abs[2 * g + (slot - SLOT_ABS)];
+                else if (slot == SLOT_INV_Z && with_depth != 0u) dst = &v_inv_depths[g];
+                if ((lane & 1u) == 0u && dst != nullptr) atomicAdd(dst, total);
             }
         }
         hi = lo;
