@@ -5,17 +5,29 @@
 //! Run: `cargo bench --bench render` (release profile). Prints one line per case.
 //!
 //! With `GS_BENCH_DEMO_PLY=MODEL.ply` (a model `gs-train --demo` trained, e.g.
-//! `gs-demo/point_cloud/iteration_3000/point_cloud.ply`) it also counts that model's tile
-//! intersections over the demo's 64 cameras under each binning rule (see
-//! `render::cpu::binning`): 3DGS's 3σ box alone, cut to the α-support box, the rows of the
-//! α-support ellipse (what is binned), and the floor no exact rule can go below (tiles with a
-//! pixel centre the splat reaches); then the same with every opacity capped at 0.01, what an
-//! opacity reset leaves.
+//! `gs-demo/point_cloud/iteration_3000/point_cloud.ply`) it also counts what that model costs a
+//! rasterizer over the demo's 64 cameras; with `GS_BENCH_PACK=PACK GS_BENCH_PLY=A.ply[:B.ply…]`
+//! the same for each model over the pack's train cameras (every `GS_BENCH_VIEW_STRIDE`-th, 1 by
+//! default). Per view, for each rule of binning a splat into tiles (see
+//! `render::cpu::binning`): 3DGS's 3σ box, the α-support box (gsplat's opacity-aware box), and
+//! ours, the rows of the α-support ellipse:
+//! - the tile intersections, and the floor no exact rule can go below (tiles with a pixel
+//!   centre the splat reaches);
+//! - the splat evaluations a GPU tile rasterizer makes over those lists. A block of 256 threads
+//!   walks its tile's list until every pixel has stopped (T < 1e-4) or the list ends (forward),
+//!   and from the deepest pixel's last contributor back (backward); every thread evaluates
+//!   every entry walked, whichever pixels it reaches.
+//!
+//! These counts do not depend on the machine: they are what a GPU's rasterization time scales
+//! with. The demo model is counted again with every opacity capped at 0.01, what an opacity
+//! reset leaves.
 //! The scene: means uniform in the camera frustum at depth 2–8, per-axis scales log-uniform so
 //! projected standard deviations span ~0.3–10 px, random rotations, opacities sigmoid(U(−2,3)),
 //! degree-3 SH with a dominant DC term; background grey. `∂L/∂image` is a fixed random field.
 
 use std::time::Instant;
+
+use rayon::prelude::*;
 
 use ramsplat::render::cpu::binning::Reach;
 use ramsplat::render::cpu::tile_rect;
@@ -77,9 +89,7 @@ fn main() {
         background: [0.5; 3],
         ..RenderOptions::default()
     };
-    if let Some(ply) = std::env::var_os("GS_BENCH_DEMO_PLY") {
-        demo_model_counts(std::path::Path::new(&ply));
-    }
+    model_counts();
     let threads = rayon::current_num_threads();
     for &(n, runs) in &[(5_000usize, 15usize), (100_000, 9)] {
         let g = scene(n, 42);
@@ -150,71 +160,230 @@ fn main() {
     }
 }
 
-/// Intersection counts of a trained demo model under each binning rule (module doc).
-fn demo_model_counts(ply: &std::path::Path) {
+/// Rasterizer work of trained models (module doc): the demo's with `GS_BENCH_DEMO_PLY`, any
+/// with `GS_BENCH_PACK` and `GS_BENCH_PLY`.
+fn model_counts() {
     use ramsplat::train::demo::{HEIGHT, SEED, VIEWS, WIDTH};
-    let (mut g, _) = ramsplat::export::load_model(ply, &Default::default())
-        .unwrap_or_else(|e| panic!("{}: {e}", ply.display()));
-    let cams = ramsplat::synth::SynthScene::new(SEED).cameras(VIEWS, WIDTH, HEIGHT);
+    if let Some(ply) = std::env::var_os("GS_BENCH_DEMO_PLY") {
+        let ply = std::path::Path::new(&ply);
+        let cams = ramsplat::synth::SynthScene::new(SEED).cameras(VIEWS, WIDTH, HEIGHT);
+        let mut g = load(ply);
+        print_counts(&format!("demo model {}", ply.display()), &g, &cams);
+        let cap = (0.01f32 / 0.99).ln();
+        g.logit_opacities.iter_mut().for_each(|o| *o = o.min(cap));
+        print_counts(
+            &format!("demo model {}, opacities capped at 0.01", ply.display()),
+            &g,
+            &cams,
+        );
+    }
+    let Some(pack) = std::env::var_os("GS_BENCH_PACK") else {
+        return;
+    };
+    let pack = std::path::Path::new(&pack);
+    let stride = std::env::var("GS_BENCH_VIEW_STRIDE")
+        .map(|s| {
+            s.parse::<usize>()
+                .expect("GS_BENCH_VIEW_STRIDE: a positive integer")
+        })
+        .unwrap_or(1)
+        .max(1);
+    let manifest = ramsplat::shard::reader::Pack::open(pack)
+        .unwrap_or_else(|e| panic!("{}: {e:#}", pack.display()))
+        .manifest()
+        .clone();
+    let cams: Vec<Camera> = manifest
+        .views
+        .iter()
+        .filter(|v| v.split == ramsplat::dataset::Split::Train)
+        .step_by(stride)
+        .map(|v| v.camera)
+        .collect();
+    let plys =
+        std::env::var("GS_BENCH_PLY").expect("GS_BENCH_PACK needs GS_BENCH_PLY=A.ply[:B.ply…]");
+    for ply in plys.split(':') {
+        let ply = std::path::Path::new(ply);
+        print_counts(
+            &format!(
+                "{} over {} views of {}",
+                ply.display(),
+                cams.len(),
+                pack.display()
+            ),
+            &load(ply),
+            &cams,
+        );
+    }
+}
+
+fn load(ply: &std::path::Path) -> Gaussians {
+    ramsplat::export::load_model(ply, &Default::default())
+        .unwrap_or_else(|e| panic!("{}: {e:#}", ply.display()))
+        .0
+}
+
+/// The lists a rasterizer could walk: 3DGS's (every tile of the 3σ box), the α-support box's
+/// (gsplat's opacity-aware box is this box), and ours (the rows of the ellipse, what is binned).
+const RULES: [&str; 3] = ["3σ box", "support box", "ours"];
+
+/// Sums over renders, per rule of [`RULES`] where an array.
+#[derive(Default)]
+struct Counts {
+    intersections: [u64; 3],
+    floor: u64,
+    forward: [u64; 3],
+    backward: [u64; 3],
+}
+
+fn print_counts(label: &str, g: &Gaussians, cams: &[Camera]) {
     let opts = RenderOptions {
         sh_degree: g.sh_degree,
         ..RenderOptions::default()
     };
-    for reset in [false, true] {
-        if reset {
-            let cap = (0.01f32 / 0.99).ln();
-            g.logit_opacities.iter_mut().for_each(|o| *o = o.min(cap));
-        }
-        let mut r = CpuRasterizer::<f32>::new();
-        let mut out = RenderOutput::default();
-        let (mut radius, mut boxes, mut binned, mut floor) = (0u64, 0u64, 0u64, 0u64);
-        for c in &cams {
-            r.forward(&g, c, &opts, &mut out).unwrap();
-            binned += out.num_intersections;
-            let (tx, ty) = (c.width.div_ceil(16), c.height.div_ceil(16));
-            for s in r.splats().iter().filter(|s| s.radius > 0) {
-                let rad = s.radius as f32;
-                let [x0, x1, y0, y1] = tile_rect(s.mean2d, [rad, rad], tx, ty);
-                radius += ((x1 - x0) * (y1 - y0)) as u64;
-                if let Some(reach) = Reach::of(s, tx, ty) {
-                    let [x0, x1, y0, y1] = reach.rect;
-                    boxes += ((x1 - x0) * (y1 - y0)) as u64;
+    let mut r = CpuRasterizer::<f32>::new();
+    let mut out = RenderOutput::default();
+    let mut n = Counts::default();
+    for c in cams {
+        r.forward(g, c, &opts, &mut out).unwrap();
+        let splats = r.splats();
+        let (tx, ty) = (c.width.div_ceil(16), c.height.div_ceil(16));
+        // The 3σ and support-box lists, front to back with ties by index: the order of ours,
+        // of which both are supersets.
+        let mut order: Vec<u32> = (0..splats.len() as u32)
+            .filter(|&i| splats[i as usize].radius > 0)
+            .collect();
+        order.sort_unstable_by(|&a, &b| {
+            let (sa, sb) = (&splats[a as usize], &splats[b as usize]);
+            sa.depth.total_cmp(&sb.depth).then(a.cmp(&b))
+        });
+        let mut radius_lists = vec![Vec::new(); (tx * ty) as usize];
+        let mut box_lists = vec![Vec::new(); (tx * ty) as usize];
+        for &i in &order {
+            let s = &splats[i as usize];
+            let rad = s.radius as f32;
+            let rects = [
+                Some(tile_rect(s.mean2d, [rad, rad], tx, ty)),
+                Reach::of(s, tx, ty).map(|reach| reach.rect),
+            ];
+            for (lists, rect) in [&mut radius_lists, &mut box_lists].into_iter().zip(rects) {
+                let Some([x0, x1, y0, y1]) = rect else {
+                    continue;
+                };
+                for y in y0..y1 {
+                    for x in x0..x1 {
+                        lists[(y * tx + x) as usize].push(i);
+                    }
                 }
             }
-            let bins = r.bins();
-            for t in 0..bins.num_tiles() {
-                let (x0, y0) = (t as u32 % bins.tiles_x * 16, t as u32 / bins.tiles_x * 16);
-                for &i in bins.tile(t) {
-                    let s = &r.splats()[i as usize];
-                    let cut = (255.0 * s.opacity as f64).ln();
-                    let [a, b, cc] = s.conic.map(f64::from);
-                    let reaches = (y0..(y0 + 16).min(c.height)).any(|y| {
-                        (x0..(x0 + 16).min(c.width)).any(|x| {
+        }
+        let bins = r.bins();
+        let per_tile: Vec<(u64, [[u64; 3]; 3])> = (0..bins.num_tiles())
+            .into_par_iter()
+            .map(|t| {
+                let pixels = tile_pixels(t as u32, tx, c);
+                let floor = bins
+                    .tile(t)
+                    .iter()
+                    .filter(|&&i| {
+                        let s = &splats[i as usize];
+                        let cut = (255.0 * s.opacity as f64).ln();
+                        let [a, b, cc] = s.conic.map(f64::from);
+                        pixels.clone().any(|(x, y)| {
                             let dx = s.mean2d[0] as f64 - (x as f64 + 0.5);
                             let dy = s.mean2d[1] as f64 - (y as f64 + 0.5);
                             0.5 * (a * dx * dx + cc * dy * dy) + b * dx * dy <= cut
                         })
-                    });
-                    floor += u64::from(reaches);
-                }
+                    })
+                    .count() as u64;
+                let lists = [&radius_lists[t][..], &box_lists[t][..], bins.tile(t)];
+                let walks = lists.map(|list| {
+                    let (f, b) = walked(list, splats, pixels.clone());
+                    [list.len() as u64, f, b]
+                });
+                (floor, walks)
+            })
+            .collect();
+        for (floor, walks) in per_tile {
+            n.floor += floor;
+            for (k, [m, f, b]) in walks.into_iter().enumerate() {
+                n.intersections[k] += m;
+                n.forward[k] += f;
+                n.backward[k] += b;
             }
         }
-        let per_view = |v: u64| v as f64 / cams.len() as f64;
-        println!(
-            "demo model {} ({} Gaussians){}: intersections per view: 3σ box {:.0}, support box \
-             {:.0}, binned {:.0} ({:.1} % of the 3σ box's), floor {:.0}",
-            ply.display(),
-            g.len(),
-            if reset {
-                ", opacities capped at 0.01"
-            } else {
-                ""
-            },
-            per_view(radius),
-            per_view(boxes),
-            per_view(binned),
-            100.0 * binned as f64 / radius as f64,
-            per_view(floor),
-        );
     }
+    let per_view = |v: u64| v as f64 / cams.len() as f64;
+    let rules = |v: &[u64; 3], fmt: &dyn Fn(f64) -> String| {
+        RULES
+            .iter()
+            .zip(v)
+            .map(|(rule, &x)| {
+                format!(
+                    "{rule} {} ({:.1} %)",
+                    fmt(per_view(x)),
+                    100.0 * x as f64 / v[0] as f64
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let count = |x: f64| format!("{x:.0}");
+    let evals = |x: f64| format!("{x:.4e}");
+    println!(
+        "{label} ({} Gaussians), per view: intersections: {}, floor {:.0}; splat evaluations \
+         of a 256-thread tile rasterizer, forward: {}; backward: {}",
+        g.len(),
+        rules(&n.intersections, &count),
+        per_view(n.floor),
+        rules(&n.forward, &evals),
+        rules(&n.backward, &evals),
+    );
+}
+
+/// The pixels of tile `t` inside the image.
+fn tile_pixels(t: u32, tiles_x: u32, c: &Camera) -> impl Iterator<Item = (u32, u32)> + Clone {
+    let (x0, y0) = (t % tiles_x * 16, t / tiles_x * 16);
+    let (x1, y1) = ((x0 + 16).min(c.width), (y0 + 16).min(c.height));
+    (y0..y1).flat_map(move |y| (x0..x1).map(move |x| (x, y)))
+}
+
+/// Splat evaluations of one 256-thread block over a tile's depth-ordered `list` (module doc):
+/// `256 ×` the entries walked forward before every pixel has stopped, and `256 ×` the deepest
+/// pixel's last contributor (where the backward starts). Each pixel follows the rasterizers'
+/// rule (`render::cpu::rasterize`'s module doc).
+fn walked(
+    list: &[u32],
+    splats: &[ramsplat::render::cpu::Splat<f32>],
+    pixels: impl Iterator<Item = (u32, u32)>,
+) -> (u64, u64) {
+    use ramsplat::render::cpu::rasterize::{sigma_cut, ALPHA_MAX, ALPHA_MIN, T_MIN};
+    let (mut fwd, mut bwd) = (0usize, 0usize);
+    for (x, y) in pixels {
+        let (fx, fy) = (x as f32 + 0.5, y as f32 + 0.5);
+        let mut t = 1.0f32;
+        let (mut stop, mut last) = (list.len(), 0);
+        for (k, &i) in list.iter().enumerate() {
+            let s = &splats[i as usize];
+            let (dx, dy) = (s.mean2d[0] - fx, s.mean2d[1] - fy);
+            let [a, b, c] = s.conic;
+            let sigma = 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy;
+            if sigma < 0.0 || sigma > sigma_cut(s.opacity) {
+                continue;
+            }
+            let alpha = (s.opacity * (-sigma).exp()).min(ALPHA_MAX as f32);
+            if alpha < ALPHA_MIN as f32 {
+                continue;
+            }
+            let next = t * (1.0 - alpha);
+            if next < T_MIN as f32 {
+                stop = k + 1;
+                break;
+            }
+            t = next;
+            last = k + 1;
+        }
+        fwd = fwd.max(stop);
+        bwd = bwd.max(last);
+    }
+    (256 * fwd as u64, 256 * bwd as u64)
 }
