@@ -367,7 +367,7 @@ impl CudaDriver {
                 let m = self
                     .ctx
                     .load_module(Ptx::from_src(ptx.clone()))
-                    .map_err(|e| DeviceError::driver("cuModuleLoadData", e))?;
+                    .map_err(|e| load_error(e, nvrtc, self.driver_version))?;
                 if let Some(dir) = dir {
                     // Best effort: a read-only home must not stop rendering.
                     let _ = crate::fsutil::write_cache_entry(&dir, &file, ptx.as_bytes());
@@ -412,6 +412,21 @@ pub fn nvrtc_version() -> Result<(i32, i32), DeviceError> {
         log: String::new(),
     })?;
     Ok((major, minor))
+}
+
+/// Why `cuModuleLoadData` refused a module NVRTC `nvrtc` compiled, on a driver of CUDA
+/// version `driver` (`cuDriverGetVersion`'s 1000·major + 10·minor). PTX carries the ISA version
+/// of the NVRTC that wrote it, and a driver loads no newer ISA than its own CUDA version: the
+/// usual cause is an NVRTC wheel newer than the driver, which gets its own error saying so.
+fn load_error(e: cudarc::driver::DriverError, nvrtc: (i32, i32), driver: i32) -> DeviceError {
+    if e.0 == sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION {
+        DeviceError::PtxTooNew {
+            nvrtc: format!("{}.{}", nvrtc.0, nvrtc.1),
+            driver: format!("{}.{}", driver / 1000, driver % 1000 / 10),
+        }
+    } else {
+        DeviceError::driver("cuModuleLoadData", e)
+    }
 }
 
 /// The full NVRTC option list for `arch` (e.g. `"compute_80"`). The architecture is always
@@ -470,4 +485,32 @@ pub fn source_hash(src: &ModuleSource, arch: &str, nvrtc: (i32, i32)) -> u64 {
         h.push_str(&o);
     }
     xxhash_rust::xxh3::xxh3_64(h.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A driver that refuses PTX for its version gets the error that names both versions and
+    /// the fix. (Other refusals keep the driver's own message, which only a machine with the
+    /// driver library can format.)
+    #[test]
+    fn a_driver_older_than_nvrtc_is_named() {
+        let too_new =
+            || cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+        let e = load_error(too_new(), (13, 1), 13000);
+        assert!(
+            matches!(&e, DeviceError::PtxTooNew { nvrtc, driver } if nvrtc == "13.1" && driver == "13.0"),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("NVRTC 13.1")
+                && text.contains("CUDA 13.0 at most")
+                && text.contains("nvrtc-setup.sh"),
+            "{text}"
+        );
+        let text = load_error(too_new(), (12, 9), 12080).to_string();
+        assert!(text.contains("CUDA 12.8 at most"), "{text}");
+    }
 }

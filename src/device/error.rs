@@ -21,6 +21,13 @@ pub enum DeviceError {
     TooFewDevices { wanted: usize, found: usize },
     #[error("CUDA driver call `{op}` failed: {message}")]
     Driver { op: &'static str, message: String },
+    #[error(
+        "the NVIDIA driver cannot load the kernels NVRTC {nvrtc} compiled: the driver supports \
+         CUDA {driver} at most, and PTX from a newer NVRTC needs a newer driver. Put the NVRTC \
+         of CUDA {driver} or older first on LD_LIBRARY_PATH (`tools/nvrtc-setup.sh DIR` \
+         fetches 13.0, for drivers 580 and up), or update the driver"
+    )]
+    PtxTooNew { nvrtc: String, driver: String },
     #[error("NVRTC failed to compile {module} for {arch} ({status}); compile log:\n{log}")]
     Compile {
         module: String,
