@@ -51,6 +51,9 @@ __device__ __forceinline__ float warp_reduce_scatter(float (&v)[SLOTS], u32 lane
     return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
 }
 
+// Five blocks per SM: ptxas then keeps the kernel at 48 registers (65,536 / (5 · 256) = 51),
+// the occupancy it had with one warp sum per value; unbounded, the 16-slot array took 56 (four
+// blocks). ptxas spills nothing at 48 (tests/nvrtc_compile.rs prints it).
 extern "C" __global__ void __launch_bounds__(GS_BLOCK_PIXELS, 5) rasterize_bwd(
     const u32* __restrict__ ranges,       // [T, 2]
     const u32* __restrict__ ids,          // [M]

@@ -134,7 +134,9 @@ fn parse_ptxas_report(report: &str) -> Vec<(String, Resources)> {
 /// NVRTC compile exercises): `ptxas`, the same assembler, must accept every module for sm_80 and
 /// sm_90, and each entry point must fit the launch shape the project uses: registers × 256
 /// threads within a block's register file and static shared memory within 48 KiB (beyond
-/// either, the launch or the load fails on a GPU and nowhere else). The report (registers,
+/// either, the launch or the load fails on a GPU and nowhere else), with no register spilled
+/// (`rasterize_bwd` and `project_bwd` hold their register counts by `__launch_bounds__`, and
+/// a spill there would cost every launch). The report (registers,
 /// shared memory, stack, spills per kernel) is printed for performance work. `GS_PTXAS` names
 /// the assembler (`tools/nvrtc-setup.sh` unpacks it), else `ptxas` on the PATH; without one the
 /// test skips, unless `GS_REQUIRE_NVRTC=1`.
@@ -196,6 +198,15 @@ fn every_kernel_assembles_within_the_launch_limits() {
                         "{} {e} for {sm}: {} registers × {LAUNCH_THREADS} threads exceed a \
                          block's {REGISTERS_PER_BLOCK}",
                         m.name, r.registers
+                    ));
+                }
+                // A spill moves registers to local memory on every launch; a kernel that
+                // needs more than its `__launch_bounds__` allow should say so by changing them.
+                if r.spill_stores > 0 {
+                    failures.push(format!(
+                        "{} {e} for {sm}: {} B of spill stores (raise its __launch_bounds__ \
+                         register limit, or lower what it keeps live)",
+                        m.name, r.spill_stores
                     ));
                 }
                 if r.shared > STATIC_SHARED_BYTES {
