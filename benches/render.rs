@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use ramsplat::render::cpu::binning::Reach;
+use ramsplat::render::cpu::binning::{bins_by_rect, Reach};
 use ramsplat::render::cpu::tile_rect;
 use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::rng::Rng;
@@ -169,7 +169,7 @@ fn model_counts() {
         let cams = ramsplat::synth::SynthScene::new(SEED).cameras(VIEWS, WIDTH, HEIGHT);
         let mut g = load(ply);
         print_counts(&format!("demo model {}", ply.display()), &g, &cams);
-        let cap = (0.01f32 / 0.99).ln();
+        let cap = ramsplat::scene::maths::logit(0.01);
         g.logit_opacities.iter_mut().for_each(|o| *o = o.min(cap));
         print_counts(
             &format!("demo model {}, opacities capped at 0.01", ply.display()),
@@ -188,11 +188,10 @@ fn model_counts() {
         })
         .unwrap_or(1)
         .max(1);
-    let manifest = ramsplat::shard::reader::Pack::open(pack)
-        .unwrap_or_else(|e| panic!("{}: {e:#}", pack.display()))
+    let opened = ramsplat::shard::reader::Pack::open(pack)
+        .unwrap_or_else(|e| panic!("{}: {e:#}", pack.display()));
+    let cams: Vec<Camera> = opened
         .manifest()
-        .clone();
-    let cams: Vec<Camera> = manifest
         .views
         .iter()
         .filter(|v| v.split == ramsplat::dataset::Split::Train)
@@ -247,35 +246,12 @@ fn print_counts(label: &str, g: &Gaussians, cams: &[Camera]) {
         r.forward(g, c, &opts, &mut out).unwrap();
         let splats = r.splats();
         let (tx, ty) = (c.width.div_ceil(16), c.height.div_ceil(16));
-        // The 3σ and support-box lists, front to back with ties by index: the order of ours,
-        // of which both are supersets.
-        let mut order: Vec<u32> = (0..splats.len() as u32)
-            .filter(|&i| splats[i as usize].radius > 0)
-            .collect();
-        order.sort_unstable_by(|&a, &b| {
-            let (sa, sb) = (&splats[a as usize], &splats[b as usize]);
-            sa.depth.total_cmp(&sb.depth).then(a.cmp(&b))
-        });
-        let mut radius_lists = vec![Vec::new(); (tx * ty) as usize];
-        let mut box_lists = vec![Vec::new(); (tx * ty) as usize];
-        for &i in &order {
-            let s = &splats[i as usize];
+        // The 3σ and support-box lists, ordered as ours (of which both are supersets).
+        let radius_bins = bins_by_rect(splats, tx, ty, |s| {
             let rad = s.radius as f32;
-            let rects = [
-                Some(tile_rect(s.mean2d, [rad, rad], tx, ty)),
-                Reach::of(s, tx, ty).map(|reach| reach.rect),
-            ];
-            for (lists, rect) in [&mut radius_lists, &mut box_lists].into_iter().zip(rects) {
-                let Some([x0, x1, y0, y1]) = rect else {
-                    continue;
-                };
-                for y in y0..y1 {
-                    for x in x0..x1 {
-                        lists[(y * tx + x) as usize].push(i);
-                    }
-                }
-            }
-        }
+            Some(tile_rect(s.mean2d, [rad, rad], tx, ty))
+        });
+        let box_bins = bins_by_rect(splats, tx, ty, |s| Reach::of(s, tx, ty).map(|r| r.rect));
         let bins = r.bins();
         let per_tile: Vec<(u64, [[u64; 3]; 3])> = (0..bins.num_tiles())
             .into_par_iter()
@@ -295,7 +271,7 @@ fn print_counts(label: &str, g: &Gaussians, cams: &[Camera]) {
                         })
                     })
                     .count() as u64;
-                let lists = [&radius_lists[t][..], &box_lists[t][..], bins.tile(t)];
+                let lists = [radius_bins.tile(t), box_bins.tile(t), bins.tile(t)];
                 let walks = lists.map(|list| {
                     let (f, b) = walked(list, splats, pixels.clone());
                     [list.len() as u64, f, b]

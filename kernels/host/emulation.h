@@ -914,9 +914,9 @@ inline float max(float a, float b) { return fmaxf(a, b); }
 
 // CUDA's 16-byte vector. A GPU faults on a 16-byte load or store at an address that is not
 // 16-byte aligned: copying one to or from such an address is an error here (the launch fails,
-// naming the kernel, the block and the address). Declared without CUDA's alignas(16) on purpose: with it the
-// host compiler would use aligned SSE moves, and a misaligned one would crash the process
-// before the check could report it.
+// naming the kernel, the block and the address). Declared without CUDA's alignas(16) on
+// purpose: with it the host compiler would use aligned SSE moves, and a misaligned one would
+// crash the process before the check could report it.
 struct float4 {
     float x, y, z, w;
     float4() = default;

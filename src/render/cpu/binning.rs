@@ -229,6 +229,47 @@ impl<F: Real> Reach<F> {
 /// Gaussians per parallel work item of [`tile_binning`].
 const CHUNK: usize = 1024;
 
+/// Bins every visible splat (`radius > 0`) into every tile of `rect(splat)` (`[x0, x1, y0,
+/// y1]`; `None`: no tile), each tile's list front to back by (depth, index) as
+/// [`tile_binning`] orders its own. No preflight: for comparing binning rules, such as 3DGS's
+/// 3σ box in the tests and the rules `benches/render.rs` counts.
+pub fn bins_by_rect<F: Real>(
+    splats: &[Splat<F>],
+    tiles_x: u32,
+    tiles_y: u32,
+    rect: impl Fn(&Splat<F>) -> Option<[u32; 4]>,
+) -> TileBins {
+    let mut order: Vec<u32> = (0..splats.len() as u32)
+        .filter(|&i| splats[i as usize].radius > 0)
+        .collect();
+    // A visible splat's depth is finite (projection culls the rest).
+    order.sort_by(|&a, &b| {
+        let (da, db) = (splats[a as usize].depth, splats[b as usize].depth);
+        da.partial_cmp(&db)
+            .unwrap_or(Ordering::Equal)
+            .then(a.cmp(&b))
+    });
+    let mut lists = vec![Vec::new(); (tiles_x * tiles_y) as usize];
+    for &i in &order {
+        let Some([x0, x1, y0, y1]) = rect(&splats[i as usize]) else {
+            continue;
+        };
+        for ty in y0..y1 {
+            for tx in x0..x1 {
+                lists[(ty * tiles_x + tx) as usize].push(i);
+            }
+        }
+    }
+    let mut bins = TileBins::default();
+    (bins.tiles_x, bins.tiles_y) = (tiles_x, tiles_y);
+    bins.tile_offsets.push(0);
+    for list in lists {
+        bins.isect_ids.extend_from_slice(&list);
+        bins.tile_offsets.push(bins.isect_ids.len());
+    }
+    bins
+}
+
 /// `tile_binning`: preflight, then fill `bins`. `bytes_per_intersection` is what the caller
 /// will allocate per intersection in total (ids plus any backward scratch); the render is
 /// refused when `count · bytes_per_intersection > limit`, before anything that size exists.

@@ -257,32 +257,15 @@ pub fn rasterize_bwd_pixel_major<F: Real>(
 /// tile's list front to back by (depth, index). What `tile_binning` narrows with the α-support
 /// box; the literal loops above walked over these lists show that narrowing changes nothing.
 pub fn radius_bins<F: Real>(splats: &[Splat<F>], tiles_x: u32, tiles_y: u32) -> TileBins {
-    let mut order: Vec<u32> = (0..splats.len() as u32)
-        .filter(|&i| splats[i as usize].radius > 0)
-        .collect();
-    order.sort_by(|&a, &b| {
-        let (da, db) = (splats[a as usize].depth, splats[b as usize].depth);
-        da.partial_cmp(&db).unwrap().then(a.cmp(&b))
-    });
-    let mut lists = vec![Vec::new(); (tiles_x * tiles_y) as usize];
-    for &i in &order {
-        let s = &splats[i as usize];
+    super::binning::bins_by_rect(splats, tiles_x, tiles_y, |s| {
         let r = F::from_f64(s.radius as f64);
-        let [x0, x1, y0, y1] = super::project::tile_rect(s.mean2d, [r, r], tiles_x, tiles_y);
-        for ty in y0..y1 {
-            for tx in x0..x1 {
-                lists[(ty * tiles_x + tx) as usize].push(i);
-            }
-        }
-    }
-    let mut bins = TileBins::default();
-    (bins.tiles_x, bins.tiles_y) = (tiles_x, tiles_y);
-    bins.tile_offsets.push(0);
-    for list in lists {
-        bins.isect_ids.extend_from_slice(&list);
-        bins.tile_offsets.push(bins.isect_ids.len());
-    }
-    bins
+        Some(super::project::tile_rect(
+            s.mean2d,
+            [r, r],
+            tiles_x,
+            tiles_y,
+        ))
+    })
 }
 
 #[cfg(test)]
