@@ -4,14 +4,15 @@
 //
 //   loss = (1 − λ)·L1 + λ·(1 − SSIM),  ∂loss/∂x = (1 − λ)/N·sign(x − y) − λ·∂SSIM/∂x
 //
-// with N = 3·W·H values. SSIM uses the 11-tap Gaussian window (σ = 1.5) applied separably:
-//   ssim_h5   horizontal pass of the five statistics x, y, x², y², xy (3 channels → 15 planes)
-//   ssim_v5   vertical pass fused with the per-pixel SSIM and its coefficient maps
-//             ∂S/∂μx, ∂S/∂Pxx, ∂S/∂Pxy (9 planes), and per-block sums of S
-//   ssim_h3   horizontal pass of the 9 coefficient planes
-//   loss_grad vertical pass fused with ∂loss/∂x and per-block sums of |x − y|
-//   loss_finish  one block: the double sums of the partials → [loss, L1, SSIM]
-// Images are interleaved RGB f32 [H, W, 3]; planes are [P, H·W] (plane p = channel·k + stat).
+// with N = 3·W·H values. SSIM uses the 11-tap Gaussian window (σ = 1.5) applied separably,
+// in two tiled kernels (one block per GS_LOSS_TILE² pixels, the tile and its halo staged in
+// shared memory):
+//   ssim_fwd     the window statistics x, y, x², y², xy, the per-pixel SSIM and its
+//                coefficient maps ∂S/∂μx, ∂S/∂Pxx, ∂S/∂Pxy (9 planes), per-tile sums of S
+//   loss_grad    the window pass of the 9 coefficient planes fused with ∂loss/∂x and per-tile
+//                sums of |x − y| and (x − y)²
+//   loss_finish  one block: the double sums of the partials → [loss, L1, SSIM, MSE]
+// Images are interleaved RGB f32 [H, W, 3]; planes are [9, H·W] (plane p = channel·3 + map).
 // Reductions are in double, over fixed block sizes in a fixed tree: deterministic.
 
 // block_sum (the fixed-tree double reduction) comes from common.cuh, shared with project_bwd.cu.
@@ -52,53 +53,90 @@ extern "C" __global__ void rgb8_to_f32(
     if (i < n) out[i] = (float)in[i] * (1.0f / 255.0f);
 }
 
-extern "C" __global__ void ssim_h5(
-    u32 width, u32 height,
-    const float* __restrict__ img,     // [H, W, 3]
-    const float* __restrict__ target,  // [H, W, 3]
-    float* __restrict__ tmp)           // [15, H·W] out
-{
-    const u32 npix = width * height;
-    const u32 p = blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= npix) return;
-    const int i = (int)(p % width), row = (int)(p / width);
-    for (int c = 0; c < 3; ++c) {
-        float s[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        for (int k = 0; k < 2 * SSIM_RADIUS + 1; ++k) {
-            const int q = i + k - SSIM_RADIUS;
-            if (q < 0 || q >= (int)width) continue;  // zero padding
-            const u32 at = ((u32)row * width + (u32)q) * 3 + c;
-            const float x = img[at], y = target[at], w = ssim_w(k);
-            s[0] += w * x;
-            s[1] += w * y;
-            s[2] += w * (x * x);
-            s[3] += w * (y * y);
-            s[4] += w * (x * y);
-        }
-        for (int k = 0; k < 5; ++k) tmp[(u64)(c * 5 + k) * npix + p] = s[k];
-    }
+// Both SSIM kernels work on a tile of GS_LOSS_TILE² pixels per block (one thread per pixel):
+// the tile's inputs and an SSIM_RADIUS-wide halo are staged in shared memory, the horizontal
+// pass runs over the tile's columns for every row of the halo, the vertical pass over the
+// tile's pixels. Each sum still runs over the same taps in the same order as the CPU's full
+// planes (a tap outside the image is skipped, never added as zero), so the results are the
+// CPU's bit for bit. Only the 9 coefficient planes go through global memory.
+#define SSIM_TILE GS_LOSS_TILE
+#define SSIM_SPAN (SSIM_TILE + 2 * SSIM_RADIUS)  // rows (and columns) staged per tile
+#if SSIM_TILE * SSIM_TILE != GS_LOSS_BLOCK
+#error "an SSIM tile is one block: GS_LOSS_TILE² must equal GS_LOSS_BLOCK"
+#endif
+
+// Where the block's tile starts, in pixels.
+__device__ __forceinline__ void ssim_tile_origin(u32 tiles_x, int* x0, int* y0) {
+    *x0 = (int)(blockIdx.x % tiles_x) * SSIM_TILE;
+    *y0 = (int)(blockIdx.x / tiles_x) * SSIM_TILE;
 }
 
-extern "C" __global__ void ssim_v5(
+// Per tile: the five window statistics of each channel, the per-pixel SSIM, its coefficient
+// maps ∂S/∂μx, ∂S/∂Pxx, ∂S/∂Pxy (9 planes) and the tile's Σ S over pixels and channels.
+extern "C" __global__ void ssim_fwd(
     u32 width, u32 height,
-    const float* __restrict__ tmp,  // [15, H·W] from ssim_h5
-    float* __restrict__ coef,       // [9, H·W] out: per channel ∂S/∂μx, ∂S/∂Pxx, ∂S/∂Pxy
-    double* __restrict__ s_part)    // [blocks] out: Σ S over the block's pixels and channels
+    u32 tiles_x,                       // ⌈W / SSIM_TILE⌉; the grid has one block per tile
+    const float* __restrict__ img,     // [H, W, 3]
+    const float* __restrict__ target,  // [H, W, 3]
+    float* __restrict__ coef,          // [9, H·W] out: per channel ∂S/∂μx, ∂S/∂Pxx, ∂S/∂Pxy
+    double* __restrict__ s_part)       // [tiles] out
 {
+    // The tile and its halo, all three channels (a value outside the image is never read).
+    __shared__ float sx[3][SSIM_SPAN][SSIM_SPAN];
+    __shared__ float sy[3][SSIM_SPAN][SSIM_SPAN];
+    // The horizontal pass of one channel: 5 statistics for every staged row, tile columns.
+    __shared__ float sh[5][SSIM_SPAN][SSIM_TILE];
+    int x0, y0;
+    ssim_tile_origin(tiles_x, &x0, &y0);
+    const int t = (int)threadIdx.x;
+    // Row by row, a staged row's 3·SSIM_SPAN values are contiguous in the image: coalesced.
+    for (int e = t; e < SSIM_SPAN * SSIM_SPAN * 3; e += GS_LOSS_BLOCK) {
+        const int r = e / (SSIM_SPAN * 3), rest = e % (SSIM_SPAN * 3);
+        const int col = rest / 3, ch = rest % 3;
+        const int gr = y0 - SSIM_RADIUS + r, gc = x0 - SSIM_RADIUS + col;
+        float xv = 0.0f, yv = 0.0f;
+        if (gr >= 0 && gr < (int)height && gc >= 0 && gc < (int)width) {
+            const u32 at = ((u32)gr * width + (u32)gc) * 3 + (u32)ch;
+            xv = img[at];
+            yv = target[at];
+        }
+        sx[ch][r][col] = xv;
+        sy[ch][r][col] = yv;
+    }
+    __syncthreads();  // the staged tile is complete
+
+    const int px = t % SSIM_TILE, py = t / SSIM_TILE;
+    const int gx = x0 + px, gy = y0 + py;
+    const bool inside = gx < (int)width && gy < (int)height;
     const u32 npix = width * height;
-    const u32 p = blockIdx.x * blockDim.x + threadIdx.x;
     double sum = 0.0;
-    if (p < npix) {
-        const int i = (int)(p % width), row = (int)(p / width);
-        const float c1 = GS_SSIM_C1, c2 = GS_SSIM_C2, two = 2.0f;
-        for (int c = 0; c < 3; ++c) {
+    const float c1 = GS_SSIM_C1, c2 = GS_SSIM_C2, two = 2.0f;
+    for (int c = 0; c < 3; ++c) {
+        for (int e = t; e < SSIM_SPAN * SSIM_TILE; e += GS_LOSS_BLOCK) {
+            const int r = e / SSIM_TILE, col = e % SSIM_TILE;
+            const int gr = y0 - SSIM_RADIUS + r, i = x0 + col;
+            if (gr < 0 || gr >= (int)height || i >= (int)width) continue;  // never read
+            float s[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            for (int k = 0; k < 2 * SSIM_RADIUS + 1; ++k) {
+                const int q = i + k - SSIM_RADIUS;
+                if (q < 0 || q >= (int)width) continue;  // zero padding
+                const float x = sx[c][r][col + k], y = sy[c][r][col + k], w = ssim_w(k);
+                s[0] += w * x;
+                s[1] += w * y;
+                s[2] += w * (x * x);
+                s[3] += w * (y * y);
+                s[4] += w * (x * y);
+            }
+            for (int m = 0; m < 5; ++m) sh[m][r][col] = s[m];
+        }
+        __syncthreads();  // the horizontal pass is complete
+        if (inside) {
             float st[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
             for (int k = 0; k < 2 * SSIM_RADIUS + 1; ++k) {
-                const int q = row + k - SSIM_RADIUS;
+                const int q = gy + k - SSIM_RADIUS;
                 if (q < 0 || q >= (int)height) continue;
                 const float w = ssim_w(k);
-                const u32 at = (u32)q * width + (u32)i;
-                for (int s = 0; s < 5; ++s) st[s] += w * tmp[(u64)(c * 5 + s) * npix + at];
+                for (int m = 0; m < 5; ++m) st[m] += w * sh[m][py + k][px];
             }
             const float m_x = st[0], m_y = st[1];
             const float sxx = st[2] - m_x * m_x;
@@ -110,62 +148,81 @@ extern "C" __global__ void ssim_v5(
             const float b2 = sxx + syy + c2;
             const float d = b1 * b2;
             const float sv = a1 * a2 / d;
+            const u32 p = (u32)gy * width + (u32)gx;
             coef[(u64)(c * 3 + 0) * npix + p] = (two * m_y * (a2 - a1) - two * m_x * sv * (b2 - b1)) / d;
             coef[(u64)(c * 3 + 1) * npix + p] = 0.0f - sv / b2;
             coef[(u64)(c * 3 + 2) * npix + p] = two * a1 / d;
             sum += (double)sv;
         }
+        __syncthreads();  // the next channel's horizontal pass overwrites sh
     }
     const double total = block_sum<GS_LOSS_BLOCK>(sum);
     if (threadIdx.x == 0) s_part[blockIdx.x] = total;
 }
 
-extern "C" __global__ void ssim_h3(
+// Per tile: the window pass (horizontal, then vertical) of the coefficient planes, fused with
+// ∂loss/∂x and the tile's sums of |x − y| and (x − y)². Bounded to four blocks per SM: unbounded,
+// ptxas gives it 66 registers on sm_80, three blocks.
+extern "C" __global__ void __launch_bounds__(GS_LOSS_BLOCK, 4) loss_grad(
     u32 width, u32 height,
-    const float* __restrict__ coef,  // [9, H·W] from ssim_v5
-    float* __restrict__ tmp)         // [9, H·W] out
-{
-    const u32 npix = width * height;
-    const u32 p = blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= npix) return;
-    const int i = (int)(p % width), row = (int)(p / width);
-    for (int m = 0; m < 9; ++m) {
-        float acc = 0.0f;
-        for (int k = 0; k < 2 * SSIM_RADIUS + 1; ++k) {
-            const int q = i + k - SSIM_RADIUS;
-            if (q < 0 || q >= (int)width) continue;
-            acc += ssim_w(k) * coef[(u64)m * npix + (u32)row * width + (u32)q];
-        }
-        tmp[(u64)m * npix + p] = acc;
-    }
-}
-
-extern "C" __global__ void loss_grad(
-    u32 width, u32 height,
-    const float* __restrict__ tmp,     // [9, H·W] from ssim_h3
+    u32 tiles_x,                       // as ssim_fwd
+    const float* __restrict__ coef,    // [9, H·W] from ssim_fwd
     const float* __restrict__ img,     // [H, W, 3]
     const float* __restrict__ target,  // [H, W, 3]
     float w1,                          // (1 − λ) / N
     float ws,                          // λ
     float inv_n,                       // 1 / N
     float* __restrict__ d_image,       // [H, W, 3] out
-    double* __restrict__ l1_part,      // [blocks] out: Σ |x − y| over the block's values
-    double* __restrict__ sq_part)      // [blocks] out: Σ (x − y)² in double (for the PSNR)
+    double* __restrict__ l1_part,      // [tiles] out: Σ |x − y| over the tile's values
+    double* __restrict__ sq_part)      // [tiles] out: Σ (x − y)² in double (for the PSNR)
 {
+    // One channel's three coefficient planes over the tile and its halo, then their
+    // horizontal pass (a channel at a time keeps a block's shared memory at 13 KiB).
+    __shared__ float sc[3][SSIM_SPAN][SSIM_SPAN];
+    __shared__ float sh[3][SSIM_SPAN][SSIM_TILE];
+    int x0, y0;
+    ssim_tile_origin(tiles_x, &x0, &y0);
+    const int t = (int)threadIdx.x;
+    const int px = t % SSIM_TILE, py = t / SSIM_TILE;
+    const int gx = x0 + px, gy = y0 + py;
+    const bool inside = gx < (int)width && gy < (int)height;
     const u32 npix = width * height;
-    const u32 p = blockIdx.x * blockDim.x + threadIdx.x;
+    const u32 p = (u32)gy * width + (u32)gx;
+    const float two = 2.0f;
     double sum = 0.0, sq = 0.0;
-    if (p < npix) {
-        const int i = (int)(p % width), row = (int)(p / width);
-        const float two = 2.0f;
-        for (int c = 0; c < 3; ++c) {
+    for (int c = 0; c < 3; ++c) {
+        for (int e = t; e < 3 * SSIM_SPAN * SSIM_SPAN; e += GS_LOSS_BLOCK) {
+            const int m = e / (SSIM_SPAN * SSIM_SPAN), rest = e % (SSIM_SPAN * SSIM_SPAN);
+            const int r = rest / SSIM_SPAN, col = rest % SSIM_SPAN;
+            const int gr = y0 - SSIM_RADIUS + r, gc = x0 - SSIM_RADIUS + col;
+            float v = 0.0f;
+            if (gr >= 0 && gr < (int)height && gc >= 0 && gc < (int)width)
+                v = coef[(u64)(c * 3 + m) * npix + (u32)gr * width + (u32)gc];
+            sc[m][r][col] = v;
+        }
+        __syncthreads();  // the staged planes are complete
+        for (int e = t; e < SSIM_SPAN * SSIM_TILE; e += GS_LOSS_BLOCK) {
+            const int r = e / SSIM_TILE, col = e % SSIM_TILE;
+            const int gr = y0 - SSIM_RADIUS + r, i = x0 + col;
+            if (gr < 0 || gr >= (int)height || i >= (int)width) continue;  // never read
+            for (int m = 0; m < 3; ++m) {
+                float acc = 0.0f;
+                for (int k = 0; k < 2 * SSIM_RADIUS + 1; ++k) {
+                    const int q = i + k - SSIM_RADIUS;
+                    if (q < 0 || q >= (int)width) continue;
+                    acc += ssim_w(k) * sc[m][r][col + k];
+                }
+                sh[m][r][col] = acc;
+            }
+        }
+        __syncthreads();  // the horizontal pass is complete
+        if (inside) {
             float g[3] = {0.0f, 0.0f, 0.0f};
             for (int k = 0; k < 2 * SSIM_RADIUS + 1; ++k) {
-                const int q = row + k - SSIM_RADIUS;
+                const int q = gy + k - SSIM_RADIUS;
                 if (q < 0 || q >= (int)height) continue;
                 const float w = ssim_w(k);
-                const u32 at = (u32)q * width + (u32)i;
-                for (int m = 0; m < 3; ++m) g[m] += w * tmp[(u64)(c * 3 + m) * npix + at];
+                for (int m = 0; m < 3; ++m) g[m] += w * sh[m][py + k][px];
             }
             const float x = img[3 * p + c], y = target[3 * p + c];
             const float gs = inv_n * (g[0] + two * x * g[1] + y * g[2]);
@@ -176,6 +233,7 @@ extern "C" __global__ void loss_grad(
             const double dd = (double)x - (double)y;
             sq += dd * dd;
         }
+        __syncthreads();  // the next channel's staging overwrites sc and sh
     }
     const double total = block_sum<GS_LOSS_BLOCK>(sum);
     if (threadIdx.x == 0) l1_part[blockIdx.x] = total;

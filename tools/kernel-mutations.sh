@@ -7,6 +7,7 @@
 #
 #   tools/kernel-mutations.sh            # ~1 min per mutation on 2 cores (one rebuild each)
 #   tools/kernel-mutations.sh densify    # only the mutations of files matching 'densify'
+#   tools/kernel-mutations.sh loss 'sh\[|sc\['  # ... whose original text matches an ERE
 #
 # Works in a throw-away git worktree of HEAD (its own target dir), so the checkout is never
 # modified. Prints one line per mutation, "caught" or "SURVIVED", and exits 1 if any survived.
@@ -59,6 +60,16 @@ muts=(
  'kernels/rasterize_bwd.cu|        __syncthreads();  // the previous batch is no longer read|        // (barrier removed)'
  'kernels/loss.cu|s[4] += w * (x * y);|s[4] += w * (x * x);'
  'kernels/loss.cu|inv_n * (g[0] + two * x * g[1] + y * g[2])|inv_n * (g[0] + two * x * g[1] + x * g[2])'
+ 'kernels/loss.cu|*y0 = (int)(blockIdx.x / tiles_x) * SSIM_TILE;|*y0 = (int)(blockIdx.x % tiles_x) * SSIM_TILE;'
+ 'kernels/loss.cu|const int gr = y0 - SSIM_RADIUS + r, gc = x0 - SSIM_RADIUS + col;|const int gr = y0 - SSIM_RADIUS + r, gc = x0 + col;'
+ 'kernels/loss.cu|    __syncthreads();  // the staged tile is complete|    // (barrier removed)'
+ 'kernels/loss.cu|const float x = sx[c][r][col + k], y = sy[c][r][col + k]|const float x = sx[c][r][col + k], y = sy[c][r][col]'
+ 'kernels/loss.cu|for (int m = 0; m < 5; ++m) st[m] += w * sh[m][py + k][px];|for (int m = 0; m < 5; ++m) st[m] += w * sh[m][k][px];'
+ 'kernels/loss.cu|        __syncthreads();  // the next channel'"'"'s horizontal pass overwrites sh|        // (barrier removed)'
+ 'kernels/loss.cu|v = coef[(u64)(c * 3 + m) * npix + (u32)gr * width + (u32)gc];|v = coef[(u64)(c * 3 + m) * npix + (u32)gr * width + (u32)gc + 1u];'
+ 'kernels/loss.cu|acc += ssim_w(k) * sc[m][r][col + k];|acc += ssim_w(k) * sc[m][r][col];'
+ 'kernels/loss.cu|for (int m = 0; m < 3; ++m) g[m] += w * sh[m][py + k][px];|for (int m = 0; m < 3; ++m) g[m] += w * sh[m][py + k][px ^ 1];'
+ 'kernels/loss.cu|        __syncthreads();  // the next channel'"'"'s staging overwrites sc and sh|        // (barrier removed)'
  'kernels/common.cuh|for (u32 off = BLOCK / 2; off > 0; off >>= 1)|for (u32 off = BLOCK / 4; off > 0; off >>= 1)'
  'kernels/loss.cu|x2 * e[8 + j] + e[4 * j + 3];|x2 * e[8 + j] + e[4 + j];'
  'kernels/loss.cu|            g[4 * j + 3] = dj;|            g[4 * j + 3] = 0.0;'
@@ -99,10 +110,12 @@ muts=(
  'kernels/loss.cu|{12u, (u64)nx * 12u, (u64)nx * ny * 12u}|{12u, (u64)ny * 12u, (u64)nx * ny * 12u}'
 )
 only=${1:-}
+text=${2:-}
 survived=0
 for m in "${muts[@]}"; do
     IFS='|' read -r file from to <<<"$m"
     [[ -z "$only" || "$file" == *"$only"* ]] || continue
+    [[ -z "$text" || "$from" =~ $text ]] || continue
     git checkout -q -- kernels
     python3 - "$file" "$from" "$to" <<'PY'
 import sys

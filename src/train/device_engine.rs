@@ -221,10 +221,10 @@ pub struct DepthLoss {
 }
 
 /// Device bytes per pixel of the largest view: RGB8 upload and its loss mask (4), target,
-/// render and `∂L/∂image` (12 each), the loss scratch (24 planes of f32 = 96), final
-/// transmittance and last contributor (8), rounded up to 145 for the per-tile ranges and the
-/// loss partials (about 0.15 bytes per pixel together).
-pub const DEVICE_BYTES_PER_PIXEL: u64 = 145;
+/// render and `∂L/∂image` (12 each), the SSIM's coefficient planes (9 planes of f32 = 36),
+/// final transmittance and last contributor (8), rounded up to 85 for the per-tile ranges and
+/// the loss partials (about 0.15 bytes per pixel together).
+pub const DEVICE_BYTES_PER_PIXEL: u64 = 85;
 
 /// Device bytes per pixel that exposure compensation adds: the render through the view's
 /// exposure (12) and the exposure gradient's per-block partials (12 doubles per 256 pixels),
@@ -2302,11 +2302,11 @@ mod tests {
             b.model,
             1000 * (model_bytes(1, 3) - RENDER_BYTES_PER_GAUSSIAN + 140 + 3 * 4 * 59)
         );
-        assert_eq!(b.views, 145 * 640 * 480);
+        assert_eq!(b.views, 85 * 640 * 480);
         assert_eq!(b.total(), b.model + b.views + (1 << 20));
         // Exposure compensation and depth regularization add their planes per pixel.
         let d = device_bytes(1000, 1, 3, 640 * 480, true, true, 1 << 20);
-        assert_eq!(d.views, (145 + 13 + 11) * 640 * 480);
+        assert_eq!(d.views, (85 + 13 + 11) * 640 * 480);
         assert_eq!(d.model, b.model);
     }
 }

@@ -11,8 +11,10 @@
 //! on an NVIDIA H200 (CUDA 13.0, 2026-11-28) the loss, exposure, mask, depth and bilateral-grid
 //! kernels and the grids' Adam were bit-identical to the CPU where the tests ask for it.
 //!
-//! Invariant: the scratch planes (24 floats per pixel) only grow, so a training loop allocates
-//! nothing after its first step.
+//! The SSIM works on 16×16 pixel tiles with their window's halo in shared memory, so the only
+//! scratch in global memory is the 9 coefficient planes between its two kernels (36 bytes per
+//! pixel). Invariant: the scratch only grows, so a training loop allocates nothing after its
+//! first step.
 
 use std::collections::HashMap;
 
@@ -31,12 +33,14 @@ pub const LOSS_SCALARS: usize = 4;
 /// Threads per block of the loss kernels (a power of two: the block reductions halve it).
 pub const LOSS_BLOCK: u32 = 256;
 
-const ENTRY_POINTS: [&str; 16] = [
+/// Side of the SSIM kernels' square pixel tiles: one block each, a thread per pixel.
+pub const LOSS_TILE: u32 = 16;
+const _: () = assert!(LOSS_TILE * LOSS_TILE == LOSS_BLOCK);
+
+const ENTRY_POINTS: [&str; 14] = [
     "rgb8_to_f32",
     "apply_mask",
-    "ssim_h5",
-    "ssim_v5",
-    "ssim_h3",
+    "ssim_fwd",
     "loss_grad",
     "loss_finish",
     "exposure_apply",
@@ -86,6 +90,7 @@ pub fn module_source() -> ModuleSource {
     defines.push(("GS_SSIM_C1", c_float(SSIM_C1 as f32)));
     defines.push(("GS_SSIM_C2", c_float(SSIM_C2 as f32)));
     defines.push(("GS_LOSS_BLOCK", LOSS_BLOCK.to_string()));
+    defines.push(("GS_LOSS_TILE", LOSS_TILE.to_string()));
     ModuleSource {
         name: "loss.cu".into(),
         // loss.cu includes common.cuh alone, an embedded header (a unit test splices it).
@@ -118,9 +123,7 @@ pub enum DeviceLossError {
 pub struct DeviceLoss {
     dev: Device,
     funcs: HashMap<&'static str, Function>,
-    /// 15 planes (the horizontal pass), reused for the 9 blurred coefficient planes.
-    tmp: DeviceBuffer<f32>,
-    /// 9 coefficient planes.
+    /// 9 coefficient planes, from `ssim_fwd` to `loss_grad`.
     coef: DeviceBuffer<f32>,
     s_part: DeviceBuffer<f64>,
     l1_part: DeviceBuffer<f64>,
@@ -144,7 +147,6 @@ impl DeviceLoss {
         Ok(DeviceLoss {
             dev: dev.clone(),
             funcs,
-            tmp: dev.alloc(1)?,
             coef: dev.alloc(1)?,
             s_part: dev.alloc(1)?,
             l1_part: dev.alloc(1)?,
@@ -711,9 +713,10 @@ impl DeviceLoss {
             }
         }
         let dev = self.dev.clone();
-        let cfg = LaunchConfig::linear(npix as u64, LOSS_BLOCK)?;
+        let tiles_x = width.div_ceil(LOSS_TILE);
+        let tiles = tiles_x as u64 * height.div_ceil(LOSS_TILE) as u64;
+        let cfg = LaunchConfig::linear(tiles * LOSS_BLOCK as u64, LOSS_BLOCK)?;
         let blocks = cfg.grid.0 as usize;
-        dev.grow(&mut self.tmp, 15 * npix)?;
         dev.grow(&mut self.coef, 9 * npix)?;
         dev.grow(&mut self.s_part, blocks)?;
         dev.grow(&mut self.l1_part, blocks)?;
@@ -722,19 +725,20 @@ impl DeviceLoss {
         // gradient scale in metrics.rs).
         let w1 = (1.0 - lambda_dssim) / n as f32;
         let inv_n = (1.0 / n as f64) as f32;
-        let (w, h) = (U32(width), U32(height));
-        let (tmp, coef) = (self.tmp.arg(), self.coef.arg());
-        // SAFETY: (all five launches) the argument lists match kernels/loss.cu; img, target and
-        // d_image hold 3·W·H values, tmp 15 planes and coef 9 planes of W·H, the partials one
-        // value per block of `cfg` (all checked or grown above); loss_finish runs one block.
+        let (w, h, tx) = (U32(width), U32(height), U32(tiles_x));
+        let coef = self.coef.arg();
+        // SAFETY: (all three launches) the argument lists match kernels/loss.cu; img, target
+        // and d_image hold 3·W·H values, coef 9 planes of W·H, the partials one value per
+        // block of `cfg`, which has one block of LOSS_TILE² threads per tile of the image (all
+        // checked or grown above); loss_finish runs one block.
         unsafe {
-            self.go("ssim_h5", cfg, &[w, h, img.arg(), target.arg(), tmp])?;
-            self.go("ssim_v5", cfg, &[w, h, tmp, coef, self.s_part.arg()])?;
-            self.go("ssim_h3", cfg, &[w, h, coef, tmp])?;
+            let args = [w, h, tx, img.arg(), target.arg(), coef, self.s_part.arg()];
+            self.go("ssim_fwd", cfg, &args)?;
             let args = [
                 w,
                 h,
-                tmp,
+                tx,
+                coef,
                 img.arg(),
                 target.arg(),
                 F32(w1),
@@ -1003,11 +1007,14 @@ mod tests {
         for dev in crate::device::test_devices() {
             let mut dl = DeviceLoss::new(&dev).unwrap();
             let mut rng = Rng::new(17);
-            // One pixel, narrower than the window both ways, not multiples of anything, and
-            // more pixels than one block; identical images (L1 0, SSIM 1) once.
+            // One pixel, narrower than the window both ways, exactly one 16×16 tile, a tile
+            // and one more column and row, not multiples of anything, and more pixels than one
+            // block; identical images (L1 0, SSIM 1) once.
             for (w, h, same) in [
                 (1, 1, false),
                 (7, 3, false),
+                (16, 16, false),
+                (17, 33, false),
                 (37, 29, false),
                 (120, 45, true),
                 (200, 90, false),
