@@ -233,7 +233,9 @@ extern "C" __global__ void __launch_bounds__(GS_LOSS_BLOCK, 4) loss_grad(
             const double dd = (double)x - (double)y;
             sq += dd * dd;
         }
-        __syncthreads();  // the next channel's staging overwrites sc and sh
+        // No barrier here: the next channel's staging overwrites sc, which every thread
+        // finished reading before the barrier above, and its horizontal pass overwrites sh
+        // only after the staging's barrier, which every thread reaches after its reads here.
     }
     const double total = block_sum<GS_LOSS_BLOCK>(sum);
     if (threadIdx.x == 0) l1_part[blockIdx.x] = total;

@@ -69,7 +69,6 @@ muts=(
  'kernels/loss.cu|v = coef[(u64)(c * 3 + m) * npix + (u32)gr * width + (u32)gc];|v = coef[(u64)(c * 3 + m) * npix + (u32)gr * width + (u32)gc + 1u];'
  'kernels/loss.cu|acc += ssim_w(k) * sc[m][r][col + k];|acc += ssim_w(k) * sc[m][r][col];'
  'kernels/loss.cu|for (int m = 0; m < 3; ++m) g[m] += w * sh[m][py + k][px];|for (int m = 0; m < 3; ++m) g[m] += w * sh[m][py + k][px ^ 1];'
- 'kernels/loss.cu|        __syncthreads();  // the next channel'"'"'s staging overwrites sc and sh|        // (barrier removed)'
  'kernels/common.cuh|for (u32 off = BLOCK / 2; off > 0; off >>= 1)|for (u32 off = BLOCK / 4; off > 0; off >>= 1)'
  'kernels/loss.cu|x2 * e[8 + j] + e[4 * j + 3];|x2 * e[8 + j] + e[4 + j];'
  'kernels/loss.cu|            g[4 * j + 3] = dj;|            g[4 * j + 3] = 0.0;'

@@ -92,16 +92,43 @@ pub const POSE_OFFSET: usize = LOSS_SCALARS + EXPOSURE_LEN;
 /// pose gradient.
 pub const DEPTH_OFFSET: usize = POSE_OFFSET + POSE_LEN;
 
-/// A `src` entry of [`DeviceEngine::gather_rows_into`] that leaves its row alone (`gather_rows`
-/// in `kernels/densify.cu` skips it): the row comes from another device.
+/// A `src` entry of a [`RowIndex`] that leaves its row alone (`gather_rows` in
+/// `kernels/densify.cu` skips it): the row comes from another device.
 pub(crate) const SKIP_ROW: u32 = u32::MAX;
 
-/// Rows of a model being edited on one device: parameters and both Adam moments, each with
-/// `n` rows at the model's degree (see [`DeviceEngine::alloc_rows`]).
-pub(crate) struct Rows {
-    pub(crate) params: DeviceGaussians,
-    pub(crate) exp_avg: DeviceGaussians,
-    pub(crate) exp_avg_sq: DeviceGaussians,
+/// The three row tensors a model edit rewrites: the parameters and both Adam moments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RowTensor {
+    Params,
+    ExpAvg,
+    ExpAvgSq,
+}
+
+impl RowTensor {
+    pub(crate) const ALL: [RowTensor; 3] =
+        [RowTensor::Params, RowTensor::ExpAvg, RowTensor::ExpAvgSq];
+
+    /// Whether a fresh row (a new Gaussian) starts at zero here (the moments) rather than as a
+    /// copy of its source row (the parameters).
+    fn zeroes_fresh(self) -> bool {
+        self != RowTensor::Params
+    }
+}
+
+/// A row plan's sources on one device, uploaded once for every field's gather
+/// ([`DeviceEngine::row_index`]): output row `r` comes from this device's row `src[r]`, or
+/// from elsewhere where that is [`SKIP_ROW`]; `fresh[r]` marks a new Gaussian.
+pub(crate) struct RowIndex {
+    rows: usize,
+    src: DeviceBuffer<u32>,
+    fresh: DeviceBuffer<u8>,
+}
+
+impl RowIndex {
+    /// Output rows.
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
 }
 
 /// `kernels/densify.cu`.
@@ -261,7 +288,7 @@ pub const DEVICE_BYTES_PER_INTERSECTION: u64 = crate::render::cuda::BYTES_PER_IN
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceBytes {
     /// Parameters, gradients, both moments, statistics, the rasterizer's per-Gaussian
-    /// buffers and the densification's second copy: [`device_bytes_per_gaussian`] each, for
+    /// buffers and what a densification holds beside them: [`device_bytes_per_gaussian`] each, for
     /// the whole model on one device or one shard (⌈N / devices⌉ rows) when split.
     pub model: u64,
     /// A split model only: the view rasterizer's copy of every shard's splats and their
@@ -295,15 +322,42 @@ impl DeviceBytes {
 pub const DEVICE_RENDER_BYTES_PER_GAUSSIAN: u64 = 140;
 
 /// Device bytes per Gaussian: the host model's items ([`model_bytes`], with the device
-/// rasterizer's buffers, [`DEVICE_RENDER_BYTES_PER_GAUSSIAN`], in place of the CPU's) plus the
-/// second copy of the parameters and both moments (3P floats) that
-/// [`DeviceEngine::apply_rows`] gathers into before it frees the first, so a densification at
-/// the planned count still fits.
+/// rasterizer's buffers, [`DEVICE_RENDER_BYTES_PER_GAUSSIAN`], in place of the CPU's) plus what
+/// a model edit holds beside them ([`edit_bytes_per_gaussian`]), so a densification at the
+/// planned count still fits.
 pub fn device_bytes_per_gaussian(sh_degree: u32) -> u64 {
-    let p = crate::scene::gaussians::floats_per_gaussian(sh_degree) as u64;
     model_bytes(1, sh_degree) - super::densify::RENDER_BYTES_PER_GAUSSIAN
         + DEVICE_RENDER_BYTES_PER_GAUSSIAN
-        + 3 * 4 * p
+        + edit_bytes_per_gaussian(sh_degree)
+}
+
+/// Device bytes per Gaussian that a model edit ([`DeviceEngine::apply_rows`]) holds beside the
+/// model: the widest field's new rows (the 48 floats of the SH coefficients at degree 3), since
+/// the edit replaces one field at a time, and the plan's row indices (a u32 source and a fresh
+/// flag per row; on a split model also, for a row whose source is on another device, its
+/// source and flag there and its destination here: at most 14 bytes, counted as 16). A second
+/// copy of the parameters and both moments would be 12 bytes per float of a Gaussian (708 B at
+/// degree 3, against 208 here).
+pub fn edit_bytes_per_gaussian(sh_degree: u32) -> u64 {
+    let widest = Field::ALL
+        .iter()
+        .map(|f| f.width(sh_degree))
+        .max()
+        .unwrap_or(0) as u64;
+    4 * widest + 16
+}
+
+/// Checks that every replacement of a row plan names one of its `rows` output rows.
+fn check_replace(replace: &[RowValues], rows: usize) -> Result<(), DeviceEngineError> {
+    match replace.iter().find(|v| v.row as usize >= rows) {
+        Some(bad) => Err(CudaError::Shape {
+            what: "row plan replacement",
+            got: rows,
+            need: bad.row as usize + 1,
+        }
+        .into()),
+        None => Ok(()),
+    }
 }
 
 /// [`DeviceBytes`] on each device for `n` Gaussians at `sh_degree` split over `devices`
@@ -1251,56 +1305,40 @@ impl DeviceEngine {
 
     /// Applies a densification's [`RowPlan`] on the device (`gather_rows`, `set_rows3`,
     /// `set_rows1` for opacity replacements): the twin of [`Model::apply_rows`], bit-identical
-    /// (copies only; the new values come from the host). The buffers are gathered into new
-    /// ones of the plan's row count, so a plan that appends rows (MCMC growth) grows them.
+    /// (copies only; the new values come from the host). A plan that appends rows (MCMC growth)
+    /// grows the model.
+    ///
+    /// One field of one tensor at a time: each is gathered into a new buffer of the plan's row
+    /// count, which then replaces the old one. So the edit holds at most one field's new rows
+    /// beside the model ([`edit_bytes_per_gaussian`]), not a second copy of it. The plan is
+    /// checked before anything changes; a device failure midway (which the memory plan rules
+    /// out) leaves the model half-edited, and the trainer stops without saving it.
     pub fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError> {
-        if let Some(&bad) = plan.src.iter().find(|&&i| i as usize >= self.params.n) {
-            return Err(CudaError::Shape {
-                what: "row plan source",
-                got: self.params.n,
-                need: bad as usize + 1,
+        let index = self.row_index(&plan.src, &plan.fresh)?;
+        let rows = index.rows();
+        check_replace(&plan.replace, rows)?;
+        for t in RowTensor::ALL {
+            for f in Field::ALL {
+                let mut out = self.alloc_field(f, rows)?;
+                self.gather_field(t, f, &index, &mut out)?;
+                self.install_field(t, f, out);
             }
-            .into());
         }
-        let mut rows = self.alloc_rows(plan.src.len())?;
-        self.gather_rows_into(&plan.src, &plan.fresh, &mut rows)?;
-        self.install_rows(rows, &plan.replace)
+        self.finish_rows(rows, &plan.replace)
     }
 
-    /// Room for `count` rows of this engine's model (parameters and both moments) on its
-    /// device, contents unspecified: what a model edit builds before [`Self::install_rows`].
-    pub(crate) fn alloc_rows(&self, count: usize) -> Result<Rows, DeviceEngineError> {
-        let (dev, degree) = (&self.dev, self.params.sh_degree);
-        let make = || -> Result<DeviceGaussians, DeviceEngineError> {
-            let mut g = DeviceGaussians::new(dev)?;
-            g.grow_to(dev, count, degree)?;
-            Ok(g)
-        };
-        Ok(Rows {
-            params: make()?,
-            exp_avg: make()?,
-            exp_avg_sq: make()?,
-        })
-    }
-
-    /// Row `r` of `out` ← this model's row `src[r]` (its parameters; moments zero where
-    /// `fresh[r]`), for every `r` whose `src[r]` is not [`SKIP_ROW`] (those rows are left as
-    /// they are). `out` may live on this device only.
-    pub(crate) fn gather_rows_into(
+    /// Uploads a row plan's `src` and `fresh` (see [`RowIndex`]), after checking them against
+    /// this device's rows.
+    pub(crate) fn row_index(
         &self,
         src: &[u32],
         fresh: &[bool],
-        out: &mut Rows,
-    ) -> Result<(), DeviceEngineError> {
-        let dev = &self.dev;
-        let rows = src.len();
+    ) -> Result<RowIndex, DeviceEngineError> {
         let bad =
             |what, got, need| -> DeviceEngineError { CudaError::Shape { what, got, need }.into() };
+        let rows = src.len();
         if fresh.len() != rows {
             return Err(bad("row plan fresh flags", fresh.len(), rows));
-        }
-        if out.params.n < rows {
-            return Err(bad("gathered rows", out.params.n, rows));
         }
         if let Some(&i) = src
             .iter()
@@ -1308,139 +1346,159 @@ impl DeviceEngine {
         {
             return Err(bad("row plan source", self.params.n, i as usize + 1));
         }
-        if rows == 0 {
+        let fresh: Vec<u8> = fresh.iter().map(|&f| f as u8).collect();
+        let mut src_d = self.dev.alloc::<u32>(rows.max(1))?;
+        self.dev.upload(src, &mut src_d)?;
+        let mut fresh_d = self.dev.alloc::<u8>(rows.max(1))?;
+        self.dev.upload(&fresh, &mut fresh_d)?;
+        Ok(RowIndex {
+            rows,
+            src: src_d,
+            fresh: fresh_d,
+        })
+    }
+
+    /// A buffer for `rows` rows of field `f` at this model's degree, contents unspecified.
+    pub(crate) fn alloc_field(
+        &self,
+        f: Field,
+        rows: usize,
+    ) -> Result<DeviceBuffer<f32>, DeviceEngineError> {
+        Ok(self
+            .dev
+            .alloc((rows * f.width(self.params.sh_degree)).max(1))?)
+    }
+
+    fn tensor(&self, t: RowTensor) -> &DeviceGaussians {
+        match t {
+            RowTensor::Params => &self.params,
+            RowTensor::ExpAvg => &self.exp_avg,
+            RowTensor::ExpAvgSq => &self.exp_avg_sq,
+        }
+    }
+
+    fn tensor_mut(&mut self, t: RowTensor) -> &mut DeviceGaussians {
+        match t {
+            RowTensor::Params => &mut self.params,
+            RowTensor::ExpAvg => &mut self.exp_avg,
+            RowTensor::ExpAvgSq => &mut self.exp_avg_sq,
+        }
+    }
+
+    /// Row `r` of `out` ← row `src[r]` of field `f` of tensor `t` (zero for a fresh row of a
+    /// moment), for every row of `index` whose source is not [`SKIP_ROW`] (those rows are left
+    /// as they are). `out` lives on this device and holds `index.rows()` rows of the field.
+    pub(crate) fn gather_field(
+        &self,
+        t: RowTensor,
+        f: Field,
+        index: &RowIndex,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<(), DeviceEngineError> {
+        let width = f.width(self.params.sh_degree);
+        let total = index.rows * width;
+        if total == 0 {
             return Ok(());
         }
-        let fresh: Vec<u8> = fresh.iter().map(|&f| f as u8).collect();
-        let mut src_d = dev.alloc::<u32>(rows)?;
-        dev.upload(src, &mut src_d)?;
-        let mut fresh_d = dev.alloc::<u8>(rows)?;
-        dev.upload(&fresh, &mut fresh_d)?;
-        for (from, to, zero_fresh) in [
-            (&self.params, &mut out.params, false),
-            (&self.exp_avg, &mut out.exp_avg, true),
-            (&self.exp_avg_sq, &mut out.exp_avg_sq, true),
-        ] {
-            for f in Field::ALL {
-                let width = f.width(from.sh_degree);
-                let total = rows * width;
-                if total == 0 {
-                    continue;
-                }
-                let args = [
-                    KernelArg::U64(rows as u64),
-                    KernelArg::U32(width as u32),
-                    src_d.arg(),
-                    fresh_d.arg(),
-                    KernelArg::U32(zero_fresh as u32),
-                    from.buffer(f).arg(),
-                    to.buffer_mut(f).arg(),
-                ];
-                // SAFETY: matches gather_rows in kernels/densify.cu; `src` and `fresh` hold
-                // `rows` values, every src entry is SKIP_ROW (not read) or below this model's
-                // row count (checked above), the input holds its rows × width and the output
-                // at least `rows` × width (`out` has `rows` rows at this model's degree).
-                unsafe {
-                    dev.launch(
-                        &self.gather,
-                        LaunchConfig::linear(total as u64, BLOCK)?,
-                        &args,
-                    )
-                }?;
+        if out.len() < total {
+            return Err(CudaError::Shape {
+                what: "gathered rows",
+                got: out.len() / width,
+                need: index.rows,
             }
+            .into());
         }
+        let args = [
+            KernelArg::U64(index.rows as u64),
+            KernelArg::U32(width as u32),
+            index.src.arg(),
+            index.fresh.arg(),
+            KernelArg::U32(t.zeroes_fresh() as u32),
+            self.tensor(t).buffer(f).arg(),
+            out.arg(),
+        ];
+        // SAFETY: matches gather_rows in kernels/densify.cu; `src` and `fresh` hold `rows`
+        // values, every src entry is SKIP_ROW (not read) or below this model's row count
+        // (checked by `row_index`, and the model's rows do not change before `finish_rows`),
+        // the input holds the model's rows × width floats and `out` rows × width (checked).
+        unsafe {
+            self.dev.launch(
+                &self.gather,
+                LaunchConfig::linear(total as u64, BLOCK)?,
+                &args,
+            )
+        }?;
         Ok(())
     }
 
-    /// Row `dst[k]` of `out` ← row `k` of `from` (rows gathered on another device and
-    /// copied here), for every `k`. Both live on this device, at this model's degree.
-    pub(crate) fn scatter_rows_into(
+    /// Row `dst[k]` of `out` ← row `k` of `from`, for `k < count` (field `f`: rows gathered on
+    /// another device and copied here). All three buffers live on this device; `dst` holds
+    /// `count` rows, each below `out`'s row count.
+    pub(crate) fn scatter_field(
         &self,
-        from: &Rows,
-        dst: &[u32],
-        out: &mut Rows,
+        f: Field,
+        from: &DeviceBuffer<f32>,
+        dst: &DeviceBuffer<u32>,
+        count: usize,
+        out: &mut DeviceBuffer<f32>,
     ) -> Result<(), DeviceEngineError> {
-        let dev = &self.dev;
-        let count = dst.len();
-        if from.params.n < count {
+        let width = f.width(self.params.sh_degree);
+        let total = count * width;
+        if total == 0 {
+            return Ok(());
+        }
+        if from.len() < total || dst.len() < count {
             return Err(CudaError::Shape {
                 what: "scattered rows",
-                got: from.params.n,
+                got: (from.len() / width).min(dst.len()),
                 need: count,
             }
             .into());
         }
-        if let Some(&r) = dst.iter().find(|&&r| r as usize >= out.params.n) {
-            return Err(CudaError::Shape {
-                what: "scatter destination",
-                got: out.params.n,
-                need: r as usize + 1,
-            }
-            .into());
-        }
-        if count == 0 {
-            return Ok(());
-        }
-        let mut dst_d = dev.alloc::<u32>(count)?;
-        dev.upload(dst, &mut dst_d)?;
-        for (from, to) in [
-            (&from.params, &mut out.params),
-            (&from.exp_avg, &mut out.exp_avg),
-            (&from.exp_avg_sq, &mut out.exp_avg_sq),
-        ] {
-            for f in Field::ALL {
-                let width = f.width(self.params.sh_degree);
-                let total = count * width;
-                if total == 0 {
-                    continue;
-                }
-                let args = [
-                    KernelArg::U64(count as u64),
-                    KernelArg::U32(width as u32),
-                    dst_d.arg(),
-                    from.buffer(f).arg(),
-                    to.buffer_mut(f).arg(),
-                ];
-                // SAFETY: matches scatter_rows in kernels/densify.cu; `dst` holds `count`
-                // rows, each below `out`'s row count (checked above); `from` holds at least
-                // `count` rows × width, `out` its rows × width, both at this model's degree.
-                unsafe {
-                    dev.launch(
-                        &self.scatter,
-                        LaunchConfig::linear(total as u64, BLOCK)?,
-                        &args,
-                    )
-                }?;
-            }
-        }
+        let args = [
+            KernelArg::U64(count as u64),
+            KernelArg::U32(width as u32),
+            dst.arg(),
+            from.arg(),
+            out.arg(),
+        ];
+        // SAFETY: matches scatter_rows in kernels/densify.cu; `dst` holds `count` rows and
+        // `from` count × width floats (checked); every dst row is below `out`'s row count,
+        // the caller's contract (the sharded edit's destinations are rows of its new shard,
+        // for which `out` was allocated).
+        unsafe {
+            self.dev.launch(
+                &self.scatter,
+                LaunchConfig::linear(total as u64, BLOCK)?,
+                &args,
+            )
+        }?;
         Ok(())
     }
 
-    /// Makes `rows` the model (parameters and moments), applies `replace` (row indices of
-    /// `rows`) and zeroes the statistics: the end of every model edit.
-    pub(crate) fn install_rows(
+    /// Makes `buf` field `f` of tensor `t` (freeing the old buffer). The model keeps its row
+    /// count until [`Self::finish_rows`], so the other fields' gathers still read old rows.
+    pub(crate) fn install_field(&mut self, t: RowTensor, f: Field, buf: DeviceBuffer<f32>) {
+        *self.tensor_mut(t).buffer_mut(f) = buf;
+    }
+
+    /// The end of every model edit, once every field holds `n_rows` new rows: records the row
+    /// count, applies `replace` (row indices of the new rows, checked by [`check_replace`]
+    /// beforehand) and zeroes the statistics.
+    pub(crate) fn finish_rows(
         &mut self,
-        rows: Rows,
+        n_rows: usize,
         replace: &[RowValues],
     ) -> Result<(), DeviceEngineError> {
+        for t in RowTensor::ALL {
+            self.tensor_mut(t).n = n_rows;
+        }
         let dev = self.dev.clone();
-        let Rows {
-            mut params,
-            exp_avg,
-            exp_avg_sq,
-        } = rows;
-        let n_rows = params.n;
+        let params = &mut self.params;
         if !replace.is_empty() {
+            check_replace(replace, n_rows)?;
             let count = replace.len();
             let at: Vec<u32> = replace.iter().map(|v| v.row).collect();
-            if let Some(&bad) = at.iter().find(|&&r| r as usize >= n_rows) {
-                return Err(CudaError::Shape {
-                    what: "row plan replacement",
-                    got: n_rows,
-                    need: bad as usize + 1,
-                }
-                .into());
-            }
             let mut at_d = dev.alloc::<u32>(count)?;
             dev.upload(&at, &mut at_d)?;
             let mut values = dev.alloc::<f32>(3 * count)?;
@@ -1499,10 +1557,6 @@ impl DeviceEngine {
                 }?;
             }
         }
-        params.n = n_rows;
-        self.params = params;
-        self.exp_avg = exp_avg;
-        self.exp_avg_sq = exp_avg_sq;
         let n = n_rows.max(1);
         dev.grow(&mut self.grad_accum, n)?;
         dev.grow(&mut self.denom, n)?;
@@ -2040,7 +2094,21 @@ mod tests {
             );
             m.apply_rows(rows);
             m.reset_opacity(edit.reset_opacity.unwrap());
+            dev.reset_peak();
+            let held = dev.usage().live;
             e.apply_rows(rows).unwrap();
+            // One field's new rows at a time beside the model (and the plan's index), never a
+            // second copy of it: the memory plan's edit item bounds the peak.
+            let used = dev.usage();
+            let edit_bytes = rows.src.len() as u64 * edit_bytes_per_gaussian(1);
+            assert!(
+                used.peak <= held.max(used.live) + edit_bytes,
+                "{}: the edit peaked at {} B, holding {held} B before and {} B after; plan \
+                 {edit_bytes} B beside the model",
+                dev.name(),
+                used.peak,
+                used.live
+            );
             e.reset_opacity(edit.reset_opacity.unwrap()).unwrap();
             let got = e.download_model().unwrap();
             assert_eq!(got.len(), m.len());
@@ -2296,11 +2364,17 @@ mod tests {
     fn device_bytes_itemise_the_plan() {
         let b = device_bytes(1000, 1, 3, 640 * 480, false, false, 1 << 20);
         // SH 3: P = 59 floats. Parameters 4P, gradients 4(P + 2), moments 8P (952 B),
-        // statistics 12, the device rasterizer's buffers 140, densification scratch 12P (708).
-        assert_eq!(b.model, 1000 * (952 + 12 + 140 + 708));
+        // statistics 12, the device rasterizer's buffers 140, a densification's one field of
+        // new rows (the SH coefficients' 48 floats) and its indices 208.
+        assert_eq!(b.model, 1000 * (952 + 12 + 140 + 208));
         assert_eq!(
             b.model,
-            1000 * (model_bytes(1, 3) - RENDER_BYTES_PER_GAUSSIAN + 140 + 3 * 4 * 59)
+            1000 * (model_bytes(1, 3) - RENDER_BYTES_PER_GAUSSIAN + 140 + 4 * 48 + 16)
+        );
+        assert_eq!(
+            edit_bytes_per_gaussian(0),
+            4 * 4 + 16,
+            "degree 0: the rotations"
         );
         assert_eq!(b.views, 85 * 640 * 480);
         assert_eq!(b.total(), b.model + b.views + (1 << 20));

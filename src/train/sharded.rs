@@ -28,9 +28,9 @@
 //! else is per-Gaussian. A sharded run therefore follows the one-device run step for step (the
 //! rasterizer's atomically accumulated gradients aside), which the tests check: same view
 //! order, same learning rates, same densification decisions. What it buys is memory: each
-//! device holds `1/K` of the model (1,808 bytes per Gaussian at SH degree 3) plus its view
+//! device holds `1/K` of the model (1,312 bytes per Gaussian at SH degree 3) plus its view
 //! rasterizer's buffers for the whole model's splats (their depth sort and gradients too:
-//! [`super::device_engine::DEVICE_RENDER_BYTES_PER_GAUSSIAN`], 136 bytes per Gaussian) and
+//! [`super::device_engine::DEVICE_RENDER_BYTES_PER_GAUSSIAN`], 140 bytes per Gaussian) and
 //! the intersections of its own views.
 //!
 //! # What crosses between devices
@@ -46,8 +46,9 @@
 //! ([`ShardedEngine::apply_rows`]): each device gathers the new rows whose sources it holds,
 //! and the few whose source lives elsewhere (appended copies, relocations, rows that move to
 //! a neighbour to keep the shards balanced) are gathered there, copied over in chunks and
-//! scattered into place. The model never goes through the host, and the device memory an
-//! edit needs is the one-device edit's (the new rows beside the old) plus one chunk.
+//! scattered into place, one field of one tensor at a time on every device before the next.
+//! The model never goes through the host, and the device memory an edit needs is the
+//! one-device edit's (one field's new rows beside the model) plus one chunk of that field.
 //!
 //! MCMC's regularisers are means over the whole model (each shard scales its gradients by
 //! the total count, the loss sums every shard's sums) and its noise keys each row's normals
@@ -63,8 +64,8 @@ use super::adam::{AdamConfig, GroupMask, LearningRates};
 use super::bilagrid::GridShape;
 use super::densify::{DensifyStats, Model, RowPlan, RowValues};
 use super::device_engine::{
-    DepthLoss, DeviceEngine, DeviceEngineError, Frame, RefineHost, ResidentEngine, Rows,
-    StepScalars, SKIP_ROW,
+    DepthLoss, DeviceEngine, DeviceEngineError, Frame, RefineHost, ResidentEngine, RowIndex,
+    RowTensor, StepScalars, SKIP_ROW,
 };
 use super::exposure::Exposure;
 use super::mcmc::{NoiseStep, Regularizer};
@@ -292,9 +293,11 @@ impl ResidentEngine for ShardedEngine {
     /// Applies a [`RowPlan`] of the whole model on the devices, into balanced shards of the
     /// new row count: each device gathers the new rows whose sources it holds
     /// (`gather_rows`); rows whose source lives on another device are gathered there in chunks
-    /// of [`ROW_CHUNK`], copied over and put in place (`scatter_rows`). The shards stay
-    /// consecutive, so the result is [`DeviceEngine::apply_rows`]'s, row for row; nothing of
-    /// the model goes through the host but the chunks in flight.
+    /// of [`ROW_CHUNK`], copied over and put in place (`scatter_rows`). One field of one tensor
+    /// at a time: every device builds its new buffer of the field, and only then do the old
+    /// ones go (a later device may still need rows of an earlier one's old buffer). The shards
+    /// stay consecutive, so the result is [`DeviceEngine::apply_rows`]'s, row for row; nothing
+    /// of the model goes through the host but the chunks in flight.
     fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError> {
         let n = self.len();
         let shape =
@@ -319,16 +322,18 @@ impl ResidentEngine for ShardedEngine {
         let lens: Vec<usize> = (0..k)
             .map(|e| total / k + usize::from(e < total % k))
             .collect();
-        let mut built = Vec::with_capacity(k);
-        let mut staging = Vec::new();
+        // Every index an edit needs, uploaded once for all fields: per device its new rows'
+        // local sources, and per chunk of rows held elsewhere the sources there and the rows
+        // here they land in.
+        let mut local = Vec::with_capacity(k);
+        let mut moves = Vec::new();
         let mut first = 0usize;
         for (e, &len) in lens.iter().enumerate() {
             let (src, fresh) = (
                 &plan.src[first..first + len],
                 &plan.fresh[first..first + len],
             );
-            let mut rows = self.shards[e].alloc_rows(len)?;
-            let local: Vec<u32> = src
+            let here: Vec<u32> = src
                 .iter()
                 .map(|&s| {
                     if owner(s) == e {
@@ -338,7 +343,7 @@ impl ResidentEngine for ShardedEngine {
                     }
                 })
                 .collect();
-            self.shards[e].gather_rows_into(&local, fresh, &mut rows)?;
+            local.push(self.shards[e].row_index(&here, fresh)?);
             for d in (0..k).filter(|&d| d != e) {
                 let at: Vec<u32> = (0..len as u32)
                     .filter(|&r| owner(src[r as usize]) == d)
@@ -347,19 +352,46 @@ impl ResidentEngine for ShardedEngine {
                     let from: Vec<u32> =
                         chunk.iter().map(|&r| src[r as usize] - starts[d]).collect();
                     let flags: Vec<bool> = chunk.iter().map(|&r| fresh[r as usize]).collect();
-                    let mut sent = self.shards[d].alloc_rows(chunk.len())?;
-                    self.shards[d].gather_rows_into(&from, &flags, &mut sent)?;
-                    let mut received = self.shards[e].alloc_rows(chunk.len())?;
-                    copy_rows(&sent, &mut received, &mut staging)?;
-                    self.shards[e].scatter_rows_into(&received, chunk, &mut rows)?;
+                    let dev = self.shards[e].device();
+                    let mut to = dev.alloc::<u32>(chunk.len())?;
+                    dev.upload(chunk, &mut to)?;
+                    moves.push(Move {
+                        to_device: e,
+                        from_device: d,
+                        from: self.shards[d].row_index(&from, &flags)?,
+                        to,
+                    });
                 }
             }
-            built.push(rows);
             first += len;
         }
-        // Every new shard is complete: only now may the old rows go.
+        let mut staging = Vec::new();
+        for t in RowTensor::ALL {
+            for f in Field::ALL {
+                let mut built = Vec::with_capacity(k);
+                for (e, index) in local.iter().enumerate() {
+                    let mut out = self.shards[e].alloc_field(f, index.rows())?;
+                    self.shards[e].gather_field(t, f, index, &mut out)?;
+                    for m in moves.iter().filter(|m| m.to_device == e) {
+                        let count = m.from.rows();
+                        let sender = &self.shards[m.from_device];
+                        let mut sent = sender.alloc_field(f, count)?;
+                        sender.gather_field(t, f, &m.from, &mut sent)?;
+                        let mut received = self.shards[e].alloc_field(f, count)?;
+                        copy_between(&sent, 0, &mut received, 0, sent.len(), &mut staging)?;
+                        self.shards[e].scatter_field(f, &received, &m.to, count, &mut out)?;
+                    }
+                    built.push(out);
+                }
+                // Every device's new buffer of this field is complete: only now may the old
+                // ones go.
+                for (shard, out) in self.shards.iter_mut().zip(built) {
+                    shard.install_field(t, f, out);
+                }
+            }
+        }
         let mut first = 0u32;
-        for ((shard, rows), len) in self.shards.iter_mut().zip(built).zip(&lens) {
+        for (shard, len) in self.shards.iter_mut().zip(&lens) {
             let end = first + *len as u32;
             let replace: Vec<RowValues> = plan
                 .replace
@@ -370,7 +402,7 @@ impl ResidentEngine for ShardedEngine {
                     ..*v
                 })
                 .collect();
-            shard.install_rows(rows, &replace)?;
+            shard.finish_rows(*len, &replace)?;
             first = end;
         }
         Ok(())
@@ -465,23 +497,18 @@ fn rows(model: &Model, start: usize, end: usize) -> Model {
     part
 }
 
-/// Rows per cross-device piece of [`ShardedEngine::apply_rows`]: 16,384 rows of parameters
-/// and moments are 11.6 MB at SH degree 3, the extra device memory an edit holds on each side.
+/// Rows per cross-device piece of [`ShardedEngine::apply_rows`]: 16,384 rows of the widest
+/// field (the SH coefficients, 48 floats at degree 3) are 3.1 MB, the extra device memory an
+/// edit holds on each side.
 pub const ROW_CHUNK: usize = 1 << 14;
 
-/// Copies every row of `from` into `to` (same row count and degree, different devices).
-fn copy_rows(from: &Rows, to: &mut Rows, staging: &mut Vec<f32>) -> Result<(), DeviceEngineError> {
-    for (a, b) in [
-        (&from.params, &mut to.params),
-        (&from.exp_avg, &mut to.exp_avg),
-        (&from.exp_avg_sq, &mut to.exp_avg_sq),
-    ] {
-        for f in Field::ALL {
-            let len = a.n * f.width(a.sh_degree);
-            copy_between(a.buffer(f), 0, b.buffer_mut(f), 0, len, staging)?;
-        }
-    }
-    Ok(())
+/// Rows of a sharded edit whose source lives on another device: gathered there by `from`,
+/// copied over, and scattered into the rows `to` (on the receiving device) of its new shard.
+struct Move {
+    to_device: usize,
+    from_device: usize,
+    from: RowIndex,
+    to: crate::device::DeviceBuffer<u32>,
 }
 
 /// Appends `part`'s statistics to `stats`.
@@ -654,9 +681,32 @@ mod tests {
         assert!(n / 2 > ROW_CHUNK, "more than one chunk per device");
         let mut want = m.clone();
         want.apply_rows(&plan);
+        let devices = e.devices();
+        let held: Vec<u64> = devices
+            .iter()
+            .map(|d| {
+                d.reset_peak();
+                d.usage().live
+            })
+            .collect();
         e.apply_rows(&plan).unwrap();
         assert_eq!(e.shard_lens(), vec![n / 2, n / 2]);
         assert!(e.download_model().unwrap() == want);
+        // Each device held at most one field's new rows and one chunk of it on each side
+        // beside its shard (degree 0: the widest field is the rotations' 4 floats).
+        for (d, held) in devices.iter().zip(held) {
+            let used = d.usage();
+            let bound = held.max(used.live)
+                + (n / 2) as u64 * super::super::device_engine::edit_bytes_per_gaussian(0)
+                + 2 * ROW_CHUNK as u64 * 4 * 4;
+            assert!(
+                used.peak <= bound,
+                "{}: peak {} B, bound {bound} B (held {held} B before, {} B after)",
+                d.name(),
+                used.peak,
+                used.live
+            );
+        }
     }
 
     /// The stages refuse what they were not prepared for: a shard that did not project this
