@@ -649,7 +649,7 @@ fn plan_device(
     };
     let items = format!(
         "{model} × {per_gaussian} B: parameters, gradients, two Adam moments, statistics, \
-         render buffers, densification copy){gathered}, views {} ({max_pixels} px × \
+         render buffers, an edit's one field){gathered}, views {} ({max_pixels} px × \
          {} B{}), intersections {} (1/{INTERSECTION_BUDGET_DIVISOR} of the budget, at most {})",
         format_size(bytes.views),
         device_bytes_per_pixel(per_view, config.depth.is_some()),
