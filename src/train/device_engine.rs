@@ -131,6 +131,15 @@ impl RowIndex {
     }
 }
 
+/// Destination rows of a scatter on one device ([`DeviceEngine::row_dests`]), uploaded once
+/// for every field, with their largest value kept so that each scatter checks it against its
+/// output's rows.
+pub(crate) struct RowDests {
+    count: usize,
+    max: u32,
+    dst: DeviceBuffer<u32>,
+}
+
 /// `kernels/densify.cu`.
 pub fn module_source() -> ModuleSource {
     ModuleSource {
@@ -1431,41 +1440,53 @@ impl DeviceEngine {
         Ok(())
     }
 
-    /// Row `dst[k]` of `out` ← row `k` of `from`, for `k < count` (field `f`: rows gathered on
-    /// another device and copied here). All three buffers live on this device; `dst` holds
-    /// `count` rows, each below `out`'s row count.
+    /// Uploads the destination rows of a scatter (see [`RowDests`]).
+    pub(crate) fn row_dests(&self, dst: &[u32]) -> Result<RowDests, DeviceEngineError> {
+        let mut d = self.dev.alloc::<u32>(dst.len().max(1))?;
+        self.dev.upload(dst, &mut d)?;
+        Ok(RowDests {
+            count: dst.len(),
+            max: dst.iter().copied().max().unwrap_or(0),
+            dst: d,
+        })
+    }
+
+    /// Row `dst[k]` of `out` ← row `k` of `from`, for every destination `k` (field `f`: rows
+    /// gathered on another device and copied here). All three live on this device.
     pub(crate) fn scatter_field(
         &self,
         f: Field,
         from: &DeviceBuffer<f32>,
-        dst: &DeviceBuffer<u32>,
-        count: usize,
+        dests: &RowDests,
         out: &mut DeviceBuffer<f32>,
     ) -> Result<(), DeviceEngineError> {
         let width = f.width(self.params.sh_degree);
-        let total = count * width;
+        let total = dests.count * width;
         if total == 0 {
             return Ok(());
         }
-        if from.len() < total || dst.len() < count {
-            return Err(CudaError::Shape {
-                what: "scattered rows",
-                got: (from.len() / width).min(dst.len()),
-                need: count,
-            }
-            .into());
+        let shape =
+            |what, got, need| -> DeviceEngineError { CudaError::Shape { what, got, need }.into() };
+        if from.len() < total {
+            return Err(shape("scattered rows", from.len() / width, dests.count));
+        }
+        if dests.max as usize >= out.len() / width {
+            return Err(shape(
+                "scatter destination",
+                out.len() / width,
+                dests.max as usize + 1,
+            ));
         }
         let args = [
-            KernelArg::U64(count as u64),
+            KernelArg::U64(dests.count as u64),
             KernelArg::U32(width as u32),
-            dst.arg(),
+            dests.dst.arg(),
             from.arg(),
             out.arg(),
         ];
-        // SAFETY: matches scatter_rows in kernels/densify.cu; `dst` holds `count` rows and
-        // `from` count × width floats (checked); every dst row is below `out`'s row count,
-        // the caller's contract (the sharded edit's destinations are rows of its new shard,
-        // for which `out` was allocated).
+        // SAFETY: matches scatter_rows in kernels/densify.cu; `dst` holds `count` rows, each
+        // at most `max`, which is below `out`'s rows of `width` floats, and `from` holds
+        // count × width floats (all checked above).
         unsafe {
             self.dev.launch(
                 &self.scatter,

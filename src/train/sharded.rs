@@ -64,8 +64,8 @@ use super::adam::{AdamConfig, GroupMask, LearningRates};
 use super::bilagrid::GridShape;
 use super::densify::{DensifyStats, Model, RowPlan, RowValues};
 use super::device_engine::{
-    DepthLoss, DeviceEngine, DeviceEngineError, Frame, RefineHost, ResidentEngine, RowIndex,
-    RowTensor, StepScalars, SKIP_ROW,
+    DepthLoss, DeviceEngine, DeviceEngineError, Frame, RefineHost, ResidentEngine, RowDests,
+    RowIndex, RowTensor, StepScalars, SKIP_ROW,
 };
 use super::exposure::Exposure;
 use super::mcmc::{NoiseStep, Regularizer};
@@ -352,14 +352,11 @@ impl ResidentEngine for ShardedEngine {
                     let from: Vec<u32> =
                         chunk.iter().map(|&r| src[r as usize] - starts[d]).collect();
                     let flags: Vec<bool> = chunk.iter().map(|&r| fresh[r as usize]).collect();
-                    let dev = self.shards[e].device();
-                    let mut to = dev.alloc::<u32>(chunk.len())?;
-                    dev.upload(chunk, &mut to)?;
                     moves.push(Move {
                         to_device: e,
                         from_device: d,
                         from: self.shards[d].row_index(&from, &flags)?,
-                        to,
+                        to: self.shards[e].row_dests(chunk)?,
                     });
                 }
             }
@@ -379,7 +376,7 @@ impl ResidentEngine for ShardedEngine {
                         sender.gather_field(t, f, &m.from, &mut sent)?;
                         let mut received = self.shards[e].alloc_field(f, count)?;
                         copy_between(&sent, 0, &mut received, 0, sent.len(), &mut staging)?;
-                        self.shards[e].scatter_field(f, &received, &m.to, count, &mut out)?;
+                        self.shards[e].scatter_field(f, &received, &m.to, &mut out)?;
                     }
                     built.push(out);
                 }
@@ -508,7 +505,7 @@ struct Move {
     to_device: usize,
     from_device: usize,
     from: RowIndex,
-    to: crate::device::DeviceBuffer<u32>,
+    to: RowDests,
 }
 
 /// Appends `part`'s statistics to `stats`.
