@@ -308,11 +308,14 @@ pub struct DeviceBytes {
     pub views: u64,
     /// The intersection buffers: the per-render cap the rasterizer's preflight enforces.
     pub intersections: u64,
+    /// A split model only: the pieces a model edit moves between devices, one being gathered
+    /// for another device and one arriving from one ([`edit_chunk_bytes`]).
+    pub edit_chunks: u64,
 }
 
 impl DeviceBytes {
     pub fn fixed(&self) -> u64 {
-        self.views + self.intersections
+        self.views + self.intersections + self.edit_chunks
     }
 
     pub fn total(&self) -> u64 {
@@ -348,12 +351,26 @@ pub fn device_bytes_per_gaussian(sh_degree: u32) -> u64 {
 /// copy of the parameters and both moments would be 12 bytes per float of a Gaussian (708 B at
 /// degree 3, against 208 here).
 pub fn edit_bytes_per_gaussian(sh_degree: u32) -> u64 {
+    widest_field_bytes(sh_degree) + 16
+}
+
+/// Bytes of one Gaussian's widest field (the SH coefficients' 48 floats at degree 3, the
+/// rotation's 4 at degree 0): what a model edit holds per row of new rows.
+fn widest_field_bytes(sh_degree: u32) -> u64 {
     let widest = Field::ALL
         .iter()
         .map(|f| f.width(sh_degree))
         .max()
         .unwrap_or(0) as u64;
-    4 * widest + 16
+    4 * widest
+}
+
+/// Device bytes a sharded model edit holds on each device beside [`edit_bytes_per_gaussian`]:
+/// two pieces of [`super::sharded::ROW_CHUNK`] rows of the widest field, the one it gathers
+/// for another device and the one it receives (6.3 MB at degree 3). Independent of the model's
+/// size; nothing on one device.
+pub fn edit_chunk_bytes(sh_degree: u32) -> u64 {
+    2 * super::sharded::ROW_CHUNK as u64 * widest_field_bytes(sh_degree)
 }
 
 /// Checks that every replacement of a row plan names one of its `rows` output rows.
@@ -393,6 +410,11 @@ pub fn device_bytes(
         },
         views: device_bytes_per_pixel(exposure, depth) * max_pixels,
         intersections: max_intersection_bytes,
+        edit_chunks: if devices > 1 {
+            edit_chunk_bytes(sh_degree)
+        } else {
+            0
+        },
     }
 }
 
@@ -2403,5 +2425,16 @@ mod tests {
         let d = device_bytes(1000, 1, 3, 640 * 480, true, true, 1 << 20);
         assert_eq!(d.views, (85 + 13 + 11) * 640 * 480);
         assert_eq!(d.model, b.model);
+        assert_eq!(b.edit_chunks, 0, "one device moves no rows between devices");
+        // Split over two: half the model each, every shard's splats for the view, and the
+        // edit's two pieces of 16,384 rows of the SH coefficients.
+        let s = device_bytes(1000, 2, 3, 640 * 480, false, false, 1 << 20);
+        assert_eq!(s.model, b.model / 2);
+        assert_eq!(s.gathered, 1000 * 140);
+        assert_eq!(s.edit_chunks, 2 * 16_384 * 4 * 48);
+        assert_eq!(
+            s.total(),
+            s.model + s.gathered + s.views + (1 << 20) + s.edit_chunks
+        );
     }
 }

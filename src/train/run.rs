@@ -66,6 +66,7 @@ use super::report::{
     ReportError, ViewScore,
 };
 use super::sharded::ShardedEngine;
+use super::sharded::ROW_CHUNK;
 use super::trainer::{Background, Region};
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, TrainView, Trainer};
 use crate::budget::{
@@ -643,8 +644,10 @@ fn plan_device(
     } else {
         format!(
             ", the view's copy of every shard's splats and their gradients {} ({n} × \
-             {DEVICE_RENDER_BYTES_PER_GAUSSIAN} B)",
-            format_size(bytes.gathered)
+             {DEVICE_RENDER_BYTES_PER_GAUSSIAN} B), an edit's rows between devices {} (two \
+             pieces of {ROW_CHUNK} rows)",
+            format_size(bytes.gathered),
+            format_size(bytes.edit_chunks)
         )
     };
     let items = format!(

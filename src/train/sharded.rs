@@ -496,7 +496,7 @@ fn rows(model: &Model, start: usize, end: usize) -> Model {
 
 /// Rows per cross-device piece of [`ShardedEngine::apply_rows`]: 16,384 rows of the widest
 /// field (the SH coefficients, 48 floats at degree 3) are 3.1 MB, the extra device memory an
-/// edit holds on each side.
+/// edit holds on each side (the plan's [`super::device_engine::edit_chunk_bytes`]).
 pub const ROW_CHUNK: usize = 1 << 14;
 
 /// Rows of a sharded edit whose source lives on another device: gathered there by `from`,
@@ -695,7 +695,7 @@ mod tests {
             let used = d.usage();
             let bound = held.max(used.live)
                 + (n / 2) as u64 * super::super::device_engine::edit_bytes_per_gaussian(0)
-                + 2 * ROW_CHUNK as u64 * 4 * 4;
+                + super::super::device_engine::edit_chunk_bytes(0);
             assert!(
                 used.peak <= bound,
                 "{}: peak {} B, bound {bound} B (held {held} B before, {} B after)",
