@@ -65,8 +65,7 @@ use super::report::{
     self, ColorCorrectedMeans, ColorCorrectedScore, EvalPoseReport, MetricsLog, MetricsRow, Report,
     ReportError, ViewScore,
 };
-use super::sharded::ShardedEngine;
-use super::sharded::ROW_CHUNK;
+use super::sharded::{ShardedEngine, ROW_CHUNK};
 use super::trainer::{Background, Region};
 use super::{train_loop, Engine, LoopControl, TrainConfig, TrainError, TrainView, Trainer};
 use crate::budget::{
