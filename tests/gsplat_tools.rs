@@ -128,3 +128,104 @@ fn numpy_scoring_equals_gs_render() {
     eprintln!("{text}");
     assert!(text.contains("3 views; means"), "{text}");
 }
+
+/// The profiled windows of both trainers reach `gpu_bench_table.py`'s table, one row per
+/// window in iteration order, with the model's size and the intersections then: ours from a
+/// real `gs-train --profile-at` report, gsplat's from `gsplat_train.py`'s own `PhaseTimer`
+/// (host clocks, no torch) driven through the phases of its loop.
+#[test]
+fn profile_windows_reach_the_side_by_side_table() {
+    if !common::python_with("profile_windows_reach_the_side_by_side_table", "numpy") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pack = synth_pack(dir.path());
+    let run_dir = dir.path().join("ours");
+    let log = run(Command::new(env!("CARGO_BIN_EXE_gs-train")).args([
+        pack.as_os_str(),
+        "-o".as_ref(),
+        run_dir.as_os_str(),
+        "--iterations".as_ref(),
+        "40".as_ref(),
+        "--backend".as_ref(),
+        "cpu".as_ref(),
+        "--sh-degree".as_ref(),
+        "1".as_ref(),
+        "--checkpoint-every".as_ref(),
+        "0".as_ref(),
+        "--profile-steps".as_ref(),
+        "4".as_ref(),
+        "--profile-at".as_ref(),
+        "3".as_ref(),
+        "30".as_ref(),
+    ]));
+    assert!(
+        log.contains("4 steps from iteration 30, host clock; "),
+        "{log}"
+    );
+    let out = dir.path().join("bench");
+    std::fs::create_dir_all(out.join("fox-ours.segments")).unwrap();
+    std::fs::copy(
+        run_dir.join("report.json"),
+        out.join("fox-ours.segments/0.json"),
+    )
+    .unwrap();
+    // gsplat's side: the harness's timer over 40 steps of its phases, windows from iterations
+    // 3 and 30; the step's size is 100 + step Gaussians and 1000 + step intersections.
+    let code = r#"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from gsplat_train import PhaseTimer
+t = PhaseTimer(False, [2, 29], 4)
+for step in range(40):
+    for name in ("start", "upload", "render", "loss", "backward", "optimizer", "strategy"):
+        t.mark(step, name)
+    t.size(step, 100 + step, 1000 + step)
+report = {"iterations": 40, "iterations_per_s": 10.0, "train_s": 4.0, "wall_s": 5.0,
+          "segments": 1, "test_psnr": 20.0, "test_ssim": 0.5, "test_views": 3,
+          "num_gaussians": 139, "peak_rss_bytes": 1 << 30, "peak_device_bytes": None,
+          "backend": "gsplat (timer only)", "seed": 1, "jit_compile_s": None,
+          "ssim_loss": "none", "device_name": "cpu", "phase_ms": t.medians()}
+json.dump(report, open(sys.argv[2], "w"))
+"#;
+    run(Command::new("python3")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .args(["-c", code])
+        .arg(root().join("tools"))
+        .arg(out.join("fox-gsplat.json")));
+    let table = run(Command::new("python3")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .arg(root().join("tools/gpu_bench_table.py"))
+        .arg(&out));
+    eprintln!("{table}");
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("| 3 |") || l.starts_with("| 30 |"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{table}");
+    // gsplat's windows: steps 2-5 and 29-32, medians of their sizes (int of 103.5 and 1003.5).
+    assert!(
+        rows[0].starts_with("| 3 | gsplat | 4 | 103 | 1,003 | "),
+        "{table}"
+    );
+    assert!(
+        rows[2].starts_with("| 30 | gsplat | 4 | 130 | 1,030 | "),
+        "{table}"
+    );
+    // Ours: the report's windows, with the CPU engine's sizes (the rasterizer's stages blank:
+    // the CPU engine does not split its render).
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("report.json")).unwrap())
+            .unwrap();
+    for (row, w) in [rows[1], rows[3]]
+        .iter()
+        .zip(report["phase_ms"].as_array().unwrap())
+    {
+        let want = format!(
+            "| {} | ramsplat | 4 | {} | ",
+            w["from_iteration"], w["num_gaussians"]
+        );
+        assert!(row.starts_with(&want), "{row} vs {want}");
+        assert!(row.ends_with(" |  |  |  |  |  |"), "{row}");
+    }
+}

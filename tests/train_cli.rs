@@ -700,6 +700,11 @@ fn device_engine_trains_on_the_host_emulation_like_the_cpu() {
         let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "800", "--eval"];
         args.extend_from_slice(COMMON);
         args.extend_from_slice(&["--backend", backend, "--profile-steps", "20"]);
+        if backend == "cuda" {
+            // Windows of its own: one as the default, one after the densifications, one that
+            // the run's end cuts short, one past the end.
+            args.extend_from_slice(&["--profile-at", "101", "651", "795", "900"]);
+        }
         let o = Command::new(BIN)
             .args(&args)
             .env("GS_CUDA_EMULATE", "1")
@@ -723,22 +728,61 @@ fn device_engine_trains_on_the_host_emulation_like_the_cpu() {
         dev.peak_device_bytes
     );
     assert_eq!(dev.iterations, 800);
-    // `--profile-steps 20`: steps 101-120 timed on both engines (host clocks: the emulation's
-    // launches run when made), told in the log too.
+    // `--profile-steps 20`: by default steps 101-120, timed on both engines (host clocks: the
+    // emulation's launches run when made); the device run's `--profile-at` windows, each with
+    // the model's size and the render's intersections then, told in the log too.
+    let windows = |r: &Report| {
+        r.phase_ms
+            .iter()
+            .map(|p| (p.from_iteration, p.steps))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(windows(&cpu), [(101, 20)]);
+    assert_eq!(windows(&dev), [(101, 20), (651, 20), (795, 6)]);
     for (r, what) in [(&cpu, "cpu"), (&dev, "device")] {
-        let p = r
-            .phase_ms
-            .as_ref()
-            .unwrap_or_else(|| panic!("{what}: no phase_ms"));
-        assert_eq!((p.from_iteration, p.steps), (101, 20), "{what}");
-        assert_eq!(p.clock, "host clock", "{what}");
+        for p in &r.phase_ms {
+            assert_eq!(p.clock, "host clock", "{what}");
+            assert!(
+                p.median.render > 0.0
+                    && p.median.backward > 0.0
+                    && p.median.step >= p.median.render,
+                "{what}: {p:?}"
+            );
+            assert!(p.num_gaussians > 0 && p.intersections > 0, "{what}: {p:?}");
+        }
+    }
+    // The window's size of work is the metrics rows' of the same steps: 651-670 falls between
+    // the densifications at 600 and 700, so the model's size is the rows'; the intersections'
+    // median is near the rows' means.
+    let p = &dev.phase_ms[1];
+    let rows: Vec<_> = dev_rows
+        .iter()
+        .filter(|m| (661..=670).contains(&m.iteration))
+        .collect();
+    assert!(!rows.is_empty(), "{dev_rows:?}");
+    for m in rows {
+        assert_eq!(p.num_gaussians, m.num_gaussians, "{p:?}: {m:?}");
+        let ratio = p.intersections as f64 / m.intersections as f64;
+        assert!((0.5..2.0).contains(&ratio), "{p:?}: {m:?}");
+    }
+    // Densification at 600 and 700 grew the model between the first two windows.
+    assert!(
+        dev.phase_ms[1].num_gaussians > dev.phase_ms[0].num_gaussians,
+        "{:?}",
+        dev.phase_ms
+    );
+    for from in [101, 651, 795] {
         assert!(
-            p.median.render > 0.0 && p.median.backward > 0.0 && p.median.step >= p.median.render,
-            "{what}: {p:?}"
+            log.contains(&format!("steps from iteration {from}, host clock; ")),
+            "{log}"
         );
     }
     assert!(
-        log.contains("phases (median ms over 20 steps from iteration 101"),
+        log.contains("phases (median ms over 20 steps from iteration 101")
+            && log.contains(
+                "no step profiled in the window from iteration 900 (this run \
+                             trained iterations 1-800)"
+            ),
         "{log}"
     );
     let (a, b) = (cpu.test_psnr.unwrap(), dev.test_psnr.unwrap());
@@ -835,7 +879,7 @@ fn devices_split_the_model_and_train_like_one_device() {
     assert!(o.status.success(), "{log}");
     // Several devices' queues overlap: no profile, and the run says so.
     assert!(log.contains("--profile-steps: not profiled"), "{log}");
-    assert!(report(&three_out).phase_ms.is_none());
+    assert!(report(&three_out).phase_ms.is_empty());
     assert!(
         log.contains("model shard ") && log.contains("of 300 Gaussians on each of 3 devices"),
         "{log}"
@@ -878,6 +922,14 @@ fn devices_split_the_model_and_train_like_one_device() {
         (
             &["--devices", "0", "--backend", "cuda"],
             "--devices must be at least 1",
+        ),
+        (
+            &["--profile-at", "3"],
+            "--profile-at needs --profile-steps N",
+        ),
+        (
+            &["--profile-steps", "10", "--profile-at", "20", "25"],
+            "--profile-at [20, 25]: each window of --profile-steps 10 must start",
         ),
         // The plan is per device: the shard, the gathered splats, and what fits.
         (

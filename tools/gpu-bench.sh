@@ -10,9 +10,12 @@
 #                 gs-train --backend cuda --iterations $GS_BENCH_ITERATIONS (30000) --eval
 #                 --seed $GS_BENCH_SEED (1) --checkpoint-every 0 (no periodic checkpoint
 #                 writes inside the timed loop; SIGINT still writes one) --profile-steps 200
-#                 (the parts of steps 101-300 by CUDA events, as gsplat's harness times its
-#                 own): report.json (it/s, wall, peak RSS, stall fraction, test PSNR/SSIM,
-#                 Gaussians, peak_device_bytes: the peak of its own buffers, phase_ms)
+#                 --profile-at $GS_BENCH_PROFILE_AT (the parts of 200 steps by CUDA events
+#                 from each of those iterations, as gsplat's harness times its own; default
+#                 101, 2801 and 3101 around the opacity reset at 3,000, 6801 before 7,000,
+#                 and the last 200 of a longer run): report.json (it/s, wall, peak RSS, stall
+#                 fraction, test PSNR/SSIM, Gaussians, peak_device_bytes: the peak of its own
+#                 buffers, phase_ms: a window each, with its Gaussians and intersections)
 #                 + the process's whole peak device memory sampled by nvidia-smi.
 #   gsplat-build  installs BUNDLE/wheels/gsplat-1.5.3 (no deps: torch numpy ninja jaxtyping
 #                 rich come with the machine) into WORK/site and JIT-compiles its CUDA
@@ -22,7 +25,8 @@
 #                 CPU-bound: MAX_JOBS = all cores.
 #   fox-gsplat    gs-pack export of the same pack with --random-points SEED (the same 100k
 #                 points ours starts from), then tools/gsplat_train.py (gsplat's simple_trainer
-#                 defaults) on it with the same iterations, --eval, seed; compiles first if
+#                 defaults) on it with the same iterations, --eval, seed, profile windows;
+#                 compiles first if
 #                 gsplat-build did not run on this machine (compile time is reported apart and
 #                 never timed as training).
 #   synth-budget  gs-pack synth 600 views of 1600x1066 with 1,000,000 points (seed 1), packed
@@ -66,7 +70,8 @@
 #
 # Environment: GS_BENCH_ITERATIONS (30000), GS_BENCH_TEST_ITERATIONS (fox-ours' evaluations,
 # default the last iteration; "7000 30000" adds the 3DGS paper's 7k evaluation), GS_BENCH_SEED
-# (1), GS_BENCH_SECONDS (570),
+# (1), GS_BENCH_PROFILE_AT (both fox runs' profiled windows, 200 steps from each; default
+# above), GS_BENCH_SECONDS (570),
 # GS_BENCH_WORK (REPO/.gpu-work), GS_BENCH_SYNTH_ITERATIONS (30000), GS_BENCH_SYNTH_SECONDS
 # (synth-budget's time box; default what is left of the call), PYTHON (python3).
 # Exit status: 0 when every step passed (a run stopped to be continued counts as passed and
@@ -90,6 +95,10 @@ work=$(cd "$work" && pwd)
 iters=${GS_BENCH_ITERATIONS:-30000}
 seed=${GS_BENCH_SEED:-1}
 synth_iters=${GS_BENCH_SYNTH_ITERATIONS:-30000}
+# The fox runs' profiled windows (200 steps each): warm, either side of the opacity reset at
+# 3,000, before 7,000 and at the end of a longer run; only windows that end by $iters.
+profile_at=${GS_BENCH_PROFILE_AT:-$(for a in 101 2801 3101 6801 $((iters - 199)); do
+    [ "$a" -ge 1 ] && [ $((a + 199)) -le "$iters" ] && echo "$a"; done | sort -un | tr '\n' ' ')}
 py=${PYTHON:-python3}
 summary="$out/summary.txt"
 # An absolute time: the steps run in child shells, where $SECONDS starts again at 0.
@@ -136,6 +145,17 @@ vram_watch() {
     return "$rc"
 }
 
+# profile_args: the fox runs' profile options, one per line (both trainers take the same).
+profile_args() {
+    echo --profile-steps
+    echo 200
+    if [ -n "${profile_at// /}" ]; then
+        echo --profile-at
+        # shellcheck disable=SC2086 # a list of iterations, split on purpose
+        printf '%s\n' $profile_at
+    fi
+}
+
 # left: seconds left in this call.
 left() { echo $((deadline - $(date +%s))); }
 
@@ -166,10 +186,11 @@ fox_ours() {
     local limit=$(($(left) - 75))
     [ "$limit" -gt 60 ] || { echo "fox-ours: too little time left ($limit s)"; return 1; }
     # shellcheck disable=SC2206 # a list of iterations, split on purpose
-    local tests=(${GS_BENCH_TEST_ITERATIONS:-$iters})
+    local tests=(${GS_BENCH_TEST_ITERATIONS:-$iters}) profile
+    mapfile -t profile < <(profile_args)
     local cmd=("$b/gs-train" "$fox_pack" -o "$run" --backend cuda --iterations "$iters" --eval
                --test-iterations "${tests[@]}" --save-iterations "$iters" --seed "$seed"
-               --checkpoint-every 0 --profile-steps 200 "${resume[@]}")
+               --checkpoint-every 0 "${profile[@]}" "${resume[@]}")
     echo "${cmd[*]}" | sed "s|$work|WORK|g; s|$b/||" >"$out/fox-ours.command"
     set +e
     vram_watch "$work/fox-ours.segments/$seg.vram" \
@@ -272,8 +293,10 @@ fox_gsplat() {
     [ -f "$run/resume.pt" ] && resume=(--resume)
     local limit=$(($(left) - 75))
     [ "$limit" -gt 60 ] || { echo "fox-gsplat: too little time left ($limit s)"; return 1; }
+    local profile
+    mapfile -t profile < <(profile_args)
     local cmd=("$py" tools/gsplat_train.py "$data" "$run" --iterations "$iters" --eval
-               --seed "$seed")
+               --seed "$seed" "${profile[@]}")
     local shown="${cmd[*]}"
     echo "${shown//$work/WORK}" >"$out/fox-gsplat.command"
     set +e
@@ -354,8 +377,8 @@ table() {
     "$py" "$root/tools/gpu_bench_table.py" "$out" | tee "$out/table.md"
 }
 
-export bundle out work iters seed synth_iters py deadline b fox_pack root
-export -f vram_watch left fox_pack_ready fox_ours gsplat_setup fused_ssim_setup gsplat_build fox_gsplat \
+export bundle out work iters seed synth_iters py deadline b fox_pack root profile_at
+export -f vram_watch profile_args left fox_pack_ready fox_ours gsplat_setup fused_ssim_setup gsplat_build fox_gsplat \
     synth_pack_ready synth_budget table
 
 status=0

@@ -34,6 +34,13 @@ def fmt(v, spec):
     return "?" if v is None else format(v, spec)
 
 
+def windows(phase_ms):
+    """A report's profiled windows as a list (reports from before windows held one dict)."""
+    if not phase_ms:
+        return []
+    return [phase_ms] if isinstance(phase_ms, dict) else list(phase_ms)
+
+
 def ours_combined(out):
     segs = sorted((out / "fox-ours.segments").glob("*.json"), key=lambda p: int(p.stem))
     reps = [r for r in (load(p) for p in segs) if r]
@@ -62,8 +69,8 @@ def ours_combined(out):
         # have none).
         "vram_alloc": max((r.get("peak_device_bytes") or 0 for r in reps), default=0) or None,
         "backend": last["backend"], "seed": last["seed"],
-        # gs-train --profile-steps: the first segment's (the profile follows its warm-up).
-        "phases": reps[0].get("phase_ms"),
+        # gs-train --profile-steps / --profile-at: every segment's windows, in order.
+        "phases": [w for r in reps for w in windows(r.get("phase_ms"))],
     }
 
 
@@ -81,8 +88,41 @@ def gsplat_combined(out):
         "vram_smi": float(v) * 2**20 if v.replace(".", "").isdigit() else None,
         "vram_alloc": r["peak_device_bytes"], "backend": r["backend"], "seed": r["seed"],
         "jit": r.get("jit_compile_s"), "ssim_loss": r.get("ssim_loss"),
-        "device": r.get("device_name"), "phases": r.get("phase_ms"),
+        "device": r.get("device_name"), "phases": windows(r.get("phase_ms")),
     }
+
+
+def phase_table(ours, gs):
+    """The profiled windows of both trainers, one row each, by iteration: a step's parts
+    (median ms; gsplat's strategy in the statistics column, where ours updates its densification
+    statistics) with the model's size and the render's intersections then, and ours'
+    rasterizer stages."""
+    rows = []
+    for name, r in (("ramsplat", ours), ("gsplat", gs)):
+        for w in (r or {}).get("phases") or []:
+            rows.append((w.get("from_iteration") or 0, name, w))
+    if not rows:
+        return []
+    cols = ("upload", "render", "loss", "backward", "stats", "optimizer", "step")
+    stages = ("project", "binning", "rasterize", "rasterize_bwd", "project_bwd")
+    clock = next((w.get("clock") for _, n, w in rows if n == "ramsplat"), "?")
+    out = ["", f"Per-step medians (ms) over each profiled window (ramsplat: {clock}; gsplat: "
+           "CUDA events); Gaussians and intersections are medians over the window:", "",
+           "| from iteration | trainer | steps | Gaussians | intersections | "
+           + " | ".join("stats / strategy" if c == "stats" else c for c in cols)
+           + " | ns per Gaussian | " + " | ".join(stages) + " |",
+           "|" + "---|" * (6 + len(cols) + len(stages))]
+    for it, name, w in sorted(rows, key=lambda x: (x[0], x[1])):
+        vals = [w.get("strategy") if (c == "stats" and name == "gsplat") else w.get(c)
+                for c in cols]
+        g, n = w.get("num_gaussians"), w.get("intersections")
+        per = (1e6 * w["step"] / g) if g and w.get("step") is not None else None
+        # Blank where the trainer does not split its render (gsplat; ours' CPU engine).
+        st = [w.get(k) for k in stages] if any(w.get(k) for k in stages) else [None] * 5
+        out.append(f"| {it} | {name} | {w.get('steps', '?')} | {fmt(g, ',')} | {fmt(n, ',')} | "
+                   + " | ".join(fmt(v, ".2f") for v in vals) + f" | {fmt(per, '.1f')} | "
+                   + " | ".join("" if v is None else format(v, ".2f") for v in st) + " |")
+    return out
 
 
 def main():
@@ -109,27 +149,13 @@ def main():
     if ours:
         lines.append(f"ramsplat: `{text(out / 'fox-ours.command')}` (seed {ours['seed']}, "
                      f"{ours['segments']} call(s), {ours['views']} test views)")
-        ph = ours["phases"]
-        if ph:
-            parts = ("upload", "render", "loss", "backward", "stats", "optimizer", "step")
-            stages = ("project", "binning", "rasterize", "rasterize_bwd", "project_bwd")
-            split = ""
-            if any(ph.get(k) for k in stages):
-                split = ("; the rasterizer's stages: "
-                         + ", ".join(f"{k} {ph.get(k, 0.0):.2f}" for k in stages))
-            lines.append(f"ramsplat per step (median ms over {ph['steps']} steps from iteration "
-                         f"{ph['from_iteration']}, {ph['clock']}): "
-                         + ", ".join(f"{k} {ph[k]:.2f}" for k in parts) + split)
     if gs:
         lines.append(f"gsplat: `{text(out / 'fox-gsplat.command')}` (seed {gs['seed']}, "
                      f"{gs['segments']} call(s), {gs['views']} test views; "
                      f"{fmt(gs['its_warm'], '.2f')} it/s after warm-up; JIT compile "
                      f"{fmt(gs['jit'], '.0f')} s, not counted; SSIM loss {gs['ssim_loss']}; "
                      f"{gs['device']})")
-        ph = gs["phases"]
-        if ph:
-            lines.append(f"gsplat per step (median ms over {ph['steps']} steps, CUDA events): "
-                         + ", ".join(f"{k} {v:.2f}" for k, v in ph.items() if k != "steps"))
+    lines += phase_table(ours, gs)
     lines += ["", "it/s = iterations / train_s (the training loop, evaluation and saving "
               "excluded). Both scored by src/eval.rs's rules (8-bit renders, PSNR peak 255, "
               "3DGS SSIM). nvidia-smi's figure is the process's whole device footprint "

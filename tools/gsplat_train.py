@@ -59,8 +59,11 @@ report adds up the segments).
 `--profile-steps N` (default 200) times the phases of N steps after the warm-up with CUDA
 events (host clocks without a GPU): upload, render, loss (L1, SSIM and the strategy's
 pre-backward hook), backward, optimisers (after the loss read-back), strategy; the medians go to
-the log and to report.json's `phase_ms`. An event pair measures the stream's time between two
-points, idle time waiting for the host's launches included, so the phases add up to the step.
+the log and to report.json's `phase_ms`, a list of windows. An event pair measures the stream's
+time between two points, idle time waiting for the host's launches included, so the phases add
+up to the step. `--profile-at ITER...` times N steps from each of these 1-based iterations
+instead (as gs-train's option of that name); each window also gives the median Gaussians after
+a step and tile intersections of a render (the length of gsplat's `flatten_ids`).
 `--compile-only` compiles and exits; `--check` loads DATA, builds the split,
 the initial model, the optimisers and the strategy on the CPU and exits (no GPU needed).
 """
@@ -344,18 +347,26 @@ def knn_mean_dist(points, k=3):
 
 
 class PhaseTimer:
-    """Per-phase medians over a window of steps: CUDA events on the current stream when
-    `cuda`, else host clocks (a CPU run is synchronous). `mark(step, name)` closes the phase
-    `name` that began at the previous mark of that step (the first mark, "start", opens it)."""
+    """Per-phase medians over windows of steps: CUDA events on the current stream when `cuda`,
+    else host clocks (a CPU run is synchronous). `firsts` are the windows' first steps
+    (0-based), each window `steps` long. `mark(step, name)` closes the phase `name` that began
+    at the previous mark of that step (the first mark, "start", opens it); `size(step,
+    gaussians, intersections)` records the step's work."""
 
-    def __init__(self, cuda, first, steps):
-        import torch
-        self.torch, self.cuda = torch, cuda
-        self.window = range(first, first + max(steps, 0))
+    def __init__(self, cuda, firsts, steps):
+        if cuda:
+            import torch
+            self.torch = torch
+        self.cuda = cuda
+        self.windows = [range(f, f + max(steps, 0)) for f in firsts]
         self.marks = {}  # step -> [(name, event or seconds)]
+        self.sizes = {}  # step -> (Gaussians after the step, intersections or None)
+
+    def timed(self, step):
+        return any(step in w for w in self.windows)
 
     def mark(self, step, name):
-        if step not in self.window:
+        if not self.timed(step):
             return
         if self.cuda:
             e = self.torch.cuda.Event(enable_timing=True)
@@ -364,23 +375,40 @@ class PhaseTimer:
             e = time.perf_counter()
         self.marks.setdefault(step, []).append((name, e))
 
+    def size(self, step, gaussians, intersections):
+        if self.timed(step):
+            self.sizes[step] = (gaussians, intersections)
+
     def medians(self):
-        """{phase: median ms} over the complete steps of the window (None when none ran)."""
+        """One dict per window with timed steps, in order: {phase: median ms, "step": median
+        total, "from_iteration" (1-based), "steps", "num_gaussians", "intersections"} (the
+        last two medians too; intersections None when the rasteriser gives none)."""
         if not self.marks:
-            return None
+            return []
         if self.cuda:
             self.torch.cuda.synchronize()
-        per, totals = {}, []
-        for marks in self.marks.values():
-            total = 0.0
-            for (_, a), (name, b) in zip(marks, marks[1:]):
-                ms = a.elapsed_time(b) if self.cuda else 1e3 * (b - a)
-                per.setdefault(name, []).append(ms)
-                total += ms
-            totals.append(total)
-        out = {k: float(np.median(v)) for k, v in per.items()}
-        out["step"] = float(np.median(totals))
-        out["steps"] = len(self.marks)
+        out = []
+        for w in self.windows:
+            steps = sorted(s for s in self.marks if s in w)
+            if not steps:
+                continue
+            per, totals = {}, []
+            for s in steps:
+                marks, total = self.marks[s], 0.0
+                for (_, a), (name, b) in zip(marks, marks[1:]):
+                    ms = a.elapsed_time(b) if self.cuda else 1e3 * (b - a)
+                    per.setdefault(name, []).append(ms)
+                    total += ms
+                totals.append(total)
+            win = {k: float(np.median(v)) for k, v in per.items()}
+            win["step"] = float(np.median(totals))
+            sizes = [self.sizes[s] for s in steps if s in self.sizes]
+            gs = [g for g, _ in sizes]
+            isects = [n for _, n in sizes if n is not None]
+            win.update({"from_iteration": steps[0] + 1, "steps": len(steps),
+                        "num_gaussians": int(np.median(gs)) if gs else None,
+                        "intersections": int(np.median(isects)) if isects else None})
+            out.append(win)
         return out
 
 
@@ -517,6 +545,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=100, help="steps before iterations_per_s")
     ap.add_argument("--profile-steps", type=int, default=200,
                     help="time the phases of this many steps after the warm-up (0: none)")
+    ap.add_argument("--profile-at", type=int, nargs="+", default=None, metavar="ITER",
+                    help="time --profile-steps steps from each of these 1-based iterations "
+                         "instead (ascending, windows apart)")
     ap.add_argument("--log-every", type=int, default=500)
     ap.add_argument("--white-background", action="store_true")
     ap.add_argument("--antialiased", action="store_true",
@@ -677,7 +708,9 @@ def main():
             torch.cuda.set_rng_state(ck["rng"]["cuda"])
         del ck
     warm_at = first + args.warmup
-    prof = PhaseTimer(cuda, warm_at, args.profile_steps)
+    # Windows by 0-based step: iteration k is step k - 1.
+    prof = PhaseTimer(cuda, [a - 1 for a in args.profile_at] if args.profile_at else [warm_at],
+                      args.profile_steps)
     def sync():
         if cuda:
             torch.cuda.synchronize()
@@ -729,6 +762,9 @@ def main():
         prof.mark(step, "optimizer")
         strategy.step_post_backward(splats, optimizers, state, step, info, packed=False)
         prof.mark(step, "strategy")
+        # Shapes only: neither count waits for the device.
+        isects = info.get("flatten_ids")
+        prof.size(step, len(splats["means"]), None if isects is None else int(isects.numel()))
         if (step + 1) % args.log_every == 0 or step + 1 == args.iterations:
             now = time.time()
             log(f"iteration {step + 1}/{args.iterations} loss {loss_acc:.4f} Gaussians "
@@ -737,11 +773,14 @@ def main():
     sync()
     t1 = time.time()
     end = args.iterations if stopped is None else stopped
-    phases = prof.medians()
-    if phases is not None:
-        acc["phase_ms"] = phases
-        log("phases (median ms over " + f"{phases['steps']} steps from iteration {warm_at + 1}): "
-            + ", ".join(f"{k} {v:.2f}" for k, v in phases.items() if k != "steps"))
+    sizes = ("from_iteration", "steps", "num_gaussians", "intersections")
+    for win in prof.medians():
+        # A run resumed over several segments lists each segment's windows.
+        acc.setdefault("phase_ms", []).append(win)
+        log(f"phases (median ms over {win['steps']} steps from iteration "
+            f"{win['from_iteration']}; {win['num_gaussians']} Gaussians, "
+            f"{win['intersections']} intersections): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in win.items() if k not in sizes))
     acc["train_s"] += t1 - t0
     if t_warm is not None and end > warm_at:
         acc["timed_s"] += t1 - t_warm
@@ -803,7 +842,7 @@ def main():
         "peak_device_reserved_bytes": acc["peak_device_reserved_bytes"] if cuda else None,
         "peak_rss_bytes": max(acc["peak_rss_bytes"], peak_rss_bytes() or 0),
         "segments": acc["segments"],
-        "phase_ms": acc.get("phase_ms"),
+        "phase_ms": acc.get("phase_ms", []),
         "backend": f"gsplat {gsplat.__version__}", "torch": torch.__version__,
         "rasterize_mode": "antialiased" if args.antialiased else "classic",
         "densification": "absgrad" if args.absgrad else "default", "grow_grad2d": grow,

@@ -324,6 +324,13 @@ struct Args {
     /// step then waits for its queue at its end. One device only
     #[arg(long, default_value_t = 0, value_name = "N")]
     profile_steps: u64,
+    /// With --profile-steps N: profile N steps from each of these iterations instead (ascending,
+    /// each window after the previous one ends; not scaled by --steps-scaler), one entry of
+    /// report.json's `phase_ms` each, with the model's size and the render's intersections
+    /// then: e.g. `--profile-at 101 2801 3101 6801` around 3DGS's first opacity reset and
+    /// before its 7,000-iteration evaluation
+    #[arg(long, num_args = 1.., value_name = "ITER")]
+    profile_at: Vec<u64>,
     #[command(flatten)]
     optim: OptimArgs,
 }
@@ -728,6 +735,7 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     o.prefetch = args.prefetch;
     o.metrics_every = args.metrics_every;
     o.profile_steps = args.profile_steps;
+    o.profile_at = args.profile_at.clone();
     o.depth = DepthWeights {
         init: args.depth_lambda.or(args.depth_l1_weight_init),
         fin: args.depth_lambda.or(args.depth_l1_weight_final),

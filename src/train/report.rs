@@ -248,10 +248,11 @@ pub struct Report {
     /// dataset's poses (`test_psnr`, `test_ssim` are then from the aligned poses).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_pose: Option<EvalPoseReport>,
-    /// With `--profile-steps N`: the median time of each part of a step over the N steps
-    /// after the warm-up.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase_ms: Option<PhaseReport>,
+    /// With `--profile-steps N`: the median time of each part of a step, one entry per
+    /// profiled window of N steps (after the warm-up, or from each `--profile-at` iteration),
+    /// in the order run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phase_ms: Vec<PhaseReport>,
     /// Wall time of this process, from start to the report.
     pub wall_s: f64,
     /// Seconds of that spent training: the training loop, less what it spent on its outputs
@@ -527,8 +528,10 @@ pub fn test_dir(out_dir: &Path) -> Result<PathBuf, ReportError> {
     Ok(dir)
 }
 
-/// [`Report::phase_ms`]: medians in milliseconds of each part of a profiled step
-/// ([`crate::train::device_engine::PhaseTimes`]), over `steps` steps from `from_iteration`.
+/// One window of [`Report::phase_ms`]: medians in milliseconds of each part of a profiled
+/// step ([`crate::train::device_engine::PhaseTimes`]), over `steps` steps from
+/// `from_iteration`, and the size of the work they did: a step's time grows with the model
+/// and with the render's tile intersections, so a window is read with both.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PhaseReport {
     /// `"device queue (CUDA events)"` on a GPU, `"host clock"` elsewhere (the CPU engine; the
@@ -536,6 +539,13 @@ pub struct PhaseReport {
     pub clock: String,
     pub from_iteration: u64,
     pub steps: u64,
+    /// Median over the window's steps (of an even count, the upper middle one) of the
+    /// Gaussians after the step.
+    #[serde(default)]
+    pub num_gaussians: u64,
+    /// Median over the window's steps (likewise) of the render's tile intersections.
+    #[serde(default)]
+    pub intersections: u64,
     /// The medians, beside the fields above in the JSON.
     #[serde(flatten)]
     pub median: crate::train::device_engine::PhaseTimes,

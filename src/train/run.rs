@@ -82,6 +82,7 @@ use crate::dataset::Split;
 use crate::device::Device;
 use crate::export::ply::{self as gply, GaussianPlyError, PlyEncoding};
 use crate::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
+use crate::import::thousands;
 use crate::render::CpuRasterizer;
 use crate::scene::camera::Camera;
 use crate::shard::reader::Pack;
@@ -136,8 +137,13 @@ pub struct RunOptions {
     pub prefetch: usize,
     /// A metrics row every this many iterations.
     pub metrics_every: u64,
-    /// Profile this many steps after [`PROFILE_WARMUP`] ([`Report::phase_ms`]; 0: none).
+    /// Profile this many steps in each window ([`Report::phase_ms`]; 0: none): after
+    /// [`PROFILE_WARMUP`] steps of this process, or from each of `profile_at`.
     pub profile_steps: u64,
+    /// First iterations (1-based, ascending) of the profiled windows, each starting after the
+    /// previous one ends; empty: one window after the warm-up. Iterations this process does not
+    /// run (before a resumed run's start, past its end) are not profiled, and the log says so.
+    pub profile_at: Vec<u64>,
     /// Write side-by-side PNGs of evaluated views (at most this many per evaluation).
     pub max_test_images: usize,
     /// Set by a Ctrl-C handler: the run checkpoints and stops after the current step.
@@ -178,6 +184,7 @@ impl RunOptions {
             prefetch: 4,
             metrics_every: 100,
             profile_steps: 0,
+            profile_at: Vec::new(),
             max_test_images: usize::MAX,
             stop: Arc::new(AtomicBool::new(false)),
             depth: DepthWeights::default(),
@@ -229,6 +236,13 @@ pub enum OptionsError {
     ExtendWithoutResume,
     #[error("--devices must be at least 1")]
     NoDevices,
+    #[error("--profile-at needs --profile-steps N, the number of steps each window times")]
+    ProfileAtWithoutSteps,
+    #[error(
+        "--profile-at {at:?}: each window of --profile-steps {steps} must start at iteration 1 \
+         or later and after the previous window ends (give the iterations in ascending order)"
+    )]
+    ProfileWindows { at: Vec<u64>, steps: u64 },
     #[error(
         "--depth-lambda / --depth-l1-weight-init/-final set depth regularization, but pack \
          {pack} holds no depth planes: convert the dataset again with `gs-pack convert … \
@@ -756,27 +770,98 @@ pub const EXPOSURE_JSON: &str = "exposure.json";
 /// then).
 pub const PROFILE_WARMUP: u64 = 100;
 
-/// The report's step profile: each part's median over the profiled steps, also told in one
-/// line; `None` when no step was profiled (`from`: where a profile asked for began; a run too
-/// short or on several devices profiles none, and says so).
+/// The profiled windows as ranges of 1-based iterations: [`RunOptions::profile_steps`] steps
+/// from each of [`RunOptions::profile_at`], or, without it, from the first step after
+/// [`PROFILE_WARMUP`] steps of this process (which began after `start_step`); none without
+/// `profile_steps`.
+fn profile_windows(opts: &RunOptions, start_step: u64) -> Vec<std::ops::Range<u64>> {
+    if opts.profile_steps == 0 {
+        return Vec::new();
+    }
+    let default = [start_step + PROFILE_WARMUP + 1];
+    let starts = match opts.profile_at.is_empty() {
+        true => &default[..],
+        false => &opts.profile_at[..],
+    };
+    starts
+        .iter()
+        .map(|&a| a..a.saturating_add(opts.profile_steps))
+        .collect()
+}
+
+/// One profiled step: its parts and the size of its work.
+#[derive(Clone, Copy, Debug)]
+struct ProfiledStep {
+    iteration: u64,
+    phases: super::device_engine::PhaseTimes,
+    num_gaussians: u64,
+    intersections: u64,
+}
+
+/// The report's step profile: for each window, each part's median over the window's profiled
+/// steps, also told in one line per window. A window this process profiled no step of (before
+/// a resumed run's start, past the end, or with the model on several devices) is left out, and
+/// the log says why.
 fn phase_report(
-    samples: &[super::device_engine::PhaseTimes],
-    from: Option<u64>,
+    samples: &[ProfiledStep],
+    windows: &[std::ops::Range<u64>],
+    start_step: u64,
     trainer: &Trainer,
     on_event: &mut dyn FnMut(Event),
-) -> Option<report::PhaseReport> {
-    let from = from?;
-    if samples.is_empty() {
-        on_event(Event::Line(if trainer.devices().len() > 1 {
+) -> Vec<report::PhaseReport> {
+    if windows.is_empty() {
+        return Vec::new();
+    }
+    if samples.is_empty() && trainer.devices().len() > 1 {
+        on_event(Event::Line(
             "--profile-steps: not profiled: the model is split over several devices, whose \
              queues overlap"
-                .to_owned()
-        } else {
-            format!("--profile-steps: no step profiled (the profile starts at iteration {from})")
-        }));
-        return None;
+                .to_owned(),
+        ));
+        return Vec::new();
     }
-    let m = super::device_engine::PhaseTimes::median(samples);
+    windows
+        .iter()
+        .filter_map(|w| {
+            let steps: Vec<&ProfiledStep> = samples
+                .iter()
+                .filter(|s| w.contains(&s.iteration))
+                .collect();
+            let window = phase_window(&steps, trainer);
+            if window.is_none() {
+                on_event(Event::Line(format!(
+                    "--profile-steps: no step profiled in the window from iteration {} (this \
+                     run trained iterations {}-{})",
+                    w.start,
+                    start_step + 1,
+                    trainer.step_count(),
+                )));
+            }
+            window.map(|(report, line)| {
+                on_event(Event::Line(line));
+                report
+            })
+        })
+        .collect()
+}
+
+/// One window's [`report::PhaseReport`] and its log line; `None` for no steps.
+fn phase_window(
+    steps: &[&ProfiledStep],
+    trainer: &Trainer,
+) -> Option<(report::PhaseReport, String)> {
+    let from = steps.first()?.iteration;
+    let median_of = |f: fn(&ProfiledStep) -> u64| {
+        let mut v: Vec<u64> = steps.iter().map(|s| f(s)).collect();
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let (num_gaussians, intersections) = (
+        median_of(|s| s.num_gaussians),
+        median_of(|s| s.intersections),
+    );
+    let phases: Vec<super::device_engine::PhaseTimes> = steps.iter().map(|s| s.phases).collect();
+    let m = super::device_engine::PhaseTimes::median(&phases);
     let clock = match trainer.devices().first() {
         Some(d) if !d.is_emulated() => "device queue (CUDA events)",
         _ => "host clock",
@@ -792,17 +877,23 @@ fn phase_report(
     } else {
         String::new()
     };
-    on_event(Event::Line(format!(
-        "phases (median ms over {} steps from iteration {from}, {clock}): {}{stages}",
-        samples.len(),
+    let line = format!(
+        "phases (median ms over {} steps from iteration {from}, {clock}; {} Gaussians, {} \
+         intersections): {}{stages}",
+        steps.len(),
+        thousands(num_gaussians),
+        thousands(intersections),
         list(&m.entries()),
-    )));
-    Some(report::PhaseReport {
+    );
+    let report = report::PhaseReport {
         clock: clock.to_owned(),
         from_iteration: from,
-        steps: samples.len() as u64,
+        steps: steps.len() as u64,
+        num_gaussians,
+        intersections,
         median: m,
-    })
+    };
+    Some((report, line))
 }
 
 /// The report's pose summary over the training views, also told in one line; `None` without
@@ -1637,6 +1728,23 @@ fn check_options(opts: &RunOptions) -> Result<(), RunError> {
     if opts.workers == 0 || opts.prefetch == 0 {
         return Err(OptionsError::NoWorkers.into());
     }
+    if !opts.profile_at.is_empty() {
+        if opts.profile_steps == 0 {
+            return Err(OptionsError::ProfileAtWithoutSteps.into());
+        }
+        let ordered = opts.profile_at.first() >= Some(&1)
+            && opts
+                .profile_at
+                .windows(2)
+                .all(|w| w[1] >= w[0].saturating_add(opts.profile_steps));
+        if !ordered {
+            return Err(OptionsError::ProfileWindows {
+                at: opts.profile_at.clone(),
+                steps: opts.profile_steps,
+            }
+            .into());
+        }
+    }
     Ok(())
 }
 
@@ -2165,10 +2273,11 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let mut outputs_s = 0.0f64;
     let total = config.iterations;
     let start_step = trainer.step_count();
-    // Profiled steps start after a warm-up (kernels compiled, buffers grown, caches warm).
-    let profile_from = start_step + PROFILE_WARMUP + 1;
-    trainer.profile_iterations(profile_from..profile_from + opts.profile_steps);
-    let mut profile: Vec<super::device_engine::PhaseTimes> = Vec::new();
+    // By default the profile starts after a warm-up (kernels compiled, buffers grown, caches
+    // warm).
+    let profile_windows = profile_windows(opts, start_step);
+    trainer.profile_iterations(profile_windows.clone());
+    let mut profile: Vec<ProfiledStep> = Vec::new();
     let test_scoring = Scoring {
         images: opts.max_test_images,
         align: opts.eval_pose.as_ref(),
@@ -2213,7 +2322,12 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     {
         let mut on_step = |t: &mut Trainer, s: &super::StepStats, info: &super::LoopInfo| {
             let it = s.iteration;
-            profile.extend(s.phases);
+            profile.extend(s.phases.map(|phases| ProfiledStep {
+                iteration: it,
+                phases,
+                num_gaussians: s.num_gaussians as u64,
+                intersections: s.intersections,
+            }));
             window.0 += s.loss;
             window.1 += s.psnr;
             window.2 += 1;
@@ -2482,12 +2596,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             bilateral_grid: config.bilagrid.as_ref().map(|b| b.shape.to_string()),
             pose: pose_report(&trainer, &train_views, on_event),
             eval_pose,
-            phase_ms: phase_report(
-                &profile,
-                (opts.profile_steps > 0).then_some(profile_from),
-                &trainer,
-                on_event,
-            ),
+            phase_ms: phase_report(&profile, &profile_windows, start_step, &trainer, on_event),
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,

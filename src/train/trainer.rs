@@ -623,8 +623,8 @@ pub struct Trainer {
     /// the device model, so the host never holds two copies, nor a stale one.
     model: Model,
     host_stale: bool,
-    /// Iterations whose steps are profiled ([`Trainer::profile_iterations`]).
-    profile: std::ops::Range<u64>,
+    /// Windows of iterations whose steps are profiled ([`Trainer::profile_iterations`]).
+    profile: Vec<std::ops::Range<u64>>,
     strategy: Box<dyn DensifyStrategy>,
     runner: Runner,
     memory: ModelMemory,
@@ -889,7 +889,7 @@ impl Trainer {
             extent: state.extent,
             model: state.model,
             host_stale: false,
-            profile: 0..0,
+            profile: Vec::new(),
             strategy,
             runner,
             memory: ModelMemory {
@@ -1236,11 +1236,11 @@ impl Trainer {
         self.config.active_sh_degree(self.step + 1)
     }
 
-    /// Profiles the steps of `iterations` (1-based): their [`StepStats::phases`]. On one
-    /// device each profiled step waits for its queue to drain at its end (the sharded engine
-    /// does not profile: its devices' queues overlap).
-    pub fn profile_iterations(&mut self, iterations: std::ops::Range<u64>) {
-        self.profile = iterations;
+    /// Profiles the steps of each window of `windows` (1-based iterations): their
+    /// [`StepStats::phases`]. On one device each profiled step waits for its queue to drain at
+    /// its end (the sharded engine does not profile: its devices' queues overlap).
+    pub fn profile_iterations(&mut self, windows: Vec<std::ops::Range<u64>>) {
+        self.profile = windows;
     }
 
     /// One training step on a view (see the module doc).
@@ -1348,7 +1348,7 @@ impl Trainer {
             inv_depth: depth_loss.is_some(),
         };
         let mut tm = StepTimings::default();
-        let profiled = self.profile.contains(&s)
+        let profiled = self.profile.iter().any(|w| w.contains(&s))
             && match &mut self.runner {
                 Runner::Host(_) => true,
                 Runner::Device(e) => e.profile_start()?,
@@ -3487,13 +3487,14 @@ mod tests {
         let (host, cams, images) = trainer(busy_config());
         let device = device_trainer(busy_config());
         for (mut t, on_device) in [(host, false), (device, true)] {
-            t.profile_iterations(12..14);
+            t.profile_iterations(vec![3..4, 12..14]);
             for i in 0..15usize {
                 let s = t
                     .step(&cams[i % cams.len()], &images[i % cams.len()])
                     .unwrap();
                 let it = s.iteration;
-                assert_eq!(s.phases.is_some(), (12..14).contains(&it), "iteration {it}");
+                let asked = it == 3 || (12..14).contains(&it);
+                assert_eq!(s.phases.is_some(), asked, "iteration {it}");
                 let Some(p) = s.phases else { continue };
                 let parts: f64 = p.entries()[..6].iter().map(|(_, ms)| ms).sum();
                 for (name, ms) in p.entries() {
