@@ -9,8 +9,9 @@
 #   2. under each stream schedule (lazy, copies-first, kernels-first): the device layer's and
 #      the device engines' unit tests and tests/cuda_parity.rs, on "GPU 0" = the stand-in;
 #   3. gs-train --demo, 10 iterations (each about a second on the emulation, whose fibers make
-#      the rasterizer's warp reductions slow): on the device engine under each schedule, and on
-#      the sharded engine over two stand-in devices (lazy schedule).
+#      the rasterizer's warp reductions slow): on the device engine under each schedule, its
+#      steps 3-4 and 7-8 profiled by CUDA events (--profile-at), and on the sharded engine over
+#      two stand-in devices (lazy schedule).
 # CI runs it (.ci/run) after `cargo test`, whose build it reuses: 2 min 54 s on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,10 +63,16 @@ cargo build "${flag[@]}" --bin gs-train --quiet
 bin="target/$profile/gs-train"
 for schedule in lazy copies-first kernels-first; do
     GS_STANDIN_SCHEDULE=$schedule "$bin" --demo --backend cuda --iterations 10 \
-        -o "$work/one-$schedule" 2>"$work/stderr.txt"
+        --profile-steps 2 --profile-at 3 7 -o "$work/one-$schedule" 2>"$work/stderr.txt"
     echo "$schedule: $(tail -n 2 "$work/stderr.txt" | head -n 1)"
     grep -h '^cuda stand-in:' "$work/stderr.txt" >>"$complaints" || true
     grep -q '"backend": "device (ramsplat CUDA stand-in 0' "$work/one-$schedule/report.json"
+    # Both windows, timed by the driver's events (the emulation's in-process path uses clocks).
+    for from in 3 7; do
+        grep -q "2 steps from iteration $from, device queue (CUDA events); " "$work/stderr.txt" ||
+            { echo "no profile window from iteration $from (CUDA events):" >&2; \
+              grep phases "$work/stderr.txt" >&2; exit 1; }
+    done
 done
 GS_STANDIN_DEVICES=2 "$bin" --demo --backend cuda --devices 2 --iterations 10 -o "$work/two" \
     2>"$work/stderr.txt"
