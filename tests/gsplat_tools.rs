@@ -141,24 +141,13 @@ fn profile_windows_reach_the_side_by_side_table() {
     let dir = tempfile::tempdir().unwrap();
     let pack = synth_pack(dir.path());
     let run_dir = dir.path().join("ours");
-    let log = run(Command::new(env!("CARGO_BIN_EXE_gs-train")).args([
-        pack.as_os_str(),
-        "-o".as_ref(),
-        run_dir.as_os_str(),
-        "--iterations".as_ref(),
-        "40".as_ref(),
-        "--backend".as_ref(),
-        "cpu".as_ref(),
-        "--sh-degree".as_ref(),
-        "1".as_ref(),
-        "--checkpoint-every".as_ref(),
-        "0".as_ref(),
-        "--profile-steps".as_ref(),
-        "4".as_ref(),
-        "--profile-at".as_ref(),
-        "3".as_ref(),
-        "30".as_ref(),
-    ]));
+    let log = run(Command::new(env!("CARGO_BIN_EXE_gs-train"))
+        .arg(&pack)
+        .arg("-o")
+        .arg(&run_dir)
+        .args(["--iterations", "40", "--backend", "cpu", "--sh-degree", "1"])
+        .args(["--checkpoint-every", "0", "--profile-steps", "4"])
+        .args(["--profile-at", "3", "30"]));
     assert!(
         log.contains("4 steps from iteration 30, host clock; "),
         "{log}"
