@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """gain_photos.py: a copy of a NeRF/instant-ngp dataset whose every photo is brightened or
 darkened by its own random gain, what auto-exposure does to a capture, to measure exposure
-compensation (README § Exposure compensation) on real photos; with --isp, also a tone curve
-and a vignette of its own, what a camera's processing does locally, to measure bilateral
-grids (README § Bilateral grids).
+compensation (docs/training.md § Exposure compensation) on real photos; with --isp, also a
+tone curve and a vignette of its own, what a camera's processing does locally, to measure
+bilateral grids (docs/training.md § Bilateral grids).
 
     python3 tools/gain_photos.py ../shared/data/fox /tmp/foxgain [--low 0.7] [--high 1.3] [--seed 5]
     gs-pack convert /tmp/foxgain -o foxgain8.pack --downscale 8

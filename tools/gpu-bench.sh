@@ -49,7 +49,7 @@
 # measure again from scratch, delete WORK (or the step's folder in it). Use the same OUT in
 # every call: table reads the reports there.
 #
-# Measured (NVIDIA H100 80GB HBM3, 16 cores, 2026-11-26; commands in README.md § GPU status):
+# Measured (NVIDIA H100 80GB HBM3, 16 cores, 2026-11-26; commands in docs/gpu.md):
 #   - gsplat-build: 84 s with MAX_JOBS=12, run beside tools/gpu-verify.sh (which took 236 s);
 #   - fox pack + export: 2 s; fox-ours, 7,000 iterations: 58 s wall (131.6 it/s);
 #   - fox-gsplat, 7,000 iterations: 243 s wall over two calls, 202 s of it training (34.7

@@ -62,7 +62,7 @@
 //! three times that; SH coefficients within 4/255 ≈ 0.0157 when in [−4, 4], clamped beyond (and within
 //! the same 4/255 of 0 in a band left out). 0 itself is not a decodable value: a coefficient
 //! near 0 in a band that is kept comes back about ±4/255 off, which dominates what a round
-//! trip of a trained model loses (README: compressed PLY).
+//! trip of a trained model loses (docs/commands.md, Ecosystem formats).
 //! Add float rounding (a few ulp of the chunk's bounds). The tests below assert these bounds.
 //!
 //! # Invariants

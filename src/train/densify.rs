@@ -29,7 +29,7 @@
 //! sum lets the pulls of a large Gaussian's pixels cancel, so a Gaussian blurring over fine
 //! detail can sit below the threshold forever; the absolute sum cannot cancel. It is never
 //! smaller than the signed norm, so the threshold goes up with it (gsplat suggests 6e-4 to
-//! 8e-4; `gs-train --absgrad` uses 8e-4, measured in the README). Everything else is
+//! 8e-4; `gs-train --absgrad` uses 8e-4, measured in docs/training.md). Everything else is
 //! unchanged: the same clone/split/prune decisions, on this statistic.
 //!
 //! 3DGS replaces the parameter tensors when it densifies, so their `.grad` is `None` and
@@ -45,8 +45,8 @@
 //! the larger the views: on the fox photos at 1920×1080 (device engine, NVIDIA H200) the
 //! first prune after the reset at 3,000, with the rule on, took the model from 161,494 to
 //! 15,174 Gaussians and the training PSNR from 22.3 to 14.2 dB; at 1/8 size the rule on kept
-//! 167,225 where off kept 183,385, and ended 0.13 dB lower on the held-out views (README §
-//! Screen-size pruning).
+//! 167,225 where off kept 183,385, and ended 0.13 dB lower on the held-out views
+//! (docs/training.md § Screen-size pruning).
 //!
 //! # Order of the arrays after a densification
 //! Kept originals in their order, then clones, then split children (all first children,
@@ -418,8 +418,8 @@ pub fn revised_split_logit(l: f32) -> f32 {
 }
 
 impl DensifyConfig {
-    /// `grad_threshold` with [`Self::absgrad`] (gsplat suggests 6e-4 to 8e-4; measured in the
-    /// README): the absolute statistic is several times the signed one on the same model.
+    /// `grad_threshold` with [`Self::absgrad`] (gsplat suggests 6e-4 to 8e-4; measured in
+    /// docs/training.md): the absolute statistic is several times the signed one on the same model.
     pub const ABSGRAD_GRAD_THRESHOLD: f32 = 8e-4;
 }
 

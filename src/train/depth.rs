@@ -16,9 +16,9 @@
 //! affine image (0 without an offset: infinitely far, which no Gaussian can render, so the
 //! term never stops pushing): on a synthetic scene with exact maps and a sky (36 % of the
 //! pixels at 0), 3DGS's rule lost 2.6 dB of held-out PSNR against no depth term, this one
-//! gained 1.9 dB (README, "Depth regularization"). A view without a map, or whose map's fit
-//! 3DGS would call unreliable (the pack leaves those out), trains on the photometric loss
-//! alone, as in 3DGS.
+//! gained 1.9 dB (docs/training.md, "Depth regularization"). A view without a map, or whose
+//! map's fit 3DGS would call unreliable (the pack leaves those out), trains on the
+//! photometric loss alone, as in 3DGS.
 //!
 //! # Depth from SfM points (gsplat's `--depth_loss`)
 //! A pack converted with `gs-pack convert --sfm-depths` holds *sparse* planes instead
@@ -38,8 +38,8 @@
 //! shows, whatever its opacity, as gsplat's expected depth `ED = Σ wᵢzᵢ / Σ wᵢ` is. Compared
 //! unnormalized, a pixel that is not yet opaque reads as too far (`D < 1/z` at the right
 //! depth), and the term pulls its Gaussians towards the camera: on a synthetic scene (one
-//! seed) that cost 3.8 dB of held-out PSNR where the normalized term lost 0.5 (README, Depth
-//! regularization).
+//! seed) that cost 3.8 dB of held-out PSNR where the normalized term lost 0.5
+//! (docs/training.md, Depth regularization).
 //! Pixels with `A` below [`MIN_COVER`] are left out (nothing drawn there to have a depth).
 //! What else differs from gsplat: `D/A` is read at the point's pixel (gsplat bilinearly
 //! samples `1/ED` at the point's position), a harmonic rather than arithmetic mean of the

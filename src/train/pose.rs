@@ -41,7 +41,7 @@
 //! every training image unchanged, so the loss cannot pin the frame of the corrections, and
 //! gsplat leaves that open. The held-out views keep the dataset's poses, so a shared drift
 //! misaligns them with the model. Measured on the fox photos (1/8 size, 3,000 iterations,
-//! lr 1e-4, README § Camera pose optimisation): without the projection the cameras moved
+//! lr 1e-4, docs/training.md § Camera pose optimisation): without the projection the cameras moved
 //! 0.030 units on average and the held-out PSNR was 18.49 dB; with it they moved 0.010 units
 //! (the rotations alike, 0.25°) and it was 19.89 dB. So after every step the corrections are
 //! projected off the

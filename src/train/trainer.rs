@@ -2702,7 +2702,7 @@ mod tests {
     /// already finds those surfaces (error 0.0133 without the term), so this checks that the
     /// term does no harm while it lowers its own value: measured, error 0.0133 → 0.0139,
     /// PSNR 21.44 → 20.95 dB, the term 0.132 → 0.108 (summed over 8 steps). The held-out gain
-    /// is measured on a larger scene (README, Depth regularization).
+    /// is measured on a larger scene (docs/training.md, Depth regularization).
     #[test]
     fn sfm_depths_lower_their_term_without_harm() {
         depth_teaches_the_scene_depth(
