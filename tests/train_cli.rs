@@ -2563,6 +2563,49 @@ fn demo_takes_the_run_options_and_resumes() {
     assert_eq!(r.densification.as_deref(), Some("mcmc"));
 }
 
+/// A profile window that runs to its end is told in the log at its last step, while the run
+/// trains; one the run's end cuts short is told with the report. Both are in the report.
+#[test]
+fn profile_windows_are_told_as_they_end() {
+    use ramsplat::train::run::{run, Event, RunOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let mut o = RunOptions::new(&pack, &dir.path().join("out"));
+    o.config.iterations = 30;
+    o.checkpoint_every = 0;
+    o.profile_steps = 4;
+    o.profile_at = vec![5, 28];
+    // The log in order, with each step's progress event as "step N".
+    let mut log: Vec<String> = Vec::new();
+    let outcome = run(&o, &mut |e| match e {
+        Event::Line(l) => log.push(l),
+        Event::Progress { done, .. } => log.push(format!("step {done}")),
+    })
+    .unwrap();
+    let at = |needle: &str| {
+        log.iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle}: {log:#?}"))
+    };
+    let step = |n: u64| log.iter().position(|l| *l == format!("step {n}")).unwrap();
+    assert_eq!(
+        at("4 steps from iteration 5, host clock; "),
+        step(8) - 1,
+        "{log:#?}"
+    );
+    assert!(
+        at("3 steps from iteration 28, host clock; ") > step(30),
+        "{log:#?}"
+    );
+    let windows: Vec<(u64, u64)> = outcome
+        .report
+        .phase_ms
+        .iter()
+        .map(|p| (p.from_iteration, p.steps))
+        .collect();
+    assert_eq!(windows, [(5, 4), (28, 3)]);
+}
+
 /// An iteration whose step resets the opacities is saved and evaluated before that step, as
 /// 3DGS and gsplat do: the PLY and the test scores of "iteration 20" are the trained model's,
 /// not the model with every opacity capped at 0.01 (which renders nearly nothing; the fox at

@@ -799,12 +799,14 @@ struct ProfiledStep {
 }
 
 /// The report's step profile: for each window, each part's median over the window's profiled
-/// steps, also told in one line per window. A window this process profiled no step of (before
-/// a resumed run's start, past the end, or with the model on several devices) is left out, and
-/// the log says why.
+/// steps, also told in one line per window unless `logged` says the log has it (a window that
+/// ran to its end is told then). A window this process profiled no step of (before a resumed
+/// run's start, past the end, or with the model on several devices) is left out, and the log
+/// says why.
 fn phase_report(
     samples: &[ProfiledStep],
     windows: &[std::ops::Range<u64>],
+    logged: &[bool],
     start_step: u64,
     trainer: &Trainer,
     on_event: &mut dyn FnMut(Event),
@@ -822,7 +824,8 @@ fn phase_report(
     }
     windows
         .iter()
-        .filter_map(|w| {
+        .zip(logged)
+        .filter_map(|(w, &logged)| {
             let steps: Vec<&ProfiledStep> = samples
                 .iter()
                 .filter(|s| w.contains(&s.iteration))
@@ -838,7 +841,9 @@ fn phase_report(
                 )));
             }
             window.map(|(report, line)| {
-                on_event(Event::Line(line));
+                if !logged {
+                    on_event(Event::Line(line));
+                }
                 report
             })
         })
@@ -2278,6 +2283,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let profile_windows = profile_windows(opts, start_step);
     trainer.profile_iterations(profile_windows.clone());
     let mut profile: Vec<ProfiledStep> = Vec::new();
+    // Windows whose line the log already has.
+    let mut profile_logged = vec![false; profile_windows.len()];
     let test_scoring = Scoring {
         images: opts.max_test_images,
         align: opts.eval_pose.as_ref(),
@@ -2328,6 +2335,18 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 num_gaussians: s.num_gaussians as u64,
                 intersections: s.intersections,
             }));
+            // A window's line as soon as its last step ran (a long run shows its early
+            // windows while it trains; the report gets every window at the end).
+            if let Some(w) = profile_windows.iter().position(|w| w.end == it + 1) {
+                let steps: Vec<&ProfiledStep> = profile
+                    .iter()
+                    .filter(|p| profile_windows[w].contains(&p.iteration))
+                    .collect();
+                if let Some((_, line)) = phase_window(&steps, t) {
+                    on_event(Event::Line(line));
+                    profile_logged[w] = true;
+                }
+            }
             window.0 += s.loss;
             window.1 += s.psnr;
             window.2 += 1;
@@ -2596,7 +2615,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             bilateral_grid: config.bilagrid.as_ref().map(|b| b.shape.to_string()),
             pose: pose_report(&trainer, &train_views, on_event),
             eval_pose,
-            phase_ms: phase_report(&profile, &profile_windows, start_step, &trainer, on_event),
+            phase_ms: phase_report(
+                &profile,
+                &profile_windows,
+                &profile_logged,
+                start_step,
+                &trainer,
+                on_event,
+            ),
             wall_s: started.elapsed().as_secs_f64(),
             train_s,
             seed: config.seed,
