@@ -182,6 +182,26 @@ json.dump(report, open(sys.argv[2], "w"))
         .args(["-c", code])
         .arg(root().join("tools"))
         .arg(out.join("fox-gsplat.json")));
+    // The harness refuses windows gs-train refuses, before it needs torch.
+    let bad = Command::new("python3")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .arg(root().join("tools/gsplat_train.py"))
+        .args([
+            "data",
+            "out",
+            "--profile-steps",
+            "10",
+            "--profile-at",
+            "20",
+            "25",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--profile-at [20, 25]: each window"),
+        "{bad:?}"
+    );
     let table = run(Command::new("python3")
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .arg(root().join("tools/gpu_bench_table.py"))

@@ -571,6 +571,13 @@ def main():
     args = ap.parse_args()
     if not args.compile_only and (args.data is None or args.out is None):
         ap.error("DATA and OUT are required")
+    if args.profile_at:
+        at = args.profile_at
+        if args.profile_steps <= 0:
+            ap.error("--profile-at needs --profile-steps N, the number of steps each window times")
+        if at[0] < 1 or any(b < a + args.profile_steps for a, b in zip(at, at[1:])):
+            ap.error(f"--profile-at {at}: each window of --profile-steps {args.profile_steps} "
+                     "must start at iteration 1 or later and after the previous window ends")
     t_start = time.time()
     out = pathlib.Path(args.out or ".")
 
