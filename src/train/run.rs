@@ -798,15 +798,26 @@ struct ProfiledStep {
     intersections: u64,
 }
 
+/// The profiled steps of `samples` that fall in `window`.
+fn window_steps<'a>(
+    samples: &'a [ProfiledStep],
+    window: &std::ops::Range<u64>,
+) -> Vec<&'a ProfiledStep> {
+    samples
+        .iter()
+        .filter(|s| window.contains(&s.iteration))
+        .collect()
+}
+
 /// The report's step profile: for each window, each part's median over the window's profiled
-/// steps, also told in one line per window unless `logged` says the log has it (a window that
-/// ran to its end is told then). A window this process profiled no step of (before a resumed
-/// run's start, past the end, or with the model on several devices) is left out, and the log
-/// says why.
+/// steps. `done` holds the windows that ran to their end, made and told in the log then; the
+/// others are made now and told in one line each. A window this process profiled no step of
+/// (before a resumed run's start, past the end, or with the model on several devices) is left
+/// out, and the log says why.
 fn phase_report(
     samples: &[ProfiledStep],
     windows: &[std::ops::Range<u64>],
-    logged: &[bool],
+    done: Vec<Option<report::PhaseReport>>,
     start_step: u64,
     trainer: &Trainer,
     on_event: &mut dyn FnMut(Event),
@@ -824,13 +835,12 @@ fn phase_report(
     }
     windows
         .iter()
-        .zip(logged)
-        .filter_map(|(w, &logged)| {
-            let steps: Vec<&ProfiledStep> = samples
-                .iter()
-                .filter(|s| w.contains(&s.iteration))
-                .collect();
-            let window = phase_window(&steps, trainer);
+        .zip(done)
+        .filter_map(|(w, done)| {
+            if done.is_some() {
+                return done;
+            }
+            let window = phase_window(&window_steps(samples, w), trainer);
             if window.is_none() {
                 on_event(Event::Line(format!(
                     "--profile-steps: no step profiled in the window from iteration {} (this \
@@ -841,9 +851,7 @@ fn phase_report(
                 )));
             }
             window.map(|(report, line)| {
-                if !logged {
-                    on_event(Event::Line(line));
-                }
+                on_event(Event::Line(line));
                 report
             })
         })
@@ -2283,8 +2291,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let profile_windows = profile_windows(opts, start_step);
     trainer.profile_iterations(profile_windows.clone());
     let mut profile: Vec<ProfiledStep> = Vec::new();
-    // Windows whose line the log already has.
-    let mut profile_logged = vec![false; profile_windows.len()];
+    // Windows that ran to their end, reported (and told in the log) then.
+    let mut profile_done: Vec<Option<report::PhaseReport>> = vec![None; profile_windows.len()];
     let test_scoring = Scoring {
         images: opts.max_test_images,
         align: opts.eval_pose.as_ref(),
@@ -2338,13 +2346,11 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             // A window's line as soon as its last step ran (a long run shows its early
             // windows while it trains; the report gets every window at the end).
             if let Some(w) = profile_windows.iter().position(|w| w.end == it + 1) {
-                let steps: Vec<&ProfiledStep> = profile
-                    .iter()
-                    .filter(|p| profile_windows[w].contains(&p.iteration))
-                    .collect();
-                if let Some((_, line)) = phase_window(&steps, t) {
+                if let Some((r, line)) =
+                    phase_window(&window_steps(&profile, &profile_windows[w]), t)
+                {
                     on_event(Event::Line(line));
-                    profile_logged[w] = true;
+                    profile_done[w] = Some(r);
                 }
             }
             window.0 += s.loss;
@@ -2618,7 +2624,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             phase_ms: phase_report(
                 &profile,
                 &profile_windows,
-                &profile_logged,
+                profile_done,
                 start_step,
                 &trainer,
                 on_event,
