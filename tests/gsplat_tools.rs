@@ -221,8 +221,7 @@ json.dump(report, open(sys.argv[2], "w"))
         rows[2].starts_with("| 30 | gsplat | 4 | 130 | 1,030 | "),
         "{table}"
     );
-    // Ours: the report's windows, with the CPU engine's sizes (the rasterizer's stages blank:
-    // the CPU engine does not split its render).
+    // Ours: the report's windows, with the CPU engine's sizes and its rasterizer's stages.
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run_dir.join("report.json")).unwrap())
             .unwrap();
@@ -235,6 +234,23 @@ json.dump(report, open(sys.argv[2], "w"))
             w["from_iteration"], w["num_gaussians"]
         );
         assert!(row.starts_with(&want), "{row} vs {want}");
-        assert!(row.ends_with(" |  |  |  |  |  |"), "{row}");
+        let cells: Vec<&str> = row.trim_end_matches(" |").split(" | ").collect();
+        let stages = &cells[cells.len() - 5..];
+        for (name, cell) in [
+            "project",
+            "binning",
+            "rasterize",
+            "rasterize_bwd",
+            "project_bwd",
+        ]
+        .iter()
+        .zip(stages)
+        {
+            let ms: f64 = cell
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: {cell:?} in {row}"));
+            assert!(ms >= 0.0, "{row}");
+        }
     }
 }

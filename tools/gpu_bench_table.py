@@ -117,7 +117,8 @@ def phase_table(ours, gs):
                 for c in cols]
         g, n = w.get("num_gaussians"), w.get("intersections")
         per = (1e6 * w["step"] / g) if g and w.get("step") is not None else None
-        # Blank where the trainer does not split its render (gsplat; ours' CPU engine).
+        # Blank where the trainer does not split its render (gsplat; reports of ours made
+        # before the CPU engine timed its stages).
         st = [w.get(k) for k in stages] if any(w.get(k) for k in stages) else [None] * 5
         out.append(f"| {it} | {name} | {w.get('steps', '?')} | {fmt(g, ',')} | {fmt(n, ',')} | "
                    + " | ".join(fmt(v, ".2f") for v in vals) + f" | {fmt(per, '.1f')} | "

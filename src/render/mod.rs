@@ -246,10 +246,51 @@ pub enum RenderError {
     StaleForward,
 }
 
+/// Milliseconds one forward and its backward spent in each stage of the pipeline, for
+/// profiles: `project`, `binning` (the tile lists; on a GPU the depth sort, the key emission,
+/// the tile sort and the ranges) and `rasterize` are the forward's; `rasterize_bwd` and
+/// `project_bwd` the backward's.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StageTimes {
+    pub project: f64,
+    pub binning: f64,
+    pub rasterize: f64,
+    pub rasterize_bwd: f64,
+    pub project_bwd: f64,
+}
+
+impl StageTimes {
+    /// Adds `ms` to the stage the pipeline step `name` belongs to (the names the backends
+    /// time their steps by); false, and nothing added, for a step of no stage (a host copy).
+    pub fn add(&mut self, name: &str, ms: f64) -> bool {
+        let stage = match name {
+            "project" => &mut self.project,
+            "binning" | "depth sort + scan" | "emit keys" | "sort + ranges" => &mut self.binning,
+            "rasterize fwd" => &mut self.rasterize,
+            "rasterize bwd" => &mut self.rasterize_bwd,
+            "project bwd" => &mut self.project_bwd,
+            _ => return false,
+        };
+        *stage += ms;
+        true
+    }
+}
+
 /// A rendering backend. See the module doc for the forward/backward contract.
 pub trait Rasterizer {
     /// Short backend name for logs ("cpu", "cuda").
     fn name(&self) -> &'static str;
+
+    /// Turns the timing of each forward's and backward's stages on or off (off when made):
+    /// for profiles, read by [`Self::stage_times`]. A backend that cannot time its stages
+    /// ignores it.
+    fn set_stage_timing(&mut self, _on: bool) {}
+
+    /// The stages of the last forward and its backward while timing was on
+    /// ([`Self::set_stage_timing`]); `None` when they were not timed.
+    fn stage_times(&self) -> Option<StageTimes> {
+        None
+    }
 
     /// Renders `gaussians` from `camera` into `out` (resized in place).
     fn forward(

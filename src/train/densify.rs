@@ -301,8 +301,8 @@ pub const SAVE_SCRATCH_BYTES_PER_GAUSSIAN: u64 = 16;
 /// The CPU rasterizer's per-Gaussian buffers: a projected splat (44 B), its gradient (36 B),
 /// the render output's radius/mean2d/depth (16 B), and with `absgrad` the absolute 2D-mean
 /// gradient's per-splat sum and its copy in the gradients (16 B), with depth regularization
-/// the inverse depth's per-splat gradient (4 B), plus binning's depth order and tile counts
-/// (8 B); 128 B rounds the 124 B counted up to cover the rest. (The device engine's rasterizer
+/// the inverse depth's per-splat gradient (4 B), plus binning's depth-order sort keys and
+/// tile counts (12 B): 128 B. (The device engine's rasterizer
 /// counts its own: [`super::device_engine::DEVICE_RENDER_BYTES_PER_GAUSSIAN`].)
 pub const RENDER_BYTES_PER_GAUSSIAN: u64 = 128;
 

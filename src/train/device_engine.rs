@@ -63,7 +63,7 @@ use crate::device::{
 };
 use crate::render::cuda::kernels::POSE_LEN;
 use crate::render::cuda::{CudaError, CudaRasterizer, DeviceGaussians, PoseTarget};
-use crate::render::{RenderError, RenderOptions};
+use crate::render::{RenderError, RenderOptions, StageTimes};
 use crate::scene::camera::Camera;
 use crate::scene::gaussians::Field;
 use crate::scene::maths::logit;
@@ -495,10 +495,11 @@ enum Phase {
 /// runs from the previous phase's end, so the parts add up to `step` (time the queue waited for
 /// the host included, as CUDA events measure it). Phases a step does not run are 0.
 ///
-/// On the device engine the render and the backward are also split into the rasterizer's
-/// stages ([`Self::parts`]): `project`, `binning` (depth sort, key emission, tile sort and
-/// ranges) and `rasterize` add up to `render`; `rasterize_bwd` and `project_bwd` to `backward`.
-/// The CPU engine leaves them 0, as do reports written before they existed.
+/// The render and the backward are also split into the rasterizer's stages
+/// ([`Self::parts`], [`StageTimes`]): `project`, `binning` and `rasterize` add up to `render`
+/// on the device engine, to a little less on the host engine (whose render also copies its
+/// outputs); `rasterize_bwd` and `project_bwd` likewise to `backward`. They are 0 where the
+/// rasterizer does not time its stages, and in reports written before they existed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseTimes {
     pub upload: f64,
@@ -544,6 +545,18 @@ impl PhaseTimes {
             ("rasterize_bwd", self.rasterize_bwd),
             ("project_bwd", self.project_bwd),
         ]
+    }
+
+    /// These times with the rasterizer's `stages` as their parts.
+    pub fn with_stages(self, stages: StageTimes) -> PhaseTimes {
+        PhaseTimes {
+            project: stages.project,
+            binning: stages.binning,
+            rasterize: stages.rasterize,
+            rasterize_bwd: stages.rasterize_bwd,
+            project_bwd: stages.project_bwd,
+            ..self
+        }
     }
 
     /// Each part's median over `samples` (0 for none): a profile's summary.
@@ -1016,17 +1029,11 @@ impl DeviceEngine {
         }
         let stages = self.raster.queue_stages();
         self.raster.set_queue_profiling(false);
+        let mut parts = StageTimes::default();
         for (name, ms) in stages? {
-            match name {
-                "project" => t.project += ms,
-                "depth sort + scan" | "emit keys" | "sort + ranges" => t.binning += ms,
-                "rasterize fwd" => t.rasterize += ms,
-                "rasterize bwd" => t.rasterize_bwd += ms,
-                "project bwd" => t.project_bwd += ms,
-                _ => {}
-            }
+            parts.add(name, ms);
         }
-        Ok(Some(t))
+        Ok(Some(t.with_stages(parts)))
     }
 
     /// Sees the staged view ([`Self::stage_view`], which clears this) through `grid`, a

@@ -36,7 +36,7 @@ use rayon::prelude::*;
 
 use super::project::{tile_rect, TILE_SIZE};
 use super::rasterize::{clip_cut, sigma_cut, support, SUPPORT_PAD_PX, SUPPORT_PAD_REL};
-use super::Splat;
+use super::{prefetch, Splat, PREFETCH_AHEAD};
 use crate::render::{LargeGaussian, RenderError};
 use crate::scene::real::Real;
 
@@ -52,8 +52,9 @@ pub struct TileBins {
     pub tile_offsets: Vec<usize>,
     /// Gaussian index of every (tile, Gaussian) intersection, grouped by tile.
     pub isect_ids: Vec<u32>,
-    /// Scratch: visible Gaussians in depth order, and how many tiles each is binned into.
-    order: Vec<u32>,
+    /// Scratch: visible Gaussians in depth order, as [`depth_key`]s (the Gaussian's index in
+    /// the low 32 bits), and how many tiles each is binned into.
+    order: Vec<u64>,
     counts: Vec<u32>,
     /// Scratch: the tile of every intersection, grouped by Gaussian in depth order.
     pair_tiles: Vec<u32>,
@@ -229,6 +230,41 @@ impl<F: Real> Reach<F> {
 /// Gaussians per parallel work item of [`tile_binning`].
 const CHUNK: usize = 1024;
 
+/// The sort key of Gaussian `index` at camera depth `depth`: the depth rounded to f32 in the
+/// high 32 bits (mapped so that the integers order as the floats do, −0 as +0), the index in
+/// the low 32. Integer keys sort in place without reading the splats at every comparison
+/// (which the splats' random order made the costly part of the sort). Exact for f32 depths:
+/// the keys order as (depth, index). Rounding to f32 is monotone, so f64 depths come out
+/// ordered but for runs that round to the same f32, which [`refine_depth_order`] sorts.
+#[inline]
+fn depth_key<F: Real>(depth: F, index: u32) -> u64 {
+    // Adding +0 turns −0 into +0, which the comparison of depths holds equal.
+    let bits = ((depth.to_f64() as f32) + 0.0).to_bits();
+    let ordered = if bits >> 31 == 1 {
+        !bits
+    } else {
+        bits | 1 << 31
+    };
+    (u64::from(ordered) << 32) | u64::from(index)
+}
+
+/// Sorts each run of `order` (keys of [`depth_key`], sorted) whose depths share an f32 by
+/// (depth, index) in `F`: the order of [`bins_by_rect`]'s comparison, for f64 depths too. With
+/// f32 depths a run's depths are equal and its keys already in index order: nothing moves.
+fn refine_depth_order<F: Real>(splats: &[Splat<F>], order: &mut [u64]) {
+    let depth = |key: u64| splats[key as u32 as usize].depth;
+    for run in order.chunk_by_mut(|a, b| a >> 32 == b >> 32) {
+        if run.len() > 1 {
+            run.sort_unstable_by(|&a, &b| {
+                depth(a)
+                    .partial_cmp(&depth(b))
+                    .unwrap_or(Ordering::Equal)
+                    .then((a as u32).cmp(&(b as u32)))
+            });
+        }
+    }
+}
+
 /// Bins every visible splat (`radius > 0`) into every tile of `rect(splat)` (`[x0, x1, y0,
 /// y1]`; `None`: no tile), each tile's list front to back by (depth, index) as
 /// [`tile_binning`] orders its own. No preflight: for comparing binning rules, such as 3DGS's
@@ -283,24 +319,30 @@ pub fn tile_binning<F: Real>(
 ) -> Result<u64, RenderError> {
     bins.tiles_x = tiles_x;
     bins.tiles_y = tiles_y;
-    // Visible Gaussians front to back; (depth, index) keys are unique, so the unstable sort is
+    // Visible Gaussians front to back by (depth, index): unique keys, so the unstable sort is
     // deterministic. Kept depths are finite (project_fwd culls the rest).
     bins.order.clear();
-    bins.order
-        .extend((0..splats.len() as u32).filter(|&i| splats[i as usize].radius > 0));
-    bins.order.par_sort_unstable_by(|&a, &b| {
-        let (da, db) = (splats[a as usize].depth, splats[b as usize].depth);
-        da.partial_cmp(&db)
-            .unwrap_or(Ordering::Equal)
-            .then(a.cmp(&b))
-    });
+    bins.order.extend(
+        (0..splats.len() as u32)
+            .filter(|&i| splats[i as usize].radius > 0)
+            .map(|i| depth_key(splats[i as usize].depth, i)),
+    );
+    bins.order.par_sort_unstable();
+    refine_depth_order(splats, &mut bins.order);
+    let id = |key: u64| key as u32;
     // Tiles per visible Gaussian in that order, in parallel (the ellipse arithmetic is the
     // costly part of binning); a u32 holds any one Gaussian's count (at most the tiles).
     let reach = |i: u32| Reach::of(&splats[i as usize], tiles_x, tiles_y);
-    bins.order
-        .par_iter()
+    let order = &bins.order;
+    (0..order.len())
+        .into_par_iter()
         .with_min_len(CHUNK)
-        .map(|&i| reach(i).map_or(0, |r| r.count() as u32))
+        .map(|k| {
+            if let Some(&ahead) = order.get(k + PREFETCH_AHEAD) {
+                prefetch(&splats[id(ahead) as usize]);
+            }
+            reach(id(order[k])).map_or(0, |r| r.count() as u32)
+        })
         .collect_into_vec(&mut bins.counts);
     let count: u64 = bins.counts.par_iter().map(|&c| c as u64).sum();
     let bytes = count.saturating_mul(bytes_per_intersection);
@@ -351,7 +393,12 @@ pub fn tile_binning<F: Real>(
         .zip(bins.order.par_chunks(CHUNK))
         .for_each(|(out, ids)| {
             let mut k = 0;
-            for r in ids.iter().filter_map(|&i| reach(i)) {
+            for r in ids.iter().enumerate().filter_map(|(j, &key)| {
+                if let Some(&ahead) = ids.get(j + PREFETCH_AHEAD) {
+                    prefetch(&splats[id(ahead) as usize]);
+                }
+                reach(id(key))
+            }) {
                 r.for_each_tile(tiles_x, |t| {
                     out[k] = t as u32;
                     k += 1;
@@ -374,7 +421,8 @@ pub fn tile_binning<F: Real>(
     bins.isect_ids.clear();
     bins.isect_ids.resize(count as usize, 0);
     let mut tiles = bins.pair_tiles.iter();
-    for (&i, &c) in bins.order.iter().zip(&bins.counts) {
+    for (&key, &c) in bins.order.iter().zip(&bins.counts) {
+        let i = id(key);
         for &t in tiles.by_ref().take(c as usize) {
             let slot = &mut bins.cursor[t as usize];
             bins.isect_ids[*slot] = i;
@@ -382,4 +430,67 @@ pub fn tile_binning<F: Real>(
         }
     }
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    /// Splats on one tile at `depths` (index = position), in a shuffled order of indices.
+    fn one_tile<F: Real>(depths: &[f64]) -> Vec<Splat<F>> {
+        depths
+            .iter()
+            .map(|&d| Splat {
+                mean2d: [F::from_f64(8.0); 2],
+                conic: [F::ONE, F::ZERO, F::ONE],
+                opacity: F::from_f64(0.5),
+                color: [F::ZERO; 3],
+                depth: F::from_f64(d),
+                radius: 3,
+            })
+            .collect()
+    }
+
+    /// The integer sort keys give the comparison's order, (depth, index): for f32 depths
+    /// directly, for f64 depths that round to the same f32 after the runs are refined, with
+    /// equal depths in index order.
+    #[test]
+    fn tile_lists_are_in_depth_then_index_order() {
+        let mut rng = Rng::new(3);
+        // Depths 1 + k·1e-12 all round to 1.0f32; some repeat exactly; some are far apart.
+        let mut depths: Vec<f64> = (0..40).map(|k| 1.0 + (k % 17) as f64 * 1e-12).collect();
+        depths.extend((0..40).map(|_| rng.uniform(0.5, 3.0)));
+        for i in (1..depths.len()).rev() {
+            let j = (rng.next_f32() as f64 * (i + 1) as f64) as usize % (i + 1);
+            depths.swap(i, j);
+        }
+        let expected = |ds: &[f64]| {
+            let mut ids: Vec<u32> = (0..ds.len() as u32).collect();
+            ids.sort_by(|&a, &b| {
+                ds[a as usize]
+                    .partial_cmp(&ds[b as usize])
+                    .unwrap()
+                    .then(a.cmp(&b))
+            });
+            ids
+        };
+        let mut bins = TileBins::default();
+        let s64 = one_tile::<f64>(&depths);
+        tile_binning(&s64, 1, 1, 8, u64::MAX, &mut bins).unwrap();
+        assert_eq!(bins.tile(0), &expected(&depths)[..]);
+        // In f32 the near-ties are ties: index order among them.
+        let s32 = one_tile::<f32>(&depths);
+        let d32: Vec<f64> = s32.iter().map(|s| s.depth as f64).collect();
+        tile_binning(&s32, 1, 1, 8, u64::MAX, &mut bins).unwrap();
+        assert_eq!(bins.tile(0), &expected(&d32)[..]);
+        assert_ne!(expected(&d32), expected(&depths), "the scene has f32 ties");
+        // Keys order as the floats do across signs and magnitudes, −0 as +0.
+        let key = |d: f32| depth_key(d, 0) >> 32;
+        let floats = [-3.0f32, -1e-30, -0.0, 0.0, 1e-30, 0.5, 2.0, f32::MAX];
+        for w in floats.windows(2) {
+            assert!(key(w[0]) <= key(w[1]), "{w:?}");
+            assert_eq!(key(w[0]) == key(w[1]), w[0] == w[1], "{w:?}");
+        }
+    }
 }

@@ -49,7 +49,7 @@ use rayon::prelude::*;
 
 use super::binning::TileBins;
 use super::project::TILE_SIZE;
-use super::{Splat, SplatGrad};
+use super::{prefetch, Splat, SplatGrad, PREFETCH_AHEAD};
 use crate::scene::real::Real;
 
 /// Upper clamp on a splat's α (gsplat's value; keeps `1−α` away from 0 for the backward
@@ -116,13 +116,23 @@ struct Packed<F> {
 fn range<F: Real>(m: F, ext: F, origin: usize, len: usize) -> (u8, u8) {
     let half = F::from_f64(0.5);
     let o = F::from_f64(origin as f64);
-    let lenf = F::from_f64(len as f64);
-    let lo = (m - ext - half - o).ceil().max(F::ZERO).min(lenf);
-    let hi = ((m + ext - half - o).floor() + F::ONE)
-        .max(F::ZERO)
-        .min(lenf);
-    let (lo, hi) = (lo.to_f64() as u8, hi.to_f64() as u8);
-    (lo, hi.max(lo))
+    // ⌈first⌉ and ⌊last⌋ + 1, clamped to [0, len], without `ceilf`/`floorf` (library calls
+    // on baseline x86-64; this runs per tile and splat). Both are monotone, so clamping to
+    // [−1, len + 1] first changes no result (a NaN clamps to −1 and ends at 0, as it did). The
+    // clamped value shifted by 2 is positive, where truncation floors; the shift may round
+    // up to the next integer, so each result is then corrected against the unshifted value,
+    // which makes both exact.
+    let (lo_f, hi_f) = (F::from_f64(-1.0), F::from_f64(len as f64 + 1.0));
+    let shift = F::from_f64(2.0);
+    let near_floor = |v: F| (v.max(lo_f).min(hi_f) + shift).to_f64() as i32 - 2;
+    let (first, last) = (m - ext - half - o, m + ext - half - o);
+    let f = near_floor(first);
+    let ceil_first = f + i32::from(F::from_f64(f as f64) < first);
+    let f = near_floor(last);
+    let floor_last = f - i32::from(F::from_f64(f as f64) > last);
+    let len = len as i32;
+    let (lo, hi) = (ceil_first.clamp(0, len), (floor_last + 1).clamp(0, len));
+    (lo as u8, hi.max(lo) as u8)
 }
 
 /// The σ cut-off `ln(255·o) + SIGMA_CUT_SLACK` of the cheap pre-tests for a splat of opacity
@@ -216,7 +226,10 @@ fn gather<F: Real>(
     out: &mut Vec<Packed<F>>,
 ) {
     out.clear();
-    out.extend(ids.iter().map(|&i| {
+    out.extend(ids.iter().enumerate().map(|(k, &i)| {
+        if let Some(&ahead) = ids.get(k + PREFETCH_AHEAD) {
+            prefetch(&splats[ahead as usize]);
+        }
         let s = &splats[i as usize];
         let sigma_cut = sigma_cut(s.opacity);
         let [a, b, c] = s.conic;

@@ -39,7 +39,7 @@ use crate::device::{copy_between, Device, DeviceBuffer, Element, TimeMark};
 use crate::render::cpu::binning::{TileBins, REPORTED_LARGEST};
 use crate::render::cpu::{CameraF, GaussianParams, Splat, SplatGrad};
 use crate::render::{
-    GaussianGrads, LargeGaussian, Rasterizer, RenderError, RenderOptions, RenderOutput,
+    GaussianGrads, LargeGaussian, Rasterizer, RenderError, RenderOptions, RenderOutput, StageTimes,
 };
 use crate::scene::camera::Camera;
 use crate::scene::gaussians::{Field, Gaussians};
@@ -1329,6 +1329,24 @@ impl CudaRasterizer {
 impl Rasterizer for CudaRasterizer {
     fn name(&self) -> &'static str {
         "cuda"
+    }
+
+    /// Synchronised timing ([`CudaRasterizer::set_profiling`]): the host engine's steps wait
+    /// for the device anyway, at every copy.
+    fn set_stage_timing(&mut self, on: bool) {
+        self.set_profiling(on);
+    }
+
+    /// The host copies between the stages belong to none.
+    fn stage_times(&self) -> Option<StageTimes> {
+        let Some(Profile::Synced { stages, .. }) = &self.profile else {
+            return None;
+        };
+        let mut t = StageTimes::default();
+        for &(name, s) in stages {
+            t.add(name, 1e3 * s);
+        }
+        Some(t)
     }
 
     fn forward(
