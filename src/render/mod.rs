@@ -250,7 +250,8 @@ pub enum RenderError {
 /// profiles: `project`, `binning` (the tile lists; on a GPU the depth sort, the key emission,
 /// the tile sort and the ranges) and `rasterize` are the forward's; `rasterize_bwd` and
 /// `project_bwd` the backward's.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct StageTimes {
     pub project: f64,
     pub binning: f64,
@@ -261,18 +262,28 @@ pub struct StageTimes {
 
 impl StageTimes {
     /// Adds `ms` to the stage the pipeline step `name` belongs to (the names the backends
-    /// time their steps by); false, and nothing added, for a step of no stage (a host copy).
-    pub fn add(&mut self, name: &str, ms: f64) -> bool {
+    /// time their steps by); nothing for a step of no stage (a host copy).
+    pub fn add(&mut self, name: &str, ms: f64) {
         let stage = match name {
             "project" => &mut self.project,
             "binning" | "depth sort + scan" | "emit keys" | "sort + ranges" => &mut self.binning,
             "rasterize fwd" => &mut self.rasterize,
             "rasterize bwd" => &mut self.rasterize_bwd,
             "project bwd" => &mut self.project_bwd,
-            _ => return false,
+            _ => return,
         };
         *stage += ms;
-        true
+    }
+
+    /// The names and values, in the step's order.
+    pub fn entries(&self) -> [(&'static str, f64); 5] {
+        [
+            ("project", self.project),
+            ("binning", self.binning),
+            ("rasterize", self.rasterize),
+            ("rasterize_bwd", self.rasterize_bwd),
+            ("project_bwd", self.project_bwd),
+        ]
     }
 }
 

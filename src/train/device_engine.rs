@@ -496,7 +496,7 @@ enum Phase {
 /// the host included, as CUDA events measure it). Phases a step does not run are 0.
 ///
 /// The render and the backward are also split into the rasterizer's stages
-/// ([`Self::parts`], [`StageTimes`]): `project`, `binning` and `rasterize` add up to `render`
+/// ([`Self::stages`], [`StageTimes`]): `project`, `binning` and `rasterize` add up to `render`
 /// on the device engine, to a little less on the host engine (whose render also copies its
 /// outputs); `rasterize_bwd` and `project_bwd` likewise to `backward`. They are 0 where the
 /// rasterizer does not time its stages, and in reports written before they existed.
@@ -509,16 +509,9 @@ pub struct PhaseTimes {
     pub stats: f64,
     pub optimizer: f64,
     pub step: f64,
-    #[serde(default)]
-    pub project: f64,
-    #[serde(default)]
-    pub binning: f64,
-    #[serde(default)]
-    pub rasterize: f64,
-    #[serde(default)]
-    pub rasterize_bwd: f64,
-    #[serde(default)]
-    pub project_bwd: f64,
+    /// Beside the parts in the JSON (0 in reports written before they existed).
+    #[serde(flatten)]
+    pub stages: StageTimes,
 }
 
 impl PhaseTimes {
@@ -538,25 +531,7 @@ impl PhaseTimes {
     /// The render's and the backward's stages, in the step's order (all 0 where the engine
     /// does not split them).
     pub fn parts(&self) -> [(&'static str, f64); 5] {
-        [
-            ("project", self.project),
-            ("binning", self.binning),
-            ("rasterize", self.rasterize),
-            ("rasterize_bwd", self.rasterize_bwd),
-            ("project_bwd", self.project_bwd),
-        ]
-    }
-
-    /// These times with the rasterizer's `stages` as their parts.
-    pub fn with_stages(self, stages: StageTimes) -> PhaseTimes {
-        PhaseTimes {
-            project: stages.project,
-            binning: stages.binning,
-            rasterize: stages.rasterize,
-            rasterize_bwd: stages.rasterize_bwd,
-            project_bwd: stages.project_bwd,
-            ..self
-        }
+        self.stages.entries()
     }
 
     /// Each part's median over `samples` (0 for none): a profile's summary.
@@ -578,11 +553,13 @@ impl PhaseTimes {
             stats: med(|p| p.stats),
             optimizer: med(|p| p.optimizer),
             step: med(|p| p.step),
-            project: med(|p| p.project),
-            binning: med(|p| p.binning),
-            rasterize: med(|p| p.rasterize),
-            rasterize_bwd: med(|p| p.rasterize_bwd),
-            project_bwd: med(|p| p.project_bwd),
+            stages: StageTimes {
+                project: med(|p| p.stages.project),
+                binning: med(|p| p.stages.binning),
+                rasterize: med(|p| p.stages.rasterize),
+                rasterize_bwd: med(|p| p.stages.rasterize_bwd),
+                project_bwd: med(|p| p.stages.project_bwd),
+            },
         }
     }
 }
@@ -1029,11 +1006,10 @@ impl DeviceEngine {
         }
         let stages = self.raster.queue_stages();
         self.raster.set_queue_profiling(false);
-        let mut parts = StageTimes::default();
         for (name, ms) in stages? {
-            parts.add(name, ms);
+            t.stages.add(name, ms);
         }
-        Ok(Some(t.with_stages(parts)))
+        Ok(Some(t))
     }
 
     /// Sees the staged view ([`Self::stage_view`], which clears this) through `grid`, a

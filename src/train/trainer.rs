@@ -1561,19 +1561,16 @@ impl Trainer {
             Runner::Host(h) if profiled => {
                 let stages = h.rasterizer.stage_times().unwrap_or_default();
                 h.rasterizer.set_stage_timing(false);
-                Some(
-                    PhaseTimes {
-                        upload: 1e3 * tm.convert,
-                        render: 1e3 * tm.forward,
-                        loss: 1e3 * tm.loss,
-                        backward: 1e3 * tm.backward,
-                        stats: 1e3 * tm.densify,
-                        optimizer: 1e3 * tm.optimizer,
-                        step: 1e3 * tm.total,
-                        ..PhaseTimes::default()
-                    }
-                    .with_stages(stages),
-                )
+                Some(PhaseTimes {
+                    upload: 1e3 * tm.convert,
+                    render: 1e3 * tm.forward,
+                    loss: 1e3 * tm.loss,
+                    backward: 1e3 * tm.backward,
+                    stats: 1e3 * tm.densify,
+                    optimizer: 1e3 * tm.optimizer,
+                    step: 1e3 * tm.total,
+                    stages,
+                })
             }
             _ => device_phases,
         };
