@@ -528,12 +528,6 @@ impl PhaseTimes {
         ]
     }
 
-    /// The render's and the backward's stages, in the step's order (all 0 where the engine
-    /// does not split them).
-    pub fn parts(&self) -> [(&'static str, f64); 5] {
-        self.stages.entries()
-    }
-
     /// Each part's median over `samples` (0 for none): a profile's summary.
     pub fn median(samples: &[PhaseTimes]) -> PhaseTimes {
         let med = |f: fn(&PhaseTimes) -> f64| {

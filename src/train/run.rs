@@ -885,8 +885,8 @@ fn phase_window(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let stages = if m.parts().iter().any(|&(_, ms)| ms > 0.0) {
-        format!("; the rasterizer's stages: {}", list(&m.parts()))
+    let stages = if m.stages.entries().iter().any(|&(_, ms)| ms > 0.0) {
+        format!("; the rasterizer's stages: {}", list(&m.stages.entries()))
     } else {
         String::new()
     };

@@ -3508,7 +3508,7 @@ mod tests {
                     assert!(ms >= 0.0 && ms.is_finite(), "{name}: {ms}");
                 }
                 assert!(p.render > 0.0 && p.backward > 0.0, "{p:?}");
-                let stages = p.parts().map(|(_, ms)| ms);
+                let stages = p.stages.entries().map(|(_, ms)| ms);
                 if on_device {
                     assert!((parts - p.step).abs() <= 1e-6 * p.step.max(1.0), "{p:?}");
                 } else {
