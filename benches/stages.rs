@@ -19,6 +19,10 @@
 //!   on a 1600×1066 view, and the optimizer's step over every view's grid (total variation
 //!   and Adam) for 100 and 600 views, in milliseconds.
 //!
+//! - `loss`: the CPU engine's loss, `0.8·L1 + 0.2·(1 − SSIM)` with its gradient, and SSIM
+//!   alone (what evaluation scores by), on a render and a target near it at the demo's
+//!   240×180, 640×480 and 1920×1080, in milliseconds per call.
+//!
 //! Without a NAME every stage runs. Figures are medians of `RUNS` runs where a stage repeats.
 
 use std::path::{Path, PathBuf};
@@ -335,6 +339,49 @@ fn adam() {
     }
 }
 
+fn loss() {
+    use ramsplat::metrics::SsimScratch;
+    use ramsplat::train::loss::{LossScratch, DEFAULT_LAMBDA_DSSIM};
+    const CALLS: usize = 20;
+    for (w, h) in [(240usize, 180usize), (640, 480), (1920, 1080)] {
+        let mut rng = Rng::new(11);
+        let target: Vec<f32> = (0..3 * w * h).map(|_| rng.next_f32()).collect();
+        // A render near the target, as late in training: every SSIM term is exercised.
+        let render: Vec<f32> = target
+            .iter()
+            .map(|&v| (0.9 * v + 0.1 * rng.next_f32()).clamp(0.0, 1.0))
+            .collect();
+        let (mut scratch, mut ssim, mut d_image) = (LossScratch::new(), SsimScratch::new(), vec![]);
+        let per_call = |f: &mut dyn FnMut()| -> f64 {
+            f();
+            median(
+                (0..RUNS)
+                    .map(|_| {
+                        let t = Instant::now();
+                        for _ in 0..CALLS {
+                            f();
+                        }
+                        t.elapsed().as_secs_f64() * 1e3 / CALLS as f64
+                    })
+                    .collect(),
+            )
+        };
+        let with_grad = per_call(&mut || {
+            scratch
+                .loss_and_grad(&render, &target, w, h, DEFAULT_LAMBDA_DSSIM, &mut d_image)
+                .expect("same sizes");
+        });
+        let alone = per_call(&mut || {
+            ssim.ssim(&render, &target, w, h).expect("same sizes");
+        });
+        println!(
+            "loss: {w}x{h}: L1 + SSIM with the gradient {with_grad:.2} ms, SSIM alone \
+             {alone:.2} ms (median of {RUNS} runs of {CALLS} calls, {} threads)",
+            rayon::current_num_threads()
+        );
+    }
+}
+
 fn bilagrid() {
     use ramsplat::train::bilagrid::{apply, backward, BilagridConfig, BilateralGrids};
     let cfg = BilagridConfig::default();
@@ -386,7 +433,8 @@ fn bilagrid() {
 }
 
 fn main() {
-    let stages: [(&str, fn()); 8] = [
+    let stages: [(&str, fn()); 9] = [
+        ("loss", loss),
         ("bilagrid", bilagrid),
         ("adam", adam),
         ("resample", resample),

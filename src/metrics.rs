@@ -31,10 +31,15 @@
 //!
 //! # Implementation
 //! The 2-D window is separable, so every local statistic is a horizontal 11-tap pass followed by
-//! a vertical one (22 multiply-adds per pixel instead of 121); rows are processed in parallel
-//! with rayon. Channels are processed one after another so that the scratch memory is that of
-//! a single channel (eight `width × height` planes of f32); [`SsimScratch`] keeps those
-//! planes between calls so a training loop does not reallocate them every iteration.
+//! a vertical one (22 multiply-adds per pixel instead of 121). Per channel, four parallel passes
+//! over image rows: the horizontal sums of x, y, x², y² and x·y together; their vertical sums,
+//! with each pixel's S and partial derivatives computed as the row completes; the horizontal
+//! sums of the partials; their vertical sums, with the gradient. Each tap is applied to a whole
+//! row at a time, so the loops vectorize. Channels are processed one after another so that the
+//! scratch memory is that of a single channel (eight `width × height` planes of f32);
+//! [`SsimScratch`] keeps those planes between calls so a training loop does not reallocate them
+//! every iteration. The per-pixel S are summed per row and the rows in order, so the mean is
+//! the same on any number of threads.
 //!
 //! The math is generic over f32/f64 ([`Real`](crate::scene::real::Real)): the public API computes in f32 (like the
 //! reference implementation), the tests run the identical code in f64 to check the analytic
@@ -271,17 +276,34 @@ pub(crate) fn window_1d<T: Real>() -> [T; SSIM_WINDOW] {
     w.map(|v| T::of(v / sum))
 }
 
-/// Scratch planes of one channel. Planes: x, y, μx, μy, Pxx, Pyy, Pxy, tmp (+ the gradient
-/// maps reuse μx/Pxx/Pxy once those are consumed).
+/// Scratch of one channel, eight `width × height` planes in two row-interleaved arrays, so
+/// that one parallel task per image row finds every quantity of its row side by side:
+/// - `stats`: per row, the horizontal window sums of x, y, x², y² and x·y (five rows of
+///   `width`); the backward reuses the first three for the sums of the `partials`;
+/// - `partials`: per row, `∂S/∂μx`, `∂S/∂Pxx` and `∂S/∂Pxy` of every pixel (three rows).
 #[derive(Debug, Default)]
 pub(crate) struct Workspace<T> {
-    planes: Vec<Vec<T>>,
+    stats: Vec<T>,
+    partials: Vec<T>,
+    /// Per image row, the sum of its pixels' S (added in row order: the same total on any
+    /// number of threads).
+    row_sums: Vec<f64>,
 }
 
-const PLANES: usize = 8;
+/// Horizontal sums per row in [`Workspace::stats`]: x, y, x², y², x·y.
+const STATS: usize = 5;
+/// Per-pixel partial derivatives per row in [`Workspace::partials`]: μx, Pxx, Pxy.
+const PARTIALS: usize = 3;
 
 impl<T: Real> Workspace<T> {
     /// Computes mean SSIM and, when `grad` is given, its gradient w.r.t. `a`.
+    ///
+    /// Four parallel passes per channel, each over image rows: the five horizontal sums; the
+    /// vertical sums with each pixel's S (and its partial derivatives) from them; the partials'
+    /// horizontal sums; their vertical sums with the gradient from them. Every window sum
+    /// starts at 0 and adds its taps in order, with the out-of-image taps reading zeros (which
+    /// leaves a sum that started at +0 unchanged), so the result does not depend on how rows
+    /// are split between threads.
     pub(crate) fn run(
         &mut self,
         a: &[T],
@@ -293,160 +315,185 @@ impl<T: Real> Workspace<T> {
         check_shape(a.len(), width, height)?;
         check_shape(b.len(), width, height)?;
         let n = width * height;
-        self.planes.resize_with(PLANES, Vec::new);
-        for p in &mut self.planes {
-            p.resize(n, T::default());
-        }
+        self.stats.resize(STATS * n, T::default());
+        self.partials.resize(PARTIALS * n, T::default());
         let win = window_1d::<T>();
         let c1 = T::of(SSIM_C1);
         let c2 = T::of(SSIM_C2);
         let two = T::of(2.0);
         // Gradient scale 1/N: the SSIM is a mean over N = 3·w·h values.
         let inv_n = T::of(1.0 / (3 * n) as f64);
+        let want_grad = grad.is_some();
+        let w = width;
         let mut total = 0.0f64;
         for c in 0..3 {
-            let [x, y, mx, my, pxx, pyy, pxy, tmp] = &mut self.planes[..] else {
-                unreachable!("PLANES planes were resized above")
-            };
-            x.par_iter_mut()
-                .zip(y.par_iter_mut())
+            // x and y of channel c in image row j.
+            let x_row = |j: usize| a[3 * w * j..3 * w * (j + 1)].iter().skip(c).step_by(3);
+            let y_row = |j: usize| b[3 * w * j..3 * w * (j + 1)].iter().skip(c).step_by(3);
+
+            // 1. Horizontal sums of the five statistics.
+            self.stats
+                .par_chunks_mut(STATS * w)
                 .enumerate()
-                .for_each(|(p, (xv, yv))| {
-                    *xv = a[p * 3 + c];
-                    *yv = b[p * 3 + c];
-                });
-            blur(x, mx, tmp, width, height, &win, |v| v);
-            blur(y, my, tmp, width, height, &win, |v| v);
-            blur(x, pxx, tmp, width, height, &win, |v| v * v);
-            blur(y, pyy, tmp, width, height, &win, |v| v * v);
-            // W∗(x·y): the product plane is built in `tmp`'s partner, `pxy`, first.
-            pxy.par_iter_mut()
-                .zip(x.par_iter().zip(y.par_iter()))
-                .for_each(|(o, (&xv, &yv))| *o = xv * yv);
-            blur_in_place(pxy, tmp, width, height, &win);
+                .for_each_init(
+                    || Padded::new(STATS, w),
+                    |pad, (j, out)| {
+                        for (i, (&x, &y)) in x_row(j).zip(y_row(j)).enumerate() {
+                            pad.set(i, [x, y, x * x, y * y, x * y]);
+                        }
+                        pad.blur_into(out, &win);
+                    },
+                );
 
-            // Per-pixel SSIM, and (for the gradient) ∂S/∂μx, ∂S/∂Pxx, ∂S/∂Pxy written over
-            // μx, Pxx, Pxy, which are no longer needed afterwards.
-            let want_grad = grad.is_some();
-            let channel_sum: f64 = mx
-                .par_iter_mut()
-                .zip(my.par_iter())
-                .zip(pxx.par_iter_mut().zip(pyy.par_iter()))
-                .zip(pxy.par_iter_mut())
-                .map(|(((mxv, &myv), (pxxv, &pyyv)), pxyv)| {
-                    let (m_x, m_y) = (*mxv, myv);
-                    let sxx = *pxxv - m_x * m_x;
-                    let syy = pyyv - m_y * m_y;
-                    let sxy = *pxyv - m_x * m_y;
-                    let a1 = two * m_x * m_y + c1;
-                    let a2 = two * sxy + c2;
-                    let b1 = m_x * m_x + m_y * m_y + c1;
-                    let b2 = sxx + syy + c2;
-                    let d = b1 * b2;
-                    let s = a1 * a2 / d;
-                    if want_grad {
-                        *mxv = (two * m_y * (a2 - a1) - two * m_x * s * (b2 - b1)) / d;
-                        *pxxv = T::default() - s / b2;
-                        *pxyv = two * a1 / d;
+            // 2. Vertical sums, and from them each pixel's S and its partial derivatives.
+            let stats = &self.stats;
+            self.partials
+                .par_chunks_mut(PARTIALS * w)
+                .enumerate()
+                .map_init(
+                    || vec![T::default(); STATS * w],
+                    |sums, (j, part)| {
+                        vertical_into(stats, STATS, w, height, j, &win, sums);
+                        let (m_x, rest) = sums.split_at(w);
+                        let (m_y, rest) = rest.split_at(w);
+                        let (p_xx, rest) = rest.split_at(w);
+                        let (p_yy, p_xy) = rest.split_at(w);
+                        let (g_m, rest) = part.split_at_mut(w);
+                        let (g_xx, g_xy) = rest.split_at_mut(w);
+                        let mut row_sum = 0.0f64;
+                        for i in 0..w {
+                            let (m_x, m_y) = (m_x[i], m_y[i]);
+                            let sxx = p_xx[i] - m_x * m_x;
+                            let syy = p_yy[i] - m_y * m_y;
+                            let sxy = p_xy[i] - m_x * m_y;
+                            let a1 = two * m_x * m_y + c1;
+                            let a2 = two * sxy + c2;
+                            let b1 = m_x * m_x + m_y * m_y + c1;
+                            let b2 = sxx + syy + c2;
+                            let d = b1 * b2;
+                            let s = a1 * a2 / d;
+                            if want_grad {
+                                g_m[i] = (two * m_y * (a2 - a1) - two * m_x * s * (b2 - b1)) / d;
+                                g_xx[i] = T::default() - s / b2;
+                                g_xy[i] = two * a1 / d;
+                            }
+                            row_sum += s.f64();
+                        }
+                        row_sum
+                    },
+                )
+                .collect_into_vec(&mut self.row_sums);
+            total += self.row_sums.iter().sum::<f64>();
+
+            let Some(g) = grad.as_deref_mut() else {
+                continue;
+            };
+            // 3. Horizontal sums of the partials (the window is symmetric and zero padding
+            //    makes the convolution its own adjoint), over the first three `stats` rows.
+            let partials = &self.partials;
+            self.stats
+                .par_chunks_mut(STATS * w)
+                .enumerate()
+                .for_each_init(
+                    || Padded::new(PARTIALS, w),
+                    |pad, (j, out)| {
+                        let part = &partials[PARTIALS * w * j..PARTIALS * w * (j + 1)];
+                        for i in 0..w {
+                            pad.set(i, [part[i], part[w + i], part[2 * w + i]]);
+                        }
+                        pad.blur_into(&mut out[..PARTIALS * w], &win);
+                    },
+                );
+
+            // 4. Their vertical sums, and the gradient of channel c.
+            let stats = &self.stats;
+            g.par_chunks_mut(3 * w).enumerate().for_each_init(
+                || vec![T::default(); PARTIALS * w],
+                |sums, (j, gj)| {
+                    vertical_into(stats, PARTIALS, w, height, j, &win, sums);
+                    for (i, (&x, &y)) in x_row(j).zip(y_row(j)).enumerate() {
+                        gj[3 * i + c] =
+                            inv_n * (sums[i] + two * x * sums[w + i] + y * sums[2 * w + i]);
                     }
-                    s.f64()
-                })
-                .sum();
-            total += channel_sum;
-
-            if let Some(g) = grad.as_deref_mut() {
-                blur_in_place(mx, tmp, width, height, &win);
-                blur_in_place(pxx, tmp, width, height, &win);
-                blur_in_place(pxy, tmp, width, height, &win);
-                g.par_chunks_mut(3).enumerate().for_each(|(p, gp)| {
-                    gp[c] = inv_n * (mx[p] + two * x[p] * pxx[p] + y[p] * pxy[p]);
-                });
-            }
+                },
+            );
         }
         Ok(total / (3 * n) as f64)
     }
 }
 
-/// `out = W ∗ f(src)` with zero padding, via a horizontal pass into `tmp` and a vertical pass.
-fn blur<T: Real>(
-    src: &[T],
-    out: &mut [T],
-    tmp: &mut [T],
+/// One image row of `K` quantities with [`RADIUS`] zeros at either end, for the horizontal
+/// window sums.
+struct Padded<T> {
+    values: Vec<T>,
+    k: usize,
     width: usize,
-    height: usize,
-    win: &[T; SSIM_WINDOW],
-    f: impl Fn(T) -> T + Sync,
-) {
-    horizontal(src, tmp, width, win, f);
-    vertical(tmp, out, width, height, win);
 }
 
-/// `plane = W ∗ plane` (the horizontal pass goes to `tmp`, the vertical one back).
-fn blur_in_place<T: Real>(
-    plane: &mut [T],
-    tmp: &mut [T],
-    width: usize,
-    height: usize,
-    win: &[T; SSIM_WINDOW],
-) {
-    horizontal(plane, tmp, width, win, |v| v);
-    vertical(tmp, plane, width, height, win);
-}
+impl<T: Real> Padded<T> {
+    fn new(k: usize, width: usize) -> Padded<T> {
+        Padded {
+            values: vec![T::default(); k * (width + 2 * RADIUS)],
+            k,
+            width,
+        }
+    }
 
-fn horizontal<T: Real>(
-    src: &[T],
-    out: &mut [T],
-    width: usize,
-    win: &[T; SSIM_WINDOW],
-    f: impl Fn(T) -> T + Sync,
-) {
-    out.par_chunks_mut(width)
-        .zip(src.par_chunks(width))
-        .for_each(|(orow, srow)| {
-            for (i, o) in orow.iter_mut().enumerate() {
-                *o = if i >= RADIUS && i + RADIUS < width {
-                    // Interior: a fixed-size window the compiler unrolls, no bounds logic.
-                    let taps: &[T; SSIM_WINDOW] = srow[i - RADIUS..=i + RADIUS]
-                        .try_into()
-                        .expect("slice of SSIM_WINDOW values");
-                    let mut acc = T::default();
-                    for (&w, &v) in win.iter().zip(taps) {
-                        acc += w * f(v);
-                    }
-                    acc
-                } else {
-                    // Border: taps outside the row read zero padding, so they are skipped.
-                    let lo = i.saturating_sub(RADIUS);
-                    let hi = (i + RADIUS).min(width - 1);
-                    let mut acc = T::default();
-                    for (q, &s) in srow.iter().enumerate().take(hi + 1).skip(lo) {
-                        acc += win[q + RADIUS - i] * f(s);
-                    }
-                    acc
-                };
+    /// Sets pixel `i` of every quantity.
+    #[inline]
+    fn set<const K: usize>(&mut self, i: usize, v: [T; K]) {
+        debug_assert_eq!(K, self.k);
+        let stride = self.width + 2 * RADIUS;
+        for (m, v) in v.into_iter().enumerate() {
+            self.values[m * stride + RADIUS + i] = v;
+        }
+    }
+
+    /// `out` (`K` rows of `width`) = the window sums of every quantity: each output starts at
+    /// 0 and adds its taps in order, a tap at a time over the whole row so the loop
+    /// vectorizes.
+    fn blur_into(&self, out: &mut [T], win: &[T; SSIM_WINDOW]) {
+        let stride = self.width + 2 * RADIUS;
+        for (src, dst) in self.values.chunks(stride).zip(out.chunks_mut(self.width)) {
+            // The first tap is added to 0 as it is written (no separate pass of zeros).
+            for (o, &v) in dst.iter_mut().zip(&src[..self.width]) {
+                *o = T::default() + win[0] * v;
             }
-        });
-}
-
-fn vertical<T: Real>(
-    src: &[T],
-    out: &mut [T],
-    width: usize,
-    height: usize,
-    win: &[T; SSIM_WINDOW],
-) {
-    out.par_chunks_mut(width).enumerate().for_each(|(j, orow)| {
-        orow.iter_mut().for_each(|o| *o = T::default());
-        let lo = j.saturating_sub(RADIUS);
-        let hi = (j + RADIUS).min(height - 1);
-        for q in lo..=hi {
-            let w = win[q + RADIUS - j];
-            let srow = &src[q * width..(q + 1) * width];
-            for (o, &s) in orow.iter_mut().zip(srow) {
-                *o += w * s;
+            for (t, &wt) in win.iter().enumerate().skip(1) {
+                for (o, &v) in dst.iter_mut().zip(&src[t..t + self.width]) {
+                    *o += wt * v;
+                }
             }
         }
-    });
+    }
+}
+
+/// `sums` (`k` rows of `width`) = the vertical window sums at image row `j` of the first `k`
+/// quantities of every row of `rows` (rows of [`STATS`]` · width`): each starts at 0 and adds
+/// the rows inside the image in order (the zero padding's rows add nothing).
+fn vertical_into<T: Real>(
+    rows: &[T],
+    k: usize,
+    width: usize,
+    height: usize,
+    j: usize,
+    win: &[T; SSIM_WINDOW],
+    sums: &mut [T],
+) {
+    let lo = j.saturating_sub(RADIUS);
+    let hi = (j + RADIUS).min(height - 1);
+    let src = |q: usize| &rows[STATS * width * q..][..k * width];
+    // The first row is added to 0 as it is written (no separate pass of zeros).
+    let wt = win[lo + RADIUS - j];
+    for (o, &v) in sums.iter_mut().zip(src(lo)) {
+        *o = T::default() + wt * v;
+    }
+    for q in lo + 1..=hi {
+        let wt = win[q + RADIUS - j];
+        for (o, &v) in sums.iter_mut().zip(src(q)) {
+            *o += wt * v;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -668,6 +715,37 @@ mod tests {
             // Same 1/C2 amplification argument as the forward check: 1e-3 of the largest
             // gradient entry.
             assert!((*a as f64 - b).abs() < 1e-3 * gmax, "{a} vs {b}");
+        }
+    }
+
+    /// The mean and the gradient are the same bits on any number of threads: every window sum
+    /// adds its taps in a fixed order, and the per-pixel S are summed per row, rows in order.
+    /// Checked in f64, where the order of the additions shows in the last bits.
+    #[test]
+    fn same_bits_on_any_number_of_threads() {
+        let mut rng = Rng::new(4);
+        let (w, h) = (203usize, 151usize);
+        let a = random_image(&mut rng, w, h);
+        let b: Vec<f64> = a.iter().map(|&v| 0.8 * v + 0.2 * rng.next_f64()).collect();
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("thread pool");
+            let mut g = vec![0.0f64; a.len()];
+            let s = pool.install(|| {
+                Workspace::<f64>::default()
+                    .run(&a, &b, w, h, Some(&mut g))
+                    .expect("same sizes")
+            });
+            (
+                s.to_bits(),
+                g.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            )
+        };
+        let one = run(1);
+        for threads in [2, 3, 8] {
+            assert!(run(threads) == one, "{threads} threads differ from one");
         }
     }
 
