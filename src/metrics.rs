@@ -101,16 +101,27 @@ pub enum MetricsError {
 /// images in [0, 1]). `+∞` for identical images.
 pub fn psnr(a: &[f32], b: &[f32], max: f32) -> Result<f64, MetricsError> {
     check_same_len(a.len(), b.len())?;
-    let sum: f64 = a
-        .par_iter()
-        .zip(b.par_iter())
-        .map(|(&x, &y)| {
-            let d = x as f64 - y as f64;
-            d * d
+    // Per-chunk sums added in chunk order: the same bits on any number of threads (rayon's
+    // `sum` adds in an order that depends on how the work was split).
+    let sums: Vec<f64> = a
+        .par_chunks(PSNR_CHUNK)
+        .zip(b.par_chunks(PSNR_CHUNK))
+        .map(|(a, b)| {
+            a.iter()
+                .zip(b)
+                .map(|(&x, &y)| {
+                    let d = x as f64 - y as f64;
+                    d * d
+                })
+                .sum::<f64>()
         })
-        .sum();
+        .collect();
+    let sum: f64 = sums.iter().sum();
     Ok(psnr_from_mse(sum / a.len() as f64, max as f64))
 }
+
+/// Values per parallel task of [`psnr`].
+const PSNR_CHUNK: usize = 16 * 1024;
 
 /// PSNR in dB between two 8-bit images (max 255). Equals [`psnr`] of the images divided by 255
 /// with `max = 1`.
@@ -746,6 +757,25 @@ mod tests {
         let one = run(1);
         for threads in [2, 3, 8] {
             assert!(run(threads) == one, "{threads} threads differ from one");
+        }
+    }
+
+    /// PSNR too: its f64 sum of squared differences is added in a fixed order.
+    #[test]
+    fn psnr_same_bits_on_any_number_of_threads() {
+        let mut rng = Rng::new(6);
+        let a: Vec<f32> = (0..300_000).map(|_| rng.next_f32()).collect();
+        let b: Vec<f32> = a.iter().map(|&v| 0.9 * v + 0.1 * rng.next_f32()).collect();
+        let run = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("thread pool")
+                .install(|| psnr(&a, &b, 1.0).expect("same sizes").to_bits())
+        };
+        let one = run(1);
+        for threads in [2, 3, 8] {
+            assert_eq!(run(threads), one, "{threads} threads differ from one");
         }
     }
 

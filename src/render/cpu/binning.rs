@@ -35,7 +35,9 @@ use std::cmp::Ordering;
 use rayon::prelude::*;
 
 use super::project::{tile_rect, TILE_SIZE};
-use super::rasterize::{clip_cut, sigma_cut, support, SUPPORT_PAD_PX, SUPPORT_PAD_REL};
+use super::rasterize::{
+    clip_cut, floor_clamped, sigma_cut, support, SUPPORT_PAD_PX, SUPPORT_PAD_REL,
+};
 use super::{prefetch, Splat, PREFETCH_AHEAD};
 use crate::render::{LargeGaussian, RenderError};
 use crate::scene::real::Real;
@@ -197,10 +199,11 @@ impl<F: Real> Reach<F> {
         {
             return (x0, x1);
         }
-        let (fx0, fx1) = (F::from_f64(x0 as f64), F::from_f64(x1 as f64));
-        let lo = (px_lo / ts).floor().max(fx0).min(fx1);
-        let hi = ((px_hi / ts).floor() + F::ONE).max(lo).min(fx1);
-        (lo.to_f64() as u32, hi.to_f64() as u32)
+        // Floors without `floorf` (a library call on baseline x86-64), exact.
+        let (x0, x1) = (x0 as i32, x1 as i32);
+        let lo = floor_clamped(px_lo / ts, x0, x1).clamp(x0, x1);
+        let hi = (floor_clamped(px_hi / ts, x0, x1) + 1).clamp(lo, x1);
+        (lo as u32, hi as u32)
     }
 
     /// How many tiles the splat is binned into.

@@ -119,17 +119,27 @@ struct Packed<F> {
 /// corrected against the unshifted value.
 #[inline(always)]
 fn ceil_floor<F: Real>(first: F, last: F, lo: i32, hi: i32) -> (i32, i32) {
+    let f = near_floor(first, lo, hi);
+    let ceil_first = f + i32::from(F::from_f64(f64::from(f)) < first);
+    (ceil_first, floor_clamped(last, lo, hi))
+}
+
+/// `⌊v⌋` of `v` clamped to `[lo − 1, hi + 1]`, exactly, as [`ceil_floor`] gives it (binning's
+/// rows of tiles use it too).
+#[inline(always)]
+pub(super) fn floor_clamped<F: Real>(v: F, lo: i32, hi: i32) -> i32 {
+    let f = near_floor(v, lo, hi);
+    f - i32::from(F::from_f64(f64::from(f)) > v)
+}
+
+/// `⌊v⌋` or `⌊v⌋ + 1` of `v` clamped to `[lo − 1, hi + 1]` (see [`ceil_floor`]).
+#[inline(always)]
+fn near_floor<F: Real>(v: F, lo: i32, hi: i32) -> i32 {
     let (min, max) = (
         F::from_f64(f64::from(lo - 1)),
         F::from_f64(f64::from(hi + 1)),
     );
-    let shift = F::from_f64(2.0);
-    let near_floor = |v: F| (v.max(min).min(max) + shift).to_f64() as i32 - 2;
-    let f = near_floor(first);
-    let ceil_first = f + i32::from(F::from_f64(f64::from(f)) < first);
-    let f = near_floor(last);
-    let floor_last = f - i32::from(F::from_f64(f64::from(f)) > last);
-    (ceil_first, floor_last)
+    (v.max(min).min(max) + F::from_f64(2.0)).to_f64() as i32 - 2
 }
 
 /// Tile-local half-open pixel range `[lo, hi)` (within `0..len`) of pixel centres
