@@ -44,6 +44,7 @@
 
 use rayon::prelude::*;
 
+use super::rasterize::floor_clamped;
 use super::{CameraF, GaussianParams, Splat, SplatGrad};
 use crate::render::GaussianGrads;
 use crate::scene::gaussians::Gaussians;
@@ -244,15 +245,15 @@ fn view_dir<F: Real>(mean: [F; 3], cam: &CameraF<F>) -> ([F; 3], F) {
 #[inline]
 pub fn tile_rect<F: Real>(mean2d: [F; 2], half: [F; 2], tiles_x: u32, tiles_y: u32) -> [u32; 4] {
     let ts = F::from_f64(TILE_SIZE as f64);
-    let clampi = |v: F, hi: u32| -> u32 {
-        // max/min before the cast: `as` saturates, but keep the intent explicit.
-        v.max(F::ZERO).min(F::from_f64(hi as f64)).to_f64() as u32
-    };
+    // Exact floors without `floorf` (a library call on baseline x86-64), clamped to the grid;
+    // a NaN gives the empty range at 0.
+    let floor = |v: F, hi: u32| floor_clamped(v, 0, hi as i32);
+    let clampi = |v: i32, hi: u32| v.clamp(0, hi as i32) as u32;
     let [rx, ry] = half;
-    let x0 = clampi(((mean2d[0] - rx) / ts).floor(), tiles_x);
-    let x1 = clampi(((mean2d[0] + rx) / ts).floor() + F::ONE, tiles_x);
-    let y0 = clampi(((mean2d[1] - ry) / ts).floor(), tiles_y);
-    let y1 = clampi(((mean2d[1] + ry) / ts).floor() + F::ONE, tiles_y);
+    let x0 = clampi(floor((mean2d[0] - rx) / ts, tiles_x), tiles_x);
+    let x1 = clampi(floor((mean2d[0] + rx) / ts, tiles_x) + 1, tiles_x);
+    let y0 = clampi(floor((mean2d[1] - ry) / ts, tiles_y), tiles_y);
+    let y1 = clampi(floor((mean2d[1] + ry) / ts, tiles_y) + 1, tiles_y);
     [x0, x1, y0, y1]
 }
 
