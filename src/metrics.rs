@@ -437,7 +437,6 @@ impl<T: Real> Workspace<T> {
 /// window sums.
 struct Padded<T> {
     values: Vec<T>,
-    k: usize,
     width: usize,
 }
 
@@ -445,7 +444,6 @@ impl<T: Real> Padded<T> {
     fn new(k: usize, width: usize) -> Padded<T> {
         Padded {
             values: vec![T::default(); k * (width + 2 * RADIUS)],
-            k,
             width,
         }
     }
@@ -453,8 +451,8 @@ impl<T: Real> Padded<T> {
     /// Sets pixel `i` of every quantity.
     #[inline]
     fn set<const K: usize>(&mut self, i: usize, v: [T; K]) {
-        debug_assert_eq!(K, self.k);
         let stride = self.width + 2 * RADIUS;
+        debug_assert_eq!(K * stride, self.values.len());
         for (m, v) in v.into_iter().enumerate() {
             self.values[m * stride + RADIUS + i] = v;
         }

@@ -124,8 +124,8 @@ fn ceil_floor<F: Real>(first: F, last: F, lo: i32, hi: i32) -> (i32, i32) {
     (ceil_first, floor_clamped(last, lo, hi))
 }
 
-/// `⌊v⌋` of `v` clamped to `[lo − 1, hi + 1]`, exactly, as [`ceil_floor`] gives it (binning's
-/// rows of tiles use it too).
+/// `⌊v⌋` of `v` clamped to `[lo − 1, hi + 1]` (`lo ≥ 0`; a NaN gives `lo − 1`), exactly, as
+/// [`ceil_floor`] gives it; also for `project::tile_rect` and binning's rows of tiles.
 #[inline(always)]
 pub(super) fn floor_clamped<F: Real>(v: F, lo: i32, hi: i32) -> i32 {
     let f = near_floor(v, lo, hi);
@@ -665,8 +665,8 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
 
-    /// `ceil_floor` gives its callers' ranges `[⌈first⌉, ⌊last⌋ + 1]` clamped to `[lo, hi]`
-    /// exactly: at integers, just beside them (where the shift by 2 rounds), far outside the
+    /// `ceil_floor` (and so `floor_clamped`, its second half) gives its callers' ranges
+    /// `[⌈first⌉, ⌊last⌋ + 1]` clamped to `[lo, hi]` exactly: at integers, just beside them (where the shift by 2 rounds), far outside the
     /// clamp, in f32 and f64; a NaN gives the empty range at `lo`.
     #[test]
     fn ceil_floor_is_exact() {
