@@ -31,15 +31,21 @@
 //!
 //! # Implementation
 //! The 2-D window is separable, so every local statistic is a horizontal 11-tap pass followed by
-//! a vertical one (22 multiply-adds per pixel instead of 121). Per channel, four parallel passes
-//! over image rows: the horizontal sums of x, y, x², y² and x·y together; their vertical sums,
-//! with each pixel's S and partial derivatives computed as the row completes; the horizontal
-//! sums of the partials; their vertical sums, with the gradient. Each tap is applied to a whole
-//! row at a time, so the loops vectorize. Channels are processed one after another so that the
-//! scratch memory is that of a single channel (eight `width × height` planes of f32);
-//! [`SsimScratch`] keeps those planes between calls so a training loop does not reallocate them
-//! every iteration. The per-pixel S are summed per row and the rows in order, so the mean is
-//! the same on any number of threads.
+//! a vertical one (22 multiply-adds per pixel instead of 121). The image is cut into bands of
+//! rows, one parallel task each, and each band sweeps down its rows once per channel: for every
+//! row it takes the horizontal sums of x, y, x², y² and x·y, then their vertical sums at the
+//! row (and from them each pixel's S and partial derivatives), then the partials' horizontal
+//! sums, then the gradient of the row whose vertical window of partials has just completed.
+//! A band therefore holds only the rows its windows reach: two rings of 11 rows (five
+//! statistics and three partials per pixel) and a few single rows: about 102 values per pixel of
+//! image width, whatever the image's height; the full-image planes a pass-per-statistic design
+//! keeps (and streams through memory between passes) never exist. A band also computes the
+//! statistics and partials of the rows just outside it (at most 10 rows above and below), so
+//! bands are at least 64 rows tall. Each tap is applied to a whole row at a time, so the loops
+//! vectorize. [`SsimScratch`] keeps the bands' rings between calls so a training loop does not
+//! reallocate them every iteration. Every window sum starts at 0 and adds its taps in a fixed
+//! order, and the per-pixel S are summed per row and the rows in order, so the mean and the
+//! gradient are the same bits on any number of threads.
 //!
 //! The math is generic over f32/f64 ([`Real`](crate::scene::real::Real)): the public API computes in f32 (like the
 //! reference implementation), the tests run the identical code in f64 to check the analytic
@@ -204,8 +210,8 @@ pub fn ssim_u8(a: &[u8], b: &[u8], width: usize, height: usize) -> Result<f64, M
     ssim(&fa, &fb, width, height)
 }
 
-/// Reusable scratch planes for SSIM. Holds eight `width × height` f32 planes after the
-/// first call (one channel's worth); grows only when a larger image arrives.
+/// Reusable scratch for SSIM: per band of rows, about 102 f32 values per pixel of image
+/// width (see the module doc); grows only when a larger image arrives.
 #[derive(Debug, Default)]
 pub struct SsimScratch {
     inner: Workspace<f32>,
@@ -287,175 +293,333 @@ pub(crate) fn window_1d<T: Real>() -> [T; SSIM_WINDOW] {
     w.map(|v| T::of(v / sum))
 }
 
-/// Scratch of one channel, eight `width × height` planes in two row-interleaved arrays, so
-/// that one parallel task per image row finds every quantity of its row side by side:
-/// - `stats`: per row, the horizontal window sums of x, y, x², y² and x·y (five rows of
-///   `width`); the backward reuses the first three for the sums of the `partials`;
-/// - `partials`: per row, `∂S/∂μx`, `∂S/∂Pxx` and `∂S/∂Pxy` of every pixel (three rows).
+/// Output rows of a band at the least. A band also computes the statistics of the `2·RADIUS`
+/// rows above and below it and the partials of the `RADIUS` rows either side (its halo), so
+/// shorter bands would spend a larger share of their work on halos.
+const MIN_BAND_ROWS: usize = 64;
+
+/// The scratch of [`Workspace::run`], kept between calls: a [`Band`] per band of image rows
+/// and the per-row sums of S.
 #[derive(Debug, Default)]
 pub(crate) struct Workspace<T> {
-    stats: Vec<T>,
-    partials: Vec<T>,
-    /// Per image row, the sum of its pixels' S (added in row order: the same total on any
-    /// number of threads).
+    bands: Vec<Band<T>>,
+    /// Per image row and channel (at `3·row + channel`), the sum of the row's S, so that the
+    /// mean adds them in row order on any number of threads.
     row_sums: Vec<f64>,
 }
 
-/// Horizontal sums per row in [`Workspace::stats`]: x, y, x², y², x·y.
+/// Horizontal sums per row in [`Band::stats`]: x, y, x², y², x·y.
 const STATS: usize = 5;
-/// Per-pixel partial derivatives per row in [`Workspace::partials`]: μx, Pxx, Pxy.
+/// Per-pixel partial derivatives per row in [`Band::partials`]: μx, Pxx, Pxy.
 const PARTIALS: usize = 3;
+
+/// The scratch of one band of rows: what the windows around its current row reach, and no
+/// more. Each ring holds [`SSIM_WINDOW`] image rows, row `q` in slot `q % SSIM_WINDOW`.
+#[derive(Debug, Default)]
+struct Band<T> {
+    /// Ring of the horizontal window sums of each row's five statistics (five rows of `width`
+    /// per slot).
+    stats: Vec<T>,
+    /// Ring of the horizontal window sums of each row's three partial derivatives
+    /// (`∂S/∂μx`, `∂S/∂Pxx`, `∂S/∂Pxy`; three rows of `width` per slot).
+    partials: Vec<T>,
+    /// The five statistics of the row being summed horizontally, zero-padded.
+    stats_row: Padded<T>,
+    /// The three partial derivatives of the row being summed horizontally, zero-padded.
+    partials_row: Padded<T>,
+    /// Vertical window sums at one row: five quantities, or the first three.
+    sums: Vec<T>,
+    /// The S of the row's pixels, before they are added up.
+    s_row: Vec<T>,
+}
+
+/// What every band of one call shares: the images, their size and the constants.
+struct Pass<'a, T> {
+    a: &'a [T],
+    b: &'a [T],
+    width: usize,
+    height: usize,
+    win: [T; SSIM_WINDOW],
+    c1: T,
+    c2: T,
+    two: T,
+    /// The gradient's scale 1/N: the SSIM is a mean over N = 3·width·height values.
+    inv_n: T,
+}
+
+impl<'a, T: Real> Pass<'a, T> {
+    /// The pixels of image row `j` of `a` and `b`, each as its three channels.
+    fn pixels(&self, j: usize) -> impl Iterator<Item = (&'a [T], &'a [T])> + use<'a, T> {
+        let row = |img: &'a [T]| img[3 * self.width * j..][..3 * self.width].chunks_exact(3);
+        row(self.a).zip(row(self.b))
+    }
+}
 
 impl<T: Real> Workspace<T> {
     /// Computes mean SSIM and, when `grad` is given, its gradient w.r.t. `a`.
     ///
-    /// Four parallel passes per channel, each over image rows: the five horizontal sums; the
-    /// vertical sums with each pixel's S (and its partial derivatives) from them; the partials'
-    /// horizontal sums; their vertical sums with the gradient from them. Every window sum
-    /// starts at 0 and adds its taps in order, with the out-of-image taps reading zeros (which
-    /// leaves a sum that started at +0 unchanged), so the result does not depend on how rows
-    /// are split between threads.
+    /// The image is cut into bands of rows, one parallel task each ([`Band::run`]). Every
+    /// window sum starts at 0 and adds its taps in order, with the out-of-image taps reading
+    /// zeros (which leaves a sum that started at +0 unchanged), and a band computes the rows
+    /// of its halo exactly as their own band does, so the result does not depend on the number
+    /// of bands or threads.
     pub(crate) fn run(
         &mut self,
         a: &[T],
         b: &[T],
         width: usize,
         height: usize,
-        mut grad: Option<&mut [T]>,
+        grad: Option<&mut [T]>,
     ) -> Result<f64, MetricsError> {
         check_shape(a.len(), width, height)?;
         check_shape(b.len(), width, height)?;
         let n = width * height;
-        self.stats.resize(STATS * n, T::default());
-        self.partials.resize(PARTIALS * n, T::default());
-        let win = window_1d::<T>();
-        let c1 = T::of(SSIM_C1);
-        let c2 = T::of(SSIM_C2);
-        let two = T::of(2.0);
-        // Gradient scale 1/N: the SSIM is a mean over N = 3·w·h values.
-        let inv_n = T::of(1.0 / (3 * n) as f64);
-        let want_grad = grad.is_some();
-        let w = width;
+        // One band per thread, unless that makes them shorter than MIN_BAND_ROWS.
+        let band_rows = height
+            .div_ceil(rayon::current_num_threads())
+            .max(MIN_BAND_ROWS);
+        let bands = height.div_ceil(band_rows);
+        self.bands.resize_with(bands, Band::default);
+        for band in &mut self.bands {
+            band.prepare(width);
+        }
+        self.row_sums.clear();
+        self.row_sums.resize(3 * height, 0.0);
+        let pass = Pass {
+            a,
+            b,
+            width,
+            height,
+            win: window_1d(),
+            c1: T::of(SSIM_C1),
+            c2: T::of(SSIM_C2),
+            two: T::of(2.0),
+            inv_n: T::of(1.0 / (3 * n) as f64),
+        };
+        let grads: Vec<Option<&mut [T]>> = match grad {
+            Some(g) => {
+                debug_assert_eq!(g.len(), 3 * n);
+                g.chunks_mut(3 * width * band_rows).map(Some).collect()
+            }
+            None => (0..bands).map(|_| None).collect(),
+        };
+        self.bands
+            .par_iter_mut()
+            .zip(self.row_sums.par_chunks_mut(3 * band_rows))
+            .zip(grads)
+            .enumerate()
+            .for_each(|(k, ((band, sums), grad))| {
+                let first = k * band_rows;
+                band.run(&pass, first..(first + band_rows).min(height), sums, grad);
+            });
         let mut total = 0.0f64;
         for c in 0..3 {
-            // x and y of channel c in image row j.
-            let x_row = |j: usize| a[3 * w * j..3 * w * (j + 1)].iter().skip(c).step_by(3);
-            let y_row = |j: usize| b[3 * w * j..3 * w * (j + 1)].iter().skip(c).step_by(3);
-
-            // 1. Horizontal sums of the five statistics.
-            self.stats
-                .par_chunks_mut(STATS * w)
-                .enumerate()
-                .for_each_init(
-                    || Padded::new(STATS, w),
-                    |pad, (j, out)| {
-                        for (i, (&x, &y)) in x_row(j).zip(y_row(j)).enumerate() {
-                            pad.set(i, [x, y, x * x, y * y, x * y]);
-                        }
-                        pad.blur_into(out, &win);
-                    },
-                );
-
-            // 2. Vertical sums, and from them each pixel's S and its partial derivatives.
-            let stats = &self.stats;
-            self.partials
-                .par_chunks_mut(PARTIALS * w)
-                .enumerate()
-                .map_init(
-                    || vec![T::default(); STATS * w],
-                    |sums, (j, part)| {
-                        vertical_into(stats, STATS, w, height, j, &win, sums);
-                        let (m_x, rest) = sums.split_at(w);
-                        let (m_y, rest) = rest.split_at(w);
-                        let (p_xx, rest) = rest.split_at(w);
-                        let (p_yy, p_xy) = rest.split_at(w);
-                        let (g_m, rest) = part.split_at_mut(w);
-                        let (g_xx, g_xy) = rest.split_at_mut(w);
-                        let mut row_sum = 0.0f64;
-                        for i in 0..w {
-                            let (m_x, m_y) = (m_x[i], m_y[i]);
-                            let sxx = p_xx[i] - m_x * m_x;
-                            let syy = p_yy[i] - m_y * m_y;
-                            let sxy = p_xy[i] - m_x * m_y;
-                            let a1 = two * m_x * m_y + c1;
-                            let a2 = two * sxy + c2;
-                            let b1 = m_x * m_x + m_y * m_y + c1;
-                            let b2 = sxx + syy + c2;
-                            let d = b1 * b2;
-                            let s = a1 * a2 / d;
-                            if want_grad {
-                                g_m[i] = (two * m_y * (a2 - a1) - two * m_x * s * (b2 - b1)) / d;
-                                g_xx[i] = T::default() - s / b2;
-                                g_xy[i] = two * a1 / d;
-                            }
-                            row_sum += s.f64();
-                        }
-                        row_sum
-                    },
-                )
-                .collect_into_vec(&mut self.row_sums);
-            total += self.row_sums.iter().sum::<f64>();
-
-            let Some(g) = grad.as_deref_mut() else {
-                continue;
-            };
-            // 3. Horizontal sums of the partials (the window is symmetric and zero padding
-            //    makes the convolution its own adjoint), over the first three `stats` rows.
-            let partials = &self.partials;
-            self.stats
-                .par_chunks_mut(STATS * w)
-                .enumerate()
-                .for_each_init(
-                    || Padded::new(PARTIALS, w),
-                    |pad, (j, out)| {
-                        let part = &partials[PARTIALS * w * j..PARTIALS * w * (j + 1)];
-                        for i in 0..w {
-                            pad.set(i, [part[i], part[w + i], part[2 * w + i]]);
-                        }
-                        pad.blur_into(&mut out[..PARTIALS * w], &win);
-                    },
-                );
-
-            // 4. Their vertical sums, and the gradient of channel c.
-            let stats = &self.stats;
-            g.par_chunks_mut(3 * w).enumerate().for_each_init(
-                || vec![T::default(); PARTIALS * w],
-                |sums, (j, gj)| {
-                    vertical_into(stats, PARTIALS, w, height, j, &win, sums);
-                    for (i, (&x, &y)) in x_row(j).zip(y_row(j)).enumerate() {
-                        gj[3 * i + c] =
-                            inv_n * (sums[i] + two * x * sums[w + i] + y * sums[2 * w + i]);
-                    }
-                },
-            );
+            total += self.row_sums.iter().skip(c).step_by(3).sum::<f64>();
         }
         Ok(total / (3 * n) as f64)
     }
 }
 
+#[cfg(test)]
+impl<T> Workspace<T> {
+    /// Bytes the bands hold (the per-row sums of S, 24 B per image row, left out).
+    fn band_bytes(&self) -> usize {
+        let values = |b: &Band<T>| {
+            b.stats.capacity()
+                + b.partials.capacity()
+                + b.stats_row.values.capacity()
+                + b.partials_row.values.capacity()
+                + b.sums.capacity()
+                + b.s_row.capacity()
+        };
+        self.bands.iter().map(values).sum::<usize>() * std::mem::size_of::<T>()
+    }
+}
+
+impl<T: Real> Band<T> {
+    /// Sizes the rings and rows for images `width` wide.
+    fn prepare(&mut self, width: usize) {
+        self.stats.resize(SSIM_WINDOW * STATS * width, T::default());
+        self.partials
+            .resize(SSIM_WINDOW * PARTIALS * width, T::default());
+        self.stats_row.reset(STATS, width);
+        self.partials_row.reset(PARTIALS, width);
+        self.sums.resize(STATS * width, T::default());
+        self.s_row.resize(width, T::default());
+    }
+
+    /// The S of image rows `rows`, each channel's row sum into `sums` (at `3·(row −
+    /// rows.start) + channel`), and with `grad` (those rows of the interleaved image) the
+    /// gradient. Per channel, one sweep down the rows, four steps per row `j`:
+    /// 1. the horizontal sums of the five statistics of every row the window at `j` reaches;
+    /// 2. their vertical sums at `j`, and from them each pixel's S and partial derivatives;
+    /// 3. the horizontal sums of the partials;
+    /// 4. the gradient of every row whose window of partials is now complete (the window is
+    ///    symmetric and zero padding makes the convolution its own adjoint).
+    ///
+    /// For the gradient the sweep starts `RADIUS` rows above the band and ends `RADIUS` rows
+    /// below it: those rows' partials are in the band's rows' windows.
+    fn run(
+        &mut self,
+        pass: &Pass<T>,
+        rows: std::ops::Range<usize>,
+        sums: &mut [f64],
+        mut grad: Option<&mut [T]>,
+    ) {
+        let Band {
+            stats,
+            partials,
+            stats_row,
+            partials_row,
+            sums: window_sums,
+            s_row,
+        } = self;
+        let (w, h) = (pass.width, pass.height);
+        let (win, c1, c2, two) = (&pass.win, pass.c1, pass.c2, pass.two);
+        let want_grad = grad.is_some();
+        let swept = if want_grad {
+            rows.start.saturating_sub(RADIUS)..(rows.end + RADIUS).min(h)
+        } else {
+            rows.clone()
+        };
+        for c in 0..3 {
+            let mut next_stats = swept.start.saturating_sub(RADIUS);
+            let mut next_grad = rows.start;
+            for j in swept.clone() {
+                // 1.
+                while next_stats <= (j + RADIUS).min(h - 1) {
+                    let q = next_stats;
+                    let [x, y, xx, yy, xy] = stats_row.interior_mut();
+                    let outs = x.iter_mut().zip(y).zip(xx).zip(yy).zip(xy);
+                    for (((((x, y), xx), yy), xy), (pa, pb)) in outs.zip(pass.pixels(q)) {
+                        let (xv, yv) = (pa[c], pb[c]);
+                        *x = xv;
+                        *y = yv;
+                        *xx = xv * xv;
+                        *yy = yv * yv;
+                        *xy = xv * yv;
+                    }
+                    stats_row.blur_into(ring_slot(stats, STATS * w, q), win);
+                    next_stats += 1;
+                }
+                // 2.
+                vertical_into(stats, STATS * w, h, j, win, window_sums);
+                let q = |k: usize| &window_sums[k * w..][..w];
+                let (m_x, m_y, p_xx, p_yy, p_xy) = (q(0), q(1), q(2), q(3), q(4));
+                let s_row = &mut s_row[..w];
+                // S and the partials elementwise (the divisions vectorize), then S's row sum.
+                if want_grad {
+                    let [g_m, g_xx, g_xy] = partials_row.interior_mut();
+                    let (g_m, g_xx, g_xy) = (&mut g_m[..w], &mut g_xx[..w], &mut g_xy[..w]);
+                    for i in 0..w {
+                        let t = Terms::at(m_x[i], m_y[i], p_xx[i], p_yy[i], p_xy[i], c1, c2);
+                        let s = t.a1 * t.a2 / t.d;
+                        s_row[i] = s;
+                        g_m[i] =
+                            (two * t.m_y * (t.a2 - t.a1) - two * t.m_x * s * (t.b2 - t.b1)) / t.d;
+                        g_xx[i] = T::default() - s / t.b2;
+                        g_xy[i] = two * t.a1 / t.d;
+                    }
+                } else {
+                    for i in 0..w {
+                        let t = Terms::at(m_x[i], m_y[i], p_xx[i], p_yy[i], p_xy[i], c1, c2);
+                        s_row[i] = t.a1 * t.a2 / t.d;
+                    }
+                }
+                let row_sum = s_row.iter().fold(0.0f64, |sum, &s| sum + s.f64());
+                if rows.contains(&j) {
+                    sums[3 * (j - rows.start) + c] = row_sum;
+                }
+                let Some(grad) = grad.as_deref_mut() else {
+                    continue;
+                };
+                // 3.
+                partials_row.blur_into(ring_slot(partials, PARTIALS * w, j), win);
+                // 4.
+                while next_grad < rows.end && (next_grad + RADIUS).min(h - 1) <= j {
+                    let g = next_grad;
+                    let s = &mut window_sums[..PARTIALS * w];
+                    vertical_into(partials, PARTIALS * w, h, g, win, s);
+                    let (s_m, rest) = s.split_at(w);
+                    let (s_xx, s_xy) = rest.split_at(w);
+                    let out = grad[3 * w * (g - rows.start)..][..3 * w].chunks_exact_mut(3);
+                    let sums = s_m.iter().zip(s_xx).zip(s_xy);
+                    for ((out, (pa, pb)), ((&s_m, &s_xx), &s_xy)) in
+                        out.zip(pass.pixels(g)).zip(sums)
+                    {
+                        let (x, y) = (pa[c], pb[c]);
+                        out[c] = pass.inv_n * (s_m + two * x * s_xx + y * s_xy);
+                    }
+                    next_grad += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The terms of S at one pixel (the module doc's names) from its window statistics.
+struct Terms<T> {
+    m_x: T,
+    m_y: T,
+    a1: T,
+    a2: T,
+    b1: T,
+    b2: T,
+    /// `b1 · b2`.
+    d: T,
+}
+
+impl<T: Real> Terms<T> {
+    #[inline(always)]
+    fn at(m_x: T, m_y: T, p_xx: T, p_yy: T, p_xy: T, c1: T, c2: T) -> Terms<T> {
+        let two = T::of(2.0);
+        let sxx = p_xx - m_x * m_x;
+        let syy = p_yy - m_y * m_y;
+        let sxy = p_xy - m_x * m_y;
+        let b1 = m_x * m_x + m_y * m_y + c1;
+        let b2 = sxx + syy + c2;
+        Terms {
+            m_x,
+            m_y,
+            a1: two * m_x * m_y + c1,
+            a2: two * sxy + c2,
+            b1,
+            b2,
+            d: b1 * b2,
+        }
+    }
+}
+
+/// Slot `q % SSIM_WINDOW` of a ring of `stride`-long slots.
+fn ring_slot<T>(ring: &mut [T], stride: usize, q: usize) -> &mut [T] {
+    &mut ring[q % SSIM_WINDOW * stride..][..stride]
+}
+
 /// One image row of `K` quantities with [`RADIUS`] zeros at either end, for the horizontal
 /// window sums.
+#[derive(Debug, Default)]
 struct Padded<T> {
     values: Vec<T>,
     width: usize,
 }
 
 impl<T: Real> Padded<T> {
-    fn new(k: usize, width: usize) -> Padded<T> {
-        Padded {
-            values: vec![T::default(); k * (width + 2 * RADIUS)],
-            width,
-        }
+    /// `k` quantities of rows `width` wide, all zeros.
+    fn reset(&mut self, k: usize, width: usize) {
+        self.values.clear();
+        self.values.resize(k * (width + 2 * RADIUS), T::default());
+        self.width = width;
     }
 
-    /// Sets pixel `i` of every quantity.
-    #[inline]
-    fn set<const K: usize>(&mut self, i: usize, v: [T; K]) {
+    /// The `K` quantities' pixels (the padding is left at zero).
+    fn interior_mut<const K: usize>(&mut self) -> [&mut [T]; K] {
         let stride = self.width + 2 * RADIUS;
         debug_assert_eq!(K * stride, self.values.len());
-        for (m, v) in v.into_iter().enumerate() {
-            self.values[m * stride + RADIUS + i] = v;
-        }
+        let mut rows = self
+            .values
+            .chunks_mut(stride)
+            .map(|r| &mut r[RADIUS..RADIUS + self.width]);
+        std::array::from_fn(|_| rows.next().expect("K rows"))
     }
 
     /// `out` (`K` rows of `width`) = the window sums of every quantity: each output starts at
@@ -477,13 +641,12 @@ impl<T: Real> Padded<T> {
     }
 }
 
-/// `sums` (`k` rows of `width`) = the vertical window sums at image row `j` of the first `k`
-/// quantities of every row of `rows` (rows of [`STATS`]` · width`): each starts at 0 and adds
-/// the rows inside the image in order (the zero padding's rows add nothing).
+/// `sums` = the vertical window sums at image row `j` of the first `sums.len()` values of the
+/// rows in `ring` (row `q` in slot `q % SSIM_WINDOW`, `stride` values per slot): each starts
+/// at 0 and adds the rows inside the image in order (the zero padding's rows add nothing).
 fn vertical_into<T: Real>(
-    rows: &[T],
-    k: usize,
-    width: usize,
+    ring: &[T],
+    stride: usize,
     height: usize,
     j: usize,
     win: &[T; SSIM_WINDOW],
@@ -491,7 +654,8 @@ fn vertical_into<T: Real>(
 ) {
     let lo = j.saturating_sub(RADIUS);
     let hi = (j + RADIUS).min(height - 1);
-    let src = |q: usize| &rows[STATS * width * q..][..k * width];
+    let k = sums.len();
+    let src = |q: usize| &ring[q % SSIM_WINDOW * stride..][..k];
     // The first row is added to 0 as it is written (no separate pass of zeros).
     let wt = win[lo + RADIUS - j];
     for (o, &v) in sums.iter_mut().zip(src(lo)) {
@@ -733,7 +897,7 @@ mod tests {
     #[test]
     fn same_bits_on_any_number_of_threads() {
         let mut rng = Rng::new(4);
-        let (w, h) = (203usize, 151usize);
+        let (w, h) = (203usize, 130usize);
         let a = random_image(&mut rng, w, h);
         let b: Vec<f64> = a.iter().map(|&v| 0.8 * v + 0.2 * rng.next_f64()).collect();
         let run = |threads: usize| {
@@ -755,6 +919,33 @@ mod tests {
         let one = run(1);
         for threads in [2, 3, 8] {
             assert!(run(threads) == one, "{threads} threads differ from one");
+        }
+    }
+
+    /// The scratch is rows, not image planes: per band of at least 64 rows, 102 f32 per pixel
+    /// of width and 80 more, so at most about 13 B per pixel, for images 65 rows tall (two
+    /// bands), whatever the thread count; at 1080p a few hundredths of a byte per band.
+    #[test]
+    fn scratch_is_rows_not_planes() {
+        let mut rng = Rng::new(8);
+        for threads in [1, 2, 8, 64] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("thread pool");
+            for (w, h) in [(320usize, 65usize), (320, 240), (1920, 1080)] {
+                let a: Vec<f32> = (0..3 * w * h).map(|_| rng.next_f32()).collect();
+                let mut g = vec![0.0f32; a.len()];
+                let mut ws = Workspace::<f32>::default();
+                pool.install(|| ws.run(&a, &a, w, h, Some(&mut g)).expect("same sizes"));
+                let bands = h.div_ceil(h.div_ceil(threads).max(MIN_BAND_ROWS));
+                assert_eq!(ws.band_bytes(), bands * 4 * (102 * w + 80), "{w}x{h}");
+                let per_pixel = ws.band_bytes() as f64 / (w * h) as f64;
+                assert!(
+                    per_pixel <= 13.0,
+                    "{threads} threads, {w}x{h}: {per_pixel} B"
+                );
+            }
         }
     }
 

@@ -211,9 +211,9 @@ fn check_model_item(engine: Engine, what: &str) {
 
 /// The host heap per pixel of the largest view: two training steps (the first allocates the
 /// host engine's image buffers, which it keeps) and scoring a held-out view, on both engines,
-/// within the plan's trainer-images item. Measured at 320×240 with 2,000 Gaussians: host
-/// engine 110.7 B/px kept by the steps plus 62 B/px while scoring; device engine 0.1 B/px for
-/// a step, 74 B/px while scoring.
+/// within the plan's trainer-images item. Measured peaks at 320×240 with 2,000 Gaussians, two
+/// threads: host engine 116.6 B/px, device engine 45.5 B/px (173.6 and 74.0 while the SSIM
+/// kept eight full planes of scratch instead of its bands' rows).
 #[test]
 fn steps_and_scoring_stay_within_the_trainer_images_item() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());

@@ -378,16 +378,20 @@ pub struct RunOutcome {
 }
 
 /// Bytes per pixel of the trainer's image-sized buffers: target, render and ∂L/∂image (3×f32
-/// each, 36 B), alpha / transmittance / last contributor (12 B), and the loss's SSIM scratch
-/// (about ten f32 planes per channel for means, variances, covariance and their gradients,
-/// ≈ 120 B); rounded up to 192 B for allocator slack.
-pub const TRAINER_BYTES_PER_PIXEL: u64 = 192;
+/// each, 36 B), alpha / transmittance / last contributor (12 B), the loss's gradient, and what
+/// scoring a held-out view adds (its render and target). The SSIM holds rows, not planes: per
+/// band of at least 64 rows, about 102 f32 per pixel of width ([`crate::metrics`]), at most
+/// about 13 B per pixel (images 65 rows tall), 3.4 B at 320×240 on two threads. Measured 116.6 B
+/// per pixel at 320×240 (`tests/device_host_memory.rs`); rounded up to 144 B for shorter
+/// images, more threads and allocator slack.
+pub const TRAINER_BYTES_PER_PIXEL: u64 = 144;
 
 /// [`TRAINER_BYTES_PER_PIXEL`] when the model trains on a device: the step's images, loss
 /// and gradients live there, so the host holds per pixel only what scoring a held-out view
-/// brings back (the render and the SSIM planes: 74 B measured, rounded up to 96 B).
+/// brings back (its render, its target and the SSIM's rows: 45.5 B measured at 320×240,
+/// rounded up to 64 B as above).
 /// `tests/device_host_memory.rs` holds both engines' step and evaluation to their figures.
-pub const DEVICE_TRAINER_BYTES_PER_PIXEL: u64 = 96;
+pub const DEVICE_TRAINER_BYTES_PER_PIXEL: u64 = 64;
 
 /// What sets a run's per-pixel memory ([`per_pixel_items`]): the pack's views (RGBA, loss
 /// masks), the run's add-ons (exposure compensation, depth regularization) and the engine.
