@@ -45,8 +45,6 @@ pub struct Score {
 pub struct Scorer {
     ssim: SsimScratch,
     rgb8: Vec<u8>,
-    render_f: Vec<f32>,
-    gt_f: Vec<f32>,
     /// The ground truth with a mask applied.
     gt_masked: Vec<u8>,
     /// [`Scorer::score_corrected`]'s render (corrected in place) and ground truth in [0, 1],
@@ -71,9 +69,7 @@ impl Scorer {
     ) -> Result<Score, MetricsError> {
         to_rgb8(render, &mut self.rgb8);
         let psnr = psnr_u8(&self.rgb8, gt)?;
-        unit(&self.rgb8, &mut self.render_f);
-        unit(gt, &mut self.gt_f);
-        let ssim = self.ssim.ssim(&self.render_f, &self.gt_f, width, height)?;
+        let ssim = self.ssim.ssim_u8(&self.rgb8, gt, width, height)?;
         Ok(Score { psnr, ssim })
     }
 
@@ -114,9 +110,9 @@ impl Scorer {
         } else {
             psnr_from_mse(sum as f64 / (3 * used) as f64, 255.0)
         };
-        unit(&self.rgb8, &mut self.render_f);
-        unit(&self.gt_masked, &mut self.gt_f);
-        let ssim = self.ssim.ssim(&self.render_f, &self.gt_f, width, height)?;
+        let ssim = self
+            .ssim
+            .ssim_u8(&self.rgb8, &self.gt_masked, width, height)?;
         Ok(Score { psnr, ssim })
     }
 

@@ -202,12 +202,10 @@ pub fn ssim_and_grad(
     Ok((s, grad))
 }
 
-/// Mean SSIM of two RGB8 images (converted to [0, 1] by dividing by 255).
+/// Mean SSIM of two RGB8 images, each value converted to [0, 1] as `v as f32 / 255.0` (the
+/// same bits as [`ssim`] of the converted images).
 pub fn ssim_u8(a: &[u8], b: &[u8], width: usize, height: usize) -> Result<f64, MetricsError> {
-    check_same_len(a.len(), b.len())?;
-    let fa: Vec<f32> = a.iter().map(|&v| v as f32 / 255.0).collect();
-    let fb: Vec<f32> = b.iter().map(|&v| v as f32 / 255.0).collect();
-    ssim(&fa, &fb, width, height)
+    SsimScratch::new().ssim_u8(a, b, width, height)
 }
 
 /// Reusable scratch for SSIM: per band of rows, about 102 f32 values per pixel of image
@@ -230,6 +228,18 @@ impl SsimScratch {
         width: usize,
         height: usize,
     ) -> Result<f64, MetricsError> {
+        self.inner.run(a, b, width, height, None)
+    }
+
+    /// Mean SSIM of two RGB8 images (see [`ssim_u8`]), read as they are: no float copy.
+    pub fn ssim_u8(
+        &mut self,
+        a: &[u8],
+        b: &[u8],
+        width: usize,
+        height: usize,
+    ) -> Result<f64, MetricsError> {
+        check_same_len(a.len(), b.len())?;
         self.inner.run(a, b, width, height, None)
     }
 
@@ -278,6 +288,27 @@ impl Real for f64 {
     }
     fn f64(self) -> f64 {
         self
+    }
+}
+
+/// An image value as the SSIM core reads it: a float as it is, an 8-bit value scaled to
+/// [0, 1] (divided by 255 in f32, as [`ssim_u8`] documents), so 8-bit images are scored
+/// without a float copy of either.
+pub(crate) trait Sample<T>: Copy + Sync {
+    fn value(self) -> T;
+}
+
+impl<T: Real> Sample<T> for T {
+    #[inline(always)]
+    fn value(self) -> T {
+        self
+    }
+}
+
+impl Sample<f32> for u8 {
+    #[inline(always)]
+    fn value(self) -> f32 {
+        self as f32 / 255.0
     }
 }
 
@@ -334,9 +365,9 @@ struct Band<T> {
 }
 
 /// What every band of one call shares: the images, their size and the constants.
-struct Pass<'a, T> {
-    a: &'a [T],
-    b: &'a [T],
+struct Pass<'a, A, T> {
+    a: &'a [A],
+    b: &'a [A],
     width: usize,
     height: usize,
     win: [T; SSIM_WINDOW],
@@ -347,10 +378,10 @@ struct Pass<'a, T> {
     inv_n: T,
 }
 
-impl<'a, T: Real> Pass<'a, T> {
+impl<'a, A: Sample<T>, T: Real> Pass<'a, A, T> {
     /// The pixels of image row `j` of `a` and `b`, each as its three channels.
-    fn pixels(&self, j: usize) -> impl Iterator<Item = (&'a [T], &'a [T])> + use<'a, T> {
-        let row = |img: &'a [T]| img[3 * self.width * j..][..3 * self.width].chunks_exact(3);
+    fn pixels(&self, j: usize) -> impl Iterator<Item = (&'a [A], &'a [A])> + use<'a, A, T> {
+        let row = |img: &'a [A]| img[3 * self.width * j..][..3 * self.width].chunks_exact(3);
         row(self.a).zip(row(self.b))
     }
 }
@@ -363,10 +394,10 @@ impl<T: Real> Workspace<T> {
     /// zeros (which leaves a sum that started at +0 unchanged), and a band computes the rows
     /// of its halo exactly as their own band does, so the result does not depend on the number
     /// of bands or threads.
-    pub(crate) fn run(
+    pub(crate) fn run<A: Sample<T>>(
         &mut self,
-        a: &[T],
-        b: &[T],
+        a: &[A],
+        b: &[A],
         width: usize,
         height: usize,
         grad: Option<&mut [T]>,
@@ -459,9 +490,9 @@ impl<T: Real> Band<T> {
     ///
     /// For the gradient the sweep starts `RADIUS` rows above the band and ends `RADIUS` rows
     /// below it: those rows' partials are in the band's rows' windows.
-    fn run(
+    fn run<A: Sample<T>>(
         &mut self,
-        pass: &Pass<T>,
+        pass: &Pass<A, T>,
         rows: std::ops::Range<usize>,
         sums: &mut [f64],
         mut grad: Option<&mut [T]>,
@@ -492,7 +523,7 @@ impl<T: Real> Band<T> {
                     let [x, y, xx, yy, xy] = stats_row.interior_mut();
                     let outs = x.iter_mut().zip(y).zip(xx).zip(yy).zip(xy);
                     for (((((x, y), xx), yy), xy), (pa, pb)) in outs.zip(pass.pixels(q)) {
-                        let (xv, yv) = (pa[c], pb[c]);
+                        let (xv, yv) = (pa[c].value(), pb[c].value());
                         *x = xv;
                         *y = yv;
                         *xx = xv * xv;
@@ -547,7 +578,7 @@ impl<T: Real> Band<T> {
                     for ((out, (pa, pb)), ((&s_m, &s_xx), &s_xy)) in
                         out.zip(pass.pixels(g)).zip(sums)
                     {
-                        let (x, y) = (pa[c], pb[c]);
+                        let (x, y) = (pa[c].value(), pb[c].value());
                         out[c] = pass.inv_n * (s_m + two * x * s_xx + y * s_xy);
                     }
                     next_grad += 1;
@@ -947,6 +978,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// 8-bit images are read as they are, with the same bits as SSIM of their float copies.
+    #[test]
+    fn u8_images_score_as_their_float_copies() {
+        let mut rng = Rng::new(12);
+        let (w, h) = (97usize, 70usize);
+        let a: Vec<u8> = (0..3 * w * h)
+            .map(|_| (rng.next_f32() * 255.0) as u8)
+            .collect();
+        let b: Vec<u8> = a
+            .iter()
+            .map(|&v| v.saturating_add((rng.next_f32() * 20.0) as u8))
+            .collect();
+        let unit = |img: &[u8]| img.iter().map(|&v| v as f32 / 255.0).collect::<Vec<_>>();
+        let want = ssim(&unit(&a), &unit(&b), w, h).unwrap();
+        assert_eq!(ssim_u8(&a, &b, w, h).unwrap().to_bits(), want.to_bits());
+        assert!(want < 1.0);
     }
 
     /// PSNR too: its f64 sum of squared differences is added in a fixed order.

@@ -2480,7 +2480,7 @@ fn demo_dry_run_plans_without_writing() {
             .output()
             .unwrap()
     };
-    for (backend, item) in [("cpu", "× 144 B (target"), ("cuda", "× 64 B (a held-out")] {
+    for (backend, item) in [("cpu", "× 128 B (target"), ("cuda", "× 32 B (a held-out")] {
         let o = dry(&["--backend", backend]);
         assert!(o.status.success(), "{backend}: {}", stderr(&o));
         let plan = String::from_utf8_lossy(&o.stdout).into_owned();
