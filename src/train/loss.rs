@@ -4,7 +4,7 @@
 //! Images are interleaved RGB f32 in [0, 1] (the rasterizer's layout). With `N = 3·W·H`:
 //! `L1 = Σ|x − y| / N`, so `∂L1/∂x = sign(x − y) / N` (0 where x = y, like PyTorch's
 //! `abs` backward); the SSIM term's gradient comes from
-//! [`SsimScratch::ssim_and_grad_into`]. [`LossScratch`] keeps the SSIM planes and gradient
+//! [`SsimScratch::ssim_and_grad_into`]. [`LossScratch`] keeps the SSIM's scratch and gradient
 //! buffer between calls; the caller owns `d_image`, resized in place (capacity only grows),
 //! so a training loop allocates nothing per step.
 //!

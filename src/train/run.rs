@@ -417,13 +417,13 @@ pub fn per_pixel_items(kinds: ViewKinds) -> Vec<(Component, u64, &'static str)> 
         (
             Component::TrainerImages,
             DEVICE_TRAINER_BYTES_PER_PIXEL,
-            "a held-out view's render and SSIM planes; the step's images live on the device",
+            "a held-out view's render and the SSIM's rows; the step's images live on the device",
         )
     } else {
         (
             Component::TrainerImages,
             TRAINER_BYTES_PER_PIXEL,
-            "target, render, gradient, alpha, SSIM planes",
+            "target, render, gradient, alpha, the SSIM's rows",
         )
     }];
     if kinds.alpha {
