@@ -30,7 +30,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::color_correct::ColorCorrection;
-use crate::metrics::{psnr_from_mse, psnr_u8, MetricsError, SsimScratch};
+use crate::metrics::{psnr_from_mse, psnr_u8, MetricsError, Sample, SsimScratch};
 
 /// PSNR and SSIM of one view (see the module doc for the rules).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -160,9 +160,10 @@ impl Scorer {
     }
 }
 
+/// `rgb8` in [0, 1], converted as the SSIM reads 8-bit images.
 fn unit(rgb8: &[u8], out: &mut Vec<f32>) {
     out.clear();
-    out.extend(rgb8.iter().map(|&b| b as f32 / 255.0));
+    out.extend(rgb8.iter().map(|&b| Sample::<f32>::value(b)));
 }
 
 /// Blackens every pixel of interleaved RGB8 `rgb` whose `mask` byte is 0.

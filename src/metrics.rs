@@ -38,7 +38,7 @@
 //! sums, then the gradient of the row whose vertical window of partials has just completed.
 //! A band therefore holds only the rows its windows reach: two rings of 11 rows (five
 //! statistics and three partials per pixel) and a few single rows: about 102 values per pixel of
-//! image width, whatever the image's height; the full-image planes a pass-per-statistic design
+//! image width (66 without the gradient, which needs no partials), whatever the image's height; the full-image planes a pass-per-statistic design
 //! keeps (and streams through memory between passes) never exist. A band also computes the
 //! statistics and partials of the rows just outside it (at most 10 rows above and below), so
 //! bands are at least 64 rows tall. Each tap is applied to a whole row at a time, so the loops
@@ -412,7 +412,7 @@ impl<T: Real> Workspace<T> {
         let bands = height.div_ceil(band_rows);
         self.bands.resize_with(bands, Band::default);
         for band in &mut self.bands {
-            band.prepare(width);
+            band.prepare(width, grad.is_some());
         }
         self.row_sums.clear();
         self.row_sums.resize(3 * height, 0.0);
@@ -468,15 +468,17 @@ impl<T> Workspace<T> {
 }
 
 impl<T: Real> Band<T> {
-    /// Sizes the rings and rows for images `width` wide.
-    fn prepare(&mut self, width: usize) {
+    /// Sizes the rings and rows for images `width` wide; the partials' only for a gradient.
+    fn prepare(&mut self, width: usize, grad: bool) {
         self.stats.resize(SSIM_WINDOW * STATS * width, T::default());
-        self.partials
-            .resize(SSIM_WINDOW * PARTIALS * width, T::default());
         self.stats_row.reset(STATS, width);
-        self.partials_row.reset(PARTIALS, width);
         self.sums.resize(STATS * width, T::default());
         self.s_row.resize(width, T::default());
+        if grad {
+            self.partials
+                .resize(SSIM_WINDOW * PARTIALS * width, T::default());
+            self.partials_row.reset(PARTIALS, width);
+        }
     }
 
     /// The S of image rows `rows`, each channel's row sum into `sums` (at `3·(row −
@@ -543,11 +545,11 @@ impl<T: Real> Band<T> {
                     let [g_m, g_xx, g_xy] = partials_row.interior_mut();
                     let (g_m, g_xx, g_xy) = (&mut g_m[..w], &mut g_xx[..w], &mut g_xy[..w]);
                     for i in 0..w {
-                        let t = Terms::at(m_x[i], m_y[i], p_xx[i], p_yy[i], p_xy[i], c1, c2);
+                        let (mx, my) = (m_x[i], m_y[i]);
+                        let t = Terms::at(mx, my, p_xx[i], p_yy[i], p_xy[i], c1, c2);
                         let s = t.a1 * t.a2 / t.d;
                         s_row[i] = s;
-                        g_m[i] =
-                            (two * t.m_y * (t.a2 - t.a1) - two * t.m_x * s * (t.b2 - t.b1)) / t.d;
+                        g_m[i] = (two * my * (t.a2 - t.a1) - two * mx * s * (t.b2 - t.b1)) / t.d;
                         g_xx[i] = T::default() - s / t.b2;
                         g_xy[i] = two * t.a1 / t.d;
                     }
@@ -590,8 +592,6 @@ impl<T: Real> Band<T> {
 
 /// The terms of S at one pixel (the module doc's names) from its window statistics.
 struct Terms<T> {
-    m_x: T,
-    m_y: T,
     a1: T,
     a2: T,
     b1: T,
@@ -610,8 +610,6 @@ impl<T: Real> Terms<T> {
         let b1 = m_x * m_x + m_y * m_y + c1;
         let b2 = sxx + syy + c2;
         Terms {
-            m_x,
-            m_y,
             a1: two * m_x * m_y + c1,
             a2: two * sxy + c2,
             b1,

@@ -212,7 +212,7 @@ fn check_model_item(engine: Engine, what: &str) {
 /// The host heap per pixel of the largest view: two training steps (the first allocates the
 /// host engine's image buffers, which it keeps) and scoring a held-out view, on both engines,
 /// within the plan's trainer-images item. Measured peaks at 320×240 with 2,000 Gaussians, two
-/// threads: host engine 92.6 B/px, device engine 21.5 B/px (173.6 and 74.0 while the SSIM
+/// threads: host engine 91.4 B/px, device engine 20.3 B/px (173.6 and 74.0 while the SSIM
 /// kept eight full planes of scratch instead of its bands' rows and scored 8-bit images
 /// through float copies of both).
 #[test]

@@ -382,14 +382,14 @@ pub struct RunOutcome {
 /// scoring a held-out view adds (its render, in f32 and in 8 bits). The SSIM holds rows, not
 /// planes, and reads 8-bit images as they are: per band of at least 64 rows, about 102 f32
 /// per pixel of width ([`crate::metrics`]), at most about 13 B per pixel (images 65 rows
-/// tall), 3.4 B at 320×240 on two threads. Measured 92.6 B per pixel at 320×240
+/// tall), 3.4 B at 320×240 on two threads. Measured 91.4 B per pixel at 320×240
 /// (`tests/device_host_memory.rs`); rounded up to 128 B for shorter images, more threads and
 /// allocator slack.
 pub const TRAINER_BYTES_PER_PIXEL: u64 = 128;
 
 /// [`TRAINER_BYTES_PER_PIXEL`] when the model trains on a device: the step's images, loss
 /// and gradients live there, so the host holds per pixel only what scoring a held-out view
-/// brings back (its render in f32 and in 8 bits, and the SSIM's rows: 21.5 B measured at
+/// brings back (its render in f32 and in 8 bits, and the SSIM's rows: 20.3 B measured at
 /// 320×240, rounded up to 32 B as above).
 /// `tests/device_host_memory.rs` holds both engines' step and evaluation to their figures.
 pub const DEVICE_TRAINER_BYTES_PER_PIXEL: u64 = 32;

@@ -666,8 +666,9 @@ mod tests {
     use crate::rng::Rng;
 
     /// `ceil_floor` (and so `floor_clamped`, its second half) gives its callers' ranges
-    /// `[⌈first⌉, ⌊last⌋ + 1]` clamped to `[lo, hi]` exactly: at integers, just beside them (where the shift by 2 rounds), far outside the
-    /// clamp, in f32 and f64; a NaN gives the empty range at `lo`.
+    /// `[⌈first⌉, ⌊last⌋ + 1]` clamped to `[lo, hi]` exactly: at integers, just beside them
+    /// (where the shift by 2 rounds), far outside the clamp, in f32 and f64; a NaN gives the
+    /// empty range at `lo`.
     #[test]
     fn ceil_floor_is_exact() {
         fn check<F: Real>(values: &[f64]) {
