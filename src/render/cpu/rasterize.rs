@@ -21,9 +21,12 @@
 //! splat is binned into the tiles that both its 3σ box and its α-support box meet
 //! ([`binning`](super::binning)), so the support box also keeps whole tiles off its list.
 //!
-//! Parallelism is over rows of tiles (contiguous in the image and in the intersection list);
-//! gradients are summed per tile into a per-intersection slot, then reduced in intersection
-//! order, so results are identical for any number of threads.
+//! Parallelism is over tiles: the forward hands each tile the pieces of the output planes it
+//! covers (`cut`), the backward its own run of per-intersection gradient slots
+//! (`split_tiles`), which are then reduced in intersection order, so results are identical
+//! for any number of threads. Tiles, not rows of tiles: a row's time is the sum of its tiles',
+//! and rows are few and uneven, so on many threads the busiest row set the pace (measured in
+//! `docs/device-engine.md`, "Tiles in parallel").
 //!
 //! With [`AbsMean2dGrad`] the backward also sums, per splat, the absolute value of each
 //! pixel's contribution to the 2D-mean gradient (AbsGS's statistic), in slots of its own.
@@ -281,6 +284,22 @@ fn gather<F: Real>(
     }));
 }
 
+/// `plane`'s lines (of `line` elements) cut every `piece` elements into `tiles` columns: tile
+/// `tx` gets piece `tx` of each line, at the line's index in the row of tiles; lines the plane
+/// lacks (below the image, or every line of an absent plane) stay empty. The pieces are
+/// disjoint, so the tiles of a row can be written in parallel.
+fn cut<T>(plane: &mut [T], line: usize, piece: usize, tiles: usize) -> Vec<[&mut [T]; TS]> {
+    let mut out: Vec<[&mut [T]; TS]> = (0..tiles)
+        .map(|_| std::array::from_fn(|_| <&mut [T]>::default()))
+        .collect();
+    for (ly, l) in plane.chunks_mut(line).enumerate() {
+        for (tile, p) in out.iter_mut().zip(l.chunks_mut(piece)) {
+            tile[ly] = p;
+        }
+    }
+    out
+}
+
 /// `rasterize_fwd`: composites every pixel. `image` is `3·W·H`, `final_t` and `last` are
 /// `W·H`, and so is `inv_depth`, when given: the inverse-depth plane `Σ wᵢ/zᵢ` (all fully
 /// overwritten).
@@ -311,6 +330,7 @@ pub fn rasterize_fwd<F: Real>(
             .map(|_| <&mut [F]>::default())
             .collect(),
     };
+    let tiles_x = bins.tiles_x as usize;
     let alpha_max = F::from_f64(ALPHA_MAX);
     let alpha_min = F::from_f64(ALPHA_MIN);
     let t_min = F::from_f64(T_MIN);
@@ -323,82 +343,82 @@ pub fn rasterize_fwd<F: Real>(
         .enumerate()
         .for_each(|(ty, (((img, ft), lc), dep_out))| {
             let rows = ft.len() / w;
-            let mut packed = Vec::new();
-            let mut t = [F::ONE; TILE_PIXELS];
-            let mut col = [[F::ZERO; 3]; TILE_PIXELS];
-            let mut dep = [F::ZERO; TILE_PIXELS];
-            let mut last_k = [0u32; TILE_PIXELS];
-            let mut done = [false; TILE_PIXELS];
-            for tx in 0..bins.tiles_x as usize {
-                let x_lo = tx * TS;
-                let cols = (w - x_lo).min(TS);
-                gather(
-                    splats,
-                    bins.tile(ty * bins.tiles_x as usize + tx),
-                    (x_lo, ty * TS),
-                    (cols, rows),
-                    &mut packed,
-                );
-                t.fill(F::ONE);
-                col.fill([F::ZERO; 3]);
-                dep.fill(F::ZERO);
-                last_k.fill(0);
-                done.fill(false);
-                let mut active = rows * cols;
-                for (k, s) in packed.iter().enumerate() {
-                    if active == 0 {
-                        break;
+            cut(img, 3 * w, 3 * TS, tiles_x)
+                .into_par_iter()
+                .zip(cut(ft, w, TS, tiles_x))
+                .zip(cut(lc, w, TS, tiles_x))
+                .zip(cut(dep_out, w, TS, tiles_x))
+                .enumerate()
+                .for_each_init(Vec::new, |packed, (tx, (((img, ft), lc), dep_out))| {
+                    let x_lo = tx * TS;
+                    let cols = (w - x_lo).min(TS);
+                    gather(
+                        splats,
+                        bins.tile(ty * tiles_x + tx),
+                        (x_lo, ty * TS),
+                        (cols, rows),
+                        packed,
+                    );
+                    let mut t = [F::ONE; TILE_PIXELS];
+                    let mut col = [[F::ZERO; 3]; TILE_PIXELS];
+                    let mut dep = [F::ZERO; TILE_PIXELS];
+                    let mut last_k = [0u32; TILE_PIXELS];
+                    let mut done = [false; TILE_PIXELS];
+                    let mut active = rows * cols;
+                    for (k, s) in packed.iter().enumerate() {
+                        if active == 0 {
+                            break;
+                        }
+                        for ly in s.y0 as usize..s.y1 as usize {
+                            let py = F::from_f64((ty * TS + ly) as f64) + half;
+                            let dy = s.my - py;
+                            let (sx0, sx1) = span(s, dy, x_lo);
+                            for lx in sx0..sx1 {
+                                let p = ly * TS + lx;
+                                if done[p] {
+                                    continue;
+                                }
+                                let dx = s.mx - (F::from_f64((x_lo + lx) as f64) + half);
+                                let sigma = half * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy;
+                                if sigma < F::ZERO || sigma > s.sigma_cut {
+                                    continue;
+                                }
+                                let alpha = (s.o * (-sigma).exp()).min(alpha_max);
+                                if alpha < alpha_min {
+                                    continue;
+                                }
+                                let next_t = t[p] * (F::ONE - alpha);
+                                if next_t < t_min {
+                                    done[p] = true;
+                                    active -= 1;
+                                    continue;
+                                }
+                                let wgt = alpha * t[p];
+                                for ch in 0..3 {
+                                    col[p][ch] += s.color[ch] * wgt;
+                                }
+                                if with_depth {
+                                    dep[p] += s.inv_z * wgt;
+                                }
+                                t[p] = next_t;
+                                last_k[p] = k as u32 + 1;
+                            }
+                        }
                     }
-                    for ly in s.y0 as usize..s.y1 as usize {
-                        let py = F::from_f64((ty * TS + ly) as f64) + half;
-                        let dy = s.my - py;
-                        let (sx0, sx1) = span(s, dy, x_lo);
-                        for lx in sx0..sx1 {
+                    for ly in 0..rows {
+                        for lx in 0..cols {
                             let p = ly * TS + lx;
-                            if done[p] {
-                                continue;
-                            }
-                            let dx = s.mx - (F::from_f64((x_lo + lx) as f64) + half);
-                            let sigma = half * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy;
-                            if sigma < F::ZERO || sigma > s.sigma_cut {
-                                continue;
-                            }
-                            let alpha = (s.o * (-sigma).exp()).min(alpha_max);
-                            if alpha < alpha_min {
-                                continue;
-                            }
-                            let next_t = t[p] * (F::ONE - alpha);
-                            if next_t < t_min {
-                                done[p] = true;
-                                active -= 1;
-                                continue;
-                            }
-                            let wgt = alpha * t[p];
                             for ch in 0..3 {
-                                col[p][ch] += s.color[ch] * wgt;
+                                img[ly][3 * lx + ch] = col[p][ch] + t[p] * background[ch];
                             }
+                            ft[ly][lx] = t[p];
+                            lc[ly][lx] = last_k[p];
                             if with_depth {
-                                dep[p] += s.inv_z * wgt;
+                                dep_out[ly][lx] = dep[p];
                             }
-                            t[p] = next_t;
-                            last_k[p] = k as u32 + 1;
                         }
                     }
-                }
-                for ly in 0..rows {
-                    for lx in 0..cols {
-                        let (p, q) = (ly * TS + lx, ly * w + x_lo + lx);
-                        for ch in 0..3 {
-                            img[3 * q + ch] = col[p][ch] + t[p] * background[ch];
-                        }
-                        ft[q] = t[p];
-                        lc[q] = last_k[p];
-                        if with_depth {
-                            dep_out[q] = dep[p];
-                        }
-                    }
-                }
-            }
+                });
         });
 }
 
@@ -442,18 +462,18 @@ pub struct InvDepthGrad<F> {
     pub splat: Vec<F>,
 }
 
-/// `slots` (one per intersection) cut at tile-row boundaries: rows are contiguous in the
-/// intersection list, so each row of tiles gets its own slice to write in parallel.
-pub(super) fn split_rows<'a, T>(bins: &TileBins, mut rest: &'a mut [T]) -> Vec<&'a mut [T]> {
-    let tiles_x = bins.tiles_x as usize;
-    let mut rows = Vec::with_capacity(bins.tiles_y as usize);
-    for ty in 0..bins.tiles_y as usize {
-        let n = bins.tile_offsets[(ty + 1) * tiles_x] - bins.tile_offsets[ty * tiles_x];
-        let (head, tail) = rest.split_at_mut(n);
-        rows.push(head);
-        rest = tail;
-    }
-    rows
+/// `slots` (one per intersection) cut at tile boundaries: each tile's list is contiguous in the
+/// intersection list, so each tile gets its own slice to write in parallel. The cut costs
+/// 16 B per tile, beside the 8 B of each tile's offset in [`TileBins`].
+pub(super) fn split_tiles<'a, T>(bins: &TileBins, mut rest: &'a mut [T]) -> Vec<&'a mut [T]> {
+    bins.tile_offsets
+        .windows(2)
+        .map(|o| {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(o[1] - o[0]);
+            rest = tail;
+            head
+        })
+        .collect()
 }
 
 /// `rasterize_bwd`: from `d_image` (`3·W·H`) and the forward's `final_t` / `last`, writes the
@@ -491,49 +511,45 @@ pub fn rasterize_bwd<F: Real>(
     let half = F::from_f64(0.5);
     let tiles_x = bins.tiles_x as usize;
 
-    let row_slices = split_rows(bins, isect_grads);
-    let abs_rows: Vec<Option<&mut [[F; 2]]>> = match abs.as_deref_mut() {
+    let tile_grads = split_tiles(bins, isect_grads);
+    let tile_abs: Vec<Option<&mut [[F; 2]]>> = match abs.as_deref_mut() {
         Some(a) => {
             a.isect.clear();
             a.isect.resize(bins.num_intersections(), [F::ZERO; 2]);
-            split_rows(bins, &mut a.isect)
+            split_tiles(bins, &mut a.isect)
                 .into_iter()
                 .map(Some)
                 .collect()
         }
-        None => (0..row_slices.len()).map(|_| None).collect(),
+        None => (0..tile_grads.len()).map(|_| None).collect(),
     };
-    let dep_rows: Vec<Option<&mut [F]>> = match depth.as_mut() {
+    let tile_dep: Vec<Option<&mut [F]>> = match depth.as_mut() {
         Some((_, g)) => {
             g.isect.clear();
             g.isect.resize(bins.num_intersections(), F::ZERO);
-            split_rows(bins, &mut g.isect)
+            split_tiles(bins, &mut g.isect)
                 .into_iter()
                 .map(Some)
                 .collect()
         }
-        None => (0..row_slices.len()).map(|_| None).collect(),
+        None => (0..tile_grads.len()).map(|_| None).collect(),
     };
 
-    row_slices
+    tile_grads
         .into_par_iter()
-        .zip(abs_rows)
-        .zip(dep_rows)
+        .zip(tile_abs)
+        .zip(tile_dep)
         .enumerate()
-        .for_each(|(ty, ((row_grads, mut row_abs), mut row_dep))| {
-            let row_base = bins.tile_offsets[ty * tiles_x];
-            let y_lo = ty * TS;
-            let rows = (h - y_lo).min(TS);
-            let mut packed = Vec::new();
-            let mut px = [BwdPixel::<F>::default(); TILE_PIXELS];
-            for tx in 0..tiles_x {
-                let t_idx = ty * tiles_x + tx;
-                let (lo, hi) = (bins.tile_offsets[t_idx], bins.tile_offsets[t_idx + 1]);
-                if lo == hi {
-                    continue;
+        .for_each_init(
+            Vec::new,
+            |packed, (t_idx, ((tile_grads, mut tile_abs), mut tile_dep))| {
+                if tile_grads.is_empty() {
+                    return;
                 }
-                let x_lo = tx * TS;
-                let cols = (w - x_lo).min(TS);
+                let (tx, ty) = (t_idx % tiles_x, t_idx / tiles_x);
+                let (x_lo, y_lo) = (tx * TS, ty * TS);
+                let (cols, rows) = ((w - x_lo).min(TS), (h - y_lo).min(TS));
+                let mut px = [BwdPixel::<F>::default(); TILE_PIXELS];
                 let mut max_last = 0usize;
                 for ly in 0..rows {
                     for lx in 0..cols {
@@ -554,22 +570,15 @@ pub fn rasterize_bwd<F: Real>(
                     }
                 }
                 if max_last == 0 {
-                    continue;
+                    return;
                 }
                 gather(
                     splats,
                     &bins.tile(t_idx)[..max_last],
                     (x_lo, y_lo),
                     (cols, rows),
-                    &mut packed,
+                    packed,
                 );
-                let tile_grads = &mut row_grads[lo - row_base..hi - row_base];
-                let mut tile_abs = row_abs
-                    .as_deref_mut()
-                    .map(|a| &mut a[lo - row_base..hi - row_base]);
-                let mut tile_dep = row_dep
-                    .as_deref_mut()
-                    .map(|a| &mut a[lo - row_base..hi - row_base]);
                 for k in (0..max_last).rev() {
                     let s = &packed[k];
                     let g = &mut tile_grads[k];
@@ -634,8 +643,8 @@ pub fn rasterize_bwd<F: Real>(
                         }
                     }
                 }
-            }
-        });
+            },
+        );
 
     splat_grads.clear();
     splat_grads.resize(splats.len(), SplatGrad::default());

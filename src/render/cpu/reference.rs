@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::binning::TileBins;
 use super::project::TILE_SIZE;
-use super::rasterize::{sigma_cut, split_rows, AbsMean2dGrad, ALPHA_MAX, ALPHA_MIN, T_MIN};
+use super::rasterize::{sigma_cut, split_tiles, AbsMean2dGrad, ALPHA_MAX, ALPHA_MIN, T_MIN};
 use super::{Splat, SplatGrad};
 use crate::scene::real::Real;
 
@@ -149,92 +149,84 @@ pub fn rasterize_bwd_pixel_major<F: Real>(
 
     abs.isect.clear();
     abs.isect.resize(bins.num_intersections(), [F::ZERO; 2]);
-    // The per-intersection slots cut at tile-row boundaries (rows are contiguous).
-    let row_slices: Vec<_> = split_rows(bins, isect_grads)
+    // The per-intersection slots cut at tile boundaries (each tile's list is contiguous).
+    let tile_slices: Vec<_> = split_tiles(bins, isect_grads)
         .into_iter()
-        .zip(split_rows(bins, &mut abs.isect))
+        .zip(split_tiles(bins, &mut abs.isect))
         .collect();
 
-    row_slices
+    tile_slices
         .into_par_iter()
         .enumerate()
-        .for_each(|(ty, (row_grads, row_abs))| {
-            let row_base = bins.tile_offsets[ty * tiles_x];
+        .for_each(|(t_idx, (tile_grads, tile_abs))| {
+            if tile_grads.is_empty() {
+                return;
+            }
+            let (tx, ty) = (t_idx % tiles_x, t_idx / tiles_x);
             let y0 = ty * ts;
             let y_end = ((ty + 1) * ts).min(height as usize);
             let mut packed = Vec::new();
-            for tx in 0..tiles_x {
-                let t_idx = ty * tiles_x + tx;
-                let (lo, hi) = (bins.tile_offsets[t_idx], bins.tile_offsets[t_idx + 1]);
-                if lo == hi {
-                    continue;
-                }
-                gather(splats, bins.tile(t_idx), &mut packed);
-                let tile_grads = &mut row_grads[lo - row_base..hi - row_base];
-                let tile_abs = &mut row_abs[lo - row_base..hi - row_base];
-                let x_end = ((tx + 1) * ts).min(w);
-                for y in y0..y_end {
-                    let py = F::from_f64(y as f64) + half;
-                    for x in tx * ts..x_end {
-                        let p = y * w + x;
-                        let n_last = last[p] as usize;
-                        if n_last == 0 {
+            gather(splats, bins.tile(t_idx), &mut packed);
+            let x_end = ((tx + 1) * ts).min(w);
+            for y in y0..y_end {
+                let py = F::from_f64(y as f64) + half;
+                for x in tx * ts..x_end {
+                    let p = y * w + x;
+                    let n_last = last[p] as usize;
+                    if n_last == 0 {
+                        continue;
+                    }
+                    let px = F::from_f64(x as f64) + half;
+                    let t_final = final_t[p];
+                    let dpix = [d_image[3 * p], d_image[3 * p + 1], d_image[3 * p + 2]];
+                    let d_bg =
+                        background[0] * dpix[0] + background[1] * dpix[1] + background[2] * dpix[2];
+                    let mut t = t_final;
+                    let mut acc = [F::ZERO; 3];
+                    let mut last_alpha = F::ZERO;
+                    let mut last_color = [F::ZERO; 3];
+                    for k in (0..n_last).rev() {
+                        let s = &packed[k];
+                        let dx = s.mx - px;
+                        let dy = s.my - py;
+                        let sigma = half * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy;
+                        if sigma < F::ZERO || sigma > s.sigma_cut {
                             continue;
                         }
-                        let px = F::from_f64(x as f64) + half;
-                        let t_final = final_t[p];
-                        let dpix = [d_image[3 * p], d_image[3 * p + 1], d_image[3 * p + 2]];
-                        let d_bg = background[0] * dpix[0]
-                            + background[1] * dpix[1]
-                            + background[2] * dpix[2];
-                        let mut t = t_final;
-                        let mut acc = [F::ZERO; 3];
-                        let mut last_alpha = F::ZERO;
-                        let mut last_color = [F::ZERO; 3];
-                        for k in (0..n_last).rev() {
-                            let s = &packed[k];
-                            let dx = s.mx - px;
-                            let dy = s.my - py;
-                            let sigma = half * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy;
-                            if sigma < F::ZERO || sigma > s.sigma_cut {
-                                continue;
-                            }
-                            let gauss = (-sigma).exp();
-                            let alpha = (s.o * gauss).min(alpha_max);
-                            if alpha < alpha_min {
-                                continue;
-                            }
-                            let one_minus = F::ONE - alpha;
-                            t /= one_minus;
-                            let wgt = alpha * t;
-                            let g = &mut tile_grads[k];
-                            let mut d_alpha = F::ZERO;
-                            for ch in 0..3 {
-                                // Colour of everything behind this splat, as seen through it.
-                                acc[ch] =
-                                    last_alpha * last_color[ch] + (F::ONE - last_alpha) * acc[ch];
-                                d_alpha += (s.color[ch] - acc[ch]) * dpix[ch];
-                                g.color[ch] += wgt * dpix[ch];
-                            }
-                            last_color = s.color;
-                            last_alpha = alpha;
-                            d_alpha *= t;
-                            d_alpha += -(t_final / one_minus) * d_bg;
-                            // α = o·G, G = e^{−σ}: ∂L/∂σ = −o·G·∂L/∂α.
-                            let d_sigma = -s.o * gauss * d_alpha;
-                            let d_mean = [
-                                d_sigma * (s.a * dx + s.b * dy),
-                                d_sigma * (s.c * dy + s.b * dx),
-                            ];
-                            g.mean2d[0] += d_mean[0];
-                            g.mean2d[1] += d_mean[1];
-                            tile_abs[k][0] += d_mean[0].abs();
-                            tile_abs[k][1] += d_mean[1].abs();
-                            g.conic[0] += d_sigma * half * dx * dx;
-                            g.conic[1] += d_sigma * dx * dy;
-                            g.conic[2] += d_sigma * half * dy * dy;
-                            g.opacity += gauss * d_alpha;
+                        let gauss = (-sigma).exp();
+                        let alpha = (s.o * gauss).min(alpha_max);
+                        if alpha < alpha_min {
+                            continue;
                         }
+                        let one_minus = F::ONE - alpha;
+                        t /= one_minus;
+                        let wgt = alpha * t;
+                        let g = &mut tile_grads[k];
+                        let mut d_alpha = F::ZERO;
+                        for ch in 0..3 {
+                            // Colour of everything behind this splat, as seen through it.
+                            acc[ch] = last_alpha * last_color[ch] + (F::ONE - last_alpha) * acc[ch];
+                            d_alpha += (s.color[ch] - acc[ch]) * dpix[ch];
+                            g.color[ch] += wgt * dpix[ch];
+                        }
+                        last_color = s.color;
+                        last_alpha = alpha;
+                        d_alpha *= t;
+                        d_alpha += -(t_final / one_minus) * d_bg;
+                        // α = o·G, G = e^{−σ}: ∂L/∂σ = −o·G·∂L/∂α.
+                        let d_sigma = -s.o * gauss * d_alpha;
+                        let d_mean = [
+                            d_sigma * (s.a * dx + s.b * dy),
+                            d_sigma * (s.c * dy + s.b * dx),
+                        ];
+                        g.mean2d[0] += d_mean[0];
+                        g.mean2d[1] += d_mean[1];
+                        tile_abs[k][0] += d_mean[0].abs();
+                        tile_abs[k][1] += d_mean[1].abs();
+                        g.conic[0] += d_sigma * half * dx * dx;
+                        g.conic[1] += d_sigma * dx * dy;
+                        g.conic[2] += d_sigma * half * dy * dy;
+                        g.opacity += gauss * d_alpha;
                     }
                 }
             }
