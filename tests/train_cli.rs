@@ -455,6 +455,20 @@ fn refusals_say_why() {
         !o.status.success() && msg.contains("iterations: checkpoint 40, this run 50"),
         "{msg}"
     );
+    // Other views: the run trained on every view, so resuming it with --eval would score test
+    // views it has learned (and continue another run). Refused, naming the flag; the
+    // checkpoint stays.
+    let mut held_out = resume.clone();
+    held_out.push("--eval");
+    let o = gs_train(&held_out);
+    let msg = stderr(&o);
+    assert!(
+        !o.status.success()
+            && msg.contains("it trained on every view of the pack (without --eval)")
+            && msg.contains("this run trains on the training views"),
+        "{msg}"
+    );
+    assert!(at20.exists());
     // Activated values are refused, not reinterpreted.
     let pack_id = Pack::open(&pack).unwrap().manifest().pack_id.to_string();
     let c = checkpoint::Container::open(&at20).unwrap();
@@ -468,6 +482,7 @@ fn refusals_say_why() {
             pack_content: None,
             config: &config,
             extend: false,
+            views: None,
         },
     )
     .unwrap();

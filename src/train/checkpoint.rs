@@ -17,7 +17,8 @@
 //! "shape","offset","bytes","xxh3"}…]}`. `dtype` is one of `f32 f64 u32 u64 u8`; `bytes` must
 //! equal the product of `shape` × the dtype's size; arrays must not overlap and must lie inside
 //! the file; `xxh3` is the xxh3-64 of the array's bytes (hex). `meta` is free JSON owned by the
-//! caller (the training state puts pack id, config, step, RNG and sampler position there).
+//! caller (the training state puts pack id, the views it trains on, config, step, RNG and
+//! sampler position there).
 //!
 //! # Invariants
 //! - Written under a hidden temporary name in the same directory, fsynced, renamed into place,
@@ -25,7 +26,9 @@
 //!   `latest` pointer (a one-line text file naming the newest checkpoint) is written the same
 //!   way and only after the checkpoint it names is durable.
 //! - Reading never allocates from an untrusted count: every array's byte length is checked
-//!   against the real file length before its buffer is allocated, and the header is capped at
+//!   against the real file length when the file is opened, a buffer is allocated only for an
+//!   array found there with the shape asked for (so a count in `meta`, such as the number of
+//!   Gaussians, sizes nothing until an array confirms it), and the header is capped at
 //!   [`MAX_HEADER_BYTES`]. Every array is checksummed as it is read.
 //! - The Gaussians are stored PRE-activation (log-scales, logit opacities, raw quaternions),
 //!   exactly like [`Gaussians`]; loading refuses anything that looks activated (see
@@ -46,6 +49,7 @@ use super::exposure::{ExposureConfig, Exposures, EXPOSURE_LEN};
 use super::pose::{CameraPoses, PoseConfig, POSE_LEN};
 use super::{TrainConfig, TrainState, TrainStateRef};
 use crate::data::Position;
+use crate::dataset::Split;
 use crate::export::ply::activation_evidence;
 use crate::rng::Rng;
 use crate::scene::gaussians::{Field, Gaussians};
@@ -568,6 +572,9 @@ impl Container {
         name: &str,
         shape: &[u64],
     ) -> Result<Vec<T>, CheckpointError> {
+        // Checked against the file before the buffer is allocated: `shape` may come from a
+        // count in the header, and `open` saw the entry's bytes inside the file.
+        self.expect(name, T::DTYPE, shape)?;
         let len: u64 = shape.iter().product();
         let mut out = vec![T::default(); len as usize];
         self.read_into(name, shape, &mut out)?;
@@ -580,6 +587,8 @@ impl Container {
         name: &str,
         n: u64,
     ) -> Result<Vec<[f32; K]>, CheckpointError> {
+        // Checked before allocating, as in `read`.
+        self.expect(name, DType::F32, &[n, K as u64])?;
         let mut out = vec![[0f32; K]; n as usize];
         self.read_into(name, &[n, K as u64], out.as_flattened_mut())?;
         Ok(out)
@@ -668,6 +677,9 @@ pub struct StateMeta {
     /// checkpoints stay valid. Absent in checkpoints of older builds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pack_content: Option<String>,
+    /// The views the run trains on. Absent in checkpoints of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub views: Option<TrainedViews>,
     /// Completed iterations.
     pub step: u64,
     pub extent: f64,
@@ -702,6 +714,48 @@ pub struct StateMeta {
 pub struct PerViewMeta {
     pub views: u64,
     pub steps: u64,
+}
+
+/// Which of a pack's views a run trains on ([`StateMeta::views`]). A run resumed on other views
+/// would not continue the one that was interrupted, and one resumed with `--eval` after
+/// training on every view would score test views it has learned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainedViews {
+    /// Every view of the pack (`gs-train` without `--eval`).
+    All,
+    /// The pack's training split; its test views are held out (`gs-train --eval`).
+    TrainSplit,
+    /// Every view, the test views only their left halves (`gs-train --eval --exposure`: 3DGS's
+    /// `--train_test_exp`, which scores them on their right halves).
+    TestLeftHalves,
+}
+
+impl TrainedViews {
+    /// The views a run trains on, from its `--eval` and its settings.
+    pub fn of_run(eval: bool, config: &TrainConfig) -> TrainedViews {
+        match (eval, config.exposure.is_some()) {
+            (false, _) => TrainedViews::All,
+            (true, false) => TrainedViews::TrainSplit,
+            (true, true) => TrainedViews::TestLeftHalves,
+        }
+    }
+
+    /// The split the loader reads: `None` for every view.
+    pub fn split(self) -> Option<Split> {
+        (self == TrainedViews::TrainSplit).then_some(Split::Train)
+    }
+
+    /// The run that trains on these views, as its flags say.
+    fn describe(self) -> &'static str {
+        match self {
+            TrainedViews::All => "every view of the pack (without --eval)",
+            TrainedViews::TrainSplit => "the training views, the test views held out (--eval)",
+            TrainedViews::TestLeftHalves => {
+                "every view, the test views' left halves only (--eval with --exposure)"
+            }
+        }
+    }
 }
 
 /// Array names of the exposure matrices and their Adam moments.
@@ -741,6 +795,10 @@ pub struct Expected<'a> {
     /// --extend`): the iteration counts may differ (the run's must be larger), and the resumed
     /// state keeps the original position schedule ([`extended`]).
     pub extend: bool,
+    /// The views the run trains on and how many there are (the loader's records per epoch),
+    /// when known: the checkpoint must have trained on the same ones, and its loader position
+    /// must lie among them.
+    pub views: Option<(TrainedViews, u64)>,
 }
 
 /// `saved` continued to `iterations` (`--extend`): the position learning rate keeps its
@@ -791,15 +849,17 @@ pub fn save_state(
     state: TrainStateRef<'_>,
     pack_id: &str,
 ) -> Result<PathBuf, CheckpointError> {
-    save_state_of(dir, state, pack_id, None)
+    save_state_of(dir, state, pack_id, None, None)
 }
 
-/// [`save_state`], recording the pack's content fingerprint as well (see [`StateMeta`]).
+/// [`save_state`], recording the pack's content fingerprint and the views the run trains on as
+/// well (see [`StateMeta`]).
 pub fn save_state_of(
     dir: &Path,
     state: TrainStateRef<'_>,
     pack_id: &str,
     pack_content: Option<&str>,
+    views: Option<TrainedViews>,
 ) -> Result<PathBuf, CheckpointError> {
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let name = checkpoint_file_name(state.step);
@@ -813,6 +873,7 @@ pub fn save_state_of(
         created_by: format!("gs-train {}", env!("CARGO_PKG_VERSION")),
         pack_id: pack_id.to_owned(),
         pack_content: pack_content.map(str::to_owned),
+        views,
         step: state.step,
         extent: state.extent,
         config: state.config.clone(),
@@ -909,6 +970,12 @@ fn read_gaussians(
     n: u64,
     sh_degree: u32,
 ) -> Result<Gaussians, CheckpointError> {
+    // Every field's array is checked against the file before the model is allocated: `n` is
+    // the header's count.
+    for f in Field::ALL {
+        let name = format!("{prefix}.{}", f.name());
+        c.expect(&name, DType::F32, &f.shape(n as usize, sh_degree))?;
+    }
     let mut g = Gaussians::zeros(n as usize, sh_degree);
     for f in Field::ALL {
         let name = format!("{prefix}.{}", f.name());
@@ -1038,6 +1105,36 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
              or train into a new -o directory",
             meta.pack_id, expected.pack_id
         )));
+    }
+    if let (Some(saved), Some((run, _))) = (meta.views, expected.views) {
+        if saved != run {
+            return Err(mismatch(format!(
+                "it trained on {} but this run trains on {}; resume with the flags the run was \
+                 started with, or train into a new -o directory",
+                saved.describe(),
+                run.describe()
+            )));
+        }
+    }
+    if let Some((run, records)) = expected.views {
+        let p = meta.position;
+        if p.index >= records {
+            let at = format!(
+                "its loader position (epoch {}, view {} of the epoch) lies past the {records} \
+                 views this run trains on",
+                p.epoch, p.index
+            );
+            return Err(match meta.views {
+                // Checkpoints of older builds do not say which views they trained on.
+                None => mismatch(format!(
+                    "{at}: the run that wrote it trained on other views (this one trains on \
+                     {}); resume with the flags the run was started with, or train into a new \
+                     -o directory",
+                    run.describe()
+                )),
+                Some(_) => corrupt(at),
+            });
+        }
     }
     // The run's settings as the checkpoint would hold them: a resume inherits the position
     // schedule's length (set by an earlier --extend), and --extend compares everything but
@@ -1547,6 +1644,7 @@ mod state_tests {
             pack_content: None,
             config: &s.config,
             extend: false,
+            views: None,
         };
         let back = load_state(&path, &expected).unwrap();
         assert_eq!(back, s);
@@ -1595,6 +1693,7 @@ mod state_tests {
                 pack_content: None,
                 config,
                 extend,
+                views: None,
             },
         )
     }
@@ -1648,6 +1747,107 @@ mod state_tests {
         assert!(
             e.contains("pose.values") && e.contains("expected F64 [4, 6]"),
             "{e}"
+        );
+    }
+
+    /// `path` with its header's `meta` edited by `edit`, under a fresh header checksum (what
+    /// a writer's bug, not bit rot, would leave).
+    fn edit_meta(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+        let bytes = fs::read(path).unwrap();
+        let len = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+        let end = PREAMBLE_LEN + len;
+        let mut header: serde_json::Value =
+            serde_json::from_slice(&bytes[PREAMBLE_LEN as usize..end as usize]).unwrap();
+        edit(&mut header["meta"]);
+        let json = serde_json::to_vec(&header).unwrap();
+        let mut out = bytes[..16].to_vec();
+        out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+        out.extend_from_slice(&xxh3_64(&json).to_le_bytes());
+        out.extend_from_slice(&json);
+        out.resize(pad8(PREAMBLE_LEN + json.len() as u64) as usize, 0);
+        out.extend_from_slice(&bytes[pad8(end) as usize..]);
+        fs::write(path, out).unwrap();
+    }
+
+    /// Counts in the header size nothing before the arrays they describe are found in the
+    /// file: a Gaussian count of 2⁵⁰ (a 236 PB model) is refused as corrupt, naming the first
+    /// array that disagrees, where it used to abort the process allocating the model.
+    #[test]
+    fn header_counts_are_checked_before_allocating() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = state(20);
+        let path = save_state(dir.path(), (&s).into(), "abc").unwrap();
+        edit_meta(&path, |m| m["num_gaussians"] = (1u64 << 50).into());
+        let e = load(&path, "abc", &s.config, false).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            matches!(e, CheckpointError::Corrupt { .. })
+                && msg.contains(
+                    "array `params.means` is F32 [20, 3], expected F32 [1125899906842624, 3]"
+                ),
+            "{msg}"
+        );
+    }
+
+    /// A checkpoint is resumed only on the views it trained on: which ones is in its header,
+    /// and its loader position must lie among the run's views. A checkpoint of an older build,
+    /// which does not say, is refused only when its position is out of range, and then as
+    /// written by another run, not as damaged.
+    #[test]
+    fn views_and_loader_position_must_fit_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = state(20);
+        let path = save_state_of(
+            dir.path(),
+            (&s).into(),
+            "abc",
+            None,
+            Some(TrainedViews::All),
+        )
+        .unwrap();
+        let with = |views| {
+            load_state(
+                &path,
+                &Expected {
+                    pack_id: "abc",
+                    pack_content: None,
+                    config: &s.config,
+                    extend: false,
+                    views: Some(views),
+                },
+            )
+        };
+        // Position (epoch 3, index 2): inside 3 views, not inside 2.
+        assert_eq!(with((TrainedViews::All, 3)).unwrap(), s);
+        let e = with((TrainedViews::TrainSplit, 3)).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            matches!(e, CheckpointError::Mismatch { .. })
+                && msg.contains(
+                    "it trained on every view of the pack (without --eval) but this run trains \
+                     on the training views, the test views held out (--eval)"
+                ),
+            "{msg}"
+        );
+        let e = with((TrainedViews::All, 2)).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            matches!(e, CheckpointError::Corrupt { .. })
+                && msg.contains(
+                    "its loader position (epoch 3, view 2 of the epoch) lies past the 2 views"
+                ),
+            "{msg}"
+        );
+        edit_meta(&path, |m| {
+            m.as_object_mut().unwrap().remove("views");
+        });
+        assert_eq!(with((TrainedViews::TrainSplit, 3)).unwrap(), s);
+        let e = with((TrainedViews::TrainSplit, 2)).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            matches!(e, CheckpointError::Mismatch { .. })
+                && msg.contains("the run that wrote it trained on other views"),
+            "{msg}"
         );
     }
 

@@ -52,7 +52,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::bilagrid::{self, BilateralGrids};
-use super::checkpoint::{self, CheckpointError, Expected};
+use super::checkpoint::{self, CheckpointError, Expected, TrainedViews};
 use super::densify::{host_model_bytes, DeviceCap};
 use super::depth::{DepthConfig, DepthWeights};
 use super::device_engine::{
@@ -1406,6 +1406,7 @@ fn model_start(
     opts: &RunOptions,
     config: &TrainConfig,
     pack: &Pack,
+    views: (TrainedViews, u64),
     ckpt_dir: &Path,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<ModelStart, RunError> {
@@ -1456,6 +1457,7 @@ fn model_start(
             pack_content: Some(&pack.content_fingerprint()),
             config,
             extend: opts.extend,
+            views: Some(views),
         },
     )?;
     on_event(Event::Line(format!(
@@ -1929,7 +1931,8 @@ pub fn dry_run(
     }
     let manifest = pack.manifest().clone();
     config.depth = depth_config(opts, &manifest, manifest.scene.extent, on_event)?;
-    let source = PackViews::new(pack.clone(), opts.eval.then_some(Split::Train));
+    let views = TrainedViews::of_run(opts.eval, &config);
+    let source = PackViews::new(pack.clone(), views.split());
     if source.is_empty() {
         return Err(RunError::NoViews {
             pack: opts.pack.clone(),
@@ -1946,6 +1949,7 @@ pub fn dry_run(
         opts,
         &config,
         &pack,
+        (views, source.len() as u64),
         &opts.out.join(CHECKPOINT_DIR),
         on_event,
     )?;
@@ -2028,14 +2032,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     let pack_content = pack.content_fingerprint();
     // 3DGS's --train_test_exp protocol: with exposure compensation, held-out views train
     // their left halves (so their exposures are learned) and are scored on their right halves.
-    let half_split = opts.eval && config.exposure.is_some();
-    let (train_split, test_views) = if opts.eval {
-        let split = (!half_split).then_some(Split::Train);
-        (split, manifest.split_indices(Split::Test))
+    let views = TrainedViews::of_run(opts.eval, &config);
+    let half_split = views == TrainedViews::TestLeftHalves;
+    let test_views = if opts.eval {
+        manifest.split_indices(Split::Test)
     } else {
-        (None, Vec::new())
+        Vec::new()
     };
-    let source = Arc::new(PackViews::new(pack.clone(), train_split));
+    let source = Arc::new(PackViews::new(pack.clone(), views.split()));
     if source.is_empty() {
         return Err(RunError::NoViews {
             pack: opts.pack.clone(),
@@ -2122,6 +2126,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             t.state_ref()?,
             &pack_id,
             Some(&pack_content),
+            Some(views),
         )?)
     };
 
@@ -2149,7 +2154,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     // CUDA context and every kernel module the run uses, exists already: its resident memory
     // is part of the baseline.)
     let baseline = current_rss_bytes().unwrap_or(0);
-    let start = model_start(opts, &config, &pack, &ckpt_dir, on_event)?;
+    let start = model_start(
+        opts,
+        &config,
+        &pack,
+        (views, source.len() as u64),
+        &ckpt_dir,
+        on_event,
+    )?;
     if let ModelStart::Resume(state) = &start {
         if state.step >= config.iterations {
             return Err(RunError::NothingToResume {

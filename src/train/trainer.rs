@@ -3127,6 +3127,7 @@ mod tests {
             pack_content: None,
             config: t.config(),
             extend: false,
+            views: None,
         };
         checkpoint::load_state(&path, &expected).unwrap()
     }

@@ -541,15 +541,21 @@ pub fn rasterize_bwd<F: Real>(
         .zip(tile_dep)
         .enumerate()
         .for_each_init(
-            Vec::new,
-            |packed, (t_idx, ((tile_grads, mut tile_abs), mut tile_dep))| {
+            // Per job, reused tile after tile: the tile's splats, and its pixels' states (18 KiB
+            // in f32: only the tile's own pixels are set, and the walks reach no others).
+            || {
+                (
+                    Vec::new(),
+                    Box::new([BwdPixel::<F>::default(); TILE_PIXELS]),
+                )
+            },
+            |(packed, px), (t_idx, ((tile_grads, mut tile_abs), mut tile_dep))| {
                 if tile_grads.is_empty() {
                     return;
                 }
                 let (tx, ty) = (t_idx % tiles_x, t_idx / tiles_x);
                 let (x_lo, y_lo) = (tx * TS, ty * TS);
                 let (cols, rows) = ((w - x_lo).min(TS), (h - y_lo).min(TS));
-                let mut px = [BwdPixel::<F>::default(); TILE_PIXELS];
                 let mut max_last = 0usize;
                 for ly in 0..rows {
                     for lx in 0..cols {
