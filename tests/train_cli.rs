@@ -464,8 +464,10 @@ fn refusals_say_why() {
     let msg = stderr(&o);
     assert!(
         !o.status.success()
-            && msg.contains("it trained on every view of the pack (without --eval)")
-            && msg.contains("this run trains on the training views"),
+            && msg.contains(
+                "views: checkpoint every view of the pack (without --eval), this run the \
+                 training views, the test views held out (--eval)"
+            ),
         "{msg}"
     );
     assert!(at20.exists());

@@ -1106,36 +1106,6 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
             meta.pack_id, expected.pack_id
         )));
     }
-    if let (Some(saved), Some((run, _))) = (meta.views, expected.views) {
-        if saved != run {
-            return Err(mismatch(format!(
-                "it trained on {} but this run trains on {}; resume with the flags the run was \
-                 started with, or train into a new -o directory",
-                saved.describe(),
-                run.describe()
-            )));
-        }
-    }
-    if let Some((run, records)) = expected.views {
-        let p = meta.position;
-        if p.index >= records {
-            let at = format!(
-                "its loader position (epoch {}, view {} of the epoch) lies past the {records} \
-                 views this run trains on",
-                p.epoch, p.index
-            );
-            return Err(match meta.views {
-                // Checkpoints of older builds do not say which views they trained on.
-                None => mismatch(format!(
-                    "{at}: the run that wrote it trained on other views (this one trains on \
-                     {}); resume with the flags the run was started with, or train into a new \
-                     -o directory",
-                    run.describe()
-                )),
-                Some(_) => corrupt(at),
-            });
-        }
-    }
     // The run's settings as the checkpoint would hold them: a resume inherits the position
     // schedule's length (set by an earlier --extend), and --extend compares everything but
     // the iteration count, which must grow.
@@ -1174,7 +1144,16 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
         // Only the iteration count is set aside; every other setting must be the run's own.
         run.iterations = planned;
     }
-    let diffs = config_differences(&meta.config, &run);
+    let mut diffs = config_differences(&meta.config, &run);
+    if let (Some(saved), Some((views, _))) = (meta.views, expected.views) {
+        if saved != views {
+            diffs.push(format!(
+                "views: checkpoint {}, this run {}",
+                saved.describe(),
+                views.describe()
+            ));
+        }
+    }
     if !diffs.is_empty() {
         let longer = run.iterations > meta.config.iterations;
         let screen = (
@@ -1199,6 +1178,26 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
              result), or train into a new -o directory",
             diffs.join("; ")
         )));
+    }
+    if let Some((views, records)) = expected.views {
+        let p = meta.position;
+        if p.index >= records {
+            let at = format!(
+                "its loader position (epoch {}, view {} of the epoch) lies past the {records} \
+                 views this run trains on",
+                p.epoch, p.index
+            );
+            return Err(match meta.views {
+                // Checkpoints of older builds do not say which views they trained on.
+                None => mismatch(format!(
+                    "{at}: the run that wrote it trained on other views (this one trains on \
+                     {}); resume with the flags the run was started with, or train into a new \
+                     -o directory",
+                    views.describe()
+                )),
+                Some(_) => corrupt(at),
+            });
+        }
     }
     if meta.sh_degree != meta.config.sh_degree {
         return Err(corrupt(format!(
@@ -1769,6 +1768,18 @@ mod state_tests {
         fs::write(path, out).unwrap();
     }
 
+    /// Asserts `e` is the refusal `corrupt` names (damage, or else a checkpoint of another
+    /// run) and says `says`.
+    fn assert_refused(e: CheckpointError, corrupt: bool, says: &str) {
+        let msg = e.to_string();
+        let kind = match e {
+            CheckpointError::Corrupt { .. } => true,
+            CheckpointError::Mismatch { .. } => false,
+            _ => panic!("neither corrupt nor a mismatch: {msg}"),
+        };
+        assert!(kind == corrupt && msg.contains(says), "{msg}");
+    }
+
     /// Counts in the header size nothing before the arrays they describe are found in the
     /// file: a Gaussian count of 2⁵⁰ (a 236 PB model) is refused as corrupt, naming the first
     /// array that disagrees, where it used to abort the process allocating the model.
@@ -1778,14 +1789,10 @@ mod state_tests {
         let s = state(20);
         let path = save_state(dir.path(), (&s).into(), "abc").unwrap();
         edit_meta(&path, |m| m["num_gaussians"] = (1u64 << 50).into());
-        let e = load(&path, "abc", &s.config, false).unwrap_err();
-        let msg = e.to_string();
-        assert!(
-            matches!(e, CheckpointError::Corrupt { .. })
-                && msg.contains(
-                    "array `params.means` is F32 [20, 3], expected F32 [1125899906842624, 3]"
-                ),
-            "{msg}"
+        assert_refused(
+            load(&path, "abc", &s.config, false).unwrap_err(),
+            true,
+            "array `params.means` is F32 [20, 3], expected F32 [1125899906842624, 3]",
         );
     }
 
@@ -1819,35 +1826,25 @@ mod state_tests {
         };
         // Position (epoch 3, index 2): inside 3 views, not inside 2.
         assert_eq!(with((TrainedViews::All, 3)).unwrap(), s);
-        let e = with((TrainedViews::TrainSplit, 3)).unwrap_err();
-        let msg = e.to_string();
-        assert!(
-            matches!(e, CheckpointError::Mismatch { .. })
-                && msg.contains(
-                    "it trained on every view of the pack (without --eval) but this run trains \
-                     on the training views, the test views held out (--eval)"
-                ),
-            "{msg}"
+        assert_refused(
+            with((TrainedViews::TrainSplit, 3)).unwrap_err(),
+            false,
+            "views: checkpoint every view of the pack (without --eval), this run the training \
+             views, the test views held out (--eval)",
         );
-        let e = with((TrainedViews::All, 2)).unwrap_err();
-        let msg = e.to_string();
-        assert!(
-            matches!(e, CheckpointError::Corrupt { .. })
-                && msg.contains(
-                    "its loader position (epoch 3, view 2 of the epoch) lies past the 2 views"
-                ),
-            "{msg}"
+        assert_refused(
+            with((TrainedViews::All, 2)).unwrap_err(),
+            true,
+            "its loader position (epoch 3, view 2 of the epoch) lies past the 2 views",
         );
         edit_meta(&path, |m| {
             m.as_object_mut().unwrap().remove("views");
         });
         assert_eq!(with((TrainedViews::TrainSplit, 3)).unwrap(), s);
-        let e = with((TrainedViews::TrainSplit, 2)).unwrap_err();
-        let msg = e.to_string();
-        assert!(
-            matches!(e, CheckpointError::Mismatch { .. })
-                && msg.contains("the run that wrote it trained on other views"),
-            "{msg}"
+        assert_refused(
+            with((TrainedViews::TrainSplit, 2)).unwrap_err(),
+            false,
+            "the run that wrote it trained on other views",
         );
     }
 
