@@ -36,16 +36,16 @@
 //! row it takes the horizontal sums of x, y, x², y² and x·y, then their vertical sums at the
 //! row (and from them each pixel's S and partial derivatives), then the partials' horizontal
 //! sums, then the gradient of the row whose vertical window of partials has just completed.
-//! A band therefore holds only the rows its windows reach: two rings of 11 rows (five
-//! statistics and three partials per pixel) and a few single rows: about 102 values per pixel of
-//! image width (66 without the gradient, which needs no partials), whatever the image's height; the full-image planes a pass-per-statistic design
-//! keeps (and streams through memory between passes) never exist. A band also computes the
-//! statistics and partials of the rows just outside it (at most 10 rows above and below), so
-//! bands are at least 64 rows tall. Each tap is applied to a whole row at a time, so the loops
-//! vectorize. [`SsimScratch`] keeps the bands' rings between calls so a training loop does not
-//! reallocate them every iteration. Every window sum starts at 0 and adds its taps in a fixed
-//! order, and the per-pixel S are summed per row and the rows in order, so the mean and the
-//! gradient are the same bits on any number of threads.
+//! A band therefore holds only the rows its windows reach: two rings of 11 rows (five statistics
+//! and three partials per pixel) and a few single rows: about 102 values per pixel of image width
+//! (66 without the gradient, which needs no partials), whatever the image's height; the full-image
+//! planes a pass-per-statistic design keeps (and streams through memory between passes) never
+//! exist. A band also computes the statistics and partials of the rows just outside it (at most 10
+//! rows above and below), so bands are at least 64 rows tall. Each tap is applied to a whole row at
+//! a time, so the loops vectorize. [`SsimScratch`] keeps the bands' rings between calls so a
+//! training loop does not reallocate them every iteration. Every window sum starts at 0 and adds
+//! its taps in a fixed order, and the per-pixel S are summed per row and the rows in order, so the
+//! mean and the gradient are the same bits on any number of threads.
 //!
 //! The math is generic over f32/f64 ([`Real`](crate::scene::real::Real)): the public API computes in f32 (like the
 //! reference implementation), the tests run the identical code in f64 to check the analytic
