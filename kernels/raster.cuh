@@ -2,6 +2,12 @@
 #ifndef GS_RASTER_CUH
 #define GS_RASTER_CUH
 
+// e^x of the contribution rule: CUDA's expf on a GPU; the host emulation defines it as the CPU
+// rasterizer's polynomial, so its forward pass is the CPU's bit for bit.
+#ifndef GS_RASTER_EXP
+#define GS_RASTER_EXP expf
+#endif
+
 struct Packed {
     float mx, my;        // mean2d
     float a, b, c;       // conic
@@ -40,7 +46,7 @@ __device__ __forceinline__ bool splat_alpha(const Packed& s, float fx, float fy,
     dy = s.my - fy;
     const float sigma = 0.5f * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy;
     if (sigma < 0.0f || sigma > s.sigma_cut) return false;
-    gauss = expf(-sigma);
+    gauss = GS_RASTER_EXP(-sigma);
     alpha = fminf(s.o * gauss, (float)GS_ALPHA_MAX);
     return alpha >= (float)GS_ALPHA_MIN;
 }

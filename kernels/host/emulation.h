@@ -25,7 +25,9 @@
 //   faults on a GPU.
 // - Atomics are plain read-modify-writes (one host thread runs everything), with CUDA's return
 //   values. Math uses the host libm: expf/logf/sqrtf may differ from the GPU's by an ulp or
-//   two, which the parity tolerances allow. FMA contraction is off in both drivers.
+//   two, which the parity tolerances allow; but the rasterizers' e^−σ (GS_RASTER_EXP) is the
+//   CPU rasterizer's own polynomial, so the forward pass stays the CPU's bit for bit and a
+//   kernel's slip cannot hide inside an ulp of libm. FMA contraction is off in both drivers.
 //
 // - Launch arguments are checked against the kernel's signature (count, and pointer / 32- or
 //   64-bit integer / float / double for each), which cuLaunchKernel takes on trust.
@@ -938,5 +940,32 @@ struct float4 {
     }
 };
 inline float4 make_float4(float x, float y, float z, float w) { return float4(x, y, z, w); }
+
+// The rasterizers' e^x (raster.cuh's GS_RASTER_EXP): the CPU rasterizer's exp_lanes_f32
+// (src/scene/real.rs), operation for operation, so that both compute the same bits. On a GPU
+// GS_RASTER_EXP is CUDA's expf.
+inline float gs_emu_raster_exp(float x) {
+    const float lo = -87.3f, hi = 88.3f;
+    const float round = 12582912.0f;  // 1.5·2^23
+    const float ln2_hi = 0.693359375f, ln2_lo = -2.1219444e-4f;
+    const float p_coef[6] = {1.9875691e-4f, 1.3981999e-3f, 8.333452e-3f,
+                             4.1665796e-2f, 1.6666666e-1f, 0.5f};
+    x = x < lo ? lo : x;
+    x = x > hi ? hi : x;
+    const float shifted = x * 1.44269504088896340736f + round;
+    const float n = shifted - round;
+    const float r = (x - n * ln2_hi) - n * ln2_lo;
+    float p = p_coef[0];
+    for (int i = 1; i < 6; ++i) p = p * r + p_coef[i];
+    const float e_r = p * (r * r) + r + 1.0f;
+    uint32_t shifted_bits, round_bits;
+    memcpy(&shifted_bits, &shifted, 4);
+    memcpy(&round_bits, &round, 4);
+    const uint32_t two_n_bits = (shifted_bits - round_bits + 127u) << 23;
+    float two_n;
+    memcpy(&two_n, &two_n_bits, 4);
+    return e_r * two_n;
+}
+#define GS_RASTER_EXP gs_emu_raster_exp
 
 #endif  // GS_HOST_EMULATION_H

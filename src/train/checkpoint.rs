@@ -52,7 +52,7 @@ use crate::data::Position;
 use crate::dataset::Split;
 use crate::export::ply::activation_evidence;
 use crate::rng::Rng;
-use crate::scene::gaussians::{Field, Gaussians};
+use crate::scene::gaussians::{Field, Gaussians, Group};
 
 /// First 8 bytes of every checkpoint.
 pub const MAGIC: [u8; 8] = *b"RSPLCKPT";
@@ -1205,6 +1205,19 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
             meta.sh_degree, meta.config.sh_degree
         )));
     }
+    // Each group's Adam step count grows by at most one per iteration; its bias correction
+    // reads the count, so a larger one would resume another optimizer state than was saved.
+    if let Some((g, steps)) = Group::ALL
+        .into_iter()
+        .map(|g| (g, meta.adam_steps[g.index()]))
+        .find(|&(_, steps)| steps > meta.step)
+    {
+        return Err(corrupt(format!(
+            "Adam has stepped the {g:?} group {steps} times in {} iterations (at most once per \
+             iteration)",
+            meta.step
+        )));
+    }
     if !(meta.extent.is_finite() && meta.extent > 0.0) {
         return Err(corrupt(format!("scene extent {} is invalid", meta.extent)));
     }
@@ -1845,6 +1858,28 @@ mod state_tests {
             with((TrainedViews::TrainSplit, 2)).unwrap_err(),
             false,
             "the run that wrote it trained on other views",
+        );
+    }
+
+    /// An Adam group that has stepped more often than the run has iterated is refused as
+    /// damaged, naming the group; as many steps as iterations is a normal run.
+    #[test]
+    fn adam_steps_cannot_exceed_the_iterations() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = state(20);
+        let path = save_state(dir.path(), (&s).into(), "abc").unwrap();
+        let step = s.step;
+        let load_it = || load(&path, "abc", &s.config, false);
+        edit_meta(&path, |m| m["adam_steps"][3] = step.into());
+        assert_eq!(load_it().unwrap().model.adam.steps[3], step);
+        edit_meta(&path, |m| m["adam_steps"][3] = (step + 1).into());
+        assert_refused(
+            load_it().unwrap_err(),
+            true,
+            &format!(
+                "Adam has stepped the Opacity group {} times in {step} iterations",
+                step + 1
+            ),
         );
     }
 

@@ -28,6 +28,13 @@
 //! and rows are few and uneven, so on many threads the busiest row set the pace (measured in
 //! `docs/device-engine.md`, "Tiles in parallel").
 //!
+//! `e^{−σ}` is [`Real::exp_lanes`], not libm's `expf`: each row of a splat's span is evaluated
+//! first, four pixels at a time in one vector ([`Real::exp_lanes4`]; groups whose pixels have
+//! all finished are skipped), and the per-pixel walk then reads the values. The polynomial is
+//! within an ulp of `e^x` and gives the same bits in vector and scalar form, so the test-only
+//! per-pixel loop, which calls the scalar form, still matches bit for bit; the host emulation's
+//! kernels use the same polynomial (`kernels/host/emulation.h`), a GPU its own `expf`.
+//!
 //! With [`AbsMean2dGrad`] the backward also sums, per splat, the absolute value of each
 //! pixel's contribution to the 2D-mean gradient (AbsGS's statistic), in slots of its own.
 //!
@@ -90,6 +97,9 @@ pub const SIGMA_ROUNDING_MAX: f64 = 0.5;
 
 const TS: usize = TILE_SIZE as usize;
 const TILE_PIXELS: usize = TS * TS;
+/// Pixels of a row whose `exp`s are computed together ([`Real::exp_lanes4`]: one SSE vector
+/// of f32).
+const LANES: usize = 4;
 
 #[derive(Clone, Copy, Default)]
 struct Packed<F> {
@@ -228,6 +238,48 @@ fn span<F: Real>(s: &Packed<F>, dy: F, x_lo: usize) -> (usize, usize) {
     (lo, hi.max(lo))
 }
 
+/// The x coordinates of the pixel centres of the tile columns starting at `x_lo`.
+#[inline]
+fn pixel_centres<F: Real>(x_lo: usize) -> [F; TS] {
+    std::array::from_fn(|lx| F::from_f64((x_lo + lx) as f64) + F::from_f64(0.5))
+}
+
+/// `e^{−σ}` of splat `s` at the pixels `[sx0, sx1)` of a row at vertical offset `dy` that are
+/// `live` (or share a group with one), `0` where `σ < 0` or `σ > σ_cut` (so that `α = o·e^{−σ}` fails the `1/255` test there; a NaN
+/// `σ` passes, as in the per-pixel rule). Not inlined: a symbol of its own in profiles
+/// (inlined measured no faster).
+#[inline(never)]
+fn row_gauss<F: Real>(
+    s: &Packed<F>,
+    dy: F,
+    centres: &[F; TS],
+    (sx0, sx1): (usize, usize),
+    live: impl Fn(usize) -> bool,
+) -> [F; TS] {
+    let half = F::from_f64(0.5);
+    let mut out = [F::ZERO; TS];
+    // Whole groups of `LANES` pixels, the `exp`s of each one vector operation; a group whose
+    // pixels in the span are all finished (behind an opaque surface, most of a busy tile's
+    // list) is left at 0: its pixels skip the splat without looking at it.
+    for group in sx0 / LANES..sx1.div_ceil(LANES) {
+        let base = group * LANES;
+        if !(base.max(sx0)..(base + LANES).min(sx1)).any(&live) {
+            continue;
+        }
+        let sigma: [F; LANES] = std::array::from_fn(|l| {
+            let dx = s.mx - centres[base + l];
+            half * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy
+        });
+        let gauss = F::exp_lanes4(sigma.map(|v| -v));
+        for l in 0..LANES {
+            let lx = base + l;
+            let outside = sigma[l] < F::ZERO || sigma[l] > s.sigma_cut || lx < sx0 || lx >= sx1;
+            out[lx] = if outside { F::ZERO } else { gauss[l] };
+        }
+    }
+    out
+}
+
 /// Gathers tile `(tx, ty)`'s splats with their support boxes clipped to the tile.
 fn gather<F: Real>(
     splats: &[Splat<F>],
@@ -359,6 +411,7 @@ pub fn rasterize_fwd<F: Real>(
                         (cols, rows),
                         packed,
                     );
+                    let centres = pixel_centres(x_lo);
                     let mut t = [F::ONE; TILE_PIXELS];
                     let mut col = [[F::ZERO; 3]; TILE_PIXELS];
                     let mut dep = [F::ZERO; TILE_PIXELS];
@@ -373,17 +426,14 @@ pub fn rasterize_fwd<F: Real>(
                             let py = F::from_f64((ty * TS + ly) as f64) + half;
                             let dy = s.my - py;
                             let (sx0, sx1) = span(s, dy, x_lo);
+                            let row = &done[ly * TS..][..TS];
+                            let gauss = row_gauss(s, dy, &centres, (sx0, sx1), |lx| !row[lx]);
                             for lx in sx0..sx1 {
                                 let p = ly * TS + lx;
                                 if done[p] {
                                     continue;
                                 }
-                                let dx = s.mx - (F::from_f64((x_lo + lx) as f64) + half);
-                                let sigma = half * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy;
-                                if sigma < F::ZERO || sigma > s.sigma_cut {
-                                    continue;
-                                }
-                                let alpha = (s.o * (-sigma).exp()).min(alpha_max);
+                                let alpha = (s.o * gauss[lx]).min(alpha_max);
                                 if alpha < alpha_min {
                                     continue;
                                 }
@@ -556,6 +606,7 @@ pub fn rasterize_bwd<F: Real>(
                 let (tx, ty) = (t_idx % tiles_x, t_idx / tiles_x);
                 let (x_lo, y_lo) = (tx * TS, ty * TS);
                 let (cols, rows) = ((w - x_lo).min(TS), (h - y_lo).min(TS));
+                let centres = pixel_centres(x_lo);
                 let mut max_last = 0usize;
                 for ly in 0..rows {
                     for lx in 0..cols {
@@ -592,17 +643,17 @@ pub fn rasterize_bwd<F: Real>(
                         let py = F::from_f64((y_lo + ly) as f64) + half;
                         let dy = s.my - py;
                         let (sx0, sx1) = span(s, dy, x_lo);
+                        let row = &px[ly * TS..][..TS];
+                        let gauss_row = row_gauss(s, dy, &centres, (sx0, sx1), |lx| {
+                            k < row[lx].n_last as usize
+                        });
                         for lx in sx0..sx1 {
                             let st = &mut px[ly * TS + lx];
                             if k >= st.n_last as usize {
                                 continue;
                             }
-                            let dx = s.mx - (F::from_f64((x_lo + lx) as f64) + half);
-                            let sigma = half * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy;
-                            if sigma < F::ZERO || sigma > s.sigma_cut {
-                                continue;
-                            }
-                            let gauss = (-sigma).exp();
+                            let dx = s.mx - centres[lx];
+                            let gauss = gauss_row[lx];
                             let alpha = (s.o * gauss).min(alpha_max);
                             if alpha < alpha_min {
                                 continue;

@@ -92,7 +92,7 @@ pub fn rasterize_fwd_pixel_major<F: Real>(
                             if sigma < F::ZERO || sigma > s.sigma_cut {
                                 continue;
                             }
-                            let alpha = (s.o * (-sigma).exp()).min(alpha_max);
+                            let alpha = (s.o * (-sigma).exp_lanes()).min(alpha_max);
                             if alpha < alpha_min {
                                 continue;
                             }
@@ -193,7 +193,7 @@ pub fn rasterize_bwd_pixel_major<F: Real>(
                         if sigma < F::ZERO || sigma > s.sigma_cut {
                             continue;
                         }
-                        let gauss = (-sigma).exp();
+                        let gauss = (-sigma).exp_lanes();
                         let alpha = (s.o * gauss).min(alpha_max);
                         if alpha < alpha_min {
                             continue;
