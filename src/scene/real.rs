@@ -39,8 +39,8 @@ pub trait Real:
     fn to_f32(self) -> f32;
     fn exp(self) -> Self;
     /// `e^x` for the rasterizers' per-pixel lanes: in `f32` [`exp_lanes_f32`] (within 1 ulp
-    /// of `e^x` on `[−87.3, 88.3]`, branch-free and inlined, so a loop over pixels
-    /// vectorizes), in `f64` the std `exp` (finite differences want its accuracy).
+    /// of `e^x` where measured, branch-free, with a four-lane form [`Real::exp_lanes4`]), in
+    /// `f64` the std `exp` (finite differences want its accuracy).
     fn exp_lanes(self) -> Self;
     /// [`Real::exp_lanes`] of four values at once: the same bits, computed as one SSE vector
     /// on x86-64 in `f32` ([`exp_lanes_f32x4`]).
