@@ -29,7 +29,8 @@
 //!   gradient within 1.9e-7 and `grad_accum` within 3.0e-8 of one device's. The three
 //!   sanitizers over these tests: 0 errors, 0 hazards.
 //! - Host emulation (g++ 12, `-ffp-contract=off`, host libm, the CPU rasterizer's `e^−σ`
-//!   polynomial in the rasterizers): forward bit-identical to the CPU; gradients ≤ 4.2e-6 (float atomics and warp sums add in another order than the CPU).
+//!   polynomial in the rasterizers): forward bit-identical to the CPU; gradients ≤ 4.2e-6
+//!   (float atomics and warp sums add in another order than the CPU).
 //!
 //! With contraction on (NVRTC's default) the discrete decisions would flip on last-ulp
 //! differences; the `*_FLIP_FRACTION` bounds keep such flips tolerable, never skipped.

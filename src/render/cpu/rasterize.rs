@@ -245,9 +245,9 @@ fn pixel_centres<F: Real>(x_lo: usize) -> [F; TS] {
 }
 
 /// `e^{−σ}` of splat `s` at the pixels `[sx0, sx1)` of a row at vertical offset `dy` that are
-/// `live` (or share a group with one), `0` where `σ < 0` or `σ > σ_cut` (so that `α = o·e^{−σ}` fails the `1/255` test there; a NaN
-/// `σ` passes, as in the per-pixel rule). Not inlined: a symbol of its own in profiles
-/// (inlined measured no faster).
+/// `live` (or share a group with one), `0` where `σ < 0` or `σ > σ_cut` (so that
+/// `α = o·e^{−σ}` fails the `1/255` test there; a NaN `σ` passes, as in the per-pixel rule).
+/// Not inlined: a symbol of its own in profiles (inlined measured no faster).
 #[inline(never)]
 fn row_gauss<F: Real>(
     s: &Packed<F>,
