@@ -1218,6 +1218,23 @@ pub fn load_state(path: &Path, expected: &Expected<'_>) -> Result<TrainState, Ch
             meta.step
         )));
     }
+    // So does each per-view optimizer's (every view's state steps at most once an iteration:
+    // see Trainer::step), whose learning-rate schedules and bias corrections read it too.
+    if let Some((what, steps)) = [
+        ("exposure", meta.exposure),
+        ("camera pose", meta.pose),
+        ("bilateral grid", meta.bilagrid),
+    ]
+    .into_iter()
+    .filter_map(|(what, m)| Some((what, m?.steps)))
+    .find(|&(_, steps)| steps > meta.step)
+    {
+        return Err(corrupt(format!(
+            "the {what} optimizer has stepped {steps} times in {} iterations (at most once per \
+             iteration)",
+            meta.step
+        )));
+    }
     if !(meta.extent.is_finite() && meta.extent > 0.0) {
         return Err(corrupt(format!("scene extent {} is invalid", meta.extent)));
     }
@@ -1861,8 +1878,8 @@ mod state_tests {
         );
     }
 
-    /// An Adam group that has stepped more often than the run has iterated is refused as
-    /// damaged, naming the group; as many steps as iterations is a normal run.
+    /// An Adam group or per-view optimizer that has stepped more often than the run has iterated
+    /// is refused as damaged, naming it; as many steps as iterations is a normal run.
     #[test]
     fn adam_steps_cannot_exceed_the_iterations() {
         let dir = tempfile::tempdir().unwrap();
@@ -1881,6 +1898,22 @@ mod state_tests {
                 step + 1
             ),
         );
+        // The same for the per-view optimizers (exposure and pose are on in `state`).
+        edit_meta(&path, |m| m["adam_steps"][3] = step.into());
+        for (key, what) in [("exposure", "exposure"), ("pose", "camera pose")] {
+            edit_meta(&path, |m| m[key]["steps"] = step.into());
+            assert_eq!(load_it().unwrap().step, step, "{key}");
+            edit_meta(&path, |m| m[key]["steps"] = (step + 1).into());
+            assert_refused(
+                load_it().unwrap_err(),
+                true,
+                &format!(
+                    "the {what} optimizer has stepped {} times in {step} iterations",
+                    step + 1
+                ),
+            );
+            edit_meta(&path, |m| m[key]["steps"] = 2.into());
+        }
     }
 
     #[test]

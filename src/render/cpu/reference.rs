@@ -402,8 +402,24 @@ mod tests {
         }
     }
 
-    /// The optimised rasterizer must equal the literal per-pixel loop bit for bit: same image,
-    /// transmittance, last contributor and per-splat gradients. Scenes: sparse and dense
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    fn grad_bits(g: &[SplatGrad<f32>]) -> Vec<[u32; 9]> {
+        g.iter()
+            .map(|g| {
+                let [m0, m1] = g.mean2d;
+                let [a, b, c] = g.conic;
+                let [r, gr, bl] = g.color;
+                [m0, m1, a, b, c, r, gr, bl, g.opacity].map(f32::to_bits)
+            })
+            .collect()
+    }
+
+    /// The optimised rasterizer must equal the literal per-pixel loop bit for bit (compared as
+    /// bits, so even a zero's sign counts): same image, transmittance, last contributor and
+    /// per-intersection and per-splat gradients. Scenes: sparse and dense
     /// (dense triggers early termination and the 0.999 clamp), image sizes that leave partial
     /// tiles, non-zero background.
     #[test]
@@ -430,8 +446,8 @@ mod tests {
                 (vec![0.0f32; 3 * npix], vec![0.0; npix], vec![0u32; npix]);
             let bg = opts.background;
             rasterize_fwd_pixel_major(r.splats(), r.bins(), w, h, bg, &mut img, &mut t, &mut l);
-            assert_eq!(out.image, img);
-            assert_eq!(out.final_transmittance, t);
+            assert_eq!(bits(&out.image), bits(&img));
+            assert_eq!(bits(&out.final_transmittance), bits(&t));
             assert_eq!(out.last_contributor, l);
             if n > 1000 {
                 assert!(
@@ -472,9 +488,17 @@ mod tests {
                 &mut sg2,
                 &mut abs2,
             );
-            assert_eq!(sg1, sg2);
+            assert_eq!(grad_bits(&ig1), grad_bits(&ig2));
+            assert_eq!(grad_bits(&sg1), grad_bits(&sg2));
             assert!(sg1.iter().any(|g| g.opacity != 0.0));
-            assert_eq!(abs1, abs2);
+            assert_eq!(
+                bits(abs1.isect.as_flattened()),
+                bits(abs2.isect.as_flattened())
+            );
+            assert_eq!(
+                bits(abs1.splat.as_flattened()),
+                bits(abs2.splat.as_flattened())
+            );
             // Without `abs` the gradients are the same (the switch adds, never changes).
             let (mut ig3, mut sg3) = (vec![], vec![]);
             rasterize_bwd(
@@ -491,7 +515,7 @@ mod tests {
                 None,
                 None,
             );
-            assert_eq!(sg1, sg3);
+            assert_eq!(grad_bits(&sg1), grad_bits(&sg3));
             // |Σ| ≤ Σ|·| per component, strictly where per-pixel pulls disagree in sign (a
             // random d_image makes them disagree on most multi-pixel splats).
             let mut strict = 0;
