@@ -19,11 +19,38 @@
 //!   entry is equal, the last rename wins. [`install`] is also how a writer moves a file it
 //!   finished (and fsynced) under a temporary name to its final name.
 //!
+//! - [`resolve`] spells a path the one way the file system resolves it, so the writers that
+//!   must not write into their own inputs can compare the two.
+//!
 //! This module is the crate's only caller of `rename`: every writer goes through it.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+
+/// `path` made absolute and resolved through symlinks as far as it exists (a missing tail is
+/// appended as written), so two spellings of one location compare equal.
+pub fn resolve(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let mut existing = abs.as_path();
+    let mut tail = Vec::new();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(existing) {
+            let mut out = c;
+            for t in tail.iter().rev() {
+                out.push(t);
+            }
+            return out;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(p), Some(n)) => {
+                tail.push(n.to_owned());
+                existing = p;
+            }
+            _ => return abs,
+        }
+    }
+}
 
 /// The directory holding `path` (`.` for a bare file name).
 pub fn parent_dir(path: &Path) -> &Path {

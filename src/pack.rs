@@ -284,34 +284,13 @@ pub enum PackError {
     SfmDepthsNotColmap { path: PathBuf, what: &'static str },
 }
 
-/// `path` made absolute and resolved through symlinks as far as it exists (a missing tail is
-/// appended as written), so two spellings of one location compare equal.
-fn resolve(path: &Path) -> std::path::PathBuf {
-    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
-    let mut existing = abs.as_path();
-    let mut tail = Vec::new();
-    loop {
-        if let Ok(c) = std::fs::canonicalize(existing) {
-            let mut out = c;
-            for t in tail.iter().rev() {
-                out.push(t);
-            }
-            return out;
-        }
-        match (existing.parent(), existing.file_name()) {
-            (Some(p), Some(n)) => {
-                tail.push(n.to_owned());
-                existing = p;
-            }
-            _ => return abs,
-        }
-    }
-}
-
 /// Refuses an output that is the input, lies inside it, or contains it: `--force` must never be
 /// able to replace the source dataset, and a pack inside its own source would be re-imported.
 fn check_no_overlap(input: &Path, output: &Path) -> Result<(), PackError> {
-    let (i, o) = (resolve(input), resolve(output));
+    let (i, o) = (
+        crate::fsutil::resolve(input),
+        crate::fsutil::resolve(output),
+    );
     let relation = if o == i {
         "is"
     } else if o.starts_with(&i) {

@@ -363,6 +363,68 @@ fn gs_render_pack_mode_names_files_without_a_double_extension() {
     assert!(names.contains(&"metrics.json".to_owned()));
 }
 
+/// No output of gs-render replaces one of its inputs or writes into a pack: `-o` naming the
+/// model beside `--camera` used to replace the model with a PNG. Each refusal names both
+/// paths and leaves every input as it was (compared byte for byte, the pack by its listing).
+#[test]
+fn gs_render_never_writes_over_its_inputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pack = small_pack(tmp.path());
+    let ply = tmp.path().join("m.ply");
+    small_model(&ply);
+    let cam = tmp.path().join("cam.json");
+    std::fs::write(&cam, camera_json(16, 12).to_string()).unwrap();
+    let (model, camera) = (std::fs::read(&ply).unwrap(), std::fs::read(&cam).unwrap());
+    let listing = || {
+        let mut names: Vec<_> = std::fs::read_dir(&pack)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let shards = listing();
+    // The model spelled another way: paths are compared as the file system resolves them.
+    let spelled = tmp.path().join(".").join("m.ply");
+    let inside = pack.join("renders");
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--camera", s(&cam), "-o", s(&spelled)],
+            "is the --ply file",
+        ),
+        (
+            &["--camera", s(&cam), "-o", s(&cam)],
+            "is the --camera file",
+        ),
+        (&["--convert", s(&spelled)], "is the --ply file"),
+        (&["--pack", s(&pack), "-o", s(&pack)], "is the pack"),
+        (
+            &["--pack", s(&pack), "-o", s(&inside)],
+            "lies inside the pack",
+        ),
+        (
+            &["--pack", s(&pack), "-o", s(&ply)],
+            "is a file; -o names the directory",
+        ),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["--ply", s(&ply)];
+        args.extend_from_slice(extra);
+        let o = gs_render(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+        assert_eq!(std::fs::read(&ply).unwrap(), model, "{extra:?}");
+        assert_eq!(std::fs::read(&cam).unwrap(), camera, "{extra:?}");
+        assert_eq!(listing(), shards, "{extra:?}");
+    }
+    // Another name is written as before.
+    let png = tmp.path().join("view.png");
+    let o = gs_render(&["--ply", s(&ply), "--camera", s(&cam), "-o", s(&png)]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(png.exists());
+}
+
 /// Overwrites 32 bytes in the middle of a JPEG's scan data with all-one bits (no valid Huffman
 /// code there), keeping its end-of-image marker: the file looks complete (not truncated) but
 /// its entropy-coded data is damaged, as after a bad copy or a flipped disk sector.

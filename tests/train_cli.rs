@@ -951,6 +951,10 @@ fn devices_split_the_model_and_train_like_one_device() {
             "--profile-at needs --profile-steps N",
         ),
         (
+            &["--max-gaussians", "0"],
+            "--max-gaussians 0 leaves no room for the model",
+        ),
+        (
             &["--profile-steps", "10", "--profile-at", "20", "25"],
             "--profile-at [20, 25]: each window of --profile-steps 10 must start",
         ),
@@ -1265,6 +1269,92 @@ fn an_existing_run_is_refused_and_overwrite_clears_only_its_outputs() {
         .join("checkpoints")
         .join(checkpoint::checkpoint_file_name(20))
         .exists());
+}
+
+/// A run never writes into its own inputs: `--overwrite` with an `--init` model among the
+/// outputs it deletes is refused before anything is deleted (it used to delete the model,
+/// then fail to read it); so is a pack at one of the run's output names, and an `-o` that is
+/// the pack or lies inside it. Each refusal names both paths and changes nothing.
+#[test]
+fn a_run_never_deletes_or_writes_into_its_own_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let out = dir.path().join("run");
+    let o = gs_train(&train_args(&pack, &out, "10", &[]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let model = out.join("point_cloud/iteration_10/point_cloud.ply");
+    let bytes = std::fs::read(&model).unwrap();
+    // The same model spelled through `..`: paths are compared as the file system resolves them.
+    let spelled = out.join("point_cloud/iteration_10/../iteration_10/point_cloud.ply");
+    for dry in [true, false] {
+        let mut extra = vec!["--overwrite", "--init", s(&spelled)];
+        if dry {
+            extra.push("--dry-run");
+        }
+        let o = gs_train(&train_args(&pack, &out, "10", &extra));
+        let msg = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{msg}");
+        assert!(
+            msg.contains(&format!("--init {}", spelled.display()))
+                && msg.contains(&format!(
+                    "lies inside {}",
+                    out.join("point_cloud").display()
+                ))
+                && msg.contains("--overwrite"),
+            "{msg}"
+        );
+        assert_eq!(std::fs::read(&model).unwrap(), bytes);
+    }
+    // Copied out of -o, the same model starts the new run.
+    let kept = dir.path().join("kept.ply");
+    std::fs::copy(&model, &kept).unwrap();
+    let o = gs_train(&train_args(
+        &pack,
+        &out,
+        "10",
+        &["--overwrite", "--init", s(&kept)],
+    ));
+    assert!(o.status.success(), "{}", stderr(&o));
+    // -o the pack, or inside it: the pack's directory is left as it was.
+    let listing = |d: &Path| {
+        let mut names: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&pack);
+    for o_dir in [pack.clone(), pack.join("sub")] {
+        let o = gs_train(&train_args(&pack, &o_dir, "10", &[]));
+        let msg = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{msg}");
+        assert!(
+            msg.contains(&format!("-o {}", o_dir.display()))
+                && msg.contains("a pack is never written into"),
+            "{msg}"
+        );
+    }
+    assert_eq!(listing(&pack), before);
+    // -o a file: refused as such, the file kept.
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, b"mine").unwrap();
+    let o = gs_train(&train_args(&pack, &notes, "10", &[]));
+    let msg = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{msg}");
+    assert!(msg.contains("is a file; -o names the directory"), "{msg}");
+    assert_eq!(std::fs::read(&notes).unwrap(), b"mine");
+    // A pack named like one of the run's outputs, trained into its parent directory.
+    let test_pack = dir.path().join("test");
+    std::fs::rename(&pack, &test_pack).unwrap();
+    let o = gs_train(&train_args(&test_pack, dir.path(), "10", &[]));
+    let msg = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{msg}");
+    assert!(
+        msg.contains("the pack") && msg.contains("which this run writes"),
+        "{msg}"
+    );
+    assert_eq!(listing(&test_pack), before);
 }
 
 /// Spawns a run and returns it once `checkpoints/latest` exists (it is training by then).

@@ -76,6 +76,9 @@
 //!
 //! Every output file is written under a temporary name in its directory, fsynced and renamed
 //! into place (`ramsplat::fsutil`), so an interrupted run never leaves a truncated PNG or JSON.
+//! No output replaces an input: a path (however spelled) that is the model, a camera file,
+//! `--exposure` or `--bilateral-grids` is refused before it is written, and so is an `-o` that
+//! is the pack or lies inside it (a pack is immutable) or, outside `--camera`, names a file.
 //! Image sizes are checked before any buffer is allocated: a camera beyond `MAX_PIXELS` is
 //! refused with a message naming the file and camera.
 //!
@@ -348,6 +351,71 @@ fn write_text(path: &Path, text: &str) -> Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// The files this command reads, as the file system resolves them
+/// ([`ramsplat::fsutil::resolve`]), so that no output replaces one: `-o model.ply` beside
+/// `--camera` would have replaced the model with a PNG.
+struct Inputs(Vec<(&'static str, PathBuf, PathBuf)>);
+
+impl Inputs {
+    fn of(args: &Args) -> Inputs {
+        let given = [
+            ("--ply", Some(&args.ply)),
+            ("--camera", args.camera.as_ref()),
+            ("--cameras", args.cameras.as_ref()),
+            ("--exposure", args.exposure.as_ref()),
+            ("--bilateral-grids", args.bilateral_grids.as_ref()),
+        ];
+        Inputs(
+            given
+                .into_iter()
+                .filter_map(|(flag, p)| Some((flag, p?.clone(), ramsplat::fsutil::resolve(p?))))
+                .collect(),
+        )
+    }
+
+    /// Refuses to write `path` when it is one of the inputs.
+    fn check(&self, path: &Path) -> Result<()> {
+        let resolved = ramsplat::fsutil::resolve(path);
+        if let Some((flag, given, _)) = self.0.iter().find(|(_, _, r)| *r == resolved) {
+            bail!(
+                "{}: is the {flag} file {} this command reads; write to another path (it was \
+                 left as it was)",
+                path.display(),
+                given.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Refuses an output directory that is a file, or that is the pack or lies inside it (a pack
+/// is immutable).
+fn check_output_dir(args: &Args, output: &Path) -> Result<()> {
+    if let Some(pack) = &args.pack {
+        let (p, o) = (
+            ramsplat::fsutil::resolve(pack),
+            ramsplat::fsutil::resolve(output),
+        );
+        if o.starts_with(&p) {
+            let relation = if o == p { "is" } else { "lies inside" };
+            bail!(
+                "-o {} {relation} the pack {}: a pack is immutable; write the renders somewhere \
+                 else",
+                output.display(),
+                pack.display()
+            );
+        }
+    }
+    if output.exists() && !output.is_dir() {
+        bail!(
+            "-o {}: is a file; -o names the directory the renders go into (with --camera, the \
+             PNG to write)",
+            output.display()
+        );
+    }
+    Ok(())
+}
+
 struct Renderer {
     raster: Box<dyn Rasterizer>,
     options: RenderOptions,
@@ -360,6 +428,8 @@ struct Renderer {
     exposures: Option<(PathBuf, HashMap<String, Exposure>)>,
     /// `--bilateral-grids`: the run's grids by image name.
     grids: Option<GridFile>,
+    /// What no output may replace.
+    inputs: Inputs,
 }
 
 impl Renderer {
@@ -392,6 +462,7 @@ impl Renderer {
                 Some(path) => Some(bilagrid_file::read(path)?),
                 None => None,
             },
+            inputs: Inputs::of(args),
         })
     }
 
@@ -473,7 +544,10 @@ impl Renderer {
             self.apply_grid(name, camera);
         }
         to_rgb8(&self.out.image, &mut rgb);
-        let written = write_png(png, &rgb, camera.width, camera.height);
+        let written = self
+            .inputs
+            .check(png)
+            .and_then(|()| Ok(write_png(png, &rgb, camera.width, camera.height)?));
         self.rgb = rgb;
         written?;
         self.write_depth(model, camera, png)
@@ -485,15 +559,16 @@ impl Renderer {
         let Some(scratch) = &mut self.depth else {
             return Ok(());
         };
+        let (npy, preview) = (
+            png.with_extension("depth.npy"),
+            png.with_extension("depth.png"),
+        );
+        self.inputs.check(&npy)?;
+        self.inputs.check(&preview)?;
         let map = render_depth(self.raster.as_mut(), model, camera, &self.options, scratch)
             .context("depth render failed")?;
-        write_depth_npy(&png.with_extension("depth.npy"), &map)?;
-        write_png(
-            &png.with_extension("depth.png"),
-            &depth_preview_rgb8(&map),
-            map.width,
-            map.height,
-        )?;
+        write_depth_npy(&npy, &map)?;
+        write_png(&preview, &depth_preview_rgb8(&map), map.width, map.height)?;
         Ok(())
     }
 }
@@ -989,6 +1064,7 @@ fn render_pack(
         }
         let file = eval::view_file_name(i, &v.name);
         let side = eval::side_by_side(&gt, scorer.rgb8(), w, h);
+        r.inputs.check(&output.join(&file))?;
         eval::write_png(&output.join(&file), &side, 2 * w as u32, h as u32)?;
         r.write_depth(&model, &camera, &output.join(&file))
             .with_context(|| format!("view {i} ({:?})", v.name))?;
@@ -1069,6 +1145,7 @@ fn render_pack(
         views,
     };
     let json = serde_json::to_string_pretty(&report).context("cannot encode metrics")?;
+    r.inputs.check(&output.join("metrics.json"))?;
     write_text(&output.join("metrics.json"), &(json + "\n"))?;
     eprintln!(
         "{} views: mean PSNR {} dB, mean SSIM {:.4}{}{}; wrote {}",
@@ -1150,14 +1227,21 @@ fn read_exposures(path: &Path) -> Result<HashMap<String, Exposure>> {
 
 fn run(args: &Args) -> Result<()> {
     if let Some(out) = &args.convert {
+        Inputs::of(args).check(out)?;
         return convert(args, out);
     }
-    // Fail on an unavailable backend before doing any work.
-    let raster = make_rasterizer(args.backend, &mut |note| eprintln!("gs-render: {note}"))?;
     let output = args
         .output
         .as_deref()
         .expect("clap requires -o without --convert");
+    // Before any work: the one file of --camera, or the directory of the other modes.
+    if args.camera.is_some() {
+        Inputs::of(args).check(output)?;
+    } else {
+        check_output_dir(args, output)?;
+    }
+    // Fail on an unavailable backend before doing any work.
+    let raster = make_rasterizer(args.backend, &mut |note| eprintln!("gs-render: {note}"))?;
     if let Some(frames) = args.trajectory {
         return match (&args.pack, &args.cameras) {
             (Some(pack_path), None) => {

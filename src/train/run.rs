@@ -236,6 +236,11 @@ pub enum OptionsError {
     ExtendWithoutResume,
     #[error("--devices must be at least 1")]
     NoDevices,
+    #[error(
+        "--max-gaussians 0 leaves no room for the model: give at least 1, or leave it out (the \
+         default caps growth at {0})"
+    )]
+    ZeroCap(usize),
     #[error("--profile-at needs --profile-steps N, the number of steps each window times")]
     ProfileAtWithoutSteps,
     #[error(
@@ -331,6 +336,34 @@ pub enum RunError {
         out.display()
     )]
     ExistingRun { out: PathBuf, found: String },
+    /// `out` is the pack or lies inside it ([`check_paths`]).
+    #[error(
+        "-o {} {relation} the pack {}: a pack is never written into; give -o a directory \
+         outside it",
+        out.display(),
+        pack.display()
+    )]
+    OutputInPack {
+        out: PathBuf,
+        pack: PathBuf,
+        relation: &'static str,
+    },
+    /// `out` is a file ([`check_paths`]).
+    #[error("-o {}: is a file; -o names the directory the run's outputs go into", out.display())]
+    OutputIsFile { out: PathBuf },
+    /// An input lies inside one of the outputs the run replaces ([`check_paths`]).
+    #[error(
+        "{what} {} lies inside {}, which this run {doing}; copy it out of that directory \
+         first, or train into another -o directory",
+        input.display(),
+        output.display()
+    )]
+    InputInOutputs {
+        what: &'static str,
+        input: PathBuf,
+        output: PathBuf,
+        doing: &'static str,
+    },
     /// Another live process holds `out`'s run lock ([`RUN_LOCK`]).
     #[error(
         "{}: another gs-train{} is writing this directory right now; wait for it to end (or \
@@ -1318,6 +1351,60 @@ fn lock_output(
     }
 }
 
+/// Refuses an `out` that would write into the pack (it is the pack, or lies inside it) or that
+/// is a file, and an input (the pack, the `--init` model) inside one of the outputs the run deletes with
+/// `--overwrite` or writes into ([`RUN_OUTPUTS`]): `gs-train PACK -o OUT --overwrite --init
+/// OUT/point_cloud/iteration_N/point_cloud.ply` would delete the model it was to start from
+/// before reading it, and a pack named `test` trained with `-o .` would get the run's test
+/// images among its shards (and be deleted by the next `--overwrite`). Paths are compared as
+/// the file system resolves them ([`crate::fsutil::resolve`]). Called before anything is
+/// created, locked or read in `out`.
+fn check_paths(opts: &RunOptions) -> Result<(), RunError> {
+    let resolve = crate::fsutil::resolve;
+    let (pack, out) = (resolve(&opts.pack), resolve(&opts.out));
+    let relation = if out == pack {
+        Some("is")
+    } else if out.starts_with(&pack) {
+        Some("lies inside")
+    } else {
+        None
+    };
+    if let Some(relation) = relation {
+        return Err(RunError::OutputInPack {
+            out: opts.out.clone(),
+            pack: opts.pack.clone(),
+            relation,
+        });
+    }
+    if opts.out.exists() && !opts.out.is_dir() {
+        return Err(RunError::OutputIsFile {
+            out: opts.out.clone(),
+        });
+    }
+    let inputs =
+        std::iter::once(("the pack", &opts.pack)).chain(opts.init.iter().map(|m| ("--init", m)));
+    for (what, input) in inputs {
+        let resolved = resolve(input);
+        if let Some(name) = RUN_OUTPUTS
+            .iter()
+            .find(|n| resolved.starts_with(out.join(n)))
+        {
+            let doing = if opts.overwrite {
+                "deletes (--overwrite) before it starts"
+            } else {
+                "writes"
+            };
+            return Err(RunError::InputInOutputs {
+                what,
+                input: input.clone(),
+                output: opts.out.join(name),
+                doing,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Refuses an `out` holding another run's outputs (see [`RUN_OUTPUTS`]), or, with `overwrite`,
 /// removes exactly those outputs and nothing else.
 fn claim_output(out: &Path, overwrite: bool) -> Result<(), RunError> {
@@ -1742,6 +1829,10 @@ fn check_options(opts: &RunOptions) -> Result<(), RunError> {
             return Err(OptionsError::McmcWithoutCap.into());
         }
     }
+    if opts.config.densify.max_gaussians == 0 {
+        let default = TrainConfig::default().densify.max_gaussians;
+        return Err(OptionsError::ZeroCap(default).into());
+    }
     if opts.init.is_some() && opts.resume {
         return Err(OptionsError::InitWithResume.into());
     }
@@ -1924,6 +2015,7 @@ pub fn dry_run(
     on_event: &mut dyn FnMut(Event),
 ) -> Result<PlanSummary, RunError> {
     check_options(opts)?;
+    check_paths(opts)?;
     let mut config = opts.config.clone();
     let pack = Arc::new(Pack::open(&opts.pack)?.resized(config.resolution));
     if let Some(note) = resolution_note(&pack, config.resolution) {
@@ -2020,6 +2112,7 @@ pub fn dry_run(
 pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutcome, RunError> {
     let started = Instant::now();
     check_options(opts)?;
+    check_paths(opts)?;
     let mut config = opts.config.clone();
     let pack = Arc::new(Pack::open(&opts.pack)?.resized(config.resolution));
     if let Some(note) = resolution_note(&pack, config.resolution) {
