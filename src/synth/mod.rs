@@ -43,11 +43,17 @@
 //! - Every file appears complete or not at all: written through [`crate::fsutil`] (hidden
 //!   temporary name in the same directory, fsync, rename into place when complete); a failed
 //!   write (a full disk) removes its temporary file, so no `.tmp` image is left behind.
-//! - An existing non-empty `DIR` is refused unless `--force`; with `--force` the files a previous
-//!   synth run would have written (images named like ours, `sparse/0/*`, `transforms.json`,
-//!   `points3d.ply`) are removed first, so a COLMAP run followed by a NeRF run into the same
-//!   directory does not leave a stale `sparse/` that format detection would pick up. Other
-//!   files are left alone. `depth_params.json` and `depths/<digits>.png` count as ours.
+//! - An existing non-empty `DIR` is refused unless `--force`, and `--force` only replaces a
+//!   previous synth run: a directory synth made carries the marker file [`SYNTH_MARKER`]
+//!   (written before anything else, so a killed run's directory has it too), and a non-empty
+//!   directory without it is refused even with `--force`. A real dataset's `sparse/0/*.bin` or
+//!   `transforms.json` are exactly the names synth writes, so no name could tell them apart:
+//!   `--force` into a COLMAP workspace used to delete its reconstruction. In a marked directory
+//!   the files a previous synth run would have written (images named like ours, `sparse/0/*`,
+//!   `transforms.json`, `points3d.ply`) are removed first, so a COLMAP run followed by a NeRF
+//!   run into the same directory does not leave a stale `sparse/` that format detection would
+//!   pick up. Other files are left alone. `depth_params.json` and `depths/<digits>.png` count
+//!   as ours.
 
 //!
 //! # Measured throughput
@@ -132,7 +138,8 @@ impl ImageFormat {
 /// `gs-pack synth` arguments.
 #[derive(clap::Args, Clone, Debug)]
 pub struct SynthArgs {
-    /// Output dataset directory (created; must be empty or absent unless --force).
+    /// Output dataset directory (created; must be empty or absent unless --force, and --force
+    /// only replaces an earlier `gs-pack synth` run's files).
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
     /// Number of views (cameras and images).
@@ -156,7 +163,8 @@ pub struct SynthArgs {
     /// Image file format: png (lossless, exact) or jpg (quality 95, realistic for benchmarks).
     #[arg(long = "image-format", value_enum, default_value_t = ImageFormat::Png)]
     pub image_format: ImageFormat,
-    /// Write into a non-empty output directory, replacing files a previous synth run wrote.
+    /// Write into a non-empty output directory that a previous synth run made, replacing the
+    /// files it wrote (any other directory is refused).
     #[arg(long)]
     pub force: bool,
     /// Also write each view's exact inverse-depth map as a monocular estimator's relative
@@ -218,6 +226,12 @@ pub struct SynthReport {
 pub enum SynthError {
     #[error("{}: output directory is not empty; pass --force to overwrite a previous synth run there, or choose another -o", path.display())]
     OutputNotEmpty { path: PathBuf },
+    #[error(
+        "{}: not a previous gs-pack synth run (it has no {SYNTH_MARKER} marker), so --force \
+         leaves it alone: its files could be a real dataset's; choose an empty or new -o",
+        path.display()
+    )]
+    NotSynthOutput { path: PathBuf },
     #[error("invalid synth arguments: {msg}")]
     InvalidArgs { msg: String },
     #[error("{}: {source}", path.display())]
@@ -297,7 +311,12 @@ fn is_our_temp_name(name: &str) -> bool {
                 .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())))
 }
 
-/// Creates `dir` or checks it is empty; under `force`, removes what an earlier run wrote.
+/// The file that marks a directory as synth's own (see the module doc): only a directory that
+/// has it is cleared by `--force`.
+pub const SYNTH_MARKER: &str = ".gs-synth";
+
+/// Creates `dir` or checks it is empty; under `force`, removes what an earlier run wrote in a
+/// directory it marked. Marks `dir` before anything is written into it.
 fn prepare_output(dir: &Path, force: bool) -> Result<(), SynthError> {
     match fs::read_dir(dir) {
         Ok(mut entries) => {
@@ -307,13 +326,24 @@ fn prepare_output(dir: &Path, force: bool) -> Result<(), SynthError> {
                         path: dir.to_owned(),
                     });
                 }
+                if !dir.join(SYNTH_MARKER).is_file() {
+                    return Err(SynthError::NotSynthOutput {
+                        path: dir.to_owned(),
+                    });
+                }
                 remove_previous_outputs(dir)?;
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_err(dir)(e)),
     }
-    fs::create_dir_all(dir.join("images")).map_err(io_err(dir))
+    fs::create_dir_all(dir.join("images")).map_err(io_err(dir))?;
+    let marker = dir.join(SYNTH_MARKER);
+    crate::fsutil::write_atomic(
+        &marker,
+        b"written by gs-pack synth: `gs-pack synth --force` may replace its files here\n",
+    )
+    .map_err(io_err(&marker))
 }
 
 fn remove_if_exists(path: &Path) -> Result<(), SynthError> {
@@ -890,7 +920,8 @@ mod tests {
         }
     }
 
-    /// Every file under `dir` (relative path → bytes), sorted.
+    /// Every file under `dir` (relative path → bytes), sorted; not synth's marker, which is no
+    /// part of the dataset (nor of `bytes_written`) and the same for every seed.
     fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
         let mut out = Vec::new();
         let mut stack = vec![dir.to_owned()];
@@ -899,7 +930,7 @@ mod tests {
                 let p = e.unwrap().path();
                 if p.is_dir() {
                     stack.push(p);
-                } else {
+                } else if p != dir.join(SYNTH_MARKER) {
                     out.push((
                         p.strip_prefix(dir).unwrap().to_owned(),
                         fs::read(&p).unwrap(),
@@ -1308,6 +1339,13 @@ mod tests {
     fn non_empty_output_is_refused_without_force_and_cleaned_with_it() {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().to_owned();
+        // An earlier (bigger, COLMAP) run, and a file of the user's beside it.
+        let mut earlier = tiny(&out, SynthFormat::Colmap);
+        earlier.views = 100;
+        earlier.width = 8;
+        earlier.height = 8;
+        run(&earlier, &|_, _| {}).unwrap();
+        assert!(out.join("images/00099.png").exists() && out.join(SYNTH_MARKER).is_file());
         fs::write(out.join("notes.txt"), "keep me").unwrap();
         let mut args = tiny(&out, SynthFormat::Nerf);
         let err = run(&args, &|_, _| {}).unwrap_err();
@@ -1316,11 +1354,6 @@ mod tests {
             err.to_string().contains("--force")
                 && err.to_string().contains(&out.display().to_string())
         );
-        // Stale files of an earlier (bigger, COLMAP) run.
-        fs::create_dir_all(out.join("sparse/0")).unwrap();
-        fs::write(out.join("sparse/0/cameras.txt"), "stale").unwrap();
-        fs::create_dir_all(out.join("images")).unwrap();
-        fs::write(out.join("images/00099.png"), "stale").unwrap();
         fs::write(out.join("images/mine.png"), "user file").unwrap();
         args.force = true;
         run(&args, &|_, _| {}).unwrap();
@@ -1331,6 +1364,36 @@ mod tests {
             crate::import::detect(&out).unwrap(),
             crate::dataset::Format::Nerf
         );
+    }
+
+    /// `--force` never clears a directory synth did not make: a COLMAP workspace's model and
+    /// photos (the very names synth writes) survive it byte for byte, and so does a pack.
+    #[test]
+    fn force_leaves_a_directory_synth_did_not_make_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("workspace");
+        fs::create_dir_all(out.join("sparse/0")).unwrap();
+        fs::create_dir_all(out.join("images")).unwrap();
+        for (name, bytes) in [
+            ("sparse/0/cameras.bin", &b"the user's cameras"[..]),
+            ("sparse/0/images.bin", b"the user's images"),
+            ("sparse/0/points3D.bin", b"the user's points"),
+            ("images/00000.png", b"the user's photo"),
+            ("transforms.json", b"{}"),
+        ] {
+            fs::write(out.join(name), bytes).unwrap();
+        }
+        let before = snapshot(&out);
+        let mut args = tiny(&out, SynthFormat::Colmap);
+        args.force = true;
+        let err = run(&args, &|_, _| {}).unwrap_err();
+        assert!(matches!(err, SynthError::NotSynthOutput { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&out.display().to_string()) && msg.contains(SYNTH_MARKER),
+            "{msg}"
+        );
+        assert_eq!(snapshot(&out), before);
     }
 
     #[test]
