@@ -1,7 +1,8 @@
 //! The gsplat side-by-side tools (`tools/gsplat_train.py`, `tools/gsplat_metrics_check.py`,
 //! `tools/gpu_bench_table.py`, `tools/gpu-bench.sh`) without a GPU or torch:
 //!
-//! - the Python files compile (`python3 -m py_compile`) and the shell script parses (`bash -n`);
+//! - the Python files compile (`python3 -m py_compile`) and the shell scripts parse (`bash -n`);
+//!   `gpu-bundle.sh` refuses to replace a directory it did not make;
 //! - the scoring `gsplat_train.py` applies to gsplat's renders equals ramsplat's: a model
 //!   trained briefly on a synthetic pack is rendered by `gs-render --pack --split test`, and
 //!   `gsplat_metrics_check.py` re-scores every side-by-side image with the numpy code and
@@ -57,6 +58,29 @@ fn tools_compile_and_parse() {
             .arg("-n")
             .arg(root().join("tools").join(f)));
     }
+}
+
+/// `tools/gpu-bundle.sh DIR` replaces DIR whole, so it refuses a directory it did not make
+/// (`tools/gpu-bundle.sh .` would have deleted the checkout), before it builds anything.
+#[test]
+fn gpu_bundle_replaces_only_its_own_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
+    let out = Command::new("bash")
+        .arg(root().join("tools/gpu-bundle.sh"))
+        .arg(dir.path())
+        .output()
+        .expect("bash starts");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("is not a bundle this script made") && err.contains(".gs-gpu-bundle"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("notes.txt")).unwrap(),
+        b"mine"
+    );
 }
 
 fn synth_pack(dir: &Path) -> PathBuf {

@@ -17,6 +17,8 @@
 #                 gsplat harness uses the same SSIM formula in torch convolutions (slower).
 #   DIR/BUILD     the commit and toolchain the bundle was built from (and the wheel's sha256,
 #                 fused-ssim's commit)
+#   DIR/.gs-gpu-bundle  the mark that this script made DIR: a later run replaces DIR whole,
+#                 and refuses a DIR without it (or BUILD)
 #
 # Usage (from the repository root):
 #   tools/gpu-bundle.sh .gpu            # then copy .gpu and tools/ to the GPU machine
@@ -33,8 +35,18 @@ fi
 dir=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# DIR is replaced whole, so only an earlier bundle is: one marked as such when it was begun
+# (or, from before the mark, one holding its BUILD). `tools/gpu-bundle.sh .` must never delete
+# the repository.
+marker=.gs-gpu-bundle
+if [ -e "$dir" ] && [ ! -f "$dir/$marker" ] && [ ! -f "$dir/BUILD" ]; then
+    echo "gpu-bundle: $dir exists and is not a bundle this script made (no $dir/$marker);" \
+        "it was left as it was: name a new directory (e.g. .gpu), or remove it yourself" >&2
+    exit 2
+fi
 rm -rf "$dir"
 mkdir -p "$dir/bin" "$dir/tests" "$dir/benches" "$dir/data" "$dir/wheels"
+echo "made by tools/gpu-bundle.sh, which replaces this directory whole" >"$dir/$marker"
 
 echo "gpu-bundle: building release binaries, test and bench executables"
 cargo build --release --bins
