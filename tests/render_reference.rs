@@ -709,6 +709,33 @@ fn gs_render_pack_mode_writes_side_by_side_and_metrics() {
     // The middle frame is neither end: the camera moved.
     assert_ne!(frame(4).as_raw(), frame(0).as_raw());
     assert_ne!(frame(4).as_raw(), frame(8).as_raw());
+    // A shorter trajectory into the same folder would leave frames 5-8 behind for the encoder
+    // to play: refused, naming the first, with nothing written; as many frames re-render.
+    let again = |frames: &str| {
+        gs_render()
+            .args(["--ply", ply.to_str().unwrap()])
+            .args(["--pack", pack.to_str().unwrap()])
+            .args(["--trajectory", frames, "-o", fly.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let first = std::fs::read(fly.join(&expected[0])).unwrap();
+    std::fs::write(fly.join(&expected[0]), b"stale").unwrap();
+    let out = again("5");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("holds 4 files of a longer earlier trajectory (from frame_00005.png)"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(fly.join(&expected[0])).unwrap(), b"stale");
+    let out = again("9");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(fly.join(&expected[0])).unwrap(), first);
     // One key camera cannot make a path: a clear refusal, not a panic.
     let out = gs_render()
         .args(["--ply", ply.to_str().unwrap()])

@@ -31,7 +31,8 @@
 //! Catmull–Rom spline, orientations slerped, every frame at the first camera's size; with
 //! `--trajectory-shape ellipse`, an orbit around what those cameras look at
 //! (`ramsplat::scene::trajectory`); a fly-through to encode with e.g. `ffmpeg -framerate 30 -i
-//! DIR/frame_%05d.png -pix_fmt yuv420p fly.mp4`.
+//! DIR/frame_%05d.png -pix_fmt yuv420p fly.mp4`. A DIR holding frames of a longer earlier
+//! trajectory is refused: they would be left behind, and the encoder would play them too.
 //!
 //! `--cameras` takes the `cameras.json` the original 3DGS trainer (and `gs-train`) writes
 //! (see `ramsplat::export::cameras_json`) and writes one PNG per entry, `DIR/<img_name>.png` (an
@@ -928,6 +929,7 @@ fn render_trajectory(
         )
     })?;
     check_size(&path[0]).with_context(|| format!("{}", source.display()))?;
+    check_stale_frames(output, path.len())?;
     let model = load_model(args)?;
     let mut r = Renderer::new(raster, args, &model)?;
     std::fs::create_dir_all(output)
@@ -955,6 +957,38 @@ fn render_trajectory(
         output.display()
     );
     Ok(())
+}
+
+/// Refuses a trajectory of `frames` frames into a directory holding frames of a longer earlier
+/// one (`frame_N.png` and its depth files, `N ≥ frames`): they would be left behind, and an
+/// encoder reading `frame_%05d.png` would play them after this trajectory's.
+fn check_stale_frames(output: &Path, frames: usize) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(output) else {
+        return Ok(());
+    };
+    let mut stale: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let number = name.strip_prefix("frame_")?;
+            let end = number.find(|c: char| !c.is_ascii_digit())?;
+            let n: usize = number[..end].parse().ok()?;
+            let ours = matches!(&number[end..], ".png" | ".depth.png" | ".depth.npy");
+            (ours && n >= frames).then_some(name)
+        })
+        .collect();
+    if stale.is_empty() {
+        return Ok(());
+    }
+    stale.sort();
+    bail!(
+        "{}: holds {} files of a longer earlier trajectory (from {}) that these {frames} frames \
+         would leave behind, and `frame_%05d.png` would play them after the new ones; remove \
+         them or render into an empty directory (nothing was written)",
+        output.display(),
+        stale.len(),
+        stale[0]
+    );
 }
 
 fn render_pack(
