@@ -336,7 +336,7 @@ pub enum RunError {
         out.display()
     )]
     ExistingRun { out: PathBuf, found: String },
-    /// `out` is the pack or lies inside it ([`check_paths`]).
+    /// `out` is the pack or lies inside it: a pack is never written into.
     #[error(
         "-o {} {relation} the pack {}: a pack is never written into; give -o a directory \
          outside it",
@@ -348,10 +348,11 @@ pub enum RunError {
         pack: PathBuf,
         relation: &'static str,
     },
-    /// `out` is a file ([`check_paths`]).
+    /// `out` is a file.
     #[error("-o {}: is a file; -o names the directory the run's outputs go into", out.display())]
     OutputIsFile { out: PathBuf },
-    /// An input lies inside one of the outputs the run replaces ([`check_paths`]).
+    /// An input (the pack, the `--init` model) lies inside one of the outputs the run writes or,
+    /// with `--overwrite`, deletes before it starts ([`RUN_OUTPUTS`]).
     #[error(
         "{what} {} lies inside {}, which this run {doing}; copy it out of that directory \
          first, or train into another -o directory",
