@@ -1353,13 +1353,13 @@ fn lock_output(
 }
 
 /// Refuses an `out` that would write into the pack (it is the pack, or lies inside it) or that
-/// is a file, and an input (the pack, the `--init` model) inside one of the outputs the run deletes with
-/// `--overwrite` or writes into ([`RUN_OUTPUTS`]): `gs-train PACK -o OUT --overwrite --init
-/// OUT/point_cloud/iteration_N/point_cloud.ply` would delete the model it was to start from
-/// before reading it, and a pack named `test` trained with `-o .` would get the run's test
-/// images among its shards (and be deleted by the next `--overwrite`). Paths are compared as
-/// the file system resolves them ([`crate::fsutil::resolve`]). Called before anything is
-/// created, locked or read in `out`.
+/// is a file, and an input (the pack, the `--init` model) inside one of the outputs the run
+/// writes into or deletes with `--overwrite` ([`RUN_OUTPUTS`]): `gs-train PACK -o OUT
+/// --overwrite --init OUT/point_cloud/iteration_N/point_cloud.ply` would delete the model it
+/// was to start from before reading it, and a pack named `test` trained with `-o .` would get
+/// the run's test images among its shards (and be deleted by the next `--overwrite`). Paths
+/// are compared as the file system resolves them ([`crate::fsutil::resolve`]). Called before
+/// anything is created, locked or read in `out`.
 fn check_paths(opts: &RunOptions) -> Result<(), RunError> {
     let resolve = crate::fsutil::resolve;
     let (pack, out) = (resolve(&opts.pack), resolve(&opts.out));
