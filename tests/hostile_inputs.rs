@@ -171,6 +171,46 @@ fn a_missing_shard_exits_3_naming_it_once_with_advice() {
     assert!(stderr(&o).contains("missing"), "{}", text(&o));
 }
 
+/// A shard replaced by something that is not a file is named for what it is, as damage (exit 3
+/// from verify, 1 from the other commands) with the remedy; a pipe is refused without being
+/// opened (opening one would wait for a writer forever).
+#[test]
+fn a_shard_that_is_not_a_file_is_named_as_such() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pack = small_pack(tmp.path());
+    let shard = shard_path(&pack);
+    type Replace = fn(&Path);
+    let cases: [(Replace, &str); 3] = [
+        (|p| std::fs::create_dir(p).unwrap(), "a directory, where"),
+        (
+            |p| std::os::unix::fs::symlink("/dev/null", p).unwrap(),
+            "not a regular file",
+        ),
+        (
+            |p| {
+                let ok = Command::new("mkfifo").arg(p).status().unwrap().success();
+                assert!(ok, "mkfifo {}", p.display());
+            },
+            "not a regular file",
+        ),
+    ];
+    for (replace, want) in cases {
+        let _ = std::fs::remove_file(&shard);
+        let _ = std::fs::remove_dir(&shard);
+        replace(&shard);
+        let o = verify(&pack);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{err}");
+        assert!(
+            err.contains(want) && err.contains("gs-pack convert --force"),
+            "{err}"
+        );
+        let o = gs_pack(&["info", s(&pack)]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(stderr(&o).contains(want), "{}", text(&o));
+    }
+}
+
 #[test]
 fn checksum_mismatches_show_both_values() {
     let tmp = tempfile::tempdir().unwrap();

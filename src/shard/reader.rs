@@ -191,7 +191,8 @@ impl Pack {
         let mut shards = Vec::with_capacity(manifest.shards.len());
         for (i, entry) in manifest.shards.iter().enumerate() {
             let path = dir.join(&entry.file);
-            let file = File::open(&path).map_err(|e| {
+            // The kind of file first, from its metadata: opening a pipe would block.
+            let meta = std::fs::metadata(&path).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::NotFound {
                     // A shard the manifest lists is gone: damage, not an I/O hiccup.
                     ShardError::Corrupt {
@@ -206,6 +207,22 @@ impl Pack {
                     io(&path, e)
                 }
             })?;
+            if !meta.is_file() {
+                let kind = if meta.is_dir() {
+                    "a directory"
+                } else {
+                    "not a regular file (a device, pipe or socket)"
+                };
+                return Err(ShardError::Corrupt {
+                    path,
+                    what: format!("shard {i}"),
+                    msg: format!(
+                        "{kind}, where the manifest lists {:?}, a file of {} bytes",
+                        entry.file, entry.bytes
+                    ),
+                });
+            }
+            let file = File::open(&path).map_err(|e| io(&path, e))?;
             let flen = file.metadata().map_err(|e| io(&path, e))?.len();
             if flen != entry.bytes {
                 return Err(ShardError::Corrupt {
