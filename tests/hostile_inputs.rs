@@ -211,6 +211,52 @@ fn a_shard_that_is_not_a_file_is_named_as_such() {
     }
 }
 
+/// A model path that is a directory or a named pipe is refused for what it is, at once: the
+/// pipe is not opened (that would wait for a writer forever). Both `gs-render --ply` and
+/// `gs-train --init` read models through the same loader.
+#[test]
+fn a_model_that_is_not_a_file_is_refused_without_opening_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cam = tmp.path().join("cam.json");
+    std::fs::write(&cam, camera_json(16, 12).to_string()).unwrap();
+    let dir_model = tmp.path().join("dir.ply");
+    std::fs::create_dir(&dir_model).unwrap();
+    let pipe_model = tmp.path().join("pipe.ply");
+    let ok = Command::new("mkfifo")
+        .arg(&pipe_model)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "mkfifo");
+    for (model, want) in [
+        (&dir_model, "a directory, not a model file"),
+        (&pipe_model, "not a regular file"),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+            .args(["--ply", s(model), "--camera", s(&cam), "-o"])
+            .arg(tmp.path().join("x.png"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > std::time::Duration::from_secs(60) {
+                child.kill().unwrap();
+                panic!(
+                    "gs-render --ply {} still running after 60 s",
+                    model.display()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(want) && err.contains(s(model)), "{err}");
+    }
+}
+
 #[test]
 fn checksum_mismatches_show_both_values() {
     let tmp = tempfile::tempdir().unwrap();

@@ -100,6 +100,14 @@ pub enum ModelIoError {
         path.display()
     )]
     UnknownFormat { path: std::path::PathBuf },
+    #[error(
+        "{}: {kind}, not a model file; give the path of a .ply, .spz, .splat or .compressed.ply",
+        path.display()
+    )]
+    NotAFile {
+        path: std::path::PathBuf,
+        kind: &'static str,
+    },
 }
 
 impl From<compressed_ply::CompressedPlyError> for ModelIoError {
@@ -126,6 +134,20 @@ pub fn load_model(
     path: &Path,
     ply_options: &ply::LoadOptions,
 ) -> Result<(Gaussians, ModelInfo), ModelIoError> {
+    // The kind first, from the metadata: opening a named pipe would wait for a writer forever.
+    // A path that does not exist is left to the reader, whose error names it.
+    if let Ok(meta) = std::fs::metadata(path) {
+        if !meta.is_file() {
+            return Err(ModelIoError::NotAFile {
+                path: path.to_owned(),
+                kind: if meta.is_dir() {
+                    "a directory"
+                } else {
+                    "not a regular file (a device, pipe or socket)"
+                },
+            });
+        }
+    }
     match ModelFormat::from_path(path) {
         // A compressed PLY saved under a plain `.ply` name is recognised by its header.
         Some(ModelFormat::Ply) => match ply::load_with_info(path, ply_options) {
