@@ -20,7 +20,7 @@
 //!   finished (and fsynced) under a temporary name to its final name.
 //!
 //! - [`resolve`] spells a path the one way the file system resolves it, so the writers that
-//!   must not write into their own inputs can compare the two.
+//!   must not write into their own inputs can compare the two ([`placement`]).
 //!
 //! This module is the crate's only caller of `rename`: every writer goes through it.
 
@@ -49,6 +49,32 @@ pub fn resolve(path: &Path) -> PathBuf {
             }
             _ => return abs,
         }
+    }
+}
+
+/// Where `path` lies relative to the directory `dir`, both as the file system resolves them
+/// ([`resolve`]): `"is"` (the same place), `"lies inside"`, or `None` (elsewhere); the words of
+/// the refusals of writers that must not write into their inputs.
+pub fn placement(path: &Path, dir: &Path) -> Option<&'static str> {
+    let (p, d) = (resolve(path), resolve(dir));
+    if p == d {
+        Some("is")
+    } else if p.starts_with(&d) {
+        Some("lies inside")
+    } else {
+        None
+    }
+}
+
+/// What `meta` is when it is not a regular file (for the errors of readers that look before
+/// they open: opening a named pipe waits for a writer forever); `None` for a regular file.
+pub fn not_a_file(meta: &fs::Metadata) -> Option<&'static str> {
+    if meta.is_file() {
+        None
+    } else if meta.is_dir() {
+        Some("a directory")
+    } else {
+        Some("not a regular file (a device, pipe or socket)")
     }
 }
 

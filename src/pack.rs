@@ -287,17 +287,10 @@ pub enum PackError {
 /// Refuses an output that is the input, lies inside it, or contains it: `--force` must never be
 /// able to replace the source dataset, and a pack inside its own source would be re-imported.
 fn check_no_overlap(input: &Path, output: &Path) -> Result<(), PackError> {
-    let (i, o) = (
-        crate::fsutil::resolve(input),
-        crate::fsutil::resolve(output),
-    );
-    let relation = if o == i {
-        "is"
-    } else if o.starts_with(&i) {
-        "lies inside"
-    } else if i.starts_with(&o) {
-        "contains"
-    } else {
+    use crate::fsutil::placement;
+    let Some(relation) =
+        placement(output, input).or_else(|| placement(input, output).map(|_| "contains"))
+    else {
         return Ok(());
     };
     Err(PackError::Overlap {

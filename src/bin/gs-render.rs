@@ -393,12 +393,7 @@ impl Inputs {
 /// is immutable).
 fn check_output_dir(args: &Args, output: &Path) -> Result<()> {
     if let Some(pack) = &args.pack {
-        let (p, o) = (
-            ramsplat::fsutil::resolve(pack),
-            ramsplat::fsutil::resolve(output),
-        );
-        if o.starts_with(&p) {
-            let relation = if o == p { "is" } else { "lies inside" };
+        if let Some(relation) = ramsplat::fsutil::placement(output, pack) {
             bail!(
                 "-o {} {relation} the pack {}: a pack is immutable; write the renders somewhere \
                  else",

@@ -136,17 +136,14 @@ pub fn load_model(
 ) -> Result<(Gaussians, ModelInfo), ModelIoError> {
     // The kind first, from the metadata: opening a named pipe would wait for a writer forever.
     // A path that does not exist is left to the reader, whose error names it.
-    if let Ok(meta) = std::fs::metadata(path) {
-        if !meta.is_file() {
-            return Err(ModelIoError::NotAFile {
-                path: path.to_owned(),
-                kind: if meta.is_dir() {
-                    "a directory"
-                } else {
-                    "not a regular file (a device, pipe or socket)"
-                },
-            });
-        }
+    if let Some(kind) = std::fs::metadata(path)
+        .ok()
+        .and_then(|m| crate::fsutil::not_a_file(&m))
+    {
+        return Err(ModelIoError::NotAFile {
+            path: path.to_owned(),
+            kind,
+        });
     }
     match ModelFormat::from_path(path) {
         // A compressed PLY saved under a plain `.ply` name is recognised by its header.

@@ -207,12 +207,7 @@ impl Pack {
                     io(&path, e)
                 }
             })?;
-            if !meta.is_file() {
-                let kind = if meta.is_dir() {
-                    "a directory"
-                } else {
-                    "not a regular file (a device, pipe or socket)"
-                };
+            if let Some(kind) = crate::fsutil::not_a_file(&meta) {
                 return Err(ShardError::Corrupt {
                     path,
                     what: format!("shard {i}"),

@@ -1358,19 +1358,11 @@ fn lock_output(
 /// --overwrite --init OUT/point_cloud/iteration_N/point_cloud.ply` would delete the model it
 /// was to start from before reading it, and a pack named `test` trained with `-o .` would get
 /// the run's test images among its shards (and be deleted by the next `--overwrite`). Paths
-/// are compared as the file system resolves them ([`crate::fsutil::resolve`]). Called before
+/// are compared as the file system resolves them ([`crate::fsutil::placement`]). Called before
 /// anything is created, locked or read in `out`.
 fn check_paths(opts: &RunOptions) -> Result<(), RunError> {
-    let resolve = crate::fsutil::resolve;
-    let (pack, out) = (resolve(&opts.pack), resolve(&opts.out));
-    let relation = if out == pack {
-        Some("is")
-    } else if out.starts_with(&pack) {
-        Some("lies inside")
-    } else {
-        None
-    };
-    if let Some(relation) = relation {
+    use crate::fsutil::placement;
+    if let Some(relation) = placement(&opts.out, &opts.pack) {
         return Err(RunError::OutputInPack {
             out: opts.out.clone(),
             pack: opts.pack.clone(),
@@ -1385,10 +1377,9 @@ fn check_paths(opts: &RunOptions) -> Result<(), RunError> {
     let inputs =
         std::iter::once(("the pack", &opts.pack)).chain(opts.init.iter().map(|m| ("--init", m)));
     for (what, input) in inputs {
-        let resolved = resolve(input);
         if let Some(name) = RUN_OUTPUTS
             .iter()
-            .find(|n| resolved.starts_with(out.join(n)))
+            .find(|n| placement(input, &opts.out.join(n)).is_some())
         {
             let doing = if opts.overwrite {
                 "deletes (--overwrite) before it starts"
