@@ -1,5 +1,6 @@
 //! Crash-safe file system primitives shared by every writer that must never leave a torn file or
-//! destroy what a user had: atomic file replacement and no-clobber directory installation.
+//! destroy what a user had: atomic file replacement and no-clobber directory installation; and
+//! the one way readers open a path a user gave.
 //!
 //! # Invariants
 //! - [`write_atomic`] writes to a hidden temporary name in the destination's own directory
@@ -21,6 +22,11 @@
 //!
 //! - [`resolve`] spells a path the one way the file system resolves it, so the writers that
 //!   must not write into their own inputs can compare the two ([`placement`]).
+//!
+//! - [`open_file`] (and [`read_file`], [`read_file_to_string`], [`file_exists`]) accept only a
+//!   regular file, or a link to one, and name anything else for what it is ([`not_a_file`]),
+//!   without ever blocking on a named pipe. Every reader of an input (dataset files, models,
+//!   camera files, manifests, shards, checkpoints) goes through them.
 //!
 //! This module is the crate's only caller of `rename`: every writer goes through it.
 
@@ -66,15 +72,121 @@ pub fn placement(path: &Path, dir: &Path) -> Option<&'static str> {
     }
 }
 
-/// What `meta` is when it is not a regular file (for the errors of readers that look before
-/// they open: opening a named pipe waits for a writer forever); `None` for a regular file.
+/// What `meta` is when it is not a regular file, as a noun ("a directory", "a named pipe", "a
+/// device", "a socket"), for the errors of readers that look before they read (opening a named
+/// pipe waits for a writer forever); `None` for a regular file.
 pub fn not_a_file(meta: &fs::Metadata) -> Option<&'static str> {
-    if meta.is_file() {
-        None
-    } else if meta.is_dir() {
-        Some("a directory")
+    let t = meta.file_type();
+    if t.is_file() {
+        return None;
+    }
+    if t.is_dir() {
+        return Some("a directory");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return Some("a named pipe");
+        }
+        if t.is_socket() {
+            return Some("a socket");
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return Some("a device");
+        }
+    }
+    Some("something other than a file")
+}
+
+/// The error of a reader given a path that is not a regular file, in [`not_a_file`]'s words,
+/// as [`io::ErrorKind::InvalidInput`] so callers wrap it like any other I/O error of the path.
+fn not_a_file_error(kind: &str) -> io::Error {
+    let remedy = if kind == "a directory" {
+        ""
     } else {
-        Some("not a regular file (a device, pipe or socket)")
+        "; only regular files are read: save the data to a file and give that"
+    };
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{kind}, not a regular file{remedy}"),
+    )
+}
+
+/// Opens `path` for reading if it is a regular file (through symlinks), and refuses anything
+/// else with an [`io::ErrorKind::InvalidInput`] error that says what it is. Every reader of a
+/// path a user gave goes through this: a named pipe opened plainly would block until some
+/// process writes to it (forever, in practice), a directory would fail later with a vague
+/// "Is a directory". The kind is read from the opened file (`fstat`), not from the path
+/// beforehand, so nothing swapped in between is missed; on Unix the open itself does not block
+/// (`O_NONBLOCK`, which changes nothing for regular files and is cleared before returning).
+pub fn open_file(path: &Path) -> io::Result<File> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    if let Some(kind) = not_a_file(&file.metadata()?) {
+        return Err(not_a_file_error(kind));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        let fd = file.as_raw_fd();
+        // SAFETY: `fd` belongs to `file`, which is alive for both calls; F_GETFL/F_SETFL
+        // only read and set the open file's status flags.
+        let cleared = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+        };
+        if !cleared {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(file)
+}
+
+/// [`fs::read`] through [`open_file`]: the whole of a regular file, anything else refused.
+pub fn read_file(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = open_file(path)?;
+    let mut bytes = Vec::with_capacity(file.metadata().map_or(0, |m| m.len() as usize));
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`fs::read_to_string`] through [`open_file`].
+pub fn read_file_to_string(path: &Path) -> io::Result<String> {
+    String::from_utf8(read_file(path)?).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )
+    })
+}
+
+/// Whether a regular file is at `path` (through symlinks): `Ok(false)` when nothing is there
+/// (a dangling symlink included), an [`io::ErrorKind::InvalidInput`] error naming what is there
+/// when it is not a regular file. For the importers' "is this optional file present" probes,
+/// which must not take a named pipe or a directory of that name for an absent file.
+pub fn file_exists(path: &Path) -> io::Result<bool> {
+    match fs::metadata(path) {
+        Ok(meta) => match not_a_file(&meta) {
+            None => Ok(true),
+            Some(kind) => Err(not_a_file_error(kind)),
+        },
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -282,5 +394,81 @@ mod tests {
             }
             Err(e) => assert_eq!(e.kind(), io::ErrorKind::Unsupported),
         }
+    }
+
+    /// Makes a named pipe at `p`.
+    #[cfg(unix)]
+    fn mkfifo(p: &Path) {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `c` is a live NUL-terminated path for the duration of the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    }
+
+    /// Runs `f` on a thread and fails the test if it has not returned after 30 s (a blocking
+    /// open of a pipe never returns, and must fail the test rather than hang it).
+    fn within_30s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        rx.recv_timeout(std::time::Duration::from_secs(30))
+            .expect("still blocked after 30 s")
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn readers_take_regular_files_and_refuse_the_rest_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("f.json");
+        fs::write(&file, b"{}").unwrap();
+        let link = d.path().join("link.json");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(read_file(&file).unwrap(), b"{}");
+        assert_eq!(read_file_to_string(&link).unwrap(), "{}");
+        assert!(file_exists(&link).unwrap());
+        // The descriptor open_file hands out blocks again like any file's.
+        let f = open_file(&file).unwrap();
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: the descriptor belongs to `f`, alive for the call.
+            let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+            assert_eq!(flags & libc::O_NONBLOCK, 0);
+        }
+
+        let pipe = d.path().join("pipe.json");
+        mkfifo(&pipe);
+        let p = pipe.clone();
+        let e = within_30s(move || open_file(&p).unwrap_err());
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            e.to_string()
+                .starts_with("a named pipe, not a regular file; "),
+            "{e}"
+        );
+        let p = pipe.clone();
+        let e = within_30s(move || read_file_to_string(&p).unwrap_err());
+        assert!(e.to_string().contains("a named pipe"), "{e}");
+        let e = file_exists(&pipe).unwrap_err();
+        assert!(e.to_string().contains("a named pipe"), "{e}");
+
+        let e = open_file(d.path()).unwrap_err();
+        assert_eq!(e.to_string(), "a directory, not a regular file");
+        let e = read_file(Path::new("/dev/null")).unwrap_err();
+        assert!(
+            e.to_string().starts_with("a device, not a regular file"),
+            "{e}"
+        );
+
+        // Nothing there: a plain NotFound from the readers, `false` from the probe (a dangling
+        // symlink and a path through a file included).
+        let gone = d.path().join("gone.json");
+        assert_eq!(
+            open_file(&gone).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        assert!(!file_exists(&gone).unwrap());
+        let dangling = d.path().join("dangling.json");
+        std::os::unix::fs::symlink(&gone, &dangling).unwrap();
+        assert!(!file_exists(&dangling).unwrap());
+        assert!(!file_exists(&file.join("x")).unwrap());
     }
 }

@@ -513,7 +513,7 @@ pub fn convert(
                     // A source JPEG may be kept as stored (the writer checks that it decodes
                     // to exactly these pixels); one packed as --lenient filled it never is.
                     let source = (opts.codec == Codec::Jpeg && warning.is_none())
-                        .then(|| std::fs::read(&v.image_path).ok())
+                        .then(|| crate::fsutil::read_file(&v.image_path).ok())
                         .flatten()
                         .filter(|b| b.starts_with(&[0xFF, 0xD8]));
                     let encoded = encode_view_as(

@@ -773,11 +773,6 @@ fn force_never_replaces_a_folder_that_is_not_a_pack() {
         b"years of work"
     );
     assert!(user.join("sub").is_dir());
-    // An empty folder is not a pack either.
-    let empty = tmp.path().join("empty");
-    std::fs::create_dir(&empty).unwrap();
-    let o = convert(&scene, &empty, &["--force"]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     // A pack with a user's file dropped into it is not replaced either.
     let pack = tmp.path().join("scene.pack");
     assert!(convert(&scene, &pack, &[]).status.success());
@@ -786,7 +781,33 @@ fn force_never_replaces_a_folder_that_is_not_a_pack() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("notes.txt"));
     assert_eq!(std::fs::read(pack.join("notes.txt")).unwrap(), b"mine");
-    assert_eq!(names(tmp.path()), ["empty", "scene", "scene.pack", "work"]);
+    assert_eq!(names(tmp.path()), ["scene", "scene.pack", "work"]);
+}
+
+/// An empty folder made for the pack (`mkdir out && gs-pack convert … -o out`) is filled
+/// without `--force`, and with it; a folder that is empty when the convert starts but not when
+/// it ends keeps what was put there (the convert is refused as raced).
+#[test]
+fn an_empty_folder_becomes_the_pack_without_force() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    small_scene(&scene);
+    for flags in [&[][..], &["--force"][..]] {
+        let empty = tmp.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let o = convert(&scene, &empty, flags);
+        assert!(o.status.success(), "{flags:?}: {}", text(&o));
+        assert_eq!(info_json(&empty)["views"].as_u64(), Some(6), "{flags:?}");
+        std::fs::remove_dir_all(&empty).unwrap();
+    }
+    // A link to an empty folder is not taken for one.
+    let target = tmp.path().join("target");
+    std::fs::create_dir(&target).unwrap();
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let o = convert(&scene, &link, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(link.is_symlink() && std::fs::read_dir(&target).unwrap().next().is_none());
 }
 
 #[test]

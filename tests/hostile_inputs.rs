@@ -39,6 +39,9 @@
 //! | PCD points with NaN coordinates (pixels without a measurement) | 0 | `warning: …/nan.pcd: 5 of 20 points have NaN coordinates (no measurement at those sensor pixels) and are left out` |
 //! | a folder holding .ply and .pcd clouds | 1 | `…: the folder holds .ply (1) and .pcd (1) point clouds, so which to pack is unclear; pass --format ply, pcd, las or e57 (only those files are then read)` |
 //! | E57 scan with a damaged page | 1 | `…/scan.e57: byte N: scan 0 (station A): page N's checksum is …, its data's …; the E57 file is damaged (copy or export it again)` |
+//! | a dataset's image, `points3D.txt`, `cameras.txt`, depth map or `depth_params.json` is a named pipe, `convert` | 1 | `…/images/00002.png: a named pipe, not a regular file; only regular files are read: save the data to a file and give that` (was: the image skipped as missing, the points left out, exit 0) |
+//! | `gs-render --camera` (`--cameras`, `--exposure`, `--bilateral-grids`) a named pipe | 1 | `gs-render: error: cannot read …/pipe.json: a named pipe, not a regular file; …` (was: waited forever) |
+//! | a pack's `manifest.json` a named pipe, `verify` / `info` | 1 | `…/manifest.json: a named pipe, not a regular file; …` |
 //! | LAS whose header counts more points than it holds | 1 | `…/cut.las: record 18: the header counts 20 points of 34 bytes, but the file holds only 18 of them; it is truncated (copy it again)` |
 //! | LAZ chunk table claiming 4 billion chunks | 1 | `…/chunks.laz: byte N: the chunk table lists 4294967295 chunks, more than 40 points in N bytes of compressed data can fill; the LAZ file is damaged (…)` |
 //! | LAZ GPS-time data recursing without end (a fuzz find) | 1 | `…/gps.laz: record 359: its compressed data cannot be decoded (its GPS-time data sends the decoder more than 16 MiB deep into recursion); the LAZ file is damaged (…)` |
@@ -47,8 +50,12 @@
 //! mid-run, killed converts, a corrupt PNG and `--test-every 1` (tests/cli.rs); training
 //! resume, checkpoints and `-o` holding another run (tests/train_cli.rs).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use common::{mkfifo, output_within_60s};
 
 fn gs_pack(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gs-pack"))
@@ -184,15 +191,9 @@ fn a_shard_that_is_not_a_file_is_named_as_such() {
         (|p| std::fs::create_dir(p).unwrap(), "a directory, where"),
         (
             |p| std::os::unix::fs::symlink("/dev/null", p).unwrap(),
-            "not a regular file",
+            "a device, where",
         ),
-        (
-            |p| {
-                let ok = Command::new("mkfifo").arg(p).status().unwrap().success();
-                assert!(ok, "mkfifo {}", p.display());
-            },
-            "not a regular file",
-        ),
+        (mkfifo, "a named pipe, where"),
     ];
     for (replace, want) in cases {
         let _ = std::fs::remove_file(&shard);
@@ -222,35 +223,16 @@ fn a_model_that_is_not_a_file_is_refused_without_opening_it() {
     let dir_model = tmp.path().join("dir.ply");
     std::fs::create_dir(&dir_model).unwrap();
     let pipe_model = tmp.path().join("pipe.ply");
-    let ok = Command::new("mkfifo")
-        .arg(&pipe_model)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "mkfifo");
+    mkfifo(&pipe_model);
     for (model, want) in [
         (&dir_model, "a directory, not a model file"),
-        (&pipe_model, "not a regular file"),
+        (&pipe_model, "a named pipe, not a model file"),
     ] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gs-render"))
-            .args(["--ply", s(model), "--camera", s(&cam), "-o"])
-            .arg(tmp.path().join("x.png"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let started = std::time::Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            if started.elapsed() > std::time::Duration::from_secs(60) {
-                child.kill().unwrap();
-                panic!(
-                    "gs-render --ply {} still running after 60 s",
-                    model.display()
-                );
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let o = child.wait_with_output().unwrap();
+        let o = output_within_60s(
+            Command::new(env!("CARGO_BIN_EXE_gs-render"))
+                .args(["--ply", s(model), "--camera", s(&cam), "-o"])
+                .arg(tmp.path().join("x.png")),
+        );
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{err}");
         assert!(err.contains(want) && err.contains(s(model)), "{err}");
@@ -514,6 +496,122 @@ fn gs_render_never_writes_over_its_inputs() {
 /// Overwrites 32 bytes in the middle of a JPEG's scan data with all-one bits (no valid Huffman
 /// code there), keeping its end-of-image marker: the file looks complete (not truncated) but
 /// its entropy-coded data is damaged, as after a bad copy or a flipped disk sector.
+/// A dataset file that is a named pipe (or anything else that is not a regular file) is named
+/// for what it is, at once: not read (a pipe would wait for a writer forever), not taken for a
+/// missing file (an image used to be skipped as missing and a points file to leave the pack
+/// without points, both with exit 0), and no pack is written.
+#[test]
+fn dataset_files_that_are_pipes_are_named_not_read_or_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pipe = "a named pipe, not a regular file";
+    for (i, rel) in [
+        "images/00002.png",
+        "sparse/0/points3D.txt",
+        "sparse/0/cameras.txt",
+        "sparse/0/depth_params.json",
+        "depths/00001.png",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let scene = tmp.path().join(format!("scene{i}"));
+        synth(&scene, &["--depths"]);
+        std::fs::remove_file(scene.join(rel)).unwrap();
+        mkfifo(&scene.join(rel));
+        let out = tmp.path().join(format!("out{i}.pack"));
+        let o = output_within_60s(Command::new(env!("CARGO_BIN_EXE_gs-pack")).args([
+            "convert",
+            s(&scene),
+            "-o",
+            s(&out),
+            "--depths",
+            "depths",
+        ]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{rel}: {}", text(&o));
+        assert!(err.contains(&format!("{rel}: {pipe}")), "{rel}: {err}");
+        assert!(!out.exists(), "{rel}: a pack was written");
+    }
+    // A dataset given as a file that is a pipe.
+    let json = tmp.path().join("transforms.json");
+    mkfifo(&json);
+    let o = output_within_60s(Command::new(env!("CARGO_BIN_EXE_gs-pack")).args([
+        "convert",
+        s(&json),
+        "-o",
+        s(&tmp.path().join("json.pack")),
+    ]));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("transforms.json: a named pipe, not a dataset folder or file"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// The other inputs of the binaries, each a named pipe: refused at once, naming the file. The
+/// camera files of `gs-render` and a pack's manifest (the checkpoint pointer and checkpoint of
+/// `gs-train --resume`: tests/train_cli.rs).
+#[test]
+fn pipes_given_to_gs_render_and_as_a_manifest_are_refused_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ply = tmp.path().join("m.ply");
+    small_model(&ply);
+    let cams = tmp.path().join("cameras.json");
+    std::fs::write(
+        &cams,
+        serde_json::json!([{"id": 0, "img_name": "a", "width": 16, "height": 12,
+            "position": [0.0, 0.0, -3.0], "rotation": [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+            "fx": 20.0, "fy": 20.0}])
+        .to_string(),
+    )
+    .unwrap();
+    let pipe = tmp.path().join("pipe.json");
+    mkfifo(&pipe);
+    let (out, png) = (tmp.path().join("out"), tmp.path().join("x.png"));
+    let cases: [&[&str]; 4] = [
+        &["--camera", s(&pipe), "-o", s(&png)],
+        &["--cameras", s(&pipe), "-o", s(&out)],
+        &["--cameras", s(&cams), "--exposure", s(&pipe), "-o", s(&out)],
+        &[
+            "--cameras",
+            s(&cams),
+            "--bilateral-grids",
+            s(&pipe),
+            "-o",
+            s(&out),
+        ],
+    ];
+    for args in cases {
+        let o = output_within_60s(
+            Command::new(env!("CARGO_BIN_EXE_gs-render"))
+                .args(["--ply", s(&ply), "--backend", "cpu"])
+                .args(args),
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        assert!(
+            err.contains(&format!("{}: a named pipe, not a regular file", s(&pipe))),
+            "{args:?}: {err}"
+        );
+    }
+
+    let pack = small_pack(tmp.path());
+    let manifest = pack.join("manifest.json");
+    std::fs::remove_file(&manifest).unwrap();
+    mkfifo(&manifest);
+    for cmd in ["verify", "info"] {
+        let o =
+            output_within_60s(Command::new(env!("CARGO_BIN_EXE_gs-pack")).args([cmd, s(&pack)]));
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", text(&o));
+        assert!(
+            stderr(&o).contains("manifest.json: a named pipe, not a regular file"),
+            "{cmd}: {}",
+            text(&o)
+        );
+    }
+}
+
 fn corrupt_scan(path: &Path) {
     let mut bytes = std::fs::read(path).unwrap();
     let sos = bytes

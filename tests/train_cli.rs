@@ -3680,3 +3680,32 @@ fn bilateral_grid_runs_report_plan_and_resume_only_with_them() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(report(&three).bilateral_grid.as_deref(), Some("5×4×3"));
 }
+
+/// `--resume` where the checkpoint pointer or the checkpoint it names is a named pipe: refused
+/// at once, naming the file for what it is (the pointer was read blocking, so the run waited
+/// for a writer forever; the checkpoint was reported as not existing).
+#[test]
+fn a_checkpoint_or_pointer_that_is_a_pipe_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pack, out) = finished_run_with_checkpoints(dir.path());
+    let ckdir = out.join("checkpoints");
+    let pointer = ckdir.join("latest");
+    let named = checkpoint::latest(&ckdir).unwrap();
+    for pipe in [&pointer, &named] {
+        let kept = dir.path().join("kept");
+        std::fs::rename(pipe, &kept).unwrap();
+        common::mkfifo(pipe);
+        let o = common::output_within_60s(Command::new(BIN).args(train_args(
+            &pack,
+            &out,
+            "30",
+            &["--resume", "--extend"],
+        )));
+        refused(
+            &o,
+            &[&format!("{}: a named pipe, not a regular file", s(pipe))],
+        );
+        std::fs::remove_file(pipe).unwrap();
+        std::fs::rename(&kept, pipe).unwrap();
+    }
+}

@@ -44,7 +44,7 @@ enum Command {
         /// Dataset folder (or a transforms*.json / Metashape .xml / .ply / .pcd / .las / .laz /
         /// .e57 file).
         input: PathBuf,
-        /// Output pack directory.
+        /// Output pack directory (absent or empty; a pack there needs --force).
         #[arg(short, long)]
         output: PathBuf,
         #[arg(long, value_enum, default_value = "auto")]

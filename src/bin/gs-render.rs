@@ -324,8 +324,8 @@ const MAX_PIXELS: u64 = 1 << 28;
 const BYTES_PER_PIXEL: u64 = 24;
 
 fn read_camera(path: &Path) -> Result<Camera> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = ramsplat::fsutil::read_file_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let camera = Camera::from_json(&text).with_context(|| format!("{}", path.display()))?;
     check_size(&camera).with_context(|| format!("{}", path.display()))?;
     Ok(camera)
@@ -655,8 +655,8 @@ fn render_camera_list(
     list: &Path,
     output: &Path,
 ) -> Result<()> {
-    let text =
-        std::fs::read_to_string(list).with_context(|| format!("cannot read {}", list.display()))?;
+    let text = ramsplat::fsutil::read_file_to_string(list)
+        .with_context(|| format!("cannot read {}", list.display()))?;
     let cameras = cameras_json::parse(&text)
         .with_context(|| format!("{}", list.display()))?
         .into_iter()
@@ -1247,8 +1247,8 @@ fn parse_model_format(s: &str) -> Result<ModelFormat, String> {
 
 /// Reads an `exposure.json` (see `ramsplat::train::exposure`).
 fn read_exposures(path: &Path) -> Result<HashMap<String, Exposure>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = ramsplat::fsutil::read_file_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let list = exposure::from_json(&text)
         .map_err(|why| anyhow::anyhow!("{}: not an exposure.json: {why}", path.display()))?;
     Ok(list.into_iter().collect())
@@ -1283,7 +1283,7 @@ fn run(args: &Args) -> Result<()> {
                 render_trajectory(raster, args, frames, &keys, pack_path, output)
             }
             (None, Some(list)) => {
-                let text = std::fs::read_to_string(list)
+                let text = ramsplat::fsutil::read_file_to_string(list)
                     .with_context(|| format!("cannot read {}", list.display()))?;
                 let cameras =
                     cameras_json::parse(&text).with_context(|| format!("{}", list.display()))?;

@@ -354,7 +354,7 @@ impl CudaDriver {
         let dir = super::cache_root().map(|d| d.join("ptx"));
         let mut module = None;
         if let Some(dir) = &dir {
-            if let Ok(ptx) = std::fs::read_to_string(dir.join(&file)) {
+            if let Ok(ptx) = crate::fsutil::read_file_to_string(&dir.join(&file)) {
                 if ptx.contains(".entry") {
                     module = self.ctx.load_module(Ptx::from_src(ptx)).ok();
                 }

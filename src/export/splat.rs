@@ -148,7 +148,7 @@ pub fn save(path: &Path, g: &Gaussians) -> Result<(), SplatError> {
 
 /// Reads a `.splat` file.
 pub fn load(path: &Path) -> Result<Gaussians, SplatError> {
-    let bytes = std::fs::read(path).map_err(|source| SplatError::Io {
+    let bytes = crate::fsutil::read_file(path).map_err(|source| SplatError::Io {
         path: path.to_owned(),
         source,
     })?;

@@ -417,7 +417,7 @@ pub fn load(path: &Path) -> Result<Gaussians, SpzError> {
 
 /// [`load`], with the header's antialiased flag.
 pub fn load_with_info(path: &Path) -> Result<(Gaussians, ModelInfo), SpzError> {
-    let bytes = std::fs::read(path).map_err(|source| SpzError::Io {
+    let bytes = crate::fsutil::read_file(path).map_err(|source| SpzError::Io {
         path: path.to_owned(),
         source,
     })?;

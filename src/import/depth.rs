@@ -77,7 +77,8 @@ impl DepthParams {
     /// (`NaN`/`Infinity`, which Python's `json` writes, read as an unusable fit); at least one
     /// scale must be positive.
     pub fn read(path: &Path) -> Result<DepthParams, ImportError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ImportError::io(path, e))?;
+        let text =
+            crate::fsutil::read_file_to_string(path).map_err(|e| ImportError::io(path, e))?;
         let value: serde_json::Value =
             serde_json::from_str(&python_json_to_json(&text)).map_err(|e| {
                 ImportError::invalid(
@@ -267,7 +268,7 @@ pub fn unreliable_note(unreliable: usize, views: usize, params: &DepthParams) ->
 /// The view's depth map checked to exist: `Err` names the view, the map expected and how to
 /// make it.
 pub fn existing_depth_file(view: &str, path: PathBuf) -> Result<PathBuf, ImportError> {
-    if path.is_file() {
+    if super::file_present(&path)? {
         return Ok(path);
     }
     Err(ImportError::invalid(
@@ -305,7 +306,7 @@ fn load_map(view: &str, path: &Path) -> Result<Plane, ImportError> {
             format!("the depth map of view '{view}' is {len} bytes, more than the {MAX_FILE_BYTES}-byte limit"),
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| ImportError::io(path, e))?;
+    let bytes = crate::fsutil::read_file(path).map_err(|e| ImportError::io(path, e))?;
     let bad = |why: String| {
         ImportError::invalid(
             path,

@@ -151,10 +151,15 @@ fn image_error(path: &Path, e: image::ImageError) -> ImportError {
 fn open_reader(
     path: &Path,
 ) -> Result<image::ImageReader<std::io::BufReader<std::fs::File>>, ImportError> {
-    // `open` picks the format from the extension; sniffing the magic bytes first lets a PNG
-    // named .jpg (common in scraped datasets) decode, and falls back to the extension.
-    image::ImageReader::open(path)
-        .and_then(|r| r.with_guessed_format())
+    // The format from the extension at first; sniffing the magic bytes then lets a PNG named
+    // .jpg (common in scraped datasets) decode, and falls back to the extension.
+    let file = crate::fsutil::open_file(path).map_err(|e| ImportError::io(path, e))?;
+    let mut reader = image::ImageReader::new(std::io::BufReader::new(file));
+    if let Ok(format) = image::ImageFormat::from_path(path) {
+        reader.set_format(format);
+    }
+    reader
+        .with_guessed_format()
         .map_err(|e| ImportError::io(path, e))
 }
 
@@ -274,7 +279,7 @@ pub fn load_stored_opts(
             format!("file is {len} bytes, more than the {MAX_FILE_BYTES}-byte limit for one image; is it really a JPEG/PNG?"),
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| ImportError::io(path, e))?;
+    let bytes = crate::fsutil::read_file(path).map_err(|e| ImportError::io(path, e))?;
     // Sniff the format from the magic bytes (a PNG named .jpg is common in scraped datasets);
     // fall back to the extension.
     let guessed = image::guess_format(&bytes)

@@ -67,7 +67,7 @@ impl Input {
     /// A new reader positioned at byte `offset`.
     pub(crate) fn open_at(&self, offset: u64) -> io::Result<InputReader> {
         let mut r = match self {
-            Input::File(p) => InputReader::File(File::open(p)?),
+            Input::File(p) => InputReader::File(crate::fsutil::open_file(p)?),
             Input::Bytes(b) => InputReader::Bytes(Cursor::new(Arc::clone(b))),
         };
         r.seek(SeekFrom::Start(offset))?;

@@ -80,7 +80,7 @@ use std::path::{Path, PathBuf};
 use roxmltree::{Document, Node};
 
 use super::ply::open_cloud;
-use super::{first_names, ImportError, ImportOptions, ImportedScene, Location};
+use super::{file_present, first_names, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::{Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{mat_vec, Camera, CameraError, Intrinsics, Pose};
 
@@ -105,7 +105,7 @@ const FAR_FROM_ORIGIN: f64 = 1.0e5;
 pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
     let file = if path.is_dir() {
         let f = path.join(CAMERAS_FILE);
-        if !f.is_file() {
+        if !file_present(&f)? {
             return Err(ImportError::invalid(
                 path,
                 format!(
@@ -132,7 +132,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             ),
         ));
     }
-    let text = std::fs::read_to_string(&file).map_err(|e| ImportError::io(&file, e))?;
+    let text = crate::fsutil::read_file_to_string(&file).map_err(|e| ImportError::io(&file, e))?;
     let doc = Document::parse(&text).map_err(|e| {
         ImportError::parse(
             &file,
@@ -381,7 +381,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
 
     let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
     let points = root.join(POINTS_FILE);
-    if points.is_file() && !options.metadata_only {
+    if !options.metadata_only && file_present(&points)? {
         // Whether the points lie where the cameras look is checked on every convert
         // (`crate::pack::points_in_view`).
         clouds.push(open_cloud(&points, "sfm", options, &mut warnings)?);
@@ -796,8 +796,10 @@ fn find_image(dir: &Path, label: &str) -> Result<(String, PathBuf, bool), String
     if file_name.is_empty() || file_name == "." || file_name == ".." {
         return Err(format!("its label {label:?} names no image file"));
     }
+    // Something other than a file under an image's name is an error, not a missing image.
+    let present = |p: &Path| file_present(p).map_err(|e| e.to_string());
     let exact = dir.join(file_name);
-    if exact.is_file() {
+    if present(&exact)? {
         return Ok((file_name.to_owned(), exact, true));
     }
     let stem = Path::new(file_name)
@@ -813,7 +815,7 @@ fn find_image(dir: &Path, label: &str) -> Result<(String, PathBuf, bool), String
         );
     for name in candidates {
         let p = dir.join(&name);
-        if p.is_file() {
+        if present(&p)? {
             return Ok((name, p, true));
         }
     }

@@ -220,7 +220,7 @@ impl ImportedScene {
 /// working directory, the error says so (the likely slip).
 pub fn points_path(root: &Path, given: &Path) -> Result<PathBuf, ImportError> {
     let path = root.join(given);
-    if path.is_file() {
+    if !path.is_dir() && file_present(&path)? {
         return Ok(path);
     }
     let hint = if given.is_relative() && given.is_file() {
@@ -273,10 +273,12 @@ fn import_cloud_files(
         let mut files = Vec::new();
         for entry in std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))? {
             let p = entry.map_err(|e| ImportError::io(path, e))?.path();
-            if p.is_file()
-                && p.extension()
-                    .and_then(|x| x.to_str())
-                    .is_some_and(|x| exts.iter().any(|e| x.eq_ignore_ascii_case(e)))
+            // A directory named like a cloud is skipped; a pipe or device so named is an error.
+            if p.extension()
+                .and_then(|x| x.to_str())
+                .is_some_and(|x| exts.iter().any(|e| x.eq_ignore_ascii_case(e)))
+                && !p.is_dir()
+                && file_present(&p)?
             {
                 files.push(p);
             }
@@ -445,6 +447,32 @@ impl ImportError {
     }
 }
 
+/// Whether the regular file `path` is there: `false` when nothing is (a dangling symlink
+/// included), an error naming what is there when it is something else. The importers' probes
+/// for optional and listed files go through this, so that a directory or a named pipe where a
+/// file belongs is reported as what it is instead of being taken for an absent file (and, say,
+/// an image silently skipped as missing).
+pub(crate) fn file_present(path: &Path) -> Result<bool, ImportError> {
+    crate::fsutil::file_exists(path).map_err(|e| ImportError::io(path, e))
+}
+
+/// The error for a dataset path that is neither a file nor a folder: nothing there, or what is
+/// there instead (a named pipe, a device).
+pub(crate) fn no_dataset_at(path: &Path) -> ImportError {
+    let what = match std::fs::metadata(path) {
+        Ok(meta) => format!(
+            "{}, not a dataset folder or file",
+            crate::fsutil::not_a_file(&meta).unwrap_or("a file")
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "no such file or directory".into(),
+        Err(e) => e.to_string(),
+    };
+    ImportError::io(
+        path,
+        std::io::Error::new(std::io::ErrorKind::NotFound, what),
+    )
+}
+
 /// Whether `ext` is a LAS file's extension (`las`, or `laz` when compressed; any case).
 fn is_las(ext: &str) -> bool {
     ext.eq_ignore_ascii_case("las") || ext.eq_ignore_ascii_case("laz")
@@ -483,10 +511,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
         };
     }
     if !path.is_dir() {
-        return Err(ImportError::io(
-            path,
-            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
-        ));
+        return Err(no_dataset_at(path));
     }
     let has = |rel: &str| path.join(rel).exists();
     if has("sparse/0/cameras.bin")

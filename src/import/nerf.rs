@@ -80,7 +80,9 @@ use serde_json::{Map, Value};
 
 use super::image::image_dimensions;
 use super::ply::open_cloud;
-use super::{depth, first_names, ImportError, ImportOptions, ImportedScene, Location};
+use super::{
+    depth, file_present, first_names, ImportError, ImportOptions, ImportedScene, Location,
+};
 use crate::dataset::Split;
 use crate::dataset::{DepthSource, Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{Camera, CameraError, Intrinsics, Pose};
@@ -243,7 +245,7 @@ fn attach_depths(
 ) -> Result<(), ImportError> {
     let dir = depth::depths_dir(root, dir)?;
     let params_path = root.join(depth::DEPTH_PARAMS_FILE);
-    let params = if params_path.is_file() {
+    let params = if file_present(&params_path)? {
         Some(depth::DepthParams::read(&params_path)?)
     } else {
         None
@@ -302,24 +304,21 @@ fn transforms_files(
         return Ok((root, vec![(path.to_owned(), None)]));
     }
     if !path.is_dir() {
-        return Err(ImportError::io(
-            path,
-            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
-        ));
+        return Err(super::no_dataset_at(path));
     }
     let train = path.join("transforms_train.json");
     let test = path.join("transforms_test.json");
     let val = path.join("transforms_val.json");
     let single = path.join("transforms.json");
     let mut files = Vec::new();
-    if train.is_file() {
+    if file_present(&train)? {
         files.push((train, Some(Split::Train)));
     }
-    if test.is_file() {
+    if file_present(&test)? {
         files.push((test, Some(Split::Test)));
     }
     if files.is_empty() {
-        if single.is_file() {
+        if file_present(&single)? {
             files.push((single, None));
         } else {
             return Err(ImportError::invalid(
@@ -610,22 +609,23 @@ fn read_pose(v: Option<&Value>) -> Result<Pose, Result<String, CameraError>> {
     ))
 }
 
-/// The image file a `file_path` names, and whether it exists.
-fn resolve_image(base: &Path, file_path: &str) -> (PathBuf, bool) {
+/// The image file a `file_path` names, and whether it exists (an error when something other
+/// than a file is there).
+fn resolve_image(base: &Path, file_path: &str) -> Result<(PathBuf, bool), ImportError> {
     let direct = base.join(file_path);
-    if direct.is_file() {
-        return (direct, true);
+    if file_present(&direct)? {
+        return Ok((direct, true));
     }
     for ext in IMAGE_EXTENSIONS {
         let mut s: OsString = direct.clone().into_os_string();
         s.push(".");
         s.push(ext);
         let p = PathBuf::from(s);
-        if p.is_file() {
-            return (p, true);
+        if file_present(&p)? {
+            return Ok((p, true));
         }
     }
-    (direct, false)
+    Ok((direct, false))
 }
 
 /// Parses one transforms file, appending its views and missing image names. Returns how many
@@ -690,7 +690,7 @@ fn read_transforms(
     views: &mut Vec<ViewSource>,
     missing: &mut Vec<String>,
 ) -> Result<TransformsRead, ImportError> {
-    let text = std::fs::read_to_string(file).map_err(|e| ImportError::io(file, e))?;
+    let text = crate::fsutil::read_file_to_string(file).map_err(|e| ImportError::io(file, e))?;
     let text = quote_non_finite_literals(&text);
     let doc: Value = serde_json::from_str(&text).map_err(|e| {
         ImportError::parse(
@@ -725,7 +725,7 @@ fn read_transforms(
         None | Some(Value::Null) => None,
         Some(Value::String(p)) => {
             let path = base.join(p);
-            if path.is_file() {
+            if file_present(&path)? {
                 Some(path)
             } else if options.metadata_only {
                 // No cloud to stream; a metadata-only import checks no file's existence.
@@ -800,9 +800,9 @@ fn read_transforms(
         // `--images DIR`: nerfstudio's images_N layout, the file name of `file_path` in DIR
         // (relative to this file's folder); the name and the split stay the frame's own.
         let (image_path, exists) = match &options.images {
-            None => resolve_image(base, &name),
+            None => resolve_image(base, &name)?,
             Some(dir) => match Path::new(&name).file_name() {
-                Some(f) => resolve_image(&base.join(dir), &f.to_string_lossy()),
+                Some(f) => resolve_image(&base.join(dir), &f.to_string_lossy())?,
                 None => return Err(frame_err("its file_path names no file".to_owned())),
             },
         };
@@ -816,7 +816,7 @@ fn read_transforms(
         let mask_path = match frame.get("mask_path") {
             None | Some(Value::Null) => None,
             Some(Value::String(m)) => {
-                let (path, exists) = resolve_image(base, m);
+                let (path, exists) = resolve_image(base, m)?;
                 if !exists && !options.metadata_only {
                     return Err(frame_err(format!(
                         "its \"mask_path\" {} does not exist; restore the mask, or remove \

@@ -202,7 +202,7 @@ impl PointsTransform {
                 ),
             ));
         }
-        let bytes = std::fs::read(path).map_err(|e| ImportError::io(path, e))?;
+        let bytes = crate::fsutil::read_file(path).map_err(|e| ImportError::io(path, e))?;
         let text = String::from_utf8(bytes).map_err(|_| {
             ImportError::invalid(
                 path,

@@ -30,7 +30,6 @@
 //! mmap reader, e.g. ripgrep); `verify` detects a file changed between runs.
 
 use std::cell::RefCell;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::{Mmap, UncheckedAdvice};
@@ -132,15 +131,17 @@ impl Pack {
     /// Opens the pack at `dir`: reads the manifest, maps and checks every shard's header/footer.
     pub fn open(dir: &Path) -> Result<Pack, ShardError> {
         let mpath = dir.join(MANIFEST_FILE);
-        if !mpath.is_file() {
-            return Err(ShardError::NotAPack {
-                path: dir.to_owned(),
-            });
-        }
         let io = |p: &Path, e: std::io::Error| ShardError::Io {
             path: p.to_owned(),
             source: e,
         };
+        // A manifest that is a directory or a pipe is named for what it is (a pipe must not
+        // be opened blocking: that waits for a writer forever).
+        if !crate::fsutil::file_exists(&mpath).map_err(|e| io(&mpath, e))? {
+            return Err(ShardError::NotAPack {
+                path: dir.to_owned(),
+            });
+        }
         let len = std::fs::metadata(&mpath).map_err(|e| io(&mpath, e))?.len();
         if len > MAX_MANIFEST_BYTES {
             return Err(ShardError::BadManifest {
@@ -148,7 +149,7 @@ impl Pack {
                 msg: format!("{len} bytes is larger than any manifest ramsplat writes"),
             });
         }
-        let bytes = std::fs::read(&mpath).map_err(|e| io(&mpath, e))?;
+        let bytes = crate::fsutil::read_file(&mpath).map_err(|e| io(&mpath, e))?;
         // Check the version before the schema, so a newer pack gets the "upgrade" message
         // rather than a schema error.
         let value: serde_json::Value =
@@ -217,7 +218,7 @@ impl Pack {
                     ),
                 });
             }
-            let file = File::open(&path).map_err(|e| io(&path, e))?;
+            let file = crate::fsutil::open_file(&path).map_err(|e| io(&path, e))?;
             let flen = file.metadata().map_err(|e| io(&path, e))?.len();
             if flen != entry.bytes {
                 return Err(ShardError::Corrupt {

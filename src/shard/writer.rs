@@ -14,7 +14,10 @@
 //! destination during the run survives and, of two concurrent converts into one new
 //! destination, exactly one succeeds. `--force` replaces only a directory that
 //! [`check_replaceable_pack`] recognises, by an atomic exchange; the old pack is deleted only
-//! after the new one is in place.
+//! after the new one is in place. A destination that is an empty directory when the writer
+//! starts (`mkdir out && gs-pack convert … -o out`) is taken without `--force`: it is removed
+//! just before the final rename, by `rmdir`, which refuses a directory that is no longer empty,
+//! so a file put there during the run survives and the convert is refused as raced.
 //!
 //! Encoding is split from writing ([`encode_view`] is a pure function), so the pack pipeline can
 //! encode views on several threads and append them in order on one. [`encode_view_as`] is the
@@ -569,13 +572,28 @@ pub struct PackWriter {
     views: Vec<ViewEntry>,
     names: std::collections::HashSet<String>,
     clouds: Vec<CloudEntry>,
+    /// `dest` was an empty directory at [`PackWriter::create`]: [`PackWriter::install`] removes
+    /// it (only while still empty) to put the pack in its place.
+    fill_empty: bool,
     finished: bool,
 }
 
 impl PackWriter {
-    /// Starts a pack at `dest`. Fails if `dest` exists and `options.force` is not set.
+    /// Starts a pack at `dest`. Fails if `dest` exists, unless it is an empty directory or
+    /// `options.force` is set (then it must be a pack: [`check_replaceable_pack`]).
     pub fn create(dest: &Path, options: &WriterOptions) -> Result<PackWriter, WriteError> {
+        let mut fill_empty = false;
         match fs::symlink_metadata(dest) {
+            // A real directory (not a link to one) with nothing in it: nothing to lose.
+            Ok(m)
+                if m.is_dir()
+                    && fs::read_dir(dest)
+                        .map_err(|e| io_err(dest, e))?
+                        .next()
+                        .is_none() =>
+            {
+                fill_empty = true;
+            }
             Ok(_) if !options.force => {
                 return Err(WriteError::Exists {
                     path: dest.to_owned(),
@@ -621,6 +639,7 @@ impl PackWriter {
             views: Vec::new(),
             names: Default::default(),
             clouds: Vec::new(),
+            fill_empty,
             finished: false,
         })
     }
@@ -842,6 +861,21 @@ impl PackWriter {
     /// Moves the finished temporary directory to `dest` without ever replacing something that
     /// is not a pack (see the module doc).
     fn install(&mut self) -> Result<(), WriteError> {
+        if self.fill_empty {
+            // `rmdir` removes the directory only while it is empty; if something was put there
+            // during the run it stays, and the rename below finds it (raced, or with `--force`
+            // the pack check refuses it).
+            match fs::remove_dir(&self.dest) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::NotADirectory
+                    ) || e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(e) => return Err(io_err(&self.dest, e).into()),
+            }
+        }
         match crate::fsutil::rename_noreplace(&self.tmp, &self.dest) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

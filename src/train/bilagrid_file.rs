@@ -127,7 +127,7 @@ pub fn read(path: &Path) -> Result<GridFile, GridFileError> {
         path: p.to_path_buf(),
         message,
     };
-    let text = std::fs::read_to_string(path).map_err(|source| GridFileError::Io {
+    let text = crate::fsutil::read_file_to_string(path).map_err(|source| GridFileError::Io {
         path: path.to_path_buf(),
         source,
     })?;
@@ -193,7 +193,7 @@ pub fn read(path: &Path) -> Result<GridFile, GridFileError> {
         ));
     }
     let npy = path.parent().unwrap_or(Path::new(".")).join(data);
-    let bytes = std::fs::read(&npy).map_err(|source| GridFileError::Io {
+    let bytes = crate::fsutil::read_file(&npy).map_err(|source| GridFileError::Io {
         path: npy.clone(),
         source,
     })?;

@@ -361,7 +361,7 @@ impl Container {
             path: path.to_owned(),
             what,
         };
-        let file = File::open(path).map_err(io_err(path))?;
+        let file = crate::fsutil::open_file(path).map_err(io_err(path))?;
         let file_len = file.metadata().map_err(io_err(path))?.len();
         let mut file = BufReader::with_capacity(CHUNK, file);
         let mut pre = [0u8; PREAMBLE_LEN as usize];
@@ -631,7 +631,7 @@ pub fn write_latest(dir: &Path, file_name: &str) -> Result<(), CheckpointError> 
 /// The checkpoint `dir/latest` names.
 pub fn latest(dir: &Path) -> Result<PathBuf, CheckpointError> {
     let pointer = dir.join(LATEST);
-    let text = match fs::read_to_string(&pointer) {
+    let text = match crate::fsutil::read_file_to_string(&pointer) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Err(CheckpointError::NoCheckpoint {
@@ -650,7 +650,7 @@ pub fn latest(dir: &Path) -> Result<PathBuf, CheckpointError> {
         });
     }
     let path = dir.join(name);
-    if !path.is_file() {
+    if !crate::fsutil::file_exists(&path).map_err(io_err(&path))? {
         return Err(CheckpointError::NoCheckpoint {
             dir: dir.to_owned(),
             why: format!("{} names {name}, which does not exist", pointer.display()),

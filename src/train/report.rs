@@ -149,7 +149,7 @@ impl MetricsLog {
 
 /// Reads every row of a `metrics.jsonl` (blank lines skipped).
 pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>, ReportError> {
-    let file = File::open(path).map_err(io_err(path))?;
+    let file = crate::fsutil::open_file(path).map_err(io_err(path))?;
     let mut rows = Vec::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {
         let line = line.map_err(io_err(path))?;

@@ -6,6 +6,7 @@ use std::process::Command;
 /// Without it the calling test prints a skip line and should return; under
 /// `GS_REQUIRE_REFERENCE=1` (CI, which installs numpy and xxhash) a missing module is a
 /// failure instead.
+#[allow(dead_code)] // not every test binary that includes this module uses it
 pub fn python_with(test: &str, modules: &str) -> bool {
     let ok = Command::new("python3")
         .args(["-c", &format!("import {modules}")])
@@ -25,4 +26,37 @@ pub fn python_with(test: &str, modules: &str) -> bool {
         );
     }
     ok
+}
+
+/// Runs `cmd` to its end with its output captured, killing it and failing the test if it has
+/// not exited after 60 s: for the commands given a named pipe, which would wait for a writer
+/// forever if they opened it, so a regression fails instead of hanging CI.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn output_within_60s(cmd: &mut Command) -> std::process::Output {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let started = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            child.kill().expect("kill");
+            panic!("{cmd:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Makes a named pipe at `path` (`mkfifo`).
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn mkfifo(path: &std::path::Path) {
+    let ok = Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "mkfifo {}", path.display());
 }

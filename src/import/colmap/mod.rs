@@ -32,7 +32,7 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Cursor, Seek, SeekFrom, Write};
 use std::path::{Component, Path, PathBuf};
 
-use super::{depth, ImportError, ImportOptions, ImportedScene, Location};
+use super::{depth, file_present, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::{DepthSource, Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics, Pose};
 
@@ -318,7 +318,7 @@ impl ColmapCamera {
 }
 
 fn open_buffered(path: &Path) -> Result<BufReader<File>, ImportError> {
-    let f = File::open(path).map_err(|e| ImportError::io(path, e))?;
+    let f = crate::fsutil::open_file(path).map_err(|e| ImportError::io(path, e))?;
     Ok(BufReader::with_capacity(READ_BUFFER_BYTES, f))
 }
 
@@ -398,16 +398,22 @@ pub fn parse_tracks_bytes(
 }
 
 /// The points file [`import`] reads beside a model in `encoding`: that encoding's, else the
-/// other one's; `None` when there is neither.
-fn points_file(model_dir: &Path, encoding: Encoding) -> Option<(PathBuf, Encoding)> {
+/// other one's; `None` when there is neither, an error when one is something other than a file.
+fn points_file(
+    model_dir: &Path,
+    encoding: Encoding,
+) -> Result<Option<(PathBuf, Encoding)>, ImportError> {
     let other = match encoding {
         Encoding::Binary => Encoding::Text,
         Encoding::Text => Encoding::Binary,
     };
-    [encoding, other]
-        .into_iter()
-        .map(|e| (model_dir.join(format!("points3D.{}", e.extension())), e))
-        .find(|(p, _)| p.is_file())
+    for e in [encoding, other] {
+        let p = model_dir.join(format!("points3D.{}", e.extension()));
+        if file_present(&p)? {
+            return Ok(Some((p, e)));
+        }
+    }
+    Ok(None)
 }
 
 /// `gs-pack convert --sfm-depths`: the SfM points each of `views` (the views [`import`] gave
@@ -438,7 +444,7 @@ pub fn read_observations(
         .iter()
         .map(|img| (img.id, view_of_name.get(img.name.as_str()).copied()))
         .collect();
-    let Some((points_path, encoding)) = points_file(&layout.model_dir, layout.encoding) else {
+    let Some((points_path, encoding)) = points_file(&layout.model_dir, layout.encoding)? else {
         return Err(ImportError::invalid(
             &layout.model_dir,
             "no points3D.bin or points3D.txt here: --sfm-depths supervises depth at the SfM \
@@ -757,10 +763,16 @@ struct Layout {
     masks_dir: Option<PathBuf>,
 }
 
-fn has_model_files(dir: &Path) -> bool {
-    ["cameras.bin", "cameras.txt"]
-        .iter()
-        .any(|f| dir.join(f).is_file())
+/// Whether `dir` holds a cameras file; an error when one of those names is something other than
+/// a file (a named pipe, a device) rather than a folder to look past.
+fn has_model_files(dir: &Path) -> Result<bool, ImportError> {
+    for f in ["cameras.bin", "cameras.txt"] {
+        let p = dir.join(f);
+        if !p.is_dir() && file_present(&p)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Finds the model and the images folder; see [`import`] for the rules.
@@ -772,7 +784,14 @@ fn locate(path: &Path, images: Option<&Path>) -> Result<Layout, ImportError> {
         path.join("0"),
         path.clone(),
     ];
-    let Some(model_dir) = candidates.iter().find(|d| has_model_files(d)).cloned() else {
+    let mut found = None;
+    for d in &candidates {
+        if has_model_files(d)? {
+            found = Some(d.clone());
+            break;
+        }
+    }
+    let Some(model_dir) = found else {
         return Err(ImportError::invalid(
             &path,
             "no COLMAP model here: looked for cameras.bin/.txt in sparse/0/, sparse/, 0/ and the \
@@ -780,13 +799,16 @@ fn locate(path: &Path, images: Option<&Path>) -> Result<Layout, ImportError> {
              the model folder",
         ));
     };
-    let both = |ext: &str| {
-        model_dir.join(format!("cameras.{ext}")).is_file()
-            && model_dir.join(format!("images.{ext}")).is_file()
+    let both = |ext: &str| -> Result<bool, ImportError> {
+        let present = |stem: &str| {
+            let p = model_dir.join(format!("{stem}.{ext}"));
+            Ok(!p.is_dir() && file_present(&p)?)
+        };
+        Ok(present("cameras")? && present("images")?)
     };
-    let encoding = if both("bin") {
+    let encoding = if both("bin")? {
         Encoding::Binary
-    } else if both("txt") {
+    } else if both("txt")? {
         Encoding::Text
     } else {
         return Err(ImportError::invalid(
@@ -861,11 +883,15 @@ fn mask_candidates(masks_dir: &Path, name: &str) -> [PathBuf; 3] {
     [PathBuf::from(colmap), same.with_extension("png"), same]
 }
 
-/// The mask file of image `name` in `masks_dir` ([`mask_candidates`]), if any.
-fn find_mask(masks_dir: &Path, name: &str) -> Option<PathBuf> {
-    mask_candidates(masks_dir, name)
-        .into_iter()
-        .find(|p| p.is_file())
+/// The mask file of image `name` in `masks_dir` ([`mask_candidates`]), if any; an error when
+/// a candidate is something other than a file.
+fn find_mask(masks_dir: &Path, name: &str) -> Result<Option<PathBuf>, ImportError> {
+    for p in mask_candidates(masks_dir, name) {
+        if file_present(&p)? {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
 }
 
 /// Imports a COLMAP workspace.
@@ -937,7 +963,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         Some(dir) => {
             let dir = depth::depths_dir(&layout.root, dir)?;
             let params_path = layout.model_dir.join(depth::DEPTH_PARAMS_FILE);
-            if !params_path.is_file() {
+            if !file_present(&params_path)? {
                 return Err(ImportError::invalid(
                     &params_path,
                     format!(
@@ -1010,13 +1036,13 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             source,
         })?;
         let image_path = layout.images_dir.join(&img.name);
-        if !options.metadata_only && !image_path.is_file() {
+        if !options.metadata_only && !file_present(&image_path)? {
             missing.push(img.name.clone());
             continue;
         }
         let mask_path = match &layout.masks_dir {
             None => None,
-            Some(dir) => match find_mask(dir, &img.name) {
+            Some(dir) => match find_mask(dir, &img.name)? {
                 Some(p) => Some(p),
                 None if options.metadata_only => None,
                 None => {
@@ -1111,7 +1137,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     }
 
     let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
-    let points = points_file(&layout.model_dir, layout.encoding);
+    let points = points_file(&layout.model_dir, layout.encoding)?;
     // Why training would start from random points, when it would.
     let random_start_note = match points {
         Some((p, e)) => {

@@ -8,7 +8,6 @@
 //! error naming the file and the point. Duplicate point ids are NOT detected here (that would
 //! take memory proportional to the cloud); [`super::read_model`] checks them.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
@@ -61,7 +60,7 @@ struct Tracks {
 impl PointsReader {
     /// Opens `path` (a `points3D.bin` or `.txt`, as `encoding` says).
     pub fn open(path: &Path, encoding: super::Encoding) -> Result<PointsReader, ImportError> {
-        let f = File::open(path).map_err(|e| ImportError::io(path, e))?;
+        let f = crate::fsutil::open_file(path).map_err(|e| ImportError::io(path, e))?;
         PointsReader::from_reader(
             BufReader::with_capacity(READ_BUFFER_BYTES, f),
             path,
@@ -73,7 +72,7 @@ impl PointsReader {
     /// ([`PointsReader::track`]), for `gs-pack convert --sfm-depths`. The track of one point
     /// is held at a time, growing as its elements are read.
     pub fn open_tracks(path: &Path, encoding: Encoding) -> Result<PointsReader, ImportError> {
-        let f = File::open(path).map_err(|e| ImportError::io(path, e))?;
+        let f = crate::fsutil::open_file(path).map_err(|e| ImportError::io(path, e))?;
         PointsReader::from_reader_opts(
             BufReader::with_capacity(READ_BUFFER_BYTES, f),
             path,

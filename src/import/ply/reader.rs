@@ -94,7 +94,7 @@ impl PlyReader<BufReader<File>> {
     /// first element.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ImportError> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| ImportError::io(path, e))?;
+        let file = crate::fsutil::open_file(path).map_err(|e| ImportError::io(path, e))?;
         PlyReader::from_reader(BufReader::with_capacity(FILE_BUFFER, file), path)
     }
 }

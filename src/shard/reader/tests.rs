@@ -338,6 +338,48 @@ fn existing_output_needs_force_and_abandoned_writers_leave_nothing() {
     assert_eq!(Pack::open(&dir).unwrap().manifest().views.len(), 2);
 }
 
+/// An empty directory at the destination is filled without `force`; one that is empty when the
+/// writer starts but holds a file when it finishes keeps the file, and the writer reports the
+/// race (with `force` too: the file makes it no pack).
+#[test]
+fn an_empty_destination_is_filled_but_not_once_something_is_put_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p.pack");
+    let one_view = |w: &mut PackWriter| {
+        w.add_view("a", &camera(8, 8, 0.0), Split::Train, &pixels(8, 8, 0))
+            .unwrap();
+    };
+    std::fs::create_dir(&dir).unwrap();
+    let mut w = PackWriter::create(&dir, &WriterOptions::default()).unwrap();
+    one_view(&mut w);
+    w.finish(source_info()).unwrap();
+    assert_eq!(Pack::open(&dir).unwrap().manifest().views.len(), 1);
+    for force in [false, true] {
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        let opts = WriterOptions {
+            force,
+            ..Default::default()
+        };
+        let mut w = PackWriter::create(&dir, &opts).unwrap();
+        one_view(&mut w);
+        std::fs::write(dir.join("notes.txt"), b"mine").unwrap();
+        let err = w.finish(source_info()).unwrap_err();
+        let want_raced = !force;
+        assert_eq!(
+            matches!(err, WriteError::Raced { .. }),
+            want_raced,
+            "force {force}: {err}"
+        );
+        assert_eq!(std::fs::read(dir.join("notes.txt")).unwrap(), b"mine");
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["p.pack"], "force {force}: a temporary was left");
+    }
+}
+
 #[test]
 fn bad_views_and_empty_packs_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
