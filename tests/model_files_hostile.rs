@@ -1,5 +1,6 @@
 //! Damaged model files, in every format `gs-render --ply`, `gs-train --init` and
-//! `gs-render --convert` read (3DGS PLY, SPZ, `.splat`, compressed PLY): every truncation and
+//! `gs-render --convert` read (3DGS PLY, SPZ versions 3 and 4, `.splat`, compressed PLY):
+//! every truncation and
 //! thousands of seeded corruptions of a real file. What each reader promises, and what this
 //! test holds it to:
 //!
@@ -120,6 +121,20 @@ fn formats(dir: &Path) -> Vec<Format> {
         valid_cut: Box::new(|_| false),
         read: Box::new(|b| spz::decode(b).map_err(|e| e.to_string())),
     });
+    // Version 4 as Niantic's library writes it (tests/data/spz/README.md): zstd streams behind
+    // a plain header and table of contents; the second with an extension record.
+    for (name, file) in [
+        ("SPZ version 4 (Niantic's), SH 3", "v4.spz"),
+        ("SPZ version 4 with extensions", "v4rdf.spz"),
+    ] {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/spz");
+        out.push(Format {
+            name,
+            bytes: std::fs::read(fixture.join(file)).unwrap(),
+            valid_cut: Box::new(|_| false),
+            read: Box::new(|b| spz::decode(b).map_err(|e| e.to_string())),
+        });
+    }
     out.push(Format {
         name: ".splat",
         bytes: splat::encode(&g3),

@@ -1,5 +1,5 @@
 //! SPZ, Niantic's compressed Gaussian splat format (read by SuperSplat, Spark, gsplat.js;
-//! written by Scaniverse and LichtFeld), read and written.
+//! written by Scaniverse and LichtFeld), read (versions 2, 3 and 4) and written (version 3).
 //!
 //! # Layout written (version 3, the last gzip version)
 //! A gzip stream holding a 16-byte little-endian header — magic `0x5053474e` ("NGSP"),
@@ -21,9 +21,33 @@
 //! positions, quaternions and SH coefficients are flipped on the way in and out (a 180°
 //! rotation about x, exactly undone by the reader).
 //!
-//! Niantic's library has since moved to version 4 (zstd-compressed streams with a table of
-//! contents); its loader still reads versions 1–3, as do the web viewers, so ramsplat writes 3
-//! and reads 2 and 3 (v2: rotations as 3 bytes of xyz). Version 4 files are refused by name.
+//! # Version 4, read
+//! Niantic's library writes version 4 by default: the same attribute arrays, each compressed
+//! on its own with zstd, behind a plain (uncompressed) 32-byte header — magic, version, points
+//! (`u32`), SH degree, fractional bits, flags, number of streams (`u8` each), the byte offset of
+//! the table of contents (`u32`), 12 reserved bytes — then extension records up to that
+//! offset, the table (per stream: compressed and uncompressed size, `u64` each) and the
+//! streams back to back, in the attribute order above, an empty attribute (SH of degree 0)
+//! having no stream. A file is told apart by its first bytes: `NGSP` for version 4, gzip's
+//! `1f 8b` for the others. Every size in the table is checked against what the header's point
+//! count and SH degree need, and the streams must end exactly at the end of the file, before
+//! anything is decompressed; each stream is decompressed into a buffer that grows with the
+//! data, so a lying header cannot make the reader allocate for it. The format has no checksum
+//! (Niantic's writer sets none on its zstd frames; a frame that has one is verified), so a
+//! damaged byte inside a stream can decode to other values, which are still valid ones: of
+//! 1,500 seeded corruptions of a fixture, 408 read as models (`tests/model_files_hostile.rs`),
+//! where the gzip versions' CRC-32 refuses all but a handful. ramsplat keeps writing version 3,
+//! which every viewer reads (version 2 is read too: rotations as 3 bytes of xyz).
+//!
+//! # Extensions and the storage axes
+//! Flag `0x2` says extension records follow (type `u32`, length `u32`, payload): after the data
+//! in versions 2–3, between the header and the table of contents in version 4. Records of
+//! unknown types are skipped by their length, as Niantic's library does (they carry viewer
+//! metadata such as orbit limits). One changes the data: Adobe's coordinate-system record
+//! (`0xADBE0003`, a `u32`) names the axes the data is stored in instead of right-up-back. The
+//! eight systems that only flip axes (`RDF`, `LUF`, …) are read; the eight whose y and z are
+//! swapped (`RFD`, …, a quarter turn about x, which rotates the SH) are refused by name rather
+//! than read in the wrong axes.
 //!
 //! # Quantisation (what a round trip loses)
 //! Positions to `2^-fractional_bits` (12 bits = 1/4096 of a scene unit when the scene fits
@@ -53,6 +77,19 @@ const HEADER_LEN: usize = 16;
 /// Largest number of points a file may claim (far above any real scene; it bounds the
 /// allocation a corrupt header could ask for before the data is checked).
 pub const MAX_POINTS: u32 = 1 << 28;
+/// The plain header of version 4.
+const V4_HEADER_LEN: usize = 32;
+/// Most bytes of extension records after the data of a version 2–3 file (real records are tens
+/// of bytes; the bound keeps a damaged stream from being read on without end).
+const MAX_EXTENSION_BYTES: u64 = 1 << 20;
+/// Adobe's coordinate-system extension record (module doc).
+const EXT_COORDINATE_SYSTEM: u32 = 0xADBE_0003;
+/// The coordinate systems of that record, by value − 1: the axes x, y, z point Right or Left,
+/// Up or Down (Front or Back in the second half, whose y and z are swapped), Back or Front.
+const COORDINATE_SYSTEMS: [&str; 16] = [
+    "LDB", "RDB", "LUB", "RUB", "LDF", "RDF", "LUF", "RUF", "LFD", "RFD", "LFU", "RFU", "LBD",
+    "RBD", "LBU", "RBU",
+];
 
 /// Why an SPZ file could not be read or written. File-level variants name the file.
 #[derive(Debug, thiserror::Error)]
@@ -74,10 +111,16 @@ pub enum SpzError {
     #[error("not an SPZ file: magic {0:#010x}, expected 0x5053474e (\"NGSP\")")]
     BadMagic(u32),
     #[error(
-        "SPZ version {0} is not supported (ramsplat reads 2 and 3; version 4 is zstd-based: \
-         re-save it as version 3 with Niantic's tools)"
+        "SPZ version {0} is not supported (ramsplat reads versions 2 and 3, gzip-compressed, \
+         and 4, zstd-compressed behind a plain header)"
     )]
     UnsupportedVersion(u32),
+    /// The structure of a version 4 file (header, table of contents, streams) does not hold.
+    #[error("SPZ version 4: {0}; the file is damaged or truncated")]
+    Damaged(String),
+    /// Extension records that do not parse, or a coordinate system ramsplat does not read.
+    #[error("SPZ extensions: {0}")]
+    Extensions(String),
     #[error("SPZ SH degree {0} is not supported (0 to 4)")]
     BadShDegree(u8),
     #[error("SPZ fractional bits {0} is above 23 (positions are 24-bit)")]
@@ -107,14 +150,137 @@ pub enum SpzError {
     InvalidModel(String),
 }
 
-/// The axis flips from ramsplat/PLY (right-down-front) to SPZ (right-up-back) and back.
-const FLIP_P: [f32; 3] = [1.0, -1.0, -1.0];
-/// Flips of the quaternion's x, y, z (w never flips).
-const FLIP_Q: [f32; 3] = [1.0, -1.0, -1.0];
-/// Flips of SH coefficients 1..=15 (each basis function's parity in y and z).
-const FLIP_SH: [f32; 15] = [
-    -1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, -1.0, 1.0, -1.0, 1.0,
-];
+/// Per SH coefficient 1..=15 (3DGS order), the parity of its basis polynomial in x, y and z
+/// (degree 1: y, z, x; degree 2: xy, yz, 3z²−1, xz, x²−y²; degree 3: y(3x²−y²), xyz,
+/// y(5z²−1), z(5z²−3), x(5z²−1), z(x²−y²), x(x²−3y²)): flipping an axis multiplies the
+/// coefficient by −1 where its parity in that axis is odd.
+const SH_PARITY: [[bool; 3]; 15] = {
+    const X: [bool; 3] = [true, false, false];
+    const Y: [bool; 3] = [false, true, false];
+    const Z: [bool; 3] = [false, false, true];
+    const EVEN: [bool; 3] = [false, false, false];
+    [
+        Y,
+        Z,
+        X,
+        [true, true, false],
+        [false, true, true],
+        EVEN,
+        [true, false, true],
+        EVEN,
+        Y,
+        [true, true, true],
+        Y,
+        Z,
+        X,
+        Z,
+        X,
+    ]
+};
+
+/// How stored values map to ramsplat's right-down-front axes: the signs by which positions,
+/// quaternion vectors (x, y, z; w never flips) and SH coefficients 1..=15 are multiplied, both
+/// ways (each is its own inverse).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Axes {
+    p: [f32; 3],
+    q: [f32; 3],
+    sh: [f32; 15],
+}
+
+impl Axes {
+    /// Data stored with axes of signs `s` against right-down-front (+1: the same direction).
+    /// A reflection `F = diag(s)` maps a rotation `R` to `F·R·F`, whose quaternion vector is
+    /// `det(F)·F·v`: hence `q`.
+    fn flipped(s: [f32; 3]) -> Axes {
+        let sign = |odd: [bool; 3]| (0..3).map(|a| if odd[a] { s[a] } else { 1.0 }).product();
+        Axes {
+            p: s,
+            q: [s[1] * s[2], s[0] * s[2], s[0] * s[1]],
+            sh: SH_PARITY.map(sign),
+        }
+    }
+
+    /// SPZ's default storage axes, right-up-back (OpenGL, three.js).
+    fn rub() -> Axes {
+        Axes::flipped([1.0, -1.0, -1.0])
+    }
+
+    /// The axes a coordinate-system record's value names (0, unspecified, is the default).
+    fn of_record(value: u32) -> Result<Axes, SpzError> {
+        let Some(name) = value
+            .checked_sub(1)
+            .and_then(|i| COORDINATE_SYSTEMS.get(i as usize))
+        else {
+            return match value {
+                0 => Ok(Axes::rub()),
+                _ => Err(SpzError::Extensions(format!(
+                    "the coordinate-system record holds {value}, which names no coordinate \
+                     system (1 to 16)"
+                ))),
+            };
+        };
+        let b = name.as_bytes();
+        if matches!(b[1], b'F' | b'B') {
+            return Err(SpzError::Extensions(format!(
+                "the data is stored in the {name} coordinate system, whose y and z axes are \
+                 swapped (a quarter turn that also rotates the SH coefficients), which ramsplat \
+                 does not read; re-save the model in right-up-back axes (SPZ's default) or as \
+                 a PLY"
+            )));
+        }
+        let sign = |yes: bool| if yes { 1.0 } else { -1.0 };
+        Ok(Axes::flipped([
+            sign(b[0] == b'R'),
+            sign(b[1] == b'D'),
+            sign(b[2] == b'F'),
+        ]))
+    }
+}
+
+/// The storage axes the extension `records` (at byte `at` of the file or stream, for the
+/// messages) declare: right-up-back unless a coordinate-system record says otherwise. Records
+/// of other types are skipped by their length.
+fn stored_axes(records: &[u8], at: usize) -> Result<Axes, SpzError> {
+    let mut axes = Axes::rub();
+    let mut i = 0;
+    while i < records.len() {
+        let word = |o: usize| {
+            records
+                .get(o..o + 4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+        };
+        let (Some(kind), Some(len)) = (word(i), word(i + 4)) else {
+            return Err(SpzError::Extensions(format!(
+                "the record at byte {} is cut short ({} bytes left, a record header is 8)",
+                at + i,
+                records.len() - i
+            )));
+        };
+        let end = (i + 8)
+            .checked_add(len as usize)
+            .filter(|&e| e <= records.len());
+        let Some(end) = end else {
+            return Err(SpzError::Extensions(format!(
+                "the record of type {kind:#010x} at byte {} claims {len} bytes, but only {} \
+                 follow",
+                at + i,
+                records.len() - i - 8
+            )));
+        };
+        if kind == EXT_COORDINATE_SYSTEM {
+            let value = word(i + 8).filter(|_| len >= 4).ok_or_else(|| {
+                SpzError::Extensions(format!(
+                    "the coordinate-system record at byte {} holds {len} bytes, not a u32",
+                    at + i
+                ))
+            })?;
+            axes = Axes::of_record(value)?;
+        }
+        i = end;
+    }
+    Ok(axes)
+}
 
 fn to_u8(x: f32) -> u8 {
     x.round().clamp(0.0, 255.0) as u8
@@ -193,10 +359,11 @@ fn write_raw(w: &mut impl Write, g: &Gaussians, bits: u8, info: ModelInfo) -> io
         0
     };
     w.write_all(&[g.sh_degree as u8, bits, flags, 0])?;
+    let axes = Axes::rub();
     let scale = (1u32 << bits) as f32;
     for m in &g.means {
-        for a in 0..3 {
-            let fixed = (m[a] * FLIP_P[a] * scale).round() as i32;
+        for (v, flip) in m.iter().zip(axes.p) {
+            let fixed = (v * flip * scale).round() as i32;
             w.write_all(&fixed.to_le_bytes()[..3])?;
         }
     }
@@ -211,7 +378,7 @@ fn write_raw(w: &mut impl Write, g: &Gaussians, bits: u8, info: ModelInfo) -> io
         w.write_all(&s.map(|v| to_u8((v + 10.0) * 16.0)))?;
     }
     for q in &g.rotations {
-        w.write_all(&pack_smallest_three(*q).to_le_bytes())?;
+        w.write_all(&pack_smallest_three(*q, axes.q).to_le_bytes())?;
     }
     let mut row = Vec::with_capacity(3 * coeffs);
     for i in 0..n {
@@ -220,7 +387,7 @@ fn write_raw(w: &mut impl Write, g: &Gaussians, bits: u8, info: ModelInfo) -> io
             let bucket = if k <= 3 { 1 << (8 - 5) } else { 1 << (8 - 4) };
             for c in 0..3 {
                 row.push(quantize_sh(
-                    FLIP_SH[k - 1] * g.sh[i * coeffs + k][c],
+                    axes.sh[k - 1] * g.sh[i * coeffs + k][c],
                     bucket,
                 ));
             }
@@ -230,13 +397,14 @@ fn write_raw(w: &mut impl Write, g: &Gaussians, bits: u8, info: ModelInfo) -> io
     Ok(())
 }
 
-/// wxyz (ramsplat) → the 4-byte smallest-three code of the normalised, axis-flipped xyzw.
-fn pack_smallest_three(q: [f32; 4]) -> u32 {
+/// wxyz (ramsplat) → the 4-byte smallest-three code of the normalised xyzw, its vector part
+/// multiplied by `flip` (the storage axes').
+fn pack_smallest_three(q: [f32; 4], flip: [f32; 3]) -> u32 {
     let n = q.iter().map(|v| v * v).sum::<f32>().sqrt();
     let q = [
-        q[1] / n * FLIP_Q[0],
-        q[2] / n * FLIP_Q[1],
-        q[3] / n * FLIP_Q[2],
+        q[1] / n * flip[0],
+        q[2] / n * flip[1],
+        q[3] / n * flip[2],
         q[0] / n,
     ];
     let mut largest = 0;
@@ -257,8 +425,8 @@ fn pack_smallest_three(q: [f32; 4]) -> u32 {
     comp
 }
 
-/// The 4-byte smallest-three code → wxyz in ramsplat's axes.
-fn unpack_smallest_three(mut comp: u32) -> [f32; 4] {
+/// The 4-byte smallest-three code → wxyz in ramsplat's axes (`flip`: the storage axes').
+fn unpack_smallest_three(mut comp: u32, flip: [f32; 3]) -> [f32; 4] {
     let largest = (comp >> 30) as usize;
     let mut q = [0.0f32; 4];
     let mut sum = 0.0;
@@ -273,16 +441,79 @@ fn unpack_smallest_three(mut comp: u32) -> [f32; 4] {
         }
     }
     q[largest] = (1.0 - sum).max(0.0).sqrt();
-    [q[3], q[0] * FLIP_Q[0], q[1] * FLIP_Q[1], q[2] * FLIP_Q[2]]
+    [q[3], q[0] * flip[0], q[1] * flip[1], q[2] * flip[2]]
 }
 
-/// Decodes an SPZ file (gzip, versions 2 and 3). SH degree 4 is read and cut to 3.
+/// Decodes an SPZ file: versions 2 and 3 (gzip) or 4 (zstd streams), told apart by their first
+/// bytes. SH degree 4 is read and cut to 3.
 pub fn decode(bytes: &[u8]) -> Result<Gaussians, SpzError> {
     decode_with_info(bytes).map(|(g, _)| g)
 }
 
 /// [`decode`], with the header's antialiased flag.
 pub fn decode_with_info(bytes: &[u8]) -> Result<(Gaussians, ModelInfo), SpzError> {
+    if bytes.starts_with(&MAGIC.to_le_bytes()) {
+        decode_v4(bytes)
+    } else {
+        decode_gzip(bytes)
+    }
+}
+
+/// What the fixed header says of the data that follows it.
+struct Header {
+    points: u32,
+    degree: u8,
+    bits: u8,
+    flags: u8,
+}
+
+impl Header {
+    /// Checks the fields every version shares.
+    fn checked(points: u32, degree: u8, bits: u8, flags: u8) -> Result<Header, SpzError> {
+        if degree > 4 {
+            return Err(SpzError::BadShDegree(degree));
+        }
+        if bits > 23 {
+            return Err(SpzError::BadFractionalBits(bits));
+        }
+        if points > MAX_POINTS {
+            return Err(SpzError::TooManyPoints(points));
+        }
+        Ok(Header {
+            points,
+            degree,
+            bits,
+            flags,
+        })
+    }
+
+    /// The bytes of each attribute array, in file order: positions, alphas, colours, scales,
+    /// rotations (`rot_len` bytes each), SH.
+    fn sizes(&self, rot_len: usize) -> [usize; 6] {
+        let n = self.points as usize;
+        [9, 1, 3, 3, rot_len, 3 * rest_dim(self.degree)].map(|b| b * n)
+    }
+
+    fn info(&self) -> ModelInfo {
+        ModelInfo {
+            antialiased: self.flags & FLAG_ANTIALIASED != 0,
+        }
+    }
+}
+
+/// Names of the attribute arrays, in file order (for messages).
+const ATTRIBUTES: [&str; 6] = [
+    "positions",
+    "alphas",
+    "colours",
+    "scales",
+    "rotations",
+    "spherical harmonics",
+];
+
+/// Versions 2 and 3: one gzip stream of the 16-byte header, the arrays and, with flag `0x2`,
+/// extension records.
+fn decode_gzip(bytes: &[u8]) -> Result<(Gaussians, ModelInfo), SpzError> {
     let mut header = [0u8; HEADER_LEN];
     let mut dec = flate2::read::GzDecoder::new(bytes);
     dec.read_exact(&mut header).map_err(SpzError::Gzip)?;
@@ -295,21 +526,10 @@ pub fn decode_with_info(bytes: &[u8]) -> Result<(Gaussians, ModelInfo), SpzError
     if !(2..=3).contains(&version) {
         return Err(SpzError::UnsupportedVersion(version));
     }
-    let points = u32_at(8);
-    let (degree, bits, flags) = (header[12], header[13], header[14]);
-    if degree > 4 {
-        return Err(SpzError::BadShDegree(degree));
-    }
-    if bits > 23 {
-        return Err(SpzError::BadFractionalBits(bits));
-    }
-    if points > MAX_POINTS {
-        return Err(SpzError::TooManyPoints(points));
-    }
-    let n = points as usize;
+    let h = Header::checked(u32_at(8), header[12], header[13], header[14])?;
     let rot_len = if version >= 3 { 4 } else { 3 };
-    let dim = rest_dim(degree);
-    let expected = n * (9 + 1 + 3 + 3 + rot_len + dim * 3);
+    let sizes = h.sizes(rot_len);
+    let expected: usize = sizes.iter().sum();
     // Read no more than the header says (plus one byte to detect trailing data), growing the
     // buffer as data arrives, so a lying header cannot make us allocate for it up front.
     let mut data = Vec::new();
@@ -317,27 +537,147 @@ pub fn decode_with_info(bytes: &[u8]) -> Result<(Gaussians, ModelInfo), SpzError
         .take(expected as u64 + 1)
         .read_to_end(&mut data)
         .map_err(SpzError::Gzip)?;
-    if data.len() < expected || (data.len() > expected && flags & FLAG_EXTENSIONS == 0) {
+    let extensions = h.flags & FLAG_EXTENSIONS != 0;
+    if data.len() < expected || (data.len() > expected && !extensions) {
         return Err(SpzError::Truncated {
-            points,
-            sh_degree: degree,
+            points: h.points,
+            sh_degree: h.degree,
             expected,
             got: data.len(),
         });
     }
-    let info = ModelInfo {
-        antialiased: flags & FLAG_ANTIALIASED != 0,
+    let axes = if extensions {
+        (&mut dec)
+            .take(MAX_EXTENSION_BYTES)
+            .read_to_end(&mut data)
+            .map_err(SpzError::Gzip)?;
+        stored_axes(&data[expected..], HEADER_LEN + expected)?
+    } else {
+        Axes::rub()
     };
-    let out_degree = (degree as u32).min(MAX_SH_DEGREE);
+    let mut arrays = [&[][..]; 6];
+    let mut rest = &data[..expected];
+    for (a, &size) in arrays.iter_mut().zip(&sizes) {
+        (*a, rest) = rest.split_at(size);
+    }
+    Ok((unpack(&h, rot_len, arrays, axes), h.info()))
+}
+
+/// Version 4: the plain header, extension records, the table of contents and one zstd stream
+/// per non-empty attribute array (module doc).
+fn decode_v4(bytes: &[u8]) -> Result<(Gaussians, ModelInfo), SpzError> {
+    let damaged = |msg: String| SpzError::Damaged(msg);
+    if bytes.len() < V4_HEADER_LEN {
+        return Err(damaged(format!(
+            "the file is {} bytes, shorter than the {V4_HEADER_LEN}-byte header",
+            bytes.len()
+        )));
+    }
+    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
+    let version = u32_at(4);
+    if version != 4 {
+        return Err(SpzError::UnsupportedVersion(version));
+    }
+    let h = Header::checked(u32_at(8), bytes[12], bytes[13], bytes[14])?;
+    let (streams, toc_at) = (bytes[15] as usize, u32_at(16) as usize);
+    // Each point takes 9 bytes of positions alone; no zstd stream of real data shrinks them by
+    // more than 1024 (Niantic's library refuses past the same bound).
+    if h.points as u64 * 9 > bytes.len() as u64 * 1024 {
+        return Err(damaged(format!(
+            "the header claims {} points, more than a file of {} bytes can hold",
+            h.points,
+            bytes.len()
+        )));
+    }
+    let sizes = h.sizes(4);
+    let present: Vec<usize> = (0..6).filter(|&a| sizes[a] > 0).collect();
+    if streams != present.len() {
+        return Err(damaged(format!(
+            "the header counts {streams} streams, but {} points of SH degree {} make {}",
+            h.points,
+            h.degree,
+            present.len()
+        )));
+    }
+    let toc_end = toc_at + 16 * streams;
+    if toc_at < V4_HEADER_LEN || toc_end > bytes.len() {
+        return Err(damaged(format!(
+            "the table of contents at byte {toc_at} ({streams} entries of 16 bytes) does not \
+             lie between the header and the end of the file ({} bytes)",
+            bytes.len()
+        )));
+    }
+    let axes = if h.flags & FLAG_EXTENSIONS != 0 {
+        stored_axes(&bytes[V4_HEADER_LEN..toc_at], V4_HEADER_LEN)?
+    } else {
+        Axes::rub()
+    };
+    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
+    let mut arrays: [Vec<u8>; 6] = Default::default();
+    let mut at = toc_end;
+    for (k, &a) in present.iter().enumerate() {
+        let (packed, unpacked) = (u64_at(toc_at + 16 * k), u64_at(toc_at + 16 * k + 8));
+        if unpacked != sizes[a] as u64 {
+            return Err(damaged(format!(
+                "the table of contents gives the {} stream {unpacked} bytes, but {} points \
+                 need {}",
+                ATTRIBUTES[a], h.points, sizes[a]
+            )));
+        }
+        let Some(stream) = usize::try_from(packed)
+            .ok()
+            .and_then(|p| bytes.get(at..at.checked_add(p)?))
+        else {
+            return Err(damaged(format!(
+                "the {} stream ({packed} compressed bytes from byte {at}) runs past the end of \
+                 the file ({} bytes)",
+                ATTRIBUTES[a],
+                bytes.len()
+            )));
+        };
+        at += stream.len();
+        // Decompressed into a buffer that grows with the data (never sized from the table).
+        let mut out = Vec::new();
+        zstd::stream::read::Decoder::with_buffer(stream)
+            .and_then(|d| d.take(unpacked + 1).read_to_end(&mut out))
+            .map_err(|e| {
+                damaged(format!(
+                    "the {} stream does not decompress ({e})",
+                    ATTRIBUTES[a]
+                ))
+            })?;
+        if out.len() != sizes[a] {
+            return Err(damaged(format!(
+                "the {} stream decompresses to {}{} bytes, not the {} its table entry gives",
+                ATTRIBUTES[a],
+                if out.len() > sizes[a] { "over " } else { "" },
+                out.len().min(sizes[a]),
+                sizes[a]
+            )));
+        }
+        arrays[a] = out;
+    }
+    if at != bytes.len() {
+        return Err(damaged(format!(
+            "the streams end at byte {at}, but the file holds {} bytes",
+            bytes.len()
+        )));
+    }
+    let arrays = [0, 1, 2, 3, 4, 5].map(|a| &arrays[a][..]);
+    Ok((unpack(&h, 4, arrays, axes), h.info()))
+}
+
+/// The Gaussians of the attribute `arrays` (file order, each of the size [`Header::sizes`]
+/// gives), stored in `axes`.
+fn unpack(h: &Header, rot_len: usize, arrays: [&[u8]; 6], axes: Axes) -> Gaussians {
+    let [pos, alpha, color, scale, rot, sh] = arrays;
+    let n = h.points as usize;
+    let dim = rest_dim(h.degree);
+    let out_degree = (h.degree as u32).min(MAX_SH_DEGREE);
     let coeffs = sh_coeffs(out_degree);
-    let (pos, rest) = data.split_at(n * 9);
-    let (alpha, rest) = rest.split_at(n);
-    let (color, rest) = rest.split_at(n * 3);
-    let (scale, rest) = rest.split_at(n * 3);
-    let (rot, rest) = rest.split_at(n * rot_len);
-    let sh = &rest[..n * dim * 3];
-    let inv = 1.0 / (1u32 << bits) as f32;
-    // `n` is backed by the data (the slices above); a field SPZ does not carry stays zero.
+    let inv = 1.0 / (1u32 << h.bits) as f32;
+    // `n` is backed by the data (the arrays have its sizes); a field SPZ does not carry stays
+    // zero.
     let mut g = Gaussians::zeros(n, out_degree);
     g.means = pos
         .chunks_exact(9)
@@ -346,7 +686,7 @@ pub fn decode_with_info(bytes: &[u8]) -> Result<(Gaussians, ModelInfo), SpzError
             for a in 0..3 {
                 let b = &p[a * 3..a * 3 + 3];
                 let v = i32::from_le_bytes([b[0], b[1], b[2], 0]) << 8 >> 8;
-                m[a] = v as f32 * inv * FLIP_P[a];
+                m[a] = v as f32 * inv * axes.p[a];
             }
             m
         })
@@ -360,7 +700,7 @@ pub fn decode_with_info(bytes: &[u8]) -> Result<(Gaussians, ModelInfo), SpzError
         .chunks_exact(rot_len)
         .map(|r| {
             if rot_len == 4 {
-                unpack_smallest_three(u32::from_le_bytes([r[0], r[1], r[2], r[3]]))
+                unpack_smallest_three(u32::from_le_bytes([r[0], r[1], r[2], r[3]]), axes.q)
             } else {
                 let xyz = [0, 1, 2].map(|a| r[a] as f32 / 127.5 - 1.0);
                 let w = (1.0 - xyz.iter().map(|v| v * v).sum::<f32>())
@@ -368,9 +708,9 @@ pub fn decode_with_info(bytes: &[u8]) -> Result<(Gaussians, ModelInfo), SpzError
                     .sqrt();
                 [
                     w,
-                    xyz[0] * FLIP_Q[0],
-                    xyz[1] * FLIP_Q[1],
-                    xyz[2] * FLIP_Q[2],
+                    xyz[0] * axes.q[0],
+                    xyz[1] * axes.q[1],
+                    xyz[2] * axes.q[2],
                 ]
             }
         })
@@ -381,10 +721,10 @@ pub fn decode_with_info(bytes: &[u8]) -> Result<(Gaussians, ModelInfo), SpzError
         for k in 1..coeffs {
             let s = &sh[(i * dim + k - 1) * 3..(i * dim + k) * 3];
             g.sh[i * coeffs + k] =
-                [0, 1, 2].map(|a| FLIP_SH[k - 1] * (s[a] as f32 - 128.0) / 128.0);
+                [0, 1, 2].map(|a| axes.sh[k - 1] * (s[a] as f32 - 128.0) / 128.0);
         }
     }
-    Ok((g, info))
+    g
 }
 
 /// Writes `g` to `path` as SPZ, atomically (temporary file, then rename).
@@ -462,30 +802,33 @@ pub(crate) mod tests {
         for degree in 0..=3 {
             let g = model(500, degree, 7 + degree as u64);
             let back = decode(&encode(&g).unwrap()).unwrap();
-            assert_eq!(back.len(), g.len());
-            assert_eq!(back.sh_degree, degree);
-            let coeffs = sh_coeffs(degree);
-            for i in 0..g.len() {
-                for a in 0..3 {
-                    assert!((back.means[i][a] - g.means[i][a]).abs() <= 0.5 / 4096.0 + 1e-6);
-                    assert!(
-                        (back.log_scales[i][a] - g.log_scales[i][a]).abs() <= 1.0 / 32.0 + 1e-5
-                    );
-                    let dc = (back.sh[i * coeffs][a] - g.sh[i * coeffs][a]).abs();
-                    assert!(dc <= 0.5 / (0.15 * 255.0) + 1e-5, "dc {dc}");
-                    for k in 1..coeffs {
-                        let tol = if k <= 3 { 4.5 / 128.0 } else { 8.5 / 128.0 };
-                        let d = (back.sh[i * coeffs + k][a] - g.sh[i * coeffs + k][a]).abs();
-                        assert!(d <= tol, "sh {k}: {d}");
-                    }
+            assert_within_quantisation(&back, &g);
+        }
+    }
+
+    /// `back` is `g` as SPZ stores it: every value within the module doc's quantisation.
+    fn assert_within_quantisation(back: &Gaussians, g: &Gaussians) {
+        let degree = g.sh_degree;
+        assert_eq!(back.len(), g.len());
+        assert_eq!(back.sh_degree, degree);
+        let coeffs = sh_coeffs(degree);
+        for i in 0..g.len() {
+            for a in 0..3 {
+                assert!((back.means[i][a] - g.means[i][a]).abs() <= 0.5 / 4096.0 + 1e-6);
+                assert!((back.log_scales[i][a] - g.log_scales[i][a]).abs() <= 1.0 / 32.0 + 1e-5);
+                let dc = (back.sh[i * coeffs][a] - g.sh[i * coeffs][a]).abs();
+                assert!(dc <= 0.5 / (0.15 * 255.0) + 1e-5, "dc {dc}");
+                for k in 1..coeffs {
+                    let tol = if k <= 3 { 4.5 / 128.0 } else { 8.5 / 128.0 };
+                    let d = (back.sh[i * coeffs + k][a] - g.sh[i * coeffs + k][a]).abs();
+                    assert!(d <= tol, "sh {k}: {d}");
                 }
-                let s = |x: f32| 1.0 / (1.0 + (-x).exp());
-                assert!(
-                    (s(back.logit_opacities[i]) - s(g.logit_opacities[i])).abs()
-                        <= 0.5 / 255.0 + 1e-5
-                );
-                assert!(same_rotation(back.rotations[i], g.rotations[i]) > 0.99999 - 1e-5);
             }
+            let s = |x: f32| 1.0 / (1.0 + (-x).exp());
+            assert!(
+                (s(back.logit_opacities[i]) - s(g.logit_opacities[i])).abs() <= 0.5 / 255.0 + 1e-5
+            );
+            assert!(same_rotation(back.rotations[i], g.rotations[i]) > 0.99999 - 1e-5);
         }
     }
 
@@ -584,5 +927,156 @@ pub(crate) mod tests {
         let mut bad = raw;
         bad.push(0);
         assert!(matches!(decode(&gz(&bad)), Err(SpzError::Truncated { .. })));
+    }
+
+    /// The fixtures Niantic's own library wrote (tests/data/spz/README.md).
+    fn niantic(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/spz")
+            .join(name)
+    }
+
+    /// Niantic's library's version 3 and 4 files of one model decode to the same Gaussians, and
+    /// those are the source PLY within SPZ's quantisation: the version 4 reader agrees with the
+    /// format's reference implementation, not only with ramsplat's own writer.
+    #[test]
+    fn niantic_files_of_versions_3_and_4_decode_alike() {
+        let source = crate::export::ply::load(
+            &niantic("src.ply"),
+            &crate::export::ply::LoadOptions::default(),
+        )
+        .unwrap();
+        let v3 = load(&niantic("v3.spz")).unwrap();
+        let (v4, info) = load_with_info(&niantic("v4.spz")).unwrap();
+        assert!(!info.antialiased);
+        assert_eq!(v4, v3);
+        assert_eq!(v4.len(), 64);
+        assert_within_quantisation(&v4, &source);
+    }
+
+    /// Data stored in other axes by the coordinate-system extension (RDF: none flipped
+    /// against ramsplat's; RUF: y flipped) is read back in ramsplat's axes: what the default
+    /// right-up-back file holds, up to the quantisation's rounding of mirrored SH values. A
+    /// system with y and z swapped (RFD) is refused by name.
+    #[test]
+    fn niantic_files_in_other_axes_are_read_in_ours_or_refused() {
+        let rub = load(&niantic("v4.spz")).unwrap();
+        for name in ["v4rdf.spz", "v4ruf.spz"] {
+            let g = load(&niantic(name)).unwrap();
+            assert_eq!(g.means, rub.means, "{name}");
+            assert_eq!(g.log_scales, rub.log_scales, "{name}");
+            assert_eq!(g.logit_opacities, rub.logit_opacities, "{name}");
+            let coeffs = sh_coeffs(3);
+            for i in 0..g.len() {
+                assert!(same_rotation(g.rotations[i], rub.rotations[i]) > 1.0 - 1e-6);
+                assert_eq!(g.sh[i * coeffs], rub.sh[i * coeffs], "{name}: DC");
+                for k in 1..coeffs {
+                    for c in 0..3 {
+                        let d = (g.sh[i * coeffs + k][c] - rub.sh[i * coeffs + k][c]).abs();
+                        // One quantisation step: 8/128 for degree 1, 16/128 beyond.
+                        let step = if k <= 3 { 8.0 } else { 16.0 } / 128.0;
+                        assert!(d <= step + 1e-6, "{name}: Gaussian {i} SH {k}: {d}");
+                    }
+                }
+            }
+        }
+        let e = load(&niantic("v4rfd.spz")).unwrap_err().to_string();
+        assert!(
+            e.contains("v4rfd.spz") && e.contains("RFD coordinate system") && e.contains("PLY"),
+            "{e}"
+        );
+    }
+
+    /// The SH flips of every axis reflection keep the colour seen in every direction:
+    /// `Σ s_k c_k Y_k(F d) = Σ c_k Y_k(d)` for `F = diag(s)`, which checks [`SH_PARITY`]; and
+    /// right-up-back gives the flips ramsplat's writer has always used.
+    #[test]
+    fn axis_flips_keep_the_colour_in_every_direction() {
+        use crate::scene::sh::eval;
+        let mut rng = Rng::new(11);
+        let coeffs: Vec<[f64; 3]> = (0..16)
+            .map(|_| [0, 1, 2].map(|_| rng.next_f32() as f64 - 0.5))
+            .collect();
+        for bits in 0..8u32 {
+            let s = [0, 1, 2].map(|a| if bits >> a & 1 == 1 { -1.0f32 } else { 1.0 });
+            let axes = Axes::flipped(s);
+            let flipped: Vec<[f64; 3]> = coeffs
+                .iter()
+                .enumerate()
+                .map(|(k, c)| match k {
+                    0 => *c,
+                    k => c.map(|v| v * axes.sh[k - 1] as f64),
+                })
+                .collect();
+            for _ in 0..20 {
+                let d = [0, 1, 2].map(|_| rng.next_f32() as f64 - 0.5);
+                let fd = [0, 1, 2].map(|a| d[a] * s[a] as f64);
+                let (a, b) = (eval(d, 3, &coeffs), eval(fd, 3, &flipped));
+                for c in 0..3 {
+                    assert!((a[c] - b[c]).abs() < 1e-12, "flips {s:?}: {a:?} vs {b:?}");
+                }
+            }
+        }
+        let rub = Axes::rub();
+        assert_eq!((rub.p, rub.q), ([1.0, -1.0, -1.0], [1.0, -1.0, -1.0]));
+        assert_eq!(
+            rub.sh,
+            [-1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, -1.0, 1.0, -1.0, 1.0]
+        );
+    }
+
+    /// A damaged version 4 file is refused, saying what does not hold, before anything is
+    /// decompressed where the structure tells: the table of contents, the stream sizes, the
+    /// file's end, the version, the extension records.
+    #[test]
+    fn damaged_version_4_files_are_refused_by_name() {
+        let good = std::fs::read(niantic("v4.spz")).unwrap();
+        let err = |b: &[u8]| decode(b).unwrap_err().to_string();
+        let toc = u32::from_le_bytes(good[16..20].try_into().unwrap()) as usize;
+        for cut in [0, 20, 31, toc + 10, good.len() - 1] {
+            let e = err(&good[..cut]);
+            assert!(
+                e.contains("damaged or truncated") || e.contains("gzip"),
+                "cut {cut}: {e}"
+            );
+        }
+        let mut bad = good.clone();
+        bad.push(0);
+        assert!(
+            err(&bad).contains("the streams end at byte"),
+            "{}",
+            err(&bad)
+        );
+        let mut bad = good.clone();
+        bad[4] = 5;
+        assert!(err(&bad).contains("SPZ version 5 is not supported"));
+        let mut bad = good.clone();
+        bad[15] = 5; // five streams for SH degree 3
+        assert!(err(&bad).contains("counts 5 streams"), "{}", err(&bad));
+        let mut bad = good.clone();
+        bad[toc + 8] ^= 1; // the positions' uncompressed size
+        assert!(
+            err(&bad).contains("gives the positions stream"),
+            "{}",
+            err(&bad)
+        );
+        let mut bad = good.clone();
+        bad[8..12].copy_from_slice(&(u32::MAX >> 4).to_le_bytes());
+        assert!(err(&bad).contains("more than a file of"), "{}", err(&bad));
+        let mut bad = good.clone();
+        bad[toc] = bad[toc].wrapping_add(1); // the positions' compressed size
+        assert!(err(&bad).contains("damaged or truncated"), "{}", err(&bad));
+        // Extension records that run past the header zone.
+        let ext = std::fs::read(niantic("v4rdf.spz")).unwrap();
+        let mut bad = ext.clone();
+        bad[36..40].copy_from_slice(&100u32.to_le_bytes());
+        assert!(err(&bad).contains("claims 100 bytes"), "{}", err(&bad));
+        let mut bad = ext;
+        bad[40..44].copy_from_slice(&17u32.to_le_bytes());
+        assert!(
+            err(&bad).contains("names no coordinate system"),
+            "{}",
+            err(&bad)
+        );
     }
 }
