@@ -31,8 +31,11 @@
 //! having no stream. A file is told apart by its first bytes: `NGSP` for version 4, gzip's
 //! `1f 8b` for the others. Every size in the table is checked against what the header's point
 //! count and SH degree need, and the streams must end exactly at the end of the file, before
-//! anything is decompressed; each stream is decompressed into a buffer that grows with the
-//! data, so a lying header cannot make the reader allocate for it. The format has no checksum
+//! anything is decompressed. The header's point count must be backed by the file (9 bytes of
+//! positions per point, which zstd does not shrink 1024-fold: Niantic's own bound), and each
+//! stream is decompressed in one shot into a buffer of exactly its size, so neither a lying
+//! header nor a frame asking for a huge window makes the reader allocate beyond that bound.
+//! The format has no checksum
 //! (Niantic's writer sets none on its zstd frames; a frame that has one is verified), so a
 //! damaged byte inside a stream can decode to other values, which are still valid ones: of
 //! 1,500 seeded corruptions of a fixture, 408 read as models (`tests/model_files_hostile.rs`),
@@ -636,22 +639,21 @@ fn decode_v4(bytes: &[u8]) -> Result<(Gaussians, ModelInfo), SpzError> {
             )));
         };
         at += stream.len();
-        // Decompressed into a buffer that grows with the data (never sized from the table).
-        let mut out = Vec::new();
-        zstd::stream::read::Decoder::with_buffer(stream)
-            .and_then(|d| d.take(unpacked + 1).read_to_end(&mut out))
-            .map_err(|e| {
-                damaged(format!(
-                    "the {} stream does not decompress ({e})",
-                    ATTRIBUTES[a]
-                ))
-            })?;
+        // One-shot decompression into a buffer of exactly the size the header and the table
+        // agree on (bounded by the file's size above): the output is the decoder's window, so
+        // a frame header asking for a large window allocates nothing, and more data than the
+        // buffer holds is an error.
+        let out = zstd::bulk::decompress(stream, sizes[a]).map_err(|e| {
+            damaged(format!(
+                "the {} stream does not decompress to its {} bytes ({e})",
+                ATTRIBUTES[a], sizes[a]
+            ))
+        })?;
         if out.len() != sizes[a] {
             return Err(damaged(format!(
-                "the {} stream decompresses to {}{} bytes, not the {} its table entry gives",
+                "the {} stream decompresses to {} bytes, not the {} its table entry gives",
                 ATTRIBUTES[a],
-                if out.len() > sizes[a] { "over " } else { "" },
-                out.len().min(sizes[a]),
+                out.len(),
                 sizes[a]
             )));
         }
@@ -1077,6 +1079,67 @@ pub(crate) mod tests {
             err(&bad).contains("names no coordinate system"),
             "{}",
             err(&bad)
+        );
+    }
+
+    /// The fixture's streams, decompressed, re-assembled into a version 4 file with the first
+    /// stream compressed by `first` (the rest at zstd's default).
+    fn reassembled(first: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
+        let good = std::fs::read(niantic("v4.spz")).unwrap();
+        let toc = u32::from_le_bytes(good[16..20].try_into().unwrap()) as usize;
+        let n = good[15] as usize;
+        let mut at = toc + 16 * n;
+        let mut toc_bytes = Vec::new();
+        let mut streams = Vec::new();
+        for k in 0..n {
+            let e = &good[toc + 16 * k..];
+            let packed = u64::from_le_bytes(e[..8].try_into().unwrap()) as usize;
+            let raw = zstd::decode_all(&good[at..at + packed]).unwrap();
+            at += packed;
+            let z = if k == 0 {
+                first(&raw)
+            } else {
+                zstd::encode_all(&raw[..], 3).unwrap()
+            };
+            toc_bytes.extend_from_slice(&(z.len() as u64).to_le_bytes());
+            toc_bytes.extend_from_slice(&(raw.len() as u64).to_le_bytes());
+            streams.extend_from_slice(&z);
+        }
+        let mut out = good[..toc].to_vec();
+        out.extend_from_slice(&toc_bytes);
+        out.extend_from_slice(&streams);
+        out
+    }
+
+    /// Streams from other zstd writers read alike: a streaming encoder's frame (no content
+    /// size, a window far beyond the stream: decompressed in one shot, so that window is never
+    /// allocated), and one whose data runs past its table entry is refused.
+    #[test]
+    fn zstd_frames_of_other_writers_read_alike() {
+        let want = load(&niantic("v4.spz")).unwrap();
+        let plain = reassembled(|raw| zstd::encode_all(raw, 3).unwrap());
+        assert_eq!(decode(&plain).unwrap(), want);
+        let streamed = |raw: &[u8]| {
+            let mut e = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+            e.window_log(27).unwrap();
+            e.include_contentsize(false).unwrap();
+            e.write_all(raw).unwrap();
+            e.finish().unwrap()
+        };
+        assert_eq!(decode(&reassembled(streamed)).unwrap(), want);
+        let longer = reassembled(|raw| {
+            let mut more = raw.to_vec();
+            more.push(0);
+            zstd::encode_all(&more[..], 3).unwrap()
+        });
+        // The table still says the positions' size; the frame holds one byte more.
+        let toc = u32::from_le_bytes(longer[16..20].try_into().unwrap()) as usize;
+        let mut longer = longer;
+        longer[toc + 8..toc + 16].copy_from_slice(&576u64.to_le_bytes());
+        let e = decode(&longer).unwrap_err().to_string();
+        assert!(
+            e.contains("the positions stream does not decompress to its 576 bytes"),
+            "{e}"
         );
     }
 }
