@@ -3709,3 +3709,75 @@ fn a_checkpoint_or_pointer_that_is_a_pipe_is_refused_at_once() {
         std::fs::rename(&kept, pipe).unwrap();
     }
 }
+
+/// A run whose output fails part-way stops at once and names what can be resumed: a failed
+/// save of the model checkpoints the (complete) step it failed after, and `--resume` continues
+/// from there once the cause is gone; a failed first checkpoint leaves nothing on disk to
+/// resume, and the error says so instead of naming none. The failures are made mid-run from
+/// the progress callback (a file where the run's directory must go), not by a full disk.
+#[test]
+fn a_failed_output_stops_the_run_naming_what_can_be_resumed() {
+    use ramsplat::train::run::{self, Backend, Event, RunError, RunOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let pack = tiny_pack(dir.path());
+    let options = |out: &Path| {
+        let mut o = RunOptions::new(&pack, out);
+        o.backend = Backend::Cpu;
+        o.ram_budget = 512 << 20;
+        o.config.iterations = 40;
+        o.config.sh_degree = 1;
+        o.checkpoint_every = 10;
+        o.save_iterations = vec![30, 40];
+        o.test_iterations = vec![];
+        o
+    };
+    // Once the run has started, `block` becomes a file where the run makes a directory.
+    let sabotaged = |o: &RunOptions, block: &Path| {
+        let mut done = false;
+        run::run(o, &mut |e| {
+            if let Event::Progress { done: 5, .. } = e {
+                if !done {
+                    let _ = std::fs::remove_dir_all(block);
+                    std::fs::write(block, b"in the way").unwrap();
+                    done = true;
+                }
+            }
+        })
+    };
+
+    // The PLY at 30 cannot be saved: the run checkpoints iteration 30 and names it.
+    let out = dir.path().join("ply");
+    let block = out.join("point_cloud");
+    let e = sabotaged(&options(&out), &block).unwrap_err();
+    let ckpt = out
+        .join("checkpoints")
+        .join(checkpoint::checkpoint_file_name(30));
+    match &e {
+        RunError::Stopped {
+            step, checkpoint, ..
+        } => assert_eq!((*step, checkpoint), (30, &ckpt), "{e}"),
+        other => panic!("expected Stopped, got {other}"),
+    }
+    let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+    assert!(
+        chain.contains("continue with --resume") && chain.contains("point_cloud"),
+        "{chain}"
+    );
+    std::fs::remove_file(&block).unwrap();
+    let mut again = options(&out);
+    again.resume = true;
+    let outcome = run::run(&again, &mut |_| {}).unwrap();
+    assert_eq!(outcome.report.resumed_from, Some(30));
+    assert!(out
+        .join("point_cloud/iteration_40/point_cloud.ply")
+        .is_file());
+
+    // The first checkpoint (10) cannot be written: nothing to resume, and the error says so.
+    let out = dir.path().join("ckpt");
+    let e = sabotaged(&options(&out), &out.join("checkpoints")).unwrap_err();
+    match &e {
+        RunError::StoppedUnsaved { step, .. } => assert_eq!(*step, 10, "{e}"),
+        other => panic!("expected StoppedUnsaved, got {other}"),
+    }
+    assert!(e.to_string().contains("no checkpoint on disk"), "{e}");
+}

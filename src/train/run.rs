@@ -385,6 +385,17 @@ pub enum RunError {
         #[source]
         source: Box<RunError>,
     },
+    /// The run failed after training some iterations, before any checkpoint reached the disk
+    /// (the first one is what failed, or none was due yet), so nothing can be resumed.
+    #[error(
+        "stopped at iteration {step} with no checkpoint on disk to resume from (writing one is \
+         what failed, or none was due yet); fix the cause below, then run again"
+    )]
+    StoppedUnsaved {
+        step: u64,
+        #[source]
+        source: Box<RunError>,
+    },
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -2577,6 +2588,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 Some(checkpoint) => RunError::Stopped {
                     step,
                     checkpoint,
+                    source: Box::new(e),
+                },
+                None if step > start_step => RunError::StoppedUnsaved {
+                    step,
                     source: Box::new(e),
                 },
                 None => e,
