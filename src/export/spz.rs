@@ -982,6 +982,11 @@ pub(crate) mod tests {
                 }
             }
         }
+        // Version 3 carries its records after the data, inside the gzip stream.
+        assert_eq!(
+            load(&niantic("v3ruf.spz")).unwrap(),
+            load(&niantic("v4ruf.spz")).unwrap()
+        );
         let e = load(&niantic("v4rfd.spz")).unwrap_err().to_string();
         assert!(
             e.contains("v4rfd.spz") && e.contains("RFD coordinate system") && e.contains("PLY"),
