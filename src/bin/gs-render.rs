@@ -599,6 +599,9 @@ fn load_model(args: &Args) -> Result<Loaded> {
             ramsplat::scene::gaussians::LOG_SCALE_F32_LIMIT
         );
     }
+    if let Some(note) = info.sh_cut_note(&args.ply) {
+        eprintln!("gs-render: warning: {note}");
+    }
     let antialiased = match args.rasterize_mode {
         ModeArg::Auto => info.antialiased,
         ModeArg::Classic => false,
@@ -1213,6 +1216,7 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
     let model = load_model(args)?;
     let info = ModelInfo {
         antialiased: model.antialiased,
+        ..Default::default()
     };
     save_model(out, &model, format, info).context("cannot write the converted model")?;
     if format == ModelFormat::Splat && model.antialiased {

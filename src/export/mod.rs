@@ -125,6 +125,26 @@ pub struct ModelInfo {
     /// header flag `0x1`;
     /// `.splat` has no room for it (always `false` when read).
     pub antialiased: bool,
+    /// When read: the file's SH degree if it is above [`MAX_SH_DEGREE`] (SPZ, whose writer
+    /// takes degree 4, and a PLY of 72 `f_rest_*`). The model keeps degrees 0–3: the higher
+    /// band is dropped, which a loader's caller says. Ignored by the writers.
+    ///
+    /// [`MAX_SH_DEGREE`]: crate::scene::gaussians::MAX_SH_DEGREE
+    pub cut_sh_degree: Option<u32>,
+}
+
+impl ModelInfo {
+    /// The warning a loader's caller prints for a model whose SH degree was cut, if it was.
+    pub fn sh_cut_note(&self, path: &Path) -> Option<String> {
+        self.cut_sh_degree.map(|d| {
+            format!(
+                "{} stores SH degree {d}; ramsplat keeps degrees 0 to {} and dropped the rest \
+                 (its view-dependent colour loses that band's detail)",
+                path.display(),
+                crate::scene::gaussians::MAX_SH_DEGREE
+            )
+        })
+    }
 }
 
 /// Loads a model in the format its name selects ([`ModelFormat::from_path`]; PLY with

@@ -25,7 +25,8 @@
 //! Built on the crate's streaming PLY reader ([`crate::import::ply`]); properties are looked up
 //! BY NAME, so property order does not matter and extra properties (e.g. `red green blue`, or
 //! the normals) are ignored; `nx ny nz` are optional. The SH degree is inferred from the
-//! number of `f_rest_*` properties (0, 9, 24, 45 → degree 0..3); any other count, or a gap in
+//! number of `f_rest_*` properties (0, 9, 24, 45 → degree 0..3; 72, degree 4, is read and cut
+//! to 3, which the loaded [`ModelInfo`] says); any other count, or a gap in
 //! the `f_rest_i` numbering, is an error. Gaussians are pushed row by row: nothing is allocated
 //! from the header's declared count. Any NaN or infinite value (or a double that overflows
 //! f32) is an error naming the vertex index and the property.
@@ -100,8 +101,8 @@ pub enum GaussianPlyError {
     )]
     MissingProperty { path: PathBuf, name: String },
     #[error(
-        "{}: {count} `f_rest_*` properties do not match an SH degree (0, 9, 24 or 45 for \
-         degree 0, 1, 2 or 3){detail}",
+        "{}: {count} `f_rest_*` properties do not match an SH degree (0, 9, 24, 45 or 72 for \
+         degree 0, 1, 2, 3 or 4){detail}",
         path.display()
     )]
     BadShCount {
@@ -334,12 +335,15 @@ pub fn save_with_info(
 struct Columns {
     mean: [usize; 3],
     dc: [usize; 3],
-    /// Channel-major: `rest[c·(K−1) + (k−1)]`.
+    /// Channel-major: `rest[c·(K−1) + (k−1)]`, `K` the file's coefficient count.
     rest: Vec<usize>,
     opacity: usize,
     scale: [usize; 3],
     rot: [usize; 4],
+    /// The degree read: the file's, at most [`MAX_SH_DEGREE`].
     sh_degree: u32,
+    /// The file's degree (`f_rest_*` count).
+    file_sh_degree: u32,
 }
 
 fn resolve_columns(
@@ -363,7 +367,8 @@ fn resolve_columns(
                 .is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
         })
         .count();
-    let sh_degree = (0..=MAX_SH_DEGREE)
+    // Degree 4 (72 `f_rest_*`, as SPZ's degree 4 converts) is read and cut to MAX_SH_DEGREE.
+    let file_sh_degree = (0..=MAX_SH_DEGREE + 1)
         .find(|&d| 3 * (sh_coeffs(d) - 1) == rest_count)
         .ok_or_else(|| GaussianPlyError::BadShCount {
             path: path.to_owned(),
@@ -391,7 +396,8 @@ fn resolve_columns(
         opacity: col("opacity")?,
         scale: [col("scale_0")?, col("scale_1")?, col("scale_2")?],
         rot: [col("rot_0")?, col("rot_1")?, col("rot_2")?, col("rot_3")?],
-        sh_degree,
+        sh_degree: file_sh_degree.min(MAX_SH_DEGREE),
+        file_sh_degree,
     })
 }
 
@@ -407,9 +413,6 @@ pub fn load_with_info(
     options: &LoadOptions,
 ) -> Result<(Gaussians, ModelInfo), GaussianPlyError> {
     let mut reader = crate::import::ply::PlyReader::open(path)?;
-    let info = ModelInfo {
-        antialiased: says_antialiased(&reader.header().comments),
-    };
     if reader.header().element("vertex").is_none() {
         return Err(GaussianPlyError::NoVertexElement {
             path: path.to_owned(),
@@ -417,8 +420,14 @@ pub fn load_with_info(
     }
     let element = reader.select("vertex")?.clone();
     let cols = resolve_columns(path, &element)?;
+    let info = ModelInfo {
+        antialiased: says_antialiased(&reader.header().comments),
+        cut_sh_degree: (cols.file_sh_degree > cols.sh_degree).then_some(cols.file_sh_degree),
+    };
     let names: Vec<&str> = element.scalars().map(|(n, _)| n).collect();
     let k = sh_coeffs(cols.sh_degree);
+    // Coefficients per channel in the file (channel-major), of which the first k − 1 are kept.
+    let file_rest = sh_coeffs(cols.file_sh_degree) - 1;
     // Every field named: the vertex count is not trusted for an up-front allocation, so the
     // loop below pushes, and a new field must be read (or defaulted) there.
     let mut g = Gaussians {
@@ -468,7 +477,7 @@ pub fn load_with_info(
         g.logit_opacities.push(v(cols.opacity));
         g.sh.push(cols.dc.map(v));
         for coef in 1..k {
-            g.sh.push([0, 1, 2].map(|c| v(cols.rest[c * (k - 1) + (coef - 1)])));
+            g.sh.push([0, 1, 2].map(|c| v(cols.rest[c * file_rest + (coef - 1)])));
         }
         vertex += 1;
     }

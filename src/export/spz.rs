@@ -498,8 +498,10 @@ impl Header {
     }
 
     fn info(&self) -> ModelInfo {
+        let degree = self.degree as u32;
         ModelInfo {
             antialiased: self.flags & FLAG_ANTIALIASED != 0,
+            cut_sh_degree: (degree > MAX_SH_DEGREE).then_some(degree),
         }
     }
 }
@@ -849,9 +851,24 @@ pub(crate) mod tests {
         for degree in 0..=3 {
             let g = model(300, degree, 40 + degree as u64);
             let path = dir.path().join(format!("m{degree}.spz"));
-            save_with_info(&path, &g, ModelInfo { antialiased: true }).unwrap();
+            save_with_info(
+                &path,
+                &g,
+                ModelInfo {
+                    antialiased: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             let file = std::fs::read(&path).unwrap();
-            let mem = encode_with_info(&g, ModelInfo { antialiased: true }).unwrap();
+            let mem = encode_with_info(
+                &g,
+                ModelInfo {
+                    antialiased: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             assert_eq!(raw(&file), raw(&mem), "degree {degree}");
             assert_eq!(load(&path).unwrap(), decode(&mem).unwrap());
         }
@@ -1145,6 +1162,26 @@ pub(crate) mod tests {
         assert!(
             e.contains("the positions stream does not decompress to its 576 bytes"),
             "{e}"
+        );
+    }
+
+    /// SH degree 4 (Niantic's writer takes it) is read and cut to 3, and the loaded info says
+    /// so; the kept coefficients are the source's (the same the PLY reader keeps from the
+    /// degree-4 source PLY, whose 24 coefficients per channel are laid out channel-major).
+    #[test]
+    fn degree_4_is_cut_to_3_and_said() {
+        use crate::export::ply;
+        let (from_ply, ply_info) =
+            ply::load_with_info(&niantic("src4.ply"), &ply::LoadOptions::default()).unwrap();
+        assert_eq!((from_ply.sh_degree, ply_info.cut_sh_degree), (3, Some(4)));
+        let (g, info) = load_with_info(&niantic("v4sh4.spz")).unwrap();
+        assert_eq!((g.sh_degree, info.cut_sh_degree), (3, Some(4)));
+        assert_within_quantisation(&g, &from_ply);
+        let note = info.sh_cut_note(Path::new("m.spz")).unwrap();
+        assert!(note.starts_with("m.spz stores SH degree 4; ramsplat keeps degrees 0 to 3"));
+        assert_eq!(
+            load_with_info(&niantic("v4.spz")).unwrap().1.cut_sh_degree,
+            None
         );
     }
 }

@@ -1068,6 +1068,7 @@ fn save_ply(
     // The model says how it was trained to be rendered (PLY comment, SPZ flag).
     let info = ModelInfo {
         antialiased: trainer.config().antialiased,
+        ..Default::default()
     };
     let g = trainer.gaussians()?;
     gply::save_with_info(&path, g, PlyEncoding::BinaryLittleEndian, info)?;
@@ -1508,6 +1509,9 @@ fn model_start(
                     source,
                 }
             })?;
+        if let Some(note) = info.sh_cut_note(path) {
+            on_event(Event::Line(format!("warning: {note}")));
+        }
         if info.antialiased && !config.antialiased {
             on_event(Event::Line(format!(
                 "warning: {} is marked antialiased (trained with Mip-Splatting's filter); this \
