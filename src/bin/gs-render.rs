@@ -1214,10 +1214,7 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
         );
     };
     let model = load_model(args)?;
-    let info = ModelInfo {
-        antialiased: model.antialiased,
-        ..Default::default()
-    };
+    let info = ModelInfo::with_mode(model.antialiased);
     save_model(out, &model, format, info).context("cannot write the converted model")?;
     if format == ModelFormat::Splat && model.antialiased {
         eprintln!(

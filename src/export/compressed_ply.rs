@@ -688,10 +688,7 @@ fn read<R: BufRead>(
             format: header.format.keyword(),
         });
     }
-    let info = ModelInfo {
-        antialiased: super::ply::says_antialiased(&header.comments),
-        ..Default::default()
-    };
+    let info = ModelInfo::with_mode(super::ply::says_antialiased(&header.comments));
     let names: Vec<String> = header.elements.iter().map(|e| e.name.clone()).collect();
     let find = |name: &'static str, hint: &'static str| {
         header
@@ -1047,14 +1044,7 @@ mod tests {
         // G2 (256,256,768). Interleaved (x lowest), G1's top bit is y's 9th (28), G0's and
         // G2's z's 9th (29); below that G2 has x's and y's 8th: order G1, G0, G2.
         assert_eq!(morton_order(&g), vec![1, 0, 2]);
-        let bytes = encode_with_info(
-            &g,
-            ModelInfo {
-                antialiased: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let bytes = encode_with_info(&g, ModelInfo::with_mode(true)).unwrap();
         let header = format!(
             "ply\nformat binary_little_endian 1.0\n\
              comment ramsplat {} (PlayCanvas compressed PLY)\n\
@@ -1288,25 +1278,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let g = model(700, 3, 11);
         let path = dir.path().join("m.compressed.ply");
-        save_with_info(
-            &path,
-            &g,
-            ModelInfo {
-                antialiased: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        save_with_info(&path, &g, ModelInfo::with_mode(true)).unwrap();
         assert_eq!(
             std::fs::read(&path).unwrap(),
-            encode_with_info(
-                &g,
-                ModelInfo {
-                    antialiased: true,
-                    ..Default::default()
-                }
-            )
-            .unwrap()
+            encode_with_info(&g, ModelInfo::with_mode(true)).unwrap()
         );
         let (back, info) = load_with_info(&path).unwrap();
         assert!(info.antialiased);

@@ -134,6 +134,14 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
+    /// What a writer is given: the rendering mode (nothing else of the info is written).
+    pub fn with_mode(antialiased: bool) -> ModelInfo {
+        ModelInfo {
+            antialiased,
+            cut_sh_degree: None,
+        }
+    }
+
     /// The warning a loader's caller prints for a model whose SH degree was cut, if it was.
     pub fn sh_cut_note(&self, path: &Path) -> Option<String> {
         self.cut_sh_degree.map(|d| {

@@ -851,24 +851,9 @@ pub(crate) mod tests {
         for degree in 0..=3 {
             let g = model(300, degree, 40 + degree as u64);
             let path = dir.path().join(format!("m{degree}.spz"));
-            save_with_info(
-                &path,
-                &g,
-                ModelInfo {
-                    antialiased: true,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            save_with_info(&path, &g, ModelInfo::with_mode(true)).unwrap();
             let file = std::fs::read(&path).unwrap();
-            let mem = encode_with_info(
-                &g,
-                ModelInfo {
-                    antialiased: true,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            let mem = encode_with_info(&g, ModelInfo::with_mode(true)).unwrap();
             assert_eq!(raw(&file), raw(&mem), "degree {degree}");
             assert_eq!(load(&path).unwrap(), decode(&mem).unwrap());
         }

@@ -1066,10 +1066,7 @@ fn save_ply(
     let dir = path.parent().expect("has a parent");
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     // The model says how it was trained to be rendered (PLY comment, SPZ flag).
-    let info = ModelInfo {
-        antialiased: trainer.config().antialiased,
-        ..Default::default()
-    };
+    let info = ModelInfo::with_mode(trainer.config().antialiased);
     let g = trainer.gaussians()?;
     gply::save_with_info(&path, g, PlyEncoding::BinaryLittleEndian, info)?;
     for &f in export.iter().filter(|&&f| f != ModelFormat::Ply) {
