@@ -168,6 +168,45 @@ pub fn read_file_to_string(path: &Path) -> io::Result<String> {
     })
 }
 
+/// Reads a small text input that may also come from a stream: a regular file, or a named pipe
+/// or character device such as `/dev/stdin` or the pipe of a shell's `<(command)`, where the
+/// read waits for the writer as the user asked. A directory, block device or socket is refused
+/// as [`open_file`] refuses it. At most `limit` bytes are read (more is an
+/// [`io::ErrorKind::InvalidData`] error), so an endless stream such as `/dev/zero` cannot
+/// exhaust memory. For inputs of a few kilobytes to megabytes (camera JSON); data files go
+/// through [`open_file`].
+pub fn read_text_input(path: &Path, limit: u64) -> io::Result<String> {
+    use std::io::Read;
+    let meta = fs::metadata(path)?;
+    #[cfg(unix)]
+    let stream = {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        t.is_fifo() || t.is_char_device()
+    };
+    #[cfg(not(unix))]
+    let stream = false;
+    if !stream {
+        if let Some(kind) = not_a_file(&meta) {
+            return Err(not_a_file_error(kind));
+        }
+    }
+    let mut bytes = Vec::new();
+    File::open(path)?.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("more than {limit} bytes, far more than such a file holds"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )
+    })
+}
+
 /// Whether a regular file is at `path` (through symlinks): `Ok(false)` when nothing is there
 /// (a dangling symlink included), an [`io::ErrorKind::InvalidInput`] error naming what is there
 /// when it is not a regular file. For the importers' "is this optional file present" probes,
@@ -470,5 +509,35 @@ mod tests {
         std::os::unix::fs::symlink(&gone, &dangling).unwrap();
         assert!(!file_exists(&dangling).unwrap());
         assert!(!file_exists(&file.join("x")).unwrap());
+    }
+
+    /// Small text inputs may come from streams: a pipe with a writer and a character device
+    /// read like a file, an endless stream stops at the limit, a directory is refused.
+    #[cfg(unix)]
+    #[test]
+    fn text_inputs_read_streams_up_to_their_limit() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("cam.json");
+        fs::write(&file, "{}").unwrap();
+        assert_eq!(read_text_input(&file, 10).unwrap(), "{}");
+        let e = read_text_input(&file, 1).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+
+        let pipe = d.path().join("pipe.json");
+        mkfifo(&pipe);
+        let p = pipe.clone();
+        // Opening the write side waits for the reader below.
+        let writer = std::thread::spawn(move || fs::write(&p, "[1, 2]").unwrap());
+        let p = pipe.clone();
+        assert_eq!(
+            within_30s(move || read_text_input(&p, 100).unwrap()),
+            "[1, 2]"
+        );
+        writer.join().unwrap();
+
+        let e = read_text_input(Path::new("/dev/zero"), 1000).unwrap_err();
+        assert!(e.to_string().starts_with("more than 1000 bytes"), "{e}");
+        let e = read_text_input(d.path(), 1000).unwrap_err();
+        assert_eq!(e.to_string(), "a directory, not a regular file");
     }
 }

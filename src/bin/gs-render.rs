@@ -24,7 +24,9 @@
 //!
 //! Camera JSON: `{"width","height","fx","fy","cx","cy","world_to_camera": 4×4 row-major}`,
 //! OpenCV axes (x right, y down, z forward), world-to-camera `R·p + t`, pixel centres at +0.5
-//! (see `ramsplat::scene::camera`). Unknown fields are ignored.
+//! (see `ramsplat::scene::camera`). Unknown fields are ignored. The camera, camera-list and
+//! exposure files may be streams (`--camera /dev/stdin`, `--cameras <(make_cameras)`); every
+//! other input must be a regular file (`ramsplat::fsutil::read_text_input`, `open_file`).
 //!
 //! `--trajectory N` renders N frames `DIR/frame_00000.png`… along a smooth path through the
 //! pack's views of `--split` (or the entries of `--cameras`) in their order: centres on a
@@ -317,6 +319,10 @@ fn parse_bg(s: &str) -> Result<[f32; 3], String> {
     Ok(bg)
 }
 
+/// Most bytes read from a camera, camera-list or exposure JSON (a `cameras.json` of 100,000
+/// views is about 40 MB). These may come from a pipe (`--camera <(make_camera)`,
+/// `--cameras /dev/stdin`); the bound keeps an endless stream from exhausting memory.
+const MAX_JSON_BYTES: u64 = 256 << 20;
 /// Largest image `gs-render` attempts (checked before any buffer is allocated).
 const MAX_PIXELS: u64 = 1 << 28;
 /// Lower bound of the bytes one pixel costs while rendering (colour, depth and alpha planes in
@@ -324,7 +330,7 @@ const MAX_PIXELS: u64 = 1 << 28;
 const BYTES_PER_PIXEL: u64 = 24;
 
 fn read_camera(path: &Path) -> Result<Camera> {
-    let text = ramsplat::fsutil::read_file_to_string(path)
+    let text = ramsplat::fsutil::read_text_input(path, MAX_JSON_BYTES)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let camera = Camera::from_json(&text).with_context(|| format!("{}", path.display()))?;
     check_size(&camera).with_context(|| format!("{}", path.display()))?;
@@ -658,7 +664,7 @@ fn render_camera_list(
     list: &Path,
     output: &Path,
 ) -> Result<()> {
-    let text = ramsplat::fsutil::read_file_to_string(list)
+    let text = ramsplat::fsutil::read_text_input(list, MAX_JSON_BYTES)
         .with_context(|| format!("cannot read {}", list.display()))?;
     let cameras = cameras_json::parse(&text)
         .with_context(|| format!("{}", list.display()))?
@@ -1248,7 +1254,7 @@ fn parse_model_format(s: &str) -> Result<ModelFormat, String> {
 
 /// Reads an `exposure.json` (see `ramsplat::train::exposure`).
 fn read_exposures(path: &Path) -> Result<HashMap<String, Exposure>> {
-    let text = ramsplat::fsutil::read_file_to_string(path)
+    let text = ramsplat::fsutil::read_text_input(path, MAX_JSON_BYTES)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let list = exposure::from_json(&text)
         .map_err(|why| anyhow::anyhow!("{}: not an exposure.json: {why}", path.display()))?;
@@ -1284,7 +1290,7 @@ fn run(args: &Args) -> Result<()> {
                 render_trajectory(raster, args, frames, &keys, pack_path, output)
             }
             (None, Some(list)) => {
-                let text = ramsplat::fsutil::read_file_to_string(list)
+                let text = ramsplat::fsutil::read_text_input(list, MAX_JSON_BYTES)
                     .with_context(|| format!("cannot read {}", list.display()))?;
                 let cameras =
                     cameras_json::parse(&text).with_context(|| format!("{}", list.display()))?;
