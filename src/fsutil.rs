@@ -26,7 +26,9 @@
 //! - [`open_file`] (and [`read_file`], [`read_file_to_string`], [`file_exists`]) accept only a
 //!   regular file, or a link to one, and name anything else for what it is ([`not_a_file`]),
 //!   without ever blocking on a named pipe. Every reader of an input (dataset files, models,
-//!   camera files, manifests, shards, checkpoints) goes through them.
+//!   manifests, shards, checkpoints) goes through them; only small text inputs that a shell
+//!   may hand over as a stream (`gs-render`'s camera JSON) use [`read_text_input`], which
+//!   reads pipes and `/dev/stdin` up to a limit.
 //!
 //! This module is the crate's only caller of `rename`: every writer goes through it.
 
