@@ -50,7 +50,11 @@
 //! (`0xADBE0003`, a `u32`) names the axes the data is stored in instead of right-up-back. The
 //! eight systems that only flip axes (`RDF`, `LUF`, …) are read; the eight whose y and z are
 //! swapped (`RFD`, …, a quarter turn about x, which rotates the SH) are refused by name rather
-//! than read in the wrong axes.
+//! than read in the wrong axes. There is no agreed meaning to read them by: Niantic's library
+//! (commit 21715c3) stores data it is told to store in `RFD` as the letters say `RBU`, and
+//! `RBU` as `RFD` (positions checked against the source model: y and z come out negated; its
+//! `RBD`, the family's quarter turn itself, matches its letters), because within that family
+//! it flips the stored y axis for the letter that names z and the reverse.
 //!
 //! # Quantisation (what a round trip loses)
 //! Positions to `2^-fractional_bits` (12 bits = 1/4096 of a scene unit when the scene fits
@@ -228,8 +232,9 @@ impl Axes {
             return Err(SpzError::Extensions(format!(
                 "the data is stored in the {name} coordinate system, whose y and z axes are \
                  swapped (a quarter turn that also rotates the SH coefficients), which ramsplat \
-                 does not read; re-save the model in right-up-back axes (SPZ's default) or as \
-                 a PLY"
+                 does not read (Niantic's own library writes some of these systems with y and \
+                 z mirrored against their names); re-save the model in right-up-back axes \
+                 (SPZ's default) or as a PLY"
             )));
         }
         let sign = |yes: bool| if yes { 1.0 } else { -1.0 };
