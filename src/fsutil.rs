@@ -162,7 +162,12 @@ pub fn read_file(path: &Path) -> io::Result<Vec<u8>> {
 
 /// [`fs::read_to_string`] through [`open_file`].
 pub fn read_file_to_string(path: &Path) -> io::Result<String> {
-    String::from_utf8(read_file(path)?).map_err(|_| {
+    utf8(read_file(path)?)
+}
+
+/// `bytes` as text, with [`fs::read_to_string`]'s error when they are not UTF-8.
+fn utf8(bytes: Vec<u8>) -> io::Result<String> {
+    String::from_utf8(bytes).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             "stream did not contain valid UTF-8",
@@ -201,12 +206,7 @@ pub fn read_text_input(path: &Path, limit: u64) -> io::Result<String> {
             format!("more than {limit} bytes, far more than such a file holds"),
         ));
     }
-    String::from_utf8(bytes).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            "stream did not contain valid UTF-8",
-        )
-    })
+    utf8(bytes)
 }
 
 /// Whether a regular file is at `path` (through symlinks): `Ok(false)` when nothing is there
