@@ -451,3 +451,110 @@ fn init_from_a_saved_model_continues_it() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A model as Mip-Splatting's trainer saves it (unfiltered scales and opacities, its 3D filter
+/// in a `filter_3D` property) renders and converts with the filter folded in, which both
+/// commands say; the converted file is a standard 3DGS PLY that renders the same.
+#[test]
+// Rows index several arrays of the model in lockstep.
+#[allow(clippy::needless_range_loop)]
+fn a_mip_splatting_model_renders_with_its_filter_and_converts_to_a_fused_ply() {
+    use ramsplat::scene::filter3d;
+    use ramsplat::scene::gaussians::sh_coeffs;
+    use ramsplat::synth::SynthScene;
+    use ramsplat::train::demo::truth_gaussians;
+
+    let dir = tempfile::tempdir().unwrap();
+    let scene = SynthScene::new(7);
+    let truth = truth_gaussians(&scene, 600);
+    let cam0 = scene.cameras(2, 96, 72)[0];
+    // Filters of 0 to 0.75 of each Gaussian's size (Mip-Splatting's are about a training
+    // pixel's footprint, small beside most Gaussians; these make the filter visible).
+    let filters: Vec<f32> = (0..truth.len())
+        .map(|i| truth.log_scales[i][0].exp() * 0.25 * (i % 4) as f32)
+        .collect();
+    let mut names = ply::property_names(truth.sh_degree);
+    names.push(ply::FILTER_3D_PROPERTY.to_owned());
+    let k = sh_coeffs(truth.sh_degree);
+    let mut bytes = format!(
+        "ply\nformat binary_little_endian 1.0\nelement vertex {}\n",
+        truth.len()
+    );
+    for n in &names {
+        bytes.push_str(&format!("property float {n}\n"));
+    }
+    bytes.push_str("end_header\n");
+    let mut bytes = bytes.into_bytes();
+    for i in 0..truth.len() {
+        let sh = &truth.sh[i * k..(i + 1) * k];
+        let mut row: Vec<f32> = truth.means[i].to_vec();
+        row.extend([0.0; 3]);
+        row.extend(sh[0]);
+        for c in 0..3 {
+            row.extend(sh[1..].iter().map(|coef| coef[c]));
+        }
+        row.push(truth.logit_opacities[i]);
+        row.extend(truth.log_scales[i]);
+        row.extend(truth.rotations[i]);
+        row.push(filters[i]);
+        assert_eq!(row.len(), names.len());
+        bytes.extend(row.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    let mip = dir.path().join("mip.ply");
+    std::fs::write(&mip, bytes).unwrap();
+
+    let render = env!("CARGO_BIN_EXE_gs-render");
+    let fused = dir.path().join("fused.ply");
+    let said = run(render, &["--ply", s(&mip), "--convert", s(&fused)]);
+    assert!(
+        said.contains("Mip-Splatting's 3D smoothing filter"),
+        "{said}"
+    );
+    let (g, info) = ply::load_with_info(&fused, &LoadOptions::default()).unwrap();
+    assert!(info.antialiased && !info.fused_filter_3d, "{info:?}");
+    for i in 0..truth.len() {
+        let want = filter3d::fuse(truth.log_scales[i], truth.logit_opacities[i], filters[i]);
+        assert_eq!(
+            (g.log_scales[i], g.logit_opacities[i]),
+            want,
+            "Gaussian {i}"
+        );
+    }
+
+    // Both files render the same image, antialiased; the filter visibly changes it.
+    let cam = dir.path().join("cam.json");
+    let json = serde_json::json!({
+        "width": cam0.width, "height": cam0.height,
+        "fx": cam0.intrinsics.fx, "fy": cam0.intrinsics.fy,
+        "cx": cam0.intrinsics.cx, "cy": cam0.intrinsics.cy,
+        "world_to_camera": cam0.world_to_camera.to_matrix4(),
+    });
+    std::fs::write(&cam, json.to_string()).unwrap();
+    let png = |model: &Path, name: &str, extra: &[&str]| {
+        let out = dir.path().join(name);
+        let mut args = vec!["--ply", s(model), "--camera", s(&cam), "-o", s(&out)];
+        args.extend_from_slice(extra);
+        let said = run(render, &args);
+        (image::open(&out).unwrap().to_rgb8().into_raw(), said)
+    };
+    let (from_mip, said) = png(&mip, "mip.png", &[]);
+    assert!(
+        said.contains("filter_3D") && said.contains("antialiased"),
+        "{said}"
+    );
+    let (from_fused, _) = png(&fused, "fused.png", &[]);
+    assert_eq!(from_mip, from_fused);
+    let raw = dir.path().join("raw.ply");
+    ply::save(&raw, &truth, ply::PlyEncoding::BinaryLittleEndian).unwrap();
+    let (unfiltered, _) = png(&raw, "raw.png", &["--rasterize-mode", "antialiased"]);
+    let changed = unfiltered
+        .iter()
+        .zip(&from_mip)
+        .filter(|(a, b)| a != b)
+        .count();
+    assert!(
+        changed * 10 > unfiltered.len(),
+        "{changed} of {} values",
+        unfiltered.len()
+    );
+}

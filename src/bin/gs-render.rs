@@ -608,6 +608,9 @@ fn load_model(args: &Args) -> Result<Loaded> {
     if let Some(note) = info.sh_cut_note(&args.ply) {
         eprintln!("gs-render: warning: {note}");
     }
+    if let Some(note) = info.filter_3d_note(&args.ply) {
+        eprintln!("gs-render: note: {note}");
+    }
     let antialiased = match args.rasterize_mode {
         ModeArg::Auto => info.antialiased,
         ModeArg::Classic => false,

@@ -131,6 +131,11 @@ pub struct ModelInfo {
     ///
     /// [`MAX_SH_DEGREE`]: crate::scene::gaussians::MAX_SH_DEGREE
     pub cut_sh_degree: Option<u32>,
+    /// When read: the file held Mip-Splatting's 3D smoothing filter (a PLY's `filter_3D`
+    /// property), now folded into the model's scales and opacities
+    /// ([`crate::scene::filter3d`]), which a loader's caller says. Such a file is also read as
+    /// antialiased. Ignored by the writers: they write the folded values.
+    pub fused_filter_3d: bool,
 }
 
 impl ModelInfo {
@@ -139,7 +144,20 @@ impl ModelInfo {
         ModelInfo {
             antialiased,
             cut_sh_degree: None,
+            fused_filter_3d: false,
         }
+    }
+
+    /// The note a loader's caller prints for a model whose 3D filter was folded in, if it was.
+    pub fn filter_3d_note(&self, path: &Path) -> Option<String> {
+        self.fused_filter_3d.then(|| {
+            format!(
+                "{} holds Mip-Splatting's 3D smoothing filter (`filter_3D`): it is folded into \
+                 the scales and opacities, as Mip-Splatting's fused export does, and the model \
+                 is read as antialiased (ramsplat's nearest mode to Mip-Splatting's 2D filter)",
+                path.display()
+            )
+        })
     }
 
     /// The warning a loader's caller prints for a model whose SH degree was cut, if it was.

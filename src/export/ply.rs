@@ -31,6 +31,13 @@
 //! from the header's declared count. Any NaN or infinite value (or a double that overflows
 //! f32) is an error naming the vertex index and the property.
 //!
+//! A `filter_3D` property is Mip-Splatting's 3D smoothing filter, which its trainer saves beside
+//! the unfiltered scales and opacities: the filter is folded into them as the file is read
+//! ([`crate::scene::filter3d`]; a negative size is an error), the model is read as antialiased
+//! (Mip-Splatting trains with a compensated 2D filter, the nearest of ramsplat's modes), and
+//! [`ModelInfo::fused_filter_3d`] says so. Ignoring the property, as viewers do, draws every
+//! Gaussian narrower and more opaque than it was trained.
+//!
 //! # Refusing files saved with activated values
 //! A model exported with `sigmoid(opacity)` and `exp(scale)` instead of the stored values loads
 //! "fine" and then renders as a fog of huge, half-transparent Gaussians (the failure that once
@@ -128,11 +135,26 @@ pub enum GaussianPlyError {
         path.display()
     )]
     ZeroRotation { path: PathBuf, vertex: u64 },
+    #[error(
+        "{}: vertex {vertex}: `filter_3D` (Mip-Splatting's 3D filter, a standard deviation) is \
+         {value}, below 0; the model is corrupt: re-export it from a healthy checkpoint",
+        path.display()
+    )]
+    NegativeFilter {
+        path: PathBuf,
+        vertex: u64,
+        value: f64,
+    },
     #[error("{}: {evidence}", path.display())]
     Activated { path: PathBuf, evidence: String },
     #[error("{}: cannot save: {msg}", path.display())]
     InvalidModel { path: PathBuf, msg: String },
 }
+
+/// The vertex property in which Mip-Splatting saves each Gaussian's 3D smoothing filter (a
+/// standard deviation in scene units) beside its unfiltered scales and opacity. A file that
+/// has it is read with the filter folded in ([`crate::scene::filter3d`]).
+pub const FILTER_3D_PROPERTY: &str = "filter_3D";
 
 /// Property names in the order we write them, for an SH degree.
 pub fn property_names(sh_degree: u32) -> Vec<String> {
@@ -340,6 +362,8 @@ struct Columns {
     opacity: usize,
     scale: [usize; 3],
     rot: [usize; 4],
+    /// Mip-Splatting's 3D filter ([`FILTER_3D_PROPERTY`]), when the file has one.
+    filter_3d: Option<usize>,
     /// The degree read: the file's, at most [`MAX_SH_DEGREE`].
     sh_degree: u32,
     /// The file's degree (`f_rest_*` count).
@@ -396,6 +420,7 @@ fn resolve_columns(
         opacity: col("opacity")?,
         scale: [col("scale_0")?, col("scale_1")?, col("scale_2")?],
         rot: [col("rot_0")?, col("rot_1")?, col("rot_2")?, col("rot_3")?],
+        filter_3d: element.scalar_index(FILTER_3D_PROPERTY).map(|(i, _)| i),
         sh_degree: file_sh_degree.min(MAX_SH_DEGREE),
         file_sh_degree,
     })
@@ -421,8 +446,10 @@ pub fn load_with_info(
     let element = reader.select("vertex")?.clone();
     let cols = resolve_columns(path, &element)?;
     let info = ModelInfo {
-        antialiased: says_antialiased(&reader.header().comments),
+        // Mip-Splatting trains with a compensated 2D filter: antialiased is the nearest mode.
+        antialiased: says_antialiased(&reader.header().comments) || cols.filter_3d.is_some(),
         cut_sh_degree: (cols.file_sh_degree > cols.sh_degree).then_some(cols.file_sh_degree),
+        fused_filter_3d: cols.filter_3d.is_some(),
     };
     let names: Vec<&str> = element.scalars().map(|(n, _)| n).collect();
     let k = sh_coeffs(cols.sh_degree);
@@ -449,8 +476,12 @@ pub fn load_with_info(
         .chain(std::iter::once(&cols.opacity))
         .chain(&cols.scale)
         .chain(&cols.rot)
+        .chain(&cols.filter_3d)
         .copied()
         .collect();
+    // The filter of each Gaussian, folded in once the activated-file check has seen the values
+    // the file holds.
+    let mut filters: Vec<f32> = Vec::new();
     used.sort_unstable();
     while reader.read_row(&mut row)? {
         for &j in &used {
@@ -475,6 +506,17 @@ pub fn load_with_info(
         g.log_scales.push(cols.scale.map(v));
         g.rotations.push(cols.rot.map(v));
         g.logit_opacities.push(v(cols.opacity));
+        if let Some(j) = cols.filter_3d {
+            // A NaN was refused above, so this is a negative size.
+            if v(j) < 0.0 {
+                return Err(GaussianPlyError::NegativeFilter {
+                    path: path.to_owned(),
+                    vertex,
+                    value: row[j],
+                });
+            }
+            filters.push(v(j));
+        }
         g.sh.push(cols.dc.map(v));
         for coef in 1..k {
             g.sh.push([0, 1, 2].map(|c| v(cols.rest[c * file_rest + (coef - 1)])));
@@ -488,6 +530,10 @@ pub fn load_with_info(
                 evidence,
             });
         }
+    }
+    for (i, &f) in filters.iter().enumerate() {
+        (g.log_scales[i], g.logit_opacities[i]) =
+            crate::scene::filter3d::fuse(g.log_scales[i], g.logit_opacities[i], f);
     }
     Ok((g, info))
 }
@@ -754,6 +800,81 @@ mod tests {
             }
             let msg = err.to_string();
             assert!(msg.contains("nan.ply") && msg.contains("vertex 2"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn mip_splatting_filter_is_folded_in_and_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mip.ply");
+        let g = random_model(11, 6, 3);
+        let k = sh_coeffs(3);
+        let mut names = property_names(3);
+        names.push(FILTER_3D_PROPERTY.to_owned());
+        let names: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+        // As Mip-Splatting's trainer saves it: the unfiltered values, the filter beside them
+        // (one Gaussian without a filter).
+        let filters = [0.02f32, 0.0, 0.005, 0.1, 0.03, 0.01];
+        let rows: Vec<Vec<f32>> = (0..6)
+            .map(|i| {
+                let mut row = Vec::new();
+                push_row(&g, i, k, &mut row);
+                row.push(filters[i]);
+                row
+            })
+            .collect();
+        write_custom(&path, &names, &rows);
+        let (m, info) = load_with_info(&path, &LoadOptions::default()).unwrap();
+        assert!(info.fused_filter_3d && info.antialiased);
+        let note = info.filter_3d_note(&path).unwrap();
+        assert!(
+            note.contains("mip.ply") && note.contains("filter_3D"),
+            "{note}"
+        );
+        assert_eq!(
+            (m.means.clone(), m.rotations.clone()),
+            (g.means.clone(), g.rotations.clone())
+        );
+        assert_eq!(m.sh, g.sh);
+        for (i, &f) in filters.iter().enumerate() {
+            let want = crate::scene::filter3d::fuse(g.log_scales[i], g.logit_opacities[i], f);
+            assert_eq!(
+                (m.log_scales[i], m.logit_opacities[i]),
+                want,
+                "Gaussian {i}"
+            );
+            if f > 0.0 {
+                assert!(m.log_scales[i]
+                    .iter()
+                    .zip(&g.log_scales[i])
+                    .all(|(a, b)| a > b));
+                assert!(m.logit_opacities[i] < g.logit_opacities[i]);
+            } else {
+                assert_eq!(m.log_scales[i], g.log_scales[i]);
+            }
+        }
+        // The standard file of the same model reads as it is, and is not marked.
+        let plain = dir.path().join("plain.ply");
+        save(&plain, &g, PlyEncoding::BinaryLittleEndian).unwrap();
+        let (_, info) = load_with_info(&plain, &LoadOptions::default()).unwrap();
+        assert!(
+            !info.fused_filter_3d && !info.antialiased && info.filter_3d_note(&plain).is_none()
+        );
+        // A negative or non-finite filter is named, vertex and property.
+        for (bad, what) in [(-0.01f32, "below 0"), (f32::NAN, "NaN")] {
+            let mut rows = rows.clone();
+            rows[4][names.len() - 1] = bad;
+            write_custom(&path, &names, &rows);
+            let msg = load(&path, &LoadOptions::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains("mip.ply")
+                    && msg.contains("vertex 4")
+                    && msg.contains("filter_3D")
+                    && msg.contains(what),
+                "{msg}"
+            );
         }
     }
 

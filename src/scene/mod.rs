@@ -1,6 +1,7 @@
 //! Scene types shared by importers, renderers and the trainer.
 
 pub mod camera;
+pub mod filter3d;
 pub mod gaussians;
 pub mod maths;
 pub mod real;

@@ -1509,6 +1509,9 @@ fn model_start(
         if let Some(note) = info.sh_cut_note(path) {
             on_event(Event::Line(format!("warning: {note}")));
         }
+        if let Some(note) = info.filter_3d_note(path) {
+            on_event(Event::Line(format!("note: {note}")));
+        }
         if info.antialiased && !config.antialiased {
             on_event(Event::Line(format!(
                 "warning: {} is marked antialiased (trained with Mip-Splatting's filter); this \
