@@ -31,6 +31,7 @@
     u32 degree,                                 /* active SH degree */                           \
     const float* __restrict__ cam_buf,          /* [GS_CAM_LEN] */                               \
     u32 antialiased,                            /* as given to project_fwd */                    \
+    const float* __restrict__ filter_3d,        /* [N] 3D filter std, or null: none */           \
     const u32* __restrict__ radii,              /* [N] from project_fwd */                       \
     const float* __restrict__ conics,           /* [N, 3] from project_fwd */                    \
     const float* __restrict__ v_means2d,        /* [N, 2] from rasterize_bwd */                  \
@@ -47,7 +48,7 @@
     const float* __restrict__ v_inv_depths      /* [N] ∂L/∂(1/z) from rasterize_bwd */
 #define PROJECT_BWD_ARGS                                                                         \
     means, log_scales, rotations, logit_opacities, sh, coeffs, degree, cam_buf, antialiased,     \
-        radii, conics, v_means2d, v_conics, v_colors, v_opacities, g_means, g_log_scales,        \
+        filter_3d, radii, conics, v_means2d, v_conics, v_colors, v_opacities, g_means, g_log_scales,        \
         g_rotations, g_logit_opacities, g_sh, g_means2d, with_depth, v_inv_depths
 
 // One Gaussian's share of the pose gradient, added to `acc` (twin of
@@ -174,8 +175,9 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
     const float ls[3] = {log_scales[3 * i], log_scales[3 * i + 1], log_scales[3 * i + 2]};
     const float q[4] = {rotations[4 * i], rotations[4 * i + 1], rotations[4 * i + 2],
                         rotations[4 * i + 3]};
+    const float filter = filter_3d != nullptr ? filter_3d[i] : -1.0f;
     Geometry g;
-    if (!geometry(mean, ls, q, cam, g)) {
+    if (!geometry(mean, ls, q, filter, cam, g)) {
         zero_gaussian(i, PROJECT_BWD_ARGS);
         return;
     }
@@ -185,15 +187,17 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
     g_means2d[2 * i + 1] = gm2[1];
 
     // Opacity through the sigmoid (recomputed: in antialiased mode the forward's opacity also
-    // holds the compensation), and the compensation's share, added to Σ2d below.
-    const float o = 1.0f / (1.0f + expf(-logit_opacities[i]));
+    // holds the compensation, through a 3D filter its factor), and the compensation's share,
+    // added to Σ2d below. `o` is the sigmoid times the filter's factor (1 without one).
+    const float sig = 1.0f / (1.0f + expf(-logit_opacities[i]));
+    const float o = filter >= 0.0f ? sig * g.filter_coef : sig;
     float comp = 1.0f, ratio = 1.0f;
     if (antialiased) {
         float down, up;
         cov2_scale(g.cov2, down, up);
         comp = aa_compensation(g, down, ratio);
     }
-    g_logit_opacities[i] = v_opacities[i] * comp * o * (1.0f - o);
+    g_logit_opacities[i] = v_opacities[i] * comp * o * (1.0f - sig);
 
     // Colour: SH coefficients and view direction; clamped channels pass no gradient.
     float dir[3];
@@ -317,8 +321,16 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
             d_rot[r][c] = dm * g.scale[c];
             d_s[c] += dm * g.rot[r][c];
         }
+    // Through a 3D filter, s' = √(s² + f²): ∂ln s'/∂ln s = 1 − f²/s'², and the opacity's
+    // factor ∏ s/s' adds (∂L/∂opacity drawn)·(opacity drawn)·f²/s'² (cpu::project).
+    const float drawn = filter >= 0.0f ? v_opacities[i] * comp * o : 0.0f;
 #pragma unroll
-    for (int c = 0; c < 3; ++c) g_log_scales[3 * i + c] = d_s[c] * g.scale[c];
+    for (int c = 0; c < 3; ++c) {
+        const float d_ls = d_s[c] * g.scale[c];
+        g_log_scales[3 * i + c] = filter >= 0.0f
+                                      ? d_ls * (1.0f - g.filter_share[c]) + drawn * g.filter_share[c]
+                                      : d_ls;
+    }
 
     // Quaternion through R(q̂) and q̂ = q/|q|.
     const float w = g.qn[0], qx = g.qn[1], qy = g.qn[2], qz = g.qn[3];

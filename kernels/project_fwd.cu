@@ -1,6 +1,7 @@
 // project_fwd.cu: one thread per Gaussian; camera projection, EWA 2D covariance, conic,
 // screen radius, SH colour, and how many tiles it is binned into; in antialiased mode the
-// opacity is multiplied by the compensation √(det Σ2d_raw / det Σ2d). Twin of
+// opacity is multiplied by the compensation √(det Σ2d_raw / det Σ2d), through a 3D filter by
+// the filter's ∏ s/s' (projection.cuh). Twin of
 // cpu::project::project_fwd (and of cpu::binning::Reach for the tiles).
 //
 // Every output element is written for every Gaussian (culled ones get zeros and radius 0), so
@@ -21,6 +22,7 @@ extern "C" __global__ void project_fwd(
     const float* __restrict__ cam_buf,          // [GS_CAM_LEN]
     u32 tiles_x, u32 tiles_y,
     u32 antialiased,                            // 0: classic, 1: × compensation
+    const float* __restrict__ filter_3d,        // [N] 3D filter std, or null: none
     float* __restrict__ means2d,                // [N, 2] out
     float* __restrict__ conics,                 // [N, 3] out
     float* __restrict__ opacities,              // [N] out
@@ -48,7 +50,8 @@ extern "C" __global__ void project_fwd(
     const float q[4] = {rotations[4 * i], rotations[4 * i + 1], rotations[4 * i + 2],
                         rotations[4 * i + 3]};
     Geometry g;
-    if (!geometry(mean, ls, q, cam, g)) return;
+    const float filter = filter_3d != nullptr ? filter_3d[i] : -1.0f;
+    if (!geometry(mean, ls, q, filter, cam, g)) return;
     // Σ2d inverted at an exact even power-of-two scale when its entries pass 2^40, so a huge
     // splat (a·c beyond FLT_MAX) is drawn, not culled; bit-identical to the unscaled formulas
     // wherever those are finite (the CPU reference's `cov2_scale`).
@@ -77,6 +80,7 @@ extern "C" __global__ void project_fwd(
         float ratio;
         opacity *= aa_compensation(g, down, ratio);
     }
+    if (filter >= 0.0f) opacity *= g.filter_coef;
     float dir[3];
     view_dir(mean, cam, dir);
     float basis[SH_MAX_BASIS];

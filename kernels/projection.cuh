@@ -10,7 +10,9 @@ struct Geometry {
     float qn[4];       // normalised quaternion (w, x, y, z)
     float qlen;        // its length before normalisation
     float rot[3][3];   // R(qn)
-    float scale[3];    // exp(log_scale)
+    float scale[3];    // exp(log_scale), or √(exp(log_scale)² + f²) through a 3D filter
+    float filter_coef;     // through a 3D filter: ∏ s/s', the opacity's factor; else 1
+    float filter_share[3]; // through a 3D filter: f²/s'² per axis; else 0
     float cov3[3][3];  // Σ = R S Sᵀ Rᵀ
     float tmat[2][3];  // T = J·W
     float cov2[3];     // dilated Σ2d as (a, b, c)
@@ -32,9 +34,11 @@ __device__ __forceinline__ void quat_to_rot(const float q[4], float r[3][3]) {
 }
 
 // Returns false when the Gaussian is culled (behind the near plane, non-finite position, zero
-// or non-finite quaternion), exactly as the CPU `geometry` returns None.
+// or non-finite quaternion), exactly as the CPU `geometry` returns None. `filter` is the
+// Gaussian's 3D filter (Mip-Splatting's, a standard deviation), or negative for none.
 __device__ __forceinline__ bool geometry(const float mean[3], const float log_scale[3],
-                                         const float quat[4], const Cam& cam, Geometry& g) {
+                                         const float quat[4], float filter, const Cam& cam,
+                                         Geometry& g) {
 #pragma unroll
     for (int r = 0; r < 3; ++r)
         g.t[r] = cam.rot[r][0] * mean[0] + cam.rot[r][1] * mean[1] + cam.rot[r][2] * mean[2] +
@@ -51,6 +55,20 @@ __device__ __forceinline__ bool geometry(const float mean[3], const float log_sc
     quat_to_rot(g.qn, g.rot);
 #pragma unroll
     for (int a = 0; a < 3; ++a) g.scale[a] = expf(log_scale[a]);
+    g.filter_coef = 1.0f;
+#pragma unroll
+    for (int a = 0; a < 3; ++a) g.filter_share[a] = 0.0f;
+    if (filter >= 0.0f) {
+        // Σ + f²·I keeps Σ's axes: s' = √(s² + f²) on each; the opacity × ∏ s/s'.
+        const float f2 = filter * filter;
+#pragma unroll
+        for (int a = 0; a < 3; ++a) {
+            const float s2 = g.scale[a] * g.scale[a] + f2;
+            g.filter_coef *= g.scale[a] / sqrtf(s2);
+            g.filter_share[a] = f2 / s2;
+            g.scale[a] = sqrtf(s2);
+        }
+    }
     float m[3][3];
 #pragma unroll
     for (int r = 0; r < 3; ++r)

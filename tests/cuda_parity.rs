@@ -320,9 +320,21 @@ fn check_scene(
     absgrad: bool,
     pose: bool,
     depth: bool,
+    filter: bool,
 ) {
     let g = scene_of(kind, n, seed);
     let cam = camera(w, h);
+    // Mip-Splatting's 3D filter: from a tenth of each Gaussian's smallest scale to its whole
+    // (every third one none, 0), set on both rasterizers for this scene only.
+    let filter_values: Option<Vec<f32>> = filter.then(|| {
+        g.log_scales
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                l.iter().copied().fold(f32::INFINITY, f32::min).exp() * (i % 3) as f32 * 0.5
+            })
+            .collect()
+    });
     let opts = RenderOptions {
         sh_degree: degree,
         background: [0.1, 0.2, 0.3],
@@ -333,11 +345,18 @@ fn check_scene(
         ..RenderOptions::default()
     };
     let mut cpu_r = CpuRasterizer::<f32>::new();
+    cpu_r.set_filter_3d(filter_values.as_deref()).unwrap();
+    gpu_r.set_filter_3d(filter_values.as_deref()).unwrap();
     let mut cpu_out = RenderOutput::default();
     cpu_r.forward(&g, &cam, &opts, &mut cpu_out).unwrap();
     let mut gpu_out = poisoned_output();
     gpu_r.forward(&g, &cam, &opts, &mut gpu_out).unwrap();
     let mode = if antialiased { " antialiased" } else { "" };
+    let mode = if filter {
+        format!("{mode} filter_3d")
+    } else {
+        mode.to_owned()
+    };
     let abs = if absgrad { " absgrad" } else { "" };
     let pose_label = if pose { " pose" } else { "" };
     let depth_label = if depth { " inv_depth" } else { "" };
@@ -420,6 +439,17 @@ fn check_scene(
             .filter(|(c, &l)| c.radius > 0 && c.opacity < 1.0 / (1.0 + (-l).exp()))
             .count();
         assert!(shrunk > 0, "{label}: no opacity compensated");
+    }
+    if let Some(f) = &filter_values {
+        // The filter must dim and widen some splats, or the scene tests nothing new: drawn
+        // Gaussians with a filter whose opacity fell by more than the compensation can.
+        let dimmed = cs
+            .iter()
+            .zip(&g.logit_opacities)
+            .zip(f)
+            .filter(|((c, &l), &f)| f > 0.0 && c.radius > 0 && c.opacity < 0.9 / (1.0 + (-l).exp()))
+            .count();
+        assert!(dimmed > 0, "{label}: no opacity dimmed by the filter");
     }
     // Culled Gaussians exist in these scenes (behind the camera / off-screen) on both sides.
     assert!(cs.iter().any(|s| s.radius == 0) || n < 10);
@@ -745,8 +775,18 @@ fn stages_match_cpu(r: &mut CudaRasterizer) {
         if small_only() && n > 4000 {
             continue;
         }
-        check_scene(r, kind, n, seed, w, h, degree, aa, abs, pose, depth);
+        check_scene(r, kind, n, seed, w, h, degree, aa, abs, pose, depth, false);
     }
+    // Through Mip-Splatting's 3D filter, both modes, with the pose gradient and the
+    // inverse-depth plane on some.
+    for (kind, n, seed, w, h, degree, aa, abs, pose, depth) in [
+        (Kind::Mixed, 3000, 21, 150, 100, 3, false, true, true, true),
+        (Kind::Mixed, 1500, 22, 61, 45, 1, true, false, true, false),
+        (Kind::Huge, 1000, 23, 70, 50, 2, true, false, false, true),
+    ] {
+        check_scene(r, kind, n, seed, w, h, degree, aa, abs, pose, depth, true);
+    }
+    r.set_filter_3d(None).unwrap();
 }
 
 #[test]

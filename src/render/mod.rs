@@ -303,6 +303,12 @@ pub trait Rasterizer {
         None
     }
 
+    /// Renders every later forward and backward through Mip-Splatting's 3D smoothing filter,
+    /// one standard deviation per Gaussian (`None`: no filter, the default;
+    /// [`crate::scene::filter3d`]). A render whose model has another count of Gaussians is
+    /// refused ([`RenderError::InconsistentGaussians`]) until the filter is set again.
+    fn set_filter_3d(&mut self, filter: Option<&[f32]>) -> Result<(), RenderError>;
+
     /// Renders `gaussians` from `camera` into `out` (resized in place).
     fn forward(
         &mut self,

@@ -196,6 +196,7 @@ fn smooth_scene(n: usize, seed: u64, stored: u32) -> Scene {
         logit_opacities: vec![],
         sh_degree: stored,
         sh: vec![],
+        filter_3d: None,
     };
     for _ in 0..n {
         s.means.push([
@@ -230,6 +231,32 @@ fn gradients_match_finite_differences_all_parameter_groups() {
     let nonzero = check(&mut scene, &cam, &opts, 7);
     // 4 Gaussians × 59 parameters; nearly all have a non-trivial gradient.
     assert!(nonzero > 200, "only {nonzero} non-zero gradients");
+}
+
+/// Through Mip-Splatting's 3D filter (each scale `√(s² + f²)`, the opacity × `∏ s/s'`), classic
+/// and antialiased, with filters from a tenth of the Gaussians' size to half of it.
+#[test]
+fn gradients_through_the_3d_filter() {
+    let cam = camera(40, 28, 30.0, 20.3, 13.8);
+    for antialiased in [false, true] {
+        let mut scene = smooth_scene(4, 11, 2);
+        let cam = with_pose(&mut scene, &cam);
+        // Scales are 1.5–2.2 units here.
+        scene.filter_3d = Some(vec![0.2, 0.5, 0.8, 1.0]);
+        // The filter dims the splats: bring them back inside the smooth range.
+        for l in &mut scene.logit_opacities {
+            *l += 0.8;
+        }
+        let opts = RenderOptions {
+            sh_degree: 2,
+            background: [0.3, 0.2, 0.6],
+            antialiased,
+            pose_grad: true,
+            ..RenderOptions::default()
+        };
+        let nonzero = check(&mut scene, &cam, &opts, 12);
+        assert!(nonzero > 100, "only {nonzero} non-zero gradients");
+    }
 }
 
 #[test]

@@ -111,6 +111,10 @@ pub struct GaussianParams<'a, F> {
     pub logit_opacities: &'a [F],
     pub sh_degree: u32,
     pub sh: &'a [[F; 3]],
+    /// Mip-Splatting's 3D smoothing filter, one standard deviation per Gaussian (scene units,
+    /// ≥ 0), when the model is rendered through it ([`crate::scene::filter3d`]): each scale
+    /// becomes `√(s² + f²)` and the opacity is multiplied by `∏ s/√(s² + f²)`.
+    pub filter_3d: Option<&'a [F]>,
 }
 
 impl<'a> GaussianParams<'a, f32> {
@@ -122,6 +126,7 @@ impl<'a> GaussianParams<'a, f32> {
             logit_opacities: &g.logit_opacities,
             sh_degree: g.sh_degree,
             sh: &g.sh,
+            filter_3d: None,
         }
     }
 }
@@ -154,6 +159,7 @@ impl<F> GaussianParams<'_, F> {
             ("rotations", self.rotations.len(), n),
             ("logit_opacities", self.logit_opacities.len(), n),
             ("sh", self.sh.len(), n * self.coeffs()),
+            ("filter_3d", self.filter_3d.map_or(n, <[F]>::len), n),
         ];
         for (field, got, expected) in checks {
             if got != expected {
@@ -249,6 +255,8 @@ pub struct CpuRasterizer<F: Real = f32> {
     /// The stages of the last forward and backward, while they are timed
     /// ([`Rasterizer::set_stage_timing`]).
     timing: Option<StageTimes>,
+    /// The 3D filter [`Rasterizer::set_filter_3d`] set (the f32 rasterizer's renders).
+    filter_3d: Option<Vec<f32>>,
 }
 
 impl<F: Real> CpuRasterizer<F> {
@@ -264,6 +272,7 @@ impl<F: Real> CpuRasterizer<F> {
             inv_depth: InvDepthGrad::default(),
             fingerprint: None,
             timing: None,
+            filter_3d: None,
         }
     }
 
@@ -464,6 +473,17 @@ impl Rasterizer for CpuRasterizer<f32> {
         self.timing
     }
 
+    fn set_filter_3d(&mut self, filter: Option<&[f32]>) -> Result<(), RenderError> {
+        match (filter, &mut self.filter_3d) {
+            (Some(f), Some(mine)) => {
+                mine.clear();
+                mine.extend_from_slice(f);
+            }
+            (f, mine) => *mine = f.map(<[f32]>::to_vec),
+        }
+        Ok(())
+    }
+
     fn forward(
         &mut self,
         gaussians: &Gaussians,
@@ -471,12 +491,15 @@ impl Rasterizer for CpuRasterizer<f32> {
         options: &RenderOptions,
         out: &mut RenderOutput,
     ) -> Result<(), RenderError> {
-        self.render(
-            &GaussianParams::from_gaussians(gaussians),
-            camera,
-            options,
-            out,
-        )
+        // Lent to the render and given back, so it can borrow it beside `&mut self`.
+        let filter = self.filter_3d.take();
+        let params = GaussianParams {
+            filter_3d: filter.as_deref(),
+            ..GaussianParams::from_gaussians(gaussians)
+        };
+        let result = self.render(&params, camera, options, out);
+        self.filter_3d = filter;
+        result
     }
 
     fn backward(
@@ -487,12 +510,13 @@ impl Rasterizer for CpuRasterizer<f32> {
         d_image: &[f32],
         grads: &mut GaussianGrads,
     ) -> Result<(), RenderError> {
-        self.render_backward(
-            &GaussianParams::from_gaussians(gaussians),
-            camera,
-            options,
-            d_image,
-            grads,
-        )
+        let filter = self.filter_3d.take();
+        let params = GaussianParams {
+            filter_3d: filter.as_deref(),
+            ..GaussianParams::from_gaussians(gaussians)
+        };
+        let result = self.render_backward(&params, camera, options, d_image, grads);
+        self.filter_3d = filter;
+        result
     }
 }

@@ -13,6 +13,11 @@
 //! Opacity `sigmoid(logit)`, and in antialiased mode ([`RenderOptions::antialiased`](crate::render::RenderOptions))
 //! times the compensation `√max(0, det Σ2d_raw / det Σ2d)` of the undilated covariance against
 //! the dilated one ([`aa_compensation`]), as Mip-Splatting and gsplat define it.
+//! Through Mip-Splatting's 3D smoothing filter ([`GaussianParams::filter_3d`], a standard
+//! deviation `f` per Gaussian; [`crate::scene::filter3d`]) each scale drawn is `s' = √(s² + f²)`
+//! and the opacity is multiplied by `∏ s/s'` (before the compensation). The filter is a constant
+//! of the render, not a parameter: the backward takes `∂L/∂ln s = ∂L/∂ln s'·(1 − f²/s'²) +
+//! (∂L/∂o_drawn)·o_drawn·f²/s'²`.
 //!
 //! Invariant: a culled Gaussian has `radius == 0` and every other field finite-but-meaningless;
 //! a kept one has finite mean, conic, colour and opacity, so no NaN can reach an image. Zero or
@@ -121,7 +126,12 @@ struct Geometry<F> {
     qn: [F; 4],
     qlen: F,
     rot: M3<F>,
+    /// The scales drawn: `exp(log_scale)`, or `√(exp(log_scale)² + f²)` through a 3D filter.
     scale: [F; 3],
+    /// Through a 3D filter of std `f`: `∏ s/s'`, the opacity factor, and `f²/s'²` per axis,
+    /// `∂ln s'/∂ln s = 1 − f²/s'²` and `∂ln(∏ s/s')/∂ln s`; else 1 and 0.
+    filter_coef: F,
+    filter_share: [F; 3],
     cov3: M3<F>,
     /// `T = J·W` (2×3).
     tmat: [[F; 3]; 2],
@@ -137,6 +147,7 @@ fn geometry<F: Real>(
     mean: [F; 3],
     log_scale: [F; 3],
     quat: [F; 4],
+    filter: Option<F>,
     cam: &CameraF<F>,
 ) -> Option<Geometry<F>> {
     let t = {
@@ -160,7 +171,19 @@ fn geometry<F: Real>(
     let qlen = qlen2.sqrt();
     let qn = quat.map(|v| v / qlen);
     let rot = quat_to_rot(qn);
-    let scale = log_scale.map(|v| v.exp());
+    let mut scale = log_scale.map(|v| v.exp());
+    let (mut filter_coef, mut filter_share) = (F::ONE, [F::ZERO; 3]);
+    if let Some(f) = filter {
+        // Σ + f²·I keeps Σ's axes: s' = √(s² + f²) on each, and the opacity keeps the
+        // Gaussian's integral, × √(det Σ / det(Σ + f²·I)) = ∏ s/s'.
+        let f2 = f * f;
+        for a in 0..3 {
+            let s2 = scale[a] * scale[a] + f2;
+            filter_coef *= scale[a] / s2.sqrt();
+            filter_share[a] = f2 / s2;
+            scale[a] = s2.sqrt();
+        }
+    }
     // Σ = M Mᵀ with M = R·diag(s).
     let mut m = rot;
     for row in m.iter_mut() {
@@ -217,6 +240,8 @@ fn geometry<F: Real>(
         qlen,
         rot,
         scale,
+        filter_coef,
+        filter_share,
         cov3,
         tmat,
         cov2,
@@ -306,7 +331,8 @@ fn project_one<F: Real>(
     degree: u32,
     antialiased: bool,
 ) -> Option<Splat<F>> {
-    let g = geometry(p.means[i], p.log_scales[i], p.rotations[i], cam)?;
+    let filter = p.filter_3d.map(|f| f[i]);
+    let g = geometry(p.means[i], p.log_scales[i], p.rotations[i], filter, cam)?;
     // Inverted at a power-of-two scale (see `cov2_scale`): exact, so identical to the unscaled
     // formulas wherever those do not overflow, and finite for huge splats where `a·c` would.
     let (down, up) = cov2_scale(g.cov2);
@@ -339,6 +365,9 @@ fn project_one<F: Real>(
     }
     if antialiased {
         opacity *= aa_compensation(g.cov2, g.cov2_raw, down).0;
+    }
+    if filter.is_some() {
+        opacity *= g.filter_coef;
     }
     let (dir, _) = view_dir(p.means[i], cam);
     let nc = p.coeffs();
@@ -482,7 +511,8 @@ fn project_bwd_one<F: Real>(
     d_mean2d: &mut [F; 2],
     pose: Option<&mut [f64; 6]>,
 ) {
-    let Some(g) = geometry(p.means[i], p.log_scales[i], p.rotations[i], cam) else {
+    let filter = p.filter_3d.map(|f| f[i]);
+    let Some(g) = geometry(p.means[i], p.log_scales[i], p.rotations[i], filter, cam) else {
         return;
     };
     let zero = F::ZERO;
@@ -491,14 +521,20 @@ fn project_bwd_one<F: Real>(
     *d_mean2d = sg.mean2d;
 
     // Opacity through the sigmoid (recomputed: in antialiased mode the splat's opacity also
-    // holds the compensation), and the compensation's share, added to Σ2d below.
-    let o = F::ONE / (F::ONE + (-p.logit_opacities[i]).exp());
+    // holds the compensation, through a 3D filter its factor), and the compensation's share,
+    // added to Σ2d below. `o` is the sigmoid times the filter's factor (1 without one).
+    let sig = F::ONE / (F::ONE + (-p.logit_opacities[i]).exp());
+    let o = if filter.is_some() {
+        sig * g.filter_coef
+    } else {
+        sig
+    };
     let (comp, ratio) = if antialiased {
         aa_compensation(g.cov2, g.cov2_raw, cov2_scale(g.cov2).0)
     } else {
         (F::ONE, F::ONE)
     };
-    *d_logit = sg.opacity * comp * o * (F::ONE - o);
+    *d_logit = sg.opacity * comp * o * (F::ONE - sig);
 
     // Colour: SH coefficients and the view direction (clamped channels pass no gradient).
     let (dir, vlen) = view_dir(p.means[i], cam);
@@ -641,6 +677,15 @@ fn project_bwd_one<F: Real>(
     }
     for c in 0..3 {
         d_log_scale[c] = d_s[c] * g.scale[c];
+    }
+    if filter.is_some() {
+        // s' = √(s² + f²): ∂ln s'/∂ln s = s²/s'² = 1 − f²/s'²; and the opacity's factor
+        // ∏ s/s' has ∂ln(·)/∂ln s = f²/s'², times ∂L/∂(opacity drawn)·opacity drawn.
+        let drawn = sg.opacity * comp * o;
+        for c in 0..3 {
+            d_log_scale[c] =
+                d_log_scale[c] * (F::ONE - g.filter_share[c]) + drawn * g.filter_share[c];
+        }
     }
     // Quaternion through R(q̂) and q̂ = q/|q|.
     let dqn = quat_to_rot_bwd(g.qn, &d_rot);

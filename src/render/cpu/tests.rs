@@ -539,6 +539,8 @@ pub(super) struct Converted<F> {
     pub(super) logit_opacities: Vec<F>,
     pub(super) sh_degree: u32,
     pub(super) sh: Vec<[F; 3]>,
+    /// A 3D filter's standard deviation per Gaussian, when rendered through one.
+    pub(super) filter_3d: Option<Vec<F>>,
 }
 
 impl<F: Real> Converted<F> {
@@ -551,6 +553,7 @@ impl<F: Real> Converted<F> {
             logit_opacities: g.logit_opacities.iter().map(|&v| cast(v)).collect(),
             sh: g.sh.iter().map(|v| v.map(cast)).collect(),
             sh_degree: g.sh_degree,
+            filter_3d: None,
         }
     }
 
@@ -562,6 +565,7 @@ impl<F: Real> Converted<F> {
             logit_opacities: &self.logit_opacities,
             sh_degree: self.sh_degree,
             sh: &self.sh,
+            filter_3d: self.filter_3d.as_deref(),
         }
     }
 }

@@ -52,6 +52,22 @@ pub struct ParamBufs<'a> {
     pub sh: &'a DeviceBuffer<f32>,
     pub coeffs: u32,
     pub degree: u32,
+    /// Mip-Splatting's 3D filter, a standard deviation per Gaussian ([N]), when the model is
+    /// rendered through one ([`crate::scene::filter3d`]).
+    pub filter_3d: Option<&'a DeviceBuffer<f32>>,
+}
+
+impl ParamBufs<'_> {
+    /// The filter's argument (a null pointer for none), checked to hold `n` values.
+    fn filter_arg(&self, n: usize) -> Result<KernelArg, CudaError> {
+        match self.filter_3d {
+            Some(f) => {
+                check("filter_3d [N]", f.len(), n)?;
+                Ok(f.arg())
+            }
+            None => Ok(KernelArg::Ptr(0)),
+        }
+    }
 }
 
 /// Where [`Kernels::project_bwd`] puts the pose gradient: the per-block partials (scratch of
@@ -146,6 +162,7 @@ impl Kernels {
         check("depths [N]", depths.len(), nu)?;
         check("radii [N]", radii.len(), nu)?;
         check("tiles_touched [N+1]", tiles_touched.len(), nu + 1)?;
+        let filter = p.filter_arg(nu)?;
         let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
         let args = [
             U32(n),
@@ -160,6 +177,7 @@ impl Kernels {
             U32(tiles_x),
             U32(tiles_y),
             U32(antialiased.into()),
+            filter,
             means2d.arg(),
             conics.arg(),
             opacities.arg(),
@@ -170,7 +188,8 @@ impl Kernels {
         ];
         // SAFETY: the argument list matches `project_fwd` in kernels/project_fwd.cu in order
         // and type; every buffer holds at least the elements the kernel indexes for `n`
-        // (checked above), and the device orders the launch after prior work.
+        // (checked above; the filter, when not null, too), and the device orders the launch
+        // after prior work.
         unsafe { self.go("project_fwd", cfg, &args) }?;
         Ok(())
     }
@@ -648,6 +667,7 @@ impl Kernels {
         )?;
         check("g_sh [N,K,3]", g.buffer(Field::Sh).len(), 3 * nu * k)?;
         check("g_means2d [N,2]", g.means2d.len(), 2 * nu)?;
+        let filter = p.filter_arg(nu)?;
         let cfg = grid_1d(n as u64, ELEMENT_BLOCK)?;
         let blocks = cfg.grid.0 as usize;
         if let Some(pb) = &pose {
@@ -665,6 +685,7 @@ impl Kernels {
             U32(p.degree),
             cam.arg(),
             U32(antialiased.into()),
+            filter,
             radii.arg(),
             conics.arg(),
             v.means2d.arg(),
@@ -690,7 +711,9 @@ impl Kernels {
         };
         // SAFETY: matches project_bwd (or, with the pose partials appended, project_bwd_pose)
         // in kernels/project_bwd.cu; every buffer holds the N (and N·K) elements the kernel
-        // indexes (checked above; v_inv_depths is read only `with_depth`, when checked), and the pose partials the 6 · gridDim.x doubles its blocks
+        // indexes (checked above; v_inv_depths is read only `with_depth`, when checked; the
+        // filter, when not null, holds N values), and the pose partials the 6 · gridDim.x
+        // doubles its blocks
         // write (checked; `cfg` is the grid).
         unsafe { self.go(entry, cfg, &args) }?;
         match pose {

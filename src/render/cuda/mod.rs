@@ -322,6 +322,29 @@ pub struct CudaRasterizer {
     staging: Staging,
     /// Per-stage wall times of the last forward + backward, when profiling is on.
     profile: Option<Profile>,
+    /// Mip-Splatting's 3D filter every render goes through while set
+    /// ([`Rasterizer::set_filter_3d`], [`Self::filter_3d_buffer`]): the buffer and the
+    /// Gaussians it holds a value for.
+    filter_3d: Option<(DeviceBuffer<f32>, usize)>,
+}
+
+/// The 3D filter a render of `n` Gaussians goes through: none, or `filter`'s buffer when it
+/// holds `n` values (else the render is refused).
+fn filter_for(
+    filter: &Option<(DeviceBuffer<f32>, usize)>,
+    n: usize,
+    sh_degree: u32,
+) -> Result<Option<&DeviceBuffer<f32>>, RenderError> {
+    match filter {
+        None => Ok(None),
+        Some((buf, len)) if *len == n => Ok(Some(buf)),
+        Some((_, len)) => Err(RenderError::InconsistentGaussians {
+            field: "filter_3d",
+            got: *len,
+            expected: n,
+            sh_degree,
+        }),
+    }
 }
 
 /// Reused host buffers of [`crate::device::copy_between`], one per element type.
@@ -381,7 +404,20 @@ impl CudaRasterizer {
             pose_ready: false,
             staging: Staging::default(),
             profile: None,
+            filter_3d: None,
         })
+    }
+
+    /// The buffer of the 3D filter for `n` Gaussians (grown to hold them), which every render
+    /// goes through from now on: for a caller that computes the filter on this device
+    /// (the device engine). [`Rasterizer::set_filter_3d`] with `None` removes it.
+    pub fn filter_3d_buffer(&mut self, n: usize) -> Result<&mut DeviceBuffer<f32>, CudaError> {
+        let mut buf = match self.filter_3d.take() {
+            Some((b, _)) => b,
+            None => self.dev.alloc::<f32>(n.max(1))?,
+        };
+        grow(&self.dev, &mut buf, n.max(1))?;
+        Ok(&mut self.filter_3d.insert((buf, n)).0)
     }
 
     /// Turns synchronised per-stage timing on or off (see [`Self::stage_times`]): for
@@ -520,6 +556,7 @@ impl CudaRasterizer {
                 sh: g.buffer(Field::Sh),
                 coeffs,
                 degree: options.sh_degree,
+                filter_3d: filter_for(&self.filter_3d, n, g.sh_degree)?,
             };
             self.k.project_fwd(
                 n as u32,
@@ -1070,6 +1107,7 @@ impl CudaRasterizer {
             sh: g.buffer(Field::Sh),
             coeffs: coeffs as u32,
             degree: options.sh_degree,
+            filter_3d: filter_for(&self.filter_3d, n, g.sh_degree)?,
         };
         self.k.project_bwd(
             n as u32,
@@ -1347,6 +1385,17 @@ impl Rasterizer for CudaRasterizer {
             t.add(name, 1e3 * s);
         }
         Some(t)
+    }
+
+    fn set_filter_3d(&mut self, filter: Option<&[f32]>) -> Result<(), RenderError> {
+        match filter {
+            Some(f) => {
+                let dev = self.dev.clone();
+                upload(&dev, f, self.filter_3d_buffer(f.len())?)?;
+            }
+            None => self.filter_3d = None,
+        }
+        Ok(())
     }
 
     fn forward(
