@@ -102,3 +102,86 @@ extern "C" __global__ void set_rows1(
     if (i >= count) return;
     out[rows[i]] = values[i];
 }
+
+// Mip-Splatting's 3D filter, step 1 (twin of scene::filter3d::sampling_rate, the same f32
+// operations in the same order): each Gaussian's highest sampling rate `focal/z` over the
+// cameras whose view, widened by `margin` of its size on each side, holds its centre past the
+// near plane; 0 when none does. The lowest positive rate is folded into `lowest_bits` (the
+// bits of a positive float order as the float does, so an integer atomicMin is exact and
+// independent of the order of the threads).
+extern "C" __global__ void filter3d_rates(
+    u64 n,
+    const float* __restrict__ means, // [n, 3]
+    const float* __restrict__ cams,  // [ncams, 18]: rotation (row-major), translation,
+                                     // fx fy cx cy, width, height
+    u32 ncams,
+    float near_plane,
+    float margin,
+    float* __restrict__ rates,       // [n] out
+    u32* __restrict__ lowest_bits)   // [1] atomicMin of the positive rates' bits
+{
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float m0 = means[3 * i], m1 = means[3 * i + 1], m2 = means[3 * i + 2];
+    float best = 0.0f;
+    for (u32 k = 0; k < ncams; ++k) {
+        const float* c = cams + 18 * (u64)k;
+        const float z = c[6] * m0 + c[7] * m1 + c[8] * m2 + c[11];
+        // `!(z > near)` also skips a NaN.
+        if (!(z > near_plane)) continue;
+        const float tx = c[0] * m0 + c[1] * m1 + c[2] * m2 + c[9];
+        const float ty = c[3] * m0 + c[4] * m1 + c[5] * m2 + c[10];
+        const float fx = c[12], fy = c[13], w = c[16], h = c[17];
+        const float x = fx * tx / z + c[14];
+        const float y = fy * ty / z + c[15];
+        const bool inside = x >= -margin * w && x <= (1.0f + margin) * w && y >= -margin * h &&
+                            y <= (1.0f + margin) * h;
+        if (inside) best = fmaxf(best, fmaxf(fx, fy) / z);
+    }
+    rates[i] = best;
+    if (best > 0.0f) atomicMin(lowest_bits, __float_as_uint(best));
+}
+
+// Step 2 (twin of scene::filter3d::finish): rate → filter `numerator / rate` in place, a rate
+// of 0 (seen by no camera) taking `lowest` (∞ when no Gaussian was seen: filter 0).
+extern "C" __global__ void filter3d_finish(
+    u64 n,
+    float numerator,
+    float lowest,
+    float* __restrict__ rates) // [n] in: rates; out: filters
+{
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float r = rates[i];
+    rates[i] = numerator / (r > 0.0f ? r : lowest);
+}
+
+// Opacity reset through the 3D filter (twin of Model::reset_opacity_through, in double as it
+// is): the drawn opacity σ(x)·c, c = ∏ s/√(s² + f²), becomes min(σ(x)·c, cap); the opacity
+// moments are zeroed.
+extern "C" __global__ void reset_opacity_filtered(
+    u64 n,
+    float max_opacity,
+    const float* __restrict__ log_scales, // [n, 3]
+    const float* __restrict__ filter,     // [n]
+    float* __restrict__ o,                // [n] logit opacities
+    float* __restrict__ m,                // [n] first moments of the opacities
+    float* __restrict__ v)                // [n] second moments
+{
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const double cap = (double)max_opacity;
+    const double f2 = (double)filter[i] * (double)filter[i];
+    double c = 1.0;
+    for (int a = 0; a < 3; ++a) {
+        const double s2 = exp(2.0 * (double)log_scales[3 * i + a]);
+        c *= sqrt(s2 / (s2 + f2));
+    }
+    const double drawn = 1.0 / (1.0 + exp(-(double)o[i])) * c;
+    if (drawn > cap) {
+        const double p = cap / c;
+        o[i] = (float)log(p / (1.0 - p));
+    }
+    m[i] = 0.0f;
+    v[i] = 0.0f;
+}

@@ -172,6 +172,15 @@ struct Args {
     /// flag) and gs-render renders them that way.
     #[arg(long)]
     antialiased: bool,
+    /// Mip-Splatting's 3D smoothing filter: each Gaussian is drawn convolved with a 3D
+    /// Gaussian as wide as the finest sampling any training camera has at it, so none grows
+    /// thinner than the photos could show, and renders closer than the training views
+    /// (zooming in) stay free of its high-frequency artefacts. The filter follows the model
+    /// (set from the training cameras every step); saved models hold it folded into their
+    /// scales and opacities, so any 3DGS renderer draws them as trained. Mip-Splatting pairs it
+    /// with its 2D filter: add --antialiased for that.
+    #[arg(long, alias = "filter_3d")]
+    filter_3d: bool,
     /// Per-view exposure compensation (3DGS's --train_test_exp): each view learns a 3×4
     /// colour transform applied to its render before the loss, absorbing exposure and white
     /// balance that change from photo to photo (which would otherwise grow floaters).
@@ -647,6 +656,7 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
         config.background = Background::White;
     }
     config.antialiased = args.antialiased;
+    config.filter_3d = args.filter_3d;
     if args.exposure {
         config.exposure = Some(ExposureConfig::default());
     } else if let Some(flag) = args.optim.exposure_flag() {

@@ -23,7 +23,7 @@
 //! Mip-Splatting takes the nearest depth over the cameras and one focal length (the largest of
 //! every camera) for all; the rate per camera is the paper's definition, and the same wherever
 //! the cameras share their intrinsics. The evaluation is f32, operation for operation the
-//! device kernel's (`kernels/filter3d.cu`), so both engines set the same filters.
+//! device kernels' (`filter3d_rates`, `filter3d_finish` in `kernels/densify.cu`), so both engines set the same filters.
 //!
 //! # Numerics
 //! The fusion is evaluated in f64 in log space, so no intermediate overflows or cancels:
@@ -41,6 +41,12 @@ pub const FILTER_VARIANCE: f64 = 0.2;
 /// How far beyond each border of a camera's image (as a fraction of its size) a Gaussian's
 /// centre still counts as seen (Mip-Splatting's 0.15).
 pub const FRUSTUM_MARGIN: f64 = 0.15;
+/// Host bytes per Gaussian a run with the filter holds beside the model: the filter itself,
+/// its copy in the CPU rasterizer, and while a model is saved the folded log-scales and
+/// opacities (16 B).
+pub const HOST_BYTES_PER_GAUSSIAN: u64 = 4 + 4 + EXPORT_BYTES_PER_GAUSSIAN;
+/// The folded log-scales and opacity a saved model holds per Gaussian beside the model.
+pub const EXPORT_BYTES_PER_GAUSSIAN: u64 = 16;
 /// Floats per camera in [`camera_rows`]: the world-to-camera rotation (row-major) and
 /// translation, `fx fy cx cy`, the image's width and height.
 pub const CAMERA_ROW: usize = 18;

@@ -235,6 +235,32 @@ impl Model {
         self.stats = DensifyStats::zeros(plan.src.len());
     }
 
+    /// [`Model::reset_opacity`] of the opacities drawn through a 3D filter (`filter`, one
+    /// standard deviation per Gaussian; [`crate::scene::filter3d`]), as Mip-Splatting resets
+    /// them: the drawn opacity `σ(x)·c`, `c = ∏ s/√(s² + f²)`, becomes `min(σ(x)·c, cap)`, so
+    /// a Gaussian drawn fainter than the cap keeps its value and a brighter one gets
+    /// `logit(cap/c)` (above `logit(cap)`: its filter dims it to the cap). Computed in f64.
+    pub fn reset_opacity_through(&mut self, max_opacity: f32, filter: &[f32]) {
+        let cap = f64::from(max_opacity);
+        let g = &mut self.gaussians;
+        for ((o, ls), &f) in g.logit_opacities.iter_mut().zip(&g.log_scales).zip(filter) {
+            let f2 = f64::from(f) * f64::from(f);
+            let c: f64 = ls
+                .iter()
+                .map(|&l| {
+                    let s2 = (2.0 * f64::from(l)).exp();
+                    (s2 / (s2 + f2)).sqrt()
+                })
+                .product();
+            let drawn = 1.0 / (1.0 + (-f64::from(*o)).exp()) * c;
+            if drawn > cap {
+                let p = cap / c;
+                *o = (p / (1.0 - p)).ln() as f32;
+            }
+        }
+        self.zero_opacity_moments();
+    }
+
     /// Opacity ← min(opacity, `max_opacity`) in logit space; opacity moments zeroed.
     pub fn reset_opacity(&mut self, max_opacity: f32) {
         let cap = logit(max_opacity);
@@ -245,6 +271,10 @@ impl Model {
                 *o = cap;
             }
         }
+        self.zero_opacity_moments();
+    }
+
+    fn zero_opacity_moments(&mut self) {
         self.adam
             .exp_avg
             .logit_opacities
@@ -315,6 +345,9 @@ pub struct ModelMemory {
     /// The model trains on a device: the host holds at most one copy of it
     /// ([`host_copy_bytes`]), not the host engine's whole training state ([`model_bytes`]).
     pub on_device: bool,
+    /// Host bytes per Gaussian beyond the model's (the run's 3D filter:
+    /// [`crate::train::run::filter_bytes_per_gaussian`]).
+    pub extra_per_gaussian: u64,
 }
 
 /// How many Gaussians a device's memory budget holds (the device engine's plan computes it
@@ -330,7 +363,7 @@ impl ModelMemory {
     /// The host bytes `n` Gaussians at `sh_degree` take in this run: [`model_bytes`] on the
     /// host engine, [`host_copy_bytes`] when the model trains on a device.
     pub fn bytes(&self, n: usize, sh_degree: u32) -> u64 {
-        host_model_bytes(n, sh_degree, self.on_device)
+        host_model_bytes(n, sh_degree, self.on_device) + n as u64 * self.extra_per_gaussian
     }
 
     /// Grows the reservation to `bytes`; on refusal calls `make_room(extra)` once (which should
@@ -465,6 +498,10 @@ pub struct RefineContext<'a> {
     pub memory: &'a mut ModelMemory,
     /// Asked to free this many bytes of the ledger (e.g. by shrinking the loader cache).
     pub make_room: &'a mut dyn FnMut(u64) -> u64,
+    /// With a 3D filter ([`crate::scene::filter3d`]), the training cameras it is set from
+    /// ([`crate::scene::filter3d::camera_rows`]): an opacity reset of a host model resets the
+    /// opacities drawn through it ([`Model::reset_opacity_through`]).
+    pub filter_cameras: Option<&'a [f32]>,
 }
 
 /// What a strategy did this step.
@@ -954,7 +991,15 @@ impl DensifyStrategy for DefaultStrategy {
             model.apply_rows(rows);
         }
         if let Some(cap) = edit.reset_opacity {
-            model.reset_opacity(cap);
+            match ctx.filter_cameras {
+                // The filter of the rows after the edit.
+                Some(cameras) => {
+                    let mut filter = Vec::new();
+                    crate::scene::filter3d::compute(&model.gaussians.means, cameras, &mut filter);
+                    model.reset_opacity_through(cap, &filter);
+                }
+                None => model.reset_opacity(cap),
+            }
         }
         edit.outcome
     }
@@ -970,6 +1015,46 @@ impl DensifyStrategy for DefaultStrategy {
 
 #[cfg(test)]
 mod tests {
+
+    /// Mip-Splatting's reset: the opacity drawn through the filter becomes min(drawn, cap);
+    /// one already drawn below the cap keeps its value although its own exceeds the cap.
+    #[test]
+    fn an_opacity_reset_through_the_filter_caps_the_drawn_opacity() {
+        let mut m = Model::new(Gaussians::zeros(4, 0));
+        let sig = |x: f32| 1.0 / (1.0 + (-f64::from(x)).exp());
+        // log-scale, logit, filter: bright and wide (drawn above the cap), bright but tiny
+        // under a wide filter (drawn below it), faint, and no filter at all.
+        let rows = [
+            (-2.0f32, 3.0f32, 0.05f32),
+            (-7.0, 2.0, 0.2),
+            (-3.0, -6.0, 0.1),
+            (-3.0, 1.0, 0.0),
+        ];
+        let mut filter = Vec::new();
+        for (i, &(ls, o, f)) in rows.iter().enumerate() {
+            m.gaussians.log_scales[i] = [ls; 3];
+            m.gaussians.logit_opacities[i] = o;
+            filter.push(f);
+        }
+        m.adam.exp_avg.logit_opacities = vec![0.3; 4];
+        let before = m.gaussians.logit_opacities.clone();
+        m.reset_opacity_through(0.01, &filter);
+        for (i, &(ls, o, f)) in rows.iter().enumerate() {
+            let s2 = (2.0 * f64::from(ls)).exp();
+            let c = (s2 / (s2 + f64::from(f) * f64::from(f))).sqrt().powi(3);
+            let drawn_after = sig(m.gaussians.logit_opacities[i]) * c;
+            let want = (sig(o) * c).min(0.01);
+            assert!(
+                (drawn_after / want - 1.0).abs() < 1e-5,
+                "row {i}: {drawn_after} vs {want}"
+            );
+        }
+        // Row 1 is drawn at 0.88 × 1.2e-6: kept as it was, where the plain reset lowers it.
+        assert_eq!(m.gaussians.logit_opacities[1], before[1]);
+        assert!(m.gaussians.logit_opacities[0] > logit(0.01));
+        assert_eq!(m.adam.exp_avg.logit_opacities, [0.0; 4]);
+    }
+
     use super::*;
     use crate::budget::Ledger;
     use crate::scene::gaussians::sh_coeffs;
@@ -1033,6 +1118,7 @@ mod tests {
                 rng: &mut self.rng,
                 memory: &mut self.memory,
                 make_room,
+                filter_cameras: None,
             };
             s.step(model, v, &mut ctx)
         }
@@ -1240,6 +1326,7 @@ mod tests {
                 rng: &mut rng,
                 memory: &mut memory,
                 make_room: &mut |_| 0,
+                filter_cameras: None,
             };
             let mut s = DefaultStrategy::new(DensifyConfig::default());
             let mut out = DensifyOutcome::default();

@@ -61,10 +61,12 @@ use crate::device::{
     CopyStream, Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
     PinnedHost, TimeMark,
 };
+use crate::render::cpu::project::NEAR_PLANE;
 use crate::render::cuda::kernels::POSE_LEN;
 use crate::render::cuda::{CudaError, CudaRasterizer, DeviceGaussians, PoseTarget};
 use crate::render::{RenderError, RenderOptions, StageTimes};
 use crate::scene::camera::Camera;
+use crate::scene::filter3d;
 use crate::scene::gaussians::Field;
 use crate::scene::maths::logit;
 use crate::shard::DepthScale;
@@ -152,6 +154,9 @@ pub fn module_source() -> ModuleSource {
             "set_rows1",
             "reset_opacity",
             "scatter_rows",
+            "filter3d_rates",
+            "filter3d_finish",
+            "reset_opacity_filtered",
         ],
         defines: vec![],
     }
@@ -181,6 +186,9 @@ pub enum DeviceEngineError {
          the grids are not resident on this engine"
     )]
     NoGrid,
+    /// The 3D filter asked for without what it needs (a bug of the caller).
+    #[error("3D filter: {0}")]
+    Filter(String),
     /// A staged frame whose length does not fit the view (a bug of the caller).
     #[error(
         "a staged frame holds {got} bytes, the view needs {want} (mask: {masked}, depth plane: \
@@ -454,6 +462,15 @@ pub struct DeviceEngine {
     set_rows1: Function,
     reset: Function,
     scatter: Function,
+    /// Mip-Splatting's 3D filter ([`crate::scene::filter3d`]): its kernels, the training
+    /// cameras it is set from ([`DeviceEngine::set_filter_cameras`]; none until given) and the
+    /// lowest sampling rate's bits of the last [`DeviceEngine::filter_rates`]. The filter itself
+    /// lives in the rasterizer, which renders through it ([`CudaRasterizer::filter_3d_buffer`]).
+    filter_rates_fn: Function,
+    filter_finish_fn: Function,
+    reset_filtered: Function,
+    filter_cameras: Option<(DeviceBuffer<f32>, u32)>,
+    filter_lowest: DeviceBuffer<u32>,
     /// The MCMC kernels, loaded on first use (only MCMC runs need them).
     mcmc: Option<DeviceMcmc>,
     copies: CopyStream,
@@ -779,7 +796,17 @@ impl DeviceEngine {
             f("reset_opacity")?,
             f("scatter_rows")?,
         );
+        let (filter_rates_fn, filter_finish_fn, reset_filtered) = (
+            f("filter3d_rates")?,
+            f("filter3d_finish")?,
+            f("reset_opacity_filtered")?,
+        );
         Ok(DeviceEngine {
+            filter_rates_fn,
+            filter_finish_fn,
+            reset_filtered,
+            filter_cameras: None,
+            filter_lowest: dev.alloc(1)?,
             raster: CudaRasterizer::on(dev.clone())?,
             adam: DeviceAdam::new(&dev)?,
             accumulate,
@@ -1640,6 +1667,116 @@ impl DeviceEngine {
         Ok(mcmc.regularize_shard(reg, &self.params, self.raster.grads_mut(), total)?)
     }
 
+    /// The training cameras the 3D filter is set from ([`filter3d::camera_rows`]).
+    pub fn set_filter_cameras(&mut self, rows: &[f32]) -> Result<(), DeviceEngineError> {
+        let count = rows.len() / filter3d::CAMERA_ROW;
+        let mut buf = self.dev.alloc::<f32>(rows.len().max(1))?;
+        self.dev.upload(rows, &mut buf)?;
+        self.filter_cameras = Some((buf, count as u32));
+        Ok(())
+    }
+
+    /// The 3D filter's first step on this device (twin of [`filter3d::sampling_rate`]): each
+    /// Gaussian's highest sampling rate into the rasterizer's filter buffer; returns the lowest
+    /// positive rate (∞ when no camera sees any Gaussian), which [`Self::filter_finish`] needs
+    /// (the lowest over every shard of a model split over devices). Waits for the device.
+    pub fn filter_rates(&mut self) -> Result<f32, DeviceEngineError> {
+        let n = self.params.n;
+        let (cams, count) = match &self.filter_cameras {
+            Some((b, c)) => (b, *c),
+            None => {
+                return Err(DeviceEngineError::Filter(
+                    "the 3D filter's cameras were not given (set_filter_cameras)".into(),
+                ))
+            }
+        };
+        let inf = [f32::INFINITY.to_bits()];
+        self.dev.upload(&inf, &mut self.filter_lowest)?;
+        let rates = self.raster.filter_3d_buffer(n)?;
+        if n > 0 && count > 0 {
+            let args = [
+                KernelArg::U64(n as u64),
+                self.params.buffer(Field::Means).arg(),
+                cams.arg(),
+                KernelArg::U32(count),
+                KernelArg::F32(NEAR_PLANE as f32),
+                KernelArg::F32(filter3d::FRUSTUM_MARGIN as f32),
+                rates.arg(),
+                self.filter_lowest.arg(),
+            ];
+            // SAFETY: matches filter3d_rates in kernels/densify.cu; the means hold n rows, the
+            // camera buffer `count` rows of CAMERA_ROW floats (uploaded from whole rows), the
+            // rates buffer n values (grown by filter_3d_buffer) and the lowest rate one u32.
+            unsafe {
+                self.dev.launch(
+                    &self.filter_rates_fn,
+                    LaunchConfig::linear(n as u64, BLOCK)?,
+                    &args,
+                )
+            }?;
+        } else if n > 0 {
+            // No camera: every rate is 0.
+            self.dev.upload(&vec![0.0f32; n], rates)?;
+        }
+        let mut lowest = [0u32];
+        self.dev.download(&self.filter_lowest, &mut lowest)?;
+        Ok(f32::from_bits(lowest[0]))
+    }
+
+    /// The 3D filter's second step (twin of [`filter3d::finish`]): the rates in the
+    /// rasterizer's filter buffer become filters, the unseen Gaussians' at `lowest`.
+    pub fn filter_finish(&mut self, lowest: f32) -> Result<(), DeviceEngineError> {
+        let n = self.params.n;
+        if n == 0 {
+            return Ok(());
+        }
+        let rates = self.raster.filter_3d_buffer(n)?;
+        let args = [
+            KernelArg::U64(n as u64),
+            KernelArg::F32(filter3d::filter_numerator()),
+            KernelArg::F32(lowest),
+            rates.arg(),
+        ];
+        // SAFETY: matches filter3d_finish in kernels/densify.cu; the buffer holds n values.
+        unsafe {
+            self.dev.launch(
+                &self.filter_finish_fn,
+                LaunchConfig::linear(n as u64, BLOCK)?,
+                &args,
+            )
+        }?;
+        Ok(())
+    }
+
+    /// [`Model::reset_opacity_through`] on the device, through the filter the rasterizer holds
+    /// (which must be the current rows': set after the last edit).
+    pub fn reset_opacity_through(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
+        let n = self.params.n;
+        if n == 0 {
+            return Ok(());
+        }
+        let filter = self.raster.filter_3d_buffer(n)?;
+        let args = [
+            KernelArg::U64(n as u64),
+            KernelArg::F32(max_opacity),
+            self.params.buffer(Field::LogScales).arg(),
+            filter.arg(),
+            self.params.buffer(Field::LogitOpacities).arg(),
+            self.exp_avg.buffer(Field::LogitOpacities).arg(),
+            self.exp_avg_sq.buffer(Field::LogitOpacities).arg(),
+        ];
+        // SAFETY: matches reset_opacity_filtered in kernels/densify.cu; the log-scales hold n
+        // rows of 3, the filter n values (grown above), the opacities and both moments' n.
+        unsafe {
+            self.dev.launch(
+                &self.reset_filtered,
+                LaunchConfig::linear(n as u64, BLOCK)?,
+                &args,
+            )
+        }?;
+        Ok(())
+    }
+
     /// Opacity ← min(opacity, `max_opacity`) with the opacity moments zeroed, on the device
     /// (twin of [`Model::reset_opacity`]).
     pub fn reset_opacity(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
@@ -1778,6 +1915,13 @@ pub trait ResidentEngine {
     fn refine_inputs(&self) -> Result<RefineHost, DeviceEngineError>;
     fn apply_rows(&mut self, plan: &RowPlan) -> Result<(), DeviceEngineError>;
     fn reset_opacity(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError>;
+    /// The training cameras of the 3D filter ([`DeviceEngine::set_filter_cameras`]).
+    fn set_filter_cameras(&mut self, rows: &[f32]) -> Result<(), DeviceEngineError>;
+    /// Sets the 3D filter of the current model, which every render then goes through
+    /// ([`DeviceEngine::filter_rates`], [`DeviceEngine::filter_finish`]).
+    fn refresh_filter(&mut self) -> Result<(), DeviceEngineError>;
+    /// [`DeviceEngine::reset_opacity_through`] of the whole model.
+    fn reset_opacity_through(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError>;
     fn adam_step(
         &mut self,
         cfg: &AdamConfig,
@@ -1880,6 +2024,16 @@ impl ResidentEngine for DeviceEngine {
     }
     fn reset_opacity(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
         DeviceEngine::reset_opacity(self, max_opacity)
+    }
+    fn set_filter_cameras(&mut self, rows: &[f32]) -> Result<(), DeviceEngineError> {
+        DeviceEngine::set_filter_cameras(self, rows)
+    }
+    fn refresh_filter(&mut self) -> Result<(), DeviceEngineError> {
+        let lowest = self.filter_rates()?;
+        self.filter_finish(lowest)
+    }
+    fn reset_opacity_through(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
+        DeviceEngine::reset_opacity_through(self, max_opacity)
     }
     fn adam_step(
         &mut self,
@@ -2097,6 +2251,7 @@ mod tests {
                 rng: &mut draws,
                 memory: &mut memory,
                 make_room: &mut |_| 0,
+                filter_cameras: None,
             };
             let host_inputs = e.refine_inputs().unwrap();
             assert_eq!(host_inputs.stats, m.stats);
@@ -2135,6 +2290,99 @@ mod tests {
             assert!(
                 got == m,
                 "{}: the device edit differs from the host's",
+                dev.name()
+            );
+        }
+    }
+
+    /// Mip-Splatting's 3D filter set by the device kernels equals `filter3d::compute` bit for
+    /// bit (the same f32 operations; unseen Gaussians at the lowest rate seen), and the opacity
+    /// reset through it equals [`Model::reset_opacity_through`].
+    #[test]
+    fn filter_kernels_match_the_host() {
+        use crate::scene::camera::{Intrinsics, Pose};
+        let cams: Vec<Camera> = (0..5)
+            .map(|k| {
+                let a = k as f64 * 0.7;
+                let centre = [4.0 * a.sin(), 0.3 * k as f64, -4.0 * a.cos()];
+                // Looking at the origin.
+                let f = [-centre[0], -centre[1], -centre[2]];
+                let n = (f[0] * f[0] + f[1] * f[1] + f[2] * f[2]).sqrt();
+                let z = f.map(|v| v / n);
+                let x = [z[2], 0.0, -z[0]];
+                let xn = (x[0] * x[0] + x[2] * x[2]).sqrt();
+                let x = x.map(|v| v / xn);
+                let y = [
+                    z[1] * x[2] - z[2] * x[1],
+                    z[2] * x[0] - z[0] * x[2],
+                    z[0] * x[1] - z[1] * x[0],
+                ];
+                let c2w = [[x[0], y[0], z[0]], [x[1], y[1], z[1]], [x[2], y[2], z[2]]];
+                Camera {
+                    width: 64 + 16 * k,
+                    height: 48,
+                    intrinsics: Intrinsics {
+                        fx: 60.0 + 10.0 * k as f64,
+                        fy: 62.0,
+                        cx: 30.0,
+                        cy: 25.0,
+                    },
+                    world_to_camera: Pose::from_camera_to_world(c2w, centre),
+                }
+            })
+            .collect();
+        let rows = filter3d::camera_rows(&cams);
+        for dev in crate::device::test_devices() {
+            let mut rng = Rng::new(21);
+            let n = 500;
+            let mut m = model(n, &mut rng);
+            for i in 0..n {
+                // Most near the origin (seen), some far off (unseen), one behind everything.
+                let spread = if i % 7 == 0 { 40.0 } else { 1.5 };
+                m.gaussians.means[i] = [0; 3].map(|_| rng.uniform(-spread, spread) as f32);
+                let s = rng.uniform(-6.0, -1.0) as f32;
+                m.gaussians.log_scales[i] = [s, s + 0.5, s - 0.5];
+                m.gaussians.logit_opacities[i] = rng.uniform(-6.0, 6.0) as f32;
+                m.adam.exp_avg.logit_opacities[i] = 0.5;
+            }
+            let mut e = DeviceEngine::new(dev.clone()).unwrap();
+            e.upload_model(&m).unwrap();
+            e.set_filter_cameras(&rows).unwrap();
+            ResidentEngine::refresh_filter(&mut e).unwrap();
+            let mut want = Vec::new();
+            filter3d::compute(&m.gaussians.means, &rows, &mut want);
+            let mut got = vec![0.0f32; n];
+            dev.download(e.raster.filter_3d_buffer(n).unwrap(), &mut got)
+                .unwrap();
+            let differ = (0..n).filter(|&i| got[i].to_bits() != want[i].to_bits()).count();
+            assert_eq!(differ, 0, "{}: {differ} of {n} filters differ", dev.name());
+            let seen = (0..n)
+                .filter(|&i| filter3d::sampling_rate(m.gaussians.means[i], &rows) > 0.0)
+                .count();
+            assert!(
+                seen > n / 2 && seen < n,
+                "{seen} of {n} seen: both kinds tested"
+            );
+            m.reset_opacity_through(0.01, &want);
+            e.reset_opacity_through(0.01).unwrap();
+            let back = e.download_model().unwrap();
+            let max_diff = back
+                .gaussians
+                .logit_opacities
+                .iter()
+                .zip(&m.gaussians.logit_opacities)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            // In double on both sides; libm's and the device's exp/log may differ by an ulp.
+            assert!(
+                max_diff <= 1e-5,
+                "{}: opacities differ by {max_diff}",
+                dev.name()
+            );
+            assert_eq!(
+                back.adam,
+                m.adam,
+                "{}: the opacity moments zeroed",
                 dev.name()
             );
         }
@@ -2179,6 +2427,7 @@ mod tests {
                 rng: &mut draws,
                 memory: &mut memory,
                 make_room: &mut |_| 0,
+                filter_cameras: None,
             };
             assert!(strategy.plans_rows_after_step(10, false));
             let edit = strategy.after_step_edit(&mut rows, &mut ctx, 1e-4, false);

@@ -211,6 +211,10 @@ pub struct Report {
     /// rendered). Reports written before the option existed: classic.
     #[serde(default = "classic")]
     pub rasterize_mode: String,
+    /// Whether the run trained through Mip-Splatting's 3D filter (`--filter-3d`); its saved
+    /// models hold it folded in. Reports written before the option existed: false.
+    #[serde(default)]
+    pub filter_3d: bool,
     /// Densification: `"default"` (3DGS's clone/split/prune on the 2D-mean gradient),
     /// `"absgrad"` (the same on the absolute gradient, AbsGS) or `"mcmc"`; `null` in reports
     /// written before it was recorded.

@@ -692,8 +692,12 @@ fn plan_device(
             }
     });
     bytes.views += grid_bytes;
-    let per_gaussian = device_bytes_per_gaussian(config.sh_degree);
+    // The 3D filter: one float per Gaussian, beside the model (its cameras are a few floats
+    // per view).
+    let filter_bytes = if config.filter_3d { 4 } else { 0 };
+    let per_gaussian = device_bytes_per_gaussian(config.sh_degree) + filter_bytes;
     let shard = n.div_ceil(k);
+    bytes.model += shard as u64 * filter_bytes;
     let model = if k == 1 {
         format!("model {} ({n} Gaussians", format_size(bytes.model))
     } else {
@@ -715,8 +719,13 @@ fn plan_device(
     };
     let items = format!(
         "{model} × {per_gaussian} B: parameters, gradients, two Adam moments, statistics, \
-         render buffers, an edit's one field){gathered}, views {} ({max_pixels} px × \
+         render buffers, an edit's one field{}){gathered}, views {} ({max_pixels} px × \
          {} B{}), intersections {} (1/{INTERSECTION_BUDGET_DIVISOR} of the budget, at most {})",
+        if config.filter_3d {
+            ", the 3D filter"
+        } else {
+            ""
+        },
         format_size(bytes.views),
         device_bytes_per_pixel(per_view, config.depth.is_some()),
         if grid_bytes > 0 {
@@ -1067,24 +1076,27 @@ fn save_ply(
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     // The model says how it was trained to be rendered (PLY comment, SPZ flag).
     let info = ModelInfo::with_mode(trainer.config().antialiased);
-    let g = trainer.gaussians()?;
-    gply::save_with_info(&path, g, PlyEncoding::BinaryLittleEndian, info)?;
-    for &f in export.iter().filter(|&&f| f != ModelFormat::Ply) {
-        let file = path.with_extension(f.extension());
-        save_model(&file, g, f, info)?;
-        if f == ModelFormat::CompressedPly {
-            use crate::export::compressed_ply::{stored_sh_degree, BANDS_LEFT_OUT};
-            let stored = stored_sh_degree(g);
-            if stored < g.sh_degree {
-                on_event(Event::Line(format!(
-                    "{}: SH degree {stored} of the model's {} ({BANDS_LEFT_OUT}; the PLY beside \
-                     it keeps every band)",
-                    file.display(),
-                    g.sh_degree
-                )));
+    // With a 3D filter, the files hold it folded in: any renderer draws them as trained.
+    trainer.with_saved_gaussians(|g| -> Result<(), RunError> {
+        gply::save_with_info(&path, g, PlyEncoding::BinaryLittleEndian, info)?;
+        for &f in export.iter().filter(|&&f| f != ModelFormat::Ply) {
+            let file = path.with_extension(f.extension());
+            save_model(&file, g, f, info)?;
+            if f == ModelFormat::CompressedPly {
+                use crate::export::compressed_ply::{stored_sh_degree, BANDS_LEFT_OUT};
+                let stored = stored_sh_degree(g);
+                if stored < g.sh_degree {
+                    on_event(Event::Line(format!(
+                        "{}: SH degree {stored} of the model's {} ({BANDS_LEFT_OUT}; the PLY \
+                         beside it keeps every band)",
+                        file.display(),
+                        g.sh_degree
+                    )));
+                }
             }
         }
-    }
+        Ok(())
+    })??;
     Ok(rel)
 }
 
@@ -1489,6 +1501,16 @@ impl ModelStart {
     }
 }
 
+/// Host bytes per Gaussian of the run's 3D filter ([`crate::scene::filter3d`]): the filter,
+/// the rasterizer's copy and the folded values of a saved model (0 without the filter).
+pub fn filter_bytes_per_gaussian(config: &TrainConfig, on_device: bool) -> u64 {
+    match (config.filter_3d, on_device) {
+        (false, _) => 0,
+        (true, false) => crate::scene::filter3d::HOST_BYTES_PER_GAUSSIAN,
+        (true, true) => crate::scene::filter3d::EXPORT_BYTES_PER_GAUSSIAN + 4,
+    }
+}
+
 /// Reads the latest checkpoint under `--resume`, else plans the initial model.
 fn model_start(
     opts: &RunOptions,
@@ -1714,9 +1736,10 @@ fn plan_inputs(
     let model = ModelShare {
         gaussians,
         uncapped,
-        bytes_per_gaussian: host_model_bytes(1, config.sh_degree, on_device),
+        bytes_per_gaussian: host_model_bytes(1, config.sh_degree, on_device)
+            + filter_bytes_per_gaussian(config, on_device),
         formula: format!(
-            "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: {}",
+            "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: {}{}",
             if on_device {
                 format!(
                     "the host copy a checkpoint downloads, parameters P and Adam moments 2P, \
@@ -1729,6 +1752,10 @@ fn plan_inputs(
                      statistics 12 B; render buffers {} B",
                     super::densify::RENDER_BYTES_PER_GAUSSIAN
                 )
+            },
+            match filter_bytes_per_gaussian(config, on_device) {
+                0 => String::new(),
+                b => format!("; 3D filter {b} B"),
             }
         ),
         init_points,
@@ -2340,6 +2367,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         .map(|v| v.camera)
         .collect();
     trainer.hold_pose_views(&posed_cameras)?;
+    // The 3D filter is set from every training view's camera, at the size it trains at.
+    let train_cameras: Vec<Camera> = train_views.iter().map(|v| v.camera).collect();
+    trainer.set_filter_cameras(&train_cameras)?;
+    drop(train_cameras);
     // The initialisation's points are freed: their share goes to the cache.
     plan.release_to_cache(Component::Initialisation);
     let model_reservation = plan
@@ -2705,6 +2736,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             cache_bytes,
             backend: backend_name,
             rasterize_mode: crate::render::rasterize_mode_name(config.antialiased).to_owned(),
+            filter_3d: config.filter_3d,
             densification: Some(
                 match (config.mcmc.is_some(), config.uses_absgrad()) {
                     (true, _) => "mcmc",

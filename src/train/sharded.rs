@@ -413,6 +413,34 @@ impl ResidentEngine for ShardedEngine {
         Ok(())
     }
 
+    fn set_filter_cameras(&mut self, rows: &[f32]) -> Result<(), DeviceEngineError> {
+        for shard in &mut self.shards {
+            shard.set_filter_cameras(rows)?;
+        }
+        Ok(())
+    }
+
+    /// Every shard's rates, then their filters with the lowest rate of the whole model: the
+    /// one-device filter.
+    fn refresh_filter(&mut self) -> Result<(), DeviceEngineError> {
+        let mut lowest = f32::INFINITY;
+        for shard in &mut self.shards {
+            lowest = lowest.min(shard.filter_rates()?);
+        }
+        for shard in &mut self.shards {
+            shard.filter_finish(lowest)?;
+        }
+        Ok(())
+    }
+
+    /// [`DeviceEngine::reset_opacity_through`] on every shard.
+    fn reset_opacity_through(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
+        for shard in &mut self.shards {
+            shard.reset_opacity_through(max_opacity)?;
+        }
+        Ok(())
+    }
+
     /// One Adam step of every shard from its gradients of the last backward.
     fn adam_step(
         &mut self,

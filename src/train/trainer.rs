@@ -93,6 +93,7 @@ use crate::metrics::{psnr, psnr_from_mse, MetricsError};
 use crate::render::{GaussianGrads, Rasterizer, RenderError, RenderOptions, RenderOutput};
 use crate::rng::Rng;
 use crate::scene::camera::Camera;
+use crate::scene::filter3d;
 use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
 use crate::shard::{DepthScale, PixelLayout};
 
@@ -174,6 +175,12 @@ pub struct TrainConfig {
     /// ones. Absent: not scaled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps_scaler: Option<f64>,
+    /// Mip-Splatting's 3D smoothing filter ([`crate::scene::filter3d`]): every render goes
+    /// through it, set from the training cameras before each step, and saved models carry it
+    /// folded in. Left out when off, so runs and checkpoints from before the option compare
+    /// equal.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub filter_3d: bool,
 }
 
 impl Default for TrainConfig {
@@ -205,6 +212,7 @@ impl Default for TrainConfig {
             depth: None,
             bilagrid: None,
             steps_scaler: None,
+            filter_3d: false,
         }
     }
 }
@@ -333,6 +341,11 @@ pub fn scale_step_list(steps: &[u64], f: f64) -> Vec<u64> {
 /// Why training failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
+    #[error(
+        "the run trains through a 3D filter but was given no training cameras to set it from \
+         (Trainer::set_filter_cameras)"
+    )]
+    NoFilterCameras,
     #[error("render failed at iteration {iteration}: {source}")]
     Render {
         iteration: u64,
@@ -655,6 +668,11 @@ pub struct Trainer {
     /// a checkpoint or an evaluation reads, stale while `grids_stale`.
     grids_resident: bool,
     grids_stale: bool,
+    /// With [`TrainConfig::filter_3d`]: the training cameras the filter is set from
+    /// ([`Trainer::set_filter_cameras`]; [`filter3d::camera_rows`]) and the filter of the
+    /// model's Gaussians, set before each render ([`Trainer::refresh_filter`]).
+    filter_cameras: Vec<f32>,
+    filter: Vec<f32>,
 }
 
 /// `frame` (the bytes of `view`, laid out as its layout says) as the loss takes it: RGB8 (an
@@ -883,6 +901,7 @@ impl Trainer {
             }
         };
         let on_device = matches!(runner, Runner::Device(_));
+        let extra_per_gaussian = super::run::filter_bytes_per_gaussian(&state.config, on_device);
         Ok(Trainer {
             rng,
             config: state.config,
@@ -894,6 +913,7 @@ impl Trainer {
             runner,
             memory: ModelMemory {
                 on_device,
+                extra_per_gaussian,
                 ..ModelMemory::default()
             },
             step: state.step,
@@ -908,11 +928,57 @@ impl Trainer {
             grid_grad: Vec::new(),
             grids_resident: false,
             grids_stale: false,
+            filter_cameras: Vec::new(),
+            filter: Vec::new(),
         })
         .and_then(|mut t| {
             t.upload_grids()?;
             Ok(t)
         })
+    }
+
+    /// With [`TrainConfig::filter_3d`], the cameras the 3D filter is set from: the run's
+    /// training views, at the size they train at (a run gives them before its first step and
+    /// again on resume). Without the filter nothing changes.
+    pub fn set_filter_cameras(&mut self, cameras: &[Camera]) -> Result<(), TrainError> {
+        if self.config.filter_3d {
+            self.filter_cameras = filter3d::camera_rows(cameras);
+            if let Runner::Device(e) = &mut self.runner {
+                e.set_filter_cameras(&self.filter_cameras)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// With [`TrainConfig::filter_3d`], sets the 3D filter of the current model's Gaussians
+    /// from the training cameras and hands it to the engine: before every render, so it
+    /// always has a value per Gaussian and follows the means as they move (Mip-Splatting
+    /// recomputes it every 100 iterations; here every step, at a cost the docs measure, and
+    /// with nothing to checkpoint).
+    fn refresh_filter(&mut self) -> Result<(), TrainError> {
+        if !self.config.filter_3d {
+            return Ok(());
+        }
+        if self.filter_cameras.is_empty() {
+            return Err(TrainError::NoFilterCameras);
+        }
+        match &mut self.runner {
+            Runner::Host(h) => {
+                filter3d::compute(
+                    &self.model.gaussians.means,
+                    &self.filter_cameras,
+                    &mut self.filter,
+                );
+                h.rasterizer
+                    .set_filter_3d(Some(&self.filter))
+                    .map_err(|source| TrainError::Render {
+                        iteration: self.step,
+                        source,
+                    })?;
+            }
+            Runner::Device(e) => e.refresh_filter()?,
+        }
+        Ok(())
     }
 
     /// Brings the host copy of the model up to date (the device engine's model lives on the
@@ -1100,6 +1166,46 @@ impl Trainer {
     pub fn gaussians(&mut self) -> Result<&Gaussians, TrainError> {
         self.sync()?;
         Ok(&self.model.gaussians)
+    }
+
+    /// Calls `save` with the model as a standard 3DGS renderer must draw it: the current
+    /// parameters, or with [`TrainConfig::filter_3d`] the filter folded into their scales and
+    /// opacities ([`filter3d::fuse`], Mip-Splatting's fused export). The folded model borrows
+    /// the means, rotations and SH of the trainer's own (moved out and back, no copy), so it
+    /// costs 16 bytes per Gaussian beside it ([`filter3d::EXPORT_BYTES_PER_GAUSSIAN`]).
+    pub fn with_saved_gaussians<T>(
+        &mut self,
+        save: impl FnOnce(&Gaussians) -> T,
+    ) -> Result<T, TrainError> {
+        self.sync()?;
+        if !self.config.filter_3d {
+            return Ok(save(&self.model.gaussians));
+        }
+        if self.filter_cameras.is_empty() {
+            return Err(TrainError::NoFilterCameras);
+        }
+        let g = &mut self.model.gaussians;
+        filter3d::compute(&g.means, &self.filter_cameras, &mut self.filter);
+        let (log_scales, logit_opacities): (Vec<[f32; 3]>, Vec<f32>) = g
+            .log_scales
+            .iter()
+            .zip(&g.logit_opacities)
+            .zip(&self.filter)
+            .map(|((&ls, &o), &f)| filter3d::fuse(ls, o, f))
+            .unzip();
+        let fused = Gaussians {
+            means: std::mem::take(&mut g.means),
+            log_scales,
+            rotations: std::mem::take(&mut g.rotations),
+            logit_opacities,
+            sh_degree: g.sh_degree,
+            sh: std::mem::take(&mut g.sh),
+        };
+        let out = save(&fused);
+        g.means = fused.means;
+        g.rotations = fused.rotations;
+        g.sh = fused.sh;
+        Ok(out)
     }
 
     /// The current model (downloaded first on the device engine).
@@ -1392,6 +1498,7 @@ impl Trainer {
             rng: &mut self.rng,
             memory: &mut self.memory,
             make_room,
+            filter_cameras: self.config.filter_3d.then_some(&self.filter_cameras[..]),
         };
         // No densification or opacity reset on the final iteration: its result is the model
         // that is saved and evaluated, and nothing after it could recover from a reset (3DGS
@@ -1431,7 +1538,13 @@ impl Trainer {
                                 e.apply_rows(rows)?;
                             }
                             if let Some(cap) = edit.reset_opacity {
-                                e.reset_opacity(cap)?;
+                                if self.config.filter_3d {
+                                    // Through the filter of the rows after the edit.
+                                    e.refresh_filter()?;
+                                    e.reset_opacity_through(cap)?;
+                                } else {
+                                    e.reset_opacity(cap)?;
+                                }
                             }
                             self.host_stale = true;
                             edit.outcome
@@ -1522,6 +1635,7 @@ impl Trainer {
             rng: &mut self.rng,
             memory: &mut self.memory,
             make_room: &mut |_| 0,
+            filter_cameras: self.config.filter_3d.then_some(&self.filter_cameras[..]),
         };
         let after = match &mut self.runner {
             Runner::Host(_) => self
@@ -1619,6 +1733,7 @@ impl Trainer {
         if view.grid.is_some() {
             self.sync_grids()?;
         }
+        self.refresh_filter()?;
         let scored_camera = self.view_camera(view);
         let (camera, layout) = (&scored_camera, view.layout);
         check_image("under evaluation", camera, Some(layout), bytes)?;
@@ -1817,6 +1932,7 @@ impl Trainer {
         iteration: u64,
         tm: &mut StepTimings,
     ) -> Result<EnginePass, TrainError> {
+        self.refresh_filter()?;
         // The view's grid (held: the step made sure): its slot when the grids are resident on
         // the device, else its shape and floats from the host.
         let resident = grid.filter(|_| self.grids_resident);
@@ -2428,6 +2544,7 @@ mod tests {
         let mut t =
             Trainer::new(cfg, g, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
         t.hold_pose_views(&cams).unwrap();
+        t.set_filter_cameras(&cams).unwrap();
         (t, cams, images)
     }
 
@@ -3098,6 +3215,7 @@ mod tests {
         assert_eq!(state, a.state().unwrap());
         let mut b = Trainer::from_state(state, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
         b.hold_pose_views(&cams).unwrap();
+        b.set_filter_cameras(&cams).unwrap();
         feed(&mut a, 25, 60);
         feed(&mut b, 25, 60);
         let (sa, sb) = (a.state().unwrap(), b.state().unwrap());
@@ -3468,6 +3586,7 @@ mod tests {
         let g = initial(&gt, cfg.sh_degree);
         let mut t = Trainer::new(cfg, g, extent, emulated_engine()).unwrap();
         t.hold_pose_views(&cameras().0).unwrap();
+        t.set_filter_cameras(&cameras().0).unwrap();
         t
     }
 
@@ -3542,6 +3661,94 @@ mod tests {
     /// decisions falls the other way on the emulation (796 vs 795 splits, measured), a
     /// Gaussian whose accumulated gradient sits at the threshold within the float-atomic
     /// rounding; the steps before it agree within that rounding.
+    #[test]
+    fn device_engine_steps_like_the_host_engine_filter_3d() {
+        // Through Mip-Splatting's 3D filter, antialiased as Mip-Splatting trains: the filter
+        // set on the device each step, densification, and the opacity reset at 30 through it.
+        let cfg = TrainConfig {
+            filter_3d: true,
+            antialiased: true,
+            ..busy_config()
+        };
+        assert!(device_steps_like_host(cfg, "filter_3d", 35) > 50);
+    }
+
+    #[test]
+    fn sharded_engine_steps_like_one_device_filter_3d() {
+        let cfg = TrainConfig {
+            filter_3d: true,
+            ..busy_config()
+        };
+        assert!(sharded_steps_like_one_device(cfg, 3, 35) > 20);
+    }
+
+    #[test]
+    fn resume_with_filter_3d_is_bit_exact() {
+        resume_is_bit_exact(TrainConfig {
+            filter_3d: true,
+            ..busy_config()
+        });
+    }
+
+    /// The 3D filter is what the engines render through: a step's render equals the CPU
+    /// rasterizer's through `filter3d::compute` of the model's means and the cameras, and
+    /// differs from the unfiltered render; a run without cameras is refused by name; the saved
+    /// model is the folded one.
+    #[test]
+    fn the_3d_filter_is_set_from_the_cameras_before_each_render() {
+        let cfg = TrainConfig {
+            filter_3d: true,
+            ..config(20)
+        };
+        let (mut t, cams, images) = trainer(cfg.clone());
+        for i in 0..5 {
+            run_step(&mut t, &cams, &images, i);
+        }
+        let g = t.gaussians().unwrap().clone();
+        let mut filter = Vec::new();
+        filter3d::compute(&g.means, &filter3d::camera_rows(&cams), &mut filter);
+        assert!(filter.iter().all(|&f| f > 0.0 && f.is_finite()));
+        let opts = RenderOptions {
+            sh_degree: t.active_sh_degree(),
+            ..RenderOptions::default()
+        };
+        let render = |f: Option<&[f32]>| {
+            let mut r = CpuRasterizer::<f32>::new();
+            r.set_filter_3d(f).unwrap();
+            let mut out = RenderOutput::default();
+            r.forward(&g, &cams[2], &opts, &mut out).unwrap();
+            let mut rgb = Vec::new();
+            crate::eval::to_rgb8(&out.image, &mut rgb);
+            rgb
+        };
+        let scored = t.evaluate(&cams[2], &images[2]).unwrap().image;
+        assert_eq!(scored, render(Some(&filter)));
+        assert_ne!(scored, render(None));
+        // The saved model: the same means, the filter folded into scales and opacities.
+        let saved = t.with_saved_gaussians(|s| s.clone()).unwrap();
+        assert_eq!(saved.means, g.means);
+        for (i, &f) in filter.iter().enumerate() {
+            let want = filter3d::fuse(g.log_scales[i], g.logit_opacities[i], f);
+            assert_eq!((saved.log_scales[i], saved.logit_opacities[i]), want);
+        }
+        // The model itself is left as it was.
+        assert_eq!(t.gaussians().unwrap(), &g);
+        // Without cameras: refused at the first render, naming what is missing.
+        let (gt, _) = ground_truth();
+        let mut bare = Trainer::new(
+            cfg.clone(),
+            initial(&gt, cfg.sh_degree),
+            cameras().1,
+            Engine::host(CpuRasterizer::<f32>::new()),
+        )
+        .unwrap();
+        let err = bare.evaluate(&cams[0], &images[0]).unwrap_err().to_string();
+        assert!(
+            err.contains("3D filter") && err.contains("cameras"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn device_engine_steps_like_the_host_engine_antialiased() {
         let cfg = TrainConfig {
@@ -4198,6 +4405,8 @@ mod tests {
         let mut one = Trainer::from_state(state.clone(), emulated_engine()).unwrap();
         let mut many = Trainer::from_state(state, sharded_engine(devices)).unwrap();
         assert!(many.on_device());
+        one.set_filter_cameras(&cams).unwrap();
+        many.set_filter_cameras(&cams).unwrap();
         let (mut grown, mut worst_loss) = (0, 0.0f64);
         for i in 0..steps {
             let v = ((i * 3) % 8) as usize;
