@@ -3781,3 +3781,114 @@ fn a_failed_output_stops_the_run_naming_what_can_be_resumed() {
     }
     assert!(e.to_string().contains("no checkpoint on disk"), "{e}");
 }
+
+/// `--filter-3d` (Mip-Splatting's 3D filter): the run reports it and plans its bytes; the
+/// saved PLY holds the filter folded in, so `gs-render` (which knows nothing of the filter)
+/// scores it as `gs-train --eval` scored the model through the filter; a resume continues
+/// through it; and the device engine (on the host emulation) trains with it too.
+#[test]
+fn filter_3d_runs_save_models_any_renderer_draws_as_trained() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack_path = tiny_pack(dir.path());
+    let out = dir.path().join("out");
+    let mut args = vec![
+        s(&pack_path),
+        "-o",
+        s(&out),
+        "--iterations",
+        "40",
+        "--eval",
+        "--filter-3d",
+        "--backend",
+        "cpu",
+    ];
+    args.extend_from_slice(COMMON);
+    // The plan counts the filter's bytes per Gaussian.
+    let mut dry = args.clone();
+    dry.push("--dry-run");
+    let o = gs_train(&dry);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(plan.contains("; 3D filter 24 B"), "{plan}");
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert!(report.filter_3d);
+    let saved = out.join("point_cloud/iteration_40/point_cloud.ply");
+    let (_, info) = ply::load_with_info(&saved, &LoadOptions::default()).unwrap();
+    assert!(!info.antialiased && !info.fused_filter_3d, "{info:?}");
+
+    let trained: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("test/iteration_40/metrics.json")).unwrap(),
+    )
+    .unwrap();
+    let rendered = dir.path().join("rendered");
+    let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args([
+            "--ply",
+            s(&saved),
+            "--pack",
+            s(&pack_path),
+            "--sh-degree",
+            "0",
+        ])
+        .args(["-o", s(&rendered), "--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(rendered.join("metrics.json")).unwrap())
+            .unwrap();
+    let views = m["views"].as_array().unwrap();
+    let trained = trained.as_array().unwrap();
+    assert_eq!(views.len(), trained.len());
+    for (t, v) in trained.iter().zip(views) {
+        // The folded values are the filtered Gaussian to f32 rounding: the same image within
+        // a few thousandths of a dB (measured: see the loop's message on failure).
+        let (a, b) = (t["psnr"].as_f64().unwrap(), v["psnr"].as_f64().unwrap());
+        assert!(
+            (a - b).abs() < 0.01,
+            "view {}: {a} dB trained, {b} dB rendered",
+            t["view"]
+        );
+    }
+
+    // Resumed further, still through the filter; a resume without it is refused by name.
+    let mut resume = vec![s(&pack_path), "-o", s(&out), "--resume", "--extend"];
+    resume.extend_from_slice(&["--iterations", "50", "--eval", "--backend", "cpu"]);
+    resume.extend_from_slice(COMMON);
+    let o = gs_train(&resume);
+    refused(&o, &["filter_3d: checkpoint true"]);
+    resume.push("--filter-3d");
+    let o = gs_train(&resume);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert!(report.filter_3d && report.iterations == 50);
+
+    // The device engine on the host emulation: the filter on the device.
+    let dev_out = dir.path().join("dev");
+    let mut args = vec![
+        s(&pack_path),
+        "-o",
+        s(&dev_out),
+        "--iterations",
+        "30",
+        "--filter-3d",
+        "--backend",
+        "cuda",
+    ];
+    args.extend_from_slice(COMMON);
+    let o = Command::new(BIN)
+        .args(&args)
+        .env("GS_CUDA_EMULATE", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the 3D filter)"), "{}", stderr(&o));
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(dev_out.join("report.json")).unwrap())
+            .unwrap();
+    assert!(report.filter_3d && report.backend.starts_with("device ("));
+}

@@ -2354,7 +2354,9 @@ mod tests {
             let mut got = vec![0.0f32; n];
             dev.download(e.raster.filter_3d_buffer(n).unwrap(), &mut got)
                 .unwrap();
-            let differ = (0..n).filter(|&i| got[i].to_bits() != want[i].to_bits()).count();
+            let differ = (0..n)
+                .filter(|&i| got[i].to_bits() != want[i].to_bits())
+                .count();
             assert_eq!(differ, 0, "{}: {differ} of {n} filters differ", dev.name());
             let seen = (0..n)
                 .filter(|&i| filter3d::sampling_rate(m.gaussians.means[i], &rows) > 0.0)
