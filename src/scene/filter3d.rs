@@ -10,118 +10,16 @@
 //!
 //! Mip-Splatting saves a trained model's raw scales and opacities with the filter beside them,
 //! as a `filter_3D` vertex property, which other tools ignore; its fused export
-//! (`save_fused_ply`) stores the filtered values instead, which any 3DGS renderer draws as trained. [`fuse`] computes those
-//! filtered stored values (log-scales, logit opacity).
-//!
-//! # Setting the filter from the training cameras
-//! [`compute`] gives each Gaussian the filter of the highest sampling rate any training camera
-//! has at its centre: over the cameras whose view (widened by [`FRUSTUM_MARGIN`] on each side)
-//! holds the centre at a depth `z` past the renderer's near plane, the largest `focal/z` (pixels
-//! per scene unit, `focal` the larger of `fx`, `fy`), and `f = √0.2 / rate`: a Gaussian of
-//! variance 0.2 sampling intervals², Mip-Splatting's choice. A Gaussian no camera sees gets the
-//! lowest rate of those seen (Mip-Splatting: their farthest distance), the widest filter.
-//! Mip-Splatting takes the nearest depth over the cameras and one focal length (the largest of
-//! every camera) for all; the rate per camera is the paper's definition, and the same wherever
-//! the cameras share their intrinsics. The evaluation is f32, operation for operation the
-//! device kernels' (`filter3d_rates`, `filter3d_finish` in `kernels/densify.cu`), so both engines set the same filters.
+//! (`save_fused_ply`) stores the filtered values instead, which any 3DGS renderer draws as
+//! trained. [`fuse`] computes those filtered stored values (log-scales, logit opacity); the PLY
+//! reader applies it to a `filter_3D` file, and `gs-train --filter-3d` to the models it saves
+//! (its filter is set from the training cameras: `train::filter3d`).
 //!
 //! # Numerics
 //! The fusion is evaluated in f64 in log space, so no intermediate overflows or cancels:
 //! `ln s' = ½·logaddexp(2·ln s, 2·ln f)`, `ln c = Σ (ln s − ln s')`, and the new logit
 //! `ln o' − ln(1 − o')` with `ln o' = ln σ(x) + ln c` and `ln(1 − o')` taken by `log1mexp`. A
 //! filter of 0 returns the stored values unchanged, bit for bit.
-
-use rayon::prelude::*;
-
-use crate::render::cpu::project::NEAR_PLANE;
-use crate::scene::camera::Camera;
-
-/// The filter's variance in sampling intervals² (Mip-Splatting's 0.2): `f = √0.2 / rate`.
-pub const FILTER_VARIANCE: f64 = 0.2;
-/// How far beyond each border of a camera's image (as a fraction of its size) a Gaussian's
-/// centre still counts as seen (Mip-Splatting's 0.15).
-pub const FRUSTUM_MARGIN: f64 = 0.15;
-/// Host bytes per Gaussian a run with the filter holds beside the model: the filter itself,
-/// its copy in the CPU rasterizer, and while a model is saved the folded log-scales and
-/// opacities (16 B).
-pub const HOST_BYTES_PER_GAUSSIAN: u64 = 4 + 4 + EXPORT_BYTES_PER_GAUSSIAN;
-/// The folded log-scales and opacity a saved model holds per Gaussian beside the model.
-pub const EXPORT_BYTES_PER_GAUSSIAN: u64 = 16;
-/// Floats per camera in [`camera_rows`]: the world-to-camera rotation (row-major) and
-/// translation, `fx fy cx cy`, the image's width and height.
-pub const CAMERA_ROW: usize = 18;
-
-/// The cameras the filter is set from, [`CAMERA_ROW`] f32 each (the kernel's layout).
-pub fn camera_rows(cameras: &[Camera]) -> Vec<f32> {
-    let mut rows = Vec::with_capacity(CAMERA_ROW * cameras.len());
-    for c in cameras {
-        let p = &c.world_to_camera;
-        rows.extend(p.rotation.iter().flatten().map(|&v| v as f32));
-        rows.extend(p.translation.map(|v| v as f32));
-        let k = c.intrinsics;
-        rows.extend([k.fx, k.fy, k.cx, k.cy].map(|v| v as f32));
-        rows.extend([c.width as f32, c.height as f32]);
-    }
-    rows
-}
-
-/// The highest sampling rate (pixels per scene unit) any camera of `rows` ([`camera_rows`])
-/// has at `mean`, 0 when none sees it (module doc). The kernel `filter3d_rates` evaluates the
-/// same f32 operations in the same order.
-pub fn sampling_rate(mean: [f32; 3], rows: &[f32]) -> f32 {
-    let near = NEAR_PLANE as f32;
-    let margin = FRUSTUM_MARGIN as f32;
-    let mut best = 0.0f32;
-    for c in rows.chunks_exact(CAMERA_ROW) {
-        let t = |r: usize| {
-            c[3 * r] * mean[0] + c[3 * r + 1] * mean[1] + c[3 * r + 2] * mean[2] + c[9 + r]
-        };
-        let z = t(2);
-        if z <= near || z.is_nan() {
-            continue;
-        }
-        let (fx, fy, cx, cy, w, h) = (c[12], c[13], c[14], c[15], c[16], c[17]);
-        let x = fx * t(0) / z + cx;
-        let y = fy * t(1) / z + cy;
-        let inside = x >= -margin * w
-            && x <= (1.0 + margin) * w
-            && y >= -margin * h
-            && y <= (1.0 + margin) * h;
-        if inside {
-            best = best.max(fx.max(fy) / z);
-        }
-    }
-    best
-}
-
-/// `√FILTER_VARIANCE` in f32, the numerator of every filter.
-pub fn filter_numerator() -> f32 {
-    FILTER_VARIANCE.sqrt() as f32
-}
-
-/// The filter of each Gaussian at `means` for the cameras of `rows` ([`camera_rows`]), into
-/// `out` (resized): `√0.2 / rate`, the Gaussians no camera sees at the lowest rate seen; all 0
-/// when no camera sees any Gaussian.
-pub fn compute(means: &[[f32; 3]], rows: &[f32], out: &mut Vec<f32>) {
-    out.clear();
-    out.par_extend(means.par_iter().map(|&m| sampling_rate(m, rows)));
-    let lowest = out
-        .iter()
-        .copied()
-        .filter(|&r| r > 0.0)
-        .fold(f32::INFINITY, f32::min);
-    finish(out, lowest);
-}
-
-/// Turns sampling rates into filters in place, a rate of 0 taking `lowest` (the lowest rate
-/// seen; ∞ when none was: then every filter is 0). The kernel `filter3d_finish`'s twin.
-pub fn finish(rates: &mut [f32], lowest: f32) {
-    let k = filter_numerator();
-    rates.par_iter_mut().for_each(|r| {
-        let rate = if *r > 0.0 { *r } else { lowest };
-        *r = k / rate;
-    });
-}
 
 /// `ln(eᵃ + eᵇ)`, exactly `a` or `b` when the other is −∞.
 fn log_add_exp(a: f64, b: f64) -> f64 {
@@ -169,73 +67,10 @@ pub fn fuse(log_scale: [f32; 3], logit_opacity: f32, filter: f32) -> ([f32; 3], 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scene::camera::{Intrinsics, Pose};
-
-    fn camera_at(centre: [f64; 3], fx: f64, width: u32, height: u32) -> Camera {
-        // Looking down +z from `centre` (OpenCV axes, identity rotation).
-        Camera {
-            width,
-            height,
-            intrinsics: Intrinsics {
-                fx,
-                fy: fx,
-                cx: width as f64 / 2.0,
-                cy: height as f64 / 2.0,
-            },
-            world_to_camera: Pose::from_camera_to_world(
-                [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
-                centre,
-            ),
-        }
-    }
-
-    #[test]
-    fn the_filter_follows_the_nearest_sharpest_camera_that_sees_the_centre() {
-        let cams = [
-            camera_at([0.0, 0.0, -4.0], 100.0, 200, 100),
-            camera_at([0.0, 0.0, -2.0], 50.0, 200, 100),
-            camera_at([10.0, 0.0, -1.0], 400.0, 200, 100),
-        ];
-        let rows = camera_rows(&cams);
-        let k = 0.2f32.sqrt();
-        let means = [
-            // Seen by cameras 0 and 1: rates 100/4 = 25 and 50/2 = 25; camera 2 sees x = −10
-            // at z = 1 at pixel 100 − 4000: outside.
-            [0.0, 0.0, 0.0],
-            // Only camera 0 (1.1 units off axis at z 4: pixel 127.5 of 200; camera 1 at z 2:
-            // pixel 127.5 too, rate 25 as well): move it so camera 1 misses it.
-            [2.0, 0.0, 0.0],
-            // In front of camera 2 alone, at z 1: rate 400.
-            [10.0, 0.0, 0.0],
-            // Behind every camera: unseen.
-            [0.0, 0.0, -50.0],
-        ];
-        let mut out = Vec::new();
-        compute(&means, &rows, &mut out);
-        // Camera 0 sees x = 2 at pixel 100 + 100·2/4 = 150; camera 1 at 100 + 50·2/2 = 150.
-        assert_eq!(sampling_rate(means[1], &rows), 25.0);
-        assert_eq!(sampling_rate(means[2], &rows), 400.0);
-        assert_eq!(sampling_rate(means[3], &rows), 0.0);
-        assert_eq!(out[0], k / 25.0);
-        assert_eq!(out[2], k / 400.0);
-        // The unseen Gaussian takes the lowest rate seen, 25.
-        assert_eq!(out[3], k / 25.0);
-        // The margin: 15 % of the width beyond the border counts, 16 % does not.
-        let edge = |px: f32| [(px - 100.0) * 4.0 / 100.0, 0.0, 0.0];
-        let only0 = camera_rows(&cams[..1]);
-        assert_eq!(sampling_rate(edge(229.0), &only0), 25.0);
-        assert_eq!(sampling_rate(edge(233.0), &only0), 0.0);
-        assert_eq!(sampling_rate(edge(-29.0), &only0), 25.0);
-        assert_eq!(sampling_rate(edge(-33.0), &only0), 0.0);
-        // No camera sees anything: no filter.
-        compute(&means[3..], &rows, &mut out);
-        assert_eq!(out, [0.0]);
-    }
 
     fn sigmoid(x: f64) -> f64 {
         1.0 / (1.0 + (-x).exp())
     }
-
     #[test]
     fn fused_values_are_the_filtered_gaussian() {
         // (log-scales, logit, filter): ordinary, a filter far wider than the splat, one far

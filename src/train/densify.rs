@@ -499,7 +499,7 @@ pub struct RefineContext<'a> {
     /// Asked to free this many bytes of the ledger (e.g. by shrinking the loader cache).
     pub make_room: &'a mut dyn FnMut(u64) -> u64,
     /// With a 3D filter ([`crate::scene::filter3d`]), the training cameras it is set from
-    /// ([`crate::scene::filter3d::camera_rows`]): an opacity reset of a host model resets the
+    /// ([`super::filter3d::camera_rows`]): an opacity reset of a host model resets the
     /// opacities drawn through it ([`Model::reset_opacity_through`]).
     pub filter_cameras: Option<&'a [f32]>,
 }
@@ -995,7 +995,7 @@ impl DensifyStrategy for DefaultStrategy {
                 // The filter of the rows after the edit.
                 Some(cameras) => {
                     let mut filter = Vec::new();
-                    crate::scene::filter3d::compute(&model.gaussians.means, cameras, &mut filter);
+                    super::filter3d::compute(&model.gaussians.means, cameras, &mut filter);
                     model.reset_opacity_through(cap, &filter);
                 }
                 None => model.reset_opacity(cap),

@@ -57,6 +57,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::filter3d;
 use crate::device::{
     CopyStream, Device, DeviceBuffer, DeviceError, Function, KernelArg, LaunchConfig, ModuleSource,
     PinnedHost, TimeMark,
@@ -66,7 +67,6 @@ use crate::render::cuda::kernels::POSE_LEN;
 use crate::render::cuda::{CudaError, CudaRasterizer, DeviceGaussians, PoseTarget};
 use crate::render::{RenderError, RenderOptions, StageTimes};
 use crate::scene::camera::Camera;
-use crate::scene::filter3d;
 use crate::scene::gaussians::Field;
 use crate::scene::maths::logit;
 use crate::shard::DepthScale;

@@ -8,6 +8,7 @@
 //! | [`bilagrid`] | per-view bilateral grids: a learned colour transform that varies over the image and with brightness, its total variation and Adam |
 //! | [`bilagrid_file`] | a run's grids on disk: `bilateral_grids.npy` (gsplat's layout) and the JSON naming each grid's view |
 //! | [`exposure`] | per-view exposure compensation: a learned 3×4 colour transform per view, its Adam, `exposure.json` |
+//! | [`filter3d`] | Mip-Splatting's 3D smoothing filter set from the training cameras (host; the device kernels are its twins) |
 //! | [`pose`] | camera pose optimisation: a learned rigid correction per training view, its Adam, injected pose noise |
 //! | [`loss`] | `0.8·L1 + 0.2·(1 − SSIM)` and its image gradient |
 //! | [`depth`] | depth regularization: the inverse-depth L1 term against the views' monocular maps, its weight schedule |
@@ -45,6 +46,7 @@ pub mod device_engine;
 pub mod device_loss;
 pub mod device_mcmc;
 pub mod exposure;
+pub mod filter3d;
 pub mod init;
 pub mod loss;
 pub mod mcmc;

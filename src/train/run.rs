@@ -1506,8 +1506,8 @@ impl ModelStart {
 pub fn filter_bytes_per_gaussian(config: &TrainConfig, on_device: bool) -> u64 {
     match (config.filter_3d, on_device) {
         (false, _) => 0,
-        (true, false) => crate::scene::filter3d::HOST_BYTES_PER_GAUSSIAN,
-        (true, true) => crate::scene::filter3d::EXPORT_BYTES_PER_GAUSSIAN + 4,
+        (true, false) => super::filter3d::HOST_BYTES_PER_GAUSSIAN,
+        (true, true) => super::filter3d::EXPORT_BYTES_PER_GAUSSIAN + 4,
     }
 }
 

@@ -76,6 +76,7 @@ use super::device_engine::{
     DepthLoss, DeviceEngine, DeviceEngineError, Frame, PhaseTimes, ResidentEngine,
 };
 use super::exposure::{self, ExposureConfig, Exposures};
+use super::filter3d;
 use super::loss::{apply_mask, LossScratch};
 use super::mcmc::{McmcConfig, McmcStrategy};
 use super::pose::{
@@ -93,7 +94,6 @@ use crate::metrics::{psnr, psnr_from_mse, MetricsError};
 use crate::render::{GaussianGrads, Rasterizer, RenderError, RenderOptions, RenderOutput};
 use crate::rng::Rng;
 use crate::scene::camera::Camera;
-use crate::scene::filter3d;
 use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
 use crate::shard::{DepthScale, PixelLayout};
 
@@ -1170,7 +1170,7 @@ impl Trainer {
 
     /// Calls `save` with the model as a standard 3DGS renderer must draw it: the current
     /// parameters, or with [`TrainConfig::filter_3d`] the filter folded into their scales and
-    /// opacities ([`filter3d::fuse`], Mip-Splatting's fused export). The folded model borrows
+    /// opacities ([`crate::scene::filter3d::fuse`], Mip-Splatting's fused export). The folded model borrows
     /// the means, rotations and SH of the trainer's own (moved out and back, no copy), so it
     /// costs 16 bytes per Gaussian beside it ([`filter3d::EXPORT_BYTES_PER_GAUSSIAN`]).
     pub fn with_saved_gaussians<T>(
@@ -1191,7 +1191,7 @@ impl Trainer {
             .iter()
             .zip(&g.logit_opacities)
             .zip(&self.filter)
-            .map(|((&ls, &o), &f)| filter3d::fuse(ls, o, f))
+            .map(|((&ls, &o), &f)| crate::scene::filter3d::fuse(ls, o, f))
             .unzip();
         let fused = Gaussians {
             means: std::mem::take(&mut g.means),
@@ -3728,7 +3728,7 @@ mod tests {
         let saved = t.with_saved_gaussians(|s| s.clone()).unwrap();
         assert_eq!(saved.means, g.means);
         for (i, &f) in filter.iter().enumerate() {
-            let want = filter3d::fuse(g.log_scales[i], g.logit_opacities[i], f);
+            let want = crate::scene::filter3d::fuse(g.log_scales[i], g.logit_opacities[i], f);
             assert_eq!((saved.log_scales[i], saved.logit_opacities[i]), want);
         }
         // The model itself is left as it was.
