@@ -103,7 +103,7 @@ extern "C" __global__ void set_rows1(
     out[rows[i]] = values[i];
 }
 
-// Mip-Splatting's 3D filter, step 1 (twin of scene::filter3d::sampling_rate, the same f32
+// Mip-Splatting's 3D filter, step 1 (twin of train::filter3d::sampling_rate, the same f32
 // operations in the same order): each Gaussian's highest sampling rate `focal/z` over the
 // cameras whose view, widened by `margin` of its size on each side, holds its centre past the
 // near plane; 0 when none does. The lowest positive rate is folded into `lowest_bits` (the
@@ -142,18 +142,20 @@ extern "C" __global__ void filter3d_rates(
     if (best > 0.0f) atomicMin(lowest_bits, __float_as_uint(best));
 }
 
-// Step 2 (twin of scene::filter3d::finish): rate → filter `numerator / rate` in place, a rate
-// of 0 (seen by no camera) taking `lowest` (∞ when no Gaussian was seen: filter 0).
+// Step 2 (twin of train::filter3d::finish): rate → filter `numerator / rate` in place, a rate
+// of 0 (seen by no camera) taking the lowest rate seen, read from the device (step 1's, or the
+// lowest over every shard of a model split over devices; ∞ when none was seen: filter 0), so
+// one device sets its filter without waiting for the host.
 extern "C" __global__ void filter3d_finish(
     u64 n,
     float numerator,
-    float lowest,
-    float* __restrict__ rates) // [n] in: rates; out: filters
+    const u32* __restrict__ lowest_bits, // [1]
+    float* __restrict__ rates)           // [n] in: rates; out: filters
 {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float r = rates[i];
-    rates[i] = numerator / (r > 0.0f ? r : lowest);
+    rates[i] = numerator / (r > 0.0f ? r : __uint_as_float(lowest_bits[0]));
 }
 
 // Opacity reset through the 3D filter (twin of Model::reset_opacity_through, in double as it

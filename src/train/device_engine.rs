@@ -1677,10 +1677,11 @@ impl DeviceEngine {
     }
 
     /// The 3D filter's first step on this device (twin of [`filter3d::sampling_rate`]): each
-    /// Gaussian's highest sampling rate into the rasterizer's filter buffer; returns the lowest
-    /// positive rate (∞ when no camera sees any Gaussian), which [`Self::filter_finish`] needs
-    /// (the lowest over every shard of a model split over devices). Waits for the device.
-    pub fn filter_rates(&mut self) -> Result<f32, DeviceEngineError> {
+    /// Gaussian's highest sampling rate into the rasterizer's filter buffer, and the lowest
+    /// positive one (∞ when no camera sees any Gaussian) on the device, where
+    /// [`Self::filter_finish`] reads it ([`Self::filter_lowest`] brings it to the host, for a
+    /// model split over devices).
+    pub fn filter_rates(&mut self) -> Result<(), DeviceEngineError> {
         let n = self.params.n;
         let (cams, count) = match &self.filter_cameras {
             Some((b, c)) => (b, *c),
@@ -1718,14 +1719,26 @@ impl DeviceEngine {
             // No camera: every rate is 0.
             self.dev.upload(&vec![0.0f32; n], rates)?;
         }
+        Ok(())
+    }
+
+    /// The lowest rate of the last [`Self::filter_rates`] (waits for the device).
+    pub fn filter_lowest(&self) -> Result<f32, DeviceEngineError> {
         let mut lowest = [0u32];
         self.dev.download(&self.filter_lowest, &mut lowest)?;
         Ok(f32::from_bits(lowest[0]))
     }
 
+    /// Replaces the lowest rate [`Self::filter_finish`] reads (the lowest over every shard).
+    pub fn set_filter_lowest(&mut self, lowest: f32) -> Result<(), DeviceEngineError> {
+        self.dev.upload(&[lowest.to_bits()], &mut self.filter_lowest)?;
+        Ok(())
+    }
+
     /// The 3D filter's second step (twin of [`filter3d::finish`]): the rates in the
-    /// rasterizer's filter buffer become filters, the unseen Gaussians' at `lowest`.
-    pub fn filter_finish(&mut self, lowest: f32) -> Result<(), DeviceEngineError> {
+    /// rasterizer's filter buffer become filters, the unseen Gaussians' at the lowest rate on
+    /// the device.
+    pub fn filter_finish(&mut self) -> Result<(), DeviceEngineError> {
         let n = self.params.n;
         if n == 0 {
             return Ok(());
@@ -1734,10 +1747,11 @@ impl DeviceEngine {
         let args = [
             KernelArg::U64(n as u64),
             KernelArg::F32(filter3d::filter_numerator()),
-            KernelArg::F32(lowest),
+            self.filter_lowest.arg(),
             rates.arg(),
         ];
-        // SAFETY: matches filter3d_finish in kernels/densify.cu; the buffer holds n values.
+        // SAFETY: matches filter3d_finish in kernels/densify.cu; the lowest rate's buffer
+        // holds one u32 and the rates' n values.
         unsafe {
             self.dev.launch(
                 &self.filter_finish_fn,
@@ -2029,8 +2043,9 @@ impl ResidentEngine for DeviceEngine {
         DeviceEngine::set_filter_cameras(self, rows)
     }
     fn refresh_filter(&mut self) -> Result<(), DeviceEngineError> {
-        let lowest = self.filter_rates()?;
-        self.filter_finish(lowest)
+        // Both steps in the queue: nothing waits for the host.
+        self.filter_rates()?;
+        self.filter_finish()
     }
     fn reset_opacity_through(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
         DeviceEngine::reset_opacity_through(self, max_opacity)

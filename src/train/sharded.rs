@@ -425,10 +425,14 @@ impl ResidentEngine for ShardedEngine {
     fn refresh_filter(&mut self) -> Result<(), DeviceEngineError> {
         let mut lowest = f32::INFINITY;
         for shard in &mut self.shards {
-            lowest = lowest.min(shard.filter_rates()?);
+            shard.filter_rates()?;
+        }
+        for shard in &self.shards {
+            lowest = lowest.min(shard.filter_lowest()?);
         }
         for shard in &mut self.shards {
-            shard.filter_finish(lowest)?;
+            shard.set_filter_lowest(lowest)?;
+            shard.filter_finish()?;
         }
         Ok(())
     }

@@ -52,7 +52,7 @@ pub struct ParamBufs<'a> {
     pub sh: &'a DeviceBuffer<f32>,
     pub coeffs: u32,
     pub degree: u32,
-    /// Mip-Splatting's 3D filter, a standard deviation per Gaussian ([N]), when the model is
+    /// Mip-Splatting's 3D filter, a standard deviation per Gaussian (`[N]`), when the model is
     /// rendered through one ([`crate::scene::filter3d`]).
     pub filter_3d: Option<&'a DeviceBuffer<f32>>,
 }
