@@ -48,8 +48,8 @@
     const float* __restrict__ v_inv_depths      /* [N] ∂L/∂(1/z) from rasterize_bwd */
 #define PROJECT_BWD_ARGS                                                                         \
     means, log_scales, rotations, logit_opacities, sh, coeffs, degree, cam_buf, antialiased,     \
-        filter_3d, radii, conics, v_means2d, v_conics, v_colors, v_opacities, g_means, g_log_scales,        \
-        g_rotations, g_logit_opacities, g_sh, g_means2d, with_depth, v_inv_depths
+        filter_3d, radii, conics, v_means2d, v_conics, v_colors, v_opacities, g_means,           \
+        g_log_scales, g_rotations, g_logit_opacities, g_sh, g_means2d, with_depth, v_inv_depths
 
 // One Gaussian's share of the pose gradient, added to `acc` (twin of
 // cpu::project::pose_contribution, the same operations in the same order, in double from the
@@ -327,9 +327,9 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
 #pragma unroll
     for (int c = 0; c < 3; ++c) {
         const float d_ls = d_s[c] * g.scale[c];
-        g_log_scales[3 * i + c] = filter >= 0.0f
-                                      ? d_ls * (1.0f - g.filter_share[c]) + drawn * g.filter_share[c]
-                                      : d_ls;
+        g_log_scales[3 * i + c] =
+            filter >= 0.0f ? d_ls * (1.0f - g.filter_share[c]) + drawn * g.filter_share[c]
+                           : d_ls;
     }
 
     // Quaternion through R(q̂) and q̂ = q/|q|.

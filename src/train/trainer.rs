@@ -1170,9 +1170,10 @@ impl Trainer {
 
     /// Calls `save` with the model as a standard 3DGS renderer must draw it: the current
     /// parameters, or with [`TrainConfig::filter_3d`] the filter folded into their scales and
-    /// opacities ([`crate::scene::filter3d::fuse`], Mip-Splatting's fused export). The folded model borrows
-    /// the means, rotations and SH of the trainer's own (moved out and back, no copy), so it
-    /// costs 16 bytes per Gaussian beside it ([`filter3d::EXPORT_BYTES_PER_GAUSSIAN`]).
+    /// opacities ([`crate::scene::filter3d::fuse`], Mip-Splatting's fused export). The folded
+    /// model borrows the means, rotations and SH of the trainer's own (moved out and back, no
+    /// copy), so it costs 16 bytes per Gaussian beside it
+    /// ([`filter3d::EXPORT_BYTES_PER_GAUSSIAN`]).
     pub fn with_saved_gaussians<T>(
         &mut self,
         save: impl FnOnce(&Gaussians) -> T,
