@@ -341,7 +341,8 @@ sanitize_lib() {
 # Training itself under compute-sanitizer TOOL: three short device-engine runs (700
 # iterations, two densifications or MCMC relocations) on 64x48 synthetic packs that between
 # them launch every kernel of the step: monocular depths with exposure compensation, pose
-# optimisation, sparse Adam, antialiasing and absgrad; SfM depths with bilateral grids; MCMC.
+# optimisation, sparse Adam, antialiasing and absgrad; SfM depths with bilateral grids and the
+# 3D filter (its opacity reset at 600 too); MCMC.
 sanitize_train() {
     set -e
     local tool=$1 b=$bundle/bin
@@ -359,7 +360,7 @@ sanitize_train() {
     local common=(--backend cuda --iterations 700 --sh-degree 1 --seed 3 --checkpoint-every 0)
     local runs=(
         "san-mono.pack --eval --exposure --pose-opt --optimizer-type sparse_adam --antialiased --absgrad"
-        "san-sfm.pack --eval --bilateral-grid"
+        "san-sfm.pack --eval --bilateral-grid --filter-3d --opacity-reset-interval 600"
         "san-sfm.pack --strategy mcmc --max-gaussians 400"
     )
     local k=0 run
