@@ -2099,6 +2099,26 @@ fn gs_render_scores_like_gs_train_at(
     rendered
 }
 
+/// `gs-render --ply MODEL --pack PACK --sh-degree 0 -o DEST --backend cpu EXTRA…` (asserted to
+/// succeed): its `metrics.json` and what it printed.
+fn render_pack_views(
+    model: &Path,
+    pack: &Path,
+    dest: &Path,
+    extra: &[&str],
+) -> (serde_json::Value, String) {
+    let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args(["--ply", s(model), "--pack", s(pack), "--sh-degree", "0"])
+        .args(["-o", s(dest), "--backend", "cpu"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dest.join("metrics.json")).unwrap()).unwrap();
+    (m, stderr(&r))
+}
+
 /// `--antialiased`: the run reports it, every model it saves says so (PLY comment, SPZ flag;
 /// `.splat` cannot), `gs-render` renders those models antialiased unasked and scores them as
 /// `gs-train --eval` did, `--rasterize-mode classic` overrides it with a warning and scores
@@ -2134,24 +2154,7 @@ fn antialiased_runs_say_so_and_render_alike() {
     assert!(info.antialiased, "the SPZ does not say antialiased");
 
     let render = |model: &Path, dest: &Path, extra: &[&str]| {
-        let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
-            .args([
-                "--ply",
-                s(model),
-                "--pack",
-                s(&pack_path),
-                "--sh-degree",
-                "0",
-            ])
-            .args(["-o", s(dest), "--backend", "cpu"])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(r.status.success(), "{}", stderr(&r));
-        let m: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dest.join("metrics.json")).unwrap())
-                .unwrap();
-        (m, stderr(&r))
+        render_pack_views(model, &pack_path, dest, extra)
     };
     let trained: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("test/iteration_40/metrics.json")).unwrap(),
@@ -3823,23 +3826,7 @@ fn filter_3d_runs_save_models_any_renderer_draws_as_trained() {
         &std::fs::read_to_string(out.join("test/iteration_40/metrics.json")).unwrap(),
     )
     .unwrap();
-    let rendered = dir.path().join("rendered");
-    let r = Command::new(env!("CARGO_BIN_EXE_gs-render"))
-        .args([
-            "--ply",
-            s(&saved),
-            "--pack",
-            s(&pack_path),
-            "--sh-degree",
-            "0",
-        ])
-        .args(["-o", s(&rendered), "--backend", "cpu"])
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", stderr(&r));
-    let m: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(rendered.join("metrics.json")).unwrap())
-            .unwrap();
+    let (m, _) = render_pack_views(&saved, &pack_path, &dir.path().join("rendered"), &[]);
     let views = m["views"].as_array().unwrap();
     let trained = trained.as_array().unwrap();
     assert_eq!(views.len(), trained.len());

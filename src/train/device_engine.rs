@@ -1731,7 +1731,8 @@ impl DeviceEngine {
 
     /// Replaces the lowest rate [`Self::filter_finish`] reads (the lowest over every shard).
     pub fn set_filter_lowest(&mut self, lowest: f32) -> Result<(), DeviceEngineError> {
-        self.dev.upload(&[lowest.to_bits()], &mut self.filter_lowest)?;
+        self.dev
+            .upload(&[lowest.to_bits()], &mut self.filter_lowest)?;
         Ok(())
     }
 
