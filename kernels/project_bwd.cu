@@ -198,6 +198,9 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
         comp = aa_compensation(g, down, ratio);
     }
     g_logit_opacities[i] = v_opacities[i] * comp * o * (1.0f - sig);
+    // ∂L/∂(opacity drawn)·(opacity drawn), for the filter's share of the scales' gradient at
+    // the end: one value kept live rather than the filter's four (ptxas spilled those).
+    const float drawn = filter >= 0.0f ? v_opacities[i] * comp * o : 0.0f;
 
     // Colour: SH coefficients and view direction; clamped channels pass no gradient.
     float dir[3];
@@ -322,14 +325,15 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
             d_s[c] += dm * g.rot[r][c];
         }
     // Through a 3D filter, s' = √(s² + f²): ∂ln s'/∂ln s = 1 − f²/s'², and the opacity's
-    // factor ∏ s/s' adds (∂L/∂opacity drawn)·(opacity drawn)·f²/s'² (cpu::project).
-    const float drawn = filter >= 0.0f ? v_opacities[i] * comp * o : 0.0f;
+    // factor ∏ s/s' adds (∂L/∂opacity drawn)·(opacity drawn)·f²/s'² (cpu::project; the filter
+    // read again here, not kept live).
+    const float f2 = filter_3d != nullptr ? filter_3d[i] * filter_3d[i] : 0.0f;
 #pragma unroll
     for (int c = 0; c < 3; ++c) {
         const float d_ls = d_s[c] * g.scale[c];
+        const float share = f2 / (g.scale[c] * g.scale[c]);
         g_log_scales[3 * i + c] =
-            filter >= 0.0f ? d_ls * (1.0f - g.filter_share[c]) + drawn * g.filter_share[c]
-                           : d_ls;
+            filter_3d != nullptr ? d_ls * (1.0f - share) + drawn * share : d_ls;
     }
 
     // Quaternion through R(q̂) and q̂ = q/|q|.

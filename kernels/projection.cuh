@@ -12,7 +12,6 @@ struct Geometry {
     float rot[3][3];   // R(qn)
     float scale[3];    // exp(log_scale), or √(exp(log_scale)² + f²) through a 3D filter
     float filter_coef;     // through a 3D filter: ∏ s/s', the opacity's factor; else 1
-    float filter_share[3]; // through a 3D filter: f²/s'² per axis; else 0
     float cov3[3][3];  // Σ = R S Sᵀ Rᵀ
     float tmat[2][3];  // T = J·W
     float cov2[3];     // dilated Σ2d as (a, b, c)
@@ -56,8 +55,6 @@ __device__ __forceinline__ bool geometry(const float mean[3], const float log_sc
 #pragma unroll
     for (int a = 0; a < 3; ++a) g.scale[a] = expf(log_scale[a]);
     g.filter_coef = 1.0f;
-#pragma unroll
-    for (int a = 0; a < 3; ++a) g.filter_share[a] = 0.0f;
     if (filter >= 0.0f) {
         // Σ + f²·I keeps Σ's axes: s' = √(s² + f²) on each; the opacity × ∏ s/s'.
         const float f2 = filter * filter;
@@ -65,7 +62,6 @@ __device__ __forceinline__ bool geometry(const float mean[3], const float log_sc
         for (int a = 0; a < 3; ++a) {
             const float s2 = g.scale[a] * g.scale[a] + f2;
             g.filter_coef *= g.scale[a] / sqrtf(s2);
-            g.filter_share[a] = f2 / s2;
             g.scale[a] = sqrtf(s2);
         }
     }

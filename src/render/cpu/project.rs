@@ -128,10 +128,8 @@ struct Geometry<F> {
     rot: M3<F>,
     /// The scales drawn: `exp(log_scale)`, or `√(exp(log_scale)² + f²)` through a 3D filter.
     scale: [F; 3],
-    /// Through a 3D filter of std `f`: `∏ s/s'`, the opacity factor, and `f²/s'²` per axis,
-    /// `∂ln s'/∂ln s = 1 − f²/s'²` and `∂ln(∏ s/s')/∂ln s`; else 1 and 0.
+    /// Through a 3D filter: `∏ s/s'`, the opacity's factor; else 1.
     filter_coef: F,
-    filter_share: [F; 3],
     cov3: M3<F>,
     /// `T = J·W` (2×3).
     tmat: [[F; 3]; 2],
@@ -172,7 +170,7 @@ fn geometry<F: Real>(
     let qn = quat.map(|v| v / qlen);
     let rot = quat_to_rot(qn);
     let mut scale = log_scale.map(|v| v.exp());
-    let (mut filter_coef, mut filter_share) = (F::ONE, [F::ZERO; 3]);
+    let mut filter_coef = F::ONE;
     if let Some(f) = filter {
         // Σ + f²·I keeps Σ's axes: s' = √(s² + f²) on each, and the opacity keeps the
         // Gaussian's integral, × √(det Σ / det(Σ + f²·I)) = ∏ s/s'.
@@ -180,7 +178,6 @@ fn geometry<F: Real>(
         for a in 0..3 {
             let s2 = scale[a] * scale[a] + f2;
             filter_coef *= scale[a] / s2.sqrt();
-            filter_share[a] = f2 / s2;
             scale[a] = s2.sqrt();
         }
     }
@@ -241,7 +238,6 @@ fn geometry<F: Real>(
         rot,
         scale,
         filter_coef,
-        filter_share,
         cov3,
         tmat,
         cov2,
@@ -678,13 +674,14 @@ fn project_bwd_one<F: Real>(
     for c in 0..3 {
         d_log_scale[c] = d_s[c] * g.scale[c];
     }
-    if filter.is_some() {
+    if let Some(f) = filter {
         // s' = √(s² + f²): ∂ln s'/∂ln s = s²/s'² = 1 − f²/s'²; and the opacity's factor
-        // ∏ s/s' has ∂ln(·)/∂ln s = f²/s'², times ∂L/∂(opacity drawn)·opacity drawn.
-        let drawn = sg.opacity * comp * o;
+        // ∏ s/s' has ∂ln(·)/∂ln s = f²/s'², times ∂L/∂(opacity drawn)·opacity drawn. (f²/s'²
+        // from the drawn scale, as the kernel computes it.)
+        let (f2, drawn) = (f * f, sg.opacity * comp * o);
         for c in 0..3 {
-            d_log_scale[c] =
-                d_log_scale[c] * (F::ONE - g.filter_share[c]) + drawn * g.filter_share[c];
+            let share = f2 / (g.scale[c] * g.scale[c]);
+            d_log_scale[c] = d_log_scale[c] * (F::ONE - share) + drawn * share;
         }
     }
     // Quaternion through R(q̂) and q̂ = q/|q|.
