@@ -346,7 +346,7 @@ pub struct ModelMemory {
     /// ([`host_copy_bytes`]), not the host engine's whole training state ([`model_bytes`]).
     pub on_device: bool,
     /// Host bytes per Gaussian beyond the model's (the run's 3D filter:
-    /// [`crate::train::run::filter_bytes_per_gaussian`]).
+    /// [`super::filter3d::bytes_per_gaussian`]).
     pub extra_per_gaussian: u64,
 }
 

@@ -1694,7 +1694,8 @@ impl DeviceEngine {
         let inf = [f32::INFINITY.to_bits()];
         self.dev.upload(&inf, &mut self.filter_lowest)?;
         let rates = self.raster.filter_3d_buffer(n)?;
-        if n > 0 && count > 0 {
+        // No camera (`count` 0): every rate 0, every filter 0 after the finish.
+        if n > 0 {
             let args = [
                 KernelArg::U64(n as u64),
                 self.params.buffer(Field::Means).arg(),
@@ -1715,9 +1716,6 @@ impl DeviceEngine {
                     &args,
                 )
             }?;
-        } else if n > 0 {
-            // No camera: every rate is 0.
-            self.dev.upload(&vec![0.0f32; n], rates)?;
         }
         Ok(())
     }
@@ -1937,6 +1935,9 @@ pub trait ResidentEngine {
     fn refresh_filter(&mut self) -> Result<(), DeviceEngineError>;
     /// [`DeviceEngine::reset_opacity_through`] of the whole model.
     fn reset_opacity_through(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError>;
+    /// Appends the filter the last [`Self::refresh_filter`] set, one value per Gaussian in row
+    /// order, to `out` (for a saved model's folded values).
+    fn append_filter(&self, out: &mut Vec<f32>) -> Result<(), DeviceEngineError>;
     fn adam_step(
         &mut self,
         cfg: &AdamConfig,
@@ -2050,6 +2051,21 @@ impl ResidentEngine for DeviceEngine {
     }
     fn reset_opacity_through(&mut self, max_opacity: f32) -> Result<(), DeviceEngineError> {
         DeviceEngine::reset_opacity_through(self, max_opacity)
+    }
+    fn append_filter(&self, out: &mut Vec<f32>) -> Result<(), DeviceEngineError> {
+        let n = self.params.n;
+        let buf = match self.raster.filter_3d() {
+            Some((buf, len)) if len == n => buf,
+            _ => {
+                return Err(DeviceEngineError::Filter(
+                    "no filter of the current model was set (refresh_filter)".into(),
+                ))
+            }
+        };
+        let start = out.len();
+        out.resize(start + n, 0.0);
+        self.dev.download(buf, &mut out[start..])?;
+        Ok(())
     }
     fn adam_step(
         &mut self,

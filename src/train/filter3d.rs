@@ -30,6 +30,17 @@ pub const FRUSTUM_MARGIN: f64 = 0.15;
 pub const HOST_BYTES_PER_GAUSSIAN: u64 = 4 + 4 + EXPORT_BYTES_PER_GAUSSIAN;
 /// The folded log-scales and opacity a saved model holds per Gaussian beside the model.
 pub const EXPORT_BYTES_PER_GAUSSIAN: u64 = 16;
+
+/// Host bytes per Gaussian of a run's 3D filter (`with_filter`): on the host engine
+/// [`HOST_BYTES_PER_GAUSSIAN`]; with the model on a device, the filter's downloaded copy and
+/// the folded values of a saved model (the filter itself lives on the device); 0 without it.
+pub fn bytes_per_gaussian(with_filter: bool, on_device: bool) -> u64 {
+    match (with_filter, on_device) {
+        (false, _) => 0,
+        (true, false) => HOST_BYTES_PER_GAUSSIAN,
+        (true, true) => EXPORT_BYTES_PER_GAUSSIAN + 4,
+    }
+}
 /// Floats per camera in [`camera_rows`]: the world-to-camera rotation (row-major) and
 /// translation, `fx fy cx cy`, the image's width and height.
 pub const CAMERA_ROW: usize = 18;

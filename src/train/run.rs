@@ -1501,16 +1501,6 @@ impl ModelStart {
     }
 }
 
-/// Host bytes per Gaussian of the run's 3D filter ([`crate::scene::filter3d`]): the filter,
-/// the rasterizer's copy and the folded values of a saved model (0 without the filter).
-pub fn filter_bytes_per_gaussian(config: &TrainConfig, on_device: bool) -> u64 {
-    match (config.filter_3d, on_device) {
-        (false, _) => 0,
-        (true, false) => super::filter3d::HOST_BYTES_PER_GAUSSIAN,
-        (true, true) => super::filter3d::EXPORT_BYTES_PER_GAUSSIAN + 4,
-    }
-}
-
 /// Reads the latest checkpoint under `--resume`, else plans the initial model.
 fn model_start(
     opts: &RunOptions,
@@ -1737,7 +1727,7 @@ fn plan_inputs(
         gaussians,
         uncapped,
         bytes_per_gaussian: host_model_bytes(1, config.sh_degree, on_device)
-            + filter_bytes_per_gaussian(config, on_device),
+            + super::filter3d::bytes_per_gaussian(config.filter_3d, on_device),
         formula: format!(
             "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: {}{}",
             if on_device {
@@ -1753,7 +1743,7 @@ fn plan_inputs(
                     super::densify::RENDER_BYTES_PER_GAUSSIAN
                 )
             },
-            match filter_bytes_per_gaussian(config, on_device) {
+            match super::filter3d::bytes_per_gaussian(config.filter_3d, on_device) {
                 0 => String::new(),
                 b => format!("; 3D filter {b} B"),
             }
@@ -2368,9 +2358,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
         .collect();
     trainer.hold_pose_views(&posed_cameras)?;
     // The 3D filter is set from every training view's camera, at the size it trains at.
-    let train_cameras: Vec<Camera> = train_views.iter().map(|v| v.camera).collect();
-    trainer.set_filter_cameras(&train_cameras)?;
-    drop(train_cameras);
+    trainer.set_filter_cameras(&train_views.iter().map(|v| v.camera).collect::<Vec<_>>())?;
     // The initialisation's points are freed: their share goes to the cache.
     plan.release_to_cache(Component::Initialisation);
     let model_reservation = plan

@@ -445,6 +445,14 @@ impl ResidentEngine for ShardedEngine {
         Ok(())
     }
 
+    /// Every shard's filter, in shard order: the model's rows.
+    fn append_filter(&self, out: &mut Vec<f32>) -> Result<(), DeviceEngineError> {
+        for shard in &self.shards {
+            ResidentEngine::append_filter(shard, out)?;
+        }
+        Ok(())
+    }
+
     /// One Adam step of every shard from its gradients of the last backward.
     fn adam_step(
         &mut self,

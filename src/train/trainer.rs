@@ -673,6 +673,10 @@ pub struct Trainer {
     /// model's Gaussians, set before each render ([`Trainer::refresh_filter`]).
     filter_cameras: Vec<f32>,
     filter: Vec<f32>,
+    /// The step whose model the engine's filter was last set for: evaluations and pose
+    /// alignments between two steps render the same model, so they set it once. Only a step
+    /// changes the model (a refinement inside it sets the filter of its new rows itself).
+    filter_step: Option<u64>,
 }
 
 /// `frame` (the bytes of `view`, laid out as its layout says) as the loss takes it: RGB8 (an
@@ -901,7 +905,7 @@ impl Trainer {
             }
         };
         let on_device = matches!(runner, Runner::Device(_));
-        let extra_per_gaussian = super::run::filter_bytes_per_gaussian(&state.config, on_device);
+        let extra_per_gaussian = filter3d::bytes_per_gaussian(state.config.filter_3d, on_device);
         Ok(Trainer {
             rng,
             config: state.config,
@@ -930,6 +934,7 @@ impl Trainer {
             grids_stale: false,
             filter_cameras: Vec::new(),
             filter: Vec::new(),
+            filter_step: None,
         })
         .and_then(|mut t| {
             t.upload_grids()?;
@@ -943,6 +948,7 @@ impl Trainer {
     pub fn set_filter_cameras(&mut self, cameras: &[Camera]) -> Result<(), TrainError> {
         if self.config.filter_3d {
             self.filter_cameras = filter3d::camera_rows(cameras);
+            self.filter_step = None;
             if let Runner::Device(e) = &mut self.runner {
                 e.set_filter_cameras(&self.filter_cameras)?;
             }
@@ -951,12 +957,13 @@ impl Trainer {
     }
 
     /// With [`TrainConfig::filter_3d`], sets the 3D filter of the current model's Gaussians
-    /// from the training cameras and hands it to the engine: before every render, so it
-    /// always has a value per Gaussian and follows the means as they move (Mip-Splatting
-    /// recomputes it every 100 iterations; here every step, at a cost the docs measure, and
-    /// with nothing to checkpoint).
+    /// from the training cameras and hands it to the engine: before every render of a model
+    /// it was not set for, so it always has a value per Gaussian and follows the means as
+    /// they move (Mip-Splatting recomputes it every 100 iterations; here every step, at a cost
+    /// the docs measure, and with nothing to checkpoint). On the host engine `self.filter`
+    /// then holds it.
     fn refresh_filter(&mut self) -> Result<(), TrainError> {
-        if !self.config.filter_3d {
+        if !self.config.filter_3d || self.filter_step == Some(self.step) {
             return Ok(());
         }
         if self.filter_cameras.is_empty() {
@@ -978,6 +985,7 @@ impl Trainer {
             }
             Runner::Device(e) => e.refresh_filter()?,
         }
+        self.filter_step = Some(self.step);
         Ok(())
     }
 
@@ -1182,11 +1190,13 @@ impl Trainer {
         if !self.config.filter_3d {
             return Ok(save(&self.model.gaussians));
         }
-        if self.filter_cameras.is_empty() {
-            return Err(TrainError::NoFilterCameras);
+        // The engine's filter of this model (the device's comes to the host).
+        self.refresh_filter()?;
+        if let Runner::Device(e) = &self.runner {
+            self.filter.clear();
+            e.append_filter(&mut self.filter)?;
         }
         let g = &mut self.model.gaussians;
-        filter3d::compute(&g.means, &self.filter_cameras, &mut self.filter);
         let (log_scales, logit_opacities): (Vec<[f32; 3]>, Vec<f32>) = g
             .log_scales
             .iter()
@@ -3734,6 +3744,23 @@ mod tests {
         }
         // The model itself is left as it was.
         assert_eq!(t.gaussians().unwrap(), &g);
+        // The device engine folds the filter its kernels set (downloaded, not recomputed):
+        // the same values as the host's for the same means (bit for bit on the emulation).
+        let mut d = device_trainer(cfg.clone());
+        for i in 0..5 {
+            run_step(&mut d, &cams, &images, i);
+        }
+        let dg = d.gaussians().unwrap().clone();
+        filter3d::compute(&dg.means, &filter3d::camera_rows(&cams), &mut filter);
+        let saved = d.with_saved_gaussians(|s| s.clone()).unwrap();
+        for (i, &f) in filter.iter().enumerate() {
+            let want = crate::scene::filter3d::fuse(dg.log_scales[i], dg.logit_opacities[i], f);
+            assert_eq!(
+                (saved.log_scales[i], saved.logit_opacities[i]),
+                want,
+                "device {i}"
+            );
+        }
         // Without cameras: refused at the first render, naming what is missing.
         let (gt, _) = ground_truth();
         let mut bare = Trainer::new(

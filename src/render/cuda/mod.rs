@@ -408,6 +408,12 @@ impl CudaRasterizer {
         })
     }
 
+    /// The 3D filter every render goes through, when one is set: its buffer and the Gaussians
+    /// it holds a value for.
+    pub fn filter_3d(&self) -> Option<(&DeviceBuffer<f32>, usize)> {
+        self.filter_3d.as_ref().map(|(b, n)| (b, *n))
+    }
+
     /// The buffer of the 3D filter for `n` Gaussians (grown to hold them), which every render
     /// goes through from now on: for a caller that computes the filter on this device
     /// (the device engine). [`Rasterizer::set_filter_3d`] with `None` removes it.
