@@ -13,7 +13,7 @@ use ramsplat::render::cuda::launch::Kernels;
 use ramsplat::render::cuda::{sort, CudaRasterizer, DeviceGaussians};
 use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::rng::Rng;
-use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose, Projection};
 use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
 
 fn scene(n: usize) -> Gaussians {
@@ -177,6 +177,7 @@ fn main() {
             cy: 540.0,
         },
         world_to_camera: Pose::IDENTITY,
+        projection: Projection::Pinhole,
     };
     // The training loss on the device (L1 + D-SSIM, ∂L/∂image) at 1080p, against the CPU's.
     {

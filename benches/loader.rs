@@ -31,7 +31,7 @@ use ramsplat::data::{
 };
 use ramsplat::data::{plan_memory, LoaderConfig, MemSource, Position, RecordSource, Sampler};
 use ramsplat::dataset::Split;
-use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose, Projection};
 use ramsplat::shard::reader::Pack;
 use ramsplat::shard::writer::{PackWriter, WriterOptions};
 use ramsplat::shard::{Codec, SourceInfo};
@@ -80,6 +80,7 @@ fn camera(i: usize, width: u32, height: u32) -> Camera {
             translation: [i as f64 * 0.1, 0.0, 4.0],
             ..Pose::IDENTITY
         },
+        projection: Projection::Pinhole,
     }
 }
 

@@ -33,7 +33,7 @@ use ramsplat::render::cpu::binning::{bins_by_rect, Reach};
 use ramsplat::render::cpu::tile_rect;
 use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::rng::Rng;
-use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose, Projection};
 use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
 
 const W: u32 = 640;
@@ -83,6 +83,7 @@ fn main() {
             cy: H as f64 / 2.0,
         },
         world_to_camera: Pose::IDENTITY,
+        projection: Projection::Pinhole,
     };
     let opts = RenderOptions {
         sh_degree: 3,

@@ -33,7 +33,7 @@ use ramsplat::import::colmap::{write_model, ColmapPoint, Encoding, PointsReader}
 use ramsplat::import::image::{load_rgb8, resize_area, undistort};
 use ramsplat::render::CpuRasterizer;
 use ramsplat::rng::Rng;
-use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose, Projection};
 use ramsplat::synth::SynthScene;
 use ramsplat::train::init::{from_points, knn_mean_sq_dist};
 use ramsplat::train::{Engine, TrainConfig, Trainer};
@@ -93,6 +93,7 @@ fn step() {
             translation: [0.0, 0.0, 4.0],
             ..Pose::IDENTITY
         },
+        projection: Projection::Pinhole,
     };
     let img: Vec<u8> = (0..640 * 480 * 3).map(|_| rng.below(256) as u8).collect();
     let cfg = TrainConfig {

@@ -46,7 +46,7 @@ use ramsplat::render::cuda::kernels::Kernel;
 use ramsplat::render::cuda::CudaRasterizer;
 use ramsplat::render::{CpuRasterizer, GaussianGrads, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::rng::Rng;
-use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose, Projection};
 use ramsplat::scene::gaussians::{sh_coeffs, Field, Gaussians};
 
 /// Per-splat screen quantities (mean2d px, conic, colour, opacity, depth), relative
@@ -117,6 +117,7 @@ fn camera(w: u32, h: u32) -> Camera {
         },
         world_to_camera: Pose::from_quaternion_wxyz([0.98, 0.1, -0.15, 0.05], [0.2, -0.1, 0.5])
             .unwrap(),
+        projection: Projection::Pinhole,
     }
 }
 

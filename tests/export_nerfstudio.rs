@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use ramsplat::dataset::{MemPoints, PointChunk, Split};
-use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose, Projection};
 use ramsplat::shard::reader::Pack;
 use ramsplat::shard::writer::{encode_view_depth, PackWriter, WriterOptions};
 use ramsplat::shard::{Codec, DepthScale, PixelLayout, SourceInfo};
@@ -121,6 +121,7 @@ fn write_pack(dir: &Path, with_points: bool) -> PathBuf {
                 cy: height as f64 / 2.0 - 0.7,
             },
             world_to_camera: pose,
+            projection: Projection::Pinhole,
         };
         let split = if i % 3 == 1 {
             Split::Test
@@ -449,6 +450,7 @@ fn centring_crops_every_plane_around_the_principal_point() {
             cy: 2.0,
         },
         world_to_camera: Pose::IDENTITY,
+        projection: Projection::Pinhole,
     };
     let bytes = vec![7u8; 6 * 4 * 3];
     let layout = PixelLayout::default();

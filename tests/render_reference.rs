@@ -14,7 +14,7 @@ use ramsplat::dataset::Split;
 use ramsplat::export::ply::{self as gply, LoadOptions, PlyEncoding};
 use ramsplat::render::{CpuRasterizer, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::rng::Rng;
-use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+use ramsplat::scene::camera::{Camera, Intrinsics, Pose, Projection};
 use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
 use ramsplat::shard::writer::{PackWriter, WriterOptions};
 use ramsplat::shard::SourceInfo;
@@ -101,6 +101,7 @@ fn read_camera_json(path: &Path) -> Camera {
             cy: v["cy"].as_f64().unwrap(),
         },
         world_to_camera: Pose::from_matrix4(m).unwrap(),
+        projection: Projection::Pinhole,
     };
     camera.validate().unwrap();
     camera
@@ -289,6 +290,7 @@ fn test_camera(width: u32, height: u32, z: f64) -> Camera {
             rotation: Pose::IDENTITY.rotation,
             translation: [0.0, 0.0, z],
         },
+        projection: Projection::Pinhole,
     }
 }
 

@@ -566,7 +566,7 @@ fn grid_points(n: usize) -> MemPoints {
 }
 
 fn noise_pack(dir: &Path) -> (PathBuf, usize) {
-    use ramsplat::scene::camera::{Camera, Intrinsics, Pose};
+    use ramsplat::scene::camera::{Camera, Intrinsics, Pose, Projection};
     use ramsplat::shard::writer::{PackWriter, WriterOptions};
     let path = dir.join("big.pack");
     let (w, h, views) = (640u32, 480u32, 160usize);
@@ -598,6 +598,7 @@ fn noise_pack(dir: &Path) -> (PathBuf, usize) {
                 translation: [i as f64 * 0.01, 0.0, 3.0],
                 ..Pose::IDENTITY
             },
+            projection: Projection::Pinhole,
         };
         writer
             .add_view(

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::scene::camera::{transpose, Camera, CameraError, Intrinsics, Pose};
+use crate::scene::camera::{transpose, Camera, CameraError, Intrinsics, Pose, Projection};
 
 /// One entry of a 3DGS `cameras.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -80,6 +80,7 @@ impl CameraEntry {
                 cy: self.height as f64 / 2.0,
             },
             world_to_camera: pose,
+            projection: Projection::Pinhole,
         };
         camera.validate()?;
         Ok(camera)
@@ -156,6 +157,7 @@ mod tests {
             },
             world_to_camera: Pose::from_quaternion_wxyz([h, 0.3, 0.0, h], [1.0, -2.0, 3.0])
                 .unwrap(),
+            projection: Projection::Pinhole,
         }
     }
 

@@ -883,6 +883,7 @@ fn write_points(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scene::camera::Projection;
     use crate::scene::camera::{Camera, Intrinsics, Pose};
 
     #[test]
@@ -927,6 +928,7 @@ mod tests {
                 cy,
             },
             world_to_camera: Pose::IDENTITY,
+            projection: Projection::Pinhole,
         }
     }
 
@@ -1040,6 +1042,7 @@ mod tests {
                 cy: 24.0,
             },
             world_to_camera: pose,
+            projection: Projection::Pinhole,
         };
         let m = cam.opengl_camera_to_world();
         // A point 2 units in front of the camera (OpenCV +z) is at OpenGL (0, 0, −2).

@@ -1109,6 +1109,7 @@ fn place(
 mod tests {
     use super::*;
     use crate::scene::camera::Pose;
+    use crate::scene::camera::Projection;
     use std::path::PathBuf;
 
     fn fox(rel: &str) -> PathBuf {
@@ -1132,6 +1133,7 @@ mod tests {
             height,
             intrinsics: k,
             world_to_camera: Pose::IDENTITY,
+            projection: Projection::Pinhole,
         }
     }
 

@@ -82,7 +82,7 @@ use roxmltree::{Document, Node};
 use super::ply::open_cloud;
 use super::{file_present, first_names, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::{Distortion, Format, PointSource, ViewSource};
-use crate::scene::camera::{mat_vec, Camera, CameraError, Intrinsics, Pose};
+use crate::scene::camera::{mat_vec, Camera, CameraError, Intrinsics, Pose, Projection};
 
 /// The file a folder is looked up for.
 pub const CAMERAS_FILE: &str = "cameras.xml";
@@ -284,6 +284,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             height: lens.height,
             intrinsics: lens.intrinsics,
             world_to_camera: pose,
+            projection: Projection::Pinhole,
         };
         camera.validate().map_err(|source| ImportError::Camera {
             path: file.clone(),

@@ -85,7 +85,7 @@ use super::{
 };
 use crate::dataset::Split;
 use crate::dataset::{DepthSource, Distortion, Format, PointSource, ViewSource};
-use crate::scene::camera::{Camera, CameraError, Intrinsics, Pose};
+use crate::scene::camera::{Camera, CameraError, Intrinsics, Pose, Projection};
 use crate::shard::DepthScale;
 
 /// Extensions tried, in order, for a `file_path` that names no existing file (Blender's
@@ -888,6 +888,7 @@ fn read_transforms(
             height,
             intrinsics: Intrinsics { fx, fy, cx, cy },
             world_to_camera: pose,
+            projection: Projection::Pinhole,
         };
         camera.validate().map_err(|source| ImportError::Camera {
             path: file.to_owned(),

@@ -153,6 +153,7 @@ pub fn quantiser(lo: f64, hi: f64) -> (impl Fn(f64) -> u16, DepthScale) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scene::camera::Projection;
     use crate::scene::camera::{Intrinsics, Pose};
 
     /// At the origin looking down +z, 8×6 pixels, fx = fy = 8, centre (4, 3).
@@ -167,6 +168,7 @@ mod tests {
                 cy: 3.0,
             },
             world_to_camera: Pose::IDENTITY,
+            projection: Projection::Pinhole,
         }
     }
 
@@ -246,6 +248,7 @@ mod tests {
                 cy: 0.5,
             },
             world_to_camera: Pose::IDENTITY,
+            projection: Projection::Pinhole,
         };
         let mut rng = crate::rng::Rng::new(3);
         let depths: Vec<f64> = (0..w).map(|_| rng.uniform(0.7, 93.0)).collect();

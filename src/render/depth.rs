@@ -188,6 +188,7 @@ pub fn depth_preview_rgb8(map: &DepthMap) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::render::CpuRasterizer;
+    use crate::scene::camera::Projection;
     use crate::scene::camera::{Intrinsics, Pose};
 
     fn camera(w: u32, h: u32) -> Camera {
@@ -201,6 +202,7 @@ mod tests {
                 cy: h as f64 / 2.0,
             },
             world_to_camera: Pose::IDENTITY,
+            projection: Projection::Pinhole,
         }
     }
 

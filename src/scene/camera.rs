@@ -1,4 +1,4 @@
-//! Pinhole cameras: the one place that fixes ramsplat's camera conventions.
+//! Cameras: the one place that fixes ramsplat's camera conventions.
 //!
 //! # Conventions (every importer converts INTO these, every backend reads them)
 //! - Axes are OpenCV's: camera x points right, y down, z forward (into the scene).
@@ -8,6 +8,12 @@
 //!   `(i + 0.5, j + 0.5)`. A camera-space point `(x, y, z)` projects to
 //!   `(fx·x/z + cx, fy·y/z + cy)` in these continuous pixel coordinates, so the principal point of
 //!   an ideal centred camera is `(W/2, H/2)`. COLMAP uses the same convention.
+//! - Two projections ([`Projection`]): the ideal pinhole above (the default, and every camera
+//!   of a pack made before fisheye views existed), and the ideal equidistant fisheye: with
+//!   `r = √(x² + y²)` and `θ = atan2(r, z)`, the point lands at `(fx·θ·x/r + cx, fy·θ·y/r + cy)`
+//!   (OpenCV's fisheye model with zero coefficients, gsplat's `camera_model="fisheye"`). A lens's
+//!   own distortion never reaches this type: importers resample photos to one of the two
+//!   ideal projections at pack time.
 //! - Poses are kept in `f64`: they are composed and inverted at import time and scene coordinates
 //!   can be large (geo-referenced reconstructions); renderers convert to `f32` once per view.
 //!
@@ -41,14 +47,52 @@ pub struct Pose {
     pub translation: [f64; 3],
 }
 
-/// A pinhole camera with an image size. Distortion never reaches this type: importers undistort
-/// at pack time, so everything downstream is an ideal pinhole.
+/// How a camera maps camera-space points to its image (module doc). Both are ideal: a lens's
+/// distortion is resampled away at pack time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Projection {
+    /// `(fx·x/z + cx, fy·y/z + cy)`.
+    #[default]
+    Pinhole,
+    /// The equidistant fisheye: the ray at angle `θ` from the optical axis lands `f·θ` from
+    /// the principal point, in the ray's direction (`θ_d = θ`).
+    Fisheye,
+}
+
+impl Projection {
+    /// Whether this is the pinhole (serde leaves it out of a camera, so a pinhole pack's
+    /// manifest is what it was before fisheye views existed).
+    pub fn is_pinhole(&self) -> bool {
+        *self == Projection::Pinhole
+    }
+
+    /// The name files and messages use: `pinhole` or `fisheye`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Projection::Pinhole => "pinhole",
+            Projection::Fisheye => "fisheye",
+        }
+    }
+}
+
+/// Largest angle from the optical axis (radians) at which a fisheye camera's ray is kept
+/// ([`Camera::pixel_ray`] past it gives `None`): just under 180° of field of view, where
+/// `θ = atan2(r, z)` stays well conditioned. The rasterizer draws only what lies past its near
+/// plane (`z > 0`), so a fisheye view shows at most a hemisphere either way.
+pub const FISHEYE_MAX_THETA: f64 = std::f64::consts::FRAC_PI_2 * 0.999;
+
+/// A camera with an image size. Distortion never reaches this type: importers resample photos
+/// at pack time, so everything downstream is an ideal [`Projection`].
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Camera {
     pub width: u32,
     pub height: u32,
     pub intrinsics: Intrinsics,
     pub world_to_camera: Pose,
+    /// Pinhole unless said (and then left out of JSON, as packs and files before it have it).
+    #[serde(default, skip_serializing_if = "Projection::is_pinhole")]
+    pub projection: Projection,
 }
 
 /// Why a camera was refused.
@@ -242,6 +286,7 @@ impl Camera {
                 cy: k.cy * sy,
             },
             world_to_camera: self.world_to_camera,
+            projection: self.projection,
         }
     }
 
@@ -258,6 +303,7 @@ impl Camera {
                 ..k
             },
             world_to_camera: self.world_to_camera,
+            projection: self.projection,
         }
     }
 
@@ -286,21 +332,74 @@ impl Camera {
 
     /// Projects a world point; `None` when it is at or behind the camera plane.
     pub fn project(&self, p: [f64; 3]) -> Option<[f64; 2]> {
-        let [x, y, z] = self.world_to_camera.transform(p);
-        if z <= 0.0 {
+        self.project_camera_point(self.world_to_camera.transform(p))
+    }
+
+    /// Projects a camera-space point by [`Camera::projection`]; `None` when it is at or behind
+    /// the camera plane (`z ≤ 0`; the renderers draw from their near plane on).
+    pub fn project_camera_point(&self, [x, y, z]: [f64; 3]) -> Option<[f64; 2]> {
+        if !(z > 0.0) {
             return None;
         }
         let k = self.intrinsics;
-        Some([k.fx * x / z + k.cx, k.fy * y / z + k.cy])
+        let [nx, ny] = match self.projection {
+            Projection::Pinhole => [x / z, y / z],
+            Projection::Fisheye => {
+                let s = equidistant_scale(x.hypot(y), z);
+                [x * s, y * s]
+            }
+        };
+        Some([k.fx * nx + k.cx, k.fy * ny + k.cy])
     }
 
-    /// Horizontal and vertical field of view in radians.
+    /// The camera-space direction (unit length) of the ray through image point `(u, v)`
+    /// (continuous pixel coordinates); `None` for a fisheye point more than
+    /// [`FISHEYE_MAX_THETA`] off the axis. The inverse of [`Camera::project_camera_point`].
+    pub fn pixel_ray(&self, u: f64, v: f64) -> Option<[f64; 3]> {
+        let k = self.intrinsics;
+        let (nx, ny) = ((u - k.cx) / k.fx, (v - k.cy) / k.fy);
+        let d = match self.projection {
+            Projection::Pinhole => [nx, ny, 1.0],
+            Projection::Fisheye => {
+                // The point lies θ = |n| (radians) off the axis, in n's direction.
+                let theta = nx.hypot(ny);
+                if !(theta <= FISHEYE_MAX_THETA) {
+                    return None;
+                }
+                let s = if theta > 0.0 {
+                    theta.sin() / theta
+                } else {
+                    1.0
+                };
+                [nx * s, ny * s, theta.cos()]
+            }
+        };
+        let n = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
+        Some(d.map(|c| c / n))
+    }
+
+    /// Horizontal and vertical field of view in radians, through the principal axis of a
+    /// centred camera (a fisheye's is `W/fx` and `H/fy`: its angle is linear in the radius).
     pub fn fov(&self) -> (f64, f64) {
         let k = self.intrinsics;
-        (
-            2.0 * (self.width as f64 / (2.0 * k.fx)).atan(),
-            2.0 * (self.height as f64 / (2.0 * k.fy)).atan(),
-        )
+        let (w, h) = (self.width as f64, self.height as f64);
+        match self.projection {
+            Projection::Pinhole => (
+                2.0 * (w / (2.0 * k.fx)).atan(),
+                2.0 * (h / (2.0 * k.fy)).atan(),
+            ),
+            Projection::Fisheye => (w / k.fx, h / k.fy),
+        }
+    }
+}
+
+/// `θ/r` with `θ = atan2(r, z)`, the equidistant projection's factor from a camera-space point
+/// to its normalised image point (`r = √(x² + y²)`, `z > 0`); `1/z` on the axis.
+pub fn equidistant_scale(r: f64, z: f64) -> f64 {
+    if r > 0.0 {
+        r.atan2(z) / r
+    } else {
+        1.0 / z
     }
 }
 
@@ -327,8 +426,9 @@ pub(crate) fn det3(m: &[[f64; 3]; 3]) -> f64 {
 }
 
 /// The single-camera JSON `gs-render --camera` reads (and `tools/reference_render.py`
-/// writes): `{"width", "height", "fx", "fy", "cx", "cy", "world_to_camera": 4×4 row-major}`;
-/// unknown fields (a "name", say) are ignored.
+/// writes): `{"width", "height", "fx", "fy", "cx", "cy", "world_to_camera": 4×4 row-major}`,
+/// and `"camera_model": "fisheye"` for an equidistant fisheye (`"pinhole"` when left out,
+/// gsplat's spelling); unknown fields (a "name", say) are ignored.
 #[derive(Debug, Deserialize)]
 struct CameraJson {
     width: u32,
@@ -338,6 +438,8 @@ struct CameraJson {
     cx: f64,
     cy: f64,
     world_to_camera: [[f64; 4]; 4],
+    #[serde(default)]
+    camera_model: Projection,
 }
 
 /// Why a camera JSON text was refused.
@@ -345,7 +447,8 @@ struct CameraJson {
 pub enum CameraJsonError {
     #[error(
         "not a camera JSON (expected {{\"width\",\"height\",\"fx\",\"fy\",\"cx\",\"cy\",\
-         \"world_to_camera\": 4x4 row-major}})"
+         \"world_to_camera\": 4x4 row-major}}, and optionally \"camera_model\": \"pinhole\" or \
+         \"fisheye\")"
     )]
     Syntax(#[source] serde_json::Error),
     #[error("world_to_camera must be a rigid 4x4 transform with bottom row 0 0 0 1")]
@@ -369,6 +472,7 @@ impl Camera {
             },
             world_to_camera: Pose::from_matrix4(j.world_to_camera)
                 .map_err(CameraJsonError::Pose)?,
+            projection: j.camera_model,
         };
         camera.validate().map_err(CameraJsonError::Invalid)?;
         Ok(camera)
@@ -437,6 +541,7 @@ mod tests {
                 cy: 1.0,
             },
             world_to_camera: Pose::IDENTITY,
+            projection: Projection::Pinhole,
         };
         // The optical axis hits the image centre, the shared corner of the 4 middle pixels.
         assert_eq!(cam.project([0.0, 0.0, 1.0]), Some([2.0, 1.0]));

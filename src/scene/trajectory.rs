@@ -204,6 +204,8 @@ pub fn interpolate(keys: &[Camera], frames: usize) -> Result<Vec<Camera>, Trajec
                 cy: lerp(a.cy, b.cy),
             },
             world_to_camera: Pose::from_camera_to_world(c2w, centre),
+            // A path keeps the projection of the key it leaves from.
+            projection: keys[i].projection,
         });
     }
     Ok(out)
@@ -245,6 +247,7 @@ fn slerp(a: [f64; 4], b: [f64; 4], t: f64) -> [f64; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scene::camera::Projection;
 
     fn key(centre: [f64; 3], yaw: f64, f: f64, size: (u32, u32)) -> Camera {
         // Looking along +z rotated by `yaw` about the y axis (OpenCV axes: y down).
@@ -260,6 +263,7 @@ mod tests {
                 cy: size.1 as f64 / 2.0,
             },
             world_to_camera: Pose::from_camera_to_world(c2w, centre),
+            projection: Projection::Pinhole,
         }
     }
 

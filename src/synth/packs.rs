@@ -9,7 +9,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::dataset::{MemPoints, PointChunk, PointSource, Split};
 use crate::rng::Rng;
-use crate::scene::camera::{Camera, Intrinsics, Pose};
+use crate::scene::camera::{Camera, Intrinsics, Pose, Projection};
 use crate::shard::writer::{PackWriter, WriteError, WriterOptions};
 use crate::shard::{Codec, Manifest, SourceInfo};
 
@@ -26,6 +26,7 @@ pub fn centred_camera(width: u32, height: u32, world_to_camera: Pose) -> Camera 
             cy: height as f64 / 2.0,
         },
         world_to_camera,
+        projection: Projection::Pinhole,
     }
 }
 

@@ -22,7 +22,7 @@ use rayon::prelude::*;
 
 use super::noise::ValueNoise;
 use crate::rng::Rng;
-use crate::scene::camera::{Camera, Intrinsics, Pose};
+use crate::scene::camera::{Camera, Intrinsics, Pose, Projection};
 pub use crate::scene::maths::rotation_to_quaternion_wxyz;
 use crate::scene::maths::{cross3 as cross, dot3 as dot, sub3 as sub};
 
@@ -823,6 +823,7 @@ impl SynthScene {
                 cy: height as f64 / 2.0,
             },
             world_to_camera: Pose::from_camera_to_world(c2w, centre),
+            projection: Projection::Pinhole,
         }
     }
 

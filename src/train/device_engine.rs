@@ -2118,6 +2118,7 @@ fn loaded<'a>(
 mod tests {
     use super::*;
     use crate::rng::Rng;
+    use crate::scene::camera::Projection;
     use crate::scene::gaussians::Gaussians;
     use crate::train::densify::{DefaultStrategy, ViewStats, RENDER_BYTES_PER_GAUSSIAN};
 
@@ -2360,6 +2361,7 @@ mod tests {
                         cy: 25.0,
                     },
                     world_to_camera: Pose::from_camera_to_world(c2w, centre),
+                    projection: Projection::Pinhole,
                 }
             })
             .collect();
@@ -2497,6 +2499,7 @@ mod tests {
                 cy: 19.25,
             },
             world_to_camera: pose,
+            projection: Projection::Pinhole,
         };
         let mut rng = Rng::new(seed);
         let mut g = Gaussians::zeros(n, 2);

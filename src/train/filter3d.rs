@@ -120,6 +120,7 @@ pub fn finish(rates: &mut [f32], lowest: f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scene::camera::Projection;
     use crate::scene::camera::{Intrinsics, Pose};
 
     fn camera_at(centre: [f64; 3], fx: f64, width: u32, height: u32) -> Camera {
@@ -137,6 +138,7 @@ mod tests {
                 [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
                 centre,
             ),
+            projection: Projection::Pinhole,
         }
     }
 

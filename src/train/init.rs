@@ -603,6 +603,7 @@ pub fn from_model(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scene::camera::Projection;
 
     fn model(n: usize, sh_degree: u32) -> Gaussians {
         let k = sh_coeffs(sh_degree);
@@ -823,6 +824,7 @@ mod tests {
                         rotation: r,
                         translation: t,
                     },
+                    projection: Projection::Pinhole,
                 };
                 cam.validate().unwrap();
                 cam
@@ -846,6 +848,7 @@ mod tests {
                     translation: [i as f64, 0.0, 0.0],
                     ..Pose::IDENTITY
                 },
+                projection: Projection::Pinhole,
             })
             .collect();
         let (c2, _) = random_box_for(&fwd, [-1.0, 0.0, 0.0], 1.1);

@@ -568,6 +568,7 @@ impl PoseSummary {
 mod tests {
     use super::*;
     use crate::scene::camera::Intrinsics;
+    use crate::scene::camera::Projection;
 
     fn camera() -> Camera {
         Camera {
@@ -581,6 +582,7 @@ mod tests {
             },
             world_to_camera: Pose::from_quaternion_wxyz([0.9, 0.1, -0.3, 0.2], [0.4, -0.2, 3.0])
                 .unwrap(),
+            projection: Projection::Pinhole,
         }
     }
 

@@ -560,6 +560,7 @@ mod tests {
     use super::*;
     use crate::render::RenderError;
     use crate::rng::Rng;
+    use crate::scene::camera::Projection;
     use crate::scene::camera::{Intrinsics, Pose};
     use crate::scene::gaussians::{Field, Gaussians};
     use crate::train::densify::RowValues;
@@ -579,6 +580,7 @@ mod tests {
                 cy: 16.0,
             },
             world_to_camera: Pose::IDENTITY,
+            projection: Projection::Pinhole,
         }
     }
 

@@ -2362,6 +2362,7 @@ pub fn train_loop(
 mod tests {
     use super::*;
     use crate::render::CpuRasterizer;
+    use crate::scene::camera::Projection;
     use crate::scene::camera::{Intrinsics, Pose};
     use crate::scene::gaussians::Field;
     use crate::scene::sh::SH_C0;
@@ -2461,6 +2462,7 @@ mod tests {
                 rotation: rot,
                 translation: t,
             },
+            projection: Projection::Pinhole,
         }
     }
 
@@ -2760,6 +2762,7 @@ mod tests {
                 cy: 1.5,
             },
             world_to_camera: Pose::IDENTITY,
+            projection: Projection::Pinhole,
         };
         let mut rng = Rng::new(5);
         for alpha in [false, true] {

@@ -34,7 +34,7 @@ use std::path::{Component, Path, PathBuf};
 
 use super::{depth, file_present, ImportError, ImportOptions, ImportedScene, Location};
 use crate::dataset::{DepthSource, Distortion, Format, PointSource, ViewSource};
-use crate::scene::camera::{Camera, Intrinsics, Pose};
+use crate::scene::camera::{Camera, Intrinsics, Pose, Projection};
 
 /// A COLMAP camera as stored (`cameras.bin/txt`).
 #[derive(Clone, Debug, PartialEq)]
@@ -1029,6 +1029,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             height,
             intrinsics,
             world_to_camera: pose,
+            projection: Projection::Pinhole,
         };
         camera.validate().map_err(|source| ImportError::Camera {
             path: images_path.clone(),

@@ -4,7 +4,7 @@
 use super::*;
 use crate::render::RenderOptions;
 use crate::rng::Rng;
-use crate::scene::camera::{Intrinsics, Pose};
+use crate::scene::camera::{Intrinsics, Pose, Projection};
 use crate::scene::sh::SH_C0;
 
 pub(super) fn camera(w: u32, h: u32, f: f64, cx: f64, cy: f64) -> Camera {
@@ -18,6 +18,7 @@ pub(super) fn camera(w: u32, h: u32, f: f64, cx: f64, cy: f64) -> Camera {
             cy,
         },
         world_to_camera: Pose::IDENTITY,
+        projection: Projection::Pinhole,
     }
 }
 

@@ -3,7 +3,7 @@ use std::path::Path;
 use super::*;
 use crate::dataset::{MemPoints, PointChunk, Split};
 use crate::rng::Rng;
-use crate::scene::camera::{Camera, Intrinsics, Pose};
+use crate::scene::camera::{Camera, Intrinsics, Pose, Projection};
 use crate::shard::writer::{PackWriter, WriteError, WriterOptions};
 use crate::shard::{PointChunkRef, SourceInfo};
 
@@ -21,6 +21,7 @@ pub(crate) fn camera(w: u32, h: u32, tx: f64) -> Camera {
             translation: [tx, 0.0, 4.0],
             ..Pose::IDENTITY
         },
+        projection: Projection::Pinhole,
     }
 }
 
