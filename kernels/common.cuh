@@ -14,7 +14,7 @@
     !defined(GS_SUPPORT_PAD_PX) || !defined(GS_SIGMA_ROUNDING) ||                            \
     !defined(GS_SIGMA_ROUNDING_MAX) || !defined(GS_SCAN_BLOCK) || !defined(GS_SCAN_ITEMS) ||  \
     !defined(GS_SORT_BLOCK) || !defined(GS_RADIX_BITS) || !defined(GS_CAM_LEN) ||             \
-    !defined(GS_ELEMENT_BLOCK)
+    !defined(GS_ELEMENT_BLOCK) || !defined(GS_EQUIDISTANT_SERIES_BELOW)
 #error "ramsplat kernels need the -D constants built by src/render/cuda/kernels.rs"
 #endif
 
@@ -38,6 +38,7 @@ typedef unsigned long long u64;
 #define CAM_LIM_X_POS 20
 #define CAM_LIM_Y_NEG 21
 #define CAM_LIM_Y_POS 22
+#define CAM_FISHEYE 23   // 1: the equidistant fisheye projection (projection.cuh), 0: pinhole
 
 struct Cam {
     float rot[3][3];
@@ -45,6 +46,7 @@ struct Cam {
     float centre[3];
     float fx, fy, cx, cy;
     float lim_x_neg, lim_x_pos, lim_y_neg, lim_y_pos;
+    bool fisheye;
 };
 
 __device__ __forceinline__ Cam load_cam(const float* __restrict__ c /* [GS_CAM_LEN] */) {
@@ -66,6 +68,7 @@ __device__ __forceinline__ Cam load_cam(const float* __restrict__ c /* [GS_CAM_L
     k.lim_x_pos = c[CAM_LIM_X_POS];
     k.lim_y_neg = c[CAM_LIM_Y_NEG];
     k.lim_y_pos = c[CAM_LIM_Y_POS];
+    k.fisheye = c[CAM_FISHEYE] != 0.0f;
     return k;
 }
 

@@ -14,7 +14,10 @@
 // caller's buffer. No atomics, so the result is deterministic; the parameter gradients are the
 // same bits either way (one templated body). Two entry points rather than a null pointer: the
 // pose path needs ~20 more registers (ptxas, sm_80: 102 against 80), which the plain kernel,
-// run by every training step, would otherwise pay in occupancy.
+// run by every training step, would otherwise pay in occupancy. For the same reason each has a
+// `_fisheye` twin for the equidistant projection (the projection a compile-time constant):
+// with the choice made at run time the plain kernel spilled 32 B at its 80-register bound and
+// the pose kernel took 130 registers.
 #include "common.cuh"
 #include "sh.cuh"
 #include "projection.cuh"
@@ -50,6 +53,61 @@
     means, log_scales, rotations, logit_opacities, sh, coeffs, degree, cam_buf, antialiased,     \
         filter_3d, radii, conics, v_means2d, v_conics, v_colors, v_opacities, g_means,           \
         g_log_scales, g_rotations, g_logit_opacities, g_sh, g_means2d, with_depth, v_inv_depths
+
+// ∂L/∂t of the camera-space mean through the pinhole's Jacobian (∂L/∂J = d_j), exact through
+// the clamp, and its 2D mean (∂L/∂mean2d = gm); twin of cpu::project::pinhole_bwd.
+__device__ __forceinline__ void pinhole_bwd(float x, float y, float z, const Cam& cam,
+                                            const Geometry& g, const float d_j[2][3],
+                                            const float gm[2], float dt[3]) {
+    const float rz = 1.0f / z, rz2 = rz * rz, rz3 = rz2 * rz;
+    const float fx = cam.fx, fy = cam.fy;
+    const float tx = -g.j[0][2] / (fx * rz2);
+    const float ty = -g.j[1][2] / (fy * rz2);
+    dt[0] = 0.0f;
+    dt[1] = 0.0f;
+    dt[2] = 0.0f;
+    dt[2] += -fx * rz2 * d_j[0][0] - fy * rz2 * d_j[1][1];
+    if (g.clamped[0]) {
+        dt[2] += fx * tx * rz3 * d_j[0][2];
+    } else {
+        dt[0] += -fx * rz2 * d_j[0][2];
+        dt[2] += 2.0f * fx * tx * rz3 * d_j[0][2];
+    }
+    if (g.clamped[1]) {
+        dt[2] += fy * ty * rz3 * d_j[1][2];
+    } else {
+        dt[1] += -fy * rz2 * d_j[1][2];
+        dt[2] += 2.0f * fy * ty * rz3 * d_j[1][2];
+    }
+    // mean2d = (fx·x/z + cx, fy·y/z + cy).
+    dt[0] += fx * rz * gm[0];
+    dt[1] += fy * rz * gm[1];
+    dt[2] += -(fx * x * gm[0] + fy * y * gm[1]) * rz2;
+}
+
+// ∂L/∂t through the equidistant projection: its Jacobian (∂L/∂J = d_j) and its 2D mean
+// (∂L/∂mean2d = gm, whose Jacobian is J itself, recomputed here from the radial terms so that
+// J need not stay live); twin of cpu::project::fisheye_bwd, whose doc derives it.
+__device__ __forceinline__ void fisheye_bwd(float x, float y, float z, const Cam& cam,
+                                            const float d_j[2][3], const float gm[2],
+                                            float dt[3]) {
+    const Equidistant e = equidistant(x, y, z);
+    const float g0[3] = {d_j[0][0] * cam.fx, d_j[0][1] * cam.fx, d_j[0][2] * cam.fx};
+    const float g1[3] = {d_j[1][0] * cam.fy, d_j[1][1] * cam.fy, d_j[1][2] * cam.fy};
+    const float hx = gm[0] * cam.fx, hy = gm[1] * cam.fy;
+    const float m = x * hx + y * hy;
+    const float p = g0[0] + g1[1];
+    const float cxy = g0[1] + g1[0];
+    const float q = g0[0] * x * x + cxy * x * y + g1[1] * y * y;
+    const float r = g0[2] * x + g1[2] * y;
+    const float irho2 = 1.0f / e.rho2;
+    const float sz = -irho2;
+    const float sz2 = 2.0f * irho2 * irho2;
+    const float radial = p * e.a + q * e.b + r * sz2 + e.a * m;
+    dt[0] = radial * x + e.a * (2.0f * g0[0] * x + cxy * y) + sz * g0[2] + e.s * hx;
+    dt[1] = radial * y + e.a * (cxy * x + 2.0f * g1[1] * y) + sz * g1[2] + e.s * hy;
+    dt[2] = p * sz + q * sz2 + r * sz2 * z + sz * m;
+}
 
 // One Gaussian's share of the pose gradient, added to `acc` (twin of
 // cpu::project::pose_contribution, the same operations in the same order, in double from the
@@ -162,7 +220,7 @@ __device__ __forceinline__ void zero_gaussian(u32 i, PROJECT_BWD_PARAMS) {
     g_means2d[2 * i + 1] = 0.0f;
 }
 
-template <bool POSE>
+template <bool POSE, bool FISHEYE>
 __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, double* pose)
 {
     if (radii[i] == 0) {
@@ -170,7 +228,9 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
         return;
     }
 
-    const Cam cam = load_cam(cam_buf);
+    Cam cam = load_cam(cam_buf);
+    // The projection is the entry point's, a constant: each variant compiles one of the two.
+    cam.fisheye = FISHEYE;
     const float mean[3] = {means[3 * i], means[3 * i + 1], means[3 * i + 2]};
     const float ls[3] = {log_scales[3 * i], log_scales[3 * i + 1], log_scales[3 * i + 2]};
     const float q[4] = {rotations[4 * i], rotations[4 * i + 1], rotations[4 * i + 2],
@@ -275,30 +335,13 @@ __device__ __forceinline__ void project_bwd_gaussian(u32 i, PROJECT_BWD_PARAMS, 
         for (int c = 0; c < 3; ++c)
             d_j[r][c] = d_t[r][0] * cam.rot[c][0] + d_t[r][1] * cam.rot[c][1] +
                         d_t[r][2] * cam.rot[c][2];
-    // J → camera-space point, exact through the clamp.
     const float x = g.t[0], y = g.t[1], z = g.t[2];
-    const float rz = 1.0f / z, rz2 = rz * rz, rz3 = rz2 * rz;
-    const float fx = cam.fx, fy = cam.fy;
-    const float tx = -g.j[0][2] / (fx * rz2);
-    const float ty = -g.j[1][2] / (fy * rz2);
-    float dt[3] = {0.0f, 0.0f, 0.0f};
-    dt[2] += -fx * rz2 * d_j[0][0] - fy * rz2 * d_j[1][1];
-    if (g.clamped[0]) {
-        dt[2] += fx * tx * rz3 * d_j[0][2];
-    } else {
-        dt[0] += -fx * rz2 * d_j[0][2];
-        dt[2] += 2.0f * fx * tx * rz3 * d_j[0][2];
-    }
-    if (g.clamped[1]) {
-        dt[2] += fy * ty * rz3 * d_j[1][2];
-    } else {
-        dt[1] += -fy * rz2 * d_j[1][2];
-        dt[2] += 2.0f * fy * ty * rz3 * d_j[1][2];
-    }
-    // mean2d = (fx·x/z + cx, fy·y/z + cy).
-    dt[0] += fx * rz * gm2[0];
-    dt[1] += fy * rz * gm2[1];
-    dt[2] += -(fx * x * gm2[0] + fy * y * gm2[1]) * rz2;
+    const float rz = 1.0f / z, rz2 = rz * rz;
+    float dt[3];
+    if (cam.fisheye)
+        fisheye_bwd(x, y, z, cam, d_j, gm2, dt);
+    else
+        pinhole_bwd(x, y, z, cam, g, d_j, gm2, dt);
     // The inverse-depth plane's value 1/z: ∂(1/z)/∂z = −1/z².
     if (with_depth != 0u) dt[2] += -v_inv_depths[i] * rz2;
     // The view direction's share of ∂L/∂μ, for the pose gradient at the end (computed last,
@@ -364,7 +407,30 @@ extern "C" __global__ void __launch_bounds__(GS_ELEMENT_BLOCK, 3)
     project_bwd(u32 n, PROJECT_BWD_PARAMS)
 {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) project_bwd_gaussian<false>(i, PROJECT_BWD_ARGS, nullptr);
+    if (i < n) project_bwd_gaussian<false, false>(i, PROJECT_BWD_ARGS, nullptr);
+}
+
+// The same through the equidistant fisheye (the camera buffer's CAM_FISHEYE is 1).
+extern "C" __global__ void __launch_bounds__(GS_ELEMENT_BLOCK, 3)
+    project_bwd_fisheye(u32 n, PROJECT_BWD_PARAMS)
+{
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) project_bwd_gaussian<false, true>(i, PROJECT_BWD_ARGS, nullptr);
+}
+
+// The per-block pose sums of project_bwd_pose / project_bwd_pose_fisheye.
+template <bool FISHEYE>
+__device__ __forceinline__ void project_bwd_pose_body(u32 n, PROJECT_BWD_PARAMS,
+                                                      double* __restrict__ pose_part) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    double pose[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    if (i < n) project_bwd_gaussian<true, FISHEYE>(i, PROJECT_BWD_ARGS, pose);
+#pragma unroll
+    for (int k = 0; k < 6; ++k) {
+        const double s = block_sum<GS_ELEMENT_BLOCK>(pose[k]);
+        if (threadIdx.x == 0) pose_part[(u64)k * gridDim.x + blockIdx.x] = s;
+        __syncthreads();  // block_sum's shared buffer is reused by the next sum
+    }
 }
 
 // The same, and each block's sums of its Gaussians' pose-gradient shares (k = 0..5: ρ, φ) into
@@ -373,15 +439,14 @@ extern "C" __global__ void __launch_bounds__(GS_ELEMENT_BLOCK, 3)
 extern "C" __global__ void project_bwd_pose(u32 n, PROJECT_BWD_PARAMS,
                                             double* __restrict__ pose_part)  // [6, blocks] out
 {
-    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-    double pose[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-    if (i < n) project_bwd_gaussian<true>(i, PROJECT_BWD_ARGS, pose);
-#pragma unroll
-    for (int k = 0; k < 6; ++k) {
-        const double s = block_sum<GS_ELEMENT_BLOCK>(pose[k]);
-        if (threadIdx.x == 0) pose_part[(u64)k * gridDim.x + blockIdx.x] = s;
-        __syncthreads();  // block_sum's shared buffer is reused by the next sum
-    }
+    project_bwd_pose_body<false>(n, PROJECT_BWD_ARGS, pose_part);
+}
+
+// The same through the equidistant fisheye.
+extern "C" __global__ void project_bwd_pose_fisheye(u32 n, PROJECT_BWD_PARAMS,
+                                                    double* __restrict__ pose_part)  // [6, blocks]
+{
+    project_bwd_pose_body<true>(n, PROJECT_BWD_ARGS, pose_part);
 }
 
 // One block of GS_ELEMENT_BLOCK threads: out[offset + k] = Σ_b part[k·blocks + b] for the six

@@ -65,9 +65,9 @@ extern "C" __global__ void project_fwd(
     // 0.1 floor on the discriminant: 3DGS's, kept identical to the CPU reference.
     const float lambda = (mid + sqrtf(fmaxf(mid * mid - det, 0.1f * down * down))) * up;
     const float radius = ceilf(3.0f * sqrtf(lambda));
-    const float x = g.t[0], y = g.t[1], z = g.t[2];
-    const float m2x = cam.fx * x / z + cam.cx;
-    const float m2y = cam.fy * y / z + cam.cy;
+    const float z = g.t[2];
+    float m2x, m2y;
+    project_mean(g.t[0], g.t[1], z, cam, m2x, m2y);
     if (!(isfinite(radius) && isfinite(m2x) && isfinite(m2y)) || !isfinite(conic[0]) ||
         !isfinite(conic[1]) || !isfinite(conic[2]))
         return;

@@ -32,6 +32,61 @@ __device__ __forceinline__ void quat_to_rot(const float q[4], float r[3][3]) {
     r[2][2] = 1.0f - 2.0f * (x * x + y * y);
 }
 
+// The equidistant fisheye's radial terms at camera point (x, y, z), z > 0 (twin of
+// cpu::project::equidistant): s = θ/r with θ = atan2(r, z), a = (∂s/∂r)/r, b = (∂a/∂r)/r,
+// ρ² = r² + z²; below w = r²/z² = GS_EQUIDISTANT_SERIES_BELOW the series of atan (six terms),
+// which neither cancels nor divides by r = 0 on the axis.
+struct Equidistant {
+    float s, a, b, rho2;
+};
+
+__device__ __forceinline__ Equidistant equidistant(float x, float y, float z) {
+    Equidistant e;
+    const float r2 = x * x + y * y;
+    const float z2 = z * z;
+    e.rho2 = r2 + z2;
+    const float w = r2 / z2;
+    if (w < (float)GS_EQUIDISTANT_SERIES_BELOW) {
+        const float rz = 1.0f / z;
+        const float rz3 = rz * rz * rz;
+        const float rz5 = rz3 * rz * rz;
+        e.s = rz * (1.0f + w * ((float)(-1.0 / 3.0) +
+                                w * ((float)(1.0 / 5.0) +
+                                     w * ((float)(-1.0 / 7.0) +
+                                          w * ((float)(1.0 / 9.0) + w * (float)(-1.0 / 11.0))))));
+        e.a = rz3 * ((float)(-2.0 / 3.0) +
+                     w * ((float)(4.0 / 5.0) +
+                          w * ((float)(-6.0 / 7.0) +
+                               w * ((float)(8.0 / 9.0) +
+                                    w * ((float)(-10.0 / 11.0) + w * (float)(12.0 / 13.0))))));
+        e.b = rz5 * ((float)(8.0 / 5.0) +
+                     w * ((float)(-24.0 / 7.0) +
+                          w * ((float)(16.0 / 3.0) +
+                               w * ((float)(-80.0 / 11.0) +
+                                    w * ((float)(120.0 / 13.0) + w * (float)(-56.0 / 5.0))))));
+        return e;
+    }
+    const float r = sqrtf(r2);
+    e.s = atan2f(r, z) / r;
+    e.a = (z / e.rho2 - e.s) / r2;
+    e.b = (-2.0f * z / (e.rho2 * e.rho2) - 3.0f * e.a) / r2;
+    return e;
+}
+
+// Where camera point (x, y, z) lands in the image (pixels), by the camera's projection (twin of
+// cpu::project::mean2d).
+__device__ __forceinline__ void project_mean(float x, float y, float z, const Cam& cam,
+                                             float& u, float& v) {
+    if (cam.fisheye) {
+        const float s = equidistant(x, y, z).s;
+        u = cam.fx * s * x + cam.cx;
+        v = cam.fy * s * y + cam.cy;
+    } else {
+        u = cam.fx * x / z + cam.cx;
+        v = cam.fy * y / z + cam.cy;
+    }
+}
+
 // Returns false when the Gaussian is culled (behind the near plane, non-finite position, zero
 // or non-finite quaternion), exactly as the CPU `geometry` returns None. `filter` is the
 // Gaussian's 3D filter (Mip-Splatting's, a standard deviation), or negative for none.
@@ -76,16 +131,28 @@ __device__ __forceinline__ bool geometry(const float mean[3], const float log_sc
         for (int k = 0; k < 3; ++k)
             g.cov3[i][k] = m[i][0] * m[k][0] + m[i][1] * m[k][1] + m[i][2] * m[k][2];
     const float x = g.t[0], y = g.t[1], z = g.t[2];
-    const float txtz = x / z, tytz = y / z;
-    const float cxz = fminf(fmaxf(txtz, -cam.lim_x_neg), cam.lim_x_pos);
-    const float cyz = fminf(fmaxf(tytz, -cam.lim_y_neg), cam.lim_y_pos);
-    g.clamped[0] = cxz != txtz;
-    g.clamped[1] = cyz != tytz;
-    const float tx = cxz * z, ty = cyz * z;
-    const float rz = 1.0f / z;
-    const float rz2 = rz * rz;
-    g.j[0][0] = cam.fx * rz; g.j[0][1] = 0.0f; g.j[0][2] = -cam.fx * tx * rz2;
-    g.j[1][0] = 0.0f; g.j[1][1] = cam.fy * rz; g.j[1][2] = -cam.fy * ty * rz2;
+    if (cam.fisheye) {
+        // The equidistant projection's Jacobian, never clamped.
+        const Equidistant e = equidistant(x, y, z);
+        const float axy = e.a * x * y;
+        g.clamped[0] = false;
+        g.clamped[1] = false;
+        g.j[0][0] = cam.fx * (e.s + e.a * x * x); g.j[0][1] = cam.fx * axy;
+        g.j[0][2] = -cam.fx * x / e.rho2;
+        g.j[1][0] = cam.fy * axy; g.j[1][1] = cam.fy * (e.s + e.a * y * y);
+        g.j[1][2] = -cam.fy * y / e.rho2;
+    } else {
+        const float txtz = x / z, tytz = y / z;
+        const float cxz = fminf(fmaxf(txtz, -cam.lim_x_neg), cam.lim_x_pos);
+        const float cyz = fminf(fmaxf(tytz, -cam.lim_y_neg), cam.lim_y_pos);
+        g.clamped[0] = cxz != txtz;
+        g.clamped[1] = cyz != tytz;
+        const float tx = cxz * z, ty = cyz * z;
+        const float rz = 1.0f / z;
+        const float rz2 = rz * rz;
+        g.j[0][0] = cam.fx * rz; g.j[0][1] = 0.0f; g.j[0][2] = -cam.fx * tx * rz2;
+        g.j[1][0] = 0.0f; g.j[1][1] = cam.fy * rz; g.j[1][2] = -cam.fy * ty * rz2;
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll

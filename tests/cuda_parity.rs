@@ -121,6 +121,15 @@ fn camera(w: u32, h: u32) -> Camera {
     }
 }
 
+/// [`camera`] as an equidistant fisheye of about 160° across (`fx = 0.35·w`).
+fn fisheye_camera(w: u32, h: u32) -> Camera {
+    let mut cam = camera(w, h);
+    cam.intrinsics.fx = 0.35 * w as f64;
+    cam.intrinsics.fy = 0.35 * w as f64;
+    cam.projection = Projection::Fisheye;
+    cam
+}
+
 /// Random degree-3 Gaussians around the camera's view: most in front, ~10 % behind the camera,
 /// ~10 % far off-screen to the side.
 fn scene(n: usize, seed: u64) -> Gaussians {
@@ -322,9 +331,14 @@ fn check_scene(
     pose: bool,
     depth: bool,
     filter: bool,
+    fisheye: bool,
 ) {
     let g = scene_of(kind, n, seed);
-    let cam = camera(w, h);
+    let cam = if fisheye {
+        fisheye_camera(w, h)
+    } else {
+        camera(w, h)
+    };
     // Mip-Splatting's 3D filter: from a tenth of each Gaussian's smallest scale to its whole
     // (every third one none, 0), set on both rasterizers for this scene only.
     let filter_values: Option<Vec<f32>> = filter.then(|| {
@@ -776,7 +790,9 @@ fn stages_match_cpu(r: &mut CudaRasterizer) {
         if small_only() && n > 4000 {
             continue;
         }
-        check_scene(r, kind, n, seed, w, h, degree, aa, abs, pose, depth, false);
+        check_scene(
+            r, kind, n, seed, w, h, degree, aa, abs, pose, depth, false, false,
+        );
     }
     // Through Mip-Splatting's 3D filter, both modes, with the pose gradient and the
     // inverse-depth plane on some.
@@ -785,7 +801,27 @@ fn stages_match_cpu(r: &mut CudaRasterizer) {
         (Kind::Mixed, 1500, 22, 61, 45, 1, true, false, true, false),
         (Kind::Huge, 1000, 23, 70, 50, 2, true, false, false, true),
     ] {
-        check_scene(r, kind, n, seed, w, h, degree, aa, abs, pose, depth, true);
+        check_scene(
+            r, kind, n, seed, w, h, degree, aa, abs, pose, depth, true, false,
+        );
+    }
+    r.set_filter_3d(None).unwrap();
+    // Through the equidistant fisheye (about 160° across): every kind, both modes, both
+    // project_bwd entry points with and without the pose gradient, the inverse-depth plane
+    // and the 3D filter on some.
+    #[rustfmt::skip]
+    let fisheye_scenes = [
+        // kind, n, seed, w, h, degree, aa, abs, pose, depth, filter
+        (Kind::Mixed, 3000, 31, 150, 100, 3, false, true, true, true, false),
+        (Kind::Mixed, 1500, 32, 61, 45, 1, true, false, true, false, true),
+        (Kind::SubPixel, 1500, 33, 97, 61, 2, false, false, false, true, false),
+        (Kind::Huge, 1000, 34, 70, 50, 2, true, false, true, true, false),
+        (Kind::Absurd, 500, 35, 64, 48, 1, false, true, false, false, false),
+    ];
+    for (kind, n, seed, w, h, degree, aa, abs, pose, depth, filter) in fisheye_scenes {
+        check_scene(
+            r, kind, n, seed, w, h, degree, aa, abs, pose, depth, filter, true,
+        );
     }
     r.set_filter_3d(None).unwrap();
 }

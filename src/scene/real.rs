@@ -47,6 +47,8 @@ pub trait Real:
     fn exp_lanes4(x: [Self; 4]) -> [Self; 4];
     fn ln(self) -> Self;
     fn sqrt(self) -> Self;
+    /// The angle of `(x = other, y = self)`, as `f64::atan2`.
+    fn atan2(self, other: Self) -> Self;
     fn ceil(self) -> Self;
     fn floor(self) -> Self;
     fn abs(self) -> Self;
@@ -98,6 +100,10 @@ macro_rules! impl_real {
             #[inline(always)]
             fn sqrt(self) -> Self {
                 <$t>::sqrt(self)
+            }
+            #[inline(always)]
+            fn atan2(self, other: Self) -> Self {
+                <$t>::atan2(self, other)
             }
             #[inline(always)]
             fn ceil(self) -> Self {

@@ -794,3 +794,186 @@ fn pose_gradient_matches_finite_differences() {
         .unwrap();
     assert_eq!(grads.pose, None);
 }
+
+/// A `w × h` equidistant fisheye camera with focal length `f`, centred.
+fn fisheye(w: u32, h: u32, f: f64) -> Camera {
+    let mut cam = camera(w, h, f, w as f64 / 2.0, h as f64 / 2.0);
+    cam.projection = crate::scene::camera::Projection::Fisheye;
+    cam
+}
+
+/// `project_bwd` of the equidistant fisheye alone against central differences of `project_fwd`,
+/// in both modes: a splat exactly on the optical axis (where `θ/r` is a limit), two inside the
+/// series' range (`r²/z² < 10⁻²`) and two just outside it, and splats 30°, 55° and 75° off the
+/// axis, each with a random anisotropic covariance. The 2D means are checked against
+/// [`Camera::project`] first.
+#[test]
+fn fisheye_project_bwd_matches_finite_differences() {
+    let cam = fisheye(96, 80, 30.0);
+    let mut rng = Rng::new(5);
+    let mut scene = smooth_scene(0, 0, 1);
+    let edge = project::EQUIDISTANT_SERIES_BELOW.sqrt();
+    // (r/z, azimuth) of each mean; z = 2.
+    let placements = [
+        (0.0, 0.0),
+        (0.3 * edge, 0.4),
+        (0.99 * edge, 2.0),
+        (1.01 * edge, -1.1),
+        (2.0 * edge, 3.0),
+        (30f64.to_radians().tan(), 0.7),
+        (55f64.to_radians().tan(), -2.5),
+        (75f64.to_radians().tan(), 1.9),
+    ];
+    for &(ratio, az) in &placements {
+        let z = 2.0;
+        let r = ratio * z;
+        scene.means.push([r * f64::cos(az), r * f64::sin(az), z]);
+        scene
+            .log_scales
+            .push([0; 3].map(|_| rng.uniform(0.05, 0.3).ln()));
+        scene.rotations.push(random_rot(&mut rng));
+        scene.logit_opacities.push(rng.uniform(-1.0, 1.0));
+        for c in 0..4 {
+            let dc = if c == 0 { 0.6 } else { 0.0 };
+            scene.sh.push([0; 3].map(|_| dc + rng.uniform(-0.05, 0.05)));
+        }
+    }
+    let camf = CameraF::<f64>::new(&cam).unwrap();
+    assert!(camf.fisheye);
+    let n = scene.means.len();
+    let mut splats = Vec::new();
+    project_fwd(&scene.params(), &camf, 1, false, &mut splats);
+    for (s, m) in splats.iter().zip(&scene.means) {
+        let want = cam.project(*m).unwrap();
+        assert!(
+            (s.mean2d[0] - want[0]).abs() < 1e-12 && (s.mean2d[1] - want[1]).abs() < 1e-12,
+            "{:?} vs {want:?}",
+            s.mean2d
+        );
+    }
+    let weights: Vec<SplatGrad<f64>> = (0..n)
+        .map(|_| SplatGrad {
+            mean2d: [0; 2].map(|_| rng.uniform(-1.0, 1.0)),
+            conic: [0; 3].map(|_| rng.uniform(-1.0, 1.0)),
+            color: [0; 3].map(|_| rng.uniform(-1.0, 1.0)),
+            opacity: rng.uniform(-1.0, 1.0),
+        })
+        .collect();
+    let stage_loss = |scene: &Scene, aa: bool| -> f64 {
+        let mut splats = Vec::new();
+        project_fwd(&scene.params(), &camf, 1, aa, &mut splats);
+        splats
+            .iter()
+            .zip(&weights)
+            .map(|(s, w)| {
+                assert!(s.radius > 0, "every splat must stay visible");
+                let mut l = w.opacity * s.opacity;
+                for k in 0..2 {
+                    l += w.mean2d[k] * s.mean2d[k];
+                }
+                for k in 0..3 {
+                    l += w.conic[k] * s.conic[k] + w.color[k] * s.color[k];
+                }
+                l
+            })
+            .sum()
+    };
+    for aa in [false, true] {
+        let mut splats = Vec::new();
+        project_fwd(&scene.params(), &camf, 1, aa, &mut splats);
+        let mut grads = GaussianGrads::default();
+        project_bwd(
+            &scene.params(),
+            &camf,
+            1,
+            aa,
+            false,
+            &splats,
+            &weights,
+            None,
+            &mut grads,
+        );
+        let analytic = flat_grads(&grads);
+        let mut nonzero = 0;
+        for (k, &an) in analytic.iter().enumerate() {
+            let (group, idx, v) = scene.get(k);
+            scene.set(k, v + H);
+            let lp = stage_loss(&scene, aa);
+            scene.set(k, v - H);
+            let lm = stage_loss(&scene, aa);
+            scene.set(k, v);
+            let fd = (lp - lm) / (2.0 * H);
+            let tol = 1e-4 + 1e-5 * an.abs();
+            assert!(
+                (fd - an).abs() <= tol,
+                "antialiased {aa}: {group}[{idx}]: finite difference {fd} vs analytic {an}"
+            );
+            if an.abs() > 1e-3 {
+                nonzero += 1;
+            }
+        }
+        assert!(
+            nonzero > analytic.len() / 2,
+            "antialiased {aa}: {nonzero} non-zero"
+        );
+    }
+}
+
+/// The whole render through a fisheye camera (rotated and moved) against central differences:
+/// every parameter group and the pose, with the inverse-depth plane, in both modes, the
+/// Gaussians spread up to ~20° off the axis.
+#[test]
+fn fisheye_gradients_match_finite_differences() {
+    let base = fisheye(48, 36, 24.0);
+    for antialiased in [false, true] {
+        let mut scene = smooth_scene(4, 31, 2);
+        // Spread the means over the field: x/z up to ±0.4, y/z up to ±0.3.
+        for m in &mut scene.means {
+            m[0] *= 2.5;
+            m[1] *= 2.5;
+            m[2] -= 0.5;
+        }
+        // Broader, so α stays above the 1/255 cut in every tile they are binned to.
+        for l in scene.log_scales.iter_mut().flatten() {
+            *l += 0.2;
+        }
+        let cam = with_pose(&mut scene, &base);
+        let opts = RenderOptions {
+            sh_degree: 2,
+            background: [0.3, 0.4, 0.2],
+            antialiased,
+            pose_grad: true,
+            inv_depth: true,
+            ..RenderOptions::default()
+        };
+        let nonzero = check(&mut scene, &cam, &opts, 33);
+        assert!(nonzero > 100, "only {nonzero} non-zero gradients");
+        let npix = (cam.width * cam.height) as usize;
+        let mut rng = Rng::new(34);
+        let w: Vec<f64> = (0..4 * npix)
+            .map(|k| rng.uniform(-1.0, 1.0) * if k < 3 * npix { 1.0 } else { 10.0 })
+            .collect();
+        let mut r = CpuRasterizer::<f64>::new();
+        let mut out = RenderOutput::default();
+        r.render(&scene.params(), &cam, &opts, &mut out).unwrap();
+        let mut grads = GaussianGrads::default();
+        r.render_backward(&scene.params(), &cam, &opts, &w, &mut grads)
+            .unwrap();
+        let analytic = grads.pose.expect("pose_grad asks for the pose gradient");
+        for (k, &an) in analytic.iter().enumerate() {
+            let moved = |h: f64| {
+                let mut d = [0.0; 6];
+                d[k] = h;
+                let mut c = cam;
+                c.world_to_camera = cam.world_to_camera.perturbed(d);
+                loss(&scene, &c, &opts, &w)
+            };
+            let fd = (moved(H) - moved(-H)) / (2.0 * H);
+            assert!(
+                (fd - an).abs() <= ABS_TOL + REL_TOL * an.abs(),
+                "antialiased {antialiased}, pose[{k}]: finite difference {fd} vs analytic {an}"
+            );
+            assert!(an.abs() > 1e-2, "pose[{k}] = {an}: too small to test");
+        }
+    }
+}

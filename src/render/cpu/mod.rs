@@ -26,7 +26,7 @@ pub use rasterize::{rasterize_bwd, rasterize_fwd, AbsMean2dGrad, InvDepthGrad};
 use crate::render::{
     GaussianGrads, Rasterizer, RenderError, RenderOptions, RenderOutput, StageTimes,
 };
-use crate::scene::camera::Camera;
+use crate::scene::camera::{Camera, Projection};
 use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
 use crate::scene::real::Real;
 use std::time::Instant;
@@ -198,11 +198,13 @@ pub struct CameraF<F> {
     pub trans: [F; 3],
     /// Camera centre in world coordinates.
     pub centre: [F; 3],
-    /// Jacobian clamp limits on x/z: `[−lim_x_neg, lim_x_pos]`, likewise y.
+    /// Jacobian clamp limits on x/z: `[−lim_x_neg, lim_x_pos]`, likewise y (pinhole only).
     pub lim_x_neg: F,
     pub lim_x_pos: F,
     pub lim_y_neg: F,
     pub lim_y_pos: F,
+    /// The equidistant fisheye projection ([`Projection::Fisheye`]) instead of the pinhole.
+    pub fisheye: bool,
 }
 
 impl<F: Real> CameraF<F> {
@@ -232,6 +234,7 @@ impl<F: Real> CameraF<F> {
             lim_x_pos: f((w - k.cx) / k.fx + m * tan_x),
             lim_y_neg: f(k.cy / k.fy + m * tan_y),
             lim_y_pos: f((h - k.cy) / k.fy + m * tan_y),
+            fisheye: cam.projection == Projection::Fisheye,
         })
     }
 }

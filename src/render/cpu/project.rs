@@ -195,18 +195,31 @@ fn geometry<F: Real>(
         }
     }
     let (x, y, z) = (t[0], t[1], t[2]);
-    let txtz = x / z;
-    let tytz = y / z;
-    let cx_ = txtz.max(-cam.lim_x_neg).min(cam.lim_x_pos);
-    let cy_ = tytz.max(-cam.lim_y_neg).min(cam.lim_y_pos);
-    let clamped = [cx_ != txtz, cy_ != tytz];
-    let (tx, ty) = (cx_ * z, cy_ * z);
-    let rz = F::ONE / z;
-    let rz2 = rz * rz;
-    let j = [
-        [cam.fx * rz, F::ZERO, -cam.fx * tx * rz2],
-        [F::ZERO, cam.fy * rz, -cam.fy * ty * rz2],
-    ];
+    let (j, clamped) = if cam.fisheye {
+        // The equidistant projection's Jacobian (module doc), never clamped.
+        let e = equidistant(x, y, z);
+        let (fx, fy) = (cam.fx, cam.fy);
+        let axy = e.a * x * y;
+        let j = [
+            [fx * (e.s + e.a * x * x), fx * axy, -fx * x / e.rho2],
+            [fy * axy, fy * (e.s + e.a * y * y), -fy * y / e.rho2],
+        ];
+        (j, [false; 2])
+    } else {
+        let txtz = x / z;
+        let tytz = y / z;
+        let cx_ = txtz.max(-cam.lim_x_neg).min(cam.lim_x_pos);
+        let cy_ = tytz.max(-cam.lim_y_neg).min(cam.lim_y_pos);
+        let clamped = [cx_ != txtz, cy_ != tytz];
+        let (tx, ty) = (cx_ * z, cy_ * z);
+        let rz = F::ONE / z;
+        let rz2 = rz * rz;
+        let j = [
+            [cam.fx * rz, F::ZERO, -cam.fx * tx * rz2],
+            [F::ZERO, cam.fy * rz, -cam.fy * ty * rz2],
+        ];
+        (j, clamped)
+    };
     // T = J·W.
     let mut tmat = [[F::ZERO; 3]; 2];
     for r in 0..2 {
@@ -244,6 +257,70 @@ fn geometry<F: Real>(
         cov2_raw,
         j,
     })
+}
+
+/// `w = r²/z²` below which [`equidistant`] sums series instead of the closed forms, which
+/// cancel near the optical axis (and divide by `r = 0` on it).
+pub const EQUIDISTANT_SERIES_BELOW: f64 = 1e-2;
+
+/// The equidistant projection's radial terms at camera point `(x, y, z)`, `z > 0`, with
+/// `r² = x² + y²`, `ρ² = r² + z²`, `θ = atan2(r, z)`: `s = θ/r` (the point lands at
+/// `(fx·s·x + cx, fy·s·y + cy)`), `a = (∂s/∂r)/r` and `b = (∂a/∂r)/r` (so `∂s/∂x = a·x`,
+/// `∂a/∂x = b·x`), and `ρ²` (`∂s/∂z = −1/ρ²`, `∂a/∂z = 2/ρ⁴`).
+pub(crate) struct Equidistant<F> {
+    pub s: F,
+    pub a: F,
+    pub b: F,
+    pub rho2: F,
+}
+
+/// [`Equidistant`] at `(x, y, z)`: closed forms `a = (z/ρ² − s)/r²`, `b = (−2z/ρ⁴ − 3a)/r²`,
+/// or, for `w = r²/z² <` [`EQUIDISTANT_SERIES_BELOW`], the series of `atan`
+/// (`s = (1/z)·Σ (−1)ᵏ wᵏ/(2k+1)` and its derivatives) to six terms, exact to ~1e-13 there.
+#[inline]
+pub(crate) fn equidistant<F: Real>(x: F, y: F, z: F) -> Equidistant<F> {
+    let r2 = x * x + y * y;
+    let z2 = z * z;
+    let rho2 = r2 + z2;
+    let w = r2 / z2;
+    let c = F::from_f64;
+    if w < c(EQUIDISTANT_SERIES_BELOW) {
+        let rz = F::ONE / z;
+        let rz3 = rz * rz * rz;
+        let rz5 = rz3 * rz * rz;
+        let s = rz
+            * (F::ONE
+                + w * (c(-1.0 / 3.0)
+                    + w * (c(1.0 / 5.0)
+                        + w * (c(-1.0 / 7.0) + w * (c(1.0 / 9.0) + w * c(-1.0 / 11.0))))));
+        let a = rz3
+            * (c(-2.0 / 3.0)
+                + w * (c(4.0 / 5.0)
+                    + w * (c(-6.0 / 7.0)
+                        + w * (c(8.0 / 9.0) + w * (c(-10.0 / 11.0) + w * c(12.0 / 13.0))))));
+        let b = rz5
+            * (c(8.0 / 5.0)
+                + w * (c(-24.0 / 7.0)
+                    + w * (c(16.0 / 3.0)
+                        + w * (c(-80.0 / 11.0) + w * (c(120.0 / 13.0) + w * c(-56.0 / 5.0))))));
+        return Equidistant { s, a, b, rho2 };
+    }
+    let r = r2.sqrt();
+    let s = r.atan2(z) / r;
+    let a = (z / rho2 - s) / r2;
+    let b = (c(-2.0) * z / (rho2 * rho2) - c(3.0) * a) / r2;
+    Equidistant { s, a, b, rho2 }
+}
+
+/// Where camera point `(x, y, z)` lands in `cam`'s image (pixels), by its projection.
+#[inline]
+fn mean2d<F: Real>(x: F, y: F, z: F, cam: &CameraF<F>) -> [F; 2] {
+    if cam.fisheye {
+        let s = equidistant(x, y, z).s;
+        [cam.fx * s * x + cam.cx, cam.fy * s * y + cam.cy]
+    } else {
+        [cam.fx * x / z + cam.cx, cam.fy * y / z + cam.cy]
+    }
 }
 
 #[inline]
@@ -345,7 +422,7 @@ fn project_one<F: Real>(
     let lambda = (mid + (mid * mid - det).max(floor).sqrt()) * up;
     let radius = (F::from_f64(3.0) * lambda.sqrt()).ceil();
     let (x, y, z) = (g.t[0], g.t[1], g.t[2]);
-    let mean2d = [cam.fx * x / z + cam.cx, cam.fy * y / z + cam.cy];
+    let mean2d = mean2d(x, y, z, cam);
     if !(radius.is_finite() && mean2d[0].is_finite() && mean2d[1].is_finite())
         || conic.iter().any(|v| !v.is_finite())
     {
@@ -619,33 +696,14 @@ fn project_bwd_one<F: Real>(
             d_j[r][c] = d_t[r][0] * w[c][0] + d_t[r][1] * w[c][1] + d_t[r][2] * w[c][2];
         }
     }
-    // J → camera-space point, exact through the clamp (see module doc).
     let (x, y, z) = (g.t[0], g.t[1], g.t[2]);
     let rz = F::ONE / z;
     let rz2 = rz * rz;
-    let rz3 = rz2 * rz;
-    let (fx, fy) = (cam.fx, cam.fy);
-    let tx = -g.j[0][2] / (fx * rz2);
-    let ty = -g.j[1][2] / (fy * rz2);
-    let mut dt = [zero; 3];
-    dt[2] += -fx * rz2 * d_j[0][0] - fy * rz2 * d_j[1][1];
-    if g.clamped[0] {
-        dt[2] += fx * tx * rz3 * d_j[0][2];
+    let mut dt = if cam.fisheye {
+        fisheye_bwd(x, y, z, cam, &d_j, sg.mean2d)
     } else {
-        dt[0] += -fx * rz2 * d_j[0][2];
-        dt[2] += two * fx * tx * rz3 * d_j[0][2];
-    }
-    if g.clamped[1] {
-        dt[2] += fy * ty * rz3 * d_j[1][2];
-    } else {
-        dt[1] += -fy * rz2 * d_j[1][2];
-        dt[2] += two * fy * ty * rz3 * d_j[1][2];
-    }
-    // mean2d = (fx·x/z + cx, fy·y/z + cy).
-    let [gmx, gmy] = sg.mean2d;
-    dt[0] += fx * rz * gmx;
-    dt[1] += fy * rz * gmy;
-    dt[2] += -(fx * x * gmx + fy * y * gmy) * rz2;
+        pinhole_bwd(x, y, z, cam, &g, &d_j, sg.mean2d)
+    };
     // The inverse-depth plane's value 1/z: ∂(1/z)/∂z = −1/z².
     dt[2] += -d_inv_z * rz2;
     if let Some(acc) = pose {
@@ -690,6 +748,86 @@ fn project_bwd_one<F: Real>(
     for a in 0..4 {
         d_quat[a] = (dqn[a] - g.qn[a] * proj) / g.qlen;
     }
+}
+
+/// `∂L/∂t` of the camera-space mean through the pinhole's Jacobian (`∂L/∂J` = `d_j`), exact
+/// through the clamp (module doc), and its 2D mean `(fx·x/z + cx, fy·y/z + cy)` (`∂L/∂mean2d`
+/// = `gm`).
+#[inline]
+fn pinhole_bwd<F: Real>(
+    x: F,
+    y: F,
+    z: F,
+    cam: &CameraF<F>,
+    g: &Geometry<F>,
+    d_j: &[[F; 3]; 2],
+    gm: [F; 2],
+) -> [F; 3] {
+    let two = F::from_f64(2.0);
+    let rz = F::ONE / z;
+    let rz2 = rz * rz;
+    let rz3 = rz2 * rz;
+    let (fx, fy) = (cam.fx, cam.fy);
+    let tx = -g.j[0][2] / (fx * rz2);
+    let ty = -g.j[1][2] / (fy * rz2);
+    let mut dt = [F::ZERO; 3];
+    dt[2] += -fx * rz2 * d_j[0][0] - fy * rz2 * d_j[1][1];
+    if g.clamped[0] {
+        dt[2] += fx * tx * rz3 * d_j[0][2];
+    } else {
+        dt[0] += -fx * rz2 * d_j[0][2];
+        dt[2] += two * fx * tx * rz3 * d_j[0][2];
+    }
+    if g.clamped[1] {
+        dt[2] += fy * ty * rz3 * d_j[1][2];
+    } else {
+        dt[1] += -fy * rz2 * d_j[1][2];
+        dt[2] += two * fy * ty * rz3 * d_j[1][2];
+    }
+    let [gmx, gmy] = gm;
+    dt[0] += fx * rz * gmx;
+    dt[1] += fy * rz * gmy;
+    dt[2] += -(fx * x * gmx + fy * y * gmy) * rz2;
+    dt
+}
+
+/// `∂L/∂t` of the camera-space mean through the equidistant projection: its Jacobian
+/// (`∂L/∂J` = `d_j`) and its 2D mean `f·s·(x, y) + c` (`∂L/∂mean2d` = `gm`). With
+/// `Gᵣ = f·∂L/∂Jᵣ` the loss sees `J` as `P·s + Q·a + R·∂s/∂z` where `P = G₀₀ + G₁₁`,
+/// `Q = G₀₀x² + (G₀₁ + G₁₀)xy + G₁₁y²`, `R = G₀₂x + G₁₂y`, and the mean as `s·M` plus the
+/// `x, y` terms, with `h = f·∂L/∂mean2d` and `M = x·hx + y·hy`; their derivatives take
+/// `∂s/∂x = a·x`, `∂a/∂x = b·x`, `∂(∂s/∂z)/∂x = 2x/ρ⁴` (likewise y), `∂a/∂z = 2/ρ⁴`,
+/// `∂(∂s/∂z)/∂z = 2z/ρ⁴` ([`Equidistant`]). The kernel's twin recomputes nothing else, so `J`
+/// need not stay live there.
+#[inline]
+fn fisheye_bwd<F: Real>(
+    x: F,
+    y: F,
+    z: F,
+    cam: &CameraF<F>,
+    d_j: &[[F; 3]; 2],
+    gm: [F; 2],
+) -> [F; 3] {
+    let two = F::from_f64(2.0);
+    let e = equidistant(x, y, z);
+    let g0 = d_j[0].map(|v| v * cam.fx);
+    let g1 = d_j[1].map(|v| v * cam.fy);
+    let (hx, hy) = (gm[0] * cam.fx, gm[1] * cam.fy);
+    let m = x * hx + y * hy;
+    let p = g0[0] + g1[1];
+    let cxy = g0[1] + g1[0];
+    let q = g0[0] * x * x + cxy * x * y + g1[1] * y * y;
+    let r = g0[2] * x + g1[2] * y;
+    let irho2 = F::ONE / e.rho2;
+    let sz = -irho2;
+    let sz2 = two * irho2 * irho2;
+    // Multiplies the coordinate itself in both ∂/∂x and ∂/∂y.
+    let radial = p * e.a + q * e.b + r * sz2 + e.a * m;
+    [
+        radial * x + e.a * (two * g0[0] * x + cxy * y) + sz * g0[2] + e.s * hx,
+        radial * y + e.a * (cxy * x + two * g1[1] * y) + sz * g1[2] + e.s * hy,
+        p * sz + q * sz2 + r * sz2 * z + sz * m,
+    ]
 }
 
 /// One Gaussian's share of the pose gradient (module doc): `d2` is `∂L/∂Σ2d` (symmetric),

@@ -13,7 +13,7 @@
 //! with Rust comes from the Rust constant itself through [`defines`], never retyped in CUDA.
 //! Nothing here touches a driver, so it works on machines without a GPU.
 
-use crate::render::cpu::project::{DILATION, NEAR_PLANE, TILE_SIZE};
+use crate::render::cpu::project::{DILATION, EQUIDISTANT_SERIES_BELOW, NEAR_PLANE, TILE_SIZE};
 use crate::render::cpu::rasterize::{
     ALPHA_MAX, ALPHA_MIN, SIGMA_CUT_SLACK, SIGMA_ROUNDING, SIGMA_ROUNDING_MAX, SUPPORT_PAD_PX,
     SUPPORT_PAD_REL, T_MIN,
@@ -45,7 +45,7 @@ pub const ELEMENT_BLOCK: u32 = 256;
 /// Values of the pose gradient `∂L/∂(ρ, φ)` ([`crate::render::GaussianGrads::pose`]).
 pub const POSE_LEN: usize = 6;
 /// Floats in the camera buffer (layout in `kernels/common.cuh`).
-pub const CAM_LEN: usize = 23;
+pub const CAM_LEN: usize = 24;
 
 /// Embedded headers, by the name `.cu` files include them with.
 pub const HEADERS: [(&str, &str); 4] = [
@@ -98,7 +98,13 @@ impl Kernel {
     pub fn entry_points(self) -> &'static [&'static str] {
         match self {
             Kernel::ProjectFwd => &["project_fwd"],
-            Kernel::ProjectBwd => &["project_bwd", "project_bwd_pose", "pose_finish"],
+            Kernel::ProjectBwd => &[
+                "project_bwd",
+                "project_bwd_fisheye",
+                "project_bwd_pose",
+                "project_bwd_pose_fisheye",
+                "pose_finish",
+            ],
             Kernel::TileBinning => &["depth_keys", "gather_counts", "emit_keys", "tile_ranges"],
             Kernel::Scan => &[
                 "scan_block_u64",
@@ -212,6 +218,10 @@ pub fn defines() -> Vec<(&'static str, String)> {
         ("GS_TILE_SIZE", TILE_SIZE.to_string()),
         ("GS_NEAR_PLANE", c_double(NEAR_PLANE)),
         ("GS_DILATION", c_double(DILATION)),
+        (
+            "GS_EQUIDISTANT_SERIES_BELOW",
+            c_double(EQUIDISTANT_SERIES_BELOW),
+        ),
         ("GS_ALPHA_MAX", c_double(ALPHA_MAX)),
         ("GS_ALPHA_MIN", c_double(ALPHA_MIN)),
         ("GS_T_MIN", c_double(T_MIN)),

@@ -617,6 +617,7 @@ impl Kernels {
         n: u32,
         p: &ParamBufs<'_>,
         cam: &DeviceBuffer<f32>,
+        fisheye: bool,
         antialiased: bool,
         radii: &DeviceBuffer<u32>,
         conics: &DeviceBuffer<f32>,
@@ -701,16 +702,22 @@ impl Kernels {
             U32(with_depth.into()),
             v.inv_depths.arg(),
         ];
-        // The pose path is its own entry point (more registers than the plain kernel).
-        let entry = match &pose {
-            Some(pb) => {
+        // The pose path is its own entry point (more registers than the plain kernel), and
+        // each has a fisheye twin (`fisheye` must be the camera buffer's projection).
+        let entry = match (&pose, fisheye) {
+            (Some(pb), f) => {
                 args.push(pb.part.arg());
-                "project_bwd_pose"
+                if f {
+                    "project_bwd_pose_fisheye"
+                } else {
+                    "project_bwd_pose"
+                }
             }
-            None => "project_bwd",
+            (None, true) => "project_bwd_fisheye",
+            (None, false) => "project_bwd",
         };
-        // SAFETY: matches project_bwd (or, with the pose partials appended, project_bwd_pose)
-        // in kernels/project_bwd.cu; every buffer holds the N (and N·K) elements the kernel
+        // SAFETY: matches project_bwd and project_bwd_fisheye (or, with the pose partials
+        // appended, project_bwd_pose and its fisheye twin) in kernels/project_bwd.cu; every buffer holds the N (and N·K) elements the kernel
         // indexes (checked above; v_inv_depths is read only `with_depth`, when checked; the
         // filter, when not null, holds N values), and the pose partials the 6 · gridDim.x
         // doubles its blocks

@@ -173,11 +173,14 @@ pub fn camera_buffer(c: &CameraF<f32>) -> [f32; kernels::CAM_LEN] {
     b[20] = c.lim_x_pos;
     b[21] = c.lim_y_neg;
     b[22] = c.lim_y_pos;
+    b[23] = if c.fisheye { 1.0 } else { 0.0 };
     b
 }
 
 struct Bufs {
     cam: DeviceBuffer<f32>,
+    /// Whether `cam` holds a fisheye camera (which `project_bwd` entry point to launch).
+    cam_fisheye: bool,
     means2d: DeviceBuffer<f32>,
     conics: DeviceBuffer<f32>,
     opacities: DeviceBuffer<f32>,
@@ -227,6 +230,7 @@ impl Bufs {
         let w = || dev.alloc::<u64>(1);
         Ok(Bufs {
             cam: f()?,
+            cam_fisheye: false,
             means2d: f()?,
             conics: f()?,
             opacities: f()?,
@@ -541,6 +545,7 @@ impl CudaRasterizer {
         let coeffs = g.coeffs() as u32;
         let b = &mut self.b;
         upload(&s, &camera_buffer(cam), &mut b.cam)?;
+        b.cam_fisheye = cam.fisheye;
         b.grow_splats(&s, n)?;
         {
             let Bufs {
@@ -886,6 +891,7 @@ impl CudaRasterizer {
         let s = self.dev.clone();
         let b = &mut self.b;
         upload(&s, &camera_buffer(&cam), &mut b.cam)?;
+        b.cam_fisheye = cam.fisheye;
         b.grow_splats(&s, n)?;
         let st = &mut self.staging;
         let mut at = 0;
@@ -1119,6 +1125,7 @@ impl CudaRasterizer {
             n as u32,
             &p,
             &b.cam,
+            b.cam_fisheye,
             options.antialiased,
             &b.radii,
             &b.conics,
