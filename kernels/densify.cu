@@ -112,8 +112,8 @@ extern "C" __global__ void set_rows1(
 extern "C" __global__ void filter3d_rates(
     u64 n,
     const float* __restrict__ means, // [n, 3]
-    const float* __restrict__ cams,  // [ncams, 18]: rotation (row-major), translation,
-                                     // fx fy cx cy, width, height
+    const float* __restrict__ cams,  // [ncams, 19]: rotation (row-major), translation,
+                                     // fx fy cx cy, width, height, 1: fisheye
     u32 ncams,
     float near_plane,
     float margin,
@@ -125,18 +125,30 @@ extern "C" __global__ void filter3d_rates(
     const float m0 = means[3 * i], m1 = means[3 * i + 1], m2 = means[3 * i + 2];
     float best = 0.0f;
     for (u32 k = 0; k < ncams; ++k) {
-        const float* c = cams + 18 * (u64)k;
+        const float* c = cams + 19 * (u64)k;
         const float z = c[6] * m0 + c[7] * m1 + c[8] * m2 + c[11];
         // `!(z > near)` also skips a NaN.
         if (!(z > near_plane)) continue;
         const float tx = c[0] * m0 + c[1] * m1 + c[2] * m2 + c[9];
         const float ty = c[3] * m0 + c[4] * m1 + c[5] * m2 + c[10];
         const float fx = c[12], fy = c[13], w = c[16], h = c[17];
-        const float x = fx * tx / z + c[14];
-        const float y = fy * ty / z + c[15];
+        // The centre's pixel and the camera's pixels per scene unit there.
+        float x, y, rate;
+        if (c[18] != 0.0f) {
+            // Fisheye: θ/r per unit of the normalised image plane (1/z on the axis).
+            const float r = sqrtf(tx * tx + ty * ty);
+            const float s = r > 0.0f ? atan2f(r, z) / r : 1.0f / z;
+            x = fx * tx * s + c[14];
+            y = fy * ty * s + c[15];
+            rate = fmaxf(fx, fy) * s;
+        } else {
+            x = fx * tx / z + c[14];
+            y = fy * ty / z + c[15];
+            rate = fmaxf(fx, fy) / z;
+        }
         const bool inside = x >= -margin * w && x <= (1.0f + margin) * w && y >= -margin * h &&
                             y <= (1.0f + margin) * h;
-        if (inside) best = fmaxf(best, fmaxf(fx, fy) / z);
+        if (inside) best = fmaxf(best, rate);
     }
     rates[i] = best;
     if (best > 0.0f) atomicMin(lowest_bits, __float_as_uint(best));

@@ -2361,7 +2361,12 @@ mod tests {
                         cy: 25.0,
                     },
                     world_to_camera: Pose::from_camera_to_world(c2w, centre),
-                    projection: Projection::Pinhole,
+                    // The last two are equidistant fisheyes.
+                    projection: if k >= 3 {
+                        Projection::Fisheye
+                    } else {
+                        Projection::Pinhole
+                    },
                 }
             })
             .collect();

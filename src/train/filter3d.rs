@@ -5,7 +5,9 @@
 //! [`compute`] gives each Gaussian the filter of the highest sampling rate any training camera
 //! has at its centre: over the cameras whose view (widened by [`FRUSTUM_MARGIN`] on each side)
 //! holds the centre at a depth `z` past the renderer's near plane, the largest `focal/z` (pixels
-//! per scene unit, `focal` the larger of `fx`, `fy`), and `f = √0.2 / rate`: a Gaussian of
+//! per scene unit, `focal` the larger of `fx`, `fy`; through an equidistant fisheye
+//! `focal·θ/r`, its largest magnification there, across the ray: `θ = atan2(r, z)` with `r` the
+//! centre's distance from the optical axis, `1/z` on it), and `f = √0.2 / rate`: a Gaussian of
 //! variance 0.2 sampling intervals², Mip-Splatting's choice. A Gaussian no camera sees gets the
 //! lowest rate of those seen (Mip-Splatting: their farthest distance), the widest filter.
 //! Mip-Splatting takes the nearest depth over the cameras and one focal length (the largest of
@@ -17,7 +19,7 @@
 use rayon::prelude::*;
 
 use crate::render::cpu::project::NEAR_PLANE;
-use crate::scene::camera::Camera;
+use crate::scene::camera::{Camera, Projection};
 
 /// The filter's variance in sampling intervals² (Mip-Splatting's 0.2): `f = √0.2 / rate`.
 pub const FILTER_VARIANCE: f64 = 0.2;
@@ -42,8 +44,9 @@ pub fn bytes_per_gaussian(with_filter: bool, on_device: bool) -> u64 {
     }
 }
 /// Floats per camera in [`camera_rows`]: the world-to-camera rotation (row-major) and
-/// translation, `fx fy cx cy`, the image's width and height.
-pub const CAMERA_ROW: usize = 18;
+/// translation, `fx fy cx cy`, the image's width and height, and 1 for an equidistant fisheye
+/// (0: pinhole).
+pub const CAMERA_ROW: usize = 19;
 
 /// The cameras the filter is set from, [`CAMERA_ROW`] f32 each (the kernel's layout).
 pub fn camera_rows(cameras: &[Camera]) -> Vec<f32> {
@@ -55,6 +58,11 @@ pub fn camera_rows(cameras: &[Camera]) -> Vec<f32> {
         let k = c.intrinsics;
         rows.extend([k.fx, k.fy, k.cx, k.cy].map(|v| v as f32));
         rows.extend([c.width as f32, c.height as f32]);
+        rows.push(if c.projection == Projection::Fisheye {
+            1.0
+        } else {
+            0.0
+        });
     }
     rows
 }
@@ -75,14 +83,22 @@ pub fn sampling_rate(mean: [f32; 3], rows: &[f32]) -> f32 {
             continue;
         }
         let (fx, fy, cx, cy, w, h) = (c[12], c[13], c[14], c[15], c[16], c[17]);
-        let x = fx * t(0) / z + cx;
-        let y = fy * t(1) / z + cy;
+        let (tx, ty) = (t(0), t(1));
+        // The centre's pixel and the camera's pixels per scene unit there.
+        let (x, y, rate) = if c[18] != 0.0 {
+            // Fisheye: θ/r per unit of the normalised image plane (1/z on the axis).
+            let r = (tx * tx + ty * ty).sqrt();
+            let s = if r > 0.0 { r.atan2(z) / r } else { 1.0 / z };
+            (fx * tx * s + cx, fy * ty * s + cy, fx.max(fy) * s)
+        } else {
+            (fx * tx / z + cx, fy * ty / z + cy, fx.max(fy) / z)
+        };
         let inside = x >= -margin * w
             && x <= (1.0 + margin) * w
             && y >= -margin * h
             && y <= (1.0 + margin) * h;
         if inside {
-            best = best.max(fx.max(fy) / z);
+            best = best.max(rate);
         }
     }
     best
@@ -183,5 +199,30 @@ mod tests {
         // No camera sees anything: no filter.
         compute(&means[3..], &rows, &mut out);
         assert_eq!(out, [0.0]);
+    }
+
+    /// Through an equidistant fisheye the rate is `f·θ/r` (`f/z` on the axis) and the view
+    /// holds what the fisheye sees, past where a pinhole of its focal length would.
+    #[test]
+    fn a_fisheye_camera_samples_at_its_magnification_across_the_ray() {
+        let mut fish = camera_at([0.0, 0.0, 0.0], 100.0, 400, 300);
+        fish.projection = Projection::Fisheye;
+        let rows = camera_rows(&[fish]);
+        assert_eq!(rows.len(), CAMERA_ROW);
+        // On the axis at z 4: 100/4.
+        assert_eq!(sampling_rate([0.0, 0.0, 4.0], &rows), 25.0);
+        // 60° off the axis at distance 2 (r = √3, z = 1): θ = π/3 lands 104.7 px from the
+        // centre (inside 200 px); the rate is 100·(π/3)/√3. A pinhole of the same focal length
+        // would put it at 173 px, and at 75° (373 px) outside, where the fisheye still sees it.
+        let r = 3f32.sqrt();
+        let got = sampling_rate([r, 0.0, 1.0], &rows);
+        let want = 100.0 * (std::f32::consts::FRAC_PI_3 / r);
+        assert!((got - want).abs() <= 1e-5 * want, "{got} vs {want}");
+        let t75 = 75f32.to_radians();
+        let p75 = [t75.sin(), 0.0, t75.cos()];
+        assert!(sampling_rate(p75, &rows) > 0.0);
+        let mut pin = fish;
+        pin.projection = Projection::Pinhole;
+        assert_eq!(sampling_rate(p75, &camera_rows(&[pin])), 0.0);
     }
 }
