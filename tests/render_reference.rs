@@ -101,9 +101,16 @@ fn read_camera_json(path: &Path) -> Camera {
             cy: v["cy"].as_f64().unwrap(),
         },
         world_to_camera: Pose::from_matrix4(m).unwrap(),
-        projection: Projection::Pinhole,
+        projection: match v["camera_model"].as_str() {
+            None | Some("pinhole") => Projection::Pinhole,
+            Some("fisheye") => Projection::Fisheye,
+            Some(other) => panic!("camera_model {other}"),
+        },
     };
     camera.validate().unwrap();
+    // The library's own reader agrees.
+    let text = std::fs::read_to_string(path).unwrap();
+    assert_eq!(Camera::from_json(&text).unwrap(), camera);
     camera
 }
 
@@ -172,6 +179,9 @@ fn cpu_render_matches_numpy_reference() {
         ("outside", 0, [0.0, 0.0, 0.0], false),
         ("outside", 3, [0.0, 0.0, 0.0], true),
         ("wide", 2, [0.3, 0.3, 0.3], true),
+        ("fisheye_inside", 3, [0.0, 0.0, 0.0], false),
+        ("fisheye_outside", 2, [0.1, 0.2, 0.3], false),
+        ("fisheye_inside", 3, [0.0, 0.0, 0.0], true),
     ];
     let mut classic_outside = None;
     for &(name, degree, bg, antialiased) in cases {

@@ -31,6 +31,9 @@ Conventions (as src/scene/camera.rs and src/render/cpu/{project,rasterize}.rs st
     C += colour alpha T, T *= 1 - alpha, output C + T background.
     --antialiased (Mip-Splatting's 2D filter, gsplat's rasterize_mode="antialiased"): the
     opacity is multiplied by sqrt(max(0, det Sigma2d / det(Sigma2d + 0.3 I))).
+    "camera_model": "fisheye" in the camera JSON: the equidistant fisheye (gsplat's
+    camera_model="fisheye"): with r = |(x, y)| and theta = atan2(r, z), mean2d =
+    (fx theta x/r + cx, fy theta y/r + cy), J the derivative of that map (unclamped).
 
 The PLY writer/reader here handles the 3DGS layout only (binary little-endian float32 vertex
 properties, looked up by name).
@@ -177,16 +180,34 @@ def render(model, cam, background=(0.0, 0.0, 0.0), sh_degree=None, antialiased=F
     M3 = R * s[:, None, :]                       # R S
     cov3 = M3 @ np.transpose(M3, (0, 2, 1))      # R S S^T R^T
     zs = np.where(keep, z, 1.0)
-    tan_x, tan_y = W / (2 * fx), H / (2 * fy)
-    lim_x_lo, lim_x_hi = -(cx / fx + 0.3 * tan_x), (W - cx) / fx + 0.3 * tan_x
-    lim_y_lo, lim_y_hi = -(cy / fy + 0.3 * tan_y), (H - cy) / fy + 0.3 * tan_y
-    tx = np.clip(p[:, 0] / zs, lim_x_lo, lim_x_hi) * zs
-    ty = np.clip(p[:, 1] / zs, lim_y_lo, lim_y_hi) * zs
     J = np.zeros((len(z), 2, 3))
-    J[:, 0, 0] = fx / zs
-    J[:, 0, 2] = -fx * tx / (zs * zs)
-    J[:, 1, 1] = fy / zs
-    J[:, 1, 2] = -fy * ty / (zs * zs)
+    fisheye = cam.get("camera_model", "pinhole") == "fisheye"
+    if fisheye:
+        # u = fx k x + cx with k = theta/r; dk/dr = (r dtheta/dr - theta)/r^2 with
+        # dtheta/dr = z/rho^2, dk/dz = dtheta/dz / r = -1/rho^2. On the axis k = 1/z and the
+        # x^2 (dk/dr)/r terms vanish with x, y: r is floored where it underflows.
+        x, y = p[:, 0], p[:, 1]
+        r = np.maximum(np.hypot(x, y), 1e-300)
+        rho2 = r * r + zs * zs
+        theta = np.arctan2(r, zs)
+        k = np.where(np.hypot(x, y) > 0, theta / r, 1.0 / zs)
+        dk_dr_over_r = (zs / rho2 - k) / (r * r)
+        J[:, 0, 0] = fx * (k + dk_dr_over_r * x * x)
+        J[:, 0, 1] = fx * dk_dr_over_r * x * y
+        J[:, 0, 2] = -fx * x / rho2
+        J[:, 1, 0] = fy * dk_dr_over_r * x * y
+        J[:, 1, 1] = fy * (k + dk_dr_over_r * y * y)
+        J[:, 1, 2] = -fy * y / rho2
+    else:
+        tan_x, tan_y = W / (2 * fx), H / (2 * fy)
+        lim_x_lo, lim_x_hi = -(cx / fx + 0.3 * tan_x), (W - cx) / fx + 0.3 * tan_x
+        lim_y_lo, lim_y_hi = -(cy / fy + 0.3 * tan_y), (H - cy) / fy + 0.3 * tan_y
+        tx = np.clip(p[:, 0] / zs, lim_x_lo, lim_x_hi) * zs
+        ty = np.clip(p[:, 1] / zs, lim_y_lo, lim_y_hi) * zs
+        J[:, 0, 0] = fx / zs
+        J[:, 0, 2] = -fx * tx / (zs * zs)
+        J[:, 1, 1] = fy / zs
+        J[:, 1, 2] = -fy * ty / (zs * zs)
     T = J @ Rw                                   # J W
     cov2 = T @ cov3 @ np.transpose(T, (0, 2, 1))
     a = cov2[:, 0, 0] + 0.3
@@ -200,8 +221,12 @@ def render(model, cam, background=(0.0, 0.0, 0.0), sh_degree=None, antialiased=F
     lam1 = mid + np.sqrt(np.maximum(0.1, mid * mid - det))
     lam2 = mid - np.sqrt(np.maximum(0.1, mid * mid - det))
     radius = np.ceil(3.0 * np.sqrt(np.maximum(lam1, lam2)))
-    mx = fx * p[:, 0] / zs + cx
-    my = fy * p[:, 1] / zs + cy
+    if fisheye:
+        mx = fx * k * p[:, 0] + cx
+        my = fy * k * p[:, 1] + cy
+    else:
+        mx = fx * p[:, 0] / zs + cx
+        my = fy * p[:, 1] / zs + cy
     # Colour from the view direction.
     centre = -Rw.T @ t
     d = means - centre
@@ -289,11 +314,20 @@ def make_scene(out, seed, n, width, height):
         "oblique": (look_at([2.5, -1.5, -2.0], [0.1, 0.0, 0.0], roll=-0.4),
                     130.0, 120.0, w * 0.47, h * 0.53),
         "wide": (look_at([0.0, -0.3, -1.6], [0.0, 0.0, 0.0]), 40.0, 40.0, w / 2, h / 2),
+        # Equidistant fisheyes: ~190 degrees across the width from inside the cloud, and the
+        # whole cloud within ~35 degrees of the axis from outside.
+        "fisheye_inside": (look_at([0.1, -0.05, 0.2], [1.0, 0.3, 0.9], roll=0.3),
+                           0.3 * w, 0.3 * w, w / 2, h / 2),
+        "fisheye_outside": (look_at([0.4, -0.3, -2.2], [0.0, 0.0, 0.0], roll=0.2),
+                            0.55 * w, 0.5 * w, w * 0.52, h * 0.48),
     }
     for name, (M, fx, fy, cx, cy) in cams.items():
+        cam = {"width": w, "height": h, "fx": fx, "fy": fy, "cx": cx, "cy": cy,
+               "world_to_camera": M.tolist()}
+        if name.startswith("fisheye"):
+            cam["camera_model"] = "fisheye"
         with open(os.path.join(out, "cam_%s.json" % name), "w") as f:
-            json.dump({"width": w, "height": h, "fx": fx, "fy": fy, "cx": cx, "cy": cy,
-                       "world_to_camera": M.tolist()}, f, indent=1)
+            json.dump(cam, f, indent=1)
 
 
 def write_png(path, img):
