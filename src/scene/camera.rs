@@ -338,7 +338,7 @@ impl Camera {
     /// Projects a camera-space point by [`Camera::projection`]; `None` when it is at or behind
     /// the camera plane (`z ≤ 0`; the renderers draw from their near plane on).
     pub fn project_camera_point(&self, [x, y, z]: [f64; 3]) -> Option<[f64; 2]> {
-        if !(z > 0.0) {
+        if z <= 0.0 || z.is_nan() {
             return None;
         }
         let k = self.intrinsics;
@@ -363,7 +363,7 @@ impl Camera {
             Projection::Fisheye => {
                 // The point lies θ = |n| (radians) off the axis, in n's direction.
                 let theta = nx.hypot(ny);
-                if !(theta <= FISHEYE_MAX_THETA) {
+                if theta > FISHEYE_MAX_THETA || theta.is_nan() {
                     return None;
                 }
                 let s = if theta > 0.0 {
