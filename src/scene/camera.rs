@@ -550,4 +550,69 @@ mod tests {
         assert_eq!(half.intrinsics.cx, 1.0);
         assert_eq!(half.project([0.0, 0.0, 1.0]), Some([1.0, 0.5]));
     }
+
+    /// The equidistant fisheye: a ray θ off the axis lands f·θ from the principal point, in
+    /// its own direction; `pixel_ray` inverts `project_camera_point` up to just under 90°; on
+    /// the axis it is the pinhole's; `fov` is linear in the size.
+    #[test]
+    fn fisheye_projection_is_equidistant_and_pixel_ray_inverts_it() {
+        let cam = Camera {
+            width: 400,
+            height: 300,
+            intrinsics: Intrinsics {
+                fx: 100.0,
+                fy: 90.0,
+                cx: 201.0,
+                cy: 149.5,
+            },
+            world_to_camera: Pose::IDENTITY,
+            projection: Projection::Fisheye,
+        };
+        // 60° off the axis in x: θ = π/3 → 100·π/3 px right of the centre.
+        let t = std::f64::consts::FRAC_PI_3;
+        let [u, v] = cam.project_camera_point([t.sin(), 0.0, t.cos()]).unwrap();
+        assert!((u - (201.0 + 100.0 * t)).abs() < 1e-12 && (v - 149.5).abs() < 1e-12);
+        // Scale along the ray does not matter; the axis is the principal point.
+        let [u2, _] = cam
+            .project_camera_point([3.0 * t.sin(), 0.0, 3.0 * t.cos()])
+            .unwrap();
+        assert!((u2 - u).abs() < 1e-12);
+        assert_eq!(
+            cam.project_camera_point([0.0, 0.0, 2.0]),
+            Some([201.0, 149.5])
+        );
+        assert_eq!(cam.project_camera_point([1.0, 0.0, 0.0]), None);
+        // Round trips through pixel_ray, near and far from the axis.
+        for (u, v) in [(201.0, 149.5), (201.3, 149.4), (120.0, 230.0), (310.0, 80.0)] {
+            let d = cam.pixel_ray(u, v).unwrap();
+            assert!((d[0] * d[0] + d[1] * d[1] + d[2] * d[2] - 1.0).abs() < 1e-12);
+            let back = cam.project_camera_point(d).unwrap();
+            assert!(
+                (back[0] - u).abs() < 1e-9 && (back[1] - v).abs() < 1e-9,
+                "{u},{v} → {back:?}"
+            );
+        }
+        // θ past FISHEYE_MAX_THETA (a 190° image) has no ray.
+        assert_eq!(cam.pixel_ray(201.0 + 100.0 * 1.58, 149.5), None);
+        // The same camera as a pinhole disagrees off the axis only.
+        let pin = Camera {
+            projection: Projection::Pinhole,
+            ..cam
+        };
+        assert_eq!(
+            pin.project_camera_point([0.0, 0.0, 2.0]),
+            Some([201.0, 149.5])
+        );
+        let [up, _] = pin.project_camera_point([t.sin(), 0.0, t.cos()]).unwrap();
+        assert!((up - (201.0 + 100.0 * t.tan())).abs() < 1e-9);
+        let (fw, fh) = cam.fov();
+        assert!((fw - 4.0).abs() < 1e-12 && (fh - 300.0 / 90.0).abs() < 1e-12);
+        // Left out of JSON when pinhole, named when fisheye, and read back.
+        let pj = serde_json::to_string(&pin).unwrap();
+        assert!(!pj.contains("projection"), "{pj}");
+        let fj = serde_json::to_string(&cam).unwrap();
+        assert!(fj.contains("\"projection\":\"fisheye\""), "{fj}");
+        assert_eq!(serde_json::from_str::<Camera>(&fj).unwrap(), cam);
+        assert_eq!(serde_json::from_str::<Camera>(&pj).unwrap(), pin);
+    }
 }
