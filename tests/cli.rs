@@ -454,6 +454,7 @@ fn fisheye_photos_pack_as_pinhole_views() {
     use ramsplat::dataset::Distortion;
     use ramsplat::import::colmap::{read_model, write_model, Encoding};
     use ramsplat::import::image::{covered_rect, field_of_view, PixelRect};
+    use ramsplat::scene::camera::Projection;
     use ramsplat::shard::reader::Pack;
 
     let tmp = tempfile::tempdir().unwrap();
@@ -547,20 +548,23 @@ fn fisheye_photos_pack_as_pinhole_views() {
     let intrinsics = ramsplat::scene::camera::Intrinsics { fx, fy, cx, cy };
     // θ_d(θ) < tan θ: every pinhole pixel's ray lands in the photo, nothing is cropped.
     let full = PixelRect::full(w, h);
-    assert_eq!(covered_rect(w, h, &intrinsics, &lens), full);
-    let fov = field_of_view(w, h, &intrinsics, &lens, full);
+    assert_eq!(
+        covered_rect(w, h, &intrinsics, &lens, Projection::Pinhole),
+        full
+    );
+    let fov = field_of_view(w, h, &intrinsics, &lens, Projection::Pinhole, full);
     let [ph, pv] = fov.photo.map(Option::unwrap);
     let note = format!(
         "9 views (the first: {}): a fisheye lens, resampled to a pinhole image of the same \
          focal length, which keeps {:.0}°×{:.0}° of the photo's {ph:.0}°×{pv:.0}°",
         model.images.iter().map(|i| i.name.as_str()).min().unwrap(),
-        fov.pinhole[0],
-        fov.pinhole[1]
+        fov.kept[0],
+        fov.kept[1]
     );
     assert!(text(&o).contains(&note), "{note:?} not in {}", text(&o));
     // 117°×88° photos, of which the pinhole keeps 92°×76°.
     assert!(
-        fov.pinhole[0] < ph - 20.0 && fov.pinhole[1] < pv - 10.0,
+        fov.kept[0] < ph - 20.0 && fov.kept[1] < pv - 10.0,
         "{fov:?}"
     );
 

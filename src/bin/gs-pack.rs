@@ -132,6 +132,15 @@ enum Command {
         /// cloud's, as COLMAP's model_aligner writes for a georeferenced model).
         #[arg(long, requires = "points_transform")]
         invert_points_transform: bool,
+        /// Pack each view shot through a fisheye lens (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE,
+        /// SIMPLE_RADIAL_FISHEYE, nerfstudio's OPENCV_FISHEYE, Metashape's fisheye sensors) as
+        /// a fisheye view: the ideal equidistant fisheye image of the photo's size and
+        /// intrinsics (the lens's k1..k4 removed; an image whose k's are 0 is packed as it is),
+        /// which keeps the periphery a pinhole image drops (up to just under 90° off the axis).
+        /// Views of other lenses stay pinhole. Without it every view is packed as a pinhole
+        /// image.
+        #[arg(long)]
+        keep_fisheye: bool,
     },
     /// Check every checksum of a pack; exit 0, or 3 naming the damaged shard and record.
     Verify { pack: PathBuf },
@@ -252,6 +261,7 @@ fn main() -> ExitCode {
             points,
             points_transform,
             invert_points_transform,
+            keep_fisheye,
         } => {
             let resize = match (max_width, downscale) {
                 (_, Some(n)) => Some(Resize::Downscale(n)),
@@ -287,6 +297,7 @@ fn main() -> ExitCode {
                 points_transform,
                 invert_points_transform,
                 sfm_depths,
+                keep_fisheye,
                 ..Default::default()
             };
             if let Some(w) = workers {
@@ -553,6 +564,11 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     let alpha_views = m.views.iter().filter(|v| v.alpha).count();
     let masked_views = m.views.iter().filter(|v| v.mask).count();
     let depth_views = m.views.iter().filter(|v| v.depth.is_some()).count();
+    let fisheye_views = m
+        .views
+        .iter()
+        .filter(|v| v.camera.projection == ramsplat::scene::camera::Projection::Fisheye)
+        .count();
     // Sparse SfM depth planes: the pixels holding a point, as the manifest counts them.
     let point_pixels = m
         .source
@@ -589,6 +605,7 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             "alpha_views": alpha_views,
             "masked_views": masked_views,
             "depth_views": depth_views,
+            "fisheye_views": fisheye_views,
             "sfm_depth_point_pixels": point_pixels,
             "resolutions": sizes.iter().map(|((w, h), n)| serde_json::json!({"width": w, "height": h, "views": n})).collect::<Vec<_>>(),
             "points": points,
@@ -633,6 +650,13 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
         writeln!(
             o,
             "            {masked_views} with a loss mask (excluded pixels teach nothing)"
+        )?;
+    }
+    if fisheye_views > 0 {
+        writeln!(
+            o,
+            "            {fisheye_views} fisheye (ideal equidistant projection, \
+             gs-pack convert --keep-fisheye)"
         )?;
     }
     match point_pixels {
