@@ -764,9 +764,10 @@ fn run_synth(args: &ramsplat::synth::SynthArgs) -> anyhow::Result<()> {
         .context("generating a synthetic dataset")?;
     progress.finish();
     eprintln!(
-        "wrote {}: {} views of {}x{} ({:?}), {} points, {} in total",
+        "wrote {}: {} {} views of {}x{} ({:?}), {} points, {} in total",
         report.output.display(),
         report.views,
+        report.camera_model.projection().name(),
         report.width,
         report.height,
         report.format,
