@@ -151,9 +151,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Write a pack as a folder other trainers read (PNG images exactly as packed, pinhole
-    /// cameras, split, points): nerfstudio-style (transforms.json), or a COLMAP sparse model
-    /// (--format colmap: the original 3DGS, gsplat); `gs-pack convert` reads either back.
+    /// Write a pack as a folder other trainers read (PNG images exactly as packed, ideal
+    /// cameras: pinhole, or OPENCV_FISHEYE with k1..k4 = 0 for fisheye views; split, points):
+    /// nerfstudio-style (transforms.json), or a COLMAP sparse model (--format colmap: the
+    /// original 3DGS, gsplat); `gs-pack convert` reads either back (--keep-fisheye keeps the
+    /// fisheye views).
     Export {
         pack: PathBuf,
         /// Output folder (must not exist).
@@ -164,7 +166,8 @@ enum Command {
         #[arg(long, value_name = "SEED")]
         random_points: Option<u64>,
         /// Metadata layout: `nerfstudio` (transforms.json with per-frame intrinsics and the
-        /// split lists, sparse_pc.ply) or `colmap` (sparse/0/ with PINHOLE cameras, images,
+        /// split lists, sparse_pc.ply) or `colmap` (sparse/0/ with PINHOLE cameras (and
+        /// OPENCV_FISHEYE ones for fisheye views), images,
         /// points3D and test.txt, as COLMAP's image_undistorter writes it: what the original
         /// 3DGS and gsplat's simple_trainer read). Images, masks and depth maps are the same.
         #[arg(long, value_enum, default_value = "nerfstudio")]
@@ -459,11 +462,25 @@ fn run_export(
         );
     }
     if let Some(c) = report.colmap {
+        let pinhole = c.cameras - c.fisheye_cameras;
+        let mut kinds = Vec::new();
+        if pinhole > 0 || c.fisheye_cameras == 0 {
+            kinds.push(format!(
+                "{pinhole} PINHOLE camera{}",
+                if pinhole == 1 { "" } else { "s" }
+            ));
+        }
+        if c.fisheye_cameras > 0 {
+            kinds.push(format!(
+                "{} OPENCV_FISHEYE camera{} (fisheye views, k1..k4 = 0)",
+                c.fisheye_cameras,
+                if c.fisheye_cameras == 1 { "" } else { "s" }
+            ));
+        }
         eprintln!(
-            "COLMAP model in {}: {} PINHOLE camera{}; {}",
+            "COLMAP model in {}: {}; {}",
             output.join("sparse/0").display(),
-            c.cameras,
-            if c.cameras == 1 { "" } else { "s" },
+            kinds.join(" and "),
             if c.every_8th_matches {
                 "the pack's test views are every 8th image by name, the split 3DGS --eval and \
                  gsplat (test_every 8) make by default"
