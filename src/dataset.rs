@@ -219,8 +219,7 @@ impl Distortion {
                 Some((a * s, b * s))
             }
             Distortion::RadialTangential { .. } | Distortion::Brown { .. } => {
-                // `!(θ < π/2)` also refuses NaN.
-                if !(theta < std::f64::consts::FRAC_PI_2) {
+                if theta.is_nan() || theta >= std::f64::consts::FRAC_PI_2 {
                     return None;
                 }
                 let s = if theta > 0.0 {
@@ -513,7 +512,7 @@ mod tests {
             Distortion::NONE.distort_equidistant(0.0, 0.0),
             Some((0.0, 0.0))
         );
-        assert_eq!(Distortion::NONE.distort_equidistant(0.0, 1.5708), None);
+        assert_eq!(Distortion::NONE.distort_equidistant(0.0, 1.6), None);
         assert_eq!(rt.distort_equidistant(f64::NAN, 0.0), None);
         // Which lenses need no resampling for which image.
         assert!(Distortion::NONE.is_identity_for(Projection::Pinhole));
