@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
 
 use crate::dataset::{Distortion, Format, PointSource, ViewSource};
-use crate::scene::camera::{CameraError, Projection};
+use crate::scene::camera::{CameraError, Projection, FISHEYE_MAX_THETA};
 
 /// Importer options shared by every format.
 #[derive(Clone, Debug, Default)]
@@ -650,6 +650,16 @@ pub fn open(
 /// Cameras a lens warning describes one by one; the rest are counted.
 const LENS_NOTES: usize = 3;
 
+/// Whether a fisheye camera's image reaches past [`FISHEYE_MAX_THETA`] off the axis (at a
+/// corner): pixels there have no content.
+fn reaches_past_max_theta(c: &crate::scene::camera::Camera) -> bool {
+    let k = c.intrinsics;
+    let (w, h) = (f64::from(c.width), f64::from(c.height));
+    [(0.0, 0.0), (w, 0.0), (0.0, h), (w, h)]
+        .iter()
+        .any(|&(u, v)| ((u - k.cx) / k.fx).hypot((v - k.cy) / k.fy) > FISHEYE_MAX_THETA)
+}
+
 /// One warning per distinct camera (size, intrinsics, lens and projection) whose ideal image
 /// a pack keeps less of than the photo shows, or that is a fisheye lens (the first
 /// [`LENS_NOTES`], then a count): a fisheye lens (how much of its field of view the pinhole,
@@ -722,7 +732,7 @@ fn lens_notes(views: &[ViewSource]) -> Vec<String> {
                     "the {what} image's edges would show pixels outside the photo{}, so it is \
                      cropped to {}x{} of {}x{} ({:.1} % of its pixels; COLMAP's \
                      image_undistorter crops alike)",
-                    if c.projection.is_pinhole() {
+                    if c.projection.is_pinhole() || !reaches_past_max_theta(c) {
                         ""
                     } else {
                         " or rays the renderers do not draw (90° or more off the axis)"
@@ -787,4 +797,66 @@ fn lens_notes(views: &[ViewSource]) -> Vec<String> {
         ));
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scene::camera::{Camera, Intrinsics, Pose};
+
+    fn fisheye_view(name: &str, f: f64, projection: Projection) -> ViewSource {
+        ViewSource {
+            name: name.into(),
+            image_path: PathBuf::from(name),
+            camera: Camera {
+                width: 64,
+                height: 48,
+                intrinsics: Intrinsics {
+                    fx: f,
+                    fy: f,
+                    cx: 32.0,
+                    cy: 24.0,
+                },
+                world_to_camera: Pose::IDENTITY,
+                projection,
+            },
+            distortion: Distortion::Fisheye { k: [0.0; 4] },
+            split: None,
+            mask_path: None,
+            depth: None,
+        }
+    }
+
+    /// A fisheye camera's note says how it is packed and what it keeps: a pinhole image keeps
+    /// less than the photo; an equidistant one of an ideal lens keeps all of it, unless its
+    /// corners lie past FISHEYE_MAX_THETA, which crops them (and the note says why).
+    #[test]
+    fn lens_notes_say_what_a_fisheye_view_keeps() {
+        // f = 32/(π/3): the left and right edges 60° off the axis; corners 75°.
+        let f = 32.0 / std::f64::consts::FRAC_PI_3;
+        let notes = lens_notes(&[fisheye_view("a", f, Projection::Pinhole)]);
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with("view a: a fisheye lens, resampled to a pinhole image")
+                && notes[0].contains("pass --keep-fisheye"),
+            "{notes:?}"
+        );
+        let notes = lens_notes(&[
+            fisheye_view("b", f, Projection::Fisheye),
+            fisheye_view("c", f, Projection::Fisheye),
+        ]);
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with("2 views (the first: b): a fisheye lens, kept as a fisheye view")
+                && notes[0].contains("which keeps 120°×90° of the photo's 120°×90°")
+                && !notes[0].contains("cropped"),
+            "{notes:?}"
+        );
+        // At a third of that focal length the corners are 225° off the axis.
+        let notes = lens_notes(&[fisheye_view("d", f / 3.0, Projection::Fisheye)]);
+        assert!(
+            notes[0].contains("the equidistant image's edges would show pixels outside the photo or rays the renderers do not draw (90° or more off the axis), so it is cropped to"),
+            "{notes:?}"
+        );
+    }
 }

@@ -13,8 +13,8 @@
 //!   camera, which is what lets sampled points carry the colour the images show, and what makes
 //!   the scene learnable by view-independent (degree-0 SH) Gaussians.
 //! - Every object lies inside the bounding sphere [`SynthScene::bounds`]; every camera from
-//!   [`SynthScene::camera`] looks at its centre from far enough away that the whole sphere is in
-//!   the frame, so every object point projects inside every image.
+//!   [`SynthScene::camera_with`] (pinhole or fisheye) looks at its centre from far enough away
+//!   that the whole sphere is in the frame, so every object point projects inside every image.
 //! - Objects never overlap (their ground footprints are disjoint), so a surface point of one
 //!   object is never inside another.
 
