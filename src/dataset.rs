@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::scene::camera::Camera;
+use crate::scene::camera::{Camera, Projection};
 
 /// Train/test assignment of a view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -53,8 +53,11 @@ pub enum Format {
 }
 
 /// A photo's lens: where the ray of an ideal pinhole camera lands in the photo, in normalised
-/// camera coordinates `(x, y) = (X/Z, Y/Z)` ([`Distortion::distort`]). Photos are resampled to
-/// the ideal pinhole at pack time (`crate::import::image::undistort`).
+/// camera coordinates `(x, y) = (X/Z, Y/Z)` ([`Distortion::distort`]), or the ray of an ideal
+/// equidistant fisheye ([`Distortion::distort_equidistant`]). Photos are resampled to the ideal
+/// pinhole at pack time (`crate::import::image::undistort_rect`); under `gs-pack convert
+/// --keep-fisheye` a fisheye lens's photo is resampled to the ideal equidistant fisheye
+/// instead ([`crate::scene::camera::Projection::Fisheye`]).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Distortion {
     /// OpenCV's radial–tangential model: with `r² = x² + y²`,
@@ -108,6 +111,18 @@ impl Distortion {
             Distortion::RadialTangential { k, p } => k.iter().chain(p).all(|&c| c == 0.0),
             Distortion::Brown { k, p } => k.iter().chain(p).all(|&c| c == 0.0),
             Distortion::Fisheye { .. } => false,
+        }
+    }
+
+    /// Whether resampling a photo through this lens to an ideal image of `projection` (same
+    /// size and intrinsics) is the identity, so the photo is that image exactly: the ideal
+    /// pinhole lens ([`Distortion::is_none`]) for a pinhole image, a fisheye lens with zero
+    /// coefficients for an equidistant one.
+    pub fn is_identity_for(&self, projection: Projection) -> bool {
+        match (projection, self) {
+            (Projection::Pinhole, _) => self.is_none(),
+            (Projection::Fisheye, Distortion::Fisheye { k }) => k.iter().all(|&c| c == 0.0),
+            (Projection::Fisheye, _) => false,
         }
     }
 
@@ -185,6 +200,39 @@ impl Distortion {
     }
 }
 
+impl Distortion {
+    /// Where the ray of an ideal equidistant fisheye image lands in the photo: `(a, b)` is the
+    /// fisheye image point in normalised coordinates, `((u − cx)/fx, (v − cy)/fy)`, i.e. the ray
+    /// at angle `θ = √(a² + b²)` from the optical axis in the direction of `(a, b)`
+    /// ([`Projection::Fisheye`]); the result is the photo's normalised point, as
+    /// [`Distortion::distort`]'s. A fisheye lens maps it to radius `θ_d(θ)` (defined past 90°;
+    /// with zero coefficients the point is returned unchanged, bit for bit); a pinhole-type
+    /// lens sees the ray at the pinhole point `tan θ · (a, b)/θ`, and no ray from 90° on
+    /// (`None`).
+    pub fn distort_equidistant(&self, a: f64, b: f64) -> Option<(f64, f64)> {
+        let theta = a.hypot(b);
+        match *self {
+            Distortion::Fisheye { k } => {
+                // θ_d/θ, the polynomial's factor: exactly 1 for zero coefficients.
+                let t2 = theta * theta;
+                let s = 1.0 + t2 * (k[0] + t2 * (k[1] + t2 * (k[2] + t2 * k[3])));
+                Some((a * s, b * s))
+            }
+            Distortion::RadialTangential { .. } | Distortion::Brown { .. } => {
+                if theta.is_nan() || theta >= std::f64::consts::FRAC_PI_2 {
+                    return None;
+                }
+                let s = if theta > 0.0 {
+                    theta.tan() / theta
+                } else {
+                    1.0
+                };
+                Some(self.distort(a * s, b * s))
+            }
+        }
+    }
+}
+
 /// OpenCV's fisheye polynomial `θ_d = θ·(1 + k1 θ² + k2 θ⁴ + k3 θ⁶ + k4 θ⁸)`.
 fn fisheye_theta_d(k: &[f64; 4], theta: f64) -> f64 {
     let t2 = theta * theta;
@@ -198,7 +246,11 @@ pub struct ViewSource {
     pub name: String,
     /// Where the image file is.
     pub image_path: PathBuf,
-    /// The camera of the image file at its native resolution, before undistortion.
+    /// The camera of the image file at its native resolution, before undistortion. Its
+    /// `projection` is the ideal image the photo is resampled to at pack time: the pinhole,
+    /// except for a view whose lens is [`Distortion::Fisheye`] imported under
+    /// `ImportOptions::keep_fisheye` (`gs-pack convert --keep-fisheye`), which is resampled
+    /// to the ideal equidistant fisheye.
     pub camera: Camera,
     pub distortion: Distortion,
     /// A split the dataset itself assigns (NeRF `transforms_test.json`); `None` leaves it to
@@ -421,6 +473,54 @@ mod tests {
         // A pure equidistant lens: the ray at 60° lands at radius π/3.
         let (ex, _) = Distortion::Fisheye { k: [0.0; 4] }.distort(3f64.sqrt(), 0.0);
         assert!((ex - std::f64::consts::FRAC_PI_3).abs() < 1e-15);
+    }
+
+    /// The ray of an ideal equidistant image point `(a, b)` (θ = |(a, b)|) lands where the lens
+    /// sends that ray: a fisheye lens at radius θ_d(θ) (past 90° too), agreeing with
+    /// `distort` of the same ray's pinhole point; a pinhole-type lens at its pinhole point
+    /// `tan θ · (a, b)/θ`, distorted, and nowhere from 90° on.
+    #[test]
+    fn equidistant_image_points_land_where_the_lens_sends_their_ray() {
+        use crate::scene::camera::Projection;
+        let k = [0.05, -0.01, 0.002, -0.0003];
+        let fish = Distortion::Fisheye { k };
+        let (a, b) = (0.6, -0.8); // θ = 1 rad
+        let theta_d = 1.0 + 0.05 - 0.01 + 0.002 - 0.0003;
+        let (x, y) = fish.distort_equidistant(a, b).unwrap();
+        assert!((x - a * theta_d).abs() < 1e-15 && (y - b * theta_d).abs() < 1e-15);
+        let t = 1.0f64.tan();
+        let (px, py) = fish.distort(a * t, b * t);
+        assert!((x - px).abs() < 1e-12 && (y - py).abs() < 1e-12);
+        // Defined past 90°: 100° off the axis.
+        let wide = 100f64.to_radians();
+        assert!(fish.distort_equidistant(wide, 0.0).unwrap().0 > wide);
+        // Zero coefficients: the point itself, bit for bit.
+        let ideal = Distortion::Fisheye { k: [0.0; 4] };
+        for (a, b) in [(0.3, -1.2), (1e-9, 0.0), (0.0, 0.0), (1.4, 0.7)] {
+            assert_eq!(ideal.distort_equidistant(a, b), Some((a, b)));
+        }
+        // A pinhole-type lens.
+        let rt = Distortion::RadialTangential {
+            k: [0.1, 0.0, 0.0, 0.0, 0.0, 0.0],
+            p: [0.001, 0.0],
+        };
+        let (x, y) = rt.distort_equidistant(a, b).unwrap();
+        assert_eq!((x, y), rt.distort(a * t, b * t));
+        let (x, _) = Distortion::NONE.distort_equidistant(0.5, 0.0).unwrap();
+        assert!((x - 0.5f64.tan()).abs() < 1e-15);
+        assert_eq!(
+            Distortion::NONE.distort_equidistant(0.0, 0.0),
+            Some((0.0, 0.0))
+        );
+        assert_eq!(Distortion::NONE.distort_equidistant(0.0, 1.6), None);
+        assert_eq!(rt.distort_equidistant(f64::NAN, 0.0), None);
+        // Which lenses need no resampling for which image.
+        assert!(Distortion::NONE.is_identity_for(Projection::Pinhole));
+        assert!(!Distortion::NONE.is_identity_for(Projection::Fisheye));
+        assert!(ideal.is_identity_for(Projection::Fisheye));
+        assert!(!ideal.is_identity_for(Projection::Pinhole));
+        assert!(!fish.is_identity_for(Projection::Fisheye));
+        assert!(!rt.is_identity_for(Projection::Pinhole));
     }
 
     #[test]

@@ -92,6 +92,10 @@ pub struct ConvertOptions {
     /// `--sfm-depths`: give each view the sparse inverse-depth plane of the SfM points its
     /// image observes (COLMAP only; not with `depths`).
     pub sfm_depths: bool,
+    /// `--keep-fisheye`: pack fisheye-lens views as ideal equidistant fisheye views (see
+    /// [`ImportOptions::keep_fisheye`]); the manifest records it in each such view's camera
+    /// (`"projection": "fisheye"`).
+    pub keep_fisheye: bool,
 }
 
 impl Default for ConvertOptions {
@@ -114,6 +118,7 @@ impl Default for ConvertOptions {
             points_transform: None,
             invert_points_transform: false,
             sfm_depths: false,
+            keep_fisheye: false,
         }
     }
 }
@@ -327,6 +332,7 @@ pub fn convert(
         // A dataset's own points are in its cameras' frame: only a cloud that is the input
         // itself is moved by the transform here (checked below).
         points_transform: transform.clone().filter(|_| opts.points.is_none()),
+        keep_fisheye: opts.keep_fisheye,
     };
     if opts.sfm_depths && opts.depths.is_some() {
         return Err(PackError::SfmDepthsWithDepths);
@@ -711,15 +717,17 @@ impl PointsInView {
 }
 
 /// Whether `p` lies in front of `camera` (beyond the rasterizer's near plane) and projects
-/// inside its image.
+/// inside its image, by the camera's projection ([`Camera::project_camera_point`]).
+///
+/// [`Camera::project_camera_point`]: crate::scene::camera::Camera::project_camera_point
 fn sees(camera: &crate::scene::camera::Camera, p: [f64; 3]) -> bool {
     let t = camera.world_to_camera.transform(p);
     if t[2] <= crate::render::cpu::project::NEAR_PLANE {
         return false;
     }
-    let k = camera.intrinsics;
-    let (u, v) = (k.fx * t[0] / t[2] + k.cx, k.fy * t[1] / t[2] + k.cy);
-    (0.0..camera.width as f64).contains(&u) && (0.0..camera.height as f64).contains(&v)
+    camera.project_camera_point(t).is_some_and(|[u, v]| {
+        (0.0..camera.width as f64).contains(&u) && (0.0..camera.height as f64).contains(&v)
+    })
 }
 
 /// [`PointsInView`] of `pack` (see there); `None` for a pack without views or without points.
@@ -802,6 +810,22 @@ mod tests {
             sees(&cam, [0.0, 0.0, 1e9]),
             "any depth: distance is judged apart"
         );
+    }
+
+    #[test]
+    fn a_fisheye_view_sees_by_its_own_projection() {
+        // The same 8×6 view as a fisheye: fx = 8 puts the right edge 4 px = 0.5 rad (28.6°)
+        // off the axis, against the pinhole's atan(0.5) = 26.6°.
+        let pin = centred_camera(8, 6, Pose::IDENTITY);
+        let fish = crate::scene::camera::Camera {
+            projection: crate::scene::camera::Projection::Fisheye,
+            ..pin
+        };
+        let at = |deg: f64| [5.0 * deg.to_radians().tan(), 0.0, 5.0];
+        assert!(sees(&pin, at(26.0)) && sees(&fish, at(26.0)));
+        assert!(!sees(&pin, at(27.5)) && sees(&fish, at(27.5)));
+        assert!(!sees(&pin, at(29.0)) && !sees(&fish, at(29.0)));
+        assert!(!sees(&fish, [0.0, 0.0, -5.0]), "behind");
     }
 
     #[test]

@@ -454,6 +454,7 @@ fn fisheye_photos_pack_as_pinhole_views() {
     use ramsplat::dataset::Distortion;
     use ramsplat::import::colmap::{read_model, write_model, Encoding};
     use ramsplat::import::image::{covered_rect, field_of_view, PixelRect};
+    use ramsplat::scene::camera::Projection;
     use ramsplat::shard::reader::Pack;
 
     let tmp = tempfile::tempdir().unwrap();
@@ -547,20 +548,23 @@ fn fisheye_photos_pack_as_pinhole_views() {
     let intrinsics = ramsplat::scene::camera::Intrinsics { fx, fy, cx, cy };
     // θ_d(θ) < tan θ: every pinhole pixel's ray lands in the photo, nothing is cropped.
     let full = PixelRect::full(w, h);
-    assert_eq!(covered_rect(w, h, &intrinsics, &lens), full);
-    let fov = field_of_view(w, h, &intrinsics, &lens, full);
+    assert_eq!(
+        covered_rect(w, h, &intrinsics, &lens, Projection::Pinhole),
+        full
+    );
+    let fov = field_of_view(w, h, &intrinsics, &lens, Projection::Pinhole, full);
     let [ph, pv] = fov.photo.map(Option::unwrap);
     let note = format!(
         "9 views (the first: {}): a fisheye lens, resampled to a pinhole image of the same \
          focal length, which keeps {:.0}°×{:.0}° of the photo's {ph:.0}°×{pv:.0}°",
         model.images.iter().map(|i| i.name.as_str()).min().unwrap(),
-        fov.pinhole[0],
-        fov.pinhole[1]
+        fov.kept[0],
+        fov.kept[1]
     );
     assert!(text(&o).contains(&note), "{note:?} not in {}", text(&o));
     // 117°×88° photos, of which the pinhole keeps 92°×76°.
     assert!(
-        fov.pinhole[0] < ph - 20.0 && fov.pinhole[1] < pv - 10.0,
+        fov.kept[0] < ph - 20.0 && fov.kept[1] < pv - 10.0,
         "{fov:?}"
     );
 
@@ -597,6 +601,201 @@ fn fisheye_photos_pack_as_pinhole_views() {
             "{checked} pixels checked"
         );
         assert!(worst <= 3.5, "view {index}: worst error {worst} levels");
+    }
+
+    // --keep-fisheye: the same photos packed as the ideal equidistant fisheye image of their
+    // size and intrinsics (the lens's k1..k4 removed). Its pixel at normalised (a, b) sees the
+    // ray θ = |(a, b)| off the axis, whose pinhole point is tan θ · (a, b)/θ.
+    let kept = tmp.path().join("kept.pack");
+    let o = convert(&scene, &kept, &["--max-width", "0", "--keep-fisheye"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rect = covered_rect(w, h, &intrinsics, &lens, Projection::Fisheye);
+    let fov = field_of_view(w, h, &intrinsics, &lens, Projection::Fisheye, rect);
+    let note = format!(
+        "9 views (the first: {}): a fisheye lens, kept as a fisheye view (--keep-fisheye): \
+         resampled to the ideal equidistant fisheye image of the same focal length (the lens's \
+         k1..k4 removed), which keeps {:.0}°×{:.0}° of the photo's {ph:.0}°×{pv:.0}°",
+        model.images.iter().map(|i| i.name.as_str()).min().unwrap(),
+        fov.kept[0],
+        fov.kept[1]
+    );
+    assert!(text(&o).contains(&note), "{note:?} not in {}", text(&o));
+    // Nearly all of the photo's field of view, where the pinhole kept 92°×76° of 117°×88°.
+    assert!(
+        fov.kept[0] > ph - 3.0 && fov.kept[1] > pv - 3.0,
+        "{fov:?} of {ph}×{pv}"
+    );
+    let info = info_json(&kept);
+    assert_eq!(info["fisheye_views"], 9, "{info}");
+    assert_eq!(info_json(&pack)["fisheye_views"], 0);
+    let p = Pack::open(&kept).unwrap();
+    for (index, v) in p.manifest().views.iter().enumerate() {
+        assert_eq!(v.camera.projection, Projection::Fisheye);
+        assert_eq!(
+            (v.camera.width, v.camera.height),
+            (rect.width(), rect.height())
+        );
+        assert_eq!(v.camera.intrinsics.fx, fx);
+        assert_eq!(v.camera.intrinsics.cx, cx - rect.x0 as f64);
+        let mut got = vec![0u8; v.decoded_len()];
+        p.read_view_into(index, &mut got).unwrap();
+        let (mut worst, mut checked) = (0.0f64, 0);
+        for j in 0..rect.height() {
+            for i in 0..rect.width() {
+                let a = ((rect.x0 + i) as f64 + 0.5 - cx) / fx;
+                let b = ((rect.y0 + j) as f64 + 0.5 - cy) / fy;
+                let t = a.hypot(b);
+                // Within 50° of the axis: further out the pattern, defined over tan θ,
+                // oscillates faster than the photo samples it (11·sec²θ rad per radian, 0.8
+                // rad per pixel at the corners), and bilinear error alone reaches ~9 levels.
+                if t > 50f64.to_radians() {
+                    continue;
+                }
+                let s = if t == 0.0 { 1.0 } else { t.tan() / t };
+                let (x, y) = (a * s, b * s);
+                let (xd, yd) = distort(x, y);
+                let (u, v) = (fx * xd + cx, fy * yd + cy);
+                if !(u >= 2.0 && u <= w as f64 - 2.0 && v >= 2.0 && v <= h as f64 - 2.0) {
+                    continue;
+                }
+                let at = ((j * rect.width() + i) * 3) as usize;
+                for (c, want) in g(x, y).iter().enumerate() {
+                    worst = worst.max((got[at + c] as f64 - want).abs());
+                }
+                checked += 1;
+            }
+        }
+        assert!(
+            checked > (rect.width() * rect.height()) as usize / 2,
+            "{checked} pixels checked"
+        );
+        assert!(
+            worst <= 3.5,
+            "fisheye view {index}: worst error {worst} levels"
+        );
+    }
+}
+
+/// `gs-pack synth --camera-model fisheye` writes ideal equidistant fisheye images as
+/// OPENCV_FISHEYE cameras with zero coefficients; `convert --keep-fisheye` packs them as
+/// fisheye views whose pixels (and masks) are the files' exactly, and says so; `info`
+/// counts them. Without the flag the same dataset packs as pinhole views, as before.
+#[test]
+fn synthetic_fisheye_views_pack_exactly_with_keep_fisheye() {
+    use ramsplat::import::colmap::{read_model, Encoding};
+    use ramsplat::scene::camera::Projection;
+    use ramsplat::shard::reader::Pack;
+
+    let tmp = tempfile::tempdir().unwrap();
+    for format in ["colmap", "nerf"] {
+        let scene = tmp.path().join(format);
+        synth(
+            &scene,
+            5,
+            48,
+            36,
+            200,
+            &["--format", format, "--camera-model", "fisheye"],
+        );
+        if format == "colmap" {
+            let model = read_model(&scene.join("sparse/0"), Encoding::Text).unwrap();
+            assert_eq!(model.cameras.len(), 1);
+            assert_eq!(model.cameras[0].model_id, 5, "OPENCV_FISHEYE");
+            assert_eq!(&model.cameras[0].params[4..], &[0.0; 4]);
+            // Loss masks (COLMAP's masks/<name>.png): view 2's excludes its left half, the
+            // others nothing (so they are dropped).
+            std::fs::create_dir_all(scene.join("masks")).unwrap();
+            for i in 0..5 {
+                let mask = image::GrayImage::from_fn(48, 36, |x, _| {
+                    image::Luma([if i == 2 && x < 24 { 0 } else { 255 }])
+                });
+                mask.save(scene.join(format!("masks/{i:05}.png.png")))
+                    .unwrap();
+            }
+        } else {
+            let doc: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(scene.join("transforms.json")).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(doc["camera_model"], "OPENCV_FISHEYE");
+            for k in ["k1", "k2", "k3", "k4"] {
+                assert_eq!(doc[k].as_f64(), Some(0.0), "{k}");
+            }
+        }
+        let pack = tmp.path().join(format!("{format}.pack"));
+        let o = convert(
+            &scene,
+            &pack,
+            &["--keep-fisheye", "--max-width", "0", "--test-every", "0"],
+        );
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(
+            text(&o).contains(
+                "5 views (the first: images/00000.png): a fisheye lens, kept as a fisheye view"
+            ) || text(&o)
+                .contains("5 views (the first: 00000.png): a fisheye lens, kept as a fisheye view"),
+            "{}",
+            text(&o)
+        );
+        // 150° across the diagonal: 120°×90° through the centre, all of it kept.
+        assert!(
+            text(&o).contains("which keeps 120°×90° of the photo's 120°×90°"),
+            "{}",
+            text(&o)
+        );
+        let p = Pack::open(&pack).unwrap();
+        let m = p.manifest();
+        assert_eq!(m.views.len(), 5);
+        for (i, v) in m.views.iter().enumerate() {
+            assert_eq!(v.camera.projection, Projection::Fisheye);
+            assert_eq!((v.camera.width, v.camera.height), (48, 36));
+            let file = scene.join("images").join(format!("{i:05}.png"));
+            let want = image::open(&file).unwrap().to_rgb8().into_raw();
+            let mut got = vec![0u8; v.decoded_len()];
+            p.read_view_into(i, &mut got).unwrap();
+            assert_eq!(
+                &got[..want.len()],
+                &want[..],
+                "{format} view {i}: the file's pixels"
+            );
+            if format == "colmap" && i == 2 {
+                assert!(v.mask);
+                let mask = &got[want.len()..];
+                assert!(mask
+                    .chunks(48)
+                    .all(|row| row[..24].iter().all(|&m| m == 0)
+                        && row[24..].iter().all(|&m| m == 255)));
+            } else {
+                assert!(!v.mask && got.len() == want.len());
+            }
+        }
+        let info = info_json(&pack);
+        assert_eq!(info["fisheye_views"], 5);
+        let o = gs_pack(&["info", pack.to_str().unwrap()]);
+        assert!(o.status.success());
+        assert!(
+            text(&o).contains("5 fisheye (ideal equidistant projection"),
+            "{}",
+            text(&o)
+        );
+
+        // Without --keep-fisheye: pinhole views of the same size and focal length, resampled.
+        let pinhole = tmp.path().join(format!("{format}-pinhole.pack"));
+        let o = convert(&scene, &pinhole, &["--max-width", "0", "--test-every", "0"]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(
+            text(&o).contains("a fisheye lens, resampled to a pinhole image"),
+            "{}",
+            text(&o)
+        );
+        let q = Pack::open(&pinhole).unwrap();
+        assert_eq!(info_json(&pinhole)["fisheye_views"], 0);
+        for (a, b) in m.views.iter().zip(&q.manifest().views) {
+            assert_eq!(b.camera.projection, Projection::Pinhole);
+            assert_eq!((b.camera.width, b.camera.height), (48, 36));
+            assert_eq!(a.camera.intrinsics, b.camera.intrinsics);
+        }
+        assert_ne!(m.content_fingerprint(), q.manifest().content_fingerprint());
     }
 }
 

@@ -35,7 +35,12 @@ fn s(p: &Path) -> &str {
 /// `gs-pack convert` of an exported folder into `back`, keeping its pixels as they are (raw,
 /// no resize) and reading its depth maps.
 fn convert_back(folder: &Path, back: &Path) -> Pack {
-    ok(&gs_pack(&[
+    convert_back_with(folder, back, &[])
+}
+
+/// [`convert_back`] with more arguments (`--keep-fisheye`).
+fn convert_back_with(folder: &Path, back: &Path, extra: &[&str]) -> Pack {
+    let mut args = vec![
         "convert",
         s(folder),
         "-o",
@@ -46,7 +51,9 @@ fn convert_back(folder: &Path, back: &Path) -> Pack {
         "0",
         "--depths",
         "depths",
-    ]));
+    ];
+    args.extend_from_slice(extra);
+    ok(&gs_pack(&args));
     Pack::open(back).unwrap()
 }
 
@@ -67,6 +74,15 @@ const NAMES: [&str; 8] = [
 /// layout with depth once; odd sizes, rotated cameras with off-centre principal points, three
 /// test views) and a 500-point SfM cloud.
 fn write_pack(dir: &Path, with_points: bool) -> PathBuf {
+    write_pack_as(dir, with_points, |_| Projection::Pinhole)
+}
+
+/// [`write_pack`] with view `i`'s camera of projection `projection(i)`.
+fn write_pack_as(
+    dir: &Path,
+    with_points: bool,
+    projection: impl Fn(usize) -> Projection,
+) -> PathBuf {
     let path = dir.join("src.pack");
     let mut w = PackWriter::create(&path, &WriterOptions::default()).unwrap();
     for (i, name) in NAMES.iter().enumerate() {
@@ -121,7 +137,7 @@ fn write_pack(dir: &Path, with_points: bool) -> PathBuf {
                 cy: height as f64 / 2.0 - 0.7,
             },
             world_to_camera: pose,
-            projection: Projection::Pinhole,
+            projection: projection(i),
         };
         let split = if i % 3 == 1 {
             Split::Test
@@ -492,6 +508,167 @@ fn centring_crops_every_plane_around_the_principal_point() {
         .file_name()
         .to_string_lossy()
         .contains("partial")));
+}
+
+/// Fisheye views (the ideal equidistant fisheye) export as OpenCV's fisheye model with zero
+/// coefficients and come back through `gs-pack convert --keep-fisheye` as the same views: the
+/// same pixels, masks and depth planes byte for byte (an ideal lens is copied), intrinsics,
+/// poses and projections, in every layout, whether every view is a fisheye or only some are.
+/// nerfstudio's `camera_model` is at the top level when every view has it, else in the
+/// fisheye views' frames. Without `--keep-fisheye` the fisheye views come back as pinhole.
+#[test]
+fn fisheye_views_round_trip_through_both_layouts() {
+    use ramsplat::import::colmap::{read_model, Encoding};
+    let dir = tempfile::tempdir().unwrap();
+    let fisheye = |i: usize| {
+        if i.is_multiple_of(2) {
+            Projection::Fisheye
+        } else {
+            Projection::Pinhole
+        }
+    };
+    for (kind, all) in [("mixed", false), ("all", true)] {
+        let root = dir.path().join(kind);
+        let src = write_pack_as(&root, true, |i| {
+            if all {
+                Projection::Fisheye
+            } else {
+                fisheye(i)
+            }
+        });
+        let a = Pack::open(&src).unwrap();
+        let stems = stems_of(&a);
+        let is_fisheye = |i: usize| all || i.is_multiple_of(2);
+        let fisheye_views = (0..8).filter(|&i| is_fisheye(i)).count();
+
+        // nerfstudio.
+        let folder = root.join("nerfstudio");
+        ok(&gs_pack(&["export", s(&src), "-o", s(&folder)]));
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(folder.join("transforms.json")).unwrap())
+                .unwrap();
+        let top = if all { "OPENCV_FISHEYE" } else { "PINHOLE" };
+        assert_eq!(doc["camera_model"], top, "{kind}");
+        for f in doc["frames"].as_array().unwrap() {
+            let j = (0..8)
+                .find(|&j| f["file_path"] == format!("images/{}.png", stems[j]))
+                .unwrap();
+            for k in ["k1", "k2", "k3", "k4"] {
+                match is_fisheye(j) {
+                    true => assert_eq!(f[k].as_f64(), Some(0.0), "{kind} {j} {k}"),
+                    false => assert!(f.get(k).is_none(), "{kind} {j} {k}"),
+                }
+            }
+            let per_frame = f.get("camera_model").and_then(|m| m.as_str());
+            let want = (!all && is_fisheye(j)).then_some("OPENCV_FISHEYE");
+            assert_eq!(per_frame, want, "{kind} frame {j}");
+        }
+        let b = convert_back_with(&folder, &root.join("nerfstudio.pack"), &["--keep-fisheye"]);
+        assert_same_views(&a, &b, |i| format!("images/{}.png", stems[i]), true);
+        assert_same_projections(&a, &b, |i| format!("images/{}.png", stems[i]));
+
+        // COLMAP.
+        let folder = root.join("colmap");
+        let text = ok(&gs_pack(&[
+            "export",
+            s(&src),
+            "-o",
+            s(&folder),
+            "--format",
+            "colmap",
+        ]));
+        let want = if all {
+            "8 OPENCV_FISHEYE cameras (fisheye views, k1..k4 = 0)".to_owned()
+        } else {
+            format!(
+                "{} PINHOLE cameras and {fisheye_views} OPENCV_FISHEYE cameras",
+                8 - fisheye_views
+            )
+        };
+        assert!(text.contains(&want), "{want:?} not in {text}");
+        let model = read_model(&folder.join("sparse/0"), Encoding::Binary).unwrap();
+        assert_eq!(model.cameras.len(), 8);
+        for c in &model.cameras {
+            match c.model_id {
+                5 => assert_eq!(&c.params[4..], &[0.0; 4]),
+                1 => assert_eq!(c.params.len(), 4),
+                m => panic!("camera model {m}"),
+            }
+        }
+        assert_eq!(
+            model.cameras.iter().filter(|c| c.model_id == 5).count(),
+            fisheye_views
+        );
+        let b = convert_back_with(&folder, &root.join("colmap.pack"), &["--keep-fisheye"]);
+        assert_same_views(&a, &b, |i| format!("{}.png", stems[i]), false);
+        assert_same_projections(&a, &b, |i| format!("{}.png", stems[i]));
+
+        // Without --keep-fisheye every view comes back as a pinhole view.
+        let b = convert_back(&folder, &root.join("pinhole.pack"));
+        assert!(b
+            .manifest()
+            .views
+            .iter()
+            .all(|v| v.camera.projection == Projection::Pinhole));
+    }
+
+    // --centre-principal-point crops a fisheye view like a pinhole one, keeping the
+    // projection: the window of the original's pixels, the principal point moved with it.
+    let root = dir.path().join("centred");
+    let src = write_pack_as(&root, false, |_| Projection::Fisheye);
+    let a = Pack::open(&src).unwrap();
+    let stems = stems_of(&a);
+    let folder = root.join("colmap");
+    let text = ok(&gs_pack(&[
+        "export",
+        s(&src),
+        "-o",
+        s(&folder),
+        "--format",
+        "colmap",
+        "--centre-principal-point",
+    ]));
+    assert!(text.contains("8 views cropped"), "{text}");
+    let b = convert_back_with(&folder, &root.join("back.pack"), &["--keep-fisheye"]);
+    let (ma, mb) = (a.manifest(), b.manifest());
+    for (i, va) in ma.views.iter().enumerate() {
+        let j = mb
+            .views
+            .iter()
+            .position(|v| v.name == format!("{}.png", stems[i]))
+            .unwrap();
+        let (ca, cb) = (va.camera, mb.views[j].camera);
+        assert_eq!(cb.projection, Projection::Fisheye);
+        // One column off the left, one row off the bottom (see the centring test).
+        let want = ca.cropped(1, 0, ca.width - 1, ca.height - 1);
+        assert_eq!((cb.width, cb.height), (want.width, want.height));
+        assert!(close(cb.intrinsics.cx, want.intrinsics.cx));
+        assert!(close(cb.intrinsics.cy, want.intrinsics.cy));
+        assert_eq!(
+            (cb.intrinsics.fx, cb.intrinsics.fy),
+            (ca.intrinsics.fx, ca.intrinsics.fy)
+        );
+        let (w, h) = (ca.width as usize, ca.height as usize);
+        let layout = va.layout();
+        let bpp = if layout.alpha { 4 } else { 3 };
+        let all = decoded(&a, i);
+        let planes = layout.planes(&all, ca.width, ca.height).unwrap();
+        let mut want = Vec::new();
+        for y in 0..h - 1 {
+            want.extend_from_slice(&planes.pixels[(y * w + 1) * bpp..(y * w + w) * bpp]);
+        }
+        let got = decoded(&b, j);
+        assert_eq!(&got[..want.len()], &want[..], "pixels of {}", va.name);
+    }
+}
+
+/// Every view of `a` has the projection of its namesake in `b`.
+fn assert_same_projections(a: &Pack, b: &Pack, name_in_b: impl Fn(usize) -> String) {
+    let mb = b.manifest();
+    for (i, va) in a.manifest().views.iter().enumerate() {
+        let vb = mb.views.iter().find(|v| v.name == name_in_b(i)).unwrap();
+        assert_eq!(va.camera.projection, vb.camera.projection, "{}", va.name);
+    }
 }
 
 #[test]

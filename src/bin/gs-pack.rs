@@ -132,6 +132,15 @@ enum Command {
         /// cloud's, as COLMAP's model_aligner writes for a georeferenced model).
         #[arg(long, requires = "points_transform")]
         invert_points_transform: bool,
+        /// Pack each view shot through a fisheye lens (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE,
+        /// SIMPLE_RADIAL_FISHEYE, nerfstudio's OPENCV_FISHEYE, Metashape's fisheye sensors) as
+        /// a fisheye view: the ideal equidistant fisheye image of the photo's size and
+        /// intrinsics (the lens's k1..k4 removed; an image whose k's are 0 is packed as it is),
+        /// which keeps the periphery a pinhole image drops (up to just under 90° off the axis).
+        /// Views of other lenses stay pinhole. Without it every view is packed as a pinhole
+        /// image.
+        #[arg(long)]
+        keep_fisheye: bool,
     },
     /// Check every checksum of a pack; exit 0, or 3 naming the damaged shard and record.
     Verify { pack: PathBuf },
@@ -142,9 +151,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Write a pack as a folder other trainers read (PNG images exactly as packed, pinhole
-    /// cameras, split, points): nerfstudio-style (transforms.json), or a COLMAP sparse model
-    /// (--format colmap: the original 3DGS, gsplat); `gs-pack convert` reads either back.
+    /// Write a pack as a folder other trainers read (PNG images exactly as packed, ideal
+    /// cameras: pinhole, or OPENCV_FISHEYE with k1..k4 = 0 for fisheye views; split, points):
+    /// nerfstudio-style (transforms.json), or a COLMAP sparse model (--format colmap: the
+    /// original 3DGS, gsplat); `gs-pack convert` reads either back (--keep-fisheye keeps the
+    /// fisheye views).
     Export {
         pack: PathBuf,
         /// Output folder (must not exist).
@@ -155,7 +166,8 @@ enum Command {
         #[arg(long, value_name = "SEED")]
         random_points: Option<u64>,
         /// Metadata layout: `nerfstudio` (transforms.json with per-frame intrinsics and the
-        /// split lists, sparse_pc.ply) or `colmap` (sparse/0/ with PINHOLE cameras, images,
+        /// split lists, sparse_pc.ply) or `colmap` (sparse/0/ with PINHOLE cameras (and
+        /// OPENCV_FISHEYE ones for fisheye views), images,
         /// points3D and test.txt, as COLMAP's image_undistorter writes it: what the original
         /// 3DGS and gsplat's simple_trainer read). Images, masks and depth maps are the same.
         #[arg(long, value_enum, default_value = "nerfstudio")]
@@ -252,6 +264,7 @@ fn main() -> ExitCode {
             points,
             points_transform,
             invert_points_transform,
+            keep_fisheye,
         } => {
             let resize = match (max_width, downscale) {
                 (_, Some(n)) => Some(Resize::Downscale(n)),
@@ -287,6 +300,7 @@ fn main() -> ExitCode {
                 points_transform,
                 invert_points_transform,
                 sfm_depths,
+                keep_fisheye,
                 ..Default::default()
             };
             if let Some(w) = workers {
@@ -448,11 +462,25 @@ fn run_export(
         );
     }
     if let Some(c) = report.colmap {
+        let pinhole = c.cameras - c.fisheye_cameras;
+        let mut kinds = Vec::new();
+        if pinhole > 0 || c.fisheye_cameras == 0 {
+            kinds.push(format!(
+                "{pinhole} PINHOLE camera{}",
+                if pinhole == 1 { "" } else { "s" }
+            ));
+        }
+        if c.fisheye_cameras > 0 {
+            kinds.push(format!(
+                "{} OPENCV_FISHEYE camera{} (fisheye views, k1..k4 = 0)",
+                c.fisheye_cameras,
+                if c.fisheye_cameras == 1 { "" } else { "s" }
+            ));
+        }
         eprintln!(
-            "COLMAP model in {}: {} PINHOLE camera{}; {}",
+            "COLMAP model in {}: {}; {}",
             output.join("sparse/0").display(),
-            c.cameras,
-            if c.cameras == 1 { "" } else { "s" },
+            kinds.join(" and "),
             if c.every_8th_matches {
                 "the pack's test views are every 8th image by name, the split 3DGS --eval and \
                  gsplat (test_every 8) make by default"
@@ -553,6 +581,11 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     let alpha_views = m.views.iter().filter(|v| v.alpha).count();
     let masked_views = m.views.iter().filter(|v| v.mask).count();
     let depth_views = m.views.iter().filter(|v| v.depth.is_some()).count();
+    let fisheye_views = m
+        .views
+        .iter()
+        .filter(|v| v.camera.projection == ramsplat::scene::camera::Projection::Fisheye)
+        .count();
     // Sparse SfM depth planes: the pixels holding a point, as the manifest counts them.
     let point_pixels = m
         .source
@@ -589,6 +622,7 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
             "alpha_views": alpha_views,
             "masked_views": masked_views,
             "depth_views": depth_views,
+            "fisheye_views": fisheye_views,
             "sfm_depth_point_pixels": point_pixels,
             "resolutions": sizes.iter().map(|((w, h), n)| serde_json::json!({"width": w, "height": h, "views": n})).collect::<Vec<_>>(),
             "points": points,
@@ -633,6 +667,13 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
         writeln!(
             o,
             "            {masked_views} with a loss mask (excluded pixels teach nothing)"
+        )?;
+    }
+    if fisheye_views > 0 {
+        writeln!(
+            o,
+            "            {fisheye_views} fisheye (ideal equidistant projection, \
+             gs-pack convert --keep-fisheye)"
         )?;
     }
     match point_pixels {
@@ -740,9 +781,10 @@ fn run_synth(args: &ramsplat::synth::SynthArgs) -> anyhow::Result<()> {
         .context("generating a synthetic dataset")?;
     progress.finish();
     eprintln!(
-        "wrote {}: {} views of {}x{} ({:?}), {} points, {} in total",
+        "wrote {}: {} {} views of {}x{} ({:?}), {} points, {} in total",
         report.output.display(),
         report.views,
+        report.camera_model.projection().name(),
         report.width,
         report.height,
         report.format,

@@ -8,6 +8,11 @@
 //! point is the image centre `(W/2, H/2)` (the format has no field for it). Unknown fields are
 //! ignored, so files from tools that add their own fields load.
 //!
+//! One field of ramsplat's own: `"camera_model": "fisheye"` on the entry of a fisheye camera
+//! (the ideal equidistant fisheye, [`Projection::Fisheye`]; gsplat's spelling). It is left out
+//! for a pinhole camera, so a file of pinhole cameras is exactly what 3DGS writes, and an
+//! entry without it (every 3DGS file's) reads as a pinhole; `"pinhole"` is accepted too.
+//!
 //! Invariants: [`parse`] returns only cameras that pass [`Camera::validate`]; a camera whose
 //! principal point is off-centre is written with its focal lengths only, so [`write`] reports
 //! how far it moved ([`CameraEntry::principal_point_offset`]).
@@ -29,6 +34,9 @@ pub struct CameraEntry {
     pub rotation: [[f64; 3]; 3],
     pub fx: f64,
     pub fy: f64,
+    /// The camera's projection: `"fisheye"`, or left out for a pinhole (see the module doc).
+    #[serde(default, skip_serializing_if = "Projection::is_pinhole")]
+    pub camera_model: Projection,
 }
 
 /// Why a `cameras.json` was refused.
@@ -36,7 +44,8 @@ pub struct CameraEntry {
 pub enum CamerasJsonError {
     #[error(
         "not a 3DGS cameras.json (expected a list of {{\"id\",\"img_name\",\"width\",\"height\",\
-         \"position\",\"rotation\",\"fx\",\"fy\"}}): {0}"
+         \"position\",\"rotation\",\"fx\",\"fy\"}}, and optionally \"camera_model\": \
+         \"pinhole\" or \"fisheye\"): {0}"
     )]
     Syntax(#[from] serde_json::Error),
     #[error("entry {index} (id {id}, {img_name:?}): {source}")]
@@ -64,6 +73,7 @@ impl CameraEntry {
             rotation: transpose(pose.rotation),
             fx: camera.intrinsics.fx,
             fy: camera.intrinsics.fy,
+            camera_model: camera.projection,
         }
     }
 
@@ -80,7 +90,7 @@ impl CameraEntry {
                 cy: self.height as f64 / 2.0,
             },
             world_to_camera: pose,
-            projection: Projection::Pinhole,
+            projection: self.camera_model,
         };
         camera.validate()?;
         Ok(camera)
@@ -210,6 +220,43 @@ mod tests {
         assert!(e.contains("entry 0 (id 3, \"x\")"), "{e}");
         assert!(matches!(parse("[]"), Err(CamerasJsonError::Empty)));
         assert!(matches!(parse("{}"), Err(CamerasJsonError::Syntax(_))));
+    }
+
+    /// A fisheye camera's entry says so and reads back as a fisheye; a pinhole's has no
+    /// `camera_model` (the file stays as 3DGS writes it); an unknown model is refused.
+    #[test]
+    fn fisheye_entries_carry_their_camera_model() {
+        let pin = camera();
+        let fish = Camera {
+            projection: Projection::Fisheye,
+            ..camera()
+        };
+        let entries = [
+            CameraEntry::from_camera(0, "pin", &pin),
+            CameraEntry::from_camera(1, "fish", &fish),
+        ];
+        let text = to_string(&entries);
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(json[0].get("camera_model").is_none(), "{text}");
+        assert_eq!(json[1]["camera_model"], "fisheye");
+        let parsed = parse(&text).unwrap();
+        assert_eq!(parsed[0].1.projection, Projection::Pinhole);
+        assert_eq!(parsed[1].1.projection, Projection::Fisheye);
+        // (serde_json's float parsing may be one ulp off in the rotation.)
+        assert_eq!(parsed[1].0.camera_model, Projection::Fisheye);
+        assert_eq!(parsed[1].1.intrinsics, fish.intrinsics);
+        let explicit = text.replacen("\"id\": 0,", "\"id\": 0, \"camera_model\": \"pinhole\",", 1);
+        assert_ne!(explicit, text);
+        assert_eq!(
+            parse(&explicit).unwrap()[0].1.projection,
+            Projection::Pinhole
+        );
+        let odd = text.replace("\"fisheye\"", "\"orthographic\"");
+        let e = parse(&odd).unwrap_err().to_string();
+        assert!(
+            e.contains("camera_model") && e.contains("orthographic"),
+            "{e}"
+        );
     }
 
     #[test]

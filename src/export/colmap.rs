@@ -7,8 +7,12 @@
 //! # What `sparse/0/` holds
 //! - `cameras.bin`: one `PINHOLE` camera (`fx fy cx cy`, the pack's intrinsics exactly: the
 //!   pack's pixels are already undistorted; with `--centre-principal-point`, those of the
-//!   view's centring crop) per distinct size and intrinsics, numbered from 1 in view order.
-//!   3DGS refuses any other model for training, so none other is written.
+//!   view's centring crop) per distinct size, intrinsics and projection, numbered from 1 in
+//!   view order. 3DGS refuses any other model for training, so a pinhole view gets no other.
+//!   A fisheye view (`gs-pack convert --keep-fisheye`: the ideal equidistant fisheye) gets an
+//!   `OPENCV_FISHEYE` camera (`fx fy cx cy k1 k2 k3 k4` with `k = 0`), which gsplat reads as
+//!   its `fisheye` camera model and `gs-pack convert --keep-fisheye` packs as the same
+//!   fisheye view (without the flag, as a pinhole view of its centre).
 //! - `images.bin`: one image per view, ids from 1 in pack order, the world-to-camera rotation
 //!   as COLMAP's `qvec` (w, x, y, z) and `tvec` (OpenCV axes, as the pack stores poses), named
 //!   by its file in `images/` (`<stem>.png`), with no 2D observations.
@@ -41,18 +45,22 @@ use super::cameras_json::CameraEntry;
 use super::nerfstudio::ExportError;
 use crate::dataset::Split;
 use crate::import::colmap::{write_model, ColmapCamera, ColmapImage, ColmapPoint, Encoding};
-use crate::scene::camera::Camera;
+use crate::scene::camera::{Camera, Projection};
 use crate::scene::maths::rotation_to_quaternion_wxyz;
 use crate::shard::Manifest;
 
 /// COLMAP's model id of `PINHOLE` (`fx, fy, cx, cy`).
 const PINHOLE: i32 = 1;
+/// COLMAP's model id of `OPENCV_FISHEYE` (`fx, fy, cx, cy, k1, k2, k3, k4`).
+const OPENCV_FISHEYE: i32 = 5;
 
 /// What [`write_sparse`] wrote besides the points.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ColmapReport {
     /// Distinct cameras in `cameras.bin`.
     pub cameras: usize,
+    /// Of those, the `OPENCV_FISHEYE` cameras of fisheye views (the rest are `PINHOLE`).
+    pub fisheye_cameras: usize,
     /// Whether the readers' default split (every 8th image by sorted file name is a test view)
     /// gives the pack's split; when not, `test.txt` holds the pack's.
     pub every_8th_matches: bool,
@@ -82,18 +90,25 @@ pub fn write_sparse(
     let mut images = Vec::with_capacity(m.views.len());
     for (i, (camera, stem)) in cameras_of_views.iter().zip(stems).enumerate() {
         let k = camera.intrinsics;
-        let params = vec![k.fx, k.fy, k.cx, k.cy];
+        let (model_id, params) = match camera.projection {
+            Projection::Pinhole => (PINHOLE, vec![k.fx, k.fy, k.cx, k.cy]),
+            // The ideal equidistant fisheye is OpenCV's fisheye model with k1..k4 = 0.
+            Projection::Fisheye => (
+                OPENCV_FISHEYE,
+                vec![k.fx, k.fy, k.cx, k.cy, 0.0, 0.0, 0.0, 0.0],
+            ),
+        };
         let (w, h) = (camera.width as u64, camera.height as u64);
         let id = match cameras
             .iter()
-            .find(|c| (c.width, c.height, &c.params) == (w, h, &params))
+            .find(|c| (c.model_id, c.width, c.height, &c.params) == (model_id, w, h, &params))
         {
             Some(c) => c.id,
             None => {
                 let id = cameras.len() as u32 + 1;
                 cameras.push(ColmapCamera {
                     id,
-                    model_id: PINHOLE,
+                    model_id,
                     width: w,
                     height: h,
                     params,
@@ -164,6 +179,10 @@ pub fn write_sparse(
     crate::fsutil::sync_dir(&root.join("sparse")).map_err(io(&root.join("sparse")))?;
     Ok(ColmapReport {
         cameras: cameras.len(),
+        fisheye_cameras: cameras
+            .iter()
+            .filter(|c| c.model_id == OPENCV_FISHEYE)
+            .count(),
         every_8th_matches: every_8th == pack_test,
         max_principal_offset_px: CameraEntry::max_principal_point_offset(cameras_of_views),
     })

@@ -18,10 +18,15 @@
 //!   not written (they are no monocular depth maps); the report counts
 //!   them ([`ExportReport::sfm_depth_views_skipped`]);
 //! - `transforms.json`: `camera_model: "PINHOLE"`; per frame `file_path`, `w`, `h`, `fl_x`,
-//!   `fl_y`, `cx`, `cy` (the pack's pinhole intrinsics: no distortion is left to undo),
+//!   `fl_y`, `cx`, `cy` (the pack's ideal intrinsics: no distortion is left to undo),
 //!   `transform_matrix` (camera-to-world, OpenGL axes: x right, y up, z back) and `mask_path`
 //!   where a mask exists; at the top level nerfstudio's split lists `train_filenames` and
-//!   `test_filenames`, and `ply_file_path` when points are written;
+//!   `test_filenames`, and `ply_file_path` when points are written. A fisheye view (packed
+//!   with `gs-pack convert --keep-fisheye`: the ideal equidistant fisheye) is nerfstudio's
+//!   `OPENCV_FISHEYE` with `k1 k2 k3 k4` = 0 in its frame; `camera_model` is then
+//!   `"OPENCV_FISHEYE"` at the top level when every view is a fisheye, else `"PINHOLE"` at the
+//!   top level and `"OPENCV_FISHEYE"` in each fisheye view's frame (the importer reads a
+//!   frame's keys over the top level's; nerfstudio's own reader takes the top level's only);
 //! - `sparse_pc.ply`: binary little-endian, `x y z` float and `red green blue` uchar: the
 //!   pack's SfM points (the clouds the trainer initialises from). A pack without SfM points
 //!   gets none, unless [`ExportOptions::random_points`] asks for the random points `gs-train`
@@ -69,10 +74,14 @@ use serde_json::{json, Value};
 use crate::dataset::Split;
 use crate::export::ply::{write_point_row, write_points_header};
 use crate::import::colmap::ColmapPoint;
-use crate::scene::camera::{Camera, Intrinsics};
+use crate::scene::camera::{Camera, Intrinsics, Projection};
 use crate::scene::maths::sh_dc_to_rgb;
 use crate::shard::reader::Pack;
 use crate::shard::{PointChunkLayout, PointChunkRef, ShardError};
+
+/// nerfstudio's `camera_model` of OpenCV's fisheye model, written with `k1..k4 = 0` for a
+/// fisheye view (the ideal equidistant fisheye).
+const FISHEYE_MODEL: &str = "OPENCV_FISHEYE";
 
 /// The folder's metadata layout (its `images/`, `masks/` and `depths/` are the same).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -587,6 +596,8 @@ pub fn export(
 
     let mut frames = Vec::with_capacity(m.views.len());
     let (mut train, mut test) = (Vec::new(), Vec::new());
+    let all_fisheye =
+        !cameras.is_empty() && cameras.iter().all(|c| c.projection == Projection::Fisheye);
     for ((v, camera), stem) in m.views.iter().zip(&cameras).zip(&stems) {
         let file_path = format!("images/{stem}.png");
         let k = camera.intrinsics;
@@ -600,6 +611,14 @@ pub fn export(
             "cy": k.cy,
             "transform_matrix": camera.opengl_camera_to_world(),
         });
+        if camera.projection == Projection::Fisheye {
+            for k in ["k1", "k2", "k3", "k4"] {
+                frame[k] = Value::from(0.0);
+            }
+            if !all_fisheye {
+                frame["camera_model"] = Value::from(FISHEYE_MODEL);
+            }
+        }
         if v.mask {
             frame["mask_path"] = Value::from(format!("masks/{stem}.png"));
         }
@@ -610,7 +629,7 @@ pub fn export(
         }
     }
     let mut doc = json!({
-        "camera_model": "PINHOLE",
+        "camera_model": if all_fisheye { FISHEYE_MODEL } else { "PINHOLE" },
         "ramsplat_pack_id": m.pack_id,
         "train_filenames": train,
         "test_filenames": test,

@@ -25,7 +25,8 @@
 //!   image), brought to that size first: by the area mean when smaller, bilinearly when
 //!   larger. Then the image's undistortion (bilinear), crop and area downscale run on the
 //!   values, linearly (no premultiplication, no threshold), in f32; the result is rounded to
-//!   the nearest u16. A map of the image's size that needs no resampling is stored exactly.
+//!   the nearest u16. A map of the image's size that needs no resampling (its lens the
+//!   identity for the view's projection, and no downscale) is stored exactly.
 //! - A 0 is no depth ([`crate::shard::DepthScale::NO_DEPTH`]: sky, a sensor's missing return,
 //!   outside the photo after undistortion), never a value: a resampled value that any 0 takes
 //!   part in (a tap of positive weight) is 0, so no-depth regions may grow by a pixel but a
@@ -446,10 +447,16 @@ fn place(
             ),
         ));
     }
-    let (width, height, pinhole) = if view.distortion.is_none() {
+    let (width, height, ideal) = if cam.projection.is_pinhole() && view.distortion.is_none() {
         (cam.width, cam.height, plane)
     } else {
-        let rect = covered_rect(cam.width, cam.height, &cam.intrinsics, &view.distortion);
+        let rect = covered_rect(
+            cam.width,
+            cam.height,
+            &cam.intrinsics,
+            &view.distortion,
+            cam.projection,
+        );
         if rect.is_empty() {
             return Err(ImportError::invalid(
                 &view.image_path,
@@ -460,15 +467,26 @@ fn place(
                 ),
             ));
         }
-        let map = LensMap::new(cam.width, cam.height, &cam.intrinsics, &view.distortion);
+        let map = LensMap::new(
+            cam.width,
+            cam.height,
+            &cam.intrinsics,
+            &view.distortion,
+            cam.projection,
+        );
         let mut values = vec![0f32; rect.width() as usize * rect.height() as usize];
         values
             .par_chunks_mut(rect.width() as usize)
             .enumerate()
             .for_each(|(j, row)| {
                 for (i, v) in row.iter_mut().enumerate() {
-                    if let Some((u, w)) = map.source(rect.x0 + i as u32, rect.y0 + j as u32) {
-                        *v = sample_bilinear(&plane, u, w);
+                    let (x, y) = (rect.x0 + i as u32, rect.y0 + j as u32);
+                    if let Some((u, w)) = map.source(x, y) {
+                        *v = if map.is_identity() {
+                            plane.values[y as usize * plane.width as usize + x as usize]
+                        } else {
+                            sample_bilinear(&plane, u, w)
+                        };
                     } // else: no content, 0 (no depth)
                 }
             });
@@ -484,9 +502,9 @@ fn place(
     };
     let (w, h) = target_size(width, height, resize);
     Ok(if (w, h) == (width, height) {
-        pinhole
+        ideal
     } else {
-        resize_area(&pinhole, w, h)
+        resize_area(&ideal, w, h)
     })
 }
 

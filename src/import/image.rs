@@ -16,12 +16,19 @@
 //!    baked into the pack: the trainer composites (see `crate::train::alpha`).
 //! 2. The decoded size must equal the metadata's camera size; a mismatch is an error (images
 //!    resized after SfM, or the wrong images folder), never a silent rescale.
-//! 3. [`undistort_rect`] resamples to an ideal pinhole with the *same* size and intrinsics,
+//! 3. [`undistort_rect`] resamples to an ideal image with the *same* size and intrinsics,
 //!    cropped to [`covered_rect`]: the window in which every pixel's ray lands in the photo
 //!    (a pincushion lens's corners would otherwise be empty, and an empty pixel would teach
-//!    the model black). The camera's principal point moves with the crop. A fisheye photo sees
-//!    wider than any pinhole of its size and focal length, so its periphery is dropped and the
-//!    centre keeps its full resolution ([`field_of_view`] says how much is kept).
+//!    the model black). The camera's principal point moves with the crop. The ideal image is
+//!    of the view camera's projection ([`ViewSource::camera`]): the pinhole, whose image a
+//!    fisheye photo overfills (it sees wider than any pinhole of its size and focal length, so
+//!    its periphery is dropped and the centre keeps its full resolution; [`field_of_view`]
+//!    says how much is kept), or, for a fisheye lens under `gs-pack convert --keep-fisheye`,
+//!    the ideal equidistant fisheye ([`Projection::Fisheye`], the lens's coefficients
+//!    removed), which keeps the periphery up to [`FISHEYE_MAX_THETA`] off the axis. A lens
+//!    that is the identity for the projection ([`Distortion::is_identity_for`]: a pinhole
+//!    photo, or an equidistant photo with zero coefficients kept as a fisheye) is copied bit
+//!    for bit.
 //! 4. [`resize_area`] downscales with an exact area (box) filter to [`target_size`].
 //!
 //! Invariants:
@@ -75,7 +82,7 @@ use image::ImageDecoder;
 
 use super::ImportError;
 use crate::dataset::{Distortion, ViewSource};
-use crate::scene::camera::{Camera, Intrinsics};
+use crate::scene::camera::{Camera, Intrinsics, Projection, FISHEYE_MAX_THETA};
 use crate::shard::{DepthScale, PixelLayout};
 
 use crate::resample::{area_row_u8, premultiply, unpremultiply, AxisTaps, MASK_USED_MIN};
@@ -463,16 +470,22 @@ pub fn is_resized_copy(small: (u32, u32), big: (u32, u32)) -> bool {
     w <= bw && h <= bh && (w * bh).abs_diff(h * bw) < bw + bh
 }
 
-/// Where a view's ideal pinhole image samples its photo: the pinhole camera has the photo's
-/// size and intrinsics; pixel centre `(i + 0.5, j + 0.5)` has the normalised ray
-/// `((u − cx)/fx, (v − cy)/fy)`, which the lens ([`Distortion::distort`]) moves to a point of
-/// the photo.
+/// Where a view's ideal image samples its photo: the ideal camera has the photo's size and
+/// intrinsics and the view's [`Projection`]; pixel centre `(i + 0.5, j + 0.5)` has the
+/// normalised point `((u − cx)/fx, (v − cy)/fy)`, the ray that the pinhole (a point `(X/Z, Y/Z)`,
+/// [`Distortion::distort`]) or the equidistant fisheye (`θ · direction`,
+/// [`Distortion::distort_equidistant`]) gives it, which the lens moves to a point of the photo.
 pub(super) struct LensMap<'a> {
     intrinsics: Intrinsics,
     distortion: &'a Distortion,
+    projection: Projection,
+    /// Whether the lens maps every ray to itself ([`Distortion::is_identity_for`]).
+    identity: bool,
     /// The photo's size.
     size: (f64, f64),
-    /// Squared [`valid_radius`] over the image.
+    /// Squared largest normalised radius with content: the lens's fold-over ([`valid_radius`],
+    /// [`valid_angle`]), and for a fisheye image [`FISHEYE_MAX_THETA`] (the renderers draw
+    /// nothing past it).
     r2_valid: f64,
 }
 
@@ -482,6 +495,7 @@ impl<'a> LensMap<'a> {
         height: u32,
         intrinsics: &Intrinsics,
         distortion: &'a Distortion,
+        projection: Projection,
     ) -> Self {
         let Intrinsics { fx, fy, cx, cy } = *intrinsics;
         let (w, h) = (width as f64, height as f64);
@@ -490,19 +504,31 @@ impl<'a> LensMap<'a> {
             .iter()
             .map(|&(u, v)| ((u - cx) / fx).hypot((v - cy) / fy))
             .fold(0.0, f64::max);
-        let r_valid = valid_radius(distortion, r_corner);
+        let r_valid = match projection {
+            Projection::Pinhole => valid_radius(distortion, r_corner),
+            Projection::Fisheye => valid_angle(distortion, r_corner).min(FISHEYE_MAX_THETA),
+        };
         LensMap {
             intrinsics: *intrinsics,
             distortion,
+            projection,
+            identity: distortion.is_identity_for(projection),
             size: (w, h),
             r2_valid: r_valid * r_valid,
         }
     }
 
-    /// The photo point (pixel coordinates) pinhole pixel `(i, j)` samples; `None` when its
-    /// ray lands outside the photo `[0, W] × [0, H]` or beyond the lens model's fold-over
-    /// radius (where a polynomial model maps several rays onto one photo pixel and the content
-    /// would be a mirrored copy): the pixel has no content.
+    /// Whether the lens maps every ray of the ideal image to itself: a pixel with content is
+    /// the photo's own pixel, to be copied rather than resampled.
+    pub(super) fn is_identity(&self) -> bool {
+        self.identity
+    }
+
+    /// The photo point (pixel coordinates) ideal pixel `(i, j)` samples; `None` when its ray
+    /// lands outside the photo `[0, W] × [0, H]`, beyond the lens model's fold-over radius
+    /// (where a polynomial model maps several rays onto one photo pixel and the content would
+    /// be a mirrored copy), or, in a fisheye image, past [`FISHEYE_MAX_THETA`] or where the
+    /// lens sees no ray: the pixel has no content.
     #[inline]
     pub(super) fn source(&self, i: u32, j: u32) -> Option<(f64, f64)> {
         let Intrinsics { fx, fy, cx, cy } = self.intrinsics;
@@ -511,7 +537,10 @@ impl<'a> LensMap<'a> {
         if x * x + y * y > self.r2_valid {
             return None;
         }
-        let (xd, yd) = self.distortion.distort(x, y);
+        let (xd, yd) = match self.projection {
+            Projection::Pinhole => self.distortion.distort(x, y),
+            Projection::Fisheye => self.distortion.distort_equidistant(x, y)?,
+        };
         let u = fx * xd + cx;
         let v = fy * yd + cy;
         // `!(a <= b)` also rejects NaN (a ray where the rational model's denominator is 0).
@@ -562,11 +591,12 @@ impl PixelRect {
     }
 }
 
-/// The window of a view's pinhole image (the photo's size and intrinsics) that a pack keeps:
-/// the whole image when every pixel's ray lands in the photo, otherwise the image with its
-/// edges cropped until none of the window's border pixels is empty (a pixel whose ray lands
-/// outside the photo or past the lens model's fold-over radius, [`valid_radius`]; a lens that
-/// pushes the corners' rays out of the photo, pincushion, leaves them empty).
+/// The window of a view's ideal image (the photo's size and intrinsics, of `projection`) that
+/// a pack keeps: the whole image when every pixel's ray lands in the photo, otherwise the image
+/// with its edges cropped until none of the window's border pixels is empty (a pixel whose ray
+/// lands outside the photo or past the lens model's fold-over radius, [`valid_radius`]; a lens
+/// that pushes the corners' rays out of the photo, pincushion, leaves them empty; in a fisheye
+/// image also a pixel past [`FISHEYE_MAX_THETA`]).
 /// Each side moves in by a pixel while its border row or column has an empty pixel, all four
 /// at once, so the window stays around the principal point; the window is never larger than
 /// the photo, so the view costs no more memory than it would uncropped. COLMAP's
@@ -579,12 +609,13 @@ pub fn covered_rect(
     height: u32,
     intrinsics: &Intrinsics,
     distortion: &Distortion,
+    projection: Projection,
 ) -> PixelRect {
     let mut r = PixelRect::full(width, height);
-    if distortion.is_none() {
+    if projection.is_pinhole() && distortion.is_none() {
         return r;
     }
-    let map = LensMap::new(width, height, intrinsics, distortion);
+    let map = LensMap::new(width, height, intrinsics, distortion, projection);
     while !r.is_empty() {
         let row = |j: u32| (r.x0..r.x1).all(|i| map.source(i, j).is_some());
         let col = |i: u32| (r.y0..r.y1).all(|j| map.source(i, j).is_some());
@@ -607,39 +638,51 @@ pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortio
         src,
         intrinsics,
         distortion,
+        Projection::Pinhole,
         PixelRect::full(src.width, src.height),
     )
 }
 
-/// The window `rect` of the ideal pinhole image of `src` (a photo through a lens with
-/// `distortion`) with the photo's size and `intrinsics`: output pixel `(i, j)` is pinhole
-/// pixel `(rect.x0 + i, rect.y0 + j)`.
+/// The window `rect` of the ideal image of `projection` of `src` (a photo through a lens with
+/// `distortion`) with the photo's size and `intrinsics`: output pixel `(i, j)` is ideal pixel
+/// `(rect.x0 + i, rect.y0 + j)`.
 ///
-/// Each pinhole pixel centre's ray `((u − cx)/fx, (v − cy)/fy)` is moved by the lens
-/// ([`Distortion::distort`]) to a photo point, which is sampled bilinearly (source pixel centres at `+0.5`; within
-/// the image's outer half-pixel the edge pixel is replicated). A pixel whose ray lands outside
-/// the photo or beyond the lens model's fold-over radius ([`valid_radius`]) is black;
-/// [`covered_rect`] gives the window without such pixels.
+/// Each ideal pixel centre's ray is moved by the lens ([`LensMap`]: [`Distortion::distort`]
+/// for a pinhole image, [`Distortion::distort_equidistant`] for a fisheye one) to a photo
+/// point, which is sampled bilinearly (source pixel centres at `+0.5`; within the image's
+/// outer half-pixel the edge pixel is replicated). A pixel whose ray lands outside the photo
+/// or beyond the lens model's fold-over radius ([`valid_radius`]), or in a fisheye image past
+/// [`FISHEYE_MAX_THETA`], is black; [`covered_rect`] gives the window without such pixels.
+/// When the lens is the identity for `projection` ([`Distortion::is_identity_for`]: no
+/// distortion, or a fisheye lens with zero coefficients kept as a fisheye image) every pixel
+/// with content is the photo's own pixel, copied bit for bit.
 pub fn undistort_rect(
     src: &RgbImage,
     intrinsics: &Intrinsics,
     distortion: &Distortion,
+    projection: Projection,
     rect: PixelRect,
 ) -> RgbImage {
     let mut out = RgbImage::new(rect.width(), rect.height());
-    if distortion.is_none() && rect == PixelRect::full(src.width, src.height) {
+    let full = rect == PixelRect::full(src.width, src.height);
+    if projection.is_pinhole() && distortion.is_none() && full {
         out.pixels.copy_from_slice(&src.pixels);
         return out;
     }
-    let map = LensMap::new(src.width, src.height, intrinsics, distortion);
+    let map = LensMap::new(src.width, src.height, intrinsics, distortion, projection);
     let stride = out.stride();
     out.pixels
         .par_chunks_mut(stride)
         .enumerate()
         .for_each(|(j, row)| {
             for (i, px) in row.chunks_exact_mut(3).enumerate() {
-                if let Some((u, v)) = map.source(rect.x0 + i as u32, rect.y0 + j as u32) {
-                    px.copy_from_slice(&sample_bilinear(src, u, v));
+                let (x, y) = (rect.x0 + i as u32, rect.y0 + j as u32);
+                if let Some((u, v)) = map.source(x, y) {
+                    if map.is_identity() {
+                        px.copy_from_slice(&src.get(x, y));
+                    } else {
+                        px.copy_from_slice(&sample_bilinear(src, u, v));
+                    }
                 } // else: no content, black
             }
         });
@@ -670,28 +713,53 @@ pub fn valid_radius(distortion: &Distortion, r_max: f64) -> f64 {
     f64::INFINITY
 }
 
+/// The angle from the optical axis (radians, searched up to `theta_max`) up to which the lens
+/// maps rays to increasing radii ([`Distortion::ray_radius`]): [`valid_radius`] for an ideal
+/// fisheye image, whose normalised radius is the angle itself. A fisheye lens is defined past
+/// 90° and folds back only where its polynomial does; a pinhole-type lens sees no ray from 90°
+/// on, so its angle stops there. Sampled in 4096 steps, like [`valid_radius`]; returns
+/// `f64::INFINITY` when the mapping is monotonic up to `theta_max`.
+pub fn valid_angle(distortion: &Distortion, theta_max: f64) -> f64 {
+    const STEPS: u32 = 4096;
+    let step = theta_max / STEPS as f64;
+    let mut prev = 0.0;
+    for n in 1..=STEPS {
+        let t = n as f64 * step;
+        let rd = distortion.ray_radius(t).unwrap_or(f64::NAN);
+        // Stops at a NaN too (past 90° for a pinhole-type lens): not `Greater`.
+        if rd.partial_cmp(&prev) != Some(std::cmp::Ordering::Greater) {
+            return (n - 1) as f64 * step;
+        }
+        prev = rd;
+    }
+    f64::INFINITY
+}
+
 /// Fields of view in degrees (horizontal, vertical: along the row and the column through the
-/// principal point) of a photo through its lens and of the pinhole image a pack keeps of it.
+/// principal point) of a photo through its lens and of the ideal image a pack keeps of it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FieldOfView {
     /// The photo's. `None` on an axis whose image edge lies past the lens model's fold-over,
     /// where the model does not say which ray the edge sees.
     pub photo: [Option<f64>; 2],
-    /// The pinhole image's (the window of the photo's size and intrinsics that is kept).
-    pub pinhole: [f64; 2],
+    /// The ideal image's (the window of the photo's size, intrinsics and projection that is
+    /// kept).
+    pub kept: [f64; 2],
 }
 
 /// The fields of view of a photo of size `width × height` with `intrinsics` and lens
-/// `distortion`, and of the window `kept` of its pinhole image (see [`FieldOfView`];
-/// [`covered_rect`] gives the window a pack keeps). The photo's edge angles invert the lens's
-/// radial mapping numerically (a 4096-step scan for its first monotonic stretch, then
-/// bisection to 1e-12 rad); the pinhole's are `atan` of the window edges' normalised
-/// distances from the principal point.
+/// `distortion`, and of the window `kept` of its ideal image of `projection` (see
+/// [`FieldOfView`]; [`covered_rect`] gives the window a pack keeps). The photo's edge angles
+/// invert the lens's radial mapping numerically (a 4096-step scan for its first monotonic
+/// stretch, then bisection to 1e-12 rad); a pinhole window's are `atan` of its edges'
+/// normalised distances from the principal point, a fisheye window's those distances
+/// themselves (the equidistant projection's radius is the angle).
 pub fn field_of_view(
     width: u32,
     height: u32,
     intrinsics: &Intrinsics,
     distortion: &Distortion,
+    projection: Projection,
     kept: PixelRect,
 ) -> FieldOfView {
     let Intrinsics { fx, fy, cx, cy } = *intrinsics;
@@ -749,11 +817,15 @@ pub fn field_of_view(
         photo_angle(edges[2]).zip(photo_angle(edges[3])),
     ]
     .map(|a| a.map(|(p, q)| deg(p + q)));
-    let pinhole = [
-        deg(window[0].atan() + window[1].atan()),
-        deg(window[2].atan() + window[3].atan()),
+    let angle = |e: f64| match projection {
+        Projection::Pinhole => e.atan(),
+        Projection::Fisheye => e,
+    };
+    let kept = [
+        deg(angle(window[0]) + angle(window[1])),
+        deg(angle(window[2]) + angle(window[3])),
     ];
-    FieldOfView { photo, pinhole }
+    FieldOfView { photo, kept }
 }
 
 /// Bilinear sample at continuous pixel coordinates `(u, v)` (centres at +0.5), clamping the
@@ -935,9 +1007,11 @@ fn place_rgba(
     Ok((camera, pixels))
 }
 
-/// Whether packing `view` at `resize` resamples its pixels (undistortion or downscaling).
+/// Whether packing `view` at `resize` resamples its pixels (undistortion or downscaling; a
+/// lens that is the identity for the view's projection copies its pixels, even where it
+/// crops).
 fn resamples(view: &ViewSource, resize: Resize) -> bool {
-    !view.distortion.is_none()
+    !view.distortion.is_identity_for(view.camera.projection)
         || target_size(view.camera.width, view.camera.height, resize)
             != (view.camera.width, view.camera.height)
 }
@@ -1077,10 +1151,16 @@ fn place(
             ),
         ));
     }
-    let (cam, pinhole) = if view.distortion.is_none() {
+    let (cam, ideal) = if cam.projection.is_pinhole() && view.distortion.is_none() {
         (cam, decoded)
     } else {
-        let rect = covered_rect(cam.width, cam.height, &cam.intrinsics, &view.distortion);
+        let rect = covered_rect(
+            cam.width,
+            cam.height,
+            &cam.intrinsics,
+            &view.distortion,
+            cam.projection,
+        );
         if rect.is_empty() {
             return Err(ImportError::invalid(
                 path,
@@ -1092,16 +1172,23 @@ fn place(
                 ),
             ));
         }
-        let u = undistort_rect(&decoded, &cam.intrinsics, &view.distortion, rect);
+        let u = undistort_rect(
+            &decoded,
+            &cam.intrinsics,
+            &view.distortion,
+            cam.projection,
+            rect,
+        );
         drop(decoded);
+        // The crop keeps the projection (`Camera::cropped`).
         (rect.camera(&cam), u)
     };
     let (w, h) = target_size(cam.width, cam.height, resize);
     if (w, h) == (cam.width, cam.height) {
-        return Ok((cam, pinhole));
+        return Ok((cam, ideal));
     }
-    let small = resize_area(&pinhole, w, h);
-    drop(pinhole);
+    let small = resize_area(&ideal, w, h);
+    drop(ideal);
     Ok((cam.resized(small.width, small.height), small))
 }
 
@@ -1432,8 +1519,11 @@ mod tests {
         };
         let full = PixelRect::full(200, 100);
         let fisheye = Distortion::Fisheye { k: [0.0; 4] };
-        assert_eq!(covered_rect(200, 100, &k, &fisheye), full);
-        let fov = field_of_view(200, 100, &k, &fisheye, full);
+        assert_eq!(
+            covered_rect(200, 100, &k, &fisheye, Projection::Pinhole),
+            full
+        );
+        let fov = field_of_view(200, 100, &k, &fisheye, Projection::Pinhole, full);
         let [h, v] = fov.photo.map(Option::unwrap);
         assert!(
             (h - 120.0).abs() < 1e-9 && (v - 60.0).abs() < 1e-9,
@@ -1441,21 +1531,21 @@ mod tests {
         );
         // The pinhole of the same focal length: 2·atan(π/3) and 2·atan(π/6).
         let want = [FRAC_PI_3, FRAC_PI_3 / 2.0].map(|e| 2.0 * e.atan().to_degrees());
-        assert!((fov.pinhole[0] - want[0]).abs() < 1e-9, "{fov:?}");
-        assert!((fov.pinhole[1] - want[1]).abs() < 1e-9, "{fov:?}");
+        assert!((fov.kept[0] - want[0]).abs() < 1e-9, "{fov:?}");
+        assert!((fov.kept[1] - want[1]).abs() < 1e-9, "{fov:?}");
         // A pinhole photo keeps its whole field of view; an off-centre principal point counts
         // each side's share.
         let k2 = Intrinsics { cx: 150.0, ..k };
-        let fov = field_of_view(200, 100, &k2, &Distortion::NONE, full);
+        let fov = field_of_view(200, 100, &k2, &Distortion::NONE, Projection::Pinhole, full);
         let want = (150.0 / f).atan().to_degrees() + (50.0 / f).atan().to_degrees();
         assert!((fov.photo[0].unwrap() - want).abs() < 1e-9, "{fov:?}");
-        assert!((fov.pinhole[0] - want).abs() < 1e-9, "{fov:?}");
+        assert!((fov.kept[0] - want).abs() < 1e-9, "{fov:?}");
         // k1 = −0.3 folds over at θ = 1/√0.9 (radius 0.7027): the photo's horizontal edges
         // (at 1.047) are past it; its vertical ones (0.524) are not.
         let folded = Distortion::Fisheye {
             k: [-0.3, 0.0, 0.0, 0.0],
         };
-        let fov = field_of_view(200, 100, &k, &folded, full);
+        let fov = field_of_view(200, 100, &k, &folded, Projection::Pinhole, full);
         assert_eq!(fov.photo[0], None);
         assert!(fov.photo[1].is_some());
         // A window: the angles of its own edges.
@@ -1465,9 +1555,169 @@ mod tests {
             x1: 180,
             y1: 100,
         };
-        let fov = field_of_view(200, 100, &k, &folded, window);
+        let fov = field_of_view(200, 100, &k, &folded, Projection::Pinhole, window);
         let want = (60.0 / f).atan().to_degrees() + (80.0 / f).atan().to_degrees();
-        assert!((fov.pinhole[0] - want).abs() < 1e-9, "{fov:?}");
+        assert!((fov.kept[0] - want).abs() < 1e-9, "{fov:?}");
+    }
+
+    /// An equidistant photo with zero coefficients kept as a fisheye image is the photo itself:
+    /// copied bit for bit, nothing cropped while every pixel is within FISHEYE_MAX_THETA; a
+    /// focal length that puts the corners past it (beyond 90° off the axis) crops the edges
+    /// until the window's borders are inside, and every kept pixel is still the photo's own.
+    #[test]
+    fn an_equidistant_photo_kept_as_a_fisheye_is_copied_bit_for_bit() {
+        let src = pattern(40, 30, |x, y| {
+            [(x * 6 + y) as u8, (y * 8 + x * 3) as u8, (x * y) as u8]
+        });
+        let lens = Distortion::Fisheye { k: [0.0; 4] };
+        assert!(lens.is_identity_for(Projection::Fisheye));
+        assert!(!lens.is_identity_for(Projection::Pinhole));
+        // Corners 25 px from the centre: at f = 20 they are 71.6° off the axis.
+        let k = Intrinsics {
+            fx: 20.0,
+            fy: 20.0,
+            cx: 20.0,
+            cy: 15.0,
+        };
+        let full = PixelRect::full(40, 30);
+        assert_eq!(covered_rect(40, 30, &k, &lens, Projection::Fisheye), full);
+        let out = undistort_rect(&src, &k, &lens, Projection::Fisheye, full);
+        assert_eq!(out, src);
+        let fov = field_of_view(40, 30, &k, &lens, Projection::Fisheye, full);
+        let [h, v] = fov.photo.map(Option::unwrap);
+        assert!((fov.kept[0] - h).abs() < 1e-9 && (fov.kept[1] - v).abs() < 1e-9);
+        assert!((h - 2.0f64.to_degrees()).abs() < 1e-9, "{fov:?}");
+        // At f = 12 the corners are 119° off the axis: cropped to the pixels within 89.9°.
+        let k = Intrinsics {
+            fx: 12.0,
+            fy: 12.0,
+            ..k
+        };
+        let rect = covered_rect(40, 30, &k, &lens, Projection::Fisheye);
+        assert!(rect != full && !rect.is_empty(), "{rect:?}");
+        let angle =
+            |x: u32, y: u32| ((x as f64 + 0.5 - k.cx) / k.fx).hypot((y as f64 + 0.5 - k.cy) / k.fy);
+        let whole = undistort_rect(&src, &k, &lens, Projection::Fisheye, full);
+        for y in 0..30 {
+            for x in 0..40 {
+                let inside = angle(x, y) <= FISHEYE_MAX_THETA;
+                let want = if inside { src.get(x, y) } else { [0; 3] };
+                assert_eq!(whole.get(x, y), want, "({x}, {y})");
+                let in_rect = x >= rect.x0 && x < rect.x1 && y >= rect.y0 && y < rect.y1;
+                assert!(!in_rect || inside, "({x}, {y}) kept past 90°");
+            }
+        }
+        // Each side stopped at the first border with every pixel inside.
+        let row_inside = |y: u32| (rect.x0..rect.x1).all(|x| angle(x, y) <= FISHEYE_MAX_THETA);
+        assert!(row_inside(rect.y0) && row_inside(rect.y1 - 1));
+        assert!(!(rect.x0..rect.x1).all(|x| angle(x, rect.y0 - 1) <= FISHEYE_MAX_THETA));
+        let kept = undistort_rect(&src, &k, &lens, Projection::Fisheye, rect);
+        assert_eq!(kept.pixels, rect_of(&src, rect));
+        // A pinhole-type lens sees nothing from 90° on: an equidistant image of a pinhole
+        // photo stops there too (and is resampled, not copied).
+        assert!(!Distortion::NONE.is_identity_for(Projection::Fisheye));
+        let map = LensMap::new(40, 30, &k, &Distortion::NONE, Projection::Fisheye);
+        assert!(!map.is_identity());
+        assert_eq!(map.source(0, 0), None);
+        let (u, v) = map.source(20, 15).unwrap();
+        assert!(
+            (u - 20.5).abs() < 1e-3 && (v - 15.5).abs() < 1e-3,
+            "{u} {v}"
+        );
+    }
+
+    /// A photo through a fisheye lens with coefficients resampled to the ideal equidistant
+    /// image of its size and intrinsics: the scene is a smooth pattern over the ideal image's
+    /// normalised coordinates `θ·direction`, and the photo is made from it by inverting the
+    /// lens independently (bisection on θ_d), so the packed pixel at `(a, b)` must be the
+    /// pattern at `(a, b)` up to resampling error. The fisheye image keeps the periphery the
+    /// pinhole image of the same focal length drops.
+    #[test]
+    fn a_fisheye_lens_resamples_to_the_ideal_equidistant_image() {
+        let (w, h) = (96u32, 72u32);
+        let k = Intrinsics {
+            fx: 40.0,
+            fy: 40.0,
+            cx: 48.0,
+            cy: 36.0,
+        };
+        let coeffs = [0.04, -0.02, 0.004, -0.0005];
+        let lens = Distortion::Fisheye { k: coeffs };
+        let theta_d = |t: f64| {
+            t * (1.0
+                + coeffs[0] * t.powi(2)
+                + coeffs[1] * t.powi(4)
+                + coeffs[2] * t.powi(6)
+                + coeffs[3] * t.powi(8))
+        };
+        let g = |a: f64, b: f64| -> [f64; 3] {
+            [
+                127.5 + 100.0 * (3.0 * a + 0.2).sin() * (2.5 * b).cos(),
+                127.5 + 100.0 * (2.0 * a - 3.0 * b).cos(),
+                127.5 + 100.0 * (3.0 * b + 1.0).sin(),
+            ]
+        };
+        let photo = pattern(w, h, |i, j| {
+            let xd = (i as f64 + 0.5 - k.cx) / k.fx;
+            let yd = (j as f64 + 0.5 - k.cy) / k.fy;
+            let rd = xd.hypot(yd);
+            let (mut lo, mut hi) = (0.0f64, 2.5f64);
+            for _ in 0..200 {
+                let mid = 0.5 * (lo + hi);
+                if theta_d(mid) < rd {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            let s = if rd == 0.0 { 1.0 } else { lo / rd };
+            g(xd * s, yd * s).map(|c| c.round() as u8)
+        });
+        let rect = covered_rect(w, h, &k, &lens, Projection::Fisheye);
+        let out = undistort_rect(&photo, &k, &lens, Projection::Fisheye, rect);
+        let (mut worst, mut checked) = (0.0f64, 0);
+        for j in 0..rect.height() {
+            for i in 0..rect.width() {
+                let a = ((rect.x0 + i) as f64 + 0.5 - k.cx) / k.fx;
+                let b = ((rect.y0 + j) as f64 + 0.5 - k.cy) / k.fy;
+                // Away from the photo's outer 2 px, where the edge pixel is replicated.
+                let t = a.hypot(b);
+                let s = if t == 0.0 { 1.0 } else { theta_d(t) / t };
+                let (u, v) = (k.fx * a * s + k.cx, k.fy * b * s + k.cy);
+                if !(u >= 2.0 && u <= w as f64 - 2.0 && v >= 2.0 && v <= h as f64 - 2.0) {
+                    continue;
+                }
+                let got = out.get(i, j);
+                for (c, want) in g(a, b).iter().enumerate() {
+                    worst = worst.max((got[c] as f64 - want).abs());
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > (w * h) as usize / 2, "{checked}");
+        // Bilinear error of a pattern this smooth plus two roundings; a lens applied the
+        // wrong way round or a half-pixel slip costs tens of levels.
+        assert!(worst <= 3.0, "worst error {worst} levels");
+        // The fisheye image keeps more of the photo than the pinhole image does.
+        let fish = field_of_view(w, h, &k, &lens, Projection::Fisheye, rect);
+        let pin_rect = covered_rect(w, h, &k, &lens, Projection::Pinhole);
+        let pin = field_of_view(w, h, &k, &lens, Projection::Pinhole, pin_rect);
+        assert!(fish.kept[0] > pin.kept[0] + 10.0, "{fish:?} {pin:?}");
+        assert!(fish.kept[1] > pin.kept[1] + 5.0, "{fish:?} {pin:?}");
+        // No more than the photo sees, but for the half pixel between the window's outermost
+        // pixel centres (which have content) and its edges, on either side.
+        let half_pixel = (0.5 / k.fx).to_degrees();
+        for axis in 0..2 {
+            let photo = fish.photo[axis].unwrap();
+            assert!(
+                fish.kept[axis] <= photo + 2.0 * half_pixel,
+                "{fish:?} {rect:?}"
+            );
+            assert!(
+                fish.kept[axis] >= photo - 4.0 * half_pixel,
+                "{fish:?} {rect:?}"
+            );
+        }
     }
 
     #[test]
@@ -1921,7 +2171,7 @@ mod tests {
             Distortion::Fisheye { k: [0.0; 4] },
         ] {
             assert_eq!(
-                covered_rect(31, 17, &k, &d),
+                covered_rect(31, 17, &k, &d, Projection::Pinhole),
                 PixelRect::full(31, 17),
                 "{d:?}"
             );
@@ -1933,28 +2183,28 @@ mod tests {
             k: [0.0, 0.0, 0.0, 40.0],
             p: [0.0; 2],
         };
-        let r = covered_rect(31, 17, &k, &brown_pin);
+        let r = covered_rect(31, 17, &k, &brown_pin, Projection::Pinhole);
         assert!(r != PixelRect::full(31, 17) && !r.is_empty(), "{r:?}");
-        let map = LensMap::new(31, 17, &k, &brown_pin);
+        let map = LensMap::new(31, 17, &k, &brown_pin, Projection::Pinhole);
         assert!((r.y0..r.y1).all(|j| (r.x0..r.x1).all(|i| map.source(i, j).is_some())));
         let pin = rt(0.8);
-        let r = covered_rect(31, 17, &k, &pin);
+        let r = covered_rect(31, 17, &k, &pin, Projection::Pinhole);
         assert!(r != PixelRect::full(31, 17) && !r.is_empty(), "{r:?}");
         assert!(r.x0 <= 15 && r.x1 > 15 && r.y0 <= 8 && r.y1 > 8, "{r:?}");
-        let map = LensMap::new(31, 17, &k, &pin);
+        let map = LensMap::new(31, 17, &k, &pin, Projection::Pinhole);
         for j in r.y0..r.y1 {
             for i in r.x0..r.x1 {
                 assert!(map.source(i, j).is_some(), "({i}, {j}) in {r:?}");
             }
         }
         let src = pattern(31, 17, |x, y| [(x * 8) as u8, (y * 15) as u8, 77]);
-        let out = undistort_rect(&src, &k, &pin, r);
+        let out = undistort_rect(&src, &k, &pin, Projection::Pinhole, r);
         assert_eq!((out.width, out.height), (r.width(), r.height()));
         assert_eq!(out.pixels, rect_of(&undistort(&src, &k, &pin), r));
         // A lens that folds over before the nearest pixel centre leaves nothing: packing its
         // view is refused, naming it.
         let off = Intrinsics { cx: 15.25, ..k };
-        let none = covered_rect(31, 17, &off, &rt(-1e6));
+        let none = covered_rect(31, 17, &off, &rt(-1e6), Projection::Pinhole);
         assert!(
             none.is_empty() && none.width() * none.height() == 0,
             "{none:?}"
@@ -2020,13 +2270,13 @@ mod tests {
         };
         // The fox lens moves the rays of the pinhole image's edge rows and columns (1.6 % of
         // its pixels) out of the photo by up to a few pixels: those edges are cropped.
-        let map = LensMap::new(1080, 1920, &k, &view.distortion);
+        let map = LensMap::new(1080, 1920, &k, &view.distortion, Projection::Pinhole);
         let empty = (0..1920)
             .flat_map(|j| (0..1080).map(move |i| (i, j)))
             .filter(|&(i, j)| map.source(i, j).is_none())
             .count();
         assert!((33_000..34_500).contains(&empty), "{empty} empty pixels");
-        let rect = covered_rect(1080, 1920, &k, &view.distortion);
+        let rect = covered_rect(1080, 1920, &k, &view.distortion, Projection::Pinhole);
         assert_eq!(
             rect,
             PixelRect {
@@ -2055,7 +2305,7 @@ mod tests {
 
         // Same pipeline by hand: undistort the window at full size, then the area filter.
         let full = load_rgb8(&view.image_path).unwrap();
-        let und = undistort_rect(&full, &k, &view.distortion, rect);
+        let und = undistort_rect(&full, &k, &view.distortion, Projection::Pinhole, rect);
         let whole = undistort(&full, &k, &view.distortion);
         assert_ne!(
             whole, full,

@@ -16,8 +16,12 @@
 //!   [`metashape`]); other models are refused at import time with a message, never silently
 //!   treated as pinhole. A photo becomes a pinhole image of its size and intrinsics, cropped
 //!   where the lens leaves it empty (`image::covered_rect`); a fisheye's periphery does not
-//!   fit in it. [`open`] adds a warning per camera whose pinhole image keeps less than the
-//!   photo shows, saying how much is kept;
+//!   fit in it. Under [`ImportOptions::keep_fisheye`] a fisheye lens's photo becomes the ideal
+//!   equidistant fisheye image of its size and intrinsics instead: every such view's
+//!   [`ViewSource::camera`] has `projection` [`Projection::Fisheye`], every other view's
+//!   (and every view's without the option) is [`Projection::Pinhole`]. [`open`] adds a
+//!   warning per camera whose pinhole image keeps less than the photo shows, and a note per
+//!   fisheye camera, saying how much is kept;
 //! - views are in a stable order (sorted by image name), so packs are reproducible;
 //! - a view has a [`ViewSource::depth`] only under [`ImportOptions::depths`], with an existing
 //!   map and a reliable fit ([`depth`]); a view whose fit is unreliable has none, and a
@@ -42,8 +46,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
 
-use crate::dataset::{Format, PointSource, ViewSource};
-use crate::scene::camera::CameraError;
+use crate::dataset::{Distortion, Format, PointSource, ViewSource};
+use crate::scene::camera::{CameraError, Projection, FISHEYE_MAX_THETA};
 
 /// Importer options shared by every format.
 #[derive(Clone, Debug, Default)]
@@ -70,6 +74,12 @@ pub struct ImportOptions {
     /// ([`transform`]). Set only for the clouds it is meant for: the `--points` cloud, or the
     /// clouds of a point-cloud conversion, never a dataset's own points.
     pub points_transform: Option<transform::PointsTransform>,
+    /// `gs-pack convert --keep-fisheye`: a view whose lens is OpenCV's fisheye model is packed
+    /// as the ideal equidistant fisheye image of its photo's size and intrinsics (the lens's
+    /// `k1..k4` removed; [`crate::scene::camera::Projection::Fisheye`]) instead of as a pinhole
+    /// image; [`open`] sets such a view's [`ViewSource::camera`] projection. Views of other
+    /// lenses are unaffected.
+    pub keep_fisheye: bool,
 }
 
 /// The camera of a view whose image file is `path`: `camera` itself, or scaled to the file when
@@ -624,6 +634,15 @@ pub fn open(
         )),
         Format::Auto => unreachable!("resolved above"),
     }?;
+    // Importers describe the photo; the ideal image it becomes is chosen here, once.
+    for v in &mut scene.views {
+        v.camera.projection =
+            if options.keep_fisheye && matches!(v.distortion, Distortion::Fisheye { .. }) {
+                Projection::Fisheye
+            } else {
+                Projection::Pinhole
+            };
+    }
     scene.warnings.extend(lens_notes(&scene.views));
     Ok(scene)
 }
@@ -631,26 +650,38 @@ pub fn open(
 /// Cameras a lens warning describes one by one; the rest are counted.
 const LENS_NOTES: usize = 3;
 
-/// One warning per distinct camera (size, intrinsics and lens) whose pinhole image a pack
-/// keeps less of than the photo shows (the first [`LENS_NOTES`], then a count): a fisheye
-/// lens (how much of its field of view the pinhole image keeps), or a lens that leaves the
+/// Whether a fisheye camera's image reaches past [`FISHEYE_MAX_THETA`] off the axis (at a
+/// corner): pixels there have no content.
+fn reaches_past_max_theta(c: &crate::scene::camera::Camera) -> bool {
+    let k = c.intrinsics;
+    let (w, h) = (f64::from(c.width), f64::from(c.height));
+    [(0.0, 0.0), (w, 0.0), (0.0, h), (w, h)]
+        .iter()
+        .any(|&(u, v)| ((u - k.cx) / k.fx).hypot((v - k.cy) / k.fy) > FISHEYE_MAX_THETA)
+}
+
+/// One warning per distinct camera (size, intrinsics, lens and projection) whose ideal image
+/// a pack keeps less of than the photo shows, or that is a fisheye lens (the first
+/// [`LENS_NOTES`], then a count): a fisheye lens (how much of its field of view the pinhole,
+/// or under `--keep-fisheye` the equidistant fisheye, image keeps), or a lens that leaves the
 /// undistorted image's edges empty (the crop, see [`image::covered_rect`]). The trade-off is
 /// the pack's, so the user is told before training on it.
 fn lens_notes(views: &[ViewSource]) -> Vec<String> {
-    use crate::dataset::Distortion;
     // (views using it, the first view's index, its kept window) per distinct camera (size,
-    // intrinsics and lens; the pose is not part of it), in view order.
+    // intrinsics, lens and projection; the pose is not part of it), in view order.
     let mut cameras: Vec<(usize, usize, image::PixelRect)> = Vec::new();
     let same_camera = |a: &ViewSource, b: &ViewSource| {
         (
             a.camera.width,
             a.camera.height,
             a.camera.intrinsics,
+            a.camera.projection,
             a.distortion,
         ) == (
             b.camera.width,
             b.camera.height,
             b.camera.intrinsics,
+            b.camera.projection,
             b.distortion,
         )
     };
@@ -662,7 +693,13 @@ fn lens_notes(views: &[ViewSource]) -> Vec<String> {
             Some((n, ..)) => *n += 1,
             None => {
                 let c = &v.camera;
-                let kept = image::covered_rect(c.width, c.height, &c.intrinsics, &v.distortion);
+                let kept = image::covered_rect(
+                    c.width,
+                    c.height,
+                    &c.intrinsics,
+                    &v.distortion,
+                    c.projection,
+                );
                 cameras.push((1, index, kept));
             }
         }
@@ -687,10 +724,19 @@ fn lens_notes(views: &[ViewSource]) -> Vec<String> {
                 format!("{n} views (the first: {})", v.name)
             };
             let crop = (kept != image::PixelRect::full(c.width, c.height)).then(|| {
+                let what = match c.projection {
+                    Projection::Pinhole => "undistorted",
+                    Projection::Fisheye => "equidistant",
+                };
                 format!(
-                    "the undistorted image's edges would show pixels outside the photo, so \
-                         it is cropped to {}x{} of {}x{} ({:.1} % of its pixels; COLMAP's \
-                         image_undistorter crops alike)",
+                    "the {what} image's edges would show pixels outside the photo{}, so it is \
+                     cropped to {}x{} of {}x{} ({:.1} % of its pixels; COLMAP's \
+                     image_undistorter crops alike)",
+                    if c.projection.is_pinhole() || !reaches_past_max_theta(c) {
+                        ""
+                    } else {
+                        " or rays the renderers do not draw (90° or more off the axis)"
+                    },
                     kept.width(),
                     kept.height(),
                     c.width,
@@ -701,23 +747,41 @@ fn lens_notes(views: &[ViewSource]) -> Vec<String> {
             });
             match v.distortion {
                 Distortion::Fisheye { .. } => {
-                    let fov =
-                        image::field_of_view(c.width, c.height, &c.intrinsics, &v.distortion, kept);
+                    let fov = image::field_of_view(
+                        c.width,
+                        c.height,
+                        &c.intrinsics,
+                        &v.distortion,
+                        c.projection,
+                        kept,
+                    );
                     let photo = match fov.photo {
                         [Some(h), Some(w)] => format!("of the photo's {h:.0}°×{w:.0}°"),
                         _ => "of the photo (whose edges lie past the lens model's fold-over)"
                             .to_owned(),
                     };
-                    format!(
-                        "{views}: a fisheye lens, resampled to a pinhole image of the same \
-                         focal length, which keeps {:.0}°×{:.0}° {photo} through the centre \
-                         at full resolution (a pinhole image cannot hold a wide periphery){}; \
-                         to keep more, undistort the photos to a wider pinhole first (e.g. \
-                         COLMAP image_undistorter) and pack those",
-                        fov.pinhole[0],
-                        fov.pinhole[1],
-                        crop.map(|c| format!("; {c}")).unwrap_or_default()
-                    )
+                    match c.projection {
+                        Projection::Pinhole => format!(
+                            "{views}: a fisheye lens, resampled to a pinhole image of the same \
+                             focal length, which keeps {:.0}°×{:.0}° {photo} through the centre \
+                             at full resolution (a pinhole image cannot hold a wide \
+                             periphery){}; to keep more, pass --keep-fisheye (fisheye views, \
+                             for a trainer that renders them), or undistort the photos to a \
+                             wider pinhole first (e.g. COLMAP image_undistorter) and pack those",
+                            fov.kept[0],
+                            fov.kept[1],
+                            crop.map(|c| format!("; {c}")).unwrap_or_default()
+                        ),
+                        Projection::Fisheye => format!(
+                            "{views}: a fisheye lens, kept as a fisheye view (--keep-fisheye): \
+                             resampled to the ideal equidistant fisheye image of the same \
+                             focal length (the lens's k1..k4 removed), which keeps \
+                             {:.0}°×{:.0}° {photo} through the centre{}",
+                            fov.kept[0],
+                            fov.kept[1],
+                            crop.map(|c| format!("; {c}")).unwrap_or_default()
+                        ),
+                    }
                 }
                 Distortion::RadialTangential { .. } | Distortion::Brown { .. } => {
                     format!("{views}: {}", crop.unwrap_or_default())
@@ -728,9 +792,71 @@ fn lens_notes(views: &[ViewSource]) -> Vec<String> {
     if cameras.len() > LENS_NOTES {
         notes.push(format!(
             "{} more cameras keep less than their photos show, alike (a fisheye periphery or \
-             cropped edges)",
+             cropped edges), or are kept as fisheye views",
             cameras.len() - LENS_NOTES
         ));
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scene::camera::{Camera, Intrinsics, Pose};
+
+    fn fisheye_view(name: &str, f: f64, projection: Projection) -> ViewSource {
+        ViewSource {
+            name: name.into(),
+            image_path: PathBuf::from(name),
+            camera: Camera {
+                width: 64,
+                height: 48,
+                intrinsics: Intrinsics {
+                    fx: f,
+                    fy: f,
+                    cx: 32.0,
+                    cy: 24.0,
+                },
+                world_to_camera: Pose::IDENTITY,
+                projection,
+            },
+            distortion: Distortion::Fisheye { k: [0.0; 4] },
+            split: None,
+            mask_path: None,
+            depth: None,
+        }
+    }
+
+    /// A fisheye camera's note says how it is packed and what it keeps: a pinhole image keeps
+    /// less than the photo; an equidistant one of an ideal lens keeps all of it, unless its
+    /// corners lie past FISHEYE_MAX_THETA, which crops them (and the note says why).
+    #[test]
+    fn lens_notes_say_what_a_fisheye_view_keeps() {
+        // f = 32/(π/3): the left and right edges 60° off the axis; corners 75°.
+        let f = 32.0 / std::f64::consts::FRAC_PI_3;
+        let notes = lens_notes(&[fisheye_view("a", f, Projection::Pinhole)]);
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with("view a: a fisheye lens, resampled to a pinhole image")
+                && notes[0].contains("pass --keep-fisheye"),
+            "{notes:?}"
+        );
+        let notes = lens_notes(&[
+            fisheye_view("b", f, Projection::Fisheye),
+            fisheye_view("c", f, Projection::Fisheye),
+        ]);
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with("2 views (the first: b): a fisheye lens, kept as a fisheye view")
+                && notes[0].contains("which keeps 120°×90° of the photo's 120°×90°")
+                && !notes[0].contains("cropped"),
+            "{notes:?}"
+        );
+        // At a third of that focal length the corners are 225° off the axis.
+        let notes = lens_notes(&[fisheye_view("d", f / 3.0, Projection::Fisheye)]);
+        assert!(
+            notes[0].contains("the equidistant image's edges would show pixels outside the photo or rays the renderers do not draw (90° or more off the axis), so it is cropped to"),
+            "{notes:?}"
+        );
+    }
 }

@@ -4,16 +4,18 @@
 //!
 //! Owns: the table of observations ([`SfmObservations`], built from the model's tracks by
 //! `crate::import::colmap::read_observations`), the projection of a view's points through its
-//! *packed* pinhole camera (after undistortion, crop and resize, so `--downscale` and
+//! *packed* camera, pinhole or fisheye (after undistortion, crop and resize, so `--downscale` and
 //! `--max-width` apply), and the encoding of the result as the pack's per-view inverse-depth
 //! plane ([`crate::shard::VIEW_FLAG_DEPTH`]).
 //!
 //! Rules ([`sparse_plane`]):
-//! - A point `p` with camera coordinates `(x, y, z)` lands at `u = fx·x/z + cx`,
-//!   `v = fy·y/z + cy`, in pixel `(⌊u⌋, ⌊v⌋)` (pixel `(i, j)` covers `[i, i+1) × [j, j+1)`,
+//! - A point `p` with camera coordinates `(x, y, z)` lands where the camera's projection puts
+//!   it ([`Camera::project_camera_point`]: `u = fx·x/z + cx`, `v = fy·y/z + cy` for a pinhole
+//!   view, the equidistant mapping for a fisheye one), in pixel `(⌊u⌋, ⌊v⌋)` (pixel `(i, j)` covers `[i, i+1) × [j, j+1)`,
 //!   ramsplat's and COLMAP's convention). It is kept when its coordinates are finite, `z > 0`,
 //!   `1/z` is finite, and `0 ≤ u < W`, `0 ≤ v < H`. Where several land in one pixel the nearest
-//!   (largest `1/z`) is kept. Masked pixels keep their points: the trainer's loss leaves masked
+//!   (largest `1/z`) is kept. `z` is the camera-space depth along the optical axis for
+//!   either projection (a fisheye view's too), the depth the renderers draw. Masked pixels keep their points: the trainer's loss leaves masked
 //!   pixels out itself.
 //! - With `lo`, `hi` the smallest and largest kept `1/z` of the view, a kept pixel stores
 //!   `raw = 1 + round((1/z − lo)/(hi − lo)·65534)`, in `[1, 65535]`, never
@@ -73,26 +75,26 @@ pub struct SparsePlane {
 /// Stored value of a pixel in a view whose kept inverse depths span one value (`hi == lo`).
 const CONSTANT_RAW: u16 = 32768;
 
-/// The sparse inverse-depth plane of `points` seen by `camera` (the view's packed pinhole
-/// camera); `None` when no point is kept. See the module doc for the rules.
+/// The sparse inverse-depth plane of `points` seen by `camera` (the view's packed
+/// camera, pinhole or fisheye); `None` when no point is kept. See the module doc for the rules.
 pub fn sparse_plane(
     camera: &Camera,
     points: impl Iterator<Item = [f64; 3]>,
 ) -> Option<SparsePlane> {
     let (w, h) = (camera.width as usize, camera.height as usize);
-    let k = camera.intrinsics;
     // (pixel index, inverse depth) of every kept point.
     let mut kept: Vec<(usize, f64)> = points
         .filter_map(|p| {
             if !p.iter().all(|c| c.is_finite()) {
                 return None;
             }
-            let [x, y, z] = camera.world_to_camera.transform(p);
-            let inv = 1.0 / z;
-            if !(z > 0.0 && inv.is_finite()) {
+            let q = camera.world_to_camera.transform(p);
+            // Camera-space z for either projection: the depth the renderers draw.
+            let inv = 1.0 / q[2];
+            if !(q[2] > 0.0 && inv.is_finite()) {
                 return None;
             }
-            let (u, v) = (k.fx * x * inv + k.cx, k.fy * y * inv + k.cy);
+            let [u, v] = camera.project_camera_point(q)?;
             // Also false for NaN.
             if !((0.0..w as f64).contains(&u) && (0.0..h as f64).contains(&v)) {
                 return None;
@@ -195,6 +197,44 @@ mod tests {
         assert_eq!(raw_at(&p, 8, 3, 3), 0, "left of the centre holds nothing");
         let nonzero = p.bytes.chunks_exact(2).filter(|b| b != &[0, 0]).count();
         assert_eq!(nonzero, 3);
+    }
+
+    /// A fisheye view places a point by the equidistant projection (θ·f from the centre), so
+    /// a point 60° off the axis, far outside the pinhole view of the same intrinsics, lands
+    /// in the image; its value is still 1/z, the camera-space depth.
+    #[test]
+    fn a_fisheye_view_keeps_points_where_the_equidistant_projection_puts_them() {
+        // f = 4/(π/3): the right edge (4 px from the centre) is 60° off the axis.
+        let f = 4.0 / std::f64::consts::FRAC_PI_3;
+        let cam = Camera {
+            intrinsics: Intrinsics {
+                fx: f,
+                fy: f,
+                cx: 4.0,
+                cy: 3.0,
+            },
+            projection: Projection::Fisheye,
+            ..camera()
+        };
+        // 55° to the right at depth 2 (u = 4 + f·55° = 7.67: pixel 7), and on the axis at
+        // depth 4.
+        let t = 55f64.to_radians();
+        let pts = [[2.0 * t.tan(), 0.0, 2.0], [0.0, 0.0, 4.0]];
+        let p = sparse_plane(&cam, pts.into_iter()).unwrap();
+        assert_eq!(p.pixels, 2);
+        let (lo, hi) = (0.25, 0.5);
+        assert_eq!(raw_at(&p, 8, 7, 3), 65535);
+        assert_eq!(raw_at(&p, 8, 4, 3), 1);
+        assert!((p.scale.target(65535) - hi).abs() < 1e-6);
+        assert!((p.scale.target(1) - lo).abs() < 1e-6);
+        // The pinhole of the same intrinsics sees only the point on the axis.
+        let pin = Camera {
+            projection: Projection::Pinhole,
+            ..cam
+        };
+        assert_eq!(sparse_plane(&pin, pts.into_iter()).unwrap().pixels, 1);
+        // Beyond 90° (behind the camera plane) nothing lands, as for a pinhole.
+        assert_eq!(sparse_plane(&cam, [[1.0, 0.0, -0.1]].into_iter()), None);
     }
 
     #[test]

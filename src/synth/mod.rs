@@ -20,6 +20,19 @@
 //!   `--points > 0` — `DIR/points3d.ply` (binary little-endian, `float x y z`, `uchar red green
 //!   blue`), also named by the top-level key `ply_file_path` (the nerfstudio spelling), which
 //!   the NeRF importer reads as the SfM points.
+//! - `--camera-model fisheye`: every camera is the ideal equidistant fisheye
+//!   ([`Projection::Fisheye`]) seeing 150° across its image diagonal
+//!   ([`scene::FISHEYE_DIAGONAL_FOV_DEG`]: focal length `½·√(W² + H²)/(75° in radians)`, so
+//!   at 4:3 120° × 90° through the centre, well inside
+//!   [`crate::scene::camera::FISHEYE_MAX_THETA`], so every pixel has a ray), rendered by ray
+//!   casting through [`Camera::pixel_ray`] (a pixel without a ray would be black, with no
+//!   depth; none has one at this field). COLMAP's camera is then OPENCV_FISHEYE (model id 5,
+//!   params `fx fy cx cy k1 k2 k3 k4` with `k = 0`), `transforms.json` has nerfstudio's
+//!   `"camera_model": "OPENCV_FISHEYE"` with `k1 k2 k3 k4` = 0 and no `camera_angle_x` (a
+//!   pinhole's). Observations and depths follow the projection: a point's 2D observation is
+//!   [`Camera::project`], a pixel's depth the camera-space `z` of the first surface along its
+//!   ray. `gs-pack convert DIR --keep-fisheye` packs these images as fisheye views exactly
+//!   (the lens is the identity); without `--keep-fisheye` they are resampled to pinhole views.
 //! - `--depths`: `DIR/depths/00000.png` … (the image's stem), 16-bit grey: each view's exact
 //!   inverse depth ([`SynthScene::inverse_depth`]: `1/z` of the first surface along the pixel's
 //!   centre ray, camera-space `z`; 0 for sky) mapped affinely onto 0..=65535 over that view's
@@ -82,7 +95,7 @@ use image::ImageEncoder;
 use crate::import::colmap::{self, ColmapCamera, ColmapImage, ColmapPoint, Encoding, TrackElement};
 use crate::import::ImportError;
 use crate::rng::Rng;
-use crate::scene::camera::Camera;
+use crate::scene::camera::{Camera, Projection};
 
 pub use scene::{rotation_to_quaternion_wxyz, Surface, SurfaceSample, SynthScene};
 
@@ -106,6 +119,31 @@ pub const JPEG_QUALITY: u8 = 95;
 pub const POINTS_STREAM: u64 = 4;
 /// COLMAP's model id of PINHOLE (params `fx fy cx cy`).
 const PINHOLE_MODEL_ID: i32 = 1;
+/// COLMAP's model id of OPENCV_FISHEYE (params `fx fy cx cy k1 k2 k3 k4`).
+const OPENCV_FISHEYE_MODEL_ID: i32 = 5;
+
+/// Which cameras to render (`--camera-model`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CameraModel {
+    /// Ideal pinhole cameras, 55° across horizontally.
+    #[default]
+    Pinhole,
+    /// Ideal equidistant fisheye cameras, 150° across the diagonal
+    /// ([`scene::FISHEYE_DIAGONAL_FOV_DEG`]), written as OpenCV's fisheye model with zero
+    /// coefficients.
+    Fisheye,
+}
+
+impl CameraModel {
+    /// The projection of the cameras rendered.
+    pub fn projection(self) -> Projection {
+        match self {
+            CameraModel::Pinhole => Projection::Pinhole,
+            CameraModel::Fisheye => Projection::Fisheye,
+        }
+    }
+}
 
 /// Which metadata to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -179,6 +217,12 @@ pub struct SynthArgs {
     /// before (large benchmark scenes stay quick). COLMAP format only.
     #[arg(long)]
     pub tracks: bool,
+    /// Camera model: pinhole (55° across horizontally), or fisheye (the ideal equidistant
+    /// fisheye, 150° across the diagonal), written as COLMAP's OPENCV_FISHEYE / nerfstudio's
+    /// OPENCV_FISHEYE with k1..k4 = 0, which `gs-pack convert --keep-fisheye` packs as
+    /// fisheye views pixel for pixel.
+    #[arg(long = "camera-model", value_enum, default_value_t = CameraModel::Pinhole)]
+    pub camera_model: CameraModel,
 }
 
 impl SynthArgs {
@@ -196,6 +240,7 @@ impl SynthArgs {
             force: false,
             depths: false,
             tracks: false,
+            camera_model: CameraModel::Pinhole,
         }
     }
 }
@@ -206,6 +251,7 @@ pub struct SynthReport {
     pub output: PathBuf,
     pub format: SynthFormat,
     pub image_format: ImageFormat,
+    pub camera_model: CameraModel,
     pub views: usize,
     pub width: u32,
     pub height: u32,
@@ -539,17 +585,13 @@ pub const OBSERVATION_TOLERANCE: f64 = 0.01;
 const OBSERVATION_BATCH: usize = 4096;
 
 /// Where `camera` observes the surface point `p`: its pixel coordinates (COLMAP's and
-/// ramsplat's convention, pixel centres at +0.5), when `p` lies in front of the camera,
-/// projects inside the image (`0 ≤ u < W`, `0 ≤ v < H`) and is not occluded: the camera's ray
-/// towards it first meets the scene within [`OBSERVATION_TOLERANCE`] of its distance, i.e.
-/// its depth agrees with the scene's exact depth along that ray.
+/// ramsplat's convention, pixel centres at +0.5) by the camera's projection
+/// ([`Camera::project`]), when `p` lies in front of the camera, projects inside the image
+/// (`0 ≤ u < W`, `0 ≤ v < H`) and is not occluded: the camera's ray towards it first meets the
+/// scene within [`OBSERVATION_TOLERANCE`] of its distance, i.e. its depth agrees with the
+/// scene's exact depth along that ray.
 pub fn observation(scene: &SynthScene, camera: &Camera, p: [f64; 3]) -> Option<[f64; 2]> {
-    let [x, y, z] = camera.world_to_camera.transform(p);
-    if z <= 0.0 {
-        return None;
-    }
-    let k = camera.intrinsics;
-    let (u, v) = (k.fx * x / z + k.cx, k.fy * y / z + k.cy);
+    let [u, v] = camera.project(p)?;
     if !((0.0..camera.width as f64).contains(&u) && (0.0..camera.height as f64).contains(&v)) {
         return None;
     }
@@ -604,12 +646,20 @@ fn write_colmap(
     args: &SynthArgs,
 ) -> Result<Vec<PathBuf>, SynthError> {
     let k = cameras[0].intrinsics;
+    let (model_id, params) = match args.camera_model {
+        CameraModel::Pinhole => (PINHOLE_MODEL_ID, vec![k.fx, k.fy, k.cx, k.cy]),
+        // The ideal equidistant fisheye: OpenCV's fisheye model with k1..k4 = 0.
+        CameraModel::Fisheye => (
+            OPENCV_FISHEYE_MODEL_ID,
+            vec![k.fx, k.fy, k.cx, k.cy, 0.0, 0.0, 0.0, 0.0],
+        ),
+    };
     let camera = ColmapCamera {
         id: 1,
-        model_id: PINHOLE_MODEL_ID,
+        model_id,
         width: args.width as u64,
         height: args.height as u64,
-        params: vec![k.fx, k.fy, k.cx, k.cy],
+        params,
     };
     let images: Vec<ColmapImage> = cameras
         .iter()
@@ -694,16 +744,34 @@ struct NerfFrame {
 
 #[derive(serde::Serialize)]
 struct NerfTransforms {
-    camera_angle_x: f64,
+    /// nerfstudio's lens model: `OPENCV_FISHEYE` for fisheye cameras; absent (pinhole) else.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    camera_model: Option<&'static str>,
+    /// The pinhole field of view; absent for a fisheye, whose `fl_x` is no pinhole's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    camera_angle_x: Option<f64>,
     fl_x: f64,
     fl_y: f64,
     cx: f64,
     cy: f64,
     w: u32,
     h: u32,
+    /// OpenCV's fisheye coefficients `k1..k4`, all 0 (the ideal equidistant fisheye); absent
+    /// for a pinhole.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    fisheye_k: Option<FisheyeCoefficients>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ply_file_path: Option<String>,
     frames: Vec<NerfFrame>,
+}
+
+/// nerfstudio's `k1 k2 k3 k4` keys of an `OPENCV_FISHEYE` camera.
+#[derive(serde::Serialize)]
+struct FisheyeCoefficients {
+    k1: f64,
+    k2: f64,
+    k3: f64,
+    k4: f64,
 }
 
 fn write_ply(path: &Path, scene: &SynthScene, n: u64) -> Result<(), SynthError> {
@@ -733,8 +801,16 @@ fn write_nerf(
         written.push(ply);
     }
     let k = cameras[0].intrinsics;
+    let fisheye = args.camera_model == CameraModel::Fisheye;
     let transforms = NerfTransforms {
-        camera_angle_x: cameras[0].fov().0,
+        camera_model: fisheye.then_some("OPENCV_FISHEYE"),
+        camera_angle_x: (!fisheye).then(|| cameras[0].fov().0),
+        fisheye_k: fisheye.then_some(FisheyeCoefficients {
+            k1: 0.0,
+            k2: 0.0,
+            k3: 0.0,
+            k4: 0.0,
+        }),
         fl_x: k.fx,
         fl_y: k.fy,
         cx: k.cx,
@@ -767,7 +843,12 @@ pub fn run(args: &SynthArgs, progress: &dyn Fn(u64, u64)) -> Result<SynthReport,
     validate(args)?;
     prepare_output(&args.output, args.force)?;
     let scene = SynthScene::new(args.seed);
-    let cameras = scene.cameras(args.views, args.width, args.height);
+    let cameras = scene.cameras_with(
+        args.views,
+        args.width,
+        args.height,
+        args.camera_model.projection(),
+    );
     for (view, c) in cameras.iter().enumerate() {
         c.validate()
             .map_err(|source| SynthError::Camera { view, source })?;
@@ -798,6 +879,7 @@ pub fn run(args: &SynthArgs, progress: &dyn Fn(u64, u64)) -> Result<SynthReport,
         output: args.output.clone(),
         format: args.format,
         image_format: args.image_format,
+        camera_model: args.camera_model,
         views: args.views,
         width: args.width,
         height: args.height,
@@ -1049,33 +1131,43 @@ mod tests {
     /// a quantisation step of the view's range (`scale / 65536 / 2`) plus a few f32 ulps of
     /// the target (`DepthScale::target` runs in f32). Downscaled by 2, a packed value is the
     /// mean of four stored ones, each within half a step, rounded once more: within a step
-    /// of the mean of the four truths.
+    /// of the mean of the four truths. Fisheye datasets (`--camera-model fisheye`) converted
+    /// with `--keep-fisheye` alike, the depth being camera-space `z` along each pixel's
+    /// equidistant ray; at full size their packed pixels are the rendered images exactly (an
+    /// ideal equidistant lens is copied, not resampled).
     #[test]
     fn depth_maps_pack_to_the_scene_inverse_depth() {
         use crate::pack::{convert, ConvertOptions};
         use crate::shard::reader::Pack;
         let tmp = tempfile::tempdir().unwrap();
-        for (format, downscale) in [
-            (SynthFormat::Colmap, 1u32),
-            (SynthFormat::Nerf, 1),
-            (SynthFormat::Colmap, 2),
+        for (format, downscale, model) in [
+            (SynthFormat::Colmap, 1u32, CameraModel::Pinhole),
+            (SynthFormat::Nerf, 1, CameraModel::Pinhole),
+            (SynthFormat::Colmap, 2, CameraModel::Pinhole),
+            (SynthFormat::Colmap, 1, CameraModel::Fisheye),
+            (SynthFormat::Nerf, 1, CameraModel::Fisheye),
+            (SynthFormat::Nerf, 2, CameraModel::Fisheye),
         ] {
-            let out = tmp.path().join(format!("{format:?}-{downscale}"));
+            let out = tmp.path().join(format!("{format:?}-{downscale}-{model:?}"));
             let args = SynthArgs {
                 depths: true,
                 points: 50,
+                camera_model: model,
                 ..tiny(&out, format)
             };
             let report = run(&args, &|_, _| {}).unwrap();
             let (dir, params) = report.depth_files.clone().unwrap();
             assert_eq!(dir, out.join("depths"));
             assert!(params.is_file() && dir.join("00005.png").is_file());
-            let pack_dir = tmp.path().join(format!("{format:?}-{downscale}.pack"));
+            let pack_dir = tmp
+                .path()
+                .join(format!("{format:?}-{downscale}-{model:?}.pack"));
             let opts = ConvertOptions {
                 resize: Some(crate::import::image::Resize::Downscale(downscale)),
                 depths: Some(PathBuf::from("depths")),
                 test_every: 0,
                 workers: 1,
+                keep_fisheye: model == CameraModel::Fisheye,
                 ..Default::default()
             };
             let warnings = std::sync::Mutex::new(Vec::new());
@@ -1101,9 +1193,18 @@ mod tests {
                 let planes = v.layout().planes(&bytes, v.width(), v.height()).unwrap();
                 let mut targets = Vec::new();
                 d.targets_into(planes.depth.unwrap(), &mut targets);
-                let full = scene.camera(i, 6, 40, 30);
+                let full = scene.camera_with(i, 6, 40, 30, model.projection());
+                assert_eq!(v.camera.projection, model.projection());
+                assert_eq!((v.width(), v.height()), (40 / downscale, 30 / downscale));
+                if downscale == 1 {
+                    assert_eq!(v.camera.intrinsics, full.intrinsics);
+                    assert!(
+                        planes.pixels == scene.render(&full),
+                        "{format:?} {model:?} view {i}: the packed pixels are the render"
+                    );
+                }
                 let truth = |x: u32, y: u32| -> f64 {
-                    let (o, dir) = scene::pixel_ray(&full, x as f64 + 0.5, y as f64 + 0.5);
+                    let (o, dir) = scene::pixel_ray(&full, x as f64 + 0.5, y as f64 + 0.5).unwrap();
                     match scene.trace(o, dir) {
                         None => 0.0,
                         Some(hit) => {
@@ -1141,7 +1242,8 @@ mod tests {
                             + 4.0 * f32::EPSILON as f64 * want.abs();
                         assert!(
                             (got - want).abs() <= tol,
-                            "{format:?} /{n} view {i} ({x}, {y}): {got} vs {want} (step {step})"
+                            "{format:?} {model:?} /{n} view {i} ({x}, {y}): {got} vs {want} \
+                             (step {step})"
                         );
                     }
                 }
@@ -1224,12 +1326,21 @@ mod tests {
     /// is in exactly one track, and a point is observed exactly when it is in front of the
     /// view, inside it and not occluded (checked with `visible_from`, whose tolerance is far
     /// tighter than the writer's 1 %: a few grazing points differ, never a visible one).
+    /// Alike for fisheye cameras, whose observations are the equidistant projection (written
+    /// out here: `θ = atan2(r, z)`, `u = fx·θ·x/r + cx`).
     #[test]
     fn colmap_observations_are_consistent_and_visible() {
+        for model in [CameraModel::Pinhole, CameraModel::Fisheye] {
+            observations_are_consistent_and_visible(model);
+        }
+    }
+
+    fn observations_are_consistent_and_visible(model: CameraModel) {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("ds");
         let args = SynthArgs {
             tracks: true,
+            camera_model: model,
             ..tiny(&out, SynthFormat::Colmap)
         };
         run(&args, &|_, _| {}).unwrap();
@@ -1256,7 +1367,20 @@ mod tests {
             })
             .collect();
         let scene = SynthScene::new(args.seed);
-        let cameras = scene.cameras(args.views, args.width, args.height);
+        let cameras = scene.cameras_with(args.views, args.width, args.height, model.projection());
+        // (z, u, v) of a world point in camera `c`, by the camera's projection.
+        let project = |c: &Camera, p: [f64; 3]| {
+            let [cx, cy, cz] = c.world_to_camera.transform(p);
+            let k = c.intrinsics;
+            let s = match model {
+                CameraModel::Pinhole => 1.0 / cz,
+                CameraModel::Fisheye => {
+                    let r = cx.hypot(cy);
+                    r.atan2(cz) / r
+                }
+            };
+            (cz, k.fx * cx * s + k.cx, k.fy * cy * s + k.cy)
+        };
         let mut used = vec![vec![false; 0]; args.views];
         for (i, o) in obs.iter().enumerate() {
             used[i] = vec![false; o.len()];
@@ -1276,18 +1400,15 @@ mod tests {
                     !std::mem::replace(&mut seen_by[i], true),
                     "one element per image"
                 );
-                let [cx, cy, cz] = cameras[i].world_to_camera.transform(p.xyz);
-                let k = cameras[i].intrinsics;
+                let (cz, u, v) = project(&cameras[i], p.xyz);
                 assert!(cz > 0.0);
-                assert!((x - (k.fx * cx / cz + k.cx)).abs() < 1e-9);
-                assert!((y - (k.fy * cy / cz + k.cy)).abs() < 1e-9);
+                assert!((x - u).abs() < 1e-9, "{model:?}: {x} vs {u}");
+                assert!((y - v).abs() < 1e-9, "{model:?}: {y} vs {v}");
                 assert!((0.0..40.0).contains(&x) && (0.0..30.0).contains(&y));
                 elements += 1;
             }
             for (i, c) in cameras.iter().enumerate() {
-                let [cx, cy, cz] = c.world_to_camera.transform(p.xyz);
-                let k = c.intrinsics;
-                let (u, v) = (k.fx * cx / cz + k.cx, k.fy * cy / cz + k.cy);
+                let (cz, u, v) = project(c, p.xyz);
                 let in_frame = cz > 0.0 && (0.0..40.0).contains(&u) && (0.0..30.0).contains(&v);
                 let visible = in_frame && scene.visible_from(p.xyz, c.centre());
                 occluded += usize::from(in_frame && !visible);

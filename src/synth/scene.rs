@@ -13,8 +13,8 @@
 //!   camera, which is what lets sampled points carry the colour the images show, and what makes
 //!   the scene learnable by view-independent (degree-0 SH) Gaussians.
 //! - Every object lies inside the bounding sphere [`SynthScene::bounds`]; every camera from
-//!   [`SynthScene::camera`] looks at its centre from far enough away that the whole sphere is in
-//!   the frame, so every object point projects inside every image.
+//!   [`SynthScene::camera_with`] (pinhole or fisheye) looks at its centre from far enough away
+//!   that the whole sphere is in the frame, so every object point projects inside every image.
 //! - Objects never overlap (their ground footprints are disjoint), so a surface point of one
 //!   object is never inside another.
 
@@ -52,9 +52,15 @@ fn soft_square(s: f64) -> f64 {
     2.0 * smoothstep(-0.25, 0.25, s) - 1.0
 }
 
-/// Horizontal field of view of every synthetic camera: 55°, inside the 50–60° of a normal lens,
-/// so perspective is mild and 320 px still resolves the objects.
+/// Horizontal field of view of every synthetic pinhole camera: 55°, inside the 50–60° of a
+/// normal lens, so perspective is mild and 320 px still resolves the objects.
 pub const HORIZONTAL_FOV_DEG: f64 = 55.0;
+/// Field of view of every synthetic fisheye camera across its image diagonal: 150°, as a wide
+/// action-camera lens sees (the ray through a corner is 75° off the axis). Its equidistant
+/// focal length is `½·√(W² + H²) / 75°` (in radians), square pixels: at 4:3, 120° × 90°
+/// through the centre. Every pixel's ray is well inside
+/// [`crate::scene::camera::FISHEYE_MAX_THETA`].
+pub const FISHEYE_DIAGONAL_FOV_DEG: f64 = 150.0;
 /// Camera elevations above the ground plane, spread over this band. 10° keeps the ground disc
 /// from being seen edge-on; 60° still shows the objects' sides (a top-down view would not).
 const ELEVATION_MIN_DEG: f64 = 10.0;
@@ -84,6 +90,10 @@ const GROUND_RADIUS: f64 = 5.0;
 pub const DEFAULT_SUPERSAMPLING: u32 = 2;
 /// Key bit of a pixel whose surface is not directly lit (see `SynthScene::render_into`).
 const SHADOW_KEY: u16 = 0x8000;
+/// Key of a pixel sample the camera has no ray for (a fisheye point past
+/// [`crate::scene::camera::FISHEYE_MAX_THETA`], rendered black); distinct from every surface's
+/// and the sky's.
+const NO_RAY_KEY: u16 = 0x7fff;
 /// Colour step (max channel, of 255) between neighbouring centre samples above which a pixel is
 /// supersampled: 8 levels is ~3%, well above the per-pixel change of the band-limited textures at
 /// 320 px (soft edges span ≥ 3 px) and of quantisation (±1), so only real edges pay for it.
@@ -763,25 +773,56 @@ impl SynthScene {
         self.light
     }
 
-    /// Camera `i` of `n` for a `width × height` image; deterministic in `(seed, n, i, size)`.
-    ///
-    /// Positions follow a Fibonacci spiral over the elevation band 10°–60° (equal-area steps in
-    /// `sin(elevation)`, golden-angle steps in azimuth), so any `n` covers the band evenly. The
-    /// distance frames the bounding sphere with a margin, jittered per view. Intrinsics: 55°
-    /// horizontal FOV, square pixels, principal point at the image centre.
+    /// Pinhole camera `i` of `n` for a `width × height` image; deterministic in
+    /// `(seed, n, i, size)` ([`SynthScene::camera_with`]).
     ///
     /// # Panics
     /// If `i >= n` or the size is zero (programming errors; [`super::run`] validates its input).
     pub fn camera(&self, i: usize, n: usize, width: u32, height: u32) -> Camera {
+        self.camera_with(i, n, width, height, Projection::Pinhole)
+    }
+
+    /// Camera `i` of `n` for a `width × height` image with `projection`; deterministic in
+    /// `(seed, n, i, size, projection)`.
+    ///
+    /// Positions follow a Fibonacci spiral over the elevation band 10°–60° (equal-area steps in
+    /// `sin(elevation)`, golden-angle steps in azimuth), so any `n` covers the band evenly. The
+    /// distance frames the bounding sphere with a margin (within the narrower of the two
+    /// fields of view through the centre), jittered per view. Intrinsics: square pixels,
+    /// principal point at the image centre; a pinhole has a 55° horizontal field of view
+    /// ([`HORIZONTAL_FOV_DEG`]), a fisheye 150° across the diagonal
+    /// ([`FISHEYE_DIAGONAL_FOV_DEG`]).
+    ///
+    /// # Panics
+    /// If `i >= n` or the size is zero (programming errors; [`super::run`] validates its input).
+    pub fn camera_with(
+        &self,
+        i: usize,
+        n: usize,
+        width: u32,
+        height: u32,
+        projection: Projection,
+    ) -> Camera {
         assert!(
             i < n && width > 0 && height > 0,
             "camera({i}, {n}, {width}, {height})"
         );
-        let fx = width as f64 / 2.0 / (HORIZONTAL_FOV_DEG.to_radians() / 2.0).tan();
+        let (fx, half_fov) = match projection {
+            Projection::Pinhole => {
+                let fx = width as f64 / 2.0 / (HORIZONTAL_FOV_DEG.to_radians() / 2.0).tan();
+                let fy = fx;
+                let half_fov_x = (width as f64 / 2.0 / fx).atan();
+                let half_fov_y = (height as f64 / 2.0 / fy).atan();
+                (fx, half_fov_x.min(half_fov_y))
+            }
+            Projection::Fisheye => {
+                // The equidistant image's radius is f·θ: the half-diagonal sees half the field.
+                let half_diagonal = (width as f64).hypot(height as f64) / 2.0;
+                let fx = half_diagonal / (FISHEYE_DIAGONAL_FOV_DEG.to_radians() / 2.0);
+                (fx, width.min(height) as f64 / 2.0 / fx)
+            }
+        };
         let fy = fx;
-        let half_fov_x = (width as f64 / 2.0 / fx).atan();
-        let half_fov_y = (height as f64 / 2.0 / fy).atan();
-        let half_fov = half_fov_x.min(half_fov_y);
         let mut rng = Rng::derived(self.camera_seed, i as u64);
         let dist = self.bounds_radius / half_fov.sin()
             * FRAME_MARGIN
@@ -823,13 +864,26 @@ impl SynthScene {
                 cy: height as f64 / 2.0,
             },
             world_to_camera: Pose::from_camera_to_world(c2w, centre),
-            projection: Projection::Pinhole,
+            projection,
         }
     }
 
-    /// All `n` cameras (see [`SynthScene::camera`]).
+    /// All `n` pinhole cameras (see [`SynthScene::camera`]).
     pub fn cameras(&self, n: usize, width: u32, height: u32) -> Vec<Camera> {
         (0..n).map(|i| self.camera(i, n, width, height)).collect()
+    }
+
+    /// All `n` cameras with `projection` (see [`SynthScene::camera_with`]).
+    pub fn cameras_with(
+        &self,
+        n: usize,
+        width: u32,
+        height: u32,
+        projection: Projection,
+    ) -> Vec<Camera> {
+        (0..n)
+            .map(|i| self.camera_with(i, n, width, height, projection))
+            .collect()
     }
 
     /// Nearest surface hit by the ray `o + t·d` (d unit length), if any.
@@ -970,14 +1024,16 @@ impl SynthScene {
     pub fn render_into(&self, camera: &Camera, out: &mut [u8]) {
         let (w, h) = (camera.width as usize, camera.height as usize);
         assert_eq!(out.len(), w * h * 3, "render buffer size");
-        let r = camera.world_to_camera.rotation;
         let o = camera.centre();
-        let k = camera.intrinsics;
         let s = self.supersampling as usize;
+        // Black where the camera has no ray (a fisheye past FISHEYE_MAX_THETA).
+        let colour_at = |u: f64, v: f64| {
+            ray_direction(camera, u, v)
+                .map_or(([0.0; 3], NO_RAY_KEY), |d| self.radiance_keyed(o, d))
+        };
         let centre_pass = |j: usize, row: &mut [u8], keys: &mut [u16]| {
             for i in 0..w {
-                let (c, key) =
-                    self.radiance_keyed(o, ray_direction(&r, &k, i as f64 + 0.5, j as f64 + 0.5));
+                let (c, key) = colour_at(i as f64 + 0.5, j as f64 + 0.5);
                 for ch in 0..3 {
                     row[i * 3 + ch] = quantise(c[ch]);
                 }
@@ -1024,7 +1080,7 @@ impl SynthScene {
                         // Stratified sub-pixel centres (k + 0.5)/s inside pixel [i, i+1).
                         let u = i as f64 + (sx as f64 + 0.5) / s as f64;
                         let v = j as f64 + (sy as f64 + 0.5) / s as f64;
-                        acc = add(acc, self.radiance(o, ray_direction(&r, &k, u, v)));
+                        acc = add(acc, colour_at(u, v).0);
                     }
                 }
                 for c in 0..3 {
@@ -1046,10 +1102,11 @@ impl SynthScene {
         let r = camera.world_to_camera.rotation;
         let t = camera.world_to_camera.translation;
         let o = camera.centre();
-        let k = camera.intrinsics;
         out.par_chunks_mut(w).enumerate().for_each(|(j, row)| {
             for (i, v) in row.iter_mut().enumerate() {
-                let d = ray_direction(&r, &k, i as f64 + 0.5, j as f64 + 0.5);
+                let Some(d) = ray_direction(camera, i as f64 + 0.5, j as f64 + 0.5) else {
+                    continue; // no ray: no depth
+                };
                 if let Some(hit) = self.trace(o, d) {
                     let p = hit.point;
                     let z = r[2][0] * p[0] + r[2][1] * p[1] + r[2][2] * p[2] + t[2];
@@ -1137,23 +1194,34 @@ impl SynthScene {
 }
 
 /// Unit world direction of the ray through continuous pixel coordinates `(u, v)` (pixel centres
-/// at `+0.5`) of a camera with world-to-camera rotation `r`: `normalize(Rᵀ·K⁻¹·(u, v, 1))`.
-fn ray_direction(r: &[[f64; 3]; 3], k: &Intrinsics, u: f64, v: f64) -> V3 {
-    let dc = [(u - k.cx) / k.fx, (v - k.cy) / k.fy, 1.0];
-    norm([
+/// at `+0.5`) of `camera`, by its projection: a pinhole's `normalize(Rᵀ·K⁻¹·(u, v, 1))`, a
+/// fisheye's `normalize(Rᵀ·d)` with `d` the camera-space ray of [`Camera::pixel_ray`]; `None`
+/// where the camera has no ray (a fisheye point past
+/// [`crate::scene::camera::FISHEYE_MAX_THETA`]).
+fn ray_direction(camera: &Camera, u: f64, v: f64) -> Option<V3> {
+    let r = &camera.world_to_camera.rotation;
+    let dc = match camera.projection {
+        // Written out (not through `Camera::pixel_ray`) so pinhole images stay byte for byte
+        // what they were before fisheye cameras existed.
+        Projection::Pinhole => {
+            let k: &Intrinsics = &camera.intrinsics;
+            [(u - k.cx) / k.fx, (v - k.cy) / k.fy, 1.0]
+        }
+        Projection::Fisheye => camera.pixel_ray(u, v)?,
+    };
+    Some(norm([
         r[0][0] * dc[0] + r[1][0] * dc[1] + r[2][0] * dc[2],
         r[0][1] * dc[0] + r[1][1] * dc[1] + r[2][1] * dc[2],
         r[0][2] * dc[0] + r[1][2] * dc[1] + r[2][2] * dc[2],
-    ])
+    ]))
 }
 
 /// The ray (origin, unit direction) through continuous pixel coordinates `(u, v)` of `camera`;
-/// the pixel `(i, j)` centre is `(i + 0.5, j + 0.5)`. This is the ray [`SynthScene::render`] casts.
-pub fn pixel_ray(camera: &Camera, u: f64, v: f64) -> ([f64; 3], [f64; 3]) {
-    (
-        camera.centre(),
-        ray_direction(&camera.world_to_camera.rotation, &camera.intrinsics, u, v),
-    )
+/// the pixel `(i, j)` centre is `(i + 0.5, j + 0.5)`. This is the ray [`SynthScene::render`]
+/// casts; `None` where the camera has none (a fisheye point past
+/// [`crate::scene::camera::FISHEYE_MAX_THETA`], rendered black).
+pub fn pixel_ray(camera: &Camera, u: f64, v: f64) -> Option<([f64; 3], [f64; 3])> {
+    Some((camera.centre(), ray_direction(camera, u, v)?))
 }
 
 /// `[0, 1]` → `0..=255`, rounding to nearest.
@@ -1249,31 +1317,104 @@ mod tests {
     #[test]
     fn pixel_rays_agree_with_camera_projection() {
         let scene = SynthScene::new(3);
-        let cam = scene.camera(5, 9, 64, 48);
-        let (cx, cy) = (cam.intrinsics.cx, cam.intrinsics.cy);
-        let mut hits = 0;
-        for j in 0..48 {
-            for i in 0..64 {
-                let (u, v) = (i as f64 + 0.5, j as f64 + 0.5);
-                let (o, d) = pixel_ray(&cam, u, v);
-                if let Some(h) = scene.trace(o, d) {
-                    hits += 1;
-                    let p = cam.project(h.point).unwrap();
-                    assert!(
-                        (p[0] - u).abs() < 1e-6 && (p[1] - v).abs() < 1e-6,
-                        "{p:?} vs ({u}, {v})"
-                    );
+        for projection in [Projection::Pinhole, Projection::Fisheye] {
+            let cam = scene.camera_with(5, 9, 64, 48, projection);
+            assert_eq!(cam.projection, projection);
+            let (cx, cy) = (cam.intrinsics.cx, cam.intrinsics.cy);
+            let mut hits = 0;
+            for j in 0..48 {
+                for i in 0..64 {
+                    let (u, v) = (i as f64 + 0.5, j as f64 + 0.5);
+                    let (o, d) = pixel_ray(&cam, u, v).expect("every pixel has a ray");
+                    if let Some(h) = scene.trace(o, d) {
+                        hits += 1;
+                        let p = cam.project(h.point).unwrap();
+                        assert!(
+                            (p[0] - u).abs() < 1e-6 && (p[1] - v).abs() < 1e-6,
+                            "{projection:?}: {p:?} vs ({u}, {v})"
+                        );
+                    }
+                }
+            }
+            assert!(
+                hits > 64 * 48 / 2,
+                "{projection:?}: the scene fills the lower part of the view"
+            );
+            // The centre ray passes through the principal point (no half-pixel shift).
+            let (_, d) = pixel_ray(&cam, cx, cy).unwrap();
+            let fwd = cam.world_to_camera.rotation[2];
+            assert!((dot(d, fwd) - 1.0).abs() < 1e-12);
+        }
+    }
+
+    /// A fisheye camera sees 150° across its diagonal: the corner pixel's ray is 75° off the
+    /// axis (minus the half pixel to its centre), 120°×90° through the centre at 4:3; its
+    /// pinhole twin at the same position and size sees 55° across. Every object still
+    /// projects inside the image, and a camera whose field passes FISHEYE_MAX_THETA renders
+    /// black there, with no depth.
+    #[test]
+    fn fisheye_cameras_see_150_degrees_across_the_diagonal() {
+        use crate::scene::camera::FISHEYE_MAX_THETA;
+        let scene = SynthScene::new(2).with_supersampling(1);
+        let (w, h) = (64u32, 48u32);
+        let cam = scene.camera_with(1, 4, w, h, Projection::Fisheye);
+        cam.validate().unwrap();
+        let k = cam.intrinsics;
+        assert_eq!((k.fx, k.fy, k.cx, k.cy), (k.fx, k.fx, 32.0, 24.0));
+        let corner = (0.0f64 - k.cx).hypot(0.0 - k.cy) / k.fx;
+        assert!((corner.to_degrees() - 75.0).abs() < 1e-9, "{corner}");
+        let (fov_x, fov_y) = cam.fov();
+        assert!((fov_x.to_degrees() - 120.0).abs() < 1e-9, "{fov_x}");
+        assert!((fov_y.to_degrees() - 90.0).abs() < 1e-9, "{fov_y}");
+        let pin = scene.camera_with(1, 4, w, h, Projection::Pinhole);
+        assert_eq!(pin, scene.camera(1, 4, w, h));
+        assert!((pin.fov().0.to_degrees() - 55.0).abs() < 1e-9);
+        // The corner pixel's ray: angle from the optical axis.
+        let (_, d) = pixel_ray(&cam, 0.5, 0.5).unwrap();
+        let fwd = cam.world_to_camera.rotation[2];
+        let theta = dot(d, fwd).acos();
+        let want = (0.5f64 - k.cx).hypot(0.5 - k.cy) / k.fx;
+        assert!((theta - want).abs() < 1e-12, "{theta} vs {want}");
+        // The bounding sphere is framed: its centre projects inside, and so does every sampled
+        // surface point of an object.
+        let mut rng = Rng::new(9);
+        for _ in 0..500 {
+            let s = scene.sample_surface(&mut rng);
+            if let Surface::Object(_) = s.surface {
+                let [u, v] = cam.project(s.position).expect("in front");
+                assert!(
+                    u >= 0.0 && u < w as f64 && v >= 0.0 && v < h as f64,
+                    "{u} {v}"
+                );
+            }
+        }
+        // A wider fisheye (the same camera at a third of the focal length) has pixels past
+        // FISHEYE_MAX_THETA: black, with no depth, and nothing else is.
+        let mut wide = cam;
+        wide.intrinsics.fx /= 3.0;
+        wide.intrinsics.fy /= 3.0;
+        let img = scene.render(&wide);
+        let inv = scene.inverse_depth(&wide);
+        let (mut beyond, mut black) = (0, 0);
+        for j in 0..h {
+            for i in 0..w {
+                let at = (j * w + i) as usize;
+                let n = ((i as f64 + 0.5 - k.cx) / wide.intrinsics.fx)
+                    .hypot((j as f64 + 0.5 - k.cy) / wide.intrinsics.fy);
+                let px = &img[at * 3..at * 3 + 3];
+                if n > FISHEYE_MAX_THETA {
+                    beyond += 1;
+                    assert_eq!(px, [0, 0, 0]);
+                    assert_eq!(inv[at], 0.0);
+                } else if px == [0, 0, 0] {
+                    black += 1;
                 }
             }
         }
         assert!(
-            hits > 64 * 48 / 2,
-            "the scene fills the lower part of the view"
+            beyond > 0 && black == 0,
+            "{beyond} past the limit, {black} black inside"
         );
-        // The centre ray passes through the principal point (no half-pixel shift).
-        let (_, d) = pixel_ray(&cam, cx, cy);
-        let fwd = cam.world_to_camera.rotation[2];
-        assert!((dot(d, fwd) - 1.0).abs() < 1e-12);
     }
 
     #[test]
@@ -1370,7 +1511,7 @@ mod tests {
         // A ray into the sky from a camera sees the background colour.
         let cam = scene.camera(0, 4, 32, 24);
         let img = scene.with_supersampling(1).render(&cam);
-        let (o, d) = pixel_ray(&cam, 16.5, 0.5);
+        let (o, d) = pixel_ray(&cam, 16.5, 0.5).unwrap();
         assert!(
             SynthScene::new(0).trace(o, d).is_none(),
             "top row of the lowest view is sky"

@@ -152,6 +152,7 @@ const META: ImportOptions = ImportOptions {
     images: None,
     depths: None,
     points_transform: None,
+    keep_fisheye: false,
 };
 
 // ---------------------------------------------------------------- the statue model
