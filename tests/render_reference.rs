@@ -332,7 +332,7 @@ fn gs_render_camera_mode_writes_the_library_render() {
     let mut cam_json = camera_json(&camera);
     // Fields other tools add are ignored.
     cam_json["name"] = "cam_00".into();
-    cam_json["camera_model"] = serde_json::json!({"model": "PINHOLE"});
+    cam_json["lens"] = serde_json::json!({"model": "PINHOLE"});
     let cam_path = d.join("cam.json");
     std::fs::write(&cam_path, cam_json.to_string()).unwrap();
     let png = d.join("out.png");
@@ -350,6 +350,34 @@ fn gs_render_camera_mode_writes_the_library_render() {
     assert_eq!(img.dimensions(), (40, 30));
     let want = quantise(&render_cpu(&model, &camera, 1, [0.25, 0.5, 1.0], false));
     assert_eq!(img.as_raw(), &want);
+
+    // "camera_model": "fisheye" renders through the equidistant fisheye (the same pose and
+    // intrinsics): the library's fisheye render, which differs from the pinhole one.
+    let mut fish_json = cam_json.clone();
+    fish_json["camera_model"] = "fisheye".into();
+    let fish_path = d.join("fish.json");
+    std::fs::write(&fish_path, fish_json.to_string()).unwrap();
+    let fish_png = d.join("fish.png");
+    run_ok(gs_render().args([
+        "--ply",
+        ply.to_str().unwrap(),
+        "--camera",
+        fish_path.to_str().unwrap(),
+        "-o",
+        fish_png.to_str().unwrap(),
+        "--bg",
+        "0.25,0.5,1",
+    ]));
+    let fisheye = Camera {
+        projection: Projection::Fisheye,
+        ..camera
+    };
+    let want_fish = quantise(&render_cpu(&model, &fisheye, 1, [0.25, 0.5, 1.0], false));
+    assert_eq!(
+        image::open(&fish_png).unwrap().to_rgb8().as_raw(),
+        &want_fish
+    );
+    assert_ne!(want_fish, want);
 
     // --sh-degree 0 differs from the default (stored degree 1) render.
     let png0 = d.join("out0.png");

@@ -583,7 +583,12 @@ mod tests {
         );
         assert_eq!(cam.project_camera_point([1.0, 0.0, 0.0]), None);
         // Round trips through pixel_ray, near and far from the axis.
-        for (u, v) in [(201.0, 149.5), (201.3, 149.4), (120.0, 230.0), (310.0, 80.0)] {
+        for (u, v) in [
+            (201.0, 149.5),
+            (201.3, 149.4),
+            (120.0, 230.0),
+            (310.0, 80.0),
+        ] {
             let d = cam.pixel_ray(u, v).unwrap();
             assert!((d[0] * d[0] + d[1] * d[1] + d[2] * d[2] - 1.0).abs() < 1e-12);
             let back = cam.project_camera_point(d).unwrap();
