@@ -3880,3 +3880,91 @@ fn filter_3d_runs_save_models_any_renderer_draws_as_trained() {
             .unwrap();
     assert!(report.filter_3d && report.backend.starts_with("device ("));
 }
+
+/// Fisheye views end to end: a `gs-pack synth --camera-model fisheye` scene packed with
+/// `--keep-fisheye` trains on the CPU engine (test PSNR up from its first evaluation),
+/// `gs-render --pack` scores the saved model on the fisheye test views as `gs-train --eval` did,
+/// and the device engine (host emulation) trains on the same views like the CPU engine.
+#[test]
+fn fisheye_views_train_and_render_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let scene = dir.path().join("scene");
+    gs_pack_ok(&[
+        "synth",
+        "-o",
+        s(&scene),
+        "--views",
+        "16",
+        "--width",
+        "64",
+        "--height",
+        "48",
+        "--points",
+        "1500",
+        "--format",
+        "colmap",
+        "--seed",
+        "4",
+        "--camera-model",
+        "fisheye",
+    ]);
+    let pack = dir.path().join("fish.pack");
+    gs_pack_ok(&["convert", s(&scene), "-o", s(&pack), "--keep-fisheye"]);
+    let manifest = std::fs::read_to_string(pack.join("manifest.json")).unwrap();
+    assert!(
+        manifest.contains("\"projection\": \"fisheye\""),
+        "{manifest}"
+    );
+    let run = |out: &Path, backend: &str, iterations: &str| {
+        let mut args = vec![s(&pack), "-o", s(out), "--iterations", iterations, "--eval"];
+        args.extend_from_slice(&["--test-iterations", "1", iterations, "--backend", backend]);
+        args.extend_from_slice(COMMON);
+        let o = Command::new(BIN)
+            .args(&args)
+            .env("GS_CUDA_EMULATE", "1")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    let mean_psnr = |out: &Path, it: &str| -> f64 {
+        let m: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(format!("test/iteration_{it}/metrics.json")))
+                .unwrap(),
+        )
+        .unwrap();
+        let v = m.as_array().unwrap();
+        v.iter().map(|e| e["psnr"].as_f64().unwrap()).sum::<f64>() / v.len() as f64
+    };
+    let cpu = dir.path().join("cpu");
+    run(&cpu, "cpu", "300");
+    let (first, last) = (mean_psnr(&cpu, "1"), mean_psnr(&cpu, "300"));
+    assert!(last > first + 3.0, "test PSNR {first} → {last} dB");
+
+    let saved = cpu.join("point_cloud/iteration_300/point_cloud.ply");
+    let (m, _) = render_pack_views(&saved, &pack, &dir.path().join("rendered"), &[]);
+    let trained: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(cpu.join("test/iteration_300/metrics.json")).unwrap(),
+    )
+    .unwrap();
+    let (views, trained) = (m["views"].as_array().unwrap(), trained.as_array().unwrap());
+    assert_eq!(views.len(), trained.len());
+    for (t, v) in trained.iter().zip(views) {
+        let (a, b) = (t["psnr"].as_f64().unwrap(), v["psnr"].as_f64().unwrap());
+        assert!(
+            (a - b).abs() < 1e-3,
+            "view {}: {a} dB trained, {b} dB rendered",
+            t["view"]
+        );
+    }
+
+    // The device engine, 40 iterations on both engines: the same scores within the
+    // float-atomic noise the engines' unit tests allow.
+    let (c40, d40) = (dir.path().join("cpu40"), dir.path().join("dev40"));
+    run(&c40, "cpu", "40");
+    run(&d40, "cuda", "40");
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(d40.join("report.json")).unwrap()).unwrap();
+    assert!(report.backend.starts_with("device ("), "{}", report.backend);
+    let (a, b) = (mean_psnr(&c40, "40"), mean_psnr(&d40, "40"));
+    assert!((a - b).abs() < 0.05, "CPU {a} dB, device {b} dB");
+}

@@ -766,8 +766,9 @@ fn lens_notes(views: &[ViewSource]) -> Vec<String> {
                              focal length, which keeps {:.0}°×{:.0}° {photo} through the centre \
                              at full resolution (a pinhole image cannot hold a wide \
                              periphery){}; to keep more, pass --keep-fisheye (fisheye views, \
-                             for a trainer that renders them), or undistort the photos to a \
-                             wider pinhole first (e.g. COLMAP image_undistorter) and pack those",
+                             which gs-train and gs-render draw natively), or undistort the \
+                             photos to a wider pinhole first (e.g. COLMAP image_undistorter) \
+                             and pack those",
                             fov.kept[0],
                             fov.kept[1],
                             crop.map(|c| format!("; {c}")).unwrap_or_default()
