@@ -1,7 +1,8 @@
 // project_fwd.cu: one thread per Gaussian; camera projection, EWA 2D covariance, conic,
 // screen radius, SH colour, and how many tiles it is binned into; in antialiased mode the
 // opacity is multiplied by the compensation √(det Σ2d_raw / det Σ2d), through a 3D filter by
-// the filter's ∏ s/s' (projection.cuh). Twin of
+// the filter's ∏ s/s' (projection.cuh). The camera buffer's CAM_FISHEYE picks the pinhole or
+// the equidistant fisheye projection (projection.cuh: project_mean, geometry). Twin of
 // cpu::project::project_fwd (and of cpu::binning::Reach for the tiles).
 //
 // Every output element is written for every Gaussian (culled ones get zeros and radius 0), so

@@ -647,7 +647,7 @@ pub fn undistort(src: &RgbImage, intrinsics: &Intrinsics, distortion: &Distortio
 /// `distortion`) with the photo's size and `intrinsics`: output pixel `(i, j)` is ideal pixel
 /// `(rect.x0 + i, rect.y0 + j)`.
 ///
-/// Each ideal pixel centre's ray is moved by the lens ([`LensMap`]: [`Distortion::distort`]
+/// Each ideal pixel centre's ray is moved by the lens (`LensMap`: [`Distortion::distort`]
 /// for a pinhole image, [`Distortion::distort_equidistant`] for a fisheye one) to a photo
 /// point, which is sampled bilinearly (source pixel centres at `+0.5`; within the image's
 /// outer half-pixel the edge pixel is replicated). A pixel whose ray lands outside the photo

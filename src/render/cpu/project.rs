@@ -19,6 +19,12 @@
 //! of the render, not a parameter: the backward takes `∂L/∂ln s = ∂L/∂ln s'·(1 − f²/s'²) +
 //! (∂L/∂o_drawn)·o_drawn·f²/s'²`.
 //!
+//! Through an equidistant fisheye camera ([`Projection::Fisheye`](crate::scene::camera::Projection))
+//! the 2D mean is `(fx·θ·x/r + cx, fy·θ·y/r + cy)` with `r = √(x² + y²)`, `θ = atan2(r, z)`,
+//! and `J` is that map's Jacobian at the mean, unclamped (`equidistant` gives its radial
+//! terms, by series near the axis); the backward differentiates it through the mean
+//! (`fisheye_bwd`). Everything else is the pinhole's.
+//!
 //! Invariant: a culled Gaussian has `radius == 0` and every other field finite-but-meaningless;
 //! a kept one has finite mean, conic, colour and opacity, so no NaN can reach an image. Zero or
 //! non-finite quaternions, non-finite means / scales / opacities / SH coefficients are culled
@@ -259,7 +265,7 @@ fn geometry<F: Real>(
     })
 }
 
-/// `w = r²/z²` below which [`equidistant`] sums series instead of the closed forms, which
+/// `w = r²/z²` below which `equidistant` sums series instead of the closed forms, which
 /// cancel near the optical axis (and divide by `r = 0` on it).
 pub const EQUIDISTANT_SERIES_BELOW: f64 = 1e-2;
 
