@@ -634,6 +634,30 @@ fn project_bwd_matches_finite_differences_in_both_modes() {
         }
     }
     let camf = CameraF::<f64>::new(&cam).unwrap();
+    for aa in [false, true] {
+        if aa {
+            // The compensation spans its range here, or this checks nothing new.
+            let mut splats = Vec::new();
+            project_fwd(&scene.params(), &camf, 1, true, &mut splats);
+            let comps: Vec<f64> = splats
+                .iter()
+                .zip(&scene.logit_opacities)
+                .map(|(s, &l)| s.opacity * (1.0 + (-l).exp()))
+                .collect();
+            let (lo, hi) = comps
+                .iter()
+                .fold((1.0f64, 0.0f64), |(a, b), &c| (a.min(c), b.max(c)));
+            assert!(lo < 0.05 && hi > 0.99, "compensations {comps:?}");
+        }
+        check_project_stage(&mut scene, &camf, aa, &mut rng);
+    }
+}
+
+/// `project_bwd` of `scene` through `camf` (SH degree 1) against central differences of
+/// `project_fwd` under `L = Σ w·(mean2d, conic, colour, opacity)` with random weights from
+/// `rng`, so every output of the stage is differentiated; more than half the gradients must
+/// be non-trivial.
+fn check_project_stage(scene: &mut Scene, camf: &CameraF<f64>, aa: bool, rng: &mut Rng) {
     let n = scene.means.len();
     let weights: Vec<SplatGrad<f64>> = (0..n)
         .map(|_| SplatGrad {
@@ -643,9 +667,9 @@ fn project_bwd_matches_finite_differences_in_both_modes() {
             opacity: rng.uniform(-1.0, 1.0),
         })
         .collect();
-    let stage_loss = |scene: &Scene, aa: bool| -> f64 {
+    let stage_loss = |scene: &Scene| -> f64 {
         let mut splats = Vec::new();
-        project_fwd(&scene.params(), &camf, 1, aa, &mut splats);
+        project_fwd(&scene.params(), camf, 1, aa, &mut splats);
         splats
             .iter()
             .zip(&weights)
@@ -662,59 +686,45 @@ fn project_bwd_matches_finite_differences_in_both_modes() {
             })
             .sum()
     };
-    for aa in [false, true] {
-        let mut splats = Vec::new();
-        project_fwd(&scene.params(), &camf, 1, aa, &mut splats);
-        if aa {
-            // The compensation spans its range here, or this checks nothing new.
-            let comps: Vec<f64> = splats
-                .iter()
-                .zip(&scene.logit_opacities)
-                .map(|(s, &l)| s.opacity * (1.0 + (-l).exp()))
-                .collect();
-            let (lo, hi) = comps
-                .iter()
-                .fold((1.0f64, 0.0f64), |(a, b), &c| (a.min(c), b.max(c)));
-            assert!(lo < 0.05 && hi > 0.99, "compensations {comps:?}");
-        }
-        let mut grads = GaussianGrads::default();
-        project_bwd(
-            &scene.params(),
-            &camf,
-            1,
-            aa,
-            false,
-            &splats,
-            &weights,
-            None,
-            &mut grads,
-        );
-        let analytic = flat_grads(&grads);
-        let mut nonzero = 0;
-        for (k, &an) in analytic.iter().enumerate() {
-            let (group, idx, v) = scene.get(k);
-            scene.set(k, v + H);
-            let lp = stage_loss(&scene, aa);
-            scene.set(k, v - H);
-            let lm = stage_loss(&scene, aa);
-            scene.set(k, v);
-            let fd = (lp - lm) / (2.0 * H);
-            // Conic entries of a 0.05 px splat reach ~10³, so L does too: the rounding share
-            // of the difference grows with it.
-            let tol = 1e-4 + 1e-5 * an.abs();
-            assert!(
-                (fd - an).abs() <= tol,
-                "antialiased {aa}: {group}[{idx}]: finite difference {fd} vs analytic {an}"
-            );
-            if an.abs() > 1e-3 {
-                nonzero += 1;
-            }
-        }
+    let mut splats = Vec::new();
+    project_fwd(&scene.params(), camf, 1, aa, &mut splats);
+    let mut grads = GaussianGrads::default();
+    project_bwd(
+        &scene.params(),
+        camf,
+        1,
+        aa,
+        false,
+        &splats,
+        &weights,
+        None,
+        &mut grads,
+    );
+    let analytic = flat_grads(&grads);
+    let mut nonzero = 0;
+    for (k, &an) in analytic.iter().enumerate() {
+        let (group, idx, v) = scene.get(k);
+        scene.set(k, v + H);
+        let lp = stage_loss(scene);
+        scene.set(k, v - H);
+        let lm = stage_loss(scene);
+        scene.set(k, v);
+        let fd = (lp - lm) / (2.0 * H);
+        // Conic entries of a 0.05 px splat reach ~10³, so L does too: the rounding share of
+        // the difference grows with it.
+        let tol = 1e-4 + 1e-5 * an.abs();
         assert!(
-            nonzero > analytic.len() / 2,
-            "antialiased {aa}: {nonzero} non-zero"
+            (fd - an).abs() <= tol,
+            "antialiased {aa}: {group}[{idx}]: finite difference {fd} vs analytic {an}"
         );
+        if an.abs() > 1e-3 {
+            nonzero += 1;
+        }
     }
+    assert!(
+        nonzero > analytic.len() / 2,
+        "antialiased {aa}: {nonzero} non-zero"
+    );
 }
 
 /// The pose gradient ([`GaussianGrads::pose`]) against central differences of the loss over
@@ -746,38 +756,13 @@ fn pose_gradient_matches_finite_differences() {
             inv_depth,
             ..RenderOptions::default()
         };
-        let npix = (cam.width * cam.height) as usize;
-        let planes = if inv_depth { 4 } else { 3 };
-        let mut rng = Rng::new(40 + case as u64);
-        let w: Vec<f64> = (0..planes * npix)
-            .map(|k| rng.uniform(-1.0, 1.0) * if k < 3 * npix { 1.0 } else { 10.0 })
-            .collect();
-        let mut r = CpuRasterizer::<f64>::new();
-        let mut out = RenderOutput::default();
-        r.render(&scene.params(), &cam, &opts, &mut out).unwrap();
-        assert_smooth(&r, &out, scene, &CameraF::new(&cam).unwrap());
-        let mut grads = GaussianGrads::default();
-        r.render_backward(&scene.params(), &cam, &opts, &w, &mut grads)
-            .unwrap();
-        let analytic = grads.pose.expect("pose_grad asks for the pose gradient");
-        for (k, &an) in analytic.iter().enumerate() {
-            let moved = |h: f64| {
-                let mut d = [0.0; 6];
-                d[k] = h;
-                let mut c = cam;
-                c.world_to_camera = cam.world_to_camera.perturbed(d);
-                loss(scene, &c, &opts, &w)
-            };
-            let fd = (moved(H) - moved(-H)) / (2.0 * H);
-            assert!(
-                (fd - an).abs() <= ABS_TOL + REL_TOL * an.abs(),
-                "case {case}, pose[{k}]: finite difference {fd} vs analytic {an}"
-            );
-            assert!(
-                an.abs() > 1e-2,
-                "case {case}, pose[{k}] = {an}: too small to test"
-            );
-        }
+        check_pose(
+            scene,
+            &cam,
+            &opts,
+            40 + case as u64,
+            &format!("case {case}"),
+        );
     }
     // Without the flag the field stays empty.
     let cam = base;
@@ -793,6 +778,45 @@ fn pose_gradient_matches_finite_differences() {
     r.render_backward(&clamped.params(), &cam, &opts, &w, &mut grads)
         .unwrap();
     assert_eq!(grads.pose, None);
+}
+
+/// The pose gradient of the render of `scene` through `cam` (`opts` asks for it) against
+/// central differences over the camera moved by
+/// [`Pose::perturbed`](crate::scene::camera::Pose::perturbed), under random image weights
+/// (inverse depths ×10) from `seed`; every component must be large enough to test.
+fn check_pose(scene: &Scene, cam: &Camera, opts: &RenderOptions, seed: u64, what: &str) {
+    let npix = (cam.width * cam.height) as usize;
+    let planes = if opts.inv_depth { 4 } else { 3 };
+    let mut rng = Rng::new(seed);
+    let w: Vec<f64> = (0..planes * npix)
+        .map(|k| rng.uniform(-1.0, 1.0) * if k < 3 * npix { 1.0 } else { 10.0 })
+        .collect();
+    let mut r = CpuRasterizer::<f64>::new();
+    let mut out = RenderOutput::default();
+    r.render(&scene.params(), cam, opts, &mut out).unwrap();
+    assert_smooth(&r, &out, scene, &CameraF::new(cam).unwrap());
+    let mut grads = GaussianGrads::default();
+    r.render_backward(&scene.params(), cam, opts, &w, &mut grads)
+        .unwrap();
+    let analytic = grads.pose.expect("pose_grad asks for the pose gradient");
+    for (k, &an) in analytic.iter().enumerate() {
+        let moved = |h: f64| {
+            let mut d = [0.0; 6];
+            d[k] = h;
+            let mut c = *cam;
+            c.world_to_camera = cam.world_to_camera.perturbed(d);
+            loss(scene, &c, opts, &w)
+        };
+        let fd = (moved(H) - moved(-H)) / (2.0 * H);
+        assert!(
+            (fd - an).abs() <= ABS_TOL + REL_TOL * an.abs(),
+            "{what}, pose[{k}]: finite difference {fd} vs analytic {an}"
+        );
+        assert!(
+            an.abs() > 1e-2,
+            "{what}, pose[{k}] = {an}: too small to test"
+        );
+    }
 }
 
 /// A `w × h` equidistant fisheye camera with focal length `f`, centred.
@@ -840,7 +864,6 @@ fn fisheye_project_bwd_matches_finite_differences() {
     }
     let camf = CameraF::<f64>::new(&cam).unwrap();
     assert!(camf.fisheye);
-    let n = scene.means.len();
     let mut splats = Vec::new();
     project_fwd(&scene.params(), &camf, 1, false, &mut splats);
     for (s, m) in splats.iter().zip(&scene.means) {
@@ -851,71 +874,8 @@ fn fisheye_project_bwd_matches_finite_differences() {
             s.mean2d
         );
     }
-    let weights: Vec<SplatGrad<f64>> = (0..n)
-        .map(|_| SplatGrad {
-            mean2d: [0; 2].map(|_| rng.uniform(-1.0, 1.0)),
-            conic: [0; 3].map(|_| rng.uniform(-1.0, 1.0)),
-            color: [0; 3].map(|_| rng.uniform(-1.0, 1.0)),
-            opacity: rng.uniform(-1.0, 1.0),
-        })
-        .collect();
-    let stage_loss = |scene: &Scene, aa: bool| -> f64 {
-        let mut splats = Vec::new();
-        project_fwd(&scene.params(), &camf, 1, aa, &mut splats);
-        splats
-            .iter()
-            .zip(&weights)
-            .map(|(s, w)| {
-                assert!(s.radius > 0, "every splat must stay visible");
-                let mut l = w.opacity * s.opacity;
-                for k in 0..2 {
-                    l += w.mean2d[k] * s.mean2d[k];
-                }
-                for k in 0..3 {
-                    l += w.conic[k] * s.conic[k] + w.color[k] * s.color[k];
-                }
-                l
-            })
-            .sum()
-    };
     for aa in [false, true] {
-        let mut splats = Vec::new();
-        project_fwd(&scene.params(), &camf, 1, aa, &mut splats);
-        let mut grads = GaussianGrads::default();
-        project_bwd(
-            &scene.params(),
-            &camf,
-            1,
-            aa,
-            false,
-            &splats,
-            &weights,
-            None,
-            &mut grads,
-        );
-        let analytic = flat_grads(&grads);
-        let mut nonzero = 0;
-        for (k, &an) in analytic.iter().enumerate() {
-            let (group, idx, v) = scene.get(k);
-            scene.set(k, v + H);
-            let lp = stage_loss(&scene, aa);
-            scene.set(k, v - H);
-            let lm = stage_loss(&scene, aa);
-            scene.set(k, v);
-            let fd = (lp - lm) / (2.0 * H);
-            let tol = 1e-4 + 1e-5 * an.abs();
-            assert!(
-                (fd - an).abs() <= tol,
-                "antialiased {aa}: {group}[{idx}]: finite difference {fd} vs analytic {an}"
-            );
-            if an.abs() > 1e-3 {
-                nonzero += 1;
-            }
-        }
-        assert!(
-            nonzero > analytic.len() / 2,
-            "antialiased {aa}: {nonzero} non-zero"
-        );
+        check_project_stage(&mut scene, &camf, aa, &mut rng);
     }
 }
 
@@ -948,32 +908,12 @@ fn fisheye_gradients_match_finite_differences() {
         };
         let nonzero = check(&mut scene, &cam, &opts, 33);
         assert!(nonzero > 100, "only {nonzero} non-zero gradients");
-        let npix = (cam.width * cam.height) as usize;
-        let mut rng = Rng::new(34);
-        let w: Vec<f64> = (0..4 * npix)
-            .map(|k| rng.uniform(-1.0, 1.0) * if k < 3 * npix { 1.0 } else { 10.0 })
-            .collect();
-        let mut r = CpuRasterizer::<f64>::new();
-        let mut out = RenderOutput::default();
-        r.render(&scene.params(), &cam, &opts, &mut out).unwrap();
-        let mut grads = GaussianGrads::default();
-        r.render_backward(&scene.params(), &cam, &opts, &w, &mut grads)
-            .unwrap();
-        let analytic = grads.pose.expect("pose_grad asks for the pose gradient");
-        for (k, &an) in analytic.iter().enumerate() {
-            let moved = |h: f64| {
-                let mut d = [0.0; 6];
-                d[k] = h;
-                let mut c = cam;
-                c.world_to_camera = cam.world_to_camera.perturbed(d);
-                loss(&scene, &c, &opts, &w)
-            };
-            let fd = (moved(H) - moved(-H)) / (2.0 * H);
-            assert!(
-                (fd - an).abs() <= ABS_TOL + REL_TOL * an.abs(),
-                "antialiased {antialiased}, pose[{k}]: finite difference {fd} vs analytic {an}"
-            );
-            assert!(an.abs() > 1e-2, "pose[{k}] = {an}: too small to test");
-        }
+        check_pose(
+            &scene,
+            &cam,
+            &opts,
+            34,
+            &format!("antialiased {antialiased}"),
+        );
     }
 }
