@@ -2,7 +2,7 @@
 // screen radius, SH colour, and how many tiles it is binned into; in antialiased mode the
 // opacity is multiplied by the compensation √(det Σ2d_raw / det Σ2d), through a 3D filter by
 // the filter's ∏ s/s' (projection.cuh). The camera buffer's CAM_FISHEYE picks the pinhole or
-// the equidistant fisheye projection (projection.cuh: project_mean, geometry). Twin of
+// the equidistant fisheye projection (projection.cuh: geometry). Twin of
 // cpu::project::project_fwd (and of cpu::binning::Reach for the tiles).
 //
 // Every output element is written for every Gaussian (culled ones get zeros and radius 0), so
@@ -67,8 +67,7 @@ extern "C" __global__ void project_fwd(
     const float lambda = (mid + sqrtf(fmaxf(mid * mid - det, 0.1f * down * down))) * up;
     const float radius = ceilf(3.0f * sqrtf(lambda));
     const float z = g.t[2];
-    float m2x, m2y;
-    project_mean(g.t[0], g.t[1], z, cam, m2x, m2y);
+    const float m2x = g.m2[0], m2y = g.m2[1];
     if (!(isfinite(radius) && isfinite(m2x) && isfinite(m2y)) || !isfinite(conic[0]) ||
         !isfinite(conic[1]) || !isfinite(conic[2]))
         return;

@@ -17,6 +17,7 @@ struct Geometry {
     float cov2[3];     // dilated Σ2d as (a, b, c)
     float cov2_raw[3]; // Σ2d before the dilation (antialiasing compensation)
     float j[2][3];     // EWA Jacobian
+    float m2[2];       // where the mean lands in the image (pixels), by the projection
 };
 
 __device__ __forceinline__ void quat_to_rot(const float q[4], float r[3][3]) {
@@ -73,20 +74,6 @@ __device__ __forceinline__ Equidistant equidistant(float x, float y, float z) {
     return e;
 }
 
-// Where camera point (x, y, z) lands in the image (pixels), by the camera's projection (twin of
-// cpu::project::mean2d).
-__device__ __forceinline__ void project_mean(float x, float y, float z, const Cam& cam,
-                                             float& u, float& v) {
-    if (cam.fisheye) {
-        const float s = equidistant(x, y, z).s;
-        u = cam.fx * s * x + cam.cx;
-        v = cam.fy * s * y + cam.cy;
-    } else {
-        u = cam.fx * x / z + cam.cx;
-        v = cam.fy * y / z + cam.cy;
-    }
-}
-
 // Returns false when the Gaussian is culled (behind the near plane, non-finite position, zero
 // or non-finite quaternion), exactly as the CPU `geometry` returns None. `filter` is the
 // Gaussian's 3D filter (Mip-Splatting's, a standard deviation), or negative for none.
@@ -141,6 +128,8 @@ __device__ __forceinline__ bool geometry(const float mean[3], const float log_sc
         g.j[0][2] = -cam.fx * x / e.rho2;
         g.j[1][0] = cam.fy * axy; g.j[1][1] = cam.fy * (e.s + e.a * y * y);
         g.j[1][2] = -cam.fy * y / e.rho2;
+        g.m2[0] = cam.fx * e.s * x + cam.cx;
+        g.m2[1] = cam.fy * e.s * y + cam.cy;
     } else {
         const float txtz = x / z, tytz = y / z;
         const float cxz = fminf(fmaxf(txtz, -cam.lim_x_neg), cam.lim_x_pos);
@@ -152,6 +141,8 @@ __device__ __forceinline__ bool geometry(const float mean[3], const float log_sc
         const float rz2 = rz * rz;
         g.j[0][0] = cam.fx * rz; g.j[0][1] = 0.0f; g.j[0][2] = -cam.fx * tx * rz2;
         g.j[1][0] = 0.0f; g.j[1][1] = cam.fy * rz; g.j[1][2] = -cam.fy * ty * rz2;
+        g.m2[0] = cam.fx * x / z + cam.cx;
+        g.m2[1] = cam.fy * y / z + cam.cy;
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r)

@@ -213,9 +213,7 @@ impl Distortion {
         let theta = a.hypot(b);
         match *self {
             Distortion::Fisheye { k } => {
-                // θ_d/θ, the polynomial's factor: exactly 1 for zero coefficients.
-                let t2 = theta * theta;
-                let s = 1.0 + t2 * (k[0] + t2 * (k[1] + t2 * (k[2] + t2 * k[3])));
+                let s = fisheye_factor(&k, theta);
                 Some((a * s, b * s))
             }
             Distortion::RadialTangential { .. } | Distortion::Brown { .. } => {
@@ -235,8 +233,13 @@ impl Distortion {
 
 /// OpenCV's fisheye polynomial `θ_d = θ·(1 + k1 θ² + k2 θ⁴ + k3 θ⁶ + k4 θ⁸)`.
 fn fisheye_theta_d(k: &[f64; 4], theta: f64) -> f64 {
+    theta * fisheye_factor(k, theta)
+}
+
+/// `θ_d/θ = 1 + k1 θ² + k2 θ⁴ + k3 θ⁶ + k4 θ⁸`: exactly 1 for zero coefficients.
+fn fisheye_factor(k: &[f64; 4], theta: f64) -> f64 {
     let t2 = theta * theta;
-    theta * (1.0 + t2 * (k[0] + t2 * (k[1] + t2 * (k[2] + t2 * k[3]))))
+    1.0 + t2 * (k[0] + t2 * (k[1] + t2 * (k[2] + t2 * k[3])))
 }
 
 /// One view of a dataset as found on disk.

@@ -144,6 +144,8 @@ struct Geometry<F> {
     /// Σ2d before the dilation (a, b, c): the antialiasing compensation's numerator.
     cov2_raw: [F; 3],
     j: [[F; 3]; 2],
+    /// Where the mean lands in the image (pixels), by the camera's projection.
+    mean2d: [F; 2],
 }
 
 #[inline]
@@ -201,7 +203,7 @@ fn geometry<F: Real>(
         }
     }
     let (x, y, z) = (t[0], t[1], t[2]);
-    let (j, clamped) = if cam.fisheye {
+    let (j, clamped, mean2d) = if cam.fisheye {
         // The equidistant projection's Jacobian (module doc), never clamped.
         let e = equidistant(x, y, z);
         let (fx, fy) = (cam.fx, cam.fy);
@@ -210,7 +212,8 @@ fn geometry<F: Real>(
             [fx * (e.s + e.a * x * x), fx * axy, -fx * x / e.rho2],
             [fy * axy, fy * (e.s + e.a * y * y), -fy * y / e.rho2],
         ];
-        (j, [false; 2])
+        let mean2d = [fx * e.s * x + cam.cx, fy * e.s * y + cam.cy];
+        (j, [false; 2], mean2d)
     } else {
         let txtz = x / z;
         let tytz = y / z;
@@ -224,7 +227,8 @@ fn geometry<F: Real>(
             [cam.fx * rz, F::ZERO, -cam.fx * tx * rz2],
             [F::ZERO, cam.fy * rz, -cam.fy * ty * rz2],
         ];
-        (j, clamped)
+        let mean2d = [cam.fx * x / z + cam.cx, cam.fy * y / z + cam.cy];
+        (j, clamped, mean2d)
     };
     // T = J·W.
     let mut tmat = [[F::ZERO; 3]; 2];
@@ -262,6 +266,7 @@ fn geometry<F: Real>(
         cov2,
         cov2_raw,
         j,
+        mean2d,
     })
 }
 
@@ -316,17 +321,6 @@ pub(crate) fn equidistant<F: Real>(x: F, y: F, z: F) -> Equidistant<F> {
     let a = (z / rho2 - s) / r2;
     let b = (c(-2.0) * z / (rho2 * rho2) - c(3.0) * a) / r2;
     Equidistant { s, a, b, rho2 }
-}
-
-/// Where camera point `(x, y, z)` lands in `cam`'s image (pixels), by its projection.
-#[inline]
-fn mean2d<F: Real>(x: F, y: F, z: F, cam: &CameraF<F>) -> [F; 2] {
-    if cam.fisheye {
-        let s = equidistant(x, y, z).s;
-        [cam.fx * s * x + cam.cx, cam.fy * s * y + cam.cy]
-    } else {
-        [cam.fx * x / z + cam.cx, cam.fy * y / z + cam.cy]
-    }
 }
 
 #[inline]
@@ -427,8 +421,8 @@ fn project_one<F: Real>(
     let floor = F::from_f64(0.1) * down * down;
     let lambda = (mid + (mid * mid - det).max(floor).sqrt()) * up;
     let radius = (F::from_f64(3.0) * lambda.sqrt()).ceil();
-    let (x, y, z) = (g.t[0], g.t[1], g.t[2]);
-    let mean2d = mean2d(x, y, z, cam);
+    let z = g.t[2];
+    let mean2d = g.mean2d;
     if !(radius.is_finite() && mean2d[0].is_finite() && mean2d[1].is_finite())
         || conic.iter().any(|v| !v.is_finite())
     {
