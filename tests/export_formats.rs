@@ -511,7 +511,12 @@ fn a_mip_splatting_model_renders_with_its_filter_and_converts_to_a_fused_ply() {
         "{said}"
     );
     let (g, info) = ply::load_with_info(&fused, &LoadOptions::default()).unwrap();
-    assert!(info.antialiased && !info.fused_filter_3d, "{info:?}");
+    // The converted file says the filter is in its values (so `gs-train --init --filter-3d`
+    // can take it out again).
+    assert!(
+        info.antialiased && !info.fused_filter_3d && info.folded_filter_3d,
+        "{info:?}"
+    );
     for i in 0..truth.len() {
         let want = filter3d::fuse(truth.log_scales[i], truth.logit_opacities[i], filters[i]);
         assert_eq!(

@@ -3822,6 +3822,8 @@ fn filter_3d_runs_save_models_any_renderer_draws_as_trained() {
     let saved = out.join("point_cloud/iteration_40/point_cloud.ply");
     let (_, info) = ply::load_with_info(&saved, &LoadOptions::default()).unwrap();
     assert!(!info.antialiased && !info.fused_filter_3d, "{info:?}");
+    // The file says its filter is folded in (a comment other readers skip).
+    assert!(info.folded_filter_3d, "{info:?}");
 
     let trained: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("test/iteration_40/metrics.json")).unwrap(),
@@ -3838,6 +3840,50 @@ fn filter_3d_runs_save_models_any_renderer_draws_as_trained() {
         assert!(
             (a - b).abs() < 0.01,
             "view {}: {a} dB trained, {b} dB rendered",
+            t["view"]
+        );
+    }
+
+    // Started from the saved file, through the filter again: the old filter is taken out, so
+    // with every learning rate at 1e-12 (Adam's first step moves each value by about that)
+    // the first step's evaluation draws the saved model.
+    let again = dir.path().join("again");
+    let mut init = vec![s(&pack_path), "-o", s(&again), "--init", s(&saved)];
+    init.extend_from_slice(&[
+        "--iterations",
+        "1",
+        "--eval",
+        "--filter-3d",
+        "--backend",
+        "cpu",
+    ]);
+    for lr in [
+        "--position-lr-init",
+        "--position-lr-final",
+        "--feature-lr",
+        "--opacity-lr",
+        "--scaling-lr",
+        "--rotation-lr",
+    ] {
+        init.extend_from_slice(&[lr, "1e-12"]);
+    }
+    init.extend_from_slice(COMMON);
+    let o = gs_train(&init);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = stderr(&o);
+    assert!(
+        said.contains("is taken out of them") && !said.contains("narrower than this run's"),
+        "{said}"
+    );
+    let first: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(again.join("test/iteration_1/metrics.json")).unwrap(),
+    )
+    .unwrap();
+    for (t, v) in trained.iter().zip(first.as_array().unwrap()) {
+        let (a, b) = (t["psnr"].as_f64().unwrap(), v["psnr"].as_f64().unwrap());
+        assert!(
+            (a - b).abs() < 0.01,
+            "view {}: {a} dB trained, {b} dB at the first step from the saved file",
             t["view"]
         );
     }

@@ -287,6 +287,8 @@ fn parse_positive(s: &str) -> Result<f64, String> {
 struct Loaded {
     gaussians: Gaussians,
     antialiased: bool,
+    /// The file's scales and opacities hold a folded 3D filter (kept in a converted file).
+    folded_filter_3d: bool,
 }
 
 impl std::ops::Deref for Loaded {
@@ -580,6 +582,7 @@ fn load_model(args: &Args) -> Result<Loaded> {
         &args.ply,
         &LoadOptions {
             allow_activated: args.allow_activated,
+            ..LoadOptions::default()
         },
     )
     .map_err(|e| {
@@ -626,6 +629,7 @@ fn load_model(args: &Args) -> Result<Loaded> {
     Ok(Loaded {
         gaussians: model,
         antialiased,
+        folded_filter_3d: info.folded_filter_3d,
     })
 }
 
@@ -1223,7 +1227,7 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
         );
     };
     let model = load_model(args)?;
-    let info = ModelInfo::with_mode(model.antialiased);
+    let info = ModelInfo::with_mode(model.antialiased).with_folded_filter(model.folded_filter_3d);
     save_model(out, &model, format, info).context("cannot write the converted model")?;
     if format == ModelFormat::Splat && model.antialiased {
         eprintln!(

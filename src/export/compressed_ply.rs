@@ -43,8 +43,9 @@
 //!   within 1/64 of the engine's value.)
 //!
 //! Positions, scales and rotations are the PLY's axes and stored values unchanged (no axis
-//! flip, unlike SPZ). A header comment carries [`super::ply::ANTIALIASED_COMMENT`] when the
-//! model was trained antialiased, as in ramsplat's plain PLY; other readers skip it.
+//! flip, unlike SPZ). Header comments carry [`super::ply::ANTIALIASED_COMMENT`] when the
+//! model was trained antialiased and [`super::ply::FOLDED_FILTER_COMMENT`] when it holds a
+//! folded 3D filter, as in ramsplat's plain PLY; other readers skip them.
 //!
 //! # Order
 //! The writer **reorders** the Gaussians, as SuperSplat and splat-transform do: by the 30-bit
@@ -523,9 +524,7 @@ fn write_file(w: &mut impl Write, g: &Gaussians, plan: &Plan, info: ModelInfo) -
         "ply\nformat binary_little_endian 1.0\ncomment ramsplat {} (PlayCanvas compressed PLY)\n",
         env!("CARGO_PKG_VERSION")
     );
-    if info.antialiased {
-        header.push_str(&format!("comment {}\n", super::ply::ANTIALIASED_COMMENT));
-    }
+    header.push_str(&super::ply::info_comments(&info));
     header.push_str(&format!("element chunk {}\n", plan.chunks.len()));
     for p in CHUNK_PROPERTIES {
         header.push_str(&format!("property float {p}\n"));
@@ -688,7 +687,8 @@ fn read<R: BufRead>(
             format: header.format.keyword(),
         });
     }
-    let info = ModelInfo::with_mode(super::ply::says_antialiased(&header.comments));
+    let info = ModelInfo::with_mode(super::ply::says_antialiased(&header.comments))
+        .with_folded_filter(super::ply::says_folded_filter(&header.comments));
     let names: Vec<String> = header.elements.iter().map(|e| e.name.clone()).collect();
     let find = |name: &'static str, hint: &'static str| {
         header
@@ -1284,8 +1284,19 @@ mod tests {
             encode_with_info(&g, ModelInfo::with_mode(true)).unwrap()
         );
         let (back, info) = load_with_info(&path).unwrap();
-        assert!(info.antialiased);
+        assert!(info.antialiased && !info.folded_filter_3d);
         assert_within_bounds(&g, &back);
+        // A model holding a folded 3D filter says so, in a comment of its own.
+        let folded = dir.path().join("f.compressed.ply");
+        save_with_info(
+            &folded,
+            &g,
+            ModelInfo::with_mode(false).with_folded_filter(true),
+        )
+        .unwrap();
+        let (_, folded_info) = load_with_info(&folded).unwrap();
+        assert!(folded_info.folded_filter_3d && !folded_info.antialiased);
+        std::fs::remove_file(&folded).unwrap();
         // Through the format-neutral entry points, chosen by the name.
         let (back2, info2) =
             crate::export::load_model(&path, &crate::export::ply::LoadOptions::default()).unwrap();

@@ -134,8 +134,16 @@ pub struct ModelInfo {
     /// When read: the file held Mip-Splatting's 3D smoothing filter (a PLY's `filter_3D`
     /// property), now folded into the model's scales and opacities
     /// ([`crate::scene::filter3d`]), which a loader's caller says. Such a file is also read as
-    /// antialiased. Ignored by the writers: they write the folded values.
+    /// antialiased. Ignored by the writers: they write the folded values (and
+    /// [`ModelInfo::folded_filter_3d`] says so).
     pub fused_filter_3d: bool,
+    /// The model's scales and opacities hold a 3D smoothing filter folded in: a model saved by
+    /// `gs-train --filter-3d`, or a Mip-Splatting file whose `filter_3D` was folded in as it
+    /// was read. PLY and compressed PLY carry it as a header comment
+    /// ([`ply::FOLDED_FILTER_COMMENT`]; other readers skip it), so a run that trains through
+    /// its own filter can take the old one out (`gs-train --init --filter-3d`); SPZ and
+    /// `.splat` have no room for it.
+    pub folded_filter_3d: bool,
 }
 
 impl ModelInfo {
@@ -145,12 +153,22 @@ impl ModelInfo {
             antialiased,
             cut_sh_degree: None,
             fused_filter_3d: false,
+            folded_filter_3d: false,
+        }
+    }
+
+    /// What a writer is given for a model whose scales and opacities hold a folded 3D filter
+    /// (when `folded`): the mode and the mark.
+    pub fn with_folded_filter(self, folded: bool) -> ModelInfo {
+        ModelInfo {
+            folded_filter_3d: folded,
+            ..self
         }
     }
 
     /// The note a loader's caller prints for a model whose 3D filter was folded in, if it was.
     pub fn filter_3d_note(&self, path: &Path) -> Option<String> {
-        self.fused_filter_3d.then(|| {
+        (self.fused_filter_3d && self.folded_filter_3d).then(|| {
             format!(
                 "{} holds Mip-Splatting's 3D smoothing filter (`filter_3D`): it is folded into \
                  the scales and opacities, as Mip-Splatting's fused export does, and the model \

@@ -36,7 +36,12 @@
 //! ([`crate::scene::filter3d`]; a negative size is an error), the model is read as antialiased
 //! (Mip-Splatting trains with a compensated 2D filter, the nearest of ramsplat's modes), and
 //! [`ModelInfo::fused_filter_3d`] says so. Ignoring the property, as viewers do, draws every
-//! Gaussian narrower and more opaque than it was trained.
+//! Gaussian narrower and more opaque than it was trained. [`LoadOptions::unfused_filter_3d`]
+//! reads the unfiltered values instead, for a run that trains through a filter of its own.
+//!
+//! Header comments say how to render the model ([`ModelInfo`]): [`ANTIALIASED_COMMENT`], and
+//! [`FOLDED_FILTER_COMMENT`] when its scales and opacities hold a folded 3D filter (written by
+//! `gs-train --filter-3d`, and by any writer given a model read with its `filter_3D` folded in).
 //!
 //! # Refusing files saved with activated values
 //! A model exported with `sigmoid(opacity)` and `exp(scale)` instead of the stored values loads
@@ -84,6 +89,10 @@ pub enum PlyEncoding {
 pub struct LoadOptions {
     /// Load a file even though it looks like it holds activated values (see the module doc).
     pub allow_activated: bool,
+    /// Read a Mip-Splatting file's own unfiltered scales and opacities, its `filter_3D` not
+    /// folded in (for a run that trains through a filter of its own; the loaded
+    /// [`ModelInfo::fused_filter_3d`] still says the file held one).
+    pub unfused_filter_3d: bool,
 }
 
 /// Why a Gaussian PLY could not be read or written. Every variant names the file.
@@ -260,13 +269,41 @@ pub fn write_point_row(w: &mut impl Write, xyz: [f32; 3], rgb: [u8; 3]) -> io::R
 pub const ANTIALIASED_COMMENT: &str =
     "rasterize_mode antialiased (render with the Mip-Splatting 2D filter, as gsplat's rasterize_mode=\"antialiased\")";
 
+/// The header comment that marks a model whose scales and opacities hold a 3D smoothing filter
+/// folded in ([`ModelInfo::folded_filter_3d`]; read back by [`load_with_info`], other readers
+/// skip comments). Only its first two words are matched.
+pub const FOLDED_FILTER_COMMENT: &str =
+    "filter_3d folded (Mip-Splatting's 3D filter is in the scales and opacities, as its fused export writes them)";
+
 /// Whether a header's comments carry [`ANTIALIASED_COMMENT`] (its first two words).
 pub(crate) fn says_antialiased(comments: &[String]) -> bool {
-    let marker: Vec<&str> = ANTIALIASED_COMMENT.split_whitespace().take(2).collect();
+    has_comment(comments, ANTIALIASED_COMMENT)
+}
+
+/// Whether a header's comments carry [`FOLDED_FILTER_COMMENT`] (its first two words).
+pub(crate) fn says_folded_filter(comments: &[String]) -> bool {
+    has_comment(comments, FOLDED_FILTER_COMMENT)
+}
+
+/// Whether one of `comments` starts with the first two words of `mark`.
+fn has_comment(comments: &[String], mark: &str) -> bool {
+    let marker: Vec<&str> = mark.split_whitespace().take(2).collect();
     comments.iter().any(|c| {
         let words: Vec<&str> = c.split_whitespace().take(2).collect();
         words == marker
     })
+}
+
+/// The header comments that say how to render a model (`info`), one line each.
+pub(crate) fn info_comments(info: &ModelInfo) -> String {
+    let mut lines = String::new();
+    if info.antialiased {
+        lines.push_str(&format!("comment {ANTIALIASED_COMMENT}\n"));
+    }
+    if info.folded_filter_3d {
+        lines.push_str(&format!("comment {FOLDED_FILTER_COMMENT}\n"));
+    }
+    lines
 }
 
 /// Writes `g` as a 3DGS PLY to `w`. `g` must pass validation (see [`save`]).
@@ -284,9 +321,7 @@ fn write_ply<W: Write>(
         "ply\nformat {format} 1.0\ncomment ramsplat {} (stored pre-activation values)\n",
         env!("CARGO_PKG_VERSION"),
     );
-    if info.antialiased {
-        header.push_str(&format!("comment {ANTIALIASED_COMMENT}\n"));
-    }
+    header.push_str(&info_comments(&info));
     header.push_str(&format!("element vertex {}\n", g.len()));
     for name in property_names(g.sh_degree) {
         header.push_str("property float ");
@@ -445,11 +480,15 @@ pub fn load_with_info(
     }
     let element = reader.select("vertex")?.clone();
     let cols = resolve_columns(path, &element)?;
+    let comments = &reader.header().comments;
+    // A `filter_3D` is folded in as the file is read, unless the caller trains its own.
+    let fold = cols.filter_3d.is_some() && !options.unfused_filter_3d;
     let info = ModelInfo {
         // Mip-Splatting trains with a compensated 2D filter: antialiased is the nearest mode.
-        antialiased: says_antialiased(&reader.header().comments) || cols.filter_3d.is_some(),
+        antialiased: says_antialiased(comments) || cols.filter_3d.is_some(),
         cut_sh_degree: (cols.file_sh_degree > cols.sh_degree).then_some(cols.file_sh_degree),
         fused_filter_3d: cols.filter_3d.is_some(),
+        folded_filter_3d: says_folded_filter(comments) || fold,
     };
     let names: Vec<&str> = element.scalars().map(|(n, _)| n).collect();
     let k = sh_coeffs(cols.sh_degree);
@@ -531,9 +570,11 @@ pub fn load_with_info(
             });
         }
     }
-    for (i, &f) in filters.iter().enumerate() {
-        (g.log_scales[i], g.logit_opacities[i]) =
-            crate::scene::filter3d::fuse(g.log_scales[i], g.logit_opacities[i], f);
+    if fold {
+        for (i, &f) in filters.iter().enumerate() {
+            (g.log_scales[i], g.logit_opacities[i]) =
+                crate::scene::filter3d::fuse(g.log_scales[i], g.logit_opacities[i], f);
+        }
     }
     Ok((g, info))
 }
@@ -853,12 +894,35 @@ mod tests {
                 assert_eq!(m.log_scales[i], g.log_scales[i]);
             }
         }
+        // The folded model is marked, and so is the file it is saved as (a comment).
+        assert!(info.folded_filter_3d);
+        let fused = dir.path().join("fused.ply");
+        save_with_info(&fused, &m, PlyEncoding::Ascii, info).unwrap();
+        let (back, back_info) = load_with_info(&fused, &LoadOptions::default()).unwrap();
+        assert_bit_equal(&back, &m);
+        assert!(back_info.folded_filter_3d && back_info.antialiased && !back_info.fused_filter_3d);
+        // For a run training through a filter of its own: the file's unfiltered values, bit
+        // for bit, not marked as folded (but said to have held a filter).
+        let (raw, raw_info) = load_with_info(
+            &path,
+            &LoadOptions {
+                unfused_filter_3d: true,
+                ..LoadOptions::default()
+            },
+        )
+        .unwrap();
+        assert_bit_equal(&raw, &g);
+        assert!(raw_info.fused_filter_3d && !raw_info.folded_filter_3d);
+        assert!(raw_info.filter_3d_note(&path).is_none());
         // The standard file of the same model reads as it is, and is not marked.
         let plain = dir.path().join("plain.ply");
         save(&plain, &g, PlyEncoding::BinaryLittleEndian).unwrap();
         let (_, info) = load_with_info(&plain, &LoadOptions::default()).unwrap();
         assert!(
-            !info.fused_filter_3d && !info.antialiased && info.filter_3d_note(&plain).is_none()
+            !info.fused_filter_3d
+                && !info.folded_filter_3d
+                && !info.antialiased
+                && info.filter_3d_note(&plain).is_none()
         );
         // A negative or non-finite filter is named, vertex and property.
         for (bad, what) in [(-0.01f32, "below 0"), (f32::NAN, "NaN")] {
@@ -973,6 +1037,7 @@ mod tests {
             &path,
             &LoadOptions {
                 allow_activated: true,
+                ..LoadOptions::default()
             },
         )
         .unwrap();

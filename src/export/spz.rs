@@ -508,6 +508,7 @@ impl Header {
             antialiased: self.flags & FLAG_ANTIALIASED != 0,
             cut_sh_degree: (degree > MAX_SH_DEGREE).then_some(degree),
             fused_filter_3d: false,
+            folded_filter_3d: false,
         }
     }
 }

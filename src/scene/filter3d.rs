@@ -13,7 +13,9 @@
 //! (`save_fused_ply`) stores the filtered values instead, which any 3DGS renderer draws as
 //! trained. [`fuse`] computes those filtered stored values (log-scales, logit opacity); the PLY
 //! reader applies it to a `filter_3D` file, and `gs-train --filter-3d` to the models it saves
-//! (its filter is set from the training cameras: `train::filter3d`).
+//! (its filter is set from the training cameras: `train::filter3d`). [`unfuse`] undoes the fold
+//! for a run that trains through its own filter from a model saved with one (`gs-train --init
+//! --filter-3d`), so its first step draws the model as saved instead of filtering it twice.
 //!
 //! # Numerics
 //! The fusion is evaluated in f64 in log space, so no intermediate overflows or cancels:
@@ -64,6 +66,84 @@ pub fn fuse(log_scale: [f32; 3], logit_opacity: f32, filter: f32) -> ([f32; 3], 
     (fused.map(|v| v as f32), logit as f32)
 }
 
+/// The smallest scale [`unfuse`] gives an axis, as a fraction of the filter. Below it the
+/// filtered scale `√(s² + f²)` is within 5e-5 of `f` whatever `s` is, so nothing drawn depends
+/// on it; and a stored f32 log-scale resolves `s'² − f²` only to ~1e-7·f², so smaller values
+/// would be rounding noise, which the opacity would then divide by.
+pub const UNFUSE_MIN_SCALE: f64 = 1e-2;
+/// The highest opacity [`unfuse`] gives (a logit of about 16): a model whose drawn opacity
+/// would need more under a wider filter than it was saved with is drawn fainter.
+pub const UNFUSE_MAX_OPACITY: f64 = 1.0 - 1e-7;
+
+/// How much fainter than folded (relative) the cap [`UNFUSE_MAX_OPACITY`] may draw a Gaussian
+/// that [`unfuse`] still calls exact: the rounding of the stored log-scales, amplified where a
+/// splat is far narrower than the filter, reaches a few 1e-3 there.
+pub const UNFUSE_OPACITY_SLACK: f64 = 1e-2;
+
+/// What [`unfuse`] recovers of a Gaussian folded with a filter: its stored values before the
+/// fold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Unfused {
+    pub log_scale: [f32; 3],
+    pub logit_opacity: f32,
+    /// Whether drawing the result through `filter` gives back the folded Gaussian: false when
+    /// the filter is wider than one of its scales (beyond rounding), so the Gaussian is drawn
+    /// at the filter's width, or when its opacity had to be capped at [`UNFUSE_MAX_OPACITY`]
+    /// by more than [`UNFUSE_OPACITY_SLACK`]. Exact whenever `filter` is the one it was folded
+    /// with.
+    pub exact: bool,
+}
+
+/// The inverse of [`fuse`]: the stored values of a Gaussian that, drawn through the filter
+/// `filter` (≥ 0), is the Gaussian whose folded stored values are `log_scale` and
+/// `logit_opacity`. Each scale `s = √(s'² − f²)` (not below [`UNFUSE_MIN_SCALE`]·f) and the
+/// opacity `o'·∏ √(s² + f²)/s`, evaluated in f64 in log space as [`fuse`] is. `fuse` of the
+/// result gives back the inputs to within the f32 rounding of the stored values (and
+/// [`UNFUSE_MIN_SCALE`]'s 5e-5 of the filter) when [`Unfused::exact`]. `filter == 0` returns
+/// the inputs unchanged.
+pub fn unfuse(log_scale: [f32; 3], logit_opacity: f32, filter: f32) -> Unfused {
+    if filter == 0.0 {
+        return Unfused {
+            log_scale,
+            logit_opacity,
+            exact: true,
+        };
+    }
+    let ln_f = f64::from(filter).ln();
+    let floor = ln_f + UNFUSE_MIN_SCALE.ln();
+    // A folded scale is never below the filter it was folded with; one below this filter by
+    // more than the stored value's rounding (relative 1e-6) cannot be drawn as it was.
+    let mut exact = true;
+    let unfused = log_scale.map(|l| {
+        let l = f64::from(l);
+        // ln(s'² − f²)/2 = ln s' + ½·ln(1 − (f/s')²).
+        let d = 2.0 * (ln_f - l);
+        if d < 0.0 {
+            (l + 0.5 * log1mexp(d)).max(floor)
+        } else {
+            exact &= l > ln_f - 1e-6;
+            floor
+        }
+    });
+    // ln o = ln o' + Σ (ln s'_drawn − ln s): the opacity that the filter brings back to o'.
+    let ln_gain: f64 = unfused
+        .iter()
+        .map(|&l| 0.5 * log_add_exp(2.0 * l, 2.0 * ln_f) - l)
+        .sum();
+    let mut ln_o = log_sigmoid(f64::from(logit_opacity)) + ln_gain;
+    if ln_o > UNFUSE_MAX_OPACITY.ln() {
+        // An opaque splat far narrower than the filter recovers its scales to ~1e-3, so its
+        // opacity may come out a little above 1: capped, it is drawn that much fainter.
+        exact &= ln_o - UNFUSE_MAX_OPACITY.ln() < UNFUSE_OPACITY_SLACK;
+        ln_o = UNFUSE_MAX_OPACITY.ln();
+    }
+    Unfused {
+        log_scale: unfused.map(|v| v as f32),
+        logit_opacity: (ln_o - log1mexp(ln_o)) as f32,
+        exact,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +183,74 @@ mod tests {
                 "{ls:?}: opacity {got} vs {want}"
             );
         }
+    }
+
+    /// `unfuse` inverts `fuse`: the stored values come back where the scale resolves them
+    /// (above a few hundredths of the filter), and folding the result again gives the folded
+    /// values back wherever the filter is the one folded in, however small the splat.
+    #[test]
+    fn unfuse_inverts_fuse() {
+        let mut rng = crate::rng::Rng::new(7);
+        for i in 0..20_000 {
+            let ls = [0; 3].map(|_| -7.0 + 6.0 * rng.next_f32());
+            let logit = -8.0 + 16.0 * rng.next_f32();
+            let f = (-6.0 + 4.0 * rng.next_f64()).exp() as f32;
+            let (fused, fused_logit) = fuse(ls, logit, f);
+            let back = unfuse(fused, fused_logit, f);
+            assert!(back.exact, "case {i}: {ls:?} {logit} {f}");
+            let (again, again_logit) = fuse(back.log_scale, back.logit_opacity, f);
+            for a in 0..3 {
+                assert!(
+                    (again[a] - fused[a]).abs() < 6e-5,
+                    "case {i} axis {a}: {} vs {}",
+                    again[a],
+                    fused[a]
+                );
+                if f64::from(ls[a]).exp() > 0.05 * f64::from(f) {
+                    assert!(
+                        (back.log_scale[a] - ls[a]).abs() < 1e-3,
+                        "case {i} axis {a}: {} vs {}",
+                        back.log_scale[a],
+                        ls[a]
+                    );
+                }
+            }
+            let (o, o_again) = (sigmoid(fused_logit.into()), sigmoid(again_logit.into()));
+            assert!(
+                (o_again / o - 1.0).abs() < UNFUSE_OPACITY_SLACK,
+                "case {i}: opacity {o_again} vs {o}"
+            );
+            if ls.iter().all(|&l| f64::from(l).exp() > 0.05 * f64::from(f)) {
+                let (want, got) = (sigmoid(logit.into()), sigmoid(back.logit_opacity.into()));
+                assert!((got / want - 1.0).abs() < 1e-3, "case {i}: {got} vs {want}");
+            }
+        }
+        assert_eq!(
+            unfuse([-3.0, 1.0, -9.0], 2.5, 0.0),
+            Unfused {
+                log_scale: [-3.0, 1.0, -9.0],
+                logit_opacity: 2.5,
+                exact: true
+            }
+        );
+    }
+
+    /// A filter wider than a folded scale (the model saved through a narrower one) cannot be
+    /// undone: the axis takes the floor, the opacity is capped below 1, and it says so.
+    #[test]
+    fn a_wider_filter_than_folded_is_said() {
+        let wide = unfuse([(0.01f32).ln(); 3], 0.0, 0.02);
+        assert!(!wide.exact);
+        assert!(wide
+            .log_scale
+            .iter()
+            .all(|&l| (f64::from(l) - (0.02f64 * UNFUSE_MIN_SCALE).ln()).abs() < 1e-5));
+        assert!(wide.logit_opacity.is_finite() && wide.logit_opacity > 15.0);
+        // A scale equal to the filter up to the stored value's rounding is exact (the splat
+        // was far narrower than the filter it was folded with).
+        let f = 0.02f32;
+        let (fused, logit) = fuse([-40.0, -3.0, -2.0], 1.0, f);
+        assert!(unfuse(fused, logit, f).exact);
     }
 
     #[test]

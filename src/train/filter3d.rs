@@ -20,6 +20,8 @@ use rayon::prelude::*;
 
 use crate::render::cpu::project::NEAR_PLANE;
 use crate::scene::camera::{Camera, Projection};
+use crate::scene::filter3d::unfuse;
+use crate::scene::gaussians::Gaussians;
 
 /// The filter's variance in sampling intervals² (Mip-Splatting's 0.2): `f = √0.2 / rate`.
 pub const FILTER_VARIANCE: f64 = 0.2;
@@ -133,6 +135,45 @@ pub fn finish(rates: &mut [f32], lowest: f32) {
     });
 }
 
+/// What [`unfold`] did to a model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unfolded {
+    /// Gaussians of the model.
+    pub gaussians: usize,
+    /// Of them, those the filter could not give back as folded
+    /// ([`crate::scene::filter3d::Unfused::exact`]): narrower
+    /// than the filter on some axis, so drawn at its width.
+    pub inexact: usize,
+}
+
+/// Takes a folded 3D filter out of a model's stored scales and opacities (`gs-train --init
+/// --filter-3d` of a model saved with one): each Gaussian's filter is the one `cameras` set
+/// ([`compute`], as the run's first step will), and its values become those that, drawn
+/// through that filter, give the folded Gaussian back ([`unfuse`]). A model saved by a run
+/// on the same cameras at the same size gets back what that run trained (the filter depends
+/// only on the means and the cameras), so the new run's first render draws the saved model
+/// instead of filtering it twice.
+pub fn unfold(g: &mut Gaussians, cameras: &[Camera]) -> Unfolded {
+    let mut filter = Vec::new();
+    compute(&g.means, &camera_rows(cameras), &mut filter);
+    let inexact = g
+        .log_scales
+        .par_iter_mut()
+        .zip(g.logit_opacities.par_iter_mut())
+        .zip(filter.par_iter())
+        .map(|((ls, o), &f)| {
+            let u = unfuse(*ls, *o, f);
+            (*ls, *o) = (u.log_scale, u.logit_opacity);
+            !u.exact
+        })
+        .filter(|&inexact| inexact)
+        .count();
+    Unfolded {
+        gaussians: g.len(),
+        inexact,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +265,84 @@ mod tests {
         let mut pin = fish;
         pin.projection = Projection::Pinhole;
         assert_eq!(sampling_rate(p75, &camera_rows(&[pin])), 0.0);
+    }
+
+    /// A model saved through the filter (folded by `fuse`, as a run saves it) and unfolded with
+    /// the same cameras is what was trained, wherever its scales resolve it, and drawn through
+    /// the filter it is exactly the saved model; through cameras that see it sharper (a
+    /// narrower model than their filter) the narrower Gaussians are counted.
+    #[test]
+    #[allow(clippy::needless_range_loop)] // Several models indexed in lockstep.
+    fn unfolding_with_the_saving_cameras_gives_the_trained_model_back() {
+        let cams = [
+            camera_at([0.0, 0.0, -4.0], 100.0, 200, 100),
+            camera_at([1.0, 0.0, -3.0], 80.0, 200, 100),
+        ];
+        let rows = camera_rows(&cams);
+        let mut rng = crate::rng::Rng::new(11);
+        let n = 2000;
+        let mut trained = Gaussians::zeros(n, 0);
+        for i in 0..n {
+            trained.means[i] = [0; 3].map(|_| -2.0 + 4.0 * rng.next_f32());
+            trained.log_scales[i] = [0; 3].map(|_| -7.0 + 5.0 * rng.next_f32());
+            trained.logit_opacities[i] = -6.0 + 12.0 * rng.next_f32();
+        }
+        let mut filter = Vec::new();
+        compute(&trained.means, &rows, &mut filter);
+        let mut saved = trained.clone();
+        for i in 0..n {
+            (saved.log_scales[i], saved.logit_opacities[i]) = crate::scene::filter3d::fuse(
+                trained.log_scales[i],
+                trained.logit_opacities[i],
+                filter[i],
+            );
+        }
+        let mut unfolded = saved.clone();
+        assert_eq!(
+            unfold(&mut unfolded, &cams),
+            Unfolded {
+                gaussians: n,
+                inexact: 0
+            }
+        );
+        assert_eq!(unfolded.means, trained.means);
+        let mut resolved = 0;
+        for i in 0..n {
+            let (drawn, drawn_logit) = crate::scene::filter3d::fuse(
+                unfolded.log_scales[i],
+                unfolded.logit_opacities[i],
+                filter[i],
+            );
+            for a in 0..3 {
+                assert!(
+                    (drawn[a] - saved.log_scales[i][a]).abs() < 6e-5,
+                    "{i} axis {a}"
+                );
+            }
+            let o = |l: f32| 1.0 / (1.0 + (-f64::from(l)).exp());
+            assert!(
+                (o(drawn_logit) / o(saved.logit_opacities[i]) - 1.0).abs() < 1e-2,
+                "{i}"
+            );
+            let f = f64::from(filter[i]);
+            if trained.log_scales[i]
+                .iter()
+                .all(|&l| f64::from(l).exp() > 0.05 * f)
+            {
+                resolved += 1;
+                for a in 0..3 {
+                    let d = unfolded.log_scales[i][a] - trained.log_scales[i][a];
+                    assert!(d.abs() < 1e-3, "{i} axis {a}: {d}");
+                }
+            }
+        }
+        // Most of the model is resolved (the rest is far narrower than its filter).
+        assert!(resolved > n / 4, "{resolved}");
+        // A camera of a lower sampling rate (80 px per unit at 4 units: 20, against 25 and
+        // more) sets wider filters: the Gaussians saved narrower than them are counted.
+        let blurry = [camera_at([0.0, 0.0, -4.0], 80.0, 200, 100)];
+        let mut again = saved.clone();
+        let u = unfold(&mut again, &blurry);
+        assert!(u.inexact > 0 && u.inexact < n, "{u:?}");
     }
 }

@@ -1075,8 +1075,10 @@ fn save_ply(
     let dir = path.parent().expect("has a parent");
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     // The model says how it was trained to be rendered (PLY comment, SPZ flag).
-    let info = ModelInfo::with_mode(trainer.config().antialiased);
-    // With a 3D filter, the files hold it folded in: any renderer draws them as trained.
+    // With a 3D filter, the files hold it folded in (any renderer draws them as trained), and
+    // say so (PLY comments), so that a later `--init --filter-3d` can take it out.
+    let info = ModelInfo::with_mode(trainer.config().antialiased)
+        .with_folded_filter(trainer.config().filter_3d);
     trainer.with_saved_gaussians(|g| -> Result<(), RunError> {
         gply::save_with_info(&path, g, PlyEncoding::BinaryLittleEndian, info)?;
         for &f in export.iter().filter(|&&f| f != ModelFormat::Ply) {
@@ -1483,10 +1485,13 @@ enum ModelStart {
     Resume(Box<super::TrainState>),
     /// The initial Gaussians [`super::init::from_pack`] will build.
     Fresh(InitPlan),
-    /// The `--init` model, read and adapted to the run ([`super::init::from_model`]).
+    /// The `--init` model, read and adapted to the run ([`super::init::from_model`]), and
+    /// whether its scales and opacities hold a folded 3D filter that this run, training through
+    /// its own (`--filter-3d`), takes out before its first step ([`unfold_filter`]).
     Model(
         Box<crate::scene::gaussians::Gaussians>,
         super::init::ModelInit,
+        bool,
     ),
 }
 
@@ -1496,7 +1501,7 @@ impl ModelStart {
         match self {
             ModelStart::Resume(state) => state.model.len(),
             ModelStart::Fresh(init) => init.gaussians as usize,
-            ModelStart::Model(g, _) => g.len(),
+            ModelStart::Model(g, ..) => g.len(),
         }
     }
 }
@@ -1511,18 +1516,29 @@ fn model_start(
     on_event: &mut dyn FnMut(Event),
 ) -> Result<ModelStart, RunError> {
     if let Some(path) = &opts.init {
+        // A run with a 3D filter of its own trains a Mip-Splatting file's unfiltered values.
+        let options = gply::LoadOptions {
+            unfused_filter_3d: config.filter_3d,
+            ..gply::LoadOptions::default()
+        };
         let (g, info) =
-            crate::export::load_model(path, &gply::LoadOptions::default()).map_err(|source| {
-                RunError::InitModel {
-                    path: path.clone(),
-                    source,
-                }
+            crate::export::load_model(path, &options).map_err(|source| RunError::InitModel {
+                path: path.clone(),
+                source,
             })?;
         if let Some(note) = info.sh_cut_note(path) {
             on_event(Event::Line(format!("warning: {note}")));
         }
         if let Some(note) = info.filter_3d_note(path) {
             on_event(Event::Line(format!("note: {note}")));
+        }
+        if config.filter_3d && info.fused_filter_3d {
+            on_event(Event::Line(format!(
+                "note: {} holds Mip-Splatting's 3D smoothing filter (`filter_3D`) beside its \
+                 unfiltered scales and opacities: this run trains those, through its own filter \
+                 set from this pack's training cameras",
+                path.display()
+            )));
         }
         if info.antialiased && !config.antialiased {
             on_event(Event::Line(format!(
@@ -1545,7 +1561,9 @@ fn model_start(
                     path: path.clone(),
                     source: Box::new(source),
                 })?;
-        return Ok(ModelStart::Model(Box::new(g), report));
+        // A filter folded into the file is taken out once the run's cameras are known.
+        let unfold = config.filter_3d && info.folded_filter_3d;
+        return Ok(ModelStart::Model(Box::new(g), report, unfold));
     }
     if !opts.resume {
         return Ok(ModelStart::Fresh(super::init::plan(
@@ -1576,6 +1594,24 @@ fn model_start(
 }
 
 /// The line that says, once, what the initial model is made of.
+/// What a run says of the folded 3D filter it took out of its `--init` model.
+fn unfold_line(path: &Path, u: super::filter3d::Unfolded) -> String {
+    let mut line = format!(
+        "{}: its scales and opacities hold a 3D filter folded in when it was saved; this run's \
+         filter (from this pack's training cameras) is taken out of them, so its first step \
+         draws the model as saved and the filter is not applied twice",
+        path.display()
+    );
+    if u.inexact > 0 {
+        line.push_str(&format!(
+            "; {} of {} Gaussians are narrower than this run's filter (saved through a \
+             narrower one: other cameras, or a larger training size) and are drawn at its width",
+            u.inexact, u.gaussians
+        ));
+    }
+    line
+}
+
 fn init_line(init: &InitPlan, seed: u64) -> String {
     if init.subsampled() {
         format!(
@@ -1616,7 +1652,7 @@ fn plan_inputs(
             init.points,
         ),
         // The model is resident already (read before the plan); nothing else is built.
-        ModelStart::Model(g, report) => (
+        ModelStart::Model(g, report, _) => (
             Position { epoch: 0, index: 0 },
             0,
             g.len() as u64,
@@ -2119,7 +2155,7 @@ pub fn dry_run(
         iterations: loader_config.limit.unwrap_or(0),
         expected_hit_rate,
         init_model: match (&start, &opts.init) {
-            (ModelStart::Model(_, report), Some(path)) => Some(report.line(path)),
+            (ModelStart::Model(_, report, _), Some(path)) => Some(report.line(path)),
             _ => None,
         },
         init: match start {
@@ -2330,9 +2366,14 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                 None,
             )
         }
-        ModelStart::Model(g, report) => {
+        ModelStart::Model(mut g, report, unfold) => {
             if let Some(path) = &opts.init {
                 on_event(Event::Line(report.line(path)));
+                if unfold {
+                    let cameras: Vec<Camera> = train_views.iter().map(|v| v.camera).collect();
+                    let u = super::filter3d::unfold(&mut g, &cameras);
+                    on_event(Event::Line(unfold_line(path, u)));
+                }
             }
             // The SH schedule starts at the model's degree: iteration 1 renders the model.
             config.initial_sh_degree = report.file_sh_degree.min(config.sh_degree);
