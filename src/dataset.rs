@@ -37,6 +37,8 @@ pub enum Format {
     Nerf,
     /// Agisoft Metashape camera XML (`crate::import::metashape`).
     Metashape,
+    /// OpenSfM's `reconstruction.json`, also OpenDroneMap's (`crate::import::opensfm`).
+    Opensfm,
     Ply,
     /// PCL's Point Cloud Data (`crate::import::pcd`).
     Pcd,

@@ -345,6 +345,7 @@ pub fn convert(
                 what: match scene.format {
                     Format::Nerf => "a transforms.json (NeRF) dataset",
                     Format::Metashape => "a Metashape camera XML",
+                    Format::Opensfm => "an OpenSfM reconstruction",
                     _ => "a point cloud",
                 },
             });

@@ -37,12 +37,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Convert a COLMAP workspace, NeRF transforms.json dataset, Agisoft Metashape camera XML or
-    /// PLY, PCD, LAS, LAZ or E57 point cloud(s) into a pack.
+    /// Convert a COLMAP workspace, NeRF transforms.json dataset, Agisoft Metashape camera XML,
+    /// OpenSfM or OpenDroneMap reconstruction, or PLY, PCD, LAS, LAZ or E57 point cloud(s) into
+    /// a pack.
     #[command(after_help = SIZE_HELP)]
     Convert {
-        /// Dataset folder (or a transforms*.json / Metashape .xml / .ply / .pcd / .las / .laz /
-        /// .e57 file).
+        /// Dataset folder (an OpenDroneMap project folder too) or a transforms*.json / Metashape
+        /// .xml / OpenSfM reconstruction.json / .ply / .pcd / .las / .laz / .e57 file.
         input: PathBuf,
         /// Output pack directory (absent or empty; a pack there needs --force).
         #[arg(short, long)]
@@ -92,7 +93,8 @@ enum Command {
         /// Read the images from DIR: for COLMAP instead of images/ (relative to the workspace
         /// root), for transforms.json each file_path's file name in DIR (nerfstudio's images_N),
         /// for a Metashape XML the folder of the photos (relative to the XML; default images/
-        /// beside it, else its own folder).
+        /// beside it, else its own folder), for OpenSfM the folder of the shots' images
+        /// (relative to the dataset root; default images/).
         /// A resized copy works, each camera scaled to its file: Mip-NeRF 360's benchmark
         /// protocol (3DGS -i images_4, gsplat --data_factor 4) is `--images images_4` for
         /// outdoor scenes, `images_2` indoors.
@@ -133,7 +135,8 @@ enum Command {
         #[arg(long, requires = "points_transform")]
         invert_points_transform: bool,
         /// Pack each view shot through a fisheye lens (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE,
-        /// SIMPLE_RADIAL_FISHEYE, nerfstudio's OPENCV_FISHEYE, Metashape's fisheye sensors) as
+        /// SIMPLE_RADIAL_FISHEYE, nerfstudio's OPENCV_FISHEYE, Metashape's fisheye sensors,
+        /// OpenSfM's fisheye and fisheye_opencv cameras) as
         /// a fisheye view: the ideal equidistant fisheye image of the photo's size and
         /// intrinsics (the lens's k1..k4 removed; an image whose k's are 0 is packed as it is),
         /// which keeps the periphery a pinhole image drops (up to just under 90° off the axis).

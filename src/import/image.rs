@@ -429,6 +429,18 @@ fn header_sizes(path: &Path) -> Result<(Size, Size), ImportError> {
     Ok((if swaps_sides(o) { (h, w) } else { (w, h) }, (w, h)))
 }
 
+/// An image file's stored size, and whether a pack applies its EXIF orientation to a camera
+/// of that size (any orientation but the identity, except a rotation that swaps the sides:
+/// [`prepare_view`] keeps the stored order then), from its header alone.
+pub(crate) fn stored_size_and_orientation(path: &Path) -> Result<(Size, bool), ImportError> {
+    let mut decoder = open_reader(path)?
+        .into_decoder()
+        .map_err(|e| image_error(path, e))?;
+    let o = decoder.orientation().unwrap_or(Orientation::NoTransforms);
+    let applied = o != Orientation::NoTransforms && !swaps_sides(o);
+    Ok((decoder.dimensions(), applied))
+}
+
 /// The camera of the image file at `path` when that file is a resized copy of the image
 /// `camera` was calibrated for (`gs-pack convert --images images_4`: Mip-NeRF 360 ships its
 /// photos downscaled by 2, 4 and 8 beside the originals). Reads only the file's header.

@@ -13,7 +13,8 @@
 //!   RADIAL, OPENCV, FULL_OPENCV and NeRF `k1 k2 k3 p1 p2` map to it) or OpenCV's fisheye model
 //!   (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE, SIMPLE_RADIAL_FISHEYE and nerfstudio's
 //!   `OPENCV_FISHEYE`; Metashape's frame and fisheye sensors map to the two, see
-//!   [`metashape`]); other models are refused at import time with a message, never silently
+//!   [`metashape`], and so do OpenSfM's cameras, see [`opensfm`]); other models are refused at
+//!   import time with a message, never silently
 //!   treated as pinhole. A photo becomes a pinhole image of its size and intrinsics, cropped
 //!   where the lens leaves it empty (`image::covered_rect`); a fisheye's periphery does not
 //!   fit in it. Under [`ImportOptions::keep_fisheye`] a fisheye lens's photo becomes the ideal
@@ -35,6 +36,7 @@ mod input;
 pub mod las;
 pub mod metashape;
 pub mod nerf;
+pub mod opensfm;
 pub mod pcd;
 pub mod ply;
 pub mod sfm_depth;
@@ -60,7 +62,8 @@ pub struct ImportOptions {
     /// The images folder: COLMAP, instead of `images/` beside the model (a relative path is
     /// taken from the workspace root); NeRF, the folder holding each `file_path`'s file name
     /// (nerfstudio's `images_N` layout, relative to the transforms file); Metashape, the folder
-    /// of the photos (relative to the XML's folder). It may hold a resized
+    /// of the photos (relative to the XML's folder); OpenSfM, the folder of the shots' images
+    /// (relative to the dataset root). It may hold a resized
     /// copy of the images the poses were estimated on (Mip-NeRF 360's `images_4`): each view's
     /// camera is scaled to its file's size (see `crate::import::image::camera_for_file`). A
     /// PLY, PCD or LAS point cloud refuses it.
@@ -494,7 +497,9 @@ fn is_las(ext: &str) -> bool {
 /// `--format ply|pcd|las|e57` chooses); a
 /// folder with `transforms*.json` (or such a file itself) is `nerf`; a folder with `sparse/0/`,
 /// `sparse/` or `cameras.{bin,txt}` is `colmap`; an `.xml` file, or a folder with `cameras.xml`
-/// (and none of the above), is `metashape`.
+/// (and none of the above), is `metashape`; a `reconstruction*.json` file, or a folder with
+/// `reconstruction.json` or `opensfm/reconstruction.json` (and none of the above), is
+/// `opensfm`.
 pub fn detect(path: &Path) -> Result<Format, ImportError> {
     if path.is_file() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -509,13 +514,16 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Ok(Format::E57)
         } else if ext.eq_ignore_ascii_case("json") && name.starts_with("transforms") {
             Ok(Format::Nerf)
+        } else if ext.eq_ignore_ascii_case("json") && name.starts_with("reconstruction") {
+            Ok(Format::Opensfm)
         } else if ext.eq_ignore_ascii_case("xml") {
             Ok(Format::Metashape)
         } else {
             Err(ImportError::UnknownFormat {
                 path: path.to_owned(),
-                msg: "a file that is neither .ply, .pcd, .las, .laz, .e57, transforms*.json \
-                      nor a Metashape .xml"
+                msg: "a file that is neither .ply, .pcd, .las, .laz, .e57, transforms*.json, \
+                      reconstruction*.json (OpenSfM) nor a Metashape .xml; pass --format for \
+                      another name"
                     .into(),
             })
         };
@@ -538,6 +546,14 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     }
     if has(metashape::CAMERAS_FILE) {
         return Ok(Format::Metashape);
+    }
+    if has(opensfm::RECONSTRUCTION_FILE)
+        || path
+            .join(opensfm::ODM_FOLDER)
+            .join(opensfm::RECONSTRUCTION_FILE)
+            .exists()
+    {
+        return Ok(Format::Opensfm);
     }
     let entries = std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))?;
     // (format, what its files are called, how many the folder holds)
@@ -578,7 +594,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     }
     Err(ImportError::UnknownFormat {
         path: path.to_owned(),
-        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape) and no .ply, .pcd, .las, .laz or .e57 files".into(),
+        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape), no reconstruction.json or opensfm/reconstruction.json (OpenSfM, OpenDroneMap) and no .ply, .pcd, .las, .laz or .e57 files".into(),
     })
 }
 
@@ -624,6 +640,7 @@ pub fn open(
         Format::Colmap => colmap::import(path, options),
         Format::Nerf => nerf::import(path, options),
         Format::Metashape => metashape::import(path, options),
+        Format::Opensfm => opensfm::import(path, options),
         Format::Ply => ply::import(path, options),
         Format::Pcd => pcd::import(path, options),
         Format::Las => las::import(path, options),

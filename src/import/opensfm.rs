@@ -1,0 +1,663 @@
+//! OpenSfM and OpenDroneMap importer: the cameras, poses and points of an OpenSfM
+//! `reconstruction.json` (OpenDroneMap, the drone-mapping toolkit, runs OpenSfM and keeps its
+//! output in `opensfm/`), turned into an [`ImportedScene`].
+//!
+//! # Accepted inputs
+//! - the JSON file itself (any name);
+//! - an OpenSfM dataset folder holding `reconstruction.json`;
+//! - an OpenDroneMap project folder holding `opensfm/reconstruction.json`.
+//!
+//! The dataset root (what `--images` and `--points` are relative to) is the folder given, or
+//! the JSON's folder; for a JSON inside an `opensfm/` folder without `images/`, whose parent
+//! has one (OpenDroneMap's layout), that parent.
+//!
+//! # What is read
+//! The file is a list of reconstructions. OpenSfM writes the largest first; the others are
+//! parts of the capture it could not connect to it, each in a frame of its own, so only the
+//! first is imported, with a warning that counts the shots left out.
+//! - `cameras`: OpenSfM normalises image coordinates by the larger image side `S`: pixel
+//!   `(i, j)` has `((i + 0.5 − W/2)/S, (j + 0.5 − H/2)/S)`. So, with pixel centres at +0.5
+//!   ([`crate::scene::camera`]), `fx = focal_x·S`, `fy = focal_y·S`, `cx = W/2 + c_x·S`,
+//!   `cy = H/2 + c_y·S`, for `W×H` the image file's size (the JSON's `width` and `height` may
+//!   be the smaller size features were extracted at: OpenDroneMap's; the file must have the
+//!   same aspect ratio within a pixel). The projection types map to OpenCV's lens models
+//!   ([`Distortion`]):
+//!   - `perspective` (`focal`, `k1`, `k2`; principal point at the centre) and `brown`
+//!     (`focal_x`, `focal_y`, `c_x`, `c_y`, `k1`, `k2`, `k3`, `p1`, `p2`: OpenCV's
+//!     radial–tangential model, the same order), `radial` (`k1`, `k2`) and `simple_radial`
+//!     (`k1`): [`Distortion::RadialTangential`];
+//!   - `fisheye` (`focal`, `k1`, `k2`: `θ_d = θ·(1 + k1 θ² + k2 θ⁴)`) and `fisheye_opencv`
+//!     (`focal_x`, `focal_y`, `c_x`, `c_y`, `k1`..`k4`): [`Distortion::Fisheye`];
+//!   - `dual`, `fisheye62`, `fisheye624`, `spherical` and `equirectangular` (360°
+//!     panoramas) have no such model and are refused, naming the camera, when a shot uses one.
+//!
+//!   Missing coefficients are 0, as OpenSfM reads them.
+//! - `shots`: the key is the image's file name; `rotation` (an axis-angle vector) and
+//!   `translation` are the world-to-camera transform `x_cam = R·x + t` in OpenCV camera axes
+//!   (x right, y down, z forward), which is [`Pose`]'s convention. A shot whose camera is not
+//!   in the file is an error naming both.
+//! - `points`: `coordinates` and `color` (0–255) of the sparse points, packed as the SfM
+//!   cloud `"sfm"` (colours rounded and clamped to 0–255). Without points, training starts
+//!   from random points ([`ImportedScene::no_sfm_points`]).
+//!
+//! Rigs, biases, GPS data and panorama shots are not needed: every shot's own pose is in the
+//! file. The world frame is OpenSfM's (for a geo-referenced capture a local east-north-up
+//! frame in metres around `reference_lla`), which ramsplat uses as it is.
+//!
+//! # Images
+//! A shot's image is its key in the images folder: `--images DIR` (relative to the dataset
+//! root), else `images/` under the root when it exists, else the root. OpenSfM reads the
+//! stored pixels, ignoring EXIF orientation; a pack keeps them in stored order when the
+//! orientation is a quarter turn (which swaps the sides) and the camera has the stored size,
+//! so such photos are read as OpenSfM read them, and a photo whose EXIF orientation a pack
+//! would apply (a half turn, a mirror) is refused, naming it. A missing image is skipped with a warning, or
+//! refused under `--strict`. `--depths` and masks are not supported for OpenSfM datasets (the
+//! former is refused).
+//!
+//! # Memory
+//! The JSON is parsed as it is read, never held whole: the points go straight into what the
+//! pack takes, 15 bytes each (position as f32, colour as u8), the reconstructions after the
+//! first are only counted, and unknown fields are skipped.
+//!
+//! # Invariants of the result
+//! Views sorted by name, names unique, every camera validated at its image's size before
+//! undistortion, `split` left to `--test-every`. Malformed JSON, wrong types, non-finite
+//! values, non-rotations, unknown camera ids and a reconstruction with no usable shot are
+//! errors naming the file, the line or the record.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use super::{file_present, first_names, ImportError, ImportOptions, ImportedScene, Location};
+use crate::dataset::{Distortion, Format, MemPoints, PointChunk, PointSource, ViewSource};
+use crate::scene::camera::{Camera, Intrinsics, Pose, Projection};
+
+/// The file a folder is looked up for (in it, or in its `opensfm/` folder).
+pub const RECONSTRUCTION_FILE: &str = "reconstruction.json";
+
+/// The folder OpenDroneMap keeps OpenSfM's files in, inside its project folder.
+pub const ODM_FOLDER: &str = "opensfm";
+
+/// Points per chunk as they are read (the pack takes them in chunks of its own size).
+const POINT_CHUNK: usize = 1 << 16;
+
+/// Where the reconstruction file of `path` is, and the dataset root (module doc).
+pub fn locate(path: &Path) -> Result<(PathBuf, PathBuf), ImportError> {
+    let file = if path.is_dir() {
+        let direct = path.join(RECONSTRUCTION_FILE);
+        let odm = path.join(ODM_FOLDER).join(RECONSTRUCTION_FILE);
+        if file_present(&direct)? {
+            direct
+        } else if file_present(&odm)? {
+            odm
+        } else {
+            return Err(ImportError::invalid(
+                path,
+                format!(
+                    "no {RECONSTRUCTION_FILE} in this folder nor in its {ODM_FOLDER}/ folder; \
+                     run OpenSfM's reconstruct step (or OpenDroneMap) first, or pass the JSON \
+                     file itself"
+                ),
+            ));
+        }
+    } else {
+        path.to_owned()
+    };
+    let folder = file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_owned();
+    // OpenDroneMap: project/opensfm/reconstruction.json, photos in project/images.
+    let odm_project = folder
+        .file_name()
+        .is_some_and(|n| n == ODM_FOLDER)
+        .then(|| folder.parent())
+        .flatten()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .filter(|p| !folder.join("images").is_dir() && p.join("images").is_dir());
+    let root = odm_project.map_or(folder.clone(), Path::to_owned);
+    Ok((file, root))
+}
+
+/// Imports an OpenSfM reconstruction; see the module doc for what `path` may be.
+pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
+    let (file, root) = locate(path)?;
+    if let Some(dir) = &options.depths {
+        return Err(ImportError::invalid(
+            &file,
+            format!(
+                "--depths {} is not supported for OpenSfM datasets; drop --depths",
+                dir.display()
+            ),
+        ));
+    }
+    let reader = crate::fsutil::open_file(&file).map_err(|e| ImportError::io(&file, e))?;
+    let mut de = serde_json::Deserializer::from_reader(BufReader::new(reader));
+    let list = Reconstructions::deserialize(&mut de)
+        .and_then(|l| de.end().map(|()| l))
+        .map_err(|e| json_error(&file, &e))?;
+    let Some(rec) = list.first else {
+        return Err(ImportError::invalid(
+            &file,
+            "the file lists no reconstruction; OpenSfM could not reconstruct the images \
+             (check its logs), or this is not an OpenSfM reconstruction",
+        ));
+    };
+
+    let images_dir = match &options.images {
+        Some(dir) => root.join(dir),
+        None => Some(root.join("images"))
+            .filter(|d| d.is_dir())
+            .unwrap_or_else(|| root.clone()),
+    };
+    let mut warnings = Vec::new();
+    if !list.other_shots.is_empty() {
+        let counts: Vec<String> = list.other_shots.iter().map(|n| n.to_string()).collect();
+        warnings.push(format!(
+            "{} holds {} reconstructions; the first ({} shots) was imported and the other {} \
+             ({} shots) left out: OpenSfM could not connect them to it, so each lies in a frame \
+             of its own",
+            file.display(),
+            list.other_shots.len() + 1,
+            rec.shots.len(),
+            list.other_shots.len(),
+            counts.join(", ")
+        ));
+    }
+    let mut shots: Vec<(&String, &ShotJson)> = rec.shots.iter().collect();
+    shots.sort_by(|a, b| a.0.cmp(b.0));
+    let mut views = Vec::new();
+    let mut missing = Vec::new();
+    for (name, shot) in shots {
+        let err = |msg: String| ImportError::invalid(&file, format!("shot {name:?}: {msg}"));
+        let camera_json = rec.cameras.get(&shot.camera).ok_or_else(|| {
+            err(format!(
+                "its camera {:?} is not among the reconstruction's cameras; the file is \
+                 damaged: export it again",
+                shot.camera
+            ))
+        })?;
+        let lens = Lens::of(camera_json).map_err(|msg| {
+            ImportError::invalid(&file, format!("camera {:?}: {msg}", shot.camera))
+        })?;
+        let pose = Pose {
+            rotation: crate::scene::maths::rotation_exp(shot.rotation),
+            translation: shot.translation,
+        };
+        pose.validate().map_err(|source| ImportError::Camera {
+            path: file.clone(),
+            what: format!("shot {name:?}"),
+            source,
+        })?;
+        let image_path = images_dir.join(name);
+        // The key is a file name; one that climbs out of the folder is not an image of it.
+        if Path::new(name)
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(err(
+                "its name is not a plain file name (OpenSfM names shots by their image's file \
+                 name); the file is damaged"
+                    .to_owned(),
+            ));
+        }
+        let (width, height) = if options.metadata_only {
+            (lens.width, lens.height)
+        } else {
+            if !file_present(&image_path)? {
+                missing.push(name.clone());
+                continue;
+            }
+            image_size(&image_path, name, &lens)?
+        };
+        let camera = Camera {
+            width,
+            height,
+            intrinsics: lens.intrinsics(width, height),
+            world_to_camera: pose,
+            projection: Projection::Pinhole,
+        };
+        camera.validate().map_err(|source| ImportError::Camera {
+            path: file.clone(),
+            what: format!("shot {name:?} (camera {:?})", shot.camera),
+            source,
+        })?;
+        views.push(ViewSource {
+            name: name.clone(),
+            image_path,
+            camera,
+            distortion: lens.distortion,
+            split: None,
+            mask_path: None,
+            depth: None,
+        });
+    }
+    let listed = rec.shots.len();
+    if !missing.is_empty() {
+        let list = first_names(&missing);
+        if options.strict {
+            return Err(ImportError::invalid(
+                &file,
+                format!(
+                    "{} of {listed} shots have no image file in {} ({list}); restore the images \
+                     or pass --images DIR, or drop --strict to skip those shots",
+                    missing.len(),
+                    images_dir.display()
+                ),
+            ));
+        }
+        warnings.push(format!(
+            "{} of {listed} shots have no image file in {} and were skipped ({list}); pass \
+             --strict to make this an error",
+            missing.len(),
+            images_dir.display()
+        ));
+    }
+    if views.is_empty() {
+        let msg = if listed == 0 {
+            "the reconstruction has no shots; OpenSfM registered no image".to_owned()
+        } else {
+            format!(
+                "no usable shot: {listed} shots, none with an image file in {}; pass --images \
+                 DIR to name the folder holding the photos",
+                images_dir.display()
+            )
+        };
+        return Err(ImportError::invalid(&file, msg));
+    }
+
+    let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
+    let no_sfm_points = rec.points.0.is_empty();
+    if !no_sfm_points && !options.metadata_only {
+        clouds.push(Box::new(ReconstructionPoints(MemPoints::new(
+            "sfm",
+            rec.points.0,
+        ))));
+    }
+    let random_start_note = no_sfm_points.then(|| {
+        format!(
+            "{} has no points: training will start from random points, which converges more \
+             slowly than from the reconstruction's (or give a dense cloud with --points FILE, \
+             e.g. OpenDroneMap's odm_filterpoints/point_cloud.ply)",
+            file.display()
+        )
+    });
+    Ok(ImportedScene {
+        format: Format::Opensfm,
+        root,
+        views,
+        clouds,
+        no_sfm_points,
+        missing_images: missing,
+        warnings,
+        random_start_note,
+    })
+}
+
+/// An image file's size, checked against its camera's (module doc: the aspect ratio, and the
+/// EXIF orientations a pack would apply where OpenSfM did not).
+fn image_size(path: &Path, name: &str, lens: &Lens) -> Result<(u32, u32), ImportError> {
+    let (stored, applied) = super::image::stored_size_and_orientation(path)?;
+    if applied {
+        return Err(ImportError::invalid(
+            path,
+            format!(
+                "shot {name:?}: the photo's EXIF orientation turns or mirrors it without \
+                 swapping its sides, which a pack applies and OpenSfM does not (it reads the \
+                 stored pixels); save the photos without the orientation tag (for example \
+                 `exiftool -Orientation=1 -n FILE`) and reconstruct again"
+            ),
+        ));
+    }
+    let json = (lens.width, lens.height);
+    let same_shape = |a: (u32, u32), b: (u32, u32)| {
+        super::image::is_resized_copy(a, b) || super::image::is_resized_copy(b, a)
+    };
+    if !same_shape(stored, json) {
+        return Err(ImportError::invalid(
+            path,
+            format!(
+                "shot {name:?}: the image is {}x{} but its camera is {}x{}, another shape; the \
+                 reconstruction was made from other images: pass --images DIR to name them",
+                stored.0, stored.1, json.0, json.1
+            ),
+        ));
+    }
+    Ok(stored)
+}
+
+/// The camera model of an OpenSfM camera, in its normalised units.
+#[derive(Clone, Copy, Debug)]
+struct Lens {
+    /// The size OpenSfM knew the images at.
+    width: u32,
+    height: u32,
+    focal: [f64; 2],
+    /// Principal point offset from the centre, in units of the larger side.
+    centre: [f64; 2],
+    distortion: Distortion,
+}
+
+impl Lens {
+    /// The lens of `c` (module doc), or what is wrong with it.
+    fn of(c: &CameraJson) -> Result<Lens, String> {
+        let kind = c.projection_type.as_deref().unwrap_or("perspective");
+        let side = |v: Option<f64>, what: &str| -> Result<u32, String> {
+            match v {
+                Some(v) if v.fract() == 0.0 && v >= 1.0 && v <= f64::from(u32::MAX) => Ok(v as u32),
+                Some(v) => Err(format!(
+                    "{what} {v} is not a positive whole number of pixels"
+                )),
+                None => Err(format!("no {what}; the file is damaged: export it again")),
+            }
+        };
+        let (width, height) = (side(c.width, "width")?, side(c.height, "height")?);
+        let need = |v: Option<f64>, what: &str| -> Result<f64, String> {
+            match v {
+                Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+                Some(v) => Err(format!("{what} {v} is not a positive number")),
+                None => Err(format!("a {kind} camera needs {what}, which is missing")),
+            }
+        };
+        let coef = |v: Option<f64>, what: &str| -> Result<f64, String> {
+            match v {
+                None => Ok(0.0),
+                Some(v) if v.is_finite() => Ok(v),
+                Some(v) => Err(format!("{what} {v} is not a finite number")),
+            }
+        };
+        let (k1, k2, k3, k4) = (
+            coef(c.k1, "k1")?,
+            coef(c.k2, "k2")?,
+            coef(c.k3, "k3")?,
+            coef(c.k4, "k4")?,
+        );
+        let (p1, p2) = (coef(c.p1, "p1")?, coef(c.p2, "p2")?);
+        let centre = [coef(c.c_x, "c_x")?, coef(c.c_y, "c_y")?];
+        let radtan = |k: [f64; 3], p: [f64; 2]| Distortion::RadialTangential {
+            k: [k[0], k[1], k[2], 0.0, 0.0, 0.0],
+            p,
+        };
+        let (focal, centre, distortion) = match kind {
+            "perspective" => {
+                let f = need(c.focal, "focal")?;
+                ([f, f], [0.0; 2], radtan([k1, k2, 0.0], [0.0; 2]))
+            }
+            "brown" => (
+                [need(c.focal_x, "focal_x")?, need(c.focal_y, "focal_y")?],
+                centre,
+                radtan([k1, k2, k3], [p1, p2]),
+            ),
+            "radial" => (
+                [need(c.focal_x, "focal_x")?, need(c.focal_y, "focal_y")?],
+                centre,
+                radtan([k1, k2, 0.0], [0.0; 2]),
+            ),
+            "simple_radial" => (
+                [need(c.focal_x, "focal_x")?, need(c.focal_y, "focal_y")?],
+                centre,
+                radtan([k1, 0.0, 0.0], [0.0; 2]),
+            ),
+            "fisheye" => {
+                let f = need(c.focal, "focal")?;
+                (
+                    [f, f],
+                    [0.0; 2],
+                    Distortion::Fisheye {
+                        k: [k1, k2, 0.0, 0.0],
+                    },
+                )
+            }
+            "fisheye_opencv" => (
+                [need(c.focal_x, "focal_x")?, need(c.focal_y, "focal_y")?],
+                centre,
+                Distortion::Fisheye {
+                    k: [k1, k2, k3, k4],
+                },
+            ),
+            "spherical" | "equirectangular" => {
+                return Err(format!(
+                    "projection type {kind:?} is a 360° panorama, which neither a pinhole nor a \
+                     fisheye image can hold; reconstruct from perspective or fisheye photos (or \
+                     cut the panoramas into perspective views first)"
+                ))
+            }
+            "dual" | "fisheye62" | "fisheye624" => {
+                return Err(format!(
+                    "projection type {kind:?} has no OpenCV lens model to resample its photos \
+                     with; calibrate the camera as brown or fisheye_opencv (OpenSfM's \
+                     camera_models_overrides.json) and reconstruct again"
+                ))
+            }
+            other => {
+                return Err(format!(
+                    "projection type {other:?} is not one OpenSfM writes (perspective, brown, \
+                     radial, simple_radial, fisheye, fisheye_opencv, …)"
+                ))
+            }
+        };
+        Ok(Lens {
+            width,
+            height,
+            focal,
+            centre,
+            distortion,
+        })
+    }
+
+    /// The pinhole intrinsics of an image of `width × height` pixels.
+    fn intrinsics(&self, width: u32, height: u32) -> Intrinsics {
+        let (w, h) = (f64::from(width), f64::from(height));
+        let size = w.max(h);
+        Intrinsics {
+            fx: self.focal[0] * size,
+            fy: self.focal[1] * size,
+            cx: w / 2.0 + self.centre[0] * size,
+            cy: h / 2.0 + self.centre[1] * size,
+        }
+    }
+}
+
+/// The reconstruction's points, with the importers' error type (they have none to raise).
+struct ReconstructionPoints(MemPoints);
+
+impl PointSource for ReconstructionPoints {
+    type Error = ImportError;
+
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn declared_len(&self) -> Option<u64> {
+        self.0.declared_len()
+    }
+
+    fn has_labels(&self) -> bool {
+        false
+    }
+
+    fn has_normals(&self) -> bool {
+        false
+    }
+
+    fn next_chunk(&mut self, max_points: usize) -> Result<Option<PointChunk>, ImportError> {
+        match self.0.next_chunk(max_points) {
+            Ok(c) => Ok(c),
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// A serde_json error as an import error naming the line.
+fn json_error(file: &Path, e: &serde_json::Error) -> ImportError {
+    use serde_json::error::Category;
+    let hint = match e.classify() {
+        Category::Io => return ImportError::io(file, std::io::Error::other(e.to_string())),
+        Category::Eof => "the file ends early (cut short while copying?)",
+        Category::Syntax => "not valid JSON",
+        Category::Data => "not what OpenSfM writes",
+    };
+    // serde_json's message ends with " at line L column C", which the location repeats.
+    let text = e.to_string();
+    let text = text.split(" at line ").next().unwrap_or(&text);
+    ImportError::parse(
+        file,
+        Location::Line(e.line() as u64),
+        format!("{hint}: {text} (column {})", e.column()),
+    )
+}
+
+/// The top-level list: the first reconstruction whole, the others' shot counts.
+struct Reconstructions {
+    first: Option<ReconstructionJson>,
+    other_shots: Vec<usize>,
+}
+
+impl<'de> Deserialize<'de> for Reconstructions {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Reconstructions;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of reconstructions")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let first = seq.next_element::<ReconstructionJson>()?;
+                let mut other_shots = Vec::new();
+                while let Some(other) = seq.next_element::<OtherReconstruction>()? {
+                    other_shots.push(other.shots.0);
+                }
+                Ok(Reconstructions { first, other_shots })
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+#[derive(Deserialize)]
+struct ReconstructionJson {
+    cameras: HashMap<String, CameraJson>,
+    #[serde(default)]
+    shots: HashMap<String, ShotJson>,
+    #[serde(default)]
+    points: Points,
+}
+
+#[derive(Deserialize)]
+struct OtherReconstruction {
+    #[serde(default)]
+    shots: Count,
+}
+
+#[derive(Deserialize)]
+struct CameraJson {
+    projection_type: Option<String>,
+    width: Option<f64>,
+    height: Option<f64>,
+    focal: Option<f64>,
+    focal_x: Option<f64>,
+    focal_y: Option<f64>,
+    c_x: Option<f64>,
+    c_y: Option<f64>,
+    k1: Option<f64>,
+    k2: Option<f64>,
+    k3: Option<f64>,
+    k4: Option<f64>,
+    p1: Option<f64>,
+    p2: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct ShotJson {
+    camera: String,
+    rotation: [f64; 3],
+    #[serde(default)]
+    translation: [f64; 3],
+}
+
+/// The entries of a map, counted and skipped.
+#[derive(Default)]
+struct Count(usize);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of shots")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut n = 0;
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {
+                    n += 1;
+                }
+                Ok(Count(n))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The points of a reconstruction as they are packed (position as f32, colour as u8, keys
+/// dropped), in chunks of [`POINT_CHUNK`] (no chunk is empty).
+#[derive(Default)]
+struct Points(Vec<PointChunk>);
+
+#[derive(Deserialize)]
+struct PointJson {
+    coordinates: [f64; 3],
+    color: [f64; 3],
+}
+
+impl<'de> Deserialize<'de> for Points {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Points;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of points")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out: Vec<PointChunk> = Vec::new();
+                while let Some((id, p)) = map.next_entry::<String, PointJson>()? {
+                    let xyz = p.coordinates.map(|v| v as f32);
+                    if !xyz.iter().all(|v| v.is_finite()) {
+                        return Err(de::Error::custom(format!(
+                            "point {id:?}: coordinates {:?} are not finite in single precision",
+                            p.coordinates
+                        )));
+                    }
+                    if !p.color.iter().all(|v| v.is_finite()) {
+                        return Err(de::Error::custom(format!(
+                            "point {id:?}: color {:?} is not finite",
+                            p.color
+                        )));
+                    }
+                    if out.last().is_none_or(|c| c.len() == POINT_CHUNK) {
+                        out.push(PointChunk::default());
+                    }
+                    let chunk = out.last_mut().expect("pushed above");
+                    chunk.xyz.push(xyz);
+                    chunk
+                        .rgb
+                        .push(p.color.map(|v| v.round().clamp(0.0, 255.0) as u8));
+                }
+                Ok(Points(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
