@@ -134,6 +134,20 @@ pub fn locate(path: &Path) -> Result<(PathBuf, PathBuf), ImportError> {
 /// Imports an OpenSfM reconstruction; see the module doc for what `path` may be.
 pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
     let (file, root) = locate(path)?;
+    let reader = crate::fsutil::open_file(&file).map_err(|e| ImportError::io(&file, e))?;
+    from_reader(BufReader::new(reader), &file, root, options)
+}
+
+/// [`import`] of the reconstruction read from `reader` (the file `file`, for messages), for the
+/// dataset root `root` (the images are looked up from it). Public for the fuzz target, which
+/// reads bytes under [`ImportOptions::metadata_only`].
+pub fn from_reader(
+    reader: impl std::io::Read,
+    file: &Path,
+    root: PathBuf,
+    options: &ImportOptions,
+) -> Result<ImportedScene, ImportError> {
+    let file = file.to_owned();
     if let Some(dir) = &options.depths {
         return Err(ImportError::invalid(
             &file,
@@ -143,8 +157,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             ),
         ));
     }
-    let reader = crate::fsutil::open_file(&file).map_err(|e| ImportError::io(&file, e))?;
-    let mut de = serde_json::Deserializer::from_reader(BufReader::new(reader));
+    let mut de = serde_json::Deserializer::from_reader(reader);
     let list = Reconstructions::deserialize(&mut de)
         .and_then(|l| de.end().map(|()| l))
         .map_err(|e| json_error(&file, &e))?;
