@@ -211,6 +211,20 @@ fn opensfm_packs_like_colmap(lens: Lens, odm: bool) {
         scene.join("reconstruction.json")
     };
     let model = write_reconstruction(&scene, &json, lens);
+    // Loss masks in OpenSfM's masks/ beside the JSON (`<image name>.png`, black = ignored):
+    // for every image where that is COLMAP's masks/ too (which needs one per image), else for
+    // the first three only (an OpenSfM image without a mask trains on every pixel).
+    let masks = json.parent().unwrap().join("masks");
+    std::fs::create_dir_all(&masks).unwrap();
+    let masked = if odm { 3 } else { VIEWS };
+    for (i, im) in model.images.iter().take(masked).enumerate() {
+        let mask = image::GrayImage::from_fn(W, H, |x, y| {
+            // A block near the centre, which every lens's packed image keeps.
+            let inside = (24..26 + 2 * i as u32).contains(&x) && (18..30).contains(&y);
+            image::Luma([if inside { 0 } else { 255 }])
+        });
+        mask.save(masks.join(format!("{}.png", im.name))).unwrap();
+    }
     let colmap_pack = tmp.path().join("colmap.pack");
     let o = convert(&scene, &colmap_pack, &["--format", "colmap"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -231,6 +245,7 @@ fn opensfm_packs_like_colmap(lens: Lens, odm: bool) {
         all.contains("holds 2 reconstructions") && all.contains("the other 1 (2 shots)"),
         "{all}"
     );
+    assert_eq!(all.contains("6 of 9 images have no mask"), odm, "{all}");
 
     let a = Pack::open(&colmap_pack).unwrap();
     let b = Pack::open(&sfm_pack).unwrap();
@@ -240,6 +255,12 @@ fn opensfm_packs_like_colmap(lens: Lens, odm: bool) {
     assert_eq!(mb.views.len(), VIEWS);
     for (i, (va, vb)) in ma.views.iter().zip(&mb.views).enumerate() {
         assert_eq!(va.name, vb.name, "view {i}");
+        // Names sort as the synth's images do, so the first `masked` views have masks.
+        assert_eq!(vb.mask, i < masked, "view {i}");
+        if odm {
+            // COLMAP sees none of OpenDroneMap's masks: compare the pixels alone.
+            assert!(!va.mask);
+        }
         assert_eq!(va.split, vb.split, "view {i}");
         let (ca, cb) = (va.camera, vb.camera);
         assert_eq!((ca.width, ca.height), (cb.width, cb.height), "view {i}");
@@ -255,7 +276,12 @@ fn opensfm_packs_like_colmap(lens: Lens, odm: bool) {
         let mut pb = vec![0u8; vb.decoded_len()];
         a.read_view_into(i, &mut pa).unwrap();
         b.read_view_into(i, &mut pb).unwrap();
-        assert!(pa == pb, "view {i}: the packed pixels differ");
+        // The pixels, then (where both have one) the mask.
+        let n = pa.len().min(pb.len());
+        assert!(pa[..n] == pb[..n], "view {i}: the packed pixels differ");
+        if va.mask == vb.mask {
+            assert!(pa == pb, "view {i}: the packed masks differ");
+        }
     }
     // The reconstruction's points are the SfM cloud.
     assert!(!mb.scene.no_sfm_points);

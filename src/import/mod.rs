@@ -432,7 +432,7 @@ pub enum ImportError {
         #[source]
         source: CameraError,
     },
-    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|ply|pcd|las|e57", path.display())]
+    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|opensfm|ply|pcd|las|e57", path.display())]
     UnknownFormat { path: PathBuf, msg: String },
 }
 

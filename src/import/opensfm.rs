@@ -50,9 +50,17 @@
 //! stored pixels, ignoring EXIF orientation; a pack keeps them in stored order when the
 //! orientation is a quarter turn (which swaps the sides) and the camera has the stored size,
 //! so such photos are read as OpenSfM read them, and a photo whose EXIF orientation a pack
-//! would apply (a half turn, a mirror) is refused, naming it. A missing image is skipped with a warning, or
-//! refused under `--strict`. `--depths` and masks are not supported for OpenSfM datasets (the
-//! former is refused).
+//! would apply (a half turn, a mirror) is refused, naming it. A missing image is skipped with
+//! a warning, or refused under `--strict`. `--depths` is not supported for OpenSfM datasets
+//! (refused).
+//!
+//! # Masks
+//! OpenSfM's `masks/` folder (beside the JSON: OpenSfM's dataset folder) holds, for the images
+//! that have one, `<image name>.png`, black where features are ignored (moving objects, the
+//! camera's own parts): the loss masks of those views (0 = the pixel does not train; see
+//! `crate::import::image::prepare_mask`), looked up as COLMAP's are. Unlike COLMAP's, an
+//! image without a mask trains on every pixel, as OpenSfM uses all of it; a warning counts
+//! them.
 //!
 //! # Memory
 //! The JSON is parsed as it is read, never held whole: the points go straight into what the
@@ -175,6 +183,12 @@ pub fn from_reader(
             .filter(|d| d.is_dir())
             .unwrap_or_else(|| root.clone()),
     };
+    // OpenSfM's dataset folder is the JSON's.
+    let masks_dir = file
+        .parent()
+        .map(|d| d.join("masks"))
+        .filter(|d| d.is_dir());
+    let mut unmasked = 0usize;
     let mut warnings = Vec::new();
     if !list.other_shots.is_empty() {
         let counts: Vec<String> = list.other_shots.iter().map(|n| n.to_string()).collect();
@@ -247,15 +261,28 @@ pub fn from_reader(
             what: format!("shot {name:?} (camera {:?})", shot.camera),
             source,
         })?;
+        let mask_path = match &masks_dir {
+            Some(dir) => super::colmap::find_mask(dir, name)?,
+            None => None,
+        };
+        unmasked += usize::from(masks_dir.is_some() && mask_path.is_none());
         views.push(ViewSource {
             name: name.clone(),
             image_path,
             camera,
             distortion: lens.distortion,
             split: None,
-            mask_path: None,
+            mask_path,
             depth: None,
         });
+    }
+    if let (Some(dir), true) = (&masks_dir, unmasked > 0) {
+        warnings.push(format!(
+            "{unmasked} of {} images have no mask in {} (OpenSfM's <image name>.png) and train \
+             on every pixel",
+            views.len(),
+            dir.display()
+        ));
     }
     let listed = rec.shots.len();
     if !missing.is_empty() {

@@ -876,7 +876,7 @@ fn is_plain_relative(name: &str) -> bool {
 
 /// Where the mask of image `name` may be, in order: COLMAP's convention (`name` + `.png`),
 /// the image's stem + `.png` (nerfstudio and most segmentation tools), the same file name.
-fn mask_candidates(masks_dir: &Path, name: &str) -> [PathBuf; 3] {
+pub(crate) fn mask_candidates(masks_dir: &Path, name: &str) -> [PathBuf; 3] {
     let same = masks_dir.join(name);
     let mut colmap = same.clone().into_os_string();
     colmap.push(".png");
@@ -885,7 +885,7 @@ fn mask_candidates(masks_dir: &Path, name: &str) -> [PathBuf; 3] {
 
 /// The mask file of image `name` in `masks_dir` ([`mask_candidates`]), if any; an error when
 /// a candidate is something other than a file.
-fn find_mask(masks_dir: &Path, name: &str) -> Result<Option<PathBuf>, ImportError> {
+pub(crate) fn find_mask(masks_dir: &Path, name: &str) -> Result<Option<PathBuf>, ImportError> {
     for p in mask_candidates(masks_dir, name) {
         if file_present(&p)? {
             return Ok(Some(p));
