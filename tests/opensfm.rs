@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Output;
 
 use ramsplat::dataset::Format;
-use ramsplat::import::colmap::{read_model, ColmapModel, Encoding};
+use ramsplat::import::colmap::{parse_tracks_bytes, read_model, ColmapModel, Encoding};
 use ramsplat::import::{open, ImportOptions};
 use ramsplat::shard::reader::Pack;
 use ramsplat::shard::PointChunkRef;
@@ -72,6 +72,7 @@ fn write_reconstruction(dir: &Path, json: &Path, lens: Lens) -> ColmapModel {
         "300",
         "--seed",
         "6",
+        "--tracks",
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let sparse = dir.join("sparse/0");
@@ -327,6 +328,99 @@ fn fisheye_reconstruction_packs_like_its_colmap_workspace() {
         },
         true,
     );
+}
+
+/// `--sfm-depths` of an OpenSfM reconstruction, whose observations come from `tracks.csv`
+/// (written here from the COLMAP model's tracks, with an observation of a track the
+/// reconstruction did not triangulate and one by an image it did not register, which are not
+/// kept), packs the same sparse depth planes as of the COLMAP workspace.
+#[test]
+fn sfm_depths_come_from_opensfm_tracks_as_from_colmap_tracks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    let json = scene.join("reconstruction.json");
+    let model = write_reconstruction(
+        &scene,
+        &json,
+        Lens::Brown {
+            k: [0.05, -0.01],
+            p: [0.002, 0.001],
+        },
+    );
+    let bytes = std::fs::read(scene.join("sparse/0/points3D.txt")).unwrap();
+    let tracks = parse_tracks_bytes(&bytes, Encoding::Text).unwrap();
+    let name_of: std::collections::HashMap<u32, &str> = model
+        .images
+        .iter()
+        .map(|im| (im.id, im.name.as_str()))
+        .collect();
+    let mut csv = String::from("OPENSFM_TRACKS_VERSION_v2\n");
+    let mut elements = 0;
+    for (i, (_, track)) in tracks.iter().enumerate() {
+        for (f, e) in track.iter().enumerate() {
+            writeln!(
+                csv,
+                "{}\t{i}\t{f}\t0.1\t-0.2\t0.004\t10\t20\t30\t-1\t-1",
+                name_of[&e.image_id]
+            )
+            .unwrap();
+            elements += 1;
+        }
+    }
+    assert!(elements > 300, "{elements}");
+    csv.push_str("00000.png\t99999\t1\t0.1\t0.1\t0.004\t1\t2\t3\t-1\t-1\n");
+    csv.push_str("elsewhere.png\t0\t1\t0.1\t0.1\t0.004\t1\t2\t3\t-1\t-1\n");
+    std::fs::write(scene.join("tracks.csv"), csv).unwrap();
+
+    let colmap_pack = tmp.path().join("colmap.pack");
+    let o = convert(
+        &scene,
+        &colmap_pack,
+        &["--format", "colmap", "--sfm-depths"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let sfm_pack = tmp.path().join("opensfm.pack");
+    let o = convert(&json, &sfm_pack, &["--sfm-depths"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (a, b) = (
+        Pack::open(&colmap_pack).unwrap(),
+        Pack::open(&sfm_pack).unwrap(),
+    );
+    let (ma, mb) = (a.manifest(), b.manifest());
+    assert!(mb.source.sfm_depths);
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    let mut held = 0;
+    for (i, (va, vb)) in ma.views.iter().zip(&mb.views).enumerate() {
+        assert_eq!(va.depth_pixels, vb.depth_pixels, "view {i}");
+        let (w, h) = (va.width(), va.height());
+        let read = |p: &Pack, v: &ramsplat::shard::ViewEntry, out: &mut Vec<f32>| {
+            let mut bytes = vec![0u8; v.decoded_len()];
+            p.read_view_into(i, &mut bytes).unwrap();
+            let planes = v.layout().planes(&bytes, w, h).unwrap();
+            v.depth.unwrap().targets_into(planes.depth.unwrap(), out);
+        };
+        read(&a, va, &mut ta);
+        read(&b, vb, &mut tb);
+        // The same pixels hold a point; the values agree to the planes' quantization (the
+        // two poses differ in their last bits: a quaternion against an axis-angle).
+        let step = va.depth.unwrap().scale as f64 / 65536.0;
+        for (k, (x, y)) in ta.iter().zip(&tb).enumerate() {
+            assert_eq!(x.is_nan(), y.is_nan(), "view {i} pixel {k}");
+            if !x.is_nan() {
+                held += 1;
+                assert!(
+                    f64::from((x - y).abs()) <= step + 1e-6 * f64::from(x.abs()),
+                    "view {i} pixel {k}: {x} vs {y}"
+                );
+            }
+        }
+    }
+    assert!(held > 100, "{held}");
+    // Without tracks.csv the option is refused, naming the file.
+    std::fs::remove_file(scene.join("tracks.csv")).unwrap();
+    let o = convert(&json, &tmp.path().join("none.pack"), &["--sfm-depths"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("no tracks.csv beside"), "{}", text(&o));
 }
 
 /// Imports `json` (written as `dir/reconstruction.json`) without reading images, giving the

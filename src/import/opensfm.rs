@@ -346,6 +346,112 @@ pub fn from_reader(
     })
 }
 
+/// The tracks file OpenSfM writes beside the reconstruction: which feature of which image
+/// each track (point) is.
+pub const TRACKS_FILE: &str = "tracks.csv";
+
+/// `gs-pack convert --sfm-depths`: the points of the first reconstruction each of `views` (the
+/// views [`import`] gave for the same `path` and `options`, matched by image name) observes,
+/// from `tracks.csv` beside the JSON (OpenSfM's tracks: a line per observation, tab-separated,
+/// the image name then the track id, which is the point's key; a first line naming the
+/// version, `OPENSFM_TRACKS_VERSION_v…`, is skipped). Observations of tracks the
+/// reconstruction did not triangulate, or of images that are not packed views, are not kept
+/// (tracks.csv lists every matched feature). A point enters the table once, when some view
+/// observes it; each view lists it once, in the reconstruction's point order. A tracks file
+/// with no observation of a reconstructed point by a packed view is refused. Memory: the
+/// point keys and positions (about 60 bytes per point) while the tracks are read, then 24 bytes
+/// per observed point and 4 per observation.
+pub fn read_observations(
+    path: &Path,
+    _options: &ImportOptions,
+    views: &[ViewSource],
+) -> Result<super::sfm_depth::SfmObservations, ImportError> {
+    let (file, _) = locate(path)?;
+    let tracks = file.parent().unwrap_or(Path::new(".")).join(TRACKS_FILE);
+    if !file_present(&tracks)? {
+        return Err(ImportError::invalid(
+            &tracks,
+            format!(
+                "no {TRACKS_FILE} beside {}: --sfm-depths supervises depth at the points each \
+                 image observes, which OpenSfM lists there (OpenSfM's create_tracks step writes \
+                 it; OpenDroneMap keeps it in opensfm/); restore it, or drop --sfm-depths",
+                file.display()
+            ),
+        ));
+    }
+    // The first reconstruction's points by key.
+    let reader = crate::fsutil::open_file(&file).map_err(|e| ImportError::io(&file, e))?;
+    let mut de = serde_json::Deserializer::from_reader(BufReader::new(reader));
+    let keyed = FirstPoints::deserialize(&mut de)
+        .and_then(|l| de.end().map(|()| l))
+        .map_err(|e| json_error(&file, &e))?;
+    let view_of_name: HashMap<&str, usize> = views
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.name.as_str(), i))
+        .collect();
+    let text =
+        crate::fsutil::read_file_to_string(&tracks).map_err(|e| ImportError::io(&tracks, e))?;
+    let mut lists: Vec<Vec<u32>> = vec![Vec::new(); views.len()];
+    let mut track_elements = 0u64;
+    for (n, line) in text.lines().enumerate() {
+        if (n == 0 && line.starts_with("OPENSFM_TRACKS_VERSION")) || line.trim().is_empty() {
+            continue;
+        }
+        let mut fields = line.split('\t');
+        let (Some(image), Some(track)) = (fields.next(), fields.next()) else {
+            return Err(ImportError::parse(
+                &tracks,
+                Location::Line(n as u64 + 1),
+                "a line with fewer than two tab-separated fields (image, track id); the file is \
+                 damaged: run OpenSfM's create_tracks again, or drop --sfm-depths",
+            ));
+        };
+        track_elements += 1;
+        if let (Some(&v), Some(&p)) = (view_of_name.get(image), keyed.index.get(track)) {
+            lists[v].push(p);
+        }
+    }
+    // Each view's points once, in the reconstruction's order; only observed points kept
+    // (renumbered in that order, so each list stays sorted).
+    let mut remap = vec![u32::MAX; keyed.xyz.len()];
+    for list in &mut lists {
+        list.sort_unstable();
+        list.dedup();
+        for &p in list.iter() {
+            remap[p as usize] = 0;
+        }
+    }
+    let mut xyz = Vec::new();
+    for (r, &at) in remap.iter_mut().zip(&keyed.xyz) {
+        if *r == 0 {
+            *r = xyz.len() as u32;
+            xyz.push(at);
+        }
+    }
+    if xyz.is_empty() {
+        return Err(ImportError::invalid(
+            &tracks,
+            format!(
+                "none of its {track_elements} observations is of a point of {} by a packed view \
+                 (is it another reconstruction's tracks file?); --sfm-depths has nothing to \
+                 supervise: drop it",
+                file.display()
+            ),
+        ));
+    }
+    for list in &mut lists {
+        for p in list.iter_mut() {
+            *p = remap[*p as usize];
+        }
+    }
+    Ok(super::sfm_depth::SfmObservations {
+        xyz,
+        views: lists,
+        track_elements,
+    })
+}
+
 /// An image file's size, checked against its camera's (module doc: the aspect ratio, and the
 /// EXIF orientations a pack would apply where OpenSfM did not).
 fn image_size(path: &Path, name: &str, lens: &Lens) -> Result<(u32, u32), ImportError> {
@@ -625,6 +731,80 @@ struct ShotJson {
     rotation: [f64; 3],
     #[serde(default)]
     translation: [f64; 3],
+}
+
+/// The first reconstruction's points by key (for the tracks), the rest of the file skipped.
+struct FirstPoints {
+    /// Key → index into `xyz`.
+    index: HashMap<Box<str>, u32>,
+    xyz: Vec<[f64; 3]>,
+}
+
+impl<'de> Deserialize<'de> for FirstPoints {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Rec {
+            #[serde(default)]
+            points: KeyedPoints,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FirstPoints;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of reconstructions")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let first = seq.next_element::<Rec>()?;
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                let p = first.map(|r| r.points).unwrap_or_default();
+                Ok(FirstPoints {
+                    index: p.index,
+                    xyz: p.xyz,
+                })
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// Points with their keys (positions only).
+#[derive(Default)]
+struct KeyedPoints {
+    index: HashMap<Box<str>, u32>,
+    xyz: Vec<[f64; 3]>,
+}
+
+impl<'de> Deserialize<'de> for KeyedPoints {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct At {
+            coordinates: [f64; 3],
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = KeyedPoints;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of points")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = KeyedPoints::default();
+                while let Some((id, p)) = map.next_entry::<Box<str>, At>()? {
+                    let index = u32::try_from(out.xyz.len())
+                        .ok()
+                        .filter(|&i| i < u32::MAX)
+                        .ok_or_else(|| {
+                            de::Error::custom("more points than --sfm-depths indexes")
+                        })?;
+                    if out.index.insert(id, index).is_some() {
+                        return Err(de::Error::custom("a point key appears twice"));
+                    }
+                    out.xyz.push(p.coordinates);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// The entries of a map, counted and skipped.

@@ -251,7 +251,7 @@ pub enum OptionsError {
     #[error(
         "--depth-lambda / --depth-l1-weight-init/-final set depth regularization, but pack \
          {pack} holds no depth planes: convert the dataset again with `gs-pack convert … \
-         --depths DIR` (monocular inverse-depth maps, 3DGS's -d) or `--sfm-depths` (the COLMAP \
+         --depths DIR` (monocular inverse-depth maps, 3DGS's -d) or `--sfm-depths` (the SfM \
          points each image observes, gsplat's --depth_loss), or drop the setting"
     )]
     DepthWithoutMaps { pack: PathBuf },
