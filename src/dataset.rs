@@ -1,6 +1,6 @@
 //! The neutral dataset vocabulary: what a dataset is made of, independent of where it came from
-//! ([`crate::import`] reads COLMAP, NeRF, Metashape, OpenSfM, PLY, PCD, LAS and E57 into these
-//! types) and of how it is stored ([`crate::shard`] writes and reads them; [`crate::pack`]
+//! ([`crate::import`] reads COLMAP, NeRF, Metashape, OpenSfM, Bundler, PLY, PCD, LAS and E57 into
+//! these types) and of how it is stored ([`crate::shard`] writes and reads them; [`crate::pack`]
 //! joins the two).
 //!
 //! This is a bottom layer: it depends on nothing but [`crate::scene`] (cameras), so the pack
@@ -40,6 +40,8 @@ pub enum Format {
     Metashape,
     /// OpenSfM's `reconstruction.json`, also OpenDroneMap's (`crate::import::opensfm`).
     Opensfm,
+    /// Bundler's `bundle.out` with its image list (`crate::import::bundler`).
+    Bundler,
     Ply,
     /// PCL's Point Cloud Data (`crate::import::pcd`).
     Pcd,

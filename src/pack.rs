@@ -350,6 +350,7 @@ pub fn convert(
                     what: match other {
                         Format::Nerf => "a transforms.json (NeRF) dataset",
                         Format::Metashape => "a Metashape camera XML",
+                        Format::Bundler => "a Bundler file",
                         _ => "a point cloud",
                     },
                 })

@@ -38,12 +38,13 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Convert a COLMAP workspace, NeRF transforms.json dataset, Agisoft Metashape camera XML,
-    /// OpenSfM or OpenDroneMap reconstruction, or PLY, PCD, LAS, LAZ or E57 point cloud(s) into
-    /// a pack.
+    /// OpenSfM or OpenDroneMap reconstruction, Bundler file, or PLY, PCD, LAS, LAZ or E57 point
+    /// cloud(s) into a pack.
     #[command(after_help = SIZE_HELP)]
     Convert {
         /// Dataset folder (an OpenDroneMap project folder too) or a transforms*.json / Metashape
-        /// .xml / OpenSfM reconstruction.json / .ply / .pcd / .las / .laz / .e57 file.
+        /// .xml / OpenSfM reconstruction.json / Bundler .out / .ply / .pcd / .las / .laz / .e57
+        /// file.
         input: PathBuf,
         /// Output pack directory (absent or empty; a pack there needs --force).
         #[arg(short, long)]
@@ -94,7 +95,8 @@ enum Command {
         /// root), for transforms.json each file_path's file name in DIR (nerfstudio's images_N),
         /// for a Metashape XML the folder of the photos (relative to the XML; default images/
         /// beside it, else its own folder), for OpenSfM the folder of the shots' images
-        /// (relative to the dataset root; default images/).
+        /// (relative to the dataset root; default images/), for Bundler the folder holding the
+        /// listed images' file names (relative to list.txt's folder).
         /// A resized copy works, each camera scaled to its file: Mip-NeRF 360's benchmark
         /// protocol (3DGS -i images_4, gsplat --data_factor 4) is `--images images_4` for
         /// outdoor scenes, `images_2` indoors.

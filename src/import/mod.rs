@@ -13,8 +13,8 @@
 //!   RADIAL, OPENCV, FULL_OPENCV and NeRF `k1 k2 k3 p1 p2` map to it) or OpenCV's fisheye model
 //!   (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE, SIMPLE_RADIAL_FISHEYE and nerfstudio's
 //!   `OPENCV_FISHEYE`; Metashape's frame and fisheye sensors map to the two, see
-//!   [`metashape`], and so do OpenSfM's cameras, see [`opensfm`]); other models are refused at
-//!   import time with a message, never silently
+//!   [`metashape`], and so do OpenSfM's cameras, see [`opensfm`], and Bundler's, see
+//!   [`bundler`]); other models are refused at import time with a message, never silently
 //!   treated as pinhole. A photo becomes a pinhole image of its size and intrinsics, cropped
 //!   where the lens leaves it empty (`image::covered_rect`); a fisheye's periphery does not
 //!   fit in it. Under [`ImportOptions::keep_fisheye`] a fisheye lens's photo becomes the ideal
@@ -28,6 +28,7 @@
 //!   map and a reliable fit ([`depth`]); a view whose fit is unreliable has none, and a
 //!   warning counts such views.
 
+pub mod bundler;
 pub mod colmap;
 pub mod depth;
 pub mod e57;
@@ -63,7 +64,8 @@ pub struct ImportOptions {
     /// taken from the workspace root); NeRF, the folder holding each `file_path`'s file name
     /// (nerfstudio's `images_N` layout, relative to the transforms file); Metashape, the folder
     /// of the photos (relative to the XML's folder); OpenSfM, the folder of the shots' images
-    /// (relative to the dataset root). It may hold a resized
+    /// (relative to the dataset root); Bundler, the folder of the listed images' file names
+    /// (relative to the list's folder). It may hold a resized
     /// copy of the images the poses were estimated on (Mip-NeRF 360's `images_4`): each view's
     /// camera is scaled to its file's size (see `crate::import::image::camera_for_file`). A
     /// PLY, PCD or LAS point cloud refuses it.
@@ -154,6 +156,41 @@ fn first_names(names: &[String]) -> String {
         s.push_str(", …");
     }
     format!("first: {s}")
+}
+
+/// Points an importer read into memory with its other metadata (OpenSfM's and Bundler's files
+/// hold them between the cameras and the end), as a source with the importers' error type:
+/// they have none left to raise.
+pub(crate) struct ParsedCloud(pub(crate) crate::dataset::MemPoints);
+
+impl PointSource for ParsedCloud {
+    type Error = ImportError;
+
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn declared_len(&self) -> Option<u64> {
+        self.0.declared_len()
+    }
+
+    fn has_labels(&self) -> bool {
+        self.0.has_labels()
+    }
+
+    fn has_normals(&self) -> bool {
+        self.0.has_normals()
+    }
+
+    fn next_chunk(
+        &mut self,
+        max_points: usize,
+    ) -> Result<Option<crate::dataset::PointChunk>, ImportError> {
+        match self.0.next_chunk(max_points) {
+            Ok(c) => Ok(c),
+            Err(never) => match never {},
+        }
+    }
 }
 
 /// What an importer found.
@@ -432,7 +469,7 @@ pub enum ImportError {
         #[source]
         source: CameraError,
     },
-    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|opensfm|ply|pcd|las|e57", path.display())]
+    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|opensfm|bundler|ply|pcd|las|e57", path.display())]
     UnknownFormat { path: PathBuf, msg: String },
 }
 
@@ -499,7 +536,8 @@ fn is_las(ext: &str) -> bool {
 /// `sparse/` or `cameras.{bin,txt}` is `colmap`; an `.xml` file, or a folder with `cameras.xml`
 /// (and none of the above), is `metashape`; a `reconstruction*.json` file, or a folder with
 /// `reconstruction.json` or `opensfm/reconstruction.json` (and none of the above), is
-/// `opensfm`.
+/// `opensfm`; an `.out` file, or a folder with `bundle.out` or `bundle/bundle.out` (and none
+/// of the above), is `bundler`.
 pub fn detect(path: &Path) -> Result<Format, ImportError> {
     if path.is_file() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -516,14 +554,16 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Ok(Format::Nerf)
         } else if ext.eq_ignore_ascii_case("json") && name.starts_with("reconstruction") {
             Ok(Format::Opensfm)
+        } else if ext.eq_ignore_ascii_case("out") {
+            Ok(Format::Bundler)
         } else if ext.eq_ignore_ascii_case("xml") {
             Ok(Format::Metashape)
         } else {
             Err(ImportError::UnknownFormat {
                 path: path.to_owned(),
                 msg: "a file that is neither .ply, .pcd, .las, .laz, .e57, transforms*.json, \
-                      reconstruction*.json (OpenSfM) nor a Metashape .xml; pass --format for \
-                      another name"
+                      reconstruction*.json (OpenSfM), a Bundler .out nor a Metashape .xml; pass \
+                      --format for another name"
                     .into(),
             })
         };
@@ -554,6 +594,9 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             .exists()
     {
         return Ok(Format::Opensfm);
+    }
+    if has(bundler::BUNDLE_FILE) || path.join("bundle").join(bundler::BUNDLE_FILE).exists() {
+        return Ok(Format::Bundler);
     }
     let entries = std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))?;
     // (format, what its files are called, how many the folder holds)
@@ -594,7 +637,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     }
     Err(ImportError::UnknownFormat {
         path: path.to_owned(),
-        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape), no reconstruction.json or opensfm/reconstruction.json (OpenSfM, OpenDroneMap) and no .ply, .pcd, .las, .laz or .e57 files".into(),
+        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape), no reconstruction.json or opensfm/reconstruction.json (OpenSfM, OpenDroneMap), no bundle.out or bundle/bundle.out (Bundler) and no .ply, .pcd, .las, .laz or .e57 files".into(),
     })
 }
 
@@ -641,6 +684,7 @@ pub fn open(
         Format::Nerf => nerf::import(path, options),
         Format::Metashape => metashape::import(path, options),
         Format::Opensfm => opensfm::import(path, options),
+        Format::Bundler => bundler::import(path, options),
         Format::Ply => ply::import(path, options),
         Format::Pcd => pcd::import(path, options),
         Format::Las => las::import(path, options),

@@ -81,7 +81,9 @@ use std::path::{Path, PathBuf};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{file_present, first_names, ImportError, ImportOptions, ImportedScene, Location};
+use super::{
+    file_present, first_names, ImportError, ImportOptions, ImportedScene, Location, ParsedCloud,
+};
 use crate::dataset::{Distortion, Format, MemPoints, PointChunk, PointSource, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics, Pose, Projection};
 
@@ -321,10 +323,7 @@ pub fn from_reader(
     let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
     let no_sfm_points = rec.points.0.is_empty();
     if !no_sfm_points && !options.metadata_only {
-        clouds.push(Box::new(ReconstructionPoints(MemPoints::new(
-            "sfm",
-            rec.points.0,
-        ))));
+        clouds.push(Box::new(ParsedCloud(MemPoints::new("sfm", rec.points.0))));
     }
     let random_start_note = no_sfm_points.then(|| {
         format!(
@@ -612,36 +611,6 @@ impl Lens {
             fy: self.focal[1] * size,
             cx: w / 2.0 + self.centre[0] * size,
             cy: h / 2.0 + self.centre[1] * size,
-        }
-    }
-}
-
-/// The reconstruction's points, with the importers' error type (they have none to raise).
-struct ReconstructionPoints(MemPoints);
-
-impl PointSource for ReconstructionPoints {
-    type Error = ImportError;
-
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    fn declared_len(&self) -> Option<u64> {
-        self.0.declared_len()
-    }
-
-    fn has_labels(&self) -> bool {
-        false
-    }
-
-    fn has_normals(&self) -> bool {
-        false
-    }
-
-    fn next_chunk(&mut self, max_points: usize) -> Result<Option<PointChunk>, ImportError> {
-        match self.0.next_chunk(max_points) {
-            Ok(c) => Ok(c),
-            Err(never) => match never {},
         }
     }
 }

@@ -1,0 +1,431 @@
+//! Bundler importer: the `bundle.out` file (format v0.3) with its image list, as Bundler,
+//! VisualSFM, OpenMVG, OpenSfM (`export_bundler`), RealityCapture and Metashape export it,
+//! turned into an [`ImportedScene`].
+//!
+//! # Accepted inputs
+//! - a `.out` file (any name), or a folder holding `bundle.out` or `bundle/bundle.out`;
+//! - the image list: `list.txt` beside the `.out` file, else in its parent folder (Bundler's
+//!   own layout: `list.txt` in the project, `bundle/bundle.out` below it). One line per camera
+//!   of the `.out` file, in its order: the image's path (relative to the list's folder, the
+//!   dataset root), optionally followed by fields Bundler reads and ramsplat does not (a focal
+//!   length from EXIF). `--images DIR` (relative to the root) looks each image's file name up
+//!   in DIR instead.
+//!
+//! # What is read
+//! - The header `num_cameras num_points` (after `#` comment lines), then per camera
+//!   `f k1 k2`, the rotation `R` (three rows) and the translation `t`: Bundler's camera looks
+//!   down −z with y up, projects a world point `X` to `P = R·X + t`, `p = −P/P_z`, and puts it
+//!   at `f·(1 + k1‖p‖² + k2‖p‖⁴)·p` from the image centre, y up. In ramsplat's (OpenCV's)
+//!   axes that is the world-to-camera pose `diag(1, −1, −1)·[R | t]`, the pinhole
+//!   `fx = fy = f`, `cx = W/2`, `cy = H/2` (the centre of a `W×H` photo with pixel centres at
+//!   +0.5) and the radial lens `k1`, `k2` ([`Distortion::RadialTangential`]; COLMAP's RADIAL).
+//!   Bundler records no image size: each photo's header gives it, so a view needs its image
+//!   file even to be described. A camera whose `f` is 0 (and its lines all zeros) was not
+//!   registered: it is skipped, and a warning counts such cameras.
+//! - Per point: its position, its colour (0–255) and its view list (`count` then `camera key
+//!   x y` per observation, read only to check the line): the SfM cloud `"sfm"`, positions as
+//!   f32, colours rounded and clamped.
+//!
+//! Refused, naming the file and the line: a malformed header or number, non-finite values, a
+//! rotation that is not one, a negative focal length, a list whose line count differs from the
+//! camera count, and a file that ends early. A missing image is skipped with a warning, or
+//! refused under `--strict`; `--depths` is refused. The file is read line by line: the points
+//! go straight into 15 bytes each.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use super::{
+    file_present, first_names, ImportError, ImportOptions, ImportedScene, Location, ParsedCloud,
+};
+use crate::dataset::{Distortion, Format, MemPoints, PointChunk, PointSource, ViewSource};
+use crate::scene::camera::{Camera, Intrinsics, Pose, Projection};
+
+/// The file a folder is looked up for (in it, or in its `bundle/` folder).
+pub const BUNDLE_FILE: &str = "bundle.out";
+/// The image list looked up beside the bundle file, then in its parent.
+pub const LIST_FILE: &str = "list.txt";
+
+/// Points per chunk as they are read.
+const POINT_CHUNK: usize = 1 << 16;
+
+/// Where the bundle file of `path` and its image list are.
+fn locate(path: &Path) -> Result<(PathBuf, PathBuf), ImportError> {
+    let file = if path.is_dir() {
+        let direct = path.join(BUNDLE_FILE);
+        let nested = path.join("bundle").join(BUNDLE_FILE);
+        if file_present(&direct)? {
+            direct
+        } else if file_present(&nested)? {
+            nested
+        } else {
+            return Err(ImportError::invalid(
+                path,
+                format!(
+                    "no {BUNDLE_FILE} in this folder nor in its bundle/ folder; pass the .out \
+                     file itself"
+                ),
+            ));
+        }
+    } else {
+        path.to_owned()
+    };
+    let folder = file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_owned();
+    let candidates = [
+        Some(folder.join(LIST_FILE)),
+        folder.parent().map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".").join(LIST_FILE)
+            } else {
+                p.join(LIST_FILE)
+            }
+        }),
+    ];
+    for c in candidates.iter().flatten() {
+        if file_present(c)? {
+            return Ok((file, c.clone()));
+        }
+    }
+    Err(ImportError::invalid(
+        &file,
+        format!(
+            "no {LIST_FILE} beside it or in its parent folder: Bundler's image list (one image \
+             path per camera, in the file's order) says which photo each camera is; export it \
+             with the bundle file"
+        ),
+    ))
+}
+
+/// Imports a Bundler reconstruction; see the module doc for what `path` may be.
+pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
+    let (file, list_file) = locate(path)?;
+    if let Some(dir) = &options.depths {
+        return Err(ImportError::invalid(
+            &file,
+            format!(
+                "--depths {} is not supported for Bundler files; drop --depths",
+                dir.display()
+            ),
+        ));
+    }
+    let root = list_file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_owned();
+    let list_text = crate::fsutil::read_file_to_string(&list_file)
+        .map_err(|e| ImportError::io(&list_file, e))?;
+    let images: Vec<&str> = list_text
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .filter(|l| !l.is_empty())
+        .collect();
+
+    let reader = crate::fsutil::open_file(&file).map_err(|e| ImportError::io(&file, e))?;
+    let mut lines = Lines {
+        reader: BufReader::new(reader),
+        file: &file,
+        line: 0,
+        buf: String::new(),
+    };
+    let header = lines.numbers::<2>("the header `num_cameras num_points`")?;
+    let (cameras, points) = (header[0], header[1]);
+    let count = |v: f64, what: &str| -> Result<u64, ImportError> {
+        if v.fract() == 0.0 && (0.0..1e12).contains(&v) {
+            Ok(v as u64)
+        } else {
+            Err(lines.error(format!("{what} {v} is not a count")))
+        }
+    };
+    let cameras = count(cameras, "num_cameras")?;
+    let points = count(points, "num_points")?;
+    if cameras != images.len() as u64 {
+        return Err(ImportError::invalid(
+            &list_file,
+            format!(
+                "{} images listed, but {} has {cameras} cameras: the list must name one image per \
+                 camera, in order; export the two together",
+                images.len(),
+                file.display()
+            ),
+        ));
+    }
+    let images_dir = options.images.as_ref().map(|d| root.join(d));
+    let mut views = Vec::new();
+    let mut missing = Vec::new();
+    let mut unregistered = 0usize;
+    for (index, image) in images.iter().enumerate() {
+        let [f, k1, k2] = lines.numbers::<3>("a camera's `f k1 k2`")?;
+        let first = lines.line;
+        let rows = [
+            lines.numbers::<3>("a rotation row")?,
+            lines.numbers::<3>("a rotation row")?,
+            lines.numbers::<3>("a rotation row")?,
+        ];
+        let t = lines.numbers::<3>("a camera's translation")?;
+        if f == 0.0 {
+            unregistered += 1;
+            continue;
+        }
+        let what = format!("camera {index} ({image}), lines {first}–{}", lines.line);
+        if f < 0.0 {
+            return Err(ImportError::parse(
+                &file,
+                Location::Line(first),
+                format!("{what}: focal length {f} is negative; the file is damaged"),
+            ));
+        }
+        // Bundler's axes (y up, looking down −z) to OpenCV's: negate the y and z rows.
+        let flip = |v: [f64; 3]| [v[0], -v[1], -v[2]];
+        let pose = Pose {
+            rotation: [rows[0], rows[1].map(|v| -v), rows[2].map(|v| -v)],
+            translation: flip(t),
+        };
+        pose.validate().map_err(|source| ImportError::Camera {
+            path: file.clone(),
+            what: what.clone(),
+            source,
+        })?;
+        let image_path = match &images_dir {
+            Some(dir) => dir.join(Path::new(image).file_name().unwrap_or_default()),
+            None => root.join(image),
+        };
+        let name = (*image).to_owned();
+        if !file_present(&image_path)? {
+            missing.push(name);
+            continue;
+        }
+        let ((width, height), turned) = super::image::stored_size_and_orientation(&image_path)?;
+        if turned {
+            return Err(ImportError::invalid(
+                &image_path,
+                format!(
+                    "{what}: the photo's EXIF orientation turns or mirrors it without swapping \
+                     its sides, which a pack applies; a bundle file does not say whether the \
+                     tool that made it did: save the photos without the orientation tag (for \
+                     example `exiftool -Orientation=1 -n FILE`) and reconstruct again"
+                ),
+            ));
+        }
+        let camera = Camera {
+            width,
+            height,
+            intrinsics: Intrinsics {
+                fx: f,
+                fy: f,
+                cx: f64::from(width) / 2.0,
+                cy: f64::from(height) / 2.0,
+            },
+            world_to_camera: pose,
+            projection: Projection::Pinhole,
+        };
+        camera.validate().map_err(|source| ImportError::Camera {
+            path: file.clone(),
+            what: what.clone(),
+            source,
+        })?;
+        views.push(ViewSource {
+            name,
+            image_path,
+            camera,
+            distortion: Distortion::RadialTangential {
+                k: [k1, k2, 0.0, 0.0, 0.0, 0.0],
+                p: [0.0; 2],
+            },
+            split: None,
+            mask_path: None,
+            depth: None,
+        });
+    }
+
+    let mut chunks: Vec<PointChunk> = Vec::new();
+    for _ in 0..points {
+        let xyz = lines.numbers::<3>("a point's position")?;
+        let position = xyz.map(|v| v as f32);
+        if !position.iter().all(|v| v.is_finite()) {
+            return Err(lines.error(format!(
+                "point position {xyz:?} is not finite in single precision"
+            )));
+        }
+        let rgb = lines.numbers::<3>("a point's colour")?;
+        lines.view_list(cameras)?;
+        if chunks.last().is_none_or(|c| c.len() == POINT_CHUNK) {
+            chunks.push(PointChunk::default());
+        }
+        let chunk = chunks.last_mut().expect("pushed above");
+        chunk.xyz.push(position);
+        chunk
+            .rgb
+            .push(rgb.map(|v| v.round().clamp(0.0, 255.0) as u8));
+    }
+
+    views.sort_by(|a, b| a.name.cmp(&b.name));
+    if let Some(w) = views.windows(2).find(|w| w[0].name == w[1].name) {
+        return Err(ImportError::invalid(
+            &list_file,
+            format!(
+                "two cameras read the image {}; every image may be used by one camera only",
+                w[0].name
+            ),
+        ));
+    }
+    let mut warnings = Vec::new();
+    if unregistered > 0 {
+        warnings.push(format!(
+            "{unregistered} of {cameras} cameras were not registered (focal length 0) and were \
+             skipped"
+        ));
+    }
+    let registered = cameras as usize - unregistered;
+    missing.sort();
+    if !missing.is_empty() {
+        let list = first_names(&missing);
+        let place = images_dir.as_deref().unwrap_or(&root).display().to_string();
+        if options.strict {
+            return Err(ImportError::invalid(
+                &file,
+                format!(
+                    "{} of {registered} registered cameras have no image file in {place} \
+                     ({list}); restore the images or pass --images DIR, or drop --strict to \
+                     skip those cameras",
+                    missing.len()
+                ),
+            ));
+        }
+        warnings.push(format!(
+            "{} of {registered} registered cameras have no image file in {place} and were \
+             skipped ({list}); pass --strict to make this an error",
+            missing.len()
+        ));
+    }
+    if views.is_empty() {
+        return Err(ImportError::invalid(
+            &file,
+            if registered == 0 {
+                "no registered camera (every focal length is 0)".to_owned()
+            } else {
+                format!(
+                    "no usable camera: {registered} registered cameras, none with an image file; \
+                     pass --images DIR to name the folder holding the photos"
+                )
+            },
+        ));
+    }
+    let no_sfm_points = points == 0;
+    let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
+    if !no_sfm_points {
+        clouds.push(Box::new(ParsedCloud(MemPoints::new("sfm", chunks))));
+    }
+    let random_start_note = no_sfm_points.then(|| {
+        format!(
+            "{} has no points: training will start from random points, which converges more \
+             slowly (or give a dense cloud with --points FILE)",
+            file.display()
+        )
+    });
+    Ok(ImportedScene {
+        format: Format::Bundler,
+        root,
+        views,
+        clouds,
+        no_sfm_points,
+        missing_images: missing,
+        warnings,
+        random_start_note,
+    })
+}
+
+/// The bundle file's lines, read one at a time with their numbers.
+struct Lines<'a, R> {
+    reader: R,
+    file: &'a Path,
+    /// The number of the last line read (1-based).
+    line: u64,
+    buf: String,
+}
+
+impl<R: BufRead> Lines<'_, R> {
+    fn error(&self, msg: String) -> ImportError {
+        ImportError::parse(self.file, Location::Line(self.line), msg)
+    }
+
+    /// The next line that is not a `#` comment or blank.
+    fn next_line(&mut self, what: &str) -> Result<&str, ImportError> {
+        loop {
+            self.buf.clear();
+            let n = self
+                .reader
+                .read_line(&mut self.buf)
+                .map_err(|e| ImportError::io(self.file, e))?;
+            if n == 0 {
+                return Err(ImportError::parse(
+                    self.file,
+                    Location::Line(self.line + 1),
+                    format!("the file ends where {what} should be (cut short while copying?)"),
+                ));
+            }
+            self.line += 1;
+            let t = self.buf.trim();
+            if !t.is_empty() && !t.starts_with('#') {
+                return Ok(self.buf.trim());
+            }
+        }
+    }
+
+    /// The next line as exactly `N` finite numbers.
+    fn numbers<const N: usize>(&mut self, what: &str) -> Result<[f64; N], ImportError> {
+        let text = self.next_line(what)?.to_owned();
+        let mut out = [0.0; N];
+        let mut n = 0;
+        for word in text.split_whitespace() {
+            if n == N {
+                return Err(self.error(format!("{what}: more than {N} numbers")));
+            }
+            out[n] = match word.parse::<f64>() {
+                Ok(v) if v.is_finite() => v,
+                _ => return Err(self.error(format!("{what}: {word:?} is not a finite number"))),
+            };
+            n += 1;
+        }
+        if n != N {
+            return Err(self.error(format!("{what}: {n} numbers, expected {N}")));
+        }
+        Ok(out)
+    }
+
+    /// Checks a point's view list: a count, then `camera key x y` per observation, each camera
+    /// an index below `cameras`.
+    fn view_list(&mut self, cameras: u64) -> Result<(), ImportError> {
+        let text = self.next_line("a point's view list")?.to_owned();
+        let mut words = text.split_whitespace();
+        let count = words
+            .next()
+            .and_then(|w| w.parse::<u64>().ok())
+            .ok_or_else(|| self.error("a point's view list does not start with a count".into()))?;
+        let rest: Vec<&str> = words.collect();
+        if rest.len() as u64 != 4 * count {
+            return Err(self.error(format!(
+                "a point's view list: {count} observations need {} numbers after the count, \
+                 found {}",
+                4 * count,
+                rest.len()
+            )));
+        }
+        for obs in rest.chunks_exact(4) {
+            match obs[0].parse::<u64>() {
+                Ok(c) if c < cameras => {}
+                _ => {
+                    return Err(self.error(format!(
+                        "a point's view list names camera {:?}, not one of the {cameras}",
+                        obs[0]
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+}
