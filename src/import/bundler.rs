@@ -36,7 +36,8 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use super::{
-    file_present, first_names, ImportError, ImportOptions, ImportedScene, Location, ParsedCloud,
+    file_present, folder_of, missing_images_note, ImportError, ImportOptions, ImportedScene,
+    Location, ParsedCloud,
 };
 use crate::dataset::{Distortion, Format, MemPoints, PointChunk, PointSource, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics, Pose, Projection};
@@ -70,11 +71,7 @@ fn locate(path: &Path) -> Result<(PathBuf, PathBuf), ImportError> {
     } else {
         path.to_owned()
     };
-    let folder = file
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .to_owned();
+    let folder = folder_of(&file);
     let candidates = [
         Some(folder.join(LIST_FILE)),
         folder.parent().map(|p| {
@@ -112,11 +109,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             ),
         ));
     }
-    let root = list_file
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .to_owned();
+    let root = folder_of(&list_file);
     let list_text = crate::fsutil::read_file_to_string(&list_file)
         .map_err(|e| ImportError::io(&list_file, e))?;
     let images: Vec<&str> = list_text
@@ -281,27 +274,15 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         ));
     }
     let registered = cameras as usize - unregistered;
-    missing.sort();
-    if !missing.is_empty() {
-        let list = first_names(&missing);
-        let place = images_dir.as_deref().unwrap_or(&root).display().to_string();
-        if options.strict {
-            return Err(ImportError::invalid(
-                &file,
-                format!(
-                    "{} of {registered} registered cameras have no image file in {place} \
-                     ({list}); restore the images or pass --images DIR, or drop --strict to \
-                     skip those cameras",
-                    missing.len()
-                ),
-            ));
-        }
-        warnings.push(format!(
-            "{} of {registered} registered cameras have no image file in {place} and were \
-             skipped ({list}); pass --strict to make this an error",
-            missing.len()
-        ));
-    }
+    let place = images_dir.clone().unwrap_or_else(|| root.clone());
+    warnings.extend(missing_images_note(
+        &file,
+        &mut missing,
+        registered,
+        "registered cameras",
+        &place,
+        options.strict,
+    )?);
     if views.is_empty() {
         return Err(ImportError::invalid(
             &file,

@@ -80,7 +80,10 @@ use std::path::{Path, PathBuf};
 use roxmltree::{Document, Node};
 
 use super::ply::open_cloud;
-use super::{file_present, first_names, ImportError, ImportOptions, ImportedScene, Location};
+use super::{
+    file_present, folder_of, missing_images_note, ImportError, ImportOptions, ImportedScene,
+    Location,
+};
 use crate::dataset::{Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{mat_vec, Camera, CameraError, Intrinsics, Pose, Projection};
 
@@ -118,11 +121,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     } else {
         path.to_owned()
     };
-    let root = file
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .to_owned();
+    let root = folder_of(&file);
     if let Some(dir) = &options.depths {
         return Err(ImportError::invalid(
             &file,
@@ -335,28 +334,15 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
              nerfstudio does (remove them from the export to leave them out)"
         ));
     }
-    missing.sort();
     let aligned = cameras_total - unaligned.len();
-    if !missing.is_empty() {
-        let list = first_names(&missing);
-        if options.strict {
-            return Err(ImportError::invalid(
-                &file,
-                format!(
-                    "{} of {aligned} aligned cameras have no image file in {} ({list}); restore \
-                     the images or pass --images DIR, or drop --strict to skip those cameras",
-                    missing.len(),
-                    images_dir.display()
-                ),
-            ));
-        }
-        warnings.push(format!(
-            "{} of {aligned} aligned cameras have no image file in {} and were skipped ({list}); \
-             pass --strict to make this an error",
-            missing.len(),
-            images_dir.display()
-        ));
-    }
+    warnings.extend(missing_images_note(
+        &file,
+        &mut missing,
+        aligned,
+        "aligned cameras",
+        &images_dir,
+        options.strict,
+    )?);
     if views.is_empty() {
         let msg = if aligned == 0 {
             format!(

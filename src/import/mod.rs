@@ -148,6 +148,48 @@ pub(crate) fn thousands(n: u64) -> String {
     out
 }
 
+/// The folder holding `file` (`.` for a bare file name).
+fn folder_of(file: &Path) -> PathBuf {
+    file.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_owned()
+}
+
+/// What to say of the cameras whose image file is missing (`missing`, sorted here), of
+/// `listed` (`what` names them: "aligned cameras", "shots"; the images were looked for in
+/// `place`): nothing when none is, a warning that they were skipped, or under `strict` the
+/// error naming `file`.
+fn missing_images_note(
+    file: &Path,
+    missing: &mut [String],
+    listed: usize,
+    what: &str,
+    place: &Path,
+    strict: bool,
+) -> Result<Option<String>, ImportError> {
+    if missing.is_empty() {
+        return Ok(None);
+    }
+    missing.sort();
+    let list = first_names(missing);
+    let n = missing.len();
+    let place = place.display();
+    if strict {
+        return Err(ImportError::invalid(
+            file,
+            format!(
+                "{n} of {listed} {what} have no image file in {place} ({list}); restore the \
+                 images or pass --images DIR, or drop --strict to skip them"
+            ),
+        ));
+    }
+    Ok(Some(format!(
+        "{n} of {listed} {what} have no image file in {place} and were skipped ({list}); pass \
+         --strict to make this an error"
+    )))
+}
+
 /// "first: a, b, c, d, e, …" for the first few of `names` (missing files, skipped cameras).
 fn first_names(names: &[String]) -> String {
     const LIST_FIRST: usize = 5;

@@ -82,7 +82,8 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::{
-    file_present, first_names, ImportError, ImportOptions, ImportedScene, Location, ParsedCloud,
+    file_present, folder_of, missing_images_note, ImportError, ImportOptions, ImportedScene,
+    Location, ParsedCloud,
 };
 use crate::dataset::{Distortion, Format, MemPoints, PointChunk, PointSource, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics, Pose, Projection};
@@ -118,11 +119,7 @@ pub fn locate(path: &Path) -> Result<(PathBuf, PathBuf), ImportError> {
     } else {
         path.to_owned()
     };
-    let folder = file
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .to_owned();
+    let folder = folder_of(&file);
     // OpenDroneMap: project/opensfm/reconstruction.json, photos in project/images.
     let odm_project = folder
         .file_name()
@@ -287,26 +284,14 @@ pub fn from_reader(
         ));
     }
     let listed = rec.shots.len();
-    if !missing.is_empty() {
-        let list = first_names(&missing);
-        if options.strict {
-            return Err(ImportError::invalid(
-                &file,
-                format!(
-                    "{} of {listed} shots have no image file in {} ({list}); restore the images \
-                     or pass --images DIR, or drop --strict to skip those shots",
-                    missing.len(),
-                    images_dir.display()
-                ),
-            ));
-        }
-        warnings.push(format!(
-            "{} of {listed} shots have no image file in {} and were skipped ({list}); pass \
-             --strict to make this an error",
-            missing.len(),
-            images_dir.display()
-        ));
-    }
+    warnings.extend(missing_images_note(
+        &file,
+        &mut missing,
+        listed,
+        "shots",
+        &images_dir,
+        options.strict,
+    )?);
     if views.is_empty() {
         let msg = if listed == 0 {
             "the reconstruction has no shots; OpenSfM registered no image".to_owned()
@@ -366,7 +351,7 @@ pub fn read_observations(
     views: &[ViewSource],
 ) -> Result<super::sfm_depth::SfmObservations, ImportError> {
     let (file, _) = locate(path)?;
-    let tracks = file.parent().unwrap_or(Path::new(".")).join(TRACKS_FILE);
+    let tracks = folder_of(&file).join(TRACKS_FILE);
     if !file_present(&tracks)? {
         return Err(ImportError::invalid(
             &tracks,
