@@ -5,18 +5,16 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Output;
 
 use ramsplat::dataset::Format;
 use ramsplat::import::colmap::{read_model, ColmapModel, Encoding};
 use ramsplat::import::{open, ImportOptions};
 use ramsplat::scene::camera::Pose;
 use ramsplat::shard::reader::Pack;
-use ramsplat::shard::PointChunkRef;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{gs_pack, text};
+use gs_pack::{convert_full_size, gs_pack, packed, text};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -96,30 +94,17 @@ fn write_bundle(dir: &Path) -> ColmapModel {
     model
 }
 
-fn convert(input: &Path, pack: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "convert",
-        input.to_str().unwrap(),
-        "-o",
-        pack.to_str().unwrap(),
-        "--max-width",
-        "0",
-    ];
-    args.extend_from_slice(extra);
-    gs_pack(&args)
-}
-
 #[test]
 fn bundle_packs_like_its_colmap_workspace() {
     let tmp = tempfile::tempdir().unwrap();
     let scene = tmp.path().join("scene");
     let model = write_bundle(&scene);
     let colmap_pack = tmp.path().join("colmap.pack");
-    let o = convert(&scene, &colmap_pack, &["--format", "colmap"]);
+    let o = convert_full_size(&scene, &colmap_pack, &["--format", "colmap"]);
     assert!(o.status.success(), "{}", text(&o));
     // The .out file itself, the format told by its extension.
     let bundle_pack = tmp.path().join("bundle.pack");
-    let o = convert(&scene.join("bundle/bundle.out"), &bundle_pack, &[]);
+    let o = convert_full_size(&scene.join("bundle/bundle.out"), &bundle_pack, &[]);
     assert!(o.status.success(), "{}", text(&o));
     let all = text(&o);
     assert!(all.contains("1 of 8 cameras were not registered"), "{all}");
@@ -151,17 +136,11 @@ fn bundle_packs_like_its_colmap_workspace() {
     }
     assert_eq!(mb.clouds.len(), 1);
     assert_eq!(mb.clouds[0].points, model.points.len() as u64);
-    let mut got = Vec::new();
-    for (ci, ch) in mb.clouds[0].chunks.iter().enumerate() {
-        let mut buf = vec![0u8; ch.record.decoded_len as usize];
-        let layout = b.read_chunk_into(0, ci, &mut buf).unwrap();
-        let r = PointChunkRef::new(layout, &buf).unwrap();
-        got.extend((0..r.len()).map(|j| (r.xyz(j), r.rgb(j))));
-    }
+    let got = packed(&bundle_pack, 0);
     let want: Vec<_> = model
         .points
         .iter()
-        .map(|p| (p.xyz.map(|v| v as f32), p.rgb))
+        .map(|p| (p.xyz.map(|v| v as f32), p.rgb, None))
         .collect();
     assert_eq!(got, want);
 }

@@ -5,7 +5,6 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 use ramsplat::dataset::Format;
 use ramsplat::import::colmap::{read_model, ColmapModel, Encoding};
@@ -16,7 +15,7 @@ use ramsplat::shard::PointChunkRef;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{gs_pack, text};
+use gs_pack::{convert_full_size, gs_pack, text};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -190,19 +189,6 @@ fn write_project(dir: &Path, lens: Lens) -> ColmapModel {
     model
 }
 
-fn convert(input: &Path, pack: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "convert",
-        input.to_str().unwrap(),
-        "-o",
-        pack.to_str().unwrap(),
-        "--max-width",
-        "0",
-    ];
-    args.extend_from_slice(extra);
-    gs_pack(&args)
-}
-
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * (1.0 + b.abs())
 }
@@ -213,11 +199,11 @@ fn metashape_packs_like_colmap(lens: Lens) {
     let scene = tmp.path().join("scene");
     let model = write_project(&scene, lens);
     let colmap_pack = tmp.path().join("colmap.pack");
-    let o = convert(&scene, &colmap_pack, &["--format", "colmap"]);
+    let o = convert_full_size(&scene, &colmap_pack, &["--format", "colmap"]);
     assert!(o.status.success(), "{}", text(&o));
     // The XML itself, format detected from the extension.
     let ms_pack = tmp.path().join("metashape.pack");
-    let o = convert(&scene.join("cameras.xml"), &ms_pack, &[]);
+    let o = convert_full_size(&scene.join("cameras.xml"), &ms_pack, &[]);
     assert!(o.status.success(), "{}", text(&o));
     let stderr = String::from_utf8_lossy(&o.stderr);
     let all = format!("{}{stderr}", String::from_utf8_lossy(&o.stdout));
@@ -326,7 +312,7 @@ fn points_in_another_frame_than_the_cameras_get_a_warning() {
         },
     );
     let convert_it = |name: &str| {
-        let o = convert(&scene.join("cameras.xml"), &tmp.path().join(name), &[]);
+        let o = convert_full_size(&scene.join("cameras.xml"), &tmp.path().join(name), &[]);
         assert!(o.status.success(), "{}", text(&o));
         String::from_utf8_lossy(&o.stderr).into_owned()
     };

@@ -5,17 +5,15 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Output;
 
 use ramsplat::dataset::Format;
 use ramsplat::import::colmap::{parse_tracks_bytes, read_model, ColmapModel, Encoding};
 use ramsplat::import::{open, ImportOptions};
 use ramsplat::shard::reader::Pack;
-use ramsplat::shard::PointChunkRef;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{gs_pack, text};
+use gs_pack::{convert_full_size, gs_pack, packed, text};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -183,19 +181,6 @@ fn write_reconstruction(dir: &Path, json: &Path, lens: Lens) -> ColmapModel {
     model
 }
 
-fn convert(input: &Path, pack: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "convert",
-        input.to_str().unwrap(),
-        "-o",
-        pack.to_str().unwrap(),
-        "--max-width",
-        "0",
-    ];
-    args.extend_from_slice(extra);
-    gs_pack(&args)
-}
-
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * (1.0 + b.abs())
 }
@@ -227,14 +212,14 @@ fn opensfm_packs_like_colmap(lens: Lens, odm: bool) {
         mask.save(masks.join(format!("{}.png", im.name))).unwrap();
     }
     let colmap_pack = tmp.path().join("colmap.pack");
-    let o = convert(&scene, &colmap_pack, &["--format", "colmap"]);
+    let o = convert_full_size(&scene, &colmap_pack, &["--format", "colmap"]);
     assert!(o.status.success(), "{}", text(&o));
     let sfm_pack = tmp.path().join("opensfm.pack");
     let o = if odm {
-        convert(&scene, &sfm_pack, &["--format", "opensfm"])
+        convert_full_size(&scene, &sfm_pack, &["--format", "opensfm"])
     } else {
         // The JSON itself, the format told by its name.
-        convert(&json, &sfm_pack, &[])
+        convert_full_size(&json, &sfm_pack, &[])
     };
     assert!(o.status.success(), "{}", text(&o));
     let all = text(&o);
@@ -289,17 +274,11 @@ fn opensfm_packs_like_colmap(lens: Lens, odm: bool) {
     assert_eq!(mb.clouds.len(), 1);
     assert_eq!(mb.clouds[0].name, "sfm");
     assert_eq!(mb.clouds[0].points, model.points.len() as u64);
-    let mut got = Vec::new();
-    for (ci, ch) in mb.clouds[0].chunks.iter().enumerate() {
-        let mut buf = vec![0u8; ch.record.decoded_len as usize];
-        let layout = b.read_chunk_into(0, ci, &mut buf).unwrap();
-        let r = PointChunkRef::new(layout, &buf).unwrap();
-        got.extend((0..r.len()).map(|j| (r.xyz(j), r.rgb(j))));
-    }
+    let got = packed(&sfm_pack, 0);
     let want: Vec<_> = model
         .points
         .iter()
-        .map(|p| (p.xyz.map(|v| v as f32), p.rgb))
+        .map(|p| (p.xyz.map(|v| v as f32), p.rgb, None))
         .collect();
     assert_eq!(got, want);
 }
@@ -373,14 +352,14 @@ fn sfm_depths_come_from_opensfm_tracks_as_from_colmap_tracks() {
     std::fs::write(scene.join("tracks.csv"), csv).unwrap();
 
     let colmap_pack = tmp.path().join("colmap.pack");
-    let o = convert(
+    let o = convert_full_size(
         &scene,
         &colmap_pack,
         &["--format", "colmap", "--sfm-depths"],
     );
     assert!(o.status.success(), "{}", text(&o));
     let sfm_pack = tmp.path().join("opensfm.pack");
-    let o = convert(&json, &sfm_pack, &["--sfm-depths"]);
+    let o = convert_full_size(&json, &sfm_pack, &["--sfm-depths"]);
     assert!(o.status.success(), "{}", text(&o));
     let (a, b) = (
         Pack::open(&colmap_pack).unwrap(),
@@ -418,7 +397,7 @@ fn sfm_depths_come_from_opensfm_tracks_as_from_colmap_tracks() {
     assert!(held > 100, "{held}");
     // Without tracks.csv the option is refused, naming the file.
     std::fs::remove_file(scene.join("tracks.csv")).unwrap();
-    let o = convert(&json, &tmp.path().join("none.pack"), &["--sfm-depths"]);
+    let o = convert_full_size(&json, &tmp.path().join("none.pack"), &["--sfm-depths"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("no tracks.csv beside"), "{}", text(&o));
 }

@@ -1,6 +1,7 @@
-//! Helpers of the point-cloud tests (`tests/las_import.rs`, `tests/e57_import.rs`,
-//! `tests/points_transform.rs`, `tests/metashape.rs`): running `gs-pack`, a synthetic dataset
-//! with a cloud of its surfaces, and reading back the points a cloud streams or a pack holds.
+//! Helpers of the point-cloud and importer tests (`tests/las_import.rs`,
+//! `tests/e57_import.rs`, `tests/points_transform.rs`, `tests/metashape.rs`,
+//! `tests/opensfm.rs`, `tests/bundler.rs`): running `gs-pack`, a synthetic dataset with a cloud
+//! of its surfaces, and reading back the points a cloud streams or a pack holds.
 //! A test binary includes it with `#[path = "common/gs_pack.rs"] mod gs_pack;` (it is not part
 //! of `common`, which other test binaries include); each uses what it needs.
 #![allow(dead_code)]
@@ -29,6 +30,20 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// `gs-pack convert INPUT -o PACK --max-width 0 EXTRA…`: every view at its photo's size.
+pub fn convert_full_size(input: &Path, pack: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "convert",
+        input.to_str().unwrap(),
+        "-o",
+        pack.to_str().unwrap(),
+        "--max-width",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    gs_pack(&args)
 }
 
 /// Every point of `pack`'s cloud `cloud`: position, colour, label.
