@@ -18,10 +18,10 @@
 //! ([`encode_view_as`]), which keeps its compressed data only if it decodes to exactly the
 //! prepared pixels; [`JpegReport`] counts what was kept and what was encoded.
 //!
-//! `--sfm-depths` (COLMAP and OpenSfM) gives each view a *sparse* inverse-depth plane: the
+//! `--sfm-depths` (COLMAP, OpenSfM, Bundler) gives each view a *sparse* inverse-depth plane: the
 //! inverse depth of the SfM points its image observes, at the pixels where they project through
 //! the packed camera ([`crate::import::sfm_depth`]). The observations come from the model's
-//! points3D tracks (OpenSfM's tracks.csv), read before the views are prepared into a table of about 24 bytes per point
+//! points3D tracks (OpenSfM's tracks.csv, Bundler's view lists), read before the views are prepared into a table of about 24 bytes per point
 //! and 4 bytes per observation ([`crate::import::sfm_depth::SfmObservations`]): the one cost of
 //! a convert that grows with the dataset rather than with the workers, and only with the
 //! option (a model of 1M points observed 5M times holds about 44 MB). The manifest says so
@@ -90,7 +90,7 @@ pub struct ConvertOptions {
     /// Apply that map's inverse.
     pub invert_points_transform: bool,
     /// `--sfm-depths`: give each view the sparse inverse-depth plane of the SfM points its
-    /// image observes (COLMAP and OpenSfM; not with `depths`).
+    /// image observes (COLMAP, OpenSfM and Bundler; not with `depths`).
     pub sfm_depths: bool,
     /// `--keep-fisheye`: pack fisheye-lens views as ideal equidistant fisheye views (see
     /// [`ImportOptions::keep_fisheye`]); the manifest records it in each such view's camera
@@ -281,9 +281,9 @@ pub enum PackError {
     )]
     SfmDepthsWithDepths,
     #[error(
-        "{}: --sfm-depths needs a COLMAP model or an OpenSfM reconstruction, whose tracks say \
-         which images observe each point; this is {what}, which has no tracks: drop \
-         --sfm-depths (or convert the COLMAP or OpenSfM reconstruction instead)",
+        "{}: --sfm-depths needs a COLMAP model, an OpenSfM reconstruction or a Bundler file, \
+         whose tracks say which images observe each point; this is {what}, which has no \
+         tracks: drop --sfm-depths (or convert the reconstruction in one of those formats)",
         path.display()
     )]
     SfmDepthsNotColmap { path: PathBuf, what: &'static str },
@@ -344,13 +344,15 @@ pub fn convert(
             Format::Opensfm => {
                 import::opensfm::read_observations(input, &import_opts, &scene.views)?
             }
+            Format::Bundler => {
+                import::bundler::read_observations(input, &import_opts, &scene.views)?
+            }
             other => {
                 return Err(PackError::SfmDepthsNotColmap {
                     path: input.to_owned(),
                     what: match other {
                         Format::Nerf => "a transforms.json (NeRF) dataset",
                         Format::Metashape => "a Metashape camera XML",
-                        Format::Bundler => "a Bundler file",
                         _ => "a point cloud",
                     },
                 })

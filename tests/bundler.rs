@@ -7,14 +7,14 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use ramsplat::dataset::Format;
-use ramsplat::import::colmap::{read_model, ColmapModel, Encoding};
+use ramsplat::import::colmap::{parse_tracks_bytes, read_model, ColmapModel, Encoding};
 use ramsplat::import::{open, ImportOptions};
 use ramsplat::scene::camera::Pose;
 use ramsplat::shard::reader::Pack;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{convert_full_size, gs_pack, packed, text};
+use gs_pack::{convert_full_size, gs_pack, packed, same_sfm_depth_planes, text};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -40,6 +40,7 @@ fn write_bundle(dir: &Path) -> ColmapModel {
         "250",
         "--seed",
         "8",
+        "--tracks",
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let sparse = dir.join("sparse/0");
@@ -55,6 +56,17 @@ fn write_bundle(dir: &Path) -> ColmapModel {
     )
     .unwrap();
     let model = read_model(&sparse, Encoding::Text).unwrap();
+    let tracks = parse_tracks_bytes(
+        &std::fs::read(sparse.join("points3D.txt")).unwrap(),
+        Encoding::Text,
+    )
+    .unwrap();
+    let camera_of: std::collections::HashMap<u32, usize> = model
+        .images
+        .iter()
+        .enumerate()
+        .map(|(i, im)| (im.id, i))
+        .collect();
     let mut out = format!(
         "# Bundle file v0.3\n{} {}\n",
         model.images.len() + 1,
@@ -83,10 +95,15 @@ fn write_bundle(dir: &Path) -> ColmapModel {
     }
     out.push_str("0 0 0\n0 0 0\n0 0 0\n0 0 0\n0 0 0\n");
     list.push_str("images/unregistered.png\n");
-    for p in &model.points {
+    for (p, (_, track)) in model.points.iter().zip(&tracks) {
         writeln!(out, "{:e} {:e} {:e}", p.xyz[0], p.xyz[1], p.xyz[2]).unwrap();
         writeln!(out, "{} {} {}", p.rgb[0], p.rgb[1], p.rgb[2]).unwrap();
-        writeln!(out, "2 0 5 1.5 -2.25 1 7 -3.0 4.0").unwrap();
+        // The view list: `camera key x y` per observation (keys and positions unused).
+        write!(out, "{}", track.len()).unwrap();
+        for (k, e) in track.iter().enumerate() {
+            write!(out, " {} {k} 1.5 -2.25", camera_of[&e.image_id]).unwrap();
+        }
+        out.push('\n');
     }
     std::fs::create_dir_all(dir.join("bundle")).unwrap();
     std::fs::write(dir.join("bundle/bundle.out"), out).unwrap();
@@ -143,6 +160,51 @@ fn bundle_packs_like_its_colmap_workspace() {
         .map(|p| (p.xyz.map(|v| v as f32), p.rgb, None))
         .collect();
     assert_eq!(got, want);
+}
+
+/// `--sfm-depths` of a bundle, whose observations come from its points' view lists, packs the
+/// same sparse depth planes as of the COLMAP workspace; a bundle whose view lists are all
+/// empty is refused.
+#[test]
+fn sfm_depths_come_from_the_view_lists_as_from_colmap_tracks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scene = tmp.path().join("scene");
+    write_bundle(&scene);
+    let colmap_pack = tmp.path().join("colmap.pack");
+    let o = convert_full_size(
+        &scene,
+        &colmap_pack,
+        &["--format", "colmap", "--sfm-depths"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let bundle_pack = tmp.path().join("bundle.pack");
+    let bundle = scene.join("bundle/bundle.out");
+    let o = convert_full_size(&bundle, &bundle_pack, &["--sfm-depths"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(same_sfm_depth_planes(&colmap_pack, &bundle_pack) > 100);
+    // The same bundle with every view list emptied.
+    let text_of = std::fs::read_to_string(&bundle).unwrap();
+    let lines: Vec<&str> = text_of.lines().collect();
+    let points_from = 2 + 5 * (VIEWS + 1);
+    let emptied: Vec<&str> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            if i >= points_from && (i - points_from) % 3 == 2 {
+                "0"
+            } else {
+                l
+            }
+        })
+        .collect();
+    std::fs::write(&bundle, emptied.join("\n") + "\n").unwrap();
+    let o = convert_full_size(&bundle, &tmp.path().join("none.pack"), &["--sfm-depths"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("every point's view list is empty"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// Imports `out` (written as `dir/bundle.out` beside `dir/list.txt` listing `images`, each a

@@ -13,7 +13,7 @@ use ramsplat::shard::reader::Pack;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{convert_full_size, gs_pack, packed, text};
+use gs_pack::{convert_full_size, gs_pack, packed, same_sfm_depth_planes, text};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -361,39 +361,7 @@ fn sfm_depths_come_from_opensfm_tracks_as_from_colmap_tracks() {
     let sfm_pack = tmp.path().join("opensfm.pack");
     let o = convert_full_size(&json, &sfm_pack, &["--sfm-depths"]);
     assert!(o.status.success(), "{}", text(&o));
-    let (a, b) = (
-        Pack::open(&colmap_pack).unwrap(),
-        Pack::open(&sfm_pack).unwrap(),
-    );
-    let (ma, mb) = (a.manifest(), b.manifest());
-    assert!(mb.source.sfm_depths);
-    let (mut ta, mut tb) = (Vec::new(), Vec::new());
-    let mut held = 0;
-    for (i, (va, vb)) in ma.views.iter().zip(&mb.views).enumerate() {
-        assert_eq!(va.depth_pixels, vb.depth_pixels, "view {i}");
-        let (w, h) = (va.width(), va.height());
-        let read = |p: &Pack, v: &ramsplat::shard::ViewEntry, out: &mut Vec<f32>| {
-            let mut bytes = vec![0u8; v.decoded_len()];
-            p.read_view_into(i, &mut bytes).unwrap();
-            let planes = v.layout().planes(&bytes, w, h).unwrap();
-            v.depth.unwrap().targets_into(planes.depth.unwrap(), out);
-        };
-        read(&a, va, &mut ta);
-        read(&b, vb, &mut tb);
-        // The same pixels hold a point; the values agree to the planes' quantization (the
-        // two poses differ in their last bits: a quaternion against an axis-angle).
-        let step = va.depth.unwrap().scale as f64 / 65536.0;
-        for (k, (x, y)) in ta.iter().zip(&tb).enumerate() {
-            assert_eq!(x.is_nan(), y.is_nan(), "view {i} pixel {k}");
-            if !x.is_nan() {
-                held += 1;
-                assert!(
-                    f64::from((x - y).abs()) <= step + 1e-6 * f64::from(x.abs()),
-                    "view {i} pixel {k}: {x} vs {y}"
-                );
-            }
-        }
-    }
+    let held = same_sfm_depth_planes(&colmap_pack, &sfm_pack);
     assert!(held > 100, "{held}");
     // Without tracks.csv the option is refused, naming the file.
     std::fs::remove_file(scene.join("tracks.csv")).unwrap();

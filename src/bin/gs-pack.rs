@@ -110,12 +110,12 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         depths: Option<PathBuf>,
         /// Pack, for every view, a sparse inverse-depth plane: the inverse depth of each SfM
-        /// point its image observes (the COLMAP model's points3D tracks, or OpenSfM's tracks.csv
-        /// beside its reconstruction.json), at the pixel where
+        /// point its image observes (the COLMAP model's points3D tracks, OpenSfM's tracks.csv
+        /// beside its reconstruction.json, or a Bundler file's view lists), at the pixel where
         /// the point projects through the packed camera (the nearest where several share one),
         /// nothing elsewhere. gs-train then supervises the rendered depth at those pixels, as
-        /// gsplat's --depth_loss does. COLMAP and OpenSfM only; not with --depths (one kind of
-        /// depth per pack). Holds about 24 bytes per point and 4 per observation while converting.
+        /// gsplat's --depth_loss does. COLMAP, OpenSfM and Bundler only; not with --depths (one
+        /// kind of depth per pack). Holds about 24 bytes per point and 4 per observation while converting.
         #[arg(long)]
         sfm_depths: bool,
         /// Start training from the points of FILE (a .ply, .pcd, .las, .laz or .e57 cloud: a

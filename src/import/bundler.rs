@@ -23,8 +23,9 @@
 //!   file even to be described. A camera whose `f` is 0 (and its lines all zeros) was not
 //!   registered: it is skipped, and a warning counts such cameras.
 //! - Per point: its position, its colour (0–255) and its view list (`count` then `camera key
-//!   x y` per observation, read only to check the line): the SfM cloud `"sfm"`, positions as
-//!   f32, colours rounded and clamped.
+//!   x y` per observation, checked): the SfM cloud `"sfm"`, positions as f32, colours rounded
+//!   and clamped; `--sfm-depths` takes its observations from the view lists
+//!   ([`read_observations`]).
 //!
 //! Refused, naming the file and the line: a malformed header or number, non-finite values, a
 //! rotation that is not one, a negative focal length, a list whose line count differs from the
@@ -32,6 +33,7 @@
 //! refused under `--strict`; `--depths` is refused. The file is read line by line: the points
 //! go straight into 15 bytes each.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
@@ -110,43 +112,12 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         ));
     }
     let root = folder_of(&list_file);
-    let list_text = crate::fsutil::read_file_to_string(&list_file)
-        .map_err(|e| ImportError::io(&list_file, e))?;
-    let images: Vec<&str> = list_text
-        .lines()
-        .map(|l| l.split_whitespace().next().unwrap_or(""))
-        .filter(|l| !l.is_empty())
-        .collect();
-
-    let reader = crate::fsutil::open_file(&file).map_err(|e| ImportError::io(&file, e))?;
-    let mut lines = Lines {
-        reader: BufReader::new(reader),
-        file: &file,
-        line: 0,
-        buf: String::new(),
-    };
-    let header = lines.numbers::<2>("the header `num_cameras num_points`")?;
-    let (cameras, points) = (header[0], header[1]);
-    let count = |v: f64, what: &str| -> Result<u64, ImportError> {
-        if v.fract() == 0.0 && (0.0..1e12).contains(&v) {
-            Ok(v as u64)
-        } else {
-            Err(lines.error(format!("{what} {v} is not a count")))
-        }
-    };
-    let cameras = count(cameras, "num_cameras")?;
-    let points = count(points, "num_points")?;
-    if cameras != images.len() as u64 {
-        return Err(ImportError::invalid(
-            &list_file,
-            format!(
-                "{} images listed, but {} has {cameras} cameras: the list must name one image per \
-                 camera, in order; export the two together",
-                images.len(),
-                file.display()
-            ),
-        ));
-    }
+    let Bundle {
+        images,
+        mut lines,
+        cameras,
+        points,
+    } = Bundle::open(&file, &list_file)?;
     let images_dir = options.images.as_ref().map(|d| root.join(d));
     let mut views = Vec::new();
     let mut missing = Vec::new();
@@ -236,6 +207,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     }
 
     let mut chunks: Vec<PointChunk> = Vec::new();
+    let mut observers = Vec::new();
     for _ in 0..points {
         let xyz = lines.numbers::<3>("a point's position")?;
         let position = xyz.map(|v| v as f32);
@@ -245,7 +217,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             )));
         }
         let rgb = lines.numbers::<3>("a point's colour")?;
-        lines.view_list(cameras)?;
+        lines.view_list(cameras, &mut observers)?;
         if chunks.last().is_none_or(|c| c.len() == POINT_CHUNK) {
             chunks.push(PointChunk::default());
         }
@@ -320,6 +292,134 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     })
 }
 
+/// `gs-pack convert --sfm-depths`: the points each of `views` (the views [`import`] gave for
+/// the same `path` and `options`, matched by image name) observes, from the points' view lists
+/// (Bundler's tracks). A point enters the table once, when some view observes it; a view lists
+/// it once however often its view list names that view's camera. Observations by unregistered
+/// cameras or skipped views are not kept; a bundle whose view lists are all empty is refused.
+/// Memory: 24 bytes per point kept and 4 per observation.
+pub fn read_observations(
+    path: &Path,
+    _options: &ImportOptions,
+    views: &[ViewSource],
+) -> Result<super::sfm_depth::SfmObservations, ImportError> {
+    let (file, list_file) = locate(path)?;
+    let mut b = Bundle::open(&file, &list_file)?;
+    let view_of_name: HashMap<&str, usize> = views
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.name.as_str(), i))
+        .collect();
+    let view_of_camera: Vec<Option<usize>> = b
+        .images
+        .iter()
+        .map(|n| view_of_name.get(n.as_str()).copied())
+        .collect();
+    for _ in 0..5 * b.cameras {
+        b.lines.next_line("a camera's lines")?;
+    }
+    let mut obs = super::sfm_depth::SfmObservations {
+        xyz: Vec::new(),
+        views: vec![Vec::new(); views.len()],
+        track_elements: 0,
+    };
+    let mut observers = Vec::new();
+    for _ in 0..b.points {
+        let xyz = b.lines.numbers::<3>("a point's position")?;
+        b.lines.numbers::<3>("a point's colour")?;
+        b.lines.view_list(b.cameras, &mut observers)?;
+        obs.track_elements += observers.len() as u64;
+        let index = u32::try_from(obs.xyz.len())
+            .ok()
+            .filter(|&i| i < u32::MAX)
+            .ok_or_else(|| {
+                b.lines.error(format!(
+                    "more than {} points are observed by the packed views, beyond what \
+                     --sfm-depths indexes; drop --sfm-depths",
+                    u32::MAX - 1
+                ))
+            })?;
+        let mut observed = false;
+        for &c in &observers {
+            if let Some(v) = view_of_camera[c as usize] {
+                let list = &mut obs.views[v];
+                if list.last() != Some(&index) {
+                    list.push(index);
+                }
+                observed = true;
+            }
+        }
+        if observed {
+            obs.xyz.push(xyz);
+        }
+    }
+    if obs.track_elements == 0 {
+        return Err(ImportError::invalid(
+            &file,
+            "every point's view list is empty: --sfm-depths needs them to know where each image \
+             sees a point; export the bundle with its view lists, or drop --sfm-depths",
+        ));
+    }
+    Ok(obs)
+}
+
+/// An opened bundle: its image list, and its lines from the first camera on.
+struct Bundle<'a> {
+    /// The list's image paths, one per camera.
+    images: Vec<String>,
+    lines: Lines<'a, BufReader<std::fs::File>>,
+    cameras: u64,
+    points: u64,
+}
+
+impl<'a> Bundle<'a> {
+    /// Reads `list_file` and the header of `file`, checking that the list names one image per
+    /// camera.
+    fn open(file: &'a Path, list_file: &Path) -> Result<Bundle<'a>, ImportError> {
+        let list_text = crate::fsutil::read_file_to_string(list_file)
+            .map_err(|e| ImportError::io(list_file, e))?;
+        let images: Vec<String> = list_text
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_owned)
+            .collect();
+        let reader = crate::fsutil::open_file(file).map_err(|e| ImportError::io(file, e))?;
+        let mut lines = Lines {
+            reader: BufReader::new(reader),
+            file,
+            line: 0,
+            buf: String::new(),
+        };
+        let header = lines.numbers::<2>("the header `num_cameras num_points`")?;
+        let count = |v: f64, what: &str| -> Result<u64, ImportError> {
+            if v.fract() == 0.0 && (0.0..1e12).contains(&v) {
+                Ok(v as u64)
+            } else {
+                Err(lines.error(format!("{what} {v} is not a count")))
+            }
+        };
+        let cameras = count(header[0], "num_cameras")?;
+        let points = count(header[1], "num_points")?;
+        if cameras != images.len() as u64 {
+            return Err(ImportError::invalid(
+                list_file,
+                format!(
+                    "{} images listed, but {} has {cameras} cameras: the list must name one image \
+                     per camera, in order; export the two together",
+                    images.len(),
+                    file.display()
+                ),
+            ));
+        }
+        Ok(Bundle {
+            images,
+            lines,
+            cameras,
+            points,
+        })
+    }
+}
+
 /// The bundle file's lines, read one at a time with their numbers.
 struct Lines<'a, R> {
     reader: R,
@@ -378,9 +478,10 @@ impl<R: BufRead> Lines<'_, R> {
         Ok(out)
     }
 
-    /// Checks a point's view list: a count, then `camera key x y` per observation, each camera
-    /// an index below `cameras`.
-    fn view_list(&mut self, cameras: u64) -> Result<(), ImportError> {
+    /// A point's view list into `observers` (its cameras, in order): a count, then `camera key
+    /// x y` per observation, each camera an index below `cameras`.
+    fn view_list(&mut self, cameras: u64, observers: &mut Vec<u64>) -> Result<(), ImportError> {
+        observers.clear();
         let text = self.next_line("a point's view list")?.to_owned();
         let mut words = text.split_whitespace();
         let count = words
@@ -398,7 +499,7 @@ impl<R: BufRead> Lines<'_, R> {
         }
         for obs in rest.chunks_exact(4) {
             match obs[0].parse::<u64>() {
-                Ok(c) if c < cameras => {}
+                Ok(c) if c < cameras => observers.push(c),
                 _ => {
                     return Err(self.error(format!(
                         "a point's view list names camera {:?}, not one of the {cameras}",

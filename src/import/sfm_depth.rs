@@ -1,9 +1,10 @@
 //! Sparse inverse-depth planes from SfM points (`gs-pack convert --sfm-depths`), the data side
 //! of gsplat's `--depth_loss`: each view's rendered depth is supervised, in disparity, at the
-//! pixels where the COLMAP 3D points its image observes project.
+//! pixels where the SfM points its image observes project.
 //!
 //! Owns: the table of observations ([`SfmObservations`], built from the model's tracks by
-//! `crate::import::colmap::read_observations`), the projection of a view's points through its
+//! `crate::import::colmap::read_observations`, `crate::import::opensfm::read_observations` and
+//! `crate::import::bundler::read_observations`), the projection of a view's points through its
 //! *packed* camera, pinhole or fisheye (after undistortion, crop and resize, so `--downscale` and
 //! `--max-width` apply), and the encoding of the result as the pack's per-view inverse-depth
 //! plane ([`crate::shard::VIEW_FLAG_DEPTH`]).

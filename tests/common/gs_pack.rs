@@ -46,6 +46,43 @@ pub fn convert_full_size(input: &Path, pack: &Path, extra: &[&str]) -> Output {
     gs_pack(&args)
 }
 
+/// Checks that packs `a` and `b` (the same views, converted with `--sfm-depths` from two
+/// encodings of one reconstruction) hold the same sparse depth planes: the same pixels, the
+/// same values to a quantization step (their poses may differ in their last bits: a
+/// quaternion against an axis-angle or a matrix). Returns the pixels holding a point.
+pub fn same_sfm_depth_planes(a: &Path, b: &Path) -> u64 {
+    let (a, b) = (Pack::open(a).unwrap(), Pack::open(b).unwrap());
+    let (ma, mb) = (a.manifest(), b.manifest());
+    assert!(ma.source.sfm_depths && mb.source.sfm_depths);
+    assert_eq!(ma.views.len(), mb.views.len());
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    let mut held = 0;
+    for (i, (va, vb)) in ma.views.iter().zip(&mb.views).enumerate() {
+        assert_eq!(va.depth_pixels, vb.depth_pixels, "view {i}");
+        let (w, h) = (va.width(), va.height());
+        let read = |p: &Pack, v: &ramsplat::shard::ViewEntry, out: &mut Vec<f32>| {
+            let mut bytes = vec![0u8; v.decoded_len()];
+            p.read_view_into(i, &mut bytes).unwrap();
+            let planes = v.layout().planes(&bytes, w, h).unwrap();
+            v.depth.unwrap().targets_into(planes.depth.unwrap(), out);
+        };
+        read(&a, va, &mut ta);
+        read(&b, vb, &mut tb);
+        let step = va.depth.unwrap().scale as f64 / 65536.0;
+        for (k, (x, y)) in ta.iter().zip(&tb).enumerate() {
+            assert_eq!(x.is_nan(), y.is_nan(), "view {i} pixel {k}");
+            if !x.is_nan() {
+                held += 1;
+                assert!(
+                    f64::from((x - y).abs()) <= step + 1e-6 * f64::from(x.abs()),
+                    "view {i} pixel {k}: {x} vs {y}"
+                );
+            }
+        }
+    }
+    held
+}
+
 /// Every point of `pack`'s cloud `cloud`: position, colour, label.
 pub fn packed(pack: &Path, cloud: usize) -> Vec<([f32; 3], [u8; 3], Option<i32>)> {
     let p = Pack::open(pack).unwrap();
