@@ -511,3 +511,38 @@ impl<R: BufRead> Lines<'_, R> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::import::detect;
+
+    /// Bundler's layout (`list.txt` in the project, `bundle/bundle.out` below it) and the flat
+    /// one are found from the folder or the `.out` file; without a list the file is refused.
+    #[test]
+    fn bundles_and_their_lists_are_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let project = tmp.path().join("p");
+        std::fs::create_dir_all(project.join("bundle")).unwrap();
+        let out = project.join("bundle").join(BUNDLE_FILE);
+        std::fs::write(&out, "0 0\n").unwrap();
+        std::fs::write(project.join(LIST_FILE), "").unwrap();
+        assert_eq!(detect(&project).unwrap(), Format::Bundler);
+        assert_eq!(detect(&out).unwrap(), Format::Bundler);
+        assert_eq!(
+            locate(&project).unwrap(),
+            (out.clone(), project.join(LIST_FILE))
+        );
+        // A list beside the file wins over one above it.
+        std::fs::write(project.join("bundle").join(LIST_FILE), "").unwrap();
+        assert_eq!(
+            locate(&out).unwrap(),
+            (out.clone(), project.join("bundle").join(LIST_FILE))
+        );
+        let flat = tmp.path().join("flat");
+        std::fs::create_dir_all(&flat).unwrap();
+        std::fs::write(flat.join(BUNDLE_FILE), "0 0\n").unwrap();
+        let e = locate(&flat).unwrap_err().to_string();
+        assert!(e.contains("no list.txt beside it or in its parent"), "{e}");
+    }
+}

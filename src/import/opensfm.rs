@@ -835,3 +835,47 @@ impl<'de> Deserialize<'de> for Points {
         d.deserialize_map(V)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::import::detect;
+
+    /// The layouts told apart without `--format`: the JSON by its name, an OpenSfM dataset
+    /// folder, and an OpenDroneMap project whose photos are beside `opensfm/` (its root).
+    #[test]
+    fn reconstructions_are_found_where_opensfm_and_opendronemap_put_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dataset = tmp.path().join("dataset");
+        std::fs::create_dir_all(dataset.join("images")).unwrap();
+        std::fs::write(dataset.join(RECONSTRUCTION_FILE), "[]").unwrap();
+        assert_eq!(detect(&dataset).unwrap(), Format::Opensfm);
+        assert_eq!(
+            detect(&dataset.join(RECONSTRUCTION_FILE)).unwrap(),
+            Format::Opensfm
+        );
+        let (file, root) = locate(&dataset).unwrap();
+        assert_eq!(
+            (file, root),
+            (dataset.join(RECONSTRUCTION_FILE), dataset.clone())
+        );
+
+        let project = tmp.path().join("odm");
+        std::fs::create_dir_all(project.join("images")).unwrap();
+        std::fs::create_dir_all(project.join(ODM_FOLDER)).unwrap();
+        let json = project.join(ODM_FOLDER).join(RECONSTRUCTION_FILE);
+        std::fs::write(&json, "[]").unwrap();
+        assert_eq!(detect(&project).unwrap(), Format::Opensfm);
+        // From the project folder or the JSON itself, the root is the project.
+        assert_eq!(locate(&project).unwrap(), (json.clone(), project.clone()));
+        assert_eq!(locate(&json).unwrap(), (json.clone(), project.clone()));
+        // An opensfm/ folder with images of its own is its own root.
+        std::fs::create_dir_all(project.join(ODM_FOLDER).join("images")).unwrap();
+        assert_eq!(
+            locate(&json).unwrap(),
+            (json.clone(), project.join(ODM_FOLDER))
+        );
+        let e = locate(tmp.path()).unwrap_err().to_string();
+        assert!(e.contains("no reconstruction.json in this folder"), "{e}");
+    }
+}
