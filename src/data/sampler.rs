@@ -52,7 +52,7 @@ struct EpochTable {
 #[derive(Clone, Debug)]
 pub struct Sampler {
     seed: u64,
-    /// groups[g] = record ids of group g, in delivery order.
+    /// `groups[g]` = record ids of group `g`, in delivery order.
     groups: Vec<Vec<u32>>,
     records: usize,
     pos: Position,

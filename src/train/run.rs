@@ -1487,7 +1487,8 @@ enum ModelStart {
     Fresh(InitPlan),
     /// The `--init` model, read and adapted to the run ([`super::init::from_model`]), and
     /// whether its scales and opacities hold a folded 3D filter that this run, training through
-    /// its own (`--filter-3d`), takes out before its first step ([`unfold_filter`]).
+    /// its own (`--filter-3d`), takes out before its first step
+    /// ([`super::filter3d::unfold`]).
     Model(
         Box<crate::scene::gaussians::Gaussians>,
         super::init::ModelInit,
@@ -1593,7 +1594,6 @@ fn model_start(
     Ok(ModelStart::Resume(Box::new(state)))
 }
 
-/// The line that says, once, what the initial model is made of.
 /// What a run says of the folded 3D filter it took out of its `--init` model.
 fn unfold_line(path: &Path, u: super::filter3d::Unfolded) -> String {
     let mut line = format!(
@@ -1612,6 +1612,7 @@ fn unfold_line(path: &Path, u: super::filter3d::Unfolded) -> String {
     line
 }
 
+/// The line that says, once, what the initial model is made of.
 fn init_line(init: &InitPlan, seed: u64) -> String {
     if init.subsampled() {
         format!(
