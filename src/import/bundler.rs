@@ -39,18 +39,15 @@ use std::path::{Path, PathBuf};
 
 use super::{
     file_present, folder_of, missing_images_note, ImportError, ImportOptions, ImportedScene,
-    Location, ParsedCloud,
+    Location, ParsedPoints,
 };
-use crate::dataset::{Distortion, Format, MemPoints, PointChunk, PointSource, ViewSource};
+use crate::dataset::{Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics, Pose, Projection};
 
 /// The file a folder is looked up for (in it, or in its `bundle/` folder).
 pub const BUNDLE_FILE: &str = "bundle.out";
 /// The image list looked up beside the bundle file, then in its parent.
 pub const LIST_FILE: &str = "list.txt";
-
-/// Points per chunk as they are read.
-const POINT_CHUNK: usize = 1 << 16;
 
 /// Where the bundle file of `path` and its image list are.
 fn locate(path: &Path) -> Result<(PathBuf, PathBuf), ImportError> {
@@ -206,7 +203,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         });
     }
 
-    let mut chunks: Vec<PointChunk> = Vec::new();
+    let mut parsed = ParsedPoints::default();
     let mut observers = Vec::new();
     for _ in 0..points {
         let xyz = lines.numbers::<3>("a point's position")?;
@@ -218,14 +215,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         }
         let rgb = lines.numbers::<3>("a point's colour")?;
         lines.view_list(cameras, &mut observers)?;
-        if chunks.last().is_none_or(|c| c.len() == POINT_CHUNK) {
-            chunks.push(PointChunk::default());
-        }
-        let chunk = chunks.last_mut().expect("pushed above");
-        chunk.xyz.push(position);
-        chunk
-            .rgb
-            .push(rgb.map(|v| v.round().clamp(0.0, 255.0) as u8));
+        parsed.push(position, rgb);
     }
 
     views.sort_by(|a, b| a.name.cmp(&b.name));
@@ -271,7 +261,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     let no_sfm_points = points == 0;
     let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
     if !no_sfm_points {
-        clouds.push(Box::new(ParsedCloud(MemPoints::new("sfm", chunks))));
+        clouds.push(parsed.into_cloud("sfm"));
     }
     let random_start_note = no_sfm_points.then(|| {
         format!(

@@ -419,13 +419,18 @@ pub fn image_dimensions(path: &Path) -> Result<(u32, u32), ImportError> {
 /// Width and height of an image.
 type Size = (u32, u32);
 
-/// An image file's (EXIF-oriented, stored) sizes, from its header alone.
-fn header_sizes(path: &Path) -> Result<(Size, Size), ImportError> {
+/// An image file's EXIF orientation and stored size, from its header alone.
+fn header(path: &Path) -> Result<(Orientation, Size), ImportError> {
     let mut decoder = open_reader(path)?
         .into_decoder()
         .map_err(|e| image_error(path, e))?;
     let o = decoder.orientation().unwrap_or(Orientation::NoTransforms);
-    let (w, h) = decoder.dimensions();
+    Ok((o, decoder.dimensions()))
+}
+
+/// An image file's (EXIF-oriented, stored) sizes, from its header alone.
+fn header_sizes(path: &Path) -> Result<(Size, Size), ImportError> {
+    let (o, (w, h)) = header(path)?;
     Ok((if swaps_sides(o) { (h, w) } else { (w, h) }, (w, h)))
 }
 
@@ -433,12 +438,8 @@ fn header_sizes(path: &Path) -> Result<(Size, Size), ImportError> {
 /// of that size (any orientation but the identity, except a rotation that swaps the sides:
 /// [`prepare_view`] keeps the stored order then), from its header alone.
 pub(crate) fn stored_size_and_orientation(path: &Path) -> Result<(Size, bool), ImportError> {
-    let mut decoder = open_reader(path)?
-        .into_decoder()
-        .map_err(|e| image_error(path, e))?;
-    let o = decoder.orientation().unwrap_or(Orientation::NoTransforms);
-    let applied = o != Orientation::NoTransforms && !swaps_sides(o);
-    Ok((decoder.dimensions(), applied))
+    let (o, size) = header(path)?;
+    Ok((size, o != Orientation::NoTransforms && !swaps_sides(o)))
 }
 
 /// The camera of the image file at `path` when that file is a resized copy of the image

@@ -200,10 +200,40 @@ fn first_names(names: &[String]) -> String {
     format!("first: {s}")
 }
 
-/// Points an importer read into memory with its other metadata (OpenSfM's and Bundler's files
-/// hold them between the cameras and the end), as a source with the importers' error type:
-/// they have none left to raise.
-pub(crate) struct ParsedCloud(pub(crate) crate::dataset::MemPoints);
+/// Points an importer reads into memory with its other metadata (OpenSfM's and Bundler's files
+/// hold them between the cameras and the end): already what the pack takes, 15 bytes each
+/// (position as f32, colour as u8), in chunks none of which is empty.
+#[derive(Default)]
+pub(crate) struct ParsedPoints(Vec<crate::dataset::PointChunk>);
+
+impl ParsedPoints {
+    /// Points per chunk as they are read (the pack takes them in chunks of its own size).
+    const CHUNK: usize = 1 << 16;
+
+    /// Appends a point; its colour (0–255, as the file stores it) is rounded and clamped.
+    pub(crate) fn push(&mut self, xyz: [f32; 3], rgb: [f64; 3]) {
+        if self.0.last().is_none_or(|c| c.len() == Self::CHUNK) {
+            self.0.push(crate::dataset::PointChunk::default());
+        }
+        let chunk = self.0.last_mut().expect("pushed above");
+        chunk.xyz.push(xyz);
+        chunk
+            .rgb
+            .push(rgb.map(|v| v.round().clamp(0.0, 255.0) as u8));
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The points as the cloud `name` of a scene.
+    pub(crate) fn into_cloud(self, name: &str) -> Box<dyn PointSource<Error = ImportError>> {
+        Box::new(ParsedCloud(crate::dataset::MemPoints::new(name, self.0)))
+    }
+}
+
+/// [`ParsedPoints`] as a source with the importers' error type: they have none left to raise.
+struct ParsedCloud(crate::dataset::MemPoints);
 
 impl PointSource for ParsedCloud {
     type Error = ImportError;

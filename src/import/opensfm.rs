@@ -83,9 +83,9 @@ use serde::Deserialize;
 
 use super::{
     file_present, folder_of, missing_images_note, ImportError, ImportOptions, ImportedScene,
-    Location, ParsedCloud,
+    Location, ParsedPoints,
 };
-use crate::dataset::{Distortion, Format, MemPoints, PointChunk, PointSource, ViewSource};
+use crate::dataset::{Distortion, Format, PointSource, ViewSource};
 use crate::scene::camera::{Camera, Intrinsics, Pose, Projection};
 
 /// The file a folder is looked up for (in it, or in its `opensfm/` folder).
@@ -93,9 +93,6 @@ pub const RECONSTRUCTION_FILE: &str = "reconstruction.json";
 
 /// The folder OpenDroneMap keeps OpenSfM's files in, inside its project folder.
 pub const ODM_FOLDER: &str = "opensfm";
-
-/// Points per chunk as they are read (the pack takes them in chunks of its own size).
-const POINT_CHUNK: usize = 1 << 16;
 
 /// Where the reconstruction file of `path` is, and the dataset root (module doc).
 pub fn locate(path: &Path) -> Result<(PathBuf, PathBuf), ImportError> {
@@ -308,7 +305,7 @@ pub fn from_reader(
     let mut clouds: Vec<Box<dyn PointSource<Error = ImportError>>> = Vec::new();
     let no_sfm_points = rec.points.0.is_empty();
     if !no_sfm_points && !options.metadata_only {
-        clouds.push(Box::new(ParsedCloud(MemPoints::new("sfm", rec.points.0))));
+        clouds.push(rec.points.0.into_cloud("sfm"));
     }
     let random_start_note = no_sfm_points.then(|| {
         format!(
@@ -786,9 +783,9 @@ impl<'de> Deserialize<'de> for Count {
 }
 
 /// The points of a reconstruction as they are packed (position as f32, colour as u8, keys
-/// dropped), in chunks of [`POINT_CHUNK`] (no chunk is empty).
+/// dropped).
 #[derive(Default)]
-struct Points(Vec<PointChunk>);
+struct Points(ParsedPoints);
 
 #[derive(Deserialize)]
 struct PointJson {
@@ -805,7 +802,7 @@ impl<'de> Deserialize<'de> for Points {
                 f.write_str("a map of points")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out: Vec<PointChunk> = Vec::new();
+                let mut out = ParsedPoints::default();
                 while let Some((id, p)) = map.next_entry::<String, PointJson>()? {
                     let xyz = p.coordinates.map(|v| v as f32);
                     if !xyz.iter().all(|v| v.is_finite()) {
@@ -820,14 +817,7 @@ impl<'de> Deserialize<'de> for Points {
                             p.color
                         )));
                     }
-                    if out.last().is_none_or(|c| c.len() == POINT_CHUNK) {
-                        out.push(PointChunk::default());
-                    }
-                    let chunk = out.last_mut().expect("pushed above");
-                    chunk.xyz.push(xyz);
-                    chunk
-                        .rgb
-                        .push(p.color.map(|v| v.round().clamp(0.0, 255.0) as u8));
+                    out.push(xyz, p.color);
                 }
                 Ok(Points(out))
             }
