@@ -42,6 +42,9 @@ pub enum Format {
     Opensfm,
     /// Bundler's `bundle.out` with its image list (`crate::import::bundler`).
     Bundler,
+    /// Meshroom / AliceVision SfMData (`.sfm`, `.json`; `crate::import::meshroom`).
+    #[value(alias = "alicevision")]
+    Meshroom,
     Ply,
     /// PCL's Point Cloud Data (`crate::import::pcd`).
     Pcd,
@@ -55,6 +58,26 @@ pub enum Format {
     #[serde(other)]
     #[value(skip)]
     Other,
+}
+
+impl std::fmt::Display for Format {
+    /// The format's usual name, for people (`gs-pack info`).
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(match self {
+            Format::Auto => "detected from the files",
+            Format::Colmap => "COLMAP",
+            Format::Nerf => "NeRF transforms.json",
+            Format::Metashape => "Metashape",
+            Format::Opensfm => "OpenSfM",
+            Format::Bundler => "Bundler",
+            Format::Meshroom => "Meshroom / AliceVision",
+            Format::Ply => "PLY",
+            Format::Pcd => "PCD",
+            Format::Las => "LAS/LAZ",
+            Format::E57 => "E57",
+            Format::Other => "a format of a later ramsplat",
+        })
+    }
 }
 
 /// A photo's lens: where the ray of an ideal pinhole camera lands in the photo, in normalised

@@ -281,8 +281,8 @@ pub enum PackError {
     )]
     SfmDepthsWithDepths,
     #[error(
-        "{}: --sfm-depths needs a COLMAP model, an OpenSfM reconstruction or a Bundler file, \
-         whose tracks say which images observe each point; this is {what}, which has no \
+        "{}: --sfm-depths needs a COLMAP model, an OpenSfM reconstruction, a Meshroom SfMData \
+         file or a Bundler file, whose tracks say which images observe each point; this is {what}, which has no \
          tracks: drop --sfm-depths (or convert the reconstruction in one of those formats)",
         path.display()
     )]
@@ -346,6 +346,9 @@ pub fn convert(
             }
             Format::Bundler => {
                 import::bundler::read_observations(input, &import_opts, &scene.views)?
+            }
+            Format::Meshroom => {
+                import::meshroom::read_observations(input, &import_opts, &scene.views)?
             }
             other => {
                 return Err(PackError::SfmDepthsNotColmap {

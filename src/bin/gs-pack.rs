@@ -38,13 +38,13 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Convert a COLMAP workspace, NeRF transforms.json dataset, Agisoft Metashape camera XML,
-    /// OpenSfM or OpenDroneMap reconstruction, Bundler file, or PLY, PCD, LAS, LAZ or E57 point
-    /// cloud(s) into a pack.
+    /// OpenSfM or OpenDroneMap reconstruction, Meshroom / AliceVision SfMData file, Bundler
+    /// file, or PLY, PCD, LAS, LAZ or E57 point cloud(s) into a pack.
     #[command(after_help = SIZE_HELP)]
     Convert {
-        /// Dataset folder (an OpenDroneMap project folder too) or a transforms*.json / Metashape
-        /// .xml / OpenSfM reconstruction.json / Bundler .out / .ply / .pcd / .las / .laz / .e57
-        /// file.
+        /// Dataset folder (an OpenDroneMap project folder or a Meshroom node's folder too) or a
+        /// transforms*.json / Metashape .xml / OpenSfM reconstruction.json / Meshroom .sfm /
+        /// Bundler .out / .ply / .pcd / .las / .laz / .e57 file.
         input: PathBuf,
         /// Output pack directory (absent or empty; a pack there needs --force).
         #[arg(short, long)]
@@ -95,8 +95,10 @@ enum Command {
         /// root), for transforms.json each file_path's file name in DIR (nerfstudio's images_N),
         /// for a Metashape XML the folder of the photos (relative to the XML; default images/
         /// beside it, else its own folder), for OpenSfM the folder of the shots' images
-        /// (relative to the dataset root; default images/), for Bundler the folder holding the
-        /// listed images' file names (relative to list.txt's folder).
+        /// (relative to the dataset root; default images/), for Meshroom the folder holding the
+        /// views' image file names (relative to the .sfm's folder; default each view's path),
+        /// for Bundler the folder holding the listed images' file names (relative to
+        /// list.txt's folder).
         /// A resized copy works, each camera scaled to its file: Mip-NeRF 360's benchmark
         /// protocol (3DGS -i images_4, gsplat --data_factor 4) is `--images images_4` for
         /// outdoor scenes, `images_2` indoors.
@@ -111,10 +113,12 @@ enum Command {
         depths: Option<PathBuf>,
         /// Pack, for every view, a sparse inverse-depth plane: the inverse depth of each SfM
         /// point its image observes (the COLMAP model's points3D tracks, OpenSfM's tracks.csv
-        /// beside its reconstruction.json, or a Bundler file's view lists), at the pixel where
+        /// beside its reconstruction.json, a Meshroom file's landmark observations, or a
+        /// Bundler file's view lists), at the pixel where
         /// the point projects through the packed camera (the nearest where several share one),
         /// nothing elsewhere. gs-train then supervises the rendered depth at those pixels, as
-        /// gsplat's --depth_loss does. COLMAP, OpenSfM and Bundler only; not with --depths (one
+        /// gsplat's --depth_loss does. COLMAP, OpenSfM, Meshroom and Bundler only; not with
+        /// --depths (one
         /// kind of depth per pack). Holds about 24 bytes per point and 4 per observation while converting.
         #[arg(long)]
         sfm_depths: bool,
@@ -139,7 +143,7 @@ enum Command {
         invert_points_transform: bool,
         /// Pack each view shot through a fisheye lens (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE,
         /// SIMPLE_RADIAL_FISHEYE, nerfstudio's OPENCV_FISHEYE, Metashape's fisheye sensors,
-        /// OpenSfM's fisheye and fisheye_opencv cameras) as
+        /// OpenSfM's fisheye and fisheye_opencv cameras, Meshroom's fisheye4) as
         /// a fisheye view: the ideal equidistant fisheye image of the photo's size and
         /// intrinsics (the lens's k1..k4 removed; an image whose k's are 0 is packed as it is),
         /// which keeps the periphery a pinhole image drops (up to just under 90° off the axis).
@@ -652,7 +656,7 @@ fn run_info(path: &Path, json: bool) -> anyhow::Result<()> {
     }
     let mut o = String::new();
     writeln!(o, "pack        {}", path.display())?;
-    writeln!(o, "source      {} ({:?})", m.source.path, m.source.format)?;
+    writeln!(o, "source      {} ({})", m.source.path, m.source.format)?;
     if let Some(images) = &m.source.images {
         writeln!(o, "images      {images}/ (cameras scaled to its files)")?;
     }

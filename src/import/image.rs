@@ -442,6 +442,43 @@ pub(crate) fn stored_size_and_orientation(path: &Path) -> Result<(Size, bool), I
     Ok((size, o != Orientation::NoTransforms && !swaps_sides(o)))
 }
 
+/// The stored size of the photo at `path` of `view` (say `"shot \"a.jpg\""`), whose camera
+/// `tool` (an SfM program that reads the stored pixels and ignores EXIF orientation: OpenSfM,
+/// AliceVision) knew at `camera_size`: refused when the photo's EXIF orientation is one a pack
+/// applies without swapping the sides (a half turn, a mirror: the pixels would no longer be
+/// those the tool saw), or when the photo has another shape than the camera (the same shape
+/// at another size is a resized copy, either way). Reads only the file's header.
+pub(crate) fn stored_photo_size(
+    path: &Path,
+    view: &str,
+    camera_size: Size,
+    tool: &str,
+) -> Result<Size, ImportError> {
+    let (stored, applied) = stored_size_and_orientation(path)?;
+    if applied {
+        return Err(ImportError::invalid(
+            path,
+            format!(
+                "{view}: the photo's EXIF orientation turns or mirrors it without swapping its \
+                 sides, which a pack applies and {tool} does not (it reads the stored pixels); \
+                 save the photos without the orientation tag (for example `exiftool \
+                 -Orientation=1 -n FILE`) and reconstruct again"
+            ),
+        ));
+    }
+    if !is_resized_copy(stored, camera_size) && !is_resized_copy(camera_size, stored) {
+        return Err(ImportError::invalid(
+            path,
+            format!(
+                "{view}: the image is {}x{} but its camera is {}x{}, another shape; the \
+                 reconstruction was made from other images: pass --images DIR to name them",
+                stored.0, stored.1, camera_size.0, camera_size.1
+            ),
+        ));
+    }
+    Ok(stored)
+}
+
 /// The camera of the image file at `path` when that file is a resized copy of the image
 /// `camera` was calibrated for (`gs-pack convert --images images_4`: Mip-NeRF 360 ships its
 /// photos downscaled by 2, 4 and 8 beside the originals). Reads only the file's header.

@@ -13,8 +13,8 @@
 //!   RADIAL, OPENCV, FULL_OPENCV and NeRF `k1 k2 k3 p1 p2` map to it) or OpenCV's fisheye model
 //!   (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE, SIMPLE_RADIAL_FISHEYE and nerfstudio's
 //!   `OPENCV_FISHEYE`; Metashape's frame and fisheye sensors map to the two, see
-//!   [`metashape`], and so do OpenSfM's cameras, see [`opensfm`], and Bundler's, see
-//!   [`bundler`]); other models are refused at import time with a message, never silently
+//!   [`metashape`], and so do OpenSfM's cameras, see [`opensfm`], Meshroom's, see
+//!   [`meshroom`], and Bundler's, see [`bundler`]); other models are refused at import time with a message, never silently
 //!   treated as pinhole. A photo becomes a pinhole image of its size and intrinsics, cropped
 //!   where the lens leaves it empty (`image::covered_rect`); a fisheye's periphery does not
 //!   fit in it. Under [`ImportOptions::keep_fisheye`] a fisheye lens's photo becomes the ideal
@@ -35,6 +35,7 @@ pub mod e57;
 pub mod image;
 mod input;
 pub mod las;
+pub mod meshroom;
 pub mod metashape;
 pub mod nerf;
 pub mod opensfm;
@@ -64,7 +65,8 @@ pub struct ImportOptions {
     /// taken from the workspace root); NeRF, the folder holding each `file_path`'s file name
     /// (nerfstudio's `images_N` layout, relative to the transforms file); Metashape, the folder
     /// of the photos (relative to the XML's folder); OpenSfM, the folder of the shots' images
-    /// (relative to the dataset root); Bundler, the folder of the listed images' file names
+    /// (relative to the dataset root); Meshroom, the folder of the views' image file names
+    /// (relative to the SfMData file's folder); Bundler, the folder of the listed images' file names
     /// (relative to the list's folder). It may hold a resized
     /// copy of the images the poses were estimated on (Mip-NeRF 360's `images_4`): each view's
     /// camera is scaled to its file's size (see `crate::import::image::camera_for_file`). A
@@ -148,6 +150,26 @@ pub(crate) fn thousands(n: u64) -> String {
     out
 }
 
+/// A serde_json error while reading `file`, which `tool` wrote, as an import error naming the
+/// line.
+fn json_error(file: &Path, e: &serde_json::Error, tool: &str) -> ImportError {
+    use serde_json::error::Category;
+    let hint = match e.classify() {
+        Category::Io => return ImportError::io(file, std::io::Error::other(e.to_string())),
+        Category::Eof => "the file ends early (cut short while copying?)".to_owned(),
+        Category::Syntax => "not valid JSON".to_owned(),
+        Category::Data => format!("not what {tool} writes"),
+    };
+    // serde_json's message ends with " at line L column C", which the location repeats.
+    let text = e.to_string();
+    let text = text.split(" at line ").next().unwrap_or(&text);
+    ImportError::parse(
+        file,
+        Location::Line(e.line() as u64),
+        format!("{hint}: {text} (column {})", e.column()),
+    )
+}
+
 /// The folder holding `file` (`.` for a bare file name).
 fn folder_of(file: &Path) -> PathBuf {
     file.parent()
@@ -200,9 +222,9 @@ fn first_names(names: &[String]) -> String {
     format!("first: {s}")
 }
 
-/// Points an importer reads into memory with its other metadata (OpenSfM's and Bundler's files
-/// hold them between the cameras and the end): already what the pack takes, 15 bytes each
-/// (position as f32, colour as u8), in chunks none of which is empty.
+/// Points an importer reads into memory with its other metadata (OpenSfM's, Meshroom's and
+/// Bundler's files hold them between the cameras and the end): already what the pack takes,
+/// 15 bytes each (position as f32, colour as u8), in chunks none of which is empty.
 #[derive(Default)]
 pub(crate) struct ParsedPoints(Vec<crate::dataset::PointChunk>);
 
@@ -626,6 +648,11 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Ok(Format::Nerf)
         } else if ext.eq_ignore_ascii_case("json") && name.starts_with("reconstruction") {
             Ok(Format::Opensfm)
+        } else if ext.eq_ignore_ascii_case("sfm")
+            || (ext.eq_ignore_ascii_case("json")
+                && (name.starts_with("sfm") || name.starts_with("cameras")))
+        {
+            Ok(Format::Meshroom)
         } else if ext.eq_ignore_ascii_case("out") {
             Ok(Format::Bundler)
         } else if ext.eq_ignore_ascii_case("xml") {
@@ -634,8 +661,9 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Err(ImportError::UnknownFormat {
                 path: path.to_owned(),
                 msg: "a file that is neither .ply, .pcd, .las, .laz, .e57, transforms*.json, \
-                      reconstruction*.json (OpenSfM), a Bundler .out nor a Metashape .xml; pass \
-                      --format for another name"
+                      reconstruction*.json (OpenSfM), a Meshroom .sfm (or sfm*.json, \
+                      cameras*.json), a Bundler .out nor a Metashape .xml; pass --format for \
+                      another name"
                     .into(),
             })
         };
@@ -666,6 +694,9 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             .exists()
     {
         return Ok(Format::Opensfm);
+    }
+    if meshroom::SFM_FILES.iter().any(|f| has(f)) || has("sfm.abc") {
+        return Ok(Format::Meshroom);
     }
     if has(bundler::BUNDLE_FILE) || path.join("bundle").join(bundler::BUNDLE_FILE).exists() {
         return Ok(Format::Bundler);
@@ -709,7 +740,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     }
     Err(ImportError::UnknownFormat {
         path: path.to_owned(),
-        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape), no reconstruction.json or opensfm/reconstruction.json (OpenSfM, OpenDroneMap), no bundle.out or bundle/bundle.out (Bundler) and no .ply, .pcd, .las, .laz or .e57 files".into(),
+        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape), no reconstruction.json or opensfm/reconstruction.json (OpenSfM, OpenDroneMap), no sfm.json, sfm.sfm or cameras.sfm (Meshroom), no bundle.out or bundle/bundle.out (Bundler) and no .ply, .pcd, .las, .laz or .e57 files".into(),
     })
 }
 
@@ -757,6 +788,7 @@ pub fn open(
         Format::Metashape => metashape::import(path, options),
         Format::Opensfm => opensfm::import(path, options),
         Format::Bundler => bundler::import(path, options),
+        Format::Meshroom => meshroom::import(path, options),
         Format::Ply => ply::import(path, options),
         Format::Pcd => pcd::import(path, options),
         Format::Las => las::import(path, options),

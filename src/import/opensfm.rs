@@ -164,7 +164,7 @@ pub fn from_reader(
     let mut de = serde_json::Deserializer::from_reader(reader);
     let list = Reconstructions::deserialize(&mut de)
         .and_then(|l| de.end().map(|()| l))
-        .map_err(|e| json_error(&file, &e))?;
+        .map_err(|e| super::json_error(&file, &e, "OpenSfM"))?;
     let Some(rec) = list.first else {
         return Err(ImportError::invalid(
             &file,
@@ -243,7 +243,12 @@ pub fn from_reader(
                 missing.push(name.clone());
                 continue;
             }
-            image_size(&image_path, name, &lens)?
+            super::image::stored_photo_size(
+                &image_path,
+                &format!("shot {name:?}"),
+                (lens.width, lens.height),
+                "OpenSfM",
+            )?
         };
         let camera = Camera {
             width,
@@ -365,7 +370,7 @@ pub fn read_observations(
     let mut de = serde_json::Deserializer::from_reader(BufReader::new(reader));
     let keyed = FirstPoints::deserialize(&mut de)
         .and_then(|l| de.end().map(|()| l))
-        .map_err(|e| json_error(&file, &e))?;
+        .map_err(|e| super::json_error(&file, &e, "OpenSfM"))?;
     let view_of_name: HashMap<&str, usize> = views
         .iter()
         .enumerate()
@@ -431,38 +436,6 @@ pub fn read_observations(
         views: lists,
         track_elements,
     })
-}
-
-/// An image file's size, checked against its camera's (module doc: the aspect ratio, and the
-/// EXIF orientations a pack would apply where OpenSfM did not).
-fn image_size(path: &Path, name: &str, lens: &Lens) -> Result<(u32, u32), ImportError> {
-    let (stored, applied) = super::image::stored_size_and_orientation(path)?;
-    if applied {
-        return Err(ImportError::invalid(
-            path,
-            format!(
-                "shot {name:?}: the photo's EXIF orientation turns or mirrors it without \
-                 swapping its sides, which a pack applies and OpenSfM does not (it reads the \
-                 stored pixels); save the photos without the orientation tag (for example \
-                 `exiftool -Orientation=1 -n FILE`) and reconstruct again"
-            ),
-        ));
-    }
-    let json = (lens.width, lens.height);
-    let same_shape = |a: (u32, u32), b: (u32, u32)| {
-        super::image::is_resized_copy(a, b) || super::image::is_resized_copy(b, a)
-    };
-    if !same_shape(stored, json) {
-        return Err(ImportError::invalid(
-            path,
-            format!(
-                "shot {name:?}: the image is {}x{} but its camera is {}x{}, another shape; the \
-                 reconstruction was made from other images: pass --images DIR to name them",
-                stored.0, stored.1, json.0, json.1
-            ),
-        ));
-    }
-    Ok(stored)
 }
 
 /// The camera model of an OpenSfM camera, in its normalised units.
@@ -595,25 +568,6 @@ impl Lens {
             cy: h / 2.0 + self.centre[1] * size,
         }
     }
-}
-
-/// A serde_json error as an import error naming the line.
-fn json_error(file: &Path, e: &serde_json::Error) -> ImportError {
-    use serde_json::error::Category;
-    let hint = match e.classify() {
-        Category::Io => return ImportError::io(file, std::io::Error::other(e.to_string())),
-        Category::Eof => "the file ends early (cut short while copying?)",
-        Category::Syntax => "not valid JSON",
-        Category::Data => "not what OpenSfM writes",
-    };
-    // serde_json's message ends with " at line L column C", which the location repeats.
-    let text = e.to_string();
-    let text = text.split(" at line ").next().unwrap_or(&text);
-    ImportError::parse(
-        file,
-        Location::Line(e.line() as u64),
-        format!("{hint}: {text} (column {})", e.column()),
-    )
 }
 
 /// The top-level list: the first reconstruction whole, the others' shot counts.
