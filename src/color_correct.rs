@@ -10,8 +10,11 @@
 //! owns the two fits gsplat offers (`gsplat/color_correct.py`, adapted there from multinerf);
 //! [`crate::eval`] scores their output by its usual rules.
 //!
-//! Images are interleaved RGB f32, row-major (the layout of [`crate::metrics`]), in [0, 1]:
-//! `img` is the render, `reference` the ground truth.
+//! Images are interleaved RGB, row-major (the layout of [`crate::metrics`]), in [0, 1]: `img`
+//! is the render, f32, corrected in place; `reference` the ground truth, f32 or 8-bit
+//! ([`Reference`]: a byte `b` reads as `b/255` in f32, the value [`crate::metrics`]'s SSIM
+//! gives it, so an 8-bit ground truth needs no float copy and corrects to the same bits as
+//! its float conversion).
 //!
 //! - [`ColorCorrection::Affine`] (gsplat's default, [`correct_affine`]): per channel over the
 //!   pixels, the least-squares line `img ≈ a·ref + b`, `a = cov(ref, img) / max(var(ref),
@@ -83,6 +86,74 @@ const JACOBI_SWEEPS: usize = 50;
 const CLIP_LO: f32 = CLIP_EPS as f32;
 const CLIP_HI: f32 = (1.0 - CLIP_EPS) as f32;
 
+/// A ground truth the fits read: interleaved RGB values in [0, 1], f32 or 8-bit.
+pub trait Reference: Sync {
+    /// How many values (3 per pixel).
+    fn len(&self) -> usize;
+    /// Whether it holds no value.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Value `i` in [0, 1] (an 8-bit `b` as `b/255` in f32).
+    fn at(&self, i: usize) -> f32;
+    /// The index of the first value that is not finite, if any.
+    fn first_non_finite(&self) -> Option<usize>;
+}
+
+impl Reference for [f32] {
+    fn len(&self) -> usize {
+        <[f32]>::len(self)
+    }
+    fn at(&self, i: usize) -> f32 {
+        self[i]
+    }
+    fn first_non_finite(&self) -> Option<usize> {
+        self.iter().position(|v| !v.is_finite())
+    }
+}
+
+impl Reference for [u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+    fn at(&self, i: usize) -> f32 {
+        crate::metrics::Sample::<f32>::value(self[i])
+    }
+    fn first_non_finite(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// Owned and fixed-size forms read as their slices.
+macro_rules! reference_as_slice {
+    ($($t:ty => $e:ty),* $(,)?) => {$(
+        impl Reference for $t {
+            fn len(&self) -> usize {
+                <$e as Reference>::len(self)
+            }
+            fn at(&self, i: usize) -> f32 {
+                <$e as Reference>::at(self, i)
+            }
+            fn first_non_finite(&self) -> Option<usize> {
+                <$e as Reference>::first_non_finite(self)
+            }
+        }
+    )*};
+}
+reference_as_slice!(Vec<f32> => [f32], Vec<u8> => [u8]);
+
+impl<const N: usize> Reference for [f32; N] {
+    fn len(&self) -> usize {
+        N
+    }
+    fn at(&self, i: usize) -> f32 {
+        self[i]
+    }
+    fn first_non_finite(&self) -> Option<usize> {
+        <[f32] as Reference>::first_non_finite(self)
+    }
+}
+
 /// Which colour correction precedes the colour-corrected scores (`--color-correct-metric`).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
@@ -106,10 +177,10 @@ impl ColorCorrection {
 
     /// Corrects `img` in place toward `reference` ([`correct_affine`] or
     /// [`correct_quadratic`]).
-    pub fn apply(
+    pub fn apply<R: Reference + ?Sized>(
         self,
         img: &mut [f32],
-        reference: &[f32],
+        reference: &R,
         mask: Option<&[u8]>,
     ) -> Result<(), ColorCorrectError> {
         match self {
@@ -144,9 +215,9 @@ pub struct AffineFit {
 }
 
 /// gsplat's `color_correct_affine` (see the module doc), in place; returns the per-channel fit.
-pub fn correct_affine(
+pub fn correct_affine<R: Reference + ?Sized>(
     img: &mut [f32],
-    reference: &[f32],
+    reference: &R,
     mask: Option<&[u8]>,
 ) -> Result<[AffineFit; 3], ColorCorrectError> {
     let pixels = check(img, reference, mask)?;
@@ -158,7 +229,7 @@ pub fn correct_affine(
             acc[0] += 1.0;
             for c in 0..3 {
                 acc[1 + c] += img_r[3 * p + c] as f64;
-                acc[4 + c] += ref_r[3 * p + c] as f64;
+                acc[4 + c] += ref_r.at(3 * p + c) as f64;
             }
         }
     });
@@ -177,7 +248,7 @@ pub fn correct_affine(
     let moments = chunked_sums::<6>(pixels, |range, acc| {
         for p in range.filter(|&p| used(p)) {
             for c in 0..3 {
-                let r = ref_r[3 * p + c] as f64 - mean_ref[c];
+                let r = ref_r.at(3 * p + c) as f64 - mean_ref[c];
                 let i = img_r[3 * p + c] as f64 - mean_img[c];
                 acc[c] += r * r;
                 acc[3 + c] += r * i;
@@ -203,9 +274,9 @@ pub fn correct_affine(
 
 /// multinerf's `color_correct` as gsplat's `color_correct_quadratic` (5 rounds, eps 0.5/255;
 /// see the module doc), in place.
-pub fn correct_quadratic(
+pub fn correct_quadratic<R: Reference + ?Sized>(
     img: &mut [f32],
-    reference: &[f32],
+    reference: &R,
     mask: Option<&[u8]>,
 ) -> Result<(), ColorCorrectError> {
     let pixels = check(img, reference, mask)?;
@@ -220,7 +291,7 @@ pub fn correct_quadratic(
             mask.is_none_or(|m| m[p] != 0)
                 && unclipped0[p] >> c & 1 == 1
                 && unclipped(current[3 * p + c])
-                && unclipped(reference[3 * p + c])
+                && unclipped(reference.at(3 * p + c))
         };
         // Per channel c at 11·c: [count, Σ features (9), Σ ref_c].
         let first = chunked_sums::<33>(pixels, |range, acc| {
@@ -232,7 +303,7 @@ pub fn correct_quadratic(
                     for (a, v) in acc[o + 1..o + 1 + FEATURES].iter_mut().zip(&f) {
                         *a += v;
                     }
-                    acc[o + 10] += reference[3 * p + c] as f64;
+                    acc[o + 10] += reference.at(3 * p + c) as f64;
                 }
             }
         });
@@ -247,7 +318,7 @@ pub fn correct_quadratic(
                 let f = features(current, p);
                 for c in (0..3).filter(|&c| keep(p, c)) {
                     let d: [f64; FEATURES] = std::array::from_fn(|j| f[j] - mean_f[c][j]);
-                    let db = reference[3 * p + c] as f64 - mean_b[c];
+                    let db = reference.at(3 * p + c) as f64 - mean_b[c];
                     let o = 54 * c;
                     for (a, (j, k)) in acc[o..o + 45].iter_mut().zip(upper_pairs()) {
                         *a += d[j] * d[k];
@@ -285,7 +356,11 @@ pub fn correct_quadratic(
 }
 
 /// Pixel count of a valid `img`/`reference`/`mask` triple.
-fn check(img: &[f32], reference: &[f32], mask: Option<&[u8]>) -> Result<usize, ColorCorrectError> {
+fn check<R: Reference + ?Sized>(
+    img: &[f32],
+    reference: &R,
+    mask: Option<&[u8]>,
+) -> Result<usize, ColorCorrectError> {
     if !img.len().is_multiple_of(3) {
         return Err(ColorCorrectError::NotRgb { len: img.len() });
     }
@@ -302,10 +377,17 @@ fn check(img: &[f32], reference: &[f32], mask: Option<&[u8]>) -> Result<usize, C
             pixels,
         });
     }
-    for (which, values) in [("render", img), ("ground truth", reference)] {
-        if let Some(index) = values.iter().position(|v| !v.is_finite()) {
-            return Err(ColorCorrectError::NotFinite { which, index });
-        }
+    if let Some(index) = img.iter().position(|v| !v.is_finite()) {
+        return Err(ColorCorrectError::NotFinite {
+            which: "render",
+            index,
+        });
+    }
+    if let Some(index) = reference.first_non_finite() {
+        return Err(ColorCorrectError::NotFinite {
+            which: "ground truth",
+            index,
+        });
     }
     Ok(pixels)
 }
@@ -622,6 +704,30 @@ mod tests {
         let mut unmasked = img.clone();
         correct_quadratic(&mut unmasked, &reference, None).unwrap();
         assert!(max_diff(&unmasked, &want) > 1e-2);
+    }
+
+    /// An 8-bit ground truth corrects to the same bits as its float conversion (the copy
+    /// [`crate::eval::Scorer::score_corrected`] no longer makes), both methods, with a mask.
+    #[test]
+    fn an_8_bit_reference_corrects_like_its_float_conversion() {
+        let mut rng = Rng::new(31);
+        let pixels = 5000;
+        let truth8: Vec<u8> = (0..3 * pixels).map(|_| rng.below(256) as u8).collect();
+        let truth: Vec<f32> = truth8
+            .iter()
+            .map(|&b| crate::metrics::Sample::<f32>::value(b))
+            .collect();
+        let render = random_image(&mut rng, pixels, -0.05, 1.05);
+        let mask: Vec<u8> = (0..pixels).map(|p| u8::from(p % 7 != 0)).collect();
+        for method in [ColorCorrection::Affine, ColorCorrection::Quadratic] {
+            for mask in [None, Some(&mask[..])] {
+                let (mut a, mut b) = (render.clone(), render.clone());
+                method.apply(&mut a, &truth[..], mask).unwrap();
+                method.apply(&mut b, &truth8[..], mask).unwrap();
+                let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{method:?}, mask {}", mask.is_some());
+            }
+        }
     }
 
     #[test]

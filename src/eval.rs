@@ -47,10 +47,9 @@ pub struct Scorer {
     rgb8: Vec<u8>,
     /// The ground truth with a mask applied.
     gt_masked: Vec<u8>,
-    /// [`Scorer::score_corrected`]'s render (corrected in place) and ground truth in [0, 1],
-    /// and its corrected render in 8 bits.
+    /// [`Scorer::score_corrected`]'s render in [0, 1] (corrected in place; the fits read the
+    /// 8-bit ground truth as it is), and its corrected render in 8 bits.
     cc_render: Vec<f32>,
-    cc_gt: Vec<f32>,
     cc_rgb8: Vec<u8>,
 }
 
@@ -142,8 +141,7 @@ impl Scorer {
             });
         }
         unit(render, &mut self.cc_render);
-        unit(gt, &mut self.cc_gt);
-        method.apply(&mut self.cc_render, &self.cc_gt, mask)?;
+        method.apply(&mut self.cc_render, gt, mask)?;
         // Scored by score_masked itself (one rule set), its 8-bit render buffer lent to the
         // corrected render meanwhile so that `rgb8()` keeps the plain one.
         let plain = std::mem::take(&mut self.rgb8);

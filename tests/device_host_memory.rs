@@ -257,7 +257,8 @@ fn steps_and_scoring_stay_within_the_trainer_images_item() {
 /// Every per-pixel add-on of the plan, measured on both engines: RGBA views with loss masks,
 /// exposure compensation (a whole view, a held-out view's left half in training and its right
 /// half scored, as `--eval --exposure` runs them), depth regularization, bilateral grids (their
-/// step scratch, a fixed item of the plan, set aside), and all of them but the grids at once. Each peak (two steps and a scored view, as above) is held to the sum of
+/// step scratch, a fixed item of the plan, set aside), colour-corrected scores (with and
+/// without a mask), and all of them but the grids and the correction at once. Each peak (two steps and a scored view, as above) is held to the sum of
 /// `per_pixel_items` for that run: the trainer-images and evaluation items it plans.
 #[test]
 fn every_view_kind_and_add_on_stays_within_its_per_pixel_items() {
@@ -265,6 +266,7 @@ fn every_view_kind_and_add_on_stays_within_its_per_pixel_items() {
     use ramsplat::train::bilagrid::{step_scratch_bytes, BilagridConfig, GridShape};
     use ramsplat::train::depth::DepthConfig;
     const GRID: GridShape = GridShape { x: 16, y: 16, l: 8 };
+    use ramsplat::color_correct::ColorCorrection;
     use ramsplat::train::device_engine::Frame;
     use ramsplat::train::exposure::ExposureConfig;
     use ramsplat::train::run::{per_pixel_items, ViewKinds};
@@ -293,11 +295,25 @@ fn every_view_kind_and_add_on_stays_within_its_per_pixel_items() {
             ..ViewKinds::default()
         },
         ViewKinds {
+            color_correct: true,
+            ..ViewKinds::default()
+        },
+        ViewKinds {
+            masks: true,
+            ..ViewKinds::default()
+        },
+        ViewKinds {
+            color_correct: true,
+            masks: true,
+            ..ViewKinds::default()
+        },
+        ViewKinds {
             alpha: true,
             masks: true,
             exposure: true,
             depth: true,
             bilagrid: false,
+            color_correct: false,
             on_device: false,
         },
     ];
@@ -367,7 +383,28 @@ fn every_view_kind_and_add_on_stays_within_its_per_pixel_items() {
                     .unwrap();
                 t.step_with_room(&train, Frame::Host(&bytes), &mut |_| 0)
                     .unwrap();
-                t.evaluate_view(&whole, &bytes).unwrap();
+                let e = t.evaluate_view(&whole, &bytes).unwrap();
+                if kinds.color_correct {
+                    // As `gs-train --eval --color-correct-metric` scores a held-out view: a
+                    // second scorer, the mask copied off the view, the 8-bit ground truth
+                    // (an RGB view's first plane) read as it is.
+                    let planes = layout.planes(&bytes, w, h).unwrap();
+                    let mask = planes.mask.map(<[u8]>::to_vec);
+                    let mut scorer = ramsplat::eval::Scorer::new();
+                    for method in [ColorCorrection::Affine, ColorCorrection::Quadratic] {
+                        scorer
+                            .score_corrected(
+                                method,
+                                &e.image,
+                                planes.pixels,
+                                mask.as_deref(),
+                                w as usize,
+                                h as usize,
+                            )
+                            .unwrap();
+                    }
+                }
+                drop(e);
                 t.evaluate_view(&scored, &bytes).unwrap();
             });
             // The grids' step scratch is a fixed item of the plan (view parameters), not a
