@@ -13,8 +13,8 @@
 //! 2. the next step, which densifies while the host still holds that copy: the trainer must
 //!    free the copy before downloading the densification's inputs, not hold both.
 //!
-//! And per pixel, on both engines: what training steps and scoring a held-out view hold on
-//! the host, against the plan's trainer-images item ([`TRAINER_BYTES_PER_PIXEL`] on the host
+//! And per pixel, on both engines: what training steps, scoring a held-out view (with
+//! colour correction too) and aligning its pose hold on the host, against the plan's trainer-images item ([`TRAINER_BYTES_PER_PIXEL`] on the host
 //! engine, [`DEVICE_TRAINER_BYTES_PER_PIXEL`] on a device). And what reading a view at a
 //! run's resolution holds, against the scratch the plan reserves for it.
 
@@ -32,6 +32,7 @@ use ramsplat::synth::packs::centred_camera;
 use ramsplat::train::checkpoint;
 use ramsplat::train::densify::host_copy_bytes;
 use ramsplat::train::device_engine::DeviceEngine;
+use ramsplat::train::pose::PoseAlignConfig;
 use ramsplat::train::run::{DEVICE_TRAINER_BYTES_PER_PIXEL, TRAINER_BYTES_PER_PIXEL};
 use ramsplat::train::sharded::ShardedEngine;
 use ramsplat::train::trainer::{Engine, TrainConfig, TrainView, Trainer};
@@ -243,11 +244,14 @@ fn steps_and_scoring_stay_within_the_trainer_images_item() {
             t.step(&camera, &image).unwrap();
             t.step(&camera, &image).unwrap();
             t.evaluate_view(&view, &image).unwrap();
+            // `--eval-pose-steps`: a held-out view's pose fitted before it is scored.
+            let align = PoseAlignConfig { steps: 3, lr: 1e-3 };
+            t.align_pose(&view, &image, &align).unwrap();
         });
         let per_pixel = peak as f64 / pixels as f64;
         println!(
-            "{} engine: two steps and a scored view peak at {per_pixel:.1} B per pixel above \
-             the heap without them (plan: {item} B)",
+            "{} engine: two steps, a scored view and a pose alignment peak at {per_pixel:.1} B \
+             per pixel above the heap without them (plan: {item} B)",
             if on_device { "device" } else { "host" }
         );
         assert!(per_pixel <= item as f64, "{per_pixel} > {item}");
