@@ -7,14 +7,14 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use ramsplat::dataset::Format;
-use ramsplat::import::colmap::{parse_tracks_bytes, read_model, ColmapModel, Encoding};
+use ramsplat::import::colmap::{parse_tracks_bytes, ColmapModel, Encoding};
 use ramsplat::import::{open, ImportOptions};
 use ramsplat::scene::camera::Pose;
 use ramsplat::shard::reader::Pack;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{convert_full_size, gs_pack, packed, same_sfm_depth_planes, text};
+use gs_pack::{convert_full_size, packed, same_sfm_depth_planes, synth_colmap, text};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -26,36 +26,15 @@ const K: [f64; 2] = [-0.04, 0.006];
 /// reconstruction as `dir/bundle/bundle.out` with `dir/list.txt` (Bundler's layout), plus a
 /// camera that was not registered (all zeros).
 fn write_bundle(dir: &Path) -> ColmapModel {
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        dir.to_str().unwrap(),
-        "--views",
-        &VIEWS.to_string(),
-        "--width",
-        &W.to_string(),
-        "--height",
-        &H.to_string(),
-        "--points",
-        "250",
-        "--seed",
-        "8",
-        "--tracks",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    let camera = format!(
+        "1 RADIAL {W} {H} {F} {} {} {} {}",
+        f64::from(W) / 2.0,
+        f64::from(H) / 2.0,
+        K[0],
+        K[1]
+    );
+    let model = synth_colmap(dir, [VIEWS as u32, W, H, 250, 8], true, &camera);
     let sparse = dir.join("sparse/0");
-    std::fs::write(
-        sparse.join("cameras.txt"),
-        format!(
-            "1 RADIAL {W} {H} {F} {} {} {} {}\n",
-            f64::from(W) / 2.0,
-            f64::from(H) / 2.0,
-            K[0],
-            K[1]
-        ),
-    )
-    .unwrap();
-    let model = read_model(&sparse, Encoding::Text).unwrap();
     let tracks = parse_tracks_bytes(
         &std::fs::read(sparse.join("points3D.txt")).unwrap(),
         Encoding::Text,

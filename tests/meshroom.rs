@@ -8,14 +8,14 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use ramsplat::dataset::Format;
-use ramsplat::import::colmap::{parse_tracks_bytes, read_model, ColmapModel, Encoding};
+use ramsplat::import::colmap::{parse_tracks_bytes, ColmapModel, Encoding};
 use ramsplat::import::{open, ImportOptions};
 use ramsplat::scene::maths::quat_to_rot;
 use ramsplat::shard::reader::Pack;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{convert_full_size, gs_pack, packed, same_sfm_depth_planes, text};
+use gs_pack::{convert_full_size, packed, same_sfm_depth_planes, synth_colmap, text};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -73,25 +73,7 @@ fn alicevision_pose(r: &[[f64; 3]; 3], t: &[f64; 3]) -> (Vec<f64>, [f64; 3]) {
 /// pose the rig's, composed with a sub-pose), and one more rig view has an uninitialised
 /// sub-pose.
 fn write_sfm(dir: &Path, sfm: &Path, lens: Lens, layout: Layout) -> ColmapModel {
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        dir.to_str().unwrap(),
-        "--views",
-        &VIEWS.to_string(),
-        "--width",
-        &W.to_string(),
-        "--height",
-        &H.to_string(),
-        "--points",
-        "300",
-        "--seed",
-        "6",
-        "--tracks",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
     let sparse = dir.join("sparse/0");
-    let model = read_model(&sparse, Encoding::Text).unwrap();
     let colmap_line = match lens {
         Lens::Radial3(k) => format!(
             "1 FULL_OPENCV {W} {H} {FX} {FY} {CX} {CY} {} {} 0 0 {} 0 0 0",
@@ -106,11 +88,7 @@ fn write_sfm(dir: &Path, sfm: &Path, lens: Lens, layout: Layout) -> ColmapModel 
             k[0], k[1], k[2], k[3]
         ),
     };
-    std::fs::write(
-        sparse.join("cameras.txt"),
-        format!("# Camera list with one line of data per camera:\n{colmap_line}\n"),
-    )
-    .unwrap();
+    let model = synth_colmap(dir, [VIEWS as u32, W, H, 300, 6], true, &colmap_line);
 
     let strings = layout == Layout::Strings1_2_11;
     // A number as the layout writes it.

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use ramsplat::dataset::Format;
-use ramsplat::import::colmap::{read_model, ColmapModel, Encoding};
+use ramsplat::import::colmap::ColmapModel;
 use ramsplat::import::{open, ImportOptions};
 use ramsplat::scene::camera::Pose;
 use ramsplat::shard::reader::Pack;
@@ -15,7 +15,7 @@ use ramsplat::shard::PointChunkRef;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{convert_full_size, gs_pack, text};
+use gs_pack::{convert_full_size, gs_pack, synth_colmap, text};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -62,24 +62,6 @@ fn mat_mul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
 /// with scale, cameras in the chunk's internal frame, one unaligned camera, some labels
 /// without extension) and `dir/points.ply` (the COLMAP points). Returns the model.
 fn write_project(dir: &Path, lens: Lens) -> ColmapModel {
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        dir.to_str().unwrap(),
-        "--views",
-        &VIEWS.to_string(),
-        "--width",
-        &W.to_string(),
-        "--height",
-        &H.to_string(),
-        "--points",
-        "300",
-        "--seed",
-        "5",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let sparse = dir.join("sparse/0");
-    let model = read_model(&sparse, Encoding::Text).unwrap();
     let (colmap_line, sensor) = match lens {
         Lens::RadTan { k, p } => (
             format!(
@@ -123,11 +105,7 @@ fn write_project(dir: &Path, lens: Lens) -> ColmapModel {
             ),
         ),
     };
-    std::fs::write(
-        sparse.join("cameras.txt"),
-        format!("# Camera list with one line of data per camera:\n{colmap_line}\n"),
-    )
-    .unwrap();
+    let model = synth_colmap(dir, [VIEWS as u32, W, H, 300, 5], false, &colmap_line);
 
     let (rs, ts, s) = chunk_similarity();
     let rs_t = transpose(rs);

@@ -7,13 +7,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use ramsplat::dataset::Format;
-use ramsplat::import::colmap::{parse_tracks_bytes, read_model, ColmapModel, Encoding};
+use ramsplat::import::colmap::{parse_tracks_bytes, ColmapModel, Encoding};
 use ramsplat::import::{open, ImportOptions};
 use ramsplat::shard::reader::Pack;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{convert_full_size, gs_pack, packed, same_sfm_depth_planes, text};
+use gs_pack::{convert_full_size, packed, same_sfm_depth_planes, synth_colmap, text};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -56,25 +56,6 @@ fn axis_angle(q: [f64; 4]) -> [f64; 3] {
 /// the camera at half the images' size (as OpenDroneMap records the size features were
 /// extracted at), one shot whose image is missing, and a second reconstruction of two shots.
 fn write_reconstruction(dir: &Path, json: &Path, lens: Lens) -> ColmapModel {
-    let o = gs_pack(&[
-        "synth",
-        "-o",
-        dir.to_str().unwrap(),
-        "--views",
-        &VIEWS.to_string(),
-        "--width",
-        &W.to_string(),
-        "--height",
-        &H.to_string(),
-        "--points",
-        "300",
-        "--seed",
-        "6",
-        "--tracks",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let sparse = dir.join("sparse/0");
-    let model = read_model(&sparse, Encoding::Text).unwrap();
     let size = f64::from(W.max(H));
     let (cx, cy) = (
         (CX - f64::from(W) / 2.0) / size,
@@ -133,11 +114,7 @@ fn write_reconstruction(dir: &Path, json: &Path, lens: Lens) -> ColmapModel {
             ),
         ),
     };
-    std::fs::write(
-        sparse.join("cameras.txt"),
-        format!("# Camera list with one line of data per camera:\n{colmap_line}\n"),
-    )
-    .unwrap();
+    let model = synth_colmap(dir, [VIEWS as u32, W, H, 300, 6], true, &colmap_line);
 
     let shot = |name: &str, q: [f64; 4], t: [f64; 3]| {
         format!(

@@ -99,15 +99,7 @@ fn locate(path: &Path) -> Result<(PathBuf, PathBuf), ImportError> {
 /// Imports a Bundler reconstruction; see the module doc for what `path` may be.
 pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
     let (file, list_file) = locate(path)?;
-    if let Some(dir) = &options.depths {
-        return Err(ImportError::invalid(
-            &file,
-            format!(
-                "--depths {} is not supported for Bundler files; drop --depths",
-                dir.display()
-            ),
-        ));
-    }
+    super::refuse_depths(options, &file, "Bundler files")?;
     let root = folder_of(&list_file);
     let Bundle {
         images,

@@ -143,15 +143,7 @@ pub fn from_reader(
     options: &ImportOptions,
 ) -> Result<ImportedScene, ImportError> {
     let file = file.to_owned();
-    if let Some(dir) = &options.depths {
-        return Err(ImportError::invalid(
-            &file,
-            format!(
-                "--depths {} is not supported for Meshroom / AliceVision files; drop --depths",
-                dir.display()
-            ),
-        ));
-    }
+    super::refuse_depths(options, &file, "Meshroom / AliceVision files")?;
     let sfm: SfmJson<Landmarks> = parse(reader, &file)?;
     let mut warnings = sfm.version_warning(&file);
     let (views, unreconstructed) = reconstructed(&sfm, &file)?;

@@ -122,15 +122,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
         path.to_owned()
     };
     let root = folder_of(&file);
-    if let Some(dir) = &options.depths {
-        return Err(ImportError::invalid(
-            &file,
-            format!(
-                "--depths {} is not supported for Metashape projects; drop --depths",
-                dir.display()
-            ),
-        ));
-    }
+    super::refuse_depths(options, &file, "Metashape projects")?;
     let text = crate::fsutil::read_file_to_string(&file).map_err(|e| ImportError::io(&file, e))?;
     let doc = Document::parse(&text).map_err(|e| {
         ImportError::parse(

@@ -150,6 +150,21 @@ pub(crate) fn thousands(n: u64) -> String {
     out
 }
 
+/// `--depths` refused for `file`, of a format (`what`: "OpenSfM datasets") whose images have
+/// no depth maps ramsplat knows how to find.
+fn refuse_depths(options: &ImportOptions, file: &Path, what: &str) -> Result<(), ImportError> {
+    match &options.depths {
+        Some(dir) => Err(ImportError::invalid(
+            file,
+            format!(
+                "--depths {} is not supported for {what}; drop --depths",
+                dir.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A serde_json error while reading `file`, which `tool` wrote, as an import error naming the
 /// line.
 fn json_error(file: &Path, e: &serde_json::Error, tool: &str) -> ImportError {

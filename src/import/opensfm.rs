@@ -152,15 +152,7 @@ pub fn from_reader(
     options: &ImportOptions,
 ) -> Result<ImportedScene, ImportError> {
     let file = file.to_owned();
-    if let Some(dir) = &options.depths {
-        return Err(ImportError::invalid(
-            &file,
-            format!(
-                "--depths {} is not supported for OpenSfM datasets; drop --depths",
-                dir.display()
-            ),
-        ));
-    }
+    super::refuse_depths(options, &file, "OpenSfM datasets")?;
     let mut de = serde_json::Deserializer::from_reader(reader);
     let list = Reconstructions::deserialize(&mut de)
         .and_then(|l| de.end().map(|()| l))

@@ -1,7 +1,8 @@
 //! Helpers of the point-cloud and importer tests (`tests/las_import.rs`,
 //! `tests/e57_import.rs`, `tests/points_transform.rs`, `tests/metashape.rs`,
-//! `tests/opensfm.rs`, `tests/bundler.rs`): running `gs-pack`, a synthetic dataset with a cloud
-//! of its surfaces, and reading back the points a cloud streams or a pack holds.
+//! `tests/opensfm.rs`, `tests/bundler.rs`, `tests/meshroom.rs`): running `gs-pack`, the
+//! synthetic COLMAP workspace an importer is compared against, a synthetic dataset with a
+//! cloud of its surfaces, and reading back the points a cloud streams or a pack holds.
 //! A test binary includes it with `#[path = "common/gs_pack.rs"] mod gs_pack;` (it is not part
 //! of `common`, which other test binaries include); each uses what it needs.
 #![allow(dead_code)]
@@ -44,6 +45,48 @@ pub fn convert_full_size(input: &Path, pack: &Path, extra: &[&str]) -> Output {
     ];
     args.extend_from_slice(extra);
     gs_pack(&args)
+}
+
+/// The synthetic COLMAP workspace the importer tests compare against: `gs-pack synth -o dir
+/// --views V --width W --height H --points P --seed S` (with `--tracks` when `tracks`), its
+/// text model read back, and its one camera replaced by `camera` (a `cameras.txt` line of
+/// camera 1: the lens the other format's file is given too).
+pub fn synth_colmap(
+    dir: &Path,
+    [views, width, height, points, seed]: [u32; 5],
+    tracks: bool,
+    camera: &str,
+) -> ramsplat::import::colmap::ColmapModel {
+    use ramsplat::import::colmap::{read_model, Encoding};
+    let (views, width, height) = (views.to_string(), width.to_string(), height.to_string());
+    let (points, seed) = (points.to_string(), seed.to_string());
+    let mut args = vec![
+        "synth",
+        "-o",
+        dir.to_str().unwrap(),
+        "--views",
+        &views,
+        "--width",
+        &width,
+        "--height",
+        &height,
+        "--points",
+        &points,
+        "--seed",
+        &seed,
+    ];
+    if tracks {
+        args.push("--tracks");
+    }
+    let o = gs_pack(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    let sparse = dir.join("sparse/0");
+    std::fs::write(
+        sparse.join("cameras.txt"),
+        format!("# Camera list with one line of data per camera:\n{camera}\n"),
+    )
+    .unwrap();
+    read_model(&sparse, Encoding::Text).unwrap()
 }
 
 /// Checks that packs `a` and `b` (the same views, converted with `--sfm-depths` from two
