@@ -14,7 +14,9 @@ use ramsplat::shard::reader::Pack;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{convert_full_size, packed, same_sfm_depth_planes, synth_colmap, text};
+use gs_pack::{
+    convert_full_size, holds_model_points, same_camera, same_sfm_depth_planes, synth_colmap, text,
+};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -112,33 +114,10 @@ fn bundle_packs_like_its_colmap_workspace() {
     assert_eq!(mb.views.len(), VIEWS);
     for (i, (va, vb)) in ma.views.iter().zip(&mb.views).enumerate() {
         assert_eq!(format!("images/{}", va.name), vb.name, "view {i}");
-        let (ca, cb) = (va.camera, vb.camera);
-        assert_eq!((ca.width, ca.height), (cb.width, cb.height), "view {i}");
-        assert_eq!(ca.intrinsics, cb.intrinsics, "view {i}");
-        let (ra, rb) = (ca.world_to_camera, cb.world_to_camera);
-        let ga = ra.rotation.iter().flatten().chain(&ra.translation);
-        let gb = rb.rotation.iter().flatten().chain(&rb.translation);
-        for (x, y) in ga.zip(gb) {
-            assert!(
-                (x - y).abs() <= 1e-12 * (1.0 + x.abs()),
-                "view {i}: {ca:?} vs {cb:?}"
-            );
-        }
-        let mut pa = vec![0u8; va.decoded_len()];
-        let mut pb = vec![0u8; vb.decoded_len()];
-        a.read_view_into(i, &mut pa).unwrap();
-        b.read_view_into(i, &mut pb).unwrap();
+        let (pa, pb) = same_camera(&a, &b, i, 1e-12);
         assert!(pa == pb, "view {i}: the packed pixels differ");
     }
-    assert_eq!(mb.clouds.len(), 1);
-    assert_eq!(mb.clouds[0].points, model.points.len() as u64);
-    let got = packed(&bundle_pack, 0);
-    let want: Vec<_> = model
-        .points
-        .iter()
-        .map(|p| (p.xyz.map(|v| v as f32), p.rgb, None))
-        .collect();
-    assert_eq!(got, want);
+    holds_model_points(&bundle_pack, &model);
 }
 
 /// `--sfm-depths` of a bundle, whose observations come from its points' view lists, packs the

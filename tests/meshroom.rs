@@ -15,7 +15,9 @@ use ramsplat::shard::reader::Pack;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{convert_full_size, packed, same_sfm_depth_planes, synth_colmap, text};
+use gs_pack::{
+    convert_full_size, holds_model_points, same_camera, same_sfm_depth_planes, synth_colmap, text,
+};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -313,10 +315,6 @@ fn write_sfm(dir: &Path, sfm: &Path, lens: Lens, layout: Layout) -> ColmapModel 
     model
 }
 
-fn close(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 1e-9 * (1.0 + b.abs())
-}
-
 /// Packs the reconstruction of `write_sfm(lens, layout)` from COLMAP and from the SfMData
 /// file (as a node's cache folder, or the file itself) and compares.
 fn meshroom_packs_like_colmap(lens: Lens, layout: Layout, as_folder: bool) {
@@ -364,33 +362,11 @@ fn meshroom_packs_like_colmap(lens: Lens, layout: Layout, as_folder: bool) {
     for (i, (va, vb)) in ma.views.iter().zip(&mb.views).enumerate() {
         assert_eq!(va.name, vb.name, "view {i}");
         assert_eq!(va.split, vb.split, "view {i}");
-        let (ca, cb) = (va.camera, vb.camera);
-        assert_eq!((ca.width, ca.height), (cb.width, cb.height), "view {i}");
-        assert_eq!(ca.intrinsics, cb.intrinsics, "view {i}");
-        assert_eq!(ca.projection, cb.projection, "view {i}");
-        let (ra, rb) = (ca.world_to_camera, cb.world_to_camera);
-        let ga = ra.rotation.iter().flatten().chain(&ra.translation);
-        let gb = rb.rotation.iter().flatten().chain(&rb.translation);
-        for (x, y) in ga.zip(gb) {
-            assert!(close(*y, *x), "view {i}: {ca:?} vs {cb:?}");
-        }
-        let mut pa = vec![0u8; va.decoded_len()];
-        let mut pb = vec![0u8; vb.decoded_len()];
-        a.read_view_into(i, &mut pa).unwrap();
-        b.read_view_into(i, &mut pb).unwrap();
+        let (pa, pb) = same_camera(&a, &b, i, 1e-9);
         assert!(pa == pb, "view {i}: the packed pixels differ");
     }
     // The landmarks are the SfM cloud.
-    assert!(!mb.scene.no_sfm_points);
-    assert_eq!(mb.clouds.len(), 1);
-    assert_eq!(mb.clouds[0].name, "sfm");
-    let got = packed(&sfm_pack, 0);
-    let want: Vec<_> = model
-        .points
-        .iter()
-        .map(|p| (p.xyz.map(|v| v as f32), p.rgb, None))
-        .collect();
-    assert_eq!(got, want);
+    holds_model_points(&sfm_pack, &model);
 }
 
 #[test]

@@ -126,6 +126,49 @@ pub fn same_sfm_depth_planes(a: &Path, b: &Path) -> u64 {
     held
 }
 
+/// Checks that view `i` of packs `a` and `b` (one scene imported from two formats) has the
+/// same camera: size, intrinsics and projection bit for bit, the pose's rotation and
+/// translation within `pose_tol` relative (a quaternion, an axis-angle and a matrix round
+/// differently). Returns both views' packed bytes, for the caller's own comparison.
+pub fn same_camera(a: &Pack, b: &Pack, i: usize, pose_tol: f64) -> (Vec<u8>, Vec<u8>) {
+    let (va, vb) = (&a.manifest().views[i], &b.manifest().views[i]);
+    let (ca, cb) = (va.camera, vb.camera);
+    assert_eq!((ca.width, ca.height), (cb.width, cb.height), "view {i}");
+    assert_eq!(ca.intrinsics, cb.intrinsics, "view {i}");
+    assert_eq!(ca.projection, cb.projection, "view {i}");
+    let (ra, rb) = (ca.world_to_camera, cb.world_to_camera);
+    let ga = ra.rotation.iter().flatten().chain(&ra.translation);
+    let gb = rb.rotation.iter().flatten().chain(&rb.translation);
+    for (x, y) in ga.zip(gb) {
+        assert!(
+            (x - y).abs() <= pose_tol * (1.0 + x.abs()),
+            "view {i}: {ca:?} vs {cb:?}"
+        );
+    }
+    let mut pa = vec![0u8; va.decoded_len()];
+    let mut pb = vec![0u8; vb.decoded_len()];
+    a.read_view_into(i, &mut pa).unwrap();
+    b.read_view_into(i, &mut pb).unwrap();
+    (pa, pb)
+}
+
+/// Checks that `pack`'s only cloud is the SfM cloud holding `model`'s points, in order
+/// (positions rounded to f32, colours as they are).
+pub fn holds_model_points(pack: &Path, model: &ramsplat::import::colmap::ColmapModel) {
+    let p = Pack::open(pack).unwrap();
+    let m = p.manifest();
+    assert!(!m.scene.no_sfm_points);
+    assert_eq!(m.clouds.len(), 1);
+    assert_eq!(m.clouds[0].name, "sfm");
+    assert_eq!(m.clouds[0].points, model.points.len() as u64);
+    let want: Vec<_> = model
+        .points
+        .iter()
+        .map(|p| (p.xyz.map(|v| v as f32), p.rgb, None))
+        .collect();
+    assert_eq!(packed(pack, 0), want);
+}
+
 /// Every point of `pack`'s cloud `cloud`: position, colour, label.
 pub fn packed(pack: &Path, cloud: usize) -> Vec<([f32; 3], [u8; 3], Option<i32>)> {
     let p = Pack::open(pack).unwrap();
