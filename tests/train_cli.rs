@@ -2260,6 +2260,88 @@ fn antialiased_runs_say_so_and_render_alike() {
 /// `--absgrad` (AbsGS): the report says so with the raised threshold (or the one given), a
 /// resume without it is refused naming the nested setting, and the flags that make no sense
 /// are refused before anything is written: with MCMC, which does not densify on gradients,
+/// `--opacity-reg` and `--scale_reg` (gsplat's spellings too): the report gives the weights
+/// in effect (0 by default, MCMC's 0.01 unless changed), a resume without them is refused
+/// naming the setting, and a negative weight is a command-line error.
+#[test]
+fn regularisers_are_reported_and_resumed_only_with_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack_path = tiny_pack(dir.path());
+    let report = |out: &Path| -> Report {
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+    };
+    let run = |out: &Path, iterations: &str, extra: &[&str]| {
+        let mut args = vec![s(&pack_path), "-o", s(out), "--iterations", iterations];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(COMMON);
+        gs_train(&args)
+    };
+    let out = dir.path().join("reg");
+    let o = run(
+        &out,
+        "10",
+        &[
+            "--opacity-reg",
+            "0.02",
+            "--scale_reg",
+            "0.5",
+            "--checkpoint-every",
+            "5",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = report(&out);
+    assert_eq!((r.opacity_reg, r.scale_reg), (0.02, 0.5));
+    let o = run(&out, "20", &["--resume", "--extend"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("densify.opacity_reg: checkpoint 0.02"), "{e}");
+    let o = run(
+        &out,
+        "20",
+        &[
+            "--resume",
+            "--extend",
+            "--opacity_reg",
+            "0.02",
+            "--scale-reg",
+            "0.5",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(report(&out).iterations, 20);
+
+    let plain = dir.path().join("plain");
+    let o = run(&plain, "5", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        (report(&plain).opacity_reg, report(&plain).scale_reg),
+        (0.0, 0.0)
+    );
+    let mcmc = dir.path().join("mcmc");
+    let o = run(
+        &mcmc,
+        "5",
+        &[
+            "--strategy",
+            "mcmc",
+            "--max-gaussians",
+            "500",
+            "--scale-reg",
+            "0",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        (report(&mcmc).opacity_reg, report(&mcmc).scale_reg),
+        (0.01, 0.0)
+    );
+
+    let o = run(&dir.path().join("neg"), "5", &["--opacity-reg=-0.1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("is not a number ≥ 0"), "{}", stderr(&o));
+}
+
 /// `--optimizer_type sparse_adam` (3DGS's spelling): the report names the optimizer, a
 /// resume without it is refused naming the setting, with it the run goes on; an unknown
 /// optimizer is a command-line error listing the choices.

@@ -304,6 +304,16 @@ struct Args {
     /// Default strategy only.
     #[arg(long)]
     revised_opacity: bool,
+    /// gsplat's --opacity_reg: the loss gains W · mean opacity, which pushes Gaussians toward
+    /// transparency so that fewer of them explain the views (densification prunes the ones
+    /// it empties). Default 0, or 0.01 with --strategy mcmc (gsplat's MCMC preset).
+    #[arg(long, alias = "opacity_reg", value_name = "W", value_parser = non_negative_f32)]
+    opacity_reg: Option<f32>,
+    /// gsplat's --scale_reg: the loss gains W · mean scale (over the three axes of every
+    /// Gaussian), which keeps Gaussians from growing large. Default 0, or 0.01 with
+    /// --strategy mcmc.
+    #[arg(long, alias = "scale_reg", value_name = "W", value_parser = non_negative_f32)]
+    scale_reg: Option<f32>,
     /// From the first opacity reset on, prune Gaussians whose screen radius passed PX pixels
     /// since the last densification (the 3DGS paper's rule, with 20). Default `off`, as in
     /// 3DGS's code (where the rule never fires) and gsplat. The threshold is in pixels, so it
@@ -517,6 +527,13 @@ fn non_negative_f64(s: &str) -> Result<f64, String> {
     }
 }
 
+fn non_negative_f32(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number ≥ 0 (and below 3.4e38)")),
+    }
+}
+
 fn positive_f32(s: &str) -> Result<f32, String> {
     positive_f64(s).map(|v| v as f32)
 }
@@ -633,6 +650,21 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     }
     config.densify.absgrad = args.absgrad;
     config.densify.revised_opacity = args.revised_opacity;
+    // The regularisers' weights go to the strategy that runs; MCMC keeps gsplat's 0.01 unless
+    // told otherwise.
+    let (opacity_reg, scale_reg) = match &mut config.mcmc {
+        Some(m) => (&mut m.opacity_reg, &mut m.scale_reg),
+        None => (
+            &mut config.densify.opacity_reg,
+            &mut config.densify.scale_reg,
+        ),
+    };
+    if let Some(w) = args.opacity_reg {
+        *opacity_reg = w;
+    }
+    if let Some(w) = args.scale_reg {
+        *scale_reg = w;
+    }
     config.adam.sparse = args.optimizer_type == OptimizerType::SparseAdam;
     if let Some(ScreenRadius(px)) = args.prune_screen_radius {
         config.densify.prune_screen_radius = px;

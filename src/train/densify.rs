@@ -431,6 +431,15 @@ pub struct DensifyConfig {
     /// ([`revised_split_logit`]). Pruning judges the children by their new opacity.
     #[serde(default)]
     pub revised_opacity: bool,
+    /// gsplat's `opacity_reg` and `scale_reg` (`--opacity-reg`, `--scale-reg`): the loss gains
+    /// `opacity_reg · mean(σ(logit_opacity)) + scale_reg · mean(exp(log_scale))`
+    /// ([`Regularizer`]), which pushes Gaussians toward transparency and smaller extents so
+    /// that fewer of them, and less over-grown ones, explain the views. 0 (the default, as
+    /// gsplat's and 3DGS's): no term.
+    #[serde(default)]
+    pub opacity_reg: f32,
+    #[serde(default)]
+    pub scale_reg: f32,
 }
 
 /// The logit of `1 − √(1 − σ(l))`, the revised opacity of a split child of a Gaussian of logit
@@ -474,6 +483,8 @@ impl Default for DensifyConfig {
             max_gaussians: 10_000_000,
             absgrad: false,
             revised_opacity: false,
+            opacity_reg: 0.0,
+            scale_reg: 0.0,
         }
     }
 }
@@ -933,6 +944,19 @@ impl DefaultStrategy {
 impl DensifyStrategy for DefaultStrategy {
     fn name(&self) -> &'static str {
         "3dgs-default"
+    }
+
+    fn regularize(&self, gaussians: &Gaussians, grads: &mut GaussianGrads) -> f64 {
+        self.regularizer()
+            .map_or(0.0, |r| r.add_gradients(gaussians, grads))
+    }
+
+    fn regularizer(&self) -> Option<Regularizer> {
+        let c = &self.config;
+        (c.opacity_reg != 0.0 || c.scale_reg != 0.0).then_some(Regularizer {
+            opacity: c.opacity_reg,
+            scale: c.scale_reg,
+        })
     }
 
     fn collects(&self, iteration: u64) -> bool {

@@ -335,6 +335,30 @@ impl Regularizer {
         self.opacity as f64 * sum_opacity / n as f64
             + self.scale as f64 * sum_scale / (3 * n) as f64
     }
+
+    /// Adds the terms' gradients to `grads` of the host model `g` and returns the loss term
+    /// (0 for an empty model): `∂/∂l = (opacity/N)·σ(l)(1 − σ(l))` per logit opacity,
+    /// `∂/∂s = (scale/3N)·exp(s)` per log-scale. The device twin is `mcmc_regularize`
+    /// (`kernels/mcmc.cu`).
+    pub fn add_gradients(&self, g: &Gaussians, grads: &mut GaussianGrads) -> f64 {
+        let n = g.len();
+        if n == 0 {
+            return 0.0;
+        }
+        let (mut sum_o, mut sum_s) = (0.0f64, 0.0f64);
+        let (d_o, d_s) = self.factors(n);
+        for i in 0..n {
+            let o = sigmoid(g.logit_opacities[i]);
+            sum_o += o as f64;
+            grads.logit_opacities[i] += d_o * o * (1.0 - o);
+            for a in 0..3 {
+                let s = g.log_scales[i][a].exp();
+                sum_s += s as f64;
+                grads.log_scales[i][a] += d_s * s;
+            }
+        }
+        self.loss(sum_o, sum_s, n)
+    }
 }
 
 /// splitmix64's finaliser: a bijective 64-bit mix (twin of `mcmc_mix64` in `kernels/mcmc.cu`).
@@ -387,24 +411,7 @@ impl DensifyStrategy for McmcStrategy {
     fn set_growth_stopped(&mut self, _stopped: bool) {}
 
     fn regularize(&self, g: &Gaussians, grads: &mut GaussianGrads) -> f64 {
-        let n = g.len();
-        if n == 0 {
-            return 0.0;
-        }
-        let reg = self.regularizer();
-        let (mut sum_o, mut sum_s) = (0.0f64, 0.0f64);
-        let (d_o, d_s) = reg.factors(n);
-        for i in 0..n {
-            let o = sigmoid(g.logit_opacities[i]);
-            sum_o += o as f64;
-            grads.logit_opacities[i] += d_o * o * (1.0 - o);
-            for a in 0..3 {
-                let s = g.log_scales[i][a].exp();
-                sum_s += s as f64;
-                grads.log_scales[i][a] += d_s * s;
-            }
-        }
-        reg.loss(sum_o, sum_s, n)
+        self.regularizer().add_gradients(g, grads)
     }
 
     fn regularizer(&self) -> Option<Regularizer> {

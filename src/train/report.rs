@@ -226,6 +226,13 @@ pub struct Report {
     /// Whether split children started at the revised opacity (`--revised-opacity`).
     #[serde(default)]
     pub revised_opacity: bool,
+    /// gsplat's `opacity_reg` and `scale_reg` in effect (`--opacity-reg`, `--scale-reg`; 0.01
+    /// each under MCMC unless changed, else 0); 0 in reports written before they were
+    /// recorded.
+    #[serde(default)]
+    pub opacity_reg: f64,
+    #[serde(default)]
+    pub scale_reg: f64,
     /// The Gaussians' optimizer: `"adam"`, or `"sparse_adam"` (`--optimizer-type
     /// sparse_adam`: only the Gaussians each step's view sees are updated); `null` in reports
     /// written before it was recorded.

@@ -2755,6 +2755,15 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             train_scores = report::mean_scores(&scores);
         }
         let peak = peak_rss_bytes();
+        // The regularisers' weights in effect, as written (0.01 rather than its f32 widening).
+        let regularisers = {
+            let (o, s) = match &config.mcmc {
+                Some(m) => (m.opacity_reg, m.scale_reg),
+                None => (config.densify.opacity_reg, config.densify.scale_reg),
+            };
+            let widen = |w: f32| w.to_string().parse().unwrap_or(f64::NAN);
+            (widen(o), widen(s))
+        };
         let report = Report {
             test_psnr: test.0,
             test_ssim: test.1,
@@ -2805,6 +2814,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         .unwrap_or(f64::NAN)
                 }),
             revised_opacity: config.mcmc.is_none() && config.densify.revised_opacity,
+            opacity_reg: regularisers.0,
+            scale_reg: regularisers.1,
             optimizer: Some(
                 if config.adam.sparse {
                     "sparse_adam"

@@ -4384,6 +4384,82 @@ mod tests {
         assert!(device_steps_like_host(cfg, "revised opacity", 60) > 50);
     }
 
+    /// gsplat's `opacity_reg` and `scale_reg` on the default strategy: the device engine adds
+    /// the terms' gradients by its kernel as the host adds them, to the same steps.
+    #[test]
+    fn device_engine_steps_like_the_host_engine_regularized() {
+        let mut cfg = busy_config();
+        cfg.densify.opacity_reg = 0.05;
+        cfg.densify.scale_reg = 0.05;
+        assert!(device_steps_like_host(cfg, "regularisers", 60) > 50);
+    }
+
+    /// The default strategy's regularisers: none at the default weights; with weights, the
+    /// loss gains exactly the terms, and a run ends with Gaussians more transparent and
+    /// smaller than without.
+    #[test]
+    fn default_strategy_regularisers_shrink_opacities_and_scales() {
+        let (gt, images) = ground_truth();
+        let (cams, extent) = cameras();
+        let run = |opacity_reg: f32, scale_reg: f32| {
+            let mut cfg = busy_config();
+            // No densification, no opacity reset: the terms alone tell the runs apart.
+            cfg.densify.from_iter = 1000;
+            cfg.densify.opacity_reset_interval = 10_000;
+            cfg.densify.opacity_reg = opacity_reg;
+            cfg.densify.scale_reg = scale_reg;
+            let g = initial(&gt, cfg.sh_degree);
+            let mut t =
+                Trainer::new(cfg, g, extent, Engine::host(CpuRasterizer::<f32>::new())).unwrap();
+            assert_eq!(
+                t.strategy.regularizer().is_some(),
+                opacity_reg > 0.0 || scale_reg > 0.0
+            );
+            let mut losses = Vec::new();
+            for s in 0..40 {
+                let v = s % cams.len();
+                losses.push(t.step(&cams[v], &images[v]).unwrap().loss);
+            }
+            let g = &t.model().unwrap().gaussians;
+            let n = g.len() as f64;
+            let opacity = g
+                .logit_opacities
+                .iter()
+                .map(|&l| crate::scene::maths::sigmoid(l) as f64)
+                .sum::<f64>()
+                / n;
+            let scale = g
+                .log_scales
+                .iter()
+                .flatten()
+                .map(|s| s.exp() as f64)
+                .sum::<f64>()
+                / n;
+            (opacity, scale, losses)
+        };
+        let (o0, s0, l0) = run(0.0, 0.0);
+        let (o1, s1, l1) = run(0.5, 0.0);
+        let (o2, s2, _) = run(0.0, 0.5);
+        assert!(o1 < o0 * 0.9, "opacity {o1} vs {o0}");
+        assert!(s2 < s0 * 0.9, "scale {s2} vs {s0}");
+        assert!((s1 - s0).abs() < 0.1 * s0 && (o2 - o0).abs() < 0.1 * o0);
+        // The first step's loss is the render's plus exactly the term of the initial model.
+        let g = initial(&gt, 3);
+        let reg = crate::train::mcmc::Regularizer {
+            opacity: 0.5,
+            scale: 0.0,
+        };
+        let mut grads = GaussianGrads::default();
+        grads.reset(g.len(), g.sh_degree);
+        let term = reg.add_gradients(&g, &mut grads);
+        assert!(
+            (l1[0] - l0[0] - term).abs() < 1e-6 * term,
+            "{} − {} vs {term}",
+            l1[0],
+            l0[0]
+        );
+    }
+
     fn device_steps_like_host(cfg: TrainConfig, what: &str, steps: u64) -> usize {
         device_steps_like_host_with(cfg, what, steps, Projection::Pinhole)
     }
