@@ -563,3 +563,123 @@ fn a_mip_splatting_model_renders_with_its_filter_and_converts_to_a_fused_ply() {
         unfiltered.len()
     );
 }
+
+/// `gs-render --convert` with `--crop`, `--min-opacity` and `--sh-degree`: the Gaussians inside
+/// the box and at or above the opacity are written, in order and bit for bit, with the bands
+/// above the degree dropped; a conversion that would leave nothing writes nothing, and the
+/// impossible requests are refused before anything is read.
+#[test]
+fn convert_crops_prunes_and_drops_sh_bands() {
+    use ramsplat::export::{load_model, save_model, ModelFormat, ModelInfo};
+    use ramsplat::scene::maths::logit;
+    let dir = tempfile::tempdir().unwrap();
+    // 40 Gaussians along x from −2 to 1.9, opacities cycling through 0.001..0.9.
+    let n = 40;
+    let mut g = Gaussians::zeros(n, 3);
+    let opacities = [0.001f32, 0.004, 0.006, 0.5, 0.9];
+    for i in 0..n {
+        g.means[i] = [-2.0 + 0.1 * i as f32, 0.5, (i % 3) as f32];
+        g.logit_opacities[i] = logit(opacities[i % 5]);
+        g.log_scales[i] = [-3.0, -2.5 + 0.01 * i as f32, -2.0];
+        g.rotations[i] = [1.0, 0.0, 0.0, 0.0];
+        for (k, c) in g.sh[16 * i..16 * (i + 1)].iter_mut().enumerate() {
+            *c = [0.01 * k as f32, -0.02 * i as f32, 0.5];
+        }
+    }
+    let model = dir.path().join("model.ply");
+    save_model(&model, &g, ModelFormat::Ply, ModelInfo::with_mode(false)).unwrap();
+    let out = dir.path().join("cut.ply");
+    let printed = run(
+        env!("CARGO_BIN_EXE_gs-render"),
+        &[
+            "--ply",
+            s(&model),
+            "--convert",
+            s(&out),
+            "--crop",
+            "-1,0,0,1,1,1.5",
+            "--min-opacity",
+            "0.005",
+            "--sh-degree",
+            "1",
+        ],
+    );
+    // Inside: x in [−1, 1] (i = 10..=30) and z ∈ {0, 1} (i % 3 ≠ 2); then opacity ≥ 0.005.
+    let inside: Vec<usize> = (10..=30).filter(|i| i % 3 != 2).collect();
+    let kept: Vec<usize> = inside.iter().copied().filter(|i| i % 5 >= 2).collect();
+    assert!(
+        printed.contains(&format!(
+            "{} Gaussians of 40; left out {} outside the crop box, {} below opacity 0.005, SH \
+             degree 1",
+            kept.len(),
+            40 - inside.len(),
+            inside.len() - kept.len()
+        )),
+        "{printed}"
+    );
+    let (cut, _) = load_model(&out, &LoadOptions::default()).unwrap();
+    assert_eq!((cut.len(), cut.sh_degree), (kept.len(), 1));
+    for (r, &i) in kept.iter().enumerate() {
+        assert_eq!(cut.means[r], g.means[i], "row {r}");
+        assert_eq!(cut.logit_opacities[r], g.logit_opacities[i]);
+        assert_eq!(cut.log_scales[r], g.log_scales[i]);
+        assert_eq!(cut.sh[4 * r..4 * r + 4], g.sh[16 * i..16 * i + 4]);
+    }
+
+    let refused = |args: &[&str], want: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+            .args(args)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && e.contains(want), "{args:?}: {e}");
+    };
+    let none = dir.path().join("none.ply");
+    let ply = s(&model);
+    refused(
+        &["--ply", ply, "--convert", s(&none), "--crop", "5,5,5,6,6,6"],
+        "no Gaussian of the 40 is left (40 outside the crop box); nothing was written",
+    );
+    assert!(!none.exists());
+    refused(
+        &["--ply", ply, "--convert", s(&none), "--min-opacity", "0.95"],
+        "no Gaussian of the 40 is left (40 below opacity 0.95)",
+    );
+    refused(
+        &["--ply", s(&out), "--convert", s(&none), "--sh-degree", "2"],
+        "--sh-degree 2 is above the model's stored SH degree 1",
+    );
+    refused(
+        &[
+            "--ply",
+            ply,
+            "--convert",
+            s(&none),
+            "--crop",
+            "1,0,0,-1,1,1",
+        ],
+        "the minimum 1 of axis x is above its maximum -1",
+    );
+    refused(
+        &["--ply", ply, "--convert", s(&none), "--crop", "1,2,3"],
+        "holds 3 numbers, not six",
+    );
+    refused(
+        &["--ply", ply, "--convert", s(&none), "--min-opacity", "2"],
+        "is not a number in [0, 1]",
+    );
+    refused(
+        &[
+            "--ply",
+            ply,
+            "--camera",
+            "c.json",
+            "-o",
+            "x.png",
+            "--crop",
+            "0,0,0,1,1,1",
+        ],
+        "'--camera <CAM.json>' cannot be used with '--crop",
+    );
+    assert!(!none.exists());
+}

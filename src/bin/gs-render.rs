@@ -214,9 +214,31 @@ struct Args {
     /// alpha default to white, the NeRF-synthetic convention `gs-train --eval` scores them by).
     #[arg(long, value_name = "r,g,b", value_parser = parse_bg)]
     bg: Option<[f32; 3]>,
-    /// SH degree to render with (default: the model's stored degree).
+    /// SH degree to render with (default: the model's stored degree). With --convert: the
+    /// degree to write, the higher bands dropped (degree 0 keeps the base colour: a quarter of
+    /// a degree-3 PLY's size).
     #[arg(long, value_name = "D")]
     sh_degree: Option<u32>,
+    /// With --convert: leave out the Gaussians whose opacity (as stored, what viewers draw)
+    /// is below O, e.g. 0.005 (3DGS's pruning threshold): nearly invisible ones that every
+    /// viewer still sorts and draws.
+    #[arg(
+        long,
+        value_name = "O",
+        conflicts_with_all = ["camera", "pack", "cameras"],
+        value_parser = parse_unit
+    )]
+    min_opacity: Option<f32>,
+    /// With --convert: keep only the Gaussians whose centre lies in this axis-aligned box of
+    /// the model's frame (a scene cut out of its surroundings, floaters far away dropped).
+    #[arg(
+        long,
+        value_name = "MINX,MINY,MINZ,MAXX,MAXY,MAXZ",
+        conflicts_with_all = ["camera", "pack", "cameras"],
+        allow_hyphen_values = true,
+        value_parser = parse_crop
+    )]
+    crop: Option<[f32; 6]>,
     /// Load a model even though its values look activated (sigmoid opacities, exp scales).
     #[arg(long)]
     allow_activated: bool,
@@ -1226,7 +1248,8 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
             out.display()
         );
     };
-    let model = load_model(args)?;
+    let mut model = load_model(args)?;
+    let edits = edit_for_convert(args, &mut model.gaussians)?;
     let info = ModelInfo::with_mode(model.antialiased).with_folded_filter(model.folded_filter_3d);
     save_model(out, &model, format, info).context("cannot write the converted model")?;
     if format == ModelFormat::Splat && model.antialiased {
@@ -1242,7 +1265,7 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
         ModelFormat::Ply | ModelFormat::Spz => model.sh_degree,
     };
     eprintln!(
-        "wrote {} ({} Gaussians, SH degree {written_degree}{})",
+        "wrote {} ({} Gaussians{edits}, SH degree {written_degree}{})",
         out.display(),
         model.len(),
         match format {
@@ -1252,6 +1275,85 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
         }
     );
     Ok(())
+}
+
+/// `--convert`'s edits of the loaded model, in order: `--crop`, `--min-opacity`,
+/// `--sh-degree`. Returns what they left out, for the summary line (empty without edits); a
+/// model left with no Gaussian is an error, so nothing is written.
+fn edit_for_convert(args: &Args, g: &mut Gaussians) -> Result<String> {
+    let before = g.len();
+    let mut notes = Vec::new();
+    if let Some(b) = args.crop {
+        let keep: Vec<bool> = g
+            .means
+            .iter()
+            .map(|m| (0..3).all(|a| b[a] <= m[a] && m[a] <= b[3 + a]))
+            .collect();
+        g.retain(&keep);
+        notes.push(format!("{} outside the crop box", before - g.len()));
+    }
+    if let Some(o) = args.min_opacity {
+        let n = g.len();
+        let keep: Vec<bool> = g
+            .logit_opacities
+            .iter()
+            .map(|&l| ramsplat::scene::maths::sigmoid(l) >= o)
+            .collect();
+        g.retain(&keep);
+        notes.push(format!("{} below opacity {o}", n - g.len()));
+    }
+    if g.is_empty() {
+        bail!(
+            "{}: no Gaussian of the {before} is left ({}); nothing was written: widen --crop or \
+             lower --min-opacity",
+            args.ply.display(),
+            notes.join(", ")
+        );
+    }
+    if let Some(d) = args.sh_degree {
+        if d > g.sh_degree {
+            bail!(
+                "--sh-degree {d} is above the model's stored SH degree {}; a converted model \
+                 can only drop bands",
+                g.sh_degree
+            );
+        }
+        g.set_sh_degree(d);
+    }
+    Ok(if notes.is_empty() {
+        String::new()
+    } else {
+        format!(" of {before}; left out {}", notes.join(", "))
+    })
+}
+
+/// `--min-opacity`: a number in [0, 1].
+fn parse_unit(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a number in [0, 1]")),
+    }
+}
+
+/// `--crop`: six finite numbers, each minimum at most its maximum.
+fn parse_crop(s: &str) -> Result<[f32; 6], String> {
+    let v: Vec<f32> = s
+        .split(',')
+        .map(|p| p.trim().parse::<f32>().ok().filter(|v| v.is_finite()))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("{s:?} is not six numbers separated by commas"))?;
+    let b: [f32; 6] = v
+        .try_into()
+        .map_err(|v: Vec<f32>| format!("{s:?} holds {} numbers, not six", v.len()))?;
+    if let Some(a) = (0..3).find(|&a| b[a] > b[3 + a]) {
+        return Err(format!(
+            "{s:?}: the minimum {} of axis {} is above its maximum {}",
+            b[a],
+            ["x", "y", "z"][a],
+            b[3 + a]
+        ));
+    }
+    Ok(b)
 }
 
 fn parse_model_format(s: &str) -> Result<ModelFormat, String> {
