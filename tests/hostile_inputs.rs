@@ -1373,3 +1373,75 @@ fn damaged_scan_files_are_refused_before_packing_naming_the_place() {
         text(&o)
     );
 }
+
+/// Options of one `gs-render` mode given to another are command-line errors (exit 2) naming
+/// both, not silently ignored: `--convert-format`, `--crop` and `--min-opacity` belong to
+/// `--convert`; `--split`, `--half`, `--eval-pose-steps` and `--color-correct-metric` to
+/// `--pack`; `--trajectory-shape` to `--trajectory`.
+#[test]
+fn gs_render_refuses_the_options_of_another_mode() {
+    let cases: [(&[&str], &str); 8] = [
+        (
+            &[
+                "--camera",
+                "c.json",
+                "-o",
+                "x.png",
+                "--convert-format",
+                "ply",
+            ],
+            "--convert-format",
+        ),
+        (
+            &["--camera", "c.json", "-o", "x.png", "--crop", "0,0,0,1,1,1"],
+            "--crop",
+        ),
+        (
+            &["--pack", "p", "-o", "d", "--min-opacity", "0.1"],
+            "--min-opacity",
+        ),
+        (
+            &["--cameras", "c.json", "-o", "d", "--split", "train"],
+            "--split",
+        ),
+        (
+            &["--camera", "c.json", "-o", "x.png", "--half", "left"],
+            "--half",
+        ),
+        (
+            &["--convert", "o.ply", "--eval-pose-steps", "3"],
+            "--eval-pose-steps",
+        ),
+        (
+            &[
+                "--cameras",
+                "c.json",
+                "-o",
+                "d",
+                "--color-correct-metric",
+                "affine",
+            ],
+            "--color-correct-metric",
+        ),
+        (
+            &[
+                "--camera",
+                "c.json",
+                "-o",
+                "x.png",
+                "--trajectory-shape",
+                "ellipse",
+            ],
+            "--trajectory-shape",
+        ),
+    ];
+    for (args, flag) in cases {
+        let o = gs_render(&[&["--ply", "model.ply"], args].concat());
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(
+            e.contains("cannot be used with") && e.contains(flag),
+            "{args:?}: {e}"
+        );
+    }
+}

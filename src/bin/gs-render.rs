@@ -162,6 +162,10 @@ enum SplitArg {
 }
 
 /// Render a 3D Gaussian Splatting model (standard 3DGS PLY).
+///
+/// An option that belongs to one of the `source` group's modes conflicts with the other three
+/// rather than `requires` its own: clap does not enforce `requires` on a member of a required
+/// group (`--convert-format ply --camera C.json` used to be accepted and ignored).
 #[derive(Parser, Debug)]
 #[command(
     version,
@@ -190,10 +194,15 @@ struct Args {
     convert: Option<PathBuf>,
     /// With --convert: write this format whatever OUT is called (ply, spz, splat,
     /// compressed-ply).
-    #[arg(long, value_name = "FORMAT", requires = "convert", value_parser = parse_model_format)]
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        conflicts_with_all = ["camera", "pack", "cameras"],
+        value_parser = parse_model_format
+    )]
     convert_format: Option<ModelFormat>,
     /// Which views of the pack to render (or, with --trajectory, to fly through).
-    #[arg(long, value_enum, default_value = "test", requires = "pack")]
+    #[arg(long, value_enum, default_value = "test", conflicts_with_all = ["camera", "cameras", "convert"])]
     split: SplitArg,
     #[command(flatten)]
     resolution: ramsplat::cli::ResolutionArgs,
@@ -203,7 +212,13 @@ struct Args {
     trajectory: Option<usize>,
     /// The path of --trajectory: `interp` (through the cameras in order) or `ellipse` (an
     /// orbit around what they look at, at their mean height; a closed loop).
-    #[arg(long, value_enum, default_value = "interp", requires = "trajectory")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "interp",
+        requires = "trajectory",
+        conflicts_with_all = ["camera", "convert"]
+    )]
     trajectory_shape: ShapeArg,
     /// Output PNG (with --camera) or directory (with --pack, --cameras).
     #[arg(short, long, value_name = "OUT", required_unless_present = "convert")]
@@ -271,7 +286,7 @@ struct Args {
     /// Score and write only this half of each view of --pack, split at column ⌊W/2⌋:
     /// `right` is how `gs-train --eval --exposure` (and 3DGS's --train_test_exp) score the
     /// held-out views, whose left halves were trained on.
-    #[arg(long, value_enum, requires = "pack", conflicts_with_all = ["trajectory", "depth"])]
+    #[arg(long, value_enum, conflicts_with_all = ["camera", "cameras", "convert", "trajectory", "depth"])]
     half: Option<HalfArg>,
     /// With --pack: before each view is scored, fit its pose to its image in N steps with the
     /// model frozen (what `gs-train --eval-pose-steps` does: the fair score of a model trained
@@ -282,8 +297,7 @@ struct Args {
     #[arg(
         long,
         value_name = "N",
-        requires = "pack",
-        conflicts_with_all = ["trajectory"],
+        conflicts_with_all = ["camera", "cameras", "convert", "trajectory"],
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     eval_pose_steps: Option<u32>,
@@ -294,7 +308,12 @@ struct Args {
     /// truth (gsplat's colour-corrected metrics cc_psnr, cc_ssim, as `gs-train --eval
     /// --color-correct-metric` scores them): `affine` (a gain and offset per channel) or
     /// `quadratic` (multinerf's quadratic fit over unclipped pixels).
-    #[arg(long, value_enum, value_name = "METHOD", requires = "pack", conflicts_with_all = ["trajectory"])]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "METHOD",
+        conflicts_with_all = ["camera", "cameras", "convert", "trajectory"]
+    )]
     color_correct_metric: Option<ColorCorrection>,
 }
 
