@@ -40,10 +40,10 @@
 //!   AliceVision stores Eigen's column-major order) and `center` (the camera centre `C`), so
 //!   `x_cam = R·(x − C)` in OpenCV's camera axes, which is [`Pose`]'s convention with
 //!   `t = −R·C`.
-//! - `rigs`: a view that is part of a rig (`rigId`, `subPoseId`) and not marked
-//!   `isPoseIndependant` has the rig's pose followed by its sub-pose (`R = R_sub·R_rig`,
-//!   `t = R_sub·t_rig + t_sub`), as AliceVision composes them; an uninitialised sub-pose leaves
-//!   the view unreconstructed.
+//! - `rigs`: a view that is part of a rig (`rigId`, `subPoseId`) whose `isPoseIndependant` is
+//!   false (AliceVision writes the flag only then; absent, a view has a pose of its own) has
+//!   the rig's pose followed by its sub-pose (`R = R_sub·R_rig`, `t = R_sub·t_rig + t_sub`),
+//!   as AliceVision composes them; an uninitialised sub-pose leaves the view unreconstructed.
 //! - `views`: each view's image `path` and its `poseId` and `intrinsicId`. A view whose pose is
 //!   not in `poses` was not reconstructed (Meshroom lists every input image): it is left out,
 //!   with a warning counting them.
