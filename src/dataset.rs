@@ -52,6 +52,8 @@ pub enum Format {
     Las,
     /// ASTM E57, the terrestrial laser scanners' format (`crate::import::e57`).
     E57,
+    /// Wavefront OBJ meshes, their vertices as a point cloud (`crate::import::obj`).
+    Obj,
     /// A format a later ramsplat recorded in a pack's manifest (`source.format`), read back by
     /// this one, which cannot import it: the record is informational, so the pack still
     /// opens. Never chosen on the command line.
@@ -75,6 +77,7 @@ impl std::fmt::Display for Format {
             Format::Pcd => "PCD",
             Format::Las => "LAS/LAZ",
             Format::E57 => "E57",
+            Format::Obj => "OBJ",
             Format::Other => "a format of a later ramsplat",
         })
     }

@@ -39,12 +39,12 @@ struct Cli {
 enum Command {
     /// Convert a COLMAP workspace, NeRF transforms.json dataset, Agisoft Metashape camera XML,
     /// OpenSfM or OpenDroneMap reconstruction, Meshroom / AliceVision SfMData file, Bundler
-    /// file, or PLY, PCD, LAS, LAZ or E57 point cloud(s) into a pack.
+    /// file, PLY, PCD, LAS, LAZ or E57 point cloud(s), or OBJ meshes' vertices into a pack.
     #[command(after_help = SIZE_HELP)]
     Convert {
         /// Dataset folder (an OpenDroneMap project folder or a Meshroom node's folder too) or a
         /// transforms*.json / Metashape .xml / OpenSfM reconstruction.json / Meshroom .sfm /
-        /// Bundler .out / .ply / .pcd / .las / .laz / .e57 file.
+        /// Bundler .out / .ply / .pcd / .las / .laz / .e57 / .obj file.
         input: PathBuf,
         /// Output pack directory (absent or empty; a pack there needs --force).
         #[arg(short, long)]
@@ -118,14 +118,14 @@ enum Command {
         /// the point projects through the packed camera (the nearest where several share one),
         /// nothing elsewhere. gs-train then supervises the rendered depth at those pixels, as
         /// gsplat's --depth_loss does. COLMAP, OpenSfM, Meshroom and Bundler only; not with
-        /// --depths (one
-        /// kind of depth per pack). Holds about 24 bytes per point and 4 per observation while converting.
+        /// --depths (one kind of depth per pack). Holds about 24 bytes per point and 4 per
+        /// observation while converting.
         #[arg(long)]
         sfm_depths: bool,
-        /// Start training from the points of FILE (a .ply, .pcd, .las, .laz or .e57 cloud: a
-        /// dense reconstruction such as COLMAP's dense/fused.ply, or a laser scan or
-        /// depth-camera cloud registered to the cameras) instead
-        /// of the dataset's own SfM points (or random points, when it has none). Relative to
+        /// Start training from the points of FILE (a .ply, .pcd, .las, .laz or .e57 cloud, or
+        /// an .obj mesh's vertices: a dense reconstruction such as COLMAP's dense/fused.ply or
+        /// Meshroom's texturedMesh.obj, or a laser scan or depth-camera cloud registered to the
+        /// cameras) instead of the dataset's own SfM points (or random points, when it has none). Relative to
         /// the dataset root like --images, or absolute. gs-train's --max-gaussians subsamples
         /// a cloud larger than the budget allows.
         #[arg(long, value_name = "FILE")]

@@ -285,7 +285,8 @@ pub fn from_reader(
             "{} has no landmarks (Meshroom's cameras.sfm holds only the cameras): training will \
              start from random points, which converges more slowly than from the SfM points; \
              convert the StructureFromMotion node's sfm.abc to sfm.json with ConvertSfMFormat \
-             and pack that, or give a dense cloud with --points FILE",
+             and pack that, or start from the mesh's vertices with --points \
+             texturedMesh.obj (the Texturing node's)",
             file.display()
         )
     });

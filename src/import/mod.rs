@@ -38,6 +38,7 @@ pub mod las;
 pub mod meshroom;
 pub mod metashape;
 pub mod nerf;
+pub mod obj;
 pub mod opensfm;
 pub mod pcd;
 pub mod ply;
@@ -66,10 +67,10 @@ pub struct ImportOptions {
     /// (nerfstudio's `images_N` layout, relative to the transforms file); Metashape, the folder
     /// of the photos (relative to the XML's folder); OpenSfM, the folder of the shots' images
     /// (relative to the dataset root); Meshroom, the folder of the views' image file names
-    /// (relative to the SfMData file's folder); Bundler, the folder of the listed images' file names
-    /// (relative to the list's folder). It may hold a resized
-    /// copy of the images the poses were estimated on (Mip-NeRF 360's `images_4`): each view's
-    /// camera is scaled to its file's size (see `crate::import::image::camera_for_file`). A
+    /// (relative to the SfMData file's folder); Bundler, the folder of the listed images' file
+    /// names (relative to the list's folder). It may hold a resized copy of the images the
+    /// poses were estimated on (Mip-NeRF 360's `images_4`): each view's camera is scaled to its
+    /// file's size (see `crate::import::image::camera_for_file`). A
     /// PLY, PCD or LAS point cloud refuses it.
     pub images: Option<PathBuf>,
     /// `gs-pack convert --depths DIR`: the folder of monocular inverse-depth maps (relative to
@@ -504,10 +505,13 @@ pub fn open_point_file(
         las::open_cloud(path, name, options, warnings)
     } else if ext.eq_ignore_ascii_case("e57") {
         e57::open_cloud(path, name, options, warnings)
+    } else if ext.eq_ignore_ascii_case("obj") {
+        obj::open_cloud(path, name, options, warnings)
     } else {
         Err(ImportError::invalid(
             path,
-            "not a point cloud file this reads: give a .ply, .pcd, .las, .laz or .e57 file",
+            "not a point cloud file this reads: give a .ply, .pcd, .las, .laz, .e57 or .obj \
+             (mesh vertices) file",
         ))
     }
 }
@@ -659,6 +663,8 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Ok(Format::Las)
         } else if ext.eq_ignore_ascii_case("e57") {
             Ok(Format::E57)
+        } else if ext.eq_ignore_ascii_case("obj") {
+            Ok(Format::Obj)
         } else if ext.eq_ignore_ascii_case("json") && name.starts_with("transforms") {
             Ok(Format::Nerf)
         } else if ext.eq_ignore_ascii_case("json") && name.starts_with("reconstruction") {
@@ -675,10 +681,10 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
         } else {
             Err(ImportError::UnknownFormat {
                 path: path.to_owned(),
-                msg: "a file that is neither .ply, .pcd, .las, .laz, .e57, transforms*.json, \
-                      reconstruction*.json (OpenSfM), a Meshroom .sfm (or sfm*.json, \
-                      cameras*.json), a Bundler .out nor a Metashape .xml; pass --format for \
-                      another name"
+                msg: "a file that is neither .ply, .pcd, .las, .laz, .e57, .obj, \
+                      transforms*.json, reconstruction*.json (OpenSfM), a Meshroom .sfm (or \
+                      sfm*.json, cameras*.json), a Bundler .out nor a Metashape .xml; pass \
+                      --format for another name"
                     .into(),
             })
         };
@@ -723,6 +729,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
         (Format::Pcd, ".pcd", 0),
         (Format::Las, ".las/.laz", 0),
         (Format::E57, ".e57", 0),
+        (Format::Obj, ".obj", 0),
     ];
     for e in entries.flatten() {
         let p = e.path();
@@ -731,6 +738,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Some(x) if x.eq_ignore_ascii_case("pcd") => 1,
             Some(x) if is_las(x) => 2,
             Some(x) if x.eq_ignore_ascii_case("e57") => 3,
+            Some(x) if x.eq_ignore_ascii_case("obj") => 4,
             _ => continue,
         };
         kinds[kind].2 += 1;
@@ -745,7 +753,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             path,
             format!(
                 "the folder holds {} point clouds, so which to pack is unclear; pass --format \
-                 ply, pcd, las or e57 (only those files are then read)",
+                 ply, pcd, las, e57 or obj (only those files are then read)",
                 list.join(" and ")
             ),
         ));
@@ -755,7 +763,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     }
     Err(ImportError::UnknownFormat {
         path: path.to_owned(),
-        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape), no reconstruction.json or opensfm/reconstruction.json (OpenSfM, OpenDroneMap), no sfm.json, sfm.sfm or cameras.sfm (Meshroom), no bundle.out or bundle/bundle.out (Bundler) and no .ply, .pcd, .las, .laz or .e57 files".into(),
+        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape), no reconstruction.json or opensfm/reconstruction.json (OpenSfM, OpenDroneMap), no sfm.json, sfm.sfm or cameras.sfm (Meshroom), no bundle.out or bundle/bundle.out (Bundler) and no .ply, .pcd, .las, .laz, .e57 or .obj files".into(),
     })
 }
 
@@ -808,6 +816,7 @@ pub fn open(
         Format::Pcd => pcd::import(path, options),
         Format::Las => las::import(path, options),
         Format::E57 => e57::import(path, options),
+        Format::Obj => obj::import(path, options),
         Format::Other => Err(ImportError::invalid(
             path,
             "the dataset format is not one this ramsplat imports",
