@@ -198,7 +198,7 @@ fn a_pcd_cloud_packs_with_its_labels_and_info_shows_them() {
     let o = gs_pack(&["info", pack.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("(Pcd)"), "{out}");
+    assert!(out.contains("(PCD)"), "{out}");
     assert!(out.contains("points      \"scan\": 3, labels"), "{out}");
     let info = info_json(&pack);
     assert_eq!(info["source"]["format"], "pcd", "{info}");
