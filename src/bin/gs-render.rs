@@ -190,7 +190,11 @@ struct Args {
     cameras: Option<PathBuf>,
     /// Convert the model to OUT.spz, OUT.splat, OUT.compressed.ply or OUT.ply (by its name)
     /// and render nothing.
-    #[arg(long, value_name = "OUT.spz")]
+    #[arg(
+        long,
+        value_name = "OUT.spz",
+        conflicts_with_all = ["bg", "resolution", "data_factor"]
+    )]
     convert: Option<PathBuf>,
     /// With --convert: write this format whatever OUT is called (ply, spz, splat,
     /// compressed-ply).
