@@ -18,10 +18,11 @@
 //! The cloud is read twice, never held: when opened, to check every vertex line, count the
 //! vertices (the cloud's declared length) and tell the colour scale; then line by line as the
 //! pack pipeline pulls chunks. A vertex line with fewer than three numbers, a value that is not
-//! a number or not finite, a file where some vertices have a colour and others none, and a
-//! file without any vertex are errors naming the file and the line.
+//! a number or not finite, a file where some vertices have a colour and others none, bytes
+//! that are not text, a line longer than 1 MiB (a file without line breaks is not read whole)
+//! and a file without any vertex are errors naming the file and the line.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -155,6 +156,15 @@ impl ObjCloud {
                     Location::Line(self.line + 1),
                     "not text (OBJ is a text format): is this a binary file named .obj?",
                 ),
+                LineError::TooLong => ImportError::parse(
+                    &self.path,
+                    Location::Line(self.line + 1),
+                    format!(
+                        "a line longer than {} MiB (OBJ lines are short): is this a binary \
+                         file named .obj?",
+                        MAX_LINE >> 20
+                    ),
+                ),
             })?;
             if read == 0 {
                 return Ok(None);
@@ -204,15 +214,22 @@ impl ObjCloud {
     }
 }
 
+/// The longest line read (a vertex line is well under 200 bytes): a file without line breaks
+/// is refused at this length instead of read whole into memory.
+const MAX_LINE: u64 = 1 << 20;
+
 /// What reading a line can fail with.
 enum LineError {
     Io(std::io::Error),
     NotText,
+    TooLong,
 }
 
-/// Reads one line into `buf` (`\n` included), refusing bytes that are not UTF-8: 0 at the end.
+/// Reads one line into `buf` (`\n` included), refusing bytes that are not UTF-8 and lines
+/// longer than [`MAX_LINE`]: 0 at the end.
 fn read_line(r: &mut impl BufRead, buf: &mut String) -> Result<usize, LineError> {
-    match r.read_line(buf) {
+    match r.by_ref().take(MAX_LINE + 1).read_line(buf) {
+        Ok(n) if n as u64 > MAX_LINE => Err(LineError::TooLong),
         Ok(n) => Ok(n),
         Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(LineError::NotText),
         Err(e) => Err(LineError::Io(e)),
@@ -453,6 +470,12 @@ mod tests {
         .unwrap()
         .to_string();
         assert!(e.contains("line 2") && e.contains("not text"), "{e}");
+        let long = format!("v 1 2 3\n# {}\n", "x".repeat(MAX_LINE as usize));
+        let e = open(&long, &Default::default()).map(|_| ()).unwrap_err();
+        assert!(
+            e.contains("line 2") && e.contains("longer than 1 MiB"),
+            "{e}"
+        );
 
         let whole = "v 0.5 1 2 0.1 0.2 0.3\nvt 0 1\nv 3 4 5 0.4 0.5 0.6\nf 1 2 1\n";
         for cut in 0..whole.len() {
