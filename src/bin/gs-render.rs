@@ -161,11 +161,10 @@ enum SplitArg {
     All,
 }
 
+// An option that belongs to one of the `source` group's modes conflicts with the other three
+// rather than `requires` its own: clap does not enforce `requires` on a member of a required
+// group (`--convert-format ply --camera C.json` used to be accepted and ignored).
 /// Render a 3D Gaussian Splatting model (standard 3DGS PLY).
-///
-/// An option that belongs to one of the `source` group's modes conflicts with the other three
-/// rather than `requires` its own: clap does not enforce `requires` on a member of a required
-/// group (`--convert-format ply --camera C.json` used to be accepted and ignored).
 #[derive(Parser, Debug)]
 #[command(
     version,
