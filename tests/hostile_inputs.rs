@@ -37,7 +37,7 @@
 //! | PCD LZF back-reference before the start of the data | 1 | `…/lzf.pcd: byte N: an LZF back-reference at uncompressed byte 0 reaches back 1 (to byte -1), before the start of the data; the binary_compressed data is damaged: save the cloud again from its source` |
 //! | PCD point with an infinite coordinate | 1 | ``…/inf.pcd: line 13: point 1: `x` = inf is not a finite coordinate; PCL marks missing points with NaN, so an infinite one is damage: …`` |
 //! | PCD points with NaN coordinates (pixels without a measurement) | 0 | `warning: …/nan.pcd: 5 of 20 points have NaN coordinates (no measurement at those sensor pixels) and are left out` |
-//! | a folder holding .ply and .pcd clouds | 1 | `…: the folder holds .ply (1) and .pcd (1) point clouds, so which to pack is unclear; pass --format ply, pcd, las or e57 (only those files are then read)` |
+//! | a folder holding .ply and .pcd clouds | 1 | `…: the folder holds .ply (1) and .pcd (1) point clouds, so which to pack is unclear; pass --format ply, pcd, las, e57 or obj (only those files are then read)` |
 //! | E57 scan with a damaged page | 1 | `…/scan.e57: byte N: scan 0 (station A): page N's checksum is …, its data's …; the E57 file is damaged (copy or export it again)` |
 //! | a dataset's image, `points3D.txt`, `cameras.txt`, depth map or `depth_params.json` is a named pipe, `convert` | 1 | `…/images/00002.png: a named pipe, not a regular file; only regular files are read: save the data to a file and give that` (was: the image skipped as missing, the points left out, exit 0) |
 //! | `gs-render --bilateral-grids` a named pipe (`--camera`, `--cameras`, `--exposure` read pipes and `/dev/stdin` like files) | 1 | `…/grids.json: a named pipe, not a regular file; …` (was: waited forever) |
@@ -1288,7 +1288,7 @@ fn damaged_pcd_clouds_are_refused_naming_the_file_and_the_place() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         stderr(&o).contains("the folder holds .ply (1) and .pcd (1) point clouds")
-            && stderr(&o).contains("pass --format ply, pcd, las or e57"),
+            && stderr(&o).contains("pass --format ply, pcd, las, e57 or obj"),
         "{}",
         text(&o)
     );

@@ -1480,7 +1480,7 @@ mod tests {
         std::fs::write(d.join("c.pcd"), "x").unwrap();
         let e = detect(d).unwrap_err().to_string();
         assert!(
-            e.contains(".pcd (1) and .e57 (2)") && e.contains("pcd, las or e57"),
+            e.contains(".pcd (1) and .e57 (2)") && e.contains("pcd, las, e57 or obj"),
             "{e}"
         );
         assert_eq!(

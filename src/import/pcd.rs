@@ -3583,7 +3583,7 @@ mod tests {
         let e = detect(dir.path()).unwrap_err();
         assert!(
             msg(&e).contains(".ply (1) and .pcd (3)")
-                && msg(&e).contains("--format ply, pcd, las or e57"),
+                && msg(&e).contains("--format ply, pcd, las, e57 or obj"),
             "{e}"
         );
         let scene = open(dir.path(), Format::Pcd, &ImportOptions::default()).unwrap();
