@@ -18,9 +18,9 @@
 //!    compute queue waiting for it on the device (rules in `src/device/transfer.rs`), or from
 //!    pageable memory by a plain copy; then `rgb8_to_f32`;
 //! 2. `forward_resident`, the loss kernels (`∂L/∂image` + scalars), `backward_resident`;
-//!    with MCMC ([`super::mcmc`]) then `mcmc_regularize` (`kernels/mcmc.cu`), which adds the
-//!    regularisers' gradients and returns their loss term (per-block sums, 16 bytes per 256
-//!    Gaussians read back);
+//!    with MCMC ([`super::mcmc`]), or the default strategy's `--opacity-reg`/`--scale-reg`,
+//!    then `mcmc_regularize` (`kernels/mcmc.cu`), which adds the regularisers' gradients and
+//!    returns their loss term (per-block sums, 16 bytes per 256 Gaussians read back);
 //! 3. `densify_accumulate` (`kernels/densify.cu`, the twin of the host statistics) while the
 //!    strategy collects;
 //! 4. at the strategy's refine iterations only (every 100 iterations by default): the
