@@ -29,7 +29,7 @@
 //! | `convert --depths`: a 16-bit RGB map of half size | 0 | packed: the blue channel (OpenCV's channel 0), resampled to the image |
 //! | `convert --depths`: a scale 100× the median | 0 | `warning: 1 of 6 views' depth fits in … are unreliable (…): packed without depth, as 3DGS trains them without the depth loss` |
 //! | `convert --sfm-depths --depths DIR` | 1 | `--sfm-depths and --depths both give the views an inverse-depth plane, and a pack holds one kind: drop --depths … or drop --sfm-depths …` |
-//! | `convert --sfm-depths` of a transforms.json dataset (or a point cloud) | 1 | `…: --sfm-depths needs a COLMAP model, an OpenSfM reconstruction or a Bundler file, whose tracks say which images observe each point; this is a transforms.json (NeRF) dataset, which has no tracks: drop --sfm-depths …` |
+//! | `convert --sfm-depths` of a transforms.json dataset (or a point cloud) | 1 | `…: --sfm-depths needs a COLMAP model, an OpenSfM reconstruction, a Meshroom SfMData file or a Bundler file, whose tracks say which images observe each point; this is a transforms.json (NeRF) dataset, which has no tracks: drop --sfm-depths …` |
 //! | `convert --sfm-depths`: COLMAP points3D without tracks | 1 | `…/sparse/0/points3D.txt: the model has no tracks: …; convert the original COLMAP model, or drop --sfm-depths` |
 //! | `convert --sfm-depths`: a track naming an unregistered image | 1 | `…/sparse/0/points3D.txt: line N: point P: its track names image 99, which …/images.txt does not register; the model is inconsistent: …` |
 //! | `convert` of frames with nerfstudio's `depth_file_path` | 0 | `warning: 6 frames have nerfstudio's "depth_file_path" (metric depth in millimetres); it is not used: --depths DIR takes …` |
@@ -1076,7 +1076,7 @@ fn sfm_depths_refusals_name_the_file_and_the_remedy() {
         &nerf,
         &[],
         &[
-            "--sfm-depths needs a COLMAP model, an OpenSfM reconstruction or a Bundler file",
+            "--sfm-depths needs a COLMAP model, an OpenSfM reconstruction, a Meshroom SfMData file or a Bundler file",
             "a transforms.json (NeRF) dataset, which has no tracks",
             "drop --sfm-depths",
         ],
