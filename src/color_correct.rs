@@ -124,36 +124,6 @@ impl Reference for [u8] {
     }
 }
 
-/// Owned and fixed-size forms read as their slices.
-macro_rules! reference_as_slice {
-    ($($t:ty => $e:ty),* $(,)?) => {$(
-        impl Reference for $t {
-            fn len(&self) -> usize {
-                <$e as Reference>::len(self)
-            }
-            fn at(&self, i: usize) -> f32 {
-                <$e as Reference>::at(self, i)
-            }
-            fn first_non_finite(&self) -> Option<usize> {
-                <$e as Reference>::first_non_finite(self)
-            }
-        }
-    )*};
-}
-reference_as_slice!(Vec<f32> => [f32], Vec<u8> => [u8]);
-
-impl<const N: usize> Reference for [f32; N] {
-    fn len(&self) -> usize {
-        N
-    }
-    fn at(&self, i: usize) -> f32 {
-        self[i]
-    }
-    fn first_non_finite(&self) -> Option<usize> {
-        <[f32] as Reference>::first_non_finite(self)
-    }
-}
-
 /// Which colour correction precedes the colour-corrected scores (`--color-correct-metric`).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
@@ -582,7 +552,7 @@ mod tests {
             .map(|(i, &t)| (gain[i % 3] * t as f64 + offset[i % 3]) as f32)
             .collect();
         let mut corrected = render.clone();
-        let fits = correct_affine(&mut corrected, &truth, None).unwrap();
+        let fits = correct_affine(&mut corrected, &truth[..], None).unwrap();
         for c in 0..3 {
             assert!((fits[c].gain - gain[c]).abs() < 1e-6, "{fits:?}");
             assert!((fits[c].offset - offset[c]).abs() < 1e-6, "{fits:?}");
@@ -609,7 +579,7 @@ mod tests {
             0.2f32, 0.9, 0.2, 0.3, 0.7, 0.4, 0.6, 0.5, 0.6, 0.5, 0.3, 0.8, 1.0, 0.0, 0.0,
         ];
         let mask = [1u8, 1, 1, 1, 0];
-        let fits = correct_affine(&mut img, &reference, Some(&mask)).unwrap();
+        let fits = correct_affine(&mut img, &reference[..], Some(&mask)).unwrap();
         assert!((fits[0].gain - 0.6).abs() < 1e-6 && (fits[0].offset - 0.16).abs() < 1e-6);
         assert!((fits[1].gain + 1.0).abs() < 1e-6 && (fits[1].offset - 1.0).abs() < 1e-6);
         assert_eq!(fits[2].gain, 1.0);
@@ -658,13 +628,13 @@ mod tests {
         let img = random_image(&mut rng, 6000, 0.05, 0.95);
         let reference = mapped(&img);
         let mut corrected = img.clone();
-        correct_quadratic(&mut corrected, &reference, None).unwrap();
+        correct_quadratic(&mut corrected, &reference[..], None).unwrap();
         assert!(psnr(&img, &reference) < 30.0);
         let d = max_diff(&corrected, &reference);
         assert!(d < 1e-6, "{d}");
         // The affine fit cannot: the map is not a line.
         let mut affine = img.clone();
-        correct_affine(&mut affine, &reference, None).unwrap();
+        correct_affine(&mut affine, &reference[..], None).unwrap();
         assert!(max_diff(&affine, &reference) > 1e-3);
     }
 
@@ -687,7 +657,7 @@ mod tests {
             reference[3 * p + 1] = 1.0;
         }
         let mut corrected = img.clone();
-        correct_quadratic(&mut corrected, &reference, None).unwrap();
+        correct_quadratic(&mut corrected, &reference[..], None).unwrap();
         let d = max_diff(&corrected, &want);
         assert!(d < 1e-6, "{d}");
         // A loss mask leaves pixels out of every channel's fit the same way.
@@ -698,11 +668,11 @@ mod tests {
             reference[3 * p..3 * p + 3].copy_from_slice(&[0.9, 0.1, 0.5]);
         }
         let mut corrected = img.clone();
-        correct_quadratic(&mut corrected, &reference, Some(&mask)).unwrap();
+        correct_quadratic(&mut corrected, &reference[..], Some(&mask)).unwrap();
         assert!(max_diff(&corrected, &want) < 1e-6);
         // Without the mask the garbage pulls the fit away.
         let mut unmasked = img.clone();
-        correct_quadratic(&mut unmasked, &reference, None).unwrap();
+        correct_quadratic(&mut unmasked, &reference[..], None).unwrap();
         assert!(max_diff(&unmasked, &want) > 1e-2);
     }
 
@@ -735,7 +705,7 @@ mod tests {
         let mut rng = Rng::new(15);
         let img = random_image(&mut rng, 2000, 0.0, 1.0);
         let mut a = img.clone();
-        let fits = correct_affine(&mut a, &img, None).unwrap();
+        let fits = correct_affine(&mut a, &img[..], None).unwrap();
         assert_eq!(
             fits,
             [AffineFit {
@@ -745,7 +715,7 @@ mod tests {
         );
         assert_eq!(a, img);
         let mut q = img.clone();
-        correct_quadratic(&mut q, &img, None).unwrap();
+        correct_quadratic(&mut q, &img[..], None).unwrap();
         assert!(max_diff(&q, &img) < 1e-6);
     }
 
@@ -764,7 +734,7 @@ mod tests {
             .map(|&x| (0.6 * (x as f64).powi(2) + 0.2 * x as f64 + 0.1) as f32)
             .collect();
         let mut q = grey.clone();
-        correct_quadratic(&mut q, &reference, None).unwrap();
+        correct_quadratic(&mut q, &reference[..], None).unwrap();
         assert!(
             max_diff(&q, &reference) < 1e-6,
             "{}",
@@ -783,7 +753,7 @@ mod tests {
         });
         let flat = vec![0.5f32; 3000];
         let mut q = flat.clone();
-        correct_quadratic(&mut q, &truth, None).unwrap();
+        correct_quadratic(&mut q, &truth[..], None).unwrap();
         for (i, v) in q.iter().enumerate() {
             assert!((*v as f64 - mean[i % 3]).abs() < 1e-6, "{v} vs {mean:?}");
         }
@@ -798,7 +768,9 @@ mod tests {
         for (what, img, reference, mask) in cases {
             for method in [ColorCorrection::Affine, ColorCorrection::Quadratic] {
                 let mut out = img.clone();
-                method.apply(&mut out, &reference, mask.as_deref()).unwrap();
+                method
+                    .apply(&mut out, &reference[..], mask.as_deref())
+                    .unwrap();
                 assert!(
                     out.iter().all(|v| (0.0..=1.0).contains(v)),
                     "{what}, {}: {:?}",
@@ -808,16 +780,16 @@ mod tests {
             }
         }
         let mut black = vec![0.0f32; 3000];
-        correct_quadratic(&mut black, &truth, None).unwrap();
+        correct_quadratic(&mut black, &truth[..], None).unwrap();
         assert!(black.iter().all(|&v| v == 0.0));
         let mut kept = truth.clone();
-        correct_affine(&mut kept, &grey, Some(&vec![0u8; 1000])).unwrap();
+        correct_affine(&mut kept, &grey[..], Some(&vec![0u8; 1000])).unwrap();
         assert_eq!(kept, truth);
         // Fewer pixels than features: finite, and the fitted pixels reproduced.
         let few = random_image(&mut rng, 4, 0.1, 0.9);
         let few_ref = random_image(&mut rng, 4, 0.1, 0.9);
         let mut q = few.clone();
-        correct_quadratic(&mut q, &few_ref, None).unwrap();
+        correct_quadratic(&mut q, &few_ref[..], None).unwrap();
         assert!(max_diff(&q, &few_ref) < 1e-5, "{q:?} vs {few_ref:?}");
     }
 
@@ -825,23 +797,23 @@ mod tests {
     fn bad_inputs_are_errors() {
         let mut img = vec![0.5f32; 12];
         assert_eq!(
-            correct_affine(&mut img, &[0.5; 9], None),
+            correct_affine(&mut img, &[0.5; 9][..], None),
             Err(ColorCorrectError::SizeMismatch {
                 image: 12,
                 reference: 9
             })
         );
         assert_eq!(
-            correct_quadratic(&mut [0.5; 4], &[0.5; 4], None),
+            correct_quadratic(&mut [0.5; 4], &[0.5; 4][..], None),
             Err(ColorCorrectError::NotRgb { len: 4 })
         );
         assert_eq!(
-            ColorCorrection::Quadratic.apply(&mut img, &[0.5; 12], Some(&[1, 1, 1])),
+            ColorCorrection::Quadratic.apply(&mut img, &[0.5; 12][..], Some(&[1, 1, 1])),
             Err(ColorCorrectError::MaskSize { mask: 3, pixels: 4 })
         );
         let mut bad = [0.5f32, f32::NAN, 0.5];
         let e = ColorCorrection::Affine
-            .apply(&mut bad, &[0.5; 3], None)
+            .apply(&mut bad, &[0.5; 3][..], None)
             .unwrap_err();
         assert_eq!(
             e,
@@ -852,7 +824,7 @@ mod tests {
         );
         assert!(e.to_string().contains("value 1 of the render"), "{e}");
         // An empty image is nothing to correct.
-        correct_quadratic(&mut [], &[], None).unwrap();
+        correct_quadratic(&mut [], &[0f32; 0][..], None).unwrap();
     }
 
     #[test]
@@ -866,7 +838,7 @@ mod tests {
             .collect();
         let run = |method: ColorCorrection| {
             let mut out = img.clone();
-            method.apply(&mut out, &reference, None).unwrap();
+            method.apply(&mut out, &reference[..], None).unwrap();
             out
         };
         let one = rayon::ThreadPoolBuilder::new()

@@ -15,7 +15,8 @@ use ramsplat::shard::reader::Pack;
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
 use gs_pack::{
-    convert_full_size, holds_model_points, same_camera, same_sfm_depth_planes, synth_colmap, text,
+    chain, convert_full_size, holds_model_points, same_camera, same_sfm_depth_planes, synth_colmap,
+    text,
 };
 
 const W: u32 = 64;
@@ -180,15 +181,7 @@ fn import_bundle(dir: &Path, out: &str, images: &[&str]) -> Result<usize, String
         &ImportOptions::default(),
     )
     .map(|s| s.views.len())
-    .map_err(|e| {
-        let mut s = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(c) = src {
-            write!(s, ": {c}").unwrap();
-            src = c.source();
-        }
-        s
-    })
+    .map_err(|e| chain(&e))
 }
 
 const CAM: &str = "30 0.01 0\n1 0 0\n0 1 0\n0 0 1\n0 0 -5\n";

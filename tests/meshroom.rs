@@ -4,19 +4,18 @@
 //! workspace, and hostile files must be refused with a message naming the file, the record
 //! and the fault.
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use ramsplat::dataset::Format;
 use ramsplat::import::colmap::{parse_tracks_bytes, ColmapModel, Encoding};
-use ramsplat::import::{open, ImportOptions};
 use ramsplat::scene::maths::quat_to_rot;
 use ramsplat::shard::reader::Pack;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
 use gs_pack::{
-    convert_full_size, holds_model_points, same_camera, same_sfm_depth_planes, synth_colmap, text,
+    convert_full_size, holds_model_points, import_metadata, same_camera, same_sfm_depth_planes,
+    synth_colmap, text,
 };
 
 const W: u32 = 64;
@@ -451,19 +450,7 @@ fn sfm_depths_come_from_landmark_observations_as_from_colmap_tracks() {
 fn import_json(dir: &Path, json: &str) -> Result<ramsplat::import::ImportedScene, String> {
     let file = dir.join("sfm.json");
     std::fs::write(&file, json).unwrap();
-    let opts = ImportOptions {
-        metadata_only: true,
-        ..Default::default()
-    };
-    open(&file, Format::Meshroom, &opts).map_err(|e| {
-        let mut s = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(c) = src {
-            write!(s, ": {c}").unwrap();
-            src = c.source();
-        }
-        s
-    })
+    import_metadata(&file, Format::Meshroom)
 }
 
 const VIEW_A: &str = "{\"viewId\": \"1\", \"poseId\": \"1\", \"intrinsicId\": \"0\", \"path\": \

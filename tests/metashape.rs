@@ -15,7 +15,7 @@ use ramsplat::shard::PointChunkRef;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{convert_full_size, gs_pack, synth_colmap, text};
+use gs_pack::{convert_full_size, gs_pack, import_metadata, synth_colmap, text};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -346,19 +346,7 @@ fn project(sensors: &str, cameras: &str, extra: &str) -> String {
 fn import_xml(dir: &Path, xml: &str) -> Result<ramsplat::import::ImportedScene, String> {
     let file = dir.join("cameras.xml");
     std::fs::write(&file, xml).unwrap();
-    let opts = ImportOptions {
-        metadata_only: true,
-        ..Default::default()
-    };
-    open(&file, Format::Metashape, &opts).map_err(|e| {
-        let mut s = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(c) = src {
-            write!(s, ": {c}").unwrap();
-            src = c.source();
-        }
-        s
-    })
+    import_metadata(&file, Format::Metashape)
 }
 
 #[test]

@@ -14,7 +14,8 @@ use ramsplat::shard::reader::Pack;
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
 use gs_pack::{
-    convert_full_size, holds_model_points, same_camera, same_sfm_depth_planes, synth_colmap, text,
+    convert_full_size, holds_model_points, import_metadata, same_camera, same_sfm_depth_planes,
+    synth_colmap, text,
 };
 
 const W: u32 = 64;
@@ -327,19 +328,7 @@ fn sfm_depths_come_from_opensfm_tracks_as_from_colmap_tracks() {
 fn import_json(dir: &Path, json: &str) -> Result<ramsplat::import::ImportedScene, String> {
     let file = dir.join("reconstruction.json");
     std::fs::write(&file, json).unwrap();
-    let opts = ImportOptions {
-        metadata_only: true,
-        ..Default::default()
-    };
-    open(&file, Format::Opensfm, &opts).map_err(|e| {
-        let mut s = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(c) = src {
-            write!(s, ": {c}").unwrap();
-            src = c.source();
-        }
-        s
-    })
+    import_metadata(&file, Format::Opensfm)
 }
 
 const CAMERA: &str = "\"c\": {\"projection_type\": \"brown\", \"width\": 40, \"height\": 30, \

@@ -554,18 +554,9 @@ fn name_views(views: &mut [Reconstructed], file: &Path) -> Result<(), ImportErro
 
 /// The pose of a rig's camera: the rig's pose, then the camera's sub-pose.
 fn compose(sub: &Pose, rig: &Pose) -> Pose {
-    let (a, b) = (&sub.rotation, &rig.rotation);
-    let mut rotation = [[0.0; 3]; 3];
-    let mut translation = sub.translation;
-    for r in 0..3 {
-        for c in 0..3 {
-            rotation[r][c] = (0..3).map(|k| a[r][k] * b[k][c]).sum();
-        }
-        translation[r] += (0..3).map(|k| a[r][k] * rig.translation[k]).sum::<f64>();
-    }
     Pose {
-        rotation,
-        translation,
+        rotation: crate::scene::maths::mat3_mul(&sub.rotation, &rig.rotation),
+        translation: sub.transform(rig.translation),
     }
 }
 
@@ -1007,15 +998,9 @@ impl Pose3Json {
         if let Some(bad) = r.iter().chain(c).find(|v| !v.is_finite()) {
             return Err(format!("{bad} is not a finite number"));
         }
-        // Column-major: value 3·col + row.
-        let rotation: [[f64; 3]; 3] =
-            std::array::from_fn(|row| std::array::from_fn(|col| r[3 * col + row]));
-        let translation =
-            std::array::from_fn(|row| -(0..3).map(|k| rotation[row][k] * c[k]).sum::<f64>());
-        Ok(Pose {
-            rotation,
-            translation,
-        })
+        // Column-major `R` read row by row is `Rᵀ`, the camera-to-world rotation.
+        let c2w = std::array::from_fn(|row| std::array::from_fn(|col| r[3 * row + col]));
+        Ok(Pose::from_camera_to_world(c2w, [c[0], c[1], c[2]]))
     }
 }
 

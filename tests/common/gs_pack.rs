@@ -89,6 +89,31 @@ pub fn synth_colmap(
     read_model(&sparse, Encoding::Text).unwrap()
 }
 
+/// An error and its sources joined by ": ", as the binaries print the chain.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// `import::open` of `file` as `format` without reading images (metadata only), its error as
+/// [`chain`].
+pub fn import_metadata(
+    file: &Path,
+    format: ramsplat::dataset::Format,
+) -> Result<ramsplat::import::ImportedScene, String> {
+    let options = ramsplat::import::ImportOptions {
+        metadata_only: true,
+        ..Default::default()
+    };
+    ramsplat::import::open(file, format, &options).map_err(|e| chain(&e))
+}
+
 /// Checks that packs `a` and `b` (the same views, converted with `--sfm-depths` from two
 /// encodings of one reconstruction) hold the same sparse depth planes: the same pixels, the
 /// same values to a quantization step (their poses may differ in their last bits: a
