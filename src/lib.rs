@@ -55,6 +55,7 @@ pub mod fsutil;
 pub mod import;
 pub mod metrics;
 pub mod pack;
+pub mod partition;
 pub mod plot;
 pub mod render;
 pub mod resample;

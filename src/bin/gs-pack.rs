@@ -188,11 +188,77 @@ enum Command {
         #[arg(long, alias = "center-principal-point")]
         centre_principal_point: bool,
     },
+    /// Cut a pack into spatial blocks, each a pack of its own to train under its own budget
+    /// (scenes larger than one run's --ram-budget or GPU holds); `gs-pack merge` joins the
+    /// trained blocks into one model.
+    Partition(PartitionArgs),
+    /// Join the models trained on a partition's blocks into one model: from each block, the
+    /// Gaussians whose centre lies in its core (the cores tile the ground, so nothing is kept
+    /// twice).
+    Merge {
+        /// The folder `gs-pack partition` wrote (holding partition.json).
+        partition: PathBuf,
+        /// The gs-train output folder of every block (each run's report.json names its pack;
+        /// its last saved model is merged).
+        #[arg(required = true, value_name = "RUN")]
+        runs: Vec<PathBuf>,
+        /// The merged model: OUT.ply, OUT.spz, OUT.splat or OUT.compressed.ply (by its name).
+        #[arg(short, long, value_name = "OUT.ply")]
+        output: PathBuf,
+    },
     /// Generate a procedural dataset (images + COLMAP or transforms.json metadata + points).
     Synth(ramsplat::synth::SynthArgs),
     /// Run the loader alone under a RAM budget and print one JSON line of throughput figures.
     #[command(after_help = SIZE_HELP)]
     Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct PartitionArgs {
+    /// Pack to partition (only read).
+    pack: PathBuf,
+    /// Output folder (absent or empty): one pack per block (block-C-R) and partition.json.
+    #[arg(short, long, required_unless_present = "dry_run")]
+    output: Option<PathBuf>,
+    /// Blocks as COLUMNSxROWS (e.g. 2x2, or 4x1 for a street), columns along the cameras'
+    /// widest spread on the ground; each block gets about as many training views.
+    #[arg(long, value_parser = parse_blocks, value_name = "CxR")]
+    blocks: (u32, u32),
+    /// How far each block reaches into its neighbours for cameras and points, as a fraction
+    /// of its size.
+    #[arg(long, default_value_t = ramsplat::partition::DEFAULT_OVERLAP, value_name = "F")]
+    overlap: f64,
+    /// A view outside a block's region joins it when at least this fraction of its image looks
+    /// into the block (1 = by camera position only).
+    #[arg(long, default_value_t = ramsplat::partition::DEFAULT_MIN_COVERAGE, value_name = "F")]
+    min_coverage: f64,
+    /// The scene's up direction in the pack's world frame, instead of finding it from the
+    /// cameras (their up axes, or the plane of their centres).
+    #[arg(long, value_parser = parse_up, value_name = "X,Y,Z", allow_hyphen_values = true)]
+    up: Option<[f64; 3]>,
+    /// Print the plan (each block's views and points) and write nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn parse_blocks(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("expected COLUMNSxROWS such as 2x2 or 4x1, got {s:?}");
+    let (c, r) = s
+        .to_ascii_lowercase()
+        .split_once('x')
+        .map(|(c, r)| (c.trim().to_owned(), r.trim().to_owned()))
+        .ok_or_else(bad)?;
+    Ok((c.parse().map_err(|_| bad())?, r.parse().map_err(|_| bad())?))
+}
+
+fn parse_up(s: &str) -> Result<[f64; 3], String> {
+    let bad = || format!("expected three numbers X,Y,Z such as 0,0,1, got {s:?}");
+    let v: Vec<f64> = s
+        .split(',')
+        .map(|p| p.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    <[f64; 3]>::try_from(v).map_err(|_| bad())
 }
 
 #[derive(clap::Args)]
@@ -333,6 +399,12 @@ fn main() -> ExitCode {
             format,
             centre_principal_point,
         ),
+        Command::Partition(args) => run_partition(&args),
+        Command::Merge {
+            partition,
+            runs,
+            output,
+        } => run_merge(&partition, &runs, &output),
         Command::Synth(args) => run_synth(&args),
         Command::Bench(args) => run_bench(&args),
     };
@@ -521,6 +593,136 @@ fn run_export(
             c.max_offset_px
         );
     }
+    Ok(())
+}
+
+fn run_partition(args: &PartitionArgs) -> anyhow::Result<()> {
+    use ramsplat::partition::{write, PartitionOptions, Plan};
+    let started = std::time::Instant::now();
+    let pack = Pack::open(&args.pack)
+        .with_context(|| format!("opening the pack {}", args.pack.display()))?;
+    let options = PartitionOptions {
+        overlap: args.overlap,
+        min_coverage: args.min_coverage,
+        up: args.up,
+        ..PartitionOptions::new(args.blocks.0, args.blocks.1)
+    };
+    let plan = Plan::new(&pack, &options)
+        .with_context(|| format!("partitioning {}", args.pack.display()))?;
+    let f = plan.frame;
+    eprintln!(
+        "{}: {} views ({} train), {} SfM points; up ({:.3}, {:.3}, {:.3}) from {}, ground axes \
+         u ({:.3}, {:.3}, {:.3}) and v ({:.3}, {:.3}, {:.3}) about ({:.3}, {:.3}, {:.3})",
+        args.pack.display(),
+        plan.views,
+        plan.train_views,
+        plan.points,
+        f.up[0],
+        f.up[1],
+        f.up[2],
+        if plan.up_from == "given" {
+            "--up"
+        } else {
+            plan.up_from
+        },
+        f.u[0],
+        f.u[1],
+        f.u[2],
+        f.v[0],
+        f.v[1],
+        f.v[2],
+        f.origin[0],
+        f.origin[1],
+        f.origin[2],
+    );
+    let bound = |x: Option<f64>, inf: &str| x.map_or(inf.to_owned(), |x| format!("{x:.3}"));
+    for b in &plan.blocks {
+        eprintln!(
+            "  {}: u [{}, {}), v [{}, {}); {} train + {} test views ({} of them seeing it from \
+             outside), {} points ({} in the core)",
+            b.name,
+            bound(b.core.u.min, "-inf"),
+            bound(b.core.u.max, "inf"),
+            bound(b.core.v.min, "-inf"),
+            bound(b.core.v.max, "inf"),
+            b.train_views,
+            b.test_views,
+            b.seeing_views,
+            b.points,
+            b.core_points,
+        );
+    }
+    let largest = plan.blocks.iter().map(|b| b.train_views).max().unwrap_or(0);
+    if largest * 10 >= plan.train_views * 9 {
+        eprintln!(
+            "note: a block takes {largest} of the {} training views: they see most of the scene \
+             from everywhere (an object captured from around it?); blocks save memory on scenes \
+             that each view sees only part of (aerial, street, building-scale captures)",
+            plan.train_views
+        );
+    }
+    let output = match &args.output {
+        Some(o) if !args.dry_run => o,
+        _ => {
+            eprintln!("dry run: nothing written");
+            return Ok(());
+        }
+    };
+    let file = write(&pack, &plan, &options, output, &|k, n| {
+        eprintln!("writing block {} of {n}", k + 1);
+    })
+    .with_context(|| {
+        format!(
+            "partitioning {} into {}",
+            args.pack.display(),
+            output.display()
+        )
+    })?;
+    eprintln!(
+        "wrote {}: {} block packs and {} in {:.1} s; train each (gs-train {}/block-0-0 -o \
+         RUN), then gs-pack merge {} RUN... -o merged.ply",
+        output.display(),
+        file.blocks.len(),
+        ramsplat::partition::PARTITION_FILE,
+        started.elapsed().as_secs_f64(),
+        output.display(),
+        output.display(),
+    );
+    Ok(())
+}
+
+fn run_merge(partition: &Path, runs: &[PathBuf], output: &Path) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let report = ramsplat::partition::merge(partition, runs, output)
+        .with_context(|| format!("merging the blocks of {}", partition.display()))?;
+    for b in &report.blocks {
+        eprintln!(
+            "  {}: {} of {} Gaussians in its core, from {} (iteration {}{})",
+            b.name,
+            b.kept,
+            b.gaussians,
+            b.model.display(),
+            b.iterations,
+            if b.interrupted {
+                ", an interrupted run"
+            } else {
+                ""
+            }
+        );
+    }
+    if report.sh_cut {
+        eprintln!(
+            "note: the blocks' models have different SH degrees; the merged model keeps degree {}",
+            report.sh_degree
+        );
+    }
+    eprintln!(
+        "wrote {}: {} Gaussians from {} blocks in {:.1} s",
+        output.display(),
+        report.gaussians,
+        report.blocks.len(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

@@ -606,6 +606,44 @@ impl Pack {
         Ok(())
     }
 
+    /// View `index` as stored, checked but not decoded: its record's payload (copied) with
+    /// everything [`super::writer::PackWriter::add_encoded_view`] needs to write it into
+    /// another pack unchanged (`gs-pack partition`). The record's pages are released.
+    pub fn encoded_view(&self, index: usize) -> Result<super::writer::EncodedView, ShardError> {
+        let v = self.stored_view(index).ok_or(ShardError::OutOfRange {
+            what: "view",
+            index,
+            len: self.manifest.views.len(),
+        })?;
+        let r = &v.record;
+        let what = format!("view {index} {:?}", v.name);
+        let result = (|| {
+            let (info, payload) = self.checked_payload(r, &what)?;
+            if info.kind != RecordKind::View
+                || info.item != index as u32
+                || Codec::from_id(info.codec) != Some(v.codec)
+                || PixelLayout::from_flags(info.flags) != Some(v.layout())
+            {
+                return Err(self.corrupt(r, &what, "record is not this view"));
+            }
+            Ok(super::writer::EncodedView {
+                name: v.name.clone(),
+                camera: v.camera,
+                split: v.split,
+                codec: v.codec,
+                payload: payload.to_vec(),
+                decoded_len: r.decoded_len,
+                checksum: r.checksum,
+                layout: v.layout(),
+                depth: v.depth,
+                depth_pixels: v.depth_pixels,
+                jpeg: v.jpeg,
+            })
+        })();
+        self.release(r);
+        result
+    }
+
     /// [`Pack::read_view_into`] of view `index` as stored (`v`, its stored entry) into `out`
     /// of its stored decoded length.
     fn read_stored_view_into(
