@@ -639,6 +639,17 @@ impl Floor {
                         m.uncapped,
                         format_size(cache)
                     ));
+                    // Or keep the detail: blocks of the scene, each within this budget.
+                    let blocks = m.gaussians.div_ceil(fit).max(2);
+                    let columns = (blocks as f64).sqrt().ceil() as u64;
+                    advice.push(format!(
+                        "or keep every Gaussian by training the scene in blocks, each under \
+                         this budget: gs-pack partition PACK --blocks {columns}x{} -o BLOCKS, \
+                         gs-train on each block (its --dry-run says whether it fits), then \
+                         gs-pack merge (for scenes each view sees only part of: aerial, street, \
+                         building-scale captures)",
+                        blocks.div_ceil(columns)
+                    ));
                 }
             }
         }
@@ -957,6 +968,15 @@ mod tests {
             msg.find("--max-gaussians").unwrap() < msg.find("--prefetch").unwrap(),
             "the model advice comes first:\n{msg}"
         );
+        // Then the blocks that keep every Gaussian, enough of them for n each.
+        let blocks = msg
+            .split("gs-pack partition PACK --blocks ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|t| t.split_once('x'))
+            .map(|(c, r)| c.parse::<u64>().unwrap() * r.parse::<u64>().unwrap())
+            .unwrap_or_else(|| panic!("no partition advice in:\n{msg}"));
+        assert!(blocks * n >= 4_000_000 && blocks <= 4, "{blocks} blocks of {n}");
         // The advised count fits with the slack to spare, and is not far below what fits.
         let others = floor.total() - floor.item(Component::Model);
         let exact = (budget - others) / 1092;
