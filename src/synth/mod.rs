@@ -145,6 +145,20 @@ impl CameraModel {
     }
 }
 
+/// Which scene and flight (`--layout`); see [`scene::Layout`] and the module doc.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SceneLayout {
+    /// A few objects on a ground disc, every camera orbiting the centre and framing every
+    /// object.
+    #[default]
+    Orbit,
+    /// A square area that grows with the views (side 2.5·√views), objects scattered over it,
+    /// cameras flown over it on a lawnmower grid looking down 30° off nadir: each view sees a
+    /// small part of the area.
+    Aerial,
+}
+
 /// Which metadata to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -223,6 +237,11 @@ pub struct SynthArgs {
     /// fisheye views pixel for pixel.
     #[arg(long = "camera-model", value_enum, default_value_t = CameraModel::Pinhole)]
     pub camera_model: CameraModel,
+    /// Scene layout: orbit (a few objects, cameras orbiting them, every view sees every
+    /// object) or aerial (a wide area growing with --views, flown over on a grid at a fixed
+    /// height, each view seeing a small part of it: a large scene for block-wise training).
+    #[arg(long, value_enum, default_value_t = SceneLayout::Orbit)]
+    pub layout: SceneLayout,
 }
 
 impl SynthArgs {
@@ -241,6 +260,15 @@ impl SynthArgs {
             depths: false,
             tracks: false,
             camera_model: CameraModel::Pinhole,
+            layout: SceneLayout::Orbit,
+        }
+    }
+
+    /// The scene these arguments render.
+    pub fn scene(&self) -> SynthScene {
+        match self.layout {
+            SceneLayout::Orbit => SynthScene::new(self.seed),
+            SceneLayout::Aerial => SynthScene::aerial(self.seed, self.views),
         }
     }
 }
@@ -252,6 +280,14 @@ pub struct SynthReport {
     pub format: SynthFormat,
     pub image_format: ImageFormat,
     pub camera_model: CameraModel,
+    pub layout: SceneLayout,
+    /// Objects in the scene (besides the ground).
+    pub objects: usize,
+    /// Area of the ground (the orbit disc, or the aerial square of side `ground_side`).
+    pub ground_area: f64,
+    /// The aerial layout's ground square side; absent for orbit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ground_side: Option<f64>,
     pub views: usize,
     pub width: u32,
     pub height: u32,
@@ -842,7 +878,7 @@ fn write_nerf(
 pub fn run(args: &SynthArgs, progress: &dyn Fn(u64, u64)) -> Result<SynthReport, SynthError> {
     validate(args)?;
     prepare_output(&args.output, args.force)?;
-    let scene = SynthScene::new(args.seed);
+    let scene = args.scene();
     let cameras = scene.cameras_with(
         args.views,
         args.width,
@@ -880,6 +916,10 @@ pub fn run(args: &SynthArgs, progress: &dyn Fn(u64, u64)) -> Result<SynthReport,
         format: args.format,
         image_format: args.image_format,
         camera_model: args.camera_model,
+        layout: args.layout,
+        objects: scene.object_count(),
+        ground_area: scene.ground_area(),
+        ground_side: scene.ground_side(),
         views: args.views,
         width: args.width,
         height: args.height,
