@@ -1180,19 +1180,25 @@ mod tests {
         use crate::pack::{convert, ConvertOptions};
         use crate::shard::reader::Pack;
         let tmp = tempfile::tempdir().unwrap();
-        for (format, downscale, model) in [
-            (SynthFormat::Colmap, 1u32, CameraModel::Pinhole),
-            (SynthFormat::Nerf, 1, CameraModel::Pinhole),
-            (SynthFormat::Colmap, 2, CameraModel::Pinhole),
-            (SynthFormat::Colmap, 1, CameraModel::Fisheye),
-            (SynthFormat::Nerf, 1, CameraModel::Fisheye),
-            (SynthFormat::Nerf, 2, CameraModel::Fisheye),
+        use SceneLayout::{Aerial, Orbit};
+        for (format, downscale, model, layout) in [
+            (SynthFormat::Colmap, 1u32, CameraModel::Pinhole, Orbit),
+            (SynthFormat::Nerf, 1, CameraModel::Pinhole, Orbit),
+            (SynthFormat::Colmap, 2, CameraModel::Pinhole, Orbit),
+            (SynthFormat::Colmap, 1, CameraModel::Fisheye, Orbit),
+            (SynthFormat::Nerf, 1, CameraModel::Fisheye, Orbit),
+            (SynthFormat::Nerf, 2, CameraModel::Fisheye, Orbit),
+            (SynthFormat::Colmap, 2, CameraModel::Pinhole, Aerial),
+            (SynthFormat::Nerf, 1, CameraModel::Fisheye, Aerial),
         ] {
-            let out = tmp.path().join(format!("{format:?}-{downscale}-{model:?}"));
+            let out = tmp
+                .path()
+                .join(format!("{format:?}-{downscale}-{model:?}-{layout:?}"));
             let args = SynthArgs {
                 depths: true,
                 points: 50,
                 camera_model: model,
+                layout,
                 ..tiny(&out, format)
             };
             let report = run(&args, &|_, _| {}).unwrap();
@@ -1201,7 +1207,7 @@ mod tests {
             assert!(params.is_file() && dir.join("00005.png").is_file());
             let pack_dir = tmp
                 .path()
-                .join(format!("{format:?}-{downscale}-{model:?}.pack"));
+                .join(format!("{format:?}-{downscale}-{model:?}-{layout:?}.pack"));
             let opts = ConvertOptions {
                 resize: Some(crate::import::image::Resize::Downscale(downscale)),
                 depths: Some(PathBuf::from("depths")),
@@ -1225,7 +1231,7 @@ mod tests {
             let pack = Pack::open(&pack_dir).unwrap();
             let m = pack.manifest();
             assert_eq!(m.views.len(), 6);
-            let scene = SynthScene::new(args.seed);
+            let scene = args.scene();
             for (i, v) in m.views.iter().enumerate() {
                 let d = v.depth.expect("every synth view has a depth plane");
                 let mut bytes = vec![0u8; v.decoded_len()];
@@ -1287,9 +1293,10 @@ mod tests {
                         );
                     }
                 }
-                // The views see the ground, the objects and the sky.
+                // The orbit views see the ground, the objects and the sky; aerial views look
+                // down (the sky only past the ground's edge or a fisheye's horizon).
                 assert!(
-                    sky > 0 && sky < (v.width() * v.height()) as usize,
+                    (sky > 0 || layout == Aerial) && sky < (v.width() * v.height()) as usize,
                     "view {i}"
                 );
             }
@@ -1370,17 +1377,20 @@ mod tests {
     /// out here: `θ = atan2(r, z)`, `u = fx·θ·x/r + cx`).
     #[test]
     fn colmap_observations_are_consistent_and_visible() {
-        for model in [CameraModel::Pinhole, CameraModel::Fisheye] {
-            observations_are_consistent_and_visible(model);
+        for layout in [SceneLayout::Orbit, SceneLayout::Aerial] {
+            for model in [CameraModel::Pinhole, CameraModel::Fisheye] {
+                observations_are_consistent_and_visible(model, layout);
+            }
         }
     }
 
-    fn observations_are_consistent_and_visible(model: CameraModel) {
+    fn observations_are_consistent_and_visible(model: CameraModel, layout: SceneLayout) {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("ds");
         let args = SynthArgs {
             tracks: true,
             camera_model: model,
+            layout,
             ..tiny(&out, SynthFormat::Colmap)
         };
         run(&args, &|_, _| {}).unwrap();
@@ -1406,7 +1416,7 @@ mod tests {
                     .collect()
             })
             .collect();
-        let scene = SynthScene::new(args.seed);
+        let scene = args.scene();
         let cameras = scene.cameras_with(args.views, args.width, args.height, model.projection());
         // (z, u, v) of a world point in camera `c`, by the camera's projection.
         let project = |c: &Camera, p: [f64; 3]| {
@@ -1494,6 +1504,47 @@ mod tests {
             .all(|((pa, ba), (pc, bc))| pa == pc && ba != bc));
         let img = image::open(args.output.join("images/00005.jpg")).unwrap();
         assert_eq!((img.width(), img.height()), (40, 30));
+    }
+
+    /// `--layout aerial` is as deterministic as orbit, with every optional file (tracks,
+    /// depths, fisheye), and is a different scene from orbit's for the same seed; the report
+    /// describes the area.
+    #[test]
+    fn aerial_layout_gives_identical_files_for_the_same_arguments() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (i, model) in [CameraModel::Pinhole, CameraModel::Fisheye]
+            .into_iter()
+            .enumerate()
+        {
+            let mut args = SynthArgs {
+                layout: SceneLayout::Aerial,
+                camera_model: model,
+                tracks: true,
+                depths: true,
+                views: 12,
+                ..tiny(&tmp.path().join(format!("a{i}")), SynthFormat::Colmap)
+            };
+            let report = run(&args, &|_, _| {}).unwrap();
+            assert_eq!(report.layout, SceneLayout::Aerial);
+            let side = report.ground_side.unwrap();
+            assert!((side - scene::AERIAL_SPACING * 12f64.sqrt()).abs() < 1e-12);
+            assert!((report.ground_area - side * side).abs() < 1e-9);
+            assert_eq!(report.objects, args.scene().object_count());
+            let a = snapshot(&args.output);
+            args.output = tmp.path().join(format!("b{i}"));
+            run(&args, &|_, _| {}).unwrap();
+            assert_eq!(a, snapshot(&args.output));
+            args.output = tmp.path().join(format!("c{i}"));
+            args.layout = SceneLayout::Orbit;
+            let report = run(&args, &|_, _| {}).unwrap();
+            assert_eq!(
+                (report.layout, report.ground_side),
+                (SceneLayout::Orbit, None)
+            );
+            let c = snapshot(&args.output);
+            assert_eq!(a.len(), c.len());
+            assert_ne!(a[0], c[0], "aerial images are not orbit's");
+        }
     }
 
     #[test]
@@ -1609,6 +1660,7 @@ mod tests {
         let cli = Cli::try_parse_from(["synth", "-o", "d"]).unwrap();
         let d = SynthArgs::new("d");
         let s = cli.synth;
+        assert_eq!(s.layout, SceneLayout::Orbit);
         assert_eq!(
             (
                 s.views,
@@ -1650,6 +1702,8 @@ mod tests {
             "--image-format",
             "jpeg",
             "--force",
+            "--layout",
+            "aerial",
         ])
         .unwrap();
         let s = cli.synth;
@@ -1658,8 +1712,13 @@ mod tests {
             (3, 7, 5, 0, 9)
         );
         assert_eq!(
-            (s.format, s.image_format, s.force),
-            (SynthFormat::Nerf, ImageFormat::Jpg, true)
+            (s.format, s.image_format, s.force, s.layout),
+            (
+                SynthFormat::Nerf,
+                ImageFormat::Jpg,
+                true,
+                SceneLayout::Aerial
+            )
         );
     }
 }

@@ -2097,7 +2097,7 @@ mod tests {
         assert_eq!(a.sample_points(300, &mut ra), b.sample_points(300, &mut rb));
         let other = SynthScene::aerial(8, 64);
         assert_ne!(a.render(&cams[10]), other.render(&cams[10]));
-        // Side 2.6·√views, objects at a constant density (dart throwing rarely falls short).
+        // Side 2.5·√views, objects at a constant density (dart throwing rarely falls short).
         for (views, seed) in [(16, 1), (64, 7), (256, 2)] {
             let s = SynthScene::aerial(seed, views);
             let side = s.ground_side().unwrap();
