@@ -1,22 +1,43 @@
 //! The procedural scene: geometry, textures, shading, cameras and surface samples.
 //!
-//! A [`SynthScene`] is a pure function of its seed: a few objects (spheres, yawed boxes, vertical
-//! cylinders) standing on a textured ground disc, a fixed directional light and a sky whose
-//! colour depends only on the view direction. Everything is ray cast analytically.
+//! A [`SynthScene`] is a pure function of its seed and [`Layout`]: objects (spheres, yawed
+//! boxes, vertical cylinders) standing on a textured ground, a fixed directional light and a
+//! sky whose colour depends only on the view direction. Everything is ray cast analytically.
+//! Two layouts:
+//! - Orbit ([`SynthScene::new`]): 3–6 objects on a ground disc `x² + y² ≤ R²`, cameras on a
+//!   spiral around them, every camera framing every object (an object-centred capture).
+//! - Aerial ([`SynthScene::aerial`]`(seed, views)`): a square ground of side
+//!   [`AERIAL_SPACING`]`·√views` (so the area grows with the views), objects scattered over it
+//!   at [`AERIAL_OBJECT_DENSITY`], the ground tinted by large noise patches so distant parts
+//!   differ; cameras fly a lawnmower grid [`AERIAL_HEIGHT`] above it looking
+//!   [`AERIAL_TILT_DEG`] off nadir with headings cycling over the strips, so each view sees a
+//!   small part of the area (~11% at 64 views, ~3% at 256) and neighbours overlap ~65%, as a
+//!   drone photogrammetry capture does. A grid over the object footprints keeps tracing
+//!   O(objects a ray passes), not O(objects).
 //!
-//! World frame: right-handed, `+z` up, the ground is the disc `z = 0, x² + y² ≤ R²`; lengths are
-//! in arbitrary units with objects about 1 unit across.
+//! World frame: right-handed, `+z` up, the ground is the plane `z = 0` inside the disc or the
+//! square; lengths are in arbitrary units with objects about 1 unit across.
 //!
 //! Invariants:
 //! - Surface colour is *view-independent* (Lambert + ambient, hard shadows from the fixed light,
 //!   no specular): the radiance of a surface point is [`SynthScene::surface_colour`] whatever the
 //!   camera, which is what lets sampled points carry the colour the images show, and what makes
 //!   the scene learnable by view-independent (degree-0 SH) Gaussians.
-//! - Every object lies inside the bounding sphere [`SynthScene::bounds`]; every camera from
-//!   [`SynthScene::camera_with`] (pinhole or fisheye) looks at its centre from far enough away
-//!   that the whole sphere is in the frame, so every object point projects inside every image.
-//! - Objects never overlap (their ground footprints are disjoint), so a surface point of one
-//!   object is never inside another.
+//! - Every object lies inside the bounding sphere [`SynthScene::bounds`]. Orbit: every camera
+//!   from [`SynthScene::camera_with`] (pinhole or fisheye) looks at its centre from far enough
+//!   away that the whole sphere is in the frame, so every object point projects inside every
+//!   image. Aerial: no view frames every object; instead every camera is an unrolled look-at
+//!   camera at height [`AERIAL_HEIGHT`] whose optical axis meets the ground inside the square,
+//!   and every point of the ground square (hence every sampled point) projects inside at
+//!   least one pinhole view (every ground point is within half a grid step, ~1.25 units, of
+//!   a target along each axis, and a 4:3 to 16:9 view's footprint reaches ≥ 2 units from its
+//!   target on every side; tests check it at 4:3). Views at the square's edge looking
+//!   outward see past it: the sky's below-horizon colour, as the orbit disc's edge is seen.
+//! - Objects never overlap (their ground footprints are disjoint, with a gap), so a surface
+//!   point of one object is never inside another; aerial footprints also stay inside the
+//!   square.
+//! - The orbit layout is byte for byte what it was before the aerial layout existed (its
+//!   random draws and arithmetic are unchanged; the aerial layout draws its extras after them).
 
 use rayon::prelude::*;
 
