@@ -4096,3 +4096,77 @@ fn fisheye_views_train_and_render_on_both_engines() {
     let (a, b) = (mean_psnr(&c40, "40"), mean_psnr(&d40, "40"));
     assert!((a - b).abs() < 0.05, "CPU {a} dB, device {b} dB");
 }
+
+/// `gs-pack synth --layout aerial` (a wide area flown over on a grid, each view seeing a small
+/// part) converts into a pack whose cameras and points are the synthetic ones, and gs-train
+/// runs on it: every view packed, the points spread over the whole square, 50 iterations
+/// finish with a finite loss.
+#[test]
+fn an_aerial_synth_scene_converts_and_trains() {
+    let dir = tempfile::tempdir().unwrap();
+    let scene = dir.path().join("aerial");
+    let views = 16;
+    let o = gs_pack_ok(&[
+        "synth",
+        "-o",
+        s(&scene),
+        "--layout",
+        "aerial",
+        "--views",
+        "16",
+        "--width",
+        "48",
+        "--height",
+        "36",
+        "--points",
+        "2000",
+        "--seed",
+        "2",
+    ]);
+    assert!(
+        stderr(&o).contains("aerial layout: ground 10.0 x 10.0"),
+        "{}",
+        stderr(&o)
+    );
+    let pack = dir.path().join("aerial.pack");
+    gs_pack_ok(&["convert", s(&scene), "-o", s(&pack), "--max-width", "0"]);
+    let p = Pack::open(&pack).unwrap();
+    let m = p.manifest();
+    assert_eq!(m.views.len(), views);
+    let synth = ramsplat::synth::SynthScene::aerial(2, views);
+    let half = synth.ground_side().unwrap() / 2.0;
+    for (i, v) in m.views.iter().enumerate() {
+        let want = synth.camera(i, views, 48, 36);
+        let (a, b) = (v.camera.centre(), want.centre());
+        assert!((0..3).all(|k| (a[k] - b[k]).abs() < 1e-6), "view {i}");
+    }
+    assert_eq!(m.clouds[0].points, 2000);
+    // The points cover the square: each quadrant holds about a quarter of them.
+    let mut quadrants = [0usize; 4];
+    for (ci, ch) in m.clouds[0].chunks.iter().enumerate() {
+        let mut buf = vec![0u8; ch.record.decoded_len as usize];
+        let layout = p.read_chunk_into(0, ci, &mut buf).unwrap();
+        let r = ramsplat::shard::PointChunkRef::new(layout, &buf).unwrap();
+        for j in 0..r.len() {
+            let [x, y, _] = r.xyz(j).map(f64::from);
+            assert!(x.abs() <= half + 1e-4 && y.abs() <= half + 1e-4);
+            quadrants[usize::from(x > 0.0) + 2 * usize::from(y > 0.0)] += 1;
+        }
+    }
+    assert!(quadrants.iter().all(|&q| q > 350), "{quadrants:?}");
+    let out = dir.path().join("run");
+    let mut args = vec![s(&pack), "-o", s(&out), "--iterations", "50"];
+    args.extend_from_slice(COMMON);
+    let o = gs_train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report.iterations, 50);
+    let rows = read_metrics(&out.join(ramsplat::train::report::METRICS_FILE)).unwrap();
+    assert!(!rows.is_empty() && rows.iter().all(|r| r.loss.is_finite()));
+    assert!(
+        report.train_psnr.is_some_and(|p| p > 5.0),
+        "{:?}",
+        report.train_psnr
+    );
+}

@@ -1003,6 +1003,12 @@ fn run_synth(args: &ramsplat::synth::SynthArgs) -> anyhow::Result<()> {
         report.points,
         format_size(report.bytes_written)
     );
+    if let Some(side) = report.ground_side {
+        eprintln!(
+            "aerial layout: ground {side:.1} x {side:.1} ({:.0} units²), {} objects",
+            report.ground_area, report.objects
+        );
+    }
     if let Some((dir, params)) = &report.depth_files {
         eprintln!(
             "depth maps in {} and their fits in {}: pack them with `gs-pack convert {} --depths \
