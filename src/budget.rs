@@ -976,7 +976,10 @@ mod tests {
             .and_then(|t| t.split_once('x'))
             .map(|(c, r)| c.parse::<u64>().unwrap() * r.parse::<u64>().unwrap())
             .unwrap_or_else(|| panic!("no partition advice in:\n{msg}"));
-        assert!(blocks * n >= 4_000_000 && blocks <= 4, "{blocks} blocks of {n}");
+        assert!(
+            blocks * n >= 4_000_000 && blocks <= 4,
+            "{blocks} blocks of {n}"
+        );
         // The advised count fits with the slack to spare, and is not far below what fits.
         let others = floor.total() - floor.item(Component::Model);
         let exact = (budget - others) / 1092;

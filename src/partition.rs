@@ -8,11 +8,12 @@
 //! CityGaussian, hierarchical 3DGS) train it block by block; this module does the same with
 //! packs:
 //!
-//! - **The ground frame** ([`GroundFrame`]): the scene's up direction, from the cameras' own up
-//!   axes when they mostly agree (upright photos), else the normal of the plane the camera
-//!   centres lie on (a drone's flight: its photos look down, their up axes point every way
-//!   along the ground), or `--up`; the ground axes are the principal directions of the camera
-//!   centres on that plane.
+//! - **The ground frame** ([`GroundFrame`]): the scene's up direction is the normal of the
+//!   plane the camera centres lie on (a flight at one height, a walk on level ground), unless
+//!   the cameras' own up axes agree on a direction more than 30° from it (a forward-facing
+//!   capture, its cameras on a wall-like plane); without such a plane, the cameras' mean up
+//!   axis (upright photos); or `--up`. The ground axes are the principal directions of the
+//!   camera centres on that plane.
 //! - **Cores**: the ground is cut into `columns × rows` cells, the columns at quantiles of the
 //!   training cameras' positions along the first axis, each column's rows at quantiles of its
 //!   own cameras along the second, so every block holds about as many training views. The
@@ -78,6 +79,9 @@ const UPRIGHT_AGREEMENT: f64 = 0.4;
 /// The camera centres lie on a plane when their smallest spread is at most this fraction of
 /// the middle one (variances).
 const FLATNESS: f64 = 0.1;
+/// The camera centres' plane is the ground only if its normal lies within this angle
+/// (radians, 30°) of the cameras' mean up axis, when they have one.
+const MAX_TILT: f64 = std::f64::consts::FRAC_PI_6;
 
 /// What `gs-pack partition` is asked for.
 #[derive(Clone, Debug)]
@@ -464,35 +468,42 @@ pub fn ground_frame(
             mean_forward[k] += r[2][k] / n;
         }
     }
+    let upright = dot(mean_up, mean_up).sqrt();
     let (up, from) = match up {
         Some(u) => (unit(u).ok_or("the given direction is zero")?, "given"),
-        None if dot(mean_up, mean_up).sqrt() >= UPRIGHT_AGREEMENT => {
-            (unit(mean_up).expect("long enough"), "cameras")
-        }
         None => {
             let (values, vectors) = symmetric_eigen(cov);
             let flat = values[1] > 0.0 && values[2] <= FLATNESS * values[1];
-            if !flat {
-                return Err(format!(
-                    "the cameras' up axes disagree (their mean is {:.2} long, {UPRIGHT_AGREEMENT} \
-                     needed) and their centres do not lie on a plane",
-                    dot(mean_up, mean_up).sqrt()
-                ));
-            }
+            // The plane's normal, on the side the cameras' up axes lean to, or, when those
+            // cancel (a drone's photos look down, their up axes every way along the ground),
+            // on the side the cameras look away from.
             let normal = vectors[2];
-            // Up is the side the cameras look away from (a drone looks down), or, for cameras
-            // looking along the plane, the side their up axes lean to.
-            let lean = if dot(mean_forward, normal).abs() > 1e-3 {
-                -dot(mean_forward, normal)
-            } else {
+            let lean = if upright >= UPRIGHT_AGREEMENT {
                 dot(mean_up, normal)
+            } else {
+                -dot(mean_forward, normal)
             };
-            let up = if lean < 0.0 {
+            let normal = if lean < 0.0 {
                 normal.map(|c| -c)
             } else {
                 normal
             };
-            (up, "camera plane")
+            let mean_up = unit(mean_up);
+            // A plane the cameras stand upright on is the ground: exact where the up axes
+            // only average to it (a flight's headings, a handheld's tilt). One they stand
+            // across is not (a forward-facing capture's cameras on a wall-like plane).
+            let across = mean_up.is_some_and(|m| dot(m, normal) < MAX_TILT.cos());
+            match (flat, upright >= UPRIGHT_AGREEMENT) {
+                (true, false) => (normal, "camera plane"),
+                (true, true) if !across => (normal, "camera plane"),
+                (_, true) => (mean_up.expect("long enough"), "cameras"),
+                (false, false) => {
+                    return Err(format!(
+                        "the cameras' up axes disagree (their mean is {upright:.2} long, \
+                         {UPRIGHT_AGREEMENT} needed) and their centres do not lie on a plane"
+                    ))
+                }
+            }
         }
     };
     // Any basis of the ground plane, then its principal axis of the centres.
@@ -1337,7 +1348,7 @@ mod tests {
             .map(|i| {
                 let side = if i % 2 == 0 { 1.0 } else { -1.0 };
                 camera(
-                    [i as f64, 0.3 * side, 1.5],
+                    [i as f64, 0.3 * side, 1.5 + 0.3 * (i as f64).sin()],
                     [0.1, side, 0.0],
                     [0.0, 0.0, -1.0],
                 )
@@ -1378,6 +1389,36 @@ mod tests {
         let (g, from) = ground_frame(&cams, Some([0.0, 0.0, 3.0])).unwrap();
         assert_eq!(from, "given");
         assert_eq!(g.up, [0.0, 0.0, 1.0]);
+        // Looking down 30° off nadir with headings that leave their up axes leaning 2° off:
+        // the plane is exact.
+        let mut cams = Vec::new();
+        for i in 0..8 {
+            for j in 0..6 {
+                let heading = [0.0, 0.5, 1.0, 1.6][(i + j) % 4] * std::f64::consts::PI;
+                let (c, s) = (heading.cos(), heading.sin());
+                let forward = [0.5 * c, 0.5 * s, -(0.75f64).sqrt()];
+                let down = [-(0.75f64).sqrt() * c, -(0.75f64).sqrt() * s, -0.5];
+                cams.push(camera([i as f64, j as f64, 6.0], forward, down));
+            }
+        }
+        let (f, from) = ground_frame(&cams, None).unwrap();
+        assert_eq!(from, "camera plane");
+        assert!(dot(f.up, [0.0, 0.0, 1.0]) > 1.0 - 1e-12, "{f:?}");
+    }
+
+    #[test]
+    fn a_forward_facing_capture_keeps_its_cameras_up() {
+        // Upright cameras on a small vertical plane, all looking along +y (an LLFF capture):
+        // the plane's normal is horizontal, the cameras' up is the scene's.
+        let cams: Vec<Camera> = (0..20)
+            .map(|i| {
+                let (a, b) = ((i % 5) as f64 * 0.1, (i / 5) as f64 * 0.1);
+                camera([a, 0.0, b], [0.0, 1.0, 0.0], [0.0, 0.0, -1.0])
+            })
+            .collect();
+        let (f, from) = ground_frame(&cams, None).unwrap();
+        assert_eq!(from, "cameras");
+        assert!(dot(f.up, [0.0, 0.0, 1.0]) > 1.0 - 1e-12, "{f:?}");
     }
 
     #[test]

@@ -13,6 +13,9 @@
 //! 2. the next step, which densifies while the host still holds that copy: the trainer must
 //!    free the copy before downloading the densification's inputs, not hold both.
 //!
+//! On the host engine, a densification's edit holds one field of the model twice at most (the
+//! scratch the plan's model item counts), not a second model.
+//!
 //! And per pixel, on both engines: what training steps, scoring a held-out view (with
 //! colour correction too) and aligning its pose hold on the host, against the plan's trainer-images item ([`TRAINER_BYTES_PER_PIXEL`] on the host
 //! engine, [`DEVICE_TRAINER_BYTES_PER_PIXEL`] on a device). And what reading a view at a
@@ -30,7 +33,7 @@ use ramsplat::scene::gaussians::{floats_per_gaussian, sh_coeffs, Gaussians};
 use ramsplat::shard::PixelLayout;
 use ramsplat::synth::packs::centred_camera;
 use ramsplat::train::checkpoint;
-use ramsplat::train::densify::host_copy_bytes;
+use ramsplat::train::densify::{gather_scratch_bytes, host_copy_bytes, Model, RowPlan};
 use ramsplat::train::device_engine::DeviceEngine;
 use ramsplat::train::pose::PoseAlignConfig;
 use ramsplat::train::run::{DEVICE_TRAINER_BYTES_PER_PIXEL, TRAINER_BYTES_PER_PIXEL};
@@ -122,6 +125,44 @@ fn model(n: usize) -> Gaussians {
         }
     }
     g
+}
+
+/// A densification on the host engine gathers every array of the model (parameters, both
+/// moments, statistics) into its new rows. Planned: one field held twice at most, the SH
+/// coefficients' (`gather_scratch_bytes`). Before, the whole new model was built beside the
+/// old one, then each moment beside both: 3.5 times that at SH degree 3, unplanned, and a
+/// run at a `--max-gaussians` cap went 7 MiB over `--ram-budget 150M` at its first
+/// densification.
+#[test]
+fn a_host_densification_holds_one_field_twice_at_most() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let n = 20_000u32;
+    let mut m = Model::new(model(n as usize));
+    // As at a cap: every tenth pruned, as many cloned; the model keeps its size.
+    let mut src: Vec<u32> = (0..n).filter(|i| i % 10 != 0).collect();
+    let kept = src.len();
+    src.extend((0..n).filter(|i| i % 10 == 5));
+    assert_eq!(src.len(), n as usize);
+    let plan = RowPlan {
+        fresh: (0..src.len()).map(|r| r >= kept).collect(),
+        src,
+        replace: Vec::new(),
+    };
+    let before = m.gaussians.clone();
+    let base = LIVE.load(Ordering::Relaxed);
+    let peak = peak_above(base, || m.apply_rows(&plan));
+    let planned = n as u64 * gather_scratch_bytes(3);
+    eprintln!(
+        "densification's edit: {peak} B above the model, {:.1} B per Gaussian; planned {planned} B",
+        peak as f64 / n as f64
+    );
+    assert!(
+        peak as u64 <= planned,
+        "{peak} B above the model, {planned} B planned"
+    );
+    // The rows are the plan's.
+    assert_eq!(m.gaussians, before.gather(&plan.src, None));
+    assert_eq!(m.len(), n as usize);
 }
 
 /// One device, and the model split over two (the sharded engine assembles its shards in the

@@ -364,6 +364,32 @@ impl<F: Real> Gaussians<F> {
 
     /// Row `r` of the result is Gaussian `src[r]`, or zeros where `zero` says so (fresh
     /// Adam moments of relocated or new Gaussians).
+    /// [`Gaussians::gather`] in place, one field at a time: each field's new array replaces
+    /// the old as soon as it is built, so the edit holds one field twice at most (the SH
+    /// coefficients', [`sh_coeffs`] × 3 values per Gaussian), not a second model beside the
+    /// first. The result is the same.
+    pub fn gather_in_place(&mut self, src: &[u32], zero: Option<&[bool]>) {
+        fn rows<T: Copy>(v: &mut Vec<T>, w: usize, src: &[u32], zero: Option<&[bool]>, z: T) {
+            let mut out = Vec::with_capacity(src.len() * w);
+            for (r, &i) in src.iter().enumerate() {
+                if zero.is_some_and(|m| m[r]) {
+                    out.extend(std::iter::repeat_n(z, w));
+                } else {
+                    let i = i as usize;
+                    out.extend_from_slice(&v[i * w..(i + 1) * w]);
+                }
+            }
+            // The old array goes here, before the next field's new one is allocated.
+            *v = out;
+        }
+        let z = F::ZERO;
+        rows(&mut self.means, 1, src, zero, [z; 3]);
+        rows(&mut self.log_scales, 1, src, zero, [z; 3]);
+        rows(&mut self.rotations, 1, src, zero, [z; 4]);
+        rows(&mut self.logit_opacities, 1, src, zero, z);
+        rows(&mut self.sh, sh_coeffs(self.sh_degree), src, zero, [z; 3]);
+    }
+
     pub fn gather(&self, src: &[u32], zero: Option<&[bool]>) -> Gaussians<F> {
         let mut out = Gaussians::empty(self.sh_degree);
         for f in Field::ALL {

@@ -220,8 +220,12 @@ impl Model {
 
     /// Applies a densification's [`RowPlan`] (parameters, both moments and statistics
     /// together).
+    /// Each array is gathered in place ([`Gaussians::gather_in_place`]), so the edit holds
+    /// one field twice at most: the [`GATHER_SCRATCH_BYTES_PER_COEFF`] that [`model_bytes`]
+    /// plans per SH coefficient.
     pub fn apply_rows(&mut self, plan: &RowPlan) {
-        let mut g = self.gaussians.gather(&plan.src, None);
+        let g = &mut self.gaussians;
+        g.gather_in_place(&plan.src, None);
         for v in &plan.replace {
             g.means[v.row as usize] = v.mean;
             g.log_scales[v.row as usize] = v.log_scale;
@@ -229,9 +233,13 @@ impl Model {
                 g.logit_opacities[v.row as usize] = o;
             }
         }
-        self.adam.exp_avg = self.adam.exp_avg.gather(&plan.src, Some(&plan.fresh));
-        self.adam.exp_avg_sq = self.adam.exp_avg_sq.gather(&plan.src, Some(&plan.fresh));
-        self.gaussians = g;
+        self.adam
+            .exp_avg
+            .gather_in_place(&plan.src, Some(&plan.fresh));
+        self.adam
+            .exp_avg_sq
+            .gather_in_place(&plan.src, Some(&plan.fresh));
+        self.stats = DensifyStats::default();
         self.stats = DensifyStats::zeros(plan.src.len());
     }
 
@@ -290,12 +298,25 @@ impl Model {
 
 /// Host bytes a model of `n` Gaussians at SH degree `sh_degree` needs while training:
 /// parameters (P floats per Gaussian, P = 11 + 3·coeffs), gradients (P + 2 for the 2D mean),
-/// two Adam moments (2P), densify statistics (12 bytes) and the rasterizer's per-Gaussian
-/// buffers ([`RENDER_BYTES_PER_GAUSSIAN`]).
+/// two Adam moments (2P), densify statistics (12 bytes), the rasterizer's per-Gaussian
+/// buffers ([`RENDER_BYTES_PER_GAUSSIAN`]) and a densification's scratch (the one field
+/// [`Model::apply_rows`] holds twice: [`GATHER_SCRATCH_BYTES_PER_COEFF`] per SH coefficient).
 pub fn model_bytes(n: usize, sh_degree: u32) -> u64 {
     let p = floats_per_gaussian(sh_degree) as u64;
     let floats = 4 * p + 2;
-    n as u64 * (floats * 4 + 12 + RENDER_BYTES_PER_GAUSSIAN)
+    n as u64 * (floats * 4 + 12 + RENDER_BYTES_PER_GAUSSIAN + gather_scratch_bytes(sh_degree))
+}
+
+/// A densification's scratch per SH coefficient of a Gaussian: the new array of the largest
+/// field (the SH coefficients, three 4-byte values each) beside the old while
+/// [`Model::apply_rows`] gathers it. Before it was planned, a densification at a
+/// `--max-gaussians` cap gathered a whole second model (parameters, then each moment beside
+/// them): measured 157 MiB peak under `--ram-budget 150M`.
+pub const GATHER_SCRATCH_BYTES_PER_COEFF: u64 = 12;
+
+/// [`GATHER_SCRATCH_BYTES_PER_COEFF`] × the SH coefficients of `sh_degree`.
+pub fn gather_scratch_bytes(sh_degree: u32) -> u64 {
+    GATHER_SCRATCH_BYTES_PER_COEFF * crate::scene::gaussians::sh_coeffs(sh_degree) as u64
 }
 
 /// Host bytes a model of `n` Gaussians needs when it trains on a device (the device engine,

@@ -346,7 +346,10 @@ pub const DEVICE_RENDER_BYTES_PER_GAUSSIAN: u64 = 140;
 /// a model edit holds beside them ([`edit_bytes_per_gaussian`]), so a densification at the
 /// planned count still fits.
 pub fn device_bytes_per_gaussian(sh_degree: u32) -> u64 {
-    model_bytes(1, sh_degree) - super::densify::RENDER_BYTES_PER_GAUSSIAN
+    // The host's gather scratch is the device edit's own item here.
+    model_bytes(1, sh_degree)
+        - super::densify::RENDER_BYTES_PER_GAUSSIAN
+        - super::densify::gather_scratch_bytes(sh_degree)
         + DEVICE_RENDER_BYTES_PER_GAUSSIAN
         + edit_bytes_per_gaussian(sh_degree)
 }
@@ -2680,7 +2683,7 @@ mod tests {
         assert_eq!(b.model, 1000 * (952 + 12 + 140 + 208));
         assert_eq!(
             b.model,
-            1000 * (model_bytes(1, 3) - RENDER_BYTES_PER_GAUSSIAN + 140 + 4 * 48 + 16)
+            1000 * (model_bytes(1, 3) - RENDER_BYTES_PER_GAUSSIAN - 192 + 140 + 4 * 48 + 16)
         );
         assert_eq!(
             edit_bytes_per_gaussian(0),

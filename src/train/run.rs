@@ -1793,8 +1793,10 @@ fn plan_inputs(
             } else {
                 format!(
                     "parameters P, gradients P + 2, Adam moments 2P, 4 B each; densify \
-                     statistics 12 B; render buffers {} B",
-                    super::densify::RENDER_BYTES_PER_GAUSSIAN
+                     statistics 12 B; render buffers {} B; densification scratch {} B (the SH \
+                     coefficients gathered beside the old)",
+                    super::densify::RENDER_BYTES_PER_GAUSSIAN,
+                    super::densify::gather_scratch_bytes(config.sh_degree)
                 )
             },
             match super::filter3d::bytes_per_gaussian(config.filter_3d, on_device) {
