@@ -29,7 +29,7 @@
 //! - **Points of a block**: the SfM points in its region, and every point one of its views
 //!   sees (in front of it, inside its image): so that content a selected view shows beyond the
 //!   region starts from points rather than from floaters grown to explain it (VastGaussian's
-//!   coverage-based point selection).
+//!   coverage-based point selection). `--block-points region` takes the region's alone.
 //! - **Merging** keeps from each block's model the Gaussians whose centre lies in its core:
 //!   the cores tile the plane, so every part of the scene comes from the block that trained it
 //!   with its own views, and nothing is kept twice.
@@ -96,6 +96,21 @@ pub struct PartitionOptions {
     pub min_coverage: f64,
     /// The scene's up direction (any length), instead of finding it from the cameras.
     pub up: Option<[f64; 3]>,
+    /// Which SfM points a block takes.
+    pub points: BlockPoints,
+}
+
+/// Which SfM points a block starts from (`--block-points`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockPoints {
+    /// Those in its region and every point one of its views sees (VastGaussian's
+    /// coverage-based selection): what its views show beyond the region starts from points.
+    #[default]
+    Seen,
+    /// Those in its region only: fewer Gaussians per block; what its views show beyond the
+    /// region is left to densification.
+    Region,
 }
 
 impl PartitionOptions {
@@ -107,6 +122,7 @@ impl PartitionOptions {
             overlap: DEFAULT_OVERLAP,
             min_coverage: DEFAULT_MIN_COVERAGE,
             up: None,
+            points: BlockPoints::Seen,
         }
     }
 }
@@ -332,6 +348,9 @@ pub struct PartitionFile {
     pub rows: u32,
     pub overlap: f64,
     pub min_coverage: f64,
+    /// Which SfM points the blocks took (absent: `seen`).
+    #[serde(default)]
+    pub points: BlockPoints,
     pub frame: GroundFrame,
     /// How the up direction was found: `cameras` (their up axes), `camera plane` or `given`.
     pub up_from: String,
@@ -768,7 +787,7 @@ impl Plan {
         // Points each block takes: one more pass.
         let selectors: Vec<PointSelector> = plans
             .iter()
-            .map(|b| PointSelector::new(frame, b, &cameras))
+            .map(|b| PointSelector::new(frame, b, &cameras, options.points))
             .collect();
         for_each_sfm_chunk(pack, |_, chunk| {
             let xyz: Vec<[f32; 3]> = (0..chunk.len()).map(|i| chunk.xyz(i)).collect();
@@ -799,7 +818,8 @@ fn extent(values: &[f64]) -> (f64, f64) {
         })
 }
 
-/// Which SfM points a block takes: those in its region, and those one of its views sees.
+/// Which SfM points a block takes: those in its region, and (with [`BlockPoints::Seen`]) those
+/// one of its views sees.
 #[derive(Clone)]
 struct PointSelector {
     frame: GroundFrame,
@@ -808,11 +828,19 @@ struct PointSelector {
 }
 
 impl PointSelector {
-    fn new(frame: GroundFrame, block: &BlockPlan, cameras: &[Camera]) -> PointSelector {
+    fn new(
+        frame: GroundFrame,
+        block: &BlockPlan,
+        cameras: &[Camera],
+        points: BlockPoints,
+    ) -> PointSelector {
         PointSelector {
             frame,
             region: block.region,
-            cameras: block.views.iter().map(|&i| cameras[i]).collect(),
+            cameras: match points {
+                BlockPoints::Seen => block.views.iter().map(|&i| cameras[i]).collect(),
+                BlockPoints::Region => Vec::new(),
+            },
         }
     }
 
@@ -986,7 +1014,7 @@ pub fn write(
                 })?;
             w.add_encoded_view(v).map_err(write_err)?;
         }
-        let selector = PointSelector::new(plan.frame, b, &cameras);
+        let selector = PointSelector::new(plan.frame, b, &cameras, options.points);
         let mut points = 0;
         for &c in &clouds {
             let mut source = SelectedCloud {
@@ -1030,6 +1058,7 @@ pub fn write(
         rows: options.rows,
         overlap: options.overlap,
         min_coverage: options.min_coverage,
+        points: options.points,
         frame: plan.frame,
         up_from: plan.up_from.into(),
         blocks: entries,

@@ -91,17 +91,33 @@ fn blocks_hold_the_packs_records_and_the_points_their_rule_takes() {
     let dir = tempfile::tempdir().unwrap();
     let pack_dir = scene(dir.path());
     let manifest_before = std::fs::read(pack_dir.join("manifest.json")).unwrap();
-    let out = dir.path().join("blocks");
-    let o = partition(
-        &pack_dir,
-        &out,
-        &["--blocks", "2x2", "--min-coverage", "0.3"],
+    for (name, extra) in [
+        ("seen", &["--blocks", "2x2", "--min-coverage", "0.3"][..]),
+        (
+            "region",
+            &["--blocks", "3x1", "--block-points", "region"][..],
+        ),
+    ] {
+        let out = dir.path().join(name);
+        let o = partition(&pack_dir, &out, extra);
+        assert!(o.status.success(), "{}", text(&o));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("block-1-0"), "{stderr}");
+        check_blocks(&pack_dir, &out, name);
+    }
+    // The source pack was only read.
+    assert_eq!(
+        std::fs::read(pack_dir.join("manifest.json")).unwrap(),
+        manifest_before
     );
-    assert!(o.status.success(), "{}", text(&o));
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(stderr.contains("block-1-1"), "{stderr}");
+    Pack::open(&pack_dir).unwrap().verify(&|_, _| {}).unwrap();
+}
 
-    let pack = Pack::open(&pack_dir).unwrap();
+/// Each block of the partition in `out` holds the pack's records of its views, all the views
+/// whose camera lies in its region, exactly the points its rule (`rule`) takes, and every
+/// training view trains in some block.
+fn check_blocks(pack_dir: &Path, out: &Path, rule: &str) {
+    let pack = Pack::open(pack_dir).unwrap();
     let m = pack.manifest();
     let by_name: HashMap<&str, usize> = m
         .views
@@ -110,9 +126,12 @@ fn blocks_hold_the_packs_records_and_the_points_their_rule_takes() {
         .map(|(i, v)| (v.name.as_str(), i))
         .collect();
     let all_points = points(&pack);
-    let file: PartitionFile = read_partition(&out).unwrap();
-    assert_eq!(file.blocks.len(), 4);
+    let file: PartitionFile = read_partition(out).unwrap();
     assert_eq!(file.pack_id, m.pack_id);
+    assert_eq!(
+        serde_json::to_value(file.points).unwrap(),
+        serde_json::json!(rule)
+    );
     let mut train_seen = vec![0usize; m.views.len()];
     for b in &file.blocks {
         let block = Pack::open(&out.join(&b.name)).unwrap();
@@ -138,14 +157,17 @@ fn blocks_hold_the_packs_records_and_the_points_their_rule_takes() {
             }
         }
         // The views whose camera lies in the region are all there.
-        for (i, p) in m.views.iter().enumerate() {
+        for p in &m.views {
             let g = file.frame.coords(p.camera.centre());
             if b.region.contains([g[0], g[1]]) {
                 assert!(bm.views.iter().any(|v| v.name == p.name), "{}", p.name);
             }
         }
-        // The points: exactly those in the region or seen by one of the block's views.
-        let cameras: Vec<_> = bm.views.iter().map(|v| v.camera).collect();
+        // The points: exactly those in the region or (`seen`) seen by one of its views.
+        let cameras: Vec<_> = match rule {
+            "seen" => bm.views.iter().map(|v| v.camera).collect(),
+            _ => Vec::new(),
+        };
         let expected: Vec<[u32; 3]> = all_points
             .iter()
             .copied()
@@ -164,6 +186,7 @@ fn blocks_hold_the_packs_records_and_the_points_their_rule_takes() {
         let held = points(&block);
         assert_eq!(held.len() as u64, b.points);
         assert_eq!(held, expected, "{}", b.name);
+        assert!(!held.is_empty(), "{}", b.name);
     }
     // Every training view trains in some block.
     for (i, v) in m.views.iter().enumerate() {
@@ -171,12 +194,6 @@ fn blocks_hold_the_packs_records_and_the_points_their_rule_takes() {
             assert!(train_seen[i] >= 1, "{}", v.name);
         }
     }
-    // The source pack was only read.
-    assert_eq!(
-        std::fs::read(pack_dir.join("manifest.json")).unwrap(),
-        manifest_before
-    );
-    pack.verify(&|_, _| {}).unwrap();
 }
 
 /// A run folder as gs-train leaves it, for `gs-pack merge`: `report.json` naming the block

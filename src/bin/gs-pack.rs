@@ -236,6 +236,11 @@ struct PartitionArgs {
     /// cameras (their up axes, or the plane of their centres).
     #[arg(long, value_parser = parse_up, value_name = "X,Y,Z", allow_hyphen_values = true)]
     up: Option<[f64; 3]>,
+    /// Which SfM points each block starts from: `seen` (those in its region and every point
+    /// one of its views sees, VastGaussian's choice) or `region` (its region's only: smaller
+    /// blocks, what its views show beyond the region left to densification).
+    #[arg(long, value_enum, default_value = "seen")]
+    block_points: ramsplat::partition::BlockPoints,
     /// Print the plan (each block's views and points) and write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -605,6 +610,7 @@ fn run_partition(args: &PartitionArgs) -> anyhow::Result<()> {
         overlap: args.overlap,
         min_coverage: args.min_coverage,
         up: args.up,
+        points: args.block_points,
         ..PartitionOptions::new(args.blocks.0, args.blocks.1)
     };
     let plan = Plan::new(&pack, &options)
