@@ -979,7 +979,9 @@ pub fn write(
         )),
         done: false,
     };
-    // The same process id can only mean a dead run's leftovers.
+    // A killed run's folder (its process gone) is removed, as the pack writer does; the same
+    // process id can only mean a dead run's leftovers.
+    crate::shard::writer::remove_stale_partials(&parent, &name.to_string_lossy());
     if fs::symlink_metadata(&staging.path).is_ok() {
         fs::remove_dir_all(&staging.path).map_err(io(&staging.path))?;
     }

@@ -365,8 +365,12 @@ fn partition_refusals_name_what_to_do_and_write_nothing() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("dry run: nothing written"));
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    // A killed run's temporary folder (its process gone) is cleared on the way.
+    let stale = dir.path().join(".blocks.partial-4194303");
+    std::fs::create_dir_all(stale.join("block-0-0")).unwrap();
     let o = partition(&pack_dir, &out, &["--blocks", "2x1", "--up", "0,0,1"]);
     assert!(o.status.success(), "{}", text(&o));
+    assert!(!stale.exists());
     assert!(out.join(PARTITION_FILE).is_file());
     // No temporary folder is left beside it.
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
