@@ -8,7 +8,7 @@
 //! | layer | modules |
 //! | --- | --- |
 //! | binaries (thin: argument parsing, printing) | `src/bin/gs-pack.rs`, `gs-train.rs`, `gs-render.rs` |
-//! | training | [`train`] |
+//! | training | [`train`], [`partition`] (block-wise training of scenes larger than one run) |
 //! | evaluation, conversion, generation | [`eval`], [`pack`], [`synth`], [`export`] |
 //! | data pipeline, rendering | [`data`], [`render`] (its `cuda` backend on [`device`]) |
 //! | formats and importers | [`shard`], [`import`] (they share [`dataset`], never each other) |
@@ -21,7 +21,7 @@
 //! | --- | --- |
 //! | [`dataset`] | the neutral dataset vocabulary: splits, formats, distortion, view descriptions, streamed point chunks and sources |
 //! | [`scene`] | cameras (OpenCV axes, pixel centres at +0.5), Gaussians (stored pre-activation) and their field table (the one list of per-Gaussian arrays), Mip-Splatting's 3D filter folded into stored values, spherical harmonics, the shared maths (quaternions, logit, SH DC), camera paths for fly-throughs |
-//! | [`import`] | COLMAP, NeRF `transforms.json`, Metashape XML, OpenSfM/OpenDroneMap `reconstruction.json`, Bundler `bundle.out`, PLY, PCD, LAS/LAZ and E57 importers (and the transform that registers a cloud to the cameras); image decode + undistortion |
+//! | [`import`] | COLMAP, NeRF `transforms.json`, Metashape XML, OpenSfM/OpenDroneMap `reconstruction.json`, Bundler `bundle.out`, Meshroom/AliceVision SfMData, PLY, PCD, LAS/LAZ and E57 point clouds and OBJ meshes' vertices (and the transform that registers a cloud to the cameras); image decode + undistortion |
 //! | [`shard`] | the pack format (its module doc is the spec): writer seals, reader maps read-only |
 //! | [`pack`] | the `gs-pack convert` pipeline: importer → bounded parallel encode → shards |
 //! | [`synth`] | procedural datasets (images + COLMAP/NeRF metadata) and program-written packs for tests, benches, the demo, fuzzing |
@@ -37,6 +37,7 @@
 //! | [`plot`] | PNG line charts (training curves, the loader's speed/RAM curve) |
 //! | [`export`] | model files: 3DGS PLY, SPZ, `.splat`, PlayCanvas compressed PLY, 3DGS `cameras.json`; a pack as a nerfstudio or COLMAP folder (`gs-pack export`) |
 //! | [`train`] | the 3DGS training step on two engines (the CPU's, and the device engine with the model resident on [`device`]), densification, Adam, loss, schedule, checkpoints, the run |
+//! | [`partition`] | `gs-pack partition` and `gs-pack merge`: a pack cut into spatial blocks (ground frame, cores, overlapping regions, the views and points of each), each a pack of copied records, and the blocks' trained models joined by their cores |
 //! | [`cli`] | shared command-line plumbing (progress, error chains, exit codes) |
 //! | [`fsutil`] | crash-safe writes: atomic file replacement, no-clobber directory install (the crate's only `rename`) |
 //! | [`rng`] | the project's pinned random number generator |
