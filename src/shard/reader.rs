@@ -606,6 +606,21 @@ impl Pack {
         Ok(())
     }
 
+    /// The checked payload of view `index` (`v`, its stored entry): the checksums hold and the
+    /// record header is this view's.
+    fn view_payload(&self, index: usize, v: &ViewEntry, what: &str) -> Result<&[u8], ShardError> {
+        let r = &v.record;
+        let (info, payload) = self.checked_payload(r, what)?;
+        if info.kind != RecordKind::View
+            || info.item != index as u32
+            || Codec::from_id(info.codec) != Some(v.codec)
+            || PixelLayout::from_flags(info.flags) != Some(v.layout())
+        {
+            return Err(self.corrupt(r, what, "record is not this view"));
+        }
+        Ok(payload)
+    }
+
     /// View `index` as stored, checked but not decoded: its record's payload (copied) with
     /// everything [`super::writer::PackWriter::add_encoded_view`] needs to write it into
     /// another pack unchanged (`gs-pack partition`). The record's pages are released.
@@ -618,14 +633,7 @@ impl Pack {
         let r = &v.record;
         let what = format!("view {index} {:?}", v.name);
         let result = (|| {
-            let (info, payload) = self.checked_payload(r, &what)?;
-            if info.kind != RecordKind::View
-                || info.item != index as u32
-                || Codec::from_id(info.codec) != Some(v.codec)
-                || PixelLayout::from_flags(info.flags) != Some(v.layout())
-            {
-                return Err(self.corrupt(r, &what, "record is not this view"));
-            }
+            let payload = self.view_payload(index, v, &what)?;
             Ok(super::writer::EncodedView {
                 name: v.name.clone(),
                 camera: v.camera,
@@ -655,14 +663,7 @@ impl Pack {
         let r = &v.record;
         let what = format!("view {index} {:?}", v.name);
         let result = (|| {
-            let (info, payload) = self.checked_payload(r, &what)?;
-            if info.kind != RecordKind::View
-                || info.item != index as u32
-                || Codec::from_id(info.codec) != Some(v.codec)
-                || PixelLayout::from_flags(info.flags) != Some(v.layout())
-            {
-                return Err(self.corrupt(r, &what, "record is not this view"));
-            }
+            let payload = self.view_payload(index, v, &what)?;
             let decode_err = |msg: String| ShardError::Decode {
                 path: self.shards[r.shard as usize].path.clone(),
                 offset: r.offset,

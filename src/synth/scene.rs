@@ -1236,23 +1236,15 @@ impl SynthScene {
             elevation.sin(),
         ];
         let centre = add(self.bounds_centre, scale(dir_out, dist));
-        let forward = scale(dir_out, -1.0);
-        // OpenCV axes: x right, y down, z forward. Elevation ≤ 60° keeps forward away from ±z,
-        // so the cross product with world up is well conditioned.
-        let right = norm(cross(forward, [0.0, 0.0, 1.0]));
-        let down = cross(forward, right);
-        let c2w = [
-            [right[0], down[0], forward[0]],
-            [right[1], down[1], forward[1]],
-            [right[2], down[2], forward[2]],
-        ];
-        Camera {
+        // Elevation ≤ 60° keeps forward away from ±z, so the unrolled camera is well defined.
+        looking(
+            centre,
+            scale(dir_out, -1.0),
             width,
             height,
             intrinsics,
-            world_to_camera: Pose::from_camera_to_world(c2w, centre),
             projection,
-        }
+        )
     }
 
     /// All `n` pinhole cameras (see [`SynthScene::camera`]).
@@ -1705,7 +1697,26 @@ fn look_at(
     intrinsics: Intrinsics,
     projection: Projection,
 ) -> Camera {
-    let forward = norm(sub(target, eye));
+    looking(
+        eye,
+        norm(sub(target, eye)),
+        width,
+        height,
+        intrinsics,
+        projection,
+    )
+}
+
+/// The camera at `eye` looking along the unit `forward`, unrolled (see [`look_at`]). OpenCV
+/// axes: x right, y down, z forward.
+fn looking(
+    eye: V3,
+    forward: V3,
+    width: u32,
+    height: u32,
+    intrinsics: Intrinsics,
+    projection: Projection,
+) -> Camera {
     let right = norm(cross(forward, [0.0, 0.0, 1.0]));
     let down = cross(forward, right);
     let c2w = [
