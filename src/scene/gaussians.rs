@@ -362,52 +362,56 @@ impl<F: Real> Gaussians<F> {
         self.sh_degree = sh_degree;
     }
 
-    /// Row `r` of the result is Gaussian `src[r]`, or zeros where `zero` says so (fresh
-    /// Adam moments of relocated or new Gaussians).
     /// [`Gaussians::gather`] in place, one field at a time: each field's new array replaces
     /// the old as soon as it is built, so the edit holds one field twice at most (the SH
     /// coefficients', [`sh_coeffs`] × 3 values per Gaussian), not a second model beside the
     /// first. The result is the same.
     pub fn gather_in_place(&mut self, src: &[u32], zero: Option<&[bool]>) {
-        fn rows<T: Copy>(v: &mut Vec<T>, w: usize, src: &[u32], zero: Option<&[bool]>, z: T) {
-            let mut out = Vec::with_capacity(src.len() * w);
-            for (r, &i) in src.iter().enumerate() {
-                if zero.is_some_and(|m| m[r]) {
-                    out.extend(std::iter::repeat_n(z, w));
-                } else {
-                    let i = i as usize;
-                    out.extend_from_slice(&v[i * w..(i + 1) * w]);
-                }
-            }
-            // The old array goes here, before the next field's new one is allocated.
-            *v = out;
-        }
+        // Destructured, so a new field cannot be left out; each old array goes at its
+        // assignment, before the next field's new one is allocated.
+        let Gaussians {
+            means,
+            log_scales,
+            rotations,
+            logit_opacities,
+            sh_degree,
+            sh,
+        } = self;
         let z = F::ZERO;
-        rows(&mut self.means, 1, src, zero, [z; 3]);
-        rows(&mut self.log_scales, 1, src, zero, [z; 3]);
-        rows(&mut self.rotations, 1, src, zero, [z; 4]);
-        rows(&mut self.logit_opacities, 1, src, zero, z);
-        rows(&mut self.sh, sh_coeffs(self.sh_degree), src, zero, [z; 3]);
+        *means = gather_rows(means, 1, src, zero, [z; 3]);
+        *log_scales = gather_rows(log_scales, 1, src, zero, [z; 3]);
+        *rotations = gather_rows(rotations, 1, src, zero, [z; 4]);
+        *logit_opacities = gather_rows(logit_opacities, 1, src, zero, z);
+        *sh = gather_rows(sh, sh_coeffs(*sh_degree), src, zero, [z; 3]);
     }
 
+    /// Row `r` of the result is Gaussian `src[r]`, or zeros where `zero` says so (fresh
+    /// Adam moments of relocated or new Gaussians).
     pub fn gather(&self, src: &[u32], zero: Option<&[bool]>) -> Gaussians<F> {
-        let mut out = Gaussians::empty(self.sh_degree);
-        for f in Field::ALL {
-            let w = f.width(self.sh_degree);
-            let from = self.field(f);
-            let mut values = Vec::with_capacity(src.len() * w);
-            for (r, &i) in src.iter().enumerate() {
-                if zero.is_some_and(|z| z[r]) {
-                    values.extend(std::iter::repeat_n(F::ZERO, w));
-                } else {
-                    let i = i as usize;
-                    values.extend_from_slice(&from[i * w..(i + 1) * w]);
-                }
-            }
-            out.column_mut(f).extend_flat(&values);
+        let z = F::ZERO;
+        Gaussians {
+            means: gather_rows(&self.means, 1, src, zero, [z; 3]),
+            log_scales: gather_rows(&self.log_scales, 1, src, zero, [z; 3]),
+            rotations: gather_rows(&self.rotations, 1, src, zero, [z; 4]),
+            logit_opacities: gather_rows(&self.logit_opacities, 1, src, zero, z),
+            sh_degree: self.sh_degree,
+            sh: gather_rows(&self.sh, sh_coeffs(self.sh_degree), src, zero, [z; 3]),
         }
-        out
     }
+}
+
+/// Rows `src` of `v` (rows of `w` values), or `z` for the rows `zero` marks.
+fn gather_rows<T: Copy>(v: &[T], w: usize, src: &[u32], zero: Option<&[bool]>, z: T) -> Vec<T> {
+    let mut out = Vec::with_capacity(src.len() * w);
+    for (r, &i) in src.iter().enumerate() {
+        if zero.is_some_and(|m| m[r]) {
+            out.extend(std::iter::repeat_n(z, w));
+        } else {
+            let i = i as usize;
+            out.extend_from_slice(&v[i * w..(i + 1) * w]);
+        }
+    }
+    out
 }
 
 impl Gaussians<f32> {

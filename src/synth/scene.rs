@@ -1574,16 +1574,21 @@ impl SynthScene {
                 let (p, n) = self.objects[k].shape.sample_surface(rng);
                 (p, n, Surface::Object(k))
             };
-            let colour = self.surface_colour(p, n, surface);
-            return SurfaceSample {
-                position: p,
-                normal: n,
-                surface,
-                colour,
-                rgb: colour.map(quantise),
-            };
+            return self.sample_at(p, n, surface);
         }
         unreachable!("the last attempt always samples an object or the empty-scene ground")
+    }
+
+    /// The sample at `p` (normal `n`) of `surface`, with the colour the images show there.
+    fn sample_at(&self, p: V3, n: V3, surface: Surface) -> SurfaceSample {
+        let colour = self.surface_colour(p, n, surface);
+        SurfaceSample {
+            position: p,
+            normal: n,
+            surface,
+            colour,
+            rgb: colour.map(quantise),
+        }
     }
 
     /// [`SynthScene::sample_surface`] in the aerial layout: the same half-and-half split over
@@ -1610,14 +1615,7 @@ impl SynthScene {
                 let (p, n) = self.objects[k].shape.sample_surface(rng);
                 (p, n, Surface::Object(k))
             };
-            let colour = self.surface_colour(p, n, surface);
-            return SurfaceSample {
-                position: p,
-                normal: n,
-                surface,
-                colour,
-                rgb: colour.map(quantise),
-            };
+            return self.sample_at(p, n, surface);
         }
         unreachable!("the last attempt always samples an object")
     }

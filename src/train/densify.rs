@@ -239,6 +239,7 @@ impl Model {
         self.adam
             .exp_avg_sq
             .gather_in_place(&plan.src, Some(&plan.fresh));
+        // The old statistics go before the new ones are allocated.
         self.stats = DensifyStats::default();
         self.stats = DensifyStats::zeros(plan.src.len());
     }
