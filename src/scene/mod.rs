@@ -3,6 +3,7 @@
 pub mod camera;
 pub mod filter3d;
 pub mod gaussians;
+pub mod lanes;
 pub mod maths;
 pub mod real;
 pub mod sh;

@@ -10,6 +10,8 @@
 use std::fmt::Debug;
 use std::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
 
+use super::lanes::{Array4, Lanes};
+
 /// The float operations the renderer needs; implemented for `f32` and `f64` only.
 pub trait Real:
     Copy
@@ -39,12 +41,13 @@ pub trait Real:
     fn to_f32(self) -> f32;
     fn exp(self) -> Self;
     /// `e^x` for the rasterizers' per-pixel lanes: in `f32` [`exp_lanes_f32`] (within 1 ulp
-    /// of `e^x` where measured, branch-free, with a four-lane form [`Real::exp_lanes4`]), in
+    /// of `e^x` where measured, branch-free, with a four-lane form in [`Real::Lanes`]), in
     /// `f64` the std `exp` (finite differences want its accuracy).
     fn exp_lanes(self) -> Self;
-    /// [`Real::exp_lanes`] of four values at once: the same bits, computed as one SSE vector
-    /// on x86-64 in `f32` ([`exp_lanes_f32x4`]).
-    fn exp_lanes4(x: [Self; 4]) -> [Self; 4];
+    /// Four values as one, for the rasterizers' per-pixel lanes: in `f32` on x86-64 one SSE
+    /// vector, otherwise four scalars; each lane gets the bits the scalar operation gives it
+    /// (see [`super::lanes`]).
+    type Lanes: Lanes<Self>;
     fn ln(self) -> Self;
     fn sqrt(self) -> Self;
     /// The angle of `(x = other, y = self)`, as `f64::atan2`.
@@ -60,8 +63,9 @@ pub trait Real:
 }
 
 macro_rules! impl_real {
-    ($t:ty, $exp_lanes:expr, $exp_lanes4:expr) => {
+    ($t:ty, $exp_lanes:expr, $lanes:ty) => {
         impl Real for $t {
+            type Lanes = $lanes;
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             const BYTES: usize = std::mem::size_of::<$t>();
@@ -88,10 +92,6 @@ macro_rules! impl_real {
             #[inline(always)]
             fn exp_lanes(self) -> Self {
                 $exp_lanes(self)
-            }
-            #[inline(always)]
-            fn exp_lanes4(x: [Self; 4]) -> [Self; 4] {
-                $exp_lanes4(x)
             }
             #[inline(always)]
             fn ln(self) -> Self {
@@ -133,8 +133,11 @@ macro_rules! impl_real {
     };
 }
 
-impl_real!(f32, exp_lanes_f32, exp_lanes_f32x4);
-impl_real!(f64, f64::exp, |x: [f64; 4]| x.map(f64::exp));
+#[cfg(target_arch = "x86_64")]
+impl_real!(f32, exp_lanes_f32, super::lanes::F32x4);
+#[cfg(not(target_arch = "x86_64"))]
+impl_real!(f32, exp_lanes_f32, Array4<f32>);
+impl_real!(f64, f64::exp, Array4<f64>);
 
 /// ln 2 = `LN2_HI + LN2_LO`; `LN2_HI` has 9 significant bits, so `n·LN2_HI` is exact for
 /// `|n| < 2¹⁵`.
@@ -157,7 +160,7 @@ const EXP_LO: f32 = -87.3;
 const EXP_HI: f32 = 88.3;
 
 /// `e^x` in `f32` without a branch or a library call (libm's `expf` is a call per pixel, and was
-/// 13 % of a training profile); [`exp_lanes_f32x4`] computes four at once, with the same bits.
+/// 13 % of a training profile); [`Real::Lanes`]' `exp` computes four at once, with the same bits.
 ///
 /// `x` is clamped to `[−87.3, 88.3]`, where `e^x` is a normal float (a NaN stays NaN); then
 /// `x = n·ln 2 + r`, `n` the nearest integer to `x·log₂e` (by the round-to-nearest of adding
@@ -187,62 +190,44 @@ pub fn exp_lanes_f32(x: f32) -> f32 {
     e_r * two_n
 }
 
-/// The SSE2 body of [`exp_lanes_f32x4`].
+/// [`exp_lanes_f32`] of each lane of an SSE vector: the same operations in the same order, so
+/// every lane has the bits the scalar form gives (`exp_lanes_vector_equals_scalar`).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse2")]
-#[inline]
-fn sse2(x: [f32; 4]) -> [f32; 4] {
-    use std::arch::x86_64::*;
-    let v = _mm_setr_ps(x[0], x[1], x[2], x[3]);
-    let select = |m, a, b| _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b));
-    let lo = _mm_set1_ps(EXP_LO);
-    let v = select(_mm_cmplt_ps(v, lo), lo, v);
-    let hi = _mm_set1_ps(EXP_HI);
-    let v = select(_mm_cmpgt_ps(v, hi), hi, v);
-    let round = _mm_set1_ps(ROUND);
-    let shifted = _mm_add_ps(_mm_mul_ps(v, _mm_set1_ps(std::f32::consts::LOG2_E)), round);
-    let n = _mm_sub_ps(shifted, round);
-    let r = _mm_sub_ps(
-        _mm_sub_ps(v, _mm_mul_ps(n, _mm_set1_ps(LN2_HI))),
-        _mm_mul_ps(n, _mm_set1_ps(LN2_LO)),
-    );
-    let mut p = _mm_set1_ps(EXP_P[0]);
-    for c in &EXP_P[1..] {
-        p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(*c));
-    }
-    let e_r = _mm_add_ps(
-        _mm_add_ps(_mm_mul_ps(p, _mm_mul_ps(r, r)), r),
-        _mm_set1_ps(1.0),
-    );
-    let n_bits = _mm_sub_epi32(
-        _mm_castps_si128(shifted),
-        _mm_set1_epi32(ROUND.to_bits() as i32),
-    );
-    let two_n = _mm_castsi128_ps(_mm_slli_epi32::<23>(_mm_add_epi32(
-        n_bits,
-        _mm_set1_epi32(127),
-    )));
-    let mut out = [0.0f32; 4];
-    // SAFETY: `out` is four f32s, 16 writable bytes, and `storeu` has no alignment requirement.
-    unsafe { _mm_storeu_ps(out.as_mut_ptr(), _mm_mul_ps(e_r, two_n)) };
-    out
-}
-
-/// [`exp_lanes_f32`] of four values: on x86-64 one SSE2 vector (part of the x86-64 baseline)
-/// through the same operations in the same order, so every lane has the bits the scalar form
-/// gives (`exp_lanes_vector_equals_scalar`); elsewhere the scalar form four times. The
-/// compiler does not reliably vectorize the scalar form across a row of pixels by itself.
 #[inline(always)]
-pub fn exp_lanes_f32x4(x: [f32; 4]) -> [f32; 4] {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: SSE and SSE2 belong to the x86-64 baseline: every CPU this build runs on
-        // has them (the attribute only lets `sse2` call the intrinsics without `unsafe`).
-        unsafe { sse2(x) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        x.map(exp_lanes_f32)
+pub(crate) fn exp_lanes_m128(v: std::arch::x86_64::__m128) -> std::arch::x86_64::__m128 {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE and SSE2 belong to the x86-64 baseline: every CPU this build runs on has
+    // them, and these intrinsics read only their register operands.
+    unsafe {
+        let select = |m, a, b| _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b));
+        let lo = _mm_set1_ps(EXP_LO);
+        let v = select(_mm_cmplt_ps(v, lo), lo, v);
+        let hi = _mm_set1_ps(EXP_HI);
+        let v = select(_mm_cmpgt_ps(v, hi), hi, v);
+        let round = _mm_set1_ps(ROUND);
+        let shifted = _mm_add_ps(_mm_mul_ps(v, _mm_set1_ps(std::f32::consts::LOG2_E)), round);
+        let n = _mm_sub_ps(shifted, round);
+        let r = _mm_sub_ps(
+            _mm_sub_ps(v, _mm_mul_ps(n, _mm_set1_ps(LN2_HI))),
+            _mm_mul_ps(n, _mm_set1_ps(LN2_LO)),
+        );
+        let mut p = _mm_set1_ps(EXP_P[0]);
+        for c in &EXP_P[1..] {
+            p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(*c));
+        }
+        let e_r = _mm_add_ps(
+            _mm_add_ps(_mm_mul_ps(p, _mm_mul_ps(r, r)), r),
+            _mm_set1_ps(1.0),
+        );
+        let n_bits = _mm_sub_epi32(
+            _mm_castps_si128(shifted),
+            _mm_set1_epi32(ROUND.to_bits() as i32),
+        );
+        let two_n = _mm_castsi128_ps(_mm_slli_epi32::<23>(_mm_add_epi32(
+            n_bits,
+            _mm_set1_epi32(127),
+        )));
+        _mm_mul_ps(e_r, two_n)
     }
 }
 
@@ -269,7 +254,10 @@ mod tests {
             .collect();
         for x in values.chunks_exact(4) {
             let x: [f32; 4] = x.try_into().unwrap();
-            let got = exp_lanes_f32x4(x).map(f32::to_bits);
+            let got = <f32 as Real>::Lanes::load(&x)
+                .exp()
+                .to_array()
+                .map(f32::to_bits);
             let want = x.map(|v| exp_lanes_f32(v).to_bits());
             assert_eq!(got, want, "{x:?}");
         }

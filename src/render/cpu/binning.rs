@@ -3,8 +3,8 @@
 //!
 //! Which tiles ([`Reach`]): of those its 3σ box `mean ± radius` meets (3DGS's rule), the ones
 //! its α-support ellipse reaches. Outside the ellipse `σ ≤ ln(255·o)` a splat has `α < 1/255`
-//! and every pixel skips it. The ellipse is the one the CPU rasterizer clips each splat's pixels
-//! to (its support box and per-row spans, see [`rasterize`](super::rasterize)): padded, and
+//! and every pixel skips it. The ellipse is the one whose box the CPU rasterizer clips each
+//! splat's pixels to (its support box, see [`rasterize`](super::rasterize)): padded, and
 //! widened by the bound on the rounding of `σ` at a pixel ([`clip_cut`]), which only
 //! needle-like splats notice; the few too thin for any bound keep their 3σ box. A tile the
 //! widened ellipse misses holds no pixel the splat reaches, not even by the rasterizers' f32
@@ -100,7 +100,7 @@ pub struct Reach<F> {
     a: F,
     b: F,
     det: F,
-    /// `2a·s`, inflated by the support padding (as the rasterizer's spans are).
+    /// `2a·s`, inflated by the support padding (as the support box's half-widths are).
     s2: F,
     q: F,
     /// End paddings: the support padding of the half-widths `√(2s·Σxx)`, `√(2s·Σyy)`.

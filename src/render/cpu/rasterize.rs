@@ -10,13 +10,23 @@
 //! keeps its 256 pixels' compositing state and walks the list splat by splat, visiting only the
 //! pixels inside that splat's *α-support box*: the bounding box of the ellipse
 //! `σ ≤ ln(255·o)`, outside of which `α < 1/255` is guaranteed (half-width
-//! `√(2·ln(255·o)·Σ2d_xx)`, padded, see `support`), and in each row of it only the span the
-//! ellipse covers. The ellipse is widened by a bound on the f32 rounding of `σ` ([`clip_cut`]),
-//! so no pixel outside it passes even the f32 test; for needles too thin for any bound the
-//! whole box is walked. Pixels outside would skip the splat anyway, so every pixel sees the
-//! same splats in the same order with the same arithmetic: images, transmittances, last
-//! contributors and gradients are bit-identical to the per-pixel loop (the test-only
-//! `reference` module keeps that loop and the tests compare the two).
+//! `√(2·ln(255·o)·Σ2d_xx)`, padded, see `support`). The ellipse is widened by a bound on the
+//! f32 rounding of `σ` ([`clip_cut`]), so no pixel outside it passes even the f32 test; for
+//! needles too thin for any bound the whole tile is walked. Pixels outside would skip the
+//! splat anyway, so every pixel sees the same splats in the same order with the same
+//! arithmetic: images, transmittances, last contributors and gradients are bit-identical to
+//! the per-pixel loop (the test-only `reference` module keeps that loop and the tests compare
+//! the two).
+//!
+//! The box is walked four pixels of a row at a time ([`Real::Lanes`]: one SSE vector in
+//! `f32`), each pixel a lane taking the rule's steps under a mask, so that a step a pixel
+//! skips leaves its state as it was; the backward then adds each pixel's terms to the splat's
+//! sums one pixel after another in column order, as the per-pixel loop does. Groups whose
+//! pixels have all stopped (forward) or lie behind their last contributor (backward) are not
+//! evaluated. Every row of the box is walked whole, not only the span of it the ellipse
+//! covers: computing that span took a square root and two divisions per row, and cost more
+//! than the lanes it saved (measured in `docs/device-engine.md`, "The per-pixel walks in
+//! lanes").
 //! The 3σ `radius` would NOT be a valid bound (at 3σ, `α` can still be ≈ 0.011 > 1/255): a
 //! splat is binned into the tiles that both its 3σ box and its α-support box meet
 //! ([`binning`](super::binning)), so the support box also keeps whole tiles off its list.
@@ -28,12 +38,10 @@
 //! and rows are few and uneven, so on many threads the busiest row set the pace (measured in
 //! `docs/device-engine.md`, "Tiles in parallel").
 //!
-//! `e^{−σ}` is [`Real::exp_lanes`], not libm's `expf`: each row of a splat's span is evaluated
-//! first, four pixels at a time in one vector ([`Real::exp_lanes4`]; groups whose pixels have
-//! all finished are skipped), and the per-pixel walk then reads the values. The polynomial is
-//! within an ulp of `e^x` and gives the same bits in vector and scalar form, so the test-only
-//! per-pixel loop, which calls the scalar form, still matches bit for bit; the host emulation's
-//! kernels use the same polynomial (`kernels/host/emulation.h`), a GPU its own `expf`.
+//! `e^{−σ}` is [`Real::exp_lanes`], not libm's `expf`: a polynomial within an ulp of `e^x`
+//! that gives the same bits in vector and scalar form, so the test-only per-pixel loop, which
+//! calls the scalar form, still matches bit for bit; the host emulation's kernels use the same
+//! polynomial (`kernels/host/emulation.h`), a GPU its own `expf`.
 //!
 //! With [`AbsMean2dGrad`] the backward also sums, per splat, the absolute value of each
 //! pixel's contribution to the 2D-mean gradient (AbsGS's statistic), in slots of its own.
@@ -60,6 +68,7 @@ use rayon::prelude::*;
 use super::binning::TileBins;
 use super::project::TILE_SIZE;
 use super::{prefetch, Splat, SplatGrad, PREFETCH_AHEAD};
+use crate::scene::lanes::{Lanes, Mask, LANES};
 use crate::scene::real::Real;
 
 /// Upper clamp on a splat's α (gsplat's value; keeps `1−α` away from 0 for the backward
@@ -97,9 +106,6 @@ pub const SIGMA_ROUNDING_MAX: f64 = 0.5;
 
 const TS: usize = TILE_SIZE as usize;
 const TILE_PIXELS: usize = TS * TS;
-/// Pixels of a row whose `exp`s are computed together ([`Real::exp_lanes4`]: one SSE vector
-/// of f32).
-const LANES: usize = 4;
 
 #[derive(Clone, Copy, Default)]
 struct Packed<F> {
@@ -113,9 +119,6 @@ struct Packed<F> {
     color: [F; 3],
     /// `1/z`: the splat's value in the inverse-depth plane.
     inv_z: F,
-    /// `2·a·s'` and `det(conic)` for the per-row span of the support ellipse (see [`span`]).
-    two_a_s: F,
-    det: F,
     /// Tile-local pixel ranges `[x0, x1) × [y0, y1)` of the α-support box.
     x0: u8,
     x1: u8,
@@ -175,8 +178,8 @@ pub fn sigma_cut<F: Real>(opacity: F) -> F {
     (F::from_f64(255.0) * opacity).ln() + F::from_f64(SIGMA_CUT_SLACK)
 }
 
-/// The cut-off of every clip to the α-support ellipse (the rasterizer's support box and per-row
-/// spans, binning's tiles) for a splat with this conic and σ cut-off `cut ≥ 0`: `cut/(1 − k)`,
+/// The cut-off of every clip to the α-support ellipse (the rasterizer's support box, binning's
+/// tiles) for a splat with this conic and σ cut-off `cut ≥ 0`: `cut/(1 − k)`,
 /// `k = SIGMA_ROUNDING·ac/det`, outside which no pixel's f32 `σ` can pass `cut`
 /// ([`SIGMA_ROUNDING`]; the clips' own f32 rounding, `det`'s at most ~3ε·ac/det relative, is
 /// well inside that margin). `None` when `k` is not below [`SIGMA_ROUNDING_MAX`] or not finite
@@ -208,76 +211,57 @@ pub fn support<F: Real>(conic: [F; 3], sigma_cut: F) -> Option<(F, F)> {
     ))
 }
 
-/// Tile-local pixel columns `[lo, hi)` (clipped to the splat's box) of a row at vertical
-/// offset `dy = my − py` whose centres can satisfy `σ ≤ sigma_cut`: solving
-/// `a·dx² + 2b·dy·dx + c·dy² ≤ 2s` for `dx` gives `dx = (−b·dy ± √D)/a`,
-/// `D = 2a·s − det·dy²`, for `s` the clip's cut-off ([`clip_cut`]) inflated by
-/// [`SUPPORT_PAD_REL`] (in `two_a_s`), the ends padded by [`SUPPORT_PAD_PX`], so rounding can
-/// only widen the span; the per-pixel test still decides. A splat no clip is trusted for
-/// (`two_a_s` = ∞) gets its box's whole row, and so does a `D` that overflowed.
-#[inline]
-fn span<F: Real>(s: &Packed<F>, dy: F, x_lo: usize) -> (usize, usize) {
-    let d = s.two_a_s - s.det * dy * dy;
-    if d < F::ZERO {
-        return (0, 0);
-    }
-    if !d.is_finite() {
-        return (s.x0 as usize, s.x1 as usize);
-    }
-    let sq = d.sqrt();
-    let mid = -s.b * dy;
-    let pad = F::from_f64(SUPPORT_PAD_PX);
-    let half = F::from_f64(0.5);
-    // Pixel centre x + 0.5 = mx − dx.
-    let first = s.mx - (mid + sq) / s.a - pad - half - F::from_f64(x_lo as f64);
-    let last = s.mx - (mid - sq) / s.a + pad - half - F::from_f64(x_lo as f64);
-    let (bx0, bx1) = (s.x0 as i32, s.x1 as i32);
-    let (ceil_first, floor_last) = ceil_floor(first, last, bx0, bx1);
-    let lo = ceil_first.clamp(bx0, bx1) as usize;
-    let hi = (floor_last + 1).clamp(bx0, bx1) as usize;
-    (lo, hi.max(lo))
-}
-
 /// The x coordinates of the pixel centres of the tile columns starting at `x_lo`.
 #[inline]
 fn pixel_centres<F: Real>(x_lo: usize) -> [F; TS] {
     std::array::from_fn(|lx| F::from_f64((x_lo + lx) as f64) + F::from_f64(0.5))
 }
 
-/// `e^{−σ}` of splat `s` at the pixels `[sx0, sx1)` of a row at vertical offset `dy` that are
-/// `live` (or share a group with one), `0` where `σ < 0` or `σ > σ_cut` (so that
-/// `α = o·e^{−σ}` fails the `1/255` test there; a NaN `σ` passes, as in the per-pixel rule).
-/// Not inlined: a symbol of its own in profiles (inlined measured no faster).
-#[inline(never)]
-fn row_gauss<F: Real>(
-    s: &Packed<F>,
-    dy: F,
-    centres: &[F; TS],
-    (sx0, sx1): (usize, usize),
-    live: impl Fn(usize) -> bool,
-) -> [F; TS] {
-    let half = F::from_f64(0.5);
-    let mut out = [F::ZERO; TS];
-    // Whole groups of `LANES` pixels, the `exp`s of each one vector operation; a group whose
-    // pixels in the span are all finished (behind an opaque surface, most of a busy tile's
-    // list) is left at 0: its pixels skip the splat without looking at it.
-    for group in sx0 / LANES..sx1.div_ceil(LANES) {
-        let base = group * LANES;
-        if !(base.max(sx0)..(base + LANES).min(sx1)).any(&live) {
-            continue;
-        }
-        let sigma: [F; LANES] = std::array::from_fn(|l| {
-            let dx = s.mx - centres[base + l];
-            half * (s.a * dx * dx + s.c * dy * dy) + s.b * dx * dy
-        });
-        let gauss = F::exp_lanes4(sigma.map(|v| -v));
-        for l in 0..LANES {
-            let lx = base + l;
-            let outside = sigma[l] < F::ZERO || sigma[l] > s.sigma_cut || lx < sx0 || lx >= sx1;
-            out[lx] = if outside { F::ZERO } else { gauss[l] };
-        }
+/// The groups of [`LANES`] pixels of a tile row that meet splat `s`'s box columns `[x0, x1)`,
+/// each as its first column and the bits `l` of its pixels `base + l` inside the box.
+#[inline(always)]
+fn groups<F>(s: &Packed<F>) -> impl Iterator<Item = (usize, u32)> {
+    let (x0, x1) = (s.x0 as usize, s.x1 as usize);
+    (x0 / LANES * LANES..x1).step_by(LANES).map(move |base| {
+        let lo = x0.saturating_sub(base);
+        let hi = (x1 - base).min(LANES);
+        (base, ((1u32 << hi) - 1) & !((1u32 << lo) - 1))
+    })
+}
+
+/// The condition per lane of `F`'s lanes.
+type MaskOf<F> = <<F as Real>::Lanes as Lanes<F>>::Mask;
+
+/// One group of a splat's row: the offsets `dx = mx − centre` of its pixels and `σ` at each;
+/// `inside` does not hold where `σ < 0` or `σ > σ_cut`, where `α = o·e^{−σ}` would fail the
+/// `1/255` test (a NaN `σ` is inside, as in the per-pixel rule). The walks test `inside`
+/// before they evaluate `e^{−σ}` ([`Group::gauss`]): the groups in the box's corners need no
+/// `exp`, and the test's branch does not wait for one.
+struct Group<F: Real> {
+    dx: F::Lanes,
+    sigma: F::Lanes,
+    inside: MaskOf<F>,
+}
+
+impl<F: Real> Group<F> {
+    /// `e^{−σ}` at each pixel.
+    #[inline(always)]
+    fn gauss(&self) -> F::Lanes {
+        (-self.sigma).exp()
     }
-    out
+}
+
+#[inline(always)]
+fn group<F: Real>(s: &Packed<F>, dy: F, centres: &[F; TS], base: usize) -> Group<F> {
+    let v = <F::Lanes as Lanes<F>>::splat;
+    let dx = v(s.mx) - F::Lanes::load(&centres[base..]);
+    // `½(a·dx² + c·dy²) + b·dx·dy` as the per-pixel rule writes it, its row terms once.
+    let sigma = v(F::from_f64(0.5)) * (v(s.a) * dx * dx + v(s.c * dy * dy)) + v(s.b) * dx * v(dy);
+    Group {
+        dx,
+        sigma,
+        inside: !(sigma.lt(v(F::ZERO)) | sigma.gt(v(s.sigma_cut))),
+    }
 }
 
 /// Gathers tile `(tx, ty)`'s splats with their support boxes clipped to the tile.
@@ -295,30 +279,21 @@ fn gather<F: Real>(
         }
         let s = &splats[i as usize];
         let sigma_cut = sigma_cut(s.opacity);
-        let [a, b, c] = s.conic;
-        // The box and the spans' `2a·s`, from the clips' cut-off: widened for the f32 test's
-        // rounding; or none trusted, the whole tile and whole rows (∞); or nothing to draw.
+        // The box, from the clips' cut-off: widened for the f32 test's rounding; or none
+        // trusted, the whole tile; or nothing to draw.
         let empty = ((0, 0), (0, 0));
-        let (((x0, x1), (y0, y1)), two_a_s) =
+        let ((x0, x1), (y0, y1)) =
             match (sigma_cut >= F::ZERO).then(|| clip_cut(s.conic, sigma_cut)) {
-                None => (empty, F::ZERO),
-                Some(None) => (
-                    ((0, size.0 as u8), (0, size.1 as u8)),
-                    F::from_f64(f64::INFINITY),
-                ),
-                Some(Some(cut)) => (
-                    support(s.conic, cut).map_or(empty, |(ex, ey)| {
-                        (
-                            range(s.mean2d[0], ex, origin.0, size.0),
-                            range(s.mean2d[1], ey, origin.1, size.1),
-                        )
-                    }),
-                    F::from_f64(2.0 * (1.0 + SUPPORT_PAD_REL)) * a * cut,
-                ),
+                None => empty,
+                Some(None) => ((0, size.0 as u8), (0, size.1 as u8)),
+                Some(Some(cut)) => support(s.conic, cut).map_or(empty, |(ex, ey)| {
+                    (
+                        range(s.mean2d[0], ex, origin.0, size.0),
+                        range(s.mean2d[1], ey, origin.1, size.1),
+                    )
+                }),
             };
         Packed {
-            two_a_s,
-            det: a * c - b * b,
             mx: s.mean2d[0],
             my: s.mean2d[1],
             a: s.conic[0],
@@ -352,6 +327,90 @@ fn cut<T>(plane: &mut [T], line: usize, piece: usize, tiles: usize) -> Vec<[&mut
     out
 }
 
+/// A tile's pixels in the forward walk, one array per quantity (a group's pixels adjacent).
+struct Composited<F> {
+    t: [F; TILE_PIXELS],
+    col: [[F; TILE_PIXELS]; 3],
+    dep: [F; TILE_PIXELS],
+    last_k: [u32; TILE_PIXELS],
+}
+
+/// Composites a tile's splats (`packed`, in list order) over its `active` pixels (the tile at
+/// `(x_lo, y_lo)`, whose splats' boxes are clipped to its pixels). A splat is visited in the
+/// groups of [`LANES`] pixels its box's rows meet; in a group every pixel takes the rule's
+/// steps as a lane, the steps it skips leaving its state as it was, so each pixel gets the same
+/// arithmetic in the same order as in the per-pixel loop. Groups whose pixels have all stopped
+/// are not visited.
+#[inline(always)]
+fn composite<F: Real>(
+    packed: &[Packed<F>],
+    x_lo: usize,
+    y_lo: usize,
+    mut active: usize,
+    with_depth: bool,
+) -> Composited<F> {
+    let v = <F::Lanes as Lanes<F>>::splat;
+    let (alpha_max, alpha_min, t_min) = (
+        v(F::from_f64(ALPHA_MAX)),
+        v(F::from_f64(ALPHA_MIN)),
+        v(F::from_f64(T_MIN)),
+    );
+    let one = v(F::ONE);
+    let half = F::from_f64(0.5);
+    let centres = pixel_centres(x_lo);
+    let mut st = Composited {
+        t: [F::ONE; TILE_PIXELS],
+        col: [[F::ZERO; TILE_PIXELS]; 3],
+        dep: [F::ZERO; TILE_PIXELS],
+        last_k: [0; TILE_PIXELS],
+    };
+    // Bit `lx` of row `ly`: the pixel has stopped.
+    let mut done = [0u16; TS];
+    for (k, s) in packed.iter().enumerate() {
+        if active == 0 {
+            break;
+        }
+        let number = k as u32 + 1;
+        let (o, color, inv_z) = (v(s.o), s.color.map(v), v(s.inv_z));
+        for ly in s.y0 as usize..s.y1 as usize {
+            let dy = s.my - (F::from_f64((y_lo + ly) as f64) + half);
+            for (base, in_box) in groups(s) {
+                let live = in_box & !(u32::from(done[ly]) >> base);
+                if live == 0 {
+                    continue;
+                }
+                let gr = group(s, dy, &centres, base);
+                let live = live & gr.inside.bits();
+                if live == 0 {
+                    continue;
+                }
+                let p = ly * TS + base;
+                let alpha = (o * gr.gauss()).min(alpha_max);
+                let t = F::Lanes::load(&st.t[p..]);
+                let next_t = t * (one - alpha);
+                let pass = MaskOf::<F>::from_bits(live) & !alpha.lt(alpha_min);
+                let stop = pass & next_t.lt(t_min);
+                let draw = pass & !stop;
+                let wgt = alpha * t;
+                for ch in 0..3 {
+                    let c = F::Lanes::load(&st.col[ch][p..]);
+                    F::Lanes::select(draw, c + color[ch] * wgt, c).store(&mut st.col[ch][p..]);
+                }
+                if with_depth {
+                    let d = F::Lanes::load(&st.dep[p..]);
+                    F::Lanes::select(draw, d + inv_z * wgt, d).store(&mut st.dep[p..]);
+                }
+                F::Lanes::select(draw, next_t, t).store(&mut st.t[p..]);
+                draw.write_u32(number, &mut st.last_k[p..]);
+                let stopped = stop.bits();
+                done[ly] |= (stopped << base) as u16;
+                active -= stopped.count_ones() as usize;
+            }
+        }
+    }
+    st
+}
+
 /// `rasterize_fwd`: composites every pixel. `image` is `3·W·H`, `final_t` and `last` are
 /// `W·H`, and so is `inv_depth`, when given: the inverse-depth plane `Σ wᵢ/zᵢ` (all fully
 /// overwritten).
@@ -383,10 +442,6 @@ pub fn rasterize_fwd<F: Real>(
             .collect(),
     };
     let tiles_x = bins.tiles_x as usize;
-    let alpha_max = F::from_f64(ALPHA_MAX);
-    let alpha_min = F::from_f64(ALPHA_MIN);
-    let t_min = F::from_f64(T_MIN);
-    let half = F::from_f64(0.5);
     image
         .par_chunks_mut(3 * w * TS)
         .zip(final_t.par_chunks_mut(w * TS))
@@ -411,60 +466,17 @@ pub fn rasterize_fwd<F: Real>(
                         (cols, rows),
                         packed,
                     );
-                    let centres = pixel_centres(x_lo);
-                    let mut t = [F::ONE; TILE_PIXELS];
-                    let mut col = [[F::ZERO; 3]; TILE_PIXELS];
-                    let mut dep = [F::ZERO; TILE_PIXELS];
-                    let mut last_k = [0u32; TILE_PIXELS];
-                    let mut done = [false; TILE_PIXELS];
-                    let mut active = rows * cols;
-                    for (k, s) in packed.iter().enumerate() {
-                        if active == 0 {
-                            break;
-                        }
-                        for ly in s.y0 as usize..s.y1 as usize {
-                            let py = F::from_f64((ty * TS + ly) as f64) + half;
-                            let dy = s.my - py;
-                            let (sx0, sx1) = span(s, dy, x_lo);
-                            let row = &done[ly * TS..][..TS];
-                            let gauss = row_gauss(s, dy, &centres, (sx0, sx1), |lx| !row[lx]);
-                            for lx in sx0..sx1 {
-                                let p = ly * TS + lx;
-                                if done[p] {
-                                    continue;
-                                }
-                                let alpha = (s.o * gauss[lx]).min(alpha_max);
-                                if alpha < alpha_min {
-                                    continue;
-                                }
-                                let next_t = t[p] * (F::ONE - alpha);
-                                if next_t < t_min {
-                                    done[p] = true;
-                                    active -= 1;
-                                    continue;
-                                }
-                                let wgt = alpha * t[p];
-                                for ch in 0..3 {
-                                    col[p][ch] += s.color[ch] * wgt;
-                                }
-                                if with_depth {
-                                    dep[p] += s.inv_z * wgt;
-                                }
-                                t[p] = next_t;
-                                last_k[p] = k as u32 + 1;
-                            }
-                        }
-                    }
+                    let st = composite(packed, x_lo, ty * TS, rows * cols, with_depth);
                     for ly in 0..rows {
                         for lx in 0..cols {
                             let p = ly * TS + lx;
                             for ch in 0..3 {
-                                img[ly][3 * lx + ch] = col[p][ch] + t[p] * background[ch];
+                                img[ly][3 * lx + ch] = st.col[ch][p] + st.t[p] * background[ch];
                             }
-                            ft[ly][lx] = t[p];
-                            lc[ly][lx] = last_k[p];
+                            ft[ly][lx] = st.t[p];
+                            lc[ly][lx] = st.last_k[p];
                             if with_depth {
-                                dep_out[ly][lx] = dep[p];
+                                dep_out[ly][lx] = st.dep[p];
                             }
                         }
                     }
@@ -472,21 +484,150 @@ pub fn rasterize_fwd<F: Real>(
         });
 }
 
-/// Per-pixel state of the backward walk.
-#[derive(Clone, Copy, Default)]
-struct BwdPixel<F> {
-    t: F,
-    t_final: F,
-    n_last: u32,
-    dpix: [F; 3],
-    d_bg: F,
-    acc: [F; 3],
-    last_alpha: F,
-    last_color: [F; 3],
-    /// The inverse-depth channel's `∂L/∂D`, accumulated value behind and last value.
-    ddep: F,
-    acc_dep: F,
-    last_inv_z: F,
+/// A tile's pixels in the backward walk, one array per quantity (a group's pixels adjacent):
+/// the transmittance in front of the current splat, the final one, the number of splats
+/// composited, `∂L/∂pixel` and its dot product with the background, the colour of everything
+/// behind the current splat and the last splat's α and colour; and the same for the
+/// inverse-depth channel (`∂L/∂D`, the value behind, the last `1/z`).
+struct Adjoint<F> {
+    t: [F; TILE_PIXELS],
+    t_final: [F; TILE_PIXELS],
+    n_last: [u32; TILE_PIXELS],
+    dpix: [[F; TILE_PIXELS]; 3],
+    d_bg: [F; TILE_PIXELS],
+    acc: [[F; TILE_PIXELS]; 3],
+    last_alpha: [F; TILE_PIXELS],
+    last_color: [[F; TILE_PIXELS]; 3],
+    ddep: [F; TILE_PIXELS],
+    acc_dep: [F; TILE_PIXELS],
+    last_inv_z: [F; TILE_PIXELS],
+}
+
+impl<F: Real> Adjoint<F> {
+    fn new() -> Box<Self> {
+        let zeros = [F::ZERO; TILE_PIXELS];
+        Box::new(Adjoint {
+            t: zeros,
+            t_final: zeros,
+            n_last: [0; TILE_PIXELS],
+            dpix: [zeros; 3],
+            d_bg: zeros,
+            acc: [zeros; 3],
+            last_alpha: zeros,
+            last_color: [zeros; 3],
+            ddep: zeros,
+            acc_dep: zeros,
+            last_inv_z: zeros,
+        })
+    }
+}
+
+/// Where one splat's gradient of a tile goes: its slot, and its AbsGS and inverse-depth slots
+/// when those are computed.
+struct Slots<'a, F> {
+    grad: &'a mut SplatGrad<F>,
+    abs: Option<&'a mut [F; 2]>,
+    inv_z: Option<&'a mut F>,
+}
+
+/// Splat `s`'s share of the backward walk over one group of a row (first column `base`, its
+/// pixels in the tile's state from `p0`; `live`: those the splat lies in front of the last
+/// contributor of): each pixel takes the per-pixel rule's steps as a
+/// lane, the steps it skips leaving its state as it was; its terms are then added to the
+/// splat's slots pixel by pixel in column order, a skipped pixel's as `+0`, which changes no
+/// sum (a sum that starts at `+0` is never `−0`), so every slot gets the per-pixel loop's bits.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn adjoint_group<F: Real>(
+    s: &Packed<F>,
+    dy: F,
+    centres: &[F; TS],
+    p0: usize,
+    base: usize,
+    live: u32,
+    st: &mut Adjoint<F>,
+    slots: &mut Slots<'_, F>,
+) {
+    let v = <F::Lanes as Lanes<F>>::splat;
+    let load = |from: &[F]| F::Lanes::load(from);
+    let (zero, one, half) = (v(F::ZERO), v(F::ONE), v(F::from_f64(0.5)));
+    let gr = group(s, dy, centres, base);
+    let live = live & gr.inside.bits();
+    if live == 0 {
+        return;
+    }
+    let (dx, dyv, gauss) = (gr.dx, v(dy), gr.gauss());
+    let p = p0;
+    let alpha = (v(s.o) * gauss).min(v(F::from_f64(ALPHA_MAX)));
+    let on = MaskOf::<F>::from_bits(live) & !alpha.lt(v(F::from_f64(ALPHA_MIN)));
+    let keep = |new, old| F::Lanes::select(on, new, old);
+    let one_minus = one - alpha;
+    let t_behind = load(&st.t[p..]);
+    let t = t_behind / one_minus;
+    let wgt = alpha * t;
+    let last_alpha = load(&st.last_alpha[p..]);
+    let mut d_alpha = zero;
+    let mut d_color = [zero; 3];
+    for ch in 0..3 {
+        // Colour of everything behind this splat, seen through it.
+        let (last_color, acc_behind) = (load(&st.last_color[ch][p..]), load(&st.acc[ch][p..]));
+        let acc = last_alpha * last_color + (one - last_alpha) * acc_behind;
+        let dpix = load(&st.dpix[ch][p..]);
+        d_alpha = d_alpha + (v(s.color[ch]) - acc) * dpix;
+        d_color[ch] = wgt * dpix;
+        keep(acc, acc_behind).store(&mut st.acc[ch][p..]);
+        keep(v(s.color[ch]), last_color).store(&mut st.last_color[ch][p..]);
+    }
+    let mut d_inv_z = zero;
+    if slots.inv_z.is_some() {
+        // The inverse-depth channel: value 1/z, background 0.
+        let (last_inv_z, acc_behind) = (load(&st.last_inv_z[p..]), load(&st.acc_dep[p..]));
+        let acc = last_alpha * last_inv_z + (one - last_alpha) * acc_behind;
+        let ddep = load(&st.ddep[p..]);
+        d_alpha = d_alpha + (v(s.inv_z) - acc) * ddep;
+        d_inv_z = wgt * ddep;
+        keep(acc, acc_behind).store(&mut st.acc_dep[p..]);
+        keep(v(s.inv_z), last_inv_z).store(&mut st.last_inv_z[p..]);
+    }
+    keep(alpha, last_alpha).store(&mut st.last_alpha[p..]);
+    keep(t, t_behind).store(&mut st.t[p..]);
+    d_alpha = d_alpha * t;
+    d_alpha = d_alpha + -(load(&st.t_final[p..]) / one_minus) * load(&st.d_bg[p..]);
+    // α = o·G, G = e^{−σ}: ∂L/∂σ = −o·G·∂L/∂α.
+    let d_sigma = v(-s.o) * gauss * d_alpha;
+    let d_mean = [
+        d_sigma * (v(s.a) * dx + v(s.b * dy)),
+        d_sigma * (v(s.c * dy) + v(s.b) * dx),
+    ];
+    let d_conic = [
+        d_sigma * half * dx * dx,
+        d_sigma * dx * dyv,
+        d_sigma * half * dyv * dyv,
+    ];
+    // In column order, a skipped pixel's terms as +0.
+    let sum = |acc: &mut F, term: F::Lanes| {
+        for x in F::Lanes::select(on, term, zero).to_array() {
+            *acc += x;
+        }
+    };
+    let g = &mut *slots.grad;
+    for ch in 0..3 {
+        sum(&mut g.color[ch], d_color[ch]);
+    }
+    for c in 0..2 {
+        sum(&mut g.mean2d[c], d_mean[c]);
+    }
+    for c in 0..3 {
+        sum(&mut g.conic[c], d_conic[c]);
+    }
+    sum(&mut g.opacity, gauss * d_alpha);
+    if let Some(a) = slots.abs.as_deref_mut() {
+        sum(&mut a[0], d_mean[0].abs());
+        sum(&mut a[1], d_mean[1].abs());
+    }
+    if let Some(d) = slots.inv_z.as_deref_mut() {
+        sum(d, d_inv_z);
+    }
 }
 
 /// The absolute 2D-mean gradient of AbsGS ("AbsGS: Recovering Fine Details for 3D Gaussian
@@ -556,8 +697,6 @@ pub fn rasterize_bwd<F: Real>(
     }
     isect_grads.clear();
     isect_grads.resize(bins.num_intersections(), SplatGrad::default());
-    let alpha_max = F::from_f64(ALPHA_MAX);
-    let alpha_min = F::from_f64(ALPHA_MIN);
     let half = F::from_f64(0.5);
     let tiles_x = bins.tiles_x as usize;
 
@@ -593,13 +732,8 @@ pub fn rasterize_bwd<F: Real>(
         .for_each_init(
             // Per job, reused tile after tile: the tile's splats, and its pixels' states (18 KiB
             // in f32: only the tile's own pixels are set, and the walks reach no others).
-            || {
-                (
-                    Vec::new(),
-                    Box::new([BwdPixel::<F>::default(); TILE_PIXELS]),
-                )
-            },
-            |(packed, px), (t_idx, ((tile_grads, mut tile_abs), mut tile_dep))| {
+            || (Vec::new(), Adjoint::<F>::new()),
+            |(packed, st), (t_idx, ((tile_grads, mut tile_abs), mut tile_dep))| {
                 if tile_grads.is_empty() {
                     return;
                 }
@@ -611,18 +745,23 @@ pub fn rasterize_bwd<F: Real>(
                 for ly in 0..rows {
                     for lx in 0..cols {
                         let q = (y_lo + ly) * w + x_lo + lx;
+                        let p = ly * TS + lx;
                         let dpix = [d_image[3 * q], d_image[3 * q + 1], d_image[3 * q + 2]];
-                        px[ly * TS + lx] = BwdPixel {
-                            t: final_t[q],
-                            t_final: final_t[q],
-                            n_last: last[q],
-                            dpix,
-                            d_bg: background[0] * dpix[0]
-                                + background[1] * dpix[1]
-                                + background[2] * dpix[2],
-                            ddep: d_dep.map_or(F::ZERO, |d| d[q]),
-                            ..BwdPixel::default()
-                        };
+                        st.t[p] = final_t[q];
+                        st.t_final[p] = final_t[q];
+                        st.n_last[p] = last[q];
+                        st.d_bg[p] = background[0] * dpix[0]
+                            + background[1] * dpix[1]
+                            + background[2] * dpix[2];
+                        st.ddep[p] = d_dep.map_or(F::ZERO, |d| d[q]);
+                        st.last_alpha[p] = F::ZERO;
+                        st.acc_dep[p] = F::ZERO;
+                        st.last_inv_z[p] = F::ZERO;
+                        for ch in 0..3 {
+                            st.dpix[ch][p] = dpix[ch];
+                            st.acc[ch][p] = F::ZERO;
+                            st.last_color[ch][p] = F::ZERO;
+                        }
                         max_last = max_last.max(last[q] as usize);
                     }
                 }
@@ -638,65 +777,21 @@ pub fn rasterize_bwd<F: Real>(
                 );
                 for k in (0..max_last).rev() {
                     let s = &packed[k];
-                    let g = &mut tile_grads[k];
+                    let mut slots = Slots {
+                        grad: &mut tile_grads[k],
+                        abs: tile_abs.as_deref_mut().map(|a| &mut a[k]),
+                        inv_z: tile_dep.as_deref_mut().map(|d| &mut d[k]),
+                    };
                     for ly in s.y0 as usize..s.y1 as usize {
-                        let py = F::from_f64((y_lo + ly) as f64) + half;
-                        let dy = s.my - py;
-                        let (sx0, sx1) = span(s, dy, x_lo);
-                        let row = &px[ly * TS..][..TS];
-                        let gauss_row = row_gauss(s, dy, &centres, (sx0, sx1), |lx| {
-                            k < row[lx].n_last as usize
-                        });
-                        for lx in sx0..sx1 {
-                            let st = &mut px[ly * TS + lx];
-                            if k >= st.n_last as usize {
-                                continue;
+                        let dy = s.my - (F::from_f64((y_lo + ly) as f64) + half);
+                        for (base, in_box) in groups(s) {
+                            let p0 = ly * TS + base;
+                            // Pixels the splat lies in front of their last contributor.
+                            let live =
+                                MaskOf::<F>::above(&st.n_last[p0..], k as u32).bits() & in_box;
+                            if live != 0 {
+                                adjoint_group(s, dy, &centres, p0, base, live, st, &mut slots);
                             }
-                            let dx = s.mx - centres[lx];
-                            let gauss = gauss_row[lx];
-                            let alpha = (s.o * gauss).min(alpha_max);
-                            if alpha < alpha_min {
-                                continue;
-                            }
-                            let one_minus = F::ONE - alpha;
-                            st.t /= one_minus;
-                            let wgt = alpha * st.t;
-                            let mut d_alpha = F::ZERO;
-                            for ch in 0..3 {
-                                // Colour of everything behind this splat, seen through it.
-                                st.acc[ch] = st.last_alpha * st.last_color[ch]
-                                    + (F::ONE - st.last_alpha) * st.acc[ch];
-                                d_alpha += (s.color[ch] - st.acc[ch]) * st.dpix[ch];
-                                g.color[ch] += wgt * st.dpix[ch];
-                            }
-                            if let Some(gd) = tile_dep.as_deref_mut() {
-                                // The inverse-depth channel: value 1/z, background 0.
-                                st.acc_dep = st.last_alpha * st.last_inv_z
-                                    + (F::ONE - st.last_alpha) * st.acc_dep;
-                                d_alpha += (s.inv_z - st.acc_dep) * st.ddep;
-                                gd[k] += wgt * st.ddep;
-                                st.last_inv_z = s.inv_z;
-                            }
-                            st.last_color = s.color;
-                            st.last_alpha = alpha;
-                            d_alpha *= st.t;
-                            d_alpha += -(st.t_final / one_minus) * st.d_bg;
-                            // α = o·G, G = e^{−σ}: ∂L/∂σ = −o·G·∂L/∂α.
-                            let d_sigma = -s.o * gauss * d_alpha;
-                            let d_mean = [
-                                d_sigma * (s.a * dx + s.b * dy),
-                                d_sigma * (s.c * dy + s.b * dx),
-                            ];
-                            g.mean2d[0] += d_mean[0];
-                            g.mean2d[1] += d_mean[1];
-                            if let Some(a) = tile_abs.as_deref_mut() {
-                                a[k][0] += d_mean[0].abs();
-                                a[k][1] += d_mean[1].abs();
-                            }
-                            g.conic[0] += d_sigma * half * dx * dx;
-                            g.conic[1] += d_sigma * dx * dy;
-                            g.conic[2] += d_sigma * half * dy * dy;
-                            g.opacity += gauss * d_alpha;
                         }
                     }
                 }
@@ -771,13 +866,14 @@ mod tests {
         check::<f64>(&values);
     }
 
-    /// The support box and the per-row spans only skip work: every pixel where a splat passes
-    /// the per-pixel σ test in f32 lies inside them. Needles are where that can fail: their f32
-    /// `σ` (and `det`) round far from the exact values, so a pixel just outside the exact
-    /// ellipse can pass. Dilated covariances as projection makes them (long axis variance up
-    /// to 10⁶ px², the short one down to the 0.3 px² dilation), crossing a 2×2-tile window.
+    /// The support box only skips work: every pixel where a splat passes the per-pixel σ test
+    /// in f32 lies inside it. Needles are where that can fail: their f32 `σ` (and `det`) round
+    /// far from the exact values, so a pixel just outside the exact ellipse can pass. Dilated
+    /// covariances as projection makes them (long axis variance up to 10⁶ px², the short one
+    /// down to the 0.3 px² dilation), crossing a 2×2-tile window; the test is the rasterizers'
+    /// own ([`group`]), at every pixel of the window.
     #[test]
-    fn spans_cover_every_pixel_the_f32_test_accepts() {
+    fn the_box_covers_every_pixel_the_f32_test_accepts() {
         let mut rng = Rng::new(5);
         let (mut accepted, mut untrusted, mut widened) = (0usize, 0usize, 0usize);
         for _ in 0..100_000 {
@@ -811,30 +907,29 @@ mod tests {
                 let mut packed = Vec::new();
                 gather(&[splat], &[0], (tx * TS, ty * TS), (TS, TS), &mut packed);
                 let p = &packed[0];
+                let centres = pixel_centres::<f32>(tx * TS);
                 for ly in 0..TS {
                     let dy = p.my - ((ty * TS + ly) as f32 + 0.5);
-                    let rows = (p.y0 as usize..p.y1 as usize).contains(&ly);
-                    let (x0, x1) = if rows { span(p, dy, tx * TS) } else { (0, 0) };
-                    for lx in 0..TS {
-                        // The rasterizers' test, as written there.
-                        let dx = p.mx - ((tx * TS + lx) as f32 + 0.5);
-                        let sigma = 0.5 * (p.a * dx * dx + p.c * dy * dy) + p.b * dx * dy;
-                        if sigma < 0.0 || sigma > p.sigma_cut {
-                            continue;
+                    for base in (0..TS).step_by(LANES) {
+                        let inside = group(p, dy, &centres, base).inside.bits();
+                        for lx in (base..base + LANES).filter(|lx| inside >> (lx - base) & 1 != 0) {
+                            accepted += 1;
+                            assert!(
+                                (p.y0..p.y1).contains(&(ly as u8))
+                                    && (p.x0..p.x1).contains(&(lx as u8)),
+                                "conic {conic:?}, mean {:?}, opacity {}: pixel ({}, {}) passes \
+                                 (cut {}) outside the box ({}..{} × {}..{})",
+                                splat.mean2d,
+                                splat.opacity,
+                                tx * TS + lx,
+                                ty * TS + ly,
+                                p.sigma_cut,
+                                p.x0,
+                                p.x1,
+                                p.y0,
+                                p.y1,
+                            );
                         }
-                        accepted += 1;
-                        assert!(
-                            rows && (x0..x1).contains(&lx),
-                            "conic {conic:?}, mean {:?}, opacity {}: pixel ({}, {}) passes \
-                             (σ {sigma}, cut {}) outside the clip (rows {}..{}, span {x0}..{x1})",
-                            splat.mean2d,
-                            splat.opacity,
-                            tx * TS + lx,
-                            ty * TS + ly,
-                            p.sigma_cut,
-                            p.y0,
-                            p.y1,
-                        );
                     }
                 }
             }
