@@ -221,7 +221,7 @@ fn hostile_bundles_are_refused_by_name() {
     refused(
         format!("# Bundle file v0.3\n1 1\n{CAM}0 0 0\n1 1 1\n2 0 0 2.5\n"),
         &["a.png"],
-        &["line 10", "2 observations need 8 numbers"],
+        &["line 10", "2 observations need four numbers each"],
     );
     refused(
         format!("# Bundle file v0.3\n1 2\n{CAM}0 0 0\n1 1 1\n0\n"),

@@ -100,13 +100,66 @@ fn locate(path: &Path) -> Result<(PathBuf, PathBuf), ImportError> {
 pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, ImportError> {
     let (file, list_file) = locate(path)?;
     super::refuse_depths(options, &file, "Bundler files")?;
+    let list = read_list(&list_file)?;
+    let reader = crate::fsutil::open_file(&file).map_err(|e| ImportError::io(&file, e))?;
+    from_reader(
+        BufReader::new(reader),
+        &file,
+        &list,
+        &list_file,
+        options,
+        photo_size,
+    )
+}
+
+/// A photo's size from its header, `None` when the file is absent; a photo whose EXIF
+/// orientation turns or mirrors it is refused (`what` names the camera).
+fn photo_size(path: &Path, what: &str) -> Result<Option<(u32, u32)>, ImportError> {
+    if !file_present(path)? {
+        return Ok(None);
+    }
+    let (size, turned) = super::image::stored_size_and_orientation(path)?;
+    if turned {
+        return Err(ImportError::invalid(
+            path,
+            format!(
+                "{what}: the photo's EXIF orientation turns or mirrors it without swapping its \
+                 sides, which a pack applies; a bundle file does not say whether the tool that \
+                 made it did: save the photos without the orientation tag (for example \
+                 `exiftool -Orientation=1 -n FILE`) and reconstruct again"
+            ),
+        ));
+    }
+    Ok(Some(size))
+}
+
+/// The image list's text.
+fn read_list(list_file: &Path) -> Result<String, ImportError> {
+    crate::fsutil::read_file_to_string(list_file).map_err(|e| ImportError::io(list_file, e))
+}
+
+/// [`import`] of a bundle file read from `bundle` (named `file` in messages) with the image
+/// list `list` (the text of `list_file`, whose folder is the dataset root), asking `photo` for
+/// each registered camera's image: its size (width, height), `None` when the file is absent,
+/// or an error (the second argument names the camera). `import` asks the photos' headers; the
+/// bundle fuzz target answers without files.
+pub fn from_reader<R: BufRead>(
+    bundle: R,
+    file: &Path,
+    list: &str,
+    list_file: &Path,
+    options: &ImportOptions,
+    mut photo: impl FnMut(&Path, &str) -> Result<Option<(u32, u32)>, ImportError>,
+) -> Result<ImportedScene, ImportError> {
+    let file = file.to_path_buf();
+    let list_file = list_file.to_path_buf();
     let root = folder_of(&list_file);
     let Bundle {
         images,
         mut lines,
         cameras,
         points,
-    } = Bundle::open(&file, &list_file)?;
+    } = Bundle::new(bundle, &file, list, &list_file)?;
     let images_dir = options.images.as_ref().map(|d| root.join(d));
     let mut views = Vec::new();
     let mut missing = Vec::new();
@@ -148,22 +201,10 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             None => root.join(image),
         };
         let name = (*image).to_owned();
-        if !file_present(&image_path)? {
+        let Some((width, height)) = photo(&image_path, &what)? else {
             missing.push(name);
             continue;
-        }
-        let ((width, height), turned) = super::image::stored_size_and_orientation(&image_path)?;
-        if turned {
-            return Err(ImportError::invalid(
-                &image_path,
-                format!(
-                    "{what}: the photo's EXIF orientation turns or mirrors it without swapping \
-                     its sides, which a pack applies; a bundle file does not say whether the \
-                     tool that made it did: save the photos without the orientation tag (for \
-                     example `exiftool -Orientation=1 -n FILE`) and reconstruct again"
-                ),
-            ));
-        }
+        };
         let camera = Camera {
             width,
             height,
@@ -286,7 +327,9 @@ pub fn read_observations(
     views: &[ViewSource],
 ) -> Result<super::sfm_depth::SfmObservations, ImportError> {
     let (file, list_file) = locate(path)?;
-    let mut b = Bundle::open(&file, &list_file)?;
+    let list = read_list(&list_file)?;
+    let reader = crate::fsutil::open_file(&file).map_err(|e| ImportError::io(&file, e))?;
+    let mut b = Bundle::new(BufReader::new(reader), &file, &list, &list_file)?;
     let view_of_name: HashMap<&str, usize> = views
         .iter()
         .enumerate()
@@ -346,28 +389,30 @@ pub fn read_observations(
 }
 
 /// An opened bundle: its image list, and its lines from the first camera on.
-struct Bundle<'a> {
+struct Bundle<'a, R> {
     /// The list's image paths, one per camera.
     images: Vec<String>,
-    lines: Lines<'a, BufReader<std::fs::File>>,
+    lines: Lines<'a, R>,
     cameras: u64,
     points: u64,
 }
 
-impl<'a> Bundle<'a> {
-    /// Reads `list_file` and the header of `file`, checking that the list names one image per
-    /// camera.
-    fn open(file: &'a Path, list_file: &Path) -> Result<Bundle<'a>, ImportError> {
-        let list_text = crate::fsutil::read_file_to_string(list_file)
-            .map_err(|e| ImportError::io(list_file, e))?;
-        let images: Vec<String> = list_text
+impl<'a, R: BufRead> Bundle<'a, R> {
+    /// Reads the header of `file` (from `reader`) and the image list `list` (the text of
+    /// `list_file`), checking that the list names one image per camera.
+    fn new(
+        reader: R,
+        file: &'a Path,
+        list: &str,
+        list_file: &Path,
+    ) -> Result<Bundle<'a, R>, ImportError> {
+        let images: Vec<String> = list
             .lines()
             .filter_map(|l| l.split_whitespace().next())
             .map(str::to_owned)
             .collect();
-        let reader = crate::fsutil::open_file(file).map_err(|e| ImportError::io(file, e))?;
         let mut lines = Lines {
-            reader: BufReader::new(reader),
+            reader,
             file,
             line: 0,
             buf: String::new(),
@@ -471,11 +516,12 @@ impl<R: BufRead> Lines<'_, R> {
             .and_then(|w| w.parse::<u64>().ok())
             .ok_or_else(|| self.error("a point's view list does not start with a count".into()))?;
         let rest: Vec<&str> = words.collect();
-        if rest.len() as u64 != 4 * count {
+        // Divided, not multiplied: a count near u64::MAX times four would wrap (found by the
+        // fuzz target) and could then match.
+        if !rest.len().is_multiple_of(4) || (rest.len() / 4) as u64 != count {
             return Err(self.error(format!(
-                "a point's view list: {count} observations need {} numbers after the count, \
-                 found {}",
-                4 * count,
+                "a point's view list: {count} observations need four numbers each after the \
+                 count (camera, key, x, y), found {}",
                 rest.len()
             )));
         }
@@ -526,5 +572,83 @@ mod tests {
         std::fs::write(flat.join(BUNDLE_FILE), "0 0\n").unwrap();
         let e = locate(&flat).unwrap_err().to_string();
         assert!(e.contains("no list.txt beside it or in its parent"), "{e}");
+    }
+
+    /// `from_reader` takes the photos' sizes from its lookup, skips a camera whose photo is
+    /// absent (with the missing-image warning), refuses when the lookup does, and reads the
+    /// bundle's cameras and points as `import` does from files (the fuzz target's seed).
+    #[test]
+    fn from_reader_asks_the_lookup_for_each_registered_photo() {
+        let bundle = "# Bundle file v0.3\n3 2\n800 -0.01 0.002\n1 0 0\n0 1 0\n0 0 1\n0 0 -4\n\
+                      0 0 0\n0 0 0\n0 0 0\n0 0 0\n0 0 0\n\
+                      750 0 0\n1 0 0\n0 1 0\n0 0 1\n0.3 0 -4\n\
+                      0.5 0.25 -1\n255 128 0\n2 0 0 12.5 -3.25 2 1 10.0 -3.0\n\
+                      -0.5 0 0.5\n10 200 30\n1 2 5 -20 40\n";
+        let list = "a.jpg 800\nb.jpg\nc.jpg\n";
+        let (file, list_file) = (Path::new("p/bundle.out"), Path::new("p/list.txt"));
+        let mut asked = Vec::new();
+        let scene = from_reader(
+            bundle.as_bytes(),
+            file,
+            list,
+            list_file,
+            &ImportOptions::default(),
+            |path, _| {
+                asked.push(path.to_path_buf());
+                Ok((!path.ends_with("c.jpg")).then_some((640, 480)))
+            },
+        )
+        .unwrap();
+        // Camera 1 is unregistered (f = 0): its photo is not asked for.
+        assert_eq!(asked, [Path::new("p/a.jpg"), Path::new("p/c.jpg")]);
+        assert_eq!(scene.views.len(), 1);
+        let v = &scene.views[0];
+        assert_eq!(
+            (v.name.as_str(), v.camera.width, v.camera.height),
+            ("a.jpg", 640, 480)
+        );
+        assert_eq!(v.camera.intrinsics.cx, 320.0);
+        assert_eq!(scene.missing_images, ["c.jpg"]);
+        assert!(!scene.no_sfm_points);
+        assert!(scene
+            .warnings
+            .iter()
+            .any(|w| w.contains("1 of 3 cameras were not registered")));
+
+        let e = from_reader(
+            bundle.as_bytes(),
+            file,
+            list,
+            list_file,
+            &ImportOptions::default(),
+            |path, what| Err(ImportError::invalid(path, format!("{what}: refused"))),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("camera 0 (a.jpg), lines 3–7: refused"), "{e}");
+    }
+
+    /// A view list whose count times four wraps around u64 (found by the fuzz target: it
+    /// overflowed, and wrapped in release builds could have matched the numbers given) is
+    /// refused like any other count that does not fit its numbers.
+    #[test]
+    fn a_view_list_count_that_wraps_is_refused() {
+        let bundle = "1 1\n800 0 0\n1 0 0\n0 1 0\n0 0 1\n0 0 -4\n0 0 0\n255 0 0\n\
+                      4611686018427387905 0 0 1 2\n";
+        let e = from_reader(
+            bundle.as_bytes(),
+            Path::new("p/bundle.out"),
+            "a.jpg\n",
+            Path::new("p/list.txt"),
+            &ImportOptions::default(),
+            |_, _| Ok(Some((64, 48))),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("line 9")
+                && e.contains("4611686018427387905 observations need four numbers each"),
+            "{e}"
+        );
     }
 }
