@@ -8,7 +8,8 @@
 //!
 //! Invariant: every operation gives each lane the bits the same scalar operation gives it
 //! (IEEE add, subtract, multiply, divide and negate round alike in both forms; [`Lanes::min`]
-//! is `F::min` where its second operand is not a NaN; [`Lanes::exp`] is [`Real::exp_lanes`]),
+//! is `F::min` where its second operand is neither a NaN nor a zero; [`Lanes::exp`] is
+//! [`Real::exp_lanes`]),
 //! so code written on lanes computes what the scalar per-pixel loop computes, bit for bit
 //! (`vector_lanes_equal_scalar_lanes` checks the two forms against each other).
 

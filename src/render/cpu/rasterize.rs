@@ -130,7 +130,7 @@ struct Packed<F> {
 /// clamps to `lo − 1`), exactly, for callers that then clamp to `[lo, hi]`: both functions are
 /// monotone, so the clamp first changes none of their results. Without `ceilf`/`floorf`,
 /// library calls on baseline x86-64 that took 6 % of a profile here (this runs per tile and
-/// splat, and per row of a splat): the clamped value shifted by 2 is positive, where
+/// splat, and ran per row of a splat while the walks clipped rows to spans): the clamped value shifted by 2 is positive, where
 /// truncation floors; the shift may round up to the next integer, so each result is then
 /// corrected against the unshifted value.
 #[inline(always)]
@@ -531,18 +531,18 @@ struct Slots<'a, F> {
 }
 
 /// Splat `s`'s share of the backward walk over one group of a row (first column `base`, its
-/// pixels in the tile's state from `p0`; `live`: those the splat lies in front of the last
-/// contributor of): each pixel takes the per-pixel rule's steps as a
-/// lane, the steps it skips leaving its state as it was; its terms are then added to the
-/// splat's slots pixel by pixel in column order, a skipped pixel's as `+0`, which changes no
-/// sum (a sum that starts at `+0` is never `−0`), so every slot gets the per-pixel loop's bits.
+/// pixels in the tile's state from `p`; `live`: those the splat lies in front of the last
+/// contributor of): each pixel takes the per-pixel rule's steps as a lane, the steps it skips
+/// leaving its state as it was; its terms are then added to the splat's slots pixel by pixel
+/// in column order, a skipped pixel's as `+0`, which changes no sum (a sum that starts at `+0`
+/// is never `−0`), so every slot gets the per-pixel loop's bits.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn adjoint_group<F: Real>(
     s: &Packed<F>,
     dy: F,
     centres: &[F; TS],
-    p0: usize,
+    p: usize,
     base: usize,
     live: u32,
     st: &mut Adjoint<F>,
@@ -557,7 +557,6 @@ fn adjoint_group<F: Real>(
         return;
     }
     let (dx, dyv, gauss) = (gr.dx, v(dy), gr.gauss());
-    let p = p0;
     let alpha = (v(s.o) * gauss).min(v(F::from_f64(ALPHA_MAX)));
     let on = MaskOf::<F>::from_bits(live) & !alpha.lt(v(F::from_f64(ALPHA_MIN)));
     let keep = |new, old| F::Lanes::select(on, new, old);
