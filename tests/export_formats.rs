@@ -1,5 +1,5 @@
 //! Model export formats end to end: `gs-train --export spz,splat` writes both beside the PLY,
-//! `gs-render --convert` converts between PLY, SPZ, `.splat` and compressed PLY, and renders of
+//! `gs-render --convert` converts between PLY, SPZ, `.splat`, compressed PLY and SOG, and renders of
 //! the converted models match the PLY's within each format's quantisation (PSNR against the
 //! PLY's render, printed and bounded).
 
@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ramsplat::export::ply::{self, LoadOptions};
-use ramsplat::export::{compressed_ply, splat, spz};
+use ramsplat::export::{compressed_ply, sog, splat, spz};
 use ramsplat::render::{CpuRasterizer, Rasterizer, RenderOptions, RenderOutput};
 use ramsplat::scene::gaussians::Gaussians;
 use ramsplat::shard::reader::Pack;
@@ -270,6 +270,103 @@ fn compressed_ply_converts_and_renders_within_its_quantisation() {
         ply::load(&back, &LoadOptions::default()).unwrap(),
         from_file
     );
+}
+
+/// `gs-train --export sog` writes `point_cloud.sog` beside the PLY; `gs-render --convert
+/// OUT.sog` writes the same bytes; `gs-render` renders the SOG, bundled and unbundled (from
+/// its `meta.json`), within the format's quantisation of the PLY's renders (PSNR printed and
+/// bounded); converting it back to PLY keeps what it holds exactly.
+#[test]
+fn sog_converts_and_renders_within_its_quantisation() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pack_path, base, _) = train_tiny(dir.path(), 8, "sog");
+    let ply_path = base.join("point_cloud.ply");
+    let trained = base.join("point_cloud.sog");
+    let model = ply::load(&ply_path, &LoadOptions::default()).unwrap();
+    let (from_file, info) = sog::load_with_info(&trained).unwrap();
+    assert_eq!((from_file.len(), from_file.sh_degree), (model.len(), 3));
+    assert!(!info.antialiased);
+
+    let render = env!("CARGO_BIN_EXE_gs-render");
+    let converted = dir.path().join("m.SOG");
+    run(render, &["--ply", s(&ply_path), "--convert", s(&converted)]);
+    let bytes = std::fs::read(&converted).unwrap();
+    assert_eq!(bytes, std::fs::read(&trained).unwrap());
+
+    // The same SOG unbundled: its members as files beside a meta.json.
+    let folder = dir.path().join("unbundled");
+    std::fs::create_dir(&folder).unwrap();
+    let zip = ramsplat::export::zip::Archive::new(&bytes).unwrap();
+    for name in zip.names() {
+        std::fs::write(folder.join(name), zip.read(name).unwrap()).unwrap();
+    }
+
+    let ply_dir = dir.path().join("r-ply");
+    let sog_dir = dir.path().join("r-sog");
+    let folder_dir = dir.path().join("r-folder");
+    let meta = folder.join("meta.json");
+    for (model_path, to) in [
+        (&ply_path, &ply_dir),
+        (&converted, &sog_dir),
+        (&meta, &folder_dir),
+    ] {
+        run(
+            render,
+            &[
+                "--ply",
+                s(model_path),
+                "--pack",
+                s(&pack_path),
+                "--split",
+                "all",
+                "--backend",
+                "cpu",
+                "-o",
+                s(to),
+            ],
+        );
+    }
+    let (a, b) = (pngs(&ply_dir), pngs(&sog_dir));
+    assert_eq!(a.len(), 8);
+    assert_eq!(b, pngs(&folder_dir), "bundled and unbundled render alike");
+    let mean = a
+        .iter()
+        .zip(&b)
+        .map(|((_, x), (_, y))| ramsplat::metrics::psnr_u8(y, x).unwrap().min(99.0))
+        .sum::<f64>()
+        / a.len() as f64;
+    let pack = Pack::open(&pack_path).unwrap();
+    let in_process = psnr_against(&pack, &model, &from_file, 3);
+    eprintln!(
+        "{} Gaussians: SOG ({} bytes; the PLY {}) renders (gs-render, PNG) at {mean:.1} dB PSNR \
+         against the PLY's (SH 3); in process {in_process:.1} dB",
+        model.len(),
+        bytes.len(),
+        std::fs::metadata(&ply_path).unwrap().len(),
+    );
+    assert!(mean > 40.0, "SOG: {mean} dB");
+    assert!(in_process > 40.0, "SOG: {in_process} dB");
+
+    // Back to PLY: what the SOG holds, exactly; and a model marked antialiased stays so.
+    let back = dir.path().join("back.ply");
+    run(render, &["--ply", s(&converted), "--convert", s(&back)]);
+    assert_eq!(
+        ply::load(&back, &LoadOptions::default()).unwrap(),
+        from_file
+    );
+    let aa = dir.path().join("aa.sog");
+    run(
+        render,
+        &[
+            "--ply",
+            s(&ply_path),
+            "--convert",
+            s(&aa),
+            "--rasterize-mode",
+            "antialiased",
+        ],
+    );
+    assert!(sog::load_with_info(&aa).unwrap().1.antialiased);
 }
 
 /// `gs-train --init model.ply`: the model a short run saved, re-loaded, is what the new run's

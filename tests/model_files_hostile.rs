@@ -1,5 +1,6 @@
 //! Damaged model files, in every format `gs-render --ply`, `gs-train --init` and
-//! `gs-render --convert` read (3DGS PLY, SPZ versions 3 and 4, `.splat`, compressed PLY):
+//! `gs-render --convert` read (3DGS PLY, SPZ versions 3 and 4, `.splat`, compressed PLY, SOG:
+//! the bundle, and its `meta.json` and images each damaged inside an intact archive):
 //! every truncation and
 //! thousands of seeded corruptions of a real file. What each reader promises, and what this
 //! test holds it to:
@@ -23,7 +24,8 @@
 use std::path::Path;
 
 use ramsplat::export::ply::{self, LoadOptions, PlyEncoding};
-use ramsplat::export::{compressed_ply, splat, spz, validate_model};
+use ramsplat::export::zip::{write_stored, Archive};
+use ramsplat::export::{compressed_ply, sog, splat, spz, validate_model};
 use ramsplat::rng::Rng;
 use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
 
@@ -148,6 +150,43 @@ fn formats(dir: &Path) -> Vec<Format> {
         valid_cut: Box::new(|_| false),
         read: Box::new(move |b| compressed_ply::decode(b, &path).map_err(|e| e.to_string())),
     });
+    // SOG: the bundle (its members' CRC-32s catch damage inside them), then one member at a
+    // time damaged inside an archive rebuilt around it (fresh CRCs), so the damage reaches
+    // the metadata parser, the WebP decoder and the per-Gaussian checks.
+    let bundle = sog::encode(&g3).unwrap();
+    out.push(Format {
+        name: "SOG, SH 3",
+        bytes: bundle.clone(),
+        valid_cut: Box::new(|_| false),
+        read: Box::new(|b| sog::decode(b).map_err(|e| e.to_string())),
+    });
+    let zip = Archive::new(&bundle).unwrap();
+    let members: Vec<(String, Vec<u8>)> = zip
+        .names()
+        .map(|n| (n.to_owned(), zip.read(n).unwrap()))
+        .collect();
+    for (name, member) in [
+        ("SOG meta.json", "meta.json"),
+        ("SOG means_u.webp", "means_u.webp"),
+        ("SOG quats.webp", "quats.webp"),
+        ("SOG shN_labels.webp", "shN_labels.webp"),
+    ] {
+        let members = members.clone();
+        out.push(Format {
+            name,
+            bytes: members.iter().find(|m| m.0 == member).unwrap().1.clone(),
+            valid_cut: Box::new(|_| false),
+            read: Box::new(move |b| {
+                let parts: Vec<(&str, &[u8])> = members
+                    .iter()
+                    .map(|(n, d)| (n.as_str(), if n == member { b } else { d.as_slice() }))
+                    .collect();
+                let mut archive = Vec::new();
+                write_stored(&mut archive, &parts).unwrap();
+                sog::decode(&archive).map_err(|e| e.to_string())
+            }),
+        });
+    }
     out
 }
 

@@ -202,7 +202,7 @@ enum Command {
         /// its last saved model is merged).
         #[arg(required = true, value_name = "RUN")]
         runs: Vec<PathBuf>,
-        /// The merged model: OUT.ply, OUT.spz, OUT.splat or OUT.compressed.ply (by its name).
+        /// The merged model: OUT.ply, OUT.spz, OUT.splat, OUT.compressed.ply or OUT.sog (by its name).
         #[arg(short, long, value_name = "OUT.ply")]
         output: PathBuf,
     },

@@ -8,19 +8,21 @@
 //!           [--exposure exposure.json] [--half left|right] [--color-correct-metric affine|quadratic]
 //! gs-render --ply MODEL.ply --cameras cameras.json -o DIR [same options] [--exposure exposure.json]
 //! gs-render --ply MODEL.ply (--pack PACK [--split ...] | --cameras cameras.json) --trajectory N -o DIR
-//! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply|OUT.compressed.ply
-//!           [--convert-format ply|spz|splat|compressed-ply]
+//! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply|OUT.compressed.ply|OUT.sog
+//!           [--convert-format ply|spz|splat|compressed-ply|sog]
 //! ```
 //!
-//! The model may be a 3DGS PLY, an SPZ, a `.splat` or a PlayCanvas compressed PLY
-//! (`.compressed.ply`) file (chosen by its name). A model
-//! trained with antialiased rasterization says so (PLY header comment, SPZ flag) and is
+//! The model may be a 3DGS PLY, an SPZ, a `.splat`, a PlayCanvas compressed PLY
+//! (`.compressed.ply`) or a PlayCanvas SOG file (`.sog`, or an unbundled SOG's `meta.json`),
+//! chosen by its name. A model
+//! trained with antialiased rasterization says so (PLY header comment, SPZ flag, SOG `model`) and is
 //! rendered that way; `--rasterize-mode` overrides what the file says (and with `--convert`,
 //! sets what the converted file says: a gsplat model trained with `--antialiased` can be
 //! marked so).
 //! `--convert` writes it in the format OUT's name selects, or `--convert-format` names
-//! (`ramsplat::export::spz`, `ramsplat::export::splat`, `ramsplat::export::compressed_ply`: SPZ
-//! and compressed PLY keep every SH degree, quantised; `.splat` keeps degree 0).
+//! (`ramsplat::export::spz`, `ramsplat::export::splat`, `ramsplat::export::compressed_ply`,
+//! `ramsplat::export::sog`: SPZ, compressed PLY and SOG keep every SH degree, quantised;
+//! `.splat` keeps degree 0).
 //!
 //! Camera JSON: `{"width","height","fx","fy","cx","cy","world_to_camera": 4×4 row-major}`,
 //! OpenCV axes (x right, y down, z forward), world-to-camera `R·p + t`, pixel centres at +0.5
@@ -196,7 +198,7 @@ struct Args {
     )]
     convert: Option<PathBuf>,
     /// With --convert: write this format whatever OUT is called (ply, spz, splat,
-    /// compressed-ply).
+    /// compressed-ply, sog).
     #[arg(
         long,
         value_name = "FORMAT",
@@ -1265,8 +1267,8 @@ fn render_pack(
 fn convert(args: &Args, out: &Path) -> Result<()> {
     let Some(format) = args.convert_format.or_else(|| ModelFormat::from_path(out)) else {
         bail!(
-            "{}: --convert needs an output ending in .spz, .splat, .compressed.ply or .ply (or \
-             --convert-format)",
+            "{}: --convert needs an output ending in .spz, .splat, .compressed.ply, .sog or .ply \
+             (or --convert-format)",
             out.display()
         );
     };
@@ -1284,7 +1286,7 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
     let written_degree = match format {
         ModelFormat::Splat => 0,
         ModelFormat::CompressedPly => ramsplat::export::compressed_ply::stored_sh_degree(&model),
-        ModelFormat::Ply | ModelFormat::Spz => model.sh_degree,
+        ModelFormat::Ply | ModelFormat::Spz | ModelFormat::Sog => model.sh_degree,
     };
     eprintln!(
         "wrote {} ({} Gaussians{edits}, SH degree {written_degree}{})",
@@ -1379,8 +1381,9 @@ fn parse_crop(s: &str) -> Result<[f32; 6], String> {
 }
 
 fn parse_model_format(s: &str) -> Result<ModelFormat, String> {
-    ModelFormat::from_name(s)
-        .ok_or_else(|| format!("{s:?} is not a model format (ply, spz, splat, compressed-ply)"))
+    ModelFormat::from_name(s).ok_or_else(|| {
+        format!("{s:?} is not a model format (ply, spz, splat, compressed-ply, sog)")
+    })
 }
 
 /// Reads an `exposure.json` (see `ramsplat::train::exposure`).

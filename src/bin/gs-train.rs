@@ -7,7 +7,7 @@
 //!          [--eval] [--resume [--extend] | --init MODEL] [--seed S] [--sh-degree 3] [--test-iterations N...]
 //!          [--save-iterations N...] [--checkpoint-iterations N...] [--checkpoint-every N]
 //!          [--overwrite] [--max-gaussians N] [--random-background | --white-background] [--workers N] [--prefetch N]
-//!          [--export spz,splat,compressed-ply] [--dry-run] [--strategy default|mcmc]
+//!          [--export spz,splat,compressed-ply,sog] [--dry-run] [--strategy default|mcmc]
 //!          [--color-correct-metric affine|quadratic]
 //!          [3DGS's optimisation parameters: --position-lr-init LR … --densify-until-iter N]
 //! gs-train --demo [-o OUT] [the options above but PACK]
@@ -127,10 +127,10 @@ struct Args {
     /// Save point_cloud/iteration_N/point_cloud.ply at these iterations (the last always).
     #[arg(long, alias = "save_iterations", num_args = 1.., value_name = "N", default_values_t = [7_000u64, 30_000])]
     save_iterations: Vec<u64>,
-    /// Also write the model as SPZ, .splat and/or PlayCanvas compressed PLY beside each saved
-    /// PLY (point_cloud/iteration_N/point_cloud.spz, .splat, .compressed.ply; .splat keeps SH
-    /// degree 0 only; compressed-ply may also be spelled compressed_ply).
-    #[arg(long, value_delimiter = ',', value_name = "spz,splat,compressed-ply", value_parser = parse_format)]
+    /// Also write the model as SPZ, .splat, PlayCanvas compressed PLY and/or PlayCanvas SOG
+    /// beside each saved PLY (point_cloud/iteration_N/point_cloud.spz, .splat, .compressed.ply,
+    /// .sog; .splat keeps SH degree 0 only; compressed-ply may also be spelled compressed_ply).
+    #[arg(long, value_delimiter = ',', value_name = "spz,splat,compressed-ply,sog", value_parser = parse_format)]
     export: Vec<ModelFormat>,
     /// Write a checkpoint at these iterations (the last, and Ctrl-C, always).
     #[arg(long, alias = "checkpoint_iterations", num_args = 1.., value_name = "N")]
@@ -591,8 +591,9 @@ fn parse_screen_radius(s: &str) -> Result<ScreenRadius, String> {
 }
 
 fn parse_format(s: &str) -> Result<ModelFormat, String> {
-    ModelFormat::from_name(s)
-        .ok_or_else(|| format!("{s:?} is not a model format (spz, splat, compressed-ply, ply)"))
+    ModelFormat::from_name(s).ok_or_else(|| {
+        format!("{s:?} is not a model format (spz, splat, compressed-ply, sog, ply)")
+    })
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {

@@ -3,15 +3,16 @@
 //! (`gs-pack export`) for other trainers.
 //!
 //! Owns [`cameras_json`], the 3DGS `cameras.json` camera list, [`cfg_args`], 3DGS's record of
-//! a run's dataset and loading options, [`spz`], [`splat`] and [`compressed_ply`] (the
-//! compressed and web-viewer model formats, read and written), and [`ply`], the standard 3D Gaussian Splatting PLY layout (the format every 3DGS viewer and
+//! a run's dataset and loading options, [`spz`], [`splat`], [`compressed_ply`] and [`sog`]
+//! (the compressed and web-viewer model formats, read and written; [`quantize`] builds SOG's
+//! codebooks and [`zip`] its archive), and [`ply`], the standard 3D Gaussian Splatting PLY layout (the format every 3DGS viewer and
 //! the original implementation read and write), in both directions: saving a
 //! [`crate::scene::gaussians::Gaussians`] and loading one back for `gs-render`, evaluation and
 //! resuming.
 //!
 //! Besides the Gaussians, a model file may say how it is meant to be rendered ([`ModelInfo`]:
-//! antialiased or classic); PLY and compressed PLY (a header comment) and SPZ (its header's
-//! antialiased flag) carry it, `.splat` cannot.
+//! antialiased or classic); PLY and compressed PLY (a header comment), SPZ (its header's
+//! antialiased flag) and SOG (`meta.json`'s `model`) carry it, `.splat` cannot.
 //!
 //! Invariants: PLY files hold *stored* (pre-activation) values exactly as [`Gaussians`] does,
 //! so a PLY save/load round trip is bit-exact (the other formats quantise, each within the
@@ -27,8 +28,11 @@ pub mod colmap;
 pub mod compressed_ply;
 pub mod nerfstudio;
 pub mod ply;
+pub mod quantize;
+pub mod sog;
 pub mod splat;
 pub mod spz;
+pub mod zip;
 
 use std::path::Path;
 
@@ -42,6 +46,8 @@ pub enum ModelFormat {
     Splat,
     /// PlayCanvas/SuperSplat's compressed PLY (`*.compressed.ply`).
     CompressedPly,
+    /// PlayCanvas's SOG, bundled (`*.sog`); read also unbundled, from a `meta.json`.
+    Sog,
 }
 
 impl ModelFormat {
@@ -55,17 +61,18 @@ impl ModelFormat {
         }
         let ext = path.extension()?.to_str()?.to_ascii_lowercase();
         match ext.as_str() {
-            "ply" | "spz" | "splat" => ModelFormat::from_name(&ext),
+            "ply" | "spz" | "splat" | "sog" => ModelFormat::from_name(&ext),
             _ => None,
         }
     }
 
-    /// `ply`, `spz`, `splat` or `compressed-ply` (also `compressed_ply`).
+    /// `ply`, `spz`, `splat`, `compressed-ply` (also `compressed_ply`) or `sog`.
     pub fn from_name(name: &str) -> Option<ModelFormat> {
         match name {
             "ply" => Some(ModelFormat::Ply),
             "spz" => Some(ModelFormat::Spz),
             "splat" => Some(ModelFormat::Splat),
+            "sog" => Some(ModelFormat::Sog),
             "compressed-ply" | "compressed_ply" => Some(ModelFormat::CompressedPly),
             _ => None,
         }
@@ -79,6 +86,7 @@ impl ModelFormat {
             ModelFormat::Spz => "spz",
             ModelFormat::Splat => "splat",
             ModelFormat::CompressedPly => "compressed.ply",
+            ModelFormat::Sog => "sog",
         }
     }
 }
@@ -95,13 +103,17 @@ pub enum ModelIoError {
     /// Boxed: its record-naming variants are larger than the others.
     #[error(transparent)]
     CompressedPly(Box<compressed_ply::CompressedPlyError>),
+    #[error(transparent)]
+    Sog(#[from] sog::SogError),
     #[error(
-        "{}: unknown model format (expected .ply, .spz, .splat or .compressed.ply)",
+        "{}: unknown model format (expected .ply, .spz, .splat, .compressed.ply, .sog or a \
+         SOG's meta.json)",
         path.display()
     )]
     UnknownFormat { path: std::path::PathBuf },
     #[error(
-        "{}: {kind}, not a model file; give the path of a .ply, .spz, .splat or .compressed.ply",
+        "{}: {kind}, not a model file; give the path of a .ply, .spz, .splat, .compressed.ply, \
+         .sog or a SOG's meta.json",
         path.display()
     )]
     NotAFile {
@@ -122,7 +134,7 @@ pub struct ModelInfo {
     /// Trained with antialiased rasterization ([`crate::render::RenderOptions::antialiased`]):
     /// rendering it classic shows its small splats too bright and too wide. PLY and compressed
     /// PLY: a header comment `rasterize_mode antialiased` ([`ply::ANTIALIASED_COMMENT`]); SPZ:
-    /// header flag `0x1`;
+    /// header flag `0x1`; SOG: `"model": "antialiased"` in its `meta.json`;
     /// `.splat` has no room for it (always `false` when read).
     pub antialiased: bool,
     /// When read: the file's SH degree if it is above [`MAX_SH_DEGREE`] (SPZ, whose writer
@@ -141,7 +153,7 @@ pub struct ModelInfo {
     /// `gs-train --filter-3d`, or a Mip-Splatting file whose `filter_3D` was folded in as it
     /// was read. PLY and compressed PLY carry it as a header comment
     /// ([`ply::FOLDED_FILTER_COMMENT`]; other readers skip it), so a run that trains through
-    /// its own filter can take the old one out (`gs-train --init --filter-3d`); SPZ and
+    /// its own filter can take the old one out (`gs-train --init --filter-3d`); SPZ, SOG and
     /// `.splat` have no room for it.
     pub folded_filter_3d: bool,
 }
@@ -209,6 +221,9 @@ pub fn load_model(
             kind,
         });
     }
+    if sog::is_sog_meta(path) {
+        return Ok(sog::load_with_info(path)?);
+    }
     match ModelFormat::from_path(path) {
         // A compressed PLY saved under a plain `.ply` name is recognised by its header.
         Some(ModelFormat::Ply) => match ply::load_with_info(path, ply_options) {
@@ -222,6 +237,7 @@ pub fn load_model(
         Some(ModelFormat::Spz) => Ok(spz::load_with_info(path)?),
         Some(ModelFormat::Splat) => Ok((splat::load(path)?, ModelInfo::default())),
         Some(ModelFormat::CompressedPly) => Ok(compressed_ply::load_with_info(path)?),
+        Some(ModelFormat::Sog) => Ok(sog::load_with_info(path)?),
         None => Err(ModelIoError::UnknownFormat {
             path: path.to_owned(),
         }),
@@ -246,6 +262,7 @@ pub fn save_model(
         ModelFormat::Spz => Ok(spz::save_with_info(path, g, info)?),
         ModelFormat::Splat => Ok(splat::save(path, g)?),
         ModelFormat::CompressedPly => Ok(compressed_ply::save_with_info(path, g, info)?),
+        ModelFormat::Sog => Ok(sog::save_with_info(path, g, info)?),
     }
 }
 

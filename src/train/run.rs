@@ -1758,6 +1758,21 @@ fn plan_inputs(
             ),
         ));
     }
+    // Saving SOG encodes its images in memory beside the model: the part that does not grow
+    // with the model here, the rest in the model's bytes per Gaussian below.
+    let sog = opts.export.contains(&ModelFormat::Sog);
+    if sog {
+        items.push(FloorItem::new(
+            Component::Model,
+            crate::export::sog::ENCODE_FIXED_BYTES,
+            "saving SOG (--export sog): codebook tables and the WebP encoder's".to_owned(),
+        ));
+    }
+    let sog_per_gaussian = if sog {
+        crate::export::sog::encode_bytes_per_gaussian(config.sh_degree)
+    } else {
+        0
+    };
     // On the device engine the intersections live in device memory (its own plan).
     if !on_device {
         items.push(FloorItem::new(
@@ -1781,9 +1796,10 @@ fn plan_inputs(
         gaussians,
         uncapped,
         bytes_per_gaussian: host_model_bytes(1, config.sh_degree, on_device)
-            + super::filter3d::bytes_per_gaussian(config.filter_3d, on_device),
+            + super::filter3d::bytes_per_gaussian(config.filter_3d, on_device)
+            + sog_per_gaussian,
         formula: format!(
-            "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: {}{}",
+            "P = 11 + 3 × {coeffs} SH coefficients = {params} floats: {}{}{}",
             if on_device {
                 format!(
                     "the host copy a checkpoint downloads, parameters P and Adam moments 2P, \
@@ -1802,6 +1818,10 @@ fn plan_inputs(
             match super::filter3d::bytes_per_gaussian(config.filter_3d, on_device) {
                 0 => String::new(),
                 b => format!("; 3D filter {b} B"),
+            },
+            match sog_per_gaussian {
+                0 => String::new(),
+                b => format!("; saving SOG {b} B"),
             }
         ),
         init_points,
