@@ -35,7 +35,7 @@
 //! | [`color_correct`] | the colour fits of a render to its ground truth behind the colour-corrected scores (gsplat's `cc_psnr`, `cc_ssim`): affine and quadratic |
 //! | [`eval`] | scoring renders against ground truth: the one rule set `gs-train --eval` and `gs-render` share |
 //! | [`plot`] | PNG line charts (training curves, the loader's speed/RAM curve) |
-//! | [`export`] | model files: 3DGS PLY, SPZ, `.splat`, PlayCanvas compressed PLY, 3DGS `cameras.json`; a pack as a nerfstudio or COLMAP folder (`gs-pack export`) |
+//! | [`export`] | model files: 3DGS PLY, SPZ, `.splat`, PlayCanvas compressed PLY and SOG, 3DGS `cameras.json`; a pack as a nerfstudio or COLMAP folder (`gs-pack export`) |
 //! | [`train`] | the 3DGS training step on two engines (the CPU's, and the device engine with the model resident on [`device`]), densification, Adam, loss, schedule, checkpoints, the run |
 //! | [`partition`] | `gs-pack partition` and `gs-pack merge`: a pack cut into spatial blocks (ground frame, cores, overlapping regions, the views and points of each), each a pack of copied records, and the blocks' trained models joined by their cores |
 //! | [`cli`] | shared command-line plumbing (progress, error chains, exit codes) |

@@ -175,7 +175,7 @@ enum SplitArg {
 )]
 struct Args {
     /// The model: a 3DGS PLY holding stored (pre-activation) values, or an .spz / .splat /
-    /// .compressed.ply.
+    /// .compressed.ply / .sog (or an unbundled SOG's meta.json).
     #[arg(long, value_name = "MODEL.ply")]
     ply: PathBuf,
     /// Render one view from this camera JSON ({"width","height","fx","fy","cx","cy",
@@ -189,7 +189,8 @@ struct Args {
     /// position, rotation (camera-to-world), fx, fy}) into DIR/<img_name>.png; -o is DIR.
     #[arg(long, value_name = "cameras.json")]
     cameras: Option<PathBuf>,
-    /// Convert the model to OUT.spz, OUT.splat, OUT.compressed.ply or OUT.ply (by its name)
+    /// Convert the model to OUT.spz, OUT.splat, OUT.compressed.ply, OUT.sog or OUT.ply (by its
+    /// name)
     /// and render nothing.
     #[arg(
         long,

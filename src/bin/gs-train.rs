@@ -111,7 +111,7 @@ struct Args {
     /// optimizer state, RNG and loader position continue exactly.
     #[arg(long, requires = "resume")]
     extend: bool,
-    /// Start from this 3DGS model (.ply, .spz, .splat or .compressed.ply; stored pre-activation values, an
+    /// Start from this 3DGS model (.ply, .spz, .splat, .compressed.ply or .sog; stored pre-activation values, an
     /// activated PLY is refused) instead of the pack's points: fine-tune or continue another
     /// run. --max-gaussians subsamples it (stratified, seeded); --sh-degree converts it (extra
     /// bands dropped, missing bands start at 0); the SH schedule starts at its degree.

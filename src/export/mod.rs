@@ -106,6 +106,13 @@ pub enum ModelIoError {
     #[error(transparent)]
     Sog(#[from] sog::SogError),
     #[error(
+        "{}: a streamed SOG (levels of detail in chunks), which is not read; give one chunk's \
+         meta.json (a folder beside it), or convert the scene to one SOG or PLY with \
+         splat-transform",
+        path.display()
+    )]
+    StreamedSog { path: std::path::PathBuf },
+    #[error(
         "{}: unknown model format (expected .ply, .spz, .splat, .compressed.ply, .sog or a \
          SOG's meta.json)",
         path.display()
@@ -223,6 +230,15 @@ pub fn load_model(
     }
     if sog::is_sog_meta(path) {
         return Ok(sog::load_with_info(path)?);
+    }
+    if path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.to_ascii_lowercase().ends_with("lod-meta.json"))
+    {
+        return Err(ModelIoError::StreamedSog {
+            path: path.to_owned(),
+        });
     }
     match ModelFormat::from_path(path) {
         // A compressed PLY saved under a plain `.ply` name is recognised by its header.

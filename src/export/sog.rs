@@ -57,13 +57,19 @@
 //!
 //! # Invariants
 //! - Saving refuses what the file could not hold (non-finite values, an all-zero rotation,
-//!   more than 16,383² Gaussians, WebP's largest image) and writes under a temporary name
-//!   renamed into place ([`crate::fsutil::write_atomic`]).
+//!   more than 16,383² Gaussians, WebP's largest image), holds at most [`encode_bytes`]
+//!   beside the model, and writes under a temporary name renamed into place
+//!   ([`crate::fsutil::write_atomic_with`]).
 //! - Reading checks everything against `count` before using it: the images' sizes (read from
-//!   their headers before decoding; at most about four times what `count` needs), every
-//!   codebook index and palette label (an error names the Gaussian), every quaternion tag,
-//!   the centroid image's width; file names in `meta.json` must name files in its own folder.
-//!   Images are decoded one at a time, each freed before the next.
+//!   their headers before decoding; at most about four times what `count` needs) and lengths
+//!   (a WebP file shorter than its RIFF header says is cut), every codebook index and palette
+//!   label (an error names the Gaussian), every quaternion tag, the centroid image's width,
+//!   every decoded position (finite); file names in `meta.json` must name files in its own
+//!   folder. Images are decoded in turn, at most two alive at once (the two position images;
+//!   the palette and its labels).
+//! - splat-transform's files read as splat-transform decodes them, and ramsplat's files
+//!   decode in splat-transform as here: bit for bit but for opacities of bytes 0 and 255
+//!   (`tests/data/sog`).
 
 use std::io::{self, Cursor};
 use std::path::{Path, PathBuf};
@@ -1084,6 +1090,14 @@ mod tests {
         assert_eq!(std::fs::read(&file).unwrap(), bytes);
         assert!(is_sog_meta(Path::new("out/scene.meta.json")));
         assert!(!is_sog_meta(Path::new("out/lod-meta.json")));
+        std::fs::write(dir.path().join("lod-meta.json"), "{}").unwrap();
+        let e = crate::export::load_model(
+            &dir.path().join("lod-meta.json"),
+            &crate::export::ply::LoadOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("streamed SOG"), "{e}");
     }
 
     /// Rewrites member `name` of a bundle.
