@@ -260,8 +260,24 @@ fn point(points: &[f32], dim: usize, i: u32) -> &[f32] {
     &points[i as usize * dim..(i as usize + 1) * dim]
 }
 
+/// `|a − b|²`, summed in eight interleaved partial sums: a single running sum is a chain of
+/// dependent additions the compiler may not reorder, and this is the palette's inner loop.
 fn distance2(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+    let mut lanes = [0.0f32; 8];
+    let (xs, ys) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = xs
+        .remainder()
+        .iter()
+        .zip(ys.remainder())
+        .map(|(x, y)| (x - y) * (x - y))
+        .sum();
+    for (x, y) in xs.zip(ys) {
+        for k in 0..8 {
+            let d = x[k] - y[k];
+            lanes[k] += d * d;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 fn mean(points: &[f32], dim: usize, members: &[u32]) -> Vec<f32> {
