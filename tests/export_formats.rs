@@ -169,6 +169,39 @@ fn pngs(dir: &Path) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// `gs-render --ply MODEL --pack PACK --split all --backend cpu -o TO`: every view of the
+/// pack rendered from the model by gs-render itself.
+fn render_views(model: &Path, pack: &Path, to: &Path) {
+    run(
+        env!("CARGO_BIN_EXE_gs-render"),
+        &[
+            "--ply",
+            s(model),
+            "--pack",
+            s(pack),
+            "--split",
+            "all",
+            "--backend",
+            "cpu",
+            "-o",
+            s(to),
+        ],
+    );
+}
+
+/// Mean PSNR of the PNGs `b` against `a` (same names, same order; 99 for identical ones).
+fn mean_psnr(a: &[(String, Vec<u8>)], b: &[(String, Vec<u8>)]) -> f64 {
+    assert_eq!(
+        a.iter().map(|x| &x.0).collect::<Vec<_>>(),
+        b.iter().map(|x| &x.0).collect::<Vec<_>>()
+    );
+    a.iter()
+        .zip(b)
+        .map(|((_, x), (_, y))| ramsplat::metrics::psnr_u8(y, x).unwrap().min(99.0))
+        .sum::<f64>()
+        / a.len() as f64
+}
+
 /// `gs-train --export compressed-ply` writes `point_cloud.compressed.ply` beside the PLY;
 /// `gs-render --convert OUT.compressed.ply` writes the same bytes (and `--convert-format
 /// compressed-ply` does under any name); `gs-render` renders the compressed model, and its
@@ -220,34 +253,11 @@ fn compressed_ply_converts_and_renders_within_its_quantisation() {
     let ply_dir = dir.path().join("r-ply");
     let cply_dir = dir.path().join("r-cply");
     for (model_path, to) in [(&ply_path, &ply_dir), (&converted, &cply_dir)] {
-        run(
-            render,
-            &[
-                "--ply",
-                s(model_path),
-                "--pack",
-                s(&pack_path),
-                "--split",
-                "all",
-                "--backend",
-                "cpu",
-                "-o",
-                s(to),
-            ],
-        );
+        render_views(model_path, &pack_path, to);
     }
     let (a, b) = (pngs(&ply_dir), pngs(&cply_dir));
     assert_eq!(a.len(), 8);
-    assert_eq!(
-        a.iter().map(|x| &x.0).collect::<Vec<_>>(),
-        b.iter().map(|x| &x.0).collect::<Vec<_>>()
-    );
-    let mean = a
-        .iter()
-        .zip(&b)
-        .map(|((_, x), (_, y))| ramsplat::metrics::psnr_u8(y, x).unwrap().min(99.0))
-        .sum::<f64>()
-        / a.len() as f64;
+    let mean = mean_psnr(&a, &b);
     let pack = Pack::open(&pack_path).unwrap();
     // In process, both at the file's degree (the rasterizer needs the model to hold it).
     let in_process = psnr_against(&pack, &model, &from_file, from_file.sh_degree);
@@ -310,31 +320,12 @@ fn sog_converts_and_renders_within_its_quantisation() {
         (&converted, &sog_dir),
         (&meta, &folder_dir),
     ] {
-        run(
-            render,
-            &[
-                "--ply",
-                s(model_path),
-                "--pack",
-                s(&pack_path),
-                "--split",
-                "all",
-                "--backend",
-                "cpu",
-                "-o",
-                s(to),
-            ],
-        );
+        render_views(model_path, &pack_path, to);
     }
     let (a, b) = (pngs(&ply_dir), pngs(&sog_dir));
     assert_eq!(a.len(), 8);
     assert_eq!(b, pngs(&folder_dir), "bundled and unbundled render alike");
-    let mean = a
-        .iter()
-        .zip(&b)
-        .map(|((_, x), (_, y))| ramsplat::metrics::psnr_u8(y, x).unwrap().min(99.0))
-        .sum::<f64>()
-        / a.len() as f64;
+    let mean = mean_psnr(&a, &b);
     let pack = Pack::open(&pack_path).unwrap();
     let in_process = psnr_against(&pack, &model, &from_file, 3);
     eprintln!(
