@@ -17,10 +17,10 @@ use rayon::prelude::*;
 use crate::rng::Rng;
 
 /// Bins of the 1D quantiser's dynamic programme at most, half closed by count, half by span.
-const BINS_1D: usize = 4096;
+pub const BINS_1D: usize = 4096;
 /// Lloyd iterations that polish the programme's codebook on the exact values at most; they
 /// stop earlier once nothing moves.
-const LLOYD_1D: usize = 20;
+pub const LLOYD_1D: usize = 20;
 
 /// Up to `k` (1..=256 for a byte index) values minimising the squared error of replacing each
 /// of `values` by its nearest one. The sorted values are gathered into at most [`BINS_1D`]
@@ -222,9 +222,9 @@ impl Palette {
 }
 
 /// Clusters per split of the palette's tree.
-const BRANCH: usize = 16;
+pub const BRANCH: usize = 16;
 /// Lloyd iterations per split.
-const SPLIT_ITERATIONS: usize = 8;
+pub const SPLIT_ITERATIONS: usize = 8;
 
 /// At most `k` entries (≥ 1) for the `n = points.len() / dim` vectors of `points`, by
 /// tree-structured k-means: the vectors are split into up to [`BRANCH`] clusters (k-means++
