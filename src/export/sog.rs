@@ -39,9 +39,9 @@
 //! # What ramsplat writes
 //! Gaussians in the Morton order of their positions ([`compressed_ply::morton_order`]), so
 //! neighbouring texels are neighbours in space and the images compress. The codebooks are
-//! 1D k-means of 256 entries over the pooled values ([`quantize::codebook_1d`]); the SH
+//! 1D k-means of 256 entries over the pooled values ([`super::quantize::codebook_1d`]); the SH
 //! palette has `min(65536, 2^⌊log₂ n⌋)` entries (splat-transform's size), a tree-structured
-//! k-means ([`quantize::palette`]), its centroids then quantised with their own 256-entry
+//! k-means ([`super::quantize::palette`]), its centroids then quantised with their own 256-entry
 //! codebook. The output is a function of the model alone (same bytes every time).
 //!
 //! # Quantisation (what a round trip loses)
