@@ -4,7 +4,7 @@
 //! under `--ram-budget`). Measured by a counting allocator on one thread: the encoder runs in
 //! a one-thread pool so that its parallel parts allocate on the measured thread too.
 
-use ramsplat::export::sog;
+use ramsplat::export::{sog, webp};
 use ramsplat::rng::Rng;
 use ramsplat::scene::gaussians::{sh_coeffs, Gaussians};
 
@@ -66,6 +66,42 @@ fn encoding_stays_within_the_planned_bytes() {
         assert!(
             heap.peak as u64 <= planned,
             "{n} Gaussians, SH {degree}: peak {} B above the planned {planned} B",
+            heap.peak
+        );
+    }
+}
+
+/// The WebP encoder's own bound, [`webp::ENCODE_BYTES_PER_PIXEL`] per pixel beside its input
+/// plus [`webp::ENCODE_FIXED_BYTES`], on the images that cost it most: noise (no copies, the
+/// largest streams) and a smooth field (every transform tried pays), at a SOG's largest
+/// image sizes.
+#[test]
+fn the_webp_encoder_stays_within_its_bound() {
+    let mut r = Rng::new(5);
+    for (w, h, smooth) in [(1024, 1024, false), (1024, 1024, true), (960, 1024, false)] {
+        let rgba: Vec<u8> = (0..w * h)
+            .flat_map(|i| {
+                if smooth {
+                    let (x, y) = ((i % w) as f32, (i / w) as f32);
+                    let v = (x * 0.01).sin() * 100.0 + (y * 0.02).cos() * 100.0 + 128.0;
+                    [v as u8, (v * 0.7) as u8, (255.0 - v) as u8, 255]
+                } else {
+                    [0, 1, 2, 3].map(|_| r.uniform(0.0, 256.0) as u8)
+                }
+            })
+            .collect();
+        let (out, heap) = heap::measured(|| webp::encode_rgba(&rgba, w, h).unwrap().len());
+        let bytes = out.unwrap();
+        let per_pixel = (heap.peak as f64 - webp::ENCODE_FIXED_BYTES as f64) / (w * h) as f64;
+        println!(
+            "{w}×{h} {}: peak {} B ({per_pixel:.1} B per pixel beyond the fixed part), file {bytes} B",
+            if smooth { "smooth" } else { "noise" },
+            heap.peak
+        );
+        let bound = webp::ENCODE_BYTES_PER_PIXEL * (w * h) as u64 + webp::ENCODE_FIXED_BYTES;
+        assert!(
+            heap.peak as u64 <= bound,
+            "peak {} B above {bound} B",
             heap.peak
         );
     }

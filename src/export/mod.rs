@@ -5,7 +5,7 @@
 //! Owns [`cameras_json`], the 3DGS `cameras.json` camera list, [`cfg_args`], 3DGS's record of
 //! a run's dataset and loading options, [`spz`], [`splat`], [`compressed_ply`] and [`sog`]
 //! (the compressed and web-viewer model formats, read and written; [`quantize`] builds SOG's
-//! codebooks and [`zip`] its archive), and [`ply`], the standard 3D Gaussian Splatting PLY layout (the format every 3DGS viewer and
+//! codebooks, [`webp`] encodes its images and [`zip`] writes its archive), and [`ply`], the standard 3D Gaussian Splatting PLY layout (the format every 3DGS viewer and
 //! the original implementation read and write), in both directions: saving a
 //! [`crate::scene::gaussians::Gaussians`] and loading one back for `gs-render`, evaluation and
 //! resuming.
@@ -32,6 +32,7 @@ pub mod quantize;
 pub mod sog;
 pub mod splat;
 pub mod spz;
+pub mod webp;
 pub mod zip;
 
 use std::path::Path;

@@ -74,12 +74,13 @@
 use std::io::{self, Cursor};
 use std::path::{Path, PathBuf};
 
-use image::codecs::webp::{WebPDecoder, WebPEncoder};
-use image::{ColorType, ExtendedColorType, ImageDecoder};
+use image::codecs::webp::WebPDecoder;
+use image::{ColorType, ImageDecoder};
 use serde::{Deserialize, Serialize};
 
 use super::quantize::{codebook_1d, nearest_1d, palette};
 use super::spz::alpha_logit;
+use super::webp;
 use super::zip::{write_stored, Archive, ZipError};
 use super::{compressed_ply, ModelInfo};
 use crate::scene::gaussians::{sh_coeffs, Gaussians, MAX_SH_DEGREE};
@@ -249,11 +250,7 @@ fn unpack_quat(texel: [u8; 4]) -> [f32; 4] {
 
 /// An RGBA image as lossless WebP.
 fn webp(rgba: &[u8], width: usize, height: usize) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    WebPEncoder::new_lossless(&mut out)
-        .encode(rgba, width as u32, height as u32, ExtendedColorType::Rgba8)
-        .map_err(io::Error::other)?;
-    Ok(out)
+    super::webp::encode_rgba(rgba, width, height).map_err(io::Error::other)
 }
 
 /// The SOG of `g` as a bundled `.sog` (ZIP) archive.
@@ -271,27 +268,38 @@ pub fn encode_with_info(g: &Gaussians, info: ModelInfo) -> Result<Vec<u8>, SogEr
 
 /// What [`encode`] holds at its peak for a model of `n` Gaussians of SH degree `sh_degree`,
 /// beside the model itself, at most: [`encode_bytes_per_gaussian`] × `n` +
-/// [`ENCODE_FIXED_BYTES`], what a run that saves SOG plans for (the tests measure the peak
+/// [`encode_fixed_bytes`], what a run that saves SOG plans for (the tests measure the peak
 /// with a counting allocator and hold it to this bound).
 pub fn encode_bytes(n: usize, sh_degree: u32) -> u64 {
-    encode_bytes_per_gaussian(sh_degree) * n as u64 + ENCODE_FIXED_BYTES
+    encode_bytes_per_gaussian(sh_degree) * n as u64 + encode_fixed_bytes(sh_degree)
 }
 
 /// [`encode_bytes`]' share per Gaussian: the Morton order and its codes (8 B), one raw image
-/// at a time (4 B per texel, within 1.6 texels per Gaussian for the smallest models, ~1.0 for
-/// large ones) and the finished WebP images (at most ~4 B per texel each, 7 of them), the
+/// at a time (4 B per texel, within 1.6 texels per Gaussian but for the smallest models, ~1.0
+/// for large ones) and the finished WebP images (at most ~4 B per texel each, 7 of them), the
 /// pooled values of a codebook (12 B) and, with SH, the palette's vectors (12 B per
 /// coefficient beyond DC) with its labels, tree scratch and centroids; all with half again for
-/// what the measurement does not reach (measured: 326 B per Gaussian at SH degree 3, against
-/// the 636 B this gives).
+/// what the measurement does not reach. Then the WebP encoder's working memory
+/// ([`webp::ENCODE_BYTES_PER_PIXEL`]) over the largest image: a per-Gaussian image (1.6
+/// texels per Gaussian) or the palette's, one texel per entry and coefficient beyond DC,
+/// whose entries are at most one per Gaussian and at most [`MAX_PALETTE`]: `min(m·n, m·P)` ≤
+/// `m·n/4 + ¾·m·P`, the first term here, the second in [`encode_fixed_bytes`].
 pub fn encode_bytes_per_gaussian(sh_degree: u32) -> u64 {
     let rest = sh_coeffs(sh_degree) as u64 - 1;
-    (8 + 4 * 8 + 12 + if rest > 0 { 24 * rest + 12 } else { 0 }) * 3 / 2
+    let own = (8 + 4 * 8 + 12 + if rest > 0 { 24 * rest + 12 } else { 0 }) * 3 / 2;
+    own + webp::ENCODE_BYTES_PER_PIXEL * 8 / 5 + webp::ENCODE_BYTES_PER_PIXEL * rest / 4
 }
 
-/// [`encode_bytes`]' share that does not grow with the model: codebook bins, the dynamic
-/// programme's split table (256 × 4,096 × 4 B), the WebP encoder's tables.
-pub const ENCODE_FIXED_BYTES: u64 = 8 << 20;
+/// [`encode_bytes`]' share that does not grow with the model: codebook bins and the dynamic
+/// programme's split table (256 × 4,096 × 4 B) within 8 MiB, the WebP encoder's tables
+/// ([`webp::ENCODE_FIXED_BYTES`]) and its working memory over ¾ of the largest palette image
+/// (see [`encode_bytes_per_gaussian`]; none at SH degree 0).
+pub fn encode_fixed_bytes(sh_degree: u32) -> u64 {
+    let rest = sh_coeffs(sh_degree) as u64 - 1;
+    (8 << 20)
+        + webp::ENCODE_FIXED_BYTES
+        + webp::ENCODE_BYTES_PER_PIXEL * rest * MAX_PALETTE as u64 * 3 / 4
+}
 
 /// The archive's members of `g`'s SOG: `meta.json` and the WebP images, each image encoded
 /// as soon as it is built (its raw texels freed), so one raw image is alive at a time.
@@ -314,6 +322,15 @@ fn members(g: &Gaussians, info: ModelInfo) -> Result<Vec<(&'static str, Vec<u8>)
         let mut rgba = vec![0u8; texels * 4];
         for (t, &i) in order.iter().enumerate() {
             rgba[t * 4..t * 4 + 4].copy_from_slice(&texel(i as usize));
+        }
+        // The texels past the last Gaussian repeat it: readers ignore them, and a value of
+        // their own (zero, say) would cost every texel a bit in each channel whose code it
+        // adds a second symbol to (alpha, where the rest are 255).
+        if n > 0 {
+            let last: [u8; 4] = rgba[(n - 1) * 4..n * 4].try_into().expect("4 bytes");
+            for t in rgba[n * 4..].chunks_exact_mut(4) {
+                t.copy_from_slice(&last);
+            }
         }
         webp(&rgba, width, height).map_err(encode_failed)
     };
@@ -417,6 +434,14 @@ fn members(g: &Gaussians, info: ModelInfo) -> Result<Vec<(&'static str, Vec<u8>)
                     centroids[at + ch] = nearest_1d(&book, c[j * 3 + ch]) as u8;
                 }
                 centroids[at + 3] = 255;
+            }
+        }
+        // The texels past the last entry repeat it, as the per-Gaussian images' padding does.
+        let filled = entries * m * 4;
+        if filled > 0 && filled < centroids.len() {
+            let last: [u8; 4] = centroids[filled - 4..filled].try_into().expect("4 bytes");
+            for t in centroids[filled..].chunks_exact_mut(4) {
+                t.copy_from_slice(&last);
             }
         }
         let centroids = webp(&centroids, row_width, rows).map_err(encode_failed)?;

@@ -1764,8 +1764,10 @@ fn plan_inputs(
     if sog {
         items.push(FloorItem::new(
             Component::Model,
-            crate::export::sog::ENCODE_FIXED_BYTES,
-            "saving SOG (--export sog): codebook tables and the WebP encoder's".to_owned(),
+            crate::export::sog::encode_fixed_bytes(config.sh_degree),
+            "saving SOG (--export sog): codebook tables, the WebP encoder's tables and its \
+             work on the palette image"
+                .to_owned(),
         ));
     }
     let sog_per_gaussian = if sog {
