@@ -14,7 +14,7 @@
 //! - **Backward references**: LZ77 over pixels through hash chains of pixel pairs, with a
 //!   one-step lazy match; the pixel above and the one to the left are always tried, since
 //!   their distance codes are the cheapest.
-//! - **Colour cache**: its size (0 or 2¹ to 2¹⁰ entries) picked by the entropy of the
+//! - **Colour cache**: its size (0 or 2¹ to 2¹¹ entries) picked by the entropy of the
 //!   symbols each size would give.
 //! - **Prefix codes**: Huffman codes limited to 15 bits (7 for the code-length code), code
 //!   lengths run-length coded, trailing zeros cut with the format's `max_symbol`.
@@ -835,15 +835,64 @@ impl Histograms {
     }
 }
 
-/// The colour-cache size (bits; 0 for none) whose symbols are estimated cheapest.
+/// The largest colour cache the format allows (bits).
+const MAX_CACHE_BITS: u32 = 11;
+
+/// The colour-cache size (bits; 0 for none) whose symbols are estimated cheapest. One pass
+/// keeps every size's cache at once: a size's histograms are those without a cache, less the
+/// channels of the literals its cache would hit, plus those hits' cache symbols.
 fn choose_cache_bits(px: &[u32], tokens: &[Token], codes: &DistanceCodes) -> u32 {
-    let mut best = (f64::INFINITY, 0);
-    for bits in 0..=11 {
-        let mut h = Histograms::new(bits);
-        for_each_symbol(px, tokens, codes, bits, |s| h.add(s));
+    let mut base = Histograms::new(0);
+    for_each_symbol(px, tokens, codes, 0, |s| base.add(s));
+    let sizes = MAX_CACHE_BITS as usize;
+    let mut caches: Vec<Vec<u32>> = (1..=MAX_CACHE_BITS).map(|b| vec![0; 1 << b]).collect();
+    let mut key_hits: Vec<Vec<u32>> = (1..=MAX_CACHE_BITS).map(|b| vec![0; 1 << b]).collect();
+    // Per size, the literal channels (green, red, blue, alpha) its hits take away.
+    let mut taken = vec![[[0u32; 256]; 4]; sizes];
+    let mut pos = 0usize;
+    for t in tokens {
+        if t.len == 0 {
+            let p = px[pos];
+            let h = 0x1e35_a7bd_u32.wrapping_mul(p);
+            for b in 0..sizes {
+                let k = (h >> (31 - b as u32)) as usize;
+                if caches[b][k] == p {
+                    key_hits[b][k] += 1;
+                    let tk = &mut taken[b];
+                    tk[0][((p >> 8) & 0xff) as usize] += 1;
+                    tk[1][((p >> 16) & 0xff) as usize] += 1;
+                    tk[2][(p & 0xff) as usize] += 1;
+                    tk[3][(p >> 24) as usize] += 1;
+                } else {
+                    caches[b][k] = p;
+                }
+            }
+            pos += 1;
+        } else {
+            for &p in &px[pos..pos + t.len as usize] {
+                let h = 0x1e35_a7bd_u32.wrapping_mul(p);
+                for (b, cache) in caches.iter_mut().enumerate() {
+                    cache[(h >> (31 - b as u32)) as usize] = p;
+                }
+            }
+            pos += t.len as usize;
+        }
+    }
+    let mut best = (base.estimated_bits(), 0);
+    for b in 0..sizes {
+        let mut h = Histograms::new(b as u32 + 1);
+        for (c, (dst, src)) in h.0.iter_mut().zip(&base.0).enumerate() {
+            dst[..src.len()].copy_from_slice(src);
+            if c < 4 {
+                for (d, &t) in dst.iter_mut().zip(&taken[b][c]) {
+                    *d -= t;
+                }
+            }
+        }
+        h.0[0][280..].copy_from_slice(&key_hits[b]);
         let cost = h.estimated_bits();
         if cost < best.0 {
-            best = (cost, bits);
+            best = (cost, b as u32 + 1);
         }
     }
     best.1
