@@ -253,6 +253,20 @@ fn webp(rgba: &[u8], width: usize, height: usize) -> io::Result<Vec<u8>> {
     super::webp::encode_rgba(rgba, width, height).map_err(io::Error::other)
 }
 
+/// Fills the texels of `rgba` from texel `used` on with the one before: readers ignore them,
+/// and a value of their own (zero, say) would put a second symbol in a channel's code that
+/// otherwise has one (alpha, 255 everywhere else) and cost every texel a bit.
+fn repeat_last_texel(rgba: &mut [u8], used: usize) {
+    if used == 0 || used * 4 >= rgba.len() {
+        return;
+    }
+    let (head, tail) = rgba.split_at_mut(used * 4);
+    let last = &head[head.len() - 4..];
+    for t in tail.chunks_exact_mut(4) {
+        t.copy_from_slice(last);
+    }
+}
+
 /// The SOG of `g` as a bundled `.sog` (ZIP) archive.
 pub fn encode(g: &Gaussians) -> Result<Vec<u8>, SogError> {
     encode_with_info(g, ModelInfo::default())
@@ -323,15 +337,7 @@ fn members(g: &Gaussians, info: ModelInfo) -> Result<Vec<(&'static str, Vec<u8>)
         for (t, &i) in order.iter().enumerate() {
             rgba[t * 4..t * 4 + 4].copy_from_slice(&texel(i as usize));
         }
-        // The texels past the last Gaussian repeat it: readers ignore them, and a value of
-        // their own (zero, say) would cost every texel a bit in each channel whose code it
-        // adds a second symbol to (alpha, where the rest are 255).
-        if n > 0 {
-            let last: [u8; 4] = rgba[(n - 1) * 4..n * 4].try_into().expect("4 bytes");
-            for t in rgba[n * 4..].chunks_exact_mut(4) {
-                t.copy_from_slice(&last);
-            }
-        }
+        repeat_last_texel(&mut rgba, n);
         webp(&rgba, width, height).map_err(encode_failed)
     };
 
@@ -436,14 +442,7 @@ fn members(g: &Gaussians, info: ModelInfo) -> Result<Vec<(&'static str, Vec<u8>)
                 centroids[at + 3] = 255;
             }
         }
-        // The texels past the last entry repeat it, as the per-Gaussian images' padding does.
-        let filled = entries * m * 4;
-        if filled > 0 && filled < centroids.len() {
-            let last: [u8; 4] = centroids[filled - 4..filled].try_into().expect("4 bytes");
-            for t in centroids[filled..].chunks_exact_mut(4) {
-                t.copy_from_slice(&last);
-            }
-        }
+        repeat_last_texel(&mut centroids, entries * m);
         let centroids = webp(&centroids, row_width, rows).map_err(encode_failed)?;
         out.push(("shN_centroids.webp", centroids));
         out.push((
