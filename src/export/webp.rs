@@ -694,8 +694,8 @@ impl<'a> Matcher<'a> {
 }
 
 /// Finds copies greedily, with a one-step lazy look-ahead. (A parse priced by the symbols'
-/// costs, a shortest path over positions, was tried: 0.2 % smaller SOG files for three
-/// times the time.)
+/// costs, a shortest path over positions in two rounds, was tried: the demo model's SOG came
+/// out 0.18 % smaller, for a second parser and a match search at every pixel.)
 fn backward_references(px: &[u32], width: usize) -> Vec<Token> {
     let n = px.len();
     let mut m = Matcher::new(px, width);
