@@ -79,9 +79,9 @@ pub fn encode_rgba(rgba: &[u8], width: usize, height: usize) -> Result<Vec<u8>, 
         .map(|p| u32::from_be_bytes([p[3], p[0], p[1], p[2]]))
         .collect();
     let alpha_used = argb.iter().any(|&p| p >> 24 != 0xff);
-    // Each variant is a full encoding (the copies and the cache decide as much as the
-    // transforms, so an estimate without them picks wrongly). One at a time, keeping the
-    // smallest so far, so the memory held is one trial's.
+    // Each variant is a full encoding, so the choice rests on exact sizes, not on an
+    // estimate that leaves out copies and the cache. One at a time, keeping the smallest so
+    // far, so the memory held is one trial's.
     let mut best: Option<Vec<u8>> = None;
     for variant in VARIANTS {
         let stream = encode_variant(&argb, width, height, alpha_used, variant);
