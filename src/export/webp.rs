@@ -174,13 +174,13 @@ fn encode_variant(
         write_image_stream(w, texels, subsample(width, bits), false);
     };
     if variant.predict {
-        let modes = choose_predictors(&px, width, height, bits);
+        let (modes, residuals) = predict_blocks(&px, width, height, bits);
         let texels: Vec<u32> = modes
             .iter()
             .map(|&m| 0xff00_0000 | (u32::from(m) << 8))
             .collect();
         sub_image(&mut w, 0, &texels);
-        px = residuals(&px, width, height, bits, &modes);
+        px = residuals;
     }
     if variant.cross_color {
         // Red and blue less a multiple of green (and blue of red), per block.
@@ -347,81 +347,91 @@ fn prediction(px: &[u32], width: usize, x: usize, y: usize, mode: u8) -> u32 {
     )
 }
 
-/// Picks a predictor per block of side `1 << bits`: the one whose residuals cost the fewest
-/// bits under the distribution of the residuals chosen so far (blocks in raster order).
-fn choose_predictors(px: &[u32], width: usize, height: usize, bits: u32) -> Vec<u8> {
+/// Per-channel counts of the values chosen so far, and each value's cost in bits under
+/// them: the estimate by which the predictor and cross-colour searches price a block.
+struct ChannelCosts<const N: usize> {
+    counts: [[u32; 256]; N],
+    bits: [[f32; 256]; N],
+}
+
+impl<const N: usize> ChannelCosts<N> {
+    /// A small prior towards 0, so the first blocks prefer predicting well to not predicting
+    /// at all (and small multipliers to large ones).
+    fn new() -> Self {
+        let mut counts = [[1u32; 256]; N];
+        for c in &mut counts {
+            c[0] = 16;
+        }
+        ChannelCosts {
+            counts,
+            bits: [[0.0; 256]; N],
+        }
+    }
+
+    /// Recomputes the costs, `log2(total / count)`, from the counts.
+    fn refresh(&mut self) {
+        for (b, c) in self.bits.iter_mut().zip(&self.counts) {
+            let total: f32 = c.iter().map(|&v| v as f32).sum();
+            for (bv, &cv) in b.iter_mut().zip(c) {
+                *bv = (total / cv as f32).log2();
+            }
+        }
+    }
+}
+
+/// Picks a predictor per block of side `1 << bits`, the one whose residuals cost the fewest
+/// bits under the distribution of the residuals chosen so far (blocks in raster order), and
+/// returns the modes with the residuals of `px` under them.
+fn predict_blocks(px: &[u32], width: usize, height: usize, bits: u32) -> (Vec<u8>, Vec<u32>) {
     let (bw, bh) = (subsample(width, bits), subsample(height, bits));
     let mut modes = vec![0u8; bw * bh];
-    // A small prior towards residual 0, so the first blocks prefer predicting well to not
-    // predicting at all.
-    let mut hist = [[1u32; 256]; 4];
-    for h in &mut hist {
-        h[0] = 16;
-    }
-    let mut cost = [[0f32; 256]; 4];
-    let mut block_hist = [[0u32; 256]; 4];
+    let mut residuals = vec![0u32; px.len()];
+    // Channels alpha, red, green, blue.
+    let mut costs = ChannelCosts::<4>::new();
+    let side = 1usize << bits;
+    let (mut trial, mut best_residuals) = (vec![0u32; side * side], vec![0u32; side * side]);
     for by in 0..bh {
         for bx in 0..bw {
-            for (c, h) in cost.iter_mut().zip(&hist) {
-                let total: f32 = h.iter().map(|&v| v as f32).sum();
-                for (cv, &hv) in c.iter_mut().zip(h) {
-                    *cv = (total / hv as f32).log2();
-                }
-            }
+            costs.refresh();
+            let cost = &costs.bits;
             let (x0, x1) = (bx << bits, ((bx + 1) << bits).min(width));
             let (y0, y1) = (by << bits, ((by + 1) << bits).min(height));
+            let block_width = x1 - x0;
             let mut best = (f32::INFINITY, 0u8);
             for mode in 0..14u8 {
+                // The first row and column predict the same under every mode: they are
+                // computed but not priced.
                 let mut bits_total = 0f32;
-                for y in y0.max(1)..y1 {
-                    for x in x0.max(1)..x1 {
+                for y in y0..y1 {
+                    for x in x0..x1 {
                         let r = sub_pixels(px[y * width + x], prediction(px, width, x, y, mode));
-                        bits_total += cost[0][(r >> 24) as usize]
-                            + cost[1][((r >> 16) & 0xff) as usize]
-                            + cost[2][((r >> 8) & 0xff) as usize]
-                            + cost[3][(r & 0xff) as usize];
+                        trial[(y - y0) * block_width + (x - x0)] = r;
+                        if x > 0 && y > 0 {
+                            bits_total += cost[0][(r >> 24) as usize]
+                                + cost[1][((r >> 16) & 0xff) as usize]
+                                + cost[2][((r >> 8) & 0xff) as usize]
+                                + cost[3][(r & 0xff) as usize];
+                        }
                     }
                 }
                 if bits_total < best.0 {
                     best = (bits_total, mode);
+                    std::mem::swap(&mut trial, &mut best_residuals);
                 }
             }
             modes[by * bw + bx] = best.1;
-            for h in &mut block_hist {
-                h.fill(0);
-            }
             for y in y0..y1 {
-                for x in x0..x1 {
-                    let r = sub_pixels(px[y * width + x], prediction(px, width, x, y, best.1));
-                    for (c, h) in block_hist.iter_mut().enumerate() {
-                        h[((r >> (24 - 8 * c)) & 0xff) as usize] += 1;
+                let row = &best_residuals[(y - y0) * block_width..(y - y0 + 1) * block_width];
+                residuals[y * width + x0..y * width + x1].copy_from_slice(row);
+                for &r in row {
+                    for (c, counts) in costs.counts.iter_mut().enumerate() {
+                        counts[((r >> (24 - 8 * c)) & 0xff) as usize] += 1;
                     }
                 }
             }
-            for (h, b) in hist.iter_mut().zip(&block_hist) {
-                for (hv, &bv) in h.iter_mut().zip(b) {
-                    *hv += bv;
-                }
-            }
         }
     }
-    modes
-}
-
-/// The residuals of `px` under the per-block `modes`.
-fn residuals(px: &[u32], width: usize, height: usize, bits: u32, modes: &[u8]) -> Vec<u32> {
-    let bw = subsample(width, bits);
-    let mut out = Vec::with_capacity(px.len());
-    for y in 0..height {
-        for x in 0..width {
-            let mode = modes[(y >> bits) * bw + (x >> bits)];
-            out.push(sub_pixels(
-                px[y * width + x],
-                prediction(px, width, x, y, mode),
-            ));
-        }
-    }
-    out
+    (modes, residuals)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -457,20 +467,13 @@ fn delta(t: i8, c: u8) -> i32 {
 fn choose_cross_color(px: &[u32], width: usize, height: usize, bits: u32) -> Vec<CrossColor> {
     let (bw, bh) = (subsample(width, bits), subsample(height, bits));
     let mut out = vec![CrossColor::default(); bw * bh];
-    let mut hist = [[1u32; 256]; 2];
-    for h in &mut hist {
-        h[0] = 16;
-    }
-    let mut cost = [[0f32; 256]; 2];
+    // Channels red, blue.
+    let mut costs = ChannelCosts::<2>::new();
     let mut block: Vec<(u8, u8, u8)> = Vec::with_capacity(1 << (2 * bits));
     for by in 0..bh {
         for bx in 0..bw {
-            for (c, h) in cost.iter_mut().zip(&hist) {
-                let total: f32 = h.iter().map(|&v| v as f32).sum();
-                for (cv, &hv) in c.iter_mut().zip(h) {
-                    *cv = (total / hv as f32).log2();
-                }
-            }
+            costs.refresh();
+            let cost = &costs.bits;
             block.clear();
             for y in (by << bits)..((by + 1) << bits).min(height) {
                 for x in (bx << bits)..((bx + 1) << bits).min(width) {
@@ -491,8 +494,8 @@ fn choose_cross_color(px: &[u32], width: usize, height: usize, bits: u32) -> Vec
             out[by * bw + bx] = e;
             for &(r, g, b) in &block {
                 let (r2, b2) = cross_color(e, r, g, b);
-                hist[0][r2 as usize] += 1;
-                hist[1][b2 as usize] += 1;
+                costs.counts[0][r2 as usize] += 1;
+                costs.counts[1][b2 as usize] += 1;
             }
         }
     }
@@ -557,7 +560,7 @@ const WINDOW: usize = (1 << 20) - 120;
 const NONE: u32 = u32::MAX;
 
 /// A literal (`len` 0) or a copy of `len` pixels from `dist` back.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 struct Token {
     len: u32,
     dist: u32,
@@ -652,44 +655,44 @@ impl<'a> Matcher<'a> {
         a.iter().zip(b).take_while(|(x, y)| x == y).count()
     }
 
-    /// Copies at `i` into `out`, each longer than the one before: first from the pixel to the
-    /// left and the one above (the cheapest distances), then along the hash chain.
-    fn candidates(&self, i: usize, out: &mut Vec<(usize, usize)>) {
-        out.clear();
+    /// The longest copy at `i` as (length, distance), (0, 0) for none: first from the pixel
+    /// to the left and the one above (the cheapest distances, so they win ties), then along
+    /// the hash chain.
+    fn longest(&self, i: usize) -> (usize, usize) {
         let n = self.px.len();
-        let mut best = 0usize;
+        let mut best = (0usize, 0usize);
         for d in [1, self.width] {
             if d <= i {
                 let l = self.match_len(i, i - d);
-                if l > best {
-                    best = l;
-                    out.push((l, d));
+                if l > best.0 {
+                    best = (l, d);
                 }
             }
         }
         if i + 1 >= n {
-            return;
+            return best;
         }
         let limit = MAX_LENGTH.min(n - i);
         let mut j = self.head[pair_hash(self.px[i], self.px[i + 1], self.bits)];
         let mut steps = 0;
-        while j != NONE && steps < MAX_CHAIN && best < limit {
+        while j != NONE && steps < MAX_CHAIN && best.0 < limit {
             let j_ = j as usize;
             let d = i - j_;
             if d > WINDOW {
                 break;
             }
             // The pixel that would make this match longer than the best decides quickly.
-            if self.px[j_ + best.min(limit - 1)] == self.px[i + best.min(limit - 1)] {
+            let probe = best.0.min(limit - 1);
+            if self.px[j_ + probe] == self.px[i + probe] {
                 let l = self.match_len(i, j_);
-                if l > best {
-                    best = l;
-                    out.push((l, d));
+                if l > best.0 {
+                    best = (l, d);
                 }
             }
             j = self.prev[j_];
             steps += 1;
         }
+        best
     }
 }
 
@@ -699,11 +702,9 @@ impl<'a> Matcher<'a> {
 fn backward_references(px: &[u32], width: usize) -> Vec<Token> {
     let n = px.len();
     let mut m = Matcher::new(px, width);
-    let mut cands = Vec::new();
-    let mut find = |m: &mut Matcher, i: usize| {
+    let find = |m: &mut Matcher, i: usize| {
         m.insert_to(i);
-        m.candidates(i, &mut cands);
-        cands.last().copied().unwrap_or((0, 0))
+        m.longest(i)
     };
     let mut tokens = Vec::with_capacity(n);
     let mut i = 0;
@@ -745,9 +746,21 @@ enum Symbol {
     Copy { len: u32, dist_code: u32 },
 }
 
+/// The colour cache's hash of `argb`, whose top `bits` bits are its slot in a cache of `bits`
+/// bits.
+fn cache_hash(argb: u32) -> u32 {
+    0x1e35_a7bd_u32.wrapping_mul(argb)
+}
+
 /// The colour cache's slot of `argb` at `bits` bits.
 fn cache_key(argb: u32, bits: u32) -> usize {
-    (0x1e35_a7bd_u32.wrapping_mul(argb) >> (32 - bits)) as usize
+    (cache_hash(argb) >> (32 - bits)) as usize
+}
+
+/// A literal's four channels in the order of its histograms and codes: green, red, blue,
+/// alpha.
+fn literal_channels(p: u32) -> [u32; 4] {
+    [(p >> 8) & 0xff, (p >> 16) & 0xff, p & 0xff, p >> 24]
 }
 
 /// Calls `f` with the symbols of `tokens` over `px` with a colour cache of `cache_bits` (0:
@@ -811,10 +824,9 @@ impl Histograms {
         let h = &mut self.0;
         match s {
             Symbol::Literal(p) => {
-                h[0][((p >> 8) & 0xff) as usize] += 1;
-                h[1][((p >> 16) & 0xff) as usize] += 1;
-                h[2][(p & 0xff) as usize] += 1;
-                h[3][(p >> 24) as usize] += 1;
+                for (hc, v) in h.iter_mut().zip(literal_channels(p)) {
+                    hc[v as usize] += 1;
+                }
             }
             Symbol::Cache(k) => h[0][280 + k as usize] += 1,
             Symbol::Copy { len, dist_code } => {
@@ -858,16 +870,15 @@ fn choose_cache_bits(px: &[u32], tokens: &[Token], codes: &DistanceCodes) -> u32
     for t in tokens {
         if t.len == 0 {
             let p = px[pos];
-            let h = 0x1e35_a7bd_u32.wrapping_mul(p);
+            let h = cache_hash(p);
             for b in 0..sizes {
+                // Size index b has b + 1 bits.
                 let k = (h >> (31 - b as u32)) as usize;
                 if caches[b][k] == p {
                     key_hits[b][k] += 1;
-                    let tk = &mut taken[b];
-                    tk[0][((p >> 8) & 0xff) as usize] += 1;
-                    tk[1][((p >> 16) & 0xff) as usize] += 1;
-                    tk[2][(p & 0xff) as usize] += 1;
-                    tk[3][(p >> 24) as usize] += 1;
+                    for (tc, v) in taken[b].iter_mut().zip(literal_channels(p)) {
+                        tc[v as usize] += 1;
+                    }
                 } else {
                     caches[b][k] = p;
                 }
@@ -875,7 +886,7 @@ fn choose_cache_bits(px: &[u32], tokens: &[Token], codes: &DistanceCodes) -> u32
             pos += 1;
         } else {
             for &p in &px[pos..pos + t.len as usize] {
-                let h = 0x1e35_a7bd_u32.wrapping_mul(p);
+                let h = cache_hash(p);
                 for (b, cache) in caches.iter_mut().enumerate() {
                     cache[(h >> (31 - b as u32)) as usize] = p;
                 }
@@ -923,10 +934,9 @@ fn write_image_stream(w: &mut BitWriter, px: &[u32], width: usize, main: bool) {
     let [g, r, b, a, d] = hist.0.each_ref().map(|h| write_prefix_code(w, h));
     for_each_symbol(px, &tokens, &codes, cache_bits, |s| match s {
         Symbol::Literal(p) => {
-            g.put(w, (p >> 8) & 0xff);
-            r.put(w, (p >> 16) & 0xff);
-            b.put(w, p & 0xff);
-            a.put(w, p >> 24);
+            for (code, v) in [&g, &r, &b, &a].into_iter().zip(literal_channels(p)) {
+                code.put(w, v);
+            }
         }
         Symbol::Cache(k) => g.put(w, 280 + k),
         Symbol::Copy { len, dist_code } => {
