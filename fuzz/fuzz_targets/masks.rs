@@ -3,8 +3,9 @@
 //! give a mask or a typed error, never a panic. The first byte picks how the mask's image is
 //! placed: stored order with no orientation, stored order rotated by EXIF (the camera has the
 //! swapped size), or a camera of an unrelated size (the size error); with or without
-//! distortion (undistortion) and at native size or halved (downscaling). An accepted mask is
-//! `width × height` bytes of 0 or 255 with at least one 0.
+//! distortion (undistortion) and at native size or halved (downscaling). An accepted mask has
+//! a byte per pixel of the packed view (the window of the undistorted image that the lens
+//! covers, resized), each 0 or 255, at least one 0.
 //!
 //! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run masks` from `fuzz/` (see fuzz/README.md).
 #![no_main]
@@ -12,7 +13,7 @@
 use image::metadata::Orientation;
 use libfuzzer_sys::fuzz_target;
 use ramsplat::dataset::{Distortion, ViewSource};
-use ramsplat::import::image::{prepare_mask, target_size, Resize};
+use ramsplat::import::image::{covered_rect, prepare_mask, target_size, Resize};
 use ramsplat::scene::camera::Pose;
 use ramsplat::synth::packs::centred_camera;
 
@@ -66,9 +67,23 @@ fuzz_target!(|data: &[u8]| {
         Resize::None
     };
     if let Ok(Some(mask)) = prepare_mask(&view, &path, stored, orientation, resize) {
-        let (tw, th) = target_size(w, h, resize);
+        let (tw, th) = packed_size(&view, resize);
         assert_eq!(mask.len(), tw as usize * th as usize);
         assert!(mask.iter().all(|&m| m == 0 || m == 255));
         assert!(mask.contains(&0));
     }
 });
+
+/// The size the view's image is packed at: the window of its undistorted image that the lens
+/// covers (the whole image without distortion), then resized.
+fn packed_size(view: &ViewSource, resize: Resize) -> (u32, u32) {
+    let c = &view.camera;
+    let rect = covered_rect(
+        c.width,
+        c.height,
+        &c.intrinsics,
+        &view.distortion,
+        c.projection,
+    );
+    target_size(rect.width(), rect.height(), resize)
+}
