@@ -14,33 +14,25 @@
 
 use image::metadata::Orientation;
 use libfuzzer_sys::fuzz_target;
-use ramsplat::dataset::{DepthSource, Distortion, ViewSource};
+use ramsplat::dataset::{DepthSource, ViewSource};
 use ramsplat::import::depth::prepare_depth;
-use ramsplat::import::image::{covered_rect, target_size, Resize};
 use ramsplat::scene::camera::Pose;
 use ramsplat::shard::DepthScale;
 use ramsplat::synth::packs::centred_camera;
+
+#[path = "common/side_file.rs"]
+mod side_file;
+use side_file::SideFile;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, file)) = data.split_first() else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("ramsplat-fuzz-depths-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    let path = dir.join("view.png");
-    if std::fs::write(&path, file).is_err() {
+    let Some(SideFile { dir, path, stored }) =
+        side_file::write("depths", "view.png", file, 1 << 18)
+    else {
         return;
-    }
-    // The map's stored size, when its header is readable (otherwise prepare_depth must fail).
-    let stored = image::ImageReader::open(&path)
-        .ok()
-        .and_then(|r| r.with_guessed_format().ok())
-        .and_then(|r| r.into_dimensions().ok())
-        .unwrap_or((16, 12));
-    // Keep each execution small: the decoder limits already bound the allocation.
-    if stored.0 as u64 * stored.1 as u64 > 1 << 18 {
-        return;
-    }
+    };
     // The image's stored size and orientation, and the camera's (oriented) size.
     let (image_stored, orientation, size) = match mode % 4 {
         0 => (stored, Orientation::NoTransforms, stored),
@@ -58,15 +50,6 @@ fuzz_target!(|data: &[u8]| {
             (odd, Orientation::NoTransforms, odd)
         }
     };
-    let camera = centred_camera(size.0, size.1, Pose::IDENTITY);
-    let distortion = if mode & 4 != 0 {
-        Distortion::RadialTangential {
-            k: [0.05, 0.0, 0.0, 0.0, 0.0, 0.0],
-            p: [0.0; 2],
-        }
-    } else {
-        Distortion::NONE
-    };
     let depth = DepthSource {
         path: path.clone(),
         scale: DepthScale::IDENTITY,
@@ -74,33 +57,15 @@ fuzz_target!(|data: &[u8]| {
     let view = ViewSource {
         name: "view.jpg".into(),
         image_path: dir.join("view.jpg"),
-        camera,
-        distortion,
+        camera: centred_camera(size.0, size.1, Pose::IDENTITY),
+        distortion: side_file::lens(mode),
         split: None,
         mask_path: None,
         depth: Some(depth.clone()),
     };
-    let resize = if mode & 8 != 0 {
-        Resize::Downscale(2)
-    } else {
-        Resize::None
-    };
+    let resize = side_file::resize(mode);
     if let Ok((w, h, bytes)) = prepare_depth(&view, &depth, image_stored, orientation, resize) {
-        assert_eq!((w, h), packed_size(&view, resize));
+        assert_eq!((w, h), side_file::packed_size(&view, resize));
         assert_eq!(bytes.len(), 2 * w as usize * h as usize);
     }
 });
-
-/// The size the view's image is packed at: the window of its undistorted image that the lens
-/// covers (the whole image without distortion), then resized.
-fn packed_size(view: &ViewSource, resize: Resize) -> (u32, u32) {
-    let c = &view.camera;
-    let rect = covered_rect(
-        c.width,
-        c.height,
-        &c.intrinsics,
-        &view.distortion,
-        c.projection,
-    );
-    target_size(rect.width(), rect.height(), resize)
-}

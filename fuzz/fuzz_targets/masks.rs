@@ -12,78 +12,42 @@
 
 use image::metadata::Orientation;
 use libfuzzer_sys::fuzz_target;
-use ramsplat::dataset::{Distortion, ViewSource};
-use ramsplat::import::image::{covered_rect, prepare_mask, target_size, Resize};
+use ramsplat::dataset::ViewSource;
+use ramsplat::import::image::prepare_mask;
 use ramsplat::scene::camera::Pose;
 use ramsplat::synth::packs::centred_camera;
+
+#[path = "common/side_file.rs"]
+mod side_file;
+use side_file::SideFile;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, file)) = data.split_first() else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("ramsplat-fuzz-masks-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    let path = dir.join("mask.png");
-    if std::fs::write(&path, file).is_err() {
+    let Some(SideFile { dir, path, stored }) = side_file::write("masks", "mask.png", file, 1 << 20)
+    else {
         return;
-    }
-    // The mask's stored size, when its header is readable (otherwise prepare_mask must fail).
-    let stored = image::ImageReader::open(&path)
-        .ok()
-        .and_then(|r| r.with_guessed_format().ok())
-        .and_then(|r| r.into_dimensions().ok())
-        .unwrap_or((16, 12));
-    // Keep each execution small: the decoder limits already bound the allocation.
-    if stored.0 as u64 * stored.1 as u64 > 1 << 20 {
-        return;
-    }
+    };
     let (size, orientation) = match mode % 3 {
         0 => (stored, Orientation::NoTransforms),
         1 => ((stored.1, stored.0), Orientation::Rotate90),
         _ => ((stored.0 + 1, stored.1), Orientation::NoTransforms),
     };
-    let (w, h) = size;
-    let camera = centred_camera(w, h, Pose::IDENTITY);
-    let distortion = if mode & 4 != 0 {
-        Distortion::RadialTangential {
-            k: [0.05, 0.0, 0.0, 0.0, 0.0, 0.0],
-            p: [0.0; 2],
-        }
-    } else {
-        Distortion::NONE
-    };
     let view = ViewSource {
         name: "view.png".into(),
         image_path: dir.join("view.png"),
-        camera,
-        distortion,
+        camera: centred_camera(size.0, size.1, Pose::IDENTITY),
+        distortion: side_file::lens(mode),
         split: None,
         mask_path: Some(path.clone()),
         depth: None,
     };
-    let resize = if mode & 8 != 0 {
-        Resize::Downscale(2)
-    } else {
-        Resize::None
-    };
+    let resize = side_file::resize(mode);
     if let Ok(Some(mask)) = prepare_mask(&view, &path, stored, orientation, resize) {
-        let (tw, th) = packed_size(&view, resize);
+        let (tw, th) = side_file::packed_size(&view, resize);
         assert_eq!(mask.len(), tw as usize * th as usize);
         assert!(mask.iter().all(|&m| m == 0 || m == 255));
         assert!(mask.contains(&0));
     }
 });
-
-/// The size the view's image is packed at: the window of its undistorted image that the lens
-/// covers (the whole image without distortion), then resized.
-fn packed_size(view: &ViewSource, resize: Resize) -> (u32, u32) {
-    let c = &view.camera;
-    let rect = covered_rect(
-        c.width,
-        c.height,
-        &c.intrinsics,
-        &view.distortion,
-        c.projection,
-    );
-    target_size(rect.width(), rect.height(), resize)
-}
