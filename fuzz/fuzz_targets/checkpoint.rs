@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use ramsplat::render::CpuRasterizer;
-use ramsplat::train::checkpoint::{load_state, read_meta, Expected, MAGIC, VERSION};
+use ramsplat::train::checkpoint::{load_state, read_meta, Expected, MAGIC, PREAMBLE_LEN, VERSION};
 use ramsplat::train::{Engine, Trainer};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -60,12 +60,13 @@ fn container(header: &[u8], data: &[u8]) -> Vec<u8> {
         }
         header = serde_json::to_vec(&json).expect("a parsed value serializes");
     }
-    let mut out = Vec::with_capacity(32 + header.len() + 8 + data.len());
+    let mut out = Vec::with_capacity(PREAMBLE_LEN as usize + header.len() + 8 + data.len());
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&(header.len() as u64).to_le_bytes());
     out.extend_from_slice(&xxh3_64(&header).to_le_bytes());
+    debug_assert_eq!(out.len() as u64, PREAMBLE_LEN);
     out.extend_from_slice(&header);
     out.resize(out.len().div_ceil(8) * 8, 0);
     out.extend_from_slice(data);

@@ -8,8 +8,9 @@ use std::sync::OnceLock;
 use ramsplat::import::{ImportError, ImportOptions, ImportedScene};
 
 /// Writes `data` to `name` in this process's folder for `target` under the system's temporary
-/// directory (made empty on first use) and runs `import` on it, metadata only. An accepted
-/// scene has at least one view and every camera validates.
+/// directory (made empty on first use; a fuzz process runs one target, so the first call's
+/// `target` and `name` name the file for good) and runs `import` on it, metadata only. An
+/// accepted scene has at least one view and every camera validates.
 pub fn import_written(
     target: &str,
     name: &str,
