@@ -1,5 +1,6 @@
 //! The neutral dataset vocabulary: what a dataset is made of, independent of where it came from
-//! ([`crate::import`] reads COLMAP, NeRF, Metashape, OpenSfM, Bundler, PLY, PCD, LAS and E57 into
+//! ([`crate::import`] reads COLMAP, NeRF, Metashape, OpenSfM, Bundler, Meshroom, RealityCapture, PLY, PCD, LAS, E57
+//! and OBJ into
 //! these types) and of how it is stored ([`crate::shard`] writes and reads them; [`crate::pack`]
 //! joins the two).
 //!
@@ -45,6 +46,9 @@ pub enum Format {
     /// Meshroom / AliceVision SfMData (`.sfm`, `.json`; `crate::import::meshroom`).
     #[value(alias = "alicevision")]
     Meshroom,
+    /// RealityCapture / RealityScan's per-photo XMP files (`crate::import::realitycapture`).
+    #[value(alias = "realityscan")]
+    Realitycapture,
     Ply,
     /// PCL's Point Cloud Data (`crate::import::pcd`).
     Pcd,
@@ -73,6 +77,7 @@ impl std::fmt::Display for Format {
             Format::Opensfm => "OpenSfM",
             Format::Bundler => "Bundler",
             Format::Meshroom => "Meshroom / AliceVision",
+            Format::Realitycapture => "RealityCapture / RealityScan",
             Format::Ply => "PLY",
             Format::Pcd => "PCD",
             Format::Las => "LAS/LAZ",

@@ -21,7 +21,7 @@
 //! | --- | --- |
 //! | [`dataset`] | the neutral dataset vocabulary: splits, formats, distortion, view descriptions, streamed point chunks and sources |
 //! | [`scene`] | cameras (OpenCV axes, pixel centres at +0.5), Gaussians (stored pre-activation) and their field table (the one list of per-Gaussian arrays), Mip-Splatting's 3D filter folded into stored values, spherical harmonics, the shared maths (quaternions, logit, SH DC), camera paths for fly-throughs |
-//! | [`import`] | COLMAP, NeRF `transforms.json`, Metashape XML, OpenSfM/OpenDroneMap `reconstruction.json`, Bundler `bundle.out`, Meshroom/AliceVision SfMData, PLY, PCD, LAS/LAZ and E57 point clouds and OBJ meshes' vertices (and the transform that registers a cloud to the cameras); image decode + undistortion |
+//! | [`import`] | COLMAP, NeRF `transforms.json`, Metashape XML, OpenSfM/OpenDroneMap `reconstruction.json`, Bundler `bundle.out`, Meshroom/AliceVision SfMData, RealityCapture/RealityScan XMP files, PLY, PCD, LAS/LAZ and E57 point clouds and OBJ meshes' vertices (and the transform that registers a cloud to the cameras); image decode + undistortion |
 //! | [`shard`] | the pack format (its module doc is the spec): writer seals, reader maps read-only |
 //! | [`pack`] | the `gs-pack convert` pipeline: importer → bounded parallel encode → shards |
 //! | [`synth`] | procedural datasets (images + COLMAP/NeRF metadata) and program-written packs for tests, benches, the demo, fuzzing |

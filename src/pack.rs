@@ -356,6 +356,7 @@ pub fn convert(
                     what: match other {
                         Format::Nerf => "a transforms.json (NeRF) dataset",
                         Format::Metashape => "a Metashape camera XML",
+                        Format::Realitycapture => "a RealityCapture XMP export",
                         _ => "a point cloud",
                     },
                 })

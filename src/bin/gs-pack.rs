@@ -39,10 +39,12 @@ struct Cli {
 enum Command {
     /// Convert a COLMAP workspace, NeRF transforms.json dataset, Agisoft Metashape camera XML,
     /// OpenSfM or OpenDroneMap reconstruction, Meshroom / AliceVision SfMData file, Bundler
-    /// file, PLY, PCD, LAS, LAZ or E57 point cloud(s), or OBJ meshes' vertices into a pack.
+    /// file, RealityCapture / RealityScan XMP export, PLY, PCD, LAS, LAZ or E57 point cloud(s),
+    /// or OBJ meshes' vertices into a pack.
     #[command(after_help = SIZE_HELP)]
     Convert {
-        /// Dataset folder (an OpenDroneMap project folder or a Meshroom node's folder too) or a
+        /// Dataset folder (an OpenDroneMap project folder, a Meshroom node's folder, or the
+        /// photos' folder holding RealityCapture's XMP files too) or a
         /// transforms*.json / Metashape .xml / OpenSfM reconstruction.json / Meshroom .sfm /
         /// Bundler .out / .ply / .pcd / .las / .laz / .e57 / .obj file.
         input: PathBuf,
@@ -98,7 +100,8 @@ enum Command {
         /// (relative to the dataset root; default images/), for Meshroom the folder holding the
         /// views' image file names (relative to the .sfm's folder; default each view's path),
         /// for Bundler the folder holding the listed images' file names (relative to
-        /// list.txt's folder).
+        /// list.txt's folder), for RealityCapture the folder of the photos of the XMP files'
+        /// stems (relative to the XMP folder).
         /// A resized copy works, each camera scaled to its file: Mip-NeRF 360's benchmark
         /// protocol (3DGS -i images_4, gsplat --data_factor 4) is `--images images_4` for
         /// outdoor scenes, `images_2` indoors.

@@ -112,25 +112,10 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
     )
 }
 
-/// A photo's size from its header, `None` when the file is absent; a photo whose EXIF
-/// orientation turns or mirrors it is refused (`what` names the camera).
+/// A photo's size from its header, `None` when the file is absent (see
+/// [`super::image::upright_photo_size`]).
 fn photo_size(path: &Path, what: &str) -> Result<Option<(u32, u32)>, ImportError> {
-    if !file_present(path)? {
-        return Ok(None);
-    }
-    let (size, turned) = super::image::stored_size_and_orientation(path)?;
-    if turned {
-        return Err(ImportError::invalid(
-            path,
-            format!(
-                "{what}: the photo's EXIF orientation turns or mirrors it without swapping its \
-                 sides, which a pack applies; a bundle file does not say whether the tool that \
-                 made it did: save the photos without the orientation tag (for example \
-                 `exiftool -Orientation=1 -n FILE`) and reconstruct again"
-            ),
-        ));
-    }
-    Ok(Some(size))
+    super::image::upright_photo_size(path, what, "a bundle file")
 }
 
 /// The image list's text.

@@ -442,6 +442,34 @@ pub(crate) fn stored_size_and_orientation(path: &Path) -> Result<(Size, bool), I
     Ok((size, o != Orientation::NoTransforms && !swaps_sides(o)))
 }
 
+/// A photo's stored size from its header, `None` when the file is absent, for a format whose
+/// cameras are described by the photo's own size (Bundler's, RealityCapture's) and that does
+/// not say whether the tool that made it applied the photo's EXIF orientation: a photo whose
+/// orientation a pack applies without swapping its sides (a half turn, a mirror) is refused,
+/// naming `what` (the camera) and `files` (what does not say: "a bundle file").
+pub(crate) fn upright_photo_size(
+    path: &Path,
+    what: &str,
+    files: &str,
+) -> Result<Option<Size>, ImportError> {
+    if !super::file_present(path)? {
+        return Ok(None);
+    }
+    let (size, turned) = stored_size_and_orientation(path)?;
+    if turned {
+        return Err(ImportError::invalid(
+            path,
+            format!(
+                "{what}: the photo's EXIF orientation turns or mirrors it without swapping its \
+                 sides, which a pack applies; {files} does not say whether the tool that made \
+                 it did: save the photos without the orientation tag (for example `exiftool \
+                 -Orientation=1 -n FILE`) and reconstruct again"
+            ),
+        ));
+    }
+    Ok(Some(size))
+}
+
 /// The stored size of the photo at `path` of `view` (say `"shot \"a.jpg\""`), whose camera
 /// `tool` (an SfM program that reads the stored pixels and ignores EXIF orientation: OpenSfM,
 /// AliceVision) knew at `camera_size`: refused when the photo's EXIF orientation is one a pack

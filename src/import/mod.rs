@@ -14,7 +14,8 @@
 //!   (COLMAP OPENCV_FISHEYE, RADIAL_FISHEYE, SIMPLE_RADIAL_FISHEYE and nerfstudio's
 //!   `OPENCV_FISHEYE`; Metashape's frame and fisheye sensors map to the two, see
 //!   [`metashape`], and so do OpenSfM's cameras, see [`opensfm`], Meshroom's, see
-//!   [`meshroom`], and Bundler's, see [`bundler`]); other models are refused at import time with a message, never silently
+//!   [`meshroom`], Bundler's, see [`bundler`], and RealityCapture's, see [`realitycapture`]);
+//!   other models are refused at import time with a message, never silently
 //!   treated as pinhole. A photo becomes a pinhole image of its size and intrinsics, cropped
 //!   where the lens leaves it empty (`image::covered_rect`); a fisheye's periphery does not
 //!   fit in it. Under [`ImportOptions::keep_fisheye`] a fisheye lens's photo becomes the ideal
@@ -42,6 +43,7 @@ pub mod obj;
 pub mod opensfm;
 pub mod pcd;
 pub mod ply;
+pub mod realitycapture;
 pub mod sfm_depth;
 pub mod transform;
 
@@ -68,9 +70,11 @@ pub struct ImportOptions {
     /// of the photos (relative to the XML's folder); OpenSfM, the folder of the shots' images
     /// (relative to the dataset root); Meshroom, the folder of the views' image file names
     /// (relative to the SfMData file's folder); Bundler, the folder of the listed images' file
-    /// names (relative to the list's folder). It may hold a resized copy of the images the
-    /// poses were estimated on (Mip-NeRF 360's `images_4`): each view's camera is scaled to its
-    /// file's size (see `crate::import::image::camera_for_file`). A
+    /// names (relative to the list's folder); RealityCapture, the folder of the photos of the
+    /// XMP files' stems (relative to the XMP folder). It may hold a resized copy of the images
+    /// the poses were estimated on (Mip-NeRF 360's `images_4`): each view's camera is scaled to
+    /// its file's size (see `crate::import::image::camera_for_file`; RealityCapture's
+    /// calibration is relative to the photo's size anyway). A
     /// PLY, PCD or LAS point cloud refuses it.
     pub images: Option<PathBuf>,
     /// `gs-pack convert --depths DIR`: the folder of monocular inverse-depth maps (relative to
@@ -582,7 +586,7 @@ pub enum ImportError {
         #[source]
         source: CameraError,
     },
-    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|opensfm|bundler|ply|pcd|las|e57", path.display())]
+    #[error("{}: cannot tell which dataset format this is ({msg}); pass --format colmap|nerf|metashape|opensfm|meshroom|bundler|realitycapture|ply|pcd|las|e57|obj", path.display())]
     UnknownFormat { path: PathBuf, msg: String },
 }
 
@@ -650,7 +654,9 @@ fn is_las(ext: &str) -> bool {
 /// (and none of the above), is `metashape`; a `reconstruction*.json` file, or a folder with
 /// `reconstruction.json` or `opensfm/reconstruction.json` (and none of the above), is
 /// `opensfm`; an `.out` file, or a folder with `bundle.out` or `bundle/bundle.out` (and none
-/// of the above), is `bundler`.
+/// of the above), is `bundler`; an `.xmp` file, or a folder holding `.xmp` files (and none of
+/// the above), is `realitycapture` (checked before the point-cloud files, which may be the
+/// cloud exported with them).
 pub fn detect(path: &Path) -> Result<Format, ImportError> {
     if path.is_file() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -678,13 +684,16 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
             Ok(Format::Bundler)
         } else if ext.eq_ignore_ascii_case("xml") {
             Ok(Format::Metashape)
+        } else if ext.eq_ignore_ascii_case("xmp") {
+            // The importer names the folder to pass instead.
+            Ok(Format::Realitycapture)
         } else {
             Err(ImportError::UnknownFormat {
                 path: path.to_owned(),
                 msg: "a file that is neither .ply, .pcd, .las, .laz, .e57, .obj, \
                       transforms*.json, reconstruction*.json (OpenSfM), a Meshroom .sfm (or \
-                      sfm*.json, cameras*.json), a Bundler .out nor a Metashape .xml; pass \
-                      --format for another name"
+                      sfm*.json, cameras*.json), a Bundler .out, a Metashape .xml nor a \
+                      RealityCapture .xmp; pass --format for another name"
                     .into(),
             })
         };
@@ -722,7 +731,21 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     if has(bundler::BUNDLE_FILE) || path.join("bundle").join(bundler::BUNDLE_FILE).exists() {
         return Ok(Format::Bundler);
     }
-    let entries = std::fs::read_dir(path).map_err(|e| ImportError::io(path, e))?;
+    let entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| ImportError::io(path, e))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    // RealityCapture writes its XMP files beside the photos; a point cloud exported with
+    // them is then given with --points.
+    if entries.iter().any(|p| {
+        p.extension()
+            .and_then(|x| x.to_str())
+            .is_some_and(|x| x.eq_ignore_ascii_case("xmp"))
+            && p.file_name().and_then(|n| n.to_str()) != Some(realitycapture::COMMON_XMP)
+    }) {
+        return Ok(Format::Realitycapture);
+    }
     // (format, what its files are called, how many the folder holds)
     let mut kinds = [
         (Format::Ply, ".ply", 0),
@@ -731,8 +754,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
         (Format::E57, ".e57", 0),
         (Format::Obj, ".obj", 0),
     ];
-    for e in entries.flatten() {
-        let p = e.path();
+    for p in &entries {
         let kind = match p.extension().and_then(|x| x.to_str()) {
             Some(x) if x.eq_ignore_ascii_case("ply") => 0,
             Some(x) if x.eq_ignore_ascii_case("pcd") => 1,
@@ -763,7 +785,7 @@ pub fn detect(path: &Path) -> Result<Format, ImportError> {
     }
     Err(ImportError::UnknownFormat {
         path: path.to_owned(),
-        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape), no reconstruction.json or opensfm/reconstruction.json (OpenSfM, OpenDroneMap), no sfm.json, sfm.sfm or cameras.sfm (Meshroom), no bundle.out or bundle/bundle.out (Bundler) and no .ply, .pcd, .las, .laz, .e57 or .obj files".into(),
+        msg: "found no sparse/ or cameras.bin/txt (COLMAP), no transforms.json (NeRF), no cameras.xml (Metashape), no reconstruction.json or opensfm/reconstruction.json (OpenSfM, OpenDroneMap), no sfm.json, sfm.sfm or cameras.sfm (Meshroom), no bundle.out or bundle/bundle.out (Bundler), no .xmp files (RealityCapture) and no .ply, .pcd, .las, .laz, .e57 or .obj files".into(),
     })
 }
 
@@ -812,6 +834,7 @@ pub fn open(
         Format::Opensfm => opensfm::import(path, options),
         Format::Bundler => bundler::import(path, options),
         Format::Meshroom => meshroom::import(path, options),
+        Format::Realitycapture => realitycapture::import(path, options),
         Format::Ply => ply::import(path, options),
         Format::Pcd => pcd::import(path, options),
         Format::Las => las::import(path, options),
