@@ -15,7 +15,7 @@ use ramsplat::shard::PointChunkRef;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{convert_full_size, gs_pack, import_metadata, synth_colmap, text};
+use gs_pack::{convert_full_size, gs_pack, import_metadata, model_points_ply, synth_colmap, text};
 
 const W: u32 = 64;
 const H: u32 = 48;
@@ -153,17 +153,7 @@ fn write_project(dir: &Path, lens: Lens) -> ColmapModel {
     );
     std::fs::write(dir.join("cameras.xml"), xml).unwrap();
 
-    let mut ply = format!(
-        "ply\nformat ascii 1.0\nelement vertex {}\nproperty float x\nproperty float y\n\
-         property float z\nproperty uchar red\nproperty uchar green\nproperty uchar blue\n\
-         end_header\n",
-        model.points.len()
-    );
-    for p in &model.points {
-        let [x, y, z] = p.xyz.map(|v| v as f32);
-        writeln!(ply, "{x} {y} {z} {} {} {}", p.rgb[0], p.rgb[1], p.rgb[2]).unwrap();
-    }
-    std::fs::write(dir.join("points.ply"), ply).unwrap();
+    std::fs::write(dir.join("points.ply"), model_points_ply(&model)).unwrap();
     model
 }
 

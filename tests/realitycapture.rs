@@ -4,7 +4,6 @@
 //! portrait photos; hostile files must be refused with a message naming the file, the line and
 //! the fault.
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use ramsplat::dataset::Format;
@@ -15,7 +14,9 @@ use ramsplat::shard::reader::Pack;
 
 #[path = "common/gs_pack.rs"]
 mod gs_pack;
-use gs_pack::{chain, convert_full_size, holds_model_points, same_camera, synth_colmap, text};
+use gs_pack::{
+    chain, convert_full_size, holds_model_points, model_points_ply, same_camera, synth_colmap, text,
+};
 
 const VIEWS: usize = 6;
 const F: f64 = 61.75;
@@ -126,18 +127,7 @@ fn write_xmps(dir: &Path, w: u32, h: u32) -> ColmapModel {
          </rdf:RDF></x:xmpmeta>",
     )
     .unwrap();
-    let mut ply = format!(
-        "ply\nformat ascii 1.0\nelement vertex {}\nproperty double x\nproperty double y\n\
-         property double z\nproperty uchar red\nproperty uchar green\nproperty uchar blue\n\
-         end_header\n",
-        model.points.len()
-    );
-    for p in &model.points {
-        let [x, y, z] = p.xyz;
-        let [r, g, b] = p.rgb;
-        writeln!(ply, "{x:e} {y:e} {z:e} {r} {g} {b}").unwrap();
-    }
-    std::fs::write(images.join("points.ply"), ply).unwrap();
+    std::fs::write(images.join("points.ply"), model_points_ply(&model)).unwrap();
     model
 }
 

@@ -149,10 +149,12 @@ impl DepthParams {
         }
         positive.sort_by(f64::total_cmp);
         let n = positive.len();
+        // Halves first: the sum of two scales near f64::MAX would overflow (halving is exact,
+        // so finite medians round as the sum's half would).
         let median_scale = if n % 2 == 1 {
             positive[n / 2]
         } else {
-            (positive[n / 2 - 1] + positive[n / 2]) / 2.0
+            positive[n / 2 - 1] / 2.0 + positive[n / 2] / 2.0
         };
         Ok(DepthParams {
             path: path.to_owned(),
@@ -669,6 +671,12 @@ mod tests {
             r#"{"a": {"scale": 1, "offset": 0}, "b": {"scale": 2, "offset": 0}}"#,
         );
         assert_eq!(DepthParams::read(&p).unwrap().median_scale, 1.5);
+        // Two scales near f64::MAX: their sum would overflow, their mean does not.
+        let p = write(
+            &dir.path().join("huge.json"),
+            r#"{"a": {"scale": 1.5e308, "offset": 0}, "b": {"scale": 1.7e308, "offset": 0}}"#,
+        );
+        assert_eq!(DepthParams::read(&p).unwrap().median_scale, 1.6e308);
 
         // No positive scale, a non-numeric scale, a missing offset, not an object: errors
         // naming the file and the entry.

@@ -455,19 +455,26 @@ pub(crate) fn upright_photo_size(
     if !super::file_present(path)? {
         return Ok(None);
     }
-    let (size, turned) = stored_size_and_orientation(path)?;
-    if turned {
+    let why = format!("; {files} does not say whether the tool that made it did");
+    unturned_size(path, what, &why).map(Some)
+}
+
+/// The stored size of the photo at `path` (of `view`), refused when its EXIF orientation is
+/// one a pack applies without swapping the sides, which the reconstruction did not (`why`
+/// says so, after "which a pack applies").
+fn unturned_size(path: &Path, view: &str, why: &str) -> Result<Size, ImportError> {
+    let (size, applied) = stored_size_and_orientation(path)?;
+    if applied {
         return Err(ImportError::invalid(
             path,
             format!(
-                "{what}: the photo's EXIF orientation turns or mirrors it without swapping its \
-                 sides, which a pack applies; {files} does not say whether the tool that made \
-                 it did: save the photos without the orientation tag (for example `exiftool \
-                 -Orientation=1 -n FILE`) and reconstruct again"
+                "{view}: the photo's EXIF orientation turns or mirrors it without swapping its \
+                 sides, which a pack applies{why}: save the photos without the orientation tag \
+                 (for example `exiftool -Orientation=1 -n FILE`) and reconstruct again"
             ),
         ));
     }
-    Ok(Some(size))
+    Ok(size)
 }
 
 /// The stored size of the photo at `path` of `view` (say `"shot \"a.jpg\""`), whose camera
@@ -482,18 +489,8 @@ pub(crate) fn stored_photo_size(
     camera_size: Size,
     tool: &str,
 ) -> Result<Size, ImportError> {
-    let (stored, applied) = stored_size_and_orientation(path)?;
-    if applied {
-        return Err(ImportError::invalid(
-            path,
-            format!(
-                "{view}: the photo's EXIF orientation turns or mirrors it without swapping its \
-                 sides, which a pack applies and {tool} does not (it reads the stored pixels); \
-                 save the photos without the orientation tag (for example `exiftool \
-                 -Orientation=1 -n FILE`) and reconstruct again"
-            ),
-        ));
-    }
+    let why = format!(" and {tool} does not (it reads the stored pixels)");
+    let stored = unturned_size(path, view, &why)?;
     if !is_resized_copy(stored, camera_size) && !is_resized_copy(camera_size, stored) {
         return Err(ImportError::invalid(
             path,

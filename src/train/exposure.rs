@@ -348,11 +348,15 @@ pub fn from_json(text: &str) -> Result<Vec<(String, Exposure)>, String> {
                 .filter(|c| c.len() == 4)
                 .ok_or_else(|| format!("{name:?}: row {r} is not a list of 4 numbers"))?;
             for (c, x) in row.iter().enumerate() {
+                // Finite in single precision, as it is applied: 1e300 would be infinity.
                 let x = x
                     .as_f64()
+                    .map(|x| x as f32)
                     .filter(|x| x.is_finite())
-                    .ok_or_else(|| format!("{name:?}: row {r} column {c} is not a number"))?;
-                e[4 * r + c] = x as f32;
+                    .ok_or_else(|| {
+                        format!("{name:?}: row {r} column {c} is not a finite f32 number")
+                    })?;
+                e[4 * r + c] = x;
             }
         }
         out.push((name.clone(), e));
@@ -492,6 +496,12 @@ mod tests {
             .unwrap_err()
             .contains("3 rows"));
         assert!(from_json("[]").is_err());
+        // Finite in f64 but not in f32: refused, not read as infinity.
+        let e = from_json("{\"x\": [[1e300,0,0,0],[0,1,0,0],[0,0,1,0]]}").unwrap_err();
+        assert!(
+            e.contains("row 0 column 0 is not a finite f32 number"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Helpers of the point-cloud and importer tests (`tests/las_import.rs`,
 //! `tests/e57_import.rs`, `tests/points_transform.rs`, `tests/metashape.rs`,
-//! `tests/opensfm.rs`, `tests/bundler.rs`, `tests/meshroom.rs`): running `gs-pack`, the
+//! `tests/opensfm.rs`, `tests/bundler.rs`, `tests/meshroom.rs`, `tests/realitycapture.rs`):
+//! running `gs-pack`, the
 //! synthetic COLMAP workspace an importer is compared against, a synthetic dataset with a
 //! cloud of its surfaces, and reading back the points a cloud streams or a pack holds.
 //! A test binary includes it with `#[path = "common/gs_pack.rs"] mod gs_pack;` (it is not part
@@ -192,6 +193,25 @@ pub fn holds_model_points(pack: &Path, model: &ramsplat::import::colmap::ColmapM
         .map(|p| (p.xyz.map(|v| v as f32), p.rgb, None))
         .collect();
     assert_eq!(packed(pack, 0), want);
+}
+
+/// `model`'s points as an ASCII PLY (positions rounded to f32, which [`holds_model_points`]
+/// expects back; colours as they are), as a tool exports a reconstruction's points beside
+/// cameras that hold none.
+pub fn model_points_ply(model: &ramsplat::import::colmap::ColmapModel) -> String {
+    use std::fmt::Write as _;
+    let mut ply = format!(
+        "ply\nformat ascii 1.0\nelement vertex {}\nproperty float x\nproperty float y\n\
+         property float z\nproperty uchar red\nproperty uchar green\nproperty uchar blue\n\
+         end_header\n",
+        model.points.len()
+    );
+    for p in &model.points {
+        let [x, y, z] = p.xyz.map(|v| v as f32);
+        let [r, g, b] = p.rgb;
+        writeln!(ply, "{x} {y} {z} {r} {g} {b}").unwrap();
+    }
+    ply
 }
 
 /// Every point of `pack`'s cloud `cloud`: position, colour, label.
