@@ -308,6 +308,18 @@ fn hostile_xmp_files_are_refused_by_name() {
         &["a.png", "a.jpg"],
         &["2 photos have its stem (a.jpg, a.png)"],
     );
+    // A photo whose stem differs in case only is the XMP file's when it is the only one.
+    assert_eq!(
+        import_xmps(&dir, &[("a.xmp", ok.clone())], &["A.png"]),
+        Ok(1)
+    );
+    // The exact stem first; two stems that differ from it in case only are no match.
+    assert_eq!(
+        import_xmps(&dir, &[("a.xmp", ok.clone())], &["A.png", "a.jpg"]),
+        Ok(1)
+    );
+    let e = import_xmps(&dir, &[("ab.xmp", ok.clone())], &["AB.png", "Ab.png"]).unwrap_err();
+    assert!(e.contains("none with a photo"), "{e}");
     // A TIFF photo (its bytes do not matter: it is refused by its extension).
     std::fs::create_dir_all(&dir).unwrap();
     let e = import_xmps(&dir, &[("a.xmp", ok.clone()), ("a.tif", "II*".into())], &[]).unwrap_err();

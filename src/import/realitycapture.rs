@@ -5,8 +5,9 @@
 //! # Accepted inputs
 //! A folder holding the XMP files, one `<stem>.xmp` per photo (the name RealityCapture reads
 //! and writes: `IMG_0001.xmp` for `IMG_0001.JPG`). Each photo is the file of the same stem
-//! with a PNG, JPEG or WebP extension (any case) in the same folder, or in `--images DIR`
-//! (relative to the XMP folder). A stem with two such photos is refused (which one the pose
+//! (or, when it is the only one, of the same stem in another case: RealityCapture runs on
+//! Windows) with a PNG, JPEG or WebP extension (any case) in the same folder, or in
+//! `--images DIR` (relative to the XMP folder). A stem with two such photos is refused (which one the pose
 //! belongs to is unclear), and so is a stem whose only photo is of a format ramsplat does
 //! not decode (TIFF, DNG: RealityCapture reads them), naming the file. `_common.xmp`, the
 //! folder-wide calibration prior RealityCapture reads on import, describes no photo and is
@@ -90,8 +91,8 @@ const PHOTO_EXTENSIONS: [&str; 4] = ["jpg", "jpeg", "png", "webp"];
 /// frame, where f32 rendering loses precision.
 const FAR_FROM_ORIGIN: f64 = 1.0e5;
 
-/// A skew this small (in RealityCapture's normalised units, a fraction of the longer side) is
-/// rounding, not a camera property.
+/// A skew this small is rounding, not a camera property (RealityCapture writes 0 unless a K+
+/// model estimated one).
 const SKEW_TOLERANCE: f64 = 1e-9;
 
 /// A registered camera's pose as the file gives it.
@@ -542,7 +543,16 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
             Xmp::Camera(c) => c,
         };
         let key = stem(xmp_name);
-        let StemFiles { photos, others } = files.get(key).cloned().unwrap_or_default();
+        // RealityCapture runs on Windows, where `IMG_1.xmp` is the sidecar of `img_1.JPG`: a
+        // stem of another case is taken when it is the only one.
+        let stem_files = files.get(key).or_else(|| {
+            let mut like = files.iter().filter(|(k, _)| k.eq_ignore_ascii_case(key));
+            match (like.next(), like.next()) {
+                (Some((_, f)), None) => Some(f),
+                _ => None,
+            }
+        });
+        let StemFiles { photos, others } = stem_files.cloned().unwrap_or_default();
         let name = match photos.as_slice() {
             [one] => one.clone(),
             [] if others.is_empty() => {
@@ -607,7 +617,8 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<ImportedScene, Imp
                 format!(
                     "none of the {} .xmp files holds RealityCapture's camera data (its xcr: \
                      properties); export the registration from RealityCapture (Alignment > \
-                     Export > Registration > Metadata (XMP))",
+                     Export > Registration > Metadata (XMP)), or pass --format for another \
+                     kind of dataset in this folder",
                     xmps.len()
                 )
             } else {
