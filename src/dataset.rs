@@ -141,6 +141,23 @@ impl Distortion {
         p: [0.0; 2],
     };
 
+    /// The Brown–Conrady lens with radial terms `k1..k4` (a polynomial up to `r⁸`) and
+    /// tangential terms `p` in OpenCV's order: [`Distortion::RadialTangential`] when `k4` is
+    /// zero (the same function, and the lens every other importer gives), else
+    /// [`Distortion::Brown`], which holds the `r⁸` term OpenCV's model has not (its `k4`
+    /// divides). Metashape and RealityCapture write this lens.
+    pub fn brown_polynomial(k: [f64; 4], p: [f64; 2]) -> Distortion {
+        let [k1, k2, k3, k4] = k;
+        if k4 != 0.0 {
+            Distortion::Brown { k, p }
+        } else {
+            Distortion::RadialTangential {
+                k: [k1, k2, k3, 0.0, 0.0, 0.0],
+                p,
+            }
+        }
+    }
+
     /// Whether this is the ideal pinhole (a photo that needs no resampling).
     pub fn is_none(&self) -> bool {
         match self {

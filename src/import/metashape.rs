@@ -679,19 +679,8 @@ impl<'a, 'input> Xml<'a, 'input> {
                 k: [k1, k2, k3, k4],
             }
         } else {
-            // Metashape's P1 multiplies r² + 2x² in x', which is OpenCV's p2. An r⁸ term is
-            // not in OpenCV's model (its k4 divides): the Brown model holds it.
-            if k4 != 0.0 {
-                Distortion::Brown {
-                    k: [k1, k2, k3, k4],
-                    p: [p2, p1],
-                }
-            } else {
-                Distortion::RadialTangential {
-                    k: [k1, k2, k3, 0.0, 0.0, 0.0],
-                    p: [p2, p1],
-                }
-            }
+            // Metashape's P1 multiplies r² + 2x² in x', which is OpenCV's p2.
+            Distortion::brown_polynomial([k1, k2, k3, k4], [p2, p1])
         };
         let intrinsics = Intrinsics {
             fx: f + b1,

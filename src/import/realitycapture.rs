@@ -405,19 +405,8 @@ fn lens(props: &Properties) -> Result<Distortion, ImportError> {
         }
         return Ok(Distortion::NONE);
     }
-    // RealityCapture's t1 multiplies r² + 2x² in x, which is OpenCV's p2. An r⁸ term is not in
-    // OpenCV's model (its k4 divides): the Brown model holds it.
-    Ok(if k4 != 0.0 {
-        Distortion::Brown {
-            k: [k1, k2, k3, k4],
-            p: [t2, t1],
-        }
-    } else {
-        Distortion::RadialTangential {
-            k: [k1, k2, k3, 0.0, 0.0, 0.0],
-            p: [t2, t1],
-        }
-    })
+    // RealityCapture's t1 multiplies r² + 2x² in x, which is OpenCV's p2.
+    Ok(Distortion::brown_polynomial([k1, k2, k3, k4], [t2, t1]))
 }
 
 /// Reads one XMP file (at most [`MAX_XMP_BYTES`]).
