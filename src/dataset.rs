@@ -1,8 +1,7 @@
 //! The neutral dataset vocabulary: what a dataset is made of, independent of where it came from
-//! ([`crate::import`] reads COLMAP, NeRF, Metashape, OpenSfM, Bundler, Meshroom, RealityCapture, PLY, PCD, LAS, E57
-//! and OBJ into
-//! these types) and of how it is stored ([`crate::shard`] writes and reads them; [`crate::pack`]
-//! joins the two).
+//! ([`crate::import`] reads COLMAP, NeRF, Metashape, OpenSfM, Bundler, Meshroom,
+//! RealityCapture, PLY, PCD, LAS, E57 and OBJ into these types) and of how it is stored
+//! ([`crate::shard`] writes and reads them; [`crate::pack`] joins the two).
 //!
 //! This is a bottom layer: it depends on nothing but [`crate::scene`] (cameras), so the pack
 //! format never needs the importers and the importers never need the pack format.
