@@ -278,7 +278,7 @@ fn hostile_xmp_files_are_refused_by_name() {
     refused(
         ok.replace("\"absolute\"", "\"rigid\""),
         &["a.png"],
-        &["xcr:Coordinates is \"rigid\"", "relative to a rig"],
+        &["xcr:Coordinates is \"rigid\"", "only absolute coordinates"],
     );
     refused(
         ok.replace(

@@ -44,8 +44,9 @@
 //!   the `rational…` models: how RealityCapture normalises their coordinates is not
 //!   documented, and a guess would warp every photo. Re-align with a Brown model
 //!   (RealityScan's default, Brown3) and export again.
-//! - `Coordinates`: `absolute` (or absent) only; the rig-relative `relative` and `rigid`
-//!   frames are refused. A georeferenced export can put the cameras millions of metres from
+//! - `Coordinates`: `absolute` (or absent) only, the scene's frame; the other values
+//!   RealityCapture knows (`relative`, `rigid`: poses within a rig, as far as is known; their
+//!   frame is not documented) are refused. A georeferenced export can put the cameras millions of metres from
 //!   the origin, which a warning points out (renderers work in `f32`).
 //!
 //! # Points
@@ -289,9 +290,8 @@ pub fn parse_xmp(text: &str, file: &Path) -> Result<Xmp, ImportError> {
             return Err(props.error(
                 p.line,
                 format!(
-                    "xcr:Coordinates is {:?}: the pose is relative to a rig, not in the scene's \
-                     frame, which is not supported; export the registration with absolute \
-                     coordinates",
+                    "xcr:Coordinates is {:?}: only absolute coordinates (the scene's frame) are \
+                     read; export the registration with absolute coordinates",
                     p.value.trim()
                 ),
             ));
