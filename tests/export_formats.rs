@@ -771,3 +771,193 @@ fn convert_crops_prunes_and_drops_sh_bands() {
     );
     assert!(!none.exists());
 }
+
+/// `gs-render --convert --prune-to N --prune-views PACK`: the kept Gaussians are the N the
+/// library's significance ranks first over the pack's training views (not its test views),
+/// written in their order and bit for bit; a Gaussian no view sees goes first, a percentage
+/// counts from the model. Without --prune-views the N most opaque are kept (the unseen one
+/// among them). Impossible requests are refused.
+#[test]
+fn convert_prunes_to_the_most_opaque_or_significant() {
+    use ramsplat::export::{load_model, save_model, ModelFormat, ModelInfo};
+    use ramsplat::render::significance::{keep_highest, Significance};
+    use ramsplat::scene::maths::logit;
+    let dir = tempfile::tempdir().unwrap();
+    let pack_dir = dir.path().join("p.pack");
+    let scene = DemoScene {
+        views: 8,
+        width: 48,
+        height: 36,
+        truth_gaussians: 300,
+        sfm_points: 50,
+    };
+    write_demo_pack(&pack_dir, &scene).unwrap();
+    let pack = Pack::open(&pack_dir).unwrap();
+    let views = &pack.manifest().views;
+    // Per view, 12 Gaussians on a line in front of its camera, of mixed sizes and opacities,
+    // then one far behind every camera, which no view sees.
+    let mut g = Gaussians::zeros(12 * views.len() + 1, 1);
+    for (v, view) in views.iter().enumerate() {
+        let c = view.camera.centre();
+        let r = view.camera.world_to_camera.rotation;
+        let (right, forward) = ([r[0][0], r[0][1], r[0][2]], [r[2][0], r[2][1], r[2][2]]);
+        for k in 0..12 {
+            let i = 12 * v + k;
+            let (side, depth) = (0.15 * (k as f64 - 5.5), 2.0 + 0.1 * k as f64);
+            g.means[i] =
+                std::array::from_fn(|a| (c[a] + depth * forward[a] + side * right[a]) as f32);
+            g.log_scales[i] = [-3.5 + 0.2 * (k % 4) as f32; 3];
+            g.rotations[i] = [1.0, 0.0, 0.0, 0.0];
+            g.logit_opacities[i] = logit([0.05f32, 0.3, 0.9][k % 3]);
+            g.sh[4 * i] = [0.3, -0.2, 0.1 * k as f32];
+        }
+    }
+    let far = g.len() - 1;
+    g.means[far] = [1e4, 1e4, 1e4];
+    g.rotations[far] = [1.0, 0.0, 0.0, 0.0];
+    g.logit_opacities[far] = logit(0.99);
+    let model = dir.path().join("model.ply");
+    save_model(&model, &g, ModelFormat::Ply, ModelInfo::with_mode(false)).unwrap();
+
+    // The library's ranking over the training views.
+    let options = RenderOptions {
+        sh_degree: 0,
+        ..RenderOptions::default()
+    };
+    let mut scores = Significance::new(g.len());
+    let train: Vec<_> = views
+        .iter()
+        .filter(|v| v.split == ramsplat::dataset::Split::Train)
+        .collect();
+    assert!(!train.is_empty() && train.len() < views.len());
+    for v in &train {
+        scores.add_view(&g, &v.camera, &options).unwrap();
+    }
+    assert_eq!(scores.scores()[far], 0.0);
+    assert!(scores.scores().iter().filter(|&&s| s > 0.0).count() > g.len() / 2);
+
+    let render = env!("CARGO_BIN_EXE_gs-render");
+    for (arg, n) in [
+        ("40", 40),
+        ("25%", (g.len() as f64 * 0.25).round() as usize),
+    ] {
+        let out = dir.path().join(format!("pruned-{n}.ply"));
+        let printed = run(
+            render,
+            &[
+                "--ply",
+                s(&model),
+                "--convert",
+                s(&out),
+                "--prune-to",
+                arg,
+                "--prune-views",
+                s(&pack_dir),
+            ],
+        );
+        assert!(
+            printed.contains(&format!(
+                "{n} Gaussians of {}; left out {} least significant to the {} training views",
+                g.len(),
+                g.len() - n,
+                train.len()
+            )),
+            "{printed}"
+        );
+        let keep = keep_highest(scores.scores(), n);
+        assert!(!keep[far]);
+        let kept: Vec<usize> = (0..g.len()).filter(|&i| keep[i]).collect();
+        let (pruned, _) = load_model(&out, &LoadOptions::default()).unwrap();
+        assert_eq!(pruned.len(), n);
+        for (row, &i) in kept.iter().enumerate() {
+            assert_eq!(pruned.means[row], g.means[i], "row {row}");
+            assert_eq!(pruned.logit_opacities[row], g.logit_opacities[i]);
+            assert_eq!(pruned.sh[4 * row..4 * row + 4], g.sh[4 * i..4 * i + 4]);
+        }
+    }
+
+    // Without --prune-views: the most opaque, ties (the opacities repeat) to the lower index.
+    let out = dir.path().join("opaque.ply");
+    let printed = run(
+        render,
+        &["--ply", s(&model), "--convert", s(&out), "--prune-to", "50"],
+    );
+    assert!(
+        printed.contains(&format!(
+            "50 Gaussians of {}; left out {} least opaque",
+            g.len(),
+            g.len() - 50
+        )),
+        "{printed}"
+    );
+    let mut by_opacity: Vec<usize> = (0..g.len()).collect();
+    by_opacity.sort_by(|&a, &b| {
+        g.logit_opacities[b]
+            .total_cmp(&g.logit_opacities[a])
+            .then(a.cmp(&b))
+    });
+    let mut kept = by_opacity[..50].to_vec();
+    kept.sort();
+    let (pruned, _) = load_model(&out, &LoadOptions::default()).unwrap();
+    let rows: Vec<[f32; 3]> = kept.iter().map(|&i| g.means[i]).collect();
+    assert_eq!(pruned.means, rows);
+    assert!(
+        kept.contains(&far),
+        "the most opaque Gaussian, whatever no view sees of it"
+    );
+
+    let refused = |args: &[&str], want: &str| {
+        let o = Command::new(render).args(args).output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && e.contains(want), "{args:?}: {e}");
+    };
+    let none = dir.path().join("none.ply");
+    let (ply, p) = (s(&model), s(&pack_dir));
+    let prune = |to: &'static str| -> Vec<&str> {
+        vec![
+            "--ply",
+            ply,
+            "--convert",
+            s(&none),
+            "--prune-to",
+            to,
+            "--prune-views",
+            p,
+        ]
+    };
+    refused(&prune("0"), "is neither a count of Gaussians");
+    refused(&prune("150%"), "is not a percentage in (0, 100]");
+    refused(
+        &["--ply", ply, "--convert", s(&none), "--prune-views", p],
+        "--prune-to <N|P%>",
+    );
+    refused(
+        &[
+            "--ply",
+            ply,
+            "--pack",
+            p,
+            "-o",
+            s(&none),
+            "--prune-to",
+            "10",
+            "--prune-views",
+            p,
+        ],
+        "cannot be used with",
+    );
+    refused(
+        &[
+            "--ply",
+            ply,
+            "--convert",
+            p,
+            "--prune-to",
+            "10",
+            "--prune-views",
+            p,
+        ],
+        "is the --prune-views file",
+    );
+    assert!(!none.exists());
+}

@@ -1375,13 +1375,13 @@ fn damaged_scan_files_are_refused_before_packing_naming_the_place() {
 }
 
 /// Options of one `gs-render` mode given to another are command-line errors (exit 2) naming
-/// both, not silently ignored: `--convert-format`, `--crop` and `--min-opacity` belong to
-/// `--convert`; `--split`, `--half`, `--eval-pose-steps` and `--color-correct-metric` to
+/// both, not silently ignored: `--convert-format`, `--crop`, `--min-opacity`, `--prune-to`
+/// and `--prune-views` belong to `--convert`; `--split`, `--half`, `--eval-pose-steps` and `--color-correct-metric` to
 /// `--pack`; `--trajectory-shape` to `--trajectory`; and `--convert`, which renders nothing,
 /// takes no background or resolution.
 #[test]
 fn gs_render_refuses_the_options_of_another_mode() {
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 12] = [
         (&["--convert", "o.ply", "--bg", "1,1,1"], "--bg"),
         (&["--convert", "o.ply", "-r", "2"], "--resolution"),
         (
@@ -1436,6 +1436,14 @@ fn gs_render_refuses_the_options_of_another_mode() {
                 "ellipse",
             ],
             "--trajectory-shape",
+        ),
+        (
+            &["--pack", "p", "-o", "d", "--prune-to", "10"],
+            "--prune-to",
+        ),
+        (
+            &["--cameras", "c.json", "-o", "d", "--prune-views", "p"],
+            "--prune-views",
         ),
     ];
     for (args, flag) in cases {

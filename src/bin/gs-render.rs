@@ -9,7 +9,8 @@
 //! gs-render --ply MODEL.ply --cameras cameras.json -o DIR [same options] [--exposure exposure.json]
 //! gs-render --ply MODEL.ply (--pack PACK [--split ...] | --cameras cameras.json) --trajectory N -o DIR
 //! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply|OUT.compressed.ply|OUT.sog
-//!           [--convert-format ply|spz|splat|compressed-ply|sog]
+//!           [--convert-format ply|spz|splat|compressed-ply|sog] [--crop BOX] [--min-opacity O]
+//!           [--prune-to N|P% [--prune-views PACK]] [--sh-degree D]
 //! ```
 //!
 //! The model may be a 3DGS PLY, an SPZ, a `.splat`, a PlayCanvas compressed PLY
@@ -23,6 +24,8 @@
 //! (`ramsplat::export::spz`, `ramsplat::export::splat`, `ramsplat::export::compressed_ply`,
 //! `ramsplat::export::sog`: SPZ, compressed PLY and SOG keep every SH degree, quantised;
 //! `.splat` keeps degree 0).
+//! `--prune-to N` (or `P%`) keeps the N most opaque Gaussians, or with `--prune-views PACK` the
+//! N most significant to that pack's training views (`ramsplat::render::significance`).
 //!
 //! Camera JSON: `{"width","height","fx","fy","cx","cy","world_to_camera": 4×4 row-major}`,
 //! OpenCV axes (x right, y down, z forward), world-to-camera `R·p + t`, pixel centres at +0.5
@@ -107,6 +110,7 @@ use ramsplat::export::cameras_json;
 use ramsplat::export::ply::{GaussianPlyError, LoadOptions};
 use ramsplat::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
 use ramsplat::render::depth::{depth_preview_rgb8, render_depth, write_depth_npy, DepthScratch};
+use ramsplat::render::significance::{keep_highest, Significance};
 use ramsplat::render::{
     make_rasterizer, rasterize_mode_name, Backend, Rasterizer, RenderError, RenderOptions,
     RenderOutput,
@@ -260,6 +264,28 @@ struct Args {
         value_parser = parse_crop
     )]
     crop: Option<[f32; 6]>,
+    /// With --convert: keep only N Gaussians (or P % of them: `25%`), the most opaque, or with
+    /// --prune-views the most significant: a smaller model for viewers and for memory, to
+    /// fine-tune with `gs-train PACK --init OUT --densify-until-iter 0` (docs/commands.md:
+    /// Cleaning and shrinking a model).
+    #[arg(
+        long,
+        value_name = "N|P%",
+        conflicts_with_all = ["camera", "pack", "cameras"],
+        value_parser = parse_prune_to
+    )]
+    prune_to: Option<PruneTo>,
+    /// With --prune-to: rank the Gaussians by their summed compositing weight over the pixels
+    /// of this pack's training views (Mini-Splatting's importance; rendered on the CPU at the
+    /// pack's size whatever --backend says) instead of by opacity: for a model that will not
+    /// be fine-tuned afterwards (measured in docs/commands.md).
+    #[arg(
+        long,
+        value_name = "PACK",
+        requires = "prune_to",
+        conflicts_with_all = ["camera", "pack", "cameras"]
+    )]
+    prune_views: Option<PathBuf>,
     /// Load a model even though its values look activated (sigmoid opacities, exp scales).
     #[arg(long)]
     allow_activated: bool,
@@ -420,6 +446,7 @@ impl Inputs {
             ("--cameras", args.cameras.as_ref()),
             ("--exposure", args.exposure.as_ref()),
             ("--bilateral-grids", args.bilateral_grids.as_ref()),
+            ("--prune-views", args.prune_views.as_ref()),
         ];
         Inputs(
             given
@@ -1274,7 +1301,7 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
         );
     };
     let mut model = load_model(args)?;
-    let edits = edit_for_convert(args, &mut model.gaussians)?;
+    let edits = edit_for_convert(args, &mut model.gaussians, model.antialiased)?;
     let info = ModelInfo::with_mode(model.antialiased).with_folded_filter(model.folded_filter_3d);
     save_model(out, &model, format, info).context("cannot write the converted model")?;
     if format == ModelFormat::Splat && model.antialiased {
@@ -1303,9 +1330,9 @@ fn convert(args: &Args, out: &Path) -> Result<()> {
 }
 
 /// `--convert`'s edits of the loaded model, in order: `--crop`, `--min-opacity`,
-/// `--sh-degree`. Returns what they left out, for the summary line (empty without edits); a
-/// model left with no Gaussian is an error, so nothing is written.
-fn edit_for_convert(args: &Args, g: &mut Gaussians) -> Result<String> {
+/// `--prune-to`, `--sh-degree`. Returns what they left out, for the summary line (empty
+/// without edits); a model left with no Gaussian is an error, so nothing is written.
+fn edit_for_convert(args: &Args, g: &mut Gaussians, antialiased: bool) -> Result<String> {
     let before = g.len();
     let mut notes = Vec::new();
     if let Some(b) = args.crop {
@@ -1326,6 +1353,26 @@ fn edit_for_convert(args: &Args, g: &mut Gaussians) -> Result<String> {
             .collect();
         g.retain(&keep);
         notes.push(format!("{} below opacity {o}", n - g.len()));
+    }
+    if let (Some(target), n) = (args.prune_to, g.len()) {
+        if n > 0 {
+            let keep = target.count(n);
+            match &args.prune_views {
+                Some(pack) => {
+                    let views = prune_by_significance(g, antialiased, pack, keep)?;
+                    notes.push(format!(
+                        "{} least significant to the {views} training views of {}",
+                        n - g.len(),
+                        pack.display()
+                    ));
+                }
+                None => {
+                    let opacity: Vec<f64> = g.logit_opacities.iter().map(|&l| l.into()).collect();
+                    g.retain(&keep_highest(&opacity, keep));
+                    notes.push(format!("{} least opaque", n - g.len()));
+                }
+            }
+        }
     }
     if g.is_empty() {
         bail!(
@@ -1350,6 +1397,91 @@ fn edit_for_convert(args: &Args, g: &mut Gaussians) -> Result<String> {
     } else {
         format!(" of {before}; left out {}", notes.join(", "))
     })
+}
+
+/// `--prune-to`: how many Gaussians to keep.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum PruneTo {
+    Count(usize),
+    /// Percent of the model, in (0, 100].
+    Percent(f64),
+}
+
+impl PruneTo {
+    /// How many of `n` Gaussians to keep: at least one, at most `n`.
+    fn count(self, n: usize) -> usize {
+        match self {
+            PruneTo::Count(k) => k.min(n),
+            PruneTo::Percent(p) => ((n as f64 * p / 100.0).round() as usize).clamp(1, n),
+        }
+    }
+}
+
+/// `--prune-to`: a whole count of at least 1, or a percentage in (0, 100] ending in `%`.
+fn parse_prune_to(s: &str) -> Result<PruneTo, String> {
+    if let Some(p) = s.strip_suffix('%') {
+        return match p.trim().parse::<f64>() {
+            Ok(v) if v > 0.0 && v <= 100.0 => Ok(PruneTo::Percent(v)),
+            _ => Err(format!("{s:?} is not a percentage in (0, 100], e.g. 34%")),
+        };
+    }
+    match s.parse::<usize>() {
+        Ok(k) if k > 0 => Ok(PruneTo::Count(k)),
+        _ => Err(format!(
+            "{s:?} is neither a count of Gaussians (a whole number, at least 1) nor a \
+             percentage such as 34%"
+        )),
+    }
+}
+
+/// `--prune-to`: scores every Gaussian of `g` by its compositing weights over the training
+/// views of `pack_path` (`ramsplat::render::significance`) and keeps the `keep`
+/// most significant. Returns how many views scored them.
+fn prune_by_significance(
+    g: &mut Gaussians,
+    antialiased: bool,
+    pack_path: &Path,
+    keep: usize,
+) -> Result<usize> {
+    let pack = Pack::open(pack_path).context("cannot open the pack")?;
+    let manifest = pack.manifest();
+    let train = manifest.split_indices(Split::Train);
+    if train.is_empty() {
+        bail!(
+            "{}: the pack has no training views to score the Gaussians by ({} views in all, all \
+             held out)",
+            pack_path.display(),
+            manifest.views.len()
+        );
+    }
+    // The weights depend on geometry and opacity only: no colour is evaluated past SH 0.
+    let options = RenderOptions {
+        sh_degree: 0,
+        antialiased,
+        background: [0.0; 3],
+        ..RenderOptions::default()
+    };
+    let started = std::time::Instant::now();
+    let mut scores = Significance::new(g.len());
+    for (k, &i) in train.iter().enumerate() {
+        let v = &manifest.views[i];
+        let what = || format!("{}: view {i} ({:?})", pack_path.display(), v.name);
+        check_size(&v.camera).with_context(what)?;
+        scores.add_view(g, &v.camera, &options).with_context(what)?;
+        if (k + 1) % 25 == 0 || k + 1 == train.len() {
+            eprintln!("[{}/{}] training views scored", k + 1, train.len());
+        }
+    }
+    let seen = scores.scores().iter().filter(|&&s| s > 0.0).count();
+    g.retain(&keep_highest(scores.scores(), keep));
+    eprintln!(
+        "scored {} Gaussians over {} training views in {:.1} s ({seen} drawn in at least one; \
+         CPU); kept the {keep} most significant",
+        scores.scores().len(),
+        train.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(train.len())
 }
 
 /// `--min-opacity`: a number in [0, 1].

@@ -27,6 +27,7 @@
 pub mod cpu;
 pub mod cuda;
 pub mod depth;
+pub mod significance;
 
 use crate::scene::camera::{Camera, CameraError};
 use crate::scene::gaussians::Gaussians;

@@ -463,6 +463,57 @@ impl<F: Real> CpuRasterizer<F> {
     }
 }
 
+impl CpuRasterizer<f32> {
+    /// Renders `camera` and runs the rasterizer's backward under `d_image` (no projection
+    /// backward), leaving each splat's screen-space colour gradient in
+    /// [`Self::splat_colour_grads`]: under `∂L/∂pixel = 1` in one channel that is the sum of
+    /// its compositing weights over the pixels (`super::significance`). `options` must ask for
+    /// no inverse depth (`d_image` is the three colour planes).
+    pub fn blend_weights(
+        &mut self,
+        gaussians: &Gaussians,
+        camera: &Camera,
+        options: &RenderOptions,
+        out: &mut RenderOutput,
+        d_image: &[f32],
+    ) -> Result<(), RenderError> {
+        assert!(
+            !options.inv_depth,
+            "blend weights take the colour planes only"
+        );
+        self.forward(gaussians, camera, options, out)?;
+        let npix = camera.width as usize * camera.height as usize;
+        if d_image.len() != 3 * npix {
+            return Err(RenderError::BadShape {
+                what: "d_image",
+                got: d_image.len(),
+                expected: 3 * npix,
+            });
+        }
+        rasterize_bwd(
+            &self.splats,
+            &self.bins,
+            camera.width,
+            camera.height,
+            options.background,
+            &self.final_t,
+            &self.last,
+            d_image,
+            &mut self.isect_grads,
+            &mut self.splat_grads,
+            None,
+            None,
+        );
+        Ok(())
+    }
+
+    /// Each splat's colour gradient from the last [`Self::blend_weights`], indexed like the
+    /// Gaussians (culled ones 0).
+    pub fn splat_colour_grads(&self) -> impl Iterator<Item = [f32; 3]> + '_ {
+        self.splat_grads.iter().map(|g| g.color)
+    }
+}
+
 impl Rasterizer for CpuRasterizer<f32> {
     fn name(&self) -> &'static str {
         "cpu"
