@@ -481,7 +481,7 @@ impl CpuRasterizer<f32> {
             !options.inv_depth,
             "blend weights take the colour planes only"
         );
-        self.forward(gaussians, camera, options, out)?;
+        // Checked before the forward, which costs as much as the backward.
         let npix = camera.width as usize * camera.height as usize;
         if d_image.len() != 3 * npix {
             return Err(RenderError::BadShape {
@@ -490,6 +490,7 @@ impl CpuRasterizer<f32> {
                 expected: 3 * npix,
             });
         }
+        self.forward(gaussians, camera, options, out)?;
         rasterize_bwd(
             &self.splats,
             &self.bins,
