@@ -9,7 +9,7 @@
 //! | --- | --- |
 //! | binaries (thin: argument parsing, printing) | `src/bin/gs-pack.rs`, `gs-train.rs`, `gs-render.rs` |
 //! | training | [`train`], [`partition`] (block-wise training of scenes larger than one run) |
-//! | evaluation, conversion, generation | [`eval`], [`pack`], [`synth`], [`export`] |
+//! | evaluation, conversion, generation | [`eval`], [`pack`], [`synth`], [`export`], [`mesh`] |
 //! | data pipeline, rendering | [`data`], [`render`] (its `cuda` backend on [`device`]) |
 //! | formats and importers | [`shard`], [`import`] (they share [`dataset`], never each other) |
 //! | foundations | [`dataset`], [`scene`], [`resample`], [`device`], [`budget`], [`metrics`], [`color_correct`], [`plot`], [`fsutil`], [`cli`], [`rng`] |
@@ -37,6 +37,7 @@
 //! | [`plot`] | PNG line charts (training curves, the loader's speed/RAM curve) |
 //! | [`export`] | model files: 3DGS PLY, SPZ, `.splat`, PlayCanvas compressed PLY and SOG, 3DGS `cameras.json`; a pack as a nerfstudio or COLMAP folder (`gs-pack export`) |
 //! | [`train`] | the 3DGS training step on two engines (the CPU's, and the device engine with the model resident on [`device`]), densification, Adam, loss, schedule, checkpoints, the run |
+//! | [`mesh`] | triangle meshes from a model: rendered depth and colour fused into a sparse TSDF volume, marching cubes, the largest pieces kept, a PLY mesh |
 //! | [`partition`] | `gs-pack partition` and `gs-pack merge`: a pack cut into spatial blocks (ground frame, cores, overlapping regions, the views and points of each), each a pack of copied records, and the blocks' trained models joined by their cores |
 //! | [`cli`] | shared command-line plumbing (progress, error chains, exit codes) |
 //! | [`fsutil`] | crash-safe writes: atomic file replacement, no-clobber directory install (the crate's only `rename`) |
@@ -54,6 +55,7 @@ pub mod eval;
 pub mod export;
 pub mod fsutil;
 pub mod import;
+pub mod mesh;
 pub mod metrics;
 pub mod pack;
 pub mod partition;

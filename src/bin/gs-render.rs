@@ -8,6 +8,8 @@
 //!           [--exposure exposure.json] [--half left|right] [--color-correct-metric affine|quadratic]
 //! gs-render --ply MODEL.ply --cameras cameras.json -o DIR [same options] [--exposure exposure.json]
 //! gs-render --ply MODEL.ply (--pack PACK [--split ...] | --cameras cameras.json) --trajectory N -o DIR
+//! gs-render --ply MODEL.ply (--pack PACK [--split ...] | --cameras cameras.json) --mesh -o MESH.ply
+//!           [--mesh-resolution N | --voxel-size S] [--depth-trunc D] [--sdf-trunc T] [--mesh-pieces K]
 //! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply|OUT.compressed.ply|OUT.sog
 //!           [--convert-format ply|spz|splat|compressed-ply|sog] [--crop BOX] [--min-opacity O]
 //!           [--prune-to N|P% [--prune-views PACK]] [--sh-degree D]
@@ -40,6 +42,10 @@
 //! (`ramsplat::scene::trajectory`); a fly-through to encode with e.g. `ffmpeg -framerate 30 -i
 //! DIR/frame_%05d.png -pix_fmt yuv420p fly.mp4`. A DIR holding frames of a longer earlier
 //! trajectory is refused: they would be left behind, and the encoder would play them too.
+//!
+//! `--mesh` fuses the rendered depth and colour of the pack's training views (by default; or
+//! `--split`'s, or the entries of `--cameras`) into a TSDF volume and writes its surface, the
+//! largest pieces kept, as a PLY mesh with vertex colours (`ramsplat::mesh`).
 //!
 //! `--cameras` takes the `cameras.json` the original 3DGS trainer (and `gs-train`) writes
 //! (see `ramsplat::export::cameras_json`) and writes one PNG per entry, `DIR/<img_name>.png` (an
@@ -109,6 +115,8 @@ use ramsplat::eval::{self, safe_stem, to_rgb8, write_png, Score, Scorer};
 use ramsplat::export::cameras_json;
 use ramsplat::export::ply::{GaussianPlyError, LoadOptions};
 use ramsplat::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
+use ramsplat::mesh::tsdf::TsdfParams;
+use ramsplat::mesh::Fusion;
 use ramsplat::render::depth::{depth_preview_rgb8, render_depth, write_depth_npy, DepthScratch};
 use ramsplat::render::significance::{keep_highest, Significance};
 use ramsplat::render::{
@@ -211,9 +219,10 @@ struct Args {
         value_parser = parse_model_format
     )]
     convert_format: Option<ModelFormat>,
-    /// Which views of the pack to render (or, with --trajectory, to fly through).
-    #[arg(long, value_enum, default_value = "test", conflicts_with_all = ["camera", "cameras", "convert"])]
-    split: SplitArg,
+    /// Which views of the pack to render (or, with --trajectory, to fly through; with --mesh,
+    /// to fuse) [default: test; with --mesh: train].
+    #[arg(long, value_enum, conflicts_with_all = ["camera", "cameras", "convert"])]
+    split: Option<SplitArg>,
     #[command(flatten)]
     resolution: ramsplat::cli::ResolutionArgs,
     /// Render N frames along a smooth path through the cameras of --pack (its --split views,
@@ -347,6 +356,49 @@ struct Args {
         conflicts_with_all = ["camera", "cameras", "convert", "trajectory"]
     )]
     color_correct_metric: Option<ColorCorrection>,
+    /// Fuse the views of --pack (its --split views, by default the training views) or of
+    /// --cameras into a triangle mesh instead of writing images: each view's rendered depth
+    /// and colour go into a truncated signed distance volume, whose surface (marching cubes,
+    /// the largest pieces kept) is written to -o as a PLY mesh (vertex colours). 2DGS's and
+    /// Gaussian Opacity Fields' extraction (docs/commands.md: Meshes).
+    #[arg(
+        long,
+        conflicts_with_all = [
+            "camera", "convert", "trajectory", "depth", "exposure", "bilateral_grids", "half",
+            "eval_pose_steps", "color_correct_metric", "bg"
+        ]
+    )]
+    mesh: bool,
+    /// With --mesh: voxels across the depth range fused (the voxel size is the depth cut-off
+    /// over N).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1024,
+        requires = "mesh",
+        value_parser = clap::value_parser!(u32).range(16..=65536)
+    )]
+    mesh_resolution: u32,
+    /// With --mesh: the voxel size in scene units (instead of --mesh-resolution's).
+    #[arg(
+        long,
+        value_name = "S",
+        requires = "mesh",
+        conflicts_with = "mesh_resolution",
+        value_parser = parse_positive
+    )]
+    voxel_size: Option<f64>,
+    /// With --mesh: depths beyond D (scene units) are not fused (default: twice the cameras'
+    /// radius, 1.1 × the largest distance of a camera from their mean, as 2DGS does).
+    #[arg(long, value_name = "D", requires = "mesh", value_parser = parse_positive)]
+    depth_trunc: Option<f64>,
+    /// With --mesh: the signed distance's truncation in scene units (default: 5 voxels).
+    #[arg(long, value_name = "T", requires = "mesh", value_parser = parse_positive)]
+    sdf_trunc: Option<f64>,
+    /// With --mesh: keep the K largest connected pieces of the surface, by triangle count (0
+    /// keeps every piece, floaters' included).
+    #[arg(long, value_name = "K", default_value_t = 50, requires = "mesh")]
+    mesh_pieces: usize,
 }
 
 fn parse_positive(s: &str) -> Result<f64, String> {
@@ -972,12 +1024,17 @@ fn split_views(
     pack_path: &Path,
     manifest: &ramsplat::shard::Manifest,
 ) -> Result<(Vec<usize>, String)> {
-    let indices: Vec<usize> = match args.split {
+    let split = args.split.unwrap_or(if args.mesh {
+        SplitArg::Train
+    } else {
+        SplitArg::Test
+    });
+    let indices: Vec<usize> = match split {
         SplitArg::All => (0..manifest.views.len()).collect(),
         SplitArg::Test => manifest.split_indices(Split::Test),
         SplitArg::Train => manifest.split_indices(Split::Train),
     };
-    let split_name = format!("{:?}", args.split).to_lowercase();
+    let split_name = format!("{split:?}").to_lowercase();
     if indices.is_empty() {
         bail!(
             "{}: the pack has no {split_name} views ({} views in all); pass --split all or \
@@ -1528,6 +1585,178 @@ fn read_exposures(path: &Path) -> Result<HashMap<String, Exposure>> {
     Ok(list.into_iter().collect())
 }
 
+/// The cameras of a `cameras.json`, in file order, at `-r`/`--data-factor`'s size.
+fn read_camera_list(args: &Args, list: &Path) -> Result<Vec<Camera>> {
+    let text = ramsplat::fsutil::read_text_input(list, MAX_JSON_BYTES)
+        .with_context(|| format!("cannot read {}", list.display()))?;
+    let cameras = cameras_json::parse(&text).with_context(|| format!("{}", list.display()))?;
+    cameras
+        .into_iter()
+        .map(|(_, c)| at_resolution(args, c))
+        .collect()
+}
+
+/// Refuses a `--mesh` output that is an input, a directory, or lies inside the pack.
+fn check_mesh_output(args: &Args, output: &Path) -> Result<()> {
+    Inputs::of(args).check(output)?;
+    if let Some(pack) = &args.pack {
+        if let Some(relation) = ramsplat::fsutil::placement(output, pack) {
+            bail!(
+                "-o {} {relation} the pack {}: a pack is immutable; write the mesh somewhere \
+                 else",
+                output.display(),
+                pack.display()
+            );
+        }
+    }
+    if output.is_dir() {
+        bail!(
+            "-o {}: is a directory; with --mesh, -o names the PLY mesh to write",
+            output.display()
+        );
+    }
+    Ok(())
+}
+
+/// `--mesh`: fuses `cameras`' renders into a TSDF volume and writes its surface to `output`
+/// (`ramsplat::mesh`).
+fn fuse_mesh(
+    mut raster: Box<dyn Rasterizer>,
+    args: &Args,
+    cameras: &[Camera],
+    source: &Path,
+    output: &Path,
+) -> Result<()> {
+    for (i, c) in cameras.iter().enumerate() {
+        check_size(c).with_context(|| format!("{}: camera {i}", source.display()))?;
+    }
+    let derived = || {
+        TsdfParams::for_cameras(cameras, args.mesh_resolution).with_context(|| {
+            format!(
+                "{}: {} camera(s); pass --depth-trunc (and --voxel-size)",
+                source.display(),
+                cameras.len()
+            )
+        })
+    };
+    let mut params = match (args.depth_trunc, args.voxel_size) {
+        (Some(d), Some(v)) => TsdfParams {
+            voxel_size: v,
+            sdf_trunc: ramsplat::mesh::TRUNC_VOXELS * v,
+            depth_trunc: d,
+            min_alpha: ramsplat::mesh::MIN_ALPHA,
+        },
+        (Some(d), None) => {
+            let v = d / f64::from(args.mesh_resolution);
+            TsdfParams {
+                voxel_size: v,
+                sdf_trunc: ramsplat::mesh::TRUNC_VOXELS * v,
+                depth_trunc: d,
+                min_alpha: ramsplat::mesh::MIN_ALPHA,
+            }
+        }
+        (None, Some(v)) => TsdfParams {
+            voxel_size: v,
+            sdf_trunc: ramsplat::mesh::TRUNC_VOXELS * v,
+            ..derived()?
+        },
+        (None, None) => derived()?,
+    };
+    if let Some(t) = args.sdf_trunc {
+        params.sdf_trunc = t;
+    }
+    let model = load_model(args)?;
+    let sh_degree = args.sh_degree.unwrap_or(model.sh_degree);
+    if sh_degree > model.sh_degree {
+        bail!(
+            "--sh-degree {sh_degree} is above the model's stored SH degree {}; pass --sh-degree \
+             {} or less",
+            model.sh_degree,
+            model.sh_degree
+        );
+    }
+    let options = RenderOptions {
+        sh_degree,
+        antialiased: model.antialiased,
+        ..RenderOptions::default()
+    };
+    let mut fusion = Fusion::new(params, &options).map_err(|e| {
+        anyhow::Error::new(e).context("--voxel-size, --sdf-trunc and --depth-trunc do not fit")
+    })?;
+    for (i, camera) in cameras.iter().enumerate() {
+        fusion
+            .add_view(raster.as_mut(), &model, camera, i)
+            .with_context(|| format!("{}: camera {i}", source.display()))?;
+        if (i + 1) % 10 == 0 || i + 1 == cameras.len() {
+            eprintln!(
+                "[{}/{}] views fused ({} blocks, {})",
+                i + 1,
+                cameras.len(),
+                fusion.volume.blocks(),
+                ramsplat::budget::format_size(fusion.volume.bytes())
+            );
+        }
+    }
+    let mut mesh = fusion.volume.mesh();
+    let (triangles, vertices) = (mesh.triangles.len(), mesh.positions.len());
+    let pieces = if args.mesh_pieces == 0 {
+        None
+    } else {
+        Some(mesh.keep_largest_pieces(args.mesh_pieces))
+    };
+    if mesh.is_empty() {
+        bail!(
+            "{}: the {} views saw no surface within {} (scene units) of their cameras (covered \
+             at least half); check that the model and the cameras are in one frame, or pass a \
+             larger --depth-trunc",
+            source.display(),
+            cameras.len(),
+            params.depth_trunc
+        );
+    }
+    let comments = [
+        format!(
+            "ramsplat gs-render --mesh: {} views of {} fused (voxel {:.6e}, truncation {:.6e}, \
+             depths to {:.6e})",
+            cameras.len(),
+            source.display(),
+            params.voxel_size,
+            params.sdf_trunc,
+            params.depth_trunc
+        ),
+        format!("model {}", args.ply.display()),
+    ];
+    mesh.write_ply(output, &comments)?;
+    let kept = match pieces {
+        Some(n) if n > args.mesh_pieces => format!(
+            "; kept the {} largest of {n} pieces: {} triangles, {} vertices",
+            args.mesh_pieces,
+            mesh.triangles.len(),
+            mesh.positions.len()
+        ),
+        Some(n) => format!(" in {n} piece(s)"),
+        None => String::new(),
+    };
+    eprintln!(
+        "wrote {}: {triangles} triangles, {vertices} vertices{kept} (from {} views at {}x{}, \
+         {} Gaussians, {} backend{}; voxel {:.4e}, truncation {:.4e}, depths to {:.4e}; volume \
+         {} in {} blocks)",
+        output.display(),
+        cameras.len(),
+        cameras[0].width,
+        cameras[0].height,
+        model.len(),
+        raster.name(),
+        mode_note(options.antialiased),
+        params.voxel_size,
+        params.sdf_trunc,
+        params.depth_trunc,
+        ramsplat::budget::format_size(fusion.volume.bytes()),
+        fusion.volume.blocks()
+    );
+    Ok(())
+}
+
 fn run(args: &Args) -> Result<()> {
     if let Some(out) = &args.convert {
         Inputs::of(args).check(out)?;
@@ -1537,14 +1766,33 @@ fn run(args: &Args) -> Result<()> {
         .output
         .as_deref()
         .expect("clap requires -o without --convert");
-    // Before any work: the one file of --camera, or the directory of the other modes.
-    if args.camera.is_some() {
+    // Before any work: the one file of --camera or --mesh, or the directory of the other
+    // modes.
+    if args.mesh {
+        check_mesh_output(args, output)?;
+    } else if args.camera.is_some() {
         Inputs::of(args).check(output)?;
     } else {
         check_output_dir(args, output)?;
     }
     // Fail on an unavailable backend before doing any work.
     let raster = make_rasterizer(args.backend, &mut |note| eprintln!("gs-render: {note}"))?;
+    if args.mesh {
+        let (cameras, source) = match (&args.pack, &args.cameras) {
+            (Some(pack_path), None) => {
+                let pack = open_pack(args, pack_path)?;
+                let (indices, _) = split_views(args, pack_path, pack.manifest())?;
+                let cameras = indices
+                    .iter()
+                    .map(|&i| pack.manifest().views[i].camera)
+                    .collect();
+                (cameras, pack_path)
+            }
+            (None, Some(list)) => (read_camera_list(args, list)?, list),
+            _ => bail!("--mesh needs the cameras of --pack PACK or --cameras cameras.json"),
+        };
+        return fuse_mesh(raster, args, &cameras, source, output);
+    }
     if let Some(frames) = args.trajectory {
         return match (&args.pack, &args.cameras) {
             (Some(pack_path), None) => {
@@ -1557,14 +1805,7 @@ fn run(args: &Args) -> Result<()> {
                 render_trajectory(raster, args, frames, &keys, pack_path, output)
             }
             (None, Some(list)) => {
-                let text = ramsplat::fsutil::read_text_input(list, MAX_JSON_BYTES)
-                    .with_context(|| format!("cannot read {}", list.display()))?;
-                let cameras =
-                    cameras_json::parse(&text).with_context(|| format!("{}", list.display()))?;
-                let keys = cameras
-                    .into_iter()
-                    .map(|(_, c)| at_resolution(args, c))
-                    .collect::<Result<Vec<Camera>>>()?;
+                let keys = read_camera_list(args, list)?;
                 render_trajectory(raster, args, frames, &keys, list, output)
             }
             _ => bail!("--trajectory needs the cameras of --pack PACK or --cameras cameras.json"),
