@@ -143,6 +143,22 @@ fn the_mesh_of_a_scene_s_surface_model_lies_on_its_surfaces() {
     assert!(p90 < 2.0 * sigma, "{p90}, σ {sigma}");
 }
 
+/// The mesh's area and its area-weighted centroid.
+fn area_and_centroid(mesh: &Mesh) -> (f64, V3) {
+    let (mut area, mut c) = (0.0, [0.0; 3]);
+    for t in &mesh.triangles {
+        let [a, b, p] = t.map(|v| mesh.positions[v as usize].map(f64::from));
+        let n = cross(
+            [b[0] - a[0], b[1] - a[1], b[2] - a[2]],
+            [p[0] - a[0], p[1] - a[1], p[2] - a[2]],
+        );
+        let s = 0.5 * (n[0] * n[0] + n[1] * n[1] + n[2] * n[2]).sqrt();
+        area += s;
+        (0..3).for_each(|k| c[k] += s * (a[k] + b[k] + p[k]) / 3.0);
+    }
+    (area, c.map(|k| k / area))
+}
+
 /// Reads a mesh PLY as `Mesh::write_ply_to` writes it, with its header's comments.
 fn read_mesh(path: &Path) -> (Mesh, Vec<String>) {
     let bytes = std::fs::read(path).unwrap();
@@ -283,6 +299,39 @@ fn gs_render_mesh_writes_the_library_s_mesh_of_the_training_views() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_ne!(read_mesh(&all).0, want);
 
+    // The CUDA backend on the host emulation renders the same views within float rounding:
+    // the same surface, up to the odd cube whose sign flips.
+    let emulated = dir.path().join("emulated.ply");
+    let o = Command::new(env!("CARGO_BIN_EXE_gs-render"))
+        .args([
+            "--ply",
+            ply,
+            "--pack",
+            pack_s,
+            "--mesh",
+            "--mesh-resolution",
+            "256",
+            "--backend",
+            "cuda",
+            "-o",
+            emulated.to_str().unwrap(),
+        ])
+        .env("GS_CUDA_EMULATE", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let emulated = read_mesh(&emulated).0;
+    let (a, b) = (area_and_centroid(&want), area_and_centroid(&emulated));
+    assert!((a.0 / b.0 - 1.0).abs() < 1e-3, "areas {} and {}", a.0, b.0);
+    for k in 0..3 {
+        assert!(
+            (a.1[k] - b.1[k]).abs() < 1e-3,
+            "centroids {:?} and {:?}",
+            a.1,
+            b.1
+        );
+    }
+
     // Refusals, each before anything is written.
     let inside = pack_dir.join("mesh.ply");
     let one_camera = dir.path().join("one.json");
@@ -324,6 +373,18 @@ fn gs_render_mesh_writes_the_library_s_mesh_of_the_training_views() {
                 out.to_str().unwrap(),
             ],
             "must be positive",
+        ),
+        (
+            vec![
+                "--pack",
+                pack_s,
+                "--mesh",
+                "--mesh-memory",
+                "100K",
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            "pass a voxel size of at least",
         ),
     ] {
         let before = std::fs::read(&out).unwrap();

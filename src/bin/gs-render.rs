@@ -10,6 +10,7 @@
 //! gs-render --ply MODEL.ply (--pack PACK [--split ...] | --cameras cameras.json) --trajectory N -o DIR
 //! gs-render --ply MODEL.ply (--pack PACK [--split ...] | --cameras cameras.json) --mesh -o MESH.ply
 //!           [--mesh-resolution N | --voxel-size S] [--depth-trunc D] [--sdf-trunc T] [--mesh-pieces K]
+//!           [--mesh-memory SIZE]
 //! gs-render --ply MODEL.ply --convert OUT.spz|OUT.splat|OUT.ply|OUT.compressed.ply|OUT.sog
 //!           [--convert-format ply|spz|splat|compressed-ply|sog] [--crop BOX] [--min-opacity O]
 //!           [--prune-to N|P% [--prune-views PACK]] [--sh-degree D]
@@ -395,10 +396,24 @@ struct Args {
     /// With --mesh: the signed distance's truncation in scene units (default: 5 voxels).
     #[arg(long, value_name = "T", requires = "mesh", value_parser = parse_positive)]
     sdf_trunc: Option<f64>,
+    /// With --mesh: the most memory the fusion volume may take (e.g. 512M, 8G); past it the
+    /// command stops and names a voxel size that fits.
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "4G",
+        requires = "mesh",
+        value_parser = parse_memory
+    )]
+    mesh_memory: u64,
     /// With --mesh: keep the K largest connected pieces of the surface, by triangle count (0
     /// keeps every piece, floaters' included).
     #[arg(long, value_name = "K", default_value_t = 50, requires = "mesh")]
     mesh_pieces: usize,
+}
+
+fn parse_memory(s: &str) -> Result<u64, String> {
+    ramsplat::budget::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn parse_positive(s: &str) -> Result<f64, String> {
@@ -1680,9 +1695,11 @@ fn fuse_mesh(
         antialiased: model.antialiased,
         ..RenderOptions::default()
     };
-    let mut fusion = Fusion::new(params, &options).map_err(|e| {
-        anyhow::Error::new(e).context("--voxel-size, --sdf-trunc and --depth-trunc do not fit")
-    })?;
+    let mut fusion = Fusion::new(params, &options)
+        .map_err(|e| {
+            anyhow::Error::new(e).context("--voxel-size, --sdf-trunc and --depth-trunc do not fit")
+        })?
+        .with_limit(args.mesh_memory);
     for (i, camera) in cameras.iter().enumerate() {
         fusion
             .add_view(raster.as_mut(), &model, camera, i)

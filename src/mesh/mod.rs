@@ -137,6 +137,12 @@ impl Fusion {
         })
     }
 
+    /// Bounds the volume's blocks to `max_bytes` ([`TsdfVolume::with_limit`]).
+    pub fn with_limit(mut self, max_bytes: u64) -> Fusion {
+        self.volume = self.volume.with_limit(max_bytes);
+        self
+    }
+
     /// Renders `camera`'s colour and depth with `raster` and fuses them; `view` numbers it for
     /// errors.
     pub fn add_view(

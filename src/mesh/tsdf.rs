@@ -86,6 +86,8 @@ pub struct TsdfVolume {
     keys: Vec<[i32; 3]>,
     blocks: Vec<Box<Block>>,
     views: usize,
+    /// [`TsdfVolume::with_limit`]'s bound on the blocks' bytes.
+    max_bytes: u64,
 }
 
 /// Why a view cannot be fused.
@@ -102,6 +104,20 @@ pub enum TsdfError {
         depth: usize,
         alpha: usize,
         rgb: usize,
+    },
+    #[error(
+        "the volume would grow to {} with the next view ({views} fused so far), beyond its \
+         limit of {}; pass a voxel size of at least {suggested:.4e} (now {voxel_size:.4e}; the \
+         volume shrinks as the voxel's square) or a larger limit",
+        crate::budget::format_size(*bytes),
+        crate::budget::format_size(*limit)
+    )]
+    Budget {
+        bytes: u64,
+        limit: u64,
+        views: usize,
+        voxel_size: f64,
+        suggested: f64,
     },
     #[error(
         "voxel size {voxel_size}, truncation {sdf_trunc} and depth cut-off {depth_trunc} must \
@@ -136,7 +152,15 @@ impl TsdfVolume {
             keys: Vec::new(),
             blocks: Vec::new(),
             views: 0,
+            max_bytes: u64::MAX,
         })
+    }
+
+    /// Makes [`TsdfVolume::integrate`] refuse a view whose new blocks would take the volume's
+    /// blocks past `max_bytes` ([`TsdfError::Budget`], nothing of that view fused).
+    pub fn with_limit(mut self, max_bytes: u64) -> TsdfVolume {
+        self.max_bytes = max_bytes;
+        self
     }
 
     pub fn params(&self) -> &TsdfParams {
@@ -173,7 +197,7 @@ impl TsdfVolume {
                 rgb: view.rgb.len(),
             });
         }
-        let touched = self.allocate(view);
+        let touched = self.allocate(view)?;
         let mut live = vec![false; self.blocks.len()];
         for &b in &touched {
             live[b] = true;
@@ -231,8 +255,9 @@ impl TsdfVolume {
     }
 
     /// Allocates the blocks within the truncation distance of the view's surface points and
-    /// returns the indices of all blocks so touched (sorted, unique).
-    fn allocate(&mut self, view: &FusedView) -> Vec<usize> {
+    /// returns the indices of all blocks so touched (sorted, unique); allocates nothing when
+    /// the new blocks would take the volume past its limit.
+    fn allocate(&mut self, view: &FusedView) -> Result<Vec<usize>, TsdfError> {
         let cam = view.camera;
         let (w, h) = (cam.width as usize, cam.height as usize);
         let to_world = cam.world_to_camera;
@@ -288,7 +313,22 @@ impl TsdfVolume {
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        keys.into_iter()
+        let new = keys.iter().filter(|k| !self.index.contains_key(*k)).count();
+        let wanted = self.blocks.len() + new;
+        if wanted as u64 * BLOCK_BYTES > self.max_bytes {
+            // The volume's size goes as the inverse square of the voxel (blocks cover
+            // surfaces): this voxel would have held what is allocated so far.
+            let scale = (wanted as f64 * BLOCK_BYTES as f64 / self.max_bytes as f64).sqrt();
+            return Err(TsdfError::Budget {
+                bytes: wanted as u64 * BLOCK_BYTES,
+                limit: self.max_bytes,
+                views: self.views,
+                voxel_size: self.params.voxel_size,
+                suggested: self.params.voxel_size * scale,
+            });
+        }
+        Ok(keys
+            .into_iter()
             .map(|key| {
                 *self.index.entry(key).or_insert_with(|| {
                     self.keys.push(key);
@@ -296,7 +336,7 @@ impl TsdfVolume {
                     self.blocks.len() - 1
                 })
             })
-            .collect()
+            .collect())
     }
 
     /// The fused surface: marching cubes over every cube of observed, untruncated voxels (see
@@ -663,5 +703,46 @@ pub(crate) mod tests {
             "{e}"
         );
         assert_eq!(v.blocks(), 0);
+    }
+
+    #[test]
+    fn a_view_past_the_limit_is_refused_whole_with_a_voxel_that_fits() {
+        // A wall 1 in front of a 16×16 camera with f = 8: 2×2 units of it, in 0.05 voxels.
+        let camera = Camera {
+            width: 16,
+            height: 16,
+            intrinsics: crate::scene::camera::Intrinsics {
+                fx: 8.0,
+                fy: 8.0,
+                cx: 8.0,
+                cy: 8.0,
+            },
+            world_to_camera: crate::scene::camera::Pose::IDENTITY,
+            projection: Default::default(),
+        };
+        let view = FusedView {
+            camera: &camera,
+            depth: &[1.0; 256],
+            alpha: &[1.0; 256],
+            rgb: &[0.5; 768],
+        };
+        let mut free = TsdfVolume::new(params(0.05)).unwrap();
+        free.integrate(&view).unwrap();
+        let need = free.bytes();
+        assert!(free.blocks() > 4);
+        let mut tight = TsdfVolume::new(params(0.05)).unwrap().with_limit(need - 1);
+        let e = tight.integrate(&view).unwrap_err();
+        let TsdfError::Budget { suggested, .. } = e else {
+            panic!("{e}");
+        };
+        assert_eq!(
+            (tight.blocks(), tight.views()),
+            (0, 0),
+            "nothing of the view fused"
+        );
+        assert!(suggested > 0.05 && suggested < 0.051, "{suggested}");
+        let mut exact = TsdfVolume::new(params(0.05)).unwrap().with_limit(need);
+        exact.integrate(&view).unwrap();
+        assert_eq!(exact.bytes(), need);
     }
 }
