@@ -9,7 +9,7 @@
 //! views averaged into it, and their mean colour: [`BLOCK_BYTES`] each.
 //!
 //! # Fusion (per view)
-//! A voxel whose centre projects into a pixel with a depth `d` (camera-space z, as
+//! A voxel whose grid point projects into a pixel with a depth `d` (camera-space z, as
 //! [`crate::render::depth`] renders it) and an alpha of at least [`TsdfParams::min_alpha`],
 //! with `d` below [`TsdfParams::depth_trunc`], has the signed distance `d − z` along the
 //! optical axis (z its own depth); unless it lies more than the truncation distance behind
@@ -21,6 +21,8 @@
 //! # Invariants
 //! - Fusion is deterministic and independent of the thread count: each voxel's averages are
 //!   updated in view order, and blocks are allocated in sorted key order per view.
+//! - With a limit ([`TsdfVolume::with_limit`]) the blocks never hold more than it: a view whose
+//!   new blocks would pass it is refused before any of it is fused.
 //! - [`TsdfVolume::mesh`] emits a triangle only inside a cube whose eight voxels were all
 //!   observed (weight > 0) and none truncated (`|tsdf| < 1`): zero crossings between voxels
 //!   that saw different surfaces, or none, are not surfaces.
@@ -95,7 +97,7 @@ pub struct TsdfVolume {
 pub enum TsdfError {
     #[error(
         "a {width}x{height} view came with {depth} depths, {alpha} alphas and {rgb} colour \
-         values (expected {pixels}, {pixels} and {} )", 3 * pixels
+         values (expected {pixels}, {pixels} and {})", 3 * pixels
     )]
     Shape {
         width: u32,
@@ -370,34 +372,25 @@ impl TsdfVolume {
         mesh
     }
 
-    /// The voxel at global grid point `g`, if its block exists.
-    fn voxel(&self, g: [i64; 3]) -> Option<(f32, f32, [f32; 3])> {
-        let b = BLOCK as i64;
-        let key = g.map(|k| k.div_euclid(b) as i32);
-        let &i = self.index.get(&key)?;
-        let l = g.map(|k| k.rem_euclid(b) as usize);
-        let v = l[0] + BLOCK * (l[1] + BLOCK * l[2]);
-        let block = &self.blocks[i];
-        Some((block.tsdf[v], block.weight[v], block.colour[v]))
-    }
-
     /// The triangles of the cubes whose lowest corner lies in block `key` (their other corners
     /// may lie in the blocks after it along each axis).
     fn block_surface(&self, key: [i32; 3]) -> Part {
         const N: usize = BLOCK + 1;
         let origin = key.map(|k| i64::from(k) * BLOCK as i64);
-        // The block's voxels and one layer of its +x, +y, +z neighbours'.
+        // The block's voxels and one layer of its +x, +y, +z neighbours' (absent blocks read as
+        // unobserved voxels).
+        let near: [Option<&Block>; 8] = std::array::from_fn(|n| {
+            let key = [0, 1, 2].map(|a| key[a] + (n as i32 >> a & 1));
+            self.index.get(&key).map(|&i| &*self.blocks[i])
+        });
         let mut grid = vec![(0.0f32, 0.0f32, [0.0f32; 3]); N * N * N];
         for z in 0..N {
             for y in 0..N {
                 for x in 0..N {
-                    let g = [
-                        origin[0] + x as i64,
-                        origin[1] + y as i64,
-                        origin[2] + z as i64,
-                    ];
-                    if let Some(v) = self.voxel(g) {
-                        grid[x + N * (y + N * z)] = v;
+                    let (bx, by, bz) = (x / BLOCK, y / BLOCK, z / BLOCK);
+                    if let Some(b) = near[bx | by << 1 | bz << 2] {
+                        let v = x % BLOCK + BLOCK * (y % BLOCK + BLOCK * (z % BLOCK));
+                        grid[x + N * (y + N * z)] = (b.tsdf[v], b.weight[v], b.colour[v]);
                     }
                 }
             }
