@@ -13,7 +13,7 @@ use ramsplat::render::{CpuRasterizer, RenderOptions};
 use ramsplat::rng::Rng;
 use ramsplat::scene::camera::Camera;
 use ramsplat::scene::gaussians::Gaussians;
-use ramsplat::scene::maths::{logit, rgb_to_sh_dc, rotation_to_quaternion_wxyz};
+use ramsplat::scene::maths::{logit, quaternion_z_to, rgb_to_sh_dc};
 use ramsplat::shard::reader::Pack;
 use ramsplat::synth::scene::SynthScene;
 use ramsplat::train::demo::{self, write_demo_pack, DemoScene};
@@ -40,17 +40,8 @@ fn surface_model(scene: &SynthScene, n: usize, sigma: f64) -> Gaussians {
     let mut g = Gaussians::zeros(n, 0);
     for i in 0..n {
         let s = scene.sample_surface(&mut rng);
-        let d = s.normal;
-        let helper = if d[1].abs() < 0.9 {
-            [0.0, 1.0, 0.0]
-        } else {
-            [1.0, 0.0, 0.0]
-        };
-        let x = unit(cross(helper, d));
-        let y = cross(d, x);
-        let m = [[x[0], y[0], d[0]], [x[1], y[1], d[1]], [x[2], y[2], d[2]]];
         g.means[i] = s.position.map(|k| k as f32);
-        g.rotations[i] = rotation_to_quaternion_wxyz(&m).map(|k| k as f32);
+        g.rotations[i] = quaternion_z_to(s.normal).map(|k| k as f32);
         g.log_scales[i] = [
             sigma.ln() as f32,
             sigma.ln() as f32,
@@ -250,19 +241,23 @@ fn gs_render_mesh_writes_the_library_s_mesh_of_the_training_views() {
 
     let (ply, pack_s) = (model_path.to_str().unwrap(), pack_dir.to_str().unwrap());
     let out = dir.path().join("mesh.ply");
-    let o = gs_render(&[
-        "--ply",
-        ply,
-        "--pack",
-        pack_s,
-        "--mesh",
-        "--mesh-resolution",
-        "256",
-        "--backend",
-        "cpu",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    // The mesh command on the model and pack at 256 voxels, with `extra` arguments.
+    let mesh_cmd = |out: &Path, extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gs-render"));
+        cmd.args([
+            "--ply",
+            ply,
+            "--pack",
+            pack_s,
+            "--mesh",
+            "--mesh-resolution",
+            "256",
+        ])
+        .args(["-o", out.to_str().unwrap()])
+        .args(extra);
+        cmd
+    };
+    let o = mesh_cmd(&out, &["--backend", "cpu"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     assert!(
@@ -281,41 +276,16 @@ fn gs_render_mesh_writes_the_library_s_mesh_of_the_training_views() {
 
     // --split all fuses more views: another mesh.
     let all = dir.path().join("all.ply");
-    let o = gs_render(&[
-        "--ply",
-        ply,
-        "--pack",
-        pack_s,
-        "--mesh",
-        "--mesh-resolution",
-        "256",
-        "--split",
-        "all",
-        "--backend",
-        "cpu",
-        "-o",
-        all.to_str().unwrap(),
-    ]);
+    let o = mesh_cmd(&all, &["--split", "all", "--backend", "cpu"])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_ne!(read_mesh(&all).0, want);
 
     // The CUDA backend on the host emulation renders the same views within float rounding:
     // the same surface, up to the odd cube whose sign flips.
     let emulated = dir.path().join("emulated.ply");
-    let o = Command::new(env!("CARGO_BIN_EXE_gs-render"))
-        .args([
-            "--ply",
-            ply,
-            "--pack",
-            pack_s,
-            "--mesh",
-            "--mesh-resolution",
-            "256",
-            "--backend",
-            "cuda",
-            "-o",
-            emulated.to_str().unwrap(),
-        ])
+    let o = mesh_cmd(&emulated, &["--backend", "cuda"])
         .env("GS_CUDA_EMULATE", "1")
         .output()
         .unwrap();

@@ -538,19 +538,25 @@ impl Inputs {
     }
 }
 
-/// Refuses an output directory that is a file, or that is the pack or lies inside it (a pack
-/// is immutable).
-fn check_output_dir(args: &Args, output: &Path) -> Result<()> {
+/// Refuses an `-o` that is `--pack`'s pack or lies inside it (a pack is immutable); `what`
+/// names what was to be written there.
+fn refuse_inside_pack(args: &Args, output: &Path, what: &str) -> Result<()> {
     if let Some(pack) = &args.pack {
         if let Some(relation) = ramsplat::fsutil::placement(output, pack) {
             bail!(
-                "-o {} {relation} the pack {}: a pack is immutable; write the renders somewhere \
-                 else",
+                "-o {} {relation} the pack {}: a pack is immutable; write {what} somewhere else",
                 output.display(),
                 pack.display()
             );
         }
     }
+    Ok(())
+}
+
+/// Refuses an output directory that is a file, or that is the pack or lies inside it (a pack
+/// is immutable).
+fn check_output_dir(args: &Args, output: &Path) -> Result<()> {
+    refuse_inside_pack(args, output, "the renders")?;
     if output.exists() && !output.is_dir() {
         bail!(
             "-o {}: is a file; -o names the directory the renders go into (with --camera, the \
@@ -1614,16 +1620,7 @@ fn read_camera_list(args: &Args, list: &Path) -> Result<Vec<Camera>> {
 /// Refuses a `--mesh` output that is an input, a directory, or lies inside the pack.
 fn check_mesh_output(args: &Args, output: &Path) -> Result<()> {
     Inputs::of(args).check(output)?;
-    if let Some(pack) = &args.pack {
-        if let Some(relation) = ramsplat::fsutil::placement(output, pack) {
-            bail!(
-                "-o {} {relation} the pack {}: a pack is immutable; write the mesh somewhere \
-                 else",
-                output.display(),
-                pack.display()
-            );
-        }
-    }
+    refuse_inside_pack(args, output, "the mesh")?;
     if output.is_dir() {
         bail!(
             "-o {}: is a directory; with --mesh, -o names the PLY mesh to write",

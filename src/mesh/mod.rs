@@ -292,7 +292,7 @@ mod tests {
     use super::*;
     use crate::render::cpu::CpuRasterizer;
     use crate::scene::camera::{Intrinsics, Pose};
-    use crate::scene::maths::{logit, rgb_to_sh_dc, rotation_to_quaternion_wxyz};
+    use crate::scene::maths::{logit, quaternion_z_to, rgb_to_sh_dc};
 
     type V3 = [f64; 3];
 
@@ -466,16 +466,7 @@ mod tests {
         let spacing = (4.0 * std::f64::consts::PI * r * r / n as f64).sqrt();
         for (i, d) in fibonacci(n).into_iter().enumerate() {
             g.means[i] = std::array::from_fn(|k| (centre[k] + r * d[k]) as f32);
-            let helper = if d[1].abs() < 0.9 {
-                [0.0, 1.0, 0.0]
-            } else {
-                [1.0, 0.0, 0.0]
-            };
-            let x = unit(cross(helper, d));
-            let y = cross(d, x);
-            // Columns: the disc's two axes and its normal.
-            let m = [[x[0], y[0], d[0]], [x[1], y[1], d[1]], [x[2], y[2], d[2]]];
-            g.rotations[i] = rotation_to_quaternion_wxyz(&m).map(|k| k as f32);
+            g.rotations[i] = quaternion_z_to(d).map(|k| k as f32);
             let s = (SIGMA_PER_SPACING * spacing).ln() as f32;
             g.log_scales[i] = [s, s, (0.05 * spacing).ln() as f32];
             g.logit_opacities[i] = logit(0.99);

@@ -544,6 +544,23 @@ pub(crate) mod tests {
         }
     }
 
+    /// A `width`×`height` pinhole camera at the origin looking down +z, focal length `f`,
+    /// centred.
+    fn camera_at_origin(width: u32, height: u32, f: f64) -> Camera {
+        Camera {
+            width,
+            height,
+            intrinsics: crate::scene::camera::Intrinsics {
+                fx: f,
+                fy: f,
+                cx: f64::from(width) / 2.0,
+                cy: f64::from(height) / 2.0,
+            },
+            world_to_camera: crate::scene::camera::Pose::IDENTITY,
+            projection: Default::default(),
+        }
+    }
+
     /// Every edge of the mesh is walked exactly once each way (closed, consistently wound), and
     /// no triangle repeats a vertex.
     pub(crate) fn assert_closed(mesh: &Mesh) {
@@ -664,18 +681,7 @@ pub(crate) mod tests {
             assert!(matches!(TsdfVolume::new(p), Err(TsdfError::Params { .. })));
         }
         let mut v = TsdfVolume::new(params(0.1)).unwrap();
-        let camera = Camera {
-            width: 4,
-            height: 2,
-            intrinsics: crate::scene::camera::Intrinsics {
-                fx: 2.0,
-                fy: 2.0,
-                cx: 2.0,
-                cy: 1.0,
-            },
-            world_to_camera: crate::scene::camera::Pose::IDENTITY,
-            projection: Default::default(),
-        };
+        let camera = camera_at_origin(4, 2, 2.0);
         let e = v
             .integrate(&FusedView {
                 camera: &camera,
@@ -701,18 +707,7 @@ pub(crate) mod tests {
     #[test]
     fn a_view_past_the_limit_is_refused_whole_with_a_voxel_that_fits() {
         // A wall 1 in front of a 16×16 camera with f = 8: 2×2 units of it, in 0.05 voxels.
-        let camera = Camera {
-            width: 16,
-            height: 16,
-            intrinsics: crate::scene::camera::Intrinsics {
-                fx: 8.0,
-                fy: 8.0,
-                cx: 8.0,
-                cy: 8.0,
-            },
-            world_to_camera: crate::scene::camera::Pose::IDENTITY,
-            projection: Default::default(),
-        };
+        let camera = camera_at_origin(16, 16, 8.0);
         let view = FusedView {
             camera: &camera,
             depth: &[1.0; 256],

@@ -148,6 +148,30 @@ pub(crate) fn mat3_mul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
     std::array::from_fn(|r| std::array::from_fn(|c| (0..3).map(|k| a[r][k] * b[k][c]).sum()))
 }
 
+/// A rotation `(w, x, y, z)` taking the z axis to the unit vector `n` (and its x axis to a unit
+/// vector perpendicular to `n`, made from whichever of the world's y and x axes lies further
+/// from `n`): the orientation of a flat Gaussian whose thin axis is the normal `n`.
+pub fn quaternion_z_to(n: [f64; 3]) -> [f64; 4] {
+    let cross = |a: [f64; 3], b: [f64; 3]| {
+        [
+            a[1] * b[2] - a[2] * b[1],
+            a[2] * b[0] - a[0] * b[2],
+            a[0] * b[1] - a[1] * b[0],
+        ]
+    };
+    let helper = if n[1].abs() < 0.9 {
+        [0.0, 1.0, 0.0]
+    } else {
+        [1.0, 0.0, 0.0]
+    };
+    let x = cross(helper, n);
+    let len = (x[0] * x[0] + x[1] * x[1] + x[2] * x[2]).sqrt();
+    let x = x.map(|k| k / len);
+    let y = cross(n, x);
+    // Columns x, y, n.
+    rotation_to_quaternion_wxyz(&[[x[0], y[0], n[0]], [x[1], y[1], n[1]], [x[2], y[2], n[2]]])
+}
+
 /// `q / |q|`; `None` for a zero or non-finite quaternion (which has no rotation).
 #[inline]
 pub fn normalize_quat<F: Real>(q: [F; 4]) -> Option<[F; 4]> {
@@ -210,5 +234,25 @@ mod tests {
         // The full-precision constant (a copy once truncated it to 0.282_094_8).
         assert_eq!(SH_C0, 0.282_094_791_773_878_14);
         assert_eq!(rgb_to_sh_dc(1.0), 0.5 / SH_C0 as f32);
+    }
+
+    #[test]
+    fn quaternion_z_to_turns_z_onto_the_normal() {
+        for n in [
+            [0.0, 0.0, 1.0],
+            [0.0, 0.0, -1.0],
+            [0.0, 1.0, 0.0],
+            [0.6, -0.8, 0.0],
+            [0.48, 0.6, 0.64],
+        ] {
+            let m = quat_to_rot(quaternion_z_to(n));
+            for k in 0..3 {
+                assert!((m[k][2] - n[k]).abs() < 1e-12, "{n:?}: {m:?}");
+            }
+            // A rotation: its x column is a unit vector perpendicular to n.
+            let x = [m[0][0], m[1][0], m[2][0]];
+            assert!((x.iter().map(|v| v * v).sum::<f64>() - 1.0).abs() < 1e-12);
+            assert!((x[0] * n[0] + x[1] * n[1] + x[2] * n[2]).abs() < 1e-12);
+        }
     }
 }
