@@ -107,7 +107,7 @@ fn the_mesh_of_a_scene_s_surface_model_lies_on_its_surfaces() {
     let sigma = 0.8 * (scene.ground_area() / (n as f64 / 2.0)).sqrt();
     let model = surface_model(&scene, n, sigma);
     let cameras = scene.cameras(24, 200, 150);
-    let params = TsdfParams::for_cameras(&cameras, 512).unwrap();
+    let params = TsdfParams::for_cameras(&cameras, 512, None).unwrap();
     let mesh = fuse(&model, &cameras, params);
     assert!(mesh.triangles.len() > 10_000, "{}", mesh.triangles.len());
     let reach = 4.0 * params.voxel_size;
@@ -235,7 +235,7 @@ fn gs_render_mesh_writes_the_library_s_mesh_of_the_training_views() {
     let want = fuse(
         &model,
         &train,
-        TsdfParams::for_cameras(&train, 256).unwrap(),
+        TsdfParams::for_cameras(&train, 256, None).unwrap(),
     );
     assert!(!want.is_empty());
 

@@ -371,7 +371,8 @@ struct Args {
     )]
     mesh: bool,
     /// With --mesh: voxels across the depth range fused (the voxel size is the depth cut-off
-    /// over N).
+    /// over N, but never below a pixel of the median view at the cameras' median distance
+    /// from their mean).
     #[arg(
         long,
         value_name = "N",
@@ -1642,38 +1643,18 @@ fn fuse_mesh(
     for (i, c) in cameras.iter().enumerate() {
         check_size(c).with_context(|| format!("{}: camera {i}", source.display()))?;
     }
-    let derived = || {
-        TsdfParams::for_cameras(cameras, args.mesh_resolution).with_context(|| {
+    let mut params = TsdfParams::for_cameras(cameras, args.mesh_resolution, args.depth_trunc)
+        .with_context(|| {
             format!(
                 "{}: {} camera(s); pass --depth-trunc (and --voxel-size)",
                 source.display(),
                 cameras.len()
             )
-        })
-    };
-    let mut params = match (args.depth_trunc, args.voxel_size) {
-        (Some(d), Some(v)) => TsdfParams {
-            voxel_size: v,
-            sdf_trunc: ramsplat::mesh::TRUNC_VOXELS * v,
-            depth_trunc: d,
-            min_alpha: ramsplat::mesh::MIN_ALPHA,
-        },
-        (Some(d), None) => {
-            let v = d / f64::from(args.mesh_resolution);
-            TsdfParams {
-                voxel_size: v,
-                sdf_trunc: ramsplat::mesh::TRUNC_VOXELS * v,
-                depth_trunc: d,
-                min_alpha: ramsplat::mesh::MIN_ALPHA,
-            }
-        }
-        (None, Some(v)) => TsdfParams {
-            voxel_size: v,
-            sdf_trunc: ramsplat::mesh::TRUNC_VOXELS * v,
-            ..derived()?
-        },
-        (None, None) => derived()?,
-    };
+        })?;
+    if let Some(v) = args.voxel_size {
+        params.voxel_size = v;
+        params.sdf_trunc = ramsplat::mesh::TRUNC_VOXELS * v;
+    }
     if let Some(t) = args.sdf_trunc {
         params.sdf_trunc = t;
     }

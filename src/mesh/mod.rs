@@ -71,13 +71,18 @@ pub enum MeshError {
 }
 
 impl TsdfParams {
-    /// Defaults for these cameras, 2DGS's with a floor: depths fused up to twice the cameras'
-    /// radius (1.1 × the largest distance of a centre from their mean, 3DGS's scene extent),
-    /// that range cut into `resolution` voxels, but no voxel smaller than the median view's
-    /// pixel at the median camera's distance from that mean (finer voxels add no detail the
-    /// views can show, and cost memory as the square of their count); the truncation
-    /// [`TRUNC_VOXELS`] voxels.
-    pub fn for_cameras(cameras: &[Camera], resolution: u32) -> Result<TsdfParams, MeshError> {
+    /// Sizes for these cameras, 2DGS's with a floor: depths fused up to `depth_trunc`, by
+    /// default twice the cameras' radius (1.1 × the largest distance of a centre from their
+    /// mean, 3DGS's scene extent), that range cut into `resolution` voxels, but no voxel
+    /// smaller than the median view's pixel at the median camera's distance from that mean
+    /// (finer voxels add no detail the views can show, and cost memory as the square of their
+    /// count); the truncation [`TRUNC_VOXELS`] voxels. Without `depth_trunc`, cameras all at
+    /// one place are an error (they give no scene size).
+    pub fn for_cameras(
+        cameras: &[Camera],
+        resolution: u32,
+        depth_trunc: Option<f64>,
+    ) -> Result<TsdfParams, MeshError> {
         let n = cameras.len().max(1) as f64;
         let mut mean = [0.0; 3];
         for c in cameras {
@@ -88,13 +93,9 @@ impl TsdfParams {
             let p = c.centre();
             ((p[0] - mean[0]).powi(2) + (p[1] - mean[1]).powi(2) + (p[2] - mean[2]).powi(2)).sqrt()
         };
-        let spread = cameras.iter().map(distance).fold(0.0, f64::max);
-        if !(spread > 1e-9 && spread.is_finite()) {
-            return Err(MeshError::NoSpread { spread });
-        }
         let median = |mut v: Vec<f64>| {
             v.sort_unstable_by(f64::total_cmp);
-            v[v.len() / 2]
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
         };
         let pixel = median(cameras.iter().map(distance).collect())
             / median(
@@ -103,7 +104,18 @@ impl TsdfParams {
                     .map(|c| c.intrinsics.fx.max(c.intrinsics.fy))
                     .collect(),
             );
-        let depth_trunc = 2.0 * 1.1 * spread;
+        let depth_trunc = match depth_trunc {
+            Some(d) => d,
+            None => {
+                let spread = cameras.iter().map(distance).fold(0.0, f64::max);
+                if !(spread > 1e-9 && spread.is_finite()) {
+                    return Err(MeshError::NoSpread { spread });
+                }
+                2.0 * 1.1 * spread
+            }
+        };
+        // With no camera the floor is 0/0: no floor.
+        let pixel = if pixel.is_finite() { pixel } else { 0.0 };
         let voxel_size = (depth_trunc / f64::from(resolution.max(1))).max(pixel);
         Ok(TsdfParams {
             voxel_size,
@@ -481,7 +493,7 @@ mod tests {
         let colour = [0.2f32, 0.6, 0.9];
         let model = sphere_model(6000, centre, r, colour);
         let cameras = ring(24, centre, 2.0, 96, 110.0);
-        let params = TsdfParams::for_cameras(&cameras, 256).unwrap();
+        let params = TsdfParams::for_cameras(&cameras, 256, None).unwrap();
         // Cameras about 2 from their mean: a radius of 2.2, depths fused to 4.4; 256 voxels of
         // it would be finer than a pixel at 2 (f = 110), 128 are not.
         assert!((params.depth_trunc / 4.4 - 1.0).abs() < 0.01, "{params:?}");
@@ -490,10 +502,21 @@ mod tests {
             "{params:?}"
         );
         assert_eq!(params.sdf_trunc, 5.0 * params.voxel_size);
-        let coarse = TsdfParams::for_cameras(&cameras, 128).unwrap();
+        let coarse = TsdfParams::for_cameras(&cameras, 128, None).unwrap();
         assert_eq!(coarse.voxel_size, coarse.depth_trunc / 128.0);
-        let one = TsdfParams::for_cameras(&cameras[..1], 128);
+        // A given cut-off keeps the floor: 3 / 256 is below the pixel, 3 / 128 above it.
+        let given = TsdfParams::for_cameras(&cameras, 256, Some(3.0)).unwrap();
+        assert_eq!(
+            (given.depth_trunc, given.voxel_size),
+            (3.0, params.voxel_size)
+        );
+        let given = TsdfParams::for_cameras(&cameras, 128, Some(3.0)).unwrap();
+        assert_eq!(given.voxel_size, 3.0 / 128.0);
+        let one = TsdfParams::for_cameras(&cameras[..1], 128, None);
         assert!(matches!(one, Err(MeshError::NoSpread { .. })), "{one:?}");
+        // One camera with a cut-off: its distance from itself is 0, so no floor.
+        let one = TsdfParams::for_cameras(&cameras[..1], 128, Some(3.0)).unwrap();
+        assert_eq!(one.voxel_size, 3.0 / 128.0);
         let options = RenderOptions {
             sh_degree: 0,
             ..RenderOptions::default()
