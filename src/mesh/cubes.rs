@@ -15,14 +15,17 @@
 //! is inside when below zero, and then the two inside corners are joined across the face
 //! (each entry pairs with the *other* run's exit), otherwise cut off one by one. Every crossing
 //! edge ends one segment (on the face that walks it inside → outside) and starts one (on the
-//! other face, which walks it the other way), so the segments chain into closed loops, each
-//! triangulated as a fan.
+//! other face, which walks it the other way), so the segments chain into closed loops. A loop
+//! becomes triangles by [`fan_apex`] and [`triangulate`]: a fan from a corner of the loop that
+//! draws no diagonal between two edges of one face, or a fan round the loop's own centre when
+//! no corner can.
 //!
 //! # Invariants
 //! - Two cubes sharing a face trace the same segments on it, in opposite directions (the
 //!   decider's inputs are the face's values and its sign is computed identically from either
-//!   side), so a surface assembled from cubes that share edge vertices is closed wherever the
-//!   cubes are, and consistently oriented: every interior edge is walked once each way.
+//!   side), and no two cubes draw the same diagonal, so a surface assembled from cubes that
+//!   share edge vertices is closed wherever the cubes are, and consistently oriented: every
+//!   edge between them is walked once each way.
 //! - Triangles wind counter-clockwise seen from the outside (the side of non-negative values):
 //!   their right-hand normals point from negative values to positive ones.
 

@@ -7,10 +7,12 @@
 //! Each view's depth is the model's *expected depth* (`Σ wᵢ zᵢ / Σ wᵢ`, [`crate::render::depth`]),
 //! the depth of what the image shows, fused only where the render covers at least
 //! [`MIN_ALPHA`] of the pixel; its colour is the render's straight colour (the render over
-//! black divided by its alpha), at the SH degree asked for. At a silhouette the expected depth
-//! mixes the front surface with what lies behind it; the half-coverage cut and the averaging
-//! of many views keep that off most of the surface, and what is left is thin: see the
-//! measurements in the user docs.
+//! black divided by its alpha), at the SH degree asked for. A Gaussian lends its mean's depth
+//! to its whole footprint, and the nearer of overlapping Gaussians weigh most in front-to-back
+//! compositing, so the fused surface lies in front of their centres by a fraction of their
+//! size (0.8 σ for flat discs on a sphere, in this module's tests). At a silhouette the
+//! expected depth mixes the front surface with what lies behind it; the half-coverage cut and
+//! the averaging of many views keep that off most of the surface.
 //!
 //! # Invariants
 //! - A [`Mesh`]'s triangles index its vertices and wind counter-clockwise seen from the side the
