@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use ramsplat::budget::{format_size, parse_size};
+use ramsplat::budget::format_size;
+use ramsplat::cli::parse_size_arg;
 use ramsplat::cli::{print_stdout, report_error, Progress, EXIT_CORRUPT, EXIT_FAILURE};
 use ramsplat::data::{CachePolicy, Position};
 use ramsplat::dataset::Format;
@@ -318,10 +319,6 @@ fn parse_policy(s: &str) -> Result<CachePolicy, String> {
         "lru" => Ok(CachePolicy::Lru),
         _ => Err(format!("unknown cache policy {s:?}: use belady or lru")),
     }
-}
-
-fn parse_size_arg(s: &str) -> Result<u64, String> {
-    parse_size(s).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {

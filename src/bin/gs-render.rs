@@ -404,17 +404,13 @@ struct Args {
         value_name = "SIZE",
         default_value = "4G",
         requires = "mesh",
-        value_parser = parse_memory
+        value_parser = ramsplat::cli::parse_size_arg
     )]
     mesh_memory: u64,
     /// With --mesh: keep the K largest connected pieces of the surface, by triangle count (0
     /// keeps every piece, floaters' included).
     #[arg(long, value_name = "K", default_value_t = 50, requires = "mesh")]
     mesh_pieces: usize,
-}
-
-fn parse_memory(s: &str) -> Result<u64, String> {
-    ramsplat::budget::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn parse_positive(s: &str) -> Result<f64, String> {
@@ -1634,7 +1630,7 @@ fn check_mesh_output(args: &Args, output: &Path) -> Result<()> {
 /// `--mesh`: fuses `cameras`' renders into a TSDF volume and writes its surface to `output`
 /// (`ramsplat::mesh`).
 fn fuse_mesh(
-    mut raster: Box<dyn Rasterizer>,
+    raster: Box<dyn Rasterizer>,
     args: &Args,
     cameras: &[Camera],
     source: &Path,
@@ -1659,20 +1655,13 @@ fn fuse_mesh(
         params.sdf_trunc = t;
     }
     let model = load_model(args)?;
-    let sh_degree = args.sh_degree.unwrap_or(model.sh_degree);
-    if sh_degree > model.sh_degree {
-        bail!(
-            "--sh-degree {sh_degree} is above the model's stored SH degree {}; pass --sh-degree \
-             {} or less",
-            model.sh_degree,
-            model.sh_degree
-        );
-    }
-    let options = RenderOptions {
-        sh_degree,
-        antialiased: model.antialiased,
-        ..RenderOptions::default()
-    };
+    // The renderer's options (SH degree checked against the model, rasterization mode); the
+    // fusion renders over black whatever its background.
+    let Renderer {
+        mut raster,
+        options,
+        ..
+    } = Renderer::new(raster, args, &model)?;
     let mut fusion = Fusion::new(params, &options)
         .map_err(|e| {
             anyhow::Error::new(e).context("--voxel-size, --sdf-trunc and --depth-trunc do not fit")

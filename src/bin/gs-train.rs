@@ -26,7 +26,8 @@ use anyhow::{bail, Context, Result};
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser};
 
-use ramsplat::budget::{format_size, parse_size};
+use ramsplat::budget::format_size;
+use ramsplat::cli::parse_size_arg;
 use ramsplat::cli::{print_stdout, report_error, Progress, EXIT_FAILURE};
 use ramsplat::color_correct::ColorCorrection;
 use ramsplat::export::ModelFormat;
@@ -594,10 +595,6 @@ fn parse_format(s: &str) -> Result<ModelFormat, String> {
     ModelFormat::from_name(s).ok_or_else(|| {
         format!("{s:?} is not a model format (spz, splat, compressed-ply, sog, ply)")
     })
-}
-
-fn parse_size_arg(s: &str) -> Result<u64, String> {
-    parse_size(s).map_err(|e| e.to_string())
 }
 
 /// The run `args` ask for, training on `pack` into `out` (`iterations` when `--iterations` is

@@ -15,6 +15,11 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// A byte size flag's parser for clap (`4G`, `512M`, `1.5G`: [`crate::budget::parse_size`]).
+pub fn parse_size_arg(s: &str) -> Result<u64, String> {
+    crate::budget::parse_size(s).map_err(|e| e.to_string())
+}
+
 /// Exit code for a failed command.
 pub const EXIT_FAILURE: u8 = 1;
 /// Exit code when verification finds damage.

@@ -165,10 +165,6 @@ impl TsdfVolume {
         self
     }
 
-    pub fn params(&self) -> &TsdfParams {
-        &self.params
-    }
-
     /// Allocated blocks.
     pub fn blocks(&self) -> usize {
         self.blocks.len()
