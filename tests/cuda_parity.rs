@@ -1175,12 +1175,18 @@ fn pose_gradient_lands_at_the_callers_offset() {
 
 /// Depth maps (`render::depth`, what `gs-render --depth` writes) come from the backend's own
 /// colour path, so the device's equal the CPU's within the image tolerance (relative to the
-/// scene's depths) wherever both drew something, in both rasterization modes.
+/// scene's depths) wherever both drew something, in both rasterization modes and for both
+/// kinds of depth.
 #[test]
 fn depth_maps_match_cpu() {
-    use ramsplat::render::depth::{render_depth, DepthScratch, MIN_DEPTH_ALPHA};
+    use ramsplat::render::depth::{render_depth, DepthKind, DepthScratch, MIN_DEPTH_ALPHA};
     for mut r in rasterizers() {
-        for antialiased in [false, true] {
+        for (antialiased, kind) in [
+            (false, DepthKind::Mean),
+            (true, DepthKind::Mean),
+            (false, DepthKind::Plane),
+            (true, DepthKind::Plane),
+        ] {
             let g = scene(3000, 31);
             let cam = camera(150, 90);
             let opts = RenderOptions {
@@ -1188,8 +1194,16 @@ fn depth_maps_match_cpu() {
                 ..RenderOptions::default()
             };
             let mut scratch = DepthScratch::default();
-            let d = render_depth(&mut r, &g, &cam, &opts, &mut scratch).unwrap();
-            let c = render_depth(&mut CpuRasterizer::new(), &g, &cam, &opts, &mut scratch).unwrap();
+            let d = render_depth(&mut r, &g, &cam, &opts, kind, &mut scratch).unwrap();
+            let c = render_depth(
+                &mut CpuRasterizer::new(),
+                &g,
+                &cam,
+                &opts,
+                kind,
+                &mut scratch,
+            )
+            .unwrap();
             let (mut compared, mut max_rel, mut alpha_max) = (0usize, 0f32, 0f32);
             for i in 0..c.depth.len() {
                 alpha_max = alpha_max.max((c.alpha[i] - d.alpha[i]).abs());
@@ -1201,8 +1215,8 @@ fn depth_maps_match_cpu() {
                 max_rel = max_rel.max((c.depth[i] - d.depth[i]).abs() / c.depth[i]);
             }
             eprintln!(
-                "MEASURED depth {} antialiased={antialiased}: {compared} pixels, max relative \
-                 depth error {max_rel:.2e}, alpha max error {alpha_max:.2e}",
+                "MEASURED depth {} antialiased={antialiased} {kind:?}: {compared} pixels, max \
+                 relative depth error {max_rel:.2e}, alpha max error {alpha_max:.2e}",
                 r.device().name()
             );
             assert!(compared > c.depth.len() / 2, "{compared} pixels with depth");

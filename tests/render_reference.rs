@@ -499,7 +499,7 @@ fn gs_render_camera_mode_writes_the_library_render() {
 /// with the right shape and NaNs, plus a preview PNG of the image's size; in every mode.
 #[test]
 fn gs_render_depth_writes_npy_and_preview() {
-    use ramsplat::render::depth::{render_depth, DepthScratch};
+    use ramsplat::render::depth::{render_depth, DepthKind, DepthScratch};
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let model = small_model(3, 300);
@@ -528,6 +528,7 @@ fn gs_render_depth_writes_npy_and_preview() {
         &model,
         &camera,
         &RenderOptions::default(),
+        DepthKind::Plane,
         &mut DepthScratch::default(),
     )
     .unwrap();

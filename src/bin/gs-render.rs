@@ -83,11 +83,14 @@
 //! `--exposure` (and `--half`) the view is aligned through its matrix on the half it is scored
 //! on, as `gs-train --eval --exposure --eval-pose-steps` does.
 //!
-//! `--depth` (every rendering mode) also writes each view's expected depth beside its PNG:
+//! `--depth` (every rendering mode) also writes each view's depth beside its PNG:
 //! `NAME.depth.npy` (float32, height × width, camera-space z in scene units, NaN where nothing
 //! was drawn; `numpy.load` reads it) and `NAME.depth.png`, a picture of it. The depth is that
-//! of what the image shows, computed by the same backend (`ramsplat::render::depth`); in pack
-//! mode it is the render's (the right half of the side-by-side image).
+//! of what the image shows, composited with the image's own weights by the same backend
+//! (`ramsplat::render::depth`); `--depth-kind` says what each Gaussian lends it: `plane` (the
+//! default), where the pixel's ray crosses the Gaussian's plane; `mean`, its centre's depth
+//! (gsplat's expected depth). In pack mode it is the render's (the right half of the
+//! side-by-side image). `--mesh` fuses the same depths.
 //!
 //! Every output file is written under a temporary name in its directory, fsynced and renamed
 //! into place (`ramsplat::fsutil`), so an interrupted run never leaves a truncated PNG or JSON.
@@ -118,7 +121,9 @@ use ramsplat::export::ply::{GaussianPlyError, LoadOptions};
 use ramsplat::export::{save_model, ModelFormat, ModelInfo, ModelIoError};
 use ramsplat::mesh::tsdf::TsdfParams;
 use ramsplat::mesh::Fusion;
-use ramsplat::render::depth::{depth_preview_rgb8, render_depth, write_depth_npy, DepthScratch};
+use ramsplat::render::depth::{
+    depth_preview_rgb8, render_depth, write_depth_npy, DepthKind, DepthScratch,
+};
 use ramsplat::render::significance::{keep_highest, Significance};
 use ramsplat::render::{
     make_rasterizer, rasterize_mode_name, Backend, Rasterizer, RenderError, RenderOptions,
@@ -184,6 +189,7 @@ enum SplitArg {
 #[command(
     version,
     group(ArgGroup::new("source").required(true).args(["camera", "pack", "cameras", "convert"])),
+    group(ArgGroup::new("depth_output").args(["depth", "mesh"])),
     after_help = "Exit codes: 0 success, 1 failure, 2 invalid command line, 3 backend not available."
 )]
 struct Args {
@@ -304,11 +310,22 @@ struct Args {
     /// the model file says. With --convert: what the converted file says.
     #[arg(long, value_enum, default_value = "auto")]
     rasterize_mode: ModeArg,
-    /// Also write each view's expected depth (camera-space z, scene units, NaN where nothing
-    /// was drawn) beside its PNG: NAME.depth.npy (float32, height × width, for numpy.load)
+    /// Also write each view's depth (camera-space z, scene units, NaN where nothing was drawn;
+    /// --depth-kind) beside its PNG: NAME.depth.npy (float32, height × width, for numpy.load)
     /// and NAME.depth.png, a picture of it (near yellow, far violet, black under half covered).
     #[arg(long, conflicts_with = "convert")]
     depth: bool,
+    /// With --depth or --mesh: which depth each Gaussian lends the pixels it covers. `plane`:
+    /// where the pixel's ray crosses the Gaussian's own plane (the surface's depth for flat
+    /// Gaussians); `mean`: its centre's depth (gsplat's expected depth, "ED").
+    #[arg(
+        long,
+        value_enum,
+        value_name = "KIND",
+        default_value = "plane",
+        requires = "depth_output"
+    )]
+    depth_kind: DepthKind,
     /// Render each view through its 3×4 colour matrix in this exposure.json (what
     /// `gs-train --exposure` writes, or 3DGS with --train_test_exp), found by image name (the
     /// view name's stem with --pack, img_name with --cameras); a view without one is an error.
@@ -570,6 +587,8 @@ struct Renderer {
     out: RenderOutput,
     /// With `--depth`: the depth render's buffers.
     depth: Option<DepthScratch>,
+    /// `--depth-kind`.
+    depth_kind: DepthKind,
     /// The 8-bit image of the last render (reused across views).
     rgb: Vec<u8>,
     /// `--exposure`: the file, and its image name → matrix.
@@ -601,6 +620,7 @@ impl Renderer {
             },
             out: RenderOutput::default(),
             depth: args.depth.then(DepthScratch::default),
+            depth_kind: args.depth_kind,
             rgb: Vec::new(),
             exposures: match &args.exposure {
                 Some(path) => Some((path.clone(), read_exposures(path)?)),
@@ -701,7 +721,7 @@ impl Renderer {
         self.write_depth(model, camera, png)
     }
 
-    /// With `--depth`: renders `camera`'s expected depth and writes it beside `png` (the
+    /// With `--depth`: renders `camera`'s depth (`--depth-kind`) and writes it beside `png` (the
     /// view's image) as `.depth.npy` and `.depth.png`; without, nothing.
     fn write_depth(&mut self, model: &Gaussians, camera: &Camera, png: &Path) -> Result<()> {
         let Some(scratch) = &mut self.depth else {
@@ -713,8 +733,15 @@ impl Renderer {
         );
         self.inputs.check(&npy)?;
         self.inputs.check(&preview)?;
-        let map = render_depth(self.raster.as_mut(), model, camera, &self.options, scratch)
-            .context("depth render failed")?;
+        let map = render_depth(
+            self.raster.as_mut(),
+            model,
+            camera,
+            &self.options,
+            self.depth_kind,
+            scratch,
+        )
+        .context("depth render failed")?;
         write_depth_npy(&npy, &map)?;
         write_png(&preview, &depth_preview_rgb8(&map), map.width, map.height)?;
         Ok(())
@@ -1666,7 +1693,8 @@ fn fuse_mesh(
         .map_err(|e| {
             anyhow::Error::new(e).context("--voxel-size, --sdf-trunc and --depth-trunc do not fit")
         })?
-        .with_limit(args.mesh_memory);
+        .with_limit(args.mesh_memory)
+        .with_depth(args.depth_kind);
     for (i, camera) in cameras.iter().enumerate() {
         fusion
             .add_view(raster.as_mut(), &model, camera, i)
@@ -1700,10 +1728,11 @@ fn fuse_mesh(
     }
     let comments = [
         format!(
-            "ramsplat gs-render --mesh: {} views of {} fused (voxel {:.6e}, truncation {:.6e}, \
-             depths to {:.6e})",
+            "ramsplat gs-render --mesh: {} views of {} fused ({} depths, voxel {:.6e}, \
+             truncation {:.6e}, depths to {:.6e})",
             cameras.len(),
             source.display(),
+            args.depth_kind.name(),
             params.voxel_size,
             params.sdf_trunc,
             params.depth_trunc
