@@ -494,8 +494,9 @@ fn gs_render_camera_mode_writes_the_library_render() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("stored SH degree 1"));
 }
 
-/// `--depth`: beside each PNG, the expected depth as a float32 `.npy` that equals the
-/// library's [`render_depth`] on the same backend (CPU here) bit for bit and that numpy loads
+/// `--depth`: beside each PNG, the expected depth (or with `--depth-kind plane` the plane
+/// depth) as a float32 `.npy` that equals the library's [`render_depth`] on the same backend
+/// (CPU here) bit for bit and that numpy loads
 /// with the right shape and NaNs, plus a preview PNG of the image's size; in every mode.
 #[test]
 fn gs_render_depth_writes_npy_and_preview() {
@@ -528,7 +529,7 @@ fn gs_render_depth_writes_npy_and_preview() {
         &model,
         &camera,
         &RenderOptions::default(),
-        DepthKind::Plane,
+        DepthKind::Mean,
         &mut DepthScratch::default(),
     )
     .unwrap();
@@ -573,6 +574,44 @@ fn gs_render_depth_writes_npy_and_preview() {
             format!("(30, 40) float32 {empty} {}", max as f64)
         );
     }
+    // --depth-kind plane: the library's plane depths, which differ.
+    let planes = d.join("planes.png");
+    run_ok(gs_render().args([
+        "--ply",
+        ply.to_str().unwrap(),
+        "--camera",
+        cam_path.to_str().unwrap(),
+        "-o",
+        planes.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--depth",
+        "--depth-kind",
+        "plane",
+    ]));
+    let (_, plane_depth) = read_npy(&d.join("planes.depth.npy"), "<f4", 4);
+    let want_planes = render_depth(
+        &mut CpuRasterizer::<f32>::new(),
+        &model,
+        &camera,
+        &RenderOptions::default(),
+        DepthKind::Plane,
+        &mut DepthScratch::default(),
+    )
+    .unwrap();
+    let plane_bits: Vec<u32> = plane_depth.iter().map(|&v| (v as f32).to_bits()).collect();
+    assert_eq!(
+        plane_bits,
+        want_planes
+            .depth
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    );
+    assert_ne!(
+        plane_bits,
+        want.depth.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
     // The other modes write the same pair beside each of their images.
     let list = d.join("cameras.json");
     std::fs::write(

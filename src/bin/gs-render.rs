@@ -87,10 +87,10 @@
 //! `NAME.depth.npy` (float32, height × width, camera-space z in scene units, NaN where nothing
 //! was drawn; `numpy.load` reads it) and `NAME.depth.png`, a picture of it. The depth is that
 //! of what the image shows, composited with the image's own weights by the same backend
-//! (`ramsplat::render::depth`); `--depth-kind` says what each Gaussian lends it: `plane` (the
-//! default), where the pixel's ray crosses the Gaussian's plane; `mean`, its centre's depth
-//! (gsplat's expected depth). In pack mode it is the render's (the right half of the
-//! side-by-side image). `--mesh` fuses the same depths.
+//! (`ramsplat::render::depth`); `--depth-kind` says what each Gaussian lends it: `mean` (the
+//! default), its centre's depth (gsplat's expected depth); `plane`, where the pixel's ray
+//! crosses the Gaussian's plane. In pack mode it is the render's (the right half of the
+//! side-by-side image). `--mesh` fuses the same depths, `plane` unless `--depth-kind mean`.
 //!
 //! Every output file is written under a temporary name in its directory, fsynced and renamed
 //! into place (`ramsplat::fsutil`), so an interrupted run never leaves a truncated PNG or JSON.
@@ -317,15 +317,10 @@ struct Args {
     depth: bool,
     /// With --depth or --mesh: which depth each Gaussian lends the pixels it covers. `plane`:
     /// where the pixel's ray crosses the Gaussian's own plane (the surface's depth for flat
-    /// Gaussians); `mean`: its centre's depth (gsplat's expected depth, "ED").
-    #[arg(
-        long,
-        value_enum,
-        value_name = "KIND",
-        default_value = "plane",
-        requires = "depth_output"
-    )]
-    depth_kind: DepthKind,
+    /// Gaussians; the default for --mesh); `mean`: its centre's depth (gsplat's expected
+    /// depth, "ED"; the default for --depth).
+    #[arg(long, value_enum, value_name = "KIND", requires = "depth_output")]
+    depth_kind: Option<DepthKind>,
     /// Render each view through its 3×4 colour matrix in this exposure.json (what
     /// `gs-train --exposure` writes, or 3DGS with --train_test_exp), found by image name (the
     /// view name's stem with --pack, img_name with --cameras); a view without one is an error.
@@ -620,7 +615,7 @@ impl Renderer {
             },
             out: RenderOutput::default(),
             depth: args.depth.then(DepthScratch::default),
-            depth_kind: args.depth_kind,
+            depth_kind: args.depth_kind.unwrap_or(DepthKind::Mean),
             rgb: Vec::new(),
             exposures: match &args.exposure {
                 Some(path) => Some((path.clone(), read_exposures(path)?)),
@@ -1689,12 +1684,13 @@ fn fuse_mesh(
         options,
         ..
     } = Renderer::new(raster, args, &model)?;
+    let mesh_depth = args.depth_kind.unwrap_or(DepthKind::Plane);
     let mut fusion = Fusion::new(params, &options)
         .map_err(|e| {
             anyhow::Error::new(e).context("--voxel-size, --sdf-trunc and --depth-trunc do not fit")
         })?
         .with_limit(args.mesh_memory)
-        .with_depth(args.depth_kind);
+        .with_depth(mesh_depth);
     for (i, camera) in cameras.iter().enumerate() {
         fusion
             .add_view(raster.as_mut(), &model, camera, i)
@@ -1732,7 +1728,7 @@ fn fuse_mesh(
              truncation {:.6e}, depths to {:.6e})",
             cameras.len(),
             source.display(),
-            args.depth_kind.name(),
+            mesh_depth.name(),
             params.voxel_size,
             params.sdf_trunc,
             params.depth_trunc
