@@ -550,7 +550,7 @@ mod tests {
             let mut mesh = fusion.volume.mesh();
             let all = mesh.triangles.len();
             let pieces = mesh.keep_largest_pieces(1);
-            // Plane depths leave one closed 8-triangle bubble of one voxel beside the surface
+            // Plane depths leave one small closed bubble (a voxel across) beside the surface
             // (measured); the pieces kept are for such as it.
             assert!(
                 pieces <= 2 && mesh.triangles.len() * 1000 > all * 999,

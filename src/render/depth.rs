@@ -33,7 +33,8 @@
 //!   raised by a per-view constant `K` that makes it non-negative (the colour clamp), and
 //!   `K·Σw` is taken off afterwards. `t` is the depth through a pinhole camera (the
 //!   expansion's error is the perspective's curvature over one footprint: 1.8e-3 of the depth
-//!   for discs spanning 1.4° on a plane tilted 50°, in the tests) and the range along the unit
+//!   for discs on a plane tilted 50° seen through pixels of 1.4°, in the tests) and the range
+//!   along the unit
 //!   ray through a fisheye (whose rays scaled to unit depth grow without bound at the rim), the
 //!   depth then being the range times the pixel's `cos θ`. (The inverse depth of a plane is
 //!   exactly affine in a pinhole's pixel, but composited inverse depths are pulled towards the
