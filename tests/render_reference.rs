@@ -524,15 +524,19 @@ fn gs_render_depth_writes_npy_and_preview() {
     let npy = d.join("out.depth.npy");
     let (shape, depth) = read_npy(&npy, "<f4", 4);
     assert_eq!(shape, [30, 40]);
-    let want = render_depth(
-        &mut CpuRasterizer::<f32>::new(),
-        &model,
-        &camera,
-        &RenderOptions::default(),
-        DepthKind::Mean,
-        &mut DepthScratch::default(),
-    )
-    .unwrap();
+    // The library's depth of the model in this camera, on the CPU.
+    let library_depth = |kind| {
+        render_depth(
+            &mut CpuRasterizer::<f32>::new(),
+            &model,
+            &camera,
+            &RenderOptions::default(),
+            kind,
+            &mut DepthScratch::default(),
+        )
+        .unwrap()
+    };
+    let want = library_depth(DepthKind::Mean);
     let got: Vec<f32> = depth.iter().map(|&v| v as f32).collect();
     assert_eq!(
         got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -590,15 +594,7 @@ fn gs_render_depth_writes_npy_and_preview() {
         "plane",
     ]));
     let (_, plane_depth) = read_npy(&d.join("planes.depth.npy"), "<f4", 4);
-    let want_planes = render_depth(
-        &mut CpuRasterizer::<f32>::new(),
-        &model,
-        &camera,
-        &RenderOptions::default(),
-        DepthKind::Plane,
-        &mut DepthScratch::default(),
-    )
-    .unwrap();
+    let want_planes = library_depth(DepthKind::Plane);
     let plane_bits: Vec<u32> = plane_depth.iter().map(|&v| (v as f32).to_bits()).collect();
     assert_eq!(
         plane_bits,

@@ -57,7 +57,7 @@ use rayon::prelude::*;
 use crate::render::{Rasterizer, RenderError, RenderOptions, RenderOutput};
 use crate::scene::camera::{Camera, Projection};
 use crate::scene::gaussians::Gaussians;
-use crate::scene::maths::quat_to_rot;
+use crate::scene::maths::{dot3, mat3_mul, quat_to_rot};
 use crate::scene::sh::SH_C0;
 
 /// Pixels whose alpha is below one 8-bit level have no depth (`NaN`).
@@ -198,14 +198,16 @@ fn gaussian_plane(g: &Gaussians, i: usize, camera: &Camera) -> Option<[f64; 3]> 
         return facing;
     }
     // Σ⁻¹ = Σₖ aₖ·aₖᵀ / sₖ² in camera space, aₖ the Gaussian's axes (columns of R_cam·R_q).
-    let rq = quat_to_rot(q.map(|c| c / norm));
-    let rc = camera.world_to_camera.rotation;
+    let axes = mat3_mul(
+        &camera.world_to_camera.rotation,
+        &quat_to_rot(q.map(|c| c / norm)),
+    );
     let d0 = m.map(|c| c / t0);
     let (mut w, mut s) = ([0.0f64; 3], 0.0f64);
     for (axis, &log_scale) in g.log_scales[i].iter().enumerate() {
-        let a: [f64; 3] = std::array::from_fn(|r| (0..3).map(|c| rc[r][c] * rq[c][axis]).sum());
+        let a = [axes[0][axis], axes[1][axis], axes[2][axis]];
         let inv_var = (-2.0 * f64::from(log_scale)).exp();
-        let p = a[0] * d0[0] + a[1] * d0[1] + a[2] * d0[2];
+        let p = dot3(a, d0);
         for (wr, ar) in w.iter_mut().zip(a) {
             *wr += ar * p * inv_var;
         }

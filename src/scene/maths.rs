@@ -152,22 +152,15 @@ pub(crate) fn mat3_mul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
 /// vector perpendicular to `n`, made from whichever of the world's y and x axes lies further
 /// from `n`): the orientation of a flat Gaussian whose thin axis is the normal `n`.
 pub fn quaternion_z_to(n: [f64; 3]) -> [f64; 4] {
-    let cross = |a: [f64; 3], b: [f64; 3]| {
-        [
-            a[1] * b[2] - a[2] * b[1],
-            a[2] * b[0] - a[0] * b[2],
-            a[0] * b[1] - a[1] * b[0],
-        ]
-    };
     let helper = if n[1].abs() < 0.9 {
         [0.0, 1.0, 0.0]
     } else {
         [1.0, 0.0, 0.0]
     };
-    let x = cross(helper, n);
+    let x = cross3(helper, n);
     let len = (x[0] * x[0] + x[1] * x[1] + x[2] * x[2]).sqrt();
     let x = x.map(|k| k / len);
-    let y = cross(n, x);
+    let y = cross3(n, x);
     // Columns x, y, n.
     rotation_to_quaternion_wxyz(&[[x[0], y[0], n[0]], [x[1], y[1], n[1]], [x[2], y[2], n[2]]])
 }
