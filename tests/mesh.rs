@@ -422,3 +422,104 @@ fn gs_render_mesh_writes_the_library_s_mesh_of_the_training_views() {
         );
     }
 }
+
+/// Not a check: measures a mesh written by `gs-render --mesh` from a model of the demo scene
+/// (`MESH_PLY`) against the scene's true surfaces, as `docs/commands.md` reports trained
+/// models' meshes. `MESH_PLY=m.ply cargo test --release --test mesh -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_a_demo_mesh_against_the_scene() {
+    let Ok(path) = std::env::var("MESH_PLY") else {
+        eprintln!("MESH_PLY not set: nothing measured");
+        return;
+    };
+    let (mesh, comments) = read_mesh(Path::new(&path));
+    let voxel: f64 = comments
+        .iter()
+        .find_map(|c| c.split("voxel ").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.trim_end_matches(',').parse().ok())
+        .expect("the mesh's header names its voxel");
+    let scene = SynthScene::new(demo::SEED);
+    let reach = 4.0 * voxel;
+    let d = distances_to_scene(&scene, &mesh, reach);
+    let mut found: Vec<f64> = d.iter().flatten().copied().collect();
+    found.sort_unstable_by(f64::total_cmp);
+    let at = |q: f64| found[((found.len() - 1) as f64 * q) as usize];
+    eprintln!(
+        "{path}: {} vertices, {} triangles, voxel {voxel}; {:.1} % without a surface within \
+         {reach:.4}; signed distance median {:.4} (10 % {:.4}, 90 % {:.4}); median |d| {:.4}",
+        mesh.positions.len(),
+        mesh.triangles.len(),
+        100.0 * (d.len() - found.len()) as f64 / d.len() as f64,
+        at(0.5),
+        at(0.1),
+        at(0.9),
+        {
+            let mut a: Vec<f64> = found.iter().map(|v| v.abs()).collect();
+            a.sort_unstable_by(f64::total_cmp);
+            a[a.len() / 2]
+        }
+    );
+}
+
+/// Not a check: where a trained model of the demo scene (`MODEL_PLY`) puts its Gaussians
+/// against the scene's surfaces. A mean `δ` in front of a surface is `δ / cos θ` in front of
+/// it along a camera ray at `θ` to its normal, so the signed distance along the ray of
+/// smallest magnitude over the demo cameras, among those meeting a surface within `REACH` of
+/// the mean (not one hidden behind another surface), is its signed distance to the nearest
+/// surface a camera sees. `MODEL_PLY=m.ply cargo test --release --test mesh -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore]
+fn measure_a_demo_model_against_the_scene() {
+    const REACH: f64 = 0.5;
+    let Ok(path) = std::env::var("MODEL_PLY") else {
+        eprintln!("MODEL_PLY not set: nothing measured");
+        return;
+    };
+    let (g, _) = ramsplat::export::load_model(Path::new(&path), &Default::default()).unwrap();
+    let scene = SynthScene::new(demo::SEED);
+    let cameras = scene.cameras(demo::VIEWS, demo::WIDTH, demo::HEIGHT);
+    let (mut all, mut opaque, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..g.len() {
+        let p: V3 = g.means[i].map(f64::from);
+        let nearest = cameras
+            .iter()
+            .filter(|c| c.project(p).is_some())
+            .filter_map(|c| {
+                let o = c.centre();
+                let v: V3 = std::array::from_fn(|k| p[k] - o[k]);
+                let len = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+                let d = scene.trace(o, v.map(|k| k / len))?.t - len;
+                (d.abs() < REACH).then_some(d)
+            })
+            .min_by(|a, b| a.abs().total_cmp(&b.abs()));
+        let Some(d) = nearest else { continue };
+        all.push(d);
+        if ramsplat::scene::maths::sigmoid(g.logit_opacities[i]) > 0.5 {
+            opaque.push(d);
+            let s = g.log_scales[i].map(f32::exp);
+            sizes.push(f64::from(s.iter().copied().fold(0.0, f32::max)));
+        }
+    }
+    for v in [&mut all, &mut opaque, &mut sizes] {
+        v.sort_unstable_by(f64::total_cmp);
+    }
+    let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f) as usize];
+    eprintln!(
+        "{path}: {} of {} Gaussians within {REACH} of a surface; in front of it: median {:.4} \
+         (10 % {:.4}, 90 % {:.4}); opacity > 0.5 ({}): median {:.4} (10 % {:.4}, 90 % {:.4}), \
+         largest scale median {:.4}",
+        all.len(),
+        g.len(),
+        q(&all, 0.5),
+        q(&all, 0.1),
+        q(&all, 0.9),
+        opaque.len(),
+        q(&opaque, 0.5),
+        q(&opaque, 0.1),
+        q(&opaque, 0.9),
+        q(&sizes, 0.5)
+    );
+}

@@ -10,7 +10,8 @@
 #   bench      benches/cuda.rs: forward and forward+backward at 1080p, 100k and 1M Gaussians,
 #              CUDA against the CPU backend
 #   render     gs-render --backend cuda against --backend cpu on real packs (the fox photos at
-#              full resolution, a model trained briefly on the CPU), image by image
+#              full resolution, a model trained briefly on the CPU), image by image, then the
+#              two backends' --mesh of that model from the 1/8 pack (area within 1 %)
 #   trainer    the device engine against the CPU engine: a synthetic pack (64 views at 96x72,
 #              8 held out), 800 iterations with --eval and densification, seeds 3-5 on each:
 #              mean train PSNR within 0.3 dB, mean Gaussian count within 10 %
@@ -167,6 +168,32 @@ print(f"8-bit side-by-side PNGs: max |cpu - cuda| = {worst} levels, "
       f"{over1} of {total} channel values differ by more than 1 level")
 ok = abs(ma["mean_psnr"] - mb["mean_psnr"]) < 0.05 and over1 <= 1e-3 * total
 sys.exit(0 if ok else 1)
+PY
+    # The mesh of the same model from the 1/8 pack's training views: the plane depths
+    # (three colour channels of an SH-0 copy of the model) rendered by each backend, fused on
+    # the host. On the emulated device the two meshes' areas agree to 1e-3 (tests/mesh.rs).
+    for backend in cpu cuda; do
+        "$b/gs-render" --ply "$ply" --pack "$work/fox8.pack" --mesh \
+            -o "$work/mesh-$backend.ply" --backend "$backend" | tail -n 1
+    done
+    python3 - "$work/mesh-cpu.ply" "$work/mesh-cuda.ply" <<'PY'
+import sys
+import numpy as np
+def mesh(path):
+    data = open(path, "rb").read()
+    end = data.index(b"end_header\n") + len(b"end_header\n")
+    head = data[:end].decode().split()
+    nv = int(head[head.index("vertex") + 1])
+    nf = int(head[head.index("face") + 1])
+    v = np.frombuffer(data, np.dtype([("p", "<f4", 3), ("c", "u1", 3)]), nv, end)["p"]
+    f = np.frombuffer(data, np.dtype([("n", "u1"), ("i", "<i4", 3)]), nf, end + 15 * nv)["i"]
+    p = v.astype(np.float64)
+    a, b, c = p[f[:, 0]], p[f[:, 1]], p[f[:, 2]]
+    return nf, 0.5 * np.linalg.norm(np.cross(b - a, c - a), axis=1).sum()
+(fa, aa), (fb, ab) = mesh(sys.argv[1]), mesh(sys.argv[2])
+print(f"mesh: cpu {fa} triangles, area {aa:.6g}; cuda {fb} triangles, area {ab:.6g} "
+      f"(relative area difference {abs(aa - ab) / aa:.2e})")
+sys.exit(0 if abs(aa - ab) <= 0.01 * aa and abs(fa - fb) <= 0.02 * fa else 1)
 PY
 }
 
