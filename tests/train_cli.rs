@@ -4170,3 +4170,78 @@ fn an_aerial_synth_scene_converts_and_trains() {
         report.train_psnr
     );
 }
+
+/// `--sky-points N`: the run starts with N more Gaussians, the sky's, on the sphere ten extents
+/// out (the log says so, the report gives N, and without densification the saved model holds
+/// them where they were put); a resume must name them again (the far field is one of the
+/// run's settings), and the refusals come before anything is written.
+#[test]
+fn sky_points_start_the_model_and_resume_only_with_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack_path = tiny_pack(dir.path());
+    let pack = ramsplat::shard::reader::Pack::open(&pack_path).unwrap();
+    let scene = pack.manifest().scene.clone();
+    let run = |out: &Path, iterations: &str, extra: &[&str]| {
+        let mut args = vec![s(&pack_path), "-o", s(out), "--iterations", iterations];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(COMMON);
+        gs_train(&args)
+    };
+    let load = |out: &Path, it: u32| {
+        ramsplat::export::load_model(
+            &out.join(format!("point_cloud/iteration_{it}/point_cloud.ply")),
+            &Default::default(),
+        )
+        .unwrap()
+        .0
+    };
+    let plain = dir.path().join("plain");
+    let o = run(&plain, "5", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sky = dir.path().join("sky");
+    let o = run(
+        &sky,
+        "5",
+        &["--sky-points", "300", "--checkpoint-every", "5"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = String::from_utf8_lossy(&o.stdout).to_string() + &stderr(&o);
+    assert!(log.contains("300 of them sky points"), "{log}");
+    let r: Report =
+        serde_json::from_str(&std::fs::read_to_string(sky.join("report.json")).unwrap()).unwrap();
+    assert_eq!(r.sky_points, 300);
+    let (a, b) = (load(&plain, 5), load(&sky, 5));
+    assert_eq!(b.len(), a.len() + 300);
+    // The sky's Gaussians, after the scene's, lie about ten extents from the cameras.
+    for m in &b.means[a.len()..] {
+        let d: f64 = (0..3)
+            .map(|k| (f64::from(m[k]) - scene.camera_centroid[k]).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        assert!((d / scene.extent - 10.0).abs() < 0.1, "{d}");
+    }
+    let o = run(&sky, "10", &["--resume", "--extend"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("densify.far_field"), "{}", stderr(&o));
+    let o = run(&sky, "10", &["--resume", "--extend", "--sky-points", "300"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let o = run(
+        &dir.path().join("over"),
+        "5",
+        &["--sky-points", "300", "--max-gaussians", "300"],
+    );
+    refused(&o, &["--sky-points 300", "--max-gaussians 300"]);
+    assert!(!dir.path().join("over").exists());
+    let o = run(
+        &dir.path().join("init"),
+        "5",
+        &[
+            "--sky-points",
+            "10",
+            "--init",
+            s(&plain.join("point_cloud/iteration_5/point_cloud.ply")),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}

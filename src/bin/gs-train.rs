@@ -118,6 +118,14 @@ struct Args {
     /// bands dropped, missing bands start at 0); the SH schedule starts at its degree.
     #[arg(long, value_name = "MODEL", conflicts_with = "resume")]
     init: Option<PathBuf>,
+    /// Start with N sky points beside the pack's points: spread evenly over a sphere ten scene
+    /// extents from the cameras' centroid, so what lies beyond the scene (sky, distant
+    /// landscape) is learned far away instead of as haze in front of views the training
+    /// cameras did not see. Gaussians that far out are never densified or pruned for their
+    /// size (the rules in scene units would multiply or delete the sky). For outdoor and
+    /// unbounded captures; give the same N to --resume. Counted in --max-gaussians.
+    #[arg(long, value_name = "N", conflicts_with = "init")]
+    sky_points: Option<usize>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     #[arg(long, alias = "sh_degree", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=3))]
@@ -765,6 +773,7 @@ fn options(args: &Args, pack: &Path, out: &Path, iterations: u64) -> Result<RunO
     o.resume = args.resume;
     o.extend = args.extend;
     o.init = args.init.clone();
+    o.sky_points = args.sky_points.unwrap_or(0);
     o.test_iterations = args.test_iterations.clone();
     o.save_iterations = args.save_iterations.clone();
     o.export = args.export.clone();

@@ -48,6 +48,14 @@
 //! 167,225 where off kept 183,385, and ended 0.13 dB lower on the held-out views
 //! (docs/training.md § Screen-size pruning).
 //!
+//! A run that starts with a sky (`gs-train --sky-points`, [`super::init::sky_points`]) has a
+//! far field ([`DensifyConfig::far_field`]): Gaussians beyond it are the sky's, placed far away
+//! and large on purpose, so the rules in world units do not apply to them: they are never
+//! cloned or split (each split leaves children larger than `percent_dense` of the extent,
+//! which split again, and the sky would multiply) and never pruned for their size (the world
+//! rule would remove the whole sky at the first prune after a reset). Transparent ones are
+//! pruned like any other.
+//!
 //! # Order of the arrays after a densification
 //! Kept originals in their order, then clones, then split children (all first children,
 //! then all second children), exactly 3DGS's order; then pruning compacts in place.
@@ -462,6 +470,30 @@ pub struct DensifyConfig {
     pub opacity_reg: f32,
     #[serde(default)]
     pub scale_reg: f32,
+    /// The sky's sphere, in a run that starts with one (`gs-train --sky-points`): Gaussians
+    /// beyond [`FarField::radius`] are the sky's, which is far and large by design, so they
+    /// are neither densified nor pruned for their size (see the module doc). `None` (the
+    /// default): every Gaussian is treated alike; left out of a saved configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub far_field: Option<FarField>,
+}
+
+/// The region beyond a sphere about the scene: where a run's sky Gaussians live
+/// ([`DensifyConfig::far_field`], [`super::init::sky_points`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FarField {
+    pub centre: [f64; 3],
+    pub radius: f64,
+}
+
+impl FarField {
+    /// Whether `p` lies beyond the sphere.
+    pub fn contains(&self, p: [f32; 3]) -> bool {
+        let d2: f64 = (0..3)
+            .map(|k| (f64::from(p[k]) - self.centre[k]).powi(2))
+            .sum();
+        d2 > self.radius * self.radius
+    }
 }
 
 /// The logit of `1 − √(1 − σ(l))`, the revised opacity of a split child of a Gaussian of logit
@@ -507,6 +539,7 @@ impl Default for DensifyConfig {
             revised_opacity: false,
             opacity_reg: 0.0,
             scale_reg: 0.0,
+            far_field: None,
         }
     }
 }
@@ -741,10 +774,11 @@ impl DefaultStrategy {
         let ext = ctx.extent as f32;
         let dense = cfg.percent_dense * ext;
         let max_scale = |s: [f32; 3]| s[0].max(s[1]).max(s[2]).exp();
+        let sky = |i: usize| cfg.far_field.is_some_and(|f| f.contains(m.means[i]));
         // Candidates: (average gradient, index, is_split).
         let mut cand: Vec<(f32, usize, bool)> = Vec::new();
         if !self.growth_stopped {
-            for i in 0..n0 {
+            for i in (0..n0).filter(|&i| !sky(i)) {
                 let d = m.denom[i];
                 let g = if d == 0 {
                     0.0
@@ -851,6 +885,7 @@ impl DefaultStrategy {
                 let scale = log_scale_of[r].unwrap_or(m.log_scales[src]);
                 // Screen radii were accumulated by the originals only (new rows count 0).
                 let large = prune_large
+                    && !sky(src)
                     && (cfg
                         .prune_screen_radius
                         .is_some_and(|lim| r < kept && m.max_radii[src] > lim)
@@ -1433,6 +1468,53 @@ mod tests {
             }
         }
         assert_eq!(DensifyConfig::default().prune_screen_radius, None);
+    }
+
+    /// A run's far field (its sky): Gaussians beyond it are neither cloned, split nor pruned
+    /// for their size, while a transparent one is still pruned and the near ones densify as
+    /// before.
+    #[test]
+    fn the_far_field_is_neither_densified_nor_pruned_for_size() {
+        let far = FarField {
+            centre: [0.0; 3],
+            radius: 0.5,
+        };
+        assert!(!far.contains([0.5, 0.0, 0.0]) && far.contains([0.0, 0.6, 0.0]));
+        let none: [[f32; 2]; 4] = [[0.0; 2]; 4];
+        let cfg = DensifyConfig {
+            far_field: Some(far),
+            ..DensifyConfig::default()
+        };
+        // Gaussian 1 (to be split) and 3 (transparent) lie beyond the far field's radius,
+        // so do 2 and 3 (all but 0, at the origin).
+        let mut m = scenario();
+        let mut s = DefaultStrategy::new(cfg.clone());
+        let out = Ctx::new().run(&mut s, &mut m, &view(&[0; 4], &none), 600, &mut |_| 0);
+        assert_eq!((out.cloned, out.split, out.pruned), (1, 0, 1));
+        let xs: Vec<f32> = m.gaussians.means.iter().map(|p| p[0]).collect();
+        assert_eq!(xs, [0.0, 1.0, 2.0, 0.0], "1 kept whole, 3 pruned, 0 cloned");
+        // After the first reset a large far Gaussian stays; a near one goes.
+        for (field, kept_after) in [
+            (Some(far), &[0.0, 1.0, 2.0, 3.0][..]),
+            (None, &[0.0, 1.0, 3.0][..]),
+        ] {
+            let mut m = tagged(4);
+            m.gaussians.logit_opacities = vec![0.0; 4];
+            m.stats.denom = vec![0; 4];
+            m.gaussians.log_scales[2] = [(0.2f32).ln(); 3]; // > 0.1·extent
+            let mut s = DefaultStrategy::new(DensifyConfig {
+                far_field: field,
+                ..DensifyConfig::default()
+            });
+            Ctx::new().run(&mut s, &mut m, &view(&[0; 4], &none), 3100, &mut |_| 0);
+            let kept: Vec<f32> = m.gaussians.means.iter().map(|p| p[0]).collect();
+            assert_eq!(kept, kept_after, "{field:?}");
+        }
+        // Off, it is left out of a saved configuration; on, it is read back.
+        let text = serde_json::to_string(&DensifyConfig::default()).unwrap();
+        assert!(!text.contains("far_field"), "{text}");
+        let text = serde_json::to_string(&cfg).unwrap();
+        assert_eq!(serde_json::from_str::<DensifyConfig>(&text).unwrap(), cfg);
     }
 
     #[test]

@@ -95,31 +95,36 @@ pub struct InitPlan {
     pub gaussians: u64,
     /// Random points (the pack has no SfM points).
     pub random: bool,
+    /// Sky points added ([`sky_points`]; counted in `gaussians`).
+    pub sky: u64,
 }
 
 impl InitPlan {
     /// Whether the SfM points are subsampled to the cap.
     pub fn subsampled(&self) -> bool {
-        !self.random && self.gaussians < self.points
+        !self.random && self.gaussians - self.sky < self.points
     }
 }
 
 /// What [`from_pack`] with these arguments builds (see [`InitPlan`]).
-pub fn plan(pack: &Pack, random_points: usize, max_gaussians: usize) -> InitPlan {
+pub fn plan(pack: &Pack, random_points: usize, max_gaussians: usize, sky: usize) -> InitPlan {
     let m = pack.manifest();
     let (_, total) = m.sfm_clouds();
+    let scene_cap = max_gaussians.saturating_sub(sky) as u64;
     if m.scene.no_sfm_points || total == 0 {
-        let n = random_points.min(max_gaussians) as u64;
+        let n = (random_points as u64).min(scene_cap);
         InitPlan {
             points: n,
-            gaussians: n,
+            gaussians: n + sky as u64,
             random: true,
+            sky: sky as u64,
         }
     } else {
         InitPlan {
             points: total,
-            gaussians: total.min(max_gaussians as u64),
+            gaussians: total.min(scene_cap) + sky as u64,
             random: false,
+            sky: sky as u64,
         }
     }
 }
@@ -392,6 +397,44 @@ pub fn random_in_box(
 /// Ratio of camera distance to box half-side on NeRF-synthetic scenes (4.03 / 1.3).
 const CAMERA_DISTANCE_PER_HALF_SIDE: f64 = 3.1;
 
+/// The sky sphere's radius in scene extents (`gs-train --sky-points`; module doc).
+pub const SKY_RADIUS_PER_EXTENT: f64 = 10.0;
+/// The sky points' colour before training: a light grey (each learns its own).
+const SKY_GREY: u8 = 200;
+
+/// The sky of a scene whose cameras have centroid `centre` and extent `extent`: the sphere
+/// about `centre` of radius [`SKY_RADIUS_PER_EXTENT`] × `extent` (centre, radius).
+pub fn sky_sphere(centre: [f64; 3], extent: f64) -> ([f64; 3], f64) {
+    (centre, SKY_RADIUS_PER_EXTENT * extent)
+}
+
+/// The far field of a run with a sky ([`super::densify::DensifyConfig::far_field`]): beyond
+/// half the sky's radius, where no camera-side surface of the scene lies and every sky point
+/// (and Gaussian split from one) does.
+pub fn sky_far_field(centre: [f64; 3], extent: f64) -> super::densify::FarField {
+    let (centre, radius) = sky_sphere(centre, extent);
+    super::densify::FarField {
+        centre,
+        radius: 0.5 * radius,
+    }
+}
+
+/// `n` points spread evenly over the sphere of radius `radius` about `centre`: a Fibonacci
+/// lattice (point `i` at height `1 − (2i + 1)/n`, turned by the golden angle from the last),
+/// so every direction from the scene has sky the same distance away. Deterministic.
+pub fn sky_points(centre: [f64; 3], radius: f64, n: usize) -> Vec<[f32; 3]> {
+    let golden = std::f64::consts::PI * (3.0 - 5f64.sqrt());
+    (0..n)
+        .map(|i| {
+            let z = 1.0 - (2 * i + 1) as f64 / n as f64;
+            let r = (1.0 - z * z).max(0.0).sqrt();
+            let (sin, cos) = (golden * i as f64).sin_cos();
+            let d = [r * cos, r * sin, z];
+            std::array::from_fn(|k| (centre[k] + radius * d[k]) as f32)
+        })
+        .collect()
+}
+
 /// The random box of a scene (see the module doc): (centre, half-side).
 pub fn random_box(pack: &Pack) -> ([f64; 3], f64) {
     let cams: Vec<Camera> = pack.manifest().views.iter().map(|v| v.camera).collect();
@@ -466,6 +509,43 @@ pub fn random_box_for(cams: &[Camera], centroid: [f64; 3], extent: f64) -> ([f64
 /// `max_gaussians` of either (SfM points by [`stratified_subsample`]). [`plan`] says what this
 /// builds before any work.
 pub fn from_pack(
+    pack: &Pack,
+    sh_degree: u32,
+    random_points: usize,
+    max_gaussians: usize,
+    rng: &mut Rng,
+) -> Result<Gaussians, InitError> {
+    from_pack_with_sky(pack, sh_degree, random_points, max_gaussians, 0, rng)
+}
+
+/// [`from_pack`] with `sky` sky points after the scene's ([`sky_points`] on the pack's
+/// [`sky_sphere`]): the scene's points are capped at `max_gaussians − sky`.
+pub fn from_pack_with_sky(
+    pack: &Pack,
+    sh_degree: u32,
+    random_points: usize,
+    max_gaussians: usize,
+    sky: usize,
+    rng: &mut Rng,
+) -> Result<Gaussians, InitError> {
+    let mut g = scene_from_pack(
+        pack,
+        sh_degree,
+        random_points,
+        max_gaussians.saturating_sub(sky),
+        rng,
+    )?;
+    if sky > 0 {
+        let s = &pack.manifest().scene;
+        let (centre, radius) = sky_sphere(s.camera_centroid, s.extent);
+        let xyz = sky_points(centre, radius, sky);
+        g.append(&from_points(&xyz, &vec![[SKY_GREY; 3]; sky], sh_degree)?);
+    }
+    Ok(g)
+}
+
+/// The scene's part of [`from_pack_with_sky`].
+fn scene_from_pack(
     pack: &Pack,
     sh_degree: u32,
     random_points: usize,
@@ -910,13 +990,14 @@ mod tests {
         let with = dir.path().join("with");
         crate::synth::packs::write_tiny_pack(&with).unwrap();
         let pack = Pack::open(&with).unwrap();
-        let p = plan(&pack, 50, 30);
+        let p = plan(&pack, 50, 30, 0);
         assert_eq!(
             p,
             InitPlan {
                 points: 100,
                 gaussians: 30,
-                random: false
+                random: false,
+                sky: 0
             }
         );
         assert!(p.subsampled());
@@ -930,13 +1011,13 @@ mod tests {
         );
         let again = from_pack(&pack, 0, 50, 30, &mut Rng::new(9)).unwrap();
         assert_eq!(g.means, again.means);
-        assert!(!plan(&pack, 50, 1000).subsampled());
+        assert!(!plan(&pack, 50, 1000, 0).subsampled());
 
         let without = dir.path().join("without");
         crate::synth::packs::write_noise_pack(&without, 3, 8, 6, crate::shard::Codec::Raw, 1)
             .unwrap();
         let pack = Pack::open(&without).unwrap();
-        let p = plan(&pack, 300, 120);
+        let p = plan(&pack, 300, 120, 0);
         assert!(p.random && p.gaussians == 120 && !p.subsampled());
         assert_eq!(
             from_pack(&pack, 0, 300, 120, &mut Rng::new(0))
@@ -944,5 +1025,56 @@ mod tests {
                 .len(),
             120
         );
+    }
+
+    /// Sky points lie on the sky sphere, evenly (every octant holds its share), after the
+    /// scene's points, which the cap leaves room for; their scales come from their own
+    /// spacing, and the far field holds them.
+    #[test]
+    fn sky_points_surround_the_scene_after_its_points() {
+        let (centre, radius) = sky_sphere([1.0, -2.0, 3.0], 4.0);
+        assert_eq!(radius, 40.0);
+        let pts = sky_points(centre, radius, 4000);
+        let mut octants = [0usize; 8];
+        for p in &pts {
+            let d: [f64; 3] = std::array::from_fn(|k| f64::from(p[k]) - centre[k]);
+            let r = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
+            assert!((r - radius).abs() < 1e-4 * radius, "{r}");
+            octants[usize::from(d[0] > 0.0)
+                | usize::from(d[1] > 0.0) << 1
+                | usize::from(d[2] > 0.0) << 2] += 1;
+        }
+        assert!(octants.iter().all(|&c| c.abs_diff(500) < 15), "{octants:?}");
+        assert_eq!(sky_points(centre, radius, 3), sky_points(centre, radius, 3));
+
+        let dir = tempfile::tempdir().unwrap();
+        crate::synth::packs::write_tiny_pack(dir.path()).unwrap();
+        let pack = Pack::open(dir.path()).unwrap();
+        let p = plan(&pack, 50, 60, 40);
+        assert_eq!((p.points, p.gaussians, p.sky), (100, 60, 40));
+        assert!(p.subsampled());
+        let g = from_pack_with_sky(&pack, 1, 50, 60, 40, &mut Rng::new(9)).unwrap();
+        assert_eq!(g.len(), 60);
+        let scene = from_pack(&pack, 1, 50, 20, &mut Rng::new(9)).unwrap();
+        assert_eq!(
+            g.means[..20],
+            scene.means[..],
+            "the scene's points come first"
+        );
+        let s = &pack.manifest().scene;
+        let far = sky_far_field(s.camera_centroid, s.extent);
+        assert!(g.means[20..].iter().all(|&m| far.contains(m)));
+        // 40 points on a sphere of radius 10 extents: spaced about 2.8 extents apart.
+        let spacing = (4.0 * std::f64::consts::PI / 40.0).sqrt() * 10.0 * s.extent;
+        for ls in &g.log_scales[20..] {
+            let scale = f64::from(ls[0].exp());
+            assert!(
+                scale > 0.3 * spacing && scale < 1.5 * spacing,
+                "{scale} vs {spacing}"
+            );
+        }
+        assert!(g.sh[20 * 4..]
+            .chunks(4)
+            .all(|c| c[0] == [rgb_to_sh_dc(200.0 / 255.0); 3]));
     }
 }

@@ -226,6 +226,10 @@ pub struct Report {
     /// Whether split children started at the revised opacity (`--revised-opacity`).
     #[serde(default)]
     pub revised_opacity: bool,
+    /// Sky points the run started with (`--sky-points`); 0 when none, and in reports written
+    /// before it was recorded.
+    #[serde(default)]
+    pub sky_points: u64,
     /// gsplat's `opacity_reg` and `scale_reg` in effect (`--opacity-reg`, `--scale-reg`; 0.01
     /// each under MCMC unless changed, else 0); 0 in reports written before they were
     /// recorded.

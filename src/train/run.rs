@@ -120,6 +120,10 @@ pub struct RunOptions {
     /// Start from this model (`.ply`, `.spz` or `.splat`) instead of the pack's points
     /// (`gs-train --init`; excludes `resume`).
     pub init: Option<PathBuf>,
+    /// Sky points a fresh model starts with beside the pack's ([`super::init::sky_points`],
+    /// `gs-train --sky-points`; 0: none). Any number gives the run its far field
+    /// ([`super::densify::DensifyConfig::far_field`]), so a resume names it again.
+    pub sky_points: usize,
     pub test_iterations: Vec<u64>,
     /// Write the PLY at these iterations (the last iteration is always written).
     pub save_iterations: Vec<u64>,
@@ -174,6 +178,7 @@ impl RunOptions {
             resume: false,
             extend: false,
             init: None,
+            sky_points: 0,
             test_iterations: vec![7_000, 30_000],
             save_iterations: vec![7_000, 30_000],
             export: vec![],
@@ -234,6 +239,16 @@ pub enum OptionsError {
          a larger --iterations)"
     )]
     ExtendWithoutResume,
+    #[error(
+        "--sky-points adds sky points to the model a run starts from the pack's points; --init \
+         starts from a model of its own: leave one out"
+    )]
+    SkyWithInit,
+    #[error(
+        "--sky-points {sky} leaves no room under --max-gaussians {cap} for the scene's own \
+         Gaussians: give fewer sky points or a larger cap"
+    )]
+    SkyOverCap { sky: usize, cap: usize },
     #[error("--devices must be at least 1")]
     NoDevices,
     #[error(
@@ -1587,6 +1602,7 @@ fn model_start(
             pack,
             RANDOM_POINTS,
             config.initial_cap(),
+            opts.sky_points,
         )));
     }
     let manifest = pack.manifest();
@@ -1630,11 +1646,13 @@ fn unfold_line(path: &Path, u: super::filter3d::Unfolded) -> String {
 
 /// The line that says, once, what the initial model is made of.
 fn init_line(init: &InitPlan, seed: u64) -> String {
-    if init.subsampled() {
+    let line = if init.subsampled() {
         format!(
             "initial model: {} of the pack's {} SfM points (--max-gaussians {}: kept spread \
              over the scene by stratified sampling along a space-filling curve, seed {seed})",
-            init.gaussians, init.points, init.gaussians
+            init.gaussians - init.sky,
+            init.points,
+            init.gaussians
         )
     } else if init.random {
         format!(
@@ -1643,7 +1661,16 @@ fn init_line(init: &InitPlan, seed: u64) -> String {
         )
     } else {
         format!("initial model: {} Gaussians", init.gaussians)
+    };
+    if init.sky == 0 {
+        return line;
     }
+    format!(
+        "{line}, {} of them sky points on a sphere {} scene extents from the cameras' centroid \
+         (--sky-points)",
+        init.sky,
+        super::init::SKY_RADIUS_PER_EXTENT
+    )
 }
 
 /// The loader configuration and the trainer's floor items of a run (see the module doc):
@@ -1665,8 +1692,8 @@ fn plan_inputs(
             Position { epoch: 0, index: 0 },
             0,
             init.gaussians,
-            init.points,
-            init.points,
+            init.points + init.sky,
+            init.points + init.sky,
         ),
         // The model is resident already (read before the plan); nothing else is built.
         ModelStart::Model(g, report, _) => (
@@ -1920,6 +1947,17 @@ fn check_options(opts: &RunOptions) -> Result<(), RunError> {
     if opts.extend && !opts.resume {
         return Err(OptionsError::ExtendWithoutResume.into());
     }
+    if opts.sky_points > 0 && opts.init.is_some() {
+        return Err(OptionsError::SkyWithInit.into());
+    }
+    let cap = opts.config.initial_cap();
+    if opts.sky_points > 0 && opts.sky_points >= cap {
+        return Err(OptionsError::SkyOverCap {
+            sky: opts.sky_points,
+            cap,
+        }
+        .into());
+    }
     if opts.devices == 0 {
         return Err(OptionsError::NoDevices.into());
     }
@@ -2125,6 +2163,10 @@ pub fn dry_run(
     }
     let manifest = pack.manifest().clone();
     config.depth = depth_config(opts, &manifest, manifest.scene.extent, on_event)?;
+    if opts.sky_points > 0 {
+        let s = &manifest.scene;
+        config.densify.far_field = Some(super::init::sky_far_field(s.camera_centroid, s.extent));
+    }
     let views = TrainedViews::of_run(opts.eval, &config);
     let source = PackViews::new(pack.clone(), views.split());
     if source.is_empty() {
@@ -2222,6 +2264,10 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     }
     let manifest = pack.manifest().clone();
     config.depth = depth_config(opts, &manifest, manifest.scene.extent, on_event)?;
+    if opts.sky_points > 0 {
+        let s = &manifest.scene;
+        config.densify.far_field = Some(super::init::sky_far_field(s.camera_centroid, s.extent));
+    }
     let pack_id = manifest.pack_id.to_string();
     // The stored pack's: the run's resolution is one of its settings (`config.resolution`).
     let pack_content = pack.content_fingerprint();
@@ -2401,7 +2447,16 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             (Trainer::from_state(*state, engine)?, Some(step))
         }
         ModelStart::Fresh(init) => {
-            let g = initial_gaussians(&pack, config.sh_degree, config.initial_cap(), config.seed)?;
+            let mut rng = crate::rng::Rng::derived(config.seed, INIT_STREAM);
+            let g = super::init::from_pack_with_sky(
+                &pack,
+                config.sh_degree,
+                RANDOM_POINTS,
+                config.initial_cap(),
+                opts.sky_points,
+                &mut rng,
+            )
+            .map_err(RunError::Init)?;
             on_event(Event::Line(init_line(&init, config.seed)));
             (
                 Trainer::new(config.clone(), g, manifest.scene.extent, engine)?,
@@ -2838,6 +2893,7 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
                         .unwrap_or(f64::NAN)
                 }),
             revised_opacity: config.mcmc.is_none() && config.densify.revised_opacity,
+            sky_points: opts.sky_points as u64,
             opacity_reg: regularisers.0,
             scale_reg: regularisers.1,
             optimizer: Some(
