@@ -1,4 +1,5 @@
-//! Initial Gaussians: from the pack's SfM points, or random points when it has none.
+//! Initial Gaussians: from the pack's SfM points, or random points when it has none, and
+//! optionally a sky around them.
 //!
 //! # From points (3DGS `create_from_pcd`)
 //! - mean = the point; SH DC = `(c/255 − 0.5) / C0` per channel, higher coefficients 0;
@@ -26,6 +27,16 @@
 //! optical axes are (nearly) parallel, as in forward-facing captures, the look-at point is
 //! undefined and the box is centred one extent in front of the centroid along the mean
 //! viewing direction.
+//!
+//! # Sky points (`gs-train --sky-points N`)
+//! [`from_pack_with_sky`] appends `N` points after the scene's: a Fibonacci lattice over the
+//! sphere about the cameras' centroid of radius [`SKY_RADIUS_PER_EXTENT`] scene extents
+//! ([`sky_points`]), light grey, initialised like any point (their kNN scales are their own
+//! spacing: the scene is far from them). The scene's points are capped at `cap − N`. What lies
+//! beyond the scene then has Gaussians far away to be learned on, instead of being filled in
+//! by densification a few extents out, where other views see it as haze. The run's far field
+//! ([`sky_far_field`]) keeps densification's scene-unit rules off them (see
+//! [`super::densify`]).
 //!
 //! # A cap on the initial model (`--max-gaussians`)
 //! With more SfM points than the cap, [`stratified_subsample`] keeps exactly `cap` of them,
@@ -409,8 +420,8 @@ pub fn sky_sphere(centre: [f64; 3], extent: f64) -> ([f64; 3], f64) {
 }
 
 /// The far field of a run with a sky ([`super::densify::DensifyConfig::far_field`]): beyond
-/// half the sky's radius, where no camera-side surface of the scene lies and every sky point
-/// (and Gaussian split from one) does.
+/// half the sky's radius, five extents from the cameras' centroid, where every sky point lies
+/// and of the scene only what is that far (distant landmarks, which the same rules suit).
 pub fn sky_far_field(centre: [f64; 3], extent: f64) -> super::densify::FarField {
     let (centre, radius) = sky_sphere(centre, extent);
     super::densify::FarField {

@@ -249,6 +249,11 @@ pub enum OptionsError {
          Gaussians: give fewer sky points or a larger cap"
     )]
     SkyOverCap { sky: usize, cap: usize },
+    #[error(
+        "--sky-points needs the scene's extent to place the sky, and this pack's cameras all \
+         sit at one position (extent 0): leave --sky-points out"
+    )]
+    SkyWithoutExtent,
     #[error("--devices must be at least 1")]
     NoDevices,
     #[error(
@@ -2147,6 +2152,25 @@ fn resolution_note(pack: &Pack, resolution: crate::resample::Resize) -> Option<S
     ))
 }
 
+/// The far field of a run with `--sky-points` (`None` without), from the pack's cameras.
+fn far_field(
+    opts: &RunOptions,
+    manifest: &crate::shard::Manifest,
+) -> Result<Option<super::densify::FarField>, RunError> {
+    if opts.sky_points == 0 {
+        return Ok(None);
+    }
+    let s = &manifest.scene;
+    // Cameras at one position (a tripod's panorama) give no extent to place a sky by.
+    if s.extent.is_nan() || s.extent <= 0.0 {
+        return Err(OptionsError::SkyWithoutExtent.into());
+    }
+    Ok(Some(super::init::sky_far_field(
+        s.camera_centroid,
+        s.extent,
+    )))
+}
+
 /// `gs-train --dry-run`: see [`PlanSummary`]. Opens the pack (and reads the checkpoint under
 /// `--resume`), writes nothing. A budget below the floor is not an error here: the summary
 /// says so (`fits == false`) with the refusal a run would give.
@@ -2163,9 +2187,8 @@ pub fn dry_run(
     }
     let manifest = pack.manifest().clone();
     config.depth = depth_config(opts, &manifest, manifest.scene.extent, on_event)?;
-    if opts.sky_points > 0 {
-        let s = &manifest.scene;
-        config.densify.far_field = Some(super::init::sky_far_field(s.camera_centroid, s.extent));
+    if let Some(field) = far_field(opts, &manifest)? {
+        config.densify.far_field = Some(field);
     }
     let views = TrainedViews::of_run(opts.eval, &config);
     let source = PackViews::new(pack.clone(), views.split());
@@ -2264,9 +2287,8 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
     }
     let manifest = pack.manifest().clone();
     config.depth = depth_config(opts, &manifest, manifest.scene.extent, on_event)?;
-    if opts.sky_points > 0 {
-        let s = &manifest.scene;
-        config.densify.far_field = Some(super::init::sky_far_field(s.camera_centroid, s.extent));
+    if let Some(field) = far_field(opts, &manifest)? {
+        config.densify.far_field = Some(field);
     }
     let pack_id = manifest.pack_id.to_string();
     // The stored pack's: the run's resolution is one of its settings (`config.resolution`).
@@ -2937,5 +2959,30 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             report_path,
             interrupted,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--sky-points` gives a run its far field from the pack's cameras, and refuses a pack
+    /// whose cameras share one position (no extent to place the sky by).
+    #[test]
+    fn sky_points_need_a_scene_extent() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::synth::packs::write_tiny_pack(dir.path()).unwrap();
+        let pack = Pack::open(dir.path()).unwrap();
+        let mut opts = RunOptions::new(dir.path(), &dir.path().join("out"));
+        let mut manifest = pack.manifest().clone();
+        assert_eq!(far_field(&opts, &manifest).unwrap(), None);
+        opts.sky_points = 10;
+        let s = &manifest.scene;
+        let field = far_field(&opts, &manifest).unwrap().unwrap();
+        assert_eq!(field.centre, s.camera_centroid);
+        assert_eq!(field.radius, 5.0 * s.extent);
+        manifest.scene.extent = 0.0;
+        let e = far_field(&opts, &manifest).unwrap_err().to_string();
+        assert!(e.contains("extent 0") && e.contains("--sky-points"), "{e}");
     }
 }
