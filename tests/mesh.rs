@@ -443,9 +443,8 @@ fn measure_a_demo_mesh_against_the_scene() {
     let scene = SynthScene::new(demo::SEED);
     let reach = 4.0 * voxel;
     let d = distances_to_scene(&scene, &mesh, reach);
-    let mut found: Vec<f64> = d.iter().flatten().copied().collect();
-    found.sort_unstable_by(f64::total_cmp);
-    let at = |q: f64| found[((found.len() - 1) as f64 * q) as usize];
+    let found = sorted(d.iter().flatten().copied().collect());
+    let at = |q: f64| quantile(&found, q);
     eprintln!(
         "{path}: {} vertices, {} triangles, voxel {voxel}; {:.1} % without a surface within \
          {reach:.4}; signed distance median {:.4} (10 % {:.4}, 90 % {:.4}); median |d| {:.4}",
@@ -455,12 +454,19 @@ fn measure_a_demo_mesh_against_the_scene() {
         at(0.5),
         at(0.1),
         at(0.9),
-        {
-            let mut a: Vec<f64> = found.iter().map(|v| v.abs()).collect();
-            a.sort_unstable_by(f64::total_cmp);
-            a[a.len() / 2]
-        }
+        quantile(&sorted(found.iter().map(|v| v.abs()).collect()), 0.5)
     );
+}
+
+/// `v` in ascending order.
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_unstable_by(f64::total_cmp);
+    v
+}
+
+/// The `q`-quantile of the ascending `v` (the value at index ⌊(n − 1)·q⌋).
+fn quantile(v: &[f64], q: f64) -> f64 {
+    v[((v.len() - 1) as f64 * q) as usize]
 }
 
 /// Not a check: where a trained model of the demo scene (`MODEL_PLY`) puts its Gaussians
@@ -503,10 +509,8 @@ fn measure_a_demo_model_against_the_scene() {
             sizes.push(f64::from(s.iter().copied().fold(0.0, f32::max)));
         }
     }
-    for v in [&mut all, &mut opaque, &mut sizes] {
-        v.sort_unstable_by(f64::total_cmp);
-    }
-    let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f) as usize];
+    let (all, opaque, sizes) = (sorted(all), sorted(opaque), sorted(sizes));
+    let q = quantile;
     eprintln!(
         "{path}: {} of {} Gaussians within {REACH} of a surface; in front of it: median {:.4} \
          (10 % {:.4}, 90 % {:.4}); opacity > 0.5 ({}): median {:.4} (10 % {:.4}, 90 % {:.4}), \

@@ -182,9 +182,9 @@ import numpy as np
 def mesh(path):
     data = open(path, "rb").read()
     end = data.index(b"end_header\n") + len(b"end_header\n")
-    head = data[:end].decode().split()
-    nv = int(head[head.index("vertex") + 1])
-    nf = int(head[head.index("face") + 1])
+    count = {l.split()[1]: int(l.split()[2])
+             for l in data[:end].decode().splitlines() if l.startswith("element ")}
+    nv, nf = count["vertex"], count["face"]
     v = np.frombuffer(data, np.dtype([("p", "<f4", 3), ("c", "u1", 3)]), nv, end)["p"]
     f = np.frombuffer(data, np.dtype([("n", "u1"), ("i", "<i4", 3)]), nf, end + 15 * nv)["i"]
     p = v.astype(np.float64)

@@ -1510,8 +1510,20 @@ pub fn initial_gaussians(
     max_gaussians: usize,
     seed: u64,
 ) -> Result<crate::scene::gaussians::Gaussians, RunError> {
+    initial_gaussians_with_sky(pack, sh_degree, max_gaussians, 0, seed)
+}
+
+/// [`initial_gaussians`] with `sky` sky points after the pack's
+/// ([`super::init::from_pack_with_sky`]; `gs-train --sky-points`).
+pub fn initial_gaussians_with_sky(
+    pack: &Pack,
+    sh_degree: u32,
+    max_gaussians: usize,
+    sky: usize,
+    seed: u64,
+) -> Result<crate::scene::gaussians::Gaussians, RunError> {
     let mut rng = crate::rng::Rng::derived(seed, INIT_STREAM);
-    super::init::from_pack(pack, sh_degree, RANDOM_POINTS, max_gaussians, &mut rng)
+    super::init::from_pack_with_sky(pack, sh_degree, RANDOM_POINTS, max_gaussians, sky, &mut rng)
         .map_err(RunError::Init)
 }
 
@@ -2469,16 +2481,13 @@ pub fn run(opts: &RunOptions, on_event: &mut dyn FnMut(Event)) -> Result<RunOutc
             (Trainer::from_state(*state, engine)?, Some(step))
         }
         ModelStart::Fresh(init) => {
-            let mut rng = crate::rng::Rng::derived(config.seed, INIT_STREAM);
-            let g = super::init::from_pack_with_sky(
+            let g = initial_gaussians_with_sky(
                 &pack,
                 config.sh_degree,
-                RANDOM_POINTS,
                 config.initial_cap(),
                 opts.sky_points,
-                &mut rng,
-            )
-            .map_err(RunError::Init)?;
+                config.seed,
+            )?;
             on_event(Event::Line(init_line(&init, config.seed)));
             (
                 Trainer::new(config.clone(), g, manifest.scene.extent, engine)?,
